@@ -1,0 +1,118 @@
+/*
+ * spotwave I/O: FITS (cfitsio), PGM, PNG output, CSV tables.
+ *
+ * All readers allocate the returned images with sw_image_alloc (host memory, pinned on CUDA) and
+ * validate everything before returning: a truncated, corrupt, zero-sized or absurd file
+ * (dimensions beyond SW_IMAGE_MAX_DIM / SW_IMAGE_MAX_PIXELS) gives SW_EFORMAT or SW_EIO with a
+ * message naming the file and the problem, and *out is left zeroed.
+ * Writers never leave a half-written file under the final name: they write to "<path>.tmp.XXXX"
+ * and rename.
+ */
+#ifndef SPOTWAVE_IO_H
+#define SPOTWAVE_IO_H
+
+#include "spotwave/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------ FITS */
+
+/*
+ * Reads the first image HDU with data (primary, or the first IMAGE extension when the primary
+ * is empty). 2-D images give one frame; 3-D cubes NAXIS3 frames.
+ * BITPIX  8        -> SW_PIX_U8
+ * BITPIX 16        -> SW_PIX_U16 when BZERO = 32768 and BSCALE = 1 (unsigned convention),
+ *                     otherwise SW_PIX_F32 (signed or scaled data: physical values)
+ * BITPIX 32        -> SW_PIX_U32 when BZERO = 2147483648 and BSCALE = 1, otherwise SW_PIX_F32
+ *                     (values beyond float precision lose digits; a debug log says so)
+ * BITPIX -32       -> SW_PIX_F32
+ * BITPIX -64, 64   -> SW_PIX_F32 (values are narrowed; out-of-range values refused)
+ * (Unsigned 8-bit with BZERO = -128, i.e. signed bytes, reads as SW_PIX_F32.)
+ */
+typedef struct sw_frames {
+    int32_t count;     /* number of frames */
+    sw_image *frames;  /* count images, each owned */
+} sw_frames;
+
+sw_status sw_fits_read(sw_context *ctx, const char *path, sw_frames *out);
+/* Convenience: reads frame `index` only (0-based) of a 2-D image or a cube. */
+sw_status sw_fits_read_frame(sw_context *ctx, const char *path, int32_t index, sw_image *out);
+/* Same as sw_fits_read from a memory buffer (used by the fuzzer and by embedded callers). */
+sw_status sw_fits_read_memory(sw_context *ctx, const void *buf, size_t size, sw_frames *out);
+
+/*
+ * Writes frames (all the same size and type, host memory) as one primary HDU: 2-D when count is
+ * 1, a NAXIS3 cube otherwise. u8 -> BITPIX 8; u16 -> BITPIX 16 with BZERO 32768; u32 -> BITPIX
+ * 32 with BZERO 2147483648; f32 -> BITPIX -32. Overwrites an existing file.
+ */
+sw_status sw_fits_write(sw_context *ctx, const char *path, const sw_image *frames, int32_t count);
+
+void sw_frames_free(sw_frames *f); /* frees every frame and the array; NULL is ignored */
+
+/* ------------------------------------------------------------------ PGM (P5, binary) */
+
+/* Reads an 8-bit (maxval <= 255 -> SW_PIX_U8) or 16-bit (maxval <= 65535 -> SW_PIX_U16,
+ * big-endian as Netpbm says) P5 file; comments in the header are accepted. */
+sw_status sw_pgm_read(sw_context *ctx, const char *path, sw_image *out);
+sw_status sw_pgm_read_memory(sw_context *ctx, const void *buf, size_t size, sw_image *out);
+/* Writes u8 (maxval 255) or u16 (maxval 65535) host images; other types are SW_EINVAL. */
+sw_status sw_pgm_write(sw_context *ctx, const char *path, const sw_image *img);
+
+/* ------------------------------------------------------------------ PNG (pictures for people) */
+
+typedef enum sw_colormap {
+    SW_CMAP_GREY = 0,    /* linear grey                                               */
+    SW_CMAP_VIRIDIS = 1, /* perceptually uniform sequential (for intensities)          */
+    SW_CMAP_DIVERGING = 2 /* perceptually balanced blue-white-red (for signed maps)     */
+} sw_colormap;
+
+typedef struct sw_png_options {
+    sw_colormap colormap;
+    double vmin, vmax;   /* value range mapped to the colour scale; vmin == vmax: use min/max */
+    int scale_bar;       /* non-zero: draw a colour bar with tick labels to the right     */
+    const char *label;   /* unit label under the scale bar (e.g. "um"); may be NULL       */
+    int nan_transparent; /* non-zero: NaN pixels transparent (RGBA) instead of black        */
+} sw_png_options;
+
+void sw_png_options_default(sw_png_options *o);
+/* Writes a host image of any type as an 8-bit PNG (grey, RGB or RGBA). opts may be NULL. */
+sw_status sw_png_write(sw_context *ctx, const char *path, const sw_image *img,
+                       const sw_png_options *opts);
+
+/* ------------------------------------------------------------------ CSV tables */
+
+/*
+ * A table of named double columns (struct of arrays). Column names carry units ("x_px").
+ * Text cells are not supported: a cell must parse as a number (or "nan", "inf").
+ */
+typedef struct sw_table {
+    int32_t ncols;
+    int64_t nrows;
+    char **names;    /* ncols names */
+    double **cols;   /* ncols arrays of nrows values */
+    int64_t capacity; /* rows allocated per column */
+} sw_table;
+
+/* Creates an empty table with the given column names (copied). */
+sw_status sw_table_create(sw_context *ctx, int32_t ncols, const char *const *names,
+                          sw_table *out);
+/* Appends one row of ncols values. */
+sw_status sw_table_append(sw_context *ctx, sw_table *t, const double *row);
+/* Index of a column by name, or -1. */
+int32_t sw_table_column(const sw_table *t, const char *name);
+void sw_table_free(sw_table *t);
+
+/* Reads a CSV with one header row (names), comma-separated, '#' comment lines skipped, blank
+ * lines skipped. Rows with a wrong number of cells or non-numeric cells are SW_EFORMAT with the
+ * line number. */
+sw_status sw_csv_read(sw_context *ctx, const char *path, sw_table *out);
+/* Writes a header row and the rows; numbers with %.17g so they read back bit-exact. */
+sw_status sw_csv_write(sw_context *ctx, const char *path, const sw_table *t);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SPOTWAVE_IO_H */

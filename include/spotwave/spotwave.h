@@ -1,0 +1,11 @@
+/*
+ * spotwave: processing images of point sources ("spots") on NVIDIA GPUs and CPUs.
+ * The umbrella header: include this one. See DESIGN.md for the architecture and conventions.
+ */
+#ifndef SPOTWAVE_H
+#define SPOTWAVE_H
+
+#include "spotwave/core.h"
+#include "spotwave/io.h"
+
+#endif /* SPOTWAVE_H */

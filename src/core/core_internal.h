@@ -1,0 +1,66 @@
+/*
+ * Internals shared by the modules of the library (not installed, not public).
+ */
+#ifndef SW_CORE_INTERNAL_H
+#define SW_CORE_INTERNAL_H
+
+#include "spotwave/core.h"
+
+#include <stdarg.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SW_ERROR_MAX 1024
+
+struct sw_context {
+    sw_backend backend;        /* CPU or CUDA, never AUTO */
+    char reason[320];          /* why this backend */
+    int device;                /* CUDA ordinal */
+    int threads;               /* OpenMP threads */
+    void *stream;              /* cudaStream_t on CUDA */
+    void *scratch;             /* device scratch buffer (CUDA), grown on demand */
+    size_t scratch_size;
+    sw_log_fn log;
+    void *log_user;
+    sw_log_level log_level;
+    char error[SW_ERROR_MAX];  /* last failure */
+};
+
+/*
+ * Records a failure: formats the message into ctx (or the thread's buffer when ctx is NULL),
+ * delivers it to the log at DEBUG level, and returns st so callers can write
+ *     return sw_fail(ctx, SW_EINVAL, "width %d is not positive", w);
+ */
+sw_status sw_fail(sw_context *ctx, sw_status st, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+/* Sends a message to the context's log callback when its level is high enough. */
+void sw_log(const sw_context *ctx, sw_log_level level, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+/* Checks a * b fits in size_t; 0 when it overflows. */
+static inline int sw_mul_ok(size_t a, size_t b, size_t *out)
+{
+    if (a != 0 && b > (size_t)-1 / a)
+        return 0;
+    *out = a * b;
+    return 1;
+}
+
+/* Allocates/frees host memory for images: pinned through CUDA when pinned != 0. */
+void *sw_host_alloc(sw_context *ctx, size_t bytes, int pinned);
+void sw_host_free(void *p, int pinned);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SW_CORE_INTERNAL_H */

@@ -1,0 +1,96 @@
+#define _POSIX_C_SOURCE 200809L
+#include "testutil.h"
+
+#include "spotwave/rng.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char tmpdir[512];
+
+static void remove_tmpdir(void)
+{
+    if (tmpdir[0]) {
+        char cmd[600];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "warning: could not remove %s\n", tmpdir);
+    }
+}
+
+const char *sw_test_tmpdir(void)
+{
+    if (!tmpdir[0]) {
+        const char *base = getenv("TMPDIR");
+        snprintf(tmpdir, sizeof tmpdir, "%s/spotwave-test-XXXXXX", base && *base ? base : "/tmp");
+        if (!mkdtemp(tmpdir)) {
+            perror("mkdtemp");
+            exit(1);
+        }
+        atexit(remove_tmpdir);
+    }
+    return tmpdir;
+}
+
+const char *sw_test_path(const char *name)
+{
+    static char buf[8][768];
+    static int next;
+    char *p = buf[next];
+    next = (next + 1) % 8;
+    snprintf(p, sizeof buf[0], "%s/%s", sw_test_tmpdir(), name);
+    return p;
+}
+
+void sw_test_fill_random(sw_image *img, uint64_t seed)
+{
+    for (int32_t y = 0; y < img->height; y++) {
+        void *row = sw_image_row(img, y);
+        for (int32_t x = 0; x < img->width; x++) {
+            sw_rng4 r = sw_rng_draw(seed, SW_RNG_STREAM_TEST, (uint64_t)y * img->width + x);
+            switch (img->type) {
+            case SW_PIX_U8: ((uint8_t *)row)[x] = (uint8_t)r.v[0]; break;
+            case SW_PIX_U16: ((uint16_t *)row)[x] = (uint16_t)r.v[0]; break;
+            case SW_PIX_U32: ((uint32_t *)row)[x] = r.v[0]; break;
+            case SW_PIX_F32:
+                ((float *)row)[x] = (float)(sw_rng_u01(r.v[0], r.v[1]) * 2e4 - 1e4);
+                break;
+            }
+        }
+    }
+}
+
+int sw_test_images_equal(const sw_image *a, const sw_image *b)
+{
+    if (a->width != b->width || a->height != b->height || a->type != b->type)
+        return 0;
+    size_t row = (size_t)a->width * sw_pixel_size(a->type);
+    for (int32_t y = 0; y < a->height; y++)
+        if (memcmp(sw_image_row(a, y), sw_image_row(b, y), row) != 0)
+            return 0;
+    return 1;
+}
+
+sw_context *sw_test_cuda_context_or_skip(void)
+{
+    sw_context_params p;
+    sw_context_params_default(&p);
+    p.backend = SW_BACKEND_CUDA;
+    sw_context *ctx = NULL;
+    if (sw_context_create(&p, &ctx) != SW_OK) {
+        printf("SKIP: no usable GPU: %s\n", sw_context_error(NULL));
+        exit(77);
+    }
+    return ctx;
+}
+
+void sw_test_write_file(const char *path, const void *data, size_t size)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    if (size)
+        assert_int_equal(fwrite(data, 1, size, f), size);
+    assert_int_equal(fclose(f), 0);
+}
