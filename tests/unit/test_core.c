@@ -52,6 +52,10 @@ static void test_parse(void **state)
     assert_int_equal(t, SW_PIX_U16);
     assert_int_equal(sw_pixel_type_parse("s16", &t), SW_EINVAL);
     assert_int_equal(sw_pixel_size(SW_PIX_U16), 2);
+    assert_string_equal(sw_pixel_type_string(SW_PIX_U32), "u32");
+    assert_string_equal(sw_pixel_type_string((sw_pixel_type)9), "?");
+    assert_string_equal(sw_backend_string(SW_BACKEND_AUTO), "auto");
+    assert_string_equal(sw_log_level_string(SW_LOG_WARN), "warn");
     assert_int_equal(sw_pixel_size((sw_pixel_type)42), 0);
 }
 
