@@ -30,10 +30,16 @@ extern "C" {
  * BITPIX -32       -> SW_PIX_F32
  * BITPIX -64, 64   -> SW_PIX_F32 (values are narrowed; out-of-range values refused)
  * (Unsigned 8-bit with BZERO = -128, i.e. signed bytes, reads as SW_PIX_F32.)
+ * Read as SW_PIX_F32, integer pixels equal to the BLANK keyword become NaN; NaN in float data
+ * stays NaN. Values are returned as stored (no flips): FITS pixel (1, 1) is spotwave (0, 0).
+ * Before cfitsio sees the file, the headers up to the image are checked (printable ASCII cards,
+ * mandatory keywords, data present and padded to whole 2880-byte blocks). Tile-compressed images
+ * (fpack) and random groups are SW_EUNSUPPORTED; gzip-compressed files are SW_EFORMAT with a hint.
+ * NAXIS other than 2 or 3, or any NAXISn = 0 in the image read, is SW_EFORMAT.
  */
 typedef struct sw_frames {
-    int32_t count;     /* number of frames */
-    sw_image *frames;  /* count images, each owned */
+    int32_t count;    /* number of frames */
+    sw_image *frames; /* count images, each owned */
 } sw_frames;
 
 sw_status sw_fits_read(sw_context *ctx, const char *path, sw_frames *out);
@@ -63,8 +69,8 @@ sw_status sw_pgm_write(sw_context *ctx, const char *path, const sw_image *img);
 /* ------------------------------------------------------------------ PNG (pictures for people) */
 
 typedef enum sw_colormap {
-    SW_CMAP_GREY = 0,    /* linear grey                                               */
-    SW_CMAP_VIRIDIS = 1, /* perceptually uniform sequential (for intensities)          */
+    SW_CMAP_GREY = 0,     /* linear grey                                               */
+    SW_CMAP_VIRIDIS = 1,  /* perceptually uniform sequential (for intensities)          */
     SW_CMAP_DIVERGING = 2 /* perceptually balanced blue-white-red (for signed maps)     */
 } sw_colormap;
 
@@ -76,8 +82,24 @@ typedef struct sw_png_options {
     int nan_transparent; /* non-zero: NaN pixels transparent (RGBA) instead of black        */
 } sw_png_options;
 
+/* Grey, automatic range, no scale bar, no label, NaN black. */
 void sw_png_options_default(sw_png_options *o);
-/* Writes a host image of any type as an 8-bit PNG (grey, RGB or RGBA). opts may be NULL. */
+/*
+ * Writes a host image of any type as an 8-bit PNG: grey for SW_CMAP_GREY, RGB for the colour
+ * maps, RGBA whenever nan_transparent is set. opts may be NULL (the defaults).
+ * Values map linearly to the colour scale and are clamped at its ends (+Inf to the top colour).
+ * Automatic range (vmin == vmax): the finite minimum and maximum of the image; for
+ * SW_CMAP_DIVERGING -m .. m with m the largest finite |value|, so that 0 is the neutral centre;
+ * a range that is still empty (a constant image) is widened around its value, which then sits
+ * at the centre of the scale; an image without finite pixels uses 0 .. 1.
+ * vmin > vmax reverses the scale. vmin or vmax not finite: SW_EINVAL.
+ * With scale_bar the picture is wider than the image (the bar, ticks and labels sit to its right)
+ * and at least tall enough for the bar (a small image gets white background below it); the image
+ * itself is at the top left, pixel for pixel. Labels use a built-in 5x7 font: digits, a-z (upper
+ * case is drawn as lower case), space and + - . , _ / ( ) % ^ : * =; the micro sign (UTF-8
+ * U+00B5 or U+03BC) is drawn as 'u'; any other character as '?'. The label is cut at 64
+ * characters.
+ */
 sw_status sw_png_write(sw_context *ctx, const char *path, const sw_image *img,
                        const sw_png_options *opts);
 
@@ -90,14 +112,13 @@ sw_status sw_png_write(sw_context *ctx, const char *path, const sw_image *img,
 typedef struct sw_table {
     int32_t ncols;
     int64_t nrows;
-    char **names;    /* ncols names */
-    double **cols;   /* ncols arrays of nrows values */
+    char **names;     /* ncols names */
+    double **cols;    /* ncols arrays of nrows values */
     int64_t capacity; /* rows allocated per column */
 } sw_table;
 
 /* Creates an empty table with the given column names (copied). */
-sw_status sw_table_create(sw_context *ctx, int32_t ncols, const char *const *names,
-                          sw_table *out);
+sw_status sw_table_create(sw_context *ctx, int32_t ncols, const char *const *names, sw_table *out);
 /* Appends one row of ncols values. */
 sw_status sw_table_append(sw_context *ctx, sw_table *t, const double *row);
 /* Index of a column by name, or -1. */

@@ -1,0 +1,897 @@
+/*
+ * FITS images through cfitsio.
+ *
+ * Before cfitsio sees a file, a small structural scan of our own walks the headers up to the
+ * image HDU we will read: header cards must be printable ASCII, the mandatory keywords (SIMPLE /
+ * XTENSION, BITPIX, NAXIS, NAXISn, PCOUNT, GCOUNT) must be present and sane, and the data the
+ * headers promise must be in the file. That turns truncated, corrupt or absurd files into clear
+ * messages and keeps cfitsio away from input it was never meant to parse (it is then only asked
+ * to read headers that passed the scan). Files are opened with fits_open_diskfile /
+ * fits_create_diskfile so that cfitsio's extended file-name syntax ("file.fits[1]", "!file")
+ * plays no part.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "io/io_internal.h"
+
+#include <fitsio.h>
+#include <float.h>
+#include <limits.h>
+#include <math.h>
+
+#define FITS_BLOCK             2880
+#define FITS_CARD              80
+#define FITS_MAX_HEADER_BLOCKS 10000 /* 288000 cards: far beyond any real header */
+#define FITS_MAX_HDUS          10000
+
+/* ------------------------------------------------------------------ input and structural scan */
+
+typedef struct fits_input {
+    const char *name;         /* for messages */
+    const char *path;         /* disk file, or NULL for memory */
+    const unsigned char *buf; /* memory input */
+    FILE *f;                  /* disk input during the scan */
+    unsigned long long size;  /* bytes in the file or buffer */
+} fits_input;
+
+/* What the scan found about the image HDU to read. */
+typedef struct fits_target {
+    int hdu; /* 1-based HDU number */
+    int bitpix;
+    int naxis;
+    long long naxes[3];
+} fits_target;
+
+static int input_read(fits_input *in, unsigned long long off, void *dst, size_t n)
+{
+    if (off > in->size || n > in->size - off)
+        return -1;
+    if (in->buf) {
+        memcpy(dst, in->buf + off, n);
+        return 0;
+    }
+    if (fseeko(in->f, (off_t)off, SEEK_SET) != 0)
+        return -2;
+    if (fread(dst, 1, n, in->f) != n)
+        return -2;
+    return 0;
+}
+
+typedef struct hdr_values {
+    int has_bitpix, has_naxis, has_pcount, has_gcount;
+    long long bitpix, naxis, pcount, gcount;
+    long long naxes[1000];
+    unsigned char has_naxes[1000];
+    int groups; /* GROUPS = T */
+    int zimage; /* ZIMAGE = T */
+    char xtension[72];
+} hdr_values;
+
+/* Parses an integer value field (columns 11-80 of a card). 0 when it is not a plain integer. */
+static int card_int(const char *card, long long *out)
+{
+    if (card[8] != '=' || card[9] != ' ')
+        return 0;
+    int i = 10;
+    while (i < FITS_CARD && card[i] == ' ')
+        i++;
+    int neg = 0;
+    if (i < FITS_CARD && (card[i] == '+' || card[i] == '-'))
+        neg = card[i++] == '-';
+    if (i >= FITS_CARD || card[i] < '0' || card[i] > '9')
+        return 0;
+    long long v = 0;
+    while (i < FITS_CARD && card[i] >= '0' && card[i] <= '9') {
+        if (v > (LLONG_MAX - 9) / 10)
+            return 0; /* absurdly large: refused as malformed */
+        v = v * 10 + (card[i] - '0');
+        i++;
+    }
+    while (i < FITS_CARD && card[i] == ' ')
+        i++;
+    if (i < FITS_CARD && card[i] != '/')
+        return 0;
+    *out = neg ? -v : v;
+    return 1;
+}
+
+/* Parses a logical value field: 1 for T, 0 for F, -1 otherwise. */
+static int card_logical(const char *card)
+{
+    if (card[8] != '=' || card[9] != ' ')
+        return -1;
+    int i = 10;
+    while (i < FITS_CARD && card[i] == ' ')
+        i++;
+    if (i >= FITS_CARD)
+        return -1;
+    if (card[i] == 'T')
+        return 1;
+    if (card[i] == 'F')
+        return 0;
+    return -1;
+}
+
+/* Parses a string value field ('...'), trailing blanks removed. */
+static int card_string(const char *card, char *out, size_t cap)
+{
+    if (card[8] != '=' || card[9] != ' ')
+        return 0;
+    int i = 10;
+    while (i < FITS_CARD && card[i] == ' ')
+        i++;
+    if (i >= FITS_CARD || card[i] != '\'')
+        return 0;
+    size_t n = 0;
+    for (i++; i < FITS_CARD; i++) {
+        if (card[i] == '\'') {
+            if (i + 1 < FITS_CARD && card[i + 1] == '\'') {
+                i++;
+            } else {
+                while (n > 0 && out[n - 1] == ' ')
+                    n--;
+                out[n] = '\0';
+                return 1;
+            }
+        }
+        if (n + 1 < cap)
+            out[n++] = card[i];
+    }
+    return 0; /* no closing quote */
+}
+
+static int keyword_is(const char *card, const char *kw)
+{
+    size_t n = strlen(kw);
+    if (memcmp(card, kw, n) != 0)
+        return 0;
+    for (size_t i = n; i < 8; i++)
+        if (card[i] != ' ')
+            return 0;
+    return 1;
+}
+
+/*
+ * Reads and checks the header of the HDU at *off: every card printable ASCII, END present,
+ * mandatory keywords collected. On success *off moves to the start of the data.
+ */
+static sw_status scan_header(sw_context *ctx, fits_input *in, int hdu, unsigned long long *off,
+                             hdr_values *hv)
+{
+    char block[FITS_BLOCK];
+    memset(hv, 0, sizeof *hv);
+    for (int b = 0; b < FITS_MAX_HEADER_BLOCKS; b++) {
+        int r = input_read(in, *off + (unsigned long long)b * FITS_BLOCK, block, FITS_BLOCK);
+        if (r == -2)
+            return sw_fail(ctx, SW_EIO, "%s: read error in the header of HDU %d (%s)", in->name,
+                           hdu, strerror(errno));
+        if (r != 0) {
+            if (hdu == 1 && b == 0 && in->size >= 10 && input_read(in, 0, block, 10) == 0 &&
+                memcmp(block, "SIMPLE  = ", 10) == 0)
+                return sw_fail(ctx, SW_EFORMAT,
+                               "%s: truncated FITS file: %llu bytes, less than one 2880-byte "
+                               "header block",
+                               in->name, in->size);
+            if (hdu == 1 && b == 0)
+                return sw_fail(ctx, SW_EFORMAT,
+                               "%s: not a FITS file: %llu bytes, shorter than one 2880-byte "
+                               "header block",
+                               in->name, in->size);
+            return sw_fail(ctx, SW_EFORMAT,
+                           "%s: truncated FITS file: the header of HDU %d has no END card "
+                           "before the end of the file (byte %llu)",
+                           in->name, hdu, in->size);
+        }
+        for (int c = 0; c < FITS_BLOCK / FITS_CARD; c++) {
+            const char *card = block + c * FITS_CARD;
+            long long cardno = (long long)b * (FITS_BLOCK / FITS_CARD) + c + 1;
+            for (int i = 0; i < FITS_CARD; i++) {
+                unsigned char ch = (unsigned char)card[i];
+                if (ch < 0x20 || ch > 0x7E) {
+                    if (hdu == 1 && cardno == 1 && b == 0) {
+                        if ((unsigned char)block[0] == 0x1F && (unsigned char)block[1] == 0x8B)
+                            return sw_fail(ctx, SW_EFORMAT,
+                                           "%s: gzip-compressed data, not a FITS file "
+                                           "(decompress it first)",
+                                           in->name);
+                        return sw_fail(ctx, SW_EFORMAT,
+                                       "%s: not a FITS file (it does not start with "
+                                       "\"SIMPLE  =                    T\")",
+                                       in->name);
+                    }
+                    return sw_fail(ctx, SW_EFORMAT,
+                                   "%s: corrupt FITS header: card %lld of HDU %d contains byte "
+                                   "0x%02x (headers are printable ASCII)",
+                                   in->name, cardno, hdu, (unsigned)ch);
+                }
+            }
+            if (cardno == 1) {
+                if (hdu == 1) {
+                    if (!keyword_is(card, "SIMPLE") || card_logical(card) != 1)
+                        return sw_fail(ctx, SW_EFORMAT,
+                                       "%s: not a FITS file (it does not start with "
+                                       "\"SIMPLE  =                    T\")",
+                                       in->name);
+                } else {
+                    if (!keyword_is(card, "XTENSION") ||
+                        !card_string(card, hv->xtension, sizeof hv->xtension))
+                        return sw_fail(ctx, SW_EFORMAT,
+                                       "%s: corrupt FITS file: HDU %d at byte %llu does not start "
+                                       "with an XTENSION card",
+                                       in->name, hdu, *off);
+                }
+                continue;
+            }
+            if (keyword_is(card, "END")) {
+                *off += (unsigned long long)(b + 1) * FITS_BLOCK;
+                return SW_OK;
+            }
+            long long v;
+            if (keyword_is(card, "BITPIX") && !hv->has_bitpix) {
+                if (!card_int(card, &v))
+                    return sw_fail(ctx, SW_EFORMAT,
+                                   "%s: corrupt FITS header: BITPIX of HDU %d "
+                                   "is not an integer",
+                                   in->name, hdu);
+                hv->bitpix = v;
+                hv->has_bitpix = 1;
+            } else if (keyword_is(card, "NAXIS") && !hv->has_naxis) {
+                if (!card_int(card, &v) || v < 0 || v > 999)
+                    return sw_fail(ctx, SW_EFORMAT,
+                                   "%s: corrupt FITS header: NAXIS of HDU %d "
+                                   "is not an integer in 0..999",
+                                   in->name, hdu);
+                hv->naxis = v;
+                hv->has_naxis = 1;
+            } else if (memcmp(card, "NAXIS", 5) == 0 && card[5] >= '1' && card[5] <= '9') {
+                int k = 0, i = 5;
+                while (i < 8 && card[i] >= '0' && card[i] <= '9')
+                    k = k * 10 + (card[i++] - '0');
+                while (i < 8 && card[i] == ' ')
+                    i++;
+                if (i == 8 && k >= 1 && k <= 999 && !hv->has_naxes[k]) {
+                    if (!card_int(card, &v) || v < 0)
+                        return sw_fail(ctx, SW_EFORMAT,
+                                       "%s: corrupt FITS header: NAXIS%d of HDU "
+                                       "%d is not a non-negative integer",
+                                       in->name, k, hdu);
+                    hv->naxes[k] = v;
+                    hv->has_naxes[k] = 1;
+                }
+            } else if (keyword_is(card, "PCOUNT") && !hv->has_pcount) {
+                if (!card_int(card, &v) || v < 0)
+                    return sw_fail(ctx, SW_EFORMAT,
+                                   "%s: corrupt FITS header: PCOUNT of HDU %d "
+                                   "is not a non-negative integer",
+                                   in->name, hdu);
+                hv->pcount = v;
+                hv->has_pcount = 1;
+            } else if (keyword_is(card, "GCOUNT") && !hv->has_gcount) {
+                if (!card_int(card, &v) || v < 0)
+                    return sw_fail(ctx, SW_EFORMAT,
+                                   "%s: corrupt FITS header: GCOUNT of HDU %d "
+                                   "is not a non-negative integer",
+                                   in->name, hdu);
+                hv->gcount = v;
+                hv->has_gcount = 1;
+            } else if (keyword_is(card, "GROUPS")) {
+                hv->groups = card_logical(card) == 1;
+            } else if (keyword_is(card, "ZIMAGE")) {
+                hv->zimage = card_logical(card) == 1;
+            }
+        }
+    }
+    return sw_fail(ctx, SW_EFORMAT,
+                   "%s: corrupt FITS header: HDU %d has no END card in its "
+                   "first %d blocks",
+                   in->name, hdu, FITS_MAX_HEADER_BLOCKS);
+}
+
+/* Size in bytes of the data unit described by a header (without padding). */
+static sw_status data_size(sw_context *ctx, fits_input *in, int hdu, const hdr_values *hv,
+                           unsigned long long *bytes)
+{
+    if (!hv->has_bitpix || !hv->has_naxis)
+        return sw_fail(ctx, SW_EFORMAT,
+                       "%s: corrupt FITS header: HDU %d lacks the mandatory "
+                       "%s keyword",
+                       in->name, hdu, hv->has_bitpix ? "NAXIS" : "BITPIX");
+    long long bp = hv->bitpix;
+    if (bp != 8 && bp != 16 && bp != 32 && bp != 64 && bp != -32 && bp != -64)
+        return sw_fail(ctx, SW_EFORMAT,
+                       "%s: unsupported BITPIX = %lld in HDU %d (FITS allows "
+                       "8, 16, 32, 64, -32, -64)",
+                       in->name, bp, hdu);
+    if (hv->naxis == 0) {
+        *bytes = 0;
+        return SW_OK;
+    }
+    size_t n = 1;
+    int first = 1;
+    if (hdu == 1 && hv->groups && hv->has_naxes[1] && hv->naxes[1] == 0)
+        first = 2; /* random groups: NAXIS1 = 0 is not a dimension */
+    for (int k = 1; k <= hv->naxis; k++) {
+        if (!hv->has_naxes[k])
+            return sw_fail(ctx, SW_EFORMAT,
+                           "%s: corrupt FITS header: HDU %d has NAXIS = %lld "
+                           "but no NAXIS%d keyword",
+                           in->name, hdu, hv->naxis, k);
+        if (k >= first && !sw_mul_ok(n, (size_t)hv->naxes[k], &n))
+            goto too_big;
+    }
+    /* cfitsio honours PCOUNT and GCOUNT wherever they appear; so does this size. */
+    long long pcount = hv->has_pcount ? hv->pcount : 0;
+    long long gcount = hv->has_gcount ? hv->gcount : 1;
+    if (n > SIZE_MAX - (size_t)pcount)
+        goto too_big;
+    n += (size_t)pcount;
+    if (!sw_mul_ok(n, (size_t)gcount, &n) || !sw_mul_ok(n, (size_t)(bp < 0 ? -bp : bp) / 8, &n))
+        goto too_big;
+    *bytes = n;
+    return SW_OK;
+too_big:
+    return sw_fail(ctx, SW_EFORMAT,
+                   "%s: corrupt FITS header: the data size of HDU %d overflows "
+                   "(absurd NAXISn)",
+                   in->name, hdu);
+}
+
+/* Checks that the data unit of an HDU, padded to whole 2880-byte blocks, is in the file
+ * (cfitsio needs the padding too). */
+static sw_status check_data_present(sw_context *ctx, fits_input *in, int hdu,
+                                    unsigned long long start, unsigned long long off,
+                                    unsigned long long bytes, unsigned long long *padded)
+{
+    unsigned long long left = in->size - off;
+    if (bytes > left || (FITS_BLOCK - bytes % FITS_BLOCK) % FITS_BLOCK > left - bytes)
+        return sw_fail(ctx, SW_EFORMAT,
+                       "%s: truncated FITS file: HDU %d (header at byte %llu) promises %llu bytes "
+                       "of data, padded to whole 2880-byte blocks, but only %llu remain in the "
+                       "file",
+                       in->name, hdu, start, bytes, left);
+    *padded = bytes + (FITS_BLOCK - bytes % FITS_BLOCK) % FITS_BLOCK;
+    return SW_OK;
+}
+
+/* Checks the geometry of an image HDU with data: 2-D or 3-D, sizes within spotwave's limits. */
+static sw_status check_image_geometry(sw_context *ctx, fits_input *in, int hdu,
+                                      const hdr_values *hv)
+{
+    if (hdu == 1 && hv->groups)
+        return sw_fail(ctx, SW_EUNSUPPORTED, "%s: random-groups FITS files are not supported",
+                       in->name);
+    if (hv->naxis != 2 && hv->naxis != 3)
+        return sw_fail(ctx, SW_EFORMAT,
+                       "%s: HDU %d has NAXIS = %lld; only 2-D images and 3-D cubes (NAXIS = 2 or "
+                       "3) are supported",
+                       in->name, hdu, hv->naxis);
+    for (int k = 1; k <= hv->naxis; k++) {
+        if (!hv->has_naxes[k])
+            return sw_fail(ctx, SW_EFORMAT,
+                           "%s: corrupt FITS header: HDU %d has NAXIS = %lld "
+                           "but no NAXIS%d keyword",
+                           in->name, hdu, hv->naxis, k);
+        if (hv->naxes[k] == 0)
+            return sw_fail(ctx, SW_EFORMAT, "%s: HDU %d has NAXIS%d = 0: the image is empty",
+                           in->name, hdu, k);
+    }
+    if ((hv->has_pcount && hv->pcount != 0) || (hv->has_gcount && hv->gcount != 1))
+        return sw_fail(ctx, SW_EFORMAT,
+                       "%s: corrupt FITS header: HDU %d is an image with PCOUNT "
+                       "= %lld, GCOUNT = %lld (an image has PCOUNT = 0, GCOUNT = 1)",
+                       in->name, hdu, hv->has_pcount ? hv->pcount : 0,
+                       hv->has_gcount ? hv->gcount : 1);
+    long long w = hv->naxes[1], h = hv->naxes[2];
+    long long d = hv->naxis == 3 ? hv->naxes[3] : 1;
+    if (w > SW_IMAGE_MAX_DIM || h > SW_IMAGE_MAX_DIM)
+        return sw_fail(ctx, SW_EFORMAT,
+                       "%s: image dimensions %lld x %lld exceed the maximum of "
+                       "%d pixels per side",
+                       in->name, w, h, SW_IMAGE_MAX_DIM);
+    if (w * h > SW_IMAGE_MAX_PIXELS)
+        return sw_fail(ctx, SW_EFORMAT,
+                       "%s: image of %lld x %lld pixels exceeds the maximum of "
+                       "%lld pixels",
+                       in->name, w, h, SW_IMAGE_MAX_PIXELS);
+    if (d > INT32_MAX)
+        return sw_fail(ctx, SW_EFORMAT, "%s: cube of %lld frames: more than %d", in->name, d,
+                       (int)INT32_MAX);
+    return SW_OK;
+}
+
+/* Walks the HDUs to the first one with image data and checks it is an image we can read. */
+static sw_status fits_scan(sw_context *ctx, fits_input *in, fits_target *t)
+{
+    hdr_values *hv = malloc(sizeof *hv);
+    if (!hv)
+        return sw_fail(ctx, SW_ENOMEM, "%s: out of memory", in->name);
+    sw_status st = SW_OK;
+    unsigned long long off = 0;
+    for (int hdu = 1; hdu <= FITS_MAX_HDUS; hdu++) {
+        if (hdu > 1 && off >= in->size) {
+            st = sw_fail(ctx, SW_EFORMAT,
+                         "%s: no image data: the primary HDU is empty and no "
+                         "IMAGE extension with data follows",
+                         in->name);
+            goto done;
+        }
+        unsigned long long start = off, padded = 0;
+        st = scan_header(ctx, in, hdu, &off, hv);
+        if (st != SW_OK)
+            goto done;
+        int is_image = hdu == 1 || strcmp(hv->xtension, "IMAGE") == 0;
+        if (hdu > 1 && strcmp(hv->xtension, "BINTABLE") == 0 && hv->zimage) {
+            st = sw_fail(ctx, SW_EUNSUPPORTED,
+                         "%s: HDU %d is a tile-compressed image (fpack), which is not supported: "
+                         "decompress the file first (funpack)",
+                         in->name, hdu);
+            goto done;
+        }
+        if (is_image && hv->has_naxis && hv->naxis > 0) {
+            st = check_image_geometry(ctx, in, hdu, hv);
+            if (st != SW_OK)
+                goto done;
+        }
+        unsigned long long bytes = 0;
+        st = data_size(ctx, in, hdu, hv, &bytes);
+        if (st == SW_OK)
+            st = check_data_present(ctx, in, hdu, start, off, bytes, &padded);
+        if (st != SW_OK)
+            goto done;
+        if (is_image && hv->naxis > 0) {
+            t->hdu = hdu;
+            t->bitpix = (int)hv->bitpix;
+            t->naxis = (int)hv->naxis;
+            t->naxes[0] = hv->naxes[1];
+            t->naxes[1] = hv->naxes[2];
+            t->naxes[2] = hv->naxis == 3 ? hv->naxes[3] : 1;
+            goto done;
+        }
+        off += padded; /* skip the data unit */
+    }
+    st = sw_fail(ctx, SW_EFORMAT, "%s: no image found in the first %d HDUs", in->name,
+                 FITS_MAX_HDUS);
+done:
+    free(hv);
+    return st;
+}
+
+/* ------------------------------------------------------------------ cfitsio helpers */
+
+/*
+ * The "realloc" given to cfitsio's memory driver for read-only buffers. cfitsio calls it through
+ * its truncate routine: with the current size while opening (harmless: the buffer is returned
+ * as is), and with a larger size when the headers describe more data than the buffer holds.
+ * Without a realloc function the driver would then just raise its idea of the file size and
+ * read past the end of the caller's buffer; refusing turns that into an error.
+ */
+static _Thread_local size_t mem_buffer_size;
+static _Thread_local int mem_grow_refused;
+
+static void *readonly_realloc(void *p, size_t newsize)
+{
+    if (newsize <= mem_buffer_size)
+        return p;
+    mem_grow_refused = 1;
+    return NULL;
+}
+
+static sw_status cfitsio_fail(sw_context *ctx, const char *name, int status, const char *what,
+                              int writing)
+{
+    char text[FLEN_STATUS] = "";
+    char detail[FLEN_ERRMSG] = "";
+    fits_get_errstatus(status, text);
+    fits_read_errmsg(detail); /* oldest message on cfitsio's stack, often the most precise */
+    fits_clear_errmsg();
+    sw_status st = writing ? SW_EIO : SW_EFORMAT;
+    if (status == MEMORY_ALLOCATION && mem_grow_refused) {
+        mem_grow_refused = 0;
+        return sw_fail(ctx, SW_EFORMAT,
+                       "%s: %s: the headers describe more data than the buffer "
+                       "holds (corrupt or truncated)",
+                       name, what);
+    }
+    if (status == MEMORY_ALLOCATION)
+        st = SW_ENOMEM;
+    else if (status == FILE_NOT_OPENED || status == FILE_NOT_CREATED || status == READ_ERROR ||
+             status == WRITE_ERROR || status == TOO_MANY_FILES)
+        st = SW_EIO;
+    if (detail[0] && strcmp(detail, text) != 0)
+        return sw_fail(ctx, st, "%s: %s: %s (cfitsio status %d: %s)", name, what, text, status,
+                       detail);
+    return sw_fail(ctx, st, "%s: %s: %s (cfitsio status %d)", name, what, text, status);
+}
+
+/* Checks the argument path: present and short enough for cfitsio's name buffers. */
+static sw_status check_path(sw_context *ctx, const char *fn, const char *path)
+{
+    if (!path)
+        return sw_fail(ctx, SW_EINVAL, "%s: path is NULL", fn);
+    if (!path[0])
+        return sw_fail(ctx, SW_EINVAL, "%s: empty file name", fn);
+    if (strlen(path) + 16 >= FLEN_FILENAME)
+        return sw_fail(ctx, SW_EINVAL,
+                       "%s: file name too long for cfitsio (%zu characters, "
+                       "at most %d)",
+                       path, strlen(path), FLEN_FILENAME - 17);
+    return SW_OK;
+}
+
+/* ------------------------------------------------------------------ reading */
+
+/* Reads frames [first, first + n) of the target HDU into imgs (allocated here). */
+static sw_status read_frames(sw_context *ctx, const char *name, fitsfile *fp, const fits_target *t,
+                             int32_t first, int32_t n, sw_image *imgs)
+{
+    int status = 0;
+    int bitpix, naxis;
+    LONGLONG naxes[3] = {0, 0, 0};
+    if (fits_get_img_paramll(fp, 3, &bitpix, &naxis, naxes, &status))
+        return cfitsio_fail(ctx, name, status, "cannot read the image parameters", 0);
+    if (bitpix != t->bitpix || naxis != t->naxis || naxes[0] != t->naxes[0] ||
+        naxes[1] != t->naxes[1] || (naxis == 3 && naxes[2] != t->naxes[2]))
+        return sw_fail(ctx, SW_EFORMAT,
+                       "%s: inconsistent FITS header in HDU %d (duplicate "
+                       "BITPIX/NAXIS keywords?)",
+                       name, t->hdu);
+
+    double bzero = 0.0, bscale = 1.0;
+    if (fits_read_key(fp, TDOUBLE, "BZERO", &bzero, NULL, &status)) {
+        if (status != KEY_NO_EXIST)
+            return cfitsio_fail(ctx, name, status, "bad BZERO keyword", 0);
+        status = 0;
+        bzero = 0.0;
+        fits_clear_errmsg();
+    }
+    if (fits_read_key(fp, TDOUBLE, "BSCALE", &bscale, NULL, &status)) {
+        if (status != KEY_NO_EXIST)
+            return cfitsio_fail(ctx, name, status, "bad BSCALE keyword", 0);
+        status = 0;
+        bscale = 1.0;
+        fits_clear_errmsg();
+    }
+    if (!isfinite(bzero) || !isfinite(bscale) || bscale == 0.0)
+        return sw_fail(ctx, SW_EFORMAT,
+                       "%s: HDU %d has BZERO = %g, BSCALE = %g: BSCALE must be "
+                       "finite and non-zero, BZERO finite",
+                       name, t->hdu, bzero, bscale);
+
+    sw_pixel_type type = SW_PIX_F32;
+    int ftype = TDOUBLE;
+    if (bscale == 1.0) {
+        if (bitpix == 8 && bzero == 0.0) {
+            type = SW_PIX_U8;
+            ftype = TBYTE;
+        } else if (bitpix == 16 && bzero == 32768.0) {
+            type = SW_PIX_U16;
+            ftype = TUSHORT;
+        } else if (bitpix == 32 && bzero == 2147483648.0) {
+            type = SW_PIX_U32;
+            ftype = TUINT;
+        } else if (bitpix == -32 && bzero == 0.0) {
+            ftype = TFLOAT; /* read as is: bit-exact, NaN payloads included */
+        }
+    }
+    int32_t w = (int32_t)t->naxes[0], h = (int32_t)t->naxes[1];
+    double *dbuf = NULL;
+    if (ftype == TDOUBLE) {
+        dbuf = malloc((size_t)w * sizeof *dbuf);
+        if (!dbuf)
+            return sw_fail(ctx, SW_ENOMEM, "%s: out of memory for a row buffer", name);
+    }
+    sw_status st = SW_OK;
+    int32_t done = 0;
+    long long lost = 0;
+    double nan_value = NAN;
+    for (; done < n; done++) {
+        sw_image *img = &imgs[done];
+        st = sw_image_alloc(ctx, w, h, type, img);
+        if (st != SW_OK)
+            break;
+        for (int32_t y = 0; y < h && st == SW_OK; y++) {
+            LONGLONG fpix[3] = {1, (LONGLONG)y + 1, (LONGLONG)first + done + 1};
+            int anynul = 0;
+            void *row = sw_image_row(img, y);
+            void *dst = dbuf ? (void *)dbuf : row;
+            if (fits_read_pixll(fp, ftype, fpix, w, dbuf ? &nan_value : NULL, dst, &anynul,
+                                &status)) {
+                st = cfitsio_fail(ctx, name, status, "cannot read the pixel data", 0);
+                break;
+            }
+            if (!dbuf)
+                continue;
+            float *fr = row;
+            for (int32_t x = 0; x < w; x++) {
+                double v = dbuf[x];
+                if (isfinite(v) && fabs(v) > FLT_MAX) {
+                    st = sw_fail(ctx, SW_ERANGE,
+                                 "%s: pixel (%d, %d) of frame %d has the value %g, outside the "
+                                 "range of 32-bit float (BITPIX %d)",
+                                 name, (int)x, (int)y, (int)(first + done), v, bitpix);
+                    break;
+                }
+                fr[x] = (float)v;
+                if ((bitpix == 32 || bitpix == 64) && (double)fr[x] != v && isfinite(v))
+                    lost++;
+            }
+        }
+        if (st != SW_OK) {
+            sw_image_free(img);
+            break;
+        }
+    }
+    free(dbuf);
+    if (st != SW_OK) {
+        for (int32_t i = 0; i < done; i++)
+            sw_image_free(&imgs[i]);
+        return st;
+    }
+    if (lost)
+        sw_log(ctx, SW_LOG_DEBUG,
+               "%s: %lld pixel values of BITPIX %d lost digits in the "
+               "conversion to 32-bit float",
+               name, lost, bitpix);
+    return SW_OK;
+}
+
+/*
+ * Opens and scans the input, then reads frame `index` (or every frame when index < 0) into
+ * frames_out / image_out.
+ */
+static sw_status fits_load(sw_context *ctx, fits_input *in, int32_t index, sw_frames *frames_out,
+                           sw_image *image_out)
+{
+    fits_target t;
+    memset(&t, 0, sizeof t);
+    sw_status st = fits_scan(ctx, in, &t);
+    if (in->f) {
+        fclose(in->f);
+        in->f = NULL;
+    }
+    if (st != SW_OK)
+        return st;
+    if (index >= 0 && index >= t.naxes[2])
+        return sw_fail(ctx, SW_EINVAL, "%s: frame %d requested but the file has %lld frame%s",
+                       in->name, (int)index, t.naxes[2], t.naxes[2] == 1 ? "" : "s");
+
+    fitsfile *fp = NULL;
+    int status = 0;
+    void *mem = (void *)in->buf;
+    /* cfitsio's memory driver reads whole 2880-byte blocks without checking the end of the
+     * buffer: hand it whole blocks only (the scan has checked that what we read lies in them;
+     * a partial block at the end is trailing junk). */
+    size_t memsize = (size_t)(in->size - in->size % FITS_BLOCK);
+    mem_buffer_size = memsize;
+    mem_grow_refused = 0;
+    if (in->path)
+        fits_open_diskfile(&fp, in->path, READONLY, &status);
+    else
+        fits_open_memfile(&fp, "memory.fits", READONLY, &mem, &memsize, 0, readonly_realloc,
+                          &status);
+    if (status) {
+        if (fp) {
+            int s2 = 0;
+            fits_close_file(fp, &s2);
+        }
+        return cfitsio_fail(ctx, in->name, status, "cannot open", 0);
+    }
+    if (t.hdu > 1) {
+        int hdutype;
+        if (fits_movabs_hdu(fp, t.hdu, &hdutype, &status) || hdutype != IMAGE_HDU) {
+            st = status ? cfitsio_fail(ctx, in->name, status, "cannot move to the image HDU", 0)
+                        : sw_fail(ctx, SW_EFORMAT, "%s: HDU %d is not an image", in->name, t.hdu);
+            goto close;
+        }
+    }
+    if (index >= 0) {
+        st = read_frames(ctx, in->name, fp, &t, index, 1, image_out);
+    } else {
+        int32_t count = (int32_t)t.naxes[2];
+        sw_image *imgs = calloc((size_t)count, sizeof *imgs);
+        if (!imgs) {
+            st = sw_fail(ctx, SW_ENOMEM, "%s: out of memory for %d frame descriptors", in->name,
+                         (int)count);
+            goto close;
+        }
+        st = read_frames(ctx, in->name, fp, &t, 0, count, imgs);
+        if (st != SW_OK) {
+            free(imgs);
+            goto close;
+        }
+        frames_out->count = count;
+        frames_out->frames = imgs;
+    }
+close:
+    status = 0;
+    fits_close_file(fp, &status);
+    fits_clear_errmsg();
+    return st;
+}
+
+static sw_status open_disk_input(sw_context *ctx, const char *path, fits_input *in)
+{
+    memset(in, 0, sizeof *in);
+    in->name = path;
+    in->path = path;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return sw_fail(ctx, SW_EIO, "%s: cannot open (%s)", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0) {
+        int e = errno;
+        fclose(f);
+        return sw_fail(ctx, SW_EIO, "%s: cannot stat (%s)", path, strerror(e));
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        fclose(f);
+        return sw_fail(ctx, SW_EIO, "%s: not a regular file", path);
+    }
+    if (sb.st_size == 0) {
+        fclose(f);
+        return sw_fail(ctx, SW_EFORMAT, "%s: empty file (0 bytes), not a FITS image", path);
+    }
+    in->f = f;
+    in->size = (unsigned long long)sb.st_size;
+    return SW_OK;
+}
+
+sw_status sw_fits_read(sw_context *ctx, const char *path, sw_frames *out)
+{
+    if (!out)
+        return sw_fail(ctx, SW_EINVAL, "sw_fits_read: out is NULL");
+    memset(out, 0, sizeof *out);
+    sw_status st = check_path(ctx, "sw_fits_read", path);
+    if (st != SW_OK)
+        return st;
+    fits_input in;
+    st = open_disk_input(ctx, path, &in);
+    if (st != SW_OK)
+        return st;
+    return fits_load(ctx, &in, -1, out, NULL);
+}
+
+sw_status sw_fits_read_frame(sw_context *ctx, const char *path, int32_t index, sw_image *out)
+{
+    if (!out)
+        return sw_fail(ctx, SW_EINVAL, "sw_fits_read_frame: out is NULL");
+    memset(out, 0, sizeof *out);
+    sw_status st = check_path(ctx, "sw_fits_read_frame", path);
+    if (st != SW_OK)
+        return st;
+    if (index < 0)
+        return sw_fail(ctx, SW_EINVAL, "%s: frame index %d is negative", path, (int)index);
+    fits_input in;
+    st = open_disk_input(ctx, path, &in);
+    if (st != SW_OK)
+        return st;
+    return fits_load(ctx, &in, index, NULL, out);
+}
+
+sw_status sw_fits_read_memory(sw_context *ctx, const void *buf, size_t size, sw_frames *out)
+{
+    if (!out)
+        return sw_fail(ctx, SW_EINVAL, "sw_fits_read_memory: out is NULL");
+    memset(out, 0, sizeof *out);
+    if (!buf && size)
+        return sw_fail(ctx, SW_EINVAL, "sw_fits_read_memory: buffer is NULL");
+    if (size == 0)
+        return sw_fail(ctx, SW_EFORMAT, "<memory>: empty buffer (0 bytes), not a FITS image");
+    fits_input in;
+    memset(&in, 0, sizeof in);
+    in.name = "<memory>";
+    in.buf = buf;
+    in.size = size;
+    return fits_load(ctx, &in, -1, out, NULL);
+}
+
+void sw_frames_free(sw_frames *f)
+{
+    if (!f)
+        return;
+    if (f->frames) {
+        for (int32_t i = 0; i < f->count; i++)
+            sw_image_free(&f->frames[i]);
+        free(f->frames);
+    }
+    f->frames = NULL;
+    f->count = 0;
+}
+
+/* ------------------------------------------------------------------ writing */
+
+sw_status sw_fits_write(sw_context *ctx, const char *path, const sw_image *frames, int32_t count)
+{
+    sw_status st = check_path(ctx, "sw_fits_write", path);
+    if (st != SW_OK)
+        return st;
+    if (!frames)
+        return sw_fail(ctx, SW_EINVAL, "%s: no frames given (NULL)", path);
+    if (count < 1)
+        return sw_fail(ctx, SW_EINVAL, "%s: frame count %d is not positive", path, (int)count);
+    for (int32_t i = 0; i < count; i++) {
+        st = sw_io_check_write_image(ctx, path, &frames[i]);
+        if (st != SW_OK)
+            return st;
+        if (frames[i].width != frames[0].width || frames[i].height != frames[0].height ||
+            frames[i].type != frames[0].type)
+            return sw_fail(ctx, SW_EINVAL,
+                           "%s: frame %d is %dx%d %s but frame 0 is %dx%d %s: "
+                           "all frames of a cube must match",
+                           path, (int)i, (int)frames[i].width, (int)frames[i].height,
+                           sw_pixel_type_string(frames[i].type), (int)frames[0].width,
+                           (int)frames[0].height, sw_pixel_type_string(frames[0].type));
+    }
+    int bitpix, ftype;
+    switch (frames[0].type) {
+    case SW_PIX_U8:
+        bitpix = BYTE_IMG;
+        ftype = TBYTE;
+        break;
+    case SW_PIX_U16:
+        bitpix = USHORT_IMG;
+        ftype = TUSHORT;
+        break; /* BITPIX 16, BZERO 32768 */
+    case SW_PIX_U32:
+        bitpix = ULONG_IMG;
+        ftype = TUINT;
+        break; /* BITPIX 32, BZERO 2^31 */
+    case SW_PIX_F32:
+        bitpix = FLOAT_IMG;
+        ftype = TFLOAT;
+        break;
+    default: return sw_fail(ctx, SW_EINVAL, "%s: unknown pixel type %d", path, (int)frames[0].type);
+    }
+
+    char *tmp;
+    int fd;
+    st = sw_io_tmp_create(ctx, path, &tmp, &fd);
+    if (st != SW_OK)
+        return st;
+    /* cfitsio creates the file itself and refuses an existing one: the name was reserved
+     * exclusively above and is handed over now. */
+    close(fd);
+    unlink(tmp);
+
+    fitsfile *fp = NULL;
+    int status = 0;
+    const char *what = "cannot create the file";
+    if (fits_create_diskfile(&fp, tmp, &status))
+        goto fail;
+    int naxis = count > 1 ? 3 : 2;
+    LONGLONG naxes[3] = {frames[0].width, frames[0].height, count};
+    what = "cannot write the header";
+    if (fits_create_imgll(fp, bitpix, naxis, naxes, &status))
+        goto fail;
+    char creator[64];
+    snprintf(creator, sizeof creator, "spotwave %s", sw_version());
+    if (fits_write_key(fp, TSTRING, "CREATOR", creator, "software that wrote this file", &status))
+        goto fail;
+    what = "cannot write the pixel data";
+    for (int32_t k = 0; k < count; k++) {
+        const sw_image *img = &frames[k];
+        for (int32_t y = 0; y < img->height; y++) {
+            LONGLONG fpix[3] = {1, (LONGLONG)y + 1, (LONGLONG)k + 1};
+            if (fits_write_pixll(fp, ftype, fpix, img->width, sw_image_row(img, y), &status))
+                goto fail;
+        }
+    }
+    what = "cannot finish the file";
+    if (fits_close_file(fp, &status)) {
+        fp = NULL;
+        goto fail;
+    }
+    fits_clear_errmsg();
+    return sw_io_tmp_rename(ctx, path, tmp);
+
+fail:
+    st = cfitsio_fail(ctx, path, status, what, 1);
+    if (fp) {
+        int s2 = 0;
+        fits_delete_file(fp, &s2); /* closes and removes the temporary file */
+        fits_clear_errmsg();
+    }
+    unlink(tmp);
+    free(tmp);
+    return st;
+}
