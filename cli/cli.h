@@ -1,0 +1,114 @@
+/*
+ * The `spotwave` command: what main.c and the subcommand files (cmd_<name>.c) share.
+ *
+ * The contract (DESIGN.md, "The command"):
+ *   spotwave [--backend auto|cpu|cuda] [--threads N] [--quiet] [--verbose] SUBCOMMAND [OPTIONS]
+ *   exit 0: success; 1: failure while running (one line on stderr, "spotwave <sub>: <what>");
+ *   2: usage error (unknown subcommand or option, bad value; the line names --help).
+ * Global options come before the subcommand; everything after it belongs to the subcommand.
+ * Reports go to stdout (machine-readable with --json); diagnostics and library log messages go
+ * to stderr.
+ *
+ * Adding a subcommand: write cli/cmd_<name>.c with sw_cmd_<name>() and sw_cmd_<name>_help(),
+ * declare both below, and add one row to the table in main.c.
+ *
+ * The helpers declared here are defined in main.c.
+ */
+#ifndef SW_CLI_H
+#define SW_CLI_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "spotwave/spotwave.h"
+
+/* Exit codes of the command. */
+enum { SW_EXIT_OK = 0, SW_EXIT_FAIL = 1, SW_EXIT_USAGE = 2 };
+
+/* The global options, parsed by main.c before the subcommand. */
+typedef struct sw_cli_globals {
+    sw_backend backend; /* --backend (default auto)                                         */
+    int threads;        /* --threads N, 0 = library default (all cores)                     */
+    int quiet;          /* --quiet: no library log messages (failure lines are still printed) */
+    int verbose;        /* --verbose: library log down to debug level                        */
+} sw_cli_globals;
+
+/*
+ * A subcommand. argv[0] is the subcommand's name; its options follow. Returns an exit code.
+ * help() prints the subcommand's usage to `out` (it is what `--help` and `spotwave help NAME`
+ * show).
+ */
+typedef int (*sw_cli_run_fn)(const sw_cli_globals *g, int argc, char **argv);
+typedef void (*sw_cli_help_fn)(FILE *out);
+
+int sw_cmd_info(const sw_cli_globals *g, int argc, char **argv);
+void sw_cmd_info_help(FILE *out);
+int sw_cmd_demo(const sw_cli_globals *g, int argc, char **argv);
+void sw_cmd_demo_help(FILE *out);
+
+/* ------------------------------------------------------------------ messages and exit codes */
+
+/* Prints "spotwave <sub>: <message>" on stderr and returns SW_EXIT_FAIL (1). */
+int sw_cli_fail(const char *sub, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* Prints "spotwave <sub>: <message> (see 'spotwave <sub> --help')" on stderr and returns
+ * SW_EXIT_USAGE (2). sub may be NULL for the command itself. */
+int sw_cli_usage(const char *sub, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* ------------------------------------------------------------------ option parsing */
+
+/*
+ * getopt_long for a subcommand's own options, with uniform error handling. Call
+ * sw_cli_getopt_reset() once before the first call. Returns the option's value, -1 when the
+ * options are done (positional arguments start at optind), or SW_CLI_OPT_ERROR after printing a
+ * usage line (the caller returns SW_EXIT_USAGE). shortopts is given without a leading ':'.
+ * GNU argument permutation applies: options and positional arguments may be mixed.
+ */
+#define SW_CLI_OPT_ERROR (-2)
+struct option;
+void sw_cli_getopt_reset(void);
+int sw_cli_getopt(const char *sub, int argc, char **argv, const char *shortopts,
+                  const struct option *longopts);
+
+/* Parses a whole decimal integer in [min, max]. 0 on success, -1 otherwise (out untouched). */
+int sw_cli_parse_long(const char *text, long min, long max, long *out);
+/* Parses a whole unsigned 64-bit integer (decimal, or hex with 0x). 0 / -1. */
+int sw_cli_parse_u64(const char *text, uint64_t *out);
+/* Parses "WxH" (also "W,H"), both in 1..SW_IMAGE_MAX_DIM. 0 / -1. */
+int sw_cli_parse_size(const char *text, int32_t *w, int32_t *h);
+
+/* ------------------------------------------------------------------ context */
+
+/*
+ * Creates the context the global options ask for, with the stderr log callback (prefix
+ * "spotwave: <level>: "; nothing with --quiet; debug and up with --verbose; warnings and
+ * errors otherwise). On failure prints one line ("spotwave <sub>: cannot use the <backend>
+ * backend: <reason>") and returns SW_EXIT_FAIL; SW_EXIT_OK and *out otherwise.
+ */
+int sw_cli_context(const sw_cli_globals *g, const char *sub, sw_context **out);
+
+/* ------------------------------------------------------------------ small utilities */
+
+/* Seconds from a monotonic clock (for timings). */
+double sw_cli_now(void);
+
+/* Writes s as a JSON string literal (with quotes): escapes '"', '\\' and control characters,
+ * passes valid UTF-8 through and replaces invalid bytes with U+FFFD. NULL writes null. */
+void sw_cli_json_string(FILE *out, const char *s);
+
+/* The CPU model ("model name" in /proc/cpuinfo, or a fallback) into buf; returns buf. */
+const char *sw_cli_cpu_model(char *buf, size_t size);
+
+/* Creates a directory and its missing parents (mode 0777 & ~umask). 0 on success, -1 with
+ * errno set otherwise; an existing directory is success. */
+int sw_cli_mkdir_p(const char *path);
+
+#endif /* SW_CLI_H */

@@ -1,0 +1,456 @@
+/*
+ * spotwave demo: a tour of what the build can do, on a built-in example image.
+ *
+ * The demo is a list of steps (demo_steps[] below) run in order on one shared state; each step
+ * prints its lines of the report and returns 0, or -1 with a message. Later stages append their
+ * steps (simulate a Shack-Hartmann frame, find spots, centroid, reconstruct, ...) to the list and
+ * their fields to demo_state; the driver, the report and the clean-up stay as they are.
+ */
+#define _GNU_SOURCE
+
+#include "cli.h"
+
+#include "spotwave/rng.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SUB               "demo"
+#define DEMO_DEFAULT_OUT  "./spotwave-demo"
+#define DEMO_DEFAULT_SIZE 512
+#define DEMO_DEFAULT_SEED 42
+#define DEMO_TIMING_REPS  7 /* timings are the median of this many calls, after one warm-up */
+#define DEMO_SPOTS        9
+
+void sw_cmd_demo_help(FILE *out)
+{
+    fprintf(out,
+            "Usage: spotwave [GLOBAL OPTIONS] demo [--out DIR] [--size WxH] [--seed S]\n"
+            "\n"
+            "Builds an example image (a smooth background, a few Gaussian spots and Philox\n"
+            "noise; f32), computes its statistics, converts it to u16 (scaled so its range\n"
+            "fills 0..65535), writes demo.fits (f32), demo_u16.pgm and demo.png (viridis with a\n"
+            "scale bar) into DIR, reads the FITS and PGM files back and checks they are\n"
+            "identical, and reports what it did with the timings of the conversion and the\n"
+            "statistics on the backend in use (median of %d calls).\n"
+            "\n"
+            "Options:\n"
+            "  -o, --out DIR     output directory, created if missing (default %s)\n"
+            "  --size WxH        image size in pixels (default %dx%d)\n"
+            "  --seed S          noise and spot seed, 64-bit (default %d)\n"
+            "  -h, --help        print this help and exit\n",
+            DEMO_TIMING_REPS, DEMO_DEFAULT_OUT, DEMO_DEFAULT_SIZE, DEMO_DEFAULT_SIZE,
+            DEMO_DEFAULT_SEED);
+}
+
+/* ------------------------------------------------------------------ state shared by the steps */
+
+typedef struct demo_state {
+    /* inputs */
+    const sw_cli_globals *g;
+    sw_context *ctx;
+    const char *outdir;
+    int32_t width, height;
+    uint64_t seed;
+    /* products */
+    char path_fits[4096];
+    char path_pgm[4096];
+    char path_png[4096];
+    sw_image image;     /* the example image, f32, host */
+    sw_image image_u16; /* the same scaled to u16, host */
+    sw_image_stats stats;
+    double scale, offset;
+    size_t clipped;
+    /* failure */
+    char error[2048];
+} demo_state;
+
+static int demo_fail(demo_state *s, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+static int demo_fail(demo_state *s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->error, sizeof s->error, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* The library's message for the last failure on the context (or the status' name). */
+static const char *lib_error(const demo_state *s, sw_status st)
+{
+    const char *m = sw_context_error(s->ctx);
+    return (m && *m) ? m : sw_status_string(st);
+}
+
+static int join_path(demo_state *s, char *buf, size_t size, const char *name)
+{
+    int n = snprintf(buf, size, "%s/%s", s->outdir, name);
+    if (n < 0 || (size_t)n >= size)
+        return demo_fail(s, "output path '%s/%s' is too long", s->outdir, name);
+    return 0;
+}
+
+static int images_identical(const sw_image *a, const sw_image *b)
+{
+    if (a->width != b->width || a->height != b->height || a->type != b->type)
+        return 0;
+    size_t row = (size_t)a->width * sw_pixel_size(a->type);
+    for (int32_t y = 0; y < a->height; y++)
+        if (memcmp(sw_image_row(a, y), sw_image_row(b, y), row) != 0)
+            return 0;
+    return 1;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* ------------------------------------------------------------------ the steps */
+
+static int step_backend(demo_state *s)
+{
+    printf("  backend    %s (requested %s): %s\n", sw_backend_string(sw_context_backend(s->ctx)),
+           sw_backend_string(s->g->backend), sw_context_backend_reason(s->ctx));
+    if (sw_context_backend(s->ctx) == SW_BACKEND_CUDA) {
+        sw_device_info d;
+        sw_status st = sw_context_device_info(s->ctx, &d);
+        if (st != SW_OK)
+            return demo_fail(s, "cannot query the CUDA device: %s", lib_error(s, st));
+        printf("  device     %s, %.1f GiB, compute capability %d.%d\n", d.name,
+               (double)d.total_memory / (1024.0 * 1024.0 * 1024.0), d.cc_major, d.cc_minor);
+    }
+    return 0;
+}
+
+static int step_outdir(demo_state *s)
+{
+    if (sw_cli_mkdir_p(s->outdir) != 0)
+        return demo_fail(s, "cannot create the output directory '%s': %s", s->outdir,
+                         strerror(errno));
+    if (join_path(s, s->path_fits, sizeof s->path_fits, "demo.fits") ||
+        join_path(s, s->path_pgm, sizeof s->path_pgm, "demo_u16.pgm") ||
+        join_path(s, s->path_png, sizeof s->path_png, "demo.png"))
+        return -1;
+    return 0;
+}
+
+/*
+ * The example picture: a smooth background (100 + 40 (1 + sin(3 pi x / W) cos(2 pi y / H)) / 2),
+ * DEMO_SPOTS circular Gaussian spots (peak 500..5000, sigma 1.5..4 px, positions from the
+ * Philox streams SW_RNG_STREAM_POSITIONS / _MAGNITUDES), and Gaussian noise of variance
+ * 25 + signal (read noise 5 plus a shot-noise-like term) from SW_RNG_STREAM_PIXEL_NOISE.
+ * Not the simulator stage: just something worth looking at.
+ */
+static int step_image(demo_state *s)
+{
+    const int32_t w = s->width, h = s->height;
+    sw_status st = sw_image_alloc(s->ctx, w, h, SW_PIX_F32, &s->image);
+    if (st != SW_OK)
+        return demo_fail(s, "cannot allocate a %dx%d f32 image: %s", w, h, lib_error(s, st));
+
+    const double pi = 3.14159265358979323846;
+    for (int32_t y = 0; y < h; y++) {
+        float *row = sw_image_row(&s->image, y);
+        double cy = cos(2.0 * pi * y / h);
+        for (int32_t x = 0; x < w; x++)
+            row[x] = (float)(100.0 + 20.0 * (1.0 + sin(3.0 * pi * x / w) * cy));
+    }
+
+    const double margin = 0.1 * (w < h ? w : h);
+    for (int i = 0; i < DEMO_SPOTS; i++) {
+        sw_rng4 p = sw_rng_draw(s->seed, SW_RNG_STREAM_POSITIONS, (uint64_t)i);
+        sw_rng4 m = sw_rng_draw(s->seed, SW_RNG_STREAM_MAGNITUDES, (uint64_t)i);
+        double cx = margin + sw_rng_u01(p.v[0], p.v[1]) * (w - 1 - 2 * margin);
+        double cy = margin + sw_rng_u01(p.v[2], p.v[3]) * (h - 1 - 2 * margin);
+        double peak = 500.0 + 4500.0 * sw_rng_u01(m.v[0], m.v[1]);
+        double sigma = 1.5 + 2.5 * sw_rng_u01(m.v[2], m.v[3]);
+        double r = 5.0 * sigma;
+        int32_t x0 = (int32_t)floor(cx - r), x1 = (int32_t)ceil(cx + r);
+        int32_t y0 = (int32_t)floor(cy - r), y1 = (int32_t)ceil(cy + r);
+        if (x0 < 0)
+            x0 = 0;
+        if (y0 < 0)
+            y0 = 0;
+        if (x1 > w - 1)
+            x1 = w - 1;
+        if (y1 > h - 1)
+            y1 = h - 1;
+        for (int32_t y = y0; y <= y1; y++) {
+            float *row = sw_image_row(&s->image, y);
+            for (int32_t x = x0; x <= x1; x++) {
+                double dx = x - cx, dy = y - cy;
+                row[x] += (float)(peak * exp(-(dx * dx + dy * dy) / (2.0 * sigma * sigma)));
+            }
+        }
+    }
+
+    for (int32_t y = 0; y < h; y++) {
+        float *row = sw_image_row(&s->image, y);
+        for (int32_t x = 0; x < w; x++) {
+            uint64_t idx = (uint64_t)y * (uint64_t)w + (uint64_t)x;
+            double z0, z1;
+            sw_rng_normal2(sw_rng_draw(s->seed, SW_RNG_STREAM_PIXEL_NOISE, idx / 2), &z0, &z1);
+            double signal = row[x];
+            row[x] = (float)(signal + sqrt(25.0 + signal) * ((idx & 1) ? z1 : z0));
+        }
+    }
+    printf("  image      %dx%d f32, seed %llu: smooth background + %d Gaussian spots + noise\n", w,
+           h, (unsigned long long)s->seed, DEMO_SPOTS);
+    return 0;
+}
+
+static int step_stats(demo_state *s)
+{
+    sw_status st = sw_image_stats_compute(s->ctx, &s->image, &s->stats);
+    if (st != SW_OK)
+        return demo_fail(s, "statistics of the example image failed: %s", lib_error(s, st));
+    const sw_image_stats *t = &s->stats;
+    printf("  stats      min %.2f, max %.2f, mean %.3f, stddev %.3f (%lld finite, %lld NaN, "
+           "%lld Inf)\n",
+           t->min, t->max, t->mean, t->stddev, (long long)t->n_finite, (long long)t->n_nan,
+           (long long)t->n_inf);
+    if (t->n_finite != (int64_t)s->width * s->height)
+        return demo_fail(s, "statistics counted %lld finite pixels in a %dx%d image",
+                         (long long)t->n_finite, s->width, s->height);
+    return 0;
+}
+
+static int step_convert(demo_state *s)
+{
+    sw_status st = sw_image_alloc(s->ctx, s->width, s->height, SW_PIX_U16, &s->image_u16);
+    if (st != SW_OK)
+        return demo_fail(s, "cannot allocate the u16 image: %s", lib_error(s, st));
+    /* Map [min, max] onto [0, 65535]. */
+    double range = s->stats.max - s->stats.min;
+    s->scale = range > 0 ? 65535.0 / range : 1.0;
+    s->offset = -s->stats.min * s->scale;
+    st = sw_image_convert(s->ctx, &s->image, &s->image_u16, s->scale, s->offset, &s->clipped);
+    if (st != SW_OK)
+        return demo_fail(s, "conversion f32 -> u16 failed: %s", lib_error(s, st));
+    printf("  convert    f32 -> u16: out = in * %.6g %c %.6g, %zu pixel%s clipped\n", s->scale,
+           s->offset < 0 ? '-' : '+', fabs(s->offset), s->clipped, s->clipped == 1 ? "" : "s");
+    return 0;
+}
+
+/* Times stats and convert on the images given (host or device): one warm-up, then the median
+ * of DEMO_TIMING_REPS calls, each ended by sw_context_synchronize. */
+static int time_ops(demo_state *s, const sw_image *f32, sw_image *u16, double *stats_us,
+                    double *convert_us)
+{
+    double t[DEMO_TIMING_REPS];
+    sw_image_stats tmp;
+    size_t clipped;
+    sw_status st;
+    for (int i = -1; i < DEMO_TIMING_REPS; i++) {
+        double t0 = sw_cli_now();
+        st = sw_image_stats_compute(s->ctx, f32, &tmp);
+        if (st == SW_OK)
+            st = sw_context_synchronize(s->ctx);
+        if (st != SW_OK)
+            return demo_fail(s, "timing the statistics failed: %s", lib_error(s, st));
+        if (i >= 0)
+            t[i] = 1e6 * (sw_cli_now() - t0);
+    }
+    *stats_us = median(t, DEMO_TIMING_REPS);
+    for (int i = -1; i < DEMO_TIMING_REPS; i++) {
+        double t0 = sw_cli_now();
+        st = sw_image_convert(s->ctx, f32, u16, s->scale, s->offset, &clipped);
+        if (st == SW_OK)
+            st = sw_context_synchronize(s->ctx);
+        if (st != SW_OK)
+            return demo_fail(s, "timing the conversion failed: %s", lib_error(s, st));
+        if (i >= 0)
+            t[i] = 1e6 * (sw_cli_now() - t0);
+    }
+    *convert_us = median(t, DEMO_TIMING_REPS);
+    return 0;
+}
+
+static int step_timings(demo_state *s)
+{
+    const char *be = sw_backend_string(sw_context_backend(s->ctx));
+    double st_us, cv_us;
+    sw_image scratch = {0};
+    sw_status st = sw_image_alloc(s->ctx, s->width, s->height, SW_PIX_U16, &scratch);
+    if (st != SW_OK)
+        return demo_fail(s, "cannot allocate a scratch image: %s", lib_error(s, st));
+    int rc = time_ops(s, &s->image, &scratch, &st_us, &cv_us);
+    sw_image_free(&scratch);
+    if (rc != 0)
+        return rc;
+    printf("  timings    %s, host images: stats %.1f us, convert f32->u16 %.1f us "
+           "(median of %d)\n",
+           be, st_us, cv_us, DEMO_TIMING_REPS);
+    if (sw_context_backend(s->ctx) != SW_BACKEND_CUDA)
+        return 0;
+
+    /* On the GPU also time device-resident images: the kernels without the transfers. */
+    sw_image d_f32 = {0}, d_u16 = {0};
+    st = sw_image_alloc_device(s->ctx, s->width, s->height, SW_PIX_F32, &d_f32);
+    if (st == SW_OK)
+        st = sw_image_alloc_device(s->ctx, s->width, s->height, SW_PIX_U16, &d_u16);
+    if (st == SW_OK)
+        st = sw_image_copy(s->ctx, &s->image, &d_f32);
+    if (st != SW_OK) {
+        rc = demo_fail(s, "cannot stage the image on the device: %s", lib_error(s, st));
+    } else {
+        rc = time_ops(s, &d_f32, &d_u16, &st_us, &cv_us);
+        if (rc == 0)
+            printf("  timings    %s, device images: stats %.1f us, convert f32->u16 %.1f us "
+                   "(median of %d)\n",
+                   be, st_us, cv_us, DEMO_TIMING_REPS);
+    }
+    sw_image_free(&d_u16);
+    sw_image_free(&d_f32);
+    return rc;
+}
+
+static int step_write(demo_state *s)
+{
+    sw_status st = sw_fits_write(s->ctx, s->path_fits, &s->image, 1);
+    if (st != SW_OK)
+        return demo_fail(s, "cannot write %s: %s", s->path_fits, lib_error(s, st));
+    printf("  wrote      %s (f32)\n", s->path_fits);
+
+    st = sw_pgm_write(s->ctx, s->path_pgm, &s->image_u16);
+    if (st != SW_OK)
+        return demo_fail(s, "cannot write %s: %s", s->path_pgm, lib_error(s, st));
+    printf("  wrote      %s (u16)\n", s->path_pgm);
+
+    sw_png_options o;
+    sw_png_options_default(&o);
+    o.colormap = SW_CMAP_VIRIDIS;
+    o.scale_bar = 1;
+    o.label = "counts";
+    st = sw_png_write(s->ctx, s->path_png, &s->image, &o);
+    if (st != SW_OK)
+        return demo_fail(s, "cannot write %s: %s", s->path_png, lib_error(s, st));
+    printf("  wrote      %s (viridis, scale bar)\n", s->path_png);
+    return 0;
+}
+
+static int step_read_back(demo_state *s)
+{
+    sw_image back = {0};
+    sw_status st = sw_fits_read_frame(s->ctx, s->path_fits, 0, &back);
+    if (st != SW_OK)
+        return demo_fail(s, "cannot read back %s: %s", s->path_fits, lib_error(s, st));
+    int same = images_identical(&s->image, &back);
+    sw_image_free(&back);
+    if (!same)
+        return demo_fail(s, "%s read back differs from the image written", s->path_fits);
+
+    st = sw_pgm_read(s->ctx, s->path_pgm, &back);
+    if (st != SW_OK)
+        return demo_fail(s, "cannot read back %s: %s", s->path_pgm, lib_error(s, st));
+    same = images_identical(&s->image_u16, &back);
+    sw_image_free(&back);
+    if (!same)
+        return demo_fail(s, "%s read back differs from the image written", s->path_pgm);
+    printf("  read back  demo.fits and demo_u16.pgm: identical to what was written\n");
+    return 0;
+}
+
+/* ------------------------------------------------------------------ the list of steps */
+
+typedef struct demo_step {
+    const char *name;
+    int (*run)(demo_state *s);
+} demo_step;
+
+static const demo_step demo_steps[] = {
+    {"backend", step_backend},     /* which backend, why, which device          */
+    {"output", step_outdir},       /* create --out and the file names           */
+    {"image", step_image},         /* the example picture (f32)                 */
+    {"stats", step_stats},         /* sw_image_stats_compute                    */
+    {"convert", step_convert},     /* sw_image_convert f32 -> u16, full range   */
+    {"timings", step_timings},     /* stats and convert on the backend in use   */
+    {"write", step_write},         /* FITS, PGM, PNG                            */
+    {"read back", step_read_back}, /* FITS and PGM identical to what was written */
+    /* later stages append here: sim sh, find, centroid, zernike, sabre, ... */
+};
+
+static void demo_state_free(demo_state *s)
+{
+    sw_image_free(&s->image_u16);
+    sw_image_free(&s->image);
+}
+
+int sw_cmd_demo(const sw_cli_globals *g, int argc, char **argv)
+{
+    enum { OPT_SIZE = 256, OPT_SEED };
+    static const struct option longopts[] = {
+        {"out", required_argument, NULL, 'o'},
+        {"size", required_argument, NULL, OPT_SIZE},
+        {"seed", required_argument, NULL, OPT_SEED},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    demo_state s;
+    memset(&s, 0, sizeof s);
+    s.g = g;
+    s.outdir = DEMO_DEFAULT_OUT;
+    s.width = s.height = DEMO_DEFAULT_SIZE;
+    s.seed = DEMO_DEFAULT_SEED;
+
+    int c;
+    sw_cli_getopt_reset();
+    while ((c = sw_cli_getopt(SUB, argc, argv, "o:h", longopts)) != -1) {
+        switch (c) {
+        case 'o':
+            if (!*optarg)
+                return sw_cli_usage(SUB, "--out: the directory name is empty");
+            s.outdir = optarg;
+            break;
+        case OPT_SIZE:
+            if (sw_cli_parse_size(optarg, &s.width, &s.height) != 0)
+                return sw_cli_usage(SUB, "--size: '%s' is not WIDTHxHEIGHT with both in 1..%d",
+                                    optarg, SW_IMAGE_MAX_DIM);
+            break;
+        case OPT_SEED:
+            if (sw_cli_parse_u64(optarg, &s.seed) != 0)
+                return sw_cli_usage(SUB, "--seed: '%s' is not an unsigned 64-bit integer", optarg);
+            break;
+        case 'h': sw_cmd_demo_help(stdout); return SW_EXIT_OK;
+        default: return SW_EXIT_USAGE;
+        }
+    }
+    if (optind < argc)
+        return sw_cli_usage(SUB, "unexpected argument '%s'", argv[optind]);
+
+    int rc = sw_cli_context(g, SUB, &s.ctx);
+    if (rc != SW_EXIT_OK)
+        return rc;
+
+    double t0 = sw_cli_now();
+    printf("spotwave %s demo\n", sw_version());
+    rc = SW_EXIT_OK;
+    for (size_t i = 0; i < sizeof demo_steps / sizeof demo_steps[0]; i++) {
+        if (demo_steps[i].run(&s) != 0) {
+            rc = sw_cli_fail(SUB, "%s: %s", demo_steps[i].name, s.error);
+            break;
+        }
+    }
+    if (rc == SW_EXIT_OK)
+        printf("done in %.2f s: pictures and data in %s\n", sw_cli_now() - t0, s.outdir);
+    demo_state_free(&s);
+    sw_context_destroy(s.ctx);
+    return rc;
+}

@@ -1,0 +1,171 @@
+/*
+ * spotwave info: versions, build, backends, and the device the context actually gets.
+ */
+#define _GNU_SOURCE
+
+#include "cli.h"
+
+#include <getopt.h>
+#include <string.h>
+
+#define SUB "info"
+
+void sw_cmd_info_help(FILE *out)
+{
+    fprintf(out,
+            "Usage: spotwave [GLOBAL OPTIONS] info [--json]\n"
+            "\n"
+            "Prints the spotwave version and build, whether CUDA is built in, how many CUDA\n"
+            "devices are usable, the backend the global options give (and why), and for CUDA the\n"
+            "device: name, memory total/free, compute capability, multiprocessors, driver and\n"
+            "runtime versions. Fails (exit 1) when the requested backend is not usable, e.g.\n"
+            "'spotwave --backend cuda info' on a machine without a GPU.\n"
+            "\n"
+            "Options:\n"
+            "  --json       print a JSON object instead of text\n"
+            "  -h, --help   print this help and exit\n");
+}
+
+/* 12080 -> "12.8"; 0 -> "none". */
+static void cuda_version_text(int v, char *buf, size_t size)
+{
+    if (v <= 0)
+        snprintf(buf, size, "none");
+    else
+        snprintf(buf, size, "%d.%d", v / 1000, (v % 1000) / 10);
+}
+
+static double gib(size_t bytes)
+{
+    return (double)bytes / (1024.0 * 1024.0 * 1024.0);
+}
+
+typedef struct info_report {
+    const char *version;
+    const char *build;
+    int cuda_built;
+    int cuda_devices;
+    char cpu[256];
+    int threads;
+    sw_backend requested;
+    sw_backend backend;
+    const char *reason;
+    int have_device;
+    sw_device_info dev;
+} info_report;
+
+static void print_text(const info_report *r)
+{
+    char drv[32], rt[32];
+    printf("spotwave %s\n", r->version);
+    printf("build:         %s\n", r->build);
+    printf("CUDA support:  %s\n", r->cuda_built ? "yes" : "no (CPU-only build)");
+    printf("CUDA devices:  %d\n", r->cuda_devices);
+    printf("CPU:           %s (%d thread%s used)\n", r->cpu, r->threads,
+           r->threads == 1 ? "" : "s");
+    printf("backend:       %s (requested: %s)\n", sw_backend_string(r->backend),
+           sw_backend_string(r->requested));
+    printf("reason:        %s\n", r->reason);
+    if (r->have_device) {
+        const sw_device_info *d = &r->dev;
+        cuda_version_text(d->driver_version, drv, sizeof drv);
+        cuda_version_text(d->runtime_version, rt, sizeof rt);
+        printf("device:        %d: %s\n", d->ordinal, d->name);
+        printf("memory:        %.2f GiB total, %.2f GiB free\n", gib(d->total_memory),
+               gib(d->free_memory));
+        printf("compute:       capability %d.%d, %d multiprocessors\n", d->cc_major, d->cc_minor,
+               d->multiprocessors);
+        printf("CUDA versions: driver %s, runtime %s\n", drv, rt);
+    }
+}
+
+static void print_json(const info_report *r)
+{
+    char drv[32], rt[32];
+    printf("{\n  \"version\": ");
+    sw_cli_json_string(stdout, r->version);
+    printf(",\n  \"build\": ");
+    sw_cli_json_string(stdout, r->build);
+    printf(",\n  \"cuda_built\": %s", r->cuda_built ? "true" : "false");
+    printf(",\n  \"cuda_devices\": %d", r->cuda_devices);
+    printf(",\n  \"cpu\": ");
+    sw_cli_json_string(stdout, r->cpu);
+    printf(",\n  \"threads\": %d", r->threads);
+    printf(",\n  \"backend_requested\": ");
+    sw_cli_json_string(stdout, sw_backend_string(r->requested));
+    printf(",\n  \"backend\": ");
+    sw_cli_json_string(stdout, sw_backend_string(r->backend));
+    printf(",\n  \"backend_reason\": ");
+    sw_cli_json_string(stdout, r->reason);
+    printf(",\n  \"device\": ");
+    if (!r->have_device) {
+        printf("null");
+    } else {
+        const sw_device_info *d = &r->dev;
+        cuda_version_text(d->driver_version, drv, sizeof drv);
+        cuda_version_text(d->runtime_version, rt, sizeof rt);
+        printf("{\n    \"ordinal\": %d,\n    \"name\": ", d->ordinal);
+        sw_cli_json_string(stdout, d->name);
+        printf(",\n    \"memory_total_bytes\": %zu", d->total_memory);
+        printf(",\n    \"memory_free_bytes\": %zu", d->free_memory);
+        printf(",\n    \"memory_total_gib\": %.3f", gib(d->total_memory));
+        printf(",\n    \"memory_free_gib\": %.3f", gib(d->free_memory));
+        printf(",\n    \"compute_capability\": \"%d.%d\"", d->cc_major, d->cc_minor);
+        printf(",\n    \"multiprocessors\": %d", d->multiprocessors);
+        printf(",\n    \"driver_version\": \"%s\"", drv);
+        printf(",\n    \"runtime_version\": \"%s\"\n  }", rt);
+    }
+    printf("\n}\n");
+}
+
+int sw_cmd_info(const sw_cli_globals *g, int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"json", no_argument, NULL, 'j'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    int json = 0, c;
+    sw_cli_getopt_reset();
+    while ((c = sw_cli_getopt(SUB, argc, argv, "h", longopts)) != -1) {
+        switch (c) {
+        case 'j': json = 1; break;
+        case 'h': sw_cmd_info_help(stdout); return SW_EXIT_OK;
+        default: return SW_EXIT_USAGE;
+        }
+    }
+    if (optind < argc)
+        return sw_cli_usage(SUB, "unexpected argument '%s'", argv[optind]);
+
+    sw_context *ctx = NULL;
+    int rc = sw_cli_context(g, SUB, &ctx);
+    if (rc != SW_EXIT_OK)
+        return rc;
+
+    info_report r;
+    memset(&r, 0, sizeof r);
+    r.version = sw_version();
+    r.build = sw_build_info();
+    r.cuda_built = sw_built_with_cuda();
+    r.cuda_devices = sw_cuda_device_count();
+    sw_cli_cpu_model(r.cpu, sizeof r.cpu);
+    r.threads = sw_context_threads(ctx);
+    r.requested = g->backend;
+    r.backend = sw_context_backend(ctx);
+    r.reason = sw_context_backend_reason(ctx);
+    if (r.backend == SW_BACKEND_CUDA) {
+        sw_status st = sw_context_device_info(ctx, &r.dev);
+        if (st != SW_OK) {
+            rc = sw_cli_fail(SUB, "cannot query the CUDA device: %s", sw_context_error(ctx));
+            sw_context_destroy(ctx);
+            return rc;
+        }
+        r.have_device = 1;
+    }
+    if (json)
+        print_json(&r);
+    else
+        print_text(&r);
+    sw_context_destroy(ctx);
+    return SW_EXIT_OK;
+}

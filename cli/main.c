@@ -1,0 +1,481 @@
+/*
+ * spotwave: the command. Global options, the subcommand table, help, version, exit codes, and
+ * the helpers declared in cli.h.
+ */
+#define _GNU_SOURCE /* getopt_long, clock_gettime, mkdir */
+
+#include "cli.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <time.h>
+
+/* ------------------------------------------------------------------ the subcommands */
+
+typedef struct sw_subcommand {
+    const char *name;
+    const char *summary;
+    sw_cli_run_fn run;
+    sw_cli_help_fn help;
+} sw_subcommand;
+
+/* One row per subcommand that exists (DESIGN.md's table lists the ones still to come: sim,
+ * find, centroid, pupil, aberrometry, sabre, bench). */
+static const sw_subcommand subcommands[] = {
+    {"info", "versions, build, backends and the GPU the context gets", sw_cmd_info,
+     sw_cmd_info_help},
+    {"demo", "build an example image, write FITS/PGM/PNG, read them back, time the core ops",
+     sw_cmd_demo, sw_cmd_demo_help},
+};
+static const size_t n_subcommands = sizeof subcommands / sizeof subcommands[0];
+
+static const sw_subcommand *find_subcommand(const char *name)
+{
+    for (size_t i = 0; i < n_subcommands; i++)
+        if (strcmp(subcommands[i].name, name) == 0)
+            return &subcommands[i];
+    return NULL;
+}
+
+static void print_usage(FILE *out)
+{
+    fprintf(out, "Usage: spotwave [GLOBAL OPTIONS] SUBCOMMAND [OPTIONS]\n"
+                 "\n"
+                 "Images of point sources (spots) on GPUs and CPUs.\n"
+                 "\n"
+                 "Global options (before the subcommand):\n"
+                 "  --backend auto|cpu|cuda  where to compute (default auto: the GPU when one is\n"
+                 "                           usable, the CPU otherwise)\n"
+                 "  --threads N              CPU threads (default 0: all cores)\n"
+                 "  -q, --quiet              no log messages (failures are still reported)\n"
+                 "  -v, --verbose            log messages down to debug level\n"
+                 "  -h, --help               print this help and exit\n"
+                 "  -V, --version            print the version and exit\n"
+                 "\n"
+                 "Subcommands:\n");
+    for (size_t i = 0; i < n_subcommands; i++)
+        fprintf(out, "  %-12s %s\n", subcommands[i].name, subcommands[i].summary);
+    fprintf(out,
+            "  %-12s %s\n"
+            "\n"
+            "Every subcommand has --help. Exit codes: 0 success, 1 failure while running,\n"
+            "2 usage error.\n",
+            "help NAME", "help on a subcommand");
+}
+
+/* ------------------------------------------------------------------ messages */
+
+int sw_cli_fail(const char *sub, const char *fmt, ...)
+{
+    va_list ap;
+    fflush(stdout);
+    fprintf(stderr, "spotwave %s: ", sub);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return SW_EXIT_FAIL;
+}
+
+int sw_cli_usage(const char *sub, const char *fmt, ...)
+{
+    va_list ap;
+    fflush(stdout);
+    fprintf(stderr, sub ? "spotwave %s: " : "spotwave: ", sub);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    if (sub)
+        fprintf(stderr, " (see 'spotwave %s --help')\n", sub);
+    else
+        fprintf(stderr, " (see 'spotwave --help')\n");
+    return SW_EXIT_USAGE;
+}
+
+/* ------------------------------------------------------------------ option parsing */
+
+void sw_cli_getopt_reset(void)
+{
+#if defined(__GLIBC__)
+    optind = 0; /* glibc: full re-initialisation */
+#else
+    optind = 1;
+#endif
+    opterr = 0;
+}
+
+static const char *const global_long_names[] = {"backend", "threads", "quiet", "verbose",
+                                                "version"};
+
+/* Name of the option in argv[optind - 1] when it is a long one: "--name" without "=value". */
+static void long_option_text(const char *arg, char *buf, size_t size)
+{
+    size_t n = strcspn(arg, "=");
+    if (n >= size)
+        n = size - 1;
+    memcpy(buf, arg, n);
+    buf[n] = '\0';
+}
+
+int sw_cli_getopt(const char *sub, int argc, char **argv, const char *shortopts,
+                  const struct option *longopts)
+{
+    char optstring[128];
+    snprintf(optstring, sizeof optstring, ":%s", shortopts);
+    opterr = 0;
+    int c = getopt_long(argc, argv, optstring, longopts, NULL);
+    if (c != '?' && c != ':')
+        return c;
+
+    const char *prev = (optind > 0 && optind <= argc) ? argv[optind - 1] : "";
+    int prev_is_long = strncmp(prev, "--", 2) == 0;
+    char name[96];
+    if (c == ':') {
+        if (prev_is_long) {
+            long_option_text(prev, name, sizeof name);
+            sw_cli_usage(sub, "option '%s' needs a value", name);
+        } else {
+            sw_cli_usage(sub, "option '-%c' needs a value", optopt);
+        }
+        return SW_CLI_OPT_ERROR;
+    }
+    /* c == '?': an unknown option, or a value given to an option that takes none. */
+    if (optopt != 0 && prev_is_long && strchr(prev, '=')) {
+        long_option_text(prev, name, sizeof name);
+        for (const struct option *o = longopts; o && o->name; o++) {
+            if (o->val == optopt && o->has_arg == no_argument && strcmp(o->name, name + 2) == 0) {
+                sw_cli_usage(sub, "option '%s' takes no value", name);
+                return SW_CLI_OPT_ERROR;
+            }
+        }
+    }
+    if (optopt == 0 || optopt > UCHAR_MAX) {
+        long_option_text(prev, name, sizeof name);
+        for (size_t i = 0; i < sizeof global_long_names / sizeof global_long_names[0]; i++) {
+            if (prev_is_long && strcmp(name + 2, global_long_names[i]) == 0) {
+                sw_cli_usage(sub, "'%s' is a global option: it goes before the subcommand", name);
+                return SW_CLI_OPT_ERROR;
+            }
+        }
+        sw_cli_usage(sub, "unknown option '%s'", name);
+    } else {
+        sw_cli_usage(sub, "unknown option '-%c'", optopt);
+    }
+    return SW_CLI_OPT_ERROR;
+}
+
+int sw_cli_parse_long(const char *text, long min, long max, long *out)
+{
+    if (!text || !*text)
+        return -1;
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (errno != 0 || end == text || *end != '\0' || v < min || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+int sw_cli_parse_u64(const char *text, uint64_t *out)
+{
+    if (!text || !*text || *text == '-' || *text == '+' || *text == ' ')
+        return -1;
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(text, &end, 0);
+    if (errno != 0 || end == text || *end != '\0')
+        return -1;
+    *out = (uint64_t)v;
+    return 0;
+}
+
+int sw_cli_parse_size(const char *text, int32_t *w, int32_t *h)
+{
+    if (!text)
+        return -1;
+    const char *sep = strpbrk(text, "xX,");
+    if (!sep || sep == text)
+        return -1;
+    char first[32];
+    size_t n = (size_t)(sep - text);
+    if (n >= sizeof first)
+        return -1;
+    memcpy(first, text, n);
+    first[n] = '\0';
+    long a, b;
+    if (sw_cli_parse_long(first, 1, SW_IMAGE_MAX_DIM, &a) != 0 ||
+        sw_cli_parse_long(sep + 1, 1, SW_IMAGE_MAX_DIM, &b) != 0)
+        return -1;
+    if ((long long)a * b > SW_IMAGE_MAX_PIXELS)
+        return -1;
+    *w = (int32_t)a;
+    *h = (int32_t)b;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ context and log */
+
+static void log_to_stderr(sw_log_level level, const char *message, void *user)
+{
+    (void)user;
+    fprintf(stderr, "spotwave: %s: %s\n", sw_log_level_string(level), message);
+}
+
+int sw_cli_context(const sw_cli_globals *g, const char *sub, sw_context **out)
+{
+    sw_context_params p;
+    sw_context_params_default(&p);
+    p.backend = g->backend;
+    p.threads = g->threads;
+    p.log = g->quiet ? NULL : log_to_stderr;
+    p.log_user = NULL;
+    p.log_level = g->verbose ? SW_LOG_DEBUG : SW_LOG_WARN;
+    *out = NULL;
+    sw_status st = sw_context_create(&p, out);
+    if (st != SW_OK) {
+        const char *msg = sw_context_error(NULL);
+        *out = NULL;
+        return sw_cli_fail(sub, "cannot use the %s backend: %s", sw_backend_string(g->backend),
+                           (msg && *msg) ? msg : sw_status_string(st));
+    }
+    return SW_EXIT_OK;
+}
+
+/* ------------------------------------------------------------------ small utilities */
+
+double sw_cli_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Length of the valid UTF-8 sequence at s (1..4), or 0 when the bytes are not valid UTF-8. */
+static int utf8_length(const unsigned char *s)
+{
+    unsigned char c = s[0];
+    int n;
+    unsigned char lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
+    if (c >= 0xC2 && c <= 0xDF)
+        n = 2;
+    else if (c >= 0xE0 && c <= 0xEF) {
+        n = 3;
+        if (c == 0xE0)
+            lo = 0xA0; /* no overlong forms */
+        if (c == 0xED)
+            hi = 0x9F; /* no surrogates */
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        n = 4;
+        if (c == 0xF0)
+            lo = 0x90;
+        if (c == 0xF4)
+            hi = 0x8F;
+    } else
+        return 0;
+    if (s[1] < lo || s[1] > hi)
+        return 0;
+    for (int i = 2; i < n; i++)
+        if (s[i] < 0x80 || s[i] > 0xBF)
+            return 0;
+    return n;
+}
+
+void sw_cli_json_string(FILE *out, const char *s)
+{
+    if (!s) {
+        fputs("null", out);
+        return;
+    }
+    const unsigned char *p = (const unsigned char *)s;
+    fputc('"', out);
+    while (*p) {
+        unsigned char c = *p;
+        if (c == '"' || c == '\\') {
+            fputc('\\', out);
+            fputc(c, out);
+            p++;
+        } else if (c < 0x20) {
+            switch (c) {
+            case '\n': fputs("\\n", out); break;
+            case '\r': fputs("\\r", out); break;
+            case '\t': fputs("\\t", out); break;
+            default: fprintf(out, "\\u%04x", c); break;
+            }
+            p++;
+        } else if (c < 0x80) {
+            fputc(c, out);
+            p++;
+        } else {
+            int n = utf8_length(p);
+            if (n == 0) {
+                fputs("\\ufffd", out);
+                p++;
+            } else {
+                fwrite(p, 1, (size_t)n, out);
+                p += n;
+            }
+        }
+    }
+    fputc('"', out);
+}
+
+const char *sw_cli_cpu_model(char *buf, size_t size)
+{
+    static const char *const keys[] = {"model name", "Model", "cpu model", "Hardware"};
+    snprintf(buf, size, "unknown CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f)
+        return buf;
+    char line[512];
+    int found = 0;
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0] && !found; k++) {
+        rewind(f);
+        while (fgets(line, sizeof line, f)) {
+            size_t klen = strlen(keys[k]);
+            if (strncmp(line, keys[k], klen) != 0)
+                continue;
+            const char *q = line + klen;
+            while (*q == ' ' || *q == '\t')
+                q++;
+            if (*q != ':')
+                continue;
+            q++;
+            while (*q == ' ' || *q == '\t')
+                q++;
+            snprintf(buf, size, "%s", q);
+            buf[strcspn(buf, "\r\n")] = '\0';
+            found = buf[0] != '\0';
+            break;
+        }
+    }
+    fclose(f);
+    if (!found)
+        snprintf(buf, size, "unknown CPU");
+    return buf;
+}
+
+int sw_cli_mkdir_p(const char *path)
+{
+    char buf[4096];
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof buf) {
+        errno = n == 0 ? ENOENT : ENAMETOOLONG;
+        return -1;
+    }
+    memcpy(buf, path, n + 1);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+            return -1;
+        *p = '/';
+    }
+    if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+        return -1;
+    struct stat sb;
+    if (stat(buf, &sb) != 0)
+        return -1;
+    if (!S_ISDIR(sb.st_mode)) {
+        errno = ENOTDIR;
+        return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ main */
+
+enum { OPT_BACKEND = 256, OPT_THREADS };
+
+int main(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"backend", required_argument, NULL, OPT_BACKEND},
+        {"threads", required_argument, NULL, OPT_THREADS},
+        {"quiet", no_argument, NULL, 'q'},
+        {"verbose", no_argument, NULL, 'v'},
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
+        {NULL, 0, NULL, 0},
+    };
+    sw_cli_globals g = {SW_BACKEND_AUTO, 0, 0, 0};
+    long v;
+
+    opterr = 0;
+    int c;
+    /* '+': stop at the first non-option (the subcommand); ':': report missing values. */
+    while ((c = getopt_long(argc, argv, "+:qvhV", longopts, NULL)) != -1) {
+        switch (c) {
+        case OPT_BACKEND:
+            if (sw_backend_parse(optarg, &g.backend) != SW_OK)
+                return sw_cli_usage(NULL, "--backend: '%s' is not one of auto, cpu, cuda", optarg);
+            break;
+        case OPT_THREADS:
+            if (sw_cli_parse_long(optarg, 0, 4096, &v) != 0)
+                return sw_cli_usage(NULL, "--threads: '%s' is not a whole number in 0..4096",
+                                    optarg);
+            g.threads = (int)v;
+            break;
+        case 'q': g.quiet = 1; break;
+        case 'v': g.verbose = 1; break;
+        case 'h': print_usage(stdout); return SW_EXIT_OK;
+        case 'V': printf("spotwave %s\n", sw_version()); return SW_EXIT_OK;
+        case ':': {
+            const char *prev = argv[optind - 1];
+            if (strncmp(prev, "--", 2) == 0)
+                return sw_cli_usage(NULL, "option '%s' needs a value", prev);
+            return sw_cli_usage(NULL, "option '-%c' needs a value", optopt);
+        }
+        default: {
+            const char *prev = argv[optind - 1];
+            if (optopt == 0 || optopt > UCHAR_MAX || strncmp(prev, "--", 2) == 0) {
+                char name[96];
+                long_option_text(prev, name, sizeof name);
+                return sw_cli_usage(NULL, "unknown option '%s'", name);
+            }
+            return sw_cli_usage(NULL, "unknown option '-%c'", optopt);
+        }
+        }
+    }
+    if (g.quiet && g.verbose)
+        return sw_cli_usage(NULL, "--quiet and --verbose cannot be used together");
+    if (optind >= argc)
+        return sw_cli_usage(NULL, "no subcommand given");
+
+    const char *name = argv[optind];
+    int rc;
+    if (strcmp(name, "help") == 0) {
+        if (optind + 1 >= argc) {
+            print_usage(stdout);
+            rc = SW_EXIT_OK;
+        } else if (optind + 2 < argc) {
+            return sw_cli_usage(NULL, "help takes one subcommand name");
+        } else {
+            const sw_subcommand *s = find_subcommand(argv[optind + 1]);
+            if (!s)
+                return sw_cli_usage(NULL, "unknown subcommand '%s'", argv[optind + 1]);
+            s->help(stdout);
+            rc = SW_EXIT_OK;
+        }
+    } else {
+        const sw_subcommand *s = find_subcommand(name);
+        if (!s)
+            return sw_cli_usage(NULL, "unknown subcommand '%s'", name);
+        rc = s->run(&g, argc - optind, argv + optind);
+    }
+
+    /* A report that could not be written (full disk, closed pipe) is a failure. */
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "spotwave %s: cannot write to standard output: %s\n", name,
+                strerror(errno));
+        return SW_EXIT_FAIL;
+    }
+    return rc;
+}

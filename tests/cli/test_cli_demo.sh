@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# `spotwave demo`: writes FITS (f32), PGM (u16) and PNG files that are what they claim to be, is
+# reproducible for a seed, creates its output directory, and fails with exit 1 and one line
+# on stderr when it cannot write.
+# Usage: test_cli_demo.sh PATH/TO/spotwave
+set -euo pipefail
+
+SW=${1:?usage: $0 PATH/TO/spotwave}
+SW=$(cd "$(dirname "$SW")" && pwd)/$(basename "$SW") # we change directory below
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+fail() {
+    echo "FAIL: $*" >&2
+    exit 1
+}
+
+run() {
+    set +e
+    "$SW" "$@" >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    set -e
+    out=$(cat "$tmp/out")
+    err=$(cat "$tmp/err")
+}
+
+expect() {
+    local want=$1
+    shift
+    run "$@"
+    [[ $rc == "$want" ]] || fail "'spotwave $*' exited $rc, expected $want; stderr: $err"
+}
+
+# ---------------------------------------------------------------- a demo run (non-square size)
+W=96
+H=64
+d1=$tmp/a/b/demo1 # parents do not exist yet: demo creates them
+expect 0 --backend cpu demo --out "$d1" --size ${W}x${H} --seed 7
+[[ -z $err ]] || fail "demo wrote to stderr on success: $err"
+[[ $out == *"identical"* ]] || fail "demo did not report the read-back check: $out"
+for f in demo.fits demo_u16.pgm demo.png; do
+    [[ -s $d1/$f ]] || fail "demo did not write $f"
+    [[ $out == *"$f"* ]] || fail "the report does not mention $f"
+done
+
+# FITS: primary header, f32, the right size; the data fill 2880-byte records.
+hdr=$(head -c 2880 "$d1/demo.fits")
+[[ $hdr == "SIMPLE  ="* ]] || fail "demo.fits does not start with 'SIMPLE  ='"
+[[ $hdr =~ BITPIX\ \ =\ +-32\  ]] || fail "demo.fits is not BITPIX -32"
+[[ $hdr =~ NAXIS1\ \ =\ +$W\  ]] || fail "demo.fits NAXIS1 is not $W"
+[[ $hdr =~ NAXIS2\ \ =\ +$H\  ]] || fail "demo.fits NAXIS2 is not $H"
+size=$(wc -c <"$d1/demo.fits")
+(( size % 2880 == 0 && size >= 2880 + W * H * 4 )) || fail "demo.fits has $size bytes"
+
+# PGM: P5, the size, 16-bit, and exactly the pixel bytes after the header.
+magic=$(head -c 2 "$d1/demo_u16.pgm")
+[[ $magic == P5 ]] || fail "demo_u16.pgm does not start with P5"
+pgm_hdr=$(head -c 32 "$d1/demo_u16.pgm" | LC_ALL=C tr -c 'P0-9 \n' '.' | tr '\n' ' ')
+[[ $pgm_hdr == "P5 $W $H 65535 "* ]] || fail "demo_u16.pgm header is '$pgm_hdr'"
+size=$(wc -c <"$d1/demo_u16.pgm")
+(( size - W * H * 2 >= 11 && size - W * H * 2 < 512 )) || fail "demo_u16.pgm has $size bytes"
+
+# PNG signature.
+sig=$(head -c 8 "$d1/demo.png" | od -An -tx1 | tr -d ' \n')
+[[ $sig == 89504e470d0a1a0a ]] || fail "demo.png has no PNG signature ($sig)"
+
+# ---------------------------------------------------------------- reproducible for a seed
+d2=$tmp/demo2
+expect 0 --backend cpu --quiet demo --out "$d2" --size ${W}x${H} --seed 7
+cmp -s "$d1/demo.fits" "$d2/demo.fits" || fail "the same seed gave different demo.fits"
+cmp -s "$d1/demo_u16.pgm" "$d2/demo_u16.pgm" || fail "the same seed gave different PGM files"
+d3=$tmp/demo3
+expect 0 --backend cpu demo --out "$d3" --size ${W}x${H} --seed 8
+cmp -s "$d1/demo.fits" "$d3/demo.fits" && fail "different seeds gave the same demo.fits"
+d4=$tmp/demo4
+expect 0 --backend cpu --threads 1 demo --out "$d4" --size ${W}x${H} --seed 7
+cmp -s "$d1/demo.fits" "$d4/demo.fits" || fail "--threads 1 changed demo.fits"
+
+# ---------------------------------------------------------------- the default output directory
+mkdir "$tmp/cwd"
+(cd "$tmp/cwd" && "$SW" demo --size 32x32 >/dev/null) || fail "demo with the default --out failed"
+[[ -s $tmp/cwd/spotwave-demo/demo.fits ]] || fail "demo did not write into ./spotwave-demo"
+
+# ---------------------------------------------------------------- cannot write: exit 1, one line
+: >"$tmp/regular-file"
+for q in "" --quiet; do
+    expect 1 $q demo --out "$tmp/regular-file/out" --size 32x32
+    n=$(printf '%s\n' "$err" | grep -c . || true)
+    [[ $n == 1 ]] || fail "unwritable --out: expected one line on stderr, got $n: $err"
+    [[ $err == "spotwave demo: "* ]] || fail "unwritable --out: the line does not start with 'spotwave demo: ': $err"
+    [[ $err == *"$tmp/regular-file/out"* ]] || fail "unwritable --out: the line does not name the path: $err"
+done
+[[ ! -e $tmp/regular-file/out ]] || fail "something was created under a regular file"
+
+echo "test_cli_demo: all checks passed"
