@@ -16,11 +16,11 @@
 #include <stdio.h>
 
 /* |a - b| <= tol in double precision (cmocka 1.1.5, Debian 12's, has no double assertion). */
-#define assert_near(a, b, tol)                                                                   \
-    do {                                                                                         \
-        double sw_a_ = (double)(a), sw_b_ = (double)(b), sw_t_ = (double)(tol);                  \
-        if (!(fabs(sw_a_ - sw_b_) <= sw_t_))                                                     \
-            fail_msg("%s = %.17g is not within %g of %s = %.17g", #a, sw_a_, sw_t_, #b, sw_b_);  \
+#define assert_near(a, b, tol)                                                                     \
+    do {                                                                                           \
+        double sw_a_ = (double)(a), sw_b_ = (double)(b), sw_t_ = (double)(tol);                    \
+        if (!(fabs(sw_a_ - sw_b_) <= sw_t_))                                                       \
+            fail_msg("%s = %.17g is not within %g of %s = %.17g", #a, sw_a_, sw_t_, #b, sw_b_);    \
     } while (0)
 
 /* A fresh private directory under $TMPDIR (or /tmp), created once per process and removed with

@@ -80,11 +80,11 @@ const char *sw_backend_string(sw_backend b);
 sw_status sw_backend_parse(const char *text, sw_backend *out);
 
 typedef struct sw_context_params {
-    sw_backend backend; /* requested backend; AUTO by default                              */
-    int device;         /* CUDA device ordinal, default 0                                   */
-    int threads;        /* CPU threads for OpenMP regions; 0 = library default (all cores)  */
-    sw_log_fn log;      /* optional log callback; NULL = silent                             */
-    void *log_user;     /* passed back to log                                               */
+    sw_backend backend;     /* requested backend; AUTO by default                              */
+    int device;             /* CUDA device ordinal, default 0                                   */
+    int threads;            /* CPU threads for OpenMP regions; 0 = library default (all cores)  */
+    sw_log_fn log;          /* optional log callback; NULL = silent                             */
+    void *log_user;         /* passed back to log                                               */
     sw_log_level log_level; /* messages below this level are not delivered (default INFO)   */
 } sw_context_params;
 
@@ -114,13 +114,13 @@ const char *sw_context_error(const sw_context *ctx);
 int sw_context_threads(const sw_context *ctx);
 
 typedef struct sw_device_info {
-    int ordinal;               /* CUDA device ordinal                       */
-    char name[256];            /* e.g. "NVIDIA H100 80GB HBM3"             */
-    size_t total_memory;       /* bytes of global memory                    */
-    size_t free_memory;        /* bytes free when queried                   */
-    int cc_major, cc_minor;    /* compute capability, e.g. 9.0              */
+    int ordinal;            /* CUDA device ordinal                       */
+    char name[256];         /* e.g. "NVIDIA H100 80GB HBM3"             */
+    size_t total_memory;    /* bytes of global memory                    */
+    size_t free_memory;     /* bytes free when queried                   */
+    int cc_major, cc_minor; /* compute capability, e.g. 9.0              */
     int multiprocessors;
-    int driver_version;        /* e.g. 13000 for 13.0                       */
+    int driver_version; /* e.g. 13000 for 13.0                       */
     int runtime_version;
 } sw_device_info;
 
@@ -187,8 +187,8 @@ sw_status sw_image_check(sw_context *ctx, const sw_image *img);
 sw_status sw_image_alloc(sw_context *ctx, int32_t width, int32_t height, sw_pixel_type type,
                          sw_image *out);
 /* Allocates the image on the context's CUDA device (pitched, zeroed). SW_ENODEV on the CPU. */
-sw_status sw_image_alloc_device(sw_context *ctx, int32_t width, int32_t height,
-                                sw_pixel_type type, sw_image *out);
+sw_status sw_image_alloc_device(sw_context *ctx, int32_t width, int32_t height, sw_pixel_type type,
+                                sw_image *out);
 /* Releases an owned image and zeroes the descriptor; views and NULL are ignored. */
 void sw_image_free(sw_image *img);
 

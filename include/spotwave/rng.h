@@ -41,8 +41,8 @@ typedef struct sw_rng4 {
 /* Philox4x32-10 of counter (index lo, index hi, stream lo, stream hi) under key (seed lo, hi). */
 SW_RNG_FN sw_rng4 sw_rng_draw(uint64_t seed, uint64_t stream, uint64_t index)
 {
-    philox4x32_ctr_t ctr = {{(uint32_t)index, (uint32_t)(index >> 32), (uint32_t)stream,
-                             (uint32_t)(stream >> 32)}};
+    philox4x32_ctr_t ctr = {
+        {(uint32_t)index, (uint32_t)(index >> 32), (uint32_t)stream, (uint32_t)(stream >> 32)}};
     philox4x32_key_t key = {{(uint32_t)seed, (uint32_t)(seed >> 32)}};
     philox4x32_ctr_t r = philox4x32_R(10, ctr, key);
     sw_rng4 out = {{r.v[0], r.v[1], r.v[2], r.v[3]}};

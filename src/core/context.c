@@ -45,8 +45,7 @@ sw_status sw_context_create(const sw_context_params *params, sw_context **out)
         p = *params;
     else
         sw_context_params_default(&p);
-    if (p.backend != SW_BACKEND_AUTO && p.backend != SW_BACKEND_CPU &&
-        p.backend != SW_BACKEND_CUDA)
+    if (p.backend != SW_BACKEND_AUTO && p.backend != SW_BACKEND_CPU && p.backend != SW_BACKEND_CUDA)
         return sw_fail(NULL, SW_EINVAL, "unknown backend code %d", (int)p.backend);
     if (p.threads < 0 || p.threads > 4096)
         return sw_fail(NULL, SW_EINVAL, "threads = %d: expected 0 (all cores) to 4096", p.threads);

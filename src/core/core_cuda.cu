@@ -15,12 +15,12 @@
 #include <string.h>
 
 /* Returns from the calling function with SW_ECUDA (or SW_ENOMEM) and the failing call named. */
-#define SW_CU(call)                                                                              \
-    do {                                                                                         \
-        cudaError_t e_ = (call);                                                                 \
-        if (e_ != cudaSuccess)                                                                   \
-            return sw_fail(ctx, e_ == cudaErrorMemoryAllocation ? SW_ENOMEM : SW_ECUDA,          \
-                           "CUDA call %s failed: %s", #call, cudaGetErrorString(e_));            \
+#define SW_CU(call)                                                                                \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess)                                                                     \
+            return sw_fail(ctx, e_ == cudaErrorMemoryAllocation ? SW_ENOMEM : SW_ECUDA,            \
+                           "CUDA call %s failed: %s", #call, cudaGetErrorString(e_));              \
     } while (0)
 
 static cudaStream_t stream_of(const sw_context *ctx)
@@ -61,8 +61,8 @@ extern "C" sw_status sw_cuda_context_init(sw_context *ctx)
     if (count == 0)
         return sw_fail(ctx, SW_ENODEV, "%s", why);
     if (ctx->device >= count)
-        return sw_fail(ctx, SW_ENODEV, "CUDA device %d requested but only %d present",
-                       ctx->device, count);
+        return sw_fail(ctx, SW_ENODEV, "CUDA device %d requested but only %d present", ctx->device,
+                       count);
     SW_CU(cudaSetDevice(ctx->device));
     cudaStream_t s;
     SW_CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -83,11 +83,12 @@ extern "C" sw_status sw_cuda_context_init(sw_context *ctx)
     if (e != cudaSuccess || h != 42) {
         cudaDeviceProp p;
         cudaGetDeviceProperties(&p, ctx->device);
-        sw_status st = sw_fail(ctx, SW_ENODEV,
-                               "CUDA device %d (%s, compute capability %d.%d) cannot run this "
-                               "build's kernels: %s",
-                               ctx->device, p.name, p.major, p.minor,
-                               e != cudaSuccess ? cudaGetErrorString(e) : "probe gave a wrong value");
+        sw_status st =
+            sw_fail(ctx, SW_ENODEV,
+                    "CUDA device %d (%s, compute capability %d.%d) cannot run this "
+                    "build's kernels: %s",
+                    ctx->device, p.name, p.major, p.minor,
+                    e != cudaSuccess ? cudaGetErrorString(e) : "probe gave a wrong value");
         cudaGetLastError();
         cudaStreamDestroy(s);
         ctx->stream = NULL;
@@ -95,8 +96,9 @@ extern "C" sw_status sw_cuda_context_init(sw_context *ctx)
     }
     cudaDeviceProp p;
     SW_CU(cudaGetDeviceProperties(&p, ctx->device));
-    snprintf(ctx->reason, sizeof ctx->reason, "CUDA device %d (%.180s, compute capability %d.%d) usable",
-             ctx->device, p.name, p.major, p.minor);
+    snprintf(ctx->reason, sizeof ctx->reason,
+             "CUDA device %d (%.180s, compute capability %d.%d) usable", ctx->device, p.name,
+             p.major, p.minor);
     return SW_OK;
 }
 
@@ -236,7 +238,8 @@ static dim3 pixel_grid(const sw_context *ctx, int32_t width, int32_t height)
     return dim3(gx, gy, 1);
 }
 
-template <typename T> __device__ __forceinline__ const T *row_ptr(const void *base, size_t stride, int y)
+template <typename T>
+__device__ __forceinline__ const T *row_ptr(const void *base, size_t stride, int y)
 {
     return (const T *)((const char *)base + (size_t)y * stride);
 }
@@ -258,9 +261,24 @@ __global__ void count_nonfinite_kernel(const void *src, size_t stride, int32_t w
 }
 
 template <typename D> struct pixel_limits;
-template <> struct pixel_limits<uint8_t> { static __device__ double max() { return 255.0; } };
-template <> struct pixel_limits<uint16_t> { static __device__ double max() { return 65535.0; } };
-template <> struct pixel_limits<uint32_t> { static __device__ double max() { return 4294967295.0; } };
+template <> struct pixel_limits<uint8_t> {
+    static __device__ double max()
+    {
+        return 255.0;
+    }
+};
+template <> struct pixel_limits<uint16_t> {
+    static __device__ double max()
+    {
+        return 65535.0;
+    }
+};
+template <> struct pixel_limits<uint32_t> {
+    static __device__ double max()
+    {
+        return 4294967295.0;
+    }
+};
 
 /* out = in * scale + offset; integers rounded to nearest-even and clamped (image.c store_row). */
 template <typename S, typename D>
@@ -320,10 +338,10 @@ static void launch_convert_to(sw_context *ctx, const sw_image *src, sw_image *ds
 {
     dim3 grid = pixel_grid(ctx, src->width, src->height);
     cudaStream_t s = stream_of(ctx);
-#define SW_LAUNCH(D)                                                                             \
-    convert_kernel<S, D><<<grid, SW_BLOCK, 0, s>>>(src->data, src->stride, dst->data,            \
-                                                   dst->stride, src->width, src->height, scale,  \
-                                                   offset, clipped)
+#define SW_LAUNCH(D)                                                                               \
+    convert_kernel<S, D><<<grid, SW_BLOCK, 0, s>>>(src->data, src->stride, dst->data, dst->stride, \
+                                                   src->width, src->height, scale, offset,         \
+                                                   clipped)
     switch (dst->type) {
     case SW_PIX_U8: SW_LAUNCH(uint8_t); break;
     case SW_PIX_U16: SW_LAUNCH(uint16_t); break;
@@ -373,11 +391,19 @@ struct stats_merge {
         r.n_nan = a.n_nan + b.n_nan;
         r.n_inf = a.n_inf + b.n_inf;
         if (b.n == 0) {
-            r.n = a.n; r.min = a.min; r.max = a.max; r.mean = a.mean; r.m2 = a.m2;
+            r.n = a.n;
+            r.min = a.min;
+            r.max = a.max;
+            r.mean = a.mean;
+            r.m2 = a.m2;
             return r;
         }
         if (a.n == 0) {
-            r.n = b.n; r.min = b.min; r.max = b.max; r.mean = b.mean; r.m2 = b.m2;
+            r.n = b.n;
+            r.min = b.min;
+            r.max = b.max;
+            r.mean = b.mean;
+            r.m2 = b.m2;
             return r;
         }
         double n = (double)(a.n + b.n);
@@ -394,7 +420,8 @@ struct stats_merge {
 /* One pass: each thread accumulates shifted sums over its pixels (shift = its first finite
  * value), turns them into (n, mean, M2), and the block merges with cub::BlockReduce. */
 template <typename S>
-__global__ void stats_kernel(const void *src, size_t stride, int32_t w, int32_t h, stats_acc *partials)
+__global__ void stats_kernel(const void *src, size_t stride, int32_t w, int32_t h,
+                             stats_acc *partials)
 {
     typedef cub::BlockReduce<stats_acc, SW_BLOCK> Reduce;
     __shared__ typename Reduce::TempStorage tmp;
@@ -443,10 +470,22 @@ extern "C" sw_status sw_cuda_stats(sw_context *ctx, const sw_image *img, sw_imag
     stats_acc *d = (stats_acc *)ctx->scratch;
     cudaStream_t s = stream_of(ctx);
     switch (img->type) {
-    case SW_PIX_U8: stats_kernel<uint8_t><<<grid, SW_BLOCK, 0, s>>>(img->data, img->stride, img->width, img->height, d); break;
-    case SW_PIX_U16: stats_kernel<uint16_t><<<grid, SW_BLOCK, 0, s>>>(img->data, img->stride, img->width, img->height, d); break;
-    case SW_PIX_U32: stats_kernel<uint32_t><<<grid, SW_BLOCK, 0, s>>>(img->data, img->stride, img->width, img->height, d); break;
-    case SW_PIX_F32: stats_kernel<float><<<grid, SW_BLOCK, 0, s>>>(img->data, img->stride, img->width, img->height, d); break;
+    case SW_PIX_U8:
+        stats_kernel<uint8_t>
+            <<<grid, SW_BLOCK, 0, s>>>(img->data, img->stride, img->width, img->height, d);
+        break;
+    case SW_PIX_U16:
+        stats_kernel<uint16_t>
+            <<<grid, SW_BLOCK, 0, s>>>(img->data, img->stride, img->width, img->height, d);
+        break;
+    case SW_PIX_U32:
+        stats_kernel<uint32_t>
+            <<<grid, SW_BLOCK, 0, s>>>(img->data, img->stride, img->width, img->height, d);
+        break;
+    case SW_PIX_F32:
+        stats_kernel<float>
+            <<<grid, SW_BLOCK, 0, s>>>(img->data, img->stride, img->width, img->height, d);
+        break;
     }
     SW_CU(cudaGetLastError());
     /* The partials (one per block, ~1000) are merged on the host: a few tens of kB. */
@@ -458,7 +497,8 @@ extern "C" sw_status sw_cuda_stats(sw_context *ctx, const sw_image *img, sw_imag
         e = cudaStreamSynchronize(s);
     if (e != cudaSuccess) {
         free(h);
-        return sw_fail(ctx, SW_ECUDA, "reading statistics partials failed: %s", cudaGetErrorString(e));
+        return sw_fail(ctx, SW_ECUDA, "reading statistics partials failed: %s",
+                       cudaGetErrorString(e));
     }
     stats_acc total = h[0];
     for (size_t i = 1; i < nblocks; i++)
@@ -506,9 +546,8 @@ __global__ void fill_random_kernel(void *dst, size_t stride, int32_t w, int32_t 
 extern "C" sw_status sw_cuda_fill_random(sw_context *ctx, sw_image *img, uint64_t seed,
                                          uint64_t stream, int dist, double a, double b)
 {
-    fill_random_kernel<<<pixel_grid(ctx, img->width, img->height), SW_BLOCK, 0,
-                         stream_of(ctx)>>>(img->data, img->stride, img->width, img->height, seed,
-                                           stream, dist, a, b);
+    fill_random_kernel<<<pixel_grid(ctx, img->width, img->height), SW_BLOCK, 0, stream_of(ctx)>>>(
+        img->data, img->stride, img->width, img->height, seed, stream, dist, a, b);
     SW_CU(cudaGetLastError());
     return SW_OK;
 }

@@ -15,17 +15,17 @@ extern "C" {
 #define SW_ERROR_MAX 1024
 
 struct sw_context {
-    sw_backend backend;        /* CPU or CUDA, never AUTO */
-    char reason[320];          /* why this backend */
-    int device;                /* CUDA ordinal */
-    int threads;               /* OpenMP threads */
-    void *stream;              /* cudaStream_t on CUDA */
-    void *scratch;             /* device scratch buffer (CUDA), grown on demand */
+    sw_backend backend; /* CPU or CUDA, never AUTO */
+    char reason[320];   /* why this backend */
+    int device;         /* CUDA ordinal */
+    int threads;        /* OpenMP threads */
+    void *stream;       /* cudaStream_t on CUDA */
+    void *scratch;      /* device scratch buffer (CUDA), grown on demand */
     size_t scratch_size;
     sw_log_fn log;
     void *log_user;
     sw_log_level log_level;
-    char error[SW_ERROR_MAX];  /* last failure */
+    char error[SW_ERROR_MAX]; /* last failure */
 };
 
 /*

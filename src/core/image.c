@@ -42,17 +42,18 @@ sw_status sw_image_check(sw_context *ctx, const sw_image *img)
     if (!img->data)
         return sw_fail(ctx, SW_EINVAL, "image %dx%d has no pixel data (NULL pointer)", img->width,
                        img->height);
-    if (img->memory != SW_MEM_HOST && img->memory != SW_MEM_PINNED &&
-        img->memory != SW_MEM_DEVICE)
+    if (img->memory != SW_MEM_HOST && img->memory != SW_MEM_PINNED && img->memory != SW_MEM_DEVICE)
         return sw_fail(ctx, SW_EINVAL, "unknown image memory kind %d", (int)img->memory);
     size_t row = (size_t)img->width * sw_pixel_size(img->type);
     if (img->stride < row)
-        return sw_fail(ctx, SW_EINVAL,
-                       "image row stride %zu bytes is smaller than a row (%d %s pixels = %zu bytes)",
-                       img->stride, img->width, sw_pixel_type_string(img->type), row);
+        return sw_fail(
+            ctx, SW_EINVAL,
+            "image row stride %zu bytes is smaller than a row (%d %s pixels = %zu bytes)",
+            img->stride, img->width, sw_pixel_type_string(img->type), row);
     if (img->stride % sw_pixel_size(img->type) != 0)
-        return sw_fail(ctx, SW_EINVAL, "image row stride %zu is not a multiple of the %zu-byte pixel",
-                       img->stride, sw_pixel_size(img->type));
+        return sw_fail(ctx, SW_EINVAL,
+                       "image row stride %zu is not a multiple of the %zu-byte pixel", img->stride,
+                       sw_pixel_size(img->type));
     return SW_OK;
 }
 
@@ -90,8 +91,8 @@ sw_status sw_image_alloc(sw_context *ctx, int32_t width, int32_t height, sw_pixe
     return SW_OK;
 }
 
-sw_status sw_image_alloc_device(sw_context *ctx, int32_t width, int32_t height,
-                                sw_pixel_type type, sw_image *out)
+sw_status sw_image_alloc_device(sw_context *ctx, int32_t width, int32_t height, sw_pixel_type type,
+                                sw_image *out)
 {
     if (!out)
         return sw_fail(ctx, SW_EINVAL, "sw_image_alloc_device: out is NULL");
@@ -221,16 +222,20 @@ static void load_row(const void *row, sw_pixel_type t, int32_t n, double *out)
 {
     switch (t) {
     case SW_PIX_U8:
-        for (int32_t i = 0; i < n; i++) out[i] = ((const uint8_t *)row)[i];
+        for (int32_t i = 0; i < n; i++)
+            out[i] = ((const uint8_t *)row)[i];
         break;
     case SW_PIX_U16:
-        for (int32_t i = 0; i < n; i++) out[i] = ((const uint16_t *)row)[i];
+        for (int32_t i = 0; i < n; i++)
+            out[i] = ((const uint16_t *)row)[i];
         break;
     case SW_PIX_U32:
-        for (int32_t i = 0; i < n; i++) out[i] = ((const uint32_t *)row)[i];
+        for (int32_t i = 0; i < n; i++)
+            out[i] = ((const uint32_t *)row)[i];
         break;
     case SW_PIX_F32:
-        for (int32_t i = 0; i < n; i++) out[i] = ((const float *)row)[i];
+        for (int32_t i = 0; i < n; i++)
+            out[i] = ((const float *)row)[i];
         break;
     }
 }
@@ -299,8 +304,7 @@ static sw_status convert_cpu(sw_context *ctx, const sw_image *src, sw_image *dst
 #pragma omp for schedule(static)
             for (int32_t y = 0; y < src->height; y++) {
                 load_row(sw_image_row(src, y), src->type, src->width, buf);
-                total += store_row(buf, dst->type, src->width, scale, offset,
-                                   sw_image_row(dst, y));
+                total += store_row(buf, dst->type, src->width, scale, offset, sw_image_row(dst, y));
             }
         }
         free(buf);
@@ -375,7 +379,8 @@ sw_status sw_image_convert(sw_context *ctx, const sw_image *src, sw_image *dst, 
     if (to_int) {
         int64_t bad = count_nonfinite_cpu(src);
         if (bad)
-            return sw_fail(ctx, SW_ERANGE, "image conversion to %s: %lld pixels are NaN or infinite",
+            return sw_fail(ctx, SW_ERANGE,
+                           "image conversion to %s: %lld pixels are NaN or infinite",
                            sw_pixel_type_string(dst->type), (long long)bad);
     }
     return convert_cpu(ctx, src, dst, scale, offset, clipped);
@@ -407,8 +412,10 @@ static void acc_merge(stats_acc *a, const stats_acc *b)
     a->n_inf += b->n_inf;
     if (b->n == 0)
         return;
-    if (b->min < a->min) a->min = b->min;
-    if (b->max > a->max) a->max = b->max;
+    if (b->min < a->min)
+        a->min = b->min;
+    if (b->max > a->max)
+        a->max = b->max;
     if (a->n == 0) {
         a->n = b->n;
         a->mean = b->mean;
@@ -448,13 +455,16 @@ static void acc_row(stats_acc *a, const sw_image *img, int32_t y, double *buf)
         s += d;
         ss += d * d;
         r.n++;
-        if (v < r.min) r.min = v;
-        if (v > r.max) r.max = v;
+        if (v < r.min)
+            r.min = v;
+        if (v > r.max)
+            r.max = v;
     }
     if (r.n) {
         r.mean = shift + s / (double)r.n;
         r.m2 = ss - s * s / (double)r.n;
-        if (r.m2 < 0.0) r.m2 = 0.0;
+        if (r.m2 < 0.0)
+            r.m2 = 0.0;
     }
     acc_merge(a, &r);
 }

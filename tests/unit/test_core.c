@@ -231,7 +231,7 @@ static void test_image_copy(void **state)
     assert_int_equal(sw_image_roi(ctx, &b, 3, 2, 33, 17, &broi), SW_OK);
     assert_int_equal(sw_image_copy(ctx, &a, &broi), SW_OK);
     assert_true(sw_test_images_equal(&a, &broi));
-    assert_true(sw_image_get(&b, 0, 0) == 0.0); /* outside the view untouched */
+    assert_true(sw_image_get(&b, 0, 0) == 0.0);              /* outside the view untouched */
     assert_int_equal(sw_image_copy(ctx, &a, &b), SW_EINVAL); /* sizes differ */
     assert_int_equal(sw_image_alloc(ctx, 33, 17, SW_PIX_F32, &c), SW_OK);
     assert_int_equal(sw_image_copy(ctx, &a, &c), SW_EINVAL); /* types differ */
@@ -288,10 +288,11 @@ static void test_convert_roundtrip_u32(void **state)
     assert_int_equal(clipped, 0);
     assert_true(sw_test_images_equal(&a, &b));
     /* In place (equal pixel size): u32 -> f32 over the same memory. */
-    assert_int_equal(sw_image_convert(ctx, &b, &(sw_image){b.width, b.height, b.stride, SW_PIX_F32,
-                                                           b.memory, 0, b.data},
-                                      1.0, 0.0, NULL),
-                     SW_OK);
+    assert_int_equal(
+        sw_image_convert(ctx, &b,
+                         &(sw_image){b.width, b.height, b.stride, SW_PIX_F32, b.memory, 0, b.data},
+                         1.0, 0.0, NULL),
+        SW_OK);
     assert_int_equal(memcmp(b.data, f.data, b.stride * (size_t)b.height), 0);
     sw_image_free(&a);
     sw_image_free(&f);

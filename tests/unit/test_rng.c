@@ -50,7 +50,7 @@ static void test_uniform_open_interval(void **state)
         ss += u * u;
     }
     double mean = s / n, var = ss / n - mean * mean;
-    assert_near(mean, 0.5, 0.0015);      /* 5 standard errors */
+    assert_near(mean, 0.5, 0.0015); /* 5 standard errors */
     assert_near(var, 1.0 / 12.0, 0.0005);
 }
 
@@ -70,8 +70,8 @@ static void test_normal_moments(void **state)
     double m = s / (2.0 * n), v = ss / (2.0 * n);
     assert_near(m, 0.0, 0.005);
     assert_near(v, 1.0, 0.01);
-    assert_near(s4 / n, 3.0, 0.05);     /* kurtosis of a normal */
-    assert_near(cross / n, 0.0, 0.01);  /* the pair is uncorrelated */
+    assert_near(s4 / n, 3.0, 0.05);    /* kurtosis of a normal */
+    assert_near(cross / n, 0.0, 0.01); /* the pair is uncorrelated */
 }
 
 static void test_streams_independent(void **state)
