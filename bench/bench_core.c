@@ -4,6 +4,8 @@
  *   image_convert  u16 -> f32 (out = in / 65535) and f32 -> u16 (out = in * 65535, inputs in
  *                  [0, 1) so nothing clips); throughput = (bytes read + bytes written) / median
  *   image_stats    f32 and u16 one-pass statistics; throughput = bytes read / median
+ *   image_copy     f32 copy (cudaMemcpy2D on the device, memmove per row on the CPU): the
+ *                  memory-bandwidth ceiling the other cases are compared to
  *
  * Sizes 2048x2048 and 8192x8192 (--quick: 512x512 and 1024x1024). On the CUDA backend the
  * images live on the device (sw_image_alloc_device, filled once through sw_image_copy) so only
@@ -104,6 +106,19 @@ static sw_status run_convert(void *user, int sample, double *measured_us)
     return sw_image_convert(j->ctx, &j->in->img[k], &j->out->img[k], j->scale, 0.0, &clipped);
 }
 
+typedef struct copy_job {
+    sw_context *ctx;
+    image_set *in, *out;
+} copy_job;
+
+static sw_status run_copy(void *user, int sample, double *measured_us)
+{
+    copy_job *j = user;
+    int k = sample % j->in->n;
+    (void)measured_us;
+    return sw_image_copy(j->ctx, &j->in->img[k], &j->out->img[k]);
+}
+
 typedef struct stats_job {
     sw_context *ctx;
     image_set *in;
@@ -142,9 +157,15 @@ static int bench_size(const sw_bench_options *o, sw_context *ctx, int32_t w, int
         goto done;
     }
 
+    copy_job kj = {ctx, &in32, &out32};
+    snprintf(config, sizeof config, "f32 %dx%d", w, h);
+    sw_bench_case c = {"image_copy", config, ctx, run_copy, &kj, px * (4 + 4), 0, NULL};
+    if (sw_bench_run(o, &c, NULL) != SW_OK)
+        goto done;
+
     convert_job cj = {ctx, &in16, &out32, 1.0 / 65535.0};
     snprintf(config, sizeof config, "u16->f32 %dx%d", w, h);
-    sw_bench_case c = {"image_convert", config, ctx, run_convert, &cj, px * (2 + 4), 0, NULL};
+    c = (sw_bench_case){"image_convert", config, ctx, run_convert, &cj, px * (2 + 4), 0, NULL};
     if (sw_bench_run(o, &c, NULL) != SW_OK)
         goto done;
 
@@ -184,7 +205,7 @@ int main(int argc, char **argv)
 {
     sw_bench_options o;
     int rc = sw_bench_parse_args(argc, argv, PROG,
-                                 "Cases: image_convert u16->f32, f32->u16; image_stats f32, u16;\n"
+                                 "Cases: image_copy f32; image_convert u16->f32, f32->u16; image_stats f32, u16;\n"
                                  "at 2048x2048 and 8192x8192 (--quick: 512x512, 1024x1024).\n",
                                  &o);
     if (rc != SW_BENCH_CONTINUE)

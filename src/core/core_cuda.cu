@@ -96,6 +96,7 @@ extern "C" sw_status sw_cuda_context_init(sw_context *ctx)
     }
     cudaDeviceProp p;
     SW_CU(cudaGetDeviceProperties(&p, ctx->device));
+    ctx->multiprocessors = p.multiProcessorCount;
     snprintf(ctx->reason, sizeof ctx->reason,
              "CUDA device %d (%.180s, compute capability %d.%d) usable", ctx->device, p.name,
              p.major, p.minor);
@@ -226,8 +227,7 @@ extern "C" sw_status sw_cuda_image_copy(sw_context *ctx, const sw_image *src, sw
  * About 8 resident blocks per SM keep enough loads in flight to stream at memory speed. */
 static dim3 pixel_grid(const sw_context *ctx, int32_t width, int32_t height)
 {
-    int sms = 132;
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ctx->device);
+    int sms = ctx->multiprocessors > 0 ? ctx->multiprocessors : 1;
     unsigned gx = (unsigned)((width + SW_BLOCK - 1) / SW_BLOCK);
     unsigned want = (unsigned)sms * 8u;
     unsigned gy = want > gx ? want / gx : 1u;
@@ -244,6 +244,30 @@ __device__ __forceinline__ const T *row_ptr(const void *base, size_t stride, int
     return (const T *)((const char *)base + (size_t)y * stride);
 }
 
+/* Rows a thread loads before it uses any of them: several independent loads in flight per
+ * thread are what lets a streaming kernel approach memory bandwidth. */
+#define SW_ROWS 4
+
+/* Calls f(y, value) for pixel column x of every row this block owns (rows blockIdx.y,
+ * blockIdx.y + gridDim.y, ...), loading SW_ROWS rows at a time. */
+template <typename S, typename F>
+__device__ __forceinline__ void for_each_row(const void *src, size_t stride, int x, int h, F f)
+{
+    const int step = gridDim.y;
+    int y = blockIdx.y;
+    for (; y + (SW_ROWS - 1) * step < h; y += SW_ROWS * step) {
+        S v[SW_ROWS];
+#pragma unroll
+        for (int k = 0; k < SW_ROWS; k++)
+            v[k] = row_ptr<S>(src, stride, y + k * step)[x];
+#pragma unroll
+        for (int k = 0; k < SW_ROWS; k++)
+            f(y + k * step, v[k]);
+    }
+    for (; y < h; y += step)
+        f(y, row_ptr<S>(src, stride, y)[x]);
+}
+
 /* Counts NaN/Inf f32 pixels (guard before conversion to an integer type). */
 __global__ void count_nonfinite_kernel(const void *src, size_t stride, int32_t w, int32_t h,
                                        unsigned long long *count)
@@ -252,9 +276,8 @@ __global__ void count_nonfinite_kernel(const void *src, size_t stride, int32_t w
     __shared__ typename Reduce::TempStorage tmp;
     unsigned long long bad = 0;
     int x = blockIdx.x * blockDim.x + threadIdx.x;
-    for (int y = blockIdx.y; y < h; y += gridDim.y)
-        if (x < w)
-            bad += !isfinite(row_ptr<float>(src, stride, y)[x]);
+    if (x < w)
+        for_each_row<float>(src, stride, x, h, [&](int, float v) { bad += !isfinite(v); });
     unsigned long long total = Reduce(tmp).Sum(bad);
     if (threadIdx.x == 0 && total)
         atomicAdd(count, total);
@@ -291,8 +314,8 @@ __global__ void convert_kernel(const void *src, size_t sstride, void *dst, size_
     unsigned long long clip = 0;
     int x = blockIdx.x * blockDim.x + threadIdx.x;
     if (x < w) {
-        for (int y = blockIdx.y; y < h; y += gridDim.y) {
-            double v = __dadd_rn(__dmul_rn((double)row_ptr<S>(src, sstride, y)[x], scale), offset);
+        for_each_row<S>(src, sstride, x, h, [&](int y, S in) {
+            double v = __dadd_rn(__dmul_rn((double)in, scale), offset);
             D *out = (D *)((char *)dst + (size_t)y * dstride);
             if constexpr (std::is_floating_point<D>::value) {
                 out[x] = (D)v;
@@ -307,7 +330,7 @@ __global__ void convert_kernel(const void *src, size_t sstride, void *dst, size_
                 }
                 out[x] = (D)v;
             }
-        }
+        });
     }
     if (clipped) {
         unsigned long long total = Reduce(tmp).Sum(clip);
@@ -433,8 +456,8 @@ __global__ void stats_kernel(const void *src, size_t stride, int32_t w, int32_t 
     double shift = 0.0, s = 0.0, ss = 0.0;
     int x = blockIdx.x * blockDim.x + threadIdx.x;
     if (x < w) {
-        for (int y = blockIdx.y; y < h; y += gridDim.y) {
-            double v = (double)row_ptr<S>(src, stride, y)[x];
+        for_each_row<S>(src, stride, x, h, [&](int, S in) {
+            double v = (double)in;
             if (isnan(v)) {
                 a.n_nan++;
             } else if (isinf(v)) {
@@ -449,7 +472,7 @@ __global__ void stats_kernel(const void *src, size_t stride, int32_t w, int32_t 
                 a.min = fmin(a.min, v);
                 a.max = fmax(a.max, v);
             }
-        }
+        });
     }
     if (a.n) {
         a.mean = shift + s / (double)a.n;

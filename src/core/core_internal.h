@@ -15,12 +15,13 @@ extern "C" {
 #define SW_ERROR_MAX 1024
 
 struct sw_context {
-    sw_backend backend; /* CPU or CUDA, never AUTO */
-    char reason[320];   /* why this backend */
-    int device;         /* CUDA ordinal */
-    int threads;        /* OpenMP threads */
-    void *stream;       /* cudaStream_t on CUDA */
-    void *scratch;      /* device scratch buffer (CUDA), grown on demand */
+    sw_backend backend;  /* CPU or CUDA, never AUTO */
+    char reason[320];    /* why this backend */
+    int device;          /* CUDA ordinal */
+    int multiprocessors; /* SM count of the CUDA device, for launch shapes */
+    int threads;         /* OpenMP threads */
+    void *stream;        /* cudaStream_t on CUDA */
+    void *scratch;       /* device scratch buffer (CUDA), grown on demand */
     size_t scratch_size;
     sw_log_fn log;
     void *log_user;
