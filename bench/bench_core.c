@@ -204,10 +204,11 @@ done:
 int main(int argc, char **argv)
 {
     sw_bench_options o;
-    int rc = sw_bench_parse_args(argc, argv, PROG,
-                                 "Cases: image_copy f32; image_convert u16->f32, f32->u16; image_stats f32, u16;\n"
-                                 "at 2048x2048 and 8192x8192 (--quick: 512x512, 1024x1024).\n",
-                                 &o);
+    int rc = sw_bench_parse_args(
+        argc, argv, PROG,
+        "Cases: image_copy f32; image_convert u16->f32, f32->u16; image_stats f32, u16;\n"
+        "at 2048x2048 and 8192x8192 (--quick: 512x512, 1024x1024).\n",
+        &o);
     if (rc != SW_BENCH_CONTINUE)
         return rc;
     sw_context *ctx = NULL;

@@ -52,41 +52,6 @@ void sw_bench_stats(double *samples, int n, sw_bench_result *out)
 
 /* ------------------------------------------------------------------ device name and JSON */
 
-static const char *cpu_model(char *buf, size_t size)
-{
-    static const char *const keys[] = {"model name", "Model", "cpu model", "Hardware"};
-    snprintf(buf, size, "unknown CPU");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f)
-        return buf;
-    char line[512];
-    int found = 0;
-    for (size_t k = 0; k < sizeof keys / sizeof keys[0] && !found; k++) {
-        rewind(f);
-        while (fgets(line, sizeof line, f)) {
-            size_t klen = strlen(keys[k]);
-            if (strncmp(line, keys[k], klen) != 0)
-                continue;
-            const char *q = line + klen;
-            while (*q == ' ' || *q == '\t')
-                q++;
-            if (*q != ':')
-                continue;
-            q++;
-            while (*q == ' ' || *q == '\t')
-                q++;
-            snprintf(buf, size, "%s", q);
-            buf[strcspn(buf, "\r\n")] = '\0';
-            found = buf[0] != '\0';
-            break;
-        }
-    }
-    fclose(f);
-    if (!found)
-        snprintf(buf, size, "unknown CPU");
-    return buf;
-}
-
 const char *sw_bench_device_name(sw_context *ctx, char *buf, size_t size)
 {
     if (ctx && sw_context_backend(ctx) == SW_BACKEND_CUDA) {
@@ -98,7 +63,7 @@ const char *sw_bench_device_name(sw_context *ctx, char *buf, size_t size)
         snprintf(buf, size, "unknown CUDA device");
         return buf;
     }
-    return cpu_model(buf, size);
+    return sw_cpu_name(buf, size);
 }
 
 /* Length of a valid UTF-8 sequence at s, 0 when invalid. */

@@ -104,9 +104,6 @@ double sw_cli_now(void);
  * passes valid UTF-8 through and replaces invalid bytes with U+FFFD. NULL writes null. */
 void sw_cli_json_string(FILE *out, const char *s);
 
-/* The CPU model ("model name" in /proc/cpuinfo, or a fallback) into buf; returns buf. */
-const char *sw_cli_cpu_model(char *buf, size_t size);
-
 /* Creates a directory and its missing parents (mode 0777 & ~umask). 0 on success, -1 with
  * errno set otherwise; an existing directory is success. */
 int sw_cli_mkdir_p(const char *path);

@@ -99,17 +99,6 @@ static int join_path(demo_state *s, char *buf, size_t size, const char *name)
     return 0;
 }
 
-static int images_identical(const sw_image *a, const sw_image *b)
-{
-    if (a->width != b->width || a->height != b->height || a->type != b->type)
-        return 0;
-    size_t row = (size_t)a->width * sw_pixel_size(a->type);
-    for (int32_t y = 0; y < a->height; y++)
-        if (memcmp(sw_image_row(a, y), sw_image_row(b, y), row) != 0)
-            return 0;
-    return 1;
-}
-
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -352,7 +341,7 @@ static int step_read_back(demo_state *s)
     sw_status st = sw_fits_read_frame(s->ctx, s->path_fits, 0, &back);
     if (st != SW_OK)
         return demo_fail(s, "cannot read back %s: %s", s->path_fits, lib_error(s, st));
-    int same = images_identical(&s->image, &back);
+    int same = sw_image_equal(&s->image, &back);
     sw_image_free(&back);
     if (!same)
         return demo_fail(s, "%s read back differs from the image written", s->path_fits);
@@ -360,7 +349,7 @@ static int step_read_back(demo_state *s)
     st = sw_pgm_read(s->ctx, s->path_pgm, &back);
     if (st != SW_OK)
         return demo_fail(s, "cannot read back %s: %s", s->path_pgm, lib_error(s, st));
-    same = images_identical(&s->image_u16, &back);
+    same = sw_image_equal(&s->image_u16, &back);
     sw_image_free(&back);
     if (!same)
         return demo_fail(s, "%s read back differs from the image written", s->path_pgm);

@@ -148,7 +148,7 @@ int sw_cmd_info(const sw_cli_globals *g, int argc, char **argv)
     r.build = sw_build_info();
     r.cuda_built = sw_built_with_cuda();
     r.cuda_devices = sw_cuda_device_count();
-    sw_cli_cpu_model(r.cpu, sizeof r.cpu);
+    sw_cpu_name(r.cpu, sizeof r.cpu);
     r.threads = sw_context_threads(ctx);
     r.requested = g->backend;
     r.backend = sw_context_backend(ctx);

@@ -326,41 +326,6 @@ void sw_cli_json_string(FILE *out, const char *s)
     fputc('"', out);
 }
 
-const char *sw_cli_cpu_model(char *buf, size_t size)
-{
-    static const char *const keys[] = {"model name", "Model", "cpu model", "Hardware"};
-    snprintf(buf, size, "unknown CPU");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f)
-        return buf;
-    char line[512];
-    int found = 0;
-    for (size_t k = 0; k < sizeof keys / sizeof keys[0] && !found; k++) {
-        rewind(f);
-        while (fgets(line, sizeof line, f)) {
-            size_t klen = strlen(keys[k]);
-            if (strncmp(line, keys[k], klen) != 0)
-                continue;
-            const char *q = line + klen;
-            while (*q == ' ' || *q == '\t')
-                q++;
-            if (*q != ':')
-                continue;
-            q++;
-            while (*q == ' ' || *q == '\t')
-                q++;
-            snprintf(buf, size, "%s", q);
-            buf[strcspn(buf, "\r\n")] = '\0';
-            found = buf[0] != '\0';
-            break;
-        }
-    }
-    fclose(f);
-    if (!found)
-        snprintf(buf, size, "unknown CPU");
-    return buf;
-}
-
 int sw_cli_mkdir_p(const char *path)
 {
     char buf[4096];

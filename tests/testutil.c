@@ -62,17 +62,6 @@ void sw_test_fill_random(sw_image *img, uint64_t seed)
     }
 }
 
-int sw_test_images_equal(const sw_image *a, const sw_image *b)
-{
-    if (a->width != b->width || a->height != b->height || a->type != b->type)
-        return 0;
-    size_t row = (size_t)a->width * sw_pixel_size(a->type);
-    for (int32_t y = 0; y < a->height; y++)
-        if (memcmp(sw_image_row(a, y), sw_image_row(b, y), row) != 0)
-            return 0;
-    return 1;
-}
-
 sw_context *sw_test_cuda_context_or_skip(void)
 {
     sw_context_params p;

@@ -32,8 +32,6 @@ const char *sw_test_path(const char *name);
 /* Fills a host image with reproducible random values from the spotwave RNG (seed): integers
  * cover the type's full range; f32 values are uniform in [-1e4, 1e4). */
 void sw_test_fill_random(sw_image *img, uint64_t seed);
-/* 1 when two host images have equal size/type and identical pixel bytes (strides may differ). */
-int sw_test_images_equal(const sw_image *a, const sw_image *b);
 
 /* Creates a CUDA context or exits the process with 77 (ctest: skipped) and a clear line when no
  * GPU is usable here. */

@@ -124,6 +124,10 @@ typedef struct sw_device_info {
     int runtime_version;
 } sw_device_info;
 
+/* The host CPU's model name ("model name" in /proc/cpuinfo, or "unknown CPU") into buf, which
+ * it returns; for reports and benchmark records. */
+const char *sw_cpu_name(char *buf, size_t size);
+
 /* Number of usable CUDA devices (0 when built without CUDA, or no driver, or no device). */
 int sw_cuda_device_count(void);
 /* Information on the context's device. SW_ENODEV when the context runs on the CPU. */
@@ -204,6 +208,10 @@ static inline void *sw_image_row(const sw_image *img, int32_t y)
 {
     return (char *)img->data + (size_t)y * img->stride;
 }
+
+/* 1 when two host images have the same size and type and identical pixel bytes (their strides
+ * may differ), 0 otherwise. */
+int sw_image_equal(const sw_image *a, const sw_image *b);
 
 /* Reads pixel (x, y) of a host image as a double; no checks. */
 double sw_image_get(const sw_image *img, int32_t x, int32_t y);

@@ -123,6 +123,42 @@ int sw_context_threads(const sw_context *ctx)
     return ctx ? ctx->threads : default_threads();
 }
 
+/* Reads the first of a few known keys from /proc/cpuinfo (x86: "model name"; Arm: "Model"...). */
+const char *sw_cpu_name(char *buf, size_t size)
+{
+    static const char *const keys[] = {"model name", "Model", "cpu model", "Hardware"};
+    snprintf(buf, size, "unknown CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f)
+        return buf;
+    char line[512];
+    int found = 0;
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0] && !found; k++) {
+        rewind(f);
+        while (fgets(line, sizeof line, f)) {
+            size_t klen = strlen(keys[k]);
+            if (strncmp(line, keys[k], klen) != 0)
+                continue;
+            const char *q = line + klen;
+            while (*q == ' ' || *q == '\t')
+                q++;
+            if (*q != ':')
+                continue;
+            q++;
+            while (*q == ' ' || *q == '\t')
+                q++;
+            snprintf(buf, size, "%s", q);
+            buf[strcspn(buf, "\r\n")] = '\0';
+            found = buf[0] != '\0';
+            break;
+        }
+    }
+    fclose(f);
+    if (!found)
+        snprintf(buf, size, "unknown CPU");
+    return buf;
+}
+
 int sw_cuda_device_count(void)
 {
 #ifdef SW_HAVE_CUDA

@@ -171,6 +171,17 @@ sw_status sw_image_roi(sw_context *ctx, const sw_image *src, int32_t x, int32_t 
     return SW_OK;
 }
 
+int sw_image_equal(const sw_image *a, const sw_image *b)
+{
+    if (!a || !b || a->width != b->width || a->height != b->height || a->type != b->type)
+        return 0;
+    size_t row = (size_t)a->width * sw_pixel_size(a->type);
+    for (int32_t y = 0; y < a->height; y++)
+        if (memcmp(sw_image_row(a, y), sw_image_row(b, y), row) != 0)
+            return 0;
+    return 1;
+}
+
 double sw_image_get(const sw_image *img, int32_t x, int32_t y)
 {
     const void *row = sw_image_row(img, y);

@@ -32,6 +32,9 @@ static void test_status_strings(void **state)
     assert_string_equal(sw_status_string((sw_status)999), "unknown status");
     assert_string_equal(sw_version(), "0.1.0");
     assert_non_null(strstr(sw_build_info(), "spotwave 0.1.0"));
+    char cpu[128];
+    assert_ptr_equal(sw_cpu_name(cpu, sizeof cpu), cpu);
+    assert_true(strlen(cpu) > 0 && strchr(cpu, '\n') == NULL);
 }
 
 static void test_parse(void **state)
@@ -230,7 +233,11 @@ static void test_image_copy(void **state)
     sw_image broi;
     assert_int_equal(sw_image_roi(ctx, &b, 3, 2, 33, 17, &broi), SW_OK);
     assert_int_equal(sw_image_copy(ctx, &a, &broi), SW_OK);
-    assert_true(sw_test_images_equal(&a, &broi));
+    assert_true(sw_image_equal(&a, &broi)); /* equal pixels, different strides */
+    ((uint32_t *)sw_image_row(&broi, 16))[32] ^= 1u;
+    assert_false(sw_image_equal(&a, &broi)); /* one bit in the last pixel */
+    assert_false(sw_image_equal(&a, &b));    /* sizes differ */
+    assert_false(sw_image_equal(&a, NULL));
     assert_true(sw_image_get(&b, 0, 0) == 0.0);              /* outside the view untouched */
     assert_int_equal(sw_image_copy(ctx, &a, &b), SW_EINVAL); /* sizes differ */
     assert_int_equal(sw_image_alloc(ctx, 33, 17, SW_PIX_F32, &c), SW_OK);
@@ -286,7 +293,7 @@ static void test_convert_roundtrip_u32(void **state)
     size_t clipped = 99;
     assert_int_equal(sw_image_convert(ctx, &f, &b, 1.0, 0.0, &clipped), SW_OK);
     assert_int_equal(clipped, 0);
-    assert_true(sw_test_images_equal(&a, &b));
+    assert_true(sw_image_equal(&a, &b));
     /* In place (equal pixel size): u32 -> f32 over the same memory. */
     assert_int_equal(
         sw_image_convert(ctx, &b,
@@ -399,9 +406,9 @@ static void test_fill_random(void **state)
     assert_near(s.stddev, 5.0, 0.05);
     /* Same seed and stream: same image; another stream: another image. */
     assert_int_equal(sw_image_fill_random(ctx, &b, 42, 7, SW_RANDOM_NORMAL, 100.0, 5.0), SW_OK);
-    assert_true(sw_test_images_equal(&a, &b));
+    assert_true(sw_image_equal(&a, &b));
     assert_int_equal(sw_image_fill_random(ctx, &b, 42, 8, SW_RANDOM_NORMAL, 100.0, 5.0), SW_OK);
-    assert_false(sw_test_images_equal(&a, &b));
+    assert_false(sw_image_equal(&a, &b));
     assert_int_equal(sw_image_fill_random(ctx, &b, 1, 0, SW_RANDOM_UNIFORM, -2.0, 2.0), SW_OK);
     assert_int_equal(sw_image_stats_compute(ctx, &b, &s), SW_OK);
     assert_true(s.min >= -2.0 && s.max < 2.0);

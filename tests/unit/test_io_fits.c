@@ -151,13 +151,13 @@ static void roundtrip_2d(void **state)
         assert_int_equal(fr.count, 1);
         assert_int_equal(fr.frames[0].type, all_types[i]);
         assert_int_equal(fr.frames[0].owned, 1);
-        assert_true(sw_test_images_equal(&img, &fr.frames[0]));
+        assert_true(sw_image_equal(&img, &fr.frames[0]));
         sw_frames_free(&fr);
         assert_null(fr.frames);
 
         sw_image one;
         assert_int_equal(sw_fits_read_frame(NULL, path, 0, &one), SW_OK);
-        assert_true(sw_test_images_equal(&img, &one));
+        assert_true(sw_image_equal(&img, &one));
         sw_image_free(&one);
         memset(&one, 0x5A, sizeof one);
         assert_int_equal(sw_fits_read_frame(NULL, path, 1, &one), SW_EINVAL);
@@ -168,7 +168,7 @@ static void roundtrip_2d(void **state)
         void *buf = read_all(path, &n);
         assert_int_equal(sw_fits_read_memory(NULL, buf, n, &fr), SW_OK);
         assert_int_equal(fr.count, 1);
-        assert_true(sw_test_images_equal(&img, &fr.frames[0]));
+        assert_true(sw_image_equal(&img, &fr.frames[0]));
         sw_frames_free(&fr);
         free(buf);
         sw_image_free(&img);
@@ -189,14 +189,14 @@ static void roundtrip_cube(void **state)
         assert_int_equal(sw_fits_read(NULL, path, &fr), SW_OK);
         assert_int_equal(fr.count, 3);
         for (int k = 0; k < 3; k++)
-            assert_true(sw_test_images_equal(&frames[k], &fr.frames[k]));
+            assert_true(sw_image_equal(&frames[k], &fr.frames[k]));
         /* frames are distinct (the random seeds differ) */
-        assert_false(sw_test_images_equal(&fr.frames[0], &fr.frames[1]));
+        assert_false(sw_image_equal(&fr.frames[0], &fr.frames[1]));
         sw_frames_free(&fr);
 
         sw_image one;
         assert_int_equal(sw_fits_read_frame(NULL, path, 2, &one), SW_OK);
-        assert_true(sw_test_images_equal(&frames[2], &one));
+        assert_true(sw_image_equal(&frames[2], &one));
         sw_image_free(&one);
         assert_int_equal(sw_fits_read_frame(NULL, path, 3, &one), SW_EINVAL);
         assert_int_equal(sw_fits_read_frame(NULL, path, -1, &one), SW_EINVAL);
@@ -222,14 +222,14 @@ static void roundtrip_strided_views(void **state)
         sw_frames fr;
         assert_int_equal(sw_fits_read(NULL, path, &fr), SW_OK);
         assert_int_equal(fr.count, 1);
-        assert_true(sw_test_images_equal(&views[0], &fr.frames[0]));
+        assert_true(sw_image_equal(&views[0], &fr.frames[0]));
         sw_frames_free(&fr);
 
         assert_int_equal(sw_fits_write(NULL, path, views, 3), SW_OK);
         assert_int_equal(sw_fits_read(NULL, path, &fr), SW_OK);
         assert_int_equal(fr.count, 3);
         for (int k = 0; k < 3; k++)
-            assert_true(sw_test_images_equal(&views[k], &fr.frames[k]));
+            assert_true(sw_image_equal(&views[k], &fr.frames[k]));
         sw_frames_free(&fr);
         sw_image_free(&big);
     }
@@ -260,7 +260,7 @@ static void roundtrip_special_floats(void **state)
     assert_true(isinf(b0[2]) && b0[2] < 0);
     assert_true(b0[3] == 0.0f && signbit(b0[3]));
     assert_true(b0[4] == 1e-42f);
-    assert_true(sw_test_images_equal(&img, &fr.frames[0]));
+    assert_true(sw_image_equal(&img, &fr.frames[0]));
     sw_frames_free(&fr);
     sw_image_free(&img);
 }
@@ -278,7 +278,7 @@ static void overwrite_and_special_names(void **state)
         assert_int_equal(sw_fits_write(NULL, path, &b, 1), SW_OK);
         sw_frames fr;
         assert_int_equal(sw_fits_read(NULL, path, &fr), SW_OK);
-        assert_true(sw_test_images_equal(&b, &fr.frames[0]));
+        assert_true(sw_image_equal(&b, &fr.frames[0]));
         sw_frames_free(&fr);
         assert_true(file_exists(path));
         sw_image_free(&a);

@@ -53,7 +53,7 @@ static sw_status read_both(const void *data, size_t n, sw_image *out)
     sw_status sf = sw_pgm_read(NULL, path, out);
     assert_int_equal(sm, sf);
     if (sf == SW_OK) {
-        assert_true(sw_test_images_equal(&m, out));
+        assert_true(sw_image_equal(&m, out));
         sw_image_free(&m);
     } else {
         assert_null(m.data);
@@ -87,7 +87,7 @@ static void roundtrip(void **state)
         sw_image back;
         assert_int_equal(sw_pgm_read(NULL, path, &back), SW_OK);
         assert_int_equal(back.type, types[i]);
-        assert_true(sw_test_images_equal(&img, &back));
+        assert_true(sw_image_equal(&img, &back));
         sw_image_free(&back);
 
         size_t n;
@@ -95,7 +95,7 @@ static void roundtrip(void **state)
         assert_int_equal(n, strlen(i ? "P5\n33 17\n65535\n" : "P5\n33 17\n255\n") +
                                 (size_t)33 * 17 * (i ? 2 : 1));
         assert_int_equal(sw_pgm_read_memory(NULL, buf, n, &back), SW_OK);
-        assert_true(sw_test_images_equal(&img, &back));
+        assert_true(sw_image_equal(&img, &back));
         sw_image_free(&back);
         free(buf);
 
@@ -104,7 +104,7 @@ static void roundtrip(void **state)
         assert_int_equal(sw_image_roi(NULL, &img, 5, 3, 20, 9, &view), SW_OK);
         assert_int_equal(sw_pgm_write(NULL, path, &view), SW_OK);
         assert_int_equal(sw_pgm_read(NULL, path, &back), SW_OK);
-        assert_true(sw_test_images_equal(&view, &back));
+        assert_true(sw_image_equal(&view, &back));
         sw_image_free(&back);
         sw_image_free(&img);
     }
@@ -225,7 +225,7 @@ static void bad_writes(void **state)
     assert_int_equal(sw_pgm_write(NULL, path, &dev), SW_EINVAL);
     sw_image back;
     assert_int_equal(sw_pgm_read(NULL, path, &back), SW_OK);
-    assert_true(sw_test_images_equal(&back, &other));
+    assert_true(sw_image_equal(&back, &other));
     sw_image_free(&back);
     sw_image_free(&other);
     sw_image_free(&img);
