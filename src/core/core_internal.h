@@ -56,6 +56,9 @@ static inline int sw_mul_ok(size_t a, size_t b, size_t *out)
     return 1;
 }
 
+/* Loads n pixels of one host row of any type into doubles. */
+void sw_load_row(const void *row, sw_pixel_type t, int32_t n, double *out);
+
 /* Allocates/frees host memory for images: pinned through CUDA when pinned != 0. */
 void *sw_host_alloc(sw_context *ctx, size_t bytes, int pinned);
 void sw_host_free(void *p, int pinned);

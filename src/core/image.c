@@ -228,8 +228,7 @@ sw_status sw_image_copy(sw_context *ctx, const sw_image *src, sw_image *dst)
 
 /* ------------------------------------------------------------------ conversion (CPU) */
 
-/* Loads one row of any type into doubles. */
-static void load_row(const void *row, sw_pixel_type t, int32_t n, double *out)
+void sw_load_row(const void *row, sw_pixel_type t, int32_t n, double *out)
 {
     switch (t) {
     case SW_PIX_U8:
@@ -314,7 +313,7 @@ static sw_status convert_cpu(sw_context *ctx, const sw_image *src, sw_image *dst
         } else {
 #pragma omp for schedule(static)
             for (int32_t y = 0; y < src->height; y++) {
-                load_row(sw_image_row(src, y), src->type, src->width, buf);
+                sw_load_row(sw_image_row(src, y), src->type, src->width, buf);
                 total += store_row(buf, dst->type, src->width, scale, offset, sw_image_row(dst, y));
             }
         }
@@ -443,7 +442,7 @@ static void acc_merge(stats_acc *a, const stats_acc *b)
 /* Accumulates one row into a partial (shifted sums, then converted to mean/M2). */
 static void acc_row(stats_acc *a, const sw_image *img, int32_t y, double *buf)
 {
-    load_row(sw_image_row(img, y), img->type, img->width, buf);
+    sw_load_row(sw_image_row(img, y), img->type, img->width, buf);
     stats_acc r;
     acc_init(&r);
     double shift = 0.0, s = 0.0, ss = 0.0;

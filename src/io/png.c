@@ -186,29 +186,6 @@ static void put(png_job *j, unsigned char *px, unsigned char r, unsigned char g,
         px[3] = a;
 }
 
-static void image_row_values(const sw_image *img, int32_t y, double *v)
-{
-    const void *row = sw_image_row(img, y);
-    switch (img->type) {
-    case SW_PIX_U8:
-        for (int32_t x = 0; x < img->width; x++)
-            v[x] = ((const uint8_t *)row)[x];
-        break;
-    case SW_PIX_U16:
-        for (int32_t x = 0; x < img->width; x++)
-            v[x] = ((const uint16_t *)row)[x];
-        break;
-    case SW_PIX_U32:
-        for (int32_t x = 0; x < img->width; x++)
-            v[x] = ((const uint32_t *)row)[x];
-        break;
-    case SW_PIX_F32:
-        for (int32_t x = 0; x < img->width; x++)
-            v[x] = ((const float *)row)[x];
-        break;
-    }
-}
-
 /* Position of a (non-NaN) value on the colour scale, clamped to [0, 1]. */
 static double scale_pos(const png_job *j, double v)
 {
@@ -229,7 +206,7 @@ static void render_row(png_job *j, int32_t y)
     /* background: white, opaque */
     memset(row, 255, (size_t)j->cw * (size_t)c);
     if (y < j->img->height) {
-        image_row_values(j->img, y, j->vals);
+        sw_load_row(sw_image_row(j->img, y), j->img->type, j->img->width, j->vals);
         for (int32_t x = 0; x < j->img->width; x++) {
             unsigned char *px = row + (size_t)x * c;
             double v = j->vals[x];
@@ -462,7 +439,7 @@ sw_status sw_png_write(sw_context *ctx, const char *path, const sw_image *img,
         lo = INFINITY;
         hi = -INFINITY;
         for (int32_t y = 0; y < img->height; y++) {
-            image_row_values(img, y, j->vals);
+            sw_load_row(sw_image_row(img, y), img->type, img->width, j->vals);
             for (int32_t x = 0; x < img->width; x++) {
                 double v = j->vals[x];
                 if (isfinite(v)) {
