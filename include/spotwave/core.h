@@ -9,6 +9,14 @@
  *     sw_context_error(ctx); functions called with ctx == NULL keep their message per thread,
  *     readable with sw_context_error(NULL).
  *   - The library never prints, exits or aborts; it speaks through the log callback only.
+ *   - On the CUDA backend, work on device images is queued on the context's stream
+ *     (sw_context_stream, a non-blocking stream) and may still be running when the call returns:
+ *     sw_image_convert between device images (without a clipped count) and sw_image_fill_random
+ *     on a device image are asynchronous. Calls that return a host result (statistics, the
+ *     clipped count) or that touch host memory (copies to or from the host, host images staged
+ *     through the GPU) have finished when they return. Before other streams or the host read
+ *     device images, call sw_context_synchronize (or order them after the context's stream).
+ *   - A context is used by one thread at a time; each call selects the context's device.
  */
 #ifndef SPOTWAVE_CORE_H
 #define SPOTWAVE_CORE_H

@@ -54,6 +54,10 @@ __global__ void probe_kernel(int *out)
     *out = 42;
 }
 
+/*
+ * Makes ctx use its device, or explains in ctx->error why it cannot (always SW_ENODEV, so that
+ * AUTO falls back to the CPU). On failure nothing is left allocated and ctx->stream is NULL.
+ */
 extern "C" sw_status sw_cuda_context_init(sw_context *ctx)
 {
     char why[200];
@@ -63,39 +67,48 @@ extern "C" sw_status sw_cuda_context_init(sw_context *ctx)
     if (ctx->device >= count)
         return sw_fail(ctx, SW_ENODEV, "CUDA device %d requested but only %d present", ctx->device,
                        count);
-    SW_CU(cudaSetDevice(ctx->device));
-    cudaStream_t s;
-    SW_CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    ctx->stream = (void *)s;
-
-    /* Probe: a kernel built for this binary's architectures must run on the device. */
+    cudaDeviceProp p;
+    memset(&p, 0, sizeof p);
+    const char *step = "cudaSetDevice";
+    cudaStream_t s = NULL;
     int *d = NULL, h = 0;
-    cudaError_t e = cudaMalloc(&d, sizeof *d);
+    cudaError_t e = cudaSetDevice(ctx->device);
+    if (e == cudaSuccess) {
+        step = "cudaGetDeviceProperties";
+        e = cudaGetDeviceProperties(&p, ctx->device);
+    }
+    if (e == cudaSuccess) {
+        step = "cudaStreamCreate";
+        e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    }
+    /* Probe: a kernel built for this binary's architectures must run on the device. */
+    if (e == cudaSuccess) {
+        step = "a probe kernel";
+        e = cudaMalloc(&d, sizeof *d);
+    }
     if (e == cudaSuccess) {
         probe_kernel<<<1, 1, 0, s>>>(d);
         e = cudaGetLastError();
-        if (e == cudaSuccess)
-            e = cudaMemcpyAsync(&h, d, sizeof h, cudaMemcpyDeviceToHost, s);
-        if (e == cudaSuccess)
-            e = cudaStreamSynchronize(s);
-        cudaFree(d);
     }
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync(&h, d, sizeof h, cudaMemcpyDeviceToHost, s);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(s);
+    if (d)
+        cudaFree(d);
     if (e != cudaSuccess || h != 42) {
-        cudaDeviceProp p;
-        cudaGetDeviceProperties(&p, ctx->device);
-        sw_status st =
-            sw_fail(ctx, SW_ENODEV,
-                    "CUDA device %d (%s, compute capability %d.%d) cannot run this "
-                    "build's kernels: %s",
-                    ctx->device, p.name, p.major, p.minor,
-                    e != cudaSuccess ? cudaGetErrorString(e) : "probe gave a wrong value");
+        sw_status st = sw_fail(ctx, SW_ENODEV,
+                               "CUDA device %d (%.180s, compute capability %d.%d) is not usable: "
+                               "%s failed: %s",
+                               ctx->device, p.name[0] ? p.name : "unknown", p.major, p.minor, step,
+                               e != cudaSuccess ? cudaGetErrorString(e) : "wrong value");
         cudaGetLastError();
-        cudaStreamDestroy(s);
+        if (s)
+            cudaStreamDestroy(s);
         ctx->stream = NULL;
         return st;
     }
-    cudaDeviceProp p;
-    SW_CU(cudaGetDeviceProperties(&p, ctx->device));
+    ctx->stream = (void *)s;
     ctx->multiprocessors = p.multiProcessorCount;
     snprintf(ctx->reason, sizeof ctx->reason,
              "CUDA device %d (%.180s, compute capability %d.%d) usable", ctx->device, p.name,
@@ -105,15 +118,17 @@ extern "C" sw_status sw_cuda_context_init(sw_context *ctx)
 
 extern "C" void sw_cuda_context_release(sw_context *ctx)
 {
+    cudaSetDevice(ctx->device);
     if (ctx->stream) {
         cudaStreamSynchronize(stream_of(ctx));
         cudaStreamDestroy(stream_of(ctx));
     }
-    if (ctx->scratch)
-        cudaFree(ctx->scratch);
+    cudaFree(ctx->scratch); /* cudaFree(NULL) is a no-op */
+    cudaFree(ctx->stage[0]);
+    cudaFree(ctx->stage[1]);
     ctx->stream = NULL;
-    ctx->scratch = NULL;
-    ctx->scratch_size = 0;
+    ctx->scratch = ctx->stage[0] = ctx->stage[1] = NULL;
+    ctx->scratch_size = ctx->stage_size[0] = ctx->stage_size[1] = 0;
 }
 
 extern "C" sw_status sw_cuda_device_info(sw_context *ctx, sw_device_info *out)
@@ -137,6 +152,7 @@ extern "C" sw_status sw_cuda_device_info(sw_context *ctx, sw_device_info *out)
 
 extern "C" sw_status sw_cuda_synchronize(sw_context *ctx)
 {
+    SW_CU(cudaSetDevice(ctx->device));
     SW_CU(cudaStreamSynchronize(stream_of(ctx)));
     return SW_OK;
 }
@@ -154,6 +170,31 @@ static sw_status ensure_scratch(sw_context *ctx, size_t bytes)
     }
     SW_CU(cudaMalloc(&ctx->scratch, bytes));
     ctx->scratch_size = bytes;
+    return SW_OK;
+}
+
+extern "C" sw_status sw_cuda_staging_image(sw_context *ctx, int slot, int32_t width, int32_t height,
+                                           sw_pixel_type t, sw_image *out)
+{
+    size_t row = (size_t)width * sw_pixel_size(t);
+    size_t stride = (row + 255) / 256 * 256; /* rows aligned as cudaMallocPitch would */
+    size_t bytes = stride * (size_t)height;
+    SW_CU(cudaSetDevice(ctx->device));
+    if (ctx->stage_size[slot] < bytes) {
+        SW_CU(cudaStreamSynchronize(stream_of(ctx)));
+        cudaFree(ctx->stage[slot]);
+        ctx->stage[slot] = NULL;
+        ctx->stage_size[slot] = 0;
+        SW_CU(cudaMalloc(&ctx->stage[slot], bytes));
+        ctx->stage_size[slot] = bytes;
+    }
+    out->width = width;
+    out->height = height;
+    out->stride = stride;
+    out->type = t;
+    out->memory = SW_MEM_DEVICE;
+    out->owned = 0;
+    out->data = ctx->stage[slot];
     return SW_OK;
 }
 
@@ -211,6 +252,7 @@ extern "C" sw_status sw_cuda_image_alloc(sw_context *ctx, sw_image *img)
 
 extern "C" sw_status sw_cuda_image_copy(sw_context *ctx, const sw_image *src, sw_image *dst)
 {
+    SW_CU(cudaSetDevice(ctx->device));
     size_t row = (size_t)src->width * sw_pixel_size(src->type);
     SW_CU(cudaMemcpy2DAsync(dst->data, dst->stride, src->data, src->stride, row,
                             (size_t)src->height, cudaMemcpyDefault, stream_of(ctx)));
@@ -341,6 +383,7 @@ __global__ void convert_kernel(const void *src, size_t sstride, void *dst, size_
 
 extern "C" sw_status sw_cuda_count_nonfinite(sw_context *ctx, const sw_image *src, int64_t *count)
 {
+    SW_CU(cudaSetDevice(ctx->device));
     sw_status st = ensure_scratch(ctx, sizeof(unsigned long long));
     if (st != SW_OK)
         return st;
@@ -377,6 +420,7 @@ static void launch_convert_to(sw_context *ctx, const sw_image *src, sw_image *ds
 extern "C" sw_status sw_cuda_convert(sw_context *ctx, const sw_image *src, sw_image *dst,
                                      double scale, double offset, size_t *clipped)
 {
+    SW_CU(cudaSetDevice(ctx->device));
     unsigned long long *d = NULL;
     if (clipped) {
         sw_status st = ensure_scratch(ctx, sizeof *d);
@@ -485,6 +529,7 @@ __global__ void stats_kernel(const void *src, size_t stride, int32_t w, int32_t 
 
 extern "C" sw_status sw_cuda_stats(sw_context *ctx, const sw_image *img, sw_image_stats *out)
 {
+    SW_CU(cudaSetDevice(ctx->device));
     dim3 grid = pixel_grid(ctx, img->width, img->height);
     size_t nblocks = (size_t)grid.x * grid.y;
     sw_status st = ensure_scratch(ctx, nblocks * sizeof(stats_acc));
@@ -557,6 +602,8 @@ __global__ void fill_random_kernel(void *dst, size_t stride, int32_t w, int32_t 
         float v;
         if (dist == SW_RANDOM_UNIFORM) {
             v = (float)__dadd_rn(a, __dmul_rn(b - a, sw_rng_u01(r.v[0], r.v[1])));
+            if ((double)v >= b) /* keep [a, b) half-open, as image.c random_value */
+                v = nextafterf(v, -INFINITY);
         } else {
             double z0, z1;
             sw_rng_normal2(r, &z0, &z1);
@@ -569,6 +616,7 @@ __global__ void fill_random_kernel(void *dst, size_t stride, int32_t w, int32_t 
 extern "C" sw_status sw_cuda_fill_random(sw_context *ctx, sw_image *img, uint64_t seed,
                                          uint64_t stream, int dist, double a, double b)
 {
+    SW_CU(cudaSetDevice(ctx->device));
     fill_random_kernel<<<pixel_grid(ctx, img->width, img->height), SW_BLOCK, 0, stream_of(ctx)>>>(
         img->data, img->stride, img->width, img->height, seed, stream, dist, a, b);
     SW_CU(cudaGetLastError());

@@ -28,6 +28,11 @@ sw_status sw_cuda_image_alloc(sw_context *ctx, sw_image *img);
 /* 2-D copy between any two memories; synchronous when either side is on the host. */
 sw_status sw_cuda_image_copy(sw_context *ctx, const sw_image *src, sw_image *dst);
 
+/* A device view (owned = 0) of the context's staging buffer `slot` (0 or 1), grown as needed,
+ * for a width x height image of type t: where host images are staged through the GPU. */
+sw_status sw_cuda_staging_image(sw_context *ctx, int slot, int32_t width, int32_t height,
+                                sw_pixel_type t, sw_image *out);
+
 /* Device-resident images only (checked by the caller). */
 sw_status sw_cuda_count_nonfinite(sw_context *ctx, const sw_image *src, int64_t *count);
 sw_status sw_cuda_convert(sw_context *ctx, const sw_image *src, sw_image *dst, double scale,

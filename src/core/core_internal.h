@@ -23,6 +23,8 @@ struct sw_context {
     void *stream;        /* cudaStream_t on CUDA */
     void *scratch;       /* device scratch buffer (CUDA), grown on demand */
     size_t scratch_size;
+    void *stage[2]; /* device staging buffers for host images on CUDA, grown on demand */
+    size_t stage_size[2];
     sw_log_fn log;
     void *log_user;
     sw_log_level log_level;

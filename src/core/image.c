@@ -13,6 +13,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef SW_HAVE_OPENMP
+#include <omp.h>
+#endif
 
 #define SW_ROW_ALIGN 64
 
@@ -203,6 +206,22 @@ static sw_status check_same_size(sw_context *ctx, const sw_image *a, const sw_im
     return SW_OK;
 }
 
+/* The bytes an image spans: [first, last). */
+static void image_span(const sw_image *img, uintptr_t *first, uintptr_t *last)
+{
+    *first = (uintptr_t)img->data;
+    *last = *first + img->stride * (size_t)(img->height - 1) +
+            (size_t)img->width * sw_pixel_size(img->type);
+}
+
+static int images_overlap(const sw_image *a, const sw_image *b)
+{
+    uintptr_t a0, a1, b0, b1;
+    image_span(a, &a0, &a1);
+    image_span(b, &b0, &b1);
+    return a->memory == b->memory ? a0 < b1 && b0 < a1 : 0;
+}
+
 sw_status sw_image_copy(sw_context *ctx, const sw_image *src, sw_image *dst)
 {
     sw_status st;
@@ -213,10 +232,22 @@ sw_status sw_image_copy(sw_context *ctx, const sw_image *src, sw_image *dst)
     if (src->type != dst->type)
         return sw_fail(ctx, SW_EINVAL, "image copy: types differ (%s to %s); use sw_image_convert",
                        sw_pixel_type_string(src->type), sw_pixel_type_string(dst->type));
+    int overlap = images_overlap(src, dst);
+    if (overlap && (src->stride != dst->stride || !is_host(src)))
+        return sw_fail(ctx, SW_EINVAL,
+                       "image copy: source and destination overlap (allowed only for host "
+                       "images with equal strides)");
     if (is_host(src) && is_host(dst)) {
+        /* Overlapping views of one image: walk the rows away from the destination, so that no
+         * source row is overwritten before it is read (memmove handles overlap within a row). */
         size_t row = (size_t)src->width * sw_pixel_size(src->type);
-        for (int32_t y = 0; y < src->height; y++)
-            memmove(sw_image_row(dst, y), sw_image_row(src, y), row);
+        if (overlap && (uintptr_t)dst->data > (uintptr_t)src->data) {
+            for (int32_t y = src->height - 1; y >= 0; y--)
+                memmove(sw_image_row(dst, y), sw_image_row(src, y), row);
+        } else {
+            for (int32_t y = 0; y < src->height; y++)
+                memmove(sw_image_row(dst, y), sw_image_row(src, y), row);
+        }
         return SW_OK;
     }
 #ifdef SW_HAVE_CUDA
@@ -285,12 +316,12 @@ static size_t store_row(const double *in, sw_pixel_type t, int32_t n, double sca
     return clipped;
 }
 
-static int64_t count_nonfinite_cpu(const sw_image *img)
+static int64_t count_nonfinite_cpu(sw_context *ctx, const sw_image *img)
 {
     if (img->type != SW_PIX_F32)
         return 0;
     int64_t bad = 0;
-#pragma omp parallel for reduction(+ : bad) schedule(static)
+#pragma omp parallel for num_threads(sw_context_threads(ctx)) reduction(+ : bad) schedule(static)
     for (int32_t y = 0; y < img->height; y++) {
         const float *row = sw_image_row(img, y);
         for (int32_t x = 0; x < img->width; x++)
@@ -299,50 +330,64 @@ static int64_t count_nonfinite_cpu(const sw_image *img)
     return bad;
 }
 
+/* One row buffer of `width` doubles per thread, allocated before a parallel region so that a
+ * failure is reported before any pixel is touched. */
+static double *row_buffers(int32_t width, int threads)
+{
+    size_t n;
+    if (!sw_mul_ok((size_t)width * sizeof(double), (size_t)threads, &n))
+        return NULL;
+    return malloc(n);
+}
+
+static int thread_index(void)
+{
+#ifdef SW_HAVE_OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
 static sw_status convert_cpu(sw_context *ctx, const sw_image *src, sw_image *dst, double scale,
                              double offset, size_t *clipped)
 {
-    size_t total = 0;
-    int failed = 0;
-#pragma omp parallel num_threads(sw_context_threads(ctx)) reduction(+ : total)
-    {
-        double *buf = malloc((size_t)src->width * sizeof *buf);
-        if (!buf) {
-#pragma omp atomic write
-            failed = 1;
-        } else {
-#pragma omp for schedule(static)
-            for (int32_t y = 0; y < src->height; y++) {
-                sw_load_row(sw_image_row(src, y), src->type, src->width, buf);
-                total += store_row(buf, dst->type, src->width, scale, offset, sw_image_row(dst, y));
-            }
-        }
-        free(buf);
-    }
-    if (failed)
+    const int threads = sw_context_threads(ctx);
+    double *bufs = row_buffers(src->width, threads);
+    if (!bufs)
         return sw_fail(ctx, SW_ENOMEM, "out of memory converting an image");
+    size_t total = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+    {
+        double *buf = bufs + (size_t)thread_index() * (size_t)src->width;
+#pragma omp for schedule(static)
+        for (int32_t y = 0; y < src->height; y++) {
+            sw_load_row(sw_image_row(src, y), src->type, src->width, buf);
+            total += store_row(buf, dst->type, src->width, scale, offset, sw_image_row(dst, y));
+        }
+    }
+    free(bufs);
     if (clipped)
         *clipped = total;
     return SW_OK;
 }
 
-/* A host image staged through the device for the CUDA backend. */
+/* A host image staged through the device for the CUDA backend: the context's two staging
+ * buffers (kept between calls) hold the source and the result. */
 #ifdef SW_HAVE_CUDA
 static sw_status convert_staged(sw_context *ctx, const sw_image *src, sw_image *dst, double scale,
                                 double offset, size_t *clipped)
 {
-    sw_image dsrc = {0}, ddst = {0};
-    sw_status st = sw_image_alloc_device(ctx, src->width, src->height, src->type, &dsrc);
+    sw_image dsrc, ddst;
+    sw_status st = sw_cuda_staging_image(ctx, 0, src->width, src->height, src->type, &dsrc);
     if (st == SW_OK)
-        st = sw_image_alloc_device(ctx, dst->width, dst->height, dst->type, &ddst);
+        st = sw_cuda_staging_image(ctx, 1, dst->width, dst->height, dst->type, &ddst);
     if (st == SW_OK)
         st = sw_image_copy(ctx, src, &dsrc);
     if (st == SW_OK)
         st = sw_image_convert(ctx, &dsrc, &ddst, scale, offset, clipped);
     if (st == SW_OK)
         st = sw_image_copy(ctx, &ddst, dst);
-    sw_image_free(&dsrc);
-    sw_image_free(&ddst);
     return st;
 }
 #endif
@@ -362,8 +407,11 @@ sw_status sw_image_convert(sw_context *ctx, const sw_image *src, sw_image *dst, 
         return sw_fail(ctx, SW_EINVAL,
                        "image conversion: source and destination must both be host or both be "
                        "device memory (copy first with sw_image_copy)");
-    if (src->data == dst->data && sw_pixel_size(src->type) != sw_pixel_size(dst->type))
-        return sw_fail(ctx, SW_EINVAL, "in-place conversion needs equal pixel sizes");
+    if (images_overlap(src, dst) && (src->data != dst->data || src->stride != dst->stride ||
+                                     sw_pixel_size(src->type) != sw_pixel_size(dst->type)))
+        return sw_fail(ctx, SW_EINVAL,
+                       "image conversion: source and destination overlap (in place is allowed "
+                       "only over the same pixels, with equal strides and pixel sizes)");
 
     int to_int = dst->type != SW_PIX_F32;
     int on_gpu = ctx && ctx->backend == SW_BACKEND_CUDA;
@@ -387,7 +435,7 @@ sw_status sw_image_convert(sw_context *ctx, const sw_image *src, sw_image *dst, 
     }
 #endif
     if (to_int) {
-        int64_t bad = count_nonfinite_cpu(src);
+        int64_t bad = count_nonfinite_cpu(ctx, src);
         if (bad)
             return sw_fail(ctx, SW_ERANGE,
                            "image conversion to %s: %lld pixels are NaN or infinite",
@@ -508,41 +556,36 @@ sw_status sw_image_stats_compute(sw_context *ctx, const sw_image *img, sw_image_
     if (on_gpu && !is_host(img))
         return sw_cuda_stats(ctx, img, out);
     if (on_gpu) {
-        sw_image d = {0};
-        st = sw_image_alloc_device(ctx, img->width, img->height, img->type, &d);
+        sw_image d;
+        st = sw_cuda_staging_image(ctx, 0, img->width, img->height, img->type, &d);
         if (st == SW_OK)
             st = sw_image_copy(ctx, img, &d);
         if (st == SW_OK)
             st = sw_cuda_stats(ctx, &d, out);
-        sw_image_free(&d);
         return st;
     }
 #endif
     if (!is_host(img) && !on_gpu)
         return sw_fail(ctx, SW_ENODEV, "device images need a context on the CUDA backend");
 
+    const int threads = sw_context_threads(ctx);
+    double *bufs = row_buffers(img->width, threads);
+    if (!bufs)
+        return sw_fail(ctx, SW_ENOMEM, "out of memory computing image statistics");
     stats_acc total;
     acc_init(&total);
-    int failed = 0;
-#pragma omp parallel num_threads(sw_context_threads(ctx))
+#pragma omp parallel num_threads(threads)
     {
         stats_acc mine;
         acc_init(&mine);
-        double *buf = malloc((size_t)img->width * sizeof *buf);
-        if (!buf) {
-#pragma omp atomic write
-            failed = 1;
-        } else {
+        double *buf = bufs + (size_t)thread_index() * (size_t)img->width;
 #pragma omp for schedule(static)
-            for (int32_t y = 0; y < img->height; y++)
-                acc_row(&mine, img, y, buf);
-        }
-        free(buf);
+        for (int32_t y = 0; y < img->height; y++)
+            acc_row(&mine, img, y, buf);
 #pragma omp critical(sw_stats_merge)
         acc_merge(&total, &mine);
     }
-    if (failed)
-        return sw_fail(ctx, SW_ENOMEM, "out of memory computing image statistics");
+    free(bufs);
     acc_finish(&total, out);
     return SW_OK;
 }
@@ -554,8 +597,11 @@ static inline float random_value(uint64_t seed, uint64_t stream, uint64_t index,
                                  sw_random_dist dist, double a, double b)
 {
     sw_rng4 r = sw_rng_draw(seed, stream, index);
-    if (dist == SW_RANDOM_UNIFORM)
-        return (float)(a + (b - a) * sw_rng_u01(r.v[0], r.v[1]));
+    if (dist == SW_RANDOM_UNIFORM) {
+        float v = (float)(a + (b - a) * sw_rng_u01(r.v[0], r.v[1]));
+        /* rounding to float can reach b itself: step down to keep the interval half-open */
+        return (double)v >= b ? nextafterf(v, -INFINITY) : v;
+    }
     double z0, z1;
     sw_rng_normal2(r, &z0, &z1);
     return (float)(a + b * z0);
@@ -572,7 +618,8 @@ sw_status sw_image_fill_random(sw_context *ctx, sw_image *img, uint64_t seed, ui
                        sw_pixel_type_string(img->type));
     if (dist != SW_RANDOM_UNIFORM && dist != SW_RANDOM_NORMAL)
         return sw_fail(ctx, SW_EINVAL, "unknown random distribution %d", (int)dist);
-    if (!isfinite(a) || !isfinite(b) || (dist == SW_RANDOM_NORMAL && b < 0.0))
+    if (!isfinite(a) || !isfinite(b) || (dist == SW_RANDOM_NORMAL && b < 0.0) ||
+        (dist == SW_RANDOM_UNIFORM && !(a < b)))
         return sw_fail(ctx, SW_EINVAL, "random fill parameters %g, %g are not valid", a, b);
     int on_gpu = ctx && ctx->backend == SW_BACKEND_CUDA;
 #ifdef SW_HAVE_CUDA

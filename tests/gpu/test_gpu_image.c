@@ -211,6 +211,45 @@ static void test_fill_random_matches_cpu(void **state)
     }
 }
 
+/* In place on the device (equal pixel sizes, same memory) gives the CPU's result; a copy between
+ * overlapping device views is refused; uniform draws stay below b on the GPU too. */
+static void test_in_place_and_overlap(void **state)
+{
+    (void)state;
+    const int32_t w = 777, h = 333;
+    sw_image hsrc, ref, back, d;
+    assert_int_equal(sw_image_alloc(cpu, w, h, SW_PIX_U32, &hsrc), SW_OK);
+    sw_test_fill_random(&hsrc, 4242);
+    assert_int_equal(sw_image_alloc(cpu, w, h, SW_PIX_F32, &ref), SW_OK);
+    assert_int_equal(sw_image_convert(cpu, &hsrc, &ref, 1e-3, 5.0, NULL), SW_OK);
+    assert_int_equal(sw_image_alloc_device(gpu, w, h, SW_PIX_U32, &d), SW_OK);
+    assert_int_equal(sw_image_copy(gpu, &hsrc, &d), SW_OK);
+    sw_image dview = d;
+    dview.owned = 0;
+    dview.type = SW_PIX_F32;
+    assert_int_equal(sw_image_convert(gpu, &d, &dview, 1e-3, 5.0, NULL), SW_OK);
+    assert_int_equal(sw_image_alloc(cpu, w, h, SW_PIX_F32, &back), SW_OK);
+    assert_int_equal(sw_image_copy(gpu, &dview, &back), SW_OK);
+    assert_true(sw_image_equal(&ref, &back));
+
+    sw_image a, b;
+    assert_int_equal(sw_image_roi(gpu, &dview, 0, 0, 100, 100, &a), SW_OK);
+    assert_int_equal(sw_image_roi(gpu, &dview, 1, 1, 100, 100, &b), SW_OK);
+    assert_int_equal(sw_image_copy(gpu, &a, &b), SW_EINVAL);
+
+    sw_image u;
+    assert_int_equal(sw_image_alloc_device(gpu, 4096, 1, SW_PIX_F32, &u), SW_OK);
+    assert_int_equal(sw_image_fill_random(gpu, &u, 4359, 0, SW_RANDOM_UNIFORM, 0.0, 1.0), SW_OK);
+    sw_image_stats st;
+    assert_int_equal(sw_image_stats_compute(gpu, &u, &st), SW_OK);
+    assert_true(st.max < 1.0 && st.max > 0.99999 && st.min >= 0.0);
+    sw_image_free(&u);
+    sw_image_free(&hsrc);
+    sw_image_free(&ref);
+    sw_image_free(&back);
+    sw_image_free(&d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -220,6 +259,7 @@ int main(void)
         cmocka_unit_test(test_convert_nan_refused_on_gpu),
         cmocka_unit_test(test_stats_match_cpu),
         cmocka_unit_test(test_fill_random_matches_cpu),
+        cmocka_unit_test(test_in_place_and_overlap),
     };
     return cmocka_run_group_tests_name("gpu_image", tests, setup, teardown);
 }
