@@ -66,57 +66,6 @@ const char *sw_bench_device_name(sw_context *ctx, char *buf, size_t size)
     return sw_cpu_name(buf, size);
 }
 
-/* Length of a valid UTF-8 sequence at s, 0 when invalid. */
-static int utf8_length(const unsigned char *s)
-{
-    unsigned char c = s[0], lo = 0x80, hi = 0xBF;
-    int n;
-    if (c >= 0xC2 && c <= 0xDF)
-        n = 2;
-    else if (c >= 0xE0 && c <= 0xEF) {
-        n = 3;
-        lo = c == 0xE0 ? 0xA0 : lo;
-        hi = c == 0xED ? 0x9F : hi;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        n = 4;
-        lo = c == 0xF0 ? 0x90 : lo;
-        hi = c == 0xF4 ? 0x8F : hi;
-    } else
-        return 0;
-    if (s[1] < lo || s[1] > hi)
-        return 0;
-    for (int i = 2; i < n; i++)
-        if (s[i] < 0x80 || s[i] > 0xBF)
-            return 0;
-    return n;
-}
-
-static void json_string(FILE *out, const char *s)
-{
-    const unsigned char *p = (const unsigned char *)(s ? s : "");
-    fputc('"', out);
-    while (*p) {
-        if (*p == '"' || *p == '\\') {
-            fputc('\\', out);
-            fputc(*p++, out);
-        } else if (*p < 0x20) {
-            fprintf(out, "\\u%04x", *p++);
-        } else if (*p < 0x80) {
-            fputc(*p++, out);
-        } else {
-            int n = utf8_length(p);
-            if (n == 0) {
-                fputs("\\ufffd", out);
-                p++;
-            } else {
-                fwrite(p, 1, (size_t)n, out);
-                p += n;
-            }
-        }
-    }
-    fputc('"', out);
-}
-
 /* A finite number for JSON (NaN/Inf are not JSON). */
 static void json_number(FILE *out, double v)
 {
@@ -368,13 +317,13 @@ sw_status sw_bench_run(const sw_bench_options *o, const sw_bench_case *c, sw_ben
     char device[256];
     sw_bench_device_name(c->ctx, device, sizeof device);
     printf("{\"bench\":");
-    json_string(stdout, c->bench);
+    sw_json_write_string(stdout, c->bench ? c->bench : "");
     printf(",\"config\":");
-    json_string(stdout, c->config ? c->config : "");
+    sw_json_write_string(stdout, c->config ? c->config : "");
     printf(",\"backend\":");
-    json_string(stdout, sw_backend_string(sw_context_backend(c->ctx)));
+    sw_json_write_string(stdout, sw_backend_string(sw_context_backend(c->ctx)));
     printf(",\"device\":");
-    json_string(stdout, device);
+    sw_json_write_string(stdout, device);
     printf(",\"threads\":%d,\"median_us\":", sw_context_threads(c->ctx));
     json_number(stdout, r.median_us);
     printf(",\"p99_us\":");
@@ -389,7 +338,7 @@ sw_status sw_bench_run(const sw_bench_options *o, const sw_bench_case *c, sw_ben
     if (r.throughput_unit[0]) {
         json_number(stdout, r.throughput);
         printf(",\"throughput_unit\":");
-        json_string(stdout, r.throughput_unit);
+        sw_json_write_string(stdout, r.throughput_unit);
     } else {
         printf("null,\"throughput_unit\":null");
     }

@@ -80,7 +80,8 @@ int sw_cli_getopt(const char *sub, int argc, char **argv, const char *shortopts,
 
 /* Parses a whole decimal integer in [min, max]. 0 on success, -1 otherwise (out untouched). */
 int sw_cli_parse_long(const char *text, long min, long max, long *out);
-/* Parses a whole unsigned 64-bit integer (decimal, or hex with 0x). 0 / -1. */
+/* Parses a whole unsigned 64-bit integer: decimal ("010" is ten, not octal), or hex after 0x or
+ * 0X. No sign, blanks or other text. 0 / -1. */
 int sw_cli_parse_u64(const char *text, uint64_t *out);
 /* Parses "WxH" (also "W,H"), both in 1..SW_IMAGE_MAX_DIM. 0 / -1. */
 int sw_cli_parse_size(const char *text, int32_t *w, int32_t *h);
@@ -100,9 +101,7 @@ int sw_cli_context(const sw_cli_globals *g, const char *sub, sw_context **out);
 /* Seconds from a monotonic clock (for timings). */
 double sw_cli_now(void);
 
-/* Writes s as a JSON string literal (with quotes): escapes '"', '\\' and control characters,
- * passes valid UTF-8 through and replaces invalid bytes with U+FFFD. NULL writes null. */
-void sw_cli_json_string(FILE *out, const char *s);
+/* JSON string literals: sw_json_write_string() (spotwave/io.h). */
 
 /* Creates a directory and its missing parents (mode 0777 & ~umask). 0 on success, -1 with
  * errno set otherwise; an existing directory is success. */

@@ -83,20 +83,20 @@ static void print_json(const info_report *r)
 {
     char drv[32], rt[32];
     printf("{\n  \"version\": ");
-    sw_cli_json_string(stdout, r->version);
+    sw_json_write_string(stdout, r->version);
     printf(",\n  \"build\": ");
-    sw_cli_json_string(stdout, r->build);
+    sw_json_write_string(stdout, r->build);
     printf(",\n  \"cuda_built\": %s", r->cuda_built ? "true" : "false");
     printf(",\n  \"cuda_devices\": %d", r->cuda_devices);
     printf(",\n  \"cpu\": ");
-    sw_cli_json_string(stdout, r->cpu);
+    sw_json_write_string(stdout, r->cpu);
     printf(",\n  \"threads\": %d", r->threads);
     printf(",\n  \"backend_requested\": ");
-    sw_cli_json_string(stdout, sw_backend_string(r->requested));
+    sw_json_write_string(stdout, sw_backend_string(r->requested));
     printf(",\n  \"backend\": ");
-    sw_cli_json_string(stdout, sw_backend_string(r->backend));
+    sw_json_write_string(stdout, sw_backend_string(r->backend));
     printf(",\n  \"backend_reason\": ");
-    sw_cli_json_string(stdout, r->reason);
+    sw_json_write_string(stdout, r->reason);
     printf(",\n  \"device\": ");
     if (!r->have_device) {
         printf("null");
@@ -105,7 +105,7 @@ static void print_json(const info_report *r)
         cuda_version_text(d->driver_version, drv, sizeof drv);
         cuda_version_text(d->runtime_version, rt, sizeof rt);
         printf("{\n    \"ordinal\": %d,\n    \"name\": ", d->ordinal);
-        sw_cli_json_string(stdout, d->name);
+        sw_json_write_string(stdout, d->name);
         printf(",\n    \"memory_total_bytes\": %zu", d->total_memory);
         printf(",\n    \"memory_free_bytes\": %zu", d->free_memory);
         printf(",\n    \"memory_total_gib\": %.3f", gib(d->total_memory));

@@ -6,6 +6,7 @@
 
 #include "cli.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -187,10 +188,21 @@ int sw_cli_parse_u64(const char *text, uint64_t *out)
 {
     if (!text || !*text || *text == '-' || *text == '+' || *text == ' ')
         return -1;
+    /* Decimal, or hex after 0x / 0X. Not base 0: a leading 0 would make "010" octal (8). */
+    int base = 10;
+    const char *digits = text;
+    if (text[0] == '0' && (text[1] == 'x' || text[1] == 'X')) {
+        base = 16;
+        digits = text + 2;
+    }
+    /* strtoull accepts a sign, blanks and (base 16) a second 0x prefix: refuse them. */
+    if (!isxdigit((unsigned char)digits[0]) ||
+        (base == 16 && digits[0] == '0' && (digits[1] == 'x' || digits[1] == 'X')))
+        return -1;
     char *end = NULL;
     errno = 0;
-    unsigned long long v = strtoull(text, &end, 0);
-    if (errno != 0 || end == text || *end != '\0')
+    unsigned long long v = strtoull(digits, &end, base);
+    if (errno != 0 || end == digits || *end != '\0')
         return -1;
     *out = (uint64_t)v;
     return 0;
@@ -255,75 +267,6 @@ double sw_cli_now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* Length of the valid UTF-8 sequence at s (1..4), or 0 when the bytes are not valid UTF-8. */
-static int utf8_length(const unsigned char *s)
-{
-    unsigned char c = s[0];
-    int n;
-    unsigned char lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
-    if (c >= 0xC2 && c <= 0xDF)
-        n = 2;
-    else if (c >= 0xE0 && c <= 0xEF) {
-        n = 3;
-        if (c == 0xE0)
-            lo = 0xA0; /* no overlong forms */
-        if (c == 0xED)
-            hi = 0x9F; /* no surrogates */
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        n = 4;
-        if (c == 0xF0)
-            lo = 0x90;
-        if (c == 0xF4)
-            hi = 0x8F;
-    } else
-        return 0;
-    if (s[1] < lo || s[1] > hi)
-        return 0;
-    for (int i = 2; i < n; i++)
-        if (s[i] < 0x80 || s[i] > 0xBF)
-            return 0;
-    return n;
-}
-
-void sw_cli_json_string(FILE *out, const char *s)
-{
-    if (!s) {
-        fputs("null", out);
-        return;
-    }
-    const unsigned char *p = (const unsigned char *)s;
-    fputc('"', out);
-    while (*p) {
-        unsigned char c = *p;
-        if (c == '"' || c == '\\') {
-            fputc('\\', out);
-            fputc(c, out);
-            p++;
-        } else if (c < 0x20) {
-            switch (c) {
-            case '\n': fputs("\\n", out); break;
-            case '\r': fputs("\\r", out); break;
-            case '\t': fputs("\\t", out); break;
-            default: fprintf(out, "\\u%04x", c); break;
-            }
-            p++;
-        } else if (c < 0x80) {
-            fputc(c, out);
-            p++;
-        } else {
-            int n = utf8_length(p);
-            if (n == 0) {
-                fputs("\\ufffd", out);
-                p++;
-            } else {
-                fwrite(p, 1, (size_t)n, out);
-                p += n;
-            }
-        }
-    }
-    fputc('"', out);
 }
 
 int sw_cli_mkdir_p(const char *path)

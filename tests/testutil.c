@@ -3,9 +3,11 @@
 
 #include "spotwave/rng.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static char tmpdir[512];
@@ -13,8 +15,9 @@ static char tmpdir[512];
 static void remove_tmpdir(void)
 {
     if (tmpdir[0]) {
-        char cmd[600];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+        char cmd[1100];
+        /* chmod first: read-only directories (sw_test_readonly_dir) would keep their files */
+        snprintf(cmd, sizeof cmd, "chmod -R u+rwx '%s' && rm -rf '%s'", tmpdir, tmpdir);
         if (system(cmd) != 0)
             fprintf(stderr, "warning: could not remove %s\n", tmpdir);
     }
@@ -82,4 +85,57 @@ void sw_test_write_file(const char *path, const void *data, size_t size)
     if (size)
         assert_int_equal(fwrite(data, 1, size, f), size);
     assert_int_equal(fclose(f), 0);
+}
+
+sw_image sw_test_random_image(int32_t w, int32_t h, sw_pixel_type t, uint64_t seed)
+{
+    sw_image img;
+    assert_int_equal(sw_image_alloc(NULL, w, h, t, &img), SW_OK);
+    sw_test_fill_random(&img, seed);
+    return img;
+}
+
+void *sw_test_read_all(const char *path, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    long n = ftell(f);
+    assert_true(n >= 0);
+    rewind(f);
+    char *buf = malloc((size_t)n + 1);
+    assert_non_null(buf);
+    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    buf[n] = '\0';
+    *size = (size_t)n;
+    return buf;
+}
+
+int sw_test_file_exists(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
+const char *sw_test_readonly_dir(const char *name)
+{
+    if (geteuid() == 0)
+        return NULL;
+    const char *path = sw_test_path(name);
+    assert_int_equal(mkdir(path, 0555), 0);
+    return path;
+}
+
+int sw_test_count_temp_files(void)
+{
+    DIR *d = opendir(sw_test_tmpdir());
+    assert_non_null(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (strstr(e->d_name, ".tmp."))
+            n++;
+    closedir(d);
+    return n;
 }

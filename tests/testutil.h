@@ -37,7 +37,27 @@ void sw_test_fill_random(sw_image *img, uint64_t seed);
  * GPU is usable here. */
 sw_context *sw_test_cuda_context_or_skip(void);
 
+/* Allocates a w x h host image of type t (asserts on failure) and fills it with
+ * sw_test_fill_random(seed). Free it with sw_image_free. */
+sw_image sw_test_random_image(int32_t w, int32_t h, sw_pixel_type t, uint64_t seed);
+
 /* Writes bytes to a file (asserts on failure). */
 void sw_test_write_file(const char *path, const void *data, size_t size);
+
+/* Reads a whole file (asserts on failure): a malloc'ed buffer of *size bytes plus a terminating
+ * '\0' (not counted in *size), for the caller to free. */
+void *sw_test_read_all(const char *path, size_t *size);
+
+/* Non-zero when something exists at path (stat succeeds). */
+int sw_test_file_exists(const char *path);
+
+/* Creates the directory "<tmpdir>/<name>" without write permission (mode 0555) and returns its
+ * path (as sw_test_path does), or NULL when the process runs as root, for whom permissions mean
+ * nothing (the caller then skips the check). The clean-up at exit makes it writable again. */
+const char *sw_test_readonly_dir(const char *name);
+
+/* Number of entries in sw_test_tmpdir() whose name contains ".tmp." (temporary files a writer
+ * left behind). */
+int sw_test_count_temp_files(void);
 
 #endif

@@ -1,10 +1,18 @@
 /*
- * spotwave I/O: FITS (cfitsio), PGM, PNG output, CSV tables.
+ * spotwave I/O: FITS (cfitsio), PGM, PNG output, CSV tables, JSON strings.
  *
  * All readers allocate the returned images with sw_image_alloc (host memory, pinned on CUDA) and
- * validate everything before returning: a truncated, corrupt, zero-sized or absurd file
- * (dimensions beyond SW_IMAGE_MAX_DIM / SW_IMAGE_MAX_PIXELS) gives SW_EFORMAT or SW_EIO with a
- * message naming the file and the problem, and *out is left zeroed.
+ * validate everything before returning. On failure *out is left zeroed and the message names the
+ * file and the problem; the status says what kind of problem it is:
+ *   SW_EFORMAT       a truncated, corrupt, zero-sized or absurd file (dimensions beyond
+ *                    SW_IMAGE_MAX_DIM / SW_IMAGE_MAX_PIXELS), or not the format at all
+ *   SW_EIO           the file cannot be opened or read
+ *   SW_EUNSUPPORTED  valid but not supported (FITS: tile-compressed images, random groups)
+ *   SW_ERANGE        pixel values that do not fit the type they are read as (FITS: BITPIX -64
+ *                    values beyond the range of float)
+ *   SW_ENOMEM        out of memory
+ *   SW_EINVAL        bad arguments (NULL or empty path, NULL buffer or out, a FITS file name too
+ *                    long for cfitsio, a frame index out of range)
  * Writers never leave a half-written file under the final name: they write to "<path>.tmp.XXXX"
  * and rename.
  */
@@ -12,6 +20,8 @@
 #define SPOTWAVE_IO_H
 
 #include "spotwave/core.h"
+
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -28,7 +38,7 @@ extern "C" {
  * BITPIX 32        -> SW_PIX_U32 when BZERO = 2147483648 and BSCALE = 1, otherwise SW_PIX_F32
  *                     (values beyond float precision lose digits; a debug log says so)
  * BITPIX -32       -> SW_PIX_F32
- * BITPIX -64, 64   -> SW_PIX_F32 (values are narrowed; out-of-range values refused)
+ * BITPIX -64, 64   -> SW_PIX_F32 (values are narrowed; out-of-range values: SW_ERANGE)
  * (Unsigned 8-bit with BZERO = -128, i.e. signed bytes, reads as SW_PIX_F32.)
  * Read as SW_PIX_F32, integer pixels equal to the BLANK keyword become NaN; NaN in float data
  * stays NaN. Values are returned as stored (no flips): FITS pixel (1, 1) is spotwave (0, 0).
@@ -131,6 +141,17 @@ void sw_table_free(sw_table *t);
 sw_status sw_csv_read(sw_context *ctx, const char *path, sw_table *out);
 /* Writes a header row and the rows; numbers with %.17g so they read back bit-exact. */
 sw_status sw_csv_write(sw_context *ctx, const char *path, const sw_table *t);
+
+/* ------------------------------------------------------------------ JSON */
+
+/*
+ * Writes s as a JSON string literal with quotes; escapes '"', '\\' and control characters
+ * (newline, carriage return and tab as \n, \r, \t; the others as \u00XX, lower-case hex), passes
+ * valid UTF-8 through unchanged, replaces each invalid byte with U+FFFD (written as the escape
+ * \ufffd, so the output is pure ASCII there); NULL writes null. Write errors are left in
+ * ferror(out) for the caller to check.
+ */
+void sw_json_write_string(FILE *out, const char *s);
 
 #ifdef __cplusplus
 }

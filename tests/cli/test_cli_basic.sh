@@ -83,6 +83,13 @@ expect_usage help no-such-subcommand
 expect_usage demo --size 0x10
 expect_usage demo --size 100
 expect_usage demo --seed -3
+expect_usage demo --seed +3
+expect_usage demo --seed " 3"
+expect_usage demo --seed 3x
+expect_usage demo --seed 0x
+expect_usage demo --seed 0x0x3
+expect_usage demo --seed 0xg
+expect_usage demo --seed 18446744073709551616 # 2^64
 expect_usage demo --out
 
 # ---------------------------------------------------------------- every listed subcommand has --help

@@ -67,14 +67,39 @@ sig=$(head -c 8 "$d1/demo.png" | od -An -tx1 | tr -d ' \n')
 # ---------------------------------------------------------------- reproducible for a seed
 d2=$tmp/demo2
 expect 0 --backend cpu --quiet demo --out "$d2" --size ${W}x${H} --seed 7
+stats1=$(printf '%s\n' "$out" | grep -E '^ *stats ' || true) # default threads (all cores)
+[[ -n $stats1 ]] || fail "the demo report has no stats line: $out"
 cmp -s "$d1/demo.fits" "$d2/demo.fits" || fail "the same seed gave different demo.fits"
 cmp -s "$d1/demo_u16.pgm" "$d2/demo_u16.pgm" || fail "the same seed gave different PGM files"
 d3=$tmp/demo3
 expect 0 --backend cpu demo --out "$d3" --size ${W}x${H} --seed 8
 cmp -s "$d1/demo.fits" "$d3/demo.fits" && fail "different seeds gave the same demo.fits"
-d4=$tmp/demo4
-expect 0 --backend cpu --threads 1 demo --out "$d4" --size ${W}x${H} --seed 7
-cmp -s "$d1/demo.fits" "$d4/demo.fits" || fail "--threads 1 changed demo.fits"
+# The thread count must not change the results. demo.fits is built by the command itself on one
+# thread; demo_u16.pgm comes from the library's conversion and the stats line from the library's
+# statistics, both of which run on the context's threads. 3 threads: a split of the rows that
+# differs from the default's even on a machine with one or two cores.
+for n in 1 3; do
+    d4=$tmp/demo4-threads$n
+    expect 0 --backend cpu --threads $n demo --out "$d4" --size ${W}x${H} --seed 7
+    cmp -s "$d1/demo.fits" "$d4/demo.fits" || fail "--threads $n changed demo.fits"
+    cmp -s "$d1/demo_u16.pgm" "$d4/demo_u16.pgm" || fail "--threads $n changed demo_u16.pgm"
+    stats4=$(printf '%s\n' "$out" | grep -E '^ *stats ' || true)
+    [[ $stats4 == "$stats1" ]] || fail "--threads $n changed the stats line: '$stats4' vs '$stats1'"
+done
+
+# The seed is decimal even with a leading zero (not octal), or hex after 0x.
+for s in 010 0xa 0XA; do
+    expect 0 --backend cpu demo --out "$tmp/seed-$s" --size 32x32 --seed $s
+    [[ $out == *"seed 10:"* ]] || fail "--seed $s is not read as 10: $out"
+done
+expect 0 --backend cpu demo --out "$tmp/seed-10" --size 32x32 --seed 10
+for s in 010 0xa 0XA; do
+    for f in demo.fits demo_u16.pgm; do
+        cmp -s "$tmp/seed-10/$f" "$tmp/seed-$s/$f" || fail "--seed $s and --seed 10 gave different $f"
+    done
+done
+expect 0 --backend cpu demo --out "$tmp/seed-09" --size 32x32 --seed 09
+[[ $out == *"seed 9:"* ]] || fail "--seed 09 is not read as 9: $out"
 
 # ---------------------------------------------------------------- the default output directory
 mkdir "$tmp/cwd"

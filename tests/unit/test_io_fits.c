@@ -6,60 +6,14 @@
 
 #include "testutil.h"
 
-#include <dirent.h>
 #include <fitsio.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 static const sw_pixel_type all_types[4] = {SW_PIX_U8, SW_PIX_U16, SW_PIX_U32, SW_PIX_F32};
-
-static sw_image random_image(int32_t w, int32_t h, sw_pixel_type t, uint64_t seed)
-{
-    sw_image img;
-    assert_int_equal(sw_image_alloc(NULL, w, h, t, &img), SW_OK);
-    sw_test_fill_random(&img, seed);
-    return img;
-}
-
-static void *read_all(const char *path, size_t *size)
-{
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    assert_int_equal(fseek(f, 0, SEEK_END), 0);
-    long n = ftell(f);
-    assert_true(n >= 0);
-    rewind(f);
-    void *buf = malloc((size_t)n + 1);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    *size = (size_t)n;
-    return buf;
-}
-
-/* Number of entries in the test directory whose name contains ".tmp." (leftover temp files). */
-static int count_temp_files(void)
-{
-    DIR *d = opendir(sw_test_tmpdir());
-    assert_non_null(d);
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-        if (strstr(e->d_name, ".tmp."))
-            n++;
-    closedir(d);
-    return n;
-}
-
-static int file_exists(const char *path)
-{
-    struct stat sb;
-    return stat(path, &sb) == 0;
-}
 
 /* Reading failed: *out must be zeroed and the message must name the problem. */
 static void assert_failed_frames(sw_status st, sw_status want, const sw_frames *fr,
@@ -143,7 +97,7 @@ static void roundtrip_2d(void **state)
 {
     (void)state;
     for (int i = 0; i < 4; i++) {
-        sw_image img = random_image(37, 23, all_types[i], 100 + (uint64_t)i);
+        sw_image img = sw_test_random_image(37, 23, all_types[i], 100 + (uint64_t)i);
         const char *path = sw_test_path("rt2d.fits");
         assert_int_equal(sw_fits_write(NULL, path, &img, 1), SW_OK);
         sw_frames fr;
@@ -165,7 +119,7 @@ static void roundtrip_2d(void **state)
 
         /* from memory */
         size_t n;
-        void *buf = read_all(path, &n);
+        void *buf = sw_test_read_all(path, &n);
         assert_int_equal(sw_fits_read_memory(NULL, buf, n, &fr), SW_OK);
         assert_int_equal(fr.count, 1);
         assert_true(sw_image_equal(&img, &fr.frames[0]));
@@ -173,7 +127,7 @@ static void roundtrip_2d(void **state)
         free(buf);
         sw_image_free(&img);
     }
-    assert_int_equal(count_temp_files(), 0);
+    assert_int_equal(sw_test_count_temp_files(), 0);
 }
 
 static void roundtrip_cube(void **state)
@@ -182,7 +136,8 @@ static void roundtrip_cube(void **state)
     for (int i = 0; i < 4; i++) {
         sw_image frames[3];
         for (int k = 0; k < 3; k++)
-            frames[k] = random_image(19, 11, all_types[i], 200 + 10 * (uint64_t)i + (uint64_t)k);
+            frames[k] =
+                sw_test_random_image(19, 11, all_types[i], 200 + 10 * (uint64_t)i + (uint64_t)k);
         const char *path = sw_test_path("cube.fits");
         assert_int_equal(sw_fits_write(NULL, path, frames, 3), SW_OK);
         sw_frames fr;
@@ -210,7 +165,7 @@ static void roundtrip_strided_views(void **state)
 {
     (void)state;
     for (int i = 0; i < 4; i++) {
-        sw_image big = random_image(64, 48, all_types[i], 300 + (uint64_t)i);
+        sw_image big = sw_test_random_image(64, 48, all_types[i], 300 + (uint64_t)i);
         sw_image views[3];
         for (int k = 0; k < 3; k++) {
             assert_int_equal(sw_image_roi(NULL, &big, 3 + 7 * k, 5 + 4 * k, 21, 13, &views[k]),
@@ -239,7 +194,7 @@ static void roundtrip_strided_views(void **state)
 static void roundtrip_special_floats(void **state)
 {
     (void)state;
-    sw_image img = random_image(8, 4, SW_PIX_F32, 400);
+    sw_image img = sw_test_random_image(8, 4, SW_PIX_F32, 400);
     float *r0 = sw_image_row(&img, 0);
     r0[0] = NAN;
     r0[1] = INFINITY;
@@ -272,21 +227,21 @@ static void overwrite_and_special_names(void **state)
     const char *names[3] = {"over.fits", "img[1].fits", "!bang.fits"};
     for (int n = 0; n < 3; n++) {
         const char *path = sw_test_path(names[n]);
-        sw_image a = random_image(10, 10, SW_PIX_U16, 500);
-        sw_image b = random_image(12, 7, SW_PIX_F32, 501);
+        sw_image a = sw_test_random_image(10, 10, SW_PIX_U16, 500);
+        sw_image b = sw_test_random_image(12, 7, SW_PIX_F32, 501);
         assert_int_equal(sw_fits_write(NULL, path, &a, 1), SW_OK);
         assert_int_equal(sw_fits_write(NULL, path, &b, 1), SW_OK);
         sw_frames fr;
         assert_int_equal(sw_fits_read(NULL, path, &fr), SW_OK);
         assert_true(sw_image_equal(&b, &fr.frames[0]));
         sw_frames_free(&fr);
-        assert_true(file_exists(path));
+        assert_true(sw_test_file_exists(path));
         sw_image_free(&a);
         sw_image_free(&b);
     }
     /* "!bang.fits" was not turned into "bang.fits" */
-    assert_false(file_exists(sw_test_path("bang.fits")));
-    assert_int_equal(count_temp_files(), 0);
+    assert_false(sw_test_file_exists(sw_test_path("bang.fits")));
+    assert_int_equal(sw_test_count_temp_files(), 0);
 }
 
 /* ------------------------------------------------------------------ files written by cfitsio */
@@ -542,11 +497,11 @@ static void cfitsio_compressed_refused(void **state)
 static void bad_truncated(void **state)
 {
     (void)state;
-    sw_image img = random_image(40, 30, SW_PIX_U16, 600);
+    sw_image img = sw_test_random_image(40, 30, SW_PIX_U16, 600);
     const char *path = sw_test_path("full.fits");
     assert_int_equal(sw_fits_write(NULL, path, &img, 1), SW_OK);
     size_t n;
-    unsigned char *buf = read_all(path, &n);
+    unsigned char *buf = sw_test_read_all(path, &n);
     assert_true(n > 2880);
     sw_frames fr;
     /* cut in half (inside the data), then inside the header */
@@ -568,12 +523,12 @@ static void bad_truncated(void **state)
 static void bad_corrupt_header(void **state)
 {
     (void)state;
-    sw_image img = random_image(8, 8, SW_PIX_U8, 700);
+    sw_image img = sw_test_random_image(8, 8, SW_PIX_U8, 700);
     const char *path = sw_test_path("good.fits");
     assert_int_equal(sw_fits_write(NULL, path, &img, 1), SW_OK);
     sw_image_free(&img);
     size_t n;
-    unsigned char *buf = read_all(path, &n);
+    unsigned char *buf = sw_test_read_all(path, &n);
     sw_frames fr;
 
     /* NAXIS1 value replaced by text */
@@ -688,7 +643,7 @@ static void bad_arguments(void **state)
 {
     (void)state;
     sw_frames fr;
-    sw_image img = random_image(4, 4, SW_PIX_U8, 800);
+    sw_image img = sw_test_random_image(4, 4, SW_PIX_U8, 800);
     const char *path = sw_test_path("args.fits");
     assert_int_equal(sw_fits_read(NULL, NULL, &fr), SW_EINVAL);
     assert_int_equal(sw_fits_read(NULL, path, NULL), SW_EINVAL);
@@ -697,13 +652,13 @@ static void bad_arguments(void **state)
     assert_int_equal(sw_fits_write(NULL, NULL, &img, 1), SW_EINVAL);
     assert_int_equal(sw_fits_write(NULL, path, NULL, 1), SW_EINVAL);
     assert_int_equal(sw_fits_write(NULL, path, &img, 0), SW_EINVAL);
-    assert_false(file_exists(path));
+    assert_false(sw_test_file_exists(path));
 
     /* frames of a cube must match */
-    sw_image two[2] = {img, random_image(4, 5, SW_PIX_U8, 801)};
+    sw_image two[2] = {img, sw_test_random_image(4, 5, SW_PIX_U8, 801)};
     assert_int_equal(sw_fits_write(NULL, path, two, 2), SW_EINVAL);
     sw_image_free(&two[1]);
-    two[1] = random_image(4, 4, SW_PIX_U16, 802);
+    two[1] = sw_test_random_image(4, 4, SW_PIX_U16, 802);
     assert_int_equal(sw_fits_write(NULL, path, two, 2), SW_EINVAL);
     sw_image_free(&two[1]);
 
@@ -713,7 +668,7 @@ static void bad_arguments(void **state)
                      SW_OK);
     assert_int_equal(sw_fits_write(NULL, path, &dev, 1), SW_EINVAL);
     assert_non_null(strstr(sw_context_error(NULL), "device"));
-    assert_false(file_exists(path));
+    assert_false(sw_test_file_exists(path));
     sw_frames_free(NULL);
     sw_image_free(&img);
 }
@@ -721,27 +676,24 @@ static void bad_arguments(void **state)
 static void bad_output_paths(void **state)
 {
     (void)state;
-    sw_image img = random_image(4, 4, SW_PIX_F32, 900);
+    sw_image img = sw_test_random_image(4, 4, SW_PIX_F32, 900);
     /* missing directory */
     const char *path = sw_test_path("no-such-dir/out.fits");
     assert_int_equal(sw_fits_write(NULL, path, &img, 1), SW_EIO);
     assert_non_null(strstr(sw_context_error(NULL), "out.fits"));
-    assert_false(file_exists(path));
+    assert_false(sw_test_file_exists(path));
     /* a path whose parent is a regular file */
     const char *plain = sw_test_path("plainfile");
     sw_test_write_file(plain, "x", 1);
     path = sw_test_path("plainfile/out.fits");
     assert_int_equal(sw_fits_write(NULL, path, &img, 1), SW_EIO);
     /* a read-only directory (meaningless as root, who ignores permissions) */
-    if (geteuid() != 0) {
-        const char *ro = sw_test_path("readonly");
-        assert_int_equal(mkdir(ro, 0555), 0);
+    if (sw_test_readonly_dir("readonly")) {
         path = sw_test_path("readonly/out.fits");
         assert_int_equal(sw_fits_write(NULL, path, &img, 1), SW_EIO);
-        assert_false(file_exists(path));
-        chmod(ro, 0755);
+        assert_false(sw_test_file_exists(path));
     }
-    assert_int_equal(count_temp_files(), 0);
+    assert_int_equal(sw_test_count_temp_files(), 0);
     sw_image_free(&img);
 }
 

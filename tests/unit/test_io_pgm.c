@@ -9,37 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-static sw_image random_image(int32_t w, int32_t h, sw_pixel_type t, uint64_t seed)
-{
-    sw_image img;
-    assert_int_equal(sw_image_alloc(NULL, w, h, t, &img), SW_OK);
-    sw_test_fill_random(&img, seed);
-    return img;
-}
-
-static void *read_all(const char *path, size_t *size)
-{
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    assert_int_equal(fseek(f, 0, SEEK_END), 0);
-    long n = ftell(f);
-    rewind(f);
-    void *buf = malloc((size_t)n + 1);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    *size = (size_t)n;
-    return buf;
-}
-
-static int file_exists(const char *path)
-{
-    struct stat sb;
-    return stat(path, &sb) == 0;
-}
 
 /* Parses from memory and from a file; both must agree. Returns the file reader's status. */
 static sw_status read_both(const void *data, size_t n, sw_image *out)
@@ -81,7 +50,7 @@ static void roundtrip(void **state)
     (void)state;
     const sw_pixel_type types[2] = {SW_PIX_U8, SW_PIX_U16};
     for (int i = 0; i < 2; i++) {
-        sw_image img = random_image(33, 17, types[i], 10 + (uint64_t)i);
+        sw_image img = sw_test_random_image(33, 17, types[i], 10 + (uint64_t)i);
         const char *path = sw_test_path("rt.pgm");
         assert_int_equal(sw_pgm_write(NULL, path, &img), SW_OK);
         sw_image back;
@@ -91,7 +60,7 @@ static void roundtrip(void **state)
         sw_image_free(&back);
 
         size_t n;
-        void *buf = read_all(path, &n);
+        void *buf = sw_test_read_all(path, &n);
         assert_int_equal(n, strlen(i ? "P5\n33 17\n65535\n" : "P5\n33 17\n255\n") +
                                 (size_t)33 * 17 * (i ? 2 : 1));
         assert_int_equal(sw_pgm_read_memory(NULL, buf, n, &back), SW_OK);
@@ -188,39 +157,36 @@ static void bad_input(void **state)
 static void bad_writes(void **state)
 {
     (void)state;
-    sw_image f = random_image(4, 4, SW_PIX_F32, 30);
+    sw_image f = sw_test_random_image(4, 4, SW_PIX_F32, 30);
     const char *path = sw_test_path("w.pgm");
     assert_int_equal(sw_pgm_write(NULL, path, &f), SW_EINVAL);
     sw_image_free(&f);
-    f = random_image(4, 4, SW_PIX_U32, 31);
+    f = sw_test_random_image(4, 4, SW_PIX_U32, 31);
     assert_int_equal(sw_pgm_write(NULL, path, &f), SW_EINVAL);
     sw_image_free(&f);
-    assert_false(file_exists(path));
+    assert_false(sw_test_file_exists(path));
 
-    sw_image img = random_image(4, 4, SW_PIX_U8, 32);
+    sw_image img = sw_test_random_image(4, 4, SW_PIX_U8, 32);
     assert_int_equal(sw_pgm_write(NULL, NULL, &img), SW_EINVAL);
     assert_int_equal(sw_pgm_write(NULL, path, NULL), SW_EINVAL);
     sw_image dev;
     assert_int_equal(sw_image_wrap(img.data, 4, 4, img.stride, SW_PIX_U8, SW_MEM_DEVICE, &dev),
                      SW_OK);
     assert_int_equal(sw_pgm_write(NULL, path, &dev), SW_EINVAL);
-    assert_false(file_exists(path));
+    assert_false(sw_test_file_exists(path));
 
     const char *missing = sw_test_path("nodir/x.pgm");
     assert_int_equal(sw_pgm_write(NULL, missing, &img), SW_EIO);
     assert_non_null(strstr(sw_context_error(NULL), "x.pgm"));
-    assert_false(file_exists(missing));
+    assert_false(sw_test_file_exists(missing));
     sw_test_write_file(sw_test_path("afile"), "x", 1);
     assert_int_equal(sw_pgm_write(NULL, sw_test_path("afile/x.pgm"), &img), SW_EIO);
-    if (geteuid() != 0) {
-        const char *ro = sw_test_path("ro");
-        assert_int_equal(mkdir(ro, 0555), 0);
+    if (sw_test_readonly_dir("ro")) {
         assert_int_equal(sw_pgm_write(NULL, sw_test_path("ro/x.pgm"), &img), SW_EIO);
-        assert_false(file_exists(sw_test_path("ro/x.pgm")));
-        chmod(ro, 0755);
+        assert_false(sw_test_file_exists(sw_test_path("ro/x.pgm")));
     }
     /* a failed write leaves an existing file untouched */
-    sw_image other = random_image(4, 4, SW_PIX_U8, 33);
+    sw_image other = sw_test_random_image(4, 4, SW_PIX_U8, 33);
     assert_int_equal(sw_pgm_write(NULL, path, &other), SW_OK);
     assert_int_equal(sw_pgm_write(NULL, path, &dev), SW_EINVAL);
     sw_image back;

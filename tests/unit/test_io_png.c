@@ -11,8 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 typedef struct rgba_image {
     int w, h;
@@ -74,12 +72,6 @@ static long count_black(const rgba_image *r, int x0)
             n += p[0] == 0 && p[1] == 0 && p[2] == 0 && p[3] == 255;
         }
     return n;
-}
-
-static int file_exists(const char *path)
-{
-    struct stat sb;
-    return stat(path, &sb) == 0;
 }
 
 static sw_image ramp_f32(int32_t w, int32_t h, double v0, double v1)
@@ -264,24 +256,81 @@ static void nan_pixels(void **state)
     sw_image_free(&img);
 }
 
-/* A tall image: labels are drawn larger, the canvas keeps the image height. */
-static void large_and_tiny(void **state)
+/*
+ * The unit label under the scale bar, found from the picture: the bar's columns are those of its
+ * top colour (R,G,B) right of the image (x >= x0); the label is what is black in those columns
+ * below the bar's bottom frame line (tick labels start right of the bar, so they are not counted).
+ * Gives the size of the label's black pixels' bounding box in those columns.
+ */
+static void label_box(const rgba_image *r, int x0, int R, int G, int B, int *bw, int *bh)
+{
+    int ytop = find_colour(r, x0, R, G, B);
+    assert_true(ytop >= 0);
+    int bx0 = -1, bx1 = -1;
+    for (int x = x0; x < r->w; x++) {
+        const unsigned char *p = at(r, x, ytop);
+        if (p[0] == R && p[1] == G && p[2] == B) {
+            if (bx0 < 0)
+                bx0 = x;
+            bx1 = x;
+        }
+    }
+    int yframe = ytop; /* first black row below the top of the bar, in the bar's first column */
+    while (yframe < r->h && at(r, bx0, yframe)[0] != 0)
+        yframe++;
+    assert_true(yframe < r->h);
+    int lx0 = r->w, lx1 = -1, ly0 = r->h, ly1 = -1;
+    for (int y = yframe + 1; y < r->h; y++)
+        for (int x = bx0; x <= bx1; x++) {
+            const unsigned char *p = at(r, x, y);
+            if (p[0] == 0 && p[1] == 0 && p[2] == 0) {
+                lx0 = x < lx0 ? x : lx0;
+                lx1 = x > lx1 ? x : lx1;
+                ly0 = y < ly0 ? y : ly0;
+                ly1 = y > ly1 ? y : ly1;
+            }
+        }
+    assert_true(lx1 >= 0); /* there is a label */
+    *bw = lx1 - lx0 + 1;
+    *bh = ly1 - ly0 + 1;
+}
+
+/*
+ * A tall image (900 rows) draws the scale bar's text three times as large as a short one
+ * (100 rows): the unit label's glyphs are 3x wider and 3x taller, and the canvas keeps the
+ * image height. A tiny image gets a canvas tall enough for the bar, the image at its top left.
+ */
+static void label_scale_and_tiny(void **state)
 {
     (void)state;
-    sw_image img = ramp_f32(300, 900, -5e-7, 3.25e6);
     sw_png_options o;
     sw_png_options_default(&o);
     o.colormap = SW_CMAP_VIRIDIS;
     o.scale_bar = 1;
     o.label = "photons per second per pixel";
     const char *path = sw_test_path("large.png");
+
+    sw_image img = ramp_f32(300, 900, -5e-7, 3.25e6);
     assert_int_equal(sw_png_write(NULL, path, &img, &o), SW_OK);
     rgba_image r = load(path);
     assert_int_equal(r.h, 900);
     assert_true(r.w > 300);
-    assert_true(count_black(&r, 300) > 1000);
+    int big_w, big_h;
+    label_box(&r, 300, 0xFD, 0xE7, 0x25, &big_w, &big_h);
     free(r.px);
     sw_image_free(&img);
+
+    img = ramp_f32(300, 100, -5e-7, 3.25e6);
+    assert_int_equal(sw_png_write(NULL, path, &img, &o), SW_OK);
+    r = load(path);
+    assert_int_equal(r.h, 100);
+    int small_w, small_h;
+    label_box(&r, 300, 0xFD, 0xE7, 0x25, &small_w, &small_h);
+    free(r.px);
+    sw_image_free(&img);
+    assert_true(small_w >= 5 && small_h >= 5); /* at least one whole glyph at scale 1 */
+    assert_int_equal(big_w, 3 * small_w);
+    assert_int_equal(big_h, 3 * small_h);
 
     img = ramp_f32(3, 2, 0, 1);
     assert_int_equal(sw_png_write(NULL, path, &img, &o), SW_OK);
@@ -289,6 +338,7 @@ static void large_and_tiny(void **state)
     assert_true(r.h >= 40);
     assert_rgb(&r, 0, 0, 0x44, 0x01, 0x54);
     assert_rgb(&r, 2, 1, 0xFD, 0xE7, 0x25);
+    assert_rgb(&r, 0, 2, 255, 255, 255); /* background below the image */
     free(r.px);
     sw_image_free(&img);
 }
@@ -314,19 +364,16 @@ static void bad_arguments(void **state)
     assert_int_equal(sw_image_wrap(img.data, 4, 4, img.stride, SW_PIX_F32, SW_MEM_DEVICE, &dev),
                      SW_OK);
     assert_int_equal(sw_png_write(NULL, path, &dev, NULL), SW_EINVAL);
-    assert_false(file_exists(path));
+    assert_false(sw_test_file_exists(path));
     const char *missing = sw_test_path("nodir/x.png");
     assert_int_equal(sw_png_write(NULL, missing, &img, NULL), SW_EIO);
     assert_non_null(strstr(sw_context_error(NULL), "x.png"));
-    assert_false(file_exists(missing));
+    assert_false(sw_test_file_exists(missing));
     sw_test_write_file(sw_test_path("pfile"), "x", 1);
     assert_int_equal(sw_png_write(NULL, sw_test_path("pfile/x.png"), &img, NULL), SW_EIO);
-    if (geteuid() != 0) {
-        const char *ro = sw_test_path("ro");
-        assert_int_equal(mkdir(ro, 0555), 0);
+    if (sw_test_readonly_dir("ro")) {
         assert_int_equal(sw_png_write(NULL, sw_test_path("ro/x.png"), &img, NULL), SW_EIO);
-        assert_false(file_exists(sw_test_path("ro/x.png")));
-        chmod(ro, 0755);
+        assert_false(sw_test_file_exists(sw_test_path("ro/x.png")));
     }
     sw_png_options_default(NULL);
     sw_image_free(&img);
@@ -337,7 +384,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(grey_plain),    cmocka_unit_test(viridis_scale_bar),
         cmocka_unit_test(diverging),     cmocka_unit_test(constant_image),
-        cmocka_unit_test(nan_pixels),    cmocka_unit_test(large_and_tiny),
+        cmocka_unit_test(nan_pixels),    cmocka_unit_test(label_scale_and_tiny),
         cmocka_unit_test(bad_arguments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
