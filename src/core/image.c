@@ -572,19 +572,27 @@ sw_status sw_image_stats_compute(sw_context *ctx, const sw_image *img, sw_image_
     double *bufs = row_buffers(img->width, threads);
     if (!bufs)
         return sw_fail(ctx, SW_ENOMEM, "out of memory computing image statistics");
-    stats_acc total;
-    acc_init(&total);
+    stats_acc *part = malloc((size_t)threads * sizeof *part);
+    if (!part) {
+        free(bufs);
+        return sw_fail(ctx, SW_ENOMEM, "out of memory computing image statistics");
+    }
+    for (int t = 0; t < threads; t++)
+        acc_init(&part[t]);
 #pragma omp parallel num_threads(threads)
     {
-        stats_acc mine;
-        acc_init(&mine);
+        stats_acc *mine = &part[thread_index()];
         double *buf = bufs + (size_t)thread_index() * (size_t)img->width;
 #pragma omp for schedule(static)
         for (int32_t y = 0; y < img->height; y++)
-            acc_row(&mine, img, y, buf);
-#pragma omp critical(sw_stats_merge)
-        acc_merge(&total, &mine);
+            acc_row(mine, img, y, buf);
     }
+    /* merged in thread order, so a given thread count always gives the same bits */
+    stats_acc total;
+    acc_init(&total);
+    for (int t = 0; t < threads; t++)
+        acc_merge(&total, &part[t]);
+    free(part);
     free(bufs);
     acc_finish(&total, out);
     return SW_OK;
