@@ -26,13 +26,15 @@ typedef struct sw_subcommand {
     sw_cli_help_fn help;
 } sw_subcommand;
 
-/* One row per subcommand that exists (DESIGN.md's table lists the ones still to come: sim,
+/* One row per subcommand that exists (DESIGN.md's table lists the ones still to come:
  * find, centroid, pupil, aberrometry, sabre, bench). */
 static const sw_subcommand subcommands[] = {
     {"info", "versions, build, backends and the GPU the context gets", sw_cmd_info,
      sw_cmd_info_help},
     {"demo", "build an example image, write FITS/PGM/PNG, read them back, time the core ops",
      sw_cmd_demo, sw_cmd_demo_help},
+    {"sim", "simulated images with known truth: sim stars (star fields, seed 004)", sw_cmd_sim,
+     sw_cmd_sim_help},
 };
 static const size_t n_subcommands = sizeof subcommands / sizeof subcommands[0];
 

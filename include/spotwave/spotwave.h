@@ -7,5 +7,6 @@
 
 #include "spotwave/core.h"
 #include "spotwave/io.h"
+#include "spotwave/sim.h"
 
 #endif /* SPOTWAVE_H */

@@ -1,0 +1,197 @@
+/*
+ * bench_starsim: seed 004's two benchmarks (Li et al., Sec. IV), on our CPU and GPU simulators.
+ *
+ *   test1  2^5 .. 2^17 stars, ROI 10 x 10, 1024 x 1024 image
+ *   test2  ROI side 2 .. 32 (even sides), 8192 stars, 1024 x 1024 image
+ *
+ * Stars as the seed's: uniform positions over the image, magnitudes uniform in [0, 15], flux by
+ * Eq. (1) with r = 2.512; the PSF sampled at pixel centres (Eq. 2) with sigma = 1.5 px.
+ * Cases per configuration (the "bench" field):
+ *   starsim_sequential  CPU, one thread (the seed's baseline, Fig. 5), host image
+ *   starsim_openmp      CPU, all threads, host image
+ *   starsim_<m>_device  GPU, m = parallel | adaptive | deterministic: device time of the
+ *                       rendering kernels (CUDA events; the seed's "kernel time")
+ *   starsim_<m>_host    GPU: the whole run into a host image (star upload, clear, kernels, copy
+ *                       of the image back to the host), host clock
+ *   starsim_<m>_oneshot GPU: plan creation (device buffers, the adaptive look-up table) + run
+ *                       into a host image + destruction: the seed's "application time", where
+ *                       the table is built per simulation
+ * Throughput: stars per second (Mstar/s). The harness's JSON lines go to stdout.
+ */
+#include "harness.h"
+
+#include "spotwave/rng.h"
+#include "spotwave/sim.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PROG  "bench_starsim"
+#define SIZE  1024
+#define SIGMA 1.5
+
+typedef struct job {
+    sw_context *ctx;
+    sw_starsim_params p;
+    sw_starsim *plan;
+    const sw_stars *stars;
+    sw_image *out;
+    int device_time; /* report the kernels' CUDA-event time */
+    int oneshot;     /* create + run + destroy per call */
+} job;
+
+static sw_status run_job(void *user, int sample, double *measured_us)
+{
+    job *j = user;
+    (void)sample;
+    if (j->oneshot) {
+        sw_starsim *plan = NULL;
+        sw_status st = sw_starsim_create(j->ctx, &j->p, &plan);
+        if (st == SW_OK)
+            st = sw_starsim_run(plan, j->stars, j->out);
+        sw_starsim_destroy(plan);
+        return st;
+    }
+    sw_status st = sw_starsim_run(j->plan, j->stars, j->out);
+    if (st == SW_OK && j->device_time)
+        *measured_us = sw_starsim_render_us(j->plan);
+    return st;
+}
+
+static void make_stars(sw_stars *s, int64_t n, uint64_t seed)
+{
+    for (int64_t i = 0; i < n; i++) {
+        sw_rng4 r = sw_rng_draw(seed, SW_RNG_STREAM_POSITIONS, (uint64_t)i);
+        s->x[i] = SIZE * sw_rng_u01(r.v[0], r.v[1]) - 0.5;
+        s->y[i] = SIZE * sw_rng_u01(r.v[2], r.v[3]) - 0.5;
+        sw_rng4 m = sw_rng_draw(seed, SW_RNG_STREAM_MAGNITUDES, (uint64_t)i);
+        s->mag[i] = 15.0 * sw_rng_u01(m.v[0], m.v[1]);
+        s->flux[i] = sw_mag_to_flux(s->mag[i], 1e6, 2.512);
+    }
+}
+
+/* One case; 0 on success. */
+static int one(const sw_bench_options *o, sw_context *ctx, const char *bench, const char *config,
+               job *j, int64_t n)
+{
+    sw_bench_case c = {bench, config, ctx, run_job, j, 0, (double)n * 1e-6, "Mstar"};
+    return sw_bench_run(o, &c, NULL) == SW_OK ? 0 : 1;
+}
+
+static int bench_config(const sw_bench_options *o, sw_context *ctx, sw_context *cpu, int64_t n,
+                        int side, const char *test)
+{
+    char config[96];
+    snprintf(config, sizeof config, "%s stars=%lld roi=%dx%d %dx%d", test, (long long)n, side,
+             side, SIZE, SIZE);
+    sw_stars stars;
+    if (sw_stars_alloc(cpu, n, &stars) != SW_OK)
+        return 1;
+    make_stars(&stars, n, 2026);
+    sw_starsim_params p;
+    sw_starsim_params_default(&p);
+    p.width = p.height = SIZE;
+    p.sigma = SIGMA;
+    p.roi_side = side;
+    p.psf = SW_PSF_SAMPLED;
+    p.max_stars = n;
+    int rc = 0;
+    sw_image host = {0}, dev = {0};
+    sw_starsim *plan = NULL;
+    job j = {0};
+
+    /* CPU: few repetitions (the sequential simulator takes up to a second at 2^17 stars) */
+    sw_bench_options oc = *o;
+    oc.reps = o->quick ? 2 : 5;
+    oc.warmup = 1;
+    static const sw_starsim_method cpu_methods[] = {SW_STARSIM_SEQUENTIAL, SW_STARSIM_OPENMP};
+    static const char *const cpu_names[] = {"starsim_sequential", "starsim_openmp"};
+    rc = sw_image_alloc(cpu, SIZE, SIZE, SW_PIX_F32, &host) != SW_OK;
+    for (int k = 0; k < 2 && !rc; k++) {
+        p.method = cpu_methods[k];
+        if (sw_starsim_create(cpu, &p, &plan) != SW_OK) {
+            fprintf(stderr, "%s: %s\n", PROG, sw_context_error(cpu));
+            rc = 1;
+            break;
+        }
+        j = (job){cpu, p, plan, &stars, &host, 0, 0};
+        rc = one(&oc, cpu, cpu_names[k], config, &j, n);
+        sw_starsim_destroy(plan);
+        plan = NULL;
+    }
+    sw_image_free(&host);
+
+    if (!rc && sw_context_backend(ctx) == SW_BACKEND_CUDA) {
+        static const sw_starsim_method gm[] = {SW_STARSIM_PARALLEL, SW_STARSIM_ADAPTIVE,
+                                               SW_STARSIM_DETERMINISTIC};
+        static const char *const gn[] = {"parallel", "adaptive", "deterministic"};
+        rc = sw_image_alloc(ctx, SIZE, SIZE, SW_PIX_F32, &host) != SW_OK ||
+             sw_image_alloc_device(ctx, SIZE, SIZE, SW_PIX_F32, &dev) != SW_OK;
+        for (int k = 0; k < 3 && !rc; k++) {
+            char name[64];
+            p.method = gm[k];
+            if (sw_starsim_create(ctx, &p, &plan) != SW_OK) {
+                fprintf(stderr, "%s: %s\n", PROG, sw_context_error(ctx));
+                rc = 1;
+                break;
+            }
+            snprintf(name, sizeof name, "starsim_%s_device", gn[k]);
+            j = (job){ctx, p, plan, &stars, &dev, 1, 0};
+            rc = one(o, ctx, name, config, &j, n);
+            snprintf(name, sizeof name, "starsim_%s_host", gn[k]);
+            j = (job){ctx, p, plan, &stars, &host, 0, 0};
+            rc = rc || one(o, ctx, name, config, &j, n);
+            sw_starsim_destroy(plan);
+            plan = NULL;
+            if (k < 2 && !rc) {
+                snprintf(name, sizeof name, "starsim_%s_oneshot", gn[k]);
+                j = (job){ctx, p, NULL, &stars, &host, 0, 1};
+                sw_bench_options os = *o;
+                os.reps = o->quick ? 3 : 20;
+                rc = one(&os, ctx, name, config, &j, n);
+            }
+        }
+        /* AUTO's measured crossover for this configuration */
+        p.method = SW_STARSIM_AUTO;
+        if (!rc && sw_starsim_create(ctx, &p, &plan) == SW_OK) {
+            if (sw_starsim_run(plan, &stars, &dev) == SW_OK && !o->json_only)
+                fprintf(stderr, "# %s: auto chose %s\n", config,
+                        sw_starsim_method_string(sw_starsim_method_used(plan)));
+            sw_starsim_destroy(plan);
+        }
+        sw_image_free(&host);
+        sw_image_free(&dev);
+    }
+    sw_stars_free(&stars);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    sw_bench_options o;
+    int rc = sw_bench_parse_args(argc, argv, PROG,
+                                 "Seed 004 test1 (2^5..2^17 stars, ROI 10x10) and test2 (ROI side\n"
+                                 "2..32, 8192 stars), 1024x1024; --quick: a few configurations.\n",
+                                 &o);
+    if (rc != SW_BENCH_CONTINUE)
+        return rc;
+    sw_context *ctx = NULL, *cpu = NULL;
+    if (sw_bench_context(&o, PROG, &ctx) != 0)
+        return 1;
+    sw_bench_options ocpu = o;
+    ocpu.backend = SW_BACKEND_CPU;
+    if (sw_bench_context(&ocpu, PROG, &cpu) != 0) {
+        sw_context_destroy(ctx);
+        return 1;
+    }
+    rc = 0;
+    for (int e = 5; e <= 17 && !rc; e += o.quick ? 6 : 1)
+        rc = bench_config(&o, ctx, cpu, (int64_t)1 << e, 10, "test1");
+    for (int side = 2; side <= 32 && !rc; side += o.quick ? 15 : 2)
+        rc = bench_config(&o, ctx, cpu, 8192, side, "test2");
+    sw_bench_finish(&o);
+    sw_context_destroy(cpu);
+    sw_context_destroy(ctx);
+    return rc;
+}

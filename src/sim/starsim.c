@@ -1,0 +1,443 @@
+/*
+ * The star simulator of seed 004: plans, validation, star packing and the CPU renderers.
+ *
+ * A star of flux g (seed Eq. 1) at (X, Y) adds phi = g * mu(x, y) (seed Eq. 3) to each pixel
+ * (x, y) of its ROI, mu being the Gaussian PSF of seed Eq. (2) (psf.h: sampled at the pixel
+ * centre, or integrated over the pixel). The ROI is the roi_side x roi_side block whose centre is
+ * nearest the star (sim.h), clipped at the image's edges.
+ *
+ * CPU renderers (both evaluate in double and add into the f32 image star after star, in the
+ * order of the list, so that they give the same bits):
+ *   SEQUENTIAL - the seed's baseline (Sec. III.A, Fig. 5): one thread; for each star, for each
+ *                ROI pixel inside the image, evaluate the PSF and add flux * w(dx) * w(dy).
+ *   OPENMP     - threads own bands of rows; each thread walks all stars and adds the part of
+ *                each ROI that falls in its band, with the star's separable weights computed
+ *                once per band. No atomics; each pixel sees the stars in list order, so the
+ *                image is bit-identical to SEQUENTIAL and to itself for any thread count (it is
+ *                also the CPU's DETERMINISTIC method).
+ * GPU renderers (PARALLEL: seed Fig. 6; ADAPTIVE: seed Sec. III.C; DETERMINISTIC) live in
+ * starsim_cuda.cu and take the same packed stars.
+ */
+#include "sim/sim_internal.h"
+#include "sim/psf.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#ifdef SW_HAVE_OPENMP
+#include <omp.h>
+#endif
+
+/* AUTO on the GPU before starsim_cuda.cu has measured anything: the seed's inflection point
+ * (Table III: 2^13 stars at ROI 10). */
+#define SW_STARSIM_DEFAULT_ADAPTIVE_FROM 8192
+
+void sw_starsim_params_default(sw_starsim_params *p)
+{
+    if (!p)
+        return;
+    memset(p, 0, sizeof *p);
+    p->width = 1024;
+    p->height = 1024;
+    p->sigma = 1.0;
+    p->roi_side = 11;
+    p->psf = SW_PSF_INTEGRATED;
+    p->method = SW_STARSIM_AUTO;
+    p->phase_bins = 256;
+    p->max_stars = (int64_t)1 << 17;
+}
+
+static const char *const method_names[] = {"auto",     "sequential", "openmp",
+                                           "parallel", "adaptive",   "deterministic"};
+
+const char *sw_starsim_method_string(sw_starsim_method m)
+{
+    if ((int)m < 0 || (int)m > (int)SW_STARSIM_DETERMINISTIC)
+        return "?";
+    return method_names[m];
+}
+
+sw_status sw_starsim_method_parse(const char *text, sw_starsim_method *out)
+{
+    if (!text || !out)
+        return sw_fail(NULL, SW_EINVAL, "sw_starsim_method_parse: NULL argument");
+    for (int i = 0; i <= (int)SW_STARSIM_DETERMINISTIC; i++)
+        if (strcasecmp(text, method_names[i]) == 0) {
+            *out = (sw_starsim_method)i;
+            return SW_OK;
+        }
+    return sw_fail(NULL, SW_EINVAL,
+                   "unknown star simulator method \"%s\": expected auto, sequential, openmp, "
+                   "parallel, adaptive or deterministic",
+                   text);
+}
+
+static int is_gpu_only(sw_starsim_method m)
+{
+    return m == SW_STARSIM_PARALLEL || m == SW_STARSIM_ADAPTIVE;
+}
+
+static int on_cuda(const sw_starsim *plan)
+{
+    return plan->ctx && plan->ctx->backend == SW_BACKEND_CUDA;
+}
+
+/* The method a run of n stars uses. */
+static sw_starsim_method resolve(const sw_starsim *plan, int64_t n)
+{
+    sw_starsim_method m = plan->p.method;
+    if (m != SW_STARSIM_AUTO)
+        return m;
+    if (!on_cuda(plan))
+        return SW_STARSIM_OPENMP;
+    return n < plan->auto_adaptive_from ? SW_STARSIM_PARALLEL : SW_STARSIM_ADAPTIVE;
+}
+
+static sw_status check_params(sw_context *ctx, const sw_starsim_params *p)
+{
+    if (p->width <= 0 || p->height <= 0 || p->width > SW_IMAGE_MAX_DIM ||
+        p->height > SW_IMAGE_MAX_DIM ||
+        (int64_t)p->width * (int64_t)p->height > SW_IMAGE_MAX_PIXELS)
+        return sw_fail(ctx, SW_EINVAL,
+                       "star simulator: image size %dx%d is not valid (1 to %d per side, at most "
+                       "%lld pixels)",
+                       p->width, p->height, SW_IMAGE_MAX_DIM, SW_IMAGE_MAX_PIXELS);
+    if (!(p->sigma > 0.0) || !isfinite(p->sigma))
+        return sw_fail(ctx, SW_EINVAL,
+                       "star simulator: PSF sigma %g px must be positive and finite", p->sigma);
+    const int32_t larger = p->width > p->height ? p->width : p->height;
+    if (p->roi_side < 1)
+        return sw_fail(ctx, SW_EINVAL, "star simulator: ROI side %d px must be at least 1",
+                       p->roi_side);
+    if (p->roi_side > larger)
+        return sw_fail(ctx, SW_EINVAL,
+                       "star simulator: ROI side %d px is larger than the %dx%d image (at most %d)",
+                       p->roi_side, p->width, p->height, larger);
+    if (p->psf != SW_PSF_SAMPLED && p->psf != SW_PSF_INTEGRATED)
+        return sw_fail(ctx, SW_EINVAL, "star simulator: unknown PSF mode %d", (int)p->psf);
+    if ((int)p->method < 0 || (int)p->method > (int)SW_STARSIM_DETERMINISTIC)
+        return sw_fail(ctx, SW_EINVAL, "star simulator: unknown method %d", (int)p->method);
+    if (p->phase_bins < 1 || p->phase_bins > 4096)
+        return sw_fail(ctx, SW_EINVAL, "star simulator: %d phase bins: expected 1 to 4096",
+                       p->phase_bins);
+    if (p->max_stars < 1 || p->max_stars > INT32_MAX)
+        return sw_fail(ctx, SW_EINVAL, "star simulator: max_stars %lld: expected 1 to %d",
+                       (long long)p->max_stars, INT32_MAX);
+    return SW_OK;
+}
+
+sw_status sw_starsim_create(sw_context *ctx, const sw_starsim_params *p, sw_starsim **out)
+{
+    if (!out)
+        return sw_fail(ctx, SW_EINVAL, "sw_starsim_create: out is NULL");
+    *out = NULL;
+    if (!ctx || !p)
+        return sw_fail(ctx, SW_EINVAL, "sw_starsim_create: %s is NULL", ctx ? "params" : "context");
+    sw_status st = check_params(ctx, p);
+    if (st != SW_OK)
+        return st;
+    if (is_gpu_only(p->method) && ctx->backend != SW_BACKEND_CUDA)
+        return sw_fail(ctx, SW_EUNSUPPORTED,
+                       "star simulator: method \"%s\" runs on the GPU only and this context uses "
+                       "the CPU (use auto, sequential, openmp or deterministic)",
+                       sw_starsim_method_string(p->method));
+
+    sw_starsim *plan = calloc(1, sizeof *plan);
+    if (!plan)
+        return sw_fail(ctx, SW_ENOMEM, "star simulator: out of memory");
+    plan->ctx = ctx;
+    plan->p = *p;
+    plan->auto_adaptive_from = SW_STARSIM_DEFAULT_ADAPTIVE_FROM;
+    plan->cpu_threads = sw_context_threads(ctx);
+    if (plan->cpu_threads < 1)
+        plan->cpu_threads = 1;
+    plan->packed = malloc((size_t)p->max_stars * sizeof *plan->packed);
+    size_t nw;
+    if (!sw_mul_ok((size_t)plan->cpu_threads * 2u, (size_t)p->roi_side, &nw) ||
+        !sw_mul_ok(nw, sizeof(double), &nw) || !(plan->cpu_w = malloc(nw)) || !plan->packed) {
+        sw_starsim_destroy(plan);
+        return sw_fail(ctx, SW_ENOMEM, "star simulator: out of memory for %lld stars",
+                       (long long)p->max_stars);
+    }
+#ifdef SW_HAVE_CUDA
+    if (ctx->backend == SW_BACKEND_CUDA) {
+        st = sw_image_alloc_device(ctx, p->width, p->height, SW_PIX_F32, &plan->gpu_image);
+        if (st == SW_OK)
+            st = sw_starsim_gpu_create(plan);
+        if (st != SW_OK) {
+            sw_starsim_destroy(plan);
+            return st;
+        }
+    }
+#endif
+    plan->used = resolve(plan, p->max_stars);
+    *out = plan;
+    return SW_OK;
+}
+
+void sw_starsim_destroy(sw_starsim *plan)
+{
+    if (!plan)
+        return;
+#ifdef SW_HAVE_CUDA
+    if (plan->gpu)
+        sw_starsim_gpu_destroy(plan);
+#endif
+    sw_image_free(&plan->gpu_image);
+    sw_image_free(&plan->host_image);
+    free(plan->packed);
+    free(plan->cpu_w);
+    free(plan);
+}
+
+sw_starsim_method sw_starsim_method_used(const sw_starsim *plan)
+{
+    return plan ? plan->used : SW_STARSIM_AUTO;
+}
+
+int64_t sw_starsim_rendered(const sw_starsim *plan)
+{
+    return plan ? plan->rendered : 0;
+}
+
+/* ------------------------------------------------------------------ packing */
+
+/* Packs the stars whose ROI touches the image (sim_internal.h): x0 = sw_roi_origin(X, side),
+ * dx = X - x0. Returns their number. The stars have been validated (finite). */
+static int64_t pack_stars(sw_starsim *plan, const sw_stars *s)
+{
+    const int side = plan->p.roi_side;
+    const double w = plan->p.width, h = plan->p.height;
+    int64_t n = 0;
+    for (int64_t i = 0; i < s->count; i++) {
+        const double X = s->x[i], Y = s->y[i];
+        /* Far outside: skip before converting to int (the ROI spans side pixels around X). */
+        if (X < -(double)side - 1.0 || X > w + (double)side || Y < -(double)side - 1.0 ||
+            Y > h + (double)side)
+            continue;
+        const int x0 = sw_roi_origin(X, side), y0 = sw_roi_origin(Y, side);
+        if (x0 + side <= 0 || x0 >= plan->p.width || y0 + side <= 0 || y0 >= plan->p.height)
+            continue;
+        sw_packed_star *ps = &plan->packed[n++];
+        ps->x0 = x0;
+        ps->y0 = y0;
+        ps->dx = (float)(X - (double)x0);
+        ps->dy = (float)(Y - (double)y0);
+        ps->flux = (float)s->flux[i];
+        ps->pad = 0.0f;
+    }
+    return n;
+}
+
+/* ------------------------------------------------------------------ CPU renderers */
+
+/* One-dimensional PSF weight at offset d = pixel centre - star (psf.h). */
+static inline double psf_w(int integrated, double d, double sigma)
+{
+    return integrated ? sw_psf_w_integrated(d, sigma) : sw_psf_w_sampled(d, sigma);
+}
+
+static void clear_rows(sw_image *out, int32_t y0, int32_t y1)
+{
+    for (int32_t y = y0; y < y1; y++)
+        memset(sw_image_row(out, y), 0, (size_t)out->width * sizeof(float));
+}
+
+/* Seed Fig. 5: for each star, for each pixel of its ROI that lies in the image, add the star's
+ * contribution (seed Eq. 3), the PSF evaluated for that pixel. */
+static void render_sequential(const sw_starsim *plan, int64_t n, sw_image *out)
+{
+    const int side = plan->p.roi_side, integrated = plan->p.psf == SW_PSF_INTEGRATED;
+    const int32_t W = plan->p.width, H = plan->p.height;
+    const double sigma = plan->p.sigma;
+    clear_rows(out, 0, H);
+    for (int64_t i = 0; i < n; i++) {
+        const sw_packed_star s = plan->packed[i];
+        const double f = s.flux, dx = s.dx, dy = s.dy;
+        for (int j = 0; j < side; j++) {
+            const int32_t y = s.y0 + j;
+            if (y < 0 || y >= H)
+                continue;
+            float *row = sw_image_row(out, y);
+            for (int k = 0; k < side; k++) {
+                const int32_t x = s.x0 + k;
+                if (x < 0 || x >= W)
+                    continue;
+                const double wx = psf_w(integrated, (double)k - dx, sigma);
+                const double wy = psf_w(integrated, (double)j - dy, sigma);
+                row[x] = (float)((double)row[x] + f * wx * wy);
+            }
+        }
+    }
+}
+
+static int thread_id(void)
+{
+#ifdef SW_HAVE_OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+static int thread_count(void)
+{
+#ifdef SW_HAVE_OPENMP
+    return omp_get_num_threads();
+#else
+    return 1;
+#endif
+}
+
+/* Threads own bands of rows; each walks all stars in list order and adds the rows of their ROIs
+ * inside its band. The separable weights f * w(dx) and w(dy) are evaluated once per star and
+ * band; f * w(dx) * w(dy) rounds exactly as in render_sequential. */
+static void render_openmp(const sw_starsim *plan, int64_t n, sw_image *out)
+{
+    const int side = plan->p.roi_side, integrated = plan->p.psf == SW_PSF_INTEGRATED;
+    const int32_t W = plan->p.width, H = plan->p.height;
+    const double sigma = plan->p.sigma;
+    const sw_packed_star *stars = plan->packed;
+#pragma omp parallel num_threads(plan->cpu_threads)
+    {
+        const int t = thread_id(), nt = thread_count();
+        const int32_t r0 = (int32_t)((int64_t)H * t / nt),
+                      r1 = (int32_t)((int64_t)H * (t + 1) / nt);
+        double *fwx = plan->cpu_w + (size_t)t * 2u * (size_t)side, *wy = fwx + side;
+        clear_rows(out, r0, r1);
+        for (int64_t i = 0; i < n && r0 < r1; i++) {
+            const sw_packed_star s = stars[i];
+            const int j0 = s.y0 < r0 ? r0 - s.y0 : 0;
+            const int j1 = s.y0 + side > r1 ? r1 - s.y0 : side;
+            if (j0 >= j1)
+                continue;
+            const int k0 = s.x0 < 0 ? -s.x0 : 0;
+            const int k1 = s.x0 + side > W ? W - s.x0 : side;
+            const double f = s.flux, dx = s.dx, dy = s.dy;
+            for (int k = k0; k < k1; k++)
+                fwx[k] = f * psf_w(integrated, (double)k - dx, sigma);
+            for (int j = j0; j < j1; j++)
+                wy[j] = psf_w(integrated, (double)j - dy, sigma);
+            for (int j = j0; j < j1; j++) {
+                float *row = sw_image_row(out, s.y0 + j);
+                const double wj = wy[j];
+                for (int k = k0; k < k1; k++)
+                    row[s.x0 + k] = (float)((double)row[s.x0 + k] + fwx[k] * wj);
+            }
+        }
+    }
+}
+
+static void render_cpu(const sw_starsim *plan, sw_starsim_method m, int64_t n, sw_image *out)
+{
+    if (m == SW_STARSIM_SEQUENTIAL)
+        render_sequential(plan, n, out);
+    else
+        render_openmp(plan, n, out);
+}
+
+/* ------------------------------------------------------------------ run */
+
+static sw_status check_stars(sw_context *ctx, const sw_starsim *plan, const sw_stars *s)
+{
+    if (!s)
+        return sw_fail(ctx, SW_EINVAL, "star simulator: the star list is NULL");
+    if (s->count < 0)
+        return sw_fail(ctx, SW_EINVAL, "star simulator: star count %lld is negative",
+                       (long long)s->count);
+    if (s->count > plan->p.max_stars)
+        return sw_fail(ctx, SW_EINVAL,
+                       "star simulator: %lld stars but the plan takes at most %lld (max_stars)",
+                       (long long)s->count, (long long)plan->p.max_stars);
+    if (s->count > 0 && (!s->x || !s->y || !s->flux))
+        return sw_fail(ctx, SW_EINVAL, "star simulator: the star list has NULL arrays");
+    for (int64_t i = 0; i < s->count; i++) {
+        if (!isfinite(s->x[i]) || !isfinite(s->y[i]))
+            return sw_fail(ctx, SW_EINVAL, "star %lld: position (%g, %g) is not finite",
+                           (long long)i, s->x[i], s->y[i]);
+        if (!isfinite(s->flux[i]) || s->flux[i] < 0.0 || s->flux[i] > FLT_MAX)
+            return sw_fail(ctx, SW_EINVAL,
+                           "star %lld: flux %g e- must be finite, non-negative and at most %g",
+                           (long long)i, s->flux[i], (double)FLT_MAX);
+    }
+    return SW_OK;
+}
+
+static sw_status check_out(sw_context *ctx, const sw_starsim *plan, const sw_image *out)
+{
+    sw_status st = sw_image_check(ctx, out);
+    if (st != SW_OK)
+        return st;
+    if (out->type != SW_PIX_F32)
+        return sw_fail(ctx, SW_EINVAL, "star simulator: the output image is %s; it must be f32",
+                       sw_pixel_type_string(out->type));
+    if (out->width != plan->p.width || out->height != plan->p.height)
+        return sw_fail(ctx, SW_EINVAL,
+                       "star simulator: the output image is %dx%d but the plan renders %dx%d",
+                       out->width, out->height, plan->p.width, plan->p.height);
+    if (out->memory == SW_MEM_DEVICE && !on_cuda(plan))
+        return sw_fail(ctx, SW_ENODEV, "star simulator: device images need a CUDA context");
+    return SW_OK;
+}
+
+sw_status sw_starsim_run(sw_starsim *plan, const sw_stars *stars, sw_image *out)
+{
+    if (!plan)
+        return sw_fail(NULL, SW_EINVAL, "sw_starsim_run: plan is NULL");
+    sw_context *ctx = plan->ctx;
+    sw_status st = check_out(ctx, plan, out);
+    if (st == SW_OK)
+        st = check_stars(ctx, plan, stars);
+    if (st != SW_OK)
+        return st;
+
+    const int64_t n = pack_stars(plan, stars);
+    const sw_starsim_method m = resolve(plan, n);
+    const int host_out = out->memory != SW_MEM_DEVICE;
+
+    if (!is_gpu_only(m) && (m != SW_STARSIM_DETERMINISTIC || !on_cuda(plan))) {
+        /* CPU renderers; into a device image through a host image kept in the plan. */
+        if (host_out) {
+            render_cpu(plan, m, n, out);
+        } else {
+            if (!plan->host_image.data &&
+                (st = sw_image_alloc(ctx, plan->p.width, plan->p.height, SW_PIX_F32,
+                                     &plan->host_image)) != SW_OK)
+                return st;
+            render_cpu(plan, m, n, &plan->host_image);
+            if ((st = sw_image_copy(ctx, &plan->host_image, out)) != SW_OK)
+                return st;
+        }
+    } else {
+#ifdef SW_HAVE_CUDA
+        /* GPU renderers; into a host image through the device image kept in the plan. */
+        if (host_out) {
+            if ((st = sw_starsim_gpu_run(plan, plan->packed, n, m, &plan->gpu_image)) != SW_OK)
+                return st;
+            if ((st = sw_image_copy(ctx, &plan->gpu_image, out)) != SW_OK)
+                return st;
+        } else if ((st = sw_starsim_gpu_run(plan, plan->packed, n, m, out)) != SW_OK) {
+            return st;
+        }
+#else
+        return sw_fail(ctx, SW_EINTERNAL, "star simulator: GPU method in a build without CUDA");
+#endif
+    }
+    plan->used = m;
+    plan->rendered = n;
+    return SW_OK;
+}
+
+double sw_starsim_render_us(sw_starsim *plan)
+{
+#ifdef SW_HAVE_CUDA
+    if (plan && plan->gpu &&
+        (plan->used == SW_STARSIM_PARALLEL || plan->used == SW_STARSIM_ADAPTIVE ||
+         plan->used == SW_STARSIM_DETERMINISTIC))
+        return sw_starsim_gpu_render_us(plan);
+#endif
+    (void)plan;
+    return -1.0;
+}

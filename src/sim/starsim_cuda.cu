@@ -1,0 +1,378 @@
+/*
+ * The GPU star simulators of seed 004 (CPU twins in starsim.c):
+ *
+ *   PARALLEL       seed Sec. III.B, Fig. 6: star-centric, one thread block per star; the star is
+ *                  read once into shared memory; threads walk the ROI pixels (any ROI side: a
+ *                  block loops over the ROI, so the seed's 1024-threads-per-block limit on the
+ *                  ROI does not apply) and evaluate Eq. (2)-(3) per pixel; contributions are
+ *                  added to the image with atomics.
+ *   ADAPTIVE       seed Sec. III.C: the per-pixel evaluation replaced by a look-up table built
+ *                  ahead (at plan creation) and read through the read-only data cache (the
+ *                  texture path of today's GPUs). Two changes from the seed, both exact:
+ *                  intensity is linear in g(m), so the table holds the unit-flux PSF and the
+ *                  magnitude becomes a multiply instead of a table dimension; and the Gaussian is
+ *                  separable, so the table holds one-dimensional weights for `phase_bins + 1`
+ *                  sub-pixel phases, linearly interpolated for the star's true phase, instead of
+ *                  one ROI matrix per integer position (which would misplace non-integer stars).
+ *                  A block builds the star's two weight rows in shared memory and threads
+ *                  multiply them (the ROI matrix is their outer product).
+ *   DETERMINISTIC  PARALLEL's evaluation, accumulated in 64-bit fixed point (quantum 2^-16 e-)
+ *                  with integer atomics, whose sum does not depend on the order; then converted
+ *                  to f32. Bit-identical run after run.
+ *
+ * AUTO picks PARALLEL or ADAPTIVE by star count; the crossover is measured when the plan is made
+ * (both kernels timed on synthetic stars with the plan's own sigma, ROI and PSF; seed Table III
+ * is that measurement on a GTX 480).
+ */
+#include "sim/psf.h"
+#include "sim/sim_internal.h"
+
+#include <cuda_runtime.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SW_CU(call)                                                                                \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess)                                                                     \
+            return sw_fail(plan->ctx, e_ == cudaErrorMemoryAllocation ? SW_ENOMEM : SW_ECUDA,      \
+                           "star simulator: CUDA call %s failed: %s", #call,                       \
+                           cudaGetErrorString(e_));                                                \
+    } while (0)
+
+/* Fixed-point quantum of the deterministic mode: 2^-16 electrons. */
+#define SW_FIX_SCALE 65536.0
+
+typedef struct starsim_gpu {
+    sw_packed_star *stars; /* device, max_stars */
+    float *lut;            /* device, (phase_bins + 1) x roi_side weights (ADAPTIVE) */
+    unsigned long long *acc; /* device, width x height fixed-point sums (DETERMINISTIC) */
+    int threads;           /* threads per block */
+    cudaEvent_t t0, t1;    /* around the last run's rendering kernels */
+    int timed;             /* the events hold a run */
+} starsim_gpu;
+
+static cudaStream_t stream_of(const sw_starsim *plan)
+{
+    return (cudaStream_t)sw_context_stream(plan->ctx);
+}
+
+/* ------------------------------------------------------------------ kernels */
+
+/* One 1-D weight of Eq. (2), float, per the plan's PSF mode (psf.h). */
+__device__ __forceinline__ float axis_weight(float d, float sigma, int integrated)
+{
+    return integrated ? sw_psf_w_integrated_f(d, sigma) : sw_psf_w_sampled_f(d, sigma);
+}
+
+/* seed Fig. 6: block = star; thread 0 reads the star into shared memory (steps 4-6); each thread
+ * computes its ROI pixels' contributions phi = g * mu (Eq. 3) and adds them atomically (step 8).
+ * FIXED: accumulate into 64-bit fixed point instead of float (DETERMINISTIC). */
+template <bool FIXED>
+__global__ void parallel_kernel(const sw_packed_star *stars, int side, float sigma, int integrated,
+                                float *img, unsigned long long *acc, size_t pitch, int width,
+                                int height)
+{
+    __shared__ sw_packed_star s;
+    if (threadIdx.x == 0)
+        s = stars[blockIdx.x];
+    __syncthreads();
+    const int npix = side * side;
+    for (int k = threadIdx.x; k < npix; k += blockDim.x) {
+        int i = k % side, j = k / side;
+        int px = s.x0 + i, py = s.y0 + j;
+        if (px < 0 || py < 0 || px >= width || py >= height)
+            continue;
+        /* pixel centre minus star position, per axis (psf.h: mu is separable) */
+        float v = s.flux * axis_weight((float)i - s.dx, sigma, integrated) *
+                  axis_weight((float)j - s.dy, sigma, integrated);
+        if (FIXED)
+            atomicAdd(acc + (size_t)py * width + px,
+                      (unsigned long long)llrint((double)v * SW_FIX_SCALE));
+        else
+            atomicAdd((float *)((char *)img + (size_t)py * pitch) + px, v);
+    }
+}
+
+/* seed Sec. III.C with sub-pixel phases: the block interpolates the star's two weight rows from
+ * the table (read-only cache), then threads add flux * wx[i] * wy[j] over the ROI. */
+__global__ void adaptive_kernel(const sw_packed_star *stars, int side, int bins,
+                                const float *__restrict__ lut, float *img, size_t pitch, int width,
+                                int height)
+{
+    extern __shared__ float w[]; /* wx[side], wy[side] */
+    __shared__ sw_packed_star s;
+    if (threadIdx.x == 0)
+        s = stars[blockIdx.x];
+    __syncthreads();
+    const float centre = 0.5f * (float)(side - 1);
+    for (int k = threadIdx.x; k < 2 * side; k += blockDim.x) {
+        int axis = k / side, i = k % side;
+        /* phase of the star from the ROI centre, in [-1/2, 1/2): table row t = (phase + 1/2) bins */
+        float t = ((axis ? s.dy : s.dx) - centre + 0.5f) * (float)bins;
+        t = fminf(fmaxf(t, 0.0f), (float)bins);
+        int b = min((int)t, bins - 1);
+        float f = t - (float)b;
+        float lo = __ldg(lut + (size_t)b * side + i), hi = __ldg(lut + (size_t)(b + 1) * side + i);
+        w[k] = lo + f * (hi - lo);
+    }
+    __syncthreads();
+    const int npix = side * side;
+    for (int k = threadIdx.x; k < npix; k += blockDim.x) {
+        int i = k % side, j = k / side;
+        int px = s.x0 + i, py = s.y0 + j;
+        if (px < 0 || py < 0 || px >= width || py >= height)
+            continue;
+        atomicAdd((float *)((char *)img + (size_t)py * pitch) + px, s.flux * w[i] * w[side + j]);
+    }
+}
+
+/* DETERMINISTIC: fixed-point sums to f32. */
+__global__ void fixed_to_float_kernel(const unsigned long long *acc, float *img, size_t pitch,
+                                      int width, int height)
+{
+    int x = blockIdx.x * blockDim.x + threadIdx.x;
+    if (x >= width)
+        return;
+    for (int y = blockIdx.y; y < height; y += gridDim.y)
+        ((float *)((char *)img + (size_t)y * pitch))[x] =
+            (float)((double)acc[(size_t)y * width + x] * (1.0 / SW_FIX_SCALE));
+}
+
+/* ------------------------------------------------------------------ plan */
+
+/* The adaptive table: row b holds the weights of the ROI's `side` pixels for a star whose offset
+ * from the ROI centre is b / bins - 1/2 (b = 0 .. bins), in double, stored as float. */
+static sw_status build_lut(sw_starsim *plan, starsim_gpu *g)
+{
+    const int side = plan->p.roi_side, bins = plan->p.phase_bins;
+    const size_t n = (size_t)(bins + 1) * (size_t)side;
+    float *h = (float *)malloc(n * sizeof *h);
+    if (!h)
+        return sw_fail(plan->ctx, SW_ENOMEM, "star simulator: out of memory for the look-up table");
+    const double centre = 0.5 * (double)(side - 1);
+    for (int b = 0; b <= bins; b++) {
+        double star = centre + (double)b / bins - 0.5;
+        for (int i = 0; i < side; i++) {
+            double d = (double)i - star;
+            h[(size_t)b * side + i] = (float)(plan->p.psf == SW_PSF_INTEGRATED
+                                                  ? sw_psf_w_integrated(d, plan->p.sigma)
+                                                  : sw_psf_w_sampled(d, plan->p.sigma));
+        }
+    }
+    cudaError_t e = cudaMalloc(&g->lut, n * sizeof(float));
+    if (e == cudaSuccess)
+        e = cudaMemcpy(g->lut, h, n * sizeof(float), cudaMemcpyHostToDevice);
+    free(h);
+    if (e != cudaSuccess)
+        return sw_fail(plan->ctx, SW_ENOMEM, "star simulator: cannot place the look-up table on "
+                       "the device: %s", cudaGetErrorString(e));
+    return SW_OK;
+}
+
+static sw_status launch(sw_starsim *plan, starsim_gpu *g, int64_t n, sw_starsim_method m,
+                        sw_image *out)
+{
+    if (n == 0)
+        return SW_OK;
+    cudaStream_t s = stream_of(plan);
+    const int side = plan->p.roi_side;
+    const int integrated = plan->p.psf == SW_PSF_INTEGRATED;
+    const float sigma = (float)plan->p.sigma;
+    float *img = (float *)out->data;
+    switch (m) {
+    case SW_STARSIM_PARALLEL:
+        parallel_kernel<false><<<(unsigned)n, g->threads, 0, s>>>(
+            g->stars, side, sigma, integrated, img, NULL, out->stride, out->width, out->height);
+        break;
+    case SW_STARSIM_ADAPTIVE:
+        adaptive_kernel<<<(unsigned)n, g->threads, 2 * side * sizeof(float), s>>>(
+            g->stars, side, plan->p.phase_bins, g->lut, img, out->stride, out->width,
+            out->height);
+        break;
+    case SW_STARSIM_DETERMINISTIC:
+        parallel_kernel<true><<<(unsigned)n, g->threads, 0, s>>>(
+            g->stars, side, sigma, integrated, NULL, g->acc, 0, out->width, out->height);
+        break;
+    default:
+        return sw_fail(plan->ctx, SW_EINTERNAL, "star simulator: method %d is not a GPU method",
+                       (int)m);
+    }
+    SW_CU(cudaGetLastError());
+    return SW_OK;
+}
+
+/* Times one method on `n` synthetic stars (median of 5 runs, CUDA events), milliseconds. */
+static sw_status time_method(sw_starsim *plan, starsim_gpu *g, int64_t n, sw_starsim_method m,
+                             sw_image *img, float *ms)
+{
+    cudaStream_t s = stream_of(plan);
+    cudaEvent_t a, b;
+    SW_CU(cudaEventCreate(&a));
+    SW_CU(cudaEventCreate(&b));
+    float t[5];
+    sw_status st = launch(plan, g, n, m, img); /* warm-up */
+    for (int r = 0; r < 5 && st == SW_OK; r++) {
+        cudaEventRecord(a, s);
+        st = launch(plan, g, n, m, img);
+        cudaEventRecord(b, s);
+        cudaEventSynchronize(b);
+        cudaEventElapsedTime(&t[r], a, b);
+    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    for (int i = 1; i < 5; i++) /* insertion sort for the median */
+        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
+            float x = t[j];
+            t[j] = t[j - 1];
+            t[j - 1] = x;
+        }
+    *ms = t[2];
+    return st;
+}
+
+/*
+ * AUTO's crossover: both kernels timed at two star counts; with t = a + b n for each, adaptive
+ * is chosen from n* = (a_adaptive - a_parallel) / (b_parallel - b_adaptive) stars on (0 when it
+ * is never slower; never when it is never faster).
+ */
+static sw_status calibrate(sw_starsim *plan, starsim_gpu *g)
+{
+    const int64_t n1 = plan->p.max_stars < 512 ? plan->p.max_stars : 512;
+    const int64_t n2 = plan->p.max_stars < 16384 ? plan->p.max_stars : 16384;
+    sw_image img;
+    sw_status st = sw_image_alloc_device(plan->ctx, plan->p.width, plan->p.height, SW_PIX_F32, &img);
+    if (st != SW_OK)
+        return st;
+    /* synthetic stars spread over the image on a deterministic low-discrepancy pattern */
+    sw_packed_star *h = (sw_packed_star *)malloc((size_t)n2 * sizeof *h);
+    if (!h) {
+        sw_image_free(&img);
+        return sw_fail(plan->ctx, SW_ENOMEM, "star simulator: out of memory for calibration");
+    }
+    for (int64_t i = 0; i < n2; i++) {
+        double x = fmod((double)i * 0.6180339887498949, 1.0) * plan->p.width;
+        double y = fmod((double)i * 0.7548776662466927, 1.0) * plan->p.height;
+        h[i].x0 = sw_roi_origin(x, plan->p.roi_side);
+        h[i].y0 = sw_roi_origin(y, plan->p.roi_side);
+        h[i].dx = (float)(x - h[i].x0);
+        h[i].dy = (float)(y - h[i].y0);
+        h[i].flux = 1000.0f;
+        h[i].pad = 0.0f;
+    }
+    float tp1 = 0, tp2 = 0, ta1 = 0, ta2 = 0;
+    cudaError_t e = cudaMemcpy(g->stars, h, (size_t)n2 * sizeof *h, cudaMemcpyHostToDevice);
+    free(h);
+    if (e != cudaSuccess)
+        st = sw_fail(plan->ctx, SW_ECUDA, "star simulator: calibration upload failed: %s",
+                     cudaGetErrorString(e));
+    if (st == SW_OK)
+        st = time_method(plan, g, n1, SW_STARSIM_PARALLEL, &img, &tp1);
+    if (st == SW_OK)
+        st = time_method(plan, g, n2, SW_STARSIM_PARALLEL, &img, &tp2);
+    if (st == SW_OK)
+        st = time_method(plan, g, n1, SW_STARSIM_ADAPTIVE, &img, &ta1);
+    if (st == SW_OK)
+        st = time_method(plan, g, n2, SW_STARSIM_ADAPTIVE, &img, &ta2);
+    sw_image_free(&img);
+    if (st != SW_OK)
+        return st;
+    double bp = (tp2 - tp1) / (double)(n2 - n1 > 0 ? n2 - n1 : 1), ap = tp1 - bp * n1;
+    double ba = (ta2 - ta1) / (double)(n2 - n1 > 0 ? n2 - n1 : 1), aa = ta1 - ba * n1;
+    if (ba >= bp)
+        plan->auto_adaptive_from = aa <= ap ? 0 : INT64_MAX;
+    else
+        plan->auto_adaptive_from = aa <= ap ? 0 : (int64_t)ceil((aa - ap) / (bp - ba));
+    sw_log(plan->ctx, SW_LOG_DEBUG,
+           "star simulator calibration: parallel %.1f/%.1f us, adaptive %.1f/%.1f us for %lld/%lld "
+           "stars: adaptive from %lld stars",
+           1e3 * tp1, 1e3 * tp2, 1e3 * ta1, 1e3 * ta2, (long long)n1, (long long)n2,
+           (long long)plan->auto_adaptive_from);
+    return SW_OK;
+}
+
+extern "C" sw_status sw_starsim_gpu_create(sw_starsim *plan)
+{
+    starsim_gpu *g = (starsim_gpu *)calloc(1, sizeof *g);
+    if (!g)
+        return sw_fail(plan->ctx, SW_ENOMEM, "star simulator: out of memory");
+    plan->gpu = g;
+    SW_CU(cudaEventCreate(&g->t0));
+    SW_CU(cudaEventCreate(&g->t1));
+    const int npix = plan->p.roi_side * plan->p.roi_side;
+    g->threads = npix >= 256 ? 256 : (npix + 31) / 32 * 32;
+    SW_CU(cudaMalloc(&g->stars, (size_t)plan->p.max_stars * sizeof(sw_packed_star)));
+    sw_status st = build_lut(plan, g);
+    if (st != SW_OK)
+        return st;
+    if (plan->p.method == SW_STARSIM_DETERMINISTIC)
+        SW_CU(cudaMalloc(&g->acc, (size_t)plan->p.width * (size_t)plan->p.height *
+                                      sizeof(unsigned long long)));
+    plan->auto_adaptive_from = INT64_MAX;
+    if (plan->p.method == SW_STARSIM_AUTO)
+        return calibrate(plan, g);
+    return SW_OK;
+}
+
+extern "C" sw_status sw_starsim_gpu_run(sw_starsim *plan, const sw_packed_star *stars, int64_t n,
+                                        sw_starsim_method method, sw_image *out)
+{
+    starsim_gpu *g = (starsim_gpu *)plan->gpu;
+    cudaStream_t s = stream_of(plan);
+    const size_t row = (size_t)out->width * sizeof(float);
+    if (method == SW_STARSIM_DETERMINISTIC && !g->acc)
+        return sw_fail(plan->ctx, SW_EINVAL,
+                       "star simulator: this plan was not made for the deterministic method");
+    SW_CU(cudaMemset2DAsync(out->data, out->stride, 0, row, (size_t)out->height, s));
+    if (n > 0)
+        SW_CU(cudaMemcpyAsync(g->stars, stars, (size_t)n * sizeof *stars, cudaMemcpyHostToDevice,
+                              s));
+    if (method == SW_STARSIM_DETERMINISTIC)
+        SW_CU(cudaMemsetAsync(g->acc, 0,
+                              (size_t)out->width * (size_t)out->height * sizeof *g->acc, s));
+    SW_CU(cudaEventRecord(g->t0, s));
+    sw_status st = launch(plan, g, n, method, out);
+    if (st != SW_OK)
+        return st;
+    if (method == SW_STARSIM_DETERMINISTIC) {
+        dim3 grid((unsigned)((out->width + 255) / 256),
+                  (unsigned)(out->height < 1024 ? out->height : 1024));
+        fixed_to_float_kernel<<<grid, 256, 0, s>>>(g->acc, (float *)out->data, out->stride,
+                                                   out->width, out->height);
+        SW_CU(cudaGetLastError());
+    }
+    SW_CU(cudaEventRecord(g->t1, s));
+    g->timed = 1;
+    return SW_OK;
+}
+
+extern "C" void sw_starsim_gpu_destroy(sw_starsim *plan)
+{
+    starsim_gpu *g = (starsim_gpu *)plan->gpu;
+    if (!g)
+        return;
+    cudaStreamSynchronize(stream_of(plan));
+    cudaFree(g->stars);
+    cudaFree(g->lut);
+    cudaFree(g->acc);
+    if (g->t0)
+        cudaEventDestroy(g->t0);
+    if (g->t1)
+        cudaEventDestroy(g->t1);
+    free(g);
+    plan->gpu = NULL;
+}
+
+extern "C" double sw_starsim_gpu_render_us(sw_starsim *plan)
+{
+    starsim_gpu *g = (starsim_gpu *)plan->gpu;
+    float ms = 0.0f;
+    if (!g || !g->timed || cudaEventSynchronize(g->t1) != cudaSuccess ||
+        cudaEventElapsedTime(&ms, g->t0, g->t1) != cudaSuccess)
+        return -1.0;
+    return 1e3 * (double)ms;
+}

@@ -1,0 +1,235 @@
+/*
+ * The GPU star simulators (seed 004) against the CPU's sequential one, which evaluates Eq. (2)
+ * in double precision: PARALLEL and DETERMINISTIC to 2e-5 of the brightest pixel (float
+ * evaluation and float atomics), ADAPTIVE to 1e-4 (the phase table's linear interpolation,
+ * 256 bins), AUTO to the looser of the two. DETERMINISTIC is bit-identical run after run. The
+ * detector model draws the same noise on both sides. Skips (77) when no GPU is usable.
+ */
+#include "testutil.h"
+
+#include "spotwave/rng.h"
+#include "spotwave/sim.h"
+
+#include <math.h>
+#include <string.h>
+
+static sw_context *gpu;
+static sw_context *cpu;
+
+static int setup(void **state)
+{
+    (void)state;
+    gpu = sw_test_cuda_context_or_skip();
+    sw_context_params p;
+    sw_context_params_default(&p);
+    p.backend = SW_BACKEND_CPU;
+    return sw_context_create(&p, &cpu) == SW_OK ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    sw_context_destroy(gpu);
+    sw_context_destroy(cpu);
+    return 0;
+}
+
+/* n stars uniform over [-margin, size + margin) (some ROIs cross the edges, some miss), fluxes
+ * log-uniform in [1e2, 1e5]. */
+static void random_stars(sw_stars *s, int64_t n, int32_t w, int32_t h, uint64_t seed)
+{
+    assert_int_equal(sw_stars_alloc(NULL, n, s), SW_OK);
+    for (int64_t i = 0; i < n; i++) {
+        sw_rng4 r = sw_rng_draw(seed, SW_RNG_STREAM_TEST, (uint64_t)i);
+        s->x[i] = -8.0 + (w + 16.0) * sw_rng_u01(r.v[0], r.v[1]);
+        s->y[i] = -8.0 + (h + 16.0) * sw_rng_u01(r.v[2], r.v[3]);
+        s->flux[i] = pow(10.0, 2.0 + 3.0 * sw_rng_u01f(r.v[1] ^ r.v[3]));
+    }
+}
+
+/* Renders with a plan of the given method on ctx into a host f32 image (device image + copy for
+ * GPU methods). */
+static void render(sw_context *ctx, const sw_starsim_params *base, sw_starsim_method m,
+                   const sw_stars *stars, sw_image *host_out)
+{
+    sw_starsim_params p = *base;
+    p.method = m;
+    sw_starsim *plan = NULL;
+    if (sw_starsim_create(ctx, &p, &plan) != SW_OK)
+        fail_msg("create (%s): %s", sw_starsim_method_string(m), sw_context_error(ctx));
+    assert_int_equal(sw_image_alloc(cpu, p.width, p.height, SW_PIX_F32, host_out), SW_OK);
+    if (sw_context_backend(ctx) == SW_BACKEND_CUDA && m != SW_STARSIM_SEQUENTIAL &&
+        m != SW_STARSIM_OPENMP) {
+        sw_image d;
+        assert_int_equal(sw_image_alloc_device(ctx, p.width, p.height, SW_PIX_F32, &d), SW_OK);
+        if (sw_starsim_run(plan, stars, &d) != SW_OK)
+            fail_msg("run (%s): %s", sw_starsim_method_string(m), sw_context_error(ctx));
+        if (m != SW_STARSIM_AUTO)
+            assert_int_equal(sw_starsim_method_used(plan), m);
+        assert_true(sw_starsim_render_us(plan) > 0.0);
+        assert_int_equal(sw_image_copy(ctx, &d, host_out), SW_OK);
+        sw_image_free(&d);
+    } else {
+        if (sw_starsim_run(plan, stars, host_out) != SW_OK)
+            fail_msg("run (%s): %s", sw_starsim_method_string(m), sw_context_error(ctx));
+    }
+    sw_starsim_destroy(plan);
+}
+
+/* max |a - b| / max |a| */
+static double rel_diff(const sw_image *a, const sw_image *b)
+{
+    double peak = 0, worst = 0;
+    for (int32_t y = 0; y < a->height; y++)
+        for (int32_t x = 0; x < a->width; x++) {
+            double u = sw_image_get(a, x, y), v = sw_image_get(b, x, y);
+            peak = fmax(peak, fabs(u));
+            worst = fmax(worst, fabs(u - v));
+        }
+    return worst / peak;
+}
+
+static void compare_methods(int32_t side, sw_psf_mode psf, double sigma, int64_t n)
+{
+    sw_starsim_params p;
+    sw_starsim_params_default(&p);
+    p.width = 509;
+    p.height = 383;
+    p.sigma = sigma;
+    p.roi_side = side;
+    p.psf = psf;
+    p.max_stars = n;
+    sw_stars stars;
+    random_stars(&stars, n, p.width, p.height, 1000 + (uint64_t)side);
+    sw_image ref, par, ada, det, det2, aut;
+    render(cpu, &p, SW_STARSIM_SEQUENTIAL, &stars, &ref);
+    render(gpu, &p, SW_STARSIM_PARALLEL, &stars, &par);
+    render(gpu, &p, SW_STARSIM_ADAPTIVE, &stars, &ada);
+    render(gpu, &p, SW_STARSIM_DETERMINISTIC, &stars, &det);
+    render(gpu, &p, SW_STARSIM_DETERMINISTIC, &stars, &det2);
+    render(gpu, &p, SW_STARSIM_AUTO, &stars, &aut);
+    double ep = rel_diff(&ref, &par), ea = rel_diff(&ref, &ada), ed = rel_diff(&ref, &det),
+           eu = rel_diff(&ref, &aut);
+    print_message("side %d %s sigma %.2f, %lld stars: parallel %.2e adaptive %.2e "
+                  "deterministic %.2e auto %.2e (of the peak)\n",
+                  side, psf == SW_PSF_INTEGRATED ? "integrated" : "sampled", sigma, (long long)n,
+                  ep, ea, ed, eu);
+    assert_true(ep < 2e-5);
+    assert_true(ea < 1e-4);
+    assert_true(ed < 2e-5);
+    assert_true(eu < 1e-4);
+    assert_true(sw_image_equal(&det, &det2));
+    sw_image_free(&ref);
+    sw_image_free(&par);
+    sw_image_free(&ada);
+    sw_image_free(&det);
+    sw_image_free(&det2);
+    sw_image_free(&aut);
+    sw_stars_free(&stars);
+}
+
+static void test_methods_agree_integrated(void **state)
+{
+    (void)state;
+    compare_methods(11, SW_PSF_INTEGRATED, 1.3, 3000);
+    compare_methods(10, SW_PSF_INTEGRATED, 0.5, 3000); /* even side, narrow PSF */
+}
+
+static void test_methods_agree_sampled(void **state)
+{
+    (void)state;
+    compare_methods(11, SW_PSF_SAMPLED, 1.0, 3000);
+}
+
+/* An ROI of 41 x 41 = 1681 pixels: more than a block's 1024 threads (the seed's limit). */
+static void test_large_roi(void **state)
+{
+    (void)state;
+    compare_methods(41, SW_PSF_INTEGRATED, 5.0, 400);
+}
+
+/* A GPU method writing into a host image goes through the device and gives the same pixels. */
+static void test_host_output(void **state)
+{
+    (void)state;
+    sw_starsim_params p;
+    sw_starsim_params_default(&p);
+    p.width = 256;
+    p.height = 200;
+    p.method = SW_STARSIM_DETERMINISTIC;
+    p.max_stars = 500;
+    sw_stars stars;
+    random_stars(&stars, 500, p.width, p.height, 7);
+    sw_starsim *plan;
+    assert_int_equal(sw_starsim_create(gpu, &p, &plan), SW_OK);
+    sw_image h1, h2;
+    assert_int_equal(sw_image_alloc(gpu, p.width, p.height, SW_PIX_F32, &h1), SW_OK);
+    assert_int_equal(sw_starsim_run(plan, &stars, &h1), SW_OK);
+    render(gpu, &p, SW_STARSIM_DETERMINISTIC, &stars, &h2);
+    assert_true(sw_image_equal(&h1, &h2));
+    sw_image_free(&h1);
+    sw_image_free(&h2);
+    sw_starsim_destroy(plan);
+    sw_stars_free(&stars);
+}
+
+/* The detector model: the GPU draws the same noise as the CPU, pixel for pixel (a count may
+ * differ by one where host and device libm round exp/log differently on an acceptance
+ * boundary: allowed for at most 1e-5 of the pixels). */
+static void test_detector_matches_cpu(void **state)
+{
+    (void)state;
+    const int32_t w = 640, h = 480;
+    sw_image e, hc, hg, d_e, d_o;
+    assert_int_equal(sw_image_alloc(cpu, w, h, SW_PIX_F32, &e), SW_OK);
+    for (int32_t y = 0; y < h; y++)
+        for (int32_t x = 0; x < w; x++) /* 0 .. ~600 e-: both Poisson regimes */
+            ((float *)sw_image_row(&e, y))[x] = (float)(x * 0.9 + y * 0.05);
+    sw_detector det;
+    sw_detector_default(&det);
+    det.sky_e = 2.5;
+    det.dark_e = 0.7;
+    det.read_noise_e = 3.0;
+    det.gain_e_per_adu = 1.7;
+    det.bias_adu = 100.0;
+    det.full_well_e = 500.0;
+    det.out_type = SW_PIX_U16;
+    det.seed = 99;
+    assert_int_equal(sw_image_alloc(cpu, w, h, SW_PIX_U16, &hc), SW_OK);
+    assert_int_equal(sw_detector_apply(cpu, &det, &e, &hc), SW_OK);
+    assert_int_equal(sw_image_alloc_device(gpu, w, h, SW_PIX_F32, &d_e), SW_OK);
+    assert_int_equal(sw_image_alloc_device(gpu, w, h, SW_PIX_U16, &d_o), SW_OK);
+    assert_int_equal(sw_image_copy(gpu, &e, &d_e), SW_OK);
+    assert_int_equal(sw_detector_apply(gpu, &det, &d_e, &d_o), SW_OK);
+    assert_int_equal(sw_image_alloc(cpu, w, h, SW_PIX_U16, &hg), SW_OK);
+    assert_int_equal(sw_image_copy(gpu, &d_o, &hg), SW_OK);
+    int64_t differ = 0;
+    for (int32_t y = 0; y < h; y++)
+        for (int32_t x = 0; x < w; x++) {
+            double a = sw_image_get(&hc, x, y), b = sw_image_get(&hg, x, y);
+            if (a != b) {
+                differ++;
+                assert_true(fabs(a - b) <= 1.0);
+            }
+        }
+    print_message("detector: %lld of %d pixels differ between CPU and GPU\n", (long long)differ,
+                  w * h);
+    assert_true(differ <= (int64_t)(1e-5 * w * h) + 1);
+    sw_image_free(&e);
+    sw_image_free(&hc);
+    sw_image_free(&hg);
+    sw_image_free(&d_e);
+    sw_image_free(&d_o);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_methods_agree_integrated),
+        cmocka_unit_test(test_methods_agree_sampled),
+        cmocka_unit_test(test_large_roi),
+        cmocka_unit_test(test_host_output),
+        cmocka_unit_test(test_detector_matches_cpu),
+    };
+    return cmocka_run_group_tests_name("gpu_sim", tests, setup, teardown);
+}
