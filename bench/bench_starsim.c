@@ -83,8 +83,8 @@ static int bench_config(const sw_bench_options *o, sw_context *ctx, sw_context *
                         int side, const char *test)
 {
     char config[96];
-    snprintf(config, sizeof config, "%s stars=%lld roi=%dx%d %dx%d", test, (long long)n, side,
-             side, SIZE, SIZE);
+    snprintf(config, sizeof config, "%s stars=%lld roi=%dx%d %dx%d", test, (long long)n, side, side,
+             SIZE, SIZE);
     sw_stars stars;
     if (sw_stars_alloc(cpu, n, &stars) != SW_OK)
         return 1;

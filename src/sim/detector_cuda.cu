@@ -64,13 +64,12 @@ extern "C" sw_status sw_detector_apply_cuda(sw_context *ctx, const sw_detector *
                                                       out->stride, out->width, out->height, *d);
         break;
     case SW_PIX_U16:
-        detector_kernel<uint16_t><<<grid, 256, 0, s>>>(in, electrons->stride,
-                                                        (uint16_t *)out->data, out->stride,
-                                                        out->width, out->height, *d);
+        detector_kernel<uint16_t><<<grid, 256, 0, s>>>(in, electrons->stride, (uint16_t *)out->data,
+                                                       out->stride, out->width, out->height, *d);
         break;
     case SW_PIX_F32:
         detector_kernel<float><<<grid, 256, 0, s>>>(in, electrons->stride, (float *)out->data,
-                                                     out->stride, out->width, out->height, *d);
+                                                    out->stride, out->width, out->height, *d);
         break;
     default:
         return sw_fail(ctx, SW_EINVAL, "detector: output type %s is not supported on the GPU",

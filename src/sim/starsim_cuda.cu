@@ -20,6 +20,10 @@
  *                  with integer atomics, whose sum does not depend on the order; then converted
  *                  to f32. Bit-identical run after run.
  *
+ * Launch shape: the seed gives each star a thread block. For ROI sides up to 32 we give each star
+ * a warp instead (eight stars per block), which removes the per-star block start, shared memory
+ * and barriers; larger ROIs keep a block per star that loops over the ROI.
+ *
  * AUTO picks PARALLEL or ADAPTIVE by star count; the crossover is measured when the plan is made
  * (both kernels timed on synthetic stars with the plan's own sigma, ROI and PSF; seed Table III
  * is that measurement on a GTX 480).
@@ -48,12 +52,12 @@
 #define SW_FIX_SCALE 65536.0
 
 typedef struct starsim_gpu {
-    sw_packed_star *stars; /* device, max_stars */
-    float *lut;            /* device, (phase_bins + 1) x roi_side weights (ADAPTIVE) */
+    sw_packed_star *stars;   /* device, max_stars */
+    float *lut;              /* device, (phase_bins + 1) x roi_side weights (ADAPTIVE) */
     unsigned long long *acc; /* device, width x height fixed-point sums (DETERMINISTIC) */
-    int threads;           /* threads per block */
-    cudaEvent_t t0, t1;    /* around the last run's rendering kernels */
-    int timed;             /* the events hold a run */
+    int threads;             /* threads per block */
+    cudaEvent_t t0, t1;      /* around the last run's rendering kernels */
+    int timed;               /* the events hold a run */
 } starsim_gpu;
 
 static cudaStream_t stream_of(const sw_starsim *plan)
@@ -112,7 +116,8 @@ __global__ void adaptive_kernel(const sw_packed_star *stars, int side, int bins,
     const float centre = 0.5f * (float)(side - 1);
     for (int k = threadIdx.x; k < 2 * side; k += blockDim.x) {
         int axis = k / side, i = k % side;
-        /* phase of the star from the ROI centre, in [-1/2, 1/2): table row t = (phase + 1/2) bins */
+        /* phase of the star from the ROI centre, in [-1/2, 1/2): table row t = (phase + 1/2) bins
+         */
         float t = ((axis ? s.dy : s.dx) - centre + 0.5f) * (float)bins;
         t = fminf(fmaxf(t, 0.0f), (float)bins);
         int b = min((int)t, bins - 1);
@@ -128,6 +133,73 @@ __global__ void adaptive_kernel(const sw_packed_star *stars, int side, int bins,
         if (px < 0 || py < 0 || px >= width || py >= height)
             continue;
         atomicAdd((float *)((char *)img + (size_t)py * pitch) + px, s.flux * w[i] * w[side + j]);
+    }
+}
+
+/*
+ * The same two simulators with one warp per star instead of one block, for ROI sides up to 32:
+ * with ROIs of ~100 pixels a block per star leaves most of each block idle and pays a block's
+ * start and barriers per star; a warp needs neither shared memory nor barriers (all lanes read
+ * the star, a broadcast; the adaptive weights pass between lanes by shuffles).
+ */
+#define SW_STARS_PER_BLOCK 8
+
+template <bool FIXED>
+__global__ void parallel_warp_kernel(const sw_packed_star *stars, int n, int side, float sigma,
+                                     int integrated, float *img, unsigned long long *acc,
+                                     size_t pitch, int width, int height)
+{
+    const int star = blockIdx.x * SW_STARS_PER_BLOCK + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (star >= n)
+        return;
+    const sw_packed_star s = stars[star];
+    const int npix = side * side;
+    for (int k = lane; k < npix; k += 32) {
+        int i = k % side, j = k / side;
+        int px = s.x0 + i, py = s.y0 + j;
+        if (px < 0 || py < 0 || px >= width || py >= height)
+            continue;
+        float v = s.flux * axis_weight((float)i - s.dx, sigma, integrated) *
+                  axis_weight((float)j - s.dy, sigma, integrated);
+        if (FIXED)
+            atomicAdd(acc + (size_t)py * width + px,
+                      (unsigned long long)llrint((double)v * SW_FIX_SCALE));
+        else
+            atomicAdd((float *)((char *)img + (size_t)py * pitch) + px, v);
+    }
+}
+
+__global__ void adaptive_warp_kernel(const sw_packed_star *stars, int n, int side, int bins,
+                                     const float *__restrict__ lut, float *img, size_t pitch,
+                                     int width, int height)
+{
+    const int star = blockIdx.x * SW_STARS_PER_BLOCK + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (star >= n) /* whole warps leave together: the shuffles below see all 32 lanes */
+        return;
+    const sw_packed_star s = stars[star];
+    const float centre = 0.5f * (float)(side - 1);
+    float w[2] = {0.0f, 0.0f}; /* lane i < side: weight of ROI column i (x) and row i (y) */
+#pragma unroll
+    for (int axis = 0; axis < 2; axis++) {
+        float t = ((axis ? s.dy : s.dx) - centre + 0.5f) * (float)bins;
+        t = fminf(fmaxf(t, 0.0f), (float)bins);
+        int b = min((int)t, bins - 1);
+        float f = t - (float)b;
+        int i = min(lane, side - 1);
+        float lo = __ldg(lut + (size_t)b * side + i), hi = __ldg(lut + (size_t)(b + 1) * side + i);
+        w[axis] = lo + f * (hi - lo);
+    }
+    const int npix = side * side;
+    for (int base = 0; base < npix; base += 32) {
+        int k = base + lane;
+        int i = k < npix ? k % side : 0, j = k < npix ? k / side : 0;
+        float wx = __shfl_sync(0xffffffffu, w[0], i);
+        float wy = __shfl_sync(0xffffffffu, w[1], j);
+        int px = s.x0 + i, py = s.y0 + j;
+        if (k < npix && px >= 0 && py >= 0 && px < width && py < height)
+            atomicAdd((float *)((char *)img + (size_t)py * pitch) + px, s.flux * wx * wy);
     }
 }
 
@@ -159,9 +231,9 @@ static sw_status build_lut(sw_starsim *plan, starsim_gpu *g)
         double star = centre + (double)b / bins - 0.5;
         for (int i = 0; i < side; i++) {
             double d = (double)i - star;
-            h[(size_t)b * side + i] = (float)(plan->p.psf == SW_PSF_INTEGRATED
-                                                  ? sw_psf_w_integrated(d, plan->p.sigma)
-                                                  : sw_psf_w_sampled(d, plan->p.sigma));
+            h[(size_t)b * side + i] =
+                (float)(plan->p.psf == SW_PSF_INTEGRATED ? sw_psf_w_integrated(d, plan->p.sigma)
+                                                         : sw_psf_w_sampled(d, plan->p.sigma));
         }
     }
     cudaError_t e = cudaMalloc(&g->lut, n * sizeof(float));
@@ -169,8 +241,10 @@ static sw_status build_lut(sw_starsim *plan, starsim_gpu *g)
         e = cudaMemcpy(g->lut, h, n * sizeof(float), cudaMemcpyHostToDevice);
     free(h);
     if (e != cudaSuccess)
-        return sw_fail(plan->ctx, SW_ENOMEM, "star simulator: cannot place the look-up table on "
-                       "the device: %s", cudaGetErrorString(e));
+        return sw_fail(plan->ctx, SW_ENOMEM,
+                       "star simulator: cannot place the look-up table on "
+                       "the device: %s",
+                       cudaGetErrorString(e));
     return SW_OK;
 }
 
@@ -184,19 +258,38 @@ static sw_status launch(sw_starsim *plan, starsim_gpu *g, int64_t n, sw_starsim_
     const int integrated = plan->p.psf == SW_PSF_INTEGRATED;
     const float sigma = (float)plan->p.sigma;
     float *img = (float *)out->data;
+    /* ROI sides up to 32: a warp per star; larger: a block per star, looping over the ROI */
+    const int warp = side <= 32;
+    const unsigned wblocks = (unsigned)((n + SW_STARS_PER_BLOCK - 1) / SW_STARS_PER_BLOCK);
+    const int wthreads = 32 * SW_STARS_PER_BLOCK;
     switch (m) {
     case SW_STARSIM_PARALLEL:
-        parallel_kernel<false><<<(unsigned)n, g->threads, 0, s>>>(
-            g->stars, side, sigma, integrated, img, NULL, out->stride, out->width, out->height);
+        if (warp)
+            parallel_warp_kernel<false>
+                <<<wblocks, wthreads, 0, s>>>(g->stars, (int)n, side, sigma, integrated, img, NULL,
+                                              out->stride, out->width, out->height);
+        else
+            parallel_kernel<false><<<(unsigned)n, g->threads, 0, s>>>(
+                g->stars, side, sigma, integrated, img, NULL, out->stride, out->width, out->height);
         break;
     case SW_STARSIM_ADAPTIVE:
-        adaptive_kernel<<<(unsigned)n, g->threads, 2 * side * sizeof(float), s>>>(
-            g->stars, side, plan->p.phase_bins, g->lut, img, out->stride, out->width,
-            out->height);
+        if (warp)
+            adaptive_warp_kernel<<<wblocks, wthreads, 0, s>>>(g->stars, (int)n, side,
+                                                              plan->p.phase_bins, g->lut, img,
+                                                              out->stride, out->width, out->height);
+        else
+            adaptive_kernel<<<(unsigned)n, g->threads, 2 * side * sizeof(float), s>>>(
+                g->stars, side, plan->p.phase_bins, g->lut, img, out->stride, out->width,
+                out->height);
         break;
     case SW_STARSIM_DETERMINISTIC:
-        parallel_kernel<true><<<(unsigned)n, g->threads, 0, s>>>(
-            g->stars, side, sigma, integrated, NULL, g->acc, 0, out->width, out->height);
+        if (warp)
+            parallel_warp_kernel<true><<<wblocks, wthreads, 0, s>>>(g->stars, (int)n, side, sigma,
+                                                                    integrated, NULL, g->acc, 0,
+                                                                    out->width, out->height);
+        else
+            parallel_kernel<true><<<(unsigned)n, g->threads, 0, s>>>(
+                g->stars, side, sigma, integrated, NULL, g->acc, 0, out->width, out->height);
         break;
     default:
         return sw_fail(plan->ctx, SW_EINTERNAL, "star simulator: method %d is not a GPU method",
@@ -245,7 +338,8 @@ static sw_status calibrate(sw_starsim *plan, starsim_gpu *g)
     const int64_t n1 = plan->p.max_stars < 512 ? plan->p.max_stars : 512;
     const int64_t n2 = plan->p.max_stars < 16384 ? plan->p.max_stars : 16384;
     sw_image img;
-    sw_status st = sw_image_alloc_device(plan->ctx, plan->p.width, plan->p.height, SW_PIX_F32, &img);
+    sw_status st =
+        sw_image_alloc_device(plan->ctx, plan->p.width, plan->p.height, SW_PIX_F32, &img);
     if (st != SW_OK)
         return st;
     /* synthetic stars spread over the image on a deterministic low-discrepancy pattern */
@@ -329,11 +423,11 @@ extern "C" sw_status sw_starsim_gpu_run(sw_starsim *plan, const sw_packed_star *
                        "star simulator: this plan was not made for the deterministic method");
     SW_CU(cudaMemset2DAsync(out->data, out->stride, 0, row, (size_t)out->height, s));
     if (n > 0)
-        SW_CU(cudaMemcpyAsync(g->stars, stars, (size_t)n * sizeof *stars, cudaMemcpyHostToDevice,
-                              s));
+        SW_CU(
+            cudaMemcpyAsync(g->stars, stars, (size_t)n * sizeof *stars, cudaMemcpyHostToDevice, s));
     if (method == SW_STARSIM_DETERMINISTIC)
-        SW_CU(cudaMemsetAsync(g->acc, 0,
-                              (size_t)out->width * (size_t)out->height * sizeof *g->acc, s));
+        SW_CU(cudaMemsetAsync(g->acc, 0, (size_t)out->width * (size_t)out->height * sizeof *g->acc,
+                              s));
     SW_CU(cudaEventRecord(g->t0, s));
     sw_status st = launch(plan, g, n, method, out);
     if (st != SW_OK)
