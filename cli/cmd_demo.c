@@ -10,7 +10,7 @@
 
 #include "cli.h"
 
-#include "spotwave/rng.h"
+#include "spotwave/sim.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -24,15 +24,20 @@
 #define DEMO_DEFAULT_SIZE 512
 #define DEMO_DEFAULT_SEED 42
 #define DEMO_TIMING_REPS  7 /* timings are the median of this many calls, after one warm-up */
-#define DEMO_SPOTS        9
+#define DEMO_STARS        300
+#define DEMO_SIGMA        1.5
+#define DEMO_SKY_E        100.0
+#define DEMO_READ_E       5.0
+#define DEMO_ZERO_POINT   2e5 /* e- of a magnitude-0 star */
 
 void sw_cmd_demo_help(FILE *out)
 {
     fprintf(out,
             "Usage: spotwave [GLOBAL OPTIONS] demo [--out DIR] [--size WxH] [--seed S]\n"
             "\n"
-            "Builds an example image (a smooth background, a few Gaussian spots and Philox\n"
-            "noise; f32), computes its statistics, converts it to u16 (scaled so its range\n"
+            "Simulates an example star field (%d random stars, Gaussian PSF, sky, shot and\n"
+            "read noise; f32; truth in demo_truth.csv), computes its statistics, converts it to "
+            "u16 (scaled so its range\n"
             "fills 0..65535), writes demo.fits (f32), demo_u16.pgm and demo.png (viridis with a\n"
             "scale bar) into DIR, reads the FITS and PGM files back and checks they are\n"
             "identical, and reports what it did with the timings of the conversion and the\n"
@@ -41,9 +46,9 @@ void sw_cmd_demo_help(FILE *out)
             "Options:\n"
             "  -o, --out DIR     output directory, created if missing (default %s)\n"
             "  --size WxH        image size in pixels (default %dx%d)\n"
-            "  --seed S          noise and spot seed, 64-bit (default %d)\n"
+            "  --seed S          star and noise seed, 64-bit (default %d)\n"
             "  -h, --help        print this help and exit\n",
-            DEMO_TIMING_REPS, DEMO_DEFAULT_OUT, DEMO_DEFAULT_SIZE, DEMO_DEFAULT_SIZE,
+            DEMO_STARS, DEMO_TIMING_REPS, DEMO_DEFAULT_OUT, DEMO_DEFAULT_SIZE, DEMO_DEFAULT_SIZE,
             DEMO_DEFAULT_SEED);
 }
 
@@ -60,6 +65,7 @@ typedef struct demo_state {
     char path_fits[4096];
     char path_pgm[4096];
     char path_png[4096];
+    char path_truth[4096];
     sw_image image;     /* the example image, f32, host */
     sw_image image_u16; /* the same scaled to u16, host */
     sw_image_stats stats;
@@ -135,7 +141,8 @@ static int step_outdir(demo_state *s)
                          strerror(errno));
     if (join_path(s, s->path_fits, sizeof s->path_fits, "demo.fits") ||
         join_path(s, s->path_pgm, sizeof s->path_pgm, "demo_u16.pgm") ||
-        join_path(s, s->path_png, sizeof s->path_png, "demo.png"))
+        join_path(s, s->path_png, sizeof s->path_png, "demo.png") ||
+        join_path(s, s->path_truth, sizeof s->path_truth, "demo_truth.csv"))
         return -1;
     return 0;
 }
@@ -147,61 +154,52 @@ static int step_outdir(demo_state *s)
  * 25 + signal (read noise 5 plus a shot-noise-like term) from SW_RNG_STREAM_PIXEL_NOISE.
  * Not the simulator stage: just something worth looking at.
  */
+/* The example: a star field from the simulator (seed 004) with the detector model's noise. */
 static int step_image(demo_state *s)
 {
     const int32_t w = s->width, h = s->height;
-    sw_status st = sw_image_alloc(s->ctx, w, h, SW_PIX_F32, &s->image);
+    sw_stars stars = {0};
+    sw_starsim *plan = NULL;
+    sw_starsim_params p;
+    sw_starsim_params_default(&p);
+    p.width = w;
+    p.height = h;
+    p.sigma = DEMO_SIGMA;
+    p.roi_side = 2 * (int32_t)ceil(5.0 * DEMO_SIGMA) + 1;
+    p.max_stars = DEMO_STARS;
+    sw_detector det;
+    sw_detector_default(&det);
+    det.sky_e = DEMO_SKY_E;
+    det.read_noise_e = DEMO_READ_E;
+    det.seed = s->seed;
+    det.out_type = SW_PIX_F32;
+
+    sw_status st =
+        sw_stars_random(s->ctx, DEMO_STARS, w, h, 0.0, 8.0, DEMO_ZERO_POINT, 0.0, s->seed, &stars);
+    if (st == SW_OK)
+        st = sw_image_alloc(s->ctx, w, h, SW_PIX_F32, &s->image);
+    if (st == SW_OK)
+        st = sw_starsim_create(s->ctx, &p, &plan);
+    if (st == SW_OK)
+        st = sw_starsim_run(plan, &stars, &s->image);
+    double render_us = st == SW_OK ? sw_starsim_render_us(plan) : -1.0;
+    sw_starsim_method used = plan ? sw_starsim_method_used(plan) : SW_STARSIM_AUTO;
+    if (st == SW_OK)
+        st = sw_detector_apply(s->ctx, &det, &s->image, &s->image);
+    if (st == SW_OK)
+        st = sw_stars_write_truth(s->ctx, s->path_truth, &stars, w, h, NULL);
+    sw_starsim_destroy(plan);
+    sw_stars_free(&stars);
     if (st != SW_OK)
-        return demo_fail(s, "cannot allocate a %dx%d f32 image: %s", w, h, lib_error(s, st));
-
-    const double pi = 3.14159265358979323846;
-    for (int32_t y = 0; y < h; y++) {
-        float *row = sw_image_row(&s->image, y);
-        double cy = cos(2.0 * pi * y / h);
-        for (int32_t x = 0; x < w; x++)
-            row[x] = (float)(100.0 + 20.0 * (1.0 + sin(3.0 * pi * x / w) * cy));
-    }
-
-    const double margin = 0.1 * (w < h ? w : h);
-    for (int i = 0; i < DEMO_SPOTS; i++) {
-        sw_rng4 p = sw_rng_draw(s->seed, SW_RNG_STREAM_POSITIONS, (uint64_t)i);
-        sw_rng4 m = sw_rng_draw(s->seed, SW_RNG_STREAM_MAGNITUDES, (uint64_t)i);
-        double cx = margin + sw_rng_u01(p.v[0], p.v[1]) * (w - 1 - 2 * margin);
-        double cy = margin + sw_rng_u01(p.v[2], p.v[3]) * (h - 1 - 2 * margin);
-        double peak = 500.0 + 4500.0 * sw_rng_u01(m.v[0], m.v[1]);
-        double sigma = 1.5 + 2.5 * sw_rng_u01(m.v[2], m.v[3]);
-        double r = 5.0 * sigma;
-        int32_t x0 = (int32_t)floor(cx - r), x1 = (int32_t)ceil(cx + r);
-        int32_t y0 = (int32_t)floor(cy - r), y1 = (int32_t)ceil(cy + r);
-        if (x0 < 0)
-            x0 = 0;
-        if (y0 < 0)
-            y0 = 0;
-        if (x1 > w - 1)
-            x1 = w - 1;
-        if (y1 > h - 1)
-            y1 = h - 1;
-        for (int32_t y = y0; y <= y1; y++) {
-            float *row = sw_image_row(&s->image, y);
-            for (int32_t x = x0; x <= x1; x++) {
-                double dx = x - cx, dy = y - cy;
-                row[x] += (float)(peak * exp(-(dx * dx + dy * dy) / (2.0 * sigma * sigma)));
-            }
-        }
-    }
-
-    for (int32_t y = 0; y < h; y++) {
-        float *row = sw_image_row(&s->image, y);
-        for (int32_t x = 0; x < w; x++) {
-            uint64_t idx = (uint64_t)y * (uint64_t)w + (uint64_t)x;
-            double z0, z1;
-            sw_rng_normal2(sw_rng_draw(s->seed, SW_RNG_STREAM_PIXEL_NOISE, idx / 2), &z0, &z1);
-            double signal = row[x];
-            row[x] = (float)(signal + sqrt(25.0 + signal) * ((idx & 1) ? z1 : z0));
-        }
-    }
-    printf("  image      %dx%d f32, seed %llu: smooth background + %d Gaussian spots + noise\n", w,
-           h, (unsigned long long)s->seed, DEMO_SPOTS);
+        return demo_fail(s, "simulating the example star field failed: %s", lib_error(s, st));
+    printf("  simulate   %dx%d star field, seed %llu: %d stars (mag 0-8), Gaussian PSF sigma %.1f "
+           "px integrated over pixels, method %s",
+           w, h, (unsigned long long)s->seed, DEMO_STARS, DEMO_SIGMA,
+           sw_starsim_method_string(used));
+    if (render_us >= 0)
+        printf(" (%.1f us on the GPU)", render_us);
+    printf("\n  detector   sky %.0f e-, shot noise, read noise %.0f e-; truth in %s\n", DEMO_SKY_E,
+           DEMO_READ_E, s->path_truth);
     return 0;
 }
 
@@ -367,7 +365,7 @@ typedef struct demo_step {
 static const demo_step demo_steps[] = {
     {"backend", step_backend},     /* which backend, why, which device          */
     {"output", step_outdir},       /* create --out and the file names           */
-    {"image", step_image},         /* the example picture (f32)                 */
+    {"simulate", step_image},      /* star field + detector noise (sim, f32)    */
     {"stats", step_stats},         /* sw_image_stats_compute                    */
     {"convert", step_convert},     /* sw_image_convert f32 -> u16, full range   */
     {"timings", step_timings},     /* stats and convert on the backend in use   */
