@@ -65,6 +65,20 @@ void sw_test_fill_random(sw_image *img, uint64_t seed)
     }
 }
 
+sw_context *sw_test_cpu_context(int threads)
+{
+    sw_context_params p;
+    sw_context_params_default(&p);
+    p.backend = SW_BACKEND_CPU;
+    p.threads = threads;
+    sw_context *ctx = NULL;
+    if (sw_context_create(&p, &ctx) != SW_OK) {
+        printf("cannot create a CPU context: %s\n", sw_context_error(NULL));
+        exit(1);
+    }
+    return ctx;
+}
+
 sw_context *sw_test_cuda_context_or_skip(void)
 {
     sw_context_params p;

@@ -33,6 +33,10 @@ const char *sw_test_path(const char *name);
  * cover the type's full range; f32 values are uniform in [-1e4, 1e4). */
 void sw_test_fill_random(sw_image *img, uint64_t seed);
 
+/* Creates a context on the CPU backend with `threads` threads (0: all cores); exits with a
+ * message if that fails. */
+sw_context *sw_test_cpu_context(int threads);
+
 /* Creates a CUDA context or exits the process with 77 (ctest: skipped) and a clear line when no
  * GPU is usable here. */
 sw_context *sw_test_cuda_context_or_skip(void);

@@ -73,6 +73,41 @@ __device__ __forceinline__ float axis_weight(float d, float sigma, int integrate
     return integrated ? sw_psf_w_integrated_f(d, sigma) : sw_psf_w_sampled_f(d, sigma);
 }
 
+/* Eq. (3) for ROI pixel k of star s: phi = g * mu at the pixel, added to the image (float
+ * atomics) or, FIXED, to the 64-bit fixed-point sums (DETERMINISTIC). */
+template <bool FIXED>
+__device__ __forceinline__ void
+add_evaluated_pixel(const sw_packed_star &s, int k, int side, float sigma, int integrated,
+                    float *img, unsigned long long *acc, size_t pitch, int width, int height)
+{
+    int i = k % side, j = k / side;
+    int px = s.x0 + i, py = s.y0 + j;
+    if (px < 0 || py < 0 || px >= width || py >= height)
+        return;
+    /* pixel centre minus star position, per axis (psf.h: mu is separable) */
+    float v = s.flux * axis_weight((float)i - s.dx, sigma, integrated) *
+              axis_weight((float)j - s.dy, sigma, integrated);
+    if (FIXED)
+        atomicAdd(acc + (size_t)py * width + px,
+                  (unsigned long long)llrint((double)v * SW_FIX_SCALE));
+    else
+        atomicAdd((float *)((char *)img + (size_t)py * pitch) + px, v);
+}
+
+/* The adaptive table's weight of ROI column (or row) i for a star at offset `pos` from the ROI
+ * origin: linear interpolation between the two phase rows that bracket its phase from the ROI
+ * centre (pos - centre, in [-1/2, 1/2); table row t = (phase + 1/2) bins). */
+__device__ __forceinline__ float table_weight(const float *__restrict__ lut, float pos, int i,
+                                              int side, int bins)
+{
+    float t = (pos - 0.5f * (float)(side - 1) + 0.5f) * (float)bins;
+    t = fminf(fmaxf(t, 0.0f), (float)bins);
+    int b = min((int)t, bins - 1);
+    float f = t - (float)b;
+    float lo = __ldg(lut + (size_t)b * side + i), hi = __ldg(lut + (size_t)(b + 1) * side + i);
+    return lo + f * (hi - lo);
+}
+
 /* seed Fig. 6: block = star; thread 0 reads the star into shared memory (steps 4-6); each thread
  * computes its ROI pixels' contributions phi = g * mu (Eq. 3) and adds them atomically (step 8).
  * FIXED: accumulate into 64-bit fixed point instead of float (DETERMINISTIC). */
@@ -85,21 +120,8 @@ __global__ void parallel_kernel(const sw_packed_star *stars, int side, float sig
     if (threadIdx.x == 0)
         s = stars[blockIdx.x];
     __syncthreads();
-    const int npix = side * side;
-    for (int k = threadIdx.x; k < npix; k += blockDim.x) {
-        int i = k % side, j = k / side;
-        int px = s.x0 + i, py = s.y0 + j;
-        if (px < 0 || py < 0 || px >= width || py >= height)
-            continue;
-        /* pixel centre minus star position, per axis (psf.h: mu is separable) */
-        float v = s.flux * axis_weight((float)i - s.dx, sigma, integrated) *
-                  axis_weight((float)j - s.dy, sigma, integrated);
-        if (FIXED)
-            atomicAdd(acc + (size_t)py * width + px,
-                      (unsigned long long)llrint((double)v * SW_FIX_SCALE));
-        else
-            atomicAdd((float *)((char *)img + (size_t)py * pitch) + px, v);
-    }
+    for (int k = threadIdx.x; k < side * side; k += blockDim.x)
+        add_evaluated_pixel<FIXED>(s, k, side, sigma, integrated, img, acc, pitch, width, height);
 }
 
 /* seed Sec. III.C with sub-pixel phases: the block interpolates the star's two weight rows from
@@ -113,18 +135,8 @@ __global__ void adaptive_kernel(const sw_packed_star *stars, int side, int bins,
     if (threadIdx.x == 0)
         s = stars[blockIdx.x];
     __syncthreads();
-    const float centre = 0.5f * (float)(side - 1);
-    for (int k = threadIdx.x; k < 2 * side; k += blockDim.x) {
-        int axis = k / side, i = k % side;
-        /* phase of the star from the ROI centre, in [-1/2, 1/2): table row t = (phase + 1/2) bins
-         */
-        float t = ((axis ? s.dy : s.dx) - centre + 0.5f) * (float)bins;
-        t = fminf(fmaxf(t, 0.0f), (float)bins);
-        int b = min((int)t, bins - 1);
-        float f = t - (float)b;
-        float lo = __ldg(lut + (size_t)b * side + i), hi = __ldg(lut + (size_t)(b + 1) * side + i);
-        w[k] = lo + f * (hi - lo);
-    }
+    for (int k = threadIdx.x; k < 2 * side; k += blockDim.x)
+        w[k] = table_weight(lut, k < side ? s.dx : s.dy, k % side, side, bins);
     __syncthreads();
     const int npix = side * side;
     for (int k = threadIdx.x; k < npix; k += blockDim.x) {
@@ -154,20 +166,8 @@ __global__ void parallel_warp_kernel(const sw_packed_star *stars, int n, int sid
     if (star >= n)
         return;
     const sw_packed_star s = stars[star];
-    const int npix = side * side;
-    for (int k = lane; k < npix; k += 32) {
-        int i = k % side, j = k / side;
-        int px = s.x0 + i, py = s.y0 + j;
-        if (px < 0 || py < 0 || px >= width || py >= height)
-            continue;
-        float v = s.flux * axis_weight((float)i - s.dx, sigma, integrated) *
-                  axis_weight((float)j - s.dy, sigma, integrated);
-        if (FIXED)
-            atomicAdd(acc + (size_t)py * width + px,
-                      (unsigned long long)llrint((double)v * SW_FIX_SCALE));
-        else
-            atomicAdd((float *)((char *)img + (size_t)py * pitch) + px, v);
-    }
+    for (int k = lane; k < side * side; k += 32)
+        add_evaluated_pixel<FIXED>(s, k, side, sigma, integrated, img, acc, pitch, width, height);
 }
 
 __global__ void adaptive_warp_kernel(const sw_packed_star *stars, int n, int side, int bins,
@@ -179,18 +179,10 @@ __global__ void adaptive_warp_kernel(const sw_packed_star *stars, int n, int sid
     if (star >= n) /* whole warps leave together: the shuffles below see all 32 lanes */
         return;
     const sw_packed_star s = stars[star];
-    const float centre = 0.5f * (float)(side - 1);
-    float w[2] = {0.0f, 0.0f}; /* lane i < side: weight of ROI column i (x) and row i (y) */
-#pragma unroll
-    for (int axis = 0; axis < 2; axis++) {
-        float t = ((axis ? s.dy : s.dx) - centre + 0.5f) * (float)bins;
-        t = fminf(fmaxf(t, 0.0f), (float)bins);
-        int b = min((int)t, bins - 1);
-        float f = t - (float)b;
-        int i = min(lane, side - 1);
-        float lo = __ldg(lut + (size_t)b * side + i), hi = __ldg(lut + (size_t)(b + 1) * side + i);
-        w[axis] = lo + f * (hi - lo);
-    }
+    /* lane i < side holds the weights of ROI column i (wx) and row i (wy) */
+    const int i_lane = min(lane, side - 1);
+    const float w[2] = {table_weight(lut, s.dx, i_lane, side, bins),
+                        table_weight(lut, s.dy, i_lane, side, bins)};
     const int npix = side * side;
     for (int base = 0; base < npix; base += 32) {
         int k = base + lane;

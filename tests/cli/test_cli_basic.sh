@@ -4,47 +4,7 @@
 # Usage: test_cli_basic.sh PATH/TO/spotwave
 set -euo pipefail
 
-SW=${1:?usage: $0 PATH/TO/spotwave}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-
-fail() {
-    echo "FAIL: $*" >&2
-    exit 1
-}
-
-# run ARGS...: runs the command; sets rc, out (stdout) and err (stderr).
-run() {
-    set +e
-    "$SW" "$@" >"$tmp/out" 2>"$tmp/err"
-    rc=$?
-    set -e
-    out=$(cat "$tmp/out")
-    err=$(cat "$tmp/err")
-}
-
-# expect WANT_RC ARGS...: runs and checks the exit code.
-expect() {
-    local want=$1
-    shift
-    run "$@"
-    [[ $rc == "$want" ]] || fail "'spotwave $*' exited $rc, expected $want; stderr: $err"
-}
-
-# One line on stderr, starting with "spotwave".
-expect_one_line() {
-    local n
-    n=$(printf '%s\n' "$err" | grep -c . || true)
-    [[ $n == 1 ]] || fail "'spotwave $*': expected one line on stderr, got $n: $err"
-    [[ $err == spotwave* ]] || fail "'spotwave $*': stderr does not start with 'spotwave': $err"
-}
-
-# A usage error: exit 2, one line, pointing at --help.
-expect_usage() {
-    expect 2 "$@"
-    expect_one_line "$@"
-    [[ $err == *--help* ]] || fail "'spotwave $*': the usage error does not mention --help: $err"
-}
+source "$(dirname "$0")/common.bash"
 
 command -v python3 >/dev/null || fail "python3 is needed to check the JSON output"
 

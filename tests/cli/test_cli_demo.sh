@@ -5,31 +5,7 @@
 # Usage: test_cli_demo.sh PATH/TO/spotwave
 set -euo pipefail
 
-SW=${1:?usage: $0 PATH/TO/spotwave}
-SW=$(cd "$(dirname "$SW")" && pwd)/$(basename "$SW") # we change directory below
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-
-fail() {
-    echo "FAIL: $*" >&2
-    exit 1
-}
-
-run() {
-    set +e
-    "$SW" "$@" >"$tmp/out" 2>"$tmp/err"
-    rc=$?
-    set -e
-    out=$(cat "$tmp/out")
-    err=$(cat "$tmp/err")
-}
-
-expect() {
-    local want=$1
-    shift
-    run "$@"
-    [[ $rc == "$want" ]] || fail "'spotwave $*' exited $rc, expected $want; stderr: $err"
-}
+source "$(dirname "$0")/common.bash"
 
 # ---------------------------------------------------------------- a demo run (non-square size)
 W=96

@@ -5,32 +5,8 @@
 # Usage: test_cli_sim.sh PATH/TO/spotwave
 set -euo pipefail
 
-SW=${1:?usage: $0 PATH/TO/spotwave}
-SW=$(cd "$(dirname "$SW")" && pwd)/$(basename "$SW")
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-
-fail() {
-    echo "FAIL: $*" >&2
-    exit 1
-}
+source "$(dirname "$0")/common.bash"
 command -v python3 >/dev/null || fail "python3 is needed to read the images back"
-
-run() {
-    set +e
-    "$SW" "$@" >"$tmp/out" 2>"$tmp/err"
-    rc=$?
-    set -e
-    out=$(cat "$tmp/out")
-    err=$(cat "$tmp/err")
-}
-
-expect() {
-    local want=$1
-    shift
-    run "$@"
-    [[ $rc == "$want" ]] || fail "'spotwave $*' exited $rc, expected $want; stderr: $err"
-}
 
 # A FITS reader in plain Python (no numpy/astropy): prints what a check asks for.
 cat >"$tmp/fits.py" <<'EOF'

@@ -20,10 +20,8 @@ static int setup(void **state)
 {
     (void)state;
     gpu = sw_test_cuda_context_or_skip();
-    sw_context_params p;
-    sw_context_params_default(&p);
-    p.backend = SW_BACKEND_CPU;
-    return sw_context_create(&p, &cpu) == SW_OK ? 0 : -1;
+    cpu = sw_test_cpu_context(0);
+    return 0;
 }
 
 static int teardown(void **state)

@@ -8,16 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static sw_context *cpu_context(void)
-{
-    sw_context_params p;
-    sw_context_params_default(&p);
-    p.backend = SW_BACKEND_CPU;
-    sw_context *ctx = NULL;
-    assert_int_equal(sw_context_create(&p, &ctx), SW_OK);
-    return ctx;
-}
-
 /* ------------------------------------------------------------------ status, names, parsing */
 
 static void test_status_strings(void **state)
@@ -80,7 +70,7 @@ static void capture_log(sw_log_level level, const char *msg, void *user)
 static void test_context_cpu_and_auto(void **state)
 {
     (void)state;
-    sw_context *ctx = cpu_context();
+    sw_context *ctx = sw_test_cpu_context(0);
     assert_int_equal(sw_context_backend(ctx), SW_BACKEND_CPU);
     assert_non_null(strstr(sw_context_backend_reason(ctx), "CPU"));
     assert_true(sw_context_threads(ctx) >= 1);
@@ -149,7 +139,7 @@ static void test_context_bad_params(void **state)
 static void test_image_alloc(void **state)
 {
     (void)state;
-    sw_context *ctx = cpu_context();
+    sw_context *ctx = sw_test_cpu_context(0);
     const sw_pixel_type types[] = {SW_PIX_U8, SW_PIX_U16, SW_PIX_U32, SW_PIX_F32};
     for (int i = 0; i < 4; i++) {
         sw_image img;
@@ -173,7 +163,7 @@ static void test_image_alloc(void **state)
 static void test_image_alloc_bad(void **state)
 {
     (void)state;
-    sw_context *ctx = cpu_context();
+    sw_context *ctx = sw_test_cpu_context(0);
     sw_image img;
     assert_int_equal(sw_image_alloc(ctx, 0, 10, SW_PIX_U8, &img), SW_EINVAL);
     assert_null(img.data);
@@ -225,7 +215,7 @@ static void test_image_wrap_roi(void **state)
 static void test_image_copy(void **state)
 {
     (void)state;
-    sw_context *ctx = cpu_context();
+    sw_context *ctx = sw_test_cpu_context(0);
     sw_image a, b, c;
     assert_int_equal(sw_image_alloc(ctx, 33, 17, SW_PIX_U32, &a), SW_OK);
     assert_int_equal(sw_image_alloc(ctx, 40, 20, SW_PIX_U32, &b), SW_OK);
@@ -254,7 +244,7 @@ static void test_image_copy(void **state)
 static void test_convert_exact_and_rounding(void **state)
 {
     (void)state;
-    sw_context *ctx = cpu_context();
+    sw_context *ctx = sw_test_cpu_context(0);
     float src[8] = {0.0f, 2.5f, 3.5f, -0.4f, -1.0f, 254.6f, 300.0f, 1e30f};
     uint8_t want[8] = {0, 2, 4, 0, 0, 255, 255, 255}; /* ties to even; clamped */
     sw_image s, d;
@@ -280,7 +270,7 @@ static void test_convert_exact_and_rounding(void **state)
 static void test_convert_roundtrip_u32(void **state)
 {
     (void)state;
-    sw_context *ctx = cpu_context();
+    sw_context *ctx = sw_test_cpu_context(0);
     sw_image a, f, b;
     assert_int_equal(sw_image_alloc(ctx, 101, 13, SW_PIX_U32, &a), SW_OK);
     sw_test_fill_random(&a, 9);
@@ -310,7 +300,7 @@ static void test_convert_roundtrip_u32(void **state)
 static void test_convert_nan_refused(void **state)
 {
     (void)state;
-    sw_context *ctx = cpu_context();
+    sw_context *ctx = sw_test_cpu_context(0);
     float src[4] = {1.0f, NAN, 3.0f, INFINITY};
     uint16_t dst[4] = {7, 7, 7, 7};
     sw_image s, d;
@@ -339,7 +329,7 @@ static void test_convert_nan_refused(void **state)
 static void test_stats_analytic(void **state)
 {
     (void)state;
-    sw_context *ctx = cpu_context();
+    sw_context *ctx = sw_test_cpu_context(0);
     /* Values 0 .. N-1 over a 250 x 40 image: mean (N-1)/2, variance (N^2-1)/12. */
     sw_image img;
     const int32_t w = 250, h = 40;
@@ -372,7 +362,7 @@ static void test_stats_analytic(void **state)
 static void test_stats_nan_inf(void **state)
 {
     (void)state;
-    sw_context *ctx = cpu_context();
+    sw_context *ctx = sw_test_cpu_context(0);
     float v[6] = {NAN, 1.0f, -INFINITY, 3.0f, NAN, INFINITY};
     sw_image img;
     assert_int_equal(sw_image_wrap(v, 3, 2, 0, SW_PIX_F32, SW_MEM_HOST, &img), SW_OK);
@@ -441,7 +431,7 @@ static void test_fill_uniform_half_open(void **state)
 static void test_fill_random(void **state)
 {
     (void)state;
-    sw_context *ctx = cpu_context();
+    sw_context *ctx = sw_test_cpu_context(0);
     sw_image a, b;
     assert_int_equal(sw_image_alloc(ctx, 500, 400, SW_PIX_F32, &a), SW_OK);
     assert_int_equal(sw_image_alloc(ctx, 500, 400, SW_PIX_F32, &b), SW_OK);

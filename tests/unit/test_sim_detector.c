@@ -11,17 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static sw_context *cpu_context(int threads)
-{
-    sw_context_params p;
-    sw_context_params_default(&p);
-    p.backend = SW_BACKEND_CPU;
-    p.threads = threads;
-    sw_context *ctx = NULL;
-    assert_int_equal(sw_context_create(&p, &ctx), SW_OK);
-    return ctx;
-}
-
 static sw_image constant_image(sw_context *ctx, int32_t w, int32_t h, float v)
 {
     sw_image img;
@@ -141,7 +130,7 @@ static void test_normal_draws(void **state)
 static void test_shot_noise_moments(void **state)
 {
     (void)state;
-    sw_context *ctx = cpu_context(0);
+    sw_context *ctx = sw_test_cpu_context(0);
     const double lambdas[] = {3.7, 250.0};
     for (int k = 0; k < 2; k++) {
         const double lam = lambdas[k];
@@ -167,7 +156,7 @@ static void test_shot_noise_moments(void **state)
 static void test_read_noise_gain_bias(void **state)
 {
     (void)state;
-    sw_context *ctx = cpu_context(2);
+    sw_context *ctx = sw_test_cpu_context(2);
     const int32_t W = 700, H = 600;
     const int64_t n = (int64_t)W * H;
     sw_image e = constant_image(ctx, W, H, 100.0f), out;
@@ -223,7 +212,7 @@ static void test_read_noise_gain_bias(void **state)
 static void test_adc_round_and_clamp(void **state)
 {
     (void)state;
-    sw_context *ctx = cpu_context(2);
+    sw_context *ctx = sw_test_cpu_context(2);
     const float in[8] = {0.0f, 1.4f, 1.5f, 2.5f, 300.0f, -5.0f, 70000.0f, 254.5f};
     sw_image e;
     assert_int_equal(sw_image_alloc(ctx, 8, 1, SW_PIX_F32, &e), SW_OK);
@@ -266,7 +255,7 @@ static void test_seed_and_pixel_index(void **state)
 {
     (void)state;
     const int32_t W = 257, H = 123;
-    sw_context *c1 = cpu_context(1), *c3 = cpu_context(3);
+    sw_context *c1 = sw_test_cpu_context(1), *c3 = sw_test_cpu_context(3);
     sw_image e;
     assert_int_equal(sw_image_alloc(c1, W, H, SW_PIX_F32, &e), SW_OK);
     for (int32_t y = 0; y < H; y++)
@@ -337,7 +326,7 @@ static void expect_apply_fails(sw_context *ctx, const sw_detector *d, const sw_i
 static void test_detector_bad_input(void **state)
 {
     (void)state;
-    sw_context *ctx = cpu_context(2);
+    sw_context *ctx = sw_test_cpu_context(2);
     sw_image e = constant_image(ctx, 20, 10, 5.0f), out, small, u8, e16;
     assert_int_equal(sw_image_alloc(ctx, 20, 10, SW_PIX_F32, &out), SW_OK);
     assert_int_equal(sw_image_alloc(ctx, 19, 10, SW_PIX_F32, &small), SW_OK);

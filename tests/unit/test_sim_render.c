@@ -14,17 +14,6 @@
 
 #define PI 3.14159265358979323846
 
-static sw_context *cpu_context(int threads)
-{
-    sw_context_params p;
-    sw_context_params_default(&p);
-    p.backend = SW_BACKEND_CPU;
-    p.threads = threads;
-    sw_context *ctx = NULL;
-    assert_int_equal(sw_context_create(&p, &ctx), SW_OK);
-    return ctx;
-}
-
 static sw_starsim *make_plan(sw_context *ctx, int32_t w, int32_t h, double sigma, int32_t side,
                              sw_psf_mode psf, sw_starsim_method m)
 {
@@ -94,7 +83,7 @@ static double expected_centroid(double X, double sigma)
 static void test_integrated_flux_and_centroid(void **state)
 {
     (void)state;
-    sw_context *ctx = cpu_context(2);
+    sw_context *ctx = sw_test_cpu_context(2);
     const double sigmas[] = {0.5, 1.0, 2.0, 3.5, 5.0};
     const sw_starsim_method methods[] = {SW_STARSIM_SEQUENTIAL, SW_STARSIM_OPENMP};
     double worst_flux = 0, worst_cen = 0, worst_raw = 0, bias_05 = 0;
@@ -154,7 +143,7 @@ static void test_integrated_flux_and_centroid(void **state)
 static void test_integrated_clipped_at_edges(void **state)
 {
     (void)state;
-    sw_context *ctx = cpu_context(2);
+    sw_context *ctx = sw_test_cpu_context(2);
     const double sigma = 2.0, X = 0.3, Y = -0.2, flux = 1000.0;
     sw_starsim *plan = make_plan(ctx, 64, 48, sigma, 41, SW_PSF_INTEGRATED, SW_STARSIM_OPENMP);
     sw_image img;
@@ -181,7 +170,7 @@ static void test_integrated_clipped_at_edges(void **state)
 static void test_sampled_closed_form(void **state)
 {
     (void)state;
-    sw_context *ctx = cpu_context(3);
+    sw_context *ctx = sw_test_cpu_context(3);
     const double sigmas[] = {0.7, 1.5, 3.0};
     for (size_t si = 0; si < 3; si++) {
         const double sigma = sigmas[si], flux = 5000.0;
@@ -243,7 +232,7 @@ static void test_sequential_vs_openmp(void **state)
 {
     (void)state;
     const int32_t W = 200, H = 150;
-    sw_context *ctx = cpu_context(0);
+    sw_context *ctx = sw_test_cpu_context(0);
     for (int psf = 0; psf < 2; psf++) {
         sw_stars s = field(ctx, W, H, 11 + psf);
         sw_image a, b;
@@ -282,13 +271,13 @@ static void test_deterministic_across_runs_and_threads(void **state)
     const int32_t W = 173, H = 131;
     const int threads[] = {1, 2, 3, 7, 16};
     sw_image ref;
-    sw_context *c0 = cpu_context(1);
+    sw_context *c0 = sw_test_cpu_context(1);
     sw_stars s = field(c0, W, H, 99);
     assert_int_equal(sw_image_alloc(c0, W, H, SW_PIX_F32, &ref), SW_OK);
     sw_starsim *p0 = make_plan(c0, W, H, 1.3, 12, SW_PSF_INTEGRATED, SW_STARSIM_OPENMP);
     assert_int_equal(sw_starsim_run(p0, &s, &ref), SW_OK);
     for (size_t t = 0; t < sizeof threads / sizeof threads[0]; t++) {
-        sw_context *ctx = cpu_context(threads[t]);
+        sw_context *ctx = sw_test_cpu_context(threads[t]);
         for (int m = 0; m < 3; m++) {
             const sw_starsim_method method = m == 0   ? SW_STARSIM_OPENMP
                                              : m == 1 ? SW_STARSIM_DETERMINISTIC
@@ -318,7 +307,7 @@ static void test_deterministic_across_runs_and_threads(void **state)
 static void test_empty_far_and_strided(void **state)
 {
     (void)state;
-    sw_context *ctx = cpu_context(2);
+    sw_context *ctx = sw_test_cpu_context(2);
     sw_starsim *plan = make_plan(ctx, 30, 20, 1.0, 7, SW_PSF_INTEGRATED, SW_STARSIM_AUTO);
     sw_image big, view;
     assert_int_equal(sw_image_alloc(ctx, 50, 30, SW_PIX_F32, &big), SW_OK);
@@ -396,7 +385,7 @@ static void expect_create_fails(sw_context *ctx, const sw_starsim_params *p, sw_
 static void test_create_bad_input(void **state)
 {
     (void)state;
-    sw_context *ctx = cpu_context(2);
+    sw_context *ctx = sw_test_cpu_context(2);
     sw_starsim_params base, p;
     sw_starsim_params_default(&base);
     base.width = 64;
@@ -461,7 +450,7 @@ static void expect_run_fails(sw_starsim *plan, sw_context *ctx, const sw_stars *
 static void test_run_bad_input(void **state)
 {
     (void)state;
-    sw_context *ctx = cpu_context(2);
+    sw_context *ctx = sw_test_cpu_context(2);
     sw_starsim_params p;
     sw_starsim_params_default(&p);
     p.width = 40;

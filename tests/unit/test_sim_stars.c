@@ -10,16 +10,6 @@
 
 #define DEG (3.14159265358979323846 / 180.0)
 
-static sw_context *cpu_context(void)
-{
-    sw_context_params p;
-    sw_context_params_default(&p);
-    p.backend = SW_BACKEND_CPU;
-    sw_context *ctx = NULL;
-    assert_int_equal(sw_context_create(&p, &ctx), SW_OK);
-    return ctx;
-}
-
 static const char *write_text(const char *name, const char *text)
 {
     const char *path = sw_test_path(name);
@@ -66,7 +56,7 @@ static void test_magnitudes(void **state)
 static void test_catalogue_csv(void **state)
 {
     (void)state;
-    sw_context *ctx = cpu_context();
+    sw_context *ctx = sw_test_cpu_context(0);
     const double A = 1e5;
     sw_stars s;
     /* mag only, extra columns ignored, comments and blank lines skipped. */
@@ -118,7 +108,7 @@ static void expect_csv_fails(sw_context *ctx, const char *name, const char *text
 static void test_catalogue_bad_rows(void **state)
 {
     (void)state;
-    sw_context *ctx = cpu_context();
+    sw_context *ctx = sw_test_cpu_context(0);
     expect_csv_fails(ctx, "b1.csv", "x_px,y_px,mag\n1,2,3\n1,two,3\n", SW_EFORMAT, "line 3");
     expect_csv_fails(ctx, "b2.csv", "x_px,y_px,mag\n1,2\n", SW_EFORMAT, "line 2");
     expect_csv_fails(ctx, "b3.csv", "x_px,mag\n1,2\n", SW_EFORMAT, "y_px");
@@ -150,7 +140,7 @@ static void test_catalogue_bad_rows(void **state)
 static void test_random_stars(void **state)
 {
     (void)state;
-    sw_context *ctx = cpu_context();
+    sw_context *ctx = sw_test_cpu_context(0);
     const int64_t n = 20000;
     sw_stars a, b, c;
     assert_int_equal(sw_stars_random(ctx, n, 300, 200, 2.0, 9.0, 1e6, 0.0, 42, &a), SW_OK);
@@ -270,7 +260,7 @@ static void test_sky_projection(void **state)
 static void test_sky_field(void **state)
 {
     (void)state;
-    sw_context *ctx = cpu_context();
+    sw_context *ctx = sw_test_cpu_context(0);
     sw_camera c = camera(200, 30, 0);
     /* The image spans x in [-0.5, 1023.5): 511.5 + 10000 tan(da) with the offset along RA at
      * Dec 30 not exactly a great circle, so place stars by the projection's own inverse along
@@ -323,7 +313,7 @@ static void test_sky_field(void **state)
 static void test_truth_table(void **state)
 {
     (void)state;
-    sw_context *ctx = cpu_context();
+    sw_context *ctx = sw_test_cpu_context(0);
     sw_stars s;
     assert_int_equal(sw_stars_alloc(ctx, 6, &s), SW_OK);
     const double xs[6] = {-0.5, -0.5000001, 9.4999999, 9.5, 3.25, 4};
