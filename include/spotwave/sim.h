@@ -146,10 +146,18 @@ typedef enum sw_starsim_method {
                                     which is deterministic)                                      */
 } sw_starsim_method;
 
+/* Largest ROI side accepted: 4096 px (16.8 Mpixel per star; no limit comes from thread-block
+ * sizes, and ROI pixel counts stay within 32-bit integers). */
+#define SW_STARSIM_MAX_ROI_SIDE 4096
+
+/* DETERMINISTIC on the GPU sums 64-bit fixed point with a quantum of 2^-16 e-: a run's total
+ * flux must stay below this (e-), so that no pixel's sum can overflow. */
+#define SW_STARSIM_DETERMINISTIC_MAX_FLUX 1e14
+
 typedef struct sw_starsim_params {
     int32_t width, height; /* image size, pixels                                           */
     double sigma;          /* PSF standard deviation, pixels (> 0)                         */
-    int32_t roi_side;      /* ROI side in pixels (>= 1; no upper limit from block sizes)   */
+    int32_t roi_side;      /* ROI side in pixels, 1 .. SW_STARSIM_MAX_ROI_SIDE and the image  */
     sw_psf_mode psf;
     sw_starsim_method method;
     int32_t phase_bins; /* adaptive: sub-pixel phase bins per axis, 1..4096 (default 256) */

@@ -15,6 +15,9 @@
  * draws. CUDA context with host images: the CPU code runs (no staging through the GPU).
  */
 #include "sim/sim_internal.h"
+#ifdef SW_HAVE_CUDA
+#include "core/core_cuda.h"
+#endif
 #include "sim/noise.h"
 
 #include <math.h>
@@ -147,6 +150,20 @@ sw_status sw_detector_apply(sw_context *ctx, const sw_detector *d, const sw_imag
         if (!cuda)
             return sw_fail(ctx, SW_ENODEV, "detector: device images need a CUDA context");
 #ifdef SW_HAVE_CUDA
+        /* as on the host: non-finite electrons are refused before any pixel is written */
+        int64_t bad = 0;
+        sw_status cst = sw_cuda_count_nonfinite(ctx, electrons, &bad);
+        if (cst != SW_OK)
+            return cst;
+        if (bad)
+            return sw_fail(ctx, SW_ERANGE, "detector: %lld electron pixels are NaN or infinite",
+                           (long long)bad);
+        if (overlap(electrons, out) &&
+            !(out->data == electrons->data && out->stride == electrons->stride &&
+              out->type == SW_PIX_F32))
+            return sw_fail(ctx, SW_EINVAL,
+                           "detector: the electron and output images overlap (in place is "
+                           "allowed only for an f32 output over the same pixels)");
         return sw_detector_apply_cuda(ctx, d, electrons, out);
 #else
         return sw_fail(ctx, SW_EINTERNAL, "detector: CUDA context in a build without CUDA");

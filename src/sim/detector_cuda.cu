@@ -28,6 +28,10 @@ template <> __device__ __forceinline__ uint16_t adc<uint16_t>(double adu)
 {
     return (uint16_t)fmin(fmax(rint(adu), 0.0), 65535.0);
 }
+template <> __device__ __forceinline__ uint32_t adc<uint32_t>(double adu)
+{
+    return (uint32_t)fmin(fmax(rint(adu), 0.0), 4294967295.0);
+}
 
 template <typename T>
 __global__ void detector_kernel(const float *in, size_t in_pitch, T *out, size_t out_pitch,
@@ -54,6 +58,10 @@ __global__ void detector_kernel(const float *in, size_t in_pitch, T *out, size_t
 extern "C" sw_status sw_detector_apply_cuda(sw_context *ctx, const sw_detector *d,
                                             const sw_image *electrons, sw_image *out)
 {
+    cudaError_t e = cudaSetDevice(ctx->device);
+    if (e != cudaSuccess)
+        return sw_fail(ctx, SW_ECUDA, "detector: cannot select the CUDA device: %s",
+                       cudaGetErrorString(e));
     cudaStream_t s = (cudaStream_t)sw_context_stream(ctx);
     dim3 grid((unsigned)((electrons->width + 255) / 256),
               (unsigned)(electrons->height < 2048 ? electrons->height : 2048));
@@ -67,6 +75,10 @@ extern "C" sw_status sw_detector_apply_cuda(sw_context *ctx, const sw_detector *
         detector_kernel<uint16_t><<<grid, 256, 0, s>>>(in, electrons->stride, (uint16_t *)out->data,
                                                        out->stride, out->width, out->height, *d);
         break;
+    case SW_PIX_U32:
+        detector_kernel<uint32_t><<<grid, 256, 0, s>>>(in, electrons->stride, (uint32_t *)out->data,
+                                                       out->stride, out->width, out->height, *d);
+        break;
     case SW_PIX_F32:
         detector_kernel<float><<<grid, 256, 0, s>>>(in, electrons->stride, (float *)out->data,
                                                     out->stride, out->width, out->height, *d);
@@ -75,7 +87,7 @@ extern "C" sw_status sw_detector_apply_cuda(sw_context *ctx, const sw_detector *
         return sw_fail(ctx, SW_EINVAL, "detector: output type %s is not supported on the GPU",
                        sw_pixel_type_string(out->type));
     }
-    cudaError_t e = cudaGetLastError();
+    e = cudaGetLastError();
     if (e != cudaSuccess)
         return sw_fail(ctx, SW_ECUDA, "detector kernel launch failed: %s", cudaGetErrorString(e));
     return SW_OK;

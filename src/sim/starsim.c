@@ -111,6 +111,10 @@ static sw_status check_params(sw_context *ctx, const sw_starsim_params *p)
     if (p->roi_side < 1)
         return sw_fail(ctx, SW_EINVAL, "star simulator: ROI side %d px must be at least 1",
                        p->roi_side);
+    if (p->roi_side > SW_STARSIM_MAX_ROI_SIDE)
+        return sw_fail(ctx, SW_EINVAL,
+                       "star simulator: ROI side %d px is larger than the %d px spotwave accepts",
+                       p->roi_side, SW_STARSIM_MAX_ROI_SIDE);
     if (p->roi_side > larger)
         return sw_fail(ctx, SW_EINVAL,
                        "star simulator: ROI side %d px is larger than the %dx%d image (at most %d)",

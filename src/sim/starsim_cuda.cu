@@ -296,20 +296,32 @@ static sw_status time_method(sw_starsim *plan, starsim_gpu *g, int64_t n, sw_sta
                              sw_image *img, float *ms)
 {
     cudaStream_t s = stream_of(plan);
-    cudaEvent_t a, b;
-    SW_CU(cudaEventCreate(&a));
-    SW_CU(cudaEventCreate(&b));
-    float t[5];
-    sw_status st = launch(plan, g, n, m, img); /* warm-up */
+    cudaEvent_t a = NULL, b = NULL;
+    float t[5] = {0, 0, 0, 0, 0};
+    cudaError_t e = cudaEventCreate(&a);
+    if (e == cudaSuccess)
+        e = cudaEventCreate(&b);
+    sw_status st = e == cudaSuccess ? launch(plan, g, n, m, img) /* warm-up */
+                                    : sw_fail(plan->ctx, SW_ECUDA,
+                                              "star simulator: cannot create CUDA events: %s",
+                                              cudaGetErrorString(e));
     for (int r = 0; r < 5 && st == SW_OK; r++) {
-        cudaEventRecord(a, s);
-        st = launch(plan, g, n, m, img);
-        cudaEventRecord(b, s);
-        cudaEventSynchronize(b);
-        cudaEventElapsedTime(&t[r], a, b);
+        e = cudaEventRecord(a, s);
+        if (e == cudaSuccess && (st = launch(plan, g, n, m, img)) == SW_OK) {
+            e = cudaEventRecord(b, s);
+            if (e == cudaSuccess)
+                e = cudaEventSynchronize(b);
+            if (e == cudaSuccess)
+                e = cudaEventElapsedTime(&t[r], a, b);
+        }
+        if (st == SW_OK && e != cudaSuccess)
+            st = sw_fail(plan->ctx, SW_ECUDA, "star simulator: calibration timing failed: %s",
+                         cudaGetErrorString(e));
     }
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
+    if (a)
+        cudaEventDestroy(a);
+    if (b)
+        cudaEventDestroy(b);
     for (int i = 1; i < 5; i++) /* insertion sort for the median */
         for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
             float x = t[j];
@@ -327,8 +339,13 @@ static sw_status time_method(sw_starsim *plan, starsim_gpu *g, int64_t n, sw_sta
  */
 static sw_status calibrate(sw_starsim *plan, starsim_gpu *g)
 {
-    const int64_t n1 = plan->p.max_stars < 512 ? plan->p.max_stars : 512;
-    const int64_t n2 = plan->p.max_stars < 16384 ? plan->p.max_stars : 16384;
+    /* at most ~16 M pixel evaluations per timed launch, so large ROIs calibrate quickly */
+    const int64_t npix = (int64_t)plan->p.roi_side * plan->p.roi_side;
+    int64_t n2 = ((int64_t)1 << 24) / npix;
+    n2 = n2 < 2 ? 2 : n2 > 16384 ? 16384 : n2;
+    if (n2 > plan->p.max_stars)
+        n2 = plan->p.max_stars;
+    const int64_t n1 = n2 / 32 > 1 ? n2 / 32 : 1;
     sw_image img;
     sw_status st =
         sw_image_alloc_device(plan->ctx, plan->p.width, plan->p.height, SW_PIX_F32, &img);
@@ -367,12 +384,19 @@ static sw_status calibrate(sw_starsim *plan, starsim_gpu *g)
     sw_image_free(&img);
     if (st != SW_OK)
         return st;
-    double bp = (tp2 - tp1) / (double)(n2 - n1 > 0 ? n2 - n1 : 1), ap = tp1 - bp * n1;
-    double ba = (ta2 - ta1) / (double)(n2 - n1 > 0 ? n2 - n1 : 1), aa = ta1 - ba * n1;
-    if (ba >= bp)
-        plan->auto_adaptive_from = aa <= ap ? 0 : INT64_MAX;
-    else
-        plan->auto_adaptive_from = aa <= ap ? 0 : (int64_t)ceil((aa - ap) / (bp - ba));
+    if (n2 <= n1) { /* one star count only: pick by its time */
+        plan->auto_adaptive_from = ta2 <= tp2 ? 0 : INT64_MAX;
+    } else {
+        double bp = (tp2 - tp1) / (double)(n2 - n1), ap = tp1 - bp * n1;
+        double ba = (ta2 - ta1) / (double)(n2 - n1), aa = ta1 - ba * n1;
+        double cross = ba < bp ? (aa - ap) / (bp - ba) : 0.0;
+        if (aa <= ap && ba <= bp)
+            plan->auto_adaptive_from = 0; /* never slower */
+        else if (ba >= bp) /* adaptive no cheaper per star: decide by the larger count */
+            plan->auto_adaptive_from = ta2 <= tp2 ? 0 : INT64_MAX;
+        else
+            plan->auto_adaptive_from = cross > 9e18 ? INT64_MAX : (int64_t)ceil(cross);
+    }
     sw_log(plan->ctx, SW_LOG_DEBUG,
            "star simulator calibration: parallel %.1f/%.1f us, adaptive %.1f/%.1f us for %lld/%lld "
            "stars: adaptive from %lld stars",
@@ -383,6 +407,7 @@ static sw_status calibrate(sw_starsim *plan, starsim_gpu *g)
 
 extern "C" sw_status sw_starsim_gpu_create(sw_starsim *plan)
 {
+    SW_CU(cudaSetDevice(plan->ctx->device));
     starsim_gpu *g = (starsim_gpu *)calloc(1, sizeof *g);
     if (!g)
         return sw_fail(plan->ctx, SW_ENOMEM, "star simulator: out of memory");
@@ -410,9 +435,21 @@ extern "C" sw_status sw_starsim_gpu_run(sw_starsim *plan, const sw_packed_star *
     starsim_gpu *g = (starsim_gpu *)plan->gpu;
     cudaStream_t s = stream_of(plan);
     const size_t row = (size_t)out->width * sizeof(float);
-    if (method == SW_STARSIM_DETERMINISTIC && !g->acc)
-        return sw_fail(plan->ctx, SW_EINVAL,
-                       "star simulator: this plan was not made for the deterministic method");
+    if (method == SW_STARSIM_DETERMINISTIC) {
+        if (!g->acc)
+            return sw_fail(plan->ctx, SW_EINVAL,
+                           "star simulator: this plan was not made for the deterministic method");
+        /* the fixed-point sums must not overflow: bound them by the run's total flux */
+        double total = 0.0;
+        for (int64_t i = 0; i < n; i++)
+            total += stars[i].flux;
+        if (!(total < SW_STARSIM_DETERMINISTIC_MAX_FLUX))
+            return sw_fail(plan->ctx, SW_ERANGE,
+                           "star simulator: the deterministic method sums in fixed point and "
+                           "takes at most %g e- per run; these stars carry %g e-",
+                           SW_STARSIM_DETERMINISTIC_MAX_FLUX, total);
+    }
+    SW_CU(cudaSetDevice(plan->ctx->device));
     SW_CU(cudaMemset2DAsync(out->data, out->stride, 0, row, (size_t)out->height, s));
     if (n > 0)
         SW_CU(
@@ -441,6 +478,7 @@ extern "C" void sw_starsim_gpu_destroy(sw_starsim *plan)
     starsim_gpu *g = (starsim_gpu *)plan->gpu;
     if (!g)
         return;
+    cudaSetDevice(plan->ctx->device);
     cudaStreamSynchronize(stream_of(plan));
     cudaFree(g->stars);
     cudaFree(g->lut);

@@ -408,6 +408,8 @@ static void test_create_bad_input(void **state)
     expect_create_fails(ctx, &p, SW_EINVAL, "larger than the 64x32 image");
     p = base, p.roi_side = 0;
     expect_create_fails(ctx, &p, SW_EINVAL, "ROI side");
+    p = base, p.width = 8192, p.height = 8192, p.roi_side = SW_STARSIM_MAX_ROI_SIDE + 1;
+    expect_create_fails(ctx, &p, SW_EINVAL, "spotwave accepts");
     p = base, p.phase_bins = 0;
     expect_create_fails(ctx, &p, SW_EINVAL, "phase bins");
     p = base, p.phase_bins = 4097;
