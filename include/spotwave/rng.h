@@ -32,6 +32,11 @@ enum {
     SW_RNG_STREAM_POSITIONS = 2,
     SW_RNG_STREAM_MAGNITUDES = 3,
     SW_RNG_STREAM_READ_NOISE = 4,
+    SW_RNG_STREAM_SCREEN = 5,       /* FFT phase screens: Fourier coefficients            */
+    SW_RNG_STREAM_SUBHARMONICS = 6, /* FFT phase screens: subharmonic coefficients        */
+    SW_RNG_STREAM_INFINITE = 7,     /* infinite phase screens: new rows                   */
+    SW_RNG_STREAM_EYE = 8,          /* synthetic eyes: aberrations drawn from a population */
+    SW_RNG_STREAM_ARTEFACTS = 9,    /* synthetic eyes: reflections, brightness, tear film */
     SW_RNG_STREAM_USER = 1024
 };
 

@@ -7,6 +7,9 @@
 
 #include "spotwave/core.h"
 #include "spotwave/io.h"
+#include "spotwave/geometry.h"
+#include "spotwave/zernike.h"
 #include "spotwave/sim.h"
+#include "spotwave/sim_sh.h"
 
 #endif /* SPOTWAVE_H */
