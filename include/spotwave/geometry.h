@@ -12,8 +12,8 @@
  * smallest x and y (the seed's "bottom-left" for an image whose row 0 is at the bottom).
  *
  * Pixel regions (seed Eq. 3-4). Lenslet (ix, iy) owns the pixels
- *     floor(x0 + d ix) <= x < floor(x0 + d (ix + 1)),  floor(y0 + d iy) <= y < floor(y0 + d (iy + 1)).
- * This is Eq. (3) with the corner x_l = x0 + d ix kept real, as the seed's own text has it
+ *     floor(x0 + d ix) <= x < floor(x0 + d (ix + 1)),  floor(y0 + d iy) <= y < floor(y0 + d (iy +
+ * 1)). This is Eq. (3) with the corner x_l = x0 + d ix kept real, as the seed's own text has it
  * ((x_l, y_l) in R^2): flooring x_l first as Eq. (4) prints would leave a pixel between some
  * neighbours for non-integer d. The regions are adjacent and disjoint, and together form the
  * RoI of seed Eq. (5) (d nx by d ny pixels, up to rounding).

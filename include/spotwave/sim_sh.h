@@ -109,24 +109,24 @@ typedef enum sw_sh_model { SW_SH_GEOMETRIC = 0, SW_SH_DIFFRACTION = 1 } sw_sh_mo
 typedef enum sw_sh_spot { SW_SH_SPOT_GAUSSIAN = 0, SW_SH_SPOT_SINC2 = 1 } sw_sh_spot;
 
 typedef struct sw_shsim_params {
-    int32_t width, height;   /* image size                                                   */
-    sw_sh_geometry geom;     /* the lenslet grid; must fit the image (sw_sh_geometry_check)  */
+    int32_t width, height; /* image size                                                   */
+    sw_sh_geometry geom;   /* the lenslet grid; must fit the image (sw_sh_geometry_check)  */
     sw_sh_model model;
-    sw_sh_spot spot;         /* GEOMETRIC only: spot shape                                   */
-    double wavelength_um;    /* > 0 (default 0.8)                                            */
-    double sigma_px;         /* GEOMETRIC Gaussian sigma; 0: 0.42 lambda f / (p pixel), the
-                                Gaussian closest to the lenslet's Airy-like core             */
-    double flux_e;           /* photo-electrons of a fully illuminated lenslet (default 5e4) */
-    int32_t roi_px;          /* GEOMETRIC: side of the square drawn around each spot; 0: the
-                                lenslet pitch rounded up, plus 2                             */
-    int32_t samples;         /* GEOMETRIC: pupil samples per lenslet side for <grad W>
-                                (default 16)                                                 */
-    int32_t oversample;      /* focal samples per pixel side (sinc^2 spot, DIFFRACTION);
-                                0: automatic (>= 2 and Nyquist for |E|^2)                    */
-    int32_t fft_size;        /* DIFFRACTION: FFT side; 0: automatic (smallest 2^a 3^b 5^c
-                                covering twice the lenslet pitch in focal samples)           */
-    sw_pupil pupil;          /* illuminated area (a_um = 0: all lenslets fully lit)          */
-    double min_illum;        /* lenslets lit to this fraction or less are not drawn (0)      */
+    sw_sh_spot spot;      /* GEOMETRIC only: spot shape                                   */
+    double wavelength_um; /* > 0 (default 0.8)                                            */
+    double sigma_px;      /* GEOMETRIC Gaussian sigma; 0: 0.42 lambda f / (p pixel), the
+                             Gaussian closest to the lenslet's Airy-like core             */
+    double flux_e;        /* photo-electrons of a fully illuminated lenslet (default 5e4) */
+    int32_t roi_px;       /* GEOMETRIC: side of the square drawn around each spot; 0: the
+                             lenslet pitch rounded up, plus 2                             */
+    int32_t samples;      /* GEOMETRIC: pupil samples per lenslet side for <grad W>
+                             (default 16)                                                 */
+    int32_t oversample;   /* focal samples per pixel side (sinc^2 spot, DIFFRACTION);
+                             0: automatic (>= 2 and Nyquist for |E|^2)                    */
+    int32_t fft_size;     /* DIFFRACTION: FFT side; 0: automatic (smallest 2^a 3^b 5^c
+                             covering twice the lenslet pitch in focal samples)           */
+    sw_pupil pupil;       /* illuminated area (a_um = 0: all lenslets fully lit)          */
+    double min_illum;     /* lenslets lit to this fraction or less are not drawn (0)      */
 } sw_shsim_params;
 
 void sw_shsim_params_default(sw_shsim_params *p);
@@ -166,9 +166,9 @@ double sw_shsim_render_us(sw_shsim *plan);
 /* Truth of the current OPD (see the top of this file). */
 typedef struct sw_sh_truth {
     int32_t nx, ny;
-    double *x_px, *y_px;         /* nx * ny each */
+    double *x_px, *y_px; /* nx * ny each */
     double *ref_x_px, *ref_y_px;
-    double *slope_x, *slope_y;   /* radians */
+    double *slope_x, *slope_y; /* radians */
     double *illum;
 } sw_sh_truth;
 

@@ -14,7 +14,8 @@
  *   - Z_n^m(rho, theta) = N_n^m R_n^|m|(rho) cos(m theta)        for m >= 0,
  *                       = N_n^m R_n^|m|(rho) sin(|m| theta)      for m < 0,
  *     N_n^m = sqrt(2 (n + 1)) for m != 0 and sqrt(n + 1) for m = 0,
- *     R_n^k(rho) = sum_{s=0}^{(n-k)/2} (-1)^s (n - s)! / (s! ((n+k)/2 - s)! ((n-k)/2 - s)!) rho^(n-2s).
+ *     R_n^k(rho) = sum_{s=0}^{(n-k)/2} (-1)^s (n - s)! / (s! ((n+k)/2 - s)! ((n-k)/2 - s)!)
+ * rho^(n-2s).
  *   - Cartesian unit-disc coordinates x = rho cos(theta), y = rho sin(theta): x along the
  *     detector's +x (columns), y along +y (rows), theta counter-clockwise from +x in that frame.
  *     A pupil of radius R centred at (cx, cy) maps pupil point (u, v) to ((u - cx)/R, (v - cy)/R).

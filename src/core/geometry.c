@@ -61,9 +61,10 @@ sw_status sw_sh_geometry_check(sw_context *ctx, const sw_sh_geometry *g, int32_t
         return sw_fail(ctx, SW_EINVAL, "SH geometry: lenslet pitch %g px must be positive",
                        g->pitch_px);
     if (g->pitch_px < 1.0)
-        return sw_fail(ctx, SW_EINVAL,
-                       "SH geometry: lenslet pitch %g px is below one pixel (regions would be empty)",
-                       g->pitch_px);
+        return sw_fail(
+            ctx, SW_EINVAL,
+            "SH geometry: lenslet pitch %g px is below one pixel (regions would be empty)",
+            g->pitch_px);
     if (g->nx < 1 || g->ny < 1 || (int64_t)g->nx * g->ny > (1 << 24))
         return sw_fail(ctx, SW_EINVAL, "SH geometry: grid %dx%d: need 1..2^24 lenslets in all",
                        (int)g->nx, (int)g->ny);
@@ -76,8 +77,9 @@ sw_status sw_sh_geometry_check(sw_context *ctx, const sw_sh_geometry *g, int32_t
     /* The grid's far corner must be representable before it is compared with the image. */
     double far_x = g->x0 + g->pitch_px * g->nx, far_y = g->y0 + g->pitch_px * g->ny;
     if (fabs(g->x0) > 1e9 || fabs(g->y0) > 1e9 || far_x > 1e9 || far_y > 1e9)
-        return sw_fail(ctx, SW_EINVAL, "SH geometry: the grid (origin %g, %g, %dx%d of %g px) is "
-                                       "far outside any image",
+        return sw_fail(ctx, SW_EINVAL,
+                       "SH geometry: the grid (origin %g, %g, %dx%d of %g px) is "
+                       "far outside any image",
                        g->x0, g->y0, (int)g->nx, (int)g->ny, g->pitch_px);
     if (width <= 0 && height <= 0)
         return SW_OK;
