@@ -22,7 +22,10 @@
  * [x0 - 0.5 + d ix, x0 - 0.5 + d (ix + 1)) (pixel edges), so its optical axis, where the spot of a
  * flat wavefront lands, is at
  *     x_ref = x0 - 0.5 + d (ix + 0.5),   y_ref = y0 - 0.5 + d (iy + 0.5).
- * For integer x0 and d this is the centre of the pixel region.
+ * For integer x0 and d this is the centre of the pixel region; otherwise the region's middle lies
+ * (frac(e) + frac(e + d)) / 2 pixels below it, e = x0 + d ix (the floors of Eq. 3 give each
+ * region the pixels that contain the start of its lenslet up to, not including, the one that
+ * contains its end).
  *
  * Units. A spot displacement dx (pixels) is a local wavefront slope (radians, = dW/du for the
  * optical path difference W and pupil coordinate u in the same unit) of
