@@ -1,0 +1,305 @@
+/*
+ * The GPU renderers of the Shack-Hartmann simulator (CPU twins, truth and the physics in
+ * shsim.c; the per-sample formulas in sh_model.h):
+ *
+ *   GEOMETRIC    one thread block per drawn lenslet: the block evaluates the spot's separable
+ *                weights (pixel-integrated Gaussian, psf.h, or the pixel-averaged sinc^2) once
+ *                into shared memory, then its threads add flux wx(k) wy(j) over the ROI with
+ *                float atomics (neighbouring ROIs may overlap).
+ *   DIFFRACTION  per chunk of lenslets: field_kernel writes each lenslet's tile of
+ *                A exp(i phi) (Goodman Eq. 4-17 sampled, sh_model.h) into a zero-padded N x N
+ *                slot; one batched single-precision cuFFT C2C (plan made at create) transforms
+ *                the chunk; intensity_kernel box-sums |E|^2 over os x os focal samples per
+ *                detector pixel and adds it to the image with float atomics.
+ * The spot positions, tilts and scales are computed on the host (shsim.c, when the OPD changes)
+ * and uploaded with the OPD before the kernels; CUDA events time the kernels only.
+ */
+#include "sim/sh_internal.h"
+#include "sim/sh_model.h"
+
+#include <cuda_runtime.h>
+#include <cufft.h>
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SW_CU(call)                                                                                \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess)                                                                     \
+            return sw_fail(plan->ctx, e_ == cudaErrorMemoryAllocation ? SW_ENOMEM : SW_ECUDA,      \
+                           "SH simulator: CUDA call %s failed: %s", #call,                         \
+                           cudaGetErrorString(e_));                                                \
+    } while (0)
+
+#define SW_CUFFT(call)                                                                             \
+    do {                                                                                           \
+        cufftResult r_ = (call);                                                                   \
+        if (r_ != CUFFT_SUCCESS)                                                                   \
+            return sw_fail(plan->ctx, r_ == CUFFT_ALLOC_FAILED ? SW_ENOMEM : SW_ECUDA,             \
+                           "SH simulator: cuFFT call %s failed (cufftResult %d)", #call, (int)r_); \
+    } while (0)
+
+/* Field slots per chunk: at most this many bytes in each of the two FFT buffers. */
+#define SW_SH_CHUNK_BYTES ((size_t)256 << 20)
+
+typedef struct shsim_gpu {
+    sw_sh_gspot *spots; /* GEOMETRIC: nlit */
+    sw_sh_dlens *lens;  /* DIFFRACTION: nlit */
+    float *amp;         /* nlit * tile * tile */
+    float *opd;         /* gw * gh */
+    cufftComplex *in;   /* chunk * N * N, zero outside the tiles */
+    cufftComplex *fft;  /* chunk * N * N */
+    cufftHandle plan_full, plan_rest;
+    int have_full, have_rest;
+    int chunk, rest; /* lenslets per chunk, in the last chunk */
+    int threads;     /* GEOMETRIC threads per block */
+    cudaEvent_t t0, t1;
+    int timed;
+} shsim_gpu;
+
+static cudaStream_t stream_of(const sw_shsim *plan)
+{
+    return (cudaStream_t)sw_context_stream(plan->ctx);
+}
+
+/* ------------------------------------------------------------------ kernels */
+
+__global__ void geometric_kernel(const sw_sh_gspot *spots, int roi, int sinc2, double sigma,
+                                 double z, int os, float *img, size_t pitch, int width, int height)
+{
+    extern __shared__ double w[]; /* flux * wx[roi], wy[roi] */
+    const sw_sh_gspot s = spots[blockIdx.x];
+    if (!(s.flux > 0.0) || s.x0 >= width || s.y0 >= height || s.x0 + roi <= 0 || s.y0 + roi <= 0)
+        return; /* the whole block leaves: no barrier is skipped by some threads only */
+    for (int k = threadIdx.x; k < 2 * roi; k += blockDim.x)
+        w[k] = k < roi ? s.flux * sw_shm_axis_weight(sinc2, (double)k - s.dx, sigma, z, os)
+                       : sw_shm_axis_weight(sinc2, (double)(k - roi) - s.dy, sigma, z, os);
+    __syncthreads();
+    const int k0 = s.x0 < 0 ? -s.x0 : 0, k1 = s.x0 + roi > width ? width - s.x0 : roi;
+    const int j0 = s.y0 < 0 ? -s.y0 : 0, j1 = s.y0 + roi > height ? height - s.y0 : roi;
+    const int cols = k1 - k0, n = cols * (j1 - j0);
+    for (int t = threadIdx.x; t < n; t += blockDim.x) {
+        const int k = k0 + t % cols, j = j0 + t / cols;
+        float *row = (float *)((char *)img + (size_t)(s.y0 + j) * pitch);
+        atomicAdd(row + s.x0 + k, (float)(w[k] * w[roi + j]));
+    }
+}
+
+/* One chunk: slot L (blockIdx.y) gets lenslet L's tile of fields at the top-left of its N x N
+ * slot; the rest of the slot stays zero (set at create). */
+__global__ void field_kernel(const sw_sh_dlens *lens, const float *amp, const float *opd, int gw,
+                             int tile, int n, double kw, cufftComplex *in)
+{
+    const int L = blockIdx.y;
+    const sw_sh_dlens d = lens[L];
+    const float *a = amp + (size_t)L * tile * tile;
+    const double c = 0.5 * (double)(tile - 1);
+    cufftComplex *slot = in + (size_t)L * n * n;
+    for (int s = blockIdx.x * blockDim.x + threadIdx.x; s < tile * tile;
+         s += gridDim.x * blockDim.x) {
+        const int ta = s % tile, tb = s / tile;
+        const double A = a[s];
+        double re = 0.0, im = 0.0;
+        if (A > 0.0 && d.px0 != SW_SH_OFF)
+            sw_shm_field(A, (double)opd[(size_t)(d.gy0 + tb) * gw + d.gx0 + ta], kw, d.ax, d.ay,
+                         (double)ta - c, (double)tb - c, &re, &im);
+        slot[(size_t)tb * n + ta] = make_cuFloatComplex((float)re, (float)im);
+    }
+}
+
+/* One chunk: the patch pixels of slot L (blockIdx.y), each the sum of |E|^2 over its os x os
+ * focal samples (sub-sample m = m_c + k lies in pixel floor(m / os)), scaled and added. */
+__global__ void intensity_kernel(const sw_sh_dlens *lens, const cufftComplex *fft, int n, int os,
+                                 int pw, float *img, size_t pitch, int width, int height)
+{
+    const int L = blockIdx.y;
+    const sw_sh_dlens d = lens[L];
+    if (d.px0 == SW_SH_OFF)
+        return;
+    const cufftComplex *f = fft + (size_t)L * n * n;
+    const int kmin = -(n / 2), kmax = (n - 1) / 2;
+    for (int s = blockIdx.x * blockDim.x + threadIdx.x; s < pw * pw; s += gridDim.x * blockDim.x) {
+        const int px = d.px0 + s % pw, py = d.py0 + s / pw;
+        if (px < 0 || py < 0 || px >= width || py >= height)
+            continue;
+        double sum = 0.0;
+        for (int jy = 0; jy < os; jy++) {
+            const int ky = py * os + jy - d.my;
+            if (ky < kmin || ky > kmax)
+                continue;
+            const cufftComplex *row = f + (size_t)sw_shm_fft_a(ky, n) * n;
+            for (int jx = 0; jx < os; jx++) {
+                const int kx = px * os + jx - d.mx;
+                if (kx < kmin || kx > kmax)
+                    continue;
+                const cufftComplex v = row[sw_shm_fft_a(kx, n)];
+                sum += (double)v.x * v.x + (double)v.y * v.y;
+            }
+        }
+        if (sum > 0.0)
+            atomicAdd((float *)((char *)img + (size_t)py * pitch) + px, (float)(sum * d.scale));
+    }
+}
+
+/* ------------------------------------------------------------------ plan */
+
+extern "C" sw_status sw_shsim_gpu_create(sw_shsim *plan)
+{
+    SW_CU(cudaSetDevice(plan->ctx->device));
+    shsim_gpu *g = (shsim_gpu *)calloc(1, sizeof *g);
+    if (!g)
+        return sw_fail(plan->ctx, SW_ENOMEM, "SH simulator: out of memory");
+    plan->gpu = g;
+    SW_CU(cudaEventCreate(&g->t0));
+    SW_CU(cudaEventCreate(&g->t1));
+    const size_t nlit = (size_t)plan->nlit;
+    if (plan->p.model == SW_SH_GEOMETRIC) {
+        const int roi = plan->p.roi_px;
+        g->threads = roi * roi >= 256 ? 256 : 128;
+        SW_CU(cudaMalloc(&g->spots, (nlit + 1) * sizeof(sw_sh_gspot)));
+        return SW_OK;
+    }
+    const int n = plan->N, tile = plan->tile;
+    const size_t slot = (size_t)n * n * sizeof(cufftComplex);
+    size_t chunk = SW_SH_CHUNK_BYTES / slot;
+    if (chunk < 1)
+        chunk = 1;
+    if (chunk > 65535)
+        chunk = 65535;
+    if (chunk > nlit)
+        chunk = nlit > 0 ? nlit : 1;
+    g->chunk = (int)chunk;
+    g->rest = nlit > 0 ? (int)(nlit - (nlit - 1) / chunk * chunk) : 0;
+    SW_CU(cudaMalloc(&g->lens, (nlit + 1) * sizeof(sw_sh_dlens)));
+    SW_CU(cudaMalloc(&g->amp, (nlit * tile * tile + 1) * sizeof(float)));
+    SW_CU(cudaMalloc(&g->opd, (size_t)plan->gw * plan->gh * sizeof(float)));
+    SW_CU(cudaMalloc(&g->in, chunk * slot));
+    SW_CU(cudaMalloc(&g->fft, chunk * slot));
+    SW_CU(cudaMemset(g->in, 0, chunk * slot));
+    if (nlit > 0)
+        SW_CU(cudaMemcpy(g->amp, plan->amp, nlit * tile * tile * sizeof(float),
+                         cudaMemcpyHostToDevice));
+    int dims[2] = {n, n};
+    cudaStream_t s = stream_of(plan);
+    SW_CUFFT(cufftPlanMany(&g->plan_full, 2, dims, NULL, 1, n * n, NULL, 1, n * n, CUFFT_C2C,
+                           (int)chunk));
+    g->have_full = 1;
+    SW_CUFFT(cufftSetStream(g->plan_full, s));
+    if (g->rest > 0 && g->rest != g->chunk) {
+        SW_CUFFT(cufftPlanMany(&g->plan_rest, 2, dims, NULL, 1, n * n, NULL, 1, n * n, CUFFT_C2C,
+                               g->rest));
+        g->have_rest = 1;
+        SW_CUFFT(cufftSetStream(g->plan_rest, s));
+    }
+    return SW_OK;
+}
+
+static sw_status upload(sw_shsim *plan, shsim_gpu *g)
+{
+    cudaStream_t s = stream_of(plan);
+    const size_t nlit = (size_t)plan->nlit;
+    if (plan->p.model == SW_SH_GEOMETRIC) {
+        if (nlit > 0)
+            SW_CU(cudaMemcpyAsync(g->spots, plan->gspots, nlit * sizeof(sw_sh_gspot),
+                                  cudaMemcpyHostToDevice, s));
+        return SW_OK;
+    }
+    if (nlit > 0)
+        SW_CU(cudaMemcpyAsync(g->lens, plan->dlens, nlit * sizeof(sw_sh_dlens),
+                              cudaMemcpyHostToDevice, s));
+    SW_CU(cudaMemcpyAsync(g->opd, plan->opd_f, (size_t)plan->gw * plan->gh * sizeof(float),
+                          cudaMemcpyHostToDevice, s));
+    return SW_OK;
+}
+
+static sw_status launch(sw_shsim *plan, shsim_gpu *g, sw_image *out)
+{
+    cudaStream_t s = stream_of(plan);
+    const int nlit = plan->nlit;
+    float *img = (float *)out->data;
+    if (nlit == 0)
+        return SW_OK;
+    if (plan->p.model == SW_SH_GEOMETRIC) {
+        const int roi = plan->p.roi_px;
+        geometric_kernel<<<(unsigned)nlit, g->threads, 2 * roi * sizeof(double), s>>>(
+            g->spots, roi, plan->p.spot == SW_SH_SPOT_SINC2, plan->p.sigma_px, plan->z_px, plan->os,
+            img, out->stride, out->width, out->height);
+        SW_CU(cudaGetLastError());
+        return SW_OK;
+    }
+    const int n = plan->N, tile = plan->tile, pw = plan->pw;
+    const double kw = 2.0 * SW_SHM_PI / plan->p.wavelength_um;
+    const int fblocks = (tile * tile + 255) / 256, iblocks = (pw * pw + 255) / 256;
+    for (int c0 = 0; c0 < nlit; c0 += g->chunk) {
+        const int m = nlit - c0 < g->chunk ? nlit - c0 : g->chunk;
+        field_kernel<<<dim3((unsigned)fblocks, (unsigned)m), 256, 0, s>>>(
+            g->lens + c0, g->amp + (size_t)c0 * tile * tile, g->opd, plan->gw, tile, n, kw, g->in);
+        SW_CU(cudaGetLastError());
+        SW_CUFFT(cufftExecC2C(m == g->chunk ? g->plan_full : g->plan_rest, g->in, g->fft,
+                              CUFFT_FORWARD));
+        intensity_kernel<<<dim3((unsigned)iblocks, (unsigned)m), 256, 0, s>>>(
+            g->lens + c0, g->fft, n, plan->os, pw, img, out->stride, out->width, out->height);
+        SW_CU(cudaGetLastError());
+    }
+    return SW_OK;
+}
+
+extern "C" sw_status sw_shsim_gpu_run(sw_shsim *plan, sw_image *out, int accumulate)
+{
+    shsim_gpu *g = (shsim_gpu *)plan->gpu;
+    cudaStream_t s = stream_of(plan);
+    SW_CU(cudaSetDevice(plan->ctx->device));
+    if (!accumulate)
+        SW_CU(cudaMemset2DAsync(out->data, out->stride, 0, (size_t)out->width * sizeof(float),
+                                (size_t)out->height, s));
+    if (plan->gpu_stale) {
+        sw_status st = upload(plan, g);
+        if (st != SW_OK)
+            return st;
+        plan->gpu_stale = 0;
+    }
+    SW_CU(cudaEventRecord(g->t0, s));
+    sw_status st = launch(plan, g, out);
+    if (st != SW_OK)
+        return st;
+    SW_CU(cudaEventRecord(g->t1, s));
+    g->timed = 1;
+    return SW_OK;
+}
+
+extern "C" void sw_shsim_gpu_destroy(sw_shsim *plan)
+{
+    shsim_gpu *g = (shsim_gpu *)plan->gpu;
+    if (!g)
+        return;
+    cudaSetDevice(plan->ctx->device);
+    cudaStreamSynchronize(stream_of(plan));
+    if (g->have_full)
+        cufftDestroy(g->plan_full);
+    if (g->have_rest)
+        cufftDestroy(g->plan_rest);
+    cudaFree(g->spots);
+    cudaFree(g->lens);
+    cudaFree(g->amp);
+    cudaFree(g->opd);
+    cudaFree(g->in);
+    cudaFree(g->fft);
+    if (g->t0)
+        cudaEventDestroy(g->t0);
+    if (g->t1)
+        cudaEventDestroy(g->t1);
+    free(g);
+    plan->gpu = NULL;
+}
+
+extern "C" double sw_shsim_gpu_render_us(sw_shsim *plan)
+{
+    shsim_gpu *g = (shsim_gpu *)plan->gpu;
+    float ms = 0.0f;
+    if (!g || !g->timed || cudaEventSynchronize(g->t1) != cudaSuccess ||
+        cudaEventElapsedTime(&ms, g->t0, g->t1) != cudaSuccess)
+        return -1.0;
+    return 1e3 * (double)ms;
+}
