@@ -11,5 +11,7 @@
 #include "spotwave/zernike.h"
 #include "spotwave/sim.h"
 #include "spotwave/sim_sh.h"
+#include "spotwave/sim_eye.h"
+#include "spotwave/turbulence.h"
 
 #endif /* SPOTWAVE_H */
