@@ -2,6 +2,8 @@
  * The context: backend choice (AUTO/CPU/CUDA), device, stream, threads and log callback.
  */
 #include "core/core_internal.h"
+
+#include <pthread.h>
 #ifdef SW_HAVE_CUDA
 #include "core/core_cuda.h"
 #endif
@@ -219,4 +221,18 @@ void sw_host_free(void *p, int pinned)
     (void)pinned;
 #endif
     free(p);
+}
+
+/* ------------------------------------------------------------------ FFTW planner lock */
+
+static pthread_mutex_t fftw_planner_mutex = PTHREAD_MUTEX_INITIALIZER;
+
+void sw_fftw_planner_lock(void)
+{
+    pthread_mutex_lock(&fftw_planner_mutex);
+}
+
+void sw_fftw_planner_unlock(void)
+{
+    pthread_mutex_unlock(&fftw_planner_mutex);
 }

@@ -65,6 +65,11 @@ void sw_load_row(const void *row, sw_pixel_type t, int32_t n, double *out);
 void *sw_host_alloc(sw_context *ctx, size_t bytes, int pinned);
 void sw_host_free(void *p, int pinned);
 
+/* FFTW's planner is not thread-safe: every fftw_plan_* and fftw_destroy_plan call in spotwave
+ * (sim/shsim.c, sim/turbulence.c, ...) runs between these two. */
+void sw_fftw_planner_lock(void);
+void sw_fftw_planner_unlock(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -635,7 +635,7 @@ static sw_status setup_cpu(sw_shsim *plan)
     /* FFTW's planner is not thread-safe: one planner at a time across spotwave. FFTW_MEASURE
      * (0.1 to 0.8 s per new size, remembered for the process) runs 2-7x faster than
      * FFTW_ESTIMATE's plans for these strided transforms (N = 192, 256). */
-#pragma omp critical(sw_fftw_planner)
+    sw_fftw_planner_lock();
     {
         /* rows 0 .. T-1 (the tile's), then every column: the 2-D DFT of the zero-padded tile */
         plan->fft_rows = fftw_plan_many_dft(1, &N, T, buf, NULL, 1, N, buf, NULL, 1, N,
@@ -643,6 +643,7 @@ static sw_status setup_cpu(sw_shsim *plan)
         plan->fft_cols = fftw_plan_many_dft(1, &N, N, buf, NULL, N, 1, buf, NULL, N, 1,
                                             FFTW_FORWARD, FFTW_MEASURE);
     }
+    sw_fftw_planner_unlock();
     if (!plan->fft_rows || !plan->fft_cols)
         return sw_fail(plan->ctx, SW_ENOMEM, "SH simulator: FFTW could not plan a %dx%d FFT", N, N);
     return SW_OK;
@@ -733,13 +734,12 @@ void sw_shsim_destroy(sw_shsim *plan)
 #endif
     sw_image_free(&plan->gpu_image);
     if (plan->fft_rows || plan->fft_cols) {
-#pragma omp critical(sw_fftw_planner)
-        {
-            if (plan->fft_rows)
-                fftw_destroy_plan((fftw_plan)plan->fft_rows);
-            if (plan->fft_cols)
-                fftw_destroy_plan((fftw_plan)plan->fft_cols);
-        }
+        sw_fftw_planner_lock();
+        if (plan->fft_rows)
+            fftw_destroy_plan((fftw_plan)plan->fft_rows);
+        if (plan->fft_cols)
+            fftw_destroy_plan((fftw_plan)plan->fft_cols);
+        sw_fftw_planner_unlock();
     }
     fftw_free(plan->fft_buf);
     free(plan->fft_map);

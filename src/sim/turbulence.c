@@ -14,9 +14,13 @@
  *   (its constant term cancels exactly, so small separations keep every digit), and from the
  *   integral K_nu(x) = int_0^inf exp(-x cosh t) cosh(nu t) dt (trapezoid rule) beyond.
  *
- * FFT screens: Lane, Glindemann & Dainty, Waves Random Media 2, 209 (1992), with the subharmonic
- * construction of Johansson & Gavel, Proc. SPIE 2200 (1994): see sw_phase_screen in
- * turbulence.h for the coefficients and their random draws.
+ * FFT screens: Lane, Glindemann & Dainty, Waves Random Media 2, 209 (1992), with subharmonics
+ * after Johansson & Gavel, Proc. SPIE 2200 (1994). Two refinements of ours, both so that the
+ * cells near the origin, where Phi is steep, contribute their exact structure function at small
+ * separations: the innermost FFT bins are weighted by int_cell Phi |f|^2 / |f_c|^2, and each
+ * subharmonic term carries its cell's power at the cell's power-weighted RMS frequency; the last
+ * central cell becomes a random tilt. Details, and the random draws, in turbulence.h
+ * (sw_phase_screen).
  *
  * Infinite screen: Assemat, Wilson & Gendron, Opt. Express 14, 988 (2006), Eq. (5)-(8):
  * X = A Z + B b with A = Cxz Czz^-1 and B B^T = Cxx - A Czx.
@@ -29,15 +33,11 @@
 #include <fftw3.h>
 #include <lapacke.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define PI 3.14159265358979323846
 #define NU (5.0 / 6.0)
-
-/* FFTW's planner is not thread-safe; plans are made and destroyed under this lock. */
-static pthread_mutex_t fftw_planner_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* ------------------------------------------------------------------ statistics */
 
@@ -299,7 +299,8 @@ static sw_status spec_init(sw_context *ctx, const sw_turbulence *t, int32_t n, d
     /* FFT bins near the origin, where Phi changes steeply across a bin: the variance is
      * int_cell Phi |f|^2 / |f_c|^2 (the cell's own contribution to the structure function at
      * small separations, 4 pi^2 r^2 int Phi (f.r)^2, is then exact) instead of Phi(f_c) df^2;
-     * near_gain is the square root of their ratio (1.07 next to the origin, 1.002 at 8 bins). */
+     * near_gain is the square root of their ratio (Kolmogorov: 1.056 next to the origin, 1.001
+     * at 8 bins). */
     for (int32_t ay = 0; ay <= SW_SCREEN_NEAR; ay++)
         for (int32_t ax = 0; ax <= ay; ax++) {
             double g = 1.0;
@@ -377,10 +378,10 @@ static sw_status screen_cpu(sw_context *ctx, const sw_screen_spec *s, double *ou
         return sw_fail(ctx, SW_ENOMEM, "phase screen: cannot allocate %dx%d complex samples",
                        (int)n, (int)n);
     }
-    pthread_mutex_lock(&fftw_planner_lock);
-    fftw_plan plan = fftw_plan_dft_2d(n, n, (fftw_complex *)buf, (fftw_complex *)buf,
-                                      FFTW_BACKWARD, FFTW_ESTIMATE);
-    pthread_mutex_unlock(&fftw_planner_lock);
+    sw_fftw_planner_lock();
+    fftw_plan plan = fftw_plan_dft_2d(n, n, (fftw_complex *)buf, (fftw_complex *)buf, FFTW_BACKWARD,
+                                      FFTW_ESTIMATE);
+    sw_fftw_planner_unlock();
     if (!plan) {
         fftw_free(buf);
         free(tab);
@@ -436,16 +437,16 @@ static sw_status screen_cpu(sw_context *ctx, const sw_screen_spec *s, double *ou
         }
     }
 
-    pthread_mutex_lock(&fftw_planner_lock);
+    sw_fftw_planner_lock();
     fftw_destroy_plan(plan);
-    pthread_mutex_unlock(&fftw_planner_lock);
+    sw_fftw_planner_unlock();
     fftw_free(buf);
     free(tab);
     return SW_OK;
 }
 
-static sw_status check_screen_args(sw_context *ctx, const sw_turbulence *t, int32_t n,
-                                   int32_t nmax, double spacing_m)
+static sw_status check_screen_args(sw_context *ctx, const sw_turbulence *t, int32_t n, int32_t nmax,
+                                   double spacing_m)
 {
     sw_status st = sw_turbulence_check(ctx, t);
     if (st != SW_OK)
@@ -454,8 +455,10 @@ static sw_status check_screen_args(sw_context *ctx, const sw_turbulence *t, int3
         return sw_fail(ctx, SW_EINVAL, "phase screen: size %d must be even, %d to %d", (int)n,
                        SW_PHASE_SCREEN_MIN, (int)nmax);
     if (!(spacing_m > 0.0) || !isfinite(spacing_m) || !isfinite(spacing_m * 1e6))
-        return sw_fail(ctx, SW_EINVAL, "phase screen: sample spacing %g m must be positive and "
-                       "finite", spacing_m);
+        return sw_fail(ctx, SW_EINVAL,
+                       "phase screen: sample spacing %g m must be positive and "
+                       "finite",
+                       spacing_m);
     return SW_OK;
 }
 
@@ -506,16 +509,16 @@ struct sw_infinite_screen {
     double dx;
     uint64_t seed;
     double opd_per_rad;
-    int32_t nz;      /* stencil points */
-    int32_t *z_off;  /* stencil: rows back from the new row (1..n) */
-    int32_t *z_col;  /* stencil: column */
-    double *at;      /* A^T, nz x n, row-major */
-    double *bm;      /* B, n x n, row-major */
-    double *ring;    /* the newest cap rows (phase, radians); row q in slot q % cap */
-    int32_t cap;     /* n + 1 */
-    int64_t rows;    /* rows made so far (the first n included) */
-    double pos_m;    /* distance moved */
-    double *z, *b;   /* work: nz stencil values, n normals */
+    int32_t nz;     /* stencil points */
+    int32_t *z_off; /* stencil: rows back from the new row (1..n) */
+    int32_t *z_col; /* stencil: column */
+    double *at;     /* A^T, nz x n, row-major */
+    double *bm;     /* B, n x n, row-major */
+    double *ring;   /* the newest cap rows (phase, radians); row q in slot q % cap */
+    int32_t cap;    /* n + 1 */
+    int64_t rows;   /* rows made so far (the first n included) */
+    double pos_m;   /* distance moved */
+    double *z, *b;  /* work: nz stencil values, n normals */
 };
 
 /* Row offset and column step of the stencil's rows: 1 and 2 back fully, then 2^k back every
@@ -577,11 +580,10 @@ static double sf_at(sw_infinite_screen *s, double *table, int32_t dk, int32_t di
  * neighbouring samples, and Cxx - A Czx computed from B directly would lose those digits. So the
  * stencil values are taken relative to a reference point r (stencil point 0): W = (Z_i - Z_r,
  * Z_r), X~ = X - Z_r, whose covariances are, with D the structure function,
- *     Cov(P - Z_r, Q - Z_r) = (D(P, r) + D(Q, r) - D(P, Q)) / 2,   Cov(P - Z_r, Z_r) = -D(P, r) / 2,
- *     Var(Z_r) = B(0),
- * all of the size of D except the one diagonal B(0), which the Cholesky factorisation (placed
- * last) handles without cancellation. Conditioning on W is conditioning on Z (an invertible
- * change of variables): the same A, B, computed accurately.
+ *     Cov(P - Z_r, Q - Z_r) = (D(P, r) + D(Q, r) - D(P, Q)) / 2,   Cov(P - Z_r, Z_r) = -D(P, r) /
+ * 2, Var(Z_r) = B(0), all of the size of D except the one diagonal B(0), which the Cholesky
+ * factorisation (placed last) handles without cancellation. Conditioning on W is conditioning on Z
+ * (an invertible change of variables): the same A, B, computed accurately.
  */
 static sw_status build_matrices(sw_infinite_screen *s)
 {
@@ -623,8 +625,9 @@ static sw_status build_matrices(sw_infinite_screen *s)
         cwx[(size_t)(nz - 1) * n + j] = -0.5 * sf_at(s, table, ro, j - rc);
     for (int32_t i = 0; i < n; i++)
         for (int32_t j = 0; j < n; j++)
-            cxx[(size_t)i * n + j] = 0.5 * (sf_at(s, table, ro, i - rc) +
-                                            sf_at(s, table, ro, j - rc) - sf_at(s, table, 0, i - j));
+            cxx[(size_t)i * n + j] =
+                0.5 * (sf_at(s, table, ro, i - rc) + sf_at(s, table, ro, j - rc) -
+                       sf_at(s, table, 0, i - j));
     memcpy(s->at, cwx, (size_t)nz * (size_t)n * sizeof *cwx);
 
     /* A^T = Cww^-1 Cwx by Cholesky. Should rounding leave Cww numerically indefinite, a small
@@ -665,8 +668,8 @@ static sw_status build_matrices(sw_infinite_screen *s)
     }
     /* B B^T = Cxx - Cwx^T A^T, symmetrised; B = U sqrt(max(lambda, 0)) from its eigenvectors
      * (rounding may leave tiny negative eigenvalues, which are dropped). */
-    cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, n, nz, -1.0, cwx, n, s->at, n, 1.0,
-                cxx, n);
+    cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, n, nz, -1.0, cwx, n, s->at, n, 1.0, cxx,
+                n);
     for (int32_t i = 0; i < n; i++)
         for (int32_t j = i + 1; j < n; j++) {
             const double m = 0.5 * (cxx[(size_t)i * n + j] + cxx[(size_t)j * n + i]);

@@ -5,9 +5,9 @@
  * Sample (i, k) lies at u = u0 + i s, v = v0 + k s. At a point (u, v) with fractional grid
  * coordinates a = (u - u0) / s, b = (v - v0) / s, i = floor(a), k = floor(b), ta = a - i,
  * tb = b - k, the bilinear interpolant is
- *     W = (1 - ta)(1 - tb) W[i, k] + ta (1 - tb) W[i+1, k] + (1 - ta) tb W[i, k+1] + ta tb W[i+1, k+1],
- * which reproduces any plane W = c0 + c1 u + c2 v exactly (up to rounding). Neighbours of zero
- * weight are not read, so a point on a grid line next to NaN samples ("no light there") still
+ *     W = (1 - ta)(1 - tb) W[i, k] + ta (1 - tb) W[i+1, k] + (1 - ta) tb W[i, k+1] + ta tb W[i+1,
+ * k+1], which reproduces any plane W = c0 + c1 u + c2 v exactly (up to rounding). Neighbours of
+ * zero weight are not read, so a point on a grid line next to NaN samples ("no light there") still
  * gets the finite value.
  */
 #include "core/core_internal.h"
@@ -126,8 +126,8 @@ sw_status sw_wavefront_read_fits(sw_context *ctx, const char *path, double spaci
     if (fr.count != 1) {
         int32_t n = fr.count;
         sw_frames_free(&fr);
-        return sw_fail(ctx, SW_EFORMAT,
-                       "%s: a cube of %d frames; a phase screen is one 2-D image", path, (int)n);
+        return sw_fail(ctx, SW_EFORMAT, "%s: a cube of %d frames; a phase screen is one 2-D image",
+                       path, (int)n);
     }
     const sw_image *img = &fr.frames[0];
     sw_wavefront w;
