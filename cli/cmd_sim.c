@@ -1024,6 +1024,16 @@ static void json_number(double v)
 
 /* Applies the detector to a host f32 image of electrons into a new host image of the output type
  * and writes it. */
+/* The detector of the reference image (--reference): the same camera, another exposure, so its
+ * noise is drawn under a different seed (the golden-ratio constant added to --seed); with the same
+ * draws the noise would cancel in centroid - reference and flatter every later stage. */
+static sw_detector reference_detector(const sw_detector *d)
+{
+    sw_detector r = *d;
+    r.seed = d->seed + 0x9E3779B97F4A7C15ull;
+    return r;
+}
+
 static int detect_and_write(sw_context *ctx, const char *S, const sw_detector *det,
                             const sw_image *electrons, const char *path, double *det_ms,
                             double *write_ms)
@@ -1433,12 +1443,21 @@ static int run_sh(const sw_cli_globals *g, const simsh_opts *o, simsh_report *r)
             rc = sw_cli_fail(S, "%s", lib_error(ctx, st));
             goto done;
         }
-        rc = detect_and_write(ctx, S, &o->d.det, &e_host, pass == 0 ? o->out : o->reference,
+        /* The reference is another exposure: its own noise (reference_detector). */
+        sw_detector det = pass == 0 ? o->d.det : reference_detector(&o->d.det);
+        rc = detect_and_write(ctx, S, &det, &e_host, pass == 0 ? o->out : o->reference,
                               &r->detector_ms, &r->write_ms);
         if (rc != SW_EXIT_OK)
             goto done;
     }
     r->lit = lit_lenslets(&truth, sw_shsim_params_used(plan)->min_illum);
+    if (r->lit == 0) {
+        rc = sw_cli_fail(S,
+                         "the pupil lights none of the %d lenslets (check --pupil-mm, "
+                         "--pupil-center-mm and --min-illum against the grid)",
+                         (int)(truth.nx * truth.ny));
+        goto done;
+    }
     if (o->truth && (st = sw_sh_truth_write_csv(ctx, o->truth, &truth)) != SW_OK) {
         rc = sw_cli_fail(S, "%s", lib_error(ctx, st));
         goto done;
@@ -2110,7 +2129,8 @@ static int run_eye(const sw_cli_globals *g, const eye_opts *o, eye_report *r)
             rc = sw_cli_fail(S, "reference: %s", lib_error(ctx, st));
             goto done;
         }
-        if ((rc = detect_and_write(ctx, S, &o->d.det, &e, o->reference, NULL, NULL)) != SW_EXIT_OK)
+        sw_detector det = reference_detector(&o->d.det);
+        if ((rc = detect_and_write(ctx, S, &det, &e, o->reference, NULL, NULL)) != SW_EXIT_OK)
             goto done;
     }
     rc = SW_EXIT_OK;

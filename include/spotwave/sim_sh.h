@@ -84,7 +84,8 @@ int sw_pupil_contains(const sw_pupil *p, double u, double v);
 /*
  * An optical path difference map sampled on a regular grid in the pupil plane: sample (i, k)
  * (column i, row k) is at u = u0_um + i * spacing_um, v = v0_um + k * spacing_um, value
- * opd_um[k * nu + i]. NaN samples are allowed only where no light falls.
+ * opd_um[k * nu + i]. NaN samples are allowed only where no light falls
+ * (in maps built in memory: sw_wavefront_read_fits refuses NaN).
  */
 typedef struct sw_wavefront {
     int32_t nu, nv;

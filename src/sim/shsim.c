@@ -42,12 +42,11 @@
  * instead would keep the total but make the core too bright by about as much (6% for M = 13.5).
  *
  * Truth weights (both models): the lit area of each sample (w, or A), i.e. the continuous
- * theorem's uniform weights over the lit part of the lenslet. (sim_sh.h says A^2 for DIFFRACTION,
- * "the average-tilt theorem on the sampled field"; but the samples cut by the lenslet's edges then
- * get too little weight: a 1-D model with fractional edge samples shows the DFT pattern's centroid
- * following the A-weighted mean, the A^2-weighted one biased towards the fully lit side by up to
- * 0.1 DFT bins, and in 2-D the A^2 truth was 0.05 px from the analytic lenslet mean at p/delta ~
- * 10, the A truth 0.009 px.)
+ * theorem's uniform weights over the lit part of the lenslet. (A^2, "the average-tilt theorem on
+ * the sampled field", gives the samples cut by the lenslet's edges too little weight: a 1-D model
+ * with fractional edge samples shows the DFT pattern's centroid following the A-weighted mean, the
+ * A^2-weighted one biased towards the fully lit side by up to 0.1 DFT bins, and in 2-D the A^2
+ * truth was 0.05 px from the analytic lenslet mean at p/delta ~ 10, the A truth 0.009 px.)
  *
  * Determinism: the CPU renderers add spots into the image in lenslet order (threads own bands of
  * rows), so the image does not depend on the thread count.

@@ -89,17 +89,17 @@ sw_status sw_zernike_read_csv(sw_context *ctx, const char *path, sw_zernike_coef
                              row, m < 0 ? -m : m, n);
                 goto done;
             }
-            if ((n - m) % 2 != 0) {
-                st = sw_fail(ctx, SW_EFORMAT,
-                             "%s: data row %lld: n - m = %d - (%d) is odd: no such Zernike term",
-                             path, row, n, m);
-                goto done;
-            }
             if (n > SW_ZERNIKE_MAX_ORDER) {
                 st = sw_fail(ctx, SW_EFORMAT,
                              "%s: data row %lld: radial order n = %d is above the highest "
                              "supported order %d",
                              path, row, n, SW_ZERNIKE_MAX_ORDER);
+                goto done;
+            }
+            if ((n - m) % 2 != 0) {
+                st = sw_fail(ctx, SW_EFORMAT,
+                             "%s: data row %lld: n - m = %d - (%d) is odd: no such Zernike term",
+                             path, row, n, m);
                 goto done;
             }
             j = sw_zernike_osa(n, m);

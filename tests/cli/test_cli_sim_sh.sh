@@ -260,4 +260,16 @@ expect_one_line sim sh --out nowhere
 expect 1 sim eye --out "$tmp/y.fits" --truth "$tmp/no/such/dir/t"
 expect_one_line sim eye --truth nowhere
 
+# The reference is another exposure: with shot noise its noise differs from the image's, while
+# the flat wavefront without noise gives the same pixels in both.
+expect 0 --backend cpu sim sh --grid 6x6 --pitch 16 --flux 2000 --read-noise-e 2 --seed 9 \
+    --out "$tmp/flat.fits" --reference "$tmp/flat_ref.fits"
+cmp -s "$tmp/flat.fits" "$tmp/flat_ref.fits" && fail "image and reference share their noise"
+expect 0 --backend cpu sim sh --grid 6x6 --pitch 16 --flux 2000 --noise none --seed 9 \
+    --out "$tmp/flat0.fits" --reference "$tmp/flat0_ref.fits"
+cmp -s "$tmp/flat0.fits" "$tmp/flat0_ref.fits" || fail "noise-free flat image and reference differ"
+# A pupil that lights no lenslet is an error, not an empty image.
+expect 1 --backend cpu sim sh --grid 4x4 --pupil-mm 0.3 --pupil-center-mm 5,0 --out "$tmp/none.fits"
+[[ $err == *"lights none"* ]] || fail "no-lenslet pupil: $err"
+
 echo "ok"
