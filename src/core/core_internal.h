@@ -8,6 +8,10 @@
 
 #include <stdarg.h>
 
+#ifdef SW_HAVE_OPENMP
+#include <omp.h>
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -64,6 +68,26 @@ void sw_load_row(const void *row, sw_pixel_type t, int32_t n, double *out);
 /* Allocates/frees host memory for images: pinned through CUDA when pinned != 0. */
 void *sw_host_alloc(sw_context *ctx, size_t bytes, int pinned);
 void sw_host_free(void *p, int pinned);
+
+/* The calling thread's number in the enclosing OpenMP team and the team's size (0 and 1 outside
+ * a parallel region or without OpenMP). */
+static inline int sw_omp_thread(void)
+{
+#ifdef SW_HAVE_OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+static inline int sw_omp_threads(void)
+{
+#ifdef SW_HAVE_OPENMP
+    return omp_get_num_threads();
+#else
+    return 1;
+#endif
+}
 
 /* FFTW's planner is not thread-safe: every fftw_plan_* and fftw_destroy_plan call in spotwave
  * (sim/shsim.c, sim/turbulence.c, ...) runs between these two. */

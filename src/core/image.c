@@ -340,15 +340,6 @@ static double *row_buffers(int32_t width, int threads)
     return malloc(n);
 }
 
-static int thread_index(void)
-{
-#ifdef SW_HAVE_OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
-}
-
 static sw_status convert_cpu(sw_context *ctx, const sw_image *src, sw_image *dst, double scale,
                              double offset, size_t *clipped)
 {
@@ -359,7 +350,7 @@ static sw_status convert_cpu(sw_context *ctx, const sw_image *src, sw_image *dst
     size_t total = 0;
 #pragma omp parallel num_threads(threads) reduction(+ : total)
     {
-        double *buf = bufs + (size_t)thread_index() * (size_t)src->width;
+        double *buf = bufs + (size_t)sw_omp_thread() * (size_t)src->width;
 #pragma omp for schedule(static)
         for (int32_t y = 0; y < src->height; y++) {
             sw_load_row(sw_image_row(src, y), src->type, src->width, buf);
@@ -581,8 +572,8 @@ sw_status sw_image_stats_compute(sw_context *ctx, const sw_image *img, sw_image_
         acc_init(&part[t]);
 #pragma omp parallel num_threads(threads)
     {
-        stats_acc *mine = &part[thread_index()];
-        double *buf = bufs + (size_t)thread_index() * (size_t)img->width;
+        stats_acc *mine = &part[sw_omp_thread()];
+        double *buf = bufs + (size_t)sw_omp_thread() * (size_t)img->width;
 #pragma omp for schedule(static)
         for (int32_t y = 0; y < img->height; y++)
             acc_row(mine, img, y, buf);

@@ -376,24 +376,6 @@ static sw_status resolve_params(sw_context *ctx, sw_shsim *plan)
 
 /* ------------------------------------------------------------------ pupil grid */
 
-static int thread_id(void)
-{
-#ifdef SW_HAVE_OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
-}
-
-static int thread_count(void)
-{
-#ifdef SW_HAVE_OPENMP
-    return omp_get_num_threads();
-#else
-    return 1;
-#endif
-}
-
 /* Lenslet ix's extent in u (um): [(ix - nx/2) p, (ix + 1 - nx/2) p). */
 static double lens_lo(double p_um, int32_t i, int32_t n)
 {
@@ -1049,7 +1031,7 @@ static void render_geometric(sw_shsim *plan, sw_image *out, int accumulate)
     const double sigma = plan->p.sigma_px, z = plan->z_px;
 #pragma omp parallel num_threads(plan->threads)
     {
-        const int t = thread_id(), nt = thread_count();
+        const int t = sw_omp_thread(), nt = sw_omp_threads();
         const int32_t r0 = (int32_t)((int64_t)H * t / nt),
                       r1 = (int32_t)((int64_t)H * (t + 1) / nt);
         double *fwx = plan->cpu_w + (size_t)t * 2u * (size_t)roi, *wy = fwx + roi;
@@ -1124,7 +1106,7 @@ static void render_diffraction(sw_shsim *plan, sw_image *out, int accumulate)
     if (!accumulate) {
 #pragma omp parallel num_threads(plan->threads)
         {
-            const int t = thread_id(), nt = thread_count();
+            const int t = sw_omp_thread(), nt = sw_omp_threads();
             clear_rows(out, (int32_t)((int64_t)H * t / nt), (int32_t)((int64_t)H * (t + 1) / nt));
         }
     }
@@ -1132,10 +1114,10 @@ static void render_diffraction(sw_shsim *plan, sw_image *out, int accumulate)
         const int32_t n = plan->nlit - c0 < plan->chunk ? plan->nlit - c0 : plan->chunk;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(plan->threads)
         for (int32_t i = 0; i < n; i++)
-            diffraction_patch(plan, c0 + i, thread_id(), plan->patches + (size_t)i * pw * pw);
+            diffraction_patch(plan, c0 + i, sw_omp_thread(), plan->patches + (size_t)i * pw * pw);
 #pragma omp parallel num_threads(plan->threads)
         {
-            const int t = thread_id(), nt = thread_count();
+            const int t = sw_omp_thread(), nt = sw_omp_threads();
             const int32_t r0 = (int32_t)((int64_t)H * t / nt),
                           r1 = (int32_t)((int64_t)H * (t + 1) / nt);
             for (int32_t i = 0; i < n && r0 < r1; i++) {

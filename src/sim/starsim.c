@@ -277,24 +277,6 @@ static void render_sequential(const sw_starsim *plan, int64_t n, sw_image *out)
     }
 }
 
-static int thread_id(void)
-{
-#ifdef SW_HAVE_OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
-}
-
-static int thread_count(void)
-{
-#ifdef SW_HAVE_OPENMP
-    return omp_get_num_threads();
-#else
-    return 1;
-#endif
-}
-
 /* Threads own bands of rows; each walks all stars in list order and adds the rows of their ROIs
  * inside its band. The separable weights f * w(dx) and w(dy) are evaluated once per star and
  * band; f * w(dx) * w(dy) rounds exactly as in render_sequential. */
@@ -306,7 +288,7 @@ static void render_openmp(const sw_starsim *plan, int64_t n, sw_image *out)
     const sw_packed_star *stars = plan->packed;
 #pragma omp parallel num_threads(plan->cpu_threads)
     {
-        const int t = thread_id(), nt = thread_count();
+        const int t = sw_omp_thread(), nt = sw_omp_threads();
         const int32_t r0 = (int32_t)((int64_t)H * t / nt),
                       r1 = (int32_t)((int64_t)H * (t + 1) / nt);
         double *fwx = plan->cpu_w + (size_t)t * 2u * (size_t)side, *wy = fwx + side;
