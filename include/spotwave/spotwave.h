@@ -13,5 +13,6 @@
 #include "spotwave/sim_sh.h"
 #include "spotwave/sim_eye.h"
 #include "spotwave/turbulence.h"
+#include "spotwave/centroid.h"
 
 #endif /* SPOTWAVE_H */

@@ -1,0 +1,692 @@
+/*
+ * centroid: Shack-Hartmann centre-of-gravity extraction (seed 000) — the API, the validation and
+ * the CPU implementation. The GPU twin is centroid_cuda.cu; the arithmetic both share is in
+ * centroid_model.h.
+ *
+ * CPU algorithm (seed 000 Alg. 1 reorganised for the cache and the vector unit): one task per
+ * (frame, row of lenslets). The task walks the rows of its lenslet row once, adding every pixel
+ * into two per-column sums over the whole width of the grid,
+ *     S0[x] = sum_y I'(x, y),   S1[x] = sum_y (y - ys) I'(x, y),
+ * an inner loop over contiguous pixels that the compiler vectorises. Each lenslet then takes its
+ * moments from its columns (seed Eq. 6): m00 = sum S0, m10 = sum (x - xs) S0, m01 = sum S1, and
+ * its centroid from Eq. (7). Tasks run in parallel with OpenMP.
+ */
+#include "centroid/centroid_internal.h"
+#include "centroid/centroid_model.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef SW_HAVE_CUDA
+#define SW_CENTROID_HAVE_GPU 1
+#else
+#define SW_CENTROID_HAVE_GPU 0
+#endif
+
+void sw_centroid_params_default(sw_centroid_params *p)
+{
+    if (!p)
+        return;
+    memset(p, 0, sizeof *p);
+    sw_sh_geometry_default(&p->geometry);
+    p->width = 160;
+    p->height = 160;
+    p->type = SW_PIX_U8;
+    p->max_frames = 1;
+    p->path = SW_CENTROID_AUTO;
+    p->threshold_mode = SW_THRESHOLD_NONE;
+    p->threshold_kind = SW_THRESHOLD_ABSOLUTE;
+    p->threshold = 0.0;
+    p->gamma = 1.0;
+    p->window = 0;
+    p->slope_layout = SW_SLOPES_BLOCKS;
+}
+
+static const char *const path_names[] = {"auto", "host", "device", "copy", "mapped"};
+
+const char *sw_centroid_path_string(sw_centroid_path path)
+{
+    if ((int)path < 0 || (int)path > 4)
+        return "?";
+    return path_names[path];
+}
+
+sw_status sw_centroid_path_parse(const char *text, sw_centroid_path *out)
+{
+    if (!text || !out)
+        return sw_fail(NULL, SW_EINVAL, "centroid path: NULL argument");
+    for (int i = 0; i < 5; i++)
+        if (strcmp(text, path_names[i]) == 0) {
+            *out = (sw_centroid_path)i;
+            return SW_OK;
+        }
+    return sw_fail(NULL, SW_EINVAL,
+                   "unknown centroid memory path '%s' (auto, host, device, copy or mapped)", text);
+}
+
+/* ------------------------------------------------------------------ create / destroy */
+
+static sw_status check_finite_array(sw_context *ctx, const float *a, size_t n, const char *what)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(a[i]))
+            return sw_fail(ctx, SW_ERANGE, "%s entry %zu is not finite (%g)", what, i,
+                           (double)a[i]);
+    return SW_OK;
+}
+
+static float *copy_floats(const float *src, size_t n)
+{
+    float *d = malloc(n * sizeof *d);
+    if (d)
+        memcpy(d, src, n * sizeof *d);
+    return d;
+}
+
+static sw_status check_params(sw_context *ctx, const sw_centroid_params *p)
+{
+    const sw_sh_geometry *g = &p->geometry;
+    if (p->type != SW_PIX_U8 && p->type != SW_PIX_U16 && p->type != SW_PIX_F32)
+        return sw_fail(ctx, SW_EINVAL, "centroid: pixel type %s is not supported (u8, u16 or f32)",
+                       sw_pixel_type_string(p->type));
+    if (p->width < 1 || p->height < 1 || p->width > SW_IMAGE_MAX_DIM ||
+        p->height > SW_IMAGE_MAX_DIM)
+        return sw_fail(ctx, SW_EINVAL, "centroid: frame size %dx%d is out of range (1..%d)",
+                       p->width, p->height, SW_IMAGE_MAX_DIM);
+    if (!isfinite(g->pitch_px) || g->pitch_px < 1.0)
+        return sw_fail(ctx, SW_EINVAL, "centroid: pitch %g px is below 1 pixel", g->pitch_px);
+    if (g->pitch_px > SW_CENTROID_MAX_PITCH)
+        return sw_fail(ctx, SW_EINVAL, "centroid: pitch %g px is above the largest supported (%g)",
+                       g->pitch_px, SW_CENTROID_MAX_PITCH);
+    sw_status st = sw_sh_geometry_check(ctx, g, p->width, p->height);
+    if (st != SW_OK)
+        return st;
+    if (p->max_frames < 1 || (int64_t)p->max_frames * p->height > SW_IMAGE_MAX_DIM)
+        return sw_fail(ctx, SW_EINVAL,
+                       "centroid: max_frames %d is out of range (1..%d for %d-row frames: a batch "
+                       "is one image of at most %d rows)",
+                       p->max_frames, SW_IMAGE_MAX_DIM / p->height, p->height, SW_IMAGE_MAX_DIM);
+    if ((int)p->threshold_mode < 0 || (int)p->threshold_mode > 2)
+        return sw_fail(ctx, SW_EINVAL, "centroid: unknown threshold mode %d",
+                       (int)p->threshold_mode);
+    if ((int)p->threshold_kind < 0 || (int)p->threshold_kind > 1)
+        return sw_fail(ctx, SW_EINVAL, "centroid: unknown threshold kind %d",
+                       (int)p->threshold_kind);
+    if (p->threshold_mode != SW_THRESHOLD_NONE) {
+        if (!isfinite(p->threshold))
+            return sw_fail(ctx, SW_EINVAL, "centroid: threshold %g is not finite", p->threshold);
+        if (p->threshold_kind == SW_THRESHOLD_FRACTION && (p->threshold < 0 || p->threshold > 1))
+            return sw_fail(ctx, SW_EINVAL,
+                           "centroid: threshold fraction %g is outside [0, 1] (a fraction of the "
+                           "lenslet maximum)",
+                           p->threshold);
+    }
+    if (!isfinite(p->gamma) || p->gamma <= 0)
+        return sw_fail(ctx, SW_EINVAL, "centroid: gamma %g must be positive and finite", p->gamma);
+    if (p->window < 0)
+        return sw_fail(ctx, SW_EINVAL, "centroid: window %d is negative", p->window);
+    if (p->lut && p->type == SW_PIX_F32)
+        return sw_fail(ctx, SW_EINVAL,
+                       "centroid: a look-up table needs integer pixels (u8 or u16), not f32");
+    if ((int)p->slope_layout < 0 || (int)p->slope_layout > 1)
+        return sw_fail(ctx, SW_EINVAL, "centroid: unknown slope layout %d", (int)p->slope_layout);
+    if ((int)p->path < 0 || (int)p->path > 4)
+        return sw_fail(ctx, SW_EINVAL, "centroid: unknown memory path %d", (int)p->path);
+    return SW_OK;
+}
+
+/* The windowed column/row bounds of every lenslet; fails when a window empties a region. */
+static sw_status make_regions(sw_context *ctx, sw_centroid_plan *plan)
+{
+    const sw_sh_geometry *g = &plan->p.geometry;
+    int32_t w = plan->p.window;
+    for (int32_t ix = 0; ix < plan->nx; ix++) {
+        int32_t xb, xe, yb, ye;
+        sw_sh_region(g, ix, 0, &xb, &xe, &yb, &ye);
+        plan->xs[ix] = xb + w;
+        plan->xe[ix] = xe - w;
+        if (plan->xs[ix] >= plan->xe[ix])
+            return sw_fail(ctx, SW_EINVAL,
+                           "centroid: window %d leaves no pixel in lenslet column %d (%d px wide)",
+                           w, ix, xe - xb);
+    }
+    for (int32_t iy = 0; iy < plan->ny; iy++) {
+        int32_t xb, xe, yb, ye;
+        sw_sh_region(g, 0, iy, &xb, &xe, &yb, &ye);
+        plan->ys[iy] = yb + w;
+        plan->ye[iy] = ye - w;
+        if (plan->ys[iy] >= plan->ye[iy])
+            return sw_fail(ctx, SW_EINVAL,
+                           "centroid: window %d leaves no pixel in lenslet row %d (%d px high)", w,
+                           iy, ye - yb);
+    }
+    plan->col0 = plan->xs[0];
+    plan->col1 = plan->xe[plan->nx - 1];
+    int32_t nc = plan->col1 - plan->col0;
+    plan->col_ix = malloc((size_t)nc * sizeof *plan->col_ix);
+    if (!plan->col_ix)
+        return sw_fail(ctx, SW_ENOMEM, "centroid: out of memory");
+    for (int32_t c = 0; c < nc; c++)
+        plan->col_ix[c] = -1;
+    for (int32_t ix = 0; ix < plan->nx; ix++)
+        for (int32_t x = plan->xs[ix]; x < plan->xe[ix]; x++)
+            plan->col_ix[x - plan->col0] = ix;
+    return SW_OK;
+}
+
+static void default_reference(sw_centroid_plan *plan)
+{
+    for (int32_t iy = 0; iy < plan->ny; iy++)
+        for (int32_t ix = 0; ix < plan->nx; ix++) {
+            int64_t l = (int64_t)iy * plan->nx + ix;
+            sw_sh_reference(&plan->p.geometry, ix, iy, &plan->ref_x[l], &plan->ref_y[l]);
+        }
+}
+
+sw_status sw_centroid_create(sw_context *ctx, const sw_centroid_params *p, sw_centroid_plan **out)
+{
+    if (!ctx || !p || !out)
+        return sw_fail(ctx, SW_EINVAL, "sw_centroid_create: NULL argument");
+    *out = NULL;
+    sw_status st = check_params(ctx, p);
+    if (st != SW_OK)
+        return st;
+
+    int cuda = sw_context_backend(ctx) == SW_BACKEND_CUDA;
+    sw_centroid_path path = p->path;
+    if (path == SW_CENTROID_AUTO)
+        path = cuda ? SW_CENTROID_COPY : SW_CENTROID_HOST;
+    if (path != SW_CENTROID_HOST && !cuda)
+        return sw_fail(ctx, SW_ENODEV,
+                       "centroid: the %s memory path needs a CUDA context; this one runs on the "
+                       "CPU (use the host path)",
+                       sw_centroid_path_string(path));
+    if (path != SW_CENTROID_HOST && !SW_CENTROID_HAVE_GPU)
+        return sw_fail(ctx, SW_EUNSUPPORTED, "centroid: built without CUDA");
+
+    size_t npix = (size_t)p->width * (size_t)p->height;
+    if (p->dark && (st = check_finite_array(ctx, p->dark, npix, "dark frame")) != SW_OK)
+        return st;
+    if (p->flat && (st = check_finite_array(ctx, p->flat, npix, "flat field")) != SW_OK)
+        return st;
+    size_t nlut = p->type == SW_PIX_U8 ? 256 : 65536;
+    if (p->lut && (st = check_finite_array(ctx, p->lut, nlut, "look-up table")) != SW_OK)
+        return st;
+
+    sw_centroid_plan *plan = calloc(1, sizeof *plan);
+    if (!plan)
+        return sw_fail(ctx, SW_ENOMEM, "centroid: out of memory");
+    plan->ctx = ctx;
+    plan->p = *p;
+    plan->path = path;
+    plan->nx = p->geometry.nx;
+    plan->ny = p->geometry.ny;
+    plan->nl = plan->nx * plan->ny;
+    plan->threads = sw_context_threads(ctx);
+    plan->kernel_us = -1.0;
+    size_t nl = (size_t)plan->nl;
+
+    plan->xs = malloc((size_t)plan->nx * sizeof(int32_t));
+    plan->xe = malloc((size_t)plan->nx * sizeof(int32_t));
+    plan->ys = malloc((size_t)plan->ny * sizeof(int32_t));
+    plan->ye = malloc((size_t)plan->ny * sizeof(int32_t));
+    plan->ref_x = malloc(nl * sizeof(double));
+    plan->ref_y = malloc(nl * sizeof(double));
+    plan->slope_k = malloc(nl * sizeof(int32_t));
+    plan->slope_l = malloc(nl * sizeof(int32_t));
+    if (p->geometry.valid)
+        plan->valid = malloc(nl);
+    if (p->dark)
+        plan->dark = copy_floats(p->dark, npix);
+    if (p->flat)
+        plan->flat = copy_floats(p->flat, npix);
+    if (p->lut)
+        plan->lut = copy_floats(p->lut, nlut);
+    if (!plan->xs || !plan->xe || !plan->ys || !plan->ye || !plan->ref_x || !plan->ref_y ||
+        !plan->slope_k || !plan->slope_l || (p->geometry.valid && !plan->valid) ||
+        (p->dark && !plan->dark) || (p->flat && !plan->flat) || (p->lut && !plan->lut)) {
+        sw_centroid_destroy(plan);
+        return sw_fail(ctx, SW_ENOMEM, "centroid: out of memory");
+    }
+    if (plan->valid)
+        memcpy(plan->valid, p->geometry.valid, nl);
+    plan->p.geometry.valid = plan->valid;
+    plan->p.dark = plan->dark;
+    plan->p.flat = plan->flat;
+    plan->p.lut = plan->lut;
+
+    if ((st = make_regions(ctx, plan)) != SW_OK) {
+        sw_centroid_destroy(plan);
+        return st;
+    }
+    plan->nslopes = 0;
+    for (size_t l = 0; l < nl; l++) {
+        if (sw_sh_is_valid(&plan->p.geometry, (int64_t)l)) {
+            plan->slope_k[l] = plan->nslopes;
+            plan->slope_l[plan->nslopes++] = (int32_t)l;
+        } else {
+            plan->slope_k[l] = -1;
+        }
+    }
+    default_reference(plan);
+
+    int conditioned = p->lut || p->dark || p->flat || p->threshold_mode != SW_THRESHOLD_NONE ||
+                      p->gamma != 1.0;
+    plan->exact = p->type != SW_PIX_F32 && !conditioned;
+    plan->fraction =
+        p->threshold_mode != SW_THRESHOLD_NONE && p->threshold_kind == SW_THRESHOLD_FRACTION;
+
+    if (path == SW_CENTROID_HOST) {
+        size_t nc = (size_t)(plan->col1 - plan->col0);
+        int nt = plan->threads > 0 ? plan->threads : 1;
+        plan->cpu_acc = malloc((size_t)nt * 3 * nc * sizeof(double));
+        if (!plan->cpu_acc) {
+            sw_centroid_destroy(plan);
+            return sw_fail(ctx, SW_ENOMEM, "centroid: out of memory for the CPU scratch");
+        }
+    }
+#ifdef SW_HAVE_CUDA
+    else if ((st = sw_centroid_gpu_create(plan)) != SW_OK) {
+        sw_centroid_destroy(plan);
+        return st;
+    }
+#endif
+    sw_log(ctx, SW_LOG_DEBUG, "centroid plan: %dx%d lenslets, pitch %g px, %s path, %s sums",
+           plan->nx, plan->ny, p->geometry.pitch_px, sw_centroid_path_string(path),
+           plan->exact ? "exact integer" : "floating-point");
+    *out = plan;
+    return SW_OK;
+}
+
+void sw_centroid_destroy(sw_centroid_plan *plan)
+{
+    if (!plan)
+        return;
+#ifdef SW_HAVE_CUDA
+    if (plan->gpu)
+        sw_centroid_gpu_destroy(plan);
+#endif
+    free(plan->xs);
+    free(plan->xe);
+    free(plan->ys);
+    free(plan->ye);
+    free(plan->col_ix);
+    free(plan->valid);
+    free(plan->dark);
+    free(plan->flat);
+    free(plan->lut);
+    free(plan->slope_l);
+    free(plan->slope_k);
+    free(plan->ref_x);
+    free(plan->ref_y);
+    free(plan->cpu_acc);
+    free(plan);
+}
+
+sw_centroid_path sw_centroid_plan_path(const sw_centroid_plan *plan)
+{
+    return plan ? plan->path : SW_CENTROID_AUTO;
+}
+
+int32_t sw_centroid_plan_lenslets(const sw_centroid_plan *plan)
+{
+    return plan ? plan->nl : 0;
+}
+
+int32_t sw_centroid_plan_slopes(const sw_centroid_plan *plan)
+{
+    return plan ? plan->nslopes : 0;
+}
+
+int32_t sw_centroid_plan_slope_lenslet(const sw_centroid_plan *plan, int32_t k)
+{
+    if (!plan || k < 0 || k >= plan->nslopes)
+        return -1;
+    return plan->slope_l[k];
+}
+
+void sw_centroid_enable_timing(sw_centroid_plan *plan, int on)
+{
+    if (plan)
+        plan->timing = on != 0;
+}
+
+double sw_centroid_kernel_us(const sw_centroid_plan *plan)
+{
+    return plan ? plan->kernel_us : -1.0;
+}
+
+/* ------------------------------------------------------------------ results and reference */
+
+static void *result_array(sw_context *ctx, size_t bytes, sw_memory memory)
+{
+    if (memory == SW_MEM_HOST)
+        return calloc(1, bytes);
+#ifdef SW_HAVE_CUDA
+    return sw_centroid_gpu_alloc(ctx, bytes, memory);
+#else
+    (void)ctx;
+    (void)bytes;
+    return NULL;
+#endif
+}
+
+static void result_array_free(void *p, sw_memory memory)
+{
+    if (!p)
+        return;
+    if (memory == SW_MEM_HOST) {
+        free(p);
+        return;
+    }
+#ifdef SW_HAVE_CUDA
+    sw_centroid_gpu_free(p, memory);
+#endif
+}
+
+sw_status sw_centroid_result_alloc(sw_centroid_plan *plan, int32_t frames, sw_memory memory,
+                                   sw_centroid_result *out)
+{
+    if (!plan || !out)
+        return sw_fail(plan ? plan->ctx : NULL, SW_EINVAL, "sw_centroid_result_alloc: NULL");
+    sw_context *ctx = plan->ctx;
+    if (frames < 1)
+        return sw_fail(ctx, SW_EINVAL, "centroid result: %d frames (at least 1)", frames);
+    if (memory != SW_MEM_HOST && memory != SW_MEM_PINNED && memory != SW_MEM_DEVICE)
+        return sw_fail(ctx, SW_EINVAL, "centroid result: unknown memory kind %d", (int)memory);
+    if (memory != SW_MEM_HOST && sw_context_backend(ctx) != SW_BACKEND_CUDA)
+        return sw_fail(ctx, SW_ENODEV, "centroid result: %s memory needs a CUDA context",
+                       memory == SW_MEM_PINNED ? "pinned" : "device");
+    memset(out, 0, sizeof *out);
+    size_t n = (size_t)frames * (size_t)plan->nl;
+    size_t ns = (size_t)frames * 2 * (size_t)plan->nslopes;
+    out->frames = frames;
+    out->lenslets = plan->nl;
+    out->nslopes = plan->nslopes;
+    out->memory = memory;
+    out->owned = 1;
+    out->x = result_array(ctx, n * sizeof(float), memory);
+    out->y = result_array(ctx, n * sizeof(float), memory);
+    out->intensity = result_array(ctx, n * sizeof(float), memory);
+    out->valid = result_array(ctx, n, memory);
+    out->slopes = result_array(ctx, (ns ? ns : 1) * sizeof(float), memory);
+    if (!out->x || !out->y || !out->intensity || !out->valid || !out->slopes) {
+        sw_centroid_result_free(out);
+        return sw_fail(ctx, SW_ENOMEM, "centroid result: out of memory for %d frames", frames);
+    }
+    return SW_OK;
+}
+
+void sw_centroid_result_free(sw_centroid_result *r)
+{
+    if (!r || !r->owned)
+        return;
+    result_array_free(r->x, r->memory);
+    result_array_free(r->y, r->memory);
+    result_array_free(r->intensity, r->memory);
+    result_array_free(r->valid, r->memory);
+    result_array_free(r->slopes, r->memory);
+    memset(r, 0, sizeof *r);
+}
+
+sw_status sw_centroid_set_reference(sw_centroid_plan *plan, const double *ref_x,
+                                    const double *ref_y)
+{
+    if (!plan)
+        return sw_fail(NULL, SW_EINVAL, "sw_centroid_set_reference: NULL plan");
+    sw_context *ctx = plan->ctx;
+    if ((ref_x == NULL) != (ref_y == NULL))
+        return sw_fail(ctx, SW_EINVAL, "centroid reference: give both x and y, or neither");
+    if (!ref_x) {
+        default_reference(plan);
+    } else {
+        for (int32_t k = 0; k < plan->nslopes; k++) {
+            int32_t l = plan->slope_l[k];
+            if (!isfinite(ref_x[l]) || !isfinite(ref_y[l]))
+                return sw_fail(ctx, SW_ERANGE,
+                               "centroid reference: lenslet (%d, %d) has no finite reference "
+                               "(%g, %g) but is used",
+                               l % plan->nx, l / plan->nx, ref_x[l], ref_y[l]);
+        }
+        memcpy(plan->ref_x, ref_x, (size_t)plan->nl * sizeof(double));
+        memcpy(plan->ref_y, ref_y, (size_t)plan->nl * sizeof(double));
+    }
+#ifdef SW_HAVE_CUDA
+    if (plan->gpu)
+        return sw_centroid_gpu_set_reference(plan);
+#endif
+    return SW_OK;
+}
+
+/* ------------------------------------------------------------------ CPU implementation */
+
+/* Exact integer column sums of one lenslet row (u8 or u16, no conditioning). */
+#define SW_EXACT_ROWS(T)                                                                           \
+    for (int32_t y = y0; y < y1; y++) {                                                            \
+        const T *row = (const T *)(base + (size_t)y * stride) + c0;                                \
+        uint32_t wy = (uint32_t)(y - y0);                                                          \
+        for (int32_t c = 0; c < nc; c++) {                                                         \
+            uint32_t v = row[c];                                                                   \
+            s0[c] += v;                                                                            \
+            s1[c] += wy * v;                                                                       \
+        }                                                                                          \
+    }
+
+/* Value of pixel c of a row after the LUT (step 1), as a float. */
+static inline float raw_value(const char *row, sw_pixel_type t, int32_t c, const float *lut)
+{
+    switch (t) {
+    case SW_PIX_U8: {
+        uint8_t v = ((const uint8_t *)row)[c];
+        return lut ? lut[v] : (float)v;
+    }
+    case SW_PIX_U16: {
+        uint16_t v = ((const uint16_t *)row)[c];
+        return lut ? lut[v] : (float)v;
+    }
+    default:
+        return ((const float *)row)[c];
+    }
+}
+
+/* One (frame, lenslet row) task. */
+static void cpu_lenslet_row(const sw_centroid_plan *plan, const char *frame, size_t stride,
+                            int32_t f, int32_t iy, double *acc, sw_centroid_result *out)
+{
+    const sw_centroid_params *p = &plan->p;
+    int32_t c0 = plan->col0, nc = plan->col1 - plan->col0;
+    int32_t y0 = plan->ys[iy], y1 = plan->ye[iy];
+    const char *base = frame;
+
+    /* exact: S0, S1 as uint32 in the first 2 * nc doubles' room; else S0, S1, T as doubles. */
+    uint32_t *s0 = (uint32_t *)acc, *s1 = s0 + nc;
+    double *d0 = acc, *d1 = acc + nc, *tcol = acc + 2 * (size_t)nc;
+    if (plan->exact) {
+        memset(acc, 0, 2 * (size_t)nc * sizeof(uint32_t));
+        if (p->type == SW_PIX_U8) {
+            SW_EXACT_ROWS(uint8_t)
+        } else {
+            SW_EXACT_ROWS(uint16_t)
+        }
+    } else {
+        int mode = (int)p->threshold_mode;
+        float thr = (float)p->threshold;
+        float gam = (float)p->gamma;
+        const float *dark = plan->dark, *flat = plan->flat, *lut = plan->lut;
+        size_t w = (size_t)p->width;
+        if (plan->fraction) {
+            /* The lenslet maximum of steps 1-3 over its windowed region (FRACTION threshold). */
+            for (int32_t c = 0; c < nc; c++)
+                tcol[c] = -INFINITY;
+            for (int32_t y = y0; y < y1; y++) {
+                const char *row = base + (size_t)y * stride;
+                for (int32_t c = 0; c < nc; c++) {
+                    size_t k = (size_t)y * w + (size_t)(c0 + c);
+                    float v = sw_cm_prethreshold(raw_value(row, p->type, c0 + c, lut),
+                                                 dark ? dark[k] : 0.0f, flat ? flat[k] : 1.0f);
+                    if (v > tcol[c])
+                        tcol[c] = v;
+                }
+            }
+            for (int32_t ix = 0; ix < plan->nx; ix++) {
+                float m = -INFINITY;
+                for (int32_t x = plan->xs[ix]; x < plan->xe[ix]; x++)
+                    if (tcol[x - c0] > m)
+                        m = (float)tcol[x - c0];
+                float t = sw_cm_fraction_threshold(p->threshold, m);
+                for (int32_t x = plan->xs[ix]; x < plan->xe[ix]; x++)
+                    tcol[x - c0] = t;
+            }
+        }
+        for (int32_t c = 0; c < nc; c++)
+            d0[c] = d1[c] = 0.0;
+        for (int32_t y = y0; y < y1; y++) {
+            const char *row = base + (size_t)y * stride;
+            double wy = (double)(y - y0);
+            for (int32_t c = 0; c < nc; c++) {
+                size_t k = (size_t)y * w + (size_t)(c0 + c);
+                float t = plan->fraction ? (float)tcol[c] : thr;
+                float v = sw_cm_condition(raw_value(row, p->type, c0 + c, lut),
+                                          dark ? dark[k] : 0.0f, flat ? flat[k] : 1.0f, mode, t,
+                                          gam);
+                d0[c] += v;
+                d1[c] += wy * v;
+            }
+        }
+    }
+
+    /* Per lenslet: moments from its columns (seed Eq. 6), centroid (Eq. 7). */
+    size_t ns = (size_t)plan->nslopes;
+    for (int32_t ix = 0; ix < plan->nx; ix++) {
+        int32_t l = iy * plan->nx + ix;
+        double m00, m10, m01;
+        int32_t xs = plan->xs[ix], xe = plan->xe[ix];
+        if (plan->exact) {
+            uint64_t a = 0, b = 0, d = 0;
+            for (int32_t x = xs; x < xe; x++) {
+                a += s0[x - c0];
+                b += (uint64_t)(x - xs) * s0[x - c0];
+                d += s1[x - c0];
+            }
+            m00 = (double)a;
+            m10 = (double)b;
+            m01 = (double)d;
+        } else {
+            m00 = m10 = m01 = 0.0;
+            for (int32_t x = xs; x < xe; x++) {
+                m00 += d0[x - c0];
+                m10 += (double)(x - xs) * d0[x - c0];
+                m01 += d1[x - c0];
+            }
+        }
+        size_t i = (size_t)f * (size_t)plan->nl + (size_t)l;
+        int32_t k = plan->slope_k[l];
+        float *sx = NULL, *sy = NULL;
+        if (out->slopes && k >= 0) {
+            float *s = out->slopes + (size_t)f * 2 * ns;
+            if (p->slope_layout == SW_SLOPES_BLOCKS) {
+                sx = s + k;
+                sy = s + ns + k;
+            } else {
+                sx = s + 2 * (size_t)k;
+                sy = sx + 1;
+            }
+        }
+        sw_cm_finish(m00, m10, m01, xs, plan->ys[iy], k >= 0, plan->ref_x[l], plan->ref_y[l],
+                     out->x ? out->x + i : NULL, out->y ? out->y + i : NULL,
+                     out->intensity ? out->intensity + i : NULL,
+                     out->valid ? out->valid + i : NULL, sx, sy);
+    }
+}
+
+static void cpu_run(sw_centroid_plan *plan, const sw_image *frames, int32_t nframes,
+                    sw_centroid_result *out)
+{
+    int64_t ntask = (int64_t)nframes * plan->ny;
+    size_t nc = (size_t)(plan->col1 - plan->col0);
+    size_t fbytes = (size_t)plan->p.height * frames->stride;
+    (void)nc;
+#ifdef SW_HAVE_OPENMP
+#pragma omp parallel for schedule(static) num_threads(plan->threads > 0 ? plan->threads : 1)
+#endif
+    for (int64_t t = 0; t < ntask; t++) {
+        int32_t f = (int32_t)(t / plan->ny), iy = (int32_t)(t % plan->ny);
+        double *acc = plan->cpu_acc + (size_t)sw_omp_thread() * 3 * nc;
+        cpu_lenslet_row(plan, (const char *)frames->data + (size_t)f * fbytes, frames->stride, f,
+                        iy, acc, out);
+    }
+}
+
+/* ------------------------------------------------------------------ run */
+
+sw_status sw_centroid_run(sw_centroid_plan *plan, const sw_image *frames, sw_centroid_result *out)
+{
+    if (!plan)
+        return sw_fail(NULL, SW_EINVAL, "sw_centroid_run: NULL plan");
+    sw_context *ctx = plan->ctx;
+    if (!frames || !out)
+        return sw_fail(ctx, SW_EINVAL, "sw_centroid_run: NULL frames or result");
+    sw_status st = sw_image_check(ctx, frames);
+    if (st != SW_OK)
+        return st;
+    const sw_centroid_params *p = &plan->p;
+    if (frames->width != p->width || frames->type != p->type)
+        return sw_fail(ctx, SW_EINVAL,
+                       "centroid: frames are %d px wide of %s pixels; the plan takes %d px wide "
+                       "%s frames",
+                       frames->width, sw_pixel_type_string(frames->type), p->width,
+                       sw_pixel_type_string(p->type));
+    if (frames->height % p->height != 0)
+        return sw_fail(ctx, SW_EINVAL,
+                       "centroid: image height %d is not a whole number of %d-row frames",
+                       frames->height, p->height);
+    int32_t nframes = frames->height / p->height;
+    if (nframes > p->max_frames)
+        return sw_fail(ctx, SW_EINVAL, "centroid: %d frames in one run; the plan takes at most %d",
+                       nframes, p->max_frames);
+    int host_frames = frames->memory == SW_MEM_HOST || frames->memory == SW_MEM_PINNED;
+    switch (plan->path) {
+    case SW_CENTROID_HOST:
+    case SW_CENTROID_COPY:
+        if (!host_frames)
+            return sw_fail(ctx, SW_EINVAL, "centroid: the %s path takes frames in host memory",
+                           sw_centroid_path_string(plan->path));
+        break;
+    case SW_CENTROID_DEVICE:
+        if (frames->memory != SW_MEM_DEVICE)
+            return sw_fail(ctx, SW_EINVAL, "centroid: the device path takes frames in device "
+                                           "memory (sw_image_alloc_device)");
+        break;
+    case SW_CENTROID_MAPPED:
+        if (frames->memory != SW_MEM_PINNED)
+            return sw_fail(ctx, SW_EINVAL, "centroid: the mapped path takes frames in pinned host "
+                                           "memory (sw_image_alloc on a CUDA context)");
+        break;
+    default:
+        return sw_fail(ctx, SW_EINTERNAL, "centroid: unresolved path");
+    }
+    if (out->lenslets != plan->nl || out->nslopes != plan->nslopes || out->frames < nframes)
+        return sw_fail(ctx, SW_EINVAL,
+                       "centroid: the result holds %d frames of %d lenslets and %d slopes; this "
+                       "run needs %d frames of %d lenslets and %d slopes",
+                       out->frames, out->lenslets, out->nslopes, nframes, plan->nl,
+                       plan->nslopes);
+    if (out->memory != SW_MEM_HOST && out->memory != SW_MEM_PINNED &&
+        out->memory != SW_MEM_DEVICE)
+        return sw_fail(ctx, SW_EINVAL, "centroid: unknown result memory kind %d",
+                       (int)out->memory);
+    if (plan->path == SW_CENTROID_HOST && out->memory == SW_MEM_DEVICE)
+        return sw_fail(ctx, SW_EINVAL, "centroid: the host path writes host results, not device");
+
+    if (plan->path == SW_CENTROID_HOST) {
+        plan->kernel_us = -1.0;
+        cpu_run(plan, frames, nframes, out);
+        return SW_OK;
+    }
+#ifdef SW_HAVE_CUDA
+    return sw_centroid_gpu_run(plan, frames, nframes, out);
+#else
+    return sw_fail(ctx, SW_EUNSUPPORTED, "centroid: built without CUDA");
+#endif
+}

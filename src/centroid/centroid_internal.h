@@ -1,0 +1,80 @@
+/*
+ * Between the C side of the centroid stage (centroid.c: API, validation, the CPU implementation)
+ * and its CUDA twin (centroid_cuda.cu). Not public. The per-pixel conditioning and the per-lenslet
+ * finish are written once, in centroid_model.h, for both.
+ */
+#ifndef SW_CENTROID_INTERNAL_H
+#define SW_CENTROID_INTERNAL_H
+
+#include "core/core_internal.h"
+#include "spotwave/centroid.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Largest pitch a plan takes: regions of at most 128 x 128 pixels keep the exact integer sums
+ * inside 32 bits per column (128 * 127 / 2 * 65535 < 2^32) and 64 bits per lenslet. */
+#define SW_CENTROID_MAX_PITCH 128.0
+
+struct sw_centroid_plan {
+    sw_context *ctx;
+    sw_centroid_params p; /* as given; p.dark / p.flat / p.lut / p.geometry.valid point to the
+                             plan's own copies below */
+    sw_centroid_path path; /* resolved */
+    int32_t nx, ny, nl;    /* grid, nl = nx * ny */
+
+    /* Windowed pixel regions: lenslet (ix, iy) sums columns [xs[ix], xe[ix]) and rows
+     * [ys[iy], ye[iy]) (sw_sh_region shrunk by the window on every side). The moments are taken
+     * about (xs, ys). */
+    int32_t *xs, *xe; /* nx each */
+    int32_t *ys, *ye; /* ny each */
+    int32_t col0, col1; /* union of the columns: [col0, col1) = [xs[0], xe[nx-1]) */
+    /* col_ix[x - col0] = ix of the lenslet that sums column x, or -1 (a window gap). */
+    int32_t *col_ix;    /* col1 - col0 */
+
+    /* Conditioning (host copies; NULL when off) */
+    uint8_t *valid;     /* nl mask copy, or NULL */
+    float *dark, *flat; /* width * height */
+    float *lut;         /* 256 or 65536 */
+    int exact;          /* 1: integer frame, no conditioning: exact integer sums */
+    int fraction;       /* 1: threshold_kind FRACTION with a threshold mode (needs the max pass) */
+
+    /* Slopes */
+    int32_t nslopes;   /* lenslets valid in the mask */
+    int32_t *slope_l;  /* nslopes flat lenslet indices, increasing */
+    int32_t *slope_k;  /* nl: the slope index of lenslet l, or -1 (not in the mask) */
+    double *ref_x, *ref_y; /* nl reference positions */
+
+    /* CPU */
+    int threads;
+    double *cpu_acc; /* threads x 3 x (col1 - col0): column sums S0, S1 and threshold/max */
+
+    /* CUDA (owned by centroid_cuda.cu) */
+    void *gpu;
+    int timing;
+    double kernel_us;
+};
+
+#ifdef SW_HAVE_CUDA
+/* Allocates the device copies of the tables, the frame buffer for COPY and the result buffers
+ * for host results; chooses the launch shape. */
+sw_status sw_centroid_gpu_create(sw_centroid_plan *plan);
+/* Runs nframes frames of `frames` (already checked against the plan: width, type, memory for the
+ * plan's path, height = nframes * p.height) into out (checked: room, memory). Host results are
+ * complete on return; device results are queued on the context's stream. */
+sw_status sw_centroid_gpu_run(sw_centroid_plan *plan, const sw_image *frames, int32_t nframes,
+                              sw_centroid_result *out);
+/* Uploads plan->ref_x / ref_y after sw_centroid_set_reference (queued; before the next run). */
+sw_status sw_centroid_gpu_set_reference(sw_centroid_plan *plan);
+void sw_centroid_gpu_destroy(sw_centroid_plan *plan);
+/* Device / pinned allocation for sw_centroid_result_alloc. */
+void *sw_centroid_gpu_alloc(sw_context *ctx, size_t bytes, sw_memory memory);
+void sw_centroid_gpu_free(void *p, sw_memory memory);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

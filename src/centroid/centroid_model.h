@@ -1,0 +1,77 @@
+/*
+ * The per-pixel conditioning (centroid.h steps 2-5) and the per-lenslet finish (seed 000 Eq. 7),
+ * written once for the CPU (centroid.c) and the GPU (centroid_cuda.cu), so both sides apply the
+ * same arithmetic in the same order.
+ */
+#ifndef SW_CENTROID_MODEL_H
+#define SW_CENTROID_MODEL_H
+
+#include <math.h>
+#include <stdint.h>
+
+#if defined(__CUDACC__)
+#define SW_CM_FN __host__ __device__ static inline
+#else
+#define SW_CM_FN static inline
+#endif
+
+/*
+ * Steps 2-5 of centroid.h on one pixel value v (after the LUT): dark (d, 0 when off), flat (g, 1
+ * when off), threshold t with mode (0 none, 1 subtract, 2 zero), gamma (1 = off). Float, as the
+ * GPU reads pixels; the sums that follow are wider.
+ */
+SW_CM_FN float sw_cm_condition(float v, float d, float g, int mode, float t, float gamma)
+{
+    v = (v - d) * g;
+    /* Written so that a NaN pixel stays NaN (and marks its lenslet invalid). */
+    if (mode == 1)
+        v = v <= t ? 0.0f : v - t;
+    else if (mode == 2)
+        v = v < t ? 0.0f : v;
+    if (gamma != 1.0f)
+        v = v <= 0.0f ? 0.0f : powf(v, gamma);
+    return v;
+}
+
+/* Steps 2-3 only (the value whose lenslet maximum sets a FRACTION threshold). */
+SW_CM_FN float sw_cm_prethreshold(float v, float d, float g)
+{
+    return (v - d) * g;
+}
+
+/* The FRACTION threshold of a lenslet whose maximum of sw_cm_prethreshold is m. */
+SW_CM_FN float sw_cm_fraction_threshold(double fraction, float m)
+{
+    return (float)(fraction * (double)m);
+}
+
+/*
+ * Seed Eq. (7) for one lenslet whose moments about its windowed corner (xs, ys) are m00, m10,
+ * m01: writes the centroid, the intensity and the flag; returns 1 when valid. Invalid (masked,
+ * m00 <= 0 or a moment not finite): x = y = NaN, flag 0. The slope (cx - rx, cy - ry) goes to
+ * *sx, *sy when they are not NULL (0 when invalid). Division and subtraction in double, rounded
+ * to float once at the end: the CPU and the GPU give the same bits from the same moments.
+ */
+SW_CM_FN int sw_cm_finish(double m00, double m10, double m01, int32_t xs, int32_t ys,
+                          int in_mask, double rx, double ry, float *x, float *y, float *inten,
+                          uint8_t *valid, float *sx, float *sy)
+{
+    int ok = in_mask && m00 > 0.0 && isfinite(m00) && isfinite(m10) && isfinite(m01);
+    double cx = ok ? (double)xs + m10 / m00 : NAN;
+    double cy = ok ? (double)ys + m01 / m00 : NAN;
+    if (x)
+        *x = (float)cx;
+    if (y)
+        *y = (float)cy;
+    if (inten)
+        *inten = (float)m00;
+    if (valid)
+        *valid = (uint8_t)ok;
+    if (sx)
+        *sx = ok ? (float)(cx - rx) : 0.0f;
+    if (sy)
+        *sy = ok ? (float)(cy - ry) : 0.0f;
+    return ok;
+}
+
+#endif
