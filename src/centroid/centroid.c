@@ -271,8 +271,8 @@ sw_status sw_centroid_create(sw_context *ctx, const sw_centroid_params *p, sw_ce
     }
     default_reference(plan);
 
-    int conditioned = p->lut || p->dark || p->flat || p->threshold_mode != SW_THRESHOLD_NONE ||
-                      p->gamma != 1.0;
+    int conditioned =
+        p->lut || p->dark || p->flat || p->threshold_mode != SW_THRESHOLD_NONE || p->gamma != 1.0;
     plan->exact = p->type != SW_PIX_F32 && !conditioned;
     plan->fraction =
         p->threshold_mode != SW_THRESHOLD_NONE && p->threshold_kind == SW_THRESHOLD_FRACTION;
@@ -280,7 +280,7 @@ sw_status sw_centroid_create(sw_context *ctx, const sw_centroid_params *p, sw_ce
     if (path == SW_CENTROID_HOST) {
         size_t nc = (size_t)(plan->col1 - plan->col0);
         int nt = plan->threads > 0 ? plan->threads : 1;
-        plan->cpu_acc = malloc((size_t)nt * 3 * nc * sizeof(double));
+        plan->cpu_acc = malloc((size_t)nt * 4 * nc * sizeof(double));
         if (!plan->cpu_acc) {
             sw_centroid_destroy(plan);
             return sw_fail(ctx, SW_ENOMEM, "centroid: out of memory for the CPU scratch");
@@ -467,30 +467,59 @@ sw_status sw_centroid_set_reference(sw_centroid_plan *plan, const double *ref_x,
         const T *row = (const T *)(base + (size_t)y * stride) + c0;                                \
         uint32_t wy = (uint32_t)(y - y0);                                                          \
         for (int32_t c = 0; c < nc; c++) {                                                         \
-            uint32_t v = row[c];                                                                   \
-            s0[c] += v;                                                                            \
-            s1[c] += wy * v;                                                                       \
+            uint32_t pix = row[c];                                                                 \
+            s0[c] += pix;                                                                          \
+            s1[c] += wy * pix;                                                                     \
         }                                                                                          \
     }
 
-/* Value of pixel c of a row after the LUT (step 1), as a float. */
-static inline float raw_value(const char *row, sw_pixel_type t, int32_t c, const float *lut)
+/* Pixels [c0, c0 + nc) of a row after the LUT (step 1) as floats; one loop per type so that the
+ * compiler vectorises each. */
+static void load_row(const char *row, sw_pixel_type t, int32_t c0, int32_t nc, const float *lut,
+                     float *out)
 {
-    switch (t) {
-    case SW_PIX_U8: {
-        uint8_t v = ((const uint8_t *)row)[c];
-        return lut ? lut[v] : (float)v;
-    }
-    case SW_PIX_U16: {
-        uint16_t v = ((const uint16_t *)row)[c];
-        return lut ? lut[v] : (float)v;
-    }
-    default:
-        return ((const float *)row)[c];
+    if (t == SW_PIX_U8) {
+        const uint8_t *r = (const uint8_t *)row + c0;
+        if (lut)
+            for (int32_t c = 0; c < nc; c++)
+                out[c] = lut[r[c]];
+        else
+            for (int32_t c = 0; c < nc; c++)
+                out[c] = (float)r[c];
+    } else if (t == SW_PIX_U16) {
+        const uint16_t *r = (const uint16_t *)row + c0;
+        if (lut)
+            for (int32_t c = 0; c < nc; c++)
+                out[c] = lut[r[c]];
+        else
+            for (int32_t c = 0; c < nc; c++)
+                out[c] = (float)r[c];
+    } else {
+        memcpy(out, (const float *)row + c0, (size_t)nc * sizeof(float));
     }
 }
 
-/* One (frame, lenslet row) task. */
+/* Steps 1-3 of one row into v: the LUT, then (v - dark) * flat as sw_cm_condition computes it
+ * (a missing dark or flat changes no bit: v - 0 = v, v * 1 = v). */
+static void prepare_row(const sw_centroid_plan *plan, const char *frame, size_t stride, int32_t y,
+                        float *v)
+{
+    int32_t c0 = plan->col0, nc = plan->col1 - plan->col0;
+    load_row(frame + (size_t)y * stride, plan->p.type, c0, nc, plan->lut, v);
+    size_t k0 = (size_t)y * (size_t)plan->p.width + (size_t)c0;
+    if (plan->dark) {
+        const float *d = plan->dark + k0;
+        for (int32_t c = 0; c < nc; c++)
+            v[c] = v[c] - d[c];
+    }
+    if (plan->flat) {
+        const float *g = plan->flat + k0;
+        for (int32_t c = 0; c < nc; c++)
+            v[c] = v[c] * g[c];
+    }
+}
+
+/* One (frame, lenslet row) task; acc is the thread's 4 * nc doubles of scratch. */
 static void cpu_lenslet_row(const sw_centroid_plan *plan, const char *frame, size_t stride,
                             int32_t f, int32_t iy, double *acc, sw_centroid_result *out)
 {
@@ -499,9 +528,11 @@ static void cpu_lenslet_row(const sw_centroid_plan *plan, const char *frame, siz
     int32_t y0 = plan->ys[iy], y1 = plan->ye[iy];
     const char *base = frame;
 
-    /* exact: S0, S1 as uint32 in the first 2 * nc doubles' room; else S0, S1, T as doubles. */
+    /* exact: S0, S1 as uint32 in the first 2 * nc doubles' room; else S0, S1, T as doubles and
+     * the row being conditioned as floats in the fourth block. */
     uint32_t *s0 = (uint32_t *)acc, *s1 = s0 + nc;
     double *d0 = acc, *d1 = acc + nc, *tcol = acc + 2 * (size_t)nc;
+    float *v = (float *)(acc + 3 * (size_t)nc);
     if (plan->exact) {
         memset(acc, 0, 2 * (size_t)nc * sizeof(uint32_t));
         if (p->type == SW_PIX_U8) {
@@ -513,21 +544,14 @@ static void cpu_lenslet_row(const sw_centroid_plan *plan, const char *frame, siz
         int mode = (int)p->threshold_mode;
         float thr = (float)p->threshold;
         float gam = (float)p->gamma;
-        const float *dark = plan->dark, *flat = plan->flat, *lut = plan->lut;
-        size_t w = (size_t)p->width;
         if (plan->fraction) {
             /* The lenslet maximum of steps 1-3 over its windowed region (FRACTION threshold). */
             for (int32_t c = 0; c < nc; c++)
                 tcol[c] = -INFINITY;
             for (int32_t y = y0; y < y1; y++) {
-                const char *row = base + (size_t)y * stride;
-                for (int32_t c = 0; c < nc; c++) {
-                    size_t k = (size_t)y * w + (size_t)(c0 + c);
-                    float v = sw_cm_prethreshold(raw_value(row, p->type, c0 + c, lut),
-                                                 dark ? dark[k] : 0.0f, flat ? flat[k] : 1.0f);
-                    if (v > tcol[c])
-                        tcol[c] = v;
-                }
+                prepare_row(plan, base, stride, y, v);
+                for (int32_t c = 0; c < nc; c++)
+                    tcol[c] = v[c] > tcol[c] ? v[c] : tcol[c];
             }
             for (int32_t ix = 0; ix < plan->nx; ix++) {
                 float m = -INFINITY;
@@ -542,16 +566,19 @@ static void cpu_lenslet_row(const sw_centroid_plan *plan, const char *frame, siz
         for (int32_t c = 0; c < nc; c++)
             d0[c] = d1[c] = 0.0;
         for (int32_t y = y0; y < y1; y++) {
-            const char *row = base + (size_t)y * stride;
+            prepare_row(plan, base, stride, y, v);
             double wy = (double)(y - y0);
+            if (mode != 0 || gam != 1.0f) {
+                if (plan->fraction)
+                    for (int32_t c = 0; c < nc; c++)
+                        v[c] = sw_cm_condition(v[c], 0.0f, 1.0f, mode, (float)tcol[c], gam);
+                else
+                    for (int32_t c = 0; c < nc; c++)
+                        v[c] = sw_cm_condition(v[c], 0.0f, 1.0f, mode, thr, gam);
+            }
             for (int32_t c = 0; c < nc; c++) {
-                size_t k = (size_t)y * w + (size_t)(c0 + c);
-                float t = plan->fraction ? (float)tcol[c] : thr;
-                float v = sw_cm_condition(raw_value(row, p->type, c0 + c, lut),
-                                          dark ? dark[k] : 0.0f, flat ? flat[k] : 1.0f, mode, t,
-                                          gam);
-                d0[c] += v;
-                d1[c] += wy * v;
+                d0[c] += v[c];
+                d1[c] += wy * v[c];
             }
         }
     }
@@ -595,8 +622,8 @@ static void cpu_lenslet_row(const sw_centroid_plan *plan, const char *frame, siz
         }
         sw_cm_finish(m00, m10, m01, xs, plan->ys[iy], k >= 0, plan->ref_x[l], plan->ref_y[l],
                      out->x ? out->x + i : NULL, out->y ? out->y + i : NULL,
-                     out->intensity ? out->intensity + i : NULL,
-                     out->valid ? out->valid + i : NULL, sx, sy);
+                     out->intensity ? out->intensity + i : NULL, out->valid ? out->valid + i : NULL,
+                     sx, sy);
     }
 }
 
@@ -612,7 +639,7 @@ static void cpu_run(sw_centroid_plan *plan, const sw_image *frames, int32_t nfra
 #endif
     for (int64_t t = 0; t < ntask; t++) {
         int32_t f = (int32_t)(t / plan->ny), iy = (int32_t)(t % plan->ny);
-        double *acc = plan->cpu_acc + (size_t)sw_omp_thread() * 3 * nc;
+        double *acc = plan->cpu_acc + (size_t)sw_omp_thread() * 4 * nc;
         cpu_lenslet_row(plan, (const char *)frames->data + (size_t)f * fbytes, frames->stride, f,
                         iy, acc, out);
     }
@@ -655,27 +682,25 @@ sw_status sw_centroid_run(sw_centroid_plan *plan, const sw_image *frames, sw_cen
         break;
     case SW_CENTROID_DEVICE:
         if (frames->memory != SW_MEM_DEVICE)
-            return sw_fail(ctx, SW_EINVAL, "centroid: the device path takes frames in device "
-                                           "memory (sw_image_alloc_device)");
+            return sw_fail(ctx, SW_EINVAL,
+                           "centroid: the device path takes frames in device "
+                           "memory (sw_image_alloc_device)");
         break;
     case SW_CENTROID_MAPPED:
         if (frames->memory != SW_MEM_PINNED)
-            return sw_fail(ctx, SW_EINVAL, "centroid: the mapped path takes frames in pinned host "
-                                           "memory (sw_image_alloc on a CUDA context)");
+            return sw_fail(ctx, SW_EINVAL,
+                           "centroid: the mapped path takes frames in pinned host "
+                           "memory (sw_image_alloc on a CUDA context)");
         break;
-    default:
-        return sw_fail(ctx, SW_EINTERNAL, "centroid: unresolved path");
+    default: return sw_fail(ctx, SW_EINTERNAL, "centroid: unresolved path");
     }
     if (out->lenslets != plan->nl || out->nslopes != plan->nslopes || out->frames < nframes)
         return sw_fail(ctx, SW_EINVAL,
                        "centroid: the result holds %d frames of %d lenslets and %d slopes; this "
                        "run needs %d frames of %d lenslets and %d slopes",
-                       out->frames, out->lenslets, out->nslopes, nframes, plan->nl,
-                       plan->nslopes);
-    if (out->memory != SW_MEM_HOST && out->memory != SW_MEM_PINNED &&
-        out->memory != SW_MEM_DEVICE)
-        return sw_fail(ctx, SW_EINVAL, "centroid: unknown result memory kind %d",
-                       (int)out->memory);
+                       out->frames, out->lenslets, out->nslopes, nframes, plan->nl, plan->nslopes);
+    if (out->memory != SW_MEM_HOST && out->memory != SW_MEM_PINNED && out->memory != SW_MEM_DEVICE)
+        return sw_fail(ctx, SW_EINVAL, "centroid: unknown result memory kind %d", (int)out->memory);
     if (plan->path == SW_CENTROID_HOST && out->memory == SW_MEM_DEVICE)
         return sw_fail(ctx, SW_EINVAL, "centroid: the host path writes host results, not device");
 

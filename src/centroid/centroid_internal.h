@@ -19,19 +19,19 @@ extern "C" {
 
 struct sw_centroid_plan {
     sw_context *ctx;
-    sw_centroid_params p; /* as given; p.dark / p.flat / p.lut / p.geometry.valid point to the
-                             plan's own copies below */
+    sw_centroid_params p;  /* as given; p.dark / p.flat / p.lut / p.geometry.valid point to the
+                              plan's own copies below */
     sw_centroid_path path; /* resolved */
     int32_t nx, ny, nl;    /* grid, nl = nx * ny */
 
     /* Windowed pixel regions: lenslet (ix, iy) sums columns [xs[ix], xe[ix]) and rows
      * [ys[iy], ye[iy]) (sw_sh_region shrunk by the window on every side). The moments are taken
      * about (xs, ys). */
-    int32_t *xs, *xe; /* nx each */
-    int32_t *ys, *ye; /* ny each */
+    int32_t *xs, *xe;   /* nx each */
+    int32_t *ys, *ye;   /* ny each */
     int32_t col0, col1; /* union of the columns: [col0, col1) = [xs[0], xe[nx-1]) */
     /* col_ix[x - col0] = ix of the lenslet that sums column x, or -1 (a window gap). */
-    int32_t *col_ix;    /* col1 - col0 */
+    int32_t *col_ix; /* col1 - col0 */
 
     /* Conditioning (host copies; NULL when off) */
     uint8_t *valid;     /* nl mask copy, or NULL */
@@ -41,14 +41,14 @@ struct sw_centroid_plan {
     int fraction;       /* 1: threshold_kind FRACTION with a threshold mode (needs the max pass) */
 
     /* Slopes */
-    int32_t nslopes;   /* lenslets valid in the mask */
-    int32_t *slope_l;  /* nslopes flat lenslet indices, increasing */
-    int32_t *slope_k;  /* nl: the slope index of lenslet l, or -1 (not in the mask) */
+    int32_t nslopes;       /* lenslets valid in the mask */
+    int32_t *slope_l;      /* nslopes flat lenslet indices, increasing */
+    int32_t *slope_k;      /* nl: the slope index of lenslet l, or -1 (not in the mask) */
     double *ref_x, *ref_y; /* nl reference positions */
 
     /* CPU */
     int threads;
-    double *cpu_acc; /* threads x 3 x (col1 - col0): column sums S0, S1 and threshold/max */
+    double *cpu_acc; /* threads x 4 x (col1 - col0): column sums S0, S1, threshold/max, row */
 
     /* CUDA (owned by centroid_cuda.cu) */
     void *gpu;

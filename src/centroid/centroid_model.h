@@ -52,9 +52,9 @@ SW_CM_FN float sw_cm_fraction_threshold(double fraction, float m)
  * *sx, *sy when they are not NULL (0 when invalid). Division and subtraction in double, rounded
  * to float once at the end: the CPU and the GPU give the same bits from the same moments.
  */
-SW_CM_FN int sw_cm_finish(double m00, double m10, double m01, int32_t xs, int32_t ys,
-                          int in_mask, double rx, double ry, float *x, float *y, float *inten,
-                          uint8_t *valid, float *sx, float *sy)
+SW_CM_FN int sw_cm_finish(double m00, double m10, double m01, int32_t xs, int32_t ys, int in_mask,
+                          double rx, double ry, float *x, float *y, float *inten, uint8_t *valid,
+                          float *sx, float *sy)
 {
     int ok = in_mask && m00 > 0.0 && isfinite(m00) && isfinite(m10) && isfinite(m01);
     double cx = ok ? (double)xs + m10 / m00 : NAN;
