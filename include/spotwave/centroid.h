@@ -100,14 +100,14 @@ typedef struct sw_centroid_params {
     sw_centroid_path path;   /* memory path (above), default AUTO                              */
 
     /* Conditioning (all off by default). Arrays are copied at create. */
-    const float *dark;       /* width * height, row-major, or NULL                             */
-    const float *flat;       /* width * height gains, or NULL                                  */
-    const float *lut;        /* 256 (u8) or 65536 (u16) entries, or NULL                       */
+    const float *dark; /* width * height, row-major, or NULL                             */
+    const float *flat; /* width * height gains, or NULL                                  */
+    const float *lut;  /* 256 (u8) or 65536 (u16) entries, or NULL                       */
     sw_threshold_mode threshold_mode;
     sw_threshold_kind threshold_kind;
-    double threshold;        /* T (ABSOLUTE) or the fraction of the lenslet maximum (FRACTION) */
-    double gamma;            /* power law exponent, > 0; 1 = off (default)                     */
-    int32_t window;          /* border excluded from every region, pixels, >= 0 (default 0)    */
+    double threshold; /* T (ABSOLUTE) or the fraction of the lenslet maximum (FRACTION) */
+    double gamma;     /* power law exponent, > 0; 1 = off (default)                     */
+    int32_t window;   /* border excluded from every region, pixels, >= 0 (default 0)    */
 
     sw_slope_layout slope_layout; /* default BLOCKS */
 } sw_centroid_params;
@@ -123,8 +123,7 @@ typedef struct sw_centroid_plan sw_centroid_plan;
  * only for integer frames, window leaving every region at least one pixel, finite threshold,
  * gamma > 0, a path the context can run) and allocates everything a run needs.
  */
-sw_status sw_centroid_create(sw_context *ctx, const sw_centroid_params *p,
-                             sw_centroid_plan **out);
+sw_status sw_centroid_create(sw_context *ctx, const sw_centroid_params *p, sw_centroid_plan **out);
 void sw_centroid_destroy(sw_centroid_plan *plan); /* NULL is ignored */
 
 /* The path the plan runs (AUTO resolved). */
@@ -144,15 +143,15 @@ int32_t sw_centroid_plan_slope_lenslet(const sw_centroid_plan *plan, int32_t k);
  * (and, on the GPU, not computed or copied).
  */
 typedef struct sw_centroid_result {
-    int32_t frames;     /* capacity, frames                                   */
-    int32_t lenslets;   /* nx * ny                                            */
-    int32_t nslopes;    /* slopes per axis (sw_centroid_plan_slopes)           */
-    sw_memory memory;   /* where the arrays live                               */
-    float *x, *y;       /* frames * lenslets centroids (pixels), NaN if invalid */
-    float *intensity;   /* frames * lenslets m00 (conditioned intensity units)   */
-    uint8_t *valid;     /* frames * lenslets, 1 valid / 0 invalid              */
-    float *slopes;      /* frames * 2 * nslopes, pixels                        */
-    int owned;          /* made by sw_centroid_result_alloc                     */
+    int32_t frames;   /* capacity, frames                                   */
+    int32_t lenslets; /* nx * ny                                            */
+    int32_t nslopes;  /* slopes per axis (sw_centroid_plan_slopes)           */
+    sw_memory memory; /* where the arrays live                               */
+    float *x, *y;     /* frames * lenslets centroids (pixels), NaN if invalid */
+    float *intensity; /* frames * lenslets m00 (conditioned intensity units)   */
+    uint8_t *valid;   /* frames * lenslets, 1 valid / 0 invalid              */
+    float *slopes;    /* frames * 2 * nslopes, pixels                        */
+    int owned;        /* made by sw_centroid_result_alloc                     */
 } sw_centroid_result;
 
 /* Allocates all five arrays for `frames` frames of the plan in `memory` (SW_MEM_HOST,
@@ -163,7 +162,8 @@ void sw_centroid_result_free(sw_centroid_result *r); /* owned arrays only; NULL 
 
 /*
  * Replaces the slope reference: ref_x, ref_y per lenslet (nx * ny each, pixels), finite for every
- * lenslet of the mask. NULL, NULL restores the geometry's reference positions. Copied.
+ * lenslet of the mask (SW_ERANGE otherwise, the old reference kept). NULL, NULL restores the
+ * geometry's reference positions. Copied.
  */
 sw_status sw_centroid_set_reference(sw_centroid_plan *plan, const double *ref_x,
                                     const double *ref_y);
@@ -175,8 +175,7 @@ sw_status sw_centroid_set_reference(sw_centroid_plan *plan, const double *ref_x,
  * Returns SW_OK even when lenslets are invalid (see their flags); SW_EINVAL on mismatched input,
  * leaving the result untouched.
  */
-sw_status sw_centroid_run(sw_centroid_plan *plan, const sw_image *frames,
-                          sw_centroid_result *out);
+sw_status sw_centroid_run(sw_centroid_plan *plan, const sw_image *frames, sw_centroid_result *out);
 
 /* Device time of the last run's kernel in microseconds (CUDA paths, measured with events when
  * timing is enabled); -1 when not measured. */
@@ -189,8 +188,7 @@ double sw_centroid_kernel_us(const sw_centroid_plan *plan);
  * spots, and the extent of the lit lenslets. Writes origin, pitch and grid size into g (the other
  * fields are left as they are). SW_EINVAL when no periodic spot pattern is found.
  */
-sw_status sw_centroid_find_geometry(sw_context *ctx, const sw_image *reference,
-                                    sw_sh_geometry *g);
+sw_status sw_centroid_find_geometry(sw_context *ctx, const sw_image *reference, sw_sh_geometry *g);
 
 #ifdef __cplusplus
 }
