@@ -27,7 +27,7 @@ typedef struct sw_subcommand {
 } sw_subcommand;
 
 /* One row per subcommand that exists (DESIGN.md's table lists the ones still to come:
- * find, centroid, pupil, aberrometry, sabre, bench). */
+ * find, pupil, aberrometry, sabre, bench). */
 static const sw_subcommand subcommands[] = {
     {"info", "versions, build, backends and the GPU the context gets", sw_cmd_info,
      sw_cmd_info_help},
@@ -35,6 +35,8 @@ static const sw_subcommand subcommands[] = {
      sw_cmd_demo, sw_cmd_demo_help},
     {"sim", "simulated images with known truth: sim stars (star fields, seed 004)", sw_cmd_sim,
      sw_cmd_sim_help},
+    {"centroid", "Shack-Hartmann centroids and slopes per lenslet (seed 000)", sw_cmd_centroid,
+     sw_cmd_centroid_help},
 };
 static const size_t n_subcommands = sizeof subcommands / sizeof subcommands[0];
 

@@ -1,0 +1,1233 @@
+/*
+ * spotwave centroid: the centre of gravity of every Shack-Hartmann lenslet's spot (seed 000
+ * Eq. 6-7) in each frame of an image, over the lenslet grid of Eq. 1-5 given by options or
+ * found in a reference image (sw_centroid_find_geometry), with the conditioning of centroid.h
+ * (look-up table, dark, flat, threshold, gamma, window), and the slopes against a reference
+ * image or table.
+ */
+#define _GNU_SOURCE
+
+#include "cli.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#define SUB "centroid"
+
+#define DEF_PIXEL_UM 5.5
+#define DEF_FOCAL_MM 3.5
+#define MAX_BATCH    64 /* frames per library run */
+
+void sw_cmd_centroid_help(FILE *out)
+{
+    fprintf(out,
+            "Usage: spotwave [GLOBAL OPTIONS] centroid IMAGE [OPTIONS]\n"
+            "\n"
+            "Measures the centre of gravity of the spot of every Shack-Hartmann lenslet (seed 000\n"
+            "Eq. 6-7) in each frame of IMAGE and writes one CSV row per lenslet and frame. Pixel\n"
+            "coordinates are 0-based; the centre of pixel (0,0) is (0,0).\n"
+            "\n"
+            "Input:\n"
+            "  IMAGE                  FITS (a 2-D image, or a cube whose planes are frames) or\n"
+            "                         8/16-bit PGM. 8/16-bit and float pixels are used as they\n"
+            "                         are; 32-bit integer pixels are converted to float.\n"
+            "\n"
+            "Lenslet grid (seed 000 Eq. 1-5):\n"
+            "  --geometry auto|manual auto: find the pitch, origin and grid in the --reference\n"
+            "                         image (a flat-wavefront spot pattern, one spot per lenslet;\n"
+            "                         pitch 3..128 px); manual (default): from the options below\n"
+            "  --pitch PX             lenslet pitch in pixels, may be fractional (needed with\n"
+            "                         manual geometry)\n"
+            "  --grid NXxNY           lenslets across and down (default: as many as fit)\n"
+            "  --origin X0,Y0         corner pixel of lenslet (0,0) (default: the grid centred on\n"
+            "                         the image in whole pixels, where 'spotwave sim sh' puts it)\n"
+            "  --mask CSV             columns ix,iy,valid: lenslets with valid 0 are left out;\n"
+            "                         lenslets it does not list stay in (a centroids CSV of this\n"
+            "                         command is a mask)\n"
+            "  --pixel-um P           detector pixel pitch, micrometres (default %g)\n"
+            "  --focal-mm F           lenslet focal length, millimetres (default %g)\n"
+            "\n"
+            "Conditioning (per pixel, in this order; centroid.h):\n"
+            "  --lut CSV              look-up table, one column 'value': 256 rows for 8-bit\n"
+            "                         frames, 65536 for 16-bit ones (v = lut[raw])\n"
+            "  --dark IMAGE           dark frame (FITS or PGM, the frame size) subtracted\n"
+            "  --flat IMAGE           per-pixel gains (FITS or PGM, the frame size) multiplied in\n"
+            "  --threshold T          threshold in conditioned intensity units\n"
+            "  --threshold-fraction F threshold as a fraction (0..1) of each lenslet's brightest\n"
+            "                         conditioned pixel (instead of --threshold)\n"
+            "  --threshold-mode subtract|zero\n"
+            "                         subtract T and clip at 0 (default), or zero the pixels\n"
+            "                         below T and keep the others\n"
+            "  --gamma G              raise the conditioned intensity to the power G (default 1)\n"
+            "  --window W             leave out W pixels at each edge of every lenslet's region\n"
+            "                         (default 0)\n"
+            "  --algorithm cog|pyramid|com\n"
+            "                         cog: centre of gravity (default, the only one so far)\n"
+            "\n"
+            "Reference and slopes (slope = centroid - reference, pixels):\n"
+            "  --reference FILE       an image (FITS/PGM: one frame, the image's size and pixel\n"
+            "                         type) whose centroids, with the same grid and\n"
+            "                         conditioning, are the reference; or a CSV with columns\n"
+            "                         ix,iy,x_px,y_px listing each lenslet of the grid once\n"
+            "                         (a one-frame centroids CSV of this command, or the truth\n"
+            "                         CSV of 'spotwave sim sh'). A lenslet invalid (nan) in the\n"
+            "                         reference leaves the mask; it is an error when --mask\n"
+            "                         keeps it. Without --reference, slopes are measured from\n"
+            "                         the lenslets' optical axes (geometry.h).\n"
+            "  --slopes CSV           writes ix,iy,dx_px,dy_px for the lenslets of the mask (nan\n"
+            "                         where invalid in the frame), and dx_rad,dy_rad = dx_px *\n"
+            "                         pixel / focal when --pixel-um and --focal-mm are given\n"
+            "  --interleaved          run the library with interleaved slopes (x0,y0,x1,y1,...)\n"
+            "                         instead of blocks (all x, then all y); the files are the\n"
+            "                         same either way\n"
+            "\n"
+            "Output:\n"
+            "  -o, --out CSV          centroids (default '-': standard output):\n"
+            "                         ix,iy,x_px,y_px,intensity,valid, then dx_px,dy_px with\n"
+            "                         --reference; a first column 'frame' (0-based) when IMAGE\n"
+            "                         holds several frames; x_px, y_px, dx_px, dy_px are nan for\n"
+            "                         invalid lenslets. Rows in lenslet order (iy, then ix).\n"
+            "  --path auto|host|device|copy|mapped\n"
+            "                         the library's memory path (default auto: host on the CPU,\n"
+            "                         copy on a GPU)\n"
+            "  --json                 print a JSON report on standard output (needs --out FILE):\n"
+            "                         grid, valid lenslets, slope mean and RMS, path, timings\n"
+            "  -h, --help             print this help and exit\n"
+            "\n"
+            "Example:\n"
+            "  spotwave centroid frame.fits --geometry auto --reference ref.fits --out c.csv\n",
+            DEF_PIXEL_UM, DEF_FOCAL_MM);
+}
+
+/* ------------------------------------------------------------------ parsing */
+
+typedef struct centroid_opts {
+    const char *image, *reference, *mask, *dark, *flat, *lut, *out, *slopes;
+    int geometry_auto, reference_csv;
+    int have_grid, have_pitch, have_origin, have_pixel, have_focal;
+    int32_t nx, ny;
+    double pitch, x0, y0, pixel_um, focal_mm;
+    int have_threshold, have_fraction, have_mode;
+    double threshold;
+    sw_threshold_mode mode;
+    double gamma;
+    long window;
+    int interleaved, json;
+    sw_centroid_path path;
+} centroid_opts;
+
+static int parse_double(const char *text, double *out)
+{
+    if (!text || !*text)
+        return -1;
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (errno != 0 || end == text || *end != '\0' || !isfinite(v))
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* "A,B": two finite numbers. */
+static int parse_pair(const char *text, double *a, double *b)
+{
+    char buf[128];
+    const char *comma = text ? strchr(text, ',') : NULL;
+    if (!comma || (size_t)(comma - text) >= sizeof buf)
+        return -1;
+    memcpy(buf, text, (size_t)(comma - text));
+    buf[comma - text] = '\0';
+    return parse_double(buf, a) == 0 && parse_double(comma + 1, b) == 0 ? 0 : -1;
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcasecmp(s + n - m, suffix) == 0;
+}
+
+static int parse_options(int argc, char **argv, centroid_opts *o)
+{
+    enum {
+        OPT_GEOMETRY = 256,
+        OPT_GRID,
+        OPT_PITCH,
+        OPT_ORIGIN,
+        OPT_MASK,
+        OPT_PIXEL,
+        OPT_FOCAL,
+        OPT_LUT,
+        OPT_DARK,
+        OPT_FLAT,
+        OPT_THRESHOLD,
+        OPT_FRACTION,
+        OPT_MODE,
+        OPT_GAMMA,
+        OPT_WINDOW,
+        OPT_ALGORITHM,
+        OPT_REFERENCE,
+        OPT_SLOPES,
+        OPT_INTERLEAVED,
+        OPT_PATH,
+        OPT_JSON
+    };
+    static const struct option longopts[] = {
+        {"geometry", required_argument, NULL, OPT_GEOMETRY},
+        {"grid", required_argument, NULL, OPT_GRID},
+        {"pitch", required_argument, NULL, OPT_PITCH},
+        {"origin", required_argument, NULL, OPT_ORIGIN},
+        {"mask", required_argument, NULL, OPT_MASK},
+        {"pixel-um", required_argument, NULL, OPT_PIXEL},
+        {"focal-mm", required_argument, NULL, OPT_FOCAL},
+        {"lut", required_argument, NULL, OPT_LUT},
+        {"dark", required_argument, NULL, OPT_DARK},
+        {"flat", required_argument, NULL, OPT_FLAT},
+        {"threshold", required_argument, NULL, OPT_THRESHOLD},
+        {"threshold-fraction", required_argument, NULL, OPT_FRACTION},
+        {"threshold-mode", required_argument, NULL, OPT_MODE},
+        {"gamma", required_argument, NULL, OPT_GAMMA},
+        {"window", required_argument, NULL, OPT_WINDOW},
+        {"algorithm", required_argument, NULL, OPT_ALGORITHM},
+        {"reference", required_argument, NULL, OPT_REFERENCE},
+        {"slopes", required_argument, NULL, OPT_SLOPES},
+        {"interleaved", no_argument, NULL, OPT_INTERLEAVED},
+        {"path", required_argument, NULL, OPT_PATH},
+        {"out", required_argument, NULL, 'o'},
+        {"json", no_argument, NULL, OPT_JSON},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *S = SUB;
+    int c;
+    sw_cli_getopt_reset();
+    while ((c = sw_cli_getopt(S, argc, argv, "o:h", longopts)) != -1) {
+        switch (c) {
+        case OPT_GEOMETRY:
+            if (strcmp(optarg, "auto") == 0)
+                o->geometry_auto = 1;
+            else if (strcmp(optarg, "manual") == 0)
+                o->geometry_auto = 0;
+            else
+                return sw_cli_usage(S, "--geometry: '%s' is not auto or manual", optarg);
+            break;
+        case OPT_GRID:
+            if (sw_cli_parse_size(optarg, &o->nx, &o->ny) != 0)
+                return sw_cli_usage(S, "--grid: '%s' is not NXxNY lenslets", optarg);
+            o->have_grid = 1;
+            break;
+        case OPT_PITCH:
+            if (parse_double(optarg, &o->pitch) != 0 || !(o->pitch > 0))
+                return sw_cli_usage(S, "--pitch: '%s' is not a positive number of pixels", optarg);
+            if (o->pitch < 1.0)
+                return sw_cli_usage(S,
+                                    "--pitch: %g px is below one pixel (a lenslet must own at "
+                                    "least one pixel)",
+                                    o->pitch);
+            o->have_pitch = 1;
+            break;
+        case OPT_ORIGIN:
+            if (parse_pair(optarg, &o->x0, &o->y0) != 0)
+                return sw_cli_usage(S, "--origin: '%s' is not X0,Y0 in pixels", optarg);
+            o->have_origin = 1;
+            break;
+        case OPT_PIXEL:
+        case OPT_FOCAL: {
+            double v;
+            if (parse_double(optarg, &v) != 0 || !(v > 0))
+                return sw_cli_usage(S, "%s: '%s' is not a positive length",
+                                    c == OPT_PIXEL ? "--pixel-um" : "--focal-mm", optarg);
+            if (c == OPT_PIXEL)
+                o->pixel_um = v, o->have_pixel = 1;
+            else
+                o->focal_mm = v, o->have_focal = 1;
+            break;
+        }
+        case OPT_THRESHOLD:
+            if (parse_double(optarg, &o->threshold) != 0)
+                return sw_cli_usage(S, "--threshold: '%s' is not a number", optarg);
+            o->have_threshold = 1;
+            break;
+        case OPT_FRACTION:
+            if (parse_double(optarg, &o->threshold) != 0 || o->threshold < 0 || o->threshold > 1)
+                return sw_cli_usage(S, "--threshold-fraction: '%s' is not a fraction in [0, 1]",
+                                    optarg);
+            o->have_fraction = 1;
+            break;
+        case OPT_MODE:
+            if (strcmp(optarg, "subtract") == 0)
+                o->mode = SW_THRESHOLD_SUBTRACT;
+            else if (strcmp(optarg, "zero") == 0)
+                o->mode = SW_THRESHOLD_ZERO;
+            else
+                return sw_cli_usage(S, "--threshold-mode: '%s' is not subtract or zero", optarg);
+            o->have_mode = 1;
+            break;
+        case OPT_GAMMA:
+            if (parse_double(optarg, &o->gamma) != 0 || !(o->gamma > 0))
+                return sw_cli_usage(S, "--gamma: '%s' is not a positive exponent", optarg);
+            break;
+        case OPT_WINDOW:
+            if (sw_cli_parse_long(optarg, 0, 65536, &o->window) != 0)
+                return sw_cli_usage(S, "--window: '%s' is not a whole number of pixels >= 0",
+                                    optarg);
+            break;
+        case OPT_ALGORITHM:
+            if (strcmp(optarg, "pyramid") == 0 || strcmp(optarg, "com") == 0)
+                return sw_cli_usage(S, "--algorithm %s: not yet implemented (issue: aberrometry)",
+                                    optarg);
+            if (strcmp(optarg, "cog") != 0)
+                return sw_cli_usage(S, "--algorithm: '%s' is not cog, pyramid or com", optarg);
+            break;
+        case OPT_PATH:
+            if (sw_centroid_path_parse(optarg, &o->path) != SW_OK)
+                return sw_cli_usage(S, "--path: '%s' is not auto, host, device, copy or mapped",
+                                    optarg);
+            break;
+        case OPT_MASK:
+        case OPT_LUT:
+        case OPT_DARK:
+        case OPT_FLAT:
+        case OPT_REFERENCE:
+        case OPT_SLOPES:
+        case 'o':
+            if (!*optarg)
+                return sw_cli_usage(S, "%s: the file name is empty", argv[optind - 1]);
+            if (c == OPT_MASK)
+                o->mask = optarg;
+            else if (c == OPT_LUT)
+                o->lut = optarg;
+            else if (c == OPT_DARK)
+                o->dark = optarg;
+            else if (c == OPT_FLAT)
+                o->flat = optarg;
+            else if (c == OPT_REFERENCE)
+                o->reference = optarg;
+            else if (c == OPT_SLOPES)
+                o->slopes = optarg;
+            else
+                o->out = optarg;
+            break;
+        case OPT_INTERLEAVED: o->interleaved = 1; break;
+        case OPT_JSON: o->json = 1; break;
+        case 'h': sw_cmd_centroid_help(stdout); return -1;
+        default: return SW_EXIT_USAGE;
+        }
+    }
+    if (optind >= argc)
+        return sw_cli_usage(S, "no IMAGE given");
+    o->image = argv[optind];
+    if (optind + 1 < argc)
+        return sw_cli_usage(S, "unexpected argument '%s' (one IMAGE, cubes hold several frames)",
+                            argv[optind + 1]);
+
+    o->reference_csv = o->reference && ends_with(o->reference, ".csv");
+    if (o->geometry_auto) {
+        if (o->have_grid || o->have_pitch || o->have_origin)
+            return sw_cli_usage(S, "--geometry auto finds the grid: drop --grid, --pitch and "
+                                   "--origin (or use --geometry manual)");
+        if (!o->reference || o->reference_csv)
+            return sw_cli_usage(S, "--geometry auto needs a --reference image (FITS or PGM)");
+    } else if (!o->have_pitch) {
+        return sw_cli_usage(S, "give the lenslet grid: --pitch PX (with --grid and --origin), "
+                               "or --geometry auto with a --reference image");
+    }
+    if (o->have_threshold && o->have_fraction)
+        return sw_cli_usage(S, "give --threshold or --threshold-fraction, not both");
+    if (o->have_mode && !o->have_threshold && !o->have_fraction)
+        return sw_cli_usage(S, "--threshold-mode needs --threshold or --threshold-fraction");
+    if (o->json && (!o->out || strcmp(o->out, "-") == 0))
+        return sw_cli_usage(S, "--json prints the report on standard output: give --out FILE "
+                               "for the centroids");
+    if (o->slopes && o->out && strcmp(o->slopes, o->out) == 0 && strcmp(o->out, "-") != 0)
+        return sw_cli_usage(S, "--slopes and --out name the same file");
+    if (o->slopes && strcmp(o->slopes, "-") == 0 && (!o->out || strcmp(o->out, "-") == 0))
+        return sw_cli_usage(S, "only one of --out and --slopes can go to standard output");
+    return SW_EXIT_OK;
+}
+
+/* ------------------------------------------------------------------ files */
+
+static const char *lib_error(sw_context *ctx, sw_status st)
+{
+    const char *m = sw_context_error(ctx);
+    return (m && *m) ? m : sw_status_string(st);
+}
+
+/*
+ * Reads a FITS (2-D or cube) or PGM image into frames, telling the formats apart by their first
+ * bytes; 32-bit integer frames are converted to float. `what` names the file in messages.
+ */
+static int read_frames(sw_context *ctx, const char *what, const char *path, sw_frames *out)
+{
+    memset(out, 0, sizeof *out);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return sw_cli_fail(SUB, "%s '%s': %s", what, path, strerror(errno));
+    char magic[6] = {0};
+    size_t n = fread(magic, 1, sizeof magic, f);
+    fclose(f);
+    sw_status st;
+    if (n == 6 && memcmp(magic, "SIMPLE", 6) == 0) {
+        st = sw_fits_read(ctx, path, out);
+    } else if (n >= 2 && magic[0] == 'P' && magic[1] == '5') {
+        out->frames = calloc(1, sizeof *out->frames);
+        if (!out->frames)
+            return sw_cli_fail(SUB, "out of memory");
+        st = sw_pgm_read(ctx, path, &out->frames[0]);
+        if (st == SW_OK)
+            out->count = 1;
+        else
+            sw_frames_free(out);
+    } else {
+        return sw_cli_fail(SUB, "%s '%s' is neither FITS nor binary PGM (P5)", what, path);
+    }
+    if (st != SW_OK)
+        return sw_cli_fail(SUB, "%s", lib_error(ctx, st));
+    for (int32_t i = 0; i < out->count; i++) {
+        sw_image *img = &out->frames[i];
+        if (img->type != SW_PIX_U32)
+            continue;
+        sw_image f32;
+        st = sw_image_alloc(ctx, img->width, img->height, SW_PIX_F32, &f32);
+        if (st == SW_OK && (st = sw_image_convert(ctx, img, &f32, 1.0, 0.0, NULL)) != SW_OK)
+            sw_image_free(&f32);
+        if (st != SW_OK) {
+            sw_frames_free(out);
+            return sw_cli_fail(SUB, "%s '%s': %s", what, path, lib_error(ctx, st));
+        }
+        sw_image_free(img);
+        *img = f32;
+    }
+    return SW_EXIT_OK;
+}
+
+/* One frame of the frame size as a tight row-major float array (dark, flat). */
+static int read_float_frame(sw_context *ctx, const char *what, const char *path, int32_t w,
+                            int32_t h, float **out)
+{
+    sw_frames fr;
+    int rc = read_frames(ctx, what, path, &fr);
+    if (rc != SW_EXIT_OK)
+        return rc;
+    const sw_image *img = &fr.frames[0];
+    if (fr.count != 1 || img->width != w || img->height != h) {
+        rc = fr.count != 1
+                 ? sw_cli_fail(SUB, "%s '%s' holds %d frames; give one", what, path, (int)fr.count)
+                 : sw_cli_fail(SUB, "%s '%s' is %dx%d, the image %dx%d", what, path,
+                               (int)img->width, (int)img->height, (int)w, (int)h);
+        sw_frames_free(&fr);
+        return rc;
+    }
+    float *a = malloc(sizeof(float) * (size_t)w * (size_t)h);
+    sw_image f32;
+    memset(&f32, 0, sizeof f32);
+    sw_status st = a ? sw_image_alloc(NULL, w, h, SW_PIX_F32, &f32) : SW_ENOMEM;
+    if (st == SW_OK)
+        st = sw_image_convert(NULL, img, &f32, 1.0, 0.0, NULL);
+    if (st == SW_OK)
+        for (int32_t y = 0; y < h; y++)
+            memcpy(a + (size_t)y * w, sw_image_row(&f32, y), sizeof(float) * (size_t)w);
+    sw_image_free(&f32);
+    sw_frames_free(&fr);
+    if (st != SW_OK) {
+        free(a);
+        return sw_cli_fail(SUB, "%s '%s': %s", what, path, lib_error(NULL, st));
+    }
+    *out = a;
+    return SW_EXIT_OK;
+}
+
+/* A column of a table by name, or a failure naming the file. */
+static int need_column(const sw_table *t, const char *name, const char *what, const char *path,
+                       int32_t *col)
+{
+    *col = sw_table_column(t, name);
+    if (*col < 0)
+        return sw_cli_fail(SUB, "%s '%s' has no column '%s'", what, path, name);
+    return SW_EXIT_OK;
+}
+
+/* The look-up table: one column 'value' of 256 or 65536 rows, matching the frame type. */
+static int read_lut(sw_context *ctx, const char *path, sw_pixel_type type, float **out)
+{
+    sw_table t;
+    sw_status st = sw_csv_read(ctx, path, &t);
+    if (st != SW_OK)
+        return sw_cli_fail(SUB, "%s", lib_error(ctx, st));
+    int32_t c;
+    int rc = need_column(&t, "value", "look-up table", path, &c);
+    const int64_t want = type == SW_PIX_U8 ? 256 : type == SW_PIX_U16 ? 65536 : 0;
+    if (rc == SW_EXIT_OK && want == 0)
+        rc = sw_cli_fail(SUB,
+                         "look-up table '%s': the image has %s pixels; a table needs 8 or "
+                         "16-bit integer frames",
+                         path, sw_pixel_type_string(type));
+    else if (rc == SW_EXIT_OK && t.nrows != want)
+        rc = sw_cli_fail(SUB,
+                         "look-up table '%s' has %lld rows; %s frames need %lld (one per raw "
+                         "value)",
+                         path, (long long)t.nrows, sw_pixel_type_string(type), (long long)want);
+    float *a = NULL;
+    if (rc == SW_EXIT_OK && !(a = malloc(sizeof(float) * (size_t)want)))
+        rc = sw_cli_fail(SUB, "out of memory");
+    for (int64_t i = 0; rc == SW_EXIT_OK && i < want; i++) {
+        const double v = t.cols[c][i];
+        if (!isfinite(v) || fabs(v) > 3e38)
+            rc = sw_cli_fail(SUB, "look-up table '%s': row %lld value %g is not a finite float",
+                             path, (long long)i + 1, v);
+        else
+            a[i] = (float)v;
+    }
+    sw_table_free(&t);
+    if (rc != SW_EXIT_OK) {
+        free(a);
+        return rc;
+    }
+    *out = a;
+    return SW_EXIT_OK;
+}
+
+/*
+ * Reads a per-lenslet table with columns ix, iy and `nv` value columns into vals[j][l]
+ * (l = iy * nx + ix). exact: every lenslet of the grid must appear once; otherwise any subset,
+ * each at most once (seen[l] = 1 for those listed). One clear line on any mismatch.
+ */
+static int read_lenslet_table(sw_context *ctx, const char *what, const char *path, int32_t nx,
+                              int32_t ny, int exact, const char *const *names, int nv,
+                              double **vals, uint8_t *seen)
+{
+    sw_table t;
+    sw_status st = sw_csv_read(ctx, path, &t);
+    if (st != SW_OK)
+        return sw_cli_fail(SUB, "%s", lib_error(ctx, st));
+    int32_t cix, ciy, cv[4];
+    int rc = need_column(&t, "ix", what, path, &cix);
+    if (rc == SW_EXIT_OK)
+        rc = need_column(&t, "iy", what, path, &ciy);
+    for (int j = 0; j < nv && rc == SW_EXIT_OK; j++)
+        rc = need_column(&t, names[j], what, path, &cv[j]);
+    const int32_t cframe = sw_table_column(&t, "frame");
+    const int64_t nl = (int64_t)nx * ny;
+    memset(seen, 0, (size_t)nl);
+    for (int64_t r = 0; rc == SW_EXIT_OK && r < t.nrows; r++) {
+        const double fx = t.cols[cix][r], fy = t.cols[ciy][r];
+        if (cframe >= 0 && t.cols[cframe][r] != t.cols[cframe][0]) {
+            rc = sw_cli_fail(SUB, "%s '%s' holds several frames (column 'frame'); give one", what,
+                             path);
+            break;
+        }
+        if (!(fx == floor(fx)) || !(fy == floor(fy)) || fx < 0 || fy < 0 || fx >= nx || fy >= ny) {
+            rc =
+                sw_cli_fail(SUB, "%s '%s', data row %lld: lenslet (%g,%g) is not in the %dx%d grid",
+                            what, path, (long long)r + 1, fx, fy, (int)nx, (int)ny);
+            break;
+        }
+        const int64_t l = (int64_t)fy * nx + (int64_t)fx;
+        if (seen[l]) {
+            rc = sw_cli_fail(SUB, "%s '%s', data row %lld: lenslet (%d,%d) is listed twice", what,
+                             path, (long long)r + 1, (int)fx, (int)fy);
+            break;
+        }
+        seen[l] = 1;
+        for (int j = 0; j < nv; j++)
+            vals[j][l] = t.cols[cv[j]][r];
+    }
+    if (rc == SW_EXIT_OK && exact && t.nrows != nl) {
+        int64_t miss = 0;
+        while (miss < nl && seen[miss])
+            miss++;
+        rc = sw_cli_fail(SUB,
+                         "%s '%s' lists %lld of the %lld lenslets of the %dx%d grid (lenslet "
+                         "(%d,%d) is missing): it must list each lenslet once",
+                         what, path, (long long)t.nrows, (long long)nl, (int)nx, (int)ny,
+                         (int)(miss % nx), (int)(miss / nx));
+    }
+    sw_table_free(&t);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ output files */
+
+/* A CSV being written: standard output, or a temporary file renamed into place at the end so
+ * that a failed run leaves no half-written table. */
+typedef struct out_file {
+    FILE *f;
+    const char *path; /* NULL: standard output */
+    char tmp[4096];
+} out_file;
+
+static int out_open(out_file *o, const char *path)
+{
+    memset(o, 0, sizeof *o);
+    if (!path || strcmp(path, "-") == 0) {
+        o->f = stdout;
+        return SW_EXIT_OK;
+    }
+    o->path = path;
+    if (snprintf(o->tmp, sizeof o->tmp, "%s.tmp.XXXXXX", path) >= (int)sizeof o->tmp)
+        return sw_cli_fail(SUB, "cannot write '%s': the name is too long", path);
+    int fd = mkstemp(o->tmp);
+    if (fd < 0)
+        return sw_cli_fail(SUB, "cannot write '%s': %s", path, strerror(errno));
+    o->f = fdopen(fd, "w");
+    if (!o->f) {
+        close(fd);
+        unlink(o->tmp);
+        return sw_cli_fail(SUB, "cannot write '%s': %s", path, strerror(errno));
+    }
+    return SW_EXIT_OK;
+}
+
+/* Closes (renaming into place when ok) or discards the file. */
+static int out_close(out_file *o, int ok)
+{
+    if (!o->f)
+        return SW_EXIT_OK;
+    FILE *f = o->f;
+    o->f = NULL;
+    if (!o->path) {
+        if (ok && (fflush(stdout) != 0 || ferror(stdout)))
+            return sw_cli_fail(SUB, "cannot write to standard output: %s", strerror(errno));
+        return SW_EXIT_OK;
+    }
+    int bad = ferror(f);
+    if (fclose(f) != 0)
+        bad = 1;
+    if (!ok || bad) {
+        const int e = errno;
+        unlink(o->tmp);
+        return ok ? sw_cli_fail(SUB, "cannot write '%s': %s", o->path, strerror(e)) : SW_EXIT_OK;
+    }
+    if (rename(o->tmp, o->path) != 0) {
+        const int e = errno;
+        unlink(o->tmp);
+        return sw_cli_fail(SUB, "cannot write '%s': %s", o->path, strerror(e));
+    }
+    return SW_EXIT_OK;
+}
+
+/* A float cell: shortest round-trip form, "nan" for NaN. */
+static void put_num(FILE *f, double v)
+{
+    if (isnan(v))
+        fputs(",nan", f);
+    else
+        fprintf(f, ",%.9g", v);
+}
+
+/* ------------------------------------------------------------------ the run */
+
+typedef struct run_state {
+    sw_context *ctx;
+    sw_frames frames, ref_frames;
+    sw_sh_geometry geom;
+    uint8_t *mask; /* nl flags, NULL: all lenslets */
+    float *dark, *flat, *lut;
+    sw_centroid_plan *plan;
+    sw_centroid_result res;
+    sw_image batch, batch_dev;
+    double *ref_x, *ref_y;
+    int32_t *slope_k; /* nl: slope index of each lenslet, -1 outside the mask */
+    out_file out, slopes;
+} run_state;
+
+typedef struct report {
+    int32_t frames, width, height;
+    sw_pixel_type type;
+    int32_t nslopes;
+    int mask_from_reference;
+    int32_t ref_invalid; /* lenslets of the reference that are invalid (left out of the mask) */
+    int64_t *valid;      /* per frame: valid lenslets */
+    double sum_dx, sum_dy, sum_dx2, sum_dy2;
+    int64_t nslope_valid;
+    sw_centroid_path path;
+    sw_backend backend;
+    double read_ms, geometry_ms, plan_ms, reference_ms, run_ms, write_ms, kernel_us;
+} report;
+
+static void state_free(run_state *s)
+{
+    out_close(&s->out, 0);
+    out_close(&s->slopes, 0);
+    sw_centroid_result_free(&s->res);
+    sw_centroid_destroy(s->plan);
+    sw_image_free(&s->batch);
+    sw_image_free(&s->batch_dev);
+    sw_frames_free(&s->frames);
+    sw_frames_free(&s->ref_frames);
+    free(s->mask);
+    free(s->dark);
+    free(s->flat);
+    free(s->lut);
+    free(s->ref_x);
+    free(s->ref_y);
+    free(s->slope_k);
+    sw_context_destroy(s->ctx);
+}
+
+/* The manual grid: defaults as 'spotwave sim sh' resolves them (as many lenslets as fit, the
+ * grid centred in whole pixels). */
+static void manual_geometry(const centroid_opts *o, int32_t w, int32_t h, sw_sh_geometry *g)
+{
+    g->pitch_px = o->pitch;
+    g->nx = o->have_grid ? o->nx : (int32_t)floor((double)w / o->pitch);
+    g->ny = o->have_grid ? o->ny : (int32_t)floor((double)h / o->pitch);
+    g->x0 = o->have_origin ? o->x0 : floor(0.5 * ((double)w - o->pitch * g->nx));
+    g->y0 = o->have_origin ? o->y0 : floor(0.5 * ((double)h - o->pitch * g->ny));
+}
+
+/* (Re)creates the plan for frames of the image's type, with the current mask. */
+static int make_plan(run_state *s, const centroid_opts *o, const report *r, int32_t max_frames)
+{
+    sw_centroid_destroy(s->plan);
+    s->plan = NULL;
+    sw_centroid_result_free(&s->res);
+    sw_centroid_params p;
+    sw_centroid_params_default(&p);
+    p.geometry = s->geom;
+    p.geometry.valid = s->mask;
+    p.width = r->width;
+    p.height = r->height;
+    p.type = r->type;
+    p.max_frames = max_frames;
+    p.path = o->path;
+    p.dark = s->dark;
+    p.flat = s->flat;
+    p.lut = s->lut;
+    if (o->have_threshold || o->have_fraction) {
+        p.threshold_mode = o->have_mode ? o->mode : SW_THRESHOLD_SUBTRACT;
+        p.threshold_kind = o->have_fraction ? SW_THRESHOLD_FRACTION : SW_THRESHOLD_ABSOLUTE;
+        p.threshold = o->threshold;
+    }
+    p.gamma = o->gamma;
+    p.window = (int32_t)o->window;
+    p.slope_layout = o->interleaved ? SW_SLOPES_INTERLEAVED : SW_SLOPES_BLOCKS;
+    sw_status st = sw_centroid_create(s->ctx, &p, &s->plan);
+    if (st == SW_OK)
+        st = sw_centroid_result_alloc(s->plan, max_frames, SW_MEM_HOST, &s->res);
+    if (st != SW_OK)
+        return sw_cli_fail(SUB, "%s", lib_error(s->ctx, st));
+    sw_centroid_enable_timing(s->plan, 1);
+    return SW_EXIT_OK;
+}
+
+/* The batch buffers: max_frames frames stacked vertically, in the memory the plan's path
+ * takes (a host staging image, plus a device one for the device path). */
+static int make_batch(run_state *s, const report *r, int32_t max_frames)
+{
+    sw_image_free(&s->batch);
+    sw_image_free(&s->batch_dev);
+    const sw_centroid_path path = sw_centroid_plan_path(s->plan);
+    sw_status st = sw_image_alloc(path == SW_CENTROID_HOST ? NULL : s->ctx, r->width,
+                                  r->height * max_frames, r->type, &s->batch);
+    if (st == SW_OK && path == SW_CENTROID_DEVICE)
+        st =
+            sw_image_alloc_device(s->ctx, r->width, r->height * max_frames, r->type, &s->batch_dev);
+    if (st != SW_OK)
+        return sw_cli_fail(SUB, "%s", lib_error(s->ctx, st));
+    return SW_EXIT_OK;
+}
+
+/* Runs frames [f0, f0 + n) of `frames` through the plan into s->res. */
+static int run_batch(run_state *s, const sw_frames *frames, int32_t f0, int32_t n, report *r)
+{
+    const int32_t h = r->height;
+    const size_t row_bytes = (size_t)r->width * sw_pixel_size(r->type);
+    for (int32_t i = 0; i < n; i++) {
+        const sw_image *src = &frames->frames[f0 + i];
+        for (int32_t y = 0; y < h; y++)
+            memcpy(sw_image_row(&s->batch, i * h + y), sw_image_row(src, y), row_bytes);
+    }
+    sw_image in = s->batch;
+    in.height = n * h;
+    sw_status st = SW_OK;
+    double t0 = sw_cli_now();
+    if (s->batch_dev.data) {
+        sw_image dev = s->batch_dev;
+        dev.height = n * h;
+        st = sw_image_copy(s->ctx, &in, &dev);
+        in = dev;
+    }
+    if (st == SW_OK)
+        st = sw_centroid_run(s->plan, &in, &s->res);
+    if (st == SW_OK)
+        st = sw_context_synchronize(s->ctx);
+    r->run_ms += 1e3 * (sw_cli_now() - t0);
+    if (st != SW_OK)
+        return sw_cli_fail(SUB, "%s", lib_error(s->ctx, st));
+    const double k = sw_centroid_kernel_us(s->plan);
+    if (k >= 0)
+        r->kernel_us = (r->kernel_us < 0 ? 0 : r->kernel_us) + k;
+    return SW_EXIT_OK;
+}
+
+/* The reference from an image: its centroids under the same grid and conditioning. Lenslets
+ * invalid in the reference leave the mask (or, with --mask keeping them, fail). */
+static int reference_from_image(run_state *s, const centroid_opts *o, report *r)
+{
+    int rc = run_batch(s, &s->ref_frames, 0, 1, r);
+    if (rc != SW_EXIT_OK)
+        return rc;
+    const int32_t nl = s->geom.nx * s->geom.ny;
+    for (int32_t l = 0; l < nl; l++) {
+        const int in_mask = !s->mask || s->mask[l];
+        if (s->res.valid[l]) {
+            s->ref_x[l] = s->res.x[l];
+            s->ref_y[l] = s->res.y[l];
+            continue;
+        }
+        if (in_mask && o->mask)
+            return sw_cli_fail(SUB,
+                               "reference image '%s': lenslet (%d,%d) has no valid centroid (no "
+                               "light after conditioning) but --mask keeps it",
+                               o->reference, (int)(l % s->geom.nx), (int)(l / s->geom.nx));
+        s->ref_x[l] = s->ref_y[l] = NAN;
+    }
+    return SW_EXIT_OK;
+}
+
+/* The reference from a CSV: every lenslet once; nan rows are invalid reference lenslets. */
+static int reference_from_csv(run_state *s, const centroid_opts *o)
+{
+    static const char *const names[2] = {"x_px", "y_px"};
+    double *vals[2] = {s->ref_x, s->ref_y};
+    const int32_t nl = s->geom.nx * s->geom.ny;
+    uint8_t *seen = malloc((size_t)nl);
+    if (!seen)
+        return sw_cli_fail(SUB, "out of memory");
+    int rc = read_lenslet_table(s->ctx, "reference CSV", o->reference, s->geom.nx, s->geom.ny, 1,
+                                names, 2, vals, seen);
+    free(seen);
+    for (int32_t l = 0; rc == SW_EXIT_OK && l < nl; l++) {
+        const int finite = isfinite(s->ref_x[l]) && isfinite(s->ref_y[l]);
+        if (!finite && (isinf(s->ref_x[l]) || isinf(s->ref_y[l])))
+            rc = sw_cli_fail(SUB, "reference CSV '%s': lenslet (%d,%d) has an infinite position",
+                             o->reference, (int)(l % s->geom.nx), (int)(l / s->geom.nx));
+        else if (!finite && o->mask && s->mask[l])
+            rc = sw_cli_fail(SUB,
+                             "reference CSV '%s': lenslet (%d,%d) has no position (nan) but "
+                             "--mask keeps it",
+                             o->reference, (int)(l % s->geom.nx), (int)(l / s->geom.nx));
+        else if (!finite)
+            s->ref_x[l] = s->ref_y[l] = NAN;
+    }
+    return rc;
+}
+
+/* Leaves the reference's invalid lenslets out of the mask; 1 when the mask changed. */
+static int mask_from_reference(run_state *s, report *r)
+{
+    const int32_t nl = s->geom.nx * s->geom.ny;
+    int changed = 0;
+    for (int32_t l = 0; l < nl; l++) {
+        if (!isnan(s->ref_x[l]))
+            continue;
+        if (!s->mask || s->mask[l])
+            r->ref_invalid++;
+        if (!s->mask) {
+            s->mask = malloc((size_t)nl);
+            if (!s->mask)
+                return -1;
+            memset(s->mask, 1, (size_t)nl);
+        }
+        if (s->mask[l]) {
+            s->mask[l] = 0;
+            changed = 1;
+        }
+    }
+    return changed;
+}
+
+/* Writes the rows of frames [f0, f0 + n) and gathers the statistics. */
+static void write_rows(run_state *s, const centroid_opts *o, int32_t f0, int32_t n, report *r)
+{
+    const int32_t nx = s->geom.nx, nl = nx * s->geom.ny, ns = r->nslopes;
+    const int multi = r->frames > 1, with_ref = o->reference != NULL;
+    const int rad = o->have_pixel && o->have_focal;
+    const double px_to_rad = s->geom.pixel_um / (s->geom.focal_mm * 1000.0);
+    for (int32_t i = 0; i < n; i++) {
+        const int32_t f = f0 + i;
+        const float *x = s->res.x + (size_t)i * nl, *y = s->res.y + (size_t)i * nl;
+        const float *in = s->res.intensity + (size_t)i * nl;
+        const uint8_t *v = s->res.valid + (size_t)i * nl;
+        const float *sl = s->res.slopes + (size_t)i * 2 * ns;
+        for (int32_t l = 0; l < nl; l++) {
+            r->valid[f] += v[l] != 0;
+            FILE *out = s->out.f;
+            if (multi)
+                fprintf(out, "%d,", (int)f);
+            fprintf(out, "%d,%d", (int)(l % nx), (int)(l / nx));
+            put_num(out, v[l] ? x[l] : NAN);
+            put_num(out, v[l] ? y[l] : NAN);
+            put_num(out, in[l]);
+            fprintf(out, ",%d", v[l] ? 1 : 0);
+            if (with_ref) { /* the library's slopes, as in the --slopes file */
+                const int32_t k = s->slope_k[l];
+                const int ok = v[l] && k >= 0;
+                put_num(out, ok ? (o->interleaved ? sl[2 * k] : sl[k]) : NAN);
+                put_num(out, ok ? (o->interleaved ? sl[2 * k + 1] : sl[ns + k]) : NAN);
+            }
+            fputc('\n', out);
+        }
+        /* The library's slope vector: lenslets of the mask, in slope order. */
+        for (int32_t k = 0; k < ns; k++) {
+            const int32_t l = sw_centroid_plan_slope_lenslet(s->plan, k);
+            const double dx = o->interleaved ? sl[2 * k] : sl[k];
+            const double dy = o->interleaved ? sl[2 * k + 1] : sl[ns + k];
+            if (v[l]) {
+                r->sum_dx += dx;
+                r->sum_dy += dy;
+                r->sum_dx2 += dx * dx;
+                r->sum_dy2 += dy * dy;
+                r->nslope_valid++;
+            }
+            if (!s->slopes.f)
+                continue;
+            FILE *out = s->slopes.f;
+            if (multi)
+                fprintf(out, "%d,", (int)f);
+            fprintf(out, "%d,%d", (int)(l % nx), (int)(l / nx));
+            put_num(out, v[l] ? dx : NAN);
+            put_num(out, v[l] ? dy : NAN);
+            if (rad) {
+                put_num(out, v[l] ? dx * px_to_rad : NAN);
+                put_num(out, v[l] ? dy * px_to_rad : NAN);
+            }
+            fputc('\n', out);
+        }
+    }
+}
+
+static int run_centroid(const sw_cli_globals *gl, const centroid_opts *o, report *r,
+                        sw_sh_geometry *geom)
+{
+    run_state s;
+    memset(&s, 0, sizeof s);
+    int rc = sw_cli_context(gl, SUB, &s.ctx);
+    if (rc != SW_EXIT_OK)
+        return rc;
+    r->backend = sw_context_backend(s.ctx);
+    r->kernel_us = -1.0;
+    sw_status st;
+
+    /* Images. */
+    double t0 = sw_cli_now();
+    if ((rc = read_frames(s.ctx, "image", o->image, &s.frames)) != SW_EXIT_OK)
+        goto done;
+    r->frames = s.frames.count;
+    r->width = s.frames.frames[0].width;
+    r->height = s.frames.frames[0].height;
+    r->type = s.frames.frames[0].type;
+    if (o->reference && !o->reference_csv) {
+        if ((rc = read_frames(s.ctx, "reference image", o->reference, &s.ref_frames)) != SW_EXIT_OK)
+            goto done;
+        if (s.ref_frames.count != 1) {
+            rc = sw_cli_fail(SUB, "reference image '%s' holds %d frames; give one", o->reference,
+                             (int)s.ref_frames.count);
+            goto done;
+        }
+        const sw_image *ref = &s.ref_frames.frames[0];
+        if (ref->width != r->width || ref->height != r->height) {
+            rc = sw_cli_fail(SUB, "reference image '%s' is %dx%d, the image %dx%d", o->reference,
+                             (int)ref->width, (int)ref->height, (int)r->width, (int)r->height);
+            goto done;
+        }
+        if (ref->type != r->type) {
+            rc = sw_cli_fail(SUB,
+                             "reference image '%s' has %s pixels, the image %s: give both in the "
+                             "same pixel type",
+                             o->reference, sw_pixel_type_string(ref->type),
+                             sw_pixel_type_string(r->type));
+            goto done;
+        }
+    }
+    r->read_ms = 1e3 * (sw_cli_now() - t0);
+
+    /* The grid. */
+    sw_sh_geometry_default(&s.geom);
+    s.geom.pixel_um = o->have_pixel ? o->pixel_um : DEF_PIXEL_UM;
+    s.geom.focal_mm = o->have_focal ? o->focal_mm : DEF_FOCAL_MM;
+    if (o->geometry_auto) {
+        t0 = sw_cli_now();
+        st = sw_centroid_find_geometry(s.ctx, &s.ref_frames.frames[0], &s.geom);
+        r->geometry_ms = 1e3 * (sw_cli_now() - t0);
+        if (st != SW_OK) {
+            rc = sw_cli_fail(SUB, "reference image '%s': %s", o->reference, lib_error(s.ctx, st));
+            goto done;
+        }
+    } else {
+        manual_geometry(o, r->width, r->height, &s.geom);
+        if (s.geom.nx < 1 || s.geom.ny < 1) {
+            rc = sw_cli_fail(SUB, "a lenslet of %g px does not fit the %dx%d image", o->pitch,
+                             (int)r->width, (int)r->height);
+            goto done;
+        }
+    }
+    if ((st = sw_sh_geometry_check(s.ctx, &s.geom, r->width, r->height)) != SW_OK) {
+        rc = sw_cli_fail(SUB, "image '%s': %s", o->image, lib_error(s.ctx, st));
+        goto done;
+    }
+    const int32_t nl = s.geom.nx * s.geom.ny;
+
+    /* Mask, conditioning, reference arrays. */
+    if (o->mask) {
+        double *vals[1];
+        static const char *const names[1] = {"valid"};
+        s.mask = malloc((size_t)nl);
+        uint8_t *seen = malloc((size_t)nl);
+        vals[0] = malloc(sizeof(double) * (size_t)nl);
+        if (!s.mask || !seen || !vals[0]) {
+            free(seen);
+            free(vals[0]);
+            rc = sw_cli_fail(SUB, "out of memory");
+            goto done;
+        }
+        rc = read_lenslet_table(s.ctx, "mask", o->mask, s.geom.nx, s.geom.ny, 0, names, 1, vals,
+                                seen);
+        for (int32_t l = 0; rc == SW_EXIT_OK && l < nl; l++)
+            s.mask[l] = !seen[l] || vals[0][l] != 0.0;
+        free(seen);
+        free(vals[0]);
+        if (rc != SW_EXIT_OK)
+            goto done;
+    }
+    if (o->dark && (rc = read_float_frame(s.ctx, "dark frame", o->dark, r->width, r->height,
+                                          &s.dark)) != SW_EXIT_OK)
+        goto done;
+    if (o->flat && (rc = read_float_frame(s.ctx, "flat field", o->flat, r->width, r->height,
+                                          &s.flat)) != SW_EXIT_OK)
+        goto done;
+    if (o->lut && (rc = read_lut(s.ctx, o->lut, r->type, &s.lut)) != SW_EXIT_OK)
+        goto done;
+    if (!(s.ref_x = malloc(sizeof(double) * (size_t)nl)) ||
+        !(s.ref_y = malloc(sizeof(double) * (size_t)nl))) {
+        rc = sw_cli_fail(SUB, "out of memory");
+        goto done;
+    }
+
+    /* The plan: batches of up to MAX_BATCH frames (and 65536 rows). */
+    int32_t batch = r->frames < MAX_BATCH ? r->frames : MAX_BATCH;
+    if ((int64_t)batch * r->height > SW_IMAGE_MAX_DIM)
+        batch = SW_IMAGE_MAX_DIM / r->height;
+    if (batch < 1)
+        batch = 1;
+    t0 = sw_cli_now();
+    if ((rc = make_plan(&s, o, r, batch)) != SW_EXIT_OK ||
+        (rc = make_batch(&s, r, batch)) != SW_EXIT_OK)
+        goto done;
+    r->plan_ms = 1e3 * (sw_cli_now() - t0);
+
+    /* The reference. */
+    if (o->reference) {
+        t0 = sw_cli_now();
+        rc = o->reference_csv ? reference_from_csv(&s, o) : reference_from_image(&s, o, r);
+        if (rc != SW_EXIT_OK)
+            goto done;
+        const int changed = mask_from_reference(&s, r);
+        if (changed < 0) {
+            rc = sw_cli_fail(SUB, "out of memory");
+            goto done;
+        }
+        if (changed) { /* the slopes cover the new mask: a new plan */
+            r->mask_from_reference = 1;
+            if ((rc = make_plan(&s, o, r, batch)) != SW_EXIT_OK)
+                goto done;
+        }
+        /* Masked-out lenslets keep a finite placeholder (their slopes are not computed). */
+        for (int32_t l = 0; l < nl; l++)
+            if (isnan(s.ref_x[l]))
+                sw_sh_reference(&s.geom, l % s.geom.nx, l / s.geom.nx, &s.ref_x[l], &s.ref_y[l]);
+        if ((st = sw_centroid_set_reference(s.plan, s.ref_x, s.ref_y)) != SW_OK) {
+            rc = sw_cli_fail(SUB, "%s", lib_error(s.ctx, st));
+            goto done;
+        }
+        r->reference_ms = 1e3 * (sw_cli_now() - t0);
+        r->run_ms = 0.0;
+        r->kernel_us = -1.0;
+    }
+    r->nslopes = sw_centroid_plan_slopes(s.plan);
+    r->path = sw_centroid_plan_path(s.plan);
+    if (!(s.slope_k = malloc(sizeof(int32_t) * (size_t)nl))) {
+        rc = sw_cli_fail(SUB, "out of memory");
+        goto done;
+    }
+    for (int32_t l = 0; l < nl; l++)
+        s.slope_k[l] = -1;
+    for (int32_t k = 0; k < r->nslopes; k++)
+        s.slope_k[sw_centroid_plan_slope_lenslet(s.plan, k)] = k;
+
+    /* Run and write. */
+    if (!(r->valid = calloc((size_t)r->frames, sizeof *r->valid))) {
+        rc = sw_cli_fail(SUB, "out of memory");
+        goto done;
+    }
+    for (int32_t f = 1; f < r->frames; f++) {
+        const sw_image *a = &s.frames.frames[f];
+        if (a->width != r->width || a->height != r->height || a->type != r->type) {
+            rc = sw_cli_fail(SUB, "image '%s': frame %d differs from frame 0", o->image, (int)f);
+            goto done;
+        }
+    }
+    if ((rc = out_open(&s.out, o->out)) != SW_EXIT_OK)
+        goto done;
+    if (o->slopes && (rc = out_open(&s.slopes, o->slopes)) != SW_EXIT_OK)
+        goto done;
+    const int multi = r->frames > 1;
+    fprintf(s.out.f, "%six,iy,x_px,y_px,intensity,valid%s\n", multi ? "frame," : "",
+            o->reference ? ",dx_px,dy_px" : "");
+    if (s.slopes.f)
+        fprintf(s.slopes.f, "%six,iy,dx_px,dy_px%s\n", multi ? "frame," : "",
+                o->have_pixel && o->have_focal ? ",dx_rad,dy_rad" : "");
+    double write_s = 0.0;
+    for (int32_t f0 = 0; f0 < r->frames; f0 += batch) {
+        const int32_t n = r->frames - f0 < batch ? r->frames - f0 : batch;
+        if ((rc = run_batch(&s, &s.frames, f0, n, r)) != SW_EXIT_OK)
+            goto done;
+        t0 = sw_cli_now();
+        write_rows(&s, o, f0, n, r);
+        write_s += sw_cli_now() - t0;
+    }
+    t0 = sw_cli_now();
+    if ((rc = out_close(&s.out, 1)) != SW_EXIT_OK || (rc = out_close(&s.slopes, 1)) != SW_EXIT_OK)
+        goto done;
+    r->write_ms = 1e3 * (write_s + sw_cli_now() - t0);
+    rc = SW_EXIT_OK;
+done:
+    *geom = s.geom;
+    geom->valid = NULL; /* the mask goes with the state */
+    state_free(&s);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ the report */
+
+static void json_number(double v)
+{
+    if (isfinite(v))
+        printf("%.17g", v);
+    else
+        printf("null");
+}
+
+static void print_report(const centroid_opts *o, const report *r, const sw_sh_geometry *g)
+{
+    const double n = (double)r->nslope_valid;
+    const double mdx = n > 0 ? r->sum_dx / n : NAN, mdy = n > 0 ? r->sum_dy / n : NAN;
+    const double rdx = n > 0 ? sqrt(r->sum_dx2 / n) : NAN, rdy = n > 0 ? sqrt(r->sum_dy2 / n) : NAN;
+    int64_t vmin = INT64_MAX, vmax = 0, vsum = 0;
+    for (int32_t f = 0; f < r->frames; f++) {
+        vmin = r->valid[f] < vmin ? r->valid[f] : vmin;
+        vmax = r->valid[f] > vmax ? r->valid[f] : vmax;
+        vsum += r->valid[f];
+    }
+    if (!o->json) {
+        printf("centroid: %d frame%s of %dx%d %s, grid %dx%d of %g px at (%g, %g)%s\n",
+               (int)r->frames, r->frames == 1 ? "" : "s", (int)r->width, (int)r->height,
+               sw_pixel_type_string(r->type), (int)g->nx, (int)g->ny, g->pitch_px, g->x0, g->y0,
+               o->geometry_auto ? " (found in the reference)" : "");
+        printf("  lenslets   %d in the mask of %d; valid per frame %lld..%lld\n", (int)r->nslopes,
+               (int)(g->nx * g->ny), (long long)vmin, (long long)vmax);
+        printf("  slopes     mean (%.4g, %.4g) px, RMS (%.4g, %.4g) px from %s\n", mdx, mdy, rdx,
+               rdy, o->reference ? o->reference : "the lenslet axes");
+        printf("  path       %s (%s backend); read %.3f ms, plan %.3f ms, run %.3f ms, write "
+               "%.3f ms\n",
+               sw_centroid_path_string(r->path), sw_backend_string(r->backend), r->read_ms,
+               r->plan_ms, r->run_ms, r->write_ms);
+        printf("  wrote      %s", o->out);
+        if (o->slopes)
+            printf(", %s", o->slopes);
+        printf("\n");
+        return;
+    }
+    printf("{\n  \"subcommand\": \"centroid\",\n  \"image\": ");
+    sw_json_write_string(stdout, o->image);
+    printf(",\n  \"frames\": %d,\n  \"width\": %d,\n  \"height\": %d,\n  \"pixel_type\": \"%s\",\n",
+           (int)r->frames, (int)r->width, (int)r->height, sw_pixel_type_string(r->type));
+    printf("  \"geometry\": \"%s\",\n  \"grid_nx\": %d,\n  \"grid_ny\": %d,\n",
+           o->geometry_auto ? "auto" : "manual", (int)g->nx, (int)g->ny);
+    printf("  \"pitch_px\": %.17g,\n  \"origin_x_px\": %.17g,\n  \"origin_y_px\": %.17g,\n",
+           g->pitch_px, g->x0, g->y0);
+    printf("  \"pixel_um\": %.17g,\n  \"focal_mm\": %.17g,\n", g->pixel_um, g->focal_mm);
+    printf("  \"lenslets\": %d,\n  \"lenslets_in_mask\": %d,\n  \"mask\": ", (int)(g->nx * g->ny),
+           (int)r->nslopes);
+    sw_json_write_string(stdout, o->mask);
+    printf(",\n  \"mask_from_reference\": %s,\n  \"reference\": ",
+           r->mask_from_reference ? "true" : "false");
+    sw_json_write_string(stdout, o->reference);
+    printf(",\n  \"reference_kind\": %s,\n  \"reference_invalid\": %d,\n",
+           !o->reference      ? "null"
+           : o->reference_csv ? "\"csv\""
+                              : "\"image\"",
+           (int)r->ref_invalid);
+    printf(
+        "  \"algorithm\": \"cog\",\n  \"threshold_mode\": \"%s\",\n  \"threshold_kind\": \"%s\",\n"
+        "  \"threshold\": ",
+        !(o->have_threshold || o->have_fraction)         ? "none"
+        : (o->have_mode && o->mode == SW_THRESHOLD_ZERO) ? "zero"
+                                                         : "subtract",
+        o->have_fraction ? "fraction" : "absolute");
+    json_number(o->have_threshold || o->have_fraction ? o->threshold : NAN);
+    printf(",\n  \"gamma\": %.17g,\n  \"window\": %ld,\n", o->gamma, o->window);
+    printf("  \"dark\": ");
+    sw_json_write_string(stdout, o->dark);
+    printf(",\n  \"flat\": ");
+    sw_json_write_string(stdout, o->flat);
+    printf(",\n  \"lut\": ");
+    sw_json_write_string(stdout, o->lut);
+    printf(",\n  \"valid_per_frame\": [");
+    for (int32_t f = 0; f < r->frames; f++)
+        printf("%s%lld", f ? ", " : "", (long long)r->valid[f]);
+    printf("],\n  \"valid_total\": %lld,\n  \"slopes_valid\": %lld,\n", (long long)vsum,
+           (long long)r->nslope_valid);
+    printf("  \"mean_dx_px\": ");
+    json_number(mdx);
+    printf(",\n  \"mean_dy_px\": ");
+    json_number(mdy);
+    printf(",\n  \"rms_dx_px\": ");
+    json_number(rdx);
+    printf(",\n  \"rms_dy_px\": ");
+    json_number(rdy);
+    printf(",\n  \"slope_layout\": \"%s\",\n", o->interleaved ? "interleaved" : "blocks");
+    printf("  \"path\": \"%s\",\n  \"backend\": \"%s\",\n", sw_centroid_path_string(r->path),
+           sw_backend_string(r->backend));
+    printf("  \"read_ms\": %.6f,\n  \"geometry_ms\": %.6f,\n  \"plan_ms\": %.6f,\n", r->read_ms,
+           r->geometry_ms, r->plan_ms);
+    printf("  \"reference_ms\": %.6f,\n  \"run_ms\": %.6f,\n  \"kernel_us\": ", r->reference_ms,
+           r->run_ms);
+    json_number(r->kernel_us >= 0 ? r->kernel_us : NAN);
+    printf(",\n  \"write_ms\": %.6f,\n  \"out\": ", r->write_ms);
+    sw_json_write_string(stdout, o->out);
+    printf(",\n  \"slopes\": ");
+    sw_json_write_string(stdout, o->slopes);
+    printf("\n}\n");
+}
+
+int sw_cmd_centroid(const sw_cli_globals *g, int argc, char **argv)
+{
+    centroid_opts o;
+    memset(&o, 0, sizeof o);
+    o.pixel_um = DEF_PIXEL_UM;
+    o.focal_mm = DEF_FOCAL_MM;
+    o.gamma = 1.0;
+    o.path = SW_CENTROID_AUTO;
+    int rc = parse_options(argc, argv, &o);
+    if (rc == -1)
+        return SW_EXIT_OK; /* --help */
+    if (rc != SW_EXIT_OK)
+        return rc;
+    report r;
+    memset(&r, 0, sizeof r);
+    sw_sh_geometry geom;
+    memset(&geom, 0, sizeof geom);
+    rc = run_centroid(g, &o, &r, &geom);
+    if (rc == SW_EXIT_OK && o.out && strcmp(o.out, "-") != 0)
+        print_report(&o, &r, &geom);
+    free(r.valid);
+    return rc;
+}
