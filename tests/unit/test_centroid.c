@@ -139,8 +139,8 @@ static void fill_uniform(sw_image *img, uint64_t seed, double lo, double hi)
 /* ------------------------------------------------------------------ the reference */
 
 /* Steps 1-3 of centroid.h on pixel (x, y) of frame f: LUT, dark, flat, in double. */
-static double reference_pre(const sw_centroid_params *p, const sw_image *img, int32_t f,
-                            int32_t x, int32_t y)
+static double reference_pre(const sw_centroid_params *p, const sw_image *img, int32_t f, int32_t x,
+                            int32_t y)
 {
     double v = sw_image_get(img, x, f * p->height + y);
     const size_t k = (size_t)y * (size_t)p->width + (size_t)x;
@@ -221,8 +221,8 @@ static void check_against_reference(const sw_centroid_params *p, const sw_image 
             const size_t i = (size_t)f * (size_t)nl + (size_t)l;
             nmask += sw_sh_is_valid(&p->geometry, l);
             if (r->valid[i] != valid[l])
-                fail_msg("%s: frame %d lenslet %d: valid %d, reference %d", what, f, l,
-                         r->valid[i], valid[l]);
+                fail_msg("%s: frame %d lenslet %d: valid %d, reference %d", what, f, l, r->valid[i],
+                         valid[l]);
             if (!valid[l]) {
                 assert_true(isnan(r->x[i]) && isnan(r->y[i]));
                 continue;
@@ -365,8 +365,7 @@ static void test_white_table1(void **state)
                     sw_sh_region(&p.geometry, ix, iy, &xb, &xe, &yb, &ye);
                     const double mx = xb + (xe - xb - 1) / 2.0, my = yb + (ye - yb - 1) / 2.0;
                     const double m00 = 255.0 * (xe - xb) * (ye - yb);
-                    if (!(r.valid[l] == 1 && r.x[l] == mx && r.y[l] == my &&
-                          r.intensity[l] == m00))
+                    if (!(r.valid[l] == 1 && r.x[l] == mx && r.y[l] == my && r.intensity[l] == m00))
                         fail_msg("w_P %d d %g lenslet (%d, %d): valid %d (%.9g, %.9g) m00 %.9g, "
                                  "expected (%.9g, %.9g) m00 %.9g",
                                  wp[a], dd[b], ix, iy, r.valid[l], r.x[l], r.y[l], r.intensity[l],
@@ -386,8 +385,8 @@ typedef struct ref_case {
     sw_pixel_type type;
     double x0, y0, pitch;
     int32_t nx, ny;
-    int mask;    /* 1: about a fifth of the lenslets masked out */
-    int aligned; /* 1: 64-byte rows; 0: misaligned start and stride */
+    int mask;      /* 1: about a fifth of the lenslets masked out */
+    int aligned;   /* 1: 64-byte rows; 0: misaligned start and stride */
     double lo, hi; /* pixel values uniform in [lo, hi) */
     int lut, dark, flat;
     sw_threshold_mode mode;
@@ -408,20 +407,20 @@ static const ref_case ref_cases[] = {
     {"u16 exact, pitch 128", SW_PIX_U16, 1.0, 0.0, 128.0, 2, 2, 0, 1, 60000, 65536, 0, 0, 0,
      SW_THRESHOLD_NONE, SW_THRESHOLD_ABSOLUTE, 0, 1, 0},
     /* conditioned: every step of centroid.h, in combinations */
-    {"u8 lut dark flat subtract-abs gamma window", SW_PIX_U8, 3.2, 0.7, 9.6, 8, 5, 1, 0, 0, 256,
-     1, 1, 1, SW_THRESHOLD_SUBTRACT, SW_THRESHOLD_ABSOLUTE, 150.3, 0.8, 1},
+    {"u8 lut dark flat subtract-abs gamma window", SW_PIX_U8, 3.2, 0.7, 9.6, 8, 5, 1, 0, 0, 256, 1,
+     1, 1, SW_THRESHOLD_SUBTRACT, SW_THRESHOLD_ABSOLUTE, 150.3, 0.8, 1},
     {"u8 zero-abs window 3", SW_PIX_U8, 0.0, 2.5, 13.3, 6, 4, 0, 1, 0, 256, 0, 0, 0,
      SW_THRESHOLD_ZERO, SW_THRESHOLD_ABSOLUTE, 99.7, 1.0, 3},
     {"u16 lut zero-fraction gamma window 2", SW_PIX_U16, 1.7, 2.2, 15.25, 4, 6, 1, 1, 0, 65536, 1,
      0, 0, SW_THRESHOLD_ZERO, SW_THRESHOLD_FRACTION, 0.4321, 1.7, 2},
-    {"u16 dark flat subtract-fraction", SW_PIX_U16, 0.9, 0.1, 10.45, 7, 7, 0, 0, 0, 65536, 0, 1,
-     1, SW_THRESHOLD_SUBTRACT, SW_THRESHOLD_FRACTION, 0.6173, 1.0, 0},
-    {"f32 dark flat subtract-fraction gamma", SW_PIX_F32, 0.5, 3.3, 5.5, 11, 8, 1, 0, 0, 1000, 0,
-     1, 1, SW_THRESHOLD_SUBTRACT, SW_THRESHOLD_FRACTION, 0.3141, 0.5, 0},
+    {"u16 dark flat subtract-fraction", SW_PIX_U16, 0.9, 0.1, 10.45, 7, 7, 0, 0, 0, 65536, 0, 1, 1,
+     SW_THRESHOLD_SUBTRACT, SW_THRESHOLD_FRACTION, 0.6173, 1.0, 0},
+    {"f32 dark flat subtract-fraction gamma", SW_PIX_F32, 0.5, 3.3, 5.5, 11, 8, 1, 0, 0, 1000, 0, 1,
+     1, SW_THRESHOLD_SUBTRACT, SW_THRESHOLD_FRACTION, 0.3141, 0.5, 0},
     {"f32 plain, large regions", SW_PIX_F32, 2.25, 1.75, 61.3, 3, 2, 0, 1, 0, 1000, 0, 0, 0,
      SW_THRESHOLD_NONE, SW_THRESHOLD_ABSOLUTE, 0, 1, 0},
-    {"f32 gamma window", SW_PIX_F32, 0.0, 0.0, 8.8, 6, 9, 0, 0, 0, 1000, 0, 0, 0,
-     SW_THRESHOLD_NONE, SW_THRESHOLD_ABSOLUTE, 0, 2.3, 1},
+    {"f32 gamma window", SW_PIX_F32, 0.0, 0.0, 8.8, 6, 9, 0, 0, 0, 1000, 0, 0, 0, SW_THRESHOLD_NONE,
+     SW_THRESHOLD_ABSOLUTE, 0, 2.3, 1},
 };
 
 /* Builds the parameters, tables and two stacked frames of a case (tables freed by the caller). */
@@ -794,8 +793,8 @@ static void test_simulated_noise(void **state)
 
 /* An 8 x 6 grid of 11.3 px lenslets with a mask, random u16 frames, and one lenslet of the mask
  * left dark (all zeros: invalid in the frame). */
-#define SL_NX 8
-#define SL_NY 6
+#define SL_NX   8
+#define SL_NY   6
 #define SL_DARK 13 /* flat index of the dark lenslet (in the mask) */
 
 static void slopes_setup(sw_centroid_params *p, uint8_t *mask, frames_buf *fb)
@@ -1049,7 +1048,7 @@ static void bad_pixels_setup(sw_centroid_params *p, frames_buf *fb)
     p->type = SW_PIX_F32;
     *fb = make_frames(p->width, p->height, SW_PIX_F32, 1);
     fill_uniform(&fb->img, 99, 10, 1000);
-    set_pixel(&fb->img, 34, 2, NAN);      /* lenslet 3 = (3, 0) */
+    set_pixel(&fb->img, 34, 2, NAN);       /* lenslet 3 = (3, 0) */
     set_pixel(&fb->img, 21, 15, INFINITY); /* lenslet 7 = (2, 1) */
     for (int32_t y = 20; y < 30; y++)      /* lenslet 10 = (0, 2): negative light */
         for (int32_t x = 0; x < 10; x++)
