@@ -1,0 +1,843 @@
+/*
+ * The CUDA twin of the Shack-Hartmann centre-of-gravity stage (seed 000 section 4; the API, the
+ * validation and the CPU reference are centroid.c; the per-pixel conditioning and the per-lenslet
+ * finish, Eq. 7, are centroid_model.h, shared by both).
+ *
+ * One kernel per run. A block takes one tile of LPT whole lenslets [ix0, ix1) in a band of NZ
+ * consecutive lenslet rows of one frame (grid x = tile + ntiles * band, grid y = frames). Its
+ * threads form TX x R x NZ:
+ *   - tx walks the 4-pixel groups of the tile, aligned to the start of the image row (group g =
+ *     pixels 4g .. 4g+3, seed section 4.B): one 32-bit (u8), 64-bit (u16) or 128-bit (f32) load
+ *     per group and row when the image pointer and stride allow it, scalar (or byte) loads
+ *     otherwise. A lenslet spans at most n_packets = floor((d + 6) / 4) groups (seed Eq. 11);
+ *     TX is 32, or 64 when that exceeds 32.
+ *   - ty walks the rows of the thread's lenslet row in steps of R (the seed's row groups);
+ *   - tz picks the lenslet row of the band.
+ * Each thread keeps, for its 4 pixels, the column sums S0[x] = sum_y I' and S1[x] = sum_y (y - ys)
+ * I' over its rows (seed Eq. 6 split by column). The R row-group partials are summed in shared
+ * memory (seed: "row group partials ... reduced in shared memory"), and each lenslet takes its
+ * moments from its own columns,
+ *     m00 = sum S0,  m10 = sum (x - xs) S0,  m01 = sum S1,
+ * with gs lanes per lenslet and an XOR butterfly shuffle reduction, 32 / gs lenslets per warp at
+ * once (seed section 4.C). One lane per lenslet then finishes it (Eq. 7, sw_cm_finish). Columns
+ * that belong to no lenslet of the tile (window gaps, a neighbouring tile's pixels in a shared
+ * group) are summed too but never read, so the pixel loop needs no per-pixel lenslet lookup.
+ *
+ * Why this and not the seed's lenslet groups (Eq. 12) with one butterfly reduction per pixel row:
+ * summing by column first costs one add per pixel and moment in registers, and the cross-thread
+ * reduction happens once per lenslet instead of once per pixel row (3 moments x log2(32) shuffles
+ * per row in the seed); tiles are not limited to power-of-two lenslet groups, so every pitch from
+ * 1 to 128 px (and any window) runs the same code.
+ *
+ * Latency. A frame of the seed's Table 1 (at most 1000 x 1000 u8) is read once, by fewer threads
+ * than the GPU holds, so the kernel's time is a chain of memory latencies, not bandwidth. The
+ * chain is kept to one DRAM round trip: the pixel regions are computed from the geometry (the
+ * same IEEE double arithmetic as sw_sh_region, checked against the plan's tables at create), and
+ * each block's slope indices and references are fetched into shared memory with asynchronous
+ * copies (cp.async) while the pixels load. R is chosen for about RPT rows per thread and NZ to
+ * fill the block; RPT grows with the frame count of the plan (choose_shape).
+ *
+ * Arithmetic (must equal the CPU's, centroid.c): exact plans (u8/u16, no conditioning) sum in
+ * uint32 per column and uint64 per lenslet, so the moments, and hence the centroids, are
+ * bit-identical to the CPU's. Otherwise the pixel is conditioned as centroid.c does it (LUT, then
+ * v - dark, then v * flat, rounded once each, then sw_cm_condition) and summed in float per
+ * thread and column, in double per lenslet. A FRACTION threshold takes a first pass for the
+ * lenslet maxima (the pixels are read again, from the cache, in the second).
+ *
+ * Memory paths: DEVICE reads device frames; COPY copies host frames into the plan's pitched
+ * device buffer first (cudaMemcpy2DAsync on the context's stream); MAPPED reads pinned host frames
+ * directly over the bus. Results go straight to device results (and, on the MAPPED path, to
+ * pinned results); other results are written to the plan's device buffers and only the arrays
+ * the caller asked for are copied back.
+ */
+#include "centroid/centroid_internal.h"
+#include "centroid/centroid_model.h"
+
+#include <cuda_pipeline.h>
+#include <cuda_runtime.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <type_traits>
+
+#define SW_CU(call)                                                                                \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess)                                                                     \
+            return sw_fail(plan->ctx, e_ == cudaErrorMemoryAllocation ? SW_ENOMEM : SW_ECUDA,      \
+                           "centroid: CUDA call %s failed: %s", #call, cudaGetErrorString(e_));    \
+    } while (0)
+
+#define SW_TRY(expr)                                                                               \
+    do {                                                                                           \
+        sw_status st_ = (expr);                                                                    \
+        if (st_ != SW_OK)                                                                          \
+            return st_;                                                                            \
+    } while (0)
+
+#define CG_THREADS    256 /* most threads per block (TX * R * NZ)                  */
+#define CG_MIN_BLOCKS 4   /* resident blocks per SM the registers must allow        */
+#define CG_MAX_TX     64  /* most 4-pixel groups per tile (TX)                      */
+
+/* How a thread reads its 4-pixel group. */
+enum { CG_LOAD_BYTES = 0, CG_LOAD_SCALAR = 1, CG_LOAD_VEC = 2 };
+
+typedef struct cg_args {
+    const char *img;       /* frame 0, row 0 */
+    size_t stride;         /* bytes per image row */
+    int32_t width, height; /* frame size (dark / flat rows are width long) */
+    int32_t nx, ny, nl, nframes;
+    double x0, y0, pitch; /* the geometry, for the pixel regions (cg_edge) */
+    int32_t window;
+    int32_t lpt, ntiles; /* lenslets per tile, tiles per lenslet row */
+    int32_t nitems;      /* room per block for item data in shared memory (NZ * lpt) */
+    int32_t col0, col1;  /* the grid's columns [col0, col1) */
+    const int32_t *col_ix, *slope_k;
+    const float *lut, *dark, *flat;
+    int mode;        /* sw_cm_condition threshold mode, 0 none */
+    int fraction;    /* 1: T = sw_cm_fraction_threshold(frac, lenslet maximum) */
+    int conditioned; /* 1: threshold mode or gamma (sw_cm_condition is called) */
+    float thr, gamma;
+    double frac;
+    const double *ref_x, *ref_y;
+    int32_t nslopes;
+    int interleaved;
+    float *x, *y, *inten, *slopes; /* any may be NULL: not written */
+    uint8_t *flag;
+    int gs; /* lanes per lenslet in the finishing reductions: a power of two <= 32 */
+} cg_args;
+
+typedef struct cg_gpu {
+    int32_t *col_ix, *slope_k;
+    float *dark, *flat, *lut;
+    double *ref_x, *ref_y;
+    void *frames; /* COPY: max_frames frames */
+    size_t frames_pitch;
+    float *x, *y, *inten, *slopes; /* results for host / pinned result arrays */
+    uint8_t *flag;
+    int tx, r, nz, gs, lpt, ntiles; /* launch shape (choose_shape) */
+    size_t smem;                    /* dynamic shared memory per block */
+    int uva; /* unified addressing: pinned host pointers are device pointers */
+    cudaEvent_t t0, t1;
+} cg_gpu;
+
+static cudaStream_t stream_of(const sw_centroid_plan *plan)
+{
+    return (cudaStream_t)plan->ctx->stream;
+}
+
+/*
+ * floor(origin + pitch * i) as sw_sh_region computes it (geometry.c, compiled without
+ * contraction): one rounded product, one rounded sum. The device intrinsics are never fused.
+ */
+__host__ __device__ static inline int32_t cg_edge(double origin, double pitch, int32_t i)
+{
+#ifdef __CUDA_ARCH__
+    return (int32_t)floor(__dadd_rn(origin, __dmul_rn(pitch, (double)i)));
+#else
+    volatile double t = pitch * (double)i; /* rounded on its own */
+    return (int32_t)floor(origin + t);
+#endif
+}
+
+/* ------------------------------------------------------------------ pixel loads */
+
+__device__ __forceinline__ void vec_load(const uint8_t *r, int x, uint8_t p[4])
+{
+    const uint32_t w = *(const uint32_t *)(r + x);
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+        p[j] = (uint8_t)(w >> (8 * j));
+}
+
+__device__ __forceinline__ void vec_load(const uint16_t *r, int x, uint16_t p[4])
+{
+    const uint2 w = *(const uint2 *)(r + x);
+    p[0] = (uint16_t)w.x;
+    p[1] = (uint16_t)(w.x >> 16);
+    p[2] = (uint16_t)w.y;
+    p[3] = (uint16_t)(w.y >> 16);
+}
+
+__device__ __forceinline__ void vec_load(const float *r, int x, float p[4])
+{
+    const float4 w = *(const float4 *)(r + x);
+    p[0] = w.x;
+    p[1] = w.y;
+    p[2] = w.z;
+    p[3] = w.w;
+}
+
+/* A pixel at an address not aligned to its size, assembled from bytes (little-endian). */
+__device__ __forceinline__ uint8_t byte_load(const char *q, uint8_t)
+{
+    return *(const uint8_t *)q;
+}
+
+__device__ __forceinline__ uint16_t byte_load(const char *q, uint16_t)
+{
+    const uint8_t *b = (const uint8_t *)q;
+    return (uint16_t)(b[0] | (b[1] << 8));
+}
+
+__device__ __forceinline__ float byte_load(const char *q, float)
+{
+    const uint8_t *b = (const uint8_t *)q;
+    return __uint_as_float((uint32_t)b[0] | ((uint32_t)b[1] << 8) | ((uint32_t)b[2] << 16) |
+                           ((uint32_t)b[3] << 24));
+}
+
+/* Pixels x .. x+3 of one row: the pixels whose bit is set in m are read (the others are 0), or,
+ * when LOAD allows it and the group lies inside the grid's columns (whole), all 4 with one vector
+ * load. */
+template <typename T, int LOAD>
+__device__ __forceinline__ void load_group(const char *row, int x, bool whole, unsigned m, T p[4])
+{
+    if (LOAD == CG_LOAD_VEC && whole) {
+        vec_load((const T *)row, x, p);
+        return;
+    }
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        if (m >> j & 1u)
+            p[j] = LOAD == CG_LOAD_BYTES ? byte_load(row + (size_t)(x + j) * sizeof(T), T())
+                                         : ((const T *)row)[x + j];
+        else
+            p[j] = T(0);
+    }
+}
+
+/* Steps 1-3 of centroid.h as centroid.c computes them: the LUT, then v - dark, then v * flat, each
+ * rounded to float (the _rn intrinsics are never fused into a multiply-add). */
+template <typename T>
+__device__ __forceinline__ float prepare(const cg_args &a, T raw, int y, int x)
+{
+    float v;
+    if (std::is_same<T, float>::value)
+        v = (float)raw;
+    else
+        v = a.lut ? a.lut[(uint32_t)raw] : (float)raw;
+    const size_t k = (size_t)y * (size_t)a.width + (size_t)x;
+    if (a.dark)
+        v = __fsub_rn(v, a.dark[k]);
+    if (a.flat)
+        v = __fmul_rn(v, a.flat[k]);
+    return v;
+}
+
+template <typename A> __device__ __forceinline__ void store4(A *s, const A v[4]);
+
+template <> __device__ __forceinline__ void store4<uint32_t>(uint32_t *s, const uint32_t v[4])
+{
+    *(uint4 *)s = make_uint4(v[0], v[1], v[2], v[3]);
+}
+
+template <> __device__ __forceinline__ void store4<float>(float *s, const float v[4])
+{
+    *(float4 *)s = make_float4(v[0], v[1], v[2], v[3]);
+}
+
+/* ------------------------------------------------------------------ the kernel */
+
+/*
+ * T: pixel type; LOAD: how groups are read; EXACT: integer sums, no conditioning (u8 / u16).
+ * Block (TX, R, NZ); grid (ntiles * bands, frames). Dynamic shared memory: the row-group partials
+ * s0, s1 (4 columns per thread each), then per item (the block's lenslet k of its band row z,
+ * q = z * nlt + k): the references, the slope index, the FRACTION threshold.
+ */
+template <typename T, int LOAD, bool EXACT>
+__global__ void __launch_bounds__(CG_THREADS, CG_MIN_BLOCKS) cog_kernel(const cg_args a)
+{
+    typedef typename std::conditional<EXACT, uint32_t, float>::type acc_t;
+    typedef typename std::conditional<EXACT, unsigned long long, double>::type mom_t;
+    extern __shared__ __align__(16) unsigned char smem[];
+
+    const int TX = blockDim.x, R = blockDim.y, NZ = blockDim.z;
+    const int tx = threadIdx.x, ty = threadIdx.y, tz = threadIdx.z;
+    const int ncol = 4 * TX, rcol = R * ncol;
+    const int tid = (tz * R + ty) * TX + tx, nthreads = TX * R * NZ;
+    acc_t *s0 = (acc_t *)smem, *s1 = s0 + 4 * nthreads; /* [tz][ty][4 tx + j] */
+    double *rxs = (double *)(s1 + 4 * nthreads), *rys = rxs + a.nitems;
+    int32_t *ksh = (int32_t *)(rys + a.nitems);
+    float *tsh = (float *)(ksh + a.nitems);
+
+    /* The block's lenslets and rows, from the geometry (no table on the critical path). */
+    const int tile = (int)(blockIdx.x % (unsigned)a.ntiles);
+    const int iy0 = (int)(blockIdx.x / (unsigned)a.ntiles) * NZ;
+    const int ix0 = tile * a.lpt, ix1 = min(a.nx, ix0 + a.lpt), nlt = ix1 - ix0;
+    const int tc0 = cg_edge(a.x0, a.pitch, ix0) + a.window;
+    const int tc1 = cg_edge(a.x0, a.pitch, ix1) - a.window;
+    const int cbase = 4 * (tc0 / 4); /* tc0 >= 0: the first group of the tile */
+    const int x = cbase + 4 * tx;    /* the thread's first pixel */
+    const int iy = iy0 + tz;         /* the thread's lenslet row (none when >= ny) */
+    int ys = 0, ye = 0;              /* its rows */
+    if (iy < a.ny) {
+        ys = cg_edge(a.y0, a.pitch, iy) + a.window;
+        ye = cg_edge(a.y0, a.pitch, iy + 1) - a.window;
+    }
+    const int nitems = NZ * nlt;
+
+    /* Slope indices and references of the block's lenslets: copied into shared memory while the
+     * pixels load. */
+    for (int q = tid; q < nitems; q += nthreads) {
+        const int z = q / nlt, iyq = iy0 + z;
+        if (iyq < a.ny) {
+            const int l = iyq * a.nx + ix0 + (q - z * nlt);
+            __pipeline_memcpy_async(ksh + q, a.slope_k + l, sizeof(int32_t));
+            if (a.slopes) {
+                __pipeline_memcpy_async(rxs + q, a.ref_x + l, sizeof(double));
+                __pipeline_memcpy_async(rys + q, a.ref_y + l, sizeof(double));
+            }
+        }
+    }
+    __pipeline_commit();
+
+    /* mr: the thread's pixels inside the tile's columns (read by scalar loads). A whole group
+     * inside the grid's columns (hence inside the image row) is read with one vector load; mv:
+     * the pixels read either way (inside the image). */
+    unsigned mr = 0;
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+        if (x + j >= tc0 && x + j < tc1)
+            mr |= 1u << j;
+    const bool whole = LOAD == CG_LOAD_VEC && mr != 0 && x >= a.col0 && x + 3 < a.col1;
+    const unsigned mv = whole ? 0xFu : mr;
+    const int gs = a.gs, lane = tid & (gs - 1), grp = tid / gs, ngrp = nthreads / gs;
+    const unsigned full = 0xffffffffu;
+
+    /* FRACTION: the lenslet of each of the thread's pixels (needed after the first pass only,
+     * so the loads are not waited for before it). */
+    int cix[4] = {-1, -1, -1, -1};
+    if (!EXACT && a.fraction) {
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            if (mr >> j & 1u)
+                cix[j] = a.col_ix[x + j - a.col0];
+    }
+
+    for (int f = (int)blockIdx.y; f < a.nframes; f += (int)gridDim.y) {
+        const char *frame = a.img + (size_t)f * (size_t)a.height * a.stride;
+        float thr[4] = {a.thr, a.thr, a.thr, a.thr};
+
+        if (!EXACT && a.fraction) {
+            /* Pass 1: the maximum of steps 1-3 over each lenslet (the FRACTION threshold). */
+            float mx[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+#pragma unroll 4
+            for (int y = ys + ty; y < ye; y += R) {
+                T p[4];
+                load_group<T, LOAD>(frame + (size_t)y * a.stride, x, whole, mr, p);
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    if (mv >> j & 1u)
+                        mx[j] = fmaxf(mx[j], prepare(a, p[j], y, x + j));
+            }
+            float *f0 = (float *)s0;
+            store4<float>(f0 + 4 * tid, mx);
+            __syncthreads();
+            if (R > 1)
+                for (int c = tid; c < NZ * ncol; c += nthreads) {
+                    const int z = c / ncol, o = z * rcol + (c - z * ncol);
+                    float v = f0[o];
+                    for (int r = 1; r < R; r++)
+                        v = fmaxf(v, f0[o + r * ncol]);
+                    f0[o] = v;
+                }
+            __syncthreads();
+            for (int b = 0; b < nitems; b += ngrp) {
+                const int q = b + grp, z = q / nlt, k = q - z * nlt;
+                float v = -INFINITY;
+                if (q < nitems && iy0 + z < a.ny) {
+                    const int c0 = cg_edge(a.x0, a.pitch, ix0 + k) + a.window - cbase;
+                    const int c1 = cg_edge(a.x0, a.pitch, ix0 + k + 1) - a.window - cbase;
+                    for (int c = c0 + lane; c < c1; c += gs)
+                        v = fmaxf(v, f0[z * rcol + c]);
+                }
+                for (int o = gs >> 1; o > 0; o >>= 1)
+                    v = fmaxf(v, __shfl_xor_sync(full, v, o));
+                if (q < nitems && lane == 0)
+                    tsh[q] = sw_cm_fraction_threshold(a.frac, v);
+            }
+            __syncthreads();
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                thr[j] = cix[j] >= 0 ? tsh[tz * nlt + (cix[j] - ix0)] : 0.0f;
+        }
+
+        /* Pass 2: the thread's column sums over its rows ys + ty, ys + ty + R, ... */
+        acc_t a0[4] = {0, 0, 0, 0}, a1[4] = {0, 0, 0, 0};
+#pragma unroll 4
+        for (int y = ys + ty; y < ye; y += R) {
+            T p[4];
+            load_group<T, LOAD>(frame + (size_t)y * a.stride, x, whole, mr, p);
+            const acc_t wy = (acc_t)(y - ys);
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                acc_t v;
+                if (EXACT) {
+                    v = (acc_t)p[j]; /* 0 when not read */
+                } else {
+                    float u = 0.0f;
+                    if (mv >> j & 1u) {
+                        u = prepare(a, p[j], y, x + j);
+                        if (a.conditioned)
+                            u = sw_cm_condition(u, 0.0f, 1.0f, a.mode, thr[j], a.gamma);
+                    }
+                    v = (acc_t)u;
+                }
+                a0[j] += v;
+                a1[j] += wy * v;
+            }
+        }
+        store4<acc_t>(s0 + 4 * tid, a0);
+        store4<acc_t>(s1 + 4 * tid, a1);
+        __pipeline_wait_prior(0); /* this thread's item copies; the barrier shows them to all */
+        __syncthreads();
+        /* Row-group partials -> column totals (slot ty = 0 of each lenslet row). */
+        if (R > 1)
+            for (int c = tid; c < NZ * ncol; c += nthreads) {
+                const int z = c / ncol, o = z * rcol + (c - z * ncol);
+                acc_t u0 = s0[o], u1 = s1[o];
+                for (int r = 1; r < R; r++) {
+                    u0 += s0[o + r * ncol];
+                    u1 += s1[o + r * ncol];
+                }
+                s0[o] = u0;
+                s1[o] = u1;
+            }
+        __syncthreads();
+
+        /* Per lenslet: moments from its columns (Eq. 6), gs lanes each, butterfly reduction, one
+         * lane finishes (Eq. 7). The loop count is the same for the whole block. */
+        for (int b = 0; b < nitems; b += ngrp) {
+            const int q = b + grp, z = q / nlt, k = q - z * nlt, iyq = iy0 + z;
+            const bool act = q < nitems && iyq < a.ny;
+            int xs = 0, c0 = 0;
+            mom_t m00 = 0, m10 = 0, m01 = 0;
+            if (act) {
+                xs = cg_edge(a.x0, a.pitch, ix0 + k) + a.window;
+                c0 = xs - cbase;
+                const int c1 = cg_edge(a.x0, a.pitch, ix0 + k + 1) - a.window - cbase;
+                const acc_t *t0 = s0 + z * rcol, *t1 = s1 + z * rcol;
+                for (int c = c0 + lane; c < c1; c += gs) {
+                    const mom_t u = (mom_t)t0[c];
+                    m00 += u;
+                    m10 += (mom_t)(c - c0) * u;
+                    m01 += (mom_t)t1[c];
+                }
+            }
+            for (int o = gs >> 1; o > 0; o >>= 1) {
+                m00 += __shfl_xor_sync(full, m00, o);
+                m10 += __shfl_xor_sync(full, m10, o);
+                m01 += __shfl_xor_sync(full, m01, o);
+            }
+            if (act && lane == 0) {
+                const int l = iyq * a.nx + ix0 + k, ks = ksh[q];
+                const size_t i = (size_t)f * (size_t)a.nl + (size_t)l;
+                float *sx = NULL, *sy = NULL;
+                double rx = 0.0, ry = 0.0;
+                if (a.slopes && ks >= 0) {
+                    float *sf = a.slopes + (size_t)f * 2 * (size_t)a.nslopes;
+                    sx = sf + (a.interleaved ? 2 * (size_t)ks : (size_t)ks);
+                    sy = a.interleaved ? sx + 1 : sf + (size_t)a.nslopes + (size_t)ks;
+                    rx = rxs[q];
+                    ry = rys[q];
+                }
+                const int ysq = cg_edge(a.y0, a.pitch, iyq) + a.window;
+                /* in the mask <=> a slope index (centroid.c) */
+                sw_cm_finish((double)m00, (double)m10, (double)m01, xs, ysq, ks >= 0, rx, ry,
+                             a.x ? a.x + i : NULL, a.y ? a.y + i : NULL,
+                             a.inten ? a.inten + i : NULL, a.flag ? a.flag + i : NULL, sx, sy);
+            }
+        }
+        __syncthreads(); /* shared memory is reused by the next frame */
+    }
+}
+
+typedef void (*cg_kernel_fn)(const cg_args);
+
+template <typename T> static cg_kernel_fn pick(int load, int exact)
+{
+    if (load == CG_LOAD_VEC)
+        return exact ? cog_kernel<T, CG_LOAD_VEC, true> : cog_kernel<T, CG_LOAD_VEC, false>;
+    if (load == CG_LOAD_SCALAR)
+        return exact ? cog_kernel<T, CG_LOAD_SCALAR, true> : cog_kernel<T, CG_LOAD_SCALAR, false>;
+    return exact ? cog_kernel<T, CG_LOAD_BYTES, true> : cog_kernel<T, CG_LOAD_BYTES, false>;
+}
+
+template <> cg_kernel_fn pick<float>(int load, int exact)
+{
+    (void)exact; /* f32 frames are never summed exactly */
+    if (load == CG_LOAD_VEC)
+        return cog_kernel<float, CG_LOAD_VEC, false>;
+    if (load == CG_LOAD_SCALAR)
+        return cog_kernel<float, CG_LOAD_SCALAR, false>;
+    return cog_kernel<float, CG_LOAD_BYTES, false>;
+}
+
+/* ------------------------------------------------------------------ launch shape */
+
+/* The largest number of lenslets per tile such that every tile (lenslets [t L, t L + L)) spans
+ * at most tx groups of 4 pixels aligned to the row start. */
+static int tile_lenslets(const sw_centroid_plan *plan, int tx)
+{
+    int L = plan->nx < 4 * tx ? plan->nx : 4 * tx; /* a lenslet has at least 1 column */
+    for (; L > 1; L--) {
+        int ok = 1;
+        for (int ix0 = 0; ix0 < plan->nx && ok; ix0 += L) {
+            const int ix1 = ix0 + L < plan->nx ? ix0 + L : plan->nx;
+            ok = (plan->xe[ix1 - 1] - 1) / 4 - plan->xs[ix0] / 4 + 1 <= tx;
+        }
+        if (ok)
+            break;
+    }
+    return L;
+}
+
+/*
+ * The launch shape:
+ *   TX:  groups per tile, 32, or 64 when a lenslet spans more than 32 groups (seed Eq. 11:
+ *        n_packets = floor((d + 6) / 4) <= 33 for d <= 128);
+ *   LPT: lenslets per tile, as many as fit in TX groups;
+ *   R:   row groups, for about RPT rows per thread (RPT loads in flight per thread), at most
+ *        CG_THREADS / TX. RPT: 2 when the plan's largest batch is read by fewer loads than the
+ *        GPU holds threads, up to 8 for large batches (fewer, longer-lived blocks);
+ *   NZ:  lenslet rows per block, to fill CG_THREADS threads (small lenslets), at most ny;
+ *   gs:  lanes per lenslet in the finishing reductions, the power of two that gives each lane
+ *        about 4 columns.
+ */
+static void choose_shape(const sw_centroid_plan *plan, cg_gpu *g)
+{
+    int wmax = 1, hmax = 1, span = 1;
+    long rows = 0;
+    for (int ix = 0; ix < plan->nx; ix++) {
+        const int w = plan->xe[ix] - plan->xs[ix];
+        const int sp = (plan->xe[ix] - 1) / 4 - plan->xs[ix] / 4 + 1;
+        wmax = w > wmax ? w : wmax;
+        span = sp > span ? sp : span;
+    }
+    for (int iy = 0; iy < plan->ny; iy++) {
+        const int h = plan->ye[iy] - plan->ys[iy];
+        hmax = h > hmax ? h : hmax;
+        rows += h;
+    }
+    g->tx = span <= 32 ? 32 : CG_MAX_TX;
+    g->lpt = tile_lenslets(plan, g->tx);
+    g->ntiles = (plan->nx + g->lpt - 1) / g->lpt;
+    /* row loads of the largest batch over the threads the GPU holds (4 blocks of 256 per SM) */
+    const double loads = (double)g->ntiles * g->tx * (double)rows * plan->p.max_frames;
+    const double held = (double)(plan->ctx->multiprocessors > 0 ? plan->ctx->multiprocessors : 1) *
+                        CG_MIN_BLOCKS * CG_THREADS;
+    int rpt = 2;
+    while (rpt < 8 && loads > rpt * held)
+        rpt *= 2;
+    g->r = (hmax + rpt - 1) / rpt;
+    if (g->r > CG_THREADS / g->tx)
+        g->r = CG_THREADS / g->tx;
+    g->nz = CG_THREADS / (g->tx * g->r);
+    if (g->nz > plan->ny)
+        g->nz = plan->ny;
+    g->gs = 1;
+    while (g->gs < 32 && 4 * g->gs < wmax)
+        g->gs *= 2;
+    const size_t nthreads = (size_t)g->tx * g->r * g->nz;
+    const size_t nitems = (size_t)g->nz * g->lpt;
+    g->smem = 2 * 4 * nthreads * sizeof(uint32_t) +
+              nitems * (2 * sizeof(double) + sizeof(int32_t) + sizeof(float));
+}
+
+/* ------------------------------------------------------------------ plan */
+
+/* Allocates n elements on the device and queues the copy of src (when not NULL) on the context's
+ * stream, which orders it before every run. */
+template <typename V>
+static sw_status upload(sw_centroid_plan *plan, V **dst, const V *src, size_t n)
+{
+    SW_CU(cudaMalloc((void **)dst, (n ? n : 1) * sizeof(V)));
+    if (n > 0 && src)
+        SW_CU(cudaMemcpyAsync(*dst, src, n * sizeof(V), cudaMemcpyHostToDevice, stream_of(plan)));
+    return SW_OK;
+}
+
+extern "C" sw_status sw_centroid_gpu_create(sw_centroid_plan *plan)
+{
+    const sw_centroid_params *p = &plan->p;
+    const sw_sh_geometry *geo = &p->geometry;
+    SW_CU(cudaSetDevice(plan->ctx->device));
+
+    /* The kernel computes the pixel regions itself: they must be the plan's. */
+    for (int32_t ix = 0; ix < plan->nx; ix++)
+        if (cg_edge(geo->x0, geo->pitch_px, ix) + p->window != plan->xs[ix] ||
+            cg_edge(geo->x0, geo->pitch_px, ix + 1) - p->window != plan->xe[ix])
+            return sw_fail(plan->ctx, SW_EINTERNAL,
+                           "centroid: the GPU's pixel region of lenslet column %d differs from "
+                           "the plan's",
+                           ix);
+    for (int32_t iy = 0; iy < plan->ny; iy++)
+        if (cg_edge(geo->y0, geo->pitch_px, iy) + p->window != plan->ys[iy] ||
+            cg_edge(geo->y0, geo->pitch_px, iy + 1) - p->window != plan->ye[iy])
+            return sw_fail(plan->ctx, SW_EINTERNAL,
+                           "centroid: the GPU's pixel region of lenslet row %d differs from the "
+                           "plan's",
+                           iy);
+
+    cg_gpu *g = (cg_gpu *)calloc(1, sizeof *g);
+    if (!g)
+        return sw_fail(plan->ctx, SW_ENOMEM, "centroid: out of memory");
+    plan->gpu = g;
+    SW_CU(cudaEventCreate(&g->t0));
+    SW_CU(cudaEventCreate(&g->t1));
+    SW_CU(cudaDeviceGetAttribute(&g->uva, cudaDevAttrUnifiedAddressing, plan->ctx->device));
+    choose_shape(plan, g);
+
+    const size_t nl = (size_t)plan->nl, npix = (size_t)p->width * (size_t)p->height;
+    if (plan->fraction)
+        SW_TRY(upload(plan, &g->col_ix, plan->col_ix, (size_t)(plan->col1 - plan->col0)));
+    SW_TRY(upload(plan, &g->slope_k, plan->slope_k, nl));
+    SW_TRY(upload(plan, &g->ref_x, plan->ref_x, nl));
+    SW_TRY(upload(plan, &g->ref_y, plan->ref_y, nl));
+    if (plan->dark)
+        SW_TRY(upload(plan, &g->dark, plan->dark, npix));
+    if (plan->flat)
+        SW_TRY(upload(plan, &g->flat, plan->flat, npix));
+    if (plan->lut)
+        SW_TRY(upload(plan, &g->lut, plan->lut, p->type == SW_PIX_U8 ? (size_t)256 : 65536));
+
+    if (plan->path == SW_CENTROID_COPY)
+        SW_CU(cudaMallocPitch(&g->frames, &g->frames_pitch,
+                              (size_t)p->width * sw_pixel_size(p->type),
+                              (size_t)p->max_frames * (size_t)p->height));
+    const size_t n = (size_t)p->max_frames * nl, ns = (size_t)p->max_frames * 2 * plan->nslopes;
+    SW_TRY(upload<float>(plan, &g->x, NULL, n));
+    SW_TRY(upload<float>(plan, &g->y, NULL, n));
+    SW_TRY(upload<float>(plan, &g->inten, NULL, n));
+    SW_TRY(upload<uint8_t>(plan, &g->flag, NULL, n));
+    SW_TRY(upload<float>(plan, &g->slopes, NULL, ns));
+    SW_CU(cudaStreamSynchronize(stream_of(plan))); /* the host copies may change after create */
+    sw_log(plan->ctx, SW_LOG_DEBUG,
+           "centroid GPU: blocks of %d pixel groups x %d row groups x %d lenslet rows, %d "
+           "lenslets per tile, %d tiles per lenslet row, %d lanes per lenslet, %zu B shared",
+           g->tx, g->r, g->nz, g->lpt, g->ntiles, g->gs, g->smem);
+    return SW_OK;
+}
+
+extern "C" sw_status sw_centroid_gpu_set_reference(sw_centroid_plan *plan)
+{
+    cg_gpu *g = (cg_gpu *)plan->gpu;
+    const size_t bytes = (size_t)plan->nl * sizeof(double);
+    SW_CU(cudaSetDevice(plan->ctx->device));
+    /* From pageable memory: the source is staged before the call returns. */
+    SW_CU(cudaMemcpyAsync(g->ref_x, plan->ref_x, bytes, cudaMemcpyHostToDevice, stream_of(plan)));
+    SW_CU(cudaMemcpyAsync(g->ref_y, plan->ref_y, bytes, cudaMemcpyHostToDevice, stream_of(plan)));
+    return SW_OK;
+}
+
+/* The device address of pinned host memory (the same pointer under unified addressing). */
+static sw_status mapped(sw_centroid_plan *plan, void *host, void **dev)
+{
+    cg_gpu *g = (cg_gpu *)plan->gpu;
+    if (!host || g->uva) {
+        *dev = host;
+        return SW_OK;
+    }
+    SW_CU(cudaHostGetDevicePointer(dev, host, 0));
+    return SW_OK;
+}
+
+static int load_mode(const void *data, size_t stride, size_t psize)
+{
+    const uintptr_t a = (uintptr_t)data;
+    if (a % (4 * psize) == 0 && stride % (4 * psize) == 0)
+        return CG_LOAD_VEC;
+    if (a % psize == 0 && stride % psize == 0)
+        return CG_LOAD_SCALAR;
+    return CG_LOAD_BYTES;
+}
+
+extern "C" sw_status sw_centroid_gpu_run(sw_centroid_plan *plan, const sw_image *frames,
+                                         int32_t nframes, sw_centroid_result *out)
+{
+    cg_gpu *g = (cg_gpu *)plan->gpu;
+    const sw_centroid_params *p = &plan->p;
+    cudaStream_t s = stream_of(plan);
+    SW_CU(cudaSetDevice(plan->ctx->device));
+    const size_t psize = sw_pixel_size(p->type);
+    cg_args a;
+    memset(&a, 0, sizeof a);
+
+    /* Frames */
+    void *img = frames->data;
+    size_t stride = frames->stride;
+    if (plan->path == SW_CENTROID_COPY) {
+        SW_CU(cudaMemcpy2DAsync(g->frames, g->frames_pitch, frames->data, frames->stride,
+                                (size_t)p->width * psize, (size_t)nframes * (size_t)p->height,
+                                cudaMemcpyHostToDevice, s));
+        img = g->frames;
+        stride = g->frames_pitch;
+    } else if (plan->path == SW_CENTROID_MAPPED) {
+        SW_TRY(mapped(plan, frames->data, &img));
+    }
+
+    /* Results: written in place (device results; pinned results written over the bus on the
+     * mapped path), or into the plan's buffers and copied. */
+    const int direct = out->memory == SW_MEM_DEVICE ||
+                       (out->memory == SW_MEM_PINNED && plan->path == SW_CENTROID_MAPPED);
+    if (direct && out->memory == SW_MEM_PINNED) {
+        void *q;
+        SW_TRY(mapped(plan, out->x, &q));
+        a.x = (float *)q;
+        SW_TRY(mapped(plan, out->y, &q));
+        a.y = (float *)q;
+        SW_TRY(mapped(plan, out->intensity, &q));
+        a.inten = (float *)q;
+        SW_TRY(mapped(plan, out->valid, &q));
+        a.flag = (uint8_t *)q;
+        SW_TRY(mapped(plan, out->slopes, &q));
+        a.slopes = (float *)q;
+    } else if (direct) {
+        a.x = out->x;
+        a.y = out->y;
+        a.inten = out->intensity;
+        a.flag = out->valid;
+        a.slopes = out->slopes;
+    } else {
+        a.x = out->x ? g->x : NULL;
+        a.y = out->y ? g->y : NULL;
+        a.inten = out->intensity ? g->inten : NULL;
+        a.flag = out->valid ? g->flag : NULL;
+        a.slopes = out->slopes ? g->slopes : NULL;
+    }
+
+    a.img = (const char *)img;
+    a.stride = stride;
+    a.width = p->width;
+    a.height = p->height;
+    a.nx = plan->nx;
+    a.ny = plan->ny;
+    a.nl = plan->nl;
+    a.nframes = nframes;
+    a.x0 = p->geometry.x0;
+    a.y0 = p->geometry.y0;
+    a.pitch = p->geometry.pitch_px;
+    a.window = p->window;
+    a.lpt = g->lpt;
+    a.ntiles = g->ntiles;
+    a.nitems = g->nz * g->lpt;
+    a.col0 = plan->col0;
+    a.col1 = plan->col1;
+    a.col_ix = g->col_ix;
+    a.slope_k = g->slope_k;
+    a.lut = g->lut;
+    a.dark = g->dark;
+    a.flat = g->flat;
+    a.mode = (int)p->threshold_mode;
+    a.fraction = plan->fraction;
+    a.conditioned = p->threshold_mode != SW_THRESHOLD_NONE || p->gamma != 1.0;
+    a.thr = (float)p->threshold;
+    a.gamma = (float)p->gamma;
+    a.frac = p->threshold;
+    a.ref_x = g->ref_x;
+    a.ref_y = g->ref_y;
+    a.nslopes = plan->nslopes;
+    a.interleaved = p->slope_layout == SW_SLOPES_INTERLEAVED;
+    a.gs = g->gs;
+
+    const int load = load_mode(img, stride, psize);
+    const cg_kernel_fn k = p->type == SW_PIX_U8    ? pick<uint8_t>(load, plan->exact)
+                           : p->type == SW_PIX_U16 ? pick<uint16_t>(load, plan->exact)
+                                                   : pick<float>(load, 0);
+    const int bands = (plan->ny + g->nz - 1) / g->nz;
+    const dim3 grid((unsigned)(g->ntiles * bands), (unsigned)(nframes < 65535 ? nframes : 65535));
+    const dim3 block((unsigned)g->tx, (unsigned)g->r, (unsigned)g->nz);
+    if (plan->timing)
+        SW_CU(cudaEventRecord(g->t0, s));
+    k<<<grid, block, g->smem, s>>>(a);
+    SW_CU(cudaGetLastError());
+    if (plan->timing)
+        SW_CU(cudaEventRecord(g->t1, s));
+
+    if (!direct) {
+        const size_t n = (size_t)nframes * (size_t)plan->nl;
+        const size_t ns = (size_t)nframes * 2 * (size_t)plan->nslopes;
+        if (out->x)
+            SW_CU(cudaMemcpyAsync(out->x, g->x, n * sizeof(float), cudaMemcpyDeviceToHost, s));
+        if (out->y)
+            SW_CU(cudaMemcpyAsync(out->y, g->y, n * sizeof(float), cudaMemcpyDeviceToHost, s));
+        if (out->intensity)
+            SW_CU(cudaMemcpyAsync(out->intensity, g->inten, n * sizeof(float),
+                                  cudaMemcpyDeviceToHost, s));
+        if (out->valid)
+            SW_CU(cudaMemcpyAsync(out->valid, g->flag, n, cudaMemcpyDeviceToHost, s));
+        if (out->slopes && ns > 0)
+            SW_CU(cudaMemcpyAsync(out->slopes, g->slopes, ns * sizeof(float),
+                                  cudaMemcpyDeviceToHost, s));
+    }
+    if (out->memory != SW_MEM_DEVICE)
+        SW_CU(cudaStreamSynchronize(s));
+    else if (plan->timing)
+        SW_CU(cudaEventSynchronize(g->t1));
+    plan->kernel_us = -1.0;
+    if (plan->timing) {
+        float ms = 0.0f;
+        SW_CU(cudaEventElapsedTime(&ms, g->t0, g->t1));
+        plan->kernel_us = 1e3 * (double)ms;
+    }
+    return SW_OK;
+}
+
+extern "C" void sw_centroid_gpu_destroy(sw_centroid_plan *plan)
+{
+    cg_gpu *g = (cg_gpu *)plan->gpu;
+    if (!g)
+        return;
+    cudaSetDevice(plan->ctx->device);
+    cudaStreamSynchronize(stream_of(plan));
+    cudaFree(g->col_ix);
+    cudaFree(g->slope_k);
+    cudaFree(g->dark);
+    cudaFree(g->flat);
+    cudaFree(g->lut);
+    cudaFree(g->ref_x);
+    cudaFree(g->ref_y);
+    cudaFree(g->frames);
+    cudaFree(g->x);
+    cudaFree(g->y);
+    cudaFree(g->inten);
+    cudaFree(g->flag);
+    cudaFree(g->slopes);
+    if (g->t0)
+        cudaEventDestroy(g->t0);
+    if (g->t1)
+        cudaEventDestroy(g->t1);
+    free(g);
+    plan->gpu = NULL;
+}
+
+extern "C" void *sw_centroid_gpu_alloc(sw_context *ctx, size_t bytes, sw_memory memory)
+{
+    void *q = NULL;
+    if (!ctx || cudaSetDevice(ctx->device) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    cudaError_t e = memory == SW_MEM_DEVICE
+                        ? cudaMalloc(&q, bytes ? bytes : 1)
+                        : cudaHostAlloc(&q, bytes ? bytes : 1,
+                                        cudaHostAllocMapped | cudaHostAllocPortable);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    return q;
+}
+
+extern "C" void sw_centroid_gpu_free(void *q, sw_memory memory)
+{
+    if (!q)
+        return;
+    if (memory == SW_MEM_DEVICE)
+        cudaFree(q);
+    else
+        cudaFreeHost(q);
+}
