@@ -54,8 +54,12 @@
  *   SW_CENTROID_HOST    the CPU implementation (OpenMP), the only path of a CPU context.
  * SW_CENTROID_AUTO takes HOST on a CPU context and COPY on a CUDA one.
  * Results (sw_centroid_result) live in host memory (plain or pinned) or device memory. On the
- * CUDA paths a host result is complete when sw_centroid_run returns; a device result is queued
- * on the context's stream (sw_context_synchronize before the host reads anything else).
+ * CUDA paths the kernel writes device results and pinned host results directly (pinned ones over
+ * the bus, zero-copy); plain host results are copied back. A host result is complete when
+ * sw_centroid_run returns; a device result is queued on the context's stream
+ * (sw_context_synchronize before the host reads anything else). For the lowest latency give
+ * pinned results (sw_centroid_result_alloc with SW_MEM_PINNED) and leave NULL the arrays you do
+ * not need.
  */
 #ifndef SPOTWAVE_CENTROID_H
 #define SPOTWAVE_CENTROID_H

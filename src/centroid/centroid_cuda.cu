@@ -46,9 +46,9 @@
  *
  * Memory paths: DEVICE reads device frames; COPY copies host frames into the plan's pitched
  * device buffer first (cudaMemcpy2DAsync on the context's stream); MAPPED reads pinned host frames
- * directly over the bus. Results go straight to device results (and, on the MAPPED path, to
- * pinned results); other results are written to the plan's device buffers and only the arrays
- * the caller asked for are copied back.
+ * directly over the bus. Results go straight to device results and to pinned host results
+ * (written over the bus, zero-copy, on every path); plain host results are written to the
+ * plan's device buffers and only the arrays the caller asked for are copied back.
  */
 #include "centroid/centroid_internal.h"
 #include "centroid/centroid_model.h"
@@ -679,10 +679,10 @@ extern "C" sw_status sw_centroid_gpu_run(sw_centroid_plan *plan, const sw_image 
         SW_TRY(mapped(plan, frames->data, &img));
     }
 
-    /* Results: written in place (device results; pinned results written over the bus on the
-     * mapped path), or into the plan's buffers and copied. */
-    const int direct = out->memory == SW_MEM_DEVICE ||
-                       (out->memory == SW_MEM_PINNED && plan->path == SW_CENTROID_MAPPED);
+    /* Results: written in place (device results, and pinned results written over the bus on
+     * every path: one kernel and no copies, where five copies of a few kB cost more than the
+     * writes), or into the plan's buffers and copied (plain host results). */
+    const int direct = out->memory == SW_MEM_DEVICE || out->memory == SW_MEM_PINNED;
     if (direct && out->memory == SW_MEM_PINNED) {
         void *q;
         SW_TRY(mapped(plan, out->x, &q));
@@ -821,10 +821,10 @@ extern "C" void *sw_centroid_gpu_alloc(sw_context *ctx, size_t bytes, sw_memory 
         cudaGetLastError();
         return NULL;
     }
-    cudaError_t e = memory == SW_MEM_DEVICE
-                        ? cudaMalloc(&q, bytes ? bytes : 1)
-                        : cudaHostAlloc(&q, bytes ? bytes : 1,
-                                        cudaHostAllocMapped | cudaHostAllocPortable);
+    cudaError_t e =
+        memory == SW_MEM_DEVICE
+            ? cudaMalloc(&q, bytes ? bytes : 1)
+            : cudaHostAlloc(&q, bytes ? bytes : 1, cudaHostAllocMapped | cudaHostAllocPortable);
     if (e != cudaSuccess) {
         cudaGetLastError();
         return NULL;
