@@ -42,6 +42,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef SW_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 #define PROG         "bench_centroid"
 #define ROTATE_BYTES (64.0 * 1024 * 1024) /* > 60 MB: more than an H100's 50 MB of L2 */
 #define MIN_FRAMES   8
@@ -87,7 +91,7 @@ typedef struct row {
     int w;
     double d;
     int wl2;
-    double cpu, kernel, stream, e2e_device, copy, mapped, slopes, batch_frame;
+    double cpu, kernel, stream, graph, e2e_device, copy, mapped, slopes, batch_frame;
 } row;
 
 static void fail(sw_context *ctx, const char *what, sw_status st)
@@ -248,6 +252,51 @@ static sw_status run_job(void *user, int sample, double *measured_us)
     return SW_OK;
 }
 
+#ifdef SW_HAVE_CUDA
+/* STREAM_RUNS single-frame device-path runs captured once into a CUDA graph (the launch cost of
+ * a real-time loop that replays its chain as a graph): each sample launches the graph and
+ * reports the time per run. */
+typedef struct graph_job {
+    sw_context *ctx;
+    cudaGraphExec_t exec;
+} graph_job;
+
+static sw_status run_graph(void *user, int sample, double *measured_us)
+{
+    (void)sample;
+    graph_job *g = user;
+    cudaStream_t s = (cudaStream_t)sw_context_stream(g->ctx);
+    const double t0 = sw_bench_now_us();
+    if (cudaGraphLaunch(g->exec, s) != cudaSuccess || cudaStreamSynchronize(s) != cudaSuccess)
+        return SW_ECUDA;
+    *measured_us = (sw_bench_now_us() - t0) / STREAM_RUNS;
+    return SW_OK;
+}
+
+/* Captures the runs of j (STREAM_RUNS frames, rotated) into a graph; 0 on success. */
+static int capture_graph(job *j, cudaGraphExec_t *exec)
+{
+    cudaStream_t s = (cudaStream_t)sw_context_stream(j->ctx);
+    cudaGraph_t graph = NULL;
+    if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
+        return 1;
+    sw_status st = SW_OK;
+    for (int i = 0; i < STREAM_RUNS && st == SW_OK; i++)
+        st = sw_centroid_run(j->plan, &j->views[i % j->nviews], j->res);
+    cudaError_t e = cudaStreamEndCapture(s, &graph);
+    if (st != SW_OK || e != cudaSuccess) {
+        fprintf(stderr, "%s: capturing the runs into a CUDA graph failed: %s\n", PROG,
+                st != SW_OK ? sw_context_error(j->ctx) : cudaGetErrorString(e));
+        if (graph)
+            cudaGraphDestroy(graph);
+        return 1;
+    }
+    e = cudaGraphInstantiate(exec, graph, 0);
+    cudaGraphDestroy(graph);
+    return e != cudaSuccess;
+}
+#endif
+
 /* Runs one case; stores its median in *median_us. 0 on success, 1 on failure. */
 static int one_case(const sw_bench_options *o, const char *bench, const char *config, job *j,
                     double bytes, double frames, double *median_us)
@@ -369,6 +418,22 @@ static int bench_cuda(const setup *s, const pool *pl, double d, const char *conf
     j = (job){ctx, dev, dv, nd, &dres, 0, STREAM_RUNS};
     if (one_case(o, "centroid_stream", config, &j, bytes, 0, &out->stream))
         goto done;
+#ifdef SW_HAVE_CUDA
+    {
+        /* the same runs replayed from a CUDA graph: the launch overhead mostly gone */
+        graph_job gj = {ctx, NULL};
+        j = (job){ctx, dev, dv, nd, &dres, 0, 0};
+        if (capture_graph(&j, &gj.exec))
+            goto done;
+        sw_bench_case c = {"centroid_graph", config, ctx, run_graph, &gj, bytes, 0, "frame"};
+        sw_bench_result r;
+        int bad = sw_bench_run(o, &c, &r) != SW_OK;
+        cudaGraphExecDestroy(gj.exec);
+        if (bad)
+            goto done;
+        out->graph = r.median_us;
+    }
+#endif
 
     /* end to end, host clock: results in pinned host memory */
     j = (job){ctx, dev, dv, nd, &pres, 0, 0};
@@ -454,8 +519,8 @@ static int bench_width(const setup *s, int32_t w, const double *ds, int nd, row 
         r->w = w;
         r->d = d;
         r->wl2 = (int)floor(w / d) * (int)floor(w / d);
-        r->cpu = r->kernel = r->stream = r->e2e_device = r->copy = r->mapped = r->slopes =
-            r->batch_frame = NAN;
+        r->cpu = r->kernel = r->stream = r->graph = r->e2e_device = r->copy = r->mapped =
+            r->slopes = r->batch_frame = NAN;
         char config[64];
         snprintf(config, sizeof config, "w%d d%g", (int)w, d);
         const seed_row *sr = seed_lookup(w, d);
@@ -490,11 +555,12 @@ static void print_table(sw_context *ctx, const row *rows, int n)
             "50 runs.\n"
             "# kernel = device time of one launch (CUDA events); stream = per frame, single-frame "
             "runs back to back;\n"
+            "# graph = per frame, %d single-frame runs replayed from one CUDA graph;\n"
             "# e2e-dev = frame on the device, results to the host; copy = frame uploaded too;\n"
             "# mapped = frame read over the bus; slopes = copy with the slopes only; batch/fr = "
             "batched device time per frame;\n"
             "# speed-up = t_CPU / t_GPU copy (Eq. 13).\n",
-            dev);
+            dev, STREAM_RUNS);
     fprintf(stderr, "%5s %5s %6s | %9s %9s %9s %9s %9s %9s %9s %9s %8s | %9s %9s %8s\n", "w_P", "d",
             "w_L^2", "t_CPU", "kernel", "stream", "e2e-dev", "copy", "mapped", "slopes", "batch/fr",
             "speed-up", "seed CPU", "seed GPU", "seed s-u");
@@ -504,6 +570,7 @@ static void print_table(sw_context *ctx, const row *rows, int n)
         print_us(r->cpu);
         print_us(r->kernel);
         print_us(r->stream);
+        print_us(r->graph);
         print_us(r->e2e_device);
         print_us(r->copy);
         print_us(r->mapped);
@@ -532,7 +599,7 @@ int main(int argc, char **argv)
         "Seed 000 Table 1: RoI w_P x w_P u8 frames of random pixels, w_P in {100, 200, 500,\n"
         "700, 1000}, pixel regions d in {3.8, 11, 20, 29} (--quick: w_P in {100, 1000}, d in\n"
         "{3.8, 29}). Cases: centroid_cpu (CPU backend; on CUDA too unless --json-only);\n"
-        "centroid_kernel, centroid_stream, centroid_e2e_device, centroid_e2e_copy, "
+        "centroid_kernel, centroid_stream, centroid_graph, centroid_e2e_device, centroid_e2e_copy, "
         "centroid_e2e_mapped (CUDA);\n"
         "centroid_e2e_copy_slopes and centroid_batch (CUDA, w_P = 1000).\n",
         &o);

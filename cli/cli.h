@@ -89,6 +89,14 @@ int sw_cli_parse_long(const char *text, long min, long max, long *out);
 int sw_cli_parse_u64(const char *text, uint64_t *out);
 /* Parses "WxH" (also "W,H"), both in 1..SW_IMAGE_MAX_DIM. 0 / -1. */
 int sw_cli_parse_size(const char *text, int32_t *w, int32_t *h);
+/* Parses one finite number (strtod, the whole text). 0 / -1. */
+int sw_cli_parse_double(const char *text, double *out);
+/* Parses exactly n comma-separated finite numbers into v. 0 / -1. */
+int sw_cli_parse_list(const char *text, double *v, int n);
+/* "A,B": two finite numbers. 0 / -1. */
+int sw_cli_parse_pair(const char *text, double *a, double *b);
+/* 1 when s ends with suffix, ignoring case (file name extensions). */
+int sw_cli_ends_with(const char *s, const char *suffix);
 
 /* ------------------------------------------------------------------ context */
 

@@ -121,37 +121,6 @@ typedef struct centroid_opts {
     sw_centroid_path path;
 } centroid_opts;
 
-static int parse_double(const char *text, double *out)
-{
-    if (!text || !*text)
-        return -1;
-    char *end = NULL;
-    errno = 0;
-    double v = strtod(text, &end);
-    if (errno != 0 || end == text || *end != '\0' || !isfinite(v))
-        return -1;
-    *out = v;
-    return 0;
-}
-
-/* "A,B": two finite numbers. */
-static int parse_pair(const char *text, double *a, double *b)
-{
-    char buf[128];
-    const char *comma = text ? strchr(text, ',') : NULL;
-    if (!comma || (size_t)(comma - text) >= sizeof buf)
-        return -1;
-    memcpy(buf, text, (size_t)(comma - text));
-    buf[comma - text] = '\0';
-    return parse_double(buf, a) == 0 && parse_double(comma + 1, b) == 0 ? 0 : -1;
-}
-
-static int ends_with(const char *s, const char *suffix)
-{
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && strcasecmp(s + n - m, suffix) == 0;
-}
-
 static int parse_options(int argc, char **argv, centroid_opts *o)
 {
     enum {
@@ -222,7 +191,7 @@ static int parse_options(int argc, char **argv, centroid_opts *o)
             o->have_grid = 1;
             break;
         case OPT_PITCH:
-            if (parse_double(optarg, &o->pitch) != 0 || !(o->pitch > 0))
+            if (sw_cli_parse_double(optarg, &o->pitch) != 0 || !(o->pitch > 0))
                 return sw_cli_usage(S, "--pitch: '%s' is not a positive number of pixels", optarg);
             if (o->pitch < 1.0)
                 return sw_cli_usage(S,
@@ -232,14 +201,14 @@ static int parse_options(int argc, char **argv, centroid_opts *o)
             o->have_pitch = 1;
             break;
         case OPT_ORIGIN:
-            if (parse_pair(optarg, &o->x0, &o->y0) != 0)
+            if (sw_cli_parse_pair(optarg, &o->x0, &o->y0) != 0)
                 return sw_cli_usage(S, "--origin: '%s' is not X0,Y0 in pixels", optarg);
             o->have_origin = 1;
             break;
         case OPT_PIXEL:
         case OPT_FOCAL: {
             double v;
-            if (parse_double(optarg, &v) != 0 || !(v > 0))
+            if (sw_cli_parse_double(optarg, &v) != 0 || !(v > 0))
                 return sw_cli_usage(S, "%s: '%s' is not a positive length",
                                     c == OPT_PIXEL ? "--pixel-um" : "--focal-mm", optarg);
             if (c == OPT_PIXEL)
@@ -249,12 +218,13 @@ static int parse_options(int argc, char **argv, centroid_opts *o)
             break;
         }
         case OPT_THRESHOLD:
-            if (parse_double(optarg, &o->threshold) != 0)
+            if (sw_cli_parse_double(optarg, &o->threshold) != 0)
                 return sw_cli_usage(S, "--threshold: '%s' is not a number", optarg);
             o->have_threshold = 1;
             break;
         case OPT_FRACTION:
-            if (parse_double(optarg, &o->threshold) != 0 || o->threshold < 0 || o->threshold > 1)
+            if (sw_cli_parse_double(optarg, &o->threshold) != 0 || o->threshold < 0 ||
+                o->threshold > 1)
                 return sw_cli_usage(S, "--threshold-fraction: '%s' is not a fraction in [0, 1]",
                                     optarg);
             o->have_fraction = 1;
@@ -269,7 +239,7 @@ static int parse_options(int argc, char **argv, centroid_opts *o)
             o->have_mode = 1;
             break;
         case OPT_GAMMA:
-            if (parse_double(optarg, &o->gamma) != 0 || !(o->gamma > 0))
+            if (sw_cli_parse_double(optarg, &o->gamma) != 0 || !(o->gamma > 0))
                 return sw_cli_usage(S, "--gamma: '%s' is not a positive exponent", optarg);
             break;
         case OPT_WINDOW:
@@ -326,7 +296,7 @@ static int parse_options(int argc, char **argv, centroid_opts *o)
         return sw_cli_usage(S, "unexpected argument '%s' (one IMAGE, cubes hold several frames)",
                             argv[optind + 1]);
 
-    o->reference_csv = o->reference && ends_with(o->reference, ".csv");
+    o->reference_csv = o->reference && sw_cli_ends_with(o->reference, ".csv");
     if (o->geometry_auto) {
         if (o->have_grid || o->have_pitch || o->have_origin)
             return sw_cli_usage(S, "--geometry auto finds the grid: drop --grid, --pitch and "

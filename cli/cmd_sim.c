@@ -107,46 +107,6 @@ static void sim_stars_help(FILE *out)
 
 /* ------------------------------------------------------------------ parsing */
 
-static int parse_double(const char *text, double *out)
-{
-    if (!text || !*text)
-        return -1;
-    char *end = NULL;
-    errno = 0;
-    double v = strtod(text, &end);
-    if (errno != 0 || end == text || *end != '\0' || !isfinite(v))
-        return -1;
-    *out = v;
-    return 0;
-}
-
-/* n comma-separated finite numbers. */
-static int parse_list(const char *text, double *v, int n)
-{
-    char buf[256];
-    if (!text || strlen(text) >= sizeof buf)
-        return -1;
-    strcpy(buf, text);
-    char *p = buf;
-    for (int i = 0; i < n; i++) {
-        char *comma = strchr(p, ',');
-        if ((i < n - 1) != (comma != NULL))
-            return -1;
-        if (comma)
-            *comma = '\0';
-        if (parse_double(p, &v[i]) != 0)
-            return -1;
-        p = comma ? comma + 1 : p;
-    }
-    return 0;
-}
-
-static int ends_with(const char *s, const char *suffix)
-{
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && strcasecmp(s + n - m, suffix) == 0;
-}
-
 /* ------------------------------------------------------------------ the detector (all sims) */
 
 /* The detector options, shared by every simulation (values below any subcommand's own). */
@@ -217,7 +177,7 @@ static int detector_option(const char *S, int c, const char *name, const char *a
     case OPT_DET_DARK_E:
     case OPT_DET_READ:
     case OPT_DET_FULL_WELL:
-        if (parse_double(arg, &v) != 0 || v < 0)
+        if (sw_cli_parse_double(arg, &v) != 0 || v < 0)
             return sw_cli_usage(S, "%s: '%s' is not a non-negative number of electrons", name, arg);
         if (c == OPT_DET_SKY_E)
             d->det.sky_e = v;
@@ -229,11 +189,11 @@ static int detector_option(const char *S, int c, const char *name, const char *a
             d->det.full_well_e = v;
         return SW_EXIT_OK;
     case OPT_DET_GAIN:
-        if (parse_double(arg, &d->det.gain_e_per_adu) != 0 || !(d->det.gain_e_per_adu > 0))
+        if (sw_cli_parse_double(arg, &d->det.gain_e_per_adu) != 0 || !(d->det.gain_e_per_adu > 0))
             return sw_cli_usage(S, "--gain: '%s' is not a positive number of e- per ADU", arg);
         return SW_EXIT_OK;
     case OPT_DET_BIAS:
-        if (parse_double(arg, &d->det.bias_adu) != 0)
+        if (sw_cli_parse_double(arg, &d->det.bias_adu) != 0)
             return sw_cli_usage(S, "--bias: '%s' is not a number of ADU", arg);
         return SW_EXIT_OK;
     case OPT_DET_NO_SHOT: d->no_shot = 1; return SW_EXIT_OK;
@@ -278,11 +238,12 @@ static int detector_finish(const char *S, det_opts *d, uint64_t seed)
 /* An image name the writers take: .fits/.fit/.fts (any type) or .pgm (8 or 16 bits). */
 static int check_image_name(const char *S, const char *opt, const char *path, sw_pixel_type t)
 {
-    if (ends_with(path, ".pgm")) {
+    if (sw_cli_ends_with(path, ".pgm")) {
         if (t != SW_PIX_U8 && t != SW_PIX_U16)
             return sw_cli_usage(S, "a PGM file holds 8 or 16 bits: use --bits 8 or 16, or a .fits "
                                    "name");
-    } else if (!ends_with(path, ".fits") && !ends_with(path, ".fit") && !ends_with(path, ".fts")) {
+    } else if (!sw_cli_ends_with(path, ".fits") && !sw_cli_ends_with(path, ".fit") &&
+               !sw_cli_ends_with(path, ".fts")) {
         return sw_cli_usage(S, "%s: '%s' does not end in .fits or .pgm", opt, path);
     }
     return SW_EXIT_OK;
@@ -290,7 +251,8 @@ static int check_image_name(const char *S, const char *opt, const char *path, sw
 
 static int write_image(sw_context *ctx, const char *path, const sw_image *img, sw_status *st)
 {
-    *st = ends_with(path, ".pgm") ? sw_pgm_write(ctx, path, img) : sw_fits_write(ctx, path, img, 1);
+    *st = sw_cli_ends_with(path, ".pgm") ? sw_pgm_write(ctx, path, img)
+                                         : sw_fits_write(ctx, path, img, 1);
     return *st == SW_OK ? 0 : -1;
 }
 
@@ -434,7 +396,7 @@ static int parse_stars_options(int argc, char **argv, stars_opts *o)
                                     INT32_MAX);
             break;
         case OPT_ATTITUDE:
-            if (parse_list(optarg, list, 3) != 0 || fabs(list[1]) > 90.0)
+            if (sw_cli_parse_list(optarg, list, 3) != 0 || fabs(list[1]) > 90.0)
                 return sw_cli_usage(S, "--attitude: '%s' is not RA,DEC,ROLL in degrees", optarg);
             o->cam.ra_deg = list[0];
             o->cam.dec_deg = list[1];
@@ -442,12 +404,12 @@ static int parse_stars_options(int argc, char **argv, stars_opts *o)
             o->have_attitude = 1;
             break;
         case OPT_FOCAL:
-            if (parse_double(optarg, &o->cam.focal_mm) != 0 || !(o->cam.focal_mm > 0))
+            if (sw_cli_parse_double(optarg, &o->cam.focal_mm) != 0 || !(o->cam.focal_mm > 0))
                 return sw_cli_usage(S, "--focal-mm: '%s' is not a positive length", optarg);
             o->have_focal = 1;
             break;
         case OPT_PIXEL:
-            if (parse_double(optarg, &o->cam.pixel_um) != 0 || !(o->cam.pixel_um > 0))
+            if (sw_cli_parse_double(optarg, &o->cam.pixel_um) != 0 || !(o->cam.pixel_um > 0))
                 return sw_cli_usage(S, "--pixel-um: '%s' is not a positive length", optarg);
             o->have_pixel = 1;
             break;
@@ -457,7 +419,7 @@ static int parse_stars_options(int argc, char **argv, stars_opts *o)
                                     optarg, SW_IMAGE_MAX_DIM);
             break;
         case OPT_SIGMA:
-            if (parse_double(optarg, &o->sigma) != 0 || !(o->sigma > 0))
+            if (sw_cli_parse_double(optarg, &o->sigma) != 0 || !(o->sigma > 0))
                 return sw_cli_usage(S, "--sigma: '%s' is not a positive number of pixels", optarg);
             break;
         case OPT_ROI:
@@ -479,20 +441,21 @@ static int parse_stars_options(int argc, char **argv, stars_opts *o)
                 return sw_cli_usage(S, "--psf: '%s' is not sampled or integrated", optarg);
             break;
         case OPT_ZERO_POINT:
-            if (parse_double(optarg, &o->zero_point) != 0 || !(o->zero_point > 0))
+            if (sw_cli_parse_double(optarg, &o->zero_point) != 0 || !(o->zero_point > 0))
                 return sw_cli_usage(S, "--zero-point: '%s' is not a positive flux in e-", optarg);
             break;
         case OPT_RATIO:
             if (strcasecmp(optarg, "pogson") == 0)
                 o->ratio = 0.0;
-            else if (parse_double(optarg, &o->ratio) != 0 || !(o->ratio > 0) || o->ratio == 1.0)
+            else if (sw_cli_parse_double(optarg, &o->ratio) != 0 || !(o->ratio > 0) ||
+                     o->ratio == 1.0)
                 return sw_cli_usage(S,
                                     "--ratio: '%s' is not 'pogson' or a positive ratio other "
                                     "than 1 (the seed's is 2.512)",
                                     optarg);
             break;
         case OPT_MAG_RANGE:
-            if (parse_list(optarg, list, 2) != 0 || list[0] > list[1])
+            if (sw_cli_parse_list(optarg, list, 2) != 0 || list[0] > list[1])
                 return sw_cli_usage(S, "--mag-range: '%s' is not MIN,MAX with MIN <= MAX", optarg);
             o->mag_min = list[0];
             o->mag_max = list[1];
@@ -671,8 +634,8 @@ static int run_stars(const sw_cli_globals *g, const stars_opts *o, stars_report 
 
     /* Files. */
     t0 = sw_cli_now();
-    st = ends_with(o->out, ".pgm") ? sw_pgm_write(ctx, o->out, &host)
-                                   : sw_fits_write(ctx, o->out, &host, 1);
+    st = sw_cli_ends_with(o->out, ".pgm") ? sw_pgm_write(ctx, o->out, &host)
+                                          : sw_fits_write(ctx, o->out, &host, 1);
     if (st != SW_OK) {
         rc = sw_cli_fail(S, "%s", lib_error(ctx, st));
         goto done;
@@ -840,12 +803,12 @@ static int sh_option(const char *S, int c, const char *arg, sh_opts *o)
         o->have_grid = 1;
         return SW_EXIT_OK;
     case OPT_SH_PITCH:
-        if (parse_double(arg, &o->pitch) != 0 || !(o->pitch > 0))
+        if (sw_cli_parse_double(arg, &o->pitch) != 0 || !(o->pitch > 0))
             return sw_cli_usage(S, "--pitch: '%s' is not a positive number of pixels", arg);
         o->have_pitch = 1;
         return SW_EXIT_OK;
     case OPT_SH_ORIGIN:
-        if (parse_list(arg, list, 2) != 0)
+        if (sw_cli_parse_list(arg, list, 2) != 0)
             return sw_cli_usage(S, "--origin: '%s' is not X0,Y0 in pixels", arg);
         o->x0 = list[0];
         o->y0 = list[1];
@@ -861,7 +824,7 @@ static int sh_option(const char *S, int c, const char *arg, sh_opts *o)
     case OPT_SH_FOCAL:
     case OPT_SH_LENSLET:
     case OPT_SH_WAVELENGTH:
-        if (parse_double(arg, &v) != 0 || !(v > 0))
+        if (sw_cli_parse_double(arg, &v) != 0 || !(v > 0))
             return sw_cli_usage(S, "%s: '%s' is not a positive length",
                                 c == OPT_SH_PIXEL     ? "--pixel-um"
                                 : c == OPT_SH_FOCAL   ? "--focal-mm"
@@ -886,15 +849,15 @@ static int sh_option(const char *S, int c, const char *arg, sh_opts *o)
             return sw_cli_usage(S, "--spot: '%s' is not gaussian or sinc2", arg);
         return SW_EXIT_OK;
     case OPT_SH_SIGMA:
-        if (parse_double(arg, &o->sigma_px) != 0 || o->sigma_px < 0)
+        if (sw_cli_parse_double(arg, &o->sigma_px) != 0 || o->sigma_px < 0)
             return sw_cli_usage(S, "--sigma: '%s' is not a non-negative number of pixels", arg);
         return SW_EXIT_OK;
     case OPT_SH_FLUX:
-        if (parse_double(arg, &o->flux_e) != 0 || o->flux_e < 0)
+        if (sw_cli_parse_double(arg, &o->flux_e) != 0 || o->flux_e < 0)
             return sw_cli_usage(S, "--flux: '%s' is not a non-negative number of electrons", arg);
         return SW_EXIT_OK;
     case OPT_SH_MIN_ILLUM:
-        if (parse_double(arg, &o->min_illum) != 0 || o->min_illum < 0 || o->min_illum >= 1)
+        if (sw_cli_parse_double(arg, &o->min_illum) != 0 || o->min_illum < 0 || o->min_illum >= 1)
             return sw_cli_usage(S, "--min-illum: '%s' is not a fraction in [0, 1)", arg);
         return SW_EXIT_OK;
     case OPT_SH_ROI:
@@ -1155,7 +1118,7 @@ static int parse_turbulence(const char *text, sw_turbulence *t)
             return -1;
         *eq = '\0';
         double v;
-        if (parse_double(eq + 1, &v) != 0)
+        if (sw_cli_parse_double(eq + 1, &v) != 0)
             return -1;
         if (strcmp(item, "r0") == 0 && v > 0)
             t->r0_m = v, have_r0 = 1;
@@ -1234,7 +1197,7 @@ static int parse_sh_options(int argc, char **argv, simsh_opts *o)
         case OPT_SCALE:
         case OPT_PUPIL: {
             double v;
-            if (parse_double(optarg, &v) != 0 || !(v > 0))
+            if (sw_cli_parse_double(optarg, &v) != 0 || !(v > 0))
                 return sw_cli_usage(S, "%s: '%s' is not a positive number", argv[optind - 1],
                                     optarg);
             if (c == OPT_ZRADIUS)
@@ -1253,19 +1216,19 @@ static int parse_sh_options(int argc, char **argv, simsh_opts *o)
                 return sw_cli_usage(S, "--screen-index: '%s' is not in 0..2^32-1", optarg);
             break;
         case OPT_PUPIL_CENTER:
-            if (parse_list(optarg, list, 2) != 0)
+            if (sw_cli_parse_list(optarg, list, 2) != 0)
                 return sw_cli_usage(S, "--pupil-center-mm: '%s' is not U,V in mm", optarg);
             o->pupil_cu_mm = list[0];
             o->pupil_cv_mm = list[1];
             o->have_pupil_center = 1;
             break;
         case OPT_OBSCURATION:
-            if (parse_double(optarg, &o->obscuration) != 0 || o->obscuration < 0 ||
+            if (sw_cli_parse_double(optarg, &o->obscuration) != 0 || o->obscuration < 0 ||
                 o->obscuration >= 1)
                 return sw_cli_usage(S, "--obscuration: '%s' is not a fraction in [0, 1)", optarg);
             break;
         case OPT_ELLIPSE:
-            if (parse_list(optarg, list, 2) != 0 || !(list[0] > 0) || list[0] > 1)
+            if (sw_cli_parse_list(optarg, list, 2) != 0 || !(list[0] > 0) || list[0] > 1)
                 return sw_cli_usage(S, "--ellipse: '%s' is not B/A,ANGLE with 0 < B/A <= 1",
                                     optarg);
             o->ellipse_ratio = list[0];
@@ -1760,7 +1723,7 @@ static int parse_eye_options(int argc, char **argv, eye_opts *o)
         switch (c) {
         case OPT_BINOCULAR: o->binocular = 1; break;
         case OPT_CENTER:
-            if (parse_list(optarg, list, 2) != 0)
+            if (sw_cli_parse_list(optarg, list, 2) != 0)
                 return sw_cli_usage(S, "--eye-center: '%s' is not X,Y in pixels", optarg);
             if (o->n_centers == 2)
                 return sw_cli_usage(S, "--eye-center: at most two eyes");
@@ -1773,7 +1736,7 @@ static int parse_eye_options(int argc, char **argv, eye_opts *o)
         case OPT_ZPUPIL:
         case OPT_POPULATION:
         case OPT_RMS:
-            if (parse_double(optarg, &v) != 0 || !(v > 0) || (c == OPT_RMS && v > 1e3))
+            if (sw_cli_parse_double(optarg, &v) != 0 || !(v > 0) || (c == OPT_RMS && v > 1e3))
                 return sw_cli_usage(S, "%s: '%s' is not a positive number", name, optarg);
             if (c == OPT_PUPIL_PX)
                 o->pupil_px = v;
@@ -1787,7 +1750,7 @@ static int parse_eye_options(int argc, char **argv, eye_opts *o)
                 o->rms_um = v;
             break;
         case OPT_ELLIPSE:
-            if (parse_list(optarg, list, 2) != 0 || !(list[0] > 0) || list[0] > 1)
+            if (sw_cli_parse_list(optarg, list, 2) != 0 || !(list[0] > 0) || list[0] > 1)
                 return sw_cli_usage(S, "--ellipse: '%s' is not B/A,ANGLE with 0 < B/A <= 1",
                                     optarg);
             o->ellipse_ratio = list[0];
@@ -1814,7 +1777,7 @@ static int parse_eye_options(int argc, char **argv, eye_opts *o)
         case OPT_SPHERE:
         case OPT_CYL:
         case OPT_AXIS:
-            if (parse_double(optarg, &v) != 0 || (c != OPT_AXIS && fabs(v) > 100))
+            if (sw_cli_parse_double(optarg, &v) != 0 || (c != OPT_AXIS && fabs(v) > 100))
                 return sw_cli_usage(S, "%s: '%s' is not a %s", name, optarg,
                                     c == OPT_AXIS ? "number of degrees"
                                                   : "power in dioptres (-100..100)");
@@ -1834,7 +1797,7 @@ static int parse_eye_options(int argc, char **argv, eye_opts *o)
         case OPT_TEAR_DEPTH:
         case OPT_WHITE: {
             const int fraction = c == OPT_FALLOFF || c == OPT_REFL_OFFSET || c == OPT_TEAR_DEPTH;
-            if (parse_double(optarg, &v) != 0 || v < 0 || (fraction && v > 1) ||
+            if (sw_cli_parse_double(optarg, &v) != 0 || v < 0 || (fraction && v > 1) ||
                 (c == OPT_BRIGHT && v >= 1) || (c == OPT_REFL_SIGMA && !(v > 0)))
                 return sw_cli_usage(S, "%s: '%s' is not %s", name, optarg,
                                     fraction              ? "a fraction in [0, 1]"

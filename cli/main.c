@@ -10,9 +10,11 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <time.h>
@@ -186,6 +188,55 @@ int sw_cli_parse_long(const char *text, long min, long max, long *out)
         return -1;
     *out = v;
     return 0;
+}
+
+int sw_cli_parse_double(const char *text, double *out)
+{
+    if (!text || !*text)
+        return -1;
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (errno != 0 || end == text || *end != '\0' || !isfinite(v))
+        return -1;
+    *out = v;
+    return 0;
+}
+
+int sw_cli_parse_list(const char *text, double *v, int n)
+{
+    char buf[256];
+    if (!text || strlen(text) >= sizeof buf)
+        return -1;
+    strcpy(buf, text);
+    char *p = buf;
+    for (int i = 0; i < n; i++) {
+        char *comma = strchr(p, ',');
+        if ((i < n - 1) != (comma != NULL))
+            return -1;
+        if (comma)
+            *comma = '\0';
+        if (sw_cli_parse_double(p, &v[i]) != 0)
+            return -1;
+        p = comma ? comma + 1 : p;
+    }
+    return 0;
+}
+
+int sw_cli_parse_pair(const char *text, double *a, double *b)
+{
+    double v[2];
+    if (sw_cli_parse_list(text, v, 2) != 0)
+        return -1;
+    *a = v[0];
+    *b = v[1];
+    return 0;
+}
+
+int sw_cli_ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcasecmp(s + n - m, suffix) == 0;
 }
 
 int sw_cli_parse_u64(const char *text, uint64_t *out)

@@ -43,7 +43,8 @@
  * Frames and batches. A run takes one sw_image that holds `frames` frames stacked vertically:
  * frame f, row y is row f * height + y of the image (a FITS cube read into one buffer has this
  * layout). Pixel types: u8 and u16 (vector loads of 4 pixels when the rows are aligned, scalar
- * otherwise), and f32. Any row stride.
+ * otherwise), and f32. Any row stride; the GPU paths take any start address, the host path
+ * needs u16 / f32 pixels aligned to their size (SW_EINVAL otherwise).
  *
  * Memory paths (chosen at create; the run allocates nothing):
  *   SW_CENTROID_DEVICE  frames already on the device (sw_image_alloc_device);

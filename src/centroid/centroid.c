@@ -705,6 +705,11 @@ sw_status sw_centroid_run(sw_centroid_plan *plan, const sw_image *frames, sw_cen
         return sw_fail(ctx, SW_EINVAL, "centroid: the host path writes host results, not device");
 
     if (plan->path == SW_CENTROID_HOST) {
+        if ((uintptr_t)frames->data % sw_pixel_size(p->type) != 0)
+            return sw_fail(ctx, SW_EINVAL,
+                           "centroid: the host path reads %s pixels at addresses aligned to their "
+                           "size; this image starts at an odd address (copy it first)",
+                           sw_pixel_type_string(p->type));
         plan->kernel_us = -1.0;
         cpu_run(plan, frames, nframes, out);
         return SW_OK;
