@@ -561,9 +561,9 @@ static void print_table(sw_context *ctx, const row *rows, int n)
             "batched device time per frame;\n"
             "# speed-up = t_CPU / t_GPU copy (Eq. 13).\n",
             dev, STREAM_RUNS);
-    fprintf(stderr, "%5s %5s %6s | %9s %9s %9s %9s %9s %9s %9s %9s %8s | %9s %9s %8s\n", "w_P", "d",
-            "w_L^2", "t_CPU", "kernel", "stream", "e2e-dev", "copy", "mapped", "slopes", "batch/fr",
-            "speed-up", "seed CPU", "seed GPU", "seed s-u");
+    fprintf(stderr, "%5s %5s %6s | %9s %9s %9s %9s %9s %9s %9s %9s %9s %8s | %9s %9s %8s\n", "w_P",
+            "d", "w_L^2", "t_CPU", "kernel", "stream", "graph", "e2e-dev", "copy", "mapped",
+            "slopes", "batch/fr", "speed-up", "seed CPU", "seed GPU", "seed s-u");
     for (int i = 0; i < n; i++) {
         const row *r = &rows[i];
         fprintf(stderr, "%5d %5g %6d |", r->w, r->d, r->wl2);
