@@ -41,8 +41,8 @@ void sw_cmd_centroid_help(FILE *out)
             "  --geometry auto|manual auto: find the pitch, origin and grid in the --reference\n"
             "                         image (a flat-wavefront spot pattern, one spot per lenslet;\n"
             "                         pitch 3..128 px); manual (default): from the options below\n"
-            "  --pitch PX             lenslet pitch in pixels, may be fractional (needed with\n"
-            "                         manual geometry)\n"
+            "  --pitch PX             lenslet pitch in pixels, 1..128, may be fractional\n"
+            "                         (needed with manual geometry)\n"
             "  --grid NXxNY           lenslets across and down (default: as many as fit)\n"
             "  --origin X0,Y0         corner pixel of lenslet (0,0) (default: the grid centred on\n"
             "                         the image in whole pixels, where 'spotwave sim sh' puts it)\n"
@@ -198,6 +198,9 @@ static int parse_options(int argc, char **argv, centroid_opts *o)
                                     "--pitch: %g px is below one pixel (a lenslet must own at "
                                     "least one pixel)",
                                     o->pitch);
+            if (o->pitch > SW_CENTROID_MAX_PITCH_PX)
+                return sw_cli_usage(S, "--pitch: %g px is above the largest supported (%g px)",
+                                    o->pitch, SW_CENTROID_MAX_PITCH_PX);
             o->have_pitch = 1;
             break;
         case OPT_ORIGIN:
@@ -267,7 +270,14 @@ static int parse_options(int argc, char **argv, centroid_opts *o)
         case OPT_SLOPES:
         case 'o':
             if (!*optarg)
-                return sw_cli_usage(S, "%s: the file name is empty", argv[optind - 1]);
+                return sw_cli_usage(S, "%s: the file name is empty",
+                                    c == 'o'          ? "--out"
+                                    : c == OPT_MASK   ? "--mask"
+                                    : c == OPT_LUT    ? "--lut"
+                                    : c == OPT_DARK   ? "--dark"
+                                    : c == OPT_FLAT   ? "--flat"
+                                    : c == OPT_SLOPES ? "--slopes"
+                                                      : "--reference");
             if (c == OPT_MASK)
                 o->mask = optarg;
             else if (c == OPT_LUT)
@@ -939,6 +949,14 @@ static int run_centroid(const sw_cli_globals *gl, const centroid_opts *o, report
             goto done;
         }
     }
+    if (!o->have_origin &&
+        (s.geom.pitch_px * s.geom.nx > r->width || s.geom.pitch_px * s.geom.ny > r->height)) {
+        rc = sw_cli_fail(SUB,
+                         "image '%s': a grid of %dx%d lenslets of %g px does not fit its %dx%d "
+                         "pixels",
+                         o->image, s.geom.nx, s.geom.ny, s.geom.pitch_px, r->width, r->height);
+        goto done;
+    }
     if ((st = sw_sh_geometry_check(s.ctx, &s.geom, r->width, r->height)) != SW_OK) {
         rc = sw_cli_fail(SUB, "image '%s': %s", o->image, lib_error(s.ctx, st));
         goto done;
@@ -960,8 +978,12 @@ static int run_centroid(const sw_cli_globals *gl, const centroid_opts *o, report
         }
         rc = read_lenslet_table(s.ctx, "mask", o->mask, s.geom.nx, s.geom.ny, 0, names, 1, vals,
                                 seen);
-        for (int32_t l = 0; rc == SW_EXIT_OK && l < nl; l++)
+        for (int32_t l = 0; rc == SW_EXIT_OK && l < nl; l++) {
+            if (seen[l] && vals[0][l] != 0.0 && vals[0][l] != 1.0)
+                rc = sw_cli_fail(SUB, "mask '%s': lenslet (%d,%d) has valid = %g (0 or 1)", o->mask,
+                                 l % s.geom.nx, l / s.geom.nx, vals[0][l]);
             s.mask[l] = !seen[l] || vals[0][l] != 0.0;
+        }
         free(seen);
         free(vals[0]);
         if (rc != SW_EXIT_OK)

@@ -5,13 +5,15 @@
  * (seed 000 Eq. 1-5): lenslet (ix, iy), flat index l = iy * nx + ix, owns the pixel region
  * [xb, xe) x [yb, ye) of sw_sh_region.
  *
- * Moments and centroid (seed Eq. 6-7). With I'(x, y) the conditioned intensity (below):
- *     m00 = sum I',   m10 = sum (x - xb) I',   m01 = sum (y - yb) I'   over the region,
- *     cx = xb + m10 / m00,   cy = yb + m01 / m00            (0-based pixel-centre coordinates).
+ * Moments and centroid (seed Eq. 6-7). With I'(x, y) the conditioned intensity (below) and
+ * (xs, ys) the first pixel of the region after the window (step 6; (xb, yb) without one):
+ *     m00 = sum I',   m10 = sum (x - xs) I',   m01 = sum (y - ys) I'   over the region,
+ *     cx = xs + m10 / m00,   cy = ys + m01 / m00            (0-based pixel-centre coordinates).
  * The moments are taken about the region's corner so they stay small; the centroid is the same
  * as Eq. (7). A lenslet is invalid (valid = 0, cx = cy = NaN, slopes 0) when it is masked out by
  * the geometry, when m00 <= 0 (an empty lenslet: never divided by zero), or when a moment is not
- * finite (a NaN or Inf pixel in an f32 frame).
+ * finite (a NaN or Inf pixel in an f32 frame, whatever the conditioning). The intensity is m00
+ * for every lenslet, masked or not.
  *
  * Conditioning (seed section 3 and Remark 2), applied to every pixel as it is read, in this
  * order (each step optional):
@@ -27,8 +29,8 @@
  *                      (the region shrinks to [xb + w, xe - w) x [yb + w, ye - w)).
  * Without steps 1-5 (integer frames), the moments are summed in exact integer arithmetic on
  * both backends, so the CPU and the GPU give bit-identical centroids. With conditioning they are
- * summed in floating point (the GPU in float per pixel group, double per lenslet; the CPU in
- * double) and agree to about 1e-5 px.
+ * summed in floating point (the GPU in float per column of the region, double per lenslet; the
+ * CPU in double) and agree within 1e-4 px (3e-5 px seen).
  *
  * Slopes. slope = centroid - reference, in pixels, for the lenslets of the geometry's mask (all
  * lenslets when it has none), in lenslet order; 0 for a lenslet that is invalid in the frame.
@@ -58,9 +60,10 @@
  * CUDA paths the kernel writes device results and pinned host results directly (pinned ones over
  * the bus, zero-copy); plain host results are copied back. A host result is complete when
  * sw_centroid_run returns; a device result is queued on the context's stream
- * (sw_context_synchronize before the host reads anything else). For the lowest latency give
- * pinned results (sw_centroid_result_alloc with SW_MEM_PINNED) and leave NULL the arrays you do
- * not need.
+ * (sw_context_synchronize before the host reads anything else), and until then the frames may
+ * still be read (copy and mapped paths): leave them unchanged till the stream has finished. For the
+ * lowest latency give pinned results (sw_centroid_result_alloc with SW_MEM_PINNED) and leave NULL
+ * the arrays you do not need.
  */
 #ifndef SPOTWAVE_CENTROID_H
 #define SPOTWAVE_CENTROID_H
@@ -72,6 +75,10 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Largest lenslet pitch a plan takes, pixels (regions up to 128 x 128 keep the exact sums of
+ * u16 frames in 32 bits per column and 64 bits per lenslet). */
+#define SW_CENTROID_MAX_PITCH_PX 128.0
 
 typedef enum sw_threshold_mode {
     SW_THRESHOLD_NONE = 0,
@@ -145,7 +152,7 @@ int32_t sw_centroid_plan_slope_lenslet(const sw_centroid_plan *plan, int32_t k);
 /*
  * Per-frame results, frame-major: centroid x of lenslet l in frame f is x[f * lenslets + l];
  * slopes of frame f start at slopes[f * 2 * nslopes]. Any array may be NULL: it is not written
- * (and, on the GPU, not computed or copied).
+ * (and, on the GPU, not copied).
  */
 typedef struct sw_centroid_result {
     int32_t frames;   /* capacity, frames                                   */

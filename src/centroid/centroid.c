@@ -124,8 +124,9 @@ static sw_status check_params(sw_context *ctx, const sw_centroid_params *p)
     }
     if (!isfinite(p->gamma) || p->gamma <= 0)
         return sw_fail(ctx, SW_EINVAL, "centroid: gamma %g must be positive and finite", p->gamma);
-    if (p->window < 0)
-        return sw_fail(ctx, SW_EINVAL, "centroid: window %d is negative", p->window);
+    if (p->window < 0 || p->window > SW_IMAGE_MAX_DIM)
+        return sw_fail(ctx, SW_EINVAL, "centroid: window %d is out of range (0..%d)", p->window,
+                       SW_IMAGE_MAX_DIM);
     if (p->lut && p->type == SW_PIX_F32)
         return sw_fail(ctx, SW_EINVAL,
                        "centroid: a look-up table needs integer pixels (u8 or u16), not f32");

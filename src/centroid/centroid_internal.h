@@ -13,9 +13,9 @@
 extern "C" {
 #endif
 
-/* Largest pitch a plan takes: regions of at most 128 x 128 pixels keep the exact integer sums
- * inside 32 bits per column (128 * 127 / 2 * 65535 < 2^32) and 64 bits per lenslet. */
-#define SW_CENTROID_MAX_PITCH 128.0
+/* Regions of at most 128 x 128 pixels keep the exact integer sums inside 32 bits per column
+ * (128 * 127 / 2 * 65535 < 2^32) and 64 bits per lenslet. */
+#define SW_CENTROID_MAX_PITCH SW_CENTROID_MAX_PITCH_PX
 
 struct sw_centroid_plan {
     sw_context *ctx;

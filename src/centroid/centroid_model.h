@@ -23,7 +23,10 @@
 SW_CM_FN float sw_cm_condition(float v, float d, float g, int mode, float t, float gamma)
 {
     v = (v - d) * g;
-    /* Written so that a NaN pixel stays NaN (and marks its lenslet invalid). */
+    /* A NaN or +-Inf pixel stays what it is, so that its lenslet's moments are not finite and
+     * the lenslet is reported invalid (a threshold would otherwise turn -Inf into 0). */
+    if (!isfinite(v))
+        return v;
     if (mode == 1)
         v = v <= t ? 0.0f : v - t;
     else if (mode == 2)
@@ -49,8 +52,9 @@ SW_CM_FN float sw_cm_fraction_threshold(double fraction, float m)
  * Seed Eq. (7) for one lenslet whose moments about its windowed corner (xs, ys) are m00, m10,
  * m01: writes the centroid, the intensity and the flag; returns 1 when valid. Invalid (masked,
  * m00 <= 0 or a moment not finite): x = y = NaN, flag 0. The slope (cx - rx, cy - ry) goes to
- * *sx, *sy when they are not NULL (0 when invalid). Division and subtraction in double, rounded
- * to float once at the end: the CPU and the GPU give the same bits from the same moments.
+ * *sx, *sy when they are not NULL (0 when invalid), from the centroid rounded to float. Division
+ * and subtraction in double, rounded to float once at the end: the CPU and the GPU give the same
+ * bits from the same moments.
  */
 SW_CM_FN int sw_cm_finish(double m00, double m10, double m01, int32_t xs, int32_t ys, int in_mask,
                           double rx, double ry, float *x, float *y, float *inten, uint8_t *valid,
@@ -67,10 +71,12 @@ SW_CM_FN int sw_cm_finish(double m00, double m10, double m01, int32_t xs, int32_
         *inten = (float)m00;
     if (valid)
         *valid = (uint8_t)ok;
+    /* The slope of the centroid as reported (rounded to float), so that a frame measured
+     * against its own centroids gives slopes of exactly 0. */
     if (sx)
-        *sx = ok ? (float)(cx - rx) : 0.0f;
+        *sx = ok ? (float)((double)(float)cx - rx) : 0.0f;
     if (sy)
-        *sy = ok ? (float)(cy - ry) : 0.0f;
+        *sy = ok ? (float)((double)(float)cy - ry) : 0.0f;
     return ok;
 }
 

@@ -309,6 +309,10 @@ expect_usage centroid "$tmp/a.fits" --pitch 21.5 --algorithm pyramid
 [[ $err == *"not yet implemented (issue: aberrometry)"* ]] || fail "--algorithm pyramid: $err"
 expect_usage centroid "$tmp/a.fits" --pitch 0.5
 [[ $err == *"below one pixel"* ]] || fail "--pitch 0.5: $err"
+expect_usage centroid "$tmp/a.fits" --pitch 300
+[[ $err == *"above the largest supported (128 px)"* ]] || fail "--pitch 300: $err"
+expect_usage centroid "$tmp/a.fits" --pitch 21.5 --out ''
+[[ $err == *"--out: the file name is empty"* ]] || fail "--out '': $err"
 
 # ---------------------------------------------------------------- failures while running (1)
 fail1() { # ARGS... : exit 1, one line on stderr, no output file left behind
@@ -327,7 +331,11 @@ fail1 "$tmp/a.fits" --pitch 24 --grid 20x20 --origin 0,0
 [[ $err == *"outside the 250x205 image"* ]] || fail "grid outside the image: $err"
 fail1 "$tmp/a.fits" --pitch 21.5 --grid 11x9 --origin -2,0
 [[ $err == *"outside"* ]] || fail "negative origin: $err"
-fail1 "$tmp/a.fits" --pitch 300
+fail1 "$tmp/a.fits" --pitch 128 --grid 2x2
+[[ $err == *"does not fit its 250x205 pixels"* ]] || fail "grid larger than the image: $err"
+printf 'ix,iy,valid\n0,0,0.5\n' >"$tmp/mask_half.csv"
+fail1 "$tmp/a.fits" "${geom[@]}" --mask "$tmp/mask_half.csv"
+[[ $err == *"valid = 0.5 (0 or 1)"* ]] || fail "mask value 0.5: $err"
 # Reference CSVs that do not cover the grid exactly.
 head -n 99 "$tmp/r.csv" >"$tmp/r_short.csv" # 98 lenslets
 fail1 "$tmp/a.fits" "${geom[@]}" --reference "$tmp/r_short.csv"

@@ -65,8 +65,8 @@ static int rnd_int(uint64_t *s, int n)
 /* A random geometry: pitch in [3, 128), non-integer origin, at most ~max_px pixels per side; the
  * frame size is set to hold it with a random margin. mask (nx * ny bytes, caller's buffer of at
  * least 4096) is used when with_mask. */
-static void random_params(uint64_t *s, sw_pixel_type type, int max_px, int with_mask,
-                          uint8_t *mask, sw_centroid_params *p)
+static void random_params(uint64_t *s, sw_pixel_type type, int max_px, int with_mask, uint8_t *mask,
+                          sw_centroid_params *p)
 {
     sw_centroid_params_default(p);
     sw_sh_geometry *g = &p->geometry;
@@ -136,8 +136,8 @@ static void expect_identical(const char *what, const sw_centroid_result *a,
         if (memcmp(fa[k], fb[k], n * sizeof(float)) != 0)
             for (size_t i = 0; i < n; i++)
                 if (memcmp(fa[k] + i, fb[k] + i, sizeof(float)) != 0)
-                    fail_msg("%s: %s[%zu] differs: %.9g vs %.9g (valid %d / %d)", what, names[k],
-                             i, (double)fa[k][i], (double)fb[k][i], a->valid[i], b->valid[i]);
+                    fail_msg("%s: %s[%zu] differs: %.9g vs %.9g (valid %d / %d)", what, names[k], i,
+                             (double)fa[k][i], (double)fb[k][i], a->valid[i], b->valid[i]);
     for (size_t i = 0; i < n; i++)
         if (a->valid[i] != b->valid[i])
             fail_msg("%s: valid[%zu] differs: %d vs %d", what, i, a->valid[i], b->valid[i]);
@@ -249,7 +249,8 @@ static void cpu_vs_gpu(const char *what, const sw_centroid_params *p, const sw_i
     }
     run_ok(pg, gpu, &in, &rg);
     char label[256];
-    snprintf(label, sizeof label, "%s (%s path, %s, %dx%d lenslets of %.3f px at (%.2f, %.2f), "
+    snprintf(label, sizeof label,
+             "%s (%s path, %s, %dx%d lenslets of %.3f px at (%.2f, %.2f), "
              "window %d, %s, offset %zu, stride %zu)",
              what, sw_centroid_path_string(path), sw_pixel_type_string(p->type), p->geometry.nx,
              p->geometry.ny, p->geometry.pitch_px, p->geometry.x0, p->geometry.y0, p->window,
@@ -309,8 +310,9 @@ static void test_conditioned_random(void **state)
     uint64_t s = 0xBADC0DE;
     const sw_pixel_type types[3] = {SW_PIX_U8, SW_PIX_U16, SW_PIX_F32};
     for (int t = 0; t < 3; t++) {
-        const double full = types[t] == SW_PIX_U8 ? 255.0 : types[t] == SW_PIX_U16 ? 65535.0
-                                                                                 : 1000.0;
+        const double full = types[t] == SW_PIX_U8    ? 255.0
+                            : types[t] == SW_PIX_U16 ? 65535.0
+                                                     : 1000.0;
         for (int c = 0; c < 8; c++) {
             sw_centroid_params p;
             random_params(&s, types[t], 500, c % 3 == 0, mask, &p);
@@ -457,10 +459,10 @@ static void test_white_table1(void **state)
                             r.intensity[l] != (float)(255.0 * (xe - xb) * (ye - yb)))
                             fail_msg("w %d d %g (%s): lenslet (%d, %d) at (%.7f, %.7f), "
                                      "intensity %g, valid %d; expected (%.7f, %.7f)",
-                                     ws[i], ds[j], sw_centroid_path_string(
-                                                       sw_centroid_plan_path(plans[k])),
-                                     ix, iy, (double)r.x[l], (double)r.y[l],
-                                     (double)r.intensity[l], r.valid[l], (double)cx, (double)cy);
+                                     ws[i], ds[j],
+                                     sw_centroid_path_string(sw_centroid_plan_path(plans[k])), ix,
+                                     iy, (double)r.x[l], (double)r.y[l], (double)r.intensity[l],
+                                     r.valid[l], (double)cx, (double)cy);
                     }
                 sw_centroid_result_free(&r);
                 sw_centroid_destroy(plans[k]);
@@ -646,7 +648,9 @@ static void test_paths_and_results(void **state)
         for (int b = 0; b < 3; b++) {
             char label[96];
             snprintf(label, sizeof label, "%s path, %s results", sw_centroid_path_string(paths[a]),
-                     mems[b] == SW_MEM_HOST ? "host" : mems[b] == SW_MEM_PINNED ? "pinned" : "device");
+                     mems[b] == SW_MEM_HOST     ? "host"
+                     : mems[b] == SW_MEM_PINNED ? "pinned"
+                                                : "device");
             sw_centroid_result r, h = host_result(pg, 1);
             assert_int_equal(sw_centroid_result_alloc(pg, 1, mems[b], &r), SW_OK);
             sw_centroid_enable_timing(pg, b == 2);
@@ -672,9 +676,8 @@ static void test_paths_and_results(void **state)
             memset(hs, 0xFF, 2 * (size_t)ns * sizeof(float));
             if (b == 2) {
                 sw_image z;
-                assert_int_equal(sw_image_wrap(r.slopes, 2 * ns, 1, 0, SW_PIX_F32, SW_MEM_DEVICE,
-                                               &z),
-                                 SW_OK);
+                assert_int_equal(
+                    sw_image_wrap(r.slopes, 2 * ns, 1, 0, SW_PIX_F32, SW_MEM_DEVICE, &z), SW_OK);
                 sw_image hz;
                 assert_int_equal(sw_image_wrap(hs, 2 * ns, 1, 0, SW_PIX_F32, SW_MEM_HOST, &hz),
                                  SW_OK);

@@ -1022,7 +1022,7 @@ static void check_bad_pixels(const sw_centroid_params *p, const frames_buf *fb)
     run_ok(plan, &fb->img, &r);
     const int32_t nl = p->geometry.nx * p->geometry.ny;
     for (int32_t l = 0; l < nl; l++) {
-        const int bad = l == 3 || l == 7 || l == 10;
+        const int bad = l == 3 || l == 7 || l == 10 || l == 12;
         if (r.valid[l] != !bad)
             fail_msg("lenslet %d: valid %d, expected %d", l, r.valid[l], !bad);
         if (bad) {
@@ -1048,9 +1048,10 @@ static void bad_pixels_setup(sw_centroid_params *p, frames_buf *fb)
     p->type = SW_PIX_F32;
     *fb = make_frames(p->width, p->height, SW_PIX_F32, 1);
     fill_uniform(&fb->img, 99, 10, 1000);
-    set_pixel(&fb->img, 34, 2, NAN);       /* lenslet 3 = (3, 0) */
-    set_pixel(&fb->img, 21, 15, INFINITY); /* lenslet 7 = (2, 1) */
-    for (int32_t y = 20; y < 30; y++)      /* lenslet 10 = (0, 2): negative light */
+    set_pixel(&fb->img, 34, 2, NAN);        /* lenslet 3 = (3, 0) */
+    set_pixel(&fb->img, 21, 15, INFINITY);  /* lenslet 7 = (2, 1) */
+    set_pixel(&fb->img, 25, 25, -INFINITY); /* lenslet 12 = (2, 2): a threshold must not hide it */
+    for (int32_t y = 20; y < 30; y++)       /* lenslet 10 = (0, 2): negative light */
         for (int32_t x = 0; x < 10; x++)
             set_pixel(&fb->img, x, y, -5.0 - x);
 }
@@ -1179,6 +1180,8 @@ static void test_bad_create(void **state)
     sw_centroid_destroy(make_plan(cpu, &p));
     p.window = -1;
     expect_create_fails(&p, 0, "window -1");
+    p.window = INT32_MAX; /* no overflow in the region bounds */
+    expect_create_fails(&p, 0, "window INT32_MAX");
 
     float lut[256];
     for (int i = 0; i < 256; i++)
@@ -1324,6 +1327,12 @@ static void test_bad_run(void **state)
     img.owned = 0;
     expect_run_fails(plan, &img, &r, &r, "device frame on the host path");
     img.memory = SW_MEM_HOST;
+    /* u16 pixels at an odd address (a byte view one pixel-half in): refused on the host path */
+    sw_image odd;
+    assert_int_equal(sw_image_wrap((char *)f3.img.data + 1, p.width, p.height, f3.img.stride,
+                                   SW_PIX_U16, SW_MEM_HOST, &odd),
+                     SW_OK);
+    expect_run_fails(plan, &odd, &r, &r, "u16 pixels at an odd address");
     img.data = NULL;
     expect_run_fails(plan, &img, &r, &r, "NULL pixels");
 
