@@ -2,7 +2,7 @@
  * The GPU centre-of-gravity stage (centroid_cuda.cu) against the CPU's (centroid.c), one plan per
  * backend from the same parameters:
  *   - exact plans (u8 / u16, no conditioning): x, y, intensity, valid and slopes bit-identical on
- *     random frames and random geometries (non-integer pitch 3..128, non-integer origins, masks,
+ *     random frames and random geometries (non-integer pitch 1..128, non-integer origins, masks,
  *     windows), read through every load of the kernel: vector loads (COPY, DEVICE), scalar and
  *     byte loads (strides that are no multiple of 4 pixels, pointers 1 byte off);
  *   - conditioned plans (dark, flat, LUT, SUBTRACT / ZERO thresholds, ABSOLUTE / FRACTION, gamma,
@@ -62,22 +62,24 @@ static int rnd_int(uint64_t *s, int n)
     return (int)(rnd_next(s) % (uint64_t)n);
 }
 
-/* A random geometry: pitch in [3, 128), non-integer origin, at most ~max_px pixels per side; the
- * frame size is set to hold it with a random margin. mask (nx * ny bytes, caller's buffer of at
- * least 4096) is used when with_mask. */
+/* A random geometry: pitch in [3, 128) (or [1, 3) one time in eight), non-integer origin, at most
+ * ~max_px pixels per side; the frame size is set to hold it with a random margin. mask (nx * ny
+ * bytes, caller's buffer of at least 4096) is used when with_mask. */
 static void random_params(uint64_t *s, sw_pixel_type type, int max_px, int with_mask, uint8_t *mask,
                           sw_centroid_params *p)
 {
     sw_centroid_params_default(p);
     sw_sh_geometry *g = &p->geometry;
-    g->pitch_px = 3.0 + 125.0 * rnd_u01(s);
+    /* one geometry in eight has a pitch of 1..3 px over a wide grid (several column tiles) */
+    const int tiny = rnd_int(s, 8) == 0;
+    g->pitch_px = tiny ? 1.0 + 2.0 * rnd_u01(s) : 3.0 + 125.0 * rnd_u01(s);
     int nmax = (int)(max_px / g->pitch_px);
     if (nmax < 1)
         nmax = 1;
     if (nmax > 60)
         nmax = 60;
-    g->nx = 1 + rnd_int(s, nmax);
-    g->ny = 1 + rnd_int(s, nmax);
+    g->nx = tiny ? 100 + rnd_int(s, 100) : 1 + rnd_int(s, nmax);
+    g->ny = tiny ? 1 + rnd_int(s, 20) : 1 + rnd_int(s, nmax);
     g->x0 = 9.0 * rnd_u01(s);
     g->y0 = 9.0 * rnd_u01(s);
     g->valid = NULL;
