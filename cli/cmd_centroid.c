@@ -486,7 +486,7 @@ static int read_lenslet_table(sw_context *ctx, const char *what, const char *pat
     sw_status st = sw_csv_read(ctx, path, &t);
     if (st != SW_OK)
         return sw_cli_fail(SUB, "%s", lib_error(ctx, st));
-    int32_t cix, ciy, cv[4];
+    int32_t cix = -1, ciy = -1, cv[4] = {-1, -1, -1, -1};
     int rc = need_column(&t, "ix", what, path, &cix);
     if (rc == SW_EXIT_OK)
         rc = need_column(&t, "iy", what, path, &ciy);

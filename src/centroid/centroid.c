@@ -496,7 +496,7 @@ static void load_row(const char *row, sw_pixel_type t, int32_t c0, int32_t nc, c
             for (int32_t c = 0; c < nc; c++)
                 out[c] = (float)r[c];
     } else {
-        memcpy(out, (const float *)row + c0, (size_t)nc * sizeof(float));
+        memcpy(out, row + (size_t)c0 * sizeof(float), (size_t)nc * sizeof(float));
     }
 }
 
@@ -522,7 +522,7 @@ static void prepare_row(const sw_centroid_plan *plan, const char *frame, size_t 
 
 /* One (frame, lenslet row) task; acc is the thread's 4 * nc doubles of scratch. */
 static void cpu_lenslet_row(const sw_centroid_plan *plan, const char *frame, size_t stride,
-                            int32_t f, int32_t iy, double *acc, sw_centroid_result *out)
+                            int32_t f, int32_t iy, void *acc, sw_centroid_result *out)
 {
     const sw_centroid_params *p = &plan->p;
     int32_t c0 = plan->col0, nc = plan->col1 - plan->col0;
@@ -531,9 +531,10 @@ static void cpu_lenslet_row(const sw_centroid_plan *plan, const char *frame, siz
 
     /* exact: S0, S1 as uint32 in the first 2 * nc doubles' room; else S0, S1, T as doubles and
      * the row being conditioned as floats in the fourth block. */
-    uint32_t *s0 = (uint32_t *)acc, *s1 = s0 + nc;
-    double *d0 = acc, *d1 = acc + nc, *tcol = acc + 2 * (size_t)nc;
-    float *v = (float *)(acc + 3 * (size_t)nc);
+    uint32_t *s0 = acc, *s1 = s0 + nc;
+    double *d0 = acc, *d1 = d0 + nc, *tcol = d0 + 2 * (size_t)nc;
+    void *row_room = d0 + 3 * (size_t)nc;
+    float *v = row_room;
     if (plan->exact) {
         memset(acc, 0, 2 * (size_t)nc * sizeof(uint32_t));
         if (p->type == SW_PIX_U8) {
@@ -640,7 +641,7 @@ static void cpu_run(sw_centroid_plan *plan, const sw_image *frames, int32_t nfra
 #endif
     for (int64_t t = 0; t < ntask; t++) {
         int32_t f = (int32_t)(t / plan->ny), iy = (int32_t)(t % plan->ny);
-        double *acc = plan->cpu_acc + (size_t)sw_omp_thread() * 4 * nc;
+        void *acc = plan->cpu_acc + (size_t)sw_omp_thread() * 4 * nc;
         cpu_lenslet_row(plan, (const char *)frames->data + (size_t)f * fbytes, frames->stride, f,
                         iy, acc, out);
     }
