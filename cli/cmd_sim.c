@@ -1050,8 +1050,8 @@ static void sim_sh_help(FILE *out)
             "  --screen-scale-um K    micrometres of path per file unit (default 1; for phase\n"
             "                         in radians at wavelength W: W / (2 pi))\n"
             "  --turbulence r0=R[,L0=L][,wavelength=W][,subharmonics=N]\n"
-            "                         a von Karman (L0 > 0) or Kolmogorov (L0=0) FFT phase screen\n"
-            "                         covering the array: r0 and L0 in metres, r0 at W um\n"
+            "                         a von Karman (L0 > 0) or Kolmogorov (L0=0 or inf) FFT phase\n"
+            "                         screen covering the array: r0 and L0 in metres, r0 at W um\n"
             "                         (defaults L0=25, wavelength=0.5, subharmonics=3)\n"
             "  --screen-index I       which screen of the seed's sequence (default 0)\n"
             "\n"
@@ -1118,7 +1118,10 @@ static int parse_turbulence(const char *text, sw_turbulence *t)
             return -1;
         *eq = '\0';
         double v;
-        if (sw_cli_parse_double(eq + 1, &v) != 0)
+        if (strcmp(item, "L0") == 0 &&
+            (strcasecmp(eq + 1, "inf") == 0 || strcasecmp(eq + 1, "infinity") == 0))
+            v = INFINITY; /* Kolmogorov, as L0=0 */
+        else if (sw_cli_parse_double(eq + 1, &v) != 0)
             return -1;
         if (strcmp(item, "r0") == 0 && v > 0)
             t->r0_m = v, have_r0 = 1;

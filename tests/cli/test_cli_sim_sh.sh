@@ -128,6 +128,12 @@ t3=("$tmp"/t3.*.fits)
 t4=("$tmp"/t4.*.fits)
 cmp -s "${t3[0]}" "${t3[1]}" || fail "the same turbulence seed gave different images"
 cmp -s "${t3[0]}" "${t4[0]}" && fail "another turbulence seed gave the same image"
+# Kolmogorov: L0=inf is L0=0.
+for L in 0 inf; do
+    expect 0 --backend cpu sim sh --turbulence r0=0.05,L0=$L --grid 8x8 --seed 3 --out "$tmp/k$L.fits"
+done
+cmp -s "$tmp/k0.fits" "$tmp/kinf.fits" || fail "L0=inf and L0=0 gave different screens"
+cmp -s "$tmp/k0.fits" "${t3[0]}" && fail "L0=0 gave the L0=20 screen"
 
 # A phase screen from a FITS file: the turbulence image's own screen is not at hand, so use a
 # sim sh output (any 2-D FITS) as an optical path map with a tiny scale.
