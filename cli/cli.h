@@ -79,6 +79,9 @@ int sw_cli_usage(const char *sub, const char *fmt, ...)
 #define SW_CLI_OPT_ERROR (-2)
 struct option;
 void sw_cli_getopt_reset(void);
+/* The option sw_cli_getopt returned last, as the user wrote it ("--name" or "-x", without its
+ * value), for messages. A static buffer, valid until the next call. */
+const char *sw_cli_option_name(char **argv);
 int sw_cli_getopt(const char *sub, int argc, char **argv, const char *shortopts,
                   const struct option *longopts);
 

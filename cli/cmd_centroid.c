@@ -270,14 +270,7 @@ static int parse_options(int argc, char **argv, centroid_opts *o)
         case OPT_SLOPES:
         case 'o':
             if (!*optarg)
-                return sw_cli_usage(S, "%s: the file name is empty",
-                                    c == 'o'          ? "--out"
-                                    : c == OPT_MASK   ? "--mask"
-                                    : c == OPT_LUT    ? "--lut"
-                                    : c == OPT_DARK   ? "--dark"
-                                    : c == OPT_FLAT   ? "--flat"
-                                    : c == OPT_SLOPES ? "--slopes"
-                                                      : "--reference");
+                return sw_cli_usage(S, "%s: the file name is empty", sw_cli_option_name(argv));
             if (c == OPT_MASK)
                 o->mask = optarg;
             else if (c == OPT_LUT)

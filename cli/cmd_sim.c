@@ -484,7 +484,7 @@ static int parse_stars_options(int argc, char **argv, stars_opts *o)
         case OPT_JSON: o->json = 1; break;
         case 'h': sim_stars_help(stdout); return -1;
         default: {
-            const int r = detector_option(S, c, argv[optind - 1], optarg, &o->d);
+            const int r = detector_option(S, c, sw_cli_option_name(argv), optarg, &o->d);
             if (r == -1)
                 return SW_EXIT_USAGE;
             if (r != SW_EXIT_OK)
@@ -1201,8 +1201,8 @@ static int parse_sh_options(int argc, char **argv, simsh_opts *o)
         case OPT_PUPIL: {
             double v;
             if (sw_cli_parse_double(optarg, &v) != 0 || !(v > 0))
-                return sw_cli_usage(S, "%s: '%s' is not a positive number", argv[optind - 1],
-                                    optarg);
+                return sw_cli_usage(S, "%s: '%s' is not a positive number",
+                                    sw_cli_option_name(argv), optarg);
             if (c == OPT_ZRADIUS)
                 o->zernike_radius_mm = v;
             else if (c == OPT_SPACING)
@@ -1250,7 +1250,7 @@ static int parse_sh_options(int argc, char **argv, simsh_opts *o)
         case OPT_TRUTH:
         case OPT_REFERENCE:
             if (!*optarg)
-                return sw_cli_usage(S, "%s: the file name is empty", argv[optind - 1]);
+                return sw_cli_usage(S, "%s: the file name is empty", sw_cli_option_name(argv));
             if (c == OPT_TRUTH)
                 o->truth = optarg;
             else
@@ -1261,7 +1261,7 @@ static int parse_sh_options(int argc, char **argv, simsh_opts *o)
         default: {
             int r = sh_option(S, c, optarg, &o->sh);
             if (r == -1)
-                r = detector_option(S, c, argv[optind - 1], optarg, &o->d);
+                r = detector_option(S, c, sw_cli_option_name(argv), optarg, &o->d);
             if (r == -1)
                 return SW_EXIT_USAGE;
             if (r != SW_EXIT_OK)
@@ -1722,7 +1722,7 @@ static int parse_eye_options(int argc, char **argv, eye_opts *o)
     int c, rc;
     sw_cli_getopt_reset();
     while ((c = sw_cli_getopt(S, argc, argv, "o:h", longopts)) != -1) {
-        const char *name = argv[optind - 1];
+        const char *name = sw_cli_option_name(argv);
         switch (c) {
         case OPT_BINOCULAR: o->binocular = 1; break;
         case OPT_CENTER:

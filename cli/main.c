@@ -130,6 +130,20 @@ static void long_option_text(const char *arg, char *buf, size_t size)
     buf[n] = '\0';
 }
 
+const char *sw_cli_option_name(char **argv)
+{
+    static char name[96];
+    const char *prev = optind > 0 ? argv[optind - 1] : "";
+    if (optarg && prev == optarg && optind >= 2) /* "--name value": the value stands alone */
+        prev = argv[optind - 2];
+    if (prev[0] == '-' && prev[1] != '-' && prev[1] != '\0') { /* "-x" or "-xVALUE" */
+        snprintf(name, sizeof name, "-%c", prev[1]);
+        return name;
+    }
+    long_option_text(prev, name, sizeof name); /* "--name" or "--name=value" */
+    return name;
+}
+
 int sw_cli_getopt(const char *sub, int argc, char **argv, const char *shortopts,
                   const struct option *longopts)
 {

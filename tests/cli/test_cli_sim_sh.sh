@@ -238,6 +238,11 @@ for args in "${bad[@]}"; do
     expect_usage $args
 done
 [[ ! -e $tmp/x.fits ]] || fail "a usage error wrote an image"
+# Messages name the option, whether its value is separate or joined by '='.
+expect_usage sim eye --pupil-mm 0 --out "$tmp/x.fits"
+[[ $err == *"--pupil-mm: '0'"* ]] || fail "--pupil-mm 0: $err"
+expect_usage sim sh --read-noise-e=-1 --out "$tmp/x.fits"
+[[ $err == *"--read-noise-e: '-1'"* ]] || fail "--read-noise-e=-1: $err"
 
 # ---------------------------------------------------------------- failures while running (1)
 printf 'n,m,coef_um\n2,1,0.5\n' >"$tmp/odd.csv"     # n - m odd
