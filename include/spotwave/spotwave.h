@@ -14,5 +14,6 @@
 #include "spotwave/sim_eye.h"
 #include "spotwave/turbulence.h"
 #include "spotwave/centroid.h"
+#include "spotwave/zernike_fit.h"
 
 #endif /* SPOTWAVE_H */

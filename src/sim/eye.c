@@ -11,6 +11,7 @@
 #include "spotwave/io.h"
 #include "spotwave/rng.h"
 #include "spotwave/zernike.h"
+#include "spotwave/zernike_fit.h"
 
 #include <errno.h>
 #include <lapacke.h>
@@ -352,67 +353,7 @@ void sw_eye_rx_to_zernike(const sw_eye_rx *rx, double pupil_mm, double out[3])
 sw_status sw_ocular_rescale(sw_context *ctx, const double *in, int32_t count, double from_mm,
                             double to_mm, double *out)
 {
-    const int32_t max_terms = (int32_t)sw_zernike_count(SW_ZERNIKE_MAX_ORDER);
-    if (!in || !out)
-        return sw_fail(ctx, SW_EINVAL, "sw_ocular_rescale: NULL coefficients");
-    if (count < 1 || count > max_terms)
-        return sw_fail(ctx, SW_EINVAL, "pupil rescaling: %d terms (1 to %d)", count, max_terms);
-    if (!isfinite(from_mm) || !isfinite(to_mm) || !(to_mm > 0.0) || to_mm > from_mm)
-        return sw_fail(ctx, SW_EINVAL,
-                       "pupil rescaling: from %g mm to %g mm: the new pupil must be positive and "
-                       "no larger than the old (no extrapolation)",
-                       from_mm, to_mm);
-    for (int32_t j = 0; j < count; j++)
-        if (!isfinite(in[j]))
-            return sw_fail(ctx, SW_EINVAL, "pupil rescaling: coefficient j = %d is %g", j, in[j]);
-    if (to_mm == from_mm) {
-        memmove(out, in, (size_t)count * sizeof(double));
-        return SW_OK;
-    }
-    const int N = order_of(count - 1);
-    const int nr = N + 3, na = 2 * N + 5;
-    const int npts = nr * na;
-    const double s = to_mm / from_mm;
-    int *nn = malloc((size_t)count * sizeof(int));
-    int *mm = malloc((size_t)count * sizeof(int));
-    double *A = malloc((size_t)npts * (size_t)count * sizeof(double));
-    double *b = malloc((size_t)npts * sizeof(double));
-    if (!nn || !mm || !A || !b) {
-        free(nn);
-        free(mm);
-        free(A);
-        free(b);
-        return sw_fail(ctx, SW_ENOMEM, "pupil rescaling: out of memory");
-    }
-    for (int32_t j = 0; j < count; j++)
-        (void)sw_zernike_osa_nm(j, &nn[j], &mm[j]);
-    /* Rings at distinct radii with 2N + 5 angles each: a polynomial of order <= N that vanishes
-     * there vanishes everywhere, so A has full column rank and the fit is exact. */
-    for (int i = 0; i < nr; i++) {
-        const double r = sqrt(((double)i + 0.5) / (double)nr);
-        for (int k = 0; k < na; k++) {
-            const double th = 2.0 * PI * (double)k / (double)na + 0.37 * (double)i;
-            const double x = r * cos(th), y = r * sin(th);
-            const size_t row = (size_t)i * (size_t)na + (size_t)k;
-            double w = 0.0;
-            for (int32_t j = 0; j < count; j++) {
-                A[row * (size_t)count + (size_t)j] = sw_zernike_eval(nn[j], mm[j], x, y);
-                w += in[j] * sw_zernike_eval(nn[j], mm[j], s * x, s * y);
-            }
-            b[row] = w;
-        }
-    }
-    lapack_int info = LAPACKE_dgels(LAPACK_ROW_MAJOR, 'N', (lapack_int)npts, (lapack_int)count, 1,
-                                    A, (lapack_int)count, b, 1);
-    if (info == 0)
-        memcpy(out, b, (size_t)count * sizeof(double));
-    free(nn);
-    free(mm);
-    free(A);
-    free(b);
-    if (info != 0)
-        return sw_fail(ctx, SW_EINTERNAL, "pupil rescaling: LAPACKE_dgels returned %d", (int)info);
-    return SW_OK;
+    return sw_zernike_rescale(ctx, in, count, from_mm, to_mm, out);
 }
 
 void sw_ocular_options_default(sw_ocular_options *o)
