@@ -83,9 +83,8 @@ typedef struct sw_refraction {
     double axis_deg;        /* 0 <= axis < 180 */
 } sw_refraction;
 
-sw_status sw_zernike_refraction(sw_context *ctx, const double *coef, int32_t count,
-                                double pupil_mm, int higher_orders, double vertex_mm,
-                                sw_refraction *out);
+sw_status sw_zernike_refraction(sw_context *ctx, const double *coef, int32_t count, double pupil_mm,
+                                int higher_orders, double vertex_mm, sw_refraction *out);
 
 /* ------------------------------------------------------------------ fitting */
 
@@ -102,13 +101,14 @@ typedef struct sw_zfit_params {
     double pupil_radius_px;          /* > 0                                                    */
     double obscuration;              /* 0 <= o < 1: central obscuration (annular pupil)        */
     int32_t max_order;               /* fitted radial orders 1 .. max_order (1..10; default 6) */
-    double min_illum;        /* lenslets whose area inside the pupil is below this fraction of
-                                the lenslet are not used (default 0.5)                           */
-    sw_zfit_method method;   /* default PINV                                                     */
-    int32_t truncate;        /* PINV: smallest singular values dropped (default 0)              */
-    const double *weights;   /* per lenslet of the grid (nx * ny), >= 0, or NULL (all 1); copied */
-    sw_slope_layout layout;  /* layout of the slopes given to run (centroid.h), default BLOCKS   */
-    int32_t max_frames;      /* largest batch (default 1)                                        */
+    double min_illum;       /* lenslets whose area inside the pupil is below this fraction of
+                               the lenslet are not used (default 0.5)                           */
+    sw_zfit_method method;  /* default PINV                                                     */
+    int32_t truncate;       /* PINV: smallest singular values dropped (default 0; QR ignores
+                               it)                                                              */
+    const double *weights;  /* per lenslet of the grid (nx * ny), >= 0, or NULL (all 1); copied */
+    sw_slope_layout layout; /* layout of the slopes given to run (centroid.h), default BLOCKS   */
+    int32_t max_frames;     /* largest batch (default 1)                                        */
 } sw_zfit_params;
 
 /* A 10 x 10 grid of 16 px (sw_sh_geometry_default), the pupil inscribed in it, order 6, PINV,
@@ -143,13 +143,15 @@ const double *sw_zfit_matrix(const sw_zfit_plan *plan);
  * Fits `frames` frames (1 .. max_frames). slopes: frames * 2 n floats in the plan's layout;
  * valid: NULL or frames * nx * ny flags (the centroid result's `valid`: a lenslet flagged 0 is
  * left out of that frame's fit); coef: frames * J doubles; residual_px: NULL or frames doubles.
- * All arrays in `memory`: SW_MEM_HOST / SW_MEM_PINNED (any context) or SW_MEM_DEVICE (CUDA: the
- * result is queued on the context's stream). A frame left with fewer used slopes than unknowns
+ * All arrays in `memory`: SW_MEM_HOST / SW_MEM_PINNED (any context) or SW_MEM_DEVICE (CUDA). On
+ * a CUDA context the run has finished when it returns, also for device arrays (it reads back
+ * which frames have invalid lenslets, and solves those on the host). A NaN or +-Inf slope counts
+ * as invalid. A frame left with fewer used slopes than unknowns
  * gets NaN coefficients and residual, and SW_OK (the run goes on); bad arguments: SW_EINVAL and
  * the outputs untouched.
  */
-sw_status sw_zfit_run(sw_zfit_plan *plan, const float *slopes, const uint8_t *valid,
-                      int32_t frames, sw_memory memory, double *coef, double *residual_px);
+sw_status sw_zfit_run(sw_zfit_plan *plan, const float *slopes, const uint8_t *valid, int32_t frames,
+                      sw_memory memory, double *coef, double *residual_px);
 
 /* ------------------------------------------------------------------ wavefront maps */
 
