@@ -182,6 +182,14 @@ void sw_zmap_destroy(sw_zmap_plan *plan);
 sw_status sw_zmap_run(sw_zmap_plan *plan, const double *coef, int32_t count, sw_image *out);
 
 /*
+ * The same map evaluated pixel by pixel without the basis maps: each Zernike term written as a
+ * polynomial in r^2 per angular frequency and evaluated in double. Same arguments, checks and
+ * output as sw_zmap_run; identical on the CPU and the GPU. Reads no basis, so it is the faster
+ * method for large maps (BENCHMARKS.md).
+ */
+sw_status sw_zmap_run_direct(sw_zmap_plan *plan, const double *coef, int32_t count, sw_image *out);
+
+/*
  * The seed's display (section 3.4): frac(W / wavelength_um) scaled to 0..255 into a u8 image of
  * the map's size (host or device); outside the pupil 0. From an f32 map made by sw_zmap_run.
  */
