@@ -49,6 +49,8 @@ int sw_cmd_sim(const sw_cli_globals *g, int argc, char **argv);
 void sw_cmd_sim_help(FILE *out);
 int sw_cmd_centroid(const sw_cli_globals *g, int argc, char **argv);
 void sw_cmd_centroid_help(FILE *out);
+int sw_cmd_fit(const sw_cli_globals *g, int argc, char **argv);
+void sw_cmd_fit_help(FILE *out);
 
 /* ------------------------------------------------------------------ messages and exit codes */
 

@@ -39,6 +39,8 @@ static const sw_subcommand subcommands[] = {
      sw_cmd_sim_help},
     {"centroid", "Shack-Hartmann centroids and slopes per lenslet (seed 000)", sw_cmd_centroid,
      sw_cmd_centroid_help},
+    {"fit", "Zernike coefficients, wavefront map and refraction from slopes (seed 001)", sw_cmd_fit,
+     sw_cmd_fit_help},
 };
 static const size_t n_subcommands = sizeof subcommands / sizeof subcommands[0];
 
