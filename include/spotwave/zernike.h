@@ -1,6 +1,6 @@
 /*
  * spotwave zernike: the Zernike basis (indices, evaluation, gradients) and coefficient files.
- * (Modal fitting of slopes, wavefront maps and refraction come with the aberrometry stage.)
+ * Modal fitting of slopes, wavefront maps, pupil transforms and refraction: zernike_fit.h.
  *
  * Conventions (DESIGN.md; OSA/ANSI Z80.28, ISO 24157):
  *   - Radial order n >= 0, azimuthal frequency m with |m| <= n and n - m even.
