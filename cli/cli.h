@@ -103,6 +103,24 @@ int sw_cli_parse_pair(const char *text, double *a, double *b);
 /* 1 when s ends with suffix, ignoring case (file name extensions). */
 int sw_cli_ends_with(const char *s, const char *suffix);
 
+/* ------------------------------------------------------------------ output tables */
+
+/* A table being written: standard output, or a temporary file renamed into place at the end so
+ * that a failed run leaves no half-written file. */
+typedef struct sw_cli_out {
+    FILE *f;
+    const char *path; /* NULL: standard output */
+    char tmp[4096];
+} sw_cli_out;
+
+/* Opens path ("-" or NULL: standard output). SW_EXIT_OK, or a failure line for sub. */
+int sw_cli_out_open(const char *sub, sw_cli_out *o, const char *path);
+/* Closes the file, renaming it into place when ok, discarding it otherwise. */
+int sw_cli_out_close(const char *sub, sw_cli_out *o, int ok);
+
+/* The library's message for a failed call on ctx, or the status's name when it left none. */
+const char *sw_cli_lib_error(sw_context *ctx, sw_status st);
+
 /* ------------------------------------------------------------------ context */
 
 /*

@@ -326,12 +326,6 @@ static int parse_options(int argc, char **argv, centroid_opts *o)
 
 /* ------------------------------------------------------------------ files */
 
-static const char *lib_error(sw_context *ctx, sw_status st)
-{
-    const char *m = sw_context_error(ctx);
-    return (m && *m) ? m : sw_status_string(st);
-}
-
 /*
  * Reads a FITS (2-D or cube) or PGM image into frames, telling the formats apart by their first
  * bytes; 32-bit integer frames are converted to float. `what` names the file in messages.
@@ -361,7 +355,7 @@ static int read_frames(sw_context *ctx, const char *what, const char *path, sw_f
         return sw_cli_fail(SUB, "%s '%s' is neither FITS nor binary PGM (P5)", what, path);
     }
     if (st != SW_OK)
-        return sw_cli_fail(SUB, "%s", lib_error(ctx, st));
+        return sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
     for (int32_t i = 0; i < out->count; i++) {
         sw_image *img = &out->frames[i];
         if (img->type != SW_PIX_U32)
@@ -372,7 +366,7 @@ static int read_frames(sw_context *ctx, const char *what, const char *path, sw_f
             sw_image_free(&f32);
         if (st != SW_OK) {
             sw_frames_free(out);
-            return sw_cli_fail(SUB, "%s '%s': %s", what, path, lib_error(ctx, st));
+            return sw_cli_fail(SUB, "%s '%s': %s", what, path, sw_cli_lib_error(ctx, st));
         }
         sw_image_free(img);
         *img = f32;
@@ -410,7 +404,7 @@ static int read_float_frame(sw_context *ctx, const char *what, const char *path,
     sw_frames_free(&fr);
     if (st != SW_OK) {
         free(a);
-        return sw_cli_fail(SUB, "%s '%s': %s", what, path, lib_error(NULL, st));
+        return sw_cli_fail(SUB, "%s '%s': %s", what, path, sw_cli_lib_error(NULL, st));
     }
     *out = a;
     return SW_EXIT_OK;
@@ -432,7 +426,7 @@ static int read_lut(sw_context *ctx, const char *path, sw_pixel_type type, float
     sw_table t;
     sw_status st = sw_csv_read(ctx, path, &t);
     if (st != SW_OK)
-        return sw_cli_fail(SUB, "%s", lib_error(ctx, st));
+        return sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
     int32_t c;
     int rc = need_column(&t, "value", "look-up table", path, &c);
     const int64_t want = type == SW_PIX_U8 ? 256 : type == SW_PIX_U16 ? 65536 : 0;
@@ -478,7 +472,7 @@ static int read_lenslet_table(sw_context *ctx, const char *what, const char *pat
     sw_table t;
     sw_status st = sw_csv_read(ctx, path, &t);
     if (st != SW_OK)
-        return sw_cli_fail(SUB, "%s", lib_error(ctx, st));
+        return sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
     int32_t cix = -1, ciy = -1, cv[4] = {-1, -1, -1, -1};
     int rc = need_column(&t, "ix", what, path, &cix);
     if (rc == SW_EXIT_OK)
@@ -527,64 +521,6 @@ static int read_lenslet_table(sw_context *ctx, const char *what, const char *pat
 
 /* ------------------------------------------------------------------ output files */
 
-/* A CSV being written: standard output, or a temporary file renamed into place at the end so
- * that a failed run leaves no half-written table. */
-typedef struct out_file {
-    FILE *f;
-    const char *path; /* NULL: standard output */
-    char tmp[4096];
-} out_file;
-
-static int out_open(out_file *o, const char *path)
-{
-    memset(o, 0, sizeof *o);
-    if (!path || strcmp(path, "-") == 0) {
-        o->f = stdout;
-        return SW_EXIT_OK;
-    }
-    o->path = path;
-    if (snprintf(o->tmp, sizeof o->tmp, "%s.tmp.XXXXXX", path) >= (int)sizeof o->tmp)
-        return sw_cli_fail(SUB, "cannot write '%s': the name is too long", path);
-    int fd = mkstemp(o->tmp);
-    if (fd < 0)
-        return sw_cli_fail(SUB, "cannot write '%s': %s", path, strerror(errno));
-    o->f = fdopen(fd, "w");
-    if (!o->f) {
-        close(fd);
-        unlink(o->tmp);
-        return sw_cli_fail(SUB, "cannot write '%s': %s", path, strerror(errno));
-    }
-    return SW_EXIT_OK;
-}
-
-/* Closes (renaming into place when ok) or discards the file. */
-static int out_close(out_file *o, int ok)
-{
-    if (!o->f)
-        return SW_EXIT_OK;
-    FILE *f = o->f;
-    o->f = NULL;
-    if (!o->path) {
-        if (ok && (fflush(stdout) != 0 || ferror(stdout)))
-            return sw_cli_fail(SUB, "cannot write to standard output: %s", strerror(errno));
-        return SW_EXIT_OK;
-    }
-    int bad = ferror(f);
-    if (fclose(f) != 0)
-        bad = 1;
-    if (!ok || bad) {
-        const int e = errno;
-        unlink(o->tmp);
-        return ok ? sw_cli_fail(SUB, "cannot write '%s': %s", o->path, strerror(e)) : SW_EXIT_OK;
-    }
-    if (rename(o->tmp, o->path) != 0) {
-        const int e = errno;
-        unlink(o->tmp);
-        return sw_cli_fail(SUB, "cannot write '%s': %s", o->path, strerror(e));
-    }
-    return SW_EXIT_OK;
-}
-
 /* A float cell: shortest round-trip form, "nan" for NaN. */
 static void put_num(FILE *f, double v)
 {
@@ -607,7 +543,7 @@ typedef struct run_state {
     sw_image batch, batch_dev;
     double *ref_x, *ref_y;
     int32_t *slope_k; /* nl: slope index of each lenslet, -1 outside the mask */
-    out_file out, slopes;
+    sw_cli_out out, slopes;
 } run_state;
 
 typedef struct report {
@@ -626,8 +562,8 @@ typedef struct report {
 
 static void state_free(run_state *s)
 {
-    out_close(&s->out, 0);
-    out_close(&s->slopes, 0);
+    sw_cli_out_close(SUB, &s->out, 0);
+    sw_cli_out_close(SUB, &s->slopes, 0);
     sw_centroid_result_free(&s->res);
     sw_centroid_destroy(s->plan);
     sw_image_free(&s->batch);
@@ -685,7 +621,7 @@ static int make_plan(run_state *s, const centroid_opts *o, const report *r, int3
     if (st == SW_OK)
         st = sw_centroid_result_alloc(s->plan, max_frames, SW_MEM_HOST, &s->res);
     if (st != SW_OK)
-        return sw_cli_fail(SUB, "%s", lib_error(s->ctx, st));
+        return sw_cli_fail(SUB, "%s", sw_cli_lib_error(s->ctx, st));
     sw_centroid_enable_timing(s->plan, 1);
     return SW_EXIT_OK;
 }
@@ -703,7 +639,7 @@ static int make_batch(run_state *s, const report *r, int32_t max_frames)
         st =
             sw_image_alloc_device(s->ctx, r->width, r->height * max_frames, r->type, &s->batch_dev);
     if (st != SW_OK)
-        return sw_cli_fail(SUB, "%s", lib_error(s->ctx, st));
+        return sw_cli_fail(SUB, "%s", sw_cli_lib_error(s->ctx, st));
     return SW_EXIT_OK;
 }
 
@@ -733,7 +669,7 @@ static int run_batch(run_state *s, const sw_frames *frames, int32_t f0, int32_t 
         st = sw_context_synchronize(s->ctx);
     r->run_ms += 1e3 * (sw_cli_now() - t0);
     if (st != SW_OK)
-        return sw_cli_fail(SUB, "%s", lib_error(s->ctx, st));
+        return sw_cli_fail(SUB, "%s", sw_cli_lib_error(s->ctx, st));
     const double k = sw_centroid_kernel_us(s->plan);
     if (k >= 0)
         r->kernel_us = (r->kernel_us < 0 ? 0 : r->kernel_us) + k;
@@ -931,7 +867,8 @@ static int run_centroid(const sw_cli_globals *gl, const centroid_opts *o, report
         st = sw_centroid_find_geometry(s.ctx, &s.ref_frames.frames[0], &s.geom);
         r->geometry_ms = 1e3 * (sw_cli_now() - t0);
         if (st != SW_OK) {
-            rc = sw_cli_fail(SUB, "reference image '%s': %s", o->reference, lib_error(s.ctx, st));
+            rc = sw_cli_fail(SUB, "reference image '%s': %s", o->reference,
+                             sw_cli_lib_error(s.ctx, st));
             goto done;
         }
     } else {
@@ -951,7 +888,7 @@ static int run_centroid(const sw_cli_globals *gl, const centroid_opts *o, report
         goto done;
     }
     if ((st = sw_sh_geometry_check(s.ctx, &s.geom, r->width, r->height)) != SW_OK) {
-        rc = sw_cli_fail(SUB, "image '%s': %s", o->image, lib_error(s.ctx, st));
+        rc = sw_cli_fail(SUB, "image '%s': %s", o->image, sw_cli_lib_error(s.ctx, st));
         goto done;
     }
     const int32_t nl = s.geom.nx * s.geom.ny;
@@ -1029,7 +966,7 @@ static int run_centroid(const sw_cli_globals *gl, const centroid_opts *o, report
             if (isnan(s.ref_x[l]))
                 sw_sh_reference(&s.geom, l % s.geom.nx, l / s.geom.nx, &s.ref_x[l], &s.ref_y[l]);
         if ((st = sw_centroid_set_reference(s.plan, s.ref_x, s.ref_y)) != SW_OK) {
-            rc = sw_cli_fail(SUB, "%s", lib_error(s.ctx, st));
+            rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(s.ctx, st));
             goto done;
         }
         r->reference_ms = 1e3 * (sw_cli_now() - t0);
@@ -1059,9 +996,9 @@ static int run_centroid(const sw_cli_globals *gl, const centroid_opts *o, report
             goto done;
         }
     }
-    if ((rc = out_open(&s.out, o->out)) != SW_EXIT_OK)
+    if ((rc = sw_cli_out_open(SUB, &s.out, o->out)) != SW_EXIT_OK)
         goto done;
-    if (o->slopes && (rc = out_open(&s.slopes, o->slopes)) != SW_EXIT_OK)
+    if (o->slopes && (rc = sw_cli_out_open(SUB, &s.slopes, o->slopes)) != SW_EXIT_OK)
         goto done;
     const int multi = r->frames > 1;
     fprintf(s.out.f, "%six,iy,x_px,y_px,intensity,valid%s\n", multi ? "frame," : "",
@@ -1079,7 +1016,8 @@ static int run_centroid(const sw_cli_globals *gl, const centroid_opts *o, report
         write_s += sw_cli_now() - t0;
     }
     t0 = sw_cli_now();
-    if ((rc = out_close(&s.out, 1)) != SW_EXIT_OK || (rc = out_close(&s.slopes, 1)) != SW_EXIT_OK)
+    if ((rc = sw_cli_out_close(SUB, &s.out, 1)) != SW_EXIT_OK ||
+        (rc = sw_cli_out_close(SUB, &s.slopes, 1)) != SW_EXIT_OK)
         goto done;
     r->write_ms = 1e3 * (write_s + sw_cli_now() - t0);
     rc = SW_EXIT_OK;

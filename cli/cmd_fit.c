@@ -38,12 +38,14 @@ void sw_cmd_fit_help(FILE *out)
         "\n"
         "Fits Zernike polynomials (OSA/ANSI, orthonormal over the pupil, micrometres of optical\n"
         "path) to Shack-Hartmann spot displacements by least squares: each lenslet's slope is the\n"
-        "mean wavefront gradient over its part of the pupil (seed 001 section 3.3; zernike_fit.h),\n"
+        "mean wavefront gradient over its part of the pupil (seed 001 section 3.3; "
+        "zernike_fit.h),\n"
         "and writes the coefficients, optionally the wavefront map (section 3.4) and a JSON\n"
         "report with the refraction.\n"
         "\n"
         "Input:\n"
-        "  SLOPES.csv             a slopes CSV of 'spotwave centroid --slopes' (ix,iy,dx_px,dy_px)\n"
+        "  SLOPES.csv             a slopes CSV of 'spotwave centroid --slopes' "
+        "(ix,iy,dx_px,dy_px)\n"
         "                         or a centroids CSV of 'spotwave centroid --reference' (its\n"
         "                         dx_px,dy_px and valid columns are used). A column 'frame'\n"
         "                         holds several frames (whole numbers; each is fitted on its\n"
@@ -96,7 +98,8 @@ void sw_cmd_fit_help(FILE *out)
         "                         2004), not the second order alone\n"
         "\n"
         "Output:\n"
-        "  -o, --out CSV          coefficients (default '-': standard output): j,n,m,noll,coef_um,\n"
+        "  -o, --out CSV          coefficients (default '-': standard output): "
+        "j,n,m,noll,coef_um,\n"
         "                         every term 0 .. J - 1 of order N (piston is invisible to slopes\n"
         "                         and written 0), a first column 'frame' with several frames;\n"
         "                         nan for a frame left with fewer valid slopes than unknowns\n"
@@ -327,8 +330,9 @@ static int parse_options(int argc, char **argv, fit_opts *o)
         return sw_cli_usage(S, "no SLOPES.csv given");
     o->input = argv[optind];
     if (optind + 1 < argc)
-        return sw_cli_usage(S, "unexpected argument '%s' (one table; a 'frame' column holds "
-                               "several frames)",
+        return sw_cli_usage(S,
+                            "unexpected argument '%s' (one table; a 'frame' column holds "
+                            "several frames)",
                             argv[optind + 1]);
     if (!o->have_pitch)
         return sw_cli_usage(S, "give the lenslet grid: --pitch PX (with --grid and --origin)");
@@ -353,70 +357,6 @@ static int parse_options(int argc, char **argv, fit_opts *o)
 }
 
 /* ------------------------------------------------------------------ files */
-
-static const char *lib_error(sw_context *ctx, sw_status st)
-{
-    const char *m = sw_context_error(ctx);
-    return (m && *m) ? m : sw_status_string(st);
-}
-
-/* A CSV being written: standard output, or a temporary file renamed into place at the end so
- * that a failed run leaves no half-written table (as 'spotwave centroid'). */
-typedef struct out_file {
-    FILE *f;
-    const char *path; /* NULL: standard output */
-    char tmp[4096];
-} out_file;
-
-static int out_open(out_file *o, const char *path)
-{
-    memset(o, 0, sizeof *o);
-    if (!path || strcmp(path, "-") == 0) {
-        o->f = stdout;
-        return SW_EXIT_OK;
-    }
-    o->path = path;
-    if (snprintf(o->tmp, sizeof o->tmp, "%s.tmp.XXXXXX", path) >= (int)sizeof o->tmp)
-        return sw_cli_fail(SUB, "cannot write '%s': the name is too long", path);
-    int fd = mkstemp(o->tmp);
-    if (fd < 0)
-        return sw_cli_fail(SUB, "cannot write '%s': %s", path, strerror(errno));
-    o->f = fdopen(fd, "w");
-    if (!o->f) {
-        close(fd);
-        unlink(o->tmp);
-        return sw_cli_fail(SUB, "cannot write '%s': %s", path, strerror(errno));
-    }
-    return SW_EXIT_OK;
-}
-
-/* Closes (renaming into place when ok) or discards the file. */
-static int out_close(out_file *o, int ok)
-{
-    if (!o->f)
-        return SW_EXIT_OK;
-    FILE *f = o->f;
-    o->f = NULL;
-    if (!o->path) {
-        if (ok && (fflush(stdout) != 0 || ferror(stdout)))
-            return sw_cli_fail(SUB, "cannot write to standard output: %s", strerror(errno));
-        return SW_EXIT_OK;
-    }
-    int bad = ferror(f);
-    if (fclose(f) != 0)
-        bad = 1;
-    if (!ok || bad) {
-        const int e = errno;
-        unlink(o->tmp);
-        return ok ? sw_cli_fail(SUB, "cannot write '%s': %s", o->path, strerror(e)) : SW_EXIT_OK;
-    }
-    if (rename(o->tmp, o->path) != 0) {
-        const int e = errno;
-        unlink(o->tmp);
-        return sw_cli_fail(SUB, "cannot write '%s': %s", o->path, strerror(e));
-    }
-    return SW_EXIT_OK;
-}
 
 /* ------------------------------------------------------------------ the slopes table */
 
@@ -473,7 +413,7 @@ static int read_table(sw_context *ctx, const char *path, slopes_in *s)
     sw_table t;
     sw_status st = sw_csv_read(ctx, path, &t);
     if (st != SW_OK)
-        return sw_cli_fail(SUB, "%s", lib_error(ctx, st));
+        return sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
     static const char *const need[4] = {"ix", "iy", "dx_px", "dy_px"};
     int32_t col[4];
     int rc = SW_EXIT_OK;
@@ -510,8 +450,9 @@ static int read_table(sw_context *ctx, const char *path, slopes_in *s)
         const double fx = s->ix[r], fy = s->iy[r];
         if (!(fx == floor(fx)) || !(fy == floor(fy)) || fx < 0 || fy < 0 || fx >= 65536 ||
             fy >= 65536)
-            return sw_cli_fail(SUB, "slopes table '%s', data row %lld: lenslet (%g,%g) is not a "
-                                    "pair of whole numbers in 0..65535",
+            return sw_cli_fail(SUB,
+                               "slopes table '%s', data row %lld: lenslet (%g,%g) is not a "
+                               "pair of whole numbers in 0..65535",
                                path, (long long)r + 1, fx, fy);
         max_ix = fx > max_ix ? fx : max_ix;
         max_iy = fy > max_iy ? fy : max_iy;
@@ -601,10 +542,11 @@ static int place_rows(const char *path, int32_t nx, int32_t ny, slopes_in *s)
                                "slopes table '%s', data row %lld: lenslet (%lld,%lld) is listed "
                                "twice%s",
                                path, (long long)r + 1, (long long)ix, (long long)iy,
-                               s->fcol ? " in one frame" : " (a 'frame' column holds several frames)");
+                               s->fcol ? " in one frame"
+                                       : " (a 'frame' column holds several frames)");
         s->listed[i] = 1;
-        const int ok = (!s->cvalid || s->cvalid[r] != 0.0) && !isnan(s->cdx[r]) &&
-                       !isnan(s->cdy[r]);
+        const int ok =
+            (!s->cvalid || s->cvalid[r] != 0.0) && !isnan(s->cdx[r]) && !isnan(s->cdy[r]);
         s->valid[i] = (uint8_t)ok;
         s->dx[i] = ok ? (float)s->cdx[r] : 0.0f;
         s->dy[i] = ok ? (float)s->cdy[r] : 0.0f;
@@ -620,12 +562,12 @@ typedef struct report {
     double pitch, x0, y0, pixel_um, focal_mm;
     double cx, cy, radius_px, pupil_mm, report_mm;
     int32_t terms, nslopes, used, listed;
-    int64_t *label;     /* frames                                      */
-    double *coef;       /* frames * terms, as reported (rescaled, mirrored) */
-    double *residual;   /* frames, pixels                             */
-    int32_t *used_f;    /* frames: used lenslets valid in the frame  */
-    sw_refraction *rx;  /* frames (NaN when not available)           */
-    int32_t failed;     /* frames with NaN coefficients              */
+    int64_t *label;    /* frames                                      */
+    double *coef;      /* frames * terms, as reported (rescaled, mirrored) */
+    double *residual;  /* frames, pixels                             */
+    int32_t *used_f;   /* frames: used lenslets valid in the frame  */
+    sw_refraction *rx; /* frames (NaN when not available)           */
+    int32_t failed;    /* frames with NaN coefficients              */
     sw_backend backend;
     double read_ms, plan_ms, run_ms, map_ms, write_ms;
     char map_first[4096]; /* the first map file written (for the report) */
@@ -643,8 +585,7 @@ static void report_free(report *r)
 }
 
 /* The name of a map file: BASE[-F][-wrapped].EXT, BASE being --map without its extension. */
-static int map_name(const char *map, int multi, int64_t label, int wrapped, char *buf,
-                    size_t size)
+static int map_name(const char *map, int multi, int64_t label, int wrapped, char *buf, size_t size)
 {
     const char *dot = strrchr(map, '.');
     const char *slash = strrchr(map, '/');
@@ -653,8 +594,8 @@ static int map_name(const char *map, int multi, int64_t label, int wrapped, char
     char frame[32] = "";
     if (multi)
         snprintf(frame, sizeof frame, "-%lld", (long long)label);
-    const int n = snprintf(buf, size, "%.*s%s%s%s", (int)base, map, frame,
-                           wrapped ? "-wrapped" : "", ext);
+    const int n =
+        snprintf(buf, size, "%.*s%s%s%s", (int)base, map, frame, wrapped ? "-wrapped" : "", ext);
     return n >= 0 && (size_t)n < size ? 0 : -1;
 }
 
@@ -687,7 +628,7 @@ static int write_maps(sw_context *ctx, const fit_opts *o, report *r)
     sw_zmap_plan *plan = NULL;
     sw_status st = sw_zmap_create(ctx, &mp, &plan);
     if (st != SW_OK)
-        return sw_cli_fail(SUB, "map: %s", lib_error(ctx, st));
+        return sw_cli_fail(SUB, "map: %s", sw_cli_lib_error(ctx, st));
     const int multi = r->frames > 1;
     const int32_t nimg = o->map_fits ? r->frames : 1;
     sw_image *img = calloc((size_t)nimg, sizeof *img);
@@ -696,10 +637,10 @@ static int write_maps(sw_context *ctx, const fit_opts *o, report *r)
     int rc = img ? SW_EXIT_OK : sw_cli_fail(SUB, "out of memory");
     for (int32_t i = 0; rc == SW_EXIT_OK && i < nimg; i++)
         if ((st = sw_image_alloc(ctx, mp.size, mp.size, SW_PIX_F32, &img[i])) != SW_OK)
-            rc = sw_cli_fail(SUB, "map: %s", lib_error(ctx, st));
+            rc = sw_cli_fail(SUB, "map: %s", sw_cli_lib_error(ctx, st));
     if (rc == SW_EXIT_OK && o->have_wrap &&
         (st = sw_image_alloc(ctx, mp.size, mp.size, SW_PIX_U8, &wrap)) != SW_OK)
-        rc = sw_cli_fail(SUB, "map: %s", lib_error(ctx, st));
+        rc = sw_cli_fail(SUB, "map: %s", sw_cli_lib_error(ctx, st));
     char name[4096];
     for (int32_t f = 0; rc == SW_EXIT_OK && f < r->frames; f++) {
         sw_image *m = &img[o->map_fits ? f : 0];
@@ -709,7 +650,7 @@ static int write_maps(sw_context *ctx, const fit_opts *o, report *r)
         } else if ((st = sw_zmap_run(plan, c, r->terms, m)) != SW_OK ||
                    (st = sw_context_synchronize(ctx)) != SW_OK) {
             rc = sw_cli_fail(SUB, "map of frame %lld: %s", (long long)r->label[f],
-                             lib_error(ctx, st));
+                             sw_cli_lib_error(ctx, st));
             break;
         }
         if (!o->map_fits) {
@@ -718,7 +659,7 @@ static int write_maps(sw_context *ctx, const fit_opts *o, report *r)
                 break;
             }
             if ((st = sw_zmap_write_png(ctx, name, m)) != SW_OK) {
-                rc = sw_cli_fail(SUB, "%s", lib_error(ctx, st));
+                rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
                 break;
             }
             if (r->maps_written++ == 0)
@@ -732,7 +673,7 @@ static int write_maps(sw_context *ctx, const fit_opts *o, report *r)
             if ((st = sw_zmap_wrap(ctx, m, o->wrap_um, &wrap)) != SW_OK ||
                 (st = sw_context_synchronize(ctx)) != SW_OK) {
                 rc = sw_cli_fail(SUB, "wrapped map of frame %lld: %s", (long long)r->label[f],
-                                 lib_error(ctx, st));
+                                 sw_cli_lib_error(ctx, st));
                 break;
             }
             sw_png_options po;
@@ -741,7 +682,7 @@ static int write_maps(sw_context *ctx, const fit_opts *o, report *r)
             po.vmin = 0.0;
             po.vmax = 255.0;
             if ((st = sw_png_write(ctx, name, &wrap, &po)) != SW_OK) {
-                rc = sw_cli_fail(SUB, "%s", lib_error(ctx, st));
+                rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
                 break;
             }
             if (f == 0)
@@ -750,7 +691,7 @@ static int write_maps(sw_context *ctx, const fit_opts *o, report *r)
     }
     if (rc == SW_EXIT_OK && o->map_fits) {
         if ((st = sw_fits_write(ctx, o->map, img, nimg)) != SW_OK)
-            rc = sw_cli_fail(SUB, "%s", lib_error(ctx, st));
+            rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
         else {
             r->maps_written = 1;
             snprintf(r->map_first, sizeof r->map_first, "%s", o->map);
@@ -809,12 +750,12 @@ typedef struct run_state {
     sw_zfit_plan *plan;
     float *slopes;  /* batch * 2 nslopes */
     uint8_t *valid; /* batch * nl */
-    out_file out;
+    sw_cli_out out;
 } run_state;
 
 static void state_free(run_state *s)
 {
-    out_close(&s->out, 0);
+    sw_cli_out_close(SUB, &s->out, 0);
     sw_zfit_destroy(s->plan);
     slopes_free(&s->in);
     free(s->mask);
@@ -872,8 +813,8 @@ static int run_fit(const sw_cli_globals *gl, const fit_opts *o, report *r)
             }
     }
     if (nmask == 0) {
-        rc = sw_cli_fail(SUB, "slopes table '%s' has no valid slope (all nan or valid 0)",
-                         o->input);
+        rc =
+            sw_cli_fail(SUB, "slopes table '%s' has no valid slope (all nan or valid 0)", o->input);
         goto done;
     }
     sw_sh_geometry g;
@@ -887,7 +828,7 @@ static int run_fit(const sw_cli_globals *gl, const fit_opts *o, report *r)
     g.focal_mm = o->focal_mm;
     g.valid = s.mask;
     if ((st = sw_sh_geometry_check(s.ctx, &g, 0, 0)) != SW_OK) {
-        rc = sw_cli_fail(SUB, "%s", lib_error(s.ctx, st));
+        rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(s.ctx, st));
         goto done;
     }
     r->pitch = g.pitch_px;
@@ -931,7 +872,7 @@ static int run_fit(const sw_cli_globals *gl, const fit_opts *o, report *r)
     p.max_frames = batch;
     t0 = sw_cli_now();
     if ((st = sw_zfit_create(s.ctx, &p, &s.plan)) != SW_OK) {
-        rc = sw_cli_fail(SUB, "%s", lib_error(s.ctx, st));
+        rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(s.ctx, st));
         goto done;
     }
     r->plan_ms = 1e3 * (sw_cli_now() - t0);
@@ -939,8 +880,9 @@ static int run_fit(const sw_cli_globals *gl, const fit_opts *o, report *r)
     r->nslopes = sw_zfit_slopes(s.plan);
     r->used = sw_zfit_used(s.plan);
     if (r->nslopes != nmask || r->terms != sw_zernike_count((int)o->order)) {
-        rc = sw_cli_fail(SUB, "internal error: the plan has %d slopes and %d terms, expected %d "
-                              "and %d",
+        rc = sw_cli_fail(SUB,
+                         "internal error: the plan has %d slopes and %d terms, expected %d "
+                         "and %d",
                          (int)r->nslopes, (int)r->terms, (int)nmask,
                          sw_zernike_count((int)o->order));
         goto done;
@@ -958,8 +900,8 @@ static int run_fit(const sw_cli_globals *gl, const fit_opts *o, report *r)
     r->residual = malloc(sizeof(double) * (size_t)r->frames);
     r->used_f = calloc((size_t)r->frames, sizeof(int32_t));
     r->rx = malloc(sizeof(sw_refraction) * (size_t)r->frames);
-    if (!s.slope_l || !s.used || !s.slopes || !s.valid || !r->label || !r->coef ||
-        !r->residual || !r->used_f || !r->rx) {
+    if (!s.slope_l || !s.used || !s.slopes || !s.valid || !r->label || !r->coef || !r->residual ||
+        !r->used_f || !r->rx) {
         rc = sw_cli_fail(SUB, "out of memory");
         goto done;
     }
@@ -992,7 +934,7 @@ static int run_fit(const sw_cli_globals *gl, const fit_opts *o, report *r)
         if (st == SW_OK)
             st = sw_context_synchronize(s.ctx);
         if (st != SW_OK) {
-            rc = sw_cli_fail(SUB, "%s", lib_error(s.ctx, st));
+            rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(s.ctx, st));
             goto done;
         }
     }
@@ -1012,7 +954,7 @@ static int run_fit(const sw_cli_globals *gl, const fit_opts *o, report *r)
         }
         if (o->have_rescale && r->report_mm < r->pupil_mm &&
             (st = sw_zernike_rescale(s.ctx, c, J, r->pupil_mm, r->report_mm, c)) != SW_OK) {
-            rc = sw_cli_fail(SUB, "--rescale-mm: %s", lib_error(s.ctx, st));
+            rc = sw_cli_fail(SUB, "--rescale-mm: %s", sw_cli_lib_error(s.ctx, st));
             goto done;
         }
         c[0] = 0.0; /* the piston over the smaller pupil: as invisible to slopes as before */
@@ -1021,7 +963,7 @@ static int run_fit(const sw_cli_globals *gl, const fit_opts *o, report *r)
         if (J >= 6 && (st = sw_zernike_refraction(s.ctx, c, J, r->report_mm, o->higher_rx,
                                                   o->vertex_mm, rx)) != SW_OK) {
             rc = sw_cli_fail(SUB, "refraction of frame %lld: %s", (long long)r->label[f],
-                             lib_error(s.ctx, st));
+                             sw_cli_lib_error(s.ctx, st));
             goto done;
         }
     }
@@ -1029,8 +971,8 @@ static int run_fit(const sw_cli_globals *gl, const fit_opts *o, report *r)
         rc = sw_cli_fail(SUB,
                          "%s: %s has fewer valid slopes in the pupil (%d lenslets) than the %d "
                          "unknowns of order %ld",
-                         o->input, r->frames == 1 ? "the frame" : "every frame",
-                         (int)r->used_f[0], (int)(J - 1), o->order);
+                         o->input, r->frames == 1 ? "the frame" : "every frame", (int)r->used_f[0],
+                         (int)(J - 1), o->order);
         goto done;
     }
 
@@ -1042,10 +984,10 @@ static int run_fit(const sw_cli_globals *gl, const fit_opts *o, report *r)
         r->map_ms = 1e3 * (sw_cli_now() - t0);
     }
     t0 = sw_cli_now();
-    if ((rc = out_open(&s.out, o->out)) != SW_EXIT_OK)
+    if ((rc = sw_cli_out_open(SUB, &s.out, o->out)) != SW_EXIT_OK)
         goto done;
     write_coefficients(s.out.f, o, r);
-    if ((rc = out_close(&s.out, 1)) != SW_EXIT_OK)
+    if ((rc = sw_cli_out_close(SUB, &s.out, 1)) != SW_EXIT_OK)
         goto done;
     r->write_ms = 1e3 * (sw_cli_now() - t0);
     if (r->failed > 0 && !gl->quiet)
@@ -1104,8 +1046,7 @@ static void print_report(const fit_opts *o, const report *r)
             printf("\n");
         }
         if (r->frames > MAX_TEXT_ROWS)
-            printf("  ...        %d more frames in %s\n", (int)(r->frames - MAX_TEXT_ROWS),
-                   o->out);
+            printf("  ...        %d more frames in %s\n", (int)(r->frames - MAX_TEXT_ROWS), o->out);
         printf("  wrote      %s", o->out);
         if (r->maps_written)
             printf(", %s%s", r->map_first, r->maps_written > 1 ? ", ..." : "");

@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <time.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------------ the subcommands */
 
@@ -253,6 +254,61 @@ int sw_cli_ends_with(const char *s, const char *suffix)
 {
     size_t n = strlen(s), m = strlen(suffix);
     return n >= m && strcasecmp(s + n - m, suffix) == 0;
+}
+
+int sw_cli_out_open(const char *sub, sw_cli_out *o, const char *path)
+{
+    memset(o, 0, sizeof *o);
+    if (!path || strcmp(path, "-") == 0) {
+        o->f = stdout;
+        return SW_EXIT_OK;
+    }
+    o->path = path;
+    if (snprintf(o->tmp, sizeof o->tmp, "%s.tmp.XXXXXX", path) >= (int)sizeof o->tmp)
+        return sw_cli_fail(sub, "cannot write '%s': the name is too long", path);
+    int fd = mkstemp(o->tmp);
+    if (fd < 0)
+        return sw_cli_fail(sub, "cannot write '%s': %s", path, strerror(errno));
+    o->f = fdopen(fd, "w");
+    if (!o->f) {
+        close(fd);
+        unlink(o->tmp);
+        return sw_cli_fail(sub, "cannot write '%s': %s", path, strerror(errno));
+    }
+    return SW_EXIT_OK;
+}
+
+int sw_cli_out_close(const char *sub, sw_cli_out *o, int ok)
+{
+    if (!o->f)
+        return SW_EXIT_OK;
+    FILE *f = o->f;
+    o->f = NULL;
+    if (!o->path) {
+        if (ok && (fflush(stdout) != 0 || ferror(stdout)))
+            return sw_cli_fail(sub, "cannot write to standard output: %s", strerror(errno));
+        return SW_EXIT_OK;
+    }
+    int bad = ferror(f);
+    if (fclose(f) != 0)
+        bad = 1;
+    if (!ok || bad) {
+        const int e = errno;
+        unlink(o->tmp);
+        return ok ? sw_cli_fail(sub, "cannot write '%s': %s", o->path, strerror(e)) : SW_EXIT_OK;
+    }
+    if (rename(o->tmp, o->path) != 0) {
+        const int e = errno;
+        unlink(o->tmp);
+        return sw_cli_fail(sub, "cannot write '%s': %s", o->path, strerror(e));
+    }
+    return SW_EXIT_OK;
+}
+
+const char *sw_cli_lib_error(sw_context *ctx, sw_status st)
+{
+    const char *m = sw_context_error(ctx);
+    return (m && *m) ? m : sw_status_string(st);
 }
 
 int sw_cli_parse_u64(const char *text, uint64_t *out)
