@@ -208,14 +208,14 @@ static void test_region_integrals(void **state)
     assert_near(gy[2], 0.0, 1e-12);
     /* cut squares (outer and inner circles): the arc rule converged against a 16 times finer
      * one */
-    const double cases[][4] = {{0.9, 0.1, 0.12, 0.0},  {0.7, 0.7, 0.1, 0.0},
+    const double cases[][4] = {{0.9, 0.1, 0.12, 0.0},   {0.7, 0.7, 0.1, 0.0},
                                {-0.95, -0.2, 0.1, 0.2}, {0.25, 0.05, 0.1, 0.3},
                                {0.0, 0.0, 0.25, 0.3},   {0.0, 1.0, 0.07, 0.0}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         sw_zfit_region_integrals(10, cases[c][0], cases[c][1], cases[c][2], cases[c][3], 1, &area,
                                  gx, gy);
-        sw_zfit_region_integrals(10, cases[c][0], cases[c][1], cases[c][2], cases[c][3], 16,
-                                 &area2, gx2, gy2);
+        sw_zfit_region_integrals(10, cases[c][0], cases[c][1], cases[c][2], cases[c][3], 16, &area2,
+                                 gx2, gy2);
         assert_true(area > 0.0 && area < 4 * cases[c][2] * cases[c][2]);
         assert_near(area, area2, 1e-14);
         for (int j = 0; j < J; j++) {
@@ -756,11 +756,16 @@ static void test_simulator(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_region_integrals),   cmocka_unit_test(test_roundtrip_circular),
-        cmocka_unit_test(test_roundtrip_annular),  cmocka_unit_test(test_roundtrip_partial),
-        cmocka_unit_test(test_pinv_qr_batch_layout), cmocka_unit_test(test_residual_direct),
-        cmocka_unit_test(test_weights_and_invalid), cmocka_unit_test(test_truncation),
-        cmocka_unit_test(test_bad_input),          cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_region_integrals),
+        cmocka_unit_test(test_roundtrip_circular),
+        cmocka_unit_test(test_roundtrip_annular),
+        cmocka_unit_test(test_roundtrip_partial),
+        cmocka_unit_test(test_pinv_qr_batch_layout),
+        cmocka_unit_test(test_residual_direct),
+        cmocka_unit_test(test_weights_and_invalid),
+        cmocka_unit_test(test_truncation),
+        cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_simulator),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

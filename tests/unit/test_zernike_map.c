@@ -92,20 +92,21 @@ static void test_half_known_values(void **state)
     assert_int_equal(sw_half_from_float(-2.0f), 0xc000);
     assert_int_equal(sw_half_from_float(0.0f), 0x0000);
     assert_int_equal(sw_half_from_float(-0.0f), 0x8000);
-    assert_int_equal(sw_half_from_float(65504.0f), 0x7bff);      /* largest finite */
-    assert_int_equal(sw_half_from_float(65519.0f), 0x7bff);      /* below the midpoint */
-    assert_int_equal(sw_half_from_float(65520.0f), 0x7c00);      /* midpoint: ties to even = Inf */
+    assert_int_equal(sw_half_from_float(65504.0f), 0x7bff); /* largest finite */
+    assert_int_equal(sw_half_from_float(65519.0f), 0x7bff); /* below the midpoint */
+    assert_int_equal(sw_half_from_float(65520.0f), 0x7c00); /* midpoint: ties to even = Inf */
     assert_int_equal(sw_half_from_float(1e9f), 0x7c00);
     assert_int_equal(sw_half_from_float(-INFINITY), 0xfc00);
-    assert_int_equal(sw_half_from_float(0x1p-14f), 0x0400);      /* smallest normal */
-    assert_int_equal(sw_half_from_float(0x1p-24f), 0x0001);      /* smallest subnormal */
-    assert_int_equal(sw_half_from_float(0x1p-25f), 0x0000);      /* tie between 0 and 2^-24 */
-    assert_int_equal(sw_half_from_float(0x1.8p-25f), 0x0001);    /* above the tie */
-    assert_int_equal(sw_half_from_float(0x3p-25f), 0x0002);      /* tie 1.5 ulp -> even 2 */
+    assert_int_equal(sw_half_from_float(0x1p-14f), 0x0400);        /* smallest normal */
+    assert_int_equal(sw_half_from_float(0x1p-24f), 0x0001);        /* smallest subnormal */
+    assert_int_equal(sw_half_from_float(0x1p-25f), 0x0000);        /* tie between 0 and 2^-24 */
+    assert_int_equal(sw_half_from_float(0x1.8p-25f), 0x0001);      /* above the tie */
+    assert_int_equal(sw_half_from_float(0x3p-25f), 0x0002);        /* tie 1.5 ulp -> even 2 */
     assert_int_equal(sw_half_from_float(1.0f + 0x1p-11f), 0x3c00); /* tie -> even */
     assert_int_equal(sw_half_from_float(1.0f + 0x3p-11f), 0x3c02); /* tie -> even (up) */
     assert_int_equal(sw_half_from_float(1.0f + 0x1.8p-11f), 0x3c01);
-    assert_int_equal(sw_half_from_float(0x1.ffcp-15f), 0x0400); /* subnormal rounding up to normal */
+    assert_int_equal(sw_half_from_float(0x1.ffcp-15f),
+                     0x0400); /* subnormal rounding up to normal */
     assert_true(isnan(sw_half_to_float(sw_half_from_float(NAN))));
     assert_true(sw_half_to_float(0x7c00) == INFINITY);
     assert_true(sw_half_to_float(0x0001) == 0x1p-24f);
@@ -233,8 +234,8 @@ static void check_against_reference(int32_t n, int order, double o, int direct)
     else
         assert_int_equal(sw_zmap_run(plan, c, terms, &w), SW_OK);
     /* direct: double sums rounded once to float */
-    const double tol = direct ? 1e-6 * float_bound(c, terms) / ((terms + 2) * 0x1p-24)
-                              : float_bound(c, terms);
+    const double tol =
+        direct ? 1e-6 * float_bound(c, terms) / ((terms + 2) * 0x1p-24) : float_bound(c, terms);
     int64_t inside = 0, outside = 0;
     double worst = 0.0;
     for (int32_t k = 0; k < n; k++)
@@ -369,11 +370,11 @@ static void test_wrap_values(void **state)
     /* bad input */
     sw_image bad;
     assert_int_equal(sw_image_alloc(cpu, 4, 3, SW_PIX_U8, &bad), SW_OK);
-    assert_int_equal(sw_zmap_wrap(cpu, &map, 0.5, &bad), SW_EINVAL);   /* size */
-    assert_int_equal(sw_zmap_wrap(cpu, &map, 0.0, &out), SW_EINVAL);   /* wavelength */
+    assert_int_equal(sw_zmap_wrap(cpu, &map, 0.5, &bad), SW_EINVAL); /* size */
+    assert_int_equal(sw_zmap_wrap(cpu, &map, 0.0, &out), SW_EINVAL); /* wavelength */
     assert_int_equal(sw_zmap_wrap(cpu, &map, NAN, &out), SW_EINVAL);
-    assert_int_equal(sw_zmap_wrap(cpu, &out, 0.5, &out), SW_EINVAL);   /* u8 map */
-    assert_int_equal(sw_zmap_wrap(cpu, &map, 0.5, &map), SW_EINVAL);   /* f32 out */
+    assert_int_equal(sw_zmap_wrap(cpu, &out, 0.5, &out), SW_EINVAL); /* u8 map */
+    assert_int_equal(sw_zmap_wrap(cpu, &map, 0.5, &map), SW_EINVAL); /* f32 out */
     assert_int_equal(sw_zmap_wrap(cpu, NULL, 0.5, &out), SW_EINVAL);
     sw_image_free(&bad);
     sw_image_free(&map);
@@ -442,8 +443,8 @@ static void test_png(void **state)
     assert_non_null(rgba);
     assert_true(png_image_finish_read(&pi, NULL, rgba, 0, NULL));
     const size_t row = (size_t)pi.width * 4;
-    assert_int_equal(rgba[0 * row + 0 * 4 + 3], 0);                         /* corner */
-    assert_int_equal(rgba[(size_t)(n / 2) * row + (size_t)(n / 2) * 4 + 3], 0); /* obscured */
+    assert_int_equal(rgba[0 * row + 0 * 4 + 3], 0);                               /* corner */
+    assert_int_equal(rgba[(size_t)(n / 2) * row + (size_t)(n / 2) * 4 + 3], 0);   /* obscured */
     assert_int_equal(rgba[(size_t)(n / 2) * row + (size_t)(n / 8) * 4 + 3], 255); /* r = 0.75 */
     free(rgba);
     /* a u8 image is not a map */
@@ -471,7 +472,7 @@ static void test_bad_params(void **state)
         int32_t size, order;
         double o;
         int half;
-    } bad[] = {{0, 6, 0, 0},    {-3, 6, 0, 0},  {8193, 6, 0, 0}, {64, 11, 0, 0}, {64, -1, 0, 0},
+    } bad[] = {{0, 6, 0, 0},    {-3, 6, 0, 0},    {8193, 6, 0, 0}, {64, 11, 0, 0}, {64, -1, 0, 0},
                {64, 6, 1.0, 0}, {64, 6, -0.1, 0}, {64, 6, NAN, 0}, {64, 6, 0, 2}};
     for (size_t t = 0; t < sizeof bad / sizeof bad[0]; t++) {
         p.size = bad[t].size;
