@@ -42,8 +42,7 @@ static sw_status run_job(void *user, int sample, double *measured_us)
 {
     job *j = user;
     (void)measured_us;
-    return sw_zfit_run(j->plan, j->slopes[sample & 1], NULL, j->frames, j->memory, j->coef,
-                       j->res);
+    return sw_zfit_run(j->plan, j->slopes[sample & 1], NULL, j->frames, j->memory, j->coef, j->res);
 }
 
 static int fail(sw_context *ctx, const char *what, sw_status st)
@@ -127,7 +126,8 @@ int main(int argc, char **argv)
         "Zernike fit: about {250, 2000, 10000, 40000} lit lenslets x orders {4, 6, 8, 10},\n"
         "single frames and batches of 32, PINV and QR (--quick: {250, 2000} x {4, 10}).\n"
         "Cases: zfit_pinv_cpu, zfit_qr_cpu (CPU backend; on CUDA too unless --json-only);\n"
-        "zfit_pinv_gpu, zfit_qr_gpu (device arrays), zfit_pinv_gpu_host, zfit_qr_gpu_host (CUDA).\n",
+        "zfit_pinv_gpu, zfit_qr_gpu (device arrays), zfit_pinv_gpu_host, zfit_qr_gpu_host "
+        "(CUDA).\n",
         &o);
     if (rc != SW_BENCH_CONTINUE)
         return rc;

@@ -300,8 +300,7 @@ static sw_status check_params(sw_context *ctx, const sw_zfit_params *p)
         return sw_fail(ctx, SW_EINVAL, "zernike fit: max_order %d is outside 1..10",
                        (int)p->max_order);
     if (!(p->min_illum >= 0.0 && p->min_illum <= 1.0))
-        return sw_fail(ctx, SW_EINVAL, "zernike fit: min_illum %g is outside [0, 1]",
-                       p->min_illum);
+        return sw_fail(ctx, SW_EINVAL, "zernike fit: min_illum %g is outside [0, 1]", p->min_illum);
     if (p->method != SW_ZFIT_PINV && p->method != SW_ZFIT_QR)
         return sw_fail(ctx, SW_EINVAL, "zernike fit: unknown method %d", (int)p->method);
     if (p->layout != SW_SLOPES_BLOCKS && p->layout != SW_SLOPES_INTERLEAVED)
@@ -474,8 +473,7 @@ sw_status sw_zfit_create(sw_context *ctx, const sw_zfit_params *p, sw_zfit_plan 
         return sw_fail(ctx, SW_EINVAL,
                        "zernike fit: singular geometry: singular value %d of %d is %g of the "
                        "largest (%g); the lenslets used cannot tell the %d modes of order %d apart",
-                       (int)keep, (int)m, s0 > 0.0 ? sk / s0 : 0.0, s0, (int)m,
-                       (int)p->max_order);
+                       (int)keep, (int)m, s0 > 0.0 ? sk / s0 : 0.0, s0, (int)m, (int)p->max_order);
     }
     if (info == 0 && p->method == SW_ZFIT_PINV) {
         plan->P = malloc((size_t)m * nrow * sizeof(double));
@@ -579,8 +577,8 @@ int sw_zfit_frame_bad(const sw_zfit_plan *plan, const float *slopes, const uint8
     return 0;
 }
 
-void sw_zfit_host_frame(sw_zfit_plan *plan, const float *slopes, const uint8_t *valid,
-                        double *coef, double *residual)
+void sw_zfit_host_frame(sw_zfit_plan *plan, const float *slopes, const uint8_t *valid, double *coef,
+                        double *residual)
 {
     int32_t nu = plan->nu, nrow = plan->nrow, m = plan->m;
     /* the lenslets kept: valid, and both slopes finite */
@@ -676,8 +674,8 @@ static sw_status host_run(sw_zfit_plan *plan, const float *slopes, const uint8_t
                 memcpy(C + (size_t)g * m, plan->B + (size_t)g * nrow, (size_t)m * sizeof(double));
         }
         if (residual) /* S = Dc C - S */
-            cblas_dgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, nrow, ng, m, 1.0, plan->Dc,
-                        nrow, C, m, -1.0, plan->S, nrow);
+            cblas_dgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, nrow, ng, m, 1.0, plan->Dc, nrow,
+                        C, m, -1.0, plan->S, nrow);
     }
     for (int32_t f = 0, g = 0; f < frames; f++) {
         double *c = coef + (size_t)f * J;
@@ -701,8 +699,8 @@ static sw_status host_run(sw_zfit_plan *plan, const float *slopes, const uint8_t
     return SW_OK;
 }
 
-sw_status sw_zfit_run(sw_zfit_plan *plan, const float *slopes, const uint8_t *valid,
-                      int32_t frames, sw_memory memory, double *coef, double *residual_px)
+sw_status sw_zfit_run(sw_zfit_plan *plan, const float *slopes, const uint8_t *valid, int32_t frames,
+                      sw_memory memory, double *coef, double *residual_px)
 {
     if (!plan)
         return sw_fail(NULL, SW_EINVAL, "zernike fit: NULL plan");

@@ -43,7 +43,7 @@
     do {                                                                                           \
         cublasStatus_t e_ = (call);                                                                \
         if (e_ != CUBLAS_STATUS_SUCCESS)                                                           \
-            return sw_fail(plan->ctx, SW_ECUDA, "zernike fit: cuBLAS call %s failed (%d)", #call, \
+            return sw_fail(plan->ctx, SW_ECUDA, "zernike fit: cuBLAS call %s failed (%d)", #call,  \
                            (int)e_);                                                               \
     } while (0)
 
@@ -51,7 +51,7 @@
     do {                                                                                           \
         cusolverStatus_t e_ = (call);                                                              \
         if (e_ != CUSOLVER_STATUS_SUCCESS)                                                         \
-            return sw_fail(plan->ctx, SW_ECUDA, "zernike fit: cuSOLVER call %s failed (%d)",      \
+            return sw_fail(plan->ctx, SW_ECUDA, "zernike fit: cuSOLVER call %s failed (%d)",       \
                            #call, (int)e_);                                                        \
     } while (0)
 
@@ -155,9 +155,9 @@ extern "C" void sw_zfit_gpu_destroy(sw_zfit_plan *plan)
         cublasDestroy(g->blas);
     if (g->solver)
         cusolverDnDestroy(g->solver);
-    void *dev[] = {g->row_pos, g->row_l, g->row_w, g->Dc,  g->P,      g->qr,    g->tau,
-                   g->qwork,   g->info,  g->B,     g->S,   g->C,      g->acc,   g->flags,
-                   g->slopes,  g->valid, g->coef,  g->res};
+    void *dev[] = {g->row_pos, g->row_l, g->row_w,  g->Dc,    g->P,    g->qr,
+                   g->tau,     g->qwork, g->info,   g->B,     g->S,    g->C,
+                   g->acc,     g->flags, g->slopes, g->valid, g->coef, g->res};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i])
             cudaFree(dev[i]);
@@ -205,18 +205,17 @@ extern "C" sw_status sw_zfit_gpu_create(sw_zfit_plan *plan)
     ZF_CU(cudaHostAlloc((void **)&g->hc, (size_t)(plan->J + 1) * sizeof(double),
                         cudaHostAllocDefault));
 
-    ZF_CU(cudaMemcpyAsync(g->row_pos, plan->row_pos, nrow * sizeof(int32_t),
-                          cudaMemcpyHostToDevice, g->stream));
+    ZF_CU(cudaMemcpyAsync(g->row_pos, plan->row_pos, nrow * sizeof(int32_t), cudaMemcpyHostToDevice,
+                          g->stream));
     ZF_CU(cudaMemcpyAsync(g->row_l, plan->row_l, nrow * sizeof(int32_t), cudaMemcpyHostToDevice,
                           g->stream));
     ZF_CU(cudaMemcpyAsync(g->row_w, plan->row_w, nrow * sizeof(double), cudaMemcpyHostToDevice,
                           g->stream));
-    ZF_CU(cudaMemcpyAsync(g->Dc, plan->Dc, nm * sizeof(double), cudaMemcpyHostToDevice,
-                          g->stream));
+    ZF_CU(cudaMemcpyAsync(g->Dc, plan->Dc, nm * sizeof(double), cudaMemcpyHostToDevice, g->stream));
     if (plan->p.method == SW_ZFIT_PINV) {
         ZF_CU(zf_alloc(&g->P, nm));
-        ZF_CU(cudaMemcpyAsync(g->P, plan->P, nm * sizeof(double), cudaMemcpyHostToDevice,
-                              g->stream));
+        ZF_CU(
+            cudaMemcpyAsync(g->P, plan->P, nm * sizeof(double), cudaMemcpyHostToDevice, g->stream));
     } else {
         ZF_CU(zf_alloc(&g->qr, nm));
         ZF_CU(zf_alloc(&g->tau, m));
@@ -224,8 +223,8 @@ extern "C" sw_status sw_zfit_gpu_create(sw_zfit_plan *plan)
                               g->stream));
         int lgeqrf = 0, lormqr = 0;
         ZF_SOLVER(cusolverDnDgeqrf_bufferSize(g->solver, nrow, m, g->qr, nrow, &lgeqrf));
-        ZF_SOLVER(cusolverDnDormqr_bufferSize(g->solver, CUBLAS_SIDE_LEFT, CUBLAS_OP_T, nrow, F,
-                                              m, g->qr, nrow, g->tau, g->B, nrow, &lormqr));
+        ZF_SOLVER(cusolverDnDormqr_bufferSize(g->solver, CUBLAS_SIDE_LEFT, CUBLAS_OP_T, nrow, F, m,
+                                              g->qr, nrow, g->tau, g->B, nrow, &lormqr));
         g->lqwork = lgeqrf > lormqr ? lgeqrf : lormqr;
         ZF_CU(zf_alloc(&g->qwork, (size_t)g->lqwork));
         ZF_SOLVER(cusolverDnDgeqrf(g->solver, nrow, m, g->qr, nrow, g->tau, g->qwork, g->lqwork,
@@ -234,16 +233,15 @@ extern "C" sw_status sw_zfit_gpu_create(sw_zfit_plan *plan)
         ZF_CU(cudaMemcpyAsync(&info, g->info, sizeof(int), cudaMemcpyDeviceToHost, g->stream));
         ZF_CU(cudaStreamSynchronize(g->stream));
         if (info != 0)
-            return sw_fail(plan->ctx, SW_EINTERNAL, "zernike fit: cusolverDnDgeqrf info %d",
-                           info);
+            return sw_fail(plan->ctx, SW_EINTERNAL, "zernike fit: cusolverDnDgeqrf info %d", info);
     }
     ZF_CU(cudaStreamSynchronize(g->stream));
     return SW_OK;
 }
 
-extern "C" sw_status sw_zfit_gpu_run(sw_zfit_plan *plan, const float *slopes,
-                                     const uint8_t *valid, int32_t frames, sw_memory memory,
-                                     double *coef, double *residual)
+extern "C" sw_status sw_zfit_gpu_run(sw_zfit_plan *plan, const float *slopes, const uint8_t *valid,
+                                     int32_t frames, sw_memory memory, double *coef,
+                                     double *residual)
 {
     zf_gpu *g = (zf_gpu *)plan->gpu;
     cudaStream_t st = g->stream;
@@ -259,8 +257,8 @@ extern "C" sw_status sw_zfit_gpu_run(sw_zfit_plan *plan, const float *slopes,
                               cudaMemcpyHostToDevice, st));
         d_slopes = g->slopes;
         if (valid) {
-            ZF_CU(cudaMemcpyAsync(g->valid, valid, (size_t)frames * nl, cudaMemcpyHostToDevice,
-                                  st));
+            ZF_CU(
+                cudaMemcpyAsync(g->valid, valid, (size_t)frames * nl, cudaMemcpyHostToDevice, st));
             d_valid = g->valid;
         }
         d_coef = g->coef;
@@ -269,8 +267,8 @@ extern "C" sw_status sw_zfit_gpu_run(sw_zfit_plan *plan, const float *slopes,
 
     ZF_CU(cudaMemsetAsync(g->flags, 0, (size_t)frames * sizeof(int), st));
     dim3 grid((unsigned)((nrow + ZF_THREADS - 1) / ZF_THREADS), (unsigned)frames);
-    zf_gather<<<grid, ZF_THREADS, 0, st>>>(d_slopes, d_valid, g->row_pos, g->row_l, g->row_w,
-                                           nrow, n2, nl, g->S, g->B, g->flags);
+    zf_gather<<<grid, ZF_THREADS, 0, st>>>(d_slopes, d_valid, g->row_pos, g->row_l, g->row_w, nrow,
+                                           n2, nl, g->S, g->B, g->flags);
     ZF_CU(cudaGetLastError());
 
     const double one = 1.0, zero = 0.0;
@@ -278,17 +276,16 @@ extern "C" sw_status sw_zfit_gpu_run(sw_zfit_plan *plan, const float *slopes,
     int32_t ldc;
     if (plan->p.method == SW_ZFIT_PINV) {
         if (frames == 1)
-            ZF_BLAS(cublasDgemv(g->blas, CUBLAS_OP_N, m, nrow, &one, g->P, m, g->B, 1, &zero,
-                                g->C, 1));
+            ZF_BLAS(
+                cublasDgemv(g->blas, CUBLAS_OP_N, m, nrow, &one, g->P, m, g->B, 1, &zero, g->C, 1));
         else
             ZF_BLAS(cublasDgemm(g->blas, CUBLAS_OP_N, CUBLAS_OP_N, m, frames, nrow, &one, g->P, m,
                                 g->B, nrow, &zero, g->C, m));
         C = g->C;
         ldc = m;
     } else {
-        ZF_SOLVER(cusolverDnDormqr(g->solver, CUBLAS_SIDE_LEFT, CUBLAS_OP_T, nrow, frames, m,
-                                   g->qr, nrow, g->tau, g->B, nrow, g->qwork, g->lqwork,
-                                   g->info));
+        ZF_SOLVER(cusolverDnDormqr(g->solver, CUBLAS_SIDE_LEFT, CUBLAS_OP_T, nrow, frames, m, g->qr,
+                                   nrow, g->tau, g->B, nrow, g->qwork, g->lqwork, g->info));
         ZF_BLAS(cublasDtrsm(g->blas, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_UPPER, CUBLAS_OP_N,
                             CUBLAS_DIAG_NON_UNIT, m, frames, &one, g->qr, nrow, g->B, nrow));
         C = g->B;
@@ -324,8 +321,8 @@ extern "C" sw_status sw_zfit_gpu_run(sw_zfit_plan *plan, const float *slopes,
         ZF_CU(cudaMemcpyAsync(g->hs, slopes + (size_t)f * n2, (size_t)n2 * sizeof(float),
                               cudaMemcpyDeviceToHost, st));
         if (valid)
-            ZF_CU(cudaMemcpyAsync(g->hv, valid + (size_t)f * nl, (size_t)nl,
-                                  cudaMemcpyDeviceToHost, st));
+            ZF_CU(cudaMemcpyAsync(g->hv, valid + (size_t)f * nl, (size_t)nl, cudaMemcpyDeviceToHost,
+                                  st));
         ZF_CU(cudaStreamSynchronize(st));
         sw_zfit_host_frame(plan, g->hs, valid ? g->hv : NULL, g->hc, g->hc + J);
         ZF_CU(cudaMemcpyAsync(coef + (size_t)f * J, g->hc, (size_t)J * sizeof(double),

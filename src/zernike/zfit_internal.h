@@ -30,27 +30,27 @@ struct sw_zfit_plan {
     double *D;        /* public matrix: 2 n x m, row-major, unused rows 0 */
 
     /* compact system */
-    int32_t nu, nrow;  /* used lenslets, rows = 2 nu */
-    int32_t *row_pos;  /* nrow: index of the row's slope within a frame (the plan's layout) */
-    int32_t *row_l;    /* nrow: the row's flat lenslet index (for the valid flags) */
-    double *row_w;     /* nrow: sqrt of the lenslet's weight */
-    double *Dc;        /* nrow x m: unweighted rows of D (column-major) */
-    double *Aw;        /* nrow x m: W^(1/2) Dc (column-major) */
-    double *P;         /* PINV: m x nrow, (W^(1/2) Dc)^+ (column-major, ld m) */
-    double *qr, *tau;  /* QR: dgeqrf of Aw (nrow x m, column-major) and its m reflectors */
-    double *sing;      /* m singular values of Aw, decreasing */
-    int32_t rank;      /* singular values kept (m - truncate for PINV, m for QR) */
+    int32_t nu, nrow; /* used lenslets, rows = 2 nu */
+    int32_t *row_pos; /* nrow: index of the row's slope within a frame (the plan's layout) */
+    int32_t *row_l;   /* nrow: the row's flat lenslet index (for the valid flags) */
+    double *row_w;    /* nrow: sqrt of the lenslet's weight */
+    double *Dc;       /* nrow x m: unweighted rows of D (column-major) */
+    double *Aw;       /* nrow x m: W^(1/2) Dc (column-major) */
+    double *P;        /* PINV: m x nrow, (W^(1/2) Dc)^+ (column-major, ld m) */
+    double *qr, *tau; /* QR: dgeqrf of Aw (nrow x m, column-major) and its m reflectors */
+    double *sing;     /* m singular values of Aw, decreasing */
+    int32_t rank;     /* singular values kept (m - truncate for PINV, m for QR) */
 
     /* CPU scratch (allocated at create) */
-    double *B;        /* nrow x max_frames: weighted slopes (right-hand sides) */
-    double *S;        /* nrow x max_frames: raw slopes, then residuals */
-    double *red_A;    /* nrow x m: a frame's reduced system */
-    double *red_b;    /* nrow */
-    int32_t *red_i;   /* nu: the used lenslets a reduced system keeps */
-    double *C;        /* m x max_frames: a batch's coefficients */
-    double *work;     /* LAPACK workspace */
+    double *B;      /* nrow x max_frames: weighted slopes (right-hand sides) */
+    double *S;      /* nrow x max_frames: raw slopes, then residuals */
+    double *red_A;  /* nrow x m: a frame's reduced system */
+    double *red_b;  /* nrow */
+    int32_t *red_i; /* nu: the used lenslets a reduced system keeps */
+    double *C;      /* m x max_frames: a batch's coefficients */
+    double *work;   /* LAPACK workspace */
     int32_t lwork;
-    uint8_t *bad;     /* max_frames: 1 for a frame with an invalid used lenslet */
+    uint8_t *bad; /* max_frames: 1 for a frame with an invalid used lenslet */
 
     void *gpu; /* zfit_cuda.cu's state on a CUDA context */
 };
@@ -70,8 +70,8 @@ void sw_zfit_region_integrals(int max_order, double cx, double cy, double h, dou
  * reduced system: the used lenslets that are valid and finite in it. Writes J coefficients and
  * the residual (NULL: not written); NaN when fewer rows than unknowns remain or the reduced
  * system is singular. */
-void sw_zfit_host_frame(sw_zfit_plan *plan, const float *slopes, const uint8_t *valid,
-                        double *coef, double *residual);
+void sw_zfit_host_frame(sw_zfit_plan *plan, const float *slopes, const uint8_t *valid, double *coef,
+                        double *residual);
 
 /* 1 when a used lenslet of the frame is flagged 0 or has a non-finite slope. */
 int sw_zfit_frame_bad(const sw_zfit_plan *plan, const float *slopes, const uint8_t *valid);

@@ -117,8 +117,8 @@ static sw_status check_params(sw_context *ctx, const sw_zmap_params *p)
     if (!p)
         return sw_fail(ctx, SW_EINVAL, "sw_zmap_create: params is NULL");
     if (p->size < 1 || p->size > SW_ZMAP_MAX_SIZE)
-        return sw_fail(ctx, SW_EINVAL, "wavefront map: size %d is outside 1 .. %d",
-                       (int)p->size, SW_ZMAP_MAX_SIZE);
+        return sw_fail(ctx, SW_EINVAL, "wavefront map: size %d is outside 1 .. %d", (int)p->size,
+                       SW_ZMAP_MAX_SIZE);
     if (p->max_order < 0 || p->max_order > SW_ZMAP_MAX_ORDER)
         return sw_fail(ctx, SW_EINVAL, "wavefront map: radial order %d is outside 0 .. %d",
                        (int)p->max_order, SW_ZMAP_MAX_ORDER);
@@ -435,8 +435,7 @@ static void make_poly(const double *coef, int32_t count, sw_zmap_poly *poly)
             else
                 poly->b[k][b - s] += coef[j] * norm * cs;
             if (s < b)
-                cs = -cs * (double)(a - s) * (double)(b - s) /
-                     ((double)(s + 1) * (double)(n - s));
+                cs = -cs * (double)(a - s) * (double)(b - s) / ((double)(s + 1) * (double)(n - s));
         }
     }
 }
@@ -528,9 +527,10 @@ sw_status sw_zmap_wrap(sw_context *ctx, const sw_image *map, double wavelength_u
         return sw_fail(ctx, SW_EINVAL, "sw_zmap_wrap: the wavelength %g um is not positive",
                        wavelength_um);
     if (map->type != SW_PIX_F32 || out->type != SW_PIX_U8)
-        return sw_fail(ctx, SW_EINVAL, "sw_zmap_wrap: expected an f32 map and a u8 output, got %s "
-                       "and %s", sw_pixel_type_string(map->type),
-                       sw_pixel_type_string(out->type));
+        return sw_fail(ctx, SW_EINVAL,
+                       "sw_zmap_wrap: expected an f32 map and a u8 output, got %s "
+                       "and %s",
+                       sw_pixel_type_string(map->type), sw_pixel_type_string(out->type));
     if (map->width != out->width || map->height != out->height)
         return sw_fail(ctx, SW_EINVAL, "sw_zmap_wrap: the map is %dx%d, the output %dx%d",
                        (int)map->width, (int)map->height, (int)out->width, (int)out->height);

@@ -140,9 +140,8 @@ __global__ void __launch_bounds__(THREADS)
         const int64_t at = (int64_t)r.z + (i0 - r.x); /* a multiple of 8: aligned vectors */
         if (HALF) {
             /* Seed optimisation 2: half maps, float sums. */
-            const uint4 *b = reinterpret_cast<const uint4 *>(
-                                 reinterpret_cast<const __half *>(basis)) +
-                             at / 8;
+            const uint4 *b =
+                reinterpret_cast<const uint4 *>(reinterpret_cast<const __half *>(basis)) + at / 8;
             const int64_t step = a.npix / 8;
 #pragma unroll 4
             for (int32_t j = 0; j < a.nterms; j++)
@@ -197,13 +196,11 @@ extern "C" sw_status sw_zmap_cuda_run(sw_zmap_plan *plan, const float *c, int32_
     const unsigned blocks = blocks_for((int64_t)a.size * a.groups);
     cudaStream_t s = (cudaStream_t)ctx->stream;
     if (plan->p.half)
-        zmap_kernel<true><<<blocks, THREADS, 0, s>>>(a, (const int4 *)plan->d_rows,
-                                                      plan->d_basis, (char *)out->data,
-                                                      out->stride);
+        zmap_kernel<true><<<blocks, THREADS, 0, s>>>(a, (const int4 *)plan->d_rows, plan->d_basis,
+                                                     (char *)out->data, out->stride);
     else
-        zmap_kernel<false><<<blocks, THREADS, 0, s>>>(a, (const int4 *)plan->d_rows,
-                                                       plan->d_basis, (char *)out->data,
-                                                       out->stride);
+        zmap_kernel<false><<<blocks, THREADS, 0, s>>>(a, (const int4 *)plan->d_rows, plan->d_basis,
+                                                      (char *)out->data, out->stride);
     e = cudaGetLastError();
     return e == cudaSuccess ? SW_OK : cuda_fail(ctx, e, "map kernel launch failed");
 }
@@ -211,8 +208,8 @@ extern "C" sw_status sw_zmap_cuda_run(sw_zmap_plan *plan, const float *c, int32_
 /* ------------------------------------------------------------------ the direct method */
 
 /* zmap.c's sw_zmap_inside with the same roundings (no fused multiply-add). */
-__device__ __forceinline__ bool inside_dev(int32_t size, double o2, int32_t i, int32_t k,
-                                           double *x, double *y)
+__device__ __forceinline__ bool inside_dev(int32_t size, double o2, int32_t i, int32_t k, double *x,
+                                           double *y)
 {
     const double s = (double)size;
     *x = __dadd_rn(__ddiv_rn((double)(2 * (int64_t)i + 1), s), -1.0);
@@ -223,8 +220,7 @@ __device__ __forceinline__ bool inside_dev(int32_t size, double o2, int32_t i, i
 
 /* One thread per pixel: W = sum_k A_k(t) Re(w^k) + B_k(t) Im(w^k), in double. */
 __global__ void __launch_bounds__(THREADS)
-    direct_kernel(sw_zmap_poly poly, int32_t size, double o2, char *__restrict__ out,
-                  size_t stride)
+    direct_kernel(sw_zmap_poly poly, int32_t size, double o2, char *__restrict__ out, size_t stride)
 {
     __shared__ sw_zmap_poly sp; /* the polynomial coefficients, as the seed's optimisation 1 */
     {

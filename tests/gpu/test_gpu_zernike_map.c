@@ -117,8 +117,8 @@ static void check(int32_t n, int order, double o, int half, int32_t count, int d
     const double e1 = compare(&ref, &host, tol), e2 = compare(&ref, &back, tol);
     print_message("%s %s size %d order %d (%d coefs) o %.2f: max |GPU - CPU| host %.2e, "
                   "device %.2e (tolerance %.2e)\n",
-                  direct ? "direct" : "map", half ? "half " : "float", (int)n, order, (int)count,
-                  o, e1, e2, tol);
+                  direct ? "direct" : "map", half ? "half " : "float", (int)n, order, (int)count, o,
+                  e1, e2, tol);
     (void)terms;
 
     /* the modulo-1 display of the device map equals the host one of the same map */
