@@ -154,8 +154,11 @@ void sw_shsim_destroy(sw_shsim *plan);
 const sw_shsim_params *sw_shsim_params_used(const sw_shsim *plan);
 
 /* OPD: the plan holds W sampled on its own pupil grid. clear sets it to zero; add_zernike adds
- * sum_j coef_um[j] Z_j over a circle of radius radius_um centred on the pupil's centre (zernike.h
- * conventions, evaluated analytically at every sample, also outside the circle); add_wavefront
+ * the wavefront sum_j coef_um[j] Z_j over a circle of radius radius_um centred on the pupil's
+ * centre (zernike.h conventions, evaluated analytically at every sample, also outside the
+ * circle). Zernike coefficients follow OSA/ANSI Z80.28: a positive wavefront LEADS (is phase
+ * advanced), so a myopic eye has c(2,0) > 0; the OPD (a delay) is therefore minus the sum, and
+ * a spot moves by -F <grad sum_j c_j Z_j>. add_wavefront
  * adds scale * (bilinear interpolation of w), and fails (SW_EINVAL) when a lit sample falls
  * outside w's area. NaN/Inf coefficients or scale: SW_EINVAL, OPD untouched. */
 sw_status sw_shsim_clear_opd(sw_shsim *plan);

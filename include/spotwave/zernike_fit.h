@@ -10,10 +10,10 @@
  *     zernike.h). The pupil radius in micrometres is R_um = R_px * pixel_um.
  *   - Lenslet (ix, iy) is the square of side d = pitch_px centred on its reference position
  *     (sw_sh_reference): [x_ref - d/2, x_ref + d/2] x [y_ref - d/2, y_ref + d/2].
- *   - Slopes are spot displacements in pixels (centroid.h). A wavefront W = sum_j c_j Z_j
- *     (micrometres of optical path, a positive W a delay, as in sim_sh.h) moves the spot of
- *     lenslet l by
- *         dx_l = F * mean_{A_l} dW/du = F / R_um * sum_j c_j mean_{A_l} dZ_j/dX,   dy_l likewise,
+ *   - Slopes are spot displacements in pixels (centroid.h). A wavefront W = sum_j c_j Z_j in
+ *     micrometres, OSA/ANSI Z80.28 sign (a positive W leads, is phase advanced: a myopic eye has
+ *     c(2,0) > 0; the optical path delay is -W, as in sim_sh.h) moves the spot of lenslet l by
+ *         dx_l = -F * mean_{A_l} dW/du = -F / R_um * sum_j c_j mean_{A_l} dZ_j/dX,  dy_l likewise,
  *     F = sw_sh_px_per_rad(geometry) = focal_mm * 1000 / pixel_um, A_l the part of the lenslet
  *     inside the pupil (annulus when obscuration > 0). The means are exact: the area integral of
  *     dZ/dX is turned into a boundary integral of Z (Green's theorem) and evaluated with

@@ -810,7 +810,7 @@ sw_status sw_shsim_add_zernike(sw_shsim *plan, const double *coef_um, int32_t co
             const double x = (plan->gu0 + i * plan->h - pu->cu_um) * ir;
             double val, dx, dy;
             sw_zernike_sum_grad(coef_um, count, x, y, &val, &dx, &dy);
-            plan->scratch[s] = val;
+            plan->scratch[s] = -val; /* OSA: a positive wavefront leads, the OPD is a delay */
         }
     }
     const size_t n = (size_t)W * plan->gh;

@@ -344,7 +344,9 @@ static void build_matrix(sw_zfit_plan *plan)
     zf_quad q;
     quad_init(&q, p->max_order);
     double R = p->pupil_radius_px, h = g->pitch_px / (2.0 * R);
-    double scale = sw_sh_px_per_rad(g) / (R * g->pixel_um); /* F / R_um */
+    /* -F / R_um: OSA coefficients (a positive wavefront leads) move spots against the gradient
+     * (zernike_fit.h, sim_sh.h) */
+    double scale = -sw_sh_px_per_rad(g) / (R * g->pixel_um);
     double gx[ZF_MAX_TERMS], gy[ZF_MAX_TERMS], area;
     int32_t n = plan->n, m = plan->m;
     for (int32_t k = 0; k < n; k++) {

@@ -47,7 +47,7 @@ cmd = sys.argv[1]
 if cmd == "header":  # BITPIX WIDTH HEIGHT
     w, h, bitpix, _ = read_fits(sys.argv[2])
     print(bitpix, w, h)
-elif cmd == "defocus":  # truth of a positive defocus: spots move away from the pupil centre
+elif cmd == "defocus":  # truth of a positive (OSA: myopic, converging) defocus: spots move towards the pupil centre
     names, rows = read_csv(sys.argv[2])
     assert names == ["ix", "iy", "x_px", "y_px", "ref_x_px", "ref_y_px", "illum"], names
     cx, cy = float(sys.argv[3]), float(sys.argv[4])
@@ -59,7 +59,7 @@ elif cmd == "defocus":  # truth of a positive defocus: spots move away from the 
         # the shift is radial and grows linearly: dx / ux = dy / uy = the same constant
         if abs(ux) > 10:
             k = dx / ux
-            assert k > 0, r
+            assert k < 0, r
             assert abs(dy - k * uy) < 1e-6 * max(1, abs(dy)) + 1e-6, r
     dark = [r for r in rows if r["illum"] == 0]
     assert all(math.isnan(r["x_px"]) for r in dark), "unlit lenslets must have nan positions"

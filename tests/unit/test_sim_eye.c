@@ -503,7 +503,8 @@ static void test_defocus_shift(void **state)
 {
     (void)state;
     /* A pure defocus c(2,0) over the pupil: W = c sqrt3 (2 rho^2 - 1), so a lenslet at pupil
-     * offset u (um at the lenslets) moves by F 4 sqrt3 c u / R^2 pixels, R = 288 px * 5.5 um. */
+     * offset u (um at the lenslets) moves by -F 4 sqrt3 c u / R^2 pixels (OSA sign: the OPD is
+     * -W), R = 250 px * 5.5 um. */
     sw_context *ctx = cpu();
     sw_eyesim_params p;
     sw_eyesim_params_default(&p);
@@ -523,8 +524,9 @@ static void test_defocus_shift(void **state)
         if (!(s->illum[l] > 0.999))
             continue;
         const double u = (s->ref_x_px[l] - 335.5) * 5.5, v = (s->ref_y_px[l] - 300.5) * 5.5;
-        assert_near(s->x_px[l] - s->ref_x_px[l], F * 4 * sqrt(3.0) * 1.5 * u / (R * R), 1e-3);
-        assert_near(s->y_px[l] - s->ref_y_px[l], F * 4 * sqrt(3.0) * 1.5 * v / (R * R), 1e-3);
+        /* OSA sign: a positive c(2,0) leads at the edge (converging): spots move inwards */
+        assert_near(s->x_px[l] - s->ref_x_px[l], -F * 4 * sqrt(3.0) * 1.5 * u / (R * R), 1e-3);
+        assert_near(s->y_px[l] - s->ref_y_px[l], -F * 4 * sqrt(3.0) * 1.5 * v / (R * R), 1e-3);
         checked++;
     }
     assert_true(checked > 150);

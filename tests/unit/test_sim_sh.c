@@ -133,8 +133,8 @@ static void lens_square(const sw_shsim_params *p, int ix, int iy, double *u0, do
     *v0 = (iy - 0.5 * p->geom.ny) * *pu;
 }
 
-/* The mean of grad W over the square, W = sum c_j Z_j((u - cu)/R, (v - cv)/R), by 8 x 8
- * Gauss-Legendre points (exact for these polynomials), from zernike.h's analytic gradient. */
+/* The mean of grad OPD over the square, OPD = -sum c_j Z_j((u - cu)/R, (v - cv)/R) (OSA sign), by 8
+ * x 8 Gauss-Legendre points (exact for these polynomials), from zernike.h's analytic gradient. */
 static void analytic_mean_gradient(const double *c, int count, double R, double cu, double cv,
                                    double u0, double v0, double side, double *gx, double *gy)
 {
@@ -150,8 +150,8 @@ static void analytic_mean_gradient(const double *c, int count, double R, double 
             const double u = u0 + 0.5 * side * (1 + xa), v = v0 + 0.5 * side * (1 + xb);
             double val, dx, dy;
             sw_zernike_sum_grad(c, count, (u - cu) / R, (v - cv) / R, &val, &dx, &dy);
-            sx += 0.25 * wa * wb * dx / R;
-            sy += 0.25 * wa * wb * dy / R;
+            sx -= 0.25 * wa * wb * dx / R; /* the delay is minus the OSA wavefront */
+            sy -= 0.25 * wa * wb * dy / R;
         }
     *gx = sx;
     *gy = sy;
@@ -256,6 +256,8 @@ static void test_geometric_centroids_and_truth(void **state)
     p.roi_px = 21;
     double c[15];
     random_coefs(c, 11, 0.06);
+    for (int j = 0; j < 15; j++) /* OSA sign: these spots stay inside their windows */
+        c[j] = -c[j];
     const double pu = p.geom.pitch_px * p.geom.pixel_um, R = 6.0 * pu;
     const double F = p.geom.focal_mm * 1000.0 / p.geom.pixel_um;
     uint8_t mask[144];
@@ -334,9 +336,10 @@ static void test_tilt(void **state)
                 continue;
             lit++;
             partial += t.illum[l] < 0.99;
-            assert_near(t.x_px[l] - t.ref_x_px[l], F * 2 * 0.37 / R, 1e-6);
-            assert_near(t.y_px[l] - t.ref_y_px[l], F * 2 * -0.21 / R, 1e-6);
-            assert_near(t.slope_x[l], 2 * 0.37 / R, 1e-12);
+            /* OSA: a positive tilt coefficient leads at +x, the spot moves to -x */
+            assert_near(t.x_px[l] - t.ref_x_px[l], -F * 2 * 0.37 / R, 1e-6);
+            assert_near(t.y_px[l] - t.ref_y_px[l], -F * 2 * -0.21 / R, 1e-6);
+            assert_near(t.slope_x[l], -2 * 0.37 / R, 1e-12);
         }
         assert_true(lit > 80);
         assert_true(partial > 10);
@@ -679,7 +682,7 @@ static void test_add_wavefront(void **state)
                 double val, dx, dy;
                 sw_zernike_sum_grad(c, 15, (w.u0_um + ku * 1.5) / R, (w.v0_um + kv * 1.5) / R, &val,
                                     &dx, &dy);
-                w.opd_um[kv * n + ku] = 0.5 * val;
+                w.opd_um[kv * n + ku] = -0.5 * val; /* the OPD of an OSA wavefront is -W */
             }
         assert_int_equal(sw_shsim_add_wavefront(b, &w, 2.0), SW_OK);
         sw_sh_truth ta = truth_of(a), tb = truth_of(b);

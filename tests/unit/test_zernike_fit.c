@@ -127,7 +127,8 @@ static void make_slopes(const sw_zfit_params *p, const double *coef, int count, 
 {
     const sw_sh_geometry *g = &p->geometry;
     double R = p->pupil_radius_px, h = g->pitch_px / (2.0 * R);
-    double scale = sw_sh_px_per_rad(g) / (R * g->pixel_um);
+    /* OSA sign (zernike_fit.h): a positive wavefront leads, the spot moves against its gradient */
+    double scale = -sw_sh_px_per_rad(g) / (R * g->pixel_um);
     int32_t n = 0, nl = g->nx * g->ny;
     for (int32_t l = 0; l < nl; l++)
         n += sw_sh_is_valid(g, l);
