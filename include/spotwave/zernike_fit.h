@@ -108,7 +108,7 @@ typedef struct sw_zfit_params {
                                it)                                                              */
     const double *weights;  /* per lenslet of the grid (nx * ny), >= 0, or NULL (all 1); copied */
     sw_slope_layout layout; /* layout of the slopes given to run (centroid.h), default BLOCKS   */
-    int32_t max_frames;     /* largest batch (default 1)                                        */
+    int32_t max_frames;     /* largest batch (default 1; at most 65535 on a CUDA context)      */
 } sw_zfit_params;
 
 /* A 10 x 10 grid of 16 px (sw_sh_geometry_default), the pupil inscribed in it, order 6, PINV,
@@ -184,8 +184,8 @@ sw_status sw_zmap_run(sw_zmap_plan *plan, const double *coef, int32_t count, sw_
 /*
  * The same map evaluated pixel by pixel without the basis maps: each Zernike term written as a
  * polynomial in r^2 per angular frequency and evaluated in double. Same arguments, checks and
- * output as sw_zmap_run; identical on the CPU and the GPU. Reads no basis, so it is the faster
- * method for large maps (BENCHMARKS.md).
+ * output as sw_zmap_run; the CPU and the GPU agree to double rounding. Reads no basis, so it is the
+ * faster method for large maps (BENCHMARKS.md).
  */
 sw_status sw_zmap_run_direct(sw_zmap_plan *plan, const double *coef, int32_t count, sw_image *out);
 

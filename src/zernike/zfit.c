@@ -154,8 +154,15 @@ static void edge_pieces(const zf_quad *q, double x0, double y0, double x1, doubl
         if (tb - ta <= 0.0)
             continue;
         double tm = 0.5 * (ta + tb);
-        double xm = x0 + tm * dx, ym = y0 + tm * dy, r2 = xm * xm + ym * ym;
-        if (r2 > 1.0 || r2 < obsc * obsc)
+        /* Inside the annulus when at least two of three points of the piece are strictly inside:
+         * a piece that only touches a circle (tangent at one point) is left out. */
+        int in = 0;
+        for (int k = 1; k <= 3; k++) {
+            double tt = ta + 0.25 * k * (tb - ta);
+            double xk = x0 + tt * dx, yk = y0 + tt * dy, r2 = xk * xk + yk * yk;
+            in += r2 < 1.0 && r2 > obsc * obsc;
+        }
+        if (in < 2)
             continue;
         double half = 0.5 * (tb - ta);
         for (int k = 0; k < ZF_EDGE_POINTS; k++) {
@@ -186,11 +193,14 @@ static void arc_pieces(const zf_quad *q, double rho, int dir, double cx, double 
         }
     }
     double lo, hi;
+    int whole = 0; /* the full circle, inside the square */
     if (nt == 0) {
-        /* the circle is wholly inside or wholly outside the square */
-        if (!(fabs(rho - cx) < h && fabs(cy) < h))
+        /* No side line cuts the circle: it is wholly inside the square (whose centre-relative
+         * origin, the circle's centre, is then inside) or wholly outside. */
+        if (!(fabs(cx) < h && fabs(cy) < h))
             return;
         th[nt++] = 0.0;
+        whole = 1;
     }
     qsort(th, (size_t)nt, sizeof th[0], cmp_double);
     double max_piece = ZF_PI / (8.0 * refine);
@@ -199,8 +209,13 @@ static void arc_pieces(const zf_quad *q, double rho, int dir, double cx, double 
         hi = (i + 1 < nt) ? th[i + 1] : th[0] + 2.0 * ZF_PI;
         if (hi - lo <= 0.0)
             continue;
-        double mid = 0.5 * (lo + hi);
-        if (!(fabs(rho * cos(mid) - cx) < h && fabs(rho * sin(mid) - cy) < h))
+        /* inside the square at two of three points, strictly (a tangent touch is not inside) */
+        int in = 0;
+        for (int k = 1; k <= 3; k++) {
+            double a = lo + 0.25 * k * (hi - lo);
+            in += fabs(rho * cos(a) - cx) < h && fabs(rho * sin(a) - cy) < h;
+        }
+        if (in < 2 && !whole)
             continue;
         int pieces = (int)ceil((hi - lo) / max_piece);
         double step = (hi - lo) / pieces;
@@ -305,9 +320,10 @@ static sw_status check_params(sw_context *ctx, const sw_zfit_params *p)
         return sw_fail(ctx, SW_EINVAL, "zernike fit: unknown method %d", (int)p->method);
     if (p->layout != SW_SLOPES_BLOCKS && p->layout != SW_SLOPES_INTERLEAVED)
         return sw_fail(ctx, SW_EINVAL, "zernike fit: unknown slope layout %d", (int)p->layout);
-    if (p->max_frames < 1 || p->max_frames > 1000000)
-        return sw_fail(ctx, SW_EINVAL, "zernike fit: max_frames %d is outside 1..1000000",
-                       (int)p->max_frames);
+    const int32_t max_batch = sw_context_backend(ctx) == SW_BACKEND_CUDA ? 65535 : 1000000;
+    if (p->max_frames < 1 || p->max_frames > max_batch) /* a CUDA grid's y extent */
+        return sw_fail(ctx, SW_EINVAL, "zernike fit: max_frames %d is outside 1..%d",
+                       (int)p->max_frames, (int)max_batch);
     int32_t m = sw_zernike_count(p->max_order) - 1;
     if (p->truncate < 0 || (p->method == SW_ZFIT_PINV && p->truncate >= m))
         return sw_fail(ctx, SW_EINVAL,
@@ -359,7 +375,8 @@ static void build_matrix(sw_zfit_plan *plan)
         ill = ill < 0.0 ? 0.0 : (ill > 1.0 ? 1.0 : ill);
         plan->illum[k] = ill;
         double w = plan->weights ? plan->weights[l] : 1.0;
-        if (!(area > 0.0) || ill < p->min_illum || !(w > 0.0))
+        /* below 1e-6 of a lenslet the boundary integrals cancel too much to be trusted */
+        if (!(area > 0.0) || ill < p->min_illum || ill < 1e-6 || !(w > 0.0))
             continue;
         for (int32_t j = 1; j <= m; j++) {
             plan->D[(size_t)k * m + j - 1] = scale * gx[j] / area;

@@ -291,9 +291,11 @@ static void test_roundtrip_annular(void **state)
 static void test_roundtrip_partial(void **state)
 {
     (void)state;
-    for (int a = 0; a < 2; a++) {
+    for (int a = 0; a < 3; a++) {
         sw_zfit_params p;
-        params(&p, 12, 1.0, a ? 0.3 : 0.0, 6);
+        /* a = 2: an odd grid, the pupil inscribed: rim lenslets touch the circle at the middle
+         * of an edge (a tangency the clipping must not mistake for a crossing) */
+        params(&p, a == 2 ? 11 : 12, 1.0, a == 1 ? 0.3 : 0.0, 6);
         sw_zfit_plan *plan = create_ok(&p);
         int J = sw_zfit_terms(plan), n = sw_zfit_slopes(plan);
         assert_true(sw_zfit_used(plan) < n); /* the corners are dark */
@@ -322,6 +324,43 @@ static void test_roundtrip_partial(void **state)
         free(s2);
         sw_zfit_destroy(plan);
     }
+}
+
+/* Tangencies: a circle that touches a lenslet edge, or fits the lenslet exactly, gives the
+ * region's integrals continuously (as a circle a hair away does), and the closed forms where
+ * there are some. */
+static void test_region_tangent(void **state)
+{
+    (void)state;
+    const double PI_ = 3.14159265358979323846, eps = 1e-12;
+    double area, gx[66], gy[66], area2, gx2[66], gy2[66];
+    const int J = sw_zernike_count(10);
+    /* {cx, cy, h, obsc} touching, and the same a hair inside */
+    const double cases[][2][4] = {
+        {{0.9, 0.0, 0.1, 0.0}, {0.9 - eps, 0.0, 0.1, 0.0}},   /* right edge tangent */
+        {{0.0, 0.9, 0.1, 0.0}, {0.0, 0.9 - eps, 0.1, 0.0}},   /* top edge tangent */
+        {{0.0, 0.0, 1.0, 0.0}, {0.0, 0.0, 1.0 + eps, 0.0}},   /* disc inscribed */
+        {{0.0, 0.0, 0.3, 0.3}, {0.0, 0.0, 0.3, 0.3 - eps}},   /* obscuration inscribed */
+        {{-0.9, 0.0, 0.1, 0.0}, {-0.9 + eps, 0.0, 0.1, 0.0}}, /* left edge tangent */
+        {{0.0, -0.9, 0.1, 0.0}, {0.0, -0.9 + eps, 0.1, 0.0}}, /* bottom edge tangent */
+        {{0.3, 0.0, 0.2, 0.1}, {0.3, 0.0, 0.2, 0.1 + eps}},   /* obscuration touching an edge */
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const double *a = cases[c][0], *b = cases[c][1];
+        sw_zfit_region_integrals(10, a[0], a[1], a[2], a[3], 1, &area, gx, gy);
+        sw_zfit_region_integrals(10, b[0], b[1], b[2], b[3], 1, &area2, gx2, gy2);
+        if (!(fabs(area - area2) < 1e-9))
+            fail_msg("case %zu: area %.15g, a hair away %.15g", c, area, area2);
+        for (int j = 0; j < J; j++) {
+            assert_near(gx[j], gx2[j], 1e-8);
+            assert_near(gy[j], gy2[j], 1e-8);
+        }
+    }
+    sw_zfit_region_integrals(10, 0.0, 0.0, 1.0, 0.0, 1, &area, gx, gy);
+    assert_near(area, PI_, 1e-12);
+    assert_near(gx[2], 2.0 * PI_, 1e-11); /* Z_1^1 = 2 X */
+    sw_zfit_region_integrals(10, 0.0, 0.0, 0.3, 0.3, 1, &area, gx, gy);
+    assert_near(area, 0.36 - PI_ * 0.09, 1e-12);
 }
 
 /* ------------------------------------------------------------------ methods, batches, layout */
@@ -757,17 +796,12 @@ static void test_simulator(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_region_integrals),
-        cmocka_unit_test(test_roundtrip_circular),
-        cmocka_unit_test(test_roundtrip_annular),
-        cmocka_unit_test(test_roundtrip_partial),
-        cmocka_unit_test(test_pinv_qr_batch_layout),
-        cmocka_unit_test(test_residual_direct),
-        cmocka_unit_test(test_weights_and_invalid),
-        cmocka_unit_test(test_truncation),
-        cmocka_unit_test(test_bad_input),
-        cmocka_unit_test(test_defaults),
-        cmocka_unit_test(test_simulator),
+        cmocka_unit_test(test_region_integrals),  cmocka_unit_test(test_roundtrip_circular),
+        cmocka_unit_test(test_roundtrip_annular), cmocka_unit_test(test_roundtrip_partial),
+        cmocka_unit_test(test_region_tangent),    cmocka_unit_test(test_pinv_qr_batch_layout),
+        cmocka_unit_test(test_residual_direct),   cmocka_unit_test(test_weights_and_invalid),
+        cmocka_unit_test(test_truncation),        cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_defaults),          cmocka_unit_test(test_simulator),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
