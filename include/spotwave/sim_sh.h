@@ -8,7 +8,8 @@
  *   (ix, iy) covers u in [(ix - nx/2) p, (ix + 1 - nx/2) p), v likewise, and images onto the
  *   detector with its axis at the reference position (geometry.h):
  *       x = x0 - 0.5 + d (u / p + nx / 2),   y = y0 - 0.5 + d (v / p + ny / 2).
- *   Wavefront: optical path difference W(u, v) in micrometres (a positive W is a delay).
+ *   Wavefront: optical path difference W(u, v) in micrometres (a positive W is a delay; Zernike
+ *   coefficients, OSA sign, add minus their sum: see sw_shsim_add_zernike).
  *
  * Spot models (sw_shsim_params.model):
  *   GEOMETRIC   - each lenslet's spot is centred at reference + F * <grad W> (pixels), with

@@ -19,7 +19,9 @@
  *   - Cartesian unit-disc coordinates x = rho cos(theta), y = rho sin(theta): x along the
  *     detector's +x (columns), y along +y (rows), theta counter-clockwise from +x in that frame.
  *     A pupil of radius R centred at (cx, cy) maps pupil point (u, v) to ((u - cx)/R, (v - cy)/R).
- *   - Coefficients in micrometres of optical path difference.
+ *   - Coefficients in micrometres, with the OSA/ANSI Z80.28 sign: a positive wavefront leads
+ *     (is phase advanced), so a myopic eye has c(2,0) > 0. The optical path delay the SH
+ *     simulator holds (sim_sh.h) is minus the Zernike sum.
  */
 #ifndef SPOTWAVE_ZERNIKE_H
 #define SPOTWAVE_ZERNIKE_H
