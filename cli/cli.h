@@ -110,7 +110,7 @@ int sw_cli_ends_with(const char *s, const char *suffix);
 typedef struct sw_cli_out {
     FILE *f;
     const char *path; /* NULL: standard output */
-    char tmp[4096];
+    char *tmp;        /* the temporary name (io.h's sw_text_file_open) */
 } sw_cli_out;
 
 /* Opens path ("-" or NULL: standard output). SW_EXIT_OK, or a failure line for sub. */

@@ -264,17 +264,9 @@ int sw_cli_out_open(const char *sub, sw_cli_out *o, const char *path)
         return SW_EXIT_OK;
     }
     o->path = path;
-    if (snprintf(o->tmp, sizeof o->tmp, "%s.tmp.XXXXXX", path) >= (int)sizeof o->tmp)
-        return sw_cli_fail(sub, "cannot write '%s': the name is too long", path);
-    int fd = mkstemp(o->tmp);
-    if (fd < 0)
-        return sw_cli_fail(sub, "cannot write '%s': %s", path, strerror(errno));
-    o->f = fdopen(fd, "w");
-    if (!o->f) {
-        close(fd);
-        unlink(o->tmp);
-        return sw_cli_fail(sub, "cannot write '%s': %s", path, strerror(errno));
-    }
+    sw_status st = sw_text_file_open(NULL, path, &o->f, &o->tmp);
+    if (st != SW_OK)
+        return sw_cli_fail(sub, "%s", sw_cli_lib_error(NULL, st));
     return SW_EXIT_OK;
 }
 
@@ -289,20 +281,14 @@ int sw_cli_out_close(const char *sub, sw_cli_out *o, int ok)
             return sw_cli_fail(sub, "cannot write to standard output: %s", strerror(errno));
         return SW_EXIT_OK;
     }
-    int bad = ferror(f);
-    if (fclose(f) != 0)
-        bad = 1;
-    if (!ok || bad) {
-        const int e = errno;
-        unlink(o->tmp);
-        return ok ? sw_cli_fail(sub, "cannot write '%s': %s", o->path, strerror(e)) : SW_EXIT_OK;
+    char *tmp = o->tmp;
+    o->tmp = NULL;
+    if (!ok) {
+        sw_text_file_abort(tmp, f);
+        return SW_EXIT_OK;
     }
-    if (rename(o->tmp, o->path) != 0) {
-        const int e = errno;
-        unlink(o->tmp);
-        return sw_cli_fail(sub, "cannot write '%s': %s", o->path, strerror(e));
-    }
-    return SW_EXIT_OK;
+    sw_status st = sw_text_file_commit(NULL, o->path, tmp, f);
+    return st == SW_OK ? SW_EXIT_OK : sw_cli_fail(sub, "%s", sw_cli_lib_error(NULL, st));
 }
 
 const char *sw_cli_lib_error(sw_context *ctx, sw_status st)

@@ -113,6 +113,19 @@ void sw_png_options_default(sw_png_options *o);
 sw_status sw_png_write(sw_context *ctx, const char *path, const sw_image *img,
                        const sw_png_options *opts);
 
+/* ------------------------------------------------------------------ text files */
+
+/*
+ * A text file written the way every spotwave writer writes: to "<path>.tmp.NNNNNN" beside it
+ * (created exclusively, mode 0666 & ~umask), renamed onto path only when complete, so that a
+ * failed run never leaves a half-written file. open gives the stream and the temporary name;
+ * commit flushes, closes (checking for write errors such as a full disk) and renames; abort
+ * closes and removes. Both free the name. SW_EIO with the path and the reason.
+ */
+sw_status sw_text_file_open(sw_context *ctx, const char *path, FILE **f, char **tmp);
+sw_status sw_text_file_commit(sw_context *ctx, const char *path, char *tmp, FILE *f);
+void sw_text_file_abort(char *tmp, FILE *f);
+
 /* ------------------------------------------------------------------ CSV tables */
 
 /*

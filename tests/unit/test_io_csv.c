@@ -298,6 +298,37 @@ static void write_errors(void **state)
     sw_table_free(&t);
 }
 
+/* Text files through a temporary name: nothing at the path until the commit, nothing left after
+ * an abort, and an unwritable directory gives SW_EIO. */
+static void text_file(void **state)
+{
+    (void)state;
+    const char *path = sw_test_path("text.csv");
+    FILE *f = NULL;
+    char *tmp = NULL;
+    assert_int_equal(sw_text_file_open(NULL, path, &f, &tmp), SW_OK);
+    fputs("a,b\n1,2\n", f);
+    assert_false(sw_test_file_exists(path));
+    assert_int_equal(sw_text_file_commit(NULL, path, tmp, f), SW_OK);
+    size_t n = 0;
+    char *text = sw_test_read_all(path, &n);
+    assert_string_equal(text, "a,b\n1,2\n");
+    free(text);
+    const char *path2 = sw_test_path("dropped.csv");
+    assert_int_equal(sw_text_file_open(NULL, path2, &f, &tmp), SW_OK);
+    fputs("x\n", f);
+    sw_text_file_abort(tmp, f);
+    assert_false(sw_test_file_exists(path2));
+    assert_int_equal(sw_test_count_temp_files(), 0);
+    const char *ro = sw_test_readonly_dir("ro_text");
+    if (ro) {
+        char p2[4096];
+        snprintf(p2, sizeof p2, "%s/x.csv", ro);
+        assert_int_equal(sw_text_file_open(NULL, p2, &f, &tmp), SW_EIO);
+        assert_true(strlen(sw_context_error(NULL)) > 0);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -307,6 +338,7 @@ int main(void)
         cmocka_unit_test(long_lines),
         cmocka_unit_test(errors_with_line_numbers),
         cmocka_unit_test(write_errors),
+        cmocka_unit_test(text_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
