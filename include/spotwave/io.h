@@ -166,6 +166,142 @@ sw_status sw_csv_write(sw_context *ctx, const char *path, const sw_table *t);
  */
 void sw_json_write_string(FILE *out, const char *s);
 
+/* ------------------------------------------------------------------ HDF5 (Eiger / NeXus) */
+
+/*
+ * Frames in HDF5 files laid out as Eiger detectors write them (NeXus NXmx): a master file whose
+ * /entry/data/data_000001, data_000002, ... are datasets of [frames, height, width] unsigned
+ * integers, usually external links to data files "<stem>_data_000001.h5" that hold
+ * /entry/data/data; chunked one frame per chunk and compressed with bitshuffle/LZ4 (HDF5 filter
+ * 32008, loaded at run time from a filter plugin: Debian's packages bitshuffle and
+ * hdf5-filter-plugin, in /usr/lib/x86_64-linux-gnu/hdf5/serial/plugins; HDF5_PLUGIN_PATH
+ * overrides where HDF5 looks). The master may hold
+ *   /entry/instrument/detector/detectorSpecific/pixel_mask   uint32 [height, width], 0 = good
+ *   /entry/instrument/detector/detectorSpecific/countrate_correction_count_cutoff   the overload
+ *   /entry/instrument/detector/saturation_value               the overload (NeXus), used when
+ *                                                             the cut-off is absent
+ * Pixel (x, y) of a frame is element [frame][y][x] of the dataset (row-major, no flips).
+ *
+ * Status codes (the messages name the file, the dataset and the problem; HDF5's own reason, the
+ * innermost entry of its error stack, is quoted):
+ *   SW_EIO           the file (or a data file an external link points to) is missing or cannot
+ *                    be opened
+ *   SW_EFORMAT       not HDF5, truncated or corrupt (including compressed data that does not
+ *                    decode); no frames where they were looked for; a dataset of rank other than
+ *                    2 or 3, of zero or absurd size, or of a type other than unsigned 8/16/32-bit
+ *                    integers (signed, float, 64-bit); blocks that differ in height, width or
+ *                    type; a pixel mask of the wrong shape or type, or none when one is asked for
+ *   SW_EUNSUPPORTED  a dataset compressed with a filter this HDF5 cannot load (the message gives
+ *                    the filter's id and name and how to get it), or writing bitshuffle/LZ4 when
+ *                    its plugin is missing
+ *   SW_EINVAL        bad arguments: NULL, a frame index out of range, a destination image of the
+ *                    wrong size or type or in device memory, f32 frames given to the writer
+ *   SW_ENOMEM        out of memory
+ * Uncompressed data has no checksums: bytes corrupted inside it are read as they are.
+ * HDF5 prints nothing: every call turns HDF5's automatic error printing off for its duration and
+ * restores the caller's handler before it returns.
+ *
+ * Threads: one reader is used by one thread at a time (sw_find_sequence's source.read runs on a
+ * reader thread of its own: open the reader with a context of its own, or ctx = NULL, since a
+ * context is used by one thread at a time; sw_h5_reader_error gives the message from any thread
+ * once the call has returned). Debian's HDF5 is not built thread-safe: two readers (or a reader
+ * and a writer, or any other HDF5 use in the process) must not be used concurrently from
+ * different threads.
+ */
+typedef struct sw_h5_reader sw_h5_reader;
+
+typedef struct sw_h5_info {
+    int64_t frames;     /* frames in all blocks together                                    */
+    int32_t width;      /* x: the last dimension of the datasets                            */
+    int32_t height;     /* y: the middle dimension                                          */
+    sw_pixel_type type; /* SW_PIX_U8, SW_PIX_U16 or SW_PIX_U32                              */
+    int32_t blocks;     /* datasets read (data_000001 ... or one)                           */
+    double overload;    /* the file's overload (count cut-off or saturation value); 0: none */
+    int has_pixel_mask; /* 1 when detectorSpecific/pixel_mask exists                        */
+    int compressed;     /* 1 when any block goes through an HDF5 filter                     */
+} sw_h5_info;
+
+/*
+ * Opens an HDF5 file for reading frames. dataset NULL = automatic: /entry/data/data_000001,
+ * data_000002, ... in order, stopping at the first missing number (an Eiger master), else
+ * /entry/data/data (an Eiger data file); else SW_EFORMAT listing what was looked for. Or the
+ * path of one dataset. Every dataset must be rank 3 [frames, height, width] or rank 2 (one
+ * frame), of unsigned 8/16/32-bit integers, and all must share height, width and type. Their
+ * filters are checked here (SW_EUNSUPPORTED when one cannot be loaded). External links are
+ * followed; a relative data file name is looked for beside the master, then in the working
+ * directory (under HDF5_EXT_PREFIX first, when that is set). File locking is off for reading (files
+ * on file systems without locks open too). Messages of later calls on the reader go to ctx (which
+ * may be NULL: the calling thread's message) and to sw_h5_reader_error. On failure *out is NULL.
+ */
+sw_status sw_h5_open(sw_context *ctx, const char *path, const char *dataset, sw_h5_reader **out);
+
+/* Sizes, type, block count, overload and mask presence of an open file. */
+sw_status sw_h5_get_info(const sw_h5_reader *r, sw_h5_info *info);
+
+/*
+ * Reads frame `index` (0-based across the blocks, in order) into dst, a host image (plain or
+ * pinned) of the file's width, height and type, with any row stride: one hyperslab read,
+ * decompressed by HDF5. On SW_EFORMAT (data that does not read or decode) dst's pixels are
+ * undefined; on argument errors dst is untouched.
+ */
+sw_status sw_h5_read_frame(sw_h5_reader *r, int64_t index, sw_image *dst);
+
+/*
+ * Reads detectorSpecific/pixel_mask into valid (width * height bytes, row-major): 1 where the
+ * mask is 0 (a good pixel), 0 where it is non-zero. SW_EFORMAT when the file has none (see
+ * has_pixel_mask) or when it is not a rank-2 [height, width] integer dataset.
+ */
+sw_status sw_h5_read_pixel_mask(sw_h5_reader *r, uint8_t *valid);
+
+/* The message of the last failure of a call on r ("" when none); for any thread to read after
+ * the call has returned. */
+const char *sw_h5_reader_error(const sw_h5_reader *r);
+
+void sw_h5_close(sw_h5_reader *r); /* NULL is ignored */
+
+typedef enum sw_h5_compression {
+    SW_H5_NONE = 0,   /* no filter                                                           */
+    SW_H5_BSLZ4 = 1,  /* bitshuffle/LZ4 as Eiger writes: filter 32008, stored cd_values
+                         {major, minor, element size, 0, 2} (block size automatic, LZ4);
+                         needs the plugin                                                     */
+    SW_H5_DEFLATE = 2 /* HDF5's built-in byte shuffle + gzip level 4: always available        */
+} sw_h5_compression;
+
+/* 1 when HDF5 can load the bitshuffle/LZ4 filter (32008) for writing and reading, 0 otherwise. */
+int sw_h5_bitshuffle_available(void);
+
+/*
+ * Writes frames (count host images of one size and type, u8/u16/u32; f32 is SW_EINVAL: Eiger
+ * writes integers, convert first) as one Eiger-like file: /entry/data/data_000001, ... hold
+ * frames_per_block frames each (the last one the rest; 0 = all frames in one block), chunked one
+ * frame per chunk, unsigned little-endian, compressed as comp says, with attributes
+ * image_nr_low / image_nr_high (1-based frame numbers, as Eiger). NX_class attributes: /entry
+ * NXentry, /entry/data NXdata, /entry/instrument NXinstrument, .../detector NXdetector,
+ * .../detectorSpecific NXcollection; detectorSpecific also gets x_pixels_in_detector,
+ * y_pixels_in_detector and nimages. valid (width * height bytes, non-zero = good; or NULL for
+ * none) becomes detectorSpecific/pixel_mask (uint32, 0 good, 1 bad). overload > 0 is written as
+ * detectorSpecific/countrate_correction_count_cutoff and detector/saturation_value (uint32 when
+ * it is a whole number that fits, float64 otherwise); 0 writes neither; negative or not finite
+ * is SW_EINVAL. BSLZ4 without its plugin is SW_EUNSUPPORTED (nothing is written). The file is
+ * written to "<path>.tmp.XXXXXX" and renamed when complete; an existing file is replaced.
+ */
+sw_status sw_h5_write(sw_context *ctx, const char *path, const sw_image *frames, int32_t count,
+                      int32_t frames_per_block, sw_h5_compression comp, const uint8_t *valid,
+                      double overload);
+
+/*
+ * Same content in Eiger's layout of several files: every block goes to a data file
+ * "<stem>_data_000001.h5", ... beside path, holding /entry/data/data (with image_nr_low/high),
+ * and path becomes the master, whose /entry/data/data_000001, ... are external links to them
+ * (by file name only, so the set can be moved together). <stem> is path without a final
+ * ".h5", ".hdf5", ".hdf" or ".nxs" and then without a final "_master" ("run_master.h5" ->
+ * "run_data_000001.h5", as Eiger names them). Every file goes through the temporary-name
+ * protocol; the master is renamed into place last.
+ */
+sw_status sw_h5_write_linked(sw_context *ctx, const char *path, const sw_image *frames,
+                             int32_t count, int32_t frames_per_block, sw_h5_compression comp,
+                             const uint8_t *valid, double overload);
+
 #ifdef __cplusplus
 }
 #endif
