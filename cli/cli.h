@@ -51,6 +51,8 @@ int sw_cmd_centroid(const sw_cli_globals *g, int argc, char **argv);
 void sw_cmd_centroid_help(FILE *out);
 int sw_cmd_fit(const sw_cli_globals *g, int argc, char **argv);
 void sw_cmd_fit_help(FILE *out);
+int sw_cmd_find(const sw_cli_globals *g, int argc, char **argv);
+void sw_cmd_find_help(FILE *out);
 
 /* ------------------------------------------------------------------ messages and exit codes */
 
@@ -117,6 +119,15 @@ typedef struct sw_cli_out {
 int sw_cli_out_open(const char *sub, sw_cli_out *o, const char *path);
 /* Closes the file, renaming it into place when ok, discarding it otherwise. */
 int sw_cli_out_close(const char *sub, sw_cli_out *o, int ok);
+
+/*
+ * Reads a FITS image (2-D or a cube of frames) or a binary PGM into frames, telling the formats
+ * apart by their first bytes; with u32_to_f32, 32-bit integer frames are converted to float.
+ * `what` names the file in messages ("image", "reference image"). SW_EXIT_OK, or a failure line
+ * for sub.
+ */
+int sw_cli_read_frames(sw_context *ctx, const char *sub, const char *what, const char *path,
+                       int u32_to_f32, sw_frames *out);
 
 /* The library's message for a failed call on ctx, or the status's name when it left none. */
 const char *sw_cli_lib_error(sw_context *ctx, sw_status st);

@@ -326,52 +326,10 @@ static int parse_options(int argc, char **argv, centroid_opts *o)
 
 /* ------------------------------------------------------------------ files */
 
-/*
- * Reads a FITS (2-D or cube) or PGM image into frames, telling the formats apart by their first
- * bytes; 32-bit integer frames are converted to float. `what` names the file in messages.
- */
+/* FITS or PGM frames; 32-bit integer frames become float (the centroid takes u8, u16, f32). */
 static int read_frames(sw_context *ctx, const char *what, const char *path, sw_frames *out)
 {
-    memset(out, 0, sizeof *out);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return sw_cli_fail(SUB, "%s '%s': %s", what, path, strerror(errno));
-    char magic[6] = {0};
-    size_t n = fread(magic, 1, sizeof magic, f);
-    fclose(f);
-    sw_status st;
-    if (n == 6 && memcmp(magic, "SIMPLE", 6) == 0) {
-        st = sw_fits_read(ctx, path, out);
-    } else if (n >= 2 && magic[0] == 'P' && magic[1] == '5') {
-        out->frames = calloc(1, sizeof *out->frames);
-        if (!out->frames)
-            return sw_cli_fail(SUB, "out of memory");
-        st = sw_pgm_read(ctx, path, &out->frames[0]);
-        if (st == SW_OK)
-            out->count = 1;
-        else
-            sw_frames_free(out);
-    } else {
-        return sw_cli_fail(SUB, "%s '%s' is neither FITS nor binary PGM (P5)", what, path);
-    }
-    if (st != SW_OK)
-        return sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
-    for (int32_t i = 0; i < out->count; i++) {
-        sw_image *img = &out->frames[i];
-        if (img->type != SW_PIX_U32)
-            continue;
-        sw_image f32;
-        st = sw_image_alloc(ctx, img->width, img->height, SW_PIX_F32, &f32);
-        if (st == SW_OK && (st = sw_image_convert(ctx, img, &f32, 1.0, 0.0, NULL)) != SW_OK)
-            sw_image_free(&f32);
-        if (st != SW_OK) {
-            sw_frames_free(out);
-            return sw_cli_fail(SUB, "%s '%s': %s", what, path, sw_cli_lib_error(ctx, st));
-        }
-        sw_image_free(img);
-        *img = f32;
-    }
-    return SW_EXIT_OK;
+    return sw_cli_read_frames(ctx, SUB, what, path, 1, out);
 }
 
 /* One frame of the frame size as a tight row-major float array (dark, flat). */

@@ -96,7 +96,8 @@ static void sim_stars_help(FILE *out)
         "%s"
         "\n"
         "Output:\n"
-        "  -o, --out IMAGE        .fits (any --bits) or .pgm (8 or 16 bits)\n"
+        "  -o, --out IMAGE        .fits (any --bits), .pgm or .h5 (Eiger-like NeXus; 8 or 16 "
+        "bits)\n"
         "  --truth CSV            x_px,y_px,flux_e,mag of the stars whose centre is on the\n"
         "                         image (mag is nan for stars given by flux only)\n"
         "  --json                 print the report as JSON\n"
@@ -235,24 +236,45 @@ static int detector_finish(const char *S, det_opts *d, uint64_t seed)
     return SW_EXIT_OK;
 }
 
-/* An image name the writers take: .fits/.fit/.fts (any type) or .pgm (8 or 16 bits). */
+static int is_hdf5_name(const char *path)
+{
+    return sw_cli_ends_with(path, ".h5") || sw_cli_ends_with(path, ".hdf5") ||
+           sw_cli_ends_with(path, ".nxs");
+}
+
+/* An image name the writers take: .fits/.fit/.fts (any type), .pgm (8 or 16 bits) or
+ * .h5/.hdf5/.nxs (8 or 16 bits: an Eiger-like NeXus file, bitshuffle/LZ4 when the plugin is
+ * there, deflate otherwise). */
 static int check_image_name(const char *S, const char *opt, const char *path, sw_pixel_type t)
 {
     if (sw_cli_ends_with(path, ".pgm")) {
         if (t != SW_PIX_U8 && t != SW_PIX_U16)
             return sw_cli_usage(S, "a PGM file holds 8 or 16 bits: use --bits 8 or 16, or a .fits "
                                    "name");
+    } else if (is_hdf5_name(path)) {
+        if (t != SW_PIX_U8 && t != SW_PIX_U16)
+            return sw_cli_usage(S, "an HDF5 (Eiger) file holds integer counts: use --bits 8 or "
+                                   "16, or a .fits name");
     } else if (!sw_cli_ends_with(path, ".fits") && !sw_cli_ends_with(path, ".fit") &&
                !sw_cli_ends_with(path, ".fts")) {
-        return sw_cli_usage(S, "%s: '%s' does not end in .fits or .pgm", opt, path);
+        return sw_cli_usage(S, "%s: '%s' does not end in .fits, .pgm or .h5", opt, path);
     }
     return SW_EXIT_OK;
 }
 
+static sw_status write_any(sw_context *ctx, const char *path, const sw_image *img)
+{
+    if (sw_cli_ends_with(path, ".pgm"))
+        return sw_pgm_write(ctx, path, img);
+    if (is_hdf5_name(path))
+        return sw_h5_write(ctx, path, img, 1, 0,
+                           sw_h5_bitshuffle_available() ? SW_H5_BSLZ4 : SW_H5_DEFLATE, NULL, 0.0);
+    return sw_fits_write(ctx, path, img, 1);
+}
+
 static int write_image(sw_context *ctx, const char *path, const sw_image *img, sw_status *st)
 {
-    *st = sw_cli_ends_with(path, ".pgm") ? sw_pgm_write(ctx, path, img)
-                                         : sw_fits_write(ctx, path, img, 1);
+    *st = write_any(ctx, path, img);
     return *st == SW_OK ? 0 : -1;
 }
 
@@ -634,8 +656,7 @@ static int run_stars(const sw_cli_globals *g, const stars_opts *o, stars_report 
 
     /* Files. */
     t0 = sw_cli_now();
-    st = sw_cli_ends_with(o->out, ".pgm") ? sw_pgm_write(ctx, o->out, &host)
-                                          : sw_fits_write(ctx, o->out, &host, 1);
+    st = write_any(ctx, o->out, &host);
     if (st != SW_OK) {
         rc = sw_cli_fail(S, "%s", lib_error(ctx, st));
         goto done;
@@ -1068,7 +1089,8 @@ static void sim_sh_help(FILE *out)
             "  --seed S               noise and turbulence seed, 64-bit (default %d)\n"
             "\n"
             "Output:\n"
-            "  -o, --out IMAGE        .fits (any --bits) or .pgm (8 or 16 bits)\n"
+            "  -o, --out IMAGE        .fits (any --bits), .pgm or .h5 (Eiger-like NeXus; 8 or 16 "
+            "bits)\n"
             "  --truth CSV            ix,iy,x_px,y_px,ref_x_px,ref_y_px,illum per lenslet\n"
             "                         (x_px, y_px nan for lenslets not drawn)\n"
             "  --reference IMAGE      the flat-wavefront image through the same pupil and\n"
@@ -1580,7 +1602,8 @@ static void sim_eye_help(FILE *out)
             "  --seed S               population draws, artefacts and noise (default %d)\n"
             "\n"
             "Output:\n"
-            "  -o, --out IMAGE        .fits (any --bits) or .pgm (8 or 16 bits)\n"
+            "  -o, --out IMAGE        .fits (any --bits), .pgm or .h5 (Eiger-like NeXus; 8 or 16 "
+            "bits)\n"
             "  --truth PREFIX         PREFIX_eye<k>_spots.csv (ix,iy,x_px,y_px,ref_x_px,ref_y_px,\n"
             "                         illum), PREFIX_eye<k>_zernike.csv (j,n,m,noll,coef_um) and\n"
             "                         PREFIX_pupils.csv (pupil,cx_px,cy_px,a_px,b_px,angle_deg,\n"

@@ -30,7 +30,7 @@ typedef struct sw_subcommand {
 } sw_subcommand;
 
 /* One row per subcommand that exists (DESIGN.md's table lists the ones still to come:
- * find, pupil, aberrometry, sabre, bench). */
+ * pupil, aberrometry, sabre, bench). */
 static const sw_subcommand subcommands[] = {
     {"info", "versions, build, backends and the GPU the context gets", sw_cmd_info,
      sw_cmd_info_help},
@@ -38,6 +38,8 @@ static const sw_subcommand subcommands[] = {
      sw_cmd_demo, sw_cmd_demo_help},
     {"sim", "simulated images with known truth: sim stars (star fields, seed 004)", sw_cmd_sim,
      sw_cmd_sim_help},
+    {"find", "spots found with the DIALS dispersion threshold and connected components (seed 003)",
+     sw_cmd_find, sw_cmd_find_help},
     {"centroid", "Shack-Hartmann centroids and slopes per lenslet (seed 000)", sw_cmd_centroid,
      sw_cmd_centroid_help},
     {"fit", "Zernike coefficients, wavefront map and refraction from slopes (seed 001)", sw_cmd_fit,
@@ -499,4 +501,54 @@ int main(int argc, char **argv)
         return SW_EXIT_FAIL;
     }
     return rc;
+}
+
+/*
+ * Reads a FITS (2-D or cube) or PGM image into frames, telling the formats apart by their first
+ * bytes; 32-bit integer frames are converted to float when u32_to_f32 is set. `what` names the
+ * file in messages.
+ */
+int sw_cli_read_frames(sw_context *ctx, const char *sub, const char *what, const char *path,
+                       int u32_to_f32, sw_frames *out)
+{
+    memset(out, 0, sizeof *out);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return sw_cli_fail(sub, "%s '%s': %s", what, path, strerror(errno));
+    char magic[6] = {0};
+    size_t n = fread(magic, 1, sizeof magic, f);
+    fclose(f);
+    sw_status st;
+    if (n == 6 && memcmp(magic, "SIMPLE", 6) == 0) {
+        st = sw_fits_read(ctx, path, out);
+    } else if (n >= 2 && magic[0] == 'P' && magic[1] == '5') {
+        out->frames = calloc(1, sizeof *out->frames);
+        if (!out->frames)
+            return sw_cli_fail(sub, "out of memory");
+        st = sw_pgm_read(ctx, path, &out->frames[0]);
+        if (st == SW_OK)
+            out->count = 1;
+        else
+            sw_frames_free(out);
+    } else {
+        return sw_cli_fail(sub, "%s '%s' is neither FITS nor binary PGM (P5)", what, path);
+    }
+    if (st != SW_OK)
+        return sw_cli_fail(sub, "%s", sw_cli_lib_error(ctx, st));
+    for (int32_t i = 0; i < out->count; i++) {
+        sw_image *img = &out->frames[i];
+        if (!u32_to_f32 || img->type != SW_PIX_U32)
+            continue;
+        sw_image f32;
+        st = sw_image_alloc(ctx, img->width, img->height, SW_PIX_F32, &f32);
+        if (st == SW_OK && (st = sw_image_convert(ctx, img, &f32, 1.0, 0.0, NULL)) != SW_OK)
+            sw_image_free(&f32);
+        if (st != SW_OK) {
+            sw_frames_free(out);
+            return sw_cli_fail(sub, "%s '%s': %s", what, path, sw_cli_lib_error(ctx, st));
+        }
+        sw_image_free(img);
+        *img = f32;
+    }
+    return SW_EXIT_OK;
 }

@@ -1,5 +1,6 @@
 /*
- * spotwave I/O: FITS (cfitsio), PGM, PNG output, CSV tables, JSON strings.
+ * spotwave I/O: FITS (cfitsio), PGM, HDF5 (Eiger / NeXus frames), PNG output, CSV tables, JSON
+ * strings.
  *
  * All readers allocate the returned images with sw_image_alloc (host memory, pinned on CUDA) and
  * validate everything before returning. On failure *out is left zeroed and the message names the

@@ -15,5 +15,6 @@
 #include "spotwave/turbulence.h"
 #include "spotwave/centroid.h"
 #include "spotwave/zernike_fit.h"
+#include "spotwave/find.h"
 
 #endif /* SPOTWAVE_H */

@@ -1,0 +1,676 @@
+/*
+ * spotwave find: spot finding with the DIALS dispersion thresholds and connected components
+ * (seed 003, find.h) on the frames of one or more images (FITS, PGM, Eiger/NeXus HDF5), streamed
+ * through the library's double-buffered pipeline; a spots CSV out (DESIGN.md), optionally the
+ * strong-pixel masks, a JSON report, and a progress bar on stderr for long runs.
+ */
+#define _GNU_SOURCE
+
+#include "cli.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define SUB "find"
+
+void sw_cmd_find_help(FILE *out)
+{
+    fprintf(
+        out,
+        "Usage: spotwave [GLOBAL OPTIONS] find IMAGE... [OPTIONS]\n"
+        "\n"
+        "Finds spots with the DIALS dispersion threshold (seed 003) and connected components,\n"
+        "and writes one CSV row per spot: frame,x_px,y_px,x_var,y_var,intensity,npix,\n"
+        "bbox_x0,bbox_x1,bbox_y0,bbox_y1 (0-based pixel centres; bounding boxes with exclusive\n"
+        "upper bounds, as DIALS; x_var, y_var: the Poisson variance of the centroid, px^2).\n"
+        "\n"
+        "Input:\n"
+        "  IMAGE...               FITS (2-D, or a cube of frames), 8/16-bit PGM, or HDF5 as\n"
+        "                         Eiger detectors write it (a NeXus master with\n"
+        "                         /entry/data/data_000001..., or a data file with\n"
+        "                         /entry/data/data; bitshuffle/LZ4 through the HDF5 filter\n"
+        "                         plugins). Frames are numbered from 0 across all inputs,\n"
+        "                         which must share one size and pixel type.\n"
+        "  --dataset PATH         HDF5 dataset to read instead of the automatic choice\n"
+        "  --first N              first frame to process (default 0)\n"
+        "  --count N              number of frames (default: all from --first)\n"
+        "\n"
+        "Threshold (find.h; DIALS names and defaults):\n"
+        "  --algorithm dispersion|dispersion_extended   (default dispersion_extended)\n"
+        "  --kernel-size K|KX,KY  window half-sizes, 1..%d (default 3: a 7x7 window)\n"
+        "  --sigma-b S            background (index of dispersion) sigma (default 6)\n"
+        "  --sigma-s S            strong-pixel sigma (default 3)\n"
+        "  --global-threshold T   pixels must exceed T (default 0)\n"
+        "  --min-local N          fewest valid pixels in a window; 0 = the whole window\n"
+        "                         (default 2)\n"
+        "  --gain G               detector gain (default 1)\n"
+        "  --gain-map IMAGE       per-pixel gains (FITS/PGM of the frame size; instead of --gain)\n"
+        "  --mask IMAGE           pixel mask (FITS/PGM of the frame size): non-zero = valid.\n"
+        "                         An HDF5 input's pixel_mask is used too unless --no-pixel-mask\n"
+        "  --no-pixel-mask        ignore the HDF5 detectorSpecific/pixel_mask\n"
+        "  --overload V           values >= V are masked (default: the HDF5 file's saturation\n"
+        "                         value, else 255 / 0xfffe / 0xfffffffe for 8/16/32-bit)\n"
+        "\n"
+        "Spots:\n"
+        "  --connectivity 4|8     pixel neighbourhood (default 4, as DIALS)\n"
+        "  --3d                   join spots across consecutive frames (rotation scans); the\n"
+        "                         frame column is then the intensity-weighted frame, and the\n"
+        "                         columns z_var,bbox_z0,bbox_z1 are added\n"
+        "  --min-spot-size N      fewest pixels (default 3)\n"
+        "  --max-spot-size N      most pixels, 0 = no limit (default 1000)\n"
+        "  --max-separation PX    largest peak-to-centroid distance, 0 = off (default 2)\n"
+        "  --max-strong-fraction F  a frame with more than F of its valid pixels strong is\n"
+        "                         an error, 0 = off (default 0.25)\n"
+        "  --window auto|brute|tiled  GPU window sums (default auto)\n"
+        "\n"
+        "Output:\n"
+        "  -o, --out FILE         spots CSV (default: standard output)\n"
+        "  --strong-mask FILE     the strong pixels (1) as an 8-bit FITS image, a cube for\n"
+        "                         several frames (kept in memory: for a few frames)\n"
+        "  --json                 print a JSON report on standard output (needs --out FILE)\n"
+        "  --progress / --no-progress  a progress bar on stderr (default: when stderr is a\n"
+        "                         terminal and there is more than one frame)\n"
+        "  -h, --help             this help\n",
+        SW_FIND_MAX_KERNEL);
+}
+
+enum {
+    OPT_DATASET = 256,
+    OPT_FIRST,
+    OPT_COUNT,
+    OPT_ALGORITHM,
+    OPT_KERNEL,
+    OPT_SIGMA_B,
+    OPT_SIGMA_S,
+    OPT_GLOBAL,
+    OPT_MIN_LOCAL,
+    OPT_GAIN,
+    OPT_GAIN_MAP,
+    OPT_MASK,
+    OPT_NO_PIXEL_MASK,
+    OPT_OVERLOAD,
+    OPT_CONNECTIVITY,
+    OPT_3D,
+    OPT_MIN_SIZE,
+    OPT_MAX_SIZE,
+    OPT_MAX_SEP,
+    OPT_MAX_FRACTION,
+    OPT_WINDOW,
+    OPT_STRONG,
+    OPT_JSON,
+    OPT_PROGRESS,
+    OPT_NO_PROGRESS,
+};
+
+typedef struct find_opts {
+    char **inputs;
+    int ninputs;
+    const char *dataset;
+    long first, count; /* count -1: all */
+    sw_find_params p;  /* size and type filled once the inputs are open */
+    int have_kernel, kx, ky;
+    const char *gain_map, *mask, *out, *strong;
+    int no_pixel_mask, three_d, json, progress; /* progress: -1 auto */
+    int have_overload;
+} find_opts;
+
+/* One input file: its frames in memory (FITS, PGM) or an open HDF5 reader. */
+typedef struct find_input {
+    const char *path;
+    sw_frames frames;
+    sw_h5_reader *h5;
+    int64_t nframes;
+    int64_t start; /* global index of its first frame */
+} find_input;
+
+typedef struct find_job {
+    find_opts *o;
+    find_input *in;
+    int nin;
+    int64_t total; /* frames over all inputs */
+    int32_t width, height;
+    sw_pixel_type type;
+    double file_overload; /* from HDF5, 0 when none */
+    uint8_t *pixel_mask;  /* from HDF5, or NULL */
+    sw_image strong_cube; /* --strong-mask: count frames stacked */
+    int64_t strong_first;
+    double t_start, t_last_bar;
+    int bar;
+} find_job;
+
+static int parse_opts(find_opts *o, int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"dataset", required_argument, NULL, OPT_DATASET},
+        {"first", required_argument, NULL, OPT_FIRST},
+        {"count", required_argument, NULL, OPT_COUNT},
+        {"algorithm", required_argument, NULL, OPT_ALGORITHM},
+        {"kernel-size", required_argument, NULL, OPT_KERNEL},
+        {"sigma-b", required_argument, NULL, OPT_SIGMA_B},
+        {"sigma-s", required_argument, NULL, OPT_SIGMA_S},
+        {"global-threshold", required_argument, NULL, OPT_GLOBAL},
+        {"min-local", required_argument, NULL, OPT_MIN_LOCAL},
+        {"gain", required_argument, NULL, OPT_GAIN},
+        {"gain-map", required_argument, NULL, OPT_GAIN_MAP},
+        {"mask", required_argument, NULL, OPT_MASK},
+        {"no-pixel-mask", no_argument, NULL, OPT_NO_PIXEL_MASK},
+        {"overload", required_argument, NULL, OPT_OVERLOAD},
+        {"connectivity", required_argument, NULL, OPT_CONNECTIVITY},
+        {"3d", no_argument, NULL, OPT_3D},
+        {"min-spot-size", required_argument, NULL, OPT_MIN_SIZE},
+        {"max-spot-size", required_argument, NULL, OPT_MAX_SIZE},
+        {"max-separation", required_argument, NULL, OPT_MAX_SEP},
+        {"max-strong-fraction", required_argument, NULL, OPT_MAX_FRACTION},
+        {"window", required_argument, NULL, OPT_WINDOW},
+        {"strong-mask", required_argument, NULL, OPT_STRONG},
+        {"out", required_argument, NULL, 'o'},
+        {"json", no_argument, NULL, OPT_JSON},
+        {"progress", no_argument, NULL, OPT_PROGRESS},
+        {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *S = SUB;
+    sw_find_params_default(&o->p, 1, 1, SW_PIX_U16);
+    o->count = -1;
+    o->progress = -1;
+    int c;
+    long v;
+    double d;
+    sw_cli_getopt_reset();
+    while ((c = sw_cli_getopt(S, argc, argv, "o:h", longopts)) != -1) {
+        const char *name = sw_cli_option_name(argv);
+        switch (c) {
+        case OPT_DATASET: o->dataset = optarg; break;
+        case OPT_FIRST:
+            if (sw_cli_parse_long(optarg, 0, LONG_MAX, &o->first) != 0)
+                return sw_cli_usage(S, "%s: '%s' is not a frame number >= 0", name, optarg);
+            break;
+        case OPT_COUNT:
+            if (sw_cli_parse_long(optarg, 1, LONG_MAX, &o->count) != 0)
+                return sw_cli_usage(S, "%s: '%s' is not a count >= 1", name, optarg);
+            break;
+        case OPT_ALGORITHM:
+            if (sw_find_algorithm_parse(optarg, &o->p.algorithm) != SW_OK)
+                return sw_cli_usage(S, "%s: '%s' is not dispersion or dispersion_extended", name,
+                                    optarg);
+            break;
+        case OPT_KERNEL: {
+            double k[2];
+            if (sw_cli_parse_list(optarg, k, 2) == 0) {
+            } else if (sw_cli_parse_double(optarg, &k[0]) == 0) {
+                k[1] = k[0];
+            } else {
+                return sw_cli_usage(S, "%s: '%s' is not K or KX,KY", name, optarg);
+            }
+            for (int i = 0; i < 2; i++)
+                if (k[i] != floor(k[i]) || k[i] < 1 || k[i] > SW_FIND_MAX_KERNEL)
+                    return sw_cli_usage(S, "%s: half-sizes must be whole numbers 1..%d", name,
+                                        SW_FIND_MAX_KERNEL);
+            o->p.kernel_x = (int32_t)k[0];
+            o->p.kernel_y = (int32_t)k[1];
+            break;
+        }
+        case OPT_SIGMA_B:
+        case OPT_SIGMA_S:
+        case OPT_GLOBAL:
+        case OPT_GAIN:
+        case OPT_MAX_SEP:
+        case OPT_MAX_FRACTION:
+        case OPT_OVERLOAD:
+            if (sw_cli_parse_double(optarg, &d) != 0 || d < 0)
+                return sw_cli_usage(S, "%s: '%s' is not a number >= 0", name, optarg);
+            if (c == OPT_SIGMA_B)
+                o->p.sigma_background = d;
+            else if (c == OPT_SIGMA_S)
+                o->p.sigma_strong = d;
+            else if (c == OPT_GLOBAL)
+                o->p.global_threshold = d;
+            else if (c == OPT_MAX_SEP)
+                o->p.max_separation = d;
+            else if (c == OPT_MAX_FRACTION)
+                o->p.max_strong_fraction = d;
+            else if (c == OPT_OVERLOAD) {
+                if (d <= 0)
+                    return sw_cli_usage(S, "%s: the overload must be > 0", name);
+                o->p.overload = d;
+                o->have_overload = 1;
+            } else {
+                if (d <= 0)
+                    return sw_cli_usage(S, "%s: the gain must be > 0", name);
+                o->p.gain = d;
+            }
+            break;
+        case OPT_MIN_LOCAL:
+            if (sw_cli_parse_long(optarg, 0, 1000000, &v) != 0 || v == 1)
+                return sw_cli_usage(S, "%s: '%s' is not 0 or a count >= 2", name, optarg);
+            o->p.min_local = (int32_t)v;
+            break;
+        case OPT_GAIN_MAP: o->gain_map = optarg; break;
+        case OPT_MASK: o->mask = optarg; break;
+        case OPT_NO_PIXEL_MASK: o->no_pixel_mask = 1; break;
+        case OPT_CONNECTIVITY:
+            if (sw_cli_parse_long(optarg, 4, 8, &v) != 0 || (v != 4 && v != 8))
+                return sw_cli_usage(S, "%s: '%s' is not 4 or 8", name, optarg);
+            o->p.connectivity = (int32_t)v;
+            break;
+        case OPT_3D: o->three_d = 1; break;
+        case OPT_MIN_SIZE:
+        case OPT_MAX_SIZE:
+            if (sw_cli_parse_long(optarg, 0, LONG_MAX, &v) != 0)
+                return sw_cli_usage(S, "%s: '%s' is not a pixel count >= 0", name, optarg);
+            if (c == OPT_MIN_SIZE)
+                o->p.min_spot_size = v;
+            else
+                o->p.max_spot_size = v;
+            break;
+        case OPT_WINDOW:
+            if (strcmp(optarg, "auto") == 0)
+                o->p.window = SW_FIND_WINDOW_AUTO;
+            else if (strcmp(optarg, "brute") == 0)
+                o->p.window = SW_FIND_WINDOW_BRUTE;
+            else if (strcmp(optarg, "tiled") == 0)
+                o->p.window = SW_FIND_WINDOW_TILED;
+            else
+                return sw_cli_usage(S, "%s: '%s' is not auto, brute or tiled", name, optarg);
+            break;
+        case OPT_STRONG: o->strong = optarg; break;
+        case 'o': o->out = optarg; break;
+        case OPT_JSON: o->json = 1; break;
+        case OPT_PROGRESS: o->progress = 1; break;
+        case OPT_NO_PROGRESS: o->progress = 0; break;
+        case 'h': sw_cmd_find_help(stdout); return -1;
+        default: return SW_EXIT_USAGE;
+        }
+    }
+    if (optind >= argc)
+        return sw_cli_usage(S, "no IMAGE given");
+    o->inputs = argv + optind;
+    o->ninputs = argc - optind;
+    if (o->p.max_spot_size > 0 && o->p.max_spot_size < o->p.min_spot_size)
+        return sw_cli_usage(S, "--max-spot-size %lld is below --min-spot-size %lld",
+                            (long long)o->p.max_spot_size, (long long)o->p.min_spot_size);
+    if (o->json && (!o->out || strcmp(o->out, "-") == 0))
+        return sw_cli_usage(S, "--json prints the report on standard output: give --out FILE "
+                               "for the spots");
+    if (o->gain_map && o->p.gain != 1.0)
+        return sw_cli_usage(S, "--gain and --gain-map exclude each other");
+    return SW_EXIT_OK;
+}
+
+/* ---------------------------------------------------------------- inputs */
+
+static int is_hdf5(const char *path)
+{
+    static const unsigned char sig[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+    unsigned char b[8];
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return 0;
+    size_t n = fread(b, 1, 8, f);
+    fclose(f);
+    return n == 8 && memcmp(b, sig, 8) == 0;
+}
+
+static void free_inputs(find_job *j)
+{
+    for (int i = 0; i < j->nin; i++) {
+        sw_frames_free(&j->in[i].frames);
+        sw_h5_close(j->in[i].h5);
+    }
+    free(j->in);
+    free(j->pixel_mask);
+    sw_image_free(&j->strong_cube);
+}
+
+/* Opens every input and checks they agree on size and type. */
+static int open_inputs(sw_context *ctx, find_job *j)
+{
+    find_opts *o = j->o;
+    j->in = calloc((size_t)o->ninputs, sizeof *j->in);
+    if (!j->in)
+        return sw_cli_fail(SUB, "out of memory");
+    j->nin = o->ninputs;
+    for (int i = 0; i < o->ninputs; i++) {
+        find_input *in = &j->in[i];
+        in->path = o->inputs[i];
+        int32_t w, h;
+        sw_pixel_type t;
+        if (is_hdf5(in->path)) {
+            /* Opened without the context: the pipeline reads on its own thread, and the
+             * reader's messages then stay with that thread (sw_context_error(NULL)). */
+            sw_status st = sw_h5_open(NULL, in->path, o->dataset, &in->h5);
+            if (st != SW_OK)
+                return sw_cli_fail(SUB, "%s", sw_cli_lib_error(NULL, st));
+            sw_h5_info info;
+            sw_h5_get_info(in->h5, &info);
+            w = info.width;
+            h = info.height;
+            t = info.type;
+            in->nframes = info.frames;
+            if (info.overload > 0 && j->file_overload == 0)
+                j->file_overload = info.overload;
+            if (info.has_pixel_mask && !o->no_pixel_mask && !j->pixel_mask) {
+                j->pixel_mask = malloc((size_t)w * (size_t)h);
+                if (!j->pixel_mask)
+                    return sw_cli_fail(SUB, "out of memory");
+                st = sw_h5_read_pixel_mask(in->h5, j->pixel_mask);
+                if (st != SW_OK)
+                    return sw_cli_fail(SUB, "%s", sw_cli_lib_error(NULL, st));
+            }
+        } else {
+            int rc = sw_cli_read_frames(ctx, SUB, "image", in->path, 0, &in->frames);
+            if (rc != SW_EXIT_OK)
+                return rc;
+            w = in->frames.frames[0].width;
+            h = in->frames.frames[0].height;
+            t = in->frames.frames[0].type;
+            in->nframes = in->frames.count;
+        }
+        if (i == 0) {
+            j->width = w;
+            j->height = h;
+            j->type = t;
+        } else if (w != j->width || h != j->height || t != j->type) {
+            return sw_cli_fail(SUB,
+                               "'%s' has %d x %d %s frames, '%s' has %d x %d %s: the "
+                               "inputs must agree",
+                               in->path, w, h, sw_pixel_type_string(t), j->in[0].path, j->width,
+                               j->height, sw_pixel_type_string(j->type));
+        }
+        in->start = j->total;
+        j->total += in->nframes;
+    }
+    return SW_EXIT_OK;
+}
+
+/* A per-pixel map (mask or gain map) of the frame size from a FITS/PGM file, as floats. */
+static int read_map(sw_context *ctx, const find_job *j, const char *what, const char *path,
+                    float **out)
+{
+    sw_frames fr;
+    int rc = sw_cli_read_frames(ctx, SUB, what, path, 0, &fr);
+    if (rc != SW_EXIT_OK)
+        return rc;
+    const sw_image *img = &fr.frames[0];
+    if (fr.count != 1 || img->width != j->width || img->height != j->height) {
+        rc = sw_cli_fail(SUB, "%s '%s' is %d x %d (%d frames); the frames are %d x %d", what, path,
+                         img->width, img->height, fr.count, j->width, j->height);
+        sw_frames_free(&fr);
+        return rc;
+    }
+    float *m = malloc((size_t)j->width * (size_t)j->height * sizeof(float));
+    if (!m) {
+        sw_frames_free(&fr);
+        return sw_cli_fail(SUB, "out of memory");
+    }
+    for (int32_t y = 0; y < j->height; y++)
+        for (int32_t x = 0; x < j->width; x++)
+            m[(size_t)y * j->width + x] = (float)sw_image_get(img, x, y);
+    sw_frames_free(&fr);
+    *out = m;
+    return SW_EXIT_OK;
+}
+
+/* ---------------------------------------------------------------- the frame source */
+
+/* Reader thread: frame `index` (global) into dst. No context is used here. */
+static sw_status source_read(void *user, int64_t index, sw_image *dst)
+{
+    find_job *j = user;
+    for (int i = 0; i < j->nin; i++) {
+        find_input *in = &j->in[i];
+        if (index < in->start || index >= in->start + in->nframes)
+            continue;
+        int64_t k = index - in->start;
+        if (in->h5)
+            return sw_h5_read_frame(in->h5, k, dst);
+        const sw_image *src = &in->frames.frames[k];
+        size_t row = (size_t)src->width * sw_pixel_size(src->type);
+        for (int32_t y = 0; y < src->height; y++)
+            memcpy(sw_image_row(dst, y), sw_image_row(src, y), row);
+        return SW_OK;
+    }
+    return SW_EINVAL; /* not reached: the range was checked against the inputs */
+}
+
+static sw_status source_strong(void *user, int64_t index, const sw_image *mask)
+{
+    find_job *j = user;
+    int64_t k = index - j->strong_first;
+    for (int32_t y = 0; y < mask->height; y++)
+        memcpy(sw_image_row(&j->strong_cube, (int32_t)(k * mask->height + y)),
+               sw_image_row(mask, y), (size_t)mask->width);
+    return SW_OK;
+}
+
+static void source_progress(void *user, int64_t done, int64_t total)
+{
+    find_job *j = user;
+    if (!j->bar)
+        return;
+    double now = sw_cli_now();
+    if (done < total && now - j->t_last_bar < 0.1)
+        return;
+    j->t_last_bar = now;
+    int width = 30, fill = (int)((double)width * (double)done / (double)total);
+    double rate = (double)done / fmax(now - j->t_start, 1e-9);
+    fprintf(stderr, "\rspotwave find: [");
+    for (int i = 0; i < width; i++)
+        fputc(i < fill ? '#' : '.', stderr);
+    fprintf(stderr, "] %lld/%lld frames, %.1f frames/s", (long long)done, (long long)total, rate);
+    if (done == total)
+        fputc('\n', stderr);
+    fflush(stderr);
+}
+
+/* ---------------------------------------------------------------- output */
+
+static int write_spots(const find_opts *o, const sw_spot_list *spots)
+{
+    sw_cli_out out;
+    int rc = sw_cli_out_open(SUB, &out, o->out);
+    if (rc != SW_EXIT_OK)
+        return rc;
+    fprintf(out.f, "frame,x_px,y_px,x_var,y_var,intensity,npix,bbox_x0,bbox_x1,bbox_y0,bbox_y1%s\n",
+            o->three_d ? ",z_var,bbox_z0,bbox_z1" : "");
+    for (int64_t i = 0; i < spots->count; i++) {
+        const sw_spot *s = &spots->spots[i];
+        if (o->three_d)
+            fprintf(out.f, "%.6f", s->z);
+        else
+            fprintf(out.f, "%lld", (long long)s->z0);
+        fprintf(out.f, ",%.4f,%.4f,%.6g,%.6g,%.17g,%lld,%d,%d,%d,%d", s->x, s->y, s->x_var,
+                s->y_var, s->intensity, (long long)s->npix, s->x0, s->x1, s->y0, s->y1);
+        if (o->three_d)
+            fprintf(out.f, ",%.6g,%lld,%lld", s->z_var, (long long)s->z0, (long long)s->z1);
+        fputc('\n', out.f);
+    }
+    return sw_cli_out_close(SUB, &out, 1);
+}
+
+static void json_report(const find_job *j, sw_context *ctx, const sw_find_stats *stats,
+                        double seconds, int64_t first, int64_t count)
+{
+    const find_opts *o = j->o;
+    const sw_find_params *p = &o->p;
+    printf("{\n  \"command\": \"find\",\n  \"inputs\": [");
+    for (int i = 0; i < o->ninputs; i++) {
+        if (i)
+            printf(", ");
+        sw_json_write_string(stdout, o->inputs[i]);
+    }
+    printf("],\n  \"out\": ");
+    sw_json_write_string(stdout, o->out);
+    printf(",\n  \"backend\": \"%s\",\n", sw_backend_string(sw_context_backend(ctx)));
+    printf("  \"frame_size\": [%d, %d],\n  \"pixel_type\": \"%s\",\n", j->width, j->height,
+           sw_pixel_type_string(j->type));
+    printf("  \"first_frame\": %lld,\n  \"frames\": %lld,\n", (long long)first, (long long)count);
+    printf("  \"algorithm\": \"%s\",\n  \"kernel_size\": [%d, %d],\n",
+           sw_find_algorithm_string(p->algorithm), p->kernel_x, p->kernel_y);
+    printf("  \"sigma_b\": %.17g,\n  \"sigma_s\": %.17g,\n  \"global_threshold\": %.17g,\n",
+           p->sigma_background, p->sigma_strong, p->global_threshold);
+    printf("  \"min_local\": %d,\n  \"gain\": %.17g,\n  \"gain_map\": ", p->min_local, p->gain);
+    sw_json_write_string(stdout, o->gain_map);
+    printf(",\n  \"mask\": ");
+    sw_json_write_string(stdout, o->mask);
+    printf(",\n  \"pixel_mask_from_file\": %s,\n", j->pixel_mask ? "true" : "false");
+    if (p->overload > 0)
+        printf("  \"overload\": %.17g,\n", p->overload);
+    else
+        printf("  \"overload\": null,\n");
+    printf("  \"connectivity\": %d,\n  \"three_d\": %s,\n", p->connectivity,
+           o->three_d ? "true" : "false");
+    printf("  \"min_spot_size\": %lld,\n  \"max_spot_size\": %lld,\n", (long long)p->min_spot_size,
+           (long long)p->max_spot_size);
+    printf("  \"max_separation\": %.17g,\n  \"max_strong_fraction\": %.17g,\n", p->max_separation,
+           p->max_strong_fraction);
+    printf("  \"valid_pixels\": %lld,\n  \"strong_pixels\": %lld,\n",
+           (long long)stats->valid_pixels, (long long)stats->strong_pixels);
+    printf("  \"components\": %lld,\n  \"spots\": %lld,\n", (long long)stats->components,
+           (long long)stats->spots);
+    printf("  \"rejected\": {\"small\": %lld, \"large\": %lld, \"separation\": %lld},\n",
+           (long long)stats->rejected_small, (long long)stats->rejected_large,
+           (long long)stats->rejected_separation);
+    printf("  \"seconds\": %.6f,\n  \"frames_per_second\": %.3f\n}\n", seconds,
+           seconds > 0 ? (double)count / seconds : 0.0);
+}
+
+/* ---------------------------------------------------------------- the command */
+
+int sw_cmd_find(const sw_cli_globals *g, int argc, char **argv)
+{
+    find_opts o;
+    memset(&o, 0, sizeof o);
+    int rc = parse_opts(&o, argc, argv);
+    if (rc < 0)
+        return SW_EXIT_OK; /* --help */
+    if (rc != SW_EXIT_OK)
+        return rc;
+
+    sw_context *ctx = NULL;
+    if ((rc = sw_cli_context(g, SUB, &ctx)) != SW_EXIT_OK)
+        return rc;
+    find_job j;
+    memset(&j, 0, sizeof j);
+    j.o = &o;
+    float *gain_map = NULL, *mask_f = NULL;
+    uint8_t *mask = NULL;
+    sw_find_plan *plan = NULL;
+    sw_spot_list spots = {0};
+    sw_find_stats stats = {0};
+
+    if ((rc = open_inputs(ctx, &j)) != SW_EXIT_OK)
+        goto done;
+    int64_t first = o.first, count = o.count < 0 ? j.total - first : o.count;
+    if (first >= j.total || first + count > j.total) {
+        rc = sw_cli_fail(SUB, "frames %lld..%lld asked for, the inputs have %lld", (long long)first,
+                         (long long)(first + count - 1), (long long)j.total);
+        goto done;
+    }
+
+    o.p.width = j.width;
+    o.p.height = j.height;
+    o.p.type = j.type;
+    if (!o.have_overload && j.file_overload > 0)
+        o.p.overload = j.file_overload;
+    if (o.gain_map) {
+        if ((rc = read_map(ctx, &j, "gain map", o.gain_map, &gain_map)) != SW_EXIT_OK)
+            goto done;
+        o.p.gain_map = gain_map;
+    }
+    if (o.mask || j.pixel_mask) {
+        size_t n = (size_t)j.width * (size_t)j.height;
+        mask = malloc(n);
+        if (!mask) {
+            rc = sw_cli_fail(SUB, "out of memory");
+            goto done;
+        }
+        memset(mask, 1, n);
+        if (o.mask) {
+            if ((rc = read_map(ctx, &j, "mask", o.mask, &mask_f)) != SW_EXIT_OK)
+                goto done;
+            for (size_t i = 0; i < n; i++)
+                mask[i] = mask_f[i] != 0.0f;
+        }
+        if (j.pixel_mask)
+            for (size_t i = 0; i < n; i++)
+                mask[i] = mask[i] && j.pixel_mask[i];
+        o.p.mask = mask;
+    }
+
+    sw_status st = sw_find_create(ctx, &o.p, &plan);
+    if (st != SW_OK) {
+        rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
+        goto done;
+    }
+    if (o.strong) {
+        if ((int64_t)j.height * count > SW_IMAGE_MAX_DIM) {
+            rc = sw_cli_fail(SUB,
+                             "--strong-mask: %lld frames of %d rows are too many for one "
+                             "image; use --count",
+                             (long long)count, j.height);
+            goto done;
+        }
+        st = sw_image_alloc(NULL, j.width, (int32_t)(j.height * count), SW_PIX_U8, &j.strong_cube);
+        if (st != SW_OK) {
+            rc = sw_cli_fail(SUB, "--strong-mask: %s", sw_cli_lib_error(NULL, st));
+            goto done;
+        }
+        j.strong_first = first;
+    }
+
+    j.bar = o.progress == 1 || (o.progress < 0 && !g->quiet && count > 1 && isatty(2));
+    if (g->quiet && o.progress < 0)
+        j.bar = 0;
+    j.t_start = sw_cli_now();
+    sw_find_source src = {source_read, o.strong ? source_strong : NULL, source_progress, &j};
+    st = sw_find_sequence(plan, first, count, &src, o.three_d, &spots, &stats);
+    double seconds = sw_cli_now() - j.t_start;
+    if (st != SW_OK) {
+        if (j.bar)
+            fputc('\n', stderr);
+        rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
+        goto done;
+    }
+    if ((rc = write_spots(&o, &spots)) != SW_EXIT_OK)
+        goto done;
+    if (o.strong) {
+        sw_image cube = j.strong_cube;
+        cube.height = j.height;
+        sw_image *planes = calloc((size_t)count, sizeof *planes);
+        if (!planes) {
+            rc = sw_cli_fail(SUB, "out of memory");
+            goto done;
+        }
+        for (int64_t k = 0; k < count; k++) {
+            planes[k] = cube;
+            planes[k].owned = 0;
+            planes[k].data = sw_image_row(&j.strong_cube, (int32_t)(k * j.height));
+        }
+        st = sw_fits_write(ctx, o.strong, planes, (int32_t)count);
+        free(planes);
+        if (st != SW_OK) {
+            rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
+            goto done;
+        }
+    }
+    if (o.json)
+        json_report(&j, ctx, &stats, seconds, first, count);
+    rc = SW_EXIT_OK;
+
+done:
+    sw_spot_list_free(&spots);
+    sw_find_destroy(plan);
+    free(gain_map);
+    free(mask_f);
+    free(mask);
+    free_inputs(&j);
+    sw_context_destroy(ctx);
+    return rc;
+}

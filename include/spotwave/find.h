@@ -1,0 +1,202 @@
+/*
+ * spotwave find: spot finding with the DIALS dispersion threshold and connected components
+ * (seed 003; DIALS algorithms/image/threshold/local.h is the reference for what the seed leaves
+ * out).
+ *
+ * A frame goes through three steps:
+ *   1. threshold: every pixel is classed strong or not (below);
+ *   2. connected components of the strong pixels, 4- or 8-connected in a frame; in a sequence
+ *      optionally also across consecutive frames (3-D, for rotation scans: a pixel is joined to
+ *      the same pixel of the previous frame);
+ *   3. spots: per component the intensity-weighted centroid, its variance, the summed intensity,
+ *      the pixel count, the bounding box and the frame, then the filters.
+ *
+ * Pixel values. Spot finding counts photons: u8, u16 and u32 frames are used as they are; f32
+ * frames are rounded to the nearest whole count (negative values to 0; NaN and Inf pixels are
+ * masked). A pixel is *valid* when the mask (if any) says so and its value is below `overload`.
+ * As in DIALS, values of 2^24 or more never enter the window sums (they can still be strong).
+ * All window sums are exact integers, and the tests below are evaluated in double precision in
+ * the same order on the CPU and the GPU, so both backends decide every pixel identically.
+ *
+ * Window statistics. For pixel (x, y) and half-sizes (kx, ky), the window is the rectangle
+ * [x-kx, x+kx] x [y-ky, y+ky] clipped to the image; over its valid pixels
+ *     m = count,  s = sum of values,  q = sum of squared values.
+ * With g the gain at the pixel (the scalar `gain`, or the gain map), v its value:
+ *
+ * DISPERSION (DIALS "dispersion"; the seed's kernel): v is strong when it is valid, m >= min_local,
+ * v > global_threshold and
+ *     background test:  m q - s^2  >  g s (m - 1 + sigma_b sqrt(2 (m - 1)))
+ *                       (the index of dispersion var/mean exceeds g + sigma_b g sqrt(2/(m-1)))
+ *     strong test:      m v - s    >  sigma_s sqrt(g s m)
+ *                       (v exceeds the local mean by sigma_s local standard deviations).
+ *
+ * DISPERSION_EXTENDED (DIALS "dispersion_extended", its default since 2019):
+ *     1. the background test above alone (no strong test, no global threshold) gives the
+ *        dispersed pixels D;
+ *     2. erosion: with d the Chebyshev distance from a pixel to the nearest pixel of the image
+ *        that is not in D (pixels outside the image do not count), the core of D is
+ *        C = { p in D : d(p) >= min(kx, ky) };
+ *     3. the background B is the valid pixels outside C; its window sums m', s' are rebuilt over
+ *        a wider window, half-sizes (kx + 2, ky + 2);
+ *     4. a valid pixel is strong when it lies in C, v > global_threshold and
+ *        v >= mean + sigma_s sqrt(g mean),  mean = s'/m' when m' >= 2, otherwise 0.
+ *
+ * min_local <= 0 means the whole window ((2kx+1)(2ky+1) pixels), as in DIALS; otherwise
+ * 2 <= min_local <= (2kx+1)(2ky+1).
+ *
+ * Spots. Over a component's pixels (0-based pixel-centre coordinates, I = pixel value):
+ *     intensity = sum I,   x = sum I x / sum I,   y likewise,
+ *     x_var = (sum I (x - x_c)^2 / sum I + 1/12) / sum I
+ * i.e. the Poisson variance of the centroid: the spot's intensity-weighted spread (plus the 1/12
+ * px^2 of a pixel's own width, so that a one-pixel spot does not claim a zero error) over the
+ * number of counts. z is the frame (the intensity-weighted frame of a 3-D spot) with z_var alike.
+ * The bounding box is [x0, x1) x [y0, y1) x [z0, z1) (upper bounds exclusive, as in DIALS). The
+ * peak is the brightest pixel (the first in raster order among equals).
+ * Filters (DIALS's, with its defaults): npix < min_spot_size or npix > max_spot_size, and a peak
+ * farther than max_separation px from the centroid (in 3-D, frames count as pixels), remove the
+ * spot. A frame with more than max_strong_fraction of its valid pixels strong is an error
+ * (SW_ERANGE): DIALS aborts there too, since such a frame is not a spot pattern.
+ * Spots are listed in order of frame, then of their first pixel in raster order (3-D spots: of
+ * their first frame, then first pixel).
+ *
+ * Backends. CPU: summed-area tables (as DIALS), OpenMP over rows; union-find labelling. CUDA:
+ * window sums per pixel (the seed's brute-force window, or a shared-memory tiled version; see
+ * sw_find_window), union-find labelling with atomics, moments by atomics; the component table is
+ * copied back (only that, and the strong mask when asked for).
+ */
+#ifndef SPOTWAVE_FIND_H
+#define SPOTWAVE_FIND_H
+
+#include <stdint.h>
+#include "spotwave/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum sw_find_algorithm {
+    SW_FIND_DISPERSION = 0,         /* DIALS "dispersion"                 */
+    SW_FIND_DISPERSION_EXTENDED = 1 /* DIALS "dispersion_extended" (default) */
+} sw_find_algorithm;
+
+/* How the GPU computes the window sums (the CPU always uses summed-area tables). */
+typedef enum sw_find_window {
+    SW_FIND_WINDOW_AUTO = 0,  /* the faster one (benchmarked: see BENCHMARKS.md) */
+    SW_FIND_WINDOW_BRUTE = 1, /* one thread per pixel sums its whole window (the seed) */
+    SW_FIND_WINDOW_TILED = 2  /* a block sums column strips in shared memory, then rows */
+} sw_find_window;
+
+/* Largest kernel half-size accepted (windows up to 31 x 31; the sums stay exact in 64 bits). */
+#define SW_FIND_MAX_KERNEL 15
+
+typedef struct sw_find_params {
+    int32_t width, height; /* frame size                                                    */
+    sw_pixel_type type;    /* u8, u16, u32 or f32                                            */
+
+    sw_find_algorithm algorithm; /* default SW_FIND_DISPERSION_EXTENDED                    */
+    int32_t kernel_x, kernel_y;  /* window half-sizes, default 3 x 3 (a 7 x 7 window)     */
+    double sigma_background;     /* sigma_b, default 6                                      */
+    double sigma_strong;         /* sigma_s, default 3                                      */
+    int32_t min_local;           /* default 2; <= 0: the whole window                       */
+    double global_threshold;     /* default 0                                               */
+    double gain;                 /* default 1 (used when gain_map is NULL)                  */
+    const float *gain_map;       /* width * height gains (> 0), or NULL; copied at create    */
+    const uint8_t *mask;         /* width * height, non-zero = valid, or NULL; copied        */
+    double overload;             /* values >= overload are masked; 0 = the type's default:
+                                    u8 255, u16 0xfffe (the seed), u32 0xfffffffe, f32 none  */
+
+    int32_t connectivity;       /* 4 (default, DIALS) or 8                                  */
+    int64_t min_spot_size;      /* pixels, default 3 (DIALS for photon-counting detectors)  */
+    int64_t max_spot_size;      /* pixels, default 1000; <= 0: no limit                     */
+    double max_separation;      /* px, peak to centroid, default 2; <= 0: off               */
+    double max_strong_fraction; /* default 0.25; <= 0: off                                  */
+
+    sw_find_window window;  /* GPU window sums, default AUTO                              */
+    int32_t max_components; /* components a frame may have before filtering (the GPU's
+                               table), default 1048576                                     */
+} sw_find_params;
+
+/* Fills p with the defaults above for a width x height frame of type t. */
+void sw_find_params_default(sw_find_params *p, int32_t width, int32_t height, sw_pixel_type t);
+
+/* "dispersion" | "dispersion_extended" */
+const char *sw_find_algorithm_string(sw_find_algorithm a);
+sw_status sw_find_algorithm_parse(const char *text, sw_find_algorithm *out);
+
+typedef struct sw_spot {
+    double x, y, z;             /* centroid: px, px, frame                                  */
+    double x_var, y_var, z_var; /* variance of the centroid (above), px^2 / frames^2        */
+    double intensity;           /* summed counts                                            */
+    int64_t npix;               /* strong pixels                                            */
+    int32_t x0, x1, y0, y1;     /* bounding box, upper bounds exclusive                     */
+    int64_t z0, z1;             /* frames [z0, z1)                                          */
+    int32_t peak_x, peak_y;     /* brightest pixel                                          */
+    int64_t peak_z;
+    double peak; /* its value                                                        */
+} sw_spot;
+
+typedef struct sw_spot_list {
+    int64_t count;
+    int64_t capacity;
+    sw_spot *spots;
+} sw_spot_list;
+
+void sw_spot_list_free(sw_spot_list *l); /* frees the array and zeroes the list; NULL ignored */
+
+typedef struct sw_find_stats {
+    int64_t frames;              /* frames processed                                       */
+    int64_t valid_pixels;        /* summed over frames                                     */
+    int64_t strong_pixels;       /* summed over frames                                     */
+    int64_t components;          /* connected components (3-D ones in a 3-D sequence)      */
+    int64_t spots;               /* kept after the filters                                 */
+    int64_t rejected_small;      /* npix < min_spot_size                                   */
+    int64_t rejected_large;      /* npix > max_spot_size                                   */
+    int64_t rejected_separation; /* peak too far from the centroid                         */
+} sw_find_stats;
+
+typedef struct sw_find_plan sw_find_plan;
+
+/* Validates p (SW_EINVAL naming the bad field) and prepares the work buffers (device ones on a
+ * CUDA context). */
+sw_status sw_find_create(sw_context *ctx, const sw_find_params *p, sw_find_plan **out);
+void sw_find_destroy(sw_find_plan *plan); /* NULL is ignored */
+
+/*
+ * One frame (host or device memory, the plan's size and type), labelled in 2-D. The spots that
+ * pass the filters are appended to `spots` (grown as needed) with z = frame_index. strong, when
+ * not NULL, is a host u8 image of the frame's size that receives 1 for strong pixels, 0 otherwise.
+ * stats, when not NULL, is added to (zero it first). On failure nothing is appended.
+ */
+sw_status sw_find_run(sw_find_plan *plan, const sw_image *frame, int64_t frame_index,
+                      sw_spot_list *spots, sw_image *strong, sw_find_stats *stats);
+
+/*
+ * Where sw_find_sequence gets its frames and reports back. read fills dst (a host image of the
+ * plan's size and type, pinned on CUDA) with frame `index`; it runs on a reader thread of its
+ * own, one frame ahead of the GPU, so it may block on I/O freely (but must not call into the same
+ * sw_context). strong (optional) receives each frame's strong mask; progress (optional) is
+ * called after every frame. Both are called on the caller's thread. A callback that returns an
+ * error stops the run with that error.
+ */
+typedef struct sw_find_source {
+    sw_status (*read)(void *user, int64_t index, sw_image *dst);
+    sw_status (*strong)(void *user, int64_t index, const sw_image *mask);
+    void (*progress)(void *user, int64_t done, int64_t total);
+    void *user;
+} sw_find_source;
+
+/*
+ * Frames first .. first+count-1 through a double-buffered pipeline: while frame n is thresholded
+ * and labelled, frame n+1 is copied to the device and frame n+2 is read. three_d != 0 joins
+ * components across consecutive frames (rotation scans); the filters then apply to the 3-D spots.
+ * Spots are appended to `spots`; stats is added to.
+ */
+sw_status sw_find_sequence(sw_find_plan *plan, int64_t first, int64_t count,
+                           const sw_find_source *source, int three_d, sw_spot_list *spots,
+                           sw_find_stats *stats);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SPOTWAVE_FIND_H */

@@ -1,0 +1,145 @@
+/*
+ * The GPU orchestration of the find stage (find_internal.h, "GPU orchestration"): the device
+ * frame slots the pipeline uploads into on a copy stream of its own, the strong mask and the two
+ * label slots (this frame's and the previous one's, for 3-D links), and one frame's threshold ->
+ * labels -> component table on the context's stream. The kernels are in find_threshold_cuda.cu
+ * and find_label_cuda.cu.
+ */
+#include "find/find_internal.h"
+
+#include <cuda_runtime.h>
+
+#include <new>
+
+namespace
+{
+
+struct find_gpu {
+    sw_image frame[2];            /* device frame slots (pitched)                       */
+    uint8_t *strong;              /* npix                                               */
+    int32_t *labels[2];           /* npix each                                          */
+    unsigned long long *counts;   /* [valid, strong] on the device                      */
+    unsigned long long *h_counts; /* pinned host copy                                   */
+    cudaStream_t copy;            /* uploads                                            */
+    cudaEvent_t uploaded[2];      /* recorded after each slot's upload                  */
+};
+
+find_gpu *gpu_of(sw_find_plan *plan)
+{
+    return static_cast<find_gpu *>(plan->gpu);
+}
+
+cudaStream_t stream_of(const sw_find_plan *plan)
+{
+    return static_cast<cudaStream_t>(plan->ctx->stream);
+}
+
+} // namespace
+
+#define SW_CU(call)                                                                                \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess)                                                                     \
+            return sw_fail(plan->ctx, e_ == cudaErrorMemoryAllocation ? SW_ENOMEM : SW_ECUDA,      \
+                           "find: CUDA call %s failed: %s", #call, cudaGetErrorString(e_));        \
+    } while (0)
+
+void sw_find_gpu_destroy(sw_find_plan *plan)
+{
+    find_gpu *g = gpu_of(plan);
+    if (!g)
+        return;
+    if (g->copy)
+        cudaStreamSynchronize(g->copy);
+    cudaStreamSynchronize(stream_of(plan));
+    for (int i = 0; i < 2; ++i) {
+        sw_image_free(&g->frame[i]);
+        cudaFree(g->labels[i]);
+        if (g->uploaded[i])
+            cudaEventDestroy(g->uploaded[i]);
+    }
+    cudaFree(g->strong);
+    cudaFree(g->counts);
+    cudaFreeHost(g->h_counts);
+    if (g->copy)
+        cudaStreamDestroy(g->copy);
+    delete g;
+    plan->gpu = nullptr;
+}
+
+sw_status sw_find_gpu_create(sw_find_plan *plan)
+{
+    find_gpu *g = new (std::nothrow) find_gpu();
+    if (!g)
+        return sw_fail(plan->ctx, SW_ENOMEM, "find: out of memory");
+    plan->gpu = g;
+    size_t n = (size_t)plan->npix;
+    for (int i = 0; i < 2; ++i) {
+        sw_status st =
+            sw_image_alloc_device(plan->ctx, plan->width, plan->height, plan->p.type, &g->frame[i]);
+        if (st != SW_OK)
+            return st;
+        SW_CU(cudaMalloc(&g->labels[i], n * sizeof(int32_t)));
+        SW_CU(cudaEventCreateWithFlags(&g->uploaded[i], cudaEventDisableTiming));
+    }
+    SW_CU(cudaMalloc(&g->strong, n));
+    SW_CU(cudaMalloc(&g->counts, 2 * sizeof(unsigned long long)));
+    SW_CU(cudaHostAlloc(&g->h_counts, 2 * sizeof(unsigned long long), cudaHostAllocDefault));
+    SW_CU(cudaStreamCreateWithFlags(&g->copy, cudaStreamNonBlocking));
+    return SW_OK;
+}
+
+sw_status sw_find_gpu_upload(sw_find_plan *plan, const sw_image *host, int slot)
+{
+    find_gpu *g = gpu_of(plan);
+    const sw_image *d = &g->frame[slot];
+    size_t row = (size_t)plan->width * sw_pixel_size(plan->p.type);
+    SW_CU(cudaMemcpy2DAsync(d->data, d->stride, host->data, host->stride, row, (size_t)plan->height,
+                            cudaMemcpyHostToDevice, g->copy));
+    SW_CU(cudaEventRecord(g->uploaded[slot], g->copy));
+    return SW_OK;
+}
+
+sw_status sw_find_gpu_upload_wait(sw_find_plan *plan, int slot)
+{
+    SW_CU(cudaEventSynchronize(gpu_of(plan)->uploaded[slot]));
+    return SW_OK;
+}
+
+sw_status sw_find_gpu_process(sw_find_plan *plan, const sw_image *frame, int slot, int label_slot,
+                              int64_t frame_index, int64_t *ncomp, int64_t *valid, int64_t *strong,
+                              sw_image *strong_host)
+{
+    find_gpu *g = gpu_of(plan);
+    cudaStream_t s = stream_of(plan);
+    if (!frame) {
+        frame = &g->frame[slot];
+        SW_CU(cudaStreamWaitEvent(s, g->uploaded[slot], 0));
+    }
+    SW_CU(cudaMemsetAsync(g->counts, 0, 2 * sizeof(unsigned long long), s));
+    sw_status st = sw_find_threshold_gpu(plan, frame, g->strong, plan->window, g->counts, s);
+    if (st != SW_OK)
+        return st;
+    SW_CU(cudaMemcpyAsync(g->h_counts, g->counts, 2 * sizeof(unsigned long long),
+                          cudaMemcpyDeviceToHost, s));
+    if (strong_host)
+        SW_CU(cudaMemcpy2DAsync(strong_host->data, strong_host->stride, g->strong,
+                                (size_t)plan->width, (size_t)plan->width, (size_t)plan->height,
+                                cudaMemcpyDeviceToHost, s));
+    SW_CU(cudaStreamSynchronize(s));
+    *valid = (int64_t)g->h_counts[0];
+    *strong = (int64_t)g->h_counts[1];
+    st = sw_find_check_strong_fraction(plan, frame_index, *valid, *strong);
+    if (st != SW_OK)
+        return st;
+    return sw_find_label_gpu(plan, g->strong, frame, g->labels[label_slot], plan->comps,
+                             plan->p.max_components, ncomp, s);
+}
+
+sw_status sw_find_gpu_links(sw_find_plan *plan, int prev, int cur, int32_t *pairs, int64_t capacity,
+                            int64_t *npairs)
+{
+    find_gpu *g = gpu_of(plan);
+    return sw_find_links_gpu(plan, g->labels[prev], g->labels[cur], pairs, capacity, npairs,
+                             stream_of(plan));
+}
