@@ -15,6 +15,8 @@
  *                       table to the host and synchronises); host clock
  *   find_frame_gpu      the whole find on a device-resident frame (sw_find_run: threshold,
  *                       counts, labels, components, spots); host clock
+ *   find_upload_gpu     one frame from tight pinned host memory to the device (the bandwidth
+ *                       that bounds streaming); GB/s
  *   find_stream_gpu     sw_find_sequence over 64 frames given in pinned host memory: reader
  *                       thread -> upload on the copy stream -> find, overlapped; time per frame
  *                       (throughput in frames/s)
@@ -148,6 +150,7 @@ typedef struct job {
     int32_t *d_labels;
     sw_spot_list spots;
     int64_t last_spots;
+    sw_image tight; /* a frame with tight rows in pinned memory (find_upload_gpu) */
 #ifdef SW_HAVE_CUDA
     cudaEvent_t e0, e1;
 #endif
@@ -202,6 +205,22 @@ static sw_status run_frame(void *user, int sample, double *measured_us)
     j->last_spots = j->spots.count;
     return st;
 }
+
+#ifdef SW_HAVE_CUDA
+/* One upload of a frame from a tight pinned buffer into the plan's device slot: the
+ * host-to-device bandwidth that bounds find_stream_gpu. */
+static sw_status run_upload(void *user, int sample, double *measured_us)
+{
+    job *j = user;
+    (void)sample;
+    double t0 = sw_bench_now_us();
+    sw_status st = sw_find_gpu_upload(j->plan, &j->tight, 0);
+    if (st == SW_OK)
+        st = sw_find_gpu_upload_wait(j->plan, 0);
+    *measured_us = sw_bench_now_us() - t0;
+    return st;
+}
+#endif
 
 static sw_status stream_read(void *user, int64_t index, sw_image *dst)
 {
@@ -282,6 +301,19 @@ static int bench_size(const sw_bench_options *o, sw_context *ctx, sw_context *cp
             if (rc == 0 && !o->json_only)
                 fprintf(stderr, "%s: %s: %lld spots per frame\n", PROG, config,
                         (long long)j.last_spots);
+            size_t fbytes = (size_t)w * h * sw_pixel_size(t);
+            j.tight.data = sw_host_alloc(ctx, fbytes, 1);
+            j.tight.width = w;
+            j.tight.height = h;
+            j.tight.stride = (size_t)w * sw_pixel_size(t);
+            j.tight.type = t;
+            j.tight.memory = SW_MEM_PINNED;
+            j.tight.owned = 1;
+            sw_bench_case cu = {"find_upload_gpu", config, ctx, run_upload, &j,
+                                (double)fbytes,    0,      NULL};
+            if (rc == 0 && a == 0 && j.tight.data && sw_bench_run(o, &cu, NULL) != SW_OK)
+                rc = 1;
+            sw_image_free(&j.tight);
             sw_bench_case cs = {"find_stream_gpu", config, ctx, run_stream, &j, 0, 1, "frames"};
             if (rc == 0 && sw_bench_run(o, &cs, NULL) != SW_OK)
                 rc = 1;

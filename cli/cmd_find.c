@@ -436,7 +436,8 @@ static sw_status source_read(void *user, int64_t index, sw_image *dst)
             memcpy(sw_image_row(dst, y), sw_image_row(src, y), row);
         return SW_OK;
     }
-    return SW_EINVAL; /* not reached: the range was checked against the inputs */
+    /* Not reached: the range was checked against the inputs. */
+    return sw_error_set(NULL, SW_EINVAL, "frame %lld is beyond the inputs", (long long)index);
 }
 
 static sw_status source_strong(void *user, int64_t index, const sw_image *mask)
@@ -568,9 +569,11 @@ int sw_cmd_find(const sw_cli_globals *g, int argc, char **argv)
     if ((rc = open_inputs(ctx, &j)) != SW_EXIT_OK)
         goto done;
     int64_t first = o.first, count = o.count < 0 ? j.total - first : o.count;
-    if (first >= j.total || first + count > j.total) {
-        rc = sw_cli_fail(SUB, "frames %lld..%lld asked for, the inputs have %lld", (long long)first,
-                         (long long)(first + count - 1), (long long)j.total);
+    if (first >= j.total || count <= 0 || first + count > j.total) {
+        rc = sw_cli_fail(SUB, "frame %lld%s asked for, but the inputs have %lld frame%s (0..%lld)",
+                         (long long)(first + (count > 0 ? count : 1) - 1),
+                         count > 1 ? " (the last one)" : "", (long long)j.total,
+                         j.total == 1 ? "" : "s", (long long)(j.total - 1));
         goto done;
     }
 

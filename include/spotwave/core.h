@@ -116,6 +116,14 @@ sw_backend sw_context_backend(const sw_context *ctx);
 /* Why the backend was chosen, in words ("CUDA device 0 (NVIDIA H100) usable",
  * "no CUDA driver: CPU backend used", ...). Never NULL. */
 const char *sw_context_backend_reason(const sw_context *ctx);
+/* Records a failure message (printf-style) on ctx, or on the calling thread when ctx is NULL,
+ * as the library does for its own failures, and returns st: for callbacks that fail and want to
+ * say why (a frame source of sw_find_sequence, for instance). */
+sw_status sw_error_set(sw_context *ctx, sw_status st, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
 /* Message of the last failure on ctx (or of this thread when ctx is NULL); "" when none. */
 const char *sw_context_error(const sw_context *ctx);
 /* Number of CPU threads the context uses for parallel regions. */

@@ -32,10 +32,12 @@
  *
  * DISPERSION_EXTENDED (DIALS "dispersion_extended", its default since 2019):
  *     1. the background test above alone (no strong test, no global threshold) gives the
- *        dispersed pixels D;
+ *        dispersed pixels D; invalid pixels count as in D (DIALS: "masked pixels are set as
+ *        non-background in order to prevent them from affecting the erosion calculation"), so
+ *        a masked or overloaded spot centre does not erode the strong ring around it;
  *     2. erosion: with d the Chebyshev distance from a pixel to the nearest pixel of the image
  *        that is not in D (pixels outside the image do not count), the core of D is
- *        C = { p in D : d(p) >= min(kx, ky) };
+ *        C = { valid p in D : d(p) >= min(kx, ky) };
  *     3. the background B is the valid pixels outside C; its window sums m', s' are rebuilt over
  *        a wider window, half-sizes (kx + 2, ky + 2);
  *     4. a valid pixel is strong when it lies in C, v > global_threshold and
@@ -113,7 +115,7 @@ typedef struct sw_find_params {
 
     sw_find_window window;  /* GPU window sums, default AUTO                              */
     int32_t max_components; /* components a frame may have before filtering (the GPU's
-                               table), default 1048576                                     */
+                               table), default 262144                                      */
 } sw_find_params;
 
 /* Fills p with the defaults above for a width x height frame of type t. */
@@ -176,7 +178,8 @@ sw_status sw_find_run(sw_find_plan *plan, const sw_image *frame, int64_t frame_i
  * own, one frame ahead of the GPU, so it may block on I/O freely (but must not call into the same
  * sw_context). strong (optional) receives each frame's strong mask; progress (optional) is
  * called after every frame. Both are called on the caller's thread. A callback that returns an
- * error stops the run with that error.
+ * error stops the run with that error; to say why, it calls sw_error_set(NULL, status, ...)
+ * before returning, and the run's message (sw_context_error of the plan's context) quotes it.
  */
 typedef struct sw_find_source {
     sw_status (*read)(void *user, int64_t index, sw_image *dst);

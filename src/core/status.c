@@ -57,6 +57,16 @@ sw_status sw_fail(sw_context *ctx, sw_status st, const char *fmt, ...)
     return st;
 }
 
+sw_status sw_error_set(sw_context *ctx, sw_status st, const char *fmt, ...)
+{
+    char msg[SW_ERROR_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt ? fmt : "", ap);
+    va_end(ap);
+    return sw_fail(ctx, st, "%s", msg);
+}
+
 void sw_log(const sw_context *ctx, sw_log_level level, const char *fmt, ...)
 {
     if (!ctx || !ctx->log || level < ctx->log_level)

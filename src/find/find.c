@@ -33,7 +33,7 @@ void sw_find_params_default(sw_find_params *p, int32_t width, int32_t height, sw
     p->max_separation = 2.0;
     p->max_strong_fraction = 0.25;
     p->window = SW_FIND_WINDOW_AUTO;
-    p->max_components = 1 << 20;
+    p->max_components = 1 << 18;
 }
 
 const char *sw_find_algorithm_string(sw_find_algorithm a)
@@ -150,7 +150,9 @@ void sw_find_destroy(sw_find_plan *plan)
     free(plan->gain_map);
     free(plan->strong);
     free(plan->labels);
-    free(plan->comps);
+    sw_host_free(plan->comps, plan->comps_pinned);
+    sw_image_free(&plan->seq_host[0]);
+    sw_image_free(&plan->seq_host[1]);
     free(plan);
 }
 
@@ -205,7 +207,10 @@ sw_status sw_find_create(sw_context *ctx, const sw_find_params *p, sw_find_plan 
     }
     plan->p.mask = plan->mask;
     plan->p.gain_map = plan->gain_map;
-    plan->comps = malloc((size_t)p->max_components * sizeof(sw_find_comp));
+    /* Pinned on CUDA: the component table comes back from the GPU every frame. */
+    plan->comps_pinned = sw_context_backend(ctx) == SW_BACKEND_CUDA;
+    plan->comps =
+        sw_host_alloc(ctx, (size_t)p->max_components * sizeof(sw_find_comp), plan->comps_pinned);
     if (!plan->comps)
         goto nomem;
 

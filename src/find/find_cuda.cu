@@ -53,7 +53,7 @@ void sw_find_gpu_destroy(sw_find_plan *plan)
         cudaStreamSynchronize(g->copy);
     cudaStreamSynchronize(stream_of(plan));
     for (int i = 0; i < 2; ++i) {
-        sw_image_free(&g->frame[i]);
+        cudaFree(g->frame[i].data);
         cudaFree(g->labels[i]);
         if (g->uploaded[i])
             cudaEventDestroy(g->uploaded[i]);
@@ -74,11 +74,17 @@ sw_status sw_find_gpu_create(sw_find_plan *plan)
         return sw_fail(plan->ctx, SW_ENOMEM, "find: out of memory");
     plan->gpu = g;
     size_t n = (size_t)plan->npix;
+    size_t row = (size_t)plan->width * sw_pixel_size(plan->p.type);
     for (int i = 0; i < 2; ++i) {
-        sw_status st =
-            sw_image_alloc_device(plan->ctx, plan->width, plan->height, plan->p.type, &g->frame[i]);
-        if (st != SW_OK)
-            return st;
+        /* Tight rows (not pitched): an upload from the pipeline's tight pinned buffers is one
+         * contiguous copy. The kernels read any stride. */
+        SW_CU(cudaMalloc(&g->frame[i].data, row * (size_t)plan->height));
+        g->frame[i].width = plan->width;
+        g->frame[i].height = plan->height;
+        g->frame[i].stride = row;
+        g->frame[i].type = plan->p.type;
+        g->frame[i].memory = SW_MEM_DEVICE;
+        g->frame[i].owned = 0;
         SW_CU(cudaMalloc(&g->labels[i], n * sizeof(int32_t)));
         SW_CU(cudaEventCreateWithFlags(&g->uploaded[i], cudaEventDisableTiming));
     }

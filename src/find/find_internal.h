@@ -61,8 +61,11 @@ struct sw_find_plan {
     /* find.c's own buffers */
     uint8_t *strong;     /* npix (CPU path)                             */
     int32_t *labels;     /* npix (CPU path)                             */
-    sw_find_comp *comps; /* p.max_components, host                      */
-    void *gpu;           /* find.c's device buffers (frame staging etc.) */
+    sw_find_comp *comps; /* p.max_components, host (pinned on CUDA)     */
+    int comps_pinned;
+    void *gpu;            /* find.c's device buffers (frame staging etc.) */
+    sw_image seq_host[2]; /* sw_find_sequence's host frame buffers (tight rows, pinned on CUDA),
+                             made by the first sequence, freed with the plan */
 };
 
 /* ---------------------------------------------------------------- thresholds (CPU) */

@@ -227,7 +227,10 @@ static inline double gain_at(const sw_find_plan *plan, size_t i)
 /*
  * DIALS's chebyshev_distance (filter/distance.h) of the pixels not in D ("value" false), then the
  * core C = valid pixels of D at distance >= min(kx, ky). The two passes are DIALS's chamfer; the
- * distance map lives in the bytes of the squares' table (not needed after step 1).
+ * distance map lives in the bytes of the squares' table (not needed after step 1; w h int32 fit
+ * in (w+1)(h+1) uint64). Allocated memory takes the type of its last store (C11 6.5p6), and every
+ * entry is stored as int32 here before it is read as one, as build_tables stores the uint64
+ * entries before they are read, so the two uses do not conflict.
  */
 static void erode(const sw_find_plan *plan, thr_cpu *t)
 {

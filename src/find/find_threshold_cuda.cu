@@ -10,12 +10,12 @@
  *   BRUTE  the seed's kernel_filter: one thread per pixel loops over its (2kx+1)(2ky+1) window,
  *          reading the frame through the read-only cache. Fixed for find.h's semantics: the
  *          plan's mask, the overload, the 2^24 rule, the gain, min_count, the sum of squares in
- *          64 bits (the seed's uint32 overflows above 4096 counts in a 7x7 window).
+ *          64 bits (the seed's uint32 sum wraps once a 7x7 window averages ~9400 counts).
  *   TILED  a block of 32 x 8 threads takes a tile of TW = 64 columns x TH rows (TH = 32, or 16 / 8
  *          when the shared memory of a large kernel asks for it). It loads the tile and its halo
- *          (kx columns, ky rows on each side) once into shared memory, each warp reading 32
- *          consecutive pixels of a row in their own width (8, 16 or 32 bits: coalesced, no
- *          widening in memory), with value, validity and summability decided once per pixel.
+ *          (kx columns, ky rows on each side) once into shared memory, consecutive lanes reading
+ *          consecutive pixels in their own width (8, 16 or 32 bits: coalesced, no widened copy
+ *          of the frame), with value, validity and summability decided once per pixel.
  *          Then the column sums of every tile column over the 2ky+1 rows of each output row
  *          (count u16, sum u32 -- at most 31 x 2^24 -- and squares u64), then per output pixel
  *          the sum of 2kx+1 column sums, and the decision. Per pixel this is (2ky+1) + (2kx+1)
@@ -435,22 +435,27 @@ sw_status run_typed(sw_find_plan *plan, const sw_image *frame, uint8_t *d_strong
 }
 
 /* The tiled kernels' shared memory: the tallest tile (32, 16 or 8 rows) whose block fits the
- * device's opt-in limit, and the opt-in itself for the kernels that need more than 48 KB. */
+ * device's opt-in limit. The kernel's limit on dynamic shared memory is raised to all the device
+ * allows (less its static shared variables) rather than to this plan's need: the attribute
+ * belongs to the kernel, not the plan, and another plan with a larger window may use the same
+ * kernel. The limit reserves nothing: a launch takes only the memory it asks for. */
 template <typename T, int MODE>
 sw_status setup_tiled(sw_find_plan *plan, thr_gpu *g, int kx, int ky, int optin)
 {
-    const size_t spare = 64; /* block_counts' static shared variables */
+    cudaFuncAttributes fa;
+    SW_CU(cudaFuncGetAttributes(&fa, k_tiled<T, MODE>));
+    const size_t limit = (size_t)optin - fa.sharedSizeBytes;
     int th = 32;
-    while (th > 8 && tiled_smem(MODE, th, kx, ky) + spare > (size_t)optin)
+    while (th > 8 && tiled_smem(MODE, th, kx, ky) > limit)
         th /= 2;
-    size_t bytes = tiled_smem(MODE, th, kx, ky);
-    if (bytes + spare > (size_t)optin)
+    const size_t bytes = tiled_smem(MODE, th, kx, ky);
+    if (bytes > limit)
         return sw_fail(plan->ctx, SW_ECUDA,
                        "find: the tiled window of half-sizes %d x %d needs %zu bytes of shared "
-                       "memory per block, the device allows %d",
-                       kx, ky, bytes + spare, optin);
+                       "memory per block, the device allows %zu",
+                       kx, ky, bytes, limit);
     SW_CU(cudaFuncSetAttribute(k_tiled<T, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               (int)bytes));
+                               (int)limit));
     g->th[MODE] = th;
     g->smem[MODE] = bytes;
     return SW_OK;

@@ -184,6 +184,10 @@ static sw_image device_frame(const sw_image *host, int pad)
         void *p = NULL;
         assert_int_equal(cudaMalloc(&p, stride * (size_t)host->height), cudaSuccess);
         assert_int_equal(cudaMemset(p, 0xA5, stride * (size_t)host->height), cudaSuccess);
+        /* The memset is on the legacy default stream, which the context's non-blocking stream
+         * (the copy below) does not wait for: without this the padding bytes could land on the
+         * copied pixels (seen once under a parallel ctest: one pixel decided differently). */
+        assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
         assert_int_equal(
             sw_image_wrap(p, host->width, host->height, stride, host->type, SW_MEM_DEVICE, &d),
             SW_OK);
@@ -257,6 +261,9 @@ static int64_t compare(const sw_image *host, const sw_image *dev, const cfg *c, 
     for (int k = 0; k < 2; k++) {
         assert_int_equal(cudaMemset(d_strong, 0x77, n), cudaSuccess);
         assert_int_equal(cudaMemset(d_counts, 0, 2 * sizeof(unsigned long long)), cudaSuccess);
+        /* The memsets ran on the legacy default stream, which the context's non-blocking stream
+         * does not wait for: finish them first. */
+        assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
         if (sw_find_threshold_gpu(gp, dev, d_strong, wins[k], d_counts, sw_context_stream(gpu)) !=
             SW_OK)
             fail_msg("sw_find_threshold_gpu: %s", sw_context_error(gpu));
@@ -266,7 +273,22 @@ static int64_t compare(const sw_image *host, const sw_image *dev, const cfg *c, 
         assert_int_equal(cudaMemcpy(counts, d_counts, sizeof(counts), cudaMemcpyDeviceToHost),
                          cudaSuccess);
         for (size_t i = 0; i < n; i++)
-            if (got[i] != want[i])
+            if (got[i] != want[i]) {
+                /* The pixel and its neighbours as read on the host, for the diagnosis. */
+                int px = (int)(i % (size_t)w), py = (int)(i / (size_t)w);
+                for (int yy = py - 1; yy <= py + 1; yy++) {
+                    if (yy < 0 || yy >= h)
+                        continue;
+                    printf("  row %d:", yy);
+                    for (int xx = px - 2; xx <= px + 2; xx++)
+                        if (xx >= 0 && xx < w)
+                            printf(" %.9g", sw_image_get(host, xx, yy));
+                    printf("\n");
+                }
+                uint8_t *again = malloc(n);
+                if (again && cudaMemcpy(again, d_strong, n, cudaMemcpyDeviceToHost) == cudaSuccess)
+                    printf("  GPU value read again: %d\n", again[i]);
+                free(again);
                 fail_msg("%s (%s, %d x %d): %s %s, kernel %d x %d, gain %g%s, threshold %g, "
                          "min_local %d, overload %g%s: pixel (%d, %d) is %d on the GPU, %d on "
                          "the CPU",
@@ -275,6 +297,7 @@ static int64_t compare(const sw_image *host, const sw_image *dev, const cfg *c, 
                          c->kx, c->ky, c->gain, c->gain_map ? " (map)" : "", c->thr, c->min_local,
                          c->overload, c->mask ? ", masked" : "", (int)(i % (size_t)w),
                          (int)(i / (size_t)w), got[i], want[i]);
+            }
         assert_int_equal((int64_t)counts[0], want_valid);
         assert_int_equal((int64_t)counts[1], want_strong);
     }

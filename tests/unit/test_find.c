@@ -10,7 +10,6 @@
  */
 #include "testutil.h"
 
-#include "core/core_internal.h" /* sw_fail: how a frame source reports its message */
 #include "spotwave/rng.h"
 
 #include <math.h>
@@ -468,13 +467,14 @@ static sw_status seq_read(void *user, int64_t index, sw_image *dst)
 {
     seq_source *s = user;
     if (index == s->fail_read_at)
-        return sw_fail(NULL, SW_EIO, "test source: frame %lld cannot be read", (long long)index);
+        return sw_error_set(NULL, SW_EIO, "test source: frame %lld cannot be read",
+                            (long long)index);
     if (index < s->base || index >= s->base + s->nframes)
-        return sw_fail(NULL, SW_EINVAL, "test source: frame %lld was not asked for",
-                       (long long)index);
+        return sw_error_set(NULL, SW_EINVAL, "test source: frame %lld was not asked for",
+                            (long long)index);
     const sw_image *src = &s->frames[index - s->base];
     if (dst->width != src->width || dst->height != src->height || dst->type != src->type)
-        return sw_fail(NULL, SW_EINVAL, "test source: destination of the wrong kind");
+        return sw_error_set(NULL, SW_EINVAL, "test source: destination of the wrong kind");
     size_t row = (size_t)src->width * sw_pixel_size(src->type);
     for (int32_t y = 0; y < src->height; y++)
         memcpy(sw_image_row(dst, y), sw_image_row(src, y), row);
@@ -485,13 +485,14 @@ static sw_status seq_strong(void *user, int64_t index, const sw_image *mask)
 {
     seq_source *s = user;
     if (index == s->fail_strong_at)
-        return sw_fail(NULL, SW_EIO, "test sink: mask %lld cannot be stored", (long long)index);
+        return sw_error_set(NULL, SW_EIO, "test sink: mask %lld cannot be stored",
+                            (long long)index);
     if (s->nstrong < 16) {
         sw_image *c = &s->strong_copy[s->nstrong];
         s->strong_index[s->nstrong] = index;
         if (sw_image_alloc(NULL, mask->width, mask->height, mask->type, c) != SW_OK ||
             sw_image_copy(NULL, mask, c) != SW_OK)
-            return sw_fail(NULL, SW_ENOMEM, "test sink: copy failed");
+            return sw_error_set(NULL, SW_ENOMEM, "test sink: copy failed");
     }
     s->nstrong++;
     return SW_OK;
