@@ -135,8 +135,9 @@ typedef struct find_job {
     int64_t total; /* frames over all inputs */
     int32_t width, height;
     sw_pixel_type type;
-    double file_overload; /* from HDF5, 0 when none */
-    uint8_t *pixel_mask;  /* from HDF5, or NULL */
+    double file_overload; /* from HDF5 (the lowest of the inputs'), 0 when none */
+    uint8_t *pixel_mask;  /* from HDF5 (every input's mask ANDed), or NULL */
+    size_t pixel_n;
     sw_image strong_cube; /* --strong-mask: count frames stacked */
     int64_t strong_first;
     double t_start, t_last_bar;
@@ -353,15 +354,29 @@ static int open_inputs(sw_context *ctx, find_job *j)
             h = info.height;
             t = info.type;
             in->nframes = info.frames;
-            if (info.overload > 0 && j->file_overload == 0)
+            /* Several masters (several sweeps): the lowest overload, and a pixel is good only
+             * when every pixel mask says so. */
+            if (info.overload > 0 && (j->file_overload == 0 || info.overload < j->file_overload))
                 j->file_overload = info.overload;
-            if (info.has_pixel_mask && !o->no_pixel_mask && !j->pixel_mask) {
-                j->pixel_mask = malloc((size_t)w * (size_t)h);
-                if (!j->pixel_mask)
+            if (info.has_pixel_mask && !o->no_pixel_mask) {
+                size_t n = (size_t)w * (size_t)h;
+                uint8_t *m = malloc(n);
+                if (!m)
                     return sw_cli_fail(SUB, "out of memory");
-                st = sw_h5_read_pixel_mask(in->h5, j->pixel_mask);
-                if (st != SW_OK)
+                st = sw_h5_read_pixel_mask(in->h5, m);
+                if (st != SW_OK) {
+                    free(m);
                     return sw_cli_fail(SUB, "%s", sw_cli_lib_error(NULL, st));
+                }
+                if (!j->pixel_mask) {
+                    j->pixel_mask = m;
+                    j->pixel_n = n;
+                } else {
+                    if (j->pixel_n == n) /* other sizes are refused below with the frames */
+                        for (size_t k = 0; k < n; k++)
+                            j->pixel_mask[k] = j->pixel_mask[k] && m[k];
+                    free(m);
+                }
             }
         } else {
             int rc = sw_cli_read_frames(ctx, SUB, "image", in->path, 0, &in->frames);
@@ -569,7 +584,7 @@ int sw_cmd_find(const sw_cli_globals *g, int argc, char **argv)
     if ((rc = open_inputs(ctx, &j)) != SW_EXIT_OK)
         goto done;
     int64_t first = o.first, count = o.count < 0 ? j.total - first : o.count;
-    if (first >= j.total || count <= 0 || first + count > j.total) {
+    if (first >= j.total || count <= 0 || count > j.total - first) {
         rc = sw_cli_fail(SUB, "frame %lld%s asked for, but the inputs have %lld frame%s (0..%lld)",
                          (long long)(first + (count > 0 ? count : 1) - 1),
                          count > 1 ? " (the last one)" : "", (long long)j.total,

@@ -336,12 +336,12 @@ static void mean_var(double s, double sx, double sxx, double *mean, double *var)
     *var = (spread + 1.0 / 12.0) / s;
 }
 
-void sw_find_acc_to_spot(const sw_find_acc *a, sw_spot *out)
+void sw_find_acc_to_spot(const sw_find_acc *a, int three_d, sw_spot *out)
 {
     memset(out, 0, sizeof(*out));
     mean_var(a->s, a->sx, a->sxx, &out->x, &out->x_var);
     mean_var(a->s, a->sy, a->syy, &out->y, &out->y_var);
-    if (a->z1 - a->z0 == 1) {
+    if (!three_d) { /* a 2-D spot: its frame, exactly */
         out->z = (double)a->z0;
         out->z_var = 0.0;
     } else {
@@ -365,7 +365,7 @@ void sw_find_comp_to_spot(const sw_find_plan *plan, const sw_find_comp *c, int64
 {
     sw_find_acc a;
     sw_find_acc_from_comp(plan, c, z, &a);
-    sw_find_acc_to_spot(&a, out);
+    sw_find_acc_to_spot(&a, 0, out);
 }
 
 int sw_find_spot_filter(const sw_find_plan *plan, const sw_spot *s, sw_find_stats *stats)

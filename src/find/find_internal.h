@@ -159,7 +159,9 @@ typedef struct sw_find_acc {
 void sw_find_acc_from_comp(const sw_find_plan *plan, const sw_find_comp *c, int64_t z,
                            sw_find_acc *a);
 void sw_find_acc_merge(sw_find_acc *a, const sw_find_acc *b);
-void sw_find_acc_to_spot(const sw_find_acc *a, sw_spot *out);
+/* three_d: z and z_var from the moments (a one-frame 3-D spot gets z_var = 1/(12 sum I) like x
+ * and y); otherwise z is the frame and z_var 0. */
+void sw_find_acc_to_spot(const sw_find_acc *a, int three_d, sw_spot *out);
 
 /* Frame checks against the plan (size, type, memory vs backend). */
 sw_status sw_find_check_frame(const sw_find_plan *plan, const sw_image *frame);

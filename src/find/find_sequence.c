@@ -13,8 +13,9 @@
  * strong in both (find_internal.h, links). The joined groups are kept as moment accumulators
  * (sw_find_acc): at frame i, the groups still open after frame i - 1 and frame i's components
  * are the nodes of a small union-find, the links its edges; every resulting set becomes one
- * accumulator. A set without a component of frame i can grow no more: it is finished. So memory
- * stays bounded by the open groups, whatever the scan's length.
+ * accumulator. A set without a component of frame i can grow no more: it is finished, filtered
+ * at once, and kept only when it passes (the spots are sorted at the end). So memory grows with
+ * the open groups and the spots found, not with the noise rejected over a long scan.
  */
 #include "find/find_internal.h"
 
@@ -51,6 +52,7 @@ static void *reader_main(void *arg)
         pthread_mutex_unlock(&ps->mu);
         if (stop)
             return NULL;
+        sw_error_set(NULL, SW_OK, "%s", ""); /* so that a silent failure quotes nothing old */
         sw_status st = ps->src->read(ps->src->user, ps->first + r, &ps->host[r % 2]);
         pthread_mutex_lock(&ps->mu);
         if (st != SW_OK) {
@@ -100,14 +102,15 @@ typedef struct join_state {
     int64_t nopen, cap_open;
     int64_t *prev_roots; /* roots of the previous frame's components (increasing)  */
     int64_t *prev_group; /* the open group each of them belongs to                  */
-    int64_t nprev, cap_prev;
+    int64_t nprev, cap_prev, cap_group;
     sw_find_acc *done; /* finished groups */
     int64_t ndone, cap_done;
     /* scratch */
     int64_t *parent, *newid;
     sw_find_acc *acc;
     unsigned char *has_cur;
-    int64_t cap_nodes;
+    int64_t cap_nodes, cap_aux;
+    sw_find_stats stats; /* components and rejections, counted as groups finish */
 } join_state;
 
 static void join_free(join_state *j)
@@ -184,6 +187,21 @@ static int64_t comp_root_index(const sw_find_comp *c, int64_t n, int64_t r)
     return lo < n && c[lo].root == r ? lo : -1;
 }
 
+/* A group that can grow no more: counted, filtered, and kept (in done) only when it passes, so
+ * that rejected noise does not pile up over a long scan. 0 when out of memory. */
+static int finish_group(const sw_find_plan *plan, join_state *j, const sw_find_acc *a)
+{
+    sw_spot s;
+    sw_find_acc_to_spot(a, 1, &s);
+    j->stats.components++;
+    if (!sw_find_spot_filter(plan, &s, &j->stats))
+        return 1;
+    if (!grow((void **)&j->done, &j->cap_done, j->ndone + 1, sizeof(sw_find_acc)))
+        return 0;
+    j->done[j->ndone++] = *a;
+    return 1;
+}
+
 /* Adds frame z's components (comps[0..m), links pairs[0..npairs) to the previous frame). */
 static sw_status join_frame(sw_find_plan *plan, join_state *j, const sw_find_comp *comps, int64_t m,
                             int64_t z, const int32_t *pairs, int64_t npairs)
@@ -191,13 +209,20 @@ static sw_status join_frame(sw_find_plan *plan, join_state *j, const sw_find_com
     int64_t na = j->nopen, nodes = na + m;
     if (!grow((void **)&j->parent, &j->cap_nodes, nodes, sizeof(int64_t)))
         goto nomem;
-    {
-        int64_t cap = j->cap_nodes;
-        j->newid = realloc(j->newid, (size_t)cap * sizeof(int64_t));
-        j->acc = realloc(j->acc, (size_t)cap * sizeof(sw_find_acc));
-        j->has_cur = realloc(j->has_cur, (size_t)cap);
-        if (!j->newid || !j->acc || !j->has_cur)
+    if (j->cap_aux < j->cap_nodes) {
+        size_t cap = (size_t)j->cap_nodes;
+        int64_t *newid = realloc(j->newid, cap * sizeof(int64_t));
+        if (newid)
+            j->newid = newid;
+        sw_find_acc *acc = realloc(j->acc, cap * sizeof(sw_find_acc));
+        if (acc)
+            j->acc = acc;
+        unsigned char *has_cur = realloc(j->has_cur, cap);
+        if (has_cur)
+            j->has_cur = has_cur;
+        if (!newid || !acc || !has_cur)
             goto nomem;
+        j->cap_aux = j->cap_nodes;
     }
     for (int64_t k = 0; k < nodes; ++k)
         j->parent[k] = k;
@@ -234,19 +259,14 @@ static sw_status join_frame(sw_find_plan *plan, join_state *j, const sw_find_com
     for (int64_t k = 0; k < nodes; ++k) {
         if (uf_find(j->parent, k) != k)
             continue;
-        if (j->has_cur[k]) {
+        if (j->has_cur[k])
             j->newid[k] = nopen++;
-        } else {
-            if (!grow((void **)&j->done, &j->cap_done, j->ndone + 1, sizeof(sw_find_acc)))
-                goto nomem;
-            j->done[j->ndone++] = j->acc[k];
-        }
+        else if (!finish_group(plan, j, &j->acc[k]))
+            goto nomem;
     }
     if (!grow((void **)&j->open, &j->cap_open, nopen, sizeof(sw_find_acc)) ||
-        !grow((void **)&j->prev_roots, &j->cap_prev, m, sizeof(int64_t)))
-        goto nomem;
-    j->prev_group = realloc(j->prev_group, (size_t)j->cap_prev * sizeof(int64_t));
-    if (!j->prev_group)
+        !grow((void **)&j->prev_roots, &j->cap_prev, m, sizeof(int64_t)) ||
+        !grow((void **)&j->prev_group, &j->cap_group, m, sizeof(int64_t)))
         goto nomem;
     for (int64_t k = 0; k < nodes; ++k)
         if (j->newid[k] >= 0)
@@ -277,19 +297,16 @@ static int acc_order(const void *pa, const void *pb)
 static sw_status join_finish(sw_find_plan *plan, join_state *j, sw_spot_list *spots,
                              sw_find_stats *stats)
 {
-    if (!grow((void **)&j->done, &j->cap_done, j->ndone + j->nopen, sizeof(sw_find_acc)))
-        return sw_fail(plan->ctx, SW_ENOMEM, "find: out of memory joining components in 3-D");
     for (int64_t k = 0; k < j->nopen; ++k)
-        j->done[j->ndone++] = j->open[k];
+        if (!finish_group(plan, j, &j->open[k]))
+            return sw_fail(plan->ctx, SW_ENOMEM, "find: out of memory joining components in 3-D");
     j->nopen = 0;
+    /* done holds the groups that passed the filters. */
     qsort(j->done, (size_t)j->ndone, sizeof(sw_find_acc), acc_order);
-    sw_find_stats local = {0};
-    local.components = j->ndone;
+    sw_find_stats local = j->stats;
     for (int64_t k = 0; k < j->ndone; ++k) {
         sw_spot s;
-        sw_find_acc_to_spot(&j->done[k], &s);
-        if (!sw_find_spot_filter(plan, &s, &local))
-            continue;
+        sw_find_acc_to_spot(&j->done[k], 1, &s);
         local.spots++;
         if (spots) {
             sw_status st = sw_find_spot_append(plan->ctx, spots, &s);
@@ -436,6 +453,8 @@ sw_status sw_find_sequence(sw_find_plan *plan, int64_t first, int64_t count,
         local.valid_pixels += valid;
         local.strong_pixels += nstrong;
 
+        if (source->strong)
+            sw_error_set(NULL, SW_OK, "%s", ""); /* as for the reader */
         if (source->strong && (st = source->strong(source->user, z, &strong_img)) != SW_OK) {
             /* The callback reported through this thread's message (sw_fail with ctx NULL). */
             const char *msg = sw_context_error(NULL);
@@ -475,9 +494,13 @@ out_nothread:
     pthread_cond_destroy(&ps.cv);
     pthread_mutex_destroy(&ps.mu);
 #ifdef SW_HAVE_CUDA
-    if (gpu && st != SW_OK) /* an upload may still be reading a host buffer */
+    if (gpu && st != SW_OK) { /* an upload may still be reading a host buffer */
+        char saved[SW_ERROR_MAX];
+        snprintf(saved, sizeof(saved), "%s", sw_context_error(ctx));
         for (int s = 0; s < 2; ++s)
             sw_find_gpu_upload_wait(plan, s);
+        sw_fail(ctx, st, "%s", saved); /* the run's own message, not the waits' */
+    }
 #endif
     if (strong_owned)
         sw_image_free(&strong_img);

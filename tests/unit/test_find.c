@@ -704,7 +704,12 @@ static void test_three_d(void **state)
         assert_int_equal(B->z0, 2);
         assert_int_equal(B->z1, 3);
         assert_true(B->z == 2.0);
-        assert_spot_equal(B, &flat.spots[1]);
+        /* A one-frame 3-D spot has the 1/12 frame^2 of a single frame's extent over its counts
+         * (find.h: z_var alike x_var); the 2-D spot has none. Otherwise identical. */
+        assert_near(B->z_var, 1.0 / 12.0 / B->intensity, 1e-15);
+        sw_spot b2 = *B;
+        b2.z_var = flat.spots[1].z_var;
+        assert_spot_equal(&b2, &flat.spots[1]);
         /* C: two separate spots in frames 4 and 5. */
         assert_int_equal(l.spots[2].z0, 4);
         assert_int_equal(l.spots[2].z1, 5);
@@ -1763,8 +1768,10 @@ static void test_strong_mask(void **state)
             sw_spot_list scratch = {0};
             find_one(plan, &other, 1, &scratch, NULL, NULL);
             for (int32_t k = 1; k < 16; k++) {
-                put_square(&other, 10 * k, 1);
-                put_square(&other, 1, 8 * k);
+                if (10 * k + 1 < w)
+                    put_square(&other, 10 * k, 1);
+                if (8 * k + 1 < h)
+                    put_square(&other, 1, 8 * k);
             }
             find_one(plan, &other, 2, &scratch, NULL, NULL);
             sw_spot_list l2 = {0};
