@@ -13,6 +13,7 @@
  *   - max_strong_fraction (SW_ERANGE naming the frame) and frames that do not fit the plan.
  * Skips (77) when no GPU is usable.
  */
+#include "find_testutil.h"
 #include "testutil.h"
 
 #include "spotwave/rng.h"
@@ -50,50 +51,11 @@ static sw_image alloc_host(int32_t w, int32_t h, sw_pixel_type t)
     return img;
 }
 
-static void set_px(sw_image *img, int32_t x, int32_t y, double v)
-{
-    void *row = sw_image_row(img, y);
-    switch (img->type) {
-    case SW_PIX_U8: ((uint8_t *)row)[x] = (uint8_t)v; break;
-    case SW_PIX_U16: ((uint16_t *)row)[x] = (uint16_t)v; break;
-    case SW_PIX_U32: ((uint32_t *)row)[x] = (uint32_t)v; break;
-    default: ((float *)row)[x] = (float)v; break;
-    }
-}
-
-/* Stars (Gaussian PSF integrated over the pixels) over a sky of `sky` e-/px with Poisson noise,
- * gain 1, into a host image of type t; rendered on the CPU. */
+/* Stars over a Poisson sky (find_testutil.h star_frame_on), on the test's CPU context. */
 static sw_image star_frame(int32_t w, int32_t h, const sw_stars *stars, double sigma, double sky,
                            uint64_t seed, sw_pixel_type t)
 {
-    sw_image e = alloc_host(w, h, SW_PIX_F32);
-    if (stars && stars->count > 0) {
-        sw_starsim_params p;
-        sw_starsim_params_default(&p);
-        p.width = w;
-        p.height = h;
-        p.sigma = sigma;
-        p.roi_side = 2 * (int32_t)ceil(5.0 * sigma) + 1;
-        p.psf = SW_PSF_INTEGRATED;
-        p.method = SW_STARSIM_OPENMP;
-        p.max_stars = stars->count;
-        sw_starsim *sim = NULL;
-        if (sw_starsim_create(cpu, &p, &sim) != SW_OK || sw_starsim_run(sim, stars, &e) != SW_OK)
-            fail_msg("star simulator: %s", sw_context_error(cpu));
-        sw_starsim_destroy(sim);
-    }
-    sw_detector d;
-    sw_detector_default(&d);
-    d.sky_e = sky;
-    d.shot_noise = 1;
-    d.gain_e_per_adu = 1.0;
-    d.out_type = t;
-    d.seed = seed;
-    sw_image out = alloc_host(w, h, t);
-    if (sw_detector_apply(cpu, &d, &e, &out) != SW_OK)
-        fail_msg("sw_detector_apply: %s", sw_context_error(cpu));
-    sw_image_free(&e);
-    return out;
+    return star_frame_on(cpu, w, h, stars, sigma, sky, seed, t);
 }
 
 /* n random stars (seed) with noise (noise_seed). */

@@ -10,6 +10,7 @@
  * only a few pixels longer than the width, an odd 1037 x 771 frame and a 4148-wide strip.
  * Skips (77) when no GPU is usable.
  */
+#include "find_testutil.h"
 #include "testutil.h"
 
 #ifndef SW_HAVE_CUDA
@@ -47,83 +48,6 @@ static int teardown(void **state)
 }
 
 /* ------------------------------------------------------------------ random frames */
-
-typedef struct trng {
-    uint64_t seed, index;
-    uint32_t w[4];
-    int k;
-} trng;
-
-static trng trng_make(uint64_t seed)
-{
-    trng r = {seed, 0, {0, 0, 0, 0}, 4};
-    return r;
-}
-
-static uint32_t trng_u32(trng *r)
-{
-    if (r->k == 4) {
-        sw_rng4 d = sw_rng_draw(r->seed, SW_RNG_STREAM_TEST, r->index++);
-        memcpy(r->w, d.v, sizeof(r->w));
-        r->k = 0;
-    }
-    return r->w[r->k++];
-}
-
-static double trng_u01(trng *r)
-{
-    return ((double)trng_u32(r) + 0.5) / 4294967296.0;
-}
-
-static int trng_int(trng *r, int n)
-{
-    return (int)(trng_u01(r) * n);
-}
-
-static double poisson(trng *r, double mean)
-{
-    if (mean <= 0.0)
-        return 0.0;
-    if (mean < 30.0) {
-        double l = exp(-mean), p = 1.0;
-        int k = 0;
-        do {
-            k++;
-            p *= trng_u01(r);
-        } while (p > l);
-        return k - 1;
-    }
-    double u1 = trng_u01(r), u2 = trng_u01(r);
-    double z = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-    double v = floor(mean + sqrt(mean) * z + 0.5);
-    return v < 0.0 ? 0.0 : v;
-}
-
-/* Poisson background (mean bg, sloping) with `nspots` Gaussian spots, some at the edges. */
-static void scene(int w, int h, double bg, int nspots, trng *r, double *out)
-{
-    double *lam = malloc((size_t)w * h * sizeof(double));
-    assert_non_null(lam);
-    for (int y = 0; y < h; y++)
-        for (int x = 0; x < w; x++)
-            lam[(size_t)y * w + x] = bg * (0.6 + 0.8 * (double)x / w);
-    for (int k = 0; k < nspots; k++) {
-        double cx = trng_u01(r) * (w - 1), cy = trng_u01(r) * (h - 1);
-        if (k % 3 == 1)
-            cx = trng_int(r, 2) ? trng_u01(r) * 2.0 : (w - 1) - trng_u01(r) * 2.0;
-        double peak = 20.0 + 600.0 * trng_u01(r), sig = 0.8 + 1.2 * trng_u01(r);
-        int x0 = (int)(cx - 6 * sig), x1 = (int)(cx + 6 * sig) + 1;
-        int y0 = (int)(cy - 6 * sig), y1 = (int)(cy + 6 * sig) + 1;
-        for (int y = y0 < 0 ? 0 : y0; y <= y1 && y < h; y++)
-            for (int x = x0 < 0 ? 0 : x0; x <= x1 && x < w; x++) {
-                double d2 = (x - cx) * (x - cx) + (y - cy) * (y - cy);
-                lam[(size_t)y * w + x] += peak * exp(-0.5 * d2 / (sig * sig));
-            }
-    }
-    for (size_t i = 0; i < (size_t)w * h; i++)
-        out[i] = poisson(r, lam[i]);
-    free(lam);
-}
 
 /* A host frame of type t (tight rows) with vals (f32: plus a fraction), and special pixels:
  * overloads, values of 2^24 and more, halves, negatives, NaN, Inf. Free with sw_image_free. */

@@ -8,6 +8,7 @@
  * spots (an independent flood fill) and against a brute-force evaluation of the thresholds of
  * find.h, plans that keep nothing from one frame to the next, and thread-count independence.
  */
+#include "find_testutil.h"
 #include "testutil.h"
 
 #include "spotwave/rng.h"
@@ -44,17 +45,6 @@ static sw_image alloc_img(int32_t w, int32_t h, sw_pixel_type t)
     return img;
 }
 
-static void set_px(sw_image *img, int32_t x, int32_t y, double v)
-{
-    void *row = sw_image_row(img, y);
-    switch (img->type) {
-    case SW_PIX_U8: ((uint8_t *)row)[x] = (uint8_t)v; break;
-    case SW_PIX_U16: ((uint16_t *)row)[x] = (uint16_t)v; break;
-    case SW_PIX_U32: ((uint32_t *)row)[x] = (uint32_t)v; break;
-    default: ((float *)row)[x] = (float)v; break;
-    }
-}
-
 static void fill(sw_image *img, double v)
 {
     for (int32_t y = 0; y < img->height; y++)
@@ -67,37 +57,11 @@ static void fill(sw_image *img, double v)
  * over the pixels, a sky of `sky` e-/px, Poisson noise, gain 1 e-/ADU, an image of type t.
  * stars may be NULL (background only).
  */
+/* Stars over a Poisson sky (find_testutil.h star_frame_on), on the test's CPU context. */
 static sw_image star_frame(int32_t w, int32_t h, const sw_stars *stars, double sigma, double sky,
                            uint64_t seed, sw_pixel_type t)
 {
-    sw_image e = alloc_img(w, h, SW_PIX_F32);
-    if (stars && stars->count > 0) {
-        sw_starsim_params p;
-        sw_starsim_params_default(&p);
-        p.width = w;
-        p.height = h;
-        p.sigma = sigma;
-        p.roi_side = 2 * (int32_t)ceil(5.0 * sigma) + 1;
-        p.psf = SW_PSF_INTEGRATED;
-        p.method = SW_STARSIM_OPENMP;
-        p.max_stars = stars->count;
-        sw_starsim *sim = NULL;
-        if (sw_starsim_create(cpu, &p, &sim) != SW_OK || sw_starsim_run(sim, stars, &e) != SW_OK)
-            fail_msg("star simulator: %s", sw_context_error(cpu));
-        sw_starsim_destroy(sim);
-    }
-    sw_detector d;
-    sw_detector_default(&d);
-    d.sky_e = sky;
-    d.shot_noise = 1;
-    d.gain_e_per_adu = 1.0;
-    d.out_type = t;
-    d.seed = seed;
-    sw_image out = alloc_img(w, h, t);
-    if (sw_detector_apply(cpu, &d, &e, &out) != SW_OK)
-        fail_msg("sw_detector_apply: %s", sw_context_error(cpu));
-    sw_image_free(&e);
-    return out;
+    return star_frame_on(cpu, w, h, stars, sigma, sky, seed, t);
 }
 
 /* One star list of n given stars. */
