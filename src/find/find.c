@@ -415,6 +415,20 @@ void sw_spot_list_free(sw_spot_list *l)
     memset(l, 0, sizeof(*l));
 }
 
+void sw_find_stats_add(sw_find_stats *dst, const sw_find_stats *src)
+{
+    if (!dst)
+        return;
+    dst->frames += src->frames;
+    dst->valid_pixels += src->valid_pixels;
+    dst->strong_pixels += src->strong_pixels;
+    dst->components += src->components;
+    dst->spots += src->spots;
+    dst->rejected_small += src->rejected_small;
+    dst->rejected_large += src->rejected_large;
+    dst->rejected_separation += src->rejected_separation;
+}
+
 sw_status sw_find_check_strong_fraction(const sw_find_plan *plan, int64_t frame_index,
                                         int64_t valid, int64_t strong)
 {
@@ -451,13 +465,7 @@ sw_status sw_find_emit_frame(sw_find_plan *plan, const sw_find_comp *comps, int6
         }
     }
     local.components = ncomp;
-    if (stats) {
-        stats->components += local.components;
-        stats->spots += local.spots;
-        stats->rejected_small += local.rejected_small;
-        stats->rejected_large += local.rejected_large;
-        stats->rejected_separation += local.rejected_separation;
-    }
+    sw_find_stats_add(stats, &local);
     return SW_OK;
 }
 
@@ -501,8 +509,11 @@ sw_status sw_find_frame_cpu(sw_find_plan *plan, const sw_image *frame, int64_t f
     if (st != SW_OK)
         return st;
     int64_t n = 0;
-    for (int64_t i = 0; i < plan->npix; ++i)
-        n += plan->strong[i];
+    const int64_t npix = plan->npix;
+    const uint8_t *strong_px = plan->strong;
+#pragma omp parallel for schedule(static) reduction(+ : n) num_threads(sw_context_threads(plan->ctx))
+    for (int64_t i = 0; i < npix; ++i)
+        n += strong_px[i];
     *strong = n;
     st = sw_find_check_strong_fraction(plan, frame_index, *valid, n);
     if (st != SW_OK)

@@ -206,6 +206,8 @@ void sw_find_comp_to_spot(const sw_find_plan *plan, const sw_find_comp *c, int64
 /* 1 when the spot passes the plan's filters; otherwise 0 and the matching rejected_* of stats
  * (when not NULL) is counted. */
 int sw_find_spot_filter(const sw_find_plan *plan, const sw_spot *s, sw_find_stats *stats);
+/* dst += src, field by field; dst may be NULL. */
+void sw_find_stats_add(sw_find_stats *dst, const sw_find_stats *src);
 /* Appends one spot, growing the list. */
 sw_status sw_find_spot_append(sw_context *ctx, sw_spot_list *l, const sw_spot *s);
 

@@ -314,13 +314,7 @@ static sw_status join_finish(sw_find_plan *plan, join_state *j, sw_spot_list *sp
                 return st;
         }
     }
-    if (stats) {
-        stats->components += local.components;
-        stats->spots += local.spots;
-        stats->rejected_small += local.rejected_small;
-        stats->rejected_large += local.rejected_large;
-        stats->rejected_separation += local.rejected_separation;
-    }
+    sw_find_stats_add(stats, &local);
     return SW_OK;
 }
 
@@ -511,15 +505,6 @@ out_nothread:
             spots->count = count0;
         return st;
     }
-    if (stats) {
-        stats->frames += local.frames;
-        stats->valid_pixels += local.valid_pixels;
-        stats->strong_pixels += local.strong_pixels;
-        stats->components += local.components;
-        stats->spots += local.spots;
-        stats->rejected_small += local.rejected_small;
-        stats->rejected_large += local.rejected_large;
-        stats->rejected_separation += local.rejected_separation;
-    }
+    sw_find_stats_add(stats, &local);
     return SW_OK;
 }
