@@ -37,6 +37,7 @@ enum {
     SW_RNG_STREAM_INFINITE = 7,     /* infinite phase screens: new rows                   */
     SW_RNG_STREAM_EYE = 8,          /* synthetic eyes: aberrations drawn from a population */
     SW_RNG_STREAM_ARTEFACTS = 9,    /* synthetic eyes: reflections, brightness, tear film */
+    SW_RNG_STREAM_PUPIL = 10,       /* pupil tracker: the RANSAC random numbers           */
     SW_RNG_STREAM_USER = 1024
 };
 

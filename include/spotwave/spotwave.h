@@ -16,5 +16,6 @@
 #include "spotwave/centroid.h"
 #include "spotwave/zernike_fit.h"
 #include "spotwave/find.h"
+#include "spotwave/pupil.h"
 
 #endif /* SPOTWAVE_H */

@@ -1,0 +1,187 @@
+/*
+ * spotwave pupil: tracking the pupil(s) of one or two eyes on their Hartmann-Shack image
+ * (seed 001 Sec. 3.1), on the GPU and on the CPU with the same results.
+ *
+ * The eye's pupil is back-lit by the diffuse retinal reflection and stands out against the nearly
+ * black iris. Per frame:
+ *   0. 8-bit image: u8 = clamp(rint(v * scale), 0, 255) (NaN: 0), scale = input_scale, or, when
+ *      input_scale is 0 (default), 64 / (mean of the frame): a pupil that fills a fraction f of
+ *      the frame comes out near 64 / f, whatever the camera's gain or bit depth, and a saturated
+ *      corneal reflection cannot darken it. The seed's images were 8-bit (its optimisation 4).
+ *   1. Gaussian smoothing (radius 4, sigma 4 by default, the seed's), separable, on 8-bit data:
+ *      integer weights w_k (k = -r..r) summing to 2^16, each 1-D pass
+ *      out = (sum_k w_k in[clamp(x + k)] + 2^15) >> 16, rows first, then columns; pixels beyond
+ *      the image repeat the edge pixel.
+ *   2. Regions: one pupil uses the whole frame. Two pupils (binocular) split the frame into a
+ *      left and a right region at column split_x: fixed when given, otherwise found in each
+ *      frame as the deepest valley of the smoothed image's column profile between the two eyes
+ *      (below), so the eyes need not sit in fixed halves. Everything that follows is done per
+ *      region, as if the region were the image: pupil 0 is the left one.
+ *   3. Otsu's threshold t of the region's smoothed histogram (256 bins): the t in 0..254 that
+ *      maximises the between-class variance of {v <= t} and {v > t}, the smallest on ties;
+ *      inside = v > t. A region whose pixels all have one value has no threshold: not found.
+ *   4. Morphological close of the inside mask with a (2 close_radius + 1)^2 square: dilation
+ *      (maximum) then erosion (minimum), each separable (rows, then columns), windows clipped to
+ *      the region (so a pupil cut by the image edge is not eroded from outside).
+ *   5. Border pixels: inside pixels with at least one of their 8 neighbours in the region
+ *      outside (pixels beyond the region or the image do not count), listed in raster order of
+ *      the region.
+ *   6. RANSAC (seed footnote 1): `candidates` (default 1024) conics, each through 5 border
+ *      points picked by random numbers u in [0, 1) drawn once when the plan is made (seed's
+ *      optimisation 2): index = floor(u n) for n border points. A candidate that is not a real
+ *      ellipse with semi-axes in [min_radius_px, max_radius_px] gets no votes. Every border
+ *      point within inlier_px of a candidate (Sampson distance, the first-order geometric
+ *      distance |Q| / |grad Q|) votes for it; the winner has the most votes, the lowest index on
+ *      ties. Coordinates are taken about the region's centre and scaled to about [-1, 1].
+ *   7. Refinement: refine_iterations rounds of a gradient-weighted algebraic least-squares fit
+ *      (Sampson's iteration) to the points within inlier_px of the current ellipse, starting
+ *      from the winner; the conic is normalised by A + C = 1 (invariant to rotation and shift).
+ *   8. The border pixels are the inside layer of the thresholded area; the threshold contour
+ *      lies half a pixel further out, so 0.5 px is added to both fitted semi-axes.
+ *   9. Valid when the final inliers number at least min_coverage x the ellipse's perimeter
+ *      (Ramanujan's approximation; a border pixel covers about one pixel of perimeter), the
+ *      semi-axes are in range and the numbers are finite. Otherwise the pupil is reported not
+ *      found, with the reason; nothing is fabricated.
+ *
+ * Binocular split (step 2, split_x < 0): P(x) = sum over rows of the smoothed image at column x,
+ * summed over the columns x - h .. x + h (h = max(4, width / 64), clipped); split_x = the x in
+ * [width / 4, 3 width / 4) with the smallest value, the one nearest width / 2 on ties (then the
+ * smaller). Integer sums: every backend finds the same column.
+ *
+ * Lenslet mask (for the centroid stage): with a geometry (geometry.h), lenslet l gets 1 + p when
+ * it lies inside pupil p (by lenslet_rule: its whole square, the default, or its reference
+ * position), 0 when it lies in neither pupil, in both (overlapping pupils: its spot may mix two
+ * eyes' light), or when the pupil was not found.
+ *
+ * Backends: CPU (OpenMP over rows) and CUDA (separable shared-memory filters on 8-bit data,
+ * warp ballot/popcount votes, the result written by the GPU straight into mapped host memory;
+ * the steps after the frame's upload are one CUDA graph). Every step up to the RANSAC winner is
+ * computed with the same integer or IEEE arithmetic on both (no fused multiply-adds), so the
+ * CPU and the GPU see the same 8-bit images, thresholds, border lists and winner; the refined
+ * ellipses agree to rounding (1e-6 px).
+ */
+#ifndef SPOTWAVE_PUPIL_H
+#define SPOTWAVE_PUPIL_H
+
+#include <stdint.h>
+#include "spotwave/core.h"
+#include "spotwave/geometry.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SW_PUPIL_MAX_RADIUS     16    /* largest Gaussian / close radius          */
+#define SW_PUPIL_MAX_CANDIDATES 65536 /* RANSAC candidates per pupil              */
+#define SW_PUPIL_MIN_SIZE       16    /* smallest width and height of a frame     */
+#define SW_PUPIL_EDGE_OFFSET_PX 0.5   /* added to the fitted semi-axes (step 8)   */
+
+typedef enum sw_pupil_lenslet_rule {
+    SW_PUPIL_LENSLET_FULL = 0,  /* the lenslet's whole square inside the ellipse (default) */
+    SW_PUPIL_LENSLET_CENTRE = 1 /* its reference position inside the ellipse                */
+} sw_pupil_lenslet_rule;
+
+typedef struct sw_pupil_params {
+    int32_t width, height;     /* frame size, >= SW_PUPIL_MIN_SIZE                              */
+    sw_pixel_type type;        /* u8, u16, u32 or f32                                            */
+    int32_t n_pupils;          /* 1 (default) or 2 (binocular)                                  */
+    int32_t split_x;           /* binocular: < 0 (default -1) found per frame; else the first
+                                  column of the right region, 1 .. width - 1                    */
+    double input_scale;        /* 8-bit conversion factor (step 0); 0 (default): automatic       */
+    int32_t gauss_radius;      /* 4; 0 .. SW_PUPIL_MAX_RADIUS (0: no smoothing)                  */
+    double gauss_sigma;        /* 4; > 0                                                         */
+    int32_t close_radius;      /* 4; 0 .. SW_PUPIL_MAX_RADIUS (0: no close)                      */
+    int32_t candidates;        /* 1024; 32 .. SW_PUPIL_MAX_CANDIDATES, a multiple of 32           */
+    double inlier_px;          /* 2 (the seed's); > 0                                            */
+    int32_t refine_iterations; /* 3; 0 .. 20 (0: the RANSAC winner as it is)                */
+    double min_radius_px;      /* 4; smallest semi-axis accepted                             */
+    double max_radius_px;      /* 0: the frame's larger side; largest semi-axis accepted     */
+    double min_coverage;       /* 0.25; inliers / perimeter needed for a valid pupil, 0..1   */
+    uint64_t seed;             /* the RANSAC random numbers (rng.h), default 1               */
+    const sw_sh_geometry *geometry;     /* optional: lenslet grid for the lenslet mask; copied at
+                                           create (its valid mask is ignored)                   */
+    sw_pupil_lenslet_rule lenslet_rule; /* default SW_PUPIL_LENSLET_FULL                   */
+} sw_pupil_params;
+
+/* The defaults above for a width x height frame of type t, one pupil, no geometry. */
+void sw_pupil_params_default(sw_pupil_params *p, int32_t width, int32_t height, sw_pixel_type t);
+
+/* Why a pupil was not found (SW_PUPIL_OK when it was). */
+typedef enum sw_pupil_failure {
+    SW_PUPIL_OK = 0,
+    SW_PUPIL_EMPTY_FRAME = 1, /* the frame's mean is 0, negative or not finite (auto scale)  */
+    SW_PUPIL_NO_CONTRAST = 2, /* the region's smoothed pixels all have one value             */
+    SW_PUPIL_FEW_BORDER = 3,  /* fewer than 5 border pixels                                  */
+    SW_PUPIL_NO_ELLIPSE = 4,  /* no candidate was an ellipse in the size range               */
+    SW_PUPIL_LOW_SUPPORT = 5, /* the best ellipse has too few inliers (min_coverage)         */
+    SW_PUPIL_BAD_FIT = 6      /* the refinement left no valid ellipse in range               */
+} sw_pupil_failure;
+
+/* A short English phrase for a failure ("no contrast in the region", ...). */
+const char *sw_pupil_failure_string(sw_pupil_failure f);
+
+typedef struct sw_pupil_ellipse {
+    int valid;                /* 1: found                                                    */
+    sw_pupil_failure failure; /* why not (SW_PUPIL_OK when valid)                            */
+    double cx_px, cy_px;      /* centre, pixels (core.h convention)                          */
+    double a_px, b_px;        /* semi-axes, a >= b, pixels                                   */
+    double angle_deg;         /* major axis, degrees from +x towards +y, [0, 180)           */
+    int32_t inliers;          /* border pixels within inlier_px of the final ellipse         */
+    int32_t border;           /* border pixels of the region                                 */
+    int32_t threshold;        /* Otsu threshold t (8-bit; inside = v > t), -1 when none      */
+    int32_t candidate;        /* the RANSAC winner's index, -1 when none                     */
+    int32_t votes;            /* its votes                                                   */
+    int32_t x0, x1;           /* the region: columns [x0, x1)                                */
+} sw_pupil_ellipse;
+
+typedef struct sw_pupil_result {
+    int32_t n_pupils;
+    sw_pupil_ellipse pupil[2];
+    double scale;    /* the 8-bit conversion factor used (step 0)                               */
+    int32_t split_x; /* binocular: the first column of the right region; 1 pupil: width     */
+} sw_pupil_result;
+
+typedef struct sw_pupil_plan sw_pupil_plan;
+
+/* Validates p (SW_EINVAL naming the bad field), draws the random numbers, allocates the work
+ * buffers (device ones and a mapped host result on a CUDA context). */
+sw_status sw_pupil_create(sw_context *ctx, const sw_pupil_params *p, sw_pupil_plan **out);
+void sw_pupil_destroy(sw_pupil_plan *plan); /* NULL is ignored */
+
+/*
+ * Tracks the pupil(s) in one frame (host or device memory, the plan's size and type, any
+ * stride). result is filled whether or not the pupils are found (SW_OK either way: check
+ * result->pupil[i].valid). lenslet_mask, when not NULL, receives geometry.nx * geometry.ny bytes
+ * (see the top; the plan must have a geometry, else SW_EINVAL). On a CUDA context with a device
+ * frame the call returns when the result is in host memory.
+ */
+sw_status sw_pupil_run(sw_pupil_plan *plan, const sw_image *frame, sw_pupil_result *result,
+                       uint8_t *lenslet_mask);
+
+/* On a CUDA plan: the device copy of the last frame's lenslet mask (nx * ny bytes, on the
+ * context's stream), for the centroid stage to use without a round trip; NULL on a CPU plan or
+ * without a geometry. */
+const uint8_t *sw_pupil_lenslet_mask_device(const sw_pupil_plan *plan);
+
+/*
+ * The last frame's intermediate images, for inspection and tests: host u8 images of the frame's
+ * size (any may be NULL): the 8-bit input (step 0), the smoothed image (step 1), and the closed
+ * inside mask (step 4: 1 inside, 0 outside). SW_EINVAL before the first frame or for images of
+ * the wrong size or type.
+ */
+sw_status sw_pupil_last_images(sw_pupil_plan *plan, sw_image *input8, sw_image *smoothed,
+                               sw_image *closed);
+
+/* The last frame's border pixels of pupil i in their order (step 5), as x, y pairs:
+ * xy[2k], xy[2k+1] for k < min(*count, capacity); *count = their number. */
+sw_status sw_pupil_last_border(sw_pupil_plan *plan, int32_t i, int32_t *xy, int64_t capacity,
+                               int64_t *count);
+
+/* The plan's RANSAC random numbers: candidates x 5 floats in [0, 1), candidate-major. */
+const float *sw_pupil_randoms(const sw_pupil_plan *plan);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SPOTWAVE_PUPIL_H */

@@ -1,0 +1,573 @@
+/*
+ * The arithmetic of the pupil tracker (pupil.h, seed 001 Sec. 3.1), written once for the CPU
+ * (pupil_cpu.c) and the GPU (pupil_cuda.cu), so that both compute the same 8-bit images,
+ * thresholds, candidate ellipses and votes. pupil_cuda.cu is compiled with -fmad=false and the C
+ * files with -ffp-contract=off: every + - * / and sqrt below rounds alike on both (IEEE), so the
+ * results are bit-identical as long as both evaluate the same expressions in the same order.
+ * Only the refinement sums (a reduction whose order differs) and the final trigonometry are not.
+ */
+#ifndef SW_PUPIL_MODEL_H
+#define SW_PUPIL_MODEL_H
+
+#include <math.h>
+#include <stdint.h>
+
+#include "spotwave/core.h"
+#include "spotwave/geometry.h"
+#include "spotwave/pupil.h"
+
+#if defined(__CUDACC__)
+#define SW_PM_FN __host__ __device__ static inline
+#else
+#define SW_PM_FN static inline
+#endif
+
+/* ------------------------------------------------------------------ step 0: 8-bit input */
+
+/* A pixel of a row of type t as a double (exact for every type). */
+SW_PM_FN double sw_pm_pixel(const void *row, int32_t x, sw_pixel_type t)
+{
+    switch (t) {
+    case SW_PIX_U8: return (double)((const uint8_t *)row)[x];
+    case SW_PIX_U16: return (double)((const uint16_t *)row)[x];
+    case SW_PIX_U32: return (double)((const uint32_t *)row)[x];
+    default: return (double)((const float *)row)[x];
+    }
+}
+
+/* u8 = clamp(rint(v * scale), 0, 255); NaN, negative and zero give 0, +Inf 255. */
+SW_PM_FN uint8_t sw_pm_to_u8(double v, double scale)
+{
+    double s = v * scale;
+    if (!(s > 0.0))
+        return 0;
+    if (s >= 255.0)
+        return 255;
+    return (uint8_t)rint(s);
+}
+
+/*
+ * The frame mean of the automatic scale, summed in one fixed order that a GPU does fast:
+ *   row sum:  32 lanes; lane j adds x = j, j + 32, j + 64, ... in order (NaN and Inf pixels count
+ *             as 0), then 5 butterfly rounds s_j <- s_j + s_(j xor o), o = 16, 8, 4, 2, 1 (a warp's
+ *             __shfl_xor_sync; addition commutes, so every lane ends with the same value);
+ *   total:    1024 slots; slot i adds the row sums i, i + 1024, ... in order, then a tree
+ *             slot_i <- slot_i + slot_(i + o) for o = 512, 256, ..., 1 (i < o).
+ * The two functions below are the host's rendering of exactly that order.
+ */
+#define SW_PM_MEAN_LANES 32
+#define SW_PM_MEAN_SLOTS 1024
+
+SW_PM_FN double sw_pm_finite_or_zero(double v)
+{
+    return (v - v == 0.0) ? v : 0.0; /* NaN and Inf give NaN for v - v */
+}
+
+#if !defined(__CUDACC__)
+static inline double sw_pm_row_sum_host(const void *row, int32_t width, sw_pixel_type t)
+{
+    double s[SW_PM_MEAN_LANES];
+    for (int j = 0; j < SW_PM_MEAN_LANES; j++) {
+        double a = 0.0;
+        for (int32_t x = j; x < width; x += SW_PM_MEAN_LANES)
+            a += sw_pm_finite_or_zero(sw_pm_pixel(row, x, t));
+        s[j] = a;
+    }
+    for (int o = SW_PM_MEAN_LANES / 2; o >= 1; o /= 2) {
+        double n[SW_PM_MEAN_LANES];
+        for (int j = 0; j < SW_PM_MEAN_LANES; j++)
+            n[j] = s[j] + s[j ^ o];
+        for (int j = 0; j < SW_PM_MEAN_LANES; j++)
+            s[j] = n[j];
+    }
+    return s[0];
+}
+
+static inline double sw_pm_total_host(const double *row_sums, int32_t height)
+{
+    double s[SW_PM_MEAN_SLOTS];
+    for (int i = 0; i < SW_PM_MEAN_SLOTS; i++) {
+        double a = 0.0;
+        for (int32_t y = i; y < height; y += SW_PM_MEAN_SLOTS)
+            a += row_sums[y];
+        s[i] = a;
+    }
+    for (int o = SW_PM_MEAN_SLOTS / 2; o >= 1; o /= 2)
+        for (int i = 0; i < o; i++)
+            s[i] = s[i] + s[i + o];
+    return s[0];
+}
+#endif
+
+/* The automatic scale from the total: 64 / mean; 0 when the mean is not positive and finite
+ * (SW_PUPIL_EMPTY_FRAME). */
+SW_PM_FN double sw_pm_auto_scale(double total, int64_t npix)
+{
+    double mean = total / (double)npix;
+    if (!(mean > 0.0) || mean - mean != 0.0)
+        return 0.0;
+    return 64.0 / mean;
+}
+
+/* ------------------------------------------------------------------ step 1: Gaussian */
+
+/* One 1-D pass at one pixel: w has 2r + 1 weights summing to 65536; in[] is read at clamped
+ * positions by the caller, who passes the 2r + 1 values in order. */
+SW_PM_FN uint8_t sw_pm_gauss_finish(uint32_t acc)
+{
+    return (uint8_t)((acc + 32768u) >> 16);
+}
+
+/* ------------------------------------------------------------------ step 3: Otsu */
+
+/*
+ * Between-class variance criterion (up to a constant factor) for the split {v <= t}, {v > t} of
+ * a histogram with N pixels summing to ST, n0 of them summing to S0 in the lower class:
+ *     (N S0 - n0 ST)^2 / (n0 (N - n0)),   -1 when a class is empty.
+ * All inputs are exact integers; ties stay exact ties (the smallest t wins them) and the
+ * arithmetic is the same on both sides.
+ */
+SW_PM_FN double sw_pm_otsu_criterion(int64_t N, int64_t ST, int64_t n0, int64_t S0)
+{
+    int64_t n1 = N - n0;
+    if (n0 <= 0 || n1 <= 0)
+        return -1.0;
+    /* the difference in exact 128-bit integers: in double, N S0 and n0 ST round separately once
+     * they pass 2^53 (frames of ~6 megapixels), and exact ties would no longer be ties */
+    __int128 e = (__int128)N * S0 - (__int128)n0 * ST;
+    double d = (double)e;
+    return d * d / ((double)n0 * (double)n1);
+}
+
+/* Otsu's threshold of a 256-bin histogram: the t in 0..254 with the largest criterion, the
+ * smallest t on ties; -1 when no t splits the pixels into two non-empty classes. */
+SW_PM_FN int32_t sw_pm_otsu(const int64_t *hist)
+{
+    int64_t N = 0, ST = 0;
+    for (int i = 0; i < 256; i++) {
+        N += hist[i];
+        ST += (int64_t)i * hist[i];
+    }
+    int64_t n0 = 0, S0 = 0;
+    double best = -1.0;
+    int32_t t_best = -1;
+    for (int t = 0; t < 255; t++) {
+        n0 += hist[t];
+        S0 += (int64_t)t * hist[t];
+        double c = sw_pm_otsu_criterion(N, ST, n0, S0);
+        if (c > best) {
+            best = c;
+            t_best = t;
+        }
+    }
+    return best >= 0.0 ? t_best : -1;
+}
+
+/* ------------------------------------------------------------------ regions and coordinates */
+
+/* A region (pupil.h step 2) and its normalised coordinates u = (x - ox) inv_s, v likewise. */
+typedef struct sw_pm_region {
+    int32_t x0, x1, height; /* columns [x0, x1), rows [0, height)                       */
+    double ox, oy;          /* the region's centre                                       */
+    double inv_s;           /* 2 / max(x1 - x0, height)                                  */
+    float tol2;             /* (inlier_px inv_s)^2, the vote's squared distance (float)   */
+    double tol2d;           /* the same in double, for the refinement                    */
+} sw_pm_region;
+
+SW_PM_FN sw_pm_region sw_pm_region_make(int32_t x0, int32_t x1, int32_t height, double inlier_px)
+{
+    sw_pm_region r;
+    r.x0 = x0;
+    r.x1 = x1;
+    r.height = height;
+    r.ox = 0.5 * (double)(x0 + x1 - 1);
+    r.oy = 0.5 * (double)(height - 1);
+    int32_t s = x1 - x0 > height ? x1 - x0 : height;
+    r.inv_s = 2.0 / (double)s;
+    double t = inlier_px * r.inv_s;
+    r.tol2d = t * t;
+    r.tol2 = (float)r.tol2d;
+    return r;
+}
+
+SW_PM_FN double sw_pm_u(const sw_pm_region *r, int32_t x)
+{
+    return ((double)x - r->ox) * r->inv_s;
+}
+SW_PM_FN double sw_pm_v(const sw_pm_region *r, int32_t y)
+{
+    return ((double)y - r->oy) * r->inv_s;
+}
+
+/* ------------------------------------------------------------------ step 6: RANSAC */
+
+/* Determinant of a 5 x 5 matrix (row-major, destroyed) by Gaussian elimination with partial
+ * pivoting. */
+SW_PM_FN double sw_pm_det5(double *m)
+{
+    double det = 1.0;
+    for (int c = 0; c < 5; c++) {
+        int p = c;
+        for (int r = c + 1; r < 5; r++)
+            if (fabs(m[r * 5 + c]) > fabs(m[p * 5 + c]))
+                p = r;
+        if (m[p * 5 + c] == 0.0)
+            return 0.0;
+        if (p != c) {
+            for (int k = 0; k < 5; k++) {
+                double t = m[c * 5 + k];
+                m[c * 5 + k] = m[p * 5 + k];
+                m[p * 5 + k] = t;
+            }
+            det = -det;
+        }
+        double piv = m[c * 5 + c];
+        det *= piv;
+        for (int r = c + 1; r < 5; r++) {
+            double f = m[r * 5 + c] / piv;
+            for (int k = c + 1; k < 5; k++)
+                m[r * 5 + k] -= f * m[c * 5 + k];
+        }
+    }
+    return det;
+}
+
+/*
+ * The conic A u^2 + B u v + C v^2 + D u + E v + F = 0 through 5 points: the null vector of the
+ * 5 x 6 matrix of rows (u^2, uv, v^2, u, v, 1), by cofactors c_k = (-1)^k det(M without column
+ * k), scaled to unit length with A + C >= 0. Returns 0 when the points do not fix one conic.
+ */
+SW_PM_FN int sw_pm_conic5(const double *u, const double *v, double *c)
+{
+    double row[5][6];
+    for (int i = 0; i < 5; i++) {
+        row[i][0] = u[i] * u[i];
+        row[i][1] = u[i] * v[i];
+        row[i][2] = v[i] * v[i];
+        row[i][3] = u[i];
+        row[i][4] = v[i];
+        row[i][5] = 1.0;
+    }
+    double n2 = 0.0;
+    for (int k = 0; k < 6; k++) {
+        double m[25];
+        for (int i = 0; i < 5; i++) {
+            int q = 0;
+            for (int j = 0; j < 6; j++)
+                if (j != k)
+                    m[i * 5 + q++] = row[i][j];
+        }
+        double d = sw_pm_det5(m);
+        c[k] = (k & 1) ? -d : d;
+        n2 += c[k] * c[k];
+    }
+    if (!(n2 > 0.0) || n2 - n2 != 0.0)
+        return 0;
+    double inv = 1.0 / sqrt(n2);
+    if (c[0] + c[2] < 0.0)
+        inv = -inv;
+    for (int k = 0; k < 6; k++)
+        c[k] *= inv;
+    return 1;
+}
+
+/*
+ * The ellipse of a conic (normalised coordinates): centre (uc, vc) and semi-axes ra >= rb.
+ * Returns 0 unless it is a real, non-degenerate ellipse (4AC - B^2 > 0 and the conic's value at
+ * the centre of the other sign than A + C).
+ */
+SW_PM_FN int sw_pm_conic_axes(const double *c, double *uc, double *vc, double *ra, double *rb)
+{
+    double A = c[0], B = c[1], C = c[2], D = c[3], E = c[4], F = c[5];
+    double disc = 4.0 * A * C - B * B;
+    if (!(disc > 0.0))
+        return 0;
+    double u0 = (B * E - 2.0 * C * D) / disc;
+    double v0 = (B * D - 2.0 * A * E) / disc;
+    double f0 = F + 0.5 * (D * u0 + E * v0);
+    double h = 0.5 * (A + C);
+    double q = 0.5 * sqrt((A - C) * (A - C) + B * B);
+    double l1 = h - q, l2 = h + q; /* |l1| <= |l2| when A + C > 0 (then both > 0) */
+    if (h < 0.0) {
+        /* both negative: flip signs so that the smaller magnitude comes first */
+        l1 = -(h + q);
+        l2 = -(h - q);
+        f0 = -f0;
+    }
+    if (!(l1 > 0.0) || !(f0 < 0.0))
+        return 0;
+    *uc = u0;
+    *vc = v0;
+    *ra = sqrt(-f0 / l1);
+    *rb = sqrt(-f0 / l2);
+    return (*ra - *ra == 0.0) && (*rb > 0.0);
+}
+
+/*
+ * Candidate k of a region with n >= 5 border points xy (x, y pairs): the points
+ * floor(r_m n) (clamped to n - 1) for its 5 random numbers r (float in [0, 1)), the conic through
+ * them, kept when it is an ellipse with semi-axes in [min_r, max_r] pixels. The float copy cf is
+ * what votes. Returns 1 for a usable candidate.
+ */
+SW_PM_FN int sw_pm_candidate(const sw_pm_region *r, const int32_t *xy, int64_t n,
+                             const float *rand5, double min_r, double max_r, double *c, float *cf)
+{
+    double u[5], v[5];
+    for (int m = 0; m < 5; m++) {
+        int64_t i = (int64_t)floor((double)rand5[m] * (double)n);
+        if (i > n - 1)
+            i = n - 1;
+        if (i < 0)
+            i = 0;
+        u[m] = sw_pm_u(r, xy[2 * i]);
+        v[m] = sw_pm_v(r, xy[2 * i + 1]);
+    }
+    if (!sw_pm_conic5(u, v, c))
+        return 0;
+    double uc, vc, ra, rb;
+    if (!sw_pm_conic_axes(c, &uc, &vc, &ra, &rb))
+        return 0;
+    double a_px = ra / r->inv_s, b_px = rb / r->inv_s;
+    if (!(a_px <= max_r) || !(b_px >= min_r))
+        return 0;
+    for (int k = 0; k < 6; k++)
+        cf[k] = (float)c[k];
+    return 1;
+}
+
+/* A border point (normalised, float) votes for a candidate when its Sampson distance is within
+ * the tolerance: Q^2 <= tol2 |grad Q|^2. */
+SW_PM_FN int sw_pm_vote(const float *c, float u, float v, float tol2)
+{
+    float q = c[0] * u * u + c[1] * u * v + c[2] * v * v + c[3] * u + c[4] * v + c[5];
+    float gx = 2.0f * c[0] * u + c[1] * v + c[3];
+    float gy = c[1] * u + 2.0f * c[2] * v + c[4];
+    return q * q <= tol2 * (gx * gx + gy * gy);
+}
+
+/* The float normalised coordinates of a border pixel, as both backends vote with them. */
+SW_PM_FN float sw_pm_uf(const sw_pm_region *r, int32_t x)
+{
+    return (float)sw_pm_u(r, x);
+}
+SW_PM_FN float sw_pm_vf(const sw_pm_region *r, int32_t y)
+{
+    return (float)sw_pm_v(r, y);
+}
+
+/* Votes and candidate index packed so that the largest value is the winner: most votes, then
+ * the lowest index. Unusable candidates pack to 0 (and are never a winner). */
+SW_PM_FN unsigned long long sw_pm_pack_vote(int32_t votes, int32_t k)
+{
+    return ((unsigned long long)(uint32_t)(votes + 1) << 32) |
+           (unsigned long long)(uint32_t)(0x7fffffff - k);
+}
+SW_PM_FN int32_t sw_pm_packed_votes(unsigned long long p)
+{
+    return (int32_t)(p >> 32) - 1;
+}
+SW_PM_FN int32_t sw_pm_packed_index(unsigned long long p)
+{
+    return 0x7fffffff - (int32_t)(p & 0xffffffffu);
+}
+
+/* ------------------------------------------------------------------ step 7: refinement */
+
+/* Sums of the weighted normal equations: 15 of the symmetric 5 x 5 matrix (upper triangle, row
+ * by row), 5 of the right-hand side, and the inlier count. */
+#define SW_PM_NACC 21
+
+/* Double Sampson test of point (u, v) against conic c. */
+SW_PM_FN int sw_pm_inlier(const double *c, double u, double v, double tol2, double *grad2)
+{
+    double q = c[0] * u * u + c[1] * u * v + c[2] * v * v + c[3] * u + c[4] * v + c[5];
+    double gx = 2.0 * c[0] * u + c[1] * v + c[3];
+    double gy = c[1] * u + 2.0 * c[2] * v + c[4];
+    double g2 = gx * gx + gy * gy;
+    *grad2 = g2;
+    return g2 > 0.0 && q * q <= tol2 * g2;
+}
+
+/* Adds point (u, v) to acc when it is an inlier of c: residual
+ * r = A (u^2 - v^2) + B uv + D u + E v + F + v^2 (C = 1 - A) weighted by 1 / |grad Q|^2. */
+SW_PM_FN void sw_pm_refine_add(const double *c, double u, double v, double tol2, double *acc)
+{
+    double g2;
+    if (!sw_pm_inlier(c, u, v, tol2, &g2))
+        return;
+    double w = 1.0 / g2;
+    double phi[5] = {u * u - v * v, u * v, u, v, 1.0};
+    double r0 = v * v;
+    int k = 0;
+    for (int i = 0; i < 5; i++)
+        for (int j = i; j < 5; j++)
+            acc[k++] += w * phi[i] * phi[j];
+    for (int i = 0; i < 5; i++)
+        acc[15 + i] += w * phi[i] * r0;
+    acc[20] += 1.0;
+}
+
+/* Solves the normal equations M theta = -b (Gaussian elimination with partial pivoting) into
+ * the conic c (A + C = 1, then scaled to unit length as sw_pm_conic5). 0 when singular. */
+SW_PM_FN int sw_pm_refine_solve(const double *acc, double *c)
+{
+    if (!(acc[20] >= 5.0))
+        return 0;
+    double m[5][6];
+    int k = 0;
+    for (int i = 0; i < 5; i++)
+        for (int j = i; j < 5; j++) {
+            m[i][j] = acc[k];
+            m[j][i] = acc[k];
+            k++;
+        }
+    for (int i = 0; i < 5; i++)
+        m[i][5] = -acc[15 + i];
+    for (int col = 0; col < 5; col++) {
+        int p = col;
+        for (int r = col + 1; r < 5; r++)
+            if (fabs(m[r][col]) > fabs(m[p][col]))
+                p = r;
+        if (!(fabs(m[p][col]) > 0.0))
+            return 0;
+        if (p != col)
+            for (int j = 0; j < 6; j++) {
+                double t = m[col][j];
+                m[col][j] = m[p][j];
+                m[p][j] = t;
+            }
+        for (int r = col + 1; r < 5; r++) {
+            double f = m[r][col] / m[col][col];
+            for (int j = col; j < 6; j++)
+                m[r][j] -= f * m[col][j];
+        }
+    }
+    double th[5];
+    for (int i = 4; i >= 0; i--) {
+        double s = m[i][5];
+        for (int j = i + 1; j < 5; j++)
+            s -= m[i][j] * th[j];
+        th[i] = s / m[i][i];
+    }
+    c[0] = th[0];
+    c[1] = th[1];
+    c[2] = 1.0 - th[0];
+    c[3] = th[2];
+    c[4] = th[3];
+    c[5] = th[4];
+    double n2 = 0.0;
+    for (int i = 0; i < 6; i++)
+        n2 += c[i] * c[i];
+    if (!(n2 > 0.0) || n2 - n2 != 0.0)
+        return 0;
+    double inv = 1.0 / sqrt(n2);
+    for (int i = 0; i < 6; i++)
+        c[i] *= inv;
+    return 1;
+}
+
+/* ------------------------------------------------------------------ output */
+
+/*
+ * Fills the geometric part of *out (centre, semi-axes + SW_PUPIL_EDGE_OFFSET_PX, angle in
+ * [0, 180)) from conic c of region r. Returns 0 when c is not an ellipse.
+ */
+SW_PM_FN int sw_pm_ellipse_out(const sw_pm_region *r, const double *c, sw_pupil_ellipse *out)
+{
+    double uc, vc, ra, rb;
+    if (!sw_pm_conic_axes(c, &uc, &vc, &ra, &rb))
+        return 0;
+    out->cx_px = r->ox + uc / r->inv_s;
+    out->cy_px = r->oy + vc / r->inv_s;
+    out->a_px = ra / r->inv_s + SW_PUPIL_EDGE_OFFSET_PX;
+    out->b_px = rb / r->inv_s + SW_PUPIL_EDGE_OFFSET_PX;
+    /* the quadratic form is largest (the minor axis) at 0.5 atan2(B, A - C) when A + C > 0 */
+    double sgn = c[0] + c[2] >= 0.0 ? 1.0 : -1.0;
+    double phi = 0.5 * atan2(sgn * c[1], sgn * (c[0] - c[2]));
+    double deg = phi * (180.0 / 3.14159265358979323846) + 90.0;
+    while (deg >= 180.0)
+        deg -= 180.0;
+    while (deg < 0.0)
+        deg += 180.0;
+    out->angle_deg = deg;
+    return 1;
+}
+
+/* Ramanujan's approximation of an ellipse's perimeter. */
+SW_PM_FN double sw_pm_perimeter(double a, double b)
+{
+    return 3.14159265358979323846 * (3.0 * (a + b) - sqrt((3.0 * a + b) * (a + 3.0 * b)));
+}
+
+/*
+ * Step 9: the verdict on a fitted pupil whose ellipse fields were filled by sw_pm_ellipse_out
+ * (ok = its return value) and whose inliers are counted: valid, or the failure with the
+ * ellipse fields set to NaN (nothing fabricated). Both backends call this last.
+ */
+SW_PM_FN void sw_pm_judge(sw_pupil_ellipse *o, int ok, double min_r, double max_r,
+                          double min_coverage)
+{
+    sw_pupil_failure f = SW_PUPIL_OK;
+    if (!ok || !(o->b_px >= min_r) || !(o->a_px <= max_r))
+        f = SW_PUPIL_BAD_FIT;
+    else if (!((double)o->inliers >= min_coverage * sw_pm_perimeter(o->a_px, o->b_px)))
+        f = SW_PUPIL_LOW_SUPPORT;
+    o->failure = f;
+    o->valid = f == SW_PUPIL_OK;
+    if (!o->valid) {
+        o->cx_px = o->cy_px = o->a_px = o->b_px = o->angle_deg = NAN;
+    }
+}
+
+/*
+ * Steps 6-9 in one place, so the two backends cannot drift (the GPU runs the same steps in
+ * parallel; this is the order of the arithmetic each point and candidate sees):
+ *   n < 5                      -> SW_PUPIL_FEW_BORDER (candidate -1, votes 0, inliers 0)
+ *   for k < candidates: usable = sw_pm_candidate(k's 5 randoms); votes_k = number of border
+ *       points (uf, vf) with sw_pm_vote; best = max over usable k of sw_pm_pack_vote(votes_k, k)
+ *   no usable candidate        -> SW_PUPIL_NO_ELLIPSE
+ *   c = the winner's conic; refine_iterations times: acc = 0, sw_pm_refine_add of every border
+ *       point (double u, v); stop early (keeping c) when sw_pm_refine_solve fails or its conic
+ *       is not an ellipse (sw_pm_conic_axes); else c = the new conic
+ *   inliers = border points with sw_pm_inlier(c)
+ *   ok = sw_pm_ellipse_out(c); sw_pm_judge(ok)
+ */
+
+/* Point (x, y) inside (or on) the ellipse of p. */
+SW_PM_FN int sw_pm_inside(const sw_pupil_ellipse *p, double x, double y)
+{
+    double t = p->angle_deg * (3.14159265358979323846 / 180.0);
+    double ct = cos(t), st = sin(t);
+    double dx = x - p->cx_px, dy = y - p->cy_px;
+    double e1 = (dx * ct + dy * st) / p->a_px;
+    double e2 = (-dx * st + dy * ct) / p->b_px;
+    return e1 * e1 + e2 * e2 <= 1.0;
+}
+
+/* The lenslet mask value of lenslet (ix, iy) (pupil.h "Lenslet mask"). */
+SW_PM_FN uint8_t sw_pm_lenslet_value(const sw_sh_geometry *g, int32_t ix, int32_t iy,
+                                     const sw_pupil_ellipse *pupils, int32_t n_pupils,
+                                     sw_pupil_lenslet_rule rule)
+{
+    int in_count = 0, which = 0;
+    double xl = g->x0 - 0.5 + g->pitch_px * (double)ix;
+    double yl = g->y0 - 0.5 + g->pitch_px * (double)iy;
+    double d = g->pitch_px;
+    for (int p = 0; p < n_pupils; p++) {
+        if (!pupils[p].valid)
+            continue;
+        int in;
+        if (rule == SW_PUPIL_LENSLET_CENTRE)
+            in = sw_pm_inside(&pupils[p], xl + 0.5 * d, yl + 0.5 * d);
+        else
+            in = sw_pm_inside(&pupils[p], xl, yl) && sw_pm_inside(&pupils[p], xl + d, yl) &&
+                 sw_pm_inside(&pupils[p], xl, yl + d) && sw_pm_inside(&pupils[p], xl + d, yl + d);
+        if (in) {
+            in_count++;
+            which = p;
+        }
+    }
+    return in_count == 1 ? (uint8_t)(1 + which) : 0;
+}
+
+#endif /* SW_PUPIL_MODEL_H */
