@@ -53,6 +53,8 @@ int sw_cmd_fit(const sw_cli_globals *g, int argc, char **argv);
 void sw_cmd_fit_help(FILE *out);
 int sw_cmd_find(const sw_cli_globals *g, int argc, char **argv);
 void sw_cmd_find_help(FILE *out);
+int sw_cmd_pupil(const sw_cli_globals *g, int argc, char **argv);
+void sw_cmd_pupil_help(FILE *out);
 
 /* ------------------------------------------------------------------ messages and exit codes */
 
@@ -146,6 +148,23 @@ int sw_cli_context(const sw_cli_globals *g, const char *sub, sw_context **out);
 
 /* Seconds from a monotonic clock (for timings). */
 double sw_cli_now(void);
+
+/* 1 when the file starts with the HDF5 signature (a superblock at offset 0, as Eiger and h5py
+ * write them), 0 otherwise or when it cannot be read. */
+int sw_cli_is_hdf5(const char *path);
+
+/* A progress bar on stderr for runs over many frames: "spotwave <sub>: [####....] k/n frames,
+ * r frames/s", at most ten updates a second, and the last one (then a newline). */
+typedef struct sw_cli_progress {
+    const char *sub;
+    int on; /* 0: sw_cli_progress_update does nothing */
+    double t_start, t_last;
+} sw_cli_progress;
+
+/* Starts the clock. on: 1 / 0 forced (--progress / --no-progress), < 0 automatic (on when
+ * stderr is a terminal, the run has more than one frame and --quiet is not given). */
+void sw_cli_progress_start(sw_cli_progress *p, const char *sub, int on, int quiet, int64_t frames);
+void sw_cli_progress_update(sw_cli_progress *p, int64_t done, int64_t total);
 
 /* JSON string literals: sw_json_write_string() (spotwave/io.h). */
 

@@ -14,7 +14,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #define SUB "find"
 
@@ -140,8 +139,7 @@ typedef struct find_job {
     size_t pixel_n;
     sw_image strong_cube; /* --strong-mask: count frames stacked */
     int64_t strong_first;
-    double t_start, t_last_bar;
-    int bar;
+    sw_cli_progress bar;
 } find_job;
 
 static int parse_opts(find_opts *o, int argc, char **argv)
@@ -306,18 +304,6 @@ static int parse_opts(find_opts *o, int argc, char **argv)
 
 /* ---------------------------------------------------------------- inputs */
 
-static int is_hdf5(const char *path)
-{
-    static const unsigned char sig[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
-    unsigned char b[8];
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return 0;
-    size_t n = fread(b, 1, 8, f);
-    fclose(f);
-    return n == 8 && memcmp(b, sig, 8) == 0;
-}
-
 static void free_inputs(find_job *j)
 {
     for (int i = 0; i < j->nin; i++) {
@@ -342,7 +328,7 @@ static int open_inputs(sw_context *ctx, find_job *j)
         in->path = o->inputs[i];
         int32_t w, h;
         sw_pixel_type t;
-        if (is_hdf5(in->path)) {
+        if (sw_cli_is_hdf5(in->path)) {
             /* Opened without the context: the pipeline reads on its own thread, and the
              * reader's messages then stay with that thread (sw_context_error(NULL)). */
             sw_status st = sw_h5_open(NULL, in->path, o->dataset, &in->h5);
@@ -467,22 +453,7 @@ static sw_status source_strong(void *user, int64_t index, const sw_image *mask)
 
 static void source_progress(void *user, int64_t done, int64_t total)
 {
-    find_job *j = user;
-    if (!j->bar)
-        return;
-    double now = sw_cli_now();
-    if (done < total && now - j->t_last_bar < 0.1)
-        return;
-    j->t_last_bar = now;
-    int width = 30, fill = (int)((double)width * (double)done / (double)total);
-    double rate = (double)done / fmax(now - j->t_start, 1e-9);
-    fprintf(stderr, "\rspotwave find: [");
-    for (int i = 0; i < width; i++)
-        fputc(i < fill ? '#' : '.', stderr);
-    fprintf(stderr, "] %lld/%lld frames, %.1f frames/s", (long long)done, (long long)total, rate);
-    if (done == total)
-        fputc('\n', stderr);
-    fflush(stderr);
+    sw_cli_progress_update(&((find_job *)user)->bar, done, total);
 }
 
 /* ---------------------------------------------------------------- output */
@@ -643,15 +614,12 @@ int sw_cmd_find(const sw_cli_globals *g, int argc, char **argv)
         j.strong_first = first;
     }
 
-    j.bar = o.progress == 1 || (o.progress < 0 && !g->quiet && count > 1 && isatty(2));
-    if (g->quiet && o.progress < 0)
-        j.bar = 0;
-    j.t_start = sw_cli_now();
+    sw_cli_progress_start(&j.bar, "find", o.progress, g->quiet, count);
     sw_find_source src = {source_read, o.strong ? source_strong : NULL, source_progress, &j};
     st = sw_find_sequence(plan, first, count, &src, o.three_d, &spots, &stats);
-    double seconds = sw_cli_now() - j.t_start;
+    double seconds = sw_cli_now() - j.bar.t_start;
     if (st != SW_OK) {
-        if (j.bar)
+        if (j.bar.on)
             fputc('\n', stderr);
         rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
         goto done;

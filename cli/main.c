@@ -30,7 +30,7 @@ typedef struct sw_subcommand {
 } sw_subcommand;
 
 /* One row per subcommand that exists (DESIGN.md's table lists the ones still to come:
- * pupil, aberrometry, sabre, bench). */
+ * aberrometry, sabre, bench). */
 static const sw_subcommand subcommands[] = {
     {"info", "versions, build, backends and the GPU the context gets", sw_cmd_info,
      sw_cmd_info_help},
@@ -44,6 +44,8 @@ static const sw_subcommand subcommands[] = {
      sw_cmd_centroid_help},
     {"fit", "Zernike coefficients, wavefront map and refraction from slopes (seed 001)", sw_cmd_fit,
      sw_cmd_fit_help},
+    {"pupil", "the pupil ellipse(s) of one or two eyes on Hartmann-Shack images (seed 001)",
+     sw_cmd_pupil, sw_cmd_pupil_help},
 };
 static const size_t n_subcommands = sizeof subcommands / sizeof subcommands[0];
 
@@ -382,6 +384,46 @@ double sw_cli_now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int sw_cli_is_hdf5(const char *path)
+{
+    static const unsigned char sig[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+    unsigned char head[8];
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return 0;
+    size_t n = fread(head, 1, sizeof head, f);
+    fclose(f);
+    return n == sizeof head && memcmp(head, sig, sizeof sig) == 0;
+}
+
+void sw_cli_progress_start(sw_cli_progress *p, const char *sub, int on, int quiet, int64_t frames)
+{
+    p->sub = sub;
+    p->on = on == 1 || (on < 0 && !quiet && frames > 1 && isatty(2));
+    p->t_start = sw_cli_now();
+    p->t_last = 0.0;
+}
+
+void sw_cli_progress_update(sw_cli_progress *p, int64_t done, int64_t total)
+{
+    if (!p->on || total <= 0)
+        return;
+    double now = sw_cli_now();
+    if (done < total && now - p->t_last < 0.1)
+        return;
+    p->t_last = now;
+    const int width = 30;
+    int fill = (int)((double)width * (double)done / (double)total);
+    fprintf(stderr, "\rspotwave %s: [", p->sub);
+    for (int i = 0; i < width; i++)
+        fputc(i < fill ? '#' : '.', stderr);
+    fprintf(stderr, "] %lld/%lld frames, %.1f frames/s", (long long)done, (long long)total,
+            (double)done / fmax(now - p->t_start, 1e-9));
+    if (done == total)
+        fputc('\n', stderr);
+    fflush(stderr);
 }
 
 int sw_cli_mkdir_p(const char *path)

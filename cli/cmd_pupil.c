@@ -1,0 +1,792 @@
+/*
+ * spotwave pupil: the pupil ellipse(s) of one or two eyes tracked on their Hartmann-Shack images
+ * (seed 001 Sec. 3.1, pupil.h) in every frame of one or more images (FITS, PGM, Eiger/NeXus
+ * HDF5); a CSV out (DESIGN.md: pupil,cx_px,cy_px,a_px,b_px,angle_deg,inliers first), optionally
+ * a JSON report with every field of the result, the lenslet mask of a Shack-Hartmann grid, a
+ * picture of the fit, and a progress bar on stderr for long runs.
+ */
+#define _GNU_SOURCE
+
+#include "cli.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SUB "pupil"
+
+#define PI 3.14159265358979323846
+
+void sw_cmd_pupil_help(FILE *out)
+{
+    sw_pupil_params d;
+    sw_pupil_params_default(&d, 640, 640, SW_PIX_U8);
+    fprintf(
+        out,
+        "Usage: spotwave [GLOBAL OPTIONS] pupil IMAGE... [OPTIONS]\n"
+        "\n"
+        "Tracks the pupil of one eye (or, with --binocular, of two eyes side by side) on\n"
+        "Hartmann-Shack images, where the retina's diffuse glow lights the pupil against the\n"
+        "dark iris (seed 001 Sec. 3.1): 8-bit conversion, Gaussian smoothing, Otsu threshold\n"
+        "per eye, morphological close, border pixels, RANSAC ellipses, a least-squares refit.\n"
+        "\n"
+        "Writes one CSV row per pupil and frame:\n"
+        "  pupil,cx_px,cy_px,a_px,b_px,angle_deg,inliers,valid,threshold,failure\n"
+        "pupil 0 is the left eye (smaller x); centre and semi-axes (a >= b) in pixels (0-based:\n"
+        "the centre of pixel (0,0) is (0,0)), angle of the major axis in degrees from +x\n"
+        "towards +y in [0, 180); inliers: border pixels on the fitted ellipse; valid: 1 when\n"
+        "the pupil was found; threshold: the eye's Otsu threshold on the 8-bit smoothed image\n"
+        "(-1: none); failure: why a pupil was not found (empty when found). A pupil not found\n"
+        "has nan in cx_px..angle_deg. When the inputs hold more than one frame, a first column\n"
+        "'frame' (0-based, counted across all inputs) is added.\n"
+        "\n"
+        "Input:\n"
+        "  IMAGE...               FITS (2-D, or a cube of frames), 8/16-bit PGM, or HDF5 as\n"
+        "                         Eiger detectors write it (a NeXus master or a data file);\n"
+        "                         every frame of every input, which must share one size and\n"
+        "                         pixel type (8/16/32-bit unsigned or float)\n"
+        "  --dataset PATH         HDF5 dataset to read instead of the automatic choice\n"
+        "  --first N              first frame to process (default 0)\n"
+        "  --count N              number of frames (default: all from --first)\n"
+        "\n"
+        "Tracking (pupil.h; defaults are the seed's):\n"
+        "  --binocular            two pupils, a left and a right one (default: one)\n"
+        "  --split X              binocular: the first column of the right eye's region\n"
+        "                         (default: found in each frame, the darkest valley between the\n"
+        "                         eyes)\n"
+        "  --scale S              8-bit conversion u8 = v * S, rounded, clamped to 0..255\n"
+        "                         (default: 64 / the frame's mean)\n"
+        "  --gauss-radius R       Gaussian smoothing radius, 0..%d (default %d; 0: none)\n"
+        "  --gauss-sigma S        its sigma, pixels (default %g)\n"
+        "  --close-radius R       morphological close: a (2R+1)^2 square, 0..%d (default %d)\n"
+        "  --candidates N         RANSAC ellipses per pupil, a multiple of 32 in 32..%d\n"
+        "                         (default %d)\n"
+        "  --inlier-px D          a border pixel within D pixels of an ellipse votes for it\n"
+        "                         (default %g)\n"
+        "  --refine N             least-squares refits of the winner, 0..20 (default %d)\n"
+        "  --min-radius PX        smallest semi-axis accepted (default %g)\n"
+        "  --max-radius PX        largest semi-axis accepted (default: the frame's larger side)\n"
+        "  --min-coverage F       inliers needed, as a fraction of the perimeter, 0..1\n"
+        "                         (default %g)\n"
+        "  --seed S               the RANSAC random numbers (default %llu)\n"
+        "\n"
+        "Lenslet mask (the lenslets inside each pupil, for the centroid stage):\n"
+        "  --pitch PX             lenslet pitch, pixels\n"
+        "  --grid NXxNY           lenslets across and down\n"
+        "  --origin X0,Y0         corner pixel of lenslet (0,0); all three are needed, as\n"
+        "                         'spotwave centroid' and 'spotwave sim sh' take them\n"
+        "  --lenslet-rule full|centre\n"
+        "                         a lenslet is inside a pupil when its whole square is\n"
+        "                         (default full) or its centre is\n"
+        "  --lenslet-mask CSV     writes ix,iy,valid,pupil per lenslet (rows iy, then ix; a\n"
+        "                         first column 'frame' as above): pupil 0 or 1 and valid 1\n"
+        "                         inside exactly one found pupil, pupil -1 and valid 0\n"
+        "                         elsewhere. A one-frame file is a --mask for 'spotwave\n"
+        "                         centroid'.\n"
+        "\n"
+        "Output:\n"
+        "  -o, --out FILE         the CSV (default: standard output)\n"
+        "  --json                 print a JSON report on standard output (needs --out FILE):\n"
+        "                         the parameters, and per frame the 8-bit scale, the split\n"
+        "                         column and every field of each pupil (failure phrases too)\n"
+        "  --overlay FILE.png     a picture of the last frame processed: its 8-bit image in\n"
+        "                         false colour (viridis, dark purple to green), the border\n"
+        "                         pixels in black, the fitted ellipses and their centres in\n"
+        "                         yellow (and the split column, dotted, for two eyes)\n"
+        "  --progress / --no-progress  a progress bar on stderr (default: when stderr is a\n"
+        "                         terminal and there is more than one frame)\n"
+        "  -h, --help             this help\n"
+        "\n"
+        "Exit status: 0 when every frame was processed, whether or not its pupils were found\n"
+        "(see valid and failure); 1 when an input cannot be read or used, or an output cannot\n"
+        "be written; 2 for a bad option.\n"
+        "\n"
+        "Example:\n"
+        "  spotwave sim eye --binocular --out eyes.pgm --truth eyes\n"
+        "  spotwave pupil eyes.pgm --binocular --overlay fit.png\n",
+        SW_PUPIL_MAX_RADIUS, d.gauss_radius, d.gauss_sigma, SW_PUPIL_MAX_RADIUS, d.close_radius,
+        SW_PUPIL_MAX_CANDIDATES, d.candidates, d.inlier_px, d.refine_iterations, d.min_radius_px,
+        d.min_coverage, (unsigned long long)d.seed);
+}
+
+enum {
+    OPT_DATASET = 256,
+    OPT_FIRST,
+    OPT_COUNT,
+    OPT_BINOCULAR,
+    OPT_SPLIT,
+    OPT_SCALE,
+    OPT_GAUSS_RADIUS,
+    OPT_GAUSS_SIGMA,
+    OPT_CLOSE_RADIUS,
+    OPT_CANDIDATES,
+    OPT_INLIER,
+    OPT_REFINE,
+    OPT_MIN_RADIUS,
+    OPT_MAX_RADIUS,
+    OPT_MIN_COVERAGE,
+    OPT_SEED,
+    OPT_PITCH,
+    OPT_GRID,
+    OPT_ORIGIN,
+    OPT_LENSLET_RULE,
+    OPT_LENSLET_MASK,
+    OPT_JSON,
+    OPT_OVERLAY,
+    OPT_PROGRESS,
+    OPT_NO_PROGRESS,
+};
+
+typedef struct pupil_opts {
+    char **inputs;
+    int ninputs;
+    const char *dataset;
+    long first, count; /* count -1: all */
+    sw_pupil_params p; /* size and type filled once the inputs are open */
+    int have_split;
+    int have_pitch, have_grid, have_origin, have_rule;
+    sw_sh_geometry geom; /* pitch, grid and origin from the options */
+    const char *out, *mask_out, *overlay;
+    int json, progress; /* progress: -1 auto */
+} pupil_opts;
+
+/* A whole number option in [min, max] into *v, or a usage line. */
+static int opt_int(const char *name, long min, long max, int32_t *v)
+{
+    long x;
+    if (sw_cli_parse_long(optarg, min, max, &x) != 0)
+        return sw_cli_usage(SUB, "%s: '%s' is not a whole number in %ld..%ld", name, optarg, min,
+                            max);
+    *v = (int32_t)x;
+    return SW_EXIT_OK;
+}
+
+/* A number option > 0 (positive) or >= 0 into *v, or a usage line. */
+static int opt_num(const char *name, int positive, double *v)
+{
+    double x;
+    if (sw_cli_parse_double(optarg, &x) != 0 || (positive ? !(x > 0) : !(x >= 0)))
+        return sw_cli_usage(SUB, "%s: '%s' is not a number %s 0", name, optarg,
+                            positive ? ">" : ">=");
+    *v = x;
+    return SW_EXIT_OK;
+}
+
+static int parse_opts(pupil_opts *o, int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"dataset", required_argument, NULL, OPT_DATASET},
+        {"first", required_argument, NULL, OPT_FIRST},
+        {"count", required_argument, NULL, OPT_COUNT},
+        {"binocular", no_argument, NULL, OPT_BINOCULAR},
+        {"split", required_argument, NULL, OPT_SPLIT},
+        {"scale", required_argument, NULL, OPT_SCALE},
+        {"gauss-radius", required_argument, NULL, OPT_GAUSS_RADIUS},
+        {"gauss-sigma", required_argument, NULL, OPT_GAUSS_SIGMA},
+        {"close-radius", required_argument, NULL, OPT_CLOSE_RADIUS},
+        {"candidates", required_argument, NULL, OPT_CANDIDATES},
+        {"inlier-px", required_argument, NULL, OPT_INLIER},
+        {"refine", required_argument, NULL, OPT_REFINE},
+        {"min-radius", required_argument, NULL, OPT_MIN_RADIUS},
+        {"max-radius", required_argument, NULL, OPT_MAX_RADIUS},
+        {"min-coverage", required_argument, NULL, OPT_MIN_COVERAGE},
+        {"seed", required_argument, NULL, OPT_SEED},
+        {"pitch", required_argument, NULL, OPT_PITCH},
+        {"grid", required_argument, NULL, OPT_GRID},
+        {"origin", required_argument, NULL, OPT_ORIGIN},
+        {"lenslet-rule", required_argument, NULL, OPT_LENSLET_RULE},
+        {"lenslet-mask", required_argument, NULL, OPT_LENSLET_MASK},
+        {"out", required_argument, NULL, 'o'},
+        {"json", no_argument, NULL, OPT_JSON},
+        {"overlay", required_argument, NULL, OPT_OVERLAY},
+        {"progress", no_argument, NULL, OPT_PROGRESS},
+        {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *S = SUB;
+    sw_pupil_params *p = &o->p;
+    sw_pupil_params_default(p, SW_PUPIL_MIN_SIZE, SW_PUPIL_MIN_SIZE, SW_PIX_U8);
+    sw_sh_geometry_default(&o->geom);
+    o->count = -1;
+    o->progress = -1;
+    int c, rc = SW_EXIT_OK;
+    sw_cli_getopt_reset();
+    while ((c = sw_cli_getopt(S, argc, argv, "o:h", longopts)) != -1) {
+        const char *name = sw_cli_option_name(argv);
+        switch (c) {
+        case OPT_DATASET: o->dataset = optarg; break;
+        case OPT_FIRST:
+            if (sw_cli_parse_long(optarg, 0, LONG_MAX, &o->first) != 0)
+                return sw_cli_usage(S, "%s: '%s' is not a frame number >= 0", name, optarg);
+            break;
+        case OPT_COUNT:
+            if (sw_cli_parse_long(optarg, 1, LONG_MAX, &o->count) != 0)
+                return sw_cli_usage(S, "%s: '%s' is not a count >= 1", name, optarg);
+            break;
+        case OPT_BINOCULAR: p->n_pupils = 2; break;
+        case OPT_SPLIT:
+            rc = opt_int(name, 1, SW_IMAGE_MAX_DIM - 1, &p->split_x);
+            o->have_split = 1;
+            break;
+        case OPT_SCALE: rc = opt_num(name, 1, &p->input_scale); break;
+        case OPT_GAUSS_RADIUS: rc = opt_int(name, 0, SW_PUPIL_MAX_RADIUS, &p->gauss_radius); break;
+        case OPT_GAUSS_SIGMA: rc = opt_num(name, 1, &p->gauss_sigma); break;
+        case OPT_CLOSE_RADIUS: rc = opt_int(name, 0, SW_PUPIL_MAX_RADIUS, &p->close_radius); break;
+        case OPT_CANDIDATES:
+            rc = opt_int(name, 32, SW_PUPIL_MAX_CANDIDATES, &p->candidates);
+            if (rc == SW_EXIT_OK && p->candidates % 32 != 0)
+                return sw_cli_usage(S, "%s: %d is not a multiple of 32", name, p->candidates);
+            break;
+        case OPT_INLIER: rc = opt_num(name, 1, &p->inlier_px); break;
+        case OPT_REFINE: rc = opt_int(name, 0, 20, &p->refine_iterations); break;
+        case OPT_MIN_RADIUS: rc = opt_num(name, 0, &p->min_radius_px); break;
+        case OPT_MAX_RADIUS: rc = opt_num(name, 0, &p->max_radius_px); break;
+        case OPT_MIN_COVERAGE:
+            rc = opt_num(name, 0, &p->min_coverage);
+            if (rc == SW_EXIT_OK && p->min_coverage > 1)
+                return sw_cli_usage(S, "%s: '%s' is above 1", name, optarg);
+            break;
+        case OPT_SEED:
+            if (sw_cli_parse_u64(optarg, &p->seed) != 0)
+                return sw_cli_usage(S, "%s: '%s' is not a whole number >= 0", name, optarg);
+            break;
+        case OPT_PITCH:
+            rc = opt_num(name, 1, &o->geom.pitch_px);
+            o->have_pitch = 1;
+            break;
+        case OPT_GRID:
+            if (sw_cli_parse_size(optarg, &o->geom.nx, &o->geom.ny) != 0)
+                return sw_cli_usage(S, "%s: '%s' is not NXxNY lenslets", name, optarg);
+            o->have_grid = 1;
+            break;
+        case OPT_ORIGIN:
+            if (sw_cli_parse_pair(optarg, &o->geom.x0, &o->geom.y0) != 0)
+                return sw_cli_usage(S, "%s: '%s' is not X0,Y0 in pixels", name, optarg);
+            o->have_origin = 1;
+            break;
+        case OPT_LENSLET_RULE:
+            if (strcmp(optarg, "full") == 0)
+                p->lenslet_rule = SW_PUPIL_LENSLET_FULL;
+            else if (strcmp(optarg, "centre") == 0 || strcmp(optarg, "center") == 0)
+                p->lenslet_rule = SW_PUPIL_LENSLET_CENTRE;
+            else
+                return sw_cli_usage(S, "%s: '%s' is not full or centre", name, optarg);
+            o->have_rule = 1;
+            break;
+        case OPT_LENSLET_MASK: o->mask_out = optarg; break;
+        case 'o': o->out = optarg; break;
+        case OPT_JSON: o->json = 1; break;
+        case OPT_OVERLAY: o->overlay = optarg; break;
+        case OPT_PROGRESS: o->progress = 1; break;
+        case OPT_NO_PROGRESS: o->progress = 0; break;
+        case 'h': sw_cmd_pupil_help(stdout); return -1;
+        default: return SW_EXIT_USAGE;
+        }
+        if (rc != SW_EXIT_OK)
+            return rc;
+    }
+    if (optind >= argc)
+        return sw_cli_usage(S, "no IMAGE given");
+    o->inputs = argv + optind;
+    o->ninputs = argc - optind;
+    if (o->have_split && p->n_pupils != 2)
+        return sw_cli_usage(S, "--split divides the frame between two eyes: add --binocular");
+    if (p->max_radius_px > 0 && p->max_radius_px < p->min_radius_px)
+        return sw_cli_usage(S, "--max-radius %g is below --min-radius %g", p->max_radius_px,
+                            p->min_radius_px);
+    int ngeom = o->have_pitch + o->have_grid + o->have_origin;
+    if (ngeom != 0 && ngeom != 3)
+        return sw_cli_usage(S, "the lenslet grid needs all of --pitch, --grid and --origin");
+    if ((o->mask_out || o->have_rule) && ngeom == 0)
+        return sw_cli_usage(S, "%s needs the lenslet grid (--pitch, --grid, --origin)",
+                            o->mask_out ? "--lenslet-mask" : "--lenslet-rule");
+    if (o->json && (!o->out || strcmp(o->out, "-") == 0))
+        return sw_cli_usage(S, "--json prints the report on standard output: give --out FILE "
+                               "for the CSV");
+    if (o->mask_out && strcmp(o->mask_out, "-") == 0)
+        return sw_cli_usage(S, "--lenslet-mask needs a file name");
+    return SW_EXIT_OK;
+}
+
+/* ---------------------------------------------------------------- inputs */
+
+/* One input file: its frames in memory (FITS, PGM) or an open HDF5 reader. */
+typedef struct pupil_input {
+    const char *path;
+    sw_frames frames;
+    sw_h5_reader *h5;
+    int64_t nframes;
+    int64_t start; /* global index of its first frame */
+} pupil_input;
+
+typedef struct pupil_job {
+    pupil_opts *o;
+    pupil_input *in;
+    int nin;
+    int64_t total; /* frames over all inputs */
+    int32_t width, height;
+    sw_pixel_type type;
+    sw_image h5buf; /* an HDF5 frame (pinned on CUDA) */
+    sw_cli_progress bar;
+} pupil_job;
+
+static void free_job(pupil_job *j)
+{
+    for (int i = 0; i < j->nin; i++) {
+        sw_frames_free(&j->in[i].frames);
+        sw_h5_close(j->in[i].h5);
+    }
+    free(j->in);
+    sw_image_free(&j->h5buf);
+}
+
+/* Opens every input; they must agree on size and type. */
+static int open_inputs(sw_context *ctx, pupil_job *j)
+{
+    const pupil_opts *o = j->o;
+    j->in = calloc((size_t)o->ninputs, sizeof *j->in);
+    if (!j->in)
+        return sw_cli_fail(SUB, "out of memory");
+    j->nin = o->ninputs;
+    int any_h5 = 0;
+    for (int i = 0; i < o->ninputs; i++) {
+        pupil_input *in = &j->in[i];
+        in->path = o->inputs[i];
+        int32_t w, h;
+        sw_pixel_type t;
+        if (sw_cli_is_hdf5(in->path)) {
+            sw_status st = sw_h5_open(ctx, in->path, o->dataset, &in->h5);
+            if (st != SW_OK)
+                return sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
+            sw_h5_info info;
+            sw_h5_get_info(in->h5, &info);
+            w = info.width;
+            h = info.height;
+            t = info.type;
+            in->nframes = info.frames;
+            any_h5 = 1;
+        } else {
+            int rc = sw_cli_read_frames(ctx, SUB, "image", in->path, 0, &in->frames);
+            if (rc != SW_EXIT_OK)
+                return rc;
+            w = in->frames.frames[0].width;
+            h = in->frames.frames[0].height;
+            t = in->frames.frames[0].type;
+            in->nframes = in->frames.count;
+        }
+        if (i == 0) {
+            j->width = w;
+            j->height = h;
+            j->type = t;
+        } else if (w != j->width || h != j->height || t != j->type) {
+            return sw_cli_fail(SUB,
+                               "'%s' has %d x %d %s frames, '%s' has %d x %d %s: the "
+                               "inputs must agree",
+                               in->path, w, h, sw_pixel_type_string(t), j->in[0].path, j->width,
+                               j->height, sw_pixel_type_string(j->type));
+        }
+        in->start = j->total;
+        j->total += in->nframes;
+    }
+    if (any_h5) {
+        sw_status st = sw_image_alloc(ctx, j->width, j->height, j->type, &j->h5buf);
+        if (st != SW_OK)
+            return sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
+    }
+    return SW_EXIT_OK;
+}
+
+/* Frame `index` (global): a frame in memory, or read from HDF5 into the job's buffer. */
+static int get_frame(sw_context *ctx, pupil_job *j, int64_t index, const sw_image **frame)
+{
+    for (int i = 0; i < j->nin; i++) {
+        pupil_input *in = &j->in[i];
+        if (index < in->start || index >= in->start + in->nframes)
+            continue;
+        int64_t k = index - in->start;
+        if (!in->h5) {
+            *frame = &in->frames.frames[k];
+            return SW_EXIT_OK;
+        }
+        sw_status st = sw_h5_read_frame(in->h5, k, &j->h5buf);
+        if (st != SW_OK)
+            return sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
+        *frame = &j->h5buf;
+        return SW_EXIT_OK;
+    }
+    /* Not reached: the range was checked against the inputs. */
+    return sw_cli_fail(SUB, "frame %lld is beyond the inputs", (long long)index);
+}
+
+/* ---------------------------------------------------------------- output */
+
+/* A CSV number: nan for NaN (one spelling whatever the C library prints). */
+static void csv_num(FILE *f, double v)
+{
+    if (isnan(v))
+        fputs(",nan", f);
+    else
+        fprintf(f, ",%.6f", v);
+}
+
+/* A JSON number: null when not finite. */
+static void json_num(FILE *f, double v)
+{
+    if (isfinite(v))
+        fprintf(f, "%.17g", v);
+    else
+        fputs("null", f);
+}
+
+static const char *failure_text(const sw_pupil_ellipse *q)
+{
+    return q->valid ? "" : sw_pupil_failure_string(q->failure);
+}
+
+static int write_csv(const pupil_opts *o, int with_frame, int64_t first, int64_t count,
+                     const sw_pupil_result *res)
+{
+    sw_cli_out out;
+    int rc = sw_cli_out_open(SUB, &out, o->out);
+    if (rc != SW_EXIT_OK)
+        return rc;
+    fprintf(out.f, "%spupil,cx_px,cy_px,a_px,b_px,angle_deg,inliers,valid,threshold,failure\n",
+            with_frame ? "frame," : "");
+    for (int64_t k = 0; k < count; k++) {
+        for (int32_t i = 0; i < res[k].n_pupils; i++) {
+            const sw_pupil_ellipse *q = &res[k].pupil[i];
+            if (with_frame)
+                fprintf(out.f, "%lld,", (long long)(first + k));
+            fprintf(out.f, "%d", i);
+            csv_num(out.f, q->cx_px);
+            csv_num(out.f, q->cy_px);
+            csv_num(out.f, q->a_px);
+            csv_num(out.f, q->b_px);
+            csv_num(out.f, q->angle_deg);
+            /* the failure phrases are plain words: no quoting needed, but be safe */
+            const char *why = failure_text(q);
+            int quote = strpbrk(why, ",\"\n") != NULL;
+            fprintf(out.f, ",%d,%d,%d,%s%s%s\n", q->inliers, q->valid ? 1 : 0, q->threshold,
+                    quote ? "\"" : "", why, quote ? "\"" : "");
+        }
+    }
+    return sw_cli_out_close(SUB, &out, 1);
+}
+
+static void json_report(const pupil_job *j, sw_context *ctx, int64_t first, int64_t count,
+                        const sw_pupil_result *res, const int32_t *lenslets, double seconds)
+{
+    const pupil_opts *o = j->o;
+    const sw_pupil_params *p = &o->p;
+    FILE *f = stdout;
+    fprintf(f, "{\n  \"command\": \"pupil\",\n  \"inputs\": [");
+    for (int i = 0; i < o->ninputs; i++) {
+        fputs(i ? ", " : "", f);
+        sw_json_write_string(f, o->inputs[i]);
+    }
+    fprintf(f, "],\n  \"out\": ");
+    sw_json_write_string(f, o->out);
+    fprintf(f, ",\n  \"lenslet_mask\": ");
+    sw_json_write_string(f, o->mask_out);
+    fprintf(f, ",\n  \"overlay\": ");
+    sw_json_write_string(f, o->overlay);
+    fprintf(f, ",\n  \"backend\": \"%s\",\n", sw_backend_string(sw_context_backend(ctx)));
+    fprintf(f, "  \"frame_size\": [%d, %d],\n  \"pixel_type\": \"%s\",\n", j->width, j->height,
+            sw_pixel_type_string(j->type));
+    fprintf(f, "  \"first_frame\": %lld,\n  \"frame_count\": %lld,\n", (long long)first,
+            (long long)count);
+    fprintf(f, "  \"pupils\": %d,\n  \"split\": ", p->n_pupils);
+    if (p->n_pupils == 2 && p->split_x >= 0)
+        fprintf(f, "%d", p->split_x);
+    else
+        fputs(p->n_pupils == 2 ? "\"auto\"" : "null", f);
+    fprintf(f, ",\n  \"scale\": ");
+    if (p->input_scale > 0)
+        json_num(f, p->input_scale);
+    else
+        fputs("\"auto\"", f);
+    fprintf(f, ",\n  \"gauss_radius\": %d,\n  \"gauss_sigma\": ", p->gauss_radius);
+    json_num(f, p->gauss_sigma);
+    fprintf(f,
+            ",\n  \"close_radius\": %d,\n  \"candidates\": %d,\n  \"inlier_px\": ", p->close_radius,
+            p->candidates);
+    json_num(f, p->inlier_px);
+    fprintf(f, ",\n  \"refine\": %d,\n  \"min_radius_px\": ", p->refine_iterations);
+    json_num(f, p->min_radius_px);
+    fprintf(f, ",\n  \"max_radius_px\": ");
+    json_num(f, p->max_radius_px > 0 ? p->max_radius_px
+                                     : (double)(j->width > j->height ? j->width : j->height));
+    fprintf(f, ",\n  \"min_coverage\": ");
+    json_num(f, p->min_coverage);
+    fprintf(f, ",\n  \"seed\": %llu,\n  \"lenslet_grid\": ", (unsigned long long)p->seed);
+    if (p->geometry) {
+        fprintf(f,
+                "{\"pitch_px\": %.17g, \"nx\": %d, \"ny\": %d, \"x0\": %.17g, \"y0\": %.17g, "
+                "\"rule\": \"%s\"}",
+                p->geometry->pitch_px, p->geometry->nx, p->geometry->ny, p->geometry->x0,
+                p->geometry->y0, p->lenslet_rule == SW_PUPIL_LENSLET_CENTRE ? "centre" : "full");
+    } else {
+        fputs("null", f);
+    }
+    int64_t found = 0, asked = 0;
+    fprintf(f, ",\n  \"frames\": [");
+    for (int64_t k = 0; k < count; k++) {
+        const sw_pupil_result *r = &res[k];
+        fprintf(f, "%s\n    {\"frame\": %lld, \"scale\": ", k ? "," : "", (long long)(first + k));
+        json_num(f, r->scale);
+        fprintf(f, ", \"split_x\": %d, \"pupils\": [", r->split_x);
+        for (int32_t i = 0; i < r->n_pupils; i++) {
+            const sw_pupil_ellipse *q = &r->pupil[i];
+            asked++;
+            found += q->valid != 0;
+            fprintf(f, "%s\n      {\"pupil\": %d, \"valid\": %s, \"failure\": ", i ? "," : "", i,
+                    q->valid ? "true" : "false");
+            if (q->valid)
+                fputs("null", f);
+            else
+                sw_json_write_string(f, sw_pupil_failure_string(q->failure));
+            fprintf(f, ", \"failure_code\": %d, \"cx_px\": ", (int)q->failure);
+            json_num(f, q->cx_px);
+            fprintf(f, ", \"cy_px\": ");
+            json_num(f, q->cy_px);
+            fprintf(f, ", \"a_px\": ");
+            json_num(f, q->a_px);
+            fprintf(f, ", \"b_px\": ");
+            json_num(f, q->b_px);
+            fprintf(f, ", \"angle_deg\": ");
+            json_num(f, q->angle_deg);
+            fprintf(f,
+                    ", \"inliers\": %d, \"border\": %d, \"threshold\": %d, \"candidate\": %d, "
+                    "\"votes\": %d, \"x0\": %d, \"x1\": %d",
+                    q->inliers, q->border, q->threshold, q->candidate, q->votes, q->x0, q->x1);
+            if (lenslets)
+                fprintf(f, ", \"lenslets\": %d", lenslets[2 * k + i]);
+            fputc('}', f);
+        }
+        fprintf(f, "]}");
+    }
+    fprintf(f, "\n  ],\n  \"pupils_found\": %lld,\n  \"pupils_asked\": %lld,\n", (long long)found,
+            (long long)asked);
+    fprintf(f, "  \"seconds\": %.6f,\n  \"frames_per_second\": %.3f\n}\n", seconds,
+            seconds > 0 ? (double)count / seconds : 0.0);
+}
+
+/* ---------------------------------------------------------------- the overlay picture */
+
+/* Marks pixel (x, y) of a float picture with v when it lies inside. */
+static void mark(sw_image *pic, double x, double y, float v)
+{
+    long ix = lround(x), iy = lround(y);
+    if (ix < 0 || iy < 0 || ix >= pic->width || iy >= pic->height)
+        return;
+    ((float *)sw_image_row(pic, (int32_t)iy))[ix] = v;
+}
+
+/* The ellipse of q, sampled every half pixel or less along its perimeter. */
+static void draw_ellipse(sw_image *pic, const sw_pupil_ellipse *q, float v)
+{
+    double t = q->angle_deg * (PI / 180.0), ct = cos(t), st = sin(t);
+    int n = (int)ceil(4.0 * PI * q->a_px) + 8;
+    for (int k = 0; k < n; k++) {
+        double s = 2.0 * PI * k / n, u = q->a_px * cos(s), w = q->b_px * sin(s);
+        mark(pic, q->cx_px + u * ct - w * st, q->cy_px + u * st + w * ct, v);
+    }
+    for (int d = -4; d <= 4; d++) { /* the centre: a small cross */
+        mark(pic, q->cx_px + d, q->cy_px, v);
+        mark(pic, q->cx_px, q->cy_px + d, v);
+    }
+}
+
+/*
+ * The last frame's 8-bit image (pupil.h step 0) in viridis over 0 .. 0.8 of the scale, its
+ * border pixels (step 5) as NaN, drawn black, the ellipses and the binocular split at 1.0, the
+ * top of the scale (yellow). The border is drawn first, so that the ellipse stays visible on it.
+ */
+static int write_overlay(sw_context *ctx, sw_pupil_plan *plan, const pupil_opts *o,
+                         const sw_pupil_result *r, int32_t w, int32_t h)
+{
+    sw_image in8 = {0}, pic = {0};
+    int32_t *xy = NULL;
+    int rc = SW_EXIT_OK;
+    sw_status st = sw_image_alloc(NULL, w, h, SW_PIX_U8, &in8);
+    if (st == SW_OK)
+        st = sw_image_alloc(NULL, w, h, SW_PIX_F32, &pic);
+    if (st == SW_OK)
+        st = sw_pupil_last_images(plan, &in8, NULL, NULL);
+    if (st != SW_OK) {
+        rc = sw_cli_fail(SUB, "--overlay: %s", sw_cli_lib_error(ctx, st));
+        goto done;
+    }
+    for (int32_t y = 0; y < h; y++) {
+        const uint8_t *a = sw_image_row(&in8, y);
+        float *b = sw_image_row(&pic, y);
+        for (int32_t x = 0; x < w; x++)
+            b[x] = 0.8f * (float)a[x] / 255.0f;
+    }
+    for (int32_t i = 0; i < r->n_pupils; i++) {
+        int64_t n = 0;
+        if ((st = sw_pupil_last_border(plan, i, NULL, 0, &n)) != SW_OK)
+            break;
+        free(xy);
+        xy = malloc((size_t)(n > 0 ? n : 1) * 2 * sizeof *xy);
+        if (!xy) {
+            rc = sw_cli_fail(SUB, "out of memory");
+            goto done;
+        }
+        if ((st = sw_pupil_last_border(plan, i, xy, n, &n)) != SW_OK)
+            break;
+        for (int64_t k = 0; k < n; k++)
+            mark(&pic, xy[2 * k], xy[2 * k + 1], NAN);
+    }
+    if (st != SW_OK) {
+        rc = sw_cli_fail(SUB, "--overlay: %s", sw_cli_lib_error(ctx, st));
+        goto done;
+    }
+    for (int32_t i = 0; i < r->n_pupils; i++)
+        if (r->pupil[i].valid)
+            draw_ellipse(&pic, &r->pupil[i], 1.0f);
+    if (r->n_pupils == 2)
+        for (int32_t y = 0; y < h; y++)
+            if (y % 8 < 4)
+                mark(&pic, r->split_x, y, 1.0f); /* the right region's first column */
+    sw_png_options po;
+    sw_png_options_default(&po);
+    po.colormap = SW_CMAP_VIRIDIS;
+    po.vmin = 0.0;
+    po.vmax = 1.0;
+    if ((st = sw_png_write(ctx, o->overlay, &pic, &po)) != SW_OK)
+        rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
+done:
+    free(xy);
+    sw_image_free(&in8);
+    sw_image_free(&pic);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- the command */
+
+int sw_cmd_pupil(const sw_cli_globals *g, int argc, char **argv)
+{
+    pupil_opts o;
+    memset(&o, 0, sizeof o);
+    int rc = parse_opts(&o, argc, argv);
+    if (rc < 0)
+        return SW_EXIT_OK; /* --help */
+    if (rc != SW_EXIT_OK)
+        return rc;
+
+    sw_context *ctx = NULL;
+    if ((rc = sw_cli_context(g, SUB, &ctx)) != SW_EXIT_OK)
+        return rc;
+    pupil_job j;
+    memset(&j, 0, sizeof j);
+    j.o = &o;
+    sw_pupil_plan *plan = NULL;
+    sw_pupil_result *res = NULL;
+    uint8_t *mask = NULL;
+    int32_t *lenslets = NULL;
+    sw_cli_out mout = {0};
+    sw_status st;
+
+    if ((rc = open_inputs(ctx, &j)) != SW_EXIT_OK)
+        goto done;
+    int64_t first = o.first, count = o.count < 0 ? j.total - first : o.count;
+    if (first >= j.total || count <= 0 || count > j.total - first) {
+        rc = sw_cli_fail(SUB, "frame %lld%s asked for, but the inputs have %lld frame%s (0..%lld)",
+                         (long long)(first + (count > 0 ? count : 1) - 1),
+                         count > 1 ? " (the last one)" : "", (long long)j.total,
+                         j.total == 1 ? "" : "s", (long long)(j.total - 1));
+        goto done;
+    }
+    const int with_frame = j.total > 1;
+
+    o.p.width = j.width;
+    o.p.height = j.height;
+    o.p.type = j.type;
+    const sw_sh_geometry *geom = NULL;
+    if (o.have_pitch) {
+        if ((st = sw_sh_geometry_check(ctx, &o.geom, j.width, j.height)) != SW_OK) {
+            rc = sw_cli_fail(SUB, "the lenslet grid: %s", sw_cli_lib_error(ctx, st));
+            goto done;
+        }
+        geom = &o.geom;
+        o.p.geometry = geom;
+        size_t nl = (size_t)geom->nx * (size_t)geom->ny;
+        mask = malloc(nl);
+        lenslets = calloc((size_t)count * 2, sizeof *lenslets);
+        if (!mask || !lenslets) {
+            rc = sw_cli_fail(SUB, "out of memory");
+            goto done;
+        }
+    }
+    if ((st = sw_pupil_create(ctx, &o.p, &plan)) != SW_OK) {
+        rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
+        goto done;
+    }
+    res = calloc((size_t)count, sizeof *res);
+    if (!res) {
+        rc = sw_cli_fail(SUB, "out of memory");
+        goto done;
+    }
+    if (o.mask_out) {
+        if ((rc = sw_cli_out_open(SUB, &mout, o.mask_out)) != SW_EXIT_OK)
+            goto done;
+        fprintf(mout.f, "%six,iy,valid,pupil\n", with_frame ? "frame," : "");
+    }
+
+    sw_cli_progress_start(&j.bar, "pupil", o.progress, g->quiet, count);
+    for (int64_t k = 0; k < count; k++) {
+        int64_t index = first + k;
+        const sw_image *frame = NULL;
+        if ((rc = get_frame(ctx, &j, index, &frame)) != SW_EXIT_OK)
+            goto done;
+        if ((st = sw_pupil_run(plan, frame, &res[k], mask)) != SW_OK) {
+            if (j.bar.on)
+                fputc('\n', stderr);
+            rc = sw_cli_fail(SUB, "frame %lld: %s", (long long)index, sw_cli_lib_error(ctx, st));
+            goto done;
+        }
+        if (mask) {
+            for (int32_t iy = 0; iy < geom->ny; iy++) {
+                for (int32_t ix = 0; ix < geom->nx; ix++) {
+                    uint8_t m = mask[(size_t)iy * geom->nx + ix];
+                    if (m == 1 || m == 2)
+                        lenslets[2 * k + m - 1]++;
+                    if (!mout.f)
+                        continue;
+                    if (with_frame)
+                        fprintf(mout.f, "%lld,", (long long)index);
+                    fprintf(mout.f, "%d,%d,%d,%d\n", ix, iy, m != 0, (int)m - 1);
+                }
+            }
+        }
+        sw_cli_progress_update(&j.bar, k + 1, count);
+    }
+    double seconds = sw_cli_now() - j.bar.t_start;
+
+    /* the picture first: a run that cannot write it leaves no table behind */
+    if (o.overlay &&
+        (rc = write_overlay(ctx, plan, &o, &res[count - 1], j.width, j.height)) != SW_EXIT_OK)
+        goto done;
+    if ((rc = write_csv(&o, with_frame, first, count, res)) != SW_EXIT_OK)
+        goto done;
+    if (mout.f && (rc = sw_cli_out_close(SUB, &mout, 1)) != SW_EXIT_OK)
+        goto done;
+    if (o.json)
+        json_report(&j, ctx, first, count, res, lenslets, seconds);
+    rc = SW_EXIT_OK;
+
+done:
+    sw_cli_out_close(SUB, &mout, 0);
+    free(res);
+    free(mask);
+    free(lenslets);
+    sw_pupil_destroy(plan);
+    free_job(&j);
+    sw_context_destroy(ctx);
+    return rc;
+}
