@@ -220,8 +220,8 @@ static sw_status run_upload(void *user, int sample, double *measured_us)
     *measured_us = sw_bench_now_us() - t0;
     return st;
 }
-#endif
 
+/* The streamed pipeline (sw_find_sequence with uploads overlapped): a GPU case only. */
 static sw_status stream_read(void *user, int64_t index, sw_image *dst)
 {
     /* The two host buffers get distinct frames once (the first two reads); later frames reuse
@@ -248,12 +248,12 @@ static sw_status run_stream(void *user, int sample, double *measured_us)
     *measured_us = (sw_bench_now_us() - t0) / STREAM_COUNT;
     return st;
 }
+#endif
 
 static int bench_size(const sw_bench_options *o, sw_context *ctx, sw_context *cpu, int32_t w,
                       int32_t h, sw_pixel_type t)
 {
     frames f, fc;
-    int cuda = sw_context_backend(ctx) == SW_BACKEND_CUDA;
     if (make_frames(ctx, w, h, t, &f) != 0)
         return 1;
     int rc = 0;
@@ -274,7 +274,7 @@ static int bench_size(const sw_bench_options *o, sw_context *ctx, sw_context *cp
             break;
         }
 #ifdef SW_HAVE_CUDA
-        if (cuda) {
+        if (sw_context_backend(ctx) == SW_BACKEND_CUDA) {
             size_t n = (size_t)w * h;
             if (cudaMalloc((void **)&j.d_strong, n) != cudaSuccess ||
                 cudaMalloc((void **)&j.d_labels, n * sizeof(int32_t)) != cudaSuccess ||
