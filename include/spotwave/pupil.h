@@ -5,9 +5,13 @@
  * The eye's pupil is back-lit by the diffuse retinal reflection and stands out against the nearly
  * black iris. Per frame:
  *   0. 8-bit image: u8 = clamp(rint(v * scale), 0, 255) (NaN: 0), scale = input_scale, or, when
- *      input_scale is 0 (default), 64 / (mean of the frame): a pupil that fills a fraction f of
- *      the frame comes out near 64 / f, whatever the camera's gain or bit depth, and a saturated
- *      corneal reflection cannot darken it. The seed's images were 8-bit (its optimisation 4).
+ *      input_scale is 0 (default), 128 / m2: m1 = the frame's mean (NaN and Inf pixels count as
+ *      0), m2 = the mean of the finite pixels above it (v > m1), both summed in one fixed order
+ *      (pupil_model.h). The pupil's inside (most of the pixels above the mean, whatever its
+ *      area, the camera's gain or bit depth) maps near 128; a saturated corneal reflection and
+ *      the spot peaks clip at 255 without darkening it. m1 not positive and finite: the frame is
+ *      empty (SW_PUPIL_EMPTY_FRAME, scale 0); no pixel above m1 (a uniform frame): m2 = m1 (and
+ *      step 3 finds no contrast). The seed's images were 8-bit (its optimisation 4).
  *   1. Gaussian smoothing (radius 4, sigma 4 by default, the seed's), separable, on 8-bit data:
  *      integer weights w_k (k = -r..r) summing to 2^16, each 1-D pass
  *      out = (sum_k w_k in[clamp(x + k)] + 2^15) >> 16, rows first, then columns; pixels beyond
@@ -17,9 +21,25 @@
  *      frame as the deepest valley of the smoothed image's column profile between the two eyes
  *      (below), so the eyes need not sit in fixed halves. Everything that follows is done per
  *      region, as if the region were the image: pupil 0 is the left one.
- *   3. Otsu's threshold t of the region's smoothed histogram (256 bins): the t in 0..254 that
- *      maximises the between-class variance of {v <= t} and {v > t}, the smallest on ties;
- *      inside = v > t. A region whose pixels all have one value has no threshold: not found.
+ *   3. Threshold t of the region's smoothed histogram (256 bins; inside = v > t), in three
+ *      exact integer steps (pupil_model.h):
+ *      a. clip: P = the median of the pixels above the region's mean; the pixels above
+ *         c = floor(3 P / 2) count as c (when c < 255), so that a reflection's or the spots'
+ *         few very bright pixels cannot take a class of the split;
+ *      b. split: Otsu's threshold t_o of the clipped histogram: otsu_classes 3 (default): the
+ *         three-class Otsu (the pair t1 < t2 maximising the between-class variance of
+ *         {v <= t1}, {t1 < v <= t2}, {v > t2}, the smallest (t1, t2) on ties), t_o = t1: the
+ *         iris below, the pupil (and reflections, spots) above, even when the pupils fill the
+ *         frame; otsu_classes 2: the two-class Otsu (the t in 0..254 maximising the variance
+ *         between {v <= t} and {v > t}, the smallest on ties); a region whose clipped pixels
+ *         take exactly two values gets the two-class split;
+ *      c. edge level: b = the mean of the pixels v <= t_o (the iris), p = the median of those
+ *         above (the pupil), t = floor(b + edge_level (p - b)). Otsu's own threshold lies near
+ *         the middle of the class means, above the half height of the pupil's edge when the
+ *         glow falls off towards it (about 1 px too far in); edge_level 0.4 is the half height
+ *         of an edge at 80 % of the pupil's median, the retinal glow of seed 001's images
+ *         (falloff 0.3). edge_level 0: t = t_o.
+ *      A region whose pixels all have one value has no threshold: not found.
  *   4. Morphological close of the inside mask with a (2 close_radius + 1)^2 square: dilation
  *      (maximum) then erosion (minimum), each separable (rows, then columns), windows clipped to
  *      the region (so a pupil cut by the image edge is not eroded from outside).
@@ -40,8 +60,12 @@
  *      lies half a pixel further out, so 0.5 px is added to both fitted semi-axes.
  *   9. Valid when the final inliers number at least min_coverage x the ellipse's perimeter
  *      (Ramanujan's approximation; a border pixel covers about one pixel of perimeter), the
- *      semi-axes are in range and the numbers are finite. Otherwise the pupil is reported not
- *      found, with the reason; nothing is fabricated.
+ *      near-band points (border pixels 2 inlier_px < d <= 4 inlier_px from the final ellipse,
+ *      counted in the same pass as the inliers) number at most max_near_ratio x the inliers,
+ *      the semi-axes are in range and the numbers are finite. A pupil's border is one clean
+ *      curve with few points just off it; the border of thresholded noise is dense everywhere
+ *      (a noise "ellipse" has about as many near-band points as inliers). Otherwise the pupil is
+ *      reported not found, with the reason; nothing is fabricated.
  *
  * Binocular split (step 2, split_x < 0): P(x) = sum over rows of the smoothed image at column x,
  * summed over the columns x - h .. x + h (h = max(4, width / 64), clipped); split_x = the x in
@@ -94,9 +118,14 @@ typedef struct sw_pupil_params {
     int32_t candidates;        /* 1024; 32 .. SW_PUPIL_MAX_CANDIDATES, a multiple of 32           */
     double inlier_px;          /* 2 (the seed's); > 0                                            */
     int32_t refine_iterations; /* 3; 0 .. 20 (0: the RANSAC winner as it is)                */
-    double min_radius_px;      /* 4; smallest semi-axis accepted                             */
+    double min_radius_px;      /* min(width, height) / 10; smallest semi-axis accepted (a lone
+                                  corneal reflection thresholds to a disc of ~2.4 sigma)    */
     double max_radius_px;      /* 0: the frame's larger side; largest semi-axis accepted     */
     double min_coverage;       /* 0.25; inliers / perimeter needed for a valid pupil, 0..1   */
+    int32_t otsu_classes;      /* 3; step 3's split: 2 or 3 classes                          */
+    double edge_level;         /* 0.4; step 3's edge level, [0, 1) (0: Otsu's split itself)  */
+    double max_near_ratio;     /* 0.75; near-band points / inliers allowed (step 9), >= 0
+                                  (+Inf: no near-band test)                                  */
     uint64_t seed;             /* the RANSAC random numbers (rng.h), default 1               */
     const sw_sh_geometry *geometry;     /* optional: lenslet grid for the lenslet mask; copied at
                                            create (its valid mask is ignored)                   */
@@ -114,7 +143,8 @@ typedef enum sw_pupil_failure {
     SW_PUPIL_FEW_BORDER = 3,  /* fewer than 5 border pixels                                  */
     SW_PUPIL_NO_ELLIPSE = 4,  /* no candidate was an ellipse in the size range               */
     SW_PUPIL_LOW_SUPPORT = 5, /* the best ellipse has too few inliers (min_coverage)         */
-    SW_PUPIL_BAD_FIT = 6      /* the refinement left no valid ellipse in range               */
+    SW_PUPIL_BAD_FIT = 6,     /* the refinement left no valid ellipse in range               */
+    SW_PUPIL_CLUTTER = 7      /* too many border pixels just off it: noise (max_near_ratio)  */
 } sw_pupil_failure;
 
 /* A short English phrase for a failure ("no contrast in the region", ...). */
@@ -127,8 +157,9 @@ typedef struct sw_pupil_ellipse {
     double a_px, b_px;        /* semi-axes, a >= b, pixels                                   */
     double angle_deg;         /* major axis, degrees from +x towards +y, [0, 180)           */
     int32_t inliers;          /* border pixels within inlier_px of the final ellipse         */
+    int32_t near;             /* border pixels (2, 4] inlier_px from it (step 9)             */
     int32_t border;           /* border pixels of the region                                 */
-    int32_t threshold;        /* Otsu threshold t (8-bit; inside = v > t), -1 when none      */
+    int32_t threshold;        /* step 3's threshold t (8-bit; inside = v > t), -1: none    */
     int32_t candidate;        /* the RANSAC winner's index, -1 when none                     */
     int32_t votes;            /* its votes                                                   */
     int32_t x0, x1;           /* the region: columns [x0, x1)                                */

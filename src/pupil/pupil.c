@@ -32,9 +32,12 @@ void sw_pupil_params_default(sw_pupil_params *p, int32_t width, int32_t height, 
     p->candidates = 1024;
     p->inlier_px = 2.0;
     p->refine_iterations = 3;
-    p->min_radius_px = 4.0;
+    p->min_radius_px = (double)(width < height ? width : height) / 10.0;
     p->max_radius_px = 0.0;
     p->min_coverage = 0.25;
+    p->otsu_classes = 3;
+    p->edge_level = 0.4;
+    p->max_near_ratio = 0.75;
     p->seed = 1;
     p->geometry = NULL;
     p->lenslet_rule = SW_PUPIL_LENSLET_FULL;
@@ -50,6 +53,7 @@ const char *sw_pupil_failure_string(sw_pupil_failure f)
     case SW_PUPIL_NO_ELLIPSE: return "no candidate ellipse in the size range";
     case SW_PUPIL_LOW_SUPPORT: return "too few border pixels on the ellipse";
     case SW_PUPIL_BAD_FIT: return "the refined ellipse is not valid or out of range";
+    case SW_PUPIL_CLUTTER: return "too many border pixels just off the ellipse (noise)";
     }
     return "unknown failure";
 }
@@ -135,6 +139,16 @@ static sw_status check_params(sw_context *ctx, const sw_pupil_params *p)
                        p->min_radius_px);
     if (!(p->min_coverage >= 0.0 && p->min_coverage <= 1.0))
         return sw_fail(ctx, SW_EINVAL, "pupil: min_coverage %g must be 0 .. 1", p->min_coverage);
+    if (p->otsu_classes != 2 && p->otsu_classes != 3)
+        return sw_fail(ctx, SW_EINVAL, "pupil: otsu_classes %d must be 2 or 3", p->otsu_classes);
+    if (!(p->edge_level >= 0.0 && p->edge_level < 1.0))
+        return sw_fail(ctx, SW_EINVAL,
+                       "pupil: edge_level %g must be in [0, 1) (0: Otsu's split itself)",
+                       p->edge_level);
+    if (!(p->max_near_ratio >= 0.0))
+        return sw_fail(ctx, SW_EINVAL,
+                       "pupil: max_near_ratio %g must be >= 0 (+Inf: no near-band test)",
+                       p->max_near_ratio);
     if (p->lenslet_rule != SW_PUPIL_LENSLET_FULL && p->lenslet_rule != SW_PUPIL_LENSLET_CENTRE)
         return sw_fail(ctx, SW_EINVAL, "pupil: unknown lenslet_rule %d", (int)p->lenslet_rule);
     if (p->geometry) {

@@ -7,9 +7,10 @@
  * the maximum of packed (votes, index) values, which does not depend on the order.
  *
  * Scratch: the frame-sized u8 buffer tmp8 is free outside steps 1 and 4, and holds there the
- * frame's row sums (step 0, height doubles), the column sums of the binocular split (step 2,
- * width int64) and the per-row border counts (step 5, height int64): a frame has at least 16
- * rows and 16 columns (SW_PUPIL_MIN_SIZE), so each fits in its width * height bytes.
+ * frame's row sums and counts (step 0, height doubles and height int64), the column sums of the
+ * binocular split (step 2, width int64) and the per-row border counts (step 5, height int64): a
+ * frame has at least 16 rows and 16 columns (SW_PUPIL_MIN_SIZE), so each fits in its width * height
+ * bytes.
  */
 #include "pupil/pupil_internal.h"
 
@@ -366,6 +367,7 @@ static void fit_impl(const sw_pupil_plan *plan, const sw_pm_region *r, const int
     out->candidate = -1;
     out->votes = 0;
     out->inliers = 0;
+    out->near = 0;
     if (n < 5) {
         set_failed(out, SW_PUPIL_FEW_BORDER);
         return;
@@ -416,15 +418,18 @@ static void fit_impl(const sw_pupil_plan *plan, const sw_pm_region *r, const int
         memcpy(c, cn, sizeof c);
     }
 
-    /* steps 8-9: the final inliers, the ellipse (+ the half-pixel edge offset), the verdict */
-    int32_t inliers = 0;
+    /* steps 8-9: the final inliers and near-band points, the ellipse (+ the half-pixel edge
+     * offset), the verdict */
+    int32_t inliers = 0, near = 0;
     for (int64_t i = 0; i < n; i++) {
-        double g2;
-        inliers += sw_pm_inlier(c, sw_pm_u(r, xy[2 * i]), sw_pm_v(r, xy[2 * i + 1]), r->tol2d, &g2);
+        const int band = sw_pm_band(c, sw_pm_u(r, xy[2 * i]), sw_pm_v(r, xy[2 * i + 1]), r->tol2d);
+        inliers += band == 1;
+        near += band == 2;
     }
     out->inliers = inliers;
+    out->near = near;
     const int ok = sw_pm_ellipse_out(r, c, out);
-    sw_pm_judge(out, ok, p->min_radius_px, p->max_radius_px, p->min_coverage);
+    sw_pm_verdict(out, ok, p->min_radius_px, p->max_radius_px, p->min_coverage, p->max_near_ratio);
 }
 
 void sw_pupil_cpu_fit(const sw_pupil_plan *plan, const sw_pm_region *r, const int32_t *xy,
@@ -442,17 +447,35 @@ sw_status sw_pupil_cpu_run(sw_pupil_plan *plan, const sw_image *frame, sw_pupil_
     const int threads = sw_context_threads(plan->ctx);
     const sw_pixel_type type = p->type;
 
-    /* step 0: the scale (automatic: 64 / mean, summed in pupil_model.h's fixed order) and the
-     * 8-bit image */
+    /* step 0: the scale (automatic: 128 / the mean of the pixels above the frame's mean, both
+     * summed in pupil_model.h's fixed order) and the 8-bit image */
     double scale = p->input_scale;
     if (!(scale > 0.0)) {
-        double *row_sums = (double *)(void *)plan->tmp8; /* height doubles (see the top) */
+        /* height doubles and height int64 (see the top) */
+        double *row_sums = (double *)(void *)plan->tmp8;
+        int64_t *row_counts = (int64_t *)(void *)(plan->tmp8 + (size_t)height * sizeof(double));
+        double level = -INFINITY; /* pass 1: every finite pixel */
+        for (int pass = 0; pass < 2; pass++) {
 #ifdef SW_HAVE_OPENMP
 #pragma omp parallel for schedule(static) num_threads(threads)
 #endif
-        for (int32_t y = 0; y < height; y++)
-            row_sums[y] = sw_pm_row_sum_host(sw_image_row(frame, y), width, type);
-        scale = sw_pm_auto_scale(sw_pm_total_host(row_sums, height), plan->npix);
+            for (int32_t y = 0; y < height; y++)
+                row_sums[y] =
+                    sw_pm_row_sum_host(sw_image_row(frame, y), width, type, level, &row_counts[y]);
+            const double total = sw_pm_total_host(row_sums, height);
+            if (pass == 0) {
+                level = sw_pm_frame_mean(total, plan->npix);
+                if (level == 0.0) { /* empty frame */
+                    scale = 0.0;
+                    break;
+                }
+            } else {
+                int64_t count = 0;
+                for (int32_t y = 0; y < height; y++)
+                    count += row_counts[y];
+                scale = sw_pm_scale_above(level, total, count);
+            }
+        }
     }
     uint8_t *img8 = plan->img8;
 #ifdef SW_HAVE_OPENMP
@@ -503,7 +526,7 @@ sw_status sw_pupil_cpu_run(sw_pupil_plan *plan, const sw_image *frame, sw_pupil_
             for (int32_t x = x0; x < x1; x++)
                 hist[row[x]]++;
         }
-        const int32_t t = sw_pm_otsu(hist);
+        const int32_t t = sw_pm_threshold(hist, p->otsu_classes, p->edge_level);
         o->threshold = t;
 
         int64_t n = 0;
@@ -532,6 +555,7 @@ sw_status sw_pupil_cpu_run(sw_pupil_plan *plan, const sw_image *frame, sw_pupil_
             o->candidate = -1;
             o->votes = 0;
             o->inliers = 0;
+            o->near = 0;
             set_failed(o, SW_PUPIL_EMPTY_FRAME);
         }
     }

@@ -5,39 +5,50 @@
  * to the CPU's (the 8-bit images, the split, the thresholds, the border lists in the same order,
  * the votes and the winner); the refinement sums are added in another order (1e-6 px).
  *
- * One kernel per step, all on the context's stream (sw_context_stream):
- *   step 0  pp_row_sums_kernel    one warp per row (8 rows per block of 256): the frame mean's
- *                                 row sums in pupil_model.h's order (SW_PM_MEAN_*)
- *           pp_scale_kernel       one block of 1024: the total (the model's tree), the scale
- *                                 (and the fixed split)
- *           pp_to_u8_kernel       one thread per pixel (grid-stride): sw_pm_to_u8
- *   step 1  pp_gauss_rows_kernel  tiles of 128 x 2 pixels (block 128 x 2) in shared memory with
- *           pp_gauss_cols_kernel  a halo of r; tiles of 32 x 64 (block 32 x 8, 8 rows per thread)
- *                                 (the seed's optimisations 1 separable, 2 shared memory,
- *                                 3 template unrolling for the default radius 4, 4 8-bit data)
- *   step 2  pp_colsum_kernel      32 x 64 pixel blocks (block 32 x 8), one 64-bit atomic per
- *                                 column and block
- *           pp_split_kernel       one block of 1024: the boxed profile and its argmin
- *   step 3  pp_hist_kernel        per-region histograms in shared memory (block 256, grid-stride)
- *           pp_otsu_kernel        one block of 256 per region: exact integer prefix sums, the
- *                                 criterion per t, the argmax
- *   step 4  pp_morph_rows_kernel  as the Gaussian's tiles, max (dilation; the threshold fused into
- *           pp_morph_cols_kernel  its first pass) or min (erosion), windows clipped to the
- *                                 region and the image
- *   step 5  cub::DeviceSelect::If over (x, y) = (i % width, i / width), i counting the frame's
- *                                 pixels, one call per region: the border pixels of the region
- *                                 in raster order (the selection keeps the order)
- *   step 6  pp_vote_kernel        one warp per candidate (8 per block of 256): lane 0 builds the
- *                                 candidate, the lanes test 32 border points at a time, votes
- *                                 counted with __ballot_sync + __popc (seed's optimisation 3),
- *                                 an atomicMax of the packed (votes, index) per region
- *   7-9     pp_fit_kernel         one block of 256 per region: the refinement's sums (per-thread
- *                                 partials, warp shuffles, shared memory), the solve, the
- *                                 inliers, the verdict, written into mapped host memory (seed's
- *                                 optimisation 4: no device-to-host copy of the result)
- *   mask    pp_lenslet_kernel     one thread per lenslet
+ * Ten kernels for the default parameters (one more with a lenslet grid), all on the context's
+ * stream (sw_context_stream), each fusing the steps whose data it already holds; every launch
+ * costs a few microseconds in the graph, so fewer kernels count as much as faster ones:
+ *   step 0    pp_scale_u8_kernel    8-bit frames: the value histogram (16-byte loads); the last
+ *                                   block computes pupil_model.h's two passes from it
+ *             pp_sum_int_kernel     u16 / u32 frames: the exact integer sums, one kernel per pass
+ *             pp_row_sums_kernel    others: the model's row sums (one warp per row), per pass
+ *             pp_fixed_scale_kernel a given scale. The first kernel also clears the frame's
+ *                                   accumulators; each pass's last block writes m1 or the scale.
+ *   steps 0-2 pp_smooth_kernel      2-D tiles of 64 x 32 pixels: the raw tile plus an r-pixel halo
+ *                                   converted to 8 bits (img8), the Gaussian's row pass into
+ *                                   shared memory, its column pass (smooth8), the tile's column
+ *                                   sums for the split; the last block finds the split (seed's
+ *                                   optimisations 1 separable, 2 shared memory, 3 template
+ *                                   unrolling for the default radius 4, 4 8-bit data)
+ *   step 3    pp_hist_kernel        the regions' histograms (16 pixels per thread, runs of equal
+ *                                   values counted once); the last block clips them and finds the
+ *                                   two-class split (and with two classes the threshold)
+ *             pp_otsu3_kernel       three classes: one block per (t1, region), one thread per t2;
+ *                                   the last block picks the split and applies the edge level
+ *   step 4    pp_dilate_kernel      threshold + dilation rows + columns in one 64 x 32 tile,
+ *             pp_erode_kernel       erosion rows + columns + the border test (step 5) likewise,
+ *                                   4 pixels per 32-bit word (both regions' masks coded in 2 bits
+ *                                   of each byte, so the windows are clipped to the regions
+ *                                   without tests); the border pixels as bit words, their number
+ *                                   per row and region
+ *   step 5    pp_border_kernel      one warp per row: the border pixels at the row's offset (the
+ *                                   counts of the rows above, summed), in raster order of the
+ *                                   region, with their float coordinates for the votes
+ *   step 6    pp_candidates_kernel  8 lanes per (candidate, region): sw_pm_candidate, its float
+ *                                   conic (votes) and double conic (fit) into device memory
+ *             pp_vote_kernel        one warp per candidate: votes counted with __ballot_sync +
+ *                                   __popc (seed's optimisation 3), an atomicMax of the packed
+ *                                   (votes, index) per region
+ *   7-9       pp_fit_kernel         one block of 512 per region: the refinement's sums (warp
+ *                                   reduce-scatter, then one warp over the warps), the solve on one
+ *                                   thread, the inliers and near-band points, the verdict, written
+ *                                   into mapped host memory (seed's optimisation 4: no
+ *                                   device-to-host copy)
+ *   mask      pp_lenslet_kernel     one thread per lenslet
  * Everything after the frame's copy into the plan's buffer is one CUDA graph, captured on the
- * first run and launched per frame; the host waits once, at the end.
+ * first run and launched per frame; the host waits once, at the end. Several kernels end with the
+ * last-block-done pattern (pp_last_block): each block adds its part, and the block that arrives
+ * last (an atomic ticket after a fence) finishes the step for the whole frame.
  *
  * A frame whose automatic scale is 0 (SW_PUPIL_EMPTY_FRAME) runs through the same kernels: its
  * 8-bit image is all 0, so the regions have no threshold, the masks are empty and no border
@@ -46,9 +57,6 @@
 #include "pupil/pupil_internal.h"
 
 #include <cuda_runtime.h>
-#include <cub/device/device_select.cuh>
-#include <thrust/iterator/counting_iterator.h>
-#include <thrust/iterator/transform_iterator.h>
 
 #include <limits.h>
 #include <math.h>
@@ -74,29 +82,49 @@
 
 #define PP_FULL 0xffffffffu
 
-#define PP_SUM_WARPS   8   /* step 0: rows per block of the row sums (one warp each)     */
-#define PP_PIX         256 /* per-pixel and histogram kernels: threads per block         */
-#define PP_ROW_BX      128 /* row filters: tile columns (threads in x)                   */
-#define PP_ROW_BY      2   /* row filters: tile rows (threads in y)                      */
-#define PP_COL_BX      32  /* column filters: tile columns (threads in x)                */
-#define PP_COL_BY      8   /* column filters: threads in y                               */
-#define PP_COL_RPT     8   /* column filters: output rows per thread                     */
-#define PP_COL_TH      (PP_COL_BY * PP_COL_RPT) /* column filters: tile rows (64)   */
-#define PP_ROW_THREADS (PP_ROW_BX * PP_ROW_BY)  /* row filters: threads per block  */
-#define PP_COL_THREADS (PP_COL_BX * PP_COL_BY)  /* column filters: threads per block */
-#define PP_HALO        SW_PUPIL_MAX_RADIUS      /* room for the largest radius            */
-#define PP_SPLIT       1024 /* step 2: threads of the split block                         */
-#define PP_VOTE_WARPS  8    /* step 6: candidates per block                               */
-#define PP_FIT         256  /* steps 7-9: threads per region                              */
-#define PP_DEFAULT_R   4    /* the radius with its own unrolled kernels (seed: radius 4)  */
+#define PP_PIX        256 /* 1-D kernels (sums, histograms, lenslets): threads per block  */
+#define PP_TW         64  /* 2-D tiles (steps 1, 4): columns, 16 words of 4 pixels        */
+#define PP_TWW        (PP_TW / 4)
+#define PP_TH         32  /* 2-D tiles: rows                                              */
+#define PP_TILE       256 /* 2-D tiles: threads per block                                 */
+#define PP_COLG       (PP_TILE / PP_TW) /* step 1's column pass: row groups (4)            */
+#define PP_COLR       (PP_TH / PP_COLG) /* step 1's column pass: rows per thread (8)       */
+#define PP_ROWS       32  /* step 0's row sums: rows (warps) per block of 1024            */
+#define PP_BROWS      8   /* step 5: rows (warps) per block                               */
+#define PP_CAND       64  /* step 6: threads per block of the candidate kernel             */
+#define PP_CAND_LANES 8   /* step 6: lanes per candidate (6 cofactors; a power of 2)        */
+#define PP_VOTE_WARPS 8   /* step 6: candidates per block of the vote kernel              */
+#define PP_FIT        512 /* steps 7-9: threads per region                                */
+#define PP_DEFAULT_R  4   /* the radius with its own unrolled kernels (seed: radius 4)    */
+
+#define PP_DILATE 0 /* maximum */
+#define PP_ERODE  1 /* minimum */
+
+/* The last-block tickets (pp_last_block). */
+enum {
+    PP_TICKET_SCALE = 0, /* step 0 (each pass) */
+    PP_TICKET_SPLIT = 1, /* step 2 */
+    PP_TICKET_OTSU = 2,  /* step 3, the histograms */
+    PP_TICKET_OTSU3 = 3, /* step 3, the three-class split */
+    PP_TICKETS = 4
+};
 
 /* What the kernels find per frame, in device memory (zeroed at init). */
 struct pp_state {
-    double scale;               /* step 0: the 8-bit conversion factor (0: empty frame)     */
-    int32_t split;              /* step 2: first column of region 1 (width with one pupil)  */
-    int32_t thr[2];             /* step 3: Otsu thresholds, -1 when none                    */
-    long long nborder[2];       /* step 5: border pixels per region (CUB's counts)          */
-    unsigned long long best[2]; /* step 6: sw_pm_pack_vote of the winner, 0 when none       */
+    double scale;                    /* step 0: the 8-bit conversion factor (0: empty frame)     */
+    double mean1;                    /* step 0: pass 1's mean m1 (0: empty frame)                */
+    int32_t split;                   /* step 2: first column of region 1 (width with one pupil)  */
+    int32_t thr[2];                  /* step 3: the thresholds, -1 when none                     */
+    int32_t t2c[2];                  /* step 3: the two-class split of the clipped histogram     */
+    long long nborder[2];            /* step 5: border pixels per region                          */
+    unsigned long long best[2];      /* step 6: sw_pm_pack_vote of the winner, 0 when none       */
+    unsigned long long total, count; /* step 0, integer frames: sums (reset when read)     */
+    unsigned int ticket[PP_TICKETS]; /* last-block tickets, reset by the last block        */
+    unsigned long long vhist[256];   /* step 0, 8-bit frames: the value histogram (reset)  */
+    long long o3h[2][256], o3n[2][256], o3s[2][256]; /* step 3: the clipped histograms and
+                                                        their prefix counts and sums        */
+    double o3c[2][256];  /* step 3: the best three-class criterion per t1 ...               */
+    int32_t o3t[2][256]; /*         ... and its t2                                          */
 };
 
 /* The Gaussian's Q16 weights, passed by value (kernel parameters live in constant memory; a
@@ -105,36 +133,52 @@ struct pp_taps {
     uint32_t w[SW_PUPIL_MAX_TAPS];
 };
 
+/* A RANSAC candidate's float conic (what votes) and whether it is usable (step 6). */
+struct __align__(16) pp_cand
+{
+    float c[6];
+    int usable;
+    int pad;
+};
+
 /* What the fitting kernels (steps 6-9) read, by value. */
 struct pp_fit_args {
     int32_t width, height, n_pupils, candidates, refine_iterations;
-    double inlier_px, min_r, max_r, min_coverage;
-    int64_t npix;            /* the stride between the regions' border lists (pairs) */
-    const float *randoms;    /* candidates x 5 */
-    const int2 *border;      /* n_pupils x npix (x, y) pairs */
-    pp_state *st;            /* the frame's state */
-    sw_pupil_result *result; /* the mapped host result: its device address */
-    sw_pupil_ellipse *pupils;        /* device copy of the pupils, for the lenslet mask */
+    double inlier_px, min_r, max_r, min_coverage, max_near_ratio;
+    int64_t npix;             /* the stride between the regions' border lists (points) */
+    const float *randoms;     /* candidates x 5 */
+    const int2 *border;       /* n_pupils x npix (x, y) pairs */
+    const float2 *uv;         /* n_pupils x npix float normalised coordinates (the votes') */
+    pp_cand *cand;            /* n_pupils x candidates */
+    double *cand_d;           /* n_pupils x candidates x 6: the double conics (the fit's) */
+    pp_state *st;             /* the frame's state */
+    sw_pupil_result *result;  /* the mapped host result: its device address */
+    sw_pupil_ellipse *pupils; /* device copy of the pupils, for the lenslet mask */
 };
 
 /* The plan's device state (plan->gpu). */
 struct pp_gpu {
     void *frame;                /* the plan's type, tight rows */
-    uint8_t *img8, *tmp8;       /* tight u8 images: the 8-bit input, scratch */
+    uint8_t *img8, *dil8;       /* tight u8 images: the 8-bit input, the dilated mask */
     uint8_t *smooth8, *closed8; /* the smoothed image, the closed mask */
-    double *row_sums;           /* height */
-    unsigned long long *colsum; /* width */
-    unsigned int *hist;         /* 2 x 256 */
+    double *row_sums;           /* height (step 0 of float frames) */
+    uint32_t *work;             /* the frame's accumulators, cleared by step 0: */
+    int64_t nwork;              /*   their number of 32-bit words */
+    unsigned long long *colsum; /*   width (step 2), at the start of work */
+    unsigned int *hist;         /*   2 x 256 (step 3) */
+    unsigned int *rowcount;     /*   2 x height: border pixels per row and region (step 5) */
+    uint32_t *bits;             /* height x ceil(width / 32): the border pixels (step 5) */
     int2 *border;               /* n_pupils x npix */
+    float2 *uv;                 /* n_pupils x npix */
+    pp_cand *cand;              /* n_pupils x candidates */
+    double *cand_d;             /* n_pupils x candidates x 6 */
     float *randoms;             /* candidates x 5 */
     pp_state *st;               /* the frame's state */
-    sw_pupil_ellipse *pupils;           /* 2: device copy of the result's pupils */
+    sw_pupil_ellipse *pupils;   /* 2: device copy of the result's pupils */
     uint8_t *lenslet;           /* nx x ny (with a geometry) */
-    void *cub_temp;             /* step 5's CUB storage */
-    size_t cub_bytes;
-    sw_pupil_result *h_result; /* mapped pinned host memory */
-    sw_pupil_result *d_result; /* its device address */
-    cudaGraph_t graph;         /* steps 0-9 and the mask, captured on the first run */
+    sw_pupil_result *h_result;  /* mapped pinned host memory */
+    sw_pupil_result *d_result;  /* its device address */
+    cudaGraph_t graph;          /* steps 0-9 and the mask, captured on the first run */
     cudaGraphExec_t exec;
 };
 
@@ -156,59 +200,287 @@ __device__ __forceinline__ void pp_region_cols(int32_t split, int32_t width, int
     *x1 = r == 0 ? split : width;
 }
 
-/* A 1-D grid-stride launch: enough blocks of `threads` to fill the device a few times over. */
-static unsigned grid1(const sw_pupil_plan *plan, int64_t n, int threads)
+/* A 1-D grid-stride launch: enough blocks of `threads` for n items, at most per_sm per
+ * multiprocessor. */
+static unsigned pp_grid(const sw_pupil_plan *plan, int64_t n, int threads, int per_sm)
 {
     int64_t b = (n + threads - 1) / threads;
     const int64_t most =
-        8 * (int64_t)(plan->ctx->multiprocessors > 0 ? plan->ctx->multiprocessors : 32);
+        per_sm * (int64_t)(plan->ctx->multiprocessors > 0 ? plan->ctx->multiprocessors : 32);
     if (b > most)
         b = most;
     return (unsigned)(b > 0 ? b : 1);
 }
 
-/* ================================================================== step 0: 8-bit input */
-
-/* Row sums of the frame mean (pupil_model.h SW_PM_MEAN_*): lane j adds x = j, j + 32, ... in
- * order (NaN and Inf as 0), then the 5 butterfly rounds s_j + s_(j xor o). One warp per row. */
-template <typename T>
-__global__ void __launch_bounds__(PP_SUM_WARPS * 32)
-    pp_row_sums_kernel(const T *frame, int32_t width, int32_t height, double *row_sums)
+/*
+ * The last-block-done pattern: every thread of every block calls this after its block's last
+ * write of the step's partial results; it returns true (in all its threads) in the one block
+ * that arrives last. The fence before the ticket makes each block's writes visible before its
+ * ticket counts, so the last block sees them all (it reads them with __ldcg, from L2). The last
+ * block resets the ticket for the next frame.
+ */
+__device__ bool pp_last_block(unsigned int *ticket)
 {
-    const int lane = threadIdx.x & 31;
-    const int32_t y = (int32_t)blockIdx.x * PP_SUM_WARPS + (int32_t)(threadIdx.x >> 5);
-    if (y >= height)
-        return; /* the whole warp */
-    const T *row = frame + (size_t)y * (size_t)width;
-    double a = 0.0;
-    for (int32_t x = lane; x < width; x += SW_PM_MEAN_LANES)
-        a += sw_pm_finite_or_zero((double)row[x]);
-    for (int o = SW_PM_MEAN_LANES / 2; o >= 1; o /= 2)
-        a = a + __shfl_xor_sync(PP_FULL, a, o);
-    if (lane == 0)
-        row_sums[y] = a;
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0 && threadIdx.y == 0) {
+        const unsigned int nb = gridDim.x * gridDim.y * gridDim.z;
+        last = atomicAdd(ticket, 1u) == nb - 1;
+        if (last)
+            *ticket = 0;
+    }
+    __syncthreads();
+    if (last)
+        __threadfence();
+    return last;
 }
 
-/* The total of the row sums (pupil_model.h: slot i adds rows i, i + 1024, ... in order, then the
- * tree slot_i + slot_(i + o)) and the scale: input_scale when > 0, else sw_pm_auto_scale. Also
- * writes the split when it is not found per frame (split_fixed >= 0: the fixed split, or the
- * width with one pupil). One block of SW_PM_MEAN_SLOTS threads. */
+/* ================================================================== step 0: 8-bit input */
+
+/* Clears the frame's accumulators (colsum, histograms, border counts; the winners) with the
+ * whole grid (1-D), and writes the split when it is not found per frame (split_fixed >= 0: the
+ * fixed split, or the width with one pupil). The later kernels accumulate into them. */
+__device__ void pp_frame_start(pp_state *st, uint32_t *work, int64_t nwork, int32_t split_fixed)
+{
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < nwork; i += stride)
+        work[i] = 0;
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        st->best[0] = 0;
+        st->best[1] = 0;
+        if (split_fixed >= 0)
+            st->split = split_fixed;
+    }
+}
+
+/* Sum over the block (PP_PIX threads, 1-D) of v, returned to every thread (each adds the warps'
+ * sums in the same order). Every thread of the block must call it. */
+__device__ long long pp_block_sum(long long v)
+{
+    __shared__ long long part[PP_PIX / 32];
+    for (int o = 16; o >= 1; o /= 2)
+        v += __shfl_xor_sync(PP_FULL, v, o);
+    __syncthreads(); /* part is free (a previous call's readers are done) */
+    if ((threadIdx.x & 31) == 0)
+        part[threadIdx.x >> 5] = v;
+    __syncthreads();
+    long long s = 0;
+    for (int w = 0; w < PP_PIX / 32; w++)
+        s += part[w];
+    return s;
+}
+
+/* The minimum over the block (PP_PIX threads) of v, returned to every thread. */
+__device__ int pp_block_min(int v)
+{
+    __shared__ int part[PP_PIX / 32];
+    for (int o = 16; o >= 1; o /= 2)
+        v = min(v, __shfl_xor_sync(PP_FULL, v, o));
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0)
+        part[threadIdx.x >> 5] = v;
+    __syncthreads();
+    int m = part[0];
+    for (int w = 1; w < PP_PIX / 32; w++)
+        m = min(m, part[w]);
+    return m;
+}
+
+/*
+ * Step 0, 8-bit frames (pupil_model.h's two passes from the frame's value histogram): per-warp
+ * histograms in shared memory (16-byte loads over the frame as one array; a run of one value in
+ * a thread's 16 pixels is counted once, and 0 not at all: it adds nothing to either sum, and
+ * the count of pixels above m1 > 0 never includes it), added into st->vhist;
+ * the last block (PP_PIX = 256 threads, one per value) reads and resets it and computes pass 1's
+ * total sum_v v h(v) -> m1 (sw_pm_frame_mean), then pass 2's sum and count of the values v > m1
+ * -> the scale (sw_pm_scale_above). The pixel sums stay below 2^52 (pp_int_sum_exact), so every
+ * partial sum of the model's order is an exact integer in a double: the model's totals are these
+ * exact integer sums, whatever the order.
+ */
+__global__ void __launch_bounds__(PP_PIX)
+    pp_scale_u8_kernel(const uint8_t *frame, int64_t npix, pp_state *st, uint32_t *work,
+                       int64_t nwork, int32_t split_fixed)
+{
+    __shared__ unsigned int sh[PP_PIX / 32][256];
+    pp_frame_start(st, work, nwork, split_fixed);
+    const int warp = threadIdx.x >> 5;
+    for (int i = threadIdx.x; i < (PP_PIX / 32) * 256; i += PP_PIX)
+        sh[i >> 8][i & 255] = 0;
+    __syncthreads();
+    const int64_t stride = (int64_t)gridDim.x * PP_PIX;
+    const int64_t t0 = (int64_t)blockIdx.x * PP_PIX + threadIdx.x, nvec = npix / 16;
+    for (int64_t i = t0; i < nvec; i += stride) {
+        const uint4 q = ((const uint4 *)frame)[i]; /* cudaMalloc'ed: aligned */
+        const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+        uint32_t key = 0, cnt = 0; /* a run of one non-zero value: one atomic */
+#pragma unroll
+        for (int b = 0; b < 16; b++) {
+            const uint32_t v = (w[b >> 2] >> (8 * (b & 3))) & 0xffu;
+            if (v == key) {
+                cnt++;
+            } else {
+                if (key && cnt)
+                    atomicAdd(&sh[warp][key], cnt);
+                key = v;
+                cnt = 1;
+            }
+        }
+        if (key && cnt)
+            atomicAdd(&sh[warp][key], cnt);
+    }
+    for (int64_t i = nvec * 16 + t0; i < npix; i += stride)
+        if (frame[i])
+            atomicAdd(&sh[warp][frame[i]], 1u);
+    __syncthreads();
+    for (int v = threadIdx.x; v < 256; v += PP_PIX) {
+        unsigned long long c = 0;
+        for (int w = 0; w < PP_PIX / 32; w++)
+            c += sh[w][v];
+        if (c)
+            atomicAdd(&st->vhist[v], c);
+    }
+    if (!pp_last_block(&st->ticket[PP_TICKET_SCALE]))
+        return;
+    const long long v = threadIdx.x, hv = (long long)atomicExch(&st->vhist[v], 0ull);
+    const double m1 = sw_pm_frame_mean((double)pp_block_sum(v * hv), npix);
+    double scale = 0.0; /* an empty frame */
+    if (m1 > 0.0) {     /* the same for the whole block */
+        const bool above = (double)v > m1;
+        const long long sum = pp_block_sum(above ? v * hv : 0), cnt = pp_block_sum(above ? hv : 0);
+        scale = sw_pm_scale_above(m1, (double)sum, (int64_t)cnt);
+    }
+    if (v == 0)
+        st->scale = scale;
+}
+
+/* A 32-bit word of a u16 / u32 frame into the sum s and count n of its pixels above the level
+ * ti (pass 1: all of them). */
+template <int PASS>
+__device__ __forceinline__ void pp_add_px(uint32_t v, unsigned long long ti, unsigned long long &s,
+                                          unsigned long long &n)
+{
+    if (PASS == 1 || v > ti) {
+        s += v;
+        n++;
+    }
+}
+template <int PASS>
+__device__ __forceinline__ void pp_add_word(uint32_t w, uint16_t, unsigned long long ti,
+                                            unsigned long long &s, unsigned long long &n)
+{
+    pp_add_px<PASS>(w & 0xffffu, ti, s, n);
+    pp_add_px<PASS>(w >> 16, ti, s, n);
+}
+template <int PASS>
+__device__ __forceinline__ void pp_add_word(uint32_t w, uint32_t, unsigned long long ti,
+                                            unsigned long long &s, unsigned long long &n)
+{
+    pp_add_px<PASS>(w, ti, s, n);
+}
+
+/*
+ * Step 0, u16 and u32 frames whose pixel sum stays below 2^52 (pp_int_sum_exact), pass PASS of
+ * pupil_model.h's two: as for 8-bit frames, the model's totals are then the exact integer sums.
+ * Pass 1 sums all pixels, pass 2 those above m1 (v > m1 is v > floor(m1) for integers) and
+ * counts them; 16-byte loads over the frame as one array, 64-bit atomics per block. The last
+ * block writes m1 (pass 1, sw_pm_frame_mean) or the scale (pass 2, sw_pm_scale_above; 0 for an
+ * empty frame) and resets the sums. Pass 1 also clears the frame's accumulators.
+ */
+template <typename T, int PASS>
+__global__ void __launch_bounds__(PP_PIX)
+    pp_sum_int_kernel(const T *frame, int64_t npix, pp_state *st, uint32_t *work, int64_t nwork,
+                      int32_t split_fixed)
+{
+    if (PASS == 1)
+        pp_frame_start(st, work, nwork, split_fixed);
+    const double m1 = PASS == 1 ? 0.0 : st->mean1;
+    const unsigned long long ti = PASS == 1 || !(m1 > 0.0) ? 0ull : (unsigned long long)floor(m1);
+    const int64_t stride = (int64_t)gridDim.x * PP_PIX;
+    const int64_t t0 = (int64_t)blockIdx.x * PP_PIX + threadIdx.x;
+    const int64_t per = 16 / (int64_t)sizeof(T), nvec = npix / per;
+    unsigned long long s = 0, n = 0;
+    for (int64_t i = t0; i < nvec; i += stride) {
+        const uint4 q = ((const uint4 *)frame)[i]; /* cudaMalloc'ed: aligned */
+        pp_add_word<PASS>(q.x, T(), ti, s, n);
+        pp_add_word<PASS>(q.y, T(), ti, s, n);
+        pp_add_word<PASS>(q.z, T(), ti, s, n);
+        pp_add_word<PASS>(q.w, T(), ti, s, n);
+    }
+    for (int64_t i = nvec * per + t0; i < npix; i += stride)
+        pp_add_px<PASS>((uint32_t)frame[i], ti, s, n);
+    const long long bs = pp_block_sum((long long)s), bn = pp_block_sum((long long)n);
+    if (threadIdx.x == 0) {
+        atomicAdd(&st->total, (unsigned long long)bs);
+        if (PASS == 2)
+            atomicAdd(&st->count, (unsigned long long)bn);
+    }
+    if (pp_last_block(&st->ticket[PP_TICKET_SCALE]) && threadIdx.x == 0) {
+        const unsigned long long total = atomicExch(&st->total, 0ull);
+        if (PASS == 1) {
+            st->mean1 = sw_pm_frame_mean((double)total, npix);
+        } else {
+            const unsigned long long count = atomicExch(&st->count, 0ull);
+            st->scale = m1 > 0.0 ? sw_pm_scale_above(m1, (double)total, (int64_t)count) : 0.0;
+        }
+    }
+}
+
+/*
+ * Step 0, other frames (f32, and u32 frames too large for the exact integer sums): pass PASS of
+ * pupil_model.h's two in the model's order exactly, over the pixels v > thr (sw_pm_above; pass
+ * 1: thr = -infinity, every finite pixel; pass 2: thr = m1). Row sums: one warp per row (PP_ROWS
+ * rows per block of 1024), lane j adds x = j, j + 32, ... in order, then the 5 butterfly rounds
+ * s_j + s_(j xor o); the counts (pass 2) are integers, added per block. The last block (1024
+ * threads, the model's slots) adds the rows i, i + 1024, ... per slot in order, then the tree
+ * slot_i + slot_(i + o), and writes m1 (pass 1) or the scale (pass 2, 0 for an empty frame).
+ */
+template <typename T, int PASS>
 __global__ void __launch_bounds__(SW_PM_MEAN_SLOTS)
-    pp_scale_kernel(const double *row_sums, int32_t height, int64_t npix, double input_scale,
-                    int32_t split_fixed, pp_state *st)
+    pp_row_sums_kernel(const T *frame, int32_t width, int32_t height, int64_t npix,
+                       double *row_sums, pp_state *st, uint32_t *work, int64_t nwork,
+                       int32_t split_fixed)
 {
     __shared__ double s[SW_PM_MEAN_SLOTS];
-    const int i = threadIdx.x;
-    if (i == 0 && split_fixed >= 0)
-        st->split = split_fixed;
-    if (input_scale > 0.0) {
-        if (i == 0)
-            st->scale = input_scale;
-        return; /* the whole block */
+    __shared__ unsigned long long nrow[PP_ROWS];
+    if (PASS == 1)
+        pp_frame_start(st, work, nwork, split_fixed);
+    const double thr = PASS == 1 ? -INFINITY : st->mean1;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int32_t y = (int32_t)blockIdx.x * PP_ROWS + (int32_t)warp;
+    unsigned long long cnt = 0;
+    if (y < height) { /* the whole warp */
+        const T *row = frame + (size_t)y * (size_t)width;
+        double a = 0.0;
+        for (int32_t x = lane; x < width; x += SW_PM_MEAN_LANES) {
+            const double v = (double)row[x];
+            a += sw_pm_above(v, thr);
+            cnt += (unsigned long long)sw_pm_counts_above(v, thr);
+        }
+        for (int o = SW_PM_MEAN_LANES / 2; o >= 1; o /= 2)
+            a = a + __shfl_xor_sync(PP_FULL, a, o);
+        if (lane == 0)
+            row_sums[y] = a;
     }
+    if (PASS == 2) {
+        for (int o = 16; o >= 1; o /= 2)
+            cnt += __shfl_xor_sync(PP_FULL, cnt, o);
+        if (lane == 0)
+            nrow[warp] = cnt;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            unsigned long long b = 0;
+            for (int w = 0; w < PP_ROWS; w++)
+                b += nrow[w];
+            atomicAdd(&st->count, b);
+        }
+    }
+    if (!pp_last_block(&st->ticket[PP_TICKET_SCALE]))
+        return;
+    const int i = threadIdx.x;
     double a = 0.0;
-    for (int32_t y = i; y < height; y += SW_PM_MEAN_SLOTS)
-        a += row_sums[y];
+    for (int32_t yy = i; yy < height; yy += SW_PM_MEAN_SLOTS)
+        a += __ldcg(&row_sums[yy]);
     s[i] = a;
     __syncthreads();
     for (int o = SW_PM_MEAN_SLOTS / 2; o >= 1; o /= 2) {
@@ -216,119 +488,99 @@ __global__ void __launch_bounds__(SW_PM_MEAN_SLOTS)
             s[i] = s[i] + s[i + o];
         __syncthreads();
     }
-    if (i == 0)
-        st->scale = sw_pm_auto_scale(s[0], npix);
+    if (i == 0) {
+        if (PASS == 1) {
+            st->mean1 = sw_pm_frame_mean(s[0], npix);
+        } else {
+            const unsigned long long count = atomicExch(&st->count, 0ull);
+            const double m1 = st->mean1;
+            st->scale = m1 > 0.0 ? sw_pm_scale_above(m1, s[0], (int64_t)count) : 0.0;
+        }
+    }
 }
 
-/* u8 = sw_pm_to_u8(v, scale), one thread per pixel (the seed's optimisation 4: everything after
- * this works on 8-bit data). */
-template <typename T>
+/* Step 0 with a given scale (input_scale > 0): only the clearing and the scale. */
 __global__ void __launch_bounds__(PP_PIX)
-    pp_to_u8_kernel(const T *frame, int64_t npix, const pp_state *st, uint8_t *img8)
+    pp_fixed_scale_kernel(double scale, pp_state *st, uint32_t *work, int64_t nwork,
+                          int32_t split_fixed)
 {
-    const double scale = st->scale;
-    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < npix; i += stride)
-        img8[i] = sw_pm_to_u8((double)frame[i], scale);
+    pp_frame_start(st, work, nwork, split_fixed);
+    if (blockIdx.x == 0 && threadIdx.x == 0)
+        st->scale = scale;
 }
 
-/* ================================================================== step 1: Gaussian */
-
-/* sum_k w_k v_(k) over the 2r + 1 taps of a shared-memory line (stride between taps `step`):
- * unrolled for a compile-time radius R >= 0 (the seed's optimisation 3), a loop for R < 0. */
-template <int R>
-__device__ __forceinline__ uint32_t pp_taps_sum(const uint8_t *v, int step, int rr,
-                                                const pp_taps &t)
+/* Step 0's conversion of one pixel: sw_pm_to_u8; for 8-bit frames through the block's table of
+ * the 256 values (the same function, computed once per block). */
+template <typename T> __device__ __forceinline__ uint8_t pp_u8(T v, double scale, const uint8_t *)
 {
-    uint32_t acc = 0;
+    return sw_pm_to_u8((double)v, scale);
+}
+__device__ __forceinline__ uint8_t pp_u8(uint8_t v, double, const uint8_t *lut)
+{
+    return lut[v];
+}
+
+/* ================================================================== steps 1-2: Gaussian, split */
+
+/* Step 1, rows: 4 outputs at p[0..3] of a shared-memory row (p 4-byte aligned),
+ * out_q = sw_pm_gauss_finish(sum_k w_k p[q + k]), packed into a word (byte q = output q).
+ * R: the radius at compile time (even: the words read stay in the row; the seed's optimisation
+ * 3), or -1: rr at run time. */
+template <int R>
+__device__ __forceinline__ uint32_t pp_gauss_row4(const uint8_t *p, int rr, const pp_taps &t)
+{
+    uint32_t acc[4] = {0u, 0u, 0u, 0u};
     if (R >= 0) {
+        constexpr int RR = R > 0 ? R : 0;
+        constexpr int NW = (4 + 2 * RR + 3) / 4;
+        uint32_t w[NW];
 #pragma unroll
-        for (int k = 0; k <= 2 * R; k++)
-            acc += t.w[k] * (uint32_t)v[k * step];
+        for (int q = 0; q < NW; q++)
+            w[q] = ((const uint32_t *)p)[q];
+#pragma unroll
+        for (int k = 0; k <= 2 * RR; k++)
+#pragma unroll
+            for (int q = 0; q < 4; q++)
+                acc[q] += t.w[k] * ((w[(q + k) >> 2] >> (8 * ((q + k) & 3))) & 0xffu);
     } else {
         for (int k = 0; k <= 2 * rr; k++)
-            acc += t.w[k] * (uint32_t)v[k * step];
+#pragma unroll
+            for (int q = 0; q < 4; q++)
+                acc[q] += t.w[k] * (uint32_t)p[q + k];
     }
-    return acc;
+    return (uint32_t)sw_pm_gauss_finish(acc[0]) | ((uint32_t)sw_pm_gauss_finish(acc[1]) << 8) |
+           ((uint32_t)sw_pm_gauss_finish(acc[2]) << 16) |
+           ((uint32_t)sw_pm_gauss_finish(acc[3]) << 24);
 }
 
-/* Step 1, rows: out(x, y) = sw_pm_gauss_finish(sum_k w_k in(clamp(x - r + k), y)). A block's
- * tile of PP_ROW_BX x PP_ROW_BY pixels is read once into shared memory with r pixels on each
- * side (the edge pixel repeated beyond the image). R: the radius at compile time, or -1 (rr). */
+/* Step 1, columns: PP_COLR outputs down a shared-memory column p[0], p[PP_TW], ... (the taps of
+ * output q are rows q .. q + 2r). */
 template <int R>
-__global__ void __launch_bounds__(PP_ROW_THREADS)
-    pp_gauss_rows_kernel(const uint8_t *in, uint8_t *out, int32_t width, int32_t height, int rr,
-                         pp_taps taps)
+__device__ __forceinline__ void pp_gauss_col(const uint8_t *p, int rr, const pp_taps &t,
+                                             uint8_t *out)
 {
-    __shared__ uint8_t tile[PP_ROW_BY][PP_ROW_BX + 2 * PP_HALO];
-    const int r = R >= 0 ? R : rr;
-    const int tx = threadIdx.x, ty = threadIdx.y;
-    const int32_t xb = (int32_t)blockIdx.x * PP_ROW_BX;
-    const int32_t y = (int32_t)blockIdx.y * PP_ROW_BY + ty;
-    const uint8_t *row = in + (size_t)min(y, height - 1) * (size_t)width;
-    for (int i = tx; i < PP_ROW_BX + 2 * r; i += PP_ROW_BX)
-        tile[ty][i] = row[min(max(xb - r + i, 0), width - 1)];
-    __syncthreads();
-    const int32_t x = xb + tx;
-    if (x < width && y < height)
-        out[(size_t)y * (size_t)width + x] =
-            sw_pm_gauss_finish(pp_taps_sum<R>(&tile[ty][tx], 1, r, taps));
-}
-
-/* Step 1, columns: as the rows, along y. A block's tile is PP_COL_BX columns x PP_COL_TH rows
- * (each thread PP_COL_RPT of them) plus r rows above and below. */
-template <int R>
-__global__ void __launch_bounds__(PP_COL_THREADS)
-    pp_gauss_cols_kernel(const uint8_t *in, uint8_t *out, int32_t width, int32_t height, int rr,
-                         pp_taps taps)
-{
-    __shared__ uint8_t tile[PP_COL_TH + 2 * PP_HALO][PP_COL_BX];
-    const int r = R >= 0 ? R : rr;
-    const int tx = threadIdx.x, ty = threadIdx.y;
-    const int32_t x = (int32_t)blockIdx.x * PP_COL_BX + tx;
-    const int32_t yb = (int32_t)blockIdx.y * PP_COL_TH;
-    const int32_t xc = min(x, width - 1);
-    for (int i = ty; i < PP_COL_TH + 2 * r; i += PP_COL_BY)
-        tile[i][tx] = in[(size_t)min(max(yb - r + i, 0), height - 1) * (size_t)width + xc];
-    __syncthreads();
-    if (x >= width)
-        return;
-    for (int j = 0; j < PP_COL_RPT; j++) {
-        const int iy = ty + j * PP_COL_BY;
-        const int32_t y = yb + iy;
-        if (y >= height)
-            break;
-        out[(size_t)y * (size_t)width + x] =
-            sw_pm_gauss_finish(pp_taps_sum<R>(&tile[iy][tx], PP_COL_BX, r, taps));
-    }
-}
-
-/* ================================================================== step 2: binocular split */
-
-/* Column sums of the smoothed image: each block sums PP_COL_TH rows of PP_COL_BX columns and
- * adds them to colsum (zeroed first) with one 64-bit atomic per column (integers: any order). */
-__global__ void __launch_bounds__(PP_COL_THREADS)
-    pp_colsum_kernel(const uint8_t *smooth, int32_t width, int32_t height,
-                     unsigned long long *colsum)
-{
-    __shared__ unsigned int part[PP_COL_BY][PP_COL_BX];
-    const int tx = threadIdx.x, ty = threadIdx.y;
-    const int32_t x = (int32_t)blockIdx.x * PP_COL_BX + tx;
-    const int32_t yb = (int32_t)blockIdx.y * PP_COL_TH;
-    unsigned int s = 0;
-    if (x < width)
-        for (int j = 0; j < PP_COL_RPT; j++) {
-            const int32_t y = yb + ty + j * PP_COL_BY;
-            if (y < height)
-                s += smooth[(size_t)y * (size_t)width + x];
+    if (R >= 0) {
+        constexpr int RR = R > 0 ? R : 0;
+        uint32_t v[PP_COLR + 2 * RR];
+#pragma unroll
+        for (int q = 0; q < PP_COLR + 2 * RR; q++)
+            v[q] = p[q * PP_TW];
+#pragma unroll
+        for (int q = 0; q < PP_COLR; q++) {
+            uint32_t acc = 0;
+#pragma unroll
+            for (int k = 0; k <= 2 * RR; k++)
+                acc += t.w[k] * v[q + k];
+            out[q] = sw_pm_gauss_finish(acc);
         }
-    part[ty][tx] = s;
-    __syncthreads();
-    if (ty == 0 && x < width) {
-        unsigned long long t = 0;
-        for (int j = 0; j < PP_COL_BY; j++)
-            t += part[j][tx];
-        atomicAdd(&colsum[x], t);
+    } else {
+#pragma unroll
+        for (int q = 0; q < PP_COLR; q++) {
+            uint32_t acc = 0;
+            for (int k = 0; k <= 2 * rr; k++)
+                acc += t.w[k] * (uint32_t)p[(q + k) * PP_TW];
+            out[q] = sw_pm_gauss_finish(acc);
+        }
     }
 }
 
@@ -345,23 +597,23 @@ __device__ __forceinline__ bool pp_split_better(unsigned long long pa, int32_t d
     return xa < xb;
 }
 
-/* Step 2 (split_x < 0, two pupils): P(x) = sum of colsum over x - h .. x + h (h = max(4,
- * width / 64), clipped), split = the best x in [width / 4, 3 width / 4). One block. */
-__global__ void __launch_bounds__(PP_SPLIT)
-    pp_split_kernel(const unsigned long long *colsum, int32_t width, pp_state *st)
+/* Step 2 (split_x < 0, two pupils), by one block of PP_TILE threads: P(x) = sum of colsum over
+ * x - h .. x + h (h = max(4, width / 64), clipped), split = the best x in [width / 4,
+ * 3 width / 4). colsum was added by the other blocks of the grid: read from L2. */
+__device__ void pp_split_block(const unsigned long long *colsum, int32_t width, pp_state *st)
 {
-    __shared__ unsigned long long sp[PP_SPLIT];
-    __shared__ int32_t sd[PP_SPLIT], sx[PP_SPLIT];
+    __shared__ unsigned long long sp[PP_TILE];
+    __shared__ int32_t sd[PP_TILE], sx[PP_TILE];
     const int t = threadIdx.x;
     const int32_t h = width / 64 > 4 ? width / 64 : 4;
     const int32_t lo = width / 4, hi = (3 * width) / 4;
     unsigned long long bp = ULLONG_MAX;
     int32_t bd = INT_MAX, bx = INT_MAX;
-    for (int32_t x = lo + t; x < hi; x += PP_SPLIT) {
+    for (int32_t x = lo + t; x < hi; x += PP_TILE) {
         const int32_t a = max(x - h, 0), b = min(x + h, width - 1);
         unsigned long long p = 0;
         for (int32_t c = a; c <= b; c++)
-            p += colsum[c];
+            p += __ldcg(&colsum[c]);
         const int32_t d = abs(2 * x - width); /* to the real middle, as pupil_cpu.c */
         if (pp_split_better(p, d, x, bp, bd, bx)) {
             bp = p;
@@ -373,7 +625,7 @@ __global__ void __launch_bounds__(PP_SPLIT)
     sd[t] = bd;
     sx[t] = bx;
     __syncthreads();
-    for (int o = PP_SPLIT / 2; o >= 1; o /= 2) {
+    for (int o = PP_TILE / 2; o >= 1; o /= 2) {
         if (t < o && pp_split_better(sp[t + o], sd[t + o], sx[t + o], sp[t], sd[t], sx[t])) {
             sp[t] = sp[t + o];
             sd[t] = sd[t + o];
@@ -385,219 +637,660 @@ __global__ void __launch_bounds__(PP_SPLIT)
         st->split = sx[0];
 }
 
-/* ================================================================== step 3: Otsu */
+/*
+ * Steps 0-2 on a tile of PP_TW x PP_TH pixels (block PP_TILE, grid over the frame):
+ *   A. the raw pixels of the tile and an r-pixel halo (positions clamped to the image: the edge
+ *      pixel repeated, pupil.h step 1) converted to 8 bits with the frame's scale (step 0); the
+ *      tile's own pixels are written to img8;
+ *   B. the Gaussian's row pass over the tile's rows and the r halo rows above and below, into
+ *      shared memory, rounded to 8 bits as the CPU's (a halo row beyond the image is the row
+ *      pass of the clamped row: the CPU's column pass reads exactly that row);
+ *   C. the column pass into smooth8, and with colsum (automatic split) the tile's column sums
+ *      added to colsum (one 64-bit atomic per column: integers, any order); the grid's last
+ *      block then finds the split (pp_split_block).
+ * R: the radius at compile time (4) or -1 (rr, up to SW_PUPIL_MAX_RADIUS).
+ */
+template <typename T, int R>
+__global__ void __launch_bounds__(PP_TILE)
+    pp_smooth_kernel(const T *frame, int32_t width, int32_t height, int rr, pp_taps taps,
+                     pp_state *st, uint8_t *img8, uint8_t *smooth8, unsigned long long *colsum)
+{
+    constexpr int H = R >= 0 ? R : SW_PUPIL_MAX_RADIUS;
+    constexpr int IW = PP_TW + 2 * H;
+    static_assert(R < 0 || R % 2 == 0, "the unrolled row pass reads whole words");
+    static_assert(IW % 4 == 0 && PP_TILE == 256, "tile layout");
+    __shared__ __align__(16) uint8_t s_in[PP_TH + 2 * H][IW];
+    __shared__ __align__(16) uint8_t s_row[PP_TH + 2 * H][PP_TW];
+    __shared__ uint8_t s_lut[256];
+    __shared__ unsigned int s_col[PP_COLG][PP_TW];
+    const int r = R >= 0 ? R : rr;
+    const int tid = threadIdx.x;
+    const int32_t xb = (int32_t)blockIdx.x * PP_TW, yb = (int32_t)blockIdx.y * PP_TH;
+    const double scale = st->scale;
+    if (sizeof(T) == 1) {
+        s_lut[tid] = sw_pm_to_u8((double)tid, scale);
+        __syncthreads();
+    }
 
-/* The regions' 256-bin histograms of the smoothed image (hist zeroed first): shared-memory
- * counts per block, then one global atomic per non-empty bin. Grid (gx, gy) strides over columns
- * and rows. */
+    /* A: the 8-bit tile with its halo */
+    const int lw = PP_TW + 2 * r, lh = PP_TH + 2 * r;
+    for (int e = tid; e < lw * lh; e += PP_TILE) {
+        const int i = e / lw, j = e - i * lw;
+        const int32_t y = yb - r + i, x = xb - r + j;
+        const int32_t yc = min(max(y, 0), height - 1), xc = min(max(x, 0), width - 1);
+        const uint8_t u = pp_u8(frame[(size_t)yc * (size_t)width + xc], scale, s_lut);
+        s_in[i][j] = u;
+        if (y == yc && x == xc && i >= r && i < r + PP_TH && j >= r && j < r + PP_TW)
+            img8[(size_t)y * (size_t)width + x] = u;
+    }
+    __syncthreads();
+
+    /* B: the row pass, 4 pixels per item */
+    for (int e = tid; e < lh * PP_TWW; e += PP_TILE) {
+        const int i = e / PP_TWW, j = 4 * (e - i * PP_TWW);
+        *(uint32_t *)&s_row[i][j] = pp_gauss_row4<R>(&s_in[i][j], r, taps);
+    }
+    __syncthreads();
+
+    /* C: the column pass, PP_COLR rows of one column per thread */
+    const int j = tid % PP_TW, g = tid / PP_TW;
+    const int32_t x = xb + j;
+    uint8_t out[PP_COLR];
+    pp_gauss_col<R>(&s_row[g * PP_COLR][j], r, taps, out);
+    unsigned int part = 0;
+#pragma unroll
+    for (int q = 0; q < PP_COLR; q++) {
+        const int32_t y = yb + g * PP_COLR + q;
+        if (x < width && y < height) {
+            smooth8[(size_t)y * (size_t)width + x] = out[q];
+            part += out[q];
+        }
+    }
+    if (colsum) { /* the same for the whole grid */
+        s_col[g][j] = part;
+        __syncthreads();
+        if (g == 0 && x < width) {
+            unsigned int c = 0;
+            for (int q = 0; q < PP_COLG; q++)
+                c += s_col[q][j];
+            if (c)
+                atomicAdd(&colsum[x], (unsigned long long)c);
+        }
+        if (pp_last_block(&st->ticket[PP_TICKET_SPLIT]))
+            pp_split_block(colsum, width, st);
+    }
+}
+
+/* ================================================================== step 3: the threshold */
+
+/* Inclusive prefix sums of a[256] and b[256] in shared memory (Hillis-Steele), by the block
+ * (PP_PIX = 256 threads, one element each). */
+__device__ void pp_block_scan2(long long *a, long long *b)
+{
+    const int t = threadIdx.x;
+    __syncthreads();
+    for (int o = 1; o < 256; o *= 2) {
+        const long long x = t >= o ? a[t - o] : 0, y = t >= o ? b[t - o] : 0;
+        __syncthreads();
+        a[t] += x;
+        b[t] += y;
+        __syncthreads();
+    }
+}
+
+/* The best (c, i) over the block (PP_PIX threads): the largest c, the smallest i on ties (the
+ * first maximum of a serial scan with "strictly larger replaces"); to every thread. */
+__device__ void pp_block_argmax(double *c, int *i)
+{
+    __shared__ double bc[PP_PIX];
+    __shared__ int bi[PP_PIX];
+    const int t = threadIdx.x;
+    __syncthreads(); /* bc, bi are free */
+    bc[t] = *c;
+    bi[t] = *i;
+    __syncthreads();
+    for (int o = PP_PIX / 2; o >= 1; o /= 2) {
+        if (t < o && (bc[t + o] > bc[t] || (bc[t + o] == bc[t] && bi[t + o] < bi[t]))) {
+            bc[t] = bc[t + o];
+            bi[t] = bi[t + o];
+        }
+        __syncthreads();
+    }
+    *c = bc[0];
+    *i = bi[0];
+}
+
+/*
+ * Step 3a, sw_pm_clip_hist in parallel on a region's histogram h[256] (shared memory, changed in
+ * place) by the block, one bin per thread: N, ST; the pixels above the mean (t N > ST: exact);
+ * P = the smallest such t whose inclusive count of pixels above the mean reaches half of them
+ * (the set t N > ST is t >= some t0, so the count is a prefix sum of the masked histogram);
+ * c = floor(3 P / 2); when c < 255 the bins above c are added into bin c.
+ */
+__device__ void pp_clip_block(long long *h)
+{
+    __shared__ long long acc[256], dummy[256];
+    const int t = threadIdx.x;
+    const long long hv = h[t];
+    const long long N = pp_block_sum(hv), ST = pp_block_sum(hv * t);
+    const bool ab = (long long)t * N > ST;
+    const long long above = pp_block_sum(ab ? hv : 0);
+    if (above == 0)
+        return; /* the whole block: one value, or none */
+    acc[t] = ab ? hv : 0;
+    dummy[t] = 0;
+    pp_block_scan2(acc, dummy);
+    const int P = pp_block_min(ab && 2 * acc[t] >= above ? t : 255);
+    const int c = (3 * P) / 2;
+    if (c >= 255)
+        return;
+    const long long tail = pp_block_sum(t > c ? hv : 0);
+    if (t > c)
+        h[t] = 0;
+    if (t == c)
+        h[t] = hv + tail;
+    __syncthreads();
+}
+
+/*
+ * Step 3c, sw_pm_edge_threshold in parallel from the prefix counts cn and sums cs (inclusive) of
+ * the clipped histogram (any memory), by the block: n0 = cn[t_o], s0 = cs[t_o], n1 = N - n0;
+ * p = the smallest t > t_o with 2 (cn[t] - n0) >= n1 (255 when none); b = s0 / n0 and
+ * floor(b + edge_level (p - b)) clamped to 0..254, as the model. t_o < 0 or edge_level 0: t_o.
+ */
+__device__ int32_t pp_edge_block(const long long *cn, const long long *cs, int32_t t_o,
+                                 double edge_level)
+{
+    if (t_o < 0 || !(edge_level > 0.0))
+        return t_o; /* the same for the whole block */
+    const int t = threadIdx.x;
+    const long long N = cn[255], n0 = cn[t_o], s0 = cs[t_o], n1 = N - n0;
+    const int p = pp_block_min(t > t_o && 2 * (cn[t] - n0) >= n1 ? t : 255);
+    const double b = (double)s0 / (double)n0;
+    const double th = floor(b + edge_level * ((double)p - b));
+    return th < 0.0 ? 0 : (th > 254.0 ? 254 : (int32_t)th);
+}
+
+/*
+ * Step 3 of region r by the block (PP_PIX = 256 threads) from its histogram hist_r (added by the
+ * other blocks of the grid: read from L2): the clip (pp_clip_block), the prefix sums of the
+ * clipped histogram, the two-class Otsu split (sw_pm_otsu: the criterion per t in 0..254, the
+ * first maximum; -1 when no t splits the pixels). With otsu_classes 2 the edge level then gives
+ * the threshold; with 3 the clipped histogram goes to pp_otsu3_kernel, which finishes.
+ */
+__device__ void pp_threshold_block(const unsigned int *hist_r, int otsu_classes, double edge_level,
+                                   pp_state *st, int r)
+{
+    __shared__ long long h[256], cn[256], cs[256];
+    const int t = threadIdx.x;
+    __syncthreads(); /* the arrays are free (a previous region is done) */
+    h[t] = (long long)__ldcg(&hist_r[t]);
+    __syncthreads();
+    pp_clip_block(h);
+    cn[t] = h[t];
+    cs[t] = h[t] * t;
+    pp_block_scan2(cn, cs);
+    double c = t < 255 ? sw_pm_otsu_criterion(cn[255], cs[255], cn[t], cs[t]) : -1.0;
+    int i = t;
+    pp_block_argmax(&c, &i);
+    const int32_t t2c = c >= 0.0 ? i : -1;
+    if (otsu_classes == 3) {
+        st->o3h[r][t] = h[t];
+        st->o3n[r][t] = cn[t];
+        st->o3s[r][t] = cs[t];
+        if (t == 0)
+            st->t2c[r] = t2c;
+    } else {
+        const int32_t th = pp_edge_block(cn, cs, t2c, edge_level);
+        if (t == 0)
+            st->thr[r] = th;
+    }
+}
+
+/*
+ * Step 3: the regions' 256-bin histograms of the smoothed image (hist cleared by step 0), the
+ * frame read as one array of 16-byte chunks (grid-stride); a run of equal values of one region
+ * within a chunk is counted with one shared-memory atomic (the smoothed image is flat over large
+ * areas), then one global atomic per non-empty bin and block. The last block runs
+ * pp_threshold_block for each region.
+ */
 __global__ void __launch_bounds__(PP_PIX)
-    pp_hist_kernel(const uint8_t *smooth, int32_t width, int32_t height, const pp_state *st,
-                   unsigned int *hist)
+    pp_hist_kernel(const uint8_t *smooth, int32_t width, int64_t npix, int n_pupils,
+                   int otsu_classes, double edge_level, pp_state *st, unsigned int *hist)
 {
     __shared__ unsigned int sh[512];
     for (int i = threadIdx.x; i < 512; i += PP_PIX)
         sh[i] = 0;
     __syncthreads();
     const int32_t split = st->split;
-    for (int32_t y = blockIdx.y; y < height; y += gridDim.y) {
-        const uint8_t *row = smooth + (size_t)y * (size_t)width;
-        for (int32_t x = (int32_t)(blockIdx.x * PP_PIX + threadIdx.x); x < width;
-             x += (int32_t)(gridDim.x * PP_PIX))
-            atomicAdd(&sh[(x >= split ? 256 : 0) + row[x]], 1u);
+    const int64_t stride = (int64_t)gridDim.x * PP_PIX, nvec = npix / 16;
+    const int64_t t0 = (int64_t)blockIdx.x * PP_PIX + threadIdx.x;
+    for (int64_t c = t0; c < nvec; c += stride) {
+        const uint4 q = ((const uint4 *)smooth)[c]; /* cudaMalloc'ed: aligned */
+        const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+        int32_t x = (int32_t)((16 * c) % width);
+        int key = -1;
+        unsigned int cnt = 0;
+#pragma unroll
+        for (int b = 0; b < 16; b++) {
+            const int k = (x >= split ? 256 : 0) + (int)((w[b >> 2] >> (8 * (b & 3))) & 0xffu);
+            if (k == key) {
+                cnt++;
+            } else {
+                if (cnt)
+                    atomicAdd(&sh[key], cnt);
+                key = k;
+                cnt = 1;
+            }
+            if (++x == width)
+                x = 0;
+        }
+        atomicAdd(&sh[key], cnt);
     }
+    for (int64_t i = nvec * 16 + t0; i < npix; i += stride)
+        atomicAdd(&sh[((int32_t)(i % width) >= split ? 256 : 0) + smooth[i]], 1u);
     __syncthreads();
     for (int i = threadIdx.x; i < 512; i += PP_PIX)
         if (sh[i])
             atomicAdd(&hist[i], sh[i]);
+    if (pp_last_block(&st->ticket[PP_TICKET_OTSU]))
+        for (int r = 0; r < n_pupils; r++)
+            pp_threshold_block(hist + 256 * r, otsu_classes, edge_level, st, r);
 }
 
-/* Otsu's threshold of region blockIdx.x (sw_pm_otsu in parallel): exact int64 prefix sums
- * n0(t), S0(t), the criterion sw_pm_otsu_criterion per t in 0..254, the largest with the
- * smallest t on ties; -1 when no t has a criterion >= 0. One block of 256 threads per region. */
-__global__ void __launch_bounds__(256) pp_otsu_kernel(const unsigned int *hist, pp_state *st)
+/*
+ * Step 3b, the three-class split (sw_pm_otsu3) in parallel: block (t1, r) for t1 = 0..253 of
+ * region r, thread t for t2 = t1 + 1 + t < 255; sw_pm_otsu3_criterion from the clipped
+ * histogram's prefix sums (pairs with an empty bin at t1 or t2 are skipped, as the model allows);
+ * the block's best t2 (the smallest on ties) per t1. The grid's last block takes per region the
+ * best t1 (the smallest on ties: the model's lexicographic order), falls back to the two-class
+ * split when no pair splits the pixels into three classes, and applies the edge level.
+ */
+__global__ void __launch_bounds__(PP_PIX)
+    pp_otsu3_kernel(pp_state *st, int n_pupils, double edge_level)
 {
-    __shared__ long long cn[256], cs[256];
-    __shared__ double bc[256];
-    __shared__ int bt[256];
-    const int r = blockIdx.x, t = threadIdx.x;
-    const long long hv = (long long)hist[r * 256 + t];
-    cn[t] = hv;
-    cs[t] = hv * t;
-    __syncthreads();
-    for (int o = 1; o < 256; o *= 2) { /* inclusive scan (Hillis-Steele) */
-        const long long a = t >= o ? cn[t - o] : 0, b = t >= o ? cs[t - o] : 0;
-        __syncthreads();
-        cn[t] += a;
-        cs[t] += b;
-        __syncthreads();
+    const int r = blockIdx.y, t1 = blockIdx.x, t = threadIdx.x, t2 = t1 + 1 + t;
+    const long long *h = st->o3h[r], *cn = st->o3n[r], *cs = st->o3s[r];
+    double c = -1.0;
+    if (h[t1] != 0 && t2 < 255 && h[t2] != 0)
+        c = sw_pm_otsu3_criterion(cn[255], cs[255], cn[t1], cs[t1], cn[t2], cs[t2]);
+    int i = t2;
+    pp_block_argmax(&c, &i);
+    if (t == 0) {
+        st->o3c[r][t1] = c;
+        st->o3t[r][t1] = i;
     }
-    const int64_t N = cn[255], ST = cs[255];
-    bc[t] = t < 255 ? sw_pm_otsu_criterion(N, ST, cn[t], cs[t]) : -1.0;
-    bt[t] = t;
-    __syncthreads();
-    for (int o = 128; o >= 1; o /= 2) {
-        if (t < o && (bc[t + o] > bc[t] || (bc[t + o] == bc[t] && bt[t + o] < bt[t]))) {
-            bc[t] = bc[t + o];
-            bt[t] = bt[t + o];
-        }
-        __syncthreads();
-    }
-    if (t == 0)
-        st->thr[r] = bc[0] >= 0.0 ? bt[0] : -1;
-}
-
-/* ================================================================== step 4: close */
-
-#define PP_DILATE 0 /* maximum */
-#define PP_ERODE  1 /* minimum */
-
-/* Combines a 0/1 tap into the window's maximum (OP = PP_DILATE) or minimum (PP_ERODE); taps
- * outside the window leave it alone. */
-template <int OP> __device__ __forceinline__ uint8_t pp_morph_add(uint8_t acc, uint8_t v, bool in)
-{
-    if (!in)
-        return acc;
-    return OP == PP_DILATE ? (uint8_t)(acc | v) : (uint8_t)(acc & v);
-}
-
-/* Step 4, rows: the maximum (dilation) or minimum (erosion) of the 0/1 mask over x - r .. x + r,
- * clipped to the pixel's region [x0, x1) (pupil.h: a pupil cut by the image edge or the split is
- * not eroded from outside). THRESH: the first dilation pass, whose input is the smoothed image
- * and whose mask is v > t of the pixel's region (the region's Otsu threshold; no threshold, -1:
- * an empty mask). Tiles as pp_gauss_rows_kernel. */
-template <int R, int OP, bool THRESH>
-__global__ void __launch_bounds__(PP_ROW_THREADS)
-    pp_morph_rows_kernel(const uint8_t *in, uint8_t *out, int32_t width, int32_t height, int rr,
-                         const pp_state *st)
-{
-    __shared__ uint8_t tile[PP_ROW_BY][PP_ROW_BX + 2 * PP_HALO];
-    const int r = R >= 0 ? R : rr;
-    const int tx = threadIdx.x, ty = threadIdx.y;
-    const int32_t split = st->split;
-    const int32_t xb = (int32_t)blockIdx.x * PP_ROW_BX;
-    const int32_t y = (int32_t)blockIdx.y * PP_ROW_BY + ty;
-    const uint8_t *row = in + (size_t)min(y, height - 1) * (size_t)width;
-    int32_t t0 = 0, t1 = 0;
-    if (THRESH) {
-        t0 = st->thr[0];
-        t1 = st->thr[1];
-    }
-    for (int i = tx; i < PP_ROW_BX + 2 * r; i += PP_ROW_BX) {
-        const int32_t xx = min(max(xb - r + i, 0), width - 1);
-        uint8_t v = row[xx];
-        if (THRESH) {
-            const int32_t t = xx < split ? t0 : t1;
-            v = (uint8_t)(t >= 0 && (int32_t)v > t);
-        }
-        tile[ty][i] = v;
-    }
-    __syncthreads();
-    const int32_t x = xb + tx;
-    if (x >= width || y >= height)
+    if (!pp_last_block(&st->ticket[PP_TICKET_OTSU3]))
         return;
-    const int32_t x0 = x < split ? 0 : split, x1 = x < split ? split : width;
-    const uint8_t *v = &tile[ty][tx];
-    uint8_t acc = OP == PP_DILATE ? 0 : 1;
+    for (int q = 0; q < n_pupils; q++) {
+        double bc = t < 254 ? __ldcg(&st->o3c[q][t]) : -1.0;
+        int bi = t;
+        pp_block_argmax(&bc, &bi);
+        const int32_t t_o = bc >= 0.0 ? bi : st->t2c[q];
+        const int32_t th = pp_edge_block(st->o3n[q], st->o3s[q], t_o, edge_level);
+        if (t == 0)
+            st->thr[q] = th;
+    }
+}
+
+/* ================================================================== steps 4-5: close, border */
+
+/*
+ * The morphology works on words of 4 pixels (byte b = pixel x + b), each byte a 2-bit code of the
+ * pixel for both regions: bit 0 its value as seen by the pixels of region 0, bit 1 as seen by
+ * region 1. A pixel of the other region or beyond the image carries the neutral value there (0
+ * for the dilation's maximum, 1 for the erosion's minimum), so a plain OR / AND over the window
+ * is the window clipped to the region and the image (pupil.h step 4), and a pixel's result is
+ * the bit of its own region (pp_pick).
+ */
+
+/* Region selector of 4 pixels x .. x + 3 of an image row: byte 0x01 in region 0, 0x02 in
+ * region 1, 0 beyond the image. */
+__device__ __forceinline__ uint32_t pp_sel4(int32_t x, int32_t width, int32_t split)
+{
+    if (x >= 0 && x + 4 <= width && (x + 4 <= split || x >= split))
+        return x < split ? 0x01010101u : 0x02020202u;
+    uint32_t s = 0;
+#pragma unroll
+    for (int b = 0; b < 4; b++) {
+        const int32_t xx = x + b;
+        if (xx >= 0 && xx < width)
+            s |= (xx < split ? 1u : 2u) << (8 * b);
+    }
+    return s;
+}
+
+/* Bytes 0 / 1: the bit of each pixel's own region (sel from pp_sel4; 0 where sel is 0). */
+__device__ __forceinline__ uint32_t pp_pick(uint32_t code, uint32_t sel)
+{
+    const uint32_t m = code & sel;
+    return (m | (m >> 1)) & 0x01010101u;
+}
+
+/* 4 bytes of row y of a tight u8 image at columns x .. x + 3; bytes beyond the image are 0. */
+__device__ __forceinline__ uint32_t pp_load4(const uint8_t *img, int32_t width, int32_t height,
+                                             int32_t x, int32_t y)
+{
+    if (y < 0 || y >= height)
+        return 0;
+    const uint8_t *row = img + (size_t)y * (size_t)width;
+    if (x >= 0 && x + 4 <= width && ((uintptr_t)(row + x) & 3) == 0)
+        return *(const uint32_t *)(row + x);
+    uint32_t v = 0;
+#pragma unroll
+    for (int b = 0; b < 4; b++)
+        if (x + b >= 0 && x + b < width)
+            v |= (uint32_t)row[x + b] << (8 * b);
+    return v;
+}
+
+/* Stores the bytes of v at row y, columns x .. x + 3 of a tight u8 image, those below width. */
+__device__ __forceinline__ void pp_store4(uint8_t *img, int32_t width, int32_t x, int32_t y,
+                                          uint32_t v)
+{
+    uint8_t *row = img + (size_t)y * (size_t)width;
+    if (x + 4 <= width && ((uintptr_t)(row + x) & 3) == 0) {
+        *(uint32_t *)(row + x) = v;
+        return;
+    }
+#pragma unroll
+    for (int b = 0; b < 4; b++)
+        if (x + b < width)
+            row[x + b] = (uint8_t)(v >> (8 * b));
+}
+
+/* The 4 bytes at byte offset 4 wj + k of a shared row of words (k may be negative). */
+__device__ __forceinline__ uint32_t pp_window(const uint32_t *w, int wj, int k)
+{
+    const int wi = wj + (k >> 2), s = k & 3;
+    return s ? __funnelshift_r(w[wi], w[wi + 1], 8 * s) : w[wi];
+}
+
+template <int OP> __device__ __forceinline__ uint32_t pp_op(uint32_t a, uint32_t b)
+{
+    return OP == PP_DILATE ? (a | b) : (a & b);
+}
+
+/* The row pass of the dilation / erosion for the word at word offset wj of a shared row: OR /
+ * AND of the windows k = -r .. r (unrolled for a compile-time R >= 0). */
+template <int R, int OP>
+__device__ __forceinline__ uint32_t pp_morph_row4(const uint32_t *w, int wj, int rr)
+{
+    uint32_t acc = OP == PP_DILATE ? 0u : 0xffffffffu;
     if (R >= 0) {
 #pragma unroll
-        for (int k = 0; k <= 2 * R; k++) {
-            const int32_t xx = x - R + k;
-            acc = pp_morph_add<OP>(acc, v[k], xx >= x0 && xx < x1);
-        }
+        for (int k = -R; k <= R; k++)
+            acc = pp_op<OP>(acc, pp_window(w, wj, k));
     } else {
-        for (int k = 0; k <= 2 * r; k++) {
-            const int32_t xx = x - r + k;
-            acc = pp_morph_add<OP>(acc, v[k], xx >= x0 && xx < x1);
-        }
+        for (int k = -rr; k <= rr; k++)
+            acc = pp_op<OP>(acc, pp_window(w, wj, k));
     }
-    out[(size_t)y * (size_t)width + x] = acc;
+    return acc;
 }
 
-/* Step 4, columns: as the rows along y, the window clipped to the image's rows (a column lies in
- * one region). Tiles as pp_gauss_cols_kernel. */
+/* The column pass: OR / AND of the words p[0], p[stride], ..., p[2 r stride]. */
 template <int R, int OP>
-__global__ void __launch_bounds__(PP_COL_THREADS)
-    pp_morph_cols_kernel(const uint8_t *in, uint8_t *out, int32_t width, int32_t height, int rr)
+__device__ __forceinline__ uint32_t pp_morph_col4(const uint32_t *p, int stride, int rr)
 {
-    __shared__ uint8_t tile[PP_COL_TH + 2 * PP_HALO][PP_COL_BX];
-    const int r = R >= 0 ? R : rr;
-    const int tx = threadIdx.x, ty = threadIdx.y;
-    const int32_t x = (int32_t)blockIdx.x * PP_COL_BX + tx;
-    const int32_t yb = (int32_t)blockIdx.y * PP_COL_TH;
-    const int32_t xc = min(x, width - 1);
-    for (int i = ty; i < PP_COL_TH + 2 * r; i += PP_COL_BY)
-        tile[i][tx] = in[(size_t)min(max(yb - r + i, 0), height - 1) * (size_t)width + xc];
-    __syncthreads();
-    if (x >= width)
-        return;
-    for (int j = 0; j < PP_COL_RPT; j++) {
-        const int iy = ty + j * PP_COL_BY;
-        const int32_t y = yb + iy;
-        if (y >= height)
-            break;
-        uint8_t acc = OP == PP_DILATE ? 0 : 1;
-        if (R >= 0) {
+    uint32_t acc = OP == PP_DILATE ? 0u : 0xffffffffu;
+    if (R >= 0) {
 #pragma unroll
-            for (int k = 0; k <= 2 * R; k++) {
-                const int32_t yy = y - R + k;
-                acc = pp_morph_add<OP>(acc, tile[iy + k][tx], yy >= 0 && yy < height);
-            }
-        } else {
-            for (int k = 0; k <= 2 * r; k++) {
-                const int32_t yy = y - r + k;
-                acc = pp_morph_add<OP>(acc, tile[iy + k][tx], yy >= 0 && yy < height);
-            }
-        }
-        out[(size_t)y * (size_t)width + x] = acc;
+        for (int k = 0; k <= 2 * R; k++)
+            acc = pp_op<OP>(acc, p[k * stride]);
+    } else {
+        for (int k = 0; k <= 2 * rr; k++)
+            acc = pp_op<OP>(acc, p[k * stride]);
     }
+    return acc;
 }
 
-/* ================================================================== step 5: border pixels */
-
-/* Pixel index -> (x, y): the input of the selection, so that the list holds the pairs. */
-struct pp_to_xy {
-    int32_t width;
-    __host__ __device__ int2 operator()(int i) const
-    {
-        return make_int2(i % width, i / width);
-    }
-};
-
-/* A border pixel of region r (pupil.h step 5): in the region, inside the closed mask, with an
- * outside 8-neighbour in the region (neighbours beyond the region or the image do not count). */
-struct pp_is_border {
-    const uint8_t *closed;
-    const pp_state *st;
-    int32_t width, height;
-    int r;
-    __device__ bool operator()(const int2 &p) const
-    {
-        int32_t x0, x1;
-        pp_region_cols(st->split, width, r, &x0, &x1);
-        if (p.x < x0 || p.x >= x1 || !closed[(size_t)p.y * (size_t)width + p.x])
-            return false;
-        for (int dy = -1; dy <= 1; dy++) {
-            const int32_t y = p.y + dy;
-            if (y < 0 || y >= height)
-                continue;
-            for (int dx = -1; dx <= 1; dx++) {
-                const int32_t x = p.x + dx;
-                if ((dx || dy) && x >= x0 && x < x1 && !closed[(size_t)y * (size_t)width + x])
-                    return true;
-            }
-        }
-        return false;
-    }
-};
-
-typedef thrust::transform_iterator<pp_to_xy, thrust::counting_iterator<int>, int2> pp_xy_iter;
-
-static pp_xy_iter pp_pixels(int32_t width)
+/*
+ * Steps 3-4, the dilation, on a tile of PP_TW x PP_TH pixels (block PP_TILE): the inside mask
+ * v > t of each pixel's region (t its Otsu threshold; no threshold, -1: empty) of the tile and an
+ * r halo, coded for both regions (0 neutral); the row pass (max over x - r .. x + r) over the
+ * tile's rows and the halo rows, then the column pass (max over y - r .. y + r); the tile's
+ * pixels (0 / 1) into dil. R: the radius at compile time or -1 (rr).
+ */
+template <int R>
+__global__ void __launch_bounds__(PP_TILE)
+    pp_dilate_kernel(const uint8_t *smooth, uint8_t *dil, int32_t width, int32_t height, int rr,
+                     const pp_state *st)
 {
-    return pp_xy_iter(thrust::counting_iterator<int>(0), pp_to_xy{width});
+    constexpr int H = R >= 0 ? R : SW_PUPIL_MAX_RADIUS;
+    constexpr int HW = (H + 3) / 4; /* halo words on each side */
+    __shared__ uint32_t s_in[PP_TH + 2 * H][PP_TWW + 2 * HW];
+    __shared__ uint32_t s_row[PP_TH + 2 * H][PP_TWW];
+    const int r = R >= 0 ? R : rr, hw = (r + 3) / 4;
+    const int tid = threadIdx.x;
+    const int32_t xb = (int32_t)blockIdx.x * PP_TW, yb = (int32_t)blockIdx.y * PP_TH;
+    const int32_t split = st->split, t0 = st->thr[0], t1 = st->thr[1];
+
+    /* word q of row i: pixels x = xb - 4 hw + 4 q .. + 3 of row y = yb - r + i */
+    const int nw = PP_TWW + 2 * hw, nh = PP_TH + 2 * r;
+    for (int e = tid; e < nw * nh; e += PP_TILE) {
+        const int i = e / nw, q = e - i * nw;
+        const int32_t y = yb - r + i, x = xb - 4 * hw + 4 * q;
+        const uint32_t sel = y >= 0 && y < height ? pp_sel4(x, width, split) : 0u;
+        const uint32_t v = pp_load4(smooth, width, height, x, y);
+        uint32_t m = 0;
+#pragma unroll
+        for (int b = 0; b < 4; b++) {
+            const uint32_t sb = (sel >> (8 * b)) & 0xffu;
+            const int32_t t = sb == 1u ? t0 : t1;
+            if (sb && t >= 0 && (int32_t)((v >> (8 * b)) & 0xffu) > t)
+                m |= 1u << (8 * b);
+        }
+        s_in[i][q] = sel & (m * 0xffu);
+    }
+    __syncthreads();
+    for (int e = tid; e < nh * PP_TWW; e += PP_TILE) {
+        const int i = e / PP_TWW, j = e - i * PP_TWW;
+        s_row[i][j] = pp_morph_row4<R, PP_DILATE>(s_in[i], hw + j, r);
+    }
+    __syncthreads();
+    for (int e = tid; e < PP_TH * PP_TWW; e += PP_TILE) {
+        const int i = e / PP_TWW, j = e - i * PP_TWW;
+        const int32_t y = yb + i, x = xb + 4 * j;
+        if (y < height && x < width) {
+            const uint32_t acc = pp_morph_col4<R, PP_DILATE>(&s_row[i][j], PP_TWW, r);
+            pp_store4(dil, width, x, y, pp_pick(acc, pp_sel4(x, width, split)));
+        }
+    }
 }
 
-/* ================================================================== step 6: RANSAC votes */
+/*
+ * Steps 4-5, the erosion and the border test, on a tile of PP_TW x PP_TH pixels (block PP_TILE):
+ *   A. the dilated mask of the tile and an r + 1 halo, coded for both regions (1 neutral);
+ *   B. the row pass (min over x - r .. x + r) for the tile's columns and one more on each side,
+ *      over the tile's rows and r + 1 halo rows;
+ *   C. the column pass for the tile's rows and one more above and below: the closed mask of the
+ *      tile and a 1-pixel ring; the tile's pixels (0 / 1) into closed8; the ring's and the tile's
+ *      "outside" pixels coded per region (a pixel of region 0 beyond the image or the region is
+ *      nothing to region 1's pixels, pupil.h step 5);
+ *   D. the border pixels: inside with an outside 8-neighbour of the same region (in the image);
+ *      per 32 pixels one bit word (bit b = pixel 32 k + b) into bits, and their number per row
+ *      and region added to rowcount (cleared by step 0).
+ */
+template <int R>
+__global__ void __launch_bounds__(PP_TILE)
+    pp_erode_kernel(const uint8_t *dil, uint8_t *closed8, int32_t width, int32_t height, int rr,
+                    const pp_state *st, uint32_t *bits, unsigned int *rowcount)
+{
+    constexpr int RM = R >= 0 ? R : SW_PUPIL_MAX_RADIUS;
+    constexpr int H = RM + 1;            /* halo rows on each side */
+    constexpr int HW = 1 + (RM + 3) / 4; /* halo words on each side */
+    constexpr int OW = PP_TWW + 2;       /* output words: the tile's and one on each side */
+    __shared__ uint32_t s_in[PP_TH + 2 * H][PP_TWW + 2 * HW];
+    __shared__ uint32_t s_row[PP_TH + 2 * H][OW];
+    __shared__ uint32_t s_out[PP_TH + 2][OW]; /* outside codes of the tile and the ring */
+    __shared__ uint32_t s_e[PP_TH][PP_TWW];   /* the closed mask of the tile */
+    const int r = R >= 0 ? R : rr, hw = 1 + (r + 3) / 4;
+    const int tid = threadIdx.x;
+    const int32_t xb = (int32_t)blockIdx.x * PP_TW, yb = (int32_t)blockIdx.y * PP_TH;
+    const int32_t split = st->split;
+
+    /* A: word q of row i: pixels x = xb - 4 hw + 4 q .. + 3 of row y = yb - r - 1 + i */
+    const int nw = PP_TWW + 2 * hw, nh = PP_TH + 2 * (r + 1);
+    for (int e = tid; e < nw * nh; e += PP_TILE) {
+        const int i = e / nw, q = e - i * nw;
+        const int32_t y = yb - r - 1 + i, x = xb - 4 * hw + 4 * q;
+        const uint32_t sel = y >= 0 && y < height ? pp_sel4(x, width, split) : 0u;
+        const uint32_t d = pp_load4(dil, width, height, x, y);
+        /* region 0: d | 2, region 1: (d << 1) | 1, beyond the image: 3 */
+        s_in[i][q] = (sel & (d * 0xffu)) | (sel ^ 0x03030303u);
+    }
+    __syncthreads();
+
+    /* B: output word jj (0 .. OW - 1) is the tile's word jj - 1 */
+    for (int e = tid; e < nh * OW; e += PP_TILE) {
+        const int i = e / OW, jj = e - i * OW;
+        s_row[i][jj] = pp_morph_row4<R, PP_ERODE>(s_in[i], hw - 1 + jj, r);
+    }
+    __syncthreads();
+
+    /* C: output row ii (0 .. PP_TH + 1) is the tile's row ii - 1; its window is s_row rows
+     * ii .. ii + 2r */
+    for (int e = tid; e < (PP_TH + 2) * OW; e += PP_TILE) {
+        const int ii = e / OW, jj = e - ii * OW;
+        const int32_t y = yb - 1 + ii, x = xb + 4 * (jj - 1);
+        const uint32_t sel = y >= 0 && y < height ? pp_sel4(x, width, split) : 0u;
+        const uint32_t ev = pp_pick(pp_morph_col4<R, PP_ERODE>(&s_row[ii][jj], OW, r), sel);
+        s_out[ii][jj] = sel & ~(ev * 0x03u);
+        if (ii >= 1 && ii <= PP_TH && jj >= 1 && jj <= PP_TWW)
+            s_e[ii - 1][jj - 1] = ev;
+    }
+    __syncthreads();
+
+    /* D: two items per thread, the same for every thread (the shuffles below need the whole
+     * warp): lanes 0-15 and 16-31 each hold the 16 words of one tile row */
+    const int32_t nwr = (width + 31) / 32;
+    for (int e = tid; e < PP_TH * PP_TWW; e += PP_TILE) {
+        const int i = e / PP_TWW, j = e - i * PP_TWW;
+        const int32_t y = yb + i, x = xb + 4 * j;
+        uint32_t nb = 0; /* the outside codes of the 8 neighbours (and the pixel itself) */
+#pragma unroll
+        for (int dy = 0; dy < 3; dy++) {
+            const uint32_t *o = s_out[i + dy];
+            nb |= __funnelshift_r(o[j], o[j + 1], 24) | o[j + 1] |
+                  __funnelshift_r(o[j + 1], o[j + 2], 8);
+        }
+        const uint32_t sel = y < height ? pp_sel4(x, width, split) : 0u;
+        const uint32_t ev = s_e[i][j];
+        const uint32_t border = ev & pp_pick(nb, sel); /* bytes 0 / 1 */
+        if (y < height && x < width)
+            pp_store4(closed8, width, x, y, ev);
+        /* the row's counts per region over the 16 lanes of the row */
+        unsigned int c0 = (unsigned int)__popc(border & sel & 0x01010101u);
+        unsigned int c1 = (unsigned int)__popc(border & (sel >> 1) & 0x01010101u);
+        for (int o = 8; o >= 1; o /= 2) {
+            c0 += __shfl_xor_sync(PP_FULL, c0, o);
+            c1 += __shfl_xor_sync(PP_FULL, c1, o);
+        }
+        /* the bit word of 8 lanes (32 pixels; xb is a multiple of 64) */
+        uint32_t wbits = (((border * 0x01020408u) >> 24) & 0xfu) << (4 * (j & 7));
+        for (int o = 4; o >= 1; o /= 2)
+            wbits |= __shfl_xor_sync(PP_FULL, wbits, o);
+        if (y < height) {
+            if (j == 0 && c0)
+                atomicAdd(&rowcount[y], c0);
+            if (j == 0 && c1)
+                atomicAdd(&rowcount[height + y], c1);
+            if ((j & 7) == 0 && x < width)
+                bits[(size_t)y * (size_t)nwr + (size_t)(x >> 5)] = wbits;
+        }
+    }
+}
+
+/*
+ * Step 5: the border lists in raster order of each region. One warp per row (PP_BROWS rows per
+ * block): the row's offset in each list is the sum of the counts of the rows above (the block
+ * adds the rows above its first, then each warp the rows above it in the block); the warp reads
+ * the row's bit words 32 at a time, counts each lane's pixels per region, scans the counts over
+ * the lanes and writes the pixels at their places: (x, y) and the float coordinates the votes
+ * use (sw_pm_uf, sw_pm_vf of the region). The warp of the last row writes the totals.
+ */
+__global__ void __launch_bounds__(PP_BROWS * 32)
+    pp_border_kernel(const uint32_t *bits, const unsigned int *rowcount, int32_t width,
+                     int32_t height, int n_pupils, double inlier_px, int64_t npix, pp_state *st,
+                     int2 *border, float2 *uv)
+{
+    __shared__ long long s_pre[PP_BROWS][2];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int32_t y0 = (int32_t)blockIdx.x * PP_BROWS;
+    const unsigned int *rc0 = rowcount, *rc1 = rowcount + height;
+    long long p0 = 0, p1 = 0;
+    for (int32_t y = tid; y < y0; y += PP_BROWS * 32) {
+        p0 += rc0[y];
+        p1 += rc1[y];
+    }
+    for (int o = 16; o >= 1; o /= 2) {
+        p0 += __shfl_xor_sync(PP_FULL, p0, o);
+        p1 += __shfl_xor_sync(PP_FULL, p1, o);
+    }
+    if (lane == 0) {
+        s_pre[warp][0] = p0;
+        s_pre[warp][1] = p1;
+    }
+    __syncthreads();
+    const int32_t y = y0 + warp;
+    if (y >= height)
+        return; /* the whole warp */
+    long long o0 = 0, o1 = 0;
+    for (int w = 0; w < PP_BROWS; w++) {
+        o0 += s_pre[w][0];
+        o1 += s_pre[w][1];
+    }
+    for (int w = 0; w < warp; w++) {
+        o0 += rc0[y0 + w];
+        o1 += rc1[y0 + w];
+    }
+    if (y == height - 1 && lane == 0) {
+        st->nborder[0] = o0 + rc0[y];
+        st->nborder[1] = n_pupils == 2 ? o1 + rc1[y] : 0;
+    }
+    const int32_t split = st->split;
+    const sw_pm_region reg0 = sw_pm_region_make(0, split, height, inlier_px);
+    const sw_pm_region reg1 = sw_pm_region_make(split, width, height, inlier_px);
+    const float v0 = sw_pm_vf(&reg0, y), v1 = sw_pm_vf(&reg1, y);
+    int2 *xy0 = border, *xy1 = border + npix;
+    float2 *uv0 = uv, *uv1 = uv + npix;
+    const int32_t nwr = (width + 31) / 32;
+    for (int32_t base = 0; base < nwr; base += 32) {
+        const int32_t wi = base + lane, lo = 32 * wi;
+        const uint32_t word = wi < nwr ? bits[(size_t)y * (size_t)nwr + (size_t)wi] : 0u;
+        const uint32_t m0 = split <= lo        ? 0u
+                            : split >= lo + 32 ? PP_FULL
+                                               : (1u << (split - lo)) - 1u;
+        const uint32_t b0 = word & m0, b1 = word & ~m0;
+        /* both counts in one int (at most 32 x 32 per chunk each) */
+        const int c = __popc(b0) | (__popc(b1) << 16);
+        int incl = c;
+        for (int o = 1; o < 32; o *= 2) {
+            const int t = __shfl_up_sync(PP_FULL, incl, o);
+            if (lane >= o)
+                incl += t;
+        }
+        const int ex = incl - c;
+        long long k0 = o0 + (ex & 0xffff), k1 = o1 + (ex >> 16);
+        for (uint32_t m = b0; m; m &= m - 1) {
+            const int32_t x = lo + __ffs(m) - 1;
+            xy0[k0] = make_int2(x, y);
+            uv0[k0] = make_float2(sw_pm_uf(&reg0, x), v0);
+            k0++;
+        }
+        for (uint32_t m = b1; m; m &= m - 1) {
+            const int32_t x = lo + __ffs(m) - 1;
+            xy1[k1] = make_int2(x, y);
+            uv1[k1] = make_float2(sw_pm_uf(&reg1, x), v1);
+            k1++;
+        }
+        const int tot = __shfl_sync(PP_FULL, incl, 31);
+        o0 += tot & 0xffff;
+        o1 += tot >> 16;
+    }
+}
+
+/* ================================================================== step 6: RANSAC */
 
 __device__ __forceinline__ sw_pm_region pp_region(const pp_fit_args &a, int r)
 {
@@ -606,55 +1299,121 @@ __device__ __forceinline__ sw_pm_region pp_region(const pp_fit_args &a, int r)
     return sw_pm_region_make(x0, x1, a.height, a.inlier_px);
 }
 
-/* One warp per candidate k of region blockIdx.y: lane 0 builds it (sw_pm_candidate with the
- * plan's random numbers: the seed's optimisation 2), the lanes test border points lane,
- * lane + 32, ... (sw_pm_vote on the float coordinates), the warp counts its votes with
- * __ballot_sync + __popc (the seed's optimisation 3), and lane 0 offers sw_pm_pack_vote to the
- * region's best (atomicMax: most votes, then the lowest index). Regions with fewer than 5 border
- * points and unusable candidates do nothing. */
-__global__ void __launch_bounds__(PP_VOTE_WARPS * 32) pp_vote_kernel(const pp_fit_args a)
+/* Step 6, the candidates: a group of PP_CAND_LANES lanes per (candidate k, region blockIdx.y).
+ * Every lane picks k's 5 points with the plan's random numbers (the seed's optimisation 2) and
+ * builds the rows; lane m < 6 computes cofactor m (one 5 x 5 determinant each: six times less
+ * serial double work per lane than one thread doing all six); the group shares them by shuffles
+ * and scales and checks the conic exactly as sw_pm_candidate does on the host. Lane 0 stores the
+ * float conic and whether it is usable (cand), and the double conic (cand_d, for the fit of the
+ * winner). A region with fewer than 5 border points has no usable candidate. */
+__global__ void __launch_bounds__(PP_CAND) pp_candidates_kernel(const pp_fit_args a)
 {
-    const int lane = threadIdx.x & 31, r = blockIdx.y;
-    const int32_t k = (int32_t)blockIdx.x * PP_VOTE_WARPS + (int32_t)(threadIdx.x >> 5);
+    const int r = blockIdx.y;
+    const int lane = (int)(threadIdx.x & 31u), m = lane % PP_CAND_LANES;
+    const int32_t k =
+        (int32_t)blockIdx.x * (PP_CAND / PP_CAND_LANES) + (int32_t)(threadIdx.x / PP_CAND_LANES);
+    if (k >= a.candidates)
+        return; /* the whole group */
+    const unsigned group = ((1u << PP_CAND_LANES) - 1u) << (lane - m);
     const long long n = a.st->nborder[r];
-    if (k >= a.candidates || n < 5)
-        return; /* the whole warp */
-    const sw_pm_region reg = pp_region(a, r);
-    const int32_t *xy = (const int32_t *)(a.border + (size_t)r * (size_t)a.npix);
+    double c[6] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
     float cf[6] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
     int usable = 0;
-    if (lane == 0) {
-        double c[6];
-        usable = sw_pm_candidate(&reg, xy, (int64_t)n, a.randoms + (size_t)5 * (size_t)k, a.min_r,
-                                 a.max_r, c, cf);
+    if (n >= 5) { /* the same for the whole group */
+        const sw_pm_region reg = pp_region(a, r);
+        const int32_t *xy = (const int32_t *)(a.border + (size_t)r * (size_t)a.npix);
+        double u[5], v[5], row[5][6];
+        sw_pm_candidate_points(&reg, xy, (int64_t)n, a.randoms + (size_t)5 * (size_t)k, u, v);
+        sw_pm_conic5_rows(u, v, row);
+        const double mine = m < 6 ? sw_pm_conic5_cofactor(row, m) : 0.0;
+        for (int q = 0; q < 6; q++)
+            c[q] = __shfl_sync(group, mine, q, PP_CAND_LANES);
+        usable = sw_pm_conic5_scale(c) && sw_pm_candidate_keep(&reg, c, a.min_r, a.max_r, cf);
     }
-    usable = __shfl_sync(PP_FULL, usable, 0);
-    if (!usable)
-        return; /* the whole warp */
-#pragma unroll
-    for (int m = 0; m < 6; m++)
-        cf[m] = __shfl_sync(PP_FULL, cf[m], 0);
+    if (m != 0)
+        return;
+    const size_t idx = (size_t)r * (size_t)a.candidates + (size_t)k;
+    pp_cand o;
+    for (int q = 0; q < 6; q++)
+        o.c[q] = cf[q];
+    o.usable = usable;
+    o.pad = 0;
+    a.cand[idx] = o;
+    for (int q = 0; q < 6; q++)
+        a.cand_d[idx * 6 + q] = c[q];
+}
+
+/* Step 6, the votes: one warp per candidate k of region blockIdx.y. The block stages the border
+ * points (float coordinates) through shared memory, PP_VOTE_WARPS * 32 at a time, so that each
+ * is read from global memory once per block rather than once per warp (the loop was bound by
+ * the latency of those reads); the lanes test points lane, lane + 32, ... of each chunk
+ * (sw_pm_vote), the warp counts its votes with __ballot_sync + __popc (the seed's optimisation
+ * 3), and lane 0 offers sw_pm_pack_vote to the region's best (atomicMax: most votes, then the
+ * lowest index). Unusable candidates do not vote. */
+__global__ void __launch_bounds__(PP_VOTE_WARPS * 32) pp_vote_kernel(const pp_fit_args a)
+{
+    __shared__ float2 pts[PP_VOTE_WARPS * 32];
+    const int lane = threadIdx.x & 31, r = blockIdx.y;
+    const int32_t k = (int32_t)blockIdx.x * PP_VOTE_WARPS + (int32_t)(threadIdx.x >> 5);
+    pp_cand cd;
+    int active = 0;
+    if (k < a.candidates) {
+        cd = a.cand[(size_t)r * (size_t)a.candidates + (size_t)k];
+        active = cd.usable; /* the same for the whole warp */
+    }
+    const long long n = a.st->nborder[r];
+    const float tol2 = pp_region(a, r).tol2;
+    const float2 *uv = a.uv + (size_t)r * (size_t)a.npix;
     int votes = 0;
-    for (long long base = 0; base < n; base += 32) {
-        const long long i = base + lane;
-        int v = 0;
+    for (long long base = 0; base < n; base += PP_VOTE_WARPS * 32) {
+        const long long i = base + (long long)threadIdx.x;
         if (i < n)
-            v = sw_pm_vote(cf, sw_pm_uf(&reg, xy[2 * i]), sw_pm_vf(&reg, xy[2 * i + 1]), reg.tol2);
-        votes += __popc(__ballot_sync(PP_FULL, v));
+            pts[threadIdx.x] = uv[i];
+        __syncthreads();
+        const int chunk = (int)min(n - base, (long long)(PP_VOTE_WARPS * 32));
+        if (active) {
+            for (int q = 0; q < chunk; q += 32) {
+                int v = 0;
+                if (q + lane < chunk) {
+                    const float2 p = pts[q + lane];
+                    v = sw_pm_vote(cd.c, p.x, p.y, tol2);
+                }
+                votes += __popc(__ballot_sync(PP_FULL, v));
+            }
+        }
+        __syncthreads();
     }
-    if (lane == 0)
+    if (active && lane == 0)
         atomicMax(&a.st->best[r], sw_pm_pack_vote(votes, k));
 }
 
 /* ================================================================== steps 7-9: the fit */
 
-/* Sums v over the block (PP_FIT threads): warp shuffles, then the warps' partials in part;
- * thread 0 gets the total. */
-__device__ __forceinline__ double pp_warp_sum(double v)
+/* One round of pp_warp_reduce_scatter: lanes with bit O keep values O .. 2 O - 1, the others
+ * 0 .. O - 1; each sends the half its partner (lane xor O) keeps and adds the half it
+ * receives. */
+template <int O> __device__ __forceinline__ void pp_rs_round(double (&a)[32], int lane)
 {
-    for (int o = 16; o >= 1; o /= 2)
-        v += __shfl_down_sync(PP_FULL, v, o);
-    return v;
+    const bool up = (lane & O) != 0;
+#pragma unroll
+    for (int i = 0; i < O; i++) {
+        const double send = up ? a[i] : a[i + O];
+        const double keep = up ? a[i + O] : a[i];
+        a[i] = keep + __shfl_xor_sync(PP_FULL, send, O);
+    }
+}
+
+/* Reduce-scatter of 32 values over a warp in a fixed order (rounds 16, 8, 4, 2, 1: 31 shuffles
+ * of doubles instead of 5 per value): lane L ends with the warp's sum of a[L] (returned). */
+__device__ __forceinline__ double pp_warp_reduce_scatter(double (&a)[32])
+{
+    const int lane = threadIdx.x & 31;
+    pp_rs_round<16>(a, lane);
+    pp_rs_round<8>(a, lane);
+    pp_rs_round<4>(a, lane);
+    pp_rs_round<2>(a, lane);
+    pp_rs_round<1>(a, lane);
+    return a[0];
 }
 
 /* A pupil not found before any ellipse (steps 0-6): the failure, no geometry. */
@@ -664,21 +1423,26 @@ __device__ void pp_not_found(sw_pupil_ellipse *o, sw_pupil_failure f)
     o->failure = f;
     o->cx_px = o->cy_px = o->a_px = o->b_px = o->angle_deg = NAN;
     o->inliers = 0;
+    o->near = 0;
     o->candidate = -1;
     o->votes = 0;
 }
 
 /* Steps 7-9 for region blockIdx.x (the order of pupil_model.h's "Steps 6-9 in one place"): the
- * early verdicts (EMPTY_FRAME, NO_CONTRAST, FEW_BORDER, NO_ELLIPSE), else the winner's conic
- * (sw_pm_candidate again), refine_iterations rounds of the weighted least squares (per-thread
- * partial sums of sw_pm_refine_add, reduced over the block; thread 0 solves and keeps the conic
- * only when it is an ellipse, else stops), the inliers of the final conic, the ellipse and the
- * verdict (sw_pm_ellipse_out, sw_pm_judge). Thread 0 writes the pupil into the mapped result
- * (the seed's optimisation 4) and into the device copy; block 0 also the frame's fields. */
+ * early verdicts (EMPTY_FRAME, NO_CONTRAST, FEW_BORDER, NO_ELLIPSE), else the winner's double
+ * conic (from the candidate kernel), refine_iterations rounds of the weighted least squares
+ * (per-thread sums of sw_pm_refine_add; each warp reduces them in a fixed order, one warp adds
+ * the warps' sums; thread 0 solves and keeps the conic only when it is an ellipse, else stops),
+ * the inliers and near-band points of the final conic, the ellipse and the verdict
+ * (sw_pm_ellipse_out, sw_pm_verdict).
+ * Thread 0 writes the pupil into the mapped result (the seed's optimisation 4) and into the
+ * device copy; block 0 also the frame's fields. */
 __global__ void __launch_bounds__(PP_FIT) pp_fit_kernel(const pp_fit_args a)
 {
     __shared__ double part[PP_FIT / 32][SW_PM_NACC];
+    __shared__ double tot[SW_PM_NACC];
     __shared__ double c_sh[6];
+    __shared__ int cnt_part[PP_FIT / 32][2];
     __shared__ int go;
     const int r = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const pp_state *st = a.st;
@@ -707,74 +1471,76 @@ __global__ void __launch_bounds__(PP_FIT) pp_fit_kernel(const pp_fit_args a)
         early = SW_PUPIL_NO_ELLIPSE;
 
     if (early == SW_PUPIL_OK) { /* the same for every thread of the block */
-        if (tid == 0) {
-            const int32_t k = sw_pm_packed_index(best);
-            double c[6];
-            float cf[6];
-            sw_pm_candidate(&reg, xy, (int64_t)n, a.randoms + (size_t)5 * (size_t)k, a.min_r,
-                            a.max_r, c, cf); /* usable: it won */
-            for (int m = 0; m < 6; m++)
-                c_sh[m] = c[m];
-        }
+        const int32_t k = sw_pm_packed_index(best);
+        if (tid < 6)
+            c_sh[tid] = a.cand_d[((size_t)r * (size_t)a.candidates + (size_t)k) * 6 + tid];
         __syncthreads();
         /* Step 7: the refinement. */
         for (int it = 0; it < a.refine_iterations; it++) {
-            double c[6], acc[SW_PM_NACC];
+            double c[6], acc[32];
             for (int m = 0; m < 6; m++)
                 c[m] = c_sh[m];
-            for (int m = 0; m < SW_PM_NACC; m++)
+#pragma unroll
+            for (int m = 0; m < 32; m++)
                 acc[m] = 0.0;
             for (long long i = tid; i < n; i += PP_FIT)
                 sw_pm_refine_add(c, sw_pm_u(&reg, xy[2 * i]), sw_pm_v(&reg, xy[2 * i + 1]),
                                  reg.tol2d, acc);
-            for (int m = 0; m < SW_PM_NACC; m++) {
-                const double s = pp_warp_sum(acc[m]);
-                if (lane == 0)
-                    part[warp][m] = s;
-            }
+            const double s = pp_warp_reduce_scatter(acc); /* lane m: the warp's sum m */
+            if (lane < SW_PM_NACC)
+                part[warp][lane] = s;
             __syncthreads();
-            if (tid == 0) {
-                double tot[SW_PM_NACC], cn[6], uc, vc, ra, rb;
-                for (int m = 0; m < SW_PM_NACC; m++) {
-                    double s = 0.0;
+            if (warp == 0) {
+                if (lane < SW_PM_NACC) {
+                    double t = 0.0;
                     for (int w = 0; w < PP_FIT / 32; w++)
-                        s += part[w][m];
-                    tot[m] = s;
+                        t += part[w][lane];
+                    tot[lane] = t;
                 }
-                go = sw_pm_refine_solve(tot, cn) && sw_pm_conic_axes(cn, &uc, &vc, &ra, &rb);
-                if (go)
-                    for (int m = 0; m < 6; m++)
-                        c_sh[m] = cn[m];
+                __syncwarp();
+                if (lane == 0) {
+                    double cn[6], uc, vc, ra, rb;
+                    go = sw_pm_refine_solve(tot, cn) && sw_pm_conic_axes(cn, &uc, &vc, &ra, &rb);
+                    if (go)
+                        for (int m = 0; m < 6; m++)
+                            c_sh[m] = cn[m];
+                }
             }
             __syncthreads();
             if (!go)
                 break; /* the whole block: go was read after the barrier */
         }
-        /* Step 9's inliers of the final conic. */
+        /* Step 9's inliers and near-band points of the final conic (sw_pm_band). */
         double c[6];
         for (int m = 0; m < 6; m++)
             c[m] = c_sh[m];
-        double cnt = 0.0; /* exact: counts below 2^53 */
+        int cin = 0, cnear = 0;
         for (long long i = tid; i < n; i += PP_FIT) {
-            double g2;
-            cnt += sw_pm_inlier(c, sw_pm_u(&reg, xy[2 * i]), sw_pm_v(&reg, xy[2 * i + 1]),
-                                reg.tol2d, &g2);
+            const int band =
+                sw_pm_band(c, sw_pm_u(&reg, xy[2 * i]), sw_pm_v(&reg, xy[2 * i + 1]), reg.tol2d);
+            cin += band == 1;
+            cnear += band == 2;
         }
-        cnt = pp_warp_sum(cnt);
-        __syncthreads(); /* part is free again */
-        if (lane == 0)
-            part[warp][0] = cnt;
+        cin = __reduce_add_sync(PP_FULL, cin);
+        cnear = __reduce_add_sync(PP_FULL, cnear);
+        if (lane == 0) {
+            cnt_part[warp][0] = cin;
+            cnt_part[warp][1] = cnear;
+        }
         __syncthreads();
         if (tid == 0) {
-            double total = 0.0;
-            for (int w = 0; w < PP_FIT / 32; w++)
-                total += part[w][0];
-            o.inliers = (int32_t)total;
-            o.candidate = sw_pm_packed_index(best);
+            int inl = 0, nr = 0;
+            for (int w = 0; w < PP_FIT / 32; w++) {
+                inl += cnt_part[w][0];
+                nr += cnt_part[w][1];
+            }
+            o.inliers = inl;
+            o.near = nr;
+            o.candidate = k;
             o.votes = sw_pm_packed_votes(best);
             /* Steps 8-9. */
             const int ok = sw_pm_ellipse_out(&reg, c, &o);
-            sw_pm_judge(&o, ok, a.min_r, a.max_r, a.min_coverage);
+            sw_pm_verdict(&o, ok, a.min_r, a.max_r, a.min_coverage, a.max_near_ratio);
         }
     } else if (tid == 0) {
         pp_not_found(&o, early);
@@ -809,68 +1575,93 @@ __global__ void __launch_bounds__(PP_PIX)
 
 /* ================================================================== the frame's graph */
 
-/* Step 0's kernels for the frame type T. */
-template <typename T> static sw_status pp_enqueue_input(sw_pupil_plan *plan, cudaStream_t s)
+/* Integer pixel types (step 0's integer sums apply). */
+template <typename T> struct pp_integer {
+    static constexpr bool value = true;
+};
+template <> struct pp_integer<float> {
+    static constexpr bool value = false;
+};
+
+/* The integer sums of step 0 are the model's totals when every partial sum stays exact in a
+ * double: npix x the largest pixel value below 2^52. */
+static int pp_int_sum_exact(sw_pixel_type t, int64_t npix)
+{
+    const double most = t == SW_PIX_U8 ? 255.0 : t == SW_PIX_U16 ? 65535.0 : 4294967295.0;
+    return t != SW_PIX_F32 && (double)npix * most < 4503599627370496.0; /* 2^52 */
+}
+
+/* Steps 0-2 for the frame type T: the scale, then the smoothing (radius R at compile time, or
+ * -1: the plan's) with the split. */
+template <typename T, int R> static sw_status pp_enqueue_smooth(sw_pupil_plan *plan, cudaStream_t s)
 {
     pp_gpu *g = gpu_of(plan);
     const sw_pupil_params *p = &plan->p;
     const T *frame = (const T *)g->frame;
-    if (!(p->input_scale > 0.0)) {
-        pp_row_sums_kernel<T><<<(unsigned)((p->height + PP_SUM_WARPS - 1) / PP_SUM_WARPS),
-                                PP_SUM_WARPS * 32, 0, s>>>(frame, p->width, p->height, g->row_sums);
+    const int32_t split_fixed = p->n_pupils == 1 ? p->width : p->split_x; /* < 0: found */
+    const unsigned rows = (unsigned)((p->height + PP_ROWS - 1) / PP_ROWS);
+    const int exact = pp_int_sum_exact(p->type, plan->npix);
+    if (p->input_scale > 0.0) {
+        pp_fixed_scale_kernel<<<pp_grid(plan, g->nwork, PP_PIX, 1), PP_PIX, 0, s>>>(
+            p->input_scale, g->st, g->work, g->nwork, split_fixed);
+        SW_CU(cudaGetLastError());
+    } else if (sizeof(T) == 1 && exact) {
+        pp_scale_u8_kernel<<<pp_grid(plan, plan->npix / 16, PP_PIX, 2), PP_PIX, 0, s>>>(
+            (const uint8_t *)frame, plan->npix, g->st, g->work, g->nwork, split_fixed);
+        SW_CU(cudaGetLastError());
+    } else if (exact) {
+        if constexpr (pp_integer<T>::value && sizeof(T) > 1) {
+            const unsigned nb = pp_grid(plan, plan->npix * (int64_t)sizeof(T) / 16, PP_PIX, 2);
+            pp_sum_int_kernel<T, 1>
+                <<<nb, PP_PIX, 0, s>>>(frame, plan->npix, g->st, g->work, g->nwork, split_fixed);
+            SW_CU(cudaGetLastError());
+            pp_sum_int_kernel<T, 2>
+                <<<nb, PP_PIX, 0, s>>>(frame, plan->npix, g->st, g->work, g->nwork, split_fixed);
+            SW_CU(cudaGetLastError());
+        }
+    } else {
+        pp_row_sums_kernel<T, 1><<<rows, SW_PM_MEAN_SLOTS, 0, s>>>(frame, p->width, p->height,
+                                                                   plan->npix, g->row_sums, g->st,
+                                                                   g->work, g->nwork, split_fixed);
+        SW_CU(cudaGetLastError());
+        pp_row_sums_kernel<T, 2><<<rows, SW_PM_MEAN_SLOTS, 0, s>>>(frame, p->width, p->height,
+                                                                   plan->npix, g->row_sums, g->st,
+                                                                   g->work, g->nwork, split_fixed);
         SW_CU(cudaGetLastError());
     }
-    const int32_t split_fixed = p->n_pupils == 1 ? p->width : p->split_x; /* < 0: found */
-    pp_scale_kernel<<<1, SW_PM_MEAN_SLOTS, 0, s>>>(g->row_sums, p->height, plan->npix,
-                                                   p->input_scale, split_fixed, g->st);
-    SW_CU(cudaGetLastError());
-    pp_to_u8_kernel<T>
-        <<<grid1(plan, plan->npix, PP_PIX), PP_PIX, 0, s>>>(frame, plan->npix, g->st, g->img8);
-    SW_CU(cudaGetLastError());
-    return SW_OK;
-}
 
-/* Step 1 with the radius R at compile time (or -1: the plan's). */
-template <int R> static sw_status pp_enqueue_gauss(sw_pupil_plan *plan, cudaStream_t s)
-{
-    pp_gpu *g = gpu_of(plan);
-    const int32_t w = plan->p.width, h = plan->p.height;
     pp_taps taps;
     memset(&taps, 0, sizeof taps);
     for (int k = 0; k < plan->n_taps; k++)
         taps.w[k] = plan->gauss_w[k];
-    const dim3 br(PP_ROW_BX, PP_ROW_BY),
-        gr((w + PP_ROW_BX - 1) / PP_ROW_BX, (h + PP_ROW_BY - 1) / PP_ROW_BY);
-    const dim3 bc(PP_COL_BX, PP_COL_BY),
-        gc((w + PP_COL_BX - 1) / PP_COL_BX, (h + PP_COL_TH - 1) / PP_COL_TH);
-    pp_gauss_rows_kernel<R><<<gr, br, 0, s>>>(g->img8, g->tmp8, w, h, plan->p.gauss_radius, taps);
-    SW_CU(cudaGetLastError());
-    pp_gauss_cols_kernel<R>
-        <<<gc, bc, 0, s>>>(g->tmp8, g->smooth8, w, h, plan->p.gauss_radius, taps);
+    const dim3 grid((unsigned)((p->width + PP_TW - 1) / PP_TW),
+                    (unsigned)((p->height + PP_TH - 1) / PP_TH));
+    unsigned long long *colsum = p->n_pupils == 2 && p->split_x < 0 ? g->colsum : NULL;
+    pp_smooth_kernel<T, R><<<grid, PP_TILE, 0, s>>>(frame, p->width, p->height, p->gauss_radius,
+                                                    taps, g->st, g->img8, g->smooth8, colsum);
     SW_CU(cudaGetLastError());
     return SW_OK;
 }
 
-/* Step 4 with the radius R at compile time (or -1): smooth8 -(threshold, dilate rows)-> tmp8
- * -(dilate columns)-> closed8 -(erode rows)-> tmp8 -(erode columns)-> closed8. */
+template <typename T> static sw_status pp_enqueue_steps02(sw_pupil_plan *plan, cudaStream_t s)
+{
+    if (plan->p.gauss_radius == PP_DEFAULT_R)
+        return pp_enqueue_smooth<T, PP_DEFAULT_R>(plan, s);
+    return pp_enqueue_smooth<T, -1>(plan, s);
+}
+
+/* Steps 4-5's morphology with the radius R at compile time (or -1): smooth8 -(threshold,
+ * dilation)-> dil8 -(erosion, border test)-> closed8, bits, rowcount. */
 template <int R> static sw_status pp_enqueue_close(sw_pupil_plan *plan, cudaStream_t s)
 {
     pp_gpu *g = gpu_of(plan);
     const int32_t w = plan->p.width, h = plan->p.height;
     const int rr = plan->p.close_radius;
-    const dim3 br(PP_ROW_BX, PP_ROW_BY),
-        gr((w + PP_ROW_BX - 1) / PP_ROW_BX, (h + PP_ROW_BY - 1) / PP_ROW_BY);
-    const dim3 bc(PP_COL_BX, PP_COL_BY),
-        gc((w + PP_COL_BX - 1) / PP_COL_BX, (h + PP_COL_TH - 1) / PP_COL_TH);
-    pp_morph_rows_kernel<R, PP_DILATE, true>
-        <<<gr, br, 0, s>>>(g->smooth8, g->tmp8, w, h, rr, g->st);
+    const dim3 grid((unsigned)((w + PP_TW - 1) / PP_TW), (unsigned)((h + PP_TH - 1) / PP_TH));
+    pp_dilate_kernel<R><<<grid, PP_TILE, 0, s>>>(g->smooth8, g->dil8, w, h, rr, g->st);
     SW_CU(cudaGetLastError());
-    pp_morph_cols_kernel<R, PP_DILATE><<<gc, bc, 0, s>>>(g->tmp8, g->closed8, w, h, rr);
-    SW_CU(cudaGetLastError());
-    pp_morph_rows_kernel<R, PP_ERODE, false>
-        <<<gr, br, 0, s>>>(g->closed8, g->tmp8, w, h, rr, g->st);
-    SW_CU(cudaGetLastError());
-    pp_morph_cols_kernel<R, PP_ERODE><<<gc, bc, 0, s>>>(g->tmp8, g->closed8, w, h, rr);
+    pp_erode_kernel<R>
+        <<<grid, PP_TILE, 0, s>>>(g->dil8, g->closed8, w, h, rr, g->st, g->bits, g->rowcount);
     SW_CU(cudaGetLastError());
     return SW_OK;
 }
@@ -883,60 +1674,31 @@ static sw_status pp_enqueue_frame(sw_pupil_plan *plan, cudaStream_t s)
     const int32_t w = p->width, h = p->height;
     const int np = p->n_pupils;
 
-    /* Step 0 */
+    /* Steps 0-2 */
     switch (p->type) {
-    case SW_PIX_U8: SW_TRY(pp_enqueue_input<uint8_t>(plan, s)); break;
-    case SW_PIX_U16: SW_TRY(pp_enqueue_input<uint16_t>(plan, s)); break;
-    case SW_PIX_U32: SW_TRY(pp_enqueue_input<uint32_t>(plan, s)); break;
-    default: SW_TRY(pp_enqueue_input<float>(plan, s)); break;
-    }
-
-    /* Step 1 */
-    if (p->gauss_radius == PP_DEFAULT_R)
-        SW_TRY(pp_enqueue_gauss<PP_DEFAULT_R>(plan, s));
-    else
-        SW_TRY(pp_enqueue_gauss<-1>(plan, s));
-
-    /* Step 2 (one pupil or a fixed split: written by pp_scale_kernel) */
-    if (np == 2 && p->split_x < 0) {
-        SW_CU(cudaMemsetAsync(g->colsum, 0, (size_t)w * sizeof(unsigned long long), s));
-        const dim3 bc(PP_COL_BX, PP_COL_BY),
-            gc((w + PP_COL_BX - 1) / PP_COL_BX, (h + PP_COL_TH - 1) / PP_COL_TH);
-        pp_colsum_kernel<<<gc, bc, 0, s>>>(g->smooth8, w, h, g->colsum);
-        SW_CU(cudaGetLastError());
-        pp_split_kernel<<<1, PP_SPLIT, 0, s>>>(g->colsum, w, g->st);
-        SW_CU(cudaGetLastError());
+    case SW_PIX_U8: SW_TRY(pp_enqueue_steps02<uint8_t>(plan, s)); break;
+    case SW_PIX_U16: SW_TRY(pp_enqueue_steps02<uint16_t>(plan, s)); break;
+    case SW_PIX_U32: SW_TRY(pp_enqueue_steps02<uint32_t>(plan, s)); break;
+    default: SW_TRY(pp_enqueue_steps02<float>(plan, s)); break;
     }
 
     /* Step 3 */
-    SW_CU(cudaMemsetAsync(g->hist, 0, 512 * sizeof(unsigned int), s));
-    {
-        const int sms = plan->ctx->multiprocessors > 0 ? plan->ctx->multiprocessors : 32;
-        const int gx = (w + PP_PIX - 1) / PP_PIX < 8 ? (w + PP_PIX - 1) / PP_PIX : 8;
-        int gy = 4 * sms / gx;
-        gy = gy < 1 ? 1 : gy > h ? h : gy;
-        pp_hist_kernel<<<dim3((unsigned)gx, (unsigned)gy), PP_PIX, 0, s>>>(g->smooth8, w, h, g->st,
-                                                                           g->hist);
+    pp_hist_kernel<<<pp_grid(plan, plan->npix / 16, PP_PIX, 2), PP_PIX, 0, s>>>(
+        g->smooth8, w, plan->npix, np, p->otsu_classes, p->edge_level, g->st, g->hist);
+    SW_CU(cudaGetLastError());
+    if (p->otsu_classes == 3) {
+        pp_otsu3_kernel<<<dim3(254, (unsigned)np), PP_PIX, 0, s>>>(g->st, np, p->edge_level);
         SW_CU(cudaGetLastError());
     }
-    pp_otsu_kernel<<<(unsigned)np, 256, 0, s>>>(g->hist, g->st);
-    SW_CU(cudaGetLastError());
 
-    /* Step 4 */
+    /* Steps 4-5 */
     if (p->close_radius == PP_DEFAULT_R)
         SW_TRY(pp_enqueue_close<PP_DEFAULT_R>(plan, s));
     else
         SW_TRY(pp_enqueue_close<-1>(plan, s));
-
-    /* Step 5: one order-keeping selection per region */
-    for (int r = 0; r < np; r++) {
-        size_t bytes = g->cub_bytes;
-        const pp_is_border pred = {g->closed8, g->st, w, h, r};
-        long long *count = (long long *)((char *)g->st + offsetof(pp_state, nborder)) + r;
-        SW_CU(cub::DeviceSelect::If(g->cub_temp, bytes, pp_pixels(w),
-                                    g->border + (size_t)r * plan->npix, count, plan->npix, pred,
-                                    s));
-    }
+    pp_border_kernel<<<(unsigned)((h + PP_BROWS - 1) / PP_BROWS), PP_BROWS * 32, 0, s>>>(
+        g->bits, g->rowcount, w, h, np, p->inlier_px, plan->npix, g->st, g->border, g->uv);
+    SW_CU(cudaGetLastError());
 
     /* Step 6 */
     pp_fit_args a;
@@ -950,15 +1712,23 @@ static sw_status pp_enqueue_frame(sw_pupil_plan *plan, cudaStream_t s)
     a.min_r = p->min_radius_px;
     a.max_r = p->max_radius_px; /* resolved by pupil.c */
     a.min_coverage = p->min_coverage;
+    a.max_near_ratio = p->max_near_ratio;
     a.npix = plan->npix;
     a.randoms = g->randoms;
     a.border = g->border;
+    a.uv = g->uv;
+    a.cand = g->cand;
+    a.cand_d = g->cand_d;
     a.st = g->st;
     a.result = g->d_result;
     a.pupils = g->pupils;
-    SW_CU(cudaMemsetAsync((char *)g->st + offsetof(pp_state, best), 0,
-                          2 * sizeof(unsigned long long), s));
-    pp_vote_kernel<<<dim3((unsigned)(p->candidates / PP_VOTE_WARPS), (unsigned)np),
+    const int per_block = PP_CAND / PP_CAND_LANES;
+    pp_candidates_kernel<<<dim3((unsigned)((p->candidates + per_block - 1) / per_block),
+                                (unsigned)np),
+                           PP_CAND, 0, s>>>(a);
+    SW_CU(cudaGetLastError());
+    pp_vote_kernel<<<dim3((unsigned)((p->candidates + PP_VOTE_WARPS - 1) / PP_VOTE_WARPS),
+                          (unsigned)np),
                      PP_VOTE_WARPS * 32, 0, s>>>(a);
     SW_CU(cudaGetLastError());
 
@@ -1018,18 +1788,20 @@ extern "C" void sw_pupil_gpu_free(sw_pupil_plan *plan)
         cudaGraphDestroy(g->graph);
     cudaFree(g->frame);
     cudaFree(g->img8);
-    cudaFree(g->tmp8);
+    cudaFree(g->dil8);
     cudaFree(g->smooth8);
     cudaFree(g->closed8);
     cudaFree(g->row_sums);
-    cudaFree(g->colsum);
-    cudaFree(g->hist);
+    cudaFree(g->work);
+    cudaFree(g->bits);
     cudaFree(g->border);
+    cudaFree(g->uv);
+    cudaFree(g->cand);
+    cudaFree(g->cand_d);
     cudaFree(g->randoms);
     cudaFree(g->st);
     cudaFree(g->pupils);
     cudaFree(g->lenslet);
-    cudaFree(g->cub_temp);
     if (g->h_result)
         cudaFreeHost(g->h_result);
     free(g);
@@ -1054,20 +1826,29 @@ extern "C" sw_status sw_pupil_gpu_init(sw_pupil_plan *plan)
     SW_CU(cudaSetDevice(plan->ctx->device));
 
     const size_t npix = (size_t)plan->npix, w = (size_t)p->width, h = (size_t)p->height;
-    const size_t np = (size_t)p->n_pupils;
+    const size_t np = (size_t)p->n_pupils, K = (size_t)p->candidates;
     SW_CU(cudaMalloc(&g->frame, npix * sw_pixel_size(p->type)));
     SW_TRY(pp_alloc(plan, &g->img8, npix));
-    SW_TRY(pp_alloc(plan, &g->tmp8, npix));
+    SW_TRY(pp_alloc(plan, &g->dil8, npix));
     SW_TRY(pp_alloc(plan, &g->smooth8, npix));
     SW_TRY(pp_alloc(plan, &g->closed8, npix));
     SW_TRY(pp_alloc(plan, &g->row_sums, h));
-    SW_TRY(pp_alloc(plan, &g->colsum, w));
-    SW_TRY(pp_alloc(plan, &g->hist, (size_t)512));
+    /* the accumulators: colsum (width u64) first (aligned), the histograms, the row counts */
+    g->nwork = (int64_t)(2 * w + 512 + 2 * h);
+    SW_TRY(pp_alloc(plan, &g->work, (size_t)g->nwork));
+    g->colsum = (unsigned long long *)g->work;
+    g->hist = g->work + 2 * w;
+    g->rowcount = g->hist + 512;
+    SW_TRY(pp_alloc(plan, &g->bits, h * ((w + 31) / 32)));
     SW_TRY(pp_alloc(plan, &g->border, np * npix));
-    SW_TRY(pp_alloc(plan, &g->randoms, (size_t)p->candidates * 5));
+    SW_TRY(pp_alloc(plan, &g->uv, np * npix));
+    SW_TRY(pp_alloc(plan, &g->cand, np * K));
+    SW_TRY(pp_alloc(plan, &g->cand_d, np * K * 6));
+    SW_TRY(pp_alloc(plan, &g->randoms, K * 5));
     SW_TRY(pp_alloc(plan, &g->st, (size_t)1));
     SW_TRY(pp_alloc(plan, &g->pupils, (size_t)2));
     SW_CU(cudaMemsetAsync(g->st, 0, sizeof(pp_state), s));
+    SW_CU(cudaMemsetAsync(g->work, 0, (size_t)g->nwork * sizeof(uint32_t), s));
     SW_CU(cudaMemsetAsync(g->pupils, 0, 2 * sizeof(sw_pupil_ellipse), s));
     SW_CU(cudaMemsetAsync(g->border, 0, np * npix * sizeof(int2), s));
     if (plan->has_geom) {
@@ -1076,19 +1857,8 @@ extern "C" sw_status sw_pupil_gpu_init(sw_pupil_plan *plan)
         SW_CU(cudaMemsetAsync(g->lenslet, 0, nl, s));
     }
     /* Step 6's random numbers, uploaded once (the seed's optimisation 2). */
-    SW_CU(cudaMemcpyAsync(g->randoms, plan->randoms, (size_t)p->candidates * 5 * sizeof(float),
-                          cudaMemcpyHostToDevice, s));
-
-    /* Step 5's CUB storage, for a selection over the whole frame. */
-    {
-        const pp_is_border pred = {g->closed8, g->st, p->width, p->height, 0};
-        long long *count = (long long *)((char *)g->st + offsetof(pp_state, nborder));
-        size_t bytes = 0;
-        SW_CU(cub::DeviceSelect::If(nullptr, bytes, pp_pixels(p->width), g->border, count,
-                                    plan->npix, pred, s));
-        g->cub_bytes = bytes;
-        SW_CU(cudaMalloc(&g->cub_temp, bytes ? bytes : 1));
-    }
+    SW_CU(cudaMemcpyAsync(g->randoms, plan->randoms, K * 5 * sizeof(float), cudaMemcpyHostToDevice,
+                          s));
 
     /* The result: mapped pinned host memory, written by the fit kernel (seed's optimisation 4). */
     SW_CU(cudaHostAlloc((void **)&g->h_result, sizeof(sw_pupil_result), cudaHostAllocMapped));

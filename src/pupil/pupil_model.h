@@ -47,39 +47,60 @@ SW_PM_FN uint8_t sw_pm_to_u8(double v, double scale)
 }
 
 /*
- * The frame mean of the automatic scale, summed in one fixed order that a GPU does fast:
- *   row sum:  32 lanes; lane j adds x = j, j + 32, j + 64, ... in order (NaN and Inf pixels count
- *             as 0), then 5 butterfly rounds s_j <- s_j + s_(j xor o), o = 16, 8, 4, 2, 1 (a warp's
- *             __shfl_xor_sync; addition commutes, so every lane ends with the same value);
+ * The sums of the automatic scale (pupil.h step 0), in one fixed order that a GPU does fast. A
+ * pass sums, over the frame, the pixels v that are finite and above a level thr (v > thr; the
+ * others add 0.0), and counts them:
+ *   row sum:  32 lanes; lane j adds x = j, j + 32, j + 64, ... in order, then 5 butterfly rounds
+ *             s_j <- s_j + s_(j xor o), o = 16, 8, 4, 2, 1 (a warp's __shfl_xor_sync; addition
+ *             commutes, so every lane ends with the same value);
  *   total:    1024 slots; slot i adds the row sums i, i + 1024, ... in order, then a tree
  *             slot_i <- slot_i + slot_(i + o) for o = 512, 256, ..., 1 (i < o).
- * The two functions below are the host's rendering of exactly that order.
+ *   count:    an exact integer (any order).
+ * Pass 1 has thr = -infinity (every finite pixel) and gives the frame mean m1 = total / npix
+ * (sw_pm_frame_mean); pass 2 has thr = m1 and gives the sum and number of the pixels above the
+ * mean, whose mean m2 sets the scale (sw_pm_scale_above). sw_pm_row_sum_host and
+ * sw_pm_total_host are the host's rendering of exactly that order.
  */
 #define SW_PM_MEAN_LANES 32
 #define SW_PM_MEAN_SLOTS 1024
 
-SW_PM_FN double sw_pm_finite_or_zero(double v)
+/* What pixel v adds to a pass with level thr: v when it is finite and v > thr, else 0.0 (NaN and
+ * Inf give NaN for v - v). */
+SW_PM_FN double sw_pm_above(double v, double thr)
 {
-    return (v - v == 0.0) ? v : 0.0; /* NaN and Inf give NaN for v - v */
+    return (v - v == 0.0 && v > thr) ? v : 0.0;
+}
+
+/* 1 when pixel v counts in a pass with level thr (finite and v > thr). */
+SW_PM_FN int sw_pm_counts_above(double v, double thr)
+{
+    return v - v == 0.0 && v > thr;
 }
 
 #if !defined(__CUDACC__)
-static inline double sw_pm_row_sum_host(const void *row, int32_t width, sw_pixel_type t)
+/* One row's sum (see above) of the pixels above thr; *count gets their number. */
+static inline double sw_pm_row_sum_host(const void *row, int32_t width, sw_pixel_type t, double thr,
+                                        int64_t *count)
 {
     double s[SW_PM_MEAN_LANES];
+    int64_t n = 0;
     for (int j = 0; j < SW_PM_MEAN_LANES; j++) {
         double a = 0.0;
-        for (int32_t x = j; x < width; x += SW_PM_MEAN_LANES)
-            a += sw_pm_finite_or_zero(sw_pm_pixel(row, x, t));
+        for (int32_t x = j; x < width; x += SW_PM_MEAN_LANES) {
+            const double v = sw_pm_pixel(row, x, t);
+            a += sw_pm_above(v, thr);
+            n += sw_pm_counts_above(v, thr);
+        }
         s[j] = a;
     }
     for (int o = SW_PM_MEAN_LANES / 2; o >= 1; o /= 2) {
-        double n[SW_PM_MEAN_LANES];
+        double nx[SW_PM_MEAN_LANES];
         for (int j = 0; j < SW_PM_MEAN_LANES; j++)
-            n[j] = s[j] + s[j ^ o];
+            nx[j] = s[j] + s[j ^ o];
         for (int j = 0; j < SW_PM_MEAN_LANES; j++)
-            s[j] = n[j];
+            s[j] = nx[j];
     }
+    *count = n;
     return s[0];
 }
 
@@ -99,14 +120,23 @@ static inline double sw_pm_total_host(const double *row_sums, int32_t height)
 }
 #endif
 
-/* The automatic scale from the total: 64 / mean; 0 when the mean is not positive and finite
- * (SW_PUPIL_EMPTY_FRAME). */
-SW_PM_FN double sw_pm_auto_scale(double total, int64_t npix)
+/* Pass 1's mean m1 = total / npix (NaN and Inf pixels count as 0); 0 when it is not positive
+ * and finite (SW_PUPIL_EMPTY_FRAME: no automatic scale, and no pass 2). */
+SW_PM_FN double sw_pm_frame_mean(double total, int64_t npix)
 {
     double mean = total / (double)npix;
     if (!(mean > 0.0) || mean - mean != 0.0)
         return 0.0;
-    return 64.0 / mean;
+    return mean;
+}
+
+/* The automatic scale (pupil.h step 0) from m1 (> 0) and pass 2's sum and count of the pixels
+ * above m1: 128 / m2 with m2 = sum / count, or 128 / m1 when no pixel lies above m1 (a uniform
+ * frame: it maps to 128 everywhere, and step 3 finds no contrast). */
+SW_PM_FN double sw_pm_scale_above(double m1, double sum_above, int64_t n_above)
+{
+    double m2 = n_above > 0 ? sum_above / (double)n_above : m1;
+    return 128.0 / m2;
 }
 
 /* ------------------------------------------------------------------ step 1: Gaussian */
@@ -161,6 +191,156 @@ SW_PM_FN int32_t sw_pm_otsu(const int64_t *hist)
         }
     }
     return best >= 0.0 ? t_best : -1;
+}
+
+/*
+ * Three-class criterion (pupil.h step 3, otsu_classes = 3; Liao, Chen and Chung's multi-level
+ * Otsu): the between-class variance of {v <= t1}, {t1 < v <= t2}, {v > t2} up to the constant
+ * factor N^3, sum_k e_k^2 / n_k with e_k = N S_k - n_k ST (n_k pixels summing to S_k in class k;
+ * e_0 + e_1 + e_2 = 0), from the exact prefix sums (n1, S1) of {v <= t1} and (n2, S2) of
+ * {v <= t2}; -1 when a class is empty. The e_k are exact (128-bit integers), each rounded once
+ * to double, and the three terms are added in this order: both backends compute the same value.
+ * With two classes the same sum is N times sw_pm_otsu_criterion.
+ */
+SW_PM_FN double sw_pm_otsu3_criterion(int64_t N, int64_t ST, int64_t n1, int64_t S1, int64_t n2,
+                                      int64_t S2)
+{
+    const int64_t c0 = n1, c1 = n2 - n1, c2 = N - n2;
+    if (c0 <= 0 || c1 <= 0 || c2 <= 0)
+        return -1.0;
+    const __int128 e0 = (__int128)N * S1 - (__int128)n1 * ST;
+    const __int128 e12 = (__int128)N * S2 - (__int128)n2 * ST; /* e_0 + e_1 */
+    const __int128 e1 = e12 - e0, e2 = -e12;
+    const double d0 = (double)e0, d1 = (double)e1, d2 = (double)e2;
+    return d0 * d0 / (double)c0 + d1 * d1 / (double)c1 + d2 * d2 / (double)c2;
+}
+
+/* Three-class Otsu of a 256-bin histogram: the pair 0 <= t1 < t2 <= 254 with the largest
+ * sw_pm_otsu3_criterion, the smallest (t1, t2) in lexicographic order on ties (t1 ascending, t2
+ * ascending, strictly larger replaces). Returns t1 and writes t2 when t2_out is not NULL; -1
+ * (t2 -1) when the pixels take fewer than three values. Pairs with an empty bin at t1 or t2 are
+ * skipped: the same classes, hence the same criterion bit for bit, came earlier with a smaller
+ * index (or a class is empty), so skipping them does not change the result (a backend may
+ * evaluate them or not). */
+SW_PM_FN int32_t sw_pm_otsu3(const int64_t *hist, int32_t *t2_out)
+{
+    int64_t cn[256], cs[256]; /* inclusive prefix sums: pixels v <= t and their sum */
+    int64_t n = 0, S = 0;
+    for (int i = 0; i < 256; i++) {
+        n += hist[i];
+        S += (int64_t)i * hist[i];
+        cn[i] = n;
+        cs[i] = S;
+    }
+    double best = -1.0;
+    int32_t b1 = -1, b2 = -1;
+    for (int t1 = 0; t1 < 254; t1++) {
+        if (hist[t1] == 0)
+            continue;
+        for (int t2 = t1 + 1; t2 < 255; t2++) {
+            if (hist[t2] == 0)
+                continue;
+            const double c = sw_pm_otsu3_criterion(n, S, cn[t1], cs[t1], cn[t2], cs[t2]);
+            if (c > best) {
+                best = c;
+                b1 = t1;
+                b2 = t2;
+            }
+        }
+    }
+    if (t2_out)
+        *t2_out = best >= 0.0 ? b2 : -1;
+    return best >= 0.0 ? b1 : -1;
+}
+
+/*
+ * Step 3a: the clip of a region's histogram (in place), so that a few very bright pixels (a
+ * corneal reflection, spot peaks) cannot take a class of the split: P = the median of the
+ * pixels above the region's mean (v N > sum: exact), the smallest v with 2 (pixels in
+ * (mean, v]) >= (pixels above the mean); c = floor(3 P / 2); when c < 255 the pixels above c
+ * count as c. Returns c (255: nothing clipped). A histogram with no pixel above its mean (one
+ * value, or none) is left alone.
+ */
+SW_PM_FN int32_t sw_pm_clip_hist(int64_t *hist)
+{
+    int64_t N = 0, ST = 0;
+    for (int i = 0; i < 256; i++) {
+        N += hist[i];
+        ST += (int64_t)i * hist[i];
+    }
+    int64_t above = 0;
+    for (int i = 0; i < 256; i++)
+        if ((int64_t)i * N > ST)
+            above += hist[i];
+    if (above == 0)
+        return 255;
+    int64_t acc = 0;
+    int32_t P = 255;
+    for (int i = 0; i < 256; i++)
+        if ((int64_t)i * N > ST) {
+            acc += hist[i];
+            if (2 * acc >= above) {
+                P = i;
+                break;
+            }
+        }
+    const int32_t c = (3 * P) / 2;
+    if (c >= 255)
+        return 255;
+    for (int i = c + 1; i < 256; i++) {
+        hist[c] += hist[i];
+        hist[i] = 0;
+    }
+    return c;
+}
+
+/*
+ * Step 3c: the edge level. With the split t_o (class 0: v <= t_o, the iris; above: the pupil),
+ * b = the mean of class 0 (sum / count, one double division), p = the median of the pixels above
+ * t_o (the smallest v > t_o with 2 (pixels in (t_o, v]) >= (pixels above t_o)), and
+ * t = floor(b + edge_level (p - b)) in double arithmetic in this order; edge_level 0: t = t_o.
+ * For 0 < edge_level < 1 the result lies in [floor(b), p - 1].
+ */
+SW_PM_FN int32_t sw_pm_edge_threshold(const int64_t *hist, int32_t t_o, double edge_level)
+{
+    if (t_o < 0 || !(edge_level > 0.0))
+        return t_o;
+    int64_t n0 = 0, s0 = 0, n1 = 0;
+    for (int i = 0; i < 256; i++) {
+        if (i <= t_o) {
+            n0 += hist[i];
+            s0 += (int64_t)i * hist[i];
+        } else {
+            n1 += hist[i];
+        }
+    }
+    int64_t acc = 0;
+    int32_t p = 255;
+    for (int i = t_o + 1; i < 256; i++) {
+        acc += hist[i];
+        if (2 * acc >= n1) {
+            p = i;
+            break;
+        }
+    }
+    const double b = (double)s0 / (double)n0;
+    const double t = floor(b + edge_level * ((double)p - b));
+    return t < 0.0 ? 0 : (t > 254.0 ? 254 : (int32_t)t);
+}
+
+/* Step 3, all of it: clip (sw_pm_clip_hist, in place), split with otsu_classes 2 (sw_pm_otsu)
+ * or 3 (t1 of sw_pm_otsu3; a region whose clipped pixels take exactly two values has no
+ * three-class split and gets the two-class one), then the edge level
+ * (sw_pm_edge_threshold). -1 when the region's pixels all have one value. */
+SW_PM_FN int32_t sw_pm_threshold(int64_t *hist, int32_t otsu_classes, double edge_level)
+{
+    sw_pm_clip_hist(hist);
+    int32_t t_o = -1;
+    if (otsu_classes == 3)
+        t_o = sw_pm_otsu3(hist, (int32_t *)0);
+    if (t_o < 0)
+        t_o = sw_pm_otsu(hist);
+    return sw_pm_edge_threshold(hist, t_o, edge_level);
 }
 
 /* ------------------------------------------------------------------ regions and coordinates */
@@ -235,11 +415,12 @@ SW_PM_FN double sw_pm_det5(double *m)
 /*
  * The conic A u^2 + B u v + C v^2 + D u + E v + F = 0 through 5 points: the null vector of the
  * 5 x 6 matrix of rows (u^2, uv, v^2, u, v, 1), by cofactors c_k = (-1)^k det(M without column
- * k), scaled to unit length with A + C >= 0. Returns 0 when the points do not fix one conic.
+ * k), scaled to unit length with A + C >= 0. In three parts, so that a GPU can give the six
+ * cofactors to six lanes and still round exactly as the host: the rows, one cofactor, the
+ * scaling (sw_pm_conic5 runs them in order).
  */
-SW_PM_FN int sw_pm_conic5(const double *u, const double *v, double *c)
+SW_PM_FN void sw_pm_conic5_rows(const double *u, const double *v, double row[5][6])
 {
-    double row[5][6];
     for (int i = 0; i < 5; i++) {
         row[i][0] = u[i] * u[i];
         row[i][1] = u[i] * v[i];
@@ -248,19 +429,28 @@ SW_PM_FN int sw_pm_conic5(const double *u, const double *v, double *c)
         row[i][4] = v[i];
         row[i][5] = 1.0;
     }
-    double n2 = 0.0;
-    for (int k = 0; k < 6; k++) {
-        double m[25];
-        for (int i = 0; i < 5; i++) {
-            int q = 0;
-            for (int j = 0; j < 6; j++)
-                if (j != k)
-                    m[i * 5 + q++] = row[i][j];
-        }
-        double d = sw_pm_det5(m);
-        c[k] = (k & 1) ? -d : d;
-        n2 += c[k] * c[k];
+}
+
+SW_PM_FN double sw_pm_conic5_cofactor(const double row[5][6], int k)
+{
+    double m[25];
+    for (int i = 0; i < 5; i++) {
+        int q = 0;
+        for (int j = 0; j < 6; j++)
+            if (j != k)
+                m[i * 5 + q++] = row[i][j];
     }
+    double d = sw_pm_det5(m);
+    return (k & 1) ? -d : d;
+}
+
+/* Scales the six cofactors in c to unit length with A + C >= 0; 0 when they are all 0 or not
+ * finite (the points do not fix one conic). */
+SW_PM_FN int sw_pm_conic5_scale(double *c)
+{
+    double n2 = 0.0;
+    for (int k = 0; k < 6; k++)
+        n2 += c[k] * c[k];
     if (!(n2 > 0.0) || n2 - n2 != 0.0)
         return 0;
     double inv = 1.0 / sqrt(n2);
@@ -269,6 +459,15 @@ SW_PM_FN int sw_pm_conic5(const double *u, const double *v, double *c)
     for (int k = 0; k < 6; k++)
         c[k] *= inv;
     return 1;
+}
+
+SW_PM_FN int sw_pm_conic5(const double *u, const double *v, double *c)
+{
+    double row[5][6];
+    sw_pm_conic5_rows(u, v, row);
+    for (int k = 0; k < 6; k++)
+        c[k] = sw_pm_conic5_cofactor(row, k);
+    return sw_pm_conic5_scale(c);
 }
 
 /*
@@ -307,12 +506,12 @@ SW_PM_FN int sw_pm_conic_axes(const double *c, double *uc, double *vc, double *r
  * Candidate k of a region with n >= 5 border points xy (x, y pairs): the points
  * floor(r_m n) (clamped to n - 1) for its 5 random numbers r (float in [0, 1)), the conic through
  * them, kept when it is an ellipse with semi-axes in [min_r, max_r] pixels. The float copy cf is
- * what votes. Returns 1 for a usable candidate.
+ * what votes. Returns 1 for a usable candidate. Its parts: the points (sw_pm_candidate_points),
+ * the conic (sw_pm_conic5), the verdict (sw_pm_candidate_keep).
  */
-SW_PM_FN int sw_pm_candidate(const sw_pm_region *r, const int32_t *xy, int64_t n,
-                             const float *rand5, double min_r, double max_r, double *c, float *cf)
+SW_PM_FN void sw_pm_candidate_points(const sw_pm_region *r, const int32_t *xy, int64_t n,
+                                     const float *rand5, double *u, double *v)
 {
-    double u[5], v[5];
     for (int m = 0; m < 5; m++) {
         int64_t i = (int64_t)floor((double)rand5[m] * (double)n);
         if (i > n - 1)
@@ -322,8 +521,13 @@ SW_PM_FN int sw_pm_candidate(const sw_pm_region *r, const int32_t *xy, int64_t n
         u[m] = sw_pm_u(r, xy[2 * i]);
         v[m] = sw_pm_v(r, xy[2 * i + 1]);
     }
-    if (!sw_pm_conic5(u, v, c))
-        return 0;
+}
+
+/* A scaled conic c is kept when it is an ellipse with semi-axes in [min_r, max_r] px; then its
+ * float copy goes to cf. */
+SW_PM_FN int sw_pm_candidate_keep(const sw_pm_region *r, const double *c, double min_r,
+                                  double max_r, float *cf)
+{
     double uc, vc, ra, rb;
     if (!sw_pm_conic_axes(c, &uc, &vc, &ra, &rb))
         return 0;
@@ -333,6 +537,16 @@ SW_PM_FN int sw_pm_candidate(const sw_pm_region *r, const int32_t *xy, int64_t n
     for (int k = 0; k < 6; k++)
         cf[k] = (float)c[k];
     return 1;
+}
+
+SW_PM_FN int sw_pm_candidate(const sw_pm_region *r, const int32_t *xy, int64_t n,
+                             const float *rand5, double min_r, double max_r, double *c, float *cf)
+{
+    double u[5], v[5];
+    sw_pm_candidate_points(r, xy, n, rand5, u, v);
+    if (!sw_pm_conic5(u, v, c))
+        return 0;
+    return sw_pm_candidate_keep(r, c, min_r, max_r, cf);
 }
 
 /* A border point (normalised, float) votes for a candidate when its Sampson distance is within
@@ -386,6 +600,22 @@ SW_PM_FN int sw_pm_inlier(const double *c, double u, double v, double tol2, doub
     double g2 = gx * gx + gy * gy;
     *grad2 = g2;
     return g2 > 0.0 && q * q <= tol2 * g2;
+}
+
+/* Step 9's band of point (u, v) against the final conic c (Sampson distance d = |Q| / |grad Q|,
+ * tol2 = (inlier_px inv_s)^2): 1 for an inlier (sw_pm_inlier: d <= inlier_px), 2 for the near
+ * band 2 inlier_px < d <= 4 inlier_px (Q^2 > 4 tol2 |grad Q|^2 and Q^2 <= 16 tol2 |grad Q|^2:
+ * the factors are powers of 2, exact), 0 otherwise. */
+SW_PM_FN int sw_pm_band(const double *c, double u, double v, double tol2)
+{
+    double g2;
+    if (sw_pm_inlier(c, u, v, tol2, &g2))
+        return 1;
+    if (!(g2 > 0.0))
+        return 0;
+    const double q = c[0] * u * u + c[1] * u * v + c[2] * v * v + c[3] * u + c[4] * v + c[5];
+    const double q2 = q * q, t = tol2 * g2;
+    return (q2 > 4.0 * t && q2 <= 16.0 * t) ? 2 : 0;
 }
 
 /* Adds point (u, v) to acc when it is an inlier of c: residual
@@ -501,17 +731,21 @@ SW_PM_FN double sw_pm_perimeter(double a, double b)
 
 /*
  * Step 9: the verdict on a fitted pupil whose ellipse fields were filled by sw_pm_ellipse_out
- * (ok = its return value) and whose inliers are counted: valid, or the failure with the
- * ellipse fields set to NaN (nothing fabricated). Both backends call this last.
+ * (ok = its return value) and whose inliers and near-band points are counted: valid, or the
+ * failure with the ellipse fields set to NaN (nothing fabricated). Both backends call this last.
+ * The tests in order: BAD_FIT (not an ellipse, or semi-axes out of range), LOW_SUPPORT (inliers
+ * < min_coverage x perimeter), CLUTTER (near > max_near_ratio x inliers).
  */
-SW_PM_FN void sw_pm_judge(sw_pupil_ellipse *o, int ok, double min_r, double max_r,
-                          double min_coverage)
+SW_PM_FN void sw_pm_verdict(sw_pupil_ellipse *o, int ok, double min_r, double max_r,
+                            double min_coverage, double max_near_ratio)
 {
     sw_pupil_failure f = SW_PUPIL_OK;
     if (!ok || !(o->b_px >= min_r) || !(o->a_px <= max_r))
         f = SW_PUPIL_BAD_FIT;
     else if (!((double)o->inliers >= min_coverage * sw_pm_perimeter(o->a_px, o->b_px)))
         f = SW_PUPIL_LOW_SUPPORT;
+    else if ((double)o->near > max_near_ratio * (double)o->inliers)
+        f = SW_PUPIL_CLUTTER; /* max_near_ratio = +Inf: never (Inf x 0 is NaN: never too) */
     o->failure = f;
     o->valid = f == SW_PUPIL_OK;
     if (!o->valid) {
@@ -522,15 +756,15 @@ SW_PM_FN void sw_pm_judge(sw_pupil_ellipse *o, int ok, double min_r, double max_
 /*
  * Steps 6-9 in one place, so the two backends cannot drift (the GPU runs the same steps in
  * parallel; this is the order of the arithmetic each point and candidate sees):
- *   n < 5                      -> SW_PUPIL_FEW_BORDER (candidate -1, votes 0, inliers 0)
+ *   n < 5                      -> SW_PUPIL_FEW_BORDER (candidate -1, votes 0, inliers 0, near 0)
  *   for k < candidates: usable = sw_pm_candidate(k's 5 randoms); votes_k = number of border
  *       points (uf, vf) with sw_pm_vote; best = max over usable k of sw_pm_pack_vote(votes_k, k)
  *   no usable candidate        -> SW_PUPIL_NO_ELLIPSE
  *   c = the winner's conic; refine_iterations times: acc = 0, sw_pm_refine_add of every border
  *       point (double u, v); stop early (keeping c) when sw_pm_refine_solve fails or its conic
  *       is not an ellipse (sw_pm_conic_axes); else c = the new conic
- *   inliers = border points with sw_pm_inlier(c)
- *   ok = sw_pm_ellipse_out(c); sw_pm_judge(ok)
+ *   inliers, near = border points with sw_pm_band(c) = 1, = 2 (one pass, integer counts)
+ *   ok = sw_pm_ellipse_out(c); sw_pm_verdict(ok)
  */
 
 /* Point (x, y) inside (or on) the ellipse of p. */

@@ -10,15 +10,17 @@
  *   - the default radii (the unrolled kernels) and others (gauss 0 / 2 / 16, close 0 / 6 / 16:
  *     the generic kernels), odd sizes (333 x 201, 97 x 61: partial tiles), few candidates, no
  *     refinement, a fixed input scale;
+ *   - step 3's options: two- and three-class Otsu, edge level 0 and others, no near-band test;
+ *   - a u32 frame too large for the exact integer sums of step 0 (the GPU's row-sum path);
  *   - a dark (all 0) and a saturated frame: the same failure on both;
  *   - one GPU plan run on several frames in turn (the CUDA graph replayed): each time as the CPU.
  * Compared: the 8-bit input, smoothed and closed images byte for byte (sw_pupil_last_images),
  * the scale, the split, the thresholds, the border lists in their order (sw_pupil_last_border),
  * the RANSAC winner and its votes, validity and failure exactly; the ellipse within 1e-6 px and
- * 1e-6 degrees; the inliers within 2 (a border point on the tolerance may fall either way after
- * the refinement's differently ordered sums); the lenslet mask (host copy and the device copy of
- * sw_pupil_lenslet_mask_device) equal except for lenslets whose corners lie on the ellipse to
- * 1e-6. Skips (77) when no GPU is usable.
+ * 1e-6 degrees; the inliers and near-band points within 2 (a border point on a band's edge may
+ * fall either way after the refinement's differently ordered sums); the lenslet mask (host copy and
+ * the device copy of sw_pupil_lenslet_mask_device) equal except for lenslets whose corners lie on
+ * the ellipse to 1e-6. Skips (77) when no GPU is usable.
  */
 #include "testutil.h"
 
@@ -198,7 +200,8 @@ static double angle_diff(double a, double b)
     return d > 90.0 ? 180.0 - d : d;
 }
 
-static void compare_pupil(const char *what, int i, const sw_pupil_ellipse *c, const sw_pupil_ellipse *g)
+static void compare_pupil(const char *what, int i, const sw_pupil_ellipse *c,
+                          const sw_pupil_ellipse *g)
 {
     if (c->valid != g->valid || c->failure != g->failure)
         fail_msg("%s: pupil %d: valid %d failure %d (%s) on the CPU, valid %d failure %d (%s) on "
@@ -211,9 +214,9 @@ static void compare_pupil(const char *what, int i, const sw_pupil_ellipse *c, co
                  "%d / %d, region [%d, %d) / [%d, %d) (CPU / GPU)",
                  what, i, c->threshold, g->threshold, c->border, g->border, c->candidate,
                  g->candidate, c->votes, g->votes, c->x0, c->x1, g->x0, g->x1);
-    if (abs(c->inliers - g->inliers) > 2)
-        fail_msg("%s: pupil %d: %d inliers on the CPU, %d on the GPU", what, i, c->inliers,
-                 g->inliers);
+    if (abs(c->inliers - g->inliers) > 2 || abs(c->near - g->near) > 2)
+        fail_msg("%s: pupil %d: %d inliers, %d near on the CPU, %d, %d on the GPU", what, i,
+                 c->inliers, c->near, g->inliers, g->near);
     if (!c->valid) {
         if (!isnan(g->cx_px) || !isnan(g->cy_px) || !isnan(g->a_px) || !isnan(g->b_px) ||
             !isnan(g->angle_deg))
@@ -591,6 +594,57 @@ static void test_no_pupil_and_nan(void **state)
     sw_image_free(&el);
 }
 
+/* Step 3's options on a binocular frame: two- and three-class Otsu with and without the edge
+ * level (0: Otsu's split itself), and the near-band test off (max_near_ratio +Inf). */
+static void test_threshold_options(void **state)
+{
+    (void)state;
+    const eye_case e[2] = {{90.0, 100.0, 130.0, 0.9, 30.0}, {250.0, 95.0, 110.0, 1.0, 0.0}};
+    sw_eyesim_params sp;
+    eye_params(&sp, 333, 201, 2, e, 1, 91);
+    sw_image el = render(&sp);
+    sw_image f = as_type(&el, SW_PIX_U16, 10.0, 50.0);
+    const int32_t classes[4] = {2, 3, 2, 3};
+    const double edge[4] = {0.4, 0.0, 0.0, 0.7};
+    for (int k = 0; k < 4; k++) {
+        sw_pupil_params p;
+        sw_pupil_params_default(&p, 333, 201, SW_PIX_U16);
+        p.n_pupils = 2;
+        p.otsu_classes = classes[k];
+        p.edge_level = edge[k];
+        if (k == 2)
+            p.max_near_ratio = INFINITY;
+        char what[96];
+        snprintf(what, sizeof what, "otsu_classes %d, edge_level %g, max_near_ratio %g", classes[k],
+                 edge[k], p.max_near_ratio);
+        compare(what, &p, &f, k % 2 ? DEVICE_FRAME : HOST_FRAME, NULL);
+    }
+    sw_image_free(&f);
+    sw_image_free(&el);
+}
+
+/* A u32 frame of more than 2^52 / (2^32 - 1) pixels: its pixel sums may not stay exact in
+ * integers below 2^53, so the GPU sums it in pupil_model.h's order (the row sums) as f32
+ * frames. */
+static void test_large_u32(void **state)
+{
+    (void)state;
+    const int32_t w = 1100, h = 1000;
+    const eye_case e = {560.0, 480.0, 700.0, 0.9, 20.0};
+    sw_eyesim_params sp;
+    eye_params(&sp, w, h, 1, &e, 1, 71);
+    sw_image el = render(&sp);
+    sw_image f = as_type(&el, SW_PIX_U32, 20.0, 100.0);
+    assert_true((double)w * h * 4294967295.0 > 4503599627370496.0); /* 2^52 */
+    sw_pupil_params p;
+    sw_pupil_params_default(&p, w, h, SW_PIX_U32);
+    sw_pupil_result rc;
+    compare("large u32 frame", &p, &f, DEVICE_FRAME, &rc);
+    assert_found("large u32 frame", &rc, 0);
+    sw_image_free(&f);
+    sw_image_free(&el);
+}
+
 /* One pair of plans over several frames in turn (the GPU replays its graph): every frame as the
  * CPU, and the first frame's result again at the end. */
 static void test_sequence(void **state)
@@ -634,9 +688,10 @@ static void test_sequence(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_monocular),        cmocka_unit_test(test_camera_and_edge),
-        cmocka_unit_test(test_binocular),        cmocka_unit_test(test_odd_sizes_and_radii),
-        cmocka_unit_test(test_no_pupil_and_nan), cmocka_unit_test(test_sequence),
+        cmocka_unit_test(test_monocular),         cmocka_unit_test(test_camera_and_edge),
+        cmocka_unit_test(test_binocular),         cmocka_unit_test(test_odd_sizes_and_radii),
+        cmocka_unit_test(test_no_pupil_and_nan),  cmocka_unit_test(test_sequence),
+        cmocka_unit_test(test_threshold_options), cmocka_unit_test(test_large_u32),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

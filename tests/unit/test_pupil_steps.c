@@ -1,19 +1,27 @@
 /*
- * The pupil tracker's steps (pupil.h steps 1-9, seed 001 Sec. 3.1) one at a time, each against a
+ * The pupil tracker's steps (pupil.h steps 0-9, seed 001 Sec. 3.1) one at a time, each against a
  * reference written here from pupil.h / pupil_internal.h / pupil_model.h's definitions alone
  * (never by calling the code under test to make the expected value):
+ *   step 0  the automatic scale's sums: a row's sum of the finite pixels above a level in the
+ *           model's lane order (bit for bit) and against a long double sum, the exact count, the
+ *           1024-slot total, the mean and 128 / m2.
  *   step 3  Otsu (sw_pm_otsu): the minimiser of the within-class variance computed directly from
  *           the bins (two passes, long double) on dense, sparse, one- and two-valued histograms
- *           and histograms of up to 2^31 pixels; smallest t on ties; inside = v > t.
+ *           and histograms of up to 2^31 pixels; smallest t on ties; inside = v > t. The
+ *           three-class Otsu (sw_pm_otsu3) against the exhaustive minimiser over all t1 < t2,
+ *           the smallest pair on exact ties; the clip (sw_pm_clip_hist) and the edge level
+ *           (sw_pm_edge_threshold) against their definitions; the whole step on the histogram
+ *           of an idealised iris, pupil and reflection.
  *   step 1  Gaussian weights (sw_pupil_gauss_weights) and the separable filter
  *           (sw_pupil_cpu_gauss) against a direct 2-D convolution with the outer-product weights.
  *   step 4  close (sw_pupil_cpu_close) against a direct 2-D max-then-min on the thresholded
  *           region, windows clipped to the region, junk outside the region.
  *   step 5  border pixels (sw_pupil_cpu_border) against a direct scan.
  *   step 2  binocular split (sw_pupil_cpu_split) against pupil.h's definition and on two discs.
- *   step 6-9 the conic through 5 points, its ellipse, the vote, the refinement, the verdict and
- *           the vote packing (pupil_model.h) on known ellipses; the whole fit (sw_pupil_cpu_fit)
- *           on digitised ellipses with outliers.
+ *   step 6-9 the conic through 5 points, its ellipse, the vote, step 9's inlier and near bands,
+ *           the refinement, the verdict and the vote packing (pupil_model.h) on known ellipses;
+ *           the whole fit (sw_pupil_cpu_fit) on digitised ellipses with outliers and points in
+ *           the near band.
  */
 #include "testutil.h"
 
@@ -57,6 +65,132 @@ static double rnd_range(uint64_t *s, double lo, double hi)
 static int32_t clampi(int32_t v, int32_t lo, int32_t hi)
 {
     return v < lo ? lo : (v > hi ? hi : v);
+}
+
+/* ================================================================== step 0: the scale's sums */
+
+/* A pixel of a row as a double (the test's own reading of the types). */
+static double px_value(const void *row, int32_t x, sw_pixel_type t)
+{
+    switch (t) {
+    case SW_PIX_U8: return ((const uint8_t *)row)[x];
+    case SW_PIX_U16: return ((const uint16_t *)row)[x];
+    case SW_PIX_U32: return ((const uint32_t *)row)[x];
+    default: return ((const float *)row)[x];
+    }
+}
+
+/* pupil_model.h's order written out from its comment: 32 lanes, lane j adds x = j, j + 32, ...
+ * (finite pixels above thr; the others add 0.0), then butterflies with o = 16, 8, 4, 2, 1. */
+static double lanes_sum(const void *row, int32_t width, sw_pixel_type t, double thr)
+{
+    double lane[32];
+    for (int j = 0; j < 32; j++) {
+        double a = 0.0;
+        for (int32_t x = j; x < width; x += 32) {
+            const double v = px_value(row, x, t);
+            a += (isfinite(v) && v > thr) ? v : 0.0;
+        }
+        lane[j] = a;
+    }
+    for (int o = 16; o >= 1; o /= 2) {
+        double nx[32];
+        for (int j = 0; j < 32; j++)
+            nx[j] = lane[j] + lane[j ^ o];
+        memcpy(lane, nx, sizeof(lane));
+    }
+    return lane[0];
+}
+
+/* Step 0's sums: a row's sum of the finite pixels above a level, in pupil_model.h's order (bit
+ * for bit) and to 1e-12 of a long double sum, with the exact count; the total over rows in the
+ * 1024-slot order; the mean and the scale 128 / m2 (128 / m1 when nothing is above m1, 0 for an
+ * empty frame). */
+static void test_scale_sums(void **state)
+{
+    (void)state;
+    uint64_t s = 111;
+    static const sw_pixel_type types[4] = {SW_PIX_U8, SW_PIX_U16, SW_PIX_U32, SW_PIX_F32};
+    void *row = malloc(4 * 3000);
+    assert_non_null(row);
+    for (int trial = 0; trial < 400; trial++) {
+        const sw_pixel_type t = types[trial % 4];
+        const int32_t width = 1 + (int32_t)rnd_int(&s, trial < 200 ? 70 : 3000);
+        for (int32_t x = 0; x < width; x++) {
+            const double u = rnd_u01(&s);
+            switch (t) {
+            case SW_PIX_U8: ((uint8_t *)row)[x] = (uint8_t)rnd_int(&s, 256); break;
+            case SW_PIX_U16: ((uint16_t *)row)[x] = (uint16_t)rnd_int(&s, 65536); break;
+            case SW_PIX_U32: ((uint32_t *)row)[x] = (uint32_t)rnd_int(&s, 4294967296LL); break;
+            default:
+                ((float *)row)[x] = u < 0.03   ? NAN
+                                    : u < 0.05 ? INFINITY
+                                    : u < 0.07 ? -INFINITY
+                                    : u < 0.09 ? -0.0f
+                                               : (float)rnd_range(&s, -50, 1000);
+            }
+        }
+        /* the level: none, a random one, or a pixel's own value (which does not count) */
+        double thr = trial % 3 == 0 ? -INFINITY : rnd_range(&s, -20, 3e9);
+        if (trial % 3 == 2) {
+            thr = px_value(row, (int32_t)rnd_int(&s, width), t);
+            if (!isfinite(thr))
+                thr = 0.0;
+        }
+        int64_t count = -1;
+        const double got = sw_pm_row_sum_host(row, width, t, thr, &count);
+        long double ref = 0;
+        int64_t nref = 0;
+        for (int32_t x = 0; x < width; x++) {
+            const double v = px_value(row, x, t);
+            if (isfinite(v) && v > thr) {
+                ref += v;
+                nref++;
+            }
+        }
+        assert_int_equal(count, nref);
+        const double want = lanes_sum(row, width, t, thr);
+        if (memcmp(&got, &want, sizeof(got)) != 0)
+            fail_msg("row sum #%d (%d px, %s, level %g): %.17g, the documented order gives %.17g",
+                     trial, width, sw_pixel_type_string(t), thr, got, want);
+        assert_true(fabsl((long double)got - ref) <= 1e-12L * (fabsl(ref) + 1));
+    }
+    free(row);
+
+    /* the total: slot i adds rows i, i + 1024, ... then a tree o = 512 .. 1 */
+    double *rows = malloc(3000 * sizeof(double)), slot[1024];
+    assert_non_null(rows);
+    for (int trial = 0; trial < 20; trial++) {
+        const int32_t h = 1 + (int32_t)rnd_int(&s, 3000);
+        long double ref = 0;
+        for (int32_t y = 0; y < h; y++) {
+            rows[y] = rnd_range(&s, 0, 1e7) * (trial % 2 ? 1e-9 : 1.0);
+            ref += rows[y];
+        }
+        for (int i = 0; i < 1024; i++) {
+            slot[i] = 0.0;
+            for (int32_t y = i; y < h; y += 1024)
+                slot[i] += rows[y];
+        }
+        for (int o = 512; o >= 1; o /= 2)
+            for (int i = 0; i < o; i++)
+                slot[i] += slot[i + o];
+        const double got = sw_pm_total_host(rows, h);
+        assert_true(memcmp(&got, &slot[0], sizeof(got)) == 0);
+        assert_true(fabsl((long double)got - ref) <= 1e-12L * ref);
+    }
+    free(rows);
+
+    /* the mean: 0 (an empty frame) unless positive and finite */
+    assert_true(sw_pm_frame_mean(1000.0, 10) == 100.0);
+    assert_true(sw_pm_frame_mean(0.0, 10) == 0.0);
+    assert_true(sw_pm_frame_mean(-5.0, 10) == 0.0);
+    assert_true(sw_pm_frame_mean(NAN, 10) == 0.0);
+    assert_true(sw_pm_frame_mean(INFINITY, 10) == 0.0);
+    /* the scale: 128 / (sum / count) of the pixels above the mean; 128 / m1 when none */
+    assert_true(sw_pm_scale_above(10.0, 6400.0, 100) == 2.0);
+    assert_true(sw_pm_scale_above(32.0, 0.0, 0) == 4.0);
+    assert_true(sw_pm_scale_above(3.0, 700.0, 7) == 128.0 / (700.0 / 7.0));
 }
 
 /* ================================================================== step 3: Otsu */
@@ -231,6 +365,360 @@ static void test_otsu_few_values(void **state)
         if (t != a)
             fail_msg("three values %d, %d, %d (x%lld each): t = %d, want %d (tie: smallest)", a,
                      a + d, a + 2 * d, (long long)c, t, a);
+    }
+}
+
+/* Within-class variance of the three-class split {v <= t1}, {t1 < v <= t2}, {v > t2}, from the
+ * bins directly (two passes, long double); -1 when a class is empty. */
+static long double within_var3(const int64_t *h, int t1, int t2)
+{
+    long double n[3] = {0, 0, 0}, s[3] = {0, 0, 0}, q[3] = {0, 0, 0};
+    for (int i = 0; i < 256; i++) {
+        const int k = i <= t1 ? 0 : (i <= t2 ? 1 : 2);
+        n[k] += (long double)h[i];
+        s[k] += (long double)i * (long double)h[i];
+    }
+    if (n[0] == 0 || n[1] == 0 || n[2] == 0)
+        return -1;
+    const long double mu[3] = {s[0] / n[0], s[1] / n[1], s[2] / n[2]};
+    for (int i = 0; i < 256; i++) {
+        const int k = i <= t1 ? 0 : (i <= t2 ? 1 : 2);
+        q[k] += (long double)h[i] * ((long double)i - mu[k]) * ((long double)i - mu[k]);
+    }
+    return (q[0] + q[1] + q[2]) / (n[0] + n[1] + n[2]);
+}
+
+/* The histogram's variance (the scale of the Otsu criteria's rounding). */
+static long double hist_var(const int64_t *h)
+{
+    long double n = 0, s = 0, q = 0;
+    for (int i = 0; i < 256; i++) {
+        n += (long double)h[i];
+        s += (long double)i * (long double)h[i];
+    }
+    if (n == 0)
+        return 0;
+    for (int i = 0; i < 256; i++)
+        q += (long double)h[i] * ((long double)i - s / n) * ((long double)i - s / n);
+    return q / n;
+}
+
+/* sw_pm_otsu3(h) against the exhaustive minimiser of the within-class variance over
+ * 0 <= t1 < t2 <= 254 (maximising the three-class between-class variance is minimising the
+ * within-class one): the search by long double prefix sums (sum of squares minus S_k^2 / n_k per
+ * class), the chosen and the best pair then compared by the two-pass within_var3. */
+static void check_otsu3(const int64_t *h, const char *kind, int trial)
+{
+    int32_t t2 = -5;
+    const int32_t t1 = sw_pm_otsu3(h, &t2);
+    long double cn[256], cs[256], n = 0, sm = 0, sq = 0;
+    for (int i = 0; i < 256; i++) {
+        n += (long double)h[i];
+        sm += (long double)i * (long double)h[i];
+        sq += (long double)i * (long double)i * (long double)h[i];
+        cn[i] = n;
+        cs[i] = sm;
+    }
+    long double best = -1;
+    int r1 = -1, r2 = -1;
+    for (int u1 = 0; u1 < 254; u1++)
+        for (int u2 = u1 + 1; u2 < 255; u2++) {
+            const long double n0 = cn[u1], n1 = cn[u2] - cn[u1], n2 = n - cn[u2];
+            if (n0 == 0 || n1 == 0 || n2 == 0)
+                continue;
+            const long double s0 = cs[u1], s1 = cs[u2] - cs[u1], s2 = sm - cs[u2];
+            const long double w = sq - s0 * s0 / n0 - s1 * s1 / n1 - s2 * s2 / n2;
+            if (r1 < 0 || w < best) {
+                best = w;
+                r1 = u1;
+                r2 = u2;
+            }
+        }
+    if (r1 < 0) {
+        if (t1 != -1 || t2 != -1)
+            fail_msg("otsu3 %s #%d: no three-class split exists, got (%d, %d)", kind, trial, t1,
+                     t2);
+        return;
+    }
+    if (!(t1 >= 0 && t1 < t2 && t2 <= 254))
+        fail_msg("otsu3 %s #%d: (%d, %d), want 0 <= t1 < t2 <= 254 (reference (%d, %d))", kind,
+                 trial, t1, t2, r1, r2);
+    const long double w = within_var3(h, t1, t2), wb = within_var3(h, r1, r2);
+    if (!(w >= 0) || !(w - wb <= 1e-12L * hist_var(h)))
+        fail_msg("otsu3 %s #%d: sigma_W^2(%d, %d) = %.17Lg, the minimum is %.17Lg at (%d, %d)",
+                 kind, trial, t1, t2, w, wb, r1, r2);
+    /* smallest (t1, t2) on ties: an empty bin at t1 or t2 gives the same classes as a smaller
+     * pair (the very same criterion), so the chosen bins have pixels */
+    if (h[t1] <= 0 || h[t2] <= 0)
+        fail_msg("otsu3 %s #%d: (%d, %d) has an empty bin: a smaller pair gives the same split",
+                 kind, trial, t1, t2);
+}
+
+static void random_hist(int64_t *h, uint64_t *s, int kind)
+{
+    memset(h, 0, 256 * sizeof(int64_t));
+    if (kind == 0) { /* dense */
+        static const int64_t top[3] = {3, 100, 100000};
+        const int64_t m = top[rnd_int(s, 3)];
+        for (int i = 0; i < 256; i++)
+            h[i] = rnd_int(s, m + 1);
+    } else if (kind == 1) { /* three bumps: iris, pupil, reflection; up to 2^31 pixels */
+        const int64_t total = (int64_t)1 << (10 + rnd_int(s, 22));
+        double c[3], w[3], f[3], g[256], sum = 0;
+        for (int k = 0; k < 3; k++) {
+            c[k] = rnd_range(s, 0, 255);
+            w[k] = rnd_range(s, 0.5, 25);
+            f[k] = rnd_range(s, 0.02, 1);
+        }
+        for (int i = 0; i < 256; i++) {
+            g[i] = 0;
+            for (int k = 0; k < 3; k++)
+                g[i] += f[k] * exp(-0.5 * (i - c[k]) * (i - c[k]) / (w[k] * w[k]));
+            sum += g[i];
+        }
+        for (int i = 0; i < 256; i++)
+            h[i] = (int64_t)floor((double)total * g[i] / sum);
+    } else if (kind == 2) { /* sparse: a few bins, counts up to 2^31 in all */
+        const int k = 1 + (int)rnd_int(s, 7);
+        for (int j = 0; j < k; j++)
+            h[rnd_int(s, 256)] += 1 + rnd_int(s, ((int64_t)1 << 31) / k);
+    } else { /* sparse, small counts */
+        const int k = 2 + (int)rnd_int(s, 10);
+        for (int j = 0; j < k; j++)
+            h[rnd_int(s, 256)] += 1 + rnd_int(s, 5);
+    }
+}
+
+static void test_otsu3_random(void **state)
+{
+    (void)state;
+    uint64_t s = 303;
+    int64_t h[256];
+    static const char *names[4] = {"dense", "trimodal", "sparse", "sparse-small"};
+    for (int trial = 0; trial < 240; trial++) {
+        random_hist(h, &s, trial % 4);
+        check_otsu3(h, names[trial % 4], trial);
+    }
+}
+
+static void test_otsu3_few_values(void **state)
+{
+    (void)state;
+    uint64_t s = 404;
+    int64_t h[256];
+    int32_t t2;
+    /* no pixels, one value, two values: no three-class split */
+    memset(h, 0, sizeof(h));
+    assert_int_equal(sw_pm_otsu3(h, &t2), -1);
+    assert_int_equal(t2, -1);
+    for (int trial = 0; trial < 200; trial++) {
+        memset(h, 0, sizeof(h));
+        const int a = (int)rnd_int(&s, 255), b = a + 1 + (int)rnd_int(&s, 255 - a);
+        h[a] = 1 + rnd_int(&s, (int64_t)1 << 31);
+        if (trial % 2)
+            h[b] = 1 + rnd_int(&s, (int64_t)1 << 31);
+        assert_int_equal(sw_pm_otsu3(h, &t2), -1);
+        assert_int_equal(t2, -1);
+        /* step 3 then falls back to the two-class split (edge level 0: the split itself) */
+        int64_t c[256];
+        memcpy(c, h, sizeof(h));
+        assert_int_equal(sw_pm_threshold(c, 3, 0.0), trial % 2 ? a : -1);
+    }
+    /* three values a < b < c: the classes are the values, (t1, t2) = (a, b) */
+    for (int trial = 0; trial < 200; trial++) {
+        memset(h, 0, sizeof(h));
+        const int a = (int)rnd_int(&s, 254), b = a + 1 + (int)rnd_int(&s, 254 - a),
+                  c = b + 1 + (int)rnd_int(&s, 255 - b);
+        h[a] = 1 + rnd_int(&s, (int64_t)1 << 30);
+        h[b] = 1 + rnd_int(&s, (int64_t)1 << 30);
+        h[c] = 1 + rnd_int(&s, (int64_t)1 << 30);
+        const int32_t t1 = sw_pm_otsu3(h, &t2);
+        if (t1 != a || t2 != b)
+            fail_msg("otsu3 of %d, %d, %d: (%d, %d), want (%d, %d)", a, b, c, t1, t2, a, b);
+    }
+    /* four equally spaced values with equal counts: {a}{b}{c, d}, {a}{b, c}{d} and
+     * {a, b}{c}{d} are exact ties (counts up to 2^8: every term exact in double); the
+     * lexicographically smallest pair (a, a + d) wins */
+    for (int trial = 0; trial < 200; trial++) {
+        memset(h, 0, sizeof(h));
+        const int d = 1 + (int)rnd_int(&s, 63), a = (int)rnd_int(&s, 256 - 3 * d);
+        const int64_t c = 1 + rnd_int(&s, 256);
+        for (int k = 0; k < 4; k++)
+            h[a + k * d] = c;
+        const int32_t t1 = sw_pm_otsu3(h, &t2);
+        if (t1 != a || t2 != a + d)
+            fail_msg("otsu3 of 4 x %lld at %d + k %d: (%d, %d), want (%d, %d) (tie: smallest)",
+                     (long long)c, a, d, t1, t2, a, a + d);
+    }
+}
+
+/* Step 3a against its definition: P the lower median of the pixels above the mean, c = floor(3 P
+ * / 2), the pixels above c counted as c. */
+static void test_clip_hist(void **state)
+{
+    (void)state;
+    uint64_t s = 505;
+    int64_t h[256], c[256];
+    int clipped = 0, kept = 0;
+    for (int trial = 0; trial < 400; trial++) {
+        random_hist(h, &s, trial % 4);
+        if (trial % 5 == 4) /* a bright tail over a dim pupil: what the clip is for */
+            for (int i = 150; i < 256; i++)
+                h[i] += rnd_int(&s, 50);
+        memcpy(c, h, sizeof(h));
+        const int32_t got = sw_pm_clip_hist(c);
+        long double n = 0, sum = 0;
+        for (int i = 0; i < 256; i++) {
+            n += (long double)h[i];
+            sum += (long double)i * (long double)h[i];
+        }
+        const long double mean = n > 0 ? sum / n : 0;
+        int64_t above = 0;
+        for (int i = 0; i < 256; i++)
+            if ((long double)i > mean)
+                above += h[i];
+        int want = 255;
+        if (above > 0) {
+            int64_t acc = 0;
+            int P = -1;
+            for (int i = 0; i < 256 && P < 0; i++)
+                if ((long double)i > mean) {
+                    acc += h[i];
+                    if (2 * acc >= above)
+                        P = i;
+                }
+            want = 3 * P / 2 < 255 ? 3 * P / 2 : 255;
+        }
+        if (got != want)
+            fail_msg("clip #%d: c = %d, want %d", trial, got, want);
+        int64_t tail = 0;
+        for (int i = want; i < 256; i++)
+            tail += h[i];
+        for (int i = 0; i < 256; i++) {
+            const int64_t e = i < want ? h[i] : (i == want ? tail : 0);
+            if (c[i] != e)
+                fail_msg("clip #%d (c = %d): bin %d holds %lld, want %lld", trial, want, i,
+                         (long long)c[i], (long long)e);
+        }
+        clipped += want < 255;
+        kept += want == 255;
+    }
+    assert_true(clipped > 50 && kept > 50); /* both branches seen */
+}
+
+/* Step 3c against its definition: b the mean of v <= t_o, p the lower median of v > t_o,
+ * t = floor(b + k (p - b)) (long double here; values within 1e-9 of an integer are left out,
+ * where the two roundings may differ); k = 0 gives t_o itself. */
+static void test_edge_threshold(void **state)
+{
+    (void)state;
+    uint64_t s = 606;
+    int64_t h[256];
+    int checked = 0;
+    for (int trial = 0; trial < 2000; trial++) {
+        random_hist(h, &s, trial % 4);
+        int lo = 0, hi = 255;
+        while (lo < 256 && h[lo] == 0)
+            lo++;
+        while (hi >= 0 && h[hi] == 0)
+            hi--;
+        if (lo >= hi)
+            continue;
+        const int32_t to = lo + (int32_t)rnd_int(&s, hi - lo); /* both sides have pixels */
+        const double k = trial % 7 == 0 ? 0.0 : rnd_range(&s, 0.05, 0.95);
+        const int32_t got = sw_pm_edge_threshold(h, to, k);
+        if (k == 0.0) {
+            assert_int_equal(got, to);
+            continue;
+        }
+        long double n0 = 0, s0 = 0;
+        int64_t n1 = 0;
+        for (int i = 0; i < 256; i++) {
+            if (i <= to) {
+                n0 += (long double)h[i];
+                s0 += (long double)i * (long double)h[i];
+            } else {
+                n1 += h[i];
+            }
+        }
+        int p = -1;
+        int64_t acc = 0;
+        for (int i = to + 1; i < 256 && p < 0; i++) {
+            acc += h[i];
+            if (2 * acc >= n1)
+                p = i;
+        }
+        const long double b = s0 / n0, v = b + (long double)k * ((long double)p - b);
+        if (fabsl(v - rintl(v)) < 1e-9L)
+            continue;
+        const int32_t want = (int32_t)floorl(v);
+        if (got != want)
+            fail_msg("edge level #%d: t_o %d, b %.6Lf, p %d, k %.4f: t = %d, want %d", trial, to, b,
+                     p, k, got, want);
+        assert_true(got >= (int32_t)floorl(b) && got <= p - 1);
+        checked++;
+    }
+    assert_true(checked > 1000);
+    assert_int_equal(sw_pm_edge_threshold(h, -1, 0.4), -1);
+}
+
+/*
+ * Step 3 as a whole on the histogram of an idealised frame: an iris (a narrow bump of pixels
+ * near b0), a pupil (a plateau of values lo..hi, the glow falling off towards the edge), the
+ * ramp of the blurred edge between them, and a reflection's tail up to 255 (saturated pixels
+ * included), the pupil covering 5 % to 70 % of the region. Whatever the area and the tail, the
+ * threshold is the edge level between the iris and the pupil:
+ * floor(mean(iris) + 0.4 (median(pupil) - mean(iris))), computed here from the parts as built,
+ * to within one level (the ramp's few pixels may move the iris' mean and the pupil's median).
+ */
+static void test_threshold_plateau(void **state)
+{
+    (void)state;
+    uint64_t s = 707;
+    int64_t h[256], iris[256], pupil[256];
+    for (int trial = 0; trial < 300; trial++) {
+        memset(iris, 0, sizeof(iris));
+        memset(pupil, 0, sizeof(pupil));
+        const int64_t N = (int64_t)1 << (14 + rnd_int(&s, 10));
+        const double f = rnd_range(&s, 0.05, 0.7);
+        const int b0 = (int)rnd_int(&s, 20), hi = 120 + (int)rnd_int(&s, 40);
+        const int lo = (int)(0.7 * hi);
+        const int64_t np = (int64_t)(f * (double)N), ni = N - np;
+        for (int k = -2; k <= 2; k++) /* the iris: b0 +- 2 */
+            iris[b0 + 2 + k] += ni / 5;
+        for (int v = lo; v <= hi; v++) /* the pupil: a flat plateau */
+            pupil[v] += np / (hi - lo + 1);
+        for (int i = 0; i < 256; i++)
+            h[i] = iris[i] + pupil[i];
+        /* the ramp (0.5 % of the pupil, spread between iris and pupil) and the tail */
+        for (int v = b0 + 5; v < lo; v++)
+            h[v] += np / 200 / (lo - b0 - 5);
+        const int64_t tail = (int64_t)(rnd_range(&s, 0.0, 0.08) * (double)np);
+        for (int v = hi + 1; v < 255; v++)
+            h[v] += tail / 2 / (254 - hi);
+        h[255] += tail / 2;
+        long double n0 = 0, s0 = 0;
+        int64_t n1 = 0;
+        for (int i = 0; i < 256; i++) {
+            n0 += (long double)iris[i];
+            s0 += (long double)i * (long double)iris[i];
+            n1 += pupil[i];
+        }
+        int p = -1;
+        int64_t acc = 0;
+        for (int i = 0; i < 256 && p < 0; i++) {
+            acc += pupil[i];
+            if (2 * acc >= n1)
+                p = i;
+        }
+        const long double bm = s0 / n0;
+        const int want = (int)floorl(bm + 0.4L * ((long double)p - bm));
+        int64_t c[256];
+        memcpy(c, h, sizeof(h));
+        const int32_t got = sw_pm_threshold(c, 3, 0.4);
+        if (abs(got - want) > 1)
+            fail_msg("threshold #%d: iris %d, pupil %d..%d (%.0f %%), tail %lld: t = %d, want %d",
+                     trial, b0, lo, hi, 100 * f, (long long)tail, got, want);
     }
 }
 
@@ -1041,6 +1529,54 @@ static void test_vote(void **state)
     assert_true(sw_pm_vf(&r, 401) == (float)((401 - 239.5) / 320.0));
 }
 
+/* Step 9's bands: points on a 100-300 px ellipse and 1.5 px off it are inliers (1), points 5 and
+ * 7 px off are in the near band (2: more than 2, at most 4 inlier_px of 2 px), points 3 and 10 px
+ * off in neither (0); the Sampson distance is within a few % of the true one at these sizes. */
+static void test_band(void **state)
+{
+    (void)state;
+    uint64_t s = 919;
+    for (int trial = 0; trial < 200; trial++) {
+        sw_pm_region r = trial % 2 ? sw_pm_region_make(0, 1280, 960, 2.0)
+                                   : sw_pm_region_make(640, 1280, 960, 2.0);
+        ellipse e;
+        e.a = rnd_range(&s, 100, 300);
+        e.b = rnd_range(&s, 100, e.a);
+        e.th = rnd_range(&s, 0, PI);
+        e.cx = rnd_range(&s, r.x0 + 300, r.x1 - 300);
+        e.cy = rnd_range(&s, 300, 660);
+        double c[6];
+        ellipse_conic(&e, &r, c);
+        for (int i = 0; i < 64; i++) {
+            double t = 2 * PI * i / 64 + 0.01 * trial, x, y, nx, ny;
+            ellipse_point(&e, t, &x, &y);
+            ellipse_normal(&e, t, &nx, &ny);
+            static const double off[11] = {0.0,  1.5, -1.5, 3.0,  -3.0, 5.0,
+                                           -5.0, 7.0, -7.0, 10.0, -10.0};
+            static const int want[11] = {1, 1, 1, 0, 0, 2, 2, 2, 2, 0, 0};
+            for (int k = 0; k < 11; k++) {
+                const double px = x + off[k] * nx, py = y + off[k] * ny;
+                const int got =
+                    sw_pm_band(c, (px - r.ox) * r.inv_s, (py - r.oy) * r.inv_s, r.tol2d);
+                if (got != want[k])
+                    fail_msg("band: ellipse (%g, %g) %g x %g at %g deg, point %g px off: %d, "
+                             "want %d",
+                             e.cx, e.cy, e.a, e.b, e.th * 180 / PI, off[k], got, want[k]);
+                /* band 1 is sw_pm_inlier's test */
+                double g2;
+                assert_int_equal(got == 1, sw_pm_inlier(c, (px - r.ox) * r.inv_s,
+                                                        (py - r.oy) * r.inv_s, r.tol2d, &g2));
+            }
+        }
+    }
+    /* the centre of the conic (gradient 0): in no band */
+    sw_pm_region r = sw_pm_region_make(0, 640, 480, 2.0);
+    ellipse e = {319.5, 239.5, 100, 80, 0.3};
+    double c[6];
+    ellipse_conic(&e, &r, c);
+    assert_int_equal(sw_pm_band(c, 0.0, 0.0, r.tol2d), 0);
+}
+
 /* The refinement: exact points of an ellipse, starting from a nearby one, give it back in one
  * round; points farther than inlier_px are left out. */
 static void test_refine(void **state)
@@ -1097,8 +1633,9 @@ static void test_refine(void **state)
     assert_int_equal(sw_pm_refine_solve(acc, c), 0);
 }
 
-/* Step 9's verdict, with the perimeter of a circle (2 pi R, where Ramanujan's formula is exact). */
-static void test_judge(void **state)
+/* Step 9's verdict, with the perimeter of a circle (2 pi R, where Ramanujan's formula is exact):
+ * coverage, range, finiteness and the near band, in that order. */
+static void test_verdict(void **state)
 {
     (void)state;
     sw_pupil_ellipse o;
@@ -1117,7 +1654,7 @@ static void test_judge(void **state)
     } while (0)
     assert_true(need > 15 && need < 16);
     RESET(R, R, 16);
-    sw_pm_judge(&o, 1, 4.0, 100.0, 0.25);
+    sw_pm_verdict(&o, 1, 4.0, 100.0, 0.25, 0.75);
     assert_int_equal(o.valid, 1);
     assert_int_equal(o.failure, SW_PUPIL_OK);
     assert_near(o.cx_px, 50, 0);
@@ -1128,7 +1665,7 @@ static void test_judge(void **state)
     assert_int_equal(o.inliers, 16);
 
     RESET(R, R, 15); /* too few inliers */
-    sw_pm_judge(&o, 1, 4.0, 100.0, 0.25);
+    sw_pm_verdict(&o, 1, 4.0, 100.0, 0.25, 0.75);
     assert_int_equal(o.valid, 0);
     assert_int_equal(o.failure, SW_PUPIL_LOW_SUPPORT);
     assert_true(isnan(o.cx_px) && isnan(o.cy_px) && isnan(o.a_px) && isnan(o.b_px) &&
@@ -1136,29 +1673,61 @@ static void test_judge(void **state)
     assert_int_equal(o.inliers, 15);
 
     RESET(R, R, 1000); /* not an ellipse */
-    sw_pm_judge(&o, 0, 4.0, 100.0, 0.25);
+    sw_pm_verdict(&o, 0, 4.0, 100.0, 0.25, 0.75);
     assert_int_equal(o.valid, 0);
     assert_int_equal(o.failure, SW_PUPIL_BAD_FIT);
     assert_true(isnan(o.cx_px) && isnan(o.a_px) && isnan(o.angle_deg));
 
     RESET(R, 3.9, 1000); /* semi-minor axis below the range */
-    sw_pm_judge(&o, 1, 4.0, 100.0, 0.25);
+    sw_pm_verdict(&o, 1, 4.0, 100.0, 0.25, 0.75);
     assert_int_equal(o.failure, SW_PUPIL_BAD_FIT);
     assert_int_equal(o.valid, 0);
 
     RESET(100.1, R, 1000); /* semi-major axis above the range */
-    sw_pm_judge(&o, 1, 4.0, 100.0, 0.25);
+    sw_pm_verdict(&o, 1, 4.0, 100.0, 0.25, 0.75);
     assert_int_equal(o.failure, SW_PUPIL_BAD_FIT);
     assert_true(isnan(o.b_px));
 
     RESET(NAN, R, 1000); /* not finite */
-    sw_pm_judge(&o, 1, 4.0, 100.0, 0.25);
+    sw_pm_verdict(&o, 1, 4.0, 100.0, 0.25, 0.75);
     assert_int_equal(o.failure, SW_PUPIL_BAD_FIT);
 
     RESET(100.0, 4.0, 0); /* the range's ends are in range; coverage 0 needs no inliers */
-    sw_pm_judge(&o, 1, 4.0, 100.0, 0.0);
+    sw_pm_verdict(&o, 1, 4.0, 100.0, 0.0, 0.75);
     assert_int_equal(o.valid, 1);
     assert_int_equal(o.failure, SW_PUPIL_OK);
+
+    /* the near band: at most max_near_ratio x the inliers */
+    RESET(R, R, 16);
+    o.near = 12; /* 0.75 x 16 */
+    sw_pm_verdict(&o, 1, 4.0, 100.0, 0.25, 0.75);
+    assert_int_equal(o.valid, 1);
+    assert_int_equal(o.near, 12);
+    RESET(R, R, 16);
+    o.near = 13;
+    sw_pm_verdict(&o, 1, 4.0, 100.0, 0.25, 0.75);
+    assert_int_equal(o.valid, 0);
+    assert_int_equal(o.failure, SW_PUPIL_CLUTTER);
+    assert_true(isnan(o.cx_px) && isnan(o.cy_px) && isnan(o.a_px) && isnan(o.b_px) &&
+                isnan(o.angle_deg));
+    assert_int_equal(o.near, 13);
+    assert_int_equal(o.inliers, 16);
+    RESET(R, R, 15); /* too few inliers comes first */
+    o.near = 1000;
+    sw_pm_verdict(&o, 1, 4.0, 100.0, 0.25, 0.75);
+    assert_int_equal(o.failure, SW_PUPIL_LOW_SUPPORT);
+    RESET(R, 3.9, 1000); /* so does the range */
+    o.near = 5000;
+    sw_pm_verdict(&o, 1, 4.0, 100.0, 0.25, 0.75);
+    assert_int_equal(o.failure, SW_PUPIL_BAD_FIT);
+    RESET(R, R, 0); /* +Inf: no near-band test, even with no inliers (Inf x 0) */
+    o.near = 1000;
+    sw_pm_verdict(&o, 1, 4.0, 100.0, 0.0, INFINITY);
+    assert_int_equal(o.valid, 1);
+    RESET(R, R, 100); /* ratio 0: not one near-band point */
+    o.near = 1;
+    sw_pm_verdict(&o, 1, 4.0, 100.0, 0.25, 0.0);
+    assert_int_equal(o.failure, SW_PUPIL_CLUTTER);
 #undef RESET
     /* Ramanujan's perimeter: exact for a circle, 4a for a segment (b = 0) within 0.5 %
      * (pi (3 - sqrt 3) = 3.983) */
@@ -1199,6 +1768,7 @@ static sw_pupil_plan *make_plan(int32_t W, int32_t H, uint64_t seed)
     sw_pupil_params p;
     sw_pupil_params_default(&p, W, H, SW_PIX_U8);
     p.seed = seed;
+    p.min_radius_px = 4.0; /* the fits below have semi-axes from 18 px up */
     sw_pupil_plan *plan = NULL;
     assert_int_equal(sw_pupil_create(cpu, &p, &plan), SW_OK);
     assert_non_null(plan);
@@ -1212,7 +1782,7 @@ static void prefill(sw_pupil_ellipse *o)
     o->valid = 7;
     o->failure = (sw_pupil_failure)99;
     o->cx_px = o->cy_px = o->a_px = o->b_px = o->angle_deg = 12345.0;
-    o->inliers = o->candidate = o->votes = -77;
+    o->inliers = o->near = o->candidate = o->votes = -77;
     o->border = 4242;
     o->threshold = 42;
     o->x0 = 4343;
@@ -1289,6 +1859,20 @@ static void test_fit(void **state)
                 n_in++;
             }
         }
+        /* on every other trial, points 6 px outside the ellipse (step 9's near band: more than
+         * 2 and at most 4 inlier_px): 1 in 8 of the points on it, at most 3 px apart */
+        int64_t n_near = 0;
+        if (trial % 2 == 0)
+            for (int i = 0; i < n_steps; i += 8) {
+                double x, y, nx, ny;
+                ellipse_point(&shrunk, 2 * PI * i / n_steps, &x, &y);
+                ellipse_normal(&shrunk, 2 * PI * i / n_steps, &nx, &ny);
+                int32_t xi = (int32_t)lround(x + 6 * nx), yi = (int32_t)lround(y + 6 * ny);
+                if (xi >= x0 && xi < x1 && yi >= 0 && yi < H && !mask[(size_t)yi * W + xi]) {
+                    mask[(size_t)yi * W + xi] = 3;
+                    n_near++;
+                }
+            }
         int64_t n_out = (n_in * 3 + 6) / 7; /* 30 % of n_in + n_out */
         for (int64_t k = 0; k < n_out;) {
             int32_t xi = x0 + (int32_t)rnd_int(&s, x1 - x0), yi = (int32_t)rnd_int(&s, H);
@@ -1305,7 +1889,7 @@ static void test_fit(void **state)
                     xy[2 * n + 1] = y;
                     n++;
                 }
-        assert_int_equal(n, n_in + n_out);
+        assert_int_equal(n, n_in + n_near + n_out);
         sw_pupil_ellipse o;
         prefill(&o);
         sw_pupil_cpu_fit(plan, &r, xy, n, &o);
@@ -1322,8 +1906,12 @@ static void test_fit(void **state)
         assert_true(o.angle_deg >= 0 && o.angle_deg < 180);
         if (e.b < 0.9 * e.a) /* the angle of a near-circle means little */
             assert_true(angle_diff_deg(o.angle_deg, e.th * 180 / PI) <= 1.0);
-        /* every ellipse point is within 0.71 px of the shrunk ellipse: all are inliers */
+        /* every ellipse point is within 0.71 px of the shrunk ellipse: all are inliers; the
+         * points 6 +- 0.71 px off are all in the near band (the outliers may add a few) */
         assert_true(o.inliers >= n_in && o.inliers <= n);
+        if (!(o.near >= n_near && o.near <= n - o.inliers))
+            fail_msg("fit #%d: near %d, want >= %lld (placed) and <= %lld", trial, o.near,
+                     (long long)n_near, (long long)(n - o.inliers));
         assert_true(o.candidate >= 0 && o.candidate < plan->p.candidates);
         assert_true(o.votes >= 5 && o.votes <= n);
     }
@@ -1355,6 +1943,7 @@ static void test_fit_fails(void **state)
         assert_int_equal(o.candidate, -1);
         assert_int_equal(o.votes, 0);
         assert_int_equal(o.inliers, 0);
+        assert_int_equal(o.near, 0);
     }
     /* only random points: no pupil */
     for (int trial = 0; trial < 6; trial++) {
@@ -1369,7 +1958,7 @@ static void test_fit_fails(void **state)
         check_caller_fields(&o);
         check_not_found(&o);
         assert_true(o.failure == SW_PUPIL_NO_ELLIPSE || o.failure == SW_PUPIL_LOW_SUPPORT ||
-                    o.failure == SW_PUPIL_BAD_FIT);
+                    o.failure == SW_PUPIL_BAD_FIT || o.failure == SW_PUPIL_CLUTTER);
     }
     /* 5 points on a line: no candidate is an ellipse */
     for (int k = 0; k < 5; k++) {
@@ -1402,16 +1991,33 @@ static int teardown(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_otsu_random),     cmocka_unit_test(test_otsu_few_values),
-        cmocka_unit_test(test_gauss_weights),   cmocka_unit_test(test_gauss_filter),
-        cmocka_unit_test(test_close),           cmocka_unit_test(test_close_edges),
-        cmocka_unit_test(test_border),          cmocka_unit_test(test_border_filled),
-        cmocka_unit_test(test_split_reference), cmocka_unit_test(test_split_ties),
-        cmocka_unit_test(test_split_discs),     cmocka_unit_test(test_region),
-        cmocka_unit_test(test_conic5),          cmocka_unit_test(test_not_ellipse),
-        cmocka_unit_test(test_degenerate),      cmocka_unit_test(test_vote),
-        cmocka_unit_test(test_refine),          cmocka_unit_test(test_judge),
-        cmocka_unit_test(test_pack_vote),       cmocka_unit_test(test_fit),
+        cmocka_unit_test(test_scale_sums),
+        cmocka_unit_test(test_otsu_random),
+        cmocka_unit_test(test_otsu_few_values),
+        cmocka_unit_test(test_otsu3_random),
+        cmocka_unit_test(test_otsu3_few_values),
+        cmocka_unit_test(test_clip_hist),
+        cmocka_unit_test(test_edge_threshold),
+        cmocka_unit_test(test_threshold_plateau),
+        cmocka_unit_test(test_gauss_weights),
+        cmocka_unit_test(test_gauss_filter),
+        cmocka_unit_test(test_close),
+        cmocka_unit_test(test_close_edges),
+        cmocka_unit_test(test_border),
+        cmocka_unit_test(test_border_filled),
+        cmocka_unit_test(test_split_reference),
+        cmocka_unit_test(test_split_ties),
+        cmocka_unit_test(test_split_discs),
+        cmocka_unit_test(test_region),
+        cmocka_unit_test(test_conic5),
+        cmocka_unit_test(test_not_ellipse),
+        cmocka_unit_test(test_degenerate),
+        cmocka_unit_test(test_vote),
+        cmocka_unit_test(test_band),
+        cmocka_unit_test(test_refine),
+        cmocka_unit_test(test_verdict),
+        cmocka_unit_test(test_pack_vote),
+        cmocka_unit_test(test_fit),
         cmocka_unit_test(test_fit_fails),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
