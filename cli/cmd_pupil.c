@@ -1,9 +1,10 @@
 /*
  * spotwave pupil: the pupil ellipse(s) of one or two eyes tracked on their Hartmann-Shack images
  * (seed 001 Sec. 3.1, pupil.h) in every frame of one or more images (FITS, PGM, Eiger/NeXus
- * HDF5); a CSV out (DESIGN.md: pupil,cx_px,cy_px,a_px,b_px,angle_deg,inliers first), optionally
- * a JSON report with every field of the result, the lenslet mask of a Shack-Hartmann grid, a
- * picture of the fit, and a progress bar on stderr for long runs.
+ * HDF5); a CSV out (DESIGN.md: pupil,cx_px,cy_px,a_px,b_px,angle_deg,inliers first, then
+ * valid,threshold,failure,near), optionally a JSON report with every field of the result, the
+ * lenslet mask of a Shack-Hartmann grid, a picture of the fit, and a progress bar on stderr for
+ * long runs.
  */
 #define _GNU_SOURCE
 
@@ -30,18 +31,21 @@ void sw_cmd_pupil_help(FILE *out)
         "\n"
         "Tracks the pupil of one eye (or, with --binocular, of two eyes side by side) on\n"
         "Hartmann-Shack images, where the retina's diffuse glow lights the pupil against the\n"
-        "dark iris (seed 001 Sec. 3.1): 8-bit conversion, Gaussian smoothing, Otsu threshold\n"
-        "per eye, morphological close, border pixels, RANSAC ellipses, a least-squares refit.\n"
+        "dark iris (seed 001 Sec. 3.1): 8-bit conversion, Gaussian smoothing, a threshold per\n"
+        "eye (Otsu's split of its histogram, then an edge level between the iris and the\n"
+        "pupil), morphological close, border pixels, RANSAC ellipses, a least-squares refit.\n"
         "\n"
         "Writes one CSV row per pupil and frame:\n"
-        "  pupil,cx_px,cy_px,a_px,b_px,angle_deg,inliers,valid,threshold,failure\n"
+        "  pupil,cx_px,cy_px,a_px,b_px,angle_deg,inliers,valid,threshold,failure,near\n"
         "pupil 0 is the left eye (smaller x); centre and semi-axes (a >= b) in pixels (0-based:\n"
         "the centre of pixel (0,0) is (0,0)), angle of the major axis in degrees from +x\n"
         "towards +y in [0, 180); inliers: border pixels on the fitted ellipse; valid: 1 when\n"
-        "the pupil was found; threshold: the eye's Otsu threshold on the 8-bit smoothed image\n"
-        "(-1: none); failure: why a pupil was not found (empty when found). A pupil not found\n"
-        "has nan in cx_px..angle_deg. When the inputs hold more than one frame, a first column\n"
-        "'frame' (0-based, counted across all inputs) is added.\n"
+        "the pupil was found; threshold: the eye's threshold on the 8-bit smoothed image\n"
+        "(inside: above it; -1: none); failure: why a pupil was not found (empty when found);\n"
+        "near: border pixels just off the fitted ellipse (2 to 4 x --inlier-px from it), many\n"
+        "of which mark thresholded noise. A pupil not found has nan in cx_px..angle_deg. When\n"
+        "the inputs hold more than one frame, a first column 'frame' (0-based, counted across\n"
+        "all inputs) is added.\n"
         "\n"
         "Input:\n"
         "  IMAGE...               FITS (2-D, or a cube of frames), 8/16-bit PGM, or HDF5 as\n"
@@ -52,25 +56,35 @@ void sw_cmd_pupil_help(FILE *out)
         "  --first N              first frame to process (default 0)\n"
         "  --count N              number of frames (default: all from --first)\n"
         "\n"
-        "Tracking (pupil.h; defaults are the seed's):\n"
+        "Tracking (pupil.h; defaults are the seed's where it gives them):\n"
         "  --binocular            two pupils, a left and a right one (default: one)\n"
         "  --split X              binocular: the first column of the right eye's region\n"
         "                         (default: found in each frame, the darkest valley between the\n"
         "                         eyes)\n"
         "  --scale S              8-bit conversion u8 = v * S, rounded, clamped to 0..255\n"
-        "                         (default: 64 / the frame's mean)\n"
+        "                         (default: 128 / the mean of the pixels above the frame's\n"
+        "                         mean, in each frame)\n"
         "  --gauss-radius R       Gaussian smoothing radius, 0..%d (default %d; 0: none)\n"
         "  --gauss-sigma S        its sigma, pixels (default %g)\n"
+        "  --otsu-classes 2|3     the threshold's first split: Otsu's of the eye's histogram\n"
+        "                         (clipped at 1.5 x the median above its mean) into two\n"
+        "                         classes, or into three (iris | pupil | bright) at the lower\n"
+        "                         of their two thresholds (default %d)\n"
+        "  --edge-level F         the threshold: the iris' mean plus F x (the pupil's median -\n"
+        "                         the iris' mean), 0 <= F < 1 (default %g; 0: Otsu's split)\n"
         "  --close-radius R       morphological close: a (2R+1)^2 square, 0..%d (default %d)\n"
         "  --candidates N         RANSAC ellipses per pupil, a multiple of 32 in 32..%d\n"
         "                         (default %d)\n"
         "  --inlier-px D          a border pixel within D pixels of an ellipse votes for it\n"
         "                         (default %g)\n"
         "  --refine N             least-squares refits of the winner, 0..20 (default %d)\n"
-        "  --min-radius PX        smallest semi-axis accepted (default %g)\n"
+        "  --min-radius PX        smallest semi-axis accepted (default: a tenth of the\n"
+        "                         frame's smaller side)\n"
         "  --max-radius PX        largest semi-axis accepted (default: the frame's larger side)\n"
         "  --min-coverage F       inliers needed, as a fraction of the perimeter, 0..1\n"
         "                         (default %g)\n"
+        "  --max-near-ratio F|inf border pixels just off the ellipse allowed, as a fraction of\n"
+        "                         its inliers, >= 0 (default %g; inf: no such test)\n"
         "  --seed S               the RANSAC random numbers (default %llu)\n"
         "\n"
         "Lenslet mask (the lenslets inside each pupil, for the centroid stage):\n"
@@ -107,9 +121,9 @@ void sw_cmd_pupil_help(FILE *out)
         "Example:\n"
         "  spotwave sim eye --binocular --out eyes.pgm --truth eyes\n"
         "  spotwave pupil eyes.pgm --binocular --overlay fit.png\n",
-        SW_PUPIL_MAX_RADIUS, d.gauss_radius, d.gauss_sigma, SW_PUPIL_MAX_RADIUS, d.close_radius,
-        SW_PUPIL_MAX_CANDIDATES, d.candidates, d.inlier_px, d.refine_iterations, d.min_radius_px,
-        d.min_coverage, (unsigned long long)d.seed);
+        SW_PUPIL_MAX_RADIUS, d.gauss_radius, d.gauss_sigma, d.otsu_classes, d.edge_level,
+        SW_PUPIL_MAX_RADIUS, d.close_radius, SW_PUPIL_MAX_CANDIDATES, d.candidates, d.inlier_px,
+        d.refine_iterations, d.min_coverage, d.max_near_ratio, (unsigned long long)d.seed);
 }
 
 enum {
@@ -121,6 +135,8 @@ enum {
     OPT_SCALE,
     OPT_GAUSS_RADIUS,
     OPT_GAUSS_SIGMA,
+    OPT_OTSU_CLASSES,
+    OPT_EDGE_LEVEL,
     OPT_CLOSE_RADIUS,
     OPT_CANDIDATES,
     OPT_INLIER,
@@ -128,6 +144,7 @@ enum {
     OPT_MIN_RADIUS,
     OPT_MAX_RADIUS,
     OPT_MIN_COVERAGE,
+    OPT_MAX_NEAR_RATIO,
     OPT_SEED,
     OPT_PITCH,
     OPT_GRID,
@@ -147,6 +164,7 @@ typedef struct pupil_opts {
     long first, count; /* count -1: all */
     sw_pupil_params p; /* size and type filled once the inputs are open */
     int have_split;
+    int have_min_radius; /* else a tenth of the frame's smaller side, once it is known */
     int have_pitch, have_grid, have_origin, have_rule;
     sw_sh_geometry geom; /* pitch, grid and origin from the options */
     const char *out, *mask_out, *overlay;
@@ -186,6 +204,8 @@ static int parse_opts(pupil_opts *o, int argc, char **argv)
         {"scale", required_argument, NULL, OPT_SCALE},
         {"gauss-radius", required_argument, NULL, OPT_GAUSS_RADIUS},
         {"gauss-sigma", required_argument, NULL, OPT_GAUSS_SIGMA},
+        {"otsu-classes", required_argument, NULL, OPT_OTSU_CLASSES},
+        {"edge-level", required_argument, NULL, OPT_EDGE_LEVEL},
         {"close-radius", required_argument, NULL, OPT_CLOSE_RADIUS},
         {"candidates", required_argument, NULL, OPT_CANDIDATES},
         {"inlier-px", required_argument, NULL, OPT_INLIER},
@@ -193,6 +213,7 @@ static int parse_opts(pupil_opts *o, int argc, char **argv)
         {"min-radius", required_argument, NULL, OPT_MIN_RADIUS},
         {"max-radius", required_argument, NULL, OPT_MAX_RADIUS},
         {"min-coverage", required_argument, NULL, OPT_MIN_COVERAGE},
+        {"max-near-ratio", required_argument, NULL, OPT_MAX_NEAR_RATIO},
         {"seed", required_argument, NULL, OPT_SEED},
         {"pitch", required_argument, NULL, OPT_PITCH},
         {"grid", required_argument, NULL, OPT_GRID},
@@ -235,6 +256,12 @@ static int parse_opts(pupil_opts *o, int argc, char **argv)
         case OPT_SCALE: rc = opt_num(name, 1, &p->input_scale); break;
         case OPT_GAUSS_RADIUS: rc = opt_int(name, 0, SW_PUPIL_MAX_RADIUS, &p->gauss_radius); break;
         case OPT_GAUSS_SIGMA: rc = opt_num(name, 1, &p->gauss_sigma); break;
+        case OPT_OTSU_CLASSES: rc = opt_int(name, 2, 3, &p->otsu_classes); break;
+        case OPT_EDGE_LEVEL:
+            rc = opt_num(name, 0, &p->edge_level);
+            if (rc == SW_EXIT_OK && !(p->edge_level < 1))
+                return sw_cli_usage(S, "%s: '%s' is not below 1", name, optarg);
+            break;
         case OPT_CLOSE_RADIUS: rc = opt_int(name, 0, SW_PUPIL_MAX_RADIUS, &p->close_radius); break;
         case OPT_CANDIDATES:
             rc = opt_int(name, 32, SW_PUPIL_MAX_CANDIDATES, &p->candidates);
@@ -243,12 +270,21 @@ static int parse_opts(pupil_opts *o, int argc, char **argv)
             break;
         case OPT_INLIER: rc = opt_num(name, 1, &p->inlier_px); break;
         case OPT_REFINE: rc = opt_int(name, 0, 20, &p->refine_iterations); break;
-        case OPT_MIN_RADIUS: rc = opt_num(name, 0, &p->min_radius_px); break;
+        case OPT_MIN_RADIUS:
+            rc = opt_num(name, 0, &p->min_radius_px);
+            o->have_min_radius = 1;
+            break;
         case OPT_MAX_RADIUS: rc = opt_num(name, 0, &p->max_radius_px); break;
         case OPT_MIN_COVERAGE:
             rc = opt_num(name, 0, &p->min_coverage);
             if (rc == SW_EXIT_OK && p->min_coverage > 1)
                 return sw_cli_usage(S, "%s: '%s' is above 1", name, optarg);
+            break;
+        case OPT_MAX_NEAR_RATIO:
+            if (strcmp(optarg, "inf") == 0)
+                p->max_near_ratio = INFINITY; /* pupil.h: +Inf, no near-band test */
+            else
+                rc = opt_num(name, 0, &p->max_near_ratio);
             break;
         case OPT_SEED:
             if (sw_cli_parse_u64(optarg, &p->seed) != 0)
@@ -295,7 +331,7 @@ static int parse_opts(pupil_opts *o, int argc, char **argv)
     o->ninputs = argc - optind;
     if (o->have_split && p->n_pupils != 2)
         return sw_cli_usage(S, "--split divides the frame between two eyes: add --binocular");
-    if (p->max_radius_px > 0 && p->max_radius_px < p->min_radius_px)
+    if (o->have_min_radius && p->max_radius_px > 0 && p->max_radius_px < p->min_radius_px)
         return sw_cli_usage(S, "--max-radius %g is below --min-radius %g", p->max_radius_px,
                             p->min_radius_px);
     int ngeom = o->have_pitch + o->have_grid + o->have_origin;
@@ -454,7 +490,7 @@ static int write_csv(const pupil_opts *o, int with_frame, int64_t first, int64_t
     int rc = sw_cli_out_open(SUB, &out, o->out);
     if (rc != SW_EXIT_OK)
         return rc;
-    fprintf(out.f, "%spupil,cx_px,cy_px,a_px,b_px,angle_deg,inliers,valid,threshold,failure\n",
+    fprintf(out.f, "%spupil,cx_px,cy_px,a_px,b_px,angle_deg,inliers,valid,threshold,failure,near\n",
             with_frame ? "frame," : "");
     for (int64_t k = 0; k < count; k++) {
         for (int32_t i = 0; i < res[k].n_pupils; i++) {
@@ -470,8 +506,8 @@ static int write_csv(const pupil_opts *o, int with_frame, int64_t first, int64_t
             /* the failure phrases are plain words: no quoting needed, but be safe */
             const char *why = failure_text(q);
             int quote = strpbrk(why, ",\"\n") != NULL;
-            fprintf(out.f, ",%d,%d,%d,%s%s%s\n", q->inliers, q->valid ? 1 : 0, q->threshold,
-                    quote ? "\"" : "", why, quote ? "\"" : "");
+            fprintf(out.f, ",%d,%d,%d,%s%s%s,%d\n", q->inliers, q->valid ? 1 : 0, q->threshold,
+                    quote ? "\"" : "", why, quote ? "\"" : "", q->near);
         }
     }
     return sw_cli_out_close(SUB, &out, 1);
@@ -511,6 +547,8 @@ static void json_report(const pupil_job *j, sw_context *ctx, int64_t first, int6
         fputs("\"auto\"", f);
     fprintf(f, ",\n  \"gauss_radius\": %d,\n  \"gauss_sigma\": ", p->gauss_radius);
     json_num(f, p->gauss_sigma);
+    fprintf(f, ",\n  \"otsu_classes\": %d,\n  \"edge_level\": ", p->otsu_classes);
+    json_num(f, p->edge_level);
     fprintf(f,
             ",\n  \"close_radius\": %d,\n  \"candidates\": %d,\n  \"inlier_px\": ", p->close_radius,
             p->candidates);
@@ -522,6 +560,8 @@ static void json_report(const pupil_job *j, sw_context *ctx, int64_t first, int6
                                      : (double)(j->width > j->height ? j->width : j->height));
     fprintf(f, ",\n  \"min_coverage\": ");
     json_num(f, p->min_coverage);
+    fprintf(f, ",\n  \"max_near_ratio\": "); /* null: inf, no near-band test */
+    json_num(f, p->max_near_ratio);
     fprintf(f, ",\n  \"seed\": %llu,\n  \"lenslet_grid\": ", (unsigned long long)p->seed);
     if (p->geometry) {
         fprintf(f,
@@ -560,9 +600,10 @@ static void json_report(const pupil_job *j, sw_context *ctx, int64_t first, int6
             fprintf(f, ", \"angle_deg\": ");
             json_num(f, q->angle_deg);
             fprintf(f,
-                    ", \"inliers\": %d, \"border\": %d, \"threshold\": %d, \"candidate\": %d, "
-                    "\"votes\": %d, \"x0\": %d, \"x1\": %d",
-                    q->inliers, q->border, q->threshold, q->candidate, q->votes, q->x0, q->x1);
+                    ", \"inliers\": %d, \"near\": %d, \"border\": %d, \"threshold\": %d, "
+                    "\"candidate\": %d, \"votes\": %d, \"x0\": %d, \"x1\": %d",
+                    q->inliers, q->near, q->border, q->threshold, q->candidate, q->votes, q->x0,
+                    q->x1);
             if (lenslets)
                 fprintf(f, ", \"lenslets\": %d", lenslets[2 * k + i]);
             fputc('}', f);
@@ -707,6 +748,18 @@ int sw_cmd_pupil(const sw_cli_globals *g, int argc, char **argv)
     o.p.width = j.width;
     o.p.height = j.height;
     o.p.type = j.type;
+    if (!o.have_min_radius) { /* pupil.h's default for this frame size */
+        sw_pupil_params d;
+        sw_pupil_params_default(&d, j.width, j.height, j.type);
+        o.p.min_radius_px = d.min_radius_px;
+        if (o.p.max_radius_px > 0 && o.p.max_radius_px < o.p.min_radius_px) {
+            rc = sw_cli_fail(SUB,
+                             "--max-radius %g is below the smallest radius %g (a tenth of the "
+                             "frame's smaller side): give --min-radius too",
+                             o.p.max_radius_px, o.p.min_radius_px);
+            goto done;
+        }
+    }
     const sw_sh_geometry *geom = NULL;
     if (o.have_pitch) {
         if ((st = sw_sh_geometry_check(ctx, &o.geom, j.width, j.height)) != SW_OK) {

@@ -8,8 +8,12 @@
 # pick frames; --json parses and holds every field; the lenslet mask agrees with the truth
 # ellipse and `spotwave centroid` takes it as --mask; --overlay writes a PNG of the frame's size
 # with the ellipse drawn where the truth is; a dark or flat frame is reported not found (valid
-# 0, nan, the reason) with exit 0. Exit codes: 2 with one line pointing at --help for bad
-# options, 1 with one clear line for inputs that cannot be used.
+# 0, nan, the reason) with exit 0. The threshold options move the threshold as pupil.h step 3
+# says (a higher edge level, a higher threshold); the near-band test (step 9) turns a pupil
+# into "clutter" exactly when near > --max-near-ratio x inliers, and thresholded noise is
+# clutter; the default smallest radius is a tenth of the frame's smaller side. Exit codes: 2
+# with one line pointing at --help for bad options, 1 with one clear line for inputs that
+# cannot be used.
 # Usage: test_cli_pupil.sh PATH/TO/spotwave
 set -euo pipefail
 
@@ -19,7 +23,7 @@ command -v python3 >/dev/null || fail "python3 is needed to check the tables"
 cat >"$tmp/check.py" <<'EOF'
 import json, math, struct, sys, zlib
 
-COLUMNS = "pupil,cx_px,cy_px,a_px,b_px,angle_deg,inliers,valid,threshold,failure"
+COLUMNS = "pupil,cx_px,cy_px,a_px,b_px,angle_deg,inliers,valid,threshold,failure,near"
 
 def read_csv(path):
     lines = [l.rstrip("\n") for l in open(path) if l.strip()]
@@ -52,6 +56,8 @@ def close(r, t, angle=True):
     # most of the ellipse's perimeter is border pixels on the fit (min_coverage is 0.25)
     perim = math.pi * (3 * (r["a_px"] + r["b_px"]) - math.sqrt((3 * r["a_px"] + r["b_px"]) * (r["a_px"] + 3 * r["b_px"])))
     assert r["inliers"] >= 0.5 * perim, (r, perim)
+    # a found pupil passed the near-band test at the default ratio (pupil.h step 9: 0.75)
+    assert 0 <= r["near"] <= 0.75 * r["inliers"], r
 
 cmd = sys.argv[1]
 if cmd == "header":  # the documented columns, with the frame column when asked
@@ -82,7 +88,7 @@ elif cmd == "same":  # two tables agree (to 1e-4 px and one inlier: the GPU's re
             elif math.isnan(x[k]) or math.isnan(y[k]):
                 assert math.isnan(x[k]) and math.isnan(y[k]), (k, x, y)
             else:
-                assert abs(x[k] - y[k]) <= (1 if k == "inliers" else 1e-4), (k, x, y)
+                assert abs(x[k] - y[k]) <= (1 if k in ("inliers", "near") else 1e-4), (k, x, y)
 elif cmd == "frames":  # the frame column holds exactly these frames, pupils 0.. in each
     _, rows = read_csv(sys.argv[2])
     want = [int(f) for f in sys.argv[3].split(",")]
@@ -99,15 +105,22 @@ elif cmd == "json":  # the report: every field, agreeing with the table; then a 
     rep = json.load(open(sys.argv[2]))
     _, rows = read_csv(sys.argv[3])
     assert rep["command"] == "pupil", rep
+    for k in ("otsu_classes", "edge_level", "max_near_ratio", "min_radius_px"):
+        assert k in rep, k
     flat = [(f, q) for f in rep["frames"] for q in f["pupils"]]
     assert len(flat) == len(rows) and rep["frame_count"] == len(rep["frames"]), (len(flat), len(rows))
     keys = {"pupil", "valid", "failure", "failure_code", "cx_px", "cy_px", "a_px", "b_px",
-            "angle_deg", "inliers", "border", "threshold", "candidate", "votes", "x0", "x1"}
+            "angle_deg", "inliers", "near", "border", "threshold", "candidate", "votes", "x0",
+            "x1"}
     for (f, q), r in zip(flat, rows):
         assert keys <= set(q), set(q) ^ keys
         assert {"frame", "scale", "split_x", "pupils"} <= set(f), f
         assert q["pupil"] == r["pupil"] and q["valid"] == (r["valid"] == 1), (q, r)
         assert q["inliers"] == r["inliers"] and q["threshold"] == r["threshold"], (q, r)
+        assert q["near"] == r["near"] and q["near"] >= 0, (q, r)
+        # an inlier (d <= inlier_px) is never in the near band (2 to 4 inlier_px): both are
+        # border pixels
+        assert q["inliers"] + q["near"] <= q["border"], q
         if q["valid"]:
             assert q["failure"] is None and q["failure_code"] == 0, q
             for k in ("cx_px", "cy_px", "a_px", "b_px", "angle_deg"):
@@ -207,6 +220,10 @@ else:
     raise SystemExit("unknown check " + cmd)
 EOF
 check() { python3 "$tmp/check.py" "$@"; }
+col() { # FILE NAME [ROW]: column NAME of data row ROW (default 1) of a CSV
+    awk -F, -v name="$2" -v row="${3:-1}" \
+        'NR == 1 { for (i = 1; i <= NF; i++) if ($i == name) c = i } NR == row + 1 { print $c }' "$1"
+}
 
 # ---------------------------------------------------------------- eyes with known pupils
 # 640 x 640, one eye: a round pupil (the seed's look: glow, corneal reflection, brightness map,
@@ -263,6 +280,99 @@ cmp -s "$tmp/round.csv" "$tmp/opt.csv" && fail "the options changed nothing"
 expect 0 --backend cpu pupil "$tmp/round.pgm" --max-radius 100 --out "$tmp/small.csv"
 check notfound "$tmp/small.csv" 1 || fail "--max-radius 100 on a 288-pixel pupil"
 
+# ---------------------------------------------------------------- the threshold (step 3)
+# Step 3c: t = floor(b + F (p - b)), b the iris' mean, p the pupil's median (p > b): a higher
+# --edge-level gives a higher threshold; --edge-level 0 is the Otsu split itself, which
+# --otsu-classes chooses (here two and three classes split this eye differently).
+expect 0 --backend cpu pupil "$tmp/round.pgm" --edge-level 0.2 --out "$tmp/e2.csv"
+expect 0 --backend cpu pupil "$tmp/round.pgm" --edge-level 0.9 --out "$tmp/e9.csv" --json
+printf '%s\n' "$out" >"$tmp/e9.json"
+check json "$tmp/e9.json" "$tmp/e9.csv" 'rep["edge_level"] == 0.9 and rep["otsu_classes"] == 3' ||
+    fail "--edge-level in the report: $out"
+t2=$(col "$tmp/e2.csv" threshold) t4=$(col "$tmp/round.csv" threshold) t9=$(col "$tmp/e9.csv" threshold)
+((t2 <= t4 && t4 < t9)) || fail "thresholds at edge levels 0.2, 0.4, 0.9: $t2, $t4, $t9"
+expect 0 --backend cpu pupil "$tmp/round.pgm" --edge-level 0 --out "$tmp/o3.csv"
+expect 0 --backend cpu pupil "$tmp/round.pgm" --edge-level 0 --otsu-classes 2 --out "$tmp/o2.csv" --json
+printf '%s\n' "$out" >"$tmp/o2.json"
+check json "$tmp/o2.json" "$tmp/o2.csv" 'rep["edge_level"] == 0 and rep["otsu_classes"] == 2' ||
+    fail "--otsu-classes in the report: $out"
+check truth "$tmp/o2.csv" "$tmp/round" || fail "two-class Otsu: the round pupil"
+[[ $(col "$tmp/o2.csv" threshold) != $(col "$tmp/o3.csv" threshold) ]] ||
+    fail "--otsu-classes 2 and 3 give one threshold: $(col "$tmp/o2.csv" threshold)"
+# A bright disc (200) on a dark ground (10): step 0's scale is 128 / 200 (the mean of the pixels
+# above the frame's mean), so b is about rint(6.4) and p rint(128): t about b + F (p - b), within
+# 2 levels (the smoothed edge's pixels move b a little). Discs of radius 40 and 60 on 640 x 480:
+# the default smallest semi-axis, 48 (a tenth of 480), rejects the first only.
+python3 - "$tmp" <<'EOF'
+import sys
+w, h = 640, 480
+for r in (40, 60):
+    px = bytearray(w * h)
+    for y in range(h):
+        for x in range(w):
+            px[y * w + x] = 200 if (x - 300.5) ** 2 + (y - 250) ** 2 <= r * r else 10
+    open("%s/disc%d.pgm" % (sys.argv[1], r), "wb").write(b"P5\n%d %d\n255\n" % (w, h) + bytes(px))
+EOF
+for F in 0.4 0.9; do
+    expect 0 --backend cpu pupil "$tmp/disc60.pgm" --edge-level $F --out "$tmp/disc.csv" --json
+    printf '%s\n' "$out" >"$tmp/disc.json"
+    check json "$tmp/disc.json" "$tmp/disc.csv" 'abs(rep["frames"][0]["scale"] / (128 / 200) - 1) < 1e-12 and rep["min_radius_px"] == 48' ||
+        fail "disc: the scale or the smallest radius: $out"
+    t=$(col "$tmp/disc.csv" threshold)
+    python3 -c "import sys; t = 6 + $F * (128 - 6); sys.exit(not (t - 2 <= $t <= t + 2))" ||
+        fail "disc, --edge-level $F: threshold $t"
+    [[ $(col "$tmp/disc.csv" valid) == 1 ]] || fail "disc of radius 60 not found: $(cat "$tmp/disc.csv")"
+done
+expect 0 --backend cpu pupil "$tmp/disc40.pgm" --out "$tmp/disc40.csv"
+check notfound "$tmp/disc40.csv" 1 || fail "a disc of radius 40 with the smallest semi-axis 48"
+expect 0 --backend cpu pupil "$tmp/disc40.pgm" --min-radius 30 --out "$tmp/disc40m.csv"
+[[ $(col "$tmp/disc40m.csv" valid) == 1 ]] || fail "--min-radius 30: $(cat "$tmp/disc40m.csv")"
+# --max-radius below the default smallest radius (64 on 640 x 640): a clear error (exit 1)
+expect 1 --backend cpu pupil "$tmp/round.pgm" --max-radius 50 --out "$tmp/never.csv"
+expect_one_line pupil --max-radius 50
+[[ $err == *--min-radius* ]] || fail "--max-radius 50 alone: $err"
+expect 0 --backend cpu pupil "$tmp/round.pgm" --max-radius 50 --min-radius 10 --out "$tmp/mr.csv"
+check notfound "$tmp/mr.csv" 1 || fail "--max-radius 50 --min-radius 10 on a 288-pixel pupil"
+
+# ---------------------------------------------------------------- the near band (step 9)
+# Clutter exactly when near > --max-near-ratio x inliers; the counts do not depend on it. The
+# seed's artefacts leave some border pixels near the round pupil's ellipse.
+near=$(col "$tmp/round.csv" near) inl=$(col "$tmp/round.csv" inliers)
+((near > 0)) || fail "no near-band pixels on the round pupil: the test below tests nothing"
+lo=$(awk -v n="$near" -v i="$inl" 'BEGIN { printf "%.9g", 0.999 * n / i }')
+hi=$(awk -v n="$near" -v i="$inl" 'BEGIN { printf "%.9g", 1.001 * n / i }')
+expect 0 --backend cpu pupil "$tmp/round.pgm" --max-near-ratio "$lo" --out "$tmp/nlo.csv" --json
+printf '%s\n' "$out" >"$tmp/nlo.json"
+check json "$tmp/nlo.json" "$tmp/nlo.csv" 'rep["max_near_ratio"] == '"$lo"' and rep["frames"][0]["pupils"][0]["failure_code"] == 7 and rep["frames"][0]["pupils"][0]["near"] == '"$near"' and rep["frames"][0]["pupils"][0]["inliers"] == '"$inl" ||
+    fail "--max-near-ratio just below near / inliers: $out"
+check notfound "$tmp/nlo.csv" 1 || fail "--max-near-ratio $lo"
+for r in "$hi" inf; do
+    expect 0 --backend cpu pupil "$tmp/round.pgm" --max-near-ratio "$r" --out "$tmp/nhi.csv"
+    cmp -s "$tmp/round.csv" "$tmp/nhi.csv" || fail "--max-near-ratio $r changed the table"
+done
+expect 0 --backend cpu pupil "$tmp/round.pgm" --max-near-ratio inf --out "$tmp/ninf.csv" --json
+printf '%s\n' "$out" >"$tmp/ninf.json"
+check json "$tmp/ninf.json" "$tmp/ninf.csv" 'rep["max_near_ratio"] is None' ||
+    fail "--max-near-ratio inf in the report (null): $out"
+# Thresholded white noise, neither smoothed nor closed: a border dense everywhere, clutter; the
+# test off, the same counts pass it.
+python3 - "$tmp/noise.pgm" <<'EOF'
+import random, sys
+random.seed(1)
+w, h = 320, 240
+open(sys.argv[1], "wb").write(b"P5\n%d %d\n255\n" % (w, h) + bytes(random.randrange(256) for _ in range(w * h)))
+EOF
+expect 0 --backend cpu pupil "$tmp/noise.pgm" --out "$tmp/noise.csv"
+check notfound "$tmp/noise.csv" 1 || fail "white noise"
+raw=(--backend cpu pupil "$tmp/noise.pgm" --gauss-radius 0 --close-radius 0)
+expect 0 "${raw[@]}" --out "$tmp/noise0.csv" --json
+printf '%s\n' "$out" >"$tmp/noise0.json"
+check json "$tmp/noise0.json" "$tmp/noise0.csv" 'rep["frames"][0]["pupils"][0]["failure_code"] == 7 and rep["frames"][0]["pupils"][0]["near"] > 0.75 * rep["frames"][0]["pupils"][0]["inliers"]' ||
+    fail "white noise, no smoothing, no close: not clutter: $out"
+expect 0 "${raw[@]}" --max-near-ratio inf --out "$tmp/noise1.csv"
+[[ $(col "$tmp/noise1.csv" near) == $(col "$tmp/noise0.csv" near) && $(col "$tmp/noise1.csv" failure) != $(col "$tmp/noise0.csv" failure) ]] ||
+    fail "white noise with --max-near-ratio inf: $(cat "$tmp/noise1.csv")"
+
 # ---------------------------------------------------------------- --json
 expect 0 --backend cpu pupil "$tmp/ell.pgm" --out "$tmp/ell_j.csv" --json
 printf '%s\n' "$out" >"$tmp/ell.json"
@@ -270,6 +380,9 @@ python3 -m json.tool "$tmp/ell.json" >/dev/null || fail "--json does not parse: 
 cmp -s "$tmp/ell.csv" "$tmp/ell_j.csv" || fail "--json changed the table"
 check json "$tmp/ell.json" "$tmp/ell.csv" 'rep["frame_count"] == 1 and rep["first_frame"] == 0 and rep["pupils"] == 1 and rep["frame_size"] == [640, 640] and rep["pixel_type"] == "u8" and rep["backend"] == "cpu" and rep["inputs"][0].endswith("ell.pgm") and rep["scale"] == "auto" and rep["frames"][0]["split_x"] == 640 and rep["pupils_found"] == 1 and rep["lenslet_grid"] is None' ||
     fail "JSON report: $out"
+# pupil.h's defaults: three classes, edge level 0.4, near ratio 0.75, a tenth of 640
+check json "$tmp/ell.json" "$tmp/ell.csv" 'rep["otsu_classes"] == 3 and rep["edge_level"] == 0.4 and rep["max_near_ratio"] == 0.75 and rep["min_radius_px"] == 64' ||
+    fail "JSON report, the defaults: $out"
 
 # ---------------------------------------------------------------- two eyes
 expect 0 --backend cpu pupil "$tmp/bino.pgm" --binocular --out "$tmp/bino.csv" --json
@@ -277,7 +390,7 @@ printf '%s\n' "$out" >"$tmp/bino.json"
 check header "$tmp/bino.csv" || fail "binocular header"
 check truth "$tmp/bino.csv" "$tmp/bino" || fail "two eyes vs the truth"
 # the split found lies between the pupils' edges
-check json "$tmp/bino.json" "$tmp/bino.csv" 'rep["pupils"] == 2 and rep["split"] == "auto" and 600 < rep["frames"][0]["split_x"] < 690 and [q["x1"] for q in rep["frames"][0]["pupils"]][0] == rep["frames"][0]["split_x"]' ||
+check json "$tmp/bino.json" "$tmp/bino.csv" 'rep["pupils"] == 2 and rep["split"] == "auto" and 600 < rep["frames"][0]["split_x"] < 690 and [q["x1"] for q in rep["frames"][0]["pupils"]][0] == rep["frames"][0]["split_x"] and rep["min_radius_px"] == 64' ||
     fail "binocular JSON: $out"
 # a given split between the eyes: the same pupils, that split reported
 expect 0 --backend cpu pupil "$tmp/bino.pgm" --binocular --split 640 --out "$tmp/bino_s.csv" --json
@@ -345,7 +458,7 @@ expect 0 --backend cpu pupil "$tmp/dark.pgm" --out "$tmp/dark.csv" --json
 printf '%s\n' "$out" >"$tmp/dark.json"
 check notfound "$tmp/dark.csv" 1 || fail "a dark frame"
 # pupil.h: an empty frame (mean 0) is failure 1, a region without contrast 2
-check json "$tmp/dark.json" "$tmp/dark.csv" 'rep["frames"][0]["pupils"][0]["failure_code"] == 1 and rep["pupils_found"] == 0' ||
+check json "$tmp/dark.json" "$tmp/dark.csv" 'rep["frames"][0]["pupils"][0]["failure_code"] == 1 and rep["pupils_found"] == 0 and abs(rep["min_radius_px"] - 9.6) < 1e-12' ||
     fail "dark frame JSON: $out"
 expect 0 --backend cpu pupil "$tmp/flat.pgm" --binocular --out "$tmp/flat.csv" --json
 printf '%s\n' "$out" >"$tmp/flat.json"
@@ -358,6 +471,7 @@ check json "$tmp/flat.json" "$tmp/flat.csv" 'all(q["failure_code"] == 2 for q in
 expect 0 pupil --help
 for o in --binocular --split --scale --gauss-radius --gauss-sigma --close-radius --candidates \
     --inlier-px --refine --min-radius --max-radius --min-coverage --seed --pitch --grid --origin \
+    --otsu-classes --edge-level --max-near-ratio "a tenth of the" \
     --lenslet-rule --lenslet-mask --out --json --overlay --first --count --dataset --progress \
     FITS PGM HDF5 "Exit status"; do
     [[ $out == *"$o"* ]] || fail "pupil --help does not mention $o"
@@ -388,6 +502,15 @@ bad=(
     "pupil $img --min-radius -2"
     "pupil $img --min-radius 50 --max-radius 20"
     "pupil $img --min-coverage 1.5"
+    "pupil $img --otsu-classes 1"
+    "pupil $img --otsu-classes 4"
+    "pupil $img --otsu-classes three"
+    "pupil $img --edge-level 1"
+    "pupil $img --edge-level -0.1"
+    "pupil $img --edge-level nan"
+    "pupil $img --max-near-ratio -1"
+    "pupil $img --max-near-ratio -inf"
+    "pupil $img --max-near-ratio lots"
     "pupil $img --seed -1"
     "pupil $img --pitch 32"
     "pupil $img --pitch 32 --grid 20x20"
