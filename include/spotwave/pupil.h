@@ -47,7 +47,7 @@
  *      outside (pixels beyond the region or the image do not count), listed in raster order of
  *      the region.
  *   6. RANSAC (seed footnote 1): `candidates` (default 1024) conics, each through 5 border
- *      points picked by random numbers u in [0, 1) drawn once when the plan is made (seed's
+ *      points picked by random numbers u in (0, 1) drawn once when the plan is made (seed's
  *      optimisation 2): index = floor(u n) for n border points. A candidate that is not a real
  *      ellipse with semi-axes in [min_radius_px, max_radius_px] gets no votes. Every border
  *      point within inlier_px of a candidate (Sampson distance, the first-order geometric
@@ -82,7 +82,10 @@
  * the steps after the frame's upload are one CUDA graph). Every step up to the RANSAC winner is
  * computed with the same integer or IEEE arithmetic on both (no fused multiply-adds), so the
  * CPU and the GPU see the same 8-bit images, thresholds, border lists and winner; the refined
- * ellipses agree to rounding (1e-6 px).
+ * ellipses agree to rounding (1e-6 px). The refinement's sums are added in a different order on
+ * the two, so a border point lying exactly on a band's edge may count on one and not on the
+ * other: inliers and near may differ by one or two, and a pupil exactly at the min_coverage or
+ * max_near_ratio limit may be judged differently.
  */
 #ifndef SPOTWAVE_PUPIL_H
 #define SPOTWAVE_PUPIL_H
@@ -106,29 +109,29 @@ typedef enum sw_pupil_lenslet_rule {
 } sw_pupil_lenslet_rule;
 
 typedef struct sw_pupil_params {
-    int32_t width, height;     /* frame size, >= SW_PUPIL_MIN_SIZE                              */
-    sw_pixel_type type;        /* u8, u16, u32 or f32                                            */
-    int32_t n_pupils;          /* 1 (default) or 2 (binocular)                                  */
-    int32_t split_x;           /* binocular: < 0 (default -1) found per frame; else the first
-                                  column of the right region, 1 .. width - 1                    */
-    double input_scale;        /* 8-bit conversion factor (step 0); 0 (default): automatic       */
-    int32_t gauss_radius;      /* 4; 0 .. SW_PUPIL_MAX_RADIUS (0: no smoothing)                  */
-    double gauss_sigma;        /* 4; > 0                                                         */
-    int32_t close_radius;      /* 4; 0 .. SW_PUPIL_MAX_RADIUS (0: no close)                      */
-    int32_t candidates;        /* 1024; 32 .. SW_PUPIL_MAX_CANDIDATES, a multiple of 32           */
-    double inlier_px;          /* 2 (the seed's); > 0                                            */
-    int32_t refine_iterations; /* 3; 0 .. 20 (0: the RANSAC winner as it is)                */
-    double min_radius_px;      /* min(width, height) / 10; smallest semi-axis accepted (a lone
-                                  corneal reflection thresholds to a disc of ~2.4 sigma)    */
-    double max_radius_px;      /* 0: the frame's larger side; largest semi-axis accepted     */
-    double min_coverage;       /* 0.25; inliers / perimeter needed for a valid pupil, 0..1   */
-    int32_t otsu_classes;      /* 3; step 3's split: 2 or 3 classes                          */
-    double edge_level;         /* 0.4; step 3's edge level, [0, 1) (0: Otsu's split itself)  */
-    double max_near_ratio;     /* 0.75; near-band points / inliers allowed (step 9), >= 0
-                                  (+Inf: no near-band test)                                  */
-    uint64_t seed;             /* the RANSAC random numbers (rng.h), default 1               */
-    const sw_sh_geometry *geometry;     /* optional: lenslet grid for the lenslet mask; copied at
-                                           create (its valid mask is ignored)                   */
+    int32_t width, height; /* frame size, >= SW_PUPIL_MIN_SIZE                              */
+    sw_pixel_type type;    /* u8, u16, u32 or f32                                            */
+    int32_t n_pupils;      /* 1 (default) or 2 (binocular)                                  */
+    int32_t split_x;       /* binocular: < 0 (default -1) found per frame; else the first
+                              column of the right region, 1 .. width - 1                    */
+    double input_scale;    /* 8-bit conversion factor (step 0); 0 (default): automatic       */
+    int32_t gauss_radius;  /* 4; 0 .. SW_PUPIL_MAX_RADIUS (0: no smoothing)                  */
+    double gauss_sigma;    /* 4; >= 0.001                                                      */
+    int32_t close_radius;  /* 4; 0 .. SW_PUPIL_MAX_RADIUS (0: no close)                      */
+    int32_t candidates;    /* 1024; 32 .. SW_PUPIL_MAX_CANDIDATES, a multiple of 32           */
+    double inlier_px;      /* 2 (the seed's); > 0                                            */
+    int32_t refine_iterations;      /* 3; 0 .. 20 (0: the RANSAC winner as it is)                */
+    double min_radius_px;           /* min(width, height) / 10; smallest semi-axis accepted (a lone
+                                       corneal reflection thresholds to a disc of ~2.4 sigma)    */
+    double max_radius_px;           /* 0: the frame's larger side; largest semi-axis accepted     */
+    double min_coverage;            /* 0.25; inliers / perimeter needed for a valid pupil, 0..1   */
+    int32_t otsu_classes;           /* 3; step 3's split: 2 or 3 classes                          */
+    double edge_level;              /* 0.4; step 3's edge level, [0, 1) (0: Otsu's split itself)  */
+    double max_near_ratio;          /* 0.75; near-band points / inliers allowed (step 9), >= 0
+                                       (+Inf: no near-band test)                                  */
+    uint64_t seed;                  /* the RANSAC random numbers (rng.h), default 1               */
+    const sw_sh_geometry *geometry; /* optional: lenslet grid for the lenslet mask; copied at
+                                       create (its valid mask is ignored)                   */
     sw_pupil_lenslet_rule lenslet_rule; /* default SW_PUPIL_LENSLET_FULL                   */
 } sw_pupil_params;
 
@@ -208,7 +211,7 @@ sw_status sw_pupil_last_images(sw_pupil_plan *plan, sw_image *input8, sw_image *
 sw_status sw_pupil_last_border(sw_pupil_plan *plan, int32_t i, int32_t *xy, int64_t capacity,
                                int64_t *count);
 
-/* The plan's RANSAC random numbers: candidates x 5 floats in [0, 1), candidate-major. */
+/* The plan's RANSAC random numbers: candidates x 5 floats in (0, 1), candidate-major. */
 const float *sw_pupil_randoms(const sw_pupil_plan *plan);
 
 #ifdef __cplusplus

@@ -65,7 +65,7 @@ void sw_pupil_gauss_weights(int32_t r, double sigma, uint32_t *w)
         w[0] = 65536u;
         return;
     }
-    double g[SW_PUPIL_MAX_TAPS], sum = 0.0;
+    double g[SW_PUPIL_MAX_TAPS] = {0.0}, sum = 0.0;
     for (int32_t k = -r; k <= r; k++) {
         g[k + r] = exp(-(double)(k * k) / (2.0 * sigma * sigma));
         sum += g[k + r];
@@ -109,8 +109,10 @@ static sw_status check_params(sw_context *ctx, const sw_pupil_params *p)
     if (p->gauss_radius < 0 || p->gauss_radius > SW_PUPIL_MAX_RADIUS)
         return sw_fail(ctx, SW_EINVAL, "pupil: gauss_radius %d must be 0 .. %d", p->gauss_radius,
                        SW_PUPIL_MAX_RADIUS);
-    if (!(isfinite(p->gauss_sigma) && p->gauss_sigma > 0.0))
-        return sw_fail(ctx, SW_EINVAL, "pupil: gauss_sigma %g must be finite and > 0",
+    /* 1e-3: far below one pixel the weights are 65536, 0, 0, ... anyway, and 2 sigma^2 must not
+     * underflow to 0 in the weights' exponent */
+    if (!(isfinite(p->gauss_sigma) && p->gauss_sigma >= 1e-3))
+        return sw_fail(ctx, SW_EINVAL, "pupil: gauss_sigma %g must be finite and >= 0.001",
                        p->gauss_sigma);
     if (p->close_radius < 0 || p->close_radius > SW_PUPIL_MAX_RADIUS)
         return sw_fail(ctx, SW_EINVAL, "pupil: close_radius %d must be 0 .. %d", p->close_radius,
@@ -275,6 +277,8 @@ sw_status sw_pupil_run(sw_pupil_plan *plan, const sw_image *frame, sw_pupil_resu
     if (frame->memory == SW_MEM_DEVICE && !is_gpu(plan))
         return sw_fail(plan->ctx, SW_EINVAL, "pupil: a device frame on a CPU context");
 
+    /* a run that fails part-way leaves no frame to inspect (its buffers may be half written) */
+    plan->have_frame = 0;
     if (!is_gpu(plan)) {
         st = sw_pupil_cpu_run(plan, frame, result);
     } else {

@@ -1768,8 +1768,14 @@ static sw_status pp_capture(sw_pupil_plan *plan)
         return sw_fail(plan->ctx, SW_ECUDA, "pupil: capturing the frame's graph failed: %s",
                        cudaGetErrorString(e));
     }
+    const cudaError_t ei = cudaGraphInstantiate(&g->exec, graph, 0);
+    if (ei != cudaSuccess) {
+        cudaGraphDestroy(graph); /* the next run captures again */
+        g->exec = NULL;
+        return sw_fail(plan->ctx, SW_ECUDA, "pupil: instantiating the frame's graph failed: %s",
+                       cudaGetErrorString(ei));
+    }
     g->graph = graph;
-    SW_CU(cudaGraphInstantiate(&g->exec, g->graph, 0));
     return SW_OK;
 }
 

@@ -2,7 +2,7 @@
  * Between the parts of the pupil stage (not public):
  *   pupil.c        the API (pupil.h): parameters, validation, the plan, dispatch, inspection
  *   pupil_cpu.c    the CPU pipeline (steps 0-9 of pupil.h, OpenMP over rows)
- *   pupil_cuda.cu  its GPU twin (kernels, CUB selection of the border pixels, one CUDA graph)
+ *   pupil_cuda.cu  its GPU twin (ten kernels captured in one CUDA graph)
  *   pupil_model.h  the arithmetic both share (bit-identical up to the RANSAC winner)
  */
 #ifndef SW_PUPIL_INTERNAL_H
@@ -78,7 +78,7 @@ void sw_pupil_cpu_fit(const sw_pupil_plan *plan, const sw_pm_region *r, const in
 /* ---------------------------------------------------------------- GPU (pupil_cuda.cu) */
 
 /* Allocates plan->gpu: device buffers for the frame's size, the random numbers uploaded, the
- * mapped host result, CUB scratch; captures the per-frame graph lazily on the first run. */
+ * mapped host result; captures the per-frame graph lazily on the first run. */
 sw_status sw_pupil_gpu_init(sw_pupil_plan *plan);
 void sw_pupil_gpu_free(sw_pupil_plan *plan);
 /* The whole chain on a host or device frame; fills *result and plan->last, and the device

@@ -672,7 +672,7 @@ SW_PM_FN int sw_pm_refine_solve(const double *acc, double *c)
                 m[r][j] -= f * m[col][j];
         }
     }
-    double th[5];
+    double th[5] = {0.0, 0.0, 0.0, 0.0, 0.0};
     for (int i = 4; i >= 0; i--) {
         double s = m[i][5];
         for (int j = i + 1; j < 5; j++)

@@ -594,6 +594,8 @@ static void test_bad_params(void **state)
     expect_einval(&p, "gauss_sigma");
     p.gauss_sigma = INFINITY;
     expect_einval(&p, "gauss_sigma");
+    p.gauss_sigma = 1e-170; /* 2 sigma^2 would underflow to 0 in the weights */
+    expect_einval(&p, "gauss_sigma");
     p = d;
     p.close_radius = SW_PUPIL_MAX_RADIUS + 1;
     expect_einval(&p, "close_radius");

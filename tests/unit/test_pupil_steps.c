@@ -1368,7 +1368,7 @@ static void test_conic5(void **state)
                 fail_msg("conic5 #%d: c[%d] = %.17g, want %.17g", trial, k, c[k], ce[k]);
         }
         assert_near(n, 1.0, 1e-12);
-        sw_pupil_ellipse o;
+        sw_pupil_ellipse o = {0};
         memset(&o, 0, sizeof(o));
         assert_int_equal(sw_pm_ellipse_out(&r, c, &o), 1);
         assert_near(o.cx_px, e.cx, 1e-6);
@@ -1380,7 +1380,7 @@ static void test_conic5(void **state)
         /* the same conic with the other sign describes the same ellipse */
         for (int k = 0; k < 6; k++)
             c[k] = -c[k];
-        sw_pupil_ellipse o2;
+        sw_pupil_ellipse o2 = {0};
         assert_int_equal(sw_pm_ellipse_out(&r, c, &o2), 1);
         assert_near(o2.cx_px, e.cx, 1e-6);
         assert_near(o2.a_px, e.a + SW_PUPIL_EDGE_OFFSET_PX, 1e-6);
@@ -1398,7 +1398,7 @@ static void test_conic5(void **state)
         v[i] = (y - r.oy) * r.inv_s;
     }
     assert_int_equal(sw_pm_conic5(u, v, c), 1);
-    sw_pupil_ellipse o;
+    sw_pupil_ellipse o = {0};
     assert_int_equal(sw_pm_ellipse_out(&r, c, &o), 1);
     assert_near(o.cx_px, 120.0, 1e-6);
     assert_near(o.cy_px, 40.0, 1e-6);
@@ -1414,7 +1414,7 @@ static void test_not_ellipse(void **state)
     const double hyp[6] = {1, 0, -1, 0, 0, -0.1}; /* u^2 - v^2 = 0.1      */
     const double lines[6] = {0, 1, 0, 0, 0, 0};   /* u v = 0               */
     const double empty[6] = {1, 0, 1, 0, 0, 0.5}; /* u^2 + v^2 = -0.5: no points */
-    sw_pupil_ellipse o;
+    sw_pupil_ellipse o = {0};
     assert_int_equal(sw_pm_ellipse_out(&r, hyp, &o), 0);
     assert_int_equal(sw_pm_ellipse_out(&r, lines, &o), 0);
     assert_int_equal(sw_pm_ellipse_out(&r, empty, &o), 0);
@@ -1467,7 +1467,7 @@ static void test_degenerate(void **state)
     const float col[5] = {PICK(NE), PICK(NE + 1), PICK(NE + 2), PICK(NE + 3), PICK(NE + 4)};
 #undef PICK
     assert_int_equal(sw_pm_candidate(&r, xy, N, good, 4.0, 640.0, c, cf), 1);
-    sw_pupil_ellipse o;
+    sw_pupil_ellipse o = {0};
     assert_int_equal(sw_pm_ellipse_out(&r, c, &o), 1);
     assert_near(o.cx_px, e.cx, 3.0); /* through rounded points: near the ellipse */
     assert_near(o.a_px, e.a + 0.5, 5.0);
@@ -1591,7 +1591,7 @@ static void test_refine(void **state)
         start.cy += rnd_range(&s, -0.4, 0.4);
         start.a += rnd_range(&s, -0.3, 0.3);
         start.th += rnd_range(&s, -0.002, 0.002);
-        double c0[6], c[6];
+        double c0[6], c[6] = {0, 0, 0, 0, 0, 0};
         ellipse_conic(&start, &r, c0);
         double acc[SW_PM_NACC] = {0};
         int np = 20 + (int)rnd_int(&s, 200), arc = trial % 3 == 0; /* a 60 % arc at times */
@@ -1616,7 +1616,7 @@ static void test_refine(void **state)
         for (int k = 0; k < 6; k++)
             n += c[k] * c[k];
         assert_near(n, 1.0, 1e-12);
-        sw_pupil_ellipse o;
+        sw_pupil_ellipse o = {0};
         assert_int_equal(sw_pm_ellipse_out(&r, c, &o), 1);
         if (!(fabs(o.cx_px - e.cx) <= 1e-6 && fabs(o.cy_px - e.cy) <= 1e-6 &&
               fabs(o.a_px - e.a - 0.5) <= 1e-6 && fabs(o.b_px - e.b - 0.5) <= 1e-6 &&
@@ -1638,7 +1638,7 @@ static void test_refine(void **state)
 static void test_verdict(void **state)
 {
     (void)state;
-    sw_pupil_ellipse o;
+    sw_pupil_ellipse o = {0};
     const double R = 10.0, need = 0.25 * 2 * PI * R; /* 15.7...: 16 inliers suffice */
 #define RESET(a, b, n)                                                                             \
     do {                                                                                           \
@@ -1890,7 +1890,7 @@ static void test_fit(void **state)
                     n++;
                 }
         assert_int_equal(n, n_in + n_near + n_out);
-        sw_pupil_ellipse o;
+        sw_pupil_ellipse o = {0};
         prefill(&o);
         sw_pupil_cpu_fit(plan, &r, xy, n, &o);
         check_caller_fields(&o);
@@ -1934,7 +1934,7 @@ static void test_fit_fails(void **state)
             xy[2 * k] = 100 + 20 * k;
             xy[2 * k + 1] = 200 + (k * k) * 5;
         }
-        sw_pupil_ellipse o;
+        sw_pupil_ellipse o = {0};
         prefill(&o);
         sw_pupil_cpu_fit(plan, &r, xy, n, &o);
         check_caller_fields(&o);
@@ -1952,7 +1952,7 @@ static void test_fit_fails(void **state)
             xy[2 * k] = (int32_t)rnd_int(&s, W);
             xy[2 * k + 1] = (int32_t)rnd_int(&s, H);
         }
-        sw_pupil_ellipse o;
+        sw_pupil_ellipse o = {0};
         prefill(&o);
         sw_pupil_cpu_fit(plan, &r, xy, n, &o);
         check_caller_fields(&o);
@@ -1965,7 +1965,7 @@ static void test_fit_fails(void **state)
         xy[2 * k] = 100 + 10 * k;
         xy[2 * k + 1] = 100 + 4 * k;
     }
-    sw_pupil_ellipse o;
+    sw_pupil_ellipse o = {0};
     prefill(&o);
     sw_pupil_cpu_fit(plan, &r, xy, 5, &o);
     check_not_found(&o);
