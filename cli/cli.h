@@ -131,6 +131,62 @@ int sw_cli_out_close(const char *sub, sw_cli_out *o, int ok);
 int sw_cli_read_frames(sw_context *ctx, const char *sub, const char *what, const char *path,
                        int u32_to_f32, sw_frames *out);
 
+/* ------------------------------------------------------------------ several inputs as one
+ * frame sequence (inputs.c; used by find and pupil) */
+
+/* One input file: its frames in memory (FITS, PGM) or an open HDF5 reader. */
+typedef struct sw_cli_input {
+    const char *path;
+    sw_frames frames; /* FITS/PGM: every frame, read at open */
+    sw_h5_reader *h5; /* HDF5: the open reader, NULL otherwise */
+    int64_t nframes;
+    int64_t start; /* global index of its first frame */
+} sw_cli_input;
+
+/* Several input files, their frames numbered from 0 across all of them in order. */
+typedef struct sw_cli_inputs {
+    sw_cli_input *in;
+    int n;
+    int64_t total; /* frames over all inputs */
+    int32_t width, height;
+    sw_pixel_type type;
+    int h5_no_ctx;  /* the HDF5 readers were opened without the context (SW_CLI_INPUTS_THREAD) */
+    sw_image h5buf; /* sw_cli_inputs_frame's buffer for HDF5 frames (allocated with ctx) */
+} sw_cli_inputs;
+
+/* sw_cli_inputs_open flags. THREAD: frames are read on another thread with sw_cli_inputs_read
+ * (the pipeline's reader thread): the HDF5 readers are opened without the context (io.h) and no
+ * frame buffer is allocated. Otherwise the readers use ctx, and sw_cli_inputs_frame reads HDF5
+ * frames into a buffer allocated with ctx (pinned on CUDA). */
+enum { SW_CLI_INPUTS_THREAD = 1 };
+
+/* Called by sw_cli_inputs_open for each HDF5 input right after it is opened (before its size is
+ * checked against the others): a command's own use of the file (pixel masks, overload values).
+ * Returns SW_EXIT_OK, or an exit code after printing its failure line (the open then stops). */
+typedef int (*sw_cli_inputs_h5_fn)(void *user, sw_cli_input *in, const sw_h5_info *info);
+
+/*
+ * Opens paths[0..n-1] (HDF5 told apart by sw_cli_is_hdf5, dataset NULL = automatic; FITS/PGM
+ * through sw_cli_read_frames) and checks that they share one size and pixel type. on_h5 may be
+ * NULL. SW_EXIT_OK, or a failure line for sub; call sw_cli_inputs_free in both cases (*out is
+ * cleared first).
+ */
+int sw_cli_inputs_open(sw_context *ctx, const char *sub, char *const *paths, int n,
+                       const char *dataset, int flags, sw_cli_inputs_h5_fn on_h5, void *user,
+                       sw_cli_inputs *out);
+/* The frames a run asks for: first, and count (< 0: all from first). SW_EXIT_OK with *count_out,
+ * or a failure line for sub when they are not all in the inputs. */
+int sw_cli_inputs_range(const char *sub, const sw_cli_inputs *in, int64_t first, int64_t count,
+                        int64_t *count_out);
+/* Frame `index` (global, in 0..total-1), for the calling thread: a frame in memory, or read from
+ * HDF5 into the inputs' buffer (valid until the next call). SW_EXIT_OK or a failure line. */
+int sw_cli_inputs_frame(sw_context *ctx, const char *sub, sw_cli_inputs *in, int64_t index,
+                        const sw_image **out);
+/* Frame `index` copied into dst (of the inputs' size and type; any stride). Uses no context: for
+ * a pipeline's reader thread with SW_CLI_INPUTS_THREAD. */
+sw_status sw_cli_inputs_read(sw_cli_inputs *in, int64_t index, sw_image *dst);
+void sw_cli_inputs_free(sw_cli_inputs *in);
+
 /* The library's message for a failed call on ctx, or the status's name when it left none. */
 const char *sw_cli_lib_error(sw_context *ctx, sw_status st);
 

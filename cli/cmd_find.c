@@ -118,22 +118,9 @@ typedef struct find_opts {
     int have_overload;
 } find_opts;
 
-/* One input file: its frames in memory (FITS, PGM) or an open HDF5 reader. */
-typedef struct find_input {
-    const char *path;
-    sw_frames frames;
-    sw_h5_reader *h5;
-    int64_t nframes;
-    int64_t start; /* global index of its first frame */
-} find_input;
-
 typedef struct find_job {
     find_opts *o;
-    find_input *in;
-    int nin;
-    int64_t total; /* frames over all inputs */
-    int32_t width, height;
-    sw_pixel_type type;
+    sw_cli_inputs in;     /* the frames of all inputs, read on the pipeline's thread */
     double file_overload; /* from HDF5 (the lowest of the inputs'), 0 when none */
     uint8_t *pixel_mask;  /* from HDF5 (every input's mask ANDed), or NULL */
     size_t pixel_n;
@@ -306,88 +293,48 @@ static int parse_opts(find_opts *o, int argc, char **argv)
 
 static void free_inputs(find_job *j)
 {
-    for (int i = 0; i < j->nin; i++) {
-        sw_frames_free(&j->in[i].frames);
-        sw_h5_close(j->in[i].h5);
-    }
-    free(j->in);
+    sw_cli_inputs_free(&j->in);
     free(j->pixel_mask);
     sw_image_free(&j->strong_cube);
 }
 
-/* Opens every input and checks they agree on size and type. */
-static int open_inputs(sw_context *ctx, find_job *j)
+/* sw_cli_inputs_open's call for each HDF5 input: several masters (several sweeps) give the
+ * lowest overload, and a pixel is good only when every pixel mask says so. */
+static int merge_h5(void *user, sw_cli_input *in, const sw_h5_info *info)
 {
-    find_opts *o = j->o;
-    j->in = calloc((size_t)o->ninputs, sizeof *j->in);
-    if (!j->in)
+    find_job *j = user;
+    if (info->overload > 0 && (j->file_overload == 0 || info->overload < j->file_overload))
+        j->file_overload = info->overload;
+    if (!info->has_pixel_mask || j->o->no_pixel_mask)
+        return SW_EXIT_OK;
+    size_t n = (size_t)info->width * (size_t)info->height;
+    uint8_t *m = malloc(n);
+    if (!m)
         return sw_cli_fail(SUB, "out of memory");
-    j->nin = o->ninputs;
-    for (int i = 0; i < o->ninputs; i++) {
-        find_input *in = &j->in[i];
-        in->path = o->inputs[i];
-        int32_t w, h;
-        sw_pixel_type t;
-        if (sw_cli_is_hdf5(in->path)) {
-            /* Opened without the context: the pipeline reads on its own thread, and the
-             * reader's messages then stay with that thread (sw_context_error(NULL)). */
-            sw_status st = sw_h5_open(NULL, in->path, o->dataset, &in->h5);
-            if (st != SW_OK)
-                return sw_cli_fail(SUB, "%s", sw_cli_lib_error(NULL, st));
-            sw_h5_info info;
-            sw_h5_get_info(in->h5, &info);
-            w = info.width;
-            h = info.height;
-            t = info.type;
-            in->nframes = info.frames;
-            /* Several masters (several sweeps): the lowest overload, and a pixel is good only
-             * when every pixel mask says so. */
-            if (info.overload > 0 && (j->file_overload == 0 || info.overload < j->file_overload))
-                j->file_overload = info.overload;
-            if (info.has_pixel_mask && !o->no_pixel_mask) {
-                size_t n = (size_t)w * (size_t)h;
-                uint8_t *m = malloc(n);
-                if (!m)
-                    return sw_cli_fail(SUB, "out of memory");
-                st = sw_h5_read_pixel_mask(in->h5, m);
-                if (st != SW_OK) {
-                    free(m);
-                    return sw_cli_fail(SUB, "%s", sw_cli_lib_error(NULL, st));
-                }
-                if (!j->pixel_mask) {
-                    j->pixel_mask = m;
-                    j->pixel_n = n;
-                } else {
-                    if (j->pixel_n == n) /* other sizes are refused below with the frames */
-                        for (size_t k = 0; k < n; k++)
-                            j->pixel_mask[k] = j->pixel_mask[k] && m[k];
-                    free(m);
-                }
-            }
-        } else {
-            int rc = sw_cli_read_frames(ctx, SUB, "image", in->path, 0, &in->frames);
-            if (rc != SW_EXIT_OK)
-                return rc;
-            w = in->frames.frames[0].width;
-            h = in->frames.frames[0].height;
-            t = in->frames.frames[0].type;
-            in->nframes = in->frames.count;
-        }
-        if (i == 0) {
-            j->width = w;
-            j->height = h;
-            j->type = t;
-        } else if (w != j->width || h != j->height || t != j->type) {
-            return sw_cli_fail(SUB,
-                               "'%s' has %d x %d %s frames, '%s' has %d x %d %s: the "
-                               "inputs must agree",
-                               in->path, w, h, sw_pixel_type_string(t), j->in[0].path, j->width,
-                               j->height, sw_pixel_type_string(j->type));
-        }
-        in->start = j->total;
-        j->total += in->nframes;
+    sw_status st = sw_h5_read_pixel_mask(in->h5, m);
+    if (st != SW_OK) {
+        free(m);
+        return sw_cli_fail(SUB, "%s", sw_cli_lib_error(NULL, st));
+    }
+    if (!j->pixel_mask) {
+        j->pixel_mask = m;
+        j->pixel_n = n;
+    } else {
+        if (j->pixel_n == n) /* other sizes are refused with the frames */
+            for (size_t k = 0; k < n; k++)
+                j->pixel_mask[k] = j->pixel_mask[k] && m[k];
+        free(m);
     }
     return SW_EXIT_OK;
+}
+
+/* Opens every input and checks they agree on size and type. The pipeline reads the frames on
+ * its own thread: the HDF5 readers get no context (SW_CLI_INPUTS_THREAD). */
+static int open_inputs(sw_context *ctx, find_job *j)
+{
+    const find_opts *o = j->o;
+    return sw_cli_inputs_open(ctx, SUB, o->inputs, o->ninputs, o->dataset, SW_CLI_INPUTS_THREAD,
+                              merge_h5, j, &j->in);
 }
 
 /* A per-pixel map (mask or gain map) of the frame size from a FITS/PGM file, as floats. */
@@ -399,20 +346,20 @@ static int read_map(sw_context *ctx, const find_job *j, const char *what, const 
     if (rc != SW_EXIT_OK)
         return rc;
     const sw_image *img = &fr.frames[0];
-    if (fr.count != 1 || img->width != j->width || img->height != j->height) {
+    if (fr.count != 1 || img->width != j->in.width || img->height != j->in.height) {
         rc = sw_cli_fail(SUB, "%s '%s' is %d x %d (%d frames); the frames are %d x %d", what, path,
-                         img->width, img->height, fr.count, j->width, j->height);
+                         img->width, img->height, fr.count, j->in.width, j->in.height);
         sw_frames_free(&fr);
         return rc;
     }
-    float *m = malloc((size_t)j->width * (size_t)j->height * sizeof(float));
+    float *m = malloc((size_t)j->in.width * (size_t)j->in.height * sizeof(float));
     if (!m) {
         sw_frames_free(&fr);
         return sw_cli_fail(SUB, "out of memory");
     }
-    for (int32_t y = 0; y < j->height; y++)
-        for (int32_t x = 0; x < j->width; x++)
-            m[(size_t)y * j->width + x] = (float)sw_image_get(img, x, y);
+    for (int32_t y = 0; y < j->in.height; y++)
+        for (int32_t x = 0; x < j->in.width; x++)
+            m[(size_t)y * j->in.width + x] = (float)sw_image_get(img, x, y);
     sw_frames_free(&fr);
     *out = m;
     return SW_EXIT_OK;
@@ -423,22 +370,7 @@ static int read_map(sw_context *ctx, const find_job *j, const char *what, const 
 /* Reader thread: frame `index` (global) into dst. No context is used here. */
 static sw_status source_read(void *user, int64_t index, sw_image *dst)
 {
-    find_job *j = user;
-    for (int i = 0; i < j->nin; i++) {
-        find_input *in = &j->in[i];
-        if (index < in->start || index >= in->start + in->nframes)
-            continue;
-        int64_t k = index - in->start;
-        if (in->h5)
-            return sw_h5_read_frame(in->h5, k, dst);
-        const sw_image *src = &in->frames.frames[k];
-        size_t row = (size_t)src->width * sw_pixel_size(src->type);
-        for (int32_t y = 0; y < src->height; y++)
-            memcpy(sw_image_row(dst, y), sw_image_row(src, y), row);
-        return SW_OK;
-    }
-    /* Not reached: the range was checked against the inputs. */
-    return sw_error_set(NULL, SW_EINVAL, "frame %lld is beyond the inputs", (long long)index);
+    return sw_cli_inputs_read(&((find_job *)user)->in, index, dst);
 }
 
 static sw_status source_strong(void *user, int64_t index, const sw_image *mask)
@@ -495,8 +427,8 @@ static void json_report(const find_job *j, sw_context *ctx, const sw_find_stats 
     printf("],\n  \"out\": ");
     sw_json_write_string(stdout, o->out);
     printf(",\n  \"backend\": \"%s\",\n", sw_backend_string(sw_context_backend(ctx)));
-    printf("  \"frame_size\": [%d, %d],\n  \"pixel_type\": \"%s\",\n", j->width, j->height,
-           sw_pixel_type_string(j->type));
+    printf("  \"frame_size\": [%d, %d],\n  \"pixel_type\": \"%s\",\n", j->in.width, j->in.height,
+           sw_pixel_type_string(j->in.type));
     printf("  \"first_frame\": %lld,\n  \"frames\": %lld,\n", (long long)first, (long long)count);
     printf("  \"algorithm\": \"%s\",\n  \"kernel_size\": [%d, %d],\n",
            sw_find_algorithm_string(p->algorithm), p->kernel_x, p->kernel_y);
@@ -554,18 +486,13 @@ int sw_cmd_find(const sw_cli_globals *g, int argc, char **argv)
 
     if ((rc = open_inputs(ctx, &j)) != SW_EXIT_OK)
         goto done;
-    int64_t first = o.first, count = o.count < 0 ? j.total - first : o.count;
-    if (first >= j.total || count <= 0 || count > j.total - first) {
-        rc = sw_cli_fail(SUB, "frame %lld%s asked for, but the inputs have %lld frame%s (0..%lld)",
-                         (long long)(first + (count > 0 ? count : 1) - 1),
-                         count > 1 ? " (the last one)" : "", (long long)j.total,
-                         j.total == 1 ? "" : "s", (long long)(j.total - 1));
+    int64_t first = o.first, count = 0;
+    if ((rc = sw_cli_inputs_range(SUB, &j.in, first, o.count, &count)) != SW_EXIT_OK)
         goto done;
-    }
 
-    o.p.width = j.width;
-    o.p.height = j.height;
-    o.p.type = j.type;
+    o.p.width = j.in.width;
+    o.p.height = j.in.height;
+    o.p.type = j.in.type;
     if (!o.have_overload && j.file_overload > 0)
         o.p.overload = j.file_overload;
     if (o.gain_map) {
@@ -574,7 +501,7 @@ int sw_cmd_find(const sw_cli_globals *g, int argc, char **argv)
         o.p.gain_map = gain_map;
     }
     if (o.mask || j.pixel_mask) {
-        size_t n = (size_t)j.width * (size_t)j.height;
+        size_t n = (size_t)j.in.width * (size_t)j.in.height;
         mask = malloc(n);
         if (!mask) {
             rc = sw_cli_fail(SUB, "out of memory");
@@ -599,14 +526,15 @@ int sw_cmd_find(const sw_cli_globals *g, int argc, char **argv)
         goto done;
     }
     if (o.strong) {
-        if ((int64_t)j.height * count > SW_IMAGE_MAX_DIM) {
+        if ((int64_t)j.in.height * count > SW_IMAGE_MAX_DIM) {
             rc = sw_cli_fail(SUB,
                              "--strong-mask: %lld frames of %d rows are too many for one "
                              "image; use --count",
-                             (long long)count, j.height);
+                             (long long)count, j.in.height);
             goto done;
         }
-        st = sw_image_alloc(NULL, j.width, (int32_t)(j.height * count), SW_PIX_U8, &j.strong_cube);
+        st = sw_image_alloc(NULL, j.in.width, (int32_t)(j.in.height * count), SW_PIX_U8,
+                            &j.strong_cube);
         if (st != SW_OK) {
             rc = sw_cli_fail(SUB, "--strong-mask: %s", sw_cli_lib_error(NULL, st));
             goto done;
@@ -628,7 +556,7 @@ int sw_cmd_find(const sw_cli_globals *g, int argc, char **argv)
         goto done;
     if (o.strong) {
         sw_image cube = j.strong_cube;
-        cube.height = j.height;
+        cube.height = j.in.height;
         sw_image *planes = calloc((size_t)count, sizeof *planes);
         if (!planes) {
             rc = sw_cli_fail(SUB, "out of memory");
@@ -637,7 +565,7 @@ int sw_cmd_find(const sw_cli_globals *g, int argc, char **argv)
         for (int64_t k = 0; k < count; k++) {
             planes[k] = cube;
             planes[k].owned = 0;
-            planes[k].data = sw_image_row(&j.strong_cube, (int32_t)(k * j.height));
+            planes[k].data = sw_image_row(&j.strong_cube, (int32_t)(k * j.in.height));
         }
         st = sw_fits_write(ctx, o.strong, planes, (int32_t)count);
         free(planes);

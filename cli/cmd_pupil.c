@@ -348,115 +348,13 @@ static int parse_opts(pupil_opts *o, int argc, char **argv)
     return SW_EXIT_OK;
 }
 
-/* ---------------------------------------------------------------- inputs */
-
-/* One input file: its frames in memory (FITS, PGM) or an open HDF5 reader. */
-typedef struct pupil_input {
-    const char *path;
-    sw_frames frames;
-    sw_h5_reader *h5;
-    int64_t nframes;
-    int64_t start; /* global index of its first frame */
-} pupil_input;
+/* ---------------------------------------------------------------- the job */
 
 typedef struct pupil_job {
     pupil_opts *o;
-    pupil_input *in;
-    int nin;
-    int64_t total; /* frames over all inputs */
-    int32_t width, height;
-    sw_pixel_type type;
-    sw_image h5buf; /* an HDF5 frame (pinned on CUDA) */
+    sw_cli_inputs in; /* the frames of all inputs */
     sw_cli_progress bar;
 } pupil_job;
-
-static void free_job(pupil_job *j)
-{
-    for (int i = 0; i < j->nin; i++) {
-        sw_frames_free(&j->in[i].frames);
-        sw_h5_close(j->in[i].h5);
-    }
-    free(j->in);
-    sw_image_free(&j->h5buf);
-}
-
-/* Opens every input; they must agree on size and type. */
-static int open_inputs(sw_context *ctx, pupil_job *j)
-{
-    const pupil_opts *o = j->o;
-    j->in = calloc((size_t)o->ninputs, sizeof *j->in);
-    if (!j->in)
-        return sw_cli_fail(SUB, "out of memory");
-    j->nin = o->ninputs;
-    int any_h5 = 0;
-    for (int i = 0; i < o->ninputs; i++) {
-        pupil_input *in = &j->in[i];
-        in->path = o->inputs[i];
-        int32_t w, h;
-        sw_pixel_type t;
-        if (sw_cli_is_hdf5(in->path)) {
-            sw_status st = sw_h5_open(ctx, in->path, o->dataset, &in->h5);
-            if (st != SW_OK)
-                return sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
-            sw_h5_info info;
-            sw_h5_get_info(in->h5, &info);
-            w = info.width;
-            h = info.height;
-            t = info.type;
-            in->nframes = info.frames;
-            any_h5 = 1;
-        } else {
-            int rc = sw_cli_read_frames(ctx, SUB, "image", in->path, 0, &in->frames);
-            if (rc != SW_EXIT_OK)
-                return rc;
-            w = in->frames.frames[0].width;
-            h = in->frames.frames[0].height;
-            t = in->frames.frames[0].type;
-            in->nframes = in->frames.count;
-        }
-        if (i == 0) {
-            j->width = w;
-            j->height = h;
-            j->type = t;
-        } else if (w != j->width || h != j->height || t != j->type) {
-            return sw_cli_fail(SUB,
-                               "'%s' has %d x %d %s frames, '%s' has %d x %d %s: the "
-                               "inputs must agree",
-                               in->path, w, h, sw_pixel_type_string(t), j->in[0].path, j->width,
-                               j->height, sw_pixel_type_string(j->type));
-        }
-        in->start = j->total;
-        j->total += in->nframes;
-    }
-    if (any_h5) {
-        sw_status st = sw_image_alloc(ctx, j->width, j->height, j->type, &j->h5buf);
-        if (st != SW_OK)
-            return sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
-    }
-    return SW_EXIT_OK;
-}
-
-/* Frame `index` (global): a frame in memory, or read from HDF5 into the job's buffer. */
-static int get_frame(sw_context *ctx, pupil_job *j, int64_t index, const sw_image **frame)
-{
-    for (int i = 0; i < j->nin; i++) {
-        pupil_input *in = &j->in[i];
-        if (index < in->start || index >= in->start + in->nframes)
-            continue;
-        int64_t k = index - in->start;
-        if (!in->h5) {
-            *frame = &in->frames.frames[k];
-            return SW_EXIT_OK;
-        }
-        sw_status st = sw_h5_read_frame(in->h5, k, &j->h5buf);
-        if (st != SW_OK)
-            return sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
-        *frame = &j->h5buf;
-        return SW_EXIT_OK;
-    }
-    /* Not reached: the range was checked against the inputs. */
-    return sw_cli_fail(SUB, "frame %lld is beyond the inputs", (long long)index);
-}
 
 /* ---------------------------------------------------------------- output */
 
@@ -531,8 +429,8 @@ static void json_report(const pupil_job *j, sw_context *ctx, int64_t first, int6
     fprintf(f, ",\n  \"overlay\": ");
     sw_json_write_string(f, o->overlay);
     fprintf(f, ",\n  \"backend\": \"%s\",\n", sw_backend_string(sw_context_backend(ctx)));
-    fprintf(f, "  \"frame_size\": [%d, %d],\n  \"pixel_type\": \"%s\",\n", j->width, j->height,
-            sw_pixel_type_string(j->type));
+    fprintf(f, "  \"frame_size\": [%d, %d],\n  \"pixel_type\": \"%s\",\n", j->in.width,
+            j->in.height, sw_pixel_type_string(j->in.type));
     fprintf(f, "  \"first_frame\": %lld,\n  \"frame_count\": %lld,\n", (long long)first,
             (long long)count);
     fprintf(f, "  \"pupils\": %d,\n  \"split\": ", p->n_pupils);
@@ -556,8 +454,9 @@ static void json_report(const pupil_job *j, sw_context *ctx, int64_t first, int6
     fprintf(f, ",\n  \"refine\": %d,\n  \"min_radius_px\": ", p->refine_iterations);
     json_num(f, p->min_radius_px);
     fprintf(f, ",\n  \"max_radius_px\": ");
-    json_num(f, p->max_radius_px > 0 ? p->max_radius_px
-                                     : (double)(j->width > j->height ? j->width : j->height));
+    json_num(f, p->max_radius_px > 0
+                    ? p->max_radius_px
+                    : (double)(j->in.width > j->in.height ? j->in.width : j->in.height));
     fprintf(f, ",\n  \"min_coverage\": ");
     json_num(f, p->min_coverage);
     fprintf(f, ",\n  \"max_near_ratio\": "); /* null: inf, no near-band test */
@@ -733,24 +632,20 @@ int sw_cmd_pupil(const sw_cli_globals *g, int argc, char **argv)
     sw_cli_out mout = {0};
     sw_status st;
 
-    if ((rc = open_inputs(ctx, &j)) != SW_EXIT_OK)
+    if ((rc = sw_cli_inputs_open(ctx, SUB, o.inputs, o.ninputs, o.dataset, 0, NULL, NULL, &j.in)) !=
+        SW_EXIT_OK)
         goto done;
-    int64_t first = o.first, count = o.count < 0 ? j.total - first : o.count;
-    if (first >= j.total || count <= 0 || count > j.total - first) {
-        rc = sw_cli_fail(SUB, "frame %lld%s asked for, but the inputs have %lld frame%s (0..%lld)",
-                         (long long)(first + (count > 0 ? count : 1) - 1),
-                         count > 1 ? " (the last one)" : "", (long long)j.total,
-                         j.total == 1 ? "" : "s", (long long)(j.total - 1));
+    int64_t first = o.first, count = 0;
+    if ((rc = sw_cli_inputs_range(SUB, &j.in, first, o.count, &count)) != SW_EXIT_OK)
         goto done;
-    }
-    const int with_frame = j.total > 1;
+    const int with_frame = j.in.total > 1;
 
-    o.p.width = j.width;
-    o.p.height = j.height;
-    o.p.type = j.type;
+    o.p.width = j.in.width;
+    o.p.height = j.in.height;
+    o.p.type = j.in.type;
     if (!o.have_min_radius) { /* pupil.h's default for this frame size */
         sw_pupil_params d;
-        sw_pupil_params_default(&d, j.width, j.height, j.type);
+        sw_pupil_params_default(&d, j.in.width, j.in.height, j.in.type);
         o.p.min_radius_px = d.min_radius_px;
         if (o.p.max_radius_px > 0 && o.p.max_radius_px < o.p.min_radius_px) {
             rc = sw_cli_fail(SUB,
@@ -762,7 +657,7 @@ int sw_cmd_pupil(const sw_cli_globals *g, int argc, char **argv)
     }
     const sw_sh_geometry *geom = NULL;
     if (o.have_pitch) {
-        if ((st = sw_sh_geometry_check(ctx, &o.geom, j.width, j.height)) != SW_OK) {
+        if ((st = sw_sh_geometry_check(ctx, &o.geom, j.in.width, j.in.height)) != SW_OK) {
             rc = sw_cli_fail(SUB, "the lenslet grid: %s", sw_cli_lib_error(ctx, st));
             goto done;
         }
@@ -795,7 +690,7 @@ int sw_cmd_pupil(const sw_cli_globals *g, int argc, char **argv)
     for (int64_t k = 0; k < count; k++) {
         int64_t index = first + k;
         const sw_image *frame = NULL;
-        if ((rc = get_frame(ctx, &j, index, &frame)) != SW_EXIT_OK)
+        if ((rc = sw_cli_inputs_frame(ctx, SUB, &j.in, index, &frame)) != SW_EXIT_OK)
             goto done;
         if ((st = sw_pupil_run(plan, frame, &res[k], mask)) != SW_OK) {
             if (j.bar.on)
@@ -823,7 +718,7 @@ int sw_cmd_pupil(const sw_cli_globals *g, int argc, char **argv)
 
     /* the picture first: a run that cannot write it leaves no table behind */
     if (o.overlay &&
-        (rc = write_overlay(ctx, plan, &o, &res[count - 1], j.width, j.height)) != SW_EXIT_OK)
+        (rc = write_overlay(ctx, plan, &o, &res[count - 1], j.in.width, j.in.height)) != SW_EXIT_OK)
         goto done;
     if ((rc = write_csv(&o, with_frame, first, count, res)) != SW_EXIT_OK)
         goto done;
@@ -839,7 +734,7 @@ done:
     free(mask);
     free(lenslets);
     sw_pupil_destroy(plan);
-    free_job(&j);
+    sw_cli_inputs_free(&j.in);
     sw_context_destroy(ctx);
     return rc;
 }
