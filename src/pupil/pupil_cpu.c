@@ -29,12 +29,12 @@ sw_status sw_pupil_cpu_init(sw_pupil_plan *plan)
     int ok = plan->img8 && plan->tmp8 && plan->smooth8 && plan->closed8;
     /* The border lists only on a CPU plan: a GPU plan keeps its own on the device and reads
      * them back straight into the caller's buffer (sw_pupil_gpu_border). A region's border
-     * pixels are at most its pixels, so each list takes 2 npix int32. */
+     * pixels are at most its pixels, so one list of npix points holds both regions' lists:
+     * region 0's from the start, region 1's after split x height points (set per frame). */
     if (ok && sw_context_backend(plan->ctx) == SW_BACKEND_CPU) {
-        for (int32_t i = 0; i < plan->p.n_pupils; i++) {
-            plan->border_xy[i] = malloc(2 * n * sizeof(int32_t));
-            ok = ok && plan->border_xy[i];
-        }
+        plan->border_xy[0] = malloc(2 * n * sizeof(int32_t));
+        plan->border_xy[1] = plan->border_xy[0];
+        ok = plan->border_xy[0] != NULL;
     }
     plan->border_n[0] = plan->border_n[1] = 0;
     if (!ok) {
@@ -53,8 +53,7 @@ void sw_pupil_cpu_free(sw_pupil_plan *plan)
     free(plan->tmp8);
     free(plan->smooth8);
     free(plan->closed8);
-    free(plan->border_xy[0]);
-    free(plan->border_xy[1]);
+    free(plan->border_xy[0]); /* border_xy[1] points into the same list */
     plan->img8 = plan->tmp8 = plan->smooth8 = plan->closed8 = NULL;
     plan->border_xy[0] = plan->border_xy[1] = NULL;
 }
@@ -508,6 +507,7 @@ sw_status sw_pupil_cpu_run(sw_pupil_plan *plan, const sw_image *frame, sw_pupil_
     result->n_pupils = p->n_pupils;
     result->scale = scale;
     result->split_x = split;
+    plan->border_xy[1] = plan->border_xy[0] + 2 * (size_t)split * (size_t)height;
     for (int32_t i = 0; i < p->n_pupils; i++) {
         sw_pupil_ellipse *o = &result->pupil[i];
         const int32_t x0 = i == 0 ? 0 : split, x1 = i == 0 ? split : width;

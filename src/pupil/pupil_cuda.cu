@@ -82,6 +82,14 @@
 
 #define PP_FULL 0xffffffffu
 
+/* Where region r's border list starts in the frame-sized list: region 0 at 0, region 1 after
+ * the split x height points that region 0 can hold at most (its pixels), so one list of npix
+ * points serves both regions whatever the frame's split. */
+__host__ __device__ __forceinline__ int64_t pp_list_start(int r, int32_t split, int32_t height)
+{
+    return r == 0 ? 0 : (int64_t)split * (int64_t)height;
+}
+
 #define PP_PIX        256 /* 1-D kernels (sums, histograms, lenslets): threads per block  */
 #define PP_TW         64  /* 2-D tiles (steps 1, 4): columns, 16 words of 4 pixels        */
 #define PP_TWW        (PP_TW / 4)
@@ -145,10 +153,10 @@ struct __align__(16) pp_cand
 struct pp_fit_args {
     int32_t width, height, n_pupils, candidates, refine_iterations;
     double inlier_px, min_r, max_r, min_coverage, max_near_ratio;
-    int64_t npix;             /* the stride between the regions' border lists (points) */
+    int64_t npix;             /* frame pixels                                          */
     const float *randoms;     /* candidates x 5 */
-    const int2 *border;       /* n_pupils x npix (x, y) pairs */
-    const float2 *uv;         /* n_pupils x npix float normalised coordinates (the votes') */
+    const int2 *border;       /* npix (x, y) pairs: both regions' lists (pp_list_start) */
+    const float2 *uv;         /* npix float normalised coordinates (the votes'), alike    */
     pp_cand *cand;            /* n_pupils x candidates */
     double *cand_d;           /* n_pupils x candidates x 6: the double conics (the fit's) */
     pp_state *st;             /* the frame's state */
@@ -168,8 +176,8 @@ struct pp_gpu {
     unsigned int *hist;         /*   2 x 256 (step 3) */
     unsigned int *rowcount;     /*   2 x height: border pixels per row and region (step 5) */
     uint32_t *bits;             /* height x ceil(width / 32): the border pixels (step 5) */
-    int2 *border;               /* n_pupils x npix */
-    float2 *uv;                 /* n_pupils x npix */
+    int2 *border;               /* npix: both regions' lists (pp_list_start) */
+    float2 *uv;                 /* npix, alike                               */
     pp_cand *cand;              /* n_pupils x candidates */
     double *cand_d;             /* n_pupils x candidates x 6 */
     float *randoms;             /* candidates x 5 */
@@ -1252,8 +1260,8 @@ __global__ void __launch_bounds__(PP_BROWS * 32)
     const sw_pm_region reg0 = sw_pm_region_make(0, split, height, inlier_px);
     const sw_pm_region reg1 = sw_pm_region_make(split, width, height, inlier_px);
     const float v0 = sw_pm_vf(&reg0, y), v1 = sw_pm_vf(&reg1, y);
-    int2 *xy0 = border, *xy1 = border + npix;
-    float2 *uv0 = uv, *uv1 = uv + npix;
+    int2 *xy0 = border, *xy1 = border + pp_list_start(1, split, height);
+    float2 *uv0 = uv, *uv1 = uv + pp_list_start(1, split, height);
     const int32_t nwr = (width + 31) / 32;
     for (int32_t base = 0; base < nwr; base += 32) {
         const int32_t wi = base + lane, lo = 32 * wi;
@@ -1321,7 +1329,7 @@ __global__ void __launch_bounds__(PP_CAND) pp_candidates_kernel(const pp_fit_arg
     int usable = 0;
     if (n >= 5) { /* the same for the whole group */
         const sw_pm_region reg = pp_region(a, r);
-        const int32_t *xy = (const int32_t *)(a.border + (size_t)r * (size_t)a.npix);
+        const int32_t *xy = (const int32_t *)(a.border + pp_list_start(r, a.st->split, a.height));
         double u[5], v[5], row[5][6];
         sw_pm_candidate_points(&reg, xy, (int64_t)n, a.randoms + (size_t)5 * (size_t)k, u, v);
         sw_pm_conic5_rows(u, v, row);
@@ -1363,7 +1371,7 @@ __global__ void __launch_bounds__(PP_VOTE_WARPS * 32) pp_vote_kernel(const pp_fi
     }
     const long long n = a.st->nborder[r];
     const float tol2 = pp_region(a, r).tol2;
-    const float2 *uv = a.uv + (size_t)r * (size_t)a.npix;
+    const float2 *uv = a.uv + pp_list_start(r, a.st->split, a.height);
     int votes = 0;
     for (long long base = 0; base < n; base += PP_VOTE_WARPS * 32) {
         const long long i = base + (long long)threadIdx.x;
@@ -1451,7 +1459,7 @@ __global__ void __launch_bounds__(PP_FIT) pp_fit_kernel(const pp_fit_args a)
     const int32_t thr = st->thr[r];
     const double scale = st->scale;
     const unsigned long long best = st->best[r];
-    const int32_t *xy = (const int32_t *)(a.border + (size_t)r * (size_t)a.npix);
+    const int32_t *xy = (const int32_t *)(a.border + pp_list_start(r, st->split, a.height));
 
     sw_pupil_ellipse o;
     memset(&o, 0, sizeof o);
@@ -1846,8 +1854,8 @@ extern "C" sw_status sw_pupil_gpu_init(sw_pupil_plan *plan)
     g->hist = g->work + 2 * w;
     g->rowcount = g->hist + 512;
     SW_TRY(pp_alloc(plan, &g->bits, h * ((w + 31) / 32)));
-    SW_TRY(pp_alloc(plan, &g->border, np * npix));
-    SW_TRY(pp_alloc(plan, &g->uv, np * npix));
+    SW_TRY(pp_alloc(plan, &g->border, npix));
+    SW_TRY(pp_alloc(plan, &g->uv, npix));
     SW_TRY(pp_alloc(plan, &g->cand, np * K));
     SW_TRY(pp_alloc(plan, &g->cand_d, np * K * 6));
     SW_TRY(pp_alloc(plan, &g->randoms, K * 5));
@@ -1856,7 +1864,7 @@ extern "C" sw_status sw_pupil_gpu_init(sw_pupil_plan *plan)
     SW_CU(cudaMemsetAsync(g->st, 0, sizeof(pp_state), s));
     SW_CU(cudaMemsetAsync(g->work, 0, (size_t)g->nwork * sizeof(uint32_t), s));
     SW_CU(cudaMemsetAsync(g->pupils, 0, 2 * sizeof(sw_pupil_ellipse), s));
-    SW_CU(cudaMemsetAsync(g->border, 0, np * npix * sizeof(int2), s));
+    SW_CU(cudaMemsetAsync(g->border, 0, npix * sizeof(int2), s));
     if (plan->has_geom) {
         const size_t nl = (size_t)plan->geom.nx * (size_t)plan->geom.ny;
         SW_TRY(pp_alloc(plan, &g->lenslet, nl));
@@ -1928,7 +1936,7 @@ extern "C" sw_status sw_pupil_gpu_border(sw_pupil_plan *plan, int32_t i, int32_t
     SW_CU(cudaStreamSynchronize(s));
     const int64_t m = (int64_t)n < capacity ? (int64_t)n : capacity;
     if (m > 0) {
-        SW_CU(cudaMemcpyAsync(xy, g->border + (size_t)i * (size_t)plan->npix,
+        SW_CU(cudaMemcpyAsync(xy, g->border + pp_list_start(i, plan->last.split_x, plan->p.height),
                               (size_t)m * sizeof(int2), cudaMemcpyDeviceToHost, s));
         SW_CU(cudaStreamSynchronize(s));
     }

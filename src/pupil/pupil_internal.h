@@ -34,7 +34,8 @@ struct sw_pupil_plan {
 
     /* CPU work (pupil_cpu.c): frame-sized u8 images with stride width, border lists */
     uint8_t *img8, *tmp8, *smooth8, *closed8;
-    int32_t *border_xy[2]; /* 2 x npix int32 each (x, y pairs), allocated by the CPU path */
+    int32_t *border_xy[2]; /* the regions' border lists (x, y pairs) in one list of 2 npix int32
+                              (CPU path): [1] starts split x height points after [0] */
     int64_t border_n[2];
     uint8_t *lenslet_mask; /* nx * ny, host copy of the last mask (NULL without geometry) */
 
