@@ -1882,8 +1882,7 @@ extern "C" sw_status sw_pupil_gpu_init(sw_pupil_plan *plan)
     return SW_OK;
 }
 
-extern "C" sw_status sw_pupil_gpu_run(sw_pupil_plan *plan, const sw_image *frame,
-                                      sw_pupil_result *result)
+extern "C" sw_status sw_pupil_gpu_enqueue(sw_pupil_plan *plan, const sw_image *frame)
 {
     pp_gpu *g = gpu_of(plan);
     const sw_pupil_params *p = &plan->p;
@@ -1896,14 +1895,38 @@ extern "C" sw_status sw_pupil_gpu_run(sw_pupil_plan *plan, const sw_image *frame
     if (!g->exec)
         SW_TRY(pp_capture(plan));
     SW_CU(cudaGraphLaunch(g->exec, s));
+    return SW_OK;
+}
+
+extern "C" void sw_pupil_gpu_collect(sw_pupil_plan *plan, sw_pupil_result *result)
+{
+    *result = *gpu_of(plan)->h_result;
+    plan->last = *result;
+    plan->have_frame = 1;
+}
+
+extern "C" const void *sw_pupil_gpu_frame(const sw_pupil_plan *plan)
+{
+    return gpu_of(plan)->frame;
+}
+
+extern "C" const sw_pupil_ellipse *sw_pupil_gpu_pupils(const sw_pupil_plan *plan)
+{
+    return gpu_of(plan)->pupils;
+}
+
+extern "C" sw_status sw_pupil_gpu_run(sw_pupil_plan *plan, const sw_image *frame,
+                                      sw_pupil_result *result)
+{
+    pp_gpu *g = gpu_of(plan);
+    cudaStream_t s = stream_of(plan);
+    SW_TRY(sw_pupil_gpu_enqueue(plan, frame));
     if (plan->has_geom && plan->lenslet_mask)
         SW_CU(cudaMemcpyAsync(plan->lenslet_mask, g->lenslet,
                               (size_t)plan->geom.nx * (size_t)plan->geom.ny, cudaMemcpyDeviceToHost,
                               s));
     SW_CU(cudaStreamSynchronize(s));
-    *result = *g->h_result;
-    plan->last = *result;
-    plan->have_frame = 1;
+    sw_pupil_gpu_collect(plan, result);
     return SW_OK;
 }
 

@@ -92,6 +92,17 @@ sw_status sw_pupil_gpu_images(sw_pupil_plan *plan, uint8_t *img8, uint8_t *smoot
 sw_status sw_pupil_gpu_border(sw_pupil_plan *plan, int32_t i, int32_t *xy, int64_t capacity,
                               int64_t *count);
 const uint8_t *sw_pupil_gpu_lenslet_mask(const sw_pupil_plan *plan);
+
+/* For the aberrometry pipeline (aberrometry.h), which chains its kernels after the tracker's
+ * without waiting: sw_pupil_gpu_enqueue queues the frame's copy (host or device frame) and the
+ * graph on the plan's stream and returns at once. When the stream has passed that point the
+ * result is in the mapped host memory: sw_pupil_gpu_collect copies it into *result and
+ * plan->last. Device addresses for kernels queued after the graph: the frame's tight copy (the
+ * plan's type, rows of width pixels) and the two pupils (sw_pupil_ellipse, as in the result). */
+sw_status sw_pupil_gpu_enqueue(sw_pupil_plan *plan, const sw_image *frame);
+void sw_pupil_gpu_collect(sw_pupil_plan *plan, sw_pupil_result *result);
+const void *sw_pupil_gpu_frame(const sw_pupil_plan *plan);
+const sw_pupil_ellipse *sw_pupil_gpu_pupils(const sw_pupil_plan *plan);
 #endif
 
 #ifdef __cplusplus
