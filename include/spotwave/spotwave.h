@@ -17,5 +17,7 @@
 #include "spotwave/zernike_fit.h"
 #include "spotwave/find.h"
 #include "spotwave/pupil.h"
+#include "spotwave/search.h"
+#include "spotwave/aberrometry.h"
 
 #endif /* SPOTWAVE_H */

@@ -1,0 +1,186 @@
+/*
+ * spotwave aberrometry: a Hartmann-Shack image of one or two living eyes in; each eye's pupil,
+ * Zernike aberrations and refraction out, on the GPU or the CPU (seed 001, the whole system).
+ *
+ * Calibration. A reference image (no eye: a flat wavefront through the lenslets) gives the
+ * reference centroids: PAPYCS (search.h) started at the geometry's reference positions
+ * (geometry.h) with windows of the lenslet size (sw_aberrometry_reference). They are the
+ * static search mesh, and the zero of the slopes.
+ *
+ * Per frame (seed Sec. 3, Steps 1-3):
+ *   1. Pupil tracking (pupil.h, one or two pupils) with the lenslet grid: lenslet l belongs to
+ *      eye e when it lies wholly inside pupil e (SW_PUPIL_LENSLET_FULL) and has a reference
+ *      centroid. An eye whose pupil is not found is reported invalid with the tracker's reason.
+ *   2. The analysis circle of eye e: centre = its pupil's centre, radius R_px = fit_radius_px
+ *      (> 0), or the pupil ellipse's major semi-axis a_px (0, default). The lenslets used are
+ *      those of eye e whose reference position lies inside the circle (r <= R_px).
+ *   3. Dynamic mesh (seed Sec. 3.2.1, "use of a dynamic search mesh"), when prelim_order > 0:
+ *      a. static central mesh: the used lenslets within central_fraction x R_px of the centre,
+ *         searched from their reference centroids;
+ *      b. preliminary fit: Zernike orders 1 .. prelim_order over the whole analysis circle
+ *         (step 5's model and solver) to the central slopes only;
+ *      c. extrapolation: every used lenslet's predicted centroid = reference + D_p c_p (the
+ *         derivative matrix of the preliminary terms times their coefficients: cuBLAS dgemv on
+ *         the GPU, cblas_dgemv on the CPU), and the second search over all used lenslets starts
+ *         there (the distorted mesh).
+ *      prelim_order 0: one search of all used lenslets from their reference centroids (the
+ *      static mesh).
+ *   4. Search (search.h: PAPYCS, CoM or Reichenbach; window_px defaults to the lenslet pitch
+ *      rounded down) and, when discard is on, the three discarding criteria on the lenslet grid.
+ *   5. Fit, per eye: slopes s_l = centroid_l - reference_l (pixels) of the spots kept; the model
+ *      of zernike_fit.h: s = D c with D the mean gradients of the Zernike terms over each
+ *      lenslet's square (side pitch_px, centred on its geometry reference position, in
+ *      analysis-circle coordinates; exact Gauss-Legendre means of the polynomials), times
+ *      -F / R_um (F = focal_mm 1000 / pixel_um, R_um = R_px pixel_um). c = the least-squares
+ *      solution over orders 1 .. order by the normal equations (D^T D) c = D^T s, Cholesky
+ *      (cuBLAS dgemm/dgemv and cuSOLVER dpotrf/dpotrs on the GPU, cblas and LAPACKE on the CPU;
+ *      order <= 10, where D^T D is well conditioned). D depends on the pupil's position, so it
+ *      is built per frame (on the GPU, one thread per lenslet). Piston is 0.
+ *   6. Refraction (zernike_fit.h's sw_zernike_refraction) over the eye's pupil diameter
+ *      pupil_mm = 2 R_px pixel_um / (1000 magnification), magnification = the size of the pupil
+ *      on the lenslet array / its size at the eye.
+ * Wavefront maps are zernike_fit.h's sw_zmap plans, fed with the coefficients.
+ *
+ * An eye is valid when its pupil was found, its fits had at least as many slopes as unknowns
+ * (2 x spots kept >= terms - 1) and the normal matrix was positive definite; otherwise its
+ * coefficients are NaN and `failure` says why. A run with invalid eyes is still SW_OK.
+ *
+ * Backends. CUDA: after the frame's one copy in, everything runs on the GPU (the pupil tracker's
+ * graph, the searches, the design matrix, the solves) with no host synchronisation until the
+ * small result comes back (one copy out). The CPU twin gives the same centroids (search.h's
+ * arithmetic is bit-identical) and coefficients to rounding (the solvers differ).
+ * Throughput: sw_aberrometry_run_batch keeps `streams` frames in flight, each on its own CUDA
+ * stream with its own buffers, so one frame's copy overlaps the others' kernels.
+ */
+#ifndef SPOTWAVE_ABERROMETRY_H
+#define SPOTWAVE_ABERROMETRY_H
+
+#include <stdint.h>
+#include "spotwave/core.h"
+#include "spotwave/geometry.h"
+#include "spotwave/pupil.h"
+#include "spotwave/search.h"
+#include "spotwave/zernike_fit.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SW_AB_MAX_ORDER   10
+#define SW_AB_MAX_TERMS   66 /* sw_zernike_count(10) */
+#define SW_AB_MAX_STREAMS 8
+
+/* Reference centroids of a reference image: PAPYCS from the geometry's reference positions
+ * with windows of floor(pitch_px) (at least 3), no discarding. ref_x, ref_y: nx * ny doubles
+ * (host), NaN where no spot was found (the search's status not OK, or the spot's intensity
+ * below 1 % of the median of the found ones). Returns the number found in *found (may be NULL).
+ * SW_EINVAL for a geometry outside the image or an image type search.h does not take. */
+sw_status sw_aberrometry_reference(sw_context *ctx, const sw_sh_geometry *g,
+                                   const sw_image *reference, double *ref_x, double *ref_y,
+                                   int32_t *found);
+
+typedef struct sw_aberrometry_params {
+    int32_t width, height;   /* frame size                                                   */
+    sw_pixel_type type;      /* u8, u16 or f32                                               */
+    sw_sh_geometry geometry; /* the lenslet grid (pitch, pixel_um, focal_mm); its valid mask
+                                is ignored (the pupils choose the lenslets)                  */
+    const double *ref_x, *ref_y; /* reference centroids, nx * ny each (NaN: no spot); NULL:
+                                    the geometry's reference positions. Copied.              */
+    int32_t n_eyes;              /* 1 (default) or 2 (binocular)                              */
+    sw_search_algorithm algorithm; /* default PAPYCS                                          */
+    int32_t order;                 /* fitted radial orders 1 .. order, 1 .. 10 (default 6)   */
+    int32_t prelim_order;          /* dynamic mesh's preliminary fit, 0 .. order (default 2;
+                                      0: static mesh only)                                    */
+    double central_fraction;       /* the static central mesh's radius / R_px, (0, 1]
+                                      (default 0.5)                                           */
+    double fit_radius_px;          /* > 0: fixed analysis radius; 0 (default): the pupil's a */
+    double magnification;          /* pupil size on the lenslets / at the eye, > 0 (1)        */
+    double vertex_mm;              /* refraction at a spectacle plane this far (0: cornea)    */
+    int32_t window_px;             /* search window (search.h); 0 (default): floor(pitch_px) */
+    int32_t min_window_px;         /* 3                                                       */
+    int discard;                   /* discarding stage, default 1                             */
+    double discard_contrast;       /* 15                                                      */
+    double min_spacing, max_spacing; /* 0.5, 1.5                                              */
+    int32_t peak_box;                /* Reichenbach (search.h), default 13                   */
+    double peak_threshold;           /* 0: automatic                                          */
+    sw_pupil_params pupil;           /* the tracker's options; width, height, type, n_pupils
+                                        and geometry are set from the fields above           */
+    int32_t streams;                 /* frames in flight in run_batch, 1 .. SW_AB_MAX_STREAMS
+                                        (default 2; the CPU runs them one after another)      */
+} sw_aberrometry_params;
+
+/* Defaults above for a width x height frame of type t and the lenslet grid g. */
+void sw_aberrometry_params_default(sw_aberrometry_params *p, int32_t width, int32_t height,
+                                   sw_pixel_type t, const sw_sh_geometry *g);
+
+/* Why an eye has no result. */
+typedef enum sw_ab_failure {
+    SW_AB_OK = 0,
+    SW_AB_NO_PUPIL = 1,      /* the tracker did not find it (pupil.failure says why)   */
+    SW_AB_FEW_SPOTS = 2,     /* fewer kept slopes than unknowns (final fit)            */
+    SW_AB_FEW_CENTRAL = 3,   /* the same in the preliminary fit                         */
+    SW_AB_SINGULAR = 4       /* the normal matrix was not positive definite             */
+} sw_ab_failure;
+
+const char *sw_ab_failure_string(sw_ab_failure f);
+
+typedef struct sw_aberrometry_eye {
+    int valid;
+    sw_ab_failure failure;
+    sw_pupil_ellipse pupil;  /* the tracker's ellipse                                    */
+    double cx_px, cy_px;     /* analysis circle: centre and radius, pixels               */
+    double radius_px;
+    double pupil_mm;         /* its diameter at the eye                                  */
+    int32_t lenslets;        /* used lenslets (step 2)                                   */
+    int32_t central;         /* of which searched in the static central mesh (step 3a)    */
+    int32_t found;           /* search status OK                                          */
+    int32_t kept;            /* kept by the discarding stage (= found without it)         */
+    int32_t discarded[3];    /* by criterion 1, 2, 3                                       */
+    int32_t terms;           /* J = sw_zernike_count(order)                                */
+    double coef_um[SW_AB_MAX_TERMS]; /* OSA j = 0 .. J - 1 over pupil_mm; NaN when invalid */
+    double prelim_um[SW_AB_MAX_TERMS]; /* the preliminary fit's (orders 1 .. prelim_order) */
+    double residual_px;      /* RMS of D c - s over the kept slopes                      */
+    sw_refraction rx;        /* from the coefficients (higher orders included)           */
+} sw_aberrometry_eye;
+
+typedef struct sw_aberrometry_result {
+    int32_t n_eyes;
+    sw_aberrometry_eye eye[2];
+    double scale, split_x;   /* the tracker's 8-bit scale and split column              */
+} sw_aberrometry_result;
+
+typedef struct sw_aberrometry_plan sw_aberrometry_plan;
+
+sw_status sw_aberrometry_create(sw_context *ctx, const sw_aberrometry_params *p,
+                                sw_aberrometry_plan **out);
+void sw_aberrometry_destroy(sw_aberrometry_plan *plan); /* NULL is ignored */
+
+/* One frame (host, pinned or device memory; the plan's size and type, any stride). The result
+ * is complete when the call returns. */
+sw_status sw_aberrometry_run(sw_aberrometry_plan *plan, const sw_image *frame,
+                             sw_aberrometry_result *out);
+
+/* n frames (frames[k] in host, pinned or device memory), results into out[0 .. n - 1], with up
+ * to `streams` frames in flight on the GPU. For throughput: the frames should be pinned. */
+sw_status sw_aberrometry_run_batch(sw_aberrometry_plan *plan, const sw_image *const *frames,
+                                   int32_t n, sw_aberrometry_result *out);
+
+/* The last run's per-lenslet results (the last frame of a batch), host arrays of nx * ny, any
+ * may be NULL: centroid x, y (pixels, NaN when not found), search status (sw_spot_status;
+ * SW_SPOT_INACTIVE for lenslets not used), eye (0: none, 1 or 2), and the mesh the final search
+ * started from (x0, y0). */
+sw_status sw_aberrometry_spots(sw_aberrometry_plan *plan, double *x, double *y, uint8_t *status,
+                               uint8_t *eye, double *x0, double *y0);
+
+/* Per-stage device times of the last run (CUDA with timing on; -1 otherwise), microseconds:
+ * [0] copy in + pupil, [1] first search + preliminary fit, [2] second search + discarding,
+ * [3] final fit + copy out. */
+#define SW_AB_STAGES 4
+void sw_aberrometry_enable_timing(sw_aberrometry_plan *plan, int on);
+void sw_aberrometry_stage_us(const sw_aberrometry_plan *plan, double us[SW_AB_STAGES]);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SPOTWAVE_ABERROMETRY_H */
