@@ -3,7 +3,8 @@
  * Eq. 6-7) in each frame of an image, over the lenslet grid of Eq. 1-5 given by options or
  * found in a reference image (sw_centroid_find_geometry), with the conditioning of centroid.h
  * (look-up table, dark, flat, threshold, gamma, window), and the slopes against a reference
- * image or table.
+ * image or table. --algorithm pyramid|com searches the spots instead (search.h, seed 001 Sec.
+ * 3.2: PAPYCS or one centre of mass per lenslet, started at the reference positions).
  */
 #define _GNU_SOURCE
 
@@ -67,7 +68,19 @@ void sw_cmd_centroid_help(FILE *out)
             "  --window W             leave out W pixels at each edge of every lenslet's region\n"
             "                         (default 0)\n"
             "  --algorithm cog|pyramid|com\n"
-            "                         cog: centre of gravity (default, the only one so far)\n"
+            "                         cog: centre of gravity of each lenslet's region (default);\n"
+            "                         pyramid: PAPYCS, the pyramidal search of seed 001 (centres\n"
+            "                         of mass in windows shrinking from the pitch rounded down to\n"
+            "                         3 px, each on the last centre, minus the window's minimum);\n"
+            "                         com: one such centre of mass in a window of the pitch. Both\n"
+            "                         start at the reference centroids (below; without a\n"
+            "                         reference at the lenslets' optical axes) and take the\n"
+            "                         pixels as they are: no conditioning options (--lut, --dark,\n"
+            "                         --flat, --threshold*, --gamma, --window) and no --path.\n"
+            "                         intensity is the last window's sum above its minimum.\n"
+            "  --discard              pyramid, com: the discarding stage of seed 001 Sec. 3.2.1\n"
+            "                         (empty or saturated cell, spacing, isolated spots): the\n"
+            "                         spots it discards get valid 0 (default: none discarded)\n"
             "\n"
             "Reference and slopes (slope = centroid - reference, pixels):\n"
             "  --reference FILE       an image (FITS/PGM: one frame, the image's size and pixel\n"
@@ -119,6 +132,8 @@ typedef struct centroid_opts {
     long window;
     int interleaved, json;
     sw_centroid_path path;
+    int search, discard, have_path; /* --algorithm pyramid|com (search.h), --discard */
+    sw_search_algorithm algorithm;
 } centroid_opts;
 
 static int parse_options(int argc, char **argv, centroid_opts *o)
@@ -144,7 +159,8 @@ static int parse_options(int argc, char **argv, centroid_opts *o)
         OPT_SLOPES,
         OPT_INTERLEAVED,
         OPT_PATH,
-        OPT_JSON
+        OPT_JSON,
+        OPT_DISCARD
     };
     static const struct option longopts[] = {
         {"geometry", required_argument, NULL, OPT_GEOMETRY},
@@ -169,6 +185,7 @@ static int parse_options(int argc, char **argv, centroid_opts *o)
         {"path", required_argument, NULL, OPT_PATH},
         {"out", required_argument, NULL, 'o'},
         {"json", no_argument, NULL, OPT_JSON},
+        {"discard", no_argument, NULL, OPT_DISCARD},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -251,16 +268,21 @@ static int parse_options(int argc, char **argv, centroid_opts *o)
                                     optarg);
             break;
         case OPT_ALGORITHM:
-            if (strcmp(optarg, "pyramid") == 0 || strcmp(optarg, "com") == 0)
-                return sw_cli_usage(S, "--algorithm %s: not yet implemented (issue: aberrometry)",
-                                    optarg);
-            if (strcmp(optarg, "cog") != 0)
+            if (strcmp(optarg, "pyramid") == 0 || strcmp(optarg, "papycs") == 0)
+                o->search = 1, o->algorithm = SW_SEARCH_PAPYCS;
+            else if (strcmp(optarg, "com") == 0)
+                o->search = 1, o->algorithm = SW_SEARCH_COM;
+            else if (strcmp(optarg, "cog") == 0)
+                o->search = 0;
+            else
                 return sw_cli_usage(S, "--algorithm: '%s' is not cog, pyramid or com", optarg);
             break;
+        case OPT_DISCARD: o->discard = 1; break;
         case OPT_PATH:
             if (sw_centroid_path_parse(optarg, &o->path) != SW_OK)
                 return sw_cli_usage(S, "--path: '%s' is not auto, host, device, copy or mapped",
                                     optarg);
+            o->have_path = 1;
             break;
         case OPT_MASK:
         case OPT_LUT:
@@ -309,6 +331,25 @@ static int parse_options(int argc, char **argv, centroid_opts *o)
     } else if (!o->have_pitch) {
         return sw_cli_usage(S, "give the lenslet grid: --pitch PX (with --grid and --origin), "
                                "or --geometry auto with a --reference image");
+    }
+    if (o->search) {
+        const char *cond = o->lut              ? "--lut"
+                           : o->dark           ? "--dark"
+                           : o->flat           ? "--flat"
+                           : o->have_threshold ? "--threshold"
+                           : o->have_fraction  ? "--threshold-fraction"
+                           : o->have_mode      ? "--threshold-mode"
+                           : o->gamma != 1.0   ? "--gamma"
+                           : o->window != 0    ? "--window"
+                           : o->have_path      ? "--path"
+                                               : NULL;
+        if (cond)
+            return sw_cli_usage(S,
+                                "%s goes with --algorithm cog (pyramid and com search the "
+                                "pixels as they are)",
+                                cond);
+    } else if (o->discard) {
+        return sw_cli_usage(S, "--discard goes with --algorithm pyramid or com");
     }
     if (o->have_threshold && o->have_fraction)
         return sw_cli_usage(S, "give --threshold or --threshold-fraction, not both");
@@ -986,6 +1027,322 @@ done:
     return rc;
 }
 
+/* ------------------------------------------------------------------ the search (pyramid, com) */
+
+/*
+ * --algorithm pyramid|com: the spots of the grid's lenslets searched by search.h (seed 001 Sec.
+ * 3.2.1 PAPYCS, Sec. 3.2.3 centre of mass) with windows of the pitch rounded down, started at the
+ * reference centroids: those of the reference image (measured by the same algorithm from the
+ * lenslets' optical axes, never discarded; a spot with less than 1 % of the median intensity of
+ * the spots found counts as none, as in sw_aberrometry_reference), of the reference CSV, or,
+ * without a reference, the optical axes themselves (geometry.h). Lenslets out of the mask (or
+ * without a reference centroid) are not searched. valid = the search found the spot (and, with
+ * --discard, the discarding stage kept it).
+ */
+
+/* The search plan for the grid; discard 0 or 1. */
+static int make_search_plan(run_state *s, const centroid_opts *o, const report *r, int discard,
+                            sw_search_plan **out)
+{
+    const int32_t nl = s->geom.nx * s->geom.ny;
+    sw_search_params p;
+    sw_search_params_default(&p, r->width, r->height, nl);
+    p.type = r->type;
+    p.algorithm = o->algorithm;
+    p.nx = s->geom.nx;
+    p.ny = s->geom.ny;
+    p.pitch_px = s->geom.pitch_px;
+    int32_t w = (int32_t)floor(s->geom.pitch_px);
+    w = w < 3 ? 3 : w > SW_SEARCH_MAX_WINDOW ? SW_SEARCH_MAX_WINDOW : w;
+    p.window_px = w;
+    if (p.min_window_px > w)
+        p.min_window_px = w;
+    p.discard = discard;
+    sw_status st = sw_search_create(s->ctx, &p, out);
+    if (st != SW_OK)
+        return sw_cli_fail(SUB, "%s", sw_cli_lib_error(s->ctx, st));
+    return SW_EXIT_OK;
+}
+
+/* The reference image's centroids into s->ref_x, s->ref_y (NaN where none). */
+static int search_reference(run_state *s, const centroid_opts *o, const report *r)
+{
+    const int32_t nx = s->geom.nx, nl = nx * s->geom.ny;
+    sw_search_plan *plan = NULL;
+    int rc = make_search_plan(s, o, r, 0, &plan);
+    if (rc != SW_EXIT_OK)
+        return rc;
+    double *sx = malloc(sizeof(double) * 3 * (size_t)nl);
+    uint8_t *status = malloc((size_t)nl);
+    if (!sx || !status) {
+        rc = sw_cli_fail(SUB, "out of memory");
+        goto done;
+    }
+    double *sy = sx + nl, *in = sx + 2 * (size_t)nl;
+    for (int32_t l = 0; l < nl; l++)
+        sw_sh_reference(&s->geom, l % nx, l / nx, &sx[l], &sy[l]);
+    sw_status st = sw_search_run(plan, &s->ref_frames.frames[0], sx, sy, NULL, SW_MEM_HOST,
+                                 s->ref_x, s->ref_y, in, status);
+    if (st != SW_OK) {
+        rc = sw_cli_fail(SUB, "reference image '%s': %s", o->reference,
+                         sw_cli_lib_error(s->ctx, st));
+        goto done;
+    }
+    /* the median intensity of the spots found (sorted copy in sy, no longer needed) */
+    int32_t n = 0;
+    for (int32_t l = 0; l < nl; l++)
+        if (status[l] == SW_SPOT_OK)
+            sy[n++] = in[l];
+    for (int32_t a = 1; a < n; a++) { /* insertion sort: a few thousand lenslets at most */
+        const double v = sy[a];
+        int32_t b = a;
+        for (; b > 0 && sy[b - 1] > v; b--)
+            sy[b] = sy[b - 1];
+        sy[b] = v;
+    }
+    const double floor_in =
+        n > 0 ? 0.01 * (n % 2 ? sy[n / 2] : 0.5 * (sy[n / 2 - 1] + sy[n / 2])) : 0.0;
+    for (int32_t l = 0; l < nl; l++) {
+        const int found = status[l] == SW_SPOT_OK && in[l] >= floor_in;
+        if (!found && o->mask && s->mask[l]) {
+            rc = sw_cli_fail(SUB,
+                             "reference image '%s': lenslet (%d,%d) has no spot but --mask keeps "
+                             "it",
+                             o->reference, (int)(l % nx), (int)(l / nx));
+            goto done;
+        }
+        if (!found)
+            s->ref_x[l] = s->ref_y[l] = NAN;
+    }
+done:
+    free(sx);
+    free(status);
+    sw_search_destroy(plan);
+    return rc;
+}
+
+static int run_search(const sw_cli_globals *gl, const centroid_opts *o, report *r,
+                      sw_sh_geometry *geom)
+{
+    run_state s;
+    memset(&s, 0, sizeof s);
+    sw_search_plan *plan = NULL;
+    double *buf = NULL;
+    uint8_t *status = NULL, *active = NULL;
+    int rc = sw_cli_context(gl, SUB, &s.ctx);
+    if (rc != SW_EXIT_OK)
+        return rc;
+    r->backend = sw_context_backend(s.ctx);
+    r->kernel_us = -1.0;
+    r->path = SW_CENTROID_HOST;
+    sw_status st;
+
+    /* Images. */
+    double t0 = sw_cli_now();
+    if ((rc = read_frames(s.ctx, "image", o->image, &s.frames)) != SW_EXIT_OK)
+        goto done;
+    r->frames = s.frames.count;
+    r->width = s.frames.frames[0].width;
+    r->height = s.frames.frames[0].height;
+    r->type = s.frames.frames[0].type;
+    for (int32_t f = 1; f < r->frames; f++) {
+        const sw_image *a = &s.frames.frames[f];
+        if (a->width != r->width || a->height != r->height || a->type != r->type) {
+            rc = sw_cli_fail(SUB, "image '%s': frame %d differs from frame 0", o->image, (int)f);
+            goto done;
+        }
+    }
+    if (o->reference && !o->reference_csv) {
+        if ((rc = read_frames(s.ctx, "reference image", o->reference, &s.ref_frames)) != SW_EXIT_OK)
+            goto done;
+        const sw_image *ref = &s.ref_frames.frames[0];
+        if (s.ref_frames.count != 1) {
+            rc = sw_cli_fail(SUB, "reference image '%s' holds %d frames; give one", o->reference,
+                             (int)s.ref_frames.count);
+            goto done;
+        }
+        if (ref->width != r->width || ref->height != r->height || ref->type != r->type) {
+            rc = sw_cli_fail(SUB,
+                             "reference image '%s' is %dx%d %s, the image %dx%d %s: give both in "
+                             "the same size and pixel type",
+                             o->reference, (int)ref->width, (int)ref->height,
+                             sw_pixel_type_string(ref->type), (int)r->width, (int)r->height,
+                             sw_pixel_type_string(r->type));
+            goto done;
+        }
+    }
+    r->read_ms = 1e3 * (sw_cli_now() - t0);
+
+    /* The grid (as for cog). */
+    sw_sh_geometry_default(&s.geom);
+    s.geom.pixel_um = o->have_pixel ? o->pixel_um : DEF_PIXEL_UM;
+    s.geom.focal_mm = o->have_focal ? o->focal_mm : DEF_FOCAL_MM;
+    if (o->geometry_auto) {
+        t0 = sw_cli_now();
+        st = sw_centroid_find_geometry(s.ctx, &s.ref_frames.frames[0], &s.geom);
+        r->geometry_ms = 1e3 * (sw_cli_now() - t0);
+        if (st != SW_OK) {
+            rc = sw_cli_fail(SUB, "reference image '%s': %s", o->reference,
+                             sw_cli_lib_error(s.ctx, st));
+            goto done;
+        }
+    } else {
+        manual_geometry(o, r->width, r->height, &s.geom);
+        if (s.geom.nx < 1 || s.geom.ny < 1) {
+            rc = sw_cli_fail(SUB, "a lenslet of %g px does not fit the %dx%d image", o->pitch,
+                             (int)r->width, (int)r->height);
+            goto done;
+        }
+    }
+    if ((st = sw_sh_geometry_check(s.ctx, &s.geom, r->width, r->height)) != SW_OK) {
+        rc = sw_cli_fail(SUB, "image '%s': %s", o->image, sw_cli_lib_error(s.ctx, st));
+        goto done;
+    }
+    const int32_t nx = s.geom.nx, nl = nx * s.geom.ny;
+
+    /* Mask and reference. */
+    if (o->mask) {
+        double *vals[1];
+        static const char *const names[1] = {"valid"};
+        s.mask = malloc((size_t)nl);
+        uint8_t *seen = malloc((size_t)nl);
+        vals[0] = malloc(sizeof(double) * (size_t)nl);
+        if (!s.mask || !seen || !vals[0]) {
+            free(seen);
+            free(vals[0]);
+            rc = sw_cli_fail(SUB, "out of memory");
+            goto done;
+        }
+        rc = read_lenslet_table(s.ctx, "mask", o->mask, nx, s.geom.ny, 0, names, 1, vals, seen);
+        for (int32_t l = 0; rc == SW_EXIT_OK && l < nl; l++) {
+            if (seen[l] && vals[0][l] != 0.0 && vals[0][l] != 1.0)
+                rc = sw_cli_fail(SUB, "mask '%s': lenslet (%d,%d) has valid = %g (0 or 1)", o->mask,
+                                 l % nx, l / nx, vals[0][l]);
+            s.mask[l] = !seen[l] || vals[0][l] != 0.0;
+        }
+        free(seen);
+        free(vals[0]);
+        if (rc != SW_EXIT_OK)
+            goto done;
+    }
+    if (!(s.ref_x = malloc(sizeof(double) * (size_t)nl)) ||
+        !(s.ref_y = malloc(sizeof(double) * (size_t)nl))) {
+        rc = sw_cli_fail(SUB, "out of memory");
+        goto done;
+    }
+    t0 = sw_cli_now();
+    if (o->reference) {
+        rc = o->reference_csv ? reference_from_csv(&s, o) : search_reference(&s, o, r);
+        if (rc != SW_EXIT_OK)
+            goto done;
+        if (mask_from_reference(&s, r) < 0) {
+            rc = sw_cli_fail(SUB, "out of memory");
+            goto done;
+        }
+    } else {
+        for (int32_t l = 0; l < nl; l++)
+            sw_sh_reference(&s.geom, l % nx, l / nx, &s.ref_x[l], &s.ref_y[l]);
+    }
+    r->reference_ms = 1e3 * (sw_cli_now() - t0);
+    t0 = sw_cli_now();
+    if ((rc = make_search_plan(&s, o, r, o->discard, &plan)) != SW_EXIT_OK)
+        goto done;
+    r->plan_ms = 1e3 * (sw_cli_now() - t0);
+    /* the lenslets searched: the mask's, with a reference centroid */
+    active = malloc((size_t)nl);
+    status = malloc((size_t)nl);
+    buf = malloc(sizeof(double) * 3 * (size_t)nl);
+    r->valid = calloc((size_t)r->frames, sizeof *r->valid);
+    if (!active || !status || !buf || !r->valid) {
+        rc = sw_cli_fail(SUB, "out of memory");
+        goto done;
+    }
+    double *x = buf, *y = buf + nl, *in = buf + 2 * (size_t)nl;
+    r->nslopes = 0;
+    for (int32_t l = 0; l < nl; l++) {
+        active[l] = (!s.mask || s.mask[l]) && isfinite(s.ref_x[l]) && isfinite(s.ref_y[l]);
+        r->nslopes += active[l];
+    }
+
+    /* Run and write. */
+    if ((rc = sw_cli_out_open(SUB, &s.out, o->out)) != SW_EXIT_OK)
+        goto done;
+    if (o->slopes && (rc = sw_cli_out_open(SUB, &s.slopes, o->slopes)) != SW_EXIT_OK)
+        goto done;
+    const int multi = r->frames > 1, with_ref = o->reference != NULL;
+    const int rad = o->have_pixel && o->have_focal;
+    const double px_to_rad = s.geom.pixel_um / (s.geom.focal_mm * 1000.0);
+    fprintf(s.out.f, "%six,iy,x_px,y_px,intensity,valid%s\n", multi ? "frame," : "",
+            with_ref ? ",dx_px,dy_px" : "");
+    if (s.slopes.f)
+        fprintf(s.slopes.f, "%six,iy,dx_px,dy_px%s\n", multi ? "frame," : "",
+                rad ? ",dx_rad,dy_rad" : "");
+    for (int32_t f = 0; f < r->frames; f++) {
+        t0 = sw_cli_now();
+        st = sw_search_run(plan, &s.frames.frames[f], s.ref_x, s.ref_y, active, SW_MEM_HOST, x, y,
+                           in, status);
+        r->run_ms += 1e3 * (sw_cli_now() - t0);
+        if (st != SW_OK) {
+            rc = sw_cli_fail(SUB, "image '%s', frame %d: %s", o->image, (int)f,
+                             sw_cli_lib_error(s.ctx, st));
+            goto done;
+        }
+        for (int32_t l = 0; l < nl; l++) {
+            const int v = status[l] == SW_SPOT_OK;
+            const double dx = v ? x[l] - s.ref_x[l] : NAN, dy = v ? y[l] - s.ref_y[l] : NAN;
+            r->valid[f] += v;
+            if (v && active[l]) {
+                r->sum_dx += dx;
+                r->sum_dy += dy;
+                r->sum_dx2 += dx * dx;
+                r->sum_dy2 += dy * dy;
+                r->nslope_valid++;
+            }
+            FILE *out = s.out.f;
+            if (multi)
+                fprintf(out, "%d,", (int)f);
+            fprintf(out, "%d,%d", (int)(l % nx), (int)(l / nx));
+            put_num(out, v ? x[l] : NAN);
+            put_num(out, v ? y[l] : NAN);
+            put_num(out, v ? in[l] : NAN);
+            fprintf(out, ",%d", v);
+            if (with_ref) {
+                put_num(out, dx);
+                put_num(out, dy);
+            }
+            fputc('\n', out);
+            if (!s.slopes.f || !active[l])
+                continue;
+            out = s.slopes.f;
+            if (multi)
+                fprintf(out, "%d,", (int)f);
+            fprintf(out, "%d,%d", (int)(l % nx), (int)(l / nx));
+            put_num(out, dx);
+            put_num(out, dy);
+            if (rad) {
+                put_num(out, dx * px_to_rad);
+                put_num(out, dy * px_to_rad);
+            }
+            fputc('\n', out);
+        }
+    }
+    t0 = sw_cli_now();
+    if ((rc = sw_cli_out_close(SUB, &s.out, 1)) != SW_EXIT_OK ||
+        (rc = sw_cli_out_close(SUB, &s.slopes, 1)) != SW_EXIT_OK)
+        goto done;
+    r->write_ms = 1e3 * (sw_cli_now() - t0);
+    rc = SW_EXIT_OK;
+done:
+    *geom = s.geom;
+    geom->valid = NULL;
+    sw_search_destroy(plan);
+    free(buf);
+    free(status);
+    free(active);
+    state_free(&s);
+    return rc;
+}
+
 /* ------------------------------------------------------------------ the report */
 
 static void json_number(double v)
@@ -994,6 +1351,18 @@ static void json_number(double v)
         printf("%.17g", v);
     else
         printf("null");
+}
+
+/* "cog", "pyramid" or "com" (the option's words). */
+static const char *algorithm_name(const centroid_opts *o)
+{
+    return !o->search ? "cog" : o->algorithm == SW_SEARCH_COM ? "com" : "pyramid";
+}
+
+/* The memory path of cog; "search" for pyramid and com (host arrays, search.h). */
+static const char *path_name(const centroid_opts *o, const report *r)
+{
+    return o->search ? "search" : sw_centroid_path_string(r->path);
 }
 
 static void print_report(const centroid_opts *o, const report *r, const sw_sh_geometry *g)
@@ -1018,8 +1387,8 @@ static void print_report(const centroid_opts *o, const report *r, const sw_sh_ge
                rdy, o->reference ? o->reference : "the lenslet axes");
         printf("  path       %s (%s backend); read %.3f ms, plan %.3f ms, run %.3f ms, write "
                "%.3f ms\n",
-               sw_centroid_path_string(r->path), sw_backend_string(r->backend), r->read_ms,
-               r->plan_ms, r->run_ms, r->write_ms);
+               path_name(o, r), sw_backend_string(r->backend), r->read_ms, r->plan_ms, r->run_ms,
+               r->write_ms);
         printf("  wrote      %s", o->out);
         if (o->slopes)
             printf(", %s", o->slopes);
@@ -1046,13 +1415,13 @@ static void print_report(const centroid_opts *o, const report *r, const sw_sh_ge
            : o->reference_csv ? "\"csv\""
                               : "\"image\"",
            (int)r->ref_invalid);
-    printf(
-        "  \"algorithm\": \"cog\",\n  \"threshold_mode\": \"%s\",\n  \"threshold_kind\": \"%s\",\n"
-        "  \"threshold\": ",
-        !(o->have_threshold || o->have_fraction)         ? "none"
-        : (o->have_mode && o->mode == SW_THRESHOLD_ZERO) ? "zero"
-                                                         : "subtract",
-        o->have_fraction ? "fraction" : "absolute");
+    printf("  \"algorithm\": \"%s\",\n  \"discard\": %s,\n  \"threshold_mode\": \"%s\",\n"
+           "  \"threshold_kind\": \"%s\",\n  \"threshold\": ",
+           algorithm_name(o), o->discard ? "true" : "false",
+           !(o->have_threshold || o->have_fraction)         ? "none"
+           : (o->have_mode && o->mode == SW_THRESHOLD_ZERO) ? "zero"
+                                                            : "subtract",
+           o->have_fraction ? "fraction" : "absolute");
     json_number(o->have_threshold || o->have_fraction ? o->threshold : NAN);
     printf(",\n  \"gamma\": %.17g,\n  \"window\": %ld,\n", o->gamma, o->window);
     printf("  \"dark\": ");
@@ -1075,7 +1444,7 @@ static void print_report(const centroid_opts *o, const report *r, const sw_sh_ge
     printf(",\n  \"rms_dy_px\": ");
     json_number(rdy);
     printf(",\n  \"slope_layout\": \"%s\",\n", o->interleaved ? "interleaved" : "blocks");
-    printf("  \"path\": \"%s\",\n  \"backend\": \"%s\",\n", sw_centroid_path_string(r->path),
+    printf("  \"path\": \"%s\",\n  \"backend\": \"%s\",\n", path_name(o, r),
            sw_backend_string(r->backend));
     printf("  \"read_ms\": %.6f,\n  \"geometry_ms\": %.6f,\n  \"plan_ms\": %.6f,\n", r->read_ms,
            r->geometry_ms, r->plan_ms);
@@ -1106,7 +1475,7 @@ int sw_cmd_centroid(const sw_cli_globals *g, int argc, char **argv)
     memset(&r, 0, sizeof r);
     sw_sh_geometry geom;
     memset(&geom, 0, sizeof geom);
-    rc = run_centroid(g, &o, &r, &geom);
+    rc = o.search ? run_search(g, &o, &r, &geom) : run_centroid(g, &o, &r, &geom);
     if (rc == SW_EXIT_OK && o.out && strcmp(o.out, "-") != 0)
         print_report(&o, &r, &geom);
     free(r.valid);

@@ -30,7 +30,7 @@ typedef struct sw_subcommand {
 } sw_subcommand;
 
 /* One row per subcommand that exists (DESIGN.md's table lists the ones still to come:
- * aberrometry, sabre, bench). */
+ * sabre, bench). */
 static const sw_subcommand subcommands[] = {
     {"info", "versions, build, backends and the GPU the context gets", sw_cmd_info,
      sw_cmd_info_help},
@@ -46,6 +46,8 @@ static const sw_subcommand subcommands[] = {
      sw_cmd_fit_help},
     {"pupil", "the pupil ellipse(s) of one or two eyes on Hartmann-Shack images (seed 001)",
      sw_cmd_pupil, sw_cmd_pupil_help},
+    {"aberrometry", "Zernike aberrations and refraction of one or two eyes (seed 001)",
+     sw_cmd_aberrometry, sw_cmd_aberrometry_help},
 };
 static const size_t n_subcommands = sizeof subcommands / sizeof subcommands[0];
 

@@ -1,0 +1,991 @@
+/*
+ * spotwave aberrometry: Hartmann-Shack images of one or two living eyes in; per frame and eye the
+ * pupil, the Zernike aberrations and the refraction out (seed 001, the whole system: pupil
+ * tracking Sec. 3.1, centroid search Sec. 3.2, modal fit Sec. 3.3, wavefront map Sec. 3.4;
+ * aberrometry.h). The reference image (no eye: a flat wavefront over the lenslet array) gives the
+ * reference centroids and, when the grid is not given, the lenslet grid.
+ *
+ * Outputs: the Zernike CSV `eye,j,n,m,coef_um` (DESIGN.md; a first column `frame` for several
+ * frames), a JSON report (--json), wavefront maps of the last frame (--map, PNG or FITS) and the
+ * per-lenslet spots of the last frame (--spots).
+ */
+#define _GNU_SOURCE
+
+#include "cli.h"
+
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SUB "aberrometry"
+
+#define DEF_PIXEL_UM 5.5
+#define DEF_FOCAL_MM 3.5
+#define DEF_MAP_SIZE 256
+#define MAX_BATCH    16 /* frames per sw_aberrometry_run_batch call */
+
+/* Defaults of the library for the help text (a 640 x 640 u8 frame, sim eye's grid). */
+static void help_defaults(sw_aberrometry_params *d)
+{
+    sw_sh_geometry g;
+    sw_sh_geometry_default(&g);
+    g.pitch_px = 32.0;
+    g.nx = g.ny = 20;
+    sw_aberrometry_params_default(d, 640, 640, SW_PIX_U8, &g);
+}
+
+void sw_cmd_aberrometry_help(FILE *out)
+{
+    sw_aberrometry_params d;
+    help_defaults(&d);
+    fprintf(
+        out,
+        "Usage: spotwave [GLOBAL OPTIONS] aberrometry IMAGE... --reference REF [OPTIONS]\n"
+        "\n"
+        "Measures the ocular aberrations of one eye (or, with --binocular, of two eyes side by\n"
+        "side) on Hartmann-Shack images (seed 001): per frame, the pupil is tracked (Sec. 3.1),\n"
+        "the spots of the lenslets wholly inside it are searched (Sec. 3.2: PAPYCS, the\n"
+        "pyramidal search, with a dynamic mesh from a preliminary low-order fit and three\n"
+        "discarding criteria; or the centre of mass or Reichenbach's algorithm), their\n"
+        "displacements from the reference centroids are fitted with Zernike polynomials over\n"
+        "the analysis circle (Sec. 3.3), and the refraction follows from the coefficients.\n"
+        "\n"
+        "Writes one CSV row per Zernike term and eye:\n"
+        "  eye,j,n,m,coef_um\n"
+        "eye 1 is the left eye (smaller x), eye 2 the right one; j the index of --index (OSA/ANSI\n"
+        "from 0, or Noll from 1), (n, m) the radial and azimuthal orders, coef_um the\n"
+        "coefficient in micrometres (OSA sign: a myopic eye has c(2,0) > 0) over the eye's\n"
+        "pupil diameter (the JSON report's pupil_mm). Piston is 0. An eye without a result\n"
+        "(its pupil not found, too few spots, ...) has nan coefficients; the JSON report says\n"
+        "why. When the inputs hold more than one frame, a first column 'frame' (0-based, counted\n"
+        "across all inputs) is added.\n"
+        "\n"
+        "Input:\n"
+        "  IMAGE...               FITS (2-D, or a cube of frames), 8/16-bit PGM, or HDF5 as\n"
+        "                         Eiger detectors write it; every frame of every input, which\n"
+        "                         must share one size and pixel type (8/16-bit unsigned or\n"
+        "                         float)\n"
+        "  --reference REF        the reference image (FITS or PGM, one frame of the images'\n"
+        "                         size): a flat wavefront through every lenslet, no eye (e.g.\n"
+        "                         'spotwave sim sh' with the same grid). Its centroids are the\n"
+        "                         zero of the slopes (required)\n"
+        "  --dataset PATH         HDF5 dataset to read instead of the automatic choice\n"
+        "  --first N              first frame to process (default 0)\n"
+        "  --count N              number of frames (default: all from --first)\n"
+        "\n"
+        "Lenslet grid and optics:\n"
+        "  --pitch PX             lenslet pitch, pixels (may be fractional)\n"
+        "  --grid NXxNY           lenslets across and down\n"
+        "  --origin X0,Y0         corner pixel of lenslet (0,0); give all three, or none to\n"
+        "                         find the grid in the reference image\n"
+        "  --pixel-um P           detector pixel pitch, micrometres (default %g)\n"
+        "  --focal-mm F           lenslet focal length, millimetres (default %g)\n"
+        "  --magnification M      size of the pupil on the lenslet array / its size at the eye\n"
+        "                         (default %g): pupil_mm = 2 R_px pixel / (1000 M)\n"
+        "\n"
+        "Analysis:\n"
+        "  --binocular            two eyes, a left and a right one (default: one)\n"
+        "  --algorithm papycs|com|reichenbach\n"
+        "                         centroid search (default papycs)\n"
+        "  --order N              fitted radial orders 1..N, N in 1..%d (default %d)\n"
+        "  --prelim-order N       the dynamic mesh's preliminary fit, 0..N (default %d; 0: the\n"
+        "                         static mesh only)\n"
+        "  --central-fraction F   the preliminary fit's central area, x the analysis radius,\n"
+        "                         (0, 1] (default %g)\n"
+        "  --fit-radius-px R      analysis circle radius, pixels (default: the pupil ellipse's\n"
+        "                         major semi-axis)\n"
+        "  --window W             first search window side, pixels, 3..%d (default: the pitch\n"
+        "                         rounded down)\n"
+        "  --no-discard           keep every spot found (default: the three discarding\n"
+        "                         criteria: empty or saturated cell, spacing, isolated)\n"
+        "  --contrast C           criterion 1: the centroid's pixel must exceed the mean of its\n"
+        "                         8 neighbours by more than C grey levels (default %g)\n"
+        "  --vertex-mm V          refraction at a spectacle plane V mm in front of the cornea\n"
+        "                         (default 0: the corneal plane)\n"
+        "  --pupil-mm D           report the coefficients and refraction over a pupil of D mm,\n"
+        "                         at most the measured one (the coefficients are rescaled)\n"
+        "  --streams N            frames in flight on the GPU, 1..%d (default %d)\n"
+        "\n"
+        "Output:\n"
+        "  -o, --out FILE         the CSV (default: standard output)\n"
+        "  --index ansi|noll      the CSV's j column (default ansi)\n"
+        "  --json                 print a JSON report on standard output (needs --out FILE):\n"
+        "                         the parameters and the grid, and per frame and eye the pupil,\n"
+        "                         the analysis circle, pupil_mm, the lenslets used, found, kept\n"
+        "                         and discarded by each criterion, the coefficients, the\n"
+        "                         refraction (sphere, cyl, axis, M, J0, J45), the residual, and\n"
+        "                         valid / failure\n"
+        "  --map FILE             the wavefront map of the last frame, a .png picture (colour\n"
+        "                         scale in micrometres) or a .fits image (micrometres, nan\n"
+        "                         outside the pupil); for two eyes FILE gets _eye1 / _eye2\n"
+        "                         before its extension. An eye without a result gets no map.\n"
+        "  --map-size N           map side, pixels, 8..4096 (default %d)\n"
+        "  --spots CSV            the last frame's lenslets: ix,iy,eye,x_px,y_px,x0_px,y0_px,\n"
+        "                         status (eye 0: in no pupil; x0, y0: where the final search\n"
+        "                         started; status 0 found, 1 not searched, 2 outside the\n"
+        "                         frame, 3 flat, 4 not found, 5..7 discarded: empty cell,\n"
+        "                         spacing, isolated)\n"
+        "  --progress / --no-progress  a progress bar on stderr (default: when stderr is a\n"
+        "                         terminal and there is more than one frame)\n"
+        "  -h, --help             this help\n"
+        "\n"
+        "Exit status: 0 when every frame was processed, whether or not each eye has a result\n"
+        "(see the report); 1 when an input cannot be read or used (a reference of another\n"
+        "size, a grid outside the image), --pupil-mm is larger than a measured pupil, or an\n"
+        "output cannot be written; 2 for a bad option.\n"
+        "\n"
+        "Example:\n"
+        "  spotwave sim sh --size 640x640 --grid 20x20 --pitch 32 --flux 2000 --bits 8 \\\n"
+        "      --out ref.pgm\n"
+        "  spotwave sim eye --rms-um 1 --out eye.pgm\n"
+        "  spotwave aberrometry eye.pgm --reference ref.pgm --magnification 0.61875 \\\n"
+        "      --out z.csv --json --map w.png\n",
+        DEF_PIXEL_UM, DEF_FOCAL_MM, d.magnification, SW_AB_MAX_ORDER, d.order, d.prelim_order,
+        d.central_fraction, SW_SEARCH_MAX_WINDOW, d.discard_contrast, SW_AB_MAX_STREAMS, d.streams,
+        DEF_MAP_SIZE);
+}
+
+enum {
+    OPT_REFERENCE = 256,
+    OPT_DATASET,
+    OPT_FIRST,
+    OPT_COUNT,
+    OPT_PITCH,
+    OPT_GRID,
+    OPT_ORIGIN,
+    OPT_PIXEL,
+    OPT_FOCAL,
+    OPT_MAGNIFICATION,
+    OPT_BINOCULAR,
+    OPT_ALGORITHM,
+    OPT_ORDER,
+    OPT_PRELIM,
+    OPT_CENTRAL,
+    OPT_FIT_RADIUS,
+    OPT_WINDOW,
+    OPT_NO_DISCARD,
+    OPT_CONTRAST,
+    OPT_VERTEX,
+    OPT_PUPIL_MM,
+    OPT_STREAMS,
+    OPT_INDEX,
+    OPT_JSON,
+    OPT_MAP,
+    OPT_MAP_SIZE,
+    OPT_SPOTS,
+    OPT_PROGRESS,
+    OPT_NO_PROGRESS,
+};
+
+typedef struct ab_opts {
+    char **inputs;
+    int ninputs;
+    const char *reference, *dataset, *out, *map, *spots;
+    long first, count; /* count -1: all */
+    int have_pitch, have_grid, have_origin;
+    sw_sh_geometry geom; /* pitch, grid and origin from the options; pixel_um, focal_mm */
+    double magnification, central_fraction, fit_radius_px, contrast, vertex_mm, pupil_mm;
+    int have_central, have_contrast, have_prelim, have_window;
+    int32_t n_eyes, order, prelim_order, window, streams, map_size;
+    sw_search_algorithm algorithm;
+    int no_discard, noll, json, progress, map_fits;
+} ab_opts;
+
+/* A whole number option in [min, max] into *v, or a usage line. */
+static int opt_int(const char *name, long min, long max, int32_t *v)
+{
+    long x;
+    if (sw_cli_parse_long(optarg, min, max, &x) != 0)
+        return sw_cli_usage(SUB, "%s: '%s' is not a whole number in %ld..%ld", name, optarg, min,
+                            max);
+    *v = (int32_t)x;
+    return SW_EXIT_OK;
+}
+
+/* A number option > 0 (positive) or >= 0 into *v, or a usage line. */
+static int opt_num(const char *name, int positive, double *v)
+{
+    double x;
+    if (sw_cli_parse_double(optarg, &x) != 0 || (positive ? !(x > 0) : !(x >= 0)))
+        return sw_cli_usage(SUB, "%s: '%s' is not a number %s 0", name, optarg,
+                            positive ? ">" : ">=");
+    *v = x;
+    return SW_EXIT_OK;
+}
+
+/* A file name option: not empty. */
+static int opt_file(const char *name, const char **v)
+{
+    if (!*optarg)
+        return sw_cli_usage(SUB, "%s: the file name is empty", name);
+    *v = optarg;
+    return SW_EXIT_OK;
+}
+
+static int is_fits_name(const char *path)
+{
+    return sw_cli_ends_with(path, ".fits") || sw_cli_ends_with(path, ".fit") ||
+           sw_cli_ends_with(path, ".fts");
+}
+
+static int parse_opts(ab_opts *o, int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"reference", required_argument, NULL, OPT_REFERENCE},
+        {"dataset", required_argument, NULL, OPT_DATASET},
+        {"first", required_argument, NULL, OPT_FIRST},
+        {"count", required_argument, NULL, OPT_COUNT},
+        {"pitch", required_argument, NULL, OPT_PITCH},
+        {"grid", required_argument, NULL, OPT_GRID},
+        {"origin", required_argument, NULL, OPT_ORIGIN},
+        {"pixel-um", required_argument, NULL, OPT_PIXEL},
+        {"focal-mm", required_argument, NULL, OPT_FOCAL},
+        {"magnification", required_argument, NULL, OPT_MAGNIFICATION},
+        {"binocular", no_argument, NULL, OPT_BINOCULAR},
+        {"algorithm", required_argument, NULL, OPT_ALGORITHM},
+        {"order", required_argument, NULL, OPT_ORDER},
+        {"prelim-order", required_argument, NULL, OPT_PRELIM},
+        {"central-fraction", required_argument, NULL, OPT_CENTRAL},
+        {"fit-radius-px", required_argument, NULL, OPT_FIT_RADIUS},
+        {"window", required_argument, NULL, OPT_WINDOW},
+        {"no-discard", no_argument, NULL, OPT_NO_DISCARD},
+        {"contrast", required_argument, NULL, OPT_CONTRAST},
+        {"vertex-mm", required_argument, NULL, OPT_VERTEX},
+        {"pupil-mm", required_argument, NULL, OPT_PUPIL_MM},
+        {"streams", required_argument, NULL, OPT_STREAMS},
+        {"index", required_argument, NULL, OPT_INDEX},
+        {"out", required_argument, NULL, 'o'},
+        {"json", no_argument, NULL, OPT_JSON},
+        {"map", required_argument, NULL, OPT_MAP},
+        {"map-size", required_argument, NULL, OPT_MAP_SIZE},
+        {"spots", required_argument, NULL, OPT_SPOTS},
+        {"progress", no_argument, NULL, OPT_PROGRESS},
+        {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *S = SUB;
+    sw_aberrometry_params d;
+    help_defaults(&d);
+    sw_sh_geometry_default(&o->geom);
+    o->geom.pixel_um = DEF_PIXEL_UM;
+    o->geom.focal_mm = DEF_FOCAL_MM;
+    o->count = -1;
+    o->progress = -1;
+    o->n_eyes = 1;
+    o->magnification = d.magnification;
+    o->order = d.order;
+    o->prelim_order = d.prelim_order;
+    o->streams = d.streams;
+    o->algorithm = d.algorithm;
+    o->map_size = DEF_MAP_SIZE;
+    int c, rc = SW_EXIT_OK;
+    sw_cli_getopt_reset();
+    while ((c = sw_cli_getopt(S, argc, argv, "o:h", longopts)) != -1) {
+        const char *name = sw_cli_option_name(argv);
+        switch (c) {
+        case OPT_REFERENCE: rc = opt_file(name, &o->reference); break;
+        case OPT_DATASET: o->dataset = optarg; break;
+        case OPT_FIRST:
+            if (sw_cli_parse_long(optarg, 0, LONG_MAX, &o->first) != 0)
+                return sw_cli_usage(S, "%s: '%s' is not a frame number >= 0", name, optarg);
+            break;
+        case OPT_COUNT:
+            if (sw_cli_parse_long(optarg, 1, LONG_MAX, &o->count) != 0)
+                return sw_cli_usage(S, "%s: '%s' is not a count >= 1", name, optarg);
+            break;
+        case OPT_PITCH:
+            rc = opt_num(name, 1, &o->geom.pitch_px);
+            o->have_pitch = 1;
+            break;
+        case OPT_GRID:
+            if (sw_cli_parse_size(optarg, &o->geom.nx, &o->geom.ny) != 0)
+                return sw_cli_usage(S, "%s: '%s' is not NXxNY lenslets", name, optarg);
+            o->have_grid = 1;
+            break;
+        case OPT_ORIGIN:
+            if (sw_cli_parse_pair(optarg, &o->geom.x0, &o->geom.y0) != 0)
+                return sw_cli_usage(S, "%s: '%s' is not X0,Y0 in pixels", name, optarg);
+            o->have_origin = 1;
+            break;
+        case OPT_PIXEL: rc = opt_num(name, 1, &o->geom.pixel_um); break;
+        case OPT_FOCAL: rc = opt_num(name, 1, &o->geom.focal_mm); break;
+        case OPT_MAGNIFICATION: rc = opt_num(name, 1, &o->magnification); break;
+        case OPT_BINOCULAR: o->n_eyes = 2; break;
+        case OPT_ALGORITHM:
+            if (sw_search_algorithm_parse(optarg, &o->algorithm) != SW_OK)
+                return sw_cli_usage(S, "%s: '%s' is not papycs, com or reichenbach", name, optarg);
+            break;
+        case OPT_ORDER: rc = opt_int(name, 1, SW_AB_MAX_ORDER, &o->order); break;
+        case OPT_PRELIM:
+            rc = opt_int(name, 0, SW_AB_MAX_ORDER, &o->prelim_order);
+            o->have_prelim = 1;
+            break;
+        case OPT_CENTRAL:
+            rc = opt_num(name, 1, &o->central_fraction);
+            if (rc == SW_EXIT_OK && o->central_fraction > 1)
+                return sw_cli_usage(S, "%s: '%s' is above 1", name, optarg);
+            o->have_central = 1;
+            break;
+        case OPT_FIT_RADIUS: rc = opt_num(name, 1, &o->fit_radius_px); break;
+        case OPT_WINDOW:
+            rc = opt_int(name, 3, SW_SEARCH_MAX_WINDOW, &o->window);
+            o->have_window = 1;
+            break;
+        case OPT_NO_DISCARD: o->no_discard = 1; break;
+        case OPT_CONTRAST:
+            rc = opt_num(name, 0, &o->contrast);
+            o->have_contrast = 1;
+            break;
+        case OPT_VERTEX: rc = opt_num(name, 0, &o->vertex_mm); break;
+        case OPT_PUPIL_MM: rc = opt_num(name, 1, &o->pupil_mm); break;
+        case OPT_STREAMS: rc = opt_int(name, 1, SW_AB_MAX_STREAMS, &o->streams); break;
+        case OPT_INDEX:
+            if (strcmp(optarg, "ansi") == 0 || strcmp(optarg, "osa") == 0)
+                o->noll = 0;
+            else if (strcmp(optarg, "noll") == 0)
+                o->noll = 1;
+            else
+                return sw_cli_usage(S, "%s: '%s' is not ansi or noll", name, optarg);
+            break;
+        case 'o': rc = opt_file(name, &o->out); break;
+        case OPT_JSON: o->json = 1; break;
+        case OPT_MAP: rc = opt_file(name, &o->map); break;
+        case OPT_MAP_SIZE: rc = opt_int(name, 8, 4096, &o->map_size); break;
+        case OPT_SPOTS: rc = opt_file(name, &o->spots); break;
+        case OPT_PROGRESS: o->progress = 1; break;
+        case OPT_NO_PROGRESS: o->progress = 0; break;
+        case 'h': sw_cmd_aberrometry_help(stdout); return -1;
+        default: return SW_EXIT_USAGE;
+        }
+        if (rc != SW_EXIT_OK)
+            return rc;
+    }
+    if (optind >= argc)
+        return sw_cli_usage(S, "no IMAGE given");
+    o->inputs = argv + optind;
+    o->ninputs = argc - optind;
+    if (!o->reference)
+        return sw_cli_usage(S, "--reference REF is required (an image of a flat wavefront "
+                               "through the lenslets, no eye)");
+    const int ngeom = o->have_pitch + o->have_grid + o->have_origin;
+    if (ngeom != 0 && ngeom != 3)
+        return sw_cli_usage(S, "the lenslet grid needs all of --pitch, --grid and --origin (or "
+                               "none: found in the reference)");
+    if (o->prelim_order > o->order)
+        return sw_cli_usage(S, "--prelim-order %d is above --order %d", o->prelim_order, o->order);
+    if (o->no_discard && o->have_contrast)
+        return sw_cli_usage(S, "--contrast sets a discarding criterion: drop --no-discard");
+    if (o->json && (!o->out || strcmp(o->out, "-") == 0))
+        return sw_cli_usage(S, "--json prints the report on standard output: give --out FILE "
+                               "for the CSV");
+    if (o->spots && strcmp(o->spots, "-") == 0)
+        return sw_cli_usage(S, "--spots needs a file name");
+    if (o->map) {
+        if (is_fits_name(o->map))
+            o->map_fits = 1;
+        else if (!sw_cli_ends_with(o->map, ".png"))
+            return sw_cli_usage(S, "--map: '%s' is neither .png nor .fits", o->map);
+    }
+    return SW_EXIT_OK;
+}
+
+/* ---------------------------------------------------------------- the run */
+
+/* An eye's result as reported: the library's, rescaled to --pupil-mm when asked. */
+typedef struct eye_out {
+    sw_aberrometry_eye e;
+    double measured_pupil_mm;
+} eye_out;
+
+typedef struct frame_out {
+    int32_t n_eyes;
+    double scale, split_x;
+    eye_out eye[2];
+} frame_out;
+
+typedef struct ab_job {
+    ab_opts *o;
+    sw_context *ctx;
+    sw_cli_inputs in;
+    sw_frames ref;
+    sw_sh_geometry geom;
+    int geom_from_reference;
+    double *ref_x, *ref_y;
+    int32_t ref_found;
+    sw_aberrometry_params p;
+    sw_aberrometry_plan *plan;
+    sw_aberrometry_result *batch_res;
+    sw_image buf[MAX_BATCH];
+    frame_out *res;
+    int64_t first, count;
+    sw_cli_progress bar;
+    int map_written[2];
+} ab_job;
+
+static void job_free(ab_job *j)
+{
+    sw_aberrometry_destroy(j->plan);
+    for (int i = 0; i < MAX_BATCH; i++)
+        sw_image_free(&j->buf[i]);
+    free(j->batch_res);
+    free(j->res);
+    free(j->ref_x);
+    free(j->ref_y);
+    sw_frames_free(&j->ref);
+    sw_cli_inputs_free(&j->in);
+    sw_context_destroy(j->ctx);
+}
+
+/* The reference image: one frame of the images' size; the grid (options or found in it); the
+ * reference centroids (sw_aberrometry_reference). */
+static int prepare_reference(ab_job *j)
+{
+    ab_opts *o = j->o;
+    sw_status st;
+    int rc = sw_cli_read_frames(j->ctx, SUB, "reference image", o->reference, 1, &j->ref);
+    if (rc != SW_EXIT_OK)
+        return rc;
+    const sw_image *ref = &j->ref.frames[0];
+    if (j->ref.count != 1)
+        return sw_cli_fail(SUB, "reference image '%s' holds %d frames; give one", o->reference,
+                           (int)j->ref.count);
+    if (ref->width != j->in.width || ref->height != j->in.height)
+        return sw_cli_fail(SUB,
+                           "reference image '%s' is %dx%d, the images %dx%d: the reference must "
+                           "come from the same camera and size",
+                           o->reference, (int)ref->width, (int)ref->height, (int)j->in.width,
+                           (int)j->in.height);
+    j->geom = o->geom;
+    j->geom.valid = NULL;
+    if (!o->have_pitch) {
+        j->geom_from_reference = 1;
+        if ((st = sw_centroid_find_geometry(j->ctx, ref, &j->geom)) != SW_OK)
+            return sw_cli_fail(SUB,
+                               "reference image '%s': %s (give the grid with --pitch, --grid and "
+                               "--origin)",
+                               o->reference, sw_cli_lib_error(j->ctx, st));
+    }
+    if ((st = sw_sh_geometry_check(j->ctx, &j->geom, j->in.width, j->in.height)) != SW_OK)
+        return sw_cli_fail(SUB, "the lenslet grid: %s", sw_cli_lib_error(j->ctx, st));
+    const size_t nl = (size_t)j->geom.nx * (size_t)j->geom.ny;
+    j->ref_x = malloc(nl * sizeof *j->ref_x);
+    j->ref_y = malloc(nl * sizeof *j->ref_y);
+    if (!j->ref_x || !j->ref_y)
+        return sw_cli_fail(SUB, "out of memory");
+    st = sw_aberrometry_reference(j->ctx, &j->geom, ref, j->ref_x, j->ref_y, &j->ref_found);
+    if (st != SW_OK)
+        return sw_cli_fail(SUB, "reference image '%s': %s", o->reference,
+                           sw_cli_lib_error(j->ctx, st));
+    if (j->ref_found < 1)
+        return sw_cli_fail(SUB, "reference image '%s': no spot found in any of the %dx%d lenslets",
+                           o->reference, (int)j->geom.nx, (int)j->geom.ny);
+    return SW_EXIT_OK;
+}
+
+static int make_plan(ab_job *j)
+{
+    const ab_opts *o = j->o;
+    sw_aberrometry_params *p = &j->p;
+    if (j->in.type != SW_PIX_U8 && j->in.type != SW_PIX_U16 && j->in.type != SW_PIX_F32)
+        return sw_cli_fail(SUB, "'%s' has %s pixels; aberrometry takes 8/16-bit or float frames",
+                           o->inputs[0], sw_pixel_type_string(j->in.type));
+    sw_aberrometry_params_default(p, j->in.width, j->in.height, j->in.type, &j->geom);
+    p->ref_x = j->ref_x;
+    p->ref_y = j->ref_y;
+    p->n_eyes = o->n_eyes;
+    p->algorithm = o->algorithm;
+    p->order = o->order;
+    if (o->have_prelim)
+        p->prelim_order = o->prelim_order;
+    else if (p->prelim_order > o->order)
+        p->prelim_order = o->order;
+    if (o->have_central)
+        p->central_fraction = o->central_fraction;
+    p->fit_radius_px = o->fit_radius_px;
+    p->magnification = o->magnification;
+    p->vertex_mm = o->vertex_mm;
+    if (o->have_window)
+        p->window_px = o->window;
+    p->discard = !o->no_discard;
+    if (o->have_contrast)
+        p->discard_contrast = o->contrast;
+    p->streams = o->streams;
+    sw_status st = sw_aberrometry_create(j->ctx, p, &j->plan);
+    if (st != SW_OK)
+        return sw_cli_fail(SUB, "%s", sw_cli_lib_error(j->ctx, st));
+    return SW_EXIT_OK;
+}
+
+/* Copies the library's result of frame `index` into the report, rescaled to --pupil-mm. */
+static int keep_result(ab_job *j, int64_t index, const sw_aberrometry_result *r, frame_out *f)
+{
+    const ab_opts *o = j->o;
+    f->n_eyes = r->n_eyes;
+    f->scale = r->scale;
+    f->split_x = r->split_x;
+    for (int32_t k = 0; k < r->n_eyes; k++) {
+        eye_out *q = &f->eye[k];
+        q->e = r->eye[k];
+        q->measured_pupil_mm = r->eye[k].pupil_mm;
+        if (!(o->pupil_mm > 0) || !q->e.valid)
+            continue;
+        sw_aberrometry_eye *e = &q->e;
+        if (o->pupil_mm > e->pupil_mm * (1.0 + 1e-9))
+            return sw_cli_fail(SUB,
+                               "frame %lld, eye %d: --pupil-mm %g is larger than the measured "
+                               "pupil of %.4g mm (coefficients are only rescaled to a smaller "
+                               "pupil)",
+                               (long long)index, (int)k + 1, o->pupil_mm, e->pupil_mm);
+        sw_status st =
+            sw_zernike_rescale(j->ctx, e->coef_um, e->terms, e->pupil_mm, o->pupil_mm, e->coef_um);
+        if (st == SW_OK)
+            st = sw_zernike_refraction(j->ctx, e->coef_um, e->terms, o->pupil_mm, 1, o->vertex_mm,
+                                       &e->rx);
+        if (st != SW_OK)
+            return sw_cli_fail(SUB, "frame %lld, eye %d: --pupil-mm: %s", (long long)index,
+                               (int)k + 1, sw_cli_lib_error(j->ctx, st));
+        e->pupil_mm = o->pupil_mm;
+    }
+    return SW_EXIT_OK;
+}
+
+/* Every frame: one at a time when there is one, else batches of up to MAX_BATCH frames copied
+ * into the context's (pinned on CUDA) buffers for sw_aberrometry_run_batch. */
+static int run_frames(ab_job *j, int quiet)
+{
+    const ab_opts *o = j->o;
+    sw_status st;
+    int rc;
+    j->res = calloc((size_t)j->count, sizeof *j->res);
+    const int32_t nb = j->count < MAX_BATCH ? (int32_t)j->count : MAX_BATCH;
+    j->batch_res = calloc((size_t)nb, sizeof *j->batch_res);
+    if (!j->res || !j->batch_res)
+        return sw_cli_fail(SUB, "out of memory");
+    sw_cli_progress_start(&j->bar, SUB, o->progress, quiet, j->count);
+    if (j->count == 1) {
+        const sw_image *frame = NULL;
+        if ((rc = sw_cli_inputs_frame(j->ctx, SUB, &j->in, j->first, &frame)) != SW_EXIT_OK)
+            return rc;
+        if ((st = sw_aberrometry_run(j->plan, frame, &j->batch_res[0])) != SW_OK)
+            return sw_cli_fail(SUB, "frame %lld: %s", (long long)j->first,
+                               sw_cli_lib_error(j->ctx, st));
+        sw_cli_progress_update(&j->bar, 1, 1);
+        return keep_result(j, j->first, &j->batch_res[0], &j->res[0]);
+    }
+    for (int32_t i = 0; i < nb; i++)
+        if ((st = sw_image_alloc(j->ctx, j->in.width, j->in.height, j->in.type, &j->buf[i])) !=
+            SW_OK)
+            return sw_cli_fail(SUB, "%s", sw_cli_lib_error(j->ctx, st));
+    const sw_image *ptr[MAX_BATCH];
+    for (int64_t k0 = 0; k0 < j->count; k0 += nb) {
+        const int32_t n = j->count - k0 < nb ? (int32_t)(j->count - k0) : nb;
+        for (int32_t i = 0; i < n; i++) {
+            const sw_image *frame = NULL;
+            if ((rc = sw_cli_inputs_frame(j->ctx, SUB, &j->in, j->first + k0 + i, &frame)) !=
+                SW_EXIT_OK)
+                return rc;
+            if ((st = sw_image_copy(j->ctx, frame, &j->buf[i])) != SW_OK)
+                return sw_cli_fail(SUB, "frame %lld: %s", (long long)(j->first + k0 + i),
+                                   sw_cli_lib_error(j->ctx, st));
+            ptr[i] = &j->buf[i];
+        }
+        if ((st = sw_aberrometry_run_batch(j->plan, ptr, n, j->batch_res)) != SW_OK) {
+            if (j->bar.on)
+                fputc('\n', stderr);
+            return sw_cli_fail(SUB, "frames %lld..%lld: %s", (long long)(j->first + k0),
+                               (long long)(j->first + k0 + n - 1), sw_cli_lib_error(j->ctx, st));
+        }
+        for (int32_t i = 0; i < n; i++)
+            if ((rc = keep_result(j, j->first + k0 + i, &j->batch_res[i], &j->res[k0 + i])) !=
+                SW_EXIT_OK)
+                return rc;
+        sw_cli_progress_update(&j->bar, k0 + n, j->count);
+    }
+    return SW_EXIT_OK;
+}
+
+/* ---------------------------------------------------------------- output */
+
+/* A CSV number: nan for NaN (one spelling whatever the C library prints). */
+static void csv_num(FILE *f, double v)
+{
+    if (isnan(v))
+        fputs(",nan", f);
+    else
+        fprintf(f, ",%.9g", v);
+}
+
+/* A JSON number: null when not finite. */
+static void json_num(FILE *f, double v)
+{
+    if (isfinite(v))
+        fprintf(f, "%.17g", v);
+    else
+        fputs("null", f);
+}
+
+/* (n, m) of row r of an eye's CSV rows: OSA order, or Noll order with --index noll (the Noll
+ * indices of orders <= N are exactly 1 .. J). Returns the j written. */
+static int row_term(int noll, int r, int *n, int *m)
+{
+    if (noll) {
+        sw_zernike_noll_nm(r + 1, n, m);
+        return r + 1;
+    }
+    sw_zernike_osa_nm(r, n, m);
+    return r;
+}
+
+static int write_csv(const ab_job *j, int with_frame)
+{
+    const ab_opts *o = j->o;
+    sw_cli_out out;
+    int rc = sw_cli_out_open(SUB, &out, o->out);
+    if (rc != SW_EXIT_OK)
+        return rc;
+    const int terms = sw_zernike_count(o->order);
+    fprintf(out.f, "%seye,j,n,m,coef_um\n", with_frame ? "frame," : "");
+    for (int64_t k = 0; k < j->count; k++) {
+        const frame_out *f = &j->res[k];
+        for (int32_t e = 0; e < f->n_eyes; e++) {
+            const sw_aberrometry_eye *q = &f->eye[e].e;
+            for (int r = 0; r < terms; r++) {
+                int n = 0, m = 0;
+                const int jj = row_term(o->noll, r, &n, &m);
+                const int osa = sw_zernike_osa(n, m);
+                if (with_frame)
+                    fprintf(out.f, "%lld,", (long long)(j->first + k));
+                fprintf(out.f, "%d,%d,%d,%d", (int)e + 1, jj, n, m);
+                csv_num(out.f, q->valid && osa < q->terms ? q->coef_um[osa] : NAN);
+                fputc('\n', out.f);
+            }
+        }
+    }
+    return sw_cli_out_close(SUB, &out, 1);
+}
+
+/* The last frame's lenslets (sw_aberrometry_spots). */
+static int write_spots(ab_job *j)
+{
+    const int32_t nx = j->geom.nx, ny = j->geom.ny;
+    const size_t nl = (size_t)nx * (size_t)ny;
+    double *a = malloc(4 * nl * sizeof *a);
+    uint8_t *b = malloc(2 * nl);
+    if (!a || !b) {
+        free(a);
+        free(b);
+        return sw_cli_fail(SUB, "out of memory");
+    }
+    double *x = a, *y = a + nl, *x0 = a + 2 * nl, *y0 = a + 3 * nl;
+    uint8_t *status = b, *eye = b + nl;
+    sw_status st = sw_aberrometry_spots(j->plan, x, y, status, eye, x0, y0);
+    int rc = SW_EXIT_OK;
+    if (st != SW_OK)
+        rc = sw_cli_fail(SUB, "--spots: %s", sw_cli_lib_error(j->ctx, st));
+    sw_cli_out out = {0};
+    if (rc == SW_EXIT_OK)
+        rc = sw_cli_out_open(SUB, &out, j->o->spots);
+    if (rc == SW_EXIT_OK) {
+        fprintf(out.f, "ix,iy,eye,x_px,y_px,x0_px,y0_px,status\n");
+        for (size_t l = 0; l < nl; l++) {
+            fprintf(out.f, "%d,%d,%d", (int)(l % (size_t)nx), (int)(l / (size_t)nx), (int)eye[l]);
+            csv_num(out.f, x[l]);
+            csv_num(out.f, y[l]);
+            csv_num(out.f, x0[l]);
+            csv_num(out.f, y0[l]);
+            fprintf(out.f, ",%d\n", (int)status[l]);
+        }
+        rc = sw_cli_out_close(SUB, &out, 1);
+    }
+    free(a);
+    free(b);
+    return rc;
+}
+
+/* FILE, or FILE with _eye<k> before its extension for two eyes. */
+static void map_name(const char *path, int n_eyes, int k, char *buf, size_t size)
+{
+    if (n_eyes < 2) {
+        snprintf(buf, size, "%s", path);
+        return;
+    }
+    const char *dot = strrchr(path, '.');
+    const char *slash = strrchr(path, '/');
+    if (!dot || (slash && dot < slash))
+        dot = path + strlen(path);
+    snprintf(buf, size, "%.*s_eye%d%s", (int)(dot - path), path, k + 1, dot);
+}
+
+/* The wavefront maps of the last frame's eyes (zernike_fit.h's sw_zmap). */
+static int write_maps(ab_job *j, int quiet)
+{
+    const ab_opts *o = j->o;
+    const frame_out *f = &j->res[j->count - 1];
+    sw_zmap_params zp;
+    sw_zmap_params_default(&zp);
+    zp.size = o->map_size;
+    zp.max_order = o->order;
+    sw_zmap_plan *zplan = NULL;
+    sw_image map = {0};
+    int rc = SW_EXIT_OK;
+    sw_context *ctx = j->ctx;
+    sw_status st = sw_zmap_create(ctx, &zp, &zplan);
+    if (st == SW_OK)
+        st = sw_image_alloc(NULL, zp.size, zp.size, SW_PIX_F32, &map);
+    if (st != SW_OK) {
+        rc = sw_cli_fail(SUB, "--map: %s", sw_cli_lib_error(ctx, st));
+        goto done;
+    }
+    for (int32_t k = 0; k < f->n_eyes; k++) {
+        const sw_aberrometry_eye *e = &f->eye[k].e;
+        char path[4200];
+        map_name(o->map, f->n_eyes, k, path, sizeof path);
+        if (!e->valid) {
+            if (!quiet)
+                fprintf(stderr, "spotwave %s: eye %d has no result (%s): no map '%s'\n", SUB,
+                        (int)k + 1, sw_ab_failure_string(e->failure), path);
+            continue;
+        }
+        if ((st = sw_zmap_run(zplan, e->coef_um, e->terms, &map)) != SW_OK) {
+            rc = sw_cli_fail(SUB, "--map: %s", sw_cli_lib_error(ctx, st));
+            goto done;
+        }
+        if (o->map_fits)
+            st = sw_fits_write(ctx, path, &map, 1);
+        else
+            st = sw_zmap_write_png(ctx, path, &map);
+        if (st != SW_OK) {
+            rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
+            goto done;
+        }
+        j->map_written[k] = 1;
+    }
+done:
+    sw_image_free(&map);
+    sw_zmap_destroy(zplan);
+    return rc;
+}
+
+static void json_eye(FILE *f, const ab_opts *o, const eye_out *q, int k, const char *map)
+{
+    const sw_aberrometry_eye *e = &q->e;
+    const sw_pupil_ellipse *p = &e->pupil;
+    fprintf(f, "%s\n      {\"eye\": %d, \"valid\": %s, \"failure\": ", k ? "," : "", k + 1,
+            e->valid ? "true" : "false");
+    if (e->valid)
+        fputs("null", f);
+    else if (e->failure == SW_AB_NO_PUPIL) {
+        char why[256];
+        snprintf(why, sizeof why, "%s: %s", sw_ab_failure_string(e->failure),
+                 sw_pupil_failure_string(p->failure));
+        sw_json_write_string(f, why);
+    } else
+        sw_json_write_string(f, sw_ab_failure_string(e->failure));
+    fprintf(f, ", \"failure_code\": %d,\n       \"pupil\": {\"valid\": %s, \"failure\": ",
+            (int)e->failure, p->valid ? "true" : "false");
+    if (p->valid)
+        fputs("null", f);
+    else
+        sw_json_write_string(f, sw_pupil_failure_string(p->failure));
+    fputs(", \"cx_px\": ", f);
+    json_num(f, p->valid ? p->cx_px : NAN);
+    fputs(", \"cy_px\": ", f);
+    json_num(f, p->valid ? p->cy_px : NAN);
+    fputs(", \"a_px\": ", f);
+    json_num(f, p->valid ? p->a_px : NAN);
+    fputs(", \"b_px\": ", f);
+    json_num(f, p->valid ? p->b_px : NAN);
+    fputs(", \"angle_deg\": ", f);
+    json_num(f, p->valid ? p->angle_deg : NAN);
+    fprintf(f, ", \"inliers\": %d},\n       \"analysis_circle\": {\"cx_px\": ", p->inliers);
+    json_num(f, e->cx_px);
+    fputs(", \"cy_px\": ", f);
+    json_num(f, e->cy_px);
+    fputs(", \"radius_px\": ", f);
+    json_num(f, e->radius_px);
+    fputs("}, \"pupil_mm\": ", f);
+    json_num(f, e->pupil_mm);
+    fputs(", \"measured_pupil_mm\": ", f);
+    json_num(f, q->measured_pupil_mm);
+    fprintf(f,
+            ",\n       \"counts\": {\"lenslets\": %d, \"central\": %d, \"found\": %d, \"kept\": "
+            "%d, \"discarded\": %d, \"discarded_empty\": %d, \"discarded_spacing\": %d, "
+            "\"discarded_isolated\": %d},\n       \"terms\": %d, \"coefficients\": [",
+            e->lenslets, e->central, e->found, e->kept,
+            e->discarded[0] + e->discarded[1] + e->discarded[2], e->discarded[0], e->discarded[1],
+            e->discarded[2], e->terms);
+    for (int r = 0; r < e->terms; r++) {
+        int n = 0, m = 0;
+        const int jj = row_term(o->noll, r, &n, &m);
+        const int osa = sw_zernike_osa(n, m);
+        fprintf(f, "%s{\"j\": %d, \"n\": %d, \"m\": %d, \"coef_um\": ", r ? ", " : "", jj, n, m);
+        json_num(f, e->valid ? e->coef_um[osa] : NAN);
+        fputc('}', f);
+    }
+    const int ok = e->valid;
+    fputs("],\n       \"rms_um\": ", f); /* orders >= 2 (no piston, no tilt) */
+    json_num(f, ok ? sw_zernike_rms(e->coef_um, e->terms, 3) : NAN);
+    fputs(", \"hoa_rms_um\": ", f); /* orders >= 3 */
+    json_num(f, ok && e->terms > 6 ? sw_zernike_rms(e->coef_um, e->terms, 6) : NAN);
+    fputs(", \"residual_px\": ", f);
+    json_num(f, ok ? e->residual_px : NAN);
+    fputs(",\n       \"refraction\": {\"sphere_d\": ", f);
+    json_num(f, ok ? e->rx.sphere_d : NAN);
+    fputs(", \"cyl_d\": ", f);
+    json_num(f, ok ? e->rx.cyl_d : NAN);
+    fputs(", \"axis_deg\": ", f);
+    json_num(f, ok ? e->rx.axis_deg : NAN);
+    fputs(", \"M\": ", f);
+    json_num(f, ok ? e->rx.M : NAN);
+    fputs(", \"J0\": ", f);
+    json_num(f, ok ? e->rx.J0 : NAN);
+    fputs(", \"J45\": ", f);
+    json_num(f, ok ? e->rx.J45 : NAN);
+    fputs("}, \"map\": ", f);
+    sw_json_write_string(f, map);
+    fputc('}', f);
+}
+
+static void json_report(const ab_job *j, double seconds)
+{
+    const ab_opts *o = j->o;
+    const sw_aberrometry_params *p = &j->p;
+    FILE *f = stdout;
+    fprintf(f, "{\n  \"command\": \"aberrometry\",\n  \"inputs\": [");
+    for (int i = 0; i < o->ninputs; i++) {
+        fputs(i ? ", " : "", f);
+        sw_json_write_string(f, o->inputs[i]);
+    }
+    fputs("],\n  \"reference\": ", f);
+    sw_json_write_string(f, o->reference);
+    fputs(",\n  \"out\": ", f);
+    sw_json_write_string(f, o->out);
+    fputs(",\n  \"spots\": ", f);
+    sw_json_write_string(f, o->spots);
+    fprintf(f, ",\n  \"backend\": \"%s\",\n", sw_backend_string(sw_context_backend(j->ctx)));
+    fprintf(f, "  \"frame_size\": [%d, %d],\n  \"pixel_type\": \"%s\",\n", j->in.width,
+            j->in.height, sw_pixel_type_string(j->in.type));
+    fprintf(f, "  \"first_frame\": %lld,\n  \"frame_count\": %lld,\n", (long long)j->first,
+            (long long)j->count);
+    const sw_sh_geometry *g = &j->geom;
+    fprintf(f,
+            "  \"lenslet_grid\": {\"source\": \"%s\", \"nx\": %d, \"ny\": %d, \"pitch_px\": "
+            "%.17g, \"x0\": %.17g, \"y0\": %.17g, \"pixel_um\": %.17g, \"focal_mm\": %.17g},\n",
+            j->geom_from_reference ? "reference" : "options", g->nx, g->ny, g->pitch_px, g->x0,
+            g->y0, g->pixel_um, g->focal_mm);
+    fprintf(f, "  \"reference_spots\": %d,\n", j->ref_found);
+    fprintf(f, "  \"eyes\": %d,\n  \"algorithm\": \"%s\",\n  \"order\": %d,\n", p->n_eyes,
+            sw_search_algorithm_string(p->algorithm), p->order);
+    fprintf(f, "  \"prelim_order\": %d,\n  \"central_fraction\": ", p->prelim_order);
+    json_num(f, p->central_fraction);
+    fputs(",\n  \"fit_radius_px\": ", f);
+    if (p->fit_radius_px > 0)
+        json_num(f, p->fit_radius_px);
+    else
+        fputs("\"pupil\"", f);
+    fputs(",\n  \"magnification\": ", f);
+    json_num(f, p->magnification);
+    fputs(",\n  \"vertex_mm\": ", f);
+    json_num(f, p->vertex_mm);
+    fprintf(f, ",\n  \"window_px\": %d,\n  \"discard\": %s,\n  \"discard_contrast\": ",
+            p->window_px > 0 ? p->window_px : (int)floor(g->pitch_px),
+            p->discard ? "true" : "false");
+    json_num(f, p->discard_contrast);
+    fprintf(f, ",\n  \"index\": \"%s\",\n  \"pupil_mm\": ", o->noll ? "noll" : "ansi");
+    json_num(f, o->pupil_mm > 0 ? o->pupil_mm : NAN);
+    fprintf(f, ",\n  \"streams\": %d,\n  \"frames\": [", p->streams);
+    int64_t valid = 0, asked = 0;
+    for (int64_t k = 0; k < j->count; k++) {
+        const frame_out *fr = &j->res[k];
+        fprintf(f, "%s\n    {\"frame\": %lld, \"scale\": ", k ? "," : "",
+                (long long)(j->first + k));
+        json_num(f, fr->scale);
+        fputs(", \"split_x\": ", f);
+        json_num(f, fr->split_x);
+        fputs(", \"eyes\": [", f);
+        for (int32_t e = 0; e < fr->n_eyes; e++) {
+            char path[4200];
+            const int last = k == j->count - 1;
+            if (o->map)
+                map_name(o->map, fr->n_eyes, e, path, sizeof path);
+            json_eye(f, o, &fr->eye[e], e, last && o->map && j->map_written[e] ? path : NULL);
+            asked++;
+            valid += fr->eye[e].e.valid != 0;
+        }
+        fputs("]}", f);
+    }
+    fprintf(f, "\n  ],\n  \"eyes_valid\": %lld,\n  \"eyes_asked\": %lld,\n", (long long)valid,
+            (long long)asked);
+    fprintf(f, "  \"seconds\": %.6f,\n  \"frames_per_second\": %.3f\n}\n", seconds,
+            seconds > 0 ? (double)j->count / seconds : 0.0);
+}
+
+/* A few lines for people when the CSV went to a file and no JSON was asked for. */
+static void text_report(const ab_job *j, double seconds)
+{
+    const frame_out *f = &j->res[j->count - 1];
+    printf("aberrometry: %lld frame%s of %dx%d %s, grid %dx%d of %g px%s, %s, order %d, %.3f s\n",
+           (long long)j->count, j->count == 1 ? "" : "s", j->in.width, j->in.height,
+           sw_pixel_type_string(j->in.type), j->geom.nx, j->geom.ny, j->geom.pitch_px,
+           j->geom_from_reference ? " (from the reference)" : "",
+           sw_search_algorithm_string(j->p.algorithm), j->p.order, seconds);
+    for (int32_t k = 0; k < f->n_eyes; k++) {
+        const sw_aberrometry_eye *e = &f->eye[k].e;
+        if (!e->valid) {
+            printf("  eye %d      no result: %s\n", (int)k + 1, sw_ab_failure_string(e->failure));
+            continue;
+        }
+        printf("  eye %d      pupil %.3f mm at (%.1f, %.1f) px; %d lenslets, %d kept; RMS %.3f "
+               "um; %+.2f D %+.2f D x %.0f deg\n",
+               (int)k + 1, e->pupil_mm, e->cx_px, e->cy_px, e->lenslets, e->kept,
+               sw_zernike_rms(e->coef_um, e->terms, 3), e->rx.sphere_d, e->rx.cyl_d,
+               e->rx.axis_deg);
+    }
+}
+
+/* ---------------------------------------------------------------- the command */
+
+int sw_cmd_aberrometry(const sw_cli_globals *g, int argc, char **argv)
+{
+    ab_opts o;
+    memset(&o, 0, sizeof o);
+    int rc = parse_opts(&o, argc, argv);
+    if (rc < 0)
+        return SW_EXIT_OK; /* --help */
+    if (rc != SW_EXIT_OK)
+        return rc;
+    ab_job j;
+    memset(&j, 0, sizeof j);
+    j.o = &o;
+    if ((rc = sw_cli_context(g, SUB, &j.ctx)) != SW_EXIT_OK)
+        return rc;
+    if ((rc = sw_cli_inputs_open(j.ctx, SUB, o.inputs, o.ninputs, o.dataset, 0, NULL, NULL,
+                                 &j.in)) != SW_EXIT_OK)
+        goto done;
+    j.first = o.first;
+    if ((rc = sw_cli_inputs_range(SUB, &j.in, j.first, o.count, &j.count)) != SW_EXIT_OK)
+        goto done;
+    if ((rc = prepare_reference(&j)) != SW_EXIT_OK || (rc = make_plan(&j)) != SW_EXIT_OK)
+        goto done;
+    if ((rc = run_frames(&j, g->quiet)) != SW_EXIT_OK)
+        goto done;
+    double seconds = sw_cli_now() - j.bar.t_start;
+    /* pictures and side tables first: a run that cannot write them leaves no table behind */
+    if (o.map && (rc = write_maps(&j, g->quiet)) != SW_EXIT_OK)
+        goto done;
+    if (o.spots && (rc = write_spots(&j)) != SW_EXIT_OK)
+        goto done;
+    if ((rc = write_csv(&j, j.in.total > 1)) != SW_EXIT_OK)
+        goto done;
+    if (o.json)
+        json_report(&j, seconds);
+    else if (o.out && strcmp(o.out, "-") != 0)
+        text_report(&j, seconds);
+    rc = SW_EXIT_OK;
+done:
+    job_free(&j);
+    return rc;
+}
