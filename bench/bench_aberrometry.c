@@ -286,6 +286,7 @@ static void count_saturation(acc_ctx *a, const sw_image *u8, const sw_sh_truth *
 static sw_status make_eye(acc_ctx *a, const sw_ocular_population *pop, double level, uint64_t index,
                           double *coef, sw_image *e, sw_image *u8, sw_eyesim_truth *truth)
 {
+    memset(truth, 0, sizeof *truth); /* the callers free it on every path */
     sw_ocular_options opt;
     sw_ocular_options_default(&opt);
     opt.pupil_mm = EYE_MM;

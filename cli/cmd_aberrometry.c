@@ -374,7 +374,7 @@ static int parse_opts(ab_opts *o, int argc, char **argv)
     if (ngeom != 0 && ngeom != 3)
         return sw_cli_usage(S, "the lenslet grid needs all of --pitch, --grid and --origin (or "
                                "none: found in the reference)");
-    if (o->prelim_order > o->order)
+    if (o->have_prelim && o->prelim_order > o->order)
         return sw_cli_usage(S, "--prelim-order %d is above --order %d", o->prelim_order, o->order);
     if (o->no_discard && o->have_contrast)
         return sw_cli_usage(S, "--contrast sets a discarding criterion: drop --no-discard");
@@ -542,8 +542,9 @@ static int keep_result(ab_job *j, int64_t index, const sw_aberrometry_result *r,
         sw_status st =
             sw_zernike_rescale(j->ctx, e->coef_um, e->terms, e->pupil_mm, o->pupil_mm, e->coef_um);
         if (st == SW_OK)
-            st = sw_zernike_refraction(j->ctx, e->coef_um, e->terms, o->pupil_mm, 1, o->vertex_mm,
-                                       &e->rx);
+            /* at least 6 terms (the second order; those beyond `terms` are 0) */
+            st = sw_zernike_refraction(j->ctx, e->coef_um, e->terms < 6 ? 6 : e->terms, o->pupil_mm,
+                                       1, o->vertex_mm, &e->rx);
         if (st != SW_OK)
             return sw_cli_fail(SUB, "frame %lld, eye %d: --pupil-mm: %s", (long long)index,
                                (int)k + 1, sw_cli_lib_error(j->ctx, st));

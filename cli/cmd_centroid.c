@@ -342,6 +342,7 @@ static int parse_options(int argc, char **argv, centroid_opts *o)
                            : o->gamma != 1.0   ? "--gamma"
                            : o->window != 0    ? "--window"
                            : o->have_path      ? "--path"
+                           : o->interleaved    ? "--interleaved"
                                                : NULL;
         if (cond)
             return sw_cli_usage(S,

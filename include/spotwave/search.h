@@ -120,7 +120,7 @@ typedef struct sw_search_params {
     double pitch_px;               /* grid pitch, pixels (> 0 with a grid): criterion 2       */
     int32_t window_px;             /* first window side (PAPYCS, CoM): the lenslet size,
                                       min_window_px .. SW_SEARCH_MAX_WINDOW (default 16)      */
-    int32_t min_window_px;         /* last PAPYCS window side, >= 1 (default 3)              */
+    int32_t min_window_px;         /* last PAPYCS window side, >= 2 (default 3, the seed's)  */
     /* Reichenbach */
     int32_t peak_box;      /* odd, 3 .. SW_SEARCH_MAX_BOX (default 13)                    */
     double peak_threshold; /* >= 0; 0 (default): mean + 3 sd of the frame                */

@@ -114,8 +114,9 @@ static sw_status check_params(sw_context *ctx, const sw_search_params *p)
             return sw_fail(ctx, SW_EINVAL, "search: pitch_px %g is not a positive number",
                            p->pitch_px);
     }
-    if (p->min_window_px < 1)
-        return sw_fail(ctx, SW_EINVAL, "search: min_window_px %d is not >= 1", p->min_window_px);
+    /* A 1-pixel window on a converged spot holds one pixel, which is its own minimum: S0' = 0. */
+    if (p->min_window_px < 2)
+        return sw_fail(ctx, SW_EINVAL, "search: min_window_px %d is not >= 2", p->min_window_px);
     if (p->window_px < p->min_window_px || p->window_px > SW_SEARCH_MAX_WINDOW)
         return sw_fail(ctx, SW_EINVAL, "search: window_px %d is not in min_window_px (%d) .. %d",
                        p->window_px, p->min_window_px, SW_SEARCH_MAX_WINDOW);

@@ -629,6 +629,7 @@ static void test_bad_params(void **state)
     } while (0)
     BAD(q.window_px = 2);
     BAD(q.min_window_px = 0);
+    BAD(q.min_window_px = 1); /* a 1-pixel window is its own minimum: always flat */
     BAD(q.window_px = SW_SEARCH_MAX_WINDOW + 1);
     BAD(q.nspots = 0);
     BAD(q.nspots = (1 << 24) + 1);
