@@ -45,6 +45,10 @@ void sw_cmd_demo_help(FILE *out)
             "identical, and reports what it did with the timings of the conversion and the\n"
             "statistics on the backend in use (median of %d calls). Then finds the stars' spots\n"
             "(DIALS dispersion extended, seed 003; demo_spots.csv) and matches them to the truth.\n"
+            "Then a binocular synthetic-eye frame, SH frames through the centroid stage and the\n"
+            "Zernike fit, and the ocular aberrometer (seed 001: pupils, PAPYCS, Zernike fit,\n"
+            "refraction) on two population eyes against their truth, with a wavefront map per\n"
+            "eye (demo_aberrometry_eye1.png, demo_aberrometry_eye2.png).\n"
             "\n"
             "Options:\n"
             "  -o, --out DIR     output directory, created if missing (default %s)\n"
@@ -695,6 +699,215 @@ static int step_fit(demo_state *s)
     return 0;
 }
 
+/* The ocular aberrometer (aberrometry.h; seed 001 Sec. 3, Steps 1-3): a binocular Hartmann-Shack
+ * frame of two population eyes (sim_eye.h: orders 2..6 scaled to DEMO_AB_RMS um RMS, the default
+ * artefacts of living eyes, shot noise, u8) and its reference frame (the SH simulator with
+ * sh.pupil.a_um = 0: every lenslet lit, a flat wavefront) -> reference centroids -> one run of
+ * PAPYCS with the dynamic mesh and the discarding stage. Per eye: the pupil found against the
+ * simulator's, the spots, the RMSE of the orders 2..6 coefficients against the truth (seed Sec.
+ * 4.3: sqrt(sum_j (measured_j - true_j)^2) over j = 3..27), the refraction, a wavefront map. */
+#define DEMO_AB_RMS      1.0   /* um RMS of the orders 2..6 of each eye              */
+#define DEMO_AB_ORDER    6     /* the truth's orders and the fitted ones             */
+#define DEMO_AB_TERMS    28    /* sw_zernike_count(6)                                */
+#define DEMO_AB_GAIN     1.5   /* e-/ADU: the spots stay below 255 (bench_aberrometry) */
+#define DEMO_AB_PUPIL_PX 512.0 /* pupil diameter on the detector, px                 */
+#define DEMO_AB_MAX_RMSE 0.1   /* um: a larger error of either eye fails the step    */
+
+/* Shot noise, DEMO_AB_GAIN e-/ADU, 8 bits: electrons -> u8 (as bench_aberrometry's detector). */
+static sw_status demo_ab_detect(sw_context *ctx, const sw_image *e, uint64_t seed, sw_image *u8)
+{
+    sw_detector d;
+    sw_detector_default(&d);
+    d.shot_noise = 1;
+    d.gain_e_per_adu = DEMO_AB_GAIN;
+    d.out_type = SW_PIX_U8;
+    d.seed = seed;
+    return sw_detector_apply(ctx, &d, e, u8);
+}
+
+/* sqrt(sum_{j = j0}^{j1 - 1} (a_j - b_j)^2) */
+static double demo_rmse(const double *a, const double *b, int j0, int j1)
+{
+    double sum = 0.0;
+    for (int j = j0; j < j1; j++)
+        sum += (a[j] - b[j]) * (a[j] - b[j]);
+    return sqrt(sum);
+}
+
+static int step_aberrometry(demo_state *s)
+{
+    /* Two eyes on a 1280 x 640 frame under a 40 x 20 grid of 32-pixel lenslets (seed 001's
+     * 640 x 640 test eye, sim_eye.h's default, twice side by side), slightly off their halves. */
+    sw_eyesim_params ep;
+    sw_eyesim_params_default(&ep);
+    ep.sh.width = 1280;
+    ep.sh.geom.nx = 40;
+    ep.n_eyes = 2;
+    ep.eyes[0].diameter_px = DEMO_AB_PUPIL_PX;
+    ep.eyes[0].cx_px = 329.0;
+    ep.eyes[0].cy_px = 315.0;
+    ep.eyes[1] = ep.eyes[0];
+    ep.eyes[1].cx_px = 948.0;
+    ep.eyes[1].cy_px = 327.0;
+    ep.seed = s->seed + 1; /* other artefacts than the eyes step's */
+    const int32_t w = ep.sh.width, h = ep.sh.height;
+    const int64_t nl = (int64_t)ep.sh.geom.nx * ep.sh.geom.ny;
+    const double eye_mm = ep.eyes[0].pupil_mm;
+
+    double coef[2][DEMO_AB_TERMS];
+    char dir[4096];
+    sw_ocular_population pop = {0};
+    sw_status st = sw_ocular_default_dir(s->ctx, dir, sizeof dir);
+    if (st == SW_OK)
+        st = sw_ocular_population_load(s->ctx, dir, 6.0, &pop);
+    sw_ocular_options o;
+    sw_ocular_options_default(&o);
+    o.pupil_mm = eye_mm;
+    o.max_order = DEMO_AB_ORDER;
+    o.total_rms_um = DEMO_AB_RMS;
+    for (int e = 0; e < 2 && st == SW_OK; e++) {
+        st = sw_ocular_draw(s->ctx, &pop, s->seed, (uint64_t)e, &o, coef[e], DEMO_AB_TERMS);
+        ep.eyes[e].coef_um = coef[e];
+        ep.eyes[e].count = DEMO_AB_TERMS;
+    }
+    sw_ocular_population_free(&pop);
+
+    sw_image el = {0}, frame = {0}, ref = {0};
+    sw_eyesim_truth truth = {0};
+    sw_shsim *rsim = NULL;
+    sw_aberrometry_plan *plan = NULL;
+    sw_aberrometry_result res;
+    memset(&res, 0, sizeof res);
+    double *ref_xy = malloc(2 * (size_t)nl * sizeof *ref_xy);
+    int32_t ref_found = 0;
+    if (!ref_xy) {
+        sw_eyesim_truth_free(&truth);
+        return demo_fail(s, "out of memory");
+    }
+    if (st == SW_OK)
+        st = sw_image_alloc(s->ctx, w, h, SW_PIX_F32, &el);
+    if (st == SW_OK)
+        st = sw_image_alloc(s->ctx, w, h, SW_PIX_U8, &frame);
+    if (st == SW_OK)
+        st = sw_image_alloc(s->ctx, w, h, SW_PIX_U8, &ref);
+    /* The eyes' frame. */
+    if (st == SW_OK)
+        st = sw_eyesim_render(s->ctx, &ep, &el, &truth);
+    if (st == SW_OK)
+        st = demo_ab_detect(s->ctx, &el, s->seed ^ 0xab01ull, &frame);
+    /* The reference frame: the same lenslets and detector, no eye, every lenslet lit. */
+    sw_shsim_params rp = ep.sh;
+    memset(&rp.pupil, 0, sizeof rp.pupil); /* a_um = 0: no pupil */
+    if (st == SW_OK)
+        st = sw_shsim_create(s->ctx, &rp, &rsim);
+    if (st == SW_OK)
+        st = sw_shsim_run(rsim, &el, 0);
+    if (st == SW_OK)
+        st = demo_ab_detect(s->ctx, &el, s->seed ^ 0xab02ull, &ref);
+    if (st == SW_OK)
+        st = sw_aberrometry_reference(s->ctx, &ep.sh.geom, &ref, ref_xy, ref_xy + nl, &ref_found);
+    /* The plan: the analysis circle of the simulated pupil (radius diameter_px / 2) and the
+     * magnification that makes it eye_mm at the eye, so that the measured coefficients are over
+     * the truth's circle (as bench_aberrometry does). */
+    sw_aberrometry_params ap;
+    sw_aberrometry_params_default(&ap, w, h, SW_PIX_U8, &ep.sh.geom);
+    ap.ref_x = ref_xy;
+    ap.ref_y = ref_xy + nl;
+    ap.n_eyes = 2;
+    ap.algorithm = SW_SEARCH_PAPYCS;
+    ap.order = DEMO_AB_ORDER;
+    ap.fit_radius_px = 0.5 * DEMO_AB_PUPIL_PX;
+    ap.magnification = DEMO_AB_PUPIL_PX * ep.sh.geom.pixel_um / (1000.0 * eye_mm);
+    if (st == SW_OK)
+        st = sw_aberrometry_create(s->ctx, &ap, &plan);
+    double ms = 0.0;
+    if (st == SW_OK) {
+        double t0 = sw_cli_now();
+        st = sw_aberrometry_run(plan, &frame, &res);
+        ms = 1e3 * (sw_cli_now() - t0);
+    }
+    /* The true refraction: the truth's coefficients through the same formula, over the same
+     * pupil (the measured one is over 2 R_px pixel_um / (1000 magnification) = eye_mm). */
+    sw_refraction true_rx[2];
+    for (int e = 0; e < 2 && st == SW_OK; e++)
+        st = sw_zernike_refraction(s->ctx, coef[e], DEMO_AB_TERMS, eye_mm, 1, ap.vertex_mm,
+                                   &true_rx[e]);
+    sw_shsim_destroy(rsim);
+    sw_aberrometry_destroy(plan);
+    sw_image_free(&el);
+    sw_image_free(&frame);
+    sw_image_free(&ref);
+    free(ref_xy);
+    if (st != SW_OK) {
+        sw_eyesim_truth_free(&truth);
+        return demo_fail(s, "%s", lib_error(s, st));
+    }
+    printf("  aberrometry binocular %dx%d u8 H-S frame (%.1f e-/ADU), 2 population eyes (orders "
+           "2..%d at %.1f um RMS, default artefacts); reference %d of %lld spots; PAPYCS, "
+           "dynamic mesh, discarding, orders 1..%d: %.1f ms\n",
+           w, h, DEMO_AB_GAIN, DEMO_AB_ORDER, DEMO_AB_RMS, (int)ref_found, (long long)nl,
+           DEMO_AB_ORDER, ms);
+
+    /* Per eye: the report and the wavefront map. */
+    sw_zmap_params mp;
+    sw_zmap_params_default(&mp);
+    mp.max_order = DEMO_AB_ORDER;
+    sw_zmap_plan *mplan = NULL;
+    sw_image map = {0};
+    st = sw_zmap_create(s->ctx, &mp, &mplan);
+    if (st == SW_OK)
+        st = sw_image_alloc(NULL, mp.size, mp.size, SW_PIX_F32, &map);
+    double worst = 0.0;
+    int bad_eye = -1;
+    for (int e = 0; e < 2 && st == SW_OK; e++) {
+        const sw_aberrometry_eye *m = &res.eye[e];
+        const sw_eye_truth *t = &truth.eye[e];
+        const sw_pupil_ellipse *p = &m->pupil;
+        if (!m->valid) {
+            bad_eye = e;
+            break;
+        }
+        const double err = demo_rmse(m->coef_um, coef[e], 3, DEMO_AB_TERMS);
+        worst = fmax(worst, err);
+        printf("  eye %d      pupil (%.2f, %.2f) %.1fx%.1f px, true (%.2f, %.2f) %.1fx%.1f px; "
+               "spots: %d used (%d central), %d found, %d kept, %d discarded (%d/%d/%d)\n",
+               e + 1, p->cx_px, p->cy_px, 2.0 * p->a_px, 2.0 * p->b_px, t->cx_px, t->cy_px,
+               2.0 * t->a_px, 2.0 * t->b_px, (int)m->lenslets, (int)m->central, (int)m->found,
+               (int)m->kept, (int)(m->discarded[0] + m->discarded[1] + m->discarded[2]),
+               (int)m->discarded[0], (int)m->discarded[1], (int)m->discarded[2]);
+        printf("  eye %d      orders 2..%d RMSE %.4f um (true RMS %.3f um); refraction over %.2f "
+               "mm %+.2f D sphere %+.2f D cyl x %.0f, true %+.2f D sphere %+.2f D cyl x %.0f\n",
+               e + 1, DEMO_AB_ORDER, err, sw_zernike_rms(coef[e], DEMO_AB_TERMS, 3), m->pupil_mm,
+               m->rx.sphere_d, m->rx.cyl_d, m->rx.axis_deg, true_rx[e].sphere_d, true_rx[e].cyl_d,
+               true_rx[e].axis_deg);
+        char name[64], path[4096];
+        snprintf(name, sizeof name, "demo_aberrometry_eye%d.png", e + 1);
+        if (join_path(s, path, sizeof path, name) != 0)
+            break;
+        st = sw_zmap_run(mplan, m->coef_um, m->terms, &map);
+        if (st == SW_OK)
+            st = sw_zmap_write_png(s->ctx, path, &map);
+        if (st == SW_OK)
+            printf("  wrote      %s (eye %d's measured wavefront, um)\n", path, e + 1);
+    }
+    sw_zmap_destroy(mplan);
+    sw_image_free(&map);
+    sw_eyesim_truth_free(&truth);
+    if (s->error[0])
+        return -1;
+    if (st != SW_OK)
+        return demo_fail(s, "%s", lib_error(s, st));
+    if (bad_eye >= 0)
+        return demo_fail(s, "eye %d has no result: %s", bad_eye + 1,
+                         sw_ab_failure_string(res.eye[bad_eye].failure));
+    if (!(worst < DEMO_AB_MAX_RMSE))
+        return demo_fail(s,
+                         "the measured coefficients are %.4f um (RMSE, orders 2..%d) from the "
+                         "truth",
+                         worst, DEMO_AB_ORDER);
+    return 0;
+}
+
 static int step_read_back(demo_state *s)
 {
     sw_image back = {0};
@@ -725,18 +938,19 @@ typedef struct demo_step {
 } demo_step;
 
 static const demo_step demo_steps[] = {
-    {"backend", step_backend},     /* which backend, why, which device          */
-    {"output", step_outdir},       /* create --out and the file names           */
-    {"simulate", step_image},      /* star field + detector noise (sim, f32)    */
-    {"stats", step_stats},         /* sw_image_stats_compute                    */
-    {"convert", step_convert},     /* sw_image_convert f32 -> u16, full range   */
-    {"timings", step_timings},     /* stats and convert on the backend in use   */
-    {"write", step_write},         /* FITS, PGM, PNG                            */
-    {"read back", step_read_back}, /* FITS and PGM identical to what was written */
-    {"eyes", step_eyes},           /* binocular synthetic-eye H-S image (sim eye) */
-    {"find", step_find},           /* spots of the star field vs truth (seed 003) */
-    {"centroid", step_centroid},   /* SH frame -> centroids vs truth (seed 000)  */
-    {"fit", step_fit},             /* -> slopes -> Zernike fit, refraction, map (seed 001) */
+    {"backend", step_backend},         /* which backend, why, which device          */
+    {"output", step_outdir},           /* create --out and the file names           */
+    {"simulate", step_image},          /* star field + detector noise (sim, f32)    */
+    {"stats", step_stats},             /* sw_image_stats_compute                    */
+    {"convert", step_convert},         /* sw_image_convert f32 -> u16, full range   */
+    {"timings", step_timings},         /* stats and convert on the backend in use   */
+    {"write", step_write},             /* FITS, PGM, PNG                            */
+    {"read back", step_read_back},     /* FITS and PGM identical to what was written */
+    {"eyes", step_eyes},               /* binocular synthetic-eye H-S image (sim eye) */
+    {"find", step_find},               /* spots of the star field vs truth (seed 003) */
+    {"centroid", step_centroid},       /* SH frame -> centroids vs truth (seed 000)  */
+    {"fit", step_fit},                 /* -> slopes -> Zernike fit, refraction, map (seed 001) */
+    {"aberrometry", step_aberrometry}, /* eyes -> pupils, PAPYCS, Zernike, refraction (seed 001) */
     /* later stages append here: sim sh, find, centroid, zernike, sabre, ... */
 };
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `spotwave demo`: writes FITS (f32), PGM (u16) and PNG files that are what they claim to be, is
+# `spotwave demo`: writes FITS (f32), PGM (u16) and PNG files that are what they claim to be,
+# measures two synthetic eyes with the aberrometer to within 0.1 um of their truth, is
 # reproducible for a seed, creates its output directory, and fails with exit 1 and one line
 # on stderr when it cannot write.
 # Usage: test_cli_demo.sh PATH/TO/spotwave
@@ -40,6 +41,43 @@ size=$(wc -c <"$d1/demo_u16.pgm")
 sig=$(head -c 8 "$d1/demo.png" | od -An -tx1 | tr -d ' \n')
 [[ $sig == 89504e470d0a1a0a ]] || fail "demo.png has no PNG signature ($sig)"
 
+# ---------------------------------------------------------------- the ocular aberrometer (seed 001)
+# Two synthetic eyes through sw_aberrometry_run: both eyes reported, each with its pupil near the
+# simulator's, its orders 2..6 coefficients within 0.1 um (RMSE) of the truth (the report's
+# numbers; a working pipeline gets ~0.01 um at 1 um RMS), and a wavefront map PNG per eye.
+ab=$(printf '%s\n' "$out" | grep -E '^ *aberrometry ' || true)
+[[ -n $ab ]] || fail "the demo report has no aberrometry line: $out"
+[[ $ab =~ reference\ ([0-9]+)\ of\ ([0-9]+)\ spots ]] || fail "no reference count in: $ab"
+(( BASH_REMATCH[1] == BASH_REMATCH[2] && BASH_REMATCH[2] > 0 )) ||
+    fail "the reference frame did not give every spot: $ab"
+for e in 1 2; do
+    rmse_line=$(printf '%s\n' "$out" | grep -E "^ *eye $e +orders 2\.\.6 RMSE " || true)
+    [[ -n $rmse_line ]] || fail "no RMSE line for eye $e: $out"
+    [[ $rmse_line =~ RMSE\ ([0-9]+\.[0-9]+)\ um ]] || fail "cannot read eye $e's RMSE: $rmse_line"
+    awk -v r="${BASH_REMATCH[1]}" 'BEGIN { exit !(r < 0.1) }' ||
+        fail "eye $e: RMSE ${BASH_REMATCH[1]} um of the orders 2..6 is not below 0.1 um"
+    [[ $rmse_line =~ refraction\ over\ [0-9.]+\ mm\ [-+][0-9.]+\ D\ sphere ]] ||
+        fail "no refraction for eye $e: $rmse_line"
+    pupil_line=$(printf '%s\n' "$out" | grep -E "^ *eye $e +pupil " || true)
+    num='(-?[0-9]+\.[0-9]+)'
+    [[ $pupil_line =~ pupil\ \($num,\ $num\).*true\ \($num,\ $num\) ]] ||
+        fail "cannot read eye $e's pupil: $pupil_line"
+    awk -v x="${BASH_REMATCH[1]}" -v y="${BASH_REMATCH[2]}" -v tx="${BASH_REMATCH[3]}" \
+        -v ty="${BASH_REMATCH[4]}" 'BEGIN { exit !((x - tx)^2 + (y - ty)^2 < 1.0) }' ||
+        fail "eye $e: the pupil found is 1 px or more from the simulator's: $pupil_line"
+    [[ $pupil_line =~ spots:\ ([0-9]+)\ used.*\ ([0-9]+)\ kept ]] ||
+        fail "no spot counts for eye $e: $pupil_line"
+    (( BASH_REMATCH[1] > 100 && BASH_REMATCH[2] > 100 && BASH_REMATCH[2] <= BASH_REMATCH[1] )) ||
+        fail "eye $e: implausible spot counts: $pupil_line"
+    f=demo_aberrometry_eye$e.png
+    [[ -s $d1/$f ]] || fail "demo did not write $f"
+    [[ $out == *"$d1/$f"* ]] || fail "the report does not mention $f"
+    sig=$(head -c 8 "$d1/$f" | od -An -tx1 | tr -d ' \n')
+    [[ $sig == 89504e470d0a1a0a ]] || fail "$f has no PNG signature ($sig)"
+done
+cmp -s "$d1/demo_aberrometry_eye1.png" "$d1/demo_aberrometry_eye2.png" &&
+    fail "the two eyes' wavefront maps are the same"
+
 # ---------------------------------------------------------------- reproducible for a seed
 d2=$tmp/demo2
 expect 0 --backend cpu --quiet demo --out "$d2" --size ${W}x${H} --seed 7
@@ -47,9 +85,15 @@ stats1=$(printf '%s\n' "$out" | grep -E '^ *stats ' || true) # default threads (
 [[ -n $stats1 ]] || fail "the demo report has no stats line: $out"
 cmp -s "$d1/demo.fits" "$d2/demo.fits" || fail "the same seed gave different demo.fits"
 cmp -s "$d1/demo_u16.pgm" "$d2/demo_u16.pgm" || fail "the same seed gave different PGM files"
+for e in 1 2; do
+    cmp -s "$d1/demo_aberrometry_eye$e.png" "$d2/demo_aberrometry_eye$e.png" ||
+        fail "the same seed gave different demo_aberrometry_eye$e.png"
+done
 d3=$tmp/demo3
 expect 0 --backend cpu demo --out "$d3" --size ${W}x${H} --seed 8
 cmp -s "$d1/demo.fits" "$d3/demo.fits" && fail "different seeds gave the same demo.fits"
+cmp -s "$d1/demo_aberrometry_eye1.png" "$d3/demo_aberrometry_eye1.png" &&
+    fail "different seeds gave the same eyes (demo_aberrometry_eye1.png)"
 # The thread count must not change the results. demo.fits is built by the command itself on one
 # thread; demo_u16.pgm comes from the library's conversion and the stats line from the library's
 # statistics, both of which run on the context's threads. 3 threads: a split of the rows that
