@@ -65,7 +65,8 @@
  *
  * Backends. CPU (OpenMP over spots) and CUDA (PAPYCS and CoM: one warp per spot, the window's
  * columns spread over the 32 lanes, 4 per lane, the four quantities reduced by interleaved
- * shuffles; Reichenbach: one thread per pixel for the peaks, one per spot for the rounds). The
+ * shuffles; Reichenbach: a tile scan for the peaks, one warp per peak for their centres of
+ * mass, then one block of 1024 threads for the seed and all the growth rounds). The
  * sums are formed in the same order on both (the CPU walks the same 32 lanes and the same
  * shuffle tree, integer pixel sums are exact), so CPU and GPU give the same centroids to the
  * last bit for the same start positions.

@@ -10,7 +10,16 @@
  *     pixels in f32 frames; empty frames;
  *   - device frames with a stride wider than a row, device arrays (sw_reich_run_gpu); host and
  *     device arrays through sw_search_run;
- *   - one GPU plan run on several frames in turn (nothing left over from the previous run).
+ *   - one GPU plan run on several frames in turn (nothing left over from the previous run),
+ *     also a full frame, an empty one and the full one again, with the automatic and an
+ *     explicit threshold;
+ *   - the growth cut by the round limit (a serpentine of active spots much longer than
+ *     nx + ny + seed_size rounds), the seed block at a grid corner, a small frame;
+ *   - large grids: 60 x 60 with wide capture radii (many conflicts, long frontiers); 90 x 90
+ *     spots and 20 x 20 spots on 2000 x 2000 frames with boxes 13 and 3, so that the rounds
+ *     kernel keeps its spot state and its cell bits in shared or in global memory, each way
+ *     (any device: 90 x 90 spots need 275 kB, more than a block's shared memory; box 3 on
+ *     2000 x 2000 pixels gives 10^6 cells, 256 kB of bits).
  * Skips (77) when no GPU is usable.
  */
 #include "testutil.h"
@@ -22,6 +31,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#ifdef SW_HAVE_CUDA
 
 static sw_context *gpu;
 static sw_context *cpu;
@@ -453,6 +464,160 @@ static void test_reuse_and_api(void **state)
     scene_free(&b);
 }
 
+/* Runs of the CPU plan and of one GPU plan on host frames in turn (the public API, host
+ * arrays): the same results and peak counts each time. Returns the CPU's number of SW_SPOT_OK
+ * spots of the last frame. */
+static int32_t compare_sequence(const sw_search_params *p, const sw_image *const *frames, int nf,
+                                const double *sx, const double *sy, const uint8_t *active)
+{
+    const int32_t n = p->nspots;
+    sw_search_plan *pc = NULL, *pg = NULL;
+    assert_int_equal(sw_search_create(cpu, p, &pc), SW_OK);
+    assert_int_equal(sw_search_create(gpu, p, &pg), SW_OK);
+    int32_t ok = 0;
+    for (int i = 0; i < nf; i++) {
+        result c = result_new(n), g = result_new(n);
+        assert_int_equal(
+            sw_search_run(pc, frames[i], sx, sy, active, SW_MEM_HOST, c.x, c.y, c.in, c.st), SW_OK);
+        assert_int_equal(
+            sw_search_run(pg, frames[i], sx, sy, active, SW_MEM_HOST, g.x, g.y, g.in, g.st), SW_OK);
+        if (sw_search_last_peaks(pg) != sw_search_last_peaks(pc))
+            fail_msg("frame %d: peaks CPU %lld, GPU %lld", i, (long long)sw_search_last_peaks(pc),
+                     (long long)sw_search_last_peaks(pg));
+        same_result(&c, &g);
+        ok = 0;
+        for (int32_t k = 0; k < n; k++)
+            ok += c.st[k] == SW_SPOT_OK;
+        result_free(&c);
+        result_free(&g);
+    }
+    sw_search_destroy(pc);
+    sw_search_destroy(pg);
+    return ok;
+}
+
+/* A full frame, an all-zero frame, the full frame again on one GPU plan: nothing of the first
+ * run's peaks, cells or spots may survive into the second (no peak there: every spot not
+ * found), and the third equals the first. Automatic and explicit thresholds. */
+static void test_stale_state(void **state)
+{
+    (void)state;
+    scene s = make_scene(345, 290, 19, 16, -0.8, 400.0, 31);
+    sw_image f = as_type(&s, SW_PIX_U16), z;
+    assert_int_equal(sw_image_alloc(cpu, s.w, s.h, SW_PIX_U16, &z), SW_OK);
+    const sw_image *seq[3] = {&f, &z, &f};
+    for (int t = 0; t < 2; t++) {
+        sw_search_params p = rparams(&s, SW_PIX_U16);
+        p.peak_threshold = t == 0 ? 0.0 : 0.02 * 65535.0;
+        assert_true(compare_sequence(&p, seq, 1, s.sx, s.sy, NULL) > s.nx * s.ny / 2);
+        assert_int_equal(compare_sequence(&p, seq, 2, s.sx, s.sy, NULL), 0);
+        assert_true(compare_sequence(&p, seq, 3, s.sx, s.sy, NULL) > s.nx * s.ny / 2);
+    }
+    sw_image_free(&z);
+    sw_image_free(&f);
+    scene_free(&s);
+}
+
+/* The round limit: the active spots form a serpentine (every even row, and one end of each odd
+ * row, alternately) hundreds of steps long, so the growth stops at nx + ny + seed_size rounds
+ * with active spots not reached; both backends stop at the same round. Also the seed block at
+ * a grid corner (only the corner's 4 x 4 spots active) and a small frame (partial tiles). */
+static void test_round_limit(void **state)
+{
+    (void)state;
+    scene s = make_scene(520, 510, 30, 30, 0.6, 300.0, 41);
+    const int32_t n = s.nx * s.ny;
+    uint8_t *act = malloc((size_t)n);
+    assert_non_null(act);
+    for (int32_t k = 0; k < n; k++) {
+        int32_t ix = k % s.nx, iy = k / s.nx;
+        act[k] =
+            (uint8_t)(iy % 2 == 0 || (iy % 4 == 1 && ix == s.nx - 1) || (iy % 4 == 3 && ix == 0));
+    }
+    sw_image f = as_type(&s, SW_PIX_U8);
+    sw_search_params p = rparams(&s, SW_PIX_U8);
+    const sw_image *one[1] = {&f};
+    int32_t found = compare_sequence(&p, one, 1, s.sx, s.sy, act), nact = 0;
+    for (int32_t k = 0; k < n; k++)
+        nact += act[k];
+    /* the growth went well past the seed block but not to the serpentine's ends */
+    assert_true(found > 2 * p.seed_size * p.seed_size);
+    assert_true(found < nact - s.nx);
+    p.seed_size = 1;
+    p.capture_px = 0.9 * 16.37; /* wide: conflicts along the path */
+    compare_sequence(&p, one, 1, s.sx, s.sy, act);
+
+    /* the corner: only the 4 x 4 spots of the top-left corner are active */
+    for (int32_t k = 0; k < n; k++)
+        act[k] = (uint8_t)(k % s.nx < 4 && k / s.nx < 4);
+    p = rparams(&s, SW_PIX_U8);
+    p.seed_size = 15;
+    assert_int_equal(compare_sequence(&p, one, 1, s.sx, s.sy, act), 16);
+    sw_image_free(&f);
+    free(act);
+    scene_free(&s);
+
+    scene t = make_scene(58, 53, 2, 2, 0.0, 200.0, 42);
+    sw_image g = as_type(&t, SW_PIX_F32);
+    sw_search_params q = rparams(&t, SW_PIX_F32);
+    q.peak_box = 5;
+    q.peak_threshold = 0.02 * t.peak; /* the spots, not only the reflection */
+    const sw_image *tiny[1] = {&g};
+    assert_int_equal(compare_sequence(&q, tiny, 1, t.sx, t.sy, NULL), 4);
+    sw_image_free(&g);
+    scene_free(&t);
+}
+
+/* Wide capture radii on the 60 x 60 grid: many spots claim the same peaks, long frontiers
+ * (many claimants per round), u8 and f32. */
+static void test_large_conflicts(void **state)
+{
+    (void)state;
+    scene s = make_scene(1040, 1030, 60, 60, 2.5, 500.0, 51);
+    const sw_pixel_type types[2] = {SW_PIX_U8, SW_PIX_F32};
+    for (int t = 0; t < 2; t++) {
+        sw_image f = as_type(&s, types[t]);
+        double top = types[t] == SW_PIX_U8 ? 255.0 : s.peak;
+        sw_search_params p = rparams(&s, types[t]);
+        p.capture_px = 2.0 * 16.37;
+        compare(&p, &f, s.sx, s.sy, NULL);
+        p.capture_px = 0.75 * 16.37;
+        p.peak_threshold = 0.003 * top; /* many noise peaks */
+        p.peak_box = 5;
+        p.seed_size = 3;
+        compare(&p, &f, s.sx, s.sy, NULL);
+        sw_image_free(&f);
+    }
+    scene_free(&s);
+}
+
+/* The rounds kernel's memory layouts: 90 x 90 spots (their state in global memory on any
+ * device) with box 13 (cell bits in shared memory) and box 3 (10^6 cells: bits in global
+ * memory too); 20 x 20 spots (state in shared memory) with box 3 (bits in global memory). */
+static void test_memory_layouts(void **state)
+{
+    (void)state;
+    scene s = make_scene(2000, 2000, 90, 90, -2.0, 300.0, 61);
+    sw_image f = as_type(&s, SW_PIX_U16);
+    sw_search_params p = rparams(&s, SW_PIX_U16);
+    assert_true(compare(&p, &f, s.sx, s.sy, NULL) > 8000);
+    p.peak_box = 3;
+    p.peak_threshold = 0.05 * 65535.0;
+    compare(&p, &f, s.sx, s.sy, NULL);
+    sw_image_free(&f);
+    scene_free(&s);
+
+    scene t = make_scene(2000, 2000, 20, 20, 1.0, 300.0, 62);
+    sw_image g = as_type(&t, SW_PIX_U8);
+    sw_search_params q = rparams(&t, SW_PIX_U8);
+    q.peak_box = 3;
+    assert_true(compare(&q, &g, t.sx, t.sy, NULL) >= 400);
+    q.peak_threshold = 0.004 * 255.0; /* every noise maximum: many peaks per tile */
+    compare(&q, &g, t.sx, t.sy, NULL);
+    sw_image_free(&g);
+    scene_free(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -460,6 +625,20 @@ int main(void)
         cmocka_unit_test(test_spots_and_pixels),
         cmocka_unit_test(test_large),
         cmocka_unit_test(test_reuse_and_api),
+        cmocka_unit_test(test_stale_state),
+        cmocka_unit_test(test_round_limit),
+        cmocka_unit_test(test_large_conflicts),
+        cmocka_unit_test(test_memory_layouts),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
+
+#else
+
+int main(void)
+{
+    printf("SKIP: built without CUDA\n");
+    return 77;
+}
+
+#endif
