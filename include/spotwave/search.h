@@ -63,9 +63,12 @@
  *   3. isolated: a spot kept by 1-2 with none of its 4 grid neighbours kept is discarded
  *      (SW_SPOT_ISOLATED).
  *
- * Backends. CPU (OpenMP over spots) and CUDA (PAPYCS and CoM: one warp per spot, the window's
- * columns spread over the 32 lanes, 4 per lane, the four quantities reduced by interleaved
- * shuffles; Reichenbach: a tile scan for the peaks, one warp per peak for their centres of
+ * Backends. CPU (OpenMP over spots) and CUDA (PAPYCS and CoM: the window's columns spread over
+ * the 32 lanes of a warp, 4 per lane, the four quantities reduced by interleaved shuffles; for
+ * u8 and u16 frames a block of warps per spot shares the rows of each step (the integer column
+ * sums are exact, so splitting them changes nothing) over the spot's neighbourhood staged in
+ * shared memory, and its first warp does the double part; f32 frames: one warp per spot, the
+ * seed's Algorithm 1; Reichenbach: a tile scan for the peaks, one warp per peak for their centres of
  * mass, then one block of 1024 threads for the seed and all the growth rounds). The
  * sums are formed in the same order on both (the CPU walks the same 32 lanes and the same
  * shuffle tree, integer pixel sums are exact), so CPU and GPU give the same centroids to the

@@ -184,6 +184,25 @@ SW_SM_FN void sw_sm_lane_add(sw_sm_sums *s, double wx, double mx, double col0, d
     s->sy = s->sy + wx * coly;
 }
 
+/* Step 2, sw_sm_lane_add in two parts, for a backend that forms a column's products in one
+ * thread and adds them in another (search_cuda.cu): the three products of column c ... */
+SW_SM_FN void sw_sm_col_terms(double wx, double mx, double col0, double coly, double t[3])
+{
+    t[0] = wx * col0;
+    t[1] = wx * mx * col0;
+    t[2] = wx * coly;
+}
+
+/* ... and their sums: sw_sm_lane_add_terms(s, t) after sw_sm_col_terms(wx, mx, col0, coly, t)
+ * rounds exactly as sw_sm_lane_add(s, wx, mx, col0, coly) (the same products, then the same
+ * sums, no contraction). */
+SW_SM_FN void sw_sm_lane_add_terms(sw_sm_sums *s, const double t[3])
+{
+    s->s0 = s->s0 + t[0];
+    s->sx = s->sx + t[1];
+    s->sy = s->sy + t[2];
+}
+
 /* Step 3: what lane t holds after one butterfly stage, from its own sums `own` and those of
  * lane t ^ o, `other` (the same on both backends; min: the other when smaller). */
 SW_SM_FN sw_sm_sums sw_sm_combine(sw_sm_sums own, sw_sm_sums other)

@@ -8,7 +8,12 @@
  *   - every way in: host frame with odd (padded) strides, pitched device frame, a device view one
  *     pixel off its allocation (u8 rows not 4-byte aligned: the byte loads), host and device
  *     arrays; device arrays with a device frame are queued (read after sw_context_synchronize);
- *   - arrays in the wrong memory: SW_EINVAL.
+ *   - arrays in the wrong memory: SW_EINVAL;
+ *   - the block kernel of u8 / u16 frames (one block of warps per spot, the window's integer
+ *     column sums split over its warps): every window 2..40 and steps and warp / lane-pass
+ *     boundaries to 256, 1 to 2209 spots (the launch shape changes with the count), frames
+ *     smaller than the window, gradients and far starts (the centre leaves the staged box),
+ *     flat and saturated frames: bit-identical as above.
  * Skips (77) when no GPU is usable.
  */
 #include "testutil.h"
@@ -357,12 +362,228 @@ static void test_repeat(void **state)
     free_case(&c);
 }
 
+/* ---------------------------------------------------------------- the block kernel (u8, u16) */
+
+/*
+ * A frame of w x h pixels (type u8 or u16, padded stride) holding an nx x ny grid of spots of
+ * pitch `pitch` (0: one spot at a random place per spot index, no grid), a background with
+ * noise, and a gradient of `ramp` grey levels a pixel (the centre drifts towards the bright
+ * side, step after step: the search leaves the block's staged box). Spots are drawn only near
+ * their centres, so that frames of thousands of spots are quick to make. Starts are off their
+ * spot by up to `off` windows, with the edge cases of make_case.
+ */
+static scase make_frame_case(uint64_t *rs, sw_pixel_type type, sw_search_algorithm alg,
+                             int32_t window, int32_t min_window, int32_t w, int32_t h, int32_t nx,
+                             int32_t ny, double pitch, double ramp, double off)
+{
+    scase c;
+    memset(&c, 0, sizeof c);
+    int32_t n = nx * ny;
+    sw_search_params_default(&c.p, w, h, n);
+    c.p.type = type;
+    c.p.algorithm = alg;
+    c.p.window_px = window;
+    c.p.min_window_px = min_window;
+    if (pitch > 0.0) {
+        c.p.nx = nx;
+        c.p.ny = ny;
+        c.p.pitch_px = pitch;
+    }
+    c.p.discard = rnd_int(rs, 2);
+    size_t px = sw_pixel_size(type);
+    size_t stride = (size_t)w * px + px * (size_t)(1 + rnd_int(rs, 5));
+    void *data = calloc((size_t)h, stride);
+    double *v = malloc((size_t)w * (size_t)h * sizeof(double));
+    c.sx = malloc((size_t)n * sizeof(double));
+    c.sy = malloc((size_t)n * sizeof(double));
+    c.active = malloc((size_t)n);
+    assert_true(data && v && c.sx && c.sy && c.active);
+    assert_int_equal(sw_image_wrap(data, w, h, stride, type, SW_MEM_HOST, &c.host), SW_OK);
+    double top = type == SW_PIX_U8 ? 255.0 : 65535.0, unit = top / 255.0;
+    double bg = (5.0 + 20.0 * rnd_u01(rs)) * unit, gx = ramp * (rnd_u01(rs) - 0.5) * 2.0;
+    double gy = ramp * (rnd_u01(rs) - 0.5) * 2.0;
+    for (int32_t j = 0; j < h; ++j)
+        for (int32_t i = 0; i < w; ++i)
+            v[(size_t)j * w + i] = bg + (gx * i + gy * j) * unit + rnd_int(rs, 6) * unit;
+    for (int32_t k = 0; k < n; ++k) {
+        double tx, ty;
+        if (pitch > 0.0) {
+            tx = pitch * (k % nx + 0.5) - 0.5 + (rnd_u01(rs) - 0.5) * pitch * 0.3;
+            ty = pitch * (k / nx + 0.5) - 0.5 + (rnd_u01(rs) - 0.5) * pitch * 0.3;
+        } else {
+            tx = rnd_u01(rs) * w - 0.5;
+            ty = rnd_u01(rs) * h - 0.5;
+        }
+        double sigma = 0.6 + rnd_u01(rs) * (1.0 + window / 12.0);
+        double flux = (0.5 + rnd_u01(rs)) * top * 5.0 * sigma * sigma; /* a peak of ~0.8 top */
+        int32_t r = (int32_t)ceil(6.0 * sigma) + 1;
+        for (int32_t j = (int32_t)ty - r; j <= (int32_t)ty + r; ++j) {
+            if (j < 0 || j >= h)
+                continue;
+            double fy = gauss_pixel(j, ty, sigma);
+            for (int32_t i = (int32_t)tx - r; i <= (int32_t)tx + r; ++i)
+                if (i >= 0 && i < w)
+                    v[(size_t)j * w + i] += flux * fy * gauss_pixel(i, tx, sigma);
+        }
+        c.sx[k] = tx + (rnd_u01(rs) - 0.5) * window * off;
+        c.sy[k] = ty + (rnd_u01(rs) - 0.5) * window * off;
+        c.active[k] = 1;
+        switch (rnd_int(rs, 14)) {
+        case 0: c.active[k] = 0; break;
+        case 1: c.sx[k] = -0.5 + rnd_int(rs, 3) * 0.25; break;         /* at the left edge */
+        case 2: c.sy[k] = h - 0.5 - rnd_u01(rs); break;                /* at the bottom edge */
+        case 3: c.sx[k] = -window * 0.5 - 1.0 + rnd_u01(rs); break;    /* outside or just in */
+        case 4: c.sx[k] = w - 0.5 + window * 0.5 * rnd_u01(rs); break; /* past the right edge */
+        case 5: c.sy[k] = NAN; break;
+        case 6:
+            c.sx[k] = rnd_int(rs, w) + 0.5;
+            break; /* half-integer: a window edge on a pixel
+                      edge */
+        default: break;
+        }
+    }
+    for (int32_t j = 0; j < h; ++j) {
+        char *row = (char *)data + (size_t)j * stride;
+        for (int32_t i = 0; i < w; ++i) {
+            double x = floor(v[(size_t)j * w + i] + 0.5);
+            x = x < 0.0 ? 0.0 : (x > top ? top : x);
+            if (type == SW_PIX_U16)
+                ((uint16_t *)row)[i] = (uint16_t)x;
+            else
+                ((uint8_t *)row)[i] = (uint8_t)x;
+        }
+    }
+    free(v);
+    return c;
+}
+
+/* Windows 2..256 (every one to 40, then steps and the boundaries of 32-column warps and
+ * 128-column lane passes), u8 and u16: the block's split of the window over its warps and the
+ * lanes' columns must give the CPU's bits for every window size. */
+static void test_block_windows(void **state)
+{
+    (void)state;
+    uint64_t rs = 4242;
+    int32_t windows[128];
+    int nwin = 0;
+    for (int32_t wdw = 2; wdw <= 40; ++wdw)
+        windows[nwin++] = wdw;
+    for (int32_t wdw = 44; wdw <= 256; wdw += 9)
+        windows[nwin++] = wdw;
+    const int32_t edges[] = {63, 64, 65, 96, 97, 127, 128, 129, 160, 161, 192, 193, 255, 256};
+    for (size_t e = 0; e < sizeof edges / sizeof edges[0]; ++e)
+        windows[nwin++] = edges[e];
+    int ok = 0, cases = 0;
+    for (int wi = 0; wi < nwin; ++wi) {
+        int32_t wdw = windows[wi];
+        for (int ti = 0; ti < 2; ++ti) {
+            sw_pixel_type type = ti ? SW_PIX_U16 : SW_PIX_U8;
+            sw_search_algorithm alg = rnd_int(&rs, 4) ? SW_SEARCH_PAPYCS : SW_SEARCH_COM;
+            int32_t minw = 2 + rnd_int(&rs, wdw < 4 ? wdw - 1 : 3);
+            int32_t g = wdw > 100 ? 2 : 2 + rnd_int(&rs, 3);
+            double pitch = wdw < 6 ? 6.0 : wdw + 0.37;
+            int32_t w = (int32_t)(pitch * g) + rnd_int(&rs, 4), h = (int32_t)(pitch * g) + 1;
+            scase c = make_frame_case(&rs, type, alg, wdw, minw, w, h, g, g, pitch, 0.0, 0.66);
+            ok += check_case(&c, rnd_int(&rs, 4));
+            cases++;
+            free_case(&c);
+        }
+    }
+    assert_true(ok > cases);
+}
+
+/* The same windows with 1 to 2200 spots: the launch takes fewer warps a spot when more spots
+ * must be resident at once (search_cuda.cu, block_config), and every shape must agree. */
+static void test_block_spot_counts(void **state)
+{
+    (void)state;
+    uint64_t rs = 99;
+    const int32_t windows[] = {40, 59};
+    const int32_t grids[][2] = {{1, 1}, {2, 2}, {26, 24}, {36, 36}, {47, 47}};
+    int found = 0, total = 0;
+    for (size_t wi = 0; wi < 2; ++wi) {
+        for (size_t gi = 0; gi < sizeof grids / sizeof grids[0]; ++gi) {
+            int32_t wdw = windows[wi], nx = grids[gi][0], ny = grids[gi][1];
+            if (wdw == 59 && nx > 26)
+                continue; /* keeps the CPU reference quick */
+            double pitch = wdw + 0.61;
+            sw_pixel_type type = (gi + wi) % 2 ? SW_PIX_U16 : SW_PIX_U8;
+            scase c =
+                make_frame_case(&rs, type, SW_SEARCH_PAPYCS, wdw, 3, (int32_t)(pitch * nx) + 3,
+                                (int32_t)(pitch * ny) + 2, nx, ny, pitch, 0.0, 0.5);
+            c.p.discard = 0; /* a 1 x 1 grid's spot would be isolated */
+            found += check_case(&c, rnd_int(&rs, 4));
+            total += nx * ny;
+            free_case(&c);
+        }
+    }
+    assert_true(found * 2 > total); /* most spots are found */
+}
+
+/* Frames smaller than the window (the box and the windows clipped to the frame), starts at the
+ * corners and edges and outside. */
+static void test_block_small_frames(void **state)
+{
+    (void)state;
+    uint64_t rs = 31337;
+    const int32_t sizes[][2] = {{3, 3}, {5, 4}, {9, 31}, {20, 17}, {33, 65}, {70, 9}, {130, 41}};
+    const int32_t windows[] = {3, 8, 16, 33, 64, 100, 129, 256};
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; ++si) {
+        for (size_t wi = 0; wi < sizeof windows / sizeof windows[0]; ++wi) {
+            sw_pixel_type type = rnd_int(&rs, 2) ? SW_PIX_U16 : SW_PIX_U8;
+            sw_search_algorithm alg = rnd_int(&rs, 3) ? SW_SEARCH_PAPYCS : SW_SEARCH_COM;
+            int32_t n = 1 + rnd_int(&rs, 6);
+            scase c = make_frame_case(&rs, type, alg, windows[wi], 2 + rnd_int(&rs, 2),
+                                      sizes[si][0], sizes[si][1], n, 1, 0.0, 0.0, 1.0);
+            for (int32_t k = 0; k < n; ++k) { /* corners */
+                if (rnd_int(&rs, 3) == 0) {
+                    c.sx[k] = rnd_int(&rs, 2) ? -0.5 : sizes[si][0] - 0.5;
+                    c.sy[k] = rnd_int(&rs, 2) ? -0.5 : sizes[si][1] - 0.5;
+                }
+            }
+            check_case(&c, rnd_int(&rs, 4));
+            free_case(&c);
+        }
+    }
+}
+
+/* Gradients and starts far from the spots: the centre moves far from the first window over the
+ * steps, beyond the block's staged box (which it then stages again); flat frames (every window
+ * FLAT) and saturated frames. */
+static void test_block_drift(void **state)
+{
+    (void)state;
+    uint64_t rs = 8086;
+    int found = 0;
+    for (int it = 0; it < 40; ++it) {
+        sw_pixel_type type = it % 2 ? SW_PIX_U16 : SW_PIX_U8;
+        int32_t wdw = 8 + rnd_int(&rs, 120);
+        double ramp = it % 3 == 0 ? 0.0 : 0.2 + rnd_u01(&rs) * 1.5;
+        double off = it % 3 == 0 ? 1.4 : 0.8;
+        int32_t w = wdw * 3 + rnd_int(&rs, 50), h = wdw * 2 + rnd_int(&rs, 50);
+        int32_t n = 3 + rnd_int(&rs, 5);
+        scase c = make_frame_case(&rs, type, SW_SEARCH_PAPYCS, wdw, 2 + rnd_int(&rs, 3), w, h, n, 1,
+                                  0.0, ramp, off);
+        if (it % 10 == 9) { /* flat, then saturated */
+            size_t bytes = c.host.stride * (size_t)h;
+            memset(c.host.data, it % 20 == 9 ? 0x00 : 0xff, bytes);
+        }
+        found += check_case(&c, rnd_int(&rs, 4));
+        free_case(&c);
+    }
+    assert_true(found > 40);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_equivalence),
         cmocka_unit_test(test_paths),
         cmocka_unit_test(test_repeat),
+        cmocka_unit_test(test_block_windows),
+        cmocka_unit_test(test_block_spot_counts),
+        cmocka_unit_test(test_block_small_frames),
+        cmocka_unit_test(test_block_drift),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
