@@ -14,26 +14,38 @@
  *   2. The analysis circle of eye e: centre = its pupil's centre, radius R_px = fit_radius_px
  *      (> 0), or the pupil ellipse's major semi-axis a_px (0, default). The lenslets used are
  *      those of eye e whose reference position lies inside the circle (r <= R_px).
- *   3. Dynamic mesh (seed Sec. 3.2.1, "use of a dynamic search mesh"), when prelim_order > 0:
- *      a. static central mesh: the used lenslets within central_fraction x R_px of the centre,
- *         searched from their reference centroids;
- *      b. preliminary fit: Zernike orders 1 .. prelim_order over the whole analysis circle
- *         (step 5's model and solver) to the central slopes only;
- *      c. extrapolation: every used lenslet's predicted centroid = reference + D_p c_p (the
- *         derivative matrix of the preliminary terms times their coefficients: cuBLAS dgemv on
- *         the GPU, cblas_dgemv on the CPU), and the second search over all used lenslets starts
- *         there (the distorted mesh).
+ *   3. Dynamic mesh (seed Sec. 3.2.1, "use of a dynamic search mesh"), when prelim_order > 0
+ *      (PAPYCS only), in S = mesh_stages stages. Stage k = 0 .. S - 1 has the circle of radius
+ *      f_k R_px, f_k = central_fraction + (1 - central_fraction) k / S (0.5, 0.625, 0.75, 0.875
+ *      by default), and the orders 1 .. o_k, o_k = min(prelim_order + k, order) (3, 4, 5, 6);
+ *      a lenslet belongs to the first stage whose circle holds its reference position (stage
+ *      0: the static central mesh):
+ *      a. search (step 4's algorithm and discarding) of the used lenslets of stages 0 .. k:
+ *         from their reference centroids in stage 0, else from the prediction of stage k - 1;
+ *      b. preliminary fit: Zernike orders 1 .. o_k over the whole analysis circle (step 5's
+ *         model and solver) to the slopes of the spots kept in a;
+ *      c. extrapolation: every used lenslet's predicted centroid = reference + D_k c_k (the
+ *         derivative matrix of the stage's terms times their coefficients: cuBLAS dgemv on the
+ *         GPU, cblas_dgemv on the CPU).
+ *      The final search (4) starts from the last stage's prediction (the distorted mesh). Each
+ *      stage extrapolates over a short ring only, with a fit of more orders over a larger
+ *      circle, so the edge spots are predicted well within half a pitch up to ~6 um RMS, where
+ *      the seed's single stage (mesh_stages 1, prelim_order 2) lets PAPYCS converge onto a
+ *      neighbour's spot. prelim_um reports stage 0's fit.
  *      prelim_order 0: one search of all used lenslets from their reference centroids (the
  *      static mesh).
  *   4. Search (search.h: PAPYCS, CoM or Reichenbach; window_px defaults to the lenslet pitch
  *      rounded down) and, when discard is on, the three discarding criteria on the lenslet grid.
+ *      With the dynamic mesh, the mesh check follows: a kept spot farther than mesh_tolerance x
+ *      pitch_px from its start (its predicted position) converged onto another lenslet's spot
+ *      and is discarded as SW_SPOT_SPACING (counted in discarded[1]).
  *   5. Fit, per eye: slopes s_l = centroid_l - reference_l (pixels) of the spots kept; the model
  *      of zernike_fit.h: s = D c with D the mean gradients of the Zernike terms over each
  *      lenslet's square (side pitch_px, centred on its geometry reference position, in
  *      analysis-circle coordinates; exact Gauss-Legendre means of the polynomials), times
  *      -F / R_um (F = focal_mm 1000 / pixel_um, R_um = R_px pixel_um). c = the least-squares
  *      solution over orders 1 .. order by the normal equations (D^T D) c = D^T s, Cholesky
- *      (cuBLAS dgemm/dgemv and cuSOLVER dpotrf/dpotrs on the GPU, cblas and LAPACKE on the CPU;
+ *      (on the GPU one fused kernel per fit, a block per eye; cblas and LAPACKE on the CPU;
  *      order <= 10, where D^T D is well conditioned). D depends on the pupil's position, so it
  *      is built per frame (on the GPU, one thread per lenslet). Piston is 0.
  *   6. Refraction (zernike_fit.h's sw_zernike_refraction) over the eye's pupil diameter
@@ -69,6 +81,7 @@ extern "C" {
 #define SW_AB_MAX_ORDER   10
 #define SW_AB_MAX_TERMS   66 /* sw_zernike_count(10) */
 #define SW_AB_MAX_STREAMS 8
+#define SW_AB_MAX_STAGES  8 /* preliminary stages of the dynamic mesh (mesh_stages)       */
 
 /* Reference centroids of a reference image: PAPYCS from the geometry's reference positions
  * with windows of floor(pitch_px) (at least 3), no discarding. ref_x, ref_y: nx * ny doubles
@@ -89,10 +102,14 @@ typedef struct sw_aberrometry_params {
     int32_t n_eyes;              /* 1 (default) or 2 (binocular)                              */
     sw_search_algorithm algorithm; /* default PAPYCS                                          */
     int32_t order;                 /* fitted radial orders 1 .. order, 1 .. 10 (default 6)   */
-    int32_t prelim_order;          /* dynamic mesh's preliminary fit, 0 .. order (default 2;
-                                      0: static mesh only)                                    */
+    int32_t prelim_order;          /* dynamic mesh's first preliminary fit (stage 0), 0 ..
+                                      order (default 3; 0: static mesh only)                  */
     double central_fraction;       /* the static central mesh's radius / R_px, (0, 1]
                                       (default 0.5)                                           */
+    int32_t mesh_stages;           /* preliminary stages of the dynamic mesh (step 3), 1 ..
+                                      SW_AB_MAX_STAGES (default 4; 1: the seed's one stage)  */
+    double mesh_tolerance;         /* the mesh check (step 4), pitches, >= 0 (default 0.25;
+                                      0: no check)                                            */
     double fit_radius_px;          /* > 0: fixed analysis radius; 0 (default): the pupil's a */
     double magnification;          /* pupil size on the lenslets / at the eye, > 0 (1)        */
     double vertex_mm;              /* refraction at a spectacle plane this far (0: cornea)    */
@@ -173,8 +190,8 @@ sw_status sw_aberrometry_spots(sw_aberrometry_plan *plan, double *x, double *y, 
                                uint8_t *eye, double *x0, double *y0);
 
 /* Per-stage device times of the last run (CUDA with timing on; -1 otherwise), microseconds:
- * [0] copy in + pupil, [1] first search + preliminary fit, [2] second search + discarding,
- * [3] final fit + copy out. */
+ * [0] copy in + pupil, [1] the stages of the dynamic mesh (searches, preliminary fits,
+ * predictions), [2] final search + discarding, [3] mesh check, final fit + copy out. */
 #define SW_AB_STAGES 4
 void sw_aberrometry_enable_timing(sw_aberrometry_plan *plan, int on);
 void sw_aberrometry_stage_us(const sw_aberrometry_plan *plan, double us[SW_AB_STAGES]);

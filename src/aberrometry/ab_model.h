@@ -2,7 +2,7 @@
  * The model arithmetic of the aberrometry pipeline (aberrometry.h), written once for the CPU
  * (aberrometry.c) and the GPU (aberrometry_cuda.cu): the Zernike terms as polynomials, the exact
  * lenslet means of their gradients (the design matrix D of step 5, seed 001 Sec. 3.3), and the
- * lenslet classification of steps 2 and 3a (seed Sec. 3.2.1, "use of a dynamic search mesh").
+ * lenslet classification of steps 2 and 3 (seed Sec. 3.2.1, "use of a dynamic search mesh").
  * aberrometry_cuda.cu is compiled with -fmad=false and the C files with -ffp-contract=off, so the
  * same expressions round alike on both: the design matrices of the two backends are identical.
  */
@@ -140,7 +140,7 @@ SW_AB_FN void sw_ab_design_rows(int32_t J, const sw_sh_geometry *g, int32_t ix, 
     }
 }
 
-/* ------------------------------------------------------------------ classification (2, 3a) */
+/* ------------------------------------------------------------------ classification (2, 3) */
 
 /* Step 2: the analysis circle of a found pupil: its centre, radius fit_radius_px when > 0,
  * else the ellipse's major semi-axis. */
@@ -159,31 +159,42 @@ SW_AB_FN int sw_ab_in_circle(double x, double y, double cx, double cy, double r)
     return dx * dx + dy * dy <= r * r;
 }
 
-/* What a lenslet is to the pipeline. */
-#define SW_AB_LENSLET_UNUSED  0 /* not used by any eye                                  */
-#define SW_AB_LENSLET_USED    1 /* used (step 2), outside the central mesh              */
-#define SW_AB_LENSLET_CENTRAL 2 /* used and in the static central mesh (step 3a)        */
+/* What a lenslet is to the pipeline: SW_AB_UNUSED, or the index of the first search of the
+ * frame that takes it (aberrometry.h step 3: stage k = 0 .. S - 1 of the dynamic mesh, S the
+ * final search; S = 0 without the dynamic mesh). Stage 0 is the static central mesh. */
+#define SW_AB_UNUSED 255
 
 /*
- * Steps 1-3a for lenslet (ix, iy) of the eye e whose lenslet mask value (pupil.h) is mask = e + 1
- * (the caller passes that eye's circle cx, cy, r; mask 0: unused): used when it has a reference
- * centroid (ref_x, ref_y both finite) and its reference position lies in the circle; central
- * when that position lies within central_fraction x r of the centre as well.
+ * Steps 1-3 for lenslet (ix, iy) of the eye e whose lenslet mask value (pupil.h) is mask = e + 1
+ * (the caller passes that eye's circle cx, cy, r; mask 0: unused): unused when it has no
+ * reference centroid (ref_x or ref_y not finite) or its reference position lies outside the
+ * circle; otherwise the first stage k < S whose circle, radius frac[k] x r (frac increasing),
+ * holds that position, or S when none does.
  */
-SW_AB_FN int sw_ab_lenslet_class(const sw_sh_geometry *g, int32_t ix, int32_t iy, uint8_t mask,
+SW_AB_FN int sw_ab_lenslet_stage(const sw_sh_geometry *g, int32_t ix, int32_t iy, uint8_t mask,
                                  double ref_x, double ref_y, double cx, double cy, double r,
-                                 double central_fraction)
+                                 const double *frac, int S)
 {
     if (mask == 0)
-        return SW_AB_LENSLET_UNUSED;
+        return SW_AB_UNUSED;
     if (!(ref_x - ref_x == 0.0) || !(ref_y - ref_y == 0.0)) /* NaN or Inf: no reference spot */
-        return SW_AB_LENSLET_UNUSED;
+        return SW_AB_UNUSED;
     double xr, yr;
     sw_ab_ref_pos(g, ix, iy, &xr, &yr);
     if (!sw_ab_in_circle(xr, yr, cx, cy, r))
-        return SW_AB_LENSLET_UNUSED;
-    return sw_ab_in_circle(xr, yr, cx, cy, central_fraction * r) ? SW_AB_LENSLET_CENTRAL
-                                                                 : SW_AB_LENSLET_USED;
+        return SW_AB_UNUSED;
+    for (int k = 0; k < S; k++)
+        if (sw_ab_in_circle(xr, yr, cx, cy, frac[k] * r))
+            return k;
+    return S;
+}
+
+/* The mesh check of step 4: 1 when the centroid (x, y) lies farther than tol from its start
+ * (x0, y0), (x - x0)^2 + (y - y0)^2 > tol^2. */
+SW_AB_FN int sw_ab_off_mesh(double x, double y, double x0, double y0, double tol)
+{
+    double dx = x - x0, dy = y - y0;
+    return dx * dx + dy * dy > tol * tol;
 }
 
 #endif /* SW_AB_MODEL_H */

@@ -7,14 +7,16 @@
  *
  * CPU pipeline, per frame (aberrometry.h steps 1-6; seed Sec. 3.1-3.3):
  *   1. sw_pupil_run with the lenslet mask;
- *   2-3a. per eye the analysis circle and the lenslet classes (ab_model.h); the design rows of
+ *   2-3. per eye the analysis circle and each lenslet's stage (ab_model.h); the design rows of
  *      every used lenslet (exact lenslet means, OpenMP over lenslets);
- *   3. dynamic mesh (seed Sec. 3.2.1, "use of a dynamic search mesh"): PAPYCS of the central
- *      lenslets of both eyes from their reference centroids (no discarding), the preliminary fit
- *      of orders 1 .. prelim_order to the central slopes found, and the predicted centroids
- *      reference + D_p c_p (cblas_dgemv) as the second search's start;
- *   4. the second search (the plan's algorithm, discarding as asked) of all used lenslets of the
- *      eyes still valid, both eyes in one run;
+ *   3. dynamic mesh (seed Sec. 3.2.1, "use of a dynamic search mesh"), in mesh_stages stages:
+ *      stage k searches the lenslets of stages 0 .. k of both eyes (from the reference
+ *      centroids in stage 0, else from stage k - 1's prediction; the plan's search with its
+ *      discarding), fits orders 1 .. of stage k to the spots kept, and predicts every used
+ *      lenslet's centroid, reference + D_k c_k (cblas_dgemv);
+ *   4. the final search (the plan's algorithm, discarding as asked) of all used lenslets of the
+ *      eyes still valid, both eyes in one run, from the last prediction; with the dynamic mesh
+ *      the mesh check (spots farther than mesh_tolerance pitches from their start: SPACING);
  *   5. per eye the fit of orders 1 .. order to the kept slopes: normal equations (cblas_dsyrk,
  *      cblas_dgemv) solved by Cholesky (LAPACKE_dpotrf, dpotrs), and the residual;
  *   6. the result (sw_ab_result_fill): pupil diameter, refraction, validity.
@@ -61,8 +63,10 @@ void sw_aberrometry_params_default(sw_aberrometry_params *p, int32_t width, int3
     p->n_eyes = 1;
     p->algorithm = SW_SEARCH_PAPYCS;
     p->order = 6;
-    p->prelim_order = 2;
+    p->prelim_order = 3;
     p->central_fraction = 0.5;
+    p->mesh_stages = 4;
+    p->mesh_tolerance = 0.25;
     p->fit_radius_px = 0.0;
     p->magnification = 1.0;
     p->vertex_mm = 0.0;
@@ -207,6 +211,13 @@ static sw_status check_params(sw_context *ctx, const sw_aberrometry_params *p)
     if (!(p->central_fraction > 0.0 && p->central_fraction <= 1.0))
         return sw_fail(ctx, SW_EINVAL, "aberrometry: central_fraction %g must be in (0, 1]",
                        p->central_fraction);
+    if (p->mesh_stages < 1 || p->mesh_stages > SW_AB_MAX_STAGES)
+        return sw_fail(ctx, SW_EINVAL, "aberrometry: mesh_stages %d must be 1 .. %d",
+                       p->mesh_stages, SW_AB_MAX_STAGES);
+    if (!(isfinite(p->mesh_tolerance) && p->mesh_tolerance >= 0.0))
+        return sw_fail(ctx, SW_EINVAL,
+                       "aberrometry: mesh_tolerance %g must be finite and >= 0 (0: no check)",
+                       p->mesh_tolerance);
     if (!(isfinite(p->fit_radius_px) && p->fit_radius_px >= 0.0))
         return sw_fail(ctx, SW_EINVAL,
                        "aberrometry: fit_radius_px %g must be finite and >= 0 (0: the pupil's "
@@ -268,7 +279,7 @@ static sw_status check_params(sw_context *ctx, const sw_aberrometry_params *p)
 /* The CPU pipeline's work arrays (nl lenslets, m = J - 1 columns). */
 struct sw_ab_cpu {
     uint8_t *mask;    /* nl: the tracker's lenslet mask                                   */
-    uint8_t *cls;     /* nl: SW_AB_LENSLET_*                                              */
+    uint8_t *stage;   /* nl: SW_AB_UNUSED or the first search that takes it (ab_model.h) */
     uint8_t *active;  /* nl: the search's active flags                                    */
     uint8_t *status;  /* nl: the last search's status                                     */
     uint8_t *eye;     /* nl: 0, 1, 2 (used lenslets of an eye)                            */
@@ -290,7 +301,7 @@ static void cpu_free(struct sw_ab_cpu *w)
     if (!w)
         return;
     free(w->mask);
-    free(w->cls);
+    free(w->stage);
     free(w->active);
     free(w->status);
     free(w->eye);
@@ -315,7 +326,7 @@ static struct sw_ab_cpu *cpu_alloc(int32_t nl, int32_t J)
         return NULL;
     size_t n = (size_t)nl, m = (size_t)(J - 1);
     w->mask = calloc(n, 1);
-    w->cls = calloc(n, 1);
+    w->stage = calloc(n, 1);
     w->active = calloc(n, 1);
     w->status = calloc(n, 1);
     w->eye = calloc(n, 1);
@@ -330,7 +341,7 @@ static struct sw_ab_cpu *cpu_alloc(int32_t nl, int32_t J)
     w->s = malloc(2 * n * sizeof(double));
     w->pred = malloc(n * sizeof(double));
     w->sel = malloc(n * sizeof(int32_t));
-    if (!w->mask || !w->cls || !w->active || !w->status || !w->eye || !w->x || !w->y || !w->sx ||
+    if (!w->mask || !w->stage || !w->active || !w->status || !w->eye || !w->x || !w->y || !w->sx ||
         !w->sy || !w->lens || !w->Dx || !w->Dy || !w->A || !w->s || !w->pred || !w->sel) {
         cpu_free(w);
         return NULL;
@@ -348,8 +359,7 @@ void sw_aberrometry_destroy(sw_aberrometry_plan *plan)
         if (sl->gpu)
             sw_ab_gpu_free(plan, s);
 #endif
-        sw_search_destroy(sl->search2);
-        sw_search_destroy(sl->search1);
+        sw_search_destroy(sl->search);
         sw_pupil_destroy(sl->pupil);
         if (sl->own_ctx)
             sw_context_destroy(sl->ctx);
@@ -361,12 +371,14 @@ void sw_aberrometry_destroy(sw_aberrometry_plan *plan)
     free(plan);
 }
 
-/* The search parameters of stage 1 (which = 1: PAPYCS, no discarding) or 2 (the plan's). */
-static void search_params(const sw_aberrometry_plan *plan, int which, sw_search_params *sp)
+/* The search parameters: the plan's algorithm on the lenslet grid, discarding as asked. With the
+ * dynamic mesh (PAPYCS) the same plan runs every stage of step 3 and the final search. */
+static void search_params(const sw_aberrometry_plan *plan, sw_search_params *sp)
 {
     const sw_aberrometry_params *p = &plan->p;
     sw_search_params_default(sp, p->width, p->height, plan->nl);
     sp->type = p->type;
+    sp->algorithm = p->algorithm;
     sp->nx = p->geometry.nx;
     sp->ny = p->geometry.ny;
     sp->pitch_px = p->geometry.pitch_px;
@@ -374,16 +386,10 @@ static void search_params(const sw_aberrometry_plan *plan, int which, sw_search_
     sp->min_window_px = p->min_window_px;
     sp->peak_box = p->peak_box;
     sp->peak_threshold = p->peak_threshold;
+    sp->discard = p->discard ? 1 : 0;
     sp->discard_contrast = p->discard_contrast;
     sp->min_spacing = p->min_spacing;
     sp->max_spacing = p->max_spacing;
-    if (which == 1) {
-        sp->algorithm = SW_SEARCH_PAPYCS;
-        sp->discard = 0;
-    } else {
-        sp->algorithm = p->algorithm;
-        sp->discard = p->discard ? 1 : 0;
-    }
 }
 
 /* A slot: its context (slot 0: the plan's; others: a new one on the same device, own stream),
@@ -410,13 +416,8 @@ static sw_status slot_create(sw_aberrometry_plan *plan, int s)
     if ((st = sw_pupil_create(sl->ctx, &plan->p.pupil, &sl->pupil)) != SW_OK)
         goto fail;
     sw_search_params sp;
-    if (plan->dynamic) {
-        search_params(plan, 1, &sp);
-        if ((st = sw_search_create(sl->ctx, &sp, &sl->search1)) != SW_OK)
-            goto fail;
-    }
-    search_params(plan, 2, &sp);
-    if ((st = sw_search_create(sl->ctx, &sp, &sl->search2)) != SW_OK)
+    search_params(plan, &sp);
+    if ((st = sw_search_create(sl->ctx, &sp, &sl->search)) != SW_OK)
         goto fail;
 #ifdef SW_HAVE_CUDA
     if (plan->cuda && (st = sw_ab_gpu_init(plan, s)) != SW_OK)
@@ -427,6 +428,20 @@ fail:
     if (sl->ctx != plan->ctx)
         sw_fail(plan->ctx, st, "%s", sw_context_error(sl->ctx));
     return st;
+}
+
+/* The dynamic mesh's stages (aberrometry.h step 3): stage k's circle radius frac[k] R_px and
+ * its orders 1 .. min(prelim_order + k, order). */
+static void stage_schedule(sw_aberrometry_plan *plan)
+{
+    const sw_aberrometry_params *p = &plan->p;
+    const int32_t S = plan->n_stages;
+    for (int32_t k = 0; k < S; k++) {
+        plan->frac[k] = p->central_fraction + (1.0 - p->central_fraction) * (double)k / (double)S;
+        int32_t o = p->prelim_order + k;
+        plan->Js[k] = sw_zernike_count(o < p->order ? o : p->order);
+    }
+    plan->mesh_tol_px = plan->dynamic ? p->mesh_tolerance * p->geometry.pitch_px : 0.0;
 }
 
 sw_status sw_aberrometry_create(sw_context *ctx, const sw_aberrometry_params *p,
@@ -457,6 +472,8 @@ sw_status sw_aberrometry_create(sw_context *ctx, const sw_aberrometry_params *p,
      * mesh is PAPYCS's (Sec. 3.2.1). */
     plan->dynamic = p->prelim_order > 0 && p->algorithm == SW_SEARCH_PAPYCS;
     plan->Jp = plan->dynamic ? sw_zernike_count(p->prelim_order) : 0;
+    plan->n_stages = plan->dynamic ? p->mesh_stages : 0;
+    stage_schedule(plan);
     plan->cuda = sw_context_backend(ctx) == SW_BACKEND_CUDA;
     plan->n_slots = plan->cuda ? p->streams : 1;
     plan->last_slot = -1;
@@ -632,30 +649,28 @@ static sw_status cpu_frame(sw_aberrometry_plan *plan, const sw_image *frame, sw_
         else
             sw_ab_circle(&pr->pupil[e], p->fit_radius_px, &r->cx, &r->cy, &r->radius);
     }
-    /* steps 1-3a: the lenslets each eye uses, and the central ones */
+    /* steps 1-3: the lenslets each eye uses, and the stage that first searches each */
     int32_t nu = 0;
     for (int e = 0; e < p->n_eyes; e++) {
         sw_ab_raw_eye *r = &raw->eye[e];
         w->first[e] = nu;
         for (int32_t l = 0; l < nl; l++) {
             if (e == 0) {
-                w->cls[l] = SW_AB_LENSLET_UNUSED;
+                w->stage[l] = SW_AB_UNUSED;
                 w->eye[l] = 0;
             }
             if (r->failure != SW_AB_OK || w->mask[l] != (uint8_t)(e + 1))
                 continue;
-            int c =
-                sw_ab_lenslet_class(g, l % nx, l / nx, w->mask[l], plan->ref_x[l], plan->ref_y[l],
-                                    r->cx, r->cy, r->radius, p->central_fraction);
-            if (c == SW_AB_LENSLET_UNUSED)
+            int k =
+                sw_ab_lenslet_stage(g, l % nx, l / nx, w->mask[l], plan->ref_x[l], plan->ref_y[l],
+                                    r->cx, r->cy, r->radius, plan->frac, plan->n_stages);
+            if (k == SW_AB_UNUSED)
                 continue;
-            if (!plan->dynamic)
-                c = SW_AB_LENSLET_USED; /* no central mesh */
-            w->cls[l] = (uint8_t)c;
+            w->stage[l] = (uint8_t)k;
             w->eye[l] = (uint8_t)(e + 1);
             w->lens[nu++] = l;
             r->lenslets++;
-            if (c == SW_AB_LENSLET_CENTRAL)
+            if (k == 0 && plan->dynamic)
                 r->central++;
         }
     }
@@ -686,51 +701,59 @@ static sw_status cpu_frame(sw_aberrometry_plan *plan, const sw_image *frame, sw_
         w->sx[l] = plan->ref_x[l];
         w->sy[l] = plan->ref_y[l];
     }
-    if (plan->dynamic) {
-        const int32_t Jp = plan->Jp;
-        /* 3a: the static central mesh, both eyes in one run */
-        for (int32_t l = 0; l < nl; l++)
-            w->active[l] = w->cls[l] == SW_AB_LENSLET_CENTRAL;
-        st = sw_search_run(sl->search1, frame, plan->ref_x, plan->ref_y, w->active, SW_MEM_HOST,
-                           w->x, w->y, NULL, w->status);
+    /* stage k = 0 .. S - 1 searches the lenslets of stages 0 .. k (from the reference centroids
+     * when k = 0, else from the prediction of stage k - 1), fits orders 1 .. of stage k to the
+     * spots found, and predicts every used lenslet's centroid from that fit */
+    for (int32_t k = 0; k < plan->n_stages; k++) {
+        const int32_t Jk = plan->Js[k];
+        for (int32_t l = 0; l < nl; l++) {
+            int e = w->eye[l] - 1;
+            w->active[l] = e >= 0 && raw->eye[e].failure == SW_AB_OK && w->stage[l] <= k;
+        }
+        st = sw_search_run(sl->search, frame, k == 0 ? plan->ref_x : w->sx,
+                           k == 0 ? plan->ref_y : w->sy, w->active, SW_MEM_HOST, w->x, w->y, NULL,
+                           w->status);
         if (st != SW_OK)
             return st;
         for (int e = 0; e < p->n_eyes; e++) {
             sw_ab_raw_eye *r = &raw->eye[e];
             if (r->failure != SW_AB_OK)
                 continue;
-            /* 3b: the preliminary fit to the central slopes found */
+            /* 3b: the preliminary fit to the slopes found */
             int32_t n = 0;
-            for (int32_t k = w->first[e]; k < w->first[e + 1]; k++) {
-                int32_t l = w->lens[k];
-                if (w->cls[l] == SW_AB_LENSLET_CENTRAL && w->status[l] == SW_SPOT_OK)
-                    w->sel[n++] = k;
+            for (int32_t q = w->first[e]; q < w->first[e + 1]; q++) {
+                int32_t l = w->lens[q];
+                if (w->stage[l] <= k && w->status[l] == SW_SPOT_OK)
+                    w->sel[n++] = q;
             }
-            if (2 * n < Jp - 1) {
+            if (2 * n < Jk - 1) {
                 r->failure = SW_AB_FEW_CENTRAL;
                 continue;
             }
-            double res;
-            if (cpu_fit(plan, w, n, Jp, r->prelim, &res) != 0) {
+            double c[SW_AB_MAX_TERMS], res;
+            if (cpu_fit(plan, w, n, Jk, c, &res) != 0) {
                 r->failure = SW_AB_SINGULAR;
                 continue;
             }
-            r->prelim_ok = 1;
-            /* 3c: extrapolation over the eye's used lenslets: start = reference + D_p c_p */
+            if (k == 0) {
+                memcpy(r->prelim, c, (size_t)Jk * sizeof(double));
+                r->prelim_ok = 1;
+            }
+            /* 3c: extrapolation over the eye's used lenslets: start = reference + D_k c_k */
             int32_t nk = w->first[e + 1] - w->first[e];
             const double *Dxe = w->Dx + (size_t)w->first[e] * ld;
             const double *Dye = w->Dy + (size_t)w->first[e] * ld;
-            cblas_dgemv(CblasRowMajor, CblasNoTrans, nk, Jp - 1, 1.0, Dxe, ld, r->prelim + 1, 1,
-                        0.0, w->pred, 1);
-            for (int32_t k = 0; k < nk; k++) {
-                int32_t l = w->lens[w->first[e] + k];
-                w->sx[l] = plan->ref_x[l] + w->pred[k];
+            cblas_dgemv(CblasRowMajor, CblasNoTrans, nk, Jk - 1, 1.0, Dxe, ld, c + 1, 1, 0.0,
+                        w->pred, 1);
+            for (int32_t q = 0; q < nk; q++) {
+                int32_t l = w->lens[w->first[e] + q];
+                w->sx[l] = plan->ref_x[l] + w->pred[q];
             }
-            cblas_dgemv(CblasRowMajor, CblasNoTrans, nk, Jp - 1, 1.0, Dye, ld, r->prelim + 1, 1,
-                        0.0, w->pred, 1);
-            for (int32_t k = 0; k < nk; k++) {
-                int32_t l = w->lens[w->first[e] + k];
-                w->sy[l] = plan->ref_y[l] + w->pred[k];
+            cblas_dgemv(CblasRowMajor, CblasNoTrans, nk, Jk - 1, 1.0, Dye, ld, c + 1, 1, 0.0,
+                        w->pred, 1);
+            for (int32_t q = 0; q < nk; q++) {
+                int32_t l = w->lens[w->first[e] + q];
+                w->sy[l] = plan->ref_y[l] + w->pred[q];
             }
         }
     }
@@ -742,10 +765,18 @@ static sw_status cpu_frame(sw_aberrometry_plan *plan, const sw_image *frame, sw_
         if (!w->active[l])
             w->sx[l] = w->sy[l] = NAN;
     }
-    st = sw_search_run(sl->search2, frame, w->sx, w->sy, w->active, SW_MEM_HOST, w->x, w->y, NULL,
+    st = sw_search_run(sl->search, frame, w->sx, w->sy, w->active, SW_MEM_HOST, w->x, w->y, NULL,
                        w->status);
     if (st != SW_OK)
         return st;
+    /* the mesh check (step 4): with the dynamic mesh, a spot found farther than mesh_tolerance
+     * pitches from its start converged onto another lenslet's spot */
+    if (plan->dynamic && plan->mesh_tol_px > 0.0) {
+        for (int32_t l = 0; l < nl; l++)
+            if (w->status[l] == SW_SPOT_OK &&
+                sw_ab_off_mesh(w->x[l], w->y[l], w->sx[l], w->sy[l], plan->mesh_tol_px))
+                w->status[l] = SW_SPOT_SPACING;
+    }
 
     /* step 5: the final fit per eye to the kept slopes */
     for (int e = 0; e < p->n_eyes; e++) {

@@ -2,47 +2,52 @@
  * The GPU twin of the aberrometry pipeline (aberrometry.h steps 1-6; seed 001 Sec. 3: pupil
  * tracking, PAPyCS with the dynamic mesh and the discarding stage, the Zernike fit, all on the
  * GPU). aberrometry.c's CPU pipeline (cpu_frame) is the reference; the arithmetic both share is
- * ab_model.h, and this file is compiled with -fmad=false, so the lenslet classes and the design
- * matrix are bit-identical to the CPU's; the solves differ (cuBLAS / cuSOLVER against OpenBLAS /
- * LAPACKE), so the coefficients agree to rounding and so do the second search's start positions.
+ * ab_model.h, and this file is compiled with -fmad=false, so the lenslet stages and the design
+ * matrix are bit-identical to the CPU's; the solves differ (the fused kernel below against
+ * OpenBLAS / LAPACKE), so the coefficients agree to rounding and so do the start positions of
+ * the dynamic mesh.
  *
  * A frame on slot k is queued on the slot's stream with no host synchronisation
  * (sw_ab_gpu_enqueue), in this order:
- *   1. sw_pupil_gpu_enqueue: the frame's one copy in and the pupil tracker's graph (pupil.h),
- *      which leaves the pupils and the lenslet mask in device memory;
- *   2. ab_select_kernel (one thread per lenslet): the eye of each lenslet, its class (used /
- *      central, ab_model.h steps 2 and 3a), the first search's active flags, per-eye counts;
+ *   1. sw_pupil_gpu_enqueue: the frame's copy in and the pupil tracker's graph (pupil.h), which
+ *      leaves the pupils and the lenslet mask in device memory;
+ *   2. ab_select_kernel (one thread per lenslet): the eye of each lenslet, its stage
+ *      (ab_model.h, aberrometry.h steps 2-3), per-eye counts, and the first search's start
+ *      (the reference centroids) and active flags (stage 0; every used lenslet without the
+ *      dynamic mesh);
  *   2'. ab_design_kernel (one warp per lenslet, on the slot's side stream, concurrently with the
  *      first search): the design matrix D of step 5 for every used lenslet, column-major with
  *      2 nl rows (x rows, then y rows), zero rows for the others;
- *   3. sw_search_run(search1): PAPYCS of the central lenslets from the reference centroids (the
- *      static central mesh, seed Sec. 3.2.1);
- *   4. the preliminary fit per eye (step 3b): ab_rows_kernel masks D and the slopes to the central
- *      spots found, then D^T D (cublasDgemm), D^T s (cublasDgemv), Cholesky (cusolverDnDpotrf,
- *      cusolverDnDpotrs);
- *   5. the dynamic mesh (step 3c, seed Sec. 3.2.1 "the multiplication ... using CUBLAS"): D_p c_p
- *      (cublasDgemv over every used lenslet) and ab_start_kernel: start = reference + D_p c_p for
- *      the eyes whose preliminary fit was solved, inactive otherwise;
- *   6. sw_search_run(search2): the plan's algorithm from those starts, with discarding;
- *   7. the final fit per eye (step 5) likewise over orders 1 .. order with the kept spots, the
- *      residual D c (cublasDgemv), and ab_finish_kernel: sw_ab_raw (failures in the order of
- *      aberrometry_internal.h, counts, coefficients, residual RMS) in device memory, then ONE
- *      cudaMemcpyAsync into the slot's pinned sw_ab_raw (the small copy out).
- *   Without the dynamic mesh (prelim_order 0, or CoM / Reichenbach) steps 3-5 are left out and
- *   the select kernel sets the one search's start (the reference centroids) and active flags.
- * Every step runs for every frame whatever the data (the host decides nothing per frame): a
- * frame without a pupil or without spots gives zero rows, zero normal matrices (potrf info > 0),
- * and the finish kernel reports the first failure that applies, decided from the counts and the
- * potrf infos exactly as the CPU decides it.
+ *   3. the dynamic mesh (seed Sec. 3.2.1), stage k = 0 .. S - 1: sw_search_run of the lenslets
+ *      of stages 0 .. k; ab_fit_kernel (one block per eye) fits orders 1 .. of stage k to the
+ *      spots found; D_k c_k (cublasDgemv over every used lenslet: the seed's "multiplication ...
+ *      using CUBLAS"); ab_start_kernel: the next search's start, reference + D_k c_k, and its
+ *      active flags, for the eyes whose fits so far were solved;
+ *   4. sw_search_run: the plan's algorithm from those starts (the reference centroids without
+ *      the dynamic mesh), with discarding;
+ *   5. ab_fit_kernel, final: the mesh check, the fit of orders 1 .. order to the kept spots, the
+ *      residual and sw_ab_raw (failures in the order of aberrometry_internal.h, counts,
+ *      coefficients) in device memory, then ONE cudaMemcpyAsync into the slot's pinned sw_ab_raw.
+ * Every step runs for every frame whatever the data (the host decides nothing per frame): an eye
+ * without a pupil, or whose earlier fit failed, makes its fit blocks return at once and its
+ * lenslets inactive, and the final block reports the first failure, as the CPU decides it.
  *
- * Steps 2-7 are captured into one CUDA graph per slot on the slot's second frame (the first runs
- * with plain launches, which also loads the libraries' kernels) and replayed from then on; cuBLAS
+ * Why one fused kernel per fit: the normal equations of a fit are tiny (27 unknowns for order 6,
+ * at most 65), and the library route (cuBLAS dgemm and dgemv for D^T D and D^T s, cuSOLVER potrf
+ * and potrs, a dgemv for the residual, plus the kernels around them: about ten launches) cost
+ * ~80 us per fit on the H100 (the lead's measurement), nearly all of it launch latency and
+ * library overheads, not arithmetic (a 27 x 27 Cholesky is ~7000 flops). One block per eye does
+ * it all in shared memory: the selection of rows, D^T D and D^T s, the Cholesky factorisation,
+ * the two triangular solves and the residual. The prediction D_k c_k stays with cuBLAS.
+ *
+ * Steps 2-5 are captured into one CUDA graph per slot on the slot's second frame (the first runs
+ * with plain launches, which also loads cuBLAS's kernels) and replayed from then on; cuBLAS
  * works in the capture on a workspace of its own (cublasSetWorkspace). Should the capture fail
  * (a library call that cannot be captured), the slot logs a warning and keeps plain launches,
  * which queue the same work in the same order.
  *
  * Timing (sw_aberrometry_enable_timing): events before the copy in, after the pupil graph, after
- * the preliminary fit, after the second search and after the copy out (external event nodes in
+ * the preliminary stages, after the final search and after the copy out (external event nodes in
  * the graph), read after the collect.
  */
 #include "aberrometry/aberrometry_internal.h"
@@ -50,7 +55,6 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
-#include <cusolverDn.h>
 
 #include <math.h>
 #include <stdint.h>
@@ -73,14 +77,6 @@
                            "aberrometry: cuBLAS call %s failed (%d)", #call, (int)e_);             \
     } while (0)
 
-#define AB_SOLVER(call)                                                                            \
-    do {                                                                                           \
-        cusolverStatus_t e_ = (call);                                                              \
-        if (e_ != CUSOLVER_STATUS_SUCCESS)                                                         \
-            return sw_fail(ctx, e_ == CUSOLVER_STATUS_ALLOC_FAILED ? SW_ENOMEM : SW_ECUDA,         \
-                           "aberrometry: cuSOLVER call %s failed (%d)", #call, (int)e_);           \
-    } while (0)
-
 #define AB_TRY(expr)                                                                               \
     do {                                                                                           \
         sw_status st_ = (expr);                                                                    \
@@ -91,6 +87,8 @@
 #define AB_THREADS      256 /* one-thread-per-lenslet kernels: threads per block            */
 #define AB_DESIGN_WARPS 2   /* design kernel: lenslets (warps) per block                     */
 #define AB_POINTS       24  /* design kernel: 6 Gauss-Legendre nodes x 4 square edges        */
+#define AB_FIT_THREADS  256 /* fit kernel: threads of an eye's block                         */
+#define AB_FIT_SMEM     (40 << 10) /* fit kernel: most dynamic shared memory, bytes          */
 #define AB_BLAS_WS      ((size_t)4 << 20) /* cuBLAS workspace per slot (graph capture)      */
 
 /* The 6-node Gauss-Legendre rule of ab_model.h's sw_ab_mean_grad (the same digits). */
@@ -101,37 +99,33 @@ __device__ const double ab_gl_w[6] = {0.1713244923791703450402961, 0.36076157304
                                       0.4679139345726910473898703, 0.4679139345726910473898703,
                                       0.3607615730481386075698335, 0.1713244923791703450402961};
 
-/* What the kernels count per frame (zeroed by one memset at the start of steps 2-7), and the
- * cuSOLVER infos. */
+/* What the kernels leave per frame (zeroed by one memset at the start of steps 2-5). */
 struct ab_counts {
-    int lenslets[2];      /* used lenslets per eye (step 2)                           */
-    int central[2];       /* of which central (step 3a)                               */
-    int central_found[2]; /* central with the first search's status OK (step 3b rows) */
-    int kept[2];          /* final search: status OK (step 5 rows)                    */
-    int discarded[2][3];  /* final search: SW_SPOT_EMPTY, SPACING, ISOLATED           */
-    int info_p[2];        /* potrf of the preliminary fit                             */
-    int info_f[2];        /* potrf of the final fit                                   */
-    int info_ps[2];       /* potrs of the preliminary fit                             */
-    int info_fs[2];       /* potrs of the final fit                                   */
+    int lenslets[2];  /* used lenslets per eye (step 2)                              */
+    int central[2];   /* of which in stage 0 (step 3a)                               */
+    int fail[2];      /* the first failure of the eye's preliminary fits (0: none)   */
+    int prelim_ok[2]; /* 1 when stage 0's fit was solved (bp valid)                  */
 };
 
 /* Everything the kernels read, by value. */
 struct ab_dev {
     sw_sh_geometry g; /* valid = NULL */
-    int32_t nl, n_eyes, J, Jp, dynamic;
-    double fit_radius, central_fraction;
-    const uint8_t *mask;            /* the tracker's lenslet mask (device)   */
-    const sw_pupil_ellipse *pupils; /* the tracker's pupils (device)         */
-    double *refx, *refy;            /* reference centroids, nl each           */
-    uint8_t *cls, *eye;             /* SW_AB_LENSLET_*, 0 / 1 / 2, nl each    */
-    uint8_t *act1, *act2;           /* the searches' active flags             */
-    uint8_t *st1, *st;              /* the searches' statuses                 */
-    double *x1, *y1, *x, *y;        /* the searches' centroids                */
-    double *sx, *sy;                /* the final search's start               */
-    double *D;                      /* 2 nl x (J - 1), column-major           */
-    double *A[2], *s[2];            /* per eye: a fit's masked rows and slopes */
-    double *r[2], *pred[2];         /* per eye: D c (residual), D_p c_p       */
-    double *bp[2], *bf[2];          /* per eye: preliminary / final solutions */
+    int32_t nl, n_eyes, J, Jp, S;
+    int32_t Js[SW_AB_MAX_STAGES];   /* stage k's terms                          */
+    double frac[SW_AB_MAX_STAGES];  /* stage k's circle / R                     */
+    double fit_radius, mesh_tol;    /* fit_radius_px; the mesh check, pixels    */
+    const uint8_t *mask;            /* the tracker's lenslet mask (device)      */
+    const sw_pupil_ellipse *pupils; /* the tracker's pupils (device)            */
+    double *refx, *refy;            /* reference centroids, nl each              */
+    uint8_t *stage, *eye;           /* SW_AB_UNUSED or the stage; 0 / 1 / 2      */
+    uint8_t *act, *st;              /* the next search's active flags; the last
+                                       search's statuses                        */
+    double *x, *y;                  /* the last search's centroids               */
+    double *sx, *sy;                /* the next (at the end: the final) search's
+                                       start                                    */
+    double *D;                      /* 2 nl x (J - 1), column-major              */
+    double *pred[2];                /* per eye: D_k c_k, 2 nl                    */
+    double *bk[2], *bp[2];          /* per eye: the last stage's solution; stage 0's */
     ab_counts *cnt;
     sw_ab_raw *raw;
 };
@@ -141,17 +135,13 @@ struct ab_gpu {
     cudaStream_t stream, side; /* the slot's stream; the side stream of the design kernel  */
     cudaEvent_t fork, join;    /* side stream: after the select kernel / after the design  */
     cublasHandle_t blas;
-    cusolverDnHandle_t solver;
     void *blas_ws;
-    double *work; /* potrf workspace */
-    int lwork;
-    double *G[2];     /* per eye: the normal matrix (m x m), factorised in place */
     ab_dev d;         /* the device buffers (owned: freed here)                  */
     sw_image frame;   /* the pupil plan's tight device copy of the frame, as an image */
     sw_ab_raw *h_raw; /* pinned: the copy out                                */
     cudaEvent_t ev[SW_AB_STAGES + 1];
     int timed;         /* the last frame recorded ev                          */
-    cudaGraph_t graph; /* steps 2-7 */
+    cudaGraph_t graph; /* steps 2-5 */
     cudaGraphExec_t exec;
     int graph_timing; /* the captured graph records ev[2..4]                 */
     int no_graph;     /* a capture failed: plain launches from then on       */
@@ -168,10 +158,10 @@ __device__ __forceinline__ void ab_flush_counts(const int *part, int *const *dst
         atomicAdd(dst[threadIdx.x], part[threadIdx.x]);
 }
 
-/* Steps 1-3a per lenslet (ab_model.h, as cpu_frame): the eye from the tracker's mask (value
- * e + 1, pupil e found), the class from the eye's analysis circle; central only with the dynamic
- * mesh. The first search's active flags (central); without the dynamic mesh the one search's
- * start (reference centroids of the used lenslets, NaN elsewhere) and active flags. */
+/* Steps 1-3 per lenslet (ab_model.h, as cpu_frame): the eye from the tracker's mask (value
+ * e + 1, pupil e found), the stage from the eye's analysis circle; the first search's start
+ * (reference centroids of the used lenslets, NaN elsewhere) and active flags (stage 0: the
+ * static central mesh; without the dynamic mesh, S = 0, every used lenslet is stage 0). */
 __global__ void __launch_bounds__(AB_THREADS) ab_select_kernel(ab_dev d)
 {
     __shared__ int part[4]; /* lenslets[2], central[2] */
@@ -180,30 +170,25 @@ __global__ void __launch_bounds__(AB_THREADS) ab_select_kernel(ab_dev d)
     __syncthreads();
     const int32_t l = (int32_t)(blockIdx.x * AB_THREADS + threadIdx.x);
     if (l < d.nl) {
-        int cls = SW_AB_LENSLET_UNUSED, eye = 0;
+        int stage = SW_AB_UNUSED, eye = 0;
         const uint8_t m = d.mask[l];
         if (m >= 1 && (int)m <= d.n_eyes && d.pupils[m - 1].valid) {
             double cx, cy, r;
             sw_ab_circle(&d.pupils[m - 1], d.fit_radius, &cx, &cy, &r);
-            cls = sw_ab_lenslet_class(&d.g, l % d.g.nx, l / d.g.nx, m, d.refx[l], d.refy[l], cx, cy,
-                                      r, d.central_fraction);
-            if (cls != SW_AB_LENSLET_UNUSED) {
-                if (!d.dynamic)
-                    cls = SW_AB_LENSLET_USED; /* no central mesh */
+            stage = sw_ab_lenslet_stage(&d.g, l % d.g.nx, l / d.g.nx, m, d.refx[l], d.refy[l], cx,
+                                        cy, r, d.frac, d.S);
+            if (stage != SW_AB_UNUSED) {
                 eye = m;
                 atomicAdd(&part[m - 1], 1);
-                if (cls == SW_AB_LENSLET_CENTRAL)
+                if (d.S > 0 && stage == 0)
                     atomicAdd(&part[2 + m - 1], 1);
             }
         }
-        d.cls[l] = (uint8_t)cls;
+        d.stage[l] = (uint8_t)stage;
         d.eye[l] = (uint8_t)eye;
-        d.act1[l] = cls == SW_AB_LENSLET_CENTRAL;
-        if (!d.dynamic) {
-            d.act2[l] = eye != 0;
-            d.sx[l] = eye ? d.refx[l] : NAN;
-            d.sy[l] = eye ? d.refy[l] : NAN;
-        }
+        d.act[l] = eye != 0 && stage == 0;
+        d.sx[l] = eye ? d.refx[l] : NAN;
+        d.sy[l] = eye ? d.refy[l] : NAN;
     }
     int *dst[4] = {&d.cnt->lenslets[0], &d.cnt->lenslets[1], &d.cnt->central[0],
                    &d.cnt->central[1]};
@@ -274,146 +259,286 @@ __global__ void __launch_bounds__(32 * AB_DESIGN_WARPS) ab_design_kernel(ab_dev 
     }
 }
 
+/* Dynamic shared memory of ab_fit_kernel for m unknowns and chunks of `chunk` lenslets: G
+ * (packed lower triangle), b, a chunk's rows (2 chunk x m, column-major) and slopes. */
+static size_t ab_fit_smem(int32_t m, int32_t chunk)
+{
+    const size_t mm = (size_t)m;
+    return (mm * (mm + 1) / 2 + mm + 2 * (size_t)chunk * (mm + 1)) * sizeof(double);
+}
+
+/* The largest chunk (64, 32, 16 or 8 lenslets) whose shared memory fits AB_FIT_SMEM. */
+static int32_t ab_fit_chunk(int32_t m)
+{
+    int32_t c = 64;
+    while (c > 8 && ab_fit_smem(m, c) > AB_FIT_SMEM)
+        c /= 2;
+    return c;
+}
+
+/* Packed lower-triangle index o = i (i + 1) / 2 + j, j <= i, back to (i, j). */
+__device__ __forceinline__ void ab_tri(int o, int *i, int *j)
+{
+    int r = (int)((sqrtf(8.0f * (float)o + 1.0f) - 1.0f) * 0.5f);
+    while (r * (r + 1) / 2 > o)
+        r--;
+    while ((r + 1) * (r + 2) / 2 <= o)
+        r++;
+    *i = r;
+    *j = o - r * (r + 1) / 2;
+}
+
 /*
- * A fit's rows for eye blockIdx.y (step 3b when FINAL is 0, step 5 when 1): the first m columns
- * of D and the slopes s = centroid - reference (pixels) for the lenslets in the fit (3b: the
- * eye's central lenslets that the first search found; 5: the eye's lenslets that the final
- * search kept), zero rows for the others, so that D^T D and D^T s are the CPU's sums over the
- * selected rows. Counts the rows (and the final search's discarded spots) per eye.
+ * One least-squares fit of step 3b (FINAL 0: stage k, orders 1 .. of Js[k]) or step 5 (FINAL 1:
+ * orders 1 .. order) for eye blockIdx.x, all in one block (see the top for why):
+ *   rows: the eye's lenslets that take part (3b: stages 0 .. k found by the stage's search; 5:
+ *     kept by the final search and, with the dynamic mesh, by the mesh check, whose failures
+ *     become SW_SPOT_SPACING here, as on the CPU), compacted in lenslet order tile by tile (a
+ *     ballot scan) and staged `chunk` lenslets at a time in shared memory (x rows, then y rows:
+ *     neighbouring threads read neighbouring lenslets of a column of D);
+ *   G = D^T D (packed lower triangle) and b = D^T s, s = centroid - reference: each of the
+ *     m (m + 1) / 2 + m sums belongs to one thread, which adds a chunk's rows in a fixed order
+ *     (four partial sums, for the pipelines) and the chunks in lenslet order: the same result
+ *     every run;
+ *   G = L L^T (right-looking Cholesky; a pivot that is not > 0, as LAPACK's dpotrf, is SINGULAR),
+ *     L y = b, L^T c = y;
+ *   3b: c into bk[e] (and bp[e] for stage 0), or the failure (FEW_CENTRAL, SINGULAR) into
+ *     cnt->fail[e]; 5: the residual RMS of D c - s over the rows and the eye's sw_ab_raw.
+ * An eye without a pupil, or whose earlier fit failed, does no fit (and, final, reports it).
  */
 template <int FINAL>
-__global__ void __launch_bounds__(AB_THREADS) ab_rows_kernel(ab_dev d, int32_t m)
+__global__ void __launch_bounds__(AB_FIT_THREADS) ab_fit_kernel(ab_dev d, int32_t k, int32_t chunk)
 {
-    __shared__ int part[4]; /* 3b: central_found; 5: kept, discarded[3] */
-    if (threadIdx.x < 4)
-        part[threadIdx.x] = 0;
+    extern __shared__ double ab_sh[];
+    __shared__ int32_t list[AB_FIT_THREADS];
+    __shared__ int wsum[AB_FIT_THREADS / 32];
+    __shared__ int disc[3]; /* final: SW_SPOT_EMPTY, SPACING, ISOLATED */
+    __shared__ int bad;
+    __shared__ double red[AB_FIT_THREADS];
+    const int e = (int)blockIdx.x, t = (int)threadIdx.x, lane = t & 31, warp = t >> 5;
+    const int32_t nl = d.nl, m = FINAL ? d.J - 1 : d.Js[k] - 1;
+    const size_t ld = 2 * (size_t)nl;
+    const int P = m * (m + 1) / 2;
+    const int RS = 2 * chunk; /* R's column stride */
+    double *G = ab_sh, *b = G + P, *R = b + m, *s = R + (size_t)RS * m;
+
+    int fail = d.pupils[e].valid ? d.cnt->fail[e] : SW_AB_NO_PUPIL; /* the same in the block */
+    if (!FINAL && fail != SW_AB_OK)
+        return;
+    for (int o = t; o < P + m; o += AB_FIT_THREADS)
+        ab_sh[o] = 0.0;
+    if (t < 3)
+        disc[t] = 0;
+    if (t == 0)
+        bad = 0;
     __syncthreads();
-    const int e = (int)blockIdx.y;
-    const int32_t l = (int32_t)(blockIdx.x * AB_THREADS + threadIdx.x), nl = d.nl;
-    if (l < nl) {
-        const size_t ld = 2 * (size_t)nl;
-        double *A = d.A[e], *s = d.s[e];
-        int sel = 0;
-        if (d.eye[l] == e + 1) {
-            if (FINAL) {
-                const uint8_t st = d.st[l];
-                sel = st == SW_SPOT_OK;
-                if (sel)
-                    atomicAdd(&part[0], 1);
-                else if (st == SW_SPOT_EMPTY)
-                    atomicAdd(&part[1], 1);
-                else if (st == SW_SPOT_SPACING)
-                    atomicAdd(&part[2], 1);
-                else if (st == SW_SPOT_ISOLATED)
-                    atomicAdd(&part[3], 1);
-            } else {
-                sel = d.cls[l] == SW_AB_LENSLET_CENTRAL && d.st1[l] == SW_SPOT_OK;
-                if (sel)
-                    atomicAdd(&part[0], 1);
+
+    /* the rows: D^T D and D^T s */
+    int32_t n = 0; /* lenslets in the fit (the same in every thread) */
+    if (fail == SW_AB_OK) {
+        for (int32_t base = 0; base < nl; base += AB_FIT_THREADS) {
+            const int32_t l = base + t;
+            int sel = 0;
+            if (l < nl && d.eye[l] == e + 1) {
+                if (FINAL) {
+                    uint8_t st = d.st[l];
+                    if (st == SW_SPOT_OK && d.mesh_tol > 0.0 &&
+                        sw_ab_off_mesh(d.x[l], d.y[l], d.sx[l], d.sy[l], d.mesh_tol)) {
+                        st = SW_SPOT_SPACING;
+                        d.st[l] = st;
+                    }
+                    sel = st == SW_SPOT_OK;
+                    if (st == SW_SPOT_EMPTY)
+                        atomicAdd(&disc[0], 1);
+                    else if (st == SW_SPOT_SPACING)
+                        atomicAdd(&disc[1], 1);
+                    else if (st == SW_SPOT_ISOLATED)
+                        atomicAdd(&disc[2], 1);
+                } else {
+                    sel = d.stage[l] <= k && d.st[l] == SW_SPOT_OK;
+                }
             }
+            const unsigned ballot = __ballot_sync(0xffffffffu, sel);
+            if (lane == 0)
+                wsum[warp] = __popc(ballot);
+            __syncthreads();
+            int off = 0, tot = 0;
+            for (int q = 0; q < AB_FIT_THREADS / 32; q++) {
+                off += q < warp ? wsum[q] : 0;
+                tot += wsum[q];
+            }
+            if (sel)
+                list[off + __popc(ballot & ((1u << lane) - 1u))] = l;
+            __syncthreads();
+            for (int c0 = 0; c0 < tot; c0 += chunk) {
+                const int nc = min(chunk, tot - c0), rows = 2 * nc;
+                for (int q = t; q < rows * m; q += AB_FIT_THREADS) {
+                    const int j = q / rows, r = q - j * rows;
+                    const int y = r >= nc;
+                    const int32_t ll = list[c0 + r - (y ? nc : 0)];
+                    R[j * RS + r] = d.D[(size_t)j * ld + (y ? (size_t)nl : 0) + (size_t)ll];
+                }
+                for (int r = t; r < rows; r += AB_FIT_THREADS) {
+                    const int y = r >= nc;
+                    const int32_t ll = list[c0 + r - (y ? nc : 0)];
+                    s[r] = y ? d.y[ll] - d.refy[ll] : d.x[ll] - d.refx[ll];
+                }
+                __syncthreads();
+                for (int o = t; o < P + m; o += AB_FIT_THREADS) {
+                    int i, j;
+                    if (o < P)
+                        ab_tri(o, &i, &j);
+                    else
+                        i = o - P;
+                    const double *u = R + (size_t)i * RS, *v = o < P ? R + (size_t)j * RS : s;
+                    double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
+                    int r = 0;
+                    for (; r + 4 <= rows; r += 4) {
+                        a0 += u[r] * v[r];
+                        a1 += u[r + 1] * v[r + 1];
+                        a2 += u[r + 2] * v[r + 2];
+                        a3 += u[r + 3] * v[r + 3];
+                    }
+                    for (; r < rows; r++)
+                        a0 += u[r] * v[r];
+                    ab_sh[o] += (a0 + a1) + (a2 + a3);
+                }
+                __syncthreads();
+            }
+            n += tot;
         }
-        const double *cxs = FINAL ? d.x : d.x1, *cys = FINAL ? d.y : d.y1;
-        s[l] = sel ? cxs[l] - d.refx[l] : 0.0;
-        s[nl + l] = sel ? cys[l] - d.refy[l] : 0.0;
-        for (int32_t j = 0; j < m; j++) {
-            const size_t c = (size_t)j * ld;
-            A[c + l] = sel ? d.D[c + l] : 0.0;
-            A[c + nl + l] = sel ? d.D[c + nl + l] : 0.0;
+        if (2 * n < m)
+            fail = FINAL ? SW_AB_FEW_SPOTS : SW_AB_FEW_CENTRAL;
+    }
+
+    /* G = L L^T in place, then L y = b, L^T c = y (b holds c) */
+    if (fail == SW_AB_OK) {
+        for (int j = 0; j < m; j++) {
+            const int jj = j * (j + 1) / 2 + j;
+            if (t == 0) {
+                const double p = G[jj];
+                if (!(p > 0.0))
+                    bad = 1;
+                else
+                    G[jj] = sqrt(p);
+            }
+            __syncthreads();
+            if (bad)
+                break;
+            const double ljj = G[jj];
+            for (int i = j + 1 + t; i < m; i += AB_FIT_THREADS)
+                G[i * (i + 1) / 2 + j] /= ljj;
+            __syncthreads();
+            const int rest = m - j - 1;
+            for (int o = t; o < rest * (rest + 1) / 2; o += AB_FIT_THREADS) {
+                int a, c;
+                ab_tri(o, &a, &c);
+                const int i = j + 1 + a, q = j + 1 + c;
+                G[i * (i + 1) / 2 + q] -= G[i * (i + 1) / 2 + j] * G[q * (q + 1) / 2 + j];
+            }
+            __syncthreads();
+        }
+        if (bad)
+            fail = SW_AB_SINGULAR;
+    }
+    if (fail == SW_AB_OK) {
+        for (int j = 0; j < m; j++) {
+            if (t == 0)
+                b[j] /= G[j * (j + 1) / 2 + j];
+            __syncthreads();
+            for (int i = j + 1 + t; i < m; i += AB_FIT_THREADS)
+                b[i] -= G[i * (i + 1) / 2 + j] * b[j];
+            __syncthreads();
+        }
+        for (int j = m - 1; j >= 0; j--) {
+            if (t == 0)
+                b[j] /= G[j * (j + 1) / 2 + j];
+            __syncthreads();
+            for (int i = t; i < j; i += AB_FIT_THREADS)
+                b[i] -= G[j * (j + 1) / 2 + i] * b[j];
+            __syncthreads();
         }
     }
-    if (FINAL) {
-        int *dst[4] = {&d.cnt->kept[e], &d.cnt->discarded[e][0], &d.cnt->discarded[e][1],
-                       &d.cnt->discarded[e][2]};
-        ab_flush_counts(part, dst, 4);
-    } else {
-        int *dst[1] = {&d.cnt->central_found[e]};
-        ab_flush_counts(part, dst, 1);
+
+    if (!FINAL) { /* step 3b's solution for the prediction, or the eye's failure */
+        if (fail != SW_AB_OK) {
+            if (t == 0)
+                d.cnt->fail[e] = fail;
+            return;
+        }
+        for (int j = t; j < m; j += AB_FIT_THREADS) {
+            d.bk[e][j] = b[j];
+            if (k == 0)
+                d.bp[e][j] = b[j];
+        }
+        if (t == 0 && k == 0)
+            d.cnt->prelim_ok[e] = 1;
+        return;
+    }
+
+    /* final: the residual RMS of D c - s over the rows (fixed-order block sum) */
+    double ss = 0.0;
+    if (fail == SW_AB_OK) {
+        for (int32_t l = t; l < nl; l += AB_FIT_THREADS) {
+            if (d.eye[l] != e + 1 || d.st[l] != SW_SPOT_OK)
+                continue;
+            double px = 0.0, py = 0.0;
+            for (int j = 0; j < m; j++) {
+                px += d.D[(size_t)j * ld + (size_t)l] * b[j];
+                py += d.D[(size_t)j * ld + (size_t)nl + (size_t)l] * b[j];
+            }
+            const double vx = px - (d.x[l] - d.refx[l]), vy = py - (d.y[l] - d.refy[l]);
+            ss += vx * vx + vy * vy;
+        }
+    }
+    red[t] = ss;
+    __syncthreads();
+    for (int w = AB_FIT_THREADS / 2; w > 0; w >>= 1) {
+        if (t < w)
+            red[t] += red[t + w];
+        __syncthreads();
+    }
+
+    /* the eye's raw result (aberrometry_internal.h) */
+    sw_ab_raw_eye *o = &d.raw->eye[e];
+    const ab_counts *c = d.cnt;
+    const int prelim_ok = d.pupils[e].valid && c->prelim_ok[e];
+    for (int j = t; j < SW_AB_MAX_TERMS; j += AB_FIT_THREADS) {
+        o->coef[j] = fail == SW_AB_OK && j >= 1 && j < d.J ? b[j - 1] : 0.0;
+        o->prelim[j] = prelim_ok && j >= 1 && j < d.Jp ? d.bp[e][j - 1] : 0.0;
+    }
+    if (t == 0) {
+        o->failure = fail;
+        o->lenslets = c->lenslets[e];
+        o->central = c->central[e];
+        o->kept = n;
+        o->found = n + disc[0] + disc[1] + disc[2];
+        for (int q = 0; q < 3; q++)
+            o->discarded[q] = disc[q];
+        o->prelim_ok = prelim_ok;
+        if (d.pupils[e].valid) {
+            sw_ab_circle(&d.pupils[e], d.fit_radius, &o->cx, &o->cy, &o->radius);
+        } else {
+            o->cx = o->cy = o->radius = 0.0;
+        }
+        o->residual = fail == SW_AB_OK ? sqrt(red[0] / (2.0 * (double)n)) : 0.0;
     }
 }
 
-/* 1 when eye e's preliminary fit was solved: enough central slopes and a positive definite
- * normal matrix (the CPU's order of tests). */
-__device__ __forceinline__ int ab_prelim_ok(const ab_dev &d, int e)
-{
-    return 2 * d.cnt->central_found[e] >= d.Jp - 1 && d.cnt->info_p[e] == 0;
-}
-
-/* Step 3c: the dynamic mesh. Lenslets of an eye whose preliminary fit was solved start at
- * reference + D_p c_p (the same expression as the CPU's); the others are not searched again. */
-__global__ void __launch_bounds__(AB_THREADS) ab_start_kernel(ab_dev d)
+/* Step 3c after stage k's fit: the next search's start, reference + D_k c_k (the same
+ * expression as the CPU's), for the lenslets of the eyes whose fits so far were solved, and its
+ * active flags: stages 0 .. k + 1, or every used lenslet when the next search is the final one.
+ * The others are not searched again (NaN start, inactive). */
+__global__ void __launch_bounds__(AB_THREADS) ab_start_kernel(ab_dev d, int32_t k)
 {
     const int32_t l = (int32_t)(blockIdx.x * AB_THREADS + threadIdx.x), nl = d.nl;
     if (l >= nl)
         return;
     const int e = (int)d.eye[l] - 1;
-    const int ok = e >= 0 && ab_prelim_ok(d, e);
-    d.act2[l] = (uint8_t)ok;
+    const int ok = e >= 0 && d.cnt->fail[e] == SW_AB_OK;
+    d.act[l] = (uint8_t)(ok && (k + 1 >= d.S || (int32_t)d.stage[l] <= k + 1));
     d.sx[l] = ok ? d.refx[l] + d.pred[e][l] : NAN;
     d.sy[l] = ok ? d.refy[l] + d.pred[e][nl + l] : NAN;
-}
-
-/*
- * The raw result of eye blockIdx.x (aberrometry_internal.h): the first failure in the order
- * NO_PUPIL, FEW_CENTRAL, SINGULAR (preliminary), FEW_SPOTS, SINGULAR (final), the counts, the
- * circle, the coefficients (piston 0; zeros where a fit was not solved) and the residual RMS of
- * D c - s over the kept slopes (the masked rows add 0 - 0).
- */
-__global__ void __launch_bounds__(AB_THREADS) ab_finish_kernel(ab_dev d)
-{
-    __shared__ double part[AB_THREADS];
-    const int e = (int)blockIdx.x, t = (int)threadIdx.x;
-    const size_t rows = 2 * (size_t)d.nl;
-    const double *r = d.r[e], *s = d.s[e];
-    double ss = 0.0;
-    for (size_t k = (size_t)t; k < rows; k += AB_THREADS) {
-        const double v = r[k] - s[k];
-        ss += v * v;
-    }
-    part[t] = ss;
-    __syncthreads();
-    for (int w = AB_THREADS / 2; w > 0; w >>= 1) {
-        if (t < w)
-            part[t] += part[t + w];
-        __syncthreads();
-    }
-
-    const ab_counts *c = d.cnt;
-    const sw_pupil_ellipse *pe = &d.pupils[e];
-    int failure = SW_AB_OK, prelim_ok = 0;
-    if (!pe->valid) {
-        failure = SW_AB_NO_PUPIL;
-    } else if (d.dynamic && 2 * c->central_found[e] < d.Jp - 1) {
-        failure = SW_AB_FEW_CENTRAL;
-    } else if (d.dynamic && c->info_p[e] != 0) {
-        failure = SW_AB_SINGULAR;
-    } else {
-        prelim_ok = d.dynamic;
-        if (2 * c->kept[e] < d.J - 1)
-            failure = SW_AB_FEW_SPOTS;
-        else if (c->info_f[e] != 0)
-            failure = SW_AB_SINGULAR;
-    }
-    sw_ab_raw_eye *o = &d.raw->eye[e];
-    for (int j = t; j < SW_AB_MAX_TERMS; j += AB_THREADS) {
-        o->coef[j] = failure == SW_AB_OK && j >= 1 && j < d.J ? d.bf[e][j - 1] : 0.0;
-        o->prelim[j] = prelim_ok && j >= 1 && j < d.Jp ? d.bp[e][j - 1] : 0.0;
-    }
-    if (t == 0) {
-        o->failure = failure;
-        o->lenslets = c->lenslets[e];
-        o->central = c->central[e];
-        o->kept = c->kept[e];
-        o->found = c->kept[e] + c->discarded[e][0] + c->discarded[e][1] + c->discarded[e][2];
-        for (int k = 0; k < 3; k++)
-            o->discarded[k] = c->discarded[e][k];
-        o->prelim_ok = prelim_ok;
-        if (pe->valid) {
-            sw_ab_circle(pe, d.fit_radius, &o->cx, &o->cy, &o->radius);
-        } else {
-            o->cx = o->cy = o->radius = 0.0;
-        }
-        o->residual = failure == SW_AB_OK ? sqrt(part[0] / (2.0 * (double)c->kept[e])) : 0.0;
-    }
 }
 
 /* ================================================================== the frame */
@@ -428,24 +553,6 @@ static unsigned ab_blocks(int64_t n, int per)
     return (unsigned)((n + per - 1) / per);
 }
 
-/* One least-squares solve of step 5 for eye e on the rows ab_rows_kernel left in A[e], s[e]
- * (m columns): G = A^T A, b = A^T s, G = L L^T (potrf; *info > 0 when G is not positive
- * definite), b = G^-1 b (potrs). */
-static sw_status ab_solve(sw_context *ctx, ab_gpu *g, int e, int32_t m, double *b, int *info,
-                          int *info_s)
-{
-    const double one = 1.0, zero = 0.0;
-    const int ld = 2 * g->d.nl;
-    AB_BLAS(cublasDgemm(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, m, m, ld, &one, g->d.A[e], ld, g->d.A[e],
-                        ld, &zero, g->G[e], m));
-    AB_BLAS(
-        cublasDgemv(g->blas, CUBLAS_OP_T, ld, m, &one, g->d.A[e], ld, g->d.s[e], 1, &zero, b, 1));
-    AB_SOLVER(cusolverDnDpotrf(g->solver, CUBLAS_FILL_MODE_LOWER, m, g->G[e], m, g->work, g->lwork,
-                               info));
-    AB_SOLVER(cusolverDnDpotrs(g->solver, CUBLAS_FILL_MODE_LOWER, m, 1, g->G[e], m, b, m, info_s));
-    return SW_OK;
-}
-
 /* Records a timing event: an external event node under capture, a plain record otherwise. */
 static cudaError_t ab_mark(cudaEvent_t ev, cudaStream_t s, int capturing)
 {
@@ -453,7 +560,7 @@ static cudaError_t ab_mark(cudaEvent_t ev, cudaStream_t s, int capturing)
                      : cudaEventRecord(ev, s);
 }
 
-/* Steps 2-7 on the slot's stream: plain launches, or (capturing 1) their capture into the slot's
+/* Steps 2-5 on the slot's stream: plain launches, or (capturing 1) their capture into the slot's
  * graph. timing: record ev[2..4]. */
 static sw_status ab_body(sw_aberrometry_plan *plan, int slot, int timing, int capturing)
 {
@@ -466,7 +573,7 @@ static sw_status ab_body(sw_aberrometry_plan *plan, int slot, int timing, int ca
     const double one = 1.0, zero = 0.0;
     const unsigned per_lenslet = ab_blocks(nl, AB_THREADS);
 
-    /* 2: the lenslets' eyes and classes; 2': the design rows, beside the first search */
+    /* 2: the lenslets' eyes and stages; 2': the design rows, beside the first search */
     AB_CU(cudaMemsetAsync(d.cnt, 0, sizeof(ab_counts), s));
     ab_select_kernel<<<per_lenslet, AB_THREADS, 0, s>>>(d);
     AB_CU(cudaGetLastError());
@@ -476,45 +583,35 @@ static sw_status ab_body(sw_aberrometry_plan *plan, int slot, int timing, int ca
     AB_CU(cudaGetLastError());
     AB_CU(cudaEventRecord(g->join, g->side));
 
-    if (plan->dynamic) {
-        /* 3: the static central mesh from the reference centroids */
-        AB_TRY(sw_search_run(sl->search1, &g->frame, d.refx, d.refy, d.act1, SW_MEM_DEVICE, d.x1,
-                             d.y1, NULL, d.st1));
-        AB_CU(cudaStreamWaitEvent(s, g->join, 0));
-        /* 4: the preliminary fit per eye */
-        const int32_t mp = plan->Jp - 1;
-        ab_rows_kernel<0><<<dim3(per_lenslet, (unsigned)n_eyes), AB_THREADS, 0, s>>>(d, mp);
+    /* 3: the stages of the dynamic mesh */
+    for (int32_t k = 0; k < d.S; k++) {
+        AB_TRY(sw_search_run(sl->search, &g->frame, d.sx, d.sy, d.act, SW_MEM_DEVICE, d.x, d.y,
+                             NULL, d.st));
+        if (k == 0)
+            AB_CU(cudaStreamWaitEvent(s, g->join, 0));
+        const int32_t mk = d.Js[k] - 1, ck = ab_fit_chunk(mk);
+        ab_fit_kernel<0><<<(unsigned)n_eyes, AB_FIT_THREADS, ab_fit_smem(mk, ck), s>>>(d, k, ck);
         AB_CU(cudaGetLastError());
         for (int e = 0; e < n_eyes; e++)
-            AB_TRY(ab_solve(ctx, g, e, mp, d.bp[e], &d.cnt->info_p[e], &d.cnt->info_ps[e]));
-        /* 5: the dynamic mesh: D_p c_p over every used lenslet, plus the reference */
-        for (int e = 0; e < n_eyes; e++)
-            AB_BLAS(cublasDgemv(g->blas, CUBLAS_OP_N, ld, mp, &one, d.D, ld, d.bp[e], 1, &zero,
+            AB_BLAS(cublasDgemv(g->blas, CUBLAS_OP_N, ld, mk, &one, d.D, ld, d.bk[e], 1, &zero,
                                 d.pred[e], 1));
-        ab_start_kernel<<<per_lenslet, AB_THREADS, 0, s>>>(d);
+        ab_start_kernel<<<per_lenslet, AB_THREADS, 0, s>>>(d, k);
         AB_CU(cudaGetLastError());
-    } else {
-        AB_CU(cudaStreamWaitEvent(s, g->join, 0));
     }
+    if (d.S == 0)
+        AB_CU(cudaStreamWaitEvent(s, g->join, 0));
     if (timing)
         AB_CU(ab_mark(g->ev[2], s, capturing));
 
-    /* 6: the search of every used lenslet (with discarding as the plan says) */
-    AB_TRY(sw_search_run(sl->search2, &g->frame, d.sx, d.sy, d.act2, SW_MEM_DEVICE, d.x, d.y, NULL,
+    /* 4: the search of every used lenslet (with discarding as the plan says) */
+    AB_TRY(sw_search_run(sl->search, &g->frame, d.sx, d.sy, d.act, SW_MEM_DEVICE, d.x, d.y, NULL,
                          d.st));
     if (timing)
         AB_CU(ab_mark(g->ev[3], s, capturing));
 
-    /* 7: the final fit per eye, its residual, the raw result and its copy out */
-    const int32_t m = plan->J - 1;
-    ab_rows_kernel<1><<<dim3(per_lenslet, (unsigned)n_eyes), AB_THREADS, 0, s>>>(d, m);
-    AB_CU(cudaGetLastError());
-    for (int e = 0; e < n_eyes; e++) {
-        AB_TRY(ab_solve(ctx, g, e, m, d.bf[e], &d.cnt->info_f[e], &d.cnt->info_fs[e]));
-        AB_BLAS(cublasDgemv(g->blas, CUBLAS_OP_N, ld, m, &one, d.A[e], ld, d.bf[e], 1, &zero,
-                            d.r[e], 1));
-    }
-    ab_finish_kernel<<<(unsigned)n_eyes, AB_THREADS, 0, s>>>(d);
+    /* 5: the mesh check and the final fit per eye, the raw result and its copy out */
+    const int32_t m = plan->J - 1, c = ab_fit_chunk(m);
+    ab_fit_kernel<1><<<(unsigned)n_eyes, AB_FIT_THREADS, ab_fit_smem(m, c), s>>>(d, 0, c);
     AB_CU(cudaGetLastError());
     AB_CU(cudaMemcpyAsync(g->h_raw, d.raw, sizeof(sw_ab_raw), cudaMemcpyDeviceToHost, s));
     if (timing)
@@ -580,14 +677,10 @@ extern "C" void sw_ab_gpu_free(sw_aberrometry_plan *plan, int slot)
     ab_drop_graph(g);
     if (g->blas)
         cublasDestroy(g->blas);
-    if (g->solver)
-        cusolverDnDestroy(g->solver);
     ab_dev *d = &g->d;
-    void *dev[] = {d->refx,    d->refy,    d->cls,   d->eye,   d->act1,   d->act2,  d->st1,
-                   d->st,      d->x1,      d->y1,    d->x,     d->y,      d->sx,    d->sy,
-                   d->D,       d->A[0],    d->A[1],  d->s[0],  d->s[1],   d->r[0],  d->r[1],
-                   d->pred[0], d->pred[1], d->bp[0], d->bp[1], d->bf[0],  d->bf[1], d->cnt,
-                   d->raw,     g->G[0],    g->G[1],  g->work,  g->blas_ws};
+    void *dev[] = {d->refx,  d->refy,  d->stage, d->eye, d->act,     d->st,      d->x,
+                   d->y,     d->sx,    d->sy,    d->D,   d->pred[0], d->pred[1], d->bk[0],
+                   d->bk[1], d->bp[0], d->bp[1], d->cnt, d->raw,     g->blas_ws};
     for (size_t k = 0; k < sizeof dev / sizeof dev[0]; k++)
         if (dev[k])
             cudaFree(dev[k]);
@@ -640,9 +733,13 @@ extern "C" sw_status sw_ab_gpu_init(sw_aberrometry_plan *plan, int slot)
     d->n_eyes = p->n_eyes;
     d->J = plan->J;
     d->Jp = plan->Jp;
-    d->dynamic = plan->dynamic;
+    d->S = plan->n_stages;
+    for (int k = 0; k < SW_AB_MAX_STAGES; k++) {
+        d->Js[k] = plan->Js[k];
+        d->frac[k] = plan->frac[k];
+    }
     d->fit_radius = p->fit_radius_px;
-    d->central_fraction = p->central_fraction;
+    d->mesh_tol = plan->mesh_tol_px;
     d->mask = sw_pupil_gpu_lenslet_mask(sl->pupil);
     d->pupils = sw_pupil_gpu_pupils(sl->pupil);
     if (!d->mask || !d->pupils)
@@ -651,27 +748,19 @@ extern "C" sw_status sw_ab_gpu_init(sw_aberrometry_plan *plan, int slot)
     const size_t nl = (size_t)plan->nl, rows = 2 * nl, m = (size_t)(plan->J - 1);
     AB_TRY(ab_alloc(ctx, s, &d->refx, nl));
     AB_TRY(ab_alloc(ctx, s, &d->refy, nl));
-    AB_TRY(ab_alloc(ctx, s, &d->cls, nl));
+    AB_TRY(ab_alloc(ctx, s, &d->stage, nl));
     AB_TRY(ab_alloc(ctx, s, &d->eye, nl));
-    AB_TRY(ab_alloc(ctx, s, &d->act1, nl));
-    AB_TRY(ab_alloc(ctx, s, &d->act2, nl));
-    AB_TRY(ab_alloc(ctx, s, &d->st1, nl));
+    AB_TRY(ab_alloc(ctx, s, &d->act, nl));
     AB_TRY(ab_alloc(ctx, s, &d->st, nl));
-    AB_TRY(ab_alloc(ctx, s, &d->x1, nl));
-    AB_TRY(ab_alloc(ctx, s, &d->y1, nl));
     AB_TRY(ab_alloc(ctx, s, &d->x, nl));
     AB_TRY(ab_alloc(ctx, s, &d->y, nl));
     AB_TRY(ab_alloc(ctx, s, &d->sx, nl));
     AB_TRY(ab_alloc(ctx, s, &d->sy, nl));
     AB_TRY(ab_alloc(ctx, s, &d->D, rows * m));
     for (int e = 0; e < p->n_eyes; e++) {
-        AB_TRY(ab_alloc(ctx, s, &d->A[e], rows * m));
-        AB_TRY(ab_alloc(ctx, s, &d->s[e], rows));
-        AB_TRY(ab_alloc(ctx, s, &d->r[e], rows));
         AB_TRY(ab_alloc(ctx, s, &d->pred[e], rows));
+        AB_TRY(ab_alloc(ctx, s, &d->bk[e], m));
         AB_TRY(ab_alloc(ctx, s, &d->bp[e], m));
-        AB_TRY(ab_alloc(ctx, s, &d->bf[e], m));
-        AB_TRY(ab_alloc(ctx, s, &g->G[e], m * m));
     }
     AB_TRY(ab_alloc(ctx, s, &d->cnt, (size_t)1));
     AB_TRY(ab_alloc(ctx, s, &d->raw, (size_t)1));
@@ -680,19 +769,12 @@ extern "C" sw_status sw_ab_gpu_init(sw_aberrometry_plan *plan, int slot)
     AB_CU(cudaHostAlloc((void **)&g->h_raw, sizeof(sw_ab_raw), cudaHostAllocDefault));
     memset(g->h_raw, 0, sizeof(sw_ab_raw));
 
-    /* The libraries, bound to the slot's stream; cuBLAS with its own workspace (needed to run
-     * inside a graph capture; cublasSetStream resets it, so it comes after). */
+    /* cuBLAS (the predictions D_k c_k), bound to the slot's stream, with its own workspace
+     * (needed to run inside a graph capture; cublasSetStream resets it, so it comes after). */
     AB_BLAS(cublasCreate(&g->blas));
     AB_BLAS(cublasSetStream(g->blas, s));
     AB_CU(cudaMalloc(&g->blas_ws, AB_BLAS_WS));
     AB_BLAS(cublasSetWorkspace(g->blas, g->blas_ws, AB_BLAS_WS));
-    AB_SOLVER(cusolverDnCreate(&g->solver));
-    AB_SOLVER(cusolverDnSetStream(g->solver, s));
-    int lwork = 0;
-    AB_SOLVER(cusolverDnDpotrf_bufferSize(g->solver, CUBLAS_FILL_MODE_LOWER, (int)m, g->G[0],
-                                          (int)m, &lwork));
-    g->lwork = lwork > 0 ? lwork : 1;
-    AB_TRY(ab_alloc(ctx, s, &g->work, (size_t)g->lwork));
 
     /* The searches' frame: the pupil plan's tight device copy (pupil_internal.h). */
     g->frame.width = p->width;
@@ -721,7 +803,7 @@ extern "C" sw_status sw_ab_gpu_enqueue(sw_aberrometry_plan *plan, int slot, cons
     if (timing)
         AB_CU(cudaEventRecord(g->ev[1], g->stream));
 
-    /* 2-7: the slot's graph from its second frame on (captured again when timing was switched) */
+    /* 2-5: the slot's graph from its second frame on (captured again when timing was switched) */
     if (g->exec && g->graph_timing != timing)
         ab_drop_graph(g);
     if (!g->exec && !g->no_graph && g->runs > 0) {
@@ -731,7 +813,7 @@ extern "C" sw_status sw_ab_gpu_enqueue(sw_aberrometry_plan *plan, int slot, cons
                    "aberrometry: stream %d runs without a CUDA graph (plain launches): %s", slot,
                    sw_context_error(ctx));
         } else {
-            sw_log(ctx, SW_LOG_DEBUG, "aberrometry: stream %d: steps 2-7 captured in a graph",
+            sw_log(ctx, SW_LOG_DEBUG, "aberrometry: stream %d: steps 2-5 captured in a graph",
                    slot);
         }
     }

@@ -47,14 +47,13 @@ typedef struct sw_ab_raw {
 
 /* One frame in flight: its own context (stream), pupil tracker and search plans. */
 typedef struct sw_ab_slot {
-    sw_context *ctx;         /* slot 0: the plan's context; slots 1..: created with
-                                sw_context_create for the same CUDA device (own stream)      */
-    int own_ctx;             /* 1 when ctx was created here (destroyed with the plan)          */
-    sw_pupil_plan *pupil;    /* with the geometry: it makes the lenslet mask (step 1)          */
-    sw_search_plan *search1; /* PAPYCS, grid, no discarding: the static central mesh (step 3a);
-                                NULL without the dynamic mesh                                  */
-    sw_search_plan *search2; /* p.algorithm, grid, discarding as the params say (step 4)      */
-    void *gpu;               /* aberrometry_cuda.cu's state of this slot (NULL on the CPU)    */
+    sw_context *ctx;        /* slot 0: the plan's context; slots 1..: created with
+                               sw_context_create for the same CUDA device (own stream)      */
+    int own_ctx;            /* 1 when ctx was created here (destroyed with the plan)          */
+    sw_pupil_plan *pupil;   /* with the geometry: it makes the lenslet mask (step 1)          */
+    sw_search_plan *search; /* p.algorithm on the grid, discarding as the params say: every
+                               stage of the dynamic mesh (step 3) and the final search (4)  */
+    void *gpu;              /* aberrometry_cuda.cu's state of this slot (NULL on the CPU)    */
 } sw_ab_slot;
 
 struct sw_ab_cpu; /* aberrometry.c's work arrays */
@@ -72,8 +71,13 @@ struct sw_aberrometry_plan {
     int32_t Jp;              /* terms of the preliminary fit, sw_zernike_count(prelim_order)
                                 with the dynamic mesh; 0 without it                          */
     int dynamic;             /* 1: the dynamic mesh (prelim_order > 0 and PAPYCS)             */
-    int cuda;                /* the plan's context is CUDA                                     */
-    int32_t n_slots;         /* CUDA: p.streams; CPU: 1                                        */
+    int32_t n_stages;        /* S: p.mesh_stages with the dynamic mesh, 0 without it          */
+    double frac[SW_AB_MAX_STAGES]; /* stage k's circle radius / R_px (aberrometry.h step 3) */
+    int32_t Js[SW_AB_MAX_STAGES];  /* stage k's terms, sw_zernike_count(its order); Js[0] = Jp */
+    double mesh_tol_px;            /* the mesh check's distance, mesh_tolerance x pitch_px with
+                                      the dynamic mesh (0: no check)                           */
+    int cuda;        /* the plan's context is CUDA                                     */
+    int32_t n_slots; /* CUDA: p.streams; CPU: 1                                        */
     sw_ab_slot slot[SW_AB_MAX_STREAMS];
     int32_t last_slot;     /* the slot of the last frame run, -1 before the first           */
     int timing;            /* sw_aberrometry_enable_timing                                   */

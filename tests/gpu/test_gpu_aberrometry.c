@@ -6,11 +6,12 @@
  *     artefacts of living eyes (glow, corneal reflection that saturates, brightness map, tear
  *     film, white noise), and a binocular 1280 x 640 frame whose eyes have different aberrations;
  *   - the options: order 10 with a third-order preliminary fit (66 terms: the largest design),
- *     the static mesh (prelim_order 0, and CoM), no discarding, a fixed analysis radius, u16 and
- *     f32 frames;
- *   - frames whose fits are impossible: a dark frame (NO_PUPIL), pupils without spots and a
- *     central mesh without lenslets (FEW_CENTRAL), every spot discarded (FEW_SPOTS): the same
- *     failure on both, SW_OK;
+ *     the static mesh (prelim_order 0, and CoM), no discarding, a fixed analysis radius, one
+ *     stage of the dynamic mesh without the mesh check, the most stages, u16 and f32 frames;
+ *   - a strong aberration (several um), where the later stages move the mesh far;
+ *   - frames whose fits are impossible: a dark frame (NO_PUPIL), pupils without spots, every
+ *     spot discarded and a central mesh without lenslets (FEW_CENTRAL), every spot discarded
+ *     with the static mesh, every spot off its mesh (FEW_SPOTS): the same failure on both, SW_OK;
  * compared: the pupils (1e-6 px: the trackers' refinements add in another order), the analysis
  * circles, the counts, the failures, the per-lenslet statuses and eyes exactly, the centroids and
  * the final search's start positions within 1e-9 px (the searches are bit-identical; the starts
@@ -399,7 +400,7 @@ static void test_options(void **state)
     scene sc;
     scene_init(&sc, 1);
     const sw_pixel_type types[3] = {SW_PIX_U8, SW_PIX_U16, SW_PIX_F32};
-    for (int k = 0; k < 6; k++) {
+    for (int k = 0; k < 8; k++) {
         const sw_pixel_type t = types[k % 3];
         sw_aberrometry_params p;
         scene_params(&sc, t, &p);
@@ -428,6 +429,16 @@ static void test_options(void **state)
             p.order = 4;
             p.prelim_order = 1;
             name = "fit radius 250, order 4, preliminary 1";
+            break;
+        case 6:
+            p.mesh_stages = 1;
+            p.mesh_tolerance = 0.0;
+            name = "one stage (the seed's dynamic mesh), no mesh check";
+            break;
+        case 7:
+            p.mesh_stages = SW_AB_MAX_STAGES;
+            p.central_fraction = 0.3;
+            name = "most stages, central 0.3";
             break;
         default:
             p.order = 2;
@@ -477,19 +488,41 @@ static void test_failures(void **state)
     }
     sw_image_free(&glow);
 
-    /* every spot of the second search discarded (criterion 1 asks for more contrast than a
-     * u8 frame has): the preliminary fits are solved, the final ones have no rows: FEW_SPOTS */
+    /* every spot discarded (criterion 1 asks for more contrast than a u8 frame has): the first
+     * stage of the dynamic mesh has no rows: FEW_CENTRAL */
     sw_image f0 = render(&sc, SW_PIX_U8, 0, 1, 2);
     p.discard_contrast = 1000.0;
     both("every spot discarded", &p, &f0, sc.nl, &r);
+    for (int e = 0; e < 2; e++) {
+        assert_int_equal(r.eye[e].failure, SW_AB_FEW_CENTRAL);
+        assert_true(r.eye[e].central > 20);
+        assert_int_equal(r.eye[e].kept, 0);
+        assert_true(isnan(r.eye[e].prelim_um[4]));
+    }
+    /* the same with the static mesh: the one search's spots are discarded: FEW_SPOTS */
+    p.prelim_order = 0;
+    both("every spot discarded, static mesh", &p, &f0, sc.nl, &r);
     for (int e = 0; e < 2; e++) {
         assert_int_equal(r.eye[e].failure, SW_AB_FEW_SPOTS);
         assert_int_equal(r.eye[e].kept, 0);
         assert_true(r.eye[e].found > 100);
         assert_int_equal(r.eye[e].discarded[0], r.eye[e].found);
+    }
+    p.prelim_order = 2;
+    p.discard_contrast = 15.0;
+
+    /* the mesh check at a tolerance far below the centroids' noise: the preliminary fits are
+     * solved, every spot of the final search is off its mesh (SW_SPOT_SPACING): FEW_SPOTS */
+    p.mesh_tolerance = 1e-9;
+    both("every spot off its mesh", &p, &f0, sc.nl, &r);
+    for (int e = 0; e < 2; e++) {
+        assert_int_equal(r.eye[e].failure, SW_AB_FEW_SPOTS);
+        assert_int_equal(r.eye[e].kept, 0);
+        assert_true(r.eye[e].found > 100);
+        assert_true(r.eye[e].discarded[1] > 100);
         assert_false(isnan(r.eye[e].prelim_um[4]));
     }
-    p.discard_contrast = 15.0;
+    p.mesh_tolerance = 0.25;
     sw_image_free(&f0);
 
     /* a central mesh too small to hold a lenslet: FEW_CENTRAL */
@@ -502,6 +535,30 @@ static void test_failures(void **state)
         assert_true(r.eye[e].lenslets > 100);
     }
     sw_image_free(&f);
+    scene_free(&sc);
+}
+
+/* A strong aberration (3.5 times the scene's: 4.2 um of defocus and coma), where the later
+ * stages of the dynamic mesh move the starts far from the reference centroids; u8 and f32. */
+static void test_strong(void **state)
+{
+    (void)state;
+    scene sc;
+    scene_init(&sc, 1);
+    for (int j = 0; j < SW_AB_MAX_TERMS; j++)
+        sc.coef[0][j] *= 3.5;
+    const sw_pixel_type types[2] = {SW_PIX_U8, SW_PIX_F32};
+    for (int k = 0; k < 2; k++) {
+        sw_aberrometry_params p;
+        scene_params(&sc, types[k], &p);
+        sw_image f = render(&sc, types[k], 1, 1, 31 + (uint64_t)k);
+        sw_aberrometry_result r;
+        char what[96];
+        snprintf(what, sizeof what, "strong aberration (%s)", sw_pixel_type_string(types[k]));
+        both(what, &p, &f, sc.nl, &r);
+        assert_measured(what, &r.eye[0], sc.coef[0][4]);
+        sw_image_free(&f);
+    }
     scene_free(&sc);
 }
 
@@ -615,9 +672,10 @@ static void test_frame_memory(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_monocular), cmocka_unit_test(test_binocular),
-        cmocka_unit_test(test_options),   cmocka_unit_test(test_failures),
-        cmocka_unit_test(test_batch),     cmocka_unit_test(test_frame_memory),
+        cmocka_unit_test(test_monocular),    cmocka_unit_test(test_binocular),
+        cmocka_unit_test(test_options),      cmocka_unit_test(test_strong),
+        cmocka_unit_test(test_failures),     cmocka_unit_test(test_batch),
+        cmocka_unit_test(test_frame_memory),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -333,11 +333,12 @@ static void test_clean_population_eye(void **state)
                   e->residual_px);
     assert_true(err < 0.05);
     assert_true(e->residual_px < 0.1);
-    /* the preliminary fit: orders 1 .. 2 only */
+    /* the preliminary fit (stage 0): orders 1 .. prelim_order (3) only */
+    assert_int_equal(ap.prelim_order, 3);
     assert_true(e->prelim_um[0] == 0.0);
-    for (int j = 1; j < 6; j++)
+    for (int j = 1; j < 10; j++)
         assert_true(isfinite(e->prelim_um[j]));
-    for (int j = 6; j < SW_AB_MAX_TERMS; j++)
+    for (int j = 10; j < SW_AB_MAX_TERMS; j++)
         assert_true(e->prelim_um[j] == 0.0);
     /* the refraction is that of the coefficients */
     sw_refraction rx;
@@ -494,6 +495,113 @@ static void test_strong_defocus_dynamic_mesh(void **state)
     mono_free(&f);
 }
 
+/* Counts the used lenslets of eye 1 whose kept spot lies more than 1 px from the truth, and the
+ * largest distance of a used lenslet's final start (the mesh) from its true spot. */
+static int wrong_spots(sw_aberrometry_plan *plan, const sw_sh_truth *t, double *worst_start)
+{
+    double x[400], y[400], x0[400], y0[400];
+    uint8_t st[400], eye[400];
+    assert_int_equal(sw_aberrometry_spots(plan, x, y, st, eye, x0, y0), SW_OK);
+    int wrong = 0;
+    *worst_start = 0.0;
+    for (int32_t l = 0; l < 400; l++) {
+        if (eye[l] != 1 || !isfinite(t->x_px[l]))
+            continue;
+        *worst_start = fmax(*worst_start, hypot(x0[l] - t->x_px[l], y0[l] - t->y_px[l]));
+        if (st[l] == SW_SPOT_OK && hypot(x[l] - t->x_px[l], y[l] - t->y_px[l]) > 1.0)
+            wrong++;
+    }
+    return wrong;
+}
+
+/* A population eye of 5 um RMS (orders 2-6; spots up to ~30 px from their reference, a pitch
+ * is 32 px): the seed's one preliminary stage (orders 1-2 on the central half, extrapolated to
+ * the whole pupil) predicts edge spots more than half a pitch off, and PAPYCS takes a
+ * neighbour's spot there; the stages of aberrometry.h step 3 (circles growing to 0.875 R, orders
+ * growing) predict every spot within a few pixels, and every kept spot is the lenslet's own. */
+static void test_mesh_stages(void **state)
+{
+    (void)state;
+    mono_fixture f;
+    mono_setup(&f);
+    double coef[28];
+    population_eye(1, 5.0, coef);
+    f.ep.eyes[0].coef_um = coef;
+    f.ep.eyes[0].count = 28;
+    sw_eyesim_truth truth;
+    sw_image frame = render_eyes(&f.ep, &truth);
+    const sw_sh_truth *t = &truth.eye[0].sh;
+
+    /* the truth: spots far from their reference positions */
+    double far = 0.0;
+    for (int32_t l = 0; l < 400; l++)
+        if (isfinite(t->x_px[l]))
+            far = fmax(far, hypot(t->x_px[l] - f.rx[l], t->y_px[l] - f.ry[l]));
+    assert_true(far > 16.0);
+
+    sw_aberrometry_params ap;
+    ab_params(&ap, &f.ep, SW_PIX_F32, f.rx, f.ry);
+    assert_int_equal(ap.mesh_stages, 4);
+    sw_aberrometry_result res;
+    sw_aberrometry_plan *plan = make_plan(&ap);
+    run(plan, &frame, &res);
+    double worst;
+    const int wrong = wrong_spots(plan, t, &worst);
+    sw_aberrometry_destroy(plan);
+    const sw_aberrometry_eye *e = &res.eye[0];
+    if (!e->valid)
+        fail_msg("stages: eye invalid: %s", sw_ab_failure_string(e->failure));
+    const double err = rmse_2_6(e->coef_um, coef);
+    print_message("5 um eye, %d stages: RMSE %.4f um, %d of %d kept, %d wrong, starts within "
+                  "%.2f px (spots up to %.1f px from their references)\n",
+                  ap.mesh_stages, err, e->kept, e->lenslets, wrong, worst, far);
+    assert_true(err < 0.05);
+    assert_int_equal(wrong, 0);
+    assert_true(worst < 0.25 * 32.0);
+    assert_true(e->kept >= e->lenslets - 3);
+    assert_true(e->central > 30 && e->central < e->lenslets / 2);
+    const int32_t kept = e->kept;
+
+    /* the seed's single stage, without the mesh check: kept spots a lenslet off */
+    sw_aberrometry_params one = ap;
+    one.mesh_stages = 1;
+    one.prelim_order = 2;
+    one.mesh_tolerance = 0.0;
+    plan = make_plan(&one);
+    run(plan, &frame, &res);
+    double worst1;
+    const int wrong1 = wrong_spots(plan, t, &worst1);
+    sw_aberrometry_destroy(plan);
+    const double err1 = e->valid ? rmse_2_6(e->coef_um, coef) : INFINITY;
+    print_message("5 um eye, 1 stage: RMSE %.4f um, %d of %d kept, %d wrong, starts within "
+                  "%.2f px\n",
+                  err1, e->kept, e->lenslets, wrong1, worst1);
+    assert_true(worst1 > 16.0);
+    assert_true(wrong1 > 0);
+    assert_true(err1 > 1.0);
+
+    /* the mesh check: at a tolerance far below the centroids' noise every spot the final search
+     * found is discarded as off its mesh (SW_SPOT_SPACING), and the fit has no rows */
+    sw_aberrometry_params tight = ap;
+    tight.mesh_tolerance = 1e-9;
+    plan = make_plan(&tight);
+    run(plan, &frame, &res);
+    uint8_t st[400], eye[400];
+    assert_int_equal(sw_aberrometry_spots(plan, NULL, NULL, st, eye, NULL, NULL), SW_OK);
+    sw_aberrometry_destroy(plan);
+    assert_int_equal(e->failure, SW_AB_FEW_SPOTS);
+    assert_int_equal(e->kept, 0);
+    assert_true(e->discarded[1] >= kept);
+    assert_false(isnan(e->prelim_um[1]));
+    for (int32_t l = 0; l < 400; l++)
+        if (eye[l] == 1)
+            assert_true(st[l] != SW_SPOT_OK);
+
+    sw_image_free(&frame);
+    sw_eyesim_truth_free(&truth);
+    mono_free(&f);
+}
+
 /* Two eyes of different aberrations on one 1280 x 640 u8 frame (40 x 20 lenslets, 512-pixel
  * pupils at (320, 320) and (960, 320)). */
 static void test_binocular(void **state)
@@ -600,19 +708,33 @@ static void test_no_pupil_and_no_spots(void **state)
     assert_true(isnan(e->coef_um[4]) && isnan(e->rx.M) && isnan(e->pupil_mm));
     assert_int_equal(e->lenslets, 0);
 
+    /* the glow without spots: the dynamic mesh's first stage discards what it finds there
+     * (criterion 1, empty cells), so its preliminary fit has no rows: FEW_CENTRAL */
     sw_eyesim_params ep = f.ep;
     ep.sh.flux_e = 0.0;
     sw_image glow = render_eyes(&ep, NULL);
     run(plan, &glow, &res);
     assert_true(e->pupil.valid);
     assert_false(e->valid);
+    assert_int_equal(e->failure, SW_AB_FEW_CENTRAL);
+    assert_true(e->lenslets > 180);
+    assert_true(e->central > 30);
+    assert_int_equal(e->kept, 0);
+    assert_true(isnan(e->coef_um[4]) && isnan(e->prelim_um[4]));
+    assert_true(isfinite(e->pupil_mm));
+    sw_aberrometry_destroy(plan);
+
+    /* the static mesh: one search, whose spots are all discarded: FEW_SPOTS */
+    ap.prelim_order = 0;
+    plan = make_plan(&ap);
+    run(plan, &glow, &res);
+    assert_true(e->pupil.valid);
     assert_int_equal(e->failure, SW_AB_FEW_SPOTS);
     assert_true(e->lenslets > 180);
+    assert_int_equal(e->central, 0);
     assert_true(e->kept * 2 < e->terms - 1);
     assert_true(e->discarded[0] > 0);
     assert_true(isnan(e->coef_um[4]));
-    assert_true(isfinite(e->pupil_mm));
-
     sw_aberrometry_destroy(plan);
     sw_image_free(&glow);
     sw_image_free(&dark);
@@ -650,6 +772,10 @@ static void test_bad_parameters(void **state)
     BAD("prelim_order", ap.prelim_order = 7);
     BAD("central_fraction", ap.central_fraction = 0.0);
     BAD("central_fraction", ap.central_fraction = 1.5);
+    BAD("mesh_stages", ap.mesh_stages = 0);
+    BAD("mesh_stages", ap.mesh_stages = SW_AB_MAX_STAGES + 1);
+    BAD("mesh_tolerance", ap.mesh_tolerance = -0.1);
+    BAD("mesh_tolerance", ap.mesh_tolerance = NAN);
     BAD("fit_radius_px", ap.fit_radius_px = -1.0);
     BAD("magnification", ap.magnification = 0.0);
     BAD("window_px", ap.window_px = 2);
@@ -710,6 +836,7 @@ int main(void)
         cmocka_unit_test(test_reference_centroids),
         cmocka_unit_test(test_clean_population_eye),
         cmocka_unit_test(test_strong_defocus_dynamic_mesh),
+        cmocka_unit_test(test_mesh_stages),
         cmocka_unit_test(test_binocular),
         cmocka_unit_test(test_no_pupil_and_no_spots),
         cmocka_unit_test(test_bad_parameters),
