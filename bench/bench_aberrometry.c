@@ -14,24 +14,21 @@
  * reflection, 600 e- at its peak, still saturates, as in the seed's images). The program prints
  * how many spot peaks reached 255 after all. The reference: the same SH geometry and detector
  * with a flat wavefront through every lenslet (sh.pupil.a_um = 0) and no eye artefacts.
- * For each algorithm, with the seed's settings: PAPYCS with the dynamic mesh (prelim_order 2)
- * and the discarding stage; the baselines as published, CoM and Reichenbach, with the static
- * mesh and no discarding; fit radius 288 px (the eye's circle), magnification 576 px x 5.5 um /
- * 5.12 mm, orders 1..6. Per algorithm and level:
- *   pct_rmse_lt_1      % of the images whose RMSE of the orders 2..6 coefficients (j = 3..27)
- *                      against the truth is below 1 um (an image without a result counts as
- *                      above); seed Fig. 12's bars
- *   rmse_3_5_um        mean over those images of the RMSE of the orders 3..5 (j = 6..20), Fig.
- *                      12's lines
- *   rmse_2_6_um        the same over the orders 2..6
- *   rms_measured_um    mean measured RMS of orders 2..6 over the images with a result (Fig. 11)
- *   centroids_1px      mean number per image of the eye's spots found within 1 px of the truth
- *                      (the simulator's x_px, y_px per lenslet), Fig. 13's bars
- *   centroid_error_px  their mean error, Fig. 13's lines
- * Stability (seed Fig. 16): one static eye (population draw, 1 um RMS), 100 frames (--quick: 10)
- * that differ only in the detector's noise seed: mean and standard deviation of the defocus
- * coefficient c(2,0) per algorithm (the seed: sd 0.0011 um for PAPYCS, 0.0037 um for
- * Reichenbach, on a real artificial eye).
+ * For each algorithm, with the seed's settings: PAPYCS with the dynamic mesh (aberrometry.h
+ * defaults: 4 stages from preliminary order 3, mesh check 0.25 pitch) and the discarding stage; the
+ * baselines as published, CoM and Reichenbach, with the static mesh and no discarding; fit radius
+ * 288 px (the eye's circle), magnification 576 px x 5.5 um / 5.12 mm, orders 1..6. Per algorithm
+ * and level: pct_rmse_lt_1      % of the images whose RMSE of the orders 2..6 coefficients (j
+ * = 3..27) against the truth is below 1 um (an image without a result counts as above); seed Fig.
+ * 12's bars rmse_3_5_um        mean over those images of the RMSE of the orders 3..5 (j = 6..20),
+ * Fig. 12's lines rmse_2_6_um        the same over the orders 2..6 rms_measured_um    mean measured
+ * RMS of orders 2..6 over the images with a result (Fig. 11) centroids_1px      mean number per
+ * image of the eye's spots found within 1 px of the truth (the simulator's x_px, y_px per lenslet),
+ * Fig. 13's bars centroid_error_px  their mean error, Fig. 13's lines Stability (seed Fig. 16): one
+ * static eye (population draw, 1 um RMS), 100 frames (--quick: 10) that differ only in the
+ * detector's noise seed: mean and standard deviation of the defocus coefficient c(2,0) per
+ * algorithm (the seed: sd 0.0011 um for PAPYCS, 0.0037 um for Reichenbach, on a real artificial
+ * eye).
  *
  * --speed (seed 001 Sec. 4.2). Frames of 2560 x 2560 with 250, 500, 1100 and 2000 spots, and of
  * 640, 1280 and 2560 with 250 spots. Each frame: one eye whose pupil is 0.9 of the frame, the
@@ -45,10 +42,11 @@
  *   aberrometry_gpu_run    sw_aberrometry_run of one frame (latency: median, p99)
  *   aberrometry_cpu_run    sw_aberrometry_run on a CPU context (OpenMP; at most 10 reps)
  * then one JSON line per configuration and algorithm with the per-stage device times
- * (sw_aberrometry_stage_us, the median of 20 timed runs: copy in + pupil, first search +
- * preliminary fit, second search + discarding, final fit + copy out) and the GPU-over-CPU
- * speed-up of run. The seed's numbers (GTX 980, 2018): > 100 frames/s at 2560 x 2560 with up to
- * 2000 spots; overall speed-up 47x (PAPYCS, 2560 x 2560, 250 spots), 103x (2000 spots).
+ * (sw_aberrometry_stage_us, the median of 20 timed runs: copy in + pupil, the dynamic
+ * mesh's stages (searches + preliminary fits), final search + discarding, final fit + copy out) and
+ * the GPU-over-CPU speed-up of run. The seed's numbers (GTX 980, 2018): > 100 frames/s at 2560 x
+ * 2560 with up to 2000 spots; overall speed-up 47x (PAPYCS, 2560 x 2560, 250 spots), 103x (2000
+ * spots).
  *
  * Options (besides the harness' --backend, --reps, --quick, --json-only, ...): --accuracy,
  * --speed (default: both), --images N, --algorithm papycs|com|reichenbach (default: all three).
@@ -811,7 +809,7 @@ static int speed_case(const prog_opts *o, sw_context *gpu, sw_context *cpu, int3
             printf(",\"backend\":\"cuda\",\"device\":");
             sw_json_write_string(stdout, device);
             printf(",\"spots_inside\":%lld,\"pitch_px\":%.4f,\"stage_us\":[%.3f,%.3f,%.3f,%.3f],"
-                   "\"stages\":[\"copy in + pupil\",\"search 1 + prelim fit\",\"search 2 + "
+                   "\"stages\":[\"copy in + pupil\",\"mesh stages\",\"final search + "
                    "discard\",\"fit + copy out\"],\"run_median_us\":%.3f",
                    (long long)f.inside, f.geom.pitch_px, stages[0], stages[1], stages[2], stages[3],
                    rg.median_us);
@@ -823,7 +821,7 @@ static int speed_case(const prog_opts *o, sw_context *gpu, sw_context *cpu, int3
             if (!o->b.json_only)
                 fprintf(stderr,
                         "%s: %s: stages %.1f / %.1f / %.1f / %.1f us (copy+pupil / search 1 + "
-                        "prelim / search 2 + discard / fit + copy out)%s",
+                        "mesh stages / final search + discard / fit + copy out)%s",
                         PROG, config, stages[0], stages[1], stages[2], stages[3],
                         cpu && rcpu.median_us > 0 ? "" : "\n");
             if (!o->b.json_only && cpu && rcpu.median_us > 0)

@@ -94,6 +94,10 @@ void sw_cmd_aberrometry_help(FILE *out)
         "                         static mesh only)\n"
         "  --central-fraction F   the preliminary fit's central area, x the analysis radius,\n"
         "                         (0, 1] (default %g)\n"
+        "  --mesh-stages N        stages of the dynamic mesh, 1..%d (default %d; 1: the seed's\n"
+        "                         single preliminary fit)\n"
+        "  --mesh-tolerance F     discard kept spots farther than F pitches from their start\n"
+        "                         (default %g; 0: no mesh check)\n"
         "  --fit-radius-px R      analysis circle radius, pixels (default: the pupil ellipse's\n"
         "                         major semi-axis)\n"
         "  --window W             first search window side, pixels, 3..%d (default: the pitch\n"
@@ -143,8 +147,8 @@ void sw_cmd_aberrometry_help(FILE *out)
         "  spotwave aberrometry eye.pgm --reference ref.pgm --magnification 0.61875 \\\n"
         "      --out z.csv --json --map w.png\n",
         DEF_PIXEL_UM, DEF_FOCAL_MM, d.magnification, SW_AB_MAX_ORDER, d.order, d.prelim_order,
-        d.central_fraction, SW_SEARCH_MAX_WINDOW, d.discard_contrast, SW_AB_MAX_STREAMS, d.streams,
-        DEF_MAP_SIZE);
+        d.central_fraction, SW_AB_MAX_STAGES, d.mesh_stages, d.mesh_tolerance, SW_SEARCH_MAX_WINDOW,
+        d.discard_contrast, SW_AB_MAX_STREAMS, d.streams, DEF_MAP_SIZE);
 }
 
 enum {
@@ -162,6 +166,8 @@ enum {
     OPT_ALGORITHM,
     OPT_ORDER,
     OPT_PRELIM,
+    OPT_STAGES,
+    OPT_TOLERANCE,
     OPT_CENTRAL,
     OPT_FIT_RADIUS,
     OPT_WINDOW,
@@ -187,7 +193,9 @@ typedef struct ab_opts {
     int have_pitch, have_grid, have_origin;
     sw_sh_geometry geom; /* pitch, grid and origin from the options; pixel_um, focal_mm */
     double magnification, central_fraction, fit_radius_px, contrast, vertex_mm, pupil_mm;
-    int have_central, have_contrast, have_prelim, have_window;
+    int have_central, have_contrast, have_prelim, have_window, have_stages, have_tolerance;
+    int32_t mesh_stages;
+    double mesh_tolerance;
     int32_t n_eyes, order, prelim_order, window, streams, map_size;
     sw_search_algorithm algorithm;
     int no_discard, noll, json, progress, map_fits;
@@ -247,6 +255,8 @@ static int parse_opts(ab_opts *o, int argc, char **argv)
         {"algorithm", required_argument, NULL, OPT_ALGORITHM},
         {"order", required_argument, NULL, OPT_ORDER},
         {"prelim-order", required_argument, NULL, OPT_PRELIM},
+        {"mesh-stages", required_argument, NULL, OPT_STAGES},
+        {"mesh-tolerance", required_argument, NULL, OPT_TOLERANCE},
         {"central-fraction", required_argument, NULL, OPT_CENTRAL},
         {"fit-radius-px", required_argument, NULL, OPT_FIT_RADIUS},
         {"window", required_argument, NULL, OPT_WINDOW},
@@ -322,6 +332,14 @@ static int parse_opts(ab_opts *o, int argc, char **argv)
         case OPT_PRELIM:
             rc = opt_int(name, 0, SW_AB_MAX_ORDER, &o->prelim_order);
             o->have_prelim = 1;
+            break;
+        case OPT_STAGES:
+            rc = opt_int(name, 1, SW_AB_MAX_STAGES, &o->mesh_stages);
+            o->have_stages = 1;
+            break;
+        case OPT_TOLERANCE:
+            rc = opt_num(name, 0, &o->mesh_tolerance);
+            o->have_tolerance = 1;
             break;
         case OPT_CENTRAL:
             rc = opt_num(name, 1, &o->central_fraction);
@@ -504,6 +522,10 @@ static int make_plan(ab_job *j)
         p->prelim_order = o->order;
     if (o->have_central)
         p->central_fraction = o->central_fraction;
+    if (o->have_stages)
+        p->mesh_stages = o->mesh_stages;
+    if (o->have_tolerance)
+        p->mesh_tolerance = o->mesh_tolerance;
     p->fit_radius_px = o->fit_radius_px;
     p->magnification = o->magnification;
     p->vertex_mm = o->vertex_mm;
@@ -880,7 +902,10 @@ static void json_report(const ab_job *j, double seconds)
     fprintf(f, "  \"reference_spots\": %d,\n", j->ref_found);
     fprintf(f, "  \"eyes\": %d,\n  \"algorithm\": \"%s\",\n  \"order\": %d,\n", p->n_eyes,
             sw_search_algorithm_string(p->algorithm), p->order);
-    fprintf(f, "  \"prelim_order\": %d,\n  \"central_fraction\": ", p->prelim_order);
+    fprintf(f, "  \"prelim_order\": %d,\n  \"mesh_stages\": %d,\n  \"mesh_tolerance\": ",
+            p->prelim_order, p->mesh_stages);
+    json_num(f, p->mesh_tolerance);
+    fputs(",\n  \"central_fraction\": ", f);
     json_num(f, p->central_fraction);
     fputs(",\n  \"fit_radius_px\": ", f);
     if (p->fit_radius_px > 0)
