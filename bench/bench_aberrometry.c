@@ -820,8 +820,8 @@ static int speed_case(const prog_opts *o, sw_context *gpu, sw_context *cpu, int3
             fflush(stdout);
             if (!o->b.json_only)
                 fprintf(stderr,
-                        "%s: %s: stages %.1f / %.1f / %.1f / %.1f us (copy+pupil / search 1 + "
-                        "mesh stages / final search + discard / fit + copy out)%s",
+                        "%s: %s: stages %.1f / %.1f / %.1f / %.1f us (copy+pupil / mesh stages / "
+                        "final search + discard / fit + copy out)%s",
                         PROG, config, stages[0], stages[1], stages[2], stages[3],
                         cpu && rcpu.median_us > 0 ? "" : "\n");
             if (!o->b.json_only && cpu && rcpu.median_us > 0)
