@@ -93,30 +93,30 @@ sw_status sw_aberrometry_reference(sw_context *ctx, const sw_sh_geometry *g,
                                    int32_t *found);
 
 typedef struct sw_aberrometry_params {
-    int32_t width, height;   /* frame size                                                   */
-    sw_pixel_type type;      /* u8, u16 or f32                                               */
-    sw_sh_geometry geometry; /* the lenslet grid (pitch, pixel_um, focal_mm); its valid mask
-                                is ignored (the pupils choose the lenslets)                  */
+    int32_t width, height;       /* frame size                                                   */
+    sw_pixel_type type;          /* u8, u16 or f32                                               */
+    sw_sh_geometry geometry;     /* the lenslet grid (pitch, pixel_um, focal_mm); its valid mask
+                                    is ignored (the pupils choose the lenslets)                  */
     const double *ref_x, *ref_y; /* reference centroids, nx * ny each (NaN: no spot); NULL:
                                     the geometry's reference positions. Copied.              */
     int32_t n_eyes;              /* 1 (default) or 2 (binocular)                              */
-    sw_search_algorithm algorithm; /* default PAPYCS                                          */
-    int32_t order;                 /* fitted radial orders 1 .. order, 1 .. 10 (default 6)   */
-    int32_t prelim_order;          /* dynamic mesh's first preliminary fit (stage 0), 0 ..
-                                      order (default 3; 0: static mesh only)                  */
-    double central_fraction;       /* the static central mesh's radius / R_px, (0, 1]
-                                      (default 0.5)                                           */
-    int32_t mesh_stages;           /* preliminary stages of the dynamic mesh (step 3), 1 ..
-                                      SW_AB_MAX_STAGES (default 4; 1: the seed's one stage)  */
-    double mesh_tolerance;         /* the mesh check (step 4), pitches, >= 0 (default 0.25;
-                                      0: no check)                                            */
-    double fit_radius_px;          /* > 0: fixed analysis radius; 0 (default): the pupil's a */
-    double magnification;          /* pupil size on the lenslets / at the eye, > 0 (1)        */
-    double vertex_mm;              /* refraction at a spectacle plane this far (0: cornea)    */
-    int32_t window_px;             /* search window (search.h); 0 (default): floor(pitch_px) */
-    int32_t min_window_px;         /* 3                                                       */
-    int discard;                   /* discarding stage, default 1                             */
-    double discard_contrast;       /* 15                                                      */
+    sw_search_algorithm algorithm;   /* default PAPYCS                                          */
+    int32_t order;                   /* fitted radial orders 1 .. order, 1 .. 10 (default 6)   */
+    int32_t prelim_order;            /* dynamic mesh's first preliminary fit (stage 0), 0 ..
+                                        order (default 3; 0: static mesh only)                  */
+    double central_fraction;         /* the static central mesh's radius / R_px, (0, 1]
+                                        (default 0.5)                                           */
+    int32_t mesh_stages;             /* preliminary stages of the dynamic mesh (step 3), 1 ..
+                                        SW_AB_MAX_STAGES (default 4; 1: the seed's one stage)  */
+    double mesh_tolerance;           /* the mesh check (step 4), pitches, >= 0 (default 0.25;
+                                        0: no check)                                            */
+    double fit_radius_px;            /* > 0: fixed analysis radius; 0 (default): the pupil's a */
+    double magnification;            /* pupil size on the lenslets / at the eye, > 0 (1)        */
+    double vertex_mm;                /* refraction at a spectacle plane this far (0: cornea)    */
+    int32_t window_px;               /* search window (search.h); 0 (default): floor(pitch_px) */
+    int32_t min_window_px;           /* 3                                                       */
+    int discard;                     /* discarding stage, default 1                             */
+    double discard_contrast;         /* 15                                                      */
     double min_spacing, max_spacing; /* 0.5, 1.5                                              */
     int32_t peak_box;                /* Reichenbach (search.h), default 13                   */
     double peak_threshold;           /* 0: automatic                                          */
@@ -133,10 +133,10 @@ void sw_aberrometry_params_default(sw_aberrometry_params *p, int32_t width, int3
 /* Why an eye has no result. */
 typedef enum sw_ab_failure {
     SW_AB_OK = 0,
-    SW_AB_NO_PUPIL = 1,      /* the tracker did not find it (pupil.failure says why)   */
-    SW_AB_FEW_SPOTS = 2,     /* fewer kept slopes than unknowns (final fit)            */
-    SW_AB_FEW_CENTRAL = 3,   /* the same in the preliminary fit                         */
-    SW_AB_SINGULAR = 4       /* the normal matrix was not positive definite             */
+    SW_AB_NO_PUPIL = 1,    /* the tracker did not find it (pupil.failure says why)   */
+    SW_AB_FEW_SPOTS = 2,   /* fewer kept slopes than unknowns (final fit)            */
+    SW_AB_FEW_CENTRAL = 3, /* the same in the preliminary fit                         */
+    SW_AB_SINGULAR = 4     /* the normal matrix was not positive definite             */
 } sw_ab_failure;
 
 const char *sw_ab_failure_string(sw_ab_failure f);
@@ -144,26 +144,26 @@ const char *sw_ab_failure_string(sw_ab_failure f);
 typedef struct sw_aberrometry_eye {
     int valid;
     sw_ab_failure failure;
-    sw_pupil_ellipse pupil;  /* the tracker's ellipse                                    */
-    double cx_px, cy_px;     /* analysis circle: centre and radius, pixels               */
+    sw_pupil_ellipse pupil; /* the tracker's ellipse                                    */
+    double cx_px, cy_px;    /* analysis circle: centre and radius, pixels               */
     double radius_px;
-    double pupil_mm;         /* its diameter at the eye                                  */
-    int32_t lenslets;        /* used lenslets (step 2)                                   */
-    int32_t central;         /* of which searched in the static central mesh (step 3a)    */
-    int32_t found;           /* search status OK                                          */
-    int32_t kept;            /* kept by the discarding stage (= found without it)         */
-    int32_t discarded[3];    /* by criterion 1, 2, 3                                       */
-    int32_t terms;           /* J = sw_zernike_count(order)                                */
-    double coef_um[SW_AB_MAX_TERMS]; /* OSA j = 0 .. J - 1 over pupil_mm; NaN when invalid */
+    double pupil_mm;      /* its diameter at the eye                                  */
+    int32_t lenslets;     /* used lenslets (step 2)                                   */
+    int32_t central;      /* of which searched in the static central mesh (step 3a)    */
+    int32_t found;        /* search status OK                                          */
+    int32_t kept;         /* kept by the discarding stage (= found without it)         */
+    int32_t discarded[3]; /* by criterion 1, 2, 3                                       */
+    int32_t terms;        /* J = sw_zernike_count(order)                                */
+    double coef_um[SW_AB_MAX_TERMS];   /* OSA j = 0 .. J - 1 over pupil_mm; NaN when invalid */
     double prelim_um[SW_AB_MAX_TERMS]; /* the preliminary fit's (orders 1 .. prelim_order) */
-    double residual_px;      /* RMS of D c - s over the kept slopes                      */
-    sw_refraction rx;        /* from the coefficients (higher orders included)           */
+    double residual_px; /* RMS of D c - s over the kept slopes                      */
+    sw_refraction rx;   /* from the coefficients (higher orders included)           */
 } sw_aberrometry_eye;
 
 typedef struct sw_aberrometry_result {
     int32_t n_eyes;
     sw_aberrometry_eye eye[2];
-    double scale, split_x;   /* the tracker's 8-bit scale and split column              */
+    double scale, split_x; /* the tracker's 8-bit scale and split column              */
 } sw_aberrometry_result;
 
 typedef struct sw_aberrometry_plan sw_aberrometry_plan;

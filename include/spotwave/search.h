@@ -68,11 +68,11 @@
  * u8 and u16 frames a block of warps per spot shares the rows of each step (the integer column
  * sums are exact, so splitting them changes nothing) over the spot's neighbourhood staged in
  * shared memory, and its first warp does the double part; f32 frames: one warp per spot, the
- * seed's Algorithm 1; Reichenbach: a tile scan for the peaks, one warp per peak for their centres of
- * mass, then one block of 1024 threads for the seed and all the growth rounds). The
- * sums are formed in the same order on both (the CPU walks the same 32 lanes and the same
- * shuffle tree, integer pixel sums are exact), so CPU and GPU give the same centroids to the
- * last bit for the same start positions.
+ * seed's Algorithm 1; Reichenbach: a tile scan for the peaks, one warp per peak for their centres
+ * of mass, then one block of 1024 threads for the seed and all the growth rounds). The sums are
+ * formed in the same order on both (the CPU walks the same 32 lanes and the same shuffle tree,
+ * integer pixel sums are exact), so CPU and GPU give the same centroids to the last bit for the
+ * same start positions.
  */
 #ifndef SPOTWAVE_SEARCH_H
 #define SPOTWAVE_SEARCH_H
