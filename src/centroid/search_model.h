@@ -402,7 +402,7 @@ SW_SM_FN void sw_sm_lane_f32(const void *frame, size_t stride, const sw_sm_windo
         const char *p = (const char *)frame + (size_t)w->j0 * stride + (size_t)(w->i0 + c0) * 4u;
         float e0[SW_SM_QUADS], e1[SW_SM_QUADS] = {0.0f, 0.0f, 0.0f, 0.0f};
         double A[SW_SM_QUADS] = {0.0, 0.0, 0.0, 0.0}, B[SW_SM_QUADS] = {0.0, 0.0, 0.0, 0.0};
-        sw_sm_load_f32((const float *)p, nq, e0);
+        sw_sm_load_f32((const float *)(const void *)p, nq, e0);
         SW_SM_UNROLL
         for (int q = 0; q < SW_SM_QUADS; ++q)
             if (q < nq && e0[q] < mn)
@@ -410,7 +410,7 @@ SW_SM_FN void sw_sm_lane_f32(const void *frame, size_t stride, const sw_sm_windo
         SW_SM_UNROLL_ROWS
         for (int32_t r = 1; r < nr; ++r) {
             float v[SW_SM_QUADS];
-            sw_sm_load_f32((const float *)(p + (size_t)r * stride), nq, v);
+            sw_sm_load_f32((const float *)(const void *)(p + (size_t)r * stride), nq, v);
             SW_SM_UNROLL
             for (int q = 0; q < SW_SM_QUADS; ++q) {
                 A[q] = A[q] + (double)v[q];
@@ -420,7 +420,7 @@ SW_SM_FN void sw_sm_lane_f32(const void *frame, size_t stride, const sw_sm_windo
             }
         }
         if (nr > 0) {
-            sw_sm_load_f32((const float *)(p + (size_t)nr * stride), nq, e1);
+            sw_sm_load_f32((const float *)(const void *)(p + (size_t)nr * stride), nq, e1);
             SW_SM_UNROLL
             for (int q = 0; q < SW_SM_QUADS; ++q)
                 if (q < nq && e1[q] < mn)
@@ -553,7 +553,7 @@ SW_SM_FN double sw_sm_pixel(const void *frame, size_t stride, sw_pixel_type type
         return (double)((const uint8_t *)row)[i];
     if (type == SW_PIX_U16)
         return (double)((const uint16_t *)row)[i];
-    return (double)((const float *)row)[i];
+    return (double)((const float *)(const void *)row)[i];
 }
 
 /* Criterion 1 for a spot found at (x, y): with (i, j) the pixel holding the centroid, kept (1)
