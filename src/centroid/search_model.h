@@ -18,13 +18,12 @@
  * 2. The lanes (sw_sm_lane_sums). The window's column offsets c = i - i0 are split over 32 lanes:
  *    lane t owns c = 4t + q + 128r (q = 0..3, r = 0, 1, ...), the seed's 4 columns per thread.
  *    For its 4 columns at one r the lane walks all rows j0..j1 and keeps per column the exact
- *    sums over the interior rows j0 < j < j1 of v and of (j - j0) v (u8: 32 bits; u16: 32 and 64
- *    bits; f32: doubles added row by row in increasing j), the two edge-row values and the
- *    minimum of all the lane's pixels. Then per column, in this order (sw_sm_col_finish):
- *        col0 = A + wy0 v(j0) + wy1 v(j1)                  (j0 == j1: A + wy0 v(j0))
- *        coly = B + wy0 v(j0) my0 + wy1 v(j1) my1          (j0 == j1: B + wy0 v(j0) my0)
- *    and the lane adds, over its columns in increasing c (sw_sm_lane_add):
- *        S0 += wx(c) col0,   Sx += wx(c) mx(c) col0,   Sy += wx(c) coly.
+ *    sums over the interior rows j0 < j < j1 of v and of (j - j0) v (u8 and u16: 32 and 64
+ *    bits, sw_sm_lane_int; f32: doubles added row by row in increasing j), the two edge-row values
+ * and the minimum of all the lane's pixels. Then per column, in this order (sw_sm_col_finish): col0
+ * = A + wy0 v(j0) + wy1 v(j1)                  (j0 == j1: A + wy0 v(j0)) coly = B + wy0 v(j0) my0 +
+ * wy1 v(j1) my1          (j0 == j1: B + wy0 v(j0) my0) and the lane adds, over its columns in
+ * increasing c (sw_sm_lane_add): S0 += wx(c) col0,   Sx += wx(c) mx(c) col0,   Sy += wx(c) coly.
  *
  * 3. The reduction: the lanes' (S0, Sx, Sy, m) are combined by the butterfly
  *        for o = 16, 8, 4, 2, 1:  v[t] = v[t] + v[t ^ o]   (m[t] = min(m[t], m[t ^ o]))
@@ -274,57 +273,6 @@ SW_SM_FN void sw_sm_load_u8(const uint8_t *p, int32_t nq, uint32_t v[SW_SM_QUADS
         v[q] = q < nq ? (uint32_t)p[q] : 0u;
 }
 
-SW_SM_FN void sw_sm_lane_u8(const void *frame, size_t stride, const sw_sm_window *w, int lane,
-                            sw_sm_sums *out)
-{
-    int32_t ncols = w->i1 - w->i0 + 1, nr = w->j1 - w->j0;
-    sw_sm_sums s = {0.0, 0.0, 0.0, INFINITY};
-    uint32_t mn = 0xffffffffu;
-    for (int32_t c0 = SW_SM_QUADS * lane; c0 < ncols; c0 += SW_SM_PASS) {
-        int32_t nq = ncols - c0 < SW_SM_QUADS ? ncols - c0 : SW_SM_QUADS;
-        const uint8_t *p = (const uint8_t *)frame + (size_t)w->j0 * stride + (size_t)(w->i0 + c0);
-        uint32_t e0[SW_SM_QUADS], e1[SW_SM_QUADS] = {0u, 0u, 0u, 0u};
-        uint32_t A[SW_SM_QUADS] = {0u, 0u, 0u, 0u}, B[SW_SM_QUADS] = {0u, 0u, 0u, 0u};
-        sw_sm_load_u8(p, nq, e0);
-        SW_SM_UNROLL
-        for (int q = 0; q < SW_SM_QUADS; ++q)
-            if (q < nq && e0[q] < mn)
-                mn = e0[q];
-        SW_SM_UNROLL_ROWS
-        for (int32_t r = 1; r < nr; ++r) {
-            uint32_t v[SW_SM_QUADS];
-            sw_sm_load_u8(p + (size_t)r * stride, nq, v);
-            SW_SM_UNROLL
-            for (int q = 0; q < SW_SM_QUADS; ++q) {
-                A[q] += v[q];
-                B[q] += (uint32_t)r * v[q];
-                if (q < nq && v[q] < mn)
-                    mn = v[q];
-            }
-        }
-        if (nr > 0) {
-            sw_sm_load_u8(p + (size_t)nr * stride, nq, e1);
-            SW_SM_UNROLL
-            for (int q = 0; q < SW_SM_QUADS; ++q)
-                if (q < nq && e1[q] < mn)
-                    mn = e1[q];
-        }
-        SW_SM_UNROLL
-        for (int q = 0; q < SW_SM_QUADS; ++q) {
-            if (q < nq) {
-                double wx, mx, col0, coly;
-                sw_sm_col_weight(w, c0 + q, &wx, &mx);
-                sw_sm_col_finish(w, (double)A[q], (double)B[q], (double)e0[q], (double)e1[q], &col0,
-                                 &coly);
-                sw_sm_lane_add(&s, wx, mx, col0, coly);
-            }
-        }
-    }
-    if (mn != 0xffffffffu)
-        s.m = (double)mn;
-    *out = s;
-}
-
 SW_SM_FN void sw_sm_load_u16(const uint16_t *p, int32_t nq, uint32_t v[SW_SM_QUADS])
 {
     SW_SM_UNROLL
@@ -332,19 +280,32 @@ SW_SM_FN void sw_sm_load_u16(const uint16_t *p, int32_t nq, uint32_t v[SW_SM_QUA
         v[q] = q < nq ? (uint32_t)p[q] : 0u;
 }
 
-SW_SM_FN void sw_sm_lane_u16(const void *frame, size_t stride, const sw_sm_window *w, int lane,
-                             sw_sm_sums *out)
+/* The 4 pixels of a lane's columns in one row of an integer frame of `bytes` (1: u8, 2: u16)
+ * per pixel. */
+SW_SM_FN void sw_sm_load_int(const char *p, int bytes, int32_t nq, uint32_t v[SW_SM_QUADS])
+{
+    if (bytes == 1)
+        sw_sm_load_u8((const uint8_t *)p, nq, v);
+    else
+        sw_sm_load_u16((const uint16_t *)(const void *)p, nq, v);
+}
+
+/* Step 2 for one lane of an integer frame (u8: bytes 1, u16: bytes 2): the column sums are exact
+ * integers (B in 64 bits: (j - j0) v up to 256 x 256 x 65535 for u16), then the double part. */
+SW_SM_FN void sw_sm_lane_int(const void *frame, size_t stride, int bytes, const sw_sm_window *w,
+                             int lane, sw_sm_sums *out)
 {
     int32_t ncols = w->i1 - w->i0 + 1, nr = w->j1 - w->j0;
     sw_sm_sums s = {0.0, 0.0, 0.0, INFINITY};
     uint32_t mn = 0xffffffffu;
     for (int32_t c0 = SW_SM_QUADS * lane; c0 < ncols; c0 += SW_SM_PASS) {
         int32_t nq = ncols - c0 < SW_SM_QUADS ? ncols - c0 : SW_SM_QUADS;
-        const char *p = (const char *)frame + (size_t)w->j0 * stride + (size_t)(w->i0 + c0) * 2u;
+        const char *p =
+            (const char *)frame + (size_t)w->j0 * stride + (size_t)(w->i0 + c0) * (size_t)bytes;
         uint32_t e0[SW_SM_QUADS], e1[SW_SM_QUADS] = {0u, 0u, 0u, 0u};
         uint32_t A[SW_SM_QUADS] = {0u, 0u, 0u, 0u};
         uint64_t B[SW_SM_QUADS] = {0u, 0u, 0u, 0u};
-        sw_sm_load_u16((const uint16_t *)p, nq, e0);
+        sw_sm_load_int(p, bytes, nq, e0);
         SW_SM_UNROLL
         for (int q = 0; q < SW_SM_QUADS; ++q)
             if (q < nq && e0[q] < mn)
@@ -352,7 +313,7 @@ SW_SM_FN void sw_sm_lane_u16(const void *frame, size_t stride, const sw_sm_windo
         SW_SM_UNROLL_ROWS
         for (int32_t r = 1; r < nr; ++r) {
             uint32_t v[SW_SM_QUADS];
-            sw_sm_load_u16((const uint16_t *)(p + (size_t)r * stride), nq, v);
+            sw_sm_load_int(p + (size_t)r * stride, bytes, nq, v);
             SW_SM_UNROLL
             for (int q = 0; q < SW_SM_QUADS; ++q) {
                 A[q] += v[q];
@@ -362,7 +323,7 @@ SW_SM_FN void sw_sm_lane_u16(const void *frame, size_t stride, const sw_sm_windo
             }
         }
         if (nr > 0) {
-            sw_sm_load_u16((const uint16_t *)(p + (size_t)nr * stride), nq, e1);
+            sw_sm_load_int(p + (size_t)nr * stride, bytes, nq, e1);
             SW_SM_UNROLL
             for (int q = 0; q < SW_SM_QUADS; ++q)
                 if (q < nq && e1[q] < mn)
@@ -382,6 +343,18 @@ SW_SM_FN void sw_sm_lane_u16(const void *frame, size_t stride, const sw_sm_windo
     if (mn != 0xffffffffu)
         s.m = (double)mn;
     *out = s;
+}
+
+SW_SM_FN void sw_sm_lane_u8(const void *frame, size_t stride, const sw_sm_window *w, int lane,
+                            sw_sm_sums *out)
+{
+    sw_sm_lane_int(frame, stride, 1, w, lane, out);
+}
+
+SW_SM_FN void sw_sm_lane_u16(const void *frame, size_t stride, const sw_sm_window *w, int lane,
+                             sw_sm_sums *out)
+{
+    sw_sm_lane_int(frame, stride, 2, w, lane, out);
 }
 
 SW_SM_FN void sw_sm_load_f32(const float *p, int32_t nq, float v[SW_SM_QUADS])
