@@ -19,5 +19,6 @@
 #include "spotwave/pupil.h"
 #include "spotwave/search.h"
 #include "spotwave/aberrometry.h"
+#include "spotwave/sabre.h"
 
 #endif /* SPOTWAVE_H */

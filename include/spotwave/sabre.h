@@ -1,0 +1,245 @@
+/*
+ * spotwave sabre: wavefront reconstruction from Shack-Hartmann slopes with linear simplex
+ * B-splines (SABRE), distributed over partitions (D-SABRE) with hierarchical or distributed piston
+ * mode equalisation (H-PME / D-PME), after seed 002 (Brunner, de Visser, Vuik & Verhaegen 2018).
+ * Baselines: global SABRE (one least-squares problem on the whole triangulation) and the classic
+ * Fried-geometry zonal least-squares reconstructor.
+ *
+ * Units. Slopes are mean wavefront gradients dW/du, dW/dv (for an OPD in micrometres over a pupil
+ * in micrometres: radians; sw_sh_truth.slope_x is one). `pitch` is the lenslet pitch in the pupil
+ * in any length unit; the wavefront comes out in slope x pitch units (radians x um = um of OPD).
+ * Slope arrays are float, x then y: slopes[l] = dW/du and slopes[n + l] = dW/dv of lenslet
+ * l = iy * nx + ix, n = nx * ny (the centroid plan's flat order). Piston is not observable: every
+ * reconstruction here has an arbitrary constant (set by its anchor) that callers remove.
+ *
+ * Lattice coordinates. Lenslet (ix, iy) has its reference centre at (x, y) = (ix, iy) in lattice
+ * units of one pitch (x along +u, y along +v, as sim_sh.h's pupil plane).
+ *
+ * The triangulation (seed 002 section 2.A, Fig. 2; a "Type-II" or four-directional mesh): the
+ * vertices are the lenslet reference centres (the "corner" vertices of a grid of unit squares)
+ * and the centre of each square (a "centre" vertex, which is a lenslet corner: the Fried actuator
+ * position). Each square is cut by both diagonals into four triangles:
+ *     bottom (I,J) (I+1,J) C,  right (I+1,J) (I+1,J+1) C,  top (I+1,J+1) (I,J+1) C,
+ *     left (I,J+1) (I,J) C,     C = (I + 1/2, J + 1/2).
+ * The spline is linear on each triangle (degree d = 1) and continuous (r = 0): its B-coefficients
+ * are its values at the triangle's vertices, so a continuous spline is given by one value per
+ * vertex. A sw_sabre_lattice describes such a spline:
+ *     corner (I, J), 0 <= I <= sx, 0 <= J <= sy: values[J (sx + 1) + I], at lattice position
+ *         (I - offx, J - offy) (the reference centre of lenslet (I - offx, J - offy));
+ *     centre (I, J), 0 <= I < sx, 0 <= J < sy: values[(sx + 1)(sy + 1) + J sx + I], at
+ *         (I + 1/2 - offx, J + 1/2 - offy).
+ *
+ * The measurement model (what SABRE's Eq. 4, D = d B^{d-1} P, becomes for d = 1 on this mesh,
+ * and why). The gradient of a linear spline is constant on each triangle, and the slope of lenslet
+ * l is measured at its reference centre, which is a vertex shared by up to eight triangles. Each
+ * of those triangles is modelled as seeing that slope: one pair of rows of D per (triangle, data
+ * vertex), and every triangle has exactly two data vertices (its corners). The least-squares
+ * problem is therefore
+ *     min  sum_t sum_{v corner of t} || grad s |_t - sigma_v ||^2      (* pitch for units)
+ * Why this and not the lenslet-mean gradient of the spline (the average of the eight triangles'
+ * gradients): any model that is symmetric about the reference centre cannot see the two
+ * checkerboard ("waffle") modes of this mesh (+-1 alternating on the corner vertices, or on the
+ * centre vertices): it reads odd differences of vertices of the same parity. The per-triangle
+ * model sees them (the bottom triangle reads s(I+1,J) - s(I,J) directly), so the solution is unique
+ * up to piston, as SABRE claims. On the corner lattice it is Southwell's relation
+ * (s(I+1,J) - s(I,J)) / pitch = (sigma_x(I,J) + sigma_x(I+1,J)) / 2, exact for quadratic
+ * wavefronts. And it keeps D-SABRE exact: each row involves one triangle, so a partition's problem
+ * is precisely the restriction of the global problem to its triangles, with no row reaching
+ * outside. A tilt is reconstructed exactly; a spline's own model data D c gives back c exactly.
+ *
+ * D-SABRE (seed 002 sections 2, 3 and 5.A):
+ *   - Partitioning: k x k partitions (k = 2^p for H-PME). The SH array is embedded, centred, in
+ *     an extended square array of (k m + 1)^2 lenslets (corner vertices), m the smallest integer
+ *     with k m + 1 >= max(nx, ny) (Eq. 17 asks k m > sqrt(N), which adds a ring of zero slopes
+ *     where none is needed; we use the smallest array that holds the data). Lenslets outside the
+ *     real array, and invalid lenslets, get zero slopes (zero padding, section 3.B.2).
+ *   - Partition (a, b) has core squares [a m, (a+1) m) x [b m, (b+1) m) and a window of
+ *     w = min(m + 2 OL, k m) squares, starting at clamp(a m - OL, 0, k m - w) along each axis: OL
+ *     squares of overlap on every side, shifted inwards at the array's edges so that every window
+ *     lies inside the extended array and all partitions are identical (the same local matrices).
+ *   - Local problem (Eq. 3-7): D_i (the model above on the window's triangles), continuity
+ *     constraints H_i (equal B-coefficients where triangles meet), the anchor h_i (the window's
+ *     first corner value = 0), A_i = [H_i; h_i]. The null space N of A_i is the vertex basis (one
+ *     column per vertex but the anchor, ones at that vertex's B-coefficients); LAPACK's SVD of A_i
+ *     checks it at plan creation for windows up to 16 squares. Q = (Dbar^T Dbar)^-1 Dbar^T E,
+ *     Dbar = D_i N (E spreads each slope to its rows), solved once by banded Cholesky (LAPACKE
+ *     dpbtrf) and stored as float with N folded in: Q maps a window's 2 (w+1)^2 slopes straight
+ *     to its (w+1)^2 + w^2 vertex values (the expansion of Eq. 7 is the resorting by N, which for
+ *     d = 1, r = 0 is a copy). All partitions' solves are one product Y = Q X (Eq. 16): OpenBLAS
+ *     sgemm on the CPU, cuBLAS sgemm on the GPU.
+ *   - Piston equalisation from the values on the shared borders of neighbouring cores (the m + 1
+ *     corner vertices of a shared edge), using only vertices inside the pupil (a corner vertex is
+ *     inside when its lenslet is real and valid, a centre vertex when its four corners are); a
+ *     border with none inside uses all its vertices.
+ *     H-PME (Eq. 10-11): levels h = 1..p; at level h the partitions form tiles of 2^(h-1) x
+ *     2^(h-1) and groups of 2 x 2 tiles; in each group a master tile (the one with the most
+ *     vertices inside the pupil; ties: the lowest tile, so a square pupil gets the seed's order
+ *     t_i = 2, 3, 4 to t_m = 1, 1, 2) levels its two edge neighbours, then the diagonal tile is
+ *     levelled to the one of them with which it shares more border vertices inside the pupil. A
+ *     tile's offset is the mean of all (master - target) border differences across the tile
+ *     border (pooled over the 2^(h-1) partition pairs: the seed's average of pair means when the
+ *     pairs have equal counts).
+ *     D-PME (Eq. 8-9): the master partition is (floor(k/2), floor(k/2)); at each iteration every
+ *     partition adds the largest of its mean differences (neighbour - own) with the neighbours
+ *     closer to the master (4-neighbours, Manhattan distance); L_D = the largest distance to the
+ *     master iterations (the seed's count for its master; more change nothing).
+ *   - Assembly: each vertex takes the value of the partition whose core owns it (a corner on a
+ *     shared border: the lower partition), plus that partition's offset.
+ */
+#ifndef SPOTWAVE_SABRE_H
+#define SPOTWAVE_SABRE_H
+
+#include <stdint.h>
+#include "spotwave/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------ splines on the lattice */
+
+typedef struct sw_sabre_lattice {
+    int32_t sx, sy;     /* squares along x and y, >= 1                                     */
+    int32_t offx, offy; /* corner (I, J) is the reference centre of lenslet (I-offx, J-offy) */
+} sw_sabre_lattice;
+
+/* Number of values (vertices): (sx + 1)(sy + 1) + sx sy. */
+int64_t sw_sabre_lattice_values(const sw_sabre_lattice *l);
+
+/*
+ * The spline at lattice position (x, y) (lenslet units, see above). Inside the triangulation:
+ * the linear interpolation on the triangle that contains the point. Outside: the plane of the
+ * triangle of the nearest square whose quadrant (bottom/right/top/left, by the direction from the
+ * square's centre) contains the point, extended (so a Fried corner on the array's rim gets
+ * 2 s(corner) - s(centre)). NaN if a vertex used is NaN.
+ */
+double sw_sabre_eval(const sw_sabre_lattice *l, const double *values, double x, double y);
+
+/* The spline at the (nx + 1)(ny + 1) lenslet corners of an nx x ny array (the Fried actuator
+ * grid), corner (cx, cy) at (cx - 1/2, cy - 1/2), out[cy (nx + 1) + cx]. */
+void sw_sabre_eval_corners(const sw_sabre_lattice *l, const double *values, int32_t nx, int32_t ny,
+                           double *out);
+
+/*
+ * The spline on a width x height pixel grid spanning the nx x ny array's footprint: pixel (i, k)
+ * at x = -1/2 + (i + 1/2) nx / width, y = -1/2 + (k + 1/2) ny / height; out[k width + i].
+ */
+sw_status sw_sabre_map(sw_context *ctx, const sw_sabre_lattice *l, const double *values, int32_t nx,
+                       int32_t ny, int32_t width, int32_t height, double *out);
+
+/* ------------------------------------------------------------------ D-SABRE */
+
+typedef enum sw_sabre_pme {
+    SW_SABRE_PME_HIERARCHICAL = 0, /* H-PME, Eq. 10-11 (needs k = 2^p)                   */
+    SW_SABRE_PME_DISTRIBUTED = 1,  /* D-PME, Eq. 8-9                                     */
+    SW_SABRE_PME_NONE = 2          /* local pistons left as they are (for studies)        */
+} sw_sabre_pme;
+
+const char *sw_sabre_pme_string(sw_sabre_pme p);
+sw_status sw_sabre_pme_parse(const char *text, sw_sabre_pme *out); /* hierarchical|distributed|none */
+
+typedef struct sw_sabre_params {
+    int32_t nx, ny;        /* SH array, 2..4096 each                                           */
+    double pitch;          /* lenslet pitch in the pupil, > 0 (output = slope x pitch units)   */
+    const uint8_t *valid;  /* optional nx * ny: lenslets with data (NULL: all); copied          */
+    int32_t partitions;    /* k per side, 1 .. max(nx, ny) - 1; a power of two for H-PME (8)   */
+    int32_t overlap;       /* OL, 0..64 (1)                                                     */
+    sw_sabre_pme pme;      /* (hierarchical)                                                    */
+    int32_t dpme_iterations; /* D-PME iterations; 0: L_D (0)                                    */
+} sw_sabre_params;
+
+/* nx = ny = 0 (must be set), pitch 1, no mask, 8 partitions, overlap 1, H-PME, L_D iterations. */
+void sw_sabre_params_default(sw_sabre_params *p);
+
+typedef struct sw_sabre sw_sabre;
+
+/*
+ * Builds the partitioning, the local matrices and Q (host; on a CUDA context Q and the tables are
+ * uploaded and a cuBLAS handle made). SW_EINVAL with a message for: nx, ny outside 2..4096, a
+ * pitch not finite and > 0, partitions < 1 or > max(nx, ny) - 1, not a power of two with H-PME,
+ * overlap outside 0..64, negative iterations, a window with more than 20000 values (too few
+ * partitions for the array), no valid lenslet. SW_ENOMEM; SW_EINTERNAL if LAPACK fails.
+ */
+sw_status sw_sabre_create(sw_context *ctx, const sw_sabre_params *p, sw_sabre **out);
+void sw_sabre_destroy(sw_sabre *plan); /* NULL is ignored */
+
+typedef struct sw_sabre_info {
+    int32_t k, m, window;         /* partitions per side, core squares, window squares          */
+    int32_t extended;             /* k m + 1: extended array side (corner vertices)              */
+    int32_t local_values;         /* (w+1)^2 + w^2: rows of Q                                    */
+    int32_t local_slopes;         /* 2 (w+1)^2: columns of Q                                     */
+    int32_t dpme_iterations;      /* iterations D-PME runs (L_D unless set)                      */
+    sw_sabre_lattice lattice;     /* the extended lattice of the values sw_sabre_run returns    */
+    double null_check;            /* max |A N| and rank defect found by the LAPACK check; -1 if
+                                     the window was too large to check                         */
+} sw_sabre_info;
+
+void sw_sabre_get_info(const sw_sabre *plan, sw_sabre_info *out);
+
+/*
+ * Reconstructs one frame. slopes: 2 nx ny floats (x then y; those of invalid lenslets are not
+ * read). values: NULL or sw_sabre_lattice_values(&info.lattice) floats, the spline on the
+ * extended lattice; actuators: NULL or (nx + 1)(ny + 1) floats, the spline at the lenslet corners
+ * (sw_sabre_eval_corners). At least one of them. All arrays in `memory`: SW_MEM_HOST /
+ * SW_MEM_PINNED (any context) or SW_MEM_DEVICE (CUDA). On a CUDA context the whole run is on the
+ * GPU (slopes copied in, gather, cuBLAS sgemm, PME, assembly, results copied out: one CUDA graph
+ * for the kernels) and has finished when the call returns.
+ * A NaN or infinite slope of a valid lenslet: SW_ERANGE with a message naming it, outputs
+ * unspecified. Bad arguments: SW_EINVAL.
+ */
+sw_status sw_sabre_run(sw_sabre *plan, const float *slopes, sw_memory memory, float *values,
+                       float *actuators);
+
+/* Device time of the last GPU run's kernels (CUDA events around the graph, microseconds); -1
+ * for CPU runs. */
+double sw_sabre_kernel_us(const sw_sabre *plan);
+
+/* The plan's local matrix Q (host, column-major local_values x local_slopes, float). */
+const float *sw_sabre_local_matrix(const sw_sabre *plan);
+
+/* ------------------------------------------------------------------ global SABRE */
+
+typedef struct sw_sabre_global sw_sabre_global;
+
+/*
+ * One least-squares problem (the model above) on the triangles of the nx x ny array's lattice
+ * (sx = nx - 1, sy = ny - 1, no offset) that have at least one valid corner; vertices of no such
+ * triangle are not estimated (NaN). Normal equations in band storage (vertices interleaved row by
+ * row, bandwidth 2 nx + 1), factorised once by LAPACKE_dpbtrf, anchor: the first estimated corner
+ * = 0. SW_EINVAL for bad sizes/pitch, no valid lenslet, or a singular system (valid lenslets in
+ * parts that do not touch: the relative piston is unknown).
+ */
+sw_status sw_sabre_global_create(sw_context *ctx, int32_t nx, int32_t ny, double pitch,
+                                 const uint8_t *valid, sw_sabre_global **out);
+void sw_sabre_global_destroy(sw_sabre_global *g);
+void sw_sabre_global_lattice(const sw_sabre_global *g, sw_sabre_lattice *out);
+/* slopes as sw_sabre_run (host); values: sw_sabre_lattice_values doubles. SW_ERANGE for NaN. */
+sw_status sw_sabre_global_run(sw_sabre_global *g, const float *slopes, double *values);
+
+/* ------------------------------------------------------------------ Fried zonal baseline */
+
+typedef struct sw_fried sw_fried;
+
+/*
+ * Fried geometry: the phase at the (nx + 1)(ny + 1) lenslet corners; a valid lenslet's slopes are
+ *     sx = (p(cx+1,cy) + p(cx+1,cy+1) - p(cx,cy) - p(cx,cy+1)) / (2 pitch),  sy likewise,
+ * and the estimate minimises sum (model - slope)^2 + reg sum (discrete Laplacian of p)^2 / pitch^2
+ * (the 5-point Laplacian over corners whose 4 neighbours are estimated: it removes the waffle
+ * mode the slopes cannot see), corners of no valid lenslet not estimated (NaN), anchor: the first
+ * estimated corner = 0. Banded Cholesky once. reg >= 0 (1e-3 is a light touch); 0 leaves the
+ * waffle mode free and is refused (SW_EINVAL, singular).
+ */
+sw_status sw_fried_create(sw_context *ctx, int32_t nx, int32_t ny, double pitch,
+                          const uint8_t *valid, double reg, sw_fried **out);
+void sw_fried_destroy(sw_fried *f);
+/* phase: (nx + 1)(ny + 1) doubles, corner (cx, cy) at [cy (nx + 1) + cx]. */
+sw_status sw_fried_run(sw_fried *f, const float *slopes, double *phase);
+/* Bilinear interpolation of the corner phases at lattice position (x, y) (lenslet (ix, iy)
+ * spans [ix - 1/2, ix + 1/2]); outside the corner grid: the nearest cell's bilinear extended. */
+double sw_fried_eval(int32_t nx, int32_t ny, const double *phase, double x, double y);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SPOTWAVE_SABRE_H */

@@ -1,0 +1,209 @@
+/*
+ * Between sabre.c (API, plan building, CPU run), sabre_global.c (global SABRE, Fried, lattice
+ * evaluation) and sabre_cuda.cu (GPU run). The tables here are built once on the host; the CPU run
+ * and the GPU kernels read the same tables with the same arithmetic (see "Run semantics").
+ *
+ * Run semantics (both backends; k partitions per side, G = k^2, L = w + 1 corners per window
+ * side, nl = L^2 + w^2 local values, ns = 2 L^2 local slopes):
+ *   1. gather: X[r + ns i] (float, ns x G column-major) = slope of local corner r of partition i:
+ *      r < L^2: x slope of lenslet gidx[i L^2 + r], r >= L^2: y slope of gidx[i L^2 + r - L^2];
+ *      0 where gidx < 0 (padding or an invalid lenslet).
+ *   2. Y = Q X (float sgemm; Q nl x ns column-major, Y nl x G column-major).
+ *   3. pair sums: psum[p] = sum over j = 0..m with pair_use[p (m+1) + j] of
+ *      (double) Y[pair_vhi[..] + nl hi] - (double) Y[pair_vlo[..] + nl lo]  (double), and
+ *      pair_n[p] = the number of such j (a constant of the plan).
+ *   4. PME (sw_sabre_pme_cpu's definition) -> K[G] double offsets (0 for SW_SABRE_PME_NONE).
+ *   5. assembly: value v of the extended lattice = (float) ((double) Y[local + nl owner] +
+ *      K[owner]) (sw_sabre_locate_value).
+ *   6. actuators: sw_sabre_locate at each lenslet corner on the assembled float values, summed in
+ *      double (weights times values, k = 0, 1, 2 in order), rounded to float.
+ */
+#ifndef SW_SABRE_INTERNAL_H
+#define SW_SABRE_INTERNAL_H
+
+#include <math.h>
+#include <stdint.h>
+
+#include "spotwave/sabre.h"
+
+#ifdef __CUDACC__
+#define SW_SABRE_HD __host__ __device__
+#else
+#define SW_SABRE_HD
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct sw_sabre {
+    sw_context *ctx;
+    sw_sabre_params params; /* params.valid points at `valid` below (or NULL)                */
+    uint8_t *valid;         /* copy of the mask, nx * ny, or NULL                            */
+    int32_t n;              /* nx * ny                                                       */
+    int32_t k, m, S, w, L;  /* partitions per side, core squares, S = k m, window, L = w + 1  */
+    int32_t G, nl, ns;      /* k^2 partitions, local values, local slopes                    */
+    int32_t offx, offy;     /* extended corner (I, J) = lenslet (I - offx, J - offy)         */
+    int32_t *ws;            /* k: window start (squares) of partition column/row a           */
+    float *Q;               /* nl x ns, column-major                                          */
+    int32_t *gidx;          /* G * L^2: lenslet index of local corner r of partition i, -1    */
+
+    /* Shared borders of neighbouring cores. Horizontal pair (a, b)-(a+1, b): id b (k-1) + a;
+     * vertical pair (a, b)-(a, b+1): id k (k-1) + b k + a. lo = the first, hi = the second. */
+    int32_t npairs;     /* 2 k (k - 1)                                                        */
+    int32_t *pair_lo, *pair_hi; /* partition indices i = b k + a                             */
+    int32_t *pair_vlo, *pair_vhi; /* npairs * (m + 1): local value index in lo / hi          */
+    uint8_t *pair_use;  /* npairs * (m + 1): 1 = used (inside the pupil, or all if none is)  */
+    int32_t *pair_n;    /* npairs: the number used                                            */
+
+    /* H-PME schedule: levels h = 1..p (k = 2^p); level h has (k >> h)^2 groups, group
+     * (gx, gy) at index gy (k >> h) + gx; tiles in a group t = tx + 2 ty (tx, ty in {0, 1});
+     * hpme[2 (level_base[h-1] + group)] = master tile, [.. + 1] = the edge neighbour of the
+     * master through which the diagonal tile (master ^ 3) is levelled. */
+    int32_t p;          /* log2(k) for H-PME, else 0                                          */
+    int32_t *level_base; /* p entries: index of level h's first group                         */
+    uint8_t *hpme;
+
+    /* D-PME: master partition, distance of each partition to it, iterations. */
+    int32_t dpme_master, dpme_iters;
+    int32_t *dpme_dist; /* G                                                                  */
+
+    sw_sabre_info info;
+    double kernel_us;
+    void *gpu; /* sabre_cuda.cu's state, NULL on CPU contexts                                 */
+};
+
+/* Partition column/row owning corner or centre coordinate X (0..S) of the extended lattice: the
+ * core [a m, (a + 1) m) that contains it, the last one for X = S. */
+static inline SW_SABRE_HD int32_t sw_sabre_owner(int32_t X, int32_t m, int32_t k)
+{
+    int32_t a = X / m;
+    return a < k ? a : k - 1;
+}
+
+/*
+ * Where value v (0 .. (S+1)^2 + S^2 - 1) of the extended lattice comes from: the owning partition
+ * i and the local value index in its window (corner (x, y): y L + x; centre (x, y): L^2 + y w + x).
+ */
+static inline SW_SABRE_HD void sw_sabre_locate_value(int64_t v, int32_t S, int32_t m, int32_t k,
+                                                     int32_t w, const int32_t *ws, int32_t *part,
+                                                     int32_t *local)
+{
+    int32_t L = w + 1;
+    int64_t ncorner = (int64_t)(S + 1) * (S + 1);
+    int32_t X, Y, a, b;
+    if (v < ncorner) {
+        X = (int32_t)(v % (S + 1));
+        Y = (int32_t)(v / (S + 1));
+        a = sw_sabre_owner(X, m, k);
+        b = sw_sabre_owner(Y, m, k);
+        *local = (Y - ws[b]) * L + (X - ws[a]);
+    } else {
+        int64_t c = v - ncorner;
+        X = (int32_t)(c % S);
+        Y = (int32_t)(c / S);
+        a = sw_sabre_owner(X, m, k);
+        b = sw_sabre_owner(Y, m, k);
+        *local = L * L + (Y - ws[b]) * w + (X - ws[a]);
+    }
+    *part = b * k + a;
+}
+
+/*
+ * Triangle q (0 bottom, 1 right, 2 top, 3 left) of square (I, J) of a lattice with sx x sy
+ * squares: idx[0], idx[1] its two corner vertices (the data vertices: bottom (I,J),(I+1,J);
+ * right (I+1,J),(I+1,J+1); top (I+1,J+1),(I,J+1); left (I,J+1),(I,J)), idx[2] the centre; its
+ * gradient in lattice units is gx = sum cx[j] s[idx[j]], gy = sum cy[j] s[idx[j]].
+ */
+static inline SW_SABRE_HD void sw_sabre_triangle(int32_t sx, int32_t sy, int32_t I, int32_t J,
+                                                 int q, int64_t idx[3], double cx[3],
+                                                 double cy[3])
+{
+    int64_t a = (int64_t)J * (sx + 1) + I;           /* (I, J)       */
+    int64_t b = a + 1;                               /* (I+1, J)     */
+    int64_t d = b + (sx + 1);                        /* (I+1, J+1)   */
+    int64_t e = a + (sx + 1);                        /* (I, J+1)     */
+    int64_t c = (int64_t)(sx + 1) * (sy + 1) + (int64_t)J * sx + I;
+    idx[2] = c;
+    switch (q) {
+    case 0: /* bottom: s = a (1-u-v) + b (u-v) + c 2v */
+        idx[0] = a, idx[1] = b;
+        cx[0] = -1, cx[1] = 1, cx[2] = 0;
+        cy[0] = -1, cy[1] = -1, cy[2] = 2;
+        break;
+    case 1: /* right: s = b (u-v) + d (u+v-1) + c (2-2u) */
+        idx[0] = b, idx[1] = d;
+        cx[0] = 1, cx[1] = 1, cx[2] = -2;
+        cy[0] = -1, cy[1] = 1, cy[2] = 0;
+        break;
+    case 2: /* top: s = d (u+v-1) + e (v-u) + c (2-2v) */
+        idx[0] = d, idx[1] = e;
+        cx[0] = 1, cx[1] = -1, cx[2] = 0;
+        cy[0] = 1, cy[1] = 1, cy[2] = -2;
+        break;
+    default: /* left: s = e (v-u) + a (1-u-v) + c 2u */
+        idx[0] = e, idx[1] = a;
+        cx[0] = -1, cx[1] = -1, cx[2] = 2;
+        cy[0] = 1, cy[1] = -1, cy[2] = 0;
+        break;
+    }
+}
+
+/*
+ * The triangle used to evaluate the spline at lattice position (x, y) (lattice units: corner
+ * (I, J) at (I, J)) and the weights of its three vertices: value = sum w[j] s[idx[j]].
+ * Square (I, J) = the clamped floor of (x, y); with (fx, fy) = the offset from its centre:
+ * bottom if -fy >= |fx|, else top if fy >= |fx|, else right if fx > 0, else left. Points
+ * outside the lattice get that triangle's plane extended.
+ */
+static inline SW_SABRE_HD void sw_sabre_locate(int32_t sx, int32_t sy, double x, double y,
+                                               int64_t idx[3], double wgt[3])
+{
+    double fxl = floor(x), fyl = floor(y);
+    int32_t I = fxl < 0 ? 0 : (fxl > sx - 1 ? sx - 1 : (int32_t)fxl);
+    int32_t J = fyl < 0 ? 0 : (fyl > sy - 1 ? sy - 1 : (int32_t)fyl);
+    double u = x - I, v = y - J; /* position in the square, (0.5, 0.5) its centre */
+    double fx = u - 0.5, fy = v - 0.5, ax = fabs(fx);
+    double cx[3], cy[3];
+    int q = (-fy >= ax) ? 0 : (fy >= ax) ? 2 : (fx > 0) ? 1 : 3;
+    sw_sabre_triangle(sx, sy, I, J, q, idx, cx, cy);
+    switch (q) {
+    case 0:
+        wgt[0] = 1 - u - v, wgt[1] = u - v, wgt[2] = 2 * v;
+        break;
+    case 1:
+        wgt[0] = u - v, wgt[1] = u + v - 1, wgt[2] = 2 - 2 * u;
+        break;
+    case 2:
+        wgt[0] = u + v - 1, wgt[1] = v - u, wgt[2] = 2 - 2 * v;
+        break;
+    default:
+        wgt[0] = v - u, wgt[1] = 1 - u - v, wgt[2] = 2 * u;
+        break;
+    }
+}
+
+/* Step 4: the offsets K[G] from the pair sums (double), as both backends define them:
+ *   H-PME: for h = 1..p, s = 2^(h-1): for every group, step A (the master's two edge
+ *   neighbours, both from the K before the step), then step B (the diagonal through `via`).
+ *   Levelling target tile T to master-side tile M across their shared tile border: over the s
+ *   partition pairs r = 0..s-1 in order, num += o psum[p] + n_p (K[M side] - K[T side]),
+ *   den += n_p (o = +1 when the M-side partition is the pair's hi, -1 when lo); the offset
+ *   num / den (0 if den = 0) is added to K of every partition of T.
+ *   D-PME: dpme_iters Jacobi iterations: for every partition i with upstream neighbours (dist
+ *   smaller by one) whose pair has n > 0, K'[i] = K[i] + max over them of
+ *   (o psum + n (K[nb] - K[i])) / n (o = +1 when nb is the pair's hi); others keep K. */
+void sw_sabre_pme_cpu(const sw_sabre *plan, const double *psum, double *K);
+
+/* GPU side (sabre_cuda.cu). create: upload Q and the tables, cuBLAS handle on the context's
+ * stream, device buffers; destroy: frees it (NULL gpu ignored); run: the run semantics above. */
+sw_status sw_sabre_gpu_create(sw_sabre *plan);
+void sw_sabre_gpu_destroy(sw_sabre *plan);
+sw_status sw_sabre_gpu_run(sw_sabre *plan, const float *slopes, sw_memory memory, float *values,
+                           float *actuators);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SW_SABRE_INTERNAL_H */
