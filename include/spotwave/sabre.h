@@ -136,15 +136,16 @@ typedef enum sw_sabre_pme {
 } sw_sabre_pme;
 
 const char *sw_sabre_pme_string(sw_sabre_pme p);
-sw_status sw_sabre_pme_parse(const char *text, sw_sabre_pme *out); /* hierarchical|distributed|none */
+sw_status sw_sabre_pme_parse(const char *text,
+                             sw_sabre_pme *out); /* hierarchical|distributed|none */
 
 typedef struct sw_sabre_params {
-    int32_t nx, ny;        /* SH array, 2..4096 each                                           */
-    double pitch;          /* lenslet pitch in the pupil, > 0 (output = slope x pitch units)   */
-    const uint8_t *valid;  /* optional nx * ny: lenslets with data (NULL: all); copied          */
-    int32_t partitions;    /* k per side, 1 .. max(nx, ny) - 1; a power of two for H-PME (8)   */
-    int32_t overlap;       /* OL, 0..64 (1)                                                     */
-    sw_sabre_pme pme;      /* (hierarchical)                                                    */
+    int32_t nx, ny;          /* SH array, 2..4096 each                                           */
+    double pitch;            /* lenslet pitch in the pupil, > 0 (output = slope x pitch units)   */
+    const uint8_t *valid;    /* optional nx * ny: lenslets with data (NULL: all); copied          */
+    int32_t partitions;      /* k per side, 1 .. max(nx, ny) - 1; a power of two for H-PME (8)   */
+    int32_t overlap;         /* OL, 0..64 (1)                                                     */
+    sw_sabre_pme pme;        /* (hierarchical)                                                    */
     int32_t dpme_iterations; /* D-PME iterations; 0: L_D (0)                                    */
 } sw_sabre_params;
 
@@ -164,14 +165,14 @@ sw_status sw_sabre_create(sw_context *ctx, const sw_sabre_params *p, sw_sabre **
 void sw_sabre_destroy(sw_sabre *plan); /* NULL is ignored */
 
 typedef struct sw_sabre_info {
-    int32_t k, m, window;         /* partitions per side, core squares, window squares          */
-    int32_t extended;             /* k m + 1: extended array side (corner vertices)              */
-    int32_t local_values;         /* (w+1)^2 + w^2: rows of Q                                    */
-    int32_t local_slopes;         /* 2 (w+1)^2: columns of Q                                     */
-    int32_t dpme_iterations;      /* iterations D-PME runs (L_D unless set)                      */
-    sw_sabre_lattice lattice;     /* the extended lattice of the values sw_sabre_run returns    */
-    double null_check;            /* max |A N| and rank defect found by the LAPACK check; -1 if
-                                     the window was too large to check                         */
+    int32_t k, m, window;     /* partitions per side, core squares, window squares          */
+    int32_t extended;         /* k m + 1: extended array side (corner vertices)              */
+    int32_t local_values;     /* (w+1)^2 + w^2: rows of Q                                    */
+    int32_t local_slopes;     /* 2 (w+1)^2: columns of Q                                     */
+    int32_t dpme_iterations;  /* iterations D-PME runs (L_D unless set)                      */
+    sw_sabre_lattice lattice; /* the extended lattice of the values sw_sabre_run returns    */
+    double null_check;        /* max |A N| and rank defect found by the LAPACK check; -1 if
+                                 the window was too large to check                         */
 } sw_sabre_info;
 
 void sw_sabre_get_info(const sw_sabre *plan, sw_sabre_info *out);
@@ -204,10 +205,12 @@ typedef struct sw_sabre_global sw_sabre_global;
 /*
  * One least-squares problem (the model above) on the triangles of the nx x ny array's lattice
  * (sx = nx - 1, sy = ny - 1, no offset) that have at least one valid corner; vertices of no such
- * triangle are not estimated (NaN). Normal equations in band storage (vertices interleaved row by
- * row, bandwidth 2 nx + 1), factorised once by LAPACKE_dpbtrf, anchor: the first estimated corner
- * = 0. SW_EINVAL for bad sizes/pitch, no valid lenslet, or a singular system (valid lenslets in
- * parts that do not touch: the relative piston is unknown).
+ * triangle are not estimated (NaN). Normal equations: a centre vertex couples only to its own
+ * square's four corners, so the centres are eliminated square by square (Schur complement) and
+ * the corner system, in band storage with half-bandwidth min(nx, ny) + 1, is factorised once by
+ * LAPACKE_dpbtrf; anchor: the first estimated corner = 0. SW_EINVAL for bad sizes/pitch, no valid
+ * lenslet, or a singular system (valid lenslets in parts that do not touch: the relative piston is
+ * unknown).
  */
 sw_status sw_sabre_global_create(sw_context *ctx, int32_t nx, int32_t ny, double pitch,
                                  const uint8_t *valid, sw_sabre_global **out);

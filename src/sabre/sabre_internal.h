@@ -26,6 +26,8 @@
 
 #include "spotwave/sabre.h"
 
+/* (Parameters are never named I or J here: <complex.h>, which <lapacke.h> includes, defines I.) */
+
 #ifdef __CUDACC__
 #define SW_SABRE_HD __host__ __device__
 #else
@@ -50,17 +52,17 @@ struct sw_sabre {
 
     /* Shared borders of neighbouring cores. Horizontal pair (a, b)-(a+1, b): id b (k-1) + a;
      * vertical pair (a, b)-(a, b+1): id k (k-1) + b k + a. lo = the first, hi = the second. */
-    int32_t npairs;     /* 2 k (k - 1)                                                        */
-    int32_t *pair_lo, *pair_hi; /* partition indices i = b k + a                             */
+    int32_t npairs; /* 2 k (k - 1)                                                        */
+    int32_t *pair_lo, *pair_hi;   /* partition indices i = b k + a                             */
     int32_t *pair_vlo, *pair_vhi; /* npairs * (m + 1): local value index in lo / hi          */
-    uint8_t *pair_use;  /* npairs * (m + 1): 1 = used (inside the pupil, or all if none is)  */
-    int32_t *pair_n;    /* npairs: the number used                                            */
+    uint8_t *pair_use; /* npairs * (m + 1): 1 = used (inside the pupil, or all if none is)  */
+    int32_t *pair_n;   /* npairs: the number used                                            */
 
     /* H-PME schedule: levels h = 1..p (k = 2^p); level h has (k >> h)^2 groups, group
      * (gx, gy) at index gy (k >> h) + gx; tiles in a group t = tx + 2 ty (tx, ty in {0, 1});
      * hpme[2 (level_base[h-1] + group)] = master tile, [.. + 1] = the edge neighbour of the
      * master through which the diagonal tile (master ^ 3) is levelled. */
-    int32_t p;          /* log2(k) for H-PME, else 0                                          */
+    int32_t p;           /* log2(k) for H-PME, else 0                                          */
     int32_t *level_base; /* p entries: index of level h's first group                         */
     uint8_t *hpme;
 
@@ -110,20 +112,19 @@ static inline SW_SABRE_HD void sw_sabre_locate_value(int64_t v, int32_t S, int32
 }
 
 /*
- * Triangle q (0 bottom, 1 right, 2 top, 3 left) of square (I, J) of a lattice with sx x sy
- * squares: idx[0], idx[1] its two corner vertices (the data vertices: bottom (I,J),(I+1,J);
+ * Triangle q (0 bottom, 1 right, 2 top, 3 left) of square (I, J) = (si, sj) of a lattice with sx x
+ * sy squares: idx[0], idx[1] its two corner vertices (the data vertices: bottom (I,J),(I+1,J);
  * right (I+1,J),(I+1,J+1); top (I+1,J+1),(I,J+1); left (I,J+1),(I,J)), idx[2] the centre; its
  * gradient in lattice units is gx = sum cx[j] s[idx[j]], gy = sum cy[j] s[idx[j]].
  */
-static inline SW_SABRE_HD void sw_sabre_triangle(int32_t sx, int32_t sy, int32_t I, int32_t J,
-                                                 int q, int64_t idx[3], double cx[3],
-                                                 double cy[3])
+static inline SW_SABRE_HD void sw_sabre_triangle(int32_t sx, int32_t sy, int32_t si, int32_t sj,
+                                                 int q, int64_t idx[3], double cx[3], double cy[3])
 {
-    int64_t a = (int64_t)J * (sx + 1) + I;           /* (I, J)       */
-    int64_t b = a + 1;                               /* (I+1, J)     */
-    int64_t d = b + (sx + 1);                        /* (I+1, J+1)   */
-    int64_t e = a + (sx + 1);                        /* (I, J+1)     */
-    int64_t c = (int64_t)(sx + 1) * (sy + 1) + (int64_t)J * sx + I;
+    int64_t a = (int64_t)sj * (sx + 1) + si; /* (si, sj)       */
+    int64_t b = a + 1;                       /* (si+1, sj)     */
+    int64_t d = b + (sx + 1);                /* (si+1, sj+1)   */
+    int64_t e = a + (sx + 1);                /* (si, sj+1)     */
+    int64_t c = (int64_t)(sx + 1) * (sy + 1) + (int64_t)sj * sx + si;
     idx[2] = c;
     switch (q) {
     case 0: /* bottom: s = a (1-u-v) + b (u-v) + c 2v */
@@ -160,26 +161,18 @@ static inline SW_SABRE_HD void sw_sabre_locate(int32_t sx, int32_t sy, double x,
                                                int64_t idx[3], double wgt[3])
 {
     double fxl = floor(x), fyl = floor(y);
-    int32_t I = fxl < 0 ? 0 : (fxl > sx - 1 ? sx - 1 : (int32_t)fxl);
-    int32_t J = fyl < 0 ? 0 : (fyl > sy - 1 ? sy - 1 : (int32_t)fyl);
-    double u = x - I, v = y - J; /* position in the square, (0.5, 0.5) its centre */
+    int32_t si = fxl < 0 ? 0 : (fxl > sx - 1 ? sx - 1 : (int32_t)fxl);
+    int32_t sj = fyl < 0 ? 0 : (fyl > sy - 1 ? sy - 1 : (int32_t)fyl);
+    double u = x - si, v = y - sj; /* position in the square, (0.5, 0.5) its centre */
     double fx = u - 0.5, fy = v - 0.5, ax = fabs(fx);
     double cx[3], cy[3];
     int q = (-fy >= ax) ? 0 : (fy >= ax) ? 2 : (fx > 0) ? 1 : 3;
-    sw_sabre_triangle(sx, sy, I, J, q, idx, cx, cy);
+    sw_sabre_triangle(sx, sy, si, sj, q, idx, cx, cy);
     switch (q) {
-    case 0:
-        wgt[0] = 1 - u - v, wgt[1] = u - v, wgt[2] = 2 * v;
-        break;
-    case 1:
-        wgt[0] = u - v, wgt[1] = u + v - 1, wgt[2] = 2 - 2 * u;
-        break;
-    case 2:
-        wgt[0] = u + v - 1, wgt[1] = v - u, wgt[2] = 2 - 2 * v;
-        break;
-    default:
-        wgt[0] = v - u, wgt[1] = 1 - u - v, wgt[2] = 2 * u;
-        break;
+    case 0: wgt[0] = 1 - u - v, wgt[1] = u - v, wgt[2] = 2 * v; break;
+    case 1: wgt[0] = u - v, wgt[1] = u + v - 1, wgt[2] = 2 - 2 * u; break;
+    case 2: wgt[0] = u + v - 1, wgt[1] = v - u, wgt[2] = 2 - 2 * v; break;
+    default: wgt[0] = v - u, wgt[1] = 1 - u - v, wgt[2] = 2 * u; break;
     }
 }
 
