@@ -1,0 +1,574 @@
+/*
+ * The GPU twin of D-SABRE's run (seed 002 section 5 and its Table 1; the run semantics, steps 1-6,
+ * are those of sabre_internal.h). sabre.c builds the plan and Q on the host, runs on the CPU and is
+ * the reference; this file uploads the plan at create and runs it on the context's stream.
+ *
+ * Per run, everything after the copy of the slopes into the plan's buffer is one CUDA graph,
+ * captured at create (after one plain pass that also loads the kernels) and launched per frame:
+ *   0. the NaN flag is reset (memset);
+ *   1. sb_gather: one thread per entry of X (ns x G): the slope of local corner r of partition i
+ *      (zero padding, section 3.B.2), and for a non-finite slope of a valid lenslet an atomicMin
+ *      of its index into the flag;
+ *   2. cublasSgemm Y = Q X: all local reconstructions in one product (Eq. 6 for every partition,
+ *      stacked as Eq. 16; Eq. 7's expansion is folded into Q by sabre.c);
+ *   3. sb_pair_sums: one warp per pair of neighbouring cores: the sum over the used shared border
+ *      vertices of (hi - lo) in double (the addends of Eq. 8 and Eq. 10);
+ *   4. sb_pme: ONE block does all the piston equalisation: H-PME (Eq. 10-11, levels h = 1..p,
+ *      two steps per level, __syncthreads between) or D-PME (Eq. 8-9, Jacobi iterations), K in
+ *      shared memory when it fits, with the arithmetic of sw_sabre_pme_cpu; PME NONE: K = 0;
+ *   5. sb_assemble: one thread per value of the extended lattice (sw_sabre_locate_value);
+ *   6. sb_actuators: one thread per lenslet corner (sw_sabre_locate on the assembled values).
+ * Then the NaN flag goes to pinned host memory, the requested outputs are copied out (to the
+ * host, or device-to-device so that the graph's pointers stay fixed) and the host waits once.
+ *
+ * Double arithmetic that sw_sabre_pme_cpu also does (sabre.c is compiled with
+ * -ffp-contract=off) is written with __dadd_rn / __dmul_rn so that nvcc cannot fuse it into
+ * multiply-adds: given the same pair sums, the offsets are the CPU's to the last bit. The pair
+ * sums are reduced in a tree (not the CPU's order) and the GEMM adds in cuBLAS's order, so GPU and
+ * CPU results agree to float rounding, not bit for bit.
+ */
+#include "core/core_internal.h"
+#include "sabre/sabre_internal.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SB_CU(call)                                                                                \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess)                                                                     \
+            return sw_fail(plan->ctx, e_ == cudaErrorMemoryAllocation ? SW_ENOMEM : SW_ECUDA,      \
+                           "sabre: CUDA call %s failed: %s", #call, cudaGetErrorString(e_));       \
+    } while (0)
+
+#define SB_BLAS(call)                                                                              \
+    do {                                                                                           \
+        cublasStatus_t e_ = (call);                                                                \
+        if (e_ != CUBLAS_STATUS_SUCCESS)                                                           \
+            return sw_fail(plan->ctx, e_ == CUBLAS_STATUS_ALLOC_FAILED ? SW_ENOMEM : SW_ECUDA,     \
+                           "sabre: cuBLAS call %s failed (%d)", #call, (int)e_);                   \
+    } while (0)
+
+#define SB_TRY(expr)                                                                               \
+    do {                                                                                           \
+        sw_status st_ = (expr);                                                                    \
+        if (st_ != SW_OK)                                                                          \
+            return st_;                                                                            \
+    } while (0)
+
+/* Launch shapes and sizes. The cuBLAS workspace is the plan's own, so that the capture allocates
+ * nothing; the flag's value SB_NO_NAN (a memset of 0x7f bytes) means every slope read was finite.
+ */
+#define SB_THREADS     256        /* element-wise kernels */
+#define SB_PME_THREADS 1024       /* the PME block, at most */
+#define SB_PME_SMEM    (48 << 10) /* K, scratch and pair sums in shared memory up to this */
+#define SB_BLAS_WS     ((size_t)4 << 20)
+#define SB_NO_NAN      0x7f7f7f7f
+
+struct sb_gpu {
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    void *blas_ws;
+    /* the plan's tables */
+    float *Q;
+    int32_t *gidx, *ws;
+    int32_t *pair_lo, *pair_hi, *pair_vlo, *pair_vhi, *pair_n;
+    uint8_t *pair_use;
+    int32_t *level_base;
+    uint8_t *hpme;
+    int32_t *dpme_dist;
+    /* per-run buffers */
+    float *slopes, *X, *Y, *values, *act;
+    double *psum, *K, *scratch;
+    int *flag;   /* device: lowest lenslet with a non-finite slope, or SB_NO_NAN */
+    int *flag_h; /* pinned copy */
+    int64_t nvalues;
+    int32_t nact;
+    size_t pme_smem; /* dynamic shared memory of sb_pme (0: K and scratch in global memory) */
+    int pme_threads;
+    cudaEvent_t t0, t1;
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+};
+
+/* ================================================================== kernels */
+
+/* Step 1: X[r + ns i] = the slope of local corner r of partition i (x for r < L^2, else y), 0 for
+ * padding and invalid lenslets; a non-finite slope of a valid lenslet leaves its index in flag
+ * (the lowest of them, by atomicMin). */
+__global__ void sb_gather(const float *__restrict__ slopes, const int32_t *__restrict__ gidx,
+                          int32_t n, int32_t L2, int32_t ns, int64_t total, float *__restrict__ X,
+                          int *__restrict__ flag)
+{
+    int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= total)
+        return;
+    int32_t i = (int32_t)(e / ns), r = (int32_t)(e - (int64_t)i * ns);
+    int32_t y = r >= L2;
+    int32_t l = gidx[(int64_t)i * L2 + (y ? r - L2 : r)];
+    float s = 0.0f;
+    if (l >= 0) {
+        s = slopes[l + (y ? n : 0)];
+        if (!isfinite(s))
+            atomicMin(flag, l);
+    }
+    X[e] = s;
+}
+
+/* Step 3: psum[p] = sum over the used border vertices j of pair p of (double) Y[hi] - (double)
+ * Y[lo]; one warp per pair, lanes over j, a shuffle reduction. */
+__global__ void sb_pair_sums(const float *__restrict__ Y, int32_t nl, int32_t npairs, int32_t m1,
+                             const int32_t *__restrict__ lo, const int32_t *__restrict__ hi,
+                             const int32_t *__restrict__ vlo, const int32_t *__restrict__ vhi,
+                             const uint8_t *__restrict__ use, double *__restrict__ psum)
+{
+    int32_t p = (int32_t)(((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5);
+    int lane = threadIdx.x & 31;
+    if (p >= npairs)
+        return; /* p is the same for the whole warp */
+    const float *ylo = Y + (int64_t)nl * lo[p], *yhi = Y + (int64_t)nl * hi[p];
+    double s = 0.0;
+    for (int32_t j = lane; j < m1; j += 32) {
+        int64_t q = (int64_t)p * m1 + j;
+        if (use[q])
+            s += (double)yhi[vhi[q]] - (double)ylo[vlo[q]];
+    }
+    for (int o = 16; o > 0; o >>= 1)
+        s += __shfl_down_sync(0xffffffffu, s, o);
+    if (lane == 0)
+        psum[p] = s;
+}
+
+struct sb_pme_args {
+    int32_t pme; /* sw_sabre_pme */
+    int32_t k, G, p, npairs, iters;
+    const double *psum;
+    const int32_t *pair_lo, *pair_hi, *pair_n;
+    const int32_t *level_base;
+    const uint8_t *hpme;
+    const int32_t *dist;
+    double *K;       /* output, G */
+    double *scratch; /* G, used when the shared memory is not */
+    int shared;      /* K, scratch and the pair sums in dynamic shared memory */
+};
+
+/* One H-PME levelling (Eq. 10): the offset of target tile T to master-side tile M (tiles t = tx
+ * + 2 ty of group g at level h, edge neighbours) over the s = 2^(h-1) partition pairs across their
+ * border, in order r = 0..s-1: num += o psum + n (K[M side] - K[T side]), den += n. */
+__device__ static double sb_level_offset(const sb_pme_args &a, const double *K, const double *ps,
+                                         int32_t h, int32_t g, int T, int M)
+{
+    const int32_t k = a.k, s = 1 << (h - 1), ng = k >> h;
+    const int32_t gx = g % ng, gy = g / ng;
+    double num = 0.0, den = 0.0;
+    int m_hi;          /* M is the pairs' hi side */
+    int32_t pid0, d;   /* pair of r = 0 and the id step along the border */
+    if ((T ^ M) & 1) { /* left and right tiles: horizontal pairs (a, b)-(a+1, b) */
+        int32_t ac = 2 * gx * s + s - 1, b0 = (2 * gy + (M >> 1)) * s;
+        m_hi = M & 1;
+        pid0 = b0 * (k - 1) + ac;
+        d = k - 1;
+    } else { /* bottom and top tiles: vertical pairs (a, b)-(a, b+1) */
+        int32_t bc = 2 * gy * s + s - 1, a0 = (2 * gx + (M & 1)) * s;
+        m_hi = M >> 1;
+        pid0 = k * (k - 1) + bc * k + a0;
+        d = 1;
+    }
+    for (int32_t r = 0; r < s; r++) {
+        int32_t pid = pid0 + r * d;
+        int32_t n = a.pair_n[pid];
+        int32_t lo = a.pair_lo[pid], hi = a.pair_hi[pid];
+        double km = K[m_hi ? hi : lo], kt = K[m_hi ? lo : hi];
+        double po = m_hi ? ps[pid] : -ps[pid];
+        num = __dadd_rn(num, __dadd_rn(po, __dmul_rn((double)n, km - kt)));
+        den = __dadd_rn(den, (double)n);
+    }
+    return den > 0.0 ? num / den : 0.0;
+}
+
+/* Step 4: the offsets K[G] (sw_sabre_pme_cpu's definition), all in one block. */
+__global__ void sb_pme(sb_pme_args a)
+{
+    extern __shared__ double sh[];
+    const int32_t G = a.G, k = a.k, tid = threadIdx.x, nt = blockDim.x;
+    double *K, *tmp;
+    const double *ps;
+    if (a.shared) {
+        K = sh;
+        tmp = sh + G;
+        double *p2 = sh + 2 * G;
+        for (int32_t j = tid; j < a.npairs; j += nt)
+            p2[j] = a.psum[j];
+        ps = p2;
+    } else {
+        K = a.K;
+        tmp = a.scratch;
+        ps = a.psum;
+    }
+    for (int32_t i = tid; i < G; i += nt)
+        K[i] = 0.0;
+    __syncthreads();
+
+    if (a.pme == SW_SABRE_PME_HIERARCHICAL) {
+        /* Eq. 10-11: levels h = 1..p; groups of 2 x 2 tiles of 2^(h-1) x 2^(h-1) partitions */
+        for (int32_t h = 1; h <= a.p; h++) {
+            const int32_t ng = k >> h, ngr = ng * ng, base = a.level_base[h - 1];
+            /* step A: the master's two edge neighbours, both from the K before the step */
+            for (int32_t j = tid; j < 2 * ngr; j += nt) {
+                int32_t g = j >> 1;
+                int M = a.hpme[2 * (base + g)];
+                tmp[j] = sb_level_offset(a, K, ps, h, g, M ^ (1 << (j & 1)), M);
+            }
+            __syncthreads();
+            for (int32_t i = tid; i < G; i += nt) {
+                int32_t ia = i % k, ib = i / k, g = (ib >> h) * ng + (ia >> h);
+                int t = ((ia >> (h - 1)) & 1) | (((ib >> (h - 1)) & 1) << 1);
+                int M = a.hpme[2 * (base + g)];
+                if (t == (M ^ 1))
+                    K[i] = __dadd_rn(K[i], tmp[2 * g]);
+                else if (t == (M ^ 2))
+                    K[i] = __dadd_rn(K[i], tmp[2 * g + 1]);
+            }
+            __syncthreads();
+            /* step B: the diagonal tile through `via` */
+            for (int32_t g = tid; g < ngr; g += nt) {
+                int M = a.hpme[2 * (base + g)], via = a.hpme[2 * (base + g) + 1];
+                tmp[g] = sb_level_offset(a, K, ps, h, g, M ^ 3, via);
+            }
+            __syncthreads();
+            for (int32_t i = tid; i < G; i += nt) {
+                int32_t ia = i % k, ib = i / k, g = (ib >> h) * ng + (ia >> h);
+                int t = ((ia >> (h - 1)) & 1) | (((ib >> (h - 1)) & 1) << 1);
+                if (t == (a.hpme[2 * (base + g)] ^ 3))
+                    K[i] = __dadd_rn(K[i], tmp[g]);
+            }
+            __syncthreads();
+        }
+    } else if (a.pme == SW_SABRE_PME_DISTRIBUTED) {
+        /* Eq. 8-9: Jacobi iterations; each partition adds the largest mean difference to its
+         * upstream neighbours (one step closer to the master) */
+        double *cur = K, *nxt = tmp;
+        for (int32_t it = 0; it < a.iters; it++) {
+            for (int32_t i = tid; i < G; i += nt) {
+                const int32_t ia = i % k, ib = i / k, d = a.dist[i];
+                /* right, left, above, below (sw_sabre_pme_cpu's order): the neighbour, the
+                 * pair, whether the neighbour is inside the array; o = +1 (the neighbour is the
+                 * pair's hi) for the even ones */
+                int32_t nb[4] = {i + 1, i - 1, i + k, i - k};
+                int32_t pid[4] = {ib * (k - 1) + ia, ib * (k - 1) + ia - 1,
+                                  k * (k - 1) + ib * k + ia, k * (k - 1) + (ib - 1) * k + ia};
+                int ok[4] = {ia<k - 1, ia> 0, ib<k - 1, ib> 0};
+                double best = 0.0;
+                int have = 0;
+                for (int q = 0; q < 4; q++) {
+                    if (!ok[q] || a.dist[nb[q]] != d - 1 || a.pair_n[pid[q]] <= 0)
+                        continue;
+                    double n = (double)a.pair_n[pid[q]];
+                    double po = (q & 1) ? -ps[pid[q]] : ps[pid[q]];
+                    double c = __dadd_rn(po, __dmul_rn(n, cur[nb[q]] - cur[i])) / n;
+                    if (!have || c > best)
+                        best = c;
+                    have = 1;
+                }
+                nxt[i] = have ? __dadd_rn(cur[i], best) : cur[i];
+            }
+            __syncthreads();
+            double *t = cur;
+            cur = nxt;
+            nxt = t;
+        }
+        K = cur;
+    }
+    if (K != a.K)
+        for (int32_t i = tid; i < G; i += nt)
+            a.K[i] = K[i];
+}
+
+/* Step 5: value v of the extended lattice = (float) ((double) Y[local + nl owner] + K[owner]). */
+__global__ void sb_assemble(const float *__restrict__ Y, const double *__restrict__ K,
+                            const int32_t *__restrict__ ws, int32_t S, int32_t m, int32_t k,
+                            int32_t w, int32_t nl, int64_t nvalues, float *__restrict__ values)
+{
+    int64_t v = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (v >= nvalues)
+        return;
+    int32_t part, local;
+    sw_sabre_locate_value(v, S, m, k, w, ws, &part, &local);
+    values[v] = (float)__dadd_rn((double)Y[local + (int64_t)nl * part], K[part]);
+}
+
+/* Step 6: the spline at lenslet corner (cx, cy), lenslet position (cx - 1/2, cy - 1/2), lattice
+ * position + (offx, offy): the located triangle's weights times the float values, summed in
+ * double in order j = 0, 1, 2, rounded to float. */
+__global__ void sb_actuators(const float *__restrict__ values, int32_t nx, int32_t ny, int32_t S,
+                             int32_t offx, int32_t offy, float *__restrict__ act)
+{
+    int32_t c = (int32_t)((int64_t)blockIdx.x * blockDim.x + threadIdx.x);
+    if (c >= (nx + 1) * (ny + 1))
+        return;
+    int32_t cx = c % (nx + 1), cy = c / (nx + 1);
+    int64_t idx[3];
+    double wgt[3];
+    sw_sabre_locate(S, S, (double)cx - 0.5 + offx, (double)cy - 0.5 + offy, idx, wgt);
+    double acc = 0.0;
+    for (int j = 0; j < 3; j++)
+        acc = __dadd_rn(acc, __dmul_rn(wgt[j], (double)values[idx[j]]));
+    act[c] = (float)acc;
+}
+
+/* ================================================================== the frame's work */
+
+static unsigned sb_blocks(int64_t n, int threads)
+{
+    return (unsigned)((n + threads - 1) / threads);
+}
+
+/* Steps 0-6 on the plan's stream, in order (captured into the graph). */
+static sw_status sb_enqueue(sw_sabre *plan)
+{
+    sb_gpu *g = (sb_gpu *)plan->gpu;
+    cudaStream_t s = g->stream;
+    const int32_t L2 = plan->L * plan->L;
+    const int64_t nx_ = (int64_t)plan->ns * plan->G;
+
+    SB_CU(cudaMemsetAsync(g->flag, 0x7f, sizeof(int), s)); /* SB_NO_NAN */
+    sb_gather<<<sb_blocks(nx_, SB_THREADS), SB_THREADS, 0, s>>>(g->slopes, g->gidx, plan->n, L2,
+                                                                plan->ns, nx_, g->X, g->flag);
+    SB_CU(cudaGetLastError());
+
+    const float one = 1.0f, zero = 0.0f;
+    SB_BLAS(cublasSgemm(g->blas, CUBLAS_OP_N, CUBLAS_OP_N, plan->nl, plan->G, plan->ns, &one, g->Q,
+                        plan->nl, g->X, plan->ns, &zero, g->Y, plan->nl));
+
+    const sw_sabre_pme pme = plan->params.pme;
+    const int equalise = pme == SW_SABRE_PME_HIERARCHICAL  ? plan->p > 0
+                         : pme == SW_SABRE_PME_DISTRIBUTED ? plan->dpme_iters > 0
+                                                           : 0;
+    if (plan->npairs > 0 && equalise) {
+        sb_pair_sums<<<sb_blocks((int64_t)plan->npairs * 32, SB_THREADS), SB_THREADS, 0, s>>>(
+            g->Y, plan->nl, plan->npairs, plan->m + 1, g->pair_lo, g->pair_hi, g->pair_vlo,
+            g->pair_vhi, g->pair_use, g->psum);
+        SB_CU(cudaGetLastError());
+        sb_pme_args a;
+        memset(&a, 0, sizeof a);
+        a.pme = (int32_t)pme;
+        a.k = plan->k;
+        a.G = plan->G;
+        a.p = plan->p;
+        a.npairs = plan->npairs;
+        a.iters = plan->dpme_iters;
+        a.psum = g->psum;
+        a.pair_lo = g->pair_lo;
+        a.pair_hi = g->pair_hi;
+        a.pair_n = g->pair_n;
+        a.level_base = g->level_base;
+        a.hpme = g->hpme;
+        a.dist = g->dpme_dist;
+        a.K = g->K;
+        a.scratch = g->scratch;
+        a.shared = g->pme_smem > 0;
+        sb_pme<<<1, g->pme_threads, g->pme_smem, s>>>(a);
+        SB_CU(cudaGetLastError());
+    } else {
+        SB_CU(cudaMemsetAsync(g->K, 0, (size_t)plan->G * sizeof(double), s));
+    }
+
+    sb_assemble<<<sb_blocks(g->nvalues, SB_THREADS), SB_THREADS, 0, s>>>(
+        g->Y, g->K, g->ws, plan->S, plan->m, plan->k, plan->w, plan->nl, g->nvalues, g->values);
+    SB_CU(cudaGetLastError());
+    sb_actuators<<<sb_blocks(g->nact, SB_THREADS), SB_THREADS, 0, s>>>(
+        g->values, plan->params.nx, plan->params.ny, plan->S, plan->offx, plan->offy, g->act);
+    SB_CU(cudaGetLastError());
+    return SW_OK;
+}
+
+/* Captures sb_enqueue into the plan's graph (the capture is always ended, so that the stream is
+ * usable again whatever failed inside). */
+static sw_status sb_capture(sw_sabre *plan)
+{
+    sb_gpu *g = (sb_gpu *)plan->gpu;
+    SB_CU(cudaStreamBeginCapture(g->stream, cudaStreamCaptureModeThreadLocal));
+    const sw_status st = sb_enqueue(plan);
+    cudaGraph_t graph = NULL;
+    const cudaError_t e = cudaStreamEndCapture(g->stream, &graph);
+    if (st != SW_OK || e != cudaSuccess) {
+        if (graph)
+            cudaGraphDestroy(graph);
+        cudaGetLastError();
+        if (st != SW_OK)
+            return st;
+        return sw_fail(plan->ctx, SW_ECUDA, "sabre: capturing the run's graph failed: %s",
+                       cudaGetErrorString(e));
+    }
+    const cudaError_t ei = cudaGraphInstantiate(&g->exec, graph, 0);
+    if (ei != cudaSuccess) {
+        cudaGraphDestroy(graph);
+        g->exec = NULL;
+        cudaGetLastError();
+        return sw_fail(plan->ctx, SW_ECUDA, "sabre: instantiating the run's graph failed: %s",
+                       cudaGetErrorString(ei));
+    }
+    g->graph = graph;
+    SB_CU(cudaGraphUpload(g->exec, g->stream)); /* so that the first run is not slower */
+    return SW_OK;
+}
+
+/* ================================================================== the API */
+
+template <typename T> static cudaError_t sb_alloc(T **p, size_t count)
+{
+    return cudaMalloc((void **)p, (count ? count : 1) * sizeof(T));
+}
+
+/* Allocates *dst and queues the copy of count host elements (none when src is NULL). */
+template <typename T>
+static cudaError_t sb_upload(T **dst, const T *src, size_t count, cudaStream_t s)
+{
+    cudaError_t e = sb_alloc(dst, count);
+    if (e != cudaSuccess || !src || !count)
+        return e;
+    return cudaMemcpyAsync(*dst, src, count * sizeof(T), cudaMemcpyHostToDevice, s);
+}
+
+extern "C" void sw_sabre_gpu_destroy(sw_sabre *plan)
+{
+    sb_gpu *g = (sb_gpu *)plan->gpu;
+    if (!g)
+        return;
+    cudaSetDevice(plan->ctx->device);
+    if (g->stream)
+        cudaStreamSynchronize(g->stream);
+    if (g->exec)
+        cudaGraphExecDestroy(g->exec);
+    if (g->graph)
+        cudaGraphDestroy(g->graph);
+    if (g->blas)
+        cublasDestroy(g->blas);
+    void *dev[] = {g->blas_ws,   g->Q,        g->gidx,    g->ws,       g->pair_lo, g->pair_hi,
+                   g->pair_vlo,  g->pair_vhi, g->pair_n,  g->pair_use, g->hpme,    g->level_base,
+                   g->dpme_dist, g->slopes,   g->X,       g->Y,        g->values,  g->act,
+                   g->psum,      g->K,        g->scratch, g->flag};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
+        if (dev[i])
+            cudaFree(dev[i]);
+    if (g->flag_h)
+        cudaFreeHost(g->flag_h);
+    if (g->t0)
+        cudaEventDestroy(g->t0);
+    if (g->t1)
+        cudaEventDestroy(g->t1);
+    free(g);
+    plan->gpu = NULL;
+}
+
+extern "C" sw_status sw_sabre_gpu_create(sw_sabre *plan)
+{
+    sb_gpu *g = (sb_gpu *)calloc(1, sizeof(sb_gpu));
+    if (!g)
+        return sw_fail(plan->ctx, SW_ENOMEM, "sabre: out of memory");
+    plan->gpu = g; /* sw_sabre_gpu_destroy frees what is made below, also after a failure */
+    SB_CU(cudaSetDevice(plan->ctx->device));
+    g->stream = (cudaStream_t)plan->ctx->stream;
+    cudaStream_t s = g->stream;
+
+    const int32_t G = plan->G, m1 = plan->m + 1, np = plan->npairs;
+    const size_t L2 = (size_t)plan->L * plan->L;
+    g->nvalues = sw_sabre_lattice_values(&plan->info.lattice);
+    g->nact = (plan->params.nx + 1) * (plan->params.ny + 1);
+
+    /* the plan's tables */
+    SB_CU(sb_upload(&g->Q, plan->Q, (size_t)plan->nl * plan->ns, s));
+    SB_CU(sb_upload(&g->gidx, plan->gidx, (size_t)G * L2, s));
+    SB_CU(sb_upload(&g->ws, plan->ws, (size_t)plan->k, s));
+    SB_CU(sb_upload(&g->pair_lo, plan->pair_lo, (size_t)np, s));
+    SB_CU(sb_upload(&g->pair_hi, plan->pair_hi, (size_t)np, s));
+    SB_CU(sb_upload(&g->pair_n, plan->pair_n, (size_t)np, s));
+    SB_CU(sb_upload(&g->pair_vlo, plan->pair_vlo, (size_t)np * m1, s));
+    SB_CU(sb_upload(&g->pair_vhi, plan->pair_vhi, (size_t)np * m1, s));
+    SB_CU(sb_upload(&g->pair_use, plan->pair_use, (size_t)np * m1, s));
+    size_t ngroups = 0; /* H-PME groups over all levels */
+    for (int32_t h = 1; h <= plan->p; h++)
+        ngroups += (size_t)(plan->k >> h) * (size_t)(plan->k >> h);
+    const int hier = plan->params.pme == SW_SABRE_PME_HIERARCHICAL && plan->p > 0;
+    const int dist = plan->params.pme == SW_SABRE_PME_DISTRIBUTED;
+    SB_CU(sb_upload(&g->level_base, hier ? plan->level_base : NULL, (size_t)plan->p, s));
+    SB_CU(sb_upload(&g->hpme, hier ? plan->hpme : NULL, 2 * ngroups, s));
+    SB_CU(sb_upload(&g->dpme_dist, dist ? plan->dpme_dist : NULL, (size_t)G, s));
+
+    /* the run's buffers */
+    SB_CU(sb_alloc(&g->slopes, (size_t)2 * plan->n));
+    SB_CU(sb_alloc(&g->X, (size_t)plan->ns * G));
+    SB_CU(sb_alloc(&g->Y, (size_t)plan->nl * G));
+    SB_CU(sb_alloc(&g->psum, (size_t)np));
+    SB_CU(sb_alloc(&g->K, (size_t)G));
+    SB_CU(sb_alloc(&g->scratch, (size_t)G));
+    SB_CU(sb_alloc(&g->values, (size_t)g->nvalues));
+    SB_CU(sb_alloc(&g->act, (size_t)g->nact));
+    SB_CU(sb_alloc(&g->flag, 1));
+    SB_CU(cudaHostAlloc((void **)&g->flag_h, sizeof(int), cudaHostAllocDefault));
+    SB_CU(cudaEventCreate(&g->t0));
+    SB_CU(cudaEventCreate(&g->t1));
+    const size_t smem = ((size_t)2 * G + (size_t)np) * sizeof(double);
+    g->pme_smem = smem <= SB_PME_SMEM ? smem : 0;
+    g->pme_threads = G >= SB_PME_THREADS ? SB_PME_THREADS : (G + 31) / 32 * 32;
+
+    /* cuBLAS on the context's stream, with a workspace of its own (cublasSetStream resets the
+     * workspace, so it comes after) so that the capture allocates nothing */
+    SB_BLAS(cublasCreate(&g->blas));
+    SB_BLAS(cublasSetStream(g->blas, s));
+    SB_CU(cudaMalloc(&g->blas_ws, SB_BLAS_WS));
+    SB_BLAS(cublasSetWorkspace(g->blas, g->blas_ws, SB_BLAS_WS));
+
+    /* one plain pass on zero slopes (loads the kernels and cuBLAS's), then the graph */
+    SB_CU(cudaMemsetAsync(g->slopes, 0, (size_t)2 * plan->n * sizeof(float), s));
+    SB_TRY(sb_enqueue(plan));
+    SB_CU(cudaStreamSynchronize(s));
+    SB_TRY(sb_capture(plan));
+    return SW_OK;
+}
+
+extern "C" sw_status sw_sabre_gpu_run(sw_sabre *plan, const float *slopes, sw_memory memory,
+                                      float *values, float *actuators)
+{
+    sb_gpu *g = (sb_gpu *)plan->gpu;
+    cudaStream_t s = g->stream;
+    const int dev = memory == SW_MEM_DEVICE;
+    const cudaMemcpyKind in = dev ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice;
+    const cudaMemcpyKind out = dev ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost;
+    plan->kernel_us = -1.0;
+    SB_CU(cudaSetDevice(plan->ctx->device));
+
+    SB_CU(cudaMemcpyAsync(g->slopes, slopes, (size_t)2 * plan->n * sizeof(float), in, s));
+    SB_CU(cudaEventRecord(g->t0, s));
+    SB_CU(cudaGraphLaunch(g->exec, s));
+    SB_CU(cudaEventRecord(g->t1, s));
+    SB_CU(cudaMemcpyAsync(g->flag_h, g->flag, sizeof(int), cudaMemcpyDeviceToHost, s));
+    if (values)
+        SB_CU(cudaMemcpyAsync(values, g->values, (size_t)g->nvalues * sizeof(float), out, s));
+    if (actuators)
+        SB_CU(cudaMemcpyAsync(actuators, g->act, (size_t)g->nact * sizeof(float), out, s));
+    SB_CU(cudaStreamSynchronize(s));
+
+    float ms = 0.0f;
+    if (cudaEventElapsedTime(&ms, g->t0, g->t1) == cudaSuccess)
+        plan->kernel_us = 1000.0 * ms;
+    const int l = *g->flag_h;
+    if (l != SB_NO_NAN) { /* the CPU's message: the lowest such lenslet, its x slope first */
+        float xy[2];
+        SB_CU(cudaMemcpyAsync(&xy[0], g->slopes + l, sizeof(float), cudaMemcpyDeviceToHost, s));
+        SB_CU(cudaMemcpyAsync(&xy[1], g->slopes + plan->n + l, sizeof(float),
+                              cudaMemcpyDeviceToHost, s));
+        SB_CU(cudaStreamSynchronize(s));
+        const int bad = isfinite(xy[0]) ? 1 : 0;
+        const int32_t nx = plan->params.nx;
+        return sw_fail(plan->ctx, SW_ERANGE,
+                       "sabre: the %s slope of valid lenslet (%d, %d) (index %d) is %s",
+                       bad ? "y" : "x", l % nx, l / nx, l, isnan(xy[bad]) ? "NaN" : "infinite");
+    }
+    return SW_OK;
+}
