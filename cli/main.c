@@ -29,8 +29,7 @@ typedef struct sw_subcommand {
     sw_cli_help_fn help;
 } sw_subcommand;
 
-/* One row per subcommand that exists (DESIGN.md's table lists the ones still to come:
- * sabre, bench). */
+/* One row per subcommand that exists (DESIGN.md's table lists one still to come: bench). */
 static const sw_subcommand subcommands[] = {
     {"info", "versions, build, backends and the GPU the context gets", sw_cmd_info,
      sw_cmd_info_help},
@@ -48,6 +47,8 @@ static const sw_subcommand subcommands[] = {
      sw_cmd_pupil, sw_cmd_pupil_help},
     {"aberrometry", "Zernike aberrations and refraction of one or two eyes (seed 001)",
      sw_cmd_aberrometry, sw_cmd_aberrometry_help},
+    {"sabre", "wavefront from slopes: D-SABRE splines with H-PME/D-PME, or baselines (seed 002)",
+     sw_cmd_sabre, sw_cmd_sabre_help},
 };
 static const size_t n_subcommands = sizeof subcommands / sizeof subcommands[0];
 

@@ -1,0 +1,932 @@
+/*
+ * spotwave sabre: Shack-Hartmann slopes -> wavefront, with linear simplex B-splines distributed
+ * over partitions (D-SABRE, seed 002 sections 2, 3 and 5.A; sabre.h) and piston equalisation by
+ * H-PME (seed 002 Eq. 10-11) or D-PME (Eq. 8-9), or with the two baselines of sabre.h: global
+ * SABRE (one least-squares problem, seed 002 section 2) and Fried's zonal least squares.
+ *
+ * Outputs: the wavefront at the lenslet corners (the Fried actuator grid: DM commands,
+ * `cx,cy,w`), the spline's vertex values (`kind,I,J,x,y,w`), a FITS map, and a JSON report.
+ * Every output has its piston removed (slopes cannot see it): the actuators and values over the
+ * corners of the valid lenslets, the map over its pixels in valid lenslets.
+ */
+#define _GNU_SOURCE
+
+#include "cli.h"
+
+#include <getopt.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SUB "sabre"
+
+#define DEF_PARTITIONS 8
+#define DEF_OVERLAP    1
+#define DEF_FRIED_REG  1e-3
+#define MAX_GRID       4096 /* sabre.h: 2..4096 lenslets per side */
+#define MAX_MAP_SIZE   8192
+#define DEF_MAP_CAP    2048 /* the default map side: 16 pixels a lenslet, at most this */
+#define MAX_REPEAT     100000
+
+typedef enum { METHOD_DSABRE = 0, METHOD_GLOBAL, METHOD_FRIED } sabre_method;
+
+static const char *method_name(sabre_method m)
+{
+    return m == METHOD_DSABRE ? "dsabre" : m == METHOD_GLOBAL ? "global" : "fried";
+}
+
+void sw_cmd_sabre_help(FILE *out)
+{
+    fprintf(
+        out,
+        "Usage: spotwave [GLOBAL OPTIONS] sabre SLOPES.csv [OPTIONS]\n"
+        "\n"
+        "Reconstructs the wavefront from Shack-Hartmann slopes with linear simplex B-splines on\n"
+        "a triangulation of the lenslet grid (SABRE), distributed over K x K overlapping\n"
+        "partitions whose local pistons are equalised afterwards (D-SABRE with H-PME or D-PME,\n"
+        "seed 002; sabre.h), or with one of two baselines: global SABRE (one least-squares\n"
+        "problem over the whole grid) and Fried's zonal least squares (phases at the lenslet\n"
+        "corners). D-SABRE runs on the GPU when the context is CUDA (--backend); the baselines\n"
+        "run on the CPU.\n"
+        "\n"
+        "Input:\n"
+        "  SLOPES.csv             columns ix,iy and either dx_rad,dy_rad (radians: mean\n"
+        "                         wavefront gradients, used when present) or dx_px,dy_px (spot\n"
+        "                         displacements in pixels, converted with --pixel-um and\n"
+        "                         --focal-mm: rad = px * pixel_um / (focal_mm * 1000)), as\n"
+        "                         'spotwave centroid --slopes' writes them. A lenslet is valid\n"
+        "                         when it has a row with finite slopes (and valid != 0 when\n"
+        "                         the table has a 'valid' column); lenslets without a row or\n"
+        "                         with nan slopes have no data. A 'frame' column may hold one\n"
+        "                         frame number only. Rows naming a lenslet outside the grid or\n"
+        "                         a lenslet twice, and infinite slopes, are errors\n"
+        "  --grid NXxNY           lenslets across and down, 2..%d each (default: the largest\n"
+        "                         ix + 1 by the largest iy + 1 of the table)\n"
+        "  --pixel-um P           detector pixel pitch, micrometres (for dx_px,dy_px)\n"
+        "  --focal-mm F           lenslet focal length, millimetres (for dx_px,dy_px)\n"
+        "  --lenslet-um P         lenslet pitch in the pupil (default 1: the wavefront comes out\n"
+        "                         in radians x pitch; in micrometres the wavefront is in\n"
+        "                         micrometres of optical path)\n"
+        "\n"
+        "Method:\n"
+        "  --method dsabre|global|fried\n"
+        "                         dsabre: distributed SABRE (default); global: one SABRE\n"
+        "                         problem on the whole grid; fried: Fried-geometry zonal least\n"
+        "                         squares with a light Laplacian regularisation\n"
+        "  --partitions K         dsabre: K x K partitions, 1 .. max(NX, NY) - 1, a power of\n"
+        "                         two for hierarchical PME (default %d, halved until it fits a\n"
+        "                         smaller grid)\n"
+        "  --pme hierarchical|distributed|none\n"
+        "                         dsabre: piston mode equalisation between the partitions\n"
+        "                         (H-PME, D-PME, or none; default hierarchical)\n"
+        "  --overlap OL           dsabre: squares of overlap on each side of a partition's core,\n"
+        "                         0..64 (default %d)\n"
+        "  --dpme-iterations N    dsabre with distributed PME: iterations (default 0: L_D, the\n"
+        "                         largest distance to the master partition)\n"
+        "  --fried-reg R          fried: weight of the Laplacian that removes the waffle mode,\n"
+        "                         > 0 (default %g)\n"
+        "\n"
+        "Output (the piston is removed from each; with no output option the actuators go to\n"
+        "standard output):\n"
+        "  --actuators CSV        the wavefront at the (NX+1) x (NY+1) lenslet corners, the\n"
+        "                         Fried actuator grid: cx,cy,w, corner (cx, cy) between lenslets\n"
+        "                         (cx-1, cy-1) and (cx, cy); nan at corners of no valid lenslet;\n"
+        "                         the mean over the others is 0 ('-': standard output)\n"
+        "  --values CSV           dsabre, global: the spline's vertex values kind,I,J,x,y,w;\n"
+        "                         kind 'corner' (a lenslet centre) or 'centre' (a lenslet\n"
+        "                         corner), (I, J) its index in the spline's lattice, (x, y) its\n"
+        "                         position in lenslet units (lenslet (ix, iy) is centred on\n"
+        "                         (ix, iy)); dsabre's lattice covers the extended array of its\n"
+        "                         partitions (vertices outside the grid included), global's\n"
+        "                         vertices that no valid lenslet reaches are nan; the same\n"
+        "                         piston as the actuators is removed ('-': standard output)\n"
+        "  --map FITS             the wavefront on a pixel grid spanning the lenslet array\n"
+        "                         (float FITS): pixel (i, k) at x = -1/2 + (i + 1/2) NX / W,\n"
+        "                         y likewise; nan where the pixel's lenslet is invalid; mean 0\n"
+        "                         over the other pixels\n"
+        "  --map-size N           the map's longer side, pixels, 1..%d (default 16 per lenslet,\n"
+        "                         at most %d); the other side keeps the pixels square\n"
+        "  --repeat N             run the reconstruction N times (timings; default 1)\n"
+        "  --json                 print a JSON report on standard output (no table may go\n"
+        "                         there): method, grid, partitions, core and window squares,\n"
+        "                         PME iterations, valid lenslets, the wavefront's RMS and\n"
+        "                         peak-to-valley over the corners of the valid lenslets, run\n"
+        "                         times (us) and the backend\n"
+        "  -h, --help             print this help and exit\n"
+        "\n"
+        "Exit codes: 0 success; 1 a failure while running (unreadable table, no valid lenslet,\n"
+        "a partitioning the library refuses, ...); 2 a usage error.\n"
+        "\n"
+        "Example:\n"
+        "  spotwave centroid frame.fits --pitch 32 --grid 16x16 --reference ref.fits \\\n"
+        "      --pixel-um 5.5 --focal-mm 3.5 --slopes s.csv\n"
+        "  spotwave sabre s.csv --lenslet-um 176 --partitions 4 --actuators dm.csv \\\n"
+        "      --map w.fits --json\n",
+        MAX_GRID, DEF_PARTITIONS, DEF_OVERLAP, DEF_FRIED_REG, MAX_MAP_SIZE, DEF_MAP_CAP);
+}
+
+/* ------------------------------------------------------------------ options */
+
+typedef struct sabre_opts {
+    const char *input, *actuators, *values, *map;
+    int have_grid, have_pixel, have_focal, have_lenslet;
+    int32_t nx, ny;
+    double pixel_um, focal_mm, lenslet_um;
+    sabre_method method;
+    int have_partitions, have_pme, have_overlap, have_iters, have_reg;
+    long partitions, overlap, dpme_iterations, map_size, repeat;
+    sw_sabre_pme pme;
+    double fried_reg;
+    int have_map_size, json;
+} sabre_opts;
+
+static int parse_options(int argc, char **argv, sabre_opts *o)
+{
+    enum {
+        OPT_GRID = 256,
+        OPT_PIXEL,
+        OPT_FOCAL,
+        OPT_LENSLET,
+        OPT_METHOD,
+        OPT_PARTITIONS,
+        OPT_PME,
+        OPT_OVERLAP,
+        OPT_ITERS,
+        OPT_REG,
+        OPT_ACTUATORS,
+        OPT_VALUES,
+        OPT_MAP,
+        OPT_MAP_SIZE,
+        OPT_REPEAT,
+        OPT_JSON
+    };
+    static const struct option longopts[] = {
+        {"grid", required_argument, NULL, OPT_GRID},
+        {"pixel-um", required_argument, NULL, OPT_PIXEL},
+        {"focal-mm", required_argument, NULL, OPT_FOCAL},
+        {"lenslet-um", required_argument, NULL, OPT_LENSLET},
+        {"method", required_argument, NULL, OPT_METHOD},
+        {"partitions", required_argument, NULL, OPT_PARTITIONS},
+        {"pme", required_argument, NULL, OPT_PME},
+        {"overlap", required_argument, NULL, OPT_OVERLAP},
+        {"dpme-iterations", required_argument, NULL, OPT_ITERS},
+        {"fried-reg", required_argument, NULL, OPT_REG},
+        {"actuators", required_argument, NULL, OPT_ACTUATORS},
+        {"values", required_argument, NULL, OPT_VALUES},
+        {"map", required_argument, NULL, OPT_MAP},
+        {"map-size", required_argument, NULL, OPT_MAP_SIZE},
+        {"repeat", required_argument, NULL, OPT_REPEAT},
+        {"json", no_argument, NULL, OPT_JSON},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *S = SUB;
+    int c;
+    double v;
+    sw_cli_getopt_reset();
+    while ((c = sw_cli_getopt(S, argc, argv, "h", longopts)) != -1) {
+        switch (c) {
+        case OPT_GRID:
+            if (sw_cli_parse_size(optarg, &o->nx, &o->ny) != 0 || o->nx < 2 || o->ny < 2 ||
+                o->nx > MAX_GRID || o->ny > MAX_GRID)
+                return sw_cli_usage(S, "--grid: '%s' is not NXxNY lenslets, 2..%d each", optarg,
+                                    MAX_GRID);
+            o->have_grid = 1;
+            break;
+        case OPT_PIXEL:
+        case OPT_FOCAL:
+        case OPT_LENSLET:
+            if (sw_cli_parse_double(optarg, &v) != 0 || !(v > 0))
+                return sw_cli_usage(S, "%s: '%s' is not a positive length",
+                                    sw_cli_option_name(argv), optarg);
+            if (c == OPT_PIXEL)
+                o->pixel_um = v, o->have_pixel = 1;
+            else if (c == OPT_FOCAL)
+                o->focal_mm = v, o->have_focal = 1;
+            else
+                o->lenslet_um = v, o->have_lenslet = 1;
+            break;
+        case OPT_METHOD:
+            if (strcmp(optarg, "dsabre") == 0)
+                o->method = METHOD_DSABRE;
+            else if (strcmp(optarg, "global") == 0)
+                o->method = METHOD_GLOBAL;
+            else if (strcmp(optarg, "fried") == 0)
+                o->method = METHOD_FRIED;
+            else
+                return sw_cli_usage(S, "--method: '%s' is not dsabre, global or fried", optarg);
+            break;
+        case OPT_PARTITIONS:
+            /* The library checks the rest (power of two, at most max(NX, NY) - 1). */
+            if (sw_cli_parse_long(optarg, 1, MAX_GRID, &o->partitions) != 0)
+                return sw_cli_usage(S, "--partitions: '%s' is not a whole number in 1..%d", optarg,
+                                    MAX_GRID);
+            o->have_partitions = 1;
+            break;
+        case OPT_PME:
+            if (sw_sabre_pme_parse(optarg, &o->pme) != SW_OK)
+                return sw_cli_usage(S, "--pme: '%s' is not hierarchical, distributed or none",
+                                    optarg);
+            o->have_pme = 1;
+            break;
+        case OPT_OVERLAP:
+            if (sw_cli_parse_long(optarg, 0, 64, &o->overlap) != 0)
+                return sw_cli_usage(S, "--overlap: '%s' is not a whole number in 0..64", optarg);
+            o->have_overlap = 1;
+            break;
+        case OPT_ITERS:
+            if (sw_cli_parse_long(optarg, 0, 1000000, &o->dpme_iterations) != 0)
+                return sw_cli_usage(S, "--dpme-iterations: '%s' is not a whole number >= 0",
+                                    optarg);
+            o->have_iters = 1;
+            break;
+        case OPT_REG:
+            if (sw_cli_parse_double(optarg, &o->fried_reg) != 0 || o->fried_reg < 0)
+                return sw_cli_usage(S, "--fried-reg: '%s' is not a number >= 0", optarg);
+            o->have_reg = 1;
+            break;
+        case OPT_MAP_SIZE:
+            if (sw_cli_parse_long(optarg, 1, MAX_MAP_SIZE, &o->map_size) != 0)
+                return sw_cli_usage(S, "--map-size: '%s' is not a whole number of pixels in 1..%d",
+                                    optarg, MAX_MAP_SIZE);
+            o->have_map_size = 1;
+            break;
+        case OPT_REPEAT:
+            if (sw_cli_parse_long(optarg, 1, MAX_REPEAT, &o->repeat) != 0)
+                return sw_cli_usage(S, "--repeat: '%s' is not a whole number in 1..%d", optarg,
+                                    MAX_REPEAT);
+            break;
+        case OPT_ACTUATORS:
+        case OPT_VALUES:
+        case OPT_MAP:
+            if (!*optarg)
+                return sw_cli_usage(S, "%s: the file name is empty", sw_cli_option_name(argv));
+            if (c == OPT_ACTUATORS)
+                o->actuators = optarg;
+            else if (c == OPT_VALUES)
+                o->values = optarg;
+            else
+                o->map = optarg;
+            break;
+        case OPT_JSON: o->json = 1; break;
+        case 'h': sw_cmd_sabre_help(stdout); return -1;
+        default: return SW_EXIT_USAGE;
+        }
+    }
+    if (optind >= argc)
+        return sw_cli_usage(S, "no SLOPES.csv given");
+    o->input = argv[optind];
+    if (optind + 1 < argc)
+        return sw_cli_usage(S, "unexpected argument '%s' (one slopes table)", argv[optind + 1]);
+
+    /* Options of one method only. */
+    if (o->method != METHOD_DSABRE &&
+        (o->have_partitions || o->have_pme || o->have_overlap || o->have_iters))
+        return sw_cli_usage(S, "--partitions, --pme, --overlap and --dpme-iterations apply to "
+                               "--method dsabre only");
+    if (o->have_iters && o->pme != SW_SABRE_PME_DISTRIBUTED)
+        return sw_cli_usage(S, "--dpme-iterations applies to --pme distributed only");
+    if (o->have_reg && o->method != METHOD_FRIED)
+        return sw_cli_usage(S, "--fried-reg applies to --method fried only");
+    if (o->values && o->method == METHOD_FRIED)
+        return sw_cli_usage(S, "--values: the fried method has no spline (use --actuators)");
+
+    /* Outputs. */
+    if (o->have_map_size && !o->map)
+        return sw_cli_usage(S, "--map-size sets the size of the map: give --map FILE.fits");
+    if (o->map && !sw_cli_ends_with(o->map, ".fits") && !sw_cli_ends_with(o->map, ".fit"))
+        return sw_cli_usage(S, "--map: '%s' does not end in .fits", o->map);
+    if (!o->actuators && !o->values && !o->map && !o->json)
+        o->actuators = "-";
+    const int act_out = o->actuators && strcmp(o->actuators, "-") == 0;
+    const int val_out = o->values && strcmp(o->values, "-") == 0;
+    if (act_out && val_out)
+        return sw_cli_usage(S, "only one of --actuators and --values can go to standard output");
+    if (o->json && (act_out || val_out))
+        return sw_cli_usage(S, "--json prints the report on standard output: give the %s a file",
+                            act_out ? "--actuators" : "--values");
+    const char *files[3] = {o->actuators, o->values, o->map};
+    for (int i = 0; i < 3; i++)
+        for (int j = i + 1; j < 3; j++)
+            if (files[i] && files[j] && strcmp(files[i], files[j]) == 0 &&
+                strcmp(files[i], "-") != 0)
+                return sw_cli_usage(S, "--actuators, --values and --map name the same file '%s'",
+                                    files[i]);
+    return SW_EXIT_OK;
+}
+
+/* ------------------------------------------------------------------ the slopes table */
+
+typedef struct slopes_in {
+    int32_t nx, ny; /* the grid                                               */
+    int64_t rows;   /* data rows                                              */
+    int32_t listed; /* lenslets with a row                                    */
+    int32_t nvalid; /* lenslets with data                                     */
+    int radians;    /* 1: dx_rad,dy_rad were read; 0: dx_px,dy_px converted   */
+    uint8_t *valid; /* nx * ny                                                */
+    float *slopes;  /* 2 nx ny radians, x then y (sabre.h's order); 0 invalid */
+} slopes_in;
+
+static void slopes_free(slopes_in *s)
+{
+    free(s->valid);
+    free(s->slopes);
+    memset(s, 0, sizeof *s);
+}
+
+/* Reads the table and places its rows on the grid (o->nx x o->ny, or the table's extent). */
+static int read_slopes(sw_context *ctx, const sabre_opts *o, slopes_in *s)
+{
+    memset(s, 0, sizeof *s);
+    const char *path = o->input;
+    sw_table t;
+    sw_status st = sw_csv_read(ctx, path, &t);
+    if (st != SW_OK)
+        return sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
+    int rc = SW_EXIT_OK;
+    const int32_t cix = sw_table_column(&t, "ix"), ciy = sw_table_column(&t, "iy");
+    const int32_t crx = sw_table_column(&t, "dx_rad"), cry = sw_table_column(&t, "dy_rad");
+    const int32_t cpx = sw_table_column(&t, "dx_px"), cpy = sw_table_column(&t, "dy_px");
+    const int32_t cvalid = sw_table_column(&t, "valid"), cframe = sw_table_column(&t, "frame");
+    int32_t cdx = crx, cdy = cry;
+    double scale = 1.0; /* radians per table unit */
+    if (cix < 0 || ciy < 0) {
+        rc = sw_cli_fail(SUB, "slopes table '%s' has no column '%s'", path, cix < 0 ? "ix" : "iy");
+    } else if ((crx >= 0) != (cry >= 0)) {
+        rc = sw_cli_fail(SUB, "slopes table '%s' has column '%s' without '%s'", path,
+                         crx >= 0 ? "dx_rad" : "dy_rad", crx >= 0 ? "dy_rad" : "dx_rad");
+    } else if (crx < 0 && (cpx < 0 || cpy < 0)) {
+        rc = sw_cli_fail(SUB,
+                         "slopes table '%s' has neither dx_rad,dy_rad nor dx_px,dy_px (give "
+                         "the slopes of 'spotwave centroid --slopes')",
+                         path);
+    } else if (crx < 0 && (!o->have_pixel || !o->have_focal)) {
+        rc = sw_cli_fail(SUB,
+                         "slopes table '%s' has its slopes in pixels (dx_px,dy_px): give "
+                         "--pixel-um and --focal-mm to convert them to radians",
+                         path);
+    } else if (t.nrows == 0) {
+        rc = sw_cli_fail(SUB, "slopes table '%s' has no rows", path);
+    }
+    if (rc == SW_EXIT_OK && crx < 0) {
+        cdx = cpx;
+        cdy = cpy;
+        scale = o->pixel_um / (o->focal_mm * 1000.0);
+    }
+    s->radians = crx >= 0;
+    s->rows = t.nrows;
+
+    /* Cells that do not depend on the grid; the table's extent. */
+    double max_ix = 0, max_iy = 0;
+    for (int64_t r = 0; rc == SW_EXIT_OK && r < t.nrows; r++) {
+        const double fx = t.cols[cix][r], fy = t.cols[ciy][r];
+        if (!(fx == floor(fx)) || !(fy == floor(fy)) || fx < 0 || fy < 0 || fx >= 65536 ||
+            fy >= 65536) {
+            rc = sw_cli_fail(SUB,
+                             "slopes table '%s', data row %lld: lenslet (%g,%g) is not a pair "
+                             "of whole numbers in 0..65535",
+                             path, (long long)r + 1, fx, fy);
+            break;
+        }
+        max_ix = fx > max_ix ? fx : max_ix;
+        max_iy = fy > max_iy ? fy : max_iy;
+        if (isinf(t.cols[cdx][r]) || isinf(t.cols[cdy][r]))
+            rc = sw_cli_fail(SUB,
+                             "slopes table '%s', data row %lld: an infinite slope (nan marks "
+                             "a lenslet without data)",
+                             path, (long long)r + 1);
+        else if (cvalid >= 0 && t.cols[cvalid][r] != 0.0 && t.cols[cvalid][r] != 1.0)
+            rc = sw_cli_fail(SUB, "slopes table '%s', data row %lld: valid = %g (0 or 1)", path,
+                             (long long)r + 1, t.cols[cvalid][r]);
+        else if (cframe >= 0 && t.cols[cframe][r] != t.cols[cframe][0])
+            rc = sw_cli_fail(SUB,
+                             "slopes table '%s' holds several frames (%g and %g in its 'frame' "
+                             "column): sabre reconstructs one; give it one frame's rows",
+                             path, t.cols[cframe][0], t.cols[cframe][r]);
+    }
+    if (rc == SW_EXIT_OK) {
+        s->nx = o->have_grid ? o->nx : (int32_t)max_ix + 1;
+        s->ny = o->have_grid ? o->ny : (int32_t)max_iy + 1;
+        if (s->nx < 2 || s->ny < 2 || s->nx > MAX_GRID || s->ny > MAX_GRID)
+            rc = sw_cli_fail(SUB,
+                             "slopes table '%s' spans %dx%d lenslets: sabre needs 2..%d along "
+                             "each side (give --grid NXxNY)",
+                             path, (int)s->nx, (int)s->ny, MAX_GRID);
+    }
+    const size_t n = (size_t)s->nx * (size_t)s->ny;
+    uint8_t *listed = NULL;
+    if (rc == SW_EXIT_OK) {
+        listed = calloc(n, 1);
+        s->valid = calloc(n, 1);
+        s->slopes = calloc(2 * n, sizeof(float));
+        if (!listed || !s->valid || !s->slopes)
+            rc = sw_cli_fail(SUB, "out of memory (%dx%d lenslets)", (int)s->nx, (int)s->ny);
+    }
+
+    /* The rows on the grid. */
+    for (int64_t r = 0; rc == SW_EXIT_OK && r < t.nrows; r++) {
+        const int64_t ix = (int64_t)t.cols[cix][r], iy = (int64_t)t.cols[ciy][r];
+        if (ix >= s->nx || iy >= s->ny) {
+            rc = sw_cli_fail(SUB,
+                             "slopes table '%s', data row %lld: lenslet (%lld,%lld) is not in "
+                             "the %dx%d grid",
+                             path, (long long)r + 1, (long long)ix, (long long)iy, (int)s->nx,
+                             (int)s->ny);
+            break;
+        }
+        const size_t l = (size_t)(iy * s->nx + ix);
+        if (listed[l]) {
+            rc = sw_cli_fail(SUB,
+                             "slopes table '%s', data row %lld: lenslet (%lld,%lld) is listed "
+                             "twice",
+                             path, (long long)r + 1, (long long)ix, (long long)iy);
+            break;
+        }
+        listed[l] = 1;
+        s->listed++;
+        const double dx = t.cols[cdx][r] * scale, dy = t.cols[cdy][r] * scale;
+        const int ok = (cvalid < 0 || t.cols[cvalid][r] != 0.0) && isfinite(dx) && isfinite(dy);
+        if (ok) {
+            s->valid[l] = 1;
+            s->slopes[l] = (float)dx;
+            s->slopes[n + l] = (float)dy;
+            s->nvalid++;
+        }
+    }
+    if (rc == SW_EXIT_OK && s->nvalid == 0)
+        rc = sw_cli_fail(SUB, "slopes table '%s' has no valid lenslet (every slope is nan%s)", path,
+                         cvalid >= 0 ? " or valid 0" : "");
+    free(listed);
+    sw_table_free(&t);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ the run */
+
+typedef struct sabre_result {
+    int32_t nx, ny;
+    double pitch; /* --lenslet-um, or 1 */
+    sw_backend backend;
+    int gpu;            /* D-SABRE ran on the GPU */
+    int32_t partitions; /* k actually used (dsabre) */
+    sw_sabre_info info; /* dsabre */
+    int have_lattice;   /* dsabre, global: lattice + values */
+    sw_sabre_lattice lattice;
+    double *values; /* sw_sabre_lattice_values doubles, piston removed */
+    int64_t nvalues;
+    double *act;    /* (nx + 1)(ny + 1), piston removed, nan at inactive corners */
+    int32_t active; /* corners of valid lenslets */
+    double piston, rms, pv;
+    double plan_us, run_us, run_us_min, run_us_mean, kernel_us;
+    int32_t map_w, map_h;
+} sabre_result;
+
+static void result_free(sabre_result *r)
+{
+    free(r->values);
+    free(r->act);
+}
+
+/* Corner (cx, cy) touches lenslets cx-1..cx by cy-1..cy: active when one of them is valid. */
+static int corner_active(const slopes_in *s, int32_t cx, int32_t cy)
+{
+    for (int32_t iy = cy - 1; iy <= cy; iy++)
+        for (int32_t ix = cx - 1; ix <= cx; ix++)
+            if (ix >= 0 && iy >= 0 && ix < s->nx && iy < s->ny && s->valid[iy * s->nx + ix])
+                return 1;
+    return 0;
+}
+
+/* The partitions when --partitions is not given: 8, halved until it is below max(NX, NY). */
+static int32_t default_partitions(int32_t nx, int32_t ny)
+{
+    const int32_t side = nx > ny ? nx : ny;
+    int32_t k = DEF_PARTITIONS;
+    while (k > 1 && k > side - 1)
+        k /= 2;
+    return k;
+}
+
+/* Runs the chosen reconstructor `repeat` times; fills r->act (raw) and r->values (raw). */
+static int reconstruct(sw_context *ctx, const sabre_opts *o, const slopes_in *s, sabre_result *r)
+{
+    const size_t nact = (size_t)(s->nx + 1) * (size_t)(s->ny + 1);
+    const long repeat = o->repeat;
+    sw_status st = SW_OK;
+    int rc = SW_EXIT_OK;
+    double t0, sum = 0.0;
+    r->run_us_min = INFINITY;
+    r->kernel_us = -1.0;
+    if (!(r->act = malloc(sizeof(double) * nact)))
+        return sw_cli_fail(SUB, "out of memory");
+
+    if (o->method == METHOD_DSABRE) {
+        sw_sabre_params p;
+        sw_sabre_params_default(&p);
+        p.nx = s->nx;
+        p.ny = s->ny;
+        p.pitch = r->pitch;
+        p.valid = s->valid;
+        p.partitions = r->partitions;
+        p.overlap = (int32_t)o->overlap;
+        p.pme = o->pme;
+        p.dpme_iterations = (int32_t)o->dpme_iterations;
+        sw_sabre *plan = NULL;
+        float *vals = NULL, *act = NULL;
+        t0 = sw_cli_now();
+        if ((st = sw_sabre_create(ctx, &p, &plan)) != SW_OK)
+            return sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
+        r->plan_us = 1e6 * (sw_cli_now() - t0);
+        sw_sabre_get_info(plan, &r->info);
+        r->lattice = r->info.lattice;
+        r->have_lattice = 1;
+        r->nvalues = sw_sabre_lattice_values(&r->lattice);
+        r->gpu = r->backend == SW_BACKEND_CUDA;
+        vals = malloc(sizeof(float) * (size_t)r->nvalues);
+        act = malloc(sizeof(float) * nact);
+        r->values = malloc(sizeof(double) * (size_t)r->nvalues);
+        if (!vals || !act || !r->values)
+            rc = sw_cli_fail(SUB, "out of memory");
+        for (long i = 0; rc == SW_EXIT_OK && i < repeat; i++) {
+            t0 = sw_cli_now();
+            st = sw_sabre_run(plan, s->slopes, SW_MEM_HOST, vals, act);
+            const double us = 1e6 * (sw_cli_now() - t0);
+            if (st != SW_OK) {
+                rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
+                break;
+            }
+            if (i == 0)
+                r->run_us = us;
+            r->run_us_min = us < r->run_us_min ? us : r->run_us_min;
+            sum += us;
+        }
+        if (rc == SW_EXIT_OK) {
+            r->kernel_us = sw_sabre_kernel_us(plan);
+            for (int64_t v = 0; v < r->nvalues; v++)
+                r->values[v] = vals[v];
+            for (size_t c = 0; c < nact; c++)
+                r->act[c] = act[c];
+        }
+        free(vals);
+        free(act);
+        sw_sabre_destroy(plan);
+    } else if (o->method == METHOD_GLOBAL) {
+        sw_sabre_global *g = NULL;
+        t0 = sw_cli_now();
+        if ((st = sw_sabre_global_create(ctx, s->nx, s->ny, r->pitch, s->valid, &g)) != SW_OK)
+            return sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
+        r->plan_us = 1e6 * (sw_cli_now() - t0);
+        sw_sabre_global_lattice(g, &r->lattice);
+        r->have_lattice = 1;
+        r->nvalues = sw_sabre_lattice_values(&r->lattice);
+        if (!(r->values = malloc(sizeof(double) * (size_t)r->nvalues)))
+            rc = sw_cli_fail(SUB, "out of memory");
+        for (long i = 0; rc == SW_EXIT_OK && i < repeat; i++) {
+            t0 = sw_cli_now();
+            st = sw_sabre_global_run(g, s->slopes, r->values);
+            const double us = 1e6 * (sw_cli_now() - t0);
+            if (st != SW_OK) {
+                rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
+                break;
+            }
+            if (i == 0)
+                r->run_us = us;
+            r->run_us_min = us < r->run_us_min ? us : r->run_us_min;
+            sum += us;
+        }
+        if (rc == SW_EXIT_OK)
+            sw_sabre_eval_corners(&r->lattice, r->values, s->nx, s->ny, r->act);
+        sw_sabre_global_destroy(g);
+    } else {
+        sw_fried *f = NULL;
+        const double reg = o->have_reg ? o->fried_reg : DEF_FRIED_REG;
+        t0 = sw_cli_now();
+        if ((st = sw_fried_create(ctx, s->nx, s->ny, r->pitch, s->valid, reg, &f)) != SW_OK)
+            return sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
+        r->plan_us = 1e6 * (sw_cli_now() - t0);
+        for (long i = 0; rc == SW_EXIT_OK && i < repeat; i++) {
+            t0 = sw_cli_now();
+            st = sw_fried_run(f, s->slopes, r->act);
+            const double us = 1e6 * (sw_cli_now() - t0);
+            if (st != SW_OK) {
+                rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
+                break;
+            }
+            if (i == 0)
+                r->run_us = us;
+            r->run_us_min = us < r->run_us_min ? us : r->run_us_min;
+            sum += us;
+        }
+        sw_fried_destroy(f);
+    }
+    r->run_us_mean = sum / (double)repeat;
+    return rc;
+}
+
+/* Piston, RMS and peak-to-valley over the active corners; inactive corners become nan. */
+static int remove_piston(sabre_method method, const slopes_in *s, sabre_result *r)
+{
+    const int32_t nx = s->nx, ny = s->ny;
+    double sum = 0.0;
+    int32_t n = 0;
+    for (int32_t cy = 0; cy <= ny; cy++)
+        for (int32_t cx = 0; cx <= nx; cx++) {
+            double *w = &r->act[(size_t)cy * (nx + 1) + cx];
+            if (!corner_active(s, cx, cy)) {
+                *w = NAN;
+                continue;
+            }
+            if (!isfinite(*w))
+                return sw_cli_fail(SUB,
+                                   "internal error: the %s wavefront at lenslet corner (%d,%d) "
+                                   "is %g",
+                                   method_name(method), (int)cx, (int)cy, *w);
+            sum += *w;
+            n++;
+        }
+    r->active = n;
+    r->piston = sum / (double)n;
+    double ss = 0.0, lo = INFINITY, hi = -INFINITY;
+    for (size_t c = 0; c < (size_t)(nx + 1) * (size_t)(ny + 1); c++) {
+        if (isnan(r->act[c]))
+            continue;
+        const double w = r->act[c] - r->piston;
+        r->act[c] = w;
+        ss += w * w;
+        lo = w < lo ? w : lo;
+        hi = w > hi ? w : hi;
+    }
+    r->rms = sqrt(ss / (double)n);
+    r->pv = hi - lo;
+    for (int64_t v = 0; r->values && v < r->nvalues; v++)
+        r->values[v] -= r->piston;
+    return SW_EXIT_OK;
+}
+
+/* ------------------------------------------------------------------ outputs */
+
+static void put_number(FILE *f, double v)
+{
+    if (isnan(v))
+        fputs("nan", f);
+    else
+        fprintf(f, "%.10g", v);
+}
+
+static int write_actuators(const char *path, const slopes_in *s, const sabre_result *r)
+{
+    sw_cli_out out;
+    int rc = sw_cli_out_open(SUB, &out, path);
+    if (rc != SW_EXIT_OK)
+        return rc;
+    fputs("cx,cy,w\n", out.f);
+    for (int32_t cy = 0; cy <= s->ny; cy++)
+        for (int32_t cx = 0; cx <= s->nx; cx++) {
+            fprintf(out.f, "%d,%d,", (int)cx, (int)cy);
+            put_number(out.f, r->act[(size_t)cy * (s->nx + 1) + cx]);
+            fputc('\n', out.f);
+        }
+    return sw_cli_out_close(SUB, &out, 1);
+}
+
+static int write_values(const char *path, const sabre_result *r)
+{
+    sw_cli_out out;
+    int rc = sw_cli_out_open(SUB, &out, path);
+    if (rc != SW_EXIT_OK)
+        return rc;
+    const sw_sabre_lattice *l = &r->lattice;
+    fputs("kind,I,J,x,y,w\n", out.f);
+    int64_t v = 0;
+    for (int32_t J = 0; J <= l->sy; J++)
+        for (int32_t I = 0; I <= l->sx; I++, v++) {
+            fprintf(out.f, "corner,%d,%d,%d,%d,", (int)I, (int)J, (int)(I - l->offx),
+                    (int)(J - l->offy));
+            put_number(out.f, r->values[v]);
+            fputc('\n', out.f);
+        }
+    for (int32_t J = 0; J < l->sy; J++)
+        for (int32_t I = 0; I < l->sx; I++, v++) {
+            fprintf(out.f, "centre,%d,%d,%.1f,%.1f,", (int)I, (int)J, I + 0.5 - l->offx,
+                    J + 0.5 - l->offy);
+            put_number(out.f, r->values[v]);
+            fputc('\n', out.f);
+        }
+    return sw_cli_out_close(SUB, &out, 1);
+}
+
+/* The map: the spline (sw_sabre_map) or Fried's bilinear phase (sw_fried_eval) at the pixel
+ * centres, nan where the pixel's lenslet is invalid, mean 0 over the rest. */
+static int write_map(sw_context *ctx, const sabre_opts *o, const slopes_in *s, sabre_result *r)
+{
+    const int32_t side = s->nx > s->ny ? s->nx : s->ny;
+    long size = o->have_map_size ? o->map_size : 16L * side;
+    if (!o->have_map_size && size > DEF_MAP_CAP)
+        size = DEF_MAP_CAP;
+    const int32_t w = (int32_t)fmax(1.0, floor((double)size * s->nx / side + 0.5));
+    const int32_t h = (int32_t)fmax(1.0, floor((double)size * s->ny / side + 0.5));
+    r->map_w = w;
+    r->map_h = h;
+    double *m = malloc(sizeof(double) * (size_t)w * (size_t)h);
+    if (!m)
+        return sw_cli_fail(SUB, "out of memory (a %dx%d map)", (int)w, (int)h);
+    sw_status st = SW_OK;
+    if (r->have_lattice) {
+        st = sw_sabre_map(ctx, &r->lattice, r->values, s->nx, s->ny, w, h, m);
+    } else {
+        for (int32_t k = 0; k < h; k++)
+            for (int32_t i = 0; i < w; i++)
+                m[(size_t)k * w + i] =
+                    sw_fried_eval(s->nx, s->ny, r->act, -0.5 + (i + 0.5) * s->nx / (double)w,
+                                  -0.5 + (k + 0.5) * s->ny / (double)h);
+    }
+    if (st != SW_OK) {
+        free(m);
+        return sw_cli_fail(SUB, "map: %s", sw_cli_lib_error(ctx, st));
+    }
+    /* The pixel's lenslet: the one whose square [ix - 1/2, ix + 1/2) holds its centre. */
+    double sum = 0.0;
+    int64_t n = 0;
+    for (int32_t k = 0; k < h; k++) {
+        const int32_t iy = (int32_t)floor((k + 0.5) * s->ny / (double)h);
+        for (int32_t i = 0; i < w; i++) {
+            const int32_t ix = (int32_t)floor((i + 0.5) * s->nx / (double)w);
+            double *p = &m[(size_t)k * w + i];
+            if (ix >= s->nx || iy >= s->ny || !s->valid[iy * s->nx + ix] || !isfinite(*p)) {
+                *p = NAN;
+                continue;
+            }
+            sum += *p;
+            n++;
+        }
+    }
+    const double mean = n > 0 ? sum / (double)n : 0.0;
+    sw_image img;
+    if ((st = sw_image_alloc(ctx, w, h, SW_PIX_F32, &img)) != SW_OK) {
+        free(m);
+        return sw_cli_fail(SUB, "map: %s", sw_cli_lib_error(ctx, st));
+    }
+    for (int32_t k = 0; k < h; k++) {
+        float *row = sw_image_row(&img, k);
+        for (int32_t i = 0; i < w; i++)
+            row[i] = (float)(m[(size_t)k * w + i] - mean);
+    }
+    free(m);
+    st = sw_fits_write(ctx, o->map, &img, 1);
+    sw_image_free(&img);
+    return st == SW_OK ? SW_EXIT_OK : sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
+}
+
+/* ------------------------------------------------------------------ the report */
+
+static void json_number(const char *key, double v)
+{
+    printf("  \"%s\": ", key);
+    if (isfinite(v))
+        printf("%.17g,\n", v);
+    else
+        printf("null,\n");
+}
+
+static void json_string(const char *key, const char *v)
+{
+    printf("  \"%s\": ", key);
+    sw_json_write_string(stdout, v);
+    printf(",\n");
+}
+
+static void print_report(const sabre_opts *o, const slopes_in *s, const sabre_result *r)
+{
+    const int ds = o->method == METHOD_DSABRE;
+    const char *unit = o->have_lenslet ? "um" : "rad x pitch";
+    if (!o->json) {
+        printf("sabre: %s, grid %dx%d, %d valid lenslets of %d listed, slopes from %s\n",
+               method_name(o->method), (int)s->nx, (int)s->ny, (int)s->nvalid, (int)s->listed,
+               s->radians ? "dx_rad,dy_rad" : "dx_px,dy_px");
+        if (ds)
+            printf("  partitions %dx%d of %d squares, window %d, overlap %d, %s PME%s\n",
+                   (int)r->info.k, (int)r->info.k, (int)r->info.m, (int)r->info.window,
+                   (int)o->overlap, sw_sabre_pme_string(o->pme), r->gpu ? ", on the GPU" : "");
+        printf("  wavefront  RMS %.6g %s, peak-to-valley %.6g %s over %d lenslet corners\n", r->rms,
+               unit, r->pv, unit, (int)r->active);
+        printf("  time       plan %.1f us, run %.1f us", r->plan_us, r->run_us);
+        if (o->repeat > 1)
+            printf(" (min %.1f, mean %.1f of %ld)", r->run_us_min, r->run_us_mean, o->repeat);
+        if (r->kernel_us >= 0)
+            printf(", kernels %.1f us", r->kernel_us);
+        printf(" (%s backend)\n", sw_backend_string(r->backend));
+        printf("  wrote     ");
+        const char *files[3] = {o->actuators, o->values, o->map};
+        int any = 0;
+        for (int i = 0; i < 3; i++)
+            if (files[i])
+                printf("%s %s", any++ ? "," : "", strcmp(files[i], "-") ? files[i] : "stdout");
+        printf("%s\n", any ? "" : " nothing");
+        return;
+    }
+    printf("{\n  \"subcommand\": \"sabre\",\n");
+    json_string("input", o->input);
+    printf("  \"rows\": %lld,\n  \"grid_nx\": %d,\n  \"grid_ny\": %d,\n", (long long)s->rows,
+           (int)s->nx, (int)s->ny);
+    printf("  \"lenslets_listed\": %d,\n  \"lenslets_valid\": %d,\n", (int)s->listed,
+           (int)s->nvalid);
+    printf("  \"slopes\": \"%s\",\n", s->radians ? "rad" : "px");
+    json_number("lenslet_um", o->have_lenslet ? o->lenslet_um : NAN);
+    printf("  \"unit\": \"%s\",\n  \"method\": \"%s\",\n", o->have_lenslet ? "um" : "rad_pitch",
+           method_name(o->method));
+    if (ds) {
+        const sw_sabre_info *i = &r->info;
+        printf("  \"pme\": \"%s\",\n  \"partitions\": %d,\n  \"m\": %d,\n  \"window\": %d,\n",
+               sw_sabre_pme_string(o->pme), (int)i->k, (int)i->m, (int)i->window);
+        printf("  \"overlap\": %d,\n  \"extended\": %d,\n  \"local_values\": %d,\n",
+               (int)o->overlap, (int)i->extended, (int)i->local_values);
+        int levels = 0;
+        while ((1 << levels) < i->k)
+            levels++;
+        printf("  \"local_slopes\": %d,\n  \"iterations\": %d,\n", (int)i->local_slopes,
+               o->pme == SW_SABRE_PME_DISTRIBUTED    ? (int)i->dpme_iterations
+               : o->pme == SW_SABRE_PME_HIERARCHICAL ? levels
+                                                     : 0);
+        json_number("null_check", i->null_check >= 0 ? i->null_check : NAN);
+    } else {
+        printf("  \"pme\": null,\n  \"partitions\": null,\n  \"m\": null,\n  \"window\": null,\n"
+               "  \"overlap\": null,\n  \"iterations\": null,\n");
+    }
+    json_number("fried_reg",
+                o->method == METHOD_FRIED ? (o->have_reg ? o->fried_reg : DEF_FRIED_REG) : NAN);
+    if (r->have_lattice)
+        printf("  \"lattice\": {\"sx\": %d, \"sy\": %d, \"offx\": %d, \"offy\": %d},\n",
+               (int)r->lattice.sx, (int)r->lattice.sy, (int)r->lattice.offx, (int)r->lattice.offy);
+    printf("  \"corners_active\": %d,\n", (int)r->active);
+    json_number("rms", r->rms);
+    json_number("pv", r->pv);
+    json_number("piston_removed", r->piston);
+    printf("  \"backend\": \"%s\",\n  \"path\": \"%s\",\n", sw_backend_string(r->backend),
+           r->gpu ? "gpu" : "host");
+    printf("  \"repeat\": %ld,\n", o->repeat);
+    json_number("plan_us", r->plan_us);
+    json_number("run_us", r->run_us);
+    json_number("run_us_min", r->run_us_min);
+    json_number("run_us_mean", r->run_us_mean);
+    json_number("kernel_us", r->kernel_us >= 0 ? r->kernel_us : NAN);
+    json_string("actuators", o->actuators);
+    json_string("values", o->values);
+    printf("  \"map\": ");
+    sw_json_write_string(stdout, o->map);
+    if (o->map)
+        printf(",\n  \"map_width\": %d,\n  \"map_height\": %d\n}\n", (int)r->map_w, (int)r->map_h);
+    else
+        printf("\n}\n");
+}
+
+/* ------------------------------------------------------------------ the command */
+
+int sw_cmd_sabre(const sw_cli_globals *g, int argc, char **argv)
+{
+    sabre_opts o;
+    memset(&o, 0, sizeof o);
+    o.method = METHOD_DSABRE;
+    o.pme = SW_SABRE_PME_HIERARCHICAL;
+    o.overlap = DEF_OVERLAP;
+    o.fried_reg = DEF_FRIED_REG;
+    o.repeat = 1;
+    o.lenslet_um = 1.0;
+    int rc = parse_options(argc, argv, &o);
+    if (rc == -1)
+        return SW_EXIT_OK; /* --help */
+    if (rc != SW_EXIT_OK)
+        return rc;
+
+    sw_context *ctx = NULL;
+    if ((rc = sw_cli_context(g, SUB, &ctx)) != SW_EXIT_OK)
+        return rc;
+    slopes_in s;
+    sabre_result r;
+    memset(&r, 0, sizeof r);
+    if ((rc = read_slopes(ctx, &o, &s)) != SW_EXIT_OK)
+        goto done;
+    r.nx = s.nx;
+    r.ny = s.ny;
+    r.pitch = o.have_lenslet ? o.lenslet_um : 1.0;
+    r.backend = sw_context_backend(ctx);
+    r.partitions = o.have_partitions ? (int32_t)o.partitions : default_partitions(s.nx, s.ny);
+    if ((rc = reconstruct(ctx, &o, &s, &r)) != SW_EXIT_OK)
+        goto done;
+    if ((rc = remove_piston(o.method, &s, &r)) != SW_EXIT_OK)
+        goto done;
+    if (o.map && (rc = write_map(ctx, &o, &s, &r)) != SW_EXIT_OK)
+        goto done;
+    if (o.values && (rc = write_values(o.values, &r)) != SW_EXIT_OK)
+        goto done;
+    if (o.actuators && (rc = write_actuators(o.actuators, &s, &r)) != SW_EXIT_OK)
+        goto done;
+    const int table_to_stdout =
+        (o.actuators && strcmp(o.actuators, "-") == 0) || (o.values && strcmp(o.values, "-") == 0);
+    if (!table_to_stdout)
+        print_report(&o, &s, &r);
+done:
+    slopes_free(&s);
+    result_free(&r);
+    sw_context_destroy(ctx);
+    return rc;
+}

@@ -1,0 +1,381 @@
+#!/usr/bin/env bash
+# `spotwave sabre`: slopes of known wavefronts (a tilt and a quadratic, exact lenslet-mean
+# gradients on a 17 x 17 grid, which 2, 4, 8 and 16 partitions tile without padding) through the
+# three methods (D-SABRE with H-PME and D-PME, global SABRE, Fried), with the actuators, the
+# spline's vertex values and the map checked against the truth (tilt: tight, the models are exact
+# for it; quadratic: loose), pixel slopes equal to radian slopes, a nan row equal to a missing row,
+# the JSON report, the CPU and automatic backends, `sim sh` -> `centroid --slopes` -> `sabre` end
+# to end, and exit codes: 2 (one line pointing at --help) for bad options, 1 (one clear line) for
+# inputs that cannot be used.
+# Usage: test_cli_sabre.sh PATH/TO/spotwave
+set -euo pipefail
+
+source "$(dirname "$0")/common.bash"
+command -v python3 >/dev/null || fail "python3 is needed to make and check the tables"
+
+cat >"$tmp/check.py" <<'EOF'
+import json, math, struct, sys
+
+P = 100.0  # lenslet pitch, um (--lenslet-um)
+
+def wave(kind, nx, ny):
+    """W(u, v) in um and its gradient (rad), u = x P, v = y P (lattice x, y)."""
+    if kind == "tilt":
+        a, b = 1.2e-3, -0.7e-3
+        return (lambda u, v: a * u + b * v), (lambda u, v: (a, b))
+    u0, v0 = 0.3 * nx * P, 0.6 * ny * P
+    c, d, e = 2e-6, -1.3e-6, 0.8e-6
+    return ((lambda u, v: c * (u - u0) ** 2 + d * (v - v0) ** 2 + e * u * v),
+            (lambda u, v: (2 * c * (u - u0) + e * v, 2 * d * (v - v0) + e * u)))
+
+def read_csv(path):
+    lines = [l.strip() for l in open(path) if l.strip()]
+    names = lines[0].split(",")
+    rows = []
+    for l in lines[1:]:
+        cells = l.split(",")
+        rows.append({k: (c if k == "kind" else float(c)) for k, c in zip(names, cells)})
+    return names, rows
+
+def valid_set(slopes):
+    _, rows = read_csv(slopes)
+    dx = "dx_rad" if "dx_rad" in rows[0] else "dx_px"
+    return {(int(r["ix"]), int(r["iy"])) for r in rows
+            if not math.isnan(r[dx]) and not math.isnan(r[dx.replace("x", "y", 1)])}
+
+def read_fits(path):
+    data = open(path, "rb").read()
+    cards, pos = {}, 0
+    while True:
+        block = data[pos:pos + 2880]
+        pos += 2880
+        done = False
+        for i in range(0, 2880, 80):
+            card = block[i:i + 80].decode("ascii")
+            if card[:8].strip() == "END":
+                done = True
+                break
+            if card[8:10] == "= ":
+                cards[card[:8].strip()] = card[10:].split("/")[0].strip()
+        if done:
+            break
+    assert int(cards["BITPIX"]) == -32 and int(cards["NAXIS"]) == 2, cards
+    w, h = int(cards["NAXIS1"]), int(cards["NAXIS2"])
+    return w, h, struct.unpack(">%df" % (w * h), data[pos:pos + 4 * w * h])
+
+def compare(pairs, tol, what):
+    """pairs of (got, truth): both with their mean removed, max error <= tol * PV(truth)."""
+    assert pairs, what
+    mg = sum(g for g, _ in pairs) / len(pairs)
+    mt = sum(t for _, t in pairs) / len(pairs)
+    pv = max(t for _, t in pairs) - min(t for _, t in pairs)
+    err = max(abs((g - mg) - (t - mt)) for g, t in pairs)
+    assert err <= tol * pv, "%s: max error %.3g > %.3g x PV %.3g" % (what, err, tol, pv)
+    return mg, err / pv
+
+cmd = sys.argv[1]
+if cmd == "gen":  # gen NX NY KIND OUT MODE: rad, px (5.5 um pixels, 3.5 mm), nan I,J, drop I,J
+    nx, ny, kind, out, mode = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6]
+    hole = tuple(map(int, sys.argv[7].split(","))) if len(sys.argv) > 7 else None
+    _, grad = wave(kind, nx, ny)
+    k = 3.5 * 1000.0 / 5.5  # pixels per radian
+    with open(out, "w") as f:
+        f.write("ix,iy,dx_px,dy_px\n" if mode == "px" else "ix,iy,dx_rad,dy_rad\n")
+        for iy in range(ny):
+            for ix in range(nx):
+                # the mean gradient over the lenslet: the gradient at its centre (W quadratic)
+                gx, gy = grad(ix * P, iy * P)
+                if (ix, iy) == hole and mode == "drop":
+                    continue
+                if (ix, iy) == hole and mode == "nan":
+                    f.write("%d,%d,nan,nan\n" % (ix, iy))
+                elif mode == "px":
+                    f.write("%d,%d,%.12g,%.12g\n" % (ix, iy, gx * k, gy * k))
+                else:
+                    f.write("%d,%d,%.12g,%.12g\n" % (ix, iy, gx, gy))
+elif cmd == "act":  # act ACT.csv SLOPES.csv NX NY KIND TOL: actuators vs W at the lenslet corners
+    nx, ny, kind, tol = int(sys.argv[4]), int(sys.argv[5]), sys.argv[6], float(sys.argv[7])
+    names, rows = read_csv(sys.argv[2])
+    assert names == ["cx", "cy", "w"], names
+    assert len(rows) == (nx + 1) * (ny + 1), len(rows)
+    valid = valid_set(sys.argv[3])
+    W, _ = wave(kind, nx, ny)
+    pairs, n = [], 0
+    for i, r in enumerate(rows):
+        cx, cy = int(r["cx"]), int(r["cy"])
+        assert (cx, cy) == (i % (nx + 1), i // (nx + 1)), (i, r)
+        active = any((ix, iy) in valid for ix in (cx - 1, cx) for iy in (cy - 1, cy))
+        assert active != math.isnan(r["w"]), ("nan exactly at corners of no valid lenslet", r)
+        if active:
+            pairs.append((r["w"], W((cx - 0.5) * P, (cy - 0.5) * P)))
+    mean, rel = compare(pairs, tol, "actuators")
+    assert abs(mean) <= 1e-6 * max(abs(g) for g, _ in pairs), ("piston not removed", mean)
+    mt = sum(t for _, t in pairs) / len(pairs)
+    print("%.17g" % math.sqrt(sum((t - mt) ** 2 for _, t in pairs) / len(pairs)))
+elif cmd == "same":  # same A.csv B.csv TOL: equal tables (nan = nan), cells within TOL x max |w|
+    na, a = read_csv(sys.argv[2])
+    nb, b = read_csv(sys.argv[3])
+    tol = float(sys.argv[4])
+    assert na == nb and len(a) == len(b), (na, nb, len(a), len(b))
+    scale = max(abs(r["w"]) for r in a if not math.isnan(r["w"]))
+    for r, s in zip(a, b):
+        for k in na:
+            if k == "w" and (math.isnan(r[k]) or math.isnan(s[k])):
+                assert math.isnan(r[k]) and math.isnan(s[k]), (r, s)
+            elif k == "w":
+                assert abs(r[k] - s[k]) <= tol * scale, (r, s)
+            else:
+                assert r[k] == s[k], (r, s)
+elif cmd == "values":  # values VALUES.csv NX NY KIND TOL SX SY: vertices inside the array vs W
+    nx, ny, kind, tol = int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], float(sys.argv[6])
+    sx, sy = int(sys.argv[7]), int(sys.argv[8])
+    names, rows = read_csv(sys.argv[2])
+    assert names == ["kind", "I", "J", "x", "y", "w"], names
+    assert len(rows) == (sx + 1) * (sy + 1) + sx * sy, len(rows)
+    assert rows[0]["kind"] == "corner" and rows[-1]["kind"] == "centre", (rows[0], rows[-1])
+    W, _ = wave(kind, nx, ny)
+    pairs = []
+    for r in rows:
+        half = 0.5 if r["kind"] == "centre" else 0.0
+        assert r["kind"] in ("corner", "centre"), r
+        assert r["x"] - r["I"] - half == rows[0]["x"] and r["y"] - r["J"] - half == rows[0]["y"], r
+        if 0 <= r["x"] <= nx - 1 and 0 <= r["y"] <= ny - 1:
+            assert not math.isnan(r["w"]), r
+            pairs.append((r["w"], W(r["x"] * P, r["y"] * P)))
+    compare(pairs, tol, "vertex values")
+elif cmd == "map":  # map MAP.fits NX NY KIND TOL W H [HOLE]: pixels vs W, nan in the hole
+    nx, ny, kind, tol = int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], float(sys.argv[6])
+    ww, hh = int(sys.argv[7]), int(sys.argv[8])
+    hole = tuple(map(int, sys.argv[9].split(","))) if len(sys.argv) > 9 else None
+    w, h, px = read_fits(sys.argv[2])
+    assert (w, h) == (ww, hh), (w, h)
+    W, _ = wave(kind, nx, ny)
+    pairs, nans = [], 0
+    for k in range(h):
+        for i in range(w):
+            x, y = -0.5 + (i + 0.5) * nx / w, -0.5 + (k + 0.5) * ny / h
+            v = px[k * w + i]
+            if (int(math.floor(x + 0.5)), int(math.floor(y + 0.5))) == hole:
+                assert math.isnan(v), (i, k, v)
+                nans += 1
+                continue
+            assert not math.isnan(v), (i, k)
+            pairs.append((v, W(x * P, y * P)))
+    mean, _ = compare(pairs, tol, "map")
+    assert abs(mean) <= 1e-5 * max(abs(g) for g, _ in pairs), ("map piston", mean)
+    assert (nans > 0) == (hole is not None), nans
+elif cmd == "e2e":  # e2e ACT.csv TRUTH.csv LENSLET_UM PIXEL_UM FOCAL_MM: the tilt's gradient
+    _, act = read_csv(sys.argv[2])
+    _, truth = read_csv(sys.argv[3])
+    p, pix, foc = float(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6])
+    # the true slope (rad) from the simulator's spot displacements, mean over the lenslets
+    sx = sum((r["x_px"] - r["ref_x_px"]) for r in truth) / len(truth) * pix / (foc * 1000)
+    sy = sum((r["y_px"] - r["ref_y_px"]) for r in truth) / len(truth) * pix / (foc * 1000)
+    w = {(int(r["cx"]), int(r["cy"])): r["w"] for r in act}
+    n = max(c for c, _ in w)
+    gx = sum(w[(c + 1, d)] - w[(c, d)] for c in range(n) for d in range(n + 1)) / (n * (n + 1))
+    gy = sum(w[(c, d + 1)] - w[(c, d)] for c in range(n + 1) for d in range(n)) / (n * (n + 1))
+    assert abs(sx * p) > 0.05 and abs(sy) < 1e-2 * abs(sx), (sx, sy)
+    assert abs(gx - sx * p) < 0.01 * abs(sx * p), (gx, sx * p)
+    assert abs(gy - sy * p) < 0.01 * abs(sx * p), (gy, sy * p)
+elif cmd == "json":
+    r = json.loads(open(sys.argv[2]).read())
+    assert eval(sys.argv[3]), r
+EOF
+check() { python3 "$tmp/check.py" "$@"; }
+
+N=17 # 17 = 2 x 8 + 1 = 4 x 4 + 1 = 8 x 2 + 1: no padding for 2, 4 or 8 partitions
+check gen $N $N tilt "$tmp/tilt.csv" rad
+check gen $N $N quad "$tmp/quad.csv" rad
+check gen $N $N tilt "$tmp/tilt_px.csv" px
+check gen $N $N tilt "$tmp/tilt_nan.csv" nan 5,6
+check gen $N $N tilt "$tmp/tilt_drop.csv" drop 5,6
+L=(--lenslet-um 100)
+
+# ---------------------------------------------------------------- help, registration
+expect 0 sabre --help
+[[ $out == *"Usage: spotwave [GLOBAL OPTIONS] sabre SLOPES.csv"* ]] || fail "sabre --help: $out"
+expect 0 --help
+[[ $out == *"sabre "* ]] || fail "sabre is not listed in spotwave --help"
+
+# ---------------------------------------------------------------- the three methods on a tilt
+# The models are exact for a tilt (sabre.h): float precision only.
+for be in cpu auto; do
+    for m in "--method dsabre" "--method dsabre --pme distributed" "--method dsabre --partitions 4 --overlap 2" \
+        "--method dsabre --partitions 2 --overlap 0" "--method dsabre --partitions 16" "--method global" "--method fried"; do
+        # shellcheck disable=SC2086
+        expect 0 --backend $be sabre "$tmp/tilt.csv" "${L[@]}" $m --actuators "$tmp/a.csv" --json
+        printf '%s\n' "$out" >"$tmp/a.json"
+        rms=$(check act "$tmp/a.csv" "$tmp/tilt.csv" $N $N tilt 2e-5) ||
+            fail "tilt, $be, $m: actuators differ from the truth"
+        check json "$tmp/a.json" "r['subcommand'] == 'sabre' and r['grid_nx'] == $N and r['grid_ny'] == $N and r['lenslets_valid'] == $N * $N and r['lenslets_listed'] == $N * $N and r['corners_active'] == ($N + 1) ** 2 and abs(r['rms'] - $rms) <= 1e-4 * $rms and r['pv'] > 3 * r['rms'] and r['run_us'] >= 0 and r['plan_us'] >= 0 and r['unit'] == 'um' and r['slopes'] == 'rad' and ('$be' != 'cpu' or r['backend'] == 'cpu') and r['path'] == ('gpu' if r['backend'] == 'cuda' and r['method'] == 'dsabre' else 'host')" ||
+            fail "tilt, $be, $m: JSON report: $out"
+    done
+done
+
+# ---------------------------------------------------------------- the quadratic (loose)
+for m in "--method dsabre" "--method dsabre --pme distributed" "--method global" "--method fried"; do
+    # shellcheck disable=SC2086
+    expect 0 --backend cpu sabre "$tmp/quad.csv" "${L[@]}" $m --actuators "$tmp/q.csv"
+    check act "$tmp/q.csv" "$tmp/quad.csv" $N $N quad 0.02 >/dev/null ||
+        fail "quadratic, $m: actuators differ from the truth by more than 2% of PV"
+done
+
+# ---------------------------------------------------------------- JSON: the partitioning
+# 17 x 17, 8 partitions: m = 2 (8 m + 1 >= 17), window 2 + 2 OL = 4, extended 17; H-PME has
+# log2(8) = 3 levels, D-PME L_D = 8 iterations (the largest Manhattan distance to partition (4, 4)).
+expect 0 --backend cpu sabre "$tmp/tilt.csv" "${L[@]}" --json
+printf '%s\n' "$out" >"$tmp/j.json"
+check json "$tmp/j.json" "r['method'] == 'dsabre' and r['pme'] == 'hierarchical' and r['partitions'] == 8 and r['m'] == 2 and r['window'] == 4 and r['extended'] == 17 and r['iterations'] == 3 and r['overlap'] == 1 and r['actuators'] is None and r['map'] is None" ||
+    fail "default D-SABRE report: $out"
+expect 0 --backend cpu sabre "$tmp/tilt.csv" "${L[@]}" --pme distributed --partitions 4 --json
+printf '%s\n' "$out" >"$tmp/j.json"
+check json "$tmp/j.json" "r['pme'] == 'distributed' and r['partitions'] == 4 and r['m'] == 4 and r['window'] == 6 and r['iterations'] == 4" ||
+    fail "D-PME report: $out"
+expect 0 --backend cpu sabre "$tmp/tilt.csv" "${L[@]}" --method fried --json
+printf '%s\n' "$out" >"$tmp/j.json"
+check json "$tmp/j.json" "r['method'] == 'fried' and r['partitions'] is None and r['fried_reg'] == 1e-3 and r['path'] == 'host'" ||
+    fail "Fried report: $out"
+
+# Without an output option the actuators go to standard output (no report); the default
+# partitions shrink for a small grid (5 x 5: 4 partitions, m = 1).
+expect 0 --backend cpu sabre "$tmp/tilt.csv" "${L[@]}" --method global
+printf '%s\n' "$out" >"$tmp/stdout.csv"
+expect 0 --backend cpu sabre "$tmp/tilt.csv" "${L[@]}" --method global --actuators "$tmp/g.csv"
+[[ $out == *"sabre: global, grid 17x17"* ]] || fail "text report: $out"
+check same "$tmp/stdout.csv" "$tmp/g.csv" 0 || fail "actuators on stdout differ from the file"
+check gen 5 5 tilt "$tmp/small.csv" rad
+expect 0 --backend cpu sabre "$tmp/small.csv" "${L[@]}" --json
+printf '%s\n' "$out" >"$tmp/j.json"
+check json "$tmp/j.json" "r['partitions'] == 4 and r['m'] == 1" || fail "small grid: $out"
+
+# ---------------------------------------------------------------- pixels, nan rows, values, map
+# dx_px,dy_px with --pixel-um and --focal-mm: the same wavefront as radians.
+expect 0 --backend cpu sabre "$tmp/tilt.csv" "${L[@]}" --actuators "$tmp/r.csv"
+expect 0 --backend cpu sabre "$tmp/tilt_px.csv" "${L[@]}" --pixel-um 5.5 --focal-mm 3.5 \
+    --actuators "$tmp/p.csv" --json
+printf '%s\n' "$out" >"$tmp/j.json"
+check json "$tmp/j.json" "r['slopes'] == 'px'" || fail "pixel slopes report: $out"
+check same "$tmp/r.csv" "$tmp/p.csv" 1e-5 || fail "pixel and radian slopes disagree"
+
+# A nan row is a lenslet without data: the same as leaving the row out; the corners of the
+# other lenslets stay exact for the baselines (D-SABRE pads the hole with zero slopes).
+for m in dsabre global fried; do
+    expect 0 --backend cpu sabre "$tmp/tilt_nan.csv" "${L[@]}" --method $m --actuators "$tmp/n.csv" --json
+    printf '%s\n' "$out" >"$tmp/j.json"
+    check json "$tmp/j.json" "r['lenslets_valid'] == $N * $N - 1 and r['lenslets_listed'] == $N * $N" ||
+        fail "nan row, $m: report: $out"
+    expect 0 --backend cpu sabre "$tmp/tilt_drop.csv" "${L[@]}" --method $m --grid ${N}x$N \
+        --actuators "$tmp/d.csv"
+    check same "$tmp/n.csv" "$tmp/d.csv" 0 || fail "nan row, $m: not the same as a missing row"
+    tol=2e-5
+    [[ $m == dsabre ]] && tol=0.05
+    check act "$tmp/n.csv" "$tmp/tilt_nan.csv" $N $N tilt $tol >/dev/null ||
+        fail "nan row, $m: actuators differ from the truth"
+done
+
+# The spline's vertex values (global: the grid's own lattice, 16 x 16 squares; D-SABRE: the
+# extended lattice of its partitions, here the same size).
+expect 0 --backend cpu sabre "$tmp/tilt.csv" "${L[@]}" --method global --values "$tmp/v.csv"
+check values "$tmp/v.csv" $N $N tilt 2e-5 16 16 || fail "global vertex values"
+expect 0 --backend cpu sabre "$tmp/tilt.csv" "${L[@]}" --values "$tmp/v.csv" --actuators "$tmp/a.csv"
+check values "$tmp/v.csv" $N $N tilt 2e-5 16 16 || fail "D-SABRE vertex values"
+expect 0 --backend cpu sabre "$tmp/quad.csv" "${L[@]}" --values "$tmp/v.csv"
+check values "$tmp/v.csv" $N $N quad 0.02 16 16 || fail "D-SABRE vertex values, quadratic"
+
+# Maps: the default size (16 pixels a lenslet), a given size, nan over an invalid lenslet.
+for m in dsabre global fried; do
+    expect 0 --backend cpu sabre "$tmp/tilt.csv" "${L[@]}" --method $m --map "$tmp/m.fits" --json
+    printf '%s\n' "$out" >"$tmp/j.json"
+    check json "$tmp/j.json" "r['map_width'] == 272 and r['map_height'] == 272" || fail "map size: $out"
+    check map "$tmp/m.fits" $N $N tilt 2e-5 272 272 || fail "map of a tilt, $m"
+    expect 0 --backend cpu sabre "$tmp/tilt_nan.csv" "${L[@]}" --method $m --map "$tmp/m.fits" --map-size 50
+    tol=2e-5
+    [[ $m == dsabre ]] && tol=0.05
+    check map "$tmp/m.fits" $N $N tilt $tol 50 50 5,6 || fail "map with a hole, $m"
+done
+expect 0 --backend cpu sabre "$tmp/quad.csv" "${L[@]}" --map "$tmp/m.fits" --map-size 40
+check map "$tmp/m.fits" $N $N quad 0.03 40 40 || fail "map of the quadratic"
+
+# ---------------------------------------------------------------- end to end
+# sim sh (a tilt, 9 x 9 lenslets of 32 px, 176 um) -> centroid --slopes (radians) -> sabre.
+cat >"$tmp/z.csv" <<'EOF'
+n,m,coef_um
+1,1,0.6
+EOF
+geom=(--pitch 32 --grid 9x9 --origin 0,0)
+expect 0 --backend cpu sim sh --zernike "$tmp/z.csv" "${geom[@]}" --size 288x288 --noise none \
+    --bits 32f --out "$tmp/sh.fits" --truth "$tmp/sh.csv" --reference "$tmp/ref.fits"
+expect 0 --backend cpu centroid "$tmp/sh.fits" "${geom[@]}" --reference "$tmp/ref.fits" \
+    --pixel-um 5.5 --focal-mm 3.5 --slopes "$tmp/e2e.csv" --out "$tmp/c.csv"
+expect 0 sabre "$tmp/e2e.csv" --lenslet-um 176 --actuators "$tmp/e.csv"
+check e2e "$tmp/e.csv" "$tmp/sh.csv" 176 5.5 3.5 || fail "end to end: the tilt is not recovered"
+
+# ---------------------------------------------------------------- errors
+expect_usage sabre
+expect_usage sabre "$tmp/tilt.csv" --pme sideways
+expect_usage sabre "$tmp/tilt.csv" --method zonal
+expect_usage sabre "$tmp/tilt.csv" --partitions 0
+expect_usage sabre "$tmp/tilt.csv" --overlap 65
+expect_usage sabre "$tmp/tilt.csv" --grid 1x17
+expect_usage sabre "$tmp/tilt.csv" --method global --partitions 4
+expect_usage sabre "$tmp/tilt.csv" --method fried --values "$tmp/v.csv"
+expect_usage sabre "$tmp/tilt.csv" --fried-reg 1
+expect_usage sabre "$tmp/tilt.csv" --dpme-iterations 3
+expect_usage sabre "$tmp/tilt.csv" --json --actuators -
+expect_usage sabre "$tmp/tilt.csv" --map "$tmp/m.png"
+expect_usage sabre "$tmp/tilt.csv" --actuators "$tmp/x.csv" --values "$tmp/x.csv"
+expect_usage sabre "$tmp/tilt.csv" --lenslet-um 0
+expect_usage sabre "$tmp/tilt.csv" --frobnicate
+
+expect 1 sabre "$tmp/missing.csv"
+expect_one_line sabre missing
+[[ $err == *missing.csv* ]] || fail "missing file: $err"
+# 3 partitions with H-PME: the library's message (k must be a power of two).
+expect 1 --backend cpu sabre "$tmp/tilt.csv" --partitions 3
+expect_one_line sabre partitions 3
+[[ $err == *"power of two"* ]] || fail "--partitions 3: $err"
+# D-PME takes 3 (on 16 x 16 = 3 x 5 + 1 lenslets, no padding: the tilt stays exact).
+check gen 16 16 tilt "$tmp/tilt16.csv" rad
+expect 0 --backend cpu sabre "$tmp/tilt16.csv" "${L[@]}" --partitions 3 --pme distributed \
+    --actuators "$tmp/a.csv" --json
+printf '%s\n' "$out" >"$tmp/j.json"
+check json "$tmp/j.json" "r['partitions'] == 3 and r['m'] == 5 and r['extended'] == 16" ||
+    fail "3 partitions: $out"
+check act "$tmp/a.csv" "$tmp/tilt16.csv" 16 16 tilt 2e-5 >/dev/null || fail "3 partitions, D-PME"
+expect 1 --backend cpu sabre "$tmp/tilt.csv" --partitions 17
+expect_one_line sabre partitions 17
+expect 1 --backend cpu sabre "$tmp/tilt.csv" --method fried --fried-reg 0
+expect_one_line sabre fried-reg 0
+
+{ cat "$tmp/tilt.csv"; echo "3,4,0.1,0.2"; } >"$tmp/dup.csv"
+expect 1 sabre "$tmp/dup.csv"
+expect_one_line sabre dup
+[[ $err == *"(3,4) is listed twice"* ]] || fail "duplicate row: $err"
+{ cat "$tmp/tilt.csv"; echo "3,4,abc,0.2"; } >"$tmp/text.csv"
+expect 1 sabre "$tmp/text.csv"
+expect_one_line sabre text
+[[ $err == *text.csv* ]] || fail "non-numeric cell: $err"
+printf 'ix,iy,dx_rad,dy_rad\n0,0,nan,nan\n1,1,nan,0.1\n2,2,nan,nan\n' >"$tmp/none.csv"
+expect 1 sabre "$tmp/none.csv"
+expect_one_line sabre none
+[[ $err == *"no valid lenslet"* ]] || fail "no valid lenslet: $err"
+expect 1 sabre "$tmp/tilt.csv" --grid 8x8
+expect_one_line sabre grid 8x8
+[[ $err == *"not in the 8x8 grid"* ]] || fail "lenslet outside the grid: $err"
+expect 1 sabre "$tmp/tilt_px.csv"
+expect_one_line sabre px
+[[ $err == *"--pixel-um and --focal-mm"* ]] || fail "pixel slopes without optics: $err"
+{ cat "$tmp/tilt.csv"; echo "20,4,inf,0.2"; } >"$tmp/inf.csv"
+expect 1 sabre "$tmp/inf.csv"
+expect_one_line sabre inf
+[[ $err == *infinite* ]] || fail "infinite slope: $err"
+printf 'ix,iy,dx_rad\n0,0,0.1\n' >"$tmp/half.csv"
+expect 1 sabre "$tmp/half.csv"
+expect_one_line sabre half
+printf 'frame,ix,iy,dx_rad,dy_rad\n0,0,0,0.1,0.1\n1,1,1,0.1,0.1\n' >"$tmp/frames.csv"
+expect 1 sabre "$tmp/frames.csv"
+expect_one_line sabre frames
+[[ $err == *"several frames"* ]] || fail "several frames: $err"
+
+echo "test_cli_sabre: ok"
