@@ -111,7 +111,7 @@ int64_t sw_sabre_lattice_values(const sw_sabre_lattice *l);
  * the linear interpolation on the triangle that contains the point. Outside: the plane of the
  * triangle of the nearest square whose quadrant (bottom/right/top/left, by the direction from the
  * square's centre) contains the point, extended (so a Fried corner on the array's rim gets
- * 2 s(corner) - s(centre)). NaN if a vertex used is NaN.
+ * 2 s(corner) - s(centre)). NaN if a vertex with a nonzero weight is NaN.
  */
 double sw_sabre_eval(const sw_sabre_lattice *l, const double *values, double x, double y);
 
@@ -139,6 +139,19 @@ const char *sw_sabre_pme_string(sw_sabre_pme p);
 sw_status sw_sabre_pme_parse(const char *text,
                              sw_sabre_pme *out); /* hierarchical|distributed|none */
 
+/* What D-SABRE feeds the local solves where the extended array has no data (outside the real
+ * array, invalid lenslets). ZERO: zero slopes, the seed's zero padding (section 3.B.2). NEAREST:
+ * the slopes of the nearest valid lenslet (breadth-first over the extended lattice's corners,
+ * 8-neighbourhood, so "nearest" in the chessboard metric; ties: the lower lenslet index): the
+ * wavefront is continued with the gradient at the pupil's edge instead of being forced flat
+ * next to it; the seed suggests extrapolating the slope data as the remedy for the zero-padding
+ * errors it reports (section 3.B.2). Neither changes the matrices, only which slope the gather
+ * reads, so the cost is the same. */
+typedef enum sw_sabre_padding { SW_SABRE_PAD_ZERO = 0, SW_SABRE_PAD_NEAREST = 1 } sw_sabre_padding;
+
+const char *sw_sabre_padding_string(sw_sabre_padding p);
+sw_status sw_sabre_padding_parse(const char *text, sw_sabre_padding *out); /* zero|nearest */
+
 typedef struct sw_sabre_params {
     int32_t nx, ny;          /* SH array, 2..4096 each                                           */
     double pitch;            /* lenslet pitch in the pupil, > 0 (output = slope x pitch units)   */
@@ -147,9 +160,11 @@ typedef struct sw_sabre_params {
     int32_t overlap;         /* OL, 0..64 (1)                                                     */
     sw_sabre_pme pme;        /* (hierarchical)                                                    */
     int32_t dpme_iterations; /* D-PME iterations; 0: L_D (0)                                    */
+    sw_sabre_padding padding; /* (zero)                                                        */
 } sw_sabre_params;
 
-/* nx = ny = 0 (must be set), pitch 1, no mask, 8 partitions, overlap 1, H-PME, L_D iterations. */
+/* nx = ny = 0 (must be set), pitch 1, no mask, 8 partitions, overlap 1, H-PME, L_D iterations,
+ * zero padding. */
 void sw_sabre_params_default(sw_sabre_params *p);
 
 typedef struct sw_sabre sw_sabre;

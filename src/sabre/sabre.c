@@ -102,6 +102,28 @@ sw_status sw_sabre_pme_parse(const char *text, sw_sabre_pme *out)
                    text);
 }
 
+const char *sw_sabre_padding_string(sw_sabre_padding p)
+{
+    switch (p) {
+    case SW_SABRE_PAD_ZERO: return "zero";
+    case SW_SABRE_PAD_NEAREST: return "nearest";
+    }
+    return "unknown";
+}
+
+sw_status sw_sabre_padding_parse(const char *text, sw_sabre_padding *out)
+{
+    if (!text || !out)
+        return sw_fail(NULL, SW_EINVAL, "sabre: NULL %s", !text ? "text" : "out");
+    for (int i = 0; i <= (int)SW_SABRE_PAD_NEAREST; i++) {
+        if (same_word(text, sw_sabre_padding_string((sw_sabre_padding)i))) {
+            *out = (sw_sabre_padding)i;
+            return SW_OK;
+        }
+    }
+    return sw_fail(NULL, SW_EINVAL, "sabre: unknown padding '%s' (zero or nearest)", text);
+}
+
 /* ------------------------------------------------------------------ small helpers */
 
 static int is_pow2(int32_t v)
@@ -122,6 +144,48 @@ static int corner_in_pupil(const sw_sabre *s, int32_t X, int32_t Y)
     if (ix < 0 || iy < 0 || ix >= s->params.nx || iy >= s->params.ny)
         return 0;
     return !s->valid || s->valid[(size_t)iy * s->params.nx + ix] != 0;
+}
+
+/*
+ * SW_SABRE_PAD_NEAREST: near[c] = the lenslet whose slopes extended corner c = Y (S + 1) + X
+ * reads: itself when it is a valid lenslet, else the nearest valid one found by a breadth-first
+ * search from all valid lenslets at once (8-neighbourhood; seeds in lenslet order, so ties go to
+ * the lower index). Returns 0, or -1 when out of memory.
+ */
+static int nearest_valid(const sw_sabre *s, int32_t *near)
+{
+    const int32_t S1 = s->S + 1;
+    const size_t nc = (size_t)S1 * S1;
+    int32_t *queue = malloc(nc * sizeof *queue);
+    if (!queue)
+        return -1;
+    size_t head = 0, tail = 0;
+    for (size_t c = 0; c < nc; c++)
+        near[c] = -1;
+    for (int32_t iy = 0; iy < s->params.ny; iy++)
+        for (int32_t ix = 0; ix < s->params.nx; ix++) {
+            int32_t X = ix + s->offx, Y = iy + s->offy;
+            if (corner_in_pupil(s, X, Y)) {
+                near[(size_t)Y * S1 + X] = iy * s->params.nx + ix;
+                queue[tail++] = Y * S1 + X;
+            }
+        }
+    while (head < tail) {
+        int32_t c = queue[head++], X = c % S1, Y = c / S1;
+        for (int32_t dy = -1; dy <= 1; dy++)
+            for (int32_t dx = -1; dx <= 1; dx++) {
+                int32_t x = X + dx, y = Y + dy;
+                if ((dx == 0 && dy == 0) || x < 0 || y < 0 || x >= S1 || y >= S1)
+                    continue;
+                size_t d = (size_t)y * S1 + x;
+                if (near[d] < 0) {
+                    near[d] = near[c];
+                    queue[tail++] = (int32_t)d;
+                }
+            }
+    }
+    free(queue);
+    return 0;
 }
 
 /*
@@ -667,6 +731,8 @@ static sw_status check_params(sw_context *ctx, const sw_sabre_params *p)
     if (p->pme != SW_SABRE_PME_HIERARCHICAL && p->pme != SW_SABRE_PME_DISTRIBUTED &&
         p->pme != SW_SABRE_PME_NONE)
         return sw_fail(ctx, SW_EINVAL, "sabre: unknown piston equalisation %d", (int)p->pme);
+    if (p->padding != SW_SABRE_PAD_ZERO && p->padding != SW_SABRE_PAD_NEAREST)
+        return sw_fail(ctx, SW_EINVAL, "sabre: unknown padding %d", (int)p->padding);
     if (p->pme == SW_SABRE_PME_HIERARCHICAL && !is_pow2(p->partitions))
         return sw_fail(ctx, SW_EINVAL,
                        "sabre: H-PME needs a power of two of partitions per side, not %d (use "
@@ -879,7 +945,18 @@ sw_status sw_sabre_create(sw_context *ctx, const sw_sabre_params *p, sw_sabre **
     for (int32_t a = 0; a < k; a++)
         s->ws[a] = clamp_i32(a * m - p->overlap, 0, S - w);
 
-    /* Gather table: local corner r = y L + x of partition i = b k + a. */
+    /* Gather table: local corner r = y L + x of partition i = b k + a; padding reads nothing
+     * (zero) or the nearest valid lenslet. */
+    int32_t *near = NULL;
+    if (p->padding == SW_SABRE_PAD_NEAREST) {
+        near = malloc((size_t)(S + 1) * (S + 1) * sizeof *near);
+        if (!near || nearest_valid(s, near) != 0) {
+            free(near);
+            free(inpupil);
+            sw_sabre_destroy(s);
+            return sw_fail(ctx, SW_ENOMEM, "sabre: out of memory (padding table)");
+        }
+    }
     for (int32_t i = 0; i < G; i++) {
         int32_t a = i % k, b = i / k;
         for (int32_t y = 0; y < L; y++) {
@@ -889,10 +966,13 @@ sw_status sw_sabre_create(sw_context *ctx, const sw_sabre_params *p, sw_sabre **
                 int32_t g = -1;
                 if (corner_in_pupil(s, X, Y))
                     g = iy * p->nx + ix;
+                else if (near)
+                    g = near[(size_t)Y * (S + 1) + X];
                 s->gidx[(size_t)i * L * L + (size_t)y * L + x] = g;
             }
         }
     }
+    free(near);
 
     /* Borders between cores and the H-PME schedule. */
     build_pairs(s, inpupil);

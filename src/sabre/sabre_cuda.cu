@@ -18,8 +18,9 @@
  *      shared memory when it fits, with the arithmetic of sw_sabre_pme_cpu; PME NONE: K = 0;
  *   5. sb_assemble: one thread per value of the extended lattice (sw_sabre_locate_value);
  *   6. sb_actuators: one thread per lenslet corner (sw_sabre_locate on the assembled values).
- * Then the NaN flag goes to pinned host memory, the requested outputs are copied out (to the
- * host, or device-to-device so that the graph's pointers stay fixed) and the host waits once.
+ * sb_actuators also writes the NaN flag into mapped pinned host memory. Then the requested
+ * outputs are copied out (to the host, or device-to-device so that the graph's pointers stay
+ * fixed) and the host waits once.
  *
  * Double arithmetic that sw_sabre_pme_cpu also does (sabre.c is compiled with
  * -ffp-contract=off) is written with __dadd_rn / __dmul_rn so that nvcc cannot fuse it into
@@ -64,9 +65,9 @@
 /* Launch shapes and sizes. The cuBLAS workspace is the plan's own, so that the capture allocates
  * nothing; the flag's value SB_NO_NAN (a memset of 0x7f bytes) means every slope read was finite.
  */
-#define SB_THREADS     256        /* element-wise kernels */
-#define SB_PME_THREADS 1024       /* the PME block, at most */
-#define SB_PME_SMEM    (48 << 10) /* K, scratch and pair sums in shared memory up to this */
+#define SB_THREADS     256         /* element-wise kernels */
+#define SB_PME_THREADS 1024        /* the PME block, at most */
+#define SB_PME_SMEM    (200 << 10) /* the PME block's data in shared memory up to this */
 #define SB_BLAS_WS     ((size_t)4 << 20)
 #define SB_NO_NAN      0x7f7f7f7f
 
@@ -85,8 +86,9 @@ struct sb_gpu {
     /* per-run buffers */
     float *slopes, *X, *Y, *values, *act;
     double *psum, *K, *scratch;
-    int *flag;   /* device: lowest lenslet with a non-finite slope, or SB_NO_NAN */
-    int *flag_h; /* pinned copy */
+    int *flag;     /* device: lowest lenslet with a non-finite slope, or SB_NO_NAN */
+    int *flag_h;   /* mapped pinned copy, written by sb_actuators */
+    int *flag_map; /* its device address */
     int64_t nvalues;
     int32_t nact;
     size_t pme_smem; /* dynamic shared memory of sb_pme (0: K and scratch in global memory) */
@@ -95,6 +97,17 @@ struct sb_gpu {
     cudaGraph_t graph;
     cudaGraphExec_t exec;
 };
+
+/* Bytes of the H-PME schedule (2 per group over all levels; 0 unless H-PME runs). */
+static int32_t sb_hpme_bytes(const sw_sabre *plan)
+{
+    if (plan->params.pme != SW_SABRE_PME_HIERARCHICAL || plan->p <= 0)
+        return 0;
+    int32_t n = 0;
+    for (int32_t h = 1; h <= plan->p; h++)
+        n += 2 * (plan->k >> h) * (plan->k >> h);
+    return n;
+}
 
 /* ================================================================== kernels */
 
@@ -151,6 +164,7 @@ struct sb_pme_args {
     const int32_t *pair_lo, *pair_hi, *pair_n;
     const int32_t *level_base;
     const uint8_t *hpme;
+    int32_t nhpme; /* bytes of hpme */
     const int32_t *dist;
     double *K;       /* output, G */
     double *scratch; /* G, used when the shared memory is not */
@@ -161,28 +175,33 @@ struct sb_pme_args {
  * + 2 ty of group g at level h, edge neighbours) over the s = 2^(h-1) partition pairs across their
  * border, in order r = 0..s-1: num += o psum + n (K[M side] - K[T side]), den += n. */
 __device__ static double sb_level_offset(const sb_pme_args &a, const double *K, const double *ps,
-                                         int32_t h, int32_t g, int T, int M)
+                                         const int32_t *pn, int32_t h, int32_t g, int T, int M)
 {
     const int32_t k = a.k, s = 1 << (h - 1), ng = k >> h;
-    const int32_t gx = g % ng, gy = g / ng;
+    const int32_t gx = g & (ng - 1), gy = g >> (a.p - h); /* k = 2^p: shifts, not divisions */
     double num = 0.0, den = 0.0;
-    int m_hi;          /* M is the pairs' hi side */
-    int32_t pid0, d;   /* pair of r = 0 and the id step along the border */
-    if ((T ^ M) & 1) { /* left and right tiles: horizontal pairs (a, b)-(a+1, b) */
+    int m_hi;              /* M is the pairs' hi side */
+    int32_t pid0, d;       /* pair of r = 0 and the id step along the border */
+    int32_t lo0, dlo, dhi; /* lo partition of r = 0, its step along the border, hi - lo */
+    if ((T ^ M) & 1) {     /* left and right tiles: horizontal pairs (a, b)-(a+1, b) */
         int32_t ac = 2 * gx * s + s - 1, b0 = (2 * gy + (M >> 1)) * s;
         m_hi = M & 1;
         pid0 = b0 * (k - 1) + ac;
         d = k - 1;
+        lo0 = b0 * k + ac, dlo = k, dhi = 1;
     } else { /* bottom and top tiles: vertical pairs (a, b)-(a, b+1) */
         int32_t bc = 2 * gy * s + s - 1, a0 = (2 * gx + (M & 1)) * s;
         m_hi = M >> 1;
         pid0 = k * (k - 1) + bc * k + a0;
         d = 1;
+        lo0 = bc * k + a0, dlo = 1, dhi = k;
     }
+    /* the pairs' partitions follow from the pair ids (sabre_internal.h's numbering), so the loop
+     * reads only the block's shared copies: at the top levels one thread walks up to k/2 pairs */
     for (int32_t r = 0; r < s; r++) {
         int32_t pid = pid0 + r * d;
-        int32_t n = a.pair_n[pid];
-        int32_t lo = a.pair_lo[pid], hi = a.pair_hi[pid];
+        int32_t n = pn[pid];
+        int32_t lo = lo0 + r * dlo, hi = lo + dhi;
         double km = K[m_hi ? hi : lo], kt = K[m_hi ? lo : hi];
         double po = m_hi ? ps[pid] : -ps[pid];
         num = __dadd_rn(num, __dadd_rn(po, __dmul_rn((double)n, km - kt)));
@@ -192,23 +211,35 @@ __device__ static double sb_level_offset(const sb_pme_args &a, const double *K, 
 }
 
 /* Step 4: the offsets K[G] (sw_sabre_pme_cpu's definition), all in one block. */
-__global__ void sb_pme(sb_pme_args a)
+__global__ void __launch_bounds__(SB_PME_THREADS) sb_pme(sb_pme_args a)
 {
     extern __shared__ double sh[];
     const int32_t G = a.G, k = a.k, tid = threadIdx.x, nt = blockDim.x;
     double *K, *tmp;
     const double *ps;
+    const int32_t *pn, *dist;
+    const uint8_t *hpme;
     if (a.shared) {
+        /* shared: K[G], tmp[G], psum[np] (double), pair_n[np], dist[G] (int32), hpme bytes */
         K = sh;
         tmp = sh + G;
         double *p2 = sh + 2 * G;
-        for (int32_t j = tid; j < a.npairs; j += nt)
+        int32_t *n2 = (int32_t *)(p2 + a.npairs), *d2 = n2 + a.npairs;
+        uint8_t *h2 = (uint8_t *)(d2 + G);
+        for (int32_t j = tid; j < a.npairs; j += nt) {
             p2[j] = a.psum[j];
-        ps = p2;
+            n2[j] = a.pair_n[j];
+        }
+        if (a.dist != NULL) /* D-PME only */
+            for (int32_t j = tid; j < G; j += nt)
+                d2[j] = a.dist[j];
+        for (int32_t j = tid; j < a.nhpme; j += nt)
+            h2[j] = a.hpme[j];
+        ps = p2, pn = n2, dist = d2, hpme = h2;
     } else {
         K = a.K;
         tmp = a.scratch;
-        ps = a.psum;
+        ps = a.psum, pn = a.pair_n, dist = a.dist, hpme = a.hpme;
     }
     for (int32_t i = tid; i < G; i += nt)
         K[i] = 0.0;
@@ -221,14 +252,14 @@ __global__ void sb_pme(sb_pme_args a)
             /* step A: the master's two edge neighbours, both from the K before the step */
             for (int32_t j = tid; j < 2 * ngr; j += nt) {
                 int32_t g = j >> 1;
-                int M = a.hpme[2 * (base + g)];
-                tmp[j] = sb_level_offset(a, K, ps, h, g, M ^ (1 << (j & 1)), M);
+                int M = hpme[2 * (base + g)];
+                tmp[j] = sb_level_offset(a, K, ps, pn, h, g, M ^ (1 << (j & 1)), M);
             }
             __syncthreads();
             for (int32_t i = tid; i < G; i += nt) {
-                int32_t ia = i % k, ib = i / k, g = (ib >> h) * ng + (ia >> h);
+                int32_t ia = i & (k - 1), ib = i >> a.p, g = ((ib >> h) << (a.p - h)) + (ia >> h);
                 int t = ((ia >> (h - 1)) & 1) | (((ib >> (h - 1)) & 1) << 1);
-                int M = a.hpme[2 * (base + g)];
+                int M = hpme[2 * (base + g)];
                 if (t == (M ^ 1))
                     K[i] = __dadd_rn(K[i], tmp[2 * g]);
                 else if (t == (M ^ 2))
@@ -237,50 +268,89 @@ __global__ void sb_pme(sb_pme_args a)
             __syncthreads();
             /* step B: the diagonal tile through `via` */
             for (int32_t g = tid; g < ngr; g += nt) {
-                int M = a.hpme[2 * (base + g)], via = a.hpme[2 * (base + g) + 1];
-                tmp[g] = sb_level_offset(a, K, ps, h, g, M ^ 3, via);
+                int M = hpme[2 * (base + g)], via = hpme[2 * (base + g) + 1];
+                tmp[g] = sb_level_offset(a, K, ps, pn, h, g, M ^ 3, via);
             }
             __syncthreads();
             for (int32_t i = tid; i < G; i += nt) {
-                int32_t ia = i % k, ib = i / k, g = (ib >> h) * ng + (ia >> h);
+                int32_t ia = i & (k - 1), ib = i >> a.p, g = ((ib >> h) << (a.p - h)) + (ia >> h);
                 int t = ((ia >> (h - 1)) & 1) | (((ib >> (h - 1)) & 1) << 1);
-                if (t == (a.hpme[2 * (base + g)] ^ 3))
+                if (t == (hpme[2 * (base + g)] ^ 3))
                     K[i] = __dadd_rn(K[i], tmp[g]);
             }
             __syncthreads();
         }
     } else if (a.pme == SW_SABRE_PME_DISTRIBUTED) {
         /* Eq. 8-9: Jacobi iterations; each partition adds the largest mean difference to its
-         * upstream neighbours (one step closer to the master) */
+         * upstream neighbours (one step closer to the master). The neighbours a partition uses
+         * do not change between iterations: when every thread has one partition (G <= threads)
+         * they are found once, in sw_sabre_pme_cpu's order (right, left, above, below), and
+         * each iteration only reads K. */
         double *cur = K, *nxt = tmp;
-        for (int32_t it = 0; it < a.iters; it++) {
-            for (int32_t i = tid; i < G; i += nt) {
-                const int32_t ia = i % k, ib = i / k, d = a.dist[i];
-                /* right, left, above, below (sw_sabre_pme_cpu's order): the neighbour, the
-                 * pair, whether the neighbour is inside the array; o = +1 (the neighbour is the
-                 * pair's hi) for the even ones */
-                int32_t nb[4] = {i + 1, i - 1, i + k, i - k};
-                int32_t pid[4] = {ib * (k - 1) + ia, ib * (k - 1) + ia - 1,
-                                  k * (k - 1) + ib * k + ia, k * (k - 1) + (ib - 1) * k + ia};
-                int ok[4] = {ia<k - 1, ia> 0, ib<k - 1, ib> 0};
-                double best = 0.0;
-                int have = 0;
+        if (G <= nt) {
+            int32_t up_nb[4], up_pid[4], cnt = 0;
+            double up_n[4], up_o[4];
+            if (tid < G) {
+                const int32_t i = tid, ia = i % k, ib = i / k, d = dist[i];
+                const int32_t nb[4] = {i + 1, i - 1, i + k, i - k};
+                const int32_t pid[4] = {ib * (k - 1) + ia, ib * (k - 1) + ia - 1,
+                                        k * (k - 1) + ib * k + ia, k * (k - 1) + (ib - 1) * k + ia};
+                const int ok[4] = {ia<k - 1, ia> 0, ib<k - 1, ib> 0};
                 for (int q = 0; q < 4; q++) {
-                    if (!ok[q] || a.dist[nb[q]] != d - 1 || a.pair_n[pid[q]] <= 0)
+                    if (!ok[q] || dist[nb[q]] != d - 1 || pn[pid[q]] <= 0)
                         continue;
-                    double n = (double)a.pair_n[pid[q]];
-                    double po = (q & 1) ? -ps[pid[q]] : ps[pid[q]];
-                    double c = __dadd_rn(po, __dmul_rn(n, cur[nb[q]] - cur[i])) / n;
-                    if (!have || c > best)
-                        best = c;
-                    have = 1;
+                    up_nb[cnt] = nb[q];
+                    up_pid[cnt] = pid[q];
+                    up_n[cnt] = (double)pn[pid[q]];
+                    up_o[cnt] = (q & 1) ? -1.0 : 1.0; /* o = +1: the neighbour is the pair's hi */
+                    cnt++;
                 }
-                nxt[i] = have ? __dadd_rn(cur[i], best) : cur[i];
             }
-            __syncthreads();
-            double *t = cur;
-            cur = nxt;
-            nxt = t;
+            for (int32_t it = 0; it < a.iters; it++) {
+                if (tid < G) {
+                    double best = 0.0;
+                    for (int q = 0; q < cnt; q++) {
+                        double po = up_o[q] > 0 ? ps[up_pid[q]] : -ps[up_pid[q]];
+                        double c =
+                            __dadd_rn(po, __dmul_rn(up_n[q], cur[up_nb[q]] - cur[tid])) / up_n[q];
+                        if (q == 0 || c > best)
+                            best = c;
+                    }
+                    nxt[tid] = cnt ? __dadd_rn(cur[tid], best) : cur[tid];
+                }
+                __syncthreads();
+                double *t = cur;
+                cur = nxt;
+                nxt = t;
+            }
+        } else {
+            for (int32_t it = 0; it < a.iters; it++) {
+                for (int32_t i = tid; i < G; i += nt) {
+                    const int32_t ia = i % k, ib = i / k, d = dist[i];
+                    const int32_t nb[4] = {i + 1, i - 1, i + k, i - k};
+                    const int32_t pid[4] = {ib * (k - 1) + ia, ib * (k - 1) + ia - 1,
+                                            k * (k - 1) + ib * k + ia,
+                                            k * (k - 1) + (ib - 1) * k + ia};
+                    const int ok[4] = {ia<k - 1, ia> 0, ib<k - 1, ib> 0};
+                    double best = 0.0;
+                    int have = 0;
+                    for (int q = 0; q < 4; q++) {
+                        if (!ok[q] || dist[nb[q]] != d - 1 || pn[pid[q]] <= 0)
+                            continue;
+                        double n = (double)pn[pid[q]];
+                        double po = (q & 1) ? -ps[pid[q]] : ps[pid[q]];
+                        double c = __dadd_rn(po, __dmul_rn(n, cur[nb[q]] - cur[i])) / n;
+                        if (!have || c > best)
+                            best = c;
+                        have = 1;
+                    }
+                    nxt[i] = have ? __dadd_rn(cur[i], best) : cur[i];
+                }
+                __syncthreads();
+                double *t = cur;
+                cur = nxt;
+                nxt = t;
+            }
         }
         K = cur;
     }
@@ -306,9 +376,13 @@ __global__ void sb_assemble(const float *__restrict__ Y, const double *__restric
  * position + (offx, offy): the located triangle's weights times the float values, summed in
  * double in order j = 0, 1, 2, rounded to float. */
 __global__ void sb_actuators(const float *__restrict__ values, int32_t nx, int32_t ny, int32_t S,
-                             int32_t offx, int32_t offy, float *__restrict__ act)
+                             int32_t offx, int32_t offy, float *__restrict__ act,
+                             const int *__restrict__ flag, int *flag_host)
 {
     int32_t c = (int32_t)((int64_t)blockIdx.x * blockDim.x + threadIdx.x);
+    if (c == 0) /* the NaN flag (final since sb_gather) straight into mapped pinned memory: no
+                   copy of its own */
+        *flag_host = *flag;
     if (c >= (nx + 1) * (ny + 1))
         return;
     int32_t cx = c % (nx + 1), cy = c / (nx + 1);
@@ -368,6 +442,7 @@ static sw_status sb_enqueue(sw_sabre *plan)
         a.pair_n = g->pair_n;
         a.level_base = g->level_base;
         a.hpme = g->hpme;
+        a.nhpme = sb_hpme_bytes(plan);
         a.dist = g->dpme_dist;
         a.K = g->K;
         a.scratch = g->scratch;
@@ -382,7 +457,8 @@ static sw_status sb_enqueue(sw_sabre *plan)
         g->Y, g->K, g->ws, plan->S, plan->m, plan->k, plan->w, plan->nl, g->nvalues, g->values);
     SB_CU(cudaGetLastError());
     sb_actuators<<<sb_blocks(g->nact, SB_THREADS), SB_THREADS, 0, s>>>(
-        g->values, plan->params.nx, plan->params.ny, plan->S, plan->offx, plan->offy, g->act);
+        g->values, plan->params.nx, plan->params.ny, plan->S, plan->offx, plan->offy, g->act,
+        g->flag, g->flag_map);
     SB_CU(cudaGetLastError());
     return SW_OK;
 }
@@ -510,11 +586,16 @@ extern "C" sw_status sw_sabre_gpu_create(sw_sabre *plan)
     SB_CU(sb_alloc(&g->values, (size_t)g->nvalues));
     SB_CU(sb_alloc(&g->act, (size_t)g->nact));
     SB_CU(sb_alloc(&g->flag, 1));
-    SB_CU(cudaHostAlloc((void **)&g->flag_h, sizeof(int), cudaHostAllocDefault));
+    SB_CU(cudaHostAlloc((void **)&g->flag_h, sizeof(int), cudaHostAllocMapped));
+    SB_CU(cudaHostGetDevicePointer((void **)&g->flag_map, g->flag_h, 0));
     SB_CU(cudaEventCreate(&g->t0));
     SB_CU(cudaEventCreate(&g->t1));
-    const size_t smem = ((size_t)2 * G + (size_t)np) * sizeof(double);
+    const size_t smem = ((size_t)2 * G + (size_t)np) * sizeof(double) +
+                        ((size_t)np + (size_t)G) * sizeof(int32_t) + (size_t)sb_hpme_bytes(plan);
     g->pme_smem = smem <= SB_PME_SMEM ? smem : 0;
+    if (g->pme_smem > (48 << 10))
+        SB_CU(cudaFuncSetAttribute(sb_pme, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)g->pme_smem));
     g->pme_threads = G >= SB_PME_THREADS ? SB_PME_THREADS : (G + 31) / 32 * 32;
 
     /* cuBLAS on the context's stream, with a workspace of its own (cublasSetStream resets the
@@ -547,7 +628,6 @@ extern "C" sw_status sw_sabre_gpu_run(sw_sabre *plan, const float *slopes, sw_me
     SB_CU(cudaEventRecord(g->t0, s));
     SB_CU(cudaGraphLaunch(g->exec, s));
     SB_CU(cudaEventRecord(g->t1, s));
-    SB_CU(cudaMemcpyAsync(g->flag_h, g->flag, sizeof(int), cudaMemcpyDeviceToHost, s));
     if (values)
         SB_CU(cudaMemcpyAsync(values, g->values, (size_t)g->nvalues * sizeof(float), out, s));
     if (actuators)

@@ -57,7 +57,9 @@ double sw_sabre_eval(const sw_sabre_lattice *l, const double *values, double x, 
     sw_sabre_locate(l->sx, l->sy, x + l->offx, y + l->offy, idx, w);
     double v = 0.0;
     for (int k = 0; k < 3; k++)
-        v += w[k] * values[idx[k]];
+        if (w[k] != 0.0) /* at a vertex or on an edge, a vertex of weight 0 (perhaps NaN: not
+                            estimated by the global solve) does not count */
+            v += w[k] * values[idx[k]];
     return v;
 }
 

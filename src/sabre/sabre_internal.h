@@ -7,7 +7,8 @@
  * side, nl = L^2 + w^2 local values, ns = 2 L^2 local slopes):
  *   1. gather: X[r + ns i] (float, ns x G column-major) = slope of local corner r of partition i:
  *      r < L^2: x slope of lenslet gidx[i L^2 + r], r >= L^2: y slope of gidx[i L^2 + r - L^2];
- *      0 where gidx < 0 (padding or an invalid lenslet).
+ *      0 where gidx < 0 (padding or an invalid lenslet; with SW_SABRE_PAD_NEAREST gidx holds the
+ *      nearest valid lenslet there instead).
  *   2. Y = Q X (float sgemm; Q nl x ns column-major, Y nl x G column-major).
  *   3. pair sums: psum[p] = sum over j = 0..m with pair_use[p (m+1) + j] of
  *      (double) Y[pair_vhi[..] + nl hi] - (double) Y[pair_vlo[..] + nl lo]  (double), and

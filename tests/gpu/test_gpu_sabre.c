@@ -61,7 +61,8 @@ static double unit_rand(uint64_t *s)
 typedef struct cfg {
     int32_t nx, ny, k, overlap;
     sw_sabre_pme pme;
-    int annular; /* 30 % central obscuration; else all lenslets valid */
+    int annular; /* 30 % central obscuration; else all lenslets valid; 2: annular with
+                    SW_SABRE_PAD_NEAREST */
 } cfg;
 
 /* A CPU and a GPU plan of the same parameters, with their output sizes. */
@@ -95,6 +96,8 @@ static void make_plans(const cfg *c, plans *out)
                 out->mask[iy * c->nx + ix] = r <= R && r >= 0.3 * R;
             }
         p.valid = out->mask;
+        if (c->annular == 2)
+            p.padding = SW_SABRE_PAD_NEAREST;
     }
     if (sw_sabre_create(cpu, &p, &out->c) != SW_OK)
         fail_msg("CPU plan: %s", sw_context_error(cpu));
@@ -209,6 +212,10 @@ static void test_sizes(void **state)
     compare((cfg){100, 100, 16, 1, H, 0});
     compare((cfg){200, 200, 32, 1, H, 0});
     compare((cfg){40, 28, 4, 1, H, 0}); /* not square: the array is offset in the lattice */
+    /* the PME block's memory: its data in shared memory (above), past 48 KB with the opt-in
+     * (k = 64: 181 KB) and, beyond 200 KB, K and the pair data in global memory (k = 256) */
+    compare((cfg){100, 100, 64, 1, H, 1});
+    compare((cfg){300, 300, 256, 1, H, 0});
 }
 
 static void test_pme(void **state)
@@ -244,6 +251,8 @@ static void test_annular(void **state)
     compare((cfg){100, 100, 16, 1, H, 1});
     compare((cfg){100, 100, 16, 1, D, 1});
     compare((cfg){64, 64, 8, 1, SW_SABRE_PME_NONE, 1});
+    compare((cfg){64, 64, 8, 1, H, 2});
+    compare((cfg){100, 100, 16, 1, H, 2});
 }
 
 /* Runs the GPU plan on slopes s in `memory` (copied there), returns the outputs on the host. */

@@ -356,6 +356,70 @@ static void test_tilt_exact(void **state)
     check_tilt(31, 5, 2, SW_SABRE_PME_DISTRIBUTED);
 }
 
+/* Padding: on an array that needs padding (30 x 30 in a 33 x 33 extended array) with an annular
+ * mask, a tilt is exact with NEAREST (every padded corner reads the same constant slope, so every
+ * triangle's equations agree) and not with ZERO (the flat padding pulls on the pupil's edge). */
+static double padded_tilt_error(sw_sabre_padding pad)
+{
+    const int32_t nx = 30, n = nx * nx;
+    uint8_t *mask = malloc((size_t)n);
+    for (int32_t l = 0; l < n; l++) {
+        double x = l % nx - 14.5, y = l / nx - 14.5, r = sqrt(x * x + y * y);
+        mask[l] = (uint8_t)(r <= 15.0 && r >= 4.5);
+    }
+    sw_sabre_params p = make_params(nx, nx, 4, 1, SW_SABRE_PME_HIERARCHICAL);
+    p.valid = mask;
+    p.padding = pad;
+    sw_sabre *s = create_ok(&p);
+    sw_sabre_info in;
+    sw_sabre_get_info(s, &in);
+    assert_int_equal(in.extended, 33);
+    float *slopes = malloc(2 * (size_t)n * sizeof *slopes);
+    for (int32_t l = 0; l < n; l++)
+        slopes[l] = mask[l] ? 0.4f : NAN, slopes[n + l] = mask[l] ? -0.25f : NAN;
+    int64_t nv = sw_sabre_lattice_values(&in.lattice);
+    float *vals = malloc((size_t)nv * sizeof *vals);
+    assert_int_equal(sw_sabre_run(s, slopes, SW_MEM_HOST, vals, NULL), SW_OK);
+    /* error over the valid lenslets' corner vertices, after the piston */
+    double piston = 0.0, err = 0.0, span = 0.0;
+    int first = 1;
+    for (int32_t iy = 0; iy < nx; iy++)
+        for (int32_t ix = 0; ix < nx; ix++) {
+            if (!mask[iy * nx + ix])
+                continue;
+            int64_t v =
+                (int64_t)(iy + in.lattice.offy) * (in.lattice.sx + 1) + ix + in.lattice.offx;
+            double plane = 0.4 * ix - 0.25 * iy;
+            if (first)
+                piston = vals[v] - plane, first = 0;
+            err = fmax(err, fabs(vals[v] - plane - piston));
+            span = fmax(span, fabs(plane));
+        }
+    free(mask);
+    free(slopes);
+    free(vals);
+    sw_sabre_destroy(s);
+    return err / span;
+}
+
+static void test_padding(void **state)
+{
+    (void)state;
+    double near = padded_tilt_error(SW_SABRE_PAD_NEAREST);
+    double zero = padded_tilt_error(SW_SABRE_PAD_ZERO);
+    if (!(near < 1e-5))
+        fail_msg("nearest padding: tilt error %g of the span", near);
+    if (!(zero > 1e-3))
+        fail_msg("zero padding: tilt error only %g of the span (the padding should show)", zero);
+    sw_sabre_padding pd;
+    assert_int_equal(sw_sabre_padding_parse("nearest", &pd), SW_OK);
+    assert_int_equal(pd, SW_SABRE_PAD_NEAREST);
+    assert_int_equal(sw_sabre_padding_parse("ZERO", &pd), SW_OK);
+    assert_int_equal(pd, SW_SABRE_PAD_ZERO);
+    assert_int_equal(sw_sabre_padding_parse("mirror", &pd), SW_EINVAL);
+    assert_string_equal(sw_sabre_padding_string(SW_SABRE_PAD_NEAREST), "nearest");
+}
+
 /* One partition is global SABRE (the same problem on the same lattice), random slopes. */
 static void test_k1_equals_global(void **state)
 {
@@ -763,6 +827,7 @@ int main(void)
         cmocka_unit_test(test_pme_smooth),    cmocka_unit_test(test_dpme_converged),
         cmocka_unit_test(test_gemm_vs_loops), cmocka_unit_test(test_annular),
         cmocka_unit_test(test_bad_input),     cmocka_unit_test(test_strings_defaults),
+        cmocka_unit_test(test_padding),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

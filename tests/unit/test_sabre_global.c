@@ -241,6 +241,23 @@ static void test_eval_vertices_and_triangles(void **state)
     free(s);
 }
 
+/* A centre vertex whose square has NaN corners (the global solve leaves vertices no valid
+ * lenslet reaches NaN) evaluates to its own value at its position: vertices of weight 0 do not
+ * count; a point inside a triangle with a NaN vertex stays NaN. */
+static void test_eval_nan_neighbours(void **state)
+{
+    (void)state;
+    sw_sabre_lattice l = {2, 2, 0, 0};
+    double v[9 + 4];
+    for (int i = 0; i < 13; i++)
+        v[i] = NAN;
+    v[9 + 3] = 2.5; /* centre of square (1, 1), at (1.5, 1.5) */
+    v[4] = 1.0;     /* corner (1, 1) */
+    assert_true(fabs(sw_sabre_eval(&l, v, 1.5, 1.5) - 2.5) < 1e-15);
+    assert_true(fabs(sw_sabre_eval(&l, v, 1.0, 1.0) - 1.0) < 1e-15);
+    assert_true(isnan(sw_sabre_eval(&l, v, 1.5, 1.2)));
+}
+
 static void test_eval_outside(void **state)
 {
     (void)state;
@@ -1019,6 +1036,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lattice_values),
         cmocka_unit_test(test_eval_vertices_and_triangles),
+        cmocka_unit_test(test_eval_nan_neighbours),
         cmocka_unit_test(test_eval_outside),
         cmocka_unit_test(test_eval_corners_and_map),
         cmocka_unit_test(test_global_lattice_and_tilt),
