@@ -81,6 +81,9 @@ void sw_cmd_sabre_help(FILE *out)
         "                         (H-PME, D-PME, or none; default hierarchical)\n"
         "  --overlap OL           dsabre: squares of overlap on each side of a partition's core,\n"
         "                         0..64 (default %d)\n"
+        "  --padding zero|nearest dsabre: slopes where the extended array has no data: zeros\n"
+        "                         (the seed's zero padding, default) or the nearest valid\n"
+        "                         lenslet's\n"
         "  --dpme-iterations N    dsabre with distributed PME: iterations (default 0: L_D, the\n"
         "                         largest distance to the master partition)\n"
         "  --fried-reg R          fried: weight of the Laplacian that removes the waffle mode,\n"
@@ -133,7 +136,8 @@ typedef struct sabre_opts {
     int32_t nx, ny;
     double pixel_um, focal_mm, lenslet_um;
     sabre_method method;
-    int have_partitions, have_pme, have_overlap, have_iters, have_reg;
+    int have_partitions, have_pme, have_overlap, have_iters, have_reg, have_padding;
+    sw_sabre_padding padding;
     long partitions, overlap, dpme_iterations, map_size, repeat;
     sw_sabre_pme pme;
     double fried_reg;
@@ -152,6 +156,7 @@ static int parse_options(int argc, char **argv, sabre_opts *o)
         OPT_PME,
         OPT_OVERLAP,
         OPT_ITERS,
+        OPT_PADDING,
         OPT_REG,
         OPT_ACTUATORS,
         OPT_VALUES,
@@ -170,6 +175,7 @@ static int parse_options(int argc, char **argv, sabre_opts *o)
         {"pme", required_argument, NULL, OPT_PME},
         {"overlap", required_argument, NULL, OPT_OVERLAP},
         {"dpme-iterations", required_argument, NULL, OPT_ITERS},
+        {"padding", required_argument, NULL, OPT_PADDING},
         {"fried-reg", required_argument, NULL, OPT_REG},
         {"actuators", required_argument, NULL, OPT_ACTUATORS},
         {"values", required_argument, NULL, OPT_VALUES},
@@ -229,6 +235,11 @@ static int parse_options(int argc, char **argv, sabre_opts *o)
                                     optarg);
             o->have_pme = 1;
             break;
+        case OPT_PADDING:
+            if (sw_sabre_padding_parse(optarg, &o->padding) != SW_OK)
+                return sw_cli_usage(S, "--padding: '%s' is not zero or nearest", optarg);
+            o->have_padding = 1;
+            break;
         case OPT_OVERLAP:
             if (sw_cli_parse_long(optarg, 0, 64, &o->overlap) != 0)
                 return sw_cli_usage(S, "--overlap: '%s' is not a whole number in 0..64", optarg);
@@ -281,9 +292,9 @@ static int parse_options(int argc, char **argv, sabre_opts *o)
 
     /* Options of one method only. */
     if (o->method != METHOD_DSABRE &&
-        (o->have_partitions || o->have_pme || o->have_overlap || o->have_iters))
-        return sw_cli_usage(S, "--partitions, --pme, --overlap and --dpme-iterations apply to "
-                               "--method dsabre only");
+        (o->have_partitions || o->have_pme || o->have_overlap || o->have_iters || o->have_padding))
+        return sw_cli_usage(S, "--partitions, --pme, --overlap, --dpme-iterations and --padding "
+                               "apply to --method dsabre only");
     if (o->have_iters && o->pme != SW_SABRE_PME_DISTRIBUTED)
         return sw_cli_usage(S, "--dpme-iterations applies to --pme distributed only");
     if (o->have_reg && o->method != METHOD_FRIED)
@@ -531,6 +542,7 @@ static int reconstruct(sw_context *ctx, const sabre_opts *o, const slopes_in *s,
         p.overlap = (int32_t)o->overlap;
         p.pme = o->pme;
         p.dpme_iterations = (int32_t)o->dpme_iterations;
+        p.padding = o->padding;
         sw_sabre *plan = NULL;
         float *vals = NULL, *act = NULL;
         t0 = sw_cli_now();
