@@ -988,7 +988,8 @@ sw_status sw_sabre_create(sw_context *ctx, const sw_sabre_params *p, sw_sabre **
 
     /* D-PME (seed 002 section 2.B): master (k/2, k/2), Manhattan distances, L_D iterations. */
     {
-        int32_t ma = k / 2, mb = k / 2, dmax = 0;
+        int32_t ma = k / 2, dmax = 0;
+        int32_t mb = ma;
         s->dpme_master = mb * k + ma;
         for (int32_t i = 0; i < G; i++) {
             int32_t a = i % k, b = i / k;

@@ -3,24 +3,24 @@
  * are those of sabre_internal.h). sabre.c builds the plan and Q on the host, runs on the CPU and is
  * the reference; this file uploads the plan at create and runs it on the context's stream.
  *
- * Per run, everything after the copy of the slopes into the plan's buffer is one CUDA graph,
- * captured at create (after one plain pass that also loads the kernels) and launched per frame:
- *   0. the NaN flag is reset (memset);
+ * The kernels are one CUDA graph, captured at create (after one plain pass that also loads the
+ * kernels):
  *   1. sb_gather: one thread per entry of X (ns x G): the slope of local corner r of partition i
- *      (zero padding, section 3.B.2), and for a non-finite slope of a valid lenslet an atomicMin
- *      of its index into the flag;
+ *      (zero or nearest padding, section 3.B.2), and for a non-finite slope of a valid lenslet an
+ *      atomicMin of its index into the NaN flag;
  *   2. cublasSgemm Y = Q X: all local reconstructions in one product (Eq. 6 for every partition,
  *      stacked as Eq. 16; Eq. 7's expansion is folded into Q by sabre.c);
  *   3. sb_pair_sums: one warp per pair of neighbouring cores: the sum over the used shared border
- *      vertices of (hi - lo) in double (the addends of Eq. 8 and Eq. 10);
- *   4. sb_pme: ONE block does all the piston equalisation: H-PME (Eq. 10-11, levels h = 1..p,
- *      two steps per level, __syncthreads between) or D-PME (Eq. 8-9, Jacobi iterations), K in
- *      shared memory when it fits, with the arithmetic of sw_sabre_pme_cpu; PME NONE: K = 0;
- *   5. sb_assemble: one thread per value of the extended lattice (sw_sabre_locate_value);
- *   6. sb_actuators: one thread per lenslet corner (sw_sabre_locate on the assembled values).
- * sb_actuators also writes the NaN flag into mapped pinned host memory. Then the requested
- * outputs are copied out (to the host, or device-to-device so that the graph's pointers stay
- * fixed) and the host waits once.
+ *      vertices of (hi - lo) in double (the addends of Eq. 8 and Eq. 10); (done inside the PME
+ *      block instead, it took 65 us: one SM for 2k(k-1) short sums);
+ *   4. sb_pme: ONE block does all the piston equalisation: H-PME (Eq. 10-11, levels h = 1..p, two
+ * steps per level, __syncthreads between) or D-PME (Eq. 8-9, Jacobi iterations), its data in shared
+ * memory when it fits, with the arithmetic of sw_sabre_pme_cpu; PME NONE: K = 0; 5+6. sb_output:
+ * one thread per value of the extended lattice (sw_sabre_locate_value) and one per lenslet corner
+ * (sw_sabre_locate); its thread 0 hands the NaN flag to mapped pinned host memory and re-arms it.
+ * For pinned and device arrays that graph runs as a child of one holding the copy in and the
+ * copies out, so a run is one launch and one wait; for pageable host memory the copies are
+ * queued on the stream around it.
  *
  * Double arithmetic that sw_sabre_pme_cpu also does (sabre.c is compiled with
  * -ffp-contract=off) is written with __dadd_rn / __dmul_rn so that nvcc cannot fuse it into
@@ -359,39 +359,45 @@ __global__ void __launch_bounds__(SB_PME_THREADS) sb_pme(sb_pme_args a)
             a.K[i] = K[i];
 }
 
-/* Step 5: value v of the extended lattice = (float) ((double) Y[local + nl owner] + K[owner]). */
-__global__ void sb_assemble(const float *__restrict__ Y, const double *__restrict__ K,
-                            const int32_t *__restrict__ ws, int32_t S, int32_t m, int32_t k,
-                            int32_t w, int32_t nl, int64_t nvalues, float *__restrict__ values)
+/* Step 5's value v of the extended lattice: (float) ((double) Y[local + nl owner] + K[owner]). */
+__device__ static float sb_value(const float *__restrict__ Y, const double *__restrict__ K,
+                                 const int32_t *__restrict__ ws, int32_t S, int32_t m, int32_t k,
+                                 int32_t w, int32_t nl, int64_t v)
 {
-    int64_t v = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (v >= nvalues)
-        return;
     int32_t part, local;
     sw_sabre_locate_value(v, S, m, k, w, ws, &part, &local);
-    values[v] = (float)__dadd_rn((double)Y[local + (int64_t)nl * part], K[part]);
+    return (float)__dadd_rn((double)Y[local + (int64_t)nl * part], K[part]);
 }
 
-/* Step 6: the spline at lenslet corner (cx, cy), lenslet position (cx - 1/2, cy - 1/2), lattice
- * position + (offx, offy): the located triangle's weights times the float values, summed in
- * double in order j = 0, 1, 2, rounded to float. */
-__global__ void sb_actuators(const float *__restrict__ values, int32_t nx, int32_t ny, int32_t S,
-                             int32_t offx, int32_t offy, float *__restrict__ act,
-                             const int *__restrict__ flag, int *flag_host)
+/* Steps 5 and 6 in one kernel: threads [0, nvalues) write the assembled values; the next nact
+ * threads the spline at lenslet corner (cx, cy) (lenslet position (cx - 1/2, cy - 1/2), lattice
+ * position + (offx, offy)): the located triangle's weights times its three vertices' values
+ * (each computed as step 5 does, so the same floats), summed in double in order j = 0, 1, 2,
+ * rounded to float. Thread 0 also hands the NaN flag (final since sb_gather) to mapped pinned
+ * host memory: no copy of its own. */
+__global__ void sb_output(const float *__restrict__ Y, const double *__restrict__ K,
+                          const int32_t *__restrict__ ws, int32_t S, int32_t m, int32_t k,
+                          int32_t w, int32_t nl, int64_t nvalues, float *__restrict__ values,
+                          int32_t nx, int32_t ny, int32_t offx, int32_t offy,
+                          float *__restrict__ act, const int *flag, int *flag_host)
 {
-    int32_t c = (int32_t)((int64_t)blockIdx.x * blockDim.x + threadIdx.x);
-    if (c == 0) /* the NaN flag (final since sb_gather) straight into mapped pinned memory: no
-                   copy of its own */
+    int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t == 0)
         *flag_host = *flag;
-    if (c >= (nx + 1) * (ny + 1))
+    if (t < nvalues) {
+        values[t] = sb_value(Y, K, ws, S, m, k, w, nl, t);
         return;
-    int32_t cx = c % (nx + 1), cy = c / (nx + 1);
+    }
+    const int64_t c = t - nvalues;
+    if (c >= (int64_t)(nx + 1) * (ny + 1))
+        return;
+    const int32_t cx = (int32_t)(c % (nx + 1)), cy = (int32_t)(c / (nx + 1));
     int64_t idx[3];
     double wgt[3];
     sw_sabre_locate(S, S, (double)cx - 0.5 + offx, (double)cy - 0.5 + offy, idx, wgt);
     double acc = 0.0;
     for (int j = 0; j < 3; j++)
-        acc = __dadd_rn(acc, __dmul_rn(wgt[j], (double)values[idx[j]]));
+        acc = __dadd_rn(acc, __dmul_rn(wgt[j], (double)sb_value(Y, K, ws, S, m, k, w, nl, idx[j])));
     act[c] = (float)acc;
 }
 
@@ -453,12 +459,9 @@ static sw_status sb_enqueue(sw_sabre *plan)
         SB_CU(cudaMemsetAsync(g->K, 0, (size_t)plan->G * sizeof(double), s));
     }
 
-    sb_assemble<<<sb_blocks(g->nvalues, SB_THREADS), SB_THREADS, 0, s>>>(
-        g->Y, g->K, g->ws, plan->S, plan->m, plan->k, plan->w, plan->nl, g->nvalues, g->values);
-    SB_CU(cudaGetLastError());
-    sb_actuators<<<sb_blocks(g->nact, SB_THREADS), SB_THREADS, 0, s>>>(
-        g->values, plan->params.nx, plan->params.ny, plan->S, plan->offx, plan->offy, g->act,
-        g->flag, g->flag_map);
+    sb_output<<<sb_blocks(g->nvalues + g->nact, SB_THREADS), SB_THREADS, 0, s>>>(
+        g->Y, g->K, g->ws, plan->S, plan->m, plan->k, plan->w, plan->nl, g->nvalues, g->values,
+        plan->params.nx, plan->params.ny, plan->offx, plan->offy, g->act, g->flag, g->flag_map);
     SB_CU(cudaGetLastError());
     return SW_OK;
 }
@@ -521,6 +524,7 @@ extern "C" void sw_sabre_gpu_destroy(sw_sabre *plan)
         cudaStreamSynchronize(g->stream);
     if (g->exec)
         cudaGraphExecDestroy(g->exec);
+
     if (g->graph)
         cudaGraphDestroy(g->graph);
     if (g->blas)
@@ -586,6 +590,7 @@ extern "C" sw_status sw_sabre_gpu_create(sw_sabre *plan)
     SB_CU(sb_alloc(&g->values, (size_t)g->nvalues));
     SB_CU(sb_alloc(&g->act, (size_t)g->nact));
     SB_CU(sb_alloc(&g->flag, 1));
+    SB_CU(cudaMemsetAsync(g->flag, 0x7f, sizeof(int), s)); /* SB_NO_NAN */
     SB_CU(cudaHostAlloc((void **)&g->flag_h, sizeof(int), cudaHostAllocMapped));
     SB_CU(cudaHostGetDevicePointer((void **)&g->flag_map, g->flag_h, 0));
     SB_CU(cudaEventCreate(&g->t0));
@@ -618,12 +623,14 @@ extern "C" sw_status sw_sabre_gpu_run(sw_sabre *plan, const float *slopes, sw_me
 {
     sb_gpu *g = (sb_gpu *)plan->gpu;
     cudaStream_t s = g->stream;
-    const int dev = memory == SW_MEM_DEVICE;
-    const cudaMemcpyKind in = dev ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice;
-    const cudaMemcpyKind out = dev ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost;
     plan->kernel_us = -1.0;
     SB_CU(cudaSetDevice(plan->ctx->device));
 
+    /* copies on the stream around the graph (device arrays device-to-device, so that the
+     * graph's own buffers stay fixed) */
+    const int dev = memory == SW_MEM_DEVICE;
+    const cudaMemcpyKind in = dev ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice;
+    const cudaMemcpyKind out = dev ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost;
     SB_CU(cudaMemcpyAsync(g->slopes, slopes, (size_t)2 * plan->n * sizeof(float), in, s));
     SB_CU(cudaEventRecord(g->t0, s));
     SB_CU(cudaGraphLaunch(g->exec, s));
