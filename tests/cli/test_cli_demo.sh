@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `spotwave demo`: writes FITS (f32), PGM (u16) and PNG files that are what they claim to be,
-# measures two synthetic eyes with the aberrometer to within 0.1 um of their truth, is
+# measures two synthetic eyes with the aberrometer to within 0.1 um of their truth, reconstructs
+# a turbulent wavefront with D-SABRE to a relative RMS error below 0.15, is
 # reproducible for a seed, creates its output directory, and fails with exit 1 and one line
 # on stderr when it cannot write.
 # Usage: test_cli_demo.sh PATH/TO/spotwave
@@ -78,6 +79,55 @@ done
 cmp -s "$d1/demo_aberrometry_eye1.png" "$d1/demo_aberrometry_eye2.png" &&
     fail "the two eyes' wavefront maps are the same"
 
+# ---------------------------------------------------------------- D-SABRE (seed 002)
+# A 64x64 SH array under a von Karman screen, its exact lenslet-mean slopes through D-SABRE (8x8
+# partitions, H-PME), global SABRE and Fried: each with its relative RMS error against the screen
+# (noise-free, so only the fitting error of the lenslet sampling: ~0.08 at d/r0 = 2.6). D-SABRE
+# must be below 0.15 and close to global SABRE (a broken piston equalisation leaves steps between
+# partitions and multiplies the error), and its wavefront is in demo_sabre.fits.
+num='([0-9]+\.[0-9]+)'
+sb=$(printf '%s\n' "$out" | grep -E '^ *sabre +[0-9]+x[0-9]+ SH lenslets' || true)
+[[ $sb =~ \ $num\ um\ RMS\ over\ the\ array ]] || fail "no screen line in the sabre step: $out"
+screen_rms=${BASH_REMATCH[1]}
+sb=$(printf '%s\n' "$out" | grep -E '^ *sabre +D-SABRE ' || true)
+[[ $sb =~ 8x8\ partitions.*H-PME.*relative\ RMS\ error\ $num ]] ||
+    fail "cannot read D-SABRE's relative RMS error: $out"
+rel_ds=${BASH_REMATCH[1]}
+[[ $sb =~ run\ $num\ us ]] || fail "no D-SABRE run time: $sb"
+sb=$(printf '%s\n' "$out" | grep -E '^ *sabre +global SABRE: ' || true)
+[[ $sb =~ relative\ RMS\ error\ $num ]] || fail "cannot read global SABRE's error: $out"
+rel_gl=${BASH_REMATCH[1]}
+sb=$(printf '%s\n' "$out" | grep -E '^ *sabre +Fried ' || true)
+[[ $sb =~ relative\ RMS\ error\ $num ]] || fail "cannot read Fried's error: $out"
+rel_fr=${BASH_REMATCH[1]}
+awk -v d="$rel_ds" -v g="$rel_gl" -v f="$rel_fr" \
+    'BEGIN { exit !(d > 0 && d < 0.15 && g > 0 && g < 0.15 && f > 0 && f < 0.15 && d <= 1.5 * g) }' ||
+    fail "relative RMS errors D-SABRE $rel_ds, global $rel_gl, Fried $rel_fr: expected all in" \
+        "(0, 0.15) and D-SABRE within 1.5x global SABRE"
+f=$d1/demo_sabre.fits
+[[ -s $f ]] || fail "demo did not write demo_sabre.fits"
+[[ $out == *"$f"* ]] || fail "the report does not mention $f"
+# The map: a 512x512 f32 FITS image of the wavefront over the array, finite, mean 0 (piston
+# removed) and an RMS near the screen's (the reconstruction is within ~10 % of the screen).
+command -v python3 >/dev/null || fail "python3 is needed to check demo_sabre.fits"
+python3 - "$f" "$screen_rms" <<'EOF' || fail "demo_sabre.fits is not the D-SABRE wavefront map"
+import math, struct, sys
+data = open(sys.argv[1], "rb").read()
+hdr = data[:2880].decode("ascii")
+cards = {hdr[i:i + 8].strip(): hdr[i + 10:i + 80].split("/")[0].strip() for i in range(0, 2880, 80)}
+assert hdr.startswith("SIMPLE  =") and cards["BITPIX"] == "-32", cards
+assert cards["NAXIS"] == "2" and cards["NAXIS1"] == "512" and cards["NAXIS2"] == "512", cards
+n = 512 * 512
+assert len(data) % 2880 == 0 and len(data) >= 2880 + 4 * n, len(data)
+v = struct.unpack(">%df" % n, data[2880:2880 + 4 * n])
+assert all(math.isfinite(x) for x in v), "non-finite values"
+mean = sum(v) / n
+rms = math.sqrt(sum((x - mean) ** 2 for x in v) / n)
+screen = float(sys.argv[2])
+assert abs(mean) < 1e-3 * rms, (mean, rms)
+assert 0.85 * screen < rms < 1.15 * screen, (rms, screen)
+EOF
+
 # ---------------------------------------------------------------- reproducible for a seed
 d2=$tmp/demo2
 expect 0 --backend cpu --quiet demo --out "$d2" --size ${W}x${H} --seed 7
@@ -94,6 +144,9 @@ expect 0 --backend cpu demo --out "$d3" --size ${W}x${H} --seed 8
 cmp -s "$d1/demo.fits" "$d3/demo.fits" && fail "different seeds gave the same demo.fits"
 cmp -s "$d1/demo_aberrometry_eye1.png" "$d3/demo_aberrometry_eye1.png" &&
     fail "different seeds gave the same eyes (demo_aberrometry_eye1.png)"
+cmp -s "$d1/demo_sabre.fits" "$d2/demo_sabre.fits" || fail "the same seed gave different demo_sabre.fits"
+cmp -s "$d1/demo_sabre.fits" "$d3/demo_sabre.fits" &&
+    fail "different seeds gave the same demo_sabre.fits"
 # The thread count must not change the results. demo.fits is built by the command itself on one
 # thread; demo_u16.pgm comes from the library's conversion and the stats line from the library's
 # statistics, both of which run on the context's threads. 3 threads: a split of the rows that
