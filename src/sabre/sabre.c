@@ -51,6 +51,7 @@ typedef struct sabre_plan {
     double *psum; /* npairs pair sums                               */
     double *K;    /* G offsets                                      */
     double *Kold; /* G: D-PME's previous iterate                    */
+    float *F;     /* 2 npad: the fill iterations' padded slopes     */
 } sabre_plan;
 
 /* ------------------------------------------------------------------ parameters */
@@ -706,6 +707,10 @@ void sw_sabre_destroy(sw_sabre *plan)
     free(plan->level_base);
     free(plan->hpme);
     free(plan->dpme_dist);
+    free(plan->pad_part);
+    free(plan->pad_local);
+    free(plan->pidx);
+    free(sp->F);
     free(sp->X);
     free(sp->Y);
     free(sp->vals);
@@ -733,6 +738,9 @@ static sw_status check_params(sw_context *ctx, const sw_sabre_params *p)
         return sw_fail(ctx, SW_EINVAL, "sabre: unknown piston equalisation %d", (int)p->pme);
     if (p->padding != SW_SABRE_PAD_ZERO && p->padding != SW_SABRE_PAD_NEAREST)
         return sw_fail(ctx, SW_EINVAL, "sabre: unknown padding %d", (int)p->padding);
+    if (p->fill_iterations < 0 || p->fill_iterations > 16)
+        return sw_fail(ctx, SW_EINVAL, "sabre: fill_iterations %d is not in 0..16",
+                       (int)p->fill_iterations);
     if (p->pme == SW_SABRE_PME_HIERARCHICAL && !is_pow2(p->partitions))
         return sw_fail(ctx, SW_EINVAL,
                        "sabre: H-PME needs a power of two of partitions per side, not %d (use "
@@ -974,6 +982,50 @@ sw_status sw_sabre_create(sw_context *ctx, const sw_sabre_params *p, sw_sabre **
     }
     free(near);
 
+    /* Fill iterations: the padded corners, their owners and local corners (sabre_internal.h). */
+    if (p->fill_iterations > 0) {
+        const int32_t S1 = S + 1;
+        int32_t *padid = malloc((size_t)S1 * S1 * sizeof *padid);
+        s->pidx = malloc((size_t)G * L * L * sizeof *s->pidx);
+        if (!padid || !s->pidx) {
+            free(padid);
+            free(inpupil);
+            sw_sabre_destroy(s);
+            return sw_fail(ctx, SW_ENOMEM, "sabre: out of memory (fill tables)");
+        }
+        s->npad = 0;
+        for (int32_t Y = 0; Y < S1; Y++)
+            for (int32_t X = 0; X < S1; X++)
+                padid[Y * S1 + X] = corner_in_pupil(s, X, Y) ? -1 : s->npad++;
+        const size_t np1 = s->npad > 0 ? (size_t)s->npad : 1;
+        s->pad_part = malloc(np1 * sizeof *s->pad_part);
+        s->pad_local = malloc(np1 * sizeof *s->pad_local);
+        sp->F = calloc(2 * np1, sizeof *sp->F);
+        if (!s->pad_part || !s->pad_local || !sp->F) {
+            free(padid);
+            free(inpupil);
+            sw_sabre_destroy(s);
+            return sw_fail(ctx, SW_ENOMEM, "sabre: out of memory (fill tables)");
+        }
+        for (int32_t Y = 0; Y < S1; Y++)
+            for (int32_t X = 0; X < S1; X++) {
+                int32_t q = padid[Y * S1 + X];
+                if (q < 0)
+                    continue;
+                int32_t a = sw_sabre_owner(X, m, k), b = sw_sabre_owner(Y, m, k);
+                s->pad_part[q] = b * k + a;
+                s->pad_local[q] = (Y - s->ws[b]) * L + (X - s->ws[a]);
+            }
+        for (int32_t i = 0; i < G; i++) {
+            int32_t a = i % k, b = i / k;
+            for (int32_t y = 0; y < L; y++)
+                for (int32_t x = 0; x < L; x++)
+                    s->pidx[(size_t)i * L * L + (size_t)y * L + x] =
+                        padid[(s->ws[b] + y) * S1 + s->ws[a] + x];
+        }
+        free(padid);
+    }
+
     /* Borders between cores and the H-PME schedule. */
     build_pairs(s, inpupil);
     if (p->pme == SW_SABRE_PME_HIERARCHICAL) {
@@ -1103,6 +1155,33 @@ static sw_status run_cpu(sabre_plan *sp, const float *slopes, float *values, flo
     /* 2. all local solves at once (Eq. 16) */
     cblas_sgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, nl, G, ns, 1.0f, s->Q, nl, X, ns, 0.0f,
                 sp->Y, nl);
+
+    /* 2b. fill iterations: the padded corners' slopes from the last solve, then solve again */
+    for (int32_t t = 0; t < s->params.fill_iterations; t++) {
+        const int32_t np = s->npad;
+        const double inv = 1.0 / s->params.pitch;
+        float *F = sp->F;
+#pragma omp parallel for schedule(static) num_threads(threads) if (np > SB_OMP_MIN)
+        for (int32_t q = 0; q < np; q++) {
+            int32_t lc = s->pad_local[q];
+            double gx, gy;
+            sw_sabre_predict(sp->Y + (size_t)nl * s->pad_part[q], w, lc % L, lc / L, &gx, &gy);
+            F[q] = (float)(gx * inv);
+            F[np + q] = (float)(gy * inv);
+        }
+#pragma omp parallel for schedule(static) num_threads(threads) if ((int64_t)G * ns > SB_OMP_MIN)
+        for (int32_t i = 0; i < G; i++) {
+            const int32_t *pi = s->pidx + (size_t)i * L2;
+            float *xi = X + (size_t)i * ns;
+            for (int32_t r = 0; r < L2; r++)
+                if (pi[r] >= 0) {
+                    xi[r] = F[pi[r]];
+                    xi[L2 + r] = F[np + pi[r]];
+                }
+        }
+        cblas_sgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, nl, G, ns, 1.0f, s->Q, nl, X, ns,
+                    0.0f, sp->Y, nl);
+    }
     const float *Y = sp->Y;
 
     /* 3. border sums */

@@ -10,6 +10,8 @@
  *      atomicMin of its index into the NaN flag;
  *   2. cublasSgemm Y = Q X: all local reconstructions in one product (Eq. 6 for every partition,
  *      stacked as Eq. 16; Eq. 7's expansion is folded into Q by sabre.c);
+ *   2b. per fill iteration: sb_predict (the padded corners' slopes from Y), sb_fill (into X),
+ *      cublasSgemm again;
  *   3. sb_pair_sums: one warp per pair of neighbouring cores: the sum over the used shared border
  *      vertices of (hi - lo) in double (the addends of Eq. 8 and Eq. 10); (done inside the PME
  *      block instead, it took 65 us: one SM for 2k(k-1) short sums);
@@ -85,6 +87,8 @@ struct sb_gpu {
     int32_t *dpme_dist;
     /* per-run buffers */
     float *slopes, *X, *Y, *values, *act;
+    int32_t *pad_part, *pad_local, *pidx; /* fill iterations' tables, and their slopes F */
+    float *F;
     double *psum, *K, *scratch;
     int *flag;     /* device: lowest lenslet with a non-finite slope, or SB_NO_NAN */
     int *flag_h;   /* mapped pinned copy, written by sb_actuators */
@@ -401,6 +405,38 @@ __global__ void sb_output(const float *__restrict__ Y, const double *__restrict_
     act[c] = (float)acc;
 }
 
+/* Step 2b (fill iterations): F[q] = the model's slope at padded corner q from its owner's local
+ * values (sw_sabre_predict) over the pitch; one thread per padded corner. */
+__global__ void sb_predict(const float *__restrict__ Y, int32_t nl, int32_t w, int32_t L,
+                           int32_t npad, const int32_t *__restrict__ part,
+                           const int32_t *__restrict__ local, double inv_pitch,
+                           float *__restrict__ F)
+{
+    int32_t q = (int32_t)((int64_t)blockIdx.x * blockDim.x + threadIdx.x);
+    if (q >= npad)
+        return;
+    const int32_t lc = local[q];
+    double gx, gy;
+    sw_sabre_predict(Y + (int64_t)nl * part[q], w, lc % L, lc / L, &gx, &gy);
+    F[q] = (float)(gx * inv_pitch);
+    F[npad + q] = (float)(gy * inv_pitch);
+}
+
+/* Step 2b: the padded local corners' rows of X from F; one thread per local corner. */
+__global__ void sb_fill(const int32_t *__restrict__ pidx, int32_t L2, int32_t ns, int64_t total,
+                        int32_t npad, const float *__restrict__ F, float *__restrict__ X)
+{
+    int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= total)
+        return;
+    const int32_t q = pidx[e];
+    if (q < 0)
+        return;
+    const int64_t i = e / L2, r = e - i * L2;
+    X[i * ns + r] = F[q];
+    X[i * ns + L2 + r] = F[npad + q];
+}
+
 /* ================================================================== the frame's work */
 
 static unsigned sb_blocks(int64_t n, int threads)
@@ -424,6 +460,19 @@ static sw_status sb_enqueue(sw_sabre *plan)
     const float one = 1.0f, zero = 0.0f;
     SB_BLAS(cublasSgemm(g->blas, CUBLAS_OP_N, CUBLAS_OP_N, plan->nl, plan->G, plan->ns, &one, g->Q,
                         plan->nl, g->X, plan->ns, &zero, g->Y, plan->nl));
+    /* 2b: fill iterations (predict the padded slopes, refill X, solve again) */
+    for (int32_t t = 0; t < plan->params.fill_iterations && plan->npad > 0; t++) {
+        sb_predict<<<sb_blocks(plan->npad, SB_THREADS), SB_THREADS, 0, s>>>(
+            g->Y, plan->nl, plan->w, plan->L, plan->npad, g->pad_part, g->pad_local,
+            1.0 / plan->params.pitch, g->F);
+        SB_CU(cudaGetLastError());
+        const int64_t nc = (int64_t)plan->G * L2;
+        sb_fill<<<sb_blocks(nc, SB_THREADS), SB_THREADS, 0, s>>>(g->pidx, L2, plan->ns, nc,
+                                                                 plan->npad, g->F, g->X);
+        SB_CU(cudaGetLastError());
+        SB_BLAS(cublasSgemm(g->blas, CUBLAS_OP_N, CUBLAS_OP_N, plan->nl, plan->G, plan->ns, &one,
+                            g->Q, plan->nl, g->X, plan->ns, &zero, g->Y, plan->nl));
+    }
 
     const sw_sabre_pme pme = plan->params.pme;
     const int equalise = pme == SW_SABRE_PME_HIERARCHICAL  ? plan->p > 0
@@ -529,10 +578,11 @@ extern "C" void sw_sabre_gpu_destroy(sw_sabre *plan)
         cudaGraphDestroy(g->graph);
     if (g->blas)
         cublasDestroy(g->blas);
-    void *dev[] = {g->blas_ws,   g->Q,        g->gidx,    g->ws,       g->pair_lo, g->pair_hi,
-                   g->pair_vlo,  g->pair_vhi, g->pair_n,  g->pair_use, g->hpme,    g->level_base,
-                   g->dpme_dist, g->slopes,   g->X,       g->Y,        g->values,  g->act,
-                   g->psum,      g->K,        g->scratch, g->flag};
+    void *dev[] = {g->blas_ws,   g->Q,        g->gidx,    g->ws,       g->pair_lo,  g->pair_hi,
+                   g->pair_vlo,  g->pair_vhi, g->pair_n,  g->pair_use, g->hpme,     g->level_base,
+                   g->dpme_dist, g->slopes,   g->X,       g->Y,        g->values,   g->act,
+                   g->psum,      g->K,        g->scratch, g->flag,     g->pad_part, g->pad_local,
+                   g->pidx,      g->F};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i])
             cudaFree(dev[i]);
@@ -579,6 +629,12 @@ extern "C" sw_status sw_sabre_gpu_create(sw_sabre *plan)
     SB_CU(sb_upload(&g->level_base, hier ? plan->level_base : NULL, (size_t)plan->p, s));
     SB_CU(sb_upload(&g->hpme, hier ? plan->hpme : NULL, 2 * ngroups, s));
     SB_CU(sb_upload(&g->dpme_dist, dist ? plan->dpme_dist : NULL, (size_t)G, s));
+    if (plan->params.fill_iterations > 0) {
+        SB_CU(sb_upload(&g->pad_part, plan->pad_part, (size_t)plan->npad, s));
+        SB_CU(sb_upload(&g->pad_local, plan->pad_local, (size_t)plan->npad, s));
+        SB_CU(sb_upload(&g->pidx, plan->pidx, (size_t)G * plan->L * plan->L, s));
+        SB_CU(sb_alloc(&g->F, (size_t)2 * plan->npad));
+    }
 
     /* the run's buffers */
     SB_CU(sb_alloc(&g->slopes, (size_t)2 * plan->n));

@@ -10,6 +10,9 @@
  *      0 where gidx < 0 (padding or an invalid lenslet; with SW_SABRE_PAD_NEAREST gidx holds the
  *      nearest valid lenslet there instead).
  *   2. Y = Q X (float sgemm; Q nl x ns column-major, Y nl x G column-major).
+ *   2b. fill iterations t = 1..fill_iterations: F[p] = sw_sabre_predict of padded corner p from
+ *      its owner's Y, divided by the pitch (x at F[p], y at F[npad + p]); then every local corner
+ *      with pidx >= 0 gets X rows = F (x and y); then step 2 again.
  *   3. pair sums: psum[p] = sum over j = 0..m with pair_use[p (m+1) + j] of
  *      (double) Y[pair_vhi[..] + nl hi] - (double) Y[pair_vlo[..] + nl lo]  (double), and
  *      pair_n[p] = the number of such j (a constant of the plan).
@@ -70,6 +73,13 @@ struct sw_sabre {
     /* D-PME: master partition, distance of each partition to it, iterations. */
     int32_t dpme_master, dpme_iters;
     int32_t *dpme_dist; /* G                                                                  */
+
+    /* Fill iterations: the padded corners of the extended array (not a valid real lenslet), their
+     * owner partitions and local corners, and for each partition's local corner its padded index
+     * (or -1). */
+    int32_t npad;
+    int32_t *pad_part, *pad_local; /* npad: partition, local corner y L + x                     */
+    int32_t *pidx;                 /* G * L^2                                                    */
 
     sw_sabre_info info;
     double kernel_us;
@@ -175,6 +185,40 @@ static inline SW_SABRE_HD void sw_sabre_locate(int32_t sx, int32_t sy, double x,
     case 2: wgt[0] = u + v - 1, wgt[1] = v - u, wgt[2] = 2 - 2 * v; break;
     default: wgt[0] = v - u, wgt[1] = 1 - u - v, wgt[2] = 2 * u; break;
     }
+}
+
+/* Step 2b's prediction: the model's slope (lattice units: divide by the pitch) at local corner
+ * (lx, ly) of a window of w squares, from that window's values y: the mean over the window's
+ * triangles that have the corner as a data vertex of their gradient (each summed in double in
+ * order j = 0, 1, 2). */
+static inline SW_SABRE_HD void sw_sabre_predict(const float *y, int32_t w, int32_t lx, int32_t ly,
+                                                double *gx, double *gy)
+{
+    const int64_t me = (int64_t)ly * (w + 1) + lx;
+    double sx = 0.0, sy = 0.0;
+    int cnt = 0;
+    for (int32_t qy = ly - 1; qy <= ly; qy++)
+        for (int32_t qx = lx - 1; qx <= lx; qx++) {
+            if (qx < 0 || qy < 0 || qx >= w || qy >= w)
+                continue;
+            for (int q = 0; q < 4; q++) {
+                int64_t idx[3];
+                double cx[3], cy[3];
+                sw_sabre_triangle(w, w, qx, qy, q, idx, cx, cy);
+                if (idx[0] != me && idx[1] != me)
+                    continue;
+                double tx = 0.0, ty = 0.0;
+                for (int j = 0; j < 3; j++) {
+                    tx += cx[j] * (double)y[idx[j]];
+                    ty += cy[j] * (double)y[idx[j]];
+                }
+                sx += tx;
+                sy += ty;
+                cnt++;
+            }
+        }
+    *gx = cnt ? sx / cnt : 0.0;
+    *gy = cnt ? sy / cnt : 0.0;
 }
 
 /* Step 4: the offsets K[G] from the pair sums (double), as both backends define them:

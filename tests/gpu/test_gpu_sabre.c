@@ -62,7 +62,7 @@ typedef struct cfg {
     int32_t nx, ny, k, overlap;
     sw_sabre_pme pme;
     int annular; /* 30 % central obscuration; else all lenslets valid; 2: annular with
-                    SW_SABRE_PAD_NEAREST */
+                    SW_SABRE_PAD_NEAREST; 3: annular with 3 fill iterations */
 } cfg;
 
 /* A CPU and a GPU plan of the same parameters, with their output sizes. */
@@ -98,6 +98,8 @@ static void make_plans(const cfg *c, plans *out)
         p.valid = out->mask;
         if (c->annular == 2)
             p.padding = SW_SABRE_PAD_NEAREST;
+        if (c->annular == 3)
+            p.fill_iterations = 3;
     }
     if (sw_sabre_create(cpu, &p, &out->c) != SW_OK)
         fail_msg("CPU plan: %s", sw_context_error(cpu));
@@ -253,6 +255,8 @@ static void test_annular(void **state)
     compare((cfg){64, 64, 8, 1, SW_SABRE_PME_NONE, 1});
     compare((cfg){64, 64, 8, 1, H, 2});
     compare((cfg){100, 100, 16, 1, H, 2});
+    compare((cfg){64, 64, 8, 1, H, 3});
+    compare((cfg){100, 100, 16, 1, SW_SABRE_PME_DISTRIBUTED, 3});
 }
 
 /* Runs the GPU plan on slopes s in `memory` (copied there), returns the outputs on the host. */

@@ -359,7 +359,13 @@ static void test_tilt_exact(void **state)
 /* Padding: on an array that needs padding (30 x 30 in a 33 x 33 extended array) with an annular
  * mask, a tilt is exact with NEAREST (every padded corner reads the same constant slope, so every
  * triangle's equations agree) and not with ZERO (the flat padding pulls on the pupil's edge). */
+static double padded_tilt_error_fill(sw_sabre_padding pad, int32_t fill);
 static double padded_tilt_error(sw_sabre_padding pad)
+{
+    return padded_tilt_error_fill(pad, 0);
+}
+
+static double padded_tilt_error_fill(sw_sabre_padding pad, int32_t fill)
 {
     const int32_t nx = 30, n = nx * nx;
     uint8_t *mask = malloc((size_t)n);
@@ -370,6 +376,7 @@ static double padded_tilt_error(sw_sabre_padding pad)
     sw_sabre_params p = make_params(nx, nx, 4, 1, SW_SABRE_PME_HIERARCHICAL);
     p.valid = mask;
     p.padding = pad;
+    p.fill_iterations = fill;
     sw_sabre *s = create_ok(&p);
     sw_sabre_info in;
     sw_sabre_get_info(s, &in);
@@ -418,6 +425,32 @@ static void test_padding(void **state)
     assert_int_equal(pd, SW_SABRE_PAD_ZERO);
     assert_int_equal(sw_sabre_padding_parse("mirror", &pd), SW_EINVAL);
     assert_string_equal(sw_sabre_padding_string(SW_SABRE_PAD_NEAREST), "nearest");
+}
+
+/* Fill iterations: with zero padding, each pass replaces the padded slopes by the solution's own,
+ * so the tilt's error falls pass after pass (the padding's pull fades); bad counts refused. */
+static void test_fill(void **state)
+{
+    (void)state;
+    double e0 = padded_tilt_error_fill(SW_SABRE_PAD_ZERO, 0);
+    double e1 = padded_tilt_error_fill(SW_SABRE_PAD_ZERO, 1);
+    double e4 = padded_tilt_error_fill(SW_SABRE_PAD_ZERO, 4);
+    double e16 = padded_tilt_error_fill(SW_SABRE_PAD_ZERO, 16);
+    print_message("fill: tilt error %.3g, %.3g, %.3g, %.3g after 0, 1, 4, 16 passes\n", e0, e1, e4,
+                  e16);
+    if (!(e1 < 0.8 * e0 && e4 < 0.5 * e1 && e16 < 0.5 * e4))
+        fail_msg("fill iterations do not converge: %g %g %g %g", e0, e1, e4, e16);
+    /* nearest padding is already exact for a tilt; fill passes keep it so */
+    double n4 = padded_tilt_error_fill(SW_SABRE_PAD_NEAREST, 4);
+    if (!(n4 < 1e-5))
+        fail_msg("nearest padding + fill: tilt error %g", n4);
+    sw_sabre_params p = make_params(33, 33, 4, 1, SW_SABRE_PME_HIERARCHICAL);
+    sw_sabre *s = NULL;
+    p.fill_iterations = 17;
+    assert_int_equal(sw_sabre_create(ctx, &p, &s), SW_EINVAL);
+    p.fill_iterations = -1;
+    assert_int_equal(sw_sabre_create(ctx, &p, &s), SW_EINVAL);
+    assert_null(s);
 }
 
 /* One partition is global SABRE (the same problem on the same lattice), random slopes. */
@@ -827,7 +860,7 @@ int main(void)
         cmocka_unit_test(test_pme_smooth),    cmocka_unit_test(test_dpme_converged),
         cmocka_unit_test(test_gemm_vs_loops), cmocka_unit_test(test_annular),
         cmocka_unit_test(test_bad_input),     cmocka_unit_test(test_strings_defaults),
-        cmocka_unit_test(test_padding),
+        cmocka_unit_test(test_padding),       cmocka_unit_test(test_fill),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
