@@ -133,7 +133,11 @@ static const char extra_help[] =
     "  --screens N              accuracy: screens (default 50; --quick: 3)\n"
     "  --size 100|200           speed: that configuration only\n"
     "  --pme P                  speed: hierarchical or distributed only\n"
-    "  --padding zero|nearest   D-SABRE's padding (sabre.h; default zero, the seed's)\n";
+    "  --padding zero|nearest   D-SABRE's padding (sabre.h; default zero, the seed's)\n"
+    "  --fill N                 D-SABRE's fill iterations, 0..16 (sabre.h; default 0)\n";
+
+/* --fill: D-SABRE's fill iterations (every D-SABRE plan). */
+static int32_t g_fill = 0;
 
 /* --padding: what D-SABRE reads where the extended array has no data (every D-SABRE plan). */
 static sw_sabre_padding g_padding = SW_SABRE_PAD_ZERO;
@@ -156,12 +160,21 @@ static int parse_own(int *argc, char **argv, prog_opts *o)
         } else if (strcmp(a, "--speed") == 0) {
             o->speed = 1;
         } else if (strcmp(a, "--screens") == 0 || strcmp(a, "--size") == 0 ||
-                   strcmp(a, "--pme") == 0 || strcmp(a, "--padding") == 0) {
+                   strcmp(a, "--pme") == 0 || strcmp(a, "--padding") == 0 ||
+                   strcmp(a, "--fill") == 0) {
             if (i + 1 >= *argc) {
                 fprintf(stderr, "%s: %s needs a value (see '%s --help')\n", PROG, a, PROG);
                 return 2;
             }
             const char *v = argv[++i];
+            if (strcmp(a, "--fill") == 0) {
+                char *e = NULL;
+                long f = strtol(v, &e, 10);
+                if (e == v || *e || f < 0 || f > 16)
+                    return usage_error(a, v, "a whole number in 0..16");
+                g_fill = (int32_t)f;
+                continue;
+            }
             if (strcmp(a, "--padding") == 0) {
                 if (sw_sabre_padding_parse(v, &g_padding) != SW_OK)
                     return usage_error(a, v, "zero or nearest");
@@ -455,6 +468,8 @@ static int make_plans(acc_state *a, int pupil)
         p.overlap = 1;
         p.pme = m->pme;
         p.padding = g_padding;
+        p.fill_iterations = g_fill;
+        p.fill_iterations = g_fill;
         if (m->k == 1 && m->pme == SW_SABRE_PME_DISTRIBUTED) {
             /* one partition: nothing to equalise, the H-PME k = 1 plan is the same (and its
              * creation the slowest: a 64 x 64 window) */
@@ -691,10 +706,10 @@ static void print_accuracy(const acc_state *a, int screens)
            "\"model\":\"diffraction\",\"zero_point_ph_s_m2\":%.4g,\"throughput\":%.3f,"
            "\"exposure_s\":%.4g,\"read_noise_e\":%.2f,\"threshold_subtract_e\":%.3f,"
            "\"obscuration\":%.2f,\"min_illum\":%.2f,\"fried_reg\":%.1e,\"overlap\":1,"
-           "\"padding\":\"%s\",\"flux_e\":{",
+           "\"padding\":\"%s\",\"fill_iterations\":%d,\"flux_e\":{",
            NL, TEL_D_M, TEL_D_M / NL, R0_M, L0_M, WL_UM, WL_UM, SCREEN_N, TEL_D_M / MAP_N, screens,
            PX_LENSLET, NYQ_PX, ZERO_POINT, THROUGHPUT, EXPOSURE_S, READ_E, THRESHOLD_E, OBSCURATION,
-           MIN_ILLUM, FRIED_REG, sw_sabre_padding_string(g_padding));
+           MIN_ILLUM, FRIED_REG, sw_sabre_padding_string(g_padding), (int)g_fill);
     for (int mg = 0; mg < N_MAG; mg++)
         printf("%s\"%.0f\":%.2f", mg ? "," : "", MAGS[mg], lenslet_flux(MAGS[mg]));
     printf("},\"valid_lenslets\":{\"square\":%d,\"annular\":%d},\"samples\":{\"square\":%lld,"
@@ -984,6 +999,7 @@ static int speed_config(const prog_opts *o, sw_context *gpu, sw_context *cpu, in
     p.overlap = 1;
     p.pme = pme;
     p.padding = g_padding;
+    p.fill_iterations = g_fill;
     int rc = 0;
     sw_context *ctxs[2] = {gpu, cpu};
     for (int c = 0; c < 2 && rc == 0; c++) {

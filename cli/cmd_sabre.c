@@ -84,6 +84,8 @@ void sw_cmd_sabre_help(FILE *out)
         "  --padding zero|nearest dsabre: slopes where the extended array has no data: zeros\n"
         "                         (the seed's zero padding, default) or the nearest valid\n"
         "                         lenslet's\n"
+        "  --fill N               dsabre: fill iterations 0..16 (default 0): the padded slopes\n"
+        "                         replaced by the solution's own and solved again, N times\n"
         "  --dpme-iterations N    dsabre with distributed PME: iterations (default 0: L_D, the\n"
         "                         largest distance to the master partition)\n"
         "  --fried-reg R          fried: weight of the Laplacian that removes the waffle mode,\n"
@@ -136,7 +138,8 @@ typedef struct sabre_opts {
     int32_t nx, ny;
     double pixel_um, focal_mm, lenslet_um;
     sabre_method method;
-    int have_partitions, have_pme, have_overlap, have_iters, have_reg, have_padding;
+    int have_partitions, have_pme, have_overlap, have_iters, have_reg, have_padding, have_fill;
+    long fill;
     sw_sabre_padding padding;
     long partitions, overlap, dpme_iterations, map_size, repeat;
     sw_sabre_pme pme;
@@ -157,6 +160,7 @@ static int parse_options(int argc, char **argv, sabre_opts *o)
         OPT_OVERLAP,
         OPT_ITERS,
         OPT_PADDING,
+        OPT_FILL,
         OPT_REG,
         OPT_ACTUATORS,
         OPT_VALUES,
@@ -176,6 +180,7 @@ static int parse_options(int argc, char **argv, sabre_opts *o)
         {"overlap", required_argument, NULL, OPT_OVERLAP},
         {"dpme-iterations", required_argument, NULL, OPT_ITERS},
         {"padding", required_argument, NULL, OPT_PADDING},
+        {"fill", required_argument, NULL, OPT_FILL},
         {"fried-reg", required_argument, NULL, OPT_REG},
         {"actuators", required_argument, NULL, OPT_ACTUATORS},
         {"values", required_argument, NULL, OPT_VALUES},
@@ -240,6 +245,11 @@ static int parse_options(int argc, char **argv, sabre_opts *o)
                 return sw_cli_usage(S, "--padding: '%s' is not zero or nearest", optarg);
             o->have_padding = 1;
             break;
+        case OPT_FILL:
+            if (sw_cli_parse_long(optarg, 0, 16, &o->fill) != 0)
+                return sw_cli_usage(S, "--fill: '%s' is not a whole number in 0..16", optarg);
+            o->have_fill = 1;
+            break;
         case OPT_OVERLAP:
             if (sw_cli_parse_long(optarg, 0, 64, &o->overlap) != 0)
                 return sw_cli_usage(S, "--overlap: '%s' is not a whole number in 0..64", optarg);
@@ -293,8 +303,8 @@ static int parse_options(int argc, char **argv, sabre_opts *o)
     /* Options of one method only. */
     if (o->method != METHOD_DSABRE &&
         (o->have_partitions || o->have_pme || o->have_overlap || o->have_iters || o->have_padding))
-        return sw_cli_usage(S, "--partitions, --pme, --overlap, --dpme-iterations and --padding "
-                               "apply to --method dsabre only");
+        return sw_cli_usage(S, "--partitions, --pme, --overlap, --dpme-iterations, --padding and "
+                               "--fill apply to --method dsabre only");
     if (o->have_iters && o->pme != SW_SABRE_PME_DISTRIBUTED)
         return sw_cli_usage(S, "--dpme-iterations applies to --pme distributed only");
     if (o->have_reg && o->method != METHOD_FRIED)
@@ -543,6 +553,7 @@ static int reconstruct(sw_context *ctx, const sabre_opts *o, const slopes_in *s,
         p.pme = o->pme;
         p.dpme_iterations = (int32_t)o->dpme_iterations;
         p.padding = o->padding;
+        p.fill_iterations = (int32_t)o->fill;
         sw_sabre *plan = NULL;
         float *vals = NULL, *act = NULL;
         t0 = sw_cli_now();
