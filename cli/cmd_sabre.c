@@ -301,8 +301,8 @@ static int parse_options(int argc, char **argv, sabre_opts *o)
         return sw_cli_usage(S, "unexpected argument '%s' (one slopes table)", argv[optind + 1]);
 
     /* Options of one method only. */
-    if (o->method != METHOD_DSABRE &&
-        (o->have_partitions || o->have_pme || o->have_overlap || o->have_iters || o->have_padding))
+    if (o->method != METHOD_DSABRE && (o->have_partitions || o->have_pme || o->have_overlap ||
+                                       o->have_iters || o->have_padding || o->have_fill))
         return sw_cli_usage(S, "--partitions, --pme, --overlap, --dpme-iterations, --padding and "
                                "--fill apply to --method dsabre only");
     if (o->have_iters && o->pme != SW_SABRE_PME_DISTRIBUTED)

@@ -273,6 +273,14 @@ for m in dsabre global fried; do
     check act "$tmp/n.csv" "$tmp/tilt_nan.csv" $N $N tilt $tol >/dev/null ||
         fail "nan row, $m: actuators differ from the truth"
 done
+# The hole's padding: nearest-lenslet padding keeps the tilt exact (every padded slope is the
+# tilt's), fill passes keep it so; fill passes from zero padding bring it closer.
+expect 0 --backend cpu sabre "$tmp/tilt_nan.csv" "${L[@]}" --padding nearest --fill 2 --actuators "$tmp/n.csv"
+check act "$tmp/n.csv" "$tmp/tilt_nan.csv" $N $N tilt 2e-5 >/dev/null ||
+    fail "nan row, nearest padding + fill: the tilt is not exact"
+expect 0 --backend cpu sabre "$tmp/tilt_nan.csv" "${L[@]}" --fill 16 --actuators "$tmp/n.csv"
+check act "$tmp/n.csv" "$tmp/tilt_nan.csv" $N $N tilt 0.01 >/dev/null ||
+    fail "nan row, zero padding + 16 fill passes: actuators differ from the truth by > 1%"
 
 # The spline's vertex values (global: the grid's own lattice, 16 x 16 squares; D-SABRE: the
 # extended lattice of its partitions, here the same size).
@@ -317,6 +325,9 @@ expect_usage sabre "$tmp/tilt.csv" --pme sideways
 expect_usage sabre "$tmp/tilt.csv" --method zonal
 expect_usage sabre "$tmp/tilt.csv" --partitions 0
 expect_usage sabre "$tmp/tilt.csv" --overlap 65
+expect_usage sabre "$tmp/tilt.csv" --fill 17
+expect_usage sabre "$tmp/tilt.csv" --method global --fill 2
+expect_usage sabre "$tmp/tilt.csv" --padding mirror
 expect_usage sabre "$tmp/tilt.csv" --grid 1x17
 expect_usage sabre "$tmp/tilt.csv" --method global --partitions 4
 expect_usage sabre "$tmp/tilt.csv" --method fried --values "$tmp/v.csv"
