@@ -528,6 +528,15 @@ static int32_t default_partitions(int32_t nx, int32_t ny)
     return k;
 }
 
+/* One timed run: the first is kept apart, the minimum and the sum (for the mean) updated. */
+static void record_run(sabre_result *r, long i, double us, double *sum)
+{
+    if (i == 0)
+        r->run_us = us;
+    r->run_us_min = us < r->run_us_min ? us : r->run_us_min;
+    *sum += us;
+}
+
 /* Runs the chosen reconstructor `repeat` times; fills r->act (raw) and r->values (raw). */
 static int reconstruct(sw_context *ctx, const sabre_opts *o, const slopes_in *s, sabre_result *r)
 {
@@ -578,10 +587,7 @@ static int reconstruct(sw_context *ctx, const sabre_opts *o, const slopes_in *s,
                 rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
                 break;
             }
-            if (i == 0)
-                r->run_us = us;
-            r->run_us_min = us < r->run_us_min ? us : r->run_us_min;
-            sum += us;
+            record_run(r, i, us, &sum);
         }
         if (rc == SW_EXIT_OK) {
             r->kernel_us = sw_sabre_kernel_us(plan);
@@ -612,10 +618,7 @@ static int reconstruct(sw_context *ctx, const sabre_opts *o, const slopes_in *s,
                 rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
                 break;
             }
-            if (i == 0)
-                r->run_us = us;
-            r->run_us_min = us < r->run_us_min ? us : r->run_us_min;
-            sum += us;
+            record_run(r, i, us, &sum);
         }
         if (rc == SW_EXIT_OK)
             sw_sabre_eval_corners(&r->lattice, r->values, s->nx, s->ny, r->act);
@@ -635,10 +638,7 @@ static int reconstruct(sw_context *ctx, const sabre_opts *o, const slopes_in *s,
                 rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
                 break;
             }
-            if (i == 0)
-                r->run_us = us;
-            r->run_us_min = us < r->run_us_min ? us : r->run_us_min;
-            sum += us;
+            record_run(r, i, us, &sum);
         }
         sw_fried_destroy(f);
     }

@@ -317,6 +317,17 @@ void sw_sabre_global_destroy(sw_sabre_global *g)
     free(g);
 }
 
+/* out[l] = 1 for a valid lenslet (no mask: all), 0 otherwise; returns how many are valid. */
+static int64_t copy_mask(const uint8_t *valid, int64_t nlens, uint8_t *out)
+{
+    int64_t nvalid = 0;
+    for (int64_t l = 0; l < nlens; l++) {
+        out[l] = !valid || valid[l] ? 1 : 0;
+        nvalid += out[l];
+    }
+    return nvalid;
+}
+
 /* Refuses a triangulation whose triangles with data fall into parts sharing no vertex. */
 static sw_status global_connected(sw_sabre_global *g)
 {
@@ -392,12 +403,7 @@ sw_status sw_sabre_global_create(sw_context *ctx, int32_t nx, int32_t ny, double
         sw_sabre_global_destroy(g);
         return sw_fail(ctx, SW_ENOMEM, "%s: out of memory", who);
     }
-    int64_t nvalid = 0;
-    for (int64_t l = 0; l < nlens; l++) {
-        g->valid[l] = !valid || valid[l] ? 1 : 0;
-        nvalid += g->valid[l];
-    }
-    if (!nvalid) {
+    if (!copy_mask(valid, nlens, g->valid)) {
         sw_sabre_global_destroy(g);
         return sw_fail(ctx, SW_EINVAL, "%s: no valid lenslet", who);
     }
@@ -679,12 +685,7 @@ sw_status sw_fried_create(sw_context *ctx, int32_t nx, int32_t ny, double pitch,
         sw_fried_destroy(f);
         return sw_fail(ctx, SW_ENOMEM, "%s: out of memory", who);
     }
-    int64_t nvalid = 0;
-    for (int64_t l = 0; l < nlens; l++) {
-        f->valid[l] = !valid || valid[l] ? 1 : 0;
-        nvalid += f->valid[l];
-    }
-    if (!nvalid) {
+    if (!copy_mask(valid, nlens, f->valid)) {
         sw_fried_destroy(f);
         return sw_fail(ctx, SW_EINVAL, "%s: no valid lenslet", who);
     }
