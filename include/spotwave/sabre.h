@@ -69,8 +69,10 @@
  *     sgemm on the CPU, cuBLAS sgemm on the GPU.
  *   - Piston equalisation from the values on the shared borders of neighbouring cores (the m + 1
  *     corner vertices of a shared edge), using only vertices inside the pupil (a corner vertex is
- *     inside when its lenslet is real and valid, a centre vertex when its four corners are); a
- *     border with none inside uses all its vertices.
+ *     inside when its lenslet is real and valid, a centre vertex when its four corners are). A
+ *     pair's border with none inside uses all its vertices; at H-PME's higher levels such pairs
+ *     are left out of a tile border that has pairs with vertices inside (the fallback is per
+ *     tile border).
  *     H-PME (Eq. 10-11): levels h = 1..p; at level h the partitions form tiles of 2^(h-1) x
  *     2^(h-1) and groups of 2 x 2 tiles; in each group a master tile (the one with the most
  *     vertices inside the pupil; ties: the lowest tile, so a square pupil gets the seed's order
@@ -84,7 +86,12 @@
  *     closer to the master (4-neighbours, Manhattan distance); L_D = the largest distance to the
  *     master iterations (the seed's count for its master; more change nothing).
  *   - Assembly: each vertex takes the value of the partition whose core owns it (a corner on a
- *     shared border: the lower partition), plus that partition's offset.
+ *     shared border: the upper partition, whose core starts there; the last one at the array's
+ *     far edge), plus that partition's offset.
+ *   - D-PME costs G L_D = O(k^3) partition updates per run, in one GPU block: fine for the k of
+ *     the seed (<= 64), slow for hundreds of partitions per side.
+ *   - A plan serves one thread at a time (its run uses the plan's scratch buffers); the context
+ *     must not be NULL.
  */
 #ifndef SPOTWAVE_SABRE_H
 #define SPOTWAVE_SABRE_H
@@ -174,10 +181,13 @@ typedef struct sw_sabre_params {
  * the extended array from the last local solves, as the model sees it (the mean gradient of the
  * triangles of its owner partition's window that touch it, over the pitch; piston-free, so no PME
  * is needed in between), and solves all partitions again with those slopes; the PME and the
- * assembly follow the last pass. At the fixed point the padded rows agree with the solution, so
- * the pupil's data alone shape it (in a numpy check on an annulus: relative error 0.253 with zero
- * padding, 0.201 / 0.185 / 0.180 after 1 / 2 / 3 passes, 0.175 at convergence, global 0.169).
- * Each pass costs a gather, a GEMM and the prediction. */
+ * assembly follow the last pass. A padded corner gets its owner's prediction in every window
+ * that holds it, so the rows agree with the solution only within each owner's window: the passes
+ * converge quickly with one partition (in a numpy check on an annulus: relative error 0.253 with
+ * zero padding, 0.201 / 0.185 / 0.180 after 1 / 2 / 3 passes, 0.175 at convergence, global
+ * 0.169) and more slowly with many small ones, slowest without overlap (bench_sabre: 4 passes cut
+ * the annulus's error 2-2.6x for k <= 4, 10-25 % for k >= 8). Each pass costs a gather, a GEMM and
+ * the prediction. */
 void sw_sabre_params_default(sw_sabre_params *p);
 
 typedef struct sw_sabre sw_sabre;

@@ -219,9 +219,14 @@ static double level_offset(const sw_sabre *sp, const double *psum, const double 
                            int32_t gx, int32_t gy, int mside, int t, int32_t *ids)
 {
     int m_is_hi = tile_pairs(sp, s, gx, gy, mside, t, ids);
+    int any_in = 0; /* pairs wholly in the padding count only when the whole border is */
+    for (int32_t r = 0; r < s; r++)
+        any_in |= sp->pair_in[ids[r]];
     double num = 0.0, den = 0.0;
     for (int32_t r = 0; r < s; r++) {
         int32_t p = ids[r];
+        if (any_in && !sp->pair_in[p])
+            continue;
         double n = sp->pair_n[p];
         int32_t pm = m_is_hi ? sp->pair_hi[p] : sp->pair_lo[p];
         int32_t pt = m_is_hi ? sp->pair_lo[p] : sp->pair_hi[p];
@@ -704,6 +709,7 @@ void sw_sabre_destroy(sw_sabre *plan)
     free(plan->pair_vhi);
     free(plan->pair_use);
     free(plan->pair_n);
+    free(plan->pair_in);
     free(plan->level_base);
     free(plan->hpme);
     free(plan->dpme_dist);
@@ -798,6 +804,7 @@ static void build_pairs(sw_sabre *s, int32_t *inpupil)
             for (int32_t j = 0; j <= m; j++)
                 s->pair_use[(size_t)p * (m + 1) + j] = 1;
         s->pair_n[p] = n_in > 0 ? n_in : m + 1;
+        s->pair_in[p] = (uint8_t)(n_in > 0);
     }
 }
 
@@ -923,6 +930,7 @@ sw_status sw_sabre_create(sw_context *ctx, const sw_sabre_params *p, sw_sabre **
     s->pair_vhi = malloc((pe > 0 ? pe : 1) * sizeof *s->pair_vhi);
     s->pair_use = malloc((pe > 0 ? pe : 1) * sizeof *s->pair_use);
     s->pair_n = malloc((np > 0 ? np : 1) * sizeof *s->pair_n);
+    s->pair_in = malloc(np > 0 ? np : 1);
     s->level_base = malloc((size_t)(s->p > 0 ? s->p : 1) * sizeof *s->level_base);
     s->hpme = calloc((size_t)2 * (G > 1 ? G : 1), 1); /* sum over levels of groups < G */
     s->dpme_dist = malloc((size_t)G * sizeof *s->dpme_dist);
@@ -940,8 +948,8 @@ sw_status sw_sabre_create(sw_context *ctx, const sw_sabre_params *p, sw_sabre **
         }
     }
     if (!inpupil || !s->ws || !s->Q || !s->gidx || !s->pair_lo || !s->pair_hi || !s->pair_vlo ||
-        !s->pair_vhi || !s->pair_use || !s->pair_n || !s->level_base || !s->hpme || !s->dpme_dist ||
-        !sp->X || !sp->Y || !sp->vals || !sp->psum || !sp->K || !sp->Kold ||
+        !s->pair_vhi || !s->pair_use || !s->pair_n || !s->pair_in || !s->level_base || !s->hpme ||
+        !s->dpme_dist || !sp->X || !sp->Y || !sp->vals || !sp->psum || !sp->K || !sp->Kold ||
         (p->valid && !s->valid)) {
         free(inpupil);
         sw_sabre_destroy(s);
@@ -1157,7 +1165,7 @@ static sw_status run_cpu(sabre_plan *sp, const float *slopes, float *values, flo
                 sp->Y, nl);
 
     /* 2b. fill iterations: the padded corners' slopes from the last solve, then solve again */
-    for (int32_t t = 0; t < s->params.fill_iterations; t++) {
+    for (int32_t t = 0; t < s->params.fill_iterations && s->npad > 0; t++) {
         const int32_t np = s->npad;
         const double inv = 1.0 / s->params.pitch;
         float *F = sp->F;

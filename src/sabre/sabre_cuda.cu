@@ -15,14 +15,16 @@
  *   3. sb_pair_sums: one warp per pair of neighbouring cores: the sum over the used shared border
  *      vertices of (hi - lo) in double (the addends of Eq. 8 and Eq. 10); (done inside the PME
  *      block instead, it took 65 us: one SM for 2k(k-1) short sums);
- *   4. sb_pme: ONE block does all the piston equalisation: H-PME (Eq. 10-11, levels h = 1..p, two
- * steps per level, __syncthreads between) or D-PME (Eq. 8-9, Jacobi iterations), its data in shared
- * memory when it fits, with the arithmetic of sw_sabre_pme_cpu; PME NONE: K = 0; 5+6. sb_output:
- * one thread per value of the extended lattice (sw_sabre_locate_value) and one per lenslet corner
- * (sw_sabre_locate); its thread 0 hands the NaN flag to mapped pinned host memory and re-arms it.
- * For pinned and device arrays that graph runs as a child of one holding the copy in and the
- * copies out, so a run is one launch and one wait; for pageable host memory the copies are
- * queued on the stream around it.
+ *   4. sb_pme: ONE block does all the piston equalisation: H-PME (Eq. 10-11, levels h = 1..p,
+ *      two steps per level, __syncthreads between) or D-PME (Eq. 8-9, Jacobi iterations), its
+ *      data in shared memory when it fits (the device's opt-in limit), with the arithmetic of
+ *      sw_sabre_pme_cpu; PME NONE: K = 0;
+ *   5+6. sb_output: one thread per value of the extended lattice (sw_sabre_locate_value) and one
+ *      per lenslet corner (sw_sabre_locate); its thread 0 hands the NaN flag to mapped pinned
+ *      host memory.
+ * Before them a memset arms the NaN flag. The copy in and the copies out are queued on the stream
+ * around the graph, then one wait. (A graph holding the copies too, re-pointed per call, measured
+ * no faster: 49-66 us end to end at 100 x 100.)
  *
  * Double arithmetic that sw_sabre_pme_cpu also does (sabre.c is compiled with
  * -ffp-contract=off) is written with __dadd_rn / __dmul_rn so that nvcc cannot fuse it into
@@ -81,7 +83,7 @@ struct sb_gpu {
     float *Q;
     int32_t *gidx, *ws;
     int32_t *pair_lo, *pair_hi, *pair_vlo, *pair_vhi, *pair_n;
-    uint8_t *pair_use;
+    uint8_t *pair_use, *pair_in;
     int32_t *level_base;
     uint8_t *hpme;
     int32_t *dpme_dist;
@@ -166,6 +168,7 @@ struct sb_pme_args {
     int32_t k, G, p, npairs, iters;
     const double *psum;
     const int32_t *pair_lo, *pair_hi, *pair_n;
+    const uint8_t *pair_in;
     const int32_t *level_base;
     const uint8_t *hpme;
     int32_t nhpme; /* bytes of hpme */
@@ -179,7 +182,8 @@ struct sb_pme_args {
  * + 2 ty of group g at level h, edge neighbours) over the s = 2^(h-1) partition pairs across their
  * border, in order r = 0..s-1: num += o psum + n (K[M side] - K[T side]), den += n. */
 __device__ static double sb_level_offset(const sb_pme_args &a, const double *K, const double *ps,
-                                         const int32_t *pn, int32_t h, int32_t g, int T, int M)
+                                         const int32_t *pn, const uint8_t *pin, int32_t h,
+                                         int32_t g, int T, int M)
 {
     const int32_t k = a.k, s = 1 << (h - 1), ng = k >> h;
     const int32_t gx = g & (ng - 1), gy = g >> (a.p - h); /* k = 2^p: shifts, not divisions */
@@ -202,8 +206,13 @@ __device__ static double sb_level_offset(const sb_pme_args &a, const double *K, 
     }
     /* the pairs' partitions follow from the pair ids (sabre_internal.h's numbering), so the loop
      * reads only the block's shared copies: at the top levels one thread walks up to k/2 pairs */
+    int any_in = 0; /* pairs wholly in the padding count only when the whole border is */
+    for (int32_t r = 0; r < s; r++)
+        any_in |= pin[pid0 + r * d];
     for (int32_t r = 0; r < s; r++) {
         int32_t pid = pid0 + r * d;
+        if (any_in && !pin[pid])
+            continue;
         int32_t n = pn[pid];
         int32_t lo = lo0 + r * dlo, hi = lo + dhi;
         double km = K[m_hi ? hi : lo], kt = K[m_hi ? lo : hi];
@@ -222,14 +231,14 @@ __global__ void __launch_bounds__(SB_PME_THREADS) sb_pme(sb_pme_args a)
     double *K, *tmp;
     const double *ps;
     const int32_t *pn, *dist;
-    const uint8_t *hpme;
+    const uint8_t *hpme, *pin;
     if (a.shared) {
         /* shared: K[G], tmp[G], psum[np] (double), pair_n[np], dist[G] (int32), hpme bytes */
         K = sh;
         tmp = sh + G;
         double *p2 = sh + 2 * G;
         int32_t *n2 = (int32_t *)(p2 + a.npairs), *d2 = n2 + a.npairs;
-        uint8_t *h2 = (uint8_t *)(d2 + G);
+        uint8_t *h2 = (uint8_t *)(d2 + G), *i2 = h2 + a.nhpme;
         for (int32_t j = tid; j < a.npairs; j += nt) {
             p2[j] = a.psum[j];
             n2[j] = a.pair_n[j];
@@ -239,11 +248,13 @@ __global__ void __launch_bounds__(SB_PME_THREADS) sb_pme(sb_pme_args a)
                 d2[j] = a.dist[j];
         for (int32_t j = tid; j < a.nhpme; j += nt)
             h2[j] = a.hpme[j];
-        ps = p2, pn = n2, dist = d2, hpme = h2;
+        for (int32_t j = tid; j < a.npairs; j += nt)
+            i2[j] = a.pair_in[j];
+        ps = p2, pn = n2, dist = d2, hpme = h2, pin = i2;
     } else {
         K = a.K;
         tmp = a.scratch;
-        ps = a.psum, pn = a.pair_n, dist = a.dist, hpme = a.hpme;
+        ps = a.psum, pn = a.pair_n, dist = a.dist, hpme = a.hpme, pin = a.pair_in;
     }
     for (int32_t i = tid; i < G; i += nt)
         K[i] = 0.0;
@@ -257,7 +268,7 @@ __global__ void __launch_bounds__(SB_PME_THREADS) sb_pme(sb_pme_args a)
             for (int32_t j = tid; j < 2 * ngr; j += nt) {
                 int32_t g = j >> 1;
                 int M = hpme[2 * (base + g)];
-                tmp[j] = sb_level_offset(a, K, ps, pn, h, g, M ^ (1 << (j & 1)), M);
+                tmp[j] = sb_level_offset(a, K, ps, pn, pin, h, g, M ^ (1 << (j & 1)), M);
             }
             __syncthreads();
             for (int32_t i = tid; i < G; i += nt) {
@@ -273,7 +284,7 @@ __global__ void __launch_bounds__(SB_PME_THREADS) sb_pme(sb_pme_args a)
             /* step B: the diagonal tile through `via` */
             for (int32_t g = tid; g < ngr; g += nt) {
                 int M = hpme[2 * (base + g)], via = hpme[2 * (base + g) + 1];
-                tmp[g] = sb_level_offset(a, K, ps, pn, h, g, M ^ 3, via);
+                tmp[g] = sb_level_offset(a, K, ps, pn, pin, h, g, M ^ 3, via);
             }
             __syncthreads();
             for (int32_t i = tid; i < G; i += nt) {
@@ -495,6 +506,7 @@ static sw_status sb_enqueue(sw_sabre *plan)
         a.pair_lo = g->pair_lo;
         a.pair_hi = g->pair_hi;
         a.pair_n = g->pair_n;
+        a.pair_in = g->pair_in;
         a.level_base = g->level_base;
         a.hpme = g->hpme;
         a.nhpme = sb_hpme_bytes(plan);
@@ -582,7 +594,7 @@ extern "C" void sw_sabre_gpu_destroy(sw_sabre *plan)
                    g->pair_vlo,  g->pair_vhi, g->pair_n,  g->pair_use, g->hpme,     g->level_base,
                    g->dpme_dist, g->slopes,   g->X,       g->Y,        g->values,   g->act,
                    g->psum,      g->K,        g->scratch, g->flag,     g->pad_part, g->pad_local,
-                   g->pidx,      g->F};
+                   g->pidx,      g->F,        g->pair_in};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i])
             cudaFree(dev[i]);
@@ -618,6 +630,7 @@ extern "C" sw_status sw_sabre_gpu_create(sw_sabre *plan)
     SB_CU(sb_upload(&g->pair_lo, plan->pair_lo, (size_t)np, s));
     SB_CU(sb_upload(&g->pair_hi, plan->pair_hi, (size_t)np, s));
     SB_CU(sb_upload(&g->pair_n, plan->pair_n, (size_t)np, s));
+    SB_CU(sb_upload(&g->pair_in, plan->pair_in, (size_t)np, s));
     SB_CU(sb_upload(&g->pair_vlo, plan->pair_vlo, (size_t)np * m1, s));
     SB_CU(sb_upload(&g->pair_vhi, plan->pair_vhi, (size_t)np * m1, s));
     SB_CU(sb_upload(&g->pair_use, plan->pair_use, (size_t)np * m1, s));
@@ -652,8 +665,12 @@ extern "C" sw_status sw_sabre_gpu_create(sw_sabre *plan)
     SB_CU(cudaEventCreate(&g->t0));
     SB_CU(cudaEventCreate(&g->t1));
     const size_t smem = ((size_t)2 * G + (size_t)np) * sizeof(double) +
-                        ((size_t)np + (size_t)G) * sizeof(int32_t) + (size_t)sb_hpme_bytes(plan);
-    g->pme_smem = smem <= SB_PME_SMEM ? smem : 0;
+                        ((size_t)np + (size_t)G) * sizeof(int32_t) + (size_t)sb_hpme_bytes(plan) +
+                        (size_t)np;
+    int optin = 0; /* the device's opt-in limit per block (99 KB on many GPUs, 227 KB on H100) */
+    SB_CU(
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, plan->ctx->device));
+    g->pme_smem = smem <= SB_PME_SMEM && smem <= (size_t)optin ? smem : 0;
     if (g->pme_smem > (48 << 10))
         SB_CU(cudaFuncSetAttribute(sb_pme, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)g->pme_smem));

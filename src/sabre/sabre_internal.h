@@ -61,6 +61,7 @@ struct sw_sabre {
     int32_t *pair_vlo, *pair_vhi; /* npairs * (m + 1): local value index in lo / hi          */
     uint8_t *pair_use; /* npairs * (m + 1): 1 = used (inside the pupil, or all if none is)  */
     int32_t *pair_n;   /* npairs: the number used                                            */
+    uint8_t *pair_in;  /* npairs: 1 when the border has a vertex inside the pupil             */
 
     /* H-PME schedule: levels h = 1..p (k = 2^p); level h has (k >> h)^2 groups, group
      * (gx, gy) at index gy (k >> h) + gx; tiles in a group t = tx + 2 ty (tx, ty in {0, 1});
@@ -226,8 +227,10 @@ static inline SW_SABRE_HD void sw_sabre_predict(const float *y, int32_t w, int32
  *   neighbours, both from the K before the step), then step B (the diagonal through `via`).
  *   Levelling target tile T to master-side tile M across their shared tile border: over the s
  *   partition pairs r = 0..s-1 in order, num += o psum[p] + n_p (K[M side] - K[T side]),
- *   den += n_p (o = +1 when the M-side partition is the pair's hi, -1 when lo); the offset
- *   num / den (0 if den = 0) is added to K of every partition of T.
+ *   den += n_p (o = +1 when the M-side partition is the pair's hi, -1 when lo), skipping the
+ *   pairs with pair_in = 0 when any pair of that border has pair_in = 1 (the fallback to all
+ *   vertices is per tile border, not per pair); the offset num / den (0 if den = 0) is added to
+ *   K of every partition of T.
  *   D-PME: dpme_iters Jacobi iterations: for every partition i with upstream neighbours (dist
  *   smaller by one) whose pair has n > 0, K'[i] = K[i] + max over them of
  *   (o psum + n (K[nb] - K[i])) / n (o = +1 when nb is the pair's hi); others keep K. */

@@ -691,7 +691,7 @@ static void test_annular(void **state)
         }
     float *slopes = malloc(2 * (size_t)n * sizeof *slopes);
     poly_slopes(&P, nx, nx, 1.0, slopes);
-    for (int32_t k = 4; k <= 8; k *= 2) {
+    for (int32_t k = 4; k <= 32; k *= 2) {
         double err[3];
         for (int pm = 0; pm < 3; pm++) {
             sw_sabre_params p = make_params(nx, nx, k, 1, (sw_sabre_pme)pm);
@@ -721,10 +721,15 @@ static void test_annular(void **state)
         print_message("annular 64 x 64 (obscuration 0.3), k %d: relative RMS error in the pupil: "
                       "H-PME %.2e, D-PME %.2e, none %.2e\n",
                       k, err[0], err[1], err[2]);
-        /* measured: H-PME 0.084 (k 4), 0.047 (k 8); no PME 0.62, 0.68. The error is the zero
-         * padding's (seed 002 section 3.B.2: the windows at the pupil's edges fit zero slopes
-         * too); 1.5 times the measured values are asked. */
-        assert_true(err[0] < (k == 4 ? 0.13 : 0.07));
+        /* The error is the zero padding's (seed 002 section 3.B.2: the windows at the pupil's
+         * edges fit zero slopes too). Asked: 1.5 times what was measured (see the message). A
+         * tile border that has in-pupil vertices ignores its pairs wholly in the padding (the
+         * fallback to all vertices is per border): without that, k 8 measured 0.047 and k 16
+         * 0.070, which the k 16 bound refuses. */
+        const double bound[4] = {0.13, 0.07, 0.065, 0.065};
+        int ki = k == 4 ? 0 : k == 8 ? 1 : k == 16 ? 2 : 3;
+        if (!(err[0] < bound[ki]))
+            fail_msg("annular, k %d: H-PME error %g >= %g", k, err[0], bound[ki]);
         assert_true(err[2] > 5 * err[0]);
     }
     free(slopes);
