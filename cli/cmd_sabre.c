@@ -262,8 +262,8 @@ static int parse_options(int argc, char **argv, sabre_opts *o)
             o->have_iters = 1;
             break;
         case OPT_REG:
-            if (sw_cli_parse_double(optarg, &o->fried_reg) != 0 || o->fried_reg < 0)
-                return sw_cli_usage(S, "--fried-reg: '%s' is not a number >= 0", optarg);
+            if (sw_cli_parse_double(optarg, &o->fried_reg) != 0 || !(o->fried_reg > 0))
+                return sw_cli_usage(S, "--fried-reg: '%s' is not a number > 0", optarg);
             o->have_reg = 1;
             break;
         case OPT_MAP_SIZE:

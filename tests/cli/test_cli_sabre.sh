@@ -356,8 +356,7 @@ check json "$tmp/j.json" "r['partitions'] == 3 and r['m'] == 5 and r['extended']
 check act "$tmp/a.csv" "$tmp/tilt16.csv" 16 16 tilt 2e-5 >/dev/null || fail "3 partitions, D-PME"
 expect 1 --backend cpu sabre "$tmp/tilt.csv" --partitions 17
 expect_one_line sabre partitions 17
-expect 1 --backend cpu sabre "$tmp/tilt.csv" --method fried --fried-reg 0
-expect_one_line sabre fried-reg 0
+expect_usage sabre "$tmp/tilt.csv" --method fried --fried-reg 0
 
 { cat "$tmp/tilt.csv"; echo "3,4,0.1,0.2"; } >"$tmp/dup.csv"
 expect 1 sabre "$tmp/dup.csv"
