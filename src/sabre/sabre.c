@@ -260,7 +260,7 @@ void sw_sabre_pme_cpu(const sw_sabre *plan, const double *psum, double *K)
             for (int32_t gy = 0; gy < ng; gy++) {
                 for (int32_t gx = 0; gx < ng; gx++) {
                     const uint8_t *e = plan->hpme + 2 * (plan->level_base[h - 1] + gy * ng + gx);
-                    int mt = e[0], via = e[1];
+                    int mt = e[0] & 3, via = e[1];
                     /* step A: the master's two edge neighbours, from the K before the step */
                     double o1 = level_offset(plan, psum, K, s, gx, gy, mt, mt ^ 1, ids_a);
                     double o2 = level_offset(plan, psum, K, s, gx, gy, mt, mt ^ 2, ids_b);
@@ -860,8 +860,19 @@ static sw_status build_hpme(sw_sabre *s, const int32_t *inpupil)
                 for (int32_t r = 0; r < sz; r++)
                     n2 += inpupil[ids[r]];
                 uint8_t *e = s->hpme + 2 * (base + gy * ng + gx);
-                e[0] = (uint8_t)mt;
-                e[1] = (uint8_t)(n2 > n1 ? mt ^ 2 : mt ^ 1);
+                const int via = n2 > n1 ? mt ^ 2 : mt ^ 1;
+                /* bits 2, 3, 4: whether the borders (mt, mt^1), (mt, mt^2), (via, mt^3) have a
+                 * pair with vertices inside the pupil (level_offset's rule, precomputed so that
+                 * the GPU need not look) */
+                int any[3] = {0, 0, 0};
+                const int bt[3][2] = {{mt, mt ^ 1}, {mt, mt ^ 2}, {via, mt ^ 3}};
+                for (int bi = 0; bi < 3; bi++) {
+                    tile_pairs(s, sz, gx, gy, bt[bi][0], bt[bi][1], ids);
+                    for (int32_t r = 0; r < sz; r++)
+                        any[bi] |= inpupil[ids[r]] > 0;
+                }
+                e[0] = (uint8_t)(mt | any[0] << 2 | any[1] << 3 | any[2] << 4);
+                e[1] = (uint8_t)via;
             }
         }
         base += ng * ng;

@@ -182,8 +182,8 @@ struct sb_pme_args {
  * + 2 ty of group g at level h, edge neighbours) over the s = 2^(h-1) partition pairs across their
  * border, in order r = 0..s-1: num += o psum + n (K[M side] - K[T side]), den += n. */
 __device__ static double sb_level_offset(const sb_pme_args &a, const double *K, const double *ps,
-                                         const int32_t *pn, const uint8_t *pin, int32_t h,
-                                         int32_t g, int T, int M)
+                                         const int32_t *pn, const uint8_t *pin, int any_in,
+                                         int32_t h, int32_t g, int T, int M)
 {
     const int32_t k = a.k, s = 1 << (h - 1), ng = k >> h;
     const int32_t gx = g & (ng - 1), gy = g >> (a.p - h); /* k = 2^p: shifts, not divisions */
@@ -206,9 +206,8 @@ __device__ static double sb_level_offset(const sb_pme_args &a, const double *K, 
     }
     /* the pairs' partitions follow from the pair ids (sabre_internal.h's numbering), so the loop
      * reads only the block's shared copies: at the top levels one thread walks up to k/2 pairs */
-    int any_in = 0; /* pairs wholly in the padding count only when the whole border is */
-    for (int32_t r = 0; r < s; r++)
-        any_in |= pin[pid0 + r * d];
+    /* any_in (from the schedule): pairs wholly in the padding count only when the whole border
+     * is */
     for (int32_t r = 0; r < s; r++) {
         int32_t pid = pid0 + r * d;
         if (any_in && !pin[pid])
@@ -267,14 +266,15 @@ __global__ void __launch_bounds__(SB_PME_THREADS) sb_pme(sb_pme_args a)
             /* step A: the master's two edge neighbours, both from the K before the step */
             for (int32_t j = tid; j < 2 * ngr; j += nt) {
                 int32_t g = j >> 1;
-                int M = hpme[2 * (base + g)];
-                tmp[j] = sb_level_offset(a, K, ps, pn, pin, h, g, M ^ (1 << (j & 1)), M);
+                const int e0 = hpme[2 * (base + g)], M = e0 & 3;
+                tmp[j] = sb_level_offset(a, K, ps, pn, pin, (e0 >> (2 + (j & 1))) & 1, h, g,
+                                         M ^ (1 << (j & 1)), M);
             }
             __syncthreads();
             for (int32_t i = tid; i < G; i += nt) {
                 int32_t ia = i & (k - 1), ib = i >> a.p, g = ((ib >> h) << (a.p - h)) + (ia >> h);
                 int t = ((ia >> (h - 1)) & 1) | (((ib >> (h - 1)) & 1) << 1);
-                int M = hpme[2 * (base + g)];
+                int M = hpme[2 * (base + g)] & 3;
                 if (t == (M ^ 1))
                     K[i] = __dadd_rn(K[i], tmp[2 * g]);
                 else if (t == (M ^ 2))
@@ -283,14 +283,14 @@ __global__ void __launch_bounds__(SB_PME_THREADS) sb_pme(sb_pme_args a)
             __syncthreads();
             /* step B: the diagonal tile through `via` */
             for (int32_t g = tid; g < ngr; g += nt) {
-                int M = hpme[2 * (base + g)], via = hpme[2 * (base + g) + 1];
-                tmp[g] = sb_level_offset(a, K, ps, pn, pin, h, g, M ^ 3, via);
+                const int e0 = hpme[2 * (base + g)], M = e0 & 3, via = hpme[2 * (base + g) + 1];
+                tmp[g] = sb_level_offset(a, K, ps, pn, pin, (e0 >> 4) & 1, h, g, M ^ 3, via);
             }
             __syncthreads();
             for (int32_t i = tid; i < G; i += nt) {
                 int32_t ia = i & (k - 1), ib = i >> a.p, g = ((ib >> h) << (a.p - h)) + (ia >> h);
                 int t = ((ia >> (h - 1)) & 1) | (((ib >> (h - 1)) & 1) << 1);
-                if (t == (hpme[2 * (base + g)] ^ 3))
+                if (t == ((hpme[2 * (base + g)] & 3) ^ 3))
                     K[i] = __dadd_rn(K[i], tmp[g]);
             }
             __syncthreads();

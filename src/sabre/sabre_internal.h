@@ -65,8 +65,10 @@ struct sw_sabre {
 
     /* H-PME schedule: levels h = 1..p (k = 2^p); level h has (k >> h)^2 groups, group
      * (gx, gy) at index gy (k >> h) + gx; tiles in a group t = tx + 2 ty (tx, ty in {0, 1});
-     * hpme[2 (level_base[h-1] + group)] = master tile, [.. + 1] = the edge neighbour of the
-     * master through which the diagonal tile (master ^ 3) is levelled. */
+     * hpme[2 (level_base[h-1] + group)] = master tile (bits 0-1) and, in bits 2, 3, 4, whether
+     * the borders (master, master^1), (master, master^2), (via, master^3) have a pair with
+     * vertices inside the pupil; [.. + 1] = via, the edge neighbour of the master through which
+     * the diagonal tile (master ^ 3) is levelled. */
     int32_t p;           /* log2(k) for H-PME, else 0                                          */
     int32_t *level_base; /* p entries: index of level h's first group                         */
     uint8_t *hpme;
