@@ -52,7 +52,8 @@
  *     an extended square array of (k m + 1)^2 lenslets (corner vertices), m the smallest integer
  *     with k m + 1 >= max(nx, ny) (Eq. 17 asks k m > sqrt(N), which adds a ring of zero slopes
  *     where none is needed; we use the smallest array that holds the data). Lenslets outside the
- *     real array, and invalid lenslets, get zero slopes (zero padding, section 3.B.2).
+ *     real array, and invalid lenslets, get zero slopes (zero padding, section 3.B.2), or the
+ *     nearest valid lenslet's (sw_sabre_padding), and optionally fill iterations (below).
  *   - Partition (a, b) has core squares [a m, (a+1) m) x [b m, (b+1) m) and a window of
  *     w = min(m + 2 OL, k m) squares, starting at clamp(a m - OL, 0, k m - w) along each axis: OL
  *     squares of overlap on every side, shifted inwards at the array's edges so that every window
