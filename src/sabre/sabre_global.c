@@ -317,6 +317,19 @@ void sw_sabre_global_destroy(sw_sabre_global *g)
     free(g);
 }
 
+/* Solves the factorised band system (LAPACKE_dpbtrf's lower factor in ab) for rhs, in place;
+ * nothing to do for n = 0. */
+static sw_status band_solve(sw_context *ctx, const char *who, lapack_int n, lapack_int kd,
+                            const double *ab, double *rhs)
+{
+    if (n <= 0)
+        return SW_OK;
+    lapack_int info = LAPACKE_dpbtrs(LAPACK_COL_MAJOR, 'L', n, kd, 1, ab, kd + 1, rhs, n);
+    if (info != 0)
+        return sw_fail(ctx, SW_EINTERNAL, "%s: LAPACKE_dpbtrs failed (info %d)", who, (int)info);
+    return SW_OK;
+}
+
 /* out[l] = 1 for a valid lenslet (no mask: all), 0 otherwise; returns how many are valid. */
 static int64_t copy_mask(const uint8_t *valid, int64_t nlens, uint8_t *out)
 {
@@ -514,13 +527,8 @@ sw_status sw_sabre_global_run(sw_sabre_global *g, const float *slopes, double *v
                     g->rhs[ui] += N[4][4] > 0 ? b[i] - N[i][4] * b[4] / N[4][4] : b[i];
             }
         }
-    if (g->n > 0) {
-        lapack_int info =
-            LAPACKE_dpbtrs(LAPACK_COL_MAJOR, 'L', g->n, g->kd, 1, g->ab, g->kd + 1, g->rhs, g->n);
-        if (info != 0)
-            return sw_fail(g->ctx, SW_EINTERNAL, "%s: LAPACKE_dpbtrs failed (info %d)", who,
-                           (int)info);
-    }
+    if (band_solve(g->ctx, who, g->n, g->kd, g->ab, g->rhs) != SW_OK)
+        return SW_EINTERNAL;
 
     /* Corners: the solution, 0 at the anchor, NaN where not estimated. */
     for (int64_t v = 0; v < ncorner; v++)
@@ -792,13 +800,8 @@ sw_status sw_fried_run(sw_fried *f, const float *slopes, double *phase)
                 if (f->unk[pts[i]] >= 0)
                     f->rhs[f->unk[pts[i]]] += fried_cx[i] * gx + fried_cy[i] * gy;
         }
-    if (f->n > 0) {
-        lapack_int info =
-            LAPACKE_dpbtrs(LAPACK_COL_MAJOR, 'L', f->n, f->kd, 1, f->ab, f->kd + 1, f->rhs, f->n);
-        if (info != 0)
-            return sw_fail(f->ctx, SW_EINTERNAL, "%s: LAPACKE_dpbtrs failed (info %d)", who,
-                           (int)info);
-    }
+    if (band_solve(f->ctx, who, f->n, f->kd, f->ab, f->rhs) != SW_OK)
+        return SW_EINTERNAL;
     for (int32_t c = 0; c < ncorner; c++)
         phase[c] = f->unk[c] >= 0 ? f->rhs[f->unk[c]] : (f->est[c] ? 0.0 : NAN);
     return SW_OK;
