@@ -172,10 +172,14 @@ typedef struct sw_sabre_params {
     int32_t fill_iterations;  /* 0..16 (0): after the first solve, replace the padded slopes by
                                  the reconstruction's own slopes there and solve again, this
                                  many times (see below)                                        */
+    int32_t extend_eq17;      /* 0 (0): the smallest extended array, k m + 1 >= max(nx, ny);
+                                 1: Eq. 17's, k m > max(nx, ny), so that every lenslet corner
+                                 (Fried actuator) is a square centre of the extended lattice,
+                                 as the distributed DM projection needs                         */
 } sw_sabre_params;
 
 /* nx = ny = 0 (must be set), pitch 1, no mask, 8 partitions, overlap 1, H-PME, L_D iterations,
- * zero padding, no fill iterations.
+ * zero padding, no fill iterations, the smallest extended array.
  *
  * Fill iterations (beyond the seed, which names extrapolating the slope data as the remedy for
  * its zero-padding errors, section 3.B.2): each pass predicts the slope of every padded corner of
@@ -229,6 +233,22 @@ void sw_sabre_get_info(const sw_sabre *plan, sw_sabre_info *out);
  */
 sw_status sw_sabre_run(sw_sabre *plan, const float *slopes, sw_memory memory, float *values,
                        float *actuators);
+
+/*
+ * Distributed DM projection (seed 002 Eq. 14-16), inside the run. P: the local projection of one
+ * window, rows = w^2 actuators at the window's square centres (row j w + i for square (i, j)),
+ * cols = local_values (the window's values in the local order of sabre_internal.h: corners y L + x,
+ * then centres L^2 + y w + x), row-major, as sw_projector_matrix gives for
+ * sw_projector_params_window (loop.h); copied (uploaded on CUDA). After it is set, the run's
+ * `actuators` output is the projected commands instead of the spline at the corners: all
+ * partitions' local commands are one product Z = P Y (Eq. 16; sgemm), and the command of lenslet
+ * corner (cx, cy), the centre of extended square (I, J) = (cx - 1 + offx, cy - 1 + offy), comes
+ * from the partition whose core owns that square: Z[its local square] + K[owner] q1[local square],
+ * q1 = P 1 (the PME offset applied to the whole window, overlap included, as section 4.A asks).
+ * Needs a plan made with extend_eq17 = 1 (SW_EINVAL otherwise, or for rows != w^2, cols !=
+ * local_values or a non-finite entry). P = NULL removes the projection (rows and cols ignored).
+ */
+sw_status sw_sabre_set_projection(sw_sabre *plan, const float *P, int32_t rows, int32_t cols);
 
 /* Device time of the last GPU run's kernels (CUDA events around the graph, microseconds); -1
  * for CPU runs. */

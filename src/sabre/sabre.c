@@ -19,7 +19,11 @@
  * N spans the null space of A and Eq. 6-7's projected solve is exactly this vertex solve.
  *
  * CPU run: sabre_internal.h steps 1-6; step 2 (Eq. 16, Y = Q X for all partitions at once) is
- * one OpenBLAS cblas_sgemm; steps 4 (H-PME, Eq. 10-11; D-PME, Eq. 8-9) in sw_sabre_pme_cpu.
+ * one OpenBLAS cblas_sgemm; steps 4 (H-PME, Eq. 10-11; D-PME, Eq. 8-9) in sw_sabre_pme_cpu. With a
+ * projection (sw_sabre_set_projection, seed 002 Eq. 14-16) step 6' replaces step 6: one more
+ * sgemm Z = P Y for all windows, then each actuator from its owner partition's Z + K q1. The
+ * extended array of Eq. 17 (extend_eq17) makes every lenslet corner a square centre, so that every
+ * actuator is one of some window's w^2 local actuators.
  */
 #include "sabre/sabre_internal.h"
 
@@ -52,6 +56,8 @@ typedef struct sabre_plan {
     double *K;    /* G offsets                                      */
     double *Kold; /* G: D-PME's previous iterate                    */
     float *F;     /* 2 npad: the fill iterations' padded slopes     */
+    float *Z;     /* w^2 x G: step 6's projected local commands (allocated with the first
+                     projection, kept until the plan is destroyed) */
 } sabre_plan;
 
 /* ------------------------------------------------------------------ parameters */
@@ -68,6 +74,7 @@ void sw_sabre_params_default(sw_sabre_params *p)
     p->overlap = 1;
     p->pme = SW_SABRE_PME_HIERARCHICAL;
     p->dpme_iterations = 0;
+    p->extend_eq17 = 0;
 }
 
 const char *sw_sabre_pme_string(sw_sabre_pme p)
@@ -716,6 +723,9 @@ void sw_sabre_destroy(sw_sabre *plan)
     free(plan->pad_part);
     free(plan->pad_local);
     free(plan->pidx);
+    free(plan->proj);
+    free(plan->q1);
+    free(sp->Z);
     free(sp->F);
     free(sp->X);
     free(sp->Y);
@@ -747,6 +757,8 @@ static sw_status check_params(sw_context *ctx, const sw_sabre_params *p)
     if (p->fill_iterations < 0 || p->fill_iterations > 16)
         return sw_fail(ctx, SW_EINVAL, "sabre: fill_iterations %d is not in 0..16",
                        (int)p->fill_iterations);
+    if (p->extend_eq17 != 0 && p->extend_eq17 != 1)
+        return sw_fail(ctx, SW_EINVAL, "sabre: extend_eq17 %d is not 0 or 1", (int)p->extend_eq17);
     if (p->pme == SW_SABRE_PME_HIERARCHICAL && !is_pow2(p->partitions))
         return sw_fail(ctx, SW_EINVAL,
                        "sabre: H-PME needs a power of two of partitions per side, not %d (use "
@@ -894,7 +906,9 @@ sw_status sw_sabre_create(sw_context *ctx, const sw_sabre_params *p, sw_sabre **
 
     /* Partitioning (seed 002 section 5.A, sabre.h). */
     const int32_t k = p->partitions, maxd = p->nx > p->ny ? p->nx : p->ny;
-    const int32_t m = (maxd - 1 + k - 1) / k; /* smallest m with k m + 1 >= max(nx, ny) */
+    /* the smallest m with k m + 1 >= max(nx, ny), or with extend_eq17 seed 002 Eq. 17's, the
+     * smallest m with k m > max(nx, ny) */
+    const int32_t m = p->extend_eq17 ? maxd / k + 1 : (maxd - 1 + k - 1) / k;
     const int32_t S = k * m;
     const int32_t w = m + 2 * p->overlap < S ? m + 2 * p->overlap : S;
     const int32_t L = w + 1;
@@ -1230,8 +1244,31 @@ static sw_status run_cpu(sabre_plan *sp, const float *slopes, float *values, flo
         vals[v] = (float)((double)Y[(size_t)part * nl + local] + K[part]);
     }
 
+    /* 6'. the distributed DM projection (seed 002 Eq. 14-16): all windows' local commands in one
+     * product Z = P Y, then the command at lenslet corner (cx, cy), the centre of extended square
+     * (I, J) = (cx - 1 + offx, cy - 1 + offy), from the partition whose core owns that square:
+     * Z + K q1 (its offset through the projection, q1 = P 1) */
+    if (actuators && s->proj) {
+        const int32_t w2 = w * w, ncx = nx + 1, ncy = ny + 1;
+        const float *Z = sp->Z;
+        /* P is w^2 x nl row-major: column-major nl x w^2, used transposed */
+        cblas_sgemm(CblasColMajor, CblasTrans, CblasNoTrans, w2, G, nl, 1.0f, s->proj, nl, Y, nl,
+                    0.0f, sp->Z, w2);
+#pragma omp parallel for schedule(static)                                                          \
+    num_threads(threads) if ((int64_t)ncx * ncy > SB_OMP_MIN / 8)
+        for (int32_t cy = 0; cy < ncy; cy++) {
+            const int32_t Jy = cy - 1 + s->offy, b = sw_sabre_owner(Jy, m, k);
+            for (int32_t cx = 0; cx < ncx; cx++) {
+                const int32_t Ix = cx - 1 + s->offx, a = sw_sabre_owner(Ix, m, k);
+                const int32_t i = b * k + a, ls = (Jy - s->ws[b]) * w + (Ix - s->ws[a]);
+                actuators[(size_t)cy * ncx + cx] =
+                    (float)((double)Z[(size_t)i * w2 + ls] + K[i] * (double)s->q1[ls]);
+            }
+        }
+    }
+
     /* 6. the spline at the lenslet corners (the Fried actuator positions) */
-    if (actuators) {
+    if (actuators && !s->proj) {
         const int32_t ncx = nx + 1, ncy = ny + 1;
 #pragma omp parallel for schedule(static)                                                          \
     num_threads(threads) if ((int64_t)ncx * ncy > SB_OMP_MIN / 8)
@@ -1272,4 +1309,66 @@ sw_status sw_sabre_run(sw_sabre *plan, const float *slopes, sw_memory memory, fl
                        "sabre: device memory given to a plan on the CPU backend (use host or "
                        "pinned memory)");
     return run_cpu((sabre_plan *)plan, slopes, values, actuators);
+}
+
+sw_status sw_sabre_set_projection(sw_sabre *plan, const float *P, int32_t rows, int32_t cols)
+{
+    if (!plan)
+        return sw_fail(NULL, SW_EINVAL, "sabre: NULL plan");
+    sabre_plan *sp = (sabre_plan *)plan;
+    sw_context *ctx = plan->ctx;
+    if (!P) { /* removed: the run's actuators are the spline at the corners again */
+        if (!plan->proj)
+            return SW_OK;
+        free(plan->proj);
+        free(plan->q1);
+        plan->proj = NULL;
+        plan->q1 = NULL;
+#ifdef SW_HAVE_CUDA
+        if (plan->gpu)
+            return sw_sabre_gpu_set_projection(plan);
+#endif
+        return SW_OK;
+    }
+    if (!plan->params.extend_eq17)
+        return sw_fail(ctx, SW_EINVAL,
+                       "sabre: a projection needs a plan made with extend_eq17 = 1 (every lenslet "
+                       "corner a square centre of the extended lattice)");
+    const int32_t w2 = plan->w * plan->w, nl = plan->nl;
+    if (rows != w2 || cols != nl)
+        return sw_fail(ctx, SW_EINVAL,
+                       "sabre: the projection is %d x %d, the plan's window needs %d x %d (w^2 "
+                       "actuators x local values, w = %d)",
+                       rows, cols, w2, nl, plan->w);
+    const size_t ne = (size_t)w2 * nl;
+    for (size_t e = 0; e < ne; e++)
+        if (!isfinite(P[e]))
+            return sw_fail(ctx, SW_EINVAL, "sabre: projection entry (%d, %d) is not finite",
+                           (int)(e / nl), (int)(e % nl));
+    float *pc = malloc(ne * sizeof *pc);
+    float *q1 = malloc((size_t)w2 * sizeof *q1);
+    if (!sp->Z)
+        sp->Z = malloc((size_t)w2 * plan->G * sizeof *sp->Z);
+    if (!pc || !q1 || !sp->Z) {
+        free(pc);
+        free(q1);
+        return sw_fail(ctx, SW_ENOMEM, "sabre: out of memory (projection %d x %d)", w2, nl);
+    }
+    memcpy(pc, P, ne * sizeof *pc);
+    /* q1 = P 1: the row sums (Eq. 16's offset term), summed in double */
+    for (int32_t r = 0; r < w2; r++) {
+        double acc = 0.0;
+        for (int32_t c = 0; c < nl; c++)
+            acc += (double)pc[(size_t)r * nl + c];
+        q1[r] = (float)acc;
+    }
+    free(plan->proj);
+    free(plan->q1);
+    plan->proj = pc;
+    plan->q1 = q1;
+#ifdef SW_HAVE_CUDA
+    if (plan->gpu)
+        return sw_sabre_gpu_set_projection(plan);
+#endif
+    return SW_OK;
 }

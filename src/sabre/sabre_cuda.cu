@@ -19,9 +19,14 @@
  *      two steps per level, __syncthreads between) or D-PME (Eq. 8-9, Jacobi iterations), its
  *      data in shared memory when it fits (the device's opt-in limit), with the arithmetic of
  *      sw_sabre_pme_cpu; PME NONE: K = 0;
+ *   6'. with a projection (sw_sabre_set_projection, seed 002 Eq. 14-16): cublasSgemm Z = P Y,
+ *      all windows' local commands in one product, after the last Y;
  *   5+6. sb_output: one thread per value of the extended lattice (sw_sabre_locate_value) and one
- *      per lenslet corner (sw_sabre_locate); its thread 0 hands the NaN flag to mapped pinned
- *      host memory.
+ *      per lenslet corner (sw_sabre_locate; with a projection step 6', the owner's Z + K q1); its
+ *      thread 0 hands the NaN flag to mapped pinned host memory.
+ * Setting or removing a projection captures the graph again (P, q1 and Z keep their device
+ * addresses once made, so a new P of a plan that had one needs no new graph). The same work is
+ * sw_sabre_gpu_enqueue for the real-time chain, which captures it into a graph of its own.
  * Before them a memset arms the NaN flag. The copy in and the copies out are queued on the stream
  * around the graph, then one wait. (A graph holding the copies too, re-pointed per call, measured
  * no faster: 49-66 us end to end at 100 x 100.)
@@ -91,6 +96,11 @@ struct sb_gpu {
     float *slopes, *X, *Y, *values, *act;
     int32_t *pad_part, *pad_local, *pidx; /* fill iterations' tables, and their slopes F */
     float *F;
+    /* step 6' (sw_sabre_set_projection): P (w^2 x nl row-major), q1 (w^2), Z = P Y (w^2 x G);
+     * allocated with the first projection and kept, so that their addresses stay fixed; proj
+     * says whether the graph uses them */
+    float *P, *q1, *Z;
+    int proj;
     double *psum, *K, *scratch;
     int *flag;     /* device: lowest lenslet with a non-finite slope, or SB_NO_NAN */
     int *flag_h;   /* mapped pinned copy, written by sb_actuators */
@@ -388,13 +398,17 @@ __device__ static float sb_value(const float *__restrict__ Y, const double *__re
  * threads the spline at lenslet corner (cx, cy) (lenslet position (cx - 1/2, cy - 1/2), lattice
  * position + (offx, offy)): the located triangle's weights times its three vertices' values
  * (each computed as step 5 does, so the same floats), summed in double in order j = 0, 1, 2,
- * rounded to float. Thread 0 also hands the NaN flag (final since sb_gather) to mapped pinned
+ * rounded to float. With a projection (Z non-NULL) step 6' instead (seed 002 Eq. 14-16): the
+ * command of corner (cx, cy), the centre of extended square (I, J) = (cx - 1 + offx, cy - 1 +
+ * offy), is (float) ((double) Z[ls + w^2 i] + K[i] q1[ls]) of the partition i owning the square,
+ * ls its local square. Thread 0 also hands the NaN flag (final since sb_gather) to mapped pinned
  * host memory: no copy of its own. */
 __global__ void sb_output(const float *__restrict__ Y, const double *__restrict__ K,
                           const int32_t *__restrict__ ws, int32_t S, int32_t m, int32_t k,
                           int32_t w, int32_t nl, int64_t nvalues, float *__restrict__ values,
                           int32_t nx, int32_t ny, int32_t offx, int32_t offy,
-                          float *__restrict__ act, const int *flag, int *flag_host)
+                          float *__restrict__ act, const float *__restrict__ Z,
+                          const float *__restrict__ q1, const int *flag, int *flag_host)
 {
     int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t == 0)
@@ -407,6 +421,14 @@ __global__ void sb_output(const float *__restrict__ Y, const double *__restrict_
     if (c >= (int64_t)(nx + 1) * (ny + 1))
         return;
     const int32_t cx = (int32_t)(c % (nx + 1)), cy = (int32_t)(c / (nx + 1));
+    if (Z) {
+        const int32_t sqx = cx - 1 + offx, sqy = cy - 1 + offy;
+        const int32_t a = sw_sabre_owner(sqx, m, k), b = sw_sabre_owner(sqy, m, k);
+        const int32_t i = b * k + a, ls = (sqy - ws[b]) * w + (sqx - ws[a]);
+        act[c] =
+            (float)__dadd_rn((double)Z[ls + (int64_t)w * w * i], __dmul_rn(K[i], (double)q1[ls]));
+        return;
+    }
     int64_t idx[3];
     double wgt[3];
     sw_sabre_locate(S, S, (double)cx - 0.5 + offx, (double)cy - 0.5 + offy, idx, wgt);
@@ -455,7 +477,8 @@ static unsigned sb_blocks(int64_t n, int threads)
     return (unsigned)((n + threads - 1) / threads);
 }
 
-/* Steps 0-6 on the plan's stream, in order (captured into the graph). */
+/* Steps 0-6 (6' with a projection) on the plan's stream, in order (captured into the graph);
+ * capturable: kernels, cuBLAS on the plan's own workspace and memsets only. */
 static sw_status sb_enqueue(sw_sabre *plan)
 {
     sb_gpu *g = (sb_gpu *)plan->gpu;
@@ -484,6 +507,12 @@ static sw_status sb_enqueue(sw_sabre *plan)
         SB_BLAS(cublasSgemm(g->blas, CUBLAS_OP_N, CUBLAS_OP_N, plan->nl, plan->G, plan->ns, &one,
                             g->Q, plan->nl, g->X, plan->ns, &zero, g->Y, plan->nl));
     }
+    /* 6': all windows' local commands Z = P Y (Eq. 16), P row-major w^2 x nl = column-major
+     * nl x w^2, used transposed */
+    const int32_t w2 = plan->w * plan->w;
+    if (g->proj)
+        SB_BLAS(cublasSgemm(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, w2, plan->G, plan->nl, &one, g->P,
+                            plan->nl, g->Y, plan->nl, &zero, g->Z, w2));
 
     const sw_sabre_pme pme = plan->params.pme;
     const int equalise = pme == SW_SABRE_PME_HIERARCHICAL  ? plan->p > 0
@@ -522,7 +551,8 @@ static sw_status sb_enqueue(sw_sabre *plan)
 
     sb_output<<<sb_blocks(g->nvalues + g->nact, SB_THREADS), SB_THREADS, 0, s>>>(
         g->Y, g->K, g->ws, plan->S, plan->m, plan->k, plan->w, plan->nl, g->nvalues, g->values,
-        plan->params.nx, plan->params.ny, plan->offx, plan->offy, g->act, g->flag, g->flag_map);
+        plan->params.nx, plan->params.ny, plan->offx, plan->offy, g->act, g->proj ? g->Z : NULL,
+        g->proj ? g->q1 : NULL, g->flag, g->flag_map);
     SB_CU(cudaGetLastError());
     return SW_OK;
 }
@@ -594,7 +624,7 @@ extern "C" void sw_sabre_gpu_destroy(sw_sabre *plan)
                    g->pair_vlo,  g->pair_vhi, g->pair_n,  g->pair_use, g->hpme,     g->level_base,
                    g->dpme_dist, g->slopes,   g->X,       g->Y,        g->values,   g->act,
                    g->psum,      g->K,        g->scratch, g->flag,     g->pad_part, g->pad_local,
-                   g->pidx,      g->F,        g->pair_in};
+                   g->pidx,      g->F,        g->pair_in, g->P,        g->q1,       g->Z};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i])
             cudaFree(dev[i]);
@@ -704,6 +734,9 @@ extern "C" sw_status sw_sabre_gpu_run(sw_sabre *plan, const float *slopes, sw_me
     const int dev = memory == SW_MEM_DEVICE;
     const cudaMemcpyKind in = dev ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice;
     const cudaMemcpyKind out = dev ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost;
+    if (!g->exec)
+        return sw_fail(plan->ctx, SW_ECUDA,
+                       "sabre: the plan has no graph (rebuilding it after a projection failed)");
     SB_CU(cudaMemcpyAsync(g->slopes, slopes, (size_t)2 * plan->n * sizeof(float), in, s));
     SB_CU(cudaEventRecord(g->t0, s));
     SB_CU(cudaGraphLaunch(g->exec, s));
@@ -731,4 +764,65 @@ extern "C" sw_status sw_sabre_gpu_run(sw_sabre *plan, const float *slopes, sw_me
                        bad ? "y" : "x", l % nx, l / nx, l, isnan(xy[bad]) ? "NaN" : "infinite");
     }
     return SW_OK;
+}
+
+extern "C" sw_status sw_sabre_gpu_set_projection(sw_sabre *plan)
+{
+    sb_gpu *g = (sb_gpu *)plan->gpu;
+    if (!g)
+        return sw_fail(plan->ctx, SW_EINVAL, "sabre: the plan is not on a CUDA context");
+    cudaStream_t s = g->stream;
+    SB_CU(cudaSetDevice(plan->ctx->device));
+    SB_CU(cudaStreamSynchronize(s)); /* nothing may still read the old P, q1 or graph */
+    const size_t w2 = (size_t)plan->w * plan->w;
+    if (plan->proj) {
+        if (!g->P) /* once: the addresses stay fixed for graphs that captured them */
+            SB_CU(sb_alloc(&g->P, w2 * plan->nl));
+        if (!g->q1)
+            SB_CU(sb_alloc(&g->q1, w2));
+        if (!g->Z)
+            SB_CU(sb_alloc(&g->Z, w2 * plan->G));
+        SB_CU(cudaMemcpyAsync(g->P, plan->proj, w2 * plan->nl * sizeof(float),
+                              cudaMemcpyHostToDevice, s));
+        SB_CU(cudaMemcpyAsync(g->q1, plan->q1, w2 * sizeof(float), cudaMemcpyHostToDevice, s));
+        SB_CU(cudaStreamSynchronize(s)); /* the host copies are pageable */
+    }
+    const int proj = plan->proj != NULL;
+    if (proj == g->proj && g->exec)
+        return SW_OK; /* same graph: it reads the new P and q1 from the same buffers */
+    /* the graph gains or loses step 6's sgemm: capture it again */
+    g->proj = proj;
+    if (g->exec)
+        cudaGraphExecDestroy(g->exec);
+    if (g->graph)
+        cudaGraphDestroy(g->graph);
+    g->exec = NULL;
+    g->graph = NULL;
+    return sb_capture(plan);
+}
+
+extern "C" float *sw_sabre_gpu_slopes(sw_sabre *plan)
+{
+    return plan && plan->gpu ? ((sb_gpu *)plan->gpu)->slopes : NULL;
+}
+
+extern "C" float *sw_sabre_gpu_values(sw_sabre *plan)
+{
+    return plan && plan->gpu ? ((sb_gpu *)plan->gpu)->values : NULL;
+}
+
+extern "C" float *sw_sabre_gpu_actuators(sw_sabre *plan)
+{
+    return plan && plan->gpu ? ((sb_gpu *)plan->gpu)->act : NULL;
+}
+
+/* One run's kernels on the context's stream for the real-time chain (sabre_internal.h): the
+ * graph's own work, queued (or captured by the caller) without copies, waits or allocation. The
+ * caller has the context's device current. */
+extern "C" sw_status sw_sabre_gpu_enqueue(sw_sabre *plan)
+{
+    if (!plan || !plan->gpu)
+        return sw_fail(plan ? plan->ctx : NULL, SW_EINVAL,
+                       "sabre: sw_sabre_gpu_enqueue needs a plan on a CUDA context");
+    return sb_enqueue(plan);
 }

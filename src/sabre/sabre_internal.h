@@ -21,6 +21,11 @@
  *      K[owner]) (sw_sabre_locate_value).
  *   6. actuators: sw_sabre_locate at each lenslet corner on the assembled float values, summed in
  *      double (weights times values, k = 0, 1, 2 in order), rounded to float.
+ *   6'. with a projection (sw_sabre_set_projection) instead of 6: Z = P Y (float sgemm, P
+ *      w^2 x nl, Z w^2 x G column-major), and actuator (cx, cy) = (float) ((double) Z[ls + w^2 i]
+ *      + K[i] * (double) q1[ls]), i the partition owning extended square (I, J) =
+ *      (cx - 1 + offx, cy - 1 + offy) (sw_sabre_owner of I and J), ls = (J - ws[b]) w + (I - ws[a])
+ *      its local square, q1[ls] = the row sums of P (summed in double, stored as float).
  */
 #ifndef SW_SABRE_INTERNAL_H
 #define SW_SABRE_INTERNAL_H
@@ -83,6 +88,11 @@ struct sw_sabre {
     int32_t npad;
     int32_t *pad_part, *pad_local; /* npad: partition, local corner y L + x                     */
     int32_t *pidx;                 /* G * L^2                                                    */
+
+    /* Step 6' (sw_sabre_set_projection): P (w^2 x nl, row-major, as given) and q1 (w^2, its row
+     * sums in double, stored as float); NULL when no projection is set. */
+    float *proj;
+    float *q1;
 
     sw_sabre_info info;
     double kernel_us;
@@ -244,6 +254,23 @@ sw_status sw_sabre_gpu_create(sw_sabre *plan);
 void sw_sabre_gpu_destroy(sw_sabre *plan);
 sw_status sw_sabre_gpu_run(sw_sabre *plan, const float *slopes, sw_memory memory, float *values,
                            float *actuators);
+/* The projection's GPU copy (P and q1) after sw_sabre_set_projection (NULL P: removed); captures
+ * the run's graph again when a projection is set or removed (its device buffers are made once and
+ * kept, so a new P on a plan that has one only replaces their contents). A graph of the real-time
+ * chain that captured sw_sabre_gpu_enqueue must likewise be captured again after a projection is
+ * set or removed, not after it is replaced. */
+sw_status sw_sabre_gpu_set_projection(sw_sabre *plan);
+
+/* For the real-time chain (src/loop/rtc_cuda.cu), which captures a D-SABRE run inside its own
+ * graph: the plan's device buffers of the slopes (2 n floats, x then y), the extended lattice's
+ * values and the actuators ((nx + 1)(ny + 1), the projected commands when a projection is set);
+ * sw_sabre_gpu_enqueue queues one run's kernels (steps 1-6 / 6') on the context's stream, reading
+ * that slope buffer: no copies, no synchronisation, no allocation (capturable). The NaN flag is
+ * written as in a run, but only sw_sabre_run reports it. */
+float *sw_sabre_gpu_slopes(sw_sabre *plan);
+float *sw_sabre_gpu_values(sw_sabre *plan);
+float *sw_sabre_gpu_actuators(sw_sabre *plan);
+sw_status sw_sabre_gpu_enqueue(sw_sabre *plan);
 
 #ifdef __cplusplus
 }

@@ -15,9 +15,13 @@
  * pinned and device memory give the same outputs; values only and actuators only give the
  * outputs of a run asking for both. A NaN slope of a valid lenslet gives SW_ERANGE with the CPU's
  * message, and the next good run is correct again; NaN slopes of invalid lenslets are not read.
+ * Projection (step 6', extend_eq17): projected commands GPU = CPU, set / replaced / removed;
+ * the real-time chain's sw_sabre_gpu_enqueue (plain and captured into a graph) = sw_sabre_run.
  * Sizes are small enough for compute-sanitizer. Skips (77) when no GPU is usable.
  */
 #include "testutil.h"
+
+#include "sabre/sabre_internal.h"
 
 #ifndef SW_HAVE_CUDA
 int main(void)
@@ -74,7 +78,8 @@ typedef struct plans {
     int32_t n;  /* lenslets */
 } plans;
 
-static void make_plans(const cfg *c, plans *out)
+/* eq17: extend_eq17 */
+static void make_plans_eq17(const cfg *c, int eq17, plans *out)
 {
     memset(out, 0, sizeof *out);
     sw_sabre_params p;
@@ -85,6 +90,7 @@ static void make_plans(const cfg *c, plans *out)
     p.partitions = c->k;
     p.overlap = c->overlap;
     p.pme = c->pme;
+    p.extend_eq17 = eq17;
     if (c->annular) {
         /* lenslet centres inside an annulus of outer radius max(nx, ny) / 2, inner 0.3 of it */
         out->mask = malloc((size_t)c->nx * c->ny);
@@ -119,6 +125,11 @@ static void make_plans(const cfg *c, plans *out)
     out->n = c->nx * c->ny;
 }
 
+static void make_plans(const cfg *c, plans *out)
+{
+    make_plans_eq17(c, 0, out);
+}
+
 static void free_plans(plans *pl)
 {
     sw_sabre_destroy(pl->c);
@@ -149,9 +160,9 @@ static float *make_slopes(const plans *pl, int32_t nx, int32_t ny, uint64_t seed
     return s;
 }
 
-/* max |g - c| <= TOL x RMS(c) over n values (all finite). */
-static void assert_close_rms(const float *c, const float *g, int64_t n, const char *what,
-                             const cfg *k)
+/* max |g - c| <= tol x RMS(c) over n values (all finite). */
+static void assert_close_rms_tol(const float *c, const float *g, int64_t n, const char *what,
+                                 const cfg *k, double tol)
 {
     double mean = 0.0, var = 0.0, d = 0.0;
     int64_t worst = 0;
@@ -170,11 +181,17 @@ static void assert_close_rms(const float *c, const float *g, int64_t n, const ch
     }
     double rms = sqrt(var / (double)n);
     assert_true(rms > 0.0);
-    if (!(d <= TOL * rms))
+    if (!(d <= tol * rms))
         fail_msg("%dx%d k=%d OL=%d pme=%s mask=%d: %s differ by %g at %lld (CPU %g, GPU %g), "
                  "more than %g x RMS %g",
                  k->nx, k->ny, k->k, k->overlap, sw_sabre_pme_string(k->pme), k->annular, what, d,
-                 (long long)worst, c[worst], g[worst], TOL, rms);
+                 (long long)worst, c[worst], g[worst], tol, rms);
+}
+
+static void assert_close_rms(const float *c, const float *g, int64_t n, const char *what,
+                             const cfg *k)
+{
+    assert_close_rms_tol(c, g, n, what, k, TOL);
 }
 
 /* One configuration: CPU and GPU runs on host memory agree within the tolerance. */
@@ -415,13 +432,184 @@ static void test_nan(void **state)
     free_plans(&pl);
 }
 
+/* ------------------------------------------------------------------ projection (step 6') */
+
+/* A local projection for the tests (w^2 x nl, row-major): each square's command is a smoothing
+ * of its own vertices (1/2 its centre, 1/8 each corner) plus small random weights on every
+ * value (so that a transposed or mis-strided P shows); random = 0: the centre picker alone. */
+static float *test_projection_matrix(const sw_sabre *plan, int random, uint64_t seed, int32_t *rows,
+                                     int32_t *cols)
+{
+    sw_sabre_info in;
+    sw_sabre_get_info(plan, &in);
+    const int32_t w = in.window, L = w + 1, nl = in.local_values, w2 = w * w;
+    float *P = calloc((size_t)w2 * nl, sizeof *P);
+    assert_non_null(P);
+    for (int32_t ls = 0; ls < w2; ls++) {
+        float *row = P + (size_t)ls * nl;
+        const int32_t i = ls % w, j = ls / w;
+        if (!random) {
+            row[L * L + ls] = 1.0f;
+            continue;
+        }
+        for (int32_t c = 0; c < nl; c++)
+            row[c] = (float)(0.01 * (unit_rand(&seed) - 0.5));
+        row[L * L + ls] += 0.5f;
+        row[j * L + i] += 0.125f;
+        row[j * L + i + 1] += 0.125f;
+        row[(j + 1) * L + i] += 0.125f;
+        row[(j + 1) * L + i + 1] += 0.125f;
+    }
+    *rows = w2;
+    *cols = nl;
+    return P;
+}
+
+/*
+ * Projected commands, GPU = CPU (tolerance 2 TOL: the commands add a second float GEMM, Z = P Y,
+ * to the values' differences; its rows weigh Y mostly through the smoothing part, sum 1, the
+ * random part adding sum |P| of 0.15 (w = 5) to 1.5 (k = 1, w = 17)); the GPU's centre picker
+ * gives its own assembled centre values exactly; a new P on a plan that has one (same graph, new
+ * data) and removing it (graph captured again: the spline at the corners, as before the
+ * projection, bit for bit) work on the GPU as on the CPU.
+ */
+static void check_projection(cfg c)
+{
+    plans pl;
+    make_plans_eq17(&c, 1, &pl);
+    sw_sabre_info in;
+    sw_sabre_get_info(pl.c, &in);
+    const int32_t S = in.lattice.sx;
+    float *s = make_slopes(&pl, c.nx, c.ny, 300 + (uint64_t)c.k);
+    size_t bv = (size_t)pl.nv * sizeof(float), ba = (size_t)pl.na * sizeof(float);
+    float *vc = malloc(bv), *vg = malloc(bv), *ac = malloc(ba), *ag = malloc(ba), *a0 = malloc(ba);
+    assert_true(vc && vg && ac && ag && a0);
+    assert_int_equal(sw_sabre_run(pl.g, s, SW_MEM_HOST, NULL, a0), SW_OK); /* the spline */
+
+    for (int pass = 0; pass < 3; pass++) {
+        int32_t rows, cols;
+        float *P = test_projection_matrix(pl.c, pass != 1, 17 + (uint64_t)pass, &rows, &cols);
+        if (sw_sabre_set_projection(pl.c, P, rows, cols) != SW_OK)
+            fail_msg("CPU projection: %s", sw_context_error(cpu));
+        if (sw_sabre_set_projection(pl.g, P, rows, cols) != SW_OK)
+            fail_msg("GPU projection: %s", sw_context_error(gpu));
+        free(P);
+        if (sw_sabre_run(pl.c, s, SW_MEM_HOST, vc, ac) != SW_OK)
+            fail_msg("CPU run: %s", sw_context_error(cpu));
+        if (sw_sabre_run(pl.g, s, SW_MEM_HOST, vg, ag) != SW_OK)
+            fail_msg("GPU run: %s", sw_context_error(gpu));
+        assert_close_rms(vc, vg, pl.nv, "values (projection set)", &c);
+        assert_close_rms_tol(ac, ag, pl.na, "projected commands", &c, 2 * TOL);
+        if (pass == 1) /* the picker: command = the centre value of the corner's square */
+            for (int32_t cy = 0; cy <= c.ny; cy++)
+                for (int32_t cx = 0; cx <= c.nx; cx++) {
+                    int32_t I = cx - 1 + in.lattice.offx, J = cy - 1 + in.lattice.offy;
+                    float want = vg[(int64_t)(S + 1) * (S + 1) + (int64_t)J * S + I];
+                    if (ag[cy * (c.nx + 1) + cx] != want)
+                        fail_msg("GPU picker: corner (%d, %d) %.9g, centre value %.9g", cx, cy,
+                                 ag[cy * (c.nx + 1) + cx], want);
+                }
+    }
+    assert_int_equal(sw_sabre_set_projection(pl.g, NULL, 0, 0), SW_OK);
+    assert_int_equal(sw_sabre_run(pl.g, s, SW_MEM_HOST, NULL, ag), SW_OK);
+    assert_memory_equal(ag, a0, ba);
+    free(s);
+    free(vc);
+    free(vg);
+    free(ac);
+    free(ag);
+    free(a0);
+    free_plans(&pl);
+}
+
+static void test_projection(void **state)
+{
+    (void)state;
+    const sw_sabre_pme H = SW_SABRE_PME_HIERARCHICAL, D = SW_SABRE_PME_DISTRIBUTED;
+    check_projection((cfg){32, 32, 4, 1, H, 0});
+    check_projection((cfg){32, 32, 16, 1, H, 0});
+    check_projection((cfg){64, 64, 8, 2, D, 1});
+    check_projection((cfg){100, 100, 16, 1, H, 1});
+    check_projection((cfg){40, 28, 4, 1, H, 2});
+    check_projection((cfg){16, 16, 1, 1, H, 0});
+}
+
+/* The real-time chain's entry points: slopes copied into the plan's buffer, sw_sabre_gpu_enqueue,
+ * a wait on the context's stream: the values and actuators buffers hold the outputs of
+ * sw_sabre_run on the same slopes, bit for bit (the same kernels), with and without a
+ * projection; the same work captured into a graph of the test's own and replayed on other
+ * slopes, too (enqueue is capturable). */
+static void check_enqueue(int project)
+{
+    cfg c = {64, 64, 8, 1, SW_SABRE_PME_HIERARCHICAL, 1};
+    plans pl;
+    make_plans_eq17(&c, 1, &pl);
+    if (project) {
+        int32_t rows, cols;
+        float *P = test_projection_matrix(pl.g, 1, 5, &rows, &cols);
+        assert_int_equal(sw_sabre_set_projection(pl.g, P, rows, cols), SW_OK);
+        free(P);
+    }
+    cudaStream_t st = (cudaStream_t)sw_context_stream(gpu);
+    float *ds = sw_sabre_gpu_slopes(pl.g), *dv = sw_sabre_gpu_values(pl.g),
+          *da = sw_sabre_gpu_actuators(pl.g);
+    assert_true(ds && dv && da);
+    size_t bs = (size_t)2 * pl.n * sizeof(float), bv = (size_t)pl.nv * sizeof(float),
+           ba = (size_t)pl.na * sizeof(float);
+    float *v0 = malloc(bv), *a0 = malloc(ba), *v = malloc(bv), *a = malloc(ba);
+    assert_true(v0 && a0 && v && a);
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    for (int round = 0; round < 3; round++) {
+        float *s = make_slopes(&pl, c.nx, c.ny, 900 + (uint64_t)round);
+        assert_int_equal(sw_sabre_run(pl.g, s, SW_MEM_HOST, v0, a0), SW_OK);
+        assert_int_equal(cudaMemcpy(ds, s, bs, cudaMemcpyHostToDevice), cudaSuccess);
+        if (round == 0) {
+            assert_int_equal(sw_sabre_gpu_enqueue(pl.g), SW_OK);
+        } else {
+            if (!exec) { /* captured once, replayed on the next slopes */
+                assert_int_equal(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal),
+                                 cudaSuccess);
+                sw_status e = sw_sabre_gpu_enqueue(pl.g);
+                assert_int_equal(cudaStreamEndCapture(st, &graph), cudaSuccess);
+                assert_int_equal(e, SW_OK);
+                assert_int_equal(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+            }
+            assert_int_equal(cudaGraphLaunch(exec, st), cudaSuccess);
+        }
+        assert_int_equal(cudaStreamSynchronize(st), cudaSuccess);
+        assert_int_equal(cudaMemcpy(v, dv, bv, cudaMemcpyDeviceToHost), cudaSuccess);
+        assert_int_equal(cudaMemcpy(a, da, ba, cudaMemcpyDeviceToHost), cudaSuccess);
+        assert_memory_equal(v, v0, bv);
+        assert_memory_equal(a, a0, ba);
+        free(s);
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    free(v0);
+    free(a0);
+    free(v);
+    free(a);
+    free_plans(&pl);
+}
+
+static void test_enqueue(void **state)
+{
+    (void)state;
+    check_enqueue(0);
+    check_enqueue(1);
+    assert_int_equal(sw_sabre_gpu_enqueue(NULL), SW_EINVAL);
+    assert_null(sw_sabre_gpu_slopes(NULL));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sizes),   cmocka_unit_test(test_pme),
         cmocka_unit_test(test_overlap), cmocka_unit_test(test_annular),
         cmocka_unit_test(test_replay),  cmocka_unit_test(test_memory),
-        cmocka_unit_test(test_nan),
+        cmocka_unit_test(test_nan),     cmocka_unit_test(test_projection),
+        cmocka_unit_test(test_enqueue),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -3,7 +3,10 @@
  * 5.A): the partition geometry and tables, exact reconstruction of tilts, equality with global
  * SABRE for one partition, H-PME / D-PME / no PME on smooth wavefronts (square and annular
  * pupils), the batched product against per-partition solves written here with plain loops, and
- * bad input.
+ * bad input. Eq. 17's extended array (extend_eq17: m, centring, every lenslet corner a square
+ * centre, tilts still exact) and the distributed projection (step 6' of sabre_internal.h) with
+ * hand-made matrices P: a centre-vertex picker against the plan's assembled values, a dense P
+ * with one partition against P times the assembled values in double, and bad projections.
  *
  * Slopes of smooth wavefronts are made here: the exact mean gradient of a polynomial over each
  * lenslet square (the difference of W across the square integrated along the other side by a
@@ -737,6 +740,299 @@ static void test_annular(void **state)
     free(valid);
 }
 
+/* ------------------------------------------------------------------ Eq. 17 and the projection */
+
+/* extend_eq17: m is Eq. 17's (the smallest with k m > max(nx, ny), the test's own loop), the
+ * array stays centred, and every lenslet corner (cx, cy) is the centre of extended square
+ * (cx - 1 + offx, cy - 1 + offy) inside the lattice; the default keeps the smallest array. */
+static void check_eq17(int32_t nx, int32_t ny, int32_t k, int32_t want_m)
+{
+    sw_sabre_params p = make_params(nx, ny, k, 1, SW_SABRE_PME_DISTRIBUTED);
+    p.extend_eq17 = 1;
+    sw_sabre *s = create_ok(&p);
+    sw_sabre_info in;
+    sw_sabre_get_info(s, &in);
+    int32_t maxd = nx > ny ? nx : ny, m = 1;
+    while (k * m <= maxd)
+        m++;
+    if (want_m > 0)
+        assert_int_equal(m, want_m); /* the test's rule against the seed's value */
+    const int32_t S = k * m;
+    assert_int_equal(in.m, m);
+    assert_int_equal(in.extended, S + 1);
+    assert_int_equal(in.lattice.sx, S);
+    assert_int_equal(in.lattice.sy, S);
+    assert_int_equal(in.lattice.offx, (S + 1 - nx) / 2);
+    assert_int_equal(in.lattice.offy, (S + 1 - ny) / 2);
+    for (int32_t cx = 0; cx <= nx; cx++) {
+        int32_t I = cx - 1 + in.lattice.offx;
+        assert_true(I >= 0 && I <= S - 1);
+        /* the corner's lattice position is that square's centre */
+        assert_true((double)cx - 0.5 + in.lattice.offx == I + 0.5);
+    }
+    for (int32_t cy = 0; cy <= ny; cy++) {
+        int32_t J = cy - 1 + in.lattice.offy;
+        assert_true(J >= 0 && J <= S - 1);
+    }
+    sw_sabre_destroy(s);
+    /* without it: the smallest array that holds the data */
+    p.extend_eq17 = 0;
+    s = create_ok(&p);
+    sw_sabre_get_info(s, &in);
+    assert_int_equal(in.m, expect_m(nx, ny, k));
+    sw_sabre_destroy(s);
+}
+
+static void test_eq17_geometry(void **state)
+{
+    (void)state;
+    check_eq17(32, 32, 4, 9);  /* seed 002 section 5.A */
+    check_eq17(32, 32, 16, 3); /* seed 002 section 5.A */
+    check_eq17(32, 32, 8, 5);
+    check_eq17(33, 33, 4, 9);
+    check_eq17(40, 25, 4, 11);
+    check_eq17(20, 20, 1, 21);
+    check_eq17(9, 9, 8, 2);
+    sw_sabre_params p = make_params(32, 32, 4, 1, SW_SABRE_PME_HIERARCHICAL);
+    p.extend_eq17 = 2;
+    sw_sabre *s = NULL;
+    assert_int_equal(sw_sabre_create(ctx, &p, &s), SW_EINVAL);
+    assert_null(s);
+    assert_non_null(strstr(sw_context_error(ctx), "extend_eq17"));
+}
+
+/* With Eq. 17's array the lattice has a ring of padding around the real array; with nearest
+ * padding (every padded corner reads the same constant tilt) a tilt is still exact, values and
+ * actuators, for both PMEs. */
+static void check_eq17_tilt(int32_t nx, int32_t k, sw_sabre_pme pme)
+{
+    const double pitch = 1.7, ax = -0.45, ay = 0.6;
+    sw_sabre_params p = make_params(nx, nx, k, 1, pme);
+    p.pitch = pitch;
+    p.extend_eq17 = 1;
+    p.padding = SW_SABRE_PAD_NEAREST;
+    sw_sabre *s = create_ok(&p);
+    sw_sabre_info in;
+    sw_sabre_get_info(s, &in);
+    assert_true(in.extended > nx + 1); /* padding on both sides */
+    const int32_t n = nx * nx;
+    float *slopes = malloc(2 * (size_t)n * sizeof *slopes);
+    for (int32_t l = 0; l < n; l++) {
+        slopes[l] = (float)ax;
+        slopes[n + l] = (float)ay;
+    }
+    int64_t nv = sw_sabre_lattice_values(&in.lattice);
+    float *vals = malloc((size_t)nv * sizeof *vals);
+    float *act = malloc((size_t)(nx + 1) * (nx + 1) * sizeof *act);
+    assert_int_equal(sw_sabre_run(s, slopes, SW_MEM_HOST, vals, act), SW_OK);
+    double piston = 0.0, err = 0.0, span = 0.0;
+    for (int64_t v = 0; v < nv; v++) {
+        double x, y;
+        vertex_pos(&in.lattice, v, &x, &y);
+        double plane = pitch * (ax * x + ay * y);
+        if (v == 0)
+            piston = vals[0] - plane;
+        err = fmax(err, fabs(vals[v] - plane - piston));
+        span = fmax(span, fabs(plane));
+    }
+    if (!(err <= 1e-5 * span))
+        fail_msg("Eq. 17 tilt, %d x %d, k %d, %s: max error %g of %g", nx, nx, k,
+                 sw_sabre_pme_string(pme), err, span);
+    for (int32_t cy = 0; cy <= nx; cy++)
+        for (int32_t cx = 0; cx <= nx; cx++)
+            assert_near(act[cy * (nx + 1) + cx],
+                        pitch * (ax * (cx - 0.5) + ay * (cy - 0.5)) + piston, 1e-5 * span);
+    free(slopes);
+    free(vals);
+    free(act);
+    sw_sabre_destroy(s);
+}
+
+static void test_eq17_tilt(void **state)
+{
+    (void)state;
+    check_eq17_tilt(32, 4, SW_SABRE_PME_HIERARCHICAL);
+    check_eq17_tilt(32, 16, SW_SABRE_PME_HIERARCHICAL);
+    check_eq17_tilt(32, 4, SW_SABRE_PME_DISTRIBUTED);
+    check_eq17_tilt(25, 3, SW_SABRE_PME_DISTRIBUTED);
+}
+
+/* Random slopes of a plan's array (all lenslets). */
+static float *random_slopes(int32_t n, uint64_t seed)
+{
+    float *s = malloc(2 * (size_t)n * sizeof *s);
+    assert_non_null(s);
+    for (int32_t l = 0; l < 2 * n; l++)
+        s[l] = (float)(2.0 * unit_rand(&seed) - 1.0);
+    return s;
+}
+
+/* P that picks, for each local square, `scale` times its centre vertex (w^2 x nl, row-major). */
+static float *centre_picker(int32_t w, int32_t nl, float scale)
+{
+    const int32_t L = w + 1, w2 = w * w;
+    float *P = calloc((size_t)w2 * nl, sizeof *P);
+    assert_non_null(P);
+    for (int32_t ls = 0; ls < w2; ls++)
+        P[(size_t)ls * nl + L * L + ls] = scale;
+    return P;
+}
+
+/* The projection's plumbing (step 6'): with P = scale x (the centre vertex of each square), the
+ * command at corner (cx, cy) is scale x the assembled value of the centre of extended square
+ * (cx - 1 + offx, cy - 1 + offy) (the owner's Y there plus its offset K, times q1 = scale: so a
+ * wrong owner, square, offset or q1 shows), exactly (one nonzero term per row). */
+static void check_picker(int32_t nx, int32_t ny, int32_t k, sw_sabre_pme pme, const uint8_t *mask)
+{
+    sw_sabre_params p = make_params(nx, ny, k, 1, pme);
+    p.extend_eq17 = 1;
+    p.valid = mask;
+    sw_sabre *s = create_ok(&p);
+    sw_sabre_info in;
+    sw_sabre_get_info(s, &in);
+    const int32_t w = in.window, nl = in.local_values, S = in.lattice.sx;
+    const int64_t nv = sw_sabre_lattice_values(&in.lattice), na = (int64_t)(nx + 1) * (ny + 1);
+    float *slopes = random_slopes(nx * ny, 99 + (uint64_t)k);
+    float *vals = malloc((size_t)nv * sizeof *vals), *act = malloc((size_t)na * sizeof *act);
+    float *spline = malloc((size_t)na * sizeof *spline), *vals2 = malloc((size_t)nv * sizeof *vals);
+    assert_true(vals && act && spline && vals2);
+    assert_int_equal(sw_sabre_run(s, slopes, SW_MEM_HOST, NULL, spline), SW_OK);
+    for (int pass = 0; pass < 2; pass++) {
+        const float scale = pass == 0 ? 1.0f : 2.0f;
+        float *P = centre_picker(w, nl, scale);
+        assert_int_equal(sw_sabre_set_projection(s, P, w * w, nl), SW_OK);
+        free(P); /* copied */
+        assert_int_equal(sw_sabre_run(s, slopes, SW_MEM_HOST, vals, act), SW_OK);
+        int nonzero = 0;
+        for (int32_t cy = 0; cy <= ny; cy++)
+            for (int32_t cx = 0; cx <= nx; cx++) {
+                int32_t I = cx - 1 + in.lattice.offx, J = cy - 1 + in.lattice.offy;
+                float c = vals[(int64_t)(S + 1) * (S + 1) + (int64_t)J * S + I];
+                float got = act[cy * (nx + 1) + cx];
+                if (got != scale * c)
+                    fail_msg("%dx%d k=%d %s scale %g: corner (%d, %d) is %.9g, the centre of "
+                             "square (%d, %d) x scale is %.9g",
+                             nx, ny, k, sw_sabre_pme_string(pme), scale, cx, cy, got, I, J,
+                             scale * c);
+                nonzero |= got != 0.0f;
+            }
+        assert_true(nonzero);
+        /* the values output is the assembly as before */
+        assert_int_equal(sw_sabre_run(s, slopes, SW_MEM_HOST, vals2, NULL), SW_OK);
+        assert_memory_equal(vals, vals2, (size_t)nv * sizeof *vals);
+    }
+    /* removed: the spline at the corners again */
+    assert_int_equal(sw_sabre_set_projection(s, NULL, 0, 0), SW_OK);
+    assert_int_equal(sw_sabre_run(s, slopes, SW_MEM_HOST, NULL, act), SW_OK);
+    assert_memory_equal(act, spline, (size_t)na * sizeof *act);
+    assert_int_equal(sw_sabre_set_projection(s, NULL, 0, 0), SW_OK); /* twice: nothing to do */
+    free(slopes);
+    free(vals);
+    free(vals2);
+    free(act);
+    free(spline);
+    sw_sabre_destroy(s);
+}
+
+static void test_projection_picker(void **state)
+{
+    (void)state;
+    check_picker(32, 32, 4, SW_SABRE_PME_HIERARCHICAL, NULL);
+    check_picker(32, 32, 16, SW_SABRE_PME_HIERARCHICAL, NULL);
+    check_picker(30, 22, 3, SW_SABRE_PME_DISTRIBUTED, NULL);
+    const int32_t nx = 33, n = nx * nx;
+    uint8_t *mask = malloc((size_t)n);
+    for (int32_t l = 0; l < n; l++) {
+        double x = l % nx - 16.0, y = l / nx - 16.0, r = sqrt(x * x + y * y);
+        mask[l] = (uint8_t)(r <= 16.5 && r >= 5.0);
+    }
+    check_picker(nx, nx, 8, SW_SABRE_PME_HIERARCHICAL, mask);
+    free(mask);
+}
+
+/* One partition: the window is the whole extended lattice in its own order and K = 0, so the
+ * commands are P (any dense matrix here) applied to the assembled values, computed in double. */
+static void test_projection_k1(void **state)
+{
+    (void)state;
+    const int32_t nx = 9, ny = 7;
+    sw_sabre_params p = make_params(nx, ny, 1, 1, SW_SABRE_PME_HIERARCHICAL);
+    p.extend_eq17 = 1;
+    sw_sabre *s = create_ok(&p);
+    sw_sabre_info in;
+    sw_sabre_get_info(s, &in);
+    const int32_t w = in.window, nl = in.local_values, S = in.lattice.sx, w2 = w * w;
+    assert_int_equal(w, S);
+    const int64_t nv = sw_sabre_lattice_values(&in.lattice), na = (int64_t)(nx + 1) * (ny + 1);
+    assert_int_equal(nl, nv);
+    uint64_t seed = 4242;
+    float *P = malloc((size_t)w2 * nl * sizeof *P);
+    for (int64_t e = 0; e < (int64_t)w2 * nl; e++)
+        P[e] = (float)(2.0 * unit_rand(&seed) - 1.0);
+    assert_int_equal(sw_sabre_set_projection(s, P, w2, nl), SW_OK);
+    float *slopes = random_slopes(nx * ny, 7);
+    float *vals = malloc((size_t)nv * sizeof *vals), *act = malloc((size_t)na * sizeof *act);
+    assert_int_equal(sw_sabre_run(s, slopes, SW_MEM_HOST, vals, act), SW_OK);
+    for (int32_t cy = 0; cy <= ny; cy++)
+        for (int32_t cx = 0; cx <= nx; cx++) {
+            int32_t ls = (cy - 1 + in.lattice.offy) * S + (cx - 1 + in.lattice.offx);
+            double want = 0.0, mag = 0.0;
+            for (int32_t c = 0; c < nl; c++) {
+                want += (double)P[(size_t)ls * nl + c] * vals[c];
+                mag += fabs((double)P[(size_t)ls * nl + c] * vals[c]);
+            }
+            assert_near(act[cy * (nx + 1) + cx], want, 1e-5 * mag);
+        }
+    free(P);
+    free(slopes);
+    free(vals);
+    free(act);
+    sw_sabre_destroy(s);
+}
+
+/* Bad projections: SW_EINVAL, and the projection set before stays. */
+static void test_projection_bad(void **state)
+{
+    (void)state;
+    sw_sabre_params p = make_params(32, 32, 4, 1, SW_SABRE_PME_HIERARCHICAL);
+    sw_sabre *plain = create_ok(&p);
+    p.extend_eq17 = 1;
+    sw_sabre *s = create_ok(&p);
+    sw_sabre_info in;
+    sw_sabre_get_info(s, &in);
+    const int32_t w = in.window, nl = in.local_values, w2 = w * w, S = in.lattice.sx;
+    float *P = centre_picker(w, nl, 1.0f);
+    assert_int_equal(sw_sabre_set_projection(plain, P, w2, nl), SW_EINVAL);
+    assert_non_null(strstr(sw_context_error(ctx), "extend_eq17"));
+    assert_int_equal(sw_sabre_set_projection(s, P, w2 + 1, nl), SW_EINVAL);
+    assert_int_equal(sw_sabre_set_projection(s, P, w2 - 1, nl), SW_EINVAL);
+    assert_int_equal(sw_sabre_set_projection(s, P, w2, nl - 1), SW_EINVAL);
+    assert_int_equal(sw_sabre_set_projection(s, P, nl, w2), SW_EINVAL);
+    assert_int_equal(sw_sabre_set_projection(NULL, P, w2, nl), SW_EINVAL);
+    assert_int_equal(sw_sabre_set_projection(s, P, w2, nl), SW_OK);
+    float *Q = centre_picker(w, nl, 3.0f);
+    Q[(size_t)5 * nl + 17] = NAN;
+    assert_int_equal(sw_sabre_set_projection(s, Q, w2, nl), SW_EINVAL);
+    Q[(size_t)5 * nl + 17] = INFINITY;
+    assert_int_equal(sw_sabre_set_projection(s, Q, w2, nl), SW_EINVAL);
+    /* still the first projection: commands = the centre values */
+    const int64_t nv = sw_sabre_lattice_values(&in.lattice);
+    float *slopes = random_slopes(32 * 32, 5);
+    float *vals = malloc((size_t)nv * sizeof *vals), *act = malloc(33 * 33 * sizeof *act);
+    assert_int_equal(sw_sabre_run(s, slopes, SW_MEM_HOST, vals, act), SW_OK);
+    for (int32_t c = 0; c < 33 * 33; c++) {
+        int32_t I = c % 33 - 1 + in.lattice.offx, J = c / 33 - 1 + in.lattice.offy;
+        assert_true(act[c] == vals[(int64_t)(S + 1) * (S + 1) + (int64_t)J * S + I]);
+    }
+    free(P);
+    free(Q);
+    free(slopes);
+    free(vals);
+    free(act);
+    sw_sabre_destroy(s);
+    sw_sabre_destroy(plain);
+}
+
 /* ------------------------------------------------------------------ bad input */
 
 static void expect_create(const sw_sabre_params *p, sw_status want, const char *word)
@@ -846,6 +1142,7 @@ static void test_strings_defaults(void **state)
     assert_int_equal(p.overlap, 1);
     assert_int_equal(p.pme, SW_SABRE_PME_HIERARCHICAL);
     assert_int_equal(p.dpme_iterations, 0);
+    assert_int_equal(p.extend_eq17, 0);
     sw_sabre_pme e;
     for (int i = 0; i < 3; i++) {
         assert_int_equal(sw_sabre_pme_parse(sw_sabre_pme_string((sw_sabre_pme)i), &e), SW_OK);
@@ -861,12 +1158,15 @@ static void test_strings_defaults(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_geometry),      cmocka_unit_test(test_pairs_mask),
-        cmocka_unit_test(test_tilt_exact),    cmocka_unit_test(test_k1_equals_global),
-        cmocka_unit_test(test_pme_smooth),    cmocka_unit_test(test_dpme_converged),
-        cmocka_unit_test(test_gemm_vs_loops), cmocka_unit_test(test_annular),
-        cmocka_unit_test(test_bad_input),     cmocka_unit_test(test_strings_defaults),
-        cmocka_unit_test(test_padding),       cmocka_unit_test(test_fill),
+        cmocka_unit_test(test_geometry),          cmocka_unit_test(test_pairs_mask),
+        cmocka_unit_test(test_tilt_exact),        cmocka_unit_test(test_k1_equals_global),
+        cmocka_unit_test(test_pme_smooth),        cmocka_unit_test(test_dpme_converged),
+        cmocka_unit_test(test_gemm_vs_loops),     cmocka_unit_test(test_annular),
+        cmocka_unit_test(test_bad_input),         cmocka_unit_test(test_strings_defaults),
+        cmocka_unit_test(test_padding),           cmocka_unit_test(test_fill),
+        cmocka_unit_test(test_eq17_geometry),     cmocka_unit_test(test_eq17_tilt),
+        cmocka_unit_test(test_projection_picker), cmocka_unit_test(test_projection_k1),
+        cmocka_unit_test(test_projection_bad),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
