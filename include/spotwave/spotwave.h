@@ -20,5 +20,6 @@
 #include "spotwave/search.h"
 #include "spotwave/aberrometry.h"
 #include "spotwave/sabre.h"
+#include "spotwave/loop.h"
 
 #endif /* SPOTWAVE_H */

@@ -1,0 +1,387 @@
+/*
+ * spotwave loop: the adaptive-optics loop after the wavefront sensor (seed 002 section 4, seed 000
+ * section 6): a deformable-mirror model, the projection of a reconstructed wavefront onto it (global
+ * Eq. 13 and distributed Eq. 14-16 of seed 002), the interaction / control matrices of the classic
+ * matrix-vector reconstructor, controllers, the real-time chain from camera frame to commands, and a
+ * closed-loop simulator that proves they correct turbulence.
+ *
+ * Coordinates. Everything is placed on the lenslet lattice of sabre.h: lenslet (ix, iy) has its
+ * reference centre at lattice position (x, y) = (ix, iy), one unit = one lenslet pitch, x along the
+ * pupil's +u, y along +v (sim_sh.h).
+ *
+ * The deformable mirror (Fried geometry, seed 002 section 4.B): for an nx x ny lenslet array the
+ * actuators sit at the (nx + 1)(ny + 1) lenslet corners; actuator a = cy (nx + 1) + cx is at
+ * (cx - 1/2, cy - 1/2) (the Fried corners of sabre.h, the centre vertices of the SABRE lattice).
+ * A command u_a is in units of optical path (micrometres of OPD throughout spotwave); the mirror's
+ * correction is the surface
+ *     phi_u(x, y) = sum_a u_a f(x - x_a) f(y - y_a)                         (seed 002 Eq. 12)
+ * with the separable influence function f (one actuator pitch = one lattice unit) of coupling c,
+ * the value of an actuator's influence at its neighbours, 0 < c < 1:
+ *     GAUSSIAN  f(r) = c^(r^2)
+ *     BEZIER    a cubic-Bezier bump monotonically falling from f(0) = 1 to f(1) = c and f(2) = 0,
+ *               zero beyond 2 pitches (the local "monotonic" shape OOMAO builds from cubic Bezier
+ *               curves; seed 002 ref. 20): two cubic Bezier segments with equally spaced
+ *               abscissae, so that for t = |r| in [0, 1] and t = |r| - 1 in [1, 2]
+ *                   f = B3(t; 1, 1, c + s/3, c)  and  f = B3(t; c, c - s/3, 0, 0),
+ *               B3(t; p0..p3) = (1-t)^3 p0 + 3 (1-t)^2 t p1 + 3 (1-t) t^2 p2 + t^3 p3, and the
+ *               slope at one pitch -s with s = 1.5 min(c, 1 - c) (C1, flat at 0 and 2, monotone).
+ * The residual wavefront the sensor sees is W - phi_u (the mirror subtracts its shape).
+ *
+ * Sign of reconstructors. Every reconstructor here returns r, the commands whose mirror shape best
+ * matches the wavefront that produced the slopes (the residual); an integrator adds g r to the
+ * commands. Interaction matrices are measured with the wavefront +phi_u (push) and -phi_u (pull).
+ *
+ * Threading: a plan serves one thread at a time, except the telemetry reader of sw_rtc
+ * (sw_rtc_telemetry_read may run on another thread while the owner runs frames).
+ */
+#ifndef SPOTWAVE_LOOP_H
+#define SPOTWAVE_LOOP_H
+
+#include <stdint.h>
+#include "spotwave/centroid.h"
+#include "spotwave/core.h"
+#include "spotwave/sabre.h"
+#include "spotwave/sim_sh.h"
+#include "spotwave/turbulence.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ================================================================== deformable mirror */
+
+typedef enum sw_dm_influence { SW_DM_GAUSSIAN = 0, SW_DM_BEZIER = 1 } sw_dm_influence;
+
+const char *sw_dm_influence_string(sw_dm_influence f);              /* "gaussian", "bezier" */
+sw_status sw_dm_influence_parse(const char *text, sw_dm_influence *out); /* SW_EINVAL otherwise */
+
+/* The 1-D influence profile f(r) above (r in actuator pitches, either sign). NaN for a coupling
+ * outside (0, 1) or a NaN r. */
+double sw_dm_profile(sw_dm_influence f, double coupling, double r);
+
+typedef struct sw_dm_params {
+    int32_t nx, ny;            /* lenslets; actuators (nx + 1)(ny + 1), 1..1024 lenslets per side */
+    sw_dm_influence influence; /* (GAUSSIAN)                                                       */
+    double coupling;           /* 0 < c < 1 (0.3)                                                  */
+} sw_dm_params;
+
+void sw_dm_params_default(sw_dm_params *p); /* nx = ny = 0 (must be set), GAUSSIAN, 0.3 */
+/* SW_EINVAL with a message for sizes outside 1..1024 or a coupling not in (0, 1). */
+sw_status sw_dm_check(sw_context *ctx, const sw_dm_params *p);
+
+/*
+ * A regular grid of sample points on the lattice: sample (i, k), 0 <= i < width, 0 <= k < height,
+ * at (x0 + i step, y0 + k step); arrays over it are row-major, out[k width + i].
+ */
+typedef struct sw_lattice_grid {
+    int32_t width, height;
+    double x0, y0, step;
+} sw_lattice_grid;
+
+/* q samples per lenslet side over an nx x ny array plus `margin` samples on every side: width =
+ * nx q + 2 margin, step 1/q, x0 = -1/2 + (1/2 - margin) / q (sample centres; the array's
+ * footprint [-1/2, nx - 1/2] is covered exactly by samples margin .. margin + nx q - 1). */
+sw_lattice_grid sw_lattice_grid_lenslets(int32_t nx, int32_t ny, int32_t q, int32_t margin);
+
+/*
+ * The mirror's surface on a grid (Eq. 12): out = F u with F separable, computed as two matrix
+ * products Fy U Fx^T (U the commands as an (ny + 1) x (nx + 1) matrix): OpenBLAS sgemm on the CPU,
+ * cuBLAS sgemm on the GPU (float; GPU and CPU agree to 1e-5 of max |u|).
+ */
+typedef struct sw_dm_shaper sw_dm_shaper;
+
+/* Grid of 1..8192 samples per side, finite positive step. SW_EINVAL, SW_ENOMEM. */
+sw_status sw_dm_shaper_create(sw_context *ctx, const sw_dm_params *dm, const sw_lattice_grid *g,
+                              sw_dm_shaper **out);
+void sw_dm_shaper_destroy(sw_dm_shaper *s); /* NULL is ignored */
+/* commands: (nx + 1)(ny + 1) floats; out: width x height floats; both in `memory` (HOST/PINNED on
+ * any context, DEVICE on CUDA; on CUDA the run has finished when it returns unless both arrays
+ * are device memory, in which case it is queued on the context's stream). NaN commands give
+ * NaN samples (no check). */
+sw_status sw_dm_shaper_run(sw_dm_shaper *s, const float *commands, sw_memory memory, float *out);
+
+/* ================================================================== projection (seed 002 §4.A) */
+
+/*
+ * Least-squares projection of a linear spline (sabre.h's lattice values c) onto the commands of a
+ * set of actuators (Eq. 13, and Eq. 14-15 for one partition's window):
+ *     u = P c,   P = (F^T F + lambda I)^-1 F^T B,
+ * B(x, y) the spline evaluated (sw_sabre_eval's interpolation inside the squares) and F(x, y) the
+ * influence functions at the fitting points: q x q points per lattice square, at
+ * (I + (a + 1/2) / q - offx, J + (b + 1/2) / q - offy), a, b = 0..q-1, for every square (I, J) of
+ * the lattice (0 <= I < sx, 0 <= J < sy) selected by square_mask (NULL: all). lambda =
+ * regularisation x trace(F^T F) / nact keeps actuators that no point sees (outside the pupil) at 0
+ * and the system positive definite. Built in double (dense normal equations, LAPACKE_dposv),
+ * stored as float, row-major: P[a ncols + v].
+ * Actuators: a rectangular grid of nax x nay, actuator a = j nax + i at (ax0 + i, ay0 + j).
+ */
+typedef struct sw_projector_params {
+    sw_dm_influence influence;
+    double coupling;
+    sw_sabre_lattice lattice;    /* the spline's lattice                                       */
+    int32_t nax, nay;            /* actuator grid, nax nay <= 16384                             */
+    double ax0, ay0;             /* lattice position of actuator (0, 0)                         */
+    int32_t samples;             /* q, fitting points per square side, 1..16 (4)               */
+    const uint8_t *square_mask;  /* optional sx * sy (J sx + I): squares whose points are fitted */
+    double regularisation;       /* >= 0 (1e-6)                                                 */
+} sw_projector_params;
+
+void sw_projector_params_default(sw_projector_params *p);
+
+/* The usual two: the whole nx x ny array's Fried actuators for a lattice (global projection), and
+ * one D-SABRE window of w x w squares with its w x w actuators at the square centres (the local
+ * projection of Eq. 14-15, lattice {w, w, 0, 0}, all squares). Influence and coupling from dm. */
+void sw_projector_params_global(sw_projector_params *p, const sw_dm_params *dm,
+                                const sw_sabre_lattice *lattice);
+void sw_projector_params_window(sw_projector_params *p, const sw_dm_params *dm, int32_t w);
+
+typedef struct sw_projector sw_projector;
+
+/* SW_EINVAL (bad sizes, no fitting point, coupling), SW_ENOMEM, SW_EINTERNAL (LAPACK). */
+sw_status sw_projector_create(sw_context *ctx, const sw_projector_params *p, sw_projector **out);
+void sw_projector_destroy(sw_projector *p); /* NULL is ignored */
+/* P (host, row-major rows x cols: rows = actuators, cols = lattice values). */
+const float *sw_projector_matrix(const sw_projector *p, int32_t *rows, int32_t *cols);
+/* commands = P values (GEMV: OpenBLAS / cuBLAS); arrays in `memory` as sw_dm_shaper_run. */
+sw_status sw_projector_run(sw_projector *p, const float *values, sw_memory memory,
+                           float *commands);
+
+/* ================================================================== interaction and control */
+
+/* The system as the calibration sees it: apply `commands` (nact floats, host) to the mirror, take
+ * a measurement and write nslopes slopes (host). Return SW_OK or a failure (stops the
+ * calibration, which returns it). */
+typedef sw_status (*sw_measure_fn)(void *user, const float *commands, float *slopes);
+
+/*
+ * Interaction matrix by push-pull: column a = (s(+amp e_a) - s(-amp e_a)) / (2 amp), with the
+ * other commands 0. im: nslopes x nact, column-major (im[a nslopes + k]). amp > 0 and finite.
+ */
+sw_status sw_interaction_matrix(sw_context *ctx, int32_t nact, int32_t nslopes, double amp,
+                                sw_measure_fn measure, void *user, float *im);
+
+/*
+ * Control matrix: the truncated pseudo-inverse of the interaction matrix, C = V S^+ U^T over the
+ * kept modes (LAPACKE_dgesdd in double): singular values sigma_i >= sigma_0 / max_condition are
+ * kept (max_condition >= 1; 0: no limit), and at most max_modes of them (0: no limit). Returns cm:
+ * nact x nslopes row-major (cm[a nslopes + k]: actuator a's row, as the GPU's GEMV reads it);
+ * optional outputs (NULL to skip): *kept, singular (min(nslopes, nact) doubles, descending) and
+ * modes (nact x kept, column-major: the kept right singular vectors, an orthonormal modal basis
+ * for sw_controller's PI). SW_EINVAL for bad sizes or a non-finite entry; SW_EINTERNAL when the
+ * SVD fails.
+ */
+typedef struct sw_cm_result {
+    int32_t kept;
+    double *singular; /* caller's array or NULL */
+    float *modes;     /* caller's array (nact x nact suffices) or NULL */
+} sw_cm_result;
+
+sw_status sw_control_matrix(sw_context *ctx, const float *im, int32_t nslopes, int32_t nact,
+                            double max_condition, int32_t max_modes, float *cm,
+                            sw_cm_result *result);
+
+/* ================================================================== controllers (seed 000 §6) */
+
+typedef enum sw_controller_kind {
+    SW_CTRL_INTEGRATOR = 0, /* u_k = u_{k-1} + g r_k                                      */
+    SW_CTRL_LEAKY = 1,      /* u_k = (1 - leak) u_{k-1} + g r_k                           */
+    SW_CTRL_PI = 2          /* per mode: e = B^T r_k, I_k = I_{k-1} + e, u_k = B (kp e + ki I_k) */
+} sw_controller_kind;
+
+const char *sw_controller_kind_string(sw_controller_kind k); /* integrator|leaky|pi */
+sw_status sw_controller_kind_parse(const char *text, sw_controller_kind *out);
+
+typedef struct sw_controller_params {
+    sw_controller_kind kind;
+    int32_t nact;       /* commands, >= 1                                                   */
+    double gain;        /* g (0.5); PI: ki of every mode when ki is NULL                       */
+    double leak;        /* 0 <= leak < 1 (0.01), LEAKY only                                   */
+    int32_t nmodes;     /* PI: modes (1..nact)                                               */
+    const float *modes; /* PI: B, nact x nmodes column-major, orthonormal columns (copied);
+                           NULL: the identity (one mode per actuator, nmodes = nact)           */
+    const float *kp;    /* PI: nmodes proportional gains, NULL: 0 (copied)                    */
+    const float *ki;    /* PI: nmodes integral gains, NULL: gain (copied)                     */
+    double clip;        /* > 0: every command clipped to [-clip, clip] (stroke); 0: none (0) */
+} sw_controller_params;
+
+/* INTEGRATOR, nact 0 (must be set), gain 0.5, leak 0.01, no modes, no clip. */
+void sw_controller_params_default(sw_controller_params *p);
+
+/* The controller on the CPU (the real-time chain runs the same update on the GPU). The state
+ * (u_{k-1}, and the PI integrals) starts at 0. */
+typedef struct sw_controller sw_controller;
+sw_status sw_controller_create(sw_context *ctx, const sw_controller_params *p,
+                               sw_controller **out);
+void sw_controller_destroy(sw_controller *c); /* NULL is ignored */
+void sw_controller_reset(sw_controller *c);   /* state back to 0 */
+/* One step: r (nact floats, host) -> commands u_k (nact floats, host). A non-finite r: SW_ERANGE,
+ * state unchanged. */
+sw_status sw_controller_step(sw_controller *c, const float *r, float *u);
+
+/* ================================================================== real-time chain */
+
+typedef enum sw_rtc_recon {
+    SW_RTC_MVM = 0,  /* r = C s (control matrix), FP32 or FP16 storage                      */
+    SW_RTC_SABRE = 1 /* r = projection of the D-SABRE wavefront of s (sabre.h)              */
+} sw_rtc_recon;
+
+typedef enum sw_rtc_projection {
+    SW_RTC_PROJ_CORNERS = 0, /* r = the spline at the Fried corners (sw_sabre_run's actuators) */
+    SW_RTC_PROJ_GLOBAL = 1,  /* r = P values, P an sw_projector of the extended lattice (Eq. 13) */
+    SW_RTC_PROJ_LOCAL = 2    /* distributed projection inside the D-SABRE run (Eq. 14-16,
+                                sw_sabre_set_projection)                                       */
+} sw_rtc_projection;
+
+/*
+ * The chain frame -> calibration -> centroids -> slopes -> reconstruction -> controller ->
+ * commands as one plan. Slopes are the centroid stage's (pixels, x block then y block over the
+ * geometry's mask: ns per axis). On CUDA: the frame is copied in (from host memory, pinned for
+ * speed, or taken from device memory), and the centroid kernel, the reconstruction (cuBLAS sgemv /
+ * the FP16 GEMV kernel, or the D-SABRE kernels), the controller and the writes of the commands
+ * (and of the telemetry) run as one CUDA graph; a run allocates nothing and synchronises once, at
+ * its end. On the CPU the same stages run in turn (OpenMP / OpenBLAS).
+ */
+typedef struct sw_rtc_params {
+    sw_centroid_params centroid; /* geometry, frame size and type, conditioning (path ignored)  */
+    sw_rtc_recon recon;
+    int32_t nact;                /* commands                                                     */
+    /* MVM */
+    const float *cm;             /* nact x 2 ns row-major (sw_control_matrix's layout), copied   */
+    int fp16;                    /* GPU: store C in FP16, accumulate in FP32 (CPU: float always) */
+    /* SABRE (nx, ny of the geometry; pitch: the lenslet pitch in the unit wanted for values) */
+    sw_sabre_params sabre;
+    double slope_scale;          /* pixel slopes x this = the slopes sabre is given (radians:
+                                    pixel_um / (focal_mm 1000)); > 0                            */
+    sw_rtc_projection projection;
+    const float *projection_matrix; /* GLOBAL: nact x nvalues (sw_projector_matrix of the plan's
+                                       extended lattice); LOCAL: w^2 x nl (the window's)        */
+    sw_controller_params controller; /* nact must equal nact above                            */
+    int32_t telemetry;           /* ring slots, 0 (none) .. 65536                               */
+} sw_rtc_params;
+
+void sw_rtc_params_default(sw_rtc_params *p);
+
+typedef struct sw_rtc sw_rtc;
+
+sw_status sw_rtc_create(sw_context *ctx, const sw_rtc_params *p, sw_rtc **out);
+void sw_rtc_destroy(sw_rtc *r); /* NULL is ignored */
+void sw_rtc_reset(sw_rtc *r);   /* controller state to 0 (telemetry kept) */
+/* Slopes per axis (ns) of the plan. */
+int32_t sw_rtc_slopes(const sw_rtc *r);
+
+/*
+ * One frame: `frame` (width x height of the plan's type, host/pinned memory, or device memory on
+ * CUDA) -> commands (nact floats in host memory; NULL: only the plan's copy is updated, see
+ * sw_rtc_commands). Has finished when it returns. slopes: optional host array (2 ns floats) for
+ * the frame's slopes (copied after the commands; costs a copy).
+ */
+sw_status sw_rtc_run(sw_rtc *r, const sw_image *frame, float *commands, float *slopes);
+/* The last commands (host memory owned by the plan, nact floats; pinned on CUDA). */
+const float *sw_rtc_commands(const sw_rtc *r);
+/* Wall time of the last run (host clock, microseconds). */
+double sw_rtc_last_us(const sw_rtc *r);
+
+/*
+ * Telemetry: a ring of `telemetry` slots, each the frame number (counting from 1), the slopes (2 ns)
+ * and the commands (nact) of one run, written at the end of every run. sw_rtc_telemetry_read
+ * copies the newest complete slot (any thread; lock-free, retried while the writer overwrites it)
+ * and returns its frame number in *frame (0: nothing yet). slopes / commands may be NULL.
+ */
+sw_status sw_rtc_telemetry_read(sw_rtc *r, int64_t *frame, float *slopes, float *commands);
+
+/* ================================================================== closed-loop simulator */
+
+typedef enum sw_loop_recon {
+    SW_LOOP_MVM = 0,          /* interaction matrix by push-pull, truncated-SVD control matrix  */
+    SW_LOOP_SABRE_GLOBAL = 1, /* global SABRE (CPU) + global projection (Eq. 13)                 */
+    SW_LOOP_DSABRE_GLOBAL = 2,/* D-SABRE + global projection of its extended lattice (Eq. 13)    */
+    SW_LOOP_DSABRE_LOCAL = 3  /* D-SABRE + distributed projection (Eq. 14-16)                    */
+} sw_loop_recon;
+
+const char *sw_loop_recon_string(sw_loop_recon r); /* mvm|sabre|dsabre-global|dsabre-local */
+sw_status sw_loop_recon_parse(const char *text, sw_loop_recon *out);
+
+typedef struct sw_loop_params {
+    /* telescope and sensor */
+    int32_t nx;               /* lenslets per side (32)                                         */
+    double diameter_m;        /* D (12)                                                          */
+    int square_pupil;         /* 1: the whole square array is lit (seed 002 Fig. 11) (1)        */
+    double obscuration;       /* circular pupil only: central obscuration, fraction of D (0)    */
+    int32_t px_per_lenslet;   /* detector pixels per lenslet side (8)                           */
+    double wfs_wavelength_um; /* (0.7)                                                           */
+    double nyquist_px;        /* lambda f / d in pixels at the WFS wavelength (2)                */
+    sw_sh_model model;        /* DIFFRACTION (seed 002's OOMAO SH) or GEOMETRIC                  */
+    double magnitude;         /* guide star; NAN: noise-free (NAN)                                */
+    double zero_point;        /* photons s^-1 m^-2 at magnitude 0 (9e9)                          */
+    double throughput;        /* (0.5)                                                           */
+    double read_noise_e;      /* (2), only with a magnitude                                       */
+    double threshold_e;       /* centroid threshold subtracted, e- (0: 3 read_noise when noisy)  */
+    /* atmosphere */
+    sw_turbulence turbulence; /* r0 0.15 m at 0.5 um, L0 25 m                                    */
+    double wind_m_s;          /* (2.778 = 10 km/h)                                               */
+    double rate_hz;           /* frame rate (500)                                                 */
+    uint64_t seed;            /* screen and noise seed (1)                                        */
+    int32_t samples;          /* phase samples per lenslet side (8)                               */
+    /* mirror and reconstruction */
+    sw_dm_params dm;          /* nx, ny set from nx; influence and coupling used                  */
+    sw_loop_recon recon;
+    double cm_condition;      /* MVM: max condition number (30)                                   */
+    double poke_um;           /* MVM: push-pull amplitude, um (0.05)                              */
+    int32_t partitions;       /* D-SABRE k (4)                                                    */
+    int32_t overlap;          /* D-SABRE OL (1)                                                   */
+    /* control */
+    sw_controller_params controller; /* kind, gain, leak, PI gains (nact filled by the sim)       */
+    int32_t delay;            /* extra frames between a measurement and its command (0)           */
+    /* science */
+    double science_wavelength_um; /* (1.25, J band)                                              */
+    int32_t warmup;           /* frames before the long exposure starts (20)                      */
+} sw_loop_params;
+
+/* The seed 002 section 4.B setting: 32 x 32, D = 12 m, square pupil, DIFFRACTION, noise-free,
+ * r0 = 0.15 m at 0.5 um, L0 = 25 m, 10 km/h, 500 Hz, Gaussian coupling 0.3, D-SABRE 4 x 4 with the
+ * distributed projection, integrator gain 0.5, J band, 20 warm-up frames. */
+void sw_loop_params_default(sw_loop_params *p);
+
+/* What one simulated frame gives (after the frame's measurement and command). */
+typedef struct sw_loop_frame {
+    int64_t frame;         /* 1, 2, ...                                                      */
+    double turbulence_nm;  /* RMS of the turbulence over the pupil (piston removed), nm      */
+    double residual_nm;    /* RMS of the residual W - phi_u seen by the science camera, nm   */
+    double strehl;         /* short-exposure Strehl: peak of this frame's PSF / diffraction peak */
+    double marechal;       /* exp(-(2 pi residual / lambda_science)^2)                         */
+    double command_rms_um; /* RMS of the commands applied                                      */
+} sw_loop_frame;
+
+typedef struct sw_loop sw_loop;
+
+/*
+ * Builds the system: the infinite screen (CPU), the SH simulator and the detector, the RTC plan of
+ * the chosen reconstructor (MVM: measures the interaction matrix through this simulator's own SH
+ * model and centroids, noise-free, then the control matrix), the DM shaper, the science PSF (FFT of
+ * twice the pupil grid: cuFFT on CUDA, FFTW on the CPU). SW_EINVAL with a message for bad
+ * parameters. Everything runs on the context's backend except the screen (CPU) and global SABRE.
+ */
+sw_status sw_loop_create(sw_context *ctx, const sw_loop_params *p, sw_loop **out);
+void sw_loop_destroy(sw_loop *l); /* NULL is ignored */
+/* Runs one frame: the screen moves by wind / rate; the DM shape of the command due now (delay) is
+ * subtracted; the SH frame is rendered (noise added) and put through the RTC; the science PSF of
+ * the residual is formed and added to the long exposure when past the warm-up. */
+sw_status sw_loop_step(sw_loop *l, sw_loop_frame *out);
+/* Long-exposure Strehl: peak of the summed PSFs since the warm-up / (frames x diffraction peak);
+ * NaN before any. */
+double sw_loop_long_strehl(const sw_loop *l);
+/* Best fit of the current turbulence by the mirror (the fitting error, nm): the residual of the
+ * least-squares projection of the pupil's phase samples onto the influence functions. */
+sw_status sw_loop_fitting_error(sw_loop *l, double *rms_nm);
+/* The control matrix's kept modes (MVM), -1 otherwise. */
+int32_t sw_loop_modes(const sw_loop *l);
+/* Phase maps of the last frame (pupil grid, samples x nx per side, um; NaN outside the pupil):
+ * any may be NULL. */
+sw_status sw_loop_maps(const sw_loop *l, int32_t *side, float *turbulence, float *correction,
+                       float *residual);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SPOTWAVE_LOOP_H */

@@ -1,0 +1,223 @@
+/*
+ * The controllers on the CPU (loop.h, seed 000 section 6: one regulator per actuator, or one PI
+ * regulator per wavefront mode). The per-command and per-mode updates are loop_internal.h's
+ * sw_loop_update and sw_loop_pi, which the GPU chain (rtc_cuda.cu) uses too. PI's modal
+ * projections e = B^T r and u = B v are float GEMVs (OpenBLAS here, cuBLAS there).
+ */
+#include "loop/loop_internal.h"
+
+#include <cblas.h>
+#include <ctype.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *sw_controller_kind_string(sw_controller_kind k)
+{
+    switch (k) {
+    case SW_CTRL_INTEGRATOR: return "integrator";
+    case SW_CTRL_LEAKY: return "leaky";
+    case SW_CTRL_PI: return "pi";
+    }
+    return "unknown";
+}
+
+static int same_word(const char *a, const char *b)
+{
+    for (; *a && *b; a++, b++)
+        if (tolower((unsigned char)*a) != tolower((unsigned char)*b))
+            return 0;
+    return *a == '\0' && *b == '\0';
+}
+
+sw_status sw_controller_kind_parse(const char *text, sw_controller_kind *out)
+{
+    if (!text || !out)
+        return sw_fail(NULL, SW_EINVAL, "controller: NULL %s", !text ? "text" : "out");
+    for (int i = 0; i <= (int)SW_CTRL_PI; i++)
+        if (same_word(text, sw_controller_kind_string((sw_controller_kind)i))) {
+            *out = (sw_controller_kind)i;
+            return SW_OK;
+        }
+    return sw_fail(NULL, SW_EINVAL, "controller: unknown kind '%s' (integrator, leaky or pi)",
+                   text);
+}
+
+void sw_controller_params_default(sw_controller_params *p)
+{
+    if (!p)
+        return;
+    memset(p, 0, sizeof *p);
+    p->kind = SW_CTRL_INTEGRATOR;
+    p->nact = 0;
+    p->gain = 0.5;
+    p->leak = 0.01;
+    p->nmodes = 0;
+    p->modes = NULL;
+    p->kp = NULL;
+    p->ki = NULL;
+    p->clip = 0.0;
+}
+
+void sw_controller_destroy(sw_controller *c)
+{
+    if (!c)
+        return;
+    free(c->modes);
+    free(c->kp);
+    free(c->ki);
+    free(c->u);
+    free(c->integ);
+    free(c->e);
+    free(c);
+}
+
+/* Index of the first non-finite of n floats, or -1. */
+static int64_t first_nonfinite(const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return i;
+    return -1;
+}
+
+static sw_status check_params(sw_context *ctx, const sw_controller_params *p)
+{
+    if (p->kind != SW_CTRL_INTEGRATOR && p->kind != SW_CTRL_LEAKY && p->kind != SW_CTRL_PI)
+        return sw_fail(ctx, SW_EINVAL, "controller: unknown kind %d", (int)p->kind);
+    if (p->nact < 1)
+        return sw_fail(ctx, SW_EINVAL, "controller: %d commands (>= 1)", (int)p->nact);
+    if (!isfinite(p->gain))
+        return sw_fail(ctx, SW_EINVAL, "controller: gain %g is not finite", p->gain);
+    if (p->kind == SW_CTRL_LEAKY && !(p->leak >= 0.0 && p->leak < 1.0))
+        return sw_fail(ctx, SW_EINVAL, "controller: leak %g is not in [0, 1)", p->leak);
+    if (!(isfinite(p->clip) && p->clip >= 0.0))
+        return sw_fail(ctx, SW_EINVAL, "controller: clip %g is not finite and >= 0 (0: none)",
+                       p->clip);
+    if (p->kind != SW_CTRL_PI)
+        return SW_OK;
+    const int32_t nm = p->modes ? p->nmodes : p->nact;
+    if (p->modes && (p->nmodes < 1 || p->nmodes > p->nact))
+        return sw_fail(ctx, SW_EINVAL, "controller: %d modes for %d commands (1..nact)",
+                       (int)p->nmodes, (int)p->nact);
+    if (p->modes && first_nonfinite(p->modes, (int64_t)p->nact * nm) >= 0)
+        return sw_fail(ctx, SW_EINVAL, "controller: the modal basis has a non-finite entry");
+    int64_t bad = p->kp ? first_nonfinite(p->kp, nm) : -1;
+    if (bad >= 0)
+        return sw_fail(ctx, SW_EINVAL, "controller: kp of mode %lld is not finite", (long long)bad);
+    bad = p->ki ? first_nonfinite(p->ki, nm) : -1;
+    if (bad >= 0)
+        return sw_fail(ctx, SW_EINVAL, "controller: ki of mode %lld is not finite", (long long)bad);
+    return SW_OK;
+}
+
+sw_status sw_controller_create(sw_context *ctx, const sw_controller_params *p, sw_controller **out)
+{
+    if (!out)
+        return sw_fail(ctx, SW_EINVAL, "controller: NULL output");
+    *out = NULL;
+    if (!p)
+        return sw_fail(ctx, SW_EINVAL, "controller: NULL parameters");
+    sw_status st = check_params(ctx, p);
+    if (st != SW_OK)
+        return st;
+
+    sw_controller *c = (sw_controller *)calloc(1, sizeof *c);
+    if (!c)
+        return sw_fail(ctx, SW_ENOMEM, "controller: out of memory");
+    c->ctx = ctx;
+    c->p = *p;
+    c->p.modes = NULL;
+    c->p.kp = NULL;
+    c->p.ki = NULL;
+    const int32_t nact = p->nact;
+    c->u = (float *)calloc((size_t)nact, sizeof(float));
+    int ok = c->u != NULL;
+    if (p->kind == SW_CTRL_PI) {
+        const int32_t nm = p->modes ? p->nmodes : nact;
+        c->nmodes = nm;
+        c->p.nmodes = nm;
+        c->kp = (float *)malloc((size_t)nm * sizeof(float));
+        c->ki = (float *)malloc((size_t)nm * sizeof(float));
+        c->integ = (float *)calloc((size_t)nm, sizeof(float));
+        c->e = (float *)calloc((size_t)nm, sizeof(float));
+        ok = ok && c->kp && c->ki && c->integ && c->e;
+        if (ok && p->modes) {
+            const size_t bytes = (size_t)nact * nm * sizeof(float);
+            c->modes = (float *)malloc(bytes);
+            ok = c->modes != NULL;
+            if (ok)
+                memcpy(c->modes, p->modes, bytes);
+        }
+        if (ok) {
+            for (int32_t i = 0; i < nm; i++) {
+                c->kp[i] = p->kp ? p->kp[i] : 0.0f;
+                c->ki[i] = p->ki ? p->ki[i] : (float)p->gain;
+            }
+            c->p.modes = c->modes;
+            c->p.kp = c->kp;
+            c->p.ki = c->ki;
+        }
+    }
+    if (!ok) {
+        sw_controller_destroy(c);
+        return sw_fail(ctx, SW_ENOMEM, "controller: out of memory (%d commands)", (int)nact);
+    }
+    *out = c;
+    return SW_OK;
+}
+
+void sw_controller_reset(sw_controller *c)
+{
+    if (!c)
+        return;
+    memset(c->u, 0, (size_t)c->p.nact * sizeof(float));
+    if (c->integ)
+        memset(c->integ, 0, (size_t)c->nmodes * sizeof(float));
+}
+
+sw_status sw_controller_step(sw_controller *c, const float *r, float *u)
+{
+    if (!c)
+        return sw_fail(NULL, SW_EINVAL, "controller: NULL controller");
+    if (!r || !u)
+        return sw_fail(c->ctx, SW_EINVAL, "controller: NULL %s", !r ? "input" : "output");
+    const int32_t nact = c->p.nact;
+    const int64_t bad = first_nonfinite(r, nact);
+    if (bad >= 0) /* before anything changes: the state stays as it was */
+        return sw_fail(c->ctx, SW_ERANGE, "controller: input %lld is %s", (long long)bad,
+                       isnan(r[bad]) ? "NaN" : "infinite");
+    const float clip = (float)c->p.clip;
+
+    if (c->p.kind != SW_CTRL_PI) {
+        /* u_k = keep u_{k-1} + g r_k, keep = 1 (integrator) or 1 - leak, then the clip */
+        const float gain = (float)c->p.gain;
+        const float keep = c->p.kind == SW_CTRL_LEAKY ? (float)(1.0 - c->p.leak) : 1.0f;
+        for (int32_t a = 0; a < nact; a++) {
+            const float v = sw_loop_update(c->u[a], r[a], gain, keep, clip);
+            c->u[a] = v;
+            u[a] = v;
+        }
+        return SW_OK;
+    }
+
+    /* PI per mode: e = B^T r, v_i = kp_i e_i + ki_i I_i (I_i += e_i), u = B v, then the clip */
+    const int32_t nm = c->nmodes;
+    if (c->modes)
+        cblas_sgemv(CblasColMajor, CblasTrans, nact, nm, 1.0f, c->modes, nact, r, 1, 0.0f, c->e, 1);
+    else
+        memcpy(c->e, r, (size_t)nact * sizeof(float));
+    for (int32_t i = 0; i < nm; i++)
+        c->e[i] = sw_loop_pi(c->e[i], c->kp[i], c->ki[i], &c->integ[i]);
+    if (c->modes)
+        cblas_sgemv(CblasColMajor, CblasNoTrans, nact, nm, 1.0f, c->modes, nact, c->e, 1, 0.0f,
+                    c->u, 1);
+    else
+        memcpy(c->u, c->e, (size_t)nact * sizeof(float));
+    for (int32_t a = 0; a < nact; a++) {
+        /* the clip alone: 0 * 0 + 1 * x is x exactly */
+        c->u[a] = sw_loop_update(0.0f, c->u[a], 1.0f, 0.0f, clip);
+        u[a] = c->u[a];
+    }
+    return SW_OK;
+}

@@ -1,0 +1,178 @@
+/*
+ * Between the loop stage's files (not public):
+ *   dm.c, dm_cuda.cu          the mirror model, the shaper, the projector (loop.h)
+ *   calib.c                   interaction matrix (push-pull) and control matrix (truncated SVD)
+ *   controller.c              the controllers on the CPU
+ *   rtc.c, rtc_cuda.cu        the real-time chain (CPU run here, GPU graph in rtc_cuda.cu)
+ *   loopsim.c, loopsim_cuda.cu  the closed-loop simulator (science PSF on the GPU there)
+ * The controller update is written once here for the CPU controller and the GPU chain.
+ */
+#ifndef SW_LOOP_INTERNAL_H
+#define SW_LOOP_INTERNAL_H
+
+#include <math.h>
+#include <stdint.h>
+
+#include "core/core_internal.h"
+#include "spotwave/loop.h"
+
+#ifdef __CUDACC__
+#define SW_LOOP_HD __host__ __device__
+#else
+#define SW_LOOP_HD
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The controller (controller.c); the real-time chain reads its parameters and copied arrays. */
+struct sw_controller {
+    sw_context *ctx;
+    sw_controller_params p; /* p.modes / kp / ki point at the copies below (or NULL)          */
+    int32_t nmodes;         /* PI: modes (nact when modes is NULL)                            */
+    float *modes;           /* PI: nact x nmodes column-major copy, or NULL (identity)       */
+    float *kp, *ki;         /* PI: nmodes gains each (always allocated for PI)               */
+    float *u;               /* nact: u_{k-1}                                                  */
+    float *integ;           /* PI: nmodes integrals                                          */
+    float *e;               /* PI: nmodes scratch                                            */
+};
+
+/* Integrator / leaky update of one command (seed 000 section 6's regulator per actuator), then
+ * the stroke clip (clip <= 0: none). Float arithmetic in this order on both backends. */
+static inline SW_LOOP_HD float sw_loop_update(float u_prev, float r, float gain, float keep,
+                                              float clip)
+{
+    float u = keep * u_prev + gain * r; /* keep = 1 (integrator) or 1 - leak */
+    if (clip > 0.0f)
+        u = u > clip ? clip : (u < -clip ? -clip : u);
+    return u;
+}
+
+/* PI update of one mode: integral I += e, output kp e + ki I (the clip applies to the commands
+ * B v afterwards). */
+static inline SW_LOOP_HD float sw_loop_pi(float e, float kp, float ki, float *integ)
+{
+    *integ = *integ + e;
+    return kp * e + ki * *integ;
+}
+
+/* ---- dm.c / dm_cuda.cu internal declarations (owned by the dm helper) ---- */
+
+/* The mirror's shaper (dm.c): out = Fy U Fx^T (Eq. 12, separable). Fx[i nax + a] = f(x_i - x_a)
+ * (width x nax, row-major), Fy[k nay + b] = f(y_k - y_b) (height x nay), nax = nx + 1,
+ * nay = ny + 1; T = U Fx^T (nay x width, row-major) the scratch between the two products. */
+struct sw_dm_shaper {
+    sw_context *ctx;
+    sw_dm_params dm;
+    sw_lattice_grid grid;
+    int32_t nax, nay;
+    float *Fx, *Fy; /* host copies (the CPU run's operands, uploaded on CUDA)           */
+    float *T;       /* CPU scratch, nay x width                                        */
+    void *gpu;      /* dm_cuda.cu's state, NULL on the CPU                              */
+};
+
+/* The projector (dm.c): P (nact x nvalues, row-major float) on the host; on CUDA a device copy. */
+struct sw_projector {
+    sw_context *ctx;
+    int32_t nact, nvalues;
+    float *P;
+    void *gpu; /* dm_cuda.cu's state, NULL on the CPU */
+};
+
+/* GPU side (dm_cuda.cu): create uploads the host matrices, makes a cuBLAS handle on the
+ * context's stream and the device buffers (scratch, staging for host arrays); destroy frees it
+ * (gpu NULL ignored); run: host/pinned arrays are staged and the call has finished when it
+ * returns, device arrays are only queued on the context's stream. */
+sw_status sw_dm_shaper_gpu_create(sw_dm_shaper *s);
+void sw_dm_shaper_gpu_destroy(sw_dm_shaper *s);
+sw_status sw_dm_shaper_gpu_run(sw_dm_shaper *s, const float *commands, sw_memory memory,
+                               float *out);
+sw_status sw_projector_gpu_create(sw_projector *p);
+void sw_projector_gpu_destroy(sw_projector *p);
+sw_status sw_projector_gpu_run(sw_projector *p, const float *values, sw_memory memory,
+                               float *commands);
+
+/* ---- rtc.c / rtc_cuda.cu internal declarations (owned by the rtc helper) ---- */
+
+/* The real-time chain. rtc.c builds everything host-side (validation, the centroid plan, the
+ * copied matrices, the controller, the D-SABRE plan, the telemetry ring) and runs the CPU chain;
+ * on a CUDA context rtc_cuda.cu uploads it and runs the GPU chain as one graph. */
+struct sw_rtc {
+    sw_context *ctx;
+    sw_rtc_params p;        /* as given; p.cm / p.projection_matrix point at the copies below */
+    int gpu;                /* 1 on a CUDA context */
+    int32_t ns, nact;       /* slopes per axis, commands */
+    int32_t nx, ny;         /* lenslet array */
+    sw_centroid_plan *cent; /* HOST path (CPU), DEVICE path on the plan's frame buffer (GPU) */
+    int32_t *slope_l;       /* ns: flat lenslet index of slope k (sw_centroid_plan_slope_lenslet) */
+    float *cm;              /* MVM: nact x 2 ns row-major copy */
+    sw_sabre *sabre;        /* SABRE: the D-SABRE plan (mask = the geometry's) */
+    int64_t nvalues;        /* SABRE: values of the plan's extended lattice */
+    float *proj;            /* GLOBAL: nact x nvalues copy; LOCAL: handed to the sabre plan */
+    sw_controller *ctrl;    /* the controller (CPU run; parameters and copies for the GPU) */
+    /* host buffers of the CPU run */
+    float *slopes;     /* 2 ns: the frame's slopes (pinned staging of the telemetry on CUDA) */
+    float *sab_slopes; /* SABRE: 2 nx ny slopes given to sabre */
+    float *sab_values; /* GLOBAL: nvalues */
+    float *rvec;       /* nact: the reconstruction r */
+    float *commands;   /* nact: the last commands (pinned on CUDA) */
+    int pinned;        /* slopes and commands are pinned (CUDA) */
+    int32_t tslots;    /* telemetry ring slots (0: none) */
+    void *tele;        /* rtc.c's ring (C11 atomics, so not visible to the CUDA side) */
+    int64_t frames;    /* frames run (the number of the last one) */
+    double last_us;
+    void *gpu_state; /* rtc_cuda.cu's state */
+};
+
+/* GPU side (rtc_cuda.cu, CUDA builds only). create: device buffers, matrices, cuBLAS, one plain
+ * pass, then the graph (state back to 0); destroy frees it (NULL state ignored). run: copies the
+ * frame in, launches the graph and returns when the commands are in r->commands (pinned); the
+ * slopes' copy into r->slopes (only with telemetry) may still be running: finish waits for the
+ * stream. reset: the controller state to 0 (queued). slopes: copies the frame's slopes from the
+ * device to a host array (after run; synchronous). */
+sw_status sw_rtc_gpu_create(sw_rtc *r);
+void sw_rtc_gpu_destroy(sw_rtc *r);
+sw_status sw_rtc_gpu_run(sw_rtc *r, const sw_image *frame);
+sw_status sw_rtc_gpu_finish(sw_rtc *r);
+sw_status sw_rtc_gpu_reset(sw_rtc *r);
+sw_status sw_rtc_gpu_slopes(sw_rtc *r, float *host);
+
+/* ---- loopsim.c / loopsim_cuda.cu internal declarations (owned by the loopsim helper) ---- */
+
+/* For tests and studies: the interaction matrix the simulator measured (2 ns x nact column-major,
+ * im[a 2ns + k]) and its control matrix (nact x 2 ns row-major), MVM only (NULL otherwise; ns =
+ * slopes per axis, *nslopes = 2 ns). */
+const float *sw_loop_interaction(const sw_loop *l, int32_t *nslopes, int32_t *nact);
+const float *sw_loop_control(const sw_loop *l);
+/* The commands applied to the mirror in the last frame (nact floats, host). */
+const float *sw_loop_applied(const sw_loop *l, int32_t *nact);
+/* CUDA context: run the DM shaper on the GPU (on = 1: upload, cuBLAS, download) or on the host
+ * (on = 0, the default: OpenBLAS on a private CPU context). No effect on a CPU context. */
+sw_status sw_loop_shaper_on_gpu(sw_loop *l, int on);
+
+#ifdef SW_HAVE_CUDA
+/* The science camera on the GPU (loopsim_cuda.cu): an n x n pupil (mask: 1 inside), its field
+ * exp(2 pi i W / lambda) zero-padded to 2n x 2n, cuFFT C2C (float), |E|^2, its maximum and the
+ * long-exposure sum (double). All work on the context's stream; nothing allocated per frame. */
+typedef struct sw_loop_psf_gpu sw_loop_psf_gpu;
+sw_status sw_loop_psf_gpu_create(sw_context *ctx, int32_t n, const uint8_t *mask,
+                                 double wavelength_um, sw_loop_psf_gpu **out);
+void sw_loop_psf_gpu_destroy(sw_loop_psf_gpu *g); /* NULL is ignored */
+/* The pinned host array (n x n floats, W in um) that the next enqueue uploads. */
+float *sw_loop_psf_gpu_input(sw_loop_psf_gpu *g);
+/* Queues the upload, the field, the FFT, |E|^2 and its maximum (and, when accumulate, the sum
+ * into the long exposure). */
+sw_status sw_loop_psf_gpu_enqueue(sw_loop_psf_gpu *g, int accumulate);
+/* Waits for the stream and returns the last enqueued PSF's maximum. */
+sw_status sw_loop_psf_gpu_peak(sw_loop_psf_gpu *g, double *peak);
+/* The maximum of the long-exposure sum (waits). */
+sw_status sw_loop_psf_gpu_long_peak(sw_loop_psf_gpu *g, double *peak);
+#endif
+
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SW_LOOP_INTERNAL_H */
