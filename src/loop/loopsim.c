@@ -1,0 +1,1310 @@
+/*
+ * The closed-loop simulator of loop.h (sw_loop_*): an infinite turbulence screen moving with the
+ * wind, a deformable mirror subtracting its shape, a Shack-Hartmann sensor, a reconstructor and a
+ * controller, and a science camera (seed 002 section 4.B; the control law of seed 000 section 6).
+ *
+ * Design (the choices loop.h leaves open are marked "choice").
+ *
+ * Sensor. nx x nx lenslets of px_per_lenslet pixels of 10 um (lenslet_um = 10 px), grid corner
+ * (0, 0), frame nx px square; the focal length makes lambda_wfs f / lenslet = nyquist_px pixels:
+ * f = nyquist_px 10 um lenslet_um / lambda_wfs. sw_shsim renders f32 electrons (params.model);
+ * with a finite magnitude sw_detector_apply adds shot and read noise (f32 out, gain 1, in place,
+ * seed = params.seed mixed with the frame number so every frame draws new noise). Photometry as
+ * bench/bench_sabre.c: zero_point 10^(-0.4 mag) d^2 (1 / rate) throughput electrons per fully lit
+ * lenslet, d = D / nx; noise-free: 1e4 e-, no detector. Square pupil: the whole array is lit
+ * (shsim pupil a_um = 0); otherwise a circle of the array's diameter with the obscuration. Valid
+ * lenslets: illuminated fraction >= 0.5 (sw_shsim_truth's illum); every lit lenslet is rendered
+ * (choice: partly lit ones still put light on the detector), only valid ones are measured.
+ * Centroids: centre of gravity, slopes in pixels against the geometry's reference positions; a
+ * threshold of threshold_e (or 3 read_noise_e when noisy and threshold_e is 0) is subtracted.
+ *
+ * Phase grid. sw_lattice_grid_lenslets(nx, nx, samples, 2): gw = nx q + 4 samples per side at
+ * 1/q lenslet. Sample i is at lattice x = -1/2 + (i + 1/2 - 2) / q, i.e. at pupil u = (x - (nx -
+ * 1) / 2) lenslet_um = (i - (gw - 1) / 2) lenslet_um / q: exactly where a centred sw_wavefront of
+ * gw samples at spacing lenslet_um / q puts it, so the residual goes to the simulator as such a
+ * map (sw_shsim_clear_opd + sw_shsim_add_wavefront, bilinear onto its own grid; the two margin
+ * samples cover the simulator's lit samples that reach half a sample beyond the array). The
+ * screen is sw_infinite_screen with n = gw (rounded up to even; then its first gw columns and
+ * rows are used; for even gw the window's buffer is used in place), spacing D / (nx q) m, made on
+ * the private CPU context (so both backends see the same screen, bit for bit), moved by wind /
+ * rate along +v before every frame but the first (frame k shows the screen at t = (k - 1) /
+ * rate). The pupil samples are the central nx q x nx q (all of them for the square pupil; those
+ * inside the circle / annulus otherwise).
+ *
+ * Mirror and residual. The surface of the commands applied now (sw_dm_shaper on the phase grid)
+ * is subtracted: residual = W - phi_u (loop.h). Delay: the surface of frame k uses the commands
+ * computed at frame k - 1 - delay (zero before the first), from a ring of delay + 1 command sets.
+ * On a CUDA context the shaper runs on the host by default (choice: a private CPU context;
+ * sw_loop_shaper_on_gpu switches to the GPU with upload and download, for measuring which is
+ * faster), since the residual is needed on the host by the simulator anyway.
+ *
+ * Reconstructors (seed 002 section 4.B):
+ *   MVM: the interaction matrix by push-pull (sw_interaction_matrix, +-poke_um) through a
+ *     measurement that renders the mirror surface alone (+phi_u, loop.h's sign) noise-free with
+ *     the same SH model, flux and centroid conditioning as the loop (choice: so that the
+ *     centroid gain of the threshold is calibrated too), control matrix sw_control_matrix
+ *     (cm_condition, no mode limit), then an sw_rtc with SW_RTC_MVM.
+ *   DSABRE_GLOBAL / DSABRE_LOCAL: an sw_rtc with SW_RTC_SABRE (pitch = lenslet_um so values are
+ *     um of OPD, slope_scale = pixel_um / (focal_mm 1000), k = partitions, overlap, H-PME, the
+ *     valid mask, extend_eq17 = 1 for both: choice, so that global and distributed projection
+ *     see the same reconstruction and differ only in the projection, as in seed 002 Fig. 11).
+ *     GLOBAL: an sw_projector of the plan's extended lattice (Eq. 13), actuators the (nx + 1)^2
+ *     Fried corners, fitting squares those of the extended lattice whose centre is inside the
+ *     pupil footprint (the array for the square pupil, the circle / annulus otherwise). LOCAL:
+ *     sw_projector_params_window with the plan's window w (Eq. 14-16). A throwaway sw_sabre
+ *     plan gives the lattice and w.
+ *   SABRE_GLOBAL: on the host: a centroid plan, sw_sabre_global_run on the valid lenslets, the
+ *     global projector on its lattice (vertices it does not estimate set to 0 and their squares
+ *     not fitted), an sw_controller.
+ *   The controller is p->controller with nact = (nx + 1)^2.
+ *
+ * Science camera. The residual over the pupil samples, field A exp(2 pi i W / lambda_sci) (A = 1
+ * on pupil samples, 0 elsewhere) zero-padded to 2 nx q square, FFT (FFTW double on the CPU, cuFFT
+ * C2C float on CUDA: loopsim_cuda.cu), |E|^2. Short-exposure Strehl = max |E|^2 / (sum A)^2, the
+ * diffraction peak of the same sampling (choice: the maximum over the sampled PSF, no centring).
+ * Long exposure: the sum of the PSFs of frames k > warmup (double), Strehl = its max / (count
+ * (sum A)^2). Turbulence and residual RMS: piston removed over the pupil samples, nm; Marechal
+ * exp(-(2 pi rms / lambda_sci)^2).
+ *
+ * CUDA. The SH frame stays on the device: sw_shsim_run renders into a device f32 image, the
+ * detector works in place there, and the rtc reads the device frame. The host moves the screen,
+ * forms the residual (and its statistics) and feeds the simulator; the science PSF is queued as
+ * soon as the residual exists, so the GPU forms it while the host feeds the simulator. Every
+ * buffer is made at create: a step allocates nothing.
+ *
+ * Fitting error. Least squares fit of the turbulence's pupil samples by the influence functions,
+ * F c = w with F(x, y; a) = f(x - x_a) f(y - y_a): the normal matrix F^T F + lambda I (lambda =
+ * 1e-9 trace / nact, so actuators no sample sees stay determined) is accumulated row by row of
+ * the pupil (for row y: sum over its pupil samples of fx fx^T, times fy fy^T) and factorised once
+ * by LAPACKE_dpotrf on first use; each call solves (dpotrs) for F^T w (two matrix products) and
+ * returns the RMS of w - F c over the pupil, piston removed, nm.
+ */
+#include "loop/loop_internal.h"
+
+#include "spotwave/sim.h"
+
+#include <cblas.h>
+#include <fftw3.h>
+#include <lapacke.h>
+
+#include <ctype.h>
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LOOP_PIXEL_UM   10.0 /* detector pixel */
+#define LOOP_MARGIN     2    /* phase grid margin, samples */
+#define LOOP_NOISELESS  1e4  /* e- per lit lenslet without a magnitude */
+#define LOOP_MIN_ILLUM  0.5  /* valid lenslets: lit fraction */
+#define LOOP_MAX_DELAY  1000
+#define LOOP_FIT_LAMBDA 1e-9 /* fitting regularisation, of trace / nact */
+#define LOOP_PI         3.14159265358979323846
+
+struct sw_loop {
+    sw_context *ctx; /* the caller's */
+    sw_context *cpu; /* private CPU context: host shaper, global SABRE path, fitting */
+    sw_loop_params p;
+    int gpu;     /* ctx is CUDA */
+    int threads; /* the context's CPU threads */
+    int noisy;   /* finite magnitude */
+    int32_t nx;  /* lenslets per side */
+    int32_t q;   /* samples per lenslet */
+    int32_t nq;  /* pupil samples per side, nx q */
+    int32_t gw;  /* phase grid side, nq + 2 margin */
+    int32_t nact;
+    double lenslet_um, focal_mm, flux_e;
+    sw_pupil pupil; /* the SH pupil (a_um = 0: square) */
+    uint8_t *valid; /* nx^2 valid lenslets */
+    uint8_t *pmask; /* nq^2 pupil samples */
+    int64_t npup;   /* pupil samples */
+    sw_lattice_grid grid;
+
+    /* atmosphere */
+    sw_infinite_screen *screen;
+    int32_t screen_n;
+    sw_wavefront window; /* screen_n^2 */
+    double *turb;        /* gw^2 OPD um: the window's buffer when screen_n = gw, else turb_own */
+    double *turb_own;
+    float *surf;        /* gw^2 mirror surface um */
+    sw_wavefront resid; /* gw^2 residual (the simulator's input) */
+    float *pres;        /* nq^2 residual over the pupil square (CPU science; GPU: pinned input) */
+
+    /* mirror */
+    sw_dm_params dm;
+    sw_dm_shaper *shaper;
+    int shaper_gpu;
+    float *ring;    /* (delay + 1) nact */
+    float *applied; /* nact */
+
+    /* sensor */
+    sw_shsim *sim;
+    sw_image frame; /* f32, device on CUDA */
+    sw_detector det;
+    sw_centroid_params cen_params;
+    uint8_t *cen_valid; /* the mask the centroid plans use (NULL: square) */
+
+    /* reconstruction */
+    sw_rtc *rtc;
+    sw_centroid_plan *cen; /* MVM calibration, SABRE_GLOBAL */
+    sw_centroid_result cres;
+    int32_t ns;             /* slopes per axis */
+    float *im, *cm;         /* MVM */
+    int32_t kept;           /* MVM */
+    sw_sabre_global *sglob; /* SABRE_GLOBAL */
+    sw_sabre_lattice glat;
+    double *gvals;
+    float *gvalsf, *gslopes, *gr;
+    sw_projector *gproj;
+    sw_controller *ctrl;
+
+    /* science */
+    int32_t n2;     /* 2 nq */
+    double sum_a;   /* pupil samples, the diffraction peak's square root */
+    double *fft;    /* CPU: n2^2 complex (re, im) */
+    void *fft_plan; /* fftw_plan */
+    double *lacc;   /* CPU: n2^2 long-exposure sum */
+    int64_t lcount; /* frames summed */
+#ifdef SW_HAVE_CUDA
+    sw_loop_psf_gpu *psf;
+#endif
+
+    /* fitting */
+    double *fit_nn; /* nact^2 Cholesky factor, NULL until used */
+    double *fit_gx; /* nq x (nx + 1) profiles */
+
+    /* state */
+    int64_t nframe; /* frames run */
+    double last_turb_nm, last_resid_nm;
+};
+
+/* ------------------------------------------------------------------ names and defaults */
+
+static const char *const RECON_NAMES[] = {"mvm", "sabre", "dsabre-global", "dsabre-local"};
+
+const char *sw_loop_recon_string(sw_loop_recon r)
+{
+    if ((int)r < 0 || (int)r > 3)
+        return "unknown";
+    return RECON_NAMES[r];
+}
+
+/* Case-insensitive equality. */
+static int same_name(const char *a, const char *b)
+{
+    for (; *a && *b; a++, b++)
+        if (tolower((unsigned char)*a) != tolower((unsigned char)*b))
+            return 0;
+    return *a == *b;
+}
+
+sw_status sw_loop_recon_parse(const char *text, sw_loop_recon *out)
+{
+    if (!text || !out)
+        return sw_fail(NULL, SW_EINVAL, "sw_loop_recon_parse: %s is NULL", text ? "out" : "text");
+    for (int i = 0; i < 4; i++)
+        if (same_name(text, RECON_NAMES[i])) {
+            *out = (sw_loop_recon)i;
+            return SW_OK;
+        }
+    return sw_fail(NULL, SW_EINVAL,
+                   "unknown reconstructor '%s' (expected mvm, sabre, dsabre-global or "
+                   "dsabre-local)",
+                   text);
+}
+
+void sw_loop_params_default(sw_loop_params *p)
+{
+    if (!p)
+        return;
+    memset(p, 0, sizeof *p);
+    p->nx = 32;
+    p->diameter_m = 12.0;
+    p->square_pupil = 1;
+    p->obscuration = 0.0;
+    p->px_per_lenslet = 8;
+    p->wfs_wavelength_um = 0.7;
+    p->nyquist_px = 2.0;
+    p->model = SW_SH_DIFFRACTION;
+    p->magnitude = NAN;
+    p->zero_point = 9e9;
+    p->throughput = 0.5;
+    p->read_noise_e = 2.0;
+    p->threshold_e = 0.0;
+    sw_turbulence_default(&p->turbulence);
+    p->turbulence.r0_m = 0.15;
+    p->turbulence.L0_m = 25.0;
+    p->turbulence.wavelength_um = 0.5;
+    p->wind_m_s = 2.778;
+    p->rate_hz = 500.0;
+    p->seed = 1;
+    p->samples = 8;
+    sw_dm_params_default(&p->dm);
+    p->dm.nx = p->dm.ny = 32;
+    p->dm.influence = SW_DM_GAUSSIAN;
+    p->dm.coupling = 0.3;
+    p->recon = SW_LOOP_DSABRE_LOCAL;
+    p->cm_condition = 30.0;
+    p->poke_um = 0.05;
+    p->partitions = 4;
+    p->overlap = 1;
+    sw_controller_params_default(&p->controller);
+    p->controller.kind = SW_CTRL_INTEGRATOR;
+    p->controller.gain = 0.5;
+    p->delay = 0;
+    p->science_wavelength_um = 1.25;
+    p->warmup = 20;
+}
+
+/* ------------------------------------------------------------------ validation */
+
+static int pos_finite(double v)
+{
+    return v > 0.0 && isfinite(v);
+}
+
+static int is_pow2(int32_t k)
+{
+    return k >= 1 && (k & (k - 1)) == 0;
+}
+
+static sw_status check_params(sw_context *ctx, const sw_loop_params *p)
+{
+    if (p->nx < 2 || p->nx > 1024)
+        return sw_fail(ctx, SW_EINVAL, "loop: nx = %d lenslets per side: expected 2 to 1024",
+                       (int)p->nx);
+    if (!pos_finite(p->diameter_m))
+        return sw_fail(ctx, SW_EINVAL, "loop: telescope diameter %g m must be positive and finite",
+                       p->diameter_m);
+    if (p->square_pupil != 0 && p->square_pupil != 1)
+        return sw_fail(ctx, SW_EINVAL, "loop: square_pupil is %d: expected 0 or 1",
+                       p->square_pupil);
+    if (!(p->obscuration >= 0.0 && p->obscuration < 1.0))
+        return sw_fail(ctx, SW_EINVAL, "loop: obscuration %g: expected 0 <= o < 1", p->obscuration);
+    if (p->px_per_lenslet < 2 || p->px_per_lenslet > 128)
+        return sw_fail(ctx, SW_EINVAL, "loop: %d pixels per lenslet: expected 2 to 128",
+                       (int)p->px_per_lenslet);
+    if (!pos_finite(p->wfs_wavelength_um) || p->wfs_wavelength_um > 1e3)
+        return sw_fail(ctx, SW_EINVAL,
+                       "loop: WFS wavelength %g um must be positive and finite (at most 1000)",
+                       p->wfs_wavelength_um);
+    if (!pos_finite(p->nyquist_px) || p->nyquist_px > 1e3)
+        return sw_fail(ctx, SW_EINVAL,
+                       "loop: lambda f / d = %g px must be positive and finite (at most 1000)",
+                       p->nyquist_px);
+    if (p->model != SW_SH_GEOMETRIC && p->model != SW_SH_DIFFRACTION)
+        return sw_fail(ctx, SW_EINVAL, "loop: unknown SH model %d", (int)p->model);
+    if (!isnan(p->magnitude) && !isfinite(p->magnitude))
+        return sw_fail(ctx, SW_EINVAL, "loop: magnitude %g must be finite (NaN: noise-free)",
+                       p->magnitude);
+    if (!pos_finite(p->zero_point))
+        return sw_fail(ctx, SW_EINVAL, "loop: zero point %g must be positive and finite",
+                       p->zero_point);
+    if (!pos_finite(p->throughput) || p->throughput > 1.0)
+        return sw_fail(ctx, SW_EINVAL, "loop: throughput %g: expected 0 < t <= 1", p->throughput);
+    if (!(p->read_noise_e >= 0.0) || !isfinite(p->read_noise_e))
+        return sw_fail(ctx, SW_EINVAL, "loop: read noise %g e- must be finite and >= 0",
+                       p->read_noise_e);
+    if (!(p->threshold_e >= 0.0) || !isfinite(p->threshold_e))
+        return sw_fail(ctx, SW_EINVAL, "loop: threshold %g e- must be finite and >= 0",
+                       p->threshold_e);
+    sw_status st = sw_turbulence_check(ctx, &p->turbulence);
+    if (st != SW_OK)
+        return st;
+    if (sw_turbulence_is_kolmogorov(&p->turbulence))
+        return sw_fail(ctx, SW_EINVAL,
+                       "loop: the infinite screen needs a finite outer scale (L0 = %g m)",
+                       p->turbulence.L0_m);
+    if (!(p->wind_m_s >= 0.0) || !isfinite(p->wind_m_s))
+        return sw_fail(ctx, SW_EINVAL, "loop: wind speed %g m/s must be finite and >= 0",
+                       p->wind_m_s);
+    if (!pos_finite(p->rate_hz))
+        return sw_fail(ctx, SW_EINVAL, "loop: frame rate %g Hz must be positive and finite",
+                       p->rate_hz);
+    if (p->samples < 1 || p->samples > 32)
+        return sw_fail(ctx, SW_EINVAL, "loop: %d phase samples per lenslet: expected 1 to 32",
+                       (int)p->samples);
+    const int64_t gw = (int64_t)p->nx * p->samples + 2 * LOOP_MARGIN;
+    if (gw + (gw & 1) > SW_INFINITE_SCREEN_MAX)
+        return sw_fail(ctx, SW_EINVAL,
+                       "loop: %d lenslets x %d samples need a phase grid of %lld samples per "
+                       "side; the infinite screen takes at most %d (fewer samples)",
+                       (int)p->nx, (int)p->samples, (long long)gw, SW_INFINITE_SCREEN_MAX);
+    if (p->recon < SW_LOOP_MVM || p->recon > SW_LOOP_DSABRE_LOCAL)
+        return sw_fail(ctx, SW_EINVAL, "loop: unknown reconstructor %d", (int)p->recon);
+    if (p->recon == SW_LOOP_MVM) {
+        if (!(p->cm_condition == 0.0 || p->cm_condition >= 1.0) || !isfinite(p->cm_condition))
+            return sw_fail(ctx, SW_EINVAL,
+                           "loop: control-matrix condition %g: expected >= 1 (0: no limit)",
+                           p->cm_condition);
+        if (!pos_finite(p->poke_um))
+            return sw_fail(ctx, SW_EINVAL, "loop: poke %g um must be positive and finite",
+                           p->poke_um);
+    }
+    if (p->recon == SW_LOOP_DSABRE_GLOBAL || p->recon == SW_LOOP_DSABRE_LOCAL) {
+        if (p->partitions < 1 || p->partitions > p->nx - 1)
+            return sw_fail(ctx, SW_EINVAL, "loop: %d D-SABRE partitions per side: expected 1 to %d",
+                           (int)p->partitions, (int)(p->nx - 1));
+        if (!is_pow2(p->partitions))
+            return sw_fail(ctx, SW_EINVAL,
+                           "loop: %d D-SABRE partitions per side: H-PME needs a power of two",
+                           (int)p->partitions);
+        if (p->overlap < 0 || p->overlap > 64)
+            return sw_fail(ctx, SW_EINVAL, "loop: D-SABRE overlap %d: expected 0 to 64",
+                           (int)p->overlap);
+    }
+    if (!isfinite(p->controller.gain))
+        return sw_fail(ctx, SW_EINVAL, "loop: controller gain %g must be finite",
+                       p->controller.gain);
+    if (p->delay < 0 || p->delay > LOOP_MAX_DELAY)
+        return sw_fail(ctx, SW_EINVAL, "loop: delay %d frames: expected 0 to %d", (int)p->delay,
+                       LOOP_MAX_DELAY);
+    if (!pos_finite(p->science_wavelength_um) || p->science_wavelength_um > 1e3)
+        return sw_fail(ctx, SW_EINVAL,
+                       "loop: science wavelength %g um must be positive and finite (at most 1000)",
+                       p->science_wavelength_um);
+    if (p->warmup < 0)
+        return sw_fail(ctx, SW_EINVAL, "loop: warm-up of %d frames must be >= 0", (int)p->warmup);
+    sw_dm_params dm = p->dm;
+    dm.nx = dm.ny = p->nx;
+    return sw_dm_check(ctx, &dm);
+}
+
+/* A failure on the private CPU context, reported on the caller's. */
+static sw_status relay(sw_loop *l, sw_status st)
+{
+    if (st == SW_OK)
+        return st;
+    return sw_fail(l->ctx, st, "%s", sw_context_error(l->cpu));
+}
+
+/* ------------------------------------------------------------------ helpers */
+
+/* Pupil-plane position (um) of lattice position x (lenslet units). */
+static double lattice_um(const sw_loop *l, double x)
+{
+    return (x - 0.5 * (double)(l->nx - 1)) * l->lenslet_um;
+}
+
+/* 1 when lattice point (x, y) is inside the pupil footprint. */
+static int in_footprint(const sw_loop *l, double x, double y)
+{
+    if (l->p.square_pupil)
+        return x > -0.5 && x < l->nx - 0.5 && y > -0.5 && y < l->nx - 0.5;
+    return sw_pupil_contains(&l->pupil, lattice_um(l, x), lattice_um(l, y));
+}
+
+/* RMS about the mean of n values from their sum s1 and sum of squares s2. */
+static double rms_of(double s1, double s2, double n)
+{
+    const double mean = s1 / n, v = s2 / n - mean * mean;
+    return v > 0.0 ? sqrt(v) : 0.0;
+}
+
+/* The current screen window into turb. */
+static sw_status load_window(sw_loop *l)
+{
+    sw_status st = sw_infinite_screen_window(l->screen, &l->window);
+    if (st != SW_OK)
+        return relay(l, st);
+    const int32_t gw = l->gw, n = l->screen_n;
+    if (n == gw) {
+        l->turb = l->window.opd_um; /* the same layout: no copy */
+        return SW_OK;
+    }
+    for (int32_t k = 0; k < gw; k++)
+        memcpy(l->turb_own + (size_t)k * gw, l->window.opd_um + (size_t)k * n,
+               (size_t)gw * sizeof(double));
+    l->turb = l->turb_own;
+    return SW_OK;
+}
+
+/* The mirror surface of `commands` into surf (host arrays). */
+static sw_status shape(sw_loop *l, const float *commands)
+{
+    sw_status st = sw_dm_shaper_run(l->shaper, commands, SW_MEM_HOST, l->surf);
+    if (st != SW_OK && !l->shaper_gpu)
+        return relay(l, st);
+    return st;
+}
+
+/* Renders the simulator's current OPD into the frame (no noise). */
+static sw_status render(sw_loop *l)
+{
+    return sw_shsim_run(l->sim, &l->frame, 0);
+}
+
+/* Hands resid (already filled) to the simulator. */
+static sw_status feed(sw_loop *l)
+{
+    sw_status st = sw_shsim_clear_opd(l->sim);
+    if (st == SW_OK)
+        st = sw_shsim_add_wavefront(l->sim, &l->resid, 1.0);
+    return st;
+}
+
+/* ------------------------------------------------------------------ MVM calibration */
+
+/* sw_measure_fn: the wavefront +phi_u alone, noise-free, through the SH model and the
+ * centroids. */
+static sw_status measure(void *user, const float *commands, float *slopes)
+{
+    sw_loop *l = user;
+    sw_status st = shape(l, commands);
+    if (st != SW_OK)
+        return st;
+    const size_t n = (size_t)l->gw * l->gw;
+    for (size_t s = 0; s < n; s++)
+        l->resid.opd_um[s] = (double)l->surf[s];
+    if ((st = feed(l)) != SW_OK || (st = render(l)) != SW_OK ||
+        (st = sw_centroid_run(l->cen, &l->frame, &l->cres)) != SW_OK)
+        return st;
+    memcpy(slopes, l->cres.slopes, 2 * (size_t)l->ns * sizeof(float));
+    return SW_OK;
+}
+
+static sw_status build_mvm(sw_loop *l, sw_rtc_params *rp)
+{
+    const int32_t nsl = 2 * l->ns, nact = l->nact;
+    l->im = malloc((size_t)nsl * nact * sizeof(float));
+    l->cm = malloc((size_t)nsl * nact * sizeof(float));
+    if (!l->im || !l->cm)
+        return sw_fail(l->ctx, SW_ENOMEM, "loop: out of memory for the %d x %d interaction matrix",
+                       (int)nsl, (int)nact);
+    sw_status st = sw_interaction_matrix(l->ctx, nact, nsl, l->p.poke_um, measure, l, l->im);
+    if (st != SW_OK)
+        return st;
+    sw_cm_result res;
+    memset(&res, 0, sizeof res);
+    st = sw_control_matrix(l->ctx, l->im, nsl, nact, l->p.cm_condition, 0, l->cm, &res);
+    if (st != SW_OK)
+        return st;
+    l->kept = res.kept;
+    rp->recon = SW_RTC_MVM;
+    rp->cm = l->cm;
+    rp->fp16 = 0;
+    return SW_OK;
+}
+
+/* ------------------------------------------------------------------ D-SABRE */
+
+static sw_status build_dsabre(sw_loop *l, sw_rtc_params *rp, float **pmat_out, uint8_t **mask_out)
+{
+    sw_sabre_params sp;
+    sw_sabre_params_default(&sp);
+    sp.nx = sp.ny = l->nx;
+    sp.pitch = l->lenslet_um;
+    sp.valid = l->cen_valid;
+    sp.partitions = l->p.partitions;
+    sp.overlap = l->p.overlap;
+    sp.pme = SW_SABRE_PME_HIERARCHICAL;
+    sp.extend_eq17 = 1;
+    /* a throwaway plan tells the lattice and the window */
+    sw_sabre *tmp = NULL;
+    sw_status st = sw_sabre_create(l->cpu, &sp, &tmp);
+    if (st != SW_OK)
+        return relay(l, st);
+    sw_sabre_info info;
+    sw_sabre_get_info(tmp, &info);
+    sw_sabre_destroy(tmp);
+
+    sw_projector_params pp;
+    uint8_t *mask = NULL;
+    if (l->p.recon == SW_LOOP_DSABRE_GLOBAL) {
+        sw_projector_params_global(&pp, &l->dm, &info.lattice);
+        const sw_sabre_lattice *lat = &info.lattice;
+        mask = malloc((size_t)lat->sx * lat->sy);
+        if (!mask)
+            return sw_fail(l->ctx, SW_ENOMEM, "loop: out of memory");
+        for (int32_t sj = 0; sj < lat->sy; sj++)
+            for (int32_t si = 0; si < lat->sx; si++)
+                mask[(size_t)sj * lat->sx + si] =
+                    (uint8_t)in_footprint(l, si + 0.5 - lat->offx, sj + 0.5 - lat->offy);
+        pp.square_mask = mask;
+        rp->projection = SW_RTC_PROJ_GLOBAL;
+    } else {
+        sw_projector_params_window(&pp, &l->dm, info.window);
+        rp->projection = SW_RTC_PROJ_LOCAL;
+    }
+    *mask_out = mask;
+    sw_projector *proj = NULL;
+    st = sw_projector_create(l->cpu, &pp, &proj);
+    if (st != SW_OK)
+        return relay(l, st);
+    int32_t rows, cols;
+    const float *P = sw_projector_matrix(proj, &rows, &cols);
+    float *copy = malloc((size_t)rows * cols * sizeof(float) + 1);
+    if (!copy) {
+        sw_projector_destroy(proj);
+        return sw_fail(l->ctx, SW_ENOMEM, "loop: out of memory for the projection matrix");
+    }
+    memcpy(copy, P, (size_t)rows * cols * sizeof(float));
+    sw_projector_destroy(proj);
+    *pmat_out = copy;
+    rp->recon = SW_RTC_SABRE;
+    rp->sabre = sp;
+    rp->slope_scale = LOOP_PIXEL_UM / (l->focal_mm * 1000.0);
+    rp->projection_matrix = copy;
+    return SW_OK;
+}
+
+/* ------------------------------------------------------------------ global SABRE (host) */
+
+static sw_status build_sabre_global(sw_loop *l)
+{
+    const int32_t nx = l->nx;
+    sw_status st = sw_sabre_global_create(l->cpu, nx, nx, l->lenslet_um, l->cen_valid, &l->sglob);
+    if (st != SW_OK)
+        return relay(l, st);
+    sw_sabre_global_lattice(l->sglob, &l->glat);
+    const sw_sabre_lattice *lat = &l->glat;
+    const int64_t nv = sw_sabre_lattice_values(lat);
+    l->gvals = malloc((size_t)nv * sizeof(double));
+    l->gvalsf = malloc((size_t)nv * sizeof(float));
+    l->gslopes = calloc(2 * (size_t)nx * nx, sizeof(float));
+    l->gr = malloc((size_t)l->nact * sizeof(float));
+    uint8_t *mask = malloc((size_t)lat->sx * lat->sy);
+    if (!l->gvals || !l->gvalsf || !l->gslopes || !l->gr || !mask) {
+        free(mask);
+        return sw_fail(l->ctx, SW_ENOMEM, "loop: out of memory for global SABRE");
+    }
+    /* which vertices the problem estimates: a run on zero slopes leaves the others NaN */
+    if ((st = sw_sabre_global_run(l->sglob, l->gslopes, l->gvals)) != SW_OK) {
+        free(mask);
+        return relay(l, st);
+    }
+    const int32_t sx = lat->sx, cx = sx + 1;
+    const int64_t nc = (int64_t)(sx + 1) * (lat->sy + 1);
+    for (int32_t sj = 0; sj < lat->sy; sj++)
+        for (int32_t si = 0; si < sx; si++) {
+            const double *v = l->gvals;
+            const int ok = isfinite(v[(size_t)sj * cx + si]) &&
+                           isfinite(v[(size_t)sj * cx + si + 1]) &&
+                           isfinite(v[(size_t)(sj + 1) * cx + si]) &&
+                           isfinite(v[(size_t)(sj + 1) * cx + si + 1]) &&
+                           isfinite(v[nc + (size_t)sj * sx + si]);
+            mask[(size_t)sj * sx + si] =
+                (uint8_t)(ok && in_footprint(l, si + 0.5 - lat->offx, sj + 0.5 - lat->offy));
+        }
+    sw_projector_params pp;
+    sw_projector_params_global(&pp, &l->dm, lat);
+    pp.square_mask = mask;
+    st = sw_projector_create(l->cpu, &pp, &l->gproj);
+    free(mask);
+    if (st != SW_OK)
+        return relay(l, st);
+    sw_controller_params cp = l->p.controller;
+    cp.nact = l->nact;
+    if ((st = sw_controller_create(l->cpu, &cp, &l->ctrl)) != SW_OK)
+        return relay(l, st);
+    return SW_OK;
+}
+
+/* One frame through the host path: centroids, global SABRE, projection, controller. */
+static sw_status run_sabre_global(sw_loop *l, float *commands)
+{
+    sw_status st = sw_centroid_run(l->cen, &l->frame, &l->cres);
+    if (st != SW_OK)
+        return st;
+    const int32_t n = l->nx * l->nx;
+    const double scale = LOOP_PIXEL_UM / (l->focal_mm * 1000.0);
+    for (int32_t k = 0; k < l->ns; k++) {
+        const int32_t le = sw_centroid_plan_slope_lenslet(l->cen, k);
+        l->gslopes[le] = (float)(l->cres.slopes[k] * scale);
+        l->gslopes[n + le] = (float)(l->cres.slopes[l->ns + k] * scale);
+    }
+    if ((st = sw_sabre_global_run(l->sglob, l->gslopes, l->gvals)) != SW_OK)
+        return relay(l, st);
+    const int64_t nv = sw_sabre_lattice_values(&l->glat);
+    for (int64_t v = 0; v < nv; v++)
+        l->gvalsf[v] = isfinite(l->gvals[v]) ? (float)l->gvals[v] : 0.0f;
+    if ((st = sw_projector_run(l->gproj, l->gvalsf, SW_MEM_HOST, l->gr)) != SW_OK)
+        return relay(l, st);
+    if ((st = sw_controller_step(l->ctrl, l->gr, commands)) != SW_OK)
+        return relay(l, st);
+    return SW_OK;
+}
+
+/* ------------------------------------------------------------------ science (CPU) */
+
+/* The PSF of pres into the FFT buffer; returns its maximum; adds it to lacc when accumulate. */
+static double psf_cpu(sw_loop *l, int accumulate)
+{
+    const int32_t n2 = l->n2, nq = l->nq;
+    const double kw = 2.0 * LOOP_PI / l->p.science_wavelength_um;
+    double *f = l->fft;
+    memset(f, 0, (size_t)n2 * n2 * 2 * sizeof(double));
+    for (int32_t k = 0; k < nq; k++)
+        for (int32_t i = 0; i < nq; i++) {
+            const size_t s = (size_t)k * nq + i;
+            if (l->pmask[s]) {
+                const double ph = kw * (double)l->pres[s];
+                f[2 * ((size_t)k * n2 + i)] = cos(ph);
+                f[2 * ((size_t)k * n2 + i) + 1] = sin(ph);
+            }
+        }
+    fftw_execute((fftw_plan)l->fft_plan);
+    const size_t n = (size_t)n2 * n2;
+    double mx = 0.0;
+    for (size_t s = 0; s < n; s++) {
+        const double v = f[2 * s] * f[2 * s] + f[2 * s + 1] * f[2 * s + 1];
+        if (v > mx)
+            mx = v;
+        if (accumulate)
+            l->lacc[s] += v;
+    }
+    return mx;
+}
+
+/* ------------------------------------------------------------------ create / destroy */
+
+void sw_loop_destroy(sw_loop *l)
+{
+    if (!l)
+        return;
+    sw_rtc_destroy(l->rtc);
+    sw_centroid_result_free(&l->cres);
+    sw_centroid_destroy(l->cen);
+    sw_controller_destroy(l->ctrl);
+    sw_projector_destroy(l->gproj);
+    sw_sabre_global_destroy(l->sglob);
+    sw_dm_shaper_destroy(l->shaper);
+    sw_shsim_destroy(l->sim);
+    sw_image_free(&l->frame);
+    sw_infinite_screen_destroy(l->screen);
+    sw_wavefront_free(&l->window);
+    sw_wavefront_free(&l->resid);
+#ifdef SW_HAVE_CUDA
+    sw_loop_psf_gpu_destroy(l->psf);
+#endif
+    if (l->fft_plan) {
+        sw_fftw_planner_lock();
+        fftw_destroy_plan((fftw_plan)l->fft_plan);
+        sw_fftw_planner_unlock();
+    }
+    fftw_free(l->fft);
+    free(l->lacc);
+    free(l->valid);
+    free(l->cen_valid);
+    free(l->pmask);
+    free(l->turb_own);
+    free(l->surf);
+    if (!l->gpu)
+        free(l->pres);
+    free(l->ring);
+    free(l->applied);
+    free(l->im);
+    free(l->cm);
+    free(l->gvals);
+    free(l->gvalsf);
+    free(l->gslopes);
+    free(l->gr);
+    free(l->fit_nn);
+    free(l->fit_gx);
+    sw_context_destroy(l->cpu);
+    free(l);
+}
+
+/* The SH simulator, the frame, the detector and the valid lenslets. */
+static sw_status build_sensor(sw_loop *l)
+{
+    const sw_loop_params *p = &l->p;
+    sw_shsim_params sp;
+    sw_shsim_params_default(&sp);
+    sp.width = sp.height = l->nx * p->px_per_lenslet;
+    sw_sh_geometry_default(&sp.geom);
+    sp.geom.x0 = sp.geom.y0 = 0.0;
+    sp.geom.pitch_px = p->px_per_lenslet;
+    sp.geom.nx = sp.geom.ny = l->nx;
+    sp.geom.pixel_um = LOOP_PIXEL_UM;
+    sp.geom.focal_mm = l->focal_mm;
+    sp.geom.valid = NULL;
+    sp.model = p->model;
+    sp.wavelength_um = p->wfs_wavelength_um;
+    sp.flux_e = l->flux_e;
+    sp.samples = l->q;
+    sp.pupil = l->pupil;
+    sw_status st = sw_shsim_create(l->ctx, &sp, &l->sim);
+    if (st != SW_OK)
+        return st;
+    sw_sh_truth tr;
+    memset(&tr, 0, sizeof tr);
+    if ((st = sw_shsim_truth(l->sim, &tr)) != SW_OK)
+        return st;
+    const int32_t n = l->nx * l->nx;
+    int32_t count = 0;
+    for (int32_t i = 0; i < n; i++) {
+        l->valid[i] = (uint8_t)(tr.illum[i] >= LOOP_MIN_ILLUM);
+        count += l->valid[i];
+    }
+    sw_sh_truth_free(&tr);
+    if (count == 0)
+        return sw_fail(l->ctx, SW_EINVAL, "loop: no lenslet is lit to %g or more", LOOP_MIN_ILLUM);
+    if (!p->square_pupil) {
+        if (!(l->cen_valid = malloc((size_t)n)))
+            return sw_fail(l->ctx, SW_ENOMEM, "loop: out of memory");
+        memcpy(l->cen_valid, l->valid, (size_t)n);
+    }
+    st = l->gpu ? sw_image_alloc_device(l->ctx, sp.width, sp.height, SW_PIX_F32, &l->frame)
+                : sw_image_alloc(l->ctx, sp.width, sp.height, SW_PIX_F32, &l->frame);
+    if (st != SW_OK)
+        return st;
+    sw_detector_default(&l->det);
+    l->det.sky_e = 0.0;
+    l->det.dark_e = 0.0;
+    l->det.shot_noise = 1;
+    l->det.read_noise_e = p->read_noise_e;
+    l->det.gain_e_per_adu = 1.0;
+    l->det.bias_adu = 0.0;
+    l->det.full_well_e = 0.0;
+    l->det.out_type = SW_PIX_F32;
+
+    sw_centroid_params *cp = &l->cen_params;
+    sw_centroid_params_default(cp);
+    cp->geometry = sp.geom;
+    cp->geometry.valid = l->cen_valid;
+    cp->width = cp->height = sp.width;
+    cp->type = SW_PIX_F32;
+    cp->max_frames = 1;
+    cp->path = l->gpu ? SW_CENTROID_DEVICE : SW_CENTROID_HOST;
+    const double thr =
+        p->threshold_e > 0.0 ? p->threshold_e : (l->noisy ? 3.0 * p->read_noise_e : 0.0);
+    if (thr > 0.0) {
+        cp->threshold_mode = SW_THRESHOLD_SUBTRACT;
+        cp->threshold_kind = SW_THRESHOLD_ABSOLUTE;
+        cp->threshold = thr;
+    }
+    return SW_OK;
+}
+
+/* Pupil samples, the screen, the phase buffers. */
+static sw_status build_phase(sw_loop *l)
+{
+    const sw_loop_params *p = &l->p;
+    const int32_t nq = l->nq, gw = l->gw;
+    l->grid = sw_lattice_grid_lenslets(l->nx, l->nx, l->q, LOOP_MARGIN);
+    if (l->grid.width != gw || l->grid.height != gw)
+        return sw_fail(l->ctx, SW_EINTERNAL, "loop: phase grid %dx%d, expected %dx%d",
+                       (int)l->grid.width, (int)l->grid.height, (int)gw, (int)gw);
+    l->npup = 0;
+    for (int32_t k = 0; k < nq; k++)
+        for (int32_t i = 0; i < nq; i++) {
+            const double x = l->grid.x0 + (i + LOOP_MARGIN) * l->grid.step;
+            const double y = l->grid.y0 + (k + LOOP_MARGIN) * l->grid.step;
+            const uint8_t in = (uint8_t)(p->square_pupil || in_footprint(l, x, y));
+            l->pmask[(size_t)k * nq + i] = in;
+            l->npup += in;
+        }
+    if (l->npup < 2)
+        return sw_fail(l->ctx, SW_EINVAL, "loop: the pupil holds %lld phase samples",
+                       (long long)l->npup);
+    l->sum_a = (double)l->npup;
+    l->screen_n = gw + (gw & 1);
+    /* on the private CPU context: the same screen, bit for bit, whatever the backend */
+    sw_status st = sw_infinite_screen_create(l->cpu, &p->turbulence, l->screen_n,
+                                             p->diameter_m / (double)nq, p->seed, &l->screen);
+    if (st != SW_OK)
+        return relay(l, st);
+    if ((st = sw_wavefront_alloc(l->ctx, gw, gw, l->lenslet_um / l->q, &l->resid)) != SW_OK)
+        return st;
+    return load_window(l);
+}
+
+static sw_status build_science(sw_loop *l)
+{
+    const int32_t n2 = l->n2;
+    const size_t n = (size_t)n2 * n2;
+#ifdef SW_HAVE_CUDA
+    if (l->gpu) {
+        sw_status st =
+            sw_loop_psf_gpu_create(l->ctx, l->nq, l->pmask, l->p.science_wavelength_um, &l->psf);
+        if (st != SW_OK)
+            return st;
+        l->pres = sw_loop_psf_gpu_input(l->psf);
+        return SW_OK;
+    }
+#endif
+    l->pres = malloc((size_t)l->nq * l->nq * sizeof(float));
+    l->fft = fftw_malloc(n * 2 * sizeof(double));
+    l->lacc = calloc(n, sizeof(double));
+    if (!l->pres || !l->fft || !l->lacc)
+        return sw_fail(l->ctx, SW_ENOMEM, "loop: out of memory for the %dx%d science PSF", (int)n2,
+                       (int)n2);
+    sw_fftw_planner_lock();
+    l->fft_plan = fftw_plan_dft_2d(n2, n2, (fftw_complex *)l->fft, (fftw_complex *)l->fft,
+                                   FFTW_FORWARD, FFTW_ESTIMATE);
+    sw_fftw_planner_unlock();
+    if (!l->fft_plan)
+        return sw_fail(l->ctx, SW_EINTERNAL, "loop: FFTW could not plan a %dx%d transform", (int)n2,
+                       (int)n2);
+    return SW_OK;
+}
+
+static sw_status build_shaper(sw_loop *l, int on_gpu)
+{
+    sw_dm_shaper *s = NULL;
+    sw_status st = sw_dm_shaper_create(on_gpu ? l->ctx : l->cpu, &l->dm, &l->grid, &s);
+    if (st != SW_OK)
+        return on_gpu ? st : relay(l, st);
+    sw_dm_shaper_destroy(l->shaper);
+    l->shaper = s;
+    l->shaper_gpu = on_gpu;
+    return SW_OK;
+}
+
+static sw_status build(sw_loop *l)
+{
+    const sw_loop_params *p = &l->p;
+    sw_context_params cpp;
+    sw_context_params_default(&cpp);
+    cpp.backend = SW_BACKEND_CPU;
+    cpp.threads = sw_context_threads(l->ctx);
+    if (sw_context_create(&cpp, &l->cpu) != SW_OK)
+        return sw_fail(l->ctx, SW_EINTERNAL, "loop: cannot make a CPU context: %s",
+                       sw_context_error(NULL));
+    const int32_t nx = l->nx, gw = l->gw, nq = l->nq;
+    l->valid = malloc((size_t)nx * nx);
+    l->pmask = malloc((size_t)nq * nq);
+    l->turb_own = calloc((size_t)gw * gw, sizeof(double));
+    l->surf = calloc((size_t)gw * gw, sizeof(float));
+    l->ring = calloc((size_t)(p->delay + 1) * l->nact, sizeof(float));
+    l->applied = calloc((size_t)l->nact, sizeof(float));
+    if (!l->valid || !l->pmask || !l->turb_own || !l->surf || !l->ring || !l->applied)
+        return sw_fail(l->ctx, SW_ENOMEM, "loop: out of memory");
+    sw_status st;
+    if ((st = build_sensor(l)) != SW_OK || (st = build_phase(l)) != SW_OK ||
+        (st = build_shaper(l, 0)) != SW_OK)
+        return st;
+
+    /* reconstruction */
+    if (p->recon == SW_LOOP_MVM || p->recon == SW_LOOP_SABRE_GLOBAL) {
+        if ((st = sw_centroid_create(l->ctx, &l->cen_params, &l->cen)) != SW_OK ||
+            (st = sw_centroid_result_alloc(l->cen, 1, SW_MEM_HOST, &l->cres)) != SW_OK)
+            return st;
+        l->ns = sw_centroid_plan_slopes(l->cen);
+    }
+    if (p->recon == SW_LOOP_SABRE_GLOBAL)
+        return build_sabre_global(l);
+    sw_rtc_params rp;
+    sw_rtc_params_default(&rp);
+    rp.centroid = l->cen_params;
+    rp.nact = l->nact;
+    rp.controller = p->controller;
+    rp.controller.nact = l->nact;
+    rp.telemetry = 0;
+    float *pmat = NULL;
+    uint8_t *mask = NULL;
+    if (p->recon == SW_LOOP_MVM) {
+        st = build_mvm(l, &rp);
+        memset(l->surf, 0, (size_t)gw * gw * sizeof(float)); /* the last poke's shape */
+    } else
+        st = build_dsabre(l, &rp, &pmat, &mask);
+    if (st == SW_OK)
+        st = sw_rtc_create(l->ctx, &rp, &l->rtc);
+    free(pmat);
+    free(mask);
+    if (st == SW_OK && p->recon != SW_LOOP_MVM)
+        l->ns = sw_rtc_slopes(l->rtc);
+    return st;
+}
+
+sw_status sw_loop_create(sw_context *ctx, const sw_loop_params *p, sw_loop **out)
+{
+    if (!out)
+        return sw_fail(ctx, SW_EINVAL, "sw_loop_create: out is NULL");
+    *out = NULL;
+    if (!ctx)
+        return sw_fail(NULL, SW_EINVAL, "sw_loop_create: the context is NULL");
+    if (!p)
+        return sw_fail(ctx, SW_EINVAL, "sw_loop_create: params is NULL");
+    sw_status st = check_params(ctx, p);
+    if (st != SW_OK)
+        return st;
+    sw_loop *l = calloc(1, sizeof *l);
+    if (!l)
+        return sw_fail(ctx, SW_ENOMEM, "loop: out of memory");
+    l->ctx = ctx;
+    l->p = *p;
+    l->p.controller.nact = (p->nx + 1) * (p->nx + 1);
+    /* arrays the caller owns are read at create only */
+    l->gpu = sw_context_backend(ctx) == SW_BACKEND_CUDA;
+    l->threads = sw_context_threads(ctx);
+    l->noisy = !isnan(p->magnitude);
+    l->nx = p->nx;
+    l->q = p->samples;
+    l->nq = p->nx * p->samples;
+    l->gw = l->nq + 2 * LOOP_MARGIN;
+    l->n2 = 2 * l->nq;
+    l->nact = (p->nx + 1) * (p->nx + 1);
+    l->lenslet_um = p->px_per_lenslet * LOOP_PIXEL_UM;
+    /* lambda f / d = nyquist_px pixels */
+    l->focal_mm = p->nyquist_px * LOOP_PIXEL_UM * l->lenslet_um / p->wfs_wavelength_um / 1000.0;
+    const double d = p->diameter_m / p->nx;
+    l->flux_e = l->noisy ? p->zero_point * pow(10.0, -0.4 * p->magnitude) * d * d / p->rate_hz *
+                               p->throughput
+                         : LOOP_NOISELESS;
+    if (p->square_pupil) {
+        memset(&l->pupil, 0, sizeof l->pupil);
+    } else {
+        l->pupil = sw_pupil_circle(p->nx * l->lenslet_um);
+        l->pupil.obscuration = p->obscuration;
+    }
+    l->dm = p->dm;
+    l->dm.nx = l->dm.ny = p->nx;
+    l->kept = -1;
+    if (!(l->flux_e <= FLT_MAX)) {
+        sw_loop_destroy(l);
+        return sw_fail(ctx, SW_EINVAL, "loop: magnitude %g gives %g e- per lenslet: too bright",
+                       p->magnitude, l->flux_e);
+    }
+    st = build(l);
+    if (st != SW_OK) {
+        sw_loop_destroy(l);
+        return st;
+    }
+    st = build_science(l);
+    if (st != SW_OK) {
+        sw_loop_destroy(l);
+        return st;
+    }
+    *out = l;
+    return SW_OK;
+}
+
+/* ------------------------------------------------------------------ step */
+
+/* The SH frame of the residual (with noise), through the reconstructor and the controller:
+ * the commands u_k into `commands`. */
+static sw_status sense(sw_loop *l, int64_t k, float *commands)
+{
+    sw_status st;
+    if ((st = feed(l)) != SW_OK || (st = render(l)) != SW_OK)
+        return st;
+    if (l->noisy) {
+        l->det.seed = l->p.seed * 0x9E3779B97F4A7C15ull + (uint64_t)k;
+        if ((st = sw_detector_apply(l->ctx, &l->det, &l->frame, &l->frame)) != SW_OK)
+            return st;
+    }
+    if (l->rtc)
+        return sw_rtc_run(l->rtc, &l->frame, commands, NULL);
+    return run_sabre_global(l, commands);
+}
+
+sw_status sw_loop_step(sw_loop *l, sw_loop_frame *out)
+{
+    if (!l)
+        return sw_fail(NULL, SW_EINVAL, "sw_loop_step: the loop is NULL");
+    const sw_loop_params *p = &l->p;
+    const int64_t k = l->nframe + 1;
+    sw_status st;
+    if (k > 1) {
+        if ((st = sw_infinite_screen_advance(l->screen, p->wind_m_s / p->rate_hz)) != SW_OK)
+            return relay(l, st);
+        if ((st = load_window(l)) != SW_OK)
+            return st;
+    }
+    /* the command due now: u_{k-1-delay} (zero before the first) */
+    const int32_t nact = l->nact, slots = p->delay + 1;
+    float *slot = l->ring + (size_t)(k % slots) * nact;
+    if (k - 1 - p->delay >= 1)
+        memcpy(l->applied, slot, (size_t)nact * sizeof(float));
+    else
+        memset(l->applied, 0, (size_t)nact * sizeof(float));
+    if ((st = shape(l, l->applied)) != SW_OK)
+        return st;
+
+    /* residual W - phi_u on the grid, its pupil square for the science camera, and the sums
+     * of the RMS over the pupil, in one pass */
+    const int32_t gw = l->gw, nq = l->nq;
+    const double *turb = l->turb;
+    const float *surf = l->surf;
+    double *res = l->resid.opd_um;
+    float *pres = l->pres;
+    const uint8_t *pmask = l->pmask;
+    double st1 = 0.0, st2 = 0.0, sr1 = 0.0, sr2 = 0.0;
+#pragma omp parallel for schedule(static) num_threads(l->threads) reduction(+ : st1, st2, sr1, sr2)
+    for (int32_t r = 0; r < gw; r++) {
+        const double *t = turb + (size_t)r * gw;
+        const float *u = surf + (size_t)r * gw;
+        double *o = res + (size_t)r * gw;
+        for (int32_t i = 0; i < gw; i++)
+            o[i] = t[i] - (double)u[i];
+        const int32_t pk = r - LOOP_MARGIN; /* pupil row */
+        if (pk < 0 || pk >= nq)
+            continue;
+        const uint8_t *m = pmask + (size_t)pk * nq;
+        float *dst = pres + (size_t)pk * nq;
+        for (int32_t i = 0; i < nq; i++) {
+            const double w = t[i + LOOP_MARGIN], v = o[i + LOOP_MARGIN];
+            dst[i] = (float)v;
+            if (m[i]) {
+                st1 += w;
+                st2 += w * w;
+                sr1 += v;
+                sr2 += v * v;
+            }
+        }
+    }
+    const int acc = k > p->warmup;
+#ifdef SW_HAVE_CUDA
+    if (l->gpu && (st = sw_loop_psf_gpu_enqueue(l->psf, acc)) != SW_OK)
+        return st;
+#endif
+    l->last_turb_nm = 1e3 * rms_of(st1, st2, (double)l->npup);
+    l->last_resid_nm = 1e3 * rms_of(sr1, sr2, (double)l->npup);
+
+    /* sensor and reconstruction: u_k */
+    st = sense(l, k, slot);
+
+    /* science (on CUDA: drained even after a failure, so the long exposure stays counted) */
+    double peak = 0.0;
+    if (l->gpu) {
+#ifdef SW_HAVE_CUDA
+        const sw_status sp = sw_loop_psf_gpu_peak(l->psf, &peak);
+        if (st == SW_OK)
+            st = sp;
+        if (acc)
+            l->lcount++;
+#endif
+    } else if (st == SW_OK) {
+        peak = psf_cpu(l, acc);
+        if (acc)
+            l->lcount++;
+    }
+    if (st != SW_OK)
+        return st;
+    l->nframe = k;
+    if (out) {
+        const double a2 = l->sum_a * l->sum_a;
+        const double ph = 2.0 * LOOP_PI * l->last_resid_nm * 1e-3 / p->science_wavelength_um;
+        double c2 = 0.0;
+        for (int32_t a = 0; a < nact; a++)
+            c2 += (double)l->applied[a] * l->applied[a];
+        out->frame = k;
+        out->turbulence_nm = l->last_turb_nm;
+        out->residual_nm = l->last_resid_nm;
+        out->strehl = peak / a2;
+        out->marechal = exp(-ph * ph);
+        out->command_rms_um = sqrt(c2 / nact);
+    }
+    return SW_OK;
+}
+
+double sw_loop_long_strehl(const sw_loop *l)
+{
+    if (!l || l->lcount == 0)
+        return NAN;
+    double peak = 0.0;
+#ifdef SW_HAVE_CUDA
+    if (l->gpu) {
+        if (sw_loop_psf_gpu_long_peak(l->psf, &peak) != SW_OK)
+            return NAN;
+    } else
+#endif
+    {
+        const size_t n = (size_t)l->n2 * l->n2;
+        for (size_t s = 0; s < n; s++)
+            if (l->lacc[s] > peak)
+                peak = l->lacc[s];
+    }
+    return peak / ((double)l->lcount * l->sum_a * l->sum_a);
+}
+
+int32_t sw_loop_modes(const sw_loop *l)
+{
+    return l && l->p.recon == SW_LOOP_MVM ? l->kept : -1;
+}
+
+/* ------------------------------------------------------------------ fitting error */
+
+/* Profiles and the factorised normal matrix (see the top). */
+static sw_status fit_prepare(sw_loop *l)
+{
+    const int32_t nq = l->nq, na = l->nx + 1, nact = l->nact;
+    double *gx = malloc((size_t)nq * na * sizeof(double));
+    double *nn = calloc((size_t)nact * nact, sizeof(double));
+    double *h = malloc((size_t)na * na * sizeof(double));
+    double *rows = malloc((size_t)nq * na * sizeof(double));
+    if (!gx || !nn || !h || !rows) {
+        free(gx);
+        free(nn);
+        free(h);
+        free(rows);
+        return sw_fail(l->ctx, SW_ENOMEM,
+                       "loop: out of memory for the %d x %d fitting normal matrix", (int)nact,
+                       (int)nact);
+    }
+    /* gx[i na + a] = f(x_i - x_a), x_i = -1/2 + (i + 1/2) / q, x_a = a - 1/2 (Eq. 12) */
+    for (int32_t i = 0; i < nq; i++) {
+        const double x = -0.5 + (i + 0.5) / l->q;
+        for (int32_t a = 0; a < na; a++)
+            gx[(size_t)i * na + a] =
+                sw_dm_profile(l->dm.influence, l->dm.coupling, x - ((double)a - 0.5));
+    }
+    for (int32_t k = 0; k < nq; k++) {
+        /* h = sum over the pupil samples of row k of fx fx^T */
+        int32_t m = 0;
+        for (int32_t i = 0; i < nq; i++)
+            if (l->pmask[(size_t)k * nq + i])
+                memcpy(rows + (size_t)(m++) * na, gx + (size_t)i * na, (size_t)na * sizeof(double));
+        if (m == 0)
+            continue;
+        cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, na, na, m, 1.0, rows, na, rows, na,
+                    0.0, h, na);
+        /* nn[(ay na + ax), (by na + bx)] += fy[ay] fy[by] h[ax, bx] */
+        const double *fy = gx + (size_t)k * na;
+        for (int32_t ay = 0; ay < na; ay++) {
+            if (fabs(fy[ay]) < 1e-12)
+                continue;
+            for (int32_t by = 0; by < na; by++) {
+                const double w = fy[ay] * fy[by];
+                if (fabs(w) < 1e-24)
+                    continue;
+                for (int32_t ax = 0; ax < na; ax++) {
+                    double *dst = nn + ((size_t)ay * na + ax) * nact + (size_t)by * na;
+                    const double *src = h + (size_t)ax * na;
+                    for (int32_t bx = 0; bx < na; bx++)
+                        dst[bx] += w * src[bx];
+                }
+            }
+        }
+    }
+    free(h);
+    free(rows);
+    double tr = 0.0;
+    for (int32_t a = 0; a < nact; a++)
+        tr += nn[(size_t)a * nact + a];
+    const double lambda = LOOP_FIT_LAMBDA * tr / nact;
+    for (int32_t a = 0; a < nact; a++)
+        nn[(size_t)a * nact + a] += lambda;
+    const lapack_int info = LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', nact, nn, nact);
+    if (info != 0) {
+        free(gx);
+        free(nn);
+        return sw_fail(l->ctx, SW_EINTERNAL,
+                       "loop: the fitting normal matrix is not positive definite (dpotrf %d)",
+                       (int)info);
+    }
+    l->fit_gx = gx;
+    l->fit_nn = nn;
+    return SW_OK;
+}
+
+sw_status sw_loop_fitting_error(sw_loop *l, double *rms_nm)
+{
+    if (!l || !rms_nm)
+        return sw_fail(l ? l->ctx : NULL, SW_EINVAL, "sw_loop_fitting_error: %s is NULL",
+                       l ? "rms_nm" : "the loop");
+    sw_status st;
+    if (!l->fit_nn && (st = fit_prepare(l)) != SW_OK)
+        return st;
+    const int32_t nq = l->nq, na = l->nx + 1, gw = l->gw;
+    double *w = malloc((size_t)nq * nq * sizeof(double));
+    double *t = malloc((size_t)nq * na * sizeof(double));
+    double *c = malloc((size_t)l->nact * sizeof(double));
+    if (!w || !t || !c) {
+        free(w);
+        free(t);
+        free(c);
+        return sw_fail(l->ctx, SW_ENOMEM, "loop: out of memory for the fit");
+    }
+    for (int32_t k = 0; k < nq; k++)
+        for (int32_t i = 0; i < nq; i++) {
+            const size_t s = (size_t)k * nq + i;
+            w[s] = l->pmask[s] ? l->turb[(size_t)(k + LOOP_MARGIN) * gw + i + LOOP_MARGIN] : 0.0;
+        }
+    const double *g = l->fit_gx;
+    /* F^T w = Gy^T (M w) Gx: t = (M w) Gx (nq x na), c = Gy^T t (na x na, row ay, column ax) */
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, na, nq, 1.0, w, nq, g, na, 0.0, t,
+                na);
+    cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, na, na, nq, 1.0, g, na, t, na, 0.0, c, na);
+    const lapack_int info =
+        LAPACKE_dpotrs(LAPACK_ROW_MAJOR, 'L', l->nact, 1, l->fit_nn, l->nact, c, 1);
+    if (info != 0) {
+        free(w);
+        free(t);
+        free(c);
+        return sw_fail(l->ctx, SW_EINTERNAL, "loop: dpotrs failed (%d)", (int)info);
+    }
+    /* fit = Gy C Gx^T: t = Gy C (nq x na), fit = t Gx^T (nq x nq), then w - fit over the pupil */
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, na, na, 1.0, g, na, c, na, 0.0, t,
+                na);
+    double s = 0.0, s2 = 0.0;
+    for (int32_t k = 0; k < nq; k++)
+        for (int32_t i = 0; i < nq; i++) {
+            const size_t q = (size_t)k * nq + i;
+            if (!l->pmask[q])
+                continue;
+            double fit = 0.0;
+            for (int32_t a = 0; a < na; a++)
+                fit += t[(size_t)k * na + a] * g[(size_t)i * na + a];
+            const double r = w[q] - fit;
+            s += r;
+            s2 += r * r;
+        }
+    free(w);
+    free(t);
+    free(c);
+    const double n = (double)l->npup, mean = s / n, v = s2 / n - mean * mean;
+    *rms_nm = 1e3 * (v > 0.0 ? sqrt(v) : 0.0);
+    return SW_OK;
+}
+
+/* ------------------------------------------------------------------ maps and internals */
+
+sw_status sw_loop_maps(const sw_loop *l, int32_t *side, float *turbulence, float *correction,
+                       float *residual)
+{
+    if (!l)
+        return sw_fail(NULL, SW_EINVAL, "sw_loop_maps: the loop is NULL");
+    const int32_t nq = l->nq, gw = l->gw;
+    if (side)
+        *side = nq;
+    for (int32_t k = 0; k < nq; k++)
+        for (int32_t i = 0; i < nq; i++) {
+            const size_t s = (size_t)k * nq + i;
+            const size_t g = (size_t)(k + LOOP_MARGIN) * gw + i + LOOP_MARGIN;
+            const int in = l->pmask[s];
+            if (turbulence)
+                turbulence[s] = in ? (float)l->turb[g] : NAN;
+            if (correction)
+                correction[s] = in ? l->surf[g] : NAN;
+            if (residual)
+                residual[s] = in ? (float)(l->turb[g] - (double)l->surf[g]) : NAN;
+        }
+    return SW_OK;
+}
+
+const float *sw_loop_interaction(const sw_loop *l, int32_t *nslopes, int32_t *nact)
+{
+    if (!l || !l->im)
+        return NULL;
+    if (nslopes)
+        *nslopes = 2 * l->ns;
+    if (nact)
+        *nact = l->nact;
+    return l->im;
+}
+
+const float *sw_loop_control(const sw_loop *l)
+{
+    return l ? l->cm : NULL;
+}
+
+const float *sw_loop_applied(const sw_loop *l, int32_t *nact)
+{
+    if (!l)
+        return NULL;
+    if (nact)
+        *nact = l->nact;
+    return l->applied;
+}
+
+sw_status sw_loop_shaper_on_gpu(sw_loop *l, int on)
+{
+    if (!l)
+        return sw_fail(NULL, SW_EINVAL, "sw_loop_shaper_on_gpu: the loop is NULL");
+    if (!l->gpu || (on != 0) == l->shaper_gpu)
+        return SW_OK;
+    return build_shaper(l, on != 0);
+}
