@@ -49,6 +49,8 @@ static const sw_subcommand subcommands[] = {
      sw_cmd_aberrometry, sw_cmd_aberrometry_help},
     {"sabre", "wavefront from slopes: D-SABRE splines with H-PME/D-PME, or baselines (seed 002)",
      sw_cmd_sabre, sw_cmd_sabre_help},
+    {"loop", "closed adaptive-optics loop simulated: Strehl and residual over frames (seed 002)",
+     sw_cmd_loop, sw_cmd_loop_help},
 };
 static const size_t n_subcommands = sizeof subcommands / sizeof subcommands[0];
 

@@ -1,0 +1,923 @@
+/*
+ * spotwave loop: the closed-loop adaptive-optics simulator of loop.h (seed 002 section 4, seed
+ * 000 section 6) run from a configuration: an infinite turbulence screen moving with the wind, the
+ * Shack-Hartmann frame, the real-time chain (MVM, or SABRE / D-SABRE with the global projection
+ * of Eq. 13 or the distributed one of Eq. 14-16), the controller, the mirror's shape subtracted,
+ * and the science PSF's short- and long-exposure Strehl. Writes a per-frame table, a summary
+ * (text or JSON), a plot (plot.c) and the last frame's phase maps.
+ *
+ * Configuration: the defaults of sw_loop_params_default (seed 002 section 4.B), then a file of
+ * `key = value` lines (--config), then the options and --set key=value in command-line order.
+ * The keys are named after the fields of sw_loop_params (table `keys` below).
+ */
+#define _GNU_SOURCE
+
+#include "cli.h"
+#include "plot.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define SUB "loop"
+
+#define DEF_FRAMES   200
+#define MAX_FRAMES   1000000
+#define MAX_LINE     1024
+#define MAX_OVERRIDE 256
+#define PLOT_WIDTH   960
+#define PLOT_HEIGHT  760
+
+/* ------------------------------------------------------------------ configuration keys */
+
+typedef enum key_type {
+    KT_INT,        /* int32_t in [lo, hi]                                  */
+    KT_DOUBLE,     /* finite double in the range of `range`                */
+    KT_BOOL,       /* int: 0/1, yes/no, true/false, on/off                 */
+    KT_U64,        /* uint64_t, decimal or 0x hex                          */
+    KT_MAGNITUDE,  /* double, or "none" (NAN: noise-free)                  */
+    KT_MODEL,      /* sw_sh_model                                          */
+    KT_INFLUENCE,  /* sw_dm_influence                                      */
+    KT_RECON,      /* sw_loop_recon                                        */
+    KT_CONTROLLER, /* sw_controller_kind                                   */
+    KT_FRAMES      /* the command's frame count (not in sw_loop_params)    */
+} key_type;
+
+/* Ranges of KT_DOUBLE keys. */
+typedef enum range {
+    R_ANY,      /* any finite number          */
+    R_POS,      /* > 0                        */
+    R_NONNEG,   /* >= 0                       */
+    R_OPEN01,   /* 0 < x < 1                  */
+    R_HALFOPEN, /* 0 <= x < 1                 */
+    R_UNIT,     /* 0 < x <= 1                 */
+    R_COND      /* 0 (no limit) or >= 1       */
+} range;
+
+typedef struct key_def {
+    const char *name;
+    key_type type;
+    size_t offset; /* into sw_loop_params */
+    range rng;     /* KT_DOUBLE            */
+    long lo, hi;   /* KT_INT, KT_FRAMES    */
+} key_def;
+
+#define P(field) offsetof(sw_loop_params, field)
+
+static const key_def keys[] = {
+    {"nx", KT_INT, P(nx), R_ANY, 1, 1024},
+    {"diameter_m", KT_DOUBLE, P(diameter_m), R_POS, 0, 0},
+    {"square_pupil", KT_BOOL, P(square_pupil), R_ANY, 0, 0},
+    {"obscuration", KT_DOUBLE, P(obscuration), R_HALFOPEN, 0, 0},
+    {"px_per_lenslet", KT_INT, P(px_per_lenslet), R_ANY, 1, 1024},
+    {"wfs_wavelength_um", KT_DOUBLE, P(wfs_wavelength_um), R_POS, 0, 0},
+    {"nyquist_px", KT_DOUBLE, P(nyquist_px), R_POS, 0, 0},
+    {"model", KT_MODEL, P(model), R_ANY, 0, 0},
+    {"magnitude", KT_MAGNITUDE, P(magnitude), R_ANY, 0, 0},
+    {"zero_point", KT_DOUBLE, P(zero_point), R_POS, 0, 0},
+    {"throughput", KT_DOUBLE, P(throughput), R_UNIT, 0, 0},
+    {"read_noise_e", KT_DOUBLE, P(read_noise_e), R_NONNEG, 0, 0},
+    {"threshold_e", KT_DOUBLE, P(threshold_e), R_NONNEG, 0, 0},
+    {"r0_m", KT_DOUBLE, P(turbulence.r0_m), R_POS, 0, 0},
+    {"L0_m", KT_DOUBLE, P(turbulence.L0_m), R_POS, 0, 0},
+    {"r0_wavelength_um", KT_DOUBLE, P(turbulence.wavelength_um), R_POS, 0, 0},
+    {"subharmonics", KT_INT, P(turbulence.subharmonics), R_ANY, 0, 8},
+    {"wind_m_s", KT_DOUBLE, P(wind_m_s), R_NONNEG, 0, 0},
+    {"rate_hz", KT_DOUBLE, P(rate_hz), R_POS, 0, 0},
+    {"seed", KT_U64, P(seed), R_ANY, 0, 0},
+    {"samples", KT_INT, P(samples), R_ANY, 1, 256},
+    {"influence", KT_INFLUENCE, P(dm.influence), R_ANY, 0, 0},
+    {"coupling", KT_DOUBLE, P(dm.coupling), R_OPEN01, 0, 0},
+    {"recon", KT_RECON, P(recon), R_ANY, 0, 0},
+    {"cm_condition", KT_DOUBLE, P(cm_condition), R_COND, 0, 0},
+    {"poke_um", KT_DOUBLE, P(poke_um), R_POS, 0, 0},
+    {"partitions", KT_INT, P(partitions), R_ANY, 1, 1024},
+    {"overlap", KT_INT, P(overlap), R_ANY, 0, 64},
+    {"controller", KT_CONTROLLER, P(controller.kind), R_ANY, 0, 0},
+    {"gain", KT_DOUBLE, P(controller.gain), R_NONNEG, 0, 0},
+    {"leak", KT_DOUBLE, P(controller.leak), R_HALFOPEN, 0, 0},
+    {"clip", KT_DOUBLE, P(controller.clip), R_NONNEG, 0, 0},
+    {"delay", KT_INT, P(delay), R_ANY, 0, 1000},
+    {"science_wavelength_um", KT_DOUBLE, P(science_wavelength_um), R_POS, 0, 0},
+    {"warmup", KT_INT, P(warmup), R_ANY, 0, MAX_FRAMES},
+    {"frames", KT_FRAMES, 0, R_ANY, 1, MAX_FRAMES},
+};
+static const size_t n_keys = sizeof keys / sizeof keys[0];
+
+#undef P
+
+static const key_def *find_key(const char *name)
+{
+    for (size_t i = 0; i < n_keys; i++)
+        if (strcmp(keys[i].name, name) == 0)
+            return &keys[i];
+    return NULL;
+}
+
+static const char *range_text(range r)
+{
+    switch (r) {
+    case R_POS: return "a number > 0";
+    case R_NONNEG: return "a number >= 0";
+    case R_OPEN01: return "a number between 0 and 1 (both excluded)";
+    case R_HALFOPEN: return "a number in [0, 1)";
+    case R_UNIT: return "a number in (0, 1]";
+    case R_COND: return "0 (no limit) or a number >= 1";
+    default: return "a finite number";
+    }
+}
+
+static int in_range(range r, double v)
+{
+    switch (r) {
+    case R_POS: return v > 0;
+    case R_NONNEG: return v >= 0;
+    case R_OPEN01: return v > 0 && v < 1;
+    case R_HALFOPEN: return v >= 0 && v < 1;
+    case R_UNIT: return v > 0 && v <= 1;
+    case R_COND: return v == 0 || v >= 1;
+    default: return 1;
+    }
+}
+
+/* Sets one key from its text. 0, or -1 with what was expected in `want` (for the message). */
+static int set_key(const key_def *k, const char *text, sw_loop_params *p, long *frames, char *want,
+                   size_t wsize)
+{
+    char *base = (char *)p + k->offset;
+    double v;
+    long n;
+    switch (k->type) {
+    case KT_INT:
+    case KT_FRAMES:
+        if (sw_cli_parse_long(text, k->lo, k->hi, &n) != 0) {
+            snprintf(want, wsize, "a whole number in %ld..%ld", k->lo, k->hi);
+            return -1;
+        }
+        if (k->type == KT_FRAMES)
+            *frames = n;
+        else
+            *(int32_t *)(void *)base = (int32_t)n;
+        return 0;
+    case KT_DOUBLE:
+        if (sw_cli_parse_double(text, &v) != 0 || !in_range(k->rng, v)) {
+            snprintf(want, wsize, "%s", range_text(k->rng));
+            return -1;
+        }
+        *(double *)(void *)base = v;
+        return 0;
+    case KT_BOOL: {
+        static const char *const yes[] = {"1", "yes", "true", "on"};
+        static const char *const no[] = {"0", "no", "false", "off"};
+        for (int i = 0; i < 4; i++) {
+            if (strcasecmp(text, yes[i]) == 0 || strcasecmp(text, no[i]) == 0) {
+                *(int *)(void *)base = strcasecmp(text, yes[i]) == 0;
+                return 0;
+            }
+        }
+        snprintf(want, wsize, "1 or 0 (yes/no, true/false, on/off)");
+        return -1;
+    }
+    case KT_U64:
+        if (sw_cli_parse_u64(text, (uint64_t *)(void *)base) != 0) {
+            snprintf(want, wsize, "a whole number >= 0 (decimal or 0x hex)");
+            return -1;
+        }
+        return 0;
+    case KT_MAGNITUDE:
+        if (strcasecmp(text, "none") == 0) {
+            *(double *)(void *)base = NAN;
+            return 0;
+        }
+        if (sw_cli_parse_double(text, &v) != 0) {
+            snprintf(want, wsize, "a magnitude, or none (noise-free)");
+            return -1;
+        }
+        *(double *)(void *)base = v;
+        return 0;
+    case KT_MODEL:
+        if (sw_sh_model_parse(text, (sw_sh_model *)(void *)base) != SW_OK) {
+            snprintf(want, wsize, "geometric or diffraction");
+            return -1;
+        }
+        return 0;
+    case KT_INFLUENCE:
+        if (sw_dm_influence_parse(text, (sw_dm_influence *)(void *)base) != SW_OK) {
+            snprintf(want, wsize, "gaussian or bezier");
+            return -1;
+        }
+        return 0;
+    case KT_RECON:
+        if (sw_loop_recon_parse(text, (sw_loop_recon *)(void *)base) != SW_OK) {
+            snprintf(want, wsize, "mvm, sabre, dsabre-global or dsabre-local");
+            return -1;
+        }
+        return 0;
+    case KT_CONTROLLER:
+        if (sw_controller_kind_parse(text, (sw_controller_kind *)(void *)base) != SW_OK) {
+            snprintf(want, wsize, "integrator, leaky or pi");
+            return -1;
+        }
+        return 0;
+    }
+    snprintf(want, wsize, "a value");
+    return -1;
+}
+
+/* The key's current value as text (what a configuration file would hold). */
+static void key_value(const key_def *k, const sw_loop_params *p, long frames, char *buf,
+                      size_t size)
+{
+    const char *base = (const char *)p + k->offset;
+    double v;
+    switch (k->type) {
+    case KT_INT: snprintf(buf, size, "%d", (int)*(const int32_t *)(const void *)base); return;
+    case KT_FRAMES: snprintf(buf, size, "%ld", frames); return;
+    case KT_BOOL: snprintf(buf, size, "%d", *(const int *)(const void *)base ? 1 : 0); return;
+    case KT_U64:
+        snprintf(buf, size, "%llu", (unsigned long long)*(const uint64_t *)(const void *)base);
+        return;
+    case KT_DOUBLE:
+    case KT_MAGNITUDE:
+        v = *(const double *)(const void *)base;
+        if (isnan(v))
+            snprintf(buf, size, "none");
+        else
+            snprintf(buf, size, "%.10g", v);
+        return;
+    case KT_MODEL:
+        snprintf(buf, size, "%s", sw_sh_model_string(*(const sw_sh_model *)(const void *)base));
+        return;
+    case KT_INFLUENCE:
+        snprintf(buf, size, "%s",
+                 sw_dm_influence_string(*(const sw_dm_influence *)(const void *)base));
+        return;
+    case KT_RECON:
+        snprintf(buf, size, "%s", sw_loop_recon_string(*(const sw_loop_recon *)(const void *)base));
+        return;
+    case KT_CONTROLLER:
+        snprintf(buf, size, "%s",
+                 sw_controller_kind_string(*(const sw_controller_kind *)(const void *)base));
+        return;
+    }
+    snprintf(buf, size, "?");
+}
+
+/* ------------------------------------------------------------------ help */
+
+void sw_cmd_loop_help(FILE *out)
+{
+    fprintf(
+        out,
+        "Usage: spotwave [GLOBAL OPTIONS] loop [--config FILE] [--set KEY=VALUE ...] [OPTIONS]\n"
+        "\n"
+        "Simulates a closed adaptive-optics loop (loop.h; seed 002 section 4, seed 000 section\n"
+        "6): an infinite turbulence screen moving with the wind, the Shack-Hartmann frame of a\n"
+        "guide star, the real-time chain (centroids, slopes, reconstruction: MVM, or SABRE /\n"
+        "D-SABRE with the global projection of Eq. 13 or the distributed one of Eq. 14-16), the\n"
+        "controller, and the deformable mirror's shape subtracted from the next phase; the\n"
+        "science camera's short- and long-exposure Strehl and the residual RMS frame by frame.\n"
+        "Runs on the context's backend (--backend; the screen is made on the CPU).\n"
+        "\n"
+        "Configuration: the seed 002 section 4.B setting (32 x 32 lenslets, D = 12 m, square\n"
+        "pupil, diffraction model, noise-free, r0 0.15 m at 0.5 um, L0 25 m, 10 km/h, 500 Hz,\n"
+        "Gaussian coupling 0.3, D-SABRE 4 x 4 with the distributed projection, integrator gain\n"
+        "0.5, J band, 20 warm-up frames) and %d frames, then the file, then the options below\n"
+        "in the order given.\n"
+        "  --config FILE          `key = value` lines; '#' starts a comment; blank lines are\n"
+        "                         skipped. Keys (sw_loop_params' fields):\n"
+        "                         nx diameter_m square_pupil obscuration px_per_lenslet\n"
+        "                         wfs_wavelength_um nyquist_px model (geometric|diffraction)\n"
+        "                         magnitude (a number, or none: noise-free) zero_point\n"
+        "                         throughput read_noise_e threshold_e r0_m L0_m\n"
+        "                         r0_wavelength_um subharmonics wind_m_s rate_hz\n"
+        "                         seed samples influence (gaussian|bezier) coupling recon\n"
+        "                         (mvm|sabre|dsabre-global|dsabre-local) cm_condition poke_um\n"
+        "                         partitions overlap controller (integrator|leaky|pi) gain\n"
+        "                         leak clip delay science_wavelength_um warmup frames\n"
+        "  --set KEY=VALUE        one key (repeatable)\n"
+        "  --frames N             frames to simulate, 1..%d (default %d; more than warmup)\n"
+        "  --gain G               controller gain (key gain)\n"
+        "  --coupling C           influence at the neighbouring actuators, 0 < C < 1\n"
+        "  --recon R              mvm, sabre, dsabre-global or dsabre-local\n"
+        "  --partitions K         D-SABRE K x K partitions\n"
+        "  --magnitude M          guide-star magnitude, or none (noise-free)\n"
+        "  --seed S               screen and noise seed\n"
+        "  --open-loop            gain 0: the mirror never moves (the turbulence for comparison)\n"
+        "\n"
+        "Output (a summary goes to standard output):\n"
+        "  --report CSV           one row per frame: frame, turbulence_nm, residual_nm, strehl,\n"
+        "                         marechal, command_rms_um, long_strehl (the long exposure so\n"
+        "                         far; nan during the warm-up); '-': standard output, in\n"
+        "                         place of the summary\n"
+        "  --plot PNG             two panels over the frames: the short-exposure Strehl and the\n"
+        "                         running long-exposure Strehl; the residual RMS with the\n"
+        "                         turbulence RMS and the fitting error (at the end) as references\n"
+        "  --maps PREFIX          the last frame's phase maps (um, nan outside the pupil) as\n"
+        "                         float FITS: PREFIXturbulence.fits, PREFIXcorrection.fits,\n"
+        "                         PREFIXresidual.fits (e.g. --maps out/run1_)\n"
+        "  --json                 the summary as one JSON object: the configuration (every key),\n"
+        "                         frames, warm-up, long-exposure Strehl, means after the warm-up\n"
+        "                         (residual and turbulence RMS, short Strehl, Marechal), the\n"
+        "                         fitting error, the control matrix's modes (mvm), frames/s,\n"
+        "                         backend and the files written\n"
+        "  -h, --help             print this help and exit\n"
+        "\n"
+        "Exit codes: 0 success; 1 a failure while running (an unreadable configuration file,\n"
+        "parameters the simulator refuses, a file that cannot be written); 2 a usage error\n"
+        "(unknown key, bad value, a configuration line that is not key = value).\n"
+        "\n"
+        "Example:\n"
+        "  spotwave loop --set nx=16 --recon mvm --gain 0.4 --frames 300 \\\n"
+        "      --report loop.csv --plot loop.png --json\n",
+        DEF_FRAMES, MAX_FRAMES, DEF_FRAMES);
+}
+
+/* ------------------------------------------------------------------ options */
+
+/* One setting from the command line, applied after the configuration file. */
+typedef struct override {
+    char key[64];
+    const char *value;
+    char source[96]; /* "--gain" or "--set gain=..." for messages */
+} override;
+
+typedef struct loop_opts {
+    const char *config, *report, *plot, *maps;
+    int json, open_loop;
+    override ov[MAX_OVERRIDE];
+    int nov;
+    /* the configuration, once applied */
+    sw_loop_params p;
+    long frames;
+} loop_opts;
+
+static int add_override(loop_opts *o, const char *key, const char *value, const char *source)
+{
+    if (o->nov >= MAX_OVERRIDE)
+        return sw_cli_usage(SUB, "more than %d settings on the command line", MAX_OVERRIDE);
+    override *v = &o->ov[o->nov++];
+    snprintf(v->key, sizeof v->key, "%s", key);
+    v->value = value;
+    snprintf(v->source, sizeof v->source, "%s", source);
+    return SW_EXIT_OK;
+}
+
+/* -1: --help was printed; SW_EXIT_OK; or a usage error's code. */
+static int parse_options(int argc, char **argv, loop_opts *o)
+{
+    enum {
+        OPT_CONFIG = 256,
+        OPT_SET,
+        OPT_FRAMES,
+        OPT_GAIN,
+        OPT_COUPLING,
+        OPT_RECON,
+        OPT_PARTITIONS,
+        OPT_MAGNITUDE,
+        OPT_SEED,
+        OPT_OPEN,
+        OPT_REPORT,
+        OPT_PLOT,
+        OPT_MAPS,
+        OPT_JSON
+    };
+    static const struct option longopts[] = {
+        {"config", required_argument, NULL, OPT_CONFIG},
+        {"set", required_argument, NULL, OPT_SET},
+        {"frames", required_argument, NULL, OPT_FRAMES},
+        {"gain", required_argument, NULL, OPT_GAIN},
+        {"coupling", required_argument, NULL, OPT_COUPLING},
+        {"recon", required_argument, NULL, OPT_RECON},
+        {"partitions", required_argument, NULL, OPT_PARTITIONS},
+        {"magnitude", required_argument, NULL, OPT_MAGNITUDE},
+        {"seed", required_argument, NULL, OPT_SEED},
+        {"open-loop", no_argument, NULL, OPT_OPEN},
+        {"report", required_argument, NULL, OPT_REPORT},
+        {"plot", required_argument, NULL, OPT_PLOT},
+        {"maps", required_argument, NULL, OPT_MAPS},
+        {"json", no_argument, NULL, OPT_JSON},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    int c, rc;
+    sw_cli_getopt_reset();
+    while ((c = sw_cli_getopt(SUB, argc, argv, "h", longopts)) != -1) {
+        const char *key = NULL;
+        switch (c) {
+        case 'h': sw_cmd_loop_help(stdout); return -1;
+        case OPT_CONFIG:
+            if (o->config)
+                return sw_cli_usage(SUB, "--config is given twice");
+            if (!*optarg)
+                return sw_cli_usage(SUB, "--config: the file name is empty");
+            o->config = optarg;
+            break;
+        case OPT_SET: {
+            const char *eq = strchr(optarg, '=');
+            char name[64];
+            size_t n = eq ? (size_t)(eq - optarg) : 0;
+            while (n > 0 && isspace((unsigned char)optarg[n - 1]))
+                n--;
+            if (!eq || n == 0 || n >= sizeof name)
+                return sw_cli_usage(SUB, "--set: '%s' is not KEY=VALUE", optarg);
+            memcpy(name, optarg, n);
+            name[n] = '\0';
+            const char *value = eq + 1;
+            while (isspace((unsigned char)*value))
+                value++;
+            char source[96];
+            snprintf(source, sizeof source, "--set %s", name);
+            if ((rc = add_override(o, name, value, source)) != SW_EXIT_OK)
+                return rc;
+            break;
+        }
+        case OPT_FRAMES: key = "frames"; break;
+        case OPT_GAIN: key = "gain"; break;
+        case OPT_COUPLING: key = "coupling"; break;
+        case OPT_RECON: key = "recon"; break;
+        case OPT_PARTITIONS: key = "partitions"; break;
+        case OPT_MAGNITUDE: key = "magnitude"; break;
+        case OPT_SEED: key = "seed"; break;
+        case OPT_OPEN: o->open_loop = 1; break;
+        case OPT_REPORT:
+        case OPT_PLOT:
+        case OPT_MAPS:
+            if (!*optarg)
+                return sw_cli_usage(SUB, "%s: the file name is empty", sw_cli_option_name(argv));
+            if (c == OPT_REPORT)
+                o->report = optarg;
+            else if (c == OPT_PLOT)
+                o->plot = optarg;
+            else
+                o->maps = optarg;
+            break;
+        case OPT_JSON: o->json = 1; break;
+        default: return SW_EXIT_USAGE;
+        }
+        if (key && (rc = add_override(o, key, optarg, sw_cli_option_name(argv))) != SW_EXIT_OK)
+            return rc;
+    }
+    if (optind < argc)
+        return sw_cli_usage(SUB, "unexpected argument '%s'", argv[optind]);
+    if (o->plot && !sw_cli_ends_with(o->plot, ".png"))
+        return sw_cli_usage(SUB, "--plot: '%s' does not end in .png", o->plot);
+    if (o->report && o->json && strcmp(o->report, "-") == 0)
+        return sw_cli_usage(SUB, "--report - and --json both want standard output");
+    return SW_EXIT_OK;
+}
+
+/* Trims blanks at both ends, in place. */
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    size_t n = strlen(s);
+    while (n > 0 && isspace((unsigned char)s[n - 1]))
+        s[--n] = '\0';
+    return s;
+}
+
+/* Reads the configuration file into o->p / o->frames. A file that cannot be read: 1; a bad
+ * line: a usage error naming the file, the line and the key. */
+static int read_config(loop_opts *o)
+{
+    FILE *f = fopen(o->config, "r");
+    if (!f)
+        return sw_cli_fail(SUB, "cannot read the configuration '%s': %s", o->config,
+                           strerror(errno));
+    char line[MAX_LINE + 2];
+    long lineno = 0;
+    int rc = SW_EXIT_OK;
+    while (rc == SW_EXIT_OK && fgets(line, sizeof line, f)) {
+        lineno++;
+        size_t len = strlen(line);
+        if (len > MAX_LINE && line[len - 1] != '\n') {
+            rc = sw_cli_usage(SUB, "%s line %ld: longer than %d characters", o->config, lineno,
+                              MAX_LINE);
+            break;
+        }
+        char *hash = strchr(line, '#');
+        if (hash)
+            *hash = '\0';
+        char *text = trim(line);
+        if (!*text)
+            continue;
+        char *eq = strchr(text, '=');
+        if (!eq) {
+            rc = sw_cli_usage(SUB, "%s line %ld: '%s' is not key = value", o->config, lineno, text);
+            break;
+        }
+        *eq = '\0';
+        char *name = trim(text), *value = trim(eq + 1);
+        const key_def *k = find_key(name);
+        char want[96];
+        if (!*name)
+            rc = sw_cli_usage(SUB, "%s line %ld: no key before '='", o->config, lineno);
+        else if (!k)
+            rc = sw_cli_usage(SUB, "%s line %ld: unknown key '%s'", o->config, lineno, name);
+        else if (!*value)
+            rc = sw_cli_usage(SUB, "%s line %ld: %s has no value", o->config, lineno, name);
+        else if (set_key(k, value, &o->p, &o->frames, want, sizeof want) != 0)
+            rc = sw_cli_usage(SUB, "%s line %ld: %s: '%s' is not %s", o->config, lineno, name,
+                              value, want);
+    }
+    if (rc == SW_EXIT_OK && ferror(f))
+        rc = sw_cli_fail(SUB, "cannot read the configuration '%s': %s", o->config, strerror(errno));
+    fclose(f);
+    return rc;
+}
+
+/* Defaults, the file, the command line, --open-loop, and the checks between keys. */
+static int build_config(loop_opts *o)
+{
+    sw_loop_params_default(&o->p);
+    o->frames = DEF_FRAMES;
+    int rc;
+    if (o->config && (rc = read_config(o)) != SW_EXIT_OK)
+        return rc;
+    for (int i = 0; i < o->nov; i++) {
+        const override *v = &o->ov[i];
+        const key_def *k = find_key(v->key);
+        char want[96];
+        if (!k)
+            return sw_cli_usage(SUB, "%s: unknown key '%s'", v->source, v->key);
+        if (!*v->value)
+            return sw_cli_usage(SUB, "%s: no value", v->source);
+        if (set_key(k, v->value, &o->p, &o->frames, want, sizeof want) != 0)
+            return sw_cli_usage(SUB, "%s: '%s' is not %s", v->source, v->value, want);
+    }
+    if (o->open_loop)
+        o->p.controller.gain = 0.0; /* PI: ki of every mode is the gain, kp 0 */
+    if (o->frames <= o->p.warmup)
+        return sw_cli_usage(SUB,
+                            "frames (%ld) must be more than warmup (%d): the long exposure "
+                            "starts after the warm-up",
+                            o->frames, (int)o->p.warmup);
+    return SW_EXIT_OK;
+}
+
+/* ------------------------------------------------------------------ the run */
+
+typedef struct loop_run {
+    sw_loop_frame *f; /* frames */
+    double *long_strehl;
+    double create_s, run_s, fitting_nm;
+    int32_t modes;
+    sw_backend backend;
+    /* after the warm-up */
+    double residual_mean, turbulence_mean, strehl_mean, marechal_mean, long_final;
+    char maps[3][4096];
+} loop_run;
+
+static int run_loop(sw_context *ctx, const loop_opts *o, int quiet, loop_run *r)
+{
+    sw_loop *l = NULL;
+    double t0 = sw_cli_now();
+    sw_status st = sw_loop_create(ctx, &o->p, &l);
+    if (st != SW_OK)
+        return sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
+    r->create_s = sw_cli_now() - t0;
+    r->f = calloc((size_t)o->frames, sizeof *r->f);
+    r->long_strehl = calloc((size_t)o->frames, sizeof *r->long_strehl);
+    int rc = SW_EXIT_OK;
+    if (!r->f || !r->long_strehl)
+        rc = sw_cli_fail(SUB, "out of memory (%ld frames)", o->frames);
+    sw_cli_progress prog;
+    sw_cli_progress_start(&prog, SUB, -1, quiet, o->frames);
+    t0 = sw_cli_now();
+    for (long i = 0; rc == SW_EXIT_OK && i < o->frames; i++) {
+        if ((st = sw_loop_step(l, &r->f[i])) != SW_OK) {
+            rc = sw_cli_fail(SUB, "frame %ld: %s", i + 1, sw_cli_lib_error(ctx, st));
+            break;
+        }
+        r->long_strehl[i] = sw_loop_long_strehl(l);
+        sw_cli_progress_update(&prog, i + 1, o->frames);
+    }
+    r->run_s = sw_cli_now() - t0;
+    if (rc == SW_EXIT_OK && (st = sw_loop_fitting_error(l, &r->fitting_nm)) != SW_OK)
+        rc = sw_cli_fail(SUB, "fitting error: %s", sw_cli_lib_error(ctx, st));
+    r->modes = sw_loop_modes(l);
+    if (rc == SW_EXIT_OK && o->maps) {
+        const int32_t side = o->p.samples * o->p.nx;
+        const size_t n = (size_t)side * (size_t)side;
+        float *m = malloc(3 * n * sizeof *m);
+        int32_t got = 0;
+        if (!m)
+            rc = sw_cli_fail(SUB, "out of memory (maps of %d x %d)", (int)side, (int)side);
+        else if ((st = sw_loop_maps(l, &got, m, m + n, m + 2 * n)) != SW_OK)
+            rc = sw_cli_fail(SUB, "maps: %s", sw_cli_lib_error(ctx, st));
+        else if (got != side)
+            rc = sw_cli_fail(SUB, "internal error: maps of side %d, expected %d", (int)got,
+                             (int)side);
+        static const char *const names[3] = {"turbulence", "correction", "residual"};
+        for (int k = 0; rc == SW_EXIT_OK && k < 3; k++) {
+            snprintf(r->maps[k], sizeof r->maps[k], "%s%s.fits", o->maps, names[k]);
+            sw_image img;
+            if ((st = sw_image_alloc(ctx, side, side, SW_PIX_F32, &img)) != SW_OK) {
+                rc = sw_cli_fail(SUB, "maps: %s", sw_cli_lib_error(ctx, st));
+                break;
+            }
+            for (int32_t y = 0; y < side; y++)
+                memcpy(sw_image_row(&img, y), m + k * n + (size_t)y * side, sizeof(float) * side);
+            st = sw_fits_write(ctx, r->maps[k], &img, 1);
+            sw_image_free(&img);
+            if (st != SW_OK)
+                rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
+        }
+        free(m);
+    }
+    sw_loop_destroy(l);
+    if (rc != SW_EXIT_OK)
+        return rc;
+
+    /* Means after the warm-up (frames warmup + 1 ..). */
+    double sr = 0, st_ = 0, ss = 0, sm = 0;
+    long n = 0;
+    for (long i = o->p.warmup; i < o->frames; i++, n++) {
+        sr += r->f[i].residual_nm;
+        st_ += r->f[i].turbulence_nm;
+        ss += r->f[i].strehl;
+        sm += r->f[i].marechal;
+    }
+    r->residual_mean = sr / (double)n;
+    r->turbulence_mean = st_ / (double)n;
+    r->strehl_mean = ss / (double)n;
+    r->marechal_mean = sm / (double)n;
+    r->long_final = r->long_strehl[o->frames - 1];
+    return SW_EXIT_OK;
+}
+
+/* ------------------------------------------------------------------ outputs */
+
+static void put_number(FILE *f, double v)
+{
+    if (isnan(v))
+        fputs("nan", f);
+    else
+        fprintf(f, "%.10g", v);
+}
+
+static int write_report(const loop_opts *o, const loop_run *r)
+{
+    sw_cli_out out;
+    int rc = sw_cli_out_open(SUB, &out, o->report);
+    if (rc != SW_EXIT_OK)
+        return rc;
+    fputs("frame,turbulence_nm,residual_nm,strehl,marechal,command_rms_um,long_strehl\n", out.f);
+    for (long i = 0; i < o->frames; i++) {
+        const sw_loop_frame *f = &r->f[i];
+        const double v[6] = {f->turbulence_nm, f->residual_nm,    f->strehl,
+                             f->marechal,      f->command_rms_um, r->long_strehl[i]};
+        fprintf(out.f, "%lld", (long long)f->frame);
+        for (int k = 0; k < 6; k++) {
+            fputc(',', out.f);
+            put_number(out.f, v[k]);
+        }
+        fputc('\n', out.f);
+    }
+    return sw_cli_out_close(SUB, &out, 1); /* the commit checks for write errors */
+}
+
+static int write_plot(const loop_opts *o, const loop_run *r)
+{
+    const size_t n = (size_t)o->frames;
+    double *buf = malloc(5 * n * sizeof *buf);
+    if (!buf)
+        return sw_cli_fail(SUB, "out of memory (plot)");
+    double *x = buf, *strehl = buf + n, *res = buf + 2 * n, *turb = buf + 3 * n,
+           *longs = buf + 4 * n;
+    for (size_t i = 0; i < n; i++) {
+        x[i] = (double)r->f[i].frame;
+        strehl[i] = r->f[i].strehl;
+        res[i] = r->f[i].residual_nm;
+        turb[i] = r->f[i].turbulence_nm;
+        longs[i] = r->long_strehl[i];
+    }
+    const double fx[2] = {x[0], x[n - 1]}, fy[2] = {r->fitting_nm, r->fitting_nm};
+
+    const sw_plot_rgb blue = {31, 119, 180}, orange = {255, 127, 14}, red = {214, 39, 40},
+                      green = {44, 160, 44};
+    const sw_plot_series top[2] = {
+        {x, strehl, (int64_t)n, blue, 0, "short exposure"},
+        {x, longs, (int64_t)n, orange, 0, "long exposure"},
+    };
+    const sw_plot_series bottom[3] = {
+        {x, turb, (int64_t)n, red, 0, "turbulence"},
+        {x, res, (int64_t)n, blue, 0, "residual"},
+        {fx, fy, 2, green, 1, "fitting error"},
+    };
+    char title1[160], title2[160];
+    snprintf(title1, sizeof title1, "strehl at %g um: %s, %s gain %g, coupling %g%s",
+             o->p.science_wavelength_um, sw_loop_recon_string(o->p.recon),
+             sw_controller_kind_string(o->p.controller.kind), o->p.controller.gain,
+             o->p.dm.coupling, o->open_loop ? " (open loop)" : "");
+    snprintf(title2, sizeof title2, "wavefront rms over the pupil: %dx%d lenslets, d/r0 %.3g",
+             (int)o->p.nx, (int)o->p.nx, o->p.diameter_m / o->p.turbulence.r0_m);
+
+    sw_plot_canvas c;
+    const sw_plot_rgb white = {255, 255, 255};
+    if (sw_plot_canvas_init(&c, PLOT_WIDTH, PLOT_HEIGHT, white) != 0) {
+        free(buf);
+        return sw_cli_fail(SUB, "out of memory (plot)");
+    }
+    const int32_t half = PLOT_HEIGHT / 2;
+    sw_plot_panel p1 = {.x = 0,
+                        .y = 0,
+                        .width = PLOT_WIDTH,
+                        .height = half,
+                        .title = title1,
+                        .xlabel = "frame",
+                        .ylabel = "strehl",
+                        .xmin = 0.0,
+                        .xmax = (double)o->frames,
+                        .ymin = 0.0,
+                        .ymax = NAN,
+                        .series = top,
+                        .nseries = 2,
+                        .scale = 2};
+    p1.vline = (double)o->p.warmup + 0.5;
+    p1.vline_label = "end of warm-up";
+    sw_plot_panel p2 = p1;
+    p2.y = half;
+    p2.height = PLOT_HEIGHT - half;
+    p2.title = title2;
+    p2.ylabel = "rms (nm)";
+    p2.series = bottom;
+    p2.nseries = 3;
+    p2.vline_label = NULL;
+    int rc = SW_EXIT_OK;
+    if (sw_plot_panel_draw(&c, &p1, NULL) != 0 || sw_plot_panel_draw(&c, &p2, NULL) != 0)
+        rc = sw_cli_fail(SUB, "internal error: the plot's panels do not fit");
+    char err[512];
+    if (rc == SW_EXIT_OK && sw_plot_write_png(&c, o->plot, err, sizeof err) != 0)
+        rc = sw_cli_fail(SUB, "%s", err);
+    sw_plot_canvas_free(&c);
+    free(buf);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ the summary */
+
+static void json_number(const char *key, double v, int last)
+{
+    printf("  \"%s\": ", key);
+    if (isfinite(v))
+        printf("%.17g", v);
+    else
+        printf("null");
+    printf(last ? "\n" : ",\n");
+}
+
+static void json_string(const char *key, const char *v)
+{
+    printf("  \"%s\": ", key);
+    sw_json_write_string(stdout, v);
+    printf(",\n");
+}
+
+static void print_json(const loop_opts *o, const loop_run *r)
+{
+    char v[128];
+    printf("{\n  \"subcommand\": \"loop\",\n");
+    json_string("config_file", o->config);
+    printf("  \"config\": {");
+    for (size_t i = 0; i < n_keys; i++) {
+        const key_def *k = &keys[i];
+        key_value(k, &o->p, o->frames, v, sizeof v);
+        printf("%s\n    \"%s\": ", i ? "," : "", k->name);
+        const int text = k->type == KT_MODEL || k->type == KT_INFLUENCE || k->type == KT_RECON ||
+                         k->type == KT_CONTROLLER;
+        if (text)
+            sw_json_write_string(stdout, v);
+        else if (strcmp(v, "none") == 0)
+            printf("null");
+        else
+            printf("%s", v);
+    }
+    printf("\n  },\n");
+    printf("  \"open_loop\": %s,\n", o->open_loop ? "true" : "false");
+    printf("  \"frames\": %ld,\n  \"warmup\": %d,\n", o->frames, (int)o->p.warmup);
+    json_number("long_strehl", r->long_final, 0);
+    json_number("strehl_mean", r->strehl_mean, 0);
+    json_number("marechal_mean", r->marechal_mean, 0);
+    json_number("residual_nm_mean", r->residual_mean, 0);
+    json_number("turbulence_nm_mean", r->turbulence_mean, 0);
+    json_number("residual_nm_last", r->f[o->frames - 1].residual_nm, 0);
+    json_number("turbulence_nm_last", r->f[o->frames - 1].turbulence_nm, 0);
+    json_number("fitting_error_nm", r->fitting_nm, 0);
+    if (r->modes >= 0)
+        printf("  \"modes\": %d,\n", (int)r->modes);
+    else
+        printf("  \"modes\": null,\n");
+    json_number("create_s", r->create_s, 0);
+    json_number("run_s", r->run_s, 0);
+    json_number("frames_per_s", r->run_s > 0 ? (double)o->frames / r->run_s : NAN, 0);
+    printf("  \"backend\": \"%s\",\n", sw_backend_string(r->backend));
+    json_string("report", o->report);
+    json_string("plot", o->plot);
+    printf("  \"maps\": ");
+    if (o->maps) {
+        for (int k = 0; k < 3; k++) {
+            printf(k ? ", " : "[");
+            sw_json_write_string(stdout, r->maps[k]);
+        }
+        printf("]\n}\n");
+    } else {
+        printf("null\n}\n");
+    }
+}
+
+static void print_text(const loop_opts *o, const loop_run *r)
+{
+    const sw_loop_params *p = &o->p;
+    printf("loop: %s, %dx%d lenslets, D %g m, r0 %g m at %g um, %g m/s, %g Hz%s\n",
+           sw_loop_recon_string(p->recon), (int)p->nx, (int)p->nx, p->diameter_m,
+           p->turbulence.r0_m, p->turbulence.wavelength_um, p->wind_m_s, p->rate_hz,
+           o->open_loop ? ", open loop" : "");
+    /* Every key, wrapped: the run's whole configuration, in the file's syntax. */
+    char v[128], item[192];
+    int col = 0;
+    for (size_t i = 0; i < n_keys; i++) {
+        key_value(&keys[i], p, o->frames, v, sizeof v);
+        snprintf(item, sizeof item, "%s=%s", keys[i].name, v);
+        const int len = (int)strlen(item);
+        if (col == 0 || col + 1 + len > 96) {
+            printf("%s  config     %s", col ? "\n" : "", item);
+            col = 13 + len;
+        } else {
+            printf(" %s", item);
+            col += 1 + len;
+        }
+    }
+    printf("\n");
+    printf("  frames     %ld (warm-up %d), %.1f frames/s, set-up %.2f s, %s backend\n", o->frames,
+           (int)p->warmup, r->run_s > 0 ? (double)o->frames / r->run_s : 0.0, r->create_s,
+           sw_backend_string(r->backend));
+    printf("  strehl     long exposure %.4f at %g um; short %.4f, marechal %.4f (means)\n",
+           r->long_final, p->science_wavelength_um, r->strehl_mean, r->marechal_mean);
+    printf("  rms        residual %.2f nm, turbulence %.2f nm (means after the warm-up)\n",
+           r->residual_mean, r->turbulence_mean);
+    printf("  fitting    %.2f nm (the mirror's best fit of the last turbulence)\n", r->fitting_nm);
+    if (r->modes >= 0)
+        printf("  modes      %d (control matrix, condition <= %g)\n", (int)r->modes,
+               p->cm_condition);
+    printf("  wrote     ");
+    int any = 0;
+    const char *files[5] = {o->report, o->plot, o->maps ? r->maps[0] : NULL,
+                            o->maps ? r->maps[1] : NULL, o->maps ? r->maps[2] : NULL};
+    for (int i = 0; i < 5; i++)
+        if (files[i])
+            printf("%s %s", any++ ? "," : "", strcmp(files[i], "-") ? files[i] : "stdout");
+    printf("%s\n", any ? "" : " nothing");
+}
+
+/* ------------------------------------------------------------------ the command */
+
+int sw_cmd_loop(const sw_cli_globals *g, int argc, char **argv)
+{
+    loop_opts *o = calloc(1, sizeof *o);
+    if (!o)
+        return sw_cli_fail(SUB, "out of memory");
+    int rc = parse_options(argc, argv, o);
+    if (rc == -1) {
+        free(o);
+        return SW_EXIT_OK; /* --help */
+    }
+    if (rc == SW_EXIT_OK)
+        rc = build_config(o);
+    if (rc != SW_EXIT_OK) {
+        free(o);
+        return rc;
+    }
+    sw_context *ctx = NULL;
+    if ((rc = sw_cli_context(g, SUB, &ctx)) != SW_EXIT_OK) {
+        free(o);
+        return rc;
+    }
+    loop_run r;
+    memset(&r, 0, sizeof r);
+    r.backend = sw_context_backend(ctx);
+    rc = run_loop(ctx, o, g->quiet, &r);
+    if (rc == SW_EXIT_OK && o->report)
+        rc = write_report(o, &r);
+    if (rc == SW_EXIT_OK && o->plot)
+        rc = write_plot(o, &r);
+    const int table_to_stdout = o->report && strcmp(o->report, "-") == 0;
+    if (rc == SW_EXIT_OK && !table_to_stdout) {
+        if (o->json)
+            print_json(o, &r);
+        else
+            print_text(o, &r);
+    }
+    free(r.f);
+    free(r.long_strehl);
+    sw_context_destroy(ctx);
+    free(o);
+    return rc;
+}
