@@ -18,7 +18,9 @@
         }                                                                                          \
     } while (0)
 
-__global__ void empty_kernel() {}
+__global__ void empty_kernel()
+{
+}
 
 __global__ void touch(const unsigned short *in, size_t n, float *out)
 {
