@@ -683,6 +683,46 @@ typedef struct lat_row {
 #define MAX_LAT_ROWS 16
 
 /* One case: the plan, the run, the summary line. */
+/* FP16 storage of the control matrix, measured for accuracy: the first frame's commands of a
+ * fresh plan (u = g C s) with the matrix in FP32 are kept; the FP16 plan's are compared to them
+ * (relative RMS and largest difference over the commands), one JSON line
+ * "loop_fp16_accuracy". The plan's state is reset afterwards. */
+static float *fp32_first;
+static int32_t fp32_first_n;
+
+static int mvm_fp16_accuracy(sw_context *ctx, sw_rtc *rtc, lat_sys *s, const sw_rtc_params *rp,
+                             const char *config, float *commands)
+{
+    sw_status st = sw_rtc_run(rtc, &s->frames[0], commands, NULL);
+    sw_rtc_reset(rtc);
+    if (st != SW_OK)
+        return fail(ctx, "the first frame", st);
+    if (!rp->fp16) {
+        float *f = realloc(fp32_first, (size_t)rp->nact * sizeof *f);
+        if (!f)
+            return oom();
+        fp32_first = f;
+        fp32_first_n = rp->nact;
+        memcpy(fp32_first, commands, (size_t)rp->nact * sizeof *f);
+        return 0;
+    }
+    if (fp32_first_n != rp->nact)
+        return 0;
+    double d2 = 0.0, r2 = 0.0, dmax = 0.0, rmax = 0.0;
+    for (int32_t a = 0; a < rp->nact; a++) {
+        const double d = (double)commands[a] - fp32_first[a];
+        d2 += d * d;
+        r2 += (double)fp32_first[a] * fp32_first[a];
+        dmax = fabs(d) > dmax ? fabs(d) : dmax;
+        rmax = fabs(fp32_first[a]) > rmax ? fabs(fp32_first[a]) : rmax;
+    }
+    json_start("loop_fp16_accuracy", config, ctx);
+    json_num("rel_rms", r2 > 0.0 ? sqrt(d2 / r2) : NAN);
+    json_num("max_abs_over_max", rmax > 0.0 ? dmax / rmax : NAN);
+    printf("}\n");
+    return 0;
+}
+
 static int lat_case(const prog_opts *o, const sw_bench_options *bo, sw_context *ctx, lat_sys *s,
                     const sw_rtc_params *rp, const char *path, lat_row *row, float *commands)
 {
@@ -708,6 +748,10 @@ static int lat_case(const prog_opts *o, const sw_bench_options *bo, sw_context *
     if (sw_rtc_slopes(rtc) != s->ns) {
         fprintf(stderr, "%s: %s: the plan has %d slopes per axis, the mask %d\n", PROG, row->config,
                 (int)sw_rtc_slopes(rtc), (int)s->ns);
+        sw_rtc_destroy(rtc);
+        return 1;
+    }
+    if (rp->recon == SW_RTC_MVM && mvm_fp16_accuracy(ctx, rtc, s, rp, row->config, commands) != 0) {
         sw_rtc_destroy(rtc);
         return 1;
     }
