@@ -168,6 +168,26 @@ sw_status sw_shsim_add_zernike(sw_shsim *plan, const double *coef_um, int32_t co
 sw_status sw_shsim_add_wavefront(sw_shsim *plan, const sw_wavefront *w, double scale);
 
 /*
+ * CUDA contexts only (SW_EUNSUPPORTED on the CPU): replaces the OPD by a map in device memory,
+ * laid out as sw_wavefront's (sample (i, k) at u = u0_um + i spacing_um, v = v0_um + k
+ * spacing_um, value opd[k nu + i], um, nu x nv floats, row-major, no padding). On the device, and
+ * queued on the context's stream with no synchronisation: the map is resampled onto the plan's
+ * pupil grid as sw_shsim_add_wavefront does (sw_wavefront_sample's bilinear rule, NaN outside the
+ * map), and each lenslet's mean gradient, spot position and renderer input are computed there, so
+ * that the next sw_shsim_run renders it with no host work and no upload. The map must stay valid
+ * until that run has executed on the stream. The first call allocates this path's device
+ * buffers (9 bytes per pupil-grid sample, 13 for GEOMETRIC, and 32 per drawn lenslet); later
+ * calls allocate nothing. Checked: the arguments, and that the map's area
+ * covers every lit pupil sample (SW_EINVAL otherwise, OPD untouched); the values are not read on
+ * the host, so NaN/Inf in the map are not detected (a lenslet whose spot comes out NaN is not
+ * drawn). The host's copy of the OPD is then stale: sw_shsim_truth returns SW_EUNSUPPORTED and
+ * sw_shsim_add_zernike / sw_shsim_add_wavefront refuse (SW_EUNSUPPORTED) until
+ * sw_shsim_clear_opd, which returns the plan to a zero OPD held on the host.
+ */
+sw_status sw_shsim_set_opd_device(sw_shsim *plan, const float *opd, int32_t nu, int32_t nv,
+                                  double spacing_um, double u0_um, double v0_um);
+
+/*
  * Renders the current OPD into out: an f32 image of the plan's size, expected photo-electrons
  * (then sw_detector_apply for noise). accumulate = 0 clears out first; 1 adds to it (several
  * pupils, e.g. two eyes, on one sensor). out in host memory, or device memory on a CUDA context.
@@ -177,7 +197,8 @@ sw_status sw_shsim_run(sw_shsim *plan, sw_image *out, int accumulate);
 /* Device time of the last GPU run (CUDA events, microseconds); -1 for CPU runs or none. */
 double sw_shsim_render_us(sw_shsim *plan);
 
-/* Truth of the current OPD (see the top of this file). */
+/* Truth of the current OPD (see the top of this file). SW_EUNSUPPORTED after
+ * sw_shsim_set_opd_device (see there). */
 typedef struct sw_sh_truth {
     int32_t nx, ny;
     double *x_px, *y_px; /* nx * ny each */

@@ -22,6 +22,7 @@
 #define SW_SIM_SH_MODEL_H
 
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "sim/psf.h"
@@ -87,6 +88,64 @@ SW_SHM_FN void sw_shm_field(double A, double w, double k_w, double ax, double ay
     const double phi = k_w * w + ax * da + ay * db;
     *re = A * cos(phi);
     *im = A * sin(phi);
+}
+
+/* Rounded double product and sum, the same on the host (C files: -ffp-contract=off) and the
+ * device (where nvcc would otherwise fuse a * b + c into one FMA, rounded once): used where a
+ * result is compared against a boundary (a floor, the edge of a map). */
+#if defined(__CUDA_ARCH__)
+#define SW_SHM_MAD(a, b, c) __dadd_rn(__dmul_rn((a), (b)), (c))
+#else
+#define SW_SHM_MAD(a, b, c) ((a) * (b) + (c))
+#endif
+
+/* dW/du (step 1) or dW/dv (step = the grid's row length) at sample i of the OPD grid w (um,
+ * spacing h) by central differences, one-sided next to a NaN neighbour (outside a phase screen),
+ * 0 when both neighbours are NaN. */
+SW_SHM_FN double sw_shm_grad1(const double *w, size_t i, size_t step, double h)
+{
+    const double a = w[i - step], b = w[i + step], c = w[i];
+    const int fa = isfinite(a), fb = isfinite(b);
+    if (fa && fb)
+        return (b - a) / (2.0 * h);
+    if (fb)
+        return (b - c) / h;
+    if (fa)
+        return (c - a) / h;
+    return 0.0;
+}
+
+/* a + t (b - a), written so that a zero weight never reads its sample (NaN there stays out). */
+SW_SHM_FN double sw_shm_lerp(double a, double b, double t)
+{
+    if (t == 0.0)
+        return a;
+    if (t == 1.0)
+        return b;
+    return SW_SHM_MAD(1.0 - t, a, t * b);
+}
+
+/* Bilinear interpolation of a row-major nu x nv float map at fractional sample coordinates
+ * (fa, fb) (column, row), NaN outside [0, nu - 1] x [0, nv - 1]: sw_wavefront_sample's rule
+ * (wavefront.c), for maps in device memory (sw_shsim_set_opd_device). */
+SW_SHM_FN double sw_shm_bilinear_f(const float *map, int32_t nu, int32_t nv, double fa, double fb)
+{
+    if (!(fa >= 0.0 && fa <= (double)(nu - 1) && fb >= 0.0 && fb <= (double)(nv - 1)))
+        return NAN;
+    int32_t i = (int32_t)floor(fa), k = (int32_t)floor(fb);
+    i = i > nu - 2 ? nu - 2 : i;
+    i = i < 0 ? 0 : i;
+    k = k > nv - 2 ? nv - 2 : k;
+    k = k < 0 ? 0 : k;
+    const double ta = fa - (double)i, tb = fb - (double)k;
+    const int32_t i1 = i + 1 < nu ? i + 1 : i, k1 = k + 1 < nv ? k + 1 : k;
+    const float *r0 = map + (size_t)k * (size_t)nu, *r1 = map + (size_t)k1 * (size_t)nu;
+    if (tb == 0.0)
+        return sw_shm_lerp((double)r0[i], (double)r0[i1], ta);
+    if (tb == 1.0)
+        return sw_shm_lerp((double)r1[i], (double)r1[i1], ta);
+    return sw_shm_lerp(sw_shm_lerp((double)r0[i], (double)r0[i1], ta),
+                       sw_shm_lerp((double)r1[i], (double)r1[i1], ta), tb);
 }
 
 #endif

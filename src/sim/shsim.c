@@ -30,7 +30,8 @@
  * pattern is the same; but the DFT's periodic window now wraps the pattern's tails about the spot
  * itself, and spots displaced by more than half a pitch are not folded back into their own
  * window. What is left: the wrapped tails pull the centroid towards the window's centre by ~2% of
- * the offset between them (at most half a focal sample, see make_dlens), and aberrated spots'
+ * the offset between them (at most half a focal sample, see sw_sh_make_dlens
+ * in sh_internal.h), and aberrated spots'
  * asymmetric tails wrap asymmetrically (0.013 px in test_sim_sh's aberrated case at the default
  * FFT size; a larger fft_size reduces both).
  * Flux: GEOMETRIC spots carry flux_e x illum. DIFFRACTION patterns are scaled by
@@ -67,6 +68,8 @@
 #include <omp.h>
 #endif
 
+static int on_cuda(const sw_shsim *plan);
+
 #define SHSIM_MAX_ROI        2048
 #define SHSIM_MAX_SAMPLES    256
 #define SHSIM_MAX_OVERSAMPLE 64
@@ -74,7 +77,6 @@
 #define SHSIM_MAX_GRID       ((int64_t)1 << 27) /* pupil-grid samples */
 #define SHSIM_SUPER          16                 /* sub-points per side at the pupil's edges */
 #define SHSIM_CHUNK_BYTES    ((size_t)64 << 20) /* CPU diffraction: patches per chunk */
-#define SHSIM_FAR            1e7                /* spot positions beyond this are off any image */
 
 /* ------------------------------------------------------------------ pupils */
 
@@ -630,6 +632,32 @@ static sw_status setup_cpu(sw_shsim *plan)
     return SW_OK;
 }
 
+/* The per-lenslet formulas' constants and the lit samples' bounding box. */
+static void finish_setup(sw_shsim *plan)
+{
+    sw_sh_kconst *c = &plan->kc;
+    c->roi = plan->p.roi_px;
+    c->os = plan->os;
+    c->N = plan->N;
+    c->F = plan->F;
+    c->kw = 2.0 * SW_SHM_PI / plan->p.wavelength_um;
+    c->h = plan->h;
+    c->m_samples = plan->m_samples;
+    int32_t i0 = plan->gw, i1 = -1, k0 = plan->gh, k1 = -1;
+    for (int32_t k = 0; k < plan->gh; k++)
+        for (int32_t i = 0; i < plan->gw; i++)
+            if (plan->need[(size_t)k * plan->gw + i] == 2) {
+                i0 = i < i0 ? i : i0;
+                i1 = i > i1 ? i : i1;
+                k0 = k < k0 ? k : k0;
+                k1 = k > k1 ? k : k1;
+            }
+    plan->lit_i0 = i0;
+    plan->lit_i1 = i1;
+    plan->lit_k0 = k0;
+    plan->lit_k1 = k1;
+}
+
 /* ------------------------------------------------------------------ plan */
 
 sw_status sw_shsim_create(sw_context *ctx, const sw_shsim_params *p, sw_shsim **out)
@@ -677,6 +705,8 @@ sw_status sw_shsim_create(sw_context *ctx, const sw_shsim_params *p, sw_shsim **
     for (size_t l = 0; l < nl; l++)
         plan->truth_x[l] = plan->truth_y[l] = plan->slope_x[l] = plan->slope_y[l] = NAN;
     st = plan->p.model == SW_SH_GEOMETRIC ? setup_geometric(plan) : setup_diffraction(plan);
+    if (st == SW_OK)
+        finish_setup(plan);
     if (st == SW_OK && ctx->backend != SW_BACKEND_CUDA)
         st = setup_cpu(plan);
 #ifdef SW_HAVE_CUDA
@@ -758,7 +788,19 @@ sw_status sw_shsim_clear_opd(sw_shsim *plan)
         return sw_fail(NULL, SW_EINVAL, "sw_shsim_clear_opd: plan is NULL");
     memset(plan->opd, 0, (size_t)plan->gw * plan->gh * sizeof(double));
     plan->dirty = 1;
+    plan->dev_opd = 0;
     return SW_OK;
+}
+
+/* The host setters that add to the OPD refuse to add to one that lives on the device. */
+static sw_status check_host_opd(const sw_shsim *plan, const char *fn)
+{
+    if (!plan->dev_opd)
+        return SW_OK;
+    return sw_fail(plan->ctx, SW_EUNSUPPORTED,
+                   "SH simulator: %s cannot add to the OPD set on the device by "
+                   "sw_shsim_set_opd_device (the host does not hold it): sw_shsim_clear_opd first",
+                   fn);
 }
 
 /* Adds the scratch values of the samples in use to the OPD. */
@@ -782,6 +824,9 @@ sw_status sw_shsim_add_zernike(sw_shsim *plan, const double *coef_um, int32_t co
     if (count < 0 || count > max)
         return sw_fail(ctx, SW_EINVAL, "SH simulator: %d Zernike terms: expected 0 to %d",
                        (int)count, (int)max);
+    sw_status st = check_host_opd(plan, "sw_shsim_add_zernike");
+    if (st != SW_OK)
+        return st;
     if (count == 0)
         return SW_OK;
     if (!coef_um)
@@ -841,6 +886,9 @@ sw_status sw_shsim_add_wavefront(sw_shsim *plan, const sw_wavefront *w, double s
                        (int)w->nu, (int)w->nv, w->spacing_um, w->u0_um, w->v0_um);
     if (!isfinite(scale))
         return sw_fail(ctx, SW_EINVAL, "SH simulator: wavefront scale %g is not finite", scale);
+    sw_status st = check_host_opd(plan, "sw_shsim_add_wavefront");
+    if (st != SW_OK)
+        return st;
     const int32_t W = plan->gw;
 #pragma omp parallel for schedule(dynamic, 4) num_threads(plan->threads)
     for (int32_t k = 0; k < plan->gh; k++) {
@@ -867,26 +915,62 @@ sw_status sw_shsim_add_wavefront(sw_shsim *plan, const sw_wavefront *w, double s
     return SW_OK;
 }
 
-/* ------------------------------------------------------------------ truth */
-
-/* dW/du (step 1) or dW/dv (step = row length) at sample i by central differences, one-sided
- * next to a NaN neighbour (outside a phase screen), 0 when both neighbours are NaN. */
-static double grad1(const double *w, size_t i, size_t step, double h)
+sw_status sw_shsim_set_opd_device(sw_shsim *plan, const float *opd, int32_t nu, int32_t nv,
+                                  double spacing_um, double u0_um, double v0_um)
 {
-    const double a = w[i - step], b = w[i + step], c = w[i];
-    const int fa = isfinite(a), fb = isfinite(b);
-    if (fa && fb)
-        return (b - a) / (2.0 * h);
-    if (fb)
-        return (b - c) / h;
-    if (fa)
-        return (c - a) / h;
-    return 0.0;
+    if (!plan)
+        return sw_fail(NULL, SW_EINVAL, "sw_shsim_set_opd_device: plan is NULL");
+    sw_context *ctx = plan->ctx;
+    if (!on_cuda(plan))
+        return sw_fail(ctx, SW_EUNSUPPORTED,
+                       "SH simulator: sw_shsim_set_opd_device needs a CUDA context (this plan "
+                       "renders on the CPU: use sw_shsim_add_wavefront)");
+    if (!opd)
+        return sw_fail(ctx, SW_EINVAL, "SH simulator: the device OPD map is NULL");
+    if (nu < 1 || nv < 1 || !(spacing_um > 0.0) || !isfinite(spacing_um) || !isfinite(u0_um) ||
+        !isfinite(v0_um) || (int64_t)nu * nv > SHSIM_MAX_GRID * 16)
+        return sw_fail(ctx, SW_EINVAL,
+                       "SH simulator: the device OPD map (%dx%d samples, spacing %g um, origin "
+                       "%g, %g um) is not valid",
+                       (int)nu, (int)nv, spacing_um, u0_um, v0_um);
+    /* every lit sample inside the map (sw_wavefront_sample's test, on the lit samples' bounding
+     * box: the values themselves are not read here) */
+    if (plan->lit_i1 >= 0) {
+        const double a0 = (plan->gu0 + plan->lit_i0 * plan->h - u0_um) / spacing_um;
+        const double a1 = (plan->gu0 + plan->lit_i1 * plan->h - u0_um) / spacing_um;
+        const double b0 = (plan->gv0 + plan->lit_k0 * plan->h - v0_um) / spacing_um;
+        const double b1 = (plan->gv0 + plan->lit_k1 * plan->h - v0_um) / spacing_um;
+        if (!(a0 >= 0.0 && a1 <= (double)(nu - 1) && b0 >= 0.0 && b1 <= (double)(nv - 1)))
+            return sw_fail(ctx, SW_EINVAL,
+                           "SH simulator: the device OPD map (%dx%d samples of %g um from %g, %g "
+                           "um) does not cover the lit pupil samples, u in [%g, %g], v in [%g, "
+                           "%g] um",
+                           (int)nu, (int)nv, spacing_um, u0_um, v0_um,
+                           plan->gu0 + plan->lit_i0 * plan->h, plan->gu0 + plan->lit_i1 * plan->h,
+                           plan->gv0 + plan->lit_k0 * plan->h, plan->gv0 + plan->lit_k1 * plan->h);
+    }
+#ifdef SW_HAVE_CUDA
+    sw_status st = sw_shsim_gpu_set_opd(plan, opd, nu, nv, spacing_um, u0_um, v0_um);
+    if (st != SW_OK) {
+        plan->gpu_stale = 1; /* the device's copies may be half overwritten */
+        return st;
+    }
+    /* the device now holds the OPD and the renderers' inputs; the host's are stale */
+    plan->dev_opd = 1;
+    plan->dirty = 0;
+    plan->gpu_stale = 0;
+    return SW_OK;
+#else
+    return sw_fail(ctx, SW_EINTERNAL, "SH simulator: CUDA context in a build without CUDA");
+#endif
 }
 
-/* Mean gradient of lenslet l (lit index i) with the model's weights, and the weight sum. */
-static void mean_gradient(const sw_shsim *plan, int32_t i, int32_t l, double *gx, double *gy,
-                          double *wsum)
+/* ------------------------------------------------------------------ truth */
+
+/* The weighted gradient sums of lenslet l (lit index i) with the model's weights: sum w,
+ * sum w dW/du, sum w dW/dv (sw_sh_lens_finish turns them into the spot). */
+static void gradient_sums(const sw_shsim *plan, int32_t i, int32_t l, double *wsum, double *gx,
+                          double *gy)
 {
     const sw_sh_geometry *g = &plan->p.geom;
     const int32_t ix = l % g->nx, iy = l / g->nx, W = plan->gw;
@@ -900,8 +984,8 @@ static void mean_gradient(const sw_shsim *plan, int32_t i, int32_t l, double *gx
                 const double wt = plan->cover[row + ku];
                 if (wt > 0.0) {
                     sw += wt;
-                    sx += wt * grad1(plan->opd, row + ku, 1, h);
-                    sy += wt * grad1(plan->opd, row + ku, (size_t)W, h);
+                    sx += wt * sw_shm_grad1(plan->opd, row + ku, 1, h);
+                    sy += wt * sw_shm_grad1(plan->opd, row + ku, (size_t)W, h);
                 }
             }
         }
@@ -915,71 +999,15 @@ static void mean_gradient(const sw_shsim *plan, int32_t i, int32_t l, double *gx
                 if (A > 0.0) {
                     const double wt = A;
                     sw += wt;
-                    sx += wt * grad1(plan->opd, row + a, 1, h);
-                    sy += wt * grad1(plan->opd, row + a, (size_t)W, h);
+                    sx += wt * sw_shm_grad1(plan->opd, row + a, 1, h);
+                    sy += wt * sw_shm_grad1(plan->opd, row + a, (size_t)W, h);
                 }
             }
         }
     }
     *wsum = sw;
-    *gx = sw > 0.0 ? sx / sw : 0.0;
-    *gy = sw > 0.0 ? sy / sw : 0.0;
-}
-
-/* The renderers' description of a GEOMETRIC spot at (x, y). */
-static sw_sh_gspot make_gspot(const sw_shsim *plan, double x, double y, double flux)
-{
-    sw_sh_gspot s;
-    if (!(fabs(x) < SHSIM_FAR && fabs(y) < SHSIM_FAR)) {
-        s.x0 = s.y0 = SW_SH_OFF;
-        s.dx = s.dy = s.flux = 0.0;
-        return s;
-    }
-    s.x0 = sw_roi_origin(x, plan->p.roi_px);
-    s.y0 = sw_roi_origin(y, plan->p.roi_px);
-    s.dx = x - s.x0;
-    s.dy = y - s.y0;
-    s.flux = flux;
-    return s;
-}
-
-/* The renderers' description of a DIFFRACTION lenslet whose spot is at (x, y), with mean
- * gradient (sx, sy) and weight sum wsum = sum A (0: nothing lit). */
-static sw_sh_dlens make_dlens(const sw_shsim *plan, int32_t i, double x, double y, double sx,
-                              double sy, double wsum, double flux)
-{
-    sw_sh_dlens d;
-    memset(&d, 0, sizeof d);
-    d.gx0 = plan->tile_g[2 * i];
-    d.gy0 = plan->tile_g[2 * i + 1];
-    if (!(fabs(x) < SHSIM_FAR && fabs(y) < SHSIM_FAR) || !(wsum > 0.0)) {
-        d.px0 = d.py0 = SW_SH_OFF;
-        return d;
-    }
-    const int os = plan->os, N = plan->N;
-    /* Sub-sample m is centred at (m + 1/2) / os - 1/2. Focal index k = 0 goes on sub-sample m_c;
-     * the window k = -floor(N/2) .. ceil(N/2) - 1 is centred half a sample below k = 0 for even
-     * N. The tails that the DFT wraps round the window pull the pattern's centroid towards the
-     * window's centre (by ~2% of the offset for a sinc^2 pattern), so m_c is chosen to put the
-     * window's centre, not k = 0, nearest the spot: the offset is then at most half a focal
-     * sample and averages zero. */
-    const double half = N % 2 == 0 ? 0.5 / os : 0.0;
-    const double mx = floor((x + half + 0.5) * os), my = floor((y + half + 0.5) * os);
-    const double tx = x - ((mx + 0.5) / os - 0.5), ty = y - ((my + 0.5) / os - 0.5);
-    d.mx = (int32_t)mx;
-    d.my = (int32_t)my;
-    const int kmin = -(N / 2);
-    d.px0 = (int32_t)sw_shm_floor_div((int64_t)d.mx + kmin, os);
-    d.py0 = (int32_t)sw_shm_floor_div((int64_t)d.my + kmin, os);
-    /* tilt: remove the mean gradient, add the residual offset t (F px per radian) */
-    const double kw = 2.0 * SW_SHM_PI / plan->p.wavelength_um;
-    d.ax = kw * (tx / plan->F - sx) * plan->h;
-    d.ay = kw * (ty / plan->F - sy) * plan->h;
-    /* |E|^2 sums to N^2 sum A^2 and peaks at (sum A)^2 = (lit area in samples)^2, as the
-     * continuous pattern of the lit area; flux_e / (N^2 M^2) makes that peak the continuous
-     * pattern's for flux_e per full lenslet (see the top of this file) */
-    d.scale = flux / ((double)N * (double)N * plan->m_samples * plan->m_samples);
-    return d;
+    *gx = sx;
+    *gy = sy;
 }
 
 /* Brings the truth and the renderers' inputs up to date with the OPD. */
@@ -992,18 +1020,19 @@ static void prepare(sw_shsim *plan)
 #pragma omp parallel for schedule(dynamic, 8) num_threads(plan->threads)
     for (int32_t i = 0; i < plan->nlit; i++) {
         const int32_t l = plan->lit[i];
-        double sx, sy, ws, rx, ry;
-        mean_gradient(plan, i, l, &sx, &sy, &ws);
+        double sw, sx, sy, rx, ry, gx, gy, x, y;
+        gradient_sums(plan, i, l, &sw, &sx, &sy);
         sw_sh_reference(g, l % g->nx, l / g->nx, &rx, &ry);
-        const double x = rx + plan->F * sx, y = ry + plan->F * sy;
-        plan->slope_x[l] = sx;
-        plan->slope_y[l] = sy;
+        const int32_t gx0 = geometric ? 0 : plan->tile_g[2 * i];
+        const int32_t gy0 = geometric ? 0 : plan->tile_g[2 * i + 1];
+        const double flux = geometric ? plan->p.flux_e * plan->illum[l] : plan->p.flux_e;
+        sw_sh_lens_finish(&plan->kc, geometric, sw, sx, sy, rx, ry, gx0, gy0, flux, &gx, &gy, &x,
+                          &y, geometric ? &plan->gspots[i] : NULL,
+                          geometric ? NULL : &plan->dlens[i]);
+        plan->slope_x[l] = gx;
+        plan->slope_y[l] = gy;
         plan->truth_x[l] = x;
         plan->truth_y[l] = y;
-        if (geometric)
-            plan->gspots[i] = make_gspot(plan, x, y, plan->p.flux_e * plan->illum[l]);
-        else
-            plan->dlens[i] = make_dlens(plan, i, x, y, sx, sy, ws, plan->p.flux_e);
     }
     if (plan->opd_f) {
         const size_t n = (size_t)plan->gw * plan->gh;
@@ -1234,6 +1263,10 @@ sw_status sw_shsim_truth(sw_shsim *plan, sw_sh_truth *out)
     if (!out)
         return sw_fail(plan->ctx, SW_EINVAL, "sw_shsim_truth: out is NULL");
     memset(out, 0, sizeof *out);
+    if (plan->dev_opd)
+        return sw_fail(plan->ctx, SW_EUNSUPPORTED,
+                       "SH simulator: no truth for an OPD set on the device "
+                       "(sw_shsim_set_opd_device); the truth needs an OPD set on the host");
     prepare(plan);
     const size_t n = (size_t)plan->nl, b = n * sizeof(double);
     sw_sh_truth t;

@@ -15,6 +15,13 @@
  *                ~3/4 of the time (H100, 64 x 64: ~1.7 TB/s, not DRAM-bound).
  * The spot positions, tilts and scales are computed on the host (shsim.c, when the OPD changes)
  * and uploaded with the OPD before the kernels; CUDA events time the kernels only.
+ *
+ * Device OPD (sw_shsim_set_opd_device): sh_resample_kernel interpolates the caller's device map
+ * onto the pupil grid (one thread per sample, sw_wavefront_sample's rule: sh_model.h's
+ * sw_shm_bilinear_f, positions rounded as on the host), in double for the gradients and in float
+ * for field_kernel; sh_lens_kernel (one block per drawn lenslet) sums the model's weighted
+ * gradients (sw_shm_grad1) over the lenslet's samples with a block reduction in double and
+ * writes the renderer's input with sw_sh_lens_finish (sh_internal.h), the host's formulas.
  */
 #include "sim/sh_internal.h"
 #include "sim/sh_model.h"
@@ -59,6 +66,14 @@ typedef struct shsim_gpu {
     int threads;     /* GEOMETRIC threads per block */
     cudaEvent_t t0, t1;
     int timed;
+    /* device OPD (sw_shsim_set_opd_device) */
+    double *opd_d; /* gw * gh, for the gradients */
+    uint8_t *need; /* gw * gh, shsim.c's need */
+    float *cover;  /* GEOMETRIC: gw * gh sample weights */
+    int32_t *base; /* 2 nlit: first sample (column, row) of each lenslet's block of samples */
+    double *ref;   /* 2 nlit: reference positions */
+    double *flux;  /* nlit: the spot's flux */
+    int resample_blocks;
 } shsim_gpu;
 
 static cudaStream_t stream_of(const sw_shsim *plan)
@@ -217,7 +232,177 @@ __global__ void __launch_bounds__(256)
     }
 }
 
+/* Device OPD, step 1: sample s = (i, k) of the pupil grid (at u = gu0 + i h, v = gv0 + k h) of
+ * the caller's map (nu x nv floats at spacing sp from (u0, v0)), for the samples in use (need),
+ * 0 elsewhere; double copy for the gradients, float copy (if any) for field_kernel. */
+__global__ void sh_resample_kernel(const float *__restrict__ map, int32_t nu, int32_t nv, double sp,
+                                   double u0, double v0, const uint8_t *__restrict__ need,
+                                   int32_t gw, int64_t total, double gu0, double gv0, double h,
+                                   double *__restrict__ opd_d, float *__restrict__ opd_f)
+{
+    for (int64_t s = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; s < total;
+         s += (int64_t)gridDim.x * blockDim.x) {
+        double w = 0.0;
+        if (need[s]) {
+            const double u = SW_SHM_MAD((double)(s % gw), h, gu0);
+            const double v = SW_SHM_MAD((double)(s / gw), h, gv0);
+            w = sw_shm_bilinear_f(map, nu, nv, (u - u0) / sp, (v - v0) / sp);
+        }
+        opd_d[s] = w;
+        if (opd_f)
+            opd_f[s] = (float)w;
+    }
+}
+
+/* Device OPD, step 2: drawn lenslet i = blockIdx.x. Its side x side samples start at
+ * (base[2i], base[2i + 1]); weights from the grid (GEOMETRIC: cover) or from the lenslet's tile
+ * (DIFFRACTION: amp). The block sums w, w dW/du, w dW/dv (double), then thread 0 turns the sums
+ * into the spot (sw_sh_lens_finish, as shsim.c's prepare). */
+#define SW_SH_LENS_THREADS 128
+__global__ void __launch_bounds__(SW_SH_LENS_THREADS)
+    sh_lens_kernel(sw_sh_kconst c, int geometric, int32_t side, const int32_t *__restrict__ base,
+                   const float *__restrict__ cover, const float *__restrict__ amp,
+                   const double *__restrict__ opd, int32_t gw, const double *__restrict__ ref,
+                   const double *__restrict__ flux, sw_sh_gspot *__restrict__ spots,
+                   sw_sh_dlens *__restrict__ lens)
+{
+    __shared__ double red[3][SW_SH_LENS_THREADS];
+    const int32_t i = blockIdx.x, gx0 = base[2 * i], gy0 = base[2 * i + 1];
+    const int32_t n = side * side;
+    double sw = 0.0, sx = 0.0, sy = 0.0;
+    for (int32_t t = threadIdx.x; t < n; t += blockDim.x) {
+        const int32_t a = t % side, b = t / side;
+        const size_t at = (size_t)(gy0 + b) * gw + (size_t)(gx0 + a);
+        const double wt = geometric ? (double)cover[at] : (double)amp[(size_t)i * n + t];
+        if (wt > 0.0) {
+            sw += wt;
+            sx += wt * sw_shm_grad1(opd, at, 1, c.h);
+            sy += wt * sw_shm_grad1(opd, at, (size_t)gw, c.h);
+        }
+    }
+    red[0][threadIdx.x] = sw;
+    red[1][threadIdx.x] = sx;
+    red[2][threadIdx.x] = sy;
+    __syncthreads();
+    for (int w = SW_SH_LENS_THREADS / 2; w > 0; w >>= 1) {
+        if ((int)threadIdx.x < w) {
+            red[0][threadIdx.x] += red[0][threadIdx.x + w];
+            red[1][threadIdx.x] += red[1][threadIdx.x + w];
+            red[2][threadIdx.x] += red[2][threadIdx.x + w];
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        double gx, gy, x, y;
+        sw_sh_gspot gs;
+        sw_sh_dlens dl;
+        sw_sh_lens_finish(&c, geometric, red[0][0], red[1][0], red[2][0], ref[2 * i],
+                          ref[2 * i + 1], gx0, gy0, flux[i], &gx, &gy, &x, &y, &gs, &dl);
+        if (geometric)
+            spots[i] = gs;
+        else
+            lens[i] = dl;
+    }
+}
+
 /* ------------------------------------------------------------------ plan */
+
+static void free_device_opd(shsim_gpu *g)
+{
+    cudaFree(g->opd_d);
+    cudaFree(g->need);
+    cudaFree(g->cover);
+    cudaFree(g->base);
+    cudaFree(g->ref);
+    cudaFree(g->flux);
+    g->opd_d = NULL;
+    g->need = NULL;
+    g->cover = NULL;
+    g->base = NULL;
+    g->ref = NULL;
+    g->flux = NULL;
+}
+
+/* The device-OPD path's buffers (sw_shsim_set_opd_device), made and filled by its first call. */
+static sw_status fill_device_opd(sw_shsim *plan, shsim_gpu *g)
+{
+    const size_t ng = (size_t)plan->gw * plan->gh, nlit = (size_t)plan->nlit;
+    const int geometric = plan->p.model == SW_SH_GEOMETRIC;
+    const sw_sh_geometry *geo = &plan->p.geom;
+    SW_CU(cudaMalloc(&g->opd_d, ng * sizeof(double)));
+    SW_CU(cudaMalloc(&g->need, ng));
+    SW_CU(cudaMalloc(&g->base, (2 * nlit + 2) * sizeof(int32_t)));
+    SW_CU(cudaMalloc(&g->ref, (2 * nlit + 2) * sizeof(double)));
+    SW_CU(cudaMalloc(&g->flux, (nlit + 1) * sizeof(double)));
+    cudaStream_t s = stream_of(plan);
+    if (geometric)
+        SW_CU(cudaMalloc(&g->cover, ng * sizeof(float)));
+    /* copies on the context's stream, waited for below (before the host arrays are freed) */
+    SW_CU(cudaMemcpyAsync(g->need, plan->need, ng, cudaMemcpyHostToDevice, s));
+    if (geometric)
+        SW_CU(
+            cudaMemcpyAsync(g->cover, plan->cover, ng * sizeof(float), cudaMemcpyHostToDevice, s));
+    int32_t *base = (int32_t *)malloc((2 * nlit + 2) * sizeof(int32_t));
+    double *ref = (double *)malloc((3 * nlit + 3) * sizeof(double)), *flux = ref + 2 * nlit + 2;
+    if (!base || !ref) {
+        free(base);
+        free(ref);
+        return sw_fail(plan->ctx, SW_ENOMEM, "SH simulator: out of memory");
+    }
+    const int32_t q = plan->p.samples;
+    for (size_t i = 0; i < nlit; i++) {
+        const int32_t l = plan->lit[i], ix = l % geo->nx, iy = l / geo->nx;
+        base[2 * i] = geometric ? 1 + ix * q : plan->tile_g[2 * i];
+        base[2 * i + 1] = geometric ? 1 + iy * q : plan->tile_g[2 * i + 1];
+        sw_sh_reference(geo, ix, iy, &ref[2 * i], &ref[2 * i + 1]);
+        flux[i] = geometric ? plan->p.flux_e * plan->illum[l] : plan->p.flux_e;
+    }
+    cudaError_t e = nlit > 0 ? cudaMemcpyAsync(g->base, base, 2 * nlit * sizeof(int32_t),
+                                               cudaMemcpyHostToDevice, s)
+                             : cudaSuccess;
+    if (e == cudaSuccess && nlit > 0)
+        e = cudaMemcpyAsync(g->ref, ref, 2 * nlit * sizeof(double), cudaMemcpyHostToDevice, s);
+    if (e == cudaSuccess && nlit > 0)
+        e = cudaMemcpyAsync(g->flux, flux, nlit * sizeof(double), cudaMemcpyHostToDevice, s);
+    const cudaError_t w = cudaStreamSynchronize(s);
+    if (e == cudaSuccess)
+        e = w;
+    free(base);
+    free(ref);
+    SW_CU(e);
+    const int64_t b = ((int64_t)ng + 255) / 256;
+    const int64_t cap =
+        8 * (int64_t)(plan->ctx->multiprocessors > 0 ? plan->ctx->multiprocessors : 16);
+    g->resample_blocks = (int)(b < cap ? b : cap);
+    return SW_OK;
+}
+
+extern "C" sw_status sw_shsim_gpu_set_opd(sw_shsim *plan, const float *opd, int32_t nu, int32_t nv,
+                                          double spacing_um, double u0_um, double v0_um)
+{
+    shsim_gpu *g = (shsim_gpu *)plan->gpu;
+    cudaStream_t s = stream_of(plan);
+    SW_CU(cudaSetDevice(plan->ctx->device));
+    const int geometric = plan->p.model == SW_SH_GEOMETRIC;
+    if (!g->opd_d) {
+        const sw_status st = fill_device_opd(plan, g);
+        if (st != SW_OK) {
+            free_device_opd(g);
+            return st;
+        }
+    }
+    sh_resample_kernel<<<g->resample_blocks, 256, 0, s>>>(
+        opd, nu, nv, spacing_um, u0_um, v0_um, g->need, plan->gw, (int64_t)plan->gw * plan->gh,
+        plan->gu0, plan->gv0, plan->h, g->opd_d, geometric ? NULL : g->opd);
+    SW_CU(cudaGetLastError());
+    if (plan->nlit == 0)
+        return SW_OK;
+    sh_lens_kernel<<<(unsigned)plan->nlit, SW_SH_LENS_THREADS, 0, s>>>(
+        plan->kc, geometric, geometric ? plan->p.samples : plan->tile, g->base, g->cover, g->amp,
+        g->opd_d, plan->gw, g->ref, g->flux, g->spots, g->lens);
+    SW_CU(cudaGetLastError());
+    return SW_OK;
+}
 
 extern "C" sw_status sw_shsim_gpu_create(sw_shsim *plan)
 {
@@ -368,6 +553,7 @@ extern "C" void sw_shsim_gpu_destroy(sw_shsim *plan)
     cudaFree(g->opd);
     cudaFree(g->in);
     cudaFree(g->fft);
+    free_device_opd(g);
     if (g->t0)
         cudaEventDestroy(g->t0);
     if (g->t1)

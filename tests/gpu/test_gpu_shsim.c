@@ -5,10 +5,27 @@
  * and float OPD) with image sums within 1e-5; into host and device images, with accumulate = 0
  * and 1; a DIFFRACTION plan of 10 000 lenslets that cuFFT transforms in two batches; the truth
  * bit-identical (it is computed on the host either way). Skips (77) when no GPU is usable.
+ *
+ * Device OPD (sw_shsim_set_opd_device): a smooth wavefront given as a host sw_wavefront
+ * (sw_shsim_add_wavefront) and as the same samples in a device float map must render the same
+ * frame. Tolerance 1e-5 of the brightest pixel between the two GPU frames: the resampled OPD is
+ * the same number in both (the same bilinear rule, with positions and interpolation rounded as
+ * on the host: no FMA), the per-lenslet gradient sums differ only in their order of addition
+ * (~1e-16 relative, ~1e-13 px in the spot positions), so what remains is the float atomics'
+ * order in the renderers (~1e-7 of the peak); a wrong sample position, gradient or weight moves
+ * spots by far more (a 1e-3 px shift of a spot of ~2 px width changes pixels by ~1e-3 of the
+ * peak). Against the CPU frame the renderers' own tolerances apply (1e-4 / 1e-3 as above). Also:
+ * a second device map replaces the first; the truth and the host adders refuse a device OPD
+ * until sw_shsim_clear_opd; bad arguments and a map that misses lit samples are refused and
+ * leave the OPD as it was; CPU plans refuse.
  */
 #include "testutil.h"
 
 #include "spotwave/rng.h"
+
+#ifdef SW_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 #include <math.h>
 #include <stdlib.h>
@@ -210,11 +227,183 @@ static void test_diffraction(void **state)
     check("diffraction 100x100", &p, c, 15, 50 * 16 * 5.5, 1e-3, 1e-5);
 }
 
+#ifdef SW_HAVE_CUDA
+/* A smooth test wavefront (um) at (u, v): tilt, astigmatism-like and a gentle ripple over
+ * lengths of a few lenslets (pitch pu). */
+static double smooth_w(double u, double v, double pu)
+{
+    const double x = u / (4.0 * pu), y = v / (4.0 * pu);
+    return 0.05 * x - 0.03 * y + 0.04 * (x * x - y * y) + 0.03 * x * y +
+           0.02 * sin(1.7 * x + 0.4) * cos(1.1 * y - 0.2);
+}
+
+/* Renders plan (GPU) into dev and copies into host. */
+static void render_to(sw_shsim *plan, sw_image *dev, sw_image *host)
+{
+    if (sw_shsim_run(plan, dev, 0) != SW_OK)
+        fail_msg("sw_shsim_run: %s", sw_context_error(gpu));
+    assert_int_equal(sw_image_copy(gpu, dev, host), SW_OK);
+}
+
+/* One configuration of the device-OPD path (see the top). */
+static void check_device_opd(const char *name, const sw_shsim_params *p, double tol_cpu)
+{
+    const double pu = p->geom.pitch_px * p->geom.pixel_um;
+    /* a map over the array and a margin, at a spacing unrelated to the pupil grid's */
+    const double sp = pu / 5.3;
+    const int32_t nu = (int32_t)ceil((p->geom.nx + 1.0) * pu / sp) + 3;
+    const int32_t nv = (int32_t)ceil((p->geom.ny + 1.0) * pu / sp) + 5;
+    sw_wavefront w;
+    assert_int_equal(sw_wavefront_alloc(cpu, nu, nv, sp, &w), SW_OK);
+    const size_t n = (size_t)nu * nv;
+    float *f = malloc(n * sizeof(float)), *f2 = malloc(n * sizeof(float));
+    assert_non_null(f);
+    assert_non_null(f2);
+    for (int32_t k = 0; k < nv; k++)
+        for (int32_t i = 0; i < nu; i++) {
+            const size_t s = (size_t)k * nu + i;
+            f[s] = (float)smooth_w(w.u0_um + i * sp, w.v0_um + k * sp, pu);
+            w.opd_um[s] = (double)f[s]; /* the same samples on both paths */
+            f2[s] = -3.0f * f[s] + 0.1f;
+        }
+    float *d = NULL, *d2 = NULL;
+    assert_int_equal(cudaMalloc((void **)&d, n * sizeof(float)), cudaSuccess);
+    assert_int_equal(cudaMalloc((void **)&d2, n * sizeof(float)), cudaSuccess);
+    assert_int_equal(cudaMemcpy(d, f, n * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+    assert_int_equal(cudaMemcpy(d2, f2, n * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+    assert_int_equal(cudaDeviceSynchronize(), cudaSuccess); /* before the context's stream */
+
+    sw_shsim *pc = NULL, *ph = NULL, *pd = NULL;
+    assert_int_equal(sw_shsim_create(cpu, p, &pc), SW_OK);
+    assert_int_equal(sw_shsim_create(gpu, p, &ph), SW_OK);
+    assert_int_equal(sw_shsim_create(gpu, p, &pd), SW_OK);
+    sw_image ref, a, b, dev;
+    assert_int_equal(sw_image_alloc(cpu, p->width, p->height, SW_PIX_F32, &ref), SW_OK);
+    assert_int_equal(sw_image_alloc(cpu, p->width, p->height, SW_PIX_F32, &a), SW_OK);
+    assert_int_equal(sw_image_alloc(cpu, p->width, p->height, SW_PIX_F32, &b), SW_OK);
+    assert_int_equal(sw_image_alloc_device(gpu, p->width, p->height, SW_PIX_F32, &dev), SW_OK);
+
+    /* the CPU plan refuses a device map */
+    assert_int_equal(sw_shsim_set_opd_device(pc, d, nu, nv, sp, w.u0_um, w.v0_um), SW_EUNSUPPORTED);
+    /* host path: CPU and GPU */
+    assert_int_equal(sw_shsim_add_wavefront(pc, &w, 1.0), SW_OK);
+    assert_int_equal(sw_shsim_run(pc, &ref, 0), SW_OK);
+    assert_int_equal(sw_shsim_add_wavefront(ph, &w, 1.0), SW_OK);
+    render_to(ph, &dev, &a);
+    /* device path: a first map, replaced by the test's */
+    assert_int_equal(sw_shsim_add_zernike(pd, (const double[]){0.0, 0.0, 0.0, 0.5}, 4, 3.0 * pu),
+                     SW_OK);
+    assert_int_equal(sw_shsim_set_opd_device(pd, d2, nu, nv, sp, w.u0_um, w.v0_um), SW_OK);
+    if (sw_shsim_set_opd_device(pd, d, nu, nv, sp, w.u0_um, w.v0_um) != SW_OK)
+        fail_msg("%s: sw_shsim_set_opd_device: %s", name, sw_context_error(gpu));
+    render_to(pd, &dev, &b);
+    double rp, rs;
+    compare(&a, &b, &rp, &rs);
+    printf("%s: device OPD vs host OPD (GPU): max diff %.2e of the peak, sums %.2e apart\n", name,
+           rp, rs);
+    assert_true(rp < 1e-5);
+    assert_true(rs < 1e-6);
+    compare(&ref, &b, &rp, &rs);
+    printf("%s: device OPD (GPU) vs host OPD (CPU): max diff %.2e of the peak, sums %.2e apart\n",
+           name, rp, rs);
+    assert_true(rp < tol_cpu);
+    assert_true(rs < 1e-5);
+
+    /* the host does not hold the OPD now */
+    sw_sh_truth t;
+    assert_int_equal(sw_shsim_truth(pd, &t), SW_EUNSUPPORTED);
+    assert_int_equal(sw_shsim_add_wavefront(pd, &w, 1.0), SW_EUNSUPPORTED);
+    assert_int_equal(sw_shsim_add_zernike(pd, (const double[]){0.0, 0.0, 0.0, 0.5}, 4, pu),
+                     SW_EUNSUPPORTED);
+    /* bad arguments, and a map that misses lit samples: refused, OPD unchanged */
+    assert_int_equal(sw_shsim_set_opd_device(NULL, d, nu, nv, sp, w.u0_um, w.v0_um), SW_EINVAL);
+    assert_int_equal(sw_shsim_set_opd_device(pd, NULL, nu, nv, sp, w.u0_um, w.v0_um), SW_EINVAL);
+    assert_int_equal(sw_shsim_set_opd_device(pd, d2, 0, nv, sp, w.u0_um, w.v0_um), SW_EINVAL);
+    assert_int_equal(sw_shsim_set_opd_device(pd, d2, nu, -1, sp, w.u0_um, w.v0_um), SW_EINVAL);
+    assert_int_equal(sw_shsim_set_opd_device(pd, d2, nu, nv, 0.0, w.u0_um, w.v0_um), SW_EINVAL);
+    assert_int_equal(sw_shsim_set_opd_device(pd, d2, nu, nv, NAN, w.u0_um, w.v0_um), SW_EINVAL);
+    assert_int_equal(sw_shsim_set_opd_device(pd, d2, nu, nv, sp, INFINITY, w.v0_um), SW_EINVAL);
+    assert_int_equal(sw_shsim_set_opd_device(pd, d2, nu, nv, sp, w.u0_um + 2.0 * pu, w.v0_um),
+                     SW_EINVAL);
+    assert_int_equal(sw_shsim_set_opd_device(pd, d2, nu / 2, nv, sp, w.u0_um, w.v0_um), SW_EINVAL);
+    render_to(pd, &dev, &a);
+    compare(&b, &a, &rp, &rs);
+    assert_true(rp < 1e-5);
+
+    /* back to the host: clear, then the host adders and the truth work again */
+    assert_int_equal(sw_shsim_clear_opd(pd), SW_OK);
+    assert_int_equal(sw_shsim_add_wavefront(pd, &w, 1.0), SW_OK);
+    assert_int_equal(sw_shsim_truth(pd, &t), SW_OK);
+    sw_sh_truth_free(&t);
+    render_to(pd, &dev, &a);
+    compare(&b, &a, &rp, &rs);
+    assert_true(rp < 1e-5);
+
+    sw_image_free(&ref);
+    sw_image_free(&a);
+    sw_image_free(&b);
+    sw_image_free(&dev);
+    sw_shsim_destroy(pc);
+    sw_shsim_destroy(ph);
+    sw_shsim_destroy(pd);
+    cudaFree(d);
+    cudaFree(d2);
+    free(f);
+    free(f2);
+    sw_wavefront_free(&w);
+}
+
+static void test_device_opd(void **state)
+{
+    (void)state;
+    sw_shsim_params p;
+    sw_shsim_params_default(&p);
+    p.model = SW_SH_DIFFRACTION;
+    p.geom.nx = p.geom.ny = 10;
+    p.geom.pitch_px = 24.4;
+    p.geom.x0 = 30.3;
+    p.geom.y0 = 28.9;
+    p.geom.focal_mm = 4.5;
+    p.width = p.height = 310;
+    double pu = p.geom.pitch_px * p.geom.pixel_um;
+    p.pupil = sw_pupil_circle(9.2 * pu);
+    p.pupil.obscuration = 0.2;
+    check_device_opd("diffraction", &p, 1e-3);
+    /* the loop's sensor: 32 x 32 lenslets of 8 px, square pupil, lambda f / d = 2 px */
+    sw_shsim_params_default(&p);
+    p.model = SW_SH_DIFFRACTION;
+    p.geom.nx = p.geom.ny = 32;
+    p.geom.pitch_px = 8.0;
+    p.geom.x0 = p.geom.y0 = 0.0;
+    p.geom.pixel_um = 10.0;
+    p.geom.focal_mm = 2.0 * 10.0 * 80.0 / 0.7 / 1000.0;
+    p.wavelength_um = 0.7;
+    p.width = p.height = 256;
+    check_device_opd("diffraction 32x32", &p, 1e-3);
+    sw_shsim_params_default(&p);
+    p.geom.nx = p.geom.ny = 18;
+    p.geom.pitch_px = 20.7;
+    p.geom.x0 = 3.2;
+    p.geom.y0 = 6.6;
+    p.width = 390;
+    p.height = 400;
+    pu = p.geom.pitch_px * p.geom.pixel_um;
+    p.pupil = sw_pupil_circle(16.5 * pu);
+    p.pupil.cu_um = 0.4 * pu;
+    check_device_opd("geometric gaussian", &p, 1e-4);
+    p.spot = SW_SH_SPOT_SINC2;
+    check_device_opd("geometric sinc2", &p, 1e-4);
+}
+#endif
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_geometric),
         cmocka_unit_test(test_diffraction),
+#ifdef SW_HAVE_CUDA
+        cmocka_unit_test(test_device_opd),
+#endif
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
