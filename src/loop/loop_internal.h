@@ -4,7 +4,7 @@
  *   calib.c                   interaction matrix (push-pull) and control matrix (truncated SVD)
  *   controller.c              the controllers on the CPU
  *   rtc.c, rtc_cuda.cu        the real-time chain (CPU run here, GPU graph in rtc_cuda.cu)
- *   loopsim.c, loopsim_cuda.cu  the closed-loop simulator (science PSF on the GPU there)
+ *   loopsim.c, loopsim_cuda.cu  the closed-loop simulator (phase grid and science PSF on the GPU)
  * The controller update is written once here for the CPU controller and the GPU chain.
  */
 #ifndef SW_LOOP_INTERNAL_H
@@ -147,9 +147,11 @@ const float *sw_loop_interaction(const sw_loop *l, int32_t *nslopes, int32_t *na
 const float *sw_loop_control(const sw_loop *l);
 /* The commands applied to the mirror in the last frame (nact floats, host). */
 const float *sw_loop_applied(const sw_loop *l, int32_t *nact);
-/* CUDA context: run the DM shaper on the GPU (on = 1: upload, cuBLAS, download) or on the host
- * (on = 0, the default: OpenBLAS on a private CPU context). No effect on a CPU context. */
-sw_status sw_loop_shaper_on_gpu(sw_loop *l, int on);
+/* Host wall time of the phases of sw_loop_step, microseconds per frame (mean over the frames
+ * since the last reset): see sw_loop_phase_name. reset != 0 zeroes the sums after reading. */
+#define SW_LOOP_PHASES 5
+void sw_loop_phase_us(sw_loop *l, int reset, double us[SW_LOOP_PHASES]);
+const char *sw_loop_phase_name(int phase);
 
 #ifdef SW_HAVE_CUDA
 /* The science camera on the GPU (loopsim_cuda.cu): an n x n pupil (mask: 1 inside), its field
@@ -159,17 +161,39 @@ typedef struct sw_loop_psf_gpu sw_loop_psf_gpu;
 sw_status sw_loop_psf_gpu_create(sw_context *ctx, int32_t n, const uint8_t *mask,
                                  double wavelength_um, sw_loop_psf_gpu **out);
 void sw_loop_psf_gpu_destroy(sw_loop_psf_gpu *g); /* NULL is ignored */
-/* The pinned host array (n x n floats, W in um) that the next enqueue uploads. */
-float *sw_loop_psf_gpu_input(sw_loop_psf_gpu *g);
-/* Queues the upload, the field, the FFT, |E|^2 and its maximum (and, when accumulate, the sum
- * into the long exposure). */
-sw_status sw_loop_psf_gpu_enqueue(sw_loop_psf_gpu *g, int accumulate);
-/* Waits for the stream and returns the last enqueued PSF's maximum. */
-sw_status sw_loop_psf_gpu_peak(sw_loop_psf_gpu *g, double *peak);
+/* Queues the field of res (device, n x n floats W in um, rows `stride` floats apart), the FFT,
+ * |E|^2 and its maximum (and, when accumulate, the sum into the long exposure). */
+sw_status sw_loop_psf_gpu_enqueue(sw_loop_psf_gpu *g, const float *res, int64_t stride,
+                                  int accumulate);
+/* The last enqueued PSF's maximum; wait = 1 waits for the stream first, 0 when the caller has
+ * already waited for it (after the queued work). */
+sw_status sw_loop_psf_gpu_peak(sw_loop_psf_gpu *g, int wait, double *peak);
 /* The maximum of the long-exposure sum (waits). */
 sw_status sw_loop_psf_gpu_long_peak(sw_loop_psf_gpu *g, double *peak);
-#endif
 
+/* The phase grid on the GPU (loopsim_cuda.cu): gw x gw device buffers for the screen window,
+ * the mirror surface and the residual, nact device commands, the pupil mask (gw x gw, 1 on the
+ * pupil samples) and the residual's per-block sums. All on the context's stream. */
+typedef struct sw_loop_gpu sw_loop_gpu;
+sw_status sw_loop_gpu_create(sw_context *ctx, int32_t gw, const uint8_t *mask, int32_t nact,
+                             sw_loop_gpu **out);
+void sw_loop_gpu_destroy(sw_loop_gpu *g); /* NULL is ignored */
+/* The pinned gw x gw host array (floats, um) that the next upload sends as the window. */
+float *sw_loop_gpu_turb_input(sw_loop_gpu *g);
+/* Device buffers: the commands (nact), the surface and the residual (gw x gw). */
+float *sw_loop_gpu_commands(sw_loop_gpu *g);
+float *sw_loop_gpu_surface(sw_loop_gpu *g);
+const float *sw_loop_gpu_residual(sw_loop_gpu *g);
+/* Copies commands (host, nact) to pinned memory and queues the window's and their uploads. */
+sw_status sw_loop_gpu_upload(sw_loop_gpu *g, const float *commands);
+/* Queues residual = window - surface and its sums over the pupil (and their download). */
+sw_status sw_loop_gpu_residual_run(sw_loop_gpu *g);
+/* The sums of the residual and its square over the pupil (um, um^2), once the stream has been
+ * waited for after sw_loop_gpu_residual_run. */
+void sw_loop_gpu_residual_sums(const sw_loop_gpu *g, double *s1, double *s2);
+/* Copies the device surface into host (gw x gw floats); waits. */
+sw_status sw_loop_gpu_download_surface(sw_loop_gpu *g, float *host);
+#endif
 
 #ifdef __cplusplus
 }

@@ -22,7 +22,8 @@
  * 1/q lenslet. Sample i is at lattice x = -1/2 + (i + 1/2 - 2) / q, i.e. at pupil u = (x - (nx -
  * 1) / 2) lenslet_um = (i - (gw - 1) / 2) lenslet_um / q: exactly where a centred sw_wavefront of
  * gw samples at spacing lenslet_um / q puts it, so the residual goes to the simulator as such a
- * map (sw_shsim_clear_opd + sw_shsim_add_wavefront, bilinear onto its own grid; the two margin
+ * map (sw_shsim_clear_opd + sw_shsim_add_wavefront, bilinear onto its own grid; on CUDA the
+ * same map in device memory, sw_shsim_set_opd_device, same rule; the two margin
  * samples cover the simulator's lit samples that reach half a sample beyond the array). The
  * screen is sw_infinite_screen with n = gw (rounded up to even; then its first gw columns and
  * rows are used; for even gw the window's buffer is used in place), spacing D / (nx q) m, made on
@@ -34,9 +35,7 @@
  * Mirror and residual. The surface of the commands applied now (sw_dm_shaper on the phase grid)
  * is subtracted: residual = W - phi_u (loop.h). Delay: the surface of frame k uses the commands
  * computed at frame k - 1 - delay (zero before the first), from a ring of delay + 1 command sets.
- * On a CUDA context the shaper runs on the host by default (choice: a private CPU context;
- * sw_loop_shaper_on_gpu switches to the GPU with upload and download, for measuring which is
- * faster), since the residual is needed on the host by the simulator anyway.
+ * The shaper runs on the caller's context (on CUDA: on device arrays, see below).
  *
  * Reconstructors (seed 002 section 4.B):
  *   MVM: the interaction matrix by push-pull (sw_interaction_matrix, +-poke_um) through a
@@ -66,11 +65,19 @@
  * (sum A)^2). Turbulence and residual RMS: piston removed over the pupil samples, nm; Marechal
  * exp(-(2 pi rms / lambda_sci)^2).
  *
- * CUDA. The SH frame stays on the device: sw_shsim_run renders into a device f32 image, the
- * detector works in place there, and the rtc reads the device frame. The host moves the screen,
- * forms the residual (and its statistics) and feeds the simulator; the science PSF is queued as
- * soon as the residual exists, so the GPU forms it while the host feeds the simulator. Every
- * buffer is made at create: a step allocates nothing.
+ * CUDA ("GPU end to end"). The host moves the screen (sw_infinite_screen stays on the CPU, so
+ * both backends see the same screen), writes the window as floats into a pinned buffer and forms
+ * the turbulence RMS from the double window (so it is the CPU's to rounding). Then, all queued
+ * on the context's stream (loopsim_cuda.cu): the window's and the applied commands' uploads (one
+ * cudaMemcpyAsync each), the shaper on device arrays into a device surface, residual = W - phi_u
+ * on the device with its RMS sums over the pupil (double, per block), the science PSF from the
+ * device residual, sw_shsim_set_opd_device (the simulator resamples the residual and computes its
+ * spots on the GPU: no host work, no upload), the render into a device f32 frame, the detector in
+ * place, and the rtc on the device frame, whose run is the frame's one synchronisation; the
+ * residual RMS and the PSF's peak are read after it. sw_loop_maps downloads the surface on
+ * demand. The MVM calibration takes the host path (host shaper arrays, sw_shsim_add_wavefront).
+ * Every buffer is made at create (the simulator's device-OPD buffers by one device OPD there):
+ * a step allocates nothing. sw_loop_phase_us gives the host wall time of the step's phases.
  *
  * Fitting error. Least squares fit of the turbulence's pupil samples by the influence functions,
  * F c = w with F(x, y; a) = f(x - x_a) f(y - y_a): the normal matrix F^T F + lambda I (lambda =
@@ -79,6 +86,8 @@
  * by LAPACKE_dpotrf on first use; each call solves (dpotrs) for F^T w (two matrix products) and
  * returns the RMS of w - F c over the pupil, piston removed, nm.
  */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+
 #include "loop/loop_internal.h"
 
 #include "spotwave/sim.h"
@@ -92,6 +101,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define LOOP_PIXEL_UM   10.0 /* detector pixel */
 #define LOOP_MARGIN     2    /* phase grid margin, samples */
@@ -128,14 +138,13 @@ struct sw_loop {
     double *turb_own;
     float *surf;        /* gw^2 mirror surface um */
     sw_wavefront resid; /* gw^2 residual (the simulator's input) */
-    float *pres;        /* nq^2 residual over the pupil square (CPU science; GPU: pinned input) */
+    float *pres;        /* nq^2 residual over the pupil square (CPU science; NULL on CUDA) */
 
     /* mirror */
     sw_dm_params dm;
-    sw_dm_shaper *shaper;
-    int shaper_gpu;
-    float *ring;    /* (delay + 1) nact */
-    float *applied; /* nact */
+    sw_dm_shaper *shaper; /* on the caller's context (CUDA: device arrays per frame) */
+    float *ring;          /* (delay + 1) nact */
+    float *applied;       /* nact */
 
     /* sensor */
     sw_shsim *sim;
@@ -167,6 +176,7 @@ struct sw_loop {
     int64_t lcount; /* frames summed */
 #ifdef SW_HAVE_CUDA
     sw_loop_psf_gpu *psf;
+    sw_loop_gpu *dev; /* the phase grid on the device */
 #endif
 
     /* fitting */
@@ -176,6 +186,8 @@ struct sw_loop {
     /* state */
     int64_t nframe; /* frames run */
     double last_turb_nm, last_resid_nm;
+    double phase_sum[SW_LOOP_PHASES]; /* host wall time per phase, us (sw_loop_phase_us) */
+    int64_t phase_frames;
 };
 
 /* ------------------------------------------------------------------ names and defaults */
@@ -422,10 +434,7 @@ static sw_status load_window(sw_loop *l)
 /* The mirror surface of `commands` into surf (host arrays). */
 static sw_status shape(sw_loop *l, const float *commands)
 {
-    sw_status st = sw_dm_shaper_run(l->shaper, commands, SW_MEM_HOST, l->surf);
-    if (st != SW_OK && !l->shaper_gpu)
-        return relay(l, st);
-    return st;
+    return sw_dm_shaper_run(l->shaper, commands, SW_MEM_HOST, l->surf);
 }
 
 /* Renders the simulator's current OPD into the frame (no noise). */
@@ -676,6 +685,7 @@ void sw_loop_destroy(sw_loop *l)
     sw_wavefront_free(&l->resid);
 #ifdef SW_HAVE_CUDA
     sw_loop_psf_gpu_destroy(l->psf);
+    sw_loop_gpu_destroy(l->dev);
 #endif
     if (l->fft_plan) {
         sw_fftw_planner_lock();
@@ -689,8 +699,7 @@ void sw_loop_destroy(sw_loop *l)
     free(l->pmask);
     free(l->turb_own);
     free(l->surf);
-    if (!l->gpu)
-        free(l->pres);
+    free(l->pres);
     free(l->ring);
     free(l->applied);
     free(l->im);
@@ -816,12 +825,7 @@ static sw_status build_science(sw_loop *l)
     const size_t n = (size_t)n2 * n2;
 #ifdef SW_HAVE_CUDA
     if (l->gpu) {
-        sw_status st =
-            sw_loop_psf_gpu_create(l->ctx, l->nq, l->pmask, l->p.science_wavelength_um, &l->psf);
-        if (st != SW_OK)
-            return st;
-        l->pres = sw_loop_psf_gpu_input(l->psf);
-        return SW_OK;
+        return sw_loop_psf_gpu_create(l->ctx, l->nq, l->pmask, l->p.science_wavelength_um, &l->psf);
     }
 #endif
     l->pres = malloc((size_t)l->nq * l->nq * sizeof(float));
@@ -840,16 +844,26 @@ static sw_status build_science(sw_loop *l)
     return SW_OK;
 }
 
-static sw_status build_shaper(sw_loop *l, int on_gpu)
+/* The shaper on the caller's context, and on CUDA the phase grid's device buffers. */
+static sw_status build_shaper(sw_loop *l)
 {
-    sw_dm_shaper *s = NULL;
-    sw_status st = sw_dm_shaper_create(on_gpu ? l->ctx : l->cpu, &l->dm, &l->grid, &s);
+    sw_status st = sw_dm_shaper_create(l->ctx, &l->dm, &l->grid, &l->shaper);
     if (st != SW_OK)
-        return on_gpu ? st : relay(l, st);
-    sw_dm_shaper_destroy(l->shaper);
-    l->shaper = s;
-    l->shaper_gpu = on_gpu;
-    return SW_OK;
+        return st;
+#ifdef SW_HAVE_CUDA
+    if (l->gpu) {
+        const int32_t gw = l->gw, nq = l->nq;
+        uint8_t *mask = calloc((size_t)gw * gw, 1);
+        if (!mask)
+            return sw_fail(l->ctx, SW_ENOMEM, "loop: out of memory");
+        for (int32_t k = 0; k < nq; k++)
+            memcpy(mask + (size_t)(k + LOOP_MARGIN) * gw + LOOP_MARGIN, l->pmask + (size_t)k * nq,
+                   (size_t)nq);
+        st = sw_loop_gpu_create(l->ctx, gw, mask, l->nact, &l->dev);
+        free(mask);
+    }
+#endif
+    return st;
 }
 
 static sw_status build(sw_loop *l)
@@ -873,8 +887,17 @@ static sw_status build(sw_loop *l)
         return sw_fail(l->ctx, SW_ENOMEM, "loop: out of memory");
     sw_status st;
     if ((st = build_sensor(l)) != SW_OK || (st = build_phase(l)) != SW_OK ||
-        (st = build_shaper(l, 0)) != SW_OK)
+        (st = build_shaper(l)) != SW_OK)
         return st;
+#ifdef SW_HAVE_CUDA
+    /* the simulator's device-OPD buffers are made by its first device OPD: here (the residual
+     * buffer is zero), not in a step; then back to the host OPD for the calibration */
+    if (l->gpu && ((st = sw_shsim_set_opd_device(l->sim, sw_loop_gpu_residual(l->dev), gw, gw,
+                                                 l->resid.spacing_um, l->resid.u0_um,
+                                                 l->resid.v0_um)) != SW_OK ||
+                   (st = sw_shsim_clear_opd(l->sim)) != SW_OK))
+        return st;
+#endif
 
     /* reconstruction */
     if (p->recon == SW_LOOP_MVM || p->recon == SW_LOOP_SABRE_GLOBAL) {
@@ -973,13 +996,11 @@ sw_status sw_loop_create(sw_context *ctx, const sw_loop_params *p, sw_loop **out
 
 /* ------------------------------------------------------------------ step */
 
-/* The SH frame of the residual (with noise), through the reconstructor and the controller:
- * the commands u_k into `commands`. */
-static sw_status sense(sw_loop *l, int64_t k, float *commands)
+/* Noise on the SH frame (frame k), then the reconstructor and the controller: the commands u_k
+ * into `commands`. */
+static sw_status detect_and_reconstruct(sw_loop *l, int64_t k, float *commands)
 {
     sw_status st;
-    if ((st = feed(l)) != SW_OK || (st = render(l)) != SW_OK)
-        return st;
     if (l->noisy) {
         l->det.seed = l->p.seed * 0x9E3779B97F4A7C15ull + (uint64_t)k;
         if ((st = sw_detector_apply(l->ctx, &l->det, &l->frame, &l->frame)) != SW_OK)
@@ -990,12 +1011,144 @@ static sw_status sense(sw_loop *l, int64_t k, float *commands)
     return run_sabre_global(l, commands);
 }
 
+static double now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return 1e6 * (double)ts.tv_sec + 1e-3 * (double)ts.tv_nsec;
+}
+
+/* Adds the time since *t to phase i and restarts *t. */
+static void lap(sw_loop *l, int i, double *t)
+{
+    const double n = now_us();
+    l->phase_sum[i] += n - *t;
+    *t = n;
+}
+
+/* Frame k on the CPU: the surface of `applied`, the residual W - phi_u on the grid, its pupil
+ * square for the science camera and the RMS sums in one pass, the SH frame, u_k into slot, the
+ * science PSF. */
+static sw_status step_cpu(sw_loop *l, int64_t k, float *slot, int acc, double *peak, double *t)
+{
+    sw_status st;
+    if ((st = shape(l, l->applied)) != SW_OK)
+        return st;
+    const int32_t gw = l->gw, nq = l->nq;
+    const double *turb = l->turb;
+    const float *surf = l->surf;
+    double *res = l->resid.opd_um;
+    float *pres = l->pres;
+    const uint8_t *pmask = l->pmask;
+    double st1 = 0.0, st2 = 0.0, sr1 = 0.0, sr2 = 0.0;
+#pragma omp parallel for schedule(static) num_threads(l->threads) reduction(+ : st1, st2, sr1, sr2)
+    for (int32_t r = 0; r < gw; r++) {
+        const double *tu = turb + (size_t)r * gw;
+        const float *u = surf + (size_t)r * gw;
+        double *o = res + (size_t)r * gw;
+        for (int32_t i = 0; i < gw; i++)
+            o[i] = tu[i] - (double)u[i];
+        const int32_t pk = r - LOOP_MARGIN; /* pupil row */
+        if (pk < 0 || pk >= nq)
+            continue;
+        const uint8_t *m = pmask + (size_t)pk * nq;
+        float *dst = pres + (size_t)pk * nq;
+        for (int32_t i = 0; i < nq; i++) {
+            const double w = tu[i + LOOP_MARGIN], v = o[i + LOOP_MARGIN];
+            dst[i] = (float)v;
+            if (m[i]) {
+                st1 += w;
+                st2 += w * w;
+                sr1 += v;
+                sr2 += v * v;
+            }
+        }
+    }
+    l->last_turb_nm = 1e3 * rms_of(st1, st2, (double)l->npup);
+    l->last_resid_nm = 1e3 * rms_of(sr1, sr2, (double)l->npup);
+    lap(l, 1, t);
+    if ((st = feed(l)) != SW_OK || (st = render(l)) != SW_OK)
+        return st;
+    lap(l, 2, t);
+    if ((st = detect_and_reconstruct(l, k, slot)) != SW_OK)
+        return st;
+    lap(l, 3, t);
+    *peak = psf_cpu(l, acc);
+    if (acc)
+        l->lcount++;
+    return SW_OK;
+}
+
+#ifdef SW_HAVE_CUDA
+/* Frame k on CUDA (see the top): the window as floats (pinned) and the turbulence sums on the
+ * host; then queued: the uploads, the shaper, the residual and its sums, the science PSF, the
+ * simulator's OPD, the SH frame, the noise; the rtc's run waits for the stream once. */
+static sw_status step_gpu(sw_loop *l, int64_t k, float *slot, int acc, double *peak, double *t)
+{
+    const int32_t gw = l->gw, nq = l->nq;
+    const double *turb = l->turb;
+    const uint8_t *pmask = l->pmask;
+    float *tf = sw_loop_gpu_turb_input(l->dev);
+    double st1 = 0.0, st2 = 0.0;
+#pragma omp parallel for schedule(static) num_threads(l->threads) reduction(+ : st1, st2)
+    for (int32_t r = 0; r < gw; r++) {
+        const double *tu = turb + (size_t)r * gw;
+        float *o = tf + (size_t)r * gw;
+        for (int32_t i = 0; i < gw; i++)
+            o[i] = (float)tu[i];
+        const int32_t pk = r - LOOP_MARGIN; /* pupil row */
+        if (pk < 0 || pk >= nq)
+            continue;
+        const uint8_t *m = pmask + (size_t)pk * nq;
+        for (int32_t i = 0; i < nq; i++)
+            if (m[i]) {
+                const double w = tu[i + LOOP_MARGIN];
+                st1 += w;
+                st2 += w * w;
+            }
+    }
+    l->last_turb_nm = 1e3 * rms_of(st1, st2, (double)l->npup);
+    lap(l, 1, t);
+    const float *res = sw_loop_gpu_residual(l->dev);
+    sw_status st;
+    if ((st = sw_loop_gpu_upload(l->dev, l->applied)) != SW_OK ||
+        (st = sw_dm_shaper_run(l->shaper, sw_loop_gpu_commands(l->dev), SW_MEM_DEVICE,
+                               sw_loop_gpu_surface(l->dev))) != SW_OK ||
+        (st = sw_loop_gpu_residual_run(l->dev)) != SW_OK)
+        return st;
+    if ((st = sw_loop_psf_gpu_enqueue(l->psf, res + (size_t)LOOP_MARGIN * gw + LOOP_MARGIN, gw,
+                                      acc)) != SW_OK)
+        return st;
+    /* from here on the PSF is queued: it is counted even after a failure (drained below) */
+    if ((st = sw_shsim_set_opd_device(l->sim, res, gw, gw, l->resid.spacing_um, l->resid.u0_um,
+                                      l->resid.v0_um)) == SW_OK &&
+        (st = render(l)) == SW_OK) {
+        lap(l, 2, t);
+        st = detect_and_reconstruct(l, k, slot);
+        lap(l, 3, t);
+    }
+    /* the rtc has waited for the stream: the residual sums and the PSF's maximum are in */
+    const sw_status sp = sw_loop_psf_gpu_peak(l->psf, st != SW_OK || !l->rtc, peak);
+    if (acc)
+        l->lcount++;
+    if (st != SW_OK)
+        return st;
+    if (sp != SW_OK)
+        return sp;
+    double sr1, sr2;
+    sw_loop_gpu_residual_sums(l->dev, &sr1, &sr2);
+    l->last_resid_nm = 1e3 * rms_of(sr1, sr2, (double)l->npup);
+    return SW_OK;
+}
+#endif
+
 sw_status sw_loop_step(sw_loop *l, sw_loop_frame *out)
 {
     if (!l)
         return sw_fail(NULL, SW_EINVAL, "sw_loop_step: the loop is NULL");
     const sw_loop_params *p = &l->p;
     const int64_t k = l->nframe + 1;
+    double t = now_us();
     sw_status st;
     if (k > 1) {
         if ((st = sw_infinite_screen_advance(l->screen, p->wind_m_s / p->rate_hz)) != SW_OK)
@@ -1010,67 +1163,16 @@ sw_status sw_loop_step(sw_loop *l, sw_loop_frame *out)
         memcpy(l->applied, slot, (size_t)nact * sizeof(float));
     else
         memset(l->applied, 0, (size_t)nact * sizeof(float));
-    if ((st = shape(l, l->applied)) != SW_OK)
-        return st;
+    lap(l, 0, &t);
 
-    /* residual W - phi_u on the grid, its pupil square for the science camera, and the sums
-     * of the RMS over the pupil, in one pass */
-    const int32_t gw = l->gw, nq = l->nq;
-    const double *turb = l->turb;
-    const float *surf = l->surf;
-    double *res = l->resid.opd_um;
-    float *pres = l->pres;
-    const uint8_t *pmask = l->pmask;
-    double st1 = 0.0, st2 = 0.0, sr1 = 0.0, sr2 = 0.0;
-#pragma omp parallel for schedule(static) num_threads(l->threads) reduction(+ : st1, st2, sr1, sr2)
-    for (int32_t r = 0; r < gw; r++) {
-        const double *t = turb + (size_t)r * gw;
-        const float *u = surf + (size_t)r * gw;
-        double *o = res + (size_t)r * gw;
-        for (int32_t i = 0; i < gw; i++)
-            o[i] = t[i] - (double)u[i];
-        const int32_t pk = r - LOOP_MARGIN; /* pupil row */
-        if (pk < 0 || pk >= nq)
-            continue;
-        const uint8_t *m = pmask + (size_t)pk * nq;
-        float *dst = pres + (size_t)pk * nq;
-        for (int32_t i = 0; i < nq; i++) {
-            const double w = t[i + LOOP_MARGIN], v = o[i + LOOP_MARGIN];
-            dst[i] = (float)v;
-            if (m[i]) {
-                st1 += w;
-                st2 += w * w;
-                sr1 += v;
-                sr2 += v * v;
-            }
-        }
-    }
     const int acc = k > p->warmup;
-#ifdef SW_HAVE_CUDA
-    if (l->gpu && (st = sw_loop_psf_gpu_enqueue(l->psf, acc)) != SW_OK)
-        return st;
-#endif
-    l->last_turb_nm = 1e3 * rms_of(st1, st2, (double)l->npup);
-    l->last_resid_nm = 1e3 * rms_of(sr1, sr2, (double)l->npup);
-
-    /* sensor and reconstruction: u_k */
-    st = sense(l, k, slot);
-
-    /* science (on CUDA: drained even after a failure, so the long exposure stays counted) */
     double peak = 0.0;
-    if (l->gpu) {
 #ifdef SW_HAVE_CUDA
-        const sw_status sp = sw_loop_psf_gpu_peak(l->psf, &peak);
-        if (st == SW_OK)
-            st = sp;
-        if (acc)
-            l->lcount++;
+    if (l->gpu)
+        st = step_gpu(l, k, slot, acc, &peak, &t);
+    else
 #endif
-    } else if (st == SW_OK) {
-        peak = psf_cpu(l, acc);
-        if (acc)
-            l->lcount++;
-    }
+        st = step_cpu(l, k, slot, acc, &peak, &t);
     if (st != SW_OK)
         return st;
     l->nframe = k;
@@ -1087,7 +1189,34 @@ sw_status sw_loop_step(sw_loop *l, sw_loop_frame *out)
         out->marechal = exp(-ph * ph);
         out->command_rms_um = sqrt(c2 / nact);
     }
+    lap(l, 4, &t);
+    l->phase_frames++;
     return SW_OK;
+}
+
+static const char *const PHASE_NAMES[SW_LOOP_PHASES] = {
+    "screen: advance and window", "CPU: shaper and residual; CUDA: window to float, turbulence RMS",
+    "CPU: SH simulator; CUDA: queueing uploads, shaper, residual, PSF, SH simulator",
+    "detector and reconstruction (CUDA: with the wait for the GPU)",
+    "science PSF (CPU) and the rest"};
+
+const char *sw_loop_phase_name(int phase)
+{
+    return phase >= 0 && phase < SW_LOOP_PHASES ? PHASE_NAMES[phase] : "?";
+}
+
+void sw_loop_phase_us(sw_loop *l, int reset, double us[SW_LOOP_PHASES])
+{
+    if (!l)
+        return;
+    for (int i = 0; i < SW_LOOP_PHASES; i++) {
+        if (us)
+            us[i] = l->phase_frames > 0 ? l->phase_sum[i] / (double)l->phase_frames : 0.0;
+        if (reset)
+            l->phase_sum[i] = 0.0;
+    }
+    if (reset)
+        l->phase_frames = 0;
 }
 
 double sw_loop_long_strehl(const sw_loop *l)
@@ -1260,6 +1389,14 @@ sw_status sw_loop_maps(const sw_loop *l, int32_t *side, float *turbulence, float
     const int32_t nq = l->nq, gw = l->gw;
     if (side)
         *side = nq;
+#ifdef SW_HAVE_CUDA
+    if (l->gpu && (correction || residual)) {
+        /* the surface lives on the device: l->surf is the host's copy */
+        const sw_status st = sw_loop_gpu_download_surface(l->dev, l->surf);
+        if (st != SW_OK)
+            return st;
+    }
+#endif
     for (int32_t k = 0; k < nq; k++)
         for (int32_t i = 0; i < nq; i++) {
             const size_t s = (size_t)k * nq + i;
@@ -1298,13 +1435,4 @@ const float *sw_loop_applied(const sw_loop *l, int32_t *nact)
     if (nact)
         *nact = l->nact;
     return l->applied;
-}
-
-sw_status sw_loop_shaper_on_gpu(sw_loop *l, int on)
-{
-    if (!l)
-        return sw_fail(NULL, SW_EINVAL, "sw_loop_shaper_on_gpu: the loop is NULL");
-    if (!l->gpu || (on != 0) == l->shaper_gpu)
-        return SW_OK;
-    return build_shaper(l, on != 0);
 }

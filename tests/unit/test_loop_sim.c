@@ -4,12 +4,15 @@
  * worked out here, and C D V = V on the kept modes), closed loop against open loop for MVM,
  * D-SABRE with the distributed projection and global SABRE, geometric convergence on a static
  * aberration at the rate 1 - g, the loop delay, the maps, the science camera's normalisation
- * (Strehl against Marechal) and the fitting error, noisy and circular-pupil runs, bad parameters.
+ * (Strehl against Marechal) and the fitting error, noisy and circular-pupil runs, bad parameters,
+ * the step's phase timers (sw_loop_phase_us: they add up to no more than the step's wall time).
  *
  * Small systems (6 x 6 and 8 x 8 lenslets, 4 phase samples per lenslet, the GEOMETRIC sensor
  * model where diffraction is not the point: the long-exposure test uses DIFFRACTION) and a
  * one-thread context, so that the whole file runs in seconds, also under ASan.
  */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+
 #include "testutil.h"
 
 #include "loop/loop_internal.h"
@@ -17,6 +20,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static sw_context *ctx;
 
@@ -283,6 +287,49 @@ static void test_closed_beats_open(void **state)
         assert_true(cl.fit > 0.0 && cl.fit < cl.turb);
         assert_true(cl.last_resid > 0.99 * cl.fit);
     }
+}
+
+/* ------------------------------------------------------------------ phase timers */
+
+static double wall_us(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return 1e6 * (double)t.tv_sec + 1e-3 * (double)t.tv_nsec;
+}
+
+/* The phases of sw_loop_step are laps of one clock inside the step: non-negative, together at
+ * most the step's wall time and not nothing; a reset empties them. */
+static void test_phase_timers(void **state)
+{
+    (void)state;
+    sw_loop_params p;
+    small_params(&p);
+    p.recon = SW_LOOP_DSABRE_LOCAL;
+    sw_loop *l = make(&p);
+    sw_loop_frame f;
+    step(l, &f);
+    sw_loop_phase_us(l, 1, NULL);
+    const int n = 4;
+    const double t0 = wall_us();
+    for (int k = 0; k < n; k++)
+        step(l, &f);
+    const double per_frame = (wall_us() - t0) / n;
+    double us[SW_LOOP_PHASES], sum = 0.0;
+    sw_loop_phase_us(l, 1, us);
+    for (int i = 0; i < SW_LOOP_PHASES; i++) {
+        assert_true(us[i] >= 0.0);
+        assert_string_not_equal(sw_loop_phase_name(i), "?");
+        sum += us[i];
+    }
+    assert_true(sum > 0.0);
+    assert_true(sum <= per_frame);
+    assert_true(us[1] > 0.0 && us[2] > 0.0 && us[3] > 0.0); /* residual, sensor, rtc did work */
+    sw_loop_phase_us(l, 0, us);
+    for (int i = 0; i < SW_LOOP_PHASES; i++)
+        assert_true(us[i] == 0.0);
+    assert_string_equal(sw_loop_phase_name(SW_LOOP_PHASES), "?");
+    sw_loop_destroy(l);
 }
 
 /* ------------------------------------------------------------------ static aberration */
@@ -609,6 +656,7 @@ int main(void)
         cmocka_unit_test(test_names),
         cmocka_unit_test(test_interaction_matrix),
         cmocka_unit_test(test_closed_beats_open),
+        cmocka_unit_test(test_phase_timers),
         cmocka_unit_test(test_static_converges),
         cmocka_unit_test(test_delay),
         cmocka_unit_test(test_maps_noisy_annulus),
