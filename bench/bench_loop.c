@@ -86,7 +86,8 @@
  * Default (no mode): --latency --speed --fitting (--fig11 is long: ask for it).
  * Options (besides the harness's): the modes, --frames N, --screens N, --magnitude M,
  * --methods LIST, --couplings LIST, --gains LIST (comma-separated), --sizes LIST (latency: of 40,
- * 80, 200), --telemetry N.
+ * 80, 200), --telemetry N, --influence gaussian|bezier (fig11: the DM's influence functions;
+ * Gaussian by default).
  * Output: JSON lines on stdout, tables on stderr (none with --json-only).
  */
 #include "harness.h"
@@ -140,6 +141,7 @@ typedef struct prog_opts {
     int ncoupling, ngain;
     int size_mask; /* latency: bit 0 40, bit 1 80, bit 2 200 (0: all) */
     int telemetry;
+    sw_dm_influence influence; /* fig11: the DM's influence functions (Gaussian) */
     int reps_set, warmup_set, budget_set;
     sw_bench_options b;
 } prog_opts;
@@ -156,6 +158,7 @@ static const char extra_help[] =
     "  --frames N               fig11 / fitting: long-exposure frames (default 500)\n"
     "  --screens N              fig11: screen seeds (default 3)\n"
     "  --magnitude M            fig11: guide-star magnitude (default: noise-free)\n"
+    "  --influence F            fig11: gaussian (default) or bezier influence functions\n"
     "  --methods LIST           fig11: of mvm,sabre,dsabre4-global,dsabre4-local,\n"
     "                           dsabre16-global,dsabre16-local (default all)\n"
     "  --couplings LIST         fig11: actuator couplings (default 0.2,0.3,0.4,0.5)\n"
@@ -235,7 +238,8 @@ static int parse_own(int *argc, char **argv, prog_opts *o)
         } else if (strcmp(a, "--frames") == 0 || strcmp(a, "--screens") == 0 ||
                    strcmp(a, "--magnitude") == 0 || strcmp(a, "--methods") == 0 ||
                    strcmp(a, "--couplings") == 0 || strcmp(a, "--gains") == 0 ||
-                   strcmp(a, "--sizes") == 0 || strcmp(a, "--telemetry") == 0) {
+                   strcmp(a, "--sizes") == 0 || strcmp(a, "--telemetry") == 0 ||
+                   strcmp(a, "--influence") == 0) {
             if (i + 1 >= *argc) {
                 fprintf(stderr, "%s: %s needs a value (see '%s --help')\n", PROG, a, PROG);
                 return 2;
@@ -247,6 +251,9 @@ static int parse_own(int *argc, char **argv, prog_opts *o)
             } else if (strcmp(a, "--screens") == 0) {
                 if (parse_int_range(v, 1, 10000, &o->screens))
                     return usage_error(a, v, "a whole number in 1..10000");
+            } else if (strcmp(a, "--influence") == 0) {
+                if (sw_dm_influence_parse(v, &o->influence) != SW_OK)
+                    return usage_error(a, v, "gaussian or bezier");
             } else if (strcmp(a, "--telemetry") == 0) {
                 if (parse_int_range(v, 0, 65536, &o->telemetry))
                     return usage_error(a, v, "a whole number in 0..65536");
@@ -1249,7 +1256,7 @@ static int fig11(const prog_opts *o, sw_context *ctx)
                     if (noisy)
                         p.read_noise_e = 2.0;
                     p.seed = 1 + (uint64_t)sc;
-                    p.dm.influence = SW_DM_GAUSSIAN;
+                    p.dm.influence = o->influence;
                     p.dm.coupling = cs[ci];
                     p.controller.kind = SW_CTRL_INTEGRATOR;
                     p.controller.gain = gs[gi];
@@ -1287,6 +1294,7 @@ static int fig11(const prog_opts *o, sw_context *ctx)
                 json_num("coupling", cs[ci]);
                 json_num("gain", gs[gi]);
                 json_num("magnitude", o->magnitude);
+                printf(",\"influence\":\"%s\"", sw_dm_influence_string(o->influence));
                 printf(",\"lenslets\":%d,\"screens\":%d,\"frames\":%d,\"warmup\":20", (int)n,
                        screens, (int)frames);
                 json_num("strehl_mean", mean);
