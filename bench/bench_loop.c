@@ -959,6 +959,8 @@ static int latency(const prog_opts *o, sw_context *ctx)
             rp.slope_scale = PIXEL_UM / (s.focal_mm * 1000.0);
             rp.projection = global ? SW_RTC_PROJ_GLOBAL : SW_RTC_PROJ_LOCAL;
             rp.projection_matrix = sw_projector_matrix(proj, &prow, &pcol);
+            rp.projection_rows = prow;
+            rp.projection_cols = pcol;
             lat_row *row = &rows[nrow];
             memset(row, 0, sizeof *row);
             row->m = info.m;

@@ -1,9 +1,9 @@
 /*
  * spotwave loop: the adaptive-optics loop after the wavefront sensor (seed 002 section 4, seed 000
- * section 6): a deformable-mirror model, the projection of a reconstructed wavefront onto it (global
- * Eq. 13 and distributed Eq. 14-16 of seed 002), the interaction / control matrices of the classic
- * matrix-vector reconstructor, controllers, the real-time chain from camera frame to commands, and a
- * closed-loop simulator that proves they correct turbulence.
+ * section 6): a deformable-mirror model, the projection of a reconstructed wavefront onto it
+ * (global Eq. 13 and distributed Eq. 14-16 of seed 002), the interaction / control matrices of the
+ * classic matrix-vector reconstructor, controllers, the real-time chain from camera frame to
+ * commands, and a closed-loop simulator that proves they correct turbulence.
  *
  * Coordinates. Everything is placed on the lenslet lattice of sabre.h: lenslet (ix, iy) has its
  * reference centre at lattice position (x, y) = (ix, iy), one unit = one lenslet pitch, x along the
@@ -52,7 +52,7 @@ extern "C" {
 
 typedef enum sw_dm_influence { SW_DM_GAUSSIAN = 0, SW_DM_BEZIER = 1 } sw_dm_influence;
 
-const char *sw_dm_influence_string(sw_dm_influence f);              /* "gaussian", "bezier" */
+const char *sw_dm_influence_string(sw_dm_influence f);                   /* "gaussian", "bezier" */
 sw_status sw_dm_influence_parse(const char *text, sw_dm_influence *out); /* SW_EINVAL otherwise */
 
 /* The 1-D influence profile f(r) above (r in actuator pitches, either sign). NaN for a coupling
@@ -61,8 +61,8 @@ double sw_dm_profile(sw_dm_influence f, double coupling, double r);
 
 typedef struct sw_dm_params {
     int32_t nx, ny;            /* lenslets; actuators (nx + 1)(ny + 1), 1..1024 lenslets per side */
-    sw_dm_influence influence; /* (GAUSSIAN)                                                       */
-    double coupling;           /* 0 < c < 1 (0.3)                                                  */
+    sw_dm_influence influence; /* (GAUSSIAN) */
+    double coupling; /* 0 < c < 1 (0.3)                                                  */
 } sw_dm_params;
 
 void sw_dm_params_default(sw_dm_params *p); /* nx = ny = 0 (must be set), GAUSSIAN, 0.3 */
@@ -118,12 +118,12 @@ sw_status sw_dm_shaper_run(sw_dm_shaper *s, const float *commands, sw_memory mem
 typedef struct sw_projector_params {
     sw_dm_influence influence;
     double coupling;
-    sw_sabre_lattice lattice;    /* the spline's lattice                                       */
-    int32_t nax, nay;            /* actuator grid, nax nay <= 16384                             */
-    double ax0, ay0;             /* lattice position of actuator (0, 0)                         */
-    int32_t samples;             /* q, fitting points per square side, 1..16 (4)               */
-    const uint8_t *square_mask;  /* optional sx * sy (J sx + I): squares whose points are fitted */
-    double regularisation;       /* >= 0 (1e-6)                                                 */
+    sw_sabre_lattice lattice;   /* the spline's lattice                                       */
+    int32_t nax, nay;           /* actuator grid, nax nay <= 16384                             */
+    double ax0, ay0;            /* lattice position of actuator (0, 0)                         */
+    int32_t samples;            /* q, fitting points per square side, 1..16 (4)               */
+    const uint8_t *square_mask; /* optional sx * sy (J sx + I): squares whose points are fitted */
+    double regularisation;      /* >= 0 (1e-6)                                                 */
 } sw_projector_params;
 
 void sw_projector_params_default(sw_projector_params *p);
@@ -143,8 +143,7 @@ void sw_projector_destroy(sw_projector *p); /* NULL is ignored */
 /* P (host, row-major rows x cols: rows = actuators, cols = lattice values). */
 const float *sw_projector_matrix(const sw_projector *p, int32_t *rows, int32_t *cols);
 /* commands = P values (GEMV: OpenBLAS / cuBLAS); arrays in `memory` as sw_dm_shaper_run. */
-sw_status sw_projector_run(sw_projector *p, const float *values, sw_memory memory,
-                           float *commands);
+sw_status sw_projector_run(sw_projector *p, const float *values, sw_memory memory, float *commands);
 
 /* ================================================================== interaction and control */
 
@@ -208,10 +207,10 @@ typedef struct sw_controller_params {
 void sw_controller_params_default(sw_controller_params *p);
 
 /* The controller on the CPU (the real-time chain runs the same update on the GPU). The state
- * (u_{k-1}, and the PI integrals) starts at 0. */
+ * (u_{k-1}, and the PI integrals) starts at 0. The PI integrals are not limited by the clip (no
+ * anti-windup). */
 typedef struct sw_controller sw_controller;
-sw_status sw_controller_create(sw_context *ctx, const sw_controller_params *p,
-                               sw_controller **out);
+sw_status sw_controller_create(sw_context *ctx, const sw_controller_params *p, sw_controller **out);
 void sw_controller_destroy(sw_controller *c); /* NULL is ignored */
 void sw_controller_reset(sw_controller *c);   /* state back to 0 */
 /* One step: r (nact floats, host) -> commands u_k (nact floats, host). A non-finite r: SW_ERANGE,
@@ -244,19 +243,22 @@ typedef enum sw_rtc_projection {
 typedef struct sw_rtc_params {
     sw_centroid_params centroid; /* geometry, frame size and type, conditioning (path ignored)  */
     sw_rtc_recon recon;
-    int32_t nact;                /* commands                                                     */
+    int32_t nact; /* commands                                                     */
     /* MVM */
-    const float *cm;             /* nact x 2 ns row-major (sw_control_matrix's layout), copied   */
-    int fp16;                    /* GPU: store C in FP16, accumulate in FP32 (CPU: float always) */
+    const float *cm; /* nact x 2 ns row-major (sw_control_matrix's layout), copied   */
+    int fp16;        /* GPU: store C in FP16, accumulate in FP32 (CPU: float always);
+                        every entry (and of B^T C for PI) must be below 65504 in
+                        magnitude (SW_EINVAL otherwise)                            */
     /* SABRE (nx, ny of the geometry; pitch: the lenslet pitch in the unit wanted for values) */
     sw_sabre_params sabre;
-    double slope_scale;          /* pixel slopes x this = the slopes sabre is given (radians:
-                                    pixel_um / (focal_mm 1000)); > 0                            */
+    double slope_scale; /* pixel slopes x this = the slopes sabre is given (radians:
+                           pixel_um / (focal_mm 1000)); > 0                            */
     sw_rtc_projection projection;
     const float *projection_matrix; /* GLOBAL: nact x nvalues (sw_projector_matrix of the plan's
                                        extended lattice); LOCAL: w^2 x nl (the window's)        */
+    int32_t projection_rows, projection_cols; /* its size, checked against the plan            */
     sw_controller_params controller; /* nact must equal nact above                            */
-    int32_t telemetry;           /* ring slots, 0 (none) .. 65536                               */
+    int32_t telemetry; /* ring slots, 0 (none) .. 65536                               */
 } sw_rtc_params;
 
 void sw_rtc_params_default(sw_rtc_params *p);
@@ -264,16 +266,18 @@ void sw_rtc_params_default(sw_rtc_params *p);
 typedef struct sw_rtc sw_rtc;
 
 sw_status sw_rtc_create(sw_context *ctx, const sw_rtc_params *p, sw_rtc **out);
-void sw_rtc_destroy(sw_rtc *r); /* NULL is ignored */
-void sw_rtc_reset(sw_rtc *r);   /* controller state to 0 (telemetry kept) */
+void sw_rtc_destroy(sw_rtc *r);    /* NULL is ignored */
+sw_status sw_rtc_reset(sw_rtc *r); /* controller state to 0 (telemetry kept) */
 /* Slopes per axis (ns) of the plan. */
 int32_t sw_rtc_slopes(const sw_rtc *r);
 
 /*
  * One frame: `frame` (width x height of the plan's type, host/pinned memory, or device memory on
  * CUDA) -> commands (nact floats in host memory; NULL: only the plan's copy is updated, see
- * sw_rtc_commands). Has finished when it returns. slopes: optional host array (2 ns floats) for
- * the frame's slopes (copied after the commands; costs a copy).
+ * sw_rtc_commands). Has finished when it returns. The GPU chain does not check the commands
+ * for NaN (the CPU controller refuses a non-finite r with SW_ERANGE); the centroid stage's slopes
+ * are always finite, and FP16 matrices are checked at create. slopes: optional host array (2 ns
+ * floats) for the frame's slopes (copied after the commands; costs a copy).
  */
 sw_status sw_rtc_run(sw_rtc *r, const sw_image *frame, float *commands, float *slopes);
 /* The last commands (host memory owned by the plan, nact floats; pinned on CUDA). */
@@ -282,8 +286,8 @@ const float *sw_rtc_commands(const sw_rtc *r);
 double sw_rtc_last_us(const sw_rtc *r);
 
 /*
- * Telemetry: a ring of `telemetry` slots, each the frame number (counting from 1), the slopes (2 ns)
- * and the commands (nact) of one run, written at the end of every run. sw_rtc_telemetry_read
+ * Telemetry: a ring of `telemetry` slots, each the frame number (counting from 1), the slopes (2
+ * ns) and the commands (nact) of one run, written at the end of every run. sw_rtc_telemetry_read
  * copies the newest complete slot (any thread; lock-free, retried while the writer overwrites it)
  * and returns its frame number in *frame (0: nothing yet). slopes / commands may be NULL.
  */
@@ -292,10 +296,10 @@ sw_status sw_rtc_telemetry_read(sw_rtc *r, int64_t *frame, float *slopes, float 
 /* ================================================================== closed-loop simulator */
 
 typedef enum sw_loop_recon {
-    SW_LOOP_MVM = 0,          /* interaction matrix by push-pull, truncated-SVD control matrix  */
-    SW_LOOP_SABRE_GLOBAL = 1, /* global SABRE (CPU) + global projection (Eq. 13)                 */
-    SW_LOOP_DSABRE_GLOBAL = 2,/* D-SABRE + global projection of its extended lattice (Eq. 13)    */
-    SW_LOOP_DSABRE_LOCAL = 3  /* D-SABRE + distributed projection (Eq. 14-16)                    */
+    SW_LOOP_MVM = 0,           /* interaction matrix by push-pull, truncated-SVD control matrix  */
+    SW_LOOP_SABRE_GLOBAL = 1,  /* global SABRE (CPU) + global projection (Eq. 13)                 */
+    SW_LOOP_DSABRE_GLOBAL = 2, /* D-SABRE + global projection of its extended lattice (Eq. 13)    */
+    SW_LOOP_DSABRE_LOCAL = 3   /* D-SABRE + distributed projection (Eq. 14-16)                    */
 } sw_loop_recon;
 
 const char *sw_loop_recon_string(sw_loop_recon r); /* mvm|sabre|dsabre-global|dsabre-local */
@@ -317,24 +321,24 @@ typedef struct sw_loop_params {
     double read_noise_e;      /* (2), only with a magnitude                                       */
     double threshold_e;       /* centroid threshold subtracted, e- (0: 3 read_noise when noisy)  */
     /* atmosphere */
-    sw_turbulence turbulence; /* r0 0.15 m at 0.5 um, L0 25 m                                    */
+    sw_turbulence turbulence; /* r0 0.15 m at 0.5 um, L0 25 m (finite: the infinite screen)      */
     double wind_m_s;          /* (2.778 = 10 km/h)                                               */
     double rate_hz;           /* frame rate (500)                                                 */
     uint64_t seed;            /* screen and noise seed (1)                                        */
     int32_t samples;          /* phase samples per lenslet side (8)                               */
     /* mirror and reconstruction */
-    sw_dm_params dm;          /* nx, ny set from nx; influence and coupling used                  */
+    sw_dm_params dm; /* nx, ny set from nx; influence and coupling used                  */
     sw_loop_recon recon;
-    double cm_condition;      /* MVM: max condition number (30)                                   */
-    double poke_um;           /* MVM: push-pull amplitude, um (0.05)                              */
-    int32_t partitions;       /* D-SABRE k (4)                                                    */
-    int32_t overlap;          /* D-SABRE OL (1)                                                   */
+    double cm_condition; /* MVM: max condition number (30)                                   */
+    double poke_um;      /* MVM: push-pull amplitude, um (0.05)                              */
+    int32_t partitions;  /* D-SABRE k (4)                                                    */
+    int32_t overlap;     /* D-SABRE OL (1)                                                   */
     /* control */
     sw_controller_params controller; /* kind, gain, leak, PI gains (nact filled by the sim)       */
-    int32_t delay;            /* extra frames between a measurement and its command (0)           */
+    int32_t delay; /* extra frames between a measurement and its command (0)           */
     /* science */
     double science_wavelength_um; /* (1.25, J band)                                              */
-    int32_t warmup;           /* frames before the long exposure starts (20)                      */
+    int32_t warmup; /* frames before the long exposure starts (20)                      */
 } sw_loop_params;
 
 /* The seed 002 section 4.B setting: 32 x 32, D = 12 m, square pupil, DIFFRACTION, noise-free,
@@ -365,13 +369,15 @@ sw_status sw_loop_create(sw_context *ctx, const sw_loop_params *p, sw_loop **out
 void sw_loop_destroy(sw_loop *l); /* NULL is ignored */
 /* Runs one frame: the screen moves by wind / rate; the DM shape of the command due now (delay) is
  * subtracted; the SH frame is rendered (noise added) and put through the RTC; the science PSF of
- * the residual is formed and added to the long exposure when past the warm-up. */
+ * the residual is formed and added to the long exposure when past the warm-up. After a failed
+ * step the simulator refuses further steps (SW_EINVAL): destroy it and make a new one. */
 sw_status sw_loop_step(sw_loop *l, sw_loop_frame *out);
 /* Long-exposure Strehl: peak of the summed PSFs since the warm-up / (frames x diffraction peak);
  * NaN before any. */
 double sw_loop_long_strehl(const sw_loop *l);
 /* Best fit of the current turbulence by the mirror (the fitting error, nm): the residual of the
- * least-squares projection of the pupil's phase samples onto the influence functions. */
+ * least-squares projection of the pupil's phase samples onto the influence functions. Dense
+ * normal equations: SW_EUNSUPPORTED beyond 8100 actuators (nx > 89). */
 sw_status sw_loop_fitting_error(sw_loop *l, double *rms_nm);
 /* The control matrix's kept modes (MVM), -1 otherwise. */
 int32_t sw_loop_modes(const sw_loop *l);

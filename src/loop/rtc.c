@@ -229,7 +229,11 @@ static sw_status make_sabre(sw_rtc *r, const uint8_t *valid)
             return sw_fail(r->ctx, SW_EINVAL,
                            "rtc: the global projection matrix (%d x %lld) is too large", r->nact,
                            (long long)r->nvalues);
-        /* the caller's matrix is nact x nvalues by contract; its entries are checked here */
+        if (p->projection_rows != r->nact || (int64_t)p->projection_cols != r->nvalues)
+            return sw_fail(r->ctx, SW_EINVAL,
+                           "rtc: the global projection matrix is %d x %d; the plan needs nact x "
+                           "nvalues = %d x %lld (the values of its extended lattice)",
+                           p->projection_rows, p->projection_cols, r->nact, (long long)r->nvalues);
         if (!all_finite(p->projection_matrix, (int64_t)r->nact * r->nvalues))
             return sw_fail(r->ctx, SW_EINVAL,
                            "rtc: the global projection matrix (nact x nvalues = %d x %lld, the "
@@ -248,8 +252,9 @@ static sw_status make_sabre(sw_rtc *r, const uint8_t *valid)
                            p->projection == SW_RTC_PROJ_CORNERS ? "corners" : "local",
                            (long long)corners, r->nx, r->ny, r->nact);
         if (p->projection == SW_RTC_PROJ_LOCAL) {
-            st = sw_sabre_set_projection(r->sabre, p->projection_matrix, info.window * info.window,
-                                         info.local_values);
+            /* the caller's size, which sw_sabre_set_projection checks against the window */
+            st = sw_sabre_set_projection(r->sabre, p->projection_matrix, p->projection_rows,
+                                         p->projection_cols);
             if (st != SW_OK)
                 return st;
             r->p.projection_matrix = NULL; /* copied by the sabre plan */
@@ -296,6 +301,29 @@ static sw_status build(sw_rtc *r)
             return sw_fail(ctx, SW_EINVAL,
                            "rtc: the control matrix (nact x 2 ns = %d x %d) has a non-finite entry",
                            r->nact, 2 * r->ns);
+        if (p->fp16 && r->gpu) {
+            /* FP16 holds magnitudes up to 65504: C itself, and for PI M = B^T C, whose entries
+             * are bounded by the norms of C's columns (B has orthonormal columns) */
+            const int pi = p->controller.kind == SW_CTRL_PI;
+            const int32_t ncol = 2 * r->ns;
+            double worst = 0.0;
+            for (int32_t j = 0; j < ncol; j++) {
+                double col2 = 0.0;
+                for (int32_t a = 0; a < r->nact; a++) {
+                    const double v = fabs((double)p->cm[(int64_t)a * ncol + j]);
+                    col2 += v * v;
+                    if (!pi && v > worst)
+                        worst = v;
+                }
+                if (pi && sqrt(col2) > worst)
+                    worst = sqrt(col2);
+            }
+            if (worst > 65504.0)
+                return sw_fail(ctx, SW_EINVAL,
+                               "rtc: the control matrix has entries up to %g%s, beyond FP16's "
+                               "65504: scale it (and the gain) or use fp16 = 0",
+                               worst, pi ? " (column norms, which bound B^T C for PI)" : "");
+        }
         r->cm = copy_floats(p->cm, n);
         if (!r->cm)
             return sw_fail(ctx, SW_ENOMEM, "rtc: out of memory (control matrix)");
@@ -400,16 +428,17 @@ void sw_rtc_destroy(sw_rtc *r)
     free(r);
 }
 
-void sw_rtc_reset(sw_rtc *r)
+sw_status sw_rtc_reset(sw_rtc *r)
 {
     if (!r)
-        return;
+        return sw_fail(NULL, SW_EINVAL, "sw_rtc_reset: NULL plan");
     sw_controller_reset(r->ctrl);
     memset(r->commands, 0, (size_t)r->nact * sizeof(float));
 #ifdef SW_HAVE_CUDA
     if (r->gpu)
-        (void)sw_rtc_gpu_reset(r);
+        return sw_rtc_gpu_reset(r);
 #endif
+    return SW_OK;
 }
 
 int32_t sw_rtc_slopes(const sw_rtc *r)

@@ -357,7 +357,12 @@ static sw_status rt_make_matrix(sw_rtc *r, const float *A, int32_t cols, int hal
     g->matrix = 1;
     g->half = half;
     g->cols = cols;
-    RT_CU(rt_upload(&dA, A, (size_t)nact * cols, g->s));
+    const cudaError_t eu = rt_upload(&dA, A, (size_t)nact * cols, g->s);
+    if (eu != cudaSuccess) { /* the allocation may have succeeded before the copy failed */
+        if (dA)
+            cudaFree(dA);
+        RT_CU(eu);
+    }
     float *W = dA;
     g->wrows = nact;
     if (g->kind == SW_CTRL_PI && g->B) {

@@ -766,11 +766,8 @@ extern "C" sw_status sw_sabre_gpu_run(sw_sabre *plan, const float *slopes, sw_me
     return SW_OK;
 }
 
-extern "C" sw_status sw_sabre_gpu_set_projection(sw_sabre *plan)
+static sw_status sb_set_projection(sw_sabre *plan, sb_gpu *g)
 {
-    sb_gpu *g = (sb_gpu *)plan->gpu;
-    if (!g)
-        return sw_fail(plan->ctx, SW_EINVAL, "sabre: the plan is not on a CUDA context");
     cudaStream_t s = g->stream;
     SB_CU(cudaSetDevice(plan->ctx->device));
     SB_CU(cudaStreamSynchronize(s)); /* nothing may still read the old P, q1 or graph */
@@ -799,6 +796,24 @@ extern "C" sw_status sw_sabre_gpu_set_projection(sw_sabre *plan)
     g->exec = NULL;
     g->graph = NULL;
     return sb_capture(plan);
+}
+
+extern "C" sw_status sw_sabre_gpu_set_projection(sw_sabre *plan)
+{
+    sb_gpu *g = (sb_gpu *)plan->gpu;
+    if (!g)
+        return sw_fail(plan->ctx, SW_EINVAL, "sabre: the plan is not on a CUDA context");
+    const sw_status st = sb_set_projection(plan, g);
+    if (st != SW_OK) { /* the host already holds the new P: no graph, so later runs fail loudly
+                          instead of returning the old projection's commands */
+        if (g->exec)
+            cudaGraphExecDestroy(g->exec);
+        if (g->graph)
+            cudaGraphDestroy(g->graph);
+        g->exec = NULL;
+        g->graph = NULL;
+    }
+    return st;
 }
 
 extern "C" float *sw_sabre_gpu_slopes(sw_sabre *plan)

@@ -224,9 +224,13 @@ static void make_params(const cfg *c, setup_t *s)
             s->P =
                 random_matrix((int64_t)p->nact * sw_sabre_lattice_values(&info.lattice), 37, 1.0);
             p->projection_matrix = s->P;
+            p->projection_rows = p->nact;
+            p->projection_cols = (int32_t)sw_sabre_lattice_values(&info.lattice);
         } else if (c->proj == SW_RTC_PROJ_LOCAL) {
             s->P = random_matrix((int64_t)info.window * info.window * info.local_values, 41, 0.1);
             p->projection_matrix = s->P;
+            p->projection_rows = info.window * info.window;
+            p->projection_cols = info.local_values;
         }
     }
     sw_controller_params_default(&p->controller);

@@ -337,12 +337,16 @@ static void compare_chain(const chain_case *cc)
         if (cc->proj == SW_RTC_PROJ_GLOBAL) {
             P = random_matrix((int64_t)nact * nvalues, 11);
             p.projection_matrix = P;
+            p.projection_rows = nact;
+            p.projection_cols = (int32_t)nvalues;
         } else if (cc->proj == SW_RTC_PROJ_LOCAL) {
             const int32_t rows = info.window * info.window, cols = info.local_values;
             P = random_matrix((int64_t)rows * cols, 13);
             for (int64_t i = 0; i < (int64_t)rows * cols; i++)
                 P[i] *= 0.1f;
             p.projection_matrix = P;
+            p.projection_rows = rows;
+            p.projection_cols = cols;
             assert_int_equal(sw_sabre_set_projection(ref, P, rows, cols), SW_OK);
         }
     }
@@ -750,6 +754,14 @@ static void test_bad_input(void **state)
     q.projection = SW_RTC_PROJ_LOCAL;
     q.projection_matrix = cm;
     expect_einval(&q, "local without extend_eq17");
+    q.sabre.extend_eq17 = 1;
+    q.projection_rows = 3; /* not the window's w^2 x local_values */
+    q.projection_cols = 5;
+    expect_einval(&q, "local projection of the wrong size");
+    q.projection = SW_RTC_PROJ_GLOBAL;
+    expect_einval(&q, "global projection of the wrong size");
+    q.sabre.extend_eq17 = 0;
+    q.projection_rows = q.projection_cols = 0;
     q.projection = (sw_rtc_projection)9;
     expect_einval(&q, "unknown projection");
     q.projection = SW_RTC_PROJ_CORNERS;
