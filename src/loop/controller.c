@@ -7,10 +7,10 @@
 #include "loop/loop_internal.h"
 
 #include <cblas.h>
-#include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 const char *sw_controller_kind_string(sw_controller_kind k)
 {
@@ -22,20 +22,12 @@ const char *sw_controller_kind_string(sw_controller_kind k)
     return "unknown";
 }
 
-static int same_word(const char *a, const char *b)
-{
-    for (; *a && *b; a++, b++)
-        if (tolower((unsigned char)*a) != tolower((unsigned char)*b))
-            return 0;
-    return *a == '\0' && *b == '\0';
-}
-
 sw_status sw_controller_kind_parse(const char *text, sw_controller_kind *out)
 {
     if (!text || !out)
         return sw_fail(NULL, SW_EINVAL, "controller: NULL %s", !text ? "text" : "out");
     for (int i = 0; i <= (int)SW_CTRL_PI; i++)
-        if (same_word(text, sw_controller_kind_string((sw_controller_kind)i))) {
+        if (strcasecmp(text, sw_controller_kind_string((sw_controller_kind)i)) == 0) {
             *out = (sw_controller_kind)i;
             return SW_OK;
         }

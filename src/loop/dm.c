@@ -17,7 +17,6 @@
 #include "sabre/sabre_internal.h"
 
 #include <cblas.h>
-#include <ctype.h>
 #include <lapacke.h>
 /* lapacke.h includes <complex.h>, whose macro I would clash with the square index names of
  * sabre.h; nothing here is complex. */
@@ -25,6 +24,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #ifdef SW_HAVE_CUDA
 #include "core/core_cuda.h"
@@ -48,20 +48,12 @@ const char *sw_dm_influence_string(sw_dm_influence f)
     return "unknown";
 }
 
-static int same_word(const char *a, const char *b)
-{
-    for (; *a && *b; a++, b++)
-        if (tolower((unsigned char)*a) != tolower((unsigned char)*b))
-            return 0;
-    return *a == '\0' && *b == '\0';
-}
-
 sw_status sw_dm_influence_parse(const char *text, sw_dm_influence *out)
 {
     if (!text || !out)
         return sw_fail(NULL, SW_EINVAL, "dm: NULL %s", !text ? "text" : "out");
     for (int i = 0; i <= (int)SW_DM_BEZIER; i++)
-        if (same_word(text, sw_dm_influence_string((sw_dm_influence)i))) {
+        if (strcasecmp(text, sw_dm_influence_string((sw_dm_influence)i)) == 0) {
             *out = (sw_dm_influence)i;
             return SW_OK;
         }
