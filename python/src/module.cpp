@@ -1,0 +1,10 @@
+// spotwave Python binding: the extension module spotwave._spotwave. Each stage's binding is in
+// its own file (<stage>.cpp) and registers itself here; the public API is the Python package
+// python/spotwave/, which wraps these with documentation and defaults.
+#include "common.h"
+
+NB_MODULE(_spotwave, m)
+{
+    m.doc() = "spotwave's C library, bound with nanobind (private: use the spotwave package).";
+    swpy::bind_core(m);
+}
