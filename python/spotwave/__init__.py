@@ -25,7 +25,10 @@ used (:func:`default_context`: backend from SPOTWAVE_BACKEND, default "auto").
 """
 
 from . import _spotwave
+from ._centroid import CentroidPlan, CentroidResult, centroid, find_geometry
 from ._context import default_context, set_default_context
+from ._find import FindPlan, find
+from ._io import h5_info, read, write_fits, write_pgm
 from ._spotwave import (
     Context,
     CudaError,
@@ -42,12 +45,14 @@ from ._spotwave import (
     built_with_cuda,
     cuda_device_count,
 )
+from . import sim, zernike  # noqa: E402  (submodules that use the names above)
 
 __version__ = _spotwave.__version__
 
 __all__ = [
-    "Context", "CudaError", "Error", "FileError", "FormatError", "InternalError",
-    "InvalidArgumentError", "NoDeviceError", "OutOfMemoryError", "RangeError", "UnsupportedError",
-    "build_info", "built_with_cuda", "cuda_device_count", "default_context",
-    "set_default_context",
+    "CentroidPlan", "CentroidResult", "Context", "CudaError", "Error", "FileError", "FindPlan",
+    "FormatError", "InternalError", "InvalidArgumentError", "NoDeviceError", "OutOfMemoryError",
+    "RangeError", "UnsupportedError", "build_info", "built_with_cuda", "centroid",
+    "cuda_device_count", "default_context", "find", "find_geometry", "h5_info", "read",
+    "set_default_context", "sim", "write_fits", "write_pgm", "zernike",
 ]

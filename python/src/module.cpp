@@ -7,4 +7,9 @@ NB_MODULE(_spotwave, m)
 {
     m.doc() = "spotwave's C library, bound with nanobind (private: use the spotwave package).";
     swpy::bind_core(m);
+    swpy::bind_io(m);
+    swpy::bind_find(m);
+    swpy::bind_centroid(m);
+    swpy::bind_zernike(m);
+    swpy::bind_sim(m);
 }

@@ -64,6 +64,8 @@ def test_default_context_and_ctx_keyword(cpu):
     finally:
         spotwave.set_default_context(None)
     assert spotwave.default_context() is spotwave.default_context()
+    with pytest.raises(TypeError, match="ctx: expected a spotwave.Context"):
+        spotwave.find(np.zeros((8, 8), np.uint8), ctx="cpu")
 
 
 def test_version_and_build():
@@ -117,3 +119,13 @@ def test_arrays_the_descriptor_cannot_express_are_refused(bad, exc, text):
     assert "image" in str(e.value)
 
 
+def test_foreign_byte_order_is_refused_by_name(cpu):
+    img = np.zeros((16, 16), ">u2")
+    with pytest.raises(ValueError, match="image: >u2 is not in the machine's byte order"):
+        spotwave.find(img, ctx=cpu)
+
+
+def test_read_only_inputs_are_taken():
+    a = np.zeros((4, 4), np.uint8)
+    a.flags.writeable = False
+    assert _describe(a)["ptr"] == a.__array_interface__["data"][0]

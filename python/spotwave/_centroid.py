@@ -1,0 +1,363 @@
+"""Shack-Hartmann centroids: the centre of gravity of every lenslet's spot (centroid.h,
+geometry.h).
+
+Method: Mocci J., Busato F., Bombieri N., Bonora S., Muradore R. (2020), "An efficient
+implementation of the Shack-Hartmann centroids extraction for edge computing", J. Opt. Soc. Am. A
+37(10), 1548-1556: the lenslet geometry of Eq. (1)-(5), the centre of gravity of Eq. (6)-(7).
+"""
+
+import math
+
+import numpy as np
+
+from . import _arrays, _context, _spotwave, _tables
+from ._find import _mask, pixel_type
+
+_CENTROID_TYPES = {np.dtype(np.uint8): "u8", np.dtype(np.uint16): "u16",
+                   np.dtype(np.float32): "f32"}
+
+
+def _float32_map(a, name):
+    m = _arrays.host_array(a, name)
+    if m.dtype != np.float32:
+        raise TypeError(f"{name}: expected a float32 array, got {m.dtype} "
+                        f"(convert with .astype(numpy.float32))")
+    return m
+
+
+def _pair(v, name, kind=float):
+    try:
+        a, b = v
+        return kind(a), kind(b)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name}: expected a pair, got {v!r}") from None
+
+
+def manual_geometry(shape, pitch, grid=None, origin=None):
+    """The lenslet grid as ``spotwave centroid`` resolves it: (nx, ny) as many lenslets as fit
+    when grid is None, the origin centring the grid in whole pixels when origin is None.
+    Returns dict(x0, y0, pitch, nx, ny)."""
+    height, width = shape
+    pitch = float(pitch)
+    nx, ny = (_pair(grid, "grid", int) if grid is not None
+              else (int(math.floor(width / pitch)), int(math.floor(height / pitch))))
+    x0, y0 = (_pair(origin, "origin") if origin is not None
+              else (math.floor(0.5 * (width - pitch * nx)), math.floor(0.5 * (height - pitch * ny))))
+    return dict(x0=float(x0), y0=float(y0), pitch=pitch, nx=nx, ny=ny)
+
+
+class CentroidResult:
+    """The outputs of a :class:`CentroidPlan` run, NumPy arrays (host plans) or CuPy arrays
+    (device plans): x, y (the centroid, pixels, NaN where invalid), intensity (the conditioned
+    intensity m00 of every lenslet) and valid (uint8, 1 valid / 0 invalid), each
+    (frames, ny, nx); slopes (frames, 2, nslopes) for the "blocks" layout, x-slopes then
+    y-slopes, or (frames, nslopes, 2) "interleaved": centroid - reference in pixels for the
+    lenslets of the mask, 0 where invalid in the frame. ``frames`` is the number of frames the
+    last run filled (the arrays may hold more)."""
+
+    __slots__ = ("x", "y", "intensity", "valid", "slopes", "frames")
+
+    def __init__(self, x, y, intensity, valid, slopes, frames=0):
+        self.x, self.y, self.intensity, self.valid, self.slopes = x, y, intensity, valid, slopes
+        self.frames = frames
+
+    def __repr__(self):
+        return (f"spotwave.CentroidResult(frames={self.frames}, lenslets={self.x.shape[1:]}, "
+                f"{type(self.x).__module__.split('.')[0]})")
+
+
+class CentroidPlan:
+    """A centroid plan: the lenslet grid on frames of one size and pixel type, the conditioning,
+    and the memory path, validated and allocated once (centroid.h, ``sw_centroid_create``).
+
+    ``CentroidPlan(shape, dtype, *, pitch, grid=None, origin=None, pixel_um=5.5, focal_mm=3.5,
+    mask=None, threshold=None, threshold_mode="subtract", threshold_fraction=None, gamma=1.0,
+    window=0, dark=None, flat=None, lut=None, max_frames=1, memory="host", path=None,
+    slope_layout="blocks", ctx=None)``
+
+    shape: (height, width) of a frame; dtype: uint8, uint16 or float32.
+    Geometry (Mocci et al. 2020, Eq. 1-5; 0-based pixels, the centre of pixel (0, 0) at
+    (0.0, 0.0)): pitch, pixels per lenslet (1..128, may be fractional); grid (nx, ny) lenslets
+    (default: as many as fit); origin (x0, y0), the corner pixel of lenslet (0, 0) (default: the
+    grid centred in whole pixels, as ``spotwave sim sh`` puts it); lenslet (ix, iy) owns pixels
+    floor(x0 + pitch ix) <= x < floor(x0 + pitch (ix + 1)), rows likewise; its optical axis
+    (the default reference) is at x0 - 0.5 + pitch (ix + 0.5). pixel_um, focal_mm: the detector
+    pixel and the lenslet focal length (slope_rad = slope_px * pixel_um / (focal_mm * 1000)).
+    mask: (ny, nx) bool/uint8, lenslets with 0 are left out of the slopes.
+    Conditioning, per pixel in this order (all off by default): lut (float32, 256 or 65536
+    entries: v = lut[raw]); dark (float32 (height, width), subtracted); flat (float32 gains,
+    multiplied); threshold T in conditioned units, or threshold_fraction F (T = F x the
+    lenslet's brightest pixel), with threshold_mode "subtract" (v = max(v - T, 0)) or "zero"
+    (v = v if v >= T else 0); gamma (v = max(v, 0) ** gamma); window (pixels left out at each
+    edge of every lenslet's region).
+    max_frames: the largest stack a run takes. memory: "host" (NumPy frames) or "device"
+    (CuPy / device frames, read in place); path: the library's memory path ("host", "copy",
+    "mapped", "device"; default from memory and the context). slope_layout: "blocks" or
+    "interleaved".
+
+    ``plan(frames, out=None)`` runs the plan on a frame (height, width) or a stack
+    (frames, height, width) and returns a :class:`CentroidResult` (``out``, when given: see
+    :meth:`result`; the library allocates nothing). Without conditioning, integer frames are
+    summed exactly: the CPU and the GPU give bit-identical centroids.
+    """
+
+    def __init__(self, shape, dtype, *, pitch, grid=None, origin=None, pixel_um=5.5,
+                 focal_mm=3.5, mask=None, threshold=None, threshold_mode="subtract",
+                 threshold_fraction=None, gamma=1.0, window=0, dark=None, flat=None, lut=None,
+                 max_frames=1, memory="host", path=None, slope_layout="blocks", ctx=None):
+        self.ctx = _context.resolve(ctx)
+        if len(shape) != 2:
+            raise ValueError(f"shape: expected (height, width), got {shape!r}")
+        height, width = (int(n) for n in shape)
+        if memory not in ("host", "device"):
+            raise ValueError(f"memory: '{memory}' is not 'host' or 'device'")
+        if memory == "device":
+            _arrays.require_cuda(self.ctx, "memory='device'")
+        if path is None:
+            path = "device" if memory == "device" else "auto"
+        geom = manual_geometry((height, width), pitch, grid, origin)
+        params = dict(geom, width=width, height=height,
+                      pixel_type=pixel_type(dtype, "dtype", _CENTROID_TYPES),
+                      pixel_um=pixel_um, focal_mm=focal_mm, max_frames=max_frames, path=path,
+                      gamma=gamma, window=window, slope_layout=slope_layout)
+        if threshold is not None and threshold_fraction is not None:
+            raise ValueError("threshold, threshold_fraction: give one, not both")
+        if threshold_mode not in ("subtract", "zero"):
+            raise ValueError(f"threshold_mode: '{threshold_mode}' is not 'subtract' or 'zero'")
+        if threshold is not None or threshold_fraction is not None:
+            params["threshold_mode"] = threshold_mode
+            params["threshold_kind"] = "absolute" if threshold is not None else "fraction"
+            params["threshold"] = threshold if threshold is not None else threshold_fraction
+        if mask is not None:
+            params["mask"] = _mask(mask, "mask")
+        if dark is not None:
+            params["dark"] = _float32_map(dark, "dark")
+        if flat is not None:
+            params["flat"] = _float32_map(flat, "flat")
+        if lut is not None:
+            params["lut"] = _float32_map(lut, "lut")
+        self._plan = _spotwave.CentroidPlan(self.ctx, params)
+        self.shape = (height, width)
+        self.dtype = np.dtype(dtype)
+        self.memory = memory
+        self.geometry = dict(geom, pixel_um=float(pixel_um), focal_mm=float(focal_mm))
+        self.slope_layout = slope_layout
+
+    nx = property(lambda self: self._plan.nx, doc="Lenslets across.")
+    ny = property(lambda self: self._plan.ny, doc="Lenslets down.")
+    lenslets = property(lambda self: self._plan.lenslets, doc="nx * ny.")
+    nslopes = property(lambda self: self._plan.nslopes,
+                       doc="Slopes per frame and axis: the lenslets of the mask.")
+    path = property(lambda self: self._plan.path, doc="The memory path the plan runs.")
+    max_frames = property(lambda self: self._plan.max_frames, doc="Largest stack a run takes.")
+
+    def slope_lenslets(self):
+        """The flat lenslet index (iy * nx + ix) of each slope, int32 (nslopes,)."""
+        return self._plan.slope_lenslets()
+
+    def reference_positions(self):
+        """The lenslets' optical axes (the default reference), (ref_x, ref_y), each (ny, nx)
+        float64 pixels (geometry.h)."""
+        g = self.geometry
+        rx, ry = _spotwave.geometry_reference(g)
+        return rx.reshape(g["ny"], g["nx"]), ry.reshape(g["ny"], g["nx"])
+
+    def set_reference(self, ref_x=None, ref_y=None):
+        """Replaces the slope reference: ref_x, ref_y (ny, nx) float64 pixels, finite for every
+        lenslet of the mask; None, None restores the lenslets' optical axes."""
+        if ref_x is not None:
+            ref_x = np.ascontiguousarray(_arrays.host_array(ref_x, "ref_x"), np.float64)
+        if ref_y is not None:
+            ref_y = np.ascontiguousarray(_arrays.host_array(ref_y, "ref_y"), np.float64)
+        self._plan.set_reference(ref_x, ref_y)
+
+    def result(self, frames=None):
+        """A :class:`CentroidResult` with room for `frames` frames (default max_frames) on the
+        plan's side (NumPy or CuPy), to give as ``out=``."""
+        f = self.max_frames if frames is None else int(frames)
+        ny, nx, ns = self.ny, self.nx, self.nslopes
+        dev = self.memory == "device"
+        sl = (f, 2, ns) if self.slope_layout == "blocks" else (f, ns, 2)
+        return CentroidResult(_arrays.empty((f, ny, nx), np.float32, dev, self.ctx),
+                              _arrays.empty((f, ny, nx), np.float32, dev, self.ctx),
+                              _arrays.empty((f, ny, nx), np.float32, dev, self.ctx),
+                              _arrays.empty((f, ny, nx), np.uint8, dev, self.ctx),
+                              _arrays.empty(sl, np.float32, dev, self.ctx))
+
+    def __call__(self, frames, out=None):
+        shape, _ = _arrays.shape_dtype(frames, "image")
+        n = shape[0] if len(shape) == 3 else 1
+        if out is None:
+            out = self.result(n)
+        obj, device = _arrays.as_input(frames, "image", self.ctx)
+        outs = [None if a is None else _arrays.as_output(a, name, self.ctx)[0]
+                for a, name in ((out.x, "out.x"), (out.y, "out.y"),
+                                (out.intensity, "out.intensity"), (out.valid, "out.valid"),
+                                (out.slopes, "out.slopes"))]
+        with _arrays.DeviceRun(self.ctx, device):
+            out.frames = self._plan.run(obj, *outs)
+        return out
+
+    def __repr__(self):
+        return (f"spotwave.CentroidPlan(shape={self.shape}, dtype={self.dtype}, "
+                f"grid=({self.nx}, {self.ny}), pitch={self.geometry['pitch']}, "
+                f"path='{self.path}')")
+
+
+def find_geometry(reference, *, pixel_um=5.5, focal_mm=3.5, ctx=None):
+    """The lenslet grid of a reference image (one spot per lenslet, a flat wavefront): the pitch
+    from the periodicity of the row and column profiles (3..128 px), the phase of the spots and
+    the extent of the lit lenslets (``sw_centroid_find_geometry``). Returns dict(x0, y0, pitch,
+    nx, ny, pixel_um, focal_mm), to pass on as ``CentroidPlan(..., **geometry)``-style
+    arguments (origin=(x0, y0), grid=(nx, ny), pitch)."""
+    ctx = _context.resolve(ctx)
+    obj, device = _arrays.as_input(reference, "reference", ctx)
+    with _arrays.DeviceRun(ctx, device):
+        return _spotwave.find_geometry(ctx, obj, pixel_um, focal_mm)
+
+
+def centroid(image, *, grid=None, pitch=None, origin=None, threshold=None,
+             threshold_mode="subtract", **more):
+    """Centroids of the spots of a Shack-Hartmann frame, one per lenslet: the centre of gravity
+    of each lenslet's pixels (centroid.h; as ``spotwave centroid``).
+
+    image: a frame (height, width) or a stack (frames, height, width) of uint8, uint16 or
+    float32 pixels, NumPy or device (CuPy: read in place on the GPU).
+    grid: (nx, ny) lenslets (default: as many as fit); pitch: pixels per lenslet (required,
+    may be fractional); origin: (x0, y0), the corner pixel of lenslet (0, 0) (default: the grid
+    centred in whole pixels); threshold, threshold_mode: see :class:`CentroidPlan`.
+    More keywords: threshold_fraction, gamma, window, dark, flat, lut, mask, pixel_um, focal_mm,
+    path, ctx (see :class:`CentroidPlan`), geometry="auto" (find the grid in the reference image
+    instead of pitch/grid/origin), and reference: an image of the same size and type whose
+    centroids (same grid and conditioning) are the reference, or a pair (ref_x, ref_y) of
+    (ny, nx) arrays; a lenslet invalid in the reference leaves the mask (an error when ``mask``
+    keeps it), as the command does.
+
+    Returns, for NumPy input, a structured array with the ``spotwave centroid`` CSV columns, one
+    row per lenslet in lenslet order (iy, then ix), and per frame for stacks (a first column
+    ``frame``): ix, iy, x_px, y_px (NaN where invalid), intensity, valid (1/0); with a reference
+    also dx_px, dy_px (centroid - reference, pixels; NaN where invalid or outside the mask).
+    For device input, a dict of CuPy arrays with the same names (rows in the same order).
+
+    Method: Mocci et al. (2020), J. Opt. Soc. Am. A 37(10), 1548-1556, Eq. (1)-(7).
+    """
+    ctx = _context.resolve(more.pop("ctx", None))
+    reference = more.pop("reference", None)
+    geometry = more.pop("geometry", "manual")
+    shape, dtype = _arrays.shape_dtype(image, "image")
+    if len(shape) not in (2, 3):
+        raise ValueError(f"image: expected a 2-D image (height, width) or a 3-D stack "
+                         f"(frames, height, width), got a {len(shape)}-D array of shape {shape}")
+    frame_shape = shape[-2:]
+    pixel_type(dtype, "image", _CENTROID_TYPES)
+    device = _arrays.is_device(image)
+    ref_is_image = reference is not None and not isinstance(reference, tuple)
+    if geometry == "auto":
+        if pitch is not None or grid is not None or origin is not None:
+            raise TypeError("geometry='auto' finds the grid: drop grid, pitch and origin")
+        if not ref_is_image:
+            raise TypeError("geometry='auto' needs a reference image")
+        g = find_geometry(reference, pixel_um=more.get("pixel_um", 5.5),
+                          focal_mm=more.get("focal_mm", 3.5), ctx=ctx)
+        pitch, grid, origin = g["pitch"], (g["nx"], g["ny"]), (g["x0"], g["y0"])
+    elif geometry != "manual":
+        raise ValueError(f"geometry: '{geometry}' is not 'manual' or 'auto'")
+    elif pitch is None:
+        raise TypeError("centroid: give the lenslet grid: pitch=PX (with grid and origin), or "
+                        "geometry='auto' with a reference image")
+    elif origin is None:
+        nx, ny = (manual_geometry(frame_shape, pitch, grid)[k] for k in ("nx", "ny"))
+        if pitch * nx > frame_shape[1] or pitch * ny > frame_shape[0]:
+            raise ValueError(f"image: a grid of {nx}x{ny} lenslets of {pitch:g} px does not fit "
+                             f"its {frame_shape[1]}x{frame_shape[0]} pixels")
+    frames = shape[0] if len(shape) == 3 else 1
+    kw = dict(grid=grid, origin=origin, threshold=threshold, threshold_mode=threshold_mode,
+              memory="device" if device else "host", ctx=ctx, **more)
+    try:
+        plan = CentroidPlan(frame_shape, dtype, pitch=pitch, max_frames=max(frames, 1), **kw)
+    except TypeError as e:
+        if "unexpected keyword" in str(e):
+            raise TypeError(f"centroid: {e}") from None
+        raise
+    if reference is not None:
+        plan = _apply_reference(plan, reference, ref_is_image, frame_shape, dtype, pitch, kw,
+                                frames)
+    res = plan(image)
+    return _table(plan, res, len(shape) == 3, reference is not None, device)
+
+
+def _apply_reference(plan, reference, ref_is_image, frame_shape, dtype, pitch, kw, frames):
+    ny, nx = plan.ny, plan.nx
+    if ref_is_image:
+        rshape, rdtype = _arrays.shape_dtype(reference, "reference")
+        if len(rshape) != 2:
+            raise ValueError(f"reference: expected one frame (height, width), got shape {rshape}")
+        if rshape != frame_shape or rdtype != dtype:
+            raise ValueError(f"reference: {rshape[1]}x{rshape[0]} {rdtype}, the image "
+                             f"{frame_shape[1]}x{frame_shape[0]} {dtype}: give both in the same "
+                             f"size and pixel type")
+        r = plan(reference)
+        x, y, v = r.x[0], r.y[0], r.valid[0]
+        if _arrays.is_device(reference):  # the reference setup reads back 2 x nx x ny floats
+            x, y, v = x.get(), y.get(), v.get()
+        ref_x = np.where(v != 0, x, np.nan).astype(np.float64)
+        ref_y = np.where(v != 0, y, np.nan).astype(np.float64)
+    else:
+        ref_x, ref_y = (np.array(_arrays.host_array(a, n), np.float64)
+                        for a, n in zip(reference, ("reference x", "reference y")))
+        if ref_x.shape != (ny, nx) or ref_y.shape != (ny, nx):
+            raise ValueError(f"reference: give (ref_x, ref_y) of shape ({ny}, {nx}) each")
+        bad = np.isinf(ref_x) | np.isinf(ref_y)
+        if bad.any():
+            iy, ix = np.argwhere(bad)[0]
+            raise ValueError(f"reference: lenslet ({ix},{iy}) has an infinite position")
+        nan = np.isnan(ref_x) | np.isnan(ref_y)
+        ref_x[nan] = np.nan
+        ref_y[nan] = np.nan
+    user_mask = kw.get("mask")
+    mask = (np.ones((ny, nx), bool) if user_mask is None
+            else np.asarray(_mask(user_mask, "mask")).reshape(ny, nx) != 0)
+    invalid = np.isnan(ref_x)
+    if user_mask is not None and (invalid & mask).any():
+        iy, ix = np.argwhere(invalid & mask)[0]
+        raise ValueError(f"reference: lenslet ({ix},{iy}) has no valid position (no light after "
+                         f"conditioning) but mask keeps it")
+    if (invalid & mask).any():
+        kw = dict(kw, mask=mask & ~invalid)
+        plan = CentroidPlan(frame_shape, dtype, pitch=pitch, max_frames=max(frames, 1), **kw)
+    rx0, ry0 = plan.reference_positions()
+    plan.set_reference(np.where(invalid, rx0, ref_x), np.where(invalid, ry0, ref_y))
+    return plan
+
+
+def _table(plan, res, stack, with_ref, device):
+    f, ny, nx = res.frames, plan.ny, plan.nx
+    nl = nx * ny
+    xp = _arrays.cupy_module() if device else np
+    valid = res.valid[:f].reshape(f, nl)
+    cols = {
+        "ix": xp.tile(xp.arange(nx, dtype=xp.int32), f * ny),
+        "iy": xp.tile(xp.repeat(xp.arange(ny, dtype=xp.int32), nx), f),
+        "x_px": xp.where(valid != 0, res.x[:f].reshape(f, nl), xp.nan).astype(xp.float32).ravel(),
+        "y_px": xp.where(valid != 0, res.y[:f].reshape(f, nl), xp.nan).astype(xp.float32).ravel(),
+        "intensity": res.intensity[:f].reshape(-1),
+        "valid": (valid != 0).astype(xp.uint8).ravel(),
+    }
+    if stack:
+        cols = dict(frame=xp.repeat(xp.arange(f, dtype=xp.int32), nl), **cols)
+    if with_ref:
+        k = xp.asarray(plan.slope_lenslets().astype(np.int64))
+        ns = plan.nslopes
+        sl = res.slopes[:f].reshape(f, 2 * ns)
+        sx = sl[:, :ns] if plan.slope_layout == "blocks" else sl[:, 0::2]
+        sy = sl[:, ns:] if plan.slope_layout == "blocks" else sl[:, 1::2]
+        dx = xp.full((f, nl), xp.nan, xp.float32)
+        dy = xp.full((f, nl), xp.nan, xp.float32)
+        dx[:, k] = sx
+        dy[:, k] = sy
+        ok = valid != 0
+        cols["dx_px"] = xp.where(ok, dx, xp.nan).astype(xp.float32).ravel()
+        cols["dy_px"] = xp.where(ok, dy, xp.nan).astype(xp.float32).ravel()
+    if device:
+        return cols
+    return _tables.from_columns(_tables.centroid_dtype(stack, with_ref), cols)

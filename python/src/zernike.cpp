@@ -1,0 +1,228 @@
+// spotwave Python binding: the Zernike stage (zernike.h, zernike_fit.h) — index conversion,
+// the modal fit plan, refraction and pupil transforms.
+#include "common.h"
+
+#include <nanobind/stl/string.h>
+
+namespace swpy {
+
+namespace {
+
+struct ZfitPlan {
+    nb::object ctx_obj;
+    Context *ctx = nullptr;
+    sw_zfit_plan *plan = nullptr;
+    sw_zfit_params p{};
+    std::vector<uint8_t> mask;
+    std::vector<double> weights;
+    int32_t terms = 0, nslopes = 0, lenslets = 0;
+    ZfitPlan() = default;
+    ZfitPlan(const ZfitPlan &) = delete;
+    ZfitPlan &operator=(const ZfitPlan &) = delete;
+    ~ZfitPlan() { sw_zfit_destroy(plan); }
+};
+
+void plan_init(ZfitPlan *self, nb::object ctx_obj, nb::dict params)
+{
+    new (self) ZfitPlan();
+    self->ctx_obj = ctx_obj;
+    self->ctx = &context_of(ctx_obj);
+    sw_zfit_params &p = self->p;
+    sw_zfit_params_default(&p);
+    Params q(params, "ZernikeFitPlan");
+    sw_sh_geometry &g = p.geometry;
+    g.x0 = q.num("x0", g.x0);
+    g.y0 = q.num("y0", g.y0);
+    g.pitch_px = q.num("pitch", g.pitch_px);
+    g.nx = (int32_t)q.integer("nx", g.nx);
+    g.ny = (int32_t)q.integer("ny", g.ny);
+    g.pixel_um = q.num("pixel_um", g.pixel_um);
+    g.focal_mm = q.num("focal_mm", g.focal_mm);
+    const int64_t nl = (int64_t)g.nx * g.ny;
+    if (nl <= 0 || nl > (1 << 24))
+        value_error("grid: %d x %d lenslets is not a grid of 1 .. 2^24 lenslets", g.nx, g.ny);
+    self->lenslets = (int32_t)nl;
+    if (q.has("mask")) {
+        FlatArg a = flat_arg<uint8_t>(q.get("mask"), "mask", (size_t)nl, false);
+        if (a.where == Where::device)
+            type_error("mask: a host (NumPy) array is needed: the plan copies it");
+        self->mask.assign((const uint8_t *)a.data, (const uint8_t *)a.data + nl);
+        g.valid = self->mask.data();
+    }
+    if (q.has("weights")) {
+        FlatArg a = flat_arg<double>(q.get("weights"), "weights", (size_t)nl, false);
+        if (a.where == Where::device)
+            type_error("weights: a host (NumPy) array is needed: the plan copies it");
+        self->weights.assign((const double *)a.data, (const double *)a.data + nl);
+        p.weights = self->weights.data();
+    }
+    p.pupil_cx_px = q.num("pupil_cx_px", p.pupil_cx_px);
+    p.pupil_cy_px = q.num("pupil_cy_px", p.pupil_cy_px);
+    p.pupil_radius_px = q.num("pupil_radius_px", p.pupil_radius_px);
+    p.obscuration = q.num("obscuration", p.obscuration);
+    p.max_order = (int32_t)q.integer("order", p.max_order);
+    p.min_illum = q.num("min_illum", p.min_illum);
+    std::string method = q.str("method", "pinv");
+    if (method == "pinv")
+        p.method = SW_ZFIT_PINV;
+    else if (method == "qr")
+        p.method = SW_ZFIT_QR;
+    else
+        value_error("method: '%s' is not 'pinv' or 'qr'", method.c_str());
+    p.truncate = (int32_t)q.integer("truncate", p.truncate);
+    std::string layout = q.str("slope_layout", "blocks");
+    if (layout == "blocks")
+        p.layout = SW_SLOPES_BLOCKS;
+    else if (layout == "interleaved")
+        p.layout = SW_SLOPES_INTERLEAVED;
+    else
+        value_error("slope_layout: '%s' is not 'blocks' or 'interleaved'", layout.c_str());
+    p.max_frames = (int32_t)q.integer("max_frames", p.max_frames);
+    q.done();
+    Context &c = *self->ctx;
+    call(c, [&] { return sw_zfit_create(c.ctx, &p, &self->plan); });
+    self->terms = sw_zfit_terms(self->plan);
+    self->nslopes = sw_zfit_slopes(self->plan);
+}
+
+// Fits `frames` frames: slopes (frames x 2n float32), valid (frames x nx*ny uint8, or None),
+// coef out (frames x J float64), residual out (frames float64, or None); one kind of memory.
+void plan_run(ZfitPlan &zp, nb::handle slopes, nb::handle valid, int32_t frames, nb::handle coef,
+              nb::handle residual)
+{
+    if (frames < 1 || frames > zp.p.max_frames)
+        value_error("frames: %d is not in 1 .. %d (max_frames)", frames, zp.p.max_frames);
+    FlatArg s = flat_arg<float>(slopes, "slopes", (size_t)frames * 2 * zp.nslopes, false);
+    FlatArg v, r;
+    if (!valid.is_none())
+        v = flat_arg<uint8_t>(valid, "valid", (size_t)frames * zp.lenslets, false);
+    FlatArg c = flat_arg<double>(coef, "coef", (size_t)frames * zp.terms, true);
+    if (!residual.is_none())
+        r = flat_arg<double>(residual, "residual", (size_t)frames, true);
+    Context &ctx = *zp.ctx;
+    const FlatArg *all[4] = {&s, &v, &c, &r};
+    const char *names[4] = {"slopes", "valid", "coef", "residual"};
+    for (int i = 0; i < 4; i++) {
+        if (!all[i]->data)
+            continue;
+        check_side(ctx, all[i]->where, all[i]->device_id, names[i]);
+        if ((all[i]->where == Where::device) != (s.where == Where::device))
+            type_error("%s: %s memory, slopes %s: give all arrays in one kind of memory",
+                       names[i], where_name(all[i]->where), where_name(s.where));
+    }
+    const sw_memory mem = where_memory(s.where);
+    call(ctx, [&] {
+        return sw_zfit_run(zp.plan, (const float *)s.data, (const uint8_t *)v.data, frames, mem,
+                           (double *)c.data, (double *)r.data);
+    });
+}
+
+nb::object plan_matrix(ZfitPlan &zp)
+{
+    const size_t n = 2 * (size_t)zp.nslopes * (size_t)(zp.terms - 1);
+    double *d;
+    auto a = new_array<double>(n, &d);
+    const double *m = sw_zfit_matrix(zp.plan);
+    for (size_t i = 0; i < n; i++)
+        d[i] = m[i];
+    return nb::cast(a);
+}
+
+nb::object plan_illum(ZfitPlan &zp)
+{
+    double *d;
+    auto a = new_array<double>((size_t)zp.nslopes, &d);
+    for (int32_t k = 0; k < zp.nslopes; k++)
+        d[k] = sw_zfit_illum(zp.plan, k);
+    return nb::cast(a);
+}
+
+nb::dict refraction(nb::handle coef, double pupil_mm, bool higher_orders, double vertex_mm)
+{
+    FlatArg c = flat_arg<double>(coef, "coef", 0, false);
+    if (c.where == Where::device)
+        type_error("coef: a host (NumPy) array is needed");
+    sw_refraction rx{};
+    call_noctx([&] {
+        return sw_zernike_refraction(nullptr, (const double *)c.data, (int32_t)c.size, pupil_mm,
+                                     higher_orders ? 1 : 0, vertex_mm, &rx);
+    });
+    nb::dict d;
+    d["M"] = rx.M;
+    d["J0"] = rx.J0;
+    d["J45"] = rx.J45;
+    d["sphere_d"] = rx.sphere_d;
+    d["cyl_d"] = rx.cyl_d;
+    d["axis_deg"] = rx.axis_deg;
+    return d;
+}
+
+nb::object rescale(nb::handle coef, double from_r, double to_r)
+{
+    FlatArg c = flat_arg<double>(coef, "coef", 0, false);
+    if (c.where == Where::device)
+        type_error("coef: a host (NumPy) array is needed");
+    double *d;
+    auto a = new_array<double>(c.size, &d);
+    call_noctx([&] {
+        return sw_zernike_rescale(nullptr, (const double *)c.data, (int32_t)c.size, from_r, to_r,
+                                  d);
+    });
+    return nb::cast(a);
+}
+
+nb::object mirror_x(nb::handle coef)
+{
+    FlatArg c = flat_arg<double>(coef, "coef", 0, false);
+    if (c.where == Where::device)
+        type_error("coef: a host (NumPy) array is needed");
+    double *d;
+    auto a = new_array<double>(c.size, &d);
+    sw_zernike_mirror_x((const double *)c.data, (int32_t)c.size, d);
+    return nb::cast(a);
+}
+
+} // namespace
+
+void bind_zernike(nb::module_ &m)
+{
+    nb::class_<ZfitPlan>(m, "ZernikeFitPlan",
+                         "The Zernike fit plan (zernike_fit.h): ZernikeFitPlan(ctx, params). Use "
+                         "spotwave.zernike.FitPlan.")
+        .def("__init__", &plan_init, nb::arg("ctx"), nb::arg("params"))
+        .def("run", &plan_run, nb::arg("slopes"), nb::arg("valid").none(), nb::arg("frames"),
+             nb::arg("coef"), nb::arg("residual").none())
+        .def("matrix", &plan_matrix)
+        .def("illum", &plan_illum)
+        .def_prop_ro("terms", [](ZfitPlan &zp) { return zp.terms; })
+        .def_prop_ro("nslopes", [](ZfitPlan &zp) { return zp.nslopes; })
+        .def_prop_ro("used", [](ZfitPlan &zp) { return sw_zfit_used(zp.plan); })
+        .def_prop_ro("lenslets", [](ZfitPlan &zp) { return zp.lenslets; })
+        .def_prop_ro("max_frames", [](ZfitPlan &zp) { return zp.p.max_frames; })
+        .def_prop_ro("ctx", [](ZfitPlan &zp) { return zp.ctx_obj; });
+
+    m.def("zernike_osa", [](int n, int m_) { return sw_zernike_osa(n, m_); });
+    m.def("zernike_noll", [](int n, int m_) { return sw_zernike_noll(n, m_); });
+    m.def("zernike_osa_nm", [](int j) {
+        int n = 0, mm = 0;
+        if (sw_zernike_osa_nm(j, &n, &mm) != SW_OK)
+            value_error("j: %d is not an OSA/ANSI index (0 .. %d)", j,
+                        sw_zernike_count(SW_ZERNIKE_MAX_ORDER) - 1);
+        return nb::make_tuple(n, mm);
+    });
+    m.def("zernike_noll_nm", [](int j) {
+        int n = 0, mm = 0;
+        if (sw_zernike_noll_nm(j, &n, &mm) != SW_OK)
+            value_error("j: %d is not a Noll index (1 .. %d)", j,
+                        sw_zernike_count(SW_ZERNIKE_MAX_ORDER));
+        return nb::make_tuple(n, mm);
+    });
+    m.def("zernike_count", [](int order) { return sw_zernike_count(order); });
+    m.attr("ZERNIKE_MAX_ORDER") = SW_ZERNIKE_MAX_ORDER;
+    m.def("zernike_refraction", &refraction, nb::arg("coef"), nb::arg("pupil_mm"),
+          nb::arg("higher_orders") = false, nb::arg("vertex_mm") = 0.0);
+    m.def("zernike_rescale", &rescale, nb::arg("coef"), nb::arg("from_r"), nb::arg("to_r"));
+    m.def("zernike_mirror_x", &mirror_x, nb::arg("coef"));
+}
+
+} // namespace swpy
