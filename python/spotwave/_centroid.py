@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from . import _arrays, _context, _spotwave, _tables
-from ._find import _mask, pixel_type
+from ._find import _mask, check_keywords, pixel_type
 
 _CENTROID_TYPES = {np.dtype(np.uint8): "u8", np.dtype(np.uint16): "u16",
                    np.dtype(np.float32): "f32"}
@@ -271,14 +271,13 @@ def centroid(image, *, grid=None, pitch=None, origin=None, threshold=None,
             raise ValueError(f"image: a grid of {nx}x{ny} lenslets of {pitch:g} px does not fit "
                              f"its {frame_shape[1]}x{frame_shape[0]} pixels")
     frames = shape[0] if len(shape) == 3 else 1
+    check_keywords("centroid", more, CentroidPlan)
+    for k in ("memory", "max_frames"):
+        if k in more:
+            raise TypeError(f"centroid: unexpected keyword argument '{k}' (set by the image)")
     kw = dict(grid=grid, origin=origin, threshold=threshold, threshold_mode=threshold_mode,
               memory="device" if device else "host", ctx=ctx, **more)
-    try:
-        plan = CentroidPlan(frame_shape, dtype, pitch=pitch, max_frames=max(frames, 1), **kw)
-    except TypeError as e:
-        if "unexpected keyword" in str(e):
-            raise TypeError(f"centroid: {e}") from None
-        raise
+    plan = CentroidPlan(frame_shape, dtype, pitch=pitch, max_frames=max(frames, 1), **kw)
     if reference is not None:
         plan = _apply_reference(plan, reference, ref_is_image, frame_shape, dtype, pitch, kw,
                                 frames)

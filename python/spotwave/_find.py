@@ -27,6 +27,17 @@ def pixel_type(dtype, name, allowed=_PIXEL_TYPES):
                         f"(convert with .astype())") from None
 
 
+def check_keywords(what, more, plan_class, extra=()):
+    """A TypeError naming the keywords of **more that neither the plan nor the function takes."""
+    import inspect  # noqa: PLC0415
+
+    known = set(inspect.signature(plan_class.__init__).parameters) | set(extra)
+    unknown = sorted(set(more) - known)
+    if unknown:
+        raise TypeError(f"{what}: unexpected keyword argument "
+                        + ", ".join(f"'{k}'" for k in unknown))
+
+
 def _kernel(kernel_size):
     if np.ndim(kernel_size) == 0:
         k = int(kernel_size)
@@ -196,13 +207,9 @@ def find(image, *, algorithm="dispersion_extended", gain=1.0, kernel_size=3, sig
         raise ValueError(f"image: expected a 2-D image (height, width) or a 3-D stack "
                          f"(frames, height, width), got a {len(shape)}-D array of shape {shape}")
     pixel_type(dtype, "image")
-    try:
-        plan = FindPlan(shape[-2:], dtype, algorithm=algorithm, gain=gain,
-                        kernel_size=kernel_size, sigma_b=sigma_b, sigma_s=sigma_s,
-                        min_local=min_local, global_threshold=global_threshold, mask=mask, **more)
-    except TypeError as e:
-        if "unexpected keyword" in str(e):
-            raise TypeError(f"find: {e}") from None
-        raise
+    check_keywords("find", more, FindPlan)
+    plan = FindPlan(shape[-2:], dtype, algorithm=algorithm, gain=gain, kernel_size=kernel_size,
+                    sigma_b=sigma_b, sigma_s=sigma_s, min_local=min_local,
+                    global_threshold=global_threshold, mask=mask, **more)
     return plan(image, frame_index=run.get("first_frame", 0), strong=run.get("strong"),
                 three_d=run.get("three_d", False), progress=run.get("progress"))

@@ -158,11 +158,11 @@ int32_t plan_run(CentroidPlan &cp, nb::handle frames, nb::handle x, nb::handle y
         nb::handle h;
         const char *name;
         size_t per_frame;
-    } outs[5] = {{x, "x", (size_t)cp.lenslets},
-                 {y, "y", (size_t)cp.lenslets},
-                 {intensity, "intensity", (size_t)cp.lenslets},
-                 {valid, "valid", (size_t)cp.lenslets},
-                 {slopes, "slopes", 2 * (size_t)cp.nslopes}};
+    } outs[5] = {{x, "out.x", (size_t)cp.lenslets},
+                 {y, "out.y", (size_t)cp.lenslets},
+                 {intensity, "out.intensity", (size_t)cp.lenslets},
+                 {valid, "out.valid", (size_t)cp.lenslets},
+                 {slopes, "out.slopes", 2 * (size_t)cp.nslopes}};
     for (int i = 0; i < 5; i++) {
         if (outs[i].h.is_none())
             continue;

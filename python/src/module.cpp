@@ -5,6 +5,8 @@
 
 NB_MODULE(_spotwave, m)
 {
+    // Contexts held by module globals (the default context) outlive nanobind's exit-time check.
+    nb::set_leak_warnings(false);
     m.doc() = "spotwave's C library, bound with nanobind (private: use the spotwave package).";
     swpy::bind_core(m);
     swpy::bind_io(m);

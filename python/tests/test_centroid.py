@@ -1,0 +1,163 @@
+"""spotwave.centroid against `spotwave centroid` on the same files (the same numbers as the
+command prints them) and against the SH simulator's truth; plans; bad input."""
+
+import numpy as np
+import pytest
+
+import spotwave
+from conftest import fmt, read_csv
+
+GRID, PITCH = (10, 8), 16
+
+
+def _same_as_csv(table, path):
+    header, rows = read_csv(path)
+    assert list(table.dtype.names) == header
+    assert len(table) == len(rows)
+    ints = {"frame", "ix", "iy", "valid"}
+    for t, row in zip(table, rows):
+        got = [fmt(t[n], "%d") if n in ints else fmt(float(t[n]), "%.9g") for n in header]
+        assert got == row
+
+
+@pytest.fixture(scope="module")
+def sh(cli, tmp_path_factory):
+    d = tmp_path_factory.mktemp("centroid")
+    (d / "z.csv").write_text("n,m,coef_um\n2,0,0.3\n2,2,-0.1\n3,-1,0.05\n")
+    cli("sim", "sh", "--grid", "10x8", "--pitch", PITCH, "--zernike", d / "z.csv",
+        "--pupil-mm", 0.75, "--read-noise-e", 3, "--seed", 9, "--out", d / "s.fits",
+        "--reference", d / "r.fits", "--truth", d / "t.csv")
+    return d
+
+
+def test_centroid_is_the_commands(cli, cpu, sh):
+    cli("centroid", sh / "s.fits", "--pitch", PITCH, "--grid", "10x8", "--out", sh / "c.csv")
+    img = spotwave.read(sh / "s.fits")
+    table = spotwave.centroid(img, grid=GRID, pitch=PITCH, ctx=cpu)
+    _same_as_csv(table, sh / "c.csv")
+    assert table["valid"].sum() > 20 and np.isnan(table["x_px"][table["valid"] == 0]).all()
+
+
+def test_centroid_conditioning_and_reference_image_are_the_commands(cli, cpu, sh):
+    cli("centroid", sh / "s.fits", "--pitch", PITCH, "--grid", "10x8", "--reference",
+        sh / "r.fits", "--threshold", 25, "--threshold-mode", "zero", "--window", 1,
+        "--gamma", 1.5, "--out", sh / "cr.csv")
+    img, ref = spotwave.read(sh / "s.fits"), spotwave.read(sh / "r.fits")
+    table = spotwave.centroid(img, grid=GRID, pitch=PITCH, reference=ref, threshold=25,
+                              threshold_mode="zero", window=1, gamma=1.5, ctx=cpu)
+    _same_as_csv(table, sh / "cr.csv")
+    assert np.isfinite(table["dx_px"]).sum() > 20
+
+
+def test_centroid_reference_table_and_stack_are_the_commands(cli, cpu, sh):
+    img = spotwave.read(sh / "s.fits")
+    cube = np.stack([img, img[::-1].copy()])
+    spotwave.write_fits(sh / "cube.fits", cube)
+    cli("centroid", sh / "cube.fits", "--pitch", PITCH, "--grid", "10x8", "--reference",
+        sh / "t.csv", "--threshold-fraction", 0.2, "--out", sh / "cc.csv")
+    header, rows = read_csv(sh / "t.csv")
+    tx = np.array([float(r[header.index("x_px")]) for r in rows]).reshape(8, 10)
+    ty = np.array([float(r[header.index("y_px")]) for r in rows]).reshape(8, 10)
+    table = spotwave.centroid(cube, grid=GRID, pitch=PITCH, reference=(tx, ty),
+                              threshold_fraction=0.2, ctx=cpu)
+    _same_as_csv(table, sh / "cc.csv")
+    assert table.dtype.names[0] == "frame" and set(table["frame"]) == {0, 1}
+
+
+def test_centroid_geometry_auto_is_the_commands(cli, cpu, sh):
+    cli("centroid", sh / "s.fits", "--geometry", "auto", "--reference", sh / "r.fits",
+        "--out", sh / "ca.csv")
+    table = spotwave.centroid(spotwave.read(sh / "s.fits"), geometry="auto",
+                              reference=spotwave.read(sh / "r.fits"), ctx=cpu)
+    _same_as_csv(table, sh / "ca.csv")
+
+
+def test_centroid_against_truth(cpu):
+    z = np.zeros(10)
+    z[4], z[5], z[7] = 0.25, 0.1, -0.05
+    img, truth = spotwave.sim.sh(grid=(12, 12), pitch=20, zernike=z, noise="none",
+                                 bits="32f", ctx=cpu)
+    table = spotwave.centroid(img, grid=(12, 12), pitch=20, ctx=cpu)
+    assert table["valid"].all()
+    err = np.hypot(table["x_px"] - truth["x_px"], table["y_px"] - truth["y_px"])
+    # The CoG of a Gaussian spot well inside its lenslet is its centre (to the tails cut off).
+    assert err.max() < 0.01, err.max()
+
+
+def test_plan_runs_into_given_outputs(cpu, sh):
+    img = spotwave.read(sh / "s.fits")
+    plan = spotwave.CentroidPlan(img.shape, img.dtype, grid=GRID, pitch=PITCH, max_frames=2,
+                                 ctx=cpu)
+    assert (plan.nx, plan.ny, plan.lenslets, plan.nslopes) == (10, 8, 80, 80)
+    assert plan.path == "host"
+    out = plan.result()
+    ptrs = [a.__array_interface__["data"][0] for a in (out.x, out.y, out.valid, out.slopes)]
+    r = plan(img, out=out)
+    assert r is out and r.frames == 1
+    assert ptrs == [a.__array_interface__["data"][0] for a in (out.x, out.y, out.valid,
+                                                               out.slopes)]
+    table = spotwave.centroid(img, grid=GRID, pitch=PITCH, ctx=cpu)
+    assert np.array_equal(out.x[0].ravel(), table["x_px"], equal_nan=True)
+    rx, ry = plan.reference_positions()
+    ok = out.valid[0].ravel() != 0
+    assert np.allclose(out.slopes[0, 0][ok], (out.x[0].ravel() - rx.ravel())[ok], atol=1e-4)
+    # A new reference: the slopes move by the difference.
+    plan.set_reference(rx + 1.0, ry)
+    plan(img, out=out)
+    assert np.allclose(out.slopes[0, 0][ok], (out.x[0].ravel() - rx.ravel() - 1.0)[ok],
+                       atol=1e-4)
+
+
+def test_centroid_bad_input(cpu):
+    img = np.zeros((64, 64), np.uint8)
+    img[::8, ::8] = 200
+    keep = img.copy()
+    with pytest.raises(TypeError, match="image: uint32 pixels are not taken here"):
+        spotwave.centroid(img.astype(np.uint32), pitch=8, ctx=cpu)
+    with pytest.raises(ValueError, match="does not fit"):
+        spotwave.centroid(img, pitch=8, grid=(9, 8), ctx=cpu)
+    with pytest.raises(spotwave.InvalidArgumentError) as e:
+        spotwave.centroid(img, pitch=8, grid=(9, 8), origin=(0, 0), ctx=cpu)
+    assert "lenslet" in str(e.value)
+    with pytest.raises(TypeError, match="give the lenslet grid"):
+        spotwave.centroid(img, ctx=cpu)
+    with pytest.raises(TypeError, match="centroid: unexpected keyword argument 'pitch_px'"):
+        spotwave.centroid(img, pitch=8, pitch_px=8, ctx=cpu)
+    with pytest.raises(ValueError, match="reference: 64x32 uint8, the image 64x64 uint8"):
+        spotwave.centroid(img, pitch=8, reference=img[:32], ctx=cpu)
+    with pytest.raises(ValueError, match="reference: give"):
+        spotwave.centroid(img, pitch=8, reference=(np.zeros((8, 8)), np.zeros((4, 4))), ctx=cpu)
+    with pytest.raises(ValueError, match="dark: expected 4096 elements"):
+        spotwave.centroid(img, pitch=8, dark=np.zeros((8, 8), np.float32), ctx=cpu)
+    with pytest.raises(TypeError, match="dark: expected a float32 array"):
+        spotwave.centroid(img, pitch=8, dark=np.zeros((64, 64)), ctx=cpu)
+    with pytest.raises(spotwave.InvalidArgumentError) as e:
+        spotwave.centroid(img, pitch=8, gamma=-1, ctx=cpu)
+    assert "gamma" in str(e.value)
+    plan = spotwave.CentroidPlan((64, 64), np.uint8, pitch=8, ctx=cpu)
+    with pytest.raises(ValueError, match="the plan was made for u8 frames of 64 x 64"):
+        plan(np.zeros((64, 48), np.uint8))
+    with pytest.raises(ValueError, match="at most 1"):
+        plan(np.zeros((2, 64, 64), np.uint8))
+    out = plan.result()
+    with pytest.raises(TypeError, match="out.x: expected float32 elements"):
+        plan(img, out=spotwave.CentroidResult(out.x.astype(np.float64), out.y, out.intensity,
+                                              out.valid, out.slopes))
+    ro = out.x.copy()
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="out.x: the array is read-only"):
+        plan(img, out=spotwave.CentroidResult(ro, out.y, out.intensity, out.valid, out.slopes))
+    assert np.array_equal(img, keep)
+
+
+def test_nan_pixels_and_empty_lenslets_are_invalid_not_errors(cpu):
+    img = np.zeros((32, 32), np.float32)
+    img[4, 4] = img[4, 20] = img[20, 4] = 10.0
+    img[20, 20] = np.nan
+    keep = img.copy()
+    table = spotwave.centroid(img, pitch=16, grid=(2, 2), ctx=cpu)
+    assert list(table["valid"]) == [1, 1, 1, 0]
+    assert table["x_px"][0] == 4.0 and table["y_px"][2] == 20.0
+    zero = spotwave.centroid(np.zeros((32, 32), np.uint8), pitch=16, ctx=cpu)
+    assert not zero["valid"].any() and np.isnan(zero["x_px"]).all()
+    assert np.array_equal(img, keep, equal_nan=True)

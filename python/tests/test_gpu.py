@@ -1,0 +1,131 @@
+"""Device arrays: CuPy in gives CuPy out, the same numbers as the NumPy path, read in place (no
+copy through the host). Skipped, with the reason, without CuPy, a CUDA build or a GPU."""
+
+import numpy as np
+import pytest
+
+import spotwave
+from spotwave import _spotwave
+
+cp = pytest.importorskip("cupy", reason="CuPy is not installed (pip install cupy-cuda12x)")
+if not spotwave.built_with_cuda():
+    pytest.skip("spotwave was built without CUDA (no nvcc at configure time)",
+                allow_module_level=True)
+if spotwave.cuda_device_count() == 0:
+    pytest.skip("no usable CUDA device", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def gpu():
+    return spotwave.Context("cuda")
+
+
+@pytest.fixture(scope="module")
+def sh(gpu):
+    z = np.zeros(10)
+    z[4], z[3], z[7] = 0.3, 0.1, -0.05
+    img, truth, ref = spotwave.sim.sh(grid=(16, 12), pitch=16, zernike=z, pupil_mm=1.3,
+                                      read_noise_e=2, seed=4, reference=True, ctx=gpu)
+    return img, truth, ref
+
+
+def test_device_arrays_are_read_in_place(gpu):
+    a = cp.arange(40 * 64, dtype=cp.uint16).reshape(40, 64)
+    view = a[3:20, 5:37]
+    d = _spotwave._describe_image(view.__dlpack__(stream=gpu.stream), "image", True)
+    assert d["memory"] == "device" and d["device_id"] == gpu.device
+    assert d["ptr"] == view.data.ptr
+    assert (d["width"], d["height"], d["stride"]) == (32, 17, 128)
+
+
+def test_find_cupy_is_the_numpy_path(gpu, sh):
+    img = sh[0]
+    host = spotwave.find(img, ctx=gpu)
+    dev = spotwave.find(cp.asarray(img), ctx=gpu)
+    cpu = spotwave.find(img, ctx=spotwave.Context("cpu"))
+    assert len(host) == len(dev) == len(cpu) > 0
+    for name in ("frame", "npix", "bbox_x0", "bbox_x1", "bbox_y0", "bbox_y1"):
+        assert np.array_equal(dev[name], host[name]) and np.array_equal(dev[name], cpu[name])
+    for name in ("x_px", "y_px", "x_var", "y_var", "intensity"):
+        assert np.allclose(dev[name], cpu[name], rtol=1e-12, atol=0), name
+
+
+def test_centroid_cupy_in_cupy_out_bit_identical(gpu, sh):
+    img, truth, ref = sh
+    host = spotwave.centroid(img, grid=(16, 12), pitch=16, reference=ref,
+                             ctx=spotwave.Context("cpu"))
+    dev = spotwave.centroid(cp.asarray(img), grid=(16, 12), pitch=16,
+                            reference=cp.asarray(ref), ctx=gpu)
+    assert isinstance(dev, dict)
+    for name in host.dtype.names:
+        assert isinstance(dev[name], cp.ndarray), name
+        # Integer frames without conditioning: exact sums on both backends (centroid.h).
+        assert np.array_equal(cp.asnumpy(dev[name]), host[name], equal_nan=True), name
+
+
+def test_centroid_plan_device_path_writes_the_given_device_arrays(gpu, sh):
+    img = cp.asarray(sh[0])
+    plan = spotwave.CentroidPlan(img.shape, img.dtype, grid=(16, 12), pitch=16,
+                                 memory="device", max_frames=4, ctx=gpu)
+    assert plan.path == "device"
+    out = plan.result()
+    assert isinstance(out.x, cp.ndarray)
+    ptrs = [a.data.ptr for a in (out.x, out.y, out.intensity, out.valid, out.slopes)]
+    stack = cp.stack([img, img[::-1]])
+    plan(stack, out=out)
+    assert out.frames == 2
+    assert ptrs == [a.data.ptr for a in (out.x, out.y, out.intensity, out.valid, out.slopes)]
+    cpu_plan = spotwave.CentroidPlan(img.shape, img.dtype, grid=(16, 12), pitch=16,
+                                     max_frames=4, ctx=spotwave.Context("cpu"))
+    want = cpu_plan(cp.asnumpy(stack))
+    assert np.array_equal(cp.asnumpy(out.x[:2]), want.x[:2], equal_nan=True)
+    assert np.array_equal(cp.asnumpy(out.slopes[:2]), want.slopes[:2])
+    # Host frames to a device plan are refused by name (no hidden copy).
+    with pytest.raises(TypeError, match="image: host memory"):
+        plan(cp.asnumpy(img))
+
+
+def test_shared_stream(gpu, sh):
+    img = cp.asarray(sh[0])
+    with cp.cuda.ExternalStream(gpu.stream, gpu.device):
+        dev = spotwave.centroid(img, grid=(16, 12), pitch=16, ctx=gpu)
+        total = float(dev["intensity"].sum())
+    host = spotwave.centroid(sh[0], grid=(16, 12), pitch=16, ctx=gpu)
+    assert total == pytest.approx(float(host["intensity"].sum()), rel=1e-6)
+
+
+def test_sim_device_output_is_the_host_one(gpu):
+    img, truth = spotwave.sim.stars(random=50, size=(128, 96), seed=5, read_noise_e=2, ctx=gpu)
+    dimg, dtruth = spotwave.sim.stars(random=50, size=(128, 96), seed=5, read_noise_e=2,
+                                      device=True, ctx=gpu)
+    assert isinstance(dimg, cp.ndarray) and dimg.dtype == cp.uint16
+    assert np.array_equal(cp.asnumpy(dimg), img)
+    assert np.array_equal(dtruth, truth)
+
+
+def test_zernike_fit_plan_on_device_slopes(gpu, sh):
+    img, truth, ref = sh
+    plan = spotwave.CentroidPlan(img.shape, img.dtype, grid=(16, 12), pitch=16,
+                                 memory="device", ctx=gpu)
+    r = plan(cp.asarray(ref))
+    rx = np.where(cp.asnumpy(r.valid[0]) != 0, cp.asnumpy(r.x[0]), np.nan)
+    ry = np.where(cp.asnumpy(r.valid[0]) != 0, cp.asnumpy(r.y[0]), np.nan)
+    mask = np.isfinite(rx)
+    plan = spotwave.CentroidPlan(img.shape, img.dtype, grid=(16, 12), pitch=16, mask=mask,
+                                 memory="device", ctx=gpu)
+    rx0, ry0 = plan.reference_positions()
+    plan.set_reference(np.where(mask, rx, rx0), np.where(mask, ry, ry0))
+    res = plan(cp.asarray(img))
+    fit = spotwave.zernike.FitPlan(grid=(16, 12), pitch=16, pupil_radius_px=1300 / 2 / 5.5,
+                                   mask=mask, order=4, ctx=gpu)
+    coef = fit(res.slopes.reshape(1, -1), res.valid.reshape(1, -1))
+    assert isinstance(coef, cp.ndarray)
+    fit_cpu = spotwave.zernike.FitPlan(grid=(16, 12), pitch=16, pupil_radius_px=1300 / 2 / 5.5,
+                                       mask=mask, order=4, ctx=spotwave.Context("cpu"))
+    want = fit_cpu(cp.asnumpy(res.slopes).reshape(1, -1), cp.asnumpy(res.valid).reshape(1, -1))
+    assert np.allclose(cp.asnumpy(coef), want, atol=1e-9)
+
+
+def test_device_array_on_a_cpu_context_is_refused_by_name():
+    with pytest.raises(TypeError, match="image: a device array needs a CUDA context"):
+        spotwave.find(cp.zeros((32, 32), cp.uint16), ctx=spotwave.Context("cpu"))

@@ -1,0 +1,95 @@
+"""spotwave.zernike: the fit against `spotwave fit` and against the simulator's coefficients;
+index conversion and refraction."""
+
+import numpy as np
+import pytest
+
+import spotwave
+from spotwave import zernike
+from conftest import fmt, read_csv
+
+
+def test_indices():
+    assert zernike.osa_index(2, 0) == 4 and zernike.noll_index(2, 0) == 4
+    assert zernike.osa_to_nm(1) == (1, -1) and zernike.noll_to_nm(3) == (1, -1)
+    assert zernike.noll_to_nm(2) == (1, 1) and zernike.osa_to_noll(2) == 2
+    assert zernike.noll_to_nm(11) == (4, 0) and zernike.osa_index(4, 0) == 12
+    for j in range(66):
+        assert zernike.noll_to_osa(zernike.osa_to_noll(j)) == j
+        n, m = zernike.osa_to_nm(j)
+        assert j == (n * (n + 2) + m) // 2
+    c = np.arange(15.0)
+    assert np.array_equal(zernike.from_noll(zernike.to_noll(c)), c)
+    assert zernike.to_noll(c)[3] == c[4]  # Noll 4 is defocus, OSA 4
+    assert zernike.count(4) == 15
+    with pytest.raises(ValueError, match="not a Zernike polynomial"):
+        zernike.osa_index(2, 1)
+    with pytest.raises(ValueError, match="whole radial orders"):
+        zernike.to_noll(np.zeros(5))
+
+
+def test_refraction_sign_and_formula():
+    c = np.zeros(6)
+    c[4] = 0.5  # myopic: a leading wavefront
+    rx = zernike.refraction(c, 5.0)
+    assert rx["M"] == pytest.approx(-4 * np.sqrt(3) * 0.5 / 2.5**2)
+    assert rx["M"] < 0 and rx["cyl_d"] == 0.0
+    assert np.array_equal(zernike.mirror_x(zernike.mirror_x(c)), c)
+    assert zernike.rescale(c, 5.0, 5.0)[4] == pytest.approx(0.5)
+
+
+@pytest.fixture(scope="module")
+def slopes(cli, tmp_path_factory):
+    d = tmp_path_factory.mktemp("fit")
+    (d / "z.csv").write_text("n,m,coef_um\n2,0,0.2\n2,-2,0.08\n3,1,0.04\n4,0,-0.03\n")
+    cli("sim", "sh", "--grid", "12x12", "--pitch", 16, "--zernike", d / "z.csv",
+        "--pupil-mm", 1.0, "--noise", "none", "--bits", "32f", "--out", d / "s.fits",
+        "--reference", d / "r.fits")
+    cli("centroid", d / "s.fits", "--pitch", 16, "--reference", d / "r.fits",
+        "--slopes", d / "sl.csv", "--out", d / "c.csv")
+    return d
+
+
+def test_fit_is_the_commands(cli, cpu, slopes):
+    cli("fit", slopes / "sl.csv", "--pitch", 16, "--grid", "12x12", "--pupil-mm", 1.0,
+        "--order", 4, "--out", slopes / "z.out.csv")
+    table = spotwave.centroid(spotwave.read(slopes / "s.fits"), pitch=16,
+                              reference=spotwave.read(slopes / "r.fits"), ctx=cpu)
+    dx, dy = table["dx_px"].reshape(12, 12), table["dy_px"].reshape(12, 12)
+    coef = zernike.fit(dx, dy, pitch=16, pixel_um=5.5, focal_mm=3.5, pupil_mm=1.0, order=4,
+                       ctx=cpu)
+    header, rows = read_csv(slopes / "z.out.csv")
+    assert header == ["j", "n", "m", "noll", "coef_um"] and len(rows) == len(coef) == 15
+    assert [r[4] for r in rows] == [fmt(c, "%.10g") for c in coef]
+    assert coef[0] == 0.0
+
+
+def test_fit_recovers_the_simulated_wavefront(cpu, slopes):
+    table = spotwave.centroid(spotwave.read(slopes / "s.fits"), pitch=16,
+                              reference=spotwave.read(slopes / "r.fits"), ctx=cpu)
+    dx, dy = table["dx_px"].reshape(12, 12), table["dy_px"].reshape(12, 12)
+    coef, info = zernike.fit(dx, dy, pitch=16, pixel_um=5.5, focal_mm=3.5, pupil_mm=1.0,
+                             order=4, return_info=True, ctx=cpu)
+    want = np.zeros(15)
+    want[4], want[3], want[8], want[12] = 0.2, 0.08, 0.04, -0.03
+    assert np.abs(coef - want).max() < 0.01, coef - want
+    assert info["residual_px"] < 0.05 and info["used"] > 50
+    # Stacks give one row per frame; left eyes are mirrored.
+    two = zernike.fit(np.stack([dx, dx]), np.stack([dy, dy]), pitch=16, pixel_um=5.5,
+                      focal_mm=3.5, pupil_mm=1.0, order=4, eye="left", ctx=cpu)
+    assert two.shape == (2, 15) and np.allclose(two[1], zernike.mirror_x(coef))
+
+
+def test_fit_bad_input(cpu):
+    dx = np.zeros((6, 6))
+    with pytest.raises(ValueError, match="two arrays of one shape"):
+        zernike.fit(dx, np.zeros((6, 5)), pitch=16, pixel_um=5.5, focal_mm=3.5, pupil_mm=0.5)
+    with pytest.raises(ValueError, match="no valid slope"):
+        zernike.fit(dx * np.nan, dx, pitch=16, pixel_um=5.5, focal_mm=3.5, pupil_mm=0.5,
+                    ctx=cpu)
+    with pytest.raises(spotwave.InvalidArgumentError) as e:
+        zernike.fit(dx[:2, :2], dx[:2, :2], pitch=16, pixel_um=5.5, focal_mm=3.5,
+                    pupil_mm=0.15, order=6, ctx=cpu)
+    assert "slopes" in str(e.value) or "unknowns" in str(e.value)
+    with pytest.raises(TypeError, match="fit: unexpected keyword argument"):
+        zernike.fit(dx, dx, pitch=16, pixel_um=5.5, focal_mm=3.5, pupil_mm=0.5, ordre=4)
