@@ -35,7 +35,8 @@
 void sw_cmd_demo_help(FILE *out)
 {
     fprintf(out,
-            "Usage: spotwave [GLOBAL OPTIONS] demo [--out DIR] [--size WxH] [--seed S]\n"
+            "Usage: spotwave [GLOBAL OPTIONS] demo [--out DIR] [--size WxH] [--seed S] [--steps "
+            "LIST]\n"
             "\n"
             "Simulates an example star field (%d random stars, Gaussian PSF, sky, shot and\n"
             "read noise; f32; truth in demo_truth.csv), computes its statistics, converts it to "
@@ -62,6 +63,8 @@ void sw_cmd_demo_help(FILE *out)
             "  -o, --out DIR     output directory, created if missing (default %s)\n"
             "  --size WxH        image size in pixels (default %dx%d)\n"
             "  --seed S          star and noise seed, 64-bit (default %d)\n"
+            "  --steps LIST      which stages to run after the star field, comma-separated: eyes,\n"
+            "                    find, centroid, fit, aberrometry, sabre, loop (default all)\n"
             "  -h, --help        print this help and exit\n",
             DEMO_STARS, DEMO_TIMING_REPS, DEMO_DEFAULT_OUT, DEMO_DEFAULT_SIZE, DEMO_DEFAULT_SIZE,
             DEMO_DEFAULT_SEED);
@@ -1273,26 +1276,57 @@ static int step_read_back(demo_state *s)
 typedef struct demo_step {
     const char *name;
     int (*run)(demo_state *s);
+    int optional; /* 1: one of the stages --steps can choose; 0: always run (the star field) */
 } demo_step;
 
 static const demo_step demo_steps[] = {
-    {"backend", step_backend},         /* which backend, why, which device          */
-    {"output", step_outdir},           /* create --out and the file names           */
-    {"simulate", step_image},          /* star field + detector noise (sim, f32)    */
-    {"stats", step_stats},             /* sw_image_stats_compute                    */
-    {"convert", step_convert},         /* sw_image_convert f32 -> u16, full range   */
-    {"timings", step_timings},         /* stats and convert on the backend in use   */
-    {"write", step_write},             /* FITS, PGM, PNG                            */
-    {"read back", step_read_back},     /* FITS and PGM identical to what was written */
-    {"eyes", step_eyes},               /* binocular synthetic-eye H-S image (sim eye) */
-    {"find", step_find},               /* spots of the star field vs truth (seed 003) */
-    {"centroid", step_centroid},       /* SH frame -> centroids vs truth (seed 000)  */
-    {"fit", step_fit},                 /* -> slopes -> Zernike fit, refraction, map (seed 001) */
-    {"aberrometry", step_aberrometry}, /* eyes -> pupils, PAPYCS, Zernike, refraction (seed 001) */
-    {"sabre", step_sabre},             /* screen -> slopes -> D-SABRE, SABRE, Fried (seed 002) */
-    {"loop", step_loop},               /* closed AO loop vs open loop (seed 002 section 4) */
+    {"backend", step_backend, 0},     /* which backend, why, which device          */
+    {"output", step_outdir, 0},       /* create --out and the file names           */
+    {"simulate", step_image, 0},      /* star field + detector noise (sim, f32)    */
+    {"stats", step_stats, 0},         /* sw_image_stats_compute                    */
+    {"convert", step_convert, 0},     /* sw_image_convert f32 -> u16, full range   */
+    {"timings", step_timings, 0},     /* stats and convert on the backend in use   */
+    {"write", step_write, 0},         /* FITS, PGM, PNG                            */
+    {"read back", step_read_back, 0}, /* FITS and PGM identical to what was written */
+    {"eyes", step_eyes, 1},           /* binocular synthetic-eye H-S image (sim eye) */
+    {"find", step_find, 1},           /* spots of the star field vs truth (seed 003) */
+    {"centroid", step_centroid, 1},   /* SH frame -> centroids vs truth (seed 000)  */
+    {"fit", step_fit, 1},             /* -> slopes -> Zernike fit, refraction, map (seed 001) */
+    {"aberrometry", step_aberrometry,
+     1},                      /* eyes -> pupils, PAPYCS, Zernike, refraction (seed 001) */
+    {"sabre", step_sabre, 1}, /* screen -> slopes -> D-SABRE, SABRE, Fried (seed 002) */
+    {"loop", step_loop, 1},   /* closed AO loop vs open loop (seed 002 section 4) */
     /* later stages append here */
 };
+#define DEMO_NSTEPS (sizeof demo_steps / sizeof demo_steps[0])
+
+/* --steps LIST: a comma-separated list of the optional steps' names, or "all". Marks the chosen
+ * steps in `on`; returns the name that is not a step, or NULL. */
+static const char *demo_parse_steps(const char *list, int on[DEMO_NSTEPS])
+{
+    static char bad[64];
+    for (size_t i = 0; i < DEMO_NSTEPS; i++)
+        on[i] = !demo_steps[i].optional || strcmp(list, "all") == 0;
+    if (strcmp(list, "all") == 0)
+        return NULL;
+    const char *p = list;
+    while (1) {
+        size_t n = strcspn(p, ",");
+        size_t i = 0;
+        for (; i < DEMO_NSTEPS; i++)
+            if (demo_steps[i].optional && strlen(demo_steps[i].name) == n &&
+                strncmp(demo_steps[i].name, p, n) == 0)
+                break;
+        if (i == DEMO_NSTEPS) {
+            snprintf(bad, sizeof bad, "%.*s", (int)(n < 60 ? n : 60), p);
+            return bad;
+        }
+        on[i] = 1;
+        if (!p[n])
+            return NULL;
+        p += n + 1;
+    }
+}
 
 static void demo_state_free(demo_state *s)
 {
@@ -1303,11 +1337,12 @@ static void demo_state_free(demo_state *s)
 
 int sw_cmd_demo(const sw_cli_globals *g, int argc, char **argv)
 {
-    enum { OPT_SIZE = 256, OPT_SEED };
+    enum { OPT_SIZE = 256, OPT_SEED, OPT_STEPS };
     static const struct option longopts[] = {
         {"out", required_argument, NULL, 'o'},
         {"size", required_argument, NULL, OPT_SIZE},
         {"seed", required_argument, NULL, OPT_SEED},
+        {"steps", required_argument, NULL, OPT_STEPS},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -1317,6 +1352,8 @@ int sw_cmd_demo(const sw_cli_globals *g, int argc, char **argv)
     s.outdir = DEMO_DEFAULT_OUT;
     s.width = s.height = DEMO_DEFAULT_SIZE;
     s.seed = DEMO_DEFAULT_SEED;
+    int on[DEMO_NSTEPS];
+    demo_parse_steps("all", on);
 
     int c;
     sw_cli_getopt_reset();
@@ -1336,6 +1373,15 @@ int sw_cmd_demo(const sw_cli_globals *g, int argc, char **argv)
             if (sw_cli_parse_u64(optarg, &s.seed) != 0)
                 return sw_cli_usage(SUB, "--seed: '%s' is not an unsigned 64-bit integer", optarg);
             break;
+        case OPT_STEPS: {
+            const char *bad = demo_parse_steps(optarg, on);
+            if (bad)
+                return sw_cli_usage(SUB,
+                                    "--steps: '%s' is not one of eyes, find, centroid, fit, "
+                                    "aberrometry, sabre, loop (or all)",
+                                    bad);
+            break;
+        }
         case 'h': sw_cmd_demo_help(stdout); return SW_EXIT_OK;
         default: return SW_EXIT_USAGE;
         }
@@ -1350,8 +1396,8 @@ int sw_cmd_demo(const sw_cli_globals *g, int argc, char **argv)
     double t0 = sw_cli_now();
     printf("spotwave %s demo\n", sw_version());
     rc = SW_EXIT_OK;
-    for (size_t i = 0; i < sizeof demo_steps / sizeof demo_steps[0]; i++) {
-        if (demo_steps[i].run(&s) != 0) {
+    for (size_t i = 0; i < DEMO_NSTEPS; i++) {
+        if (on[i] && demo_steps[i].run(&s) != 0) {
             rc = sw_cli_fail(SUB, "%s: %s", demo_steps[i].name, s.error);
             break;
         }

@@ -52,6 +52,7 @@ typedef struct info_report {
     const char *reason;
     int have_device;
     sw_device_info dev;
+    char data_dir[4096]; /* sw_data_dir, or why it was not found */
 } info_report;
 
 static void print_text(const info_report *r)
@@ -66,6 +67,7 @@ static void print_text(const info_report *r)
     printf("backend:       %s (requested: %s)\n", sw_backend_string(r->backend),
            sw_backend_string(r->requested));
     printf("reason:        %s\n", r->reason);
+    printf("data files:    %s\n", r->data_dir);
     if (r->have_device) {
         const sw_device_info *d = &r->dev;
         cuda_version_text(d->driver_version, drv, sizeof drv);
@@ -97,6 +99,8 @@ static void print_json(const info_report *r)
     sw_json_write_string(stdout, sw_backend_string(r->backend));
     printf(",\n  \"backend_reason\": ");
     sw_json_write_string(stdout, r->reason);
+    printf(",\n  \"data_dir\": ");
+    sw_json_write_string(stdout, r->data_dir);
     printf(",\n  \"device\": ");
     if (!r->have_device) {
         printf("null");
@@ -153,6 +157,8 @@ int sw_cmd_info(const sw_cli_globals *g, int argc, char **argv)
     r.requested = g->backend;
     r.backend = sw_context_backend(ctx);
     r.reason = sw_context_backend_reason(ctx);
+    if (sw_data_dir(ctx, r.data_dir, sizeof r.data_dir) != SW_OK)
+        snprintf(r.data_dir, sizeof r.data_dir, "not found: %s", sw_context_error(ctx));
     if (r.backend == SW_BACKEND_CUDA) {
         sw_status st = sw_context_device_info(ctx, &r.dev);
         if (st != SW_OK) {

@@ -153,6 +153,22 @@ sw_status sw_context_synchronize(sw_context *ctx);
 /* The context's cudaStream_t as void* (NULL on the CPU). */
 void *sw_context_stream(const sw_context *ctx);
 
+/* ------------------------------------------------------------------ data files */
+
+/*
+ * The folder of spotwave's data files (e.g. ocular/, the population statistics of sim eye),
+ * looked up at run time in this order, the first that exists winning:
+ *   1. $SPOTWAVE_DATA_DIR, when set and not empty (used as given, even if it does not exist);
+ *   2. <folder of libspotwave.so, or of the program linking libspotwave.a>/../share/spotwave
+ *      (an installed tree, wherever it was moved);
+ *   3. <that folder>/data (the Python package's layout);
+ *   4. the installation prefix's share/spotwave, compiled in;
+ *   5. the source tree's data/, compiled in (a build that was never installed).
+ * Written into buf without a trailing slash. SW_EINVAL when it does not fit; SW_EIO when none
+ * of them exists (the message lists where it looked).
+ */
+sw_status sw_data_dir(sw_context *ctx, char *buf, size_t size);
+
 /* ------------------------------------------------------------------ images */
 
 typedef enum sw_pixel_type {

@@ -70,9 +70,9 @@ extern "C" {
 #define SW_OCULAR_PUPILS_COUNT 4
 extern const double sw_ocular_pupils_mm[SW_OCULAR_PUPILS_COUNT]; /* 3.0, 4.5, 6.0, 7.5 */
 
-/* The folder of the population files: $SPOTWAVE_DATA_DIR/ocular when that variable is set and
- * not empty, otherwise <SW_DATA_DIR>/ocular (compiled in: data/ of the source tree). Written into
- * buf; SW_EINVAL when it does not fit. */
+/* The folder of the population files: <sw_data_dir>/ocular (core.h says where sw_data_dir looks:
+ * $SPOTWAVE_DATA_DIR first, then share/spotwave beside the installed library). Written into
+ * buf; SW_EINVAL when it does not fit, SW_EIO when no data folder exists. */
 sw_status sw_ocular_default_dir(sw_context *ctx, char *buf, size_t size);
 
 typedef struct sw_ocular_population {

@@ -42,12 +42,10 @@ sw_status sw_ocular_default_dir(sw_context *ctx, char *buf, size_t size)
 {
     if (!buf || size == 0)
         return sw_fail(ctx, SW_EINVAL, "sw_ocular_default_dir: NULL or empty buffer");
-    const char *env = getenv("SPOTWAVE_DATA_DIR");
-#ifdef SW_DATA_DIR
-    const char *base = (env && *env) ? env : SW_DATA_DIR;
-#else
-    const char *base = (env && *env) ? env : "data";
-#endif
+    char base[4096];
+    sw_status st = sw_data_dir(ctx, base, sizeof base);
+    if (st != SW_OK)
+        return st;
     int n = snprintf(buf, size, "%s/ocular", base);
     if (n < 0 || (size_t)n >= size)
         return sw_fail(ctx, SW_EINVAL, "ocular data folder '%s/ocular' is too long", base);
