@@ -44,6 +44,7 @@ from ._spotwave import (
     build_info,
     built_with_cuda,
     cuda_device_count,
+    data_dir,
 )
 from . import sim, zernike  # noqa: E402  (submodules that use the names above)
 
@@ -53,6 +54,6 @@ __all__ = [
     "CentroidPlan", "CentroidResult", "Context", "CudaError", "Error", "FileError", "FindPlan",
     "FormatError", "InternalError", "InvalidArgumentError", "NoDeviceError", "OutOfMemoryError",
     "RangeError", "UnsupportedError", "build_info", "built_with_cuda", "centroid",
-    "cuda_device_count", "default_context", "find", "find_geometry", "h5_info", "read",
+    "cuda_device_count", "data_dir", "default_context", "find", "find_geometry", "h5_info", "read",
     "set_default_context", "sim", "write_fits", "write_pgm", "zernike",
 ]

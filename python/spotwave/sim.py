@@ -48,7 +48,7 @@ def _detector(params, *, sky_e, dark_e, read_noise_e, gain, bias, full_well, sho
         raise ValueError(f"noise='none' and read_noise_e={read_noise_e:g} contradict each other")
     params.update(sky_e=sky_e, dark_e=dark_e, read_noise_e=0.0 if noise == "none" else read_noise_e,
                   gain=gain, bias=bias, full_well=full_well,
-                  shot_noise=bool(shot_noise) and noise != "none", seed=int(seed))
+                  shot_noise=bool(shot_noise) and noise != "none", seed=seed)
 
 
 def _size(size, name="size"):

@@ -247,21 +247,59 @@ double Params::num(const char *key, double def)
     return x;
 }
 
+// A whole number from a Python int or NumPy integer (PyNumber_Index), or a float holding a whole
+// number (2.0), as the command's parsers take it; false for anything else.
+static bool whole_number(nb::handle v, long long *s, unsigned long long *u, bool want_unsigned)
+{
+    if (PyBool_Check(v.ptr()))
+        return false;
+    PyObject *idx = PyNumber_Index(v.ptr());
+    if (!idx) {
+        PyErr_Clear();
+        double f;
+        if (!nb::try_cast<double>(v, f, true) || !(f == f) || f != (double)(long long)f)
+            return false;
+        if (want_unsigned && f < 0)
+            return false;
+        *s = (long long)f, *u = (unsigned long long)f;
+        return true;
+    }
+    nb::object i = nb::steal(idx);
+    if (want_unsigned)
+        *u = PyLong_AsUnsignedLongLong(i.ptr());
+    else
+        *s = PyLong_AsLongLong(i.ptr());
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        return false;
+    }
+    return true;
+}
+
 int64_t Params::integer(const char *key, int64_t def)
 {
     nb::object v = get(key);
     if (v.is_none())
         return def;
-    int64_t x;
-    if (PyBool_Check(v.ptr()) || !nb::try_cast<int64_t>(v, x, false)) {
-        // Accept floats that are whole numbers (2.0), as the command's parser does.
-        double f;
-        if (!PyBool_Check(v.ptr()) && nb::try_cast<double>(v, f, true) && f == (double)(int64_t)f)
-            return (int64_t)f;
-        type_error("%s: %s must be a whole number, got %s", what, key,
-                   nb::type_name(v.type()).c_str());
-    }
-    return x;
+    long long s = 0;
+    unsigned long long u = 0;
+    if (!whole_number(v, &s, &u, false))
+        type_error("%s: %s must be a whole number (64-bit), got %s", what, key,
+                   nb::repr(v).c_str());
+    return (int64_t)s;
+}
+
+uint64_t Params::u64(const char *key, uint64_t def)
+{
+    nb::object v = get(key);
+    if (v.is_none())
+        return def;
+    long long s = 0;
+    unsigned long long u = 0;
+    if (!whole_number(v, &s, &u, true))
+        type_error("%s: %s must be a whole number in 0 .. 2^64 - 1, got %s", what, key,
+                   nb::repr(v).c_str());
+    return (uint64_t)u;
 }
 
 bool Params::flag(const char *key, bool def)

@@ -148,6 +148,7 @@ struct Params {
     nb::object get(const char *key);   // None when missing
     double num(const char *key, double def);
     int64_t integer(const char *key, int64_t def);
+    uint64_t u64(const char *key, uint64_t def);
     bool flag(const char *key, bool def);
     std::string str(const char *key, const char *def);
     void done();

@@ -155,6 +155,16 @@ void bind_core(nb::module_ &m)
           "Build description: compiler, CUDA (and architectures), libraries.");
     m.def("built_with_cuda", [] { return sw_built_with_cuda() != 0; },
           "True when the library was built with the CUDA backend.");
+    m.def(
+        "data_dir",
+        [] {
+            char buf[4096];
+            call_noctx([&] { return sw_data_dir(nullptr, buf, sizeof buf); });
+            return std::string(buf);
+        },
+        "The folder of spotwave's data files (ocular/, ...): $SPOTWAVE_DATA_DIR, else beside the "
+        "library (the package's data/ folder for an installed wheel), else the build's source "
+        "tree (core.h, sw_data_dir).");
     m.def("cuda_device_count", [] { return sw_cuda_device_count(); },
           "Number of usable CUDA devices (0 without CUDA, a driver or a device).");
 

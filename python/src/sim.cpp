@@ -43,7 +43,7 @@ void detector_from(Params &q, sw_detector &d)
     d.gain_e_per_adu = q.num("gain", d.gain_e_per_adu);
     d.bias_adu = q.num("bias", d.bias_adu);
     d.full_well_e = q.num("full_well", d.full_well_e);
-    d.seed = (uint64_t)q.integer("seed", (int64_t)d.seed);
+    d.seed = q.u64("seed", d.seed);
 }
 
 // The output image: a writable array of the detector's type and the image size, on the host or
@@ -292,7 +292,7 @@ nb::tuple sim_sh(nb::object ctx_obj, nb::dict params, nb::handle out, nb::handle
         tu.subharmonics = (int32_t)q.integer("subharmonics", tu.subharmonics);
         screen_n = (int32_t)q.integer("screen_n", 0);
         spacing = q.num("screen_spacing_um", 0.0);
-        screen_index = (uint64_t)q.integer("screen_index", 0);
+        screen_index = q.u64("screen_index", 0);
     }
     q.done();
 

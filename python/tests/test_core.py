@@ -68,6 +68,21 @@ def test_default_context_and_ctx_keyword(cpu):
         spotwave.find(np.zeros((8, 8), np.uint8), ctx="cpu")
 
 
+def test_data_dir_holds_the_ocular_statistics():
+    import os
+    d = spotwave.data_dir()
+    assert os.path.isfile(os.path.join(d, "ocular", "thibos2002_pupil6.0mm_stats.csv"))
+
+
+def test_seeds_take_64_bits(cpu):
+    a, _ = spotwave.sim.stars(random=5, size=(32, 32), seed=2**64 - 1, ctx=cpu)
+    b, _ = spotwave.sim.stars(random=5, size=(32, 32), seed=np.uint64(2**64 - 1), ctx=cpu)
+    c, _ = spotwave.sim.stars(random=5, size=(32, 32), seed=2**64 - 2, ctx=cpu)
+    assert np.array_equal(a, b) and not np.array_equal(a, c)
+    with pytest.raises(TypeError, match="seed"):
+        spotwave.sim.stars(random=5, size=(32, 32), seed=-1, ctx=cpu)
+
+
 def test_version_and_build():
     assert spotwave.__version__.count(".") == 2
     assert isinstance(spotwave.build_info(), str)
