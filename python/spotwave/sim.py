@@ -280,3 +280,67 @@ def sh(*, zernike=None, zernike_radius_mm=None, screen=None, screen_spacing_um=N
                          f"pupil_mm, pupil_center_mm and min_illum against the grid)")
     table = _tables.from_columns(_tables.SH_TRUTH, truth)
     return (image, table, ref) if reference else (image, table)
+
+
+def _turbulence(r0, L0, wavelength_um, subharmonics):
+    return dict(r0_m=float(r0), L0_m=float(L0), wavelength_um=float(wavelength_um),
+                subharmonics=subharmonics)
+
+
+def phase_screen(n, spacing_m, *, r0, L0=25.0, wavelength_um=0.5, subharmonics=3, seed=1,
+                 index=0, ctx=None):
+    """An n x n FFT phase screen (n even, 8..8192) sampled every spacing_m metres, as optical
+    path difference in micrometres (a float64 (n, n) array, row = v, column = u).
+
+    Turbulence: von Karman with outer scale L0 (metres) or Kolmogorov (L0 = 0 or inf); the
+    Fried parameter r0 (metres) at wavelength_um. Method: Lane, Glindemann & Dainty (1992), Waves
+    in Random Media 2(3), 209-224, with `subharmonics` levels of subharmonics (0..8) for the
+    large scales. Screen `index` of the sequence of `seed` is reproducible alone, and the CPU and
+    the GPU give the same screen to double rounding.
+    """
+    ctx = _context.resolve(ctx)
+    params = dict(_turbulence(r0, L0, wavelength_um, subharmonics), n=n, spacing_m=spacing_m,
+                  seed=seed, index=index)
+    a = _spotwave.phase_screen(ctx, params)
+    return a.reshape(int(n), int(n))
+
+
+def structure_function(r_m, *, r0, L0=25.0, wavelength_um=0.5):
+    """The phase structure function D(r) in rad^2 at the r0 wavelength: von Karman (exact, with
+    K_5/6) or 6.8839 (r / r0)^(5/3) for Kolmogorov (L0 = 0 or inf). r_m: a number or an array of
+    separations in metres."""
+    params = _turbulence(r0, L0, wavelength_um, 3)
+    r = np.asarray(r_m, np.float64)
+    out = np.array([_spotwave.structure_function(params, float(v)) for v in r.ravel()])
+    return out.reshape(r.shape) if r.ndim else float(out[0])
+
+
+class InfiniteScreen:
+    """An infinite phase screen: an n x n window (n even, 8..1024) over a frozen screen that
+    moves along +v, new rows drawn from the earlier ones (Assemat F., Wilson R. W., Gendron E.
+    (2006), "Method for simulating infinitely long and non stationary phase screens with
+    optimized memory storage", Opt. Express 14(3), 988-999). von Karman turbulence (finite L0).
+
+    ``InfiniteScreen(n, spacing_m, *, r0, L0=25.0, wavelength_um=0.5, subharmonics=3, seed=1,
+    ctx=None)``; ``advance(distance_m)`` moves the screen; ``window()`` gives the current
+    (n, n) OPD in micrometres. Runs on the CPU whatever the context.
+    """
+
+    def __init__(self, n, spacing_m, *, r0, L0=25.0, wavelength_um=0.5, subharmonics=3, seed=1,
+                 ctx=None):
+        self.ctx = _context.resolve(ctx)
+        params = dict(_turbulence(r0, L0, wavelength_um, subharmonics), n=n,
+                      spacing_m=spacing_m, seed=seed)
+        self._s = _spotwave.InfiniteScreen(self.ctx, params)
+        self.n = int(n)
+
+    def advance(self, distance_m):
+        """Moves the screen by distance_m (>= 0) metres along +v."""
+        self._s.advance(float(distance_m))
+
+    def window(self):
+        """The current window, (n, n) float64 OPD in micrometres."""
+        return self._s.window().reshape(self.n, self.n)
+
+    rows_added = property(lambda self: self._s.rows_added, doc="Rows drawn since creation.")
+    position_m = property(lambda self: self._s.position_m, doc="Distance moved, metres.")

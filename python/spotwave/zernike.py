@@ -309,3 +309,71 @@ def fit(dx_px, dy_px, *, pitch, pixel_um, focal_mm, pupil_mm, order=6, **more):
                     terms=plan.terms, pupil_mm=report_d, pupil_radius_px=radius)
         return out, info
     return out
+
+
+def basis(j, x, y, *, grad=False):
+    """Values of the Zernike polynomials of OSA/ANSI indices j (an int or a sequence) at
+    unit-disc points (x, y) (arrays of one shape; the polynomials are evaluated outside the disc
+    too). Returns an array of shape j.shape + x.shape (the j axis dropped for a scalar j); with
+    grad also (dZ/dx, dZ/dy) in unit-disc coordinates: (values, dzdx, dzdy). Orthonormal over
+    the unit disc: the mean of Z_j Z_k over the disc is 1 for j = k, 0 otherwise."""
+    js = np.asarray(j)
+    if js.dtype.kind not in "iu":
+        raise TypeError(f"j: expected OSA indices (integers), got {js.dtype}")
+    xa, ya = np.broadcast_arrays(np.asarray(x, np.float64), np.asarray(y, np.float64))
+    jj = np.ascontiguousarray(js.ravel(), np.int32)
+    v, gx, gy = _spotwave.zernike_eval(jj, np.ascontiguousarray(xa.ravel()),
+                                       np.ascontiguousarray(ya.ravel()), bool(grad))
+    shape = js.shape + xa.shape
+    if not grad:
+        return v.reshape(shape)
+    return v.reshape(shape), gx.reshape(shape), gy.reshape(shape)
+
+
+class MapPlan:
+    """A wavefront map plan: the Zernike basis sampled on a size x size grid spanning the
+    pupil's bounding square, pixel (i, k) at X = (2 i + 1) / size - 1, Y = (2 k + 1) / size - 1
+    (row k along +y), precomputed once (on the GPU on a CUDA context; Mompean et al. 2018,
+    section 3.4).
+
+    ``MapPlan(size=256, order=6, *, obscuration=0.0, half=False, method="basis", device=False,
+    ctx=None)``: half stores the basis as IEEE binary16; method "basis" (sum of the stored
+    maps) or "direct" (each term evaluated per pixel in double: faster for large maps);
+    device: maps come back as CuPy arrays on the context's GPU.
+    ``plan(coef, out=None)``: the wavefront sum_j coef[j] Z_j (OSA, um; terms beyond the
+    plan's are refused, missing ones are 0) as a float32 (size, size) array in um, NaN outside
+    the pupil.
+    """
+
+    def __init__(self, size=256, order=6, *, obscuration=0.0, half=False, method="basis",
+                 device=False, ctx=None):
+        self.ctx = _context.resolve(ctx)
+        if method not in ("basis", "direct"):
+            raise ValueError(f"method: '{method}' is not 'basis' or 'direct'")
+        if device:
+            _arrays.require_cuda(self.ctx, "device=True")
+        self._plan = _spotwave.ZernikeMapPlan(self.ctx, dict(size=size, order=order,
+                                                             obscuration=obscuration, half=half))
+        self.size, self.method, self.device = int(size), method, bool(device)
+
+    terms = property(lambda self: self._plan.terms, doc="Terms the plan holds.")
+
+    def __call__(self, coef, out=None):
+        c = np.ascontiguousarray(np.asarray(coef, np.float64))
+        if out is None:
+            out = _arrays.empty((self.size, self.size), np.float32, self.device, self.ctx)
+        o, device = _arrays.as_output(out, "out", self.ctx)
+        with _arrays.DeviceRun(self.ctx, device):
+            self._plan.run(c, o, self.method == "direct")
+        return out
+
+
+def wavefront_map(coef, size=256, *, obscuration=0.0, method="direct", device=False, ctx=None):
+    """The wavefront of OSA coefficients (um) over the pupil's bounding square: a float32
+    (size, size) map in um, NaN outside the pupil (see :class:`MapPlan`; one-shot)."""
+    c = np.asarray(coef, np.float64)
+    order = 0
+    while count(order) < len(c):
+        order += 1
+    return MapPlan(size, max(order, 1), obscuration=obscuration, method=method, device=device,
+                   ctx=ctx)(c)

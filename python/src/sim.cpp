@@ -409,10 +409,107 @@ nb::tuple sim_sh(nb::object ctx_obj, nb::dict params, nb::handle out, nb::handle
     return nb::make_tuple(d, report);
 }
 
+void turbulence_from(Params &q, sw_turbulence &t)
+{
+    sw_turbulence_default(&t);
+    t.r0_m = q.num("r0_m", t.r0_m);
+    t.L0_m = q.num("L0_m", t.L0_m);
+    t.wavelength_um = q.num("wavelength_um", t.wavelength_um);
+    t.subharmonics = (int32_t)q.integer("subharmonics", t.subharmonics);
+}
+
+// A (n, n) NumPy float64 array of the wavefront's OPD (um), row k = v, column i = u.
+nb::object wavefront_array(const sw_wavefront &w)
+{
+    double *d;
+    auto a = new_array<double>((size_t)w.nu * (size_t)w.nv, &d);
+    memcpy(d, w.opd_um, sizeof(double) * (size_t)w.nu * (size_t)w.nv);
+    return nb::cast(a);
+}
+
+nb::object phase_screen(nb::object ctx_obj, nb::dict params)
+{
+    Context &c = context_of(ctx_obj);
+    Params q(params, "phase_screen");
+    sw_turbulence t;
+    turbulence_from(q, t);
+    const int32_t n = (int32_t)q.integer("n", 256);
+    const double spacing_m = q.num("spacing_m", 0.01);
+    const uint64_t seed = q.u64("seed", 1), index = q.u64("index", 0);
+    q.done();
+    sw_wavefront w{};
+    call(c, [&] { return sw_phase_screen(c.ctx, &t, n, spacing_m, seed, index, &w); });
+    nb::object a = wavefront_array(w);
+    sw_wavefront_free(&w);
+    return a;
+}
+
+double structure_function(nb::dict params, double r_m)
+{
+    Params q(params, "structure_function");
+    sw_turbulence t;
+    turbulence_from(q, t);
+    q.done();
+    call_noctx([&] { return sw_turbulence_check(nullptr, &t); });
+    return sw_turbulence_structure(&t, r_m);
+}
+
+struct InfiniteScreen {
+    nb::object ctx_obj;
+    Context *ctx = nullptr;
+    sw_infinite_screen *s = nullptr;
+    sw_wavefront w{};
+    InfiniteScreen() = default;
+    InfiniteScreen(const InfiniteScreen &) = delete;
+    InfiniteScreen &operator=(const InfiniteScreen &) = delete;
+    ~InfiniteScreen()
+    {
+        sw_wavefront_free(&w);
+        sw_infinite_screen_destroy(s);
+    }
+};
+
+void infinite_init(InfiniteScreen *self, nb::object ctx_obj, nb::dict params)
+{
+    new (self) InfiniteScreen();
+    self->ctx_obj = ctx_obj;
+    self->ctx = &context_of(ctx_obj);
+    Params q(params, "InfiniteScreen");
+    sw_turbulence t;
+    turbulence_from(q, t);
+    const int32_t n = (int32_t)q.integer("n", 64);
+    const double spacing_m = q.num("spacing_m", 0.01);
+    const uint64_t seed = q.u64("seed", 1);
+    q.done();
+    Context &c = *self->ctx;
+    call(c, [&] { return sw_infinite_screen_create(c.ctx, &t, n, spacing_m, seed, &self->s); });
+}
+
 } // namespace
 
 void bind_sim(nb::module_ &m)
 {
+    m.def("phase_screen", &phase_screen, nb::arg("ctx"), nb::arg("params"));
+    m.def("structure_function", &structure_function, nb::arg("params"), nb::arg("r_m"));
+    nb::class_<InfiniteScreen>(m, "InfiniteScreen",
+                               "An infinite phase screen (turbulence.h). Use "
+                               "spotwave.sim.InfiniteScreen.")
+        .def("__init__", &infinite_init, nb::arg("ctx"), nb::arg("params"))
+        .def("advance",
+             [](InfiniteScreen &is, double d) {
+                 Context &c = *is.ctx;
+                 call(c, [&] { return sw_infinite_screen_advance(is.s, d); });
+             })
+        .def("window",
+             [](InfiniteScreen &is) {
+                 Context &c = *is.ctx;
+                 call(c, [&] { return sw_infinite_screen_window(is.s, &is.w); });
+                 return wavefront_array(is.w);
+             })
+        .def_prop_ro("rows_added",
+                     [](InfiniteScreen &is) { return sw_infinite_screen_rows_added(is.s); })
+        .def_prop_ro("position_m",
+                     [](InfiniteScreen &is) { return sw_infinite_screen_position(is.s); });
     m.def("sim_stars", &sim_stars, nb::arg("ctx"), nb::arg("params"), nb::arg("out"));
     m.def("sim_sh", &sim_sh, nb::arg("ctx"), nb::arg("params"), nb::arg("out"),
           nb::arg("reference").none());

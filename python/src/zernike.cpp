@@ -182,10 +182,101 @@ nb::object mirror_x(nb::handle coef)
     return nb::cast(a);
 }
 
+// Z_j (and optionally its gradient) at N points for K indices: (K x N) float64 arrays.
+nb::tuple zernike_eval(nb::handle js, nb::handle x, nb::handle y, bool grad)
+{
+    FlatArg aj = flat_arg<int32_t>(js, "j", 0, false);
+    FlatArg ax = flat_arg<double>(x, "x", 0, false);
+    FlatArg ay = flat_arg<double>(y, "y", ax.size, false);
+    if (aj.where == Where::device || ax.where == Where::device || ay.where == Where::device)
+        type_error("x, y: host (NumPy) arrays are needed");
+    const size_t k = aj.size, n = ax.size;
+    const int32_t *jj = (const int32_t *)aj.data;
+    std::vector<int> nn(k), mm(k);
+    for (size_t i = 0; i < k; i++)
+        if (sw_zernike_osa_nm(jj[i], &nn[i], &mm[i]) != SW_OK)
+            value_error("j: %d is not an OSA/ANSI index (0 .. %d)", jj[i],
+                        sw_zernike_count(SW_ZERNIKE_MAX_ORDER) - 1);
+    double *v, *gx = nullptr, *gy = nullptr;
+    auto av = new_array<double>(k * n, &v);
+    nb::object ox = nb::none(), oy = nb::none();
+    if (grad) {
+        ox = nb::cast(new_array<double>(k * n, &gx));
+        oy = nb::cast(new_array<double>(k * n, &gy));
+    }
+    const double *px = (const double *)ax.data, *py = (const double *)ay.data;
+    {
+        nb::gil_scoped_release nogil;
+        for (size_t i = 0; i < k; i++)
+            for (size_t p = 0; p < n; p++) {
+                if (grad)
+                    sw_zernike_eval_grad(nn[i], mm[i], px[p], py[p], &v[i * n + p],
+                                         &gx[i * n + p], &gy[i * n + p]);
+                else
+                    v[i * n + p] = sw_zernike_eval(nn[i], mm[i], px[p], py[p]);
+            }
+    }
+    return nb::make_tuple(av, ox, oy);
+}
+
+struct ZmapPlan {
+    nb::object ctx_obj;
+    Context *ctx = nullptr;
+    sw_zmap_plan *plan = nullptr;
+    sw_zmap_params p{};
+    ZmapPlan() = default;
+    ZmapPlan(const ZmapPlan &) = delete;
+    ZmapPlan &operator=(const ZmapPlan &) = delete;
+    ~ZmapPlan() { sw_zmap_destroy(plan); }
+};
+
+void zmap_init(ZmapPlan *self, nb::object ctx_obj, nb::dict params)
+{
+    new (self) ZmapPlan();
+    self->ctx_obj = ctx_obj;
+    self->ctx = &context_of(ctx_obj);
+    sw_zmap_params_default(&self->p);
+    Params q(params, "MapPlan");
+    self->p.size = (int32_t)q.integer("size", self->p.size);
+    self->p.max_order = (int32_t)q.integer("order", self->p.max_order);
+    self->p.obscuration = q.num("obscuration", self->p.obscuration);
+    self->p.half = q.flag("half", false) ? 1 : 0;
+    q.done();
+    Context &c = *self->ctx;
+    call(c, [&] { return sw_zmap_create(c.ctx, &self->p, &self->plan); });
+}
+
+// The map of coef (host float64, OSA) into out (a writable float32 size x size image, host or
+// device on a CUDA context); direct: per-pixel evaluation instead of the basis maps.
+void zmap_run(ZmapPlan &zp, nb::handle coef, nb::handle out, bool direct)
+{
+    FlatArg c = flat_arg<double>(coef, "coef", 0, false);
+    if (c.where == Where::device)
+        type_error("coef: a host (NumPy) array of coefficients is needed");
+    ImageArg o = image_arg(out, "out", false, PIX_F32, true);
+    check_side(*zp.ctx, o.where, o.device_id, "out");
+    Context &ctx = *zp.ctx;
+    call(ctx, [&] {
+        return direct ? sw_zmap_run_direct(zp.plan, (const double *)c.data, (int32_t)c.size, &o.img)
+                      : sw_zmap_run(zp.plan, (const double *)c.data, (int32_t)c.size, &o.img);
+    });
+}
+
 } // namespace
 
 void bind_zernike(nb::module_ &m)
 {
+    m.def("zernike_eval", &zernike_eval, nb::arg("j"), nb::arg("x"), nb::arg("y"),
+          nb::arg("grad") = false);
+    nb::class_<ZmapPlan>(m, "ZernikeMapPlan",
+                         "The wavefront map plan (zernike_fit.h): ZernikeMapPlan(ctx, params). "
+                         "Use spotwave.zernike.MapPlan.")
+        .def("__init__", &zmap_init, nb::arg("ctx"), nb::arg("params"))
+        .def("run", &zmap_run, nb::arg("coef"), nb::arg("out"), nb::arg("direct") = false)
+        .def_prop_ro("size", [](ZmapPlan &zp) { return zp.p.size; })
+        .def_prop_ro("terms", [](ZmapPlan &zp) { return sw_zernike_count(zp.p.max_order); })
+        .def_prop_ro("ctx", [](ZmapPlan &zp) { return zp.ctx_obj; });
+
     nb::class_<ZfitPlan>(m, "ZernikeFitPlan",
                          "The Zernike fit plan (zernike_fit.h): ZernikeFitPlan(ctx, params). Use "
                          "spotwave.zernike.FitPlan.")

@@ -92,3 +92,30 @@ def test_sim_bad_arguments(cpu):
     with pytest.raises(spotwave.InvalidArgumentError):
         spotwave.sim.stars(catalog={"x_px": [1.0], "y_px": [np.nan], "flux_e": [10.0]},
                            size=(16, 16), ctx=cpu)
+
+
+def test_phase_screen_statistics(cpu):
+    # The mean structure function over screens against Kolmogorov's 6.88 (r / r0)^(5/3) (a
+    # small-scale check: at a few samples the FFT screen's finite size does not matter).
+    r0, spacing, n = 0.1, 0.01, 128
+    d = []
+    for k in range(6):
+        s = spotwave.sim.phase_screen(n, spacing, r0=r0, L0=0, seed=3, index=k, ctx=cpu)
+        phase = s * 2 * np.pi / 0.5  # um of OPD -> rad at the r0 wavelength (0.5 um)
+        d.append([np.mean((phase[:, lag:] - phase[:, :-lag]) ** 2) for lag in (1, 2, 4)])
+    d = np.mean(d, axis=0)
+    want = spotwave.sim.structure_function(np.array([1, 2, 4]) * spacing, r0=r0, L0=0)
+    assert np.allclose(want, 6.8839 * (np.array([1, 2, 4]) * spacing / r0) ** (5 / 3), rtol=1e-3)
+    assert np.all(np.abs(d / want - 1) < 0.15), d / want
+    again = spotwave.sim.phase_screen(n, spacing, r0=r0, L0=0, seed=3, index=5, ctx=cpu)
+    assert np.array_equal(again, s)
+
+
+def test_infinite_screen_moves_along_v(cpu):
+    s = spotwave.sim.InfiniteScreen(16, 0.02, r0=0.1, L0=5.0, seed=2, ctx=cpu)
+    a = s.window()
+    s.advance(0.02)
+    b = s.window()
+    assert a.shape == (16, 16) and s.rows_added == 1
+    assert np.allclose(b[1:], a[:-1])
+    assert s.position_m == pytest.approx(0.02)

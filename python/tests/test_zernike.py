@@ -93,3 +93,33 @@ def test_fit_bad_input(cpu):
     assert "slopes" in str(e.value) or "unknowns" in str(e.value)
     with pytest.raises(TypeError, match="fit: unexpected keyword argument"):
         zernike.fit(dx, dx, pitch=16, pixel_um=5.5, focal_mm=3.5, pupil_mm=0.5, ordre=4)
+
+
+def test_basis_values_and_orthonormality():
+    assert zernike.basis(4, 0.5, 0.0) == pytest.approx(np.sqrt(3) * (2 * 0.25 - 1))
+    assert zernike.basis(2, 0.3, 0.7) == pytest.approx(2 * 0.3)  # Z(1, 1) = 2 x
+    n = 400
+    g = (np.arange(n) + 0.5) / n * 2 - 1
+    x, y = np.meshgrid(g, g)
+    inside = x**2 + y**2 <= 1
+    z = zernike.basis(np.arange(10), x[inside], y[inside])
+    gram = z @ z.T / inside.sum()
+    assert np.abs(gram - np.eye(10)).max() < 0.02
+    v, dx, dy = zernike.basis([4], np.array([0.5]), np.array([0.0]), grad=True)
+    assert dx[0, 0] == pytest.approx(np.sqrt(3) * 4 * 0.5) and dy[0, 0] == pytest.approx(0.0)
+
+
+def test_wavefront_map(cpu):
+    c = np.zeros(15)
+    c[4], c[12] = 0.3, -0.1
+    size = 64
+    m = zernike.wavefront_map(c, size, ctx=cpu)
+    assert m.shape == (size, size) and m.dtype == np.float32
+    i = (np.arange(size) * 2 + 1) / size - 1
+    X, Y = np.meshgrid(i, i)
+    inside = X**2 + Y**2 <= 1
+    want = 0.3 * zernike.basis(4, X, Y) - 0.1 * zernike.basis(12, X, Y)
+    assert np.isnan(m[~inside]).all()
+    assert np.allclose(m[inside], want[inside], atol=1e-5)
+    plan = zernike.MapPlan(size, 4, method="basis", ctx=cpu)
+    assert np.allclose(plan(c), m, atol=1e-5, equal_nan=True)
