@@ -29,6 +29,7 @@ from ._centroid import CentroidPlan, CentroidResult, centroid, find_geometry
 from ._context import default_context, set_default_context
 from ._find import FindPlan, find
 from ._io import h5_info, read, write_fits, write_pgm
+from ._pupil import PupilPlan, pupil
 from ._spotwave import (
     Context,
     CudaError,
@@ -53,6 +54,7 @@ __version__ = _spotwave.__version__
 __all__ = [
     "CentroidPlan", "CentroidResult", "Context", "CudaError", "Error", "FileError", "FindPlan",
     "FormatError", "InternalError", "InvalidArgumentError", "NoDeviceError", "OutOfMemoryError",
+    "PupilPlan", "pupil",
     "RangeError", "UnsupportedError", "build_info", "built_with_cuda", "centroid",
     "cuda_device_count", "data_dir", "default_context", "find", "find_geometry", "h5_info", "read",
     "set_default_context", "sim", "write_fits", "write_pgm", "zernike",

@@ -14,4 +14,5 @@ NB_MODULE(_spotwave, m)
     swpy::bind_centroid(m);
     swpy::bind_zernike(m);
     swpy::bind_sim(m);
+    swpy::bind_pupil(m);
 }
