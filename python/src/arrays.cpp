@@ -11,7 +11,8 @@
 
 #include <climits>
 
-namespace swpy {
+namespace swpy
+{
 
 std::string dtype_name(nb::dlpack::dtype dt)
 {
@@ -101,8 +102,8 @@ template <class A> static std::string shape_text(const A &a)
     return s + ")";
 }
 
-template <class A> static void fill_image(ImageArg &r, const A &a, const char *name, bool allow_3d,
-                                         unsigned types);
+template <class A>
+static void fill_image(ImageArg &r, const A &a, const char *name, bool allow_3d, unsigned types);
 
 ImageArg image_arg(nb::handle obj, const char *name, bool allow_3d, unsigned types, bool writable)
 {
@@ -123,8 +124,8 @@ ImageArg image_arg(nb::handle obj, const char *name, bool allow_3d, unsigned typ
     return r;
 }
 
-template <class A> static void fill_image(ImageArg &r, const A &a, const char *name, bool allow_3d,
-                                         unsigned types)
+template <class A>
+static void fill_image(ImageArg &r, const A &a, const char *name, bool allow_3d, unsigned types)
 {
     const size_t nd = a.ndim();
     if (nd != 2 && !(allow_3d && nd == 3))
@@ -177,8 +178,7 @@ template <class A> static void fill_image(ImageArg &r, const A &a, const char *n
     r.img.data = const_cast<void *>((const void *)a.data());
 }
 
-template <class T>
-FlatArg flat_arg(nb::handle obj, const char *name, size_t count, bool writable)
+template <class T> FlatArg flat_arg(nb::handle obj, const char *name, size_t count, bool writable)
 {
     FlatArg r;
     const char *tname = nullptr;
