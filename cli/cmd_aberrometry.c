@@ -1,7 +1,7 @@
 /*
  * spotwave aberrometry: Hartmann-Shack images of one or two living eyes in; per frame and eye the
- * pupil, the Zernike aberrations and the refraction out (seed 001, the whole system: pupil
- * tracking Sec. 3.1, centroid search Sec. 3.2, modal fit Sec. 3.3, wavefront map Sec. 3.4;
+ * pupil, the Zernike aberrations and the refraction out (Mompean et al. 2019, the whole system:
+ * pupil tracking Sec. 3.1, centroid search Sec. 3.2, modal fit Sec. 3.3, wavefront map Sec. 3.4;
  * aberrometry.h). The reference image (no eye: a flat wavefront over the lenslet array) gives the
  * reference centroids and, when the grid is not given, the lenslet grid.
  *
@@ -45,12 +45,16 @@ void sw_cmd_aberrometry_help(FILE *out)
         "Usage: spotwave [GLOBAL OPTIONS] aberrometry IMAGE... --reference REF [OPTIONS]\n"
         "\n"
         "Measures the ocular aberrations of one eye (or, with --binocular, of two eyes side by\n"
-        "side) on Hartmann-Shack images (seed 001): per frame, the pupil is tracked (Sec. 3.1),\n"
-        "the spots of the lenslets wholly inside it are searched (Sec. 3.2: PAPYCS, the\n"
-        "pyramidal search, with a dynamic mesh from a preliminary low-order fit and three\n"
-        "discarding criteria; or the centre of mass or Reichenbach's algorithm), their\n"
+        "side) on Hartmann-Shack images, after Mompean, Aragon, Prieto & Artal 2019 (Future\n"
+        "Gener. Comput. Syst. 91, 177): per frame, the pupil is tracked (Sec. 3.1), the spots\n"
+        "of the lenslets wholly inside it are searched (Sec. 3.2: PAPYCS, the pyramidal\n"
+        "search, with a dynamic mesh from a preliminary low-order fit and three discarding\n"
+        "criteria; or the centre of mass or Reichenbach's algorithm, Sec. 3.2.2-3.2.3), their\n"
         "displacements from the reference centroids are fitted with Zernike polynomials over\n"
-        "the analysis circle (Sec. 3.3), and the refraction follows from the coefficients.\n"
+        "the analysis circle (Sec. 3.3), and the refraction follows from the coefficients:\n"
+        "the power vectors of Thibos, Hong, Bradley & Applegate 2004 (J. Vision 4(4), 329)\n"
+        "with the 4th and 6th order terms included (the Seidel terms to order 6; 'spotwave\n"
+        "fit' uses the second order alone unless --higher-order-rx).\n"
         "\n"
         "Writes one CSV row per Zernike term and eye:\n"
         "  eye,j,n,m,coef_um\n"
@@ -94,7 +98,7 @@ void sw_cmd_aberrometry_help(FILE *out)
         "                         static mesh only)\n"
         "  --central-fraction F   the preliminary fit's central area, x the analysis radius,\n"
         "                         (0, 1] (default %g)\n"
-        "  --mesh-stages N        stages of the dynamic mesh, 1..%d (default %d; 1: the seed's\n"
+        "  --mesh-stages N        stages of the dynamic mesh, 1..%d (default %d; 1: the paper's\n"
         "                         single preliminary fit)\n"
         "  --mesh-tolerance F     discard kept spots farther than F pitches from their start\n"
         "                         (default %g; 0: no mesh check)\n"
