@@ -23,8 +23,13 @@
 
 #define DEF_PIXEL_UM 5.5
 #define DEF_FOCAL_MM 3.5
-#define DEF_MAP_SIZE 256
-#define MAX_BATCH    16 /* frames per sw_aberrometry_run_batch call */
+/* The magnification of 'spotwave sim eye' with its defaults: a 5.12 mm pupil drawn 576 px wide
+ * (0.9 x 640) on 5.5 um pixels, 576 x 5.5 / 5120. The library's default is 1; the command's is
+ * the simulator's, so that sim eye's image through aberrometry's defaults gives the true
+ * refraction (issue 29: with 1 the pupil came out 3.17 mm and the sphere 2.6x too strong). */
+#define DEF_MAGNIFICATION 0.61875
+#define DEF_MAP_SIZE      256
+#define MAX_BATCH         16 /* frames per sw_aberrometry_run_batch call */
 
 /* Defaults of the library for the help text (a 640 x 640 u8 frame, sim eye's grid). */
 static void help_defaults(sw_aberrometry_params *d)
@@ -87,7 +92,11 @@ void sw_cmd_aberrometry_help(FILE *out)
         "  --pixel-um P           detector pixel pitch, micrometres (default %g)\n"
         "  --focal-mm F           lenslet focal length, millimetres (default %g)\n"
         "  --magnification M      size of the pupil on the lenslet array / its size at the eye\n"
-        "                         (default %g): pupil_mm = 2 R_px pixel / (1000 M)\n"
+        "                         (default %g, that of 'spotwave sim eye' with its defaults:\n"
+        "                         a 5.12 mm pupil 576 px wide on 5.5 um pixels; give your\n"
+        "                         instrument's): pupil_mm = 2 R_px pixel / (1000 M). It\n"
+        "                         scales the pupil and so the refraction (as 1 / M^2), not\n"
+        "                         the coefficients in um; the report says which was used\n"
         "\n"
         "Analysis:\n"
         "  --binocular            two eyes, a left and a right one (default: one)\n"
@@ -150,7 +159,7 @@ void sw_cmd_aberrometry_help(FILE *out)
         "  spotwave sim eye --rms-um 1 --out eye.pgm\n"
         "  spotwave aberrometry eye.pgm --reference ref.pgm --magnification 0.61875 \\\n"
         "      --out z.csv --json --map w.png\n",
-        DEF_PIXEL_UM, DEF_FOCAL_MM, d.magnification, SW_AB_MAX_ORDER, d.order, d.prelim_order,
+        DEF_PIXEL_UM, DEF_FOCAL_MM, DEF_MAGNIFICATION, SW_AB_MAX_ORDER, d.order, d.prelim_order,
         d.central_fraction, SW_AB_MAX_STAGES, d.mesh_stages, d.mesh_tolerance, SW_SEARCH_MAX_WINDOW,
         d.discard_contrast, SW_AB_MAX_STREAMS, d.streams, DEF_MAP_SIZE);
 }
@@ -194,7 +203,7 @@ typedef struct ab_opts {
     int ninputs;
     const char *reference, *dataset, *out, *map, *spots;
     long first, count; /* count -1: all */
-    int have_pitch, have_grid, have_origin;
+    int have_pitch, have_grid, have_origin, have_magnification;
     sw_sh_geometry geom; /* pitch, grid and origin from the options; pixel_um, focal_mm */
     double magnification, central_fraction, fit_radius_px, contrast, vertex_mm, pupil_mm;
     int have_central, have_contrast, have_prelim, have_window, have_stages, have_tolerance;
@@ -289,7 +298,7 @@ static int parse_opts(ab_opts *o, int argc, char **argv)
     o->count = -1;
     o->progress = -1;
     o->n_eyes = 1;
-    o->magnification = d.magnification;
+    o->magnification = DEF_MAGNIFICATION;
     o->order = d.order;
     o->prelim_order = d.prelim_order;
     o->streams = d.streams;
@@ -326,7 +335,10 @@ static int parse_opts(ab_opts *o, int argc, char **argv)
             break;
         case OPT_PIXEL: rc = opt_num(name, 1, &o->geom.pixel_um); break;
         case OPT_FOCAL: rc = opt_num(name, 1, &o->geom.focal_mm); break;
-        case OPT_MAGNIFICATION: rc = opt_num(name, 1, &o->magnification); break;
+        case OPT_MAGNIFICATION:
+            rc = opt_num(name, 1, &o->magnification);
+            o->have_magnification = 1;
+            break;
         case OPT_BINOCULAR: o->n_eyes = 2; break;
         case OPT_ALGORITHM:
             if (sw_search_algorithm_parse(optarg, &o->algorithm) != SW_OK)
@@ -918,6 +930,8 @@ static void json_report(const ab_job *j, double seconds)
         fputs("\"pupil\"", f);
     fputs(",\n  \"magnification\": ", f);
     json_num(f, p->magnification);
+    fprintf(f, ",\n  \"magnification_source\": \"%s\"",
+            o->have_magnification ? "option" : "default (sim eye's)");
     fputs(",\n  \"vertex_mm\": ", f);
     json_num(f, p->vertex_mm);
     fprintf(f, ",\n  \"window_px\": %d,\n  \"discard\": %s,\n  \"discard_contrast\": ",
@@ -962,6 +976,11 @@ static void text_report(const ab_job *j, double seconds)
            sw_pixel_type_string(j->in.type), j->geom.nx, j->geom.ny, j->geom.pitch_px,
            j->geom_from_reference ? " (from the reference)" : "",
            sw_search_algorithm_string(j->p.algorithm), j->p.order, seconds);
+    printf("  optics     magnification %g (%s), %g um pixels, f %g mm; refraction with the 4th and "
+           "6th orders\n",
+           j->p.magnification,
+           j->o->have_magnification ? "--magnification" : "the default: sim eye's; give yours",
+           j->geom.pixel_um, j->geom.focal_mm);
     for (int32_t k = 0; k < f->n_eyes; k++) {
         const sw_aberrometry_eye *e = &f->eye[k].e;
         if (!e->valid) {

@@ -1577,7 +1577,11 @@ static void sim_eye_help(FILE *out)
             "  --eye-center X,Y       a pupil centre in pixels; once per eye (default: the\n"
             "                         centre of the image, or of each half)\n"
             "  --pupil-px P           pupil diameter on the detector, pixels (default: 0.9 x the\n"
-            "                         smaller side of the image or of each half)\n"
+            "                         smaller side of the image or of each half). The eye's\n"
+            "                         pupil reaches the detector magnified by P x pixel-um /\n"
+            "                         (1000 x pupil-mm): 576 x 5.5 / 5120 = 0.61875 by default,\n"
+            "                         the default --magnification of 'spotwave aberrometry'; the\n"
+            "                         report prints it: give it to aberrometry when it differs\n"
             "  --pupil-mm D           the eye's pupil diameter, mm: the coefficients' pupil\n"
             "                         (default %g)\n"
             "  --ellipse B/A,ANGLE    elliptical pupils: minor/major ratio, major axis angle\n"
@@ -2150,6 +2154,31 @@ done:
     return rc;
 }
 
+/* The pupil's magnification onto the detector (sim_eye.h's sw_eye) and the refraction of the true
+ * coefficients as 'spotwave aberrometry' reports it (Thibos et al. 2004 with the 4th and 6th
+ * orders); NaN where there is none. */
+static double eye_magnification(const eye_opts *o, const sw_eye_truth *q)
+{
+    return 2.0 * q->a_px * o->sh.pixel_um / (1000.0 * q->pupil_mm);
+}
+
+static sw_refraction eye_true_rx(const sw_eye_truth *q)
+{
+    sw_refraction rx;
+    double c[6] = {0};
+    const double *coef = q->coef_um;
+    int32_t count = q->count;
+    if (count < 6) { /* fewer terms than the second order: the rest are 0 */
+        for (int32_t j = 0; j < count; j++)
+            c[j] = q->coef_um[j];
+        coef = c;
+        count = 6;
+    }
+    if (sw_zernike_refraction(NULL, coef, count, q->pupil_mm, 1, 0.0, &rx) != SW_OK)
+        rx.M = rx.J0 = rx.J45 = rx.sphere_d = rx.cyl_d = rx.axis_deg = NAN;
+    return rx;
+}
+
 static void print_eye(const eye_opts *o, const eye_report *r)
 {
     const sw_eyesim_truth *t = &r->truth;
@@ -2162,11 +2191,16 @@ static void print_eye(const eye_opts *o, const eye_report *r)
                o->sh.nx, o->sh.ny, o->sh.pitch, sw_sh_model_string(o->sh.model));
         for (int e = 0; e < t->n_eyes; e++) {
             const sw_eye_truth *q = &t->eye[e];
+            const sw_refraction rx = eye_true_rx(q);
             printf("  eye %d      centre (%g, %g) px, diameter %g px, RMS %.4f um, %lld lenslets "
                    "lit\n",
                    e, q->cx_px, q->cy_px, 2 * q->a_px,
                    q->count > 0 ? sw_zernike_rms(q->coef_um, q->count, 3) : 0.0,
                    (long long)lit_lenslets(&q->sh, o->sh.min_illum));
+            printf("             magnification %g (pupil %g mm on %g px of %g um); true refraction "
+                   "%+.2f D %+.2f D x %.0f deg (orders 2, 4, 6, as aberrometry)\n",
+                   eye_magnification(o, q), q->pupil_mm, 2 * q->a_px, o->sh.pixel_um, rx.sphere_d,
+                   rx.cyl_d, rx.axis_deg);
         }
         printf("  artefacts  glow %g e-, reflection %g e-, brightness %g, tear film %d, white "
                "noise %g e-\n",
@@ -2196,6 +2230,7 @@ static void print_eye(const eye_opts *o, const eye_report *r)
     printf("  \"pixel_type\": \"%s\",\n  \"eye\": [", sw_pixel_type_string(o->d.det.out_type));
     for (int e = 0; e < t->n_eyes; e++) {
         const sw_eye_truth *q = &t->eye[e];
+        const sw_refraction rx = eye_true_rx(q);
         printf("%s\n    {\"cx_px\": %.17g, \"cy_px\": %.17g, \"a_px\": %.17g, \"b_px\": %.17g, "
                "\"angle_deg\": %.17g, \"rms_um\": %.17g, \"defocus_um\": %.17g, "
                "\"lenslets_lit\": %lld, \"reflection_x_px\": ",
@@ -2206,7 +2241,21 @@ static void print_eye(const eye_opts *o, const eye_report *r)
         json_number(q->reflection_x_px);
         printf(", \"reflection_y_px\": ");
         json_number(q->reflection_y_px);
-        printf("}");
+        printf(", \"magnification\": ");
+        json_number(eye_magnification(o, q));
+        printf(", \"refraction\": {\"sphere_d\": ");
+        json_number(rx.sphere_d);
+        printf(", \"cyl_d\": ");
+        json_number(rx.cyl_d);
+        printf(", \"axis_deg\": ");
+        json_number(rx.axis_deg);
+        printf(", \"M\": ");
+        json_number(rx.M);
+        printf(", \"J0\": ");
+        json_number(rx.J0);
+        printf(", \"J45\": ");
+        json_number(rx.J45);
+        printf("}}");
     }
     printf("\n  ],\n  \"render_ms\": %.6f,\n  \"detector_ms\": %.6f,\n  \"write_ms\": %.6f,\n",
            r->render_ms, r->detector_ms, r->write_ms);
