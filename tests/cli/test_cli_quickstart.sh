@@ -66,7 +66,7 @@ e=$(rows eiger_spots.csv)
 c=$(rows ccd_spots.csv)
 c1=$(rows ccd_gain1.csv)
 ((e >= 200 && e <= 400 && c >= 200 && c <= 400 && c1 > 1000)) ||
-    fail "crystallography: spots $e (Eiger), $c (CCD, gain $GAIN_CHECK), $c1 (CCD, gain 1)"
+    fail "crystallography: spots $e (Eiger), $c (CCD, the computed gain), $c1 (CCD, gain 1)"
 
 # 4. Astronomer: >= 90 % of the stars to magnitude 8 found, <= 3 false spots; fewer with gain 1.
 out4=$(cat "$tmp/out4")
