@@ -109,10 +109,12 @@ ImageArg image_arg(nb::handle obj, const char *name, bool allow_3d, unsigned typ
 {
     ImageArg r;
     if (writable) {
-        if (!nb::try_cast<ArrayRW>(obj, r.keep_rw, false))
-            type_error("%s: expected a writable NumPy array or device array, got %s%s", name,
-                       nb::type_name(obj.type()).c_str(),
-                       nb::try_cast<Array>(obj, r.keep, false) ? " (read-only)" : "");
+        if (!nb::try_cast<ArrayRW>(obj, r.keep_rw, false)) {
+            if (nb::try_cast<Array>(obj, r.keep, false))
+                value_error("%s: the array is read-only", name);
+            type_error("%s: expected a writable NumPy array or device array, got %s", name,
+                       nb::type_name(obj.type()).c_str());
+        }
         fill_image(r, r.keep_rw, name, allow_3d, types);
     } else {
         if (!nb::try_cast<Array>(obj, r.keep, false))
@@ -184,9 +186,12 @@ template <class T> FlatArg flat_arg(nb::handle obj, const char *name, size_t cou
     const char *tname = nullptr;
     nb::dlpack::dtype want = nb::dtype<T>();
     if (writable) {
-        if (!nb::try_cast<ArrayRW>(obj, r.keep_rw, false))
+        if (!nb::try_cast<ArrayRW>(obj, r.keep_rw, false)) {
+            if (nb::try_cast<Array>(obj, r.keep_ro, false))
+                value_error("%s: the array is read-only", name);
             type_error("%s: expected a writable NumPy array or device array, got %s", name,
                        nb::type_name(obj.type()).c_str());
+        }
     } else if (!nb::try_cast<Array>(obj, r.keep_ro, false)) {
         type_error("%s: expected a NumPy array or device array, got %s", name,
                    nb::type_name(obj.type()).c_str());
