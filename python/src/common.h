@@ -195,5 +195,6 @@ void bind_centroid(nb::module_ &m);
 void bind_zernike(nb::module_ &m);
 void bind_sim(nb::module_ &m);
 void bind_pupil(nb::module_ &m);
+void bind_bench(nb::module_ &m); // python -m spotwave.bench: the C side (bench.cpp)
 
 } // namespace swpy

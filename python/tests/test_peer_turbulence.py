@@ -46,7 +46,8 @@ def _kolmogorov(r):
 
 
 def _von_karman(r, L0):
-    special = pytest.importorskip("scipy.special", reason="scipy is not importable (pip install scipy)")
+    special = pytest.importorskip("scipy.special",
+                                  reason="scipy is not importable (pip install scipy)")
 
     def cov(x):  # Assemat et al. (2006) Eq. 5, x = 2 pi r / L0
         a = (L0 / R0) ** (5 / 3) * 2 ** (-5 / 6) * math.gamma(11 / 6) / np.pi ** (8 / 3)
