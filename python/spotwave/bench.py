@@ -193,6 +193,7 @@ def dispersion_equivalent(xp, ndi, frame, kernel=3, sigma_b=6.0, sigma_s=3.0, mi
               & (var > mean * (1 + sigma_b * xp.sqrt(2 / n1)))
               & (f > mean + sigma_s * xp.sqrt(mean)))
     labels, count = ndi.label(strong)
+    count = int(count)
     lab = labels.ravel()
     w = f.ravel()
     ys, xs = xp.divmod(xp.arange(f.size), f.shape[1])
