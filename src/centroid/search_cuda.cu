@@ -31,19 +31,16 @@
 #include "centroid/search_internal.h"
 #include "centroid/search_model.h"
 #include "core/core_cuda.h"
+#include "core/cuda_check.h"
 
 #include <cuda_runtime.h>
 
 #include <math.h>
 #include <stdint.h>
 
-#define SW_CU(call)                                                                                \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess)                                                                     \
-            return sw_fail(plan->ctx, e_ == cudaErrorMemoryAllocation ? SW_ENOMEM : SW_ECUDA,      \
-                           "search: CUDA call %s failed: %s", #call, cudaGetErrorString(e_));      \
-    } while (0)
+/* the checks of core/cuda_check.h: this context, this stage in their messages */
+#define SW_CUDA_CTX   plan->ctx
+#define SW_CUDA_STAGE "search"
 
 #define SEARCH_FULL  0xffffffffu
 #define SEARCH_WARPS 4   /* spots (warps) per block: SPOTS_PER_BLOCK of Algorithm 1 */

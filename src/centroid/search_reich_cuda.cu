@@ -50,6 +50,7 @@
  */
 #include "centroid/search_reich.h"
 #include "centroid/search_model.h"
+#include "core/cuda_check.h"
 
 #include <cuda_runtime.h>
 
@@ -58,13 +59,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SW_CU(call)                                                                                \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess)                                                                     \
-            return sw_fail(ctx, e_ == cudaErrorMemoryAllocation ? SW_ENOMEM : SW_ECUDA,            \
-                           "reichenbach: CUDA call %s failed: %s", #call, cudaGetErrorString(e_)); \
-    } while (0)
+/* the checks of core/cuda_check.h: this context, this stage in their messages */
+#define SW_CUDA_CTX   ctx
+#define SW_CUDA_STAGE "reichenbach"
 
 #define RH_FULL       0xffffffffu
 #define RH_TW         64  /* peak tile: columns                                   */
@@ -745,11 +742,6 @@ extern "C" void sw_reich_gpu_destroy(void *gpu)
     free(g);
 }
 
-template <typename T> static cudaError_t rh_alloc(T **p, size_t n)
-{
-    return cudaMalloc((void **)p, (n ? n : 1) * sizeof(T));
-}
-
 /* The scan kernel's dynamic shared memory for the plan's box, within the device's limit. */
 template <int TYPE>
 static sw_status rh_scan_limit(sw_context *ctx, const sw_rh_cfg *c, int optin, rh_gpu *g)
@@ -825,47 +817,47 @@ extern "C" sw_status sw_reich_gpu_create(sw_context *ctx, const sw_rh_cfg *c, vo
         }
     }
     if (e == cudaSuccess)
-        e = rh_alloc(&g->cells.pix, nc);
+        e = sw_cuda_alloc(&g->cells.pix, nc);
     if (e == cudaSuccess)
-        e = rh_alloc(&g->cells.x, nc);
+        e = sw_cuda_alloc(&g->cells.x, nc);
     if (e == cudaSuccess)
-        e = rh_alloc(&g->cells.y, nc);
+        e = sw_cuda_alloc(&g->cells.y, nc);
     if (e == cudaSuccess)
-        e = rh_alloc(&g->cells.s0, nc);
+        e = sw_cuda_alloc(&g->cells.s0, nc);
     if (e == cudaSuccess)
-        e = rh_alloc(&g->cells.claim, nc);
+        e = sw_cuda_alloc(&g->cells.claim, nc);
     if (e == cudaSuccess)
-        e = rh_alloc(&g->peaks, nc);
+        e = sw_cuda_alloc(&g->peaks, nc);
     if (e == cudaSuccess)
-        e = rh_alloc(&g->work.occ, nw);
+        e = sw_cuda_alloc(&g->work.occ, nw);
     if (e == cudaSuccess && !g->work.bits_shared)
-        e = rh_alloc(&g->work.taken, nw);
+        e = sw_cuda_alloc(&g->work.taken, nw);
     if (!g->work.spots_shared) {
         if (e == cudaSuccess)
-            e = rh_alloc(&g->work.fx, ns);
+            e = sw_cuda_alloc(&g->work.fx, ns);
         if (e == cudaSuccess)
-            e = rh_alloc(&g->work.fy, ns);
+            e = sw_cuda_alloc(&g->work.fy, ns);
         if (e == cudaSuccess)
-            e = rh_alloc(&g->work.choice, ns);
+            e = sw_cuda_alloc(&g->work.choice, ns);
         if (e == cudaSuccess)
-            e = rh_alloc(&g->work.mark, ns);
+            e = sw_cuda_alloc(&g->work.mark, ns);
         if (e == cudaSuccess)
-            e = rh_alloc(&g->work.list0, ns);
+            e = sw_cuda_alloc(&g->work.list0, ns);
         if (e == cudaSuccess)
-            e = rh_alloc(&g->work.list1, ns);
+            e = sw_cuda_alloc(&g->work.list1, ns);
         if (e == cudaSuccess)
-            e = rh_alloc(&g->work.found, ns);
+            e = sw_cuda_alloc(&g->work.found, ns);
         if (e == cudaSuccess)
-            e = rh_alloc(&g->work.srch, ns);
+            e = sw_cuda_alloc(&g->work.srch, ns);
     }
     if (e == cudaSuccess)
-        e = rh_alloc(&g->row_s, nh);
+        e = sw_cuda_alloc(&g->row_s, nh);
     if (e == cudaSuccess)
-        e = rh_alloc(&g->row_q, nh);
+        e = sw_cuda_alloc(&g->row_q, nh);
     if (e == cudaSuccess)
-        e = rh_alloc(&g->row_n, nh);
+        e = sw_cuda_alloc(&g->row_n, nh);
     if (e == cudaSuccess)
-        e = rh_alloc(&g->scal, 1);
+        e = sw_cuda_alloc(&g->scal, 1);
     /* The ticket starts at 0 (the prep kernel leaves it at 0), before any run on the stream. */
     if (e == cudaSuccess)
         e = cudaMemsetAsync(g->scal, 0, sizeof(rh_scal), stream_of(ctx));

@@ -46,6 +46,14 @@ sw_status sw_fail(sw_context *ctx, sw_status st, const char *fmt, ...)
 #endif
     ;
 
+/* Returns the status of expr from the calling function when it is not SW_OK. */
+#define SW_TRY(expr)                                                                               \
+    do {                                                                                           \
+        const sw_status st_ = (expr);                                                              \
+        if (st_ != SW_OK)                                                                          \
+            return st_;                                                                            \
+    } while (0)
+
 /* Sends a message to the context's log callback when its level is high enough. */
 void sw_log(const sw_context *ctx, sw_log_level level, const char *fmt, ...)
 #if defined(__GNUC__)
