@@ -52,7 +52,7 @@
  */
 #include "aberrometry/aberrometry_internal.h"
 #include "pupil/pupil_internal.h"
-#include "core/cuda_check.h"
+#include "core/cuda_util.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -62,7 +62,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* the checks of core/cuda_check.h: this context, this stage in their messages */
+/* the checks of core/cuda_util.h: this context, this stage in their messages */
 #define SW_CUDA_CTX   ctx
 #define SW_CUDA_STAGE "aberrometry"
 
@@ -603,7 +603,7 @@ static sw_status ab_body(sw_aberrometry_plan *plan, int slot, int timing, int ca
     return SW_OK;
 }
 
-/* Captures ab_body into the slot's graph (core/cuda_check.h: the capture is always ended, so
+/* Captures ab_body into the slot's graph (core/cuda_util.h: the capture is always ended, so
  * that the stream is usable again whatever failed inside). */
 static sw_status ab_capture(sw_aberrometry_plan *plan, int slot, int timing)
 {
@@ -633,12 +633,9 @@ extern "C" void sw_ab_gpu_free(sw_aberrometry_plan *plan, int slot)
     if (g->blas)
         cublasDestroy(g->blas);
     ab_dev *d = &g->d;
-    void *dev[] = {d->refx,  d->refy,  d->stage, d->eye, d->act,     d->st,      d->x,
-                   d->y,     d->sx,    d->sy,    d->D,   d->pred[0], d->pred[1], d->bk[0],
-                   d->bk[1], d->bp[0], d->bp[1], d->cnt, d->raw,     g->blas_ws};
-    for (size_t k = 0; k < sizeof dev / sizeof dev[0]; k++)
-        if (dev[k])
-            cudaFree(dev[k]);
+    SW_CUDA_FREE(d->refx, d->refy, d->stage, d->eye, d->act, d->st, d->x, d->y, d->sx, d->sy, d->D,
+                 d->pred[0], d->pred[1], d->bk[0], d->bk[1], d->bp[0], d->bp[1], d->cnt, d->raw,
+                 g->blas_ws);
     if (g->h_raw)
         cudaFreeHost(g->h_raw);
     for (int k = 0; k <= SW_AB_STAGES; k++)
@@ -726,10 +723,7 @@ extern "C" sw_status sw_ab_gpu_init(sw_aberrometry_plan *plan, int slot)
 
     /* cuBLAS (the predictions D_k c_k), bound to the slot's stream, with its own workspace
      * (needed to run inside a graph capture; cublasSetStream resets it, so it comes after). */
-    SW_CUBLAS(cublasCreate(&g->blas));
-    SW_CUBLAS(cublasSetStream(g->blas, s));
-    SW_CU(cudaMalloc(&g->blas_ws, AB_BLAS_WS));
-    SW_CUBLAS(cublasSetWorkspace(g->blas, g->blas_ws, AB_BLAS_WS));
+    SW_TRY(sw_cublas_create(ctx, SW_CUDA_STAGE, s, AB_BLAS_WS, &g->blas, &g->blas_ws));
 
     /* The searches' frame: the pupil plan's tight device copy (pupil_internal.h). */
     g->frame.width = p->width;

@@ -52,7 +52,7 @@
  */
 #include "centroid/centroid_internal.h"
 #include "centroid/centroid_model.h"
-#include "core/cuda_check.h"
+#include "core/cuda_util.h"
 
 #include <cuda_pipeline.h>
 #include <cuda_runtime.h>
@@ -63,7 +63,7 @@
 #include <string.h>
 #include <type_traits>
 
-/* the checks of core/cuda_check.h: this context, this stage in their messages */
+/* the checks of core/cuda_util.h: this context, this stage in their messages */
 #define SW_CUDA_CTX   plan->ctx
 #define SW_CUDA_STAGE "centroid"
 

@@ -31,14 +31,14 @@
 #include "centroid/search_internal.h"
 #include "centroid/search_model.h"
 #include "core/core_cuda.h"
-#include "core/cuda_check.h"
+#include "core/cuda_util.h"
 
 #include <cuda_runtime.h>
 
 #include <math.h>
 #include <stdint.h>
 
-/* the checks of core/cuda_check.h: this context, this stage in their messages */
+/* the checks of core/cuda_util.h: this context, this stage in their messages */
 #define SW_CUDA_CTX   plan->ctx
 #define SW_CUDA_STAGE "search"
 

@@ -50,7 +50,7 @@
  */
 #include "centroid/search_reich.h"
 #include "centroid/search_model.h"
-#include "core/cuda_check.h"
+#include "core/cuda_util.h"
 
 #include <cuda_runtime.h>
 
@@ -59,7 +59,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* the checks of core/cuda_check.h: this context, this stage in their messages */
+/* the checks of core/cuda_util.h: this context, this stage in their messages */
 #define SW_CUDA_CTX   ctx
 #define SW_CUDA_STAGE "reichenbach"
 

@@ -5,7 +5,7 @@
  */
 #include "core/core_cuda.h"
 #include "spotwave/rng.h"
-#include "core/cuda_check.h"
+#include "core/cuda_util.h"
 
 #include <cuda_runtime.h>
 #include <cub/block/block_reduce.cuh>
@@ -15,7 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
-/* the checks of core/cuda_check.h: this context, this stage in their messages */
+/* the checks of core/cuda_util.h: this context, this stage in their messages */
 #define SW_CUDA_CTX   ctx
 #define SW_CUDA_STAGE NULL
 

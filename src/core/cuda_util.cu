@@ -1,8 +1,12 @@
 /*
- * The failures of CUDA calls as messages, event pairs for timing, and the captured graphs of
- * the real-time stages (cuda_check.h).
+ * What the .cu files share (cuda_util.h): the failures of CUDA calls as messages, device lists
+ * freed, cuBLAS handles, event pairs for timing, and the captured graphs of the real-time stages.
  */
-#include "core/cuda_check.h"
+#include "core/cuda_util.h"
+
+/* the functions below take the context and the stage as ctx and stage */
+#define SW_CUDA_CTX   ctx
+#define SW_CUDA_STAGE stage
 
 sw_status sw_cuda_fail_call(sw_context *ctx, const char *stage, const char *call, cudaError_t e)
 {
@@ -21,10 +25,27 @@ sw_status sw_cuda_fail_status(sw_context *ctx, const char *stage, const char *li
     return sw_fail(ctx, st, "%s: %s call %s failed (%d)", stage, lib, call, code);
 }
 
+void sw_cuda_free_all(void *const *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i])
+            cudaFree(p[i]);
+}
+
+sw_status sw_cublas_create(sw_context *ctx, const char *stage, cudaStream_t s, size_t ws_bytes,
+                           cublasHandle_t *blas, void **ws)
+{
+    SW_CUBLAS(cublasCreate(blas));
+    SW_CUBLAS(cublasSetStream(*blas, s));
+    SW_CU(cudaMalloc(ws, ws_bytes));
+    SW_CUBLAS(cublasSetWorkspace(*blas, *ws, ws_bytes));
+    return SW_OK;
+}
+
 sw_status sw_event_pair_create(sw_context *ctx, const char *stage, sw_event_pair *ev)
 {
-    SW_CUDA_CHECK(ctx, stage, cudaEventCreate(&ev->t0));
-    SW_CUDA_CHECK(ctx, stage, cudaEventCreate(&ev->t1));
+    SW_CU(cudaEventCreate(&ev->t0));
+    SW_CU(cudaEventCreate(&ev->t1));
     return SW_OK;
 }
 
@@ -48,7 +69,7 @@ double sw_event_pair_us(const sw_event_pair *ev)
 
 sw_status sw_graph_begin(sw_context *ctx, const char *stage, cudaStream_t s)
 {
-    SW_CUDA_CHECK(ctx, stage, cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    SW_CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     return SW_OK;
 }
 
@@ -76,7 +97,7 @@ sw_status sw_graph_end(sw_graph *g, sw_context *ctx, const char *stage, const ch
     }
     g->graph = graph;
     if (upload)
-        SW_CUDA_CHECK(ctx, stage, cudaGraphUpload(g->exec, s));
+        SW_CU(cudaGraphUpload(g->exec, s));
     return SW_OK;
 }
 

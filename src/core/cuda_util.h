@@ -1,6 +1,6 @@
 /*
- * What every .cu file of the library uses to fail the same way (CUDA translation units only: it
- * includes the CUDA runtime's header).
+ * What every .cu file of the library shares, so that each does these things the same way (CUDA
+ * translation units only: it includes the CUDA runtime's and cuBLAS's headers).
  *
  * 1. Checks that return from the calling function through sw_fail when a call fails, naming the
  *    stage and the call as written:
@@ -10,21 +10,25 @@
  *    which context and stage its checks use, then writes SW_CU(call), SW_CUBLAS(call), ...:
  *        #define SW_CUDA_CTX   plan->ctx
  *        #define SW_CUDA_STAGE "centroid"
- *    (a NULL stage gives the message without "<stage>: "). SW_CUDA_CHECK and
- *    SW_CUDA_STATUS_CHECK take both explicitly, for code that has another context at hand.
+ *    (a NULL stage gives the message without "<stage>: "). SW_CUDA_CHECK takes both explicitly,
+ *    for code that has another context at hand.
  *
- * 2. sw_cuda_alloc, sw_cuda_upload: device arrays of n elements.
+ * 2. Device memory: sw_cuda_alloc, sw_cuda_upload (arrays of n elements), SW_CUDA_FREE (a list
+ *    of them, NULL ones included).
  *
- * 3. sw_event_pair: the GPU time of queued work.
+ * 3. sw_cublas_create: a cuBLAS handle on a stream with a workspace of its own.
  *
- * 4. sw_graph: the run of a stage captured once from its stream into a CUDA graph and launched
+ * 4. sw_event_pair: the GPU time of queued work.
+ *
+ * 5. sw_graph: the run of a stage captured once from its stream into a CUDA graph and launched
  *    as one piece afterwards (the real-time stages: rtc, sabre, pupil, aberrometry).
  */
-#ifndef SW_CORE_CUDA_CHECK_H
-#define SW_CORE_CUDA_CHECK_H
+#ifndef SW_CORE_CUDA_UTIL_H
+#define SW_CORE_CUDA_UTIL_H
 
 #include "core/core_internal.h"
 
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 /* sw_fail for a failed CUDA runtime call: the message above, SW_ENOMEM for
@@ -79,6 +83,21 @@ static inline cudaError_t sw_cuda_upload(T **dst, const T *src, size_t n, cudaSt
     return cudaMemcpyAsync(*dst, src, n * sizeof(T), cudaMemcpyHostToDevice, s);
 }
 
+/* cudaFree of each of n device pointers (NULL ones are skipped); SW_CUDA_FREE(a, b, ...) lists
+ * them in place. */
+void sw_cuda_free_all(void *const *p, size_t n);
+#define SW_CUDA_FREE(...)                                                                          \
+    do {                                                                                           \
+        void *const p_[] = {__VA_ARGS__};                                                          \
+        sw_cuda_free_all(p_, sizeof p_ / sizeof p_[0]);                                            \
+    } while (0)
+
+/* A cuBLAS handle on stream s with a workspace of its own, ws_bytes (set after cublasSetStream,
+ * which resets it), so that a captured run allocates nothing. On failure what was made is in
+ * *blas and *ws (NULL otherwise), for the caller's destroy. */
+sw_status sw_cublas_create(sw_context *ctx, const char *stage, cudaStream_t s, size_t ws_bytes,
+                           cublasHandle_t *blas, void **ws);
+
 /* Two events around queued work, for its time on the GPU; empty (both NULL) until created. */
 typedef struct sw_event_pair {
     cudaEvent_t t0, t1;
@@ -115,4 +134,4 @@ sw_status sw_graph_end(sw_graph *g, sw_context *ctx, const char *stage, const ch
 /* Frees the graph and its executable; g is empty afterwards (an empty g is left as it is). */
 void sw_graph_destroy(sw_graph *g);
 
-#endif /* SW_CORE_CUDA_CHECK_H */
+#endif /* SW_CORE_CUDA_UTIL_H */

@@ -6,7 +6,7 @@
  * and find_label_cuda.cu.
  */
 #include "find/find_internal.h"
-#include "core/cuda_check.h"
+#include "core/cuda_util.h"
 
 #include <cuda_runtime.h>
 
@@ -37,7 +37,7 @@ cudaStream_t stream_of(const sw_find_plan *plan)
 
 } // namespace
 
-/* the checks of core/cuda_check.h: this context, this stage in their messages */
+/* the checks of core/cuda_util.h: this context, this stage in their messages */
 #define SW_CUDA_CTX   plan->ctx
 #define SW_CUDA_STAGE "find"
 

@@ -32,7 +32,7 @@
  */
 #include "find/find_internal.h"
 #include "find/find_model.h"
-#include "core/cuda_check.h"
+#include "core/cuda_util.h"
 
 #include <cuda_runtime.h>
 #include <cub/device/device_radix_sort.cuh>
@@ -42,7 +42,7 @@
 #include <limits.h>
 #include <new>
 
-/* the checks of core/cuda_check.h: this context, this stage in their messages */
+/* the checks of core/cuda_util.h: this context, this stage in their messages */
 #define SW_CUDA_CTX   plan->ctx
 #define SW_CUDA_STAGE "find: labelling"
 

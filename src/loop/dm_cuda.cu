@@ -8,7 +8,7 @@
  */
 #include "core/core_internal.h"
 #include "loop/loop_internal.h"
-#include "core/cuda_check.h"
+#include "core/cuda_util.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -16,23 +16,12 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-/* the checks of core/cuda_check.h: this context, this stage in their messages */
+/* the checks of core/cuda_util.h: this context, this stage in their messages */
 #define SW_CUDA_CTX   ctx
 #define SW_CUDA_STAGE "dm"
 
 /* cuBLAS's workspace, the plan's own so that a captured run allocates nothing */
 #define DM_BLAS_WS ((size_t)1 << 20)
-
-/* One cuBLAS handle on the context's stream with its own workspace (cublasSetStream resets the
- * workspace, so it comes after). */
-static sw_status dm_blas_create(sw_context *ctx, cublasHandle_t *blas, void **ws)
-{
-    SW_CUBLAS(cublasCreate(blas));
-    SW_CUBLAS(cublasSetStream(*blas, (cudaStream_t)ctx->stream));
-    SW_CU(cudaMalloc(ws, DM_BLAS_WS));
-    SW_CUBLAS(cublasSetWorkspace(*blas, *ws, DM_BLAS_WS));
-    return SW_OK;
-}
 
 /* ================================================================== shaper */
 
@@ -54,10 +43,7 @@ extern "C" void sw_dm_shaper_gpu_destroy(sw_dm_shaper *s)
     cudaStreamSynchronize((cudaStream_t)s->ctx->stream);
     if (g->blas)
         cublasDestroy(g->blas);
-    void *dev[] = {g->blas_ws, g->Fx, g->Fy, g->T, g->in, g->out};
-    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
-        if (dev[i])
-            cudaFree(dev[i]);
+    SW_CUDA_FREE(g->blas_ws, g->Fx, g->Fy, g->T, g->in, g->out);
     free(g);
     s->gpu = NULL;
 }
@@ -79,7 +65,7 @@ extern "C" sw_status sw_dm_shaper_gpu_create(sw_dm_shaper *s)
     SW_CU(sw_cuda_alloc(&g->in, nax * nay));
     SW_CU(sw_cuda_alloc(&g->out, W * H));
     SW_CU(cudaStreamSynchronize(st));
-    return dm_blas_create(ctx, &g->blas, &g->blas_ws);
+    return sw_cublas_create(ctx, SW_CUDA_STAGE, st, DM_BLAS_WS, &g->blas, &g->blas_ws);
 }
 
 extern "C" sw_status sw_dm_shaper_gpu_run(sw_dm_shaper *s, const float *commands, sw_memory memory,
@@ -134,10 +120,7 @@ extern "C" void sw_projector_gpu_destroy(sw_projector *p)
     cudaStreamSynchronize((cudaStream_t)p->ctx->stream);
     if (g->blas)
         cublasDestroy(g->blas);
-    void *dev[] = {g->blas_ws, g->P, g->in, g->out};
-    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
-        if (dev[i])
-            cudaFree(dev[i]);
+    SW_CUDA_FREE(g->blas_ws, g->P, g->in, g->out);
     free(g);
     p->gpu = NULL;
 }
@@ -155,7 +138,7 @@ extern "C" sw_status sw_projector_gpu_create(sw_projector *p)
     SW_CU(sw_cuda_alloc(&g->in, (size_t)p->nvalues));
     SW_CU(sw_cuda_alloc(&g->out, (size_t)p->nact));
     SW_CU(cudaStreamSynchronize(st));
-    return dm_blas_create(ctx, &g->blas, &g->blas_ws);
+    return sw_cublas_create(ctx, SW_CUDA_STAGE, st, DM_BLAS_WS, &g->blas, &g->blas_ws);
 }
 
 extern "C" sw_status sw_projector_gpu_run(sw_projector *p, const float *values, sw_memory memory,

@@ -23,7 +23,7 @@
  */
 #include "core/core_internal.h"
 #include "loop/loop_internal.h"
-#include "core/cuda_check.h"
+#include "core/cuda_util.h"
 
 #include <cuda_runtime.h>
 #include <cufft.h>
@@ -35,7 +35,7 @@
 
 #define LP_THREADS 256
 
-/* the checks of core/cuda_check.h: this context, this stage in their messages */
+/* the checks of core/cuda_util.h: this context, this stage in their messages */
 #define SW_CUDA_CTX   g->ctx
 #define SW_CUDA_STAGE "loop"
 

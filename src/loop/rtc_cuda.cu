@@ -29,7 +29,7 @@
 #include "core/core_internal.h"
 #include "loop/loop_internal.h"
 #include "sabre/sabre_internal.h"
-#include "core/cuda_check.h"
+#include "core/cuda_util.h"
 
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
@@ -40,7 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* the checks of core/cuda_check.h: this context, this stage in their messages */
+/* the checks of core/cuda_util.h: this context, this stage in their messages */
 #define SW_CUDA_CTX   r->ctx
 #define SW_CUDA_STAGE "rtc"
 
@@ -270,7 +270,7 @@ static sw_status rt_enqueue(sw_rtc *r)
     return SW_OK;
 }
 
-/* Captures rt_enqueue into the plan's graph (core/cuda_check.h: the capture is always ended, so
+/* Captures rt_enqueue into the plan's graph (core/cuda_util.h: the capture is always ended, so
  * that the stream is usable again whatever failed inside). */
 static sw_status rt_capture(sw_rtc *r)
 {
@@ -366,11 +366,8 @@ extern "C" void sw_rtc_gpu_destroy(sw_rtc *r)
     sw_graph_destroy(&g->graph);
     if (g->blas)
         cublasDestroy(g->blas);
-    void *dev[] = {g->blas_ws, g->slopes, g->W, g->Wh, g->B, g->kp,
-                   g->ki,      g->integ,  g->e, g->v,  g->u, g->slope_l};
-    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
-        if (dev[i])
-            cudaFree(dev[i]);
+    SW_CUDA_FREE(g->blas_ws, g->slopes, g->W, g->Wh, g->B, g->kp, g->ki, g->integ, g->e, g->v, g->u,
+                 g->slope_l);
     sw_image_free(&g->frame);
     if (g->ev_cmd)
         cudaEventDestroy(g->ev_cmd);
@@ -422,10 +419,7 @@ extern "C" sw_status sw_rtc_gpu_create(sw_rtc *r)
 
     /* cuBLAS on the context's stream with a workspace of its own (after cublasSetStream, which
      * resets it), so that the capture allocates nothing */
-    SW_CUBLAS(cublasCreate(&g->blas));
-    SW_CUBLAS(cublasSetStream(g->blas, s));
-    SW_CU(cudaMalloc(&g->blas_ws, RT_BLAS_WS));
-    SW_CUBLAS(cublasSetWorkspace(g->blas, g->blas_ws, RT_BLAS_WS));
+    SW_TRY(sw_cublas_create(r->ctx, SW_CUDA_STAGE, s, RT_BLAS_WS, &g->blas, &g->blas_ws));
 
     /* the reconstructor */
     if (p->recon == SW_RTC_MVM) {

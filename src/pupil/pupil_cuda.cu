@@ -55,7 +55,7 @@
  * pixel is found; the fit kernel then reports EMPTY_FRAME for every pupil.
  */
 #include "pupil/pupil_internal.h"
-#include "core/cuda_check.h"
+#include "core/cuda_util.h"
 
 #include <cuda_runtime.h>
 
@@ -66,7 +66,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* the checks of core/cuda_check.h: this context, this stage in their messages */
+/* the checks of core/cuda_util.h: this context, this stage in their messages */
 #define SW_CUDA_CTX   plan->ctx
 #define SW_CUDA_STAGE "pupil"
 
@@ -1743,7 +1743,7 @@ static sw_status pp_enqueue_frame(sw_pupil_plan *plan, cudaStream_t s)
     return SW_OK;
 }
 
-/* Captures pp_enqueue_frame into the plan's graph (core/cuda_check.h: the capture is always
+/* Captures pp_enqueue_frame into the plan's graph (core/cuda_util.h: the capture is always
  * ended, also when a call inside failed, so that the stream is usable again). */
 static sw_status pp_capture(sw_pupil_plan *plan)
 {

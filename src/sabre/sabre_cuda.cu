@@ -39,7 +39,7 @@
  */
 #include "core/core_internal.h"
 #include "sabre/sabre_internal.h"
-#include "core/cuda_check.h"
+#include "core/cuda_util.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -49,7 +49,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* the checks of core/cuda_check.h: this context, this stage in their messages */
+/* the checks of core/cuda_util.h: this context, this stage in their messages */
 #define SW_CUDA_CTX   plan->ctx
 #define SW_CUDA_STAGE "sabre"
 
@@ -538,7 +538,7 @@ static sw_status sb_enqueue(sw_sabre *plan)
     return SW_OK;
 }
 
-/* Captures sb_enqueue into the plan's graph (core/cuda_check.h: the capture is always ended, so
+/* Captures sb_enqueue into the plan's graph (core/cuda_util.h: the capture is always ended, so
  * that the stream is usable again whatever failed inside). */
 static sw_status sb_capture(sw_sabre *plan)
 {
@@ -561,14 +561,10 @@ extern "C" void sw_sabre_gpu_destroy(sw_sabre *plan)
     sw_graph_destroy(&g->graph);
     if (g->blas)
         cublasDestroy(g->blas);
-    void *dev[] = {g->blas_ws,   g->Q,        g->gidx,    g->ws,       g->pair_lo,  g->pair_hi,
-                   g->pair_vlo,  g->pair_vhi, g->pair_n,  g->pair_use, g->hpme,     g->level_base,
-                   g->dpme_dist, g->slopes,   g->X,       g->Y,        g->values,   g->act,
-                   g->psum,      g->K,        g->scratch, g->flag,     g->pad_part, g->pad_local,
-                   g->pidx,      g->F,        g->pair_in, g->P,        g->q1,       g->Z};
-    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
-        if (dev[i])
-            cudaFree(dev[i]);
+    SW_CUDA_FREE(g->blas_ws, g->Q, g->gidx, g->ws, g->pair_lo, g->pair_hi, g->pair_vlo, g->pair_vhi,
+                 g->pair_n, g->pair_use, g->hpme, g->level_base, g->dpme_dist, g->slopes, g->X,
+                 g->Y, g->values, g->act, g->psum, g->K, g->scratch, g->flag, g->pad_part,
+                 g->pad_local, g->pidx, g->F, g->pair_in, g->P, g->q1, g->Z);
     if (g->flag_h)
         cudaFreeHost(g->flag_h);
     sw_event_pair_destroy(&g->ev);
@@ -645,10 +641,7 @@ extern "C" sw_status sw_sabre_gpu_create(sw_sabre *plan)
 
     /* cuBLAS on the context's stream, with a workspace of its own (cublasSetStream resets the
      * workspace, so it comes after) so that the capture allocates nothing */
-    SW_CUBLAS(cublasCreate(&g->blas));
-    SW_CUBLAS(cublasSetStream(g->blas, s));
-    SW_CU(cudaMalloc(&g->blas_ws, SB_BLAS_WS));
-    SW_CUBLAS(cublasSetWorkspace(g->blas, g->blas_ws, SB_BLAS_WS));
+    SW_TRY(sw_cublas_create(plan->ctx, SW_CUDA_STAGE, s, SB_BLAS_WS, &g->blas, &g->blas_ws));
 
     /* one plain pass on zero slopes (loads the kernels and cuBLAS's), then the graph */
     SW_CU(cudaMemsetAsync(g->slopes, 0, (size_t)2 * plan->n * sizeof(float), s));

@@ -25,7 +25,7 @@
  */
 #include "sim/sh_internal.h"
 #include "sim/sh_model.h"
-#include "core/cuda_check.h"
+#include "core/cuda_util.h"
 
 #include <cuda_runtime.h>
 #include <cufft.h>
@@ -34,7 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* the checks of core/cuda_check.h: this context, this stage in their messages */
+/* the checks of core/cuda_util.h: this context, this stage in their messages */
 #define SW_CUDA_CTX   plan->ctx
 #define SW_CUDA_STAGE "SH simulator"
 

@@ -30,7 +30,7 @@
  */
 #include "sim/psf.h"
 #include "sim/sim_internal.h"
-#include "core/cuda_check.h"
+#include "core/cuda_util.h"
 
 #include <cuda_runtime.h>
 
@@ -40,7 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* the checks of core/cuda_check.h: this context, this stage in their messages */
+/* the checks of core/cuda_util.h: this context, this stage in their messages */
 #define SW_CUDA_CTX   plan->ctx
 #define SW_CUDA_STAGE "star simulator"
 

@@ -21,7 +21,7 @@
  * has finished when it returns, too.
  */
 #include "zernike/zfit_internal.h"
-#include "core/cuda_check.h"
+#include "core/cuda_util.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -32,7 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* the checks of core/cuda_check.h: this context, this stage in their messages */
+/* the checks of core/cuda_util.h: this context, this stage in their messages */
 #define SW_CUDA_CTX   plan->ctx
 #define SW_CUDA_STAGE "zernike fit"
 
@@ -136,12 +136,8 @@ extern "C" void sw_zfit_gpu_destroy(sw_zfit_plan *plan)
         cublasDestroy(g->blas);
     if (g->solver)
         cusolverDnDestroy(g->solver);
-    void *dev[] = {g->row_pos, g->row_l, g->row_w,  g->Dc,    g->P,    g->qr,
-                   g->tau,     g->qwork, g->info,   g->B,     g->S,    g->C,
-                   g->acc,     g->flags, g->slopes, g->valid, g->coef, g->res};
-    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
-        if (dev[i])
-            cudaFree(dev[i]);
+    SW_CUDA_FREE(g->row_pos, g->row_l, g->row_w, g->Dc, g->P, g->qr, g->tau, g->qwork, g->info,
+                 g->B, g->S, g->C, g->acc, g->flags, g->slopes, g->valid, g->coef, g->res);
     void *pinned[] = {g->flags_h, g->hs, g->hv, g->hc};
     for (size_t i = 0; i < sizeof pinned / sizeof pinned[0]; i++)
         if (pinned[i])
