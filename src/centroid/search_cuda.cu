@@ -99,16 +99,7 @@ __global__ void __launch_bounds__(32 * SEARCH_WARPS)
             } else {
                 sw_sm_sums t;
                 lane_sums<TYPE>(frame, stride, &w, lane, &t);
-                /* The butterfly, the four shuffles interleaved (seed optimisation 1). */
-#pragma unroll
-                for (int o = 16; o >= 1; o >>= 1) {
-                    sw_sm_sums other;
-                    other.s0 = __shfl_xor_sync(SEARCH_FULL, t.s0, o);
-                    other.sx = __shfl_xor_sync(SEARCH_FULL, t.sx, o);
-                    other.sy = __shfl_xor_sync(SEARCH_FULL, t.sy, o);
-                    other.m = __shfl_xor_sync(SEARCH_FULL, t.m, o);
-                    t = sw_sm_combine(t, other);
-                }
+                t = sw_sm_warp_butterfly(t);
                 r = sw_sm_finish(&w, &t, &ncx, &ncy, &s0);
             }
             if (!sw_sm_spot_update(&sp, r, ncx, ncy, s0))

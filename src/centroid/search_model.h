@@ -228,6 +228,24 @@ SW_SM_FN void sw_sm_butterfly(sw_sm_sums *lanes)
     }
 }
 
+#if defined(__CUDACC__)
+/* sw_sm_butterfly across a warp whose 32 lanes all take part: each lane's sums in t, the four
+ * shuffles of a level interleaved (seed optimisation 1); every lane returns the totals. */
+__device__ __forceinline__ sw_sm_sums sw_sm_warp_butterfly(sw_sm_sums t)
+{
+#pragma unroll
+    for (int o = SW_SM_LANES / 2; o >= 1; o >>= 1) {
+        sw_sm_sums other;
+        other.s0 = __shfl_xor_sync(0xffffffffu, t.s0, o);
+        other.sx = __shfl_xor_sync(0xffffffffu, t.sx, o);
+        other.sy = __shfl_xor_sync(0xffffffffu, t.sy, o);
+        other.m = __shfl_xor_sync(0xffffffffu, t.m, o);
+        t = sw_sm_combine(t, other);
+    }
+    return t;
+}
+#endif
+
 /* Step 4: the minimum subtraction and the new centre. Returns SW_SM_STEP_OK (new centre and
  * intensity written), SW_SM_STEP_FLAT or SW_SM_STEP_NONFINITE (outputs untouched). */
 SW_SM_FN int sw_sm_finish(const sw_sm_window *w, const sw_sm_sums *t, double *ncx, double *ncy,

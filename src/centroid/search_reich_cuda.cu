@@ -136,6 +136,20 @@ template <int TYPE> __device__ __forceinline__ float rh_pix(const char *row, int
     return ((const float *)row)[x];
 }
 
+/* The tree over the block's SW_RH_PARTIALS partials in shared memory, in search_reich.h's order:
+ * a[0], b[0] and n[0] end as the totals. Every thread of the block calls it. */
+__device__ __forceinline__ void rh_tree3(double *a, double *b, long long *n, int tid)
+{
+    for (int o = SW_RH_PARTIALS / 2; o >= 1; o /= 2) {
+        if (tid < o) {
+            a[tid] = a[tid] + a[tid + o];
+            b[tid] = b[tid] + b[tid + o];
+            n[tid] += n[tid + o];
+        }
+        __syncthreads();
+    }
+}
+
 /* ---------------------------------------------------------------- prep: clears, threshold */
 
 template <int TYPE>
@@ -225,14 +239,7 @@ __global__ void __launch_bounds__(RH_THREADS)
     pq[tid] = b;
     pn[tid] = n;
     __syncthreads();
-    for (int o = SW_RH_PARTIALS / 2; o >= 1; o /= 2) {
-        if (tid < o) {
-            ps[tid] = ps[tid] + ps[tid + o];
-            pq[tid] = pq[tid] + pq[tid + o];
-            pn[tid] += pn[tid + o];
-        }
-        __syncthreads();
-    }
+    rh_tree3(ps, pq, pn, tid);
     if (tid == 0) {
         scal->threshold = sw_rh_threshold(ps[0], pq[0], (int64_t)pn[0]);
         scal->ticket = 0u;
@@ -348,15 +355,7 @@ __global__ void __launch_bounds__(RH_PT)
         } else {
             sw_sm_sums s;
             rh_lane_sums<TYPE>(frame, stride, &w, lane, &s);
-#pragma unroll
-            for (int o = 16; o >= 1; o >>= 1) {
-                sw_sm_sums other;
-                other.s0 = __shfl_xor_sync(RH_FULL, s.s0, o);
-                other.sx = __shfl_xor_sync(RH_FULL, s.sx, o);
-                other.sy = __shfl_xor_sync(RH_FULL, s.sy, o);
-                other.m = __shfl_xor_sync(RH_FULL, s.m, o);
-                s = sw_sm_combine(s, other);
-            }
+            s = sw_sm_warp_butterfly(s);
             r = sw_sm_finish(&w, &s, &px, &py, &s0);
         }
         /* A NaN / Inf pixel in the window drops the peak; a flat window keeps it at its pixel
@@ -450,6 +449,20 @@ __device__ __forceinline__ int rh_seed_before(double da, int32_t ka, double db, 
     return da < db || (!(db < da) && ka < kb);
 }
 
+/* The warp's first spot (best, its distance bd; best < 0: none) in rh_seed_before's order, in
+ * every lane. */
+__device__ __forceinline__ void rh_warp_seed(int32_t *best, double *bd)
+{
+    for (int o = 16; o >= 1; o >>= 1) {
+        int32_t ok = __shfl_xor_sync(RH_FULL, *best, o);
+        double od = __shfl_xor_sync(RH_FULL, *bd, o);
+        if (ok >= 0 && (*best < 0 || rh_seed_before(od, ok, *bd, *best))) {
+            *best = ok;
+            *bd = od;
+        }
+    }
+}
+
 __global__ void __launch_bounds__(RH_RT)
     rh_rounds_kernel(sw_rh_cfg c, rh_work wk, const double *__restrict__ sx,
                      const double *__restrict__ sy, const uint8_t *__restrict__ active,
@@ -515,14 +528,7 @@ __global__ void __launch_bounds__(RH_RT)
         rn[tid] = m;
     }
     __syncthreads();
-    for (int o = SW_RH_PARTIALS / 2; o >= 1; o /= 2) {
-        if (tid < o) {
-            ra[tid] = ra[tid] + ra[tid + o];
-            rb[tid] = rb[tid] + rb[tid + o];
-            rn[tid] += rn[tid + o];
-        }
-        __syncthreads();
-    }
+    rh_tree3(ra, rb, rn, tid);
     if (rn[0] > 0) { /* uniform */
         const double mx = ra[0] / (double)rn[0], my = rb[0] / (double)rn[0];
         int32_t best = -1;
@@ -536,14 +542,7 @@ __global__ void __launch_bounds__(RH_RT)
                 bd = d2;
             }
         }
-        for (int o = 16; o >= 1; o >>= 1) {
-            int32_t ok = __shfl_xor_sync(RH_FULL, best, o);
-            double od = __shfl_xor_sync(RH_FULL, bd, o);
-            if (ok >= 0 && (best < 0 || rh_seed_before(od, ok, bd, best))) {
-                best = ok;
-                bd = od;
-            }
-        }
+        rh_warp_seed(&best, &bd);
         if (lane == 0) {
             wkk[warp] = best;
             wd[warp] = bd;
@@ -552,14 +551,7 @@ __global__ void __launch_bounds__(RH_RT)
         if (warp == 0) {
             best = wkk[lane];
             bd = wd[lane];
-            for (int o = 16; o >= 1; o >>= 1) {
-                int32_t ok = __shfl_xor_sync(RH_FULL, best, o);
-                double od = __shfl_xor_sync(RH_FULL, bd, o);
-                if (ok >= 0 && (best < 0 || rh_seed_before(od, ok, bd, best))) {
-                    best = ok;
-                    bd = od;
-                }
-            }
+            rh_warp_seed(&best, &bd);
             if (lane == 0)
                 seed_s = best;
         }
