@@ -690,24 +690,12 @@ __global__ void __launch_bounds__(RH_RT)
 
     /* The results. */
     for (int32_t k = tid; k < n; k += RH_RT) {
-        uint8_t st;
-        double ox = NAN, oy = NAN, oi = NAN;
-        if (active && !active[k]) {
-            st = SW_SPOT_INACTIVE;
-        } else if (!isfinite(sx[k]) || !isfinite(sy[k])) {
-            st = SW_SPOT_OUTSIDE;
-        } else if (A.found[k]) {
-            st = SW_SPOT_OK;
-            ox = A.fx[k];
-            oy = A.fy[k];
-            oi = cell_s0[A.choice[k]];
-        } else {
-            st = SW_SPOT_NOT_FOUND;
-        }
-        x[k] = ox;
-        y[k] = oy;
+        const uint8_t st = sw_rh_status(active, sx, sy, k, A.found[k]);
+        const int ok = st == SW_SPOT_OK;
+        x[k] = ok ? A.fx[k] : NAN;
+        y[k] = ok ? A.fy[k] : NAN;
         if (intensity)
-            intensity[k] = oi;
+            intensity[k] = ok ? cell_s0[A.choice[k]] : NAN;
         status[k] = st;
     }
     if (tid == 0)
