@@ -53,19 +53,6 @@ static cudaStream_t stream_of(const sw_search_plan *plan)
 
 /* ---------------------------------------------------------------- PAPYCS / CoM, one warp */
 
-/* Step 2 for this lane, for the pixel type of the launch. */
-template <int TYPE>
-__device__ __forceinline__ void lane_sums(const void *frame, size_t stride, const sw_sm_window *w,
-                                          int lane, sw_sm_sums *out)
-{
-    if (TYPE == SW_PIX_U8)
-        sw_sm_lane_u8(frame, stride, w, lane, out);
-    else if (TYPE == SW_PIX_U16)
-        sw_sm_lane_u16(frame, stride, w, lane, out);
-    else
-        sw_sm_lane_f32(frame, stride, w, lane, out);
-}
-
 /* The f32 path (and the fallback when a block's box does not fit in shared memory). */
 template <int TYPE>
 __global__ void __launch_bounds__(32 * SEARCH_WARPS)
@@ -98,7 +85,7 @@ __global__ void __launch_bounds__(32 * SEARCH_WARPS)
                 r = SW_SM_STEP_EMPTY;
             } else {
                 sw_sm_sums t;
-                lane_sums<TYPE>(frame, stride, &w, lane, &t);
+                sw_sm_lane_sums_t<TYPE>(frame, stride, &w, lane, &t);
                 t = sw_sm_warp_butterfly(t);
                 r = sw_sm_finish(&w, &t, &ncx, &ncy, &s0);
             }

@@ -317,19 +317,6 @@ __global__ void __launch_bounds__(RH_PT)
         peaks[base + (unsigned int)i] = list[i];
 }
 
-/* Step 2 of search_model.h for this lane, for the pixel type of the launch. */
-template <int TYPE>
-__device__ __forceinline__ void rh_lane_sums(const void *frame, size_t stride,
-                                             const sw_sm_window *w, int lane, sw_sm_sums *out)
-{
-    if (TYPE == SW_PIX_U8)
-        sw_sm_lane_u8(frame, stride, w, lane, out);
-    else if (TYPE == SW_PIX_U16)
-        sw_sm_lane_u16(frame, stride, w, lane, out);
-    else
-        sw_sm_lane_f32(frame, stride, w, lane, out);
-}
-
 /* One warp per listed peak: its centre of mass of side peak_box (sw_sm_com_step_ex's
  * arithmetic: the window, the 32 lanes' sums, the butterfly by shuffles, the finish), stored in
  * its cell with the cell's occupancy bit. */
@@ -354,7 +341,7 @@ __global__ void __launch_bounds__(RH_PT)
             r = SW_SM_STEP_EMPTY;
         } else {
             sw_sm_sums s;
-            rh_lane_sums<TYPE>(frame, stride, &w, lane, &s);
+            sw_sm_lane_sums_t<TYPE>(frame, stride, &w, lane, &s);
             s = sw_sm_warp_butterfly(s);
             r = sw_sm_finish(&w, &s, &px, &py, &s0);
         }
