@@ -150,14 +150,9 @@ static sw_status psf_setup(sw_loop_psf_gpu *g, const uint8_t *mask)
     SW_CU(cudaHostAlloc((void **)&g->hlmax, sizeof(unsigned long long), cudaHostAllocDefault));
     SW_CU(cudaMemcpyAsync(g->mask, mask, n, cudaMemcpyHostToDevice, g->stream));
     SW_CU(cudaMemsetAsync(g->acc, 0, n2 * sizeof(double), g->stream));
-    cufftResult r = cufftPlan2d(&g->plan, g->n2, g->n2, CUFFT_C2C);
-    if (r != CUFFT_SUCCESS)
-        return sw_fail(g->ctx, r == CUFFT_ALLOC_FAILED ? SW_ENOMEM : SW_ECUDA,
-                       "loop: cuFFT could not plan a %dx%d transform (%d)", (int)g->n2, (int)g->n2,
-                       (int)r);
+    SW_CUFFT(cufftPlan2d(&g->plan, g->n2, g->n2, CUFFT_C2C));
     g->have_plan = 1;
-    if ((r = cufftSetStream(g->plan, g->stream)) != CUFFT_SUCCESS)
-        return sw_fail(g->ctx, SW_ECUDA, "loop: cufftSetStream failed (%d)", (int)r);
+    SW_CUFFT(cufftSetStream(g->plan, g->stream));
     SW_CU(cudaStreamSynchronize(g->stream));
     return SW_OK;
 }
@@ -197,9 +192,7 @@ extern "C" sw_status sw_loop_psf_gpu_enqueue(sw_loop_psf_gpu *g, const float *re
     lp_field<<<g->blocks, LP_THREADS, 0, g->stream>>>(res, stride, g->mask, g->n, g->n2, g->kw,
                                                       g->field);
     SW_CU(cudaGetLastError());
-    const cufftResult r = cufftExecC2C(g->plan, g->field, g->field, CUFFT_FORWARD);
-    if (r != CUFFT_SUCCESS)
-        return sw_fail(g->ctx, SW_ECUDA, "loop: cufftExecC2C failed (%d)", (int)r);
+    SW_CUFFT(cufftExecC2C(g->plan, g->field, g->field, CUFFT_FORWARD));
     lp_intensity<<<g->blocks, LP_THREADS, 0, g->stream>>>(g->field, total, accumulate, g->acc,
                                                           g->dmax);
     SW_CU(cudaGetLastError());
