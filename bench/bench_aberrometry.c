@@ -866,9 +866,7 @@ int main(int argc, char **argv)
     sw_context *gpu = NULL;
     if (sw_context_backend(ctx) == SW_BACKEND_CUDA) {
         gpu = ctx;
-        sw_bench_options oc = o.b;
-        oc.backend = SW_BACKEND_CPU;
-        if (o.speed && sw_bench_context(&oc, PROG, &cpu) != 0) {
+        if (o.speed && sw_bench_cpu_context(&o.b, PROG, &cpu) != 0) {
             sw_context_destroy(ctx);
             return 1;
         }

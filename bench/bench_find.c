@@ -363,10 +363,7 @@ int main(int argc, char **argv)
     if (sw_bench_context(&o, PROG, &ctx) != 0)
         return 1;
     if (sw_context_backend(ctx) == SW_BACKEND_CUDA) {
-        sw_bench_options ocpu = o;
-        ocpu.backend = SW_BACKEND_CPU;
-        ocpu.reps = o.reps < 5 ? o.reps : 5; /* ~1 s per 16M frame: a few samples suffice */
-        if (sw_bench_context(&ocpu, PROG, &cpu) != 0) {
+        if (sw_bench_cpu_context(&o, PROG, &cpu) != 0) {
             sw_context_destroy(ctx);
             return 1;
         }

@@ -138,9 +138,7 @@ int main(int argc, char **argv)
     if (!on_gpu) {
         cpu = ctx;
     } else if (!o.json_only) {
-        sw_bench_options ocpu = o;
-        ocpu.backend = SW_BACKEND_CPU;
-        if (sw_bench_context(&ocpu, PROG, &cpu) != 0) {
+        if (sw_bench_cpu_context(&o, PROG, &cpu) != 0) {
             sw_context_destroy(ctx);
             return 1;
         }

@@ -212,6 +212,13 @@ int sw_bench_context(const sw_bench_options *o, const char *prog, sw_context **o
     return 0;
 }
 
+int sw_bench_cpu_context(const sw_bench_options *o, const char *prog, sw_context **out)
+{
+    sw_bench_options c = *o;
+    c.backend = SW_BACKEND_CPU;
+    return sw_bench_context(&c, prog, out);
+}
+
 /* ------------------------------------------------------------------ running a case */
 
 typedef struct bench_record {

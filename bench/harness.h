@@ -67,6 +67,10 @@ int sw_bench_parse_args(int argc, char **argv, const char *prog, const char *ext
  * --json-only which silences them too). 0 on success; 1 with a line on stderr otherwise. */
 int sw_bench_context(const sw_bench_options *o, const char *prog, sw_context **out);
 
+/* sw_bench_context on the CPU backend with o's other options: the CPU side of a program that
+ * compares backends. 0 on success; 1 with a line on stderr otherwise. */
+int sw_bench_cpu_context(const sw_bench_options *o, const char *prog, sw_context **out);
+
 /*
  * One repetition of the benchmarked operation. `sample` counts calls from 0 (warm-ups
  * included). Store microseconds in *measured_us when the function timed itself; leave it < 0
