@@ -48,6 +48,7 @@ from ._spotwave import (
     data_dir,
 )
 from . import sim, zernike  # noqa: E402  (submodules that use the names above)
+from . import sabre  # noqa: E402
 
 __version__ = _spotwave.__version__
 

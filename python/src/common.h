@@ -185,5 +185,6 @@ void bind_centroid(nb::module_ &m);
 void bind_zernike(nb::module_ &m);
 void bind_sim(nb::module_ &m);
 void bind_pupil(nb::module_ &m);
+void bind_sabre(nb::module_ &m);
 
 } // namespace swpy

@@ -15,4 +15,5 @@ NB_MODULE(_spotwave, m)
     swpy::bind_zernike(m);
     swpy::bind_sim(m);
     swpy::bind_pupil(m);
+    swpy::bind_sabre(m);
 }
