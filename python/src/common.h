@@ -186,5 +186,6 @@ void bind_zernike(nb::module_ &m);
 void bind_sim(nb::module_ &m);
 void bind_pupil(nb::module_ &m);
 void bind_sabre(nb::module_ &m);
+void bind_loop(nb::module_ &m);
 
 } // namespace swpy

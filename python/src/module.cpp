@@ -16,4 +16,5 @@ NB_MODULE(_spotwave, m)
     swpy::bind_sim(m);
     swpy::bind_pupil(m);
     swpy::bind_sabre(m);
+    swpy::bind_loop(m);
 }
