@@ -1,7 +1,7 @@
 /*
  * spotwave aberrometry: Hartmann-Shack images of one or two living eyes in; per frame and eye the
- * pupil, the Zernike aberrations and the refraction out (seed 001, the whole system: pupil
- * tracking Sec. 3.1, centroid search Sec. 3.2, modal fit Sec. 3.3, wavefront map Sec. 3.4;
+ * pupil, the Zernike aberrations and the refraction out (Mompean et al. 2019, the whole system:
+ * pupil tracking Sec. 3.1, centroid search Sec. 3.2, modal fit Sec. 3.3, wavefront map Sec. 3.4;
  * aberrometry.h). The reference image (no eye: a flat wavefront over the lenslet array) gives the
  * reference centroids and, when the grid is not given, the lenslet grid.
  *
@@ -23,8 +23,13 @@
 
 #define DEF_PIXEL_UM 5.5
 #define DEF_FOCAL_MM 3.5
-#define DEF_MAP_SIZE 256
-#define MAX_BATCH    16 /* frames per sw_aberrometry_run_batch call */
+/* The magnification of 'spotwave sim eye' with its defaults: a 5.12 mm pupil drawn 576 px wide
+ * (0.9 x 640) on 5.5 um pixels, 576 x 5.5 / 5120. The library's default is 1; the command's is
+ * the simulator's, so that sim eye's image through aberrometry's defaults gives the true
+ * refraction (issue 29: with 1 the pupil came out 3.17 mm and the sphere 2.6x too strong). */
+#define DEF_MAGNIFICATION 0.61875
+#define DEF_MAP_SIZE      256
+#define MAX_BATCH         16 /* frames per sw_aberrometry_run_batch call */
 
 /* Defaults of the library for the help text (a 640 x 640 u8 frame, sim eye's grid). */
 static void help_defaults(sw_aberrometry_params *d)
@@ -45,12 +50,16 @@ void sw_cmd_aberrometry_help(FILE *out)
         "Usage: spotwave [GLOBAL OPTIONS] aberrometry IMAGE... --reference REF [OPTIONS]\n"
         "\n"
         "Measures the ocular aberrations of one eye (or, with --binocular, of two eyes side by\n"
-        "side) on Hartmann-Shack images (seed 001): per frame, the pupil is tracked (Sec. 3.1),\n"
-        "the spots of the lenslets wholly inside it are searched (Sec. 3.2: PAPYCS, the\n"
-        "pyramidal search, with a dynamic mesh from a preliminary low-order fit and three\n"
-        "discarding criteria; or the centre of mass or Reichenbach's algorithm), their\n"
+        "side) on Hartmann-Shack images, after Mompean, Aragon, Prieto & Artal 2019 (Future\n"
+        "Gener. Comput. Syst. 91, 177): per frame, the pupil is tracked (Sec. 3.1), the spots\n"
+        "of the lenslets wholly inside it are searched (Sec. 3.2: PAPYCS, the pyramidal\n"
+        "search, with a dynamic mesh from a preliminary low-order fit and three discarding\n"
+        "criteria; or the centre of mass or Reichenbach's algorithm, Sec. 3.2.2-3.2.3), their\n"
         "displacements from the reference centroids are fitted with Zernike polynomials over\n"
-        "the analysis circle (Sec. 3.3), and the refraction follows from the coefficients.\n"
+        "the analysis circle (Sec. 3.3), and the refraction follows from the coefficients:\n"
+        "the power vectors of Thibos, Hong, Bradley & Applegate 2004 (J. Vision 4(4), 329)\n"
+        "with the 4th and 6th order terms included (the Seidel terms to order 6; 'spotwave\n"
+        "fit' uses the second order alone unless --higher-order-rx).\n"
         "\n"
         "Writes one CSV row per Zernike term and eye:\n"
         "  eye,j,n,m,coef_um\n"
@@ -83,7 +92,12 @@ void sw_cmd_aberrometry_help(FILE *out)
         "  --pixel-um P           detector pixel pitch, micrometres (default %g)\n"
         "  --focal-mm F           lenslet focal length, millimetres (default %g)\n"
         "  --magnification M      size of the pupil on the lenslet array / its size at the eye\n"
-        "                         (default %g): pupil_mm = 2 R_px pixel / (1000 M)\n"
+        "                         (default %g, that of 'spotwave sim eye' with its defaults:\n"
+        "                         a 5.12 mm pupil 576 px wide on 5.5 um pixels; give your\n"
+        "                         instrument's): pupil_mm = 2 R_px pixel / (1000 M). The\n"
+        "                         pupil goes as 1 / M and the refraction as M^2; the\n"
+        "                         coefficients in um do not change. The report says which M\n"
+        "                         was used\n"
         "\n"
         "Analysis:\n"
         "  --binocular            two eyes, a left and a right one (default: one)\n"
@@ -94,7 +108,7 @@ void sw_cmd_aberrometry_help(FILE *out)
         "                         static mesh only)\n"
         "  --central-fraction F   the preliminary fit's central area, x the analysis radius,\n"
         "                         (0, 1] (default %g)\n"
-        "  --mesh-stages N        stages of the dynamic mesh, 1..%d (default %d; 1: the seed's\n"
+        "  --mesh-stages N        stages of the dynamic mesh, 1..%d (default %d; 1: the paper's\n"
         "                         single preliminary fit)\n"
         "  --mesh-tolerance F     discard kept spots farther than F pitches from their start\n"
         "                         (default %g; 0: no mesh check)\n"
@@ -146,7 +160,7 @@ void sw_cmd_aberrometry_help(FILE *out)
         "  spotwave sim eye --rms-um 1 --out eye.pgm\n"
         "  spotwave aberrometry eye.pgm --reference ref.pgm --magnification 0.61875 \\\n"
         "      --out z.csv --json --map w.png\n",
-        DEF_PIXEL_UM, DEF_FOCAL_MM, d.magnification, SW_AB_MAX_ORDER, d.order, d.prelim_order,
+        DEF_PIXEL_UM, DEF_FOCAL_MM, DEF_MAGNIFICATION, SW_AB_MAX_ORDER, d.order, d.prelim_order,
         d.central_fraction, SW_AB_MAX_STAGES, d.mesh_stages, d.mesh_tolerance, SW_SEARCH_MAX_WINDOW,
         d.discard_contrast, SW_AB_MAX_STREAMS, d.streams, DEF_MAP_SIZE);
 }
@@ -190,7 +204,7 @@ typedef struct ab_opts {
     int ninputs;
     const char *reference, *dataset, *out, *map, *spots;
     long first, count; /* count -1: all */
-    int have_pitch, have_grid, have_origin;
+    int have_pitch, have_grid, have_origin, have_magnification;
     sw_sh_geometry geom; /* pitch, grid and origin from the options; pixel_um, focal_mm */
     double magnification, central_fraction, fit_radius_px, contrast, vertex_mm, pupil_mm;
     int have_central, have_contrast, have_prelim, have_window, have_stages, have_tolerance;
@@ -285,7 +299,7 @@ static int parse_opts(ab_opts *o, int argc, char **argv)
     o->count = -1;
     o->progress = -1;
     o->n_eyes = 1;
-    o->magnification = d.magnification;
+    o->magnification = DEF_MAGNIFICATION;
     o->order = d.order;
     o->prelim_order = d.prelim_order;
     o->streams = d.streams;
@@ -322,7 +336,10 @@ static int parse_opts(ab_opts *o, int argc, char **argv)
             break;
         case OPT_PIXEL: rc = opt_num(name, 1, &o->geom.pixel_um); break;
         case OPT_FOCAL: rc = opt_num(name, 1, &o->geom.focal_mm); break;
-        case OPT_MAGNIFICATION: rc = opt_num(name, 1, &o->magnification); break;
+        case OPT_MAGNIFICATION:
+            rc = opt_num(name, 1, &o->magnification);
+            o->have_magnification = 1;
+            break;
         case OPT_BINOCULAR: o->n_eyes = 2; break;
         case OPT_ALGORITHM:
             if (sw_search_algorithm_parse(optarg, &o->algorithm) != SW_OK)
@@ -914,6 +931,8 @@ static void json_report(const ab_job *j, double seconds)
         fputs("\"pupil\"", f);
     fputs(",\n  \"magnification\": ", f);
     json_num(f, p->magnification);
+    fprintf(f, ",\n  \"magnification_source\": \"%s\"",
+            o->have_magnification ? "option" : "default (sim eye's)");
     fputs(",\n  \"vertex_mm\": ", f);
     json_num(f, p->vertex_mm);
     fprintf(f, ",\n  \"window_px\": %d,\n  \"discard\": %s,\n  \"discard_contrast\": ",
@@ -958,6 +977,11 @@ static void text_report(const ab_job *j, double seconds)
            sw_pixel_type_string(j->in.type), j->geom.nx, j->geom.ny, j->geom.pitch_px,
            j->geom_from_reference ? " (from the reference)" : "",
            sw_search_algorithm_string(j->p.algorithm), j->p.order, seconds);
+    printf("  optics     magnification %g (%s), %g um pixels, f %g mm; refraction with the 4th and "
+           "6th orders\n",
+           j->p.magnification,
+           j->o->have_magnification ? "--magnification" : "the default: sim eye's; give yours",
+           j->geom.pixel_um, j->geom.focal_mm);
     for (int32_t k = 0; k < f->n_eyes; k++) {
         const sw_aberrometry_eye *e = &f->eye[k].e;
         if (!e->valid) {

@@ -1,10 +1,10 @@
 /*
- * spotwave centroid: the centre of gravity of every Shack-Hartmann lenslet's spot (seed 000
- * Eq. 6-7) in each frame of an image, over the lenslet grid of Eq. 1-5 given by options or
- * found in a reference image (sw_centroid_find_geometry), with the conditioning of centroid.h
+ * spotwave centroid: the centre of gravity of every Shack-Hartmann lenslet's spot (Mocci et
+ * al. 2020, Eq. 6-7) in each frame of an image, over the lenslet grid of Eq. 1-5 given by options
+ * or found in a reference image (sw_centroid_find_geometry), with the conditioning of centroid.h
  * (look-up table, dark, flat, threshold, gamma, window), and the slopes against a reference
- * image or table. --algorithm pyramid|com searches the spots instead (search.h, seed 001 Sec.
- * 3.2: PAPYCS or one centre of mass per lenslet, started at the reference positions).
+ * image or table. --algorithm pyramid|com searches the spots instead (search.h, Mompean et al.
+ * 2019 Sec. 3.2: PAPYCS or one centre of mass per lenslet, started at the reference positions).
  */
 #define _GNU_SOURCE
 
@@ -29,8 +29,9 @@ void sw_cmd_centroid_help(FILE *out)
     fprintf(out,
             "Usage: spotwave [GLOBAL OPTIONS] centroid IMAGE [OPTIONS]\n"
             "\n"
-            "Measures the centre of gravity of the spot of every Shack-Hartmann lenslet (seed 000\n"
-            "Eq. 6-7) in each frame of IMAGE and writes one CSV row per lenslet and frame. Pixel\n"
+            "Measures the centre of gravity of the spot of every Shack-Hartmann lenslet (Mocci,\n"
+            "Busato, Bombieri, Bonora & Muradore 2020, J. Opt. Soc. Am. A 37(10), 1548, Eq. 6-7)\n"
+            "in each frame of IMAGE and writes one CSV row per lenslet and frame. Pixel\n"
             "coordinates are 0-based; the centre of pixel (0,0) is (0,0).\n"
             "\n"
             "Input:\n"
@@ -38,7 +39,7 @@ void sw_cmd_centroid_help(FILE *out)
             "                         8/16-bit PGM. 8/16-bit and float pixels are used as they\n"
             "                         are; 32-bit integer pixels are converted to float.\n"
             "\n"
-            "Lenslet grid (seed 000 Eq. 1-5):\n"
+            "Lenslet grid (Mocci et al. 2020, Eq. 1-5):\n"
             "  --geometry auto|manual auto: find the pitch, origin and grid in the --reference\n"
             "                         image (a flat-wavefront spot pattern, one spot per lenslet;\n"
             "                         pitch 3..128 px); manual (default): from the options below\n"
@@ -69,18 +70,22 @@ void sw_cmd_centroid_help(FILE *out)
             "                         (default 0)\n"
             "  --algorithm cog|pyramid|com\n"
             "                         cog: centre of gravity of each lenslet's region (default);\n"
-            "                         pyramid: PAPYCS, the pyramidal search of seed 001 (centres\n"
-            "                         of mass in windows shrinking from the pitch rounded down to\n"
-            "                         3 px, each on the last centre, minus the window's minimum);\n"
-            "                         com: one such centre of mass in a window of the pitch. Both\n"
-            "                         start at the reference centroids (below; without a\n"
-            "                         reference at the lenslets' optical axes) and take the\n"
-            "                         pixels as they are: no conditioning options (--lut, --dark,\n"
-            "                         --flat, --threshold*, --gamma, --window) and no --path.\n"
+            "                         pyramid: PAPYCS, the pyramidal search of Mompean, Aragon,\n"
+            "                         Prieto & Artal 2019 (Future Gener. Comput. Syst. 91, 177,\n"
+            "                         Sec. 3.2.1): centres of mass in windows shrinking from the\n"
+            "                         pitch rounded down to 3 px, each on the last centre, minus\n"
+            "                         the window's minimum;\n"
+            "                         com: one such centre of mass in a window of the pitch (the\n"
+            "                         same paper, Sec. 3.2.3). Both start at the reference\n"
+            "                         centroids (below; without a reference at the lenslets'\n"
+            "                         optical axes) and take the pixels as they are: no\n"
+            "                         conditioning options (--lut, --dark, --flat,\n"
+            "                         --threshold*, --gamma, --window) and no --path.\n"
             "                         intensity is the last window's sum above its minimum.\n"
-            "  --discard              pyramid, com: the discarding stage of seed 001 Sec. 3.2.1\n"
-            "                         (empty or saturated cell, spacing, isolated spots): the\n"
-            "                         spots it discards get valid 0 (default: none discarded)\n"
+            "  --discard              pyramid, com: the discarding stage of Mompean et al. 2019,\n"
+            "                         Sec. 3.2.1 (empty or saturated cell, spacing, isolated\n"
+            "                         spots): the spots it discards get valid 0 (default: none\n"
+            "                         discarded)\n"
             "\n"
             "Reference and slopes (slope = centroid - reference, pixels):\n"
             "  --reference FILE       an image (FITS/PGM: one frame, the image's size and pixel\n"
@@ -1031,13 +1036,13 @@ done:
 /* ------------------------------------------------------------------ the search (pyramid, com) */
 
 /*
- * --algorithm pyramid|com: the spots of the grid's lenslets searched by search.h (seed 001 Sec.
- * 3.2.1 PAPYCS, Sec. 3.2.3 centre of mass) with windows of the pitch rounded down, started at the
- * reference centroids: those of the reference image (measured by the same algorithm from the
- * lenslets' optical axes, never discarded; a spot with less than 1 % of the median intensity of
- * the spots found counts as none, as in sw_aberrometry_reference), of the reference CSV, or,
- * without a reference, the optical axes themselves (geometry.h). Lenslets out of the mask (or
- * without a reference centroid) are not searched. valid = the search found the spot (and, with
+ * --algorithm pyramid|com: the spots of the grid's lenslets searched by search.h (Mompean et al.
+ * 2019 Sec. 3.2.1 PAPYCS, Sec. 3.2.3 centre of mass) with windows of the pitch rounded down,
+ * started at the reference centroids: those of the reference image (measured by the same algorithm
+ * from the lenslets' optical axes, never discarded; a spot with less than 1 % of the median
+ * intensity of the spots found counts as none, as in sw_aberrometry_reference), of the reference
+ * CSV, or, without a reference, the optical axes themselves (geometry.h). Lenslets out of the mask
+ * (or without a reference centroid) are not searched. valid = the search found the spot (and, with
  * --discard, the discarding stage kept it).
  */
 

@@ -45,19 +45,21 @@ void sw_cmd_demo_help(FILE *out)
             "scale bar) into DIR, reads the FITS and PGM files back and checks they are\n"
             "identical, and reports what it did with the timings of the conversion and the\n"
             "statistics on the backend in use (median of %d calls). Then finds the stars' spots\n"
-            "(DIALS dispersion extended, seed 003; demo_spots.csv) and matches them to the truth.\n"
-            "Then a binocular synthetic-eye frame, SH frames through the centroid stage and the\n"
-            "Zernike fit, and the ocular aberrometer (seed 001: pupils, PAPYCS, Zernike fit,\n"
-            "refraction) on two population eyes against their truth, with a wavefront map per\n"
-            "eye (demo_aberrometry_eye1.png, demo_aberrometry_eye2.png). Last, wavefront\n"
-            "reconstruction (seed 002): a 64x64 Shack-Hartmann array under a von Karman screen\n"
+            "(DIALS dispersion extended: Winter et al. 2018, Acta Cryst. D74, 85; in\n"
+            "demo_spots.csv) and matches them to the truth. Then a binocular synthetic-eye\n"
+            "frame, SH frames through the centroid stage and the Zernike fit, and the ocular\n"
+            "aberrometer (Mompean et al. 2019, Future Gener. Comput. Syst. 91, 177: pupils,\n"
+            "PAPYCS, Zernike fit, refraction) on two population eyes against their truth, with a\n"
+            "wavefront map per eye (demo_aberrometry_eye1.png, demo_aberrometry_eye2.png).\n"
+            "Last, wavefront reconstruction (Brunner et al. 2018, J. Opt. Soc. Am. A 35(6),\n"
+            "859): a 64x64 Shack-Hartmann array under a von Karman screen\n"
             "(r0 0.15 m, L0 25 m), its exact lenslet-mean slopes through D-SABRE (8x8\n"
             "partitions, H-PME, on the backend in use), global SABRE and the Fried\n"
             "reconstructor, each with its relative RMS error against the screen; the D-SABRE\n"
-            "wavefront in demo_sabre.fits (um). And an adaptive-optics loop (seed 002 section\n"
-            "4): a 16x16 SH array on a 6 m telescope under moving turbulence, D-SABRE with the\n"
-            "distributed DM projection and an integrator, closed against open loop (residual,\n"
-            "fitting error, long-exposure Strehl in J).\n"
+            "wavefront in demo_sabre.fits (um). And an adaptive-optics loop (the same paper,\n"
+            "Sec. 4): a 16x16 SH array on a 6 m telescope under moving turbulence, D-SABRE with\n"
+            "the distributed DM projection and an integrator, closed against open loop\n"
+            "(residual, fitting error, long-exposure Strehl in J).\n"
             "\n"
             "Options:\n"
             "  -o, --out DIR     output directory, created if missing (default %s)\n"
@@ -173,7 +175,7 @@ static int step_outdir(demo_state *s)
  * 25 + signal (read noise 5 plus a shot-noise-like term) from SW_RNG_STREAM_PIXEL_NOISE.
  * Not the simulator stage: just something worth looking at.
  */
-/* The example: a star field from the simulator (seed 004) with the detector model's noise. */
+/* The example: a star field from the simulator (Li et al. 2012) with the detector model's noise. */
 static int step_image(demo_state *s)
 {
     const int32_t w = s->width, h = s->height;
@@ -352,9 +354,9 @@ static int step_write(demo_state *s)
     return 0;
 }
 
-/* A binocular Hartmann-Shack image of two synthetic eyes (sim_eye.h; seed 001 Fig. 2): aberrations
- * drawn from the Thibos 2002 population at 1.5 um RMS, glow, reflections, brightness map, then the
- * detector; the spots' truth is checked against the pupils. */
+/* A binocular Hartmann-Shack image of two synthetic eyes (sim_eye.h; Mompean et al. 2019 Fig.
+ * 2): aberrations drawn from the Thibos 2002 population at 1.5 um RMS, glow, reflections,
+ * brightness map, then the detector; the spots' truth is checked against the pupils. */
 static int step_eyes(demo_state *s)
 {
     char dir[4096], path[4096];
@@ -461,12 +463,12 @@ static sw_status demo_centroid_once(demo_state *s, const sw_centroid_params *cp,
     return st;
 }
 
-/* A Shack-Hartmann frame with a known aberration through the centroid stage (seed 000): the
- * centroids against the simulator's truth, noise-free and with detector noise. */
-/* Spot finding (seed 003) on the example star field: DIALS dispersion extended, spots matched
- * to the simulator's stars. A star counts as findable when its SNR, F / sqrt(F + 4 pi sigma^2
- * (sky + read^2)), is at least 10 and no other star lies within 15 px (the halo of a magnitude-0
- * star reaches that far at this sky level, and blended spots are one spot). */
+/* A Shack-Hartmann frame with a known aberration through the centroid stage (Mocci et al.
+ * 2020): the centroids against the simulator's truth, noise-free and with detector noise. */
+/* Spot finding (Winter et al. 2018) on the example star field: DIALS dispersion extended,
+ * spots matched to the simulator's stars. A star counts as findable when its SNR, F / sqrt(F + 4 pi
+ * sigma^2 (sky + read^2)), is at least 10 and no other star lies within 15 px (the halo of a
+ * magnitude-0 star reaches that far at this sky level, and blended spots are one spot). */
 static int step_find(demo_state *s)
 {
     sw_find_params p;
@@ -608,8 +610,8 @@ static int step_centroid(demo_state *s)
 }
 
 /* The aberrometry chain on a simulated frame: SH spots of a known wavefront -> centroids and
- * slopes (seed 000) -> Zernike fit (seed 001 section 3.3) -> refraction and a wavefront map
- * (section 3.4), the coefficients checked against those the frame was made from. */
+ * slopes (Mocci et al. 2020) -> Zernike fit (Mompean et al. 2019 Sec. 3.3) -> refraction and a
+ * wavefront map (Sec. 3.4), the coefficients checked against those the frame was made from. */
 static int step_fit(demo_state *s)
 {
     const int32_t nl = 24;
@@ -710,13 +712,13 @@ static int step_fit(demo_state *s)
     return 0;
 }
 
-/* The ocular aberrometer (aberrometry.h; seed 001 Sec. 3, Steps 1-3): a binocular Hartmann-Shack
+/* The ocular aberrometer (aberrometry.h; Mompean et al. 2019 Sec. 3): a binocular Hartmann-Shack
  * frame of two population eyes (sim_eye.h: orders 2..6 scaled to DEMO_AB_RMS um RMS, the default
  * artefacts of living eyes, shot noise, u8) and its reference frame (the SH simulator with
  * sh.pupil.a_um = 0: every lenslet lit, a flat wavefront) -> reference centroids -> one run of
  * PAPYCS with the dynamic mesh and the discarding stage. Per eye: the pupil found against the
- * simulator's, the spots, the RMSE of the orders 2..6 coefficients against the truth (seed Sec.
- * 4.3: sqrt(sum_j (measured_j - true_j)^2) over j = 3..27), the refraction, a wavefront map. */
+ * simulator's, the spots, the RMSE of the orders 2..6 coefficients against the truth (paper
+ * Sec. 4.3: sqrt(sum_j (measured_j - true_j)^2) over j = 3..27), the refraction, a map. */
 #define DEMO_AB_RMS      1.0   /* um RMS of the orders 2..6 of each eye              */
 #define DEMO_AB_ORDER    6     /* the truth's orders and the fitted ones             */
 #define DEMO_AB_TERMS    28    /* sw_zernike_count(6)                                */
@@ -747,7 +749,7 @@ static double demo_rmse(const double *a, const double *b, int j0, int j1)
 
 static int step_aberrometry(demo_state *s)
 {
-    /* Two eyes on a 1280 x 640 frame under a 40 x 20 grid of 32-pixel lenslets (seed 001's
+    /* Two eyes on a 1280 x 640 frame under a 40 x 20 grid of 32-pixel lenslets (the paper's
      * 640 x 640 test eye, sim_eye.h's default, twice side by side), slightly off their halves. */
     sw_eyesim_params ep;
     sw_eyesim_params_default(&ep);
@@ -919,7 +921,7 @@ static int step_aberrometry(demo_state *s)
     return 0;
 }
 
-/* D-SABRE (sabre.h; seed 002 sections 2, 3 and 5.A) on seed 002's open-loop case (section 3.B):
+/* D-SABRE (sabre.h; Brunner et al. 2018 Secs. 2, 3 and 5.A) on its open-loop case (Sec. 3.B):
  * a 64 x 64 Shack-Hartmann array on a 25 m telescope (lenslets of 0.390625 m) under one von
  * Karman screen (r0 0.15 m at 0.55 um, L0 25 m; sw_phase_screen, 8 samples per lenslet, the
  * DEMO_SB_MAP^2 samples over the array in the middle and DEMO_SB_PAD more on every side). The
@@ -1177,8 +1179,8 @@ static int step_sabre(demo_state *s)
 
 /* ------------------------------------------------------------------ closed loop (issue 11) */
 
-/* The closed-loop simulator (loop.h; seed 002 section 4.B, scaled down to run in seconds on a
- * CPU): 16 x 16 lenslets on a 6 m telescope, diffraction SH, a 17 x 17 Gaussian DM with 30 %
+/* The closed-loop simulator (loop.h; Brunner et al. 2018 Sec. 4.B, scaled down to run in seconds on
+ * a CPU): 16 x 16 lenslets on a 6 m telescope, diffraction SH, a 17 x 17 Gaussian DM with 30 %
  * coupling, D-SABRE with 2 x 2 partitions and the distributed projection (Eq. 14-16), an
  * integrator of gain 0.5, J-band science camera; the same system in open loop for comparison. */
 #define DEMO_LOOP_N      16
@@ -1280,22 +1282,21 @@ typedef struct demo_step {
 } demo_step;
 
 static const demo_step demo_steps[] = {
-    {"backend", step_backend, 0},     /* which backend, why, which device          */
-    {"output", step_outdir, 0},       /* create --out and the file names           */
-    {"simulate", step_image, 0},      /* star field + detector noise (sim, f32)    */
-    {"stats", step_stats, 0},         /* sw_image_stats_compute                    */
-    {"convert", step_convert, 0},     /* sw_image_convert f32 -> u16, full range   */
-    {"timings", step_timings, 0},     /* stats and convert on the backend in use   */
-    {"write", step_write, 0},         /* FITS, PGM, PNG                            */
-    {"read back", step_read_back, 0}, /* FITS and PGM identical to what was written */
-    {"eyes", step_eyes, 1},           /* binocular synthetic-eye H-S image (sim eye) */
-    {"find", step_find, 1},           /* spots of the star field vs truth (seed 003) */
-    {"centroid", step_centroid, 1},   /* SH frame -> centroids vs truth (seed 000)  */
-    {"fit", step_fit, 1},             /* -> slopes -> Zernike fit, refraction, map (seed 001) */
-    {"aberrometry", step_aberrometry,
-     1},                      /* eyes -> pupils, PAPYCS, Zernike, refraction (seed 001) */
-    {"sabre", step_sabre, 1}, /* screen -> slopes -> D-SABRE, SABRE, Fried (seed 002) */
-    {"loop", step_loop, 1},   /* closed AO loop vs open loop (seed 002 section 4) */
+    {"backend", step_backend, 0},         /* which backend, why, which device          */
+    {"output", step_outdir, 0},           /* create --out and the file names           */
+    {"simulate", step_image, 0},          /* star field + detector noise (sim, f32)    */
+    {"stats", step_stats, 0},             /* sw_image_stats_compute                    */
+    {"convert", step_convert, 0},         /* sw_image_convert f32 -> u16, full range   */
+    {"timings", step_timings, 0},         /* stats and convert on the backend in use   */
+    {"write", step_write, 0},             /* FITS, PGM, PNG                            */
+    {"read back", step_read_back, 0},     /* FITS and PGM identical to what was written */
+    {"eyes", step_eyes, 1},               /* binocular synthetic-eye H-S image (sim eye) */
+    {"find", step_find, 1},               /* star field's spots vs truth (Winter 2018) */
+    {"centroid", step_centroid, 1},       /* SH frame -> centroids vs truth (Mocci 2020) */
+    {"fit", step_fit, 1},                 /* -> slopes -> Zernike fit, refraction, map (Mompean) */
+    {"aberrometry", step_aberrometry, 1}, /* eyes -> pupils, PAPYCS, Zernike, refraction */
+    {"sabre", step_sabre, 1},             /* screen -> slopes -> D-SABRE, SABRE, Fried (Brunner) */
+    {"loop", step_loop, 1},               /* closed AO loop vs open loop (Brunner Sec. 4) */
     /* later stages append here */
 };
 #define DEMO_NSTEPS (sizeof demo_steps / sizeof demo_steps[0])
@@ -1402,8 +1403,12 @@ int sw_cmd_demo(const sw_cli_globals *g, int argc, char **argv)
             break;
         }
     }
-    if (rc == SW_EXIT_OK)
+    if (rc == SW_EXIT_OK) {
+        printf("  methods    star field: Li et al. 2012; find: Winter et al. 2018 (DIALS); "
+               "centroid: Mocci et al. 2020; eyes, fit, aberrometry: Mompean et al. 2019; "
+               "sabre, loop: Brunner et al. 2018 (README.md: Methods and papers)\n");
         printf("done in %.2f s: pictures and data in %s\n", sw_cli_now() - t0, s.outdir);
+    }
     demo_state_free(&s);
     sw_context_destroy(s.ctx);
     return rc;

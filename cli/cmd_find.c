@@ -1,8 +1,9 @@
 /*
  * spotwave find: spot finding with the DIALS dispersion thresholds and connected components
- * (seed 003, find.h) on the frames of one or more images (FITS, PGM, Eiger/NeXus HDF5), streamed
- * through the library's double-buffered pipeline; a spots CSV out (DESIGN.md), optionally the
- * strong-pixel masks, a JSON report, and a progress bar on stderr for long runs.
+ * (Winter et al. 2018; Winter 2024, "CUDA Spotfinding"; find.h) on the frames of one or more images
+ * (FITS, PGM, Eiger/NeXus HDF5), streamed through the library's double-buffered pipeline; a spots
+ * CSV out (DESIGN.md), optionally the strong-pixel masks, a JSON report, and a progress bar on
+ * stderr for long runs.
  */
 #define _GNU_SOURCE
 
@@ -23,10 +24,13 @@ void sw_cmd_find_help(FILE *out)
         out,
         "Usage: spotwave [GLOBAL OPTIONS] find IMAGE... [OPTIONS]\n"
         "\n"
-        "Finds spots with the DIALS dispersion threshold (seed 003) and connected components,\n"
-        "and writes one CSV row per spot: frame,x_px,y_px,x_var,y_var,intensity,npix,\n"
-        "bbox_x0,bbox_x1,bbox_y0,bbox_y1 (0-based pixel centres; bounding boxes with exclusive\n"
-        "upper bounds, as DIALS; x_var, y_var: the Poisson variance of the centroid, px^2).\n"
+        "Finds spots with the dispersion threshold of DIALS (Winter et al. 2018, Acta Cryst.\n"
+        "D74, 85-97, spot finding; the index-of-dispersion test of XDS, Kabsch 2010, Acta\n"
+        "Cryst. D66, 125-132; on GPUs as G. Winter 2024, \"CUDA Spotfinding\", describes it)\n"
+        "and connected components, and writes one CSV row per spot:\n"
+        "  frame,x_px,y_px,x_var,y_var,intensity,npix,bbox_x0,bbox_x1,bbox_y0,bbox_y1\n"
+        "(0-based pixel centres; bounding boxes with exclusive upper bounds, as DIALS; x_var,\n"
+        "y_var: the Poisson variance of the centroid, px^2).\n"
         "\n"
         "Input:\n"
         "  IMAGE...               FITS (2-D, or a cube of frames), 8/16-bit PGM, or HDF5 as\n"
@@ -47,7 +51,13 @@ void sw_cmd_find_help(FILE *out)
         "  --global-threshold T   pixels must exceed T (default 0)\n"
         "  --min-local N          fewest valid pixels in a window; 0 = the whole window\n"
         "                         (default 2)\n"
-        "  --gain G               detector gain (default 1)\n"
+        "  --gain G               detector gain: the variance / mean of a pure background in\n"
+        "                         the frame's units (default 1: photon counting, e.g. Eiger,\n"
+        "                         Pilatus). For CCD/CMOS frames in ADU give var/mean of a\n"
+        "                         star-free region (with a bias B, read noise r e-, g e-/ADU\n"
+        "                         and background b e-: ((b + r^2) / g^2) / (B + b / g));\n"
+        "                         too small a gain finds noise, too large one misses faint\n"
+        "                         spots\n"
         "  --gain-map IMAGE       per-pixel gains (FITS/PGM of the frame size; instead of --gain)\n"
         "  --mask IMAGE           pixel mask (FITS/PGM of the frame size): non-zero = valid.\n"
         "                         An HDF5 input's pixel_mask is used too unless --no-pixel-mask\n"

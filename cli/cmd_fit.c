@@ -1,8 +1,8 @@
 /*
  * spotwave fit: Shack-Hartmann slopes -> Zernike coefficients by least squares over the lenslets
- * of a pupil (seed 001 section 3.3: the derivative matrix of the Zernike polynomials, solved
- * through its pseudo-inverse or a QR factorisation; zernike_fit.h), with the wavefront map of
- * section 3.4 (sw_zmap_*, and its modulo-one display), the pupil rescaled (sw_zernike_rescale),
+ * of a pupil (Mompean et al. 2019 Sec. 3.3: the derivative matrix of the Zernike polynomials,
+ * solved through its pseudo-inverse or a QR factorisation; zernike_fit.h), with the wavefront map
+ * of section 3.4 (sw_zmap_*, and its modulo-one display), the pupil rescaled (sw_zernike_rescale),
  * a left eye mirrored into the right-eye frame (sw_zernike_mirror_x) and the refraction of
  * Thibos et al. 2004 (sw_zernike_refraction).
  */
@@ -38,10 +38,11 @@ void sw_cmd_fit_help(FILE *out)
         "\n"
         "Fits Zernike polynomials (OSA/ANSI, orthonormal over the pupil, micrometres of optical\n"
         "path) to Shack-Hartmann spot displacements by least squares: each lenslet's slope is the\n"
-        "mean wavefront gradient over its part of the pupil (seed 001 section 3.3; "
-        "zernike_fit.h),\n"
-        "and writes the coefficients, optionally the wavefront map (section 3.4) and a JSON\n"
-        "report with the refraction.\n"
+        "mean wavefront gradient over its part of the pupil (Mompean, Aragon, Prieto & Artal\n"
+        "2019, Future Gener. Comput. Syst. 91, 177, Sec. 3.3; zernike_fit.h), and writes the\n"
+        "coefficients, optionally the wavefront map (Sec. 3.4) and a JSON report with the\n"
+        "refraction (power vectors of Thibos, Hong, Bradley & Applegate 2004, J. Vision 4(4),\n"
+        "329: from the second-order terms alone unless --higher-order-rx).\n"
         "\n"
         "Input:\n"
         "  SLOPES.csv             a slopes CSV of 'spotwave centroid --slopes' "
@@ -77,8 +78,8 @@ void sw_cmd_fit_help(FILE *out)
         "\n"
         "Fit:\n"
         "  --order N              radial orders 1..N, N in 1..%d (default %d)\n"
-        "  --method pinv|qr       pinv: precomputed pseudo-inverse (SVD; the seed's choice,\n"
-        "                         default); qr: least squares through a QR factorisation\n"
+        "  --method pinv|qr       pinv: precomputed pseudo-inverse (SVD; Mompean et al.'s\n"
+        "                         choice, default); qr: least squares through a QR factorisation\n"
         "  --truncate K           pinv: drop the K smallest singular values (default 0)\n"
         "  --min-illum F          lenslets with less than this fraction of their area inside\n"
         "                         the pupil are not used (0..1, default %g)\n"
@@ -94,8 +95,10 @@ void sw_cmd_fit_help(FILE *out)
         "                         and refraction are of the mirrored coefficients\n"
         "  --vertex-mm V          refraction at a spectacle plane V mm in front of the corneal\n"
         "                         plane (default 0: at the corneal plane)\n"
-        "  --higher-order-rx      refraction with the 4th and 6th order terms (Thibos et al.\n"
-        "                         2004), not the second order alone\n"
+        "  --higher-order-rx      refraction with the 4th and 6th order terms too (Thibos et\n"
+        "                         al. 2004, the Seidel terms to order 6), as 'spotwave\n"
+        "                         aberrometry' always reports it (default: the second-order\n"
+        "                         terms c(2,-2), c(2,0), c(2,2) alone)\n"
         "\n"
         "Output:\n"
         "  -o, --out CSV          coefficients (default '-': standard output): "
@@ -112,7 +115,7 @@ void sw_cmd_fit_help(FILE *out)
         "                         scale with a bar; with several frames one file per frame,\n"
         "                         BASE-F.png for frame F)\n"
         "  --map-size N           map side in pixels, 1..%d (default %d)\n"
-        "  --wrap-um W            also write the seed's display of the map (section 3.4):\n"
+        "  --wrap-um W            also write Mompean et al.'s display of the map (Sec. 3.4):\n"
         "                         frac(W(x, y) / W) scaled to 0..255, a grey PNG named\n"
         "                         BASE-wrapped.png (BASE-F-wrapped.png per frame with several),\n"
         "                         BASE being FILE without its extension; needs --map\n"
@@ -616,7 +619,8 @@ static int all_finite(const double *c, int32_t n)
     return 1;
 }
 
-/* The wavefront maps of every frame (seed 001 section 3.4) and their modulo-one displays. */
+/* The wavefront maps of every frame (Mompean et al. 2019 Sec. 3.4) and their modulo-one displays.
+ */
 static int write_maps(sw_context *ctx, const fit_opts *o, report *r)
 {
     sw_zmap_params mp;
@@ -854,7 +858,7 @@ static int run_fit(const sw_cli_globals *gl, const fit_opts *o, report *r)
         r->report_mm = o->rescale_mm < r->pupil_mm ? o->rescale_mm : r->pupil_mm;
     }
 
-    /* The plan (seed 001 section 3.3: the derivative matrix and its factorisation). */
+    /* The plan (Mompean et al. 2019 Sec. 3.3: the derivative matrix and its factorisation). */
     const int32_t batch = r->frames < MAX_BATCH ? r->frames : MAX_BATCH;
     sw_zfit_params p;
     sw_zfit_params_default(&p);

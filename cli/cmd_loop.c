@@ -1,13 +1,13 @@
 /*
- * spotwave loop: the closed-loop adaptive-optics simulator of loop.h (seed 002 section 4, seed
- * 000 section 6) run from a configuration: an infinite turbulence screen moving with the wind, the
- * Shack-Hartmann frame, the real-time chain (MVM, or SABRE / D-SABRE with the global projection
- * of Eq. 13 or the distributed one of Eq. 14-16), the controller, the mirror's shape subtracted,
- * and the science PSF's short- and long-exposure Strehl. Writes a per-frame table, a summary
- * (text or JSON), a plot (plot.c) and the last frame's phase maps.
+ * spotwave loop: the closed-loop adaptive-optics simulator of loop.h (Brunner et al. 2018 Sec. 4,
+ * Mocci et al. 2020 Sec. 6) run from a configuration: an infinite turbulence screen moving with the
+ * wind, the Shack-Hartmann frame, the real-time chain (MVM, or SABRE / D-SABRE with the global
+ * projection of Eq. 13 or the distributed one of Eq. 14-16), the controller, the mirror's shape
+ * subtracted, and the science PSF's short- and long-exposure Strehl. Writes a per-frame table, a
+ * summary (text or JSON), a plot (plot.c) and the last frame's phase maps.
  *
- * Configuration: the defaults of sw_loop_params_default (seed 002 section 4.B), then a file of
- * `key = value` lines (--config), then the options and --set key=value in command-line order.
+ * Configuration: the defaults of sw_loop_params_default (Brunner et al. 2018 Sec. 4.B), then a file
+ * of `key = value` lines (--config), then the options and --set key=value in command-line order.
  * The keys are named after the fields of sw_loop_params (table `keys` below).
  */
 #define _GNU_SOURCE
@@ -276,15 +276,18 @@ void sw_cmd_loop_help(FILE *out)
         out,
         "Usage: spotwave [GLOBAL OPTIONS] loop [--config FILE] [--set KEY=VALUE ...] [OPTIONS]\n"
         "\n"
-        "Simulates a closed adaptive-optics loop (loop.h; seed 002 section 4, seed 000 section\n"
-        "6): an infinite turbulence screen moving with the wind, the Shack-Hartmann frame of a\n"
-        "guide star, the real-time chain (centroids, slopes, reconstruction: MVM, or SABRE /\n"
-        "D-SABRE with the global projection of Eq. 13 or the distributed one of Eq. 14-16), the\n"
-        "controller, and the deformable mirror's shape subtracted from the next phase; the\n"
-        "science camera's short- and long-exposure Strehl and the residual RMS frame by frame.\n"
+        "Simulates a closed adaptive-optics loop (loop.h; Brunner, de Visser, Vuik & Verhaegen\n"
+        "2018, J. Opt. Soc. Am. A 35(6), 859, Sec. 4; Mocci et al. 2020, J. Opt. Soc. Am. A\n"
+        "37(10), 1548, Sec. 6): an infinite turbulence screen moving with the wind (Assemat,\n"
+        "Wilson & Gendron 2006, Opt. Express 14(3), 988), the Shack-Hartmann frame of a guide\n"
+        "star, the real-time chain (centroids, slopes, reconstruction: MVM, or SABRE / D-SABRE\n"
+        "with the global DM projection of Brunner et al.'s Eq. 13 or the distributed one of\n"
+        "Eq. 14-16), the controller, and the deformable mirror's shape subtracted from the\n"
+        "next phase; the science camera's short- and long-exposure Strehl and the residual RMS\n"
+        "frame by frame.\n"
         "Runs on the context's backend (--backend; the screen is made on the CPU).\n"
         "\n"
-        "Configuration: the seed 002 section 4.B setting (32 x 32 lenslets, D = 12 m, square\n"
+        "Configuration: Brunner et al.'s Sec. 4.B setting (32 x 32 lenslets, D = 12 m, square\n"
         "pupil, diffraction model, noise-free, r0 0.15 m at 0.5 um, L0 25 m, 10 km/h, 500 Hz,\n"
         "Gaussian coupling 0.3, D-SABRE 4 x 4 with the distributed projection, integrator gain\n"
         "0.5, J band, 20 warm-up frames) and %d frames, then the file, then the options below\n"

@@ -1,8 +1,8 @@
 /*
  * spotwave pupil: the pupil ellipse(s) of one or two eyes tracked on their Hartmann-Shack images
- * (seed 001 Sec. 3.1, pupil.h) in every frame of one or more images (FITS, PGM, Eiger/NeXus
- * HDF5); a CSV out (DESIGN.md: pupil,cx_px,cy_px,a_px,b_px,angle_deg,inliers first, then
- * valid,threshold,failure,near), optionally a JSON report with every field of the result, the
+ * (Mompean et al. 2019 Sec. 3.1, pupil.h) in every frame of one or more images (FITS, PGM,
+ * Eiger/NeXus HDF5); a CSV out (DESIGN.md: pupil,cx_px,cy_px,a_px,b_px,angle_deg,inliers first,
+ * then valid,threshold,failure,near), optionally a JSON report with every field of the result, the
  * lenslet mask of a Shack-Hartmann grid, a picture of the fit, and a progress bar on stderr for
  * long runs.
  */
@@ -31,9 +31,10 @@ void sw_cmd_pupil_help(FILE *out)
         "\n"
         "Tracks the pupil of one eye (or, with --binocular, of two eyes side by side) on\n"
         "Hartmann-Shack images, where the retina's diffuse glow lights the pupil against the\n"
-        "dark iris (seed 001 Sec. 3.1): 8-bit conversion, Gaussian smoothing, a threshold per\n"
-        "eye (Otsu's split of its histogram, then an edge level between the iris and the\n"
-        "pupil), morphological close, border pixels, RANSAC ellipses, a least-squares refit.\n"
+        "dark iris (Mompean, Aragon, Prieto & Artal 2019, Future Gener. Comput. Syst. 91, 177,\n"
+        "Sec. 3.1): 8-bit conversion, Gaussian smoothing, a threshold per eye (Otsu's split of\n"
+        "its histogram, then an edge level between the iris and the pupil), morphological\n"
+        "close, border pixels, RANSAC ellipses, a least-squares refit.\n"
         "\n"
         "Writes one CSV row per pupil and frame:\n"
         "  pupil,cx_px,cy_px,a_px,b_px,angle_deg,inliers,valid,threshold,failure,near\n"
@@ -56,7 +57,7 @@ void sw_cmd_pupil_help(FILE *out)
         "  --first N              first frame to process (default 0)\n"
         "  --count N              number of frames (default: all from --first)\n"
         "\n"
-        "Tracking (pupil.h; defaults are the seed's where it gives them):\n"
+        "Tracking (pupil.h; defaults are Mompean et al.'s where the paper gives them):\n"
         "  --binocular            two pupils, a left and a right one (default: one)\n"
         "  --split X              binocular: the first column of the right eye's region\n"
         "                         (default: found in each frame, the darkest valley between the\n"

@@ -1,8 +1,9 @@
 /*
  * spotwave sabre: Shack-Hartmann slopes -> wavefront, with linear simplex B-splines distributed
- * over partitions (D-SABRE, seed 002 sections 2, 3 and 5.A; sabre.h) and piston equalisation by
- * H-PME (seed 002 Eq. 10-11) or D-PME (Eq. 8-9), or with the two baselines of sabre.h: global
- * SABRE (one least-squares problem, seed 002 section 2) and Fried's zonal least squares.
+ * over partitions (D-SABRE, Brunner et al. 2018 Secs. 2, 3 and 5.A; sabre.h) and piston
+ * equalisation by H-PME (Brunner et al. 2018 Eq. 10-11) or D-PME (Eq. 8-9), or with the two
+ * baselines of sabre.h: global SABRE (one least-squares problem, de Visser & Verhaegen 2013;
+ * Brunner et al. 2018 Sec. 2) and Fried's zonal least squares (Fried 1977).
  *
  * Outputs: the wavefront at the lenslet corners (the Fried actuator grid: DM commands,
  * `cx,cy,w`), the spline's vertex values (`kind,I,J,x,y,w`), a FITS map, and a JSON report.
@@ -42,12 +43,14 @@ void sw_cmd_sabre_help(FILE *out)
         "Usage: spotwave [GLOBAL OPTIONS] sabre SLOPES.csv [OPTIONS]\n"
         "\n"
         "Reconstructs the wavefront from Shack-Hartmann slopes with linear simplex B-splines on\n"
-        "a triangulation of the lenslet grid (SABRE), distributed over K x K overlapping\n"
-        "partitions whose local pistons are equalised afterwards (D-SABRE with H-PME or D-PME,\n"
-        "seed 002; sabre.h), or with one of two baselines: global SABRE (one least-squares\n"
-        "problem over the whole grid) and Fried's zonal least squares (phases at the lenslet\n"
-        "corners). D-SABRE runs on the GPU when the context is CUDA (--backend); the baselines\n"
-        "run on the CPU.\n"
+        "a triangulation of the lenslet grid (SABRE: de Visser & Verhaegen 2013, J. Opt. Soc.\n"
+        "Am. A 30(1), 82), distributed over K x K overlapping partitions whose local pistons\n"
+        "are equalised afterwards (D-SABRE with H-PME, Eq. 10-11, or D-PME, Eq. 8-9, of\n"
+        "Brunner, de Visser, Vuik & Verhaegen 2018, J. Opt. Soc. Am. A 35(6), 859, Secs. 2-3;\n"
+        "sabre.h), or with one of two baselines: global SABRE (one least-squares problem over\n"
+        "the whole grid) and Fried's zonal least squares (Fried 1977, J. Opt. Soc. Am. 67(3),\n"
+        "370: phases at the lenslet corners). D-SABRE runs on the GPU when the context is CUDA\n"
+        "(--backend); the baselines run on the CPU.\n"
         "\n"
         "Input:\n"
         "  SLOPES.csv             columns ix,iy and either dx_rad,dy_rad (radians: mean\n"
@@ -82,7 +85,7 @@ void sw_cmd_sabre_help(FILE *out)
         "  --overlap OL           dsabre: squares of overlap on each side of a partition's core,\n"
         "                         0..64 (default %d)\n"
         "  --padding zero|nearest dsabre: slopes where the extended array has no data: zeros\n"
-        "                         (the seed's zero padding, default) or the nearest valid\n"
+        "                         (Brunner et al.'s zero padding, default) or the nearest valid\n"
         "                         lenslet's\n"
         "  --fill N               dsabre: fill iterations 0..16 (default 0): the padded slopes\n"
         "                         replaced by the solution's own and solved again, N times\n"

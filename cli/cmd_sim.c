@@ -1,10 +1,10 @@
 /*
- * spotwave sim: simulated images with known truth. `sim stars` renders a star field (seed 004:
- * magnitudes by Eq. 1, the Gaussian PSF of Eq. 2 over each star's ROI, Eq. 3), applies the
+ * spotwave sim: simulated images with known truth. `sim stars` renders a star field (Li et al.
+ * 2012: magnitudes by Eq. 1, the Gaussian PSF of Eq. 2 over each star's ROI, Eq. 3), applies the
  * detector model and writes the image and the truth table. `sim sh` renders a Shack-Hartmann
- * spot pattern (seed 000 Eq. 1-5 geometry, sim_sh.h) of a Zernike wavefront, a phase screen or
- * turbulence; `sim eye` one or two synthetic eyes (seed 001 Sec. 4.1: population aberrations,
- * retinal glow, reflections, brightness maps, noise; sim_eye.h).
+ * spot pattern (Mocci et al. 2020 Eq. 1-5 geometry, sim_sh.h) of a Zernike wavefront, a phase
+ * screen or turbulence; `sim eye` one or two synthetic eyes (Mompean et al. 2019 Sec. 4.1:
+ * population aberrations, retinal glow, reflections, brightness maps, noise; sim_eye.h).
  */
 #define _GNU_SOURCE
 
@@ -39,11 +39,16 @@ void sw_cmd_sim_help(FILE *out)
                  "Simulated images whose truth is known.\n"
                  "\n"
                  "Simulations:\n"
-                 "  stars     a star field with Gaussian blur and a detector model (seed 004)\n"
+                 "  stars     a star field with Gaussian blur and a detector model (Li, Zhang,\n"
+                 "            Zheng & Hu 2012, IEEE IPDPS Workshops, 1879)\n"
                  "  sh        a Shack-Hartmann spot pattern of a Zernike wavefront, a phase\n"
-                 "            screen or turbulence, with its true centroids\n"
-                 "  eye       Hartmann-Shack images of one or two synthetic eyes (seed 001):\n"
-                 "            population aberrations, retinal glow, reflections, noise\n"
+                 "            screen or turbulence (Lane, Glindemann & Dainty 1992), with its\n"
+                 "            true centroids (lenslet geometry of Mocci et al. 2020, J. Opt.\n"
+                 "            Soc. Am. A 37(10), 1548, Eq. 1-5)\n"
+                 "  eye       Hartmann-Shack images of one or two synthetic eyes (the test\n"
+                 "            images of Mompean et al. 2019, Future Gener. Comput. Syst. 91,\n"
+                 "            177, Sec. 4.1; the population of Thibos et al. 2002): population\n"
+                 "            aberrations, retinal glow, reflections, noise\n"
                  "\n"
                  "See 'spotwave sim stars --help', 'spotwave sim sh --help', 'spotwave sim eye "
                  "--help'.\n");
@@ -57,10 +62,13 @@ static void sim_stars_help(FILE *out)
         out,
         "Usage: spotwave [GLOBAL OPTIONS] sim stars SOURCE [OPTIONS] --out IMAGE\n"
         "\n"
-        "Renders stars as circular Gaussians of width sigma (seed 004 Eq. 2) over a square ROI\n"
-        "around each star, with fluxes from magnitudes by g = A r^-m (Eq. 1), then applies the\n"
-        "detector model (sky, dark current, Poisson shot noise, full well, read noise, gain,\n"
-        "bias, ADC) and writes the image and, with --truth, the stars that land on it.\n"
+        "Renders stars as circular Gaussians of width sigma (Li, Zhang, Zheng & Hu 2012,\n"
+        "\"Implementing high-performance intensity model with blur effect on GPUs for\n"
+        "large-scale star image simulation\", IEEE IPDPS Workshops, 1879-1888, Eq. 2) over a\n"
+        "square ROI around each star, with fluxes from magnitudes by g = A r^-m (Eq. 1), then\n"
+        "applies the detector model (sky, dark current, Poisson shot noise, full well, read\n"
+        "noise, gain, bias, ADC) and writes the image and, with --truth, the stars that land\n"
+        "on it.\n"
         "Pixel coordinates are 0-based; the centre of pixel (0,0) is (0,0).\n"
         "\n"
         "Source (exactly one):\n"
@@ -83,15 +91,15 @@ static void sim_stars_help(FILE *out)
         "  --roi-side S           ROI side in pixels (default: 2 ceil(5 sigma) + 1, at most the\n"
         "                         larger image side)\n"
         "  --psf sampled|integrated\n"
-        "                         PSF at the pixel centre (the seed) or integrated over the\n"
+        "                         PSF at the pixel centre (Li et al.) or integrated over the\n"
         "                         pixel (conserves flux; default)\n"
         "  --zero-point A         e- of a magnitude-0 star (default %g)\n"
-        "  --ratio R|pogson       magnitude ratio (default pogson = 10^0.4; the seed: 2.512)\n"
+        "  --ratio R|pogson       magnitude ratio (default pogson = 10^0.4; Li et al.: 2.512)\n"
         "  --mag-range MIN,MAX    magnitudes of --random stars (default %g,%g)\n"
         "  --seed S               stars and noise seed, 64-bit (default %d)\n"
         "  --method M             auto|sequential|openmp|parallel|adaptive|deterministic\n"
-        "                         (default auto: OpenMP on the CPU; on the GPU the seed's\n"
-        "                         parallel or adaptive simulator by star count)\n"
+        "                         (default auto: OpenMP on the CPU; on the GPU Li et al.'s\n"
+        "                         parallel or adaptive simulator, Sec. III.B-C, by star count)\n"
         "\n"
         "%s"
         "\n"
@@ -157,7 +165,9 @@ static const char *detector_help(int default_bits)
              "  --sky-e E              sky background, e- per pixel (default 0)\n"
              "  --dark-e E             dark current x exposure, e- per pixel (default 0)\n"
              "  --read-noise-e E       Gaussian read noise, e- RMS (default 0)\n"
-             "  --gain G               e- per ADU (default 1)\n"
+             "  --gain G               e- per ADU (default 1); not find's --gain, which is the\n"
+             "                         background's variance / mean in ADU (1/G without bias\n"
+             "                         and read noise)\n"
              "  --bias B               offset in ADU (default 0)\n"
              "  --full-well E          saturation in e- (default 0: none)\n"
              "  --no-shot-noise        no Poisson noise\n"
@@ -473,7 +483,7 @@ static int parse_stars_options(int argc, char **argv, stars_opts *o)
                      o->ratio == 1.0)
                 return sw_cli_usage(S,
                                     "--ratio: '%s' is not 'pogson' or a positive ratio other "
-                                    "than 1 (the seed's is 2.512)",
+                                    "than 1 (Li et al.'s is 2.512)",
                                     optarg);
             break;
         case OPT_MAG_RANGE:
@@ -783,7 +793,8 @@ static const char *sh_help(const char *grid_default, const char *size_default, d
 {
     static char buf[4096];
     snprintf(buf, sizeof buf,
-             "Lenslet grid and detector geometry (seed 000 Eq. 1-5; 0-based pixel centres):\n"
+             "Lenslet grid and detector geometry (Mocci et al. 2020, Eq. 1-5; 0-based pixel\n"
+             "centres):\n"
              "  --grid NXxNY           lenslets across and down (%s)\n"
              "  --pitch PX             lenslet pitch in pixels, may be fractional (default 32)\n"
              "  --origin X0,Y0         corner pixel of lenslet (0,0) (default: the grid centred\n"
@@ -1072,9 +1083,15 @@ static void sim_sh_help(FILE *out)
             "                         in radians at wavelength W: W / (2 pi))\n"
             "  --turbulence r0=R[,L0=L][,wavelength=W][,subharmonics=N]\n"
             "                         a von Karman (L0 > 0) or Kolmogorov (L0=0 or inf) FFT phase\n"
-            "                         screen covering the array: r0 and L0 in metres, r0 at W um\n"
-            "                         (defaults L0=25, wavelength=0.5, subharmonics=3)\n"
-            "  --screen-index I       which screen of the seed's sequence (default 0)\n"
+            "                         screen with subharmonics (Lane, Glindemann & Dainty 1992,\n"
+            "                         Waves Random Media 2(3), 209) covering the array: r0 and\n"
+            "                         L0 in metres in the plane of the lenslet array (the plane\n"
+            "                         of (u, v) and --pupil-mm, not the sky's), r0 at W um of\n"
+            "                         wavelength (defaults L0=25, wavelength=0.5,\n"
+            "                         subharmonics=3). For a telescope of diameter D imaged onto\n"
+            "                         an array A wide, give r0 and L0 times A / D (D = 8 m and\n"
+            "                         r0 0.15 m on 16 lenslets of 176 um: r0=5.28e-5)\n"
+            "  --screen-index I       which screen of the --seed's sequence (default 0)\n"
             "\n"
             "Pupil (at the lenslet array; default: every lenslet fully lit):\n"
             "  --pupil-mm D           pupil diameter (the major axis of an ellipse)\n"
@@ -1546,19 +1563,25 @@ static void sim_eye_help(FILE *out)
     fprintf(out,
             "Usage: spotwave [GLOBAL OPTIONS] sim eye [OPTIONS] --out IMAGE\n"
             "\n"
-            "Hartmann-Shack images of one or two synthetic eyes, as in seed 001's test set (Sec.\n"
-            "4.1): aberrations drawn from a population of normal eyes (Thibos et al. 2002,\n"
-            "data/ocular), the spots of each eye through its pupil, the diffuse retinal glow\n"
-            "that lights the pupils, corneal reflections, brightness maps, tear-film break-up\n"
-            "and white noise, then the detector model. With --truth it writes each eye's spot\n"
-            "positions, Zernike coefficients and pupil ellipse.\n"
+            "Hartmann-Shack images of one or two synthetic eyes, as in the test set of Mompean,\n"
+            "Aragon, Prieto & Artal 2019 (Future Gener. Comput. Syst. 91, 177, Sec. 4.1):\n"
+            "aberrations drawn from a population of normal eyes (Thibos, Hong, Bradley & Cheng\n"
+            "2002, J. Opt. Soc. Am. A 19(12), 2329; data/ocular), the spots of each eye through\n"
+            "its pupil, the diffuse retinal glow that lights the pupils, corneal reflections,\n"
+            "brightness maps, tear-film break-up and white noise, then the detector model. With\n"
+            "--truth it writes each eye's spot positions, Zernike coefficients and pupil\n"
+            "ellipse.\n"
             "\n"
             "Eyes:\n"
             "  --binocular            two eyes side by side (default: one)\n"
             "  --eye-center X,Y       a pupil centre in pixels; once per eye (default: the\n"
             "                         centre of the image, or of each half)\n"
             "  --pupil-px P           pupil diameter on the detector, pixels (default: 0.9 x the\n"
-            "                         smaller side of the image or of each half)\n"
+            "                         smaller side of the image or of each half). The eye's\n"
+            "                         pupil reaches the detector magnified by P x pixel-um /\n"
+            "                         (1000 x pupil-mm): 576 x 5.5 / 5120 = 0.61875 by default,\n"
+            "                         the default --magnification of 'spotwave aberrometry'; the\n"
+            "                         report prints it: give it to aberrometry when it differs\n"
             "  --pupil-mm D           the eye's pupil diameter, mm: the coefficients' pupil\n"
             "                         (default %g)\n"
             "  --ellipse B/A,ANGLE    elliptical pupils: minor/major ratio, major axis angle\n"
@@ -1581,8 +1604,8 @@ static void sim_eye_help(FILE *out)
             "  --sphere-d S           sphere added to every eye, dioptres\n"
             "  --cyl-d C              cylinder, dioptres\n"
             "  --axis-deg A           cylinder axis, degrees\n"
-            "  --rms-um R             scale orders >= 2 so that their RMS is R um (seed Sec.\n"
-            "                         4.3: 0.5 to 6)\n"
+            "  --rms-um R             scale orders >= 2 so that their RMS is R um (Mompean et\n"
+            "                         al. 2019, Sec. 4.3: 0.5 to 6)\n"
             "\n"
             "Artefacts (--no-artefacts turns off all those not given):\n"
             "  --glow E               retinal glow at the pupil centre, e-/px (default %g)\n"
@@ -1613,8 +1636,8 @@ static void sim_eye_help(FILE *out)
             "  --json                 print the report as JSON\n"
             "  -h, --help             print this help and exit\n"
             "\n"
-            "Seed 001's test set is 100 images per RMS level 0.5, 1.0, ... 6.0 um over a 5.12 mm\n"
-            "pupil; one of them:\n"
+            "Mompean et al.'s test set is 100 images per RMS level 0.5, 1.0, ... 6.0 um over a\n"
+            "5.12 mm pupil; one of them:\n"
             "  spotwave sim eye --rms-um 2.5 --seed 17 --out e.pgm --truth e --reference ref.pgm\n",
             EYE_DEF_PUPIL_MM, a.glow_e, a.glow_falloff, a.reflection_e, a.reflection_sigma_px,
             a.reflection_offset, a.brightness, a.tear_blobs, a.tear_depth, a.white_noise_e,
@@ -2131,6 +2154,31 @@ done:
     return rc;
 }
 
+/* The pupil's magnification onto the detector (sim_eye.h's sw_eye) and the refraction of the true
+ * coefficients as 'spotwave aberrometry' reports it (Thibos et al. 2004 with the 4th and 6th
+ * orders); NaN where there is none. */
+static double eye_magnification(const eye_opts *o, const sw_eye_truth *q)
+{
+    return 2.0 * q->a_px * o->sh.pixel_um / (1000.0 * q->pupil_mm);
+}
+
+static sw_refraction eye_true_rx(const sw_eye_truth *q)
+{
+    sw_refraction rx;
+    double c[6] = {0};
+    const double *coef = q->coef_um;
+    int32_t count = q->count;
+    if (count < 6) { /* fewer terms than the second order: the rest are 0 */
+        for (int32_t j = 0; j < count; j++)
+            c[j] = q->coef_um[j];
+        coef = c;
+        count = 6;
+    }
+    if (sw_zernike_refraction(NULL, coef, count, q->pupil_mm, 1, 0.0, &rx) != SW_OK)
+        rx.M = rx.J0 = rx.J45 = rx.sphere_d = rx.cyl_d = rx.axis_deg = NAN;
+    return rx;
+}
+
 static void print_eye(const eye_opts *o, const eye_report *r)
 {
     const sw_eyesim_truth *t = &r->truth;
@@ -2143,11 +2191,16 @@ static void print_eye(const eye_opts *o, const eye_report *r)
                o->sh.nx, o->sh.ny, o->sh.pitch, sw_sh_model_string(o->sh.model));
         for (int e = 0; e < t->n_eyes; e++) {
             const sw_eye_truth *q = &t->eye[e];
+            const sw_refraction rx = eye_true_rx(q);
             printf("  eye %d      centre (%g, %g) px, diameter %g px, RMS %.4f um, %lld lenslets "
                    "lit\n",
                    e, q->cx_px, q->cy_px, 2 * q->a_px,
                    q->count > 0 ? sw_zernike_rms(q->coef_um, q->count, 3) : 0.0,
                    (long long)lit_lenslets(&q->sh, o->sh.min_illum));
+            printf("             magnification %g (pupil %g mm on %g px of %g um); true refraction "
+                   "%+.2f D %+.2f D x %.0f deg (orders 2, 4, 6, as aberrometry)\n",
+                   eye_magnification(o, q), q->pupil_mm, 2 * q->a_px, o->sh.pixel_um, rx.sphere_d,
+                   rx.cyl_d, rx.axis_deg);
         }
         printf("  artefacts  glow %g e-, reflection %g e-, brightness %g, tear film %d, white "
                "noise %g e-\n",
@@ -2177,6 +2230,7 @@ static void print_eye(const eye_opts *o, const eye_report *r)
     printf("  \"pixel_type\": \"%s\",\n  \"eye\": [", sw_pixel_type_string(o->d.det.out_type));
     for (int e = 0; e < t->n_eyes; e++) {
         const sw_eye_truth *q = &t->eye[e];
+        const sw_refraction rx = eye_true_rx(q);
         printf("%s\n    {\"cx_px\": %.17g, \"cy_px\": %.17g, \"a_px\": %.17g, \"b_px\": %.17g, "
                "\"angle_deg\": %.17g, \"rms_um\": %.17g, \"defocus_um\": %.17g, "
                "\"lenslets_lit\": %lld, \"reflection_x_px\": ",
@@ -2187,7 +2241,21 @@ static void print_eye(const eye_opts *o, const eye_report *r)
         json_number(q->reflection_x_px);
         printf(", \"reflection_y_px\": ");
         json_number(q->reflection_y_px);
-        printf("}");
+        printf(", \"magnification\": ");
+        json_number(eye_magnification(o, q));
+        printf(", \"refraction\": {\"sphere_d\": ");
+        json_number(rx.sphere_d);
+        printf(", \"cyl_d\": ");
+        json_number(rx.cyl_d);
+        printf(", \"axis_deg\": ");
+        json_number(rx.axis_deg);
+        printf(", \"M\": ");
+        json_number(rx.M);
+        printf(", \"J0\": ");
+        json_number(rx.J0);
+        printf(", \"J45\": ");
+        json_number(rx.J45);
+        printf("}}");
     }
     printf("\n  ],\n  \"render_ms\": %.6f,\n  \"detector_ms\": %.6f,\n  \"write_ms\": %.6f,\n",
            r->render_ms, r->detector_ms, r->write_ms);

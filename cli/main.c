@@ -35,22 +35,22 @@ static const sw_subcommand subcommands[] = {
      sw_cmd_info_help},
     {"demo", "build an example image, write FITS/PGM/PNG, read them back, time the core ops",
      sw_cmd_demo, sw_cmd_demo_help},
-    {"sim", "simulated images with known truth: sim stars (star fields, seed 004)", sw_cmd_sim,
+    {"sim", "simulated images with known truth: stars (Li et al. 2012), sh, eye", sw_cmd_sim,
      sw_cmd_sim_help},
-    {"find", "spots found with the DIALS dispersion threshold and connected components (seed 003)",
-     sw_cmd_find, sw_cmd_find_help},
-    {"centroid", "Shack-Hartmann centroids and slopes per lenslet (seed 000)", sw_cmd_centroid,
-     sw_cmd_centroid_help},
-    {"fit", "Zernike coefficients, wavefront map and refraction from slopes (seed 001)", sw_cmd_fit,
+    {"find", "spots by the DIALS dispersion threshold (Winter et al. 2018)", sw_cmd_find,
+     sw_cmd_find_help},
+    {"centroid", "Shack-Hartmann centroids and slopes per lenslet (Mocci et al. 2020)",
+     sw_cmd_centroid, sw_cmd_centroid_help},
+    {"fit", "Zernike fit, wavefront map, refraction from slopes (Mompean et al. 2019)", sw_cmd_fit,
      sw_cmd_fit_help},
-    {"pupil", "the pupil ellipse(s) of one or two eyes on Hartmann-Shack images (seed 001)",
-     sw_cmd_pupil, sw_cmd_pupil_help},
-    {"aberrometry", "Zernike aberrations and refraction of one or two eyes (seed 001)",
+    {"pupil", "pupil ellipses on Hartmann-Shack images of eyes (Mompean et al. 2019)", sw_cmd_pupil,
+     sw_cmd_pupil_help},
+    {"aberrometry", "ocular aberrations and refraction from H-S images (Mompean et al. 2019)",
      sw_cmd_aberrometry, sw_cmd_aberrometry_help},
-    {"sabre", "wavefront from slopes: D-SABRE splines with H-PME/D-PME, or baselines (seed 002)",
-     sw_cmd_sabre, sw_cmd_sabre_help},
-    {"loop", "closed adaptive-optics loop simulated: Strehl and residual over frames (seed 002)",
-     sw_cmd_loop, sw_cmd_loop_help},
+    {"sabre", "wavefront from slopes: D-SABRE or baselines (Brunner et al. 2018)", sw_cmd_sabre,
+     sw_cmd_sabre_help},
+    {"loop", "closed adaptive-optics loop simulated (Brunner et al. 2018)", sw_cmd_loop,
+     sw_cmd_loop_help},
 };
 static const size_t n_subcommands = sizeof subcommands / sizeof subcommands[0];
 
@@ -80,12 +80,28 @@ static void print_usage(FILE *out)
                  "Subcommands:\n");
     for (size_t i = 0; i < n_subcommands; i++)
         fprintf(out, "  %-12s %s\n", subcommands[i].name, subcommands[i].summary);
-    fprintf(out,
-            "  %-12s %s\n"
-            "\n"
-            "Every subcommand has --help. Exit codes: 0 success, 1 failure while running,\n"
-            "2 usage error.\n",
-            "help NAME", "help on a subcommand");
+    fprintf(
+        out,
+        "  %-12s %s\n"
+        "\n"
+        "Methods, by paper (each subcommand's --help gives the sections and equations):\n"
+        "  Mocci, Busato, Bombieri, Bonora & Muradore 2020, J. Opt. Soc. Am. A 37(10), 1548:\n"
+        "    centroid, the lenslet geometry of sim sh\n"
+        "  Mompean, Aragon, Prieto & Artal 2019, Future Gener. Comput. Syst. 91, 177:\n"
+        "    pupil, fit, aberrometry, sim eye\n"
+        "  Brunner, de Visser, Vuik & Verhaegen 2018, J. Opt. Soc. Am. A 35(6), 859:\n"
+        "    sabre, loop\n"
+        "  Winter et al. 2018, Acta Cryst. D74, 85 (DIALS); G. Winter 2024, \"CUDA Spotfinding\":\n"
+        "    find\n"
+        "  Li, Zhang, Zheng & Hu 2012, IEEE IPDPS Workshops, 1879:\n"
+        "    sim stars\n"
+        "  Thibos et al. 2002, J. Opt. Soc. Am. A 19(12), 2329 and 2004, J. Vision 4(4), 329:\n"
+        "    the eye population of sim eye, refraction\n"
+        "All of them, with the other references: README.md and CITATION.cff.\n"
+        "\n"
+        "Every subcommand has --help. Exit codes: 0 success, 1 failure while running,\n"
+        "2 usage error.\n",
+        "help NAME", "help on a subcommand");
 }
 
 /* ------------------------------------------------------------------ messages */

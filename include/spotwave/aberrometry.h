@@ -1,21 +1,28 @@
 /*
  * spotwave aberrometry: a Hartmann-Shack image of one or two living eyes in; each eye's pupil,
- * Zernike aberrations and refraction out, on the GPU or the CPU (seed 001, the whole system).
+ * Zernike aberrations and refraction out, on the GPU or the CPU (Mompean et al. 2019, below: the
+ * whole system).
+ *
+ * Papers: Mompean J., Aragon J. L., Prieto P. M., Artal P. 2019, "GPU-based processing of
+ * Hartmann-Shack images for accurate and high-speed ocular wavefront sensing", Future Generation
+ * Computer Systems 91, 177-190 (Sec. 3, the whole system); Thibos L. N., Hong X., Bradley A.,
+ * Applegate R. A. 2004, "Accuracy and precision of objective refraction from wavefront
+ * aberrations", J. Vision 4(4), 329-351 (the refraction, here with the 4th and 6th orders).
  *
  * Calibration. A reference image (no eye: a flat wavefront through the lenslets) gives the
  * reference centroids: PAPYCS (search.h) started at the geometry's reference positions
  * (geometry.h) with windows of the lenslet size (sw_aberrometry_reference). They are the
  * static search mesh, and the zero of the slopes.
  *
- * Per frame (seed Sec. 3, Steps 1-3):
+ * Per frame (Mompean et al. Sec. 3, Steps 1-3):
  *   1. Pupil tracking (pupil.h, one or two pupils) with the lenslet grid: lenslet l belongs to
  *      eye e when it lies wholly inside pupil e (SW_PUPIL_LENSLET_FULL) and has a reference
  *      centroid. An eye whose pupil is not found is reported invalid with the tracker's reason.
  *   2. The analysis circle of eye e: centre = its pupil's centre, radius R_px = fit_radius_px
  *      (> 0), or the pupil ellipse's major semi-axis a_px (0, default). The lenslets used are
  *      those of eye e whose reference position lies inside the circle (r <= R_px).
- *   3. Dynamic mesh (seed Sec. 3.2.1, "use of a dynamic search mesh"), when prelim_order > 0
- *      (PAPYCS only), in S = mesh_stages stages. Stage k = 0 .. S - 1 has the circle of radius
+ *   3. Dynamic mesh (Mompean et al. Sec. 3.2.1, "use of a dynamic search mesh"), when prelim_order
+ *      > 0 (PAPYCS only), in S = mesh_stages stages. Stage k = 0 .. S - 1 has the circle of radius
  *      f_k R_px, f_k = central_fraction + (1 - central_fraction) k / S (0.5, 0.625, 0.75, 0.875
  *      by default), and the orders 1 .. o_k, o_k = min(prelim_order + k, order) (3, 4, 5, 6);
  *      a lenslet belongs to the first stage whose circle holds its reference position (stage
@@ -30,7 +37,7 @@
  *      The final search (4) starts from the last stage's prediction (the distorted mesh). Each
  *      stage extrapolates over a short ring only, with a fit of more orders over a larger
  *      circle, so the edge spots are predicted well within half a pitch up to ~6 um RMS, where
- *      the seed's single stage (mesh_stages 1, prelim_order 2) lets PAPYCS converge onto a
+ *      Mompean et al.'s single stage (mesh_stages 1, prelim_order 2) lets PAPYCS converge onto a
  *      neighbour's spot. prelim_um reports stage 0's fit.
  *      prelim_order 0: one search of all used lenslets from their reference centroids (the
  *      static mesh).
@@ -107,7 +114,7 @@ typedef struct sw_aberrometry_params {
     double central_fraction;         /* the static central mesh's radius / R_px, (0, 1]
                                         (default 0.5)                                           */
     int32_t mesh_stages;             /* preliminary stages of the dynamic mesh (step 3), 1 ..
-                                        SW_AB_MAX_STAGES (default 4; 1: the seed's one stage)  */
+                                        SW_AB_MAX_STAGES (default 4; 1: the paper's one stage)  */
     double mesh_tolerance;           /* the mesh check (step 4), pitches, >= 0 (default 0.25;
                                         0: no check)                                            */
     double fit_radius_px;            /* > 0: fixed analysis radius; 0 (default): the pupil's a */

@@ -1,11 +1,16 @@
 /*
- * spotwave centroid: Shack-Hartmann centre-of-gravity extraction at memory speed (seed 000).
+ * spotwave centroid: Shack-Hartmann centre-of-gravity extraction at memory speed (Mocci et al.
+ * 2020, below).
+ *
+ * Paper: Mocci J., Busato F., Bombieri N., Bonora S., Muradore R. 2020, "Efficient
+ * implementation of the Shack-Hartmann centroid extraction for edge computing", J. Opt. Soc. Am.
+ * A 37(10), 1548 (Eq. 1-7, Sec. 3-4).
  *
  * Frame in, one centroid per lenslet out. The lenslet grid is the sw_sh_geometry of geometry.h
- * (seed 000 Eq. 1-5): lenslet (ix, iy), flat index l = iy * nx + ix, owns the pixel region
+ * (Mocci et al. Eq. 1-5): lenslet (ix, iy), flat index l = iy * nx + ix, owns the pixel region
  * [xb, xe) x [yb, ye) of sw_sh_region.
  *
- * Moments and centroid (seed Eq. 6-7). With I'(x, y) the conditioned intensity (below) and
+ * Moments and centroid (Mocci et al. Eq. 6-7). With I'(x, y) the conditioned intensity (below) and
  * (xs, ys) the first pixel of the region after the window (step 6; (xb, yb) without one):
  *     m00 = sum I',   m10 = sum (x - xs) I',   m01 = sum (y - ys) I'   over the region,
  *     cx = xs + m10 / m00,   cy = ys + m01 / m00            (0-based pixel-centre coordinates).
@@ -15,7 +20,7 @@
  * finite (a NaN or Inf pixel in an f32 frame, whatever the conditioning). The intensity is m00
  * for every lenslet, masked or not.
  *
- * Conditioning (seed section 3 and Remark 2), applied to every pixel as it is read, in this
+ * Conditioning (Mocci et al. section 3 and Remark 2), applied to every pixel as it is read, in this
  * order (each step optional):
  *   1. look-up table:  v = lut[raw]      (raw is the integer pixel value; u8: 256 entries,
  *                                         u16: 65536 entries; not for f32 frames)
@@ -53,7 +58,7 @@
  *   SW_CENTROID_COPY    host frames (pinned for speed) copied asynchronously to the plan's
  *                       device buffer, then the kernel;
  *   SW_CENTROID_MAPPED  pinned host frames read directly by the kernel over the bus (zero-copy,
- *                       as seed 000 does on the Jetson's unified memory);
+ *                       as Mocci et al. do on the Jetson's unified memory);
  *   SW_CENTROID_HOST    the CPU implementation (OpenMP), the only path of a CPU context.
  * SW_CENTROID_AUTO takes HOST on a CPU context and COPY on a CUDA one.
  * Results (sw_centroid_result) live in host memory (plain or pinned) or device memory. On the

@@ -1,7 +1,12 @@
 /*
  * spotwave find: spot finding with the DIALS dispersion threshold and connected components
- * (seed 003; DIALS algorithms/image/threshold/local.h is the reference for what the seed leaves
- * out).
+ * (papers below; DIALS's algorithms/image/threshold/local.h is the reference for what Winter's
+ * note leaves out).
+ *
+ * Papers: Winter G. et al. 2018, "DIALS: implementation and evaluation of a new integration
+ * package", Acta Cryst. D74, 85-97 (the dispersion spot finder); Kabsch W. 2010, "XDS", Acta
+ * Cryst. D66, 125-132 (the index-of-dispersion test); Winter G. 2024, "CUDA Spotfinding"
+ * (technical note: the dispersion kernel on GPUs).
  *
  * A frame goes through three steps:
  *   1. threshold: every pixel is classed strong or not (below);
@@ -23,7 +28,7 @@
  *     m = count,  s = sum of values,  q = sum of squared values.
  * With g the gain at the pixel (the scalar `gain`, or the gain map), v its value:
  *
- * DISPERSION (DIALS "dispersion"; the seed's kernel): v is strong when it is valid, m >= min_local,
+ * DISPERSION (DIALS "dispersion"; Winter's kernel): v is strong when it is valid, m >= min_local,
  * v > global_threshold and
  *     background test:  m q - s^2  >  g s (m - 1 + sigma_b sqrt(2 (m - 1)))
  *                       (the index of dispersion var/mean exceeds g + sigma_b g sqrt(2/(m-1)))
@@ -62,7 +67,7 @@
  * their first frame, then first pixel).
  *
  * Backends. CPU: summed-area tables (as DIALS), OpenMP over rows; union-find labelling. CUDA:
- * window sums per pixel (the seed's brute-force window, or a shared-memory tiled version; see
+ * window sums per pixel (Winter's brute-force window, or a shared-memory tiled version; see
  * sw_find_window), union-find labelling with atomics, moments by atomics; the component table is
  * copied back (only that, and the strong mask when asked for).
  */
@@ -84,7 +89,7 @@ typedef enum sw_find_algorithm {
 /* How the GPU computes the window sums (the CPU always uses summed-area tables). */
 typedef enum sw_find_window {
     SW_FIND_WINDOW_AUTO = 0,  /* the faster one (benchmarked: see BENCHMARKS.md) */
-    SW_FIND_WINDOW_BRUTE = 1, /* one thread per pixel sums its whole window (the seed) */
+    SW_FIND_WINDOW_BRUTE = 1, /* one thread per pixel sums its whole window (Winter) */
     SW_FIND_WINDOW_TILED = 2  /* a block sums column strips in shared memory, then rows */
 } sw_find_window;
 
@@ -105,7 +110,7 @@ typedef struct sw_find_params {
     const float *gain_map;       /* width * height gains (> 0), or NULL; copied at create    */
     const uint8_t *mask;         /* width * height, non-zero = valid, or NULL; copied        */
     double overload;             /* values >= overload are masked; 0 = the type's default:
-                                    u8 255, u16 0xfffe (the seed), u32 0xfffffffe, f32 none  */
+                                    u8 255, u16 0xfffe (Winter), u32 0xfffffffe, f32 none  */
 
     int32_t connectivity;       /* 4 (default, DIALS) or 8                                  */
     int64_t min_spot_size;      /* pixels, default 3 (DIALS for photon-counting detectors)  */

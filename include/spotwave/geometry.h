@@ -1,22 +1,27 @@
 /*
  * spotwave geometry: the Shack-Hartmann lenslet grid on the detector, one type shared by the SH
- * simulator (sim_sh.h) and the centroid stage (seed 000, Eq. 1-5).
+ * simulator (sim_sh.h) and the centroid stage (Mocci et al. 2020, Eq. 1-5, below).
+ *
+ * Paper: Mocci J., Busato F., Bombieri N., Bonora S., Muradore R. 2020, "Efficient
+ * implementation of the Shack-Hartmann centroid extraction for edge computing", J. Opt. Soc. Am.
+ * A 37(10), 1548, Eq. 1-5.
  *
  * Conventions (core.h): pixel (x, y) = (column, row), 0-based, the centre of pixel (0,0) at
  * (0.0, 0.0), so pixel x spans [x - 0.5, x + 0.5).
  *
  * Grid. nx x ny lenslets; lenslet (ix, iy), 0 <= ix < nx, 0 <= iy < ny, has the flat index
- * l = iy * nx + ix (row-major; seed 000 Eq. 4 walks l column-major on a square grid, w_L = nx,
- * and the index is only a name). pitch d = lenslet pitch / pixel pitch (seed Eq. 2), in pixels,
- * not necessarily an integer. (x0, y0) is the corner pixel of lenslet (0, 0): the lenslet with the
- * smallest x and y (the seed's "bottom-left" for an image whose row 0 is at the bottom).
+ * l = iy * nx + ix (row-major; Mocci et al. Eq. 4 walks l column-major on a square grid, w_L = nx,
+ * and the index is only a name). pitch d = lenslet pitch / pixel pitch (Mocci et al. Eq. 2), in
+ * pixels, not necessarily an integer. (x0, y0) is the corner pixel of lenslet (0, 0): the lenslet
+ * with the smallest x and y (Mocci et al.'s "bottom-left" for an image whose row 0 is at the
+ * bottom).
  *
- * Pixel regions (seed Eq. 3-4). Lenslet (ix, iy) owns the pixels
+ * Pixel regions (Mocci et al. Eq. 3-4). Lenslet (ix, iy) owns the pixels
  *     floor(x0 + d ix) <= x < floor(x0 + d (ix + 1)),  floor(y0 + d iy) <= y < floor(y0 + d (iy +
- * 1)). This is Eq. (3) with the corner x_l = x0 + d ix kept real, as the seed's own text has it
+ * 1)). This is Eq. (3) with the corner x_l = x0 + d ix kept real, as Mocci et al.'s own text has it
  * ((x_l, y_l) in R^2): flooring x_l first as Eq. (4) prints would leave a pixel between some
  * neighbours for non-integer d. The regions are adjacent and disjoint, and together form the
- * RoI of seed Eq. (5) (d nx by d ny pixels, up to rounding).
+ * RoI of Mocci et al. Eq. (5) (d nx by d ny pixels, up to rounding).
  *
  * Reference position. On the detector the lenslet (ix, iy) spans the continuous interval
  * [x0 - 0.5 + d ix, x0 - 0.5 + d (ix + 1)) (pixel edges), so its optical axis, where the spot of a
@@ -31,7 +36,7 @@
  * optical path difference W and pupil coordinate u in the same unit) of
  *     slope = dx * pixel_um / (focal_mm * 1000),
  * the lenslet pitch in the pupil is lenslet_um = d * pixel_um (the lenslets image straight onto
- * the detector, seed Eq. 2).
+ * the detector, Mocci et al. Eq. 2).
  *
  * Validity mask (optional): nx * ny bytes, row-major by l; 0 = lenslet unused (outside the pupil).
  * The mask is not owned by the geometry.
@@ -67,7 +72,8 @@ void sw_sh_geometry_default(sw_sh_geometry *g);
 sw_status sw_sh_geometry_check(sw_context *ctx, const sw_sh_geometry *g, int32_t width,
                                int32_t height);
 
-/* The pixel region of lenslet (ix, iy): columns [*xb, *xe), rows [*yb, *ye) (seed Eq. 3). */
+/* The pixel region of lenslet (ix, iy): columns [*xb, *xe), rows [*yb, *ye) (Mocci et al. Eq. 3).
+ * */
 void sw_sh_region(const sw_sh_geometry *g, int32_t ix, int32_t iy, int32_t *xb, int32_t *xe,
                   int32_t *yb, int32_t *ye);
 

@@ -1,26 +1,32 @@
 /*
- * spotwave loop: the adaptive-optics loop after the wavefront sensor (seed 002 section 4, seed 000
- * section 6): a deformable-mirror model, the projection of a reconstructed wavefront onto it
- * (global Eq. 13 and distributed Eq. 14-16 of seed 002), the interaction / control matrices of the
- * classic matrix-vector reconstructor, controllers, the real-time chain from camera frame to
- * commands, and a closed-loop simulator that proves they correct turbulence.
+ * spotwave loop: the adaptive-optics loop after the wavefront sensor (Brunner et al. section 4,
+ * Mocci et al. section 6): a deformable-mirror model, the projection of a reconstructed wavefront
+ * onto it (global Eq. 13 and distributed Eq. 14-16 of Brunner et al.), the interaction / control
+ * matrices of the classic matrix-vector reconstructor, controllers, the real-time chain from camera
+ * frame to commands, and a closed-loop simulator that proves they correct turbulence.
+ *
+ * Papers: Brunner E., de Visser C. C., Vuik C., Verhaegen M. 2018, "GPU implementation for
+ * spline-based wavefront reconstruction", J. Opt. Soc. Am. A 35(6), 859-872 (Sec. 4: the DM, its
+ * projections, the closed-loop setting); Mocci J., Busato F., Bombieri N., Bonora S., Muradore R.
+ * 2020, J. Opt. Soc. Am. A 37(10), 1548 (Sec. 6: the loop after the centroids); Assemat F.,
+ * Wilson R. W., Gendron E. 2006, Opt. Express 14(3), 988-999 (the infinite screen).
  *
  * Coordinates. Everything is placed on the lenslet lattice of sabre.h: lenslet (ix, iy) has its
  * reference centre at lattice position (x, y) = (ix, iy), one unit = one lenslet pitch, x along the
  * pupil's +u, y along +v (sim_sh.h).
  *
- * The deformable mirror (Fried geometry, seed 002 section 4.B): for an nx x ny lenslet array the
- * actuators sit at the (nx + 1)(ny + 1) lenslet corners; actuator a = cy (nx + 1) + cx is at
+ * The deformable mirror (Fried geometry, Brunner et al. section 4.B): for an nx x ny lenslet array
+ * the actuators sit at the (nx + 1)(ny + 1) lenslet corners; actuator a = cy (nx + 1) + cx is at
  * (cx - 1/2, cy - 1/2) (the Fried corners of sabre.h, the centre vertices of the SABRE lattice).
  * A command u_a is in units of optical path (micrometres of OPD throughout spotwave); the mirror's
  * correction is the surface
- *     phi_u(x, y) = sum_a u_a f(x - x_a) f(y - y_a)                         (seed 002 Eq. 12)
+ *     phi_u(x, y) = sum_a u_a f(x - x_a) f(y - y_a)                         (Brunner et al. Eq. 12)
  * with the separable influence function f (one actuator pitch = one lattice unit) of coupling c,
  * the value of an actuator's influence at its neighbours, 0 < c < 1:
  *     GAUSSIAN  f(r) = c^(r^2)
  *     BEZIER    a cubic-Bezier bump monotonically falling from f(0) = 1 to f(1) = c and f(2) = 0,
  *               zero beyond 2 pitches (the local "monotonic" shape OOMAO builds from cubic Bezier
- *               curves; seed 002 ref. 20): two cubic Bezier segments with equally spaced
+ *               curves; Brunner et al. ref. 20): two cubic Bezier segments with equally spaced
  *               abscissae, so that for t = |r| in [0, 1] and t = |r| - 1 in [1, 2]
  *                   f = B3(t; 1, 1, c + s/3, c)  and  f = B3(t; c, c - s/3, 0, 0),
  *               B3(t; p0..p3) = (1-t)^3 p0 + 3 (1-t)^2 t p1 + 3 (1-t) t^2 p2 + t^3 p3, and the
@@ -100,7 +106,7 @@ void sw_dm_shaper_destroy(sw_dm_shaper *s); /* NULL is ignored */
  * NaN samples (no check). */
 sw_status sw_dm_shaper_run(sw_dm_shaper *s, const float *commands, sw_memory memory, float *out);
 
-/* ================================================================== projection (seed 002 §4.A) */
+/* =================================================== projection (Brunner et al. 2018, Sec. 4.A) */
 
 /*
  * Least-squares projection of a linear spline (sabre.h's lattice values c) onto the commands of a
@@ -179,7 +185,7 @@ sw_status sw_control_matrix(sw_context *ctx, const float *im, int32_t nslopes, i
                             double max_condition, int32_t max_modes, float *cm,
                             sw_cm_result *result);
 
-/* ================================================================== controllers (seed 000 §6) */
+/* ====================================================== controllers (Mocci et al. 2020, Sec. 6) */
 
 typedef enum sw_controller_kind {
     SW_CTRL_INTEGRATOR = 0, /* u_k = u_{k-1} + g r_k                                      */
@@ -309,12 +315,12 @@ typedef struct sw_loop_params {
     /* telescope and sensor */
     int32_t nx;               /* lenslets per side (32)                                         */
     double diameter_m;        /* D (12)                                                          */
-    int square_pupil;         /* 1: the whole square array is lit (seed 002 Fig. 11) (1)        */
+    int square_pupil;         /* 1: the whole square array is lit (Brunner Fig. 11) (1)          */
     double obscuration;       /* circular pupil only: central obscuration, fraction of D (0)    */
     int32_t px_per_lenslet;   /* detector pixels per lenslet side (8)                           */
     double wfs_wavelength_um; /* (0.7)                                                           */
     double nyquist_px;        /* lambda f / d in pixels at the WFS wavelength (2)                */
-    sw_sh_model model;        /* DIFFRACTION (seed 002's OOMAO SH) or GEOMETRIC                  */
+    sw_sh_model model;        /* DIFFRACTION (Brunner et al.'s OOMAO SH) or GEOMETRIC            */
     double magnitude;         /* guide star; NAN: noise-free (NAN)                                */
     double zero_point;        /* photons s^-1 m^-2 at magnitude 0 (9e9)                          */
     double throughput;        /* (0.5)                                                           */
@@ -341,7 +347,7 @@ typedef struct sw_loop_params {
     int32_t warmup; /* frames before the long exposure starts (20)                      */
 } sw_loop_params;
 
-/* The seed 002 section 4.B setting: 32 x 32, D = 12 m, square pupil, DIFFRACTION, noise-free,
+/* The Brunner et al. section 4.B setting: 32 x 32, D = 12 m, square pupil, DIFFRACTION, noise-free,
  * r0 = 0.15 m at 0.5 um, L0 = 25 m, 10 km/h, 500 Hz, Gaussian coupling 0.3, D-SABRE 4 x 4 with the
  * distributed projection, integrator gain 0.5, J band, 20 warm-up frames. */
 void sw_loop_params_default(sw_loop_params *p);

@@ -1,6 +1,10 @@
 /*
  * spotwave pupil: tracking the pupil(s) of one or two eyes on their Hartmann-Shack image
- * (seed 001 Sec. 3.1), on the GPU and on the CPU with the same results.
+ * (Mompean et al. Sec. 3.1), on the GPU and on the CPU with the same results.
+ *
+ * Paper: Mompean J., Aragon J. L., Prieto P. M., Artal P. 2019, "GPU-based processing of
+ * Hartmann-Shack images for accurate and high-speed ocular wavefront sensing", Future Generation
+ * Computer Systems 91, 177-190, Sec. 3.1.
  *
  * The eye's pupil is back-lit by the diffuse retinal reflection and stands out against the nearly
  * black iris. Per frame:
@@ -11,9 +15,9 @@
  *      area, the camera's gain or bit depth) maps near 128; a saturated corneal reflection and
  *      the spot peaks clip at 255 without darkening it. m1 not positive and finite: the frame is
  *      empty (SW_PUPIL_EMPTY_FRAME, scale 0); no pixel above m1 (a uniform frame): m2 = m1 (and
- *      step 3 finds no contrast). The seed's images were 8-bit (its optimisation 4).
- *   1. Gaussian smoothing (radius 4, sigma 4 by default, the seed's), separable, on 8-bit data:
- *      integer weights w_k (k = -r..r) summing to 2^16, each 1-D pass
+ *      step 3 finds no contrast). Mompean et al.'s images were 8-bit (their optimisation 4).
+ *   1. Gaussian smoothing (radius 4, sigma 4 by default, Mompean et al.'s), separable, on 8-bit
+ *      data: integer weights w_k (k = -r..r) summing to 2^16, each 1-D pass
  *      out = (sum_k w_k in[clamp(x + k)] + 2^15) >> 16, rows first, then columns; pixels beyond
  *      the image repeat the edge pixel.
  *   2. Regions: one pupil uses the whole frame. Two pupils (binocular) split the frame into a
@@ -37,7 +41,7 @@
  *         above (the pupil), t = floor(b + edge_level (p - b)). Otsu's own threshold lies near
  *         the middle of the class means, above the half height of the pupil's edge when the
  *         glow falls off towards it (about 1 px too far in); edge_level 0.4 is the half height
- *         of an edge at 80 % of the pupil's median, the retinal glow of seed 001's images
+ *         of an edge at 80 % of the pupil's median, the retinal glow of Mompean et al.'s images
  *         (falloff 0.3). edge_level 0: t = t_o.
  *      A region whose pixels all have one value has no threshold: not found.
  *   4. Morphological close of the inside mask with a (2 close_radius + 1)^2 square: dilation
@@ -46,10 +50,10 @@
  *   5. Border pixels: inside pixels with at least one of their 8 neighbours in the region
  *      outside (pixels beyond the region or the image do not count), listed in raster order of
  *      the region.
- *   6. RANSAC (seed footnote 1): `candidates` (default 1024) conics, each through 5 border
- *      points picked by random numbers u in (0, 1) drawn once when the plan is made (seed's
- *      optimisation 2): index = floor(u n) for n border points. A candidate that is not a real
- *      ellipse with semi-axes in [min_radius_px, max_radius_px] gets no votes. Every border
+ *   6. RANSAC (Mompean et al. footnote 1): `candidates` (default 1024) conics, each through 5
+ *      border points picked by random numbers u in (0, 1) drawn once when the plan is made (Mompean
+ *      et al.'s optimisation 2): index = floor(u n) for n border points. A candidate that is not a
+ *      real ellipse with semi-axes in [min_radius_px, max_radius_px] gets no votes. Every border
  *      point within inlier_px of a candidate (Sampson distance, the first-order geometric
  *      distance |Q| / |grad Q|) votes for it; the winner has the most votes, the lowest index on
  *      ties. Coordinates are taken about the region's centre and scaled to about [-1, 1].
@@ -119,7 +123,7 @@ typedef struct sw_pupil_params {
     double gauss_sigma;    /* 4; >= 0.001                                                      */
     int32_t close_radius;  /* 4; 0 .. SW_PUPIL_MAX_RADIUS (0: no close)                      */
     int32_t candidates;    /* 1024; 32 .. SW_PUPIL_MAX_CANDIDATES, a multiple of 32           */
-    double inlier_px;      /* 2 (the seed's); > 0                                            */
+    double inlier_px;      /* 2 (Mompean et al.'s); > 0                                    */
     int32_t refine_iterations;      /* 3; 0 .. 20 (0: the RANSAC winner as it is)                */
     double min_radius_px;           /* min(width, height) / 10; smallest semi-axis accepted (a lone
                                        corneal reflection thresholds to a disc of ~2.4 sigma)    */

@@ -3,6 +3,9 @@
  * numbers from C on the host and from CUDA kernels, so a seed gives the same noise on the CPU and
  * on the GPU.
  *
+ * Paper: Salmon J. K., Moraes M. A., Dror R. O., Shaw D. E. 2011, "Parallel random numbers: as
+ * easy as 1, 2, 3", SC'11 (Philox).
+ *
  * A random draw is a pure function of (seed, stream, index):
  *   seed   - the user's seed (64 bits, the Philox key);
  *   stream - what the numbers are for (e.g. SW_RNG_STREAM_PIXEL_NOISE), 64 bits;

@@ -1,9 +1,15 @@
 /*
  * spotwave sabre: wavefront reconstruction from Shack-Hartmann slopes with linear simplex
  * B-splines (SABRE), distributed over partitions (D-SABRE) with hierarchical or distributed piston
- * mode equalisation (H-PME / D-PME), after seed 002 (Brunner, de Visser, Vuik & Verhaegen 2018).
- * Baselines: global SABRE (one least-squares problem on the whole triangulation) and the classic
- * Fried-geometry zonal least-squares reconstructor.
+ * mode equalisation (H-PME / D-PME), after Brunner, de Visser, Vuik & Verhaegen 2018 (below).
+ * Baselines: global SABRE (one least-squares problem on the whole triangulation) and the
+ * classic Fried-geometry zonal least-squares reconstructor.
+ *
+ * Papers: Brunner E., de Visser C. C., Vuik C., Verhaegen M. 2018, "GPU implementation for
+ * spline-based wavefront reconstruction", J. Opt. Soc. Am. A 35(6), 859-872 (D-SABRE, H-PME,
+ * D-PME); de Visser C. C., Verhaegen M. 2013, "Wavefront reconstruction in adaptive optics systems
+ * using nonlinear multivariate splines", J. Opt. Soc. Am. A 30(1), 82-95 (SABRE); Fried D. L.
+ * 1977, J. Opt. Soc. Am. 67(3), 370-375 (the zonal least-squares baseline).
  *
  * Units. Slopes are mean wavefront gradients dW/du, dW/dv (for an OPD in micrometres over a pupil
  * in micrometres: radians; sw_sh_truth.slope_x is one). `pitch` is the lenslet pitch in the pupil
@@ -15,7 +21,7 @@
  * Lattice coordinates. Lenslet (ix, iy) has its reference centre at (x, y) = (ix, iy) in lattice
  * units of one pitch (x along +u, y along +v, as sim_sh.h's pupil plane).
  *
- * The triangulation (seed 002 section 2.A, Fig. 2; a "Type-II" or four-directional mesh): the
+ * The triangulation (Brunner et al. section 2.A, Fig. 2; a "Type-II" or four-directional mesh): the
  * vertices are the lenslet reference centres (the "corner" vertices of a grid of unit squares)
  * and the centre of each square (a "centre" vertex, which is a lenslet corner: the Fried actuator
  * position). Each square is cut by both diagonals into four triangles:
@@ -47,7 +53,7 @@
  * is precisely the restriction of the global problem to its triangles, with no row reaching
  * outside. A tilt is reconstructed exactly; a spline's own model data D c gives back c exactly.
  *
- * D-SABRE (seed 002 sections 2, 3 and 5.A):
+ * D-SABRE (Brunner et al. sections 2, 3 and 5.A):
  *   - Partitioning: k x k partitions (k = 2^p for H-PME). The SH array is embedded, centred, in
  *     an extended square array of (k m + 1)^2 lenslets (corner vertices), m the smallest integer
  *     with k m + 1 >= max(nx, ny) (Eq. 17 asks k m > sqrt(N), which adds a ring of zero slopes
@@ -76,21 +82,21 @@
  *     tile border).
  *     H-PME (Eq. 10-11): levels h = 1..p; at level h the partitions form tiles of 2^(h-1) x
  *     2^(h-1) and groups of 2 x 2 tiles; in each group a master tile (the one with the most
- *     vertices inside the pupil; ties: the lowest tile, so a square pupil gets the seed's order
- *     t_i = 2, 3, 4 to t_m = 1, 1, 2) levels its two edge neighbours, then the diagonal tile is
- *     levelled to the one of them with which it shares more border vertices inside the pupil. A
+ *     vertices inside the pupil; ties: the lowest tile, so a square pupil gets Brunner et al.'s
+ *     order t_i = 2, 3, 4 to t_m = 1, 1, 2) levels its two edge neighbours, then the diagonal tile
+ *     is levelled to the one of them with which it shares more border vertices inside the pupil. A
  *     tile's offset is the mean of all (master - target) border differences across the tile
- *     border (pooled over the 2^(h-1) partition pairs: the seed's average of pair means when the
- *     pairs have equal counts).
+ *     border (pooled over the 2^(h-1) partition pairs: Brunner et al.'s average of pair means when
+ *     the pairs have equal counts).
  *     D-PME (Eq. 8-9): the master partition is (floor(k/2), floor(k/2)); at each iteration every
  *     partition adds the largest of its mean differences (neighbour - own) with the neighbours
  *     closer to the master (4-neighbours, Manhattan distance); L_D = the largest distance to the
- *     master iterations (the seed's count for its master; more change nothing).
+ *     master iterations (Brunner et al.'s count for their master; more change nothing).
  *   - Assembly: each vertex takes the value of the partition whose core owns it (a corner on a
  *     shared border: the upper partition, whose core starts there; the last one at the array's
  *     far edge), plus that partition's offset.
  *   - D-PME costs G L_D = O(k^3) partition updates per run, in one GPU block: fine for the k of
- *     the seed (<= 64), slow for hundreds of partitions per side.
+ *     Brunner et al. (<= 64), slow for hundreds of partitions per side.
  *   - A plan serves one thread at a time (its run uses the plan's scratch buffers); the context
  *     must not be NULL.
  */
@@ -148,13 +154,13 @@ sw_status sw_sabre_pme_parse(const char *text,
                              sw_sabre_pme *out); /* hierarchical|distributed|none */
 
 /* What D-SABRE feeds the local solves where the extended array has no data (outside the real
- * array, invalid lenslets). ZERO: zero slopes, the seed's zero padding (section 3.B.2). NEAREST:
- * the slopes of the nearest valid lenslet (breadth-first over the extended lattice's corners,
- * 8-neighbourhood, so "nearest" in the chessboard metric; ties: the lower lenslet index): the
- * wavefront is continued with the gradient at the pupil's edge instead of being forced flat
- * next to it; the seed suggests extrapolating the slope data as the remedy for the zero-padding
- * errors it reports (section 3.B.2). Neither changes the matrices, only which slope the gather
- * reads, so the cost is the same. */
+ * array, invalid lenslets). ZERO: zero slopes, Brunner et al.'s zero padding (section 3.B.2).
+ * NEAREST: the slopes of the nearest valid lenslet (breadth-first over the extended lattice's
+ * corners, 8-neighbourhood, so "nearest" in the chessboard metric; ties: the lower lenslet index):
+ * the wavefront is continued with the gradient at the pupil's edge instead of being forced flat
+ * next to it; Brunner et al. suggest extrapolating the slope data as the remedy for the
+ * zero-padding errors they report (section 3.B.2). Neither changes the matrices, only which slope
+ * the gather reads, so the cost is the same. */
 typedef enum sw_sabre_padding { SW_SABRE_PAD_ZERO = 0, SW_SABRE_PAD_NEAREST = 1 } sw_sabre_padding;
 
 const char *sw_sabre_padding_string(sw_sabre_padding p);
@@ -181,8 +187,8 @@ typedef struct sw_sabre_params {
 /* nx = ny = 0 (must be set), pitch 1, no mask, 8 partitions, overlap 1, H-PME, L_D iterations,
  * zero padding, no fill iterations, the smallest extended array.
  *
- * Fill iterations (beyond the seed, which names extrapolating the slope data as the remedy for
- * its zero-padding errors, section 3.B.2): each pass predicts the slope of every padded corner of
+ * Fill iterations (beyond Brunner et al., who name extrapolating the slope data as the remedy for
+ * their zero-padding errors, section 3.B.2): each pass predicts the slope of every padded corner of
  * the extended array from the last local solves, as the model sees it (the mean gradient of the
  * triangles of its owner partition's window that touch it, over the pitch; piston-free, so no PME
  * is needed in between), and solves all partitions again with those slopes; the PME and the
@@ -235,8 +241,8 @@ sw_status sw_sabre_run(sw_sabre *plan, const float *slopes, sw_memory memory, fl
                        float *actuators);
 
 /*
- * Distributed DM projection (seed 002 Eq. 14-16), inside the run. P: the local projection of one
- * window, rows = w^2 actuators at the window's square centres (row j w + i for square (i, j)),
+ * Distributed DM projection (Brunner et al. Eq. 14-16), inside the run. P: the local projection of
+ * one window, rows = w^2 actuators at the window's square centres (row j w + i for square (i, j)),
  * cols = local_values (the window's values in the local order of sabre_internal.h: corners y L + x,
  * then centres L^2 + y w + x), row-major, as sw_projector_matrix gives for
  * sw_projector_params_window (loop.h); copied (uploaded on CUDA). After it is set, the run's

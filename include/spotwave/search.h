@@ -1,8 +1,13 @@
 /*
  * spotwave centroid search: robust spot centroids of ocular Hartmann-Shack images by the
- * pyramidal search PAPYCS, with the two baselines of seed 001 (Centre of Mass and Reichenbach's
- * algorithm) and PAPYCS's discarding stage (seed 001 Sec. 3.2). The lenslet-grid centre of
- * gravity at memory speed is centroid.h (seed 000); this stage is the robust one.
+ * pyramidal search PAPYCS, with the two baselines of Mompean et al. (Centre of Mass and
+ * Reichenbach's algorithm) and PAPYCS's discarding stage (Mompean et al. Sec. 3.2). The
+ * lenslet-grid centre of gravity at memory speed is centroid.h (Mocci et al.); this stage is the
+ * robust one.
+ *
+ * Paper: Mompean J., Aragon J. L., Prieto P. M., Artal P. 2019, "GPU-based processing of
+ * Hartmann-Shack images for accurate and high-speed ocular wavefront sensing", Future Generation
+ * Computer Systems 91, 177-190, Sec. 3.2 (PAPYCS 3.2.1, Reichenbach 3.2.2, centre of mass 3.2.3).
  *
  * The mesh. A run searches `nspots` spots. Spot k has a start position (start_x[k], start_y[k])
  * in pixels (core.h convention: 0-based, the centre of pixel (0, 0) at (0.0, 0.0)) and an
@@ -17,19 +22,19 @@
  * [cx - s/2, cx + s/2] x [cy - s/2, cy + s/2] clipped to the frame [-0.5, width - 0.5] x
  * [-0.5, height - 0.5]; pixel (i, j) enters it with the weight w = wx(i) wy(j), wx(i) the length
  * of [i - 0.5, i + 0.5) inside the window's x-extent (so 1 inside, a fraction on the two edge
- * columns: the seed's "weighted values for the pixel borders", from Prieto et al. 2000), and at
- * the position (mx(i), my(j)), the middle of the part inside. Pixels with w > 0 are the
+ * columns: Mompean et al.'s "weighted values for the pixel borders", from Prieto et al. 2000), and
+ * at the position (mx(i), my(j)), the middle of the part inside. Pixels with w > 0 are the
  * window's pixels.
  *
- * One centre-of-mass step in a window W (seed Algorithm 2, lines 9-19):
+ * One centre-of-mass step in a window W (Mompean et al. Algorithm 2, lines 9-19):
  *     m  = min over the window's pixels of v                       (the window minimum)
  *     S0 = sum_W w (v - m),  Sx = sum_W w (v - m) mx,  Sy = sum_W w (v - m) my
  *     new centre = (Sx / S0, Sy / S0)   when S0 > 0; else the centre stays (a flat window).
  * The sums are the exact integrals of the piecewise-constant frame minus m over the window.
  *
- * PAPYCS (seed Sec. 3.2.1, Algorithms 1-2): from the start position, steps with window sides
- * s = window_px, window_px - 1, ..., min_window_px, each window centred on the previous step's
- * centre. The result is the last centre; the spot's intensity is the last S0.
+ * PAPYCS (Mompean et al. Sec. 3.2.1, Algorithms 1-2): from the start position, steps with window
+ * sides s = window_px, window_px - 1, ..., min_window_px, each window centred on the previous
+ * step's centre. The result is the last centre; the spot's intensity is the last S0.
  * CoM (Sec. 3.2.3): one step of side window_px at the start position.
  * Reichenbach (Sec. 3.2.2, after Reichenbach et al. 2014):
  *   1. peaks: pixels that are the largest in the peak_box x peak_box square centred on them
@@ -50,11 +55,11 @@
  *      (so every backend finds the same spots in the same rounds).
  *   Spots never reached are SW_SPOT_NOT_FOUND.
  *
- * Discarding stage (seed Sec. 3.2.1, three criteria; after the search, when discard is on), on
- * the spots found, in this order:
+ * Discarding stage (Mompean et al. Sec. 3.2.1, three criteria; after the search, when discard is
+ * on), on the spots found, in this order:
  *   1. empty or saturated cell: with (i, j) the pixel holding the centroid, the spot is kept
- *      when v(i, j) - (the mean of its 8 neighbours) > discard_contrast (the seed's 15, in pixel
- *      units: grey levels of an 8-bit frame); otherwise SW_SPOT_EMPTY (a saturated plateau
+ *      when v(i, j) - (the mean of its 8 neighbours) > discard_contrast (Mompean et al.'s 15, in
+ *      pixel units: grey levels of an 8-bit frame); otherwise SW_SPOT_EMPTY (a saturated plateau
  *      fails this as an empty cell does; a plateau wider than the last window already made
  *      that window flat: SW_SPOT_FLAT). A centroid whose 3 x 3 block leaves the frame fails.
  *   2. spacing: for each pair of grid 4-neighbours both kept by 1, with d the distance of
@@ -68,9 +73,9 @@
  * u8 and u16 frames a block of warps per spot shares the rows of each step (the integer column
  * sums are exact, so splitting them changes nothing) over the spot's neighbourhood staged in
  * shared memory, and its first warp does the double part; f32 frames: one warp per spot, the
- * seed's Algorithm 1; Reichenbach: a tile scan for the peaks, one warp per peak for their centres
- * of mass, then one block of 1024 threads for the seed and all the growth rounds). The sums are
- * formed in the same order on both (the CPU walks the same 32 lanes and the same shuffle tree,
+ * Mompean et al.'s Algorithm 1; Reichenbach: a tile scan for the peaks, one warp per peak for their
+ * centres of mass, then one block of 1024 threads for the seed and all the growth rounds). The sums
+ * are formed in the same order on both (the CPU walks the same 32 lanes and the same shuffle tree,
  * integer pixel sums are exact), so CPU and GPU give the same centroids to the last bit for the
  * same start positions.
  */
@@ -88,7 +93,7 @@ extern "C" {
 #define SW_SEARCH_MAX_BOX    63  /* largest peak_box  */
 
 typedef enum sw_search_algorithm {
-    SW_SEARCH_PAPYCS = 0,     /* pyramidal search (seed Sec. 3.2.1)     */
+    SW_SEARCH_PAPYCS = 0,     /* pyramidal search (Mompean et al. Sec. 3.2.1)     */
     SW_SEARCH_COM = 1,        /* one centre of mass (Sec. 3.2.3)         */
     SW_SEARCH_REICHENBACH = 2 /* peaks and grid growth (Sec. 3.2.2)      */
 } sw_search_algorithm;
@@ -124,7 +129,7 @@ typedef struct sw_search_params {
     double pitch_px;               /* grid pitch, pixels (> 0 with a grid): criterion 2       */
     int32_t window_px;             /* first window side (PAPYCS, CoM): the lenslet size,
                                       min_window_px .. SW_SEARCH_MAX_WINDOW (default 16)      */
-    int32_t min_window_px;         /* last PAPYCS window side, >= 2 (default 3, the seed's)  */
+    int32_t min_window_px;         /* last PAPYCS window side, >= 2 (default 3, the paper's) */
     /* Reichenbach */
     int32_t peak_box;      /* odd, 3 .. SW_SEARCH_MAX_BOX (default 13)                    */
     double peak_threshold; /* >= 0; 0 (default): mean + 3 sd of the frame                */

@@ -1,14 +1,18 @@
 /*
- * spotwave sim: star-field images with Gaussian blur and a detector model (seed 004).
+ * spotwave sim: star-field images with Gaussian blur and a detector model (Li et al. 2012, below).
+ *
+ * Paper: Li C., Zhang Y., Zheng C., Hu X. 2012, "Implementing high-performance intensity model
+ * with blur effect on GPUs for large-scale star image simulation", IEEE 26th International
+ * Parallel and Distributed Processing Symposium Workshops (IPDPSW 2012), 1879-1888.
  *
  * Units and conventions:
  *   - Positions in pixels, 0-based, the centre of pixel (0,0) at (0.0, 0.0) (core.h).
- *   - Fluxes in photo-electrons (e-) per exposure; magnitudes are converted with seed Eq. (1),
+ *   - Fluxes in photo-electrons (e-) per exposure; magnitudes are converted with Li et al. Eq. (1),
  *     g(m) = A * r^(-m), A the zero point (e- of a magnitude-0 star), r = 10^0.4 by default
- *     (exact Pogson ratio) or 2.512 as in the seed.
- *   - The PSF is the circular Gaussian of seed Eq. (2) with standard deviation sigma (pixels):
+ *     (exact Pogson ratio) or 2.512 as in Li et al.
+ *   - The PSF is the circular Gaussian of Li et al. Eq. (2) with standard deviation sigma (pixels):
  *       mu(x, y) = 1 / (2 pi sigma^2) exp(-((x - X)^2 + (y - Y)^2) / (2 sigma^2)),
- *     and a star adds phi = g * mu (seed Eq. 3) to the pixels of its region of interest (ROI):
+ *     and a star adds phi = g * mu (Li et al. Eq. 3) to the pixels of its region of interest (ROI):
  *     the roi_side x roi_side pixels whose centre is nearest the star, i.e. columns
  *     x0 .. x0 + roi_side - 1 with x0 = floor(X - (roi_side - 1) / 2 + 0.5), rows likewise
  *     (for an odd side 2R+1: the pixels within R of the pixel nearest the star).
@@ -42,8 +46,8 @@ typedef struct sw_stars {
 sw_status sw_stars_alloc(sw_context *ctx, int64_t count, sw_stars *out);
 void sw_stars_free(sw_stars *s);
 
-/* Seed Eq. (1): flux = zero_point * ratio^(-mag). ratio <= 0 means 10^0.4 (Pogson), computed as
- * zero_point * 10^(-0.4 mag) so that 5 magnitudes are a factor of 100 to the last bit. */
+/* Li et al. Eq. (1): flux = zero_point * ratio^(-mag). ratio <= 0 means 10^0.4 (Pogson), computed
+ * as zero_point * 10^(-0.4 mag) so that 5 magnitudes are a factor of 100 to the last bit. */
 double sw_mag_to_flux(double mag, double zero_point, double ratio);
 /* The inverse: mag = -log(flux / zero_point) / log(ratio). flux 0: +Inf; flux < 0, NaN or
  * zero_point <= 0: NaN. */
@@ -127,20 +131,20 @@ sw_status sw_stars_write_truth(sw_context *ctx, const char *path, const sw_stars
 /* ------------------------------------------------------------------ rendering */
 
 typedef enum sw_psf_mode {
-    SW_PSF_SAMPLED = 0,   /* the seed: Eq. (2) evaluated at the pixel centre                    */
+    SW_PSF_SAMPLED = 0,   /* Li et al.: Eq. (2) evaluated at the pixel centre                   */
     SW_PSF_INTEGRATED = 1 /* Eq. (2) integrated over the pixel (erf differences): conserves flux */
 } sw_psf_mode;
 
 typedef enum sw_starsim_method {
     SW_STARSIM_AUTO = 0,         /* GPU: parallel or adaptive by the measured inflection point;
                                     CPU: OpenMP                                                   */
-    SW_STARSIM_SEQUENTIAL = 1,   /* CPU, one thread: the seed's baseline (Fig. 5)                */
+    SW_STARSIM_SEQUENTIAL = 1,   /* CPU, one thread: Li et al.'s baseline (Fig. 5)                */
     SW_STARSIM_OPENMP = 2,       /* CPU, threads own bands of rows and walk all stars: no atomics,
                                     bit-identical to SEQUENTIAL and for any thread count          */
     SW_STARSIM_PARALLEL = 3,     /* GPU: one block per star, threads over ROI pixels, atomics
-                                    (seed Fig. 6)                                                */
+                                    (Li et al. Fig. 6)                                            */
     SW_STARSIM_ADAPTIVE = 4,     /* GPU: look-up table of ROI intensity matrices per sub-pixel
-                                    phase, read through the read-only cache (seed Sec. III.C)     */
+                                    phase, read through the read-only cache (Li et al. III.C)     */
     SW_STARSIM_DETERMINISTIC = 5 /* GPU or CPU: bit-identical images run after run (GPU:
                                     fixed-point integer accumulation; CPU: the OpenMP renderer,
                                     which is deterministic)                                      */

@@ -1,6 +1,12 @@
 /*
  * spotwave sim (eyes): synthetic ocular aberrations drawn from a population, and Hartmann-Shack
- * images of one or two eyes with the artefacts of living eyes (seed 001, Sec. 2.1, 3.1, 4.1, 4.3).
+ * images of one or two eyes with the artefacts of living eyes (Mompean et al. 2019, Sec. 2.1, 3.1,
+ * 4.1, 4.3; papers below).
+ *
+ * Papers: Mompean J., Aragon J. L., Prieto P. M., Artal P. 2019, Future Generation Computer
+ * Systems 91, 177-190 (the test images: Sec. 2.1, 3.1, 4.1, 4.3); Thibos L. N., Hong X., Bradley
+ * A., Cheng X. 2002, "Statistical variation of aberration structure and image quality in a normal
+ * population of healthy eyes", J. Opt. Soc. Am. A 19(12), 2329-2348 (the population).
  *
  * Units:
  *   - Zernike coefficients: micrometres of optical path difference, OSA/ANSI single index j from 0,
@@ -9,7 +15,7 @@
  *   - Refraction: dioptres (sphere, cylinder), axis in degrees.
  *   - Detector quantities: pixels (0-based, centre of pixel (0,0) at (0.0, 0.0)), electrons (e-).
  *
- * Population (seed 001 Sec. 4.1: "the weight of each Zernike order was set to comply with the
+ * Population (Mompean et al. Sec. 4.1: "the weight of each Zernike order was set to comply with the
  * statistics [...] for a population of normal subjects"): a multivariate normal of the mean and
  * covariance of the Thibos et al. (2002) data files (data/ocular/README.md), one set per pupil
  * diameter 3.0, 4.5, 6.0 and 7.5 mm. A draw is mean + L z with L the lower Cholesky factor of the
@@ -21,8 +27,8 @@
  *     c(2,0) = -M r^2 / (4 sqrt 3),  c(2,2) = -J0 r^2 / (2 sqrt 6),  c(2,-2) = -J45 r^2 / (2 sqrt
  * 6) (dioptres x mm^2 = micrometres). A myope (S < 0) gets a positive defocus coefficient.
  *
- * The eye image (seed 001 Fig. 1, 2): per eye, the SH spot pattern of its aberration through its
- * pupil (sim_sh.h), on one lenslet grid covering the detector; then, on the host:
+ * The eye image (Mompean et al. Fig. 1, 2): per eye, the SH spot pattern of its aberration through
+ * its pupil (sim_sh.h), on one lenslet grid covering the detector; then, on the host:
  *   glow        the diffuse retinal reflection that back-lights each pupil (what the pupil tracker
  *               of Sec. 3.1 sees against the nearly black iris): glow_e (1 - glow_falloff rho^2)
  *               inside the pupil ellipse (rho its normalised radius), the edge blurred by a
@@ -126,8 +132,8 @@ typedef struct sw_ocular_options {
                             alike: alignment, not aberration); 1: kept                          */
     sw_eye_rx rx;        /* added to the second order (zeros: nothing)                         */
     double total_rms_um; /* > 0: all terms j >= 3 scaled by one factor so that
-                            sqrt(sum_{j>=3} c_j^2) = total_rms_um (seed Sec. 4.3's RMS, refraction
-                            included, tilts not); 0: as they are                               */
+                            sqrt(sum_{j>=3} c_j^2) = total_rms_um (Mompean et al. Sec. 4.3's
+                            RMS, refraction included, tilts not); 0: as they are               */
 } sw_ocular_options;
 
 /* pupil 0 (the source's), all orders, tilts zeroed, no refraction, no RMS scaling. */
@@ -185,7 +191,7 @@ typedef struct sw_eye_artefacts {
     double white_noise_e;       /* additive Gaussian noise, e- RMS (0: none)                  */
 } sw_eye_artefacts;
 
-/* The look of seed 001's test set: glow 20 e-/px (falloff 0.3, edge 1.5 px), a reflection of
+/* The look of Mompean et al.'s test set: glow 20 e-/px (falloff 0.3, edge 1.5 px), a reflection of
  * 600 e- peak (sigma 12 px, offset up to 0.3 radius), brightness map +-30% (6 modes), no tear
  * film (tear_depth 0.5, radius 0.15, blur 2 px when enabled), white noise 3 e-. */
 void sw_eye_artefacts_default(sw_eye_artefacts *a);
@@ -202,7 +208,7 @@ typedef struct sw_eyesim_params {
 } sw_eyesim_params;
 
 /*
- * A monocular default close to seed 001 Sec. 4.1's 640 x 640 case with 250 spots: 640 x 640
+ * A monocular default close to Mompean et al. Sec. 4.1's 640 x 640 case with 250 spots: 640 x 640
  * pixels, a 20 x 20 grid of 32-pixel lenslets (5.5 um pixels, 3.5 mm focal length), 0.78 um
  * light, geometric Gaussian spots, 2000 e- per lenslet, one eye at the centre with a 576-pixel
  * (18 lenslets, ~254 lit) pupil of 5.12 mm, flat wavefront, sw_eye_artefacts_default, seed 1.

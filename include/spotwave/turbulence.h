@@ -2,6 +2,11 @@
  * spotwave sim (turbulence): Kolmogorov / von Karman phase screens, as optical path difference
  * maps (sw_wavefront, sim_sh.h), from FFTs with subharmonics and as an infinite (extruded) screen.
  *
+ * Papers: Lane R. G., Glindemann A., Dainty J. C. 1992, "Simulation of a Kolmogorov phase
+ * screen", Waves in Random Media 2(3), 209-224 (FFT screens with subharmonics); Assemat F., Wilson
+ * R. W., Gendron E. 2006, "Method for simulating infinitely long and non stationary phase screens
+ * with optimized memory storage", Opt. Express 14(3), 988-999 (the infinite screen).
+ *
  * Units and conventions:
  *   - r0_m (Fried parameter) and L0_m (outer scale) in metres; r0 is given at wavelength_um.
  *     The screens are phase at that wavelength converted to optical path difference,

@@ -2,6 +2,11 @@
  * spotwave zernike: the Zernike basis (indices, evaluation, gradients) and coefficient files.
  * Modal fitting of slopes, wavefront maps, pupil transforms and refraction: zernike_fit.h.
  *
+ * Papers: Noll R. J. 1976, "Zernike polynomials and atmospheric turbulence", J. Opt. Soc. Am.
+ * 66(3), 207-211 (Noll's index); Thibos L. N., Applegate R. A., Schwiegerling J. T., Webb R. 2002,
+ * "Standards for reporting the optical aberrations of eyes", J. Refract. Surg. 18, S652-S660
+ * (OSA/ANSI Z80.28).
+ *
  * Conventions (DESIGN.md; OSA/ANSI Z80.28, ISO 24157):
  *   - Radial order n >= 0, azimuthal frequency m with |m| <= n and n - m even.
  *   - Single index (OSA/ANSI, from 0): j = (n (n + 2) + m) / 2.

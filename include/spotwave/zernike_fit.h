@@ -1,7 +1,11 @@
 /*
- * spotwave zernike fitting: Shack-Hartmann slopes -> Zernike coefficients (seed 001 section 3.3),
- * wavefront maps (section 3.4), pupil transforms and refraction. The basis itself (indices,
+ * spotwave zernike fitting: Shack-Hartmann slopes -> Zernike coefficients (Mompean et al. section
+ * 3.3), wavefront maps (section 3.4), pupil transforms and refraction. The basis itself (indices,
  * normalisation, evaluation, the x/y convention) is zernike.h.
+ *
+ * Papers: Mompean J., Aragon J. L., Prieto P. M., Artal P. 2019, Future Generation Computer
+ * Systems 91, 177-190 (Sec. 3.3 the modal fit, Sec. 3.4 the maps); Thibos L. N., Hong X., Bradley
+ * A., Applegate R. A. 2004, J. Vision 4(4), 329-351 (refraction from the coefficients).
  *
  * Frames and units.
  *   - The lenslet array images 1:1 onto the detector (geometry.h), so the pupil is given in
@@ -169,7 +173,7 @@ void sw_zmap_params_default(sw_zmap_params *p);
 
 typedef struct sw_zmap_plan sw_zmap_plan;
 
-/* Precomputes the basis maps Z_j on the pixel grid (seed 001 section 3.4), on the device on a
+/* Precomputes the basis maps Z_j on the pixel grid (Mompean et al. section 3.4), on the device on a
  * CUDA context. size 1 .. 8192; SW_EINVAL otherwise. */
 sw_status sw_zmap_create(sw_context *ctx, const sw_zmap_params *p, sw_zmap_plan **out);
 void sw_zmap_destroy(sw_zmap_plan *plan);
@@ -177,7 +181,7 @@ void sw_zmap_destroy(sw_zmap_plan *plan);
 /*
  * The wavefront sum_j coef[j] Z_j (count <= the plan's terms; missing terms 0) into out, an f32
  * size x size image (host, or device on a CUDA context), micrometres; pixels outside the pupil
- * NaN. On the GPU the coefficients are kept in shared memory (seed's optimisation 1).
+ * NaN. On the GPU the coefficients are kept in shared memory (Mompean et al.'s optimisation 1).
  */
 sw_status sw_zmap_run(sw_zmap_plan *plan, const double *coef, int32_t count, sw_image *out);
 
@@ -190,8 +194,8 @@ sw_status sw_zmap_run(sw_zmap_plan *plan, const double *coef, int32_t count, sw_
 sw_status sw_zmap_run_direct(sw_zmap_plan *plan, const double *coef, int32_t count, sw_image *out);
 
 /*
- * The seed's display (section 3.4): frac(W / wavelength_um) scaled to 0..255 into a u8 image of
- * the map's size (host or device); outside the pupil 0. From an f32 map made by sw_zmap_run.
+ * Mompean et al.'s display (section 3.4): frac(W / wavelength_um) scaled to 0..255 into a u8 image
+ * of the map's size (host or device); outside the pupil 0. From an f32 map made by sw_zmap_run.
  */
 sw_status sw_zmap_wrap(sw_context *ctx, const sw_image *map, double wavelength_um, sw_image *out);
 

@@ -162,7 +162,8 @@ def _external_stream(ctx):
     cp = cupy_module("a device run")
     s = getattr(ctx, "_cupy_stream", None)
     if s is None:
-        s = cp.cuda.ExternalStream(ctx.stream, ctx.device)
+        with cp.cuda.Device(ctx.device):  # ExternalStream takes the current device
+            s = cp.cuda.ExternalStream(ctx.stream)
         ctx._cupy_stream = s
     return s
 

@@ -185,10 +185,15 @@ class CentroidPlan:
                               _arrays.empty(sl, np.float32, dev, self.ctx))
 
     def __call__(self, frames, out=None):
-        shape, _ = _arrays.shape_dtype(frames, "image")
-        n = shape[0] if len(shape) == 3 else 1
         if out is None:
-            out = self.result(n)
+            shape, _ = _arrays.shape_dtype(frames, "image")
+            out = self.result(shape[0] if len(shape) == 3 else 1)
+        if type(frames) is np.ndarray and type(out.x) is np.ndarray:
+            # The host fast path: the binding checks the arrays (dtype, size, writability).
+            _arrays.check_byte_order(frames, "image")
+            out.frames = self._plan.run(frames, out.x, out.y, out.intensity, out.valid,
+                                        out.slopes)
+            return out
         obj, device = _arrays.as_input(frames, "image", self.ctx)
         outs = [None if a is None else _arrays.as_output(a, name, self.ctx)[0]
                 for a, name in ((out.x, "out.x"), (out.y, "out.y"),

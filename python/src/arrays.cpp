@@ -11,7 +11,8 @@
 
 #include <climits>
 
-namespace swpy {
+namespace swpy
+{
 
 std::string dtype_name(nb::dlpack::dtype dt)
 {
@@ -101,17 +102,19 @@ template <class A> static std::string shape_text(const A &a)
     return s + ")";
 }
 
-template <class A> static void fill_image(ImageArg &r, const A &a, const char *name, bool allow_3d,
-                                         unsigned types);
+template <class A>
+static void fill_image(ImageArg &r, const A &a, const char *name, bool allow_3d, unsigned types);
 
 ImageArg image_arg(nb::handle obj, const char *name, bool allow_3d, unsigned types, bool writable)
 {
     ImageArg r;
     if (writable) {
-        if (!nb::try_cast<ArrayRW>(obj, r.keep_rw, false))
-            type_error("%s: expected a writable NumPy array or device array, got %s%s", name,
-                       nb::type_name(obj.type()).c_str(),
-                       nb::try_cast<Array>(obj, r.keep, false) ? " (read-only)" : "");
+        if (!nb::try_cast<ArrayRW>(obj, r.keep_rw, false)) {
+            if (nb::try_cast<Array>(obj, r.keep, false))
+                value_error("%s: the array is read-only", name);
+            type_error("%s: expected a writable NumPy array or device array, got %s", name,
+                       nb::type_name(obj.type()).c_str());
+        }
         fill_image(r, r.keep_rw, name, allow_3d, types);
     } else {
         if (!nb::try_cast<Array>(obj, r.keep, false))
@@ -123,8 +126,8 @@ ImageArg image_arg(nb::handle obj, const char *name, bool allow_3d, unsigned typ
     return r;
 }
 
-template <class A> static void fill_image(ImageArg &r, const A &a, const char *name, bool allow_3d,
-                                         unsigned types)
+template <class A>
+static void fill_image(ImageArg &r, const A &a, const char *name, bool allow_3d, unsigned types)
 {
     const size_t nd = a.ndim();
     if (nd != 2 && !(allow_3d && nd == 3))
@@ -177,16 +180,18 @@ template <class A> static void fill_image(ImageArg &r, const A &a, const char *n
     r.img.data = const_cast<void *>((const void *)a.data());
 }
 
-template <class T>
-FlatArg flat_arg(nb::handle obj, const char *name, size_t count, bool writable)
+template <class T> FlatArg flat_arg(nb::handle obj, const char *name, size_t count, bool writable)
 {
     FlatArg r;
     const char *tname = nullptr;
     nb::dlpack::dtype want = nb::dtype<T>();
     if (writable) {
-        if (!nb::try_cast<ArrayRW>(obj, r.keep_rw, false))
+        if (!nb::try_cast<ArrayRW>(obj, r.keep_rw, false)) {
+            if (nb::try_cast<Array>(obj, r.keep_ro, false))
+                value_error("%s: the array is read-only", name);
             type_error("%s: expected a writable NumPy array or device array, got %s", name,
                        nb::type_name(obj.type()).c_str());
+        }
     } else if (!nb::try_cast<Array>(obj, r.keep_ro, false)) {
         type_error("%s: expected a NumPy array or device array, got %s", name,
                    nb::type_name(obj.type()).c_str());

@@ -6,9 +6,11 @@
 
 #include <cmath>
 
-namespace swpy {
+namespace swpy
+{
 
-namespace {
+namespace
+{
 
 struct CentroidPlan {
     nb::object ctx_obj;
@@ -21,11 +23,13 @@ struct CentroidPlan {
     CentroidPlan() = default;
     CentroidPlan(const CentroidPlan &) = delete;
     CentroidPlan &operator=(const CentroidPlan &) = delete;
-    ~CentroidPlan() { sw_centroid_destroy(plan); }
+    ~CentroidPlan()
+    {
+        sw_centroid_destroy(plan);
+    }
 };
 
-template <class T>
-void copy_host(nb::handle obj, const char *name, size_t n, std::vector<T> &v)
+template <class T> void copy_host(nb::handle obj, const char *name, size_t n, std::vector<T> &v)
 {
     FlatArg a = flat_arg<T>(obj, name, n, false);
     if (a.where == Where::device)
@@ -63,8 +67,7 @@ void plan_init(CentroidPlan *self, nb::object ctx_obj, nb::dict params)
     p.max_frames = (int32_t)q.integer("max_frames", p.max_frames);
     std::string path = q.str("path", "auto");
     if (sw_centroid_path_parse(path.c_str(), &p.path) != SW_OK)
-        value_error("path: '%s' is not 'auto', 'host', 'device', 'copy' or 'mapped'",
-                    path.c_str());
+        value_error("path: '%s' is not 'auto', 'host', 'device', 'copy' or 'mapped'", path.c_str());
     const size_t npix = (size_t)(p.width > 0 ? p.width : 0) * (size_t)(p.height > 0 ? p.height : 0);
     const int64_t nl = (int64_t)p.geometry.nx * p.geometry.ny;
     if (q.has("mask")) {
@@ -169,9 +172,11 @@ int32_t plan_run(CentroidPlan &cp, nb::handle frames, nb::handle x, nb::handle y
         keep[i] = i == 3 ? flat_arg<uint8_t>(outs[i].h, outs[i].name, 0, true)
                          : flat_arg<float>(outs[i].h, outs[i].name, 0, true);
         const size_t per = outs[i].per_frame;
-        if (per == 0 ? keep[i].size != 0 : keep[i].size % per != 0 || keep[i].size / per < (size_t)im.frames)
-            value_error("%s: %zu elements; the outputs hold whole frames of %zu, at least %d frames",
-                        outs[i].name, keep[i].size, per, im.frames);
+        if (per == 0 ? keep[i].size != 0
+                     : keep[i].size % per != 0 || keep[i].size / per < (size_t)im.frames)
+            value_error(
+                "%s: %zu elements; the outputs hold whole frames of %zu, at least %d frames",
+                outs[i].name, keep[i].size, per, im.frames);
         check_side(*cp.ctx, keep[i].where, keep[i].device_id, outs[i].name);
         const int32_t cap = per == 0 ? im.frames : (int32_t)(keep[i].size / per);
         if (first) {
@@ -281,8 +286,7 @@ void bind_centroid(nb::module_ &m)
         .def("__init__", &plan_init, nb::arg("ctx"), nb::arg("params"))
         .def("run", &plan_run, nb::arg("image"), nb::arg("x").none(), nb::arg("y").none(),
              nb::arg("intensity").none(), nb::arg("valid").none(), nb::arg("slopes").none())
-        .def("set_reference", &plan_set_reference, nb::arg("ref_x").none(),
-             nb::arg("ref_y").none())
+        .def("set_reference", &plan_set_reference, nb::arg("ref_x").none(), nb::arg("ref_y").none())
         .def("slope_lenslets", &slope_lenslets)
         .def_prop_ro("lenslets", [](CentroidPlan &cp) { return cp.lenslets; })
         .def_prop_ro("nslopes", [](CentroidPlan &cp) { return cp.nslopes; })
@@ -295,10 +299,12 @@ void bind_centroid(nb::module_ &m)
                      [](CentroidPlan &cp) { return std::string(sw_pixel_type_string(cp.p.type)); })
         .def_prop_ro("path",
                      [](CentroidPlan &cp) {
-                         return std::string(sw_centroid_path_string(sw_centroid_plan_path(cp.plan)));
+                         return std::string(
+                             sw_centroid_path_string(sw_centroid_plan_path(cp.plan)));
                      })
         .def_prop_ro("ctx", [](CentroidPlan &cp) { return cp.ctx_obj; })
-        .def("enable_timing", [](CentroidPlan &cp, bool on) { sw_centroid_enable_timing(cp.plan, on); })
+        .def("enable_timing",
+             [](CentroidPlan &cp, bool on) { sw_centroid_enable_timing(cp.plan, on); })
         .def_prop_ro("kernel_us", [](CentroidPlan &cp) { return sw_centroid_kernel_us(cp.plan); });
     m.def("geometry_reference", &geometry_reference, nb::arg("params"));
     m.def("geometry_check", &geometry_check, nb::arg("params"), nb::arg("width") = 0,

@@ -21,7 +21,8 @@
 
 namespace nb = nanobind;
 
-namespace swpy {
+namespace swpy
+{
 
 // ------------------------------------------------------------------ errors
 
@@ -52,7 +53,10 @@ struct Context {
     Context() = default;
     Context(const Context &) = delete;
     Context &operator=(const Context &) = delete;
-    ~Context() { sw_context_destroy(ctx); }
+    ~Context()
+    {
+        sw_context_destroy(ctx);
+    }
 };
 
 // Runs f() (returning sw_status) on ctx without the GIL and under the context's lock; on failure
@@ -93,8 +97,13 @@ using Array = nb::ndarray<nb::ro>; // any array, read through; never written
 using ArrayRW = nb::ndarray<>;     // an output the library writes
 
 // The pixel types of sw_pixel_type, as a bit set for what a stage takes.
-enum : unsigned { PIX_U8 = 1u << SW_PIX_U8, PIX_U16 = 1u << SW_PIX_U16, PIX_U32 = 1u << SW_PIX_U32,
-                  PIX_F32 = 1u << SW_PIX_F32, PIX_ALL = PIX_U8 | PIX_U16 | PIX_U32 | PIX_F32 };
+enum : unsigned {
+    PIX_U8 = 1u << SW_PIX_U8,
+    PIX_U16 = 1u << SW_PIX_U16,
+    PIX_U32 = 1u << SW_PIX_U32,
+    PIX_F32 = 1u << SW_PIX_F32,
+    PIX_ALL = PIX_U8 | PIX_U16 | PIX_U32 | PIX_F32
+};
 
 // Where an array lives, from its DLPack device.
 enum class Where { host, pinned, device };
@@ -102,14 +111,14 @@ enum class Where { host, pinned, device };
 // An image argument: a 2-D (rows, width) array, or 3-D (frames, rows, width) when the stage takes
 // frames stacked vertically (frame f, row y is row f * rows + y of `img`, as centroid.h says).
 struct ImageArg {
-    sw_image img{};      // the whole stack (height = frames * rows)
-    int32_t frames = 1;  // 1 for a 2-D array
-    int32_t rows = 0;    // rows of one frame
+    sw_image img{};     // the whole stack (height = frames * rows)
+    int32_t frames = 1; // 1 for a 2-D array
+    int32_t rows = 0;   // rows of one frame
     int32_t width = 0;
     Where where = Where::host;
     int device_id = 0;
-    Array keep;          // holds the memory while the descriptor is used (inputs)
-    ArrayRW keep_rw;     // the same for outputs
+    Array keep;      // holds the memory while the descriptor is used (inputs)
+    ArrayRW keep_rw; // the same for outputs
 };
 
 // Converts obj (a NumPy array, a DLPack capsule or any object with __dlpack__ / the buffer
@@ -134,8 +143,7 @@ struct FlatArg {
     ArrayRW keep_rw;
     Array keep_ro;
 };
-template <class T>
-FlatArg flat_arg(nb::handle obj, const char *name, size_t count, bool writable);
+template <class T> FlatArg flat_arg(nb::handle obj, const char *name, size_t count, bool writable);
 
 // Parameters given as a dict (the Python layer passes its keyword arguments through): typed
 // getters with defaults, and done() refusing the keys nobody asked for (TypeError naming them).
@@ -143,9 +151,11 @@ struct Params {
     nb::dict d;
     const char *what;
     std::vector<std::string> used;
-    Params(nb::dict dict, const char *owner) : d(std::move(dict)), what(owner) {}
-    bool has(const char *key);         // present and not None
-    nb::object get(const char *key);   // None when missing
+    Params(nb::dict dict, const char *owner) : d(std::move(dict)), what(owner)
+    {
+    }
+    bool has(const char *key);       // present and not None
+    nb::object get(const char *key); // None when missing
     double num(const char *key, double def);
     int64_t integer(const char *key, int64_t def);
     uint64_t u64(const char *key, uint64_t def);

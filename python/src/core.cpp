@@ -6,11 +6,13 @@
 #include <cstdarg>
 #include <cstdio>
 
-namespace swpy {
+namespace swpy
+{
 
 // ------------------------------------------------------------------ exceptions
 
-namespace {
+namespace
+{
 
 // One class per status code (index = sw_status), all derived from spotwave.Error and from the
 // built-in exception a Python user would catch for that kind of failure.
@@ -111,8 +113,7 @@ Context &context_of(nb::handle ctx)
 {
     Context *c = nullptr;
     if (!nb::try_cast<Context *>(ctx, c, false) || !c)
-        type_error("ctx: expected a spotwave.Context, got %s",
-                   nb::type_name(ctx.type()).c_str());
+        type_error("ctx: expected a spotwave.Context, got %s", nb::type_name(ctx.type()).c_str());
     if (!c->ctx)
         value_error("ctx: the context is not initialised");
     return *c;
@@ -126,8 +127,8 @@ void check_side(const Context &c, Where where, int device_id, const char *name)
         type_error("%s: a device array needs a CUDA context (this context runs on the CPU: %s)",
                    name, sw_context_backend_reason(c.ctx));
     if (device_id != c.device)
-        value_error("%s: the array is on CUDA device %d, the context on device %d", name,
-                    device_id, c.device);
+        value_error("%s: the array is on CUDA device %d, the context on device %d", name, device_id,
+                    c.device);
 }
 
 static nb::dict device_info(Context &c)
@@ -151,10 +152,12 @@ void bind_core(nb::module_ &m)
     make_exceptions(m);
 
     m.attr("__version__") = sw_version();
-    m.def("build_info", [] { return std::string(sw_build_info()); },
-          "Build description: compiler, CUDA (and architectures), libraries.");
-    m.def("built_with_cuda", [] { return sw_built_with_cuda() != 0; },
-          "True when the library was built with the CUDA backend.");
+    m.def(
+        "build_info", [] { return std::string(sw_build_info()); },
+        "Build description: compiler, CUDA (and architectures), libraries.");
+    m.def(
+        "built_with_cuda", [] { return sw_built_with_cuda() != 0; },
+        "True when the library was built with the CUDA backend.");
     m.def(
         "data_dir",
         [] {
@@ -165,8 +168,9 @@ void bind_core(nb::module_ &m)
         "The folder of spotwave's data files (ocular/, ...): $SPOTWAVE_DATA_DIR, else beside the "
         "library (the package's data/ folder for an installed wheel), else the build's source "
         "tree (core.h, sw_data_dir).");
-    m.def("cuda_device_count", [] { return sw_cuda_device_count(); },
-          "Number of usable CUDA devices (0 without CUDA, a driver or a device).");
+    m.def(
+        "cuda_device_count", [] { return sw_cuda_device_count(); },
+        "Number of usable CUDA devices (0 without CUDA, a driver or a device).");
 
     // For the tests of the array layer: what the binding makes of an array (pointer, sizes,
     // stride, type, memory), without running anything.
@@ -188,20 +192,21 @@ void bind_core(nb::module_ &m)
         },
         nb::arg("image"), nb::arg("name") = "image", nb::arg("allow_3d") = true);
 
-    nb::class_<Context>(m, "Context", nb::dynamic_attr(),
-                        "A spotwave context: the backend (CPU or CUDA), the CUDA device and stream, "
-                        "the CPU threads (sw_context, core.h).\n\n"
-                        "Context(backend='auto', device=0, threads=0)\n\n"
-                        "backend: 'auto' takes CUDA device `device` when the library was built with "
-                        "CUDA and the device is usable, the CPU otherwise (`reason` says why); "
-                        "'cuda' fails with NoDeviceError when no GPU is usable; 'cpu'.\n"
-                        "threads: CPU threads for the OpenMP regions (0: all cores).\n\n"
-                        "Work on device arrays is queued on the context's CUDA stream (`stream`, "
-                        "a cudaStream_t as an int). To share it with CuPy: "
-                        "`with cupy.cuda.ExternalStream(ctx.stream): ...`; otherwise spotwave "
-                        "orders its work after CuPy's current stream and CuPy's current stream "
-                        "after spotwave's, with CUDA events (no host synchronisation).\n"
-                        "A context may be shared by threads: calls on it are serialised.")
+    nb::class_<Context>(
+        m, "Context", nb::dynamic_attr(),
+        "A spotwave context: the backend (CPU or CUDA), the CUDA device and stream, "
+        "the CPU threads (sw_context, core.h).\n\n"
+        "Context(backend='auto', device=0, threads=0)\n\n"
+        "backend: 'auto' takes CUDA device `device` when the library was built with "
+        "CUDA and the device is usable, the CPU otherwise (`reason` says why); "
+        "'cuda' fails with NoDeviceError when no GPU is usable; 'cpu'.\n"
+        "threads: CPU threads for the OpenMP regions (0: all cores).\n\n"
+        "Work on device arrays is queued on the context's CUDA stream (`stream`, "
+        "a cudaStream_t as an int). To share it with CuPy: "
+        "`with cupy.cuda.ExternalStream(ctx.stream): ...`; otherwise spotwave "
+        "orders its work after CuPy's current stream and CuPy's current stream "
+        "after spotwave's, with CUDA events (no host synchronisation).\n"
+        "A context may be shared by threads: calls on it are serialised.")
         .def(
             "__init__",
             [](Context *self, const std::string &backend, int device, int threads) {
@@ -212,8 +217,7 @@ void bind_core(nb::module_ &m)
                 if (device < 0)
                     value_error("device: %d is not a CUDA device ordinal (>= 0)", device);
                 if (threads < 0)
-                    value_error("threads: %d is not a thread count (>= 0; 0 = all cores)",
-                                threads);
+                    value_error("threads: %d is not a thread count (>= 0; 0 = all cores)", threads);
                 p.device = device;
                 p.threads = threads;
                 new (self) Context();

@@ -6,9 +6,11 @@
 
 #include <cstring>
 
-namespace swpy {
+namespace swpy
+{
 
-namespace {
+namespace
+{
 
 struct FindPlan {
     nb::object ctx_obj;

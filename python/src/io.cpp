@@ -8,9 +8,11 @@
 #include <cstdio>
 #include <cstring>
 
-namespace swpy {
+namespace swpy
+{
 
-namespace {
+namespace
+{
 
 nb::dlpack::dtype dlpack_of(sw_pixel_type t)
 {
@@ -24,8 +26,8 @@ nb::dlpack::dtype dlpack_of(sw_pixel_type t)
 
 // A new C-contiguous NumPy array of frames x height x width pixels of type t (2-D when frames
 // is 1 and squeeze is set), owned by Python.
-nb::object new_frames(int64_t frames, int32_t height, int32_t width, sw_pixel_type t,
-                      bool squeeze, void **data)
+nb::object new_frames(int64_t frames, int32_t height, int32_t width, sw_pixel_type t, bool squeeze,
+                      void **data)
 {
     const size_t n = (size_t)frames * (size_t)height * (size_t)width * sw_pixel_size(t);
     char *p = new char[n > 0 ? n : 1];
@@ -33,8 +35,7 @@ nb::object new_frames(int64_t frames, int32_t height, int32_t width, sw_pixel_ty
     *data = p;
     size_t shape[3] = {(size_t)frames, (size_t)height, (size_t)width};
     const bool two = squeeze && frames == 1;
-    nb::ndarray<nb::numpy> a(p, two ? 2 : 3, two ? shape + 1 : shape, owner, nullptr,
-                             dlpack_of(t));
+    nb::ndarray<nb::numpy> a(p, two ? 2 : 3, two ? shape + 1 : shape, owner, nullptr, dlpack_of(t));
     return nb::cast(a);
 }
 
@@ -94,7 +95,10 @@ nb::object read_fits_pgm(const std::string &path, Format fmt)
 
 struct H5 {
     sw_h5_reader *r = nullptr;
-    ~H5() { sw_h5_close(r); }
+    ~H5()
+    {
+        sw_h5_close(r);
+    }
 };
 
 nb::object read_hdf5(const std::string &path, const char *dataset)
@@ -111,8 +115,8 @@ nb::object read_hdf5(const std::string &path, const char *dataset)
     call_noctx([&] {
         for (int64_t k = 0; k < info.frames; k++) {
             sw_image dst;
-            sw_status st = sw_image_wrap((char *)data + (size_t)k * plane, info.width,
-                                         info.height, 0, info.type, SW_MEM_HOST, &dst);
+            sw_status st = sw_image_wrap((char *)data + (size_t)k * plane, info.width, info.height,
+                                         0, info.type, SW_MEM_HOST, &dst);
             if (st == SW_OK)
                 st = sw_h5_read_frame(h.r, k, &dst);
             if (st != SW_OK)
@@ -136,9 +140,7 @@ nb::object read(const std::string &path, nb::object dataset)
         std::string ds = dataset.is_none() ? std::string() : nb::cast<std::string>(dataset);
         return read_hdf5(path, dataset.is_none() ? nullptr : ds.c_str());
     }
-    default:
-        raise_status(SW_EFORMAT,
-                     "'" + path + "' is neither FITS, binary PGM (P5) nor HDF5");
+    default: raise_status(SW_EFORMAT, "'" + path + "' is neither FITS, binary PGM (P5) nor HDF5");
     }
 }
 
@@ -149,8 +151,8 @@ nb::dict h5_info(const std::string &path, nb::object dataset)
     sw_h5_info info{};
     std::string ds = dataset.is_none() ? std::string() : nb::cast<std::string>(dataset);
     call_noctx([&] {
-        sw_status st = sw_h5_open(nullptr, path.c_str(), dataset.is_none() ? nullptr : ds.c_str(),
-                                  &h.r);
+        sw_status st =
+            sw_h5_open(nullptr, path.c_str(), dataset.is_none() ? nullptr : ds.c_str(), &h.r);
         return st == SW_OK ? sw_h5_get_info(h.r, &info) : st;
     });
     nb::dict d;

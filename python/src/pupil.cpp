@@ -7,9 +7,11 @@
 #include <cmath>
 #include <cstring>
 
-namespace swpy {
+namespace swpy
+{
 
-namespace {
+namespace
+{
 
 struct PupilPlan {
     nb::object ctx_obj;
@@ -21,7 +23,10 @@ struct PupilPlan {
     PupilPlan() = default;
     PupilPlan(const PupilPlan &) = delete;
     PupilPlan &operator=(const PupilPlan &) = delete;
-    ~PupilPlan() { sw_pupil_destroy(plan); }
+    ~PupilPlan()
+    {
+        sw_pupil_destroy(plan);
+    }
 };
 
 void plan_init(PupilPlan *self, nb::object ctx_obj, int32_t width, int32_t height,

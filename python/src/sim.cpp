@@ -9,9 +9,11 @@
 #include <cstring>
 #include <deque>
 
-namespace swpy {
+namespace swpy
+{
 
-namespace {
+namespace
+{
 
 // Frees what a simulation allocated in C, whatever happens.
 struct Images {
@@ -30,7 +32,10 @@ struct Images {
 
 struct Stars {
     sw_stars s{};
-    ~Stars() { sw_stars_free(&s); }
+    ~Stars()
+    {
+        sw_stars_free(&s);
+    }
 };
 
 void detector_from(Params &q, sw_detector &d)
@@ -132,8 +137,8 @@ nb::tuple sim_stars(nb::object ctx_obj, nb::dict params, nb::handle out)
             stars.s.y[i] = ((const double *)ay.data)[i];
             if (am.data)
                 stars.s.mag[i] = ((const double *)am.data)[i];
-            stars.s.flux[i] = af.data ? ((const double *)af.data)[i]
-                                      : sw_mag_to_flux(stars.s.mag[i], zp, ratio);
+            stars.s.flux[i] =
+                af.data ? ((const double *)af.data)[i] : sw_mag_to_flux(stars.s.mag[i], zp, ratio);
         }
     }
     q.done();
@@ -332,8 +337,8 @@ nb::tuple sim_sh(nb::object ctx_obj, nb::dict params, nb::handle out, nb::handle
                 st = sw_shsim_add_wavefront(s.plan, &s.w, scale);
             }
         } else if (st == SW_OK && turb) {
-            st = sw_phase_screen(c.ctx, &tu, screen_n, spacing * 1e-6, det.seed, screen_index,
-                                 &s.w);
+            st =
+                sw_phase_screen(c.ctx, &tu, screen_n, spacing * 1e-6, det.seed, screen_index, &s.w);
             if (st == SW_OK)
                 st = sw_shsim_add_wavefront(s.plan, &s.w, 1.0);
         }

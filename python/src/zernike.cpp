@@ -4,9 +4,11 @@
 
 #include <nanobind/stl/string.h>
 
-namespace swpy {
+namespace swpy
+{
 
-namespace {
+namespace
+{
 
 struct ZfitPlan {
     nb::object ctx_obj;
@@ -19,7 +21,10 @@ struct ZfitPlan {
     ZfitPlan() = default;
     ZfitPlan(const ZfitPlan &) = delete;
     ZfitPlan &operator=(const ZfitPlan &) = delete;
-    ~ZfitPlan() { sw_zfit_destroy(plan); }
+    ~ZfitPlan()
+    {
+        sw_zfit_destroy(plan);
+    }
 };
 
 void plan_init(ZfitPlan *self, nb::object ctx_obj, nb::dict params)
@@ -107,8 +112,8 @@ void plan_run(ZfitPlan &zp, nb::handle slopes, nb::handle valid, int32_t frames,
             continue;
         check_side(ctx, all[i]->where, all[i]->device_id, names[i]);
         if ((all[i]->where == Where::device) != (s.where == Where::device))
-            type_error("%s: %s memory, slopes %s: give all arrays in one kind of memory",
-                       names[i], where_name(all[i]->where), where_name(s.where));
+            type_error("%s: %s memory, slopes %s: give all arrays in one kind of memory", names[i],
+                       where_name(all[i]->where), where_name(s.where));
     }
     const sw_memory mem = where_memory(s.where);
     call(ctx, [&] {
@@ -210,8 +215,8 @@ nb::tuple zernike_eval(nb::handle js, nb::handle x, nb::handle y, bool grad)
         for (size_t i = 0; i < k; i++)
             for (size_t p = 0; p < n; p++) {
                 if (grad)
-                    sw_zernike_eval_grad(nn[i], mm[i], px[p], py[p], &v[i * n + p],
-                                         &gx[i * n + p], &gy[i * n + p]);
+                    sw_zernike_eval_grad(nn[i], mm[i], px[p], py[p], &v[i * n + p], &gx[i * n + p],
+                                         &gy[i * n + p]);
                 else
                     v[i * n + p] = sw_zernike_eval(nn[i], mm[i], px[p], py[p]);
             }
@@ -227,7 +232,10 @@ struct ZmapPlan {
     ZmapPlan() = default;
     ZmapPlan(const ZmapPlan &) = delete;
     ZmapPlan &operator=(const ZmapPlan &) = delete;
-    ~ZmapPlan() { sw_zmap_destroy(plan); }
+    ~ZmapPlan()
+    {
+        sw_zmap_destroy(plan);
+    }
 };
 
 void zmap_init(ZmapPlan *self, nb::object ctx_obj, nb::dict params)

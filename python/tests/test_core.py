@@ -144,3 +144,21 @@ def test_read_only_inputs_are_taken():
     a = np.zeros((4, 4), np.uint8)
     a.flags.writeable = False
     assert _describe(a)["ptr"] == a.__array_interface__["data"][0]
+
+
+class _FakeDeviceArray:
+    """Says it lives on CUDA device 0 (DLPack), without being anything."""
+    shape, dtype = (8, 8), np.dtype(np.uint16)
+
+    def __dlpack_device__(self):
+        return (2, 0)
+
+    def __dlpack__(self, stream=None):
+        raise AssertionError("a CPU context must refuse before exporting")
+
+
+def test_device_arrays_on_a_cpu_context_are_refused_by_name(cpu):
+    with pytest.raises(TypeError, match="image: a device array needs a CUDA context"):
+        spotwave.find(_FakeDeviceArray(), ctx=cpu)
+    with pytest.raises(TypeError, match="device=True: a device array needs a CUDA context"):
+        spotwave.sim.stars(random=3, size=(16, 16), device=True, ctx=cpu)

@@ -87,7 +87,7 @@ def test_centroid_plan_device_path_writes_the_given_device_arrays(gpu, sh):
 
 def test_shared_stream(gpu, sh):
     img = cp.asarray(sh[0])
-    with cp.cuda.ExternalStream(gpu.stream, gpu.device):
+    with cp.cuda.ExternalStream(gpu.stream):
         dev = spotwave.centroid(img, grid=(16, 12), pitch=16, ctx=gpu)
         total = float(dev["intensity"].sum())
     host = spotwave.centroid(sh[0], grid=(16, 12), pitch=16, ctx=gpu)
@@ -123,7 +123,7 @@ def test_zernike_fit_plan_on_device_slopes(gpu, sh):
     fit_cpu = spotwave.zernike.FitPlan(grid=(16, 12), pitch=16, pupil_radius_px=1300 / 2 / 5.5,
                                        mask=mask, order=4, ctx=spotwave.Context("cpu"))
     want = fit_cpu(cp.asnumpy(res.slopes).reshape(1, -1), cp.asnumpy(res.valid).reshape(1, -1))
-    assert np.allclose(cp.asnumpy(coef), want, atol=1e-9)
+    assert np.allclose(cp.asnumpy(coef), want, atol=1e-7)
 
 
 def test_device_array_on_a_cpu_context_is_refused_by_name():
