@@ -50,6 +50,7 @@ from ._spotwave import (
 from . import sim, zernike  # noqa: E402  (submodules that use the names above)
 from . import sabre  # noqa: E402
 from . import loop  # noqa: E402
+from . import aberrometry  # noqa: E402
 
 __version__ = _spotwave.__version__
 

@@ -197,5 +197,7 @@ void bind_sim(nb::module_ &m);
 void bind_pupil(nb::module_ &m);
 void bind_sabre(nb::module_ &m);
 void bind_loop(nb::module_ &m);
+void bind_sim_eye(nb::module_ &m);
+void bind_aberrometry(nb::module_ &m);
 
 } // namespace swpy

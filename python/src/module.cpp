@@ -17,4 +17,6 @@ NB_MODULE(_spotwave, m)
     swpy::bind_pupil(m);
     swpy::bind_sabre(m);
     swpy::bind_loop(m);
+    swpy::bind_sim_eye(m);
+    swpy::bind_aberrometry(m);
 }
