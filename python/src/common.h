@@ -199,5 +199,6 @@ void bind_sabre(nb::module_ &m);
 void bind_loop(nb::module_ &m);
 void bind_sim_eye(nb::module_ &m);
 void bind_aberrometry(nb::module_ &m);
+void bind_h5write(nb::module_ &m);
 
 } // namespace swpy

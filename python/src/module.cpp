@@ -19,4 +19,5 @@ NB_MODULE(_spotwave, m)
     swpy::bind_loop(m);
     swpy::bind_sim_eye(m);
     swpy::bind_aberrometry(m);
+    swpy::bind_h5write(m);
 }
