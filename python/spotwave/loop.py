@@ -8,9 +8,12 @@ D-SABRE (Eq. 14-16) follow Brunner E., de Visser C. C., Vuik C., Verhaegen M. (2
 implementation for spline-based wavefront reconstruction", J. Opt. Soc. Am. A 35(6), 859-872,
 section 4 (the simulator reproduces its section 4.B setting by default); the actuators sit in the
 Fried geometry (Fried D. L. (1977), "Least-square fitting a wave-front distortion estimate to an
-array of phase-difference measurements", J. Opt. Soc. Am. 67(3), 370-375); centroids after Mocci
-et al. (2020), J. Opt. Soc. Am. A 37(10), 1548-1556; turbulence screens after Lane, Glindemann &
-Dainty (1992) and Assémat, Wilson & Gendron (2006), Opt. Express 14(3), 988-999.
+array of phase-difference measurements", J. Opt. Soc. Am. 67(3), 370-375); the centroids and the
+loop after them (controllers) after Mocci J., Busato F., Bombieri N., Bonora S., Muradore R.
+(2020), "An efficient implementation of the Shack-Hartmann centroids extraction for edge
+computing", J. Opt. Soc. Am. A 37(10), 1548-1556 (section 6); turbulence screens after Lane,
+Glindemann & Dainty (1992), Waves in Random Media 2(3), 209-224, and Assémat, Wilson & Gendron
+(2006), Opt. Express 14(3), 988-999.
 
 Conventions. Everything sits on the lenslet lattice: lenslet (ix, iy) (0-based) is centred on
 lattice position (ix, iy), one unit = one lenslet pitch, x along the pupil's +u, y along +v. For

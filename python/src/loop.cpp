@@ -296,6 +296,10 @@ sw_status measure_cb(void *user, const float *commands, float *slopes)
     } catch (nb::python_error &e) {
         m->error.reset(new nb::python_error(e));
         return SW_EINVAL;
+    } catch (const std::exception &e) { // nothing C++ may cross the C library
+        PyErr_SetString(PyExc_RuntimeError, e.what());
+        m->error.reset(new nb::python_error());
+        return SW_EINVAL;
     }
 }
 
