@@ -860,28 +860,15 @@ int main(int argc, char **argv)
     rc = sw_bench_parse_args(argc, argv, PROG, extra_help, &o.b);
     if (rc != SW_BENCH_CONTINUE)
         return rc;
-    sw_context *ctx = NULL, *cpu = NULL;
-    if (sw_bench_context(&o.b, PROG, &ctx) != 0)
+    sw_context *gpu = NULL, *cpu = NULL;
+    if (sw_bench_contexts(&o.b, PROG, o.speed, &gpu, &cpu) != 0)
         return 1;
-    sw_context *gpu = NULL;
-    if (sw_context_backend(ctx) == SW_BACKEND_CUDA) {
-        gpu = ctx;
-        sw_bench_options oc = o.b;
-        oc.backend = SW_BACKEND_CPU;
-        if (o.speed && sw_bench_context(&oc, PROG, &cpu) != 0) {
-            sw_context_destroy(ctx);
-            return 1;
-        }
-    } else {
-        cpu = ctx;
-    }
     rc = 0;
     if (o.accuracy)
-        rc = accuracy(&o, ctx);
+        rc = accuracy(&o, gpu ? gpu : cpu);
     if (rc == 0 && o.speed)
         rc = speed(&o, gpu, cpu);
-    if (cpu != ctx)
-        sw_context_destroy(cpu);
-    sw_context_destroy(ctx);
+    sw_context_destroy(gpu);
+    sw_context_destroy(cpu);
     return rc;
 }

@@ -615,9 +615,7 @@ int main(int argc, char **argv)
         /* The CPU cases beside the GPU ones fill the table's t_CPU column; with --json-only
          * there is no table, and tools/gpu-check runs --backend cpu on its own. */
         if (!o.json_only) {
-            sw_bench_options ocpu = o;
-            ocpu.backend = SW_BACKEND_CPU;
-            if (sw_bench_context(&ocpu, PROG, &cpu) != 0) {
+            if (sw_bench_cpu_context(&o, PROG, &cpu) != 0) {
                 sw_context_destroy(ctx);
                 return 1;
             }

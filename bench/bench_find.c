@@ -359,21 +359,9 @@ int main(int argc, char **argv)
     int rc = sw_bench_parse_args(argc, argv, PROG, NULL, &o);
     if (rc != SW_BENCH_CONTINUE)
         return rc;
-    sw_context *ctx = NULL, *cpu = NULL;
-    if (sw_bench_context(&o, PROG, &ctx) != 0)
+    sw_context *ctx = NULL, *cpu = NULL; /* ctx: the GPU's, NULL on the CPU backend */
+    if (sw_bench_contexts(&o, PROG, 1, &ctx, &cpu) != 0)
         return 1;
-    if (sw_context_backend(ctx) == SW_BACKEND_CUDA) {
-        sw_bench_options ocpu = o;
-        ocpu.backend = SW_BACKEND_CPU;
-        ocpu.reps = o.reps < 5 ? o.reps : 5; /* ~1 s per 16M frame: a few samples suffice */
-        if (sw_bench_context(&ocpu, PROG, &cpu) != 0) {
-            sw_context_destroy(ctx);
-            return 1;
-        }
-    } else {
-        cpu = ctx;
-        ctx = NULL;
-    }
     sw_context *main_ctx = ctx ? ctx : cpu;
     rc = 0;
     if (ctx) {

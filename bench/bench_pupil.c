@@ -301,20 +301,10 @@ int main(int argc, char **argv)
     int rc = sw_bench_parse_args(argc, argv, PROG, NULL, &o);
     if (rc != SW_BENCH_CONTINUE)
         return rc;
+    /* ctx: the GPU's context; NULL on the CPU backend (the CPU cases alone) */
     sw_context *ctx = NULL, *cpu = NULL;
-    if (sw_bench_context(&o, PROG, &ctx) != 0)
+    if (sw_bench_contexts(&o, PROG, 1, &ctx, &cpu) != 0)
         return 1;
-    if (sw_context_backend(ctx) == SW_BACKEND_CUDA) {
-        sw_bench_options ocpu = o;
-        ocpu.backend = SW_BACKEND_CPU;
-        if (sw_bench_context(&ocpu, PROG, &cpu) != 0) {
-            sw_context_destroy(ctx);
-            return 1;
-        }
-    } else {
-        cpu = ctx; /* CPU only: the CPU cases alone */
-        ctx = NULL;
-    }
     static const int32_t sizes[] = {640, 1280, 2560};
     rc = 0;
     for (int s = 0; s < 3 && rc == 0; s++) {

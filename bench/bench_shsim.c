@@ -185,9 +185,7 @@ int main(int argc, char **argv)
     sw_context *ctx = NULL, *cpu = NULL;
     if (sw_bench_context(&o, PROG, &ctx) != 0)
         return 1;
-    sw_bench_options ocpu = o;
-    ocpu.backend = SW_BACKEND_CPU;
-    if (sw_bench_context(&ocpu, PROG, &cpu) != 0) {
+    if (sw_bench_cpu_context(&o, PROG, &cpu) != 0) {
         sw_context_destroy(ctx);
         return 1;
     }

@@ -131,20 +131,10 @@ int main(int argc, char **argv)
         &o);
     if (rc != SW_BENCH_CONTINUE)
         return rc;
-    sw_context *ctx = NULL, *cpu = NULL;
-    if (sw_bench_context(&o, PROG, &ctx) != 0)
+    sw_context *ctx = NULL, *cpu = NULL; /* ctx: the GPU's (NULL on the CPU backend) */
+    if (sw_bench_contexts(&o, PROG, !o.json_only, &ctx, &cpu) != 0)
         return 1;
-    int on_gpu = sw_context_backend(ctx) == SW_BACKEND_CUDA;
-    if (!on_gpu) {
-        cpu = ctx;
-    } else if (!o.json_only) {
-        sw_bench_options ocpu = o;
-        ocpu.backend = SW_BACKEND_CPU;
-        if (sw_bench_context(&ocpu, PROG, &cpu) != 0) {
-            sw_context_destroy(ctx);
-            return 1;
-        }
-    }
+    const int on_gpu = ctx != NULL;
     static const int s_full[] = {250, 2000, 10000, 40000}, s_quick[] = {250, 2000};
     static const int o_full[] = {4, 6, 8, 10}, o_quick[] = {4, 10};
     const int *ss = o.quick ? s_quick : s_full, *os = o.quick ? o_quick : o_full;
@@ -182,8 +172,7 @@ int main(int argc, char **argv)
                 }
     }
     sw_bench_finish(&o);
-    if (cpu != ctx)
-        sw_context_destroy(cpu);
+    sw_context_destroy(cpu);
     sw_context_destroy(ctx);
     return rc;
 }

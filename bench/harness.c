@@ -212,6 +212,32 @@ int sw_bench_context(const sw_bench_options *o, const char *prog, sw_context **o
     return 0;
 }
 
+int sw_bench_cpu_context(const sw_bench_options *o, const char *prog, sw_context **out)
+{
+    sw_bench_options c = *o;
+    c.backend = SW_BACKEND_CPU;
+    return sw_bench_context(&c, prog, out);
+}
+
+int sw_bench_contexts(const sw_bench_options *o, const char *prog, int want_cpu, sw_context **gpu,
+                      sw_context **cpu)
+{
+    sw_context *ctx = NULL;
+    *gpu = *cpu = NULL;
+    if (sw_bench_context(o, prog, &ctx) != 0)
+        return 1;
+    if (sw_context_backend(ctx) != SW_BACKEND_CUDA) {
+        *cpu = ctx;
+        return 0;
+    }
+    if (want_cpu && sw_bench_cpu_context(o, prog, cpu) != 0) {
+        sw_context_destroy(ctx);
+        return 1;
+    }
+    *gpu = ctx;
+    return 0;
+}
+
 /* ------------------------------------------------------------------ running a case */
 
 typedef struct bench_record {

@@ -67,6 +67,18 @@ int sw_bench_parse_args(int argc, char **argv, const char *prog, const char *ext
  * --json-only which silences them too). 0 on success; 1 with a line on stderr otherwise. */
 int sw_bench_context(const sw_bench_options *o, const char *prog, sw_context **out);
 
+/* sw_bench_context on the CPU backend with o's other options: the CPU side of a program that
+ * compares backends. 0 on success; 1 with a line on stderr otherwise. */
+int sw_bench_cpu_context(const sw_bench_options *o, const char *prog, sw_context **out);
+
+/* The contexts of a program that compares a GPU with the CPU: the one the options ask for goes
+ * to *gpu when it is a CUDA context, with a CPU context in *cpu when want_cpu (else NULL); to
+ * *cpu when it is a CPU one, with *gpu NULL. The main context is *gpu when not NULL, else *cpu;
+ * both are distinct and the caller destroys both. 0 on success; 1 with a line on stderr (and no
+ * context left) otherwise. */
+int sw_bench_contexts(const sw_bench_options *o, const char *prog, int want_cpu, sw_context **gpu,
+                      sw_context **cpu);
+
 /*
  * One repetition of the benchmarked operation. `sample` counts calls from 0 (warm-ups
  * included). Store microseconds in *measured_us when the function timed itself; leave it < 0

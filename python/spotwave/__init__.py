@@ -48,6 +48,10 @@ from ._spotwave import (
     data_dir,
 )
 from . import sim, zernike  # noqa: E402  (submodules that use the names above)
+from . import sabre  # noqa: E402
+from . import loop  # noqa: E402
+from . import aberrometry  # noqa: E402
+from ._h5write import write_h5  # noqa: E402,F401
 
 __version__ = _spotwave.__version__
 

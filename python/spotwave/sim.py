@@ -344,3 +344,6 @@ class InfiniteScreen:
 
     rows_added = property(lambda self: self._s.rows_added, doc="Rows drawn since creation.")
     position_m = property(lambda self: self._s.position_m, doc="Distance moved, metres.")
+
+
+from ._sim_eye import eye  # noqa: E402,F401  (synthetic eyes: sim_eye.h)

@@ -195,6 +195,11 @@ void bind_centroid(nb::module_ &m);
 void bind_zernike(nb::module_ &m);
 void bind_sim(nb::module_ &m);
 void bind_pupil(nb::module_ &m);
+void bind_sabre(nb::module_ &m);
+void bind_loop(nb::module_ &m);
+void bind_sim_eye(nb::module_ &m);
+void bind_aberrometry(nb::module_ &m);
+void bind_h5write(nb::module_ &m);
 void bind_bench(nb::module_ &m); // python -m spotwave.bench: the C side (bench.cpp)
 
 } // namespace swpy

@@ -15,5 +15,10 @@ NB_MODULE(_spotwave, m)
     swpy::bind_zernike(m);
     swpy::bind_sim(m);
     swpy::bind_pupil(m);
+    swpy::bind_sabre(m);
+    swpy::bind_loop(m);
+    swpy::bind_sim_eye(m);
+    swpy::bind_aberrometry(m);
+    swpy::bind_h5write(m);
     swpy::bind_bench(m);
 }

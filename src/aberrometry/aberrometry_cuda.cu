@@ -52,6 +52,7 @@
  */
 #include "aberrometry/aberrometry_internal.h"
 #include "pupil/pupil_internal.h"
+#include "core/cuda_util.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -61,28 +62,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define AB_CU(call)                                                                                \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess)                                                                     \
-            return sw_fail(ctx, e_ == cudaErrorMemoryAllocation ? SW_ENOMEM : SW_ECUDA,            \
-                           "aberrometry: CUDA call %s failed: %s", #call, cudaGetErrorString(e_)); \
-    } while (0)
-
-#define AB_BLAS(call)                                                                              \
-    do {                                                                                           \
-        cublasStatus_t e_ = (call);                                                                \
-        if (e_ != CUBLAS_STATUS_SUCCESS)                                                           \
-            return sw_fail(ctx, e_ == CUBLAS_STATUS_ALLOC_FAILED ? SW_ENOMEM : SW_ECUDA,           \
-                           "aberrometry: cuBLAS call %s failed (%d)", #call, (int)e_);             \
-    } while (0)
-
-#define AB_TRY(expr)                                                                               \
-    do {                                                                                           \
-        sw_status st_ = (expr);                                                                    \
-        if (st_ != SW_OK)                                                                          \
-            return st_;                                                                            \
-    } while (0)
+/* the checks of core/cuda_util.h: this context, this stage in their messages */
+#define SW_CUDA_CTX   ctx
+#define SW_CUDA_STAGE "aberrometry"
 
 #define AB_THREADS      256 /* one-thread-per-lenslet kernels: threads per block            */
 #define AB_DESIGN_WARPS 2   /* design kernel: lenslets (warps) per block                     */
@@ -140,9 +122,8 @@ struct ab_gpu {
     sw_image frame;   /* the pupil plan's tight device copy of the frame, as an image */
     sw_ab_raw *h_raw; /* pinned: the copy out                                */
     cudaEvent_t ev[SW_AB_STAGES + 1];
-    int timed;         /* the last frame recorded ev                          */
-    cudaGraph_t graph; /* steps 2-5 */
-    cudaGraphExec_t exec;
+    int timed;        /* the last frame recorded ev                          */
+    sw_graph graph;   /* steps 2-5 */
     int graph_timing; /* the captured graph records ev[2..4]                 */
     int no_graph;     /* a capture failed: plain launches from then on       */
     int64_t runs;
@@ -577,89 +558,60 @@ static sw_status ab_body(sw_aberrometry_plan *plan, int slot, int timing, int ca
     const unsigned per_lenslet = ab_blocks(nl, AB_THREADS);
 
     /* 2: the lenslets' eyes and stages; 2': the design rows, beside the first search */
-    AB_CU(cudaMemsetAsync(d.cnt, 0, sizeof(ab_counts), s));
+    SW_CU(cudaMemsetAsync(d.cnt, 0, sizeof(ab_counts), s));
     ab_select_kernel<<<per_lenslet, AB_THREADS, 0, s>>>(d);
-    AB_CU(cudaGetLastError());
-    AB_CU(cudaEventRecord(g->fork, s));
-    AB_CU(cudaStreamWaitEvent(g->side, g->fork, 0));
+    SW_CU(cudaGetLastError());
+    SW_CU(cudaEventRecord(g->fork, s));
+    SW_CU(cudaStreamWaitEvent(g->side, g->fork, 0));
     ab_design_kernel<<<ab_blocks(nl, AB_DESIGN_WARPS), 32 * AB_DESIGN_WARPS, 0, g->side>>>(d);
-    AB_CU(cudaGetLastError());
-    AB_CU(cudaEventRecord(g->join, g->side));
+    SW_CU(cudaGetLastError());
+    SW_CU(cudaEventRecord(g->join, g->side));
 
     /* 3: the stages of the dynamic mesh */
     for (int32_t k = 0; k < d.S; k++) {
-        AB_TRY(sw_search_run(sl->search, &g->frame, d.sx, d.sy, d.act, SW_MEM_DEVICE, d.x, d.y,
+        SW_TRY(sw_search_run(sl->search, &g->frame, d.sx, d.sy, d.act, SW_MEM_DEVICE, d.x, d.y,
                              NULL, d.st));
         if (k == 0)
-            AB_CU(cudaStreamWaitEvent(s, g->join, 0));
+            SW_CU(cudaStreamWaitEvent(s, g->join, 0));
         const int32_t mk = d.Js[k] - 1, ck = ab_fit_chunk(mk);
         ab_fit_kernel<0><<<(unsigned)n_eyes, AB_FIT_THREADS, ab_fit_smem(mk, ck), s>>>(d, k, ck);
-        AB_CU(cudaGetLastError());
+        SW_CU(cudaGetLastError());
         for (int e = 0; e < n_eyes; e++)
-            AB_BLAS(cublasDgemv(g->blas, CUBLAS_OP_N, ld, mk, &one, d.D, ld, d.bk[e], 1, &zero,
-                                d.pred[e], 1));
+            SW_CUBLAS(cublasDgemv(g->blas, CUBLAS_OP_N, ld, mk, &one, d.D, ld, d.bk[e], 1, &zero,
+                                  d.pred[e], 1));
         ab_start_kernel<<<per_lenslet, AB_THREADS, 0, s>>>(d, k);
-        AB_CU(cudaGetLastError());
+        SW_CU(cudaGetLastError());
     }
     if (d.S == 0)
-        AB_CU(cudaStreamWaitEvent(s, g->join, 0));
+        SW_CU(cudaStreamWaitEvent(s, g->join, 0));
     if (timing)
-        AB_CU(ab_mark(g->ev[2], s, capturing));
+        SW_CU(ab_mark(g->ev[2], s, capturing));
 
     /* 4: the search of every used lenslet (with discarding as the plan says) */
-    AB_TRY(sw_search_run(sl->search, &g->frame, d.sx, d.sy, d.act, SW_MEM_DEVICE, d.x, d.y, NULL,
+    SW_TRY(sw_search_run(sl->search, &g->frame, d.sx, d.sy, d.act, SW_MEM_DEVICE, d.x, d.y, NULL,
                          d.st));
     if (timing)
-        AB_CU(ab_mark(g->ev[3], s, capturing));
+        SW_CU(ab_mark(g->ev[3], s, capturing));
 
     /* 5: the mesh check and the final fit per eye, the raw result and its copy out */
     const int32_t m = plan->J - 1, c = ab_fit_chunk(m);
     ab_fit_kernel<1><<<(unsigned)n_eyes, AB_FIT_THREADS, ab_fit_smem(m, c), s>>>(d, 0, c);
-    AB_CU(cudaGetLastError());
-    AB_CU(cudaMemcpyAsync(g->h_raw, d.raw, sizeof(sw_ab_raw), cudaMemcpyDeviceToHost, s));
+    SW_CU(cudaGetLastError());
+    SW_CU(cudaMemcpyAsync(g->h_raw, d.raw, sizeof(sw_ab_raw), cudaMemcpyDeviceToHost, s));
     if (timing)
-        AB_CU(ab_mark(g->ev[4], s, capturing));
+        SW_CU(ab_mark(g->ev[4], s, capturing));
     return SW_OK;
 }
 
-static void ab_drop_graph(ab_gpu *g)
-{
-    if (g->exec)
-        cudaGraphExecDestroy(g->exec);
-    if (g->graph)
-        cudaGraphDestroy(g->graph);
-    g->exec = NULL;
-    g->graph = NULL;
-}
-
-/* Captures ab_body into the slot's graph (the capture is always ended, so that the stream is
- * usable again whatever failed inside). */
+/* Captures ab_body into the slot's graph (core/cuda_util.h: the capture is always ended, so
+ * that the stream is usable again whatever failed inside). */
 static sw_status ab_capture(sw_aberrometry_plan *plan, int slot, int timing)
 {
     sw_context *ctx = plan->slot[slot].ctx;
     ab_gpu *g = gpu_of(plan, slot);
-    AB_CU(cudaStreamBeginCapture(g->stream, cudaStreamCaptureModeThreadLocal));
+    SW_TRY(sw_graph_begin(ctx, SW_CUDA_STAGE, g->stream));
     const sw_status st = ab_body(plan, slot, timing, 1);
-    cudaGraph_t graph = NULL;
-    const cudaError_t e = cudaStreamEndCapture(g->stream, &graph);
-    if (st != SW_OK || e != cudaSuccess) {
-        if (graph)
-            cudaGraphDestroy(graph);
-        cudaGetLastError();
-        if (st != SW_OK)
-            return st;
-        return sw_fail(ctx, SW_ECUDA, "aberrometry: capturing the frame's graph failed: %s",
-                       cudaGetErrorString(e));
-    }
-    const cudaError_t ei = cudaGraphInstantiate(&g->exec, graph, 0);
-    if (ei != cudaSuccess) {
-        cudaGraphDestroy(graph);
-        g->exec = NULL;
-        cudaGetLastError();
-        return sw_fail(ctx, SW_ECUDA, "aberrometry: instantiating the frame's graph failed: %s",
-                       cudaGetErrorString(ei));
-    }
-    g->graph = graph;
+    SW_TRY(sw_graph_end(&g->graph, ctx, SW_CUDA_STAGE, "frame", g->stream, st, 0));
     g->graph_timing = timing;
     return SW_OK;
 }
@@ -677,16 +629,13 @@ extern "C" void sw_ab_gpu_free(sw_aberrometry_plan *plan, int slot)
         cudaStreamSynchronize(g->stream);
     if (g->side)
         cudaStreamSynchronize(g->side);
-    ab_drop_graph(g);
+    sw_graph_destroy(&g->graph);
     if (g->blas)
         cublasDestroy(g->blas);
     ab_dev *d = &g->d;
-    void *dev[] = {d->refx,  d->refy,  d->stage, d->eye, d->act,     d->st,      d->x,
-                   d->y,     d->sx,    d->sy,    d->D,   d->pred[0], d->pred[1], d->bk[0],
-                   d->bk[1], d->bp[0], d->bp[1], d->cnt, d->raw,     g->blas_ws};
-    for (size_t k = 0; k < sizeof dev / sizeof dev[0]; k++)
-        if (dev[k])
-            cudaFree(dev[k]);
+    SW_CUDA_FREE(d->refx, d->refy, d->stage, d->eye, d->act, d->st, d->x, d->y, d->sx, d->sy, d->D,
+                 d->pred[0], d->pred[1], d->bk[0], d->bk[1], d->bp[0], d->bp[1], d->cnt, d->raw,
+                 g->blas_ws);
     if (g->h_raw)
         cudaFreeHost(g->h_raw);
     for (int k = 0; k <= SW_AB_STAGES; k++)
@@ -706,8 +655,8 @@ extern "C" void sw_ab_gpu_free(sw_aberrometry_plan *plan, int slot)
 template <typename V> static sw_status ab_alloc(sw_context *ctx, cudaStream_t s, V **dst, size_t n)
 {
     const size_t bytes = (n ? n : 1) * sizeof(V);
-    AB_CU(cudaMalloc((void **)dst, bytes));
-    AB_CU(cudaMemsetAsync(*dst, 0, bytes, s));
+    SW_CU(cudaMalloc((void **)dst, bytes));
+    SW_CU(cudaMemsetAsync(*dst, 0, bytes, s));
     return SW_OK;
 }
 
@@ -719,14 +668,14 @@ extern "C" sw_status sw_ab_gpu_init(sw_aberrometry_plan *plan, int slot)
     if (!g)
         return sw_fail(ctx, SW_ENOMEM, "aberrometry: out of memory");
     sl->gpu = g;
-    AB_CU(cudaSetDevice(ctx->device));
+    SW_CU(cudaSetDevice(ctx->device));
     cudaStream_t s = (cudaStream_t)sw_context_stream(ctx);
     g->stream = s;
-    AB_CU(cudaStreamCreateWithFlags(&g->side, cudaStreamNonBlocking));
-    AB_CU(cudaEventCreateWithFlags(&g->fork, cudaEventDisableTiming));
-    AB_CU(cudaEventCreateWithFlags(&g->join, cudaEventDisableTiming));
+    SW_CU(cudaStreamCreateWithFlags(&g->side, cudaStreamNonBlocking));
+    SW_CU(cudaEventCreateWithFlags(&g->fork, cudaEventDisableTiming));
+    SW_CU(cudaEventCreateWithFlags(&g->join, cudaEventDisableTiming));
     for (int k = 0; k <= SW_AB_STAGES; k++)
-        AB_CU(cudaEventCreate(&g->ev[k]));
+        SW_CU(cudaEventCreate(&g->ev[k]));
 
     const sw_aberrometry_params *p = &plan->p;
     ab_dev *d = &g->d;
@@ -749,35 +698,32 @@ extern "C" sw_status sw_ab_gpu_init(sw_aberrometry_plan *plan, int slot)
         return sw_fail(ctx, SW_EINTERNAL, "aberrometry: the pupil plan has no device lenslet mask");
 
     const size_t nl = (size_t)plan->nl, rows = 2 * nl, m = (size_t)(plan->J - 1);
-    AB_TRY(ab_alloc(ctx, s, &d->refx, nl));
-    AB_TRY(ab_alloc(ctx, s, &d->refy, nl));
-    AB_TRY(ab_alloc(ctx, s, &d->stage, nl));
-    AB_TRY(ab_alloc(ctx, s, &d->eye, nl));
-    AB_TRY(ab_alloc(ctx, s, &d->act, nl));
-    AB_TRY(ab_alloc(ctx, s, &d->st, nl));
-    AB_TRY(ab_alloc(ctx, s, &d->x, nl));
-    AB_TRY(ab_alloc(ctx, s, &d->y, nl));
-    AB_TRY(ab_alloc(ctx, s, &d->sx, nl));
-    AB_TRY(ab_alloc(ctx, s, &d->sy, nl));
-    AB_TRY(ab_alloc(ctx, s, &d->D, rows * m));
+    SW_TRY(ab_alloc(ctx, s, &d->refx, nl));
+    SW_TRY(ab_alloc(ctx, s, &d->refy, nl));
+    SW_TRY(ab_alloc(ctx, s, &d->stage, nl));
+    SW_TRY(ab_alloc(ctx, s, &d->eye, nl));
+    SW_TRY(ab_alloc(ctx, s, &d->act, nl));
+    SW_TRY(ab_alloc(ctx, s, &d->st, nl));
+    SW_TRY(ab_alloc(ctx, s, &d->x, nl));
+    SW_TRY(ab_alloc(ctx, s, &d->y, nl));
+    SW_TRY(ab_alloc(ctx, s, &d->sx, nl));
+    SW_TRY(ab_alloc(ctx, s, &d->sy, nl));
+    SW_TRY(ab_alloc(ctx, s, &d->D, rows * m));
     for (int e = 0; e < p->n_eyes; e++) {
-        AB_TRY(ab_alloc(ctx, s, &d->pred[e], rows));
-        AB_TRY(ab_alloc(ctx, s, &d->bk[e], m));
-        AB_TRY(ab_alloc(ctx, s, &d->bp[e], m));
+        SW_TRY(ab_alloc(ctx, s, &d->pred[e], rows));
+        SW_TRY(ab_alloc(ctx, s, &d->bk[e], m));
+        SW_TRY(ab_alloc(ctx, s, &d->bp[e], m));
     }
-    AB_TRY(ab_alloc(ctx, s, &d->cnt, (size_t)1));
-    AB_TRY(ab_alloc(ctx, s, &d->raw, (size_t)1));
-    AB_CU(cudaMemcpyAsync(d->refx, plan->ref_x, nl * sizeof(double), cudaMemcpyHostToDevice, s));
-    AB_CU(cudaMemcpyAsync(d->refy, plan->ref_y, nl * sizeof(double), cudaMemcpyHostToDevice, s));
-    AB_CU(cudaHostAlloc((void **)&g->h_raw, sizeof(sw_ab_raw), cudaHostAllocDefault));
+    SW_TRY(ab_alloc(ctx, s, &d->cnt, (size_t)1));
+    SW_TRY(ab_alloc(ctx, s, &d->raw, (size_t)1));
+    SW_CU(cudaMemcpyAsync(d->refx, plan->ref_x, nl * sizeof(double), cudaMemcpyHostToDevice, s));
+    SW_CU(cudaMemcpyAsync(d->refy, plan->ref_y, nl * sizeof(double), cudaMemcpyHostToDevice, s));
+    SW_CU(cudaHostAlloc((void **)&g->h_raw, sizeof(sw_ab_raw), cudaHostAllocDefault));
     memset(g->h_raw, 0, sizeof(sw_ab_raw));
 
     /* cuBLAS (the predictions D_k c_k), bound to the slot's stream, with its own workspace
      * (needed to run inside a graph capture; cublasSetStream resets it, so it comes after). */
-    AB_BLAS(cublasCreate(&g->blas));
-    AB_BLAS(cublasSetStream(g->blas, s));
-    AB_CU(cudaMalloc(&g->blas_ws, AB_BLAS_WS));
-    AB_BLAS(cublasSetWorkspace(g->blas, g->blas_ws, AB_BLAS_WS));
+    SW_TRY(sw_cublas_create(ctx, SW_CUDA_STAGE, s, AB_BLAS_WS, &g->blas, &g->blas_ws));
 
     /* The searches' frame: the pupil plan's tight device copy (pupil_internal.h). */
     g->frame.width = p->width;
@@ -787,7 +733,7 @@ extern "C" sw_status sw_ab_gpu_init(sw_aberrometry_plan *plan, int slot)
     g->frame.memory = SW_MEM_DEVICE;
     g->frame.owned = 0;
     g->frame.data = (void *)sw_pupil_gpu_frame(sl->pupil);
-    AB_CU(cudaStreamSynchronize(s)); /* plan->ref_x is the host's, it may change */
+    SW_CU(cudaStreamSynchronize(s)); /* plan->ref_x is the host's, it may change */
     return SW_OK;
 }
 
@@ -797,19 +743,19 @@ extern "C" sw_status sw_ab_gpu_enqueue(sw_aberrometry_plan *plan, int slot, cons
     sw_context *ctx = sl->ctx;
     ab_gpu *g = gpu_of(plan, slot);
     const int timing = plan->timing != 0;
-    AB_CU(cudaSetDevice(ctx->device));
+    SW_CU(cudaSetDevice(ctx->device));
 
     /* 1: the frame's copy in and the pupil tracker's graph */
     if (timing)
-        AB_CU(cudaEventRecord(g->ev[0], g->stream));
-    AB_TRY(sw_pupil_gpu_enqueue(sl->pupil, frame));
+        SW_CU(cudaEventRecord(g->ev[0], g->stream));
+    SW_TRY(sw_pupil_gpu_enqueue(sl->pupil, frame));
     if (timing)
-        AB_CU(cudaEventRecord(g->ev[1], g->stream));
+        SW_CU(cudaEventRecord(g->ev[1], g->stream));
 
     /* 2-5: the slot's graph from its second frame on (captured again when timing was switched) */
-    if (g->exec && g->graph_timing != timing)
-        ab_drop_graph(g);
-    if (!g->exec && !g->no_graph && g->runs > 0) {
+    if (g->graph.exec && g->graph_timing != timing)
+        sw_graph_destroy(&g->graph);
+    if (!g->graph.exec && !g->no_graph && g->runs > 0) {
         if (ab_capture(plan, slot, timing) != SW_OK) {
             g->no_graph = 1;
             sw_log(ctx, SW_LOG_WARN,
@@ -821,10 +767,10 @@ extern "C" sw_status sw_ab_gpu_enqueue(sw_aberrometry_plan *plan, int slot, cons
         }
     }
     g->timed = 0;
-    if (g->exec)
-        AB_CU(cudaGraphLaunch(g->exec, g->stream));
+    if (g->graph.exec)
+        SW_CU(cudaGraphLaunch(g->graph.exec, g->stream));
     else
-        AB_TRY(ab_body(plan, slot, timing, 0));
+        SW_TRY(ab_body(plan, slot, timing, 0));
     g->timed = timing;
     g->runs++;
     return SW_OK;
@@ -836,8 +782,8 @@ extern "C" sw_status sw_ab_gpu_collect(sw_aberrometry_plan *plan, int slot, sw_p
     sw_ab_slot *sl = &plan->slot[slot];
     sw_context *ctx = sl->ctx;
     ab_gpu *g = gpu_of(plan, slot);
-    AB_CU(cudaSetDevice(ctx->device));
-    AB_CU(cudaStreamSynchronize(g->stream));
+    SW_CU(cudaSetDevice(ctx->device));
+    SW_CU(cudaStreamSynchronize(g->stream));
     sw_pupil_gpu_collect(sl->pupil, pr);
     *raw = *g->h_raw;
     return SW_OK;
@@ -851,20 +797,20 @@ extern "C" sw_status sw_ab_gpu_spots(sw_aberrometry_plan *plan, int slot, double
     const ab_dev &d = g->d;
     cudaStream_t s = g->stream;
     const size_t nd = (size_t)d.nl * sizeof(double), nb = (size_t)d.nl;
-    AB_CU(cudaSetDevice(ctx->device));
+    SW_CU(cudaSetDevice(ctx->device));
     if (x)
-        AB_CU(cudaMemcpyAsync(x, d.x, nd, cudaMemcpyDeviceToHost, s));
+        SW_CU(cudaMemcpyAsync(x, d.x, nd, cudaMemcpyDeviceToHost, s));
     if (y)
-        AB_CU(cudaMemcpyAsync(y, d.y, nd, cudaMemcpyDeviceToHost, s));
+        SW_CU(cudaMemcpyAsync(y, d.y, nd, cudaMemcpyDeviceToHost, s));
     if (status)
-        AB_CU(cudaMemcpyAsync(status, d.st, nb, cudaMemcpyDeviceToHost, s));
+        SW_CU(cudaMemcpyAsync(status, d.st, nb, cudaMemcpyDeviceToHost, s));
     if (eye)
-        AB_CU(cudaMemcpyAsync(eye, d.eye, nb, cudaMemcpyDeviceToHost, s));
+        SW_CU(cudaMemcpyAsync(eye, d.eye, nb, cudaMemcpyDeviceToHost, s));
     if (x0)
-        AB_CU(cudaMemcpyAsync(x0, d.sx, nd, cudaMemcpyDeviceToHost, s));
+        SW_CU(cudaMemcpyAsync(x0, d.sx, nd, cudaMemcpyDeviceToHost, s));
     if (y0)
-        AB_CU(cudaMemcpyAsync(y0, d.sy, nd, cudaMemcpyDeviceToHost, s));
-    AB_CU(cudaStreamSynchronize(s));
+        SW_CU(cudaMemcpyAsync(y0, d.sy, nd, cudaMemcpyDeviceToHost, s));
+    SW_CU(cudaStreamSynchronize(s));
     return SW_OK;
 }
 

@@ -52,6 +52,7 @@
  */
 #include "centroid/centroid_internal.h"
 #include "centroid/centroid_model.h"
+#include "core/cuda_util.h"
 
 #include <cuda_pipeline.h>
 #include <cuda_runtime.h>
@@ -62,20 +63,9 @@
 #include <string.h>
 #include <type_traits>
 
-#define SW_CU(call)                                                                                \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess)                                                                     \
-            return sw_fail(plan->ctx, e_ == cudaErrorMemoryAllocation ? SW_ENOMEM : SW_ECUDA,      \
-                           "centroid: CUDA call %s failed: %s", #call, cudaGetErrorString(e_));    \
-    } while (0)
-
-#define SW_TRY(expr)                                                                               \
-    do {                                                                                           \
-        sw_status st_ = (expr);                                                                    \
-        if (st_ != SW_OK)                                                                          \
-            return st_;                                                                            \
-    } while (0)
+/* the checks of core/cuda_util.h: this context, this stage in their messages */
+#define SW_CUDA_CTX   plan->ctx
+#define SW_CUDA_STAGE "centroid"
 
 #define CG_THREADS    256 /* most threads per block (TX * R * NZ)                  */
 #define CG_MIN_BLOCKS 4   /* resident blocks per SM the registers must allow        */
@@ -119,8 +109,8 @@ typedef struct cg_gpu {
     uint8_t *flag;
     int tx, r, nz, gs, lpt, ntiles; /* launch shape (choose_shape) */
     size_t smem;                    /* dynamic shared memory per block */
-    int uva; /* unified addressing: pinned host pointers are device pointers */
-    cudaEvent_t t0, t1;
+    int uva;          /* unified addressing: pinned host pointers are device pointers */
+    sw_event_pair ev; /* around the kernel (plan->timing) */
 } cg_gpu;
 
 static cudaStream_t stream_of(const sw_centroid_plan *plan)
@@ -586,8 +576,7 @@ extern "C" sw_status sw_centroid_gpu_create(sw_centroid_plan *plan)
     if (!g)
         return sw_fail(plan->ctx, SW_ENOMEM, "centroid: out of memory");
     plan->gpu = g;
-    SW_CU(cudaEventCreate(&g->t0));
-    SW_CU(cudaEventCreate(&g->t1));
+    SW_TRY(sw_event_pair_create(SW_CUDA_CTX, SW_CUDA_STAGE, &g->ev));
     SW_CU(cudaDeviceGetAttribute(&g->uva, cudaDevAttrUnifiedAddressing, plan->ctx->device));
     choose_shape(plan, g);
 
@@ -751,11 +740,11 @@ extern "C" sw_status sw_centroid_gpu_run(sw_centroid_plan *plan, const sw_image 
     const dim3 grid((unsigned)(g->ntiles * bands), (unsigned)(nframes < 65535 ? nframes : 65535));
     const dim3 block((unsigned)g->tx, (unsigned)g->r, (unsigned)g->nz);
     if (plan->timing)
-        SW_CU(cudaEventRecord(g->t0, s));
+        SW_CU(cudaEventRecord(g->ev.t0, s));
     k<<<grid, block, g->smem, s>>>(a);
     SW_CU(cudaGetLastError());
     if (plan->timing)
-        SW_CU(cudaEventRecord(g->t1, s));
+        SW_CU(cudaEventRecord(g->ev.t1, s));
 
     if (!direct) {
         const size_t n = (size_t)nframes * (size_t)plan->nl;
@@ -776,11 +765,11 @@ extern "C" sw_status sw_centroid_gpu_run(sw_centroid_plan *plan, const sw_image 
     if (out->memory != SW_MEM_DEVICE)
         SW_CU(cudaStreamSynchronize(s));
     else if (plan->timing)
-        SW_CU(cudaEventSynchronize(g->t1));
+        SW_CU(cudaEventSynchronize(g->ev.t1));
     plan->kernel_us = -1.0;
     if (plan->timing) {
         float ms = 0.0f;
-        SW_CU(cudaEventElapsedTime(&ms, g->t0, g->t1));
+        SW_CU(cudaEventElapsedTime(&ms, g->ev.t0, g->ev.t1));
         plan->kernel_us = 1e3 * (double)ms;
     }
     return SW_OK;
@@ -806,10 +795,7 @@ extern "C" void sw_centroid_gpu_destroy(sw_centroid_plan *plan)
     cudaFree(g->inten);
     cudaFree(g->flag);
     cudaFree(g->slopes);
-    if (g->t0)
-        cudaEventDestroy(g->t0);
-    if (g->t1)
-        cudaEventDestroy(g->t1);
+    sw_event_pair_destroy(&g->ev);
     free(g);
     plan->gpu = NULL;
 }

@@ -31,19 +31,16 @@
 #include "centroid/search_internal.h"
 #include "centroid/search_model.h"
 #include "core/core_cuda.h"
+#include "core/cuda_util.h"
 
 #include <cuda_runtime.h>
 
 #include <math.h>
 #include <stdint.h>
 
-#define SW_CU(call)                                                                                \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess)                                                                     \
-            return sw_fail(plan->ctx, e_ == cudaErrorMemoryAllocation ? SW_ENOMEM : SW_ECUDA,      \
-                           "search: CUDA call %s failed: %s", #call, cudaGetErrorString(e_));      \
-    } while (0)
+/* the checks of core/cuda_util.h: this context, this stage in their messages */
+#define SW_CUDA_CTX   plan->ctx
+#define SW_CUDA_STAGE "search"
 
 #define SEARCH_FULL  0xffffffffu
 #define SEARCH_WARPS 4   /* spots (warps) per block: SPOTS_PER_BLOCK of Algorithm 1 */
@@ -55,19 +52,6 @@ static cudaStream_t stream_of(const sw_search_plan *plan)
 }
 
 /* ---------------------------------------------------------------- PAPYCS / CoM, one warp */
-
-/* Step 2 for this lane, for the pixel type of the launch. */
-template <int TYPE>
-__device__ __forceinline__ void lane_sums(const void *frame, size_t stride, const sw_sm_window *w,
-                                          int lane, sw_sm_sums *out)
-{
-    if (TYPE == SW_PIX_U8)
-        sw_sm_lane_u8(frame, stride, w, lane, out);
-    else if (TYPE == SW_PIX_U16)
-        sw_sm_lane_u16(frame, stride, w, lane, out);
-    else
-        sw_sm_lane_f32(frame, stride, w, lane, out);
-}
 
 /* The f32 path (and the fallback when a block's box does not fit in shared memory). */
 template <int TYPE>
@@ -101,17 +85,8 @@ __global__ void __launch_bounds__(32 * SEARCH_WARPS)
                 r = SW_SM_STEP_EMPTY;
             } else {
                 sw_sm_sums t;
-                lane_sums<TYPE>(frame, stride, &w, lane, &t);
-                /* The butterfly, the four shuffles interleaved (seed optimisation 1). */
-#pragma unroll
-                for (int o = 16; o >= 1; o >>= 1) {
-                    sw_sm_sums other;
-                    other.s0 = __shfl_xor_sync(SEARCH_FULL, t.s0, o);
-                    other.sx = __shfl_xor_sync(SEARCH_FULL, t.sx, o);
-                    other.sy = __shfl_xor_sync(SEARCH_FULL, t.sy, o);
-                    other.m = __shfl_xor_sync(SEARCH_FULL, t.m, o);
-                    t = sw_sm_combine(t, other);
-                }
+                sw_sm_lane_sums_t<TYPE>(frame, stride, &w, lane, &t);
+                t = sw_sm_warp_butterfly(t);
                 r = sw_sm_finish(&w, &t, &ncx, &ncy, &s0);
             }
             if (!sw_sm_spot_update(&sp, r, ncx, ncy, s0))

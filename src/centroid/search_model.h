@@ -595,4 +595,35 @@ SW_SM_FN uint8_t sw_sm_discard_isolated(const uint8_t *flag2, int32_t k, int32_t
     return SW_SPOT_ISOLATED;
 }
 
+#if defined(__CUDACC__)
+/* sw_sm_lane_sums with the pixel type of the launch as a template argument (no branch left). */
+template <int TYPE>
+__device__ __forceinline__ void sw_sm_lane_sums_t(const void *frame, size_t stride,
+                                                  const sw_sm_window *w, int lane, sw_sm_sums *out)
+{
+    if (TYPE == SW_PIX_U8)
+        sw_sm_lane_u8(frame, stride, w, lane, out);
+    else if (TYPE == SW_PIX_U16)
+        sw_sm_lane_u16(frame, stride, w, lane, out);
+    else
+        sw_sm_lane_f32(frame, stride, w, lane, out);
+}
+
+/* sw_sm_butterfly across a warp whose 32 lanes all take part: each lane's sums in t, the four
+ * shuffles of a level interleaved (seed optimisation 1); every lane returns the totals. */
+__device__ __forceinline__ sw_sm_sums sw_sm_warp_butterfly(sw_sm_sums t)
+{
+#pragma unroll
+    for (int o = SW_SM_LANES / 2; o >= 1; o >>= 1) {
+        sw_sm_sums other;
+        other.s0 = __shfl_xor_sync(0xffffffffu, t.s0, o);
+        other.sx = __shfl_xor_sync(0xffffffffu, t.sx, o);
+        other.sy = __shfl_xor_sync(0xffffffffu, t.sy, o);
+        other.m = __shfl_xor_sync(0xffffffffu, t.m, o);
+        t = sw_sm_combine(t, other);
+    }
+    return t;
+}
+#endif
+
 #endif

@@ -487,24 +487,12 @@ sw_status sw_reich_run_cpu(sw_reich *r, const sw_image *frame, const double *sx,
 
     /* The results. */
     for (int32_t k = 0; k < ns; ++k) {
-        uint8_t st;
-        double ox = NAN, oy = NAN, oi = NAN;
-        if (active && !active[k]) {
-            st = SW_SPOT_INACTIVE;
-        } else if (!isfinite(sx[k]) || !isfinite(sy[k])) {
-            st = SW_SPOT_OUTSIDE;
-        } else if (r->found[k]) {
-            st = SW_SPOT_OK;
-            ox = r->fx[k];
-            oy = r->fy[k];
-            oi = r->cell_s0[r->peak_of[k]];
-        } else {
-            st = SW_SPOT_NOT_FOUND;
-        }
-        x[k] = ox;
-        y[k] = oy;
+        const uint8_t st = sw_rh_status(active, sx, sy, k, r->found[k]);
+        const int ok = st == SW_SPOT_OK;
+        x[k] = ok ? r->fx[k] : NAN;
+        y[k] = ok ? r->fy[k] : NAN;
         if (intensity)
-            intensity[k] = oi;
+            intensity[k] = ok ? r->cell_s0[r->peak_of[k]] : NAN;
         status[k] = st;
     }
     return SW_OK;

@@ -125,6 +125,18 @@ SW_RH_FN int sw_rh_searchable(const uint8_t *active, const double *sx, const dou
     return (active == NULL || active[k] != 0) && isfinite(sx[k]) && isfinite(sy[k]);
 }
 
+/* Spot k's status after the rounds: INACTIVE, OUTSIDE (a non-finite start), OK when found,
+ * NOT_FOUND otherwise (only an OK spot has a position and an intensity). */
+SW_RH_FN uint8_t sw_rh_status(const uint8_t *active, const double *sx, const double *sy, int32_t k,
+                              int found)
+{
+    if (active && !active[k])
+        return SW_SPOT_INACTIVE;
+    if (!isfinite(sx[k]) || !isfinite(sy[k]))
+        return SW_SPOT_OUTSIDE;
+    return found ? SW_SPOT_OK : SW_SPOT_NOT_FOUND;
+}
+
 /* Step 3's prediction for spot k from its found 4-neighbours in the order (+1, 0), (-1, 0),
  * (0, +1), (0, -1): n1 found at (dx, dy) gives 2 n1 - n2 when n2 at 2 (dx, dy) is found too,
  * otherwise n1 + (start - start of n1); the predictions are averaged. Returns 0 when no

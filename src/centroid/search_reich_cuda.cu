@@ -50,6 +50,7 @@
  */
 #include "centroid/search_reich.h"
 #include "centroid/search_model.h"
+#include "core/cuda_util.h"
 
 #include <cuda_runtime.h>
 
@@ -58,13 +59,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SW_CU(call)                                                                                \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess)                                                                     \
-            return sw_fail(ctx, e_ == cudaErrorMemoryAllocation ? SW_ENOMEM : SW_ECUDA,            \
-                           "reichenbach: CUDA call %s failed: %s", #call, cudaGetErrorString(e_)); \
-    } while (0)
+/* the checks of core/cuda_util.h: this context, this stage in their messages */
+#define SW_CUDA_CTX   ctx
+#define SW_CUDA_STAGE "reichenbach"
 
 #define RH_FULL       0xffffffffu
 #define RH_TW         64  /* peak tile: columns                                   */
@@ -137,6 +134,20 @@ template <int TYPE> __device__ __forceinline__ float rh_pix(const char *row, int
     if (TYPE == SW_PIX_U16)
         return (float)((const uint16_t *)row)[x];
     return ((const float *)row)[x];
+}
+
+/* The tree over the block's SW_RH_PARTIALS partials in shared memory, in search_reich.h's order:
+ * a[0], b[0] and n[0] end as the totals. Every thread of the block calls it. */
+__device__ __forceinline__ void rh_tree3(double *a, double *b, long long *n, int tid)
+{
+    for (int o = SW_RH_PARTIALS / 2; o >= 1; o /= 2) {
+        if (tid < o) {
+            a[tid] = a[tid] + a[tid + o];
+            b[tid] = b[tid] + b[tid + o];
+            n[tid] += n[tid + o];
+        }
+        __syncthreads();
+    }
 }
 
 /* ---------------------------------------------------------------- prep: clears, threshold */
@@ -228,14 +239,7 @@ __global__ void __launch_bounds__(RH_THREADS)
     pq[tid] = b;
     pn[tid] = n;
     __syncthreads();
-    for (int o = SW_RH_PARTIALS / 2; o >= 1; o /= 2) {
-        if (tid < o) {
-            ps[tid] = ps[tid] + ps[tid + o];
-            pq[tid] = pq[tid] + pq[tid + o];
-            pn[tid] += pn[tid + o];
-        }
-        __syncthreads();
-    }
+    rh_tree3(ps, pq, pn, tid);
     if (tid == 0) {
         scal->threshold = sw_rh_threshold(ps[0], pq[0], (int64_t)pn[0]);
         scal->ticket = 0u;
@@ -313,19 +317,6 @@ __global__ void __launch_bounds__(RH_PT)
         peaks[base + (unsigned int)i] = list[i];
 }
 
-/* Step 2 of search_model.h for this lane, for the pixel type of the launch. */
-template <int TYPE>
-__device__ __forceinline__ void rh_lane_sums(const void *frame, size_t stride,
-                                             const sw_sm_window *w, int lane, sw_sm_sums *out)
-{
-    if (TYPE == SW_PIX_U8)
-        sw_sm_lane_u8(frame, stride, w, lane, out);
-    else if (TYPE == SW_PIX_U16)
-        sw_sm_lane_u16(frame, stride, w, lane, out);
-    else
-        sw_sm_lane_f32(frame, stride, w, lane, out);
-}
-
 /* One warp per listed peak: its centre of mass of side peak_box (sw_sm_com_step_ex's
  * arithmetic: the window, the 32 lanes' sums, the butterfly by shuffles, the finish), stored in
  * its cell with the cell's occupancy bit. */
@@ -350,16 +341,8 @@ __global__ void __launch_bounds__(RH_PT)
             r = SW_SM_STEP_EMPTY;
         } else {
             sw_sm_sums s;
-            rh_lane_sums<TYPE>(frame, stride, &w, lane, &s);
-#pragma unroll
-            for (int o = 16; o >= 1; o >>= 1) {
-                sw_sm_sums other;
-                other.s0 = __shfl_xor_sync(RH_FULL, s.s0, o);
-                other.sx = __shfl_xor_sync(RH_FULL, s.sx, o);
-                other.sy = __shfl_xor_sync(RH_FULL, s.sy, o);
-                other.m = __shfl_xor_sync(RH_FULL, s.m, o);
-                s = sw_sm_combine(s, other);
-            }
+            sw_sm_lane_sums_t<TYPE>(frame, stride, &w, lane, &s);
+            s = sw_sm_warp_butterfly(s);
             r = sw_sm_finish(&w, &s, &px, &py, &s0);
         }
         /* A NaN / Inf pixel in the window drops the peak; a flat window keeps it at its pixel
@@ -453,6 +436,20 @@ __device__ __forceinline__ int rh_seed_before(double da, int32_t ka, double db, 
     return da < db || (!(db < da) && ka < kb);
 }
 
+/* The warp's first spot (best, its distance bd; best < 0: none) in rh_seed_before's order, in
+ * every lane. */
+__device__ __forceinline__ void rh_warp_seed(int32_t *best, double *bd)
+{
+    for (int o = 16; o >= 1; o >>= 1) {
+        int32_t ok = __shfl_xor_sync(RH_FULL, *best, o);
+        double od = __shfl_xor_sync(RH_FULL, *bd, o);
+        if (ok >= 0 && (*best < 0 || rh_seed_before(od, ok, *bd, *best))) {
+            *best = ok;
+            *bd = od;
+        }
+    }
+}
+
 __global__ void __launch_bounds__(RH_RT)
     rh_rounds_kernel(sw_rh_cfg c, rh_work wk, const double *__restrict__ sx,
                      const double *__restrict__ sy, const uint8_t *__restrict__ active,
@@ -518,14 +515,7 @@ __global__ void __launch_bounds__(RH_RT)
         rn[tid] = m;
     }
     __syncthreads();
-    for (int o = SW_RH_PARTIALS / 2; o >= 1; o /= 2) {
-        if (tid < o) {
-            ra[tid] = ra[tid] + ra[tid + o];
-            rb[tid] = rb[tid] + rb[tid + o];
-            rn[tid] += rn[tid + o];
-        }
-        __syncthreads();
-    }
+    rh_tree3(ra, rb, rn, tid);
     if (rn[0] > 0) { /* uniform */
         const double mx = ra[0] / (double)rn[0], my = rb[0] / (double)rn[0];
         int32_t best = -1;
@@ -539,14 +529,7 @@ __global__ void __launch_bounds__(RH_RT)
                 bd = d2;
             }
         }
-        for (int o = 16; o >= 1; o >>= 1) {
-            int32_t ok = __shfl_xor_sync(RH_FULL, best, o);
-            double od = __shfl_xor_sync(RH_FULL, bd, o);
-            if (ok >= 0 && (best < 0 || rh_seed_before(od, ok, bd, best))) {
-                best = ok;
-                bd = od;
-            }
-        }
+        rh_warp_seed(&best, &bd);
         if (lane == 0) {
             wkk[warp] = best;
             wd[warp] = bd;
@@ -555,14 +538,7 @@ __global__ void __launch_bounds__(RH_RT)
         if (warp == 0) {
             best = wkk[lane];
             bd = wd[lane];
-            for (int o = 16; o >= 1; o >>= 1) {
-                int32_t ok = __shfl_xor_sync(RH_FULL, best, o);
-                double od = __shfl_xor_sync(RH_FULL, bd, o);
-                if (ok >= 0 && (best < 0 || rh_seed_before(od, ok, bd, best))) {
-                    best = ok;
-                    bd = od;
-                }
-            }
+            rh_warp_seed(&best, &bd);
             if (lane == 0)
                 seed_s = best;
         }
@@ -701,24 +677,12 @@ __global__ void __launch_bounds__(RH_RT)
 
     /* The results. */
     for (int32_t k = tid; k < n; k += RH_RT) {
-        uint8_t st;
-        double ox = NAN, oy = NAN, oi = NAN;
-        if (active && !active[k]) {
-            st = SW_SPOT_INACTIVE;
-        } else if (!isfinite(sx[k]) || !isfinite(sy[k])) {
-            st = SW_SPOT_OUTSIDE;
-        } else if (A.found[k]) {
-            st = SW_SPOT_OK;
-            ox = A.fx[k];
-            oy = A.fy[k];
-            oi = cell_s0[A.choice[k]];
-        } else {
-            st = SW_SPOT_NOT_FOUND;
-        }
-        x[k] = ox;
-        y[k] = oy;
+        const uint8_t st = sw_rh_status(active, sx, sy, k, A.found[k]);
+        const int ok = st == SW_SPOT_OK;
+        x[k] = ok ? A.fx[k] : NAN;
+        y[k] = ok ? A.fy[k] : NAN;
         if (intensity)
-            intensity[k] = oi;
+            intensity[k] = ok ? cell_s0[A.choice[k]] : NAN;
         status[k] = st;
     }
     if (tid == 0)
@@ -743,11 +707,6 @@ extern "C" void sw_reich_gpu_destroy(void *gpu)
     if (g->host_count)
         cudaFreeHost(g->host_count);
     free(g);
-}
-
-template <typename T> static cudaError_t rh_alloc(T **p, size_t n)
-{
-    return cudaMalloc((void **)p, (n ? n : 1) * sizeof(T));
 }
 
 /* The scan kernel's dynamic shared memory for the plan's box, within the device's limit. */
@@ -825,47 +784,47 @@ extern "C" sw_status sw_reich_gpu_create(sw_context *ctx, const sw_rh_cfg *c, vo
         }
     }
     if (e == cudaSuccess)
-        e = rh_alloc(&g->cells.pix, nc);
+        e = sw_cuda_alloc(&g->cells.pix, nc);
     if (e == cudaSuccess)
-        e = rh_alloc(&g->cells.x, nc);
+        e = sw_cuda_alloc(&g->cells.x, nc);
     if (e == cudaSuccess)
-        e = rh_alloc(&g->cells.y, nc);
+        e = sw_cuda_alloc(&g->cells.y, nc);
     if (e == cudaSuccess)
-        e = rh_alloc(&g->cells.s0, nc);
+        e = sw_cuda_alloc(&g->cells.s0, nc);
     if (e == cudaSuccess)
-        e = rh_alloc(&g->cells.claim, nc);
+        e = sw_cuda_alloc(&g->cells.claim, nc);
     if (e == cudaSuccess)
-        e = rh_alloc(&g->peaks, nc);
+        e = sw_cuda_alloc(&g->peaks, nc);
     if (e == cudaSuccess)
-        e = rh_alloc(&g->work.occ, nw);
+        e = sw_cuda_alloc(&g->work.occ, nw);
     if (e == cudaSuccess && !g->work.bits_shared)
-        e = rh_alloc(&g->work.taken, nw);
+        e = sw_cuda_alloc(&g->work.taken, nw);
     if (!g->work.spots_shared) {
         if (e == cudaSuccess)
-            e = rh_alloc(&g->work.fx, ns);
+            e = sw_cuda_alloc(&g->work.fx, ns);
         if (e == cudaSuccess)
-            e = rh_alloc(&g->work.fy, ns);
+            e = sw_cuda_alloc(&g->work.fy, ns);
         if (e == cudaSuccess)
-            e = rh_alloc(&g->work.choice, ns);
+            e = sw_cuda_alloc(&g->work.choice, ns);
         if (e == cudaSuccess)
-            e = rh_alloc(&g->work.mark, ns);
+            e = sw_cuda_alloc(&g->work.mark, ns);
         if (e == cudaSuccess)
-            e = rh_alloc(&g->work.list0, ns);
+            e = sw_cuda_alloc(&g->work.list0, ns);
         if (e == cudaSuccess)
-            e = rh_alloc(&g->work.list1, ns);
+            e = sw_cuda_alloc(&g->work.list1, ns);
         if (e == cudaSuccess)
-            e = rh_alloc(&g->work.found, ns);
+            e = sw_cuda_alloc(&g->work.found, ns);
         if (e == cudaSuccess)
-            e = rh_alloc(&g->work.srch, ns);
+            e = sw_cuda_alloc(&g->work.srch, ns);
     }
     if (e == cudaSuccess)
-        e = rh_alloc(&g->row_s, nh);
+        e = sw_cuda_alloc(&g->row_s, nh);
     if (e == cudaSuccess)
-        e = rh_alloc(&g->row_q, nh);
+        e = sw_cuda_alloc(&g->row_q, nh);
     if (e == cudaSuccess)
-        e = rh_alloc(&g->row_n, nh);
+        e = sw_cuda_alloc(&g->row_n, nh);
     if (e == cudaSuccess)
-        e = rh_alloc(&g->scal, 1);
+        e = sw_cuda_alloc(&g->scal, 1);
     /* The ticket starts at 0 (the prep kernel leaves it at 0), before any run on the stream. */
     if (e == cudaSuccess)
         e = cudaMemsetAsync(g->scal, 0, sizeof(rh_scal), stream_of(ctx));

@@ -5,6 +5,7 @@
  */
 #include "core/core_cuda.h"
 #include "spotwave/rng.h"
+#include "core/cuda_util.h"
 
 #include <cuda_runtime.h>
 #include <cub/block/block_reduce.cuh>
@@ -14,14 +15,9 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Returns from the calling function with SW_ECUDA (or SW_ENOMEM) and the failing call named. */
-#define SW_CU(call)                                                                                \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess)                                                                     \
-            return sw_fail(ctx, e_ == cudaErrorMemoryAllocation ? SW_ENOMEM : SW_ECUDA,            \
-                           "CUDA call %s failed: %s", #call, cudaGetErrorString(e_));              \
-    } while (0)
+/* the checks of core/cuda_util.h: this context, this stage in their messages */
+#define SW_CUDA_CTX   ctx
+#define SW_CUDA_STAGE NULL
 
 static cudaStream_t stream_of(const sw_context *ctx)
 {

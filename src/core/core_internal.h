@@ -46,6 +46,14 @@ sw_status sw_fail(sw_context *ctx, sw_status st, const char *fmt, ...)
 #endif
     ;
 
+/* Returns the status of expr from the calling function when it is not SW_OK. */
+#define SW_TRY(expr)                                                                               \
+    do {                                                                                           \
+        const sw_status st_ = (expr);                                                              \
+        if (st_ != SW_OK)                                                                          \
+            return st_;                                                                            \
+    } while (0)
+
 /* Sends a message to the context's log callback when its level is high enough. */
 void sw_log(const sw_context *ctx, sw_log_level level, const char *fmt, ...)
 #if defined(__GNUC__)
@@ -61,6 +69,11 @@ static inline int sw_mul_ok(size_t a, size_t b, size_t *out)
     *out = a * b;
     return 1;
 }
+
+/* The output image of a plan's run: given, valid (sw_image_check), of type t and width x height,
+ * and in device memory only when device_ok (else SW_ENODEV). The messages begin with who. */
+sw_status sw_image_check_output(sw_context *ctx, const char *who, const sw_image *out,
+                                sw_pixel_type t, int32_t width, int32_t height, int device_ok);
 
 /* Loads n pixels of one host row of any type into doubles. */
 void sw_load_row(const void *row, sw_pixel_type t, int32_t n, double *out);

@@ -35,6 +35,25 @@ static sw_status check_dims(sw_context *ctx, int64_t w, int64_t h, sw_pixel_type
     return SW_OK;
 }
 
+sw_status sw_image_check_output(sw_context *ctx, const char *who, const sw_image *out,
+                                sw_pixel_type t, int32_t width, int32_t height, int device_ok)
+{
+    if (!out)
+        return sw_fail(ctx, SW_EINVAL, "%s: the output image is NULL", who);
+    sw_status st = sw_image_check(ctx, out);
+    if (st != SW_OK)
+        return st;
+    if (out->type != t)
+        return sw_fail(ctx, SW_EINVAL, "%s: the output image is %s; it must be %s", who,
+                       sw_pixel_type_string(out->type), sw_pixel_type_string(t));
+    if (out->width != width || out->height != height)
+        return sw_fail(ctx, SW_EINVAL, "%s: the output image is %dx%d but the plan renders %dx%d",
+                       who, (int)out->width, (int)out->height, (int)width, (int)height);
+    if (out->memory == SW_MEM_DEVICE && !device_ok)
+        return sw_fail(ctx, SW_ENODEV, "%s: device images need a CUDA context", who);
+    return SW_OK;
+}
+
 sw_status sw_image_check(sw_context *ctx, const sw_image *img)
 {
     if (!img)

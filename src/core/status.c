@@ -3,9 +3,9 @@
  */
 #include "core/core_internal.h"
 
-#include <ctype.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #ifndef SW_VERSION_TEXT
 #define SW_VERSION_TEXT "0.1.0"
@@ -122,21 +122,13 @@ const char *sw_backend_string(sw_backend b)
     return "?";
 }
 
-static int equal_nocase(const char *a, const char *b)
-{
-    for (; *a && *b; a++, b++)
-        if (tolower((unsigned char)*a) != tolower((unsigned char)*b))
-            return 0;
-    return *a == *b;
-}
-
 sw_status sw_backend_parse(const char *text, sw_backend *out)
 {
     static const sw_backend all[] = {SW_BACKEND_AUTO, SW_BACKEND_CPU, SW_BACKEND_CUDA};
     if (!text || !out)
         return sw_fail(NULL, SW_EINVAL, "backend: missing value");
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        if (equal_nocase(text, sw_backend_string(all[i]))) {
+        if (strcasecmp(text, sw_backend_string(all[i])) == 0) {
             *out = all[i];
             return SW_OK;
         }
@@ -175,7 +167,7 @@ sw_status sw_pixel_type_parse(const char *text, sw_pixel_type *out)
     if (!text || !out)
         return sw_fail(NULL, SW_EINVAL, "pixel type: missing value");
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (equal_nocase(text, names[i].name)) {
+        if (strcasecmp(text, names[i].name) == 0) {
             *out = names[i].type;
             return SW_OK;
         }

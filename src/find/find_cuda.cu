@@ -6,6 +6,7 @@
  * and find_label_cuda.cu.
  */
 #include "find/find_internal.h"
+#include "core/cuda_util.h"
 
 #include <cuda_runtime.h>
 
@@ -36,13 +37,9 @@ cudaStream_t stream_of(const sw_find_plan *plan)
 
 } // namespace
 
-#define SW_CU(call)                                                                                \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess)                                                                     \
-            return sw_fail(plan->ctx, e_ == cudaErrorMemoryAllocation ? SW_ENOMEM : SW_ECUDA,      \
-                           "find: CUDA call %s failed: %s", #call, cudaGetErrorString(e_));        \
-    } while (0)
+/* the checks of core/cuda_util.h: this context, this stage in their messages */
+#define SW_CUDA_CTX   plan->ctx
+#define SW_CUDA_STAGE "find"
 
 void sw_find_gpu_destroy(sw_find_plan *plan)
 {

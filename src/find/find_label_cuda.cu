@@ -32,6 +32,7 @@
  */
 #include "find/find_internal.h"
 #include "find/find_model.h"
+#include "core/cuda_util.h"
 
 #include <cuda_runtime.h>
 #include <cub/device/device_radix_sort.cuh>
@@ -41,14 +42,9 @@
 #include <limits.h>
 #include <new>
 
-#define SW_CU(call)                                                                                \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess)                                                                     \
-            return sw_fail(plan->ctx, e_ == cudaErrorMemoryAllocation ? SW_ENOMEM : SW_ECUDA,      \
-                           "find: labelling: CUDA call %s failed: %s", #call,                      \
-                           cudaGetErrorString(e_));                                                \
-    } while (0)
+/* the checks of core/cuda_util.h: this context, this stage in their messages */
+#define SW_CUDA_CTX   plan->ctx
+#define SW_CUDA_STAGE "find: labelling"
 
 #define LAB_BX  32 /* 2-D per-pixel kernels: block 32 x 8 */
 #define LAB_BY  8

@@ -39,26 +39,16 @@
  */
 #include "find/find_internal.h"
 #include "find/find_model.h"
+#include "core/cuda_util.h"
 
 #include <cuda_runtime.h>
 
 #include <new>
 #include <stdint.h>
 
-#define SW_CU(call)                                                                                \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess)                                                                     \
-            return sw_fail(plan->ctx, e_ == cudaErrorMemoryAllocation ? SW_ENOMEM : SW_ECUDA,      \
-                           "find: CUDA call %s failed: %s", #call, cudaGetErrorString(e_));        \
-    } while (0)
-
-#define SW_TRY(expr)                                                                               \
-    do {                                                                                           \
-        sw_status st_ = (expr);                                                                    \
-        if (st_ != SW_OK)                                                                          \
-            return st_;                                                                            \
-    } while (0)
+/* the checks of core/cuda_util.h: this context, this stage in their messages */
+#define SW_CUDA_CTX   plan->ctx
+#define SW_CUDA_STAGE "find"
 
 namespace
 {

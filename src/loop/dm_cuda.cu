@@ -8,6 +8,7 @@
  */
 #include "core/core_internal.h"
 #include "loop/loop_internal.h"
+#include "core/cuda_util.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -15,45 +16,12 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#define DM_CU(ctx, call)                                                                           \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess)                                                                     \
-            return sw_fail((ctx), e_ == cudaErrorMemoryAllocation ? SW_ENOMEM : SW_ECUDA,          \
-                           "dm: CUDA call %s failed: %s", #call, cudaGetErrorString(e_));          \
-    } while (0)
-
-#define DM_BLAS(ctx, call)                                                                         \
-    do {                                                                                           \
-        cublasStatus_t e_ = (call);                                                                \
-        if (e_ != CUBLAS_STATUS_SUCCESS)                                                           \
-            return sw_fail((ctx), e_ == CUBLAS_STATUS_ALLOC_FAILED ? SW_ENOMEM : SW_ECUDA,         \
-                           "dm: cuBLAS call %s failed (%d)", #call, (int)e_);                      \
-    } while (0)
+/* the checks of core/cuda_util.h: this context, this stage in their messages */
+#define SW_CUDA_CTX   ctx
+#define SW_CUDA_STAGE "dm"
 
 /* cuBLAS's workspace, the plan's own so that a captured run allocates nothing */
 #define DM_BLAS_WS ((size_t)1 << 20)
-
-/* One cuBLAS handle on the context's stream with its own workspace (cublasSetStream resets the
- * workspace, so it comes after). */
-static sw_status dm_blas_create(sw_context *ctx, cublasHandle_t *blas, void **ws)
-{
-    DM_BLAS(ctx, cublasCreate(blas));
-    DM_BLAS(ctx, cublasSetStream(*blas, (cudaStream_t)ctx->stream));
-    DM_CU(ctx, cudaMalloc(ws, DM_BLAS_WS));
-    DM_BLAS(ctx, cublasSetWorkspace(*blas, *ws, DM_BLAS_WS));
-    return SW_OK;
-}
-
-/* Allocates *dst (count floats) and, when src is not NULL, queues the copy of src into it on the
- * stream (create waits for it at its end). */
-static cudaError_t dm_upload(float **dst, const float *src, size_t count, cudaStream_t s)
-{
-    cudaError_t e = cudaMalloc((void **)dst, (count ? count : 1) * sizeof(float));
-    if (e != cudaSuccess || !src)
-        return e;
-    return cudaMemcpyAsync(*dst, src, count * sizeof(float), cudaMemcpyHostToDevice, s);
-}
 
 /* ================================================================== shaper */
 
@@ -75,10 +43,7 @@ extern "C" void sw_dm_shaper_gpu_destroy(sw_dm_shaper *s)
     cudaStreamSynchronize((cudaStream_t)s->ctx->stream);
     if (g->blas)
         cublasDestroy(g->blas);
-    void *dev[] = {g->blas_ws, g->Fx, g->Fy, g->T, g->in, g->out};
-    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
-        if (dev[i])
-            cudaFree(dev[i]);
+    SW_CUDA_FREE(g->blas_ws, g->Fx, g->Fy, g->T, g->in, g->out);
     free(g);
     s->gpu = NULL;
 }
@@ -90,17 +55,17 @@ extern "C" sw_status sw_dm_shaper_gpu_create(sw_dm_shaper *s)
     if (!g)
         return sw_fail(ctx, SW_ENOMEM, "dm shaper: out of memory");
     s->gpu = g; /* sw_dm_shaper_gpu_destroy frees what is made below, also after a failure */
-    DM_CU(ctx, cudaSetDevice(ctx->device));
+    SW_CU(cudaSetDevice(ctx->device));
     const size_t W = (size_t)s->grid.width, H = (size_t)s->grid.height;
     const size_t nax = (size_t)s->nax, nay = (size_t)s->nay;
     cudaStream_t st = (cudaStream_t)ctx->stream;
-    DM_CU(ctx, dm_upload(&g->Fx, s->Fx, W * nax, st));
-    DM_CU(ctx, dm_upload(&g->Fy, s->Fy, H * nay, st));
-    DM_CU(ctx, dm_upload(&g->T, NULL, nay * W, st));
-    DM_CU(ctx, dm_upload(&g->in, NULL, nax * nay, st));
-    DM_CU(ctx, dm_upload(&g->out, NULL, W * H, st));
-    DM_CU(ctx, cudaStreamSynchronize(st));
-    return dm_blas_create(ctx, &g->blas, &g->blas_ws);
+    SW_CU(sw_cuda_upload(&g->Fx, s->Fx, W * nax, st));
+    SW_CU(sw_cuda_upload(&g->Fy, s->Fy, H * nay, st));
+    SW_CU(sw_cuda_alloc(&g->T, nay * W));
+    SW_CU(sw_cuda_alloc(&g->in, nax * nay));
+    SW_CU(sw_cuda_alloc(&g->out, W * H));
+    SW_CU(cudaStreamSynchronize(st));
+    return sw_cublas_create(ctx, SW_CUDA_STAGE, st, DM_BLAS_WS, &g->blas, &g->blas_ws);
 }
 
 extern "C" sw_status sw_dm_shaper_gpu_run(sw_dm_shaper *s, const float *commands, sw_memory memory,
@@ -109,14 +74,14 @@ extern "C" sw_status sw_dm_shaper_gpu_run(sw_dm_shaper *s, const float *commands
     sw_context *ctx = s->ctx;
     dm_shaper_gpu *g = (dm_shaper_gpu *)s->gpu;
     cudaStream_t st = (cudaStream_t)ctx->stream;
-    DM_CU(ctx, cudaSetDevice(ctx->device));
+    SW_CU(cudaSetDevice(ctx->device));
     const int W = s->grid.width, H = s->grid.height, nax = s->nax, nay = s->nay;
     const int dev = memory == SW_MEM_DEVICE;
     const float *u = commands;
     float *o = out;
     if (!dev) {
-        DM_CU(ctx, cudaMemcpyAsync(g->in, commands, (size_t)nax * nay * sizeof(float),
-                                   cudaMemcpyHostToDevice, st));
+        SW_CU(cudaMemcpyAsync(g->in, commands, (size_t)nax * nay * sizeof(float),
+                              cudaMemcpyHostToDevice, st));
         u = g->in;
         o = g->out;
     }
@@ -124,14 +89,14 @@ extern "C" sw_status sw_dm_shaper_gpu_run(sw_dm_shaper *s, const float *commands
      * (U^T), T is width x nay (T^T), Fy is nay x height (Fy^T), out is width x height.
      * T^T = Fx U^T = (Fx^T)^T U^T, then out^T = T^T Fy^T: the CPU's two products. */
     const float one = 1.0f, zero = 0.0f;
-    DM_BLAS(ctx, cublasSgemm(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, W, nay, nax, &one, g->Fx, nax, u,
-                             nax, &zero, g->T, W));
-    DM_BLAS(ctx, cublasSgemm(g->blas, CUBLAS_OP_N, CUBLAS_OP_N, W, H, nay, &one, g->T, W, g->Fy,
-                             nay, &zero, o, W));
+    SW_CUBLAS(cublasSgemm(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, W, nay, nax, &one, g->Fx, nax, u, nax,
+                          &zero, g->T, W));
+    SW_CUBLAS(cublasSgemm(g->blas, CUBLAS_OP_N, CUBLAS_OP_N, W, H, nay, &one, g->T, W, g->Fy, nay,
+                          &zero, o, W));
     if (!dev) {
-        DM_CU(ctx, cudaMemcpyAsync(out, g->out, (size_t)W * H * sizeof(float),
-                                   cudaMemcpyDeviceToHost, st));
-        DM_CU(ctx, cudaStreamSynchronize(st));
+        SW_CU(cudaMemcpyAsync(out, g->out, (size_t)W * H * sizeof(float), cudaMemcpyDeviceToHost,
+                              st));
+        SW_CU(cudaStreamSynchronize(st));
     }
     return SW_OK;
 }
@@ -155,10 +120,7 @@ extern "C" void sw_projector_gpu_destroy(sw_projector *p)
     cudaStreamSynchronize((cudaStream_t)p->ctx->stream);
     if (g->blas)
         cublasDestroy(g->blas);
-    void *dev[] = {g->blas_ws, g->P, g->in, g->out};
-    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
-        if (dev[i])
-            cudaFree(dev[i]);
+    SW_CUDA_FREE(g->blas_ws, g->P, g->in, g->out);
     free(g);
     p->gpu = NULL;
 }
@@ -170,13 +132,13 @@ extern "C" sw_status sw_projector_gpu_create(sw_projector *p)
     if (!g)
         return sw_fail(ctx, SW_ENOMEM, "projector: out of memory");
     p->gpu = g; /* sw_projector_gpu_destroy frees what is made below, also after a failure */
-    DM_CU(ctx, cudaSetDevice(ctx->device));
+    SW_CU(cudaSetDevice(ctx->device));
     cudaStream_t st = (cudaStream_t)ctx->stream;
-    DM_CU(ctx, dm_upload(&g->P, p->P, (size_t)p->nact * p->nvalues, st));
-    DM_CU(ctx, dm_upload(&g->in, NULL, (size_t)p->nvalues, st));
-    DM_CU(ctx, dm_upload(&g->out, NULL, (size_t)p->nact, st));
-    DM_CU(ctx, cudaStreamSynchronize(st));
-    return dm_blas_create(ctx, &g->blas, &g->blas_ws);
+    SW_CU(sw_cuda_upload(&g->P, p->P, (size_t)p->nact * p->nvalues, st));
+    SW_CU(sw_cuda_alloc(&g->in, (size_t)p->nvalues));
+    SW_CU(sw_cuda_alloc(&g->out, (size_t)p->nact));
+    SW_CU(cudaStreamSynchronize(st));
+    return sw_cublas_create(ctx, SW_CUDA_STAGE, st, DM_BLAS_WS, &g->blas, &g->blas_ws);
 }
 
 extern "C" sw_status sw_projector_gpu_run(sw_projector *p, const float *values, sw_memory memory,
@@ -185,24 +147,24 @@ extern "C" sw_status sw_projector_gpu_run(sw_projector *p, const float *values, 
     sw_context *ctx = p->ctx;
     dm_projector_gpu *g = (dm_projector_gpu *)p->gpu;
     cudaStream_t st = (cudaStream_t)ctx->stream;
-    DM_CU(ctx, cudaSetDevice(ctx->device));
+    SW_CU(cudaSetDevice(ctx->device));
     const int dev = memory == SW_MEM_DEVICE;
     const float *x = values;
     float *y = commands;
     if (!dev) {
-        DM_CU(ctx, cudaMemcpyAsync(g->in, values, (size_t)p->nvalues * sizeof(float),
-                                   cudaMemcpyHostToDevice, st));
+        SW_CU(cudaMemcpyAsync(g->in, values, (size_t)p->nvalues * sizeof(float),
+                              cudaMemcpyHostToDevice, st));
         x = g->in;
         y = g->out;
     }
     /* u = P c: P row-major is nvalues x nact column-major, so u = (that)^T c */
     const float one = 1.0f, zero = 0.0f;
-    DM_BLAS(ctx, cublasSgemv(g->blas, CUBLAS_OP_T, p->nvalues, p->nact, &one, g->P, p->nvalues, x,
-                             1, &zero, y, 1));
+    SW_CUBLAS(cublasSgemv(g->blas, CUBLAS_OP_T, p->nvalues, p->nact, &one, g->P, p->nvalues, x, 1,
+                          &zero, y, 1));
     if (!dev) {
-        DM_CU(ctx, cudaMemcpyAsync(commands, g->out, (size_t)p->nact * sizeof(float),
-                                   cudaMemcpyDeviceToHost, st));
-        DM_CU(ctx, cudaStreamSynchronize(st));
+        SW_CU(cudaMemcpyAsync(commands, g->out, (size_t)p->nact * sizeof(float),
+                              cudaMemcpyDeviceToHost, st));
+        SW_CU(cudaStreamSynchronize(st));
     }
     return SW_OK;
 }

@@ -96,11 +96,11 @@
 #include <fftw3.h>
 #include <lapacke.h>
 
-#include <ctype.h>
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #define LOOP_PIXEL_UM   10.0 /* detector pixel */
@@ -202,21 +202,12 @@ const char *sw_loop_recon_string(sw_loop_recon r)
     return RECON_NAMES[r];
 }
 
-/* Case-insensitive equality. */
-static int same_name(const char *a, const char *b)
-{
-    for (; *a && *b; a++, b++)
-        if (tolower((unsigned char)*a) != tolower((unsigned char)*b))
-            return 0;
-    return *a == *b;
-}
-
 sw_status sw_loop_recon_parse(const char *text, sw_loop_recon *out)
 {
     if (!text || !out)
         return sw_fail(NULL, SW_EINVAL, "sw_loop_recon_parse: %s is NULL", text ? "out" : "text");
     for (int i = 0; i < 4; i++)
-        if (same_name(text, RECON_NAMES[i])) {
+        if (strcasecmp(text, RECON_NAMES[i]) == 0) {
             *out = (sw_loop_recon)i;
             return SW_OK;
         }

@@ -23,6 +23,7 @@
  */
 #include "core/core_internal.h"
 #include "loop/loop_internal.h"
+#include "core/cuda_util.h"
 
 #include <cuda_runtime.h>
 #include <cufft.h>
@@ -34,13 +35,9 @@
 
 #define LP_THREADS 256
 
-#define LP_CU(call)                                                                                \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess)                                                                     \
-            return sw_fail(g->ctx, e_ == cudaErrorMemoryAllocation ? SW_ENOMEM : SW_ECUDA,         \
-                           "loop: CUDA call %s failed: %s", #call, cudaGetErrorString(e_));        \
-    } while (0)
+/* the checks of core/cuda_util.h: this context, this stage in their messages */
+#define SW_CUDA_CTX   g->ctx
+#define SW_CUDA_STAGE "loop"
 
 struct sw_loop_psf_gpu {
     sw_context *ctx;
@@ -144,24 +141,19 @@ extern "C" void sw_loop_psf_gpu_destroy(sw_loop_psf_gpu *g)
 static sw_status psf_setup(sw_loop_psf_gpu *g, const uint8_t *mask)
 {
     const size_t n = (size_t)g->n * g->n, n2 = (size_t)g->n2 * g->n2;
-    LP_CU(cudaMalloc((void **)&g->field, n2 * sizeof(cufftComplex)));
-    LP_CU(cudaMalloc((void **)&g->mask, n));
-    LP_CU(cudaMalloc((void **)&g->acc, n2 * sizeof(double)));
-    LP_CU(cudaMalloc((void **)&g->dmax, sizeof(unsigned int)));
-    LP_CU(cudaMalloc((void **)&g->dlmax, sizeof(unsigned long long)));
-    LP_CU(cudaHostAlloc((void **)&g->hmax, sizeof(unsigned int), cudaHostAllocDefault));
-    LP_CU(cudaHostAlloc((void **)&g->hlmax, sizeof(unsigned long long), cudaHostAllocDefault));
-    LP_CU(cudaMemcpyAsync(g->mask, mask, n, cudaMemcpyHostToDevice, g->stream));
-    LP_CU(cudaMemsetAsync(g->acc, 0, n2 * sizeof(double), g->stream));
-    cufftResult r = cufftPlan2d(&g->plan, g->n2, g->n2, CUFFT_C2C);
-    if (r != CUFFT_SUCCESS)
-        return sw_fail(g->ctx, r == CUFFT_ALLOC_FAILED ? SW_ENOMEM : SW_ECUDA,
-                       "loop: cuFFT could not plan a %dx%d transform (%d)", (int)g->n2, (int)g->n2,
-                       (int)r);
+    SW_CU(cudaMalloc((void **)&g->field, n2 * sizeof(cufftComplex)));
+    SW_CU(cudaMalloc((void **)&g->mask, n));
+    SW_CU(cudaMalloc((void **)&g->acc, n2 * sizeof(double)));
+    SW_CU(cudaMalloc((void **)&g->dmax, sizeof(unsigned int)));
+    SW_CU(cudaMalloc((void **)&g->dlmax, sizeof(unsigned long long)));
+    SW_CU(cudaHostAlloc((void **)&g->hmax, sizeof(unsigned int), cudaHostAllocDefault));
+    SW_CU(cudaHostAlloc((void **)&g->hlmax, sizeof(unsigned long long), cudaHostAllocDefault));
+    SW_CU(cudaMemcpyAsync(g->mask, mask, n, cudaMemcpyHostToDevice, g->stream));
+    SW_CU(cudaMemsetAsync(g->acc, 0, n2 * sizeof(double), g->stream));
+    SW_CUFFT(cufftPlan2d(&g->plan, g->n2, g->n2, CUFFT_C2C));
     g->have_plan = 1;
-    if ((r = cufftSetStream(g->plan, g->stream)) != CUFFT_SUCCESS)
-        return sw_fail(g->ctx, SW_ECUDA, "loop: cufftSetStream failed (%d)", (int)r);
-    LP_CU(cudaStreamSynchronize(g->stream));
+    SW_CUFFT(cufftSetStream(g->plan, g->stream));
+    SW_CU(cudaStreamSynchronize(g->stream));
     return SW_OK;
 }
 
@@ -196,17 +188,15 @@ extern "C" sw_status sw_loop_psf_gpu_enqueue(sw_loop_psf_gpu *g, const float *re
                                              int accumulate)
 {
     const int64_t total = (int64_t)g->n2 * g->n2;
-    LP_CU(cudaMemsetAsync(g->dmax, 0, sizeof(unsigned int), g->stream));
+    SW_CU(cudaMemsetAsync(g->dmax, 0, sizeof(unsigned int), g->stream));
     lp_field<<<g->blocks, LP_THREADS, 0, g->stream>>>(res, stride, g->mask, g->n, g->n2, g->kw,
                                                       g->field);
-    LP_CU(cudaGetLastError());
-    const cufftResult r = cufftExecC2C(g->plan, g->field, g->field, CUFFT_FORWARD);
-    if (r != CUFFT_SUCCESS)
-        return sw_fail(g->ctx, SW_ECUDA, "loop: cufftExecC2C failed (%d)", (int)r);
+    SW_CU(cudaGetLastError());
+    SW_CUFFT(cufftExecC2C(g->plan, g->field, g->field, CUFFT_FORWARD));
     lp_intensity<<<g->blocks, LP_THREADS, 0, g->stream>>>(g->field, total, accumulate, g->acc,
                                                           g->dmax);
-    LP_CU(cudaGetLastError());
-    LP_CU(
+    SW_CU(cudaGetLastError());
+    SW_CU(
         cudaMemcpyAsync(g->hmax, g->dmax, sizeof(unsigned int), cudaMemcpyDeviceToHost, g->stream));
     return SW_OK;
 }
@@ -214,7 +204,7 @@ extern "C" sw_status sw_loop_psf_gpu_enqueue(sw_loop_psf_gpu *g, const float *re
 extern "C" sw_status sw_loop_psf_gpu_peak(sw_loop_psf_gpu *g, int wait, double *peak)
 {
     if (wait)
-        LP_CU(cudaStreamSynchronize(g->stream));
+        SW_CU(cudaStreamSynchronize(g->stream));
     float v;
     const unsigned int bits = *g->hmax;
     memcpy(&v, &bits, sizeof v);
@@ -225,12 +215,12 @@ extern "C" sw_status sw_loop_psf_gpu_peak(sw_loop_psf_gpu *g, int wait, double *
 extern "C" sw_status sw_loop_psf_gpu_long_peak(sw_loop_psf_gpu *g, double *peak)
 {
     const int64_t total = (int64_t)g->n2 * g->n2;
-    LP_CU(cudaMemsetAsync(g->dlmax, 0, sizeof(unsigned long long), g->stream));
+    SW_CU(cudaMemsetAsync(g->dlmax, 0, sizeof(unsigned long long), g->stream));
     lp_dmax<<<g->blocks, LP_THREADS, 0, g->stream>>>(g->acc, total, g->dlmax);
-    LP_CU(cudaGetLastError());
-    LP_CU(cudaMemcpyAsync(g->hlmax, g->dlmax, sizeof(unsigned long long), cudaMemcpyDeviceToHost,
+    SW_CU(cudaGetLastError());
+    SW_CU(cudaMemcpyAsync(g->hlmax, g->dlmax, sizeof(unsigned long long), cudaMemcpyDeviceToHost,
                           g->stream));
-    LP_CU(cudaStreamSynchronize(g->stream));
+    SW_CU(cudaStreamSynchronize(g->stream));
     double v;
     const unsigned long long bits = *g->hlmax;
     memcpy(&v, &bits, sizeof v);
@@ -239,14 +229,6 @@ extern "C" sw_status sw_loop_psf_gpu_long_peak(sw_loop_psf_gpu *g, double *peak)
 }
 
 /* ================================================================== phase grid */
-
-#define LG_CU(call)                                                                                \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess)                                                                     \
-            return sw_fail(g->ctx, e_ == cudaErrorMemoryAllocation ? SW_ENOMEM : SW_ECUDA,         \
-                           "loop: CUDA call %s failed: %s", #call, cudaGetErrorString(e_));        \
-    } while (0)
 
 struct sw_loop_gpu {
     sw_context *ctx;
@@ -318,23 +300,23 @@ extern "C" void sw_loop_gpu_destroy(sw_loop_gpu *g)
 static sw_status lg_setup(sw_loop_gpu *g, const uint8_t *mask)
 {
     const size_t n = (size_t)g->gw * g->gw;
-    LG_CU(cudaSetDevice(g->ctx->device));
-    LG_CU(cudaMalloc((void **)&g->turb, n * sizeof(float)));
-    LG_CU(cudaMalloc((void **)&g->surf, n * sizeof(float)));
-    LG_CU(cudaMalloc((void **)&g->res, n * sizeof(float)));
-    LG_CU(cudaMalloc((void **)&g->cmd, (size_t)g->nact * sizeof(float)));
-    LG_CU(cudaMalloc((void **)&g->mask, n));
-    LG_CU(cudaMalloc((void **)&g->part, 2 * (size_t)g->blocks * sizeof(double)));
-    LG_CU(cudaHostAlloc((void **)&g->hturb, n * sizeof(float), cudaHostAllocDefault));
-    LG_CU(cudaHostAlloc((void **)&g->hcmd, (size_t)g->nact * sizeof(float), cudaHostAllocDefault));
-    LG_CU(cudaHostAlloc((void **)&g->hpart, 2 * (size_t)g->blocks * sizeof(double),
+    SW_CU(cudaSetDevice(g->ctx->device));
+    SW_CU(cudaMalloc((void **)&g->turb, n * sizeof(float)));
+    SW_CU(cudaMalloc((void **)&g->surf, n * sizeof(float)));
+    SW_CU(cudaMalloc((void **)&g->res, n * sizeof(float)));
+    SW_CU(cudaMalloc((void **)&g->cmd, (size_t)g->nact * sizeof(float)));
+    SW_CU(cudaMalloc((void **)&g->mask, n));
+    SW_CU(cudaMalloc((void **)&g->part, 2 * (size_t)g->blocks * sizeof(double)));
+    SW_CU(cudaHostAlloc((void **)&g->hturb, n * sizeof(float), cudaHostAllocDefault));
+    SW_CU(cudaHostAlloc((void **)&g->hcmd, (size_t)g->nact * sizeof(float), cudaHostAllocDefault));
+    SW_CU(cudaHostAlloc((void **)&g->hpart, 2 * (size_t)g->blocks * sizeof(double),
                         cudaHostAllocDefault));
     memset(g->hturb, 0, n * sizeof(float));
     memset(g->hpart, 0, 2 * (size_t)g->blocks * sizeof(double));
-    LG_CU(cudaMemcpyAsync(g->mask, mask, n, cudaMemcpyHostToDevice, g->stream));
-    LG_CU(cudaMemsetAsync(g->surf, 0, n * sizeof(float), g->stream));
-    LG_CU(cudaMemsetAsync(g->res, 0, n * sizeof(float), g->stream));
-    LG_CU(cudaStreamSynchronize(g->stream));
+    SW_CU(cudaMemcpyAsync(g->mask, mask, n, cudaMemcpyHostToDevice, g->stream));
+    SW_CU(cudaMemsetAsync(g->surf, 0, n * sizeof(float), g->stream));
+    SW_CU(cudaMemsetAsync(g->res, 0, n * sizeof(float), g->stream));
+    SW_CU(cudaStreamSynchronize(g->stream));
     return SW_OK;
 }
 
@@ -388,10 +370,10 @@ extern "C" const float *sw_loop_gpu_residual(sw_loop_gpu *g)
 extern "C" sw_status sw_loop_gpu_upload(sw_loop_gpu *g, const float *commands)
 {
     memcpy(g->hcmd, commands, (size_t)g->nact * sizeof(float));
-    LG_CU(cudaSetDevice(g->ctx->device));
-    LG_CU(cudaMemcpyAsync(g->turb, g->hturb, (size_t)g->gw * g->gw * sizeof(float),
+    SW_CU(cudaSetDevice(g->ctx->device));
+    SW_CU(cudaMemcpyAsync(g->turb, g->hturb, (size_t)g->gw * g->gw * sizeof(float),
                           cudaMemcpyHostToDevice, g->stream));
-    LG_CU(cudaMemcpyAsync(g->cmd, g->hcmd, (size_t)g->nact * sizeof(float), cudaMemcpyHostToDevice,
+    SW_CU(cudaMemcpyAsync(g->cmd, g->hcmd, (size_t)g->nact * sizeof(float), cudaMemcpyHostToDevice,
                           g->stream));
     return SW_OK;
 }
@@ -400,8 +382,8 @@ extern "C" sw_status sw_loop_gpu_residual_run(sw_loop_gpu *g)
 {
     lg_residual<<<g->blocks, LP_THREADS, 0, g->stream>>>(g->turb, g->surf, g->mask,
                                                          (int64_t)g->gw * g->gw, g->res, g->part);
-    LG_CU(cudaGetLastError());
-    LG_CU(cudaMemcpyAsync(g->hpart, g->part, 2 * (size_t)g->blocks * sizeof(double),
+    SW_CU(cudaGetLastError());
+    SW_CU(cudaMemcpyAsync(g->hpart, g->part, 2 * (size_t)g->blocks * sizeof(double),
                           cudaMemcpyDeviceToHost, g->stream));
     return SW_OK;
 }
@@ -419,9 +401,9 @@ extern "C" void sw_loop_gpu_residual_sums(const sw_loop_gpu *g, double *s1, doub
 
 extern "C" sw_status sw_loop_gpu_download_surface(sw_loop_gpu *g, float *host)
 {
-    LG_CU(cudaSetDevice(g->ctx->device));
-    LG_CU(cudaMemcpyAsync(host, g->surf, (size_t)g->gw * g->gw * sizeof(float),
+    SW_CU(cudaSetDevice(g->ctx->device));
+    SW_CU(cudaMemcpyAsync(host, g->surf, (size_t)g->gw * g->gw * sizeof(float),
                           cudaMemcpyDeviceToHost, g->stream));
-    LG_CU(cudaStreamSynchronize(g->stream));
+    SW_CU(cudaStreamSynchronize(g->stream));
     return SW_OK;
 }

@@ -29,6 +29,7 @@
 #include "core/core_internal.h"
 #include "loop/loop_internal.h"
 #include "sabre/sabre_internal.h"
+#include "core/cuda_util.h"
 
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
@@ -39,28 +40,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define RT_CU(call)                                                                                \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess)                                                                     \
-            return sw_fail(r->ctx, e_ == cudaErrorMemoryAllocation ? SW_ENOMEM : SW_ECUDA,         \
-                           "rtc: CUDA call %s failed: %s", #call, cudaGetErrorString(e_));         \
-    } while (0)
-
-#define RT_BLAS(call)                                                                              \
-    do {                                                                                           \
-        cublasStatus_t e_ = (call);                                                                \
-        if (e_ != CUBLAS_STATUS_SUCCESS)                                                           \
-            return sw_fail(r->ctx, e_ == CUBLAS_STATUS_ALLOC_FAILED ? SW_ENOMEM : SW_ECUDA,        \
-                           "rtc: cuBLAS call %s failed (%d)", #call, (int)e_);                     \
-    } while (0)
-
-#define RT_TRY(expr)                                                                               \
-    do {                                                                                           \
-        sw_status st_ = (expr);                                                                    \
-        if (st_ != SW_OK)                                                                          \
-            return st_;                                                                            \
-    } while (0)
+/* the checks of core/cuda_util.h: this context, this stage in their messages */
+#define SW_CUDA_CTX   r->ctx
+#define SW_CUDA_STAGE "rtc"
 
 #define RT_THREADS    256               /* element-wise kernels */
 #define RT_GEMV_WARPS 8                 /* warps (rows) per block of the FP16 GEMV */
@@ -90,8 +72,7 @@ struct rtc_gpu {
     /* SABRE */
     int32_t *slope_l; /* ns: lenslet of slope k */
     cudaEvent_t ev_cmd;
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
+    sw_graph graph;
 };
 
 /* ================================================================== kernels */
@@ -213,16 +194,16 @@ static sw_status rt_matrix(sw_rtc *r, float *y, int update)
         else
             rt_gemv_half<0><<<blocks, RT_GEMV_WARPS * 32, 0, g->s>>>(g->Wh, g->wrows, g->ldh, g->x,
                                                                      y, 0.0f, 0.0f, 0.0f);
-        RT_CU(cudaGetLastError());
+        SW_CU(cudaGetLastError());
         return SW_OK;
     }
     /* W row-major wrows x cols = column-major cols x wrows: y = op(W^T_cm) x, lda = cols */
     const float one = 1.0f, zero = 0.0f;
-    RT_BLAS(cublasSgemv(g->blas, CUBLAS_OP_T, g->cols, g->wrows, update ? &g->gain : &one, g->W,
-                        g->cols, g->x, 1, update ? &g->keep : &zero, y, 1));
+    SW_CUBLAS(cublasSgemv(g->blas, CUBLAS_OP_T, g->cols, g->wrows, update ? &g->gain : &one, g->W,
+                          g->cols, g->x, 1, update ? &g->keep : &zero, y, 1));
     if (update && g->clip > 0.0f) {
         rt_clip<<<rt_blocks(g->wrows, RT_THREADS), RT_THREADS, 0, g->s>>>(y, g->wrows, g->clip);
-        RT_CU(cudaGetLastError());
+        SW_CU(cudaGetLastError());
     }
     return SW_OK;
 }
@@ -234,15 +215,15 @@ static sw_status rt_pi_tail(sw_rtc *r, const float *e)
     const int direct = g->B == NULL;
     rt_pi<<<rt_blocks(g->nmodes, RT_THREADS), RT_THREADS, 0, g->s>>>(
         e, g->kp, g->ki, g->integ, g->nmodes, direct, g->clip, direct ? g->u : g->v);
-    RT_CU(cudaGetLastError());
+    SW_CU(cudaGetLastError());
     if (direct)
         return SW_OK;
     const float one = 1.0f, zero = 0.0f;
-    RT_BLAS(cublasSgemv(g->blas, CUBLAS_OP_N, r->nact, g->nmodes, &one, g->B, r->nact, g->v, 1,
-                        &zero, g->u, 1));
+    SW_CUBLAS(cublasSgemv(g->blas, CUBLAS_OP_N, r->nact, g->nmodes, &one, g->B, r->nact, g->v, 1,
+                          &zero, g->u, 1));
     if (g->clip > 0.0f) {
         rt_clip<<<rt_blocks(r->nact, RT_THREADS), RT_THREADS, 0, g->s>>>(g->u, r->nact, g->clip);
-        RT_CU(cudaGetLastError());
+        SW_CU(cudaGetLastError());
     }
     return SW_OK;
 }
@@ -251,99 +232,63 @@ static sw_status rt_pi_tail(sw_rtc *r, const float *e)
 static sw_status rt_enqueue(sw_rtc *r)
 {
     rtc_gpu *g = (rtc_gpu *)r->gpu_state;
-    RT_TRY(sw_centroid_run(r->cent, &g->frame, &g->cres));
+    SW_TRY(sw_centroid_run(r->cent, &g->frame, &g->cres));
 
     const float *act = NULL; /* CORNERS / LOCAL: the D-SABRE plan's actuators */
     if (r->p.recon == SW_RTC_SABRE) {
         rt_scatter<<<rt_blocks(r->ns, RT_THREADS), RT_THREADS, 0, g->s>>>(
             g->slopes, g->slope_l, r->ns, r->nx * r->ny, (float)r->p.slope_scale,
             sw_sabre_gpu_slopes(r->sabre));
-        RT_CU(cudaGetLastError());
-        RT_TRY(sw_sabre_gpu_enqueue(r->sabre));
+        SW_CU(cudaGetLastError());
+        SW_TRY(sw_sabre_gpu_enqueue(r->sabre));
         if (!g->matrix)
             act = sw_sabre_gpu_actuators(r->sabre);
     }
 
     if (g->kind != SW_CTRL_PI) {
         if (g->matrix) {
-            RT_TRY(rt_matrix(r, g->u, 1)); /* u = g W x + keep u (clipped) */
+            SW_TRY(rt_matrix(r, g->u, 1)); /* u = g W x + keep u (clipped) */
         } else {
             rt_update<<<rt_blocks(r->nact, RT_THREADS), RT_THREADS, 0, g->s>>>(
                 g->u, act, r->nact, g->gain, g->keep, g->clip);
-            RT_CU(cudaGetLastError());
+            SW_CU(cudaGetLastError());
         }
     } else if (g->matrix) {
-        RT_TRY(rt_matrix(r, g->e, 0)); /* e = (B^T C) s or (B^T P) c */
-        RT_TRY(rt_pi_tail(r, g->e));
+        SW_TRY(rt_matrix(r, g->e, 0)); /* e = (B^T C) s or (B^T P) c */
+        SW_TRY(rt_pi_tail(r, g->e));
     } else if (g->B) {
         const float one = 1.0f, zero = 0.0f; /* e = B^T r */
-        RT_BLAS(cublasSgemv(g->blas, CUBLAS_OP_T, r->nact, g->nmodes, &one, g->B, r->nact, act, 1,
-                            &zero, g->e, 1));
-        RT_TRY(rt_pi_tail(r, g->e));
+        SW_CUBLAS(cublasSgemv(g->blas, CUBLAS_OP_T, r->nact, g->nmodes, &one, g->B, r->nact, act, 1,
+                              &zero, g->e, 1));
+        SW_TRY(rt_pi_tail(r, g->e));
     } else {
-        RT_TRY(rt_pi_tail(r, act)); /* the identity basis: e = r */
+        SW_TRY(rt_pi_tail(r, act)); /* the identity basis: e = r */
     }
 
-    RT_CU(cudaMemcpyAsync(r->commands, g->u, (size_t)r->nact * sizeof(float),
+    SW_CU(cudaMemcpyAsync(r->commands, g->u, (size_t)r->nact * sizeof(float),
                           cudaMemcpyDeviceToHost, g->s));
     return SW_OK;
 }
 
-/* Captures rt_enqueue into the plan's graph (the capture is always ended, so that the stream is
- * usable again whatever failed inside; as sabre_cuda.cu's sb_capture). */
+/* Captures rt_enqueue into the plan's graph (core/cuda_util.h: the capture is always ended, so
+ * that the stream is usable again whatever failed inside). */
 static sw_status rt_capture(sw_rtc *r)
 {
     rtc_gpu *g = (rtc_gpu *)r->gpu_state;
-    RT_CU(cudaStreamBeginCapture(g->s, cudaStreamCaptureModeThreadLocal));
+    SW_TRY(sw_graph_begin(r->ctx, SW_CUDA_STAGE, g->s));
     const sw_status st = rt_enqueue(r);
-    cudaGraph_t graph = NULL;
-    const cudaError_t e = cudaStreamEndCapture(g->s, &graph);
-    if (st != SW_OK || e != cudaSuccess) {
-        if (graph)
-            cudaGraphDestroy(graph);
-        cudaGetLastError();
-        if (st != SW_OK)
-            return st;
-        return sw_fail(r->ctx, SW_ECUDA, "rtc: capturing the chain's graph failed: %s",
-                       cudaGetErrorString(e));
-    }
-    const cudaError_t ei = cudaGraphInstantiate(&g->exec, graph, 0);
-    if (ei != cudaSuccess) {
-        cudaGraphDestroy(graph);
-        g->exec = NULL;
-        cudaGetLastError();
-        return sw_fail(r->ctx, SW_ECUDA, "rtc: instantiating the chain's graph failed: %s",
-                       cudaGetErrorString(ei));
-    }
-    g->graph = graph;
-    RT_CU(cudaGraphUpload(g->exec, g->s)); /* so that the first run is not slower */
-    return SW_OK;
+    return sw_graph_end(&g->graph, r->ctx, SW_CUDA_STAGE, "chain", g->s, st, 1);
 }
 
 /* ================================================================== create / destroy */
-
-template <typename T> static cudaError_t rt_alloc(T **p, size_t count)
-{
-    return cudaMalloc((void **)p, (count ? count : 1) * sizeof(T));
-}
-
-/* Allocates *dst and queues the copy of count host elements. */
-template <typename T>
-static cudaError_t rt_upload(T **dst, const T *src, size_t count, cudaStream_t s)
-{
-    cudaError_t e = rt_alloc(dst, count);
-    if (e != cudaSuccess || !src || !count)
-        return e;
-    return cudaMemcpyAsync(*dst, src, count * sizeof(T), cudaMemcpyHostToDevice, s);
-}
 
 /* The state to 0: u and the PI integrals. */
 static sw_status rt_zero_state(sw_rtc *r)
 {
     rtc_gpu *g = (rtc_gpu *)r->gpu_state;
-    RT_CU(cudaMemsetAsync(g->u, 0, (size_t)r->nact * sizeof(float), g->s));
+    SW_CU(cudaMemsetAsync(g->u, 0, (size_t)r->nact * sizeof(float), g->s));
     if (g->integ)
-        RT_CU(cudaMemsetAsync(g->integ, 0, (size_t)g->nmodes * sizeof(float), g->s));
+        SW_CU(cudaMemsetAsync(g->integ, 0, (size_t)g->nmodes * sizeof(float), g->s));
     return SW_OK;
 }
 
@@ -357,21 +302,21 @@ static sw_status rt_make_matrix(sw_rtc *r, const float *A, int32_t cols, int hal
     g->matrix = 1;
     g->half = half;
     g->cols = cols;
-    const cudaError_t eu = rt_upload(&dA, A, (size_t)nact * cols, g->s);
+    const cudaError_t eu = sw_cuda_upload(&dA, A, (size_t)nact * cols, g->s);
     if (eu != cudaSuccess) { /* the allocation may have succeeded before the copy failed */
         if (dA)
             cudaFree(dA);
-        RT_CU(eu);
+        SW_CU(eu);
     }
     float *W = dA;
     g->wrows = nact;
     if (g->kind == SW_CTRL_PI && g->B) {
         /* M = B^T A: column-major cols x nmodes = A^T_cm (cols x nact) B (nact x nmodes), which
          * is the row-major nmodes x cols matrix of e = M x */
-        const cudaError_t ea = rt_alloc(&dM, (size_t)g->nmodes * cols);
+        const cudaError_t ea = sw_cuda_alloc(&dM, (size_t)g->nmodes * cols);
         if (ea != cudaSuccess) {
             cudaFree(dA);
-            RT_CU(ea);
+            SW_CU(ea);
         }
         const float one = 1.0f, zero = 0.0f;
         const cublasStatus_t eb = cublasSgemm(g->blas, CUBLAS_OP_N, CUBLAS_OP_N, cols, g->nmodes,
@@ -379,7 +324,7 @@ static sw_status rt_make_matrix(sw_rtc *r, const float *A, int32_t cols, int hal
         if (eb != CUBLAS_STATUS_SUCCESS) {
             cudaFree(dA);
             cudaFree(dM);
-            RT_BLAS(eb);
+            SW_CUBLAS(eb);
         }
         W = dM;
         g->wrows = g->nmodes;
@@ -389,13 +334,13 @@ static sw_status rt_make_matrix(sw_rtc *r, const float *A, int32_t cols, int hal
         if (W != dA) {
             const cudaError_t es = cudaStreamSynchronize(g->s); /* the product has read dA */
             cudaFree(dA);
-            RT_CU(es);
+            SW_CU(es);
         }
         return SW_OK;
     }
     g->ldh = (cols + 7) / 8 * 8;
     const int64_t n = (int64_t)g->wrows * g->ldh;
-    cudaError_t e = rt_alloc(&g->Wh, (size_t)n);
+    cudaError_t e = sw_cuda_alloc(&g->Wh, (size_t)n);
     if (e == cudaSuccess) {
         rt_to_half<<<rt_blocks(n, RT_THREADS), RT_THREADS, 0, g->s>>>(W, g->wrows, cols, g->ldh,
                                                                       g->Wh);
@@ -406,7 +351,7 @@ static sw_status rt_make_matrix(sw_rtc *r, const float *A, int32_t cols, int hal
     cudaFree(dA);
     if (dM)
         cudaFree(dM);
-    RT_CU(e);
+    SW_CU(e);
     return SW_OK;
 }
 
@@ -418,17 +363,11 @@ extern "C" void sw_rtc_gpu_destroy(sw_rtc *r)
     cudaSetDevice(r->ctx->device);
     if (g->s)
         cudaStreamSynchronize(g->s);
-    if (g->exec)
-        cudaGraphExecDestroy(g->exec);
-    if (g->graph)
-        cudaGraphDestroy(g->graph);
+    sw_graph_destroy(&g->graph);
     if (g->blas)
         cublasDestroy(g->blas);
-    void *dev[] = {g->blas_ws, g->slopes, g->W, g->Wh, g->B, g->kp,
-                   g->ki,      g->integ,  g->e, g->v,  g->u, g->slope_l};
-    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
-        if (dev[i])
-            cudaFree(dev[i]);
+    SW_CUDA_FREE(g->blas_ws, g->slopes, g->W, g->Wh, g->B, g->kp, g->ki, g->integ, g->e, g->v, g->u,
+                 g->slope_l);
     sw_image_free(&g->frame);
     if (g->ev_cmd)
         cudaEventDestroy(g->ev_cmd);
@@ -443,18 +382,18 @@ extern "C" sw_status sw_rtc_gpu_create(sw_rtc *r)
     if (!g)
         return sw_fail(r->ctx, SW_ENOMEM, "rtc: out of memory");
     r->gpu_state = g; /* sw_rtc_gpu_destroy frees what is made below, also after a failure */
-    RT_CU(cudaSetDevice(r->ctx->device));
+    SW_CU(cudaSetDevice(r->ctx->device));
     g->s = (cudaStream_t)r->ctx->stream;
     cudaStream_t s = g->s;
     const sw_rtc_params *p = &r->p;
     const sw_controller *c = r->ctrl;
 
     /* the frame buffer and the centroid stage's device result (slopes only) */
-    RT_TRY(sw_image_alloc_device(r->ctx, p->centroid.width, p->centroid.height, p->centroid.type,
+    SW_TRY(sw_image_alloc_device(r->ctx, p->centroid.width, p->centroid.height, p->centroid.type,
                                  &g->frame));
     const int32_t n2 = 2 * r->ns, xpad = (n2 + 7) / 8 * 8;
-    RT_CU(rt_alloc(&g->slopes, (size_t)xpad));
-    RT_CU(cudaMemsetAsync(g->slopes, 0, (size_t)xpad * sizeof(float), s));
+    SW_CU(sw_cuda_alloc(&g->slopes, (size_t)xpad));
+    SW_CU(cudaMemsetAsync(g->slopes, 0, (size_t)xpad * sizeof(float), s));
     g->cres.frames = 1;
     g->cres.lenslets = r->nx * r->ny;
     g->cres.nslopes = r->ns;
@@ -466,50 +405,47 @@ extern "C" sw_status sw_rtc_gpu_create(sw_rtc *r)
     g->gain = (float)c->p.gain;
     g->keep = c->p.kind == SW_CTRL_LEAKY ? (float)(1.0 - c->p.leak) : 1.0f;
     g->clip = c->p.clip > 0.0 ? (float)c->p.clip : 0.0f;
-    RT_CU(rt_alloc(&g->u, (size_t)r->nact));
+    SW_CU(sw_cuda_alloc(&g->u, (size_t)r->nact));
     if (g->kind == SW_CTRL_PI) {
         g->nmodes = c->nmodes;
         if (c->modes)
-            RT_CU(rt_upload(&g->B, (const float *)c->modes, (size_t)r->nact * g->nmodes, s));
-        RT_CU(rt_upload(&g->kp, (const float *)c->kp, (size_t)g->nmodes, s));
-        RT_CU(rt_upload(&g->ki, (const float *)c->ki, (size_t)g->nmodes, s));
-        RT_CU(rt_alloc(&g->integ, (size_t)g->nmodes));
-        RT_CU(rt_alloc(&g->e, (size_t)g->nmodes));
-        RT_CU(rt_alloc(&g->v, (size_t)g->nmodes));
+            SW_CU(sw_cuda_upload(&g->B, (const float *)c->modes, (size_t)r->nact * g->nmodes, s));
+        SW_CU(sw_cuda_upload(&g->kp, (const float *)c->kp, (size_t)g->nmodes, s));
+        SW_CU(sw_cuda_upload(&g->ki, (const float *)c->ki, (size_t)g->nmodes, s));
+        SW_CU(sw_cuda_alloc(&g->integ, (size_t)g->nmodes));
+        SW_CU(sw_cuda_alloc(&g->e, (size_t)g->nmodes));
+        SW_CU(sw_cuda_alloc(&g->v, (size_t)g->nmodes));
     }
 
     /* cuBLAS on the context's stream with a workspace of its own (after cublasSetStream, which
      * resets it), so that the capture allocates nothing */
-    RT_BLAS(cublasCreate(&g->blas));
-    RT_BLAS(cublasSetStream(g->blas, s));
-    RT_CU(cudaMalloc(&g->blas_ws, RT_BLAS_WS));
-    RT_BLAS(cublasSetWorkspace(g->blas, g->blas_ws, RT_BLAS_WS));
+    SW_TRY(sw_cublas_create(r->ctx, SW_CUDA_STAGE, s, RT_BLAS_WS, &g->blas, &g->blas_ws));
 
     /* the reconstructor */
     if (p->recon == SW_RTC_MVM) {
         g->x = g->slopes;
-        RT_TRY(rt_make_matrix(r, r->cm, n2, p->fp16 ? 1 : 0));
+        SW_TRY(rt_make_matrix(r, r->cm, n2, p->fp16 ? 1 : 0));
     } else {
-        RT_CU(rt_upload(&g->slope_l, (const int32_t *)r->slope_l, (size_t)r->ns, s));
+        SW_CU(sw_cuda_upload(&g->slope_l, (const int32_t *)r->slope_l, (size_t)r->ns, s));
         /* lenslets outside the mask: 0 for good (the scatter writes only the mask's) */
-        RT_CU(cudaMemsetAsync(sw_sabre_gpu_slopes(r->sabre), 0,
+        SW_CU(cudaMemsetAsync(sw_sabre_gpu_slopes(r->sabre), 0,
                               (size_t)2 * r->nx * r->ny * sizeof(float), s));
         if (p->projection == SW_RTC_PROJ_GLOBAL) {
             g->x = sw_sabre_gpu_values(r->sabre);
-            RT_TRY(rt_make_matrix(r, r->proj, (int32_t)r->nvalues, 0));
+            SW_TRY(rt_make_matrix(r, r->proj, (int32_t)r->nvalues, 0));
         }
     }
-    RT_CU(cudaEventCreateWithFlags(&g->ev_cmd, cudaEventDisableTiming));
+    SW_CU(cudaEventCreateWithFlags(&g->ev_cmd, cudaEventDisableTiming));
 
     /* one plain pass (loads the kernels and cuBLAS's), the state back to 0, then the graph */
-    RT_TRY(rt_enqueue(r));
-    RT_CU(cudaStreamSynchronize(s));
-    RT_TRY(rt_zero_state(r));
-    RT_CU(cudaStreamSynchronize(s));
+    SW_TRY(rt_enqueue(r));
+    SW_CU(cudaStreamSynchronize(s));
+    SW_TRY(rt_zero_state(r));
+    SW_CU(cudaStreamSynchronize(s));
     memset(r->commands, 0, (size_t)r->nact * sizeof(float));
     memset(r->slopes, 0, (size_t)n2 * sizeof(float));
-    RT_TRY(rt_capture(r));
-    RT_CU(cudaStreamSynchronize(s));
+    SW_TRY(rt_capture(r));
+    SW_CU(cudaStreamSynchronize(s));
     return SW_OK;
 }
 
@@ -518,25 +454,25 @@ extern "C" sw_status sw_rtc_gpu_create(sw_rtc *r)
 extern "C" sw_status sw_rtc_gpu_run(sw_rtc *r, const sw_image *frame)
 {
     rtc_gpu *g = (rtc_gpu *)r->gpu_state;
-    RT_CU(cudaSetDevice(r->ctx->device));
+    SW_CU(cudaSetDevice(r->ctx->device));
     const size_t row = (size_t)frame->width * sw_pixel_size(frame->type);
     const cudaMemcpyKind kind =
         frame->memory == SW_MEM_DEVICE ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice;
-    RT_CU(cudaMemcpy2DAsync(g->frame.data, g->frame.stride, frame->data, frame->stride, row,
+    SW_CU(cudaMemcpy2DAsync(g->frame.data, g->frame.stride, frame->data, frame->stride, row,
                             (size_t)frame->height, kind, g->s));
-    RT_CU(cudaGraphLaunch(g->exec, g->s));
+    SW_CU(cudaGraphLaunch(g->graph.exec, g->s));
     /* the commands' copy is the graph's last node. With telemetry, an event after the graph and
      * the slopes' copy behind it: the run waits for the event only (the commands are in
      * r->commands), and rtc.c waits for the stream (sw_rtc_gpu_finish) before it writes the
      * telemetry slot. (Recorded outside the graph: an event record captured with
      * cudaEventRecordExternal is refused in the plain pass before the capture.) */
     if (r->tslots > 0) {
-        RT_CU(cudaEventRecord(g->ev_cmd, g->s));
-        RT_CU(cudaMemcpyAsync(r->slopes, g->slopes, (size_t)2 * r->ns * sizeof(float),
+        SW_CU(cudaEventRecord(g->ev_cmd, g->s));
+        SW_CU(cudaMemcpyAsync(r->slopes, g->slopes, (size_t)2 * r->ns * sizeof(float),
                               cudaMemcpyDeviceToHost, g->s));
-        RT_CU(cudaEventSynchronize(g->ev_cmd));
+        SW_CU(cudaEventSynchronize(g->ev_cmd));
     } else {
-        RT_CU(cudaStreamSynchronize(g->s));
+        SW_CU(cudaStreamSynchronize(g->s));
     }
     return SW_OK;
 }
@@ -544,21 +480,21 @@ extern "C" sw_status sw_rtc_gpu_run(sw_rtc *r, const sw_image *frame)
 extern "C" sw_status sw_rtc_gpu_finish(sw_rtc *r)
 {
     rtc_gpu *g = (rtc_gpu *)r->gpu_state;
-    RT_CU(cudaStreamSynchronize(g->s));
+    SW_CU(cudaStreamSynchronize(g->s));
     return SW_OK;
 }
 
 extern "C" sw_status sw_rtc_gpu_reset(sw_rtc *r)
 {
-    RT_CU(cudaSetDevice(r->ctx->device));
+    SW_CU(cudaSetDevice(r->ctx->device));
     return rt_zero_state(r);
 }
 
 extern "C" sw_status sw_rtc_gpu_slopes(sw_rtc *r, float *host)
 {
     rtc_gpu *g = (rtc_gpu *)r->gpu_state;
-    RT_CU(cudaMemcpyAsync(host, g->slopes, (size_t)2 * r->ns * sizeof(float),
+    SW_CU(cudaMemcpyAsync(host, g->slopes, (size_t)2 * r->ns * sizeof(float),
                           cudaMemcpyDeviceToHost, g->s));
-    RT_CU(cudaStreamSynchronize(g->s));
+    SW_CU(cudaStreamSynchronize(g->s));
     return SW_OK;
 }

@@ -55,6 +55,7 @@
  * pixel is found; the fit kernel then reports EMPTY_FRAME for every pupil.
  */
 #include "pupil/pupil_internal.h"
+#include "core/cuda_util.h"
 
 #include <cuda_runtime.h>
 
@@ -65,20 +66,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SW_CU(call)                                                                                \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess)                                                                     \
-            return sw_fail(plan->ctx, e_ == cudaErrorMemoryAllocation ? SW_ENOMEM : SW_ECUDA,      \
-                           "pupil: CUDA call %s failed: %s", #call, cudaGetErrorString(e_));       \
-    } while (0)
-
-#define SW_TRY(expr)                                                                               \
-    do {                                                                                           \
-        sw_status st_ = (expr);                                                                    \
-        if (st_ != SW_OK)                                                                          \
-            return st_;                                                                            \
-    } while (0)
+/* the checks of core/cuda_util.h: this context, this stage in their messages */
+#define SW_CUDA_CTX   plan->ctx
+#define SW_CUDA_STAGE "pupil"
 
 #define PP_FULL 0xffffffffu
 
@@ -186,8 +176,7 @@ struct pp_gpu {
     uint8_t *lenslet;           /* nx x ny (with a geometry) */
     sw_pupil_result *h_result;  /* mapped pinned host memory */
     sw_pupil_result *d_result;  /* its device address */
-    cudaGraph_t graph;          /* steps 0-9 and the mask, captured on the first run */
-    cudaGraphExec_t exec;
+    sw_graph graph;             /* steps 0-9 and the mask, captured on the first run */
 };
 
 static pp_gpu *gpu_of(const sw_pupil_plan *plan)
@@ -1754,37 +1743,15 @@ static sw_status pp_enqueue_frame(sw_pupil_plan *plan, cudaStream_t s)
     return SW_OK;
 }
 
-/* Captures pp_enqueue_frame into the plan's graph (the capture is always ended, also when a
- * call inside failed, so that the stream is usable again). */
+/* Captures pp_enqueue_frame into the plan's graph (core/cuda_util.h: the capture is always
+ * ended, also when a call inside failed, so that the stream is usable again). */
 static sw_status pp_capture(sw_pupil_plan *plan)
 {
     pp_gpu *g = gpu_of(plan);
     cudaStream_t s = stream_of(plan);
-    SW_CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    SW_TRY(sw_graph_begin(plan->ctx, SW_CUDA_STAGE, s));
     const sw_status st = pp_enqueue_frame(plan, s);
-    cudaGraph_t graph = NULL;
-    const cudaError_t e = cudaStreamEndCapture(s, &graph);
-    if (st != SW_OK) {
-        if (graph)
-            cudaGraphDestroy(graph);
-        cudaGetLastError();
-        return st;
-    }
-    if (e != cudaSuccess) {
-        if (graph)
-            cudaGraphDestroy(graph);
-        return sw_fail(plan->ctx, SW_ECUDA, "pupil: capturing the frame's graph failed: %s",
-                       cudaGetErrorString(e));
-    }
-    const cudaError_t ei = cudaGraphInstantiate(&g->exec, graph, 0);
-    if (ei != cudaSuccess) {
-        cudaGraphDestroy(graph); /* the next run captures again */
-        g->exec = NULL;
-        return sw_fail(plan->ctx, SW_ECUDA, "pupil: instantiating the frame's graph failed: %s",
-                       cudaGetErrorString(ei));
-    }
-    g->graph = graph;
-    return SW_OK;
+    return sw_graph_end(&g->graph, plan->ctx, SW_CUDA_STAGE, "frame", s, st, 0);
 }
 
 /* ================================================================== the API */
@@ -1796,10 +1763,7 @@ extern "C" void sw_pupil_gpu_free(sw_pupil_plan *plan)
         return;
     cudaSetDevice(plan->ctx->device);
     cudaStreamSynchronize(stream_of(plan));
-    if (g->exec)
-        cudaGraphExecDestroy(g->exec);
-    if (g->graph)
-        cudaGraphDestroy(g->graph);
+    sw_graph_destroy(&g->graph);
     cudaFree(g->frame);
     cudaFree(g->img8);
     cudaFree(g->dil8);
@@ -1822,13 +1786,6 @@ extern "C" void sw_pupil_gpu_free(sw_pupil_plan *plan)
     plan->gpu = NULL;
 }
 
-/* cudaMalloc of n elements (at least one). */
-template <typename V> static sw_status pp_alloc(sw_pupil_plan *plan, V **dst, size_t n)
-{
-    SW_CU(cudaMalloc((void **)dst, (n ? n : 1) * sizeof(V)));
-    return SW_OK;
-}
-
 extern "C" sw_status sw_pupil_gpu_init(sw_pupil_plan *plan)
 {
     const sw_pupil_params *p = &plan->p;
@@ -1842,32 +1799,32 @@ extern "C" sw_status sw_pupil_gpu_init(sw_pupil_plan *plan)
     const size_t npix = (size_t)plan->npix, w = (size_t)p->width, h = (size_t)p->height;
     const size_t np = (size_t)p->n_pupils, K = (size_t)p->candidates;
     SW_CU(cudaMalloc(&g->frame, npix * sw_pixel_size(p->type)));
-    SW_TRY(pp_alloc(plan, &g->img8, npix));
-    SW_TRY(pp_alloc(plan, &g->dil8, npix));
-    SW_TRY(pp_alloc(plan, &g->smooth8, npix));
-    SW_TRY(pp_alloc(plan, &g->closed8, npix));
-    SW_TRY(pp_alloc(plan, &g->row_sums, h));
+    SW_CU(sw_cuda_alloc(&g->img8, npix));
+    SW_CU(sw_cuda_alloc(&g->dil8, npix));
+    SW_CU(sw_cuda_alloc(&g->smooth8, npix));
+    SW_CU(sw_cuda_alloc(&g->closed8, npix));
+    SW_CU(sw_cuda_alloc(&g->row_sums, h));
     /* the accumulators: colsum (width u64) first (aligned), the histograms, the row counts */
     g->nwork = (int64_t)(2 * w + 512 + 2 * h);
-    SW_TRY(pp_alloc(plan, &g->work, (size_t)g->nwork));
+    SW_CU(sw_cuda_alloc(&g->work, (size_t)g->nwork));
     g->colsum = (unsigned long long *)g->work;
     g->hist = g->work + 2 * w;
     g->rowcount = g->hist + 512;
-    SW_TRY(pp_alloc(plan, &g->bits, h * ((w + 31) / 32)));
-    SW_TRY(pp_alloc(plan, &g->border, npix));
-    SW_TRY(pp_alloc(plan, &g->uv, npix));
-    SW_TRY(pp_alloc(plan, &g->cand, np * K));
-    SW_TRY(pp_alloc(plan, &g->cand_d, np * K * 6));
-    SW_TRY(pp_alloc(plan, &g->randoms, K * 5));
-    SW_TRY(pp_alloc(plan, &g->st, (size_t)1));
-    SW_TRY(pp_alloc(plan, &g->pupils, (size_t)2));
+    SW_CU(sw_cuda_alloc(&g->bits, h * ((w + 31) / 32)));
+    SW_CU(sw_cuda_alloc(&g->border, npix));
+    SW_CU(sw_cuda_alloc(&g->uv, npix));
+    SW_CU(sw_cuda_alloc(&g->cand, np * K));
+    SW_CU(sw_cuda_alloc(&g->cand_d, np * K * 6));
+    SW_CU(sw_cuda_alloc(&g->randoms, K * 5));
+    SW_CU(sw_cuda_alloc(&g->st, (size_t)1));
+    SW_CU(sw_cuda_alloc(&g->pupils, (size_t)2));
     SW_CU(cudaMemsetAsync(g->st, 0, sizeof(pp_state), s));
     SW_CU(cudaMemsetAsync(g->work, 0, (size_t)g->nwork * sizeof(uint32_t), s));
     SW_CU(cudaMemsetAsync(g->pupils, 0, 2 * sizeof(sw_pupil_ellipse), s));
     SW_CU(cudaMemsetAsync(g->border, 0, npix * sizeof(int2), s));
     if (plan->has_geom) {
         const size_t nl = (size_t)plan->geom.nx * (size_t)plan->geom.ny;
-        SW_TRY(pp_alloc(plan, &g->lenslet, nl));
+        SW_CU(sw_cuda_alloc(&g->lenslet, nl));
         SW_CU(cudaMemsetAsync(g->lenslet, 0, nl, s));
     }
     /* Step 6's random numbers, uploaded once (the seed's optimisation 2). */
@@ -1892,9 +1849,9 @@ extern "C" sw_status sw_pupil_gpu_enqueue(sw_pupil_plan *plan, const sw_image *f
     SW_CU(cudaMemcpy2DAsync(
         g->frame, row, frame->data, frame->stride, row, (size_t)p->height,
         frame->memory == SW_MEM_DEVICE ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice, s));
-    if (!g->exec)
+    if (!g->graph.exec)
         SW_TRY(pp_capture(plan));
-    SW_CU(cudaGraphLaunch(g->exec, s));
+    SW_CU(cudaGraphLaunch(g->graph.exec, s));
     return SW_OK;
 }
 

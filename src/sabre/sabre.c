@@ -30,11 +30,11 @@
 #include "core/core_internal.h"
 
 #include <cblas.h>
-#include <ctype.h>
 #include <lapacke.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define SB_MAX_DIM      4096
 #define SB_MAX_OVERLAP  64
@@ -87,20 +87,12 @@ const char *sw_sabre_pme_string(sw_sabre_pme p)
     return "unknown";
 }
 
-static int same_word(const char *a, const char *b)
-{
-    for (; *a && *b; a++, b++)
-        if (tolower((unsigned char)*a) != tolower((unsigned char)*b))
-            return 0;
-    return *a == '\0' && *b == '\0';
-}
-
 sw_status sw_sabre_pme_parse(const char *text, sw_sabre_pme *out)
 {
     if (!text || !out)
         return sw_fail(NULL, SW_EINVAL, "sabre: NULL %s", !text ? "text" : "out");
     for (int i = 0; i <= (int)SW_SABRE_PME_NONE; i++) {
-        if (same_word(text, sw_sabre_pme_string((sw_sabre_pme)i))) {
+        if (strcasecmp(text, sw_sabre_pme_string((sw_sabre_pme)i)) == 0) {
             *out = (sw_sabre_pme)i;
             return SW_OK;
         }
@@ -124,7 +116,7 @@ sw_status sw_sabre_padding_parse(const char *text, sw_sabre_padding *out)
     if (!text || !out)
         return sw_fail(NULL, SW_EINVAL, "sabre: NULL %s", !text ? "text" : "out");
     for (int i = 0; i <= (int)SW_SABRE_PAD_NEAREST; i++) {
-        if (same_word(text, sw_sabre_padding_string((sw_sabre_padding)i))) {
+        if (strcasecmp(text, sw_sabre_padding_string((sw_sabre_padding)i)) == 0) {
             *out = (sw_sabre_padding)i;
             return SW_OK;
         }

@@ -39,6 +39,7 @@
  */
 #include "core/core_internal.h"
 #include "sabre/sabre_internal.h"
+#include "core/cuda_util.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -48,28 +49,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SB_CU(call)                                                                                \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess)                                                                     \
-            return sw_fail(plan->ctx, e_ == cudaErrorMemoryAllocation ? SW_ENOMEM : SW_ECUDA,      \
-                           "sabre: CUDA call %s failed: %s", #call, cudaGetErrorString(e_));       \
-    } while (0)
-
-#define SB_BLAS(call)                                                                              \
-    do {                                                                                           \
-        cublasStatus_t e_ = (call);                                                                \
-        if (e_ != CUBLAS_STATUS_SUCCESS)                                                           \
-            return sw_fail(plan->ctx, e_ == CUBLAS_STATUS_ALLOC_FAILED ? SW_ENOMEM : SW_ECUDA,     \
-                           "sabre: cuBLAS call %s failed (%d)", #call, (int)e_);                   \
-    } while (0)
-
-#define SB_TRY(expr)                                                                               \
-    do {                                                                                           \
-        sw_status st_ = (expr);                                                                    \
-        if (st_ != SW_OK)                                                                          \
-            return st_;                                                                            \
-    } while (0)
+/* the checks of core/cuda_util.h: this context, this stage in their messages */
+#define SW_CUDA_CTX   plan->ctx
+#define SW_CUDA_STAGE "sabre"
 
 /* Launch shapes and sizes. The cuBLAS workspace is the plan's own, so that the capture allocates
  * nothing; the flag's value SB_NO_NAN (a memset of 0x7f bytes) means every slope read was finite.
@@ -109,9 +91,8 @@ struct sb_gpu {
     int32_t nact;
     size_t pme_smem; /* dynamic shared memory of sb_pme (0: K and scratch in global memory) */
     int pme_threads;
-    cudaEvent_t t0, t1;
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
+    sw_event_pair ev; /* around the graph */
+    sw_graph graph;
 };
 
 /* Bytes of the H-PME schedule (2 per group over all levels; 0 unless H-PME runs). */
@@ -486,33 +467,33 @@ static sw_status sb_enqueue(sw_sabre *plan)
     const int32_t L2 = plan->L * plan->L;
     const int64_t nx_ = (int64_t)plan->ns * plan->G;
 
-    SB_CU(cudaMemsetAsync(g->flag, 0x7f, sizeof(int), s)); /* SB_NO_NAN */
+    SW_CU(cudaMemsetAsync(g->flag, 0x7f, sizeof(int), s)); /* SB_NO_NAN */
     sb_gather<<<sb_blocks(nx_, SB_THREADS), SB_THREADS, 0, s>>>(g->slopes, g->gidx, plan->n, L2,
                                                                 plan->ns, nx_, g->X, g->flag);
-    SB_CU(cudaGetLastError());
+    SW_CU(cudaGetLastError());
 
     const float one = 1.0f, zero = 0.0f;
-    SB_BLAS(cublasSgemm(g->blas, CUBLAS_OP_N, CUBLAS_OP_N, plan->nl, plan->G, plan->ns, &one, g->Q,
-                        plan->nl, g->X, plan->ns, &zero, g->Y, plan->nl));
+    SW_CUBLAS(cublasSgemm(g->blas, CUBLAS_OP_N, CUBLAS_OP_N, plan->nl, plan->G, plan->ns, &one,
+                          g->Q, plan->nl, g->X, plan->ns, &zero, g->Y, plan->nl));
     /* 2b: fill iterations (predict the padded slopes, refill X, solve again) */
     for (int32_t t = 0; t < plan->params.fill_iterations && plan->npad > 0; t++) {
         sb_predict<<<sb_blocks(plan->npad, SB_THREADS), SB_THREADS, 0, s>>>(
             g->Y, plan->nl, plan->w, plan->L, plan->npad, g->pad_part, g->pad_local,
             1.0 / plan->params.pitch, g->F);
-        SB_CU(cudaGetLastError());
+        SW_CU(cudaGetLastError());
         const int64_t nc = (int64_t)plan->G * L2;
         sb_fill<<<sb_blocks(nc, SB_THREADS), SB_THREADS, 0, s>>>(g->pidx, L2, plan->ns, nc,
                                                                  plan->npad, g->F, g->X);
-        SB_CU(cudaGetLastError());
-        SB_BLAS(cublasSgemm(g->blas, CUBLAS_OP_N, CUBLAS_OP_N, plan->nl, plan->G, plan->ns, &one,
-                            g->Q, plan->nl, g->X, plan->ns, &zero, g->Y, plan->nl));
+        SW_CU(cudaGetLastError());
+        SW_CUBLAS(cublasSgemm(g->blas, CUBLAS_OP_N, CUBLAS_OP_N, plan->nl, plan->G, plan->ns, &one,
+                              g->Q, plan->nl, g->X, plan->ns, &zero, g->Y, plan->nl));
     }
     /* 6': all windows' local commands Z = P Y (Eq. 16), P row-major w^2 x nl = column-major
      * nl x w^2, used transposed */
     const int32_t w2 = plan->w * plan->w;
     if (g->proj)
-        SB_BLAS(cublasSgemm(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, w2, plan->G, plan->nl, &one, g->P,
-                            plan->nl, g->Y, plan->nl, &zero, g->Z, w2));
+        SW_CUBLAS(cublasSgemm(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, w2, plan->G, plan->nl, &one, g->P,
+                              plan->nl, g->Y, plan->nl, &zero, g->Z, w2));
 
     const sw_sabre_pme pme = plan->params.pme;
     const int equalise = pme == SW_SABRE_PME_HIERARCHICAL  ? plan->p > 0
@@ -522,7 +503,7 @@ static sw_status sb_enqueue(sw_sabre *plan)
         sb_pair_sums<<<sb_blocks((int64_t)plan->npairs * 32, SB_THREADS), SB_THREADS, 0, s>>>(
             g->Y, plan->nl, plan->npairs, plan->m + 1, g->pair_lo, g->pair_hi, g->pair_vlo,
             g->pair_vhi, g->pair_use, g->psum);
-        SB_CU(cudaGetLastError());
+        SW_CU(cudaGetLastError());
         sb_pme_args a;
         memset(&a, 0, sizeof a);
         a.pme = (int32_t)pme;
@@ -544,66 +525,30 @@ static sw_status sb_enqueue(sw_sabre *plan)
         a.scratch = g->scratch;
         a.shared = g->pme_smem > 0;
         sb_pme<<<1, g->pme_threads, g->pme_smem, s>>>(a);
-        SB_CU(cudaGetLastError());
+        SW_CU(cudaGetLastError());
     } else {
-        SB_CU(cudaMemsetAsync(g->K, 0, (size_t)plan->G * sizeof(double), s));
+        SW_CU(cudaMemsetAsync(g->K, 0, (size_t)plan->G * sizeof(double), s));
     }
 
     sb_output<<<sb_blocks(g->nvalues + g->nact, SB_THREADS), SB_THREADS, 0, s>>>(
         g->Y, g->K, g->ws, plan->S, plan->m, plan->k, plan->w, plan->nl, g->nvalues, g->values,
         plan->params.nx, plan->params.ny, plan->offx, plan->offy, g->act, g->proj ? g->Z : NULL,
         g->proj ? g->q1 : NULL, g->flag, g->flag_map);
-    SB_CU(cudaGetLastError());
+    SW_CU(cudaGetLastError());
     return SW_OK;
 }
 
-/* Captures sb_enqueue into the plan's graph (the capture is always ended, so that the stream is
- * usable again whatever failed inside). */
+/* Captures sb_enqueue into the plan's graph (core/cuda_util.h: the capture is always ended, so
+ * that the stream is usable again whatever failed inside). */
 static sw_status sb_capture(sw_sabre *plan)
 {
     sb_gpu *g = (sb_gpu *)plan->gpu;
-    SB_CU(cudaStreamBeginCapture(g->stream, cudaStreamCaptureModeThreadLocal));
+    SW_TRY(sw_graph_begin(plan->ctx, SW_CUDA_STAGE, g->stream));
     const sw_status st = sb_enqueue(plan);
-    cudaGraph_t graph = NULL;
-    const cudaError_t e = cudaStreamEndCapture(g->stream, &graph);
-    if (st != SW_OK || e != cudaSuccess) {
-        if (graph)
-            cudaGraphDestroy(graph);
-        cudaGetLastError();
-        if (st != SW_OK)
-            return st;
-        return sw_fail(plan->ctx, SW_ECUDA, "sabre: capturing the run's graph failed: %s",
-                       cudaGetErrorString(e));
-    }
-    const cudaError_t ei = cudaGraphInstantiate(&g->exec, graph, 0);
-    if (ei != cudaSuccess) {
-        cudaGraphDestroy(graph);
-        g->exec = NULL;
-        cudaGetLastError();
-        return sw_fail(plan->ctx, SW_ECUDA, "sabre: instantiating the run's graph failed: %s",
-                       cudaGetErrorString(ei));
-    }
-    g->graph = graph;
-    SB_CU(cudaGraphUpload(g->exec, g->stream)); /* so that the first run is not slower */
-    return SW_OK;
+    return sw_graph_end(&g->graph, plan->ctx, SW_CUDA_STAGE, "run", g->stream, st, 1);
 }
 
 /* ================================================================== the API */
-
-template <typename T> static cudaError_t sb_alloc(T **p, size_t count)
-{
-    return cudaMalloc((void **)p, (count ? count : 1) * sizeof(T));
-}
-
-/* Allocates *dst and queues the copy of count host elements (none when src is NULL). */
-template <typename T>
-static cudaError_t sb_upload(T **dst, const T *src, size_t count, cudaStream_t s)
-{
-    cudaError_t e = sb_alloc(dst, count);
-    if (e != cudaSuccess || !src || !count)
-        return e;
-    return cudaMemcpyAsync(*dst, src, count * sizeof(T), cudaMemcpyHostToDevice, s);
-}
 
 extern "C" void sw_sabre_gpu_destroy(sw_sabre *plan)
 {
@@ -613,27 +558,16 @@ extern "C" void sw_sabre_gpu_destroy(sw_sabre *plan)
     cudaSetDevice(plan->ctx->device);
     if (g->stream)
         cudaStreamSynchronize(g->stream);
-    if (g->exec)
-        cudaGraphExecDestroy(g->exec);
-
-    if (g->graph)
-        cudaGraphDestroy(g->graph);
+    sw_graph_destroy(&g->graph);
     if (g->blas)
         cublasDestroy(g->blas);
-    void *dev[] = {g->blas_ws,   g->Q,        g->gidx,    g->ws,       g->pair_lo,  g->pair_hi,
-                   g->pair_vlo,  g->pair_vhi, g->pair_n,  g->pair_use, g->hpme,     g->level_base,
-                   g->dpme_dist, g->slopes,   g->X,       g->Y,        g->values,   g->act,
-                   g->psum,      g->K,        g->scratch, g->flag,     g->pad_part, g->pad_local,
-                   g->pidx,      g->F,        g->pair_in, g->P,        g->q1,       g->Z};
-    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
-        if (dev[i])
-            cudaFree(dev[i]);
+    SW_CUDA_FREE(g->blas_ws, g->Q, g->gidx, g->ws, g->pair_lo, g->pair_hi, g->pair_vlo, g->pair_vhi,
+                 g->pair_n, g->pair_use, g->hpme, g->level_base, g->dpme_dist, g->slopes, g->X,
+                 g->Y, g->values, g->act, g->psum, g->K, g->scratch, g->flag, g->pad_part,
+                 g->pad_local, g->pidx, g->F, g->pair_in, g->P, g->q1, g->Z);
     if (g->flag_h)
         cudaFreeHost(g->flag_h);
-    if (g->t0)
-        cudaEventDestroy(g->t0);
-    if (g->t1)
-        cudaEventDestroy(g->t1);
+    sw_event_pair_destroy(&g->ev);
     free(g);
     plan->gpu = NULL;
 }
@@ -644,7 +578,7 @@ extern "C" sw_status sw_sabre_gpu_create(sw_sabre *plan)
     if (!g)
         return sw_fail(plan->ctx, SW_ENOMEM, "sabre: out of memory");
     plan->gpu = g; /* sw_sabre_gpu_destroy frees what is made below, also after a failure */
-    SB_CU(cudaSetDevice(plan->ctx->device));
+    SW_CU(cudaSetDevice(plan->ctx->device));
     g->stream = (cudaStream_t)plan->ctx->stream;
     cudaStream_t s = g->stream;
 
@@ -654,70 +588,66 @@ extern "C" sw_status sw_sabre_gpu_create(sw_sabre *plan)
     g->nact = (plan->params.nx + 1) * (plan->params.ny + 1);
 
     /* the plan's tables */
-    SB_CU(sb_upload(&g->Q, plan->Q, (size_t)plan->nl * plan->ns, s));
-    SB_CU(sb_upload(&g->gidx, plan->gidx, (size_t)G * L2, s));
-    SB_CU(sb_upload(&g->ws, plan->ws, (size_t)plan->k, s));
-    SB_CU(sb_upload(&g->pair_lo, plan->pair_lo, (size_t)np, s));
-    SB_CU(sb_upload(&g->pair_hi, plan->pair_hi, (size_t)np, s));
-    SB_CU(sb_upload(&g->pair_n, plan->pair_n, (size_t)np, s));
-    SB_CU(sb_upload(&g->pair_in, plan->pair_in, (size_t)np, s));
-    SB_CU(sb_upload(&g->pair_vlo, plan->pair_vlo, (size_t)np * m1, s));
-    SB_CU(sb_upload(&g->pair_vhi, plan->pair_vhi, (size_t)np * m1, s));
-    SB_CU(sb_upload(&g->pair_use, plan->pair_use, (size_t)np * m1, s));
+    SW_CU(sw_cuda_upload(&g->Q, plan->Q, (size_t)plan->nl * plan->ns, s));
+    SW_CU(sw_cuda_upload(&g->gidx, plan->gidx, (size_t)G * L2, s));
+    SW_CU(sw_cuda_upload(&g->ws, plan->ws, (size_t)plan->k, s));
+    SW_CU(sw_cuda_upload(&g->pair_lo, plan->pair_lo, (size_t)np, s));
+    SW_CU(sw_cuda_upload(&g->pair_hi, plan->pair_hi, (size_t)np, s));
+    SW_CU(sw_cuda_upload(&g->pair_n, plan->pair_n, (size_t)np, s));
+    SW_CU(sw_cuda_upload(&g->pair_in, plan->pair_in, (size_t)np, s));
+    SW_CU(sw_cuda_upload(&g->pair_vlo, plan->pair_vlo, (size_t)np * m1, s));
+    SW_CU(sw_cuda_upload(&g->pair_vhi, plan->pair_vhi, (size_t)np * m1, s));
+    SW_CU(sw_cuda_upload(&g->pair_use, plan->pair_use, (size_t)np * m1, s));
     size_t ngroups = 0; /* H-PME groups over all levels */
     for (int32_t h = 1; h <= plan->p; h++)
         ngroups += (size_t)(plan->k >> h) * (size_t)(plan->k >> h);
     const int hier = plan->params.pme == SW_SABRE_PME_HIERARCHICAL && plan->p > 0;
     const int dist = plan->params.pme == SW_SABRE_PME_DISTRIBUTED;
-    SB_CU(sb_upload(&g->level_base, hier ? plan->level_base : NULL, (size_t)plan->p, s));
-    SB_CU(sb_upload(&g->hpme, hier ? plan->hpme : NULL, 2 * ngroups, s));
-    SB_CU(sb_upload(&g->dpme_dist, dist ? plan->dpme_dist : NULL, (size_t)G, s));
+    SW_CU(sw_cuda_upload(&g->level_base, hier ? plan->level_base : NULL, (size_t)plan->p, s));
+    SW_CU(sw_cuda_upload(&g->hpme, hier ? plan->hpme : NULL, 2 * ngroups, s));
+    SW_CU(sw_cuda_upload(&g->dpme_dist, dist ? plan->dpme_dist : NULL, (size_t)G, s));
     if (plan->params.fill_iterations > 0) {
-        SB_CU(sb_upload(&g->pad_part, plan->pad_part, (size_t)plan->npad, s));
-        SB_CU(sb_upload(&g->pad_local, plan->pad_local, (size_t)plan->npad, s));
-        SB_CU(sb_upload(&g->pidx, plan->pidx, (size_t)G * plan->L * plan->L, s));
-        SB_CU(sb_alloc(&g->F, (size_t)2 * plan->npad));
+        SW_CU(sw_cuda_upload(&g->pad_part, plan->pad_part, (size_t)plan->npad, s));
+        SW_CU(sw_cuda_upload(&g->pad_local, plan->pad_local, (size_t)plan->npad, s));
+        SW_CU(sw_cuda_upload(&g->pidx, plan->pidx, (size_t)G * plan->L * plan->L, s));
+        SW_CU(sw_cuda_alloc(&g->F, (size_t)2 * plan->npad));
     }
 
     /* the run's buffers */
-    SB_CU(sb_alloc(&g->slopes, (size_t)2 * plan->n));
-    SB_CU(sb_alloc(&g->X, (size_t)plan->ns * G));
-    SB_CU(sb_alloc(&g->Y, (size_t)plan->nl * G));
-    SB_CU(sb_alloc(&g->psum, (size_t)np));
-    SB_CU(sb_alloc(&g->K, (size_t)G));
-    SB_CU(sb_alloc(&g->scratch, (size_t)G));
-    SB_CU(sb_alloc(&g->values, (size_t)g->nvalues));
-    SB_CU(sb_alloc(&g->act, (size_t)g->nact));
-    SB_CU(sb_alloc(&g->flag, 1));
-    SB_CU(cudaMemsetAsync(g->flag, 0x7f, sizeof(int), s)); /* SB_NO_NAN */
-    SB_CU(cudaHostAlloc((void **)&g->flag_h, sizeof(int), cudaHostAllocMapped));
-    SB_CU(cudaHostGetDevicePointer((void **)&g->flag_map, g->flag_h, 0));
-    SB_CU(cudaEventCreate(&g->t0));
-    SB_CU(cudaEventCreate(&g->t1));
+    SW_CU(sw_cuda_alloc(&g->slopes, (size_t)2 * plan->n));
+    SW_CU(sw_cuda_alloc(&g->X, (size_t)plan->ns * G));
+    SW_CU(sw_cuda_alloc(&g->Y, (size_t)plan->nl * G));
+    SW_CU(sw_cuda_alloc(&g->psum, (size_t)np));
+    SW_CU(sw_cuda_alloc(&g->K, (size_t)G));
+    SW_CU(sw_cuda_alloc(&g->scratch, (size_t)G));
+    SW_CU(sw_cuda_alloc(&g->values, (size_t)g->nvalues));
+    SW_CU(sw_cuda_alloc(&g->act, (size_t)g->nact));
+    SW_CU(sw_cuda_alloc(&g->flag, 1));
+    SW_CU(cudaMemsetAsync(g->flag, 0x7f, sizeof(int), s)); /* SB_NO_NAN */
+    SW_CU(cudaHostAlloc((void **)&g->flag_h, sizeof(int), cudaHostAllocMapped));
+    SW_CU(cudaHostGetDevicePointer((void **)&g->flag_map, g->flag_h, 0));
+    SW_TRY(sw_event_pair_create(SW_CUDA_CTX, SW_CUDA_STAGE, &g->ev));
     const size_t smem = ((size_t)2 * G + (size_t)np) * sizeof(double) +
                         ((size_t)np + (size_t)G) * sizeof(int32_t) + (size_t)sb_hpme_bytes(plan) +
                         (size_t)np;
     int optin = 0; /* the device's opt-in limit per block (99 KB on many GPUs, 227 KB on H100) */
-    SB_CU(
+    SW_CU(
         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, plan->ctx->device));
     g->pme_smem = smem <= SB_PME_SMEM && smem <= (size_t)optin ? smem : 0;
     if (g->pme_smem > (48 << 10))
-        SB_CU(cudaFuncSetAttribute(sb_pme, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        SW_CU(cudaFuncSetAttribute(sb_pme, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)g->pme_smem));
     g->pme_threads = G >= SB_PME_THREADS ? SB_PME_THREADS : (G + 31) / 32 * 32;
 
     /* cuBLAS on the context's stream, with a workspace of its own (cublasSetStream resets the
      * workspace, so it comes after) so that the capture allocates nothing */
-    SB_BLAS(cublasCreate(&g->blas));
-    SB_BLAS(cublasSetStream(g->blas, s));
-    SB_CU(cudaMalloc(&g->blas_ws, SB_BLAS_WS));
-    SB_BLAS(cublasSetWorkspace(g->blas, g->blas_ws, SB_BLAS_WS));
+    SW_TRY(sw_cublas_create(plan->ctx, SW_CUDA_STAGE, s, SB_BLAS_WS, &g->blas, &g->blas_ws));
 
     /* one plain pass on zero slopes (loads the kernels and cuBLAS's), then the graph */
-    SB_CU(cudaMemsetAsync(g->slopes, 0, (size_t)2 * plan->n * sizeof(float), s));
-    SB_TRY(sb_enqueue(plan));
-    SB_CU(cudaStreamSynchronize(s));
-    SB_TRY(sb_capture(plan));
+    SW_CU(cudaMemsetAsync(g->slopes, 0, (size_t)2 * plan->n * sizeof(float), s));
+    SW_TRY(sb_enqueue(plan));
+    SW_CU(cudaStreamSynchronize(s));
+    SW_TRY(sb_capture(plan));
     return SW_OK;
 }
 
@@ -727,36 +657,36 @@ extern "C" sw_status sw_sabre_gpu_run(sw_sabre *plan, const float *slopes, sw_me
     sb_gpu *g = (sb_gpu *)plan->gpu;
     cudaStream_t s = g->stream;
     plan->kernel_us = -1.0;
-    SB_CU(cudaSetDevice(plan->ctx->device));
+    SW_CU(cudaSetDevice(plan->ctx->device));
 
     /* copies on the stream around the graph (device arrays device-to-device, so that the
      * graph's own buffers stay fixed) */
     const int dev = memory == SW_MEM_DEVICE;
     const cudaMemcpyKind in = dev ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice;
     const cudaMemcpyKind out = dev ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost;
-    if (!g->exec)
+    if (!g->graph.exec)
         return sw_fail(plan->ctx, SW_ECUDA,
                        "sabre: the plan has no graph (rebuilding it after a projection failed)");
-    SB_CU(cudaMemcpyAsync(g->slopes, slopes, (size_t)2 * plan->n * sizeof(float), in, s));
-    SB_CU(cudaEventRecord(g->t0, s));
-    SB_CU(cudaGraphLaunch(g->exec, s));
-    SB_CU(cudaEventRecord(g->t1, s));
+    SW_CU(cudaMemcpyAsync(g->slopes, slopes, (size_t)2 * plan->n * sizeof(float), in, s));
+    SW_CU(cudaEventRecord(g->ev.t0, s));
+    SW_CU(cudaGraphLaunch(g->graph.exec, s));
+    SW_CU(cudaEventRecord(g->ev.t1, s));
     if (values)
-        SB_CU(cudaMemcpyAsync(values, g->values, (size_t)g->nvalues * sizeof(float), out, s));
+        SW_CU(cudaMemcpyAsync(values, g->values, (size_t)g->nvalues * sizeof(float), out, s));
     if (actuators)
-        SB_CU(cudaMemcpyAsync(actuators, g->act, (size_t)g->nact * sizeof(float), out, s));
-    SB_CU(cudaStreamSynchronize(s));
+        SW_CU(cudaMemcpyAsync(actuators, g->act, (size_t)g->nact * sizeof(float), out, s));
+    SW_CU(cudaStreamSynchronize(s));
 
-    float ms = 0.0f;
-    if (cudaEventElapsedTime(&ms, g->t0, g->t1) == cudaSuccess)
-        plan->kernel_us = 1000.0 * ms;
+    const double us = sw_event_pair_us(&g->ev);
+    if (us >= 0.0)
+        plan->kernel_us = us;
     const int l = *g->flag_h;
     if (l != SB_NO_NAN) { /* the CPU's message: the lowest such lenslet, its x slope first */
         float xy[2];
-        SB_CU(cudaMemcpyAsync(&xy[0], g->slopes + l, sizeof(float), cudaMemcpyDeviceToHost, s));
-        SB_CU(cudaMemcpyAsync(&xy[1], g->slopes + plan->n + l, sizeof(float),
+        SW_CU(cudaMemcpyAsync(&xy[0], g->slopes + l, sizeof(float), cudaMemcpyDeviceToHost, s));
+        SW_CU(cudaMemcpyAsync(&xy[1], g->slopes + plan->n + l, sizeof(float),
                               cudaMemcpyDeviceToHost, s));
-        SB_CU(cudaStreamSynchronize(s));
+        SW_CU(cudaStreamSynchronize(s));
         const int bad = isfinite(xy[0]) ? 1 : 0;
         const int32_t nx = plan->params.nx;
         return sw_fail(plan->ctx, SW_ERANGE,
@@ -769,32 +699,27 @@ extern "C" sw_status sw_sabre_gpu_run(sw_sabre *plan, const float *slopes, sw_me
 static sw_status sb_set_projection(sw_sabre *plan, sb_gpu *g)
 {
     cudaStream_t s = g->stream;
-    SB_CU(cudaSetDevice(plan->ctx->device));
-    SB_CU(cudaStreamSynchronize(s)); /* nothing may still read the old P, q1 or graph */
+    SW_CU(cudaSetDevice(plan->ctx->device));
+    SW_CU(cudaStreamSynchronize(s)); /* nothing may still read the old P, q1 or graph */
     const size_t w2 = (size_t)plan->w * plan->w;
     if (plan->proj) {
         if (!g->P) /* once: the addresses stay fixed for graphs that captured them */
-            SB_CU(sb_alloc(&g->P, w2 * plan->nl));
+            SW_CU(sw_cuda_alloc(&g->P, w2 * plan->nl));
         if (!g->q1)
-            SB_CU(sb_alloc(&g->q1, w2));
+            SW_CU(sw_cuda_alloc(&g->q1, w2));
         if (!g->Z)
-            SB_CU(sb_alloc(&g->Z, w2 * plan->G));
-        SB_CU(cudaMemcpyAsync(g->P, plan->proj, w2 * plan->nl * sizeof(float),
+            SW_CU(sw_cuda_alloc(&g->Z, w2 * plan->G));
+        SW_CU(cudaMemcpyAsync(g->P, plan->proj, w2 * plan->nl * sizeof(float),
                               cudaMemcpyHostToDevice, s));
-        SB_CU(cudaMemcpyAsync(g->q1, plan->q1, w2 * sizeof(float), cudaMemcpyHostToDevice, s));
-        SB_CU(cudaStreamSynchronize(s)); /* the host copies are pageable */
+        SW_CU(cudaMemcpyAsync(g->q1, plan->q1, w2 * sizeof(float), cudaMemcpyHostToDevice, s));
+        SW_CU(cudaStreamSynchronize(s)); /* the host copies are pageable */
     }
     const int proj = plan->proj != NULL;
-    if (proj == g->proj && g->exec)
+    if (proj == g->proj && g->graph.exec)
         return SW_OK; /* same graph: it reads the new P and q1 from the same buffers */
     /* the graph gains or loses step 6's sgemm: capture it again */
     g->proj = proj;
-    if (g->exec)
-        cudaGraphExecDestroy(g->exec);
-    if (g->graph)
-        cudaGraphDestroy(g->graph);
-    g->exec = NULL;
-    g->graph = NULL;
+    sw_graph_destroy(&g->graph);
     return sb_capture(plan);
 }
 
@@ -806,12 +731,7 @@ extern "C" sw_status sw_sabre_gpu_set_projection(sw_sabre *plan)
     const sw_status st = sb_set_projection(plan, g);
     if (st != SW_OK) { /* the host already holds the new P: no graph, so later runs fail loudly
                           instead of returning the old projection's commands */
-        if (g->exec)
-            cudaGraphExecDestroy(g->exec);
-        if (g->graph)
-            cudaGraphDestroy(g->graph);
-        g->exec = NULL;
-        g->graph = NULL;
+        sw_graph_destroy(&g->graph);
     }
     return st;
 }

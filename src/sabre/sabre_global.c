@@ -203,8 +203,14 @@ static sw_status band_factor(sw_context *ctx, const char *who, const char *why, 
     return SW_OK;
 }
 
-static sw_status check_sizes(sw_context *ctx, const char *who, int32_t nx, int32_t ny, double pitch)
+/* The checks that open both creates: out given (the caller sets *out to NULL), ctx, the sizes. */
+static sw_status check_create(sw_context *ctx, const char *who, int have_out, int32_t nx,
+                              int32_t ny, double pitch)
 {
+    if (!have_out)
+        return sw_fail(ctx, SW_EINVAL, "%s: out is NULL", who);
+    if (!ctx)
+        return sw_fail(ctx, SW_EINVAL, "%s: ctx is NULL", who);
     if (nx < 2 || nx > 4096 || ny < 2 || ny > 4096)
         return sw_fail(ctx, SW_EINVAL, "%s: the array is %d x %d lenslets (2..4096 each)", who,
                        (int)nx, (int)ny);
@@ -388,12 +394,9 @@ sw_status sw_sabre_global_create(sw_context *ctx, int32_t nx, int32_t ny, double
                                  const uint8_t *valid, sw_sabre_global **out)
 {
     const char *who = "global SABRE";
-    if (!out)
-        return sw_fail(ctx, SW_EINVAL, "%s: out is NULL", who);
-    *out = NULL;
-    if (!ctx)
-        return sw_fail(ctx, SW_EINVAL, "%s: ctx is NULL", who);
-    sw_status st = check_sizes(ctx, who, nx, ny, pitch);
+    if (out)
+        *out = NULL;
+    sw_status st = check_create(ctx, who, out != NULL, nx, ny, pitch);
     if (st != SW_OK)
         return st;
     int32_t sx = nx - 1, sy = ny - 1;
@@ -659,12 +662,9 @@ sw_status sw_fried_create(sw_context *ctx, int32_t nx, int32_t ny, double pitch,
                           const uint8_t *valid, double reg, sw_fried **out)
 {
     const char *who = "Fried";
-    if (!out)
-        return sw_fail(ctx, SW_EINVAL, "%s: out is NULL", who);
-    *out = NULL;
-    if (!ctx)
-        return sw_fail(ctx, SW_EINVAL, "%s: ctx is NULL", who);
-    sw_status st = check_sizes(ctx, who, nx, ny, pitch);
+    if (out)
+        *out = NULL;
+    sw_status st = check_create(ctx, who, out != NULL, nx, ny, pitch);
     if (st != SW_OK)
         return st;
     if (!isfinite(reg) || reg < 0)

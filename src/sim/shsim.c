@@ -1178,21 +1178,8 @@ static int on_cuda(const sw_shsim *plan)
 
 static sw_status check_out(sw_context *ctx, const sw_shsim *plan, const sw_image *out)
 {
-    if (!out)
-        return sw_fail(ctx, SW_EINVAL, "SH simulator: the output image is NULL");
-    sw_status st = sw_image_check(ctx, out);
-    if (st != SW_OK)
-        return st;
-    if (out->type != SW_PIX_F32)
-        return sw_fail(ctx, SW_EINVAL, "SH simulator: the output image is %s; it must be f32",
-                       sw_pixel_type_string(out->type));
-    if (out->width != plan->p.width || out->height != plan->p.height)
-        return sw_fail(ctx, SW_EINVAL,
-                       "SH simulator: the output image is %dx%d but the plan renders %dx%d",
-                       (int)out->width, (int)out->height, (int)plan->p.width, (int)plan->p.height);
-    if (out->memory == SW_MEM_DEVICE && !on_cuda(plan))
-        return sw_fail(ctx, SW_ENODEV, "SH simulator: device images need a CUDA context");
-    return SW_OK;
+    return sw_image_check_output(ctx, "SH simulator", out, SW_PIX_F32, plan->p.width,
+                                 plan->p.height, on_cuda(plan));
 }
 
 sw_status sw_shsim_run(sw_shsim *plan, sw_image *out, int accumulate)

@@ -25,6 +25,7 @@
  */
 #include "sim/sh_internal.h"
 #include "sim/sh_model.h"
+#include "core/cuda_util.h"
 
 #include <cuda_runtime.h>
 #include <cufft.h>
@@ -33,22 +34,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SW_CU(call)                                                                                \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess)                                                                     \
-            return sw_fail(plan->ctx, e_ == cudaErrorMemoryAllocation ? SW_ENOMEM : SW_ECUDA,      \
-                           "SH simulator: CUDA call %s failed: %s", #call,                         \
-                           cudaGetErrorString(e_));                                                \
-    } while (0)
-
-#define SW_CUFFT(call)                                                                             \
-    do {                                                                                           \
-        cufftResult r_ = (call);                                                                   \
-        if (r_ != CUFFT_SUCCESS)                                                                   \
-            return sw_fail(plan->ctx, r_ == CUFFT_ALLOC_FAILED ? SW_ENOMEM : SW_ECUDA,             \
-                           "SH simulator: cuFFT call %s failed (cufftResult %d)", #call, (int)r_); \
-    } while (0)
+/* the checks of core/cuda_util.h: this context, this stage in their messages */
+#define SW_CUDA_CTX   plan->ctx
+#define SW_CUDA_STAGE "SH simulator"
 
 /* Field slots per chunk: at most this many bytes in each of the two FFT buffers. */
 #define SW_SH_CHUNK_BYTES ((size_t)256 << 20)
@@ -62,9 +50,9 @@ typedef struct shsim_gpu {
     cufftComplex *fft;  /* chunk * N * N */
     cufftHandle plan_full, plan_rest;
     int have_full, have_rest;
-    int chunk, rest; /* lenslets per chunk, in the last chunk */
-    int threads;     /* GEOMETRIC threads per block */
-    cudaEvent_t t0, t1;
+    int chunk, rest;  /* lenslets per chunk, in the last chunk */
+    int threads;      /* GEOMETRIC threads per block */
+    sw_event_pair ev; /* around the last run's rendering */
     int timed;
     /* device OPD (sw_shsim_set_opd_device) */
     double *opd_d; /* gw * gh, for the gradients */
@@ -411,8 +399,7 @@ extern "C" sw_status sw_shsim_gpu_create(sw_shsim *plan)
     if (!g)
         return sw_fail(plan->ctx, SW_ENOMEM, "SH simulator: out of memory");
     plan->gpu = g;
-    SW_CU(cudaEventCreate(&g->t0));
-    SW_CU(cudaEventCreate(&g->t1));
+    SW_TRY(sw_event_pair_create(SW_CUDA_CTX, SW_CUDA_STAGE, &g->ev));
     const size_t nlit = (size_t)plan->nlit;
     if (plan->p.model == SW_SH_GEOMETRIC) {
         const int roi = plan->p.roi_px;
@@ -527,11 +514,11 @@ extern "C" sw_status sw_shsim_gpu_run(sw_shsim *plan, sw_image *out, int accumul
             return st;
         plan->gpu_stale = 0;
     }
-    SW_CU(cudaEventRecord(g->t0, s));
+    SW_CU(cudaEventRecord(g->ev.t0, s));
     sw_status st = launch(plan, g, out);
     if (st != SW_OK)
         return st;
-    SW_CU(cudaEventRecord(g->t1, s));
+    SW_CU(cudaEventRecord(g->ev.t1, s));
     g->timed = 1;
     return SW_OK;
 }
@@ -554,10 +541,7 @@ extern "C" void sw_shsim_gpu_destroy(sw_shsim *plan)
     cudaFree(g->in);
     cudaFree(g->fft);
     free_device_opd(g);
-    if (g->t0)
-        cudaEventDestroy(g->t0);
-    if (g->t1)
-        cudaEventDestroy(g->t1);
+    sw_event_pair_destroy(&g->ev);
     free(g);
     plan->gpu = NULL;
 }
@@ -565,9 +549,5 @@ extern "C" void sw_shsim_gpu_destroy(sw_shsim *plan)
 extern "C" double sw_shsim_gpu_render_us(sw_shsim *plan)
 {
     shsim_gpu *g = (shsim_gpu *)plan->gpu;
-    float ms = 0.0f;
-    if (!g || !g->timed || cudaEventSynchronize(g->t1) != cudaSuccess ||
-        cudaEventElapsedTime(&ms, g->t0, g->t1) != cudaSuccess)
-        return -1.0;
-    return 1e3 * (double)ms;
+    return g && g->timed ? sw_event_pair_us(&g->ev) : -1.0;
 }

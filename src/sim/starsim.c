@@ -353,19 +353,8 @@ static sw_status check_stars(sw_context *ctx, const sw_starsim *plan, const sw_s
 
 static sw_status check_out(sw_context *ctx, const sw_starsim *plan, const sw_image *out)
 {
-    sw_status st = sw_image_check(ctx, out);
-    if (st != SW_OK)
-        return st;
-    if (out->type != SW_PIX_F32)
-        return sw_fail(ctx, SW_EINVAL, "star simulator: the output image is %s; it must be f32",
-                       sw_pixel_type_string(out->type));
-    if (out->width != plan->p.width || out->height != plan->p.height)
-        return sw_fail(ctx, SW_EINVAL,
-                       "star simulator: the output image is %dx%d but the plan renders %dx%d",
-                       out->width, out->height, plan->p.width, plan->p.height);
-    if (out->memory == SW_MEM_DEVICE && !on_cuda(plan))
-        return sw_fail(ctx, SW_ENODEV, "star simulator: device images need a CUDA context");
-    return SW_OK;
+    return sw_image_check_output(ctx, "star simulator", out, SW_PIX_F32, plan->p.width,
+                                 plan->p.height, on_cuda(plan));
 }
 
 sw_status sw_starsim_run(sw_starsim *plan, const sw_stars *stars, sw_image *out)

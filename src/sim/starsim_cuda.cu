@@ -30,6 +30,7 @@
  */
 #include "sim/psf.h"
 #include "sim/sim_internal.h"
+#include "core/cuda_util.h"
 
 #include <cuda_runtime.h>
 
@@ -39,14 +40,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SW_CU(call)                                                                                \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess)                                                                     \
-            return sw_fail(plan->ctx, e_ == cudaErrorMemoryAllocation ? SW_ENOMEM : SW_ECUDA,      \
-                           "star simulator: CUDA call %s failed: %s", #call,                       \
-                           cudaGetErrorString(e_));                                                \
-    } while (0)
+/* the checks of core/cuda_util.h: this context, this stage in their messages */
+#define SW_CUDA_CTX   plan->ctx
+#define SW_CUDA_STAGE "star simulator"
 
 /* Fixed-point quantum of the deterministic mode: 2^-16 electrons. */
 #define SW_FIX_SCALE 65536.0
@@ -56,7 +52,7 @@ typedef struct starsim_gpu {
     float *lut;              /* device, (phase_bins + 1) x roi_side weights (ADAPTIVE) */
     unsigned long long *acc; /* device, width x height fixed-point sums (DETERMINISTIC) */
     int threads;             /* threads per block */
-    cudaEvent_t t0, t1;      /* around the last run's rendering kernels */
+    sw_event_pair ev;        /* around the last run's rendering kernels */
     int timed;               /* the events hold a run */
 } starsim_gpu;
 
@@ -412,8 +408,7 @@ extern "C" sw_status sw_starsim_gpu_create(sw_starsim *plan)
     if (!g)
         return sw_fail(plan->ctx, SW_ENOMEM, "star simulator: out of memory");
     plan->gpu = g;
-    SW_CU(cudaEventCreate(&g->t0));
-    SW_CU(cudaEventCreate(&g->t1));
+    SW_TRY(sw_event_pair_create(SW_CUDA_CTX, SW_CUDA_STAGE, &g->ev));
     const int npix = plan->p.roi_side * plan->p.roi_side;
     g->threads = npix >= 256 ? 256 : (npix + 31) / 32 * 32;
     SW_CU(cudaMalloc(&g->stars, (size_t)plan->p.max_stars * sizeof(sw_packed_star)));
@@ -457,7 +452,7 @@ extern "C" sw_status sw_starsim_gpu_run(sw_starsim *plan, const sw_packed_star *
     if (method == SW_STARSIM_DETERMINISTIC)
         SW_CU(cudaMemsetAsync(g->acc, 0, (size_t)out->width * (size_t)out->height * sizeof *g->acc,
                               s));
-    SW_CU(cudaEventRecord(g->t0, s));
+    SW_CU(cudaEventRecord(g->ev.t0, s));
     sw_status st = launch(plan, g, n, method, out);
     if (st != SW_OK)
         return st;
@@ -468,7 +463,7 @@ extern "C" sw_status sw_starsim_gpu_run(sw_starsim *plan, const sw_packed_star *
                                                    out->width, out->height);
         SW_CU(cudaGetLastError());
     }
-    SW_CU(cudaEventRecord(g->t1, s));
+    SW_CU(cudaEventRecord(g->ev.t1, s));
     g->timed = 1;
     return SW_OK;
 }
@@ -483,10 +478,7 @@ extern "C" void sw_starsim_gpu_destroy(sw_starsim *plan)
     cudaFree(g->stars);
     cudaFree(g->lut);
     cudaFree(g->acc);
-    if (g->t0)
-        cudaEventDestroy(g->t0);
-    if (g->t1)
-        cudaEventDestroy(g->t1);
+    sw_event_pair_destroy(&g->ev);
     free(g);
     plan->gpu = NULL;
 }
@@ -494,9 +486,5 @@ extern "C" void sw_starsim_gpu_destroy(sw_starsim *plan)
 extern "C" double sw_starsim_gpu_render_us(sw_starsim *plan)
 {
     starsim_gpu *g = (starsim_gpu *)plan->gpu;
-    float ms = 0.0f;
-    if (!g || !g->timed || cudaEventSynchronize(g->t1) != cudaSuccess ||
-        cudaEventElapsedTime(&ms, g->t0, g->t1) != cudaSuccess)
-        return -1.0;
-    return 1e3 * (double)ms;
+    return g && g->timed ? sw_event_pair_us(&g->ev) : -1.0;
 }

@@ -21,6 +21,7 @@
  * has finished when it returns, too.
  */
 #include "zernike/zfit_internal.h"
+#include "core/cuda_util.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -31,29 +32,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ZF_CU(call)                                                                                \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess)                                                                     \
-            return sw_fail(plan->ctx, e_ == cudaErrorMemoryAllocation ? SW_ENOMEM : SW_ECUDA,      \
-                           "zernike fit: CUDA call %s failed: %s", #call, cudaGetErrorString(e_)); \
-    } while (0)
-
-#define ZF_BLAS(call)                                                                              \
-    do {                                                                                           \
-        cublasStatus_t e_ = (call);                                                                \
-        if (e_ != CUBLAS_STATUS_SUCCESS)                                                           \
-            return sw_fail(plan->ctx, SW_ECUDA, "zernike fit: cuBLAS call %s failed (%d)", #call,  \
-                           (int)e_);                                                               \
-    } while (0)
-
-#define ZF_SOLVER(call)                                                                            \
-    do {                                                                                           \
-        cusolverStatus_t e_ = (call);                                                              \
-        if (e_ != CUSOLVER_STATUS_SUCCESS)                                                         \
-            return sw_fail(plan->ctx, SW_ECUDA, "zernike fit: cuSOLVER call %s failed (%d)",       \
-                           #call, (int)e_);                                                        \
-    } while (0)
+/* the checks of core/cuda_util.h: this context, this stage in their messages */
+#define SW_CUDA_CTX   plan->ctx
+#define SW_CUDA_STAGE "zernike fit"
 
 #define ZF_THREADS 256
 
@@ -155,12 +136,8 @@ extern "C" void sw_zfit_gpu_destroy(sw_zfit_plan *plan)
         cublasDestroy(g->blas);
     if (g->solver)
         cusolverDnDestroy(g->solver);
-    void *dev[] = {g->row_pos, g->row_l, g->row_w,  g->Dc,    g->P,    g->qr,
-                   g->tau,     g->qwork, g->info,   g->B,     g->S,    g->C,
-                   g->acc,     g->flags, g->slopes, g->valid, g->coef, g->res};
-    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
-        if (dev[i])
-            cudaFree(dev[i]);
+    SW_CUDA_FREE(g->row_pos, g->row_l, g->row_w, g->Dc, g->P, g->qr, g->tau, g->qwork, g->info,
+                 g->B, g->S, g->C, g->acc, g->flags, g->slopes, g->valid, g->coef, g->res);
     void *pinned[] = {g->flags_h, g->hs, g->hv, g->hc};
     for (size_t i = 0; i < sizeof pinned / sizeof pinned[0]; i++)
         if (pinned[i])
@@ -175,67 +152,67 @@ extern "C" sw_status sw_zfit_gpu_create(sw_zfit_plan *plan)
     if (!g)
         return sw_fail(plan->ctx, SW_ENOMEM, "zernike fit: out of memory");
     plan->gpu = g;
-    ZF_CU(cudaSetDevice(plan->ctx->device));
+    SW_CU(cudaSetDevice(plan->ctx->device));
     g->stream = (cudaStream_t)plan->ctx->stream;
-    ZF_BLAS(cublasCreate(&g->blas));
-    ZF_BLAS(cublasSetStream(g->blas, g->stream));
-    ZF_SOLVER(cusolverDnCreate(&g->solver));
-    ZF_SOLVER(cusolverDnSetStream(g->solver, g->stream));
+    SW_CUBLAS(cublasCreate(&g->blas));
+    SW_CUBLAS(cublasSetStream(g->blas, g->stream));
+    SW_CUSOLVER(cusolverDnCreate(&g->solver));
+    SW_CUSOLVER(cusolverDnSetStream(g->solver, g->stream));
 
     int32_t nrow = plan->nrow, m = plan->m, F = plan->p.max_frames, n2 = 2 * plan->n;
     size_t nm = (size_t)nrow * m, nf = (size_t)nrow * F;
-    ZF_CU(zf_alloc(&g->row_pos, nrow));
-    ZF_CU(zf_alloc(&g->row_l, nrow));
-    ZF_CU(zf_alloc(&g->row_w, nrow));
-    ZF_CU(zf_alloc(&g->Dc, nm));
-    ZF_CU(zf_alloc(&g->B, nf));
-    ZF_CU(zf_alloc(&g->S, nf));
-    ZF_CU(zf_alloc(&g->C, (size_t)m * F));
-    ZF_CU(zf_alloc(&g->acc, F));
-    ZF_CU(zf_alloc(&g->flags, F));
-    ZF_CU(zf_alloc(&g->slopes, (size_t)F * n2));
-    ZF_CU(zf_alloc(&g->valid, (size_t)F * plan->nl));
-    ZF_CU(zf_alloc(&g->coef, (size_t)F * plan->J));
-    ZF_CU(zf_alloc(&g->res, F));
-    ZF_CU(zf_alloc(&g->info, 1));
-    ZF_CU(cudaHostAlloc((void **)&g->flags_h, (size_t)F * sizeof(int), cudaHostAllocDefault));
-    ZF_CU(cudaHostAlloc((void **)&g->hs, (size_t)(n2 ? n2 : 1) * sizeof(float),
+    SW_CU(zf_alloc(&g->row_pos, nrow));
+    SW_CU(zf_alloc(&g->row_l, nrow));
+    SW_CU(zf_alloc(&g->row_w, nrow));
+    SW_CU(zf_alloc(&g->Dc, nm));
+    SW_CU(zf_alloc(&g->B, nf));
+    SW_CU(zf_alloc(&g->S, nf));
+    SW_CU(zf_alloc(&g->C, (size_t)m * F));
+    SW_CU(zf_alloc(&g->acc, F));
+    SW_CU(zf_alloc(&g->flags, F));
+    SW_CU(zf_alloc(&g->slopes, (size_t)F * n2));
+    SW_CU(zf_alloc(&g->valid, (size_t)F * plan->nl));
+    SW_CU(zf_alloc(&g->coef, (size_t)F * plan->J));
+    SW_CU(zf_alloc(&g->res, F));
+    SW_CU(zf_alloc(&g->info, 1));
+    SW_CU(cudaHostAlloc((void **)&g->flags_h, (size_t)F * sizeof(int), cudaHostAllocDefault));
+    SW_CU(cudaHostAlloc((void **)&g->hs, (size_t)(n2 ? n2 : 1) * sizeof(float),
                         cudaHostAllocDefault));
-    ZF_CU(cudaHostAlloc((void **)&g->hv, (size_t)plan->nl, cudaHostAllocDefault));
-    ZF_CU(cudaHostAlloc((void **)&g->hc, (size_t)(plan->J + 1) * sizeof(double),
+    SW_CU(cudaHostAlloc((void **)&g->hv, (size_t)plan->nl, cudaHostAllocDefault));
+    SW_CU(cudaHostAlloc((void **)&g->hc, (size_t)(plan->J + 1) * sizeof(double),
                         cudaHostAllocDefault));
 
-    ZF_CU(cudaMemcpyAsync(g->row_pos, plan->row_pos, nrow * sizeof(int32_t), cudaMemcpyHostToDevice,
+    SW_CU(cudaMemcpyAsync(g->row_pos, plan->row_pos, nrow * sizeof(int32_t), cudaMemcpyHostToDevice,
                           g->stream));
-    ZF_CU(cudaMemcpyAsync(g->row_l, plan->row_l, nrow * sizeof(int32_t), cudaMemcpyHostToDevice,
+    SW_CU(cudaMemcpyAsync(g->row_l, plan->row_l, nrow * sizeof(int32_t), cudaMemcpyHostToDevice,
                           g->stream));
-    ZF_CU(cudaMemcpyAsync(g->row_w, plan->row_w, nrow * sizeof(double), cudaMemcpyHostToDevice,
+    SW_CU(cudaMemcpyAsync(g->row_w, plan->row_w, nrow * sizeof(double), cudaMemcpyHostToDevice,
                           g->stream));
-    ZF_CU(cudaMemcpyAsync(g->Dc, plan->Dc, nm * sizeof(double), cudaMemcpyHostToDevice, g->stream));
+    SW_CU(cudaMemcpyAsync(g->Dc, plan->Dc, nm * sizeof(double), cudaMemcpyHostToDevice, g->stream));
     if (plan->p.method == SW_ZFIT_PINV) {
-        ZF_CU(zf_alloc(&g->P, nm));
-        ZF_CU(
+        SW_CU(zf_alloc(&g->P, nm));
+        SW_CU(
             cudaMemcpyAsync(g->P, plan->P, nm * sizeof(double), cudaMemcpyHostToDevice, g->stream));
     } else {
-        ZF_CU(zf_alloc(&g->qr, nm));
-        ZF_CU(zf_alloc(&g->tau, m));
-        ZF_CU(cudaMemcpyAsync(g->qr, plan->Aw, nm * sizeof(double), cudaMemcpyHostToDevice,
+        SW_CU(zf_alloc(&g->qr, nm));
+        SW_CU(zf_alloc(&g->tau, m));
+        SW_CU(cudaMemcpyAsync(g->qr, plan->Aw, nm * sizeof(double), cudaMemcpyHostToDevice,
                               g->stream));
         int lgeqrf = 0, lormqr = 0;
-        ZF_SOLVER(cusolverDnDgeqrf_bufferSize(g->solver, nrow, m, g->qr, nrow, &lgeqrf));
-        ZF_SOLVER(cusolverDnDormqr_bufferSize(g->solver, CUBLAS_SIDE_LEFT, CUBLAS_OP_T, nrow, F, m,
-                                              g->qr, nrow, g->tau, g->B, nrow, &lormqr));
+        SW_CUSOLVER(cusolverDnDgeqrf_bufferSize(g->solver, nrow, m, g->qr, nrow, &lgeqrf));
+        SW_CUSOLVER(cusolverDnDormqr_bufferSize(g->solver, CUBLAS_SIDE_LEFT, CUBLAS_OP_T, nrow, F,
+                                                m, g->qr, nrow, g->tau, g->B, nrow, &lormqr));
         g->lqwork = lgeqrf > lormqr ? lgeqrf : lormqr;
-        ZF_CU(zf_alloc(&g->qwork, (size_t)g->lqwork));
-        ZF_SOLVER(cusolverDnDgeqrf(g->solver, nrow, m, g->qr, nrow, g->tau, g->qwork, g->lqwork,
-                                   g->info));
+        SW_CU(zf_alloc(&g->qwork, (size_t)g->lqwork));
+        SW_CUSOLVER(cusolverDnDgeqrf(g->solver, nrow, m, g->qr, nrow, g->tau, g->qwork, g->lqwork,
+                                     g->info));
         int info = 0;
-        ZF_CU(cudaMemcpyAsync(&info, g->info, sizeof(int), cudaMemcpyDeviceToHost, g->stream));
-        ZF_CU(cudaStreamSynchronize(g->stream));
+        SW_CU(cudaMemcpyAsync(&info, g->info, sizeof(int), cudaMemcpyDeviceToHost, g->stream));
+        SW_CU(cudaStreamSynchronize(g->stream));
         if (info != 0)
             return sw_fail(plan->ctx, SW_EINTERNAL, "zernike fit: cusolverDnDgeqrf info %d", info);
     }
-    ZF_CU(cudaStreamSynchronize(g->stream));
+    SW_CU(cudaStreamSynchronize(g->stream));
     return SW_OK;
 }
 
@@ -247,17 +224,17 @@ extern "C" sw_status sw_zfit_gpu_run(sw_zfit_plan *plan, const float *slopes, co
     cudaStream_t st = g->stream;
     int32_t nrow = plan->nrow, m = plan->m, J = plan->J, n2 = 2 * plan->n, nl = plan->nl;
     int dev = memory == SW_MEM_DEVICE;
-    ZF_CU(cudaSetDevice(plan->ctx->device));
+    SW_CU(cudaSetDevice(plan->ctx->device));
 
     const float *d_slopes = slopes;
     const uint8_t *d_valid = valid;
     double *d_coef = coef, *d_res = residual;
     if (!dev) {
-        ZF_CU(cudaMemcpyAsync(g->slopes, slopes, (size_t)frames * n2 * sizeof(float),
+        SW_CU(cudaMemcpyAsync(g->slopes, slopes, (size_t)frames * n2 * sizeof(float),
                               cudaMemcpyHostToDevice, st));
         d_slopes = g->slopes;
         if (valid) {
-            ZF_CU(
+            SW_CU(
                 cudaMemcpyAsync(g->valid, valid, (size_t)frames * nl, cudaMemcpyHostToDevice, st));
             d_valid = g->valid;
         }
@@ -265,49 +242,50 @@ extern "C" sw_status sw_zfit_gpu_run(sw_zfit_plan *plan, const float *slopes, co
         d_res = residual ? g->res : NULL;
     }
 
-    ZF_CU(cudaMemsetAsync(g->flags, 0, (size_t)frames * sizeof(int), st));
+    SW_CU(cudaMemsetAsync(g->flags, 0, (size_t)frames * sizeof(int), st));
     dim3 grid((unsigned)((nrow + ZF_THREADS - 1) / ZF_THREADS), (unsigned)frames);
     zf_gather<<<grid, ZF_THREADS, 0, st>>>(d_slopes, d_valid, g->row_pos, g->row_l, g->row_w, nrow,
                                            n2, nl, g->S, g->B, g->flags);
-    ZF_CU(cudaGetLastError());
+    SW_CU(cudaGetLastError());
 
     const double one = 1.0, zero = 0.0;
     const double *C;
     int32_t ldc;
     if (plan->p.method == SW_ZFIT_PINV) {
         if (frames == 1)
-            ZF_BLAS(
+            SW_CUBLAS(
                 cublasDgemv(g->blas, CUBLAS_OP_N, m, nrow, &one, g->P, m, g->B, 1, &zero, g->C, 1));
         else
-            ZF_BLAS(cublasDgemm(g->blas, CUBLAS_OP_N, CUBLAS_OP_N, m, frames, nrow, &one, g->P, m,
-                                g->B, nrow, &zero, g->C, m));
+            SW_CUBLAS(cublasDgemm(g->blas, CUBLAS_OP_N, CUBLAS_OP_N, m, frames, nrow, &one, g->P, m,
+                                  g->B, nrow, &zero, g->C, m));
         C = g->C;
         ldc = m;
     } else {
-        ZF_SOLVER(cusolverDnDormqr(g->solver, CUBLAS_SIDE_LEFT, CUBLAS_OP_T, nrow, frames, m, g->qr,
-                                   nrow, g->tau, g->B, nrow, g->qwork, g->lqwork, g->info));
-        ZF_BLAS(cublasDtrsm(g->blas, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_UPPER, CUBLAS_OP_N,
-                            CUBLAS_DIAG_NON_UNIT, m, frames, &one, g->qr, nrow, g->B, nrow));
+        SW_CUSOLVER(cusolverDnDormqr(g->solver, CUBLAS_SIDE_LEFT, CUBLAS_OP_T, nrow, frames, m,
+                                     g->qr, nrow, g->tau, g->B, nrow, g->qwork, g->lqwork,
+                                     g->info));
+        SW_CUBLAS(cublasDtrsm(g->blas, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_UPPER, CUBLAS_OP_N,
+                              CUBLAS_DIAG_NON_UNIT, m, frames, &one, g->qr, nrow, g->B, nrow));
         C = g->B;
         ldc = nrow;
     }
     if (residual) {
-        ZF_CU(cudaMemsetAsync(g->acc, 0, (size_t)frames * sizeof(double), st));
+        SW_CU(cudaMemsetAsync(g->acc, 0, (size_t)frames * sizeof(double), st));
         zf_residual<<<grid, ZF_THREADS, 0, st>>>(g->Dc, C, ldc, g->S, nrow, m, g->acc);
-        ZF_CU(cudaGetLastError());
+        SW_CU(cudaGetLastError());
     }
     zf_finish<<<frames, 128, 0, st>>>(C, ldc, J, g->acc, nrow, d_coef, d_res);
-    ZF_CU(cudaGetLastError());
+    SW_CU(cudaGetLastError());
     if (!dev) {
-        ZF_CU(cudaMemcpyAsync(coef, g->coef, (size_t)frames * J * sizeof(double),
+        SW_CU(cudaMemcpyAsync(coef, g->coef, (size_t)frames * J * sizeof(double),
                               cudaMemcpyDeviceToHost, st));
         if (residual)
-            ZF_CU(cudaMemcpyAsync(residual, g->res, (size_t)frames * sizeof(double),
+            SW_CU(cudaMemcpyAsync(residual, g->res, (size_t)frames * sizeof(double),
                                   cudaMemcpyDeviceToHost, st));
     }
-    ZF_CU(cudaMemcpyAsync(g->flags_h, g->flags, (size_t)frames * sizeof(int),
+    SW_CU(cudaMemcpyAsync(g->flags_h, g->flags, (size_t)frames * sizeof(int),
                           cudaMemcpyDeviceToHost, st));
-    ZF_CU(cudaStreamSynchronize(st));
+    SW_CU(cudaStreamSynchronize(st));
 
     /* frames with invalid lenslets: on the host, on their own reduced systems */
     for (int32_t f = 0; f < frames; f++) {
@@ -318,19 +296,19 @@ extern "C" sw_status sw_zfit_gpu_run(sw_zfit_plan *plan, const float *slopes, co
                                coef + (size_t)f * J, residual ? residual + f : NULL);
             continue;
         }
-        ZF_CU(cudaMemcpyAsync(g->hs, slopes + (size_t)f * n2, (size_t)n2 * sizeof(float),
+        SW_CU(cudaMemcpyAsync(g->hs, slopes + (size_t)f * n2, (size_t)n2 * sizeof(float),
                               cudaMemcpyDeviceToHost, st));
         if (valid)
-            ZF_CU(cudaMemcpyAsync(g->hv, valid + (size_t)f * nl, (size_t)nl, cudaMemcpyDeviceToHost,
+            SW_CU(cudaMemcpyAsync(g->hv, valid + (size_t)f * nl, (size_t)nl, cudaMemcpyDeviceToHost,
                                   st));
-        ZF_CU(cudaStreamSynchronize(st));
+        SW_CU(cudaStreamSynchronize(st));
         sw_zfit_host_frame(plan, g->hs, valid ? g->hv : NULL, g->hc, g->hc + J);
-        ZF_CU(cudaMemcpyAsync(coef + (size_t)f * J, g->hc, (size_t)J * sizeof(double),
+        SW_CU(cudaMemcpyAsync(coef + (size_t)f * J, g->hc, (size_t)J * sizeof(double),
                               cudaMemcpyHostToDevice, st));
         if (residual)
-            ZF_CU(cudaMemcpyAsync(residual + f, g->hc + J, sizeof(double), cudaMemcpyHostToDevice,
+            SW_CU(cudaMemcpyAsync(residual + f, g->hc + J, sizeof(double), cudaMemcpyHostToDevice,
                                   st));
-        ZF_CU(cudaStreamSynchronize(st));
+        SW_CU(cudaStreamSynchronize(st));
     }
     return SW_OK;
 }

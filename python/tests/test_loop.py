@@ -1,0 +1,233 @@
+"""spotwave.loop: the simulator against `spotwave loop --json` on the same configuration and
+seed (the same numbers but the timings), the mirror, the projection, the calibration through a
+Python callable, the controllers and the real-time chain against the stages they chain; bad
+input."""
+
+import json
+
+import numpy as np
+import pytest
+
+import spotwave
+
+L = spotwave.loop
+
+
+@pytest.fixture(scope="module")
+def one():
+    """A one-thread CPU context: the loop's many small OpenMP / BLAS calls run fastest alone on
+    a busy machine, and the command runs with --threads 1 to match."""
+    return spotwave.Context("cpu", threads=1)
+
+
+SMALL = dict(model="geometric", samples=4, frames=12, warmup=2)
+TIMINGS = {"create_s", "run_s", "frames_per_s"}
+
+
+@pytest.mark.parametrize("config", [
+    dict(nx=4, recon="mvm", cm_condition=20),
+    dict(nx=6, recon="dsabre-local", partitions=2, controller="leaky", leak=0.05, delay=1),
+    dict(nx=6, recon="dsabre-global", partitions=2, influence="bezier", coupling=0.25),
+    dict(nx=5, recon="sabre", magnitude=9, read_noise_e=1, controller="pi", gain=0.4, seed=7),
+])
+def test_simulate_is_the_commands(cli, one, config):
+    cfg = dict(SMALL, **config)
+    args = ["--threads", 1, "loop", "--json"]
+    for k, v in cfg.items():
+        args += ["--set", f"{k}={v}"]
+    report = json.loads(cli(*args).stdout)
+    summary = L.simulate(ctx=one, **cfg)
+    assert list(summary) == list(report)
+    for k in report:
+        if k not in TIMINGS:
+            assert summary[k] == report[k], k
+    assert summary["residual_nm_mean"] < summary["turbulence_nm_mean"]  # the loop corrects
+    assert (summary["modes"] is None) == (cfg["recon"] != "mvm")
+
+
+def test_open_loop_and_steps(cli, one):
+    cfg = dict(SMALL, nx=6, recon="dsabre-local", partitions=2)
+    report = json.loads(cli("--threads", 1, "loop", "--json", "--open-loop",
+                            *[f"--set={k}={v}" for k, v in cfg.items()]).stdout)
+    summary = L.simulate(open_loop=True, ctx=one, **cfg)
+    assert summary["config"]["gain"] == 0 and summary["open_loop"] is True
+    assert {k: v for k, v in summary.items() if k not in TIMINGS} == \
+        {k: v for k, v in report.items() if k not in TIMINGS}
+    # Open loop: the residual is the turbulence.
+    assert summary["residual_nm_mean"] == pytest.approx(summary["turbulence_nm_mean"], rel=1e-6)
+    # Frame by frame is the same as a run, and the table is the command's --report.
+    a = L.Simulator(ctx=one, **cfg)
+    b = L.Simulator(ctx=one, **cfg)
+    table = a.run()
+    rows = [b.step() for _ in range(cfg["frames"])]
+    assert list(table.dtype.names) == ["frame", "turbulence_nm", "residual_nm", "strehl",
+                                       "marechal", "command_rms_um", "long_strehl"]
+    assert [r["residual_nm"] for r in rows] == list(table["residual_nm"])
+    assert np.array_equal(table["frame"], np.arange(1, cfg["frames"] + 1))
+    assert np.isnan(table["long_strehl"][:cfg["warmup"]]).all()
+    m = a.maps()
+    assert m["turbulence"].shape == (24, 24)
+    assert np.nanmax(np.abs(m["residual"] - (m["turbulence"] - m["correction"]))) < 1e-5
+    assert a.fitting_error() > 0
+
+
+def test_mirror_and_projection(one):
+    dm = L.DM((6, 6), coupling=0.3)
+    assert dm.nact == 49
+    assert np.allclose(dm.profile([0, 1, 2, -1]), [1, 0.3, 0.3 ** 4, 0.3])
+    bz = L.DM((6, 6), influence="bezier", coupling=0.3)
+    assert np.allclose(bz.profile([0, 1, 2, 3]), [1, 0.3, 0, 0])
+    # One poke: the surface is the separable profile around the actuator.
+    shaper = dm.shaper(samples=4, ctx=one)
+    g = shaper.grid
+    u = np.zeros(dm.nact, np.float32)
+    u[24] = 1.0
+    s = shaper(u)
+    xs = g["x0"] + np.arange(g["width"]) * g["step"]
+    ys = g["y0"] + np.arange(g["height"]) * g["step"]
+    ax, ay = dm.positions()
+    assert (ax.ravel()[24], ay.ravel()[24]) == (2.5, 2.5)
+    assert np.allclose(s, np.outer(dm.profile(ys - 2.5), dm.profile(xs - 2.5)), atol=1e-6)
+    # Projection: the spline through a smooth mirror shape gives back its commands.
+    yy, xx = np.mgrid[0:7, 0:7] - 3.0
+    u = (0.3 * xx ** 2 / 9 + 0.2 * xx * yy / 9 - 0.1 * yy).astype(np.float32).ravel()
+    lat = spotwave.sabre.Lattice(5, 5)
+    _, _, _, x, y = lat.positions()
+    c = sum(u[a] * dm.profile(x - ax.ravel()[a]) * dm.profile(y - ay.ravel()[a])
+            for a in range(dm.nact)).astype(np.float32)
+    P = L.Projector(dm, lat, ctx=one)
+    assert P.shape == (49, lat.nvalues) and P.matrix.shape == P.shape
+    assert np.abs(P(c) - u).max() < 0.1 * np.abs(u).max()
+    assert np.allclose(P(c), P.matrix @ c, atol=1e-5)
+    w = L.Projector.window(dm, 4, ctx=one)
+    assert w.shape == (16, 41)
+
+
+def test_calibration_through_a_callable(one):
+    rng = np.random.default_rng(3)
+    D0 = rng.normal(size=(30, 12)).astype(np.float32)
+    calls = []
+
+    def measure(u):
+        calls.append(u.copy())
+        return D0 @ u
+
+    D = L.interaction_matrix(measure, 12, 30, amp=0.5)
+    assert D.shape == (30, 12) and len(calls) == 24
+    assert calls[0][0] == 0.5 and calls[1][0] == -0.5 and np.count_nonzero(calls[0]) == 1
+    assert np.allclose(D, D0, atol=1e-5)
+    cm = L.control_matrix(D, ctx=one)
+    assert cm.cm.shape == (12, 30) and cm.kept == 12 and cm.modes.shape == (12, 12)
+    assert np.all(np.diff(cm.singular) <= 0)
+    assert np.allclose(cm.cm @ D0, np.eye(12), atol=1e-4)
+    few = L.control_matrix(D, max_modes=5, ctx=one)
+    assert few.kept == 5 and np.allclose(few.modes.T @ few.modes, np.eye(5), atol=1e-5)
+
+    def broken(u):
+        raise KeyError("the camera is off")
+
+    with pytest.raises(KeyError, match="the camera is off"):
+        L.interaction_matrix(broken, 12, 30)
+    with pytest.raises(ValueError, match="measure: returned 29 slopes, expected 30"):
+        L.interaction_matrix(lambda u: np.zeros(29), 12, 30)
+    with pytest.raises(spotwave.InvalidArgumentError, match="amplitude"):
+        L.interaction_matrix(measure, 12, 30, amp=0.0)
+
+
+def test_controllers(one):
+    r = np.array([1.0, -2.0, 0.5], np.float32)
+    c = L.Controller(3, gain=0.5, ctx=one)
+    assert np.array_equal(c.step(r), 0.5 * r)
+    assert np.array_equal(c.step(r), r)
+    c.reset()
+    assert np.array_equal(c.step(r), 0.5 * r)
+    k = L.Controller(3, "leaky", gain=1.0, leak=0.5, clip=1.5, ctx=one)
+    k.step(r)
+    assert np.allclose(k.step(r), np.clip(1.5 * r, -1.5, 1.5))
+    B = np.eye(3, 2, dtype=np.float32)
+    p = L.Controller(3, "pi", modes=B, kp=[1.0, 0.0], ki=[0.5, 0.5], ctx=one)
+    assert np.allclose(p.step(r), [1.5, -1.0, 0.0])
+    before = p.step(r).copy()
+    with pytest.raises(spotwave.RangeError):
+        p.step(np.array([np.nan, 0, 0], np.float32))
+    assert np.allclose(p.step(r), before + [0.5, -1.0, 0.0])  # the state was not changed
+    with pytest.raises(TypeError, match="apply to the 'pi' controller only"):
+        L.Controller(3, kp=[1.0, 2.0, 3.0], ctx=one)
+    with pytest.raises(ValueError, match="controller: 'pid'"):
+        L.Controller(3, "pid", ctx=one)
+
+
+@pytest.fixture(scope="module")
+def frame(one):
+    z = np.zeros(10)
+    z[4], z[5], z[7] = 0.2, 0.1, -0.05
+    img, _ = spotwave.sim.sh(grid=(8, 8), pitch=12, zernike=z, noise="none", bits=16, ctx=one)
+    return img
+
+
+def test_rtc_is_the_stages_it_chains(one, frame):
+    shape, grid = frame.shape, (8, 8)
+    plan = spotwave.CentroidPlan(shape, frame.dtype, pitch=12, grid=grid, ctx=one)
+    s = plan(frame).slopes[0].ravel()
+    nact = 81
+    rng = np.random.default_rng(5)
+    cm = (rng.normal(size=(nact, s.size)) * 0.01).astype(np.float32)
+    rtc = L.RTC(shape, frame.dtype, pitch=12, grid=grid, cm=cm, gain=0.5, telemetry=4,
+                ctx=one)
+    assert (rtc.nact, rtc.nslopes) == (81, 64)
+    keep = frame.copy()
+    slopes = np.empty(128, np.float32)
+    u = rtc(frame, slopes=slopes)
+    assert u is rtc.commands and np.array_equal(frame, keep)
+    assert np.array_equal(slopes, s)
+    assert np.allclose(u, 0.5 * (cm @ s), atol=1e-5)
+    out = np.empty(81, np.float32)
+    assert rtc(frame, out=out) is out and np.allclose(out, cm @ s, atol=1e-5)
+    n, ts, tc = rtc.telemetry()
+    assert n == 2 and np.array_equal(ts, s) and np.array_equal(tc, out)
+    rtc.reset()
+    assert np.allclose(rtc(frame), 0.5 * (cm @ s), atol=1e-5)
+    assert rtc.last_us > 0
+    # D-SABRE with the spline at the Fried corners: the sabre plan on the slopes in radians.
+    srt = L.RTC(shape, frame.dtype, pitch=12, grid=grid, recon="sabre",
+                sabre=dict(partitions=2, pitch=66.0), gain=1.0, ctx=one)
+    scale = 5.5 / 3500.0
+    sp = spotwave.sabre.SabrePlan(grid, pitch=66.0, partitions=2, ctx=one)
+    ref = sp((s * np.float32(scale)).astype(np.float32)).actuators.ravel()
+    assert np.allclose(srt(frame), ref, atol=1e-4 * np.abs(ref).max())
+    # ... and with the distributed projection made from a mirror.
+    loc = L.RTC(shape, frame.dtype, pitch=12, grid=grid, recon="sabre",
+                sabre=dict(partitions=2, pitch=66.0), projection="local", dm=L.DM(grid),
+                ctx=one)
+    assert np.isfinite(loc(frame)).all()
+
+
+def test_bad_input(one, frame):
+    with pytest.raises(TypeError, match="loop: unexpected keyword argument 'gian'"):
+        L.Simulator(gian=0.3, ctx=one)
+    with pytest.raises(ValueError, match=r"gain: -1.0 is not a number >= 0"):
+        L.Simulator(gain=-1, ctx=one)
+    with pytest.raises(ValueError, match="recon: 'lsq' is not"):
+        L.Simulator(recon="lsq", ctx=one)
+    with pytest.raises(ValueError, match="frames .5. must be more than warmup .20."):
+        L.simulate(frames=5, ctx=one)
+    with pytest.raises(ValueError, match="nx: 1 is not a whole number in 2..1024"):
+        L.Simulator(nx=1, ctx=one)
+    with pytest.raises(spotwave.InvalidArgumentError) as e:
+        L.Simulator(nx=6, partitions=3, recon="dsabre-local", **SMALL, ctx=one)
+    assert "partitions" in str(e.value) or "power of two" in str(e.value)
+    cm = np.zeros((81, 128), np.float32)
+    with pytest.raises(ValueError, match="cm: 8100 elements, the chain needs nact x 2 "
+                                         "nslopes = 81 x 128"):
+        L.RTC(frame.shape, frame.dtype, pitch=12, grid=(8, 8), cm=cm[:, :100], ctx=one)
+    rtc = L.RTC(frame.shape, frame.dtype, pitch=12, grid=(8, 8), cm=cm, ctx=one)
+    with pytest.raises(ValueError, match="the chain was made for u16 frames of 96 x 96"):
+        rtc(frame[:48])
+    with pytest.raises(TypeError, match="frame: uint32 pixels are not taken here"):
+        rtc(frame.astype(np.uint32))
+    with pytest.raises(TypeError, match="recon='mvm' needs cm"):
+        L.RTC(frame.shape, frame.dtype, pitch=12, grid=(8, 8), ctx=one)
+    with pytest.raises(spotwave.InvalidArgumentError):
+        L.DM((6, 6), coupling=1.5)
+    with pytest.raises(ValueError, match="influence: 'cubic'"):
+        L.DM((6, 6), influence="cubic")
