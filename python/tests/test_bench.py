@@ -1,6 +1,7 @@
 """python -m spotwave.bench: a smoke run (--quick, CPU) that must give its rows, and the C-side
 timing loops (python/src/bench.cpp) checked to run the same plans as the Python calls."""
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -37,6 +38,10 @@ def test_quick_run_gives_every_row():
         eq = by[("find", "256x256 u16", "SciPy box-filter dispersion (host)")]
         assert eq["strong_px"] == eq["strong_px_spotwave"] > 0  # the same threshold
     assert by[("centroid", "w100 d29", "NumPy reshape-and-sum (host)")]["max_diff_px"] < 1e-3
+    if importlib.util.find_spec("spotwave.loop") is not None:  # the real-time chain's bindings
+        c = by[("rtc", "8x8 mvm-fp32", "C (host)")]
+        assert c["nact"] == 81 and c["slopes"] == 128
+        assert "overhead_us" in by[("rtc", "8x8 mvm-fp32", "Python (host)")]
 
 
 def test_bad_arguments_exit_2():
