@@ -68,6 +68,44 @@ sw_status sw_fits_write(sw_context *ctx, const char *path, const sw_image *frame
 
 void sw_frames_free(sw_frames *f); /* frees every frame and the array; NULL is ignored */
 
+/*
+ * Header keywords for sw_fits_write_keys: one card each, written in the order given after the
+ * mandatory keywords and CREATOR. Units of a value go at the start of its comment in square
+ * brackets ("[um] lenslet pitch"), as the FITS standard (4.0, section 4.3.2) recommends.
+ */
+typedef enum sw_fits_key_type {
+    SW_FITS_KEY_STRING = 0,  /* str; longer than 68 characters: the CONTINUE long-string convention
+                                (LONGSTRN = 'OGIP 1.0' is written once)                           */
+    SW_FITS_KEY_DOUBLE = 1,  /* num, finite; written with the fewest significant digits (at most
+                                17) that read back as the same double                            */
+    SW_FITS_KEY_LONG = 2,    /* integer                                                           */
+    SW_FITS_KEY_BOOL = 3,    /* integer: 0 is F, anything else T                                  */
+    SW_FITS_KEY_HISTORY = 4, /* str as HISTORY text (name and comment unused); text longer than a
+                                card continues on further HISTORY cards                           */
+    SW_FITS_KEY_COMMENT = 5  /* str as COMMENT text, the same way                                 */
+} sw_fits_key_type;
+
+typedef struct sw_fits_key {
+    const char *name; /* 1..8 characters of A-Z 0-9 - _; 9..60 printable characters (no '=') are
+                         written as "HIERARCH name = value" (ESO's convention). Structural and
+                         writer-owned names are refused: SIMPLE, BITPIX, NAXIS, NAXISn, EXTEND,
+                         BZERO, BSCALE, BLANK, XTENSION, PCOUNT, GCOUNT, GROUPS, END, CREATOR,
+                         LONGSTRN, CONTINUE, HISTORY, COMMENT; so is a name given twice        */
+    sw_fits_key_type type;
+    const char *str;     /* STRING value, HISTORY / COMMENT text: printable ASCII, not NULL      */
+    double num;          /* DOUBLE value                                                          */
+    long long integer;   /* LONG value, BOOL value                                                */
+    const char *comment; /* printable ASCII or NULL (none); cut to what fits on the card         */
+} sw_fits_key;
+
+/*
+ * sw_fits_write with header keywords (keys may be NULL when nkeys is 0). Every key is checked
+ * before anything is written: a bad name, type, a value that is not printable ASCII or a double
+ * that is not finite is SW_EINVAL naming the key.
+ */
+sw_status sw_fits_write_keys(sw_context *ctx, const char *path, const sw_image *frames,
+                             int32_t count, const sw_fits_key *keys, int32_t nkeys);
+
 /* ------------------------------------------------------------------ PGM (P5, binary) */
 
 /* Reads an 8-bit (maxval <= 255 -> SW_PIX_U8) or 16-bit (maxval <= 65535 -> SW_PIX_U16,

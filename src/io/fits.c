@@ -800,7 +800,150 @@ void sw_frames_free(sw_frames *f)
 
 /* ------------------------------------------------------------------ writing */
 
+/* 1 when every byte of s is printable ASCII (the only characters a header card may hold). */
+static int printable_ascii(const char *s)
+{
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        if (*p < 0x20 || *p > 0x7E)
+            return 0;
+    return 1;
+}
+
+/* Names the writer sets itself or that give a header its structure. */
+static int reserved_name(const char *n)
+{
+    static const char *const reserved[] = {"SIMPLE",  "BITPIX",  "NAXIS",    "EXTEND",   "BZERO",
+                                           "BSCALE",  "BLANK",   "XTENSION", "PCOUNT",   "GCOUNT",
+                                           "GROUPS",  "END",     "CREATOR",  "LONGSTRN", "CONTINUE",
+                                           "HISTORY", "COMMENT", "HIERARCH"};
+    for (size_t i = 0; i < sizeof reserved / sizeof reserved[0]; i++)
+        if (strcmp(n, reserved[i]) == 0)
+            return 1;
+    if (strncmp(n, "NAXIS", 5) == 0 && n[5] >= '1' && n[5] <= '9') {
+        const char *p = n + 5;
+        while (*p >= '0' && *p <= '9')
+            p++;
+        return *p == '\0';
+    }
+    return 0;
+}
+
+/* Checks the keys given to sw_fits_write_keys; sets *long_strings when a string needs the
+ * CONTINUE convention. */
+static sw_status check_keys(sw_context *ctx, const char *path, const sw_fits_key *keys,
+                            int32_t nkeys, int *long_strings)
+{
+    *long_strings = 0;
+    if (nkeys < 0 || (nkeys > 0 && !keys))
+        return sw_fail(ctx, SW_EINVAL, "%s: %d header keys given at %p", path, (int)nkeys,
+                       (const void *)keys);
+    for (int32_t i = 0; i < nkeys; i++) {
+        const sw_fits_key *k = &keys[i];
+        if (k->type == SW_FITS_KEY_HISTORY || k->type == SW_FITS_KEY_COMMENT) {
+            if (!k->str || !printable_ascii(k->str))
+                return sw_fail(ctx, SW_EINVAL,
+                               "%s: header key %d: %s text that is %s (printable ASCII only)", path,
+                               (int)i, k->type == SW_FITS_KEY_HISTORY ? "HISTORY" : "COMMENT",
+                               k->str ? "not printable ASCII" : "NULL");
+            continue;
+        }
+        if (!k->name)
+            return sw_fail(ctx, SW_EINVAL, "%s: header key %d has no name", path, (int)i);
+        size_t len = strlen(k->name);
+        int ok = len >= 1 && len <= 60 && printable_ascii(k->name) && !strchr(k->name, '=');
+        if (ok && len <= 8)
+            for (size_t c = 0; c < len && ok; c++) {
+                char ch = k->name[c];
+                ok = (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '-' || ch == '_';
+            }
+        if (ok && len > 8)
+            ok = k->name[0] != ' ' && k->name[len - 1] != ' ';
+        if (!ok)
+            return sw_fail(ctx, SW_EINVAL,
+                           "%s: header key name '%s' is not 1..8 characters of A-Z 0-9 - _ (or "
+                           "9..60 printable characters without '=', written as HIERARCH)",
+                           path, printable_ascii(k->name) ? k->name : "?");
+        if (reserved_name(k->name))
+            return sw_fail(ctx, SW_EINVAL,
+                           "%s: header key %s is written by sw_fits_write_keys itself or shapes "
+                           "the file; it cannot be given",
+                           path, k->name);
+        for (int32_t j = 0; j < i; j++)
+            if (keys[j].type != SW_FITS_KEY_HISTORY && keys[j].type != SW_FITS_KEY_COMMENT &&
+                strcmp(keys[j].name, k->name) == 0)
+                return sw_fail(ctx, SW_EINVAL, "%s: header key %s is given twice", path, k->name);
+        if (k->comment && !printable_ascii(k->comment))
+            return sw_fail(ctx, SW_EINVAL,
+                           "%s: the comment of header key %s is not printable ASCII", path,
+                           k->name);
+        switch (k->type) {
+        case SW_FITS_KEY_STRING:
+            if (!k->str || !printable_ascii(k->str))
+                return sw_fail(ctx, SW_EINVAL,
+                               "%s: the value of header key %s is %s (printable ASCII only)", path,
+                               k->name, k->str ? "not printable ASCII" : "NULL");
+            if (strlen(k->str) > 68)
+                *long_strings = 1;
+            break;
+        case SW_FITS_KEY_DOUBLE:
+            if (!isfinite(k->num))
+                return sw_fail(ctx, SW_EINVAL,
+                               "%s: header key %s has the value %g: a header holds finite numbers "
+                               "only",
+                               path, k->name, k->num);
+            break;
+        case SW_FITS_KEY_LONG:
+        case SW_FITS_KEY_BOOL: break;
+        default:
+            return sw_fail(ctx, SW_EINVAL, "%s: header key %s has the unknown type %d", path,
+                           k->name, (int)k->type);
+        }
+    }
+    return SW_OK;
+}
+
+/* The fewest significant digits (1..17) with which v prints and reads back as itself. */
+static int round_trip_digits(double v)
+{
+    char buf[40];
+    for (int p = 1; p < 17; p++) {
+        snprintf(buf, sizeof buf, "%.*G", p, v);
+        if (strtod(buf, NULL) == v)
+            return p;
+    }
+    return 17;
+}
+
+/* Writes the keys (checked) to the open file: cfitsio's status. */
+static int write_keys(fitsfile *fp, const sw_fits_key *keys, int32_t nkeys, int long_strings,
+                      int *status)
+{
+    if (long_strings && fits_write_key_longwarn(fp, status))
+        return *status;
+    for (int32_t i = 0; i < nkeys && !*status; i++) {
+        const sw_fits_key *k = &keys[i];
+        const char *com = k->comment;
+        switch (k->type) {
+        case SW_FITS_KEY_STRING: fits_write_key_longstr(fp, k->name, k->str, com, status); break;
+        case SW_FITS_KEY_DOUBLE:
+            fits_write_key_dbl(fp, k->name, k->num, -round_trip_digits(k->num), com, status);
+            break;
+        case SW_FITS_KEY_LONG: fits_write_key_lng(fp, k->name, k->integer, com, status); break;
+        case SW_FITS_KEY_BOOL: fits_write_key_log(fp, k->name, k->integer != 0, com, status); break;
+        case SW_FITS_KEY_HISTORY: fits_write_history(fp, k->str, status); break;
+        case SW_FITS_KEY_COMMENT: fits_write_comment(fp, k->str, status); break;
+        }
+    }
+    return *status;
+}
+
 sw_status sw_fits_write(sw_context *ctx, const char *path, const sw_image *frames, int32_t count)
+{
+    return sw_fits_write_keys(ctx, path, frames, count, NULL, 0);
+}
+
+sw_status sw_fits_write_keys(sw_context *ctx, const char *path, const sw_image *frames,
+                             int32_t count, const sw_fits_key *keys, int32_t nkeys)
 {
     sw_status st = check_path(ctx, "sw_fits_write", path);
     if (st != SW_OK)
@@ -842,6 +985,10 @@ sw_status sw_fits_write(sw_context *ctx, const char *path, const sw_image *frame
         break;
     default: return sw_fail(ctx, SW_EINVAL, "%s: unknown pixel type %d", path, (int)frames[0].type);
     }
+    int long_strings = 0;
+    st = check_keys(ctx, path, keys, nkeys, &long_strings);
+    if (st != SW_OK)
+        return st;
 
     char *tmp;
     int fd;
@@ -866,6 +1013,8 @@ sw_status sw_fits_write(sw_context *ctx, const char *path, const sw_image *frame
     char creator[64];
     snprintf(creator, sizeof creator, "spotwave %s", sw_version());
     if (fits_write_key(fp, TSTRING, "CREATOR", creator, "software that wrote this file", &status))
+        goto fail;
+    if (write_keys(fp, keys, nkeys, long_strings, &status))
         goto fail;
     what = "cannot write the pixel data";
     for (int32_t k = 0; k < count; k++) {

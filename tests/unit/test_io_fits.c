@@ -492,6 +492,155 @@ static void cfitsio_compressed_refused(void **state)
     assert_failed_frames(sw_fits_read(NULL, path, &fr), SW_EUNSUPPORTED, &fr, "compressed");
 }
 
+/* ------------------------------------------------------------------ header keywords */
+
+/* The text of every HISTORY card of the open HDU, each card's text with its trailing blanks
+ * removed, concatenated. */
+static void history_text(fitsfile *fp, char *out, size_t cap)
+{
+    int status = 0, nkeys = 0;
+    fits_get_hdrspace(fp, &nkeys, NULL, &status);
+    assert_int_equal(status, 0);
+    out[0] = '\0';
+    for (int i = 1; i <= nkeys; i++) {
+        char card[FLEN_CARD];
+        fits_read_record(fp, i, card, &status);
+        assert_int_equal(status, 0);
+        if (strncmp(card, "HISTORY ", 8) != 0)
+            continue;
+        size_t n = strlen(card);
+        while (n > 8 && card[n - 1] == ' ')
+            n--;
+        size_t have = strlen(out);
+        assert_true(have + n - 8 < cap);
+        memcpy(out + have, card + 8, n - 8);
+        out[have + n - 8] = '\0';
+    }
+}
+
+/* Every kind of key reads back through cfitsio as written; the pixels are untouched. */
+static void keys_read_back(void **state)
+{
+    (void)state;
+    sw_image img = sw_test_random_image(9, 7, SW_PIX_U16, 41);
+    char longstr[151], hist[301];
+    for (int i = 0; i < 150; i++)
+        longstr[i] = (char)('a' + i % 26);
+    longstr[150] = '\0';
+    for (int i = 0; i < 300; i++)
+        hist[i] = (char)('A' + i % 26);
+    hist[300] = '\0';
+    const double third = 1.0 / 3.0;
+    const sw_fits_key keys[] = {
+        {"BUNIT", SW_FITS_KEY_STRING, "adu", 0, 0, "pixel values"},
+        {"CDELT1", SW_FITS_KEY_DOUBLE, NULL, 0.1, 0, "[um] pixel pitch"},
+        {"THIRD", SW_FITS_KEY_DOUBLE, NULL, third, 0, NULL},
+        {"BIG", SW_FITS_KEY_DOUBLE, NULL, -6.02214076e23, 0, NULL},
+        {"SEED", SW_FITS_KEY_LONG, NULL, 0, 1152921504606846977LL, "random seed"},
+        {"NOISE", SW_FITS_KEY_BOOL, NULL, 0, 1, NULL},
+        {"FLAT", SW_FITS_KEY_BOOL, NULL, 0, 0, NULL},
+        {"QUOTED", SW_FITS_KEY_STRING, "it's", 0, 0, NULL},
+        {"LONGNAME", SW_FITS_KEY_STRING, longstr, 0, 0, "a long string"},
+        {"DETECTOR GAIN", SW_FITS_KEY_DOUBLE, NULL, 2.5, 0, "[electron/adu]"},
+        {NULL, SW_FITS_KEY_HISTORY, hist, 0, 0, NULL},
+        {NULL, SW_FITS_KEY_COMMENT, "made by a test", 0, 0, NULL},
+    };
+    const char *path = sw_test_path("keys.fits");
+    assert_int_equal(sw_fits_write_keys(NULL, path, &img, 1, keys, 12), SW_OK);
+
+    fitsfile *fp = NULL;
+    int status = 0;
+    fits_open_diskfile(&fp, path, READONLY, &status);
+    assert_int_equal(status, 0);
+    char s[FLEN_VALUE], com[FLEN_COMMENT];
+    fits_read_key(fp, TSTRING, "BUNIT", s, com, &status);
+    assert_int_equal(status, 0);
+    assert_string_equal(s, "adu");
+    assert_string_equal(com, "pixel values");
+    double d;
+    fits_read_key(fp, TDOUBLE, "CDELT1", &d, com, &status);
+    assert_true(d == 0.1);
+    assert_string_equal(com, "[um] pixel pitch");
+    fits_read_key(fp, TDOUBLE, "THIRD", &d, NULL, &status);
+    assert_true(d == third); /* 17 digits: the same double */
+    fits_read_key(fp, TDOUBLE, "BIG", &d, NULL, &status);
+    assert_true(d == -6.02214076e23);
+    LONGLONG ll;
+    fits_read_key(fp, TLONGLONG, "SEED", &ll, NULL, &status);
+    assert_true(ll == 1152921504606846977LL);
+    int b;
+    fits_read_key(fp, TLOGICAL, "NOISE", &b, NULL, &status);
+    assert_int_equal(b, 1);
+    fits_read_key(fp, TLOGICAL, "FLAT", &b, NULL, &status);
+    assert_int_equal(b, 0);
+    fits_read_key(fp, TSTRING, "QUOTED", s, NULL, &status);
+    assert_string_equal(s, "it's");
+    char *ls = NULL;
+    fits_read_key_longstr(fp, "LONGNAME", &ls, NULL, &status);
+    assert_int_equal(status, 0);
+    assert_string_equal(ls, longstr);
+    fits_free_memory(ls, &status);
+    fits_read_key(fp, TSTRING, "LONGSTRN", s, NULL, &status); /* the convention is announced */
+    fits_read_key(fp, TDOUBLE, "DETECTOR GAIN", &d, NULL, &status);
+    assert_true(d == 2.5);
+    fits_read_key(fp, TSTRING, "CREATOR", s, NULL, &status);
+    assert_int_equal(status, 0);
+    assert_non_null(strstr(s, "spotwave"));
+    char h[1024];
+    history_text(fp, h, sizeof h);
+    assert_string_equal(h, hist);
+    /* the HIERARCH card is spelled as the convention says */
+    char card[FLEN_CARD];
+    fits_read_card(fp, "DETECTOR GAIN", card, &status);
+    assert_int_equal(status, 0);
+    assert_true(strncmp(card, "HIERARCH DETECTOR GAIN = ", 25) == 0);
+    fits_close_file(fp, &status);
+    assert_int_equal(status, 0);
+
+    sw_image back = read_single(path, SW_PIX_U16);
+    assert_true(sw_image_equal(&img, &back));
+    sw_image_free(&back);
+    sw_image_free(&img);
+}
+
+/* Keys that cannot be written are refused before any file is made. */
+static void keys_refused(void **state)
+{
+    (void)state;
+    sw_image img = sw_test_random_image(4, 4, SW_PIX_F32, 42);
+    const char *path = sw_test_path("badkeys.fits");
+    const sw_fits_key bad[][2] = {
+        {{"bunit", SW_FITS_KEY_STRING, "adu", 0, 0, NULL}},      /* lower case */
+        {{"", SW_FITS_KEY_LONG, NULL, 0, 1, NULL}},              /* empty name */
+        {{"A=B", SW_FITS_KEY_LONG, NULL, 0, 1, NULL}},           /* '=' */
+        {{"NAXIS3", SW_FITS_KEY_LONG, NULL, 0, 1, NULL}},        /* structural */
+        {{"BZERO", SW_FITS_KEY_DOUBLE, NULL, 1.0, 0, NULL}},     /* structural */
+        {{"CREATOR", SW_FITS_KEY_STRING, "me", 0, 0, NULL}},     /* the writer's */
+        {{"R0", SW_FITS_KEY_DOUBLE, NULL, NAN, 0, NULL}},        /* not finite */
+        {{"R0", SW_FITS_KEY_DOUBLE, NULL, INFINITY, 0, NULL}},   /* not finite */
+        {{"UNIT", SW_FITS_KEY_STRING, "\xc2\xb5m", 0, 0, NULL}}, /* not ASCII */
+        {{"UNIT", SW_FITS_KEY_STRING, NULL, 0, 0, NULL}},        /* no value */
+        {{"UNIT", SW_FITS_KEY_STRING, "um", 0, 0, "tab\there"}}, /* comment */
+        {{NULL, SW_FITS_KEY_HISTORY, "line\n", 0, 0, NULL}},     /* control character */
+        {{"X", (sw_fits_key_type)99, NULL, 0, 0, NULL}},         /* unknown type */
+        {{"SEED", SW_FITS_KEY_LONG, NULL, 0, 1, NULL},           /* twice */
+         {"SEED", SW_FITS_KEY_LONG, NULL, 0, 2, NULL}},
+    };
+    const int nbad = (int)(sizeof bad / sizeof bad[0]);
+    for (int i = 0; i < nbad; i++) {
+        int n = bad[i][1].name ? 2 : 1;
+        assert_int_equal(sw_fits_write_keys(NULL, path, &img, 1, bad[i], n), SW_EINVAL);
+        assert_non_null(strstr(sw_context_error(NULL), "badkeys.fits"));
+        assert_false(sw_test_file_exists(path));
+    }
+    assert_int_equal(sw_fits_write_keys(NULL, path, &img, 1, NULL, 1), SW_EINVAL);
+    assert_int_equal(sw_fits_write_keys(NULL, path, &img, 1, bad[0], -1), SW_EINVAL);
+    /* no keys at all is sw_fits_write */
+    assert_int_equal(sw_fits_write_keys(NULL, path, &img, 1, NULL, 0), SW_OK);
+    assert_int_equal(sw_test_count_temp_files(), 0);
+    sw_image_free(&img);
+}
+
 /* ------------------------------------------------------------------ bad input */
 
 static void bad_truncated(void **state)
@@ -712,6 +861,8 @@ int main(void)
         cmocka_unit_test(cfitsio_64bit),
         cmocka_unit_test(cfitsio_extension),
         cmocka_unit_test(cfitsio_compressed_refused),
+        cmocka_unit_test(keys_read_back),
+        cmocka_unit_test(keys_refused),
         cmocka_unit_test(bad_truncated),
         cmocka_unit_test(bad_corrupt_header),
         cmocka_unit_test(bad_wrong_magic_empty_missing),
