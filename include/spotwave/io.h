@@ -8,7 +8,7 @@
  *   SW_EFORMAT       a truncated, corrupt, zero-sized or absurd file (dimensions beyond
  *                    SW_IMAGE_MAX_DIM / SW_IMAGE_MAX_PIXELS), or not the format at all
  *   SW_EIO           the file cannot be opened or read
- *   SW_EUNSUPPORTED  valid but not supported (FITS: tile-compressed images, random groups)
+ *   SW_EUNSUPPORTED  valid but not supported (FITS: random groups)
  *   SW_ERANGE        pixel values that do not fit the type they are read as (FITS: BITPIX -64
  *                    values beyond the range of float)
  *   SW_ENOMEM        out of memory
@@ -44,9 +44,16 @@ extern "C" {
  * Read as SW_PIX_F32, integer pixels equal to the BLANK keyword become NaN; NaN in float data
  * stays NaN. Values are returned as stored (no flips): FITS pixel (1, 1) is spotwave (0, 0).
  * Before cfitsio sees the file, the headers up to the image are checked (printable ASCII cards,
- * mandatory keywords, data present and padded to whole 2880-byte blocks). Tile-compressed images
- * (fpack) and random groups are SW_EUNSUPPORTED; gzip-compressed files are SW_EFORMAT with a hint.
- * NAXIS other than 2 or 3, or any NAXISn = 0 in the image read, is SW_EFORMAT.
+ * mandatory keywords, data present and padded to whole 2880-byte blocks). Random groups are
+ * SW_EUNSUPPORTED. NAXIS other than 2 or 3, or any NAXISn = 0 in the image read, is SW_EFORMAT.
+ * Compressed files are read too (told apart by their contents, not their names):
+ *   gzip (.fits.gz, .fit.gz; RFC 1952, one member or several concatenated): inflated into memory
+ *        first (the whole file: a reader of a large .gz needs its uncompressed size in memory),
+ *        then read as any file; corrupt or truncated gzip data is SW_EFORMAT.
+ *   tile-compressed images (fpack, .fz; the FITS standard 4.0 section 10: an image stored as a
+ *        BINTABLE with ZIMAGE = T, Rice, GZIP, HCOMPRESS or PLIO tiles) are read through cfitsio,
+ *        tile by tile, as the first image when the HDUs before them hold none; ZBITPIX and ZNAXISn
+ *        are the image's BITPIX and NAXISn above. Lossless compression reads back bit-identical.
  */
 typedef struct sw_frames {
     int32_t count;    /* number of frames */

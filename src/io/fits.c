@@ -8,7 +8,9 @@
  * messages and keeps cfitsio away from input it was never meant to parse (it is then only asked
  * to read headers that passed the scan). Files are opened with fits_open_diskfile /
  * fits_create_diskfile so that cfitsio's extended file-name syntax ("file.fits[1]", "!file")
- * plays no part.
+ * plays no part. gzip files are inflated here (zlib) and read from memory after the same scan;
+ * tile-compressed images (ZIMAGE = T tables) are scanned by their ZBITPIX / ZNAXISn and their
+ * tiles decompressed by cfitsio, which presents them as images.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -18,6 +20,7 @@
 #include <float.h>
 #include <limits.h>
 #include <math.h>
+#include <zlib.h>
 
 #define FITS_BLOCK             2880
 #define FITS_CARD              80
@@ -30,6 +33,7 @@ typedef struct fits_input {
     const char *name;         /* for messages */
     const char *path;         /* disk file, or NULL for memory */
     const unsigned char *buf; /* memory input */
+    unsigned char *owned;     /* buf when it is ours (decompressed gzip data), freed at the end */
     FILE *f;                  /* disk input during the scan */
     unsigned long long size;  /* bytes in the file or buffer */
 } fits_input;
@@ -40,6 +44,7 @@ typedef struct fits_target {
     int bitpix;
     int naxis;
     long long naxes[3];
+    int compressed; /* a tile-compressed image (a BINTABLE with ZIMAGE = T) */
 } fits_target;
 
 static int input_read(fits_input *in, unsigned long long off, void *dst, size_t n)
@@ -65,6 +70,11 @@ typedef struct hdr_values {
     int groups; /* GROUPS = T */
     int zimage; /* ZIMAGE = T */
     char xtension[72];
+    /* a tile-compressed image's own geometry (ZBITPIX, ZNAXIS, ZNAXISn for n <= 3) */
+    int has_zbitpix, has_znaxis;
+    long long zbitpix, znaxis;
+    long long znaxes[4];
+    unsigned char has_znaxes[4];
 } hdr_values;
 
 /* Parses an integer value field (columns 11-80 of a card). 0 when it is not a plain integer. */
@@ -191,8 +201,8 @@ static sw_status scan_header(sw_context *ctx, fits_input *in, int hdu, unsigned 
                     if (hdu == 1 && cardno == 1 && b == 0) {
                         if ((unsigned char)block[0] == 0x1F && (unsigned char)block[1] == 0x8B)
                             return sw_fail(ctx, SW_EFORMAT,
-                                           "%s: gzip-compressed data, not a FITS file "
-                                           "(decompress it first)",
+                                           "%s: gzip-compressed twice (gzip data inside "
+                                           "gzip data), not a FITS file",
                                            in->name);
                         return sw_fail(ctx, SW_EFORMAT,
                                        "%s: not a FITS file (it does not start with "
@@ -278,6 +288,15 @@ static sw_status scan_header(sw_context *ctx, fits_input *in, int hdu, unsigned 
                 hv->groups = card_logical(card) == 1;
             } else if (keyword_is(card, "ZIMAGE")) {
                 hv->zimage = card_logical(card) == 1;
+            } else if (keyword_is(card, "ZBITPIX") && !hv->has_zbitpix) {
+                /* checked when the HDU turns out to be a compressed image */
+                hv->has_zbitpix = card_int(card, &hv->zbitpix);
+            } else if (keyword_is(card, "ZNAXIS") && !hv->has_znaxis) {
+                hv->has_znaxis = card_int(card, &hv->znaxis);
+            } else if (memcmp(card, "ZNAXIS", 6) == 0 && card[6] >= '1' && card[6] <= '3' &&
+                       card[7] == ' ' && !hv->has_znaxes[card[6] - '0']) {
+                int k = card[6] - '0';
+                hv->has_znaxes[k] = card_int(card, &hv->znaxes[k]);
             }
         }
     }
@@ -353,6 +372,26 @@ static sw_status check_data_present(sw_context *ctx, fits_input *in, int hdu,
     return SW_OK;
 }
 
+/* Width, height and frames within spotwave's limits. */
+static sw_status check_image_size(sw_context *ctx, fits_input *in, long long w, long long h,
+                                  long long d)
+{
+    if (w > SW_IMAGE_MAX_DIM || h > SW_IMAGE_MAX_DIM)
+        return sw_fail(ctx, SW_EFORMAT,
+                       "%s: image dimensions %lld x %lld exceed the maximum of "
+                       "%d pixels per side",
+                       in->name, w, h, SW_IMAGE_MAX_DIM);
+    if (w * h > SW_IMAGE_MAX_PIXELS)
+        return sw_fail(ctx, SW_EFORMAT,
+                       "%s: image of %lld x %lld pixels exceeds the maximum of "
+                       "%lld pixels",
+                       in->name, w, h, SW_IMAGE_MAX_PIXELS);
+    if (d > INT32_MAX)
+        return sw_fail(ctx, SW_EFORMAT, "%s: cube of %lld frames: more than %d", in->name, d,
+                       (int)INT32_MAX);
+    return SW_OK;
+}
+
 /* Checks the geometry of an image HDU with data: 2-D or 3-D, sizes within spotwave's limits. */
 static sw_status check_image_geometry(sw_context *ctx, fits_input *in, int hdu,
                                       const hdr_values *hv)
@@ -381,22 +420,40 @@ static sw_status check_image_geometry(sw_context *ctx, fits_input *in, int hdu,
                        "= %lld, GCOUNT = %lld (an image has PCOUNT = 0, GCOUNT = 1)",
                        in->name, hdu, hv->has_pcount ? hv->pcount : 0,
                        hv->has_gcount ? hv->gcount : 1);
-    long long w = hv->naxes[1], h = hv->naxes[2];
-    long long d = hv->naxis == 3 ? hv->naxes[3] : 1;
-    if (w > SW_IMAGE_MAX_DIM || h > SW_IMAGE_MAX_DIM)
+    return check_image_size(ctx, in, hv->naxes[1], hv->naxes[2], hv->naxis == 3 ? hv->naxes[3] : 1);
+}
+
+/* Checks the geometry of a tile-compressed image (ZBITPIX, ZNAXIS, ZNAXISn) the way
+ * check_image_geometry checks a plain one. */
+static sw_status check_compressed_geometry(sw_context *ctx, fits_input *in, int hdu,
+                                           const hdr_values *hv)
+{
+    long long bp = hv->zbitpix;
+    if (!hv->has_zbitpix || !hv->has_znaxis)
         return sw_fail(ctx, SW_EFORMAT,
-                       "%s: image dimensions %lld x %lld exceed the maximum of "
-                       "%d pixels per side",
-                       in->name, w, h, SW_IMAGE_MAX_DIM);
-    if (w * h > SW_IMAGE_MAX_PIXELS)
+                       "%s: corrupt tile-compressed image in HDU %d: no valid %s keyword", in->name,
+                       hdu, hv->has_zbitpix ? "ZNAXIS" : "ZBITPIX");
+    if (bp != 8 && bp != 16 && bp != 32 && bp != 64 && bp != -32 && bp != -64)
         return sw_fail(ctx, SW_EFORMAT,
-                       "%s: image of %lld x %lld pixels exceeds the maximum of "
-                       "%lld pixels",
-                       in->name, w, h, SW_IMAGE_MAX_PIXELS);
-    if (d > INT32_MAX)
-        return sw_fail(ctx, SW_EFORMAT, "%s: cube of %lld frames: more than %d", in->name, d,
-                       (int)INT32_MAX);
-    return SW_OK;
+                       "%s: unsupported ZBITPIX = %lld in HDU %d (FITS allows 8, 16, 32, 64, -32, "
+                       "-64)",
+                       in->name, bp, hdu);
+    if (hv->znaxis != 2 && hv->znaxis != 3)
+        return sw_fail(ctx, SW_EFORMAT,
+                       "%s: HDU %d is a tile-compressed image with ZNAXIS = %lld; only 2-D images "
+                       "and 3-D cubes are supported",
+                       in->name, hdu, hv->znaxis);
+    for (int k = 1; k <= hv->znaxis; k++) {
+        if (!hv->has_znaxes[k] || hv->znaxes[k] < 0)
+            return sw_fail(ctx, SW_EFORMAT,
+                           "%s: corrupt tile-compressed image in HDU %d: no valid ZNAXIS%d",
+                           in->name, hdu, k);
+        if (hv->znaxes[k] == 0)
+            return sw_fail(ctx, SW_EFORMAT, "%s: HDU %d has ZNAXIS%d = 0: the image is empty",
+                           in->name, hdu, k);
+    }
+    return check_image_size(ctx, in, hv->znaxes[1], hv->znaxes[2],
+                            hv->znaxis == 3 ? hv->znaxes[3] : 1);
 }
 
 /* Walks the HDUs to the first one with image data and checks it is an image we can read. */
@@ -421,10 +478,23 @@ static sw_status fits_scan(sw_context *ctx, fits_input *in, fits_target *t)
             goto done;
         int is_image = hdu == 1 || strcmp(hv->xtension, "IMAGE") == 0;
         if (hdu > 1 && strcmp(hv->xtension, "BINTABLE") == 0 && hv->zimage) {
-            st = sw_fail(ctx, SW_EUNSUPPORTED,
-                         "%s: HDU %d is a tile-compressed image (fpack), which is not supported: "
-                         "decompress the file first (funpack)",
-                         in->name, hdu);
+            /* A tile-compressed image (fpack; the FITS standard 4.0, section 10): its tiles are
+             * the rows of a binary table, which cfitsio presents as an image. */
+            unsigned long long bytes = 0;
+            st = check_compressed_geometry(ctx, in, hdu, hv);
+            if (st == SW_OK)
+                st = data_size(ctx, in, hdu, hv, &bytes);
+            if (st == SW_OK)
+                st = check_data_present(ctx, in, hdu, start, off, bytes, &padded);
+            if (st != SW_OK)
+                goto done;
+            t->hdu = hdu;
+            t->bitpix = (int)hv->zbitpix;
+            t->naxis = (int)hv->znaxis;
+            t->naxes[0] = hv->znaxes[1];
+            t->naxes[1] = hv->znaxes[2];
+            t->naxes[2] = hv->znaxis == 3 ? hv->znaxes[3] : 1;
+            t->compressed = 1;
             goto done;
         }
         if (is_image && hv->has_naxis && hv->naxis > 0) {
@@ -518,6 +588,103 @@ static sw_status check_path(sw_context *ctx, const char *fn, const char *path)
     return SW_OK;
 }
 
+/* ------------------------------------------------------------------ gzip */
+
+static int is_gzip(const unsigned char *p, unsigned long long n)
+{
+    return n >= 2 && p[0] == 0x1F && p[1] == 0x8B;
+}
+
+/*
+ * Inflates gzip data (RFC 1952; one member or several concatenated, as gzip itself reads them)
+ * into a new buffer (*out, *outn; the caller frees it). Bytes after the last member that do not
+ * start another one are ignored, as gzip does (a debug message says so). Corrupt or truncated
+ * data: SW_EFORMAT.
+ */
+static sw_status gunzip(sw_context *ctx, const char *name, const unsigned char *src, size_t n,
+                        unsigned char **out, size_t *outn)
+{
+    *out = NULL;
+    *outn = 0;
+    z_stream zs;
+    memset(&zs, 0, sizeof zs);
+    if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK)
+        return sw_fail(ctx, SW_ENOMEM, "%s: cannot start gzip decompression (out of memory)", name);
+    /* The last member's ISIZE (the uncompressed size mod 2^32) is a good first guess. */
+    size_t cap = n < 65536 ? 262144 : 4 * n;
+    if (n >= 18) {
+        size_t isize = (size_t)src[n - 4] | (size_t)src[n - 3] << 8 | (size_t)src[n - 2] << 16 |
+                       (size_t)src[n - 1] << 24;
+        if (isize >= n / 2 && isize / 1100 <= n)
+            cap = isize + 1;
+    }
+    unsigned char *buf = malloc(cap);
+    size_t len = 0, pos = 0;
+    sw_status st = SW_OK;
+    if (!buf) {
+        st = sw_fail(ctx, SW_ENOMEM, "%s: out of memory for the decompressed data", name);
+        goto done;
+    }
+    for (;;) {
+        if (zs.avail_in == 0 && pos < n) {
+            zs.next_in = (unsigned char *)src + pos;
+            zs.avail_in = (uInt)(n - pos > UINT_MAX ? UINT_MAX : n - pos);
+            pos += zs.avail_in;
+        }
+        if (len == cap) {
+            size_t ncap = cap > SIZE_MAX / 2 ? SIZE_MAX : 2 * cap;
+            unsigned char *nb = ncap > cap ? realloc(buf, ncap) : NULL;
+            if (!nb) {
+                st = sw_fail(ctx, SW_ENOMEM,
+                             "%s: out of memory for the decompressed data (%zu bytes so far)", name,
+                             len);
+                goto done;
+            }
+            buf = nb;
+            cap = ncap;
+        }
+        zs.next_out = buf + len;
+        zs.avail_out = (uInt)(cap - len > UINT_MAX ? UINT_MAX : cap - len);
+        uInt room = zs.avail_out;
+        int ret = inflate(&zs, Z_NO_FLUSH);
+        len += room - zs.avail_out;
+        if (ret == Z_STREAM_END) {
+            size_t left = zs.avail_in + (n - pos);
+            const unsigned char *next = zs.next_in;
+            if (left >= 2 && zs.avail_in >= 2 && is_gzip(next, 2)) {
+                inflateReset(&zs); /* another member follows */
+                continue;
+            }
+            if (left > 0)
+                sw_log(ctx, SW_LOG_DEBUG, "%s: %zu bytes after the gzip data ignored", name, left);
+            break;
+        }
+        if (ret == Z_BUF_ERROR && zs.avail_in == 0 && pos == n) {
+            st = sw_fail(ctx, SW_EFORMAT,
+                         "%s: truncated gzip data (the compressed stream ends early)", name);
+            goto done;
+        }
+        if (ret == Z_MEM_ERROR) {
+            st = sw_fail(ctx, SW_ENOMEM, "%s: out of memory in gzip decompression", name);
+            goto done;
+        }
+        if (ret != Z_OK && ret != Z_BUF_ERROR) {
+            st = sw_fail(ctx, SW_EFORMAT, "%s: corrupt gzip data (zlib: %s)", name,
+                         zs.msg ? zs.msg : "invalid stream");
+            goto done;
+        }
+    }
+done:
+    inflateEnd(&zs);
+    if (st != SW_OK) {
+        free(buf);
+        return st;
+    }
+    *out = buf;
+    *outn = len;
+    return SW_OK;
+}
+
 /* ------------------------------------------------------------------ reading */
 
 /* Reads frames [first, first + n) of the target HDU into imgs (allocated here). */
@@ -574,10 +741,21 @@ static sw_status read_frames(sw_context *ctx, const char *name, fitsfile *fp, co
         }
     }
     int32_t w = (int32_t)t->naxes[0], h = (int32_t)t->naxes[1];
-    double *dbuf = NULL;
-    if (ftype == TDOUBLE) {
-        dbuf = malloc((size_t)w * sizeof *dbuf);
-        if (!dbuf)
+    /* Rows read per call: one for plain images (straight into the image's rows); a tile's
+     * height for tile-compressed ones, so that each tile is decompressed once. */
+    int32_t chunk = 1;
+    if (t->compressed) {
+        long tile[3] = {0, 0, 0};
+        if (fits_get_tile_dim(fp, 3, tile, &status))
+            return cfitsio_fail(ctx, name, status, "cannot read the tile size", 0);
+        chunk = tile[1] < 1 ? 1 : tile[1] > h ? h : (int32_t)tile[1];
+    }
+    const size_t esize = ftype == TDOUBLE ? sizeof(double) : sw_pixel_size(type);
+    const size_t rowbytes = (size_t)w * sw_pixel_size(type);
+    unsigned char *buf = NULL; /* chunk rows as read, when they are not read in place */
+    if (ftype == TDOUBLE || chunk > 1) {
+        buf = malloc((size_t)chunk * (size_t)w * esize);
+        if (!buf)
             return sw_fail(ctx, SW_ENOMEM, "%s: out of memory for a row buffer", name);
     }
     sw_status st = SW_OK;
@@ -589,31 +767,40 @@ static sw_status read_frames(sw_context *ctx, const char *name, fitsfile *fp, co
         st = sw_image_alloc(ctx, w, h, type, img);
         if (st != SW_OK)
             break;
-        for (int32_t y = 0; y < h && st == SW_OK; y++) {
-            LONGLONG fpix[3] = {1, (LONGLONG)y + 1, (LONGLONG)first + done + 1};
+        for (int32_t y0 = 0; y0 < h && st == SW_OK; y0 += chunk) {
+            int32_t rows = h - y0 < chunk ? h - y0 : chunk;
+            LONGLONG fpix[3] = {1, (LONGLONG)y0 + 1, (LONGLONG)first + done + 1};
             int anynul = 0;
-            void *row = sw_image_row(img, y);
-            void *dst = dbuf ? (void *)dbuf : row;
-            if (fits_read_pixll(fp, ftype, fpix, w, dbuf ? &nan_value : NULL, dst, &anynul,
-                                &status)) {
+            void *dst = buf ? (void *)buf : sw_image_row(img, y0);
+            if (fits_read_pixll(fp, ftype, fpix, (LONGLONG)rows * w,
+                                ftype == TDOUBLE ? &nan_value : NULL, dst, &anynul, &status)) {
                 st = cfitsio_fail(ctx, name, status, "cannot read the pixel data", 0);
                 break;
             }
-            if (!dbuf)
+            if (!buf)
                 continue;
-            float *fr = row;
-            for (int32_t x = 0; x < w; x++) {
-                double v = dbuf[x];
-                if (isfinite(v) && fabs(v) > FLT_MAX) {
-                    st = sw_fail(ctx, SW_ERANGE,
-                                 "%s: pixel (%d, %d) of frame %d has the value %g, outside the "
-                                 "range of 32-bit float (BITPIX %d)",
-                                 name, (int)x, (int)y, (int)(first + done), v, bitpix);
-                    break;
+            for (int32_t r = 0; r < rows && st == SW_OK; r++) {
+                int32_t y = y0 + r;
+                void *row = sw_image_row(img, y);
+                if (ftype != TDOUBLE) {
+                    memcpy(row, buf + (size_t)r * w * esize, rowbytes);
+                    continue;
                 }
-                fr[x] = (float)v;
-                if ((bitpix == 32 || bitpix == 64) && (double)fr[x] != v && isfinite(v))
-                    lost++;
+                const double *dbuf = (const double *)buf + (size_t)r * w;
+                float *fr = row;
+                for (int32_t x = 0; x < w; x++) {
+                    double v = dbuf[x];
+                    if (isfinite(v) && fabs(v) > FLT_MAX) {
+                        st = sw_fail(ctx, SW_ERANGE,
+                                     "%s: pixel (%d, %d) of frame %d has the value %g, outside the "
+                                     "range of 32-bit float (BITPIX %d)",
+                                     name, (int)x, (int)y, (int)(first + done), v, bitpix);
+                        break;
+                    }
+                    fr[x] = (float)v;
+                    if ((bitpix == 32 || bitpix == 64) && (double)fr[x] != v && isfinite(v))
+                        lost++;
+                }
             }
         }
         if (st != SW_OK) {
@@ -621,7 +808,7 @@ static sw_status read_frames(sw_context *ctx, const char *name, fitsfile *fp, co
             break;
         }
     }
-    free(dbuf);
+    free(buf);
     if (st != SW_OK) {
         for (int32_t i = 0; i < done; i++)
             sw_image_free(&imgs[i]);
@@ -639,8 +826,8 @@ static sw_status read_frames(sw_context *ctx, const char *name, fitsfile *fp, co
  * Opens and scans the input, then reads frame `index` (or every frame when index < 0) into
  * frames_out / image_out.
  */
-static sw_status fits_load(sw_context *ctx, fits_input *in, int32_t index, sw_frames *frames_out,
-                           sw_image *image_out)
+static sw_status fits_load_input(sw_context *ctx, fits_input *in, int32_t index,
+                                 sw_frames *frames_out, sw_image *image_out)
 {
     fits_target t;
     memset(&t, 0, sizeof t);
@@ -709,6 +896,62 @@ close:
     return st;
 }
 
+/* fits_load_input, then the input's decompressed buffer (if any) is freed. */
+static sw_status fits_load(sw_context *ctx, fits_input *in, int32_t index, sw_frames *frames_out,
+                           sw_image *image_out)
+{
+    sw_status st = fits_load_input(ctx, in, index, frames_out, image_out);
+    free(in->owned);
+    in->owned = NULL;
+    in->buf = NULL;
+    return st;
+}
+
+/* When the input is gzip data: inflates it into a buffer of ours, which then is the input (read
+ * through cfitsio's memory driver, after the same scan as any file). */
+static sw_status maybe_gunzip(sw_context *ctx, fits_input *in)
+{
+    unsigned char head[2];
+    if (in->buf) {
+        if (!is_gzip(in->buf, in->size))
+            return SW_OK;
+    } else {
+        if (in->size < 2 || input_read(in, 0, head, 2) != 0 || !is_gzip(head, 2))
+            return SW_OK;
+    }
+    const unsigned char *src = in->buf;
+    unsigned char *file = NULL;
+    if (!src) {
+        if (in->size > SIZE_MAX) {
+            fclose(in->f);
+            in->f = NULL;
+            return sw_fail(ctx, SW_ENOMEM, "%s: too large to decompress here", in->name);
+        }
+        file = malloc((size_t)in->size);
+        int r = file ? input_read(in, 0, file, (size_t)in->size) : 0;
+        fclose(in->f);
+        in->f = NULL;
+        if (!file)
+            return sw_fail(ctx, SW_ENOMEM, "%s: out of memory for the gzip data", in->name);
+        if (r != 0) {
+            free(file);
+            return sw_fail(ctx, SW_EIO, "%s: read error (%s)", in->name, strerror(errno));
+        }
+        src = file;
+    }
+    unsigned char *out;
+    size_t outn;
+    sw_status st = gunzip(ctx, in->name, src, (size_t)in->size, &out, &outn);
+    free(file);
+    if (st != SW_OK)
+        return st;
+    in->owned = out;
+    in->buf = out;
+    in->size = outn;
+    in->path = NULL; /* read from memory from now on */
+    return SW_OK;
+}
+
 static sw_status open_disk_input(sw_context *ctx, const char *path, fits_input *in)
 {
     memset(in, 0, sizeof *in);
@@ -733,7 +976,7 @@ static sw_status open_disk_input(sw_context *ctx, const char *path, fits_input *
     }
     in->f = f;
     in->size = (unsigned long long)sb.st_size;
-    return SW_OK;
+    return maybe_gunzip(ctx, in);
 }
 
 sw_status sw_fits_read(sw_context *ctx, const char *path, sw_frames *out)
@@ -782,6 +1025,9 @@ sw_status sw_fits_read_memory(sw_context *ctx, const void *buf, size_t size, sw_
     in.name = "<memory>";
     in.buf = buf;
     in.size = size;
+    sw_status st = maybe_gunzip(ctx, &in);
+    if (st != SW_OK)
+        return st;
     return fits_load(ctx, &in, -1, out, NULL);
 }
 
@@ -902,16 +1148,21 @@ static sw_status check_keys(sw_context *ctx, const char *path, const sw_fits_key
     return SW_OK;
 }
 
-/* The fewest significant digits (1..17) with which v prints and reads back as itself. */
+/* The fewest significant digits (1..17) with which v prints and reads back as itself, and at
+ * least as many as its integer part has below 10^17 (150 is "150.", not "1.5E+02"). */
 static int round_trip_digits(double v)
 {
     char buf[40];
-    for (int p = 1; p < 17; p++) {
+    int p = 1;
+    for (; p < 17; p++) {
         snprintf(buf, sizeof buf, "%.*G", p, v);
         if (strtod(buf, NULL) == v)
-            return p;
+            break;
     }
-    return 17;
+    int whole = 1; /* digits of the integer part */
+    for (double a = fabs(v), ten = 10.0; a >= ten && a < 1e17; ten *= 10.0)
+        whole++;
+    return whole > p ? whole : p;
 }
 
 /* Writes the keys (checked) to the open file: cfitsio's status. */
