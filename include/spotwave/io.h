@@ -130,31 +130,62 @@ typedef enum sw_colormap {
     SW_CMAP_DIVERGING = 2 /* perceptually balanced blue-white-red (for signed maps)     */
 } sw_colormap;
 
+/* How values map onto the colour scale (t in 0..1 from the bottom colour to the top one). */
+typedef enum sw_png_stretch {
+    SW_PNG_LINEAR = 0, /* t = (v - vmin) / (vmax - vmin)                                        */
+    SW_PNG_ASINH = 1,  /* t = asinh(u / beta) / asinh(1 / beta), u the linear t: linear below
+                          beta, logarithmic above (Lupton et al. 2004, PASP 116, 133), for star
+                          fields: faint stars and the noise visible, bright cores not saturated */
+    SW_PNG_ZSCALE = 2  /* linear, the automatic range IRAF's zscale (below)                     */
+} sw_png_stretch;
+
+/* A circle drawn over the image (found spots, stars): centre in image pixels (0-based, pixel
+ * centres), radius in image pixels. */
+typedef struct sw_png_marker {
+    double x, y, radius;
+} sw_png_marker;
+
 typedef struct sw_png_options {
     sw_colormap colormap;
-    double vmin, vmax;   /* value range mapped to the colour scale; vmin == vmax: use min/max */
+    double vmin, vmax;   /* value range mapped to the colour scale; vmin == vmax: automatic  */
     int scale_bar;       /* non-zero: draw a colour bar with tick labels to the right     */
     const char *label;   /* unit label under the scale bar (e.g. "um"); may be NULL       */
     int nan_transparent; /* non-zero: NaN pixels transparent (RGBA) instead of black        */
+    /* (since issue 29) */
+    const char *title;            /* a line of text above the image; NULL: none              */
+    sw_png_stretch stretch;       /* default SW_PNG_LINEAR                                   */
+    double softening;             /* asinh's beta, a fraction of the range (0..1]; 0: three
+                                     times the noise (1.4826 MAD of the sample) / the range  */
+    const sw_png_marker *markers; /* nmarkers circles over the image; NULL: none             */
+    int32_t nmarkers;             /* >= 0                                                    */
+    unsigned char marker_rgb[3];  /* their colour (default red: 255, 48, 48)                 */
 } sw_png_options;
 
-/* Grey, automatic range, no scale bar, no label, NaN black. */
+/* Grey, automatic range, linear, no scale bar, no label, no title, no markers, NaN black. */
 void sw_png_options_default(sw_png_options *o);
 /*
- * Writes a host image of any type as an 8-bit PNG: grey for SW_CMAP_GREY, RGB for the colour
- * maps, RGBA whenever nan_transparent is set. opts may be NULL (the defaults).
- * Values map linearly to the colour scale and are clamped at its ends (+Inf to the top colour).
- * Automatic range (vmin == vmax): the finite minimum and maximum of the image; for
- * SW_CMAP_DIVERGING -m .. m with m the largest finite |value|, so that 0 is the neutral centre;
- * a range that is still empty (a constant image) is widened around its value, which then sits
- * at the centre of the scale; an image without finite pixels uses 0 .. 1.
- * vmin > vmax reverses the scale. vmin or vmax not finite: SW_EINVAL.
+ * Writes a host image of any type as an 8-bit PNG: grey for SW_CMAP_GREY (RGB when there are
+ * markers), RGB for the colour maps, RGBA whenever nan_transparent is set. opts may be NULL (the
+ * defaults). Values map to the colour scale by the stretch and are clamped at its ends (+Inf to
+ * the top colour).
+ * Automatic range (vmin == vmax): SW_PNG_LINEAR: the finite minimum and maximum of the image;
+ * SW_PNG_ZSCALE: IRAF's zscale (the display task's algorithm, contrast 0.25: a line fitted with
+ * 2.5-sigma rejection to up to 10000 evenly spaced finite pixels sorted by value; z1, z2 its
+ * ends over the sample divided by the contrast, within the sample's range; the sample's range
+ * when more than half is rejected); SW_PNG_ASINH: zscale's z1 to the finite maximum. For
+ * SW_CMAP_DIVERGING the range is then made -m .. m with m the larger |end|, so that 0 is the
+ * neutral centre; a range that is still empty (a constant image) is widened around its value,
+ * which then sits at the centre of the scale; an image without finite pixels uses 0 .. 1.
+ * vmin > vmax reverses the scale. vmin or vmax not finite, a softening outside 0..1, nmarkers < 0
+ * or markers NULL with nmarkers > 0: SW_EINVAL.
  * With scale_bar the picture is wider than the image (the bar, ticks and labels sit to its right)
- * and at least tall enough for the bar (a small image gets white background below it); the image
- * itself is at the top left, pixel for pixel. Labels use a built-in 5x7 font: digits, a-z (upper
- * case is drawn as lower case), space and + - . , _ / ( ) % ^ : * =; the micro sign (UTF-8
- * U+00B5 or U+03BC) is drawn as 'u'; any other character as '?'. The label is cut at 64
- * characters.
+ * and at least tall enough for the bar (a small image gets white background below it). The bar's
+ * ticks sit at round values (1, 2 or 5 times a power of ten: evenly spaced on a linear scale;
+ * on an asinh scale 0 and the decades first, then 2 and 5 times them where there is room). With
+ * a title the image starts below it; otherwise the image is at the top left, pixel for pixel.
+ * Text uses a built-in 5x7 font: digits, a-z (upper case is drawn as lower case), space,
+ * + - . , _ / ( ) [ ] < > % ^ : ; * = ! ' " # & | ~ and the micro sign (UTF-8 U+00B5 or U+03BC);
+ * any other character is drawn as '?'. Label and title are cut at 64 characters.
  */
 sw_status sw_png_write(sw_context *ctx, const char *path, const sw_image *img,
                        const sw_png_options *opts);
