@@ -9,7 +9,7 @@
 #define _GNU_SOURCE
 
 #include "cli.h"
-#include "fitsmeta.h"
+#include "outfiles.h"
 
 #include "spotwave/sim_eye.h"
 #include "spotwave/turbulence.h"

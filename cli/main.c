@@ -5,7 +5,7 @@
 #define _GNU_SOURCE /* getopt_long, clock_gettime, mkdir */
 
 #include "cli.h"
-#include "fitsmeta.h"
+#include "outfiles.h"
 
 #include <ctype.h>
 #include <errno.h>

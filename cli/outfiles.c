@@ -1,7 +1,7 @@
 /*
- * Header keywords for the FITS files the command writes (fitsmeta.h).
+ * The files the command writes for people: FITS header keywords, map pictures (outfiles.h).
  */
-#include "fitsmeta.h"
+#include "outfiles.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -215,4 +215,17 @@ sw_status sw_cli_hdr_write(sw_context *ctx, const char *path, const sw_image *fr
     if (h->full)
         return sw_error_set(ctx, SW_EINVAL, "%s: internal error: too many header keys", path);
     return sw_fits_write_keys(ctx, path, frames, count, h->keys, h->n);
+}
+
+sw_status sw_cli_map_png(sw_context *ctx, const char *path, const sw_image *map, const char *unit,
+                         const char *title)
+{
+    sw_png_options o;
+    sw_png_options_default(&o);
+    o.colormap = SW_CMAP_DIVERGING; /* automatic range: -max|W| .. max|W|, 0 white */
+    o.scale_bar = 1;
+    o.label = unit;
+    o.nan_transparent = 1;
+    o.title = title;
+    return sw_png_write(ctx, path, map, &o);
 }

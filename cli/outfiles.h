@@ -1,15 +1,17 @@
 /*
- * Header keywords for the FITS files the command writes (io.h's sw_fits_write_keys): every file
- * says what its pixels are (BUNIT), how large a pixel is where that is known (the FITS WCS
- * keywords, or XPIXSZ / FOCALLEN for detector images), and what made it (the command line as
- * HISTORY, and the parameters as keywords).
+ * The files the command writes for people.
  *
- * Conventions: keyword names of at most 8 characters; units in square brackets at the start of
- * a comment ("[um] lenslet pitch"), as the FITS standard 4.0 section 4.3.2 recommends; unit
- * strings as its section 4.3 spells them ('adu', 'electron', 'um', 'mm', 'm', 'deg', 'pixel').
+ * FITS header keywords (io.h's sw_fits_write_keys): every file says what its pixels are (BUNIT),
+ * how large a pixel is where that is known (the FITS WCS keywords, or XPIXSZ / FOCALLEN for
+ * detector images), and what made it (the command line as HISTORY, and the parameters as
+ * keywords). Conventions: keyword names of at most 8 characters; units in square brackets at the
+ * start of a comment ("[um] lenslet pitch"), as the FITS standard 4.0 section 4.3.2 recommends;
+ * unit strings as its section 4.3 spells them ('adu', 'electron', 'um', 'mm', 'm', 'deg').
+ *
+ * Wavefront map pictures (sw_cli_map_png): one look for every --map PNG.
  */
-#ifndef SW_CLI_FITSMETA_H
-#define SW_CLI_FITSMETA_H
+#ifndef SW_CLI_OUTFILES_H
+#define SW_CLI_OUTFILES_H
 
 #include "spotwave/spotwave.h"
 
@@ -75,4 +77,15 @@ void sw_cli_hdr_detector(sw_cli_hdr *h, const sw_detector *d);
 sw_status sw_cli_hdr_write(sw_context *ctx, const char *path, const sw_image *frames, int32_t count,
                            const sw_cli_hdr *h);
 
-#endif /* SW_CLI_FITSMETA_H */
+/*
+ * A wavefront map as a picture (a host f32 image): the blue-white-red scale symmetric about 0,
+ * a colour bar labelled in `unit` (UTF-8; the micro sign is drawn), pixels outside the pupil
+ * (NaN) transparent, and the title above it (NULL: none).
+ */
+sw_status sw_cli_map_png(sw_context *ctx, const char *path, const sw_image *map, const char *unit,
+                         const char *title);
+
+/* "µm" in UTF-8, for labels and titles. */
+#define SW_CLI_UM "\xc2\xb5m"
+
+#endif /* SW_CLI_OUTFILES_H */
