@@ -54,6 +54,11 @@ extern "C" {
  *        BINTABLE with ZIMAGE = T, Rice, GZIP, HCOMPRESS or PLIO tiles) are read through cfitsio,
  *        tile by tile, as the first image when the HDUs before them hold none; ZBITPIX and ZNAXISn
  *        are the image's BITPIX and NAXISn above. Lossless compression reads back bit-identical.
+ *        The scan checks the compression keywords cfitsio trusts (ZCMPTYPE, ZTILEn, the Rice
+ *        BLOCKSIZE and BYTEPIX); a DATASUM that does not match the compressed data (fpack writes
+ *        one) is SW_EFORMAT before any tile is decoded. The tiles themselves are decoded by
+ *        cfitsio, whose decoders trust the compressed bytes: a damaged file without a checksum, or
+ *        crafted to pass it, can make them read past a tile (Rice) or leak (GZIP error paths).
  */
 typedef struct sw_frames {
     int32_t count;    /* number of frames */

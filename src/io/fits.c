@@ -63,7 +63,8 @@ static int input_read(fits_input *in, unsigned long long off, void *dst, size_t 
 }
 
 typedef struct hdr_values {
-    int has_bitpix, has_naxis, has_pcount, has_gcount;
+    int has_bitpix, has_naxis, has_pcount, has_gcount, has_tfields;
+    long long tfields; /* tables: cfitsio sizes its column arrays by it */
     long long bitpix, naxis, pcount, gcount;
     long long naxes[1000];
     unsigned char has_naxes[1000];
@@ -75,6 +76,14 @@ typedef struct hdr_values {
     long long zbitpix, znaxis;
     long long znaxes[4];
     unsigned char has_znaxes[4];
+    /* and the compression parameters cfitsio trusts (it divides by them): ZCMPTYPE, ZTILEn,
+     * ZNAMEi / ZVALi (i <= 9) */
+    char zcmptype[72];
+    long long ztile[4];
+    unsigned char has_ztile[4], ztile_bad[4];
+    char zname[10][72];
+    long long zval[10];
+    unsigned char has_zval[10], zval_int[10];
 } hdr_values;
 
 /* Parses an integer value field (columns 11-80 of a card). 0 when it is not a plain integer. */
@@ -284,6 +293,13 @@ static sw_status scan_header(sw_context *ctx, fits_input *in, int hdu, unsigned 
                                    in->name, hdu);
                 hv->gcount = v;
                 hv->has_gcount = 1;
+            } else if (keyword_is(card, "TFIELDS") && !hv->has_tfields) {
+                if (!card_int(card, &hv->tfields) || hv->tfields < 0 || hv->tfields > 999)
+                    return sw_fail(ctx, SW_EFORMAT,
+                                   "%s: corrupt FITS header: TFIELDS of HDU %d is not an "
+                                   "integer in 0..999",
+                                   in->name, hdu);
+                hv->has_tfields = 1;
             } else if (keyword_is(card, "GROUPS")) {
                 hv->groups = card_logical(card) == 1;
             } else if (keyword_is(card, "ZIMAGE")) {
@@ -297,6 +313,25 @@ static sw_status scan_header(sw_context *ctx, fits_input *in, int hdu, unsigned 
                        card[7] == ' ' && !hv->has_znaxes[card[6] - '0']) {
                 int k = card[6] - '0';
                 hv->has_znaxes[k] = card_int(card, &hv->znaxes[k]);
+            } else if (keyword_is(card, "ZCMPTYPE") && !hv->zcmptype[0]) {
+                if (!card_string(card, hv->zcmptype, sizeof hv->zcmptype) || !hv->zcmptype[0])
+                    strcpy(hv->zcmptype, "?");
+            } else if (memcmp(card, "ZTILE", 5) == 0 && card[5] >= '1' && card[5] <= '3' &&
+                       card[6] == ' ' && card[7] == ' ' && !hv->has_ztile[card[5] - '0']) {
+                int k = card[5] - '0';
+                hv->has_ztile[k] = 1;
+                hv->ztile_bad[k] = !card_int(card, &hv->ztile[k]);
+            } else if (memcmp(card, "ZNAME", 5) == 0 && card[5] >= '1' && card[5] <= '9' &&
+                       card[6] == ' ' && card[7] == ' ' && !hv->zname[card[5] - '0'][0]) {
+                int k = card[5] - '0';
+                if (!card_string(card, hv->zname[k], sizeof hv->zname[k]) || !hv->zname[k][0])
+                    strcpy(hv->zname[k], "?");
+            } else if (memcmp(card, "ZVAL", 4) == 0 && card[4] >= '1' && card[4] <= '9' &&
+                       card[5] == ' ' && card[6] == ' ' && card[7] == ' ' &&
+                       !hv->has_zval[card[4] - '0']) {
+                int k = card[4] - '0';
+                hv->has_zval[k] = 1;
+                hv->zval_int[k] = (unsigned char)card_int(card, &hv->zval[k]);
             }
         }
     }
@@ -452,6 +487,40 @@ static sw_status check_compressed_geometry(sw_context *ctx, fits_input *in, int 
             return sw_fail(ctx, SW_EFORMAT, "%s: HDU %d has ZNAXIS%d = 0: the image is empty",
                            in->name, hdu, k);
     }
+    /* What cfitsio computes its buffers from without checking (a zero block size is a division
+     * by zero): the algorithm, the tile sizes and the algorithm's parameters. */
+    static const char *const known[] = {"RICE_1", "RICE_ONE",    "GZIP_1",    "GZIP_2",
+                                        "PLIO_1", "HCOMPRESS_1", "NOCOMPRESS"};
+    int algorithm = -1;
+    for (int k = 0; k < (int)(sizeof known / sizeof known[0]); k++)
+        if (strcmp(hv->zcmptype, known[k]) == 0)
+            algorithm = k;
+    if (algorithm < 0)
+        return sw_fail(
+            ctx, hv->zcmptype[0] && strcmp(hv->zcmptype, "?") != 0 ? SW_EUNSUPPORTED : SW_EFORMAT,
+            "%s: tile-compressed image in HDU %d: compression '%s' is not one of "
+            "RICE_1, GZIP_1, GZIP_2, PLIO_1, HCOMPRESS_1, NOCOMPRESS",
+            in->name, hdu, hv->zcmptype[0] ? hv->zcmptype : "(none)");
+    for (int k = 1; k <= hv->znaxis; k++)
+        if (hv->has_ztile[k] && (hv->ztile_bad[k] || hv->ztile[k] < 1))
+            return sw_fail(ctx, SW_EFORMAT,
+                           "%s: corrupt tile-compressed image in HDU %d: ZTILE%d is not a "
+                           "positive integer",
+                           in->name, hdu, k);
+    for (int k = 1; k <= 9; k++) {
+        const char *n = hv->zname[k];
+        const long long v = hv->zval[k];
+        int bad = 0;
+        if (strcmp(n, "BLOCKSIZE") == 0)
+            bad = hv->has_zval[k] && (!hv->zval_int[k] || v < 1 || v > 65536);
+        else if (strcmp(n, "BYTEPIX") == 0)
+            bad = hv->has_zval[k] && (!hv->zval_int[k] || (v != 1 && v != 2 && v != 4 && v != 8));
+        if (bad)
+            return sw_fail(ctx, SW_EFORMAT,
+                           "%s: corrupt tile-compressed image in HDU %d: %s (ZVAL%d) is out of "
+                           "range",
+                           in->name, hdu, n, k);
+    }
     return check_image_size(ctx, in, hv->znaxes[1], hv->znaxes[2],
                             hv->znaxis == 3 ? hv->znaxes[3] : 1);
 }
@@ -477,6 +546,14 @@ static sw_status fits_scan(sw_context *ctx, fits_input *in, fits_target *t)
         if (st != SW_OK)
             goto done;
         int is_image = hdu == 1 || strcmp(hv->xtension, "IMAGE") == 0;
+        if (hdu > 1 &&
+            (strcmp(hv->xtension, "BINTABLE") == 0 || strcmp(hv->xtension, "TABLE") == 0) &&
+            !hv->has_tfields) {
+            /* cfitsio reads every header on the way to the image */
+            st = sw_fail(ctx, SW_EFORMAT, "%s: corrupt FITS header: table HDU %d has no TFIELDS",
+                         in->name, hdu);
+            goto done;
+        }
         if (hdu > 1 && strcmp(hv->xtension, "BINTABLE") == 0 && hv->zimage) {
             /* A tile-compressed image (fpack; the FITS standard 4.0, section 10): its tiles are
              * the rows of a binary table, which cfitsio presents as an image. */
@@ -752,7 +829,7 @@ static sw_status read_frames(sw_context *ctx, const char *name, fitsfile *fp, co
     }
     const size_t esize = ftype == TDOUBLE ? sizeof(double) : sw_pixel_size(type);
     const size_t rowbytes = (size_t)w * sw_pixel_size(type);
-    unsigned char *buf = NULL; /* chunk rows as read, when they are not read in place */
+    void *buf = NULL; /* chunk rows as read, when they are not read in place */
     if (ftype == TDOUBLE || chunk > 1) {
         buf = malloc((size_t)chunk * (size_t)w * esize);
         if (!buf)
@@ -783,7 +860,7 @@ static sw_status read_frames(sw_context *ctx, const char *name, fitsfile *fp, co
                 int32_t y = y0 + r;
                 void *row = sw_image_row(img, y);
                 if (ftype != TDOUBLE) {
-                    memcpy(row, buf + (size_t)r * w * esize, rowbytes);
+                    memcpy(row, (const unsigned char *)buf + (size_t)r * w * esize, rowbytes);
                     continue;
                 }
                 const double *dbuf = (const double *)buf + (size_t)r * w;
@@ -868,6 +945,22 @@ static sw_status fits_load_input(sw_context *ctx, fits_input *in, int32_t index,
         if (fits_movabs_hdu(fp, t.hdu, &hdutype, &status) || hdutype != IMAGE_HDU) {
             st = status ? cfitsio_fail(ctx, in->name, status, "cannot move to the image HDU", 0)
                         : sw_fail(ctx, SW_EFORMAT, "%s: HDU %d is not an image", in->name, t.hdu);
+            goto close;
+        }
+    }
+    if (t.compressed) {
+        /* cfitsio's tile decoders trust the compressed bytes; fpack writes a checksum of them
+         * (DATASUM), so a damaged file is refused here instead of being decoded. */
+        int dataok = 0, hduok = 0;
+        if (fits_verify_chksum(fp, &dataok, &hduok, &status)) {
+            st = cfitsio_fail(ctx, in->name, status, "cannot verify the checksum", 0);
+            goto close;
+        }
+        if (dataok < 0) {
+            st = sw_fail(ctx, SW_EFORMAT,
+                         "%s: the tile-compressed data of HDU %d do not match their checksum "
+                         "(DATASUM): the file is damaged",
+                         in->name, t.hdu);
             goto close;
         }
     }

@@ -548,7 +548,7 @@ static void compressed_read(void **state)
         {SW_PIX_U16, HCOMPRESS_1, 0, 1, 0x0FFF},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        sw_image src[3];
+        sw_image src[3] = {{0}};
         for (int32_t k = 0; k < cases[c].count; k++) {
             src[k] = sw_test_random_image(37, 30, cases[c].type, 700 + 10 * c + (uint64_t)k);
             for (int32_t y = 0; cases[c].mask && y < 30; y++)
@@ -692,6 +692,76 @@ static void gzip_read(void **state)
     free(g);
     for (int k = 0; k < 3; k++)
         sw_image_free(&src[k]);
+}
+
+/* Replaces the value field of the first card named `key` (8 characters, blank-padded) in a file
+ * image by `value` (right-aligned in columns 11-30, as fixed-format integers are). */
+static void set_card(unsigned char *buf, size_t n, const char *key, const char *value)
+{
+    for (size_t i = 0; i + 80 <= n; i += 80)
+        if (memcmp(buf + i, key, 8) == 0) {
+            char field[21];
+            snprintf(field, sizeof field, "%20s", value);
+            memcpy(buf + i + 10, field, 20);
+            return;
+        }
+    fail_msg("no %s card", key);
+}
+
+/* The compression keywords cfitsio trusts are checked before it sees them (a Rice block size of
+ * 0 is a division by zero inside cfitsio), and a DATASUM that does not match the compressed
+ * bytes stops the read before any tile is decoded. */
+static void compressed_guarded(void **state)
+{
+    (void)state;
+    sw_image src = sw_test_random_image(13, 9, SW_PIX_U16, 901);
+    const char *path = sw_test_path("guard.fz");
+    write_compressed(path, &src, 1, RICE_1, 0);
+    int status = 0;
+    fitsfile *fp = NULL;
+    fits_open_diskfile(&fp, path, READWRITE, &status);
+    int type;
+    fits_movabs_hdu(fp, 2, &type, &status);
+    fits_write_chksum(fp, &status); /* as fpack does */
+    fits_close_file(fp, &status);
+    assert_int_equal(status, 0);
+    size_t n;
+    unsigned char *good = sw_test_read_all(path, &n);
+    unsigned char *bad = malloc(n);
+    assert_non_null(bad);
+    sw_frames fr;
+    assert_int_equal(sw_fits_read_memory(NULL, good, n, &fr), SW_OK); /* the checksum holds */
+    assert_frames_equal(&fr, &src, 1);
+    sw_frames_free(&fr);
+
+    const struct {
+        const char *key, *value;
+        sw_status want;
+        const char *words;
+    } cases[] = {
+        {"ZVAL1   ", "0", SW_EFORMAT, "BLOCKSIZE"}, /* cfitsio: SIGFPE */
+        {"ZVAL1   ", "-32", SW_EFORMAT, "BLOCKSIZE"},
+        {"ZVAL2   ", "3", SW_EFORMAT, "BYTEPIX"},
+        {"ZTILE1  ", "0", SW_EFORMAT, "ZTILE1"},
+        {"ZCMPTYPE", "'BZIP2_1 '", SW_EUNSUPPORTED, "BZIP2_1"},
+        {"TFIELDS ", "-7", SW_EFORMAT, "TFIELDS"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        memcpy(bad, good, n);
+        set_card(bad, n, cases[c].key, cases[c].value);
+        memset(&fr, 0x5A, sizeof fr);
+        assert_failed_frames(sw_fits_read_memory(NULL, bad, n, &fr), cases[c].want, &fr,
+                             cases[c].words);
+    }
+    /* a damaged byte of the compressed data (the table starts two blocks in: the descriptors,
+     * then the heap of Rice streams) */
+    memcpy(bad, good, n);
+    bad[2 * 2880 + 9 * 8 + 5] ^= 0x40;
+    memset(&fr, 0x5A, sizeof fr);
+    assert_failed_frames(sw_fits_read_memory(NULL, bad, n, &fr), SW_EFORMAT, &fr, "checksum");
+    free(bad);
+    free(good);
+    sw_image_free(&src);
 }
 
 /* A compressed-image table whose own geometry is bad is SW_EFORMAT before cfitsio sees it. */
@@ -1105,6 +1175,7 @@ int main(void)
         cmocka_unit_test(compressed_read),
         cmocka_unit_test(gzip_read),
         cmocka_unit_test(compressed_bad_geometry),
+        cmocka_unit_test(compressed_guarded),
         cmocka_unit_test(keys_read_back),
         cmocka_unit_test(keys_refused),
         cmocka_unit_test(bad_truncated),
