@@ -312,7 +312,7 @@ static sw_status scan_header(sw_context *ctx, fits_input *in, int hdu, unsigned 
             } else if (memcmp(card, "ZNAXIS", 6) == 0 && card[6] >= '1' && card[6] <= '3' &&
                        card[7] == ' ' && !hv->has_znaxes[card[6] - '0']) {
                 int k = card[6] - '0';
-                hv->has_znaxes[k] = card_int(card, &hv->znaxes[k]);
+                hv->has_znaxes[k] = (unsigned char)card_int(card, &hv->znaxes[k]);
             } else if (keyword_is(card, "ZCMPTYPE") && !hv->zcmptype[0]) {
                 if (!card_string(card, hv->zcmptype, sizeof hv->zcmptype) || !hv->zcmptype[0])
                     strcpy(hv->zcmptype, "?");
