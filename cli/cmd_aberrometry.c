@@ -753,7 +753,7 @@ static void map_header(sw_cli_hdr *h, const ab_job *j, const sw_aberrometry_eye 
     sw_cli_hdr_command(h);
     sw_cli_hdr_wcs_linear(h, "PUPILX", "PUPILY", "mm", 0.5 * (size + 1), 0.5 * (size + 1), 0.0, 0.0,
                           e->pupil_mm / size, e->pupil_mm / size);
-    sw_cli_hdr_int(h, "EYE", k + 1, "eye on the frame (1: the left half)");
+    sw_cli_hdr_int(h, "EYE", k + 1, "eye number, as in the report");
     sw_cli_hdr_int(h, "FRAME", j->first + j->count - 1, "input frame (0-based)");
     sw_cli_hdr_num(h, "PUPIL", e->pupil_mm, "[mm] pupil diameter at the eye the map spans");
     sw_cli_hdr_num(h, "PUPILCX", e->cx_px, "[pixel] analysis circle centre x (0-based)");

@@ -282,6 +282,17 @@ expect 0 "${B[@]}" fit "$tmp/s.csv" "${geom[@]}" --pupil-mm 1.2 --order 3 --map 
     --map-size 50
 check png "$tmp/fm.png" "colour == 6 and w > 50 and h > 50" || fail "fit --map PNG"
 
+# aberrometry: each eye's map over its pupil at the eye, in millimetres.
+grid=(--pitch 32 --grid 20x20 --origin 0,0)
+expect 0 "${B[@]}" sim sh --size 640x640 "${grid[@]}" --flux 2000 --wavelength-um 0.78 --bits 8 \
+    --gain 1.5 --seed 11 --out "$tmp/ref.pgm"
+expect 0 "${B[@]}" sim eye --gain 1.5 --zernike "$tmp/z.csv" --seed 3 --out "$tmp/eye.pgm"
+expect 0 "${B[@]}" aberrometry "$tmp/eye.pgm" --reference "$tmp/ref.pgm" "${grid[@]}" \
+    --magnification 0.61875 --map "$tmp/am.fits" --out "$tmp/z1.csv"
+check keys "$tmp/am.fits" "h['BUNIT'] == 'um' and h['CUNIT1'] == 'mm' and h['EYE'] == 1 and \
+abs(h['CDELT1'] * 256 - h['PUPIL']) < 1e-12 and abs(h['PUPIL'] - 5.12) < 0.05 and \
+h['MAGNIF'] == 0.61875 and h['TERMS'] == 28 and 'SPHERE' in h" || fail "aberrometry --map: the header"
+
 # loop: the three phase maps over the telescope pupil in metres.
 printf 'nx = 8\nmodel = geometric\nframes = 22\nwarmup = 20\nsamples = 4\n' >"$tmp/tiny.cfg"
 expect 0 "${B[@]}" loop --config "$tmp/tiny.cfg" --maps "$tmp/m_" --report "$tmp/r.csv"
