@@ -12,6 +12,7 @@
 #define _GNU_SOURCE
 
 #include "cli.h"
+#include "outfiles.h"
 
 #include <getopt.h>
 #include <limits.h>
@@ -759,6 +760,33 @@ static void map_name(const char *path, int n_eyes, int k, char *buf, size_t size
     snprintf(buf, size, "%.*s_eye%d%s", (int)(dot - path), path, k + 1, dot);
 }
 
+/* The keys of an eye's FITS map: micrometres over the eye's pupil, and what was measured. */
+static void map_header(sw_cli_hdr *h, const ab_job *j, const sw_aberrometry_eye *e, int k,
+                       int32_t size)
+{
+    sw_cli_hdr_init(h, "um", "wavefront; NaN outside the pupil");
+    sw_cli_hdr_comment(h, "spotwave aberrometry: the wavefront of eye %d, frame %lld", k + 1,
+                       (long long)(j->first + j->count - 1));
+    sw_cli_hdr_command(h);
+    sw_cli_hdr_wcs_linear(h, "PUPILX", "PUPILY", "mm", 0.5 * (size + 1), 0.5 * (size + 1), 0.0, 0.0,
+                          e->pupil_mm / size, e->pupil_mm / size);
+    sw_cli_hdr_int(h, "EYE", k + 1, "eye number, as in the report");
+    sw_cli_hdr_int(h, "FRAME", j->first + j->count - 1, "input frame (0-based)");
+    sw_cli_hdr_num(h, "PUPIL", e->pupil_mm, "[mm] pupil diameter at the eye the map spans");
+    sw_cli_hdr_num(h, "PUPILCX", e->cx_px, "[pixel] analysis circle centre x (0-based)");
+    sw_cli_hdr_num(h, "PUPILCY", e->cy_px, "[pixel] analysis circle centre y (0-based)");
+    sw_cli_hdr_num(h, "PUPILR", e->radius_px, "[pixel] analysis circle radius");
+    sw_cli_hdr_num(h, "MAGNIF", j->p.magnification, "detector / eye magnification");
+    sw_cli_hdr_str(h, "SEARCH", sw_search_algorithm_string(j->p.algorithm), "spot search");
+    sw_cli_hdr_int(h, "ORDER", j->p.order, "highest radial order fitted");
+    sw_cli_hdr_int(h, "TERMS", e->terms, "Zernike terms (OSA/ANSI order)");
+    sw_cli_hdr_int(h, "SPOTS", e->kept, "spots kept for the fit");
+    sw_cli_hdr_num(h, "RESIDUAL", e->residual_px, "[pixel] RMS residual of the fit");
+    sw_cli_hdr_num(h, "SPHERE", e->rx.sphere_d, "[1/m] refraction sphere (dioptres)");
+    sw_cli_hdr_num(h, "CYL", e->rx.cyl_d, "[1/m] refraction cylinder (dioptres)");
+    sw_cli_hdr_num(h, "AXIS", e->rx.axis_deg, "[deg] cylinder axis");
+}
+
 /* The wavefront maps of the last frame's eyes (zernike_fit.h's sw_zmap). */
 static int write_maps(ab_job *j, int quiet)
 {
@@ -793,10 +821,16 @@ static int write_maps(ab_job *j, int quiet)
             rc = sw_cli_fail(SUB, "--map: %s", sw_cli_lib_error(ctx, st));
             goto done;
         }
-        if (o->map_fits)
-            st = sw_fits_write(ctx, path, &map, 1);
-        else
-            st = sw_zmap_write_png(ctx, path, &map);
+        if (o->map_fits) {
+            sw_cli_hdr hdr;
+            map_header(&hdr, j, e, k, zp.size);
+            st = sw_cli_hdr_write(ctx, path, &map, 1, &hdr);
+        } else {
+            char title[96];
+            snprintf(title, sizeof title, "eye %d wavefront, frame %lld, %.2f mm pupil", (int)k + 1,
+                     (long long)(j->first + j->count - 1), e->pupil_mm);
+            st = sw_cli_map_png(ctx, path, &map, SW_CLI_UM, title);
+        }
         if (st != SW_OK) {
             rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
             goto done;

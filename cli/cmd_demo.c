@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 
 #include "cli.h"
+#include "outfiles.h"
 
 #include "spotwave/sim.h"
 #include "spotwave/sim_eye.h"
@@ -87,6 +88,8 @@ typedef struct demo_state {
     char path_png[4096];
     char path_truth[4096];
     sw_stars stars;     /* the example's stars (truth)   */
+    sw_detector det;    /* the example's detector model  */
+    sw_spot_list spots; /* the spots found in it         */
     sw_image image;     /* the example image, f32, host */
     sw_image image_u16; /* the same scaled to u16, host */
     sw_image_stats stats;
@@ -211,6 +214,7 @@ static int step_image(demo_state *s)
         st = sw_stars_write_truth(s->ctx, s->path_truth, &stars, w, h, NULL);
     sw_starsim_destroy(plan);
     s->stars = stars; /* kept for the find step */
+    s->det = det;
     if (st != SW_OK)
         return demo_fail(s, "simulating the example star field failed: %s", lib_error(s, st));
     printf("  simulate   %dx%d star field, seed %llu: %d stars (mag 0-8), Gaussian PSF sigma %.1f "
@@ -330,9 +334,26 @@ static int step_timings(demo_state *s)
     return rc;
 }
 
+/* The HISTORY line of the demo's FITS files: what reproduces them (the options that change them,
+ * not the command line, so that --out and --threads leave the files identical). */
+static void demo_history(sw_cli_hdr *h, const demo_state *s)
+{
+    sw_cli_hdr_history(h, "spotwave demo --seed %llu --size %dx%d", (unsigned long long)s->seed,
+                       (int)s->width, (int)s->height);
+}
+
 static int step_write(demo_state *s)
 {
-    sw_status st = sw_fits_write(s->ctx, s->path_fits, &s->image, 1);
+    sw_cli_hdr h;
+    sw_cli_hdr_init(&h, "adu", "detector counts: electrons / GAIN + BIAS");
+    sw_cli_hdr_comment(&h, "spotwave demo: a simulated star field (sim stars' renderer)");
+    demo_history(&h, s);
+    sw_cli_hdr_u64(&h, "SEED", s->seed, "stars and noise seed (--seed)");
+    sw_cli_hdr_int(&h, "NSTARS", DEMO_STARS, "random stars, magnitudes 0..8");
+    sw_cli_hdr_num(&h, "SIGMA", DEMO_SIGMA, "[pixel] Gaussian PSF standard deviation");
+    sw_cli_hdr_num(&h, "ZEROPT", DEMO_ZERO_POINT, "[electron] flux of a magnitude-0 star");
+    sw_cli_hdr_detector(&h, &s->det);
+    sw_status st = sw_cli_hdr_write(s->ctx, s->path_fits, &s->image, 1, &h);
     if (st != SW_OK)
         return demo_fail(s, "cannot write %s: %s", s->path_fits, lib_error(s, st));
     printf("  wrote      %s (f32)\n", s->path_fits);
@@ -341,16 +362,40 @@ static int step_write(demo_state *s)
     if (st != SW_OK)
         return demo_fail(s, "cannot write %s: %s", s->path_pgm, lib_error(s, st));
     printf("  wrote      %s (u16)\n", s->path_pgm);
+    return 0;
+}
 
+/* The star field as a picture: an asinh stretch from zscale's lower end to the brightest pixel
+ * (faint stars and the sky's noise visible, bright cores not saturated), viridis, a colour bar,
+ * and a circle around each spot the find step found. */
+static int step_picture(demo_state *s)
+{
+    const sw_spot_list *l = &s->spots;
+    sw_png_marker *m = malloc((size_t)(l->count > 0 ? l->count : 1) * sizeof *m);
+    if (!m)
+        return demo_fail(s, "out of memory");
+    for (int64_t i = 0; i < l->count; i++) {
+        m[i].x = l->spots[i].x;
+        m[i].y = l->spots[i].y;
+        m[i].radius = 3.0 * DEMO_SIGMA + 2.0;
+    }
+    char title[128];
+    snprintf(title, sizeof title, "%d simulated stars; circles: %lld spots found", DEMO_STARS,
+             (long long)l->count);
     sw_png_options o;
     sw_png_options_default(&o);
     o.colormap = SW_CMAP_VIRIDIS;
+    o.stretch = SW_PNG_ASINH;
     o.scale_bar = 1;
-    o.label = "counts";
-    st = sw_png_write(s->ctx, s->path_png, &s->image, &o);
+    o.label = "adu (asinh scale)";
+    o.title = title;
+    o.markers = m;
+    o.nmarkers = (int32_t)l->count;
+    sw_status st = sw_png_write(s->ctx, s->path_png, &s->image, &o);
+    free(m);
     if (st != SW_OK)
         return demo_fail(s, "cannot write %s: %s", s->path_png, lib_error(s, st));
-    printf("  wrote      %s (viridis, scale bar)\n", s->path_png);
+    printf("  wrote      %s (viridis, asinh stretch, scale bar, the spots circled)\n", s->path_png);
     return 0;
 }
 
@@ -418,6 +463,10 @@ static int step_eyes(demo_state *s)
             printf("  wrote      %s (u8, the detector's counts)\n", path);
         sw_png_options po;
         sw_png_options_default(&po);
+        po.scale_bar = 1;
+        po.stretch = SW_PNG_ASINH; /* the spots beside the bright corneal reflections */
+        po.label = "adu (asinh scale)";
+        po.title = "two synthetic eyes: a Hartmann-Shack frame";
         if (st == SW_OK && join_path(s, path, sizeof path, "demo_eyes.png") != 0)
             st = SW_EINVAL;
         else if (st == SW_OK && (st = sw_png_write(s->ctx, path, &u8, &po)) == SW_OK)
@@ -533,7 +582,7 @@ static int step_find(demo_state *s)
         "(15 px) with SNR >= 10 found, centroid RMS error %.3f px; spots in %s\n",
         (long long)spots.count, ms, (long long)found, (long long)findable,
         found ? sqrt(err2 / (double)found) : NAN, path);
-    sw_spot_list_free(&spots);
+    s->spots = spots; /* for the picture */
     if (findable > 0 && (double)found < 0.95 * (double)findable)
         return demo_fail(s, "only %lld of %lld findable stars were found", (long long)found,
                          (long long)findable);
@@ -687,7 +736,8 @@ static int step_fit(demo_state *s)
     if (st == SW_OK && join_path(s, path, sizeof path, "demo_wavefront.png") != 0)
         st = SW_EINVAL;
     else if (st == SW_OK)
-        st = sw_zmap_write_png(s->ctx, path, &map);
+        st = sw_cli_map_png(s->ctx, path, &map, SW_CLI_UM,
+                            "wavefront of the Zernike fit, orders 1-4");
     double worst = 0.0;
     for (int j = 1; st == SW_OK && j < 15; j++)
         worst = fmax(worst, fabs(coef[j] - truth[j]));
@@ -898,8 +948,11 @@ static int step_aberrometry(demo_state *s)
         if (join_path(s, path, sizeof path, name) != 0)
             break;
         st = sw_zmap_run(mplan, m->coef_um, m->terms, &map);
+        char title[96];
+        snprintf(title, sizeof title, "eye %d, measured: orders 1-%d over %.2f mm", e + 1,
+                 DEMO_AB_ORDER, m->pupil_mm);
         if (st == SW_OK)
-            st = sw_zmap_write_png(s->ctx, path, &map);
+            st = sw_cli_map_png(s->ctx, path, &map, SW_CLI_UM, title);
         if (st == SW_OK)
             printf("  wrote      %s (eye %d's measured wavefront, um)\n", path, e + 1);
     }
@@ -1100,8 +1153,26 @@ static int step_sabre(demo_state *s)
             for (int32_t i = 0; i < nmap; i++)
                 row[i] = (float)(est[(int64_t)k * nmap + i] - mean);
         }
-        if (st == SW_OK)
-            st = sw_fits_write(s->ctx, path, &img, 1);
+        if (st == SW_OK) {
+            sw_cli_hdr h;
+            sw_cli_hdr_init(&h, "um", "wavefront (optical path difference), mean 0");
+            sw_cli_hdr_comment(&h, "spotwave demo: D-SABRE's wavefront from noise-free slopes");
+            demo_history(&h, s);
+            const double dx = DEMO_SB_LENSLET_M / DEMO_SB_SPL;
+            sw_cli_hdr_wcs_linear(&h, "PUPILX", "PUPILY", "m", 0.5 * (nmap + 1), 0.5 * (nmap + 1),
+                                  0.0, 0.0, dx, dx);
+            sw_cli_hdr_u64(&h, "SEED", s->seed, "phase screen seed (--seed)");
+            sw_cli_hdr_num(&h, "R0", DEMO_SB_R0_M, "[m] Fried parameter at R0WAVE");
+            sw_cli_hdr_num(&h, "L0", DEMO_SB_L0_M, "[m] outer scale");
+            sw_cli_hdr_num(&h, "R0WAVE", DEMO_SB_WL_UM, "[um] wavelength of R0");
+            sw_cli_hdr_int(&h, "GRIDNX", nl, "lenslets across");
+            sw_cli_hdr_int(&h, "GRIDNY", nl, "lenslets down");
+            sw_cli_hdr_num(&h, "LENSLETM", DEMO_SB_LENSLET_M, "[m] lenslet in the pupil");
+            sw_cli_hdr_str(&h, "METHOD", "dsabre", "reconstructor");
+            sw_cli_hdr_int(&h, "PARTS", DEMO_SB_K, "partitions per side (k)");
+            sw_cli_hdr_str(&h, "PME", "hierarchical", "piston mode equalisation");
+            st = sw_cli_hdr_write(s->ctx, path, &img, 1, &h);
+        }
     }
 
     /* Global SABRE (host): one least-squares problem on the whole lattice. */
@@ -1292,6 +1363,7 @@ static const demo_step demo_steps[] = {
     {"read back", step_read_back, 0},     /* FITS and PGM identical to what was written */
     {"eyes", step_eyes, 1},               /* binocular synthetic-eye H-S image (sim eye) */
     {"find", step_find, 1},               /* star field's spots vs truth (Winter 2018) */
+    {"picture", step_picture, 1},         /* the star field, found spots circled (PNG) */
     {"centroid", step_centroid, 1},       /* SH frame -> centroids vs truth (Mocci 2020) */
     {"fit", step_fit, 1},                 /* -> slopes -> Zernike fit, refraction, map (Mompean) */
     {"aberrometry", step_aberrometry, 1}, /* eyes -> pupils, PAPYCS, Zernike, refraction */
@@ -1323,6 +1395,9 @@ static const char *demo_parse_steps(const char *list, int on[DEMO_NSTEPS])
             return bad;
         }
         on[i] = 1;
+        if (strcmp(demo_steps[i].name, "find") == 0) /* its picture comes with it */
+            for (size_t k = 0; k < DEMO_NSTEPS; k++)
+                on[k] |= strcmp(demo_steps[k].name, "picture") == 0;
         if (!p[n])
             return NULL;
         p += n + 1;
@@ -1331,6 +1406,7 @@ static const char *demo_parse_steps(const char *list, int on[DEMO_NSTEPS])
 
 static void demo_state_free(demo_state *s)
 {
+    sw_spot_list_free(&s->spots);
     sw_image_free(&s->image_u16);
     sw_image_free(&s->image);
     sw_stars_free(&s->stars);

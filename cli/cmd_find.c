@@ -8,6 +8,7 @@
 #define _GNU_SOURCE
 
 #include "cli.h"
+#include "outfiles.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -472,6 +473,32 @@ static void json_report(const find_job *j, sw_context *ctx, const sw_find_stats 
 
 /* ---------------------------------------------------------------- the command */
 
+/* The keys of the --strong-mask file: what its pixels mean and the threshold that made them. */
+static void strong_header(sw_cli_hdr *h, const find_opts *o, int64_t first, int64_t count)
+{
+    const sw_find_params *p = &o->p;
+    sw_cli_hdr_init(h, "", "dimensionless: 1 a strong pixel, 0 not");
+    sw_cli_hdr_comment(h, "spotwave find: the strong pixels of frames %lld..%lld", (long long)first,
+                       (long long)(first + count - 1));
+    sw_cli_hdr_command(h);
+    sw_cli_hdr_int(h, "FRAME0", first, "input frame of plane 1 (0-based)");
+    sw_cli_hdr_str(h, "ALGORITH", sw_find_algorithm_string(p->algorithm), "threshold algorithm");
+    sw_cli_hdr_int(h, "KERNELX", p->kernel_x, "[pixel] window half-width");
+    sw_cli_hdr_int(h, "KERNELY", p->kernel_y, "[pixel] window half-height");
+    sw_cli_hdr_num(h, "SIGMAB", p->sigma_background, "background dispersion threshold sigma_b");
+    sw_cli_hdr_num(h, "SIGMAS", p->sigma_strong, "strong-pixel threshold sigma_s");
+    sw_cli_hdr_int(h, "MINLOCAL", p->min_local, "valid pixels a window needs");
+    sw_cli_hdr_num(h, "GLOBTHR", p->global_threshold, "global threshold");
+    if (o->gain_map)
+        sw_cli_hdr_str(h, "GAINMAP", o->gain_map, "per-pixel gains");
+    else
+        sw_cli_hdr_num(h, "GAIN", p->gain, "detector gain the dispersion assumes");
+    if (o->mask)
+        sw_cli_hdr_str(h, "MASK", o->mask, "valid-pixel mask");
+    if (p->overload > 0)
+        sw_cli_hdr_num(h, "OVERLOAD", p->overload, "values at or above it masked");
+}
+
 int sw_cmd_find(const sw_cli_globals *g, int argc, char **argv)
 {
     find_opts o;
@@ -577,7 +604,9 @@ int sw_cmd_find(const sw_cli_globals *g, int argc, char **argv)
             planes[k].owned = 0;
             planes[k].data = sw_image_row(&j.strong_cube, (int32_t)(k * j.in.height));
         }
-        st = sw_fits_write(ctx, o.strong, planes, (int32_t)count);
+        sw_cli_hdr hdr;
+        strong_header(&hdr, &o, first, count);
+        st = sw_cli_hdr_write(ctx, o.strong, planes, (int32_t)count, &hdr);
         free(planes);
         if (st != SW_OK) {
             rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));

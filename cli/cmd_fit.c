@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 
 #include "cli.h"
+#include "outfiles.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -619,6 +620,23 @@ static int all_finite(const double *c, int32_t n)
     return 1;
 }
 
+/* The keys of the FITS map: micrometres over the reported pupil, a plane per frame. */
+static void map_header(sw_cli_hdr *h, const fit_opts *o, const report *r, int32_t size)
+{
+    sw_cli_hdr_init(h, "um", "wavefront; NaN outside the pupil");
+    sw_cli_hdr_comment(h, "spotwave fit: the wavefront of the Zernike fit, a plane per frame");
+    sw_cli_hdr_command(h);
+    sw_cli_hdr_wcs_linear(h, "PUPILX", "PUPILY", "mm", 0.5 * (size + 1), 0.5 * (size + 1), 0.0, 0.0,
+                          r->report_mm / size, r->report_mm / size);
+    sw_cli_hdr_num(h, "PUPIL", r->report_mm, "[mm] pupil diameter the map spans");
+    sw_cli_hdr_int(h, "ORDER", o->order, "highest radial order fitted");
+    sw_cli_hdr_int(h, "TERMS", r->terms, "Zernike terms");
+    sw_cli_hdr_num(h, "OBSCUR", o->obscuration, "central obscuration, fraction of the pupil");
+    sw_cli_hdr_int(h, "FRAME1", r->label[0], "table frame of plane 1");
+    if (r->frames > 1)
+        sw_cli_hdr_int(h, "FRAMEN", r->label[r->frames - 1], "table frame of the last plane");
+}
+
 /* The wavefront maps of every frame (Mompean et al. 2019 Sec. 3.4) and their modulo-one displays.
  */
 static int write_maps(sw_context *ctx, const fit_opts *o, report *r)
@@ -662,7 +680,10 @@ static int write_maps(sw_context *ctx, const fit_opts *o, report *r)
                 rc = sw_cli_fail(SUB, "cannot write the map: the name '%s' is too long", o->map);
                 break;
             }
-            if ((st = sw_zmap_write_png(ctx, name, m)) != SW_OK) {
+            char title[96];
+            snprintf(title, sizeof title, "wavefront, frame %lld, orders 1-%ld",
+                     (long long)r->label[f], o->order);
+            if ((st = sw_cli_map_png(ctx, name, m, SW_CLI_UM, title)) != SW_OK) {
                 rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
                 break;
             }
@@ -694,7 +715,9 @@ static int write_maps(sw_context *ctx, const fit_opts *o, report *r)
         }
     }
     if (rc == SW_EXIT_OK && o->map_fits) {
-        if ((st = sw_fits_write(ctx, o->map, img, nimg)) != SW_OK)
+        sw_cli_hdr hdr;
+        map_header(&hdr, o, r, mp.size);
+        if ((st = sw_cli_hdr_write(ctx, o->map, img, nimg, &hdr)) != SW_OK)
             rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
         else {
             r->maps_written = 1;

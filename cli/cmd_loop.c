@@ -13,6 +13,7 @@
 #define _GNU_SOURCE
 
 #include "cli.h"
+#include "outfiles.h"
 #include "plot.h"
 
 #include <ctype.h>
@@ -578,6 +579,36 @@ typedef struct loop_run {
     char maps[3][4096];
 } loop_run;
 
+/* The keys of a --maps file: micrometres over the telescope pupil, the loop's parameters. */
+static void maps_header(sw_cli_hdr *h, const loop_opts *o, const char *which)
+{
+    const sw_loop_params *p = &o->p;
+    const int32_t side = p->samples * p->nx;
+    sw_cli_hdr_init(h, "um", "phase (optical path); NaN outside the pupil");
+    sw_cli_hdr_comment(h, "spotwave loop: the %s phase of the last frame", which);
+    sw_cli_hdr_command(h);
+    sw_cli_hdr_wcs_linear(h, "PUPILX", "PUPILY", "m", 0.5 * (side + 1), 0.5 * (side + 1), 0.0, 0.0,
+                          p->diameter_m / side, p->diameter_m / side);
+    sw_cli_hdr_str(h, "MAP", which, "turbulence, correction (the mirror) or residual");
+    sw_cli_hdr_int(h, "FRAME", o->frames, "the frame shown (1-based)");
+    sw_cli_hdr_num(h, "DIAMETER", p->diameter_m, "[m] telescope diameter the map spans");
+    sw_cli_hdr_int(h, "GRIDNX", p->nx, "lenslets per side");
+    sw_cli_hdr_int(h, "SAMPLES", p->samples, "phase samples per lenslet side");
+    sw_cli_hdr_num(h, "R0", p->turbulence.r0_m, "[m] Fried parameter at R0WAVE");
+    sw_cli_hdr_num(h, "L0", isfinite(p->turbulence.L0_m) ? p->turbulence.L0_m : 0.0,
+                   "[m] outer scale (0: Kolmogorov)");
+    sw_cli_hdr_num(h, "R0WAVE", p->turbulence.wavelength_um, "[um] wavelength of R0");
+    sw_cli_hdr_num(h, "WIND", p->wind_m_s, "[m/s] wind speed");
+    sw_cli_hdr_num(h, "RATE", p->rate_hz, "[Hz] frame rate");
+    sw_cli_hdr_u64(h, "SEED", p->seed, "screen and noise seed");
+    sw_cli_hdr_num(h, "MAGNITUD", p->magnitude, "guide star magnitude (absent: noise-free)");
+    sw_cli_hdr_str(h, "RECON", sw_loop_recon_string(p->recon), "reconstructor");
+    sw_cli_hdr_str(h, "CONTROL", sw_controller_kind_string(p->controller.kind), "controller");
+    sw_cli_hdr_num(h, "CTRLGAIN", p->controller.gain, "controller gain (0: open loop)");
+    sw_cli_hdr_int(h, "DELAY", p->delay, "extra frames of delay");
+    sw_cli_hdr_num(h, "SCIWAVE", p->science_wavelength_um, "[um] science wavelength");
+}
+
 static int run_loop(sw_context *ctx, const loop_opts *o, int quiet, loop_run *r)
 {
     sw_loop *l = NULL;
@@ -635,7 +666,9 @@ static int run_loop(sw_context *ctx, const loop_opts *o, int quiet, loop_run *r)
             }
             for (int32_t y = 0; y < side; y++)
                 memcpy(sw_image_row(&img, y), m + k * n + (size_t)y * side, sizeof(float) * side);
-            st = sw_fits_write(ctx, r->maps[k], &img, 1);
+            sw_cli_hdr hdr;
+            maps_header(&hdr, o, names[k]);
+            st = sw_cli_hdr_write(ctx, r->maps[k], &img, 1, &hdr);
             sw_image_free(&img);
             if (st != SW_OK)
                 rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
@@ -723,7 +756,7 @@ static int write_plot(const loop_opts *o, const loop_run *r)
         {fx, fy, 2, green, 1, "fitting error"},
     };
     char title1[160], title2[160];
-    snprintf(title1, sizeof title1, "strehl at %g um: %s, %s gain %g, coupling %g%s",
+    snprintf(title1, sizeof title1, "strehl at %g " SW_CLI_UM ": %s, %s gain %g, coupling %g%s",
              o->p.science_wavelength_um, sw_loop_recon_string(o->p.recon),
              sw_controller_kind_string(o->p.controller.kind), o->p.controller.gain,
              o->p.dm.coupling, o->open_loop ? " (open loop)" : "");

@@ -13,6 +13,7 @@
 #define _GNU_SOURCE
 
 #include "cli.h"
+#include "outfiles.h"
 
 #include <getopt.h>
 #include <math.h>
@@ -108,10 +109,10 @@ void sw_cmd_sabre_help(FILE *out)
         "                         partitions (vertices outside the grid included), global's\n"
         "                         vertices that no valid lenslet reaches are nan; the same\n"
         "                         piston as the actuators is removed ('-': standard output)\n"
-        "  --map FITS             the wavefront on a pixel grid spanning the lenslet array\n"
-        "                         (float FITS): pixel (i, k) at x = -1/2 + (i + 1/2) NX / W,\n"
-        "                         y likewise; nan where the pixel's lenslet is invalid; mean 0\n"
-        "                         over the other pixels\n"
+        "  --map FILE             the wavefront on a pixel grid spanning the lenslet array\n"
+        "                         (.fits: float; .png: a picture with a colour bar): pixel\n"
+        "                         (i, k) at x = -1/2 + (i + 1/2) NX / W, y likewise; nan where\n"
+        "                         the pixel's lenslet is invalid; mean 0 over the other pixels\n"
         "  --map-size N           the map's longer side, pixels, 1..%d (default 16 per lenslet,\n"
         "                         at most %d); the other side keeps the pixels square\n"
         "  --repeat N             run the reconstruction N times (timings; default 1)\n"
@@ -317,9 +318,10 @@ static int parse_options(int argc, char **argv, sabre_opts *o)
 
     /* Outputs. */
     if (o->have_map_size && !o->map)
-        return sw_cli_usage(S, "--map-size sets the size of the map: give --map FILE.fits");
-    if (o->map && !sw_cli_ends_with(o->map, ".fits") && !sw_cli_ends_with(o->map, ".fit"))
-        return sw_cli_usage(S, "--map: '%s' does not end in .fits", o->map);
+        return sw_cli_usage(S, "--map-size sets the size of the map: give --map FILE");
+    if (o->map && !sw_cli_ends_with(o->map, ".fits") && !sw_cli_ends_with(o->map, ".fit") &&
+        !sw_cli_ends_with(o->map, ".png"))
+        return sw_cli_usage(S, "--map: '%s' does not end in .fits or .png", o->map);
     if (!o->actuators && !o->values && !o->map && !o->json)
         o->actuators = "-";
     const int act_out = o->actuators && strcmp(o->actuators, "-") == 0;
@@ -741,6 +743,41 @@ static int write_values(const char *path, const sabre_result *r)
     return sw_cli_out_close(SUB, &out, 1);
 }
 
+/* The keys of the FITS map: the wavefront's unit, the map's coordinates over the lenslet array
+ * (lenslet (ix, iy) centred on (ix, iy) pitches) and the reconstruction. */
+static void map_header(sw_cli_hdr *h, const sabre_opts *o, const slopes_in *s,
+                       const sabre_result *r, int32_t w, int32_t hgt)
+{
+    if (o->have_lenslet)
+        sw_cli_hdr_init(h, "um", "wavefront; NaN where the lenslet is invalid");
+    else
+        sw_cli_hdr_init(h, "", "wavefront / lenslet pitch (slopes x pitches); NaN: invalid");
+    sw_cli_hdr_comment(h, "spotwave sabre: the %s wavefront over the lenslet array, mean 0",
+                       method_name(o->method));
+    sw_cli_hdr_command(h);
+    const double unit = o->have_lenslet ? o->lenslet_um : 1.0;
+    sw_cli_hdr_wcs_linear(h, "ARRAYX", "ARRAYY", o->have_lenslet ? "um" : "", 0.5, 0.5, -0.5 * unit,
+                          -0.5 * unit, unit * s->nx / w, unit * s->ny / hgt);
+    sw_cli_hdr_str(h, "METHOD", method_name(o->method), "reconstructor");
+    sw_cli_hdr_int(h, "GRIDNX", s->nx, "lenslets across");
+    sw_cli_hdr_int(h, "GRIDNY", s->ny, "lenslets down");
+    sw_cli_hdr_int(h, "NVALID", s->nvalid, "valid lenslets");
+    if (o->have_lenslet)
+        sw_cli_hdr_num(h, "LENSLET", o->lenslet_um, "[um] lenslet pitch");
+    sw_cli_hdr_str(h, "SLOPES", s->radians ? "dx_rad,dy_rad" : "dx_px,dy_px", "slope columns");
+    if (!s->radians) {
+        sw_cli_hdr_num(h, "XPIXSZ", o->pixel_um, "[um] detector pixel pitch");
+        sw_cli_hdr_num(h, "FOCALLEN", o->focal_mm, "[mm] lenslet focal length");
+    }
+    if (o->method == METHOD_DSABRE) {
+        sw_cli_hdr_int(h, "PARTS", r->partitions, "partitions per side (k)");
+        sw_cli_hdr_int(h, "OVERLAP", o->overlap, "partition overlap");
+        sw_cli_hdr_str(h, "PME", sw_sabre_pme_string(o->pme), "piston mode equalisation");
+    }
+    if (o->method == METHOD_FRIED)
+        sw_cli_hdr_num(h, "FRIEDREG", o->fried_reg, "Fried regularisation");
+}
+
 /* The map: the spline (sw_sabre_map) or Fried's bilinear phase (sw_fried_eval) at the pixel
  * centres, nan where the pixel's lenslet is invalid, mean 0 over the rest. */
 static int write_map(sw_context *ctx, const sabre_opts *o, const slopes_in *s, sabre_result *r)
@@ -798,7 +835,24 @@ static int write_map(sw_context *ctx, const sabre_opts *o, const slopes_in *s, s
             row[i] = (float)(m[(size_t)k * w + i] - mean);
     }
     free(m);
-    st = sw_fits_write(ctx, o->map, &img, 1);
+    if (sw_cli_ends_with(o->map, ".png")) {
+        /* as the other --map pictures: blue-white-red about 0, a colour bar, no data clear */
+        char title[160];
+        snprintf(title, sizeof title, "%s wavefront, %dx%d lenslets", method_name(o->method),
+                 (int)s->nx, (int)s->ny);
+        sw_png_options po;
+        sw_png_options_default(&po);
+        po.colormap = SW_CMAP_DIVERGING;
+        po.scale_bar = 1;
+        po.label = o->have_lenslet ? "\xc2\xb5m" : "wavefront / pitch";
+        po.nan_transparent = 1;
+        po.title = title;
+        st = sw_png_write(ctx, o->map, &img, &po);
+    } else {
+        sw_cli_hdr hdr;
+        map_header(&hdr, o, s, r, w, h);
+        st = sw_cli_hdr_write(ctx, o->map, &img, 1, &hdr);
+    }
     sw_image_free(&img);
     return st == SW_OK ? SW_EXIT_OK : sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
 }

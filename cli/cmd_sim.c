@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 
 #include "cli.h"
+#include "outfiles.h"
 
 #include "spotwave/sim_eye.h"
 #include "spotwave/turbulence.h"
@@ -272,20 +273,27 @@ static int check_image_name(const char *S, const char *opt, const char *path, sw
     return SW_EXIT_OK;
 }
 
-static sw_status write_any(sw_context *ctx, const char *path, const sw_image *img)
+/* Writes an image by its name's extension; a FITS file gets the header keys h. */
+static sw_status write_any(sw_context *ctx, const char *path, const sw_image *img,
+                           const sw_cli_hdr *h)
 {
     if (sw_cli_ends_with(path, ".pgm"))
         return sw_pgm_write(ctx, path, img);
     if (is_hdf5_name(path))
         return sw_h5_write(ctx, path, img, 1, 0,
                            sw_h5_bitshuffle_available() ? SW_H5_BSLZ4 : SW_H5_DEFLATE, NULL, 0.0);
-    return sw_fits_write(ctx, path, img, 1);
+    return sw_cli_hdr_write(ctx, path, img, 1, h);
 }
 
-static int write_image(sw_context *ctx, const char *path, const sw_image *img, sw_status *st)
+/* The keys every simulated detector image carries: BUNIT (the detector's counts), the command
+ * line, the detector model, the seed. */
+static void image_header(sw_cli_hdr *h, const char *what, const sw_detector *det, uint64_t seed)
 {
-    *st = write_any(ctx, path, img);
-    return *st == SW_OK ? 0 : -1;
+    sw_cli_hdr_init(h, "adu", "detector counts: electrons / GAIN + BIAS");
+    sw_cli_hdr_comment(h, "%s", what);
+    sw_cli_hdr_command(h);
+    sw_cli_hdr_u64(h, "SEED", seed, "simulation seed (--seed)");
+    sw_cli_hdr_detector(h, det);
 }
 
 /* ------------------------------------------------------------------ sim stars */
@@ -566,6 +574,95 @@ static const char *lib_error(sw_context *ctx, sw_status st)
     return (m && *m) ? m : sw_status_string(st);
 }
 
+/*
+ * The pinhole camera as a celestial FITS WCS (Calabretta & Greisen 2002, A&A 395, 1077): a
+ * pinhole projects by the gnomonic (TAN) projection, so the pixel position is CRPIX plus a
+ * constant matrix times the standard coordinates (xi east, eta north) of a direction about the
+ * boresight, exactly. The matrix is measured by projecting two directions (sw_camera_project);
+ * CD is its inverse, in degrees per pixel.
+ */
+static void stars_wcs(sw_cli_hdr *h, const sw_camera *cam)
+{
+    const double d2r = M_PI / 180.0, step = 1e-3; /* radians in the tangent plane */
+    const double a0 = cam->ra_deg * d2r, d0 = cam->dec_deg * d2r;
+    double x0, y0, m[2][2];
+    if (!sw_camera_project(cam, cam->ra_deg, cam->dec_deg, &x0, &y0))
+        return;
+    for (int k = 0; k < 2; k++) {
+        const double xi = k == 0 ? step : 0.0, eta = k == 0 ? 0.0 : step;
+        /* the direction whose standard coordinates are (xi, eta) */
+        const double den = cos(d0) - eta * sin(d0);
+        const double ra = a0 + atan2(xi, den);
+        const double dec = atan2(eta * cos(d0) + sin(d0), hypot(xi, den));
+        double x, y;
+        if (!sw_camera_project(cam, ra / d2r, dec / d2r, &x, &y))
+            return;
+        m[0][k] = (x - x0) / (step / d2r); /* pixels per degree */
+        m[1][k] = (y - y0) / (step / d2r);
+    }
+    const double det = m[0][0] * m[1][1] - m[0][1] * m[1][0];
+    if (!(fabs(det) > 0.0))
+        return;
+    double ra0 = fmod(cam->ra_deg, 360.0);
+    if (ra0 < 0)
+        ra0 += 360.0;
+    sw_cli_hdr_int(h, "WCSAXES", 2, "world coordinate axes");
+    sw_cli_hdr_str(h, "CTYPE1", "RA---TAN", "gnomonic projection: a pinhole camera");
+    sw_cli_hdr_str(h, "CTYPE2", "DEC--TAN", "gnomonic projection: a pinhole camera");
+    sw_cli_hdr_str(h, "CUNIT1", "deg", NULL);
+    sw_cli_hdr_str(h, "CUNIT2", "deg", NULL);
+    /* rounded to 1e-9 px: the projection's rounding noise left out */
+    sw_cli_hdr_num(h, "CRPIX1", round((x0 + 1.0) * 1e9) / 1e9,
+                   "the boresight (FITS pixels count from 1)");
+    sw_cli_hdr_num(h, "CRPIX2", round((y0 + 1.0) * 1e9) / 1e9,
+                   "the boresight (FITS pixels count from 1)");
+    sw_cli_hdr_num(h, "CRVAL1", ra0, "[deg] right ascension of the boresight");
+    sw_cli_hdr_num(h, "CRVAL2", cam->dec_deg, "[deg] declination of the boresight");
+    sw_cli_hdr_num(h, "CD1_1", m[1][1] / det, "[deg/pixel]");
+    sw_cli_hdr_num(h, "CD1_2", -m[0][1] / det, "[deg/pixel]");
+    sw_cli_hdr_num(h, "CD2_1", -m[1][0] / det, "[deg/pixel]");
+    sw_cli_hdr_num(h, "CD2_2", m[0][0] / det, "[deg/pixel]");
+    sw_cli_hdr_num(h, "LONPOLE", 180.0, "[deg] native longitude of the celestial pole");
+    sw_cli_hdr_str(h, "RADESYS", "ICRS", "the catalogue's frame");
+    sw_cli_hdr_num(h, "ROLL", cam->roll_deg,
+                   "[deg] position angle of the image's up (-y) direction");
+}
+
+static void stars_header(sw_cli_hdr *h, const stars_opts *o, const stars_report *r)
+{
+    image_header(h, "spotwave sim stars: a simulated star field", &o->d.det, o->seed);
+    sw_cli_hdr_str(h, "SOURCE", r->source, "where the stars came from");
+    sw_cli_hdr_int(h, "NSTARS", r->stars, "stars in the source");
+    sw_cli_hdr_int(h, "NRENDER", r->rendered, "stars rendered");
+    sw_cli_hdr_num(h, "SIGMA", o->sigma, "[pixel] Gaussian PSF standard deviation");
+    sw_cli_hdr_str(h, "PSF", o->psf == SW_PSF_INTEGRATED ? "integrated" : "sampled",
+                   "PSF integrated over pixels or sampled at centres");
+    sw_cli_hdr_int(h, "ROISIDE", o->roi_side, "[pixel] side of the square rendered per star");
+    sw_cli_hdr_num(h, "ZEROPT", o->zero_point, "[electron] flux of a magnitude-0 star");
+    sw_cli_hdr_num(h, "MAGRATIO", o->ratio > 0 ? o->ratio : pow(10.0, 0.4),
+                   "flux ratio of one magnitude");
+    if (!o->catalog && !o->sky) {
+        sw_cli_hdr_num(h, "MAGMIN", o->mag_min, "brightest random magnitude");
+        sw_cli_hdr_num(h, "MAGMAX", o->mag_max, "faintest random magnitude");
+    }
+    if (o->have_pixel) {
+        sw_cli_hdr_num(h, "XPIXSZ", o->cam.pixel_um, "[um] pixel pitch along x");
+        sw_cli_hdr_num(h, "YPIXSZ", o->cam.pixel_um, "[um] pixel pitch along y");
+    }
+    if (o->have_focal)
+        sw_cli_hdr_num(h, "FOCALLEN", o->cam.focal_mm, "[mm] focal length");
+    if (o->have_pixel && o->have_focal)
+        sw_cli_hdr_num(h, "PIXSCALE",
+                       180.0 / M_PI * 3600.0 * o->cam.pixel_um * 1e-3 / o->cam.focal_mm,
+                       "[arcsec/pixel] at the boresight");
+    if (o->sky) {
+        sw_camera cam = o->cam;
+        cam.width = o->width;
+        cam.height = o->height;
+        stars_wcs(h, &cam);
+    }
+}
+
 static int run_stars(const sw_cli_globals *g, const stars_opts *o, stars_report *r)
 {
     sw_context *ctx = NULL;
@@ -666,7 +763,9 @@ static int run_stars(const sw_cli_globals *g, const stars_opts *o, stars_report 
 
     /* Files. */
     t0 = sw_cli_now();
-    st = write_any(ctx, o->out, &host);
+    sw_cli_hdr hdr;
+    stars_header(&hdr, o, r);
+    st = write_any(ctx, o->out, &host, &hdr);
     if (st != SW_OK) {
         rc = sw_cli_fail(S, "%s", lib_error(ctx, st));
         goto done;
@@ -1001,6 +1100,23 @@ static void sh_params(const sh_opts *o, sw_shsim_params *p)
     p->fft_size = (int32_t)o->fft_size;
 }
 
+/* The lenslet array and the detector's geometry of a Shack-Hartmann image. */
+static void sh_header(sw_cli_hdr *h, const sh_opts *o)
+{
+    sw_cli_hdr_int(h, "GRIDNX", o->nx, "lenslets across");
+    sw_cli_hdr_int(h, "GRIDNY", o->ny, "lenslets down");
+    sw_cli_hdr_num(h, "PITCH", o->pitch, "[pixel] lenslet pitch on the detector");
+    sw_cli_hdr_num(h, "ORIGINX", o->x0, "[pixel] x of lenslet (0,0)'s corner (0-based)");
+    sw_cli_hdr_num(h, "ORIGINY", o->y0, "[pixel] y of lenslet (0,0)'s corner (0-based)");
+    sw_cli_hdr_num(h, "LENSLET", o->pitch * o->pixel_um, "[um] lenslet pitch");
+    sw_cli_hdr_num(h, "FOCALLEN", o->focal_mm, "[mm] lenslet focal length");
+    sw_cli_hdr_num(h, "XPIXSZ", o->pixel_um, "[um] detector pixel pitch along x");
+    sw_cli_hdr_num(h, "YPIXSZ", o->pixel_um, "[um] detector pixel pitch along y");
+    sw_cli_hdr_num(h, "WAVELEN", o->wavelength_um, "[um] wavelength");
+    sw_cli_hdr_str(h, "SHMODEL", sw_sh_model_string(o->model), "spot model");
+    sw_cli_hdr_num(h, "FLUX", o->flux_e, "[electron] flux of a fully lit lenslet");
+}
+
 static int64_t lit_lenslets(const sw_sh_truth *t, double min_illum)
 {
     int64_t n = 0;
@@ -1030,8 +1146,8 @@ static sw_detector reference_detector(const sw_detector *d)
 }
 
 static int detect_and_write(sw_context *ctx, const char *S, const sw_detector *det,
-                            const sw_image *electrons, const char *path, double *det_ms,
-                            double *write_ms)
+                            const sw_image *electrons, const char *path, const sw_cli_hdr *h,
+                            double *det_ms, double *write_ms)
 {
     sw_image out;
     memset(&out, 0, sizeof out);
@@ -1046,7 +1162,7 @@ static int detect_and_write(sw_context *ctx, const char *S, const sw_detector *d
         return sw_cli_fail(S, "detector model: %s", lib_error(ctx, st));
     }
     t0 = sw_cli_now();
-    if (write_image(ctx, path, &out, &st) != 0) {
+    if ((st = write_any(ctx, path, &out, h)) != SW_OK) {
         sw_image_free(&out);
         return sw_cli_fail(S, "%s", lib_error(ctx, st));
     }
@@ -1339,6 +1455,36 @@ static int parse_sh_options(int argc, char **argv, simsh_opts *o)
     return SW_EXIT_OK;
 }
 
+static void sh_image_header(sw_cli_hdr *h, const simsh_opts *o, const simsh_report *r,
+                            const sw_detector *det, int reference)
+{
+    image_header(h,
+                 reference ? "spotwave sim sh: the reference frame (flat wavefront)"
+                           : "spotwave sim sh: a simulated Shack-Hartmann frame",
+                 det, o->seed);
+    sw_cli_hdr_bool(h, "REFFRAME", reference, "the reference frame (flat wavefront)");
+    sh_header(h, &o->sh);
+    sw_cli_hdr_str(h, "SOURCE", r->source, "the wavefront");
+    if (o->zernike) {
+        sw_cli_hdr_num(h, "ZRADIUS", r->radius_um, "[um] radius of the Zernike unit circle");
+        sw_cli_hdr_num(h, "ZRMS", r->rms_um, "[um] RMS of the Zernike wavefront");
+    }
+    if (o->turbulence) {
+        sw_cli_hdr_num(h, "R0", o->turb.r0_m, "[m] Fried parameter at R0WAVE");
+        sw_cli_hdr_num(h, "L0", isfinite(o->turb.L0_m) ? o->turb.L0_m : 0.0,
+                       "[m] outer scale (0: Kolmogorov)");
+        sw_cli_hdr_num(h, "R0WAVE", o->turb.wavelength_um, "[um] wavelength of R0");
+        sw_cli_hdr_int(h, "SUBHARM", o->turb.subharmonics, "subharmonic levels of the screen");
+        sw_cli_hdr_u64(h, "SCRINDEX", o->screen_index, "phase screen index");
+    }
+    if (o->pupil_mm > 0) {
+        sw_cli_hdr_num(h, "PUPIL", o->pupil_mm, "[mm] pupil diameter");
+        sw_cli_hdr_num(h, "PUPILCU", o->pupil_cu_mm, "[mm] pupil centre, u");
+        sw_cli_hdr_num(h, "PUPILCV", o->pupil_cv_mm, "[mm] pupil centre, v");
+        sw_cli_hdr_num(h, "OBSCUR", o->obscuration, "central obscuration, fraction of the pupil");
+    }
+}
+
 static int run_sh(const sw_cli_globals *g, const simsh_opts *o, simsh_report *r)
 {
     const char *S = SUB_SH;
@@ -1450,7 +1596,9 @@ static int run_sh(const sw_cli_globals *g, const simsh_opts *o, simsh_report *r)
         }
         /* The reference is another exposure: its own noise (reference_detector). */
         sw_detector det = pass == 0 ? o->d.det : reference_detector(&o->d.det);
-        rc = detect_and_write(ctx, S, &det, &e_host, pass == 0 ? o->out : o->reference,
+        sw_cli_hdr hdr;
+        sh_image_header(&hdr, o, r, &det, pass == 1);
+        rc = detect_and_write(ctx, S, &det, &e_host, pass == 0 ? o->out : o->reference, &hdr,
                               &r->detector_ms, &r->write_ms);
         if (rc != SW_EXIT_OK)
             goto done;
@@ -2080,6 +2228,47 @@ static int write_eye_truth(sw_context *ctx, const char *prefix, const sw_eyesim_
     return SW_EXIT_OK;
 }
 
+static void eye_header(sw_cli_hdr *h, const eye_opts *o, const eye_report *r,
+                       const sw_detector *det, int reference)
+{
+    image_header(h,
+                 reference ? "spotwave sim eye: the reference frame (no eye, flat wavefront)"
+                           : "spotwave sim eye: a simulated Hartmann-Shack frame of eyes",
+                 det, o->seed);
+    sw_cli_hdr_bool(h, "REFFRAME", reference, "the reference frame (no eye)");
+    sh_header(h, &o->sh);
+    sw_cli_hdr_str(h, "SOURCE", r->source, "the eyes' aberrations");
+    sw_cli_hdr_int(h, "EYES", o->binocular ? 2 : 1, "eyes on the frame");
+    sw_cli_hdr_num(h, "PUPIL", o->pupil_mm, "[mm] eye pupil diameter");
+    sw_cli_hdr_num(h, "PUPILPX", o->pupil_px, "[pixel] pupil diameter on the detector");
+    sw_cli_hdr_num(h, "EYE1X", o->centers[0][0], "[pixel] pupil centre of eye 1 (0-based)");
+    sw_cli_hdr_num(h, "EYE1Y", o->centers[0][1], "[pixel] pupil centre of eye 1 (0-based)");
+    if (o->binocular) {
+        sw_cli_hdr_num(h, "EYE2X", o->centers[1][0], "[pixel] pupil centre of eye 2 (0-based)");
+        sw_cli_hdr_num(h, "EYE2Y", o->centers[1][1], "[pixel] pupil centre of eye 2 (0-based)");
+    }
+    if (!o->n_zernike) {
+        sw_cli_hdr_num(h, "POPPUPIL", o->population_mm, "[mm] pupil of the population statistics");
+        if (o->max_order > 0)
+            sw_cli_hdr_int(h, "MAXORDER", o->max_order, "radial orders above it set to 0");
+        if (o->rms_um > 0)
+            sw_cli_hdr_num(h, "EYERMS", o->rms_um, "[um] RMS of the orders >= 2, scaled to");
+        sw_cli_hdr_u64(h, "POPINDEX", o->index, "population draw of eye 1");
+    }
+    sw_cli_hdr_num(h, "SPHERE", o->rx.sphere_d, "[1/m] sphere added (dioptres)");
+    sw_cli_hdr_num(h, "CYL", o->rx.cyl_d, "[1/m] cylinder added (dioptres)");
+    sw_cli_hdr_num(h, "AXIS", o->rx.axis_deg, "[deg] cylinder axis");
+    /* the artefacts of living eyes (none on the reference) */
+    sw_eye_artefacts a = o->art;
+    if (reference)
+        sw_eye_artefacts_none(&a);
+    sw_cli_hdr_num(h, "GLOW", a.glow_e, "[electron] retinal glow at the pupil centre");
+    sw_cli_hdr_num(h, "REFLECT", a.reflection_e, "[electron] corneal reflection peak");
+    sw_cli_hdr_num(h, "BRIGHTMP", a.brightness, "amplitude of the brightness map");
+    sw_cli_hdr_int(h, "TEARBLOB", a.tear_blobs, "tear-film break-up blobs per eye");
+    sw_cli_hdr_num(h, "WHITENS", a.white_noise_e, "[electron] additive white noise RMS");
+}
+
 static int run_eye(const sw_cli_globals *g, const eye_opts *o, eye_report *r)
 {
     const char *S = SUB_EYE;
@@ -2126,8 +2315,10 @@ static int run_eye(const sw_cli_globals *g, const eye_opts *o, eye_report *r)
         rc = sw_cli_fail(S, "%s", lib_error(ctx, st));
         goto done;
     }
-    if ((rc = detect_and_write(ctx, S, &o->d.det, &e, o->out, &r->detector_ms, &r->write_ms)) !=
-        SW_EXIT_OK)
+    sw_cli_hdr hdr;
+    eye_header(&hdr, o, r, &o->d.det, 0);
+    if ((rc = detect_and_write(ctx, S, &o->d.det, &e, o->out, &hdr, &r->detector_ms,
+                               &r->write_ms)) != SW_EXIT_OK)
         goto done;
     if (o->truth && (rc = write_eye_truth(ctx, o->truth, &r->truth)) != SW_EXIT_OK)
         goto done;
@@ -2142,7 +2333,8 @@ static int run_eye(const sw_cli_globals *g, const eye_opts *o, eye_report *r)
             goto done;
         }
         sw_detector det = reference_detector(&o->d.det);
-        if ((rc = detect_and_write(ctx, S, &det, &e, o->reference, NULL, NULL)) != SW_EXIT_OK)
+        eye_header(&hdr, o, r, &det, 1);
+        if ((rc = detect_and_write(ctx, S, &det, &e, o->reference, &hdr, NULL, NULL)) != SW_EXIT_OK)
             goto done;
     }
     rc = SW_EXIT_OK;

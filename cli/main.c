@@ -5,6 +5,7 @@
 #define _GNU_SOURCE /* getopt_long, clock_gettime, mkdir */
 
 #include "cli.h"
+#include "outfiles.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -493,6 +494,7 @@ int main(int argc, char **argv)
     };
     sw_cli_globals g = {SW_BACKEND_AUTO, 0, 0, 0};
     long v;
+    sw_cli_set_command_line(argc, argv); /* for the HISTORY of the FITS files written */
 
     opterr = 0;
     int c;
@@ -567,9 +569,9 @@ int main(int argc, char **argv)
 }
 
 /*
- * Reads a FITS (2-D or cube) or PGM image into frames, telling the formats apart by their first
- * bytes; 32-bit integer frames are converted to float when u32_to_f32 is set. `what` names the
- * file in messages.
+ * Reads a FITS (2-D or cube; also gzip-compressed, .fits.gz, and tile-compressed, .fz: io.h) or
+ * PGM image into frames, telling the formats apart by their first bytes; 32-bit integer frames
+ * are converted to float when u32_to_f32 is set. `what` names the file in messages.
  */
 int sw_cli_read_frames(sw_context *ctx, const char *sub, const char *what, const char *path,
                        int u32_to_f32, sw_frames *out)
@@ -582,7 +584,8 @@ int sw_cli_read_frames(sw_context *ctx, const char *sub, const char *what, const
     size_t n = fread(magic, 1, sizeof magic, f);
     fclose(f);
     sw_status st;
-    if (n == 6 && memcmp(magic, "SIMPLE", 6) == 0) {
+    if ((n == 6 && memcmp(magic, "SIMPLE", 6) == 0) ||
+        (n >= 2 && (unsigned char)magic[0] == 0x1F && (unsigned char)magic[1] == 0x8B)) {
         st = sw_fits_read(ctx, path, out);
     } else if (n >= 2 && magic[0] == 'P' && magic[1] == '5') {
         out->frames = calloc(1, sizeof *out->frames);
@@ -594,7 +597,8 @@ int sw_cli_read_frames(sw_context *ctx, const char *sub, const char *what, const
         else
             sw_frames_free(out);
     } else {
-        return sw_cli_fail(sub, "%s '%s' is neither FITS nor binary PGM (P5)", what, path);
+        return sw_cli_fail(sub, "%s '%s' is neither FITS (plain, .gz or .fz) nor binary PGM (P5)",
+                           what, path);
     }
     if (st != SW_OK)
         return sw_cli_fail(sub, "%s", sw_cli_lib_error(ctx, st));

@@ -199,7 +199,22 @@ static const plot_glyph glyphs[] = {
     {'%', {0x19, 0x19, 0x02, 0x04, 0x08, 0x13, 0x13}},
     {'_', {0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x1F}},
     {'?', {0x0E, 0x11, 0x02, 0x04, 0x04, 0x00, 0x04}},
+    /* the micro sign (SW_PLOT_MICRO): a u whose left stroke runs down to a descender */
+    {SW_PLOT_MICRO, {0x00, 0x00, 0x11, 0x11, 0x13, 0x1D, 0x10}},
 };
+
+/* The character at s[*k] and the bytes it takes: the micro sign in UTF-8 (U+00B5 as C2 B5,
+ * U+03BC as CE BC) is one character, SW_PLOT_MICRO; any other byte is itself. */
+static char next_char(const char *s, size_t *k)
+{
+    const unsigned char a = (unsigned char)s[*k], b = a ? (unsigned char)s[*k + 1] : 0;
+    if ((a == 0xC2 && b == 0xB5) || (a == 0xCE && b == 0xBC)) {
+        *k += 2;
+        return SW_PLOT_MICRO;
+    }
+    *k += 1;
+    return (char)a;
+}
 
 const unsigned char *sw_plot_glyph(char ch)
 {
@@ -217,7 +232,9 @@ const unsigned char *sw_plot_glyph(char ch)
 
 int32_t sw_plot_text_width(const char *s, int scale)
 {
-    const size_t n = strlen(s);
+    size_t n = 0;
+    for (size_t k = 0; s[k]; n++)
+        next_char(s, &k);
     return n == 0 ? 0 : (int32_t)(6 * n - 1) * scale;
 }
 
@@ -228,8 +245,8 @@ static int32_t draw_text(sw_plot_canvas *c, int32_t ox, int32_t oy, const char *
 {
     if (scale < 1)
         scale = 1;
-    for (size_t k = 0; s[k]; k++) {
-        const unsigned char *g = sw_plot_glyph(s[k]);
+    for (size_t i = 0, k = 0; s[i]; k++) {
+        const unsigned char *g = sw_plot_glyph(next_char(s, &i));
         for (int row = 0; row < 7; row++)
             for (int col = 0; col < 5; col++) {
                 if (!(g[row] & (0x10 >> col)))

@@ -2,8 +2,9 @@
  * A small line-plot rasteriser for the command (`spotwave loop --plot`): an RGB canvas, panels
  * with a framed plot area, "nice" ticks with labels, grid lines, series drawn as solid or dashed
  * lines, a vertical marker, a legend, text in a built-in 5x7 bitmap font (digits, a-z, upper case
- * drawn as lower case, space and . , - + ( ) / : = % _ ; anything else as '?'), and a PNG writer
- * (libpng, 8-bit RGB).
+ * drawn as lower case, space and . , - + ( ) / : = % _, the micro sign written in UTF-8 (U+00B5
+ * or U+03BC: "\xc2\xb5m" draws "µm"); anything else as '?'), and a PNG writer (libpng, 8-bit
+ * RGB).
  *
  * Coordinates on the canvas: pixel (x, y), x to the right, y down, (0, 0) the top-left pixel.
  * Nothing here prints or exits; failures are return values with a message.
@@ -49,7 +50,11 @@ typedef struct sw_plot_rect {
 void sw_plot_line(sw_plot_canvas *c, double x0, double y0, double x1, double y1, sw_plot_rgb colour,
                   int thickness, int dash, double *phase, const sw_plot_rect *clip);
 
-/* Text: glyphs of 5 x 7 cells of scale x scale pixels, advancing 6 scale pixels a character.
+/* The micro sign's glyph code (sw_plot_glyph(SW_PLOT_MICRO)); in text, write it in UTF-8. */
+#define SW_PLOT_MICRO ((char)0xB5)
+
+/* Text: glyphs of 5 x 7 cells of scale x scale pixels, advancing 6 scale pixels a character (the
+ * UTF-8 micro sign, two bytes, is one character).
  * sw_plot_text draws with the text's top-left corner at (x, y). sw_plot_text_up draws it turned
  * a quarter turn anticlockwise (reading upwards, 7 scale pixels wide) with the box's bottom-left
  * corner at (x, y). Both return the text's length along its direction in pixels, as

@@ -8,7 +8,7 @@
  *   SW_EFORMAT       a truncated, corrupt, zero-sized or absurd file (dimensions beyond
  *                    SW_IMAGE_MAX_DIM / SW_IMAGE_MAX_PIXELS), or not the format at all
  *   SW_EIO           the file cannot be opened or read
- *   SW_EUNSUPPORTED  valid but not supported (FITS: tile-compressed images, random groups)
+ *   SW_EUNSUPPORTED  valid but not supported (FITS: random groups)
  *   SW_ERANGE        pixel values that do not fit the type they are read as (FITS: BITPIX -64
  *                    values beyond the range of float)
  *   SW_ENOMEM        out of memory
@@ -44,9 +44,21 @@ extern "C" {
  * Read as SW_PIX_F32, integer pixels equal to the BLANK keyword become NaN; NaN in float data
  * stays NaN. Values are returned as stored (no flips): FITS pixel (1, 1) is spotwave (0, 0).
  * Before cfitsio sees the file, the headers up to the image are checked (printable ASCII cards,
- * mandatory keywords, data present and padded to whole 2880-byte blocks). Tile-compressed images
- * (fpack) and random groups are SW_EUNSUPPORTED; gzip-compressed files are SW_EFORMAT with a hint.
- * NAXIS other than 2 or 3, or any NAXISn = 0 in the image read, is SW_EFORMAT.
+ * mandatory keywords, data present and padded to whole 2880-byte blocks). Random groups are
+ * SW_EUNSUPPORTED. NAXIS other than 2 or 3, or any NAXISn = 0 in the image read, is SW_EFORMAT.
+ * Compressed files are read too (told apart by their contents, not their names):
+ *   gzip (.fits.gz, .fit.gz; RFC 1952, one member or several concatenated): inflated into memory
+ *        first (the whole file: a reader of a large .gz needs its uncompressed size in memory),
+ *        then read as any file; corrupt or truncated gzip data is SW_EFORMAT.
+ *   tile-compressed images (fpack, .fz; the FITS standard 4.0 section 10: an image stored as a
+ *        BINTABLE with ZIMAGE = T, Rice, GZIP, HCOMPRESS or PLIO tiles) are read through cfitsio,
+ *        tile by tile, as the first image when the HDUs before them hold none; ZBITPIX and ZNAXISn
+ *        are the image's BITPIX and NAXISn above. Lossless compression reads back bit-identical.
+ *        The scan checks the compression keywords cfitsio trusts (ZCMPTYPE, ZTILEn, the Rice
+ *        BLOCKSIZE and BYTEPIX); a DATASUM that does not match the compressed data (fpack writes
+ *        one) is SW_EFORMAT before any tile is decoded. The tiles themselves are decoded by
+ *        cfitsio, whose decoders trust the compressed bytes: a damaged file without a checksum, or
+ *        crafted to pass it, can make them read past a tile (Rice) or leak (GZIP error paths).
  */
 typedef struct sw_frames {
     int32_t count;    /* number of frames */
@@ -68,6 +80,44 @@ sw_status sw_fits_write(sw_context *ctx, const char *path, const sw_image *frame
 
 void sw_frames_free(sw_frames *f); /* frees every frame and the array; NULL is ignored */
 
+/*
+ * Header keywords for sw_fits_write_keys: one card each, written in the order given after the
+ * mandatory keywords and CREATOR. Units of a value go at the start of its comment in square
+ * brackets ("[um] lenslet pitch"), as the FITS standard (4.0, section 4.3.2) recommends.
+ */
+typedef enum sw_fits_key_type {
+    SW_FITS_KEY_STRING = 0,  /* str; longer than 68 characters: the CONTINUE long-string convention
+                                (LONGSTRN = 'OGIP 1.0' is written once)                           */
+    SW_FITS_KEY_DOUBLE = 1,  /* num, finite; written with the fewest significant digits (at most
+                                17) that read back as the same double                            */
+    SW_FITS_KEY_LONG = 2,    /* integer                                                           */
+    SW_FITS_KEY_BOOL = 3,    /* integer: 0 is F, anything else T                                  */
+    SW_FITS_KEY_HISTORY = 4, /* str as HISTORY text (name and comment unused); text longer than a
+                                card continues on further HISTORY cards                           */
+    SW_FITS_KEY_COMMENT = 5  /* str as COMMENT text, the same way                                 */
+} sw_fits_key_type;
+
+typedef struct sw_fits_key {
+    const char *name; /* 1..8 characters of A-Z 0-9 - _; 9..60 printable characters (no '=') are
+                         written as "HIERARCH name = value" (ESO's convention). Structural and
+                         writer-owned names are refused: SIMPLE, BITPIX, NAXIS, NAXISn, EXTEND,
+                         BZERO, BSCALE, BLANK, XTENSION, PCOUNT, GCOUNT, GROUPS, END, CREATOR,
+                         LONGSTRN, CONTINUE, HISTORY, COMMENT; so is a name given twice        */
+    sw_fits_key_type type;
+    const char *str;     /* STRING value, HISTORY / COMMENT text: printable ASCII, not NULL      */
+    double num;          /* DOUBLE value                                                          */
+    long long integer;   /* LONG value, BOOL value                                                */
+    const char *comment; /* printable ASCII or NULL (none); cut to what fits on the card         */
+} sw_fits_key;
+
+/*
+ * sw_fits_write with header keywords (keys may be NULL when nkeys is 0). Every key is checked
+ * before anything is written: a bad name, type, a value that is not printable ASCII or a double
+ * that is not finite is SW_EINVAL naming the key.
+ */
+sw_status sw_fits_write_keys(sw_context *ctx, const char *path, const sw_image *frames,
+                             int32_t count, const sw_fits_key *keys, int32_t nkeys);
+
 /* ------------------------------------------------------------------ PGM (P5, binary) */
 
 /* Reads an 8-bit (maxval <= 255 -> SW_PIX_U8) or 16-bit (maxval <= 65535 -> SW_PIX_U16,
@@ -85,31 +135,62 @@ typedef enum sw_colormap {
     SW_CMAP_DIVERGING = 2 /* perceptually balanced blue-white-red (for signed maps)     */
 } sw_colormap;
 
+/* How values map onto the colour scale (t in 0..1 from the bottom colour to the top one). */
+typedef enum sw_png_stretch {
+    SW_PNG_LINEAR = 0, /* t = (v - vmin) / (vmax - vmin)                                        */
+    SW_PNG_ASINH = 1,  /* t = asinh(u / beta) / asinh(1 / beta), u the linear t: linear below
+                          beta, logarithmic above (Lupton et al. 2004, PASP 116, 133), for star
+                          fields: faint stars and the noise visible, bright cores not saturated */
+    SW_PNG_ZSCALE = 2  /* linear, the automatic range IRAF's zscale (below)                     */
+} sw_png_stretch;
+
+/* A circle drawn over the image (found spots, stars): centre in image pixels (0-based, pixel
+ * centres), radius in image pixels. */
+typedef struct sw_png_marker {
+    double x, y, radius;
+} sw_png_marker;
+
 typedef struct sw_png_options {
     sw_colormap colormap;
-    double vmin, vmax;   /* value range mapped to the colour scale; vmin == vmax: use min/max */
+    double vmin, vmax;   /* value range mapped to the colour scale; vmin == vmax: automatic  */
     int scale_bar;       /* non-zero: draw a colour bar with tick labels to the right     */
     const char *label;   /* unit label under the scale bar (e.g. "um"); may be NULL       */
     int nan_transparent; /* non-zero: NaN pixels transparent (RGBA) instead of black        */
+    /* (since issue 29) */
+    const char *title;            /* a line of text above the image; NULL: none              */
+    sw_png_stretch stretch;       /* default SW_PNG_LINEAR                                   */
+    double softening;             /* asinh's beta, a fraction of the range (0..1]; 0: three
+                                     times the noise (1.4826 MAD of the sample) / the range  */
+    const sw_png_marker *markers; /* nmarkers circles over the image; NULL: none             */
+    int32_t nmarkers;             /* >= 0                                                    */
+    unsigned char marker_rgb[3];  /* their colour (default red: 255, 48, 48)                 */
 } sw_png_options;
 
-/* Grey, automatic range, no scale bar, no label, NaN black. */
+/* Grey, automatic range, linear, no scale bar, no label, no title, no markers, NaN black. */
 void sw_png_options_default(sw_png_options *o);
 /*
- * Writes a host image of any type as an 8-bit PNG: grey for SW_CMAP_GREY, RGB for the colour
- * maps, RGBA whenever nan_transparent is set. opts may be NULL (the defaults).
- * Values map linearly to the colour scale and are clamped at its ends (+Inf to the top colour).
- * Automatic range (vmin == vmax): the finite minimum and maximum of the image; for
- * SW_CMAP_DIVERGING -m .. m with m the largest finite |value|, so that 0 is the neutral centre;
- * a range that is still empty (a constant image) is widened around its value, which then sits
- * at the centre of the scale; an image without finite pixels uses 0 .. 1.
- * vmin > vmax reverses the scale. vmin or vmax not finite: SW_EINVAL.
+ * Writes a host image of any type as an 8-bit PNG: grey for SW_CMAP_GREY (RGB when there are
+ * markers), RGB for the colour maps, RGBA whenever nan_transparent is set. opts may be NULL (the
+ * defaults). Values map to the colour scale by the stretch and are clamped at its ends (+Inf to
+ * the top colour).
+ * Automatic range (vmin == vmax): SW_PNG_LINEAR: the finite minimum and maximum of the image;
+ * SW_PNG_ZSCALE: IRAF's zscale (the display task's algorithm, contrast 0.25: a line fitted with
+ * 2.5-sigma rejection to up to 10000 evenly spaced finite pixels sorted by value; z1, z2 its
+ * ends over the sample divided by the contrast, within the sample's range; the sample's range
+ * when more than half is rejected); SW_PNG_ASINH: zscale's z1 to the finite maximum. For
+ * SW_CMAP_DIVERGING the range is then made -m .. m with m the larger |end|, so that 0 is the
+ * neutral centre; a range that is still empty (a constant image) is widened around its value,
+ * which then sits at the centre of the scale; an image without finite pixels uses 0 .. 1.
+ * vmin > vmax reverses the scale. vmin or vmax not finite, a softening outside 0..1, nmarkers < 0
+ * or markers NULL with nmarkers > 0: SW_EINVAL.
  * With scale_bar the picture is wider than the image (the bar, ticks and labels sit to its right)
- * and at least tall enough for the bar (a small image gets white background below it); the image
- * itself is at the top left, pixel for pixel. Labels use a built-in 5x7 font: digits, a-z (upper
- * case is drawn as lower case), space and + - . , _ / ( ) % ^ : * =; the micro sign (UTF-8
- * U+00B5 or U+03BC) is drawn as 'u'; any other character as '?'. The label is cut at 64
- * characters.
+ * and at least tall enough for the bar (a small image gets white background below it). The bar's
+ * ticks sit at round values (1, 2 or 5 times a power of ten: evenly spaced on a linear scale;
+ * on an asinh scale 0 and the decades first, then 2 and 5 times them where there is room). With
+ * a title the image starts below it; otherwise the image is at the top left, pixel for pixel.
+ * Text uses a built-in 5x7 font: digits, a-z (upper case is drawn as lower case), space,
+ * + - . , _ / ( ) [ ] < > % ^ : ; * = ! ' " # & | ~ and the micro sign (UTF-8 U+00B5 or U+03BC);
+ * any other character is drawn as '?'. Label and title are cut at 64 characters.
  */
 sw_status sw_png_write(sw_context *ctx, const char *path, const sw_image *img,
                        const sw_png_options *opts);

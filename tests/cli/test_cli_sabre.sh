@@ -334,7 +334,7 @@ expect_usage sabre "$tmp/tilt.csv" --method fried --values "$tmp/v.csv"
 expect_usage sabre "$tmp/tilt.csv" --fried-reg 1
 expect_usage sabre "$tmp/tilt.csv" --dpme-iterations 3
 expect_usage sabre "$tmp/tilt.csv" --json --actuators -
-expect_usage sabre "$tmp/tilt.csv" --map "$tmp/m.png"
+expect_usage sabre "$tmp/tilt.csv" --map "$tmp/m.jpg"
 expect_usage sabre "$tmp/tilt.csv" --actuators "$tmp/x.csv" --values "$tmp/x.csv"
 expect_usage sabre "$tmp/tilt.csv" --lenslet-um 0
 expect_usage sabre "$tmp/tilt.csv" --frobnicate

@@ -164,6 +164,35 @@ static void test_glyphs_distinct(void **state)
     assert_memory_equal(sw_plot_glyph('~'), sw_plot_glyph('?'), 7);
 }
 
+/* The micro sign: a glyph of its own, one character wide in text, either UTF-8 code point. */
+static void test_micro(void **state)
+{
+    (void)state;
+    const unsigned char *g = sw_plot_glyph(SW_PLOT_MICRO);
+    assert_true(memcmp(g, sw_plot_glyph('u'), 7) != 0);
+    assert_true(memcmp(g, sw_plot_glyph('?'), 7) != 0);
+    assert_int_not_equal(g[6], 0); /* its descender */
+    assert_int_equal(sw_plot_text_width("\xc2\xb5m", 1), sw_plot_text_width("um", 1));
+    assert_int_equal(sw_plot_text_width("x \xce\xbcm", 2), sw_plot_text_width("x um", 2));
+    sw_plot_canvas a, b, u;
+    assert_int_equal(sw_plot_canvas_init(&a, 30, 12, WHITE), 0);
+    assert_int_equal(sw_plot_canvas_init(&b, 30, 12, WHITE), 0);
+    assert_int_equal(sw_plot_canvas_init(&u, 30, 12, WHITE), 0);
+    sw_plot_text(&a, 1, 1, "\xc2\xb5m", 1, RED);
+    sw_plot_text(&b, 1, 1, "\xce\xbcm", 1, RED);
+    sw_plot_text(&u, 1, 1, "um", 1, RED);
+    const size_t n = 3 * 30 * 12;
+    assert_memory_equal(a.rgb, b.rgb, n);
+    assert_true(memcmp(a.rgb, u.rgb, n) != 0);
+    /* the 'm' is where it is after a one-byte character */
+    for (int y = 1; y < 8; y++)
+        for (int x = 7; x < 12; x++)
+            assert_int_equal(is(&a, x, y, RED), is(&u, x, y, RED));
+    sw_plot_canvas_free(&a);
+    sw_plot_canvas_free(&b);
+    sw_plot_canvas_free(&u);
+}
+
 static void test_text(void **state)
 {
     (void)state;
@@ -344,6 +373,7 @@ int main(void)
         cmocka_unit_test(test_line),
         cmocka_unit_test(test_dashes),
         cmocka_unit_test(test_glyphs_distinct),
+        cmocka_unit_test(test_micro),
         cmocka_unit_test(test_text),
         cmocka_unit_test(test_panel),
         cmocka_unit_test(test_png),

@@ -343,6 +343,263 @@ static void label_scale_and_tiny(void **state)
     sw_image_free(&img);
 }
 
+/* ------------------------------------------------------------------ issue 29: pictures people read
+ */
+
+/* The bar's geometry, found from the picture (a viridis bar: top colour at t = 1, bottom at t =
+ * 0, right of the image at x >= x0): its top and bottom rows and the first column after it. */
+static void bar_geometry(const rgba_image *r, int x0, int *y0, int *y1, int *xr)
+{
+    *y0 = find_colour(r, x0, 0xFD, 0xE7, 0x25);
+    assert_true(*y0 >= 0);
+    *y1 = -1;
+    *xr = -1;
+    for (int y = 0; y < r->h; y++)
+        for (int x = x0; x < r->w; x++) {
+            const unsigned char *p = at(r, x, y);
+            if (p[0] == 0x44 && p[1] == 0x01 && p[2] == 0x54 && y > *y1)
+                *y1 = y;
+            if (y == *y0 && p[0] == 0xFD && p[1] == 0xE7 && p[2] == 0x25 && x + 1 > *xr)
+                *xr = x + 1;
+        }
+    assert_true(*y1 > *y0 && *xr > x0);
+}
+
+/* The rows of the tick marks (black right of the bar's frame). */
+static int tick_rows(const rgba_image *r, int xr, int *rows, int max)
+{
+    int n = 0;
+    for (int y = 0; y < r->h && n < max; y++) {
+        const unsigned char *p = at(r, xr + 2, y);
+        if (p[0] == 0 && p[1] == 0 && p[2] == 0)
+            rows[n++] = y;
+    }
+    return n;
+}
+
+/* 1, 2 or 5 times a power of ten (or 0), within tol. */
+static int is_round(double v, double tol)
+{
+    if (fabs(v) <= tol)
+        return 1;
+    static const double mult[4] = {1.0, 2.0, 5.0, 10.0};
+    const double p = pow(10.0, floor(log10(fabs(v))));
+    for (int m = 0; m < 4; m++)
+        if (fabs(fabs(v) - mult[m] * p) <= tol)
+            return 1;
+    return 0;
+}
+
+/* Linear scale: the ticks sit at every multiple of a 1-2-5 step inside the range, evenly. */
+static void ticks_linear_round(void **state)
+{
+    (void)state;
+    sw_image img = ramp_f32(40, 240, -0.37, 2.81);
+    sw_png_options o;
+    sw_png_options_default(&o);
+    o.colormap = SW_CMAP_VIRIDIS;
+    o.vmin = -0.37;
+    o.vmax = 2.81;
+    o.scale_bar = 1;
+    const char *path = sw_test_path("ticks.png");
+    assert_int_equal(sw_png_write(NULL, path, &img, &o), SW_OK);
+    rgba_image r = load(path);
+    int y0, y1, xr, rows[32];
+    bar_geometry(&r, 40, &y0, &y1, &xr);
+    int n = tick_rows(&r, xr, rows, 32);
+    assert_true(n >= 3);
+    const double px = (o.vmax - o.vmin) / (y1 - y0); /* value per bar row */
+    double v[32] = {0};
+    for (int k = 0; k < n; k++)
+        v[k] = o.vmin + (double)(y1 - rows[k]) / (y1 - y0) * (o.vmax - o.vmin);
+    /* the step: the 1-2-5 value nearest the measured spacing (rows run downwards: values
+     * decrease), within two rows of it */
+    const double spacing = v[0] - v[1];
+    const double p10 = pow(10.0, floor(log10(spacing)));
+    static const double mult[4] = {1.0, 2.0, 5.0, 10.0};
+    double step = p10;
+    for (int m = 1; m < 4; m++)
+        if (fabs(mult[m] * p10 - spacing) < fabs(step - spacing))
+            step = mult[m] * p10;
+    assert_near(spacing, step, 2 * px);
+    for (int k = 0; k < n; k++) {
+        assert_near(v[k] / step, round(v[k] / step), px / step); /* a multiple of the step */
+        if (k > 0)
+            assert_near(v[k - 1] - v[k], step, 2 * px);
+    }
+    /* every multiple of the step in the range has its tick */
+    assert_int_equal(n, (int)(floor(o.vmax / step) - ceil(o.vmin / step)) + 1);
+    free(r.px);
+    sw_image_free(&img);
+}
+
+/* Asinh: values map as asinh(u / beta) / asinh(1 / beta); the ticks are 0, the decades, and
+ * 2s and 5s where there is room, each at its own value's place on the bar. */
+static void asinh_stretch(void **state)
+{
+    (void)state;
+    const double hi = 10000.0, beta = 0.001;
+    sw_image img = ramp_f32(101, 300, 0.0, hi);
+    sw_png_options o;
+    sw_png_options_default(&o);
+    o.vmin = 0.0;
+    o.vmax = hi;
+    o.stretch = SW_PNG_ASINH;
+    o.softening = beta;
+    const char *path = sw_test_path("asinh.png");
+    assert_int_equal(sw_png_write(NULL, path, &img, &o), SW_OK);
+    rgba_image r = load(path);
+    for (int x = 0; x <= 100; x++) {
+        const double v = hi * x / 100.0;
+        const double t = asinh(v / hi / beta) / asinh(1.0 / beta);
+        assert_near(at(&r, x, 7)[0], 255.0 * t, 1.0);
+    }
+    /* a tenth of the range: a tenth of the grey scale when linear, 70 % of it here */
+    assert_true(at(&r, 10, 0)[0] > 170);
+    free(r.px);
+
+    o.colormap = SW_CMAP_VIRIDIS;
+    o.scale_bar = 1;
+    assert_int_equal(sw_png_write(NULL, path, &img, &o), SW_OK);
+    r = load(path);
+    int y0, y1, xr, rows[32];
+    bar_geometry(&r, 101, &y0, &y1, &xr);
+    int n = tick_rows(&r, xr, rows, 32);
+    assert_true(n >= 4);
+    int decades = 0;
+    for (int k = 0; k < n; k++) {
+        /* the value at the tick's row and half a row either side */
+        double v[3];
+        for (int d = -1; d <= 1; d++) {
+            double t = (double)(y1 - rows[k] - 0.5 * d) / (y1 - y0);
+            t = t < 0 ? 0 : t > 1 ? 1 : t;
+            v[d + 1] = hi * beta * sinh(t * asinh(1.0 / beta));
+        }
+        const double tol = fabs(v[2] - v[0]) / 2 + 1e-9;
+        assert_true(is_round(v[1], tol));
+        for (double p = 1; p <= hi; p *= 10)
+            decades += fabs(v[1] - p) <= tol;
+        decades += fabs(v[1]) <= tol; /* 0 */
+    }
+    assert_true(decades >= 4); /* 0 and three decades at least (10, 100, 1000, 10000 fit) */
+    free(r.px);
+    sw_image_free(&img);
+}
+
+/* zscale: a sky of 1000 +- 10 with 5 % bright stars shows the sky's spread over the grey scale
+ * and saturates the stars; min/max would crush the sky to black. */
+static void zscale_range(void **state)
+{
+    (void)state;
+    sw_image img;
+    assert_int_equal(sw_image_alloc(NULL, 100, 100, SW_PIX_F32, &img), SW_OK);
+    for (int32_t y = 0; y < 100; y++)
+        for (int32_t x = 0; x < 100; x++) {
+            const int i = y * 100 + x;
+            ((float *)sw_image_row(&img, y))[x] =
+                i % 20 == 7 ? 60000.0f : (float)(990.0 + 20.0 * ((i * 7919) % 1000) / 999.0);
+        }
+    ((float *)sw_image_row(&img, 0))[0] = 990.0f; /* the sky's ends at known places */
+    ((float *)sw_image_row(&img, 0))[1] = 1010.0f;
+    sw_png_options o;
+    sw_png_options_default(&o);
+    o.stretch = SW_PNG_ZSCALE;
+    const char *path = sw_test_path("zscale.png");
+    assert_int_equal(sw_png_write(NULL, path, &img, &o), SW_OK);
+    rgba_image r = load(path);
+    assert_true(at(&r, 0, 0)[0] < 30);      /* the faintest sky: dark */
+    assert_true(at(&r, 1, 0)[0] > 80);      /* the brightest sky: well up the scale */
+    assert_int_equal(at(&r, 7, 0)[0], 255); /* a star: saturated */
+    free(r.px);
+    o.stretch = SW_PNG_LINEAR;
+    assert_int_equal(sw_png_write(NULL, path, &img, &o), SW_OK);
+    r = load(path);
+    assert_true(at(&r, 1, 0)[0] <= 1); /* min/max: the whole sky is black */
+    free(r.px);
+    sw_image_free(&img);
+}
+
+/* A title above the image: the image moves down by the title's band, whose text is black on
+ * white; the micro sign in UTF-8 (either code point) is its own glyph, not a 'u'. */
+static void title_and_micro(void **state)
+{
+    (void)state;
+    sw_image img = ramp_f32(80, 30, 0.0, 1.0);
+    sw_png_options o;
+    sw_png_options_default(&o);
+    o.colormap = SW_CMAP_VIRIDIS;
+    o.title = "w (\xc2\xb5m)";
+    const char *path = sw_test_path("title.png");
+    assert_int_equal(sw_png_write(NULL, path, &img, &o), SW_OK);
+    rgba_image a = load(path);
+    assert_int_equal(a.w, 80);
+    assert_int_equal(a.h, 30 + 15);          /* the band: 15 rows at font scale 1 */
+    assert_rgb(&a, 0, 15, 0x44, 0x01, 0x54); /* the image's first pixel */
+    assert_rgb(&a, 79, 44, 0xFD, 0xE7, 0x25);
+    long black = count_black(&a, 0), colour = 0;
+    for (int y = 0; y < 15; y++)
+        for (int x = 0; x < 80; x++) {
+            const unsigned char *p = at(&a, x, y);
+            colour += !(p[0] == p[1] && p[1] == p[2]);
+        }
+    assert_true(black > 20);     /* the text */
+    assert_int_equal(colour, 0); /* nothing but black on white above the image */
+    o.title = "w (um)";
+    assert_int_equal(sw_png_write(NULL, path, &img, &o), SW_OK);
+    rgba_image u = load(path);
+    o.title = "w (\xce\xbcm)";
+    assert_int_equal(sw_png_write(NULL, path, &img, &o), SW_OK);
+    rgba_image mu = load(path);
+    assert_int_equal(memcmp(a.px, mu.px, (size_t)a.w * a.h * 4), 0); /* U+00B5 = U+03BC */
+    assert_int_not_equal(memcmp(a.px, u.px, (size_t)a.w * a.h * 4), 0);
+    /* a title longer than the image widens the canvas */
+    o.title = "a title of forty characters, or so, here";
+    assert_int_equal(sw_png_write(NULL, path, &img, &o), SW_OK);
+    rgba_image wide = load(path);
+    assert_true(wide.w >= 40 * 6 - 1);
+    assert_rgb(&wide, 0, 15, 0x44, 0x01, 0x54);
+    free(wide.px);
+    free(a.px);
+    free(u.px);
+    free(mu.px);
+    sw_image_free(&img);
+}
+
+/* Circle markers: the ring's pixels in the marker colour, inside and outside untouched, clipped
+ * at the image's edges (never over the bar); a grey map becomes RGB to show them. */
+static void markers(void **state)
+{
+    (void)state;
+    sw_image img;
+    assert_int_equal(sw_image_alloc(NULL, 64, 48, SW_PIX_U8, &img), SW_OK); /* all 0 */
+    const sw_png_marker m[3] = {{20.0, 30.0, 8.0}, {62.0, 5.0, 6.0}, {-100.0, 3.0, 2.0}};
+    sw_png_options o;
+    sw_png_options_default(&o);
+    o.vmin = 0;
+    o.vmax = 1;
+    o.scale_bar = 1;
+    o.markers = m;
+    o.nmarkers = 3;
+    const char *path = sw_test_path("markers.png");
+    assert_int_equal(sw_png_write(NULL, path, &img, &o), SW_OK);
+    rgba_image r = load(path);
+    assert_true(r.color);
+    const int ring[4][2] = {{28, 30}, {12, 30}, {20, 38}, {20, 22}};
+    for (int k = 0; k < 4; k++)
+        assert_rgb(&r, ring[k][0], ring[k][1], 255, 48, 48);
+    assert_rgb(&r, 20, 30, 0, 0, 0);    /* centre */
+    assert_rgb(&r, 24, 30, 0, 0, 0);    /* inside */
+    assert_rgb(&r, 31, 30, 0, 0, 0);    /* outside */
+    assert_rgb(&r, 56, 5, 255, 48, 48); /* the clipped circle's left side */
+    for (int y = 0; y < r.h; y++)       /* nothing red right of the image */
+        for (int x = 64; x < r.w; x++) {
+            const unsigned char *p = at(&r, x, y);
+            assert_false(p[0] == 255 && p[1] == 48 && p[2] == 48);
+        }
+    free(r.px);
+    sw_image_free(&img);
+}
+
 static void bad_arguments(void **state)
 {
     (void)state;
@@ -359,6 +616,19 @@ static void bad_arguments(void **state)
     assert_int_equal(sw_png_write(NULL, path, &img, &o), SW_EINVAL);
     sw_png_options_default(&o);
     o.colormap = (sw_colormap)7;
+    assert_int_equal(sw_png_write(NULL, path, &img, &o), SW_EINVAL);
+    sw_png_options_default(&o);
+    o.stretch = (sw_png_stretch)9;
+    assert_int_equal(sw_png_write(NULL, path, &img, &o), SW_EINVAL);
+    sw_png_options_default(&o);
+    o.softening = 1.5;
+    assert_int_equal(sw_png_write(NULL, path, &img, &o), SW_EINVAL);
+    o.softening = NAN;
+    assert_int_equal(sw_png_write(NULL, path, &img, &o), SW_EINVAL);
+    sw_png_options_default(&o);
+    o.nmarkers = -1;
+    assert_int_equal(sw_png_write(NULL, path, &img, &o), SW_EINVAL);
+    o.nmarkers = 1; /* markers NULL */
     assert_int_equal(sw_png_write(NULL, path, &img, &o), SW_EINVAL);
     sw_image dev;
     assert_int_equal(sw_image_wrap(img.data, 4, 4, img.stride, SW_PIX_F32, SW_MEM_DEVICE, &dev),
@@ -382,9 +652,17 @@ static void bad_arguments(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(grey_plain),    cmocka_unit_test(viridis_scale_bar),
-        cmocka_unit_test(diverging),     cmocka_unit_test(constant_image),
-        cmocka_unit_test(nan_pixels),    cmocka_unit_test(label_scale_and_tiny),
+        cmocka_unit_test(grey_plain),
+        cmocka_unit_test(viridis_scale_bar),
+        cmocka_unit_test(diverging),
+        cmocka_unit_test(constant_image),
+        cmocka_unit_test(nan_pixels),
+        cmocka_unit_test(label_scale_and_tiny),
+        cmocka_unit_test(ticks_linear_round),
+        cmocka_unit_test(asinh_stretch),
+        cmocka_unit_test(zscale_range),
+        cmocka_unit_test(title_and_micro),
+        cmocka_unit_test(markers),
         cmocka_unit_test(bad_arguments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
