@@ -217,6 +217,10 @@ def find_geometry(reference, *, pixel_um=5.5, focal_mm=3.5, ctx=None):
     arguments (origin=(x0, y0), grid=(nx, ny), pitch)."""
     ctx = _context.resolve(ctx)
     obj, device = _arrays.as_input(reference, "reference", ctx)
+    if device:
+        # The profiles are computed on the host (once, at calibration); no silent copy back.
+        raise TypeError("reference: find_geometry reads a host image: pass a NumPy array "
+                        "(e.g. cupy.asnumpy(reference)), or give the grid (pitch, grid, origin)")
     with _arrays.DeviceRun(ctx, device):
         return _spotwave.find_geometry(ctx, obj, pixel_um, focal_mm)
 

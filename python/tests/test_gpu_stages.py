@@ -88,7 +88,9 @@ def test_loop_simulator_on_the_gpu(gpu):
 def test_aberrometry_on_device_frames(gpu, cpu1):
     img, truth, ref = spotwave.sim.eye(rms_um=1.0, seed=17, reference=True, ctx=cpu1)
     r_cpu = spotwave.aberrometry.reference(ref, ctx=cpu1)
-    r_gpu = spotwave.aberrometry.reference(cp.asarray(ref), ctx=gpu)
+    with pytest.raises(TypeError, match="reference: find_geometry reads a host image"):
+        spotwave.aberrometry.reference(cp.asarray(ref), ctx=gpu)  # the grid is found on the host
+    r_gpu = spotwave.aberrometry.reference(ref, ctx=gpu)
     assert np.array_equal(r_cpu.ref_x, r_gpu.ref_x, equal_nan=True)  # search.h: bit-identical
     plan = spotwave.aberrometry.AberrometryPlan(r_gpu, ctx=gpu)
     (e,) = plan(cp.asarray(img)).eyes
