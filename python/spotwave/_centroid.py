@@ -97,7 +97,10 @@ class CentroidPlan:
 
     ``plan(frames, out=None)`` runs the plan on a frame (height, width) or a stack
     (frames, height, width) and returns a :class:`CentroidResult` (``out``, when given: see
-    :meth:`result`; the library allocates nothing). Without conditioning, integer frames are
+    :meth:`result`; the library allocates nothing). The real-time path: a device plan, the same
+    ``out`` every call, and CuPy frames made on the context's stream
+    (``with cupy.cuda.ExternalStream(ctx.stream): ...``, see the package README): then a call is
+    one C call with no argument conversion and no stream events. Without conditioning, integer frames are
     summed exactly: the CPU and the GPU give bit-identical centroids.
     """
 
@@ -142,6 +145,9 @@ class CentroidPlan:
         self.memory = memory
         self.geometry = dict(geom, pixel_um=float(pixel_um), focal_mm=float(focal_mm))
         self.slope_layout = slope_layout
+        self._bound_out = None  # the device result bound for the real-time path (_run_fast)
+        self._fast_key = None  # (shape, typestr, strides) of the last frame that took it
+        self._fast_stride = 0
 
     nx = property(lambda self: self._plan.nx, doc="Lenslets across.")
     ny = property(lambda self: self._plan.ny, doc="Lenslets down.")
@@ -184,7 +190,46 @@ class CentroidPlan:
                               _arrays.empty((f, ny, nx), np.uint8, dev, self.ctx),
                               _arrays.empty(sl, np.float32, dev, self.ctx))
 
+    def _run_fast(self, frames, out):
+        """The real-time path (device plans): a CuPy frame on the context's own stream, into a
+        result bound once. One C call, no argument conversion: the frame's address and row
+        stride come from __cuda_array_interface__, checked against the last frame's layout.
+        Returns None when the frame does not qualify (the general path then runs)."""
+        cp = _arrays.cupy_module()
+        if cp is None or cp.cuda.get_current_stream().ptr != self.ctx.stream:
+            return None  # other streams: the general path orders them with events
+        cai = frames.__cuda_array_interface__
+        key = (cai["shape"], cai["typestr"], cai["strides"])
+        if key != self._fast_key:
+            dev = getattr(getattr(frames, "device", None), "id", None)
+            if dev != self.ctx.device or np.dtype(cai["typestr"]) != self.dtype:
+                return None
+            shape, strides = cai["shape"], cai["strides"]
+            h, w = self.shape
+            item = self.dtype.itemsize
+            if shape[-2:] != (h, w) or len(shape) not in (2, 3):
+                return None
+            row = w * item if strides is None else strides[-2]
+            if strides is not None and (strides[-1] != item or row < w * item or
+                                        (len(shape) == 3 and strides[0] != h * row)):
+                return None
+            self._fast_key, self._fast_stride = key, row
+        if out is not self._bound_out:
+            self._plan.bind_outputs(*[None if a is None else _arrays.as_output(a, n, self.ctx)[0]
+                                      for a, n in ((out.x, "out.x"), (out.y, "out.y"),
+                                                   (out.intensity, "out.intensity"),
+                                                   (out.valid, "out.valid"),
+                                                   (out.slopes, "out.slopes"))])
+            self._bound_out = out
+        n = cai["shape"][0] if len(cai["shape"]) == 3 else 1
+        out.frames = self._plan.run_device(cai["data"][0], self._fast_stride, n)
+        return out
+
     def __call__(self, frames, out=None):
+        if (out is not None and self.memory == "device" and
+                hasattr(frames, "__cuda_array_interface__") and
+                self._run_fast(frames, out) is not None):
+            return out
         if out is None:
             shape, _ = _arrays.shape_dtype(frames, "image")
             out = self.result(shape[0] if len(shape) == 3 else 1)

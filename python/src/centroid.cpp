@@ -20,6 +20,10 @@ struct CentroidPlan {
     std::vector<uint8_t> mask;
     std::vector<float> dark, flat, lut;
     int32_t lenslets = 0, nslopes = 0;
+    // Outputs bound once (bind_outputs) for run_device: their pointers, and the arrays held.
+    sw_centroid_result bound{};
+    FlatArg bound_keep[5];
+    bool has_bound = false;
     CentroidPlan() = default;
     CentroidPlan(const CentroidPlan &) = delete;
     CentroidPlan &operator=(const CentroidPlan &) = delete;
@@ -129,6 +133,62 @@ void plan_init(CentroidPlan *self, nb::object ctx_obj, nb::dict params)
 // Runs the plan on `frames` into the given outputs (any may be None). Every output must hold a
 // whole number of frames, at least the frames run, all in one kind of memory. Returns the
 // number of frames run.
+// The result descriptor of the given output arrays (any of them None), checked against the plan
+// (sizes, one kind of memory, the context's device); the arrays are held in keep[5].
+sw_centroid_result outputs_of(CentroidPlan &cp, int32_t frames, nb::handle x, nb::handle y,
+                              nb::handle intensity, nb::handle valid, nb::handle slopes,
+                              FlatArg keep[5])
+{
+    sw_centroid_result r{};
+    r.lenslets = cp.lenslets;
+    r.nslopes = cp.nslopes;
+    r.frames = -1;
+    bool first = true;
+    Where where = Where::host;
+    struct Out {
+        nb::handle h;
+        const char *name;
+        size_t per_frame;
+    } outs[5] = {{x, "out.x", (size_t)cp.lenslets},
+                 {y, "out.y", (size_t)cp.lenslets},
+                 {intensity, "out.intensity", (size_t)cp.lenslets},
+                 {valid, "out.valid", (size_t)cp.lenslets},
+                 {slopes, "out.slopes", 2 * (size_t)cp.nslopes}};
+    for (int i = 0; i < 5; i++) {
+        if (outs[i].h.is_none())
+            continue;
+        keep[i] = i == 3 ? flat_arg<uint8_t>(outs[i].h, outs[i].name, 0, true)
+                         : flat_arg<float>(outs[i].h, outs[i].name, 0, true);
+        const size_t per = outs[i].per_frame;
+        if (per == 0 ? keep[i].size != 0
+                     : keep[i].size % per != 0 || keep[i].size / per < (size_t)frames)
+            value_error(
+                "%s: %zu elements; the outputs hold whole frames of %zu, at least %d frames",
+                outs[i].name, keep[i].size, per, frames);
+        check_side(*cp.ctx, keep[i].where, keep[i].device_id, outs[i].name);
+        const int32_t cap = per == 0 ? frames : (int32_t)(keep[i].size / per);
+        if (first) {
+            where = keep[i].where;
+            r.frames = cap;
+            first = false;
+        } else {
+            if (keep[i].where != where)
+                type_error("%s: %s memory, the other outputs %s: give all outputs in one kind",
+                           outs[i].name, where_name(keep[i].where), where_name(where));
+            r.frames = cap < r.frames ? cap : r.frames;
+        }
+    }
+    if (first)
+        r.frames = frames;
+    r.memory = where_memory(where);
+    r.x = (float *)keep[0].data;
+    r.y = (float *)keep[1].data;
+    r.intensity = (float *)keep[2].data;
+    r.valid = (uint8_t *)keep[3].data;
+    r.slopes = (float *)keep[4].data;
+    return r;
+}
+
 int32_t plan_run(CentroidPlan &cp, nb::handle frames, nb::handle x, nb::handle y,
                  nb::handle intensity, nb::handle valid, nb::handle slopes)
 {
@@ -150,57 +210,50 @@ int32_t plan_run(CentroidPlan &cp, nb::handle frames, nb::handle x, nb::handle y
                    "(make the plan with memory='%s')",
                    where_name(im.where), sw_centroid_path_string(path),
                    want_device ? "device" : "host", im.where == Where::device ? "device" : "host");
-    sw_centroid_result r{};
-    r.lenslets = cp.lenslets;
-    r.nslopes = cp.nslopes;
-    r.frames = -1;
-    bool first = true;
-    Where where = Where::host;
     FlatArg keep[5];
-    struct Out {
-        nb::handle h;
-        const char *name;
-        size_t per_frame;
-    } outs[5] = {{x, "out.x", (size_t)cp.lenslets},
-                 {y, "out.y", (size_t)cp.lenslets},
-                 {intensity, "out.intensity", (size_t)cp.lenslets},
-                 {valid, "out.valid", (size_t)cp.lenslets},
-                 {slopes, "out.slopes", 2 * (size_t)cp.nslopes}};
-    for (int i = 0; i < 5; i++) {
-        if (outs[i].h.is_none())
-            continue;
-        keep[i] = i == 3 ? flat_arg<uint8_t>(outs[i].h, outs[i].name, 0, true)
-                         : flat_arg<float>(outs[i].h, outs[i].name, 0, true);
-        const size_t per = outs[i].per_frame;
-        if (per == 0 ? keep[i].size != 0
-                     : keep[i].size % per != 0 || keep[i].size / per < (size_t)im.frames)
-            value_error(
-                "%s: %zu elements; the outputs hold whole frames of %zu, at least %d frames",
-                outs[i].name, keep[i].size, per, im.frames);
-        check_side(*cp.ctx, keep[i].where, keep[i].device_id, outs[i].name);
-        const int32_t cap = per == 0 ? im.frames : (int32_t)(keep[i].size / per);
-        if (first) {
-            where = keep[i].where;
-            r.frames = cap;
-            first = false;
-        } else {
-            if (keep[i].where != where)
-                type_error("%s: %s memory, the other outputs %s: give all outputs in one kind",
-                           outs[i].name, where_name(keep[i].where), where_name(where));
-            r.frames = cap < r.frames ? cap : r.frames;
-        }
-    }
-    if (first)
-        r.frames = im.frames;
-    r.memory = where_memory(where);
-    r.x = (float *)keep[0].data;
-    r.y = (float *)keep[1].data;
-    r.intensity = (float *)keep[2].data;
-    r.valid = (uint8_t *)keep[3].data;
-    r.slopes = (float *)keep[4].data;
+    sw_centroid_result r = outputs_of(cp, im.frames, x, y, intensity, valid, slopes, keep);
     Context &c = *cp.ctx;
     call(c, [&] { return sw_centroid_run(cp.plan, &im.img, &r); });
     return im.frames;
+}
+
+// Binds device output arrays once, for run_device (the real-time path: no argument conversion
+// per frame). The arrays are held by the plan until the next bind or the plan's end.
+void plan_bind_outputs(CentroidPlan &cp, nb::handle x, nb::handle y, nb::handle intensity,
+                       nb::handle valid, nb::handle slopes)
+{
+    FlatArg keep[5];
+    sw_centroid_result r = outputs_of(cp, 1, x, y, intensity, valid, slopes, keep);
+    if (r.memory != SW_MEM_DEVICE)
+        type_error("out: run_device writes device outputs (a result made with memory='device')");
+    for (int i = 0; i < 5; i++)
+        cp.bound_keep[i] = std::move(keep[i]);
+    cp.bound = r;
+    cp.has_bound = true;
+}
+
+// One device frame (or a vertical stack of `frames`) given by its address and row stride in
+// bytes, into the bound outputs: the C call and nothing else. The caller (Python) has checked
+// the array's shape and dtype against the plan and ordered the streams.
+int32_t plan_run_device(CentroidPlan &cp, uintptr_t ptr, size_t stride, int32_t frames)
+{
+    if (!cp.has_bound)
+        type_error("run_device: bind_outputs first");
+    if (sw_centroid_plan_path(cp.plan) != SW_CENTROID_DEVICE)
+        type_error("run_device: the plan runs the '%s' path (make it with memory='device')",
+                   sw_centroid_path_string(sw_centroid_plan_path(cp.plan)));
+    if (frames < 1 || frames > cp.bound.frames)
+        value_error("image: %d frames, the bound outputs hold %d", frames, cp.bound.frames);
+    sw_image img{};
+    img.width = cp.p.width;
+    img.height = cp.p.height * frames;
+    img.stride = stride;
+    img.type = cp.p.type;
+    img.memory = SW_MEM_DEVICE;
+    img.data = (void *)ptr;
+    Context &c = *cp.ctx;
+    call(c, [&] { return sw_centroid_run(cp.plan, &img, &cp.bound); });
+    return frames;
 }
 
 void plan_set_reference(CentroidPlan &cp, nb::handle ref_x, nb::handle ref_y)
@@ -286,6 +339,10 @@ void bind_centroid(nb::module_ &m)
         .def("__init__", &plan_init, nb::arg("ctx"), nb::arg("params"))
         .def("run", &plan_run, nb::arg("image"), nb::arg("x").none(), nb::arg("y").none(),
              nb::arg("intensity").none(), nb::arg("valid").none(), nb::arg("slopes").none())
+        .def("bind_outputs", &plan_bind_outputs, nb::arg("x").none(), nb::arg("y").none(),
+             nb::arg("intensity").none(), nb::arg("valid").none(), nb::arg("slopes").none())
+        .def("run_device", &plan_run_device, nb::arg("ptr"), nb::arg("stride"),
+             nb::arg("frames") = 1)
         .def("set_reference", &plan_set_reference, nb::arg("ref_x").none(), nb::arg("ref_y").none())
         .def("slope_lenslets", &slope_lenslets)
         .def_prop_ro("lenslets", [](CentroidPlan &cp) { return cp.lenslets; })

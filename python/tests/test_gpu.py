@@ -133,3 +133,28 @@ def test_zernike_fit_plan_on_device_slopes(gpu, sh):
 def test_device_array_on_a_cpu_context_is_refused_by_name():
     with pytest.raises(TypeError, match="image: a device array needs a CUDA context"):
         spotwave.find(cp.zeros((32, 32), cp.uint16), ctx=spotwave.Context("cpu"))
+
+
+def test_centroid_real_time_path_is_the_general_path(gpu, sh):
+    # The same plan and result, frames on the context's stream: one C call per frame
+    # (CentroidPlan._run_fast), the numbers of the general path.
+    img = cp.asarray(sh[0])
+    plan = spotwave.CentroidPlan(img.shape, img.dtype, grid=(16, 12), pitch=16,
+                                 memory="device", max_frames=2, ctx=gpu)
+    general = plan(img, out=plan.result(1))
+    out = plan.result(2)
+    with cp.cuda.ExternalStream(gpu.stream):
+        assert plan._run_fast(img, out) is out  # the path was taken
+        fast = plan(img, out=out)
+        stack = cp.stack([img, img[::-1].copy()])
+        plan(stack, out=out)
+    gpu.synchronize()
+    assert fast is out and out.frames == 2
+    assert np.array_equal(cp.asnumpy(out.x[0]), cp.asnumpy(general.x[0]), equal_nan=True)
+    flipped = plan(img[::-1].copy(), out=plan.result(1))
+    assert np.array_equal(cp.asnumpy(out.x[1]), cp.asnumpy(flipped.x[0]), equal_nan=True)
+    # A frame of another layout (a strided view) is not taken by the fast path, and still right.
+    with cp.cuda.ExternalStream(gpu.stream):
+        wide = cp.zeros((img.shape[0], img.shape[1] * 2), img.dtype)
+        wide[:, ::2] = img
+        assert plan._run_fast(wide[:, ::2], out) is None
