@@ -216,37 +216,6 @@ typedef struct ab_opts {
     int no_discard, noll, json, progress, map_fits;
 } ab_opts;
 
-/* A whole number option in [min, max] into *v, or a usage line. */
-static int opt_int(const char *name, long min, long max, int32_t *v)
-{
-    long x;
-    if (sw_cli_parse_long(optarg, min, max, &x) != 0)
-        return sw_cli_usage(SUB, "%s: '%s' is not a whole number in %ld..%ld", name, optarg, min,
-                            max);
-    *v = (int32_t)x;
-    return SW_EXIT_OK;
-}
-
-/* A number option > 0 (positive) or >= 0 into *v, or a usage line. */
-static int opt_num(const char *name, int positive, double *v)
-{
-    double x;
-    if (sw_cli_parse_double(optarg, &x) != 0 || (positive ? !(x > 0) : !(x >= 0)))
-        return sw_cli_usage(SUB, "%s: '%s' is not a number %s 0", name, optarg,
-                            positive ? ">" : ">=");
-    *v = x;
-    return SW_EXIT_OK;
-}
-
-/* A file name option: not empty. */
-static int opt_file(const char *name, const char **v)
-{
-    if (!*optarg)
-        return sw_cli_usage(SUB, "%s: the file name is empty", name);
-    *v = optarg;
-    return SW_EXIT_OK;
-}
-
 static int is_fits_name(const char *path)
 {
     return sw_cli_ends_with(path, ".fits") || sw_cli_ends_with(path, ".fit") ||
@@ -311,34 +280,45 @@ static int parse_opts(ab_opts *o, int argc, char **argv)
     while ((c = sw_cli_getopt(S, argc, argv, "o:h", longopts)) != -1) {
         const char *name = sw_cli_option_name(argv);
         switch (c) {
-        case OPT_REFERENCE: rc = opt_file(name, &o->reference); break;
+        case OPT_REFERENCE: rc = sw_cli_opt_file(S, name, optarg, &o->reference); break;
         case OPT_DATASET: o->dataset = optarg; break;
         case OPT_FIRST:
-            if (sw_cli_parse_long(optarg, 0, LONG_MAX, &o->first) != 0)
-                return sw_cli_usage(S, "%s: '%s' is not a frame number >= 0", name, optarg);
+            if ((rc = sw_cli_opt_at_least(S, name, optarg, 0, "a frame number >= 0", &o->first)) !=
+                SW_EXIT_OK)
+                return rc;
             break;
         case OPT_COUNT:
-            if (sw_cli_parse_long(optarg, 1, LONG_MAX, &o->count) != 0)
-                return sw_cli_usage(S, "%s: '%s' is not a count >= 1", name, optarg);
+            if ((rc = sw_cli_opt_at_least(S, name, optarg, 1, "a count >= 1", &o->count)) !=
+                SW_EXIT_OK)
+                return rc;
             break;
         case OPT_PITCH:
-            rc = opt_num(name, 1, &o->geom.pitch_px);
+            rc = sw_cli_opt_double(S, name, optarg, SW_CLI_POSITIVE, "a number > 0",
+                                   &o->geom.pitch_px);
             o->have_pitch = 1;
             break;
         case OPT_GRID:
-            if (sw_cli_parse_size(optarg, &o->geom.nx, &o->geom.ny) != 0)
-                return sw_cli_usage(S, "%s: '%s' is not NXxNY lenslets", name, optarg);
+            if ((rc = sw_cli_opt_grid(S, name, optarg, &o->geom.nx, &o->geom.ny)) != SW_EXIT_OK)
+                return rc;
             o->have_grid = 1;
             break;
         case OPT_ORIGIN:
-            if (sw_cli_parse_pair(optarg, &o->geom.x0, &o->geom.y0) != 0)
-                return sw_cli_usage(S, "%s: '%s' is not X0,Y0 in pixels", name, optarg);
+            if ((rc = sw_cli_opt_pair(S, name, optarg, "X0,Y0 in pixels", &o->geom.x0,
+                                      &o->geom.y0)) != SW_EXIT_OK)
+                return rc;
             o->have_origin = 1;
             break;
-        case OPT_PIXEL: rc = opt_num(name, 1, &o->geom.pixel_um); break;
-        case OPT_FOCAL: rc = opt_num(name, 1, &o->geom.focal_mm); break;
+        case OPT_PIXEL:
+            rc = sw_cli_opt_double(S, name, optarg, SW_CLI_POSITIVE, "a number > 0",
+                                   &o->geom.pixel_um);
+            break;
+        case OPT_FOCAL:
+            rc = sw_cli_opt_double(S, name, optarg, SW_CLI_POSITIVE, "a number > 0",
+                                   &o->geom.focal_mm);
+            break;
         case OPT_MAGNIFICATION:
-            rc = opt_num(name, 1, &o->magnification);
+            rc = sw_cli_opt_double(S, name, optarg, SW_CLI_POSITIVE, "a number > 0",
+                                   &o->magnification);
             o->have_magnification = 1;
             break;
         case OPT_BINOCULAR: o->n_eyes = 2; break;
@@ -346,38 +326,49 @@ static int parse_opts(ab_opts *o, int argc, char **argv)
             if (sw_search_algorithm_parse(optarg, &o->algorithm) != SW_OK)
                 return sw_cli_usage(S, "%s: '%s' is not papycs, com or reichenbach", name, optarg);
             break;
-        case OPT_ORDER: rc = opt_int(name, 1, SW_AB_MAX_ORDER, &o->order); break;
+        case OPT_ORDER: rc = sw_cli_opt_int(S, name, optarg, 1, SW_AB_MAX_ORDER, &o->order); break;
         case OPT_PRELIM:
-            rc = opt_int(name, 0, SW_AB_MAX_ORDER, &o->prelim_order);
+            rc = sw_cli_opt_int(S, name, optarg, 0, SW_AB_MAX_ORDER, &o->prelim_order);
             o->have_prelim = 1;
             break;
         case OPT_STAGES:
-            rc = opt_int(name, 1, SW_AB_MAX_STAGES, &o->mesh_stages);
+            rc = sw_cli_opt_int(S, name, optarg, 1, SW_AB_MAX_STAGES, &o->mesh_stages);
             o->have_stages = 1;
             break;
         case OPT_TOLERANCE:
-            rc = opt_num(name, 0, &o->mesh_tolerance);
+            rc = sw_cli_opt_double(S, name, optarg, SW_CLI_NONNEG, "a number >= 0",
+                                   &o->mesh_tolerance);
             o->have_tolerance = 1;
             break;
         case OPT_CENTRAL:
-            rc = opt_num(name, 1, &o->central_fraction);
+            rc = sw_cli_opt_double(S, name, optarg, SW_CLI_POSITIVE, "a number > 0",
+                                   &o->central_fraction);
             if (rc == SW_EXIT_OK && o->central_fraction > 1)
                 return sw_cli_usage(S, "%s: '%s' is above 1", name, optarg);
             o->have_central = 1;
             break;
-        case OPT_FIT_RADIUS: rc = opt_num(name, 1, &o->fit_radius_px); break;
+        case OPT_FIT_RADIUS:
+            rc = sw_cli_opt_double(S, name, optarg, SW_CLI_POSITIVE, "a number > 0",
+                                   &o->fit_radius_px);
+            break;
         case OPT_WINDOW:
-            rc = opt_int(name, 3, SW_SEARCH_MAX_WINDOW, &o->window);
+            rc = sw_cli_opt_int(S, name, optarg, 3, SW_SEARCH_MAX_WINDOW, &o->window);
             o->have_window = 1;
             break;
         case OPT_NO_DISCARD: o->no_discard = 1; break;
         case OPT_CONTRAST:
-            rc = opt_num(name, 0, &o->contrast);
+            rc = sw_cli_opt_double(S, name, optarg, SW_CLI_NONNEG, "a number >= 0", &o->contrast);
             o->have_contrast = 1;
             break;
-        case OPT_VERTEX: rc = opt_num(name, 0, &o->vertex_mm); break;
-        case OPT_PUPIL_MM: rc = opt_num(name, 1, &o->pupil_mm); break;
-        case OPT_STREAMS: rc = opt_int(name, 1, SW_AB_MAX_STREAMS, &o->streams); break;
+        case OPT_VERTEX:
+            rc = sw_cli_opt_double(S, name, optarg, SW_CLI_NONNEG, "a number >= 0", &o->vertex_mm);
+            break;
+        case OPT_PUPIL_MM:
+            rc = sw_cli_opt_double(S, name, optarg, SW_CLI_POSITIVE, "a number > 0", &o->pupil_mm);
+            break;
+        case OPT_STREAMS:
+            rc = sw_cli_opt_int(S, name, optarg, 1, SW_AB_MAX_STREAMS, &o->streams);
+            break;
         case OPT_INDEX:
             if (strcmp(optarg, "ansi") == 0 || strcmp(optarg, "osa") == 0)
                 o->noll = 0;
@@ -386,11 +377,11 @@ static int parse_opts(ab_opts *o, int argc, char **argv)
             else
                 return sw_cli_usage(S, "%s: '%s' is not ansi or noll", name, optarg);
             break;
-        case 'o': rc = opt_file(name, &o->out); break;
+        case 'o': rc = sw_cli_opt_file(S, name, optarg, &o->out); break;
         case OPT_JSON: o->json = 1; break;
-        case OPT_MAP: rc = opt_file(name, &o->map); break;
-        case OPT_MAP_SIZE: rc = opt_int(name, 8, 4096, &o->map_size); break;
-        case OPT_SPOTS: rc = opt_file(name, &o->spots); break;
+        case OPT_MAP: rc = sw_cli_opt_file(S, name, optarg, &o->map); break;
+        case OPT_MAP_SIZE: rc = sw_cli_opt_int(S, name, optarg, 8, 4096, &o->map_size); break;
+        case OPT_SPOTS: rc = sw_cli_opt_file(S, name, optarg, &o->spots); break;
         case OPT_PROGRESS: o->progress = 1; break;
         case OPT_NO_PROGRESS: o->progress = 0; break;
         case 'h': sw_cmd_aberrometry_help(stdout); return -1;

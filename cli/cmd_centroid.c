@@ -208,13 +208,14 @@ static int parse_options(int argc, char **argv, centroid_opts *o)
                 return sw_cli_usage(S, "--geometry: '%s' is not auto or manual", optarg);
             break;
         case OPT_GRID:
-            if (sw_cli_parse_size(optarg, &o->nx, &o->ny) != 0)
-                return sw_cli_usage(S, "--grid: '%s' is not NXxNY lenslets", optarg);
+            if (sw_cli_opt_grid(S, "--grid", optarg, &o->nx, &o->ny) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             o->have_grid = 1;
             break;
         case OPT_PITCH:
-            if (sw_cli_parse_double(optarg, &o->pitch) != 0 || !(o->pitch > 0))
-                return sw_cli_usage(S, "--pitch: '%s' is not a positive number of pixels", optarg);
+            if (sw_cli_opt_double(S, "--pitch", optarg, SW_CLI_POSITIVE,
+                                  "a positive number of pixels", &o->pitch) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             if (o->pitch < 1.0)
                 return sw_cli_usage(S,
                                     "--pitch: %g px is below one pixel (a lenslet must own at "
@@ -226,16 +227,17 @@ static int parse_options(int argc, char **argv, centroid_opts *o)
             o->have_pitch = 1;
             break;
         case OPT_ORIGIN:
-            if (sw_cli_parse_pair(optarg, &o->x0, &o->y0) != 0)
-                return sw_cli_usage(S, "--origin: '%s' is not X0,Y0 in pixels", optarg);
+            if (sw_cli_opt_pair(S, "--origin", optarg, "X0,Y0 in pixels", &o->x0, &o->y0) !=
+                SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             o->have_origin = 1;
             break;
         case OPT_PIXEL:
         case OPT_FOCAL: {
             double v;
-            if (sw_cli_parse_double(optarg, &v) != 0 || !(v > 0))
-                return sw_cli_usage(S, "%s: '%s' is not a positive length",
-                                    c == OPT_PIXEL ? "--pixel-um" : "--focal-mm", optarg);
+            if (sw_cli_opt_double(S, c == OPT_PIXEL ? "--pixel-um" : "--focal-mm", optarg,
+                                  SW_CLI_POSITIVE, "a positive length", &v) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             if (c == OPT_PIXEL)
                 o->pixel_um = v, o->have_pixel = 1;
             else
@@ -243,8 +245,9 @@ static int parse_options(int argc, char **argv, centroid_opts *o)
             break;
         }
         case OPT_THRESHOLD:
-            if (sw_cli_parse_double(optarg, &o->threshold) != 0)
-                return sw_cli_usage(S, "--threshold: '%s' is not a number", optarg);
+            if (sw_cli_opt_double(S, "--threshold", optarg, SW_CLI_ANY, "a number",
+                                  &o->threshold) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             o->have_threshold = 1;
             break;
         case OPT_FRACTION:
@@ -264,8 +267,9 @@ static int parse_options(int argc, char **argv, centroid_opts *o)
             o->have_mode = 1;
             break;
         case OPT_GAMMA:
-            if (sw_cli_parse_double(optarg, &o->gamma) != 0 || !(o->gamma > 0))
-                return sw_cli_usage(S, "--gamma: '%s' is not a positive exponent", optarg);
+            if (sw_cli_opt_double(S, "--gamma", optarg, SW_CLI_POSITIVE, "a positive exponent",
+                                  &o->gamma) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             break;
         case OPT_WINDOW:
             if (sw_cli_parse_long(optarg, 0, 65536, &o->window) != 0)
@@ -296,22 +300,15 @@ static int parse_options(int argc, char **argv, centroid_opts *o)
         case OPT_REFERENCE:
         case OPT_SLOPES:
         case 'o':
-            if (!*optarg)
-                return sw_cli_usage(S, "%s: the file name is empty", sw_cli_option_name(argv));
-            if (c == OPT_MASK)
-                o->mask = optarg;
-            else if (c == OPT_LUT)
-                o->lut = optarg;
-            else if (c == OPT_DARK)
-                o->dark = optarg;
-            else if (c == OPT_FLAT)
-                o->flat = optarg;
-            else if (c == OPT_REFERENCE)
-                o->reference = optarg;
-            else if (c == OPT_SLOPES)
-                o->slopes = optarg;
-            else
-                o->out = optarg;
+            if (sw_cli_opt_file(S, sw_cli_option_name(argv), optarg,
+                                c == OPT_MASK        ? &o->mask
+                                : c == OPT_LUT       ? &o->lut
+                                : c == OPT_DARK      ? &o->dark
+                                : c == OPT_FLAT      ? &o->flat
+                                : c == OPT_REFERENCE ? &o->reference
+                                : c == OPT_SLOPES    ? &o->slopes
+                                                     : &o->out) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             break;
         case OPT_INTERLEAVED: o->interleaved = 1; break;
         case OPT_JSON: o->json = 1; break;

@@ -220,8 +220,9 @@ static int parse_opts(find_opts *o, int argc, char **argv)
         case OPT_MAX_SEP:
         case OPT_MAX_FRACTION:
         case OPT_OVERLOAD:
-            if (sw_cli_parse_double(optarg, &d) != 0 || d < 0)
-                return sw_cli_usage(S, "%s: '%s' is not a number >= 0", name, optarg);
+            if (sw_cli_opt_double(S, name, optarg, SW_CLI_NONNEG, "a number >= 0", &d) !=
+                SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             if (c == OPT_SIGMA_B)
                 o->p.sigma_background = d;
             else if (c == OPT_SIGMA_S)

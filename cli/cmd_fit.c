@@ -220,23 +220,26 @@ static int parse_options(int argc, char **argv, fit_opts *o)
     while ((c = sw_cli_getopt(S, argc, argv, "o:h", longopts)) != -1) {
         switch (c) {
         case OPT_GRID:
-            if (sw_cli_parse_size(optarg, &o->nx, &o->ny) != 0)
-                return sw_cli_usage(S, "--grid: '%s' is not NXxNY lenslets", optarg);
+            if (sw_cli_opt_grid(S, "--grid", optarg, &o->nx, &o->ny) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             o->have_grid = 1;
             break;
         case OPT_PITCH:
-            if (sw_cli_parse_double(optarg, &o->pitch) != 0 || !(o->pitch > 0))
-                return sw_cli_usage(S, "--pitch: '%s' is not a positive number of pixels", optarg);
+            if (sw_cli_opt_double(S, "--pitch", optarg, SW_CLI_POSITIVE,
+                                  "a positive number of pixels", &o->pitch) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             o->have_pitch = 1;
             break;
         case OPT_ORIGIN:
-            if (sw_cli_parse_pair(optarg, &o->x0, &o->y0) != 0)
-                return sw_cli_usage(S, "--origin: '%s' is not X0,Y0 in pixels", optarg);
+            if (sw_cli_opt_pair(S, "--origin", optarg, "X0,Y0 in pixels", &o->x0, &o->y0) !=
+                SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             o->have_origin = 1;
             break;
         case OPT_CENTER:
-            if (sw_cli_parse_pair(optarg, &o->cx, &o->cy) != 0)
-                return sw_cli_usage(S, "--pupil-center: '%s' is not X,Y in pixels", optarg);
+            if (sw_cli_opt_pair(S, "--pupil-center", optarg, "X,Y in pixels", &o->cx, &o->cy) !=
+                SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             o->have_center = 1;
             break;
         case OPT_PIXEL:
@@ -312,17 +315,15 @@ static int parse_options(int argc, char **argv, fit_opts *o)
             o->have_eye = 1;
             break;
         case OPT_VERTEX:
-            if (sw_cli_parse_double(optarg, &o->vertex_mm) != 0 || o->vertex_mm < 0)
-                return sw_cli_usage(S, "--vertex-mm: '%s' is not a distance >= 0", optarg);
+            if (sw_cli_opt_double(S, "--vertex-mm", optarg, SW_CLI_NONNEG, "a distance >= 0",
+                                  &o->vertex_mm) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             break;
         case OPT_MAP:
         case 'o':
-            if (!*optarg)
-                return sw_cli_usage(S, "%s: the file name is empty", sw_cli_option_name(argv));
-            if (c == OPT_MAP)
-                o->map = optarg;
-            else
-                o->out = optarg;
+            if (sw_cli_opt_file(S, sw_cli_option_name(argv), optarg,
+                                c == OPT_MAP ? &o->map : &o->out) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             break;
         case OPT_JSON: o->json = 1; break;
         case OPT_HIGHER: o->higher_rx = 1; break;

@@ -418,9 +418,8 @@ static int parse_options(int argc, char **argv, loop_opts *o)
         case OPT_CONFIG:
             if (o->config)
                 return sw_cli_usage(SUB, "--config is given twice");
-            if (!*optarg)
-                return sw_cli_usage(SUB, "--config: the file name is empty");
-            o->config = optarg;
+            if (sw_cli_opt_file(SUB, "--config", optarg, &o->config) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             break;
         case OPT_SET: {
             const char *eq = strchr(optarg, '=');
@@ -452,14 +451,11 @@ static int parse_options(int argc, char **argv, loop_opts *o)
         case OPT_REPORT:
         case OPT_PLOT:
         case OPT_MAPS:
-            if (!*optarg)
-                return sw_cli_usage(SUB, "%s: the file name is empty", sw_cli_option_name(argv));
-            if (c == OPT_REPORT)
-                o->report = optarg;
-            else if (c == OPT_PLOT)
-                o->plot = optarg;
-            else
-                o->maps = optarg;
+            if (sw_cli_opt_file(SUB, sw_cli_option_name(argv), optarg,
+                                c == OPT_REPORT ? &o->report
+                                : c == OPT_PLOT ? &o->plot
+                                                : &o->maps) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             break;
         case OPT_JSON: o->json = 1; break;
         default: return SW_EXIT_USAGE;

@@ -172,28 +172,6 @@ typedef struct pupil_opts {
     int json, progress; /* progress: -1 auto */
 } pupil_opts;
 
-/* A whole number option in [min, max] into *v, or a usage line. */
-static int opt_int(const char *name, long min, long max, int32_t *v)
-{
-    long x;
-    if (sw_cli_parse_long(optarg, min, max, &x) != 0)
-        return sw_cli_usage(SUB, "%s: '%s' is not a whole number in %ld..%ld", name, optarg, min,
-                            max);
-    *v = (int32_t)x;
-    return SW_EXIT_OK;
-}
-
-/* A number option > 0 (positive) or >= 0 into *v, or a usage line. */
-static int opt_num(const char *name, int positive, double *v)
-{
-    double x;
-    if (sw_cli_parse_double(optarg, &x) != 0 || (positive ? !(x > 0) : !(x >= 0)))
-        return sw_cli_usage(SUB, "%s: '%s' is not a number %s 0", name, optarg,
-                            positive ? ">" : ">=");
-    *v = x;
-    return SW_EXIT_OK;
-}
-
 static int parse_opts(pupil_opts *o, int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -242,42 +220,61 @@ static int parse_opts(pupil_opts *o, int argc, char **argv)
         switch (c) {
         case OPT_DATASET: o->dataset = optarg; break;
         case OPT_FIRST:
-            if (sw_cli_parse_long(optarg, 0, LONG_MAX, &o->first) != 0)
-                return sw_cli_usage(S, "%s: '%s' is not a frame number >= 0", name, optarg);
+            if ((rc = sw_cli_opt_at_least(S, name, optarg, 0, "a frame number >= 0", &o->first)) !=
+                SW_EXIT_OK)
+                return rc;
             break;
         case OPT_COUNT:
-            if (sw_cli_parse_long(optarg, 1, LONG_MAX, &o->count) != 0)
-                return sw_cli_usage(S, "%s: '%s' is not a count >= 1", name, optarg);
+            if ((rc = sw_cli_opt_at_least(S, name, optarg, 1, "a count >= 1", &o->count)) !=
+                SW_EXIT_OK)
+                return rc;
             break;
         case OPT_BINOCULAR: p->n_pupils = 2; break;
         case OPT_SPLIT:
-            rc = opt_int(name, 1, SW_IMAGE_MAX_DIM - 1, &p->split_x);
+            rc = sw_cli_opt_int(S, name, optarg, 1, SW_IMAGE_MAX_DIM - 1, &p->split_x);
             o->have_split = 1;
             break;
-        case OPT_SCALE: rc = opt_num(name, 1, &p->input_scale); break;
-        case OPT_GAUSS_RADIUS: rc = opt_int(name, 0, SW_PUPIL_MAX_RADIUS, &p->gauss_radius); break;
-        case OPT_GAUSS_SIGMA: rc = opt_num(name, 1, &p->gauss_sigma); break;
-        case OPT_OTSU_CLASSES: rc = opt_int(name, 2, 3, &p->otsu_classes); break;
+        case OPT_SCALE:
+            rc = sw_cli_opt_double(S, name, optarg, SW_CLI_POSITIVE, "a number > 0",
+                                   &p->input_scale);
+            break;
+        case OPT_GAUSS_RADIUS:
+            rc = sw_cli_opt_int(S, name, optarg, 0, SW_PUPIL_MAX_RADIUS, &p->gauss_radius);
+            break;
+        case OPT_GAUSS_SIGMA:
+            rc = sw_cli_opt_double(S, name, optarg, SW_CLI_POSITIVE, "a number > 0",
+                                   &p->gauss_sigma);
+            break;
+        case OPT_OTSU_CLASSES: rc = sw_cli_opt_int(S, name, optarg, 2, 3, &p->otsu_classes); break;
         case OPT_EDGE_LEVEL:
-            rc = opt_num(name, 0, &p->edge_level);
+            rc = sw_cli_opt_double(S, name, optarg, SW_CLI_NONNEG, "a number >= 0", &p->edge_level);
             if (rc == SW_EXIT_OK && !(p->edge_level < 1))
                 return sw_cli_usage(S, "%s: '%s' is not below 1", name, optarg);
             break;
-        case OPT_CLOSE_RADIUS: rc = opt_int(name, 0, SW_PUPIL_MAX_RADIUS, &p->close_radius); break;
+        case OPT_CLOSE_RADIUS:
+            rc = sw_cli_opt_int(S, name, optarg, 0, SW_PUPIL_MAX_RADIUS, &p->close_radius);
+            break;
         case OPT_CANDIDATES:
-            rc = opt_int(name, 32, SW_PUPIL_MAX_CANDIDATES, &p->candidates);
+            rc = sw_cli_opt_int(S, name, optarg, 32, SW_PUPIL_MAX_CANDIDATES, &p->candidates);
             if (rc == SW_EXIT_OK && p->candidates % 32 != 0)
                 return sw_cli_usage(S, "%s: %d is not a multiple of 32", name, p->candidates);
             break;
-        case OPT_INLIER: rc = opt_num(name, 1, &p->inlier_px); break;
-        case OPT_REFINE: rc = opt_int(name, 0, 20, &p->refine_iterations); break;
+        case OPT_INLIER:
+            rc = sw_cli_opt_double(S, name, optarg, SW_CLI_POSITIVE, "a number > 0", &p->inlier_px);
+            break;
+        case OPT_REFINE: rc = sw_cli_opt_int(S, name, optarg, 0, 20, &p->refine_iterations); break;
         case OPT_MIN_RADIUS:
-            rc = opt_num(name, 0, &p->min_radius_px);
+            rc = sw_cli_opt_double(S, name, optarg, SW_CLI_NONNEG, "a number >= 0",
+                                   &p->min_radius_px);
             o->have_min_radius = 1;
             break;
-        case OPT_MAX_RADIUS: rc = opt_num(name, 0, &p->max_radius_px); break;
+        case OPT_MAX_RADIUS:
+            rc = sw_cli_opt_double(S, name, optarg, SW_CLI_NONNEG, "a number >= 0",
+                                   &p->max_radius_px);
+            break;
         case OPT_MIN_COVERAGE:
-            rc = opt_num(name, 0, &p->min_coverage);
+            rc = sw_cli_opt_double(S, name, optarg, SW_CLI_NONNEG, "a number >= 0",
+                                   &p->min_coverage);
             if (rc == SW_EXIT_OK && p->min_coverage > 1)
                 return sw_cli_usage(S, "%s: '%s' is above 1", name, optarg);
             break;
@@ -285,24 +282,27 @@ static int parse_opts(pupil_opts *o, int argc, char **argv)
             if (strcmp(optarg, "inf") == 0)
                 p->max_near_ratio = INFINITY; /* pupil.h: +Inf, no near-band test */
             else
-                rc = opt_num(name, 0, &p->max_near_ratio);
+                rc = sw_cli_opt_double(S, name, optarg, SW_CLI_NONNEG, "a number >= 0",
+                                       &p->max_near_ratio);
             break;
         case OPT_SEED:
             if (sw_cli_parse_u64(optarg, &p->seed) != 0)
                 return sw_cli_usage(S, "%s: '%s' is not a whole number >= 0", name, optarg);
             break;
         case OPT_PITCH:
-            rc = opt_num(name, 1, &o->geom.pitch_px);
+            rc = sw_cli_opt_double(S, name, optarg, SW_CLI_POSITIVE, "a number > 0",
+                                   &o->geom.pitch_px);
             o->have_pitch = 1;
             break;
         case OPT_GRID:
-            if (sw_cli_parse_size(optarg, &o->geom.nx, &o->geom.ny) != 0)
-                return sw_cli_usage(S, "%s: '%s' is not NXxNY lenslets", name, optarg);
+            if ((rc = sw_cli_opt_grid(S, name, optarg, &o->geom.nx, &o->geom.ny)) != SW_EXIT_OK)
+                return rc;
             o->have_grid = 1;
             break;
         case OPT_ORIGIN:
-            if (sw_cli_parse_pair(optarg, &o->geom.x0, &o->geom.y0) != 0)
-                return sw_cli_usage(S, "%s: '%s' is not X0,Y0 in pixels", name, optarg);
+            if ((rc = sw_cli_opt_pair(S, name, optarg, "X0,Y0 in pixels", &o->geom.x0,
+                                      &o->geom.y0)) != SW_EXIT_OK)
+                return rc;
             o->have_origin = 1;
             break;
         case OPT_LENSLET_RULE:

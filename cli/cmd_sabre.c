@@ -211,9 +211,9 @@ static int parse_options(int argc, char **argv, sabre_opts *o)
         case OPT_PIXEL:
         case OPT_FOCAL:
         case OPT_LENSLET:
-            if (sw_cli_parse_double(optarg, &v) != 0 || !(v > 0))
-                return sw_cli_usage(S, "%s: '%s' is not a positive length",
-                                    sw_cli_option_name(argv), optarg);
+            if (sw_cli_opt_double(S, sw_cli_option_name(argv), optarg, SW_CLI_POSITIVE,
+                                  "a positive length", &v) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             if (c == OPT_PIXEL)
                 o->pixel_um = v, o->have_pixel = 1;
             else if (c == OPT_FOCAL)
@@ -233,9 +233,9 @@ static int parse_options(int argc, char **argv, sabre_opts *o)
             break;
         case OPT_PARTITIONS:
             /* The library checks the rest (power of two, at most max(NX, NY) - 1). */
-            if (sw_cli_parse_long(optarg, 1, MAX_GRID, &o->partitions) != 0)
-                return sw_cli_usage(S, "--partitions: '%s' is not a whole number in 1..%d", optarg,
-                                    MAX_GRID);
+            if (sw_cli_opt_long(S, "--partitions", optarg, 1, MAX_GRID, &o->partitions) !=
+                SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             o->have_partitions = 1;
             break;
         case OPT_PME:
@@ -250,13 +250,13 @@ static int parse_options(int argc, char **argv, sabre_opts *o)
             o->have_padding = 1;
             break;
         case OPT_FILL:
-            if (sw_cli_parse_long(optarg, 0, 16, &o->fill) != 0)
-                return sw_cli_usage(S, "--fill: '%s' is not a whole number in 0..16", optarg);
+            if (sw_cli_opt_long(S, "--fill", optarg, 0, 16, &o->fill) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             o->have_fill = 1;
             break;
         case OPT_OVERLAP:
-            if (sw_cli_parse_long(optarg, 0, 64, &o->overlap) != 0)
-                return sw_cli_usage(S, "--overlap: '%s' is not a whole number in 0..64", optarg);
+            if (sw_cli_opt_long(S, "--overlap", optarg, 0, 64, &o->overlap) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             o->have_overlap = 1;
             break;
         case OPT_ITERS:
@@ -266,8 +266,9 @@ static int parse_options(int argc, char **argv, sabre_opts *o)
             o->have_iters = 1;
             break;
         case OPT_REG:
-            if (sw_cli_parse_double(optarg, &o->fried_reg) != 0 || !(o->fried_reg > 0))
-                return sw_cli_usage(S, "--fried-reg: '%s' is not a number > 0", optarg);
+            if (sw_cli_opt_double(S, "--fried-reg", optarg, SW_CLI_POSITIVE, "a number > 0",
+                                  &o->fried_reg) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             o->have_reg = 1;
             break;
         case OPT_MAP_SIZE:
@@ -277,21 +278,17 @@ static int parse_options(int argc, char **argv, sabre_opts *o)
             o->have_map_size = 1;
             break;
         case OPT_REPEAT:
-            if (sw_cli_parse_long(optarg, 1, MAX_REPEAT, &o->repeat) != 0)
-                return sw_cli_usage(S, "--repeat: '%s' is not a whole number in 1..%d", optarg,
-                                    MAX_REPEAT);
+            if (sw_cli_opt_long(S, "--repeat", optarg, 1, MAX_REPEAT, &o->repeat) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             break;
         case OPT_ACTUATORS:
         case OPT_VALUES:
         case OPT_MAP:
-            if (!*optarg)
-                return sw_cli_usage(S, "%s: the file name is empty", sw_cli_option_name(argv));
-            if (c == OPT_ACTUATORS)
-                o->actuators = optarg;
-            else if (c == OPT_VALUES)
-                o->values = optarg;
-            else
-                o->map = optarg;
+            if (sw_cli_opt_file(S, sw_cli_option_name(argv), optarg,
+                                c == OPT_ACTUATORS ? &o->actuators
+                                : c == OPT_VALUES  ? &o->values
+                                                   : &o->map) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             break;
         case OPT_JSON: o->json = 1; break;
         case 'h': sw_cmd_sabre_help(stdout); return -1;

@@ -85,8 +85,9 @@ int sim_detector_option(const char *S, int c, const char *name, const char *arg,
     case OPT_DET_DARK_E:
     case OPT_DET_READ:
     case OPT_DET_FULL_WELL:
-        if (sw_cli_parse_double(arg, &v) != 0 || v < 0)
-            return sw_cli_usage(S, "%s: '%s' is not a non-negative number of electrons", name, arg);
+        if (sw_cli_opt_double(S, name, arg, SW_CLI_NONNEG, "a non-negative number of electrons",
+                              &v) != SW_EXIT_OK)
+            return SW_EXIT_USAGE;
         if (c == OPT_DET_SKY_E)
             d->det.sky_e = v;
         else if (c == OPT_DET_DARK_E)
@@ -97,12 +98,14 @@ int sim_detector_option(const char *S, int c, const char *name, const char *arg,
             d->det.full_well_e = v;
         return SW_EXIT_OK;
     case OPT_DET_GAIN:
-        if (sw_cli_parse_double(arg, &d->det.gain_e_per_adu) != 0 || !(d->det.gain_e_per_adu > 0))
-            return sw_cli_usage(S, "--gain: '%s' is not a positive number of e- per ADU", arg);
+        if (sw_cli_opt_double(S, "--gain", arg, SW_CLI_POSITIVE, "a positive number of e- per ADU",
+                              &d->det.gain_e_per_adu) != SW_EXIT_OK)
+            return SW_EXIT_USAGE;
         return SW_EXIT_OK;
     case OPT_DET_BIAS:
-        if (sw_cli_parse_double(arg, &d->det.bias_adu) != 0)
-            return sw_cli_usage(S, "--bias: '%s' is not a number of ADU", arg);
+        if (sw_cli_opt_double(S, "--bias", arg, SW_CLI_ANY, "a number of ADU", &d->det.bias_adu) !=
+            SW_EXIT_OK)
+            return SW_EXIT_USAGE;
         return SW_EXIT_OK;
     case OPT_DET_NO_SHOT: d->no_shot = 1; return SW_EXIT_OK;
     case OPT_DET_NOISE:
@@ -248,13 +251,14 @@ int sim_sh_option(const char *S, int c, const char *arg, sh_opts *o)
     long n;
     switch (c) {
     case OPT_SH_GRID:
-        if (sw_cli_parse_size(arg, &o->nx, &o->ny) != 0)
-            return sw_cli_usage(S, "--grid: '%s' is not NXxNY lenslets", arg);
+        if (sw_cli_opt_grid(S, "--grid", arg, &o->nx, &o->ny) != SW_EXIT_OK)
+            return SW_EXIT_USAGE;
         o->have_grid = 1;
         return SW_EXIT_OK;
     case OPT_SH_PITCH:
-        if (sw_cli_parse_double(arg, &o->pitch) != 0 || !(o->pitch > 0))
-            return sw_cli_usage(S, "--pitch: '%s' is not a positive number of pixels", arg);
+        if (sw_cli_opt_double(S, "--pitch", arg, SW_CLI_POSITIVE, "a positive number of pixels",
+                              &o->pitch) != SW_EXIT_OK)
+            return SW_EXIT_USAGE;
         o->have_pitch = 1;
         return SW_EXIT_OK;
     case OPT_SH_ORIGIN:
@@ -265,22 +269,21 @@ int sim_sh_option(const char *S, int c, const char *arg, sh_opts *o)
         o->have_origin = 1;
         return SW_EXIT_OK;
     case OPT_SH_SIZE:
-        if (sw_cli_parse_size(arg, &o->width, &o->height) != 0)
-            return sw_cli_usage(S, "--size: '%s' is not WIDTHxHEIGHT with both in 1..%d", arg,
-                                SW_IMAGE_MAX_DIM);
+        if (sw_cli_opt_size(S, "--size", arg, &o->width, &o->height) != SW_EXIT_OK)
+            return SW_EXIT_USAGE;
         o->have_size = 1;
         return SW_EXIT_OK;
     case OPT_SH_PIXEL:
     case OPT_SH_FOCAL:
     case OPT_SH_LENSLET:
     case OPT_SH_WAVELENGTH:
-        if (sw_cli_parse_double(arg, &v) != 0 || !(v > 0))
-            return sw_cli_usage(S, "%s: '%s' is not a positive length",
-                                c == OPT_SH_PIXEL     ? "--pixel-um"
-                                : c == OPT_SH_FOCAL   ? "--focal-mm"
-                                : c == OPT_SH_LENSLET ? "--lenslet-um"
-                                                      : "--wavelength-um",
-                                arg);
+        if (sw_cli_opt_double(S,
+                              c == OPT_SH_PIXEL     ? "--pixel-um"
+                              : c == OPT_SH_FOCAL   ? "--focal-mm"
+                              : c == OPT_SH_LENSLET ? "--lenslet-um"
+                                                    : "--wavelength-um",
+                              arg, SW_CLI_POSITIVE, "a positive length", &v) != SW_EXIT_OK)
+            return SW_EXIT_USAGE;
         if (c == OPT_SH_PIXEL)
             o->pixel_um = v, o->have_pixel = 1;
         else if (c == OPT_SH_FOCAL)
@@ -299,12 +302,14 @@ int sim_sh_option(const char *S, int c, const char *arg, sh_opts *o)
             return sw_cli_usage(S, "--spot: '%s' is not gaussian or sinc2", arg);
         return SW_EXIT_OK;
     case OPT_SH_SIGMA:
-        if (sw_cli_parse_double(arg, &o->sigma_px) != 0 || o->sigma_px < 0)
-            return sw_cli_usage(S, "--sigma: '%s' is not a non-negative number of pixels", arg);
+        if (sw_cli_opt_double(S, "--sigma", arg, SW_CLI_NONNEG, "a non-negative number of pixels",
+                              &o->sigma_px) != SW_EXIT_OK)
+            return SW_EXIT_USAGE;
         return SW_EXIT_OK;
     case OPT_SH_FLUX:
-        if (sw_cli_parse_double(arg, &o->flux_e) != 0 || o->flux_e < 0)
-            return sw_cli_usage(S, "--flux: '%s' is not a non-negative number of electrons", arg);
+        if (sw_cli_opt_double(S, "--flux", arg, SW_CLI_NONNEG, "a non-negative number of electrons",
+                              &o->flux_e) != SW_EXIT_OK)
+            return SW_EXIT_USAGE;
         return SW_EXIT_OK;
     case OPT_SH_MIN_ILLUM:
         if (sw_cli_parse_double(arg, &o->min_illum) != 0 || o->min_illum < 0 || o->min_illum >= 1)
@@ -314,13 +319,13 @@ int sim_sh_option(const char *S, int c, const char *arg, sh_opts *o)
     case OPT_SH_SAMPLES:
     case OPT_SH_OVERSAMPLE:
     case OPT_SH_FFT:
-        if (sw_cli_parse_long(arg, 0, 65536, &n) != 0)
-            return sw_cli_usage(S, "%s: '%s' is not a whole number in 0..65536",
-                                c == OPT_SH_ROI          ? "--roi"
-                                : c == OPT_SH_SAMPLES    ? "--samples"
-                                : c == OPT_SH_OVERSAMPLE ? "--oversample"
-                                                         : "--fft-size",
-                                arg);
+        if (sw_cli_opt_long(S,
+                            c == OPT_SH_ROI          ? "--roi"
+                            : c == OPT_SH_SAMPLES    ? "--samples"
+                            : c == OPT_SH_OVERSAMPLE ? "--oversample"
+                                                     : "--fft-size",
+                            arg, 0, 65536, &n) != SW_EXIT_OK)
+            return SW_EXIT_USAGE;
         if (c == OPT_SH_ROI)
             o->roi = n;
         else if (c == OPT_SH_SAMPLES)

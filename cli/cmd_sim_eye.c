@@ -350,9 +350,8 @@ static int parse_eye_options(int argc, char **argv, eye_opts *o)
                 return sw_cli_usage(S, "--seed: '%s' is not an unsigned 64-bit integer", optarg);
             break;
         case 'o':
-            if (!*optarg)
-                return sw_cli_usage(S, "--out: the file name is empty");
-            o->out = optarg;
+            if (sw_cli_opt_file(S, "--out", optarg, &o->out) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             break;
         case OPT_TRUTH:
         case OPT_REFERENCE:

@@ -200,9 +200,9 @@ static int parse_sh_options(int argc, char **argv, simsh_opts *o)
         case OPT_SCALE:
         case OPT_PUPIL: {
             double v;
-            if (sw_cli_parse_double(optarg, &v) != 0 || !(v > 0))
-                return sw_cli_usage(S, "%s: '%s' is not a positive number",
-                                    sw_cli_option_name(argv), optarg);
+            if (sw_cli_opt_double(S, sw_cli_option_name(argv), optarg, SW_CLI_POSITIVE,
+                                  "a positive number", &v) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             if (c == OPT_ZRADIUS)
                 o->zernike_radius_mm = v;
             else if (c == OPT_SPACING)
@@ -243,18 +243,14 @@ static int parse_sh_options(int argc, char **argv, simsh_opts *o)
                 return sw_cli_usage(S, "--seed: '%s' is not an unsigned 64-bit integer", optarg);
             break;
         case 'o':
-            if (!*optarg)
-                return sw_cli_usage(S, "--out: the file name is empty");
-            o->out = optarg;
+            if (sw_cli_opt_file(S, "--out", optarg, &o->out) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             break;
         case OPT_TRUTH:
         case OPT_REFERENCE:
-            if (!*optarg)
-                return sw_cli_usage(S, "%s: the file name is empty", sw_cli_option_name(argv));
-            if (c == OPT_TRUTH)
-                o->truth = optarg;
-            else
-                o->reference = optarg;
+            if (sw_cli_opt_file(S, sw_cli_option_name(argv), optarg,
+                                c == OPT_TRUTH ? &o->truth : &o->reference) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             break;
         case OPT_JSON: o->json = 1; break;
         case 'h': sim_sh_help(stdout); return -1;

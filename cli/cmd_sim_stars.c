@@ -230,23 +230,25 @@ static int parse_stars_options(int argc, char **argv, stars_opts *o)
             o->have_attitude = 1;
             break;
         case OPT_FOCAL:
-            if (sw_cli_parse_double(optarg, &o->cam.focal_mm) != 0 || !(o->cam.focal_mm > 0))
-                return sw_cli_usage(S, "--focal-mm: '%s' is not a positive length", optarg);
+            if (sw_cli_opt_double(S, "--focal-mm", optarg, SW_CLI_POSITIVE, "a positive length",
+                                  &o->cam.focal_mm) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             o->have_focal = 1;
             break;
         case OPT_PIXEL:
-            if (sw_cli_parse_double(optarg, &o->cam.pixel_um) != 0 || !(o->cam.pixel_um > 0))
-                return sw_cli_usage(S, "--pixel-um: '%s' is not a positive length", optarg);
+            if (sw_cli_opt_double(S, "--pixel-um", optarg, SW_CLI_POSITIVE, "a positive length",
+                                  &o->cam.pixel_um) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             o->have_pixel = 1;
             break;
         case OPT_SIZE:
-            if (sw_cli_parse_size(optarg, &o->width, &o->height) != 0)
-                return sw_cli_usage(S, "--size: '%s' is not WIDTHxHEIGHT with both in 1..%d",
-                                    optarg, SW_IMAGE_MAX_DIM);
+            if (sw_cli_opt_size(S, "--size", optarg, &o->width, &o->height) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             break;
         case OPT_SIGMA:
-            if (sw_cli_parse_double(optarg, &o->sigma) != 0 || !(o->sigma > 0))
-                return sw_cli_usage(S, "--sigma: '%s' is not a positive number of pixels", optarg);
+            if (sw_cli_opt_double(S, "--sigma", optarg, SW_CLI_POSITIVE,
+                                  "a positive number of pixels", &o->sigma) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             break;
         case OPT_ROI:
             if (sw_cli_parse_long(optarg, 0, SW_IMAGE_MAX_DIM, &roi_radius) != 0)
@@ -267,8 +269,9 @@ static int parse_stars_options(int argc, char **argv, stars_opts *o)
                 return sw_cli_usage(S, "--psf: '%s' is not sampled or integrated", optarg);
             break;
         case OPT_ZERO_POINT:
-            if (sw_cli_parse_double(optarg, &o->zero_point) != 0 || !(o->zero_point > 0))
-                return sw_cli_usage(S, "--zero-point: '%s' is not a positive flux in e-", optarg);
+            if (sw_cli_opt_double(S, "--zero-point", optarg, SW_CLI_POSITIVE,
+                                  "a positive flux in e-", &o->zero_point) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             break;
         case OPT_RATIO:
             if (strcasecmp(optarg, "pogson") == 0)
@@ -298,14 +301,12 @@ static int parse_stars_options(int argc, char **argv, stars_opts *o)
                                     optarg);
             break;
         case 'o':
-            if (!*optarg)
-                return sw_cli_usage(S, "--out: the file name is empty");
-            o->out = optarg;
+            if (sw_cli_opt_file(S, "--out", optarg, &o->out) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             break;
         case OPT_TRUTH:
-            if (!*optarg)
-                return sw_cli_usage(S, "--truth: the file name is empty");
-            o->truth = optarg;
+            if (sw_cli_opt_file(S, "--truth", optarg, &o->truth) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             break;
         case OPT_JSON: o->json = 1; break;
         case 'h': sim_stars_help(stdout); return -1;
