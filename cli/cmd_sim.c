@@ -449,14 +449,6 @@ int64_t sim_lit_lenslets(const sw_sh_truth *t, double min_illum)
     return n;
 }
 
-void sim_json_number(double v)
-{
-    if (isfinite(v))
-        printf("%.17g", v);
-    else
-        printf("null");
-}
-
 /* Applies the detector to a host f32 image of electrons into a new host image of the output type
  * and writes it. */
 /* The detector of the reference image (--reference): the same camera, another exposure, so its

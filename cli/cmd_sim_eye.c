@@ -4,6 +4,7 @@
  */
 #define _GNU_SOURCE
 
+#include "json.h"
 #include "sim_common.h"
 
 #include "spotwave/sim_eye.h"
@@ -727,56 +728,54 @@ static void print_eye(const eye_opts *o, const eye_report *r)
         printf("\n");
         return;
     }
-    printf("{\n  \"subcommand\": \"sim eye\",\n  \"eyes\": %d,\n  \"source\": \"%s\",\n", t->n_eyes,
-           r->source);
-    printf("  \"population_mm\": ");
-    sim_json_number(o->n_zernike ? NAN : o->population_mm);
-    printf(",\n  \"pupil_mm\": %.17g,\n  \"width\": %d,\n  \"height\": %d,\n", o->pupil_mm,
-           o->sh.width, o->sh.height);
-    printf("  \"grid_nx\": %d,\n  \"grid_ny\": %d,\n  \"pitch_px\": %.17g,\n", o->sh.nx, o->sh.ny,
-           o->sh.pitch);
-    printf("  \"model\": \"%s\",\n  \"backend\": \"%s\",\n  \"seed\": %llu,\n",
-           sw_sh_model_string(o->sh.model), sw_backend_string(r->backend),
-           (unsigned long long)o->seed);
-    printf("  \"pixel_type\": \"%s\",\n  \"eye\": [", sw_pixel_type_string(o->d.det.out_type));
+    cJSON *j = cJSON_CreateObject();
+    sw_cli_json_string(j, "subcommand", "sim eye");
+    sw_cli_json_int(j, "eyes", t->n_eyes);
+    sw_cli_json_string(j, "source", r->source);
+    sw_cli_json_double(j, "population_mm", o->n_zernike ? NAN : o->population_mm);
+    sw_cli_json_double(j, "pupil_mm", o->pupil_mm);
+    sw_cli_json_int(j, "width", o->sh.width);
+    sw_cli_json_int(j, "height", o->sh.height);
+    sw_cli_json_int(j, "grid_nx", o->sh.nx);
+    sw_cli_json_int(j, "grid_ny", o->sh.ny);
+    sw_cli_json_double(j, "pitch_px", o->sh.pitch);
+    sw_cli_json_string(j, "model", sw_sh_model_string(o->sh.model));
+    sw_cli_json_string(j, "backend", sw_backend_string(r->backend));
+    sw_cli_json_u64(j, "seed", o->seed);
+    sw_cli_json_string(j, "pixel_type", sw_pixel_type_string(o->d.det.out_type));
+    cJSON *eyes = cJSON_AddArrayToObject(j, "eye");
     for (int e = 0; e < t->n_eyes; e++) {
         const sw_eye_truth *q = &t->eye[e];
         const sw_refraction rx = eye_true_rx(q);
-        printf("%s\n    {\"cx_px\": %.17g, \"cy_px\": %.17g, \"a_px\": %.17g, \"b_px\": %.17g, "
-               "\"angle_deg\": %.17g, \"rms_um\": %.17g, \"defocus_um\": %.17g, "
-               "\"lenslets_lit\": %lld, \"reflection_x_px\": ",
-               e ? "," : "", q->cx_px, q->cy_px, q->a_px, q->b_px, q->angle_deg,
-               q->count > 0 ? sw_zernike_rms(q->coef_um, q->count, 3) : 0.0,
-               q->count > 4 ? q->coef_um[4] : 0.0,
-               (long long)sim_lit_lenslets(&q->sh, o->sh.min_illum));
-        sim_json_number(q->reflection_x_px);
-        printf(", \"reflection_y_px\": ");
-        sim_json_number(q->reflection_y_px);
-        printf(", \"magnification\": ");
-        sim_json_number(eye_magnification(o, q));
-        printf(", \"refraction\": {\"sphere_d\": ");
-        sim_json_number(rx.sphere_d);
-        printf(", \"cyl_d\": ");
-        sim_json_number(rx.cyl_d);
-        printf(", \"axis_deg\": ");
-        sim_json_number(rx.axis_deg);
-        printf(", \"M\": ");
-        sim_json_number(rx.M);
-        printf(", \"J0\": ");
-        sim_json_number(rx.J0);
-        printf(", \"J45\": ");
-        sim_json_number(rx.J45);
-        printf("}}");
+        cJSON *x = cJSON_CreateObject();
+        cJSON_AddItemToArray(eyes, x);
+        sw_cli_json_double(x, "cx_px", q->cx_px);
+        sw_cli_json_double(x, "cy_px", q->cy_px);
+        sw_cli_json_double(x, "a_px", q->a_px);
+        sw_cli_json_double(x, "b_px", q->b_px);
+        sw_cli_json_double(x, "angle_deg", q->angle_deg);
+        sw_cli_json_double(x, "rms_um",
+                           q->count > 0 ? sw_zernike_rms(q->coef_um, q->count, 3) : 0.0);
+        sw_cli_json_double(x, "defocus_um", q->count > 4 ? q->coef_um[4] : 0.0);
+        sw_cli_json_int(x, "lenslets_lit", sim_lit_lenslets(&q->sh, o->sh.min_illum));
+        sw_cli_json_double(x, "reflection_x_px", q->reflection_x_px);
+        sw_cli_json_double(x, "reflection_y_px", q->reflection_y_px);
+        sw_cli_json_double(x, "magnification", eye_magnification(o, q));
+        cJSON *rj = cJSON_AddObjectToObject(x, "refraction");
+        sw_cli_json_double(rj, "sphere_d", rx.sphere_d);
+        sw_cli_json_double(rj, "cyl_d", rx.cyl_d);
+        sw_cli_json_double(rj, "axis_deg", rx.axis_deg);
+        sw_cli_json_double(rj, "M", rx.M);
+        sw_cli_json_double(rj, "J0", rx.J0);
+        sw_cli_json_double(rj, "J45", rx.J45);
     }
-    printf("\n  ],\n  \"render_ms\": %.6f,\n  \"detector_ms\": %.6f,\n  \"write_ms\": %.6f,\n",
-           r->render_ms, r->detector_ms, r->write_ms);
-    printf("  \"out\": ");
-    sw_json_write_string(stdout, o->out);
-    printf(",\n  \"truth\": ");
-    sw_json_write_string(stdout, o->truth);
-    printf(",\n  \"reference\": ");
-    sw_json_write_string(stdout, o->reference);
-    printf("\n}\n");
+    sw_cli_json_fixed(j, "render_ms", r->render_ms, 6);
+    sw_cli_json_fixed(j, "detector_ms", r->detector_ms, 6);
+    sw_cli_json_fixed(j, "write_ms", r->write_ms, 6);
+    sw_cli_json_string(j, "out", o->out);
+    sw_cli_json_string(j, "truth", o->truth);
+    sw_cli_json_string(j, "reference", o->reference);
+    sw_cli_json_print(j);
 }
 
 int sw_cmd_sim_eye(const sw_cli_globals *g, int argc, char **argv)

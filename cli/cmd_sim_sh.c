@@ -4,6 +4,7 @@
  */
 #define _GNU_SOURCE
 
+#include "json.h"
 #include "sim_common.h"
 
 #include "spotwave/sim_eye.h"
@@ -490,32 +491,35 @@ static void print_sh(const simsh_opts *o, const simsh_report *r)
         printf("\n");
         return;
     }
-    printf("{\n  \"subcommand\": \"sim sh\",\n  \"source\": \"%s\",\n", r->source);
-    printf("  \"width\": %d,\n  \"height\": %d,\n  \"grid_nx\": %d,\n  \"grid_ny\": %d,\n",
-           o->sh.width, o->sh.height, o->sh.nx, o->sh.ny);
-    printf("  \"pitch_px\": %.17g,\n  \"origin_x_px\": %.17g,\n  \"origin_y_px\": %.17g,\n",
-           o->sh.pitch, o->sh.x0, o->sh.y0);
-    printf("  \"pixel_um\": %.17g,\n  \"focal_mm\": %.17g,\n  \"wavelength_um\": %.17g,\n",
-           o->sh.pixel_um, o->sh.focal_mm, o->sh.wavelength_um);
-    printf("  \"model\": \"%s\",\n  \"lenslets\": %d,\n  \"lenslets_lit\": %lld,\n",
-           sw_sh_model_string(o->sh.model), o->sh.nx * o->sh.ny, (long long)r->lit);
-    printf("  \"zernike_radius_um\": ");
-    sim_json_number(o->zernike ? r->radius_um : NAN);
-    printf(",\n  \"rms_um\": ");
-    sim_json_number(o->zernike ? r->rms_um : NAN);
-    printf(",\n  \"screen_samples\": %d,\n", r->screen_n);
-    printf("  \"backend\": \"%s\",\n  \"seed\": %llu,\n  \"pixel_type\": \"%s\",\n",
-           sw_backend_string(r->backend), (unsigned long long)o->seed,
-           sw_pixel_type_string(o->d.det.out_type));
-    printf("  \"render_ms\": %.6f,\n  \"detector_ms\": %.6f,\n  \"write_ms\": %.6f,\n",
-           r->render_ms, r->detector_ms, r->write_ms);
-    printf("  \"out\": ");
-    sw_json_write_string(stdout, o->out);
-    printf(",\n  \"truth\": ");
-    sw_json_write_string(stdout, o->truth);
-    printf(",\n  \"reference\": ");
-    sw_json_write_string(stdout, o->reference);
-    printf("\n}\n");
+    cJSON *j = cJSON_CreateObject();
+    sw_cli_json_string(j, "subcommand", "sim sh");
+    sw_cli_json_string(j, "source", r->source);
+    sw_cli_json_int(j, "width", o->sh.width);
+    sw_cli_json_int(j, "height", o->sh.height);
+    sw_cli_json_int(j, "grid_nx", o->sh.nx);
+    sw_cli_json_int(j, "grid_ny", o->sh.ny);
+    sw_cli_json_double(j, "pitch_px", o->sh.pitch);
+    sw_cli_json_double(j, "origin_x_px", o->sh.x0);
+    sw_cli_json_double(j, "origin_y_px", o->sh.y0);
+    sw_cli_json_double(j, "pixel_um", o->sh.pixel_um);
+    sw_cli_json_double(j, "focal_mm", o->sh.focal_mm);
+    sw_cli_json_double(j, "wavelength_um", o->sh.wavelength_um);
+    sw_cli_json_string(j, "model", sw_sh_model_string(o->sh.model));
+    sw_cli_json_int(j, "lenslets", (int64_t)o->sh.nx * o->sh.ny);
+    sw_cli_json_int(j, "lenslets_lit", r->lit);
+    sw_cli_json_double(j, "zernike_radius_um", o->zernike ? r->radius_um : NAN);
+    sw_cli_json_double(j, "rms_um", o->zernike ? r->rms_um : NAN);
+    sw_cli_json_int(j, "screen_samples", r->screen_n);
+    sw_cli_json_string(j, "backend", sw_backend_string(r->backend));
+    sw_cli_json_u64(j, "seed", o->seed);
+    sw_cli_json_string(j, "pixel_type", sw_pixel_type_string(o->d.det.out_type));
+    sw_cli_json_fixed(j, "render_ms", r->render_ms, 6);
+    sw_cli_json_fixed(j, "detector_ms", r->detector_ms, 6);
+    sw_cli_json_fixed(j, "write_ms", r->write_ms, 6);
+    sw_cli_json_string(j, "out", o->out);
+    sw_cli_json_string(j, "truth", o->truth);
+    sw_cli_json_string(j, "reference", o->reference);
+    sw_cli_json_print(j);
 }
 
 int sw_cmd_sim_sh(const sw_cli_globals *g, int argc, char **argv)

@@ -4,6 +4,7 @@
  */
 #define _GNU_SOURCE
 
+#include "json.h"
 #include "sim_common.h"
 
 #include "spotwave/sim_eye.h"
@@ -136,29 +137,32 @@ static void print_text(const stars_opts *o, const stars_report *r)
 
 static void print_json(const stars_opts *o, const stars_report *r)
 {
-    printf("{\n  \"subcommand\": \"sim stars\",\n  \"source\": ");
-    sw_json_write_string(stdout, r->source);
-    printf(",\n  \"stars\": %lld,\n  \"rendered\": %lld,\n  \"skipped\": %lld,\n",
-           (long long)r->stars, (long long)r->rendered, (long long)(r->stars - r->rendered));
-    printf("  \"width\": %d,\n  \"height\": %d,\n  \"sigma_px\": %.17g,\n  \"roi_side_px\": %ld,\n",
-           o->width, o->height, o->sigma, o->roi_side);
-    printf("  \"psf\": \"%s\",\n  \"method\": \"%s\",\n  \"backend\": \"%s\",\n",
-           o->psf == SW_PSF_INTEGRATED ? "integrated" : "sampled",
-           sw_starsim_method_string(r->method), sw_backend_string(r->backend));
-    printf("  \"seed\": %llu,\n  \"shot_noise\": %s,\n  \"read_noise_e\": %.17g,\n",
-           (unsigned long long)o->seed, o->d.det.shot_noise ? "true" : "false",
-           o->d.det.read_noise_e);
-    printf("  \"pixel_type\": \"%s\",\n", sw_pixel_type_string(o->d.det.out_type));
-    printf("  \"stars_ms\": %.6f,\n  \"render_ms\": %.6f,\n  \"detector_ms\": %.6f,\n"
-           "  \"write_ms\": %.6f,\n",
-           r->load_ms, r->render_ms, r->detector_ms, r->write_ms);
-    printf("  \"out\": ");
-    sw_json_write_string(stdout, o->out);
-    printf(",\n  \"truth\": ");
-    sw_json_write_string(stdout, o->truth);
+    cJSON *j = cJSON_CreateObject();
+    sw_cli_json_string(j, "subcommand", "sim stars");
+    sw_cli_json_string(j, "source", r->source);
+    sw_cli_json_int(j, "stars", r->stars);
+    sw_cli_json_int(j, "rendered", r->rendered);
+    sw_cli_json_int(j, "skipped", r->stars - r->rendered);
+    sw_cli_json_int(j, "width", o->width);
+    sw_cli_json_int(j, "height", o->height);
+    sw_cli_json_double(j, "sigma_px", o->sigma);
+    sw_cli_json_int(j, "roi_side_px", o->roi_side);
+    sw_cli_json_string(j, "psf", o->psf == SW_PSF_INTEGRATED ? "integrated" : "sampled");
+    sw_cli_json_string(j, "method", sw_starsim_method_string(r->method));
+    sw_cli_json_string(j, "backend", sw_backend_string(r->backend));
+    sw_cli_json_u64(j, "seed", o->seed);
+    cJSON_AddBoolToObject(j, "shot_noise", o->d.det.shot_noise);
+    sw_cli_json_double(j, "read_noise_e", o->d.det.read_noise_e);
+    sw_cli_json_string(j, "pixel_type", sw_pixel_type_string(o->d.det.out_type));
+    sw_cli_json_fixed(j, "stars_ms", r->load_ms, 6);
+    sw_cli_json_fixed(j, "render_ms", r->render_ms, 6);
+    sw_cli_json_fixed(j, "detector_ms", r->detector_ms, 6);
+    sw_cli_json_fixed(j, "write_ms", r->write_ms, 6);
+    sw_cli_json_string(j, "out", o->out);
+    sw_cli_json_string(j, "truth", o->truth);
     if (o->truth)
-        printf(",\n  \"truth_rows\": %lld", (long long)r->truth_rows);
-    printf("\n}\n");
+        sw_cli_json_int(j, "truth_rows", r->truth_rows);
+    sw_cli_json_print(j);
 }
 
 static int parse_stars_options(int argc, char **argv, stars_opts *o)

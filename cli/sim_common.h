@@ -125,8 +125,6 @@ void sim_sh_params(const sh_opts *o, sw_shsim_params *p);
 void sim_sh_header(sw_cli_hdr *h, const sh_opts *o);
 /* Lenslets lit above min_illum. */
 int64_t sim_lit_lenslets(const sw_sh_truth *t, double min_illum);
-/* Prints v with 17 digits, or null when it is not finite. */
-void sim_json_number(double v);
 /* The detector of the reference image (--reference): another exposure, another seed. */
 sw_detector sim_reference_detector(const sw_detector *d);
 /* Applies the detector to a host f32 image of electrons and writes the result to path. */
