@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 
 #include "cli.h"
+#include "json.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -369,14 +370,6 @@ static void csv_num(FILE *f, double v)
 }
 
 /* A JSON number: null when not finite. */
-static void json_num(FILE *f, double v)
-{
-    if (isfinite(v))
-        fprintf(f, "%.17g", v);
-    else
-        fputs("null", f);
-}
-
 static const char *failure_text(const sw_pupil_ellipse *q)
 {
     return q->valid ? "" : sw_pupil_failure_string(q->failure);
@@ -417,103 +410,98 @@ static void json_report(const pupil_job *j, sw_context *ctx, int64_t first, int6
 {
     const pupil_opts *o = j->o;
     const sw_pupil_params *p = &o->p;
-    FILE *f = stdout;
-    fprintf(f, "{\n  \"command\": \"pupil\",\n  \"inputs\": [");
-    for (int i = 0; i < o->ninputs; i++) {
-        fputs(i ? ", " : "", f);
-        sw_json_write_string(f, o->inputs[i]);
-    }
-    fprintf(f, "],\n  \"out\": ");
-    sw_json_write_string(f, o->out);
-    fprintf(f, ",\n  \"lenslet_mask\": ");
-    sw_json_write_string(f, o->mask_out);
-    fprintf(f, ",\n  \"overlay\": ");
-    sw_json_write_string(f, o->overlay);
-    fprintf(f, ",\n  \"backend\": \"%s\",\n", sw_backend_string(sw_context_backend(ctx)));
-    fprintf(f, "  \"frame_size\": [%d, %d],\n  \"pixel_type\": \"%s\",\n", j->in.width,
-            j->in.height, sw_pixel_type_string(j->in.type));
-    fprintf(f, "  \"first_frame\": %lld,\n  \"frame_count\": %lld,\n", (long long)first,
-            (long long)count);
-    fprintf(f, "  \"pupils\": %d,\n  \"split\": ", p->n_pupils);
+    cJSON *rep = cJSON_CreateObject();
+    sw_cli_json_string(rep, "command", "pupil");
+    cJSON *inputs = cJSON_AddArrayToObject(rep, "inputs");
+    for (int i = 0; i < o->ninputs; i++)
+        cJSON_AddItemToArray(inputs, sw_cli_json_str(o->inputs[i]));
+    sw_cli_json_string(rep, "out", o->out);
+    sw_cli_json_string(rep, "lenslet_mask", o->mask_out);
+    sw_cli_json_string(rep, "overlay", o->overlay);
+    sw_cli_json_string(rep, "backend", sw_backend_string(sw_context_backend(ctx)));
+    sw_cli_json_int_array(rep, "frame_size", (const int64_t[]){j->in.width, j->in.height}, 2);
+    sw_cli_json_string(rep, "pixel_type", sw_pixel_type_string(j->in.type));
+    sw_cli_json_int(rep, "first_frame", first);
+    sw_cli_json_int(rep, "frame_count", count);
+    sw_cli_json_int(rep, "pupils", p->n_pupils);
     if (p->n_pupils == 2 && p->split_x >= 0)
-        fprintf(f, "%d", p->split_x);
+        sw_cli_json_int(rep, "split", p->split_x);
     else
-        fputs(p->n_pupils == 2 ? "\"auto\"" : "null", f);
-    fprintf(f, ",\n  \"scale\": ");
+        sw_cli_json_string(rep, "split", p->n_pupils == 2 ? "auto" : NULL);
     if (p->input_scale > 0)
-        json_num(f, p->input_scale);
+        sw_cli_json_double(rep, "scale", p->input_scale);
     else
-        fputs("\"auto\"", f);
-    fprintf(f, ",\n  \"gauss_radius\": %d,\n  \"gauss_sigma\": ", p->gauss_radius);
-    json_num(f, p->gauss_sigma);
-    fprintf(f, ",\n  \"otsu_classes\": %d,\n  \"edge_level\": ", p->otsu_classes);
-    json_num(f, p->edge_level);
-    fprintf(f,
-            ",\n  \"close_radius\": %d,\n  \"candidates\": %d,\n  \"inlier_px\": ", p->close_radius,
-            p->candidates);
-    json_num(f, p->inlier_px);
-    fprintf(f, ",\n  \"refine\": %d,\n  \"min_radius_px\": ", p->refine_iterations);
-    json_num(f, p->min_radius_px);
-    fprintf(f, ",\n  \"max_radius_px\": ");
-    json_num(f, p->max_radius_px > 0
-                    ? p->max_radius_px
-                    : (double)(j->in.width > j->in.height ? j->in.width : j->in.height));
-    fprintf(f, ",\n  \"min_coverage\": ");
-    json_num(f, p->min_coverage);
-    fprintf(f, ",\n  \"max_near_ratio\": "); /* null: inf, no near-band test */
-    json_num(f, p->max_near_ratio);
-    fprintf(f, ",\n  \"seed\": %llu,\n  \"lenslet_grid\": ", (unsigned long long)p->seed);
+        sw_cli_json_string(rep, "scale", "auto");
+    sw_cli_json_int(rep, "gauss_radius", p->gauss_radius);
+    sw_cli_json_double(rep, "gauss_sigma", p->gauss_sigma);
+    sw_cli_json_int(rep, "otsu_classes", p->otsu_classes);
+    sw_cli_json_double(rep, "edge_level", p->edge_level);
+    sw_cli_json_int(rep, "close_radius", p->close_radius);
+    sw_cli_json_int(rep, "candidates", p->candidates);
+    sw_cli_json_double(rep, "inlier_px", p->inlier_px);
+    sw_cli_json_int(rep, "refine", p->refine_iterations);
+    sw_cli_json_double(rep, "min_radius_px", p->min_radius_px);
+    sw_cli_json_double(rep, "max_radius_px",
+                       p->max_radius_px > 0
+                           ? p->max_radius_px
+                           : (double)(j->in.width > j->in.height ? j->in.width : j->in.height));
+    sw_cli_json_double(rep, "min_coverage", p->min_coverage);
+    sw_cli_json_double(rep, "max_near_ratio", p->max_near_ratio); /* null: inf, no near-band test */
+    sw_cli_json_u64(rep, "seed", p->seed);
     if (p->geometry) {
-        fprintf(f,
-                "{\"pitch_px\": %.17g, \"nx\": %d, \"ny\": %d, \"x0\": %.17g, \"y0\": %.17g, "
-                "\"rule\": \"%s\"}",
-                p->geometry->pitch_px, p->geometry->nx, p->geometry->ny, p->geometry->x0,
-                p->geometry->y0, p->lenslet_rule == SW_PUPIL_LENSLET_CENTRE ? "centre" : "full");
+        cJSON *g = cJSON_AddObjectToObject(rep, "lenslet_grid");
+        sw_cli_json_double(g, "pitch_px", p->geometry->pitch_px);
+        sw_cli_json_int(g, "nx", p->geometry->nx);
+        sw_cli_json_int(g, "ny", p->geometry->ny);
+        sw_cli_json_double(g, "x0", p->geometry->x0);
+        sw_cli_json_double(g, "y0", p->geometry->y0);
+        sw_cli_json_string(g, "rule",
+                           p->lenslet_rule == SW_PUPIL_LENSLET_CENTRE ? "centre" : "full");
     } else {
-        fputs("null", f);
+        cJSON_AddNullToObject(rep, "lenslet_grid");
     }
     int64_t found = 0, asked = 0;
-    fprintf(f, ",\n  \"frames\": [");
+    cJSON *frames = cJSON_AddArrayToObject(rep, "frames");
     for (int64_t k = 0; k < count; k++) {
         const sw_pupil_result *r = &res[k];
-        fprintf(f, "%s\n    {\"frame\": %lld, \"scale\": ", k ? "," : "", (long long)(first + k));
-        json_num(f, r->scale);
-        fprintf(f, ", \"split_x\": %d, \"pupils\": [", r->split_x);
+        cJSON *fj = cJSON_CreateObject();
+        cJSON_AddItemToArray(frames, fj);
+        sw_cli_json_int(fj, "frame", first + k);
+        sw_cli_json_double(fj, "scale", r->scale);
+        sw_cli_json_int(fj, "split_x", r->split_x);
+        cJSON *pupils = cJSON_AddArrayToObject(fj, "pupils");
         for (int32_t i = 0; i < r->n_pupils; i++) {
             const sw_pupil_ellipse *q = &r->pupil[i];
             asked++;
             found += q->valid != 0;
-            fprintf(f, "%s\n      {\"pupil\": %d, \"valid\": %s, \"failure\": ", i ? "," : "", i,
-                    q->valid ? "true" : "false");
-            if (q->valid)
-                fputs("null", f);
-            else
-                sw_json_write_string(f, sw_pupil_failure_string(q->failure));
-            fprintf(f, ", \"failure_code\": %d, \"cx_px\": ", (int)q->failure);
-            json_num(f, q->cx_px);
-            fprintf(f, ", \"cy_px\": ");
-            json_num(f, q->cy_px);
-            fprintf(f, ", \"a_px\": ");
-            json_num(f, q->a_px);
-            fprintf(f, ", \"b_px\": ");
-            json_num(f, q->b_px);
-            fprintf(f, ", \"angle_deg\": ");
-            json_num(f, q->angle_deg);
-            fprintf(f,
-                    ", \"inliers\": %d, \"near\": %d, \"border\": %d, \"threshold\": %d, "
-                    "\"candidate\": %d, \"votes\": %d, \"x0\": %d, \"x1\": %d",
-                    q->inliers, q->near, q->border, q->threshold, q->candidate, q->votes, q->x0,
-                    q->x1);
+            cJSON *x = cJSON_CreateObject();
+            cJSON_AddItemToArray(pupils, x);
+            sw_cli_json_int(x, "pupil", i);
+            cJSON_AddBoolToObject(x, "valid", q->valid);
+            sw_cli_json_string(x, "failure", q->valid ? NULL : sw_pupil_failure_string(q->failure));
+            sw_cli_json_int(x, "failure_code", (int)q->failure);
+            sw_cli_json_double(x, "cx_px", q->cx_px);
+            sw_cli_json_double(x, "cy_px", q->cy_px);
+            sw_cli_json_double(x, "a_px", q->a_px);
+            sw_cli_json_double(x, "b_px", q->b_px);
+            sw_cli_json_double(x, "angle_deg", q->angle_deg);
+            sw_cli_json_int(x, "inliers", q->inliers);
+            sw_cli_json_int(x, "near", q->near);
+            sw_cli_json_int(x, "border", q->border);
+            sw_cli_json_int(x, "threshold", q->threshold);
+            sw_cli_json_int(x, "candidate", q->candidate);
+            sw_cli_json_int(x, "votes", q->votes);
+            sw_cli_json_int(x, "x0", q->x0);
+            sw_cli_json_int(x, "x1", q->x1);
             if (lenslets)
-                fprintf(f, ", \"lenslets\": %d", lenslets[2 * k + i]);
-            fputc('}', f);
+                sw_cli_json_int(x, "lenslets", lenslets[2 * k + i]);
         }
-        fprintf(f, "]}");
     }
-    fprintf(f, "\n  ],\n  \"pupils_found\": %lld,\n  \"pupils_asked\": %lld,\n", (long long)found,
-            (long long)asked);
-    fprintf(f, "  \"seconds\": %.6f,\n  \"frames_per_second\": %.3f\n}\n", seconds,
-            seconds > 0 ? (double)count / seconds : 0.0);
+    sw_cli_json_int(rep, "pupils_found", found);
+    sw_cli_json_int(rep, "pupils_asked", asked);
+    sw_cli_json_fixed(rep, "seconds", seconds, 6);
+    sw_cli_json_fixed(rep, "frames_per_second", seconds > 0 ? (double)count / seconds : 0.0, 3);
+    sw_cli_json_print(rep);
 }
 
 /* ---------------------------------------------------------------- the overlay picture */

@@ -77,6 +77,15 @@ cJSON *sw_cli_json_fixed(cJSON *obj, const char *key, double v, int decimals)
     return add_formatted(obj, key, v, "%.*f", decimals);
 }
 
+cJSON *sw_cli_json_num(double v)
+{
+    char buf[32];
+    if (!isfinite(v))
+        return cJSON_CreateNull();
+    snprintf(buf, sizeof buf, "%.17g", v);
+    return cJSON_CreateRaw(buf);
+}
+
 cJSON *sw_cli_json_double(cJSON *obj, const char *key, double v)
 {
     return add_formatted(obj, key, v, "%.*g", 17);

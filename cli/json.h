@@ -24,6 +24,8 @@ cJSON *sw_cli_json_string(cJSON *obj, const char *key, const char *s);
 /* Adds key: a whole number, written exactly (cJSON's numbers are doubles). */
 cJSON *sw_cli_json_int(cJSON *obj, const char *key, int64_t v);
 cJSON *sw_cli_json_u64(cJSON *obj, const char *key, uint64_t v);
+/* A number item (for arrays): v with "%.17g", or null when v is not finite. */
+cJSON *sw_cli_json_num(double v);
 /* Adds key: v with "%.17g" (bit-exact), or null when v is not finite. */
 cJSON *sw_cli_json_double(cJSON *obj, const char *key, double v);
 /* Adds key: v with printf's "%.<decimals>f", or null when v is not finite. */
