@@ -141,6 +141,8 @@ int sw_cli_opt_pair(const char *sub, const char *name, const char *arg, const ch
 /* A whole number >= min: "... is not <what>" ("a count >= 1", "a frame number >= 0"). */
 int sw_cli_opt_at_least(const char *sub, const char *name, const char *arg, long min,
                         const char *what, long *v);
+/* An unsigned 64-bit integer (sw_cli_parse_u64; seeds): "... is not an unsigned 64-bit integer". */
+int sw_cli_opt_u64(const char *sub, const char *name, const char *arg, uint64_t *v);
 /* A file name (any text but the empty one): "<name>: the file name is empty". */
 int sw_cli_opt_file(const char *sub, const char *name, const char *arg, const char **v);
 

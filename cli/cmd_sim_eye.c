@@ -347,8 +347,8 @@ static int parse_eye_options(int argc, char **argv, eye_opts *o)
             break;
         case OPT_NO_ART: o->no_artefacts = 1; break;
         case OPT_SEED:
-            if (sw_cli_parse_u64(optarg, &o->seed) != 0)
-                return sw_cli_usage(S, "--seed: '%s' is not an unsigned 64-bit integer", optarg);
+            if (sw_cli_opt_u64(S, "--seed", optarg, &o->seed) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             break;
         case 'o':
             if (sw_cli_opt_file(S, "--out", optarg, &o->out) != SW_EXIT_OK)

@@ -294,8 +294,8 @@ static int parse_stars_options(int argc, char **argv, stars_opts *o)
             o->mag_max = list[1];
             break;
         case OPT_SEED:
-            if (sw_cli_parse_u64(optarg, &o->seed) != 0)
-                return sw_cli_usage(S, "--seed: '%s' is not an unsigned 64-bit integer", optarg);
+            if (sw_cli_opt_u64(S, "--seed", optarg, &o->seed) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             break;
         case OPT_METHOD:
             if (sw_starsim_method_parse(optarg, &o->method) != SW_OK)

@@ -74,3 +74,10 @@ int sw_cli_opt_file(const char *sub, const char *name, const char *arg, const ch
     *v = arg;
     return SW_EXIT_OK;
 }
+
+int sw_cli_opt_u64(const char *sub, const char *name, const char *arg, uint64_t *v)
+{
+    if (sw_cli_parse_u64(arg, v) != 0)
+        return sw_cli_usage(sub, "%s: '%s' is not an unsigned 64-bit integer", name, arg);
+    return SW_EXIT_OK;
+}
