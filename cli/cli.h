@@ -113,6 +113,39 @@ int sw_cli_parse_pair(const char *text, double *a, double *b);
 /* 1 when s ends with suffix, ignoring case (file name extensions). */
 int sw_cli_ends_with(const char *s, const char *suffix);
 
+/* ------------------------------------------------------------------ option values (options.c)
+ *
+ * Each parses an option's text `arg` (`name` is the option as written, "--pitch", for the
+ * message), stores it and returns SW_EXIT_OK, or prints the usage line
+ * "spotwave <sub>: <name>: '<arg>' is not <...>" and returns SW_EXIT_USAGE; *v is untouched then.
+ */
+
+/* "... is not a whole number in MIN..MAX". */
+int sw_cli_opt_long(const char *sub, const char *name, const char *arg, long min, long max,
+                    long *v);
+int sw_cli_opt_int(const char *sub, const char *name, const char *arg, long min, long max,
+                   int32_t *v);
+/* Which finite numbers sw_cli_opt_double takes. */
+typedef enum { SW_CLI_ANY, SW_CLI_POSITIVE, SW_CLI_NONNEG } sw_cli_bound;
+/* A finite number within bound; "... is not <what>" ("a positive length", "a number >= 0"). */
+int sw_cli_opt_double(const char *sub, const char *name, const char *arg, sw_cli_bound bound,
+                      const char *what, double *v);
+/* A lenslet grid "NXxNY" (sw_cli_parse_size): "... is not NXxNY lenslets". */
+int sw_cli_opt_grid(const char *sub, const char *name, const char *arg, int32_t *nx, int32_t *ny);
+/* An image size "WxH": "... is not WIDTHxHEIGHT with both in 1..SW_IMAGE_MAX_DIM". */
+int sw_cli_opt_size(const char *sub, const char *name, const char *arg, int32_t *w, int32_t *h);
+/* "A,B" (sw_cli_parse_pair): "... is not <what>" ("X0,Y0 in pixels"). */
+int sw_cli_opt_pair(const char *sub, const char *name, const char *arg, const char *what, double *a,
+                    double *b);
+
+/* A whole number >= min: "... is not <what>" ("a count >= 1", "a frame number >= 0"). */
+int sw_cli_opt_at_least(const char *sub, const char *name, const char *arg, long min,
+                        const char *what, long *v);
+/* An unsigned 64-bit integer (sw_cli_parse_u64; seeds): "... is not an unsigned 64-bit integer". */
+int sw_cli_opt_u64(const char *sub, const char *name, const char *arg, uint64_t *v);
+/* A file name (any text but the empty one): "<name>: the file name is empty". */
+int sw_cli_opt_file(const char *sub, const char *name, const char *arg, const char **v);
+
 /* ------------------------------------------------------------------ output tables */
 
 /* A table being written: standard output, or a temporary file renamed into place at the end so

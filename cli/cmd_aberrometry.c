@@ -12,6 +12,7 @@
 #define _GNU_SOURCE
 
 #include "cli.h"
+#include "json.h"
 #include "outfiles.h"
 
 #include <getopt.h>
@@ -216,37 +217,6 @@ typedef struct ab_opts {
     int no_discard, noll, json, progress, map_fits;
 } ab_opts;
 
-/* A whole number option in [min, max] into *v, or a usage line. */
-static int opt_int(const char *name, long min, long max, int32_t *v)
-{
-    long x;
-    if (sw_cli_parse_long(optarg, min, max, &x) != 0)
-        return sw_cli_usage(SUB, "%s: '%s' is not a whole number in %ld..%ld", name, optarg, min,
-                            max);
-    *v = (int32_t)x;
-    return SW_EXIT_OK;
-}
-
-/* A number option > 0 (positive) or >= 0 into *v, or a usage line. */
-static int opt_num(const char *name, int positive, double *v)
-{
-    double x;
-    if (sw_cli_parse_double(optarg, &x) != 0 || (positive ? !(x > 0) : !(x >= 0)))
-        return sw_cli_usage(SUB, "%s: '%s' is not a number %s 0", name, optarg,
-                            positive ? ">" : ">=");
-    *v = x;
-    return SW_EXIT_OK;
-}
-
-/* A file name option: not empty. */
-static int opt_file(const char *name, const char **v)
-{
-    if (!*optarg)
-        return sw_cli_usage(SUB, "%s: the file name is empty", name);
-    *v = optarg;
-    return SW_EXIT_OK;
-}
-
 static int is_fits_name(const char *path)
 {
     return sw_cli_ends_with(path, ".fits") || sw_cli_ends_with(path, ".fit") ||
@@ -311,34 +281,45 @@ static int parse_opts(ab_opts *o, int argc, char **argv)
     while ((c = sw_cli_getopt(S, argc, argv, "o:h", longopts)) != -1) {
         const char *name = sw_cli_option_name(argv);
         switch (c) {
-        case OPT_REFERENCE: rc = opt_file(name, &o->reference); break;
+        case OPT_REFERENCE: rc = sw_cli_opt_file(S, name, optarg, &o->reference); break;
         case OPT_DATASET: o->dataset = optarg; break;
         case OPT_FIRST:
-            if (sw_cli_parse_long(optarg, 0, LONG_MAX, &o->first) != 0)
-                return sw_cli_usage(S, "%s: '%s' is not a frame number >= 0", name, optarg);
+            if ((rc = sw_cli_opt_at_least(S, name, optarg, 0, "a frame number >= 0", &o->first)) !=
+                SW_EXIT_OK)
+                return rc;
             break;
         case OPT_COUNT:
-            if (sw_cli_parse_long(optarg, 1, LONG_MAX, &o->count) != 0)
-                return sw_cli_usage(S, "%s: '%s' is not a count >= 1", name, optarg);
+            if ((rc = sw_cli_opt_at_least(S, name, optarg, 1, "a count >= 1", &o->count)) !=
+                SW_EXIT_OK)
+                return rc;
             break;
         case OPT_PITCH:
-            rc = opt_num(name, 1, &o->geom.pitch_px);
+            rc = sw_cli_opt_double(S, name, optarg, SW_CLI_POSITIVE, "a number > 0",
+                                   &o->geom.pitch_px);
             o->have_pitch = 1;
             break;
         case OPT_GRID:
-            if (sw_cli_parse_size(optarg, &o->geom.nx, &o->geom.ny) != 0)
-                return sw_cli_usage(S, "%s: '%s' is not NXxNY lenslets", name, optarg);
+            if ((rc = sw_cli_opt_grid(S, name, optarg, &o->geom.nx, &o->geom.ny)) != SW_EXIT_OK)
+                return rc;
             o->have_grid = 1;
             break;
         case OPT_ORIGIN:
-            if (sw_cli_parse_pair(optarg, &o->geom.x0, &o->geom.y0) != 0)
-                return sw_cli_usage(S, "%s: '%s' is not X0,Y0 in pixels", name, optarg);
+            if ((rc = sw_cli_opt_pair(S, name, optarg, "X0,Y0 in pixels", &o->geom.x0,
+                                      &o->geom.y0)) != SW_EXIT_OK)
+                return rc;
             o->have_origin = 1;
             break;
-        case OPT_PIXEL: rc = opt_num(name, 1, &o->geom.pixel_um); break;
-        case OPT_FOCAL: rc = opt_num(name, 1, &o->geom.focal_mm); break;
+        case OPT_PIXEL:
+            rc = sw_cli_opt_double(S, name, optarg, SW_CLI_POSITIVE, "a number > 0",
+                                   &o->geom.pixel_um);
+            break;
+        case OPT_FOCAL:
+            rc = sw_cli_opt_double(S, name, optarg, SW_CLI_POSITIVE, "a number > 0",
+                                   &o->geom.focal_mm);
+            break;
         case OPT_MAGNIFICATION:
-            rc = opt_num(name, 1, &o->magnification);
+            rc = sw_cli_opt_double(S, name, optarg, SW_CLI_POSITIVE, "a number > 0",
+                                   &o->magnification);
             o->have_magnification = 1;
             break;
         case OPT_BINOCULAR: o->n_eyes = 2; break;
@@ -346,38 +327,49 @@ static int parse_opts(ab_opts *o, int argc, char **argv)
             if (sw_search_algorithm_parse(optarg, &o->algorithm) != SW_OK)
                 return sw_cli_usage(S, "%s: '%s' is not papycs, com or reichenbach", name, optarg);
             break;
-        case OPT_ORDER: rc = opt_int(name, 1, SW_AB_MAX_ORDER, &o->order); break;
+        case OPT_ORDER: rc = sw_cli_opt_int(S, name, optarg, 1, SW_AB_MAX_ORDER, &o->order); break;
         case OPT_PRELIM:
-            rc = opt_int(name, 0, SW_AB_MAX_ORDER, &o->prelim_order);
+            rc = sw_cli_opt_int(S, name, optarg, 0, SW_AB_MAX_ORDER, &o->prelim_order);
             o->have_prelim = 1;
             break;
         case OPT_STAGES:
-            rc = opt_int(name, 1, SW_AB_MAX_STAGES, &o->mesh_stages);
+            rc = sw_cli_opt_int(S, name, optarg, 1, SW_AB_MAX_STAGES, &o->mesh_stages);
             o->have_stages = 1;
             break;
         case OPT_TOLERANCE:
-            rc = opt_num(name, 0, &o->mesh_tolerance);
+            rc = sw_cli_opt_double(S, name, optarg, SW_CLI_NONNEG, "a number >= 0",
+                                   &o->mesh_tolerance);
             o->have_tolerance = 1;
             break;
         case OPT_CENTRAL:
-            rc = opt_num(name, 1, &o->central_fraction);
+            rc = sw_cli_opt_double(S, name, optarg, SW_CLI_POSITIVE, "a number > 0",
+                                   &o->central_fraction);
             if (rc == SW_EXIT_OK && o->central_fraction > 1)
                 return sw_cli_usage(S, "%s: '%s' is above 1", name, optarg);
             o->have_central = 1;
             break;
-        case OPT_FIT_RADIUS: rc = opt_num(name, 1, &o->fit_radius_px); break;
+        case OPT_FIT_RADIUS:
+            rc = sw_cli_opt_double(S, name, optarg, SW_CLI_POSITIVE, "a number > 0",
+                                   &o->fit_radius_px);
+            break;
         case OPT_WINDOW:
-            rc = opt_int(name, 3, SW_SEARCH_MAX_WINDOW, &o->window);
+            rc = sw_cli_opt_int(S, name, optarg, 3, SW_SEARCH_MAX_WINDOW, &o->window);
             o->have_window = 1;
             break;
         case OPT_NO_DISCARD: o->no_discard = 1; break;
         case OPT_CONTRAST:
-            rc = opt_num(name, 0, &o->contrast);
+            rc = sw_cli_opt_double(S, name, optarg, SW_CLI_NONNEG, "a number >= 0", &o->contrast);
             o->have_contrast = 1;
             break;
-        case OPT_VERTEX: rc = opt_num(name, 0, &o->vertex_mm); break;
-        case OPT_PUPIL_MM: rc = opt_num(name, 1, &o->pupil_mm); break;
-        case OPT_STREAMS: rc = opt_int(name, 1, SW_AB_MAX_STREAMS, &o->streams); break;
+        case OPT_VERTEX:
+            rc = sw_cli_opt_double(S, name, optarg, SW_CLI_NONNEG, "a number >= 0", &o->vertex_mm);
+            break;
+        case OPT_PUPIL_MM:
+            rc = sw_cli_opt_double(S, name, optarg, SW_CLI_POSITIVE, "a number > 0", &o->pupil_mm);
+            break;
+        case OPT_STREAMS:
+            rc = sw_cli_opt_int(S, name, optarg, 1, SW_AB_MAX_STREAMS, &o->streams);
+            break;
         case OPT_INDEX:
             if (strcmp(optarg, "ansi") == 0 || strcmp(optarg, "osa") == 0)
                 o->noll = 0;
@@ -386,11 +378,11 @@ static int parse_opts(ab_opts *o, int argc, char **argv)
             else
                 return sw_cli_usage(S, "%s: '%s' is not ansi or noll", name, optarg);
             break;
-        case 'o': rc = opt_file(name, &o->out); break;
+        case 'o': rc = sw_cli_opt_file(S, name, optarg, &o->out); break;
         case OPT_JSON: o->json = 1; break;
-        case OPT_MAP: rc = opt_file(name, &o->map); break;
-        case OPT_MAP_SIZE: rc = opt_int(name, 8, 4096, &o->map_size); break;
-        case OPT_SPOTS: rc = opt_file(name, &o->spots); break;
+        case OPT_MAP: rc = sw_cli_opt_file(S, name, optarg, &o->map); break;
+        case OPT_MAP_SIZE: rc = sw_cli_opt_int(S, name, optarg, 8, 4096, &o->map_size); break;
+        case OPT_SPOTS: rc = sw_cli_opt_file(S, name, optarg, &o->spots); break;
         case OPT_PROGRESS: o->progress = 1; break;
         case OPT_NO_PROGRESS: o->progress = 0; break;
         case 'h': sw_cmd_aberrometry_help(stdout); return -1;
@@ -660,14 +652,6 @@ static void csv_num(FILE *f, double v)
 }
 
 /* A JSON number: null when not finite. */
-static void json_num(FILE *f, double v)
-{
-    if (isfinite(v))
-        fprintf(f, "%.17g", v);
-    else
-        fputs("null", f);
-}
-
 /* (n, m) of row r of an eye's CSV rows: OSA order, or Noll order with --index noll (the Noll
  * indices of orders <= N are exactly 1 .. J). Returns the j written. */
 static int row_term(int noll, int r, int *n, int *m)
@@ -843,163 +827,153 @@ done:
     return rc;
 }
 
-static void json_eye(FILE *f, const ab_opts *o, const eye_out *q, int k, const char *map)
+static cJSON *json_eye(const ab_opts *o, const eye_out *q, int k, const char *map)
 {
     const sw_aberrometry_eye *e = &q->e;
     const sw_pupil_ellipse *p = &e->pupil;
-    fprintf(f, "%s\n      {\"eye\": %d, \"valid\": %s, \"failure\": ", k ? "," : "", k + 1,
-            e->valid ? "true" : "false");
-    if (e->valid)
-        fputs("null", f);
-    else if (e->failure == SW_AB_NO_PUPIL) {
+    cJSON *x = cJSON_CreateObject();
+    sw_cli_json_int(x, "eye", k + 1);
+    cJSON_AddBoolToObject(x, "valid", e->valid);
+    if (e->valid) {
+        cJSON_AddNullToObject(x, "failure");
+    } else if (e->failure == SW_AB_NO_PUPIL) {
         char why[256];
         snprintf(why, sizeof why, "%s: %s", sw_ab_failure_string(e->failure),
                  sw_pupil_failure_string(p->failure));
-        sw_json_write_string(f, why);
-    } else
-        sw_json_write_string(f, sw_ab_failure_string(e->failure));
-    fprintf(f, ", \"failure_code\": %d,\n       \"pupil\": {\"valid\": %s, \"failure\": ",
-            (int)e->failure, p->valid ? "true" : "false");
-    if (p->valid)
-        fputs("null", f);
-    else
-        sw_json_write_string(f, sw_pupil_failure_string(p->failure));
-    fputs(", \"cx_px\": ", f);
-    json_num(f, p->valid ? p->cx_px : NAN);
-    fputs(", \"cy_px\": ", f);
-    json_num(f, p->valid ? p->cy_px : NAN);
-    fputs(", \"a_px\": ", f);
-    json_num(f, p->valid ? p->a_px : NAN);
-    fputs(", \"b_px\": ", f);
-    json_num(f, p->valid ? p->b_px : NAN);
-    fputs(", \"angle_deg\": ", f);
-    json_num(f, p->valid ? p->angle_deg : NAN);
-    fprintf(f, ", \"inliers\": %d},\n       \"analysis_circle\": {\"cx_px\": ", p->inliers);
-    json_num(f, e->cx_px);
-    fputs(", \"cy_px\": ", f);
-    json_num(f, e->cy_px);
-    fputs(", \"radius_px\": ", f);
-    json_num(f, e->radius_px);
-    fputs("}, \"pupil_mm\": ", f);
-    json_num(f, e->pupil_mm);
-    fputs(", \"measured_pupil_mm\": ", f);
-    json_num(f, q->measured_pupil_mm);
-    fprintf(f,
-            ",\n       \"counts\": {\"lenslets\": %d, \"central\": %d, \"found\": %d, \"kept\": "
-            "%d, \"discarded\": %d, \"discarded_empty\": %d, \"discarded_spacing\": %d, "
-            "\"discarded_isolated\": %d},\n       \"terms\": %d, \"coefficients\": [",
-            e->lenslets, e->central, e->found, e->kept,
-            e->discarded[0] + e->discarded[1] + e->discarded[2], e->discarded[0], e->discarded[1],
-            e->discarded[2], e->terms);
+        sw_cli_json_string(x, "failure", why);
+    } else {
+        sw_cli_json_string(x, "failure", sw_ab_failure_string(e->failure));
+    }
+    sw_cli_json_int(x, "failure_code", (int)e->failure);
+    cJSON *pj = cJSON_AddObjectToObject(x, "pupil");
+    cJSON_AddBoolToObject(pj, "valid", p->valid);
+    sw_cli_json_string(pj, "failure", p->valid ? NULL : sw_pupil_failure_string(p->failure));
+    sw_cli_json_double(pj, "cx_px", p->valid ? p->cx_px : NAN);
+    sw_cli_json_double(pj, "cy_px", p->valid ? p->cy_px : NAN);
+    sw_cli_json_double(pj, "a_px", p->valid ? p->a_px : NAN);
+    sw_cli_json_double(pj, "b_px", p->valid ? p->b_px : NAN);
+    sw_cli_json_double(pj, "angle_deg", p->valid ? p->angle_deg : NAN);
+    sw_cli_json_int(pj, "inliers", p->inliers);
+    cJSON *cj = cJSON_AddObjectToObject(x, "analysis_circle");
+    sw_cli_json_double(cj, "cx_px", e->cx_px);
+    sw_cli_json_double(cj, "cy_px", e->cy_px);
+    sw_cli_json_double(cj, "radius_px", e->radius_px);
+    sw_cli_json_double(x, "pupil_mm", e->pupil_mm);
+    sw_cli_json_double(x, "measured_pupil_mm", q->measured_pupil_mm);
+    cJSON *n = cJSON_AddObjectToObject(x, "counts");
+    sw_cli_json_int(n, "lenslets", e->lenslets);
+    sw_cli_json_int(n, "central", e->central);
+    sw_cli_json_int(n, "found", e->found);
+    sw_cli_json_int(n, "kept", e->kept);
+    sw_cli_json_int(n, "discarded", e->discarded[0] + e->discarded[1] + e->discarded[2]);
+    sw_cli_json_int(n, "discarded_empty", e->discarded[0]);
+    sw_cli_json_int(n, "discarded_spacing", e->discarded[1]);
+    sw_cli_json_int(n, "discarded_isolated", e->discarded[2]);
+    sw_cli_json_int(x, "terms", e->terms);
+    cJSON *coef = cJSON_AddArrayToObject(x, "coefficients");
     for (int r = 0; r < e->terms; r++) {
-        int n = 0, m = 0;
-        const int jj = row_term(o->noll, r, &n, &m);
-        const int osa = sw_zernike_osa(n, m);
-        fprintf(f, "%s{\"j\": %d, \"n\": %d, \"m\": %d, \"coef_um\": ", r ? ", " : "", jj, n, m);
-        json_num(f, e->valid ? e->coef_um[osa] : NAN);
-        fputc('}', f);
+        int nn = 0, m = 0;
+        const int jj = row_term(o->noll, r, &nn, &m);
+        const int osa = sw_zernike_osa(nn, m);
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddItemToArray(coef, c);
+        sw_cli_json_int(c, "j", jj);
+        sw_cli_json_int(c, "n", nn);
+        sw_cli_json_int(c, "m", m);
+        sw_cli_json_double(c, "coef_um", e->valid ? e->coef_um[osa] : NAN);
     }
     const int ok = e->valid;
-    fputs("],\n       \"rms_um\": ", f); /* orders >= 2 (no piston, no tilt) */
-    json_num(f, ok ? sw_zernike_rms(e->coef_um, e->terms, 3) : NAN);
-    fputs(", \"hoa_rms_um\": ", f); /* orders >= 3 */
-    json_num(f, ok && e->terms > 6 ? sw_zernike_rms(e->coef_um, e->terms, 6) : NAN);
-    fputs(", \"residual_px\": ", f);
-    json_num(f, ok ? e->residual_px : NAN);
-    fputs(",\n       \"refraction\": {\"sphere_d\": ", f);
-    json_num(f, ok ? e->rx.sphere_d : NAN);
-    fputs(", \"cyl_d\": ", f);
-    json_num(f, ok ? e->rx.cyl_d : NAN);
-    fputs(", \"axis_deg\": ", f);
-    json_num(f, ok ? e->rx.axis_deg : NAN);
-    fputs(", \"M\": ", f);
-    json_num(f, ok ? e->rx.M : NAN);
-    fputs(", \"J0\": ", f);
-    json_num(f, ok ? e->rx.J0 : NAN);
-    fputs(", \"J45\": ", f);
-    json_num(f, ok ? e->rx.J45 : NAN);
-    fputs("}, \"map\": ", f);
-    sw_json_write_string(f, map);
-    fputc('}', f);
+    /* orders >= 2 (no piston, no tilt); hoa: orders >= 3 */
+    sw_cli_json_double(x, "rms_um", ok ? sw_zernike_rms(e->coef_um, e->terms, 3) : NAN);
+    sw_cli_json_double(x, "hoa_rms_um",
+                       ok && e->terms > 6 ? sw_zernike_rms(e->coef_um, e->terms, 6) : NAN);
+    sw_cli_json_double(x, "residual_px", ok ? e->residual_px : NAN);
+    cJSON *rx = cJSON_AddObjectToObject(x, "refraction");
+    sw_cli_json_double(rx, "sphere_d", ok ? e->rx.sphere_d : NAN);
+    sw_cli_json_double(rx, "cyl_d", ok ? e->rx.cyl_d : NAN);
+    sw_cli_json_double(rx, "axis_deg", ok ? e->rx.axis_deg : NAN);
+    sw_cli_json_double(rx, "M", ok ? e->rx.M : NAN);
+    sw_cli_json_double(rx, "J0", ok ? e->rx.J0 : NAN);
+    sw_cli_json_double(rx, "J45", ok ? e->rx.J45 : NAN);
+    sw_cli_json_string(x, "map", map);
+    return x;
 }
 
 static void json_report(const ab_job *j, double seconds)
 {
     const ab_opts *o = j->o;
     const sw_aberrometry_params *p = &j->p;
-    FILE *f = stdout;
-    fprintf(f, "{\n  \"command\": \"aberrometry\",\n  \"inputs\": [");
-    for (int i = 0; i < o->ninputs; i++) {
-        fputs(i ? ", " : "", f);
-        sw_json_write_string(f, o->inputs[i]);
-    }
-    fputs("],\n  \"reference\": ", f);
-    sw_json_write_string(f, o->reference);
-    fputs(",\n  \"out\": ", f);
-    sw_json_write_string(f, o->out);
-    fputs(",\n  \"spots\": ", f);
-    sw_json_write_string(f, o->spots);
-    fprintf(f, ",\n  \"backend\": \"%s\",\n", sw_backend_string(sw_context_backend(j->ctx)));
-    fprintf(f, "  \"frame_size\": [%d, %d],\n  \"pixel_type\": \"%s\",\n", j->in.width,
-            j->in.height, sw_pixel_type_string(j->in.type));
-    fprintf(f, "  \"first_frame\": %lld,\n  \"frame_count\": %lld,\n", (long long)j->first,
-            (long long)j->count);
+    cJSON *r = cJSON_CreateObject();
+    sw_cli_json_string(r, "command", "aberrometry");
+    cJSON *inputs = cJSON_AddArrayToObject(r, "inputs");
+    for (int i = 0; i < o->ninputs; i++)
+        cJSON_AddItemToArray(inputs, sw_cli_json_str(o->inputs[i]));
+    sw_cli_json_string(r, "reference", o->reference);
+    sw_cli_json_string(r, "out", o->out);
+    sw_cli_json_string(r, "spots", o->spots);
+    sw_cli_json_string(r, "backend", sw_backend_string(sw_context_backend(j->ctx)));
+    sw_cli_json_int_array(r, "frame_size", (const int64_t[]){j->in.width, j->in.height}, 2);
+    sw_cli_json_string(r, "pixel_type", sw_pixel_type_string(j->in.type));
+    sw_cli_json_int(r, "first_frame", j->first);
+    sw_cli_json_int(r, "frame_count", j->count);
     const sw_sh_geometry *g = &j->geom;
-    fprintf(f,
-            "  \"lenslet_grid\": {\"source\": \"%s\", \"nx\": %d, \"ny\": %d, \"pitch_px\": "
-            "%.17g, \"x0\": %.17g, \"y0\": %.17g, \"pixel_um\": %.17g, \"focal_mm\": %.17g},\n",
-            j->geom_from_reference ? "reference" : "options", g->nx, g->ny, g->pitch_px, g->x0,
-            g->y0, g->pixel_um, g->focal_mm);
-    fprintf(f, "  \"reference_spots\": %d,\n", j->ref_found);
-    fprintf(f, "  \"eyes\": %d,\n  \"algorithm\": \"%s\",\n  \"order\": %d,\n", p->n_eyes,
-            sw_search_algorithm_string(p->algorithm), p->order);
-    fprintf(f, "  \"prelim_order\": %d,\n  \"mesh_stages\": %d,\n  \"mesh_tolerance\": ",
-            p->prelim_order, p->mesh_stages);
-    json_num(f, p->mesh_tolerance);
-    fputs(",\n  \"central_fraction\": ", f);
-    json_num(f, p->central_fraction);
-    fputs(",\n  \"fit_radius_px\": ", f);
+    cJSON *grid = cJSON_AddObjectToObject(r, "lenslet_grid");
+    sw_cli_json_string(grid, "source", j->geom_from_reference ? "reference" : "options");
+    sw_cli_json_int(grid, "nx", g->nx);
+    sw_cli_json_int(grid, "ny", g->ny);
+    sw_cli_json_double(grid, "pitch_px", g->pitch_px);
+    sw_cli_json_double(grid, "x0", g->x0);
+    sw_cli_json_double(grid, "y0", g->y0);
+    sw_cli_json_double(grid, "pixel_um", g->pixel_um);
+    sw_cli_json_double(grid, "focal_mm", g->focal_mm);
+    sw_cli_json_int(r, "reference_spots", j->ref_found);
+    sw_cli_json_int(r, "eyes", p->n_eyes);
+    sw_cli_json_string(r, "algorithm", sw_search_algorithm_string(p->algorithm));
+    sw_cli_json_int(r, "order", p->order);
+    sw_cli_json_int(r, "prelim_order", p->prelim_order);
+    sw_cli_json_int(r, "mesh_stages", p->mesh_stages);
+    sw_cli_json_double(r, "mesh_tolerance", p->mesh_tolerance);
+    sw_cli_json_double(r, "central_fraction", p->central_fraction);
     if (p->fit_radius_px > 0)
-        json_num(f, p->fit_radius_px);
+        sw_cli_json_double(r, "fit_radius_px", p->fit_radius_px);
     else
-        fputs("\"pupil\"", f);
-    fputs(",\n  \"magnification\": ", f);
-    json_num(f, p->magnification);
-    fprintf(f, ",\n  \"magnification_source\": \"%s\"",
-            o->have_magnification ? "option" : "default (sim eye's)");
-    fputs(",\n  \"vertex_mm\": ", f);
-    json_num(f, p->vertex_mm);
-    fprintf(f, ",\n  \"window_px\": %d,\n  \"discard\": %s,\n  \"discard_contrast\": ",
-            p->window_px > 0 ? p->window_px : (int)floor(g->pitch_px),
-            p->discard ? "true" : "false");
-    json_num(f, p->discard_contrast);
-    fprintf(f, ",\n  \"index\": \"%s\",\n  \"pupil_mm\": ", o->noll ? "noll" : "ansi");
-    json_num(f, o->pupil_mm > 0 ? o->pupil_mm : NAN);
-    fprintf(f, ",\n  \"streams\": %d,\n  \"frames\": [", p->streams);
+        sw_cli_json_string(r, "fit_radius_px", "pupil");
+    sw_cli_json_double(r, "magnification", p->magnification);
+    sw_cli_json_string(r, "magnification_source",
+                       o->have_magnification ? "option" : "default (sim eye's)");
+    sw_cli_json_double(r, "vertex_mm", p->vertex_mm);
+    sw_cli_json_int(r, "window_px", p->window_px > 0 ? p->window_px : (int)floor(g->pitch_px));
+    cJSON_AddBoolToObject(r, "discard", p->discard);
+    sw_cli_json_double(r, "discard_contrast", p->discard_contrast);
+    sw_cli_json_string(r, "index", o->noll ? "noll" : "ansi");
+    sw_cli_json_double(r, "pupil_mm", o->pupil_mm > 0 ? o->pupil_mm : NAN);
+    sw_cli_json_int(r, "streams", p->streams);
+    cJSON *frames = cJSON_AddArrayToObject(r, "frames");
     int64_t valid = 0, asked = 0;
     for (int64_t k = 0; k < j->count; k++) {
         const frame_out *fr = &j->res[k];
-        fprintf(f, "%s\n    {\"frame\": %lld, \"scale\": ", k ? "," : "",
-                (long long)(j->first + k));
-        json_num(f, fr->scale);
-        fputs(", \"split_x\": ", f);
-        json_num(f, fr->split_x);
-        fputs(", \"eyes\": [", f);
+        cJSON *fj = cJSON_CreateObject();
+        cJSON_AddItemToArray(frames, fj);
+        sw_cli_json_int(fj, "frame", j->first + k);
+        sw_cli_json_double(fj, "scale", fr->scale);
+        sw_cli_json_double(fj, "split_x", fr->split_x);
+        cJSON *eyes = cJSON_AddArrayToObject(fj, "eyes");
         for (int32_t e = 0; e < fr->n_eyes; e++) {
             char path[4200];
             const int last = k == j->count - 1;
             if (o->map)
                 map_name(o->map, fr->n_eyes, e, path, sizeof path);
-            json_eye(f, o, &fr->eye[e], e, last && o->map && j->map_written[e] ? path : NULL);
+            cJSON_AddItemToArray(eyes, json_eye(o, &fr->eye[e], e,
+                                                last && o->map && j->map_written[e] ? path : NULL));
             asked++;
             valid += fr->eye[e].e.valid != 0;
         }
-        fputs("]}", f);
     }
-    fprintf(f, "\n  ],\n  \"eyes_valid\": %lld,\n  \"eyes_asked\": %lld,\n", (long long)valid,
-            (long long)asked);
-    fprintf(f, "  \"seconds\": %.6f,\n  \"frames_per_second\": %.3f\n}\n", seconds,
-            seconds > 0 ? (double)j->count / seconds : 0.0);
+    sw_cli_json_int(r, "eyes_valid", valid);
+    sw_cli_json_int(r, "eyes_asked", asked);
+    sw_cli_json_fixed(r, "seconds", seconds, 6);
+    sw_cli_json_fixed(r, "frames_per_second", seconds > 0 ? (double)j->count / seconds : 0.0, 3);
+    sw_cli_json_print(r);
 }
 
 /* A few lines for people when the CSV went to a file and no JSON was asked for. */

@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 
 #include "cli.h"
+#include "json.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -208,13 +209,14 @@ static int parse_options(int argc, char **argv, centroid_opts *o)
                 return sw_cli_usage(S, "--geometry: '%s' is not auto or manual", optarg);
             break;
         case OPT_GRID:
-            if (sw_cli_parse_size(optarg, &o->nx, &o->ny) != 0)
-                return sw_cli_usage(S, "--grid: '%s' is not NXxNY lenslets", optarg);
+            if (sw_cli_opt_grid(S, "--grid", optarg, &o->nx, &o->ny) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             o->have_grid = 1;
             break;
         case OPT_PITCH:
-            if (sw_cli_parse_double(optarg, &o->pitch) != 0 || !(o->pitch > 0))
-                return sw_cli_usage(S, "--pitch: '%s' is not a positive number of pixels", optarg);
+            if (sw_cli_opt_double(S, "--pitch", optarg, SW_CLI_POSITIVE,
+                                  "a positive number of pixels", &o->pitch) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             if (o->pitch < 1.0)
                 return sw_cli_usage(S,
                                     "--pitch: %g px is below one pixel (a lenslet must own at "
@@ -226,16 +228,17 @@ static int parse_options(int argc, char **argv, centroid_opts *o)
             o->have_pitch = 1;
             break;
         case OPT_ORIGIN:
-            if (sw_cli_parse_pair(optarg, &o->x0, &o->y0) != 0)
-                return sw_cli_usage(S, "--origin: '%s' is not X0,Y0 in pixels", optarg);
+            if (sw_cli_opt_pair(S, "--origin", optarg, "X0,Y0 in pixels", &o->x0, &o->y0) !=
+                SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             o->have_origin = 1;
             break;
         case OPT_PIXEL:
         case OPT_FOCAL: {
             double v;
-            if (sw_cli_parse_double(optarg, &v) != 0 || !(v > 0))
-                return sw_cli_usage(S, "%s: '%s' is not a positive length",
-                                    c == OPT_PIXEL ? "--pixel-um" : "--focal-mm", optarg);
+            if (sw_cli_opt_double(S, c == OPT_PIXEL ? "--pixel-um" : "--focal-mm", optarg,
+                                  SW_CLI_POSITIVE, "a positive length", &v) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             if (c == OPT_PIXEL)
                 o->pixel_um = v, o->have_pixel = 1;
             else
@@ -243,8 +246,9 @@ static int parse_options(int argc, char **argv, centroid_opts *o)
             break;
         }
         case OPT_THRESHOLD:
-            if (sw_cli_parse_double(optarg, &o->threshold) != 0)
-                return sw_cli_usage(S, "--threshold: '%s' is not a number", optarg);
+            if (sw_cli_opt_double(S, "--threshold", optarg, SW_CLI_ANY, "a number",
+                                  &o->threshold) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             o->have_threshold = 1;
             break;
         case OPT_FRACTION:
@@ -264,8 +268,9 @@ static int parse_options(int argc, char **argv, centroid_opts *o)
             o->have_mode = 1;
             break;
         case OPT_GAMMA:
-            if (sw_cli_parse_double(optarg, &o->gamma) != 0 || !(o->gamma > 0))
-                return sw_cli_usage(S, "--gamma: '%s' is not a positive exponent", optarg);
+            if (sw_cli_opt_double(S, "--gamma", optarg, SW_CLI_POSITIVE, "a positive exponent",
+                                  &o->gamma) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             break;
         case OPT_WINDOW:
             if (sw_cli_parse_long(optarg, 0, 65536, &o->window) != 0)
@@ -296,22 +301,15 @@ static int parse_options(int argc, char **argv, centroid_opts *o)
         case OPT_REFERENCE:
         case OPT_SLOPES:
         case 'o':
-            if (!*optarg)
-                return sw_cli_usage(S, "%s: the file name is empty", sw_cli_option_name(argv));
-            if (c == OPT_MASK)
-                o->mask = optarg;
-            else if (c == OPT_LUT)
-                o->lut = optarg;
-            else if (c == OPT_DARK)
-                o->dark = optarg;
-            else if (c == OPT_FLAT)
-                o->flat = optarg;
-            else if (c == OPT_REFERENCE)
-                o->reference = optarg;
-            else if (c == OPT_SLOPES)
-                o->slopes = optarg;
-            else
-                o->out = optarg;
+            if (sw_cli_opt_file(S, sw_cli_option_name(argv), optarg,
+                                c == OPT_MASK        ? &o->mask
+                                : c == OPT_LUT       ? &o->lut
+                                : c == OPT_DARK      ? &o->dark
+                                : c == OPT_FLAT      ? &o->flat
+                                : c == OPT_REFERENCE ? &o->reference
+                                : c == OPT_SLOPES    ? &o->slopes
+                                                     : &o->out) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             break;
         case OPT_INTERLEAVED: o->interleaved = 1; break;
         case OPT_JSON: o->json = 1; break;
@@ -1351,14 +1349,6 @@ done:
 
 /* ------------------------------------------------------------------ the report */
 
-static void json_number(double v)
-{
-    if (isfinite(v))
-        printf("%.17g", v);
-    else
-        printf("null");
-}
-
 /* "cog", "pyramid" or "com" (the option's words). */
 static const char *algorithm_name(const centroid_opts *o)
 {
@@ -1401,67 +1391,69 @@ static void print_report(const centroid_opts *o, const report *r, const sw_sh_ge
         printf("\n");
         return;
     }
-    printf("{\n  \"subcommand\": \"centroid\",\n  \"image\": ");
-    sw_json_write_string(stdout, o->image);
-    printf(",\n  \"frames\": %d,\n  \"width\": %d,\n  \"height\": %d,\n  \"pixel_type\": \"%s\",\n",
-           (int)r->frames, (int)r->width, (int)r->height, sw_pixel_type_string(r->type));
-    printf("  \"geometry\": \"%s\",\n  \"grid_nx\": %d,\n  \"grid_ny\": %d,\n",
-           o->geometry_auto ? "auto" : "manual", (int)g->nx, (int)g->ny);
-    printf("  \"pitch_px\": %.17g,\n  \"origin_x_px\": %.17g,\n  \"origin_y_px\": %.17g,\n",
-           g->pitch_px, g->x0, g->y0);
-    printf("  \"pixel_um\": %.17g,\n  \"focal_mm\": %.17g,\n", g->pixel_um, g->focal_mm);
-    printf("  \"lenslets\": %d,\n  \"lenslets_in_mask\": %d,\n  \"mask\": ", (int)(g->nx * g->ny),
-           (int)r->nslopes);
-    sw_json_write_string(stdout, o->mask);
-    printf(",\n  \"mask_from_reference\": %s,\n  \"reference\": ",
-           r->mask_from_reference ? "true" : "false");
-    sw_json_write_string(stdout, o->reference);
-    printf(",\n  \"reference_kind\": %s,\n  \"reference_invalid\": %d,\n",
-           !o->reference      ? "null"
-           : o->reference_csv ? "\"csv\""
-                              : "\"image\"",
-           (int)r->ref_invalid);
-    printf("  \"algorithm\": \"%s\",\n  \"discard\": %s,\n  \"threshold_mode\": \"%s\",\n"
-           "  \"threshold_kind\": \"%s\",\n  \"threshold\": ",
-           algorithm_name(o), o->discard ? "true" : "false",
-           !(o->have_threshold || o->have_fraction)         ? "none"
-           : (o->have_mode && o->mode == SW_THRESHOLD_ZERO) ? "zero"
-                                                            : "subtract",
-           o->have_fraction ? "fraction" : "absolute");
-    json_number(o->have_threshold || o->have_fraction ? o->threshold : NAN);
-    printf(",\n  \"gamma\": %.17g,\n  \"window\": %ld,\n", o->gamma, o->window);
-    printf("  \"dark\": ");
-    sw_json_write_string(stdout, o->dark);
-    printf(",\n  \"flat\": ");
-    sw_json_write_string(stdout, o->flat);
-    printf(",\n  \"lut\": ");
-    sw_json_write_string(stdout, o->lut);
-    printf(",\n  \"valid_per_frame\": [");
-    for (int32_t f = 0; f < r->frames; f++)
-        printf("%s%lld", f ? ", " : "", (long long)r->valid[f]);
-    printf("],\n  \"valid_total\": %lld,\n  \"slopes_valid\": %lld,\n", (long long)vsum,
-           (long long)r->nslope_valid);
-    printf("  \"mean_dx_px\": ");
-    json_number(mdx);
-    printf(",\n  \"mean_dy_px\": ");
-    json_number(mdy);
-    printf(",\n  \"rms_dx_px\": ");
-    json_number(rdx);
-    printf(",\n  \"rms_dy_px\": ");
-    json_number(rdy);
-    printf(",\n  \"slope_layout\": \"%s\",\n", o->interleaved ? "interleaved" : "blocks");
-    printf("  \"path\": \"%s\",\n  \"backend\": \"%s\",\n", path_name(o, r),
-           sw_backend_string(r->backend));
-    printf("  \"read_ms\": %.6f,\n  \"geometry_ms\": %.6f,\n  \"plan_ms\": %.6f,\n", r->read_ms,
-           r->geometry_ms, r->plan_ms);
-    printf("  \"reference_ms\": %.6f,\n  \"run_ms\": %.6f,\n  \"kernel_us\": ", r->reference_ms,
-           r->run_ms);
-    json_number(r->kernel_us >= 0 ? r->kernel_us : NAN);
-    printf(",\n  \"write_ms\": %.6f,\n  \"out\": ", r->write_ms);
-    sw_json_write_string(stdout, o->out);
-    printf(",\n  \"slopes\": ");
-    sw_json_write_string(stdout, o->slopes);
-    printf("\n}\n");
+    cJSON *j = cJSON_CreateObject();
+    sw_cli_json_string(j, "subcommand", "centroid");
+    sw_cli_json_string(j, "image", o->image);
+    sw_cli_json_int(j, "frames", r->frames);
+    sw_cli_json_int(j, "width", r->width);
+    sw_cli_json_int(j, "height", r->height);
+    sw_cli_json_string(j, "pixel_type", sw_pixel_type_string(r->type));
+    sw_cli_json_string(j, "geometry", o->geometry_auto ? "auto" : "manual");
+    sw_cli_json_int(j, "grid_nx", g->nx);
+    sw_cli_json_int(j, "grid_ny", g->ny);
+    sw_cli_json_double(j, "pitch_px", g->pitch_px);
+    sw_cli_json_double(j, "origin_x_px", g->x0);
+    sw_cli_json_double(j, "origin_y_px", g->y0);
+    sw_cli_json_double(j, "pixel_um", g->pixel_um);
+    sw_cli_json_double(j, "focal_mm", g->focal_mm);
+    sw_cli_json_int(j, "lenslets", (int)(g->nx * g->ny));
+    sw_cli_json_int(j, "lenslets_in_mask", r->nslopes);
+    sw_cli_json_string(j, "mask", o->mask);
+    cJSON_AddBoolToObject(j, "mask_from_reference", r->mask_from_reference);
+    sw_cli_json_string(j, "reference", o->reference);
+    sw_cli_json_string(j, "reference_kind",
+                       !o->reference      ? NULL
+                       : o->reference_csv ? "csv"
+                                          : "image");
+    sw_cli_json_int(j, "reference_invalid", r->ref_invalid);
+    sw_cli_json_string(j, "algorithm", algorithm_name(o));
+    cJSON_AddBoolToObject(j, "discard", o->discard);
+    sw_cli_json_string(j, "threshold_mode",
+                       !(o->have_threshold || o->have_fraction)         ? "none"
+                       : (o->have_mode && o->mode == SW_THRESHOLD_ZERO) ? "zero"
+                                                                        : "subtract");
+    sw_cli_json_string(j, "threshold_kind", o->have_fraction ? "fraction" : "absolute");
+    sw_cli_json_double(j, "threshold", o->have_threshold || o->have_fraction ? o->threshold : NAN);
+    sw_cli_json_double(j, "gamma", o->gamma);
+    sw_cli_json_int(j, "window", o->window);
+    sw_cli_json_string(j, "dark", o->dark);
+    sw_cli_json_string(j, "flat", o->flat);
+    sw_cli_json_string(j, "lut", o->lut);
+    cJSON *valid = cJSON_AddArrayToObject(j, "valid_per_frame");
+    for (int32_t f = 0; f < r->frames; f++) {
+        char num[32];
+        snprintf(num, sizeof num, "%lld", (long long)r->valid[f]);
+        cJSON_AddItemToArray(valid, cJSON_CreateRaw(num));
+    }
+    sw_cli_json_int(j, "valid_total", vsum);
+    sw_cli_json_int(j, "slopes_valid", r->nslope_valid);
+    sw_cli_json_double(j, "mean_dx_px", mdx);
+    sw_cli_json_double(j, "mean_dy_px", mdy);
+    sw_cli_json_double(j, "rms_dx_px", rdx);
+    sw_cli_json_double(j, "rms_dy_px", rdy);
+    sw_cli_json_string(j, "slope_layout", o->interleaved ? "interleaved" : "blocks");
+    sw_cli_json_string(j, "path", path_name(o, r));
+    sw_cli_json_string(j, "backend", sw_backend_string(r->backend));
+    sw_cli_json_fixed(j, "read_ms", r->read_ms, 6);
+    sw_cli_json_fixed(j, "geometry_ms", r->geometry_ms, 6);
+    sw_cli_json_fixed(j, "plan_ms", r->plan_ms, 6);
+    sw_cli_json_fixed(j, "reference_ms", r->reference_ms, 6);
+    sw_cli_json_fixed(j, "run_ms", r->run_ms, 6);
+    sw_cli_json_double(j, "kernel_us", r->kernel_us >= 0 ? r->kernel_us : NAN);
+    sw_cli_json_fixed(j, "write_ms", r->write_ms, 6);
+    sw_cli_json_string(j, "out", o->out);
+    sw_cli_json_string(j, "slopes", o->slopes);
+    sw_cli_json_print(j);
 }
 
 int sw_cmd_centroid(const sw_cli_globals *g, int argc, char **argv)

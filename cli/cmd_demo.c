@@ -1442,13 +1442,12 @@ int sw_cmd_demo(const sw_cli_globals *g, int argc, char **argv)
             s.outdir = optarg;
             break;
         case OPT_SIZE:
-            if (sw_cli_parse_size(optarg, &s.width, &s.height) != 0)
-                return sw_cli_usage(SUB, "--size: '%s' is not WIDTHxHEIGHT with both in 1..%d",
-                                    optarg, SW_IMAGE_MAX_DIM);
+            if (sw_cli_opt_size(SUB, "--size", optarg, &s.width, &s.height) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             break;
         case OPT_SEED:
-            if (sw_cli_parse_u64(optarg, &s.seed) != 0)
-                return sw_cli_usage(SUB, "--seed: '%s' is not an unsigned 64-bit integer", optarg);
+            if (sw_cli_opt_u64(SUB, "--seed", optarg, &s.seed) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             break;
         case OPT_STEPS: {
             const char *bad = demo_parse_steps(optarg, on);

@@ -8,6 +8,7 @@
 #define _GNU_SOURCE
 
 #include "cli.h"
+#include "json.h"
 #include "outfiles.h"
 
 #include <errno.h>
@@ -220,8 +221,9 @@ static int parse_opts(find_opts *o, int argc, char **argv)
         case OPT_MAX_SEP:
         case OPT_MAX_FRACTION:
         case OPT_OVERLOAD:
-            if (sw_cli_parse_double(optarg, &d) != 0 || d < 0)
-                return sw_cli_usage(S, "%s: '%s' is not a number >= 0", name, optarg);
+            if (sw_cli_opt_double(S, name, optarg, SW_CLI_NONNEG, "a number >= 0", &d) !=
+                SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             if (c == OPT_SIGMA_B)
                 o->p.sigma_background = d;
             else if (c == OPT_SIGMA_S)
@@ -429,46 +431,48 @@ static void json_report(const find_job *j, sw_context *ctx, const sw_find_stats 
 {
     const find_opts *o = j->o;
     const sw_find_params *p = &o->p;
-    printf("{\n  \"command\": \"find\",\n  \"inputs\": [");
-    for (int i = 0; i < o->ninputs; i++) {
-        if (i)
-            printf(", ");
-        sw_json_write_string(stdout, o->inputs[i]);
-    }
-    printf("],\n  \"out\": ");
-    sw_json_write_string(stdout, o->out);
-    printf(",\n  \"backend\": \"%s\",\n", sw_backend_string(sw_context_backend(ctx)));
-    printf("  \"frame_size\": [%d, %d],\n  \"pixel_type\": \"%s\",\n", j->in.width, j->in.height,
-           sw_pixel_type_string(j->in.type));
-    printf("  \"first_frame\": %lld,\n  \"frames\": %lld,\n", (long long)first, (long long)count);
-    printf("  \"algorithm\": \"%s\",\n  \"kernel_size\": [%d, %d],\n",
-           sw_find_algorithm_string(p->algorithm), p->kernel_x, p->kernel_y);
-    printf("  \"sigma_b\": %.17g,\n  \"sigma_s\": %.17g,\n  \"global_threshold\": %.17g,\n",
-           p->sigma_background, p->sigma_strong, p->global_threshold);
-    printf("  \"min_local\": %d,\n  \"gain\": %.17g,\n  \"gain_map\": ", p->min_local, p->gain);
-    sw_json_write_string(stdout, o->gain_map);
-    printf(",\n  \"mask\": ");
-    sw_json_write_string(stdout, o->mask);
-    printf(",\n  \"pixel_mask_from_file\": %s,\n", j->pixel_mask ? "true" : "false");
+    cJSON *r = cJSON_CreateObject();
+    sw_cli_json_string(r, "command", "find");
+    cJSON *inputs = cJSON_AddArrayToObject(r, "inputs");
+    for (int i = 0; i < o->ninputs; i++)
+        cJSON_AddItemToArray(inputs, sw_cli_json_str(o->inputs[i]));
+    sw_cli_json_string(r, "out", o->out);
+    sw_cli_json_string(r, "backend", sw_backend_string(sw_context_backend(ctx)));
+    sw_cli_json_int_array(r, "frame_size", (const int64_t[]){j->in.width, j->in.height}, 2);
+    sw_cli_json_string(r, "pixel_type", sw_pixel_type_string(j->in.type));
+    sw_cli_json_int(r, "first_frame", first);
+    sw_cli_json_int(r, "frames", count);
+    sw_cli_json_string(r, "algorithm", sw_find_algorithm_string(p->algorithm));
+    sw_cli_json_int_array(r, "kernel_size", (const int64_t[]){p->kernel_x, p->kernel_y}, 2);
+    sw_cli_json_double(r, "sigma_b", p->sigma_background);
+    sw_cli_json_double(r, "sigma_s", p->sigma_strong);
+    sw_cli_json_double(r, "global_threshold", p->global_threshold);
+    sw_cli_json_int(r, "min_local", p->min_local);
+    sw_cli_json_double(r, "gain", p->gain);
+    sw_cli_json_string(r, "gain_map", o->gain_map);
+    sw_cli_json_string(r, "mask", o->mask);
+    cJSON_AddBoolToObject(r, "pixel_mask_from_file", j->pixel_mask != NULL);
     if (p->overload > 0)
-        printf("  \"overload\": %.17g,\n", p->overload);
+        sw_cli_json_double(r, "overload", p->overload);
     else
-        printf("  \"overload\": null,\n");
-    printf("  \"connectivity\": %d,\n  \"three_d\": %s,\n", p->connectivity,
-           o->three_d ? "true" : "false");
-    printf("  \"min_spot_size\": %lld,\n  \"max_spot_size\": %lld,\n", (long long)p->min_spot_size,
-           (long long)p->max_spot_size);
-    printf("  \"max_separation\": %.17g,\n  \"max_strong_fraction\": %.17g,\n", p->max_separation,
-           p->max_strong_fraction);
-    printf("  \"valid_pixels\": %lld,\n  \"strong_pixels\": %lld,\n",
-           (long long)stats->valid_pixels, (long long)stats->strong_pixels);
-    printf("  \"components\": %lld,\n  \"spots\": %lld,\n", (long long)stats->components,
-           (long long)stats->spots);
-    printf("  \"rejected\": {\"small\": %lld, \"large\": %lld, \"separation\": %lld},\n",
-           (long long)stats->rejected_small, (long long)stats->rejected_large,
-           (long long)stats->rejected_separation);
-    printf("  \"seconds\": %.6f,\n  \"frames_per_second\": %.3f\n}\n", seconds,
-           seconds > 0 ? (double)count / seconds : 0.0);
+        cJSON_AddNullToObject(r, "overload");
+    sw_cli_json_int(r, "connectivity", p->connectivity);
+    cJSON_AddBoolToObject(r, "three_d", o->three_d);
+    sw_cli_json_int(r, "min_spot_size", p->min_spot_size);
+    sw_cli_json_int(r, "max_spot_size", p->max_spot_size);
+    sw_cli_json_double(r, "max_separation", p->max_separation);
+    sw_cli_json_double(r, "max_strong_fraction", p->max_strong_fraction);
+    sw_cli_json_int(r, "valid_pixels", stats->valid_pixels);
+    sw_cli_json_int(r, "strong_pixels", stats->strong_pixels);
+    sw_cli_json_int(r, "components", stats->components);
+    sw_cli_json_int(r, "spots", stats->spots);
+    cJSON *rej = cJSON_AddObjectToObject(r, "rejected");
+    sw_cli_json_int(rej, "small", stats->rejected_small);
+    sw_cli_json_int(rej, "large", stats->rejected_large);
+    sw_cli_json_int(rej, "separation", stats->rejected_separation);
+    sw_cli_json_fixed(r, "seconds", seconds, 6);
+    sw_cli_json_fixed(r, "frames_per_second", seconds > 0 ? (double)count / seconds : 0.0, 3);
+    sw_cli_json_print(r);
 }
 
 /* ---------------------------------------------------------------- the command */

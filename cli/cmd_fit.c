@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 
 #include "cli.h"
+#include "json.h"
 #include "outfiles.h"
 
 #include <errno.h>
@@ -220,23 +221,26 @@ static int parse_options(int argc, char **argv, fit_opts *o)
     while ((c = sw_cli_getopt(S, argc, argv, "o:h", longopts)) != -1) {
         switch (c) {
         case OPT_GRID:
-            if (sw_cli_parse_size(optarg, &o->nx, &o->ny) != 0)
-                return sw_cli_usage(S, "--grid: '%s' is not NXxNY lenslets", optarg);
+            if (sw_cli_opt_grid(S, "--grid", optarg, &o->nx, &o->ny) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             o->have_grid = 1;
             break;
         case OPT_PITCH:
-            if (sw_cli_parse_double(optarg, &o->pitch) != 0 || !(o->pitch > 0))
-                return sw_cli_usage(S, "--pitch: '%s' is not a positive number of pixels", optarg);
+            if (sw_cli_opt_double(S, "--pitch", optarg, SW_CLI_POSITIVE,
+                                  "a positive number of pixels", &o->pitch) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             o->have_pitch = 1;
             break;
         case OPT_ORIGIN:
-            if (sw_cli_parse_pair(optarg, &o->x0, &o->y0) != 0)
-                return sw_cli_usage(S, "--origin: '%s' is not X0,Y0 in pixels", optarg);
+            if (sw_cli_opt_pair(S, "--origin", optarg, "X0,Y0 in pixels", &o->x0, &o->y0) !=
+                SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             o->have_origin = 1;
             break;
         case OPT_CENTER:
-            if (sw_cli_parse_pair(optarg, &o->cx, &o->cy) != 0)
-                return sw_cli_usage(S, "--pupil-center: '%s' is not X,Y in pixels", optarg);
+            if (sw_cli_opt_pair(S, "--pupil-center", optarg, "X,Y in pixels", &o->cx, &o->cy) !=
+                SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             o->have_center = 1;
             break;
         case OPT_PIXEL:
@@ -312,17 +316,15 @@ static int parse_options(int argc, char **argv, fit_opts *o)
             o->have_eye = 1;
             break;
         case OPT_VERTEX:
-            if (sw_cli_parse_double(optarg, &o->vertex_mm) != 0 || o->vertex_mm < 0)
-                return sw_cli_usage(S, "--vertex-mm: '%s' is not a distance >= 0", optarg);
+            if (sw_cli_opt_double(S, "--vertex-mm", optarg, SW_CLI_NONNEG, "a distance >= 0",
+                                  &o->vertex_mm) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             break;
         case OPT_MAP:
         case 'o':
-            if (!*optarg)
-                return sw_cli_usage(S, "%s: the file name is empty", sw_cli_option_name(argv));
-            if (c == OPT_MAP)
-                o->map = optarg;
-            else
-                o->out = optarg;
+            if (sw_cli_opt_file(S, sw_cli_option_name(argv), optarg,
+                                c == OPT_MAP ? &o->map : &o->out) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             break;
         case OPT_JSON: o->json = 1; break;
         case OPT_HIGHER: o->higher_rx = 1; break;
@@ -1030,22 +1032,6 @@ done:
 
 /* ------------------------------------------------------------------ the report */
 
-static void json_number(double v)
-{
-    if (isfinite(v))
-        printf("%.17g", v);
-    else
-        printf("null");
-}
-
-static void json_key_number(const char *key, double v, int last)
-{
-    printf("\"%s\": ", key);
-    json_number(v);
-    if (!last)
-        printf(", ");
-}
-
 static void print_report(const fit_opts *o, const report *r)
 {
     const int32_t J = r->terms;
@@ -1082,65 +1068,75 @@ static void print_report(const fit_opts *o, const report *r)
         printf("\n");
         return;
     }
-    printf("{\n  \"subcommand\": \"fit\",\n  \"input\": ");
-    sw_json_write_string(stdout, o->input);
-    printf(",\n  \"rows\": %lld,\n  \"frames\": %d,\n", (long long)r->rows, (int)r->frames);
-    printf("  \"grid_nx\": %d,\n  \"grid_ny\": %d,\n  \"pitch_px\": %.17g,\n", (int)r->nx,
-           (int)r->ny, r->pitch);
-    printf("  \"origin_x_px\": %.17g,\n  \"origin_y_px\": %.17g,\n", r->x0, r->y0);
-    printf("  \"pixel_um\": %.17g,\n  \"focal_mm\": %.17g,\n", r->pixel_um, r->focal_mm);
-    printf("  \"pupil_cx_px\": %.17g,\n  \"pupil_cy_px\": %.17g,\n  \"pupil_radius_px\": %.17g,\n",
-           r->cx, r->cy, r->radius_px);
-    printf("  \"pupil_mm\": %.17g,\n  \"report_pupil_mm\": %.17g,\n  \"obscuration\": %.17g,\n",
-           r->pupil_mm, r->report_mm, o->obscuration);
-    printf("  \"order\": %ld,\n  \"terms\": %d,\n  \"method\": \"%s\",\n  \"truncate\": %ld,\n",
-           o->order, (int)J, o->method == SW_ZFIT_QR ? "qr" : "pinv", o->truncate);
-    printf("  \"min_illum\": %.17g,\n  \"index\": \"%s\",\n  \"eye\": \"%s\",\n", o->min_illum,
-           o->index_noll ? "noll" : "ansi", o->eye_left ? "left" : "right");
-    printf("  \"lenslets_listed\": %d,\n  \"lenslets_in_mask\": %d,\n  \"lenslets_used\": %d,\n",
-           (int)r->listed, (int)r->nslopes, (int)r->used);
-    printf("  \"vertex_mm\": %.17g,\n  \"higher_order_rx\": %s,\n", o->vertex_mm,
-           o->higher_rx ? "true" : "false");
-    printf("  \"frames_failed\": %d,\n  \"results\": [\n", (int)r->failed);
+    cJSON *j = cJSON_CreateObject();
+    sw_cli_json_string(j, "subcommand", "fit");
+    sw_cli_json_string(j, "input", o->input);
+    sw_cli_json_int(j, "rows", r->rows);
+    sw_cli_json_int(j, "frames", r->frames);
+    sw_cli_json_int(j, "grid_nx", r->nx);
+    sw_cli_json_int(j, "grid_ny", r->ny);
+    sw_cli_json_double(j, "pitch_px", r->pitch);
+    sw_cli_json_double(j, "origin_x_px", r->x0);
+    sw_cli_json_double(j, "origin_y_px", r->y0);
+    sw_cli_json_double(j, "pixel_um", r->pixel_um);
+    sw_cli_json_double(j, "focal_mm", r->focal_mm);
+    sw_cli_json_double(j, "pupil_cx_px", r->cx);
+    sw_cli_json_double(j, "pupil_cy_px", r->cy);
+    sw_cli_json_double(j, "pupil_radius_px", r->radius_px);
+    sw_cli_json_double(j, "pupil_mm", r->pupil_mm);
+    sw_cli_json_double(j, "report_pupil_mm", r->report_mm);
+    sw_cli_json_double(j, "obscuration", o->obscuration);
+    sw_cli_json_int(j, "order", o->order);
+    sw_cli_json_int(j, "terms", J);
+    sw_cli_json_string(j, "method", o->method == SW_ZFIT_QR ? "qr" : "pinv");
+    sw_cli_json_int(j, "truncate", o->truncate);
+    sw_cli_json_double(j, "min_illum", o->min_illum);
+    sw_cli_json_string(j, "index", o->index_noll ? "noll" : "ansi");
+    sw_cli_json_string(j, "eye", o->eye_left ? "left" : "right");
+    sw_cli_json_int(j, "lenslets_listed", r->listed);
+    sw_cli_json_int(j, "lenslets_in_mask", r->nslopes);
+    sw_cli_json_int(j, "lenslets_used", r->used);
+    sw_cli_json_double(j, "vertex_mm", o->vertex_mm);
+    cJSON_AddBoolToObject(j, "higher_order_rx", o->higher_rx);
+    sw_cli_json_int(j, "frames_failed", r->failed);
+    cJSON *results = cJSON_AddArrayToObject(j, "results");
     for (int32_t f = 0; f < r->frames; f++) {
         const double *c = r->coef + (size_t)f * J;
         const int ok = all_finite(c, J);
-        printf("    {\"frame\": %lld, \"coef_um\": [", (long long)r->label[f]);
-        for (int32_t j = 0; j < J; j++) {
-            if (j)
-                printf(", ");
-            json_number(c[j]);
-        }
-        printf("], ");
-        json_key_number("rms_um", ok ? sw_zernike_rms(c, J, 3) : NAN, 0);
-        json_key_number("rms_hoa_um", ok && J > 10 ? sw_zernike_rms(c, J, 10) : NAN, 0);
-        json_key_number("residual_px", r->residual[f], 0);
-        printf("\"used_lenslets\": %d, \"refraction\": ", (int)r->used_f[f]);
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddItemToArray(results, e);
+        sw_cli_json_int(e, "frame", r->label[f]);
+        cJSON *coef = cJSON_AddArrayToObject(e, "coef_um");
+        for (int32_t k = 0; k < J; k++)
+            cJSON_AddItemToArray(coef, sw_cli_json_num(c[k]));
+        sw_cli_json_double(e, "rms_um", ok ? sw_zernike_rms(c, J, 3) : NAN);
+        sw_cli_json_double(e, "rms_hoa_um", ok && J > 10 ? sw_zernike_rms(c, J, 10) : NAN);
+        sw_cli_json_double(e, "residual_px", r->residual[f]);
+        sw_cli_json_int(e, "used_lenslets", r->used_f[f]);
         const sw_refraction *x = &r->rx[f];
         if (!isfinite(x->M)) {
-            printf("null");
+            cJSON_AddNullToObject(e, "refraction");
         } else {
-            printf("{");
-            json_key_number("M_d", x->M, 0);
-            json_key_number("J0_d", x->J0, 0);
-            json_key_number("J45_d", x->J45, 0);
-            json_key_number("sphere_d", x->sphere_d, 0);
-            json_key_number("cyl_d", x->cyl_d, 0);
-            json_key_number("axis_deg", x->axis_deg, 1);
-            printf("}");
+            cJSON *rx = cJSON_AddObjectToObject(e, "refraction");
+            sw_cli_json_double(rx, "M_d", x->M);
+            sw_cli_json_double(rx, "J0_d", x->J0);
+            sw_cli_json_double(rx, "J45_d", x->J45);
+            sw_cli_json_double(rx, "sphere_d", x->sphere_d);
+            sw_cli_json_double(rx, "cyl_d", x->cyl_d);
+            sw_cli_json_double(rx, "axis_deg", x->axis_deg);
         }
-        printf("}%s\n", f + 1 < r->frames ? "," : "");
     }
-    printf("  ],\n  \"backend\": \"%s\",\n", sw_backend_string(r->backend));
-    printf("  \"read_ms\": %.6f,\n  \"plan_ms\": %.6f,\n  \"run_ms\": %.6f,\n", r->read_ms,
-           r->plan_ms, r->run_ms);
-    printf("  \"map_ms\": %.6f,\n  \"write_ms\": %.6f,\n  \"out\": ", r->map_ms, r->write_ms);
-    sw_json_write_string(stdout, o->out);
-    printf(",\n  \"map\": ");
-    sw_json_write_string(stdout, r->maps_written ? r->map_first : NULL);
-    printf(",\n  \"map_files\": %d,\n  \"wrapped\": ", (int)r->maps_written);
-    sw_json_write_string(stdout, o->have_wrap ? r->wrap_first : NULL);
-    printf("\n}\n");
+    sw_cli_json_string(j, "backend", sw_backend_string(r->backend));
+    sw_cli_json_fixed(j, "read_ms", r->read_ms, 6);
+    sw_cli_json_fixed(j, "plan_ms", r->plan_ms, 6);
+    sw_cli_json_fixed(j, "run_ms", r->run_ms, 6);
+    sw_cli_json_fixed(j, "map_ms", r->map_ms, 6);
+    sw_cli_json_fixed(j, "write_ms", r->write_ms, 6);
+    sw_cli_json_string(j, "out", o->out);
+    sw_cli_json_string(j, "map", r->maps_written ? r->map_first : NULL);
+    sw_cli_json_int(j, "map_files", r->maps_written);
+    sw_cli_json_string(j, "wrapped", o->have_wrap ? r->wrap_first : NULL);
+    sw_cli_json_print(j);
 }
 
 int sw_cmd_fit(const sw_cli_globals *g, int argc, char **argv)

@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 
 #include "cli.h"
+#include "json.h"
 
 #include <getopt.h>
 #include <string.h>
@@ -83,43 +84,38 @@ static void print_text(const info_report *r)
 
 static void print_json(const info_report *r)
 {
-    char drv[32], rt[32];
-    printf("{\n  \"version\": ");
-    sw_json_write_string(stdout, r->version);
-    printf(",\n  \"build\": ");
-    sw_json_write_string(stdout, r->build);
-    printf(",\n  \"cuda_built\": %s", r->cuda_built ? "true" : "false");
-    printf(",\n  \"cuda_devices\": %d", r->cuda_devices);
-    printf(",\n  \"cpu\": ");
-    sw_json_write_string(stdout, r->cpu);
-    printf(",\n  \"threads\": %d", r->threads);
-    printf(",\n  \"backend_requested\": ");
-    sw_json_write_string(stdout, sw_backend_string(r->requested));
-    printf(",\n  \"backend\": ");
-    sw_json_write_string(stdout, sw_backend_string(r->backend));
-    printf(",\n  \"backend_reason\": ");
-    sw_json_write_string(stdout, r->reason);
-    printf(",\n  \"data_dir\": ");
-    sw_json_write_string(stdout, r->data_dir);
-    printf(",\n  \"device\": ");
+    char drv[32], rt[32], cc[32];
+    cJSON *j = cJSON_CreateObject();
+    sw_cli_json_string(j, "version", r->version);
+    sw_cli_json_string(j, "build", r->build);
+    cJSON_AddBoolToObject(j, "cuda_built", r->cuda_built);
+    sw_cli_json_int(j, "cuda_devices", r->cuda_devices);
+    sw_cli_json_string(j, "cpu", r->cpu);
+    sw_cli_json_int(j, "threads", r->threads);
+    sw_cli_json_string(j, "backend_requested", sw_backend_string(r->requested));
+    sw_cli_json_string(j, "backend", sw_backend_string(r->backend));
+    sw_cli_json_string(j, "backend_reason", r->reason);
+    sw_cli_json_string(j, "data_dir", r->data_dir);
     if (!r->have_device) {
-        printf("null");
+        cJSON_AddNullToObject(j, "device");
     } else {
         const sw_device_info *d = &r->dev;
         cuda_version_text(d->driver_version, drv, sizeof drv);
         cuda_version_text(d->runtime_version, rt, sizeof rt);
-        printf("{\n    \"ordinal\": %d,\n    \"name\": ", d->ordinal);
-        sw_json_write_string(stdout, d->name);
-        printf(",\n    \"memory_total_bytes\": %zu", d->total_memory);
-        printf(",\n    \"memory_free_bytes\": %zu", d->free_memory);
-        printf(",\n    \"memory_total_gib\": %.3f", gib(d->total_memory));
-        printf(",\n    \"memory_free_gib\": %.3f", gib(d->free_memory));
-        printf(",\n    \"compute_capability\": \"%d.%d\"", d->cc_major, d->cc_minor);
-        printf(",\n    \"multiprocessors\": %d", d->multiprocessors);
-        printf(",\n    \"driver_version\": \"%s\"", drv);
-        printf(",\n    \"runtime_version\": \"%s\"\n  }", rt);
+        snprintf(cc, sizeof cc, "%d.%d", d->cc_major, d->cc_minor);
+        cJSON *dev = cJSON_AddObjectToObject(j, "device");
+        sw_cli_json_int(dev, "ordinal", d->ordinal);
+        sw_cli_json_string(dev, "name", d->name);
+        sw_cli_json_int(dev, "memory_total_bytes", (int64_t)d->total_memory);
+        sw_cli_json_int(dev, "memory_free_bytes", (int64_t)d->free_memory);
+        sw_cli_json_fixed(dev, "memory_total_gib", gib(d->total_memory), 3);
+        sw_cli_json_fixed(dev, "memory_free_gib", gib(d->free_memory), 3);
+        sw_cli_json_string(dev, "compute_capability", cc);
+        sw_cli_json_int(dev, "multiprocessors", d->multiprocessors);
+        sw_cli_json_string(dev, "driver_version", drv);
+        sw_cli_json_string(dev, "runtime_version", rt);
     }
-    printf("\n}\n");
+    sw_cli_json_print(j);
 }
 
 int sw_cmd_info(const sw_cli_globals *g, int argc, char **argv)

@@ -13,6 +13,7 @@
 #define _GNU_SOURCE
 
 #include "cli.h"
+#include "json.h"
 #include "outfiles.h"
 #include "plot.h"
 
@@ -418,9 +419,8 @@ static int parse_options(int argc, char **argv, loop_opts *o)
         case OPT_CONFIG:
             if (o->config)
                 return sw_cli_usage(SUB, "--config is given twice");
-            if (!*optarg)
-                return sw_cli_usage(SUB, "--config: the file name is empty");
-            o->config = optarg;
+            if (sw_cli_opt_file(SUB, "--config", optarg, &o->config) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             break;
         case OPT_SET: {
             const char *eq = strchr(optarg, '=');
@@ -452,14 +452,11 @@ static int parse_options(int argc, char **argv, loop_opts *o)
         case OPT_REPORT:
         case OPT_PLOT:
         case OPT_MAPS:
-            if (!*optarg)
-                return sw_cli_usage(SUB, "%s: the file name is empty", sw_cli_option_name(argv));
-            if (c == OPT_REPORT)
-                o->report = optarg;
-            else if (c == OPT_PLOT)
-                o->plot = optarg;
-            else
-                o->maps = optarg;
+            if (sw_cli_opt_file(SUB, sw_cli_option_name(argv), optarg,
+                                c == OPT_REPORT ? &o->report
+                                : c == OPT_PLOT ? &o->plot
+                                                : &o->maps) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             break;
         case OPT_JSON: o->json = 1; break;
         default: return SW_EXIT_USAGE;
@@ -807,73 +804,54 @@ static int write_plot(const loop_opts *o, const loop_run *r)
 
 /* ------------------------------------------------------------------ the summary */
 
-static void json_number(const char *key, double v, int last)
-{
-    printf("  \"%s\": ", key);
-    if (isfinite(v))
-        printf("%.17g", v);
-    else
-        printf("null");
-    printf(last ? "\n" : ",\n");
-}
-
-static void json_string(const char *key, const char *v)
-{
-    printf("  \"%s\": ", key);
-    sw_json_write_string(stdout, v);
-    printf(",\n");
-}
-
 static void print_json(const loop_opts *o, const loop_run *r)
 {
     char v[128];
-    printf("{\n  \"subcommand\": \"loop\",\n");
-    json_string("config_file", o->config);
-    printf("  \"config\": {");
+    cJSON *j = cJSON_CreateObject();
+    sw_cli_json_string(j, "subcommand", "loop");
+    sw_cli_json_string(j, "config_file", o->config);
+    cJSON *cfg = cJSON_AddObjectToObject(j, "config");
     for (size_t i = 0; i < n_keys; i++) {
         const key_def *k = &keys[i];
         key_value(k, &o->p, o->frames, v, sizeof v);
-        printf("%s\n    \"%s\": ", i ? "," : "", k->name);
         const int text = k->type == KT_MODEL || k->type == KT_INFLUENCE || k->type == KT_RECON ||
                          k->type == KT_CONTROLLER;
         if (text)
-            sw_json_write_string(stdout, v);
+            sw_cli_json_string(cfg, k->name, v);
         else if (strcmp(v, "none") == 0)
-            printf("null");
+            cJSON_AddNullToObject(cfg, k->name);
         else
-            printf("%s", v);
+            cJSON_AddRawToObject(cfg, k->name, v); /* the number as the configuration writes it */
     }
-    printf("\n  },\n");
-    printf("  \"open_loop\": %s,\n", o->open_loop ? "true" : "false");
-    printf("  \"frames\": %ld,\n  \"warmup\": %d,\n", o->frames, (int)o->p.warmup);
-    json_number("long_strehl", r->long_final, 0);
-    json_number("strehl_mean", r->strehl_mean, 0);
-    json_number("marechal_mean", r->marechal_mean, 0);
-    json_number("residual_nm_mean", r->residual_mean, 0);
-    json_number("turbulence_nm_mean", r->turbulence_mean, 0);
-    json_number("residual_nm_last", r->f[o->frames - 1].residual_nm, 0);
-    json_number("turbulence_nm_last", r->f[o->frames - 1].turbulence_nm, 0);
-    json_number("fitting_error_nm", r->fitting_nm, 0);
+    cJSON_AddBoolToObject(j, "open_loop", o->open_loop);
+    sw_cli_json_int(j, "frames", o->frames);
+    sw_cli_json_int(j, "warmup", o->p.warmup);
+    sw_cli_json_double(j, "long_strehl", r->long_final);
+    sw_cli_json_double(j, "strehl_mean", r->strehl_mean);
+    sw_cli_json_double(j, "marechal_mean", r->marechal_mean);
+    sw_cli_json_double(j, "residual_nm_mean", r->residual_mean);
+    sw_cli_json_double(j, "turbulence_nm_mean", r->turbulence_mean);
+    sw_cli_json_double(j, "residual_nm_last", r->f[o->frames - 1].residual_nm);
+    sw_cli_json_double(j, "turbulence_nm_last", r->f[o->frames - 1].turbulence_nm);
+    sw_cli_json_double(j, "fitting_error_nm", r->fitting_nm);
     if (r->modes >= 0)
-        printf("  \"modes\": %d,\n", (int)r->modes);
+        sw_cli_json_int(j, "modes", r->modes);
     else
-        printf("  \"modes\": null,\n");
-    json_number("create_s", r->create_s, 0);
-    json_number("run_s", r->run_s, 0);
-    json_number("frames_per_s", r->run_s > 0 ? (double)o->frames / r->run_s : NAN, 0);
-    printf("  \"backend\": \"%s\",\n", sw_backend_string(r->backend));
-    json_string("report", o->report);
-    json_string("plot", o->plot);
-    printf("  \"maps\": ");
+        cJSON_AddNullToObject(j, "modes");
+    sw_cli_json_double(j, "create_s", r->create_s);
+    sw_cli_json_double(j, "run_s", r->run_s);
+    sw_cli_json_double(j, "frames_per_s", r->run_s > 0 ? (double)o->frames / r->run_s : NAN);
+    sw_cli_json_string(j, "backend", sw_backend_string(r->backend));
+    sw_cli_json_string(j, "report", o->report);
+    sw_cli_json_string(j, "plot", o->plot);
     if (o->maps) {
-        for (int k = 0; k < 3; k++) {
-            printf(k ? ", " : "[");
-            sw_json_write_string(stdout, r->maps[k]);
-        }
-        printf("]\n}\n");
+        cJSON *m = cJSON_AddArrayToObject(j, "maps");
+        for (int k = 0; k < 3; k++)
+            cJSON_AddItemToArray(m, sw_cli_json_str(r->maps[k]));
     } else {
-        printf("null\n}\n");
+        cJSON_AddNullToObject(j, "maps");
     }
+    sw_cli_json_print(j);
 }
 
 static void print_text(const loop_opts *o, const loop_run *r)

@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 
 #include "cli.h"
+#include "json.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -172,28 +173,6 @@ typedef struct pupil_opts {
     int json, progress; /* progress: -1 auto */
 } pupil_opts;
 
-/* A whole number option in [min, max] into *v, or a usage line. */
-static int opt_int(const char *name, long min, long max, int32_t *v)
-{
-    long x;
-    if (sw_cli_parse_long(optarg, min, max, &x) != 0)
-        return sw_cli_usage(SUB, "%s: '%s' is not a whole number in %ld..%ld", name, optarg, min,
-                            max);
-    *v = (int32_t)x;
-    return SW_EXIT_OK;
-}
-
-/* A number option > 0 (positive) or >= 0 into *v, or a usage line. */
-static int opt_num(const char *name, int positive, double *v)
-{
-    double x;
-    if (sw_cli_parse_double(optarg, &x) != 0 || (positive ? !(x > 0) : !(x >= 0)))
-        return sw_cli_usage(SUB, "%s: '%s' is not a number %s 0", name, optarg,
-                            positive ? ">" : ">=");
-    *v = x;
-    return SW_EXIT_OK;
-}
-
 static int parse_opts(pupil_opts *o, int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -242,42 +221,61 @@ static int parse_opts(pupil_opts *o, int argc, char **argv)
         switch (c) {
         case OPT_DATASET: o->dataset = optarg; break;
         case OPT_FIRST:
-            if (sw_cli_parse_long(optarg, 0, LONG_MAX, &o->first) != 0)
-                return sw_cli_usage(S, "%s: '%s' is not a frame number >= 0", name, optarg);
+            if ((rc = sw_cli_opt_at_least(S, name, optarg, 0, "a frame number >= 0", &o->first)) !=
+                SW_EXIT_OK)
+                return rc;
             break;
         case OPT_COUNT:
-            if (sw_cli_parse_long(optarg, 1, LONG_MAX, &o->count) != 0)
-                return sw_cli_usage(S, "%s: '%s' is not a count >= 1", name, optarg);
+            if ((rc = sw_cli_opt_at_least(S, name, optarg, 1, "a count >= 1", &o->count)) !=
+                SW_EXIT_OK)
+                return rc;
             break;
         case OPT_BINOCULAR: p->n_pupils = 2; break;
         case OPT_SPLIT:
-            rc = opt_int(name, 1, SW_IMAGE_MAX_DIM - 1, &p->split_x);
+            rc = sw_cli_opt_int(S, name, optarg, 1, SW_IMAGE_MAX_DIM - 1, &p->split_x);
             o->have_split = 1;
             break;
-        case OPT_SCALE: rc = opt_num(name, 1, &p->input_scale); break;
-        case OPT_GAUSS_RADIUS: rc = opt_int(name, 0, SW_PUPIL_MAX_RADIUS, &p->gauss_radius); break;
-        case OPT_GAUSS_SIGMA: rc = opt_num(name, 1, &p->gauss_sigma); break;
-        case OPT_OTSU_CLASSES: rc = opt_int(name, 2, 3, &p->otsu_classes); break;
+        case OPT_SCALE:
+            rc = sw_cli_opt_double(S, name, optarg, SW_CLI_POSITIVE, "a number > 0",
+                                   &p->input_scale);
+            break;
+        case OPT_GAUSS_RADIUS:
+            rc = sw_cli_opt_int(S, name, optarg, 0, SW_PUPIL_MAX_RADIUS, &p->gauss_radius);
+            break;
+        case OPT_GAUSS_SIGMA:
+            rc = sw_cli_opt_double(S, name, optarg, SW_CLI_POSITIVE, "a number > 0",
+                                   &p->gauss_sigma);
+            break;
+        case OPT_OTSU_CLASSES: rc = sw_cli_opt_int(S, name, optarg, 2, 3, &p->otsu_classes); break;
         case OPT_EDGE_LEVEL:
-            rc = opt_num(name, 0, &p->edge_level);
+            rc = sw_cli_opt_double(S, name, optarg, SW_CLI_NONNEG, "a number >= 0", &p->edge_level);
             if (rc == SW_EXIT_OK && !(p->edge_level < 1))
                 return sw_cli_usage(S, "%s: '%s' is not below 1", name, optarg);
             break;
-        case OPT_CLOSE_RADIUS: rc = opt_int(name, 0, SW_PUPIL_MAX_RADIUS, &p->close_radius); break;
+        case OPT_CLOSE_RADIUS:
+            rc = sw_cli_opt_int(S, name, optarg, 0, SW_PUPIL_MAX_RADIUS, &p->close_radius);
+            break;
         case OPT_CANDIDATES:
-            rc = opt_int(name, 32, SW_PUPIL_MAX_CANDIDATES, &p->candidates);
+            rc = sw_cli_opt_int(S, name, optarg, 32, SW_PUPIL_MAX_CANDIDATES, &p->candidates);
             if (rc == SW_EXIT_OK && p->candidates % 32 != 0)
                 return sw_cli_usage(S, "%s: %d is not a multiple of 32", name, p->candidates);
             break;
-        case OPT_INLIER: rc = opt_num(name, 1, &p->inlier_px); break;
-        case OPT_REFINE: rc = opt_int(name, 0, 20, &p->refine_iterations); break;
+        case OPT_INLIER:
+            rc = sw_cli_opt_double(S, name, optarg, SW_CLI_POSITIVE, "a number > 0", &p->inlier_px);
+            break;
+        case OPT_REFINE: rc = sw_cli_opt_int(S, name, optarg, 0, 20, &p->refine_iterations); break;
         case OPT_MIN_RADIUS:
-            rc = opt_num(name, 0, &p->min_radius_px);
+            rc = sw_cli_opt_double(S, name, optarg, SW_CLI_NONNEG, "a number >= 0",
+                                   &p->min_radius_px);
             o->have_min_radius = 1;
             break;
-        case OPT_MAX_RADIUS: rc = opt_num(name, 0, &p->max_radius_px); break;
+        case OPT_MAX_RADIUS:
+            rc = sw_cli_opt_double(S, name, optarg, SW_CLI_NONNEG, "a number >= 0",
+                                   &p->max_radius_px);
+            break;
         case OPT_MIN_COVERAGE:
-            rc = opt_num(name, 0, &p->min_coverage);
+            rc = sw_cli_opt_double(S, name, optarg, SW_CLI_NONNEG, "a number >= 0",
+                                   &p->min_coverage);
             if (rc == SW_EXIT_OK && p->min_coverage > 1)
                 return sw_cli_usage(S, "%s: '%s' is above 1", name, optarg);
             break;
@@ -285,24 +283,27 @@ static int parse_opts(pupil_opts *o, int argc, char **argv)
             if (strcmp(optarg, "inf") == 0)
                 p->max_near_ratio = INFINITY; /* pupil.h: +Inf, no near-band test */
             else
-                rc = opt_num(name, 0, &p->max_near_ratio);
+                rc = sw_cli_opt_double(S, name, optarg, SW_CLI_NONNEG, "a number >= 0",
+                                       &p->max_near_ratio);
             break;
         case OPT_SEED:
             if (sw_cli_parse_u64(optarg, &p->seed) != 0)
                 return sw_cli_usage(S, "%s: '%s' is not a whole number >= 0", name, optarg);
             break;
         case OPT_PITCH:
-            rc = opt_num(name, 1, &o->geom.pitch_px);
+            rc = sw_cli_opt_double(S, name, optarg, SW_CLI_POSITIVE, "a number > 0",
+                                   &o->geom.pitch_px);
             o->have_pitch = 1;
             break;
         case OPT_GRID:
-            if (sw_cli_parse_size(optarg, &o->geom.nx, &o->geom.ny) != 0)
-                return sw_cli_usage(S, "%s: '%s' is not NXxNY lenslets", name, optarg);
+            if ((rc = sw_cli_opt_grid(S, name, optarg, &o->geom.nx, &o->geom.ny)) != SW_EXIT_OK)
+                return rc;
             o->have_grid = 1;
             break;
         case OPT_ORIGIN:
-            if (sw_cli_parse_pair(optarg, &o->geom.x0, &o->geom.y0) != 0)
-                return sw_cli_usage(S, "%s: '%s' is not X0,Y0 in pixels", name, optarg);
+            if ((rc = sw_cli_opt_pair(S, name, optarg, "X0,Y0 in pixels", &o->geom.x0,
+                                      &o->geom.y0)) != SW_EXIT_OK)
+                return rc;
             o->have_origin = 1;
             break;
         case OPT_LENSLET_RULE:
@@ -369,14 +370,6 @@ static void csv_num(FILE *f, double v)
 }
 
 /* A JSON number: null when not finite. */
-static void json_num(FILE *f, double v)
-{
-    if (isfinite(v))
-        fprintf(f, "%.17g", v);
-    else
-        fputs("null", f);
-}
-
 static const char *failure_text(const sw_pupil_ellipse *q)
 {
     return q->valid ? "" : sw_pupil_failure_string(q->failure);
@@ -417,103 +410,98 @@ static void json_report(const pupil_job *j, sw_context *ctx, int64_t first, int6
 {
     const pupil_opts *o = j->o;
     const sw_pupil_params *p = &o->p;
-    FILE *f = stdout;
-    fprintf(f, "{\n  \"command\": \"pupil\",\n  \"inputs\": [");
-    for (int i = 0; i < o->ninputs; i++) {
-        fputs(i ? ", " : "", f);
-        sw_json_write_string(f, o->inputs[i]);
-    }
-    fprintf(f, "],\n  \"out\": ");
-    sw_json_write_string(f, o->out);
-    fprintf(f, ",\n  \"lenslet_mask\": ");
-    sw_json_write_string(f, o->mask_out);
-    fprintf(f, ",\n  \"overlay\": ");
-    sw_json_write_string(f, o->overlay);
-    fprintf(f, ",\n  \"backend\": \"%s\",\n", sw_backend_string(sw_context_backend(ctx)));
-    fprintf(f, "  \"frame_size\": [%d, %d],\n  \"pixel_type\": \"%s\",\n", j->in.width,
-            j->in.height, sw_pixel_type_string(j->in.type));
-    fprintf(f, "  \"first_frame\": %lld,\n  \"frame_count\": %lld,\n", (long long)first,
-            (long long)count);
-    fprintf(f, "  \"pupils\": %d,\n  \"split\": ", p->n_pupils);
+    cJSON *rep = cJSON_CreateObject();
+    sw_cli_json_string(rep, "command", "pupil");
+    cJSON *inputs = cJSON_AddArrayToObject(rep, "inputs");
+    for (int i = 0; i < o->ninputs; i++)
+        cJSON_AddItemToArray(inputs, sw_cli_json_str(o->inputs[i]));
+    sw_cli_json_string(rep, "out", o->out);
+    sw_cli_json_string(rep, "lenslet_mask", o->mask_out);
+    sw_cli_json_string(rep, "overlay", o->overlay);
+    sw_cli_json_string(rep, "backend", sw_backend_string(sw_context_backend(ctx)));
+    sw_cli_json_int_array(rep, "frame_size", (const int64_t[]){j->in.width, j->in.height}, 2);
+    sw_cli_json_string(rep, "pixel_type", sw_pixel_type_string(j->in.type));
+    sw_cli_json_int(rep, "first_frame", first);
+    sw_cli_json_int(rep, "frame_count", count);
+    sw_cli_json_int(rep, "pupils", p->n_pupils);
     if (p->n_pupils == 2 && p->split_x >= 0)
-        fprintf(f, "%d", p->split_x);
+        sw_cli_json_int(rep, "split", p->split_x);
     else
-        fputs(p->n_pupils == 2 ? "\"auto\"" : "null", f);
-    fprintf(f, ",\n  \"scale\": ");
+        sw_cli_json_string(rep, "split", p->n_pupils == 2 ? "auto" : NULL);
     if (p->input_scale > 0)
-        json_num(f, p->input_scale);
+        sw_cli_json_double(rep, "scale", p->input_scale);
     else
-        fputs("\"auto\"", f);
-    fprintf(f, ",\n  \"gauss_radius\": %d,\n  \"gauss_sigma\": ", p->gauss_radius);
-    json_num(f, p->gauss_sigma);
-    fprintf(f, ",\n  \"otsu_classes\": %d,\n  \"edge_level\": ", p->otsu_classes);
-    json_num(f, p->edge_level);
-    fprintf(f,
-            ",\n  \"close_radius\": %d,\n  \"candidates\": %d,\n  \"inlier_px\": ", p->close_radius,
-            p->candidates);
-    json_num(f, p->inlier_px);
-    fprintf(f, ",\n  \"refine\": %d,\n  \"min_radius_px\": ", p->refine_iterations);
-    json_num(f, p->min_radius_px);
-    fprintf(f, ",\n  \"max_radius_px\": ");
-    json_num(f, p->max_radius_px > 0
-                    ? p->max_radius_px
-                    : (double)(j->in.width > j->in.height ? j->in.width : j->in.height));
-    fprintf(f, ",\n  \"min_coverage\": ");
-    json_num(f, p->min_coverage);
-    fprintf(f, ",\n  \"max_near_ratio\": "); /* null: inf, no near-band test */
-    json_num(f, p->max_near_ratio);
-    fprintf(f, ",\n  \"seed\": %llu,\n  \"lenslet_grid\": ", (unsigned long long)p->seed);
+        sw_cli_json_string(rep, "scale", "auto");
+    sw_cli_json_int(rep, "gauss_radius", p->gauss_radius);
+    sw_cli_json_double(rep, "gauss_sigma", p->gauss_sigma);
+    sw_cli_json_int(rep, "otsu_classes", p->otsu_classes);
+    sw_cli_json_double(rep, "edge_level", p->edge_level);
+    sw_cli_json_int(rep, "close_radius", p->close_radius);
+    sw_cli_json_int(rep, "candidates", p->candidates);
+    sw_cli_json_double(rep, "inlier_px", p->inlier_px);
+    sw_cli_json_int(rep, "refine", p->refine_iterations);
+    sw_cli_json_double(rep, "min_radius_px", p->min_radius_px);
+    sw_cli_json_double(rep, "max_radius_px",
+                       p->max_radius_px > 0
+                           ? p->max_radius_px
+                           : (double)(j->in.width > j->in.height ? j->in.width : j->in.height));
+    sw_cli_json_double(rep, "min_coverage", p->min_coverage);
+    sw_cli_json_double(rep, "max_near_ratio", p->max_near_ratio); /* null: inf, no near-band test */
+    sw_cli_json_u64(rep, "seed", p->seed);
     if (p->geometry) {
-        fprintf(f,
-                "{\"pitch_px\": %.17g, \"nx\": %d, \"ny\": %d, \"x0\": %.17g, \"y0\": %.17g, "
-                "\"rule\": \"%s\"}",
-                p->geometry->pitch_px, p->geometry->nx, p->geometry->ny, p->geometry->x0,
-                p->geometry->y0, p->lenslet_rule == SW_PUPIL_LENSLET_CENTRE ? "centre" : "full");
+        cJSON *g = cJSON_AddObjectToObject(rep, "lenslet_grid");
+        sw_cli_json_double(g, "pitch_px", p->geometry->pitch_px);
+        sw_cli_json_int(g, "nx", p->geometry->nx);
+        sw_cli_json_int(g, "ny", p->geometry->ny);
+        sw_cli_json_double(g, "x0", p->geometry->x0);
+        sw_cli_json_double(g, "y0", p->geometry->y0);
+        sw_cli_json_string(g, "rule",
+                           p->lenslet_rule == SW_PUPIL_LENSLET_CENTRE ? "centre" : "full");
     } else {
-        fputs("null", f);
+        cJSON_AddNullToObject(rep, "lenslet_grid");
     }
     int64_t found = 0, asked = 0;
-    fprintf(f, ",\n  \"frames\": [");
+    cJSON *frames = cJSON_AddArrayToObject(rep, "frames");
     for (int64_t k = 0; k < count; k++) {
         const sw_pupil_result *r = &res[k];
-        fprintf(f, "%s\n    {\"frame\": %lld, \"scale\": ", k ? "," : "", (long long)(first + k));
-        json_num(f, r->scale);
-        fprintf(f, ", \"split_x\": %d, \"pupils\": [", r->split_x);
+        cJSON *fj = cJSON_CreateObject();
+        cJSON_AddItemToArray(frames, fj);
+        sw_cli_json_int(fj, "frame", first + k);
+        sw_cli_json_double(fj, "scale", r->scale);
+        sw_cli_json_int(fj, "split_x", r->split_x);
+        cJSON *pupils = cJSON_AddArrayToObject(fj, "pupils");
         for (int32_t i = 0; i < r->n_pupils; i++) {
             const sw_pupil_ellipse *q = &r->pupil[i];
             asked++;
             found += q->valid != 0;
-            fprintf(f, "%s\n      {\"pupil\": %d, \"valid\": %s, \"failure\": ", i ? "," : "", i,
-                    q->valid ? "true" : "false");
-            if (q->valid)
-                fputs("null", f);
-            else
-                sw_json_write_string(f, sw_pupil_failure_string(q->failure));
-            fprintf(f, ", \"failure_code\": %d, \"cx_px\": ", (int)q->failure);
-            json_num(f, q->cx_px);
-            fprintf(f, ", \"cy_px\": ");
-            json_num(f, q->cy_px);
-            fprintf(f, ", \"a_px\": ");
-            json_num(f, q->a_px);
-            fprintf(f, ", \"b_px\": ");
-            json_num(f, q->b_px);
-            fprintf(f, ", \"angle_deg\": ");
-            json_num(f, q->angle_deg);
-            fprintf(f,
-                    ", \"inliers\": %d, \"near\": %d, \"border\": %d, \"threshold\": %d, "
-                    "\"candidate\": %d, \"votes\": %d, \"x0\": %d, \"x1\": %d",
-                    q->inliers, q->near, q->border, q->threshold, q->candidate, q->votes, q->x0,
-                    q->x1);
+            cJSON *x = cJSON_CreateObject();
+            cJSON_AddItemToArray(pupils, x);
+            sw_cli_json_int(x, "pupil", i);
+            cJSON_AddBoolToObject(x, "valid", q->valid);
+            sw_cli_json_string(x, "failure", q->valid ? NULL : sw_pupil_failure_string(q->failure));
+            sw_cli_json_int(x, "failure_code", (int)q->failure);
+            sw_cli_json_double(x, "cx_px", q->cx_px);
+            sw_cli_json_double(x, "cy_px", q->cy_px);
+            sw_cli_json_double(x, "a_px", q->a_px);
+            sw_cli_json_double(x, "b_px", q->b_px);
+            sw_cli_json_double(x, "angle_deg", q->angle_deg);
+            sw_cli_json_int(x, "inliers", q->inliers);
+            sw_cli_json_int(x, "near", q->near);
+            sw_cli_json_int(x, "border", q->border);
+            sw_cli_json_int(x, "threshold", q->threshold);
+            sw_cli_json_int(x, "candidate", q->candidate);
+            sw_cli_json_int(x, "votes", q->votes);
+            sw_cli_json_int(x, "x0", q->x0);
+            sw_cli_json_int(x, "x1", q->x1);
             if (lenslets)
-                fprintf(f, ", \"lenslets\": %d", lenslets[2 * k + i]);
-            fputc('}', f);
+                sw_cli_json_int(x, "lenslets", lenslets[2 * k + i]);
         }
-        fprintf(f, "]}");
     }
-    fprintf(f, "\n  ],\n  \"pupils_found\": %lld,\n  \"pupils_asked\": %lld,\n", (long long)found,
-            (long long)asked);
-    fprintf(f, "  \"seconds\": %.6f,\n  \"frames_per_second\": %.3f\n}\n", seconds,
-            seconds > 0 ? (double)count / seconds : 0.0);
+    sw_cli_json_int(rep, "pupils_found", found);
+    sw_cli_json_int(rep, "pupils_asked", asked);
+    sw_cli_json_fixed(rep, "seconds", seconds, 6);
+    sw_cli_json_fixed(rep, "frames_per_second", seconds > 0 ? (double)count / seconds : 0.0, 3);
+    sw_cli_json_print(rep);
 }
 
 /* ---------------------------------------------------------------- the overlay picture */

@@ -13,6 +13,7 @@
 #define _GNU_SOURCE
 
 #include "cli.h"
+#include "json.h"
 #include "outfiles.h"
 
 #include <getopt.h>
@@ -211,9 +212,9 @@ static int parse_options(int argc, char **argv, sabre_opts *o)
         case OPT_PIXEL:
         case OPT_FOCAL:
         case OPT_LENSLET:
-            if (sw_cli_parse_double(optarg, &v) != 0 || !(v > 0))
-                return sw_cli_usage(S, "%s: '%s' is not a positive length",
-                                    sw_cli_option_name(argv), optarg);
+            if (sw_cli_opt_double(S, sw_cli_option_name(argv), optarg, SW_CLI_POSITIVE,
+                                  "a positive length", &v) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             if (c == OPT_PIXEL)
                 o->pixel_um = v, o->have_pixel = 1;
             else if (c == OPT_FOCAL)
@@ -233,9 +234,9 @@ static int parse_options(int argc, char **argv, sabre_opts *o)
             break;
         case OPT_PARTITIONS:
             /* The library checks the rest (power of two, at most max(NX, NY) - 1). */
-            if (sw_cli_parse_long(optarg, 1, MAX_GRID, &o->partitions) != 0)
-                return sw_cli_usage(S, "--partitions: '%s' is not a whole number in 1..%d", optarg,
-                                    MAX_GRID);
+            if (sw_cli_opt_long(S, "--partitions", optarg, 1, MAX_GRID, &o->partitions) !=
+                SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             o->have_partitions = 1;
             break;
         case OPT_PME:
@@ -250,13 +251,13 @@ static int parse_options(int argc, char **argv, sabre_opts *o)
             o->have_padding = 1;
             break;
         case OPT_FILL:
-            if (sw_cli_parse_long(optarg, 0, 16, &o->fill) != 0)
-                return sw_cli_usage(S, "--fill: '%s' is not a whole number in 0..16", optarg);
+            if (sw_cli_opt_long(S, "--fill", optarg, 0, 16, &o->fill) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             o->have_fill = 1;
             break;
         case OPT_OVERLAP:
-            if (sw_cli_parse_long(optarg, 0, 64, &o->overlap) != 0)
-                return sw_cli_usage(S, "--overlap: '%s' is not a whole number in 0..64", optarg);
+            if (sw_cli_opt_long(S, "--overlap", optarg, 0, 64, &o->overlap) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             o->have_overlap = 1;
             break;
         case OPT_ITERS:
@@ -266,8 +267,9 @@ static int parse_options(int argc, char **argv, sabre_opts *o)
             o->have_iters = 1;
             break;
         case OPT_REG:
-            if (sw_cli_parse_double(optarg, &o->fried_reg) != 0 || !(o->fried_reg > 0))
-                return sw_cli_usage(S, "--fried-reg: '%s' is not a number > 0", optarg);
+            if (sw_cli_opt_double(S, "--fried-reg", optarg, SW_CLI_POSITIVE, "a number > 0",
+                                  &o->fried_reg) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             o->have_reg = 1;
             break;
         case OPT_MAP_SIZE:
@@ -277,21 +279,17 @@ static int parse_options(int argc, char **argv, sabre_opts *o)
             o->have_map_size = 1;
             break;
         case OPT_REPEAT:
-            if (sw_cli_parse_long(optarg, 1, MAX_REPEAT, &o->repeat) != 0)
-                return sw_cli_usage(S, "--repeat: '%s' is not a whole number in 1..%d", optarg,
-                                    MAX_REPEAT);
+            if (sw_cli_opt_long(S, "--repeat", optarg, 1, MAX_REPEAT, &o->repeat) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             break;
         case OPT_ACTUATORS:
         case OPT_VALUES:
         case OPT_MAP:
-            if (!*optarg)
-                return sw_cli_usage(S, "%s: the file name is empty", sw_cli_option_name(argv));
-            if (c == OPT_ACTUATORS)
-                o->actuators = optarg;
-            else if (c == OPT_VALUES)
-                o->values = optarg;
-            else
-                o->map = optarg;
+            if (sw_cli_opt_file(S, sw_cli_option_name(argv), optarg,
+                                c == OPT_ACTUATORS ? &o->actuators
+                                : c == OPT_VALUES  ? &o->values
+                                                   : &o->map) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
             break;
         case OPT_JSON: o->json = 1; break;
         case 'h': sw_cmd_sabre_help(stdout); return -1;
@@ -859,22 +857,6 @@ static int write_map(sw_context *ctx, const sabre_opts *o, const slopes_in *s, s
 
 /* ------------------------------------------------------------------ the report */
 
-static void json_number(const char *key, double v)
-{
-    printf("  \"%s\": ", key);
-    if (isfinite(v))
-        printf("%.17g,\n", v);
-    else
-        printf("null,\n");
-}
-
-static void json_string(const char *key, const char *v)
-{
-    printf("  \"%s\": ", key);
-    sw_json_write_string(stdout, v);
-    printf(",\n");
-}
-
 static void print_report(const sabre_opts *o, const slopes_in *s, const sabre_result *r)
 {
     const int ds = o->method == METHOD_DSABRE;
@@ -904,59 +886,72 @@ static void print_report(const sabre_opts *o, const slopes_in *s, const sabre_re
         printf("%s\n", any ? "" : " nothing");
         return;
     }
-    printf("{\n  \"subcommand\": \"sabre\",\n");
-    json_string("input", o->input);
-    printf("  \"rows\": %lld,\n  \"grid_nx\": %d,\n  \"grid_ny\": %d,\n", (long long)s->rows,
-           (int)s->nx, (int)s->ny);
-    printf("  \"lenslets_listed\": %d,\n  \"lenslets_valid\": %d,\n", (int)s->listed,
-           (int)s->nvalid);
-    printf("  \"slopes\": \"%s\",\n", s->radians ? "rad" : "px");
-    json_number("lenslet_um", o->have_lenslet ? o->lenslet_um : NAN);
-    printf("  \"unit\": \"%s\",\n  \"method\": \"%s\",\n", o->have_lenslet ? "um" : "rad_pitch",
-           method_name(o->method));
+    cJSON *j = cJSON_CreateObject();
+    sw_cli_json_string(j, "subcommand", "sabre");
+    sw_cli_json_string(j, "input", o->input);
+    sw_cli_json_int(j, "rows", s->rows);
+    sw_cli_json_int(j, "grid_nx", s->nx);
+    sw_cli_json_int(j, "grid_ny", s->ny);
+    sw_cli_json_int(j, "lenslets_listed", s->listed);
+    sw_cli_json_int(j, "lenslets_valid", s->nvalid);
+    sw_cli_json_string(j, "slopes", s->radians ? "rad" : "px");
+    sw_cli_json_double(j, "lenslet_um", o->have_lenslet ? o->lenslet_um : NAN);
+    sw_cli_json_string(j, "unit", o->have_lenslet ? "um" : "rad_pitch");
+    sw_cli_json_string(j, "method", method_name(o->method));
     if (ds) {
         const sw_sabre_info *i = &r->info;
-        printf("  \"pme\": \"%s\",\n  \"partitions\": %d,\n  \"m\": %d,\n  \"window\": %d,\n",
-               sw_sabre_pme_string(o->pme), (int)i->k, (int)i->m, (int)i->window);
-        printf("  \"overlap\": %d,\n  \"extended\": %d,\n  \"local_values\": %d,\n",
-               (int)o->overlap, (int)i->extended, (int)i->local_values);
+        sw_cli_json_string(j, "pme", sw_sabre_pme_string(o->pme));
+        sw_cli_json_int(j, "partitions", i->k);
+        sw_cli_json_int(j, "m", i->m);
+        sw_cli_json_int(j, "window", i->window);
+        sw_cli_json_int(j, "overlap", o->overlap);
+        sw_cli_json_int(j, "extended", i->extended);
+        sw_cli_json_int(j, "local_values", i->local_values);
         int levels = 0;
         while ((1 << levels) < i->k)
             levels++;
-        printf("  \"local_slopes\": %d,\n  \"iterations\": %d,\n", (int)i->local_slopes,
-               o->pme == SW_SABRE_PME_DISTRIBUTED    ? (int)i->dpme_iterations
-               : o->pme == SW_SABRE_PME_HIERARCHICAL ? levels
-                                                     : 0);
-        json_number("null_check", i->null_check >= 0 ? i->null_check : NAN);
+        sw_cli_json_int(j, "local_slopes", i->local_slopes);
+        sw_cli_json_int(j, "iterations",
+                        o->pme == SW_SABRE_PME_DISTRIBUTED    ? (int)i->dpme_iterations
+                        : o->pme == SW_SABRE_PME_HIERARCHICAL ? levels
+                                                              : 0);
+        sw_cli_json_double(j, "null_check", i->null_check >= 0 ? i->null_check : NAN);
     } else {
-        printf("  \"pme\": null,\n  \"partitions\": null,\n  \"m\": null,\n  \"window\": null,\n"
-               "  \"overlap\": null,\n  \"iterations\": null,\n");
+        static const char *const none[] = {"pme",    "partitions", "m",
+                                           "window", "overlap",    "iterations"};
+        for (size_t k = 0; k < sizeof none / sizeof none[0]; k++)
+            cJSON_AddNullToObject(j, none[k]);
     }
-    json_number("fried_reg",
-                o->method == METHOD_FRIED ? (o->have_reg ? o->fried_reg : DEF_FRIED_REG) : NAN);
-    if (r->have_lattice)
-        printf("  \"lattice\": {\"sx\": %d, \"sy\": %d, \"offx\": %d, \"offy\": %d},\n",
-               (int)r->lattice.sx, (int)r->lattice.sy, (int)r->lattice.offx, (int)r->lattice.offy);
-    printf("  \"corners_active\": %d,\n", (int)r->active);
-    json_number("rms", r->rms);
-    json_number("pv", r->pv);
-    json_number("piston_removed", r->piston);
-    printf("  \"backend\": \"%s\",\n  \"path\": \"%s\",\n", sw_backend_string(r->backend),
-           r->gpu ? "gpu" : "host");
-    printf("  \"repeat\": %ld,\n", o->repeat);
-    json_number("plan_us", r->plan_us);
-    json_number("run_us", r->run_us);
-    json_number("run_us_min", r->run_us_min);
-    json_number("run_us_mean", r->run_us_mean);
-    json_number("kernel_us", r->kernel_us >= 0 ? r->kernel_us : NAN);
-    json_string("actuators", o->actuators);
-    json_string("values", o->values);
-    printf("  \"map\": ");
-    sw_json_write_string(stdout, o->map);
-    if (o->map)
-        printf(",\n  \"map_width\": %d,\n  \"map_height\": %d\n}\n", (int)r->map_w, (int)r->map_h);
-    else
-        printf("\n}\n");
+    sw_cli_json_double(j, "fried_reg",
+                       o->method == METHOD_FRIED ? (o->have_reg ? o->fried_reg : DEF_FRIED_REG)
+                                                 : NAN);
+    if (r->have_lattice) {
+        cJSON *l = cJSON_AddObjectToObject(j, "lattice");
+        sw_cli_json_int(l, "sx", r->lattice.sx);
+        sw_cli_json_int(l, "sy", r->lattice.sy);
+        sw_cli_json_int(l, "offx", r->lattice.offx);
+        sw_cli_json_int(l, "offy", r->lattice.offy);
+    }
+    sw_cli_json_int(j, "corners_active", r->active);
+    sw_cli_json_double(j, "rms", r->rms);
+    sw_cli_json_double(j, "pv", r->pv);
+    sw_cli_json_double(j, "piston_removed", r->piston);
+    sw_cli_json_string(j, "backend", sw_backend_string(r->backend));
+    sw_cli_json_string(j, "path", r->gpu ? "gpu" : "host");
+    sw_cli_json_int(j, "repeat", o->repeat);
+    sw_cli_json_double(j, "plan_us", r->plan_us);
+    sw_cli_json_double(j, "run_us", r->run_us);
+    sw_cli_json_double(j, "run_us_min", r->run_us_min);
+    sw_cli_json_double(j, "run_us_mean", r->run_us_mean);
+    sw_cli_json_double(j, "kernel_us", r->kernel_us >= 0 ? r->kernel_us : NAN);
+    sw_cli_json_string(j, "actuators", o->actuators);
+    sw_cli_json_string(j, "values", o->values);
+    sw_cli_json_string(j, "map", o->map);
+    if (o->map) {
+        sw_cli_json_int(j, "map_width", r->map_w);
+        sw_cli_json_int(j, "map_height", r->map_h);
+    }
+    sw_cli_json_print(j);
 }
 
 /* ------------------------------------------------------------------ the command */
