@@ -15,7 +15,17 @@ int sw_cli_json_print(cJSON *report)
     cJSON_Delete(report);
     if (!text)
         return -1;
-    fputs(text, stdout);
+    /* cJSON indents with tabs and writes "key":<tab>value; print two spaces per level and
+     * "key": value, as the reports always looked. Safe: a tab inside a JSON string is always
+     * escaped (\t), so every literal tab is layout. */
+    for (const char *c = text; *c; c++) {
+        if (*c != '\t')
+            fputc(*c, stdout);
+        else if (c > text && c[-1] == ':')
+            fputc(' ', stdout);
+        else
+            fputs("  ", stdout);
+    }
     fputc('\n', stdout);
     cJSON_free(text);
     return 0;
