@@ -873,7 +873,8 @@ static void missing_filters(void **state)
         print_message("SKIP (bitshuffle part): HDF5 cannot load filter 32008 here\n");
         return;
     }
-    /* bitshuffle/LZ4 that this process can no longer load: plugins off, the filter dropped */
+    /* bitshuffle/LZ4 that this process can no longer load (plugins off, the filter dropped):
+     * spotwave decodes it itself, so the file still reads; only writing needs the plugin */
     sw_image *fr = make_frames(2, 8, 8, SW_PIX_U16, 4242);
     char bs[768], out[768];
     snprintf(bs, sizeof bs, "%s", sw_test_path("bs.h5"));
@@ -884,18 +885,18 @@ static void missing_filters(void **state)
     assert_true(H5PLset_loading_state(0) >= 0);
     assert_true(H5Zunregister(32008) >= 0);
     assert_int_equal(sw_h5_bitshuffle_available(), 0);
-    assert_open_fails(bs, NULL, SW_EUNSUPPORTED, "filter 32008");
-    assert_msg(sw_context_error(NULL), "bitshuffle");
-    assert_msg(sw_context_error(NULL), "hdf5-filter-plugin");
+    sw_h5_reader *r = open_ok(bs, NULL);
+    assert_frames_read_back(r, fr, 2, 0);
+    sw_h5_close(r);
     assert_int_equal(sw_h5_write(NULL, out, fr, 2, 0, SW_H5_BSLZ4, NULL, 0.0), SW_EUNSUPPORTED);
     assert_msg(sw_context_error(NULL), "32008");
     assert_msg(sw_context_error(NULL), "bitshuffle");
     assert_false(sw_test_file_exists(out));
     assert_int_equal(sw_test_count_temp_files(), 0);
-    /* plugins back on: the filter loads again and the file reads */
+    /* plugins back on: the filter loads again */
     assert_true(H5PLset_loading_state(saved) >= 0);
     assert_int_equal(sw_h5_bitshuffle_available(), 1);
-    sw_h5_reader *r = open_ok(bs, NULL);
+    r = open_ok(bs, NULL);
     assert_frames_read_back(r, fr, 2, 0);
     sw_h5_close(r);
     free_frames(fr, 2);
