@@ -27,7 +27,7 @@
 #define H5_FILE_MAX        4096                /* file names (the master's, a data file's)       */
 #define H5_ADDR_NONE       UINT64_MAX          /* a chunk (or contiguous data) never written */
 #define H5_MAX_FILTERS     4                   /* filters in a pipeline decoded here */
-#define H5_MAX_CHUNK_BYTES ((uint64_t)1 << 30) /* a chunk's decoded size, at most */
+#define H5_MAX_CHUNK_BYTES ((uint64_t)1 << 28) /* a chunk's decoded size, at most */
 #define H5_MAX_CHUNKS      ((uint64_t)1 << 24) /* chunks listed in one open, at most */
 #define H5_MAX_BLOCKS      999999
 #define H5_MAX_FILES       (H5_MAX_BLOCKS + 1)
