@@ -118,9 +118,12 @@ int sw_bshuf_decode_lz4(const uint8_t *in, size_t in_size, uint8_t *out, size_t 
                  (unsigned long long)total, out_size, elem_size);
         return -1;
     }
-    /* 0 is what the filter itself reads as "the default" (block size / element size = 0). */
-    size_t block = block_bytes == 0 ? sw_bshuf_default_block(elem_size) : block_bytes / elem_size;
-    if (block_bytes % elem_size != 0 || block == 0 || block % SW_BSHUF_BLOCK_MULT != 0) {
+    /* As the filter reads it: the byte count divided by the element size, rounded down, and 0
+     * meaning the default. */
+    size_t block = block_bytes / elem_size;
+    if (block == 0)
+        block = sw_bshuf_default_block(elem_size);
+    if (block % SW_BSHUF_BLOCK_MULT != 0) {
         snprintf(why, why_size,
                  "the bitshuffle header's block size %u bytes is not a multiple of 8 %zu-byte "
                  "elements",

@@ -15,7 +15,8 @@
  * multiple of 8 that fits, and the last (N / s) % 8 elements are stored as they are.
  * Uncompressed (the filter's cd_values[4] = 0) the chunk is these blocks one after another.
  * With LZ4 (cd_values[4] = 2) it is a 12-byte header, N as a big-endian u64 and B * s as a
- * big-endian u32, then per block a big-endian u32 byte count and that many bytes of one LZ4 block
+ * big-endian u32 (read back divided by s, rounded down, 0 meaning the default, as the filter
+ * does), then per block a big-endian u32 byte count and that many bytes of one LZ4 block
  * (liblz4's raw block format) that decodes to the block's bytes, then the stored tail.
  *
  * The transposes are plain loops over byte arrays with no allocation, written so that a CUDA

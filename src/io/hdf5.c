@@ -263,7 +263,6 @@ static sw_status walk_file(sw_context *ctx, const char *path, const h5_walk_opts
         } else {
             fcntl(fds[0], F_SETFD, FD_CLOEXEC);
             fcntl(fds[1], F_SETFD, FD_CLOEXEC);
-            fflush(NULL); /* nothing buffered is written twice */
             pid = fork();
             if (pid == 0) {
                 close(fds[0]);
