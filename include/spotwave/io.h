@@ -185,8 +185,11 @@ void sw_json_write_string(FILE *out, const char *s);
  * Files are untrusted input. Opening walks the file's structure (links, groups, dataset shapes,
  * types, filters, where each chunk lies) in a child process: Debian's libhdf5 can crash or loop on
  * a corrupt file, and a crash or a walk longer than the time limit (sw_h5_options) is then
- * SW_EFORMAT with a message instead of the end of the caller's process. Frames are then read with
- * pread and decoded by spotwave itself, every size checked before it is used: contiguous data,
+ * SW_EFORMAT with a message instead of the end of the caller's process. Frames are then read and
+ * decoded by spotwave itself, every size checked before it is used: with pread at the addresses
+ * the walk listed (for a dataset of more than 4096 chunks, whose index the child walks once,
+ * each chunk is looked up when read, with HDF5's H5Dread_chunk in the calling process), for
+ * contiguous data,
  * and chunks whose filters are any of bitshuffle (uncompressed or LZ4: the header's total and
  * block size, every block's byte count, every block decoding to exactly its size with liblz4's
  * bounded decoder), deflate (zlib) and HDF5's shuffle. A chunk that does not decode to exactly its
@@ -233,8 +236,9 @@ void sw_json_write_string(FILE *out, const char *s);
  * context is used by one thread at a time; sw_h5_reader_error gives the message from any thread
  * once the call has returned). Debian's HDF5 is not built thread-safe: opening (and reading
  * layouts read through HDF5) must not run concurrently with other HDF5 use in the process from
- * other threads; reads that spotwave decodes itself call no HDF5 function. Opening forks: the
- * child calls only HDF5, malloc and write, and leaves with _exit.
+ * other threads; reads that spotwave decodes from listed chunks or contiguous data call no HDF5
+ * function. Opening forks: the child calls only HDF5, malloc and write, and leaves with _exit
+ * (no exit handlers, no stdio flushed).
  */
 typedef struct sw_h5_reader sw_h5_reader;
 

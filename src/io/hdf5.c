@@ -4,7 +4,8 @@
  *
  * Reading (hdf5_internal.h says why it is split this way): the file's structure is walked in a
  * child process (hdf5_walk.c), which sends back the datasets, their shapes, types, filters and
- * the address and size of every chunk; the frames are then read here with pread and decoded
+ * the address and size of every chunk (up to H5_LIST_MAX per dataset; beyond, chunks are looked
+ * up here when read, with H5Dread_chunk); the frames are then read here with pread and decoded
  * without HDF5 (hdf5_chunks.c: deflate, shuffle, bitshuffle/LZ4 with every size checked). Layouts
  * not decoded here (compact datasets, other filters, virtual datasets) are read through HDF5 as
  * before: one hyperslab [index, 0:height, 0:width] of the block straight into the caller's image.
@@ -640,6 +641,71 @@ static hid_t fallback_dataset(sw_h5_reader *r, h5_dset *d, char *why, size_t why
     return d->hd;
 }
 
+/* Chunks looked up when read (datasets with more than H5_LIST_MAX of them): the stored bytes
+ * through H5Dread_chunk, its size checked before anything is allocated. */
+typedef struct fetch_ctx {
+    sw_h5_reader *r;
+    h5_dset *d;
+} fetch_ctx;
+
+static int fetch_chunk(void *user, uint64_t ci, h5_scratch *s, size_t *size, uint32_t *mask,
+                       int *absent, char *why, size_t why_size)
+{
+    fetch_ctx *f = user;
+    h5_dset *d = f->d;
+    char detail[512];
+    int rc = -1;
+    h5_quiet q;
+    quiet_begin(&q);
+    hid_t hd = fallback_dataset(f->r, d, why, why_size);
+    if (hd >= 0) {
+        const uint64_t g2 = ci % d->grid[2], g1 = ci / d->grid[2] % d->grid[1],
+                       g0 = ci / (d->grid[2] * d->grid[1]);
+        hsize_t off3[3] = {g0 * d->cdim[0], g1 * d->cdim[1], g2 * d->cdim[2]};
+        const hsize_t *off = d->rank == 3 ? off3 : off3 + 1;
+        hsize_t stored = 0;
+        uint32_t fm = 0;
+        int got = H5Dget_chunk_storage_size(hd, off, &stored) >= 0;
+        if (!got) {
+            /* a chunk never written fails here: told apart by the (slower, whole-index)
+             * look-up by coordinate */
+            h5_detail(detail, sizeof detail);
+            H5Eclear2(H5E_DEFAULT);
+            unsigned m2 = 0;
+            haddr_t a2 = 0;
+            hsize_t s2 = 0;
+            if (H5Dget_chunk_info_by_coord(hd, off, &m2, &a2, &s2) >= 0 &&
+                (a2 == HADDR_UNDEF || s2 == 0)) {
+                got = 1;
+                stored = 0;
+            }
+        }
+        if (!got) {
+            snprintf(why, why_size, "cannot look chunk %llu up (%s)", (unsigned long long)ci,
+                     detail);
+        } else if (stored == 0) {
+            *absent = 1;
+            rc = 0;
+        } else if (stored > h5_chunk_stored_max(d)) {
+            snprintf(why, why_size, "chunk %llu claims %llu stored bytes for %llu decoded ones",
+                     (unsigned long long)ci, (unsigned long long)stored,
+                     (unsigned long long)h5_chunk_bytes(d));
+        } else if (h5_scratch_raw(s, (size_t)stored) < 0) {
+            snprintf(why, why_size, "out of memory (%llu bytes)", (unsigned long long)stored);
+        } else if (H5Dread_chunk(hd, H5P_DEFAULT, off, &fm, s->raw) < 0) {
+            snprintf(why, why_size, "cannot read chunk %llu (%s)", (unsigned long long)ci,
+                     h5_detail(detail, sizeof detail));
+        } else {
+            *size = (size_t)stored;
+            *mask = fm;
+            rc = 0;
+        }
+    }
+    H5Eclear2(H5E_DEFAULT);
+    quiet_end(&q);
+    return rc;
+}
+
 /* Fallback: frame k of b into dst (one hyperslab read, converted by HDF5). */
 static int fallback_frame(sw_h5_reader *r, h5_dset *b, int64_t k, sw_image *dst, char *why,
                           size_t why_size)
@@ -739,10 +805,14 @@ sw_status sw_h5_read_frame(sw_h5_reader *r, int64_t index, sw_image *dst)
         H5Eclear2(H5E_DEFAULT);
         quiet_end(&q);
     } else {
-        int fd = reader_fd(r, b->file, why, sizeof why);
-        bad = fd < 0 || h5_read_plane(b, fd, r->l.files[b->file].size, k, dst->data, dst->stride,
-                                      &r->scratch, &r->cache, &r->cache_cap, &r->cache_id,
-                                      &r->cache_owner, why, sizeof why) < 0;
+        fetch_ctx fc = {r, b};
+        h5_source src = {-1, r->l.files[b->file].size, fetch_chunk, &fc};
+        const int by_fd = b->layout == H5_LAYOUT_CONTIG || b->listed;
+        if (by_fd)
+            src.fd = reader_fd(r, b->file, why, sizeof why);
+        bad = (by_fd && src.fd < 0) ||
+              h5_read_plane(b, &src, k, dst->data, dst->stride, &r->scratch, &r->cache,
+                            &r->cache_cap, &r->cache_id, &r->cache_owner, why, sizeof why) < 0;
         if (!bad && b->swap)
             swap_rows(dst->data, (size_t)in->height, (size_t)in->width, dst->stride, b->esize);
     }
@@ -822,10 +892,14 @@ sw_status sw_h5_read_pixel_mask(sw_h5_reader *r, uint8_t *valid)
         uint8_t *raw = malloc(w * h * es);
         if (!raw)
             return reader_fail(r, SW_ENOMEM, "%s: out of memory reading the pixel mask", r->path);
-        int fd = reader_fd(r, m->file, why, sizeof why);
-        bad = fd < 0 ||
-              h5_read_plane(m, fd, r->l.files[m->file].size, 0, raw, w * es, &r->scratch, &r->cache,
-                            &r->cache_cap, &r->cache_id, &r->cache_owner, why, sizeof why) < 0;
+        fetch_ctx fc = {r, m};
+        h5_source src = {-1, r->l.files[m->file].size, fetch_chunk, &fc};
+        const int by_fd = m->layout == H5_LAYOUT_CONTIG || m->listed;
+        if (by_fd)
+            src.fd = reader_fd(r, m->file, why, sizeof why);
+        bad = (by_fd && src.fd < 0) ||
+              h5_read_plane(m, &src, 0, raw, w * es, &r->scratch, &r->cache, &r->cache_cap,
+                            &r->cache_id, &r->cache_owner, why, sizeof why) < 0;
         /* non-zero in any byte (either byte order) marks a bad pixel */
         for (size_t i = 0; !bad && i < w * h; i++) {
             uint8_t any = 0;

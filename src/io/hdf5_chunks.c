@@ -189,18 +189,34 @@ static void fill_values(uint8_t *dst, size_t n, const h5_dset *d)
 }
 
 /* Decodes chunk ci of d (stored, or the fill value when never written) into out. */
-static int load_chunk(const h5_dset *d, int fd, uint64_t file_size, uint64_t ci, uint8_t *out,
+static int load_chunk(const h5_dset *d, const h5_source *src, uint64_t ci, uint8_t *out,
                       h5_scratch *s, char *why, size_t why_size)
 {
-    const h5_chunk *c = &d->chunks[ci];
     const size_t bytes = (size_t)h5_chunk_bytes(d);
+    if (!d->listed) {
+        size_t size = 0;
+        uint32_t mask = 0;
+        int absent = 0;
+        if (!src->fetch) {
+            snprintf(why, why_size, "no way to look chunks up");
+            return -1;
+        }
+        if (src->fetch(src->user, ci, s, &size, &mask, &absent, why, why_size) < 0)
+            return -1;
+        if (absent) {
+            fill_values(out, bytes / d->esize, d);
+            return 0;
+        }
+        return h5_decode_chunk(d, s->raw, size, mask, out, s, why, why_size);
+    }
+    const h5_chunk *c = &d->chunks[ci];
     if (c->addr == H5_ADDR_NONE) {
         fill_values(out, bytes / d->esize, d);
         return 0;
     }
     /* (the message's sizes were checked against the file when it arrived; the file may have
      * changed since, which pread then finds) */
-    if (c->addr > file_size || c->size > file_size - c->addr) {
+    if (c->addr > src->file_size || c->size > src->file_size - c->addr) {
         snprintf(why, why_size, "chunk at byte %llu (%llu bytes) lies beyond the file's end",
                  (unsigned long long)c->addr, (unsigned long long)c->size);
         return -1;
@@ -209,12 +225,17 @@ static int load_chunk(const h5_dset *d, int fd, uint64_t file_size, uint64_t ci,
         snprintf(why, why_size, "out of memory (%llu bytes)", (unsigned long long)c->size);
         return -1;
     }
-    if (pread_all(fd, s->raw, (size_t)c->size, c->addr, why, why_size) < 0)
+    if (pread_all(src->fd, s->raw, (size_t)c->size, c->addr, why, why_size) < 0)
         return -1;
     return h5_decode_chunk(d, s->raw, (size_t)c->size, c->mask, out, s, why, why_size);
 }
 
-int h5_read_plane(const h5_dset *d, int fd, uint64_t file_size, int64_t k, uint8_t *dst,
+int h5_scratch_raw(h5_scratch *s, size_t n)
+{
+    return grow(&s->raw, &s->raw_cap, n);
+}
+
+int h5_read_plane(const h5_dset *d, const h5_source *src, int64_t k, uint8_t *dst,
                   size_t dst_stride, h5_scratch *s, uint8_t **cache, size_t *cache_cap,
                   int64_t *cache_id, const h5_dset **cache_owner, char *why, size_t why_size)
 {
@@ -230,9 +251,9 @@ int h5_read_plane(const h5_dset *d, int fd, uint64_t file_size, int64_t k, uint8
         }
         const uint64_t off = d->addr + (uint64_t)k * plane;
         if (dst_stride == row)
-            return pread_all(fd, dst, (size_t)plane, off, why, why_size);
+            return pread_all(src->fd, dst, (size_t)plane, off, why, why_size);
         for (size_t y = 0; y < h; y++)
-            if (pread_all(fd, dst + y * dst_stride, row, off + y * row, why, why_size) < 0)
+            if (pread_all(src->fd, dst + y * dst_stride, row, off + y * row, why, why_size) < 0)
                 return -1;
         return 0;
     }
@@ -240,7 +261,7 @@ int h5_read_plane(const h5_dset *d, int fd, uint64_t file_size, int64_t k, uint8
     const uint64_t g0 = (uint64_t)k / c0, plane = (uint64_t)k % c0;
     /* One chunk that is exactly this frame, read into rows laid out as the caller's: no copy. */
     if (c0 == 1 && c1 == h && c2 == w && dst_stride == row)
-        return load_chunk(d, fd, file_size, g0, dst, s, why, why_size);
+        return load_chunk(d, src, g0, dst, s, why, why_size);
     const size_t cbytes = (size_t)h5_chunk_bytes(d);
     if (grow(cache, cache_cap, cbytes) < 0) {
         snprintf(why, why_size, "out of memory (%zu bytes)", cbytes);
@@ -251,7 +272,7 @@ int h5_read_plane(const h5_dset *d, int fd, uint64_t file_size, int64_t k, uint8
             const uint64_t ci = (g0 * d->grid[1] + gy) * d->grid[2] + gx;
             if (*cache_owner != d || *cache_id != (int64_t)ci) {
                 *cache_owner = NULL;
-                if (load_chunk(d, fd, file_size, ci, *cache, s, why, why_size) < 0)
+                if (load_chunk(d, src, ci, *cache, s, why, why_size) < 0)
                     return -1;
                 *cache_owner = d;
                 *cache_id = (int64_t)ci;
@@ -259,8 +280,8 @@ int h5_read_plane(const h5_dset *d, int fd, uint64_t file_size, int64_t k, uint8
             const uint64_t y0 = gy * c1, x0 = gx * c2;
             const uint64_t ny = y0 + c1 > h ? h - y0 : c1, nx = x0 + c2 > w ? w - x0 : c2;
             for (uint64_t y = 0; y < ny; y++) {
-                const uint8_t *src = *cache + ((plane * c1 + y) * c2) * es;
-                memcpy(dst + (size_t)(y0 + y) * dst_stride + (size_t)x0 * es, src,
+                const uint8_t *from = *cache + ((plane * c1 + y) * c2) * es;
+                memcpy(dst + (size_t)(y0 + y) * dst_stride + (size_t)x0 * es, from,
                        (size_t)(nx * es));
             }
         }

@@ -29,8 +29,13 @@
 #define H5_MAX_FILTERS     4                   /* filters in a pipeline decoded here */
 #define H5_MAX_CHUNK_BYTES ((uint64_t)1 << 28) /* a chunk's decoded size, at most */
 #define H5_MAX_CHUNKS      ((uint64_t)1 << 24) /* chunks listed in one open, at most */
-#define H5_MAX_BLOCKS      999999
-#define H5_MAX_FILES       (H5_MAX_BLOCKS + 1)
+/* Chunks of one dataset listed by the walk, at most: HDF5 1.10's H5Dget_chunk_info_by_coord
+ * walks the whole chunk index for every call (20000 chunks take 1.6 s), so a dataset with more
+ * chunks has its index walked once in the child (H5Dget_num_chunks) and its chunks looked up
+ * when read (H5Dget_chunk_storage_size, H5Dread_chunk: one B-tree descent each), here. */
+#define H5_LIST_MAX   4096
+#define H5_MAX_BLOCKS 999999
+#define H5_MAX_FILES  (H5_MAX_BLOCKS + 1)
 
 #define H5_FILTER_DEFLATE 1
 #define H5_FILTER_SHUFFLE 2
@@ -87,7 +92,8 @@ typedef struct h5_dset {
     uint64_t grid[3];  /* chunks along each dimension                                       */
     uint32_t nfilters; /* chunked: the pipeline, in the order it was applied when writing   */
     h5_filter filters[H5_MAX_FILTERS];
-    h5_chunk *chunks; /* grid[0] * grid[1] * grid[2], row-major                            */
+    uint32_t listed;  /* chunked: 1 when chunks[] lists them all; 0: looked up when read     */
+    h5_chunk *chunks; /* grid[0] * grid[1] * grid[2], row-major (when listed)              */
     int64_t first;    /* frames: index of its first frame across the blocks                */
     hid_t hd;         /* fallback reads only: opened on first use                          */
 } h5_dset;
@@ -138,6 +144,8 @@ typedef struct h5_scratch {
     size_t raw_cap, work_cap;
 } h5_scratch;
 void h5_scratch_free(h5_scratch *s);
+/* Makes s->raw hold at least n bytes: 0, or -1 out of memory. */
+int h5_scratch_raw(h5_scratch *s, size_t n);
 
 /*
  * Decodes the stored chunk (stored bytes in in) of d through its pipeline, skipping the filters
@@ -146,14 +154,33 @@ void h5_scratch_free(h5_scratch *s);
 int h5_decode_chunk(const h5_dset *d, const uint8_t *in, size_t in_size, uint32_t mask,
                     uint8_t *out, h5_scratch *s, char *why, size_t why_size);
 
+/* Where stored chunks come from: pread on fd (contiguous data, listed chunks), or fetch (chunks
+ * looked up when read): fetch puts chunk ci's stored bytes in s->raw (*size of them, its filter
+ * mask in *mask), or sets *absent for a chunk never written; 0, or -1 with the reason. */
+typedef struct h5_source {
+    int fd;
+    uint64_t file_size;
+    int (*fetch)(void *user, uint64_t ci, h5_scratch *s, size_t *size, uint32_t *mask, int *absent,
+                 char *why, size_t why_size);
+    void *user;
+} h5_source;
+
 /*
  * Reads plane k (0-based frame within d) into dst: height rows of width values of d->esize bytes
- * each, rows dst_stride bytes apart, values as stored (byte order not yet swapped). fd is the
- * open file files[d->file] (size file_size). Chunks that cover several frames are decoded once
- * and kept in *cache (*cache_id says which: pass a cache per reader, -1 initially).
+ * each, rows dst_stride bytes apart, values as stored (byte order not yet swapped). Chunks that
+ * cover several frames are decoded once and kept in *cache (*cache_id and *cache_owner say
+ * which: pass one cache per reader, -1 and NULL initially).
  */
-int h5_read_plane(const h5_dset *d, int fd, uint64_t file_size, int64_t k, uint8_t *dst,
+int h5_read_plane(const h5_dset *d, const h5_source *src, int64_t k, uint8_t *dst,
                   size_t dst_stride, h5_scratch *s, uint8_t **cache, size_t *cache_cap,
                   int64_t *cache_id, const h5_dset **cache_owner, char *why, size_t why_size);
+
+/* The largest stored size accepted for a chunk of d (its decoded size and room for any filter's
+ * growth): beyond it the chunk is corrupt. */
+static inline uint64_t h5_chunk_stored_max(const h5_dset *d)
+{
+    const uint64_t b = h5_chunk_bytes(d);
+    return b + b / 4 + ((uint64_t)1 << 20);
+}
 
 #endif /* SW_IO_HDF5_INTERNAL_H */

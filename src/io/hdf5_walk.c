@@ -599,10 +599,25 @@ static sw_status describe(walk *w, hid_t file, uint32_t fi, const char *name, co
         }
         if (own && plain) {
             d->layout = H5_LAYOUT_CHUNKED;
-            if (list_chunks(w, name, o, d) < 0) {
-                st = w->l->st;
-                snprintf(why, why_size, "%s", w->l->msg);
-                goto done;
+            const uint64_t cells = d->grid[0] * d->grid[1] * d->grid[2];
+            if (d->grid[0] && cells / d->grid[0] == d->grid[1] * d->grid[2] &&
+                cells <= H5_LIST_MAX) {
+                d->listed = 1;
+                if (list_chunks(w, name, o, d) < 0) {
+                    st = w->l->st;
+                    snprintf(why, why_size, "%s", w->l->msg);
+                    goto done;
+                }
+            } else {
+                /* looked up when read; the whole index is walked once here, where a fault in
+                 * it is harmless */
+                hsize_t count = 0;
+                if (H5Dget_num_chunks(o, space, &count) < 0)
+                    DFAIL(SW_EFORMAT, "%s: %s: cannot read the chunk index (%s)", w->path, name,
+                          why_h5(w));
+                if ((uint64_t)count > cells)
+                    DFAIL(SW_EFORMAT, "%s: %s: %llu chunks indexed for a grid of %llu", w->path,
+                          name, (unsigned long long)count, (unsigned long long)cells);
             }
         }
     }
@@ -1042,6 +1057,7 @@ static void put_dset(pack *k, const h5_dset *d)
         put64(k, d->cdim[i]);
     for (int i = 0; i < 3; i++)
         put64(k, d->grid[i]);
+    put32(k, d->listed);
     put32(k, d->nfilters);
     for (uint32_t i = 0; i < d->nfilters && i < H5_MAX_FILTERS; i++) {
         put32(k, d->filters[i].id);
@@ -1049,7 +1065,8 @@ static void put_dset(pack *k, const h5_dset *d)
         for (int j = 0; j < 5; j++)
             put32(k, d->filters[i].cd[j]);
     }
-    uint64_t nc = d->layout == H5_LAYOUT_CHUNKED ? d->grid[0] * d->grid[1] * d->grid[2] : 0;
+    uint64_t nc =
+        d->layout == H5_LAYOUT_CHUNKED && d->listed ? d->grid[0] * d->grid[1] * d->grid[2] : 0;
     put64(k, nc);
     for (uint64_t i = 0; i < nc; i++) {
         put64(k, d->chunks[i].addr);
@@ -1165,13 +1182,14 @@ static int get_dset(unpack *u, h5_dset *d, const h5_layout *l, int mask, char *w
         d->cdim[i] = get64(u);
     for (int i = 0; i < 3; i++)
         d->grid[i] = get64(u);
+    d->listed = get32(u);
     d->nfilters = get32(u);
     if (u->bad) {
         snprintf(why, ws, "truncated");
         return -1;
     }
     if (d->file >= l->nfiles || (d->rank != 2 && d->rank != 3) || d->swap > 1 ||
-        d->layout > H5_LAYOUT_HDF5 || d->nfilters > H5_MAX_FILTERS) {
+        d->layout > H5_LAYOUT_HDF5 || d->nfilters > H5_MAX_FILTERS || d->listed > 1) {
         snprintf(why, ws, "a dataset's description is out of range");
         return -1;
     }
@@ -1237,8 +1255,18 @@ static int get_dset(unpack *u, h5_dset *d, const h5_layout *l, int mask, char *w
         return -1;
     }
     const uint64_t cells = d->grid[0] * d->grid[1] * d->grid[2];
-    if ((d->grid[0] && cells / d->grid[0] != d->grid[1] * d->grid[2]) || cells != nc ||
-        nc > H5_MAX_CHUNKS || nc > (u->n - u->pos) / 20) {
+    if (d->grid[0] && cells / d->grid[0] != d->grid[1] * d->grid[2]) {
+        snprintf(why, ws, "%s: an absurd chunk grid", d->name);
+        return -1;
+    }
+    if (!d->listed) {
+        if (nc != 0 || cells <= H5_LIST_MAX) {
+            snprintf(why, ws, "%s: chunks neither listed nor to be looked up", d->name);
+            return -1;
+        }
+        return 0;
+    }
+    if (cells != nc || nc > H5_LIST_MAX || nc > (u->n - u->pos) / 20) {
         snprintf(why, ws, "%s: %llu chunks listed for a grid of %llu", d->name,
                  (unsigned long long)nc, (unsigned long long)cells);
         return -1;
@@ -1249,7 +1277,7 @@ static int get_dset(unpack *u, h5_dset *d, const h5_layout *l, int mask, char *w
         return -2;
     }
     /* stored bytes: at most the decoded size with room for any filter's growth */
-    const uint64_t cbytes = h5_chunk_bytes(d), most = cbytes + cbytes / 4 + ((uint64_t)1 << 20);
+    const uint64_t cbytes = h5_chunk_bytes(d), most = h5_chunk_stored_max(d);
     for (uint64_t i = 0; i < nc; i++) {
         h5_chunk *c = &d->chunks[i];
         c->addr = get64(u);

@@ -1472,6 +1472,56 @@ static void layouts_read_like_hdf5(void **state)
     }
 }
 
+/* A dataset of more chunks than the walk lists (H5_LIST_MAX): its chunks are looked up when read
+ * (H5Dread_chunk), with the same results as HDF5's own read, fill values for chunks never
+ * written, and a corrupt chunk refused. */
+static void many_chunks_looked_up(void **state)
+{
+    (void)state;
+    enum { N = 3, H = 60, W = 60 };
+    const char *path = sw_test_path("many_chunks.h5");
+    hid_t f = h5_create(path);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    hsize_t dims[3] = {N, H, W}, chunk[3] = {1, 1, 2};
+    assert_true(H5Pset_chunk(dcpl, 3, chunk) >= 0);
+    assert_true(H5Pset_shuffle(dcpl) >= 0);
+    assert_true(H5Pset_deflate(dcpl, 1) >= 0);
+    uint16_t fv = 5;
+    assert_true(H5Pset_fill_value(dcpl, H5T_NATIVE_UINT16, &fv) >= 0);
+    hid_t s = H5Screate_simple(3, dims, NULL);
+    hid_t d = H5Dcreate2(f, "/d", H5T_STD_U16LE, s, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    assert_true(d >= 0);
+    uint16_t px[2 * H * W];
+    for (int i = 0; i < 2 * H * W; i++)
+        px[i] = (uint16_t)(i * 37 % 1009);
+    hsize_t start[3] = {0, 0, 0}, count[3] = {2, H, W};
+    hid_t ms = H5Screate_simple(3, count, NULL);
+    assert_true(H5Sselect_hyperslab(s, H5S_SELECT_SET, start, NULL, count, NULL) >= 0);
+    assert_true(H5Dwrite(d, H5T_NATIVE_UINT16, ms, s, H5P_DEFAULT, px) >= 0);
+    H5Sclose(ms);
+    H5Dclose(d);
+    H5Sclose(s);
+    H5Pclose(dcpl);
+    h5_close(f);
+    assert_true(N * H * (W / 2) > 4096); /* more than the walk lists */
+    assert_reads_like_hdf5(path, "/d", N, W, H, SW_PIX_U16, 1);
+    /* one chunk of frame 1 replaced by garbage */
+    uint8_t junk[64];
+    fill_bytes(junk, sizeof junk, 4);
+    hsize_t off[3] = {1, 17, 6};
+    h5_put_chunk(path, "/d", off, 0, junk, sizeof junk);
+    sw_h5_reader *r = open_ok(path, "/d");
+    sw_image img;
+    assert_int_equal(sw_image_alloc(NULL, W, H, SW_PIX_U16, &img), SW_OK);
+    assert_int_equal(sw_h5_read_frame(r, 0, &img), SW_OK);
+    assert_int_equal(sw_h5_read_frame(r, 1, &img), SW_EFORMAT);
+    assert_msg(sw_h5_reader_error(r), "deflate");
+    assert_int_equal(sw_h5_read_frame(r, 2, &img), SW_OK);
+    assert_int_equal(((uint16_t *)sw_image_row(&img, 7))[9], 5);
+    sw_image_free(&img);
+    sw_h5_close(r);
+}
+
 /* Chunks written by spotwave's encoder read through HDF5's bitshuffle plugin (the reference
  * decoder) and through spotwave: the format is the plugin's; odd sizes (tails, short blocks). */
 static void encoder_matches_plugin(void **state)
@@ -1989,6 +2039,7 @@ int main(void)
         cmocka_unit_test(bitshuffle_round_trip),
         cmocka_unit_test(bitshuffle_corrupt),
         cmocka_unit_test(layouts_read_like_hdf5),
+        cmocka_unit_test(many_chunks_looked_up),
         cmocka_unit_test(encoder_matches_plugin),
         cmocka_unit_test(corrupt_chunks_in_files),
         cmocka_unit_test(flipped_bytes),
