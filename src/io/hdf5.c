@@ -22,6 +22,7 @@
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 
 #define FILTER_BSHUF    H5_FILTER_BSHUF
@@ -224,12 +225,38 @@ static double now_s(void)
 #endif
 #endif
 
+/* Memory the walk's child may take beyond what it inherits: a corrupt size in a file makes
+ * libhdf5 allocate (and fill) gigabytes; with this limit the allocation fails instead. */
+#define WALK_MEMORY ((rlim_t)2 << 30)
+
+/* The child's data size so far (VmData of /proc/self/status, bytes), or 0 when unknown. */
+static rlim_t data_size_now(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f)
+        return 0;
+    char line[256];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmData: %llu kB", &kb) == 1)
+            break;
+    fclose(f);
+    return (rlim_t)kb * 1024;
+}
+
 /* In the child: the walk, its message down the pipe, and out (no exit handlers: nothing of the
  * parent's state, HDF5's open files included, is flushed or closed from here). A crash inside
  * HDF5 kills only this process, with the signal's default action (sanitizers' and fuzzers'
  * handlers put back to the default). */
 static void walk_child(int fd, const char *path, const h5_walk_opts *wo)
 {
+    rlim_t now = data_size_now();
+    struct rlimit rl;
+    if (now > 0 && getrlimit(RLIMIT_DATA, &rl) == 0 &&
+        (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > now + WALK_MEMORY)) {
+        rl.rlim_cur = now + WALK_MEMORY;
+        setrlimit(RLIMIT_DATA, &rl);
+    }
     static const int sigs[] = {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL, SIGTRAP, SIGPIPE};
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
