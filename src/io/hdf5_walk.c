@@ -65,8 +65,12 @@ static void walk_warn(walk *w, const char *fmt, ...)
 #endif
     ;
 
+#define MAX_WARNINGS 32 /* kept per walk (the message carries at most 64) */
+
 static void walk_warn(walk *w, const char *fmt, ...)
 {
+    if (w->l->nwarnings >= MAX_WARNINGS)
+        return;
     char buf[SW_ERROR_MAX];
     va_list ap;
     va_start(ap, fmt);
@@ -412,7 +416,7 @@ static int list_chunks(walk *w, const char *name, hid_t dset, h5_dset *d)
                   (unsigned long long)total);
         return -1;
     }
-    uint64_t i = 0;
+    uint64_t i = 0, absent = 0;
     for (uint64_t a = 0; a < d->grid[0]; a++)
         for (uint64_t b = 0; b < d->grid[1]; b++)
             for (uint64_t c = 0; c < d->grid[2]; c++, i++) {
@@ -431,12 +435,17 @@ static int list_chunks(walk *w, const char *name, hid_t dset, h5_dset *d)
                     ch->addr = H5_ADDR_NONE;
                     ch->size = 0;
                     ch->mask = 0;
+                    absent++;
                 } else {
                     ch->addr = (uint64_t)addr;
                     ch->size = (uint64_t)size;
                     ch->mask = mask;
                 }
             }
+    if (absent)
+        walk_warn(w,
+                  "%s: %s: %llu of its %llu chunks were never written; they read as the fill value",
+                  w->path, name, (unsigned long long)absent, (unsigned long long)total);
     return 0;
 }
 
@@ -618,6 +627,12 @@ static sw_status describe(walk *w, hid_t file, uint32_t fi, const char *name, co
                 if ((uint64_t)count > cells)
                     DFAIL(SW_EFORMAT, "%s: %s: %llu chunks indexed for a grid of %llu", w->path,
                           name, (unsigned long long)count, (unsigned long long)cells);
+                if ((uint64_t)count < cells)
+                    walk_warn(w,
+                              "%s: %s: %llu of its %llu chunks were never written; they read "
+                              "as the fill value",
+                              w->path, name, (unsigned long long)(cells - count),
+                              (unsigned long long)cells);
             }
         }
     }
