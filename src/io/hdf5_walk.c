@@ -1363,6 +1363,10 @@ sw_status h5_layout_unpack(const uint8_t *buf, size_t size, h5_layout *l)
             st != SW_EINVAL)
             goto bad;
         l->st = (sw_status)st;
+        if (l->msg[0] == '\0')
+            snprintf(l->msg, sizeof l->msg,
+                     "the file's structure could not be read (no reason "
+                     "given)");
         return l->st;
     }
     uint32_t nf = get32(&u);
@@ -1375,12 +1379,12 @@ sw_status h5_layout_unpack(const uint8_t *buf, size_t size, h5_layout *l)
         h5_file *f = &l->files[i];
         f->h5 = -1;
         f->path = getstr(&u, 2 * H5_FILE_MAX);
+        l->nfiles++; /* from here on h5_layout_free frees its path */
         f->dev = get64(&u);
         f->ino = get64(&u);
         f->size = get64(&u);
         if (!f->path || u.bad)
             goto bad;
-        l->nfiles++;
     }
     uint32_t nb = get32(&u);
     if (u.bad || nb < 1 || nb > H5_MAX_BLOCKS || nb > (u.n - u.pos) / 64)

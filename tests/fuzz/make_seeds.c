@@ -6,6 +6,7 @@
  *                       a pixel mask and an overload
  *   corpus/h5_linked/   a master and its data files, packed as fuzz_common.h's fuzz_split reads
  *   corpus/bitshuffle/  chunks from spotwave's encoder with fuzz_bitshuffle's 3-byte prefix
+ *   corpus/h5_layout/   the walk's message for a file of corpus/h5, then that file
  * Usage: make_seeds <corpus folder>. Built with the fuzz targets (-DSW_FUZZ=ON); the seeds are
  * kept in git, so this only needs running when the writer's layouts change.
  */
@@ -14,6 +15,7 @@
 #include "spotwave/spotwave.h"
 
 #include "io/bitshuffle.h"
+#include "io/hdf5_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -173,7 +175,38 @@ int main(int argc, char **argv)
             free(in);
             free(enc);
         }
+    /* the walk's messages for the single-file seeds, each with its file (fuzz_h5_layout) */
+    snprintf(dir, sizeof dir, "%s/h5_layout", root);
+    mkdir(dir, 0755);
+    int layouts = 0;
+    for (int c = 0; c < 3; c++)
+        for (int t = 0; t < 3; t++) {
+            snprintf(path, sizeof path, "%s/h5/%s_%s_blocks_mask.h5", root, cname[c], tname[t]);
+            if (access(path, F_OK) != 0)
+                continue;
+            h5_walk_opts wo = {NULL, NULL, 0};
+            h5_layout l;
+            h5_walk(path, &wo, &l);
+            size_t mn = 0, fn = 0;
+            uint8_t *m = h5_layout_pack(&l, &mn);
+            h5_layout_free(&l);
+            unsigned char *fb = slurp(path, &fn);
+            if (!m)
+                return 1;
+            snprintf(tmp, sizeof tmp, "%s/h5_layout/%s_%s.bin", root, cname[c], tname[t]);
+            FILE *f = fopen(tmp, "wb");
+            if (!f)
+                return 1;
+            put_le32(f, (uint32_t)mn);
+            fwrite(m, 1, mn, f);
+            fwrite(fb, 1, fn, f);
+            fclose(f);
+            free(m);
+            free(fb);
+            layouts++;
+        }
     rmdir(work);
-    printf("make_seeds: %d HDF5 seeds and 12 chunks written under %s\n", written, root);
+    printf("make_seeds: %d HDF5 seeds, 12 chunks and %d layouts written under %s\n", written,
+           layouts, root);
     return 0;
 }
