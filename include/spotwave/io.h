@@ -183,9 +183,11 @@ void sw_json_write_string(FILE *out, const char *s);
  * Pixel (x, y) of a frame is element [frame][y][x] of the dataset (row-major, no flips).
  *
  * Files are untrusted input. Opening walks the file's structure (links, groups, dataset shapes,
- * types, filters, where each chunk lies) in a child process: Debian's libhdf5 can crash or loop on
- * a corrupt file, and a crash or a walk longer than the time limit (sw_h5_options) is then
- * SW_EFORMAT with a message instead of the end of the caller's process. Frames are then read and
+ * types, filters, where each chunk lies) in a child process: Debian's libhdf5 can crash, loop or
+ * allocate gigabytes on a corrupt file, and a crash or a walk longer than the time limit
+ * (sw_h5_options) is then SW_EFORMAT with a message instead of the end of the caller's process;
+ * the child may take at most 2 GiB of memory beyond what it inherits (RLIMIT_DATA). Where fork
+ * fails the walk runs in the calling process, with a warning. Frames are then read and
  * decoded by spotwave itself, every size checked before it is used: with pread at the addresses
  * the walk listed (for a dataset of more than 4096 chunks, whose index the child walks once,
  * each chunk is looked up when read, with HDF5's H5Dread_chunk in the calling process), for
