@@ -188,15 +188,15 @@ void sw_json_write_string(FILE *out, const char *s);
  * (sw_h5_options) is then SW_EFORMAT with a message instead of the end of the caller's process;
  * the child may take at most 2 GiB of memory beyond what it inherits (RLIMIT_DATA). Where fork
  * fails the walk runs in the calling process, with a warning. Frames are then read and
- * decoded by spotwave itself, every size checked before it is used: with pread at the addresses
- * the walk listed (for a dataset of more than 4096 chunks, whose index the child walks once,
- * each chunk is looked up when read, with HDF5's H5Dread_chunk in the calling process), for
- * contiguous data,
- * and chunks whose filters are any of bitshuffle (uncompressed or LZ4: the header's total and
- * block size, every block's byte count, every block decoding to exactly its size with liblz4's
- * bounded decoder), deflate (zlib) and HDF5's shuffle. A chunk that does not decode to exactly its
- * size, a chunk or contiguous run beyond the file's end, or a file that changed since it was
- * opened is SW_EFORMAT. Compact datasets, chunks through other filters (LZ4 32004, bzip2, LZF,
+ * decoded by spotwave itself, every size checked before it is used: contiguous data, and chunks
+ * whose filters are any of bitshuffle (uncompressed or LZ4: the header's total and block size,
+ * every block's byte count, every block decoding to exactly its size with liblz4's bounded
+ * decoder), deflate (zlib) and HDF5's shuffle, read with pread at the addresses the walk listed
+ * (a dataset of more than 4096 chunks has its index walked once in the child and each chunk
+ * looked up when read, with HDF5's H5Dread_chunk in the calling process). A chunk that does not
+ * decode to exactly its size, a chunk or contiguous run beyond the file's end, or a file that
+ * changed since it was opened is SW_EFORMAT; chunks never written read as the fill value, with
+ * a warning. Compact datasets, chunks through other filters (LZ4 32004, bzip2, LZF,
  * zstd, Blosc, ...) and virtual datasets are read through HDF5 and its filter plugins in the
  * calling process (Debian: bitshuffle and hdf5-filter-plugin, in
  * /usr/lib/x86_64-linux-gnu/hdf5/serial/plugins; HDF5_PLUGIN_PATH overrides where HDF5 looks);
