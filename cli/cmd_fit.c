@@ -14,6 +14,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -473,10 +474,11 @@ static int read_table(sw_context *ctx, const char *path, slopes_in *s)
         if (s->cvalid && s->cvalid[r] != 0.0 && s->cvalid[r] != 1.0)
             return sw_cli_fail(SUB, "slopes table '%s', data row %lld: valid = %g (0 or 1)", path,
                                (long long)r + 1, s->cvalid[r]);
-        if (isinf(s->cdx[r]) || isinf(s->cdy[r]))
+        /* (slopes are kept as floats: beyond FLT_MAX they would become infinite) */
+        if (fabs(s->cdx[r]) > FLT_MAX || fabs(s->cdy[r]) > FLT_MAX)
             return sw_cli_fail(SUB,
-                               "slopes table '%s', data row %lld: an infinite slope (nan marks "
-                               "an invalid lenslet)",
+                               "slopes table '%s', data row %lld: an infinite or out-of-range "
+                               "slope (nan marks an invalid lenslet)",
                                path, (long long)r + 1);
     }
     s->nx = (int32_t)max_ix + 1;

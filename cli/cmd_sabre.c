@@ -17,6 +17,7 @@
 #include "outfiles.h"
 
 #include <getopt.h>
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -469,6 +470,13 @@ static int read_slopes(sw_context *ctx, const sabre_opts *o, slopes_in *s)
         listed[l] = 1;
         s->listed++;
         const double dx = t.cols[cdx][r] * scale, dy = t.cols[cdy][r] * scale;
+        /* (kept as floats: a slope beyond FLT_MAX, in radians, would become infinite) */
+        if ((!isnan(dx) && !(fabs(dx) <= FLT_MAX)) || (!isnan(dy) && !(fabs(dy) <= FLT_MAX))) {
+            rc = sw_cli_fail(SUB,
+                             "slopes table '%s', data row %lld: a slope beyond the range of float",
+                             path, (long long)r + 1);
+            break;
+        }
         const int ok = (cvalid < 0 || t.cols[cvalid][r] != 0.0) && isfinite(dx) && isfinite(dy);
         if (ok) {
             s->valid[l] = 1;

@@ -255,40 +255,73 @@ void sw_json_write_string(FILE *out, const char *s);
  * /entry/data/data_000001, data_000002, ... are datasets of [frames, height, width] unsigned
  * integers, usually external links to data files "<stem>_data_000001.h5" that hold
  * /entry/data/data; chunked one frame per chunk and compressed with bitshuffle/LZ4 (HDF5 filter
- * 32008, loaded at run time from a filter plugin: Debian's packages bitshuffle and
- * hdf5-filter-plugin, in /usr/lib/x86_64-linux-gnu/hdf5/serial/plugins; HDF5_PLUGIN_PATH
- * overrides where HDF5 looks). The master may hold
+ * 32008; Masui K. et al. (2015), "A compression scheme for radio data in high performance
+ * computing", Astronomy and Computing 12, 181-190). The master may hold
  *   /entry/instrument/detector/detectorSpecific/pixel_mask   uint32 [height, width], 0 = good
  *   /entry/instrument/detector/detectorSpecific/countrate_correction_count_cutoff   the overload
  *   /entry/instrument/detector/saturation_value               the overload (NeXus), used when
  *                                                             the cut-off is absent
  * Pixel (x, y) of a frame is element [frame][y][x] of the dataset (row-major, no flips).
  *
+ * Files are untrusted input. Opening walks the file's structure (links, groups, dataset shapes,
+ * types, filters, where each chunk lies) in a child process: Debian's libhdf5 can crash, loop or
+ * allocate gigabytes on a corrupt file, and a crash or a walk longer than the time limit
+ * (sw_h5_options) is then SW_EFORMAT with a message instead of the end of the caller's process;
+ * the child may take at most 2 GiB of memory beyond what it inherits (RLIMIT_DATA). Where fork
+ * fails the walk runs in the calling process, with a warning. Frames are then read and
+ * decoded by spotwave itself, every size checked before it is used: contiguous data, and chunks
+ * whose filters are any of bitshuffle (uncompressed or LZ4: the header's total and block size,
+ * every block's byte count, every block decoding to exactly its size with liblz4's bounded
+ * decoder), deflate (zlib) and HDF5's shuffle, read with pread at the addresses the walk listed
+ * (a dataset of more than 4096 chunks has its index walked once in the child and each chunk
+ * looked up when read, with HDF5's H5Dread_chunk in the calling process). A chunk that does not
+ * decode to exactly its size, a chunk or contiguous run beyond the file's end, or a file that
+ * changed since it was opened is SW_EFORMAT; chunks never written read as the fill value, with
+ * a warning. Compact datasets, chunks through other filters (LZ4 32004, bzip2, LZF,
+ * zstd, Blosc, ...) and virtual datasets are read through HDF5 and its filter plugins in the
+ * calling process (Debian: bitshuffle and hdf5-filter-plugin, in
+ * /usr/lib/x86_64-linux-gnu/hdf5/serial/plugins; HDF5_PLUGIN_PATH overrides where HDF5 looks);
+ * their structure was walked in the child first, but their data reaches HDF5's own code.
+ * Datasets whose values live in external raw files (H5Pset_external) are refused.
+ *
+ * External links: HDF5 follows none by itself. The links data_000001, ... (or the dataset named)
+ * may be external links; their data file is looked for beside the master (the master's directory
+ * + the link's file name), then in each of sw_h5_options.link_dirs. Link targets that are
+ * absolute paths or contain ".." are refused (SW_EFORMAT) unless links_anywhere is set; HDF5's
+ * own search (HDF5_EXT_PREFIX, the working directory) is not used. External links anywhere else
+ * (an external /entry/data group, links inside a data file) are not followed (SW_EFORMAT).
+ * Virtual datasets, whose source files could be anywhere, need links_anywhere too.
+ *
  * Status codes (the messages name the file, the dataset and the problem; HDF5's own reason, the
  * innermost entry of its error stack, is quoted):
  *   SW_EIO           the file (or a data file an external link points to) is missing or cannot
  *                    be opened
  *   SW_EFORMAT       not HDF5, truncated or corrupt (including compressed data that does not
- *                    decode); no frames where they were looked for; a dataset of rank other than
- *                    2 or 3, of zero or absurd size, or of a type other than unsigned 8/16/32-bit
- *                    integers (signed, float, 64-bit); blocks that differ in height, width or
- *                    type; a pixel mask of the wrong shape or type, or none when one is asked for
- *   SW_EUNSUPPORTED  a dataset compressed with a filter this HDF5 cannot load (the message gives
- *                    the filter's id and name and how to get it), or writing bitshuffle/LZ4 when
- *                    its plugin is missing
+ *                    decode, and a crash or a hang of HDF5 on the file's structure); no frames
+ *                    where they were looked for; a dataset of rank other than 2 or 3, of zero or
+ *                    absurd size, or of a type other than unsigned 8/16/32-bit integers (signed,
+ *                    float, 64-bit); blocks that differ in height, width or type; a pixel mask of
+ *                    the wrong shape or type, or none when one is asked for; an external link
+ *                    or a virtual dataset refused as above
+ *   SW_EUNSUPPORTED  a dataset compressed with a filter that is not decoded here and that this
+ *                    HDF5 cannot load (the message gives the filter's id and name and how to get
+ *                    it), or writing bitshuffle/LZ4 when its plugin is missing
  *   SW_EINVAL        bad arguments: NULL, a frame index out of range, a destination image of the
  *                    wrong size or type or in device memory, f32 frames given to the writer
  *   SW_ENOMEM        out of memory
- * Uncompressed data has no checksums: bytes corrupted inside it are read as they are.
+ * Uncompressed data has no checksums: bytes corrupted inside it are read as they are (and so
+ * are bytes changed inside LZ4 literals, which keep the stream valid).
  * HDF5 prints nothing: every call turns HDF5's automatic error printing off for its duration and
  * restores the caller's handler before it returns.
  *
  * Threads: one reader is used by one thread at a time (sw_find_sequence's source.read runs on a
  * reader thread of its own: open the reader with a context of its own, or ctx = NULL, since a
  * context is used by one thread at a time; sw_h5_reader_error gives the message from any thread
- * once the call has returned). Debian's HDF5 is not built thread-safe: two readers (or a reader
- * and a writer, or any other HDF5 use in the process) must not be used concurrently from
- * different threads.
+ * once the call has returned). Debian's HDF5 is not built thread-safe: opening (and reading
+ * layouts read through HDF5) must not run concurrently with other HDF5 use in the process from
+ * other threads; reads that spotwave decodes from listed chunks or contiguous data call no HDF5
+ * function. Opening forks: the child calls only HDF5, malloc and write, and leaves with _exit
+ * (no exit handlers, no stdio flushed).
  */
 typedef struct sw_h5_reader sw_h5_reader;
 
@@ -303,28 +336,49 @@ typedef struct sw_h5_info {
     int compressed;     /* 1 when any block goes through an HDF5 filter                     */
 } sw_h5_info;
 
+/* Time (s) the walk over a file's structure may take by default. */
+#define SW_H5_WALK_TIMEOUT 60.0
+
+typedef struct sw_h5_options {
+    const char *dataset;   /* NULL: automatic (see sw_h5_open); or the path of one dataset     */
+    const char *link_dirs; /* NULL, or directories ("a:b") where data files named by external
+                              links are looked for after the master's own directory            */
+    int links_anywhere;    /* non-zero: also absolute link targets and ".." (as given), and
+                              virtual datasets; for trusted files only                          */
+    int in_process;        /* non-zero: walk the structure in this process (no child): a corrupt
+                              file can then crash it; for trusted files where fork is unwanted  */
+    double timeout_s;      /* the walk's time limit; 0: SW_H5_WALK_TIMEOUT                     */
+} sw_h5_options;
+
+/* Defaults: automatic dataset, beside the master only, in a child, SW_H5_WALK_TIMEOUT. */
+void sw_h5_options_default(sw_h5_options *o);
+
 /*
  * Opens an HDF5 file for reading frames. dataset NULL = automatic: /entry/data/data_000001,
  * data_000002, ... in order, stopping at the first missing number (an Eiger master), else
  * /entry/data/data (an Eiger data file); else SW_EFORMAT listing what was looked for. Or the
- * path of one dataset. Every dataset must be rank 3 [frames, height, width] or rank 2 (one
- * frame), of unsigned 8/16/32-bit integers, and all must share height, width and type. Their
- * filters are checked here (SW_EUNSUPPORTED when one cannot be loaded). External links are
- * followed; a relative data file name is looked for beside the master, then in the working
- * directory (under HDF5_EXT_PREFIX first, when that is set). File locking is off for reading (files
- * on file systems without locks open too). Messages of later calls on the reader go to ctx (which
- * may be NULL: the calling thread's message) and to sw_h5_reader_error. On failure *out is NULL.
+ * path of one dataset (from the file's root; a leading '/' is optional). Every dataset must be
+ * rank 3 [frames, height, width] or rank 2 (one frame), of unsigned 8/16/32-bit integers, and all
+ * must share height, width and type. Their filters are checked here (SW_EUNSUPPORTED when one
+ * that spotwave does not decode cannot be loaded). External links are resolved as the section
+ * above says. File locking is off for reading (files on file systems without locks open too).
+ * Messages of later calls on the reader go to ctx (which may be NULL: the calling thread's
+ * message) and to sw_h5_reader_error. On failure *out is NULL. Same as sw_h5_open_ex with the
+ * default options and this dataset.
  */
 sw_status sw_h5_open(sw_context *ctx, const char *path, const char *dataset, sw_h5_reader **out);
+/* The same with options (NULL: the defaults). A negative or non-finite timeout is SW_EINVAL. */
+sw_status sw_h5_open_ex(sw_context *ctx, const char *path, const sw_h5_options *opts,
+                        sw_h5_reader **out);
 
 /* Sizes, type, block count, overload and mask presence of an open file. */
 sw_status sw_h5_get_info(const sw_h5_reader *r, sw_h5_info *info);
 
 /*
  * Reads frame `index` (0-based across the blocks, in order) into dst, a host image (plain or
- * pinned) of the file's width, height and type, with any row stride: one hyperslab read,
- * decompressed by HDF5. On SW_EFORMAT (data that does not read or decode) dst's pixels are
- * undefined; on argument errors dst is untouched.
+ * pinned) of the file's width, height and type, with any row stride: its chunks read and decoded
+ * by spotwave (or, for the layouts above, one hyperslab read through HDF5). On SW_EFORMAT (data
+ * that does not read or decode) dst's pixels are undefined; on argument errors dst is untouched.
  */
 sw_status sw_h5_read_frame(sw_h5_reader *r, int64_t index, sw_image *dst);
 

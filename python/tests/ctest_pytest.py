@@ -8,7 +8,7 @@ import sys
 
 missing = [m for m in ("numpy", "pytest") if importlib.util.find_spec(m) is None]
 if missing:
-    print(f"python/pytest skipped: {', '.join(missing)} not importable by {sys.executable} "
+    print(f"SKIP: {', '.join(missing)} not importable by {sys.executable} "
           f"(pip install numpy pytest)")
     sys.exit(77)
 

@@ -305,6 +305,14 @@ sw_status sw_csv_read(sw_context *ctx, const char *path, sw_table *out)
                                  path, lineno, k + 1);
                     break;
                 }
+                /* (a lone carriage return inside a line; sw_table_create refuses line breaks,
+                 * with SW_EINVAL, which would blame the caller for the file) */
+                if (strpbrk(cells.v[k].s, "\r\n")) {
+                    st = sw_fail(ctx, SW_EFORMAT,
+                                 "%s: line %lld: header column %zu contains a line break", path,
+                                 lineno, k + 1);
+                    break;
+                }
             }
             if (st != SW_OK)
                 break;

@@ -2,11 +2,13 @@
  * HDF5 frames in the layout Eiger detectors write (NeXus NXmx), read and written through the HDF5
  * C library (io.h, section "HDF5 (Eiger / NeXus)").
  *
- * Reading: the blocks /entry/data/data_000001, ... (or /entry/data/data, or a named dataset) are
- * opened once and checked (rank, sizes, unsigned integer type, filters loadable); a frame is one
- * hyperslab [index, 0:height, 0:width] of its block read straight into the caller's image (a
- * strided image is described to HDF5 as a selection in a wider memory space, so no copy is made).
- * Compressed chunks are decoded by HDF5 through its filters (bitshuffle/LZ4 from a plugin).
+ * Reading (hdf5_internal.h says why it is split this way): the file's structure is walked in a
+ * child process (hdf5_walk.c), which sends back the datasets, their shapes, types, filters and
+ * the address and size of every chunk (up to H5_LIST_MAX per dataset; beyond, chunks are looked
+ * up here when read, with H5Dread_chunk); the frames are then read here with pread and decoded
+ * without HDF5 (hdf5_chunks.c: deflate, shuffle, bitshuffle/LZ4 with every size checked). Layouts
+ * not decoded here (compact datasets, other filters, virtual datasets) are read through HDF5 as
+ * before: one hyperslab [index, 0:height, 0:width] of the block straight into the caller's image.
  *
  * HDF5 prints its error stack on stderr by default: every public function here switches that
  * off while it runs (and restores the caller's setting), and failures quote the innermost
@@ -14,27 +16,20 @@
  */
 #define _POSIX_C_SOURCE 200809L
 
-#include "io/io_internal.h"
+#include "io/hdf5_internal.h"
 
-#include <hdf5.h>
 #include <limits.h>
 #include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 
-#define FILTER_BSHUF    32008 /* bitshuffle (HDF Group registered filter id) */
-#define BSHUF_LZ4       2     /* bitshuffle's cd_values[4]: LZ4 after the shuffle */
-#define DEFLATE_LEVEL   4     /* gzip level of SW_H5_DEFLATE */
-#define MAX_BLOCKS      999999
-#define H5_PATH_MAX     1024
+#define FILTER_BSHUF    H5_FILTER_BSHUF
+#define BSHUF_LZ4       H5_BSHUF_LZ4
+#define DEFLATE_LEVEL   4 /* gzip level of SW_H5_DEFLATE */
+#define MAX_BLOCKS      H5_MAX_BLOCKS
 #define MASK_SLAB_BYTES (8u << 20) /* pixel mask read in slabs of rows of about this size */
-
-#define PATH_ENTRY      "/entry"
-#define PATH_DATA       "/entry/data"
-#define PATH_INSTRUMENT "/entry/instrument"
-#define PATH_DETECTOR   "/entry/instrument/detector"
-#define PATH_SPECIFIC   "/entry/instrument/detector/detectorSpecific"
-#define PATH_MASK       PATH_SPECIFIC "/pixel_mask"
-#define PATH_CUTOFF     PATH_SPECIFIC "/countrate_correction_count_cutoff"
-#define PATH_SATURATION PATH_DETECTOR "/saturation_value"
 
 /* ------------------------------------------------------------------ HDF5 errors, quietly */
 
@@ -59,16 +54,16 @@ static void quiet_end(const h5_quiet *q)
         H5Eset_auto2(H5E_DEFAULT, q->func, q->data);
 }
 
-typedef struct h5_walk {
+typedef struct h5_errwalk {
     char *buf;
     size_t size;
-} h5_walk;
+} h5_errwalk;
 
 /* Walking upward, entry 0 is where HDF5 detected the error: the first non-empty description is
  * the most specific one. */
 static herr_t walk_cb(unsigned n, const H5E_error2_t *e, void *data)
 {
-    h5_walk *w = data;
+    h5_errwalk *w = data;
     (void)n;
     if (w->buf[0] == '\0' && e->desc && e->desc[0] != '\0')
         snprintf(w->buf, w->size, "%s", e->desc);
@@ -79,7 +74,7 @@ static herr_t walk_cb(unsigned n, const H5E_error2_t *e, void *data)
  * call, before any other HDF5 API call clears the stack). */
 static const char *h5_detail(char *buf, size_t size)
 {
-    h5_walk w = {buf, size};
+    h5_errwalk w = {buf, size};
     buf[0] = '\0';
     H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, walk_cb, &w);
     if (buf[0] == '\0')
@@ -94,59 +89,18 @@ static void close_id(hid_t *id, herr_t (*fn)(hid_t))
     *id = -1;
 }
 
-/* 1 when every component of path exists as a link from loc (H5Lexists fails, rather than says
- * no, when an intermediate group is missing). */
-static int h5_path_exists(hid_t loc, const char *path)
+/* For the fallback's link access: HDF5 follows no external link by itself (io.h). */
+static herr_t deny_elink(const char *parent_file, const char *parent_group, const char *child_file,
+                         const char *child_object, unsigned *acc_flags, hid_t fapl, void *data)
 {
-    char buf[H5_PATH_MAX];
-    size_t n = strlen(path);
-    if (n == 0 || n >= sizeof buf)
-        return 0;
-    memcpy(buf, path, n + 1);
-    for (size_t i = 1; i <= n; i++) {
-        if (buf[i] != '/' && buf[i] != '\0')
-            continue;
-        if (buf[i - 1] == '/')
-            return 0; /* "//" or a trailing "/" */
-        char c = buf[i];
-        buf[i] = '\0';
-        htri_t e = H5Lexists(loc, buf, H5P_DEFAULT);
-        buf[i] = c;
-        if (e <= 0)
-            return 0;
-    }
-    return 1;
-}
-
-/* "signed 16-bit integer", "32-bit float", ... for messages about refused types. */
-static void describe_type(hid_t t, char *buf, size_t size)
-{
-    size_t bits = H5Tget_size(t) * 8;
-    switch (H5Tget_class(t)) {
-    case H5T_INTEGER:
-        snprintf(buf, size, "%s %zu-bit integers",
-                 H5Tget_sign(t) == H5T_SGN_NONE ? "unsigned" : "signed", bits);
-        break;
-    case H5T_FLOAT: snprintf(buf, size, "%zu-bit floats", bits); break;
-    case H5T_STRING: snprintf(buf, size, "strings"); break;
-    case H5T_COMPOUND: snprintf(buf, size, "compound records"); break;
-    case H5T_ENUM: snprintf(buf, size, "enumerations"); break;
-    case H5T_BITFIELD: snprintf(buf, size, "%zu-bit bit fields", bits); break;
-    default: snprintf(buf, size, "values of a non-numeric class"); break;
-    }
-}
-
-/* The pixel type for an HDF5 type: unsigned 8/16/32-bit integers only. */
-static int pixel_type_of(hid_t t, sw_pixel_type *out)
-{
-    if (H5Tget_class(t) != H5T_INTEGER || H5Tget_sign(t) != H5T_SGN_NONE)
-        return 0;
-    switch (H5Tget_size(t)) {
-    case 1: *out = SW_PIX_U8; return 1;
-    case 2: *out = SW_PIX_U16; return 1;
-    case 4: *out = SW_PIX_U32; return 1;
-    default: return 0;
-    }
+    (void)parent_file;
+    (void)parent_group;
+    (void)child_file;
+    (void)child_object;
+    (void)acc_flags;
+    (void)fapl;
+    (void)data;
+    return -1;
 }
 
 static hid_t native_type(sw_pixel_type t)
@@ -226,24 +180,254 @@ int sw_h5_bitshuffle_available(void)
     return ok;
 }
 
-/* ------------------------------------------------------------------ the reader */
+/* ------------------------------------------------------------------ options */
 
-typedef struct h5_block {
-    hid_t dset;
-    int rank;      /* 2 (one frame) or 3 */
-    int64_t first; /* index of its first frame across all blocks */
-    int64_t frames;
-    char *name; /* dataset path, for messages */
-} h5_block;
+void sw_h5_options_default(sw_h5_options *o)
+{
+    if (!o)
+        return;
+    memset(o, 0, sizeof *o);
+    o->timeout_s = SW_H5_WALK_TIMEOUT;
+}
+
+/* ------------------------------------------------------------------ the walk, in a child */
+
+/* Writes all of buf; 0 or -1. */
+static int write_all(int fd, const uint8_t *buf, size_t n)
+{
+    while (n > 0) {
+        ssize_t k = write(fd, buf, n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return -1;
+        buf += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+#define WALK_MESSAGE_MAX ((size_t)512 << 20) /* the chunk list of 16 M chunks fits */
+
+/* Built with AddressSanitizer (gcc says so with a macro, clang with __has_feature). */
+#if defined(__SANITIZE_ADDRESS__)
+#define SW_H5_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SW_H5_SANITIZED 1
+#endif
+#endif
+
+/* Memory the walk's child may take beyond what it inherits: a corrupt size in a file makes
+ * libhdf5 allocate (and fill) gigabytes; with this limit the allocation fails instead. */
+#define WALK_MEMORY ((rlim_t)2 << 30)
+
+/* The child's data size so far (VmData of /proc/self/status, bytes), or 0 when unknown. */
+static rlim_t data_size_now(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f)
+        return 0;
+    char line[256];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmData: %llu kB", &kb) == 1)
+            break;
+    fclose(f);
+    return (rlim_t)kb * 1024;
+}
+
+/* In the child: the walk, its message down the pipe, and out (no exit handlers: nothing of the
+ * parent's state, HDF5's open files included, is flushed or closed from here). A crash inside
+ * HDF5 kills only this process, with the signal's default action (sanitizers' and fuzzers'
+ * handlers put back to the default). */
+static void walk_child(int fd, const char *path, const h5_walk_opts *wo)
+{
+    rlim_t now = data_size_now();
+    struct rlimit rl;
+    if (now > 0 && getrlimit(RLIMIT_DATA, &rl) == 0 &&
+        (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > now + WALK_MEMORY)) {
+        rl.rlim_cur = now + WALK_MEMORY;
+        setrlimit(RLIMIT_DATA, &rl);
+    }
+    static const int sigs[] = {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL, SIGTRAP, SIGPIPE};
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = SIG_DFL;
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+        sigaction(sigs[i], &sa, NULL);
+    h5_layout l;
+    h5_walk(path, wo, &l);
+    size_t n = 0;
+    uint8_t *m = h5_layout_pack(&l, &n);
+    int rc = !m ? 3 : write_all(fd, m, n) < 0 ? 4 : 0;
+    _exit(rc);
+}
+
+/*
+ * The walk over path, in a child process unless in_process (or fork fails: then here, with a
+ * warning): *l is the layout, checked on arrival. A child that crashes, fails or takes longer
+ * than timeout seconds gives SW_EFORMAT with the reason in l->msg.
+ */
+static sw_status walk_file(sw_context *ctx, const char *path, const h5_walk_opts *wo,
+                           double timeout, int in_process, h5_layout *l)
+{
+    uint8_t *msg = NULL;
+    size_t size = 0;
+    int fds[2] = {-1, -1};
+    pid_t pid = -1;
+    if (!in_process) {
+        if (pipe(fds) != 0) {
+            sw_log(ctx, SW_LOG_WARN, "%s: no pipe for the isolated HDF5 walk (%s): walking here",
+                   path, strerror(errno));
+        } else {
+            fcntl(fds[0], F_SETFD, FD_CLOEXEC);
+            fcntl(fds[1], F_SETFD, FD_CLOEXEC);
+            pid = fork();
+            if (pid == 0) {
+                close(fds[0]);
+                walk_child(fds[1], path, wo);
+            }
+            close(fds[1]);
+            if (pid < 0) {
+                close(fds[0]);
+                sw_log(ctx, SW_LOG_WARN,
+                       "%s: cannot start the isolated HDF5 walk (fork: %s): walking here", path,
+                       strerror(errno));
+            }
+        }
+    }
+    if (pid < 0) {
+        h5_layout w;
+        h5_walk(path, wo, &w);
+        msg = h5_layout_pack(&w, &size);
+        h5_layout_free(&w);
+        if (!msg) {
+            memset(l, 0, sizeof *l);
+            l->mask.hd = -1;
+            l->st = SW_ENOMEM;
+            snprintf(l->msg, sizeof l->msg, "%s: out of memory", path);
+            return l->st;
+        }
+    } else {
+        /* read the message until the child closes the pipe, within the time allowed */
+        size_t cap = 0;
+        int timed_out = 0, too_big = 0, oom = 0;
+        const double end = now_s() + (timeout > 0.0 ? timeout : SW_H5_WALK_TIMEOUT);
+        for (;;) {
+            double left = end - now_s();
+            if (left <= 0.0) {
+                timed_out = 1;
+                break;
+            }
+            struct pollfd p = {fds[0], POLLIN, 0};
+            int pr = poll(&p, 1, left > 1e6 ? 1000000000 : (int)(left * 1000.0) + 1);
+            if (pr < 0 && errno == EINTR)
+                continue;
+            if (pr < 0)
+                break;
+            if (pr == 0)
+                continue;
+            if (size == cap) {
+                if (cap >= WALK_MESSAGE_MAX) {
+                    too_big = 1;
+                    break;
+                }
+                size_t nc = cap ? 2 * cap : 65536;
+                uint8_t *m = realloc(msg, nc);
+                if (!m) {
+                    oom = 1;
+                    break;
+                }
+                msg = m;
+                cap = nc;
+            }
+            ssize_t k = read(fds[0], msg + size, cap - size);
+            if (k < 0 && errno == EINTR)
+                continue;
+            if (k <= 0)
+                break;
+            size += (size_t)k;
+        }
+        close(fds[0]);
+        if (timed_out || too_big || oom)
+            kill(pid, SIGKILL);
+        int ws = 0;
+        while (waitpid(pid, &ws, 0) < 0 && errno == EINTR)
+            ;
+        const char *fail = NULL;
+        char why[128] = "";
+        if (oom) {
+            fail = "out of memory reading the walk's message";
+        } else if (timed_out) {
+            snprintf(why, sizeof why,
+                     "reading the file's structure took more than %g s; HDF5 can loop on a "
+                     "corrupt file",
+                     timeout > 0.0 ? timeout : SW_H5_WALK_TIMEOUT);
+            fail = why;
+        } else if (too_big) {
+            fail = "the file's structure describes more than spotwave reads";
+        } else if (WIFSIGNALED(ws)) {
+            snprintf(why, sizeof why,
+                     "HDF5 crashed reading the file's structure (signal %d): the file is corrupt",
+                     WTERMSIG(ws));
+            fail = why;
+        } else if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
+#ifdef SW_H5_SANITIZED
+            /* HDF5's own faults end the child with a signal; an exit code other than the
+             * walk's own (3: out of memory, 4: the pipe failed) is a sanitizer's report about
+             * spotwave's code in the child: make it a failure the tests and fuzzers see. */
+            if (WIFEXITED(ws) && WEXITSTATUS(ws) != 3 && WEXITSTATUS(ws) != 4)
+                abort();
+#endif
+            snprintf(why, sizeof why, "the process reading the file's structure failed (exit %d)",
+                     WIFEXITED(ws) ? WEXITSTATUS(ws) : -1);
+            fail = why;
+        }
+        if (fail) {
+            free(msg);
+            memset(l, 0, sizeof *l);
+            l->mask.hd = -1;
+            l->st = oom ? SW_ENOMEM : SW_EFORMAT;
+            snprintf(l->msg, sizeof l->msg, "%s: %s", path, fail);
+            return l->st;
+        }
+    }
+    sw_status st = h5_layout_unpack(msg, size, l);
+    free(msg);
+    if (st != SW_OK && l->msg[0] != '\0' && strncmp(l->msg, path, strlen(path)) != 0 &&
+        st == SW_EFORMAT) {
+        /* a message that does not hold together: say so with the file's name */
+        char m[SW_ERROR_MAX];
+        snprintf(m, sizeof m, "%s", l->msg);
+        snprintf(l->msg, sizeof l->msg, "%.300s: corrupt structure (%.700s)", path, m);
+    }
+    return st;
+}
+
+/* ------------------------------------------------------------------ the reader */
 
 struct sw_h5_reader {
     sw_context *ctx;
     char *path;
-    hid_t file;
-    h5_block *blocks;
-    int32_t nblocks;
-    int32_t capacity;
+    h5_layout l;
     sw_h5_info info;
+    int links_anywhere;
+    int fd;           /* the open file of the last own read, or -1 */
+    uint32_t fd_file; /* ... its index                               */
+    h5_scratch scratch;
+    uint8_t *cache; /* a decoded chunk that covers several frames   */
+    size_t cache_cap;
+    int64_t cache_id;
+    const h5_dset *cache_owner;
     char error[SW_ERROR_MAX];
 };
 
@@ -274,319 +458,67 @@ static char *dup_string(const char *s)
 
 static void reader_free(sw_h5_reader *r)
 {
-    for (int32_t i = 0; i < r->nblocks; i++) {
-        close_id(&r->blocks[i].dset, H5Dclose);
-        free(r->blocks[i].name);
-    }
-    free(r->blocks);
-    close_id(&r->file, H5Fclose);
+    if (r->fd >= 0)
+        close(r->fd);
+    h5_layout_free(&r->l);
+    h5_scratch_free(&r->scratch);
+    free(r->cache);
     free(r->path);
     free(r);
 }
 
-/* The directory part of path with a trailing '/', or "" (for resolving external link names). */
-static void dir_of(const char *path, char *buf, size_t size)
+/* The walk's EUNSUPPORTED message "path\nname\nid\nfilter name" as a sentence with a hint. */
+static void unsupported_message(sw_h5_reader *r, const char *raw)
 {
-    const char *slash = strrchr(path, '/');
-    size_t n = slash ? (size_t)(slash - path) + 1 : 0;
-    if (n >= size)
-        n = 0;
-    memcpy(buf, path, n);
-    buf[n] = '\0';
+    char buf[SW_ERROR_MAX], *part[4] = {NULL, NULL, NULL, NULL};
+    snprintf(buf, sizeof buf, "%s", raw);
+    char *s = buf;
+    for (int i = 0; i < 4 && s; i++) {
+        part[i] = s;
+        s = strchr(s, '\n');
+        if (s)
+            *s++ = '\0';
+    }
+    if (!part[3]) {
+        reader_fail(r, SW_EUNSUPPORTED, "%s", raw);
+        return;
+    }
+    char paths[1024];
+    plugin_paths(paths, sizeof paths);
+    unsigned id = (unsigned)strtoul(part[2], NULL, 10);
+    reader_fail(r, SW_EUNSUPPORTED,
+                "%s: %s is compressed with HDF5 filter %u (\"%s\"), which this HDF5 cannot load: "
+                "%s, or set HDF5_PLUGIN_PATH to the folder that holds the plugin (searched: %s)",
+                part[0], part[1], id, part[3], filter_hint(id), paths);
 }
 
-/* After an external link failed to open: SW_EIO when its file is nowhere HDF5 looks (beside the
- * master, or as given), SW_EFORMAT with HDF5's reason otherwise. */
-static sw_status external_link_fail(sw_h5_reader *r, const char *name, const char *target_file,
-                                    const char *target_obj, const char *detail)
-{
-    char dir[H5_PATH_MAX], beside[2 * H5_PATH_MAX];
-    dir_of(r->path, dir, sizeof dir);
-    snprintf(beside, sizeof beside, "%s%s", target_file[0] == '/' ? "" : dir, target_file);
-    if (access(beside, F_OK) != 0 && access(target_file, F_OK) != 0)
-        return reader_fail(r, SW_EIO,
-                           "%s: %s is an external link to %s:%s, but that data file is missing "
-                           "(looked for %s)",
-                           r->path, name, target_file, target_obj, beside);
-    return reader_fail(r, SW_EFORMAT, "%s: %s: cannot open the linked data %s:%s (%s)", r->path,
-                       name, target_file, target_obj, detail);
-}
-
-/* Opens the object `name` as a dataset (following soft and external links). */
-static sw_status open_dataset(sw_h5_reader *r, const char *name, hid_t *out)
-{
-    char detail[512];
-    *out = -1;
-    H5L_info_t li;
-    char target_file[H5_PATH_MAX] = "", target_obj[H5_PATH_MAX] = "";
-    int external = 0;
-    if (H5Lget_info(r->file, name, &li, H5P_DEFAULT) >= 0 && li.type == H5L_TYPE_EXTERNAL &&
-        li.u.val_size > 0 && li.u.val_size < 2 * H5_PATH_MAX) {
-        char val[2 * H5_PATH_MAX];
-        const char *f = NULL, *o = NULL;
-        if (H5Lget_val(r->file, name, val, sizeof val, H5P_DEFAULT) >= 0 &&
-            H5Lunpack_elink_val(val, li.u.val_size, NULL, &f, &o) >= 0 && f && o) {
-            snprintf(target_file, sizeof target_file, "%s", f);
-            snprintf(target_obj, sizeof target_obj, "%s", o);
-            external = 1;
-        }
-    }
-    hid_t obj = H5Oopen(r->file, name, H5P_DEFAULT);
-    if (obj < 0) {
-        h5_detail(detail, sizeof detail);
-        if (external)
-            return external_link_fail(r, name, target_file, target_obj, detail);
-        return reader_fail(r, SW_EFORMAT, "%s: cannot open %s (%s)", r->path, name, detail);
-    }
-    H5I_type_t kind = H5Iget_type(obj);
-    if (kind != H5I_DATASET) {
-        H5Oclose(obj);
-        return reader_fail(r, SW_EFORMAT, "%s: %s is %s, not a dataset of frames", r->path, name,
-                           kind == H5I_GROUP ? "a group" : "a named datatype");
-    }
-    *out = obj;
-    return SW_OK;
-}
-
-/* Refuses a dataset compressed with a filter this HDF5 cannot load; sets *compressed. */
-static sw_status check_filters(sw_h5_reader *r, const char *name, hid_t dset, int *compressed)
-{
-    char detail[512];
-    hid_t dcpl = H5Dget_create_plist(dset);
-    if (dcpl < 0)
-        return reader_fail(r, SW_EFORMAT, "%s: %s: cannot read the storage properties (%s)",
-                           r->path, name, h5_detail(detail, sizeof detail));
-    int n = H5Pget_nfilters(dcpl);
-    if (n < 0) {
-        H5Pclose(dcpl);
-        return reader_fail(r, SW_EFORMAT, "%s: %s: cannot read the filter pipeline (%s)", r->path,
-                           name, h5_detail(detail, sizeof detail));
-    }
-    *compressed = n > 0;
-    for (int i = 0; i < n; i++) {
-        unsigned flags = 0, cd[16], config = 0;
-        size_t ncd = 16;
-        char fname[256] = "";
-        H5Z_filter_t id =
-            H5Pget_filter2(dcpl, (unsigned)i, &flags, &ncd, cd, sizeof fname, fname, &config);
-        if (id < 0) {
-            H5Pclose(dcpl);
-            return reader_fail(r, SW_EFORMAT, "%s: %s: cannot read filter %d of its pipeline (%s)",
-                               r->path, name, i, h5_detail(detail, sizeof detail));
-        }
-        if (!filter_usable(id, H5Z_FILTER_CONFIG_DECODE_ENABLED)) {
-            H5Eclear2(H5E_DEFAULT);
-            char paths[1024];
-            plugin_paths(paths, sizeof paths);
-            H5Pclose(dcpl);
-            return reader_fail(
-                r, SW_EUNSUPPORTED,
-                "%s: %s is compressed with HDF5 filter %d (\"%s\"), which this HDF5 cannot "
-                "load: %s, or set HDF5_PLUGIN_PATH to the folder that holds the plugin "
-                "(searched: %s)",
-                r->path, name, (int)id, fname[0] ? fname : "no name stored",
-                filter_hint((unsigned)id), paths);
-        }
-    }
-    H5Pclose(dcpl);
-    return SW_OK;
-}
-
-/* Opens and checks one block and appends it. */
-static sw_status add_block(sw_h5_reader *r, const char *name)
-{
-    char detail[512];
-    if (r->nblocks == r->capacity) {
-        int32_t cap = r->capacity ? 2 * r->capacity : 8;
-        h5_block *b = realloc(r->blocks, (size_t)cap * sizeof *b);
-        if (!b)
-            return reader_fail(r, SW_ENOMEM, "%s: out of memory", r->path);
-        r->blocks = b;
-        r->capacity = cap;
-    }
-    h5_block *b = &r->blocks[r->nblocks];
-    memset(b, 0, sizeof *b);
-    b->dset = -1;
-    sw_status st = open_dataset(r, name, &b->dset);
-    if (st != SW_OK)
-        return st;
-    b->name = dup_string(name);
-    r->nblocks++; /* from here on reader_free closes it */
-    if (!b->name)
-        return reader_fail(r, SW_ENOMEM, "%s: out of memory", r->path);
-
-    hid_t space = H5Dget_space(b->dset);
-    if (space < 0)
-        return reader_fail(r, SW_EFORMAT, "%s: %s: cannot read the dataspace (%s)", r->path, name,
-                           h5_detail(detail, sizeof detail));
-    int rank = H5Sget_simple_extent_ndims(space);
-    hsize_t dims[H5S_MAX_RANK];
-    if (rank > 0 && rank <= H5S_MAX_RANK)
-        H5Sget_simple_extent_dims(space, dims, NULL);
-    H5Sclose(space);
-    if (rank != 2 && rank != 3)
-        return reader_fail(r, SW_EFORMAT,
-                           "%s: %s has rank %d: frames are expected as a rank-3 dataset [frames, "
-                           "height, width] (or rank 2 for one frame)",
-                           r->path, name, rank < 0 ? 0 : rank);
-    b->rank = rank;
-    b->frames = rank == 3 ? (int64_t)dims[0] : 1;
-    hsize_t h = dims[rank - 2], w = dims[rank - 1];
-    if (h == 0 || w == 0)
-        return reader_fail(r, SW_EFORMAT, "%s: %s is empty (%llu x %llu pixels)", r->path, name,
-                           (unsigned long long)w, (unsigned long long)h);
-    if (rank == 3 && dims[0] > (hsize_t)1 << 40)
-        return reader_fail(r, SW_EFORMAT, "%s: %s claims an absurd %llu frames", r->path, name,
-                           (unsigned long long)dims[0]);
-    if (h > SW_IMAGE_MAX_DIM || w > SW_IMAGE_MAX_DIM ||
-        (long long)(h * w) > (long long)SW_IMAGE_MAX_PIXELS)
-        return reader_fail(r, SW_EFORMAT,
-                           "%s: %s has absurd frames of %llu x %llu pixels (at most %d per side "
-                           "and %lld in all)",
-                           r->path, name, (unsigned long long)w, (unsigned long long)h,
-                           SW_IMAGE_MAX_DIM, (long long)SW_IMAGE_MAX_PIXELS);
-
-    hid_t t = H5Dget_type(b->dset);
-    if (t < 0)
-        return reader_fail(r, SW_EFORMAT, "%s: %s: cannot read the datatype (%s)", r->path, name,
-                           h5_detail(detail, sizeof detail));
-    sw_pixel_type pt;
-    int ok = pixel_type_of(t, &pt);
-    char tdesc[64];
-    describe_type(t, tdesc, sizeof tdesc);
-    H5Tclose(t);
-    if (!ok)
-        return reader_fail(r, SW_EFORMAT,
-                           "%s: %s holds %s: spotwave reads frames of unsigned 8, 16 or 32-bit "
-                           "integers (as detectors count)",
-                           r->path, name, tdesc);
-
-    int compressed = 0;
-    st = check_filters(r, name, b->dset, &compressed);
-    if (st != SW_OK)
-        return st;
-
-    sw_h5_info *in = &r->info;
-    if (r->nblocks == 1) {
-        in->width = (int32_t)w;
-        in->height = (int32_t)h;
-        in->type = pt;
-    } else if ((int32_t)w != in->width || (int32_t)h != in->height || pt != in->type) {
-        return reader_fail(r, SW_EFORMAT,
-                           "%s: mismatched blocks: %s has %llu x %llu %s frames but %s has "
-                           "%d x %d %s frames",
-                           r->path, name, (unsigned long long)w, (unsigned long long)h,
-                           sw_pixel_type_string(pt), r->blocks[0].name, (int)in->width,
-                           (int)in->height, sw_pixel_type_string(in->type));
-    }
-    b->first = in->frames;
-    in->frames += b->frames;
-    in->blocks = r->nblocks;
-    in->compressed |= compressed;
-    return SW_OK;
-}
-
-/* Reads a numeric scalar (or one-element) dataset as a double: 1 read, 0 absent, -1 unusable. */
-static int read_scalar(hid_t file, const char *path, double *out)
-{
-    if (!h5_path_exists(file, path))
-        return 0;
-    hid_t d = H5Dopen2(file, path, H5P_DEFAULT);
-    if (d < 0)
-        return -1;
-    int res = -1;
-    hid_t s = H5Dget_space(d), t = H5Dget_type(d);
-    if (s >= 0 && t >= 0 && H5Sget_simple_extent_npoints(s) == 1 &&
-        (H5Tget_class(t) == H5T_INTEGER || H5Tget_class(t) == H5T_FLOAT)) {
-        double v = 0.0;
-        if (H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, &v) >= 0) {
-            *out = v;
-            res = 1;
-        }
-    }
-    if (t >= 0)
-        H5Tclose(t);
-    if (s >= 0)
-        H5Sclose(s);
-    H5Dclose(d);
-    return res;
-}
-
-/* The overload: the Eiger count cut-off, else the NeXus saturation value; 0 when neither says. */
-static void read_overload(sw_h5_reader *r)
-{
-    static const char *const paths[2] = {PATH_CUTOFF, PATH_SATURATION};
-    for (int i = 0; i < 2; i++) {
-        double v = 0.0;
-        int got = read_scalar(r->file, paths[i], &v);
-        H5Eclear2(H5E_DEFAULT);
-        if (got == 1 && isfinite(v) && v > 0.0) {
-            r->info.overload = v;
-            return;
-        }
-        if (got != 0)
-            sw_log(r->ctx, SW_LOG_WARN,
-                   "%s: %s is not a usable overload (not one positive number): ignored", r->path,
-                   paths[i]);
-    }
-}
-
-/* 1 when path exists and is a dataset. */
-static int dataset_exists(hid_t file, const char *path)
-{
-    if (!h5_path_exists(file, path))
-        return 0;
-    hid_t o = H5Oopen(file, path, H5P_DEFAULT);
-    if (o < 0)
-        return 0;
-    int is = H5Iget_type(o) == H5I_DATASET;
-    H5Oclose(o);
-    return is;
-}
-
-static sw_status find_blocks(sw_h5_reader *r, const char *dataset)
-{
-    if (dataset) {
-        if (!h5_path_exists(r->file, dataset))
-            return reader_fail(r, SW_EFORMAT, "%s: no dataset %s in the file", r->path, dataset);
-        return add_block(r, dataset);
-    }
-    int have_group = h5_path_exists(r->file, PATH_DATA);
-    if (have_group) {
-        char name[64];
-        for (int i = 1; i <= MAX_BLOCKS; i++) {
-            snprintf(name, sizeof name, PATH_DATA "/data_%06d", i);
-            if (H5Lexists(r->file, name, H5P_DEFAULT) <= 0)
-                break;
-            sw_status st = add_block(r, name);
-            if (st != SW_OK)
-                return st;
-        }
-        if (r->nblocks > 0)
-            return SW_OK;
-        if (H5Lexists(r->file, PATH_DATA "/data", H5P_DEFAULT) > 0)
-            return add_block(r, PATH_DATA "/data");
-    }
-    H5Eclear2(H5E_DEFAULT);
-    return reader_fail(r, SW_EFORMAT,
-                       "%s: no frames found: looked for %s/data_000001, data_000002, ... (an "
-                       "Eiger master) and %s/data (an Eiger data file)%s; name the dataset "
-                       "explicitly if the frames are elsewhere",
-                       r->path, PATH_DATA, PATH_DATA,
-                       have_group ? "" : ", but the file has no " PATH_DATA " group");
-}
-
-sw_status sw_h5_open(sw_context *ctx, const char *path, const char *dataset, sw_h5_reader **out)
+sw_status sw_h5_open_ex(sw_context *ctx, const char *path, const sw_h5_options *opts,
+                        sw_h5_reader **out)
 {
     if (!out)
         return sw_fail(ctx, SW_EINVAL, "sw_h5_open: out is NULL");
     *out = NULL;
     if (!path || !path[0])
         return sw_fail(ctx, SW_EINVAL, "sw_h5_open: no file name given");
-    if (dataset && !dataset[0])
+    sw_h5_options o;
+    sw_h5_options_default(&o);
+    if (opts)
+        o = *opts;
+    if (o.dataset && !o.dataset[0])
         return sw_fail(ctx, SW_EINVAL, "sw_h5_open: %s: empty dataset name", path);
-    if (dataset && strlen(dataset) >= H5_PATH_MAX)
+    if (o.dataset && strlen(o.dataset) + 1 >= H5_PATH_MAX)
         return sw_fail(ctx, SW_EINVAL, "sw_h5_open: %s: dataset name too long", path);
+    char dset[H5_PATH_MAX];
+    if (o.dataset) {
+        /* paths inside the file start at its root */
+        snprintf(dset, sizeof dset, "%s%s", o.dataset[0] == '/' ? "" : "/", o.dataset);
+        o.dataset = dset;
+    }
+    if (!isfinite(o.timeout_s) || o.timeout_s < 0.0)
+        return sw_fail(ctx, SW_EINVAL, "sw_h5_open: %s: timeout %g s is not >= 0", path,
+                       o.timeout_s);
+    if (strlen(path) >= H5_FILE_MAX)
+        return sw_fail(ctx, SW_EINVAL, "sw_h5_open: %s: file name too long", path);
 
     /* Existence and readability first, so those are SW_EIO with the system's reason. */
     struct stat sb;
@@ -594,7 +526,10 @@ sw_status sw_h5_open(sw_context *ctx, const char *path, const char *dataset, sw_
         return sw_fail(ctx, SW_EIO, "%s: cannot open the file (%s)", path, strerror(errno));
     if (S_ISDIR(sb.st_mode))
         return sw_fail(ctx, SW_EIO, "%s: is a directory, not an HDF5 file", path);
-    int fd = open(path, O_RDONLY);
+    /* (a FIFO or a device would block or never end) */
+    if (!S_ISREG(sb.st_mode))
+        return sw_fail(ctx, SW_EIO, "%s: not a regular file", path);
+    int fd = open(path, O_RDONLY | O_NONBLOCK);
     if (fd < 0)
         return sw_fail(ctx, SW_EIO, "%s: cannot open the file (%s)", path, strerror(errno));
     close(fd);
@@ -603,62 +538,55 @@ sw_status sw_h5_open(sw_context *ctx, const char *path, const char *dataset, sw_
     if (!r)
         return sw_fail(ctx, SW_ENOMEM, "%s: out of memory", path);
     r->ctx = ctx;
-    r->file = -1;
+    r->fd = -1;
+    r->cache_id = -1;
+    r->links_anywhere = o.links_anywhere != 0;
+    r->l.mask.hd = -1;
     r->path = dup_string(path);
     if (!r->path) {
         free(r);
         return sw_fail(ctx, SW_ENOMEM, "%s: out of memory", path);
     }
-
-    h5_quiet q;
-    quiet_begin(&q);
-    char detail[512];
-    sw_status st = SW_OK;
-    htri_t is = H5Fis_hdf5(path);
-    if (is == 0) {
-        st = reader_fail(r, SW_EFORMAT, "%s: not an HDF5 file (no HDF5 signature found)", path);
-        goto done;
-    }
-    if (is < 0) {
-        st = reader_fail(r, SW_EFORMAT, "%s: not a readable HDF5 file (%s)", path,
-                         h5_detail(detail, sizeof detail));
-        goto done;
-    }
-    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-#if (H5_VERS_MAJOR == 1 && H5_VERS_MINOR == 10 && H5_VERS_RELEASE >= 7) || H5_VERSION_GE(1, 12, 1)
-    /* Reading needs no lock, and some cluster file systems refuse flock(). */
-    if (fapl >= 0)
-        H5Pset_file_locking(fapl, 0, 1);
-#endif
-    r->file = H5Fopen(path, H5F_ACC_RDONLY, fapl >= 0 ? fapl : H5P_DEFAULT);
-    if (r->file < 0)
-        h5_detail(detail, sizeof detail);
-    if (fapl >= 0)
-        H5Pclose(fapl);
-    if (r->file < 0) {
-        st = reader_fail(r, SW_EFORMAT, "%s: not a readable HDF5 file, truncated or corrupt (%s)",
-                         path, detail);
-        goto done;
-    }
-    st = find_blocks(r, dataset);
-    if (st != SW_OK)
-        goto done;
-    if (r->info.frames < 1) {
-        st = reader_fail(r, SW_EFORMAT, "%s: %s holds no frames", path, r->blocks[0].name);
-        goto done;
-    }
-    r->info.has_pixel_mask = dataset_exists(r->file, PATH_MASK);
-    read_overload(r);
-    H5Eclear2(H5E_DEFAULT);
-    r->error[0] = '\0';
-done:
-    quiet_end(&q);
+    h5_walk_opts wo = {o.dataset, o.link_dirs, o.links_anywhere != 0};
+    sw_status st = walk_file(ctx, path, &wo, o.timeout_s, o.in_process, &r->l);
+    for (uint32_t i = 0; i < r->l.nwarnings; i++)
+        sw_log(ctx, SW_LOG_WARN, "%s", r->l.warnings[i]);
+    if (st == SW_EUNSUPPORTED && strchr(r->l.msg, '\n'))
+        unsupported_message(r, r->l.msg);
+    else if (st != SW_OK)
+        reader_fail(r, st, "%s", r->l.msg);
     if (st != SW_OK) {
         reader_free(r);
         return st;
     }
+    sw_h5_info *in = &r->info;
+    const h5_dset *b0 = &r->l.blocks[0];
+    in->width = (int32_t)b0->dims[2];
+    in->height = (int32_t)b0->dims[1];
+    in->type = b0->esize == 1 ? SW_PIX_U8 : b0->esize == 2 ? SW_PIX_U16 : SW_PIX_U32;
+    in->blocks = (int32_t)r->l.nblocks;
+    for (uint32_t i = 0; i < r->l.nblocks; i++) {
+        in->frames += (int64_t)r->l.blocks[i].dims[0];
+        in->compressed |= r->l.blocks[i].filtered != 0;
+    }
+    in->overload = r->l.overload;
+    in->has_pixel_mask = r->l.has_mask;
+    r->error[0] = '\0';
     *out = r;
     return SW_OK;
+}
+
+sw_status sw_h5_open(sw_context *ctx, const char *path, const char *dataset, sw_h5_reader **out)
+{
+    sw_h5_options o;
+    sw_h5_options_default(&o);
+    o.dataset = dataset;
+    if (dataset && !dataset[0]) {
+        if (out)
+            *out = NULL;
+        return sw_fail(ctx, SW_EINVAL, "sw_h5_open: %s: empty dataset name", path ? path : "");
+    }
+    return sw_h5_open_ex(ctx, path, &o, out);
 }
 
 sw_status sw_h5_get_info(const sw_h5_reader *r, sw_h5_info *info)
@@ -673,6 +601,188 @@ sw_status sw_h5_get_info(const sw_h5_reader *r, sw_h5_info *info)
 const char *sw_h5_reader_error(const sw_h5_reader *r)
 {
     return r ? r->error : "";
+}
+
+/* The open descriptor of file fi (one kept at a time), checked to be the file the walk saw. */
+static int reader_fd(sw_h5_reader *r, uint32_t fi, char *why, size_t why_size)
+{
+    if (r->fd >= 0 && r->fd_file == fi)
+        return r->fd;
+    if (r->fd >= 0)
+        close(r->fd);
+    r->fd = -1;
+    const h5_file *f = &r->l.files[fi];
+    int fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(why, why_size, "cannot open %s (%s)", f->path, strerror(errno));
+        return -1;
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_dev != f->dev || (uint64_t)sb.st_ino != f->ino ||
+        (uint64_t)sb.st_size != f->size) {
+        close(fd);
+        snprintf(why, why_size, "%s has changed since it was opened", f->path);
+        return -1;
+    }
+    r->fd = fd;
+    r->fd_file = fi;
+    return fd;
+}
+
+/* The fallback: d opened through HDF5 in this process (its file too), on first use. */
+static hid_t fallback_dataset(sw_h5_reader *r, h5_dset *d, char *why, size_t why_size)
+{
+    char detail[512];
+    if (d->hd >= 0)
+        return d->hd;
+    h5_file *f = &r->l.files[d->file];
+    if (f->h5 < 0) {
+        struct stat sb;
+        if (stat(f->path, &sb) != 0 || (uint64_t)sb.st_dev != f->dev ||
+            (uint64_t)sb.st_ino != f->ino) {
+            snprintf(why, why_size, "%s has changed since it was opened", f->path);
+            return -1;
+        }
+        hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+#if (H5_VERS_MAJOR == 1 && H5_VERS_MINOR == 10 && H5_VERS_RELEASE >= 7) || H5_VERSION_GE(1, 12, 1)
+        if (fapl >= 0)
+            H5Pset_file_locking(fapl, 0, 1);
+#endif
+        f->h5 = H5Fopen(f->path, H5F_ACC_RDONLY, fapl >= 0 ? fapl : H5P_DEFAULT);
+        if (fapl >= 0)
+            H5Pclose(fapl);
+        if (f->h5 < 0) {
+            snprintf(why, why_size, "cannot open %s (%s)", f->path,
+                     h5_detail(detail, sizeof detail));
+            return -1;
+        }
+    }
+    hid_t lapl = H5Pcreate(H5P_LINK_ACCESS);
+    if (lapl >= 0 && !r->links_anywhere)
+        H5Pset_elink_cb(lapl, deny_elink, NULL);
+    d->hd = H5Oopen(f->h5, d->obj, lapl >= 0 ? lapl : H5P_DEFAULT);
+    if (d->hd < 0)
+        snprintf(why, why_size, "cannot open %s (%s)", d->name, h5_detail(detail, sizeof detail));
+    if (lapl >= 0)
+        H5Pclose(lapl);
+    return d->hd;
+}
+
+/* Chunks looked up when read (datasets with more than H5_LIST_MAX of them): the stored bytes
+ * through H5Dread_chunk, its size checked before anything is allocated. */
+typedef struct fetch_ctx {
+    sw_h5_reader *r;
+    h5_dset *d;
+} fetch_ctx;
+
+static int fetch_chunk(void *user, uint64_t ci, h5_scratch *s, size_t *size, uint32_t *mask,
+                       int *absent, char *why, size_t why_size)
+{
+    fetch_ctx *f = user;
+    h5_dset *d = f->d;
+    char detail[512];
+    int rc = -1;
+    h5_quiet q;
+    quiet_begin(&q);
+    hid_t hd = fallback_dataset(f->r, d, why, why_size);
+    if (hd >= 0) {
+        const uint64_t g2 = ci % d->grid[2], g1 = ci / d->grid[2] % d->grid[1],
+                       g0 = ci / (d->grid[2] * d->grid[1]);
+        hsize_t off3[3] = {g0 * d->cdim[0], g1 * d->cdim[1], g2 * d->cdim[2]};
+        const hsize_t *off = d->rank == 3 ? off3 : off3 + 1;
+        hsize_t stored = 0;
+        uint32_t fm = 0;
+        int got = H5Dget_chunk_storage_size(hd, off, &stored) >= 0;
+        if (!got) {
+            /* a chunk never written fails here: told apart by the (slower, whole-index)
+             * look-up by coordinate */
+            h5_detail(detail, sizeof detail);
+            H5Eclear2(H5E_DEFAULT);
+            unsigned m2 = 0;
+            haddr_t a2 = 0;
+            hsize_t s2 = 0;
+            if (H5Dget_chunk_info_by_coord(hd, off, &m2, &a2, &s2) >= 0 &&
+                (a2 == HADDR_UNDEF || s2 == 0)) {
+                got = 1;
+                stored = 0;
+            }
+        }
+        if (!got) {
+            snprintf(why, why_size, "cannot look chunk %llu up (%s)", (unsigned long long)ci,
+                     detail);
+        } else if (stored == 0) {
+            *absent = 1;
+            rc = 0;
+        } else if (stored > h5_chunk_stored_max(d)) {
+            snprintf(why, why_size, "chunk %llu claims %llu stored bytes for %llu decoded ones",
+                     (unsigned long long)ci, (unsigned long long)stored,
+                     (unsigned long long)h5_chunk_bytes(d));
+        } else if (h5_scratch_raw(s, (size_t)stored) < 0) {
+            snprintf(why, why_size, "out of memory (%llu bytes)", (unsigned long long)stored);
+        } else if (H5Dread_chunk(hd, H5P_DEFAULT, off, &fm, s->raw) < 0) {
+            snprintf(why, why_size, "cannot read chunk %llu (%s)", (unsigned long long)ci,
+                     h5_detail(detail, sizeof detail));
+        } else {
+            *size = (size_t)stored;
+            *mask = fm;
+            rc = 0;
+        }
+    }
+    H5Eclear2(H5E_DEFAULT);
+    quiet_end(&q);
+    return rc;
+}
+
+/* Fallback: frame k of b into dst (one hyperslab read, converted by HDF5). */
+static int fallback_frame(sw_h5_reader *r, h5_dset *b, int64_t k, sw_image *dst, char *why,
+                          size_t why_size)
+{
+    hid_t ds = fallback_dataset(r, b, why, why_size);
+    if (ds < 0)
+        return -1;
+    const sw_h5_info *in = &r->info;
+    hid_t fspace = -1, mspace = -1;
+    int bad = 1;
+    fspace = H5Dget_space(ds);
+    if (fspace >= 0) {
+        hsize_t start[3] = {(hsize_t)k, 0, 0};
+        hsize_t count[3] = {1, (hsize_t)in->height, (hsize_t)in->width};
+        herr_t e = b->rank == 3
+                       ? H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, NULL, count, NULL)
+                       : H5Sselect_all(fspace);
+        /* The caller's rows as a [height, stride / pixel] memory space, the image its left part. */
+        hsize_t mdims[2] = {(hsize_t)in->height, dst->stride / sw_pixel_size(in->type)};
+        hsize_t mstart[2] = {0, 0};
+        hsize_t mcount[2] = {(hsize_t)in->height, (hsize_t)in->width};
+        if (e >= 0)
+            mspace = H5Screate_simple(2, mdims, NULL);
+        if (mspace >= 0 && mdims[1] != mcount[1])
+            e = H5Sselect_hyperslab(mspace, H5S_SELECT_SET, mstart, NULL, mcount, NULL);
+        if (e >= 0 && mspace >= 0 &&
+            H5Dread(ds, native_type(in->type), mspace, fspace, H5P_DEFAULT, dst->data) >= 0)
+            bad = 0;
+    }
+    if (bad) {
+        char detail[512];
+        snprintf(why, why_size, "%s", h5_detail(detail, sizeof detail));
+    }
+    close_id(&mspace, H5Sclose);
+    close_id(&fspace, H5Sclose);
+    return bad ? -1 : 0;
+}
+
+/* Values of esize bytes in the other byte order, in place (rows of n values, stride apart). */
+static void swap_rows(uint8_t *p, size_t rows, size_t n, size_t stride, size_t esize)
+{
+    for (size_t y = 0; y < rows; y++) {
+        uint8_t *q = p + y * stride;
+        for (size_t i = 0; i < n; i++, q += esize)
+            for (size_t a = 0, b = esize - 1; a < b; a++, b--) {
+                uint8_t t = q[a];
+                q[a] = q[b];
+                q[b] = t;
+            }
+    }
 }
 
 sw_status sw_h5_read_frame(sw_h5_reader *r, int64_t index, sw_image *dst)
@@ -703,53 +813,85 @@ sw_status sw_h5_read_frame(sw_h5_reader *r, int64_t index, sw_image *dst)
 
     /* The block holding the frame: the last one whose first frame is <= index (a block of no
      * frames shares its first index with the next block, which is then the one taken). */
-    int32_t lo = 0, hi = r->nblocks - 1;
+    int32_t lo = 0, hi = (int32_t)r->l.nblocks - 1;
     while (lo < hi) {
         int32_t mid = lo + (hi - lo + 1) / 2;
-        if (r->blocks[mid].first <= index)
+        if (r->l.blocks[mid].first <= index)
             lo = mid;
         else
             hi = mid - 1;
     }
-    const h5_block *b = &r->blocks[lo];
+    h5_dset *b = &r->l.blocks[lo];
     int64_t k = index - b->first;
-
-    h5_quiet q;
-    quiet_begin(&q);
-    char detail[512] = "";
-    hid_t fspace = -1, mspace = -1;
-    int bad = 1;
-    fspace = H5Dget_space(b->dset);
-    if (fspace >= 0) {
-        hsize_t start[3] = {(hsize_t)k, 0, 0};
-        hsize_t count[3] = {1, (hsize_t)in->height, (hsize_t)in->width};
-        herr_t e = b->rank == 3
-                       ? H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, NULL, count, NULL)
-                       : H5Sselect_all(fspace);
-        /* The caller's rows as a [height, stride / pixel] memory space, the image its left part. */
-        hsize_t mdims[2] = {(hsize_t)in->height, dst->stride / sw_pixel_size(in->type)};
-        hsize_t mstart[2] = {0, 0};
-        hsize_t mcount[2] = {(hsize_t)in->height, (hsize_t)in->width};
-        if (e >= 0)
-            mspace = H5Screate_simple(2, mdims, NULL);
-        if (mspace >= 0 && mdims[1] != mcount[1])
-            e = H5Sselect_hyperslab(mspace, H5S_SELECT_SET, mstart, NULL, mcount, NULL);
-        if (e >= 0 && mspace >= 0 &&
-            H5Dread(b->dset, native_type(in->type), mspace, fspace, H5P_DEFAULT, dst->data) >= 0)
-            bad = 0;
+    char why[SW_ERROR_MAX] = "";
+    int bad;
+    if (b->layout == H5_LAYOUT_HDF5) {
+        h5_quiet q;
+        quiet_begin(&q);
+        bad = fallback_frame(r, b, k, dst, why, sizeof why) < 0;
+        H5Eclear2(H5E_DEFAULT);
+        quiet_end(&q);
+    } else {
+        fetch_ctx fc = {r, b};
+        h5_source src = {-1, r->l.files[b->file].size, fetch_chunk, &fc};
+        const int by_fd = b->layout == H5_LAYOUT_CONTIG || b->listed;
+        if (by_fd)
+            src.fd = reader_fd(r, b->file, why, sizeof why);
+        bad = (by_fd && src.fd < 0) ||
+              h5_read_plane(b, &src, k, dst->data, dst->stride, &r->scratch, &r->cache,
+                            &r->cache_cap, &r->cache_id, &r->cache_owner, why, sizeof why) < 0;
+        if (!bad && b->swap)
+            swap_rows(dst->data, (size_t)in->height, (size_t)in->width, dst->stride, b->esize);
     }
-    if (bad)
-        h5_detail(detail, sizeof detail);
-    close_id(&mspace, H5Sclose);
-    close_id(&fspace, H5Sclose);
-    H5Eclear2(H5E_DEFAULT);
-    quiet_end(&q);
     if (bad)
         return reader_fail(r, SW_EFORMAT,
                            "%s: cannot read frame %lld (frame %lld of %s): the data is corrupt or "
                            "truncated (%s)",
-                           r->path, (long long)index, (long long)k, b->name, detail);
+                           r->path, (long long)index, (long long)k, b->name, why);
     return SW_OK;
+}
+
+/* Fallback: the mask read through HDF5 as int64 in slabs of rows (any integer type converts
+ * without wrapping; a non-zero value, any bit of Eiger's mask, marks a bad pixel). */
+static int fallback_mask(sw_h5_reader *r, h5_dset *m, uint8_t *valid, char *why, size_t why_size)
+{
+    const int32_t w = r->info.width, h = r->info.height;
+    hid_t d = fallback_dataset(r, m, why, why_size);
+    if (d < 0)
+        return -1;
+    int rc = 0;
+    hid_t fspace = H5Dget_space(d), mspace = -1;
+    int64_t rows = (int64_t)(MASK_SLAB_BYTES / (sizeof(int64_t) * (size_t)w));
+    if (rows < 1)
+        rows = 1;
+    if (rows > h)
+        rows = h;
+    int64_t *buf = malloc((size_t)rows * (size_t)w * sizeof *buf);
+    if (!buf || fspace < 0) {
+        snprintf(why, why_size, "%s", buf ? "cannot read the dataspace" : "out of memory");
+        rc = -1;
+    }
+    for (int64_t y0 = 0; rc == 0 && y0 < h; y0 += rows) {
+        int64_t n = h - y0 < rows ? h - y0 : rows;
+        hsize_t start[2] = {(hsize_t)y0, 0}, count[2] = {(hsize_t)n, (hsize_t)w};
+        close_id(&mspace, H5Sclose);
+        mspace = H5Screate_simple(2, count, NULL);
+        if (mspace < 0 ||
+            H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, NULL, count, NULL) < 0 ||
+            H5Dread(d, H5T_NATIVE_INT64, mspace, fspace, H5P_DEFAULT, buf) < 0) {
+            char detail[512];
+            snprintf(why, why_size, "%s", h5_detail(detail, sizeof detail));
+            rc = -1;
+            break;
+        }
+        uint8_t *out = valid + (size_t)y0 * (size_t)w;
+        for (size_t i = 0; i < (size_t)n * (size_t)w; i++)
+            out[i] = buf[i] == 0;
+    }
+    free(buf);
+    close_id(&mspace, H5Sclose);
+    close_id(&fspace, H5Sclose);
+    return rc;
 }
 
 sw_status sw_h5_read_pixel_mask(sw_h5_reader *r, uint8_t *valid)
@@ -758,85 +900,46 @@ sw_status sw_h5_read_pixel_mask(sw_h5_reader *r, uint8_t *valid)
         return sw_fail(NULL, SW_EINVAL, "sw_h5_read_pixel_mask: the reader is NULL");
     if (!valid)
         return reader_fail(r, SW_EINVAL, "%s: no buffer for the pixel mask (NULL)", r->path);
-    if (!r->info.has_pixel_mask)
+    if (!r->l.has_mask)
         return reader_fail(r, SW_EFORMAT, "%s: the file has no pixel mask (%s)", r->path,
                            PATH_MASK);
-    const int32_t w = r->info.width, h = r->info.height;
-    h5_quiet q;
-    quiet_begin(&q);
-    char detail[512] = "";
-    sw_status st = SW_OK;
-    hid_t d = -1, fspace = -1, mspace = -1, t = -1;
-    int64_t *buf = NULL;
-    d = H5Dopen2(r->file, PATH_MASK, H5P_DEFAULT);
-    if (d < 0) {
-        st = reader_fail(r, SW_EFORMAT, "%s: cannot open %s (%s)", r->path, PATH_MASK,
-                         h5_detail(detail, sizeof detail));
-        goto done;
-    }
-    fspace = H5Dget_space(d);
-    t = H5Dget_type(d);
-    int rank = fspace >= 0 ? H5Sget_simple_extent_ndims(fspace) : -1;
-    hsize_t dims[H5S_MAX_RANK] = {0};
-    if (rank > 0 && rank <= H5S_MAX_RANK)
-        H5Sget_simple_extent_dims(fspace, dims, NULL);
-    if (rank != 2 || dims[0] != (hsize_t)h || dims[1] != (hsize_t)w) {
-        char shape[96] = "";
-        if (rank == 2)
-            snprintf(shape, sizeof shape, "%llu x %llu pixels", (unsigned long long)dims[1],
-                     (unsigned long long)dims[0]);
-        else
-            snprintf(shape, sizeof shape, "of rank %d", rank < 0 ? 0 : rank);
-        st = reader_fail(r, SW_EFORMAT,
-                         "%s: wrong pixel mask shape: %s is %s but the frames are %d x %d", r->path,
-                         PATH_MASK, shape, (int)w, (int)h);
-        goto done;
-    }
-    if (t < 0 || H5Tget_class(t) != H5T_INTEGER) {
-        char tdesc[64] = "an unreadable type";
-        if (t >= 0)
-            describe_type(t, tdesc, sizeof tdesc);
-        st = reader_fail(r, SW_EFORMAT, "%s: %s holds %s: a pixel mask holds integers", r->path,
-                         PATH_MASK, tdesc);
-        goto done;
-    }
-    /* Read as int64 in slabs of rows: any integer type converts without wrapping, and a
-     * non-zero value (any bit of Eiger's mask) marks a bad pixel. */
-    int64_t rows = (int64_t)(MASK_SLAB_BYTES / (sizeof(int64_t) * (size_t)w));
-    if (rows < 1)
-        rows = 1;
-    if (rows > h)
-        rows = h;
-    buf = malloc((size_t)rows * (size_t)w * sizeof *buf);
-    if (!buf) {
-        st = reader_fail(r, SW_ENOMEM, "%s: out of memory reading the pixel mask", r->path);
-        goto done;
-    }
-    for (int64_t y0 = 0; y0 < h; y0 += rows) {
-        int64_t n = h - y0 < rows ? h - y0 : rows;
-        hsize_t start[2] = {(hsize_t)y0, 0}, count[2] = {(hsize_t)n, (hsize_t)w};
-        close_id(&mspace, H5Sclose);
-        mspace = H5Screate_simple(2, count, NULL);
-        if (mspace < 0 ||
-            H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, NULL, count, NULL) < 0 ||
-            H5Dread(d, H5T_NATIVE_INT64, mspace, fspace, H5P_DEFAULT, buf) < 0) {
-            st = reader_fail(r, SW_EFORMAT, "%s: cannot read %s, corrupt or truncated (%s)",
-                             r->path, PATH_MASK, h5_detail(detail, sizeof detail));
-            goto done;
+    if (!r->l.mask_ok)
+        return reader_fail(r, SW_EFORMAT, "%s", r->l.mask_msg);
+    h5_dset *m = &r->l.mask;
+    const size_t w = (size_t)r->info.width, h = (size_t)r->info.height, es = m->esize;
+    char why[SW_ERROR_MAX] = "";
+    int bad;
+    if (m->layout == H5_LAYOUT_HDF5) {
+        h5_quiet q;
+        quiet_begin(&q);
+        bad = fallback_mask(r, m, valid, why, sizeof why) < 0;
+        H5Eclear2(H5E_DEFAULT);
+        quiet_end(&q);
+    } else {
+        uint8_t *raw = malloc(w * h * es);
+        if (!raw)
+            return reader_fail(r, SW_ENOMEM, "%s: out of memory reading the pixel mask", r->path);
+        fetch_ctx fc = {r, m};
+        h5_source src = {-1, r->l.files[m->file].size, fetch_chunk, &fc};
+        const int by_fd = m->layout == H5_LAYOUT_CONTIG || m->listed;
+        if (by_fd)
+            src.fd = reader_fd(r, m->file, why, sizeof why);
+        bad = (by_fd && src.fd < 0) ||
+              h5_read_plane(m, &src, 0, raw, w * es, &r->scratch, &r->cache, &r->cache_cap,
+                            &r->cache_id, &r->cache_owner, why, sizeof why) < 0;
+        /* non-zero in any byte (either byte order) marks a bad pixel */
+        for (size_t i = 0; !bad && i < w * h; i++) {
+            uint8_t any = 0;
+            for (size_t j = 0; j < es; j++)
+                any |= raw[i * es + j];
+            valid[i] = any == 0;
         }
-        uint8_t *out = valid + (size_t)y0 * (size_t)w;
-        for (size_t i = 0; i < (size_t)n * (size_t)w; i++)
-            out[i] = buf[i] == 0;
+        free(raw);
     }
-done:
-    free(buf);
-    close_id(&t, H5Tclose);
-    close_id(&mspace, H5Sclose);
-    close_id(&fspace, H5Sclose);
-    close_id(&d, H5Dclose);
-    H5Eclear2(H5E_DEFAULT);
-    quiet_end(&q);
-    return st;
+    if (bad)
+        return reader_fail(r, SW_EFORMAT, "%s: cannot read %s, corrupt or truncated (%s)", r->path,
+                           PATH_MASK, why);
+    return SW_OK;
 }
 
 void sw_h5_close(sw_h5_reader *r)

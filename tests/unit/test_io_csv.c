@@ -260,6 +260,8 @@ static void errors_with_line_numbers(void **state)
     expect_error("a,\"b\n1,2\n", "line 1", "unterminated");
     expect_error("a,\"b\"c\n1,2\n", "line 1", "after the closing quote");
     expect_error("a,b\n1,\"2\"x\n", "line 2", "closing quote");
+    /* found by fuzz_csv: a carriage return inside a header name was SW_EINVAL */
+    expect_error("\xEF\xBB\xBF\n\ri0nf,1inf\n-\n", "line 2", "line break");
     const char nul[] = "a,b\n1,2\0\n";
     const char *path = sw_test_path("nul.csv");
     sw_test_write_file(path, nul, sizeof nul - 1);

@@ -9,6 +9,9 @@
 
 #include "testutil.h"
 
+#include "io/bitshuffle.h"
+
+#include <dirent.h>
 #include <fcntl.h>
 #include <hdf5.h>
 #include <math.h>
@@ -16,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static const sw_pixel_type int_types[3] = {SW_PIX_U8, SW_PIX_U16, SW_PIX_U32};
@@ -873,7 +877,8 @@ static void missing_filters(void **state)
         print_message("SKIP (bitshuffle part): HDF5 cannot load filter 32008 here\n");
         return;
     }
-    /* bitshuffle/LZ4 that this process can no longer load: plugins off, the filter dropped */
+    /* bitshuffle/LZ4 that this process can no longer load (plugins off, the filter dropped):
+     * spotwave decodes it itself, so the file still reads; only writing needs the plugin */
     sw_image *fr = make_frames(2, 8, 8, SW_PIX_U16, 4242);
     char bs[768], out[768];
     snprintf(bs, sizeof bs, "%s", sw_test_path("bs.h5"));
@@ -884,18 +889,18 @@ static void missing_filters(void **state)
     assert_true(H5PLset_loading_state(0) >= 0);
     assert_true(H5Zunregister(32008) >= 0);
     assert_int_equal(sw_h5_bitshuffle_available(), 0);
-    assert_open_fails(bs, NULL, SW_EUNSUPPORTED, "filter 32008");
-    assert_msg(sw_context_error(NULL), "bitshuffle");
-    assert_msg(sw_context_error(NULL), "hdf5-filter-plugin");
+    sw_h5_reader *r = open_ok(bs, NULL);
+    assert_frames_read_back(r, fr, 2, 0);
+    sw_h5_close(r);
     assert_int_equal(sw_h5_write(NULL, out, fr, 2, 0, SW_H5_BSLZ4, NULL, 0.0), SW_EUNSUPPORTED);
     assert_msg(sw_context_error(NULL), "32008");
     assert_msg(sw_context_error(NULL), "bitshuffle");
     assert_false(sw_test_file_exists(out));
     assert_int_equal(sw_test_count_temp_files(), 0);
-    /* plugins back on: the filter loads again and the file reads */
+    /* plugins back on: the filter loads again */
     assert_true(H5PLset_loading_state(saved) >= 0);
     assert_int_equal(sw_h5_bitshuffle_available(), 1);
-    sw_h5_reader *r = open_ok(bs, NULL);
+    r = open_ok(bs, NULL);
     assert_frames_read_back(r, fr, 2, 0);
     sw_h5_close(r);
     free_frames(fr, 2);
@@ -1104,6 +1109,925 @@ static void nothing_printed(void **state)
     free_frames(fr, 3);
 }
 
+/* ------------------------------------------------------------------ untrusted input */
+
+/* A reproducible byte stream (SplitMix64). */
+static uint64_t mix_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static void fill_bytes(uint8_t *p, size_t n, uint64_t seed)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = (uint8_t)(mix_next(&seed) >> 56);
+}
+
+/* Bitshuffle's transform written out from its definition (bitshuffle.h): bit k of byte j of
+ * element i goes to bit i % 8 of byte (8 j + k) * n / 8 + i / 8. */
+static void bshuf_by_definition(const uint8_t *in, uint8_t *out, size_t n, size_t es)
+{
+    memset(out, 0, n * es);
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < es; j++)
+            for (size_t k = 0; k < 8; k++)
+                out[(8 * j + k) * (n / 8) + i / 8] |=
+                    (uint8_t)(((in[i * es + j] >> k) & 1u) << (i % 8));
+}
+
+static void bitshuffle_transform(void **state)
+{
+    (void)state;
+    const size_t ns[3] = {8, 64, 1032}, ess[4] = {1, 2, 4, 8};
+    uint8_t *in = malloc(1032 * 8), *a = malloc(1032 * 8), *b = malloc(1032 * 8);
+    assert_true(in && a && b);
+    for (int ni = 0; ni < 3; ni++)
+        for (int ei = 0; ei < 4; ei++) {
+            size_t n = ns[ni], es = ess[ei];
+            fill_bytes(in, n * es, 7 * n + es);
+            bshuf_by_definition(in, a, n, es);
+            sw_bshuf_trans_block(in, b, n, es);
+            assert_memory_equal(a, b, n * es);
+            sw_bshuf_untrans_block(b, a, n, es);
+            assert_memory_equal(a, in, n * es);
+        }
+    /* the filter's default block sizes (elements): 8192 bytes, a multiple of 8, at least 128 */
+    assert_int_equal(sw_bshuf_default_block(1), 8192);
+    assert_int_equal(sw_bshuf_default_block(2), 4096);
+    assert_int_equal(sw_bshuf_default_block(4), 2048);
+    assert_int_equal(sw_bshuf_default_block(8), 1024);
+    assert_int_equal(sw_bshuf_default_block(128), 128);
+    free(in);
+    free(a);
+    free(b);
+}
+
+/* Encoded with spotwave's encoder, every size of chunk decodes back: whole blocks, a shorter
+ * block and a stored tail (5003 elements), blocks of 64; and the plain variant. */
+static void bitshuffle_round_trip(void **state)
+{
+    (void)state;
+    const size_t counts[4] = {1, 7, 64, 5003}, ess[3] = {1, 2, 4}, blocks[2] = {0, 64};
+    char why[256];
+    for (int ci = 0; ci < 4; ci++)
+        for (int ei = 0; ei < 3; ei++)
+            for (int bi = 0; bi < 2; bi++) {
+                size_t es = ess[ei], size = counts[ci] * es;
+                uint8_t *in = malloc(size), *out = malloc(size);
+                size_t cap = sw_bshuf_lz4_bound(size, es, blocks[bi]);
+                uint8_t *enc = malloc(cap);
+                assert_true(in && out && enc);
+                for (size_t i = 0; i < size; i++)
+                    in[i] = (uint8_t)(i % 13 == 0 ? i * 7 : i % 3); /* compressible */
+                size_t n = sw_bshuf_encode_lz4(in, size, enc, cap, es, blocks[bi]);
+                assert_true(n >= SW_BSHUF_HEADER && n <= cap);
+                assert_int_equal(sw_bshuf_decode_lz4(enc, n, out, size, es, why, sizeof why), 0);
+                assert_memory_equal(in, out, size);
+                /* plain: the blocks transposed, the tail as it is */
+                uint8_t *sh = malloc(size);
+                assert_non_null(sh);
+                size_t bl = blocks[bi] ? blocks[bi] : sw_bshuf_default_block(es);
+                size_t el = size / es, done = 0;
+                for (; done + bl <= el; done += bl)
+                    sw_bshuf_trans_block(in + done * es, sh + done * es, bl, es);
+                size_t last = (el - done) - (el - done) % 8;
+                sw_bshuf_trans_block(in + done * es, sh + done * es, last, es);
+                done += last;
+                memcpy(sh + done * es, in + done * es, (el - done) * es);
+                assert_int_equal(
+                    sw_bshuf_decode_plain(sh, size, out, size, es, blocks[bi], why, sizeof why), 0);
+                assert_memory_equal(in, out, size);
+                assert_int_equal(
+                    sw_bshuf_decode_plain(sh, size - 1, out, size, es, blocks[bi], why, sizeof why),
+                    -1);
+                free(sh);
+                free(in);
+                free(out);
+                free(enc);
+            }
+}
+
+static void put_be32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+
+static void put_be64(uint8_t *p, uint64_t v)
+{
+    put_be32(p, (uint32_t)(v >> 32));
+    put_be32(p + 4, (uint32_t)v);
+}
+
+/* The decoder on corrupt chunks directly: every lie in a header or a block count, every
+ * truncation, stray bytes, and many random one-byte changes; each is -1 with a reason or (a
+ * change the data cannot reveal) 0, and none reads or writes outside its buffers (ASan). */
+static void bitshuffle_corrupt(void **state)
+{
+    (void)state;
+    const size_t es = 2, size = 600 * es; /* one block of 600 elements (default 4096) */
+    uint8_t in[1200], out[1200];
+    for (size_t i = 0; i < size; i++)
+        in[i] = (uint8_t)(i % 11 == 0 ? 200 : i % 2);
+    size_t cap = sw_bshuf_lz4_bound(size, es, 0);
+    uint8_t *enc = malloc(cap + 64), *bad = malloc(cap + 64);
+    assert_true(enc && bad);
+    size_t n = sw_bshuf_encode_lz4(in, size, enc, cap, es, 0);
+    assert_true(n > 16);
+    char why[256];
+    struct {
+        const char *what, *words;
+        int at; /* byte changed: 0 total, 8 block size, 12 first count, -1 none */
+        uint64_t value;
+        long resize; /* bytes added (+) or the new length (<= 0: -length) */
+    } cases[] = {
+        {"total + 1", "header says", 0, 1201, 0},
+        {"total - 2", "header says", 0, 1198, 0},
+        {"total 2^40", "header says", 0, (uint64_t)1 << 40, 0},
+        {"block 12 bytes (6 elements)", "block size", 8, 12, 0},
+        {"block 3 bytes", "block size", 8, 3, 0},
+        {"count + 100", "claims", 12, 100000, 0},
+        {"count 2^32 - 1", "claims", 12, 0xFFFFFFFFu, 0},
+        {"count 0", "LZ4", 12, 0, 0},
+        {"cut to 12 bytes", "truncated", -1, 0, -12},
+        {"cut to 5 bytes", "12-byte header", -1, 0, -5},
+        {"cut to 0 bytes", "12-byte header", -1, 0, -1000000},
+        {"64 stray bytes", "stray bytes", -1, 0, 64},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        memcpy(bad, enc, n);
+        size_t m = n;
+        if (cases[c].at == 0)
+            put_be64(bad, cases[c].value);
+        else if (cases[c].at == 8)
+            put_be32(bad + 8, (uint32_t)cases[c].value);
+        else if (cases[c].at == 12)
+            put_be32(bad + 12, cases[c].value == 100000 ? (uint32_t)(n - 16 + 100)
+                                                        : (uint32_t)cases[c].value);
+        if (cases[c].resize > 0) {
+            memset(bad + n, 0xA5, (size_t)cases[c].resize);
+            m = n + (size_t)cases[c].resize;
+        } else if (cases[c].resize < 0) {
+            m = (size_t)-cases[c].resize > n ? 0 : (size_t)-cases[c].resize;
+        }
+        int rc = sw_bshuf_decode_lz4(bad, m, out, size, es, why, sizeof why);
+        if (rc != -1 || !strstr(why, cases[c].words))
+            fail_msg("%s: rc %d, reason \"%s\" (wanted \"%s\")", cases[c].what, rc, why,
+                     cases[c].words);
+    }
+    /* a block size of 0 is what the filter reads as its default: the chunk decodes */
+    memcpy(bad, enc, n);
+    put_be32(bad + 8, 0);
+    assert_int_equal(sw_bshuf_decode_lz4(bad, n, out, size, es, why, sizeof why), 0);
+    assert_memory_equal(out, in, size);
+    /* every truncation fails */
+    for (size_t m = 0; m < n; m++)
+        assert_int_equal(sw_bshuf_decode_lz4(enc, m, out, size, es, why, sizeof why), -1);
+    /* random one-byte changes: -1, or 0 only when the change kept a valid stream */
+    uint64_t seed = 99;
+    int failed = 0;
+    for (int t = 0; t < 3000; t++) {
+        memcpy(bad, enc, n);
+        size_t at = (size_t)(mix_next(&seed) % n);
+        bad[at] ^= (uint8_t)(1 + mix_next(&seed) % 255);
+        int rc = sw_bshuf_decode_lz4(bad, n, out, size, es, why, sizeof why);
+        assert_true(rc == 0 || rc == -1);
+        failed += rc != 0;
+    }
+    assert_true(failed > 1000);
+    free(enc);
+    free(bad);
+}
+
+/* The stored chunk k of dataset dset in path, and its filter mask. */
+static uint8_t *h5_chunk_bytes(const char *path, const char *dset, const hsize_t *off, size_t *n,
+                               uint32_t *fmask)
+{
+    hid_t f = h5_open_ro(path);
+    hid_t d = H5Dopen2(f, dset, H5P_DEFAULT);
+    assert_true(d >= 0);
+    hsize_t sz = 0;
+    assert_true(H5Dget_chunk_storage_size(d, off, &sz) >= 0);
+    uint8_t *buf = malloc(sz + 1);
+    assert_non_null(buf);
+    assert_true(H5Dread_chunk(d, H5P_DEFAULT, off, fmask, buf) >= 0);
+    H5Dclose(d);
+    h5_close(f);
+    *n = (size_t)sz;
+    return buf;
+}
+
+static void h5_put_chunk(const char *path, const char *dset, const hsize_t *off, uint32_t fmask,
+                         const void *buf, size_t n)
+{
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    assert_true(f >= 0);
+    hid_t d = H5Dopen2(f, dset, H5P_DEFAULT);
+    assert_true(d >= 0);
+    assert_true(H5Dwrite_chunk(d, H5P_DEFAULT, fmask, off, n, buf) >= 0);
+    H5Dclose(d);
+    h5_close(f);
+}
+
+/* What HDF5 itself reads for a dataset (through its filters and plugins), as native values. */
+static void *h5_read_all(const char *path, const char *dset, hid_t mtype, size_t bytes)
+{
+    void *buf = malloc(bytes);
+    assert_non_null(buf);
+    hid_t f = h5_open_ro(path);
+    hid_t d = H5Dopen2(f, dset, H5P_DEFAULT);
+    assert_true(d >= 0);
+    assert_true(H5Dread(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) >= 0);
+    H5Dclose(d);
+    h5_close(f);
+    return buf;
+}
+
+/* Every frame spotwave reads equals what HDF5 reads (n frames of w x h u16 or u32). */
+static void assert_reads_like_hdf5(const char *path, const char *dset, int n, int w, int h,
+                                   sw_pixel_type t, int compressed)
+{
+    size_t ps = sw_pixel_size(t), plane = (size_t)w * (size_t)h * ps;
+    uint8_t *want = h5_read_all(path, dset, t == SW_PIX_U16 ? H5T_NATIVE_UINT16 : H5T_NATIVE_UINT32,
+                                plane * (size_t)n);
+    sw_h5_reader *r = open_ok(path, dset);
+    sw_h5_info in;
+    assert_int_equal(sw_h5_get_info(r, &in), SW_OK);
+    assert_int_equal(in.frames, n);
+    assert_int_equal(in.compressed, compressed);
+    sw_image img;
+    /* a padded image: rows wider than the frame */
+    assert_int_equal(sw_image_alloc(NULL, w + 3, h, t, &img), SW_OK);
+    img.width = w;
+    for (int k = n - 1; k >= 0; k--) {
+        sw_status st = sw_h5_read_frame(r, k, &img);
+        if (st != SW_OK)
+            fail_msg("%s: frame %d: %s", path, k, sw_h5_reader_error(r));
+        for (int y = 0; y < h; y++)
+            if (memcmp(sw_image_row(&img, y), want + (size_t)k * plane + (size_t)y * w * ps,
+                       (size_t)w * ps) != 0)
+                fail_msg("%s: frame %d row %d differs from what HDF5 reads", path, k, y);
+    }
+    img.width = w + 3;
+    sw_image_free(&img);
+    sw_h5_close(r);
+    free(want);
+}
+
+/* Storage layouts spotwave decodes itself (contiguous, chunks of any shape, deflate, shuffle,
+ * bitshuffle with and without LZ4, chunks never written, fill values, big-endian) and those left
+ * to HDF5 (Fletcher-32, compact), each read exactly as HDF5 reads it. */
+static void layouts_read_like_hdf5(void **state)
+{
+    (void)state;
+    enum { N = 5, H = 12, W = 15 };
+    uint32_t px[N * H * W];
+    uint64_t seed = 5;
+    for (int i = 0; i < N * H * W; i++)
+        px[i] = (uint32_t)(mix_next(&seed) >> 40) % (i % 7 == 0 ? 60000u : 9u);
+    const int bs = sw_h5_bitshuffle_available();
+    struct {
+        const char *name;
+        hsize_t chunk[3]; /* {0}: contiguous */
+        int filters;      /* bits: 1 deflate, 2 shuffle, 4 bitshuffle, 8 bitshuffle+LZ4 (block
+                             64), 16 Fletcher-32, 32 compact */
+        int written;      /* frames written (the rest never are) */
+        int fill;         /* fill value */
+        hid_t ftype;
+    } cases[] = {
+        {"contiguous", {0, 0, 0}, 0, N, 0, H5T_STD_U16LE},
+        {"chunks 2x5x7", {2, 5, 7}, 0, N, 0, H5T_STD_U16LE},
+        {"deflate", {2, 5, 7}, 1, N, 0, H5T_STD_U16LE},
+        {"shuffle+deflate", {2, 5, 7}, 3, N, 0, H5T_STD_U32LE},
+        {"shuffle", {1, H, W}, 2, N, 0, H5T_STD_U32LE},
+        {"bitshuffle", {3, 4, W}, 4, N, 0, H5T_STD_U16LE},
+        {"bitshuffle/LZ4 block 64", {1, H, W}, 8, N, 0, H5T_STD_U32LE},
+        {"bitshuffle/LZ4 partial chunks", {2, 7, 4}, 8, N, 0, H5T_STD_U16LE},
+        {"fletcher32 (HDF5)", {2, 5, 7}, 16, N, 0, H5T_STD_U16LE},
+        {"compact (HDF5)", {0, 0, 0}, 32, N, 0, H5T_STD_U16LE},
+        {"unwritten chunks, fill 7", {2, 5, 7}, 1, 2, 7, H5T_STD_U16LE},
+        {"unwritten contiguous, fill 9", {0, 0, 0}, 0, 0, 9, H5T_STD_U16LE},
+        {"big-endian deflate", {1, 6, W}, 1, N, 0, H5T_STD_U32BE},
+        {"big-endian bitshuffle/LZ4", {1, H, W}, 8, N, 0, H5T_STD_U16BE},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        if ((cases[c].filters & 12) && !bs) {
+            print_message("SKIP (%s): HDF5 cannot load filter 32008 here\n", cases[c].name);
+            continue;
+        }
+        const char *path = sw_test_path("layout.h5");
+        hid_t f = h5_create(path);
+        hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+        const int fl = cases[c].filters;
+        if (cases[c].chunk[0]) {
+            assert_true(H5Pset_chunk(dcpl, 3, cases[c].chunk) >= 0);
+            if (fl & 2)
+                assert_true(H5Pset_shuffle(dcpl) >= 0);
+            if (fl & 1)
+                assert_true(H5Pset_deflate(dcpl, 5) >= 0);
+            if (fl & 4) {
+                const unsigned cd[2] = {0, 0};
+                assert_true(H5Pset_filter(dcpl, 32008, H5Z_FLAG_MANDATORY, 2, cd) >= 0);
+            }
+            if (fl & 8) {
+                const unsigned cd[2] = {64, 2};
+                assert_true(H5Pset_filter(dcpl, 32008, H5Z_FLAG_MANDATORY, 2, cd) >= 0);
+            }
+            if (fl & 16)
+                assert_true(H5Pset_fletcher32(dcpl) >= 0);
+        } else if (fl & 32) {
+            assert_true(H5Pset_layout(dcpl, H5D_COMPACT) >= 0);
+        }
+        const sw_pixel_type t = H5Tget_size(cases[c].ftype) == 2 ? SW_PIX_U16 : SW_PIX_U32;
+        hid_t mt = t == SW_PIX_U16 ? H5T_NATIVE_UINT16 : H5T_NATIVE_UINT32;
+        if (cases[c].fill) {
+            uint32_t fv = (uint32_t)cases[c].fill;
+            assert_true(H5Pset_fill_value(dcpl, H5T_NATIVE_UINT32, &fv) >= 0);
+        }
+        hsize_t dims[3] = {N, H, W};
+        hid_t s = H5Screate_simple(3, dims, NULL);
+        hid_t d = H5Dcreate2(f, "/d", cases[c].ftype, s, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+        assert_true(d >= 0);
+        if (cases[c].written > 0) {
+            uint16_t p16[N * H * W];
+            for (int i = 0; i < N * H * W; i++)
+                p16[i] = (uint16_t)px[i];
+            hsize_t start[3] = {0, 0, 0}, count[3] = {(hsize_t)cases[c].written, H, W};
+            hid_t ms = H5Screate_simple(3, count, NULL);
+            assert_true(H5Sselect_hyperslab(s, H5S_SELECT_SET, start, NULL, count, NULL) >= 0);
+            assert_true(H5Dwrite(d, mt, ms, s, H5P_DEFAULT,
+                                 t == SW_PIX_U16 ? (void *)p16 : (void *)px) >= 0);
+            H5Sclose(ms);
+        }
+        H5Dclose(d);
+        H5Sclose(s);
+        H5Pclose(dcpl);
+        h5_close(f);
+        print_message("layout: %s\n", cases[c].name);
+        assert_reads_like_hdf5(path, "/d", N, W, H, t, fl != 0 && fl != 32);
+    }
+}
+
+/* A dataset of more chunks than the walk lists (H5_LIST_MAX): its chunks are looked up when read
+ * (H5Dread_chunk), with the same results as HDF5's own read, fill values for chunks never
+ * written, and a corrupt chunk refused. */
+static void many_chunks_looked_up(void **state)
+{
+    (void)state;
+    enum { N = 3, H = 60, W = 60 };
+    const char *path = sw_test_path("many_chunks.h5");
+    hid_t f = h5_create(path);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    hsize_t dims[3] = {N, H, W}, chunk[3] = {1, 1, 2};
+    assert_true(H5Pset_chunk(dcpl, 3, chunk) >= 0);
+    assert_true(H5Pset_shuffle(dcpl) >= 0);
+    assert_true(H5Pset_deflate(dcpl, 1) >= 0);
+    uint16_t fv = 5;
+    assert_true(H5Pset_fill_value(dcpl, H5T_NATIVE_UINT16, &fv) >= 0);
+    hid_t s = H5Screate_simple(3, dims, NULL);
+    hid_t d = H5Dcreate2(f, "/d", H5T_STD_U16LE, s, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    assert_true(d >= 0);
+    uint16_t px[2 * H * W];
+    for (int i = 0; i < 2 * H * W; i++)
+        px[i] = (uint16_t)(i * 37 % 1009);
+    hsize_t start[3] = {0, 0, 0}, count[3] = {2, H, W};
+    hid_t ms = H5Screate_simple(3, count, NULL);
+    assert_true(H5Sselect_hyperslab(s, H5S_SELECT_SET, start, NULL, count, NULL) >= 0);
+    assert_true(H5Dwrite(d, H5T_NATIVE_UINT16, ms, s, H5P_DEFAULT, px) >= 0);
+    H5Sclose(ms);
+    H5Dclose(d);
+    H5Sclose(s);
+    H5Pclose(dcpl);
+    h5_close(f);
+    assert_true(N * H * (W / 2) > 4096); /* more than the walk lists */
+    assert_reads_like_hdf5(path, "/d", N, W, H, SW_PIX_U16, 1);
+    /* one chunk of frame 1 replaced by garbage */
+    uint8_t junk[64];
+    fill_bytes(junk, sizeof junk, 4);
+    hsize_t off[3] = {1, 17, 6};
+    h5_put_chunk(path, "/d", off, 0, junk, sizeof junk);
+    sw_h5_reader *r = open_ok(path, "/d");
+    sw_image img;
+    assert_int_equal(sw_image_alloc(NULL, W, H, SW_PIX_U16, &img), SW_OK);
+    assert_int_equal(sw_h5_read_frame(r, 0, &img), SW_OK);
+    assert_int_equal(sw_h5_read_frame(r, 1, &img), SW_EFORMAT);
+    assert_msg(sw_h5_reader_error(r), "deflate");
+    assert_int_equal(sw_h5_read_frame(r, 2, &img), SW_OK);
+    assert_int_equal(((uint16_t *)sw_image_row(&img, 7))[9], 5);
+    sw_image_free(&img);
+    sw_h5_close(r);
+}
+
+/* Chunks written by spotwave's encoder read through HDF5's bitshuffle plugin (the reference
+ * decoder) and through spotwave: the format is the plugin's; odd sizes (tails, short blocks). */
+static void encoder_matches_plugin(void **state)
+{
+    (void)state;
+    if (!sw_h5_bitshuffle_available()) {
+        print_message("SKIP: HDF5 cannot load filter 32008 here\n");
+        return;
+    }
+    const struct {
+        int w, h;
+        sw_pixel_type t;
+    } shapes[4] = {
+        {37, 29, SW_PIX_U16}, {100, 100, SW_PIX_U32}, {5, 3, SW_PIX_U8}, {300, 41, SW_PIX_U8}};
+    for (int si = 0; si < 4; si++) {
+        const int w = shapes[si].w, h = shapes[si].h, n = 2;
+        const size_t es = sw_pixel_size(shapes[si].t), plane = (size_t)w * (size_t)h * es;
+        uint8_t *px = malloc(plane * n);
+        assert_non_null(px);
+        uint64_t seed = (uint64_t)si;
+        for (size_t i = 0; i < plane * n; i++)
+            px[i] = (uint8_t)(mix_next(&seed) >> 61); /* small counts, compressible */
+        const char *path = sw_test_path("encoded.h5");
+        hid_t f = h5_create(path);
+        hid_t ftype = es == 1 ? H5T_STD_U8LE : es == 2 ? H5T_STD_U16LE : H5T_STD_U32LE;
+        hsize_t dims[3] = {(hsize_t)n, (hsize_t)h, (hsize_t)w}, chunk[3] = {1, dims[1], dims[2]};
+        hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+        const unsigned cd[2] = {0, 2};
+        assert_true(H5Pset_chunk(dcpl, 3, chunk) >= 0);
+        assert_true(H5Pset_filter(dcpl, 32008, H5Z_FLAG_MANDATORY, 2, cd) >= 0);
+        hid_t s = H5Screate_simple(3, dims, NULL);
+        hid_t d = H5Dcreate2(f, "/d", ftype, s, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+        assert_true(d >= 0);
+        size_t cap = sw_bshuf_lz4_bound(plane, es, 0);
+        uint8_t *enc = malloc(cap);
+        assert_non_null(enc);
+        for (int k = 0; k < n; k++) {
+            size_t m = sw_bshuf_encode_lz4(px + (size_t)k * plane, plane, enc, cap, es, 0);
+            assert_true(m > 0);
+            hsize_t off[3] = {(hsize_t)k, 0, 0};
+            assert_true(H5Dwrite_chunk(d, H5P_DEFAULT, 0, off, m, enc) >= 0);
+        }
+        H5Dclose(d);
+        H5Sclose(s);
+        H5Pclose(dcpl);
+        h5_close(f);
+        hid_t mt = es == 1 ? H5T_NATIVE_UINT8 : es == 2 ? H5T_NATIVE_UINT16 : H5T_NATIVE_UINT32;
+        uint8_t *back = h5_read_all(path, "/d", mt, plane * n);
+        assert_memory_equal(back, px, plane * n);
+        free(back);
+        sw_h5_reader *r = open_ok(path, "/d");
+        sw_image img;
+        assert_int_equal(sw_image_alloc(NULL, w, h, shapes[si].t, &img), SW_OK);
+        for (int k = 0; k < n; k++) {
+            assert_int_equal(sw_h5_read_frame(r, k, &img), SW_OK);
+            for (int y = 0; y < h; y++)
+                assert_memory_equal(sw_image_row(&img, y),
+                                    px + (size_t)k * plane + (size_t)y * w * es, (size_t)w * es);
+        }
+        sw_image_free(&img);
+        sw_h5_close(r);
+        free(enc);
+        free(px);
+    }
+}
+
+/* Corrupt bitshuffle/LZ4 and deflate chunks in a file (rewritten with H5Dwrite_chunk): each read
+ * is SW_EFORMAT naming the frame and the reason, never pixels from beyond the chunk. */
+static void corrupt_chunks_in_files(void **state)
+{
+    (void)state;
+    if (!sw_h5_bitshuffle_available()) {
+        print_message("SKIP: HDF5 cannot load filter 32008 here (needed to write the file)\n");
+        return;
+    }
+    const int w = 64, h = 48;
+    sw_image fr[2];
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(sw_image_alloc(NULL, w, h, SW_PIX_U16, &fr[i]), SW_OK);
+        for (int y = 0; y < h; y++)
+            for (int x = 0; x < w; x++)
+                ((uint16_t *)sw_image_row(&fr[i], y))[x] = (uint16_t)((x * 7 + y * 3 + i) % 50);
+    }
+    char good[768], path[768];
+    snprintf(good, sizeof good, "%s", sw_test_path("chunks_good.h5"));
+    snprintf(path, sizeof path, "%s", sw_test_path("chunks_bad.h5"));
+    const char *dset = "/entry/data/data_000001";
+    const hsize_t off[3] = {0, 0, 0};
+    sw_image img;
+    assert_int_equal(sw_image_alloc(NULL, w, h, SW_PIX_U16, &img), SW_OK);
+    for (int comp = 0; comp < 2; comp++) {
+        assert_int_equal(
+            sw_h5_write(NULL, good, fr, 2, 0, comp ? SW_H5_DEFLATE : SW_H5_BSLZ4, NULL, 0.0),
+            SW_OK);
+        size_t n;
+        uint32_t fmask = 0;
+        uint8_t *chunk = h5_chunk_bytes(good, dset, off, &n, &fmask);
+        size_t file_size;
+        uint8_t *file = sw_test_read_all(good, &file_size);
+        uint8_t *bad = malloc(n + (size_t)w * h * 2 + 4096);
+        assert_non_null(bad);
+        const struct {
+            const char *what, *words;
+            int kind;
+        } cases[] = {
+            {"header total + 1000", "header says", 0},
+            {"header total - 1000", "header says", 1},
+            {"header total huge", "header says", 2},
+            {"block size 12 bytes", "block size", 3},
+            {"first block count + 100", "claims", 4},
+            {"first block count huge", "claims", 5},
+            {"truncated to half", "", 6},
+            {"truncated to 12 bytes", "truncated", 7},
+            {"garbage after the header", "", 8},
+            {"all garbage", "", 9},
+            {"64 trailing bytes", "stray bytes", 10},
+            {"stored raw, wrong size", "no filter applied", 11},
+            {"deflate truncated", "deflate", 12},
+            {"deflate garbage", "deflate", 13},
+        };
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            const int k = cases[c].kind;
+            if ((k >= 12) != (comp == 1) && k != 11)
+                continue;
+            memcpy(bad, chunk, n);
+            size_t m = n;
+            uint32_t mask = 0;
+            switch (k) {
+            case 0: put_be64(bad, (uint64_t)w * h * 2 + 1000); break;
+            case 1: put_be64(bad, (uint64_t)w * h * 2 - 1000); break;
+            case 2: put_be64(bad, (uint64_t)1 << 40); break;
+            case 3: put_be32(bad + 8, 12); break;
+            case 4: put_be32(bad + 12, (uint32_t)(n - 16 + 100)); break;
+            case 5: put_be32(bad + 12, 0x7FFFFFFFu); break;
+            case 6: m = n / 2; break;
+            case 7: m = 12; break;
+            case 8: fill_bytes(bad + 16, n - 16, 8); break;
+            case 9: fill_bytes(bad, n, 9); break;
+            case 10:
+                fill_bytes(bad + n, 64, 10);
+                m = n + 64;
+                break;
+            case 11:
+                mask = comp ? 3u : 1u; /* every filter skipped: raw values, but too few */
+                m = (size_t)w * h * 2 - 2;
+                break;
+            case 12: m = n / 2; break;
+            case 13: fill_bytes(bad + 2, n - 2, 13); break;
+            }
+            sw_test_write_file(path, file, file_size);
+            h5_put_chunk(path, dset, off, mask, bad, m);
+            sw_h5_reader *r = open_ok(path, NULL);
+            sw_status st = sw_h5_read_frame(r, 0, &img);
+            if (st != SW_EFORMAT || !strstr(sw_h5_reader_error(r), cases[c].words) ||
+                !strstr(sw_h5_reader_error(r), "cannot read frame 0"))
+                fail_msg("%s: status %d, message \"%s\"", cases[c].what, (int)st,
+                         sw_h5_reader_error(r));
+            /* the other frame is intact */
+            assert_int_equal(sw_h5_read_frame(r, 1, &img), SW_OK);
+            assert_true(sw_image_equal(&img, &fr[1]));
+            sw_h5_close(r);
+        }
+        /* stored raw with every filter masked off, at the right size: read as it is */
+        memcpy(bad, fr[0].data, (size_t)w * h * 2);
+        sw_test_write_file(path, file, file_size);
+        h5_put_chunk(path, dset, off, comp ? 3u : 1u, bad, (size_t)w * h * 2);
+        sw_h5_reader *r = open_ok(path, NULL);
+        assert_int_equal(sw_h5_read_frame(r, 0, &img), SW_OK);
+        assert_true(sw_image_equal(&img, &fr[0]));
+        sw_h5_close(r);
+        free(bad);
+        free(file);
+        free(chunk);
+    }
+    sw_image_free(&img);
+    sw_image_free(&fr[0]);
+    sw_image_free(&fr[1]);
+}
+
+/* Opens (time limit limit_s) and reads everything; the frames must be the originals or the read
+ * SW_EFORMAT. Returns the open's status; *crashed when the message says HDF5 crashed. */
+static sw_status open_and_read_all(const char *path, const sw_image *ref, int nref, double limit_s,
+                                   int *crashed, int *garbage)
+{
+    sw_h5_options o;
+    sw_h5_options_default(&o);
+    o.timeout_s = limit_s;
+    sw_h5_reader *r = NULL;
+    sw_status st = sw_h5_open_ex(NULL, path, &o, &r);
+    if (st != SW_OK) {
+        assert_null(r);
+        if (st != SW_EFORMAT && st != SW_EIO && st != SW_EUNSUPPORTED)
+            fail_msg("%s: status %d: %s", path, (int)st, sw_context_error(NULL));
+        *crashed += strstr(sw_context_error(NULL), "crashed") != NULL ||
+                    strstr(sw_context_error(NULL), "took more than") != NULL;
+        return st;
+    }
+    sw_h5_info in;
+    assert_int_equal(sw_h5_get_info(r, &in), SW_OK);
+    sw_image img;
+    assert_int_equal(sw_image_alloc(NULL, in.width, in.height, in.type, &img), SW_OK);
+    for (int64_t k = 0; k < in.frames && k < 64; k++) {
+        sw_status rs = sw_h5_read_frame(r, k, &img);
+        if (rs != SW_OK && rs != SW_EFORMAT)
+            fail_msg("%s: frame %lld: status %d", path, (long long)k, (int)rs);
+        if (rs == SW_OK && (k >= nref || !sw_image_equal(&img, &ref[k])))
+            (*garbage)++;
+    }
+    uint8_t *valid = malloc((size_t)in.width * (size_t)in.height);
+    assert_non_null(valid);
+    sw_status ms = sw_h5_read_pixel_mask(r, valid);
+    assert_true(ms == SW_OK || ms == SW_EFORMAT);
+    free(valid);
+    sw_image_free(&img);
+    sw_h5_close(r);
+    return st;
+}
+
+/* One flipped byte at a time across an Eiger master (and across a data file): every case opens
+ * and reads to SW_EFORMAT / SW_EIO, or reads the right frames (the data file's pixels have no
+ * checksum: a changed LZ4 literal is a changed pixel); none takes the process down. On
+ * Debian 12's libhdf5 some of these crash or hang inside HDF5 (the issue's H5Lexists fault):
+ * those come back as SW_EFORMAT from the walk's child. */
+static void flipped_bytes(void **state)
+{
+    (void)state;
+    const int w = 64, h = 48, n = 4;
+    sw_image fr[4];
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(sw_image_alloc(NULL, w, h, SW_PIX_U16, &fr[i]), SW_OK);
+        for (int y = 0; y < h; y++)
+            for (int x = 0; x < w; x++)
+                ((uint16_t *)sw_image_row(&fr[i], y))[x] =
+                    (uint16_t)((x * 7 + y * 3 + i * 11) % 50 + (x == y ? 1000 : 0));
+    }
+    uint8_t valid[64 * 48];
+    for (int i = 0; i < w * h; i++)
+        valid[i] = i % 97 != 0;
+    char master[768], data[768];
+    snprintf(master, sizeof master, "%s", sw_test_path("flip_master.h5"));
+    snprintf(data, sizeof data, "%s", sw_test_path("flip_data_000001.h5"));
+    sw_h5_compression comp = sw_h5_bitshuffle_available() ? SW_H5_BSLZ4 : SW_H5_DEFLATE;
+    assert_int_equal(sw_h5_write_linked(NULL, master, fr, n, 2, comp, valid, 4000.0), SW_OK);
+    const char *victims[2] = {master, data};
+    for (int v = 0; v < 2; v++) {
+        size_t size;
+        uint8_t *orig = sw_test_read_all(victims[v], &size);
+        /* a sample across the file, and the bytes whose flip crashed HDF5 1.10.8 in the issue's
+         * reproducer (a v2 B-tree header of the master; object headers of the data file) */
+        size_t offsets[700];
+        int no = 0;
+        const size_t step = v == 0 ? 53 : 89;
+        for (size_t o = 0; o < size && no < 680; o += step)
+            offsets[no++] = o;
+        const size_t known[2][8] = {{3010, 3011, 3012, 3013, 0, 0, 0, 0},
+                                    {3059, 3060, 3284, 6931, 8603, 8604, 8605, 0}};
+        for (int i = 0; i < 8 && known[v][i]; i++)
+            if (known[v][i] < size)
+                offsets[no++] = known[v][i];
+        int count[4] = {0, 0, 0, 0}, crashed = 0, garbage = 0;
+        for (int i = 0; i < no; i++) {
+            orig[offsets[i]] ^= 0xFF;
+            sw_test_write_file(victims[v], orig, size);
+            orig[offsets[i]] ^= 0xFF;
+            int g0 = garbage;
+            sw_status st = open_and_read_all(master, fr, n, 2.0, &crashed, &garbage);
+            count[st == SW_OK ? 0 : st == SW_EFORMAT ? 1 : st == SW_EIO ? 2 : 3]++;
+            /* the master holds no pixels: a flip there never changes them silently */
+            if (v == 0 && garbage != g0)
+                fail_msg("master byte %zu flipped: frames read without error but wrong",
+                         offsets[i]);
+        }
+        sw_test_write_file(victims[v], orig, size);
+        print_message("%s, %d flips: %d read, %d SW_EFORMAT (%d of them HDF5 crashes or hangs "
+                      "caught), %d SW_EIO, %d SW_EUNSUPPORTED; %d frames wrong without error\n",
+                      v == 0 ? "master" : "data file", no, count[0], count[1], crashed, count[2],
+                      count[3], garbage);
+        assert_true(count[1] > 0);
+        free(orig);
+    }
+    for (int i = 0; i < n; i++)
+        sw_image_free(&fr[i]);
+}
+
+/* Where data files are looked for: beside the master and in link_dirs only; absolute and ".."
+ * targets, external links elsewhere and virtual datasets need links_anywhere; non-regular
+ * files are refused before anything blocks. */
+static void link_policy(void **state)
+{
+    (void)state;
+    const int w = 8, h = 6;
+    sw_image *fr = make_frames(2, w, h, SW_PIX_U16, 515);
+    char sub[768], data[768], master[768], abs_master[768], dd_master[768];
+    snprintf(sub, sizeof sub, "%s", sw_test_path("elsewhere"));
+    assert_int_equal(mkdir(sub, 0755), 0);
+    /* a data file in a subdirectory, a master beside it naming only its file name */
+    snprintf(data, sizeof data, "%s", sw_test_path("elsewhere/lp_data_000001.h5"));
+    hid_t f = h5_create(data);
+    hsize_t dims[3] = {2, (hsize_t)h, (hsize_t)w};
+    uint16_t px[2 * 6 * 8];
+    for (int k = 0; k < 2; k++)
+        for (int y = 0; y < h; y++)
+            memcpy(px + (k * h + y) * w, sw_image_row(&fr[k], y), (size_t)w * 2);
+    h5_put(f, "/entry/data/data", H5T_STD_U16LE, H5T_NATIVE_UINT16, 3, dims, px, 0);
+    h5_close(f);
+    snprintf(master, sizeof master, "%s", sw_test_path("lp_master.h5"));
+    f = h5_create(master);
+    h5_group(f, "/entry/data");
+    assert_true(H5Lcreate_external("lp_data_000001.h5", "/entry/data/data", f,
+                                   "/entry/data/data_000001", H5P_DEFAULT, H5P_DEFAULT) >= 0);
+    h5_close(f);
+    assert_open_fails(master, NULL, SW_EIO, "lp_data_000001.h5");
+    assert_msg(sw_context_error(NULL), "missing");
+    sw_h5_options o;
+    sw_h5_options_default(&o);
+    o.link_dirs = "/nonexistent:";
+    sw_h5_reader *r = NULL;
+    assert_int_equal(sw_h5_open_ex(NULL, master, &o, &r), SW_EIO);
+    o.link_dirs = sub;
+    assert_int_equal(sw_h5_open_ex(NULL, master, &o, &r), SW_OK);
+    assert_frames_read_back(r, fr, 2, 0);
+    sw_h5_close(r);
+
+    /* the same data file named by its absolute path, and through ".." */
+    snprintf(abs_master, sizeof abs_master, "%s", sw_test_path("lp_abs_master.h5"));
+    f = h5_create(abs_master);
+    h5_group(f, "/entry/data");
+    assert_true(H5Lcreate_external(data, "/entry/data/data", f, "/entry/data/data_000001",
+                                   H5P_DEFAULT, H5P_DEFAULT) >= 0);
+    h5_close(f);
+    assert_open_fails(abs_master, NULL, SW_EFORMAT, "absolute path");
+    assert_msg(sw_context_error(NULL), "links_anywhere");
+    snprintf(dd_master, sizeof dd_master, "%s", sw_test_path("elsewhere/dd_master.h5"));
+    f = h5_create(dd_master);
+    h5_group(f, "/entry/data");
+    assert_true(H5Lcreate_external("../elsewhere/lp_data_000001.h5", "/entry/data/data", f,
+                                   "/entry/data/data_000001", H5P_DEFAULT, H5P_DEFAULT) >= 0);
+    h5_close(f);
+    assert_open_fails(dd_master, NULL, SW_EFORMAT, "\"..\"");
+    sw_h5_options_default(&o);
+    o.links_anywhere = 1;
+    for (int i = 0; i < 2; i++) {
+        r = NULL;
+        assert_int_equal(sw_h5_open_ex(NULL, i ? dd_master : abs_master, &o, &r), SW_OK);
+        assert_frames_read_back(r, fr, 2, 0);
+        sw_h5_close(r);
+    }
+
+    /* an external link in the middle of the path (the /entry/data group itself) */
+    char mid[768];
+    snprintf(mid, sizeof mid, "%s", sw_test_path("elsewhere/lp_mid.h5"));
+    f = h5_create(mid);
+    h5_group(f, "/entry");
+    assert_true(H5Lcreate_external("lp_data_000001.h5", "/entry/data", f, "/entry/data",
+                                   H5P_DEFAULT, H5P_DEFAULT) >= 0);
+    h5_close(f);
+    assert_open_fails(mid, NULL, SW_EFORMAT, "/entry/data");
+
+    /* a virtual dataset mapping the data file's frames */
+    char vds[768];
+    snprintf(vds, sizeof vds, "%s", sw_test_path("elsewhere/lp_vds.h5"));
+    f = h5_create(vds);
+    hid_t vs = H5Screate_simple(3, dims, NULL);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    assert_true(H5Pset_virtual(dcpl, vs, "lp_data_000001.h5", "/entry/data/data", vs) >= 0);
+    hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+    H5Pset_create_intermediate_group(lcpl, 1);
+    hid_t d = H5Dcreate2(f, "/entry/data/data", H5T_STD_U16LE, vs, lcpl, dcpl, H5P_DEFAULT);
+    assert_true(d >= 0);
+    H5Dclose(d);
+    H5Pclose(lcpl);
+    H5Pclose(dcpl);
+    H5Sclose(vs);
+    h5_close(f);
+    assert_open_fails(vds, NULL, SW_EFORMAT, "virtual dataset");
+    r = NULL;
+    assert_int_equal(sw_h5_open_ex(NULL, vds, &o, &r), SW_OK);
+    assert_frames_read_back(r, fr, 2, 0);
+    sw_h5_close(r);
+
+    /* a FIFO is refused before anything opens it (open would block) */
+    char fifo[768];
+    snprintf(fifo, sizeof fifo, "%s", sw_test_path("lp_fifo.h5"));
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    assert_open_fails(fifo, NULL, SW_EIO, "not a regular file");
+    free_frames(fr, 2);
+}
+
+/* The walk in this process gives the same answers as in the child; options are checked. */
+static void walk_options(void **state)
+{
+    (void)state;
+    sw_image *fr = make_frames(3, 10, 7, SW_PIX_U32, 77);
+    char path[768];
+    snprintf(path, sizeof path, "%s", sw_test_path("opts_master.h5"));
+    assert_int_equal(sw_h5_write_linked(NULL, path, fr, 3, 2, SW_H5_DEFLATE, NULL, 12.0), SW_OK);
+    sw_h5_options o;
+    sw_h5_options_default(&o);
+    assert_true(o.timeout_s == SW_H5_WALK_TIMEOUT && !o.in_process && !o.links_anywhere);
+    o.in_process = 1;
+    sw_h5_reader *r = NULL;
+    assert_int_equal(sw_h5_open_ex(NULL, path, &o, &r), SW_OK);
+    sw_h5_info in;
+    assert_int_equal(sw_h5_get_info(r, &in), SW_OK);
+    assert_int_equal(in.blocks, 2);
+    assert_true(in.overload == 12.0);
+    assert_frames_read_back(r, fr, 3, 0);
+    sw_h5_close(r);
+    assert_int_equal(sw_h5_open_ex(NULL, path, NULL, &r), SW_OK);
+    sw_h5_close(r);
+    o.in_process = 0;
+    o.timeout_s = -1.0;
+    assert_int_equal(sw_h5_open_ex(NULL, path, &o, &r), SW_EINVAL);
+    o.timeout_s = NAN;
+    assert_int_equal(sw_h5_open_ex(NULL, path, &o, &r), SW_EINVAL);
+    assert_null(r);
+    /* a relative dataset path is from the root */
+    sw_h5_options_default(&o);
+    o.dataset = "entry/data/data_000002";
+    assert_int_equal(sw_h5_open_ex(NULL, path, &o, &r), SW_OK);
+    assert_frames_read_back(r, fr + 2, 1, 0);
+    sw_h5_close(r);
+    free_frames(fr, 3);
+}
+
+/* The inputs kept in tests/fuzz/corpus/h5 and h5_linked as regress_* (files whose structure made
+ * libhdf5 crash or hang when walked in-process, and anything the fuzzers found): each must open
+ * and read, or fail with a file status, within the walk's time limit, without taking the
+ * process down (what each gives can depend on libhdf5's version and on the memory it may take). */
+static void regression_inputs(void **state)
+{
+    (void)state;
+    const char *data = getenv("SW_TEST_DATA");
+    if (!data) {
+        print_message("SKIP: SW_TEST_DATA is not set (run through ctest)\n");
+        return;
+    }
+    static const char *const names[4] = {"f_master.h5", "f_data_000001.h5", "f_data_000002.h5",
+                                         "f_data_000003.h5"};
+    int seen = 0;
+    for (int linked = 0; linked < 2; linked++) {
+        /* SW_TEST_DATA is tests/data (which need not exist): the corpus is tests/fuzz/corpus */
+        char dir[1024];
+        size_t dl = strlen(data);
+        while (dl > 0 && data[dl - 1] == '/')
+            dl--;
+        while (dl > 0 && data[dl - 1] != '/')
+            dl--;
+        snprintf(dir, sizeof dir, "%.*sfuzz/corpus/%s", (int)dl, data, linked ? "h5_linked" : "h5");
+        DIR *d = opendir(dir);
+        assert_non_null(d);
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL) {
+            if (strncmp(e->d_name, "regress_", 8) != 0)
+                continue;
+            char file[1400], target[768];
+            snprintf(file, sizeof file, "%s/%s", dir, e->d_name);
+            size_t size;
+            uint8_t *in = sw_test_read_all(file, &size);
+            if (!linked) {
+                snprintf(target, sizeof target, "%s", sw_test_path("regress.h5"));
+                sw_test_write_file(target, in, size);
+            } else {
+                /* the parts as fuzz_common.h's fuzz_split cuts them */
+                const uint8_t *p = in;
+                size_t left = size;
+                for (int i = 0; i < 4; i++) {
+                    size_t n = left;
+                    if (i < 3) {
+                        uint32_t k = 0;
+                        for (int b = 0; b < 4 && (size_t)b < left; b++)
+                            k |= (uint32_t)p[b] << (8 * b);
+                        size_t skip = left < 4 ? left : 4;
+                        p += skip;
+                        left -= skip;
+                        n = k < left ? k : left;
+                    }
+                    snprintf(target, sizeof target, "%s", sw_test_path(names[i]));
+                    sw_test_write_file(target, p, n);
+                    p += n;
+                    left -= n;
+                }
+                snprintf(target, sizeof target, "%s", sw_test_path(names[0]));
+            }
+            int crashed = 0, garbage = 0;
+            struct timespec t0, t1;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            sw_status st = open_and_read_all(target, NULL, 0, 1.0, &crashed, &garbage);
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            double took =
+                (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+            print_message("%s: %s (%.2f s)\n", e->d_name,
+                          st == SW_OK ? "read" : sw_context_error(NULL), took);
+            /* within the walk's time limit (1 s) and what reading takes */
+            if (took > 5.0)
+                fail_msg("%s took %.1f s", e->d_name, took);
+            seen++;
+            free(in);
+        }
+        closedir(d);
+    }
+    print_message("%d regression inputs\n", seen);
+    assert_true(seen > 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1120,6 +2044,17 @@ int main(void)
         cmocka_unit_test(bad_writes),
         cmocka_unit_test(missing_filters),
         cmocka_unit_test(nothing_printed),
+        cmocka_unit_test(bitshuffle_transform),
+        cmocka_unit_test(bitshuffle_round_trip),
+        cmocka_unit_test(bitshuffle_corrupt),
+        cmocka_unit_test(layouts_read_like_hdf5),
+        cmocka_unit_test(many_chunks_looked_up),
+        cmocka_unit_test(encoder_matches_plugin),
+        cmocka_unit_test(corrupt_chunks_in_files),
+        cmocka_unit_test(flipped_bytes),
+        cmocka_unit_test(link_policy),
+        cmocka_unit_test(walk_options),
+        cmocka_unit_test(regression_inputs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

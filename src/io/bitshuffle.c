@@ -1,0 +1,289 @@
+/*
+ * Bitshuffle transposes and the bounded bitshuffle/LZ4 chunk decoder (bitshuffle.h).
+ */
+#include "io/bitshuffle.h"
+
+#include <lz4.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+size_t sw_bshuf_default_block(size_t elem_size)
+{
+    size_t b = SW_BSHUF_TARGET_SIZE / (elem_size ? elem_size : 1);
+    b -= b % SW_BSHUF_BLOCK_MULT;
+    return b < SW_BSHUF_MIN_BLOCK ? SW_BSHUF_MIN_BLOCK : b;
+}
+
+/* Transposes the 8 x 8 bit matrix held in x, byte r being row r and bit c of it column c:
+ * afterwards byte c holds, in bit r, what was bit c of byte r (three swap rounds of 1, 2 and
+ * 4-bit blocks). */
+static uint64_t transpose8(uint64_t x)
+{
+    uint64_t t;
+    t = (x ^ (x >> 7)) & 0x00AA00AA00AA00AAull;
+    x ^= t ^ (t << 7);
+    t = (x ^ (x >> 14)) & 0x0000CCCC0000CCCCull;
+    x ^= t ^ (t << 14);
+    t = (x ^ (x >> 28)) & 0x00000000F0F0F0F0ull;
+    x ^= t ^ (t << 28);
+    return x;
+}
+
+void sw_bshuf_trans_block(const uint8_t *in, uint8_t *out, size_t n, size_t elem_size)
+{
+    const size_t row = n / 8; /* bytes per bit row */
+    for (size_t g = 0; g < row; g++)
+        for (size_t j = 0; j < elem_size; j++) {
+            /* byte j of elements 8g .. 8g+7 as rows of a bit matrix */
+            uint64_t x = 0;
+            for (size_t r = 0; r < 8; r++)
+                x |= (uint64_t)in[(8 * g + r) * elem_size + j] << (8 * r);
+            x = transpose8(x); /* byte k: bit k of each of the 8 bytes */
+            for (size_t k = 0; k < 8; k++)
+                out[(8 * j + k) * row + g] = (uint8_t)(x >> (8 * k));
+        }
+}
+
+void sw_bshuf_untrans_block(const uint8_t *in, uint8_t *out, size_t n, size_t elem_size)
+{
+    const size_t row = n / 8;
+    for (size_t g = 0; g < row; g++)
+        for (size_t j = 0; j < elem_size; j++) {
+            uint64_t x = 0;
+            for (size_t k = 0; k < 8; k++)
+                x |= (uint64_t)in[(8 * j + k) * row + g] << (8 * k);
+            x = transpose8(x); /* byte r: the 8 bits of byte j of element 8g + r */
+            for (size_t r = 0; r < 8; r++)
+                out[(8 * g + r) * elem_size + j] = (uint8_t)(x >> (8 * r));
+        }
+}
+
+static uint64_t be64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static uint32_t be32(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
+}
+
+static void put_be32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+
+/* The block layout of a chunk: whole blocks of `block` elements, one shorter block of a
+ * multiple of 8, a stored tail. */
+typedef struct bshuf_plan {
+    size_t elems, block, whole, last, tail_bytes;
+} bshuf_plan;
+
+static void make_plan(bshuf_plan *p, size_t size, size_t elem_size, size_t block)
+{
+    p->elems = size / elem_size;
+    p->block = block;
+    p->whole = p->elems / block;
+    p->last = p->elems % block;
+    p->last -= p->last % SW_BSHUF_BLOCK_MULT;
+    p->tail_bytes = (p->elems % SW_BSHUF_BLOCK_MULT) * elem_size;
+}
+
+int sw_bshuf_decode_lz4(const uint8_t *in, size_t in_size, uint8_t *out, size_t out_size,
+                        size_t elem_size, char *why, size_t why_size)
+{
+    why[0] = '\0';
+    if (elem_size == 0 || out_size % elem_size != 0) {
+        snprintf(why, why_size, "%zu bytes are not whole %zu-byte elements", out_size, elem_size);
+        return -1;
+    }
+    if (in_size < SW_BSHUF_HEADER) {
+        snprintf(why, why_size, "%zu bytes: shorter than bitshuffle's %d-byte header", in_size,
+                 SW_BSHUF_HEADER);
+        return -1;
+    }
+    const uint64_t total = be64(in);
+    const uint32_t block_bytes = be32(in + 8);
+    if (total != (uint64_t)out_size) {
+        snprintf(why, why_size,
+                 "the bitshuffle header says %llu bytes but the chunk holds %zu (%zu-byte "
+                 "elements)",
+                 (unsigned long long)total, out_size, elem_size);
+        return -1;
+    }
+    /* As the filter reads it: the byte count divided by the element size, rounded down, and 0
+     * meaning the default. */
+    size_t block = block_bytes / elem_size;
+    if (block == 0)
+        block = sw_bshuf_default_block(elem_size);
+    if (block % SW_BSHUF_BLOCK_MULT != 0) {
+        snprintf(why, why_size,
+                 "the bitshuffle header's block size %u bytes is not a multiple of 8 %zu-byte "
+                 "elements",
+                 block_bytes, elem_size);
+        return -1;
+    }
+    bshuf_plan p;
+    make_plan(&p, out_size, elem_size, block);
+    /* one scratch block (no larger than the chunk: a huge block size is one short block) */
+    size_t scratch_elems = p.whole ? p.block : p.last;
+    uint8_t *scratch = malloc(scratch_elems ? scratch_elems * elem_size : 1);
+    if (!scratch) {
+        snprintf(why, why_size, "out of memory");
+        return -2;
+    }
+    size_t pos = SW_BSHUF_HEADER, done = 0;
+    const size_t nblocks = p.whole + (p.last ? 1 : 0);
+    int rc = 0;
+    for (size_t b = 0; b < nblocks; b++) {
+        const size_t n = b < p.whole ? p.block : p.last;
+        const size_t bytes = n * elem_size;
+        if (in_size - pos < 4) {
+            snprintf(why, why_size, "truncated: block %zu of %zu has no byte count (at byte %zu)",
+                     b + 1, nblocks, pos);
+            rc = -1;
+            break;
+        }
+        const uint32_t cs = be32(in + pos);
+        pos += 4;
+        if ((size_t)cs > in_size - pos || cs > (uint32_t)LZ4_MAX_INPUT_SIZE) {
+            snprintf(why, why_size,
+                     "block %zu of %zu claims %u compressed bytes but %zu remain in the chunk",
+                     b + 1, nblocks, cs, in_size - pos);
+            rc = -1;
+            break;
+        }
+        if (bytes > (size_t)LZ4_MAX_INPUT_SIZE) {
+            snprintf(why, why_size, "block %zu of %zu: %zu bytes is beyond LZ4's block size", b + 1,
+                     nblocks, bytes);
+            rc = -1;
+            break;
+        }
+        const int got =
+            LZ4_decompress_safe((const char *)in + pos, (char *)scratch, (int)cs, (int)bytes);
+        if (got != (int)bytes) {
+            if (got < 0)
+                snprintf(why, why_size, "block %zu of %zu (%u bytes) is not valid LZ4 data", b + 1,
+                         nblocks, cs);
+            else
+                snprintf(why, why_size, "block %zu of %zu decodes to %d bytes instead of %zu",
+                         b + 1, nblocks, got, bytes);
+            rc = -1;
+            break;
+        }
+        sw_bshuf_untrans_block(scratch, out + done, n, elem_size);
+        pos += cs;
+        done += bytes;
+    }
+    free(scratch);
+    if (rc != 0)
+        return rc;
+    if (in_size - pos < p.tail_bytes) {
+        snprintf(why, why_size, "truncated: the last %zu bytes of the chunk are missing",
+                 p.tail_bytes);
+        return -1;
+    }
+    memcpy(out + done, in + pos, p.tail_bytes);
+    pos += p.tail_bytes;
+    if (pos != in_size) {
+        snprintf(why, why_size, "%zu stray bytes after the last block", in_size - pos);
+        return -1;
+    }
+    return 0;
+}
+
+int sw_bshuf_decode_plain(const uint8_t *in, size_t in_size, uint8_t *out, size_t out_size,
+                          size_t elem_size, size_t block, char *why, size_t why_size)
+{
+    why[0] = '\0';
+    if (elem_size == 0 || out_size % elem_size != 0) {
+        snprintf(why, why_size, "%zu bytes are not whole %zu-byte elements", out_size, elem_size);
+        return -1;
+    }
+    if (in_size != out_size) {
+        snprintf(why, why_size, "%zu bytes stored for a chunk of %zu (bitshuffle, no compression)",
+                 in_size, out_size);
+        return -1;
+    }
+    if (block == 0)
+        block = sw_bshuf_default_block(elem_size);
+    if (block % SW_BSHUF_BLOCK_MULT != 0) {
+        snprintf(why, why_size, "block size %zu is not a multiple of 8", block);
+        return -1;
+    }
+    bshuf_plan p;
+    make_plan(&p, out_size, elem_size, block);
+    size_t done = 0;
+    for (size_t b = 0; b < p.whole; b++, done += p.block * elem_size)
+        sw_bshuf_untrans_block(in + done, out + done, p.block, elem_size);
+    if (p.last) {
+        sw_bshuf_untrans_block(in + done, out + done, p.last, elem_size);
+        done += p.last * elem_size;
+    }
+    memcpy(out + done, in + done, p.tail_bytes);
+    return 0;
+}
+
+size_t sw_bshuf_lz4_bound(size_t size, size_t elem_size, size_t block)
+{
+    if (elem_size == 0)
+        return 0;
+    if (block == 0)
+        block = sw_bshuf_default_block(elem_size);
+    bshuf_plan p;
+    make_plan(&p, size, elem_size, block);
+    size_t b = SW_BSHUF_HEADER + p.tail_bytes;
+    b += p.whole * (4 + (size_t)LZ4_compressBound((int)(p.block * elem_size)));
+    if (p.last)
+        b += 4 + (size_t)LZ4_compressBound((int)(p.last * elem_size));
+    return b;
+}
+
+size_t sw_bshuf_encode_lz4(const uint8_t *in, size_t size, uint8_t *out, size_t out_cap,
+                           size_t elem_size, size_t block)
+{
+    if (elem_size == 0 || size % elem_size != 0)
+        return 0;
+    if (block == 0)
+        block = sw_bshuf_default_block(elem_size);
+    if (block % SW_BSHUF_BLOCK_MULT != 0 || block * elem_size > (size_t)LZ4_MAX_INPUT_SIZE ||
+        block * elem_size > UINT32_MAX)
+        return 0;
+    if (out_cap < sw_bshuf_lz4_bound(size, elem_size, block))
+        return 0;
+    bshuf_plan p;
+    make_plan(&p, size, elem_size, block);
+    uint8_t *scratch = malloc((p.whole ? p.block : p.last ? p.last : 1) * elem_size);
+    if (!scratch)
+        return 0;
+    for (int i = 0; i < 8; i++)
+        out[i] = (uint8_t)((uint64_t)size >> (56 - 8 * i));
+    put_be32(out + 8, (uint32_t)(block * elem_size));
+    size_t pos = SW_BSHUF_HEADER, done = 0;
+    const size_t nblocks = p.whole + (p.last ? 1 : 0);
+    for (size_t b = 0; b < nblocks; b++) {
+        const size_t n = b < p.whole ? p.block : p.last;
+        const size_t bytes = n * elem_size;
+        sw_bshuf_trans_block(in + done, scratch, n, elem_size);
+        int cap = LZ4_compressBound((int)bytes);
+        int cs =
+            LZ4_compress_default((const char *)scratch, (char *)out + pos + 4, (int)bytes, cap);
+        if (cs <= 0) {
+            free(scratch);
+            return 0;
+        }
+        put_be32(out + pos, (uint32_t)cs);
+        pos += 4 + (size_t)cs;
+        done += bytes;
+    }
+    free(scratch);
+    memcpy(out + pos, in + done, p.tail_bytes);
+    return pos + p.tail_bytes;
+}

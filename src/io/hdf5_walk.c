@@ -1,0 +1,1450 @@
+/*
+ * The walk over an HDF5 file's structure (hdf5_internal.h): which datasets hold the frames, their
+ * shapes, types, storage and filters, where every chunk lies, the pixel mask and the overload.
+ * It may run in a child process (hdf5.c), so it calls nothing that reports to the caller (no
+ * sw_log, no context): warnings and the failure travel in the layout. Every HDF5 call that reads
+ * metadata happens here.
+ *
+ * Checks, before anything is read: every path component is a link that exists; links are hard or
+ * soft (HDF5 follows no external link by itself: they are resolved here, beside the master, see
+ * io.h); the object is a dataset; its dataspace is simple, of rank 2 or 3, with sane sizes; its
+ * type is an unsigned 8/16/32-bit integer of full precision; its storage is not in external raw
+ * files; its filters are known, or loadable for the fallback.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "io/hdf5_internal.h"
+
+#include <math.h>
+
+/* ------------------------------------------------------------------ small helpers */
+
+static char *dup_str(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *p = malloc(n);
+    if (p)
+        memcpy(p, s, n);
+    return p;
+}
+
+typedef struct walk {
+    const char *path;
+    const h5_walk_opts *o;
+    h5_layout *l;
+    hid_t lapl;   /* link access: external links are not followed by HDF5 */
+    hid_t fapl;   /* file access: no locking                                */
+    hid_t master; /* the file as opened                                    */
+    uint32_t fcap, bcap;
+    uint64_t nchunks;
+    uint64_t frame_w, frame_h; /* the frames' size, for the mask's messages */
+    char detail[512];
+} walk;
+
+static sw_status walk_fail(walk *w, sw_status st, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+static sw_status walk_fail(walk *w, sw_status st, const char *fmt, ...)
+{
+    if (w->l->st == SW_OK) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(w->l->msg, sizeof w->l->msg, fmt, ap);
+        va_end(ap);
+        w->l->st = st;
+    }
+    return w->l->st;
+}
+
+static void walk_warn(walk *w, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+#define MAX_WARNINGS 32 /* kept per walk (the message carries at most 64) */
+
+static void walk_warn(walk *w, const char *fmt, ...)
+{
+    if (w->l->nwarnings >= MAX_WARNINGS)
+        return;
+    char buf[SW_ERROR_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    char **p = realloc(w->l->warnings, (w->l->nwarnings + 1) * sizeof *p);
+    if (!p)
+        return;
+    w->l->warnings = p;
+    if ((p[w->l->nwarnings] = dup_str(buf)) != NULL)
+        w->l->nwarnings++;
+}
+
+typedef struct err_walk {
+    char *buf;
+    size_t size;
+} err_walk;
+
+static herr_t err_cb(unsigned n, const H5E_error2_t *e, void *data)
+{
+    err_walk *x = data;
+    (void)n;
+    if (x->buf[0] == '\0' && e->desc && e->desc[0] != '\0')
+        snprintf(x->buf, x->size, "%s", e->desc);
+    return 0;
+}
+
+/* HDF5's innermost reason for the last failure (and the stack cleared). */
+static const char *why_h5(walk *w)
+{
+    err_walk x = {w->detail, sizeof w->detail};
+    w->detail[0] = '\0';
+    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, err_cb, &x);
+    H5Eclear2(H5E_DEFAULT);
+    if (w->detail[0] == '\0')
+        snprintf(w->detail, sizeof w->detail, "no reason given by HDF5");
+    return w->detail;
+}
+
+/* External links are resolved by the walk itself (beside the master, io.h): HDF5 may follow
+ * none, at any depth. */
+static herr_t deny_external(const char *parent_file, const char *parent_group,
+                            const char *child_file, const char *child_object, unsigned *acc_flags,
+                            hid_t fapl, void *data)
+{
+    (void)parent_file;
+    (void)parent_group;
+    (void)child_file;
+    (void)child_object;
+    (void)acc_flags;
+    (void)fapl;
+    (void)data;
+    return -1;
+}
+
+/* 1 when every component of path is a link that exists from loc; 0 when one is missing; -1 when
+ * HDF5 fails on the way (a corrupt group, or an external link in the middle). */
+static int path_exists(walk *w, hid_t loc, const char *path)
+{
+    char buf[H5_PATH_MAX];
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof buf || path[0] != '/')
+        return 0;
+    memcpy(buf, path, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (buf[i] != '/' && buf[i] != '\0')
+            continue;
+        if (buf[i - 1] == '/')
+            return 0; /* "//" or a trailing "/" */
+        char c = buf[i];
+        buf[i] = '\0';
+        htri_t e = H5Lexists(loc, buf, w->lapl);
+        buf[i] = c;
+        if (e < 0)
+            return -1;
+        if (e == 0)
+            return 0;
+    }
+    return 1;
+}
+
+static void describe_type(hid_t t, char *buf, size_t size)
+{
+    size_t bits = H5Tget_size(t) * 8;
+    switch (H5Tget_class(t)) {
+    case H5T_INTEGER:
+        snprintf(buf, size, "%s %zu-bit integers",
+                 H5Tget_sign(t) == H5T_SGN_NONE ? "unsigned" : "signed", bits);
+        break;
+    case H5T_FLOAT: snprintf(buf, size, "%zu-bit floats", bits); break;
+    case H5T_STRING: snprintf(buf, size, "strings"); break;
+    case H5T_COMPOUND: snprintf(buf, size, "compound records"); break;
+    case H5T_ENUM: snprintf(buf, size, "enumerations"); break;
+    case H5T_BITFIELD: snprintf(buf, size, "%zu-bit bit fields", bits); break;
+    default: snprintf(buf, size, "values of a non-numeric class"); break;
+    }
+}
+
+static int host_is_little(void)
+{
+    const uint16_t one = 1;
+    return *(const uint8_t *)&one == 1;
+}
+
+/* ------------------------------------------------------------------ files and links */
+
+/* Index of the file at path in the layout (added when new: stat for its identity and size).
+ * -1 with the failure set (SW_EIO when it cannot be stat'ed). */
+static int64_t add_file(walk *w, const char *path, const char *what)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        walk_fail(w, SW_EIO, "%s: cannot open %s (%s)", w->path, what, strerror(errno));
+        return -1;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        walk_fail(w, SW_EIO, "%s: %s is not a regular file", w->path, what);
+        return -1;
+    }
+    h5_layout *l = w->l;
+    for (uint32_t i = 0; i < l->nfiles; i++)
+        if (l->files[i].dev == (uint64_t)sb.st_dev && l->files[i].ino == (uint64_t)sb.st_ino)
+            return i;
+    if (l->nfiles >= H5_MAX_FILES) {
+        walk_fail(w, SW_EFORMAT, "%s: more than %d files linked", w->path, H5_MAX_FILES);
+        return -1;
+    }
+    if (l->nfiles == w->fcap) {
+        uint32_t cap = w->fcap ? 2 * w->fcap : 4;
+        h5_file *f = realloc(l->files, cap * sizeof *f);
+        if (!f) {
+            walk_fail(w, SW_ENOMEM, "%s: out of memory", w->path);
+            return -1;
+        }
+        l->files = f;
+        w->fcap = cap;
+    }
+    h5_file *f = &l->files[l->nfiles];
+    memset(f, 0, sizeof *f);
+    f->h5 = -1;
+    f->path = dup_str(path);
+    if (!f->path) {
+        walk_fail(w, SW_ENOMEM, "%s: out of memory", w->path);
+        return -1;
+    }
+    f->dev = (uint64_t)sb.st_dev;
+    f->ino = (uint64_t)sb.st_ino;
+    f->size = (uint64_t)sb.st_size;
+    return l->nfiles++;
+}
+
+/* 1 when the relative name has a ".." component. */
+static int has_dotdot(const char *s)
+{
+    for (const char *p = s; *p;) {
+        const char *e = strchr(p, '/');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        if (n == 2 && p[0] == '.' && p[1] == '.')
+            return 1;
+        p += n;
+        while (*p == '/')
+            p++;
+    }
+    return 0;
+}
+
+/* Where the data file of an external link is: beside the master, else in each of link_dirs,
+ * else (links_anywhere) as an absolute name. 0 with the path in out; -1 with the failure set. */
+static int resolve_external(walk *w, const char *name, const char *file, const char *obj, char *out,
+                            size_t out_size)
+{
+    char looked[1024] = "";
+    size_t used = 0;
+    if (file[0] == '\0' || strlen(file) >= H5_FILE_MAX) {
+        walk_fail(w, SW_EFORMAT, "%s: %s is an external link with an unusable file name", w->path,
+                  name);
+        return -1;
+    }
+    if (file[0] == '/') {
+        if (!w->o->links_anywhere) {
+            walk_fail(w, SW_EFORMAT,
+                      "%s: %s is an external link to the absolute path %s:%s: refused (data "
+                      "files are looked for beside the master only; the option links_anywhere "
+                      "allows more)",
+                      w->path, name, file, obj);
+            return -1;
+        }
+        if (access(file, F_OK) == 0) {
+            snprintf(out, out_size, "%s", file);
+            return 0;
+        }
+        walk_fail(w, SW_EIO, "%s: %s is an external link to %s:%s, but that data file is missing",
+                  w->path, name, file, obj);
+        return -1;
+    }
+    if (!w->o->links_anywhere && has_dotdot(file)) {
+        walk_fail(w, SW_EFORMAT,
+                  "%s: %s is an external link to %s:%s, which leaves the master's directory "
+                  "(\"..\"): refused (the option links_anywhere allows it)",
+                  w->path, name, file, obj);
+        return -1;
+    }
+    /* the master's directory, then link_dirs */
+    const char *slash = strrchr(w->path, '/');
+    int dirlen = slash ? (int)(slash - w->path) + 1 : 0;
+    const char *dirs = w->o->link_dirs ? w->o->link_dirs : "";
+    for (int pass = 0;; pass++) {
+        int n;
+        if (pass == 0) {
+            n = snprintf(out, out_size, "%.*s%s", dirlen, w->path, file);
+        } else {
+            if (*dirs == '\0')
+                break;
+            const char *e = strchr(dirs, ':');
+            int len = e ? (int)(e - dirs) : (int)strlen(dirs);
+            if (len == 0) {
+                dirs += e ? 1 : 0;
+                continue;
+            }
+            n = snprintf(out, out_size, "%.*s%s%s", len, dirs, dirs[len - 1] == '/' ? "" : "/",
+                         file);
+            dirs = e ? e + 1 : dirs + len;
+        }
+        if (n < 0 || (size_t)n >= out_size)
+            continue;
+        if (access(out, F_OK) == 0)
+            return 0;
+        if (used + 4 < sizeof looked) {
+            int k = snprintf(looked + used, sizeof looked - used, "%s%s", used ? ", " : "", out);
+            used += k > 0 ? (size_t)k : 0;
+            if (used >= sizeof looked)
+                used = sizeof looked - 1;
+        }
+    }
+    walk_fail(w, SW_EIO,
+              "%s: %s is an external link to %s:%s, but that data file is missing (looked for %s)",
+              w->path, name, file, obj, looked);
+    return -1;
+}
+
+/* Opens an HDF5 file read-only (file index already added). */
+static hid_t open_h5(walk *w, const char *path, const char *what)
+{
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, w->fapl);
+    if (f < 0)
+        walk_fail(w, SW_EFORMAT, "%s: %s is not a readable HDF5 file, truncated or corrupt (%s)",
+                  w->path, what, why_h5(w));
+    return f;
+}
+
+/* ------------------------------------------------------------------ one dataset */
+
+/* The fill value as stored, for chunks never written. */
+static int read_fill(walk *w, hid_t dcpl, hid_t ftype, h5_dset *d)
+{
+    memset(d->fill, 0, sizeof d->fill);
+    H5D_fill_value_t status;
+    if (H5Pfill_value_defined(dcpl, &status) < 0) {
+        why_h5(w);
+        return 0; /* HDF5's default: zero */
+    }
+    if (status != H5D_FILL_VALUE_USER_DEFINED)
+        return 0;
+    uint8_t buf[16] = {0};
+    if (H5Tget_size(ftype) > sizeof buf || H5Pget_fill_value(dcpl, ftype, buf) < 0) {
+        why_h5(w);
+        return 0;
+    }
+    memcpy(d->fill, buf, d->esize);
+    return 0;
+}
+
+/* Is the pipeline one decoded here? Sets d->filters. 1 yes, 0 no (fallback), -1 refused. */
+static int own_pipeline(walk *w, const char *name, hid_t dcpl, int n, h5_dset *d)
+{
+    int own = n <= H5_MAX_FILTERS;
+    for (int i = 0; i < n; i++) {
+        unsigned flags = 0, cd[16] = {0}, config = 0;
+        size_t ncd = 16;
+        char fname[256] = "";
+        H5Z_filter_t id =
+            H5Pget_filter2(dcpl, (unsigned)i, &flags, &ncd, cd, sizeof fname, fname, &config);
+        if (id < 0) {
+            walk_fail(w, SW_EFORMAT, "%s: %s: cannot read filter %d of its pipeline (%s)", w->path,
+                      name, i, why_h5(w));
+            return -1;
+        }
+        if (ncd > 16)
+            ncd = 16;
+        if (i < H5_MAX_FILTERS) {
+            h5_filter *f = &d->filters[i];
+            f->id = (uint32_t)id;
+            f->ncd = (uint32_t)(ncd < 5 ? ncd : 5);
+            for (uint32_t k = 0; k < f->ncd; k++)
+                f->cd[k] = cd[k];
+        }
+        if (id == H5_FILTER_DEFLATE || id == H5_FILTER_SHUFFLE)
+            continue;
+        if (id == H5_FILTER_BSHUF) {
+            /* cd: {major, minor, element size, block size, compression} */
+            if (ncd < 3 || cd[2] != d->esize) {
+                walk_fail(w, SW_EFORMAT,
+                          "%s: %s: bitshuffle's parameters name %s-byte elements but the "
+                          "dataset holds %u-byte values",
+                          w->path, name, ncd < 3 ? "no" : "other than", (unsigned)d->esize);
+                return -1;
+            }
+            if (ncd > 3 && cd[3] % 8 != 0) {
+                walk_fail(w, SW_EFORMAT,
+                          "%s: %s: bitshuffle's block size %u is not a multiple of 8", w->path,
+                          name, cd[3]);
+                return -1;
+            }
+            if (ncd > 4 && cd[4] != 0 && cd[4] != H5_BSHUF_LZ4)
+                own = 0; /* zstd (3) and anything newer: the plugin */
+            continue;
+        }
+        own = 0;
+    }
+    if (own)
+        d->nfilters = (uint32_t)n;
+    return own;
+}
+
+/* Lists every chunk's address and size (by coordinate: one B-tree look-up each). */
+static int list_chunks(walk *w, const char *name, hid_t dset, h5_dset *d)
+{
+    uint64_t total = d->grid[0] * d->grid[1] * d->grid[2];
+    if (d->grid[0] && total / d->grid[0] != d->grid[1] * d->grid[2]) {
+        walk_fail(w, SW_EFORMAT, "%s: %s: absurd chunk count", w->path, name);
+        return -1;
+    }
+    if (total > H5_MAX_CHUNKS - w->nchunks) {
+        walk_fail(w, SW_EFORMAT,
+                  "%s: %s: %llu chunks (more than the %llu spotwave lists in one file set)",
+                  w->path, name, (unsigned long long)total, (unsigned long long)H5_MAX_CHUNKS);
+        return -1;
+    }
+    w->nchunks += total;
+    d->chunks = malloc((total ? total : 1) * sizeof *d->chunks);
+    if (!d->chunks) {
+        walk_fail(w, SW_ENOMEM, "%s: %s: out of memory listing %llu chunks", w->path, name,
+                  (unsigned long long)total);
+        return -1;
+    }
+    uint64_t i = 0, absent = 0;
+    for (uint64_t a = 0; a < d->grid[0]; a++)
+        for (uint64_t b = 0; b < d->grid[1]; b++)
+            for (uint64_t c = 0; c < d->grid[2]; c++, i++) {
+                hsize_t off3[3] = {a * d->cdim[0], b * d->cdim[1], c * d->cdim[2]};
+                const hsize_t *off = d->rank == 3 ? off3 : off3 + 1;
+                unsigned mask = 0;
+                haddr_t addr = HADDR_UNDEF;
+                hsize_t size = 0;
+                if (H5Dget_chunk_info_by_coord(dset, off, &mask, &addr, &size) < 0) {
+                    walk_fail(w, SW_EFORMAT, "%s: %s: cannot find chunk %llu (%s)", w->path, name,
+                              (unsigned long long)i, why_h5(w));
+                    return -1;
+                }
+                h5_chunk *ch = &d->chunks[i];
+                if (addr == HADDR_UNDEF || size == 0) {
+                    ch->addr = H5_ADDR_NONE;
+                    ch->size = 0;
+                    ch->mask = 0;
+                    absent++;
+                } else {
+                    ch->addr = (uint64_t)addr;
+                    ch->size = (uint64_t)size;
+                    ch->mask = mask;
+                }
+            }
+    if (absent)
+        walk_warn(w,
+                  "%s: %s: %llu of its %llu chunks were never written; they read as the fill value",
+                  w->path, name, (unsigned long long)absent, (unsigned long long)total);
+    return 0;
+}
+
+/*
+ * Describes the dataset obj of file fi (open as file) into d, named name in messages. For frames
+ * (mask = 0) the type must be an unsigned 8/16/32-bit integer; for the mask any integer.
+ * Returns SW_OK, or the failure (set in the layout unless soft: then only in why).
+ */
+static sw_status describe(walk *w, hid_t file, uint32_t fi, const char *name, const char *obj,
+                          int mask, h5_dset *d, char *why, size_t why_size)
+{
+    sw_status st = SW_OK;
+    hid_t o = -1, space = -1, type = -1, dcpl = -1;
+    char tdesc[64];
+    why[0] = '\0';
+#define DFAIL(code, ...)                                                                           \
+    do {                                                                                           \
+        snprintf(why, why_size, __VA_ARGS__);                                                      \
+        st = (code);                                                                               \
+        goto done;                                                                                 \
+    } while (0)
+
+    memset(d, 0, sizeof *d);
+    d->hd = -1;
+    d->file = fi;
+    d->name = dup_str(name);
+    d->obj = dup_str(obj);
+    if (!d->name || !d->obj)
+        DFAIL(SW_ENOMEM, "%s: out of memory", w->path);
+    o = H5Oopen(file, obj, w->lapl);
+    if (o < 0)
+        DFAIL(SW_EFORMAT, "%s: cannot open %s (%s)", w->path, name, why_h5(w));
+    H5I_type_t kind = H5Iget_type(o);
+    if (kind != H5I_DATASET)
+        DFAIL(SW_EFORMAT, "%s: %s is %s, not a dataset%s", w->path, name,
+              kind == H5I_GROUP ? "a group" : "a named datatype", mask ? "" : " of frames");
+
+    space = H5Dget_space(o);
+    if (space < 0)
+        DFAIL(SW_EFORMAT, "%s: %s: cannot read the dataspace (%s)", w->path, name, why_h5(w));
+    H5S_class_t sc = H5Sget_simple_extent_type(space);
+    int rank = sc == H5S_SIMPLE ? H5Sget_simple_extent_ndims(space) : 0;
+    hsize_t dims[H5S_MAX_RANK] = {0};
+    if (rank > 0 && rank <= H5S_MAX_RANK && H5Sget_simple_extent_dims(space, dims, NULL) < 0)
+        DFAIL(SW_EFORMAT, "%s: %s: cannot read the dataspace (%s)", w->path, name, why_h5(w));
+    if (mask) {
+        if (rank != 2)
+            DFAIL(SW_EFORMAT,
+                  "%s: wrong pixel mask shape: %s is of rank %d but the frames are %llu x %llu",
+                  w->path, name, rank < 0 ? 0 : rank, (unsigned long long)w->frame_w,
+                  (unsigned long long)w->frame_h);
+        if ((uint64_t)dims[0] != w->frame_h || (uint64_t)dims[1] != w->frame_w)
+            DFAIL(SW_EFORMAT,
+                  "%s: wrong pixel mask shape: %s is %llu x %llu pixels but the frames are %llu x "
+                  "%llu",
+                  w->path, name, (unsigned long long)dims[1], (unsigned long long)dims[0],
+                  (unsigned long long)w->frame_w, (unsigned long long)w->frame_h);
+    } else if (rank != 2 && rank != 3) {
+        DFAIL(SW_EFORMAT,
+              "%s: %s has rank %d: frames are expected as a rank-3 dataset [frames, height, "
+              "width] (or rank 2 for one frame)",
+              w->path, name, rank < 0 ? 0 : rank);
+    }
+    d->rank = (uint32_t)rank;
+    d->dims[0] = rank == 3 ? (uint64_t)dims[0] : 1;
+    d->dims[1] = (uint64_t)dims[rank - 2];
+    d->dims[2] = (uint64_t)dims[rank - 1];
+    const uint64_t h = d->dims[1], wd = d->dims[2];
+    if (!mask) {
+        if (h == 0 || wd == 0)
+            DFAIL(SW_EFORMAT, "%s: %s is empty (%llu x %llu pixels)", w->path, name,
+                  (unsigned long long)wd, (unsigned long long)h);
+        if (d->dims[0] > (uint64_t)1 << 40)
+            DFAIL(SW_EFORMAT, "%s: %s claims an absurd %llu frames", w->path, name,
+                  (unsigned long long)d->dims[0]);
+        if (h > SW_IMAGE_MAX_DIM || wd > SW_IMAGE_MAX_DIM ||
+            (long long)(h * wd) > (long long)SW_IMAGE_MAX_PIXELS)
+            DFAIL(SW_EFORMAT,
+                  "%s: %s has absurd frames of %llu x %llu pixels (at most %d per side and %lld "
+                  "in all)",
+                  w->path, name, (unsigned long long)wd, (unsigned long long)h, SW_IMAGE_MAX_DIM,
+                  (long long)SW_IMAGE_MAX_PIXELS);
+    }
+
+    type = H5Dget_type(o);
+    if (type < 0)
+        DFAIL(SW_EFORMAT, "%s: %s: cannot read the datatype (%s)", w->path, name, why_h5(w));
+    describe_type(type, tdesc, sizeof tdesc);
+    H5T_class_t tc = H5Tget_class(type);
+    size_t es = H5Tget_size(type);
+    if (mask) {
+        if (tc != H5T_INTEGER || es < 1 || es > 8)
+            DFAIL(SW_EFORMAT, "%s: %s holds %s: a pixel mask holds integers", w->path, name, tdesc);
+    } else if (tc != H5T_INTEGER || H5Tget_sign(type) != H5T_SGN_NONE ||
+               (es != 1 && es != 2 && es != 4)) {
+        DFAIL(SW_EFORMAT,
+              "%s: %s holds %s: spotwave reads frames of unsigned 8, 16 or 32-bit integers (as "
+              "detectors count)",
+              w->path, name, tdesc);
+    }
+    d->esize = (uint32_t)es;
+    H5T_order_t order = H5Tget_order(type);
+    d->swap = es > 1 && (order == H5T_ORDER_BE) == host_is_little();
+    /* values that are not plain bytes in one order (padding bits, an offset, VAX order) go
+     * through HDF5's conversion */
+    int plain = (order == H5T_ORDER_LE || order == H5T_ORDER_BE || es == 1) &&
+                H5Tget_precision(type) == 8 * es && H5Tget_offset(type) == 0;
+
+    dcpl = H5Dget_create_plist(o);
+    if (dcpl < 0)
+        DFAIL(SW_EFORMAT, "%s: %s: cannot read the storage properties (%s)", w->path, name,
+              why_h5(w));
+    int next = H5Pget_external_count(dcpl);
+    if (next != 0)
+        DFAIL(SW_EFORMAT,
+              "%s: %s keeps its values in %d external raw file%s, which spotwave does not read "
+              "(they could be any file)",
+              w->path, name, next < 0 ? 0 : next, next == 1 ? "" : "s");
+    read_fill(w, dcpl, type, d);
+    int nf = H5Pget_nfilters(dcpl);
+    if (nf < 0)
+        DFAIL(SW_EFORMAT, "%s: %s: cannot read the filter pipeline (%s)", w->path, name, why_h5(w));
+    d->filtered = nf > 0;
+    H5D_layout_t lay = H5Pget_layout(dcpl);
+    d->layout = H5_LAYOUT_HDF5;
+    if (lay == H5D_VIRTUAL && !w->o->links_anywhere)
+        DFAIL(SW_EFORMAT,
+              "%s: %s is a virtual dataset, whose source files could be anywhere: refused (the "
+              "option links_anywhere allows it)",
+              w->path, name);
+    if (lay == H5D_CONTIGUOUS && nf == 0 && plain) {
+        haddr_t a = H5Dget_offset(o);
+        d->layout = H5_LAYOUT_CONTIG;
+        d->addr = a == HADDR_UNDEF ? H5_ADDR_NONE : (uint64_t)a;
+        H5Eclear2(H5E_DEFAULT);
+    } else if (lay == H5D_CHUNKED) {
+        hsize_t cd[H5S_MAX_RANK] = {0};
+        int cr = H5Pget_chunk(dcpl, H5S_MAX_RANK, cd);
+        if (cr != rank)
+            DFAIL(SW_EFORMAT, "%s: %s: chunks of rank %d in a dataset of rank %d (%s)", w->path,
+                  name, cr, rank, cr < 0 ? why_h5(w) : "corrupt");
+        d->cdim[0] = rank == 3 ? (uint64_t)cd[0] : 1;
+        d->cdim[1] = (uint64_t)cd[rank - 2];
+        d->cdim[2] = (uint64_t)cd[rank - 1];
+        for (int k = 0; k < 3; k++)
+            if (d->cdim[k] == 0 || d->cdim[k] > ((uint64_t)1 << 32))
+                DFAIL(SW_EFORMAT, "%s: %s: absurd chunk shape", w->path, name);
+        if (d->cdim[0] * d->cdim[1] > H5_MAX_CHUNK_BYTES ||
+            d->cdim[0] * d->cdim[1] * d->cdim[2] > H5_MAX_CHUNK_BYTES / es)
+            DFAIL(SW_EFORMAT, "%s: %s: chunks of %llu x %llu x %llu values (more than %llu bytes)",
+                  w->path, name, (unsigned long long)d->cdim[0], (unsigned long long)d->cdim[1],
+                  (unsigned long long)d->cdim[2], (unsigned long long)H5_MAX_CHUNK_BYTES);
+        for (int k = 0; k < 3; k++)
+            d->grid[k] = (d->dims[k] + d->cdim[k] - 1) / d->cdim[k];
+        int own = own_pipeline(w, name, dcpl, nf, d);
+        if (own < 0) {
+            st = w->l->st;
+            snprintf(why, why_size, "%s", w->l->msg);
+            goto done;
+        }
+        if (own && plain) {
+            d->layout = H5_LAYOUT_CHUNKED;
+            const uint64_t cells = d->grid[0] * d->grid[1] * d->grid[2];
+            if (d->grid[0] && cells / d->grid[0] == d->grid[1] * d->grid[2] &&
+                cells <= H5_LIST_MAX) {
+                d->listed = 1;
+                if (list_chunks(w, name, o, d) < 0) {
+                    st = w->l->st;
+                    snprintf(why, why_size, "%s", w->l->msg);
+                    goto done;
+                }
+            } else {
+                /* looked up when read; the whole index is walked once here, where a fault in
+                 * it is harmless */
+                hsize_t count = 0;
+                if (H5Dget_num_chunks(o, space, &count) < 0)
+                    DFAIL(SW_EFORMAT, "%s: %s: cannot read the chunk index (%s)", w->path, name,
+                          why_h5(w));
+                if ((uint64_t)count > cells)
+                    DFAIL(SW_EFORMAT, "%s: %s: %llu chunks indexed for a grid of %llu", w->path,
+                          name, (unsigned long long)count, (unsigned long long)cells);
+                if ((uint64_t)count < cells)
+                    walk_warn(w,
+                              "%s: %s: %llu of its %llu chunks were never written; they read "
+                              "as the fill value",
+                              w->path, name, (unsigned long long)(cells - count),
+                              (unsigned long long)cells);
+            }
+        }
+    }
+    if (d->layout == H5_LAYOUT_HDF5) {
+        d->nfilters = 0;
+        /* the fallback: every filter must load here */
+        for (int i = 0; i < nf; i++) {
+            unsigned flags = 0, cdv[16], config = 0;
+            size_t ncd = 16;
+            char fname[256] = "";
+            H5Z_filter_t id =
+                H5Pget_filter2(dcpl, (unsigned)i, &flags, &ncd, cdv, sizeof fname, fname, &config);
+            if (id < 0)
+                DFAIL(SW_EFORMAT, "%s: %s: cannot read filter %d of its pipeline (%s)", w->path,
+                      name, i, why_h5(w));
+            unsigned cfg = 0;
+            if (H5Zfilter_avail(id) <= 0 || H5Zget_filter_info(id, &cfg) < 0 ||
+                !(cfg & H5Z_FILTER_CONFIG_DECODE_ENABLED)) {
+                H5Eclear2(H5E_DEFAULT);
+                /* the message is completed by hdf5.c (filter hint, plugin paths) */
+                snprintf(why, why_size, "%u\n%s", (unsigned)id,
+                         fname[0] ? fname : "no name stored");
+                st = SW_EUNSUPPORTED;
+                goto done;
+            }
+        }
+    }
+done:
+#undef DFAIL
+    if (dcpl >= 0)
+        H5Pclose(dcpl);
+    if (type >= 0)
+        H5Tclose(type);
+    if (space >= 0)
+        H5Sclose(space);
+    if (o >= 0)
+        H5Oclose(o);
+    H5Eclear2(H5E_DEFAULT);
+    return st;
+}
+
+/* ------------------------------------------------------------------ blocks */
+
+static sw_status add_block(walk *w, const char *name)
+{
+    h5_layout *l = w->l;
+    char why[SW_ERROR_MAX];
+    if (l->nblocks == w->bcap) {
+        uint32_t cap = w->bcap ? 2 * w->bcap : 8;
+        h5_dset *b = realloc(l->blocks, cap * sizeof *b);
+        if (!b)
+            return walk_fail(w, SW_ENOMEM, "%s: out of memory", w->path);
+        l->blocks = b;
+        w->bcap = cap;
+    }
+    /* Where the block lives: an external link is resolved here; anything else stays in the
+     * master (soft links followed by HDF5 inside it). */
+    H5L_info_t li;
+    if (H5Lget_info(w->master, name, &li, w->lapl) < 0)
+        return walk_fail(w, SW_EFORMAT, "%s: cannot read the link %s (%s)", w->path, name,
+                         why_h5(w));
+    hid_t file = w->master;
+    uint32_t fi = 0;
+    char obj[H5_PATH_MAX], shown[H5_FILE_MAX + 2 * H5_PATH_MAX + 8];
+    snprintf(obj, sizeof obj, "%s", name);
+    snprintf(shown, sizeof shown, "%s", name);
+    if (li.type == H5L_TYPE_EXTERNAL) {
+        char val[H5_FILE_MAX + H5_PATH_MAX + 8], target[2 * H5_FILE_MAX];
+        const char *tf = NULL, *to = NULL;
+        if (li.u.val_size == 0 || li.u.val_size > sizeof val ||
+            H5Lget_val(w->master, name, val, li.u.val_size, w->lapl) < 0 ||
+            H5Lunpack_elink_val(val, li.u.val_size, NULL, &tf, &to) < 0 || !tf || !to ||
+            strlen(to) >= H5_PATH_MAX || to[0] == '\0') {
+            H5Eclear2(H5E_DEFAULT);
+            return walk_fail(w, SW_EFORMAT, "%s: %s is an external link that cannot be read",
+                             w->path, name);
+        }
+        if (resolve_external(w, name, tf, to, target, sizeof target) < 0)
+            return l->st;
+        char what[2 * H5_FILE_MAX + H5_PATH_MAX];
+        snprintf(what, sizeof what, "the data file %s (external link %s)", target, name);
+        int64_t idx = add_file(w, target, what);
+        if (idx < 0)
+            return l->st;
+        fi = (uint32_t)idx;
+        file = open_h5(w, target, what);
+        if (file < 0)
+            return l->st;
+        snprintf(obj, sizeof obj, "%s%s", to[0] == '/' ? "" : "/", to);
+        snprintf(shown, sizeof shown, "%s (%s:%s)", name, tf, obj);
+    } else if (li.type != H5L_TYPE_HARD && li.type != H5L_TYPE_SOFT) {
+        return walk_fail(w, SW_EFORMAT, "%s: %s is a link of a user-defined type (%d)", w->path,
+                         name, (int)li.type);
+    }
+    h5_dset *b = &l->blocks[l->nblocks];
+    sw_status st = describe(w, file, fi, shown, obj, 0, b, why, sizeof why);
+    if (file != w->master)
+        H5Fclose(file);
+    H5Eclear2(H5E_DEFAULT);
+    l->nblocks++; /* from here on h5_layout_free frees it */
+    if (st == SW_EUNSUPPORTED) {
+        /* why: "<id>\n<name>" */
+        return walk_fail(w, SW_EUNSUPPORTED, "%s\n%s\n%s", w->path, shown, why);
+    }
+    if (st != SW_OK)
+        return walk_fail(w, st, "%s", why);
+    const h5_dset *b0 = &l->blocks[0];
+    if (l->nblocks > 1 &&
+        (b->dims[1] != b0->dims[1] || b->dims[2] != b0->dims[2] || b->esize != b0->esize))
+        return walk_fail(w, SW_EFORMAT,
+                         "%s: mismatched blocks: %s has %llu x %llu u%u frames but %s has "
+                         "%llu x %llu u%u frames",
+                         w->path, b->name, (unsigned long long)b->dims[2],
+                         (unsigned long long)b->dims[1], 8 * b->esize, b0->name,
+                         (unsigned long long)b0->dims[2], (unsigned long long)b0->dims[1],
+                         8 * b0->esize);
+    return SW_OK;
+}
+
+static sw_status find_blocks(walk *w)
+{
+    const char *dataset = w->o->dataset;
+    if (dataset) {
+        int e = path_exists(w, w->master, dataset);
+        if (e <= 0) {
+            if (e < 0)
+                return walk_fail(w, SW_EFORMAT, "%s: cannot look up %s (%s)", w->path, dataset,
+                                 why_h5(w));
+            return walk_fail(w, SW_EFORMAT, "%s: no dataset %s in the file", w->path, dataset);
+        }
+        return add_block(w, dataset);
+    }
+    int have_group = path_exists(w, w->master, PATH_DATA);
+    if (have_group < 0)
+        return walk_fail(w, SW_EFORMAT, "%s: cannot look up %s, corrupt (%s)", w->path, PATH_DATA,
+                         why_h5(w));
+    if (have_group) {
+        char name[64];
+        for (int i = 1; i <= H5_MAX_BLOCKS; i++) {
+            snprintf(name, sizeof name, PATH_DATA "/data_%06d", i);
+            htri_t e = H5Lexists(w->master, name, w->lapl);
+            if (e < 0)
+                return walk_fail(w, SW_EFORMAT, "%s: cannot look up %s, corrupt (%s)", w->path,
+                                 name, why_h5(w));
+            if (e == 0)
+                break;
+            if (add_block(w, name) != SW_OK)
+                return w->l->st;
+        }
+        if (w->l->nblocks > 0)
+            return SW_OK;
+        htri_t e = H5Lexists(w->master, PATH_DATA "/data", w->lapl);
+        if (e < 0)
+            return walk_fail(w, SW_EFORMAT, "%s: cannot look up %s/data, corrupt (%s)", w->path,
+                             PATH_DATA, why_h5(w));
+        if (e > 0)
+            return add_block(w, PATH_DATA "/data");
+    }
+    return walk_fail(w, SW_EFORMAT,
+                     "%s: no frames found: looked for %s/data_000001, data_000002, ... (an Eiger "
+                     "master) and %s/data (an Eiger data file)%s; name the dataset explicitly if "
+                     "the frames are elsewhere",
+                     w->path, PATH_DATA, PATH_DATA,
+                     have_group ? "" : ", but the file has no " PATH_DATA " group");
+}
+
+/* A numeric scalar (or one-element) dataset without filters, as a double: 1 read, 0 absent,
+ * -1 unusable. */
+static int read_scalar(walk *w, const char *path, double *out)
+{
+    int e = path_exists(w, w->master, path);
+    if (e <= 0) {
+        H5Eclear2(H5E_DEFAULT);
+        return e;
+    }
+    hid_t d = H5Oopen(w->master, path, w->lapl);
+    if (d < 0) {
+        H5Eclear2(H5E_DEFAULT);
+        return -1;
+    }
+    int res = -1;
+    if (H5Iget_type(d) == H5I_DATASET) {
+        hid_t s = H5Dget_space(d), t = H5Dget_type(d), p = H5Dget_create_plist(d);
+        if (s >= 0 && t >= 0 && p >= 0 && H5Pget_nfilters(p) == 0 &&
+            H5Pget_external_count(p) == 0 && H5Sget_simple_extent_npoints(s) == 1 &&
+            (H5Tget_class(t) == H5T_INTEGER || H5Tget_class(t) == H5T_FLOAT)) {
+            double v = 0.0;
+            if (H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, &v) >= 0) {
+                *out = v;
+                res = 1;
+            }
+        }
+        if (p >= 0)
+            H5Pclose(p);
+        if (t >= 0)
+            H5Tclose(t);
+        if (s >= 0)
+            H5Sclose(s);
+    }
+    H5Oclose(d);
+    H5Eclear2(H5E_DEFAULT);
+    return res;
+}
+
+static void read_overload(walk *w)
+{
+    static const char *const paths[2] = {PATH_CUTOFF, PATH_SATURATION};
+    for (int i = 0; i < 2; i++) {
+        double v = 0.0;
+        int got = read_scalar(w, paths[i], &v);
+        if (got == 1 && isfinite(v) && v > 0.0) {
+            w->l->overload = v;
+            return;
+        }
+        if (got != 0)
+            walk_warn(w, "%s: %s is not a usable overload (not one positive number): ignored",
+                      w->path, paths[i]);
+    }
+}
+
+static void find_mask(walk *w)
+{
+    h5_layout *l = w->l;
+    int e = path_exists(w, w->master, PATH_MASK);
+    H5Eclear2(H5E_DEFAULT);
+    if (e <= 0)
+        return;
+    hid_t o = H5Oopen(w->master, PATH_MASK, w->lapl);
+    if (o < 0) {
+        H5Eclear2(H5E_DEFAULT);
+        return;
+    }
+    int is = H5Iget_type(o) == H5I_DATASET;
+    H5Oclose(o);
+    if (!is)
+        return;
+    l->has_mask = 1;
+    w->frame_h = l->blocks[0].dims[1];
+    w->frame_w = l->blocks[0].dims[2];
+    sw_status st = describe(w, w->master, 0, PATH_MASK, PATH_MASK, 1, &l->mask, l->mask_msg,
+                            sizeof l->mask_msg);
+    if (st == SW_EUNSUPPORTED) {
+        char id[32] = "", *nl = strchr(l->mask_msg, '\n');
+        if (nl)
+            *nl = '\0';
+        snprintf(id, sizeof id, "%.31s", l->mask_msg);
+        snprintf(l->mask_msg, sizeof l->mask_msg,
+                 "%s: %s is compressed with HDF5 filter %s, which this HDF5 cannot load", w->path,
+                 PATH_MASK, id);
+    }
+    if (st == SW_OK) {
+        l->mask_ok = 1;
+    } else {
+        if (st == SW_ENOMEM && l->st == SW_OK)
+            walk_fail(w, SW_ENOMEM, "%s", l->mask_msg);
+        h5_dset_free(&l->mask);
+        memset(&l->mask, 0, sizeof l->mask);
+        l->mask.hd = -1;
+        /* a failure inside describe may have set the layout's own: the mask's is not fatal */
+        if (l->st != SW_ENOMEM) {
+            l->st = SW_OK;
+            l->msg[0] = '\0';
+        }
+    }
+}
+
+void h5_walk(const char *path, const h5_walk_opts *o, h5_layout *out)
+{
+    memset(out, 0, sizeof *out);
+    out->mask.hd = -1;
+    walk w;
+    memset(&w, 0, sizeof w);
+    w.path = path;
+    w.o = o;
+    w.l = out;
+    w.master = w.lapl = w.fapl = -1;
+
+    H5E_auto2_t func = NULL;
+    void *data = NULL;
+    int saved = H5Eget_auto2(H5E_DEFAULT, &func, &data) >= 0;
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+
+    w.lapl = H5Pcreate(H5P_LINK_ACCESS);
+    w.fapl = H5Pcreate(H5P_FILE_ACCESS);
+    if (w.lapl < 0 || w.fapl < 0 || H5Pset_elink_cb(w.lapl, deny_external, NULL) < 0) {
+        walk_fail(&w, SW_ENOMEM, "%s: HDF5 cannot set up (%s)", path, why_h5(&w));
+        goto out;
+    }
+#if (H5_VERS_MAJOR == 1 && H5_VERS_MINOR == 10 && H5_VERS_RELEASE >= 7) || H5_VERSION_GE(1, 12, 1)
+    /* Reading needs no lock, and some cluster file systems refuse flock(). */
+    H5Pset_file_locking(w.fapl, 0, 1);
+#endif
+    if (add_file(&w, path, "the file") < 0)
+        goto out;
+    htri_t is = H5Fis_hdf5(path);
+    if (is == 0) {
+        walk_fail(&w, SW_EFORMAT, "%s: not an HDF5 file (no HDF5 signature found)", path);
+        goto out;
+    }
+    if (is < 0) {
+        walk_fail(&w, SW_EFORMAT, "%s: not a readable HDF5 file (%s)", path, why_h5(&w));
+        goto out;
+    }
+    w.master = H5Fopen(path, H5F_ACC_RDONLY, w.fapl);
+    if (w.master < 0) {
+        walk_fail(&w, SW_EFORMAT, "%s: not a readable HDF5 file, truncated or corrupt (%s)", path,
+                  why_h5(&w));
+        goto out;
+    }
+    if (find_blocks(&w) != SW_OK)
+        goto out;
+    uint64_t frames = 0;
+    for (uint32_t i = 0; i < out->nblocks; i++) {
+        out->blocks[i].first = (int64_t)frames;
+        frames += out->blocks[i].dims[0];
+    }
+    if (frames < 1) {
+        walk_fail(&w, SW_EFORMAT, "%s: %s holds no frames", path, out->blocks[0].name);
+        goto out;
+    }
+    if (frames > (uint64_t)1 << 40) {
+        walk_fail(&w, SW_EFORMAT, "%s: an absurd %llu frames in all", path,
+                  (unsigned long long)frames);
+        goto out;
+    }
+    find_mask(&w);
+    read_overload(&w);
+out:
+    if (w.master >= 0)
+        H5Fclose(w.master);
+    if (w.lapl >= 0)
+        H5Pclose(w.lapl);
+    if (w.fapl >= 0)
+        H5Pclose(w.fapl);
+    H5Eclear2(H5E_DEFAULT);
+    if (saved)
+        H5Eset_auto2(H5E_DEFAULT, func, data);
+}
+
+/* ------------------------------------------------------------------ freeing */
+
+void h5_dset_free(h5_dset *d)
+{
+    if (d->hd >= 0)
+        H5Dclose(d->hd);
+    d->hd = -1;
+    free(d->name);
+    free(d->obj);
+    free(d->chunks);
+    d->name = d->obj = NULL;
+    d->chunks = NULL;
+}
+
+void h5_layout_free(h5_layout *l)
+{
+    for (uint32_t i = 0; i < l->nblocks; i++)
+        h5_dset_free(&l->blocks[i]);
+    free(l->blocks);
+    h5_dset_free(&l->mask);
+    for (uint32_t i = 0; i < l->nfiles; i++) {
+        if (l->files[i].h5 >= 0)
+            H5Fclose(l->files[i].h5);
+        free(l->files[i].path);
+    }
+    free(l->files);
+    for (uint32_t i = 0; i < l->nwarnings; i++)
+        free(l->warnings[i]);
+    free(l->warnings);
+    l->blocks = NULL;
+    l->files = NULL;
+    l->warnings = NULL;
+    l->nblocks = l->nfiles = l->nwarnings = 0;
+}
+
+/* ------------------------------------------------------------------ the message */
+
+#define MSG_MAGIC 0x3548574Du /* "MWH5" */
+
+typedef struct pack {
+    uint8_t *p;
+    size_t n, cap;
+    int oom;
+} pack;
+
+static void put(pack *k, const void *v, size_t n)
+{
+    if (k->oom)
+        return;
+    if (k->n + n > k->cap) {
+        size_t cap = k->cap ? k->cap : 4096;
+        while (cap < k->n + n)
+            cap *= 2;
+        uint8_t *p = realloc(k->p, cap);
+        if (!p) {
+            k->oom = 1;
+            return;
+        }
+        k->p = p;
+        k->cap = cap;
+    }
+    memcpy(k->p + k->n, v, n);
+    k->n += n;
+}
+
+static void put32(pack *k, uint32_t v)
+{
+    put(k, &v, 4);
+}
+
+static void put64(pack *k, uint64_t v)
+{
+    put(k, &v, 8);
+}
+
+static void putstr(pack *k, const char *s)
+{
+    size_t n = s ? strlen(s) : 0;
+    put32(k, (uint32_t)n);
+    put(k, s ? s : "", n);
+}
+
+static void put_dset(pack *k, const h5_dset *d)
+{
+    putstr(k, d->name);
+    putstr(k, d->obj);
+    put32(k, d->file);
+    put32(k, d->rank);
+    for (int i = 0; i < 3; i++)
+        put64(k, d->dims[i]);
+    put32(k, d->esize);
+    put32(k, d->swap);
+    put32(k, d->layout);
+    put32(k, d->filtered);
+    put(k, d->fill, 8);
+    put64(k, d->addr);
+    for (int i = 0; i < 3; i++)
+        put64(k, d->cdim[i]);
+    for (int i = 0; i < 3; i++)
+        put64(k, d->grid[i]);
+    put32(k, d->listed);
+    put32(k, d->nfilters);
+    for (uint32_t i = 0; i < d->nfilters && i < H5_MAX_FILTERS; i++) {
+        put32(k, d->filters[i].id);
+        put32(k, d->filters[i].ncd);
+        for (int j = 0; j < 5; j++)
+            put32(k, d->filters[i].cd[j]);
+    }
+    uint64_t nc =
+        d->layout == H5_LAYOUT_CHUNKED && d->listed ? d->grid[0] * d->grid[1] * d->grid[2] : 0;
+    put64(k, nc);
+    for (uint64_t i = 0; i < nc; i++) {
+        put64(k, d->chunks[i].addr);
+        put64(k, d->chunks[i].size);
+        put32(k, d->chunks[i].mask);
+    }
+}
+
+uint8_t *h5_layout_pack(const h5_layout *l, size_t *size)
+{
+    pack k = {NULL, 0, 0, 0};
+    put32(&k, MSG_MAGIC);
+    put32(&k, (uint32_t)l->st);
+    putstr(&k, l->msg);
+    put32(&k, l->nwarnings);
+    for (uint32_t i = 0; i < l->nwarnings; i++)
+        putstr(&k, l->warnings[i]);
+    if (l->st == SW_OK) {
+        put32(&k, l->nfiles);
+        for (uint32_t i = 0; i < l->nfiles; i++) {
+            putstr(&k, l->files[i].path);
+            put64(&k, l->files[i].dev);
+            put64(&k, l->files[i].ino);
+            put64(&k, l->files[i].size);
+        }
+        put32(&k, l->nblocks);
+        for (uint32_t i = 0; i < l->nblocks; i++)
+            put_dset(&k, &l->blocks[i]);
+        put32(&k, (uint32_t)l->has_mask);
+        put32(&k, (uint32_t)l->mask_ok);
+        putstr(&k, l->mask_msg);
+        if (l->mask_ok)
+            put_dset(&k, &l->mask);
+        uint64_t ov;
+        memcpy(&ov, &l->overload, 8);
+        put64(&k, ov);
+    }
+    if (k.oom) {
+        free(k.p);
+        return NULL;
+    }
+    *size = k.n;
+    return k.p;
+}
+
+typedef struct unpack {
+    const uint8_t *p;
+    size_t n, pos;
+    int bad;
+} unpack;
+
+static void get(unpack *u, void *v, size_t n)
+{
+    if (u->bad || n > u->n - u->pos) {
+        u->bad = 1;
+        memset(v, 0, n);
+        return;
+    }
+    memcpy(v, u->p + u->pos, n);
+    u->pos += n;
+}
+
+static uint32_t get32(unpack *u)
+{
+    uint32_t v;
+    get(u, &v, 4);
+    return v;
+}
+
+static uint64_t get64(unpack *u)
+{
+    uint64_t v;
+    get(u, &v, 8);
+    return v;
+}
+
+/* A string of at most max bytes (malloc'ed); NULL and bad set otherwise. */
+static char *getstr(unpack *u, size_t max)
+{
+    uint32_t n = get32(u);
+    if (u->bad || n > max || n > u->n - u->pos || memchr(u->p + u->pos, 0, n)) {
+        u->bad = 1;
+        return NULL;
+    }
+    char *s = malloc((size_t)n + 1);
+    if (!s) {
+        u->bad = 2;
+        return NULL;
+    }
+    memcpy(s, u->p + u->pos, n);
+    s[n] = '\0';
+    u->pos += n;
+    return s;
+}
+
+static int get_dset(unpack *u, h5_dset *d, const h5_layout *l, int mask, char *why, size_t ws)
+{
+    memset(d, 0, sizeof d[0]);
+    d->hd = -1;
+    d->name = getstr(u, H5_FILE_MAX + 3 * H5_PATH_MAX);
+    d->obj = getstr(u, 2 * H5_PATH_MAX);
+    d->file = get32(u);
+    d->rank = get32(u);
+    for (int i = 0; i < 3; i++)
+        d->dims[i] = get64(u);
+    d->esize = get32(u);
+    d->swap = get32(u);
+    d->layout = get32(u);
+    d->filtered = get32(u);
+    get(u, d->fill, 8);
+    d->addr = get64(u);
+    for (int i = 0; i < 3; i++)
+        d->cdim[i] = get64(u);
+    for (int i = 0; i < 3; i++)
+        d->grid[i] = get64(u);
+    d->listed = get32(u);
+    d->nfilters = get32(u);
+    if (u->bad) {
+        snprintf(why, ws, "truncated");
+        return -1;
+    }
+    if (d->file >= l->nfiles || (d->rank != 2 && d->rank != 3) || d->swap > 1 ||
+        d->layout > H5_LAYOUT_HDF5 || d->nfilters > H5_MAX_FILTERS || d->listed > 1) {
+        snprintf(why, ws, "a dataset's description is out of range");
+        return -1;
+    }
+    if (mask ? (d->esize < 1 || d->esize > 8) : (d->esize != 1 && d->esize != 2 && d->esize != 4)) {
+        snprintf(why, ws, "a value size of %u bytes", d->esize);
+        return -1;
+    }
+    if ((d->rank == 2 && d->dims[0] != 1) || d->dims[0] > (uint64_t)1 << 40 || d->dims[1] == 0 ||
+        d->dims[2] == 0 || d->dims[1] > SW_IMAGE_MAX_DIM || d->dims[2] > SW_IMAGE_MAX_DIM ||
+        d->dims[1] * d->dims[2] > (uint64_t)SW_IMAGE_MAX_PIXELS) {
+        snprintf(why, ws, "a dataset of absurd shape");
+        return -1;
+    }
+    for (uint32_t i = 0; i < d->nfilters; i++) {
+        d->filters[i].id = get32(u);
+        d->filters[i].ncd = get32(u);
+        for (int j = 0; j < 5; j++)
+            d->filters[i].cd[j] = get32(u);
+        if (d->filters[i].ncd > 5) {
+            snprintf(why, ws, "a filter with %u parameters", d->filters[i].ncd);
+            return -1;
+        }
+    }
+    uint64_t nc = get64(u);
+    if (u->bad) {
+        snprintf(why, ws, "truncated");
+        return -1;
+    }
+    const uint64_t fsize = l->files[d->file].size;
+    if (d->layout == H5_LAYOUT_CONTIG) {
+        const uint64_t total = d->dims[0] * d->dims[1] * d->dims[2] * d->esize;
+        if (d->dims[0] && total / d->dims[0] != d->dims[1] * d->dims[2] * d->esize) {
+            snprintf(why, ws, "a contiguous dataset of absurd size");
+            return -1;
+        }
+        if (d->addr != H5_ADDR_NONE && (d->addr > fsize || total > fsize - d->addr)) {
+            snprintf(why, ws,
+                     "%s: its %llu bytes at byte %llu lie beyond the end of %s (%llu bytes): "
+                     "truncated",
+                     d->name, (unsigned long long)total, (unsigned long long)d->addr,
+                     l->files[d->file].path, (unsigned long long)fsize);
+            return -1;
+        }
+        if (nc != 0) {
+            snprintf(why, ws, "chunks listed for a contiguous dataset");
+            return -1;
+        }
+        return 0;
+    }
+    if (d->layout == H5_LAYOUT_HDF5)
+        return nc == 0 ? 0 : (snprintf(why, ws, "chunks listed for the fallback"), -1);
+    /* chunked: the grid must be what the shapes say, the chunk bounded, every chunk in the file */
+    for (int i = 0; i < 3; i++)
+        if (d->cdim[i] == 0 || d->cdim[i] > ((uint64_t)1 << 32) ||
+            d->grid[i] != (d->dims[i] + d->cdim[i] - 1) / d->cdim[i]) {
+            snprintf(why, ws, "%s: a chunk shape that does not fit its dataset", d->name);
+            return -1;
+        }
+    if (d->cdim[0] * d->cdim[1] > H5_MAX_CHUNK_BYTES ||
+        d->cdim[0] * d->cdim[1] * d->cdim[2] > H5_MAX_CHUNK_BYTES / d->esize) {
+        snprintf(why, ws, "%s: chunks beyond %llu bytes", d->name,
+                 (unsigned long long)H5_MAX_CHUNK_BYTES);
+        return -1;
+    }
+    const uint64_t cells = d->grid[0] * d->grid[1] * d->grid[2];
+    if (d->grid[0] && cells / d->grid[0] != d->grid[1] * d->grid[2]) {
+        snprintf(why, ws, "%s: an absurd chunk grid", d->name);
+        return -1;
+    }
+    if (!d->listed) {
+        if (nc != 0 || cells <= H5_LIST_MAX) {
+            snprintf(why, ws, "%s: chunks neither listed nor to be looked up", d->name);
+            return -1;
+        }
+        return 0;
+    }
+    if (cells != nc || nc > H5_LIST_MAX || nc > (u->n - u->pos) / 20) {
+        snprintf(why, ws, "%s: %llu chunks listed for a grid of %llu", d->name,
+                 (unsigned long long)nc, (unsigned long long)cells);
+        return -1;
+    }
+    d->chunks = malloc((nc ? nc : 1) * sizeof *d->chunks);
+    if (!d->chunks) {
+        snprintf(why, ws, "out of memory");
+        return -2;
+    }
+    /* stored bytes: at most the decoded size with room for any filter's growth */
+    const uint64_t cbytes = h5_chunk_bytes(d), most = h5_chunk_stored_max(d);
+    for (uint64_t i = 0; i < nc; i++) {
+        h5_chunk *c = &d->chunks[i];
+        c->addr = get64(u);
+        c->size = get64(u);
+        c->mask = get32(u);
+        if (c->addr == H5_ADDR_NONE) {
+            if (c->size != 0) {
+                snprintf(why, ws, "%s: chunk %llu is unwritten but has a size", d->name,
+                         (unsigned long long)i);
+                return -1;
+            }
+            continue;
+        }
+        if (c->size == 0 || c->addr > fsize || c->size > fsize - c->addr) {
+            snprintf(why, ws,
+                     "%s: chunk %llu (%llu bytes at byte %llu) lies beyond the end of %s (%llu "
+                     "bytes): truncated or corrupt",
+                     d->name, (unsigned long long)i, (unsigned long long)c->size,
+                     (unsigned long long)c->addr, l->files[d->file].path,
+                     (unsigned long long)fsize);
+            return -1;
+        }
+        if (c->size > most) {
+            snprintf(why, ws,
+                     "%s: chunk %llu claims %llu stored bytes for %llu decoded ones: corrupt",
+                     d->name, (unsigned long long)i, (unsigned long long)c->size,
+                     (unsigned long long)cbytes);
+            return -1;
+        }
+    }
+    if (u->bad) {
+        snprintf(why, ws, "truncated");
+        return -1;
+    }
+    return 0;
+}
+
+sw_status h5_layout_unpack(const uint8_t *buf, size_t size, h5_layout *l)
+{
+    memset(l, 0, sizeof *l);
+    l->mask.hd = -1;
+    unpack u = {buf, size, 0, 0};
+    char why[SW_ERROR_MAX] = "";
+    if (get32(&u) != MSG_MAGIC)
+        goto bad;
+    uint32_t st = get32(&u);
+    char *msg = getstr(&u, SW_ERROR_MAX - 1);
+    if (!msg)
+        goto bad;
+    snprintf(l->msg, sizeof l->msg, "%s", msg);
+    free(msg);
+    uint32_t nw = get32(&u);
+    if (u.bad || nw > 64)
+        goto bad;
+    if (nw) {
+        l->warnings = calloc(nw, sizeof *l->warnings);
+        if (!l->warnings)
+            goto oom;
+        for (uint32_t i = 0; i < nw; i++) {
+            l->warnings[i] = getstr(&u, SW_ERROR_MAX - 1);
+            if (!l->warnings[i])
+                goto bad;
+            l->nwarnings++;
+        }
+    }
+    if (st != SW_OK) {
+        if (st != SW_EFORMAT && st != SW_EIO && st != SW_EUNSUPPORTED && st != SW_ENOMEM &&
+            st != SW_EINVAL)
+            goto bad;
+        l->st = (sw_status)st;
+        if (l->msg[0] == '\0')
+            snprintf(l->msg, sizeof l->msg,
+                     "the file's structure could not be read (no reason "
+                     "given)");
+        return l->st;
+    }
+    uint32_t nf = get32(&u);
+    if (u.bad || nf < 1 || nf > H5_MAX_FILES || nf > (u.n - u.pos) / 28)
+        goto bad;
+    l->files = calloc(nf, sizeof *l->files);
+    if (!l->files)
+        goto oom;
+    for (uint32_t i = 0; i < nf; i++) {
+        h5_file *f = &l->files[i];
+        f->h5 = -1;
+        f->path = getstr(&u, 2 * H5_FILE_MAX);
+        l->nfiles++; /* from here on h5_layout_free frees its path */
+        f->dev = get64(&u);
+        f->ino = get64(&u);
+        f->size = get64(&u);
+        if (!f->path || u.bad)
+            goto bad;
+    }
+    uint32_t nb = get32(&u);
+    if (u.bad || nb < 1 || nb > H5_MAX_BLOCKS || nb > (u.n - u.pos) / 64)
+        goto bad;
+    l->blocks = calloc(nb, sizeof *l->blocks);
+    if (!l->blocks)
+        goto oom;
+    uint64_t frames = 0;
+    for (uint32_t i = 0; i < nb; i++) {
+        h5_dset *d = &l->blocks[i];
+        int rc = get_dset(&u, d, l, 0, why, sizeof why);
+        l->nblocks++;
+        if (rc == -2)
+            goto oom;
+        if (rc < 0)
+            goto bad;
+        if (d->dims[1] != l->blocks[0].dims[1] || d->dims[2] != l->blocks[0].dims[2] ||
+            d->esize != l->blocks[0].esize) {
+            snprintf(why, sizeof why, "blocks of different shapes");
+            goto bad;
+        }
+        d->first = (int64_t)frames;
+        frames += d->dims[0];
+    }
+    if (frames < 1 || frames > (uint64_t)1 << 40) {
+        snprintf(why, sizeof why, "%llu frames", (unsigned long long)frames);
+        goto bad;
+    }
+    l->has_mask = get32(&u) != 0;
+    l->mask_ok = get32(&u) != 0;
+    msg = getstr(&u, SW_ERROR_MAX - 1);
+    if (!msg)
+        goto bad;
+    snprintf(l->mask_msg, sizeof l->mask_msg, "%s", msg);
+    free(msg);
+    if (l->mask_ok) {
+        int rc = get_dset(&u, &l->mask, l, 1, why, sizeof why);
+        if (rc == -2)
+            goto oom;
+        if (rc < 0 || l->mask.rank != 2 || l->mask.dims[1] != l->blocks[0].dims[1] ||
+            l->mask.dims[2] != l->blocks[0].dims[2])
+            goto bad;
+    }
+    uint64_t ov = get64(&u);
+    memcpy(&l->overload, &ov, 8);
+    if (u.bad || u.pos != u.n || !(l->overload >= 0.0) || !isfinite(l->overload))
+        goto bad;
+    l->st = SW_OK;
+    return SW_OK;
+oom:
+    h5_layout_free(l);
+    l->st = SW_ENOMEM;
+    snprintf(l->msg, sizeof l->msg, "out of memory");
+    return l->st;
+bad:
+    h5_layout_free(l);
+    l->st = SW_EFORMAT;
+    if (why[0])
+        snprintf(l->msg, sizeof l->msg, "%s", why);
+    else
+        snprintf(l->msg, sizeof l->msg, "the description of the file does not hold together");
+    return l->st;
+}

@@ -1,0 +1,64 @@
+/*
+ * libFuzzer target: the bitshuffle/LZ4 chunk decoder on its own (src/io/bitshuffle.c), the part
+ * of the HDF5 reader that sees the most attacker-controlled bytes. Input: 1 byte (bits 0-1 the
+ * element size 1/2/4/8, bits 2-7 a block size / 8 for the uncompressed variant), 2 bytes the
+ * chunk size in elements, then the stored chunk. Invariants: 0 or -1 with a
+ * reason; nothing written beyond the chunk (sentinel); 0 only for input whose header names the
+ * chunk's size; the uncompressed variant likewise.
+ */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/bitshuffle.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 3)
+        return 0;
+    static const size_t sizes[4] = {1, 2, 4, 8};
+    const size_t es = sizes[data[0] & 3], block = (size_t)(data[0] >> 2) * 8;
+    const size_t n = ((size_t)data[1] | (size_t)data[2] << 8) % 20000;
+    const size_t out_size = n * es;
+    data += 3;
+    size -= 3;
+    uint8_t *out = malloc(out_size + 32);
+    if (!out)
+        abort();
+    memset(out + out_size, 0x5C, 32);
+    char why[256];
+    int rc = sw_bshuf_decode_lz4(data, size, out, out_size, es, why, sizeof why);
+    if (rc != 0 && rc != -1 && rc != -2)
+        abort();
+    if (rc != 0 && why[0] == '\0')
+        abort();
+    if (rc == 0) {
+        uint64_t total = 0;
+        for (int i = 0; i < 8; i++)
+            total = total << 8 | data[i];
+        if (total != out_size)
+            abort();
+        /* what decoded encodes again and decodes to the same bytes */
+        size_t cap = sw_bshuf_lz4_bound(out_size, es, 0);
+        uint8_t *enc = malloc(cap ? cap : 1), *back = malloc(out_size + 1);
+        if (!enc || !back)
+            abort();
+        size_t m = sw_bshuf_encode_lz4(out, out_size, enc, cap, es, 0);
+        if (m == 0 || sw_bshuf_decode_lz4(enc, m, back, out_size, es, why, sizeof why) != 0 ||
+            memcmp(back, out, out_size) != 0)
+            abort();
+        free(enc);
+        free(back);
+    }
+    rc = sw_bshuf_decode_plain(data, size, out, out_size, es, block, why, sizeof why);
+    if ((rc == 0) != (size == out_size))
+        abort();
+    for (int i = 0; i < 32; i++)
+        if (out[out_size + i] != 0x5C)
+            abort();
+    free(out);
+    return 0;
+}
