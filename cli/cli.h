@@ -146,6 +146,32 @@ int sw_cli_opt_u64(const char *sub, const char *name, const char *arg, uint64_t 
 /* A file name (any text but the empty one): "<name>: the file name is empty". */
 int sw_cli_opt_file(const char *sub, const char *name, const char *arg, const char **v);
 
+/* ------------------------------------------------------------------ inputs and outputs
+ * (files.c). Every subcommand names the files it reads and writes, then checks them before any
+ * work: an output that names an input or another output is refused with exit 2; one that cannot be
+ * written (a folder, a device, a missing or read-only folder) with exit 1. Outputs are written
+ * under sw_cli_staged names and land all or nothing: main.c moves them into place (synced) when the
+ * subcommand returns 0 and removes them otherwise. NULL, "" and "-" (standard input/output) are
+ * ignored everywhere. */
+
+/* Forgets every file named so far (main.c, before the subcommand runs). */
+void sw_cli_files_begin(const char *sub);
+/* A file the run reads (option: how the user named it: "--config", "image"). */
+void sw_cli_file_in(const char *option, const char *path);
+/* A file the run writes. */
+void sw_cli_file_out(const char *option, const char *path);
+/* Compares every output with every input and every other output, and checks its folder.
+ * SW_EXIT_OK, or SW_EXIT_USAGE / SW_EXIT_FAIL after one line on stderr. */
+int sw_cli_files_check(void);
+/* The name to write output `path` under now (in a staging folder beside it). A name not given to
+ * sw_cli_output before (made during the run: a map per frame) is checked here; NULL then after a
+ * failure line on stderr (exit 1: nothing has been moved into place yet). "-" and NULL come back
+ * unchanged. */
+const char *sw_cli_file_staged(const char *option, const char *path);
+/* main.c, after the subcommand: with rc 0 moves every staged file into place (each synced, then
+ * the folder), otherwise removes them. Returns rc, or SW_EXIT_FAIL when a move failed. */
+int sw_cli_files_end(int rc);
+
 /* ------------------------------------------------------------------ output tables */
 
 /* A table being written: standard output, or a temporary file renamed into place at the end so

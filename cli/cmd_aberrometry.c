@@ -805,15 +805,20 @@ static int write_maps(ab_job *j, int quiet)
             rc = sw_cli_fail(SUB, "--map: %s", sw_cli_lib_error(ctx, st));
             goto done;
         }
+        const char *staged = sw_cli_file_staged("--map", path);
+        if (!staged) {
+            rc = SW_EXIT_FAIL;
+            goto done;
+        }
         if (o->map_fits) {
             sw_cli_hdr hdr;
             map_header(&hdr, j, e, k, zp.size);
-            st = sw_cli_hdr_write(ctx, path, &map, 1, &hdr);
+            st = sw_cli_hdr_write(ctx, staged, &map, 1, &hdr);
         } else {
             char title[96];
             snprintf(title, sizeof title, "eye %d wavefront, frame %lld, %.2f mm pupil", (int)k + 1,
                      (long long)(j->first + j->count - 1), e->pupil_mm);
-            st = sw_cli_map_png(ctx, path, &map, SW_CLI_UM, title);
+            st = sw_cli_map_png(ctx, staged, &map, SW_CLI_UM, title);
         }
         if (st != SW_OK) {
             rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
@@ -1014,6 +1019,14 @@ int sw_cmd_aberrometry(const sw_cli_globals *g, int argc, char **argv)
     if (rc < 0)
         return SW_EXIT_OK; /* --help */
     if (rc != SW_EXIT_OK)
+        return rc;
+    for (int i = 0; i < o.ninputs; i++)
+        sw_cli_file_in("image", o.inputs[i]);
+    sw_cli_file_in("--reference", o.reference);
+    sw_cli_file_out("--out", o.out);
+    sw_cli_file_out("--map", o.map);
+    sw_cli_file_out("--spots", o.spots);
+    if ((rc = sw_cli_files_check()) != SW_EXIT_OK)
         return rc;
     ab_job j;
     memset(&j, 0, sizeof j);

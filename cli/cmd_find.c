@@ -512,6 +512,14 @@ int sw_cmd_find(const sw_cli_globals *g, int argc, char **argv)
         return SW_EXIT_OK; /* --help */
     if (rc != SW_EXIT_OK)
         return rc;
+    for (int i = 0; i < o.ninputs; i++)
+        sw_cli_file_in("image", o.inputs[i]);
+    sw_cli_file_in("--gain-map", o.gain_map);
+    sw_cli_file_in("--mask", o.mask);
+    sw_cli_file_out("--out", o.out);
+    sw_cli_file_out("--strong-mask", o.strong);
+    if ((rc = sw_cli_files_check()) != SW_EXIT_OK)
+        return rc;
 
     sw_context *ctx = NULL;
     if ((rc = sw_cli_context(g, SUB, &ctx)) != SW_EXIT_OK)
@@ -610,8 +618,13 @@ int sw_cmd_find(const sw_cli_globals *g, int argc, char **argv)
         }
         sw_cli_hdr hdr;
         strong_header(&hdr, &o, first, count);
-        st = sw_cli_hdr_write(ctx, o.strong, planes, (int32_t)count, &hdr);
+        const char *strong = sw_cli_file_staged("--strong-mask", o.strong);
+        st = strong ? sw_cli_hdr_write(ctx, strong, planes, (int32_t)count, &hdr) : SW_EIO;
         free(planes);
+        if (!strong) {
+            rc = SW_EXIT_FAIL;
+            goto done;
+        }
         if (st != SW_OK) {
             rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
             goto done;

@@ -687,7 +687,12 @@ static int write_maps(sw_context *ctx, const fit_opts *o, report *r)
             char title[96];
             snprintf(title, sizeof title, "wavefront, frame %lld, orders 1-%ld",
                      (long long)r->label[f], o->order);
-            if ((st = sw_cli_map_png(ctx, name, m, SW_CLI_UM, title)) != SW_OK) {
+            const char *staged = sw_cli_file_staged("--map", name);
+            if (!staged) {
+                rc = SW_EXIT_FAIL;
+                break;
+            }
+            if ((st = sw_cli_map_png(ctx, staged, m, SW_CLI_UM, title)) != SW_OK) {
                 rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
                 break;
             }
@@ -710,7 +715,12 @@ static int write_maps(sw_context *ctx, const fit_opts *o, report *r)
             po.colormap = SW_CMAP_GREY;
             po.vmin = 0.0;
             po.vmax = 255.0;
-            if ((st = sw_png_write(ctx, name, &wrap, &po)) != SW_OK) {
+            const char *staged = sw_cli_file_staged("--wrap-um", name);
+            if (!staged) {
+                rc = SW_EXIT_FAIL;
+                break;
+            }
+            if ((st = sw_png_write(ctx, staged, &wrap, &po)) != SW_OK) {
                 rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
                 break;
             }
@@ -721,7 +731,10 @@ static int write_maps(sw_context *ctx, const fit_opts *o, report *r)
     if (rc == SW_EXIT_OK && o->map_fits) {
         sw_cli_hdr hdr;
         map_header(&hdr, o, r, mp.size);
-        if ((st = sw_cli_hdr_write(ctx, o->map, img, nimg, &hdr)) != SW_OK)
+        const char *staged = sw_cli_file_staged("--map", o->map);
+        if (!staged)
+            rc = SW_EXIT_FAIL;
+        else if ((st = sw_cli_hdr_write(ctx, staged, img, nimg, &hdr)) != SW_OK)
             rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
         else {
             r->maps_written = 1;
@@ -1158,6 +1171,11 @@ int sw_cmd_fit(const sw_cli_globals *g, int argc, char **argv)
         return rc;
     if (!o.out)
         o.out = "-";
+    sw_cli_file_in("slopes", o.input);
+    sw_cli_file_out("--out", o.out);
+    sw_cli_file_out("--map", o.map);
+    if ((rc = sw_cli_files_check()) != SW_EXIT_OK)
+        return rc;
     report r;
     memset(&r, 0, sizeof r);
     rc = run_fit(g, &o, &r);

@@ -665,9 +665,12 @@ static int run_loop(sw_context *ctx, const loop_opts *o, int quiet, loop_run *r)
                 memcpy(sw_image_row(&img, y), m + k * n + (size_t)y * side, sizeof(float) * side);
             sw_cli_hdr hdr;
             maps_header(&hdr, o, names[k]);
-            st = sw_cli_hdr_write(ctx, r->maps[k], &img, 1, &hdr);
+            const char *staged = sw_cli_file_staged("--maps", r->maps[k]);
+            st = staged ? sw_cli_hdr_write(ctx, staged, &img, 1, &hdr) : SW_EIO;
             sw_image_free(&img);
-            if (st != SW_OK)
+            if (!staged)
+                rc = SW_EXIT_FAIL;
+            else if (st != SW_OK)
                 rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
         }
         free(m);
@@ -795,7 +798,10 @@ static int write_plot(const loop_opts *o, const loop_run *r)
     if (sw_plot_panel_draw(&c, &p1, NULL) != 0 || sw_plot_panel_draw(&c, &p2, NULL) != 0)
         rc = sw_cli_fail(SUB, "internal error: the plot's panels do not fit");
     char err[512];
-    if (rc == SW_EXIT_OK && sw_plot_write_png(&c, o->plot, err, sizeof err) != 0)
+    const char *staged = rc == SW_EXIT_OK ? sw_cli_file_staged("--plot", o->plot) : NULL;
+    if (rc == SW_EXIT_OK && !staged)
+        rc = SW_EXIT_FAIL;
+    if (rc == SW_EXIT_OK && sw_plot_write_png(&c, staged, err, sizeof err) != 0)
         rc = sw_cli_fail(SUB, "%s", err);
     sw_plot_canvas_free(&c);
     free(buf);
@@ -912,6 +918,18 @@ int sw_cmd_loop(const sw_cli_globals *g, int argc, char **argv)
     }
     if (rc == SW_EXIT_OK)
         rc = build_config(o);
+    if (rc == SW_EXIT_OK) {
+        sw_cli_file_in("--config", o->config);
+        sw_cli_file_out("--report", o->report);
+        sw_cli_file_out("--plot", o->plot);
+        static const char *const kinds[3] = {"turbulence", "correction", "residual"};
+        for (int k = 0; o->maps && k < 3; k++) {
+            char name[4200];
+            snprintf(name, sizeof name, "%s%s.fits", o->maps, kinds[k]);
+            sw_cli_file_out("--maps", name);
+        }
+        rc = sw_cli_files_check();
+    }
     if (rc != SW_EXIT_OK) {
         free(o);
         return rc;

@@ -587,7 +587,10 @@ static int write_overlay(sw_context *ctx, sw_pupil_plan *plan, const pupil_opts 
     po.colormap = SW_CMAP_VIRIDIS;
     po.vmin = 0.0;
     po.vmax = 1.0;
-    if ((st = sw_png_write(ctx, o->overlay, &pic, &po)) != SW_OK)
+    const char *staged = sw_cli_file_staged("--overlay", o->overlay);
+    if (!staged)
+        rc = SW_EXIT_FAIL;
+    else if ((st = sw_png_write(ctx, staged, &pic, &po)) != SW_OK)
         rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
 done:
     free(xy);
@@ -606,6 +609,13 @@ int sw_cmd_pupil(const sw_cli_globals *g, int argc, char **argv)
     if (rc < 0)
         return SW_EXIT_OK; /* --help */
     if (rc != SW_EXIT_OK)
+        return rc;
+    for (int i = 0; i < o.ninputs; i++)
+        sw_cli_file_in("image", o.inputs[i]);
+    sw_cli_file_out("--out", o.out);
+    sw_cli_file_out("--lenslet-mask", o.mask_out);
+    sw_cli_file_out("--overlay", o.overlay);
+    if ((rc = sw_cli_files_check()) != SW_EXIT_OK)
         return rc;
 
     sw_context *ctx = NULL;

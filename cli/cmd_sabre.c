@@ -841,6 +841,11 @@ static int write_map(sw_context *ctx, const sabre_opts *o, const slopes_in *s, s
             row[i] = (float)(m[(size_t)k * w + i] - mean);
     }
     free(m);
+    const char *staged = sw_cli_file_staged("--map", o->map);
+    if (!staged) {
+        sw_image_free(&img);
+        return SW_EXIT_FAIL;
+    }
     if (sw_cli_ends_with(o->map, ".png")) {
         /* as the other --map pictures: blue-white-red about 0, a colour bar, no data clear */
         char title[160];
@@ -853,11 +858,11 @@ static int write_map(sw_context *ctx, const sabre_opts *o, const slopes_in *s, s
         po.label = o->have_lenslet ? "\xc2\xb5m" : "wavefront / pitch";
         po.nan_transparent = 1;
         po.title = title;
-        st = sw_png_write(ctx, o->map, &img, &po);
+        st = sw_png_write(ctx, staged, &img, &po);
     } else {
         sw_cli_hdr hdr;
         map_header(&hdr, o, s, r, w, h);
-        st = sw_cli_hdr_write(ctx, o->map, &img, 1, &hdr);
+        st = sw_cli_hdr_write(ctx, staged, &img, 1, &hdr);
     }
     sw_image_free(&img);
     return st == SW_OK ? SW_EXIT_OK : sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
@@ -978,6 +983,12 @@ int sw_cmd_sabre(const sw_cli_globals *g, int argc, char **argv)
     if (rc == -1)
         return SW_EXIT_OK; /* --help */
     if (rc != SW_EXIT_OK)
+        return rc;
+    sw_cli_file_in("slopes", o.input);
+    sw_cli_file_out("--actuators", o.actuators);
+    sw_cli_file_out("--values", o.values);
+    sw_cli_file_out("--map", o.map);
+    if ((rc = sw_cli_files_check()) != SW_EXIT_OK)
         return rc;
 
     sw_context *ctx = NULL;

@@ -289,6 +289,10 @@ int sw_cli_out_open(const char *sub, sw_cli_out *o, const char *path)
         o->f = stdout;
         return SW_EXIT_OK;
     }
+    /* written in the staging folder; main.c moves it into place when the run succeeds */
+    path = sw_cli_file_staged("output", path);
+    if (!path)
+        return SW_EXIT_FAIL;
     o->path = path;
     sw_status st = sw_text_file_open(NULL, path, &o->f, &o->tmp);
     if (st != SW_OK)
@@ -556,7 +560,8 @@ int main(int argc, char **argv)
         const sw_subcommand *s = find_subcommand(name);
         if (!s)
             return sw_cli_usage(NULL, "unknown subcommand '%s'", name);
-        rc = s->run(&g, argc - optind, argv + optind);
+        sw_cli_files_begin(name);
+        rc = sw_cli_files_end(s->run(&g, argc - optind, argv + optind));
     }
 
     /* A report that could not be written (full disk, closed pipe) is a failure. */
