@@ -251,6 +251,11 @@ int sw_cli_inputs_frame(sw_context *ctx, const char *sub, sw_cli_inputs *in, int
  * a pipeline's reader thread with SW_CLI_INPUTS_THREAD. */
 sw_status sw_cli_inputs_read(sw_cli_inputs *in, int64_t index, sw_image *dst);
 void sw_cli_inputs_free(sw_cli_inputs *in);
+/* Where the external links of HDF5 inputs may lead (io.h's sw_h5_options): dirs ("a:b"; by
+ * default only beside the master) and anywhere (1: absolute targets and ".."). NULL / -1 leave a
+ * setting as it is. Set before sw_cli_inputs_open (the --h5-link-dirs and --h5-links-anywhere
+ * options). */
+void sw_cli_inputs_h5_links(const char *dirs, int anywhere);
 
 /* The library's message for a failed call on ctx, or the status's name when it left none. */
 const char *sw_cli_lib_error(sw_context *ctx, sw_status st);

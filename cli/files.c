@@ -28,19 +28,20 @@
 #include <unistd.h>
 
 typedef struct cli_file {
-    int output;      /* 1: written by the run, 0: read */
-    char *option;    /* "--out", "image", ... (for messages) */
-    char *path;      /* as given */
-    char *resolved;  /* realpath of its folder + "/" + its name (NULL when the folder is not there) */
-    int exists;      /* stat succeeded */
-    dev_t dev;       /* when it exists */
+    int output;   /* 1: written by the run, 0: read */
+    char *option; /* "--out", "image", ... (for messages) */
+    char *path;   /* as given */
+    char
+        *resolved; /* realpath of its folder + "/" + its name (NULL when the folder is not there) */
+    int exists;    /* stat succeeded */
+    dev_t dev;     /* when it exists */
     ino_t ino;
-    char *staged;    /* outputs: the name it is written under (in the staging folder), once asked */
+    char *staged; /* outputs: the name it is written under (in the staging folder), once asked */
 } cli_file;
 
 typedef struct cli_stage {
-    char *dir;    /* the output folder (resolved) */
-    char *stage;  /* dir + "/.spotwave-<pid>.tmp" */
+    char *dir;   /* the output folder (resolved) */
+    char *stage; /* dir + "/.spotwave-<pid>.tmp" */
 } cli_stage;
 
 static struct {
@@ -199,35 +200,34 @@ static int check_one(int k, int code)
             continue;
         if (!p->output)
             return report(code,
-                                 "%s '%s' names the input '%s' (%s): it would be replaced; write "
-                                 "to another file",
-                                 o->option, o->path, p->path, p->option);
-        return report(code, "%s '%s' and %s '%s' name the same file; give each its own",
-                             p->option, p->path, o->option, o->path);
+                          "%s '%s' names the input '%s' (%s): it would be replaced; write "
+                          "to another file",
+                          o->option, o->path, p->path, p->option);
+        return report(code, "%s '%s' and %s '%s' name the same file; give each its own", p->option,
+                      p->path, o->option, o->path);
     }
     struct stat sb;
     if (o->exists && stat(o->path, &sb) == 0) {
         if (S_ISDIR(sb.st_mode))
             return report(SW_EXIT_FAIL, "%s '%s' is a folder; give a file name", o->option,
-                                 o->path);
+                          o->path);
         if (!S_ISREG(sb.st_mode))
             return report(SW_EXIT_FAIL,
-                                 "%s '%s' is not a regular file (spotwave writes a new file and "
-                                 "renames it into place); leave the option out to skip this output",
-                                 o->option, o->path);
+                          "%s '%s' is not a regular file (spotwave writes a new file and "
+                          "renames it into place); leave the option out to skip this output",
+                          o->option, o->path);
     }
     char dir[PATH_MAX];
     const char *base;
     split_path(o->path, dir, sizeof dir, &base);
     if (!*base)
-        return report(SW_EXIT_FAIL, "%s '%s' ends in '/'; give a file name", o->option,
-                             o->path);
+        return report(SW_EXIT_FAIL, "%s '%s' ends in '/'; give a file name", o->option, o->path);
     if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        return report(SW_EXIT_FAIL, "%s '%s': the folder '%s' does not exist", o->option,
-                             o->path, dir);
+        return report(SW_EXIT_FAIL, "%s '%s': the folder '%s' does not exist", o->option, o->path,
+                      dir);
     if (access(dir, W_OK | X_OK) != 0)
-        return report(SW_EXIT_FAIL, "%s '%s': cannot write in the folder '%s' (%s)",
-                             o->option, o->path, dir, strerror(errno));
+        return report(SW_EXIT_FAIL, "%s '%s': cannot write in the folder '%s' (%s)", o->option,
+                      o->path, dir, strerror(errno));
     return SW_EXIT_OK;
 }
 

@@ -598,6 +598,16 @@ sw_status sw_h5_get_info(const sw_h5_reader *r, sw_h5_info *info)
     return SW_OK;
 }
 
+int32_t sw_h5_file_count(const sw_h5_reader *r)
+{
+    return r ? (int32_t)r->l.nfiles : 0;
+}
+
+const char *sw_h5_file_path(const sw_h5_reader *r, int32_t k)
+{
+    return r && k >= 0 && (uint32_t)k < r->l.nfiles ? r->l.files[k].path : NULL;
+}
+
 const char *sw_h5_reader_error(const sw_h5_reader *r)
 {
     return r ? r->error : "";
