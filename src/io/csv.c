@@ -366,6 +366,11 @@ sw_status sw_csv_read(sw_context *ctx, const char *path, sw_table *out)
         if (st != SW_OK)
             break;
         st = sw_table_append(ctx, &t, row);
+        if (st == SW_ENOMEM) { /* the message names the file and its line */
+            char m[SW_ERROR_MAX];
+            snprintf(m, sizeof m, "%s", sw_context_error(ctx));
+            st = sw_fail(ctx, st, "%s, line %lld: %s", path, lineno, m);
+        }
         if (st != SW_OK)
             break;
     }
