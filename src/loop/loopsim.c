@@ -941,6 +941,22 @@ sw_status sw_loop_create(sw_context *ctx, const sw_loop_params *p, sw_loop **out
     sw_status st = check_params(ctx, p);
     if (st != SW_OK)
         return st;
+    {
+        /* The arrays whose size the parameters decide, summed before any is made: the science
+         * PSF (FFT and long exposure, (2 nq)^2 x 24 bytes), the phase grid (turbulence, mirror
+         * surface, residual, masks: gw^2 x ~20 bytes), the SH frame (and its copy) and, for MVM,
+         * the interaction and control matrices (2 nx^2 slopes x (nx + 1)^2 actuators, floats). */
+        const uint64_t nq = (uint64_t)p->nx * (uint64_t)p->samples, gw = nq + 2 * LOOP_MARGIN;
+        const uint64_t frame = (uint64_t)p->nx * (uint64_t)p->px_per_lenslet;
+        const uint64_t nact = ((uint64_t)p->nx + 1) * ((uint64_t)p->nx + 1);
+        uint64_t bytes = 4 * nq * nq * 24 + gw * gw * 20 + frame * frame * 8;
+        if (p->recon == SW_LOOP_MVM)
+            bytes += 2 * (2 * (uint64_t)p->nx * (uint64_t)p->nx) * nact * sizeof(float);
+        SW_TRY(sw_memory_check(ctx, 1, bytes,
+                               "loop: %d x %d lenslets, %d samples and %d pixels per lenslet%s",
+                               (int)p->nx, (int)p->nx, (int)p->samples, (int)p->px_per_lenslet,
+                               p->recon == SW_LOOP_MVM ? ", MVM matrices" : ""));
+    }
     sw_loop *l = calloc(1, sizeof *l);
     if (!l)
         return sw_fail(ctx, SW_ENOMEM, "loop: out of memory");

@@ -6,6 +6,7 @@
 #     16.7 GB (100 frames x 4096^2 lenslets x 10 bytes);
 #   - `sim stars --random 2000000000` (a 64 GB star list);
 #   - a FITS header claiming a 4096 x 4096 x 1000 float cube (62.5 GiB) in a sparse file;
+#   - a loop configuration whose MVM matrices need 4 GiB;
 #   - a moderate table refused under a tiny limit and accepted once the limit is raised;
 #   - usage errors: a size that does not parse (option or environment), the option after the
 #     subcommand.
@@ -68,6 +69,10 @@ expect_budget "a list of 2000000000 stars" "(64000000000 bytes)"
 run --max-memory 1G find huge.fits --out spots.csv
 expect_budget "huge.fits: 1000 frames of 4096 x 4096 pixels" "(67108864000 bytes)"
 [[ ! -e spots.csv ]] || fail "find wrote its output despite the failure"
+
+# loop: the MVM matrices of a 127 x 127 mirror (4 GiB), refused before the simulator is built.
+run --max-memory 1G loop --set nx=127 --recon mvm --frames 30
+expect_budget "loop: 127 x 127 lenslets" "MVM matrices"
 
 # A moderate case: refused under a tiny limit, accepted once the limit is raised.
 run --max-memory 4K fit mod.csv --pitch 10 --out mod_fit.csv
