@@ -187,6 +187,7 @@ struct sw_loop {
     int64_t nframe; /* frames run */
     int broken;     /* a step failed part-way: the screen, noise and exposure are out of step */
     double last_turb_nm, last_resid_nm;
+    int32_t last_clipped; /* commands of the last frame at the stroke limit */
     double phase_sum[SW_LOOP_PHASES]; /* host wall time per phase, us (sw_loop_phase_us) */
     int64_t phase_frames;
 };
@@ -1204,6 +1205,13 @@ static sw_status step_once(sw_loop *l, sw_loop_frame *out)
     if (st != SW_OK)
         return st;
     l->nframe = k;
+    /* u_k is in slot now: how many commands sit at the stroke limit (the clamp gives +-clip) */
+    l->last_clipped = 0;
+    if (p->controller.clip > 0.0) {
+        const float lim = (float)p->controller.clip;
+        for (int32_t a = 0; a < nact; a++)
+            l->last_clipped += fabsf(slot[a]) >= lim;
+    }
     if (out) {
         const double a2 = l->sum_a * l->sum_a;
         const double ph = 2.0 * LOOP_PI * l->last_resid_nm * 1e-3 / p->science_wavelength_um;
@@ -1270,6 +1278,16 @@ double sw_loop_long_strehl(const sw_loop *l)
 int32_t sw_loop_modes(const sw_loop *l)
 {
     return l && l->p.recon == SW_LOOP_MVM ? l->kept : -1;
+}
+
+int32_t sw_loop_clipped(const sw_loop *l)
+{
+    return l ? l->last_clipped : 0;
+}
+
+int32_t sw_loop_actuators(const sw_loop *l)
+{
+    return l ? l->nact : 0;
 }
 
 /* ------------------------------------------------------------------ fitting error */
