@@ -95,8 +95,7 @@ sw_status sw_table_append(sw_context *ctx, sw_table *t, const double *row)
         if (t->capacity > INT64_MAX / 4 || !sw_mul_ok((size_t)cap, sizeof(double), &bytes))
             return sw_fail(ctx, SW_ENOMEM, "sw_table_append: table too large");
         SW_TRY(sw_memory_check(ctx, (uint64_t)cap * (uint64_t)t->ncols, sizeof(double),
-                               "a table of %lld rows x %d columns", (long long)cap,
-                               (int)t->ncols));
+                               "a table of %lld rows x %d columns", (long long)cap, (int)t->ncols));
         for (int32_t i = 0; i < t->ncols; i++) {
             double *p = realloc(t->cols[i], bytes);
             if (!p)

@@ -696,8 +696,8 @@ static sw_status gunzip(sw_context *ctx, const char *name, const unsigned char *
             cap = isize + 1;
     }
     size_t len = 0, pos = 0;
-    sw_status st = sw_memory_check(ctx, 1, cap, "%s: a first buffer for the decompressed gzip data",
-                                   name);
+    sw_status st =
+        sw_memory_check(ctx, 1, cap, "%s: a first buffer for the decompressed gzip data", name);
     unsigned char *buf = st == SW_OK ? malloc(cap) : NULL;
     if (st != SW_OK)
         goto done;

@@ -187,7 +187,7 @@ struct sw_loop {
     int64_t nframe; /* frames run */
     int broken;     /* a step failed part-way: the screen, noise and exposure are out of step */
     double last_turb_nm, last_resid_nm;
-    int32_t last_clipped; /* commands of the last frame at the stroke limit */
+    int32_t last_clipped;             /* commands of the last frame at the stroke limit */
     double phase_sum[SW_LOOP_PHASES]; /* host wall time per phase, us (sw_loop_phase_us) */
     int64_t phase_frames;
 };

@@ -42,9 +42,10 @@ static void test_parse_sizes(void **state)
             fail_msg("'%s' -> %llu, want %llu", good[i].text, (unsigned long long)v,
                      (unsigned long long)good[i].want);
     }
-    static const char *const bad[] = {"",   "0",   "0M",   "-1",   "+5",  "1X",  "0x10",
-                                      "1e9", "inf", "nan", "1.2.3", "M",   " 5",  "5 ",
-                                      "99999999999999999999", "16777216T", "1GG"};
+    static const char *const bad[] = {"",          "0",    "0M",  "-1",  "+5",
+                                      "1X",        "0x10", "1e9", "inf", "nan",
+                                      "1.2.3",     "M",    " 5",  "5 ",  "99999999999999999999",
+                                      "16777216T", "1GG"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         uint64_t v = 77;
         if (sw_memory_size_parse(bad[i], &v) != SW_EINVAL)
@@ -227,9 +228,9 @@ static void test_fits_huge_cube(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_parse_sizes),     cmocka_unit_test(test_default_and_environment),
-        cmocka_unit_test(test_check_message),   cmocka_unit_test(test_allocators),
-        cmocka_unit_test(test_csv_rows),        cmocka_unit_test(test_fits_huge_cube),
+        cmocka_unit_test(test_parse_sizes),   cmocka_unit_test(test_default_and_environment),
+        cmocka_unit_test(test_check_message), cmocka_unit_test(test_allocators),
+        cmocka_unit_test(test_csv_rows),      cmocka_unit_test(test_fits_huge_cube),
     };
     return cmocka_run_group_tests_name("core_memory", tests, NULL, NULL);
 }

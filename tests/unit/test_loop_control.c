@@ -418,8 +418,8 @@ static void test_max_gain(void **state)
     assert_near(sw_controller_max_gain(1, 0.0), 2.0, 1e-12);
     assert_near(sw_controller_max_gain(2, 0.0), 1.0, 1e-12);
     assert_near(sw_controller_max_gain(3, 0.0), (sqrt(5.0) - 1.0) / 2.0, 1e-12); /* 0.618... */
-    assert_near(sw_controller_max_gain(1, 0.2), 1.8, 1e-9); /* z = 0.8 - g */
-    assert_near(sw_controller_max_gain(2, 0.2), 1.0, 1e-9); /* |z|^2 = g */
+    assert_near(sw_controller_max_gain(1, 0.2), 1.8, 1e-9);                      /* z = 0.8 - g */
+    assert_near(sw_controller_max_gain(2, 0.2), 1.0, 1e-9);                      /* |z|^2 = g */
     assert_true(isnan(sw_controller_max_gain(0, 0.0)));
     assert_true(isnan(sw_controller_max_gain(2, 1.0)));
     assert_true(isnan(sw_controller_max_gain(2, -0.1)));
