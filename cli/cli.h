@@ -28,11 +28,11 @@ enum { SW_EXIT_OK = 0, SW_EXIT_FAIL = 1, SW_EXIT_USAGE = 2 };
 
 /* The global options, parsed by main.c before the subcommand. */
 typedef struct sw_cli_globals {
-    sw_backend backend;  /* --backend (default auto)                                         */
-    int threads;         /* --threads N, 0 = library default (all cores)                     */
+    sw_backend backend;  /* --backend (default auto)                                          */
+    int threads;         /* --threads N, 0 = library default (all cores)                      */
     int quiet;           /* --quiet: no library log messages (failure lines are still printed) */
-    int verbose;         /* --verbose: library log down to debug level                        */
-    uint64_t max_memory; /* --max-memory SIZE in bytes; 0: the library's default (core.h)     */
+    int verbose;         /* --verbose: library log down to debug level                         */
+    uint64_t max_memory; /* --max-memory SIZE in bytes; 0: the library's default (core.h)      */
 } sw_cli_globals;
 
 /*
