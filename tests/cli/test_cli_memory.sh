@@ -7,6 +7,7 @@
 #   - `sim stars --random 2000000000` (a 64 GB star list);
 #   - a FITS header claiming a 4096 x 4096 x 1000 float cube (62.5 GiB) in a sparse file;
 #   - a loop configuration whose MVM matrices need 4 GiB;
+#   - a 2-row sabre table spanning 4096 x 4096 lenslets;
 #   - a moderate table refused under a tiny limit and accepted once the limit is raised;
 #   - usage errors: a size that does not parse (option or environment), the option after the
 #     subcommand.
@@ -73,6 +74,14 @@ expect_budget "huge.fits: 1000 frames of 4096 x 4096 pixels" "(67108864000 bytes
 # loop: the MVM matrices of a 127 x 127 mirror (4 GiB), refused before the simulator is built.
 run --max-memory 1G loop --set nx=127 --recon mvm --frames 30
 expect_budget "loop: 127 x 127 lenslets" "MVM matrices"
+
+# sabre: a 2-row table spanning 4096 x 4096 lenslets (the grid, then the D-SABRE plan: 1.6 GiB).
+printf 'ix,iy,dx_px,dy_px\n0,0,0.1,0.1\n4095,4095,0.1,0.2\n' >sab.csv
+run --max-memory 100M sabre sab.csv --pixel-um 5 --focal-mm 5 --partitions 64 --values sab_out.csv
+expect_budget "slopes table 'sab.csv': a grid of 4096x4096 lenslets"
+run --max-memory 1G sabre sab.csv --pixel-um 5 --focal-mm 5 --partitions 64 --values sab_out.csv
+expect_budget "sabre: a plan of 4096 x 4096 lenslets in 64 x 64 partitions"
+[[ ! -e sab_out.csv ]] || fail "sabre wrote its output despite the failure"
 
 # A moderate case: refused under a tiny limit, accepted once the limit is raised.
 run --max-memory 4K fit mod.csv --pitch 10 --out mod_fit.csv
