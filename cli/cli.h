@@ -2,7 +2,8 @@
  * The `spotwave` command: what main.c and the subcommand files (cmd_<name>.c) share.
  *
  * The contract (DESIGN.md, "The command"):
- *   spotwave [--backend auto|cpu|cuda] [--threads N] [--quiet] [--verbose] SUBCOMMAND [OPTIONS]
+ *   spotwave [--backend auto|cpu|cuda] [--threads N] [--max-memory SIZE] [--quiet] [--verbose]
+ *            SUBCOMMAND [OPTIONS]
  *   exit 0: success; 1: failure while running (one line on stderr, "spotwave <sub>: <what>");
  *   2: usage error (unknown subcommand or option, bad value; the line names --help).
  * Global options come before the subcommand; everything after it belongs to the subcommand.
@@ -27,10 +28,11 @@ enum { SW_EXIT_OK = 0, SW_EXIT_FAIL = 1, SW_EXIT_USAGE = 2 };
 
 /* The global options, parsed by main.c before the subcommand. */
 typedef struct sw_cli_globals {
-    sw_backend backend; /* --backend (default auto)                                         */
-    int threads;        /* --threads N, 0 = library default (all cores)                     */
-    int quiet;          /* --quiet: no library log messages (failure lines are still printed) */
-    int verbose;        /* --verbose: library log down to debug level                        */
+    sw_backend backend;  /* --backend (default auto)                                          */
+    int threads;         /* --threads N, 0 = library default (all cores)                      */
+    int quiet;           /* --quiet: no library log messages (failure lines are still printed) */
+    int verbose;         /* --verbose: library log down to debug level                         */
+    uint64_t max_memory; /* --max-memory SIZE in bytes; 0: the library's default (core.h)      */
 } sw_cli_globals;
 
 /*

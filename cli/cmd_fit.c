@@ -525,9 +525,16 @@ static int32_t frame_index(const slopes_in *s, double f)
 }
 
 /* Places the rows on the nx x ny grid: per frame and lenslet, listed / valid / slopes. */
-static int place_rows(const char *path, int32_t nx, int32_t ny, slopes_in *s)
+static int place_rows(sw_context *ctx, const char *path, int32_t nx, int32_t ny, slopes_in *s)
 {
     const size_t nl = (size_t)nx * (size_t)ny, total = (size_t)s->frames * nl;
+    /* listed, valid, dx, dy: 10 bytes per frame and lenslet, whatever few rows the table has */
+    const size_t per = 2 + 2 * sizeof(float);
+    if (sw_memory_check(ctx, (uint64_t)total, per,
+                        "slopes table '%s': %d frame%s x %lld lenslets (a %dx%d grid)", path,
+                        (int)s->frames, s->frames == 1 ? "" : "s", (long long)nl, (int)nx,
+                        (int)ny) != SW_OK)
+        return sw_cli_fail(SUB, "%s", sw_context_error(ctx));
     s->listed = calloc(total, 1);
     s->valid = calloc(total, 1);
     s->dx = calloc(total, sizeof(float));
@@ -831,7 +838,7 @@ static int run_fit(const sw_cli_globals *gl, const fit_opts *o, report *r)
                          (int)r->ny);
         goto done;
     }
-    if ((rc = place_rows(o->input, r->nx, r->ny, &s.in)) != SW_EXIT_OK)
+    if ((rc = place_rows(s.ctx, o->input, r->nx, r->ny, &s.in)) != SW_EXIT_OK)
         goto done;
     r->frames = s.in.frames;
     r->rows = s.in.rows;

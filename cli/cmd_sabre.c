@@ -440,6 +440,11 @@ static int read_slopes(sw_context *ctx, const sabre_opts *o, slopes_in *s)
     }
     const size_t n = (size_t)s->nx * (size_t)s->ny;
     uint8_t *listed = NULL;
+    /* listed, valid, two slopes: 10 bytes a lenslet of the grid, whatever rows the table has */
+    if (rc == SW_EXIT_OK && sw_memory_check(ctx, (uint64_t)n, 2 + 2 * sizeof(float),
+                                            "slopes table '%s': a grid of %dx%d lenslets", path,
+                                            (int)s->nx, (int)s->ny) != SW_OK)
+        rc = sw_cli_fail(SUB, "%s", sw_context_error(ctx));
     if (rc == SW_EXIT_OK) {
         listed = calloc(n, 1);
         s->valid = calloc(n, 1);
