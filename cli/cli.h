@@ -170,8 +170,12 @@ int sw_cli_files_check(void);
  * failure line on stderr (exit 1: nothing has been moved into place yet). "-" and NULL come back
  * unchanged. */
 const char *sw_cli_file_staged(const char *option, const char *path);
-/* main.c, after the subcommand: with rc 0 moves every staged file into place (each synced, then
- * the folder), otherwise removes them. Returns rc, or SW_EXIT_FAIL when a move failed. */
+/* The outputs are complete although the run will exit non-zero (loop --strict after a warning):
+ * sw_cli_files_end moves them into place all the same. */
+void sw_cli_files_keep(void);
+/* main.c, after the subcommand: with rc 0 (or after sw_cli_files_keep) moves every staged file into
+ * place (each synced, then the folder), otherwise removes them. Returns rc, or SW_EXIT_FAIL when a
+ * move failed. */
 int sw_cli_files_end(int rc);
 
 /* ------------------------------------------------------------------ output tables */

@@ -1137,9 +1137,11 @@ int sw_cmd_loop(const sw_cli_globals *g, int argc, char **argv)
     if (rc == SW_EXIT_OK) {
         for (int k = 0; k < r.nwarn; k++)
             fprintf(stderr, "spotwave %s: warning: %s\n", SUB, r.warn[k]);
-        if (o->strict && r.nwarn > 0)
+        if (o->strict && r.nwarn > 0) {
+            sw_cli_files_keep(); /* the outputs are whole: they record the failing run */
             rc = sw_cli_fail(SUB, "--strict: %d warning%s (above)", r.nwarn,
                              r.nwarn == 1 ? "" : "s");
+        }
     }
     free(r.f);
     free(r.long_strehl);

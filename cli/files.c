@@ -50,7 +50,8 @@ static struct {
     int n, cap;
     cli_stage *s; /* one staging folder per output folder */
     int ns, scap;
-    int overflow; /* out of memory while naming: sw_cli_check_files refuses */
+    int overflow; /* out of memory while naming: sw_cli_files_check refuses */
+    int keep;     /* sw_cli_files_keep: move the outputs into place whatever the exit code */
 } g_files;
 
 /* "spotwave <sub>: <message>" on stderr; returns code. */
@@ -400,8 +401,16 @@ static int stage_pass(const cli_stage *s, int what)
     return bad ? -1 : 0;
 }
 
+void sw_cli_files_keep(void)
+{
+    g_files.keep = 1;
+}
+
 int sw_cli_files_end(int rc)
 {
+    const int exit_code = rc;
+    if (g_files.keep)
+        rc = SW_EXIT_OK;
     /* Every staged file is complete and on disk before any is renamed: the library's writers and
      * plot.c sync and close each file before returning (io_internal.h's sw_io_tmp_rename). Every
      * final place is checked before the first rename, so a refusal moves nothing. */
@@ -414,5 +423,5 @@ int sw_cli_files_end(int rc)
     for (int i = 0; i < g_files.ns; i++)
         stage_pass(&g_files.s[i], STAGE_REMOVE); /* what is left after a failure */
     sw_cli_files_begin(g_files.sub);
-    return rc;
+    return rc == SW_EXIT_OK ? exit_code : rc;
 }
