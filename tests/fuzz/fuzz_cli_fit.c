@@ -22,7 +22,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         const int64_t nl = (int64_t)s.nx * s.ny;
         if (nl * s.frames <= ((int64_t)1 << 22)) {
-            rc = place_rows(path, s.nx, s.ny, &s);
+            rc = place_rows(NULL, path, s.nx, s.ny, &s);
             if (rc == SW_EXIT_OK) {
                 int64_t listed = 0;
                 for (int64_t i = 0; i < nl * s.frames; i++) {
