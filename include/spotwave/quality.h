@@ -54,7 +54,7 @@
 extern "C" {
 #endif
 
-#define SW_PSF_MAX_SIZE  4096
+#define SW_PSF_MAX_SIZE 4096
 
 typedef struct sw_psf_params {
     int32_t size;          /* N, the FFT grid's side: 16 .. SW_PSF_MAX_SIZE (default 256)      */
@@ -70,9 +70,9 @@ void sw_psf_params_default(sw_psf_params *p);
 
 /* One run's numbers. */
 typedef struct sw_psf_quality {
-    double strehl;           /* maximum of the PSF (its diffraction-limited peak is 1)        */
-    double vsotf, vsmtf;     /* visual Strehl ratios (see the top)                            */
-    double peak_x, peak_y;   /* where the PSF is largest, pixels (the first maximum)          */
+    double strehl;         /* maximum of the PSF (its diffraction-limited peak is 1)        */
+    double vsotf, vsmtf;   /* visual Strehl ratios (see the top)                            */
+    double peak_x, peak_y; /* where the PSF is largest, pixels (the first maximum)          */
 } sw_psf_quality;
 
 typedef struct sw_psf_plan sw_psf_plan;
@@ -94,9 +94,10 @@ double sw_psf_cutoff_cpd(const sw_psf_plan *plan);
 
 /*
  * One wavefront: coef[j] for OSA j = 0 .. count - 1 (count >= 1; terms below
- * first_j ignored; terms beyond max_order must be 0). psf and mtf (either may be NULL): f32 images of N x N, in host memory or, on a
- * CUDA context, device memory; quality may be NULL. SW_EINVAL (outputs untouched) for non-finite
- * coefficients or images of another size or type. The run has finished when it returns.
+ * first_j ignored; terms beyond max_order must be 0). psf and mtf (either may be NULL): f32 images
+ * of N x N, in host memory or, on a CUDA context, device memory; quality may be NULL. SW_EINVAL
+ * (outputs untouched) for non-finite coefficients or images of another size or type. The run has
+ * finished when it returns.
  */
 sw_status sw_psf_run(sw_psf_plan *plan, const double *coef, int32_t count, sw_image *psf,
                      sw_image *mtf, sw_psf_quality *quality);

@@ -273,8 +273,8 @@ sw_status sw_psf_create(sw_context *ctx, const sw_psf_params *p, sw_psf_plan **o
     pl->cuda = sw_context_backend(ctx) == SW_BACKEND_CUDA;
     const double D_um = 1000.0 * p->pupil_mm;
     /* PSF pixel lambda Q / (N D) rad; MTF pixel D / (lambda Q) cycles per rad */
-    pl->arcmin_px = p->wavelength_um * p->pupil_samples / ((double)p->size * D_um) * 180.0 /
-                    PI_SW * 60.0;
+    pl->arcmin_px =
+        p->wavelength_um * p->pupil_samples / ((double)p->size * D_um) * 180.0 / PI_SW * 60.0;
     pl->cpd_px = D_um / (p->wavelength_um * p->pupil_samples) * PI_SW / 180.0;
     if ((st = build_tables(pl)) != SW_OK)
         goto fail;

@@ -19,14 +19,14 @@
 
 static sw_status cuda_fail(sw_context *ctx, cudaError_t e, const char *what)
 {
-    return sw_fail(ctx, e == cudaErrorMemoryAllocation ? SW_ENOMEM : SW_ECUDA,
-                   "PSF plan: %s: %s", what, cudaGetErrorString(e));
+    return sw_fail(ctx, e == cudaErrorMemoryAllocation ? SW_ENOMEM : SW_ECUDA, "PSF plan: %s: %s",
+                   what, cudaGetErrorString(e));
 }
 
 static sw_status cufft_fail(sw_context *ctx, cufftResult r, const char *what)
 {
-    return sw_fail(ctx, r == CUFFT_ALLOC_FAILED ? SW_ENOMEM : SW_ECUDA, "PSF plan: %s: cuFFT error %d",
-                   what, (int)r);
+    return sw_fail(ctx, r == CUFFT_ALLOC_FAILED ? SW_ENOMEM : SW_ECUDA,
+                   "PSF plan: %s: cuFFT error %d", what, (int)r);
 }
 
 static unsigned blocks_for(int64_t n)
@@ -70,8 +70,8 @@ extern "C" sw_status sw_psf_cuda_alloc(sw_psf_plan *plan)
         return cuda_fail(ctx, e, "device memory");
     if ((e = cudaMemcpy(plan->d_idx, plan->idx, np * sizeof(int32_t), cudaMemcpyHostToDevice)) !=
             cudaSuccess ||
-        (e = cudaMemcpy(plan->d_basis, plan->basis, nb * sizeof(double),
-                        cudaMemcpyHostToDevice)) != cudaSuccess ||
+        (e = cudaMemcpy(plan->d_basis, plan->basis, nb * sizeof(double), cudaMemcpyHostToDevice)) !=
+            cudaSuccess ||
         (e = cudaMemcpy(plan->d_csf, plan->csf, NN * sizeof(double), cudaMemcpyHostToDevice)) !=
             cudaSuccess)
         return cuda_fail(ctx, e, "upload");

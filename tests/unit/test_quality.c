@@ -218,9 +218,9 @@ static void test_bad_input(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_airy),          cmocka_unit_test(test_mtf_diffraction),
-        cmocka_unit_test(test_marechal),      cmocka_unit_test(test_visual_strehl_defocus),
-        cmocka_unit_test(test_rms_by_order),  cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_airy),         cmocka_unit_test(test_mtf_diffraction),
+        cmocka_unit_test(test_marechal),     cmocka_unit_test(test_visual_strehl_defocus),
+        cmocka_unit_test(test_rms_by_order), cmocka_unit_test(test_bad_input),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
