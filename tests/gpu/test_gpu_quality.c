@@ -71,8 +71,9 @@ static void compare(const double *c, int32_t count, int32_t n, int32_t q)
     assert_near(qg.strehl, qc.strehl, 1e-9 * (1.0 + qc.strehl));
     assert_near(qg.vsotf, qc.vsotf, 1e-9);
     assert_near(qg.vsmtf, qc.vsmtf, 1e-9);
-    assert_near(qg.peak_x, qc.peak_x, 0);
-    assert_near(qg.peak_y, qc.peak_y, 0);
+    /* the same peak, or (a near tie) one the CPU's PSF rates as high */
+    assert_near(sw_image_get(&psf_c, (int32_t)qg.peak_x, (int32_t)qg.peak_y), qc.strehl,
+                1e-6 * qc.strehl);
     assert_true(max_diff(&psf_c, &psf_g) <= 1e-6 * qc.strehl + 1e-12);
     assert_true(max_diff(&mtf_c, &mtf_g) <= 1e-6);
     assert_true(max_diff(&psf_g, &back) == 0.0);
