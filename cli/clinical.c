@@ -122,10 +122,11 @@ const char *sw_cli_clinical_help_text(void)
         "  --mtf FILE.png         the radially averaged MTF against the diffraction-limited one,\n"
         "                         cycles per degree; implies --quality\n"
         "  --psf-size N           the FFT grid, a power of two in 32..2048 (the pupil spans\n"
-        "                         N / 2 samples); default: the smallest from 256 up that\n"
+        "                         N / 2 samples); default: the smallest of 256, 512, 1024 that\n"
         "                         samples the wavefront's steepest slope at 1/8 wave a sample,\n"
         "                         so the PSF fits the grid (the JSON's 'sampled' says whether N\n"
-        "                         was enough)\n",
+        "                         was enough; a few dioptres of blur over a large pupil need\n"
+        "                         more, at about a second per eye and frame for 1024)\n",
         SW_CLI_DEF_WAVELENGTH_UM, SW_CLI_DEF_REFERENCE_UM);
     return text;
 }
@@ -210,7 +211,7 @@ int sw_cli_eye_clinical(sw_context *ctx, const char *sub, const char *what,
         }
         int32_t N = (int32_t)o->psf_size;
         if (N == 0)
-            for (N = 256; N < 2048 && N / 2 < 8.0 * g / qwl; N *= 2)
+            for (N = 256; N < 1024 && N / 2 < 8.0 * g / qwl; N *= 2)
                 ;
         out->psf_size = N;
         out->sampled = N / 2 >= 8.0 * g / qwl;
