@@ -12,6 +12,7 @@
 #define _GNU_SOURCE
 
 #include "cli.h"
+#include "clinical.h"
 #include "json.h"
 #include "outfiles.h"
 
@@ -60,8 +61,9 @@ void sw_cmd_aberrometry_help(FILE *out)
         "displacements from the reference centroids are fitted with Zernike polynomials over\n"
         "the analysis circle (Sec. 3.3), and the refraction follows from the coefficients:\n"
         "the power vectors of Thibos, Hong, Bradley & Applegate 2004 (J. Vision 4(4), 329)\n"
-        "with the 4th and 6th order terms included (the Seidel terms to order 6; 'spotwave\n"
-        "fit' uses the second order alone unless --higher-order-rx).\n"
+        "of the second-order terms (with the 4th and 6th orders on request, as 'spotwave fit'),\n"
+        "corrected from the measurement wavelength to the visible; on request also the image\n"
+        "quality (PSF, MTF, Strehl and visual Strehl ratios).\n"
         "\n"
         "Writes one CSV row per Zernike term and eye:\n"
         "  eye,j,n,m,coef_um\n"
@@ -129,10 +131,17 @@ void sw_cmd_aberrometry_help(FILE *out)
         "                         8 neighbours by more than C grey levels (default %g)\n"
         "  --vertex-mm V          refraction at a spectacle plane V mm in front of the cornea\n"
         "                         (default 0: the corneal plane)\n"
+        "  --eye OD|OS            name the eye (one eye; also right|left): OS reports its\n"
+        "                         coefficients (CSV, JSON, map) mirrored about the vertical axis\n"
+        "                         (ANSI Z80.28's left-eye frame); default: not named, as measured\n"
+        "  --eyes auto|OD,OS|OS,OD  name the two eyes (--binocular), the one at smaller x first;\n"
+        "                         auto: OD at smaller x (a camera facing the patient), OS with\n"
+        "                         --flip-x; default: not named, both as measured\n"
         "  --pupil-mm D           report the coefficients and refraction over a pupil of D mm,\n"
         "                         at most the measured one (the coefficients are rescaled)\n"
         "  --streams N            frames in flight on the GPU, 1..%d (default %d)\n"
         "\n"
+        "%s"
         "Output:\n"
         "  -o, --out FILE         the CSV (default: standard output)\n"
         "  --index ansi|noll      the CSV's j column (default ansi)\n"
@@ -169,7 +178,8 @@ void sw_cmd_aberrometry_help(FILE *out)
         "      --out z.csv --json --map w.png\n",
         DEF_PIXEL_UM, DEF_FOCAL_MM, DEF_MAGNIFICATION, SW_AB_MAX_ORDER, d.order, d.prelim_order,
         d.central_fraction, SW_AB_MAX_STAGES, d.mesh_stages, d.mesh_tolerance, SW_SEARCH_MAX_WINDOW,
-        d.discard_contrast, SW_AB_MAX_STREAMS, d.streams, DEF_MAP_SIZE);
+        d.discard_contrast, SW_AB_MAX_STREAMS, d.streams, sw_cli_clinical_help_text(),
+        DEF_MAP_SIZE);
 }
 
 enum {
@@ -206,6 +216,8 @@ enum {
     OPT_SPOTS,
     OPT_PROGRESS,
     OPT_NO_PROGRESS,
+    OPT_EYE,
+    OPT_EYES,
 };
 
 typedef struct ab_opts {
@@ -222,6 +234,9 @@ typedef struct ab_opts {
     int32_t n_eyes, order, prelim_order, window, streams, map_size;
     sw_search_algorithm algorithm;
     int no_discard, noll, json, progress, map_fits;
+    sw_cli_clinical clin; /* refraction and image-quality options (clinical.h) */
+    int side[2];          /* the eyes' sides: 0 not named, 1 OD, 2 OS          */
+    int eyes_auto;        /* --eyes auto                                       */
 } ab_opts;
 
 static int is_fits_name(const char *path)
@@ -267,6 +282,9 @@ static int parse_opts(ab_opts *o, int argc, char **argv)
         {"spots", required_argument, NULL, OPT_SPOTS},
         {"progress", no_argument, NULL, OPT_PROGRESS},
         {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
+        {"eye", required_argument, NULL, OPT_EYE},
+        {"eyes", required_argument, NULL, OPT_EYES},
+        SW_CLI_CLINICAL_LONGOPTS,
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -285,6 +303,7 @@ static int parse_opts(ab_opts *o, int argc, char **argv)
     o->streams = d.streams;
     o->algorithm = d.algorithm;
     o->map_size = DEF_MAP_SIZE;
+    sw_cli_clinical_init(&o->clin);
     int c, rc = SW_EXIT_OK;
     sw_cli_getopt_reset();
     while ((c = sw_cli_getopt(S, argc, argv, "o:h", longopts)) != -1) {
@@ -396,8 +415,25 @@ static int parse_opts(ab_opts *o, int argc, char **argv)
         case OPT_SPOTS: rc = sw_cli_opt_file(S, name, optarg, &o->spots); break;
         case OPT_PROGRESS: o->progress = 1; break;
         case OPT_NO_PROGRESS: o->progress = 0; break;
+        case OPT_EYE:
+            if (sw_cli_eye_parse(optarg, &o->side[0]) != 0)
+                return sw_cli_usage(S, "%s: '%s' is not OD, OS, right or left", name, optarg);
+            break;
+        case OPT_EYES: {
+            char a[8] = "", b[8] = "";
+            if (strcmp(optarg, "auto") == 0)
+                o->eyes_auto = 1;
+            else if (sscanf(optarg, "%7[^,],%7s", a, b) != 2 ||
+                     sw_cli_eye_parse(a, &o->side[0]) != 0 ||
+                     sw_cli_eye_parse(b, &o->side[1]) != 0 || o->side[0] == o->side[1])
+                return sw_cli_usage(S, "%s: '%s' is not auto, OD,OS or OS,OD", name, optarg);
+            break;
+        }
         case 'h': sw_cmd_aberrometry_help(stdout); return -1;
-        default: return SW_EXIT_USAGE;
+        default:
+            if ((rc = sw_cli_clinical_option(S, c, optarg, &o->clin)) == -1)
+                return SW_EXIT_USAGE;
+            break;
         }
         if (rc != SW_EXIT_OK)
             return rc;
@@ -422,6 +458,16 @@ static int parse_opts(ab_opts *o, int argc, char **argv)
                                "for the CSV");
     if (o->spots && strcmp(o->spots, "-") == 0)
         return sw_cli_usage(S, "--spots needs a file name");
+    if (o->n_eyes == 2 && o->side[0] && !o->side[1])
+        return sw_cli_usage(S, "--eye names one eye: with --binocular give --eyes");
+    if (o->n_eyes == 1 && (o->side[1] || o->eyes_auto))
+        return sw_cli_usage(S, "--eyes names two eyes: give --binocular, or --eye for one");
+    if (o->eyes_auto) {
+        o->side[0] = o->clin.flip_x ? 2 : 1;
+        o->side[1] = 3 - o->side[0];
+    }
+    if ((rc = sw_cli_clinical_check(S, &o->clin)) != SW_EXIT_OK)
+        return rc;
     if (o->map) {
         if (is_fits_name(o->map))
             o->map_fits = 1;
@@ -437,6 +483,7 @@ static int parse_opts(ab_opts *o, int argc, char **argv)
 typedef struct eye_out {
     sw_aberrometry_eye e;
     double measured_pupil_mm;
+    sw_cli_eye_rx clin; /* clinical refraction and image quality (clinical.h) */
 } eye_out;
 
 typedef struct frame_out {
@@ -459,6 +506,7 @@ typedef struct ab_job {
     sw_aberrometry_result *batch_res;
     sw_image buf[MAX_BATCH];
     frame_out *res;
+    sw_image psf[2], mtf[2]; /* the last frame's, with --psf / --mtf */
     int64_t first, count;
     sw_cli_progress bar;
     int map_written[2];
@@ -471,6 +519,10 @@ static void job_free(ab_job *j)
         sw_image_free(&j->buf[i]);
     free(j->batch_res);
     free(j->res);
+    for (int k = 0; k < 2; k++) {
+        sw_image_free(&j->psf[k]);
+        sw_image_free(&j->mtf[k]);
+    }
     free(j->ref_x);
     free(j->ref_y);
     sw_frames_free(&j->ref);
@@ -550,6 +602,7 @@ static int make_plan(ab_job *j)
     p->fit_radius_px = o->fit_radius_px;
     p->magnification = o->magnification;
     p->vertex_mm = o->vertex_mm;
+    p->higher_order_rx = o->clin.higher_rx;
     if (o->have_window)
         p->window_px = o->window;
     p->discard = !o->no_discard;
@@ -559,6 +612,29 @@ static int make_plan(ab_job *j)
     sw_status st = sw_aberrometry_create(j->ctx, p, &j->plan);
     if (st != SW_OK)
         return sw_cli_fail(SUB, "%s", sw_cli_lib_error(j->ctx, st));
+    return SW_EXIT_OK;
+}
+
+/* An eye's clinical numbers (clinical.h): its coefficients turned into the examiner's frame
+ * (--flip-x / --flip-y), the refraction (the selected one into e.rx) and the image quality there
+ * (the pictures' data for the last frame), then a left eye's coefficients mirrored for the report
+ * (ANSI Z80.28). */
+static int eye_clinical(ab_job *j, int64_t index, int32_t k, eye_out *q)
+{
+    const ab_opts *o = j->o;
+    sw_aberrometry_eye *e = &q->e;
+    sw_zernike_flip(e->coef_um, e->terms, o->clin.flip_x, o->clin.flip_y, e->coef_um);
+    const int last = index == j->first + j->count - 1;
+    char what[64];
+    snprintf(what, sizeof what, "frame %lld, eye %d", (long long)index, (int)k + 1);
+    int rc = sw_cli_eye_clinical(j->ctx, SUB, what, &o->clin, e->coef_um, e->terms, e->pupil_mm,
+                                 o->vertex_mm, last && o->clin.psf_png ? &j->psf[k] : NULL,
+                                 last && o->clin.mtf_png ? &j->mtf[k] : NULL, &q->clin);
+    if (rc != SW_EXIT_OK)
+        return rc;
+    e->rx = q->clin.measured;
+    if (o->side[k] == 2)
+        sw_zernike_mirror_x(e->coef_um, e->terms, e->coef_um);
     return SW_EXIT_OK;
 }
 
@@ -573,8 +649,14 @@ static int keep_result(ab_job *j, int64_t index, const sw_aberrometry_result *r,
         eye_out *q = &f->eye[k];
         q->e = r->eye[k];
         q->measured_pupil_mm = r->eye[k].pupil_mm;
-        if (!(o->pupil_mm > 0) || !q->e.valid)
+        if (!q->e.valid)
             continue;
+        if (!(o->pupil_mm > 0)) {
+            int rc = eye_clinical(j, index, k, q);
+            if (rc != SW_EXIT_OK)
+                return rc;
+            continue;
+        }
         sw_aberrometry_eye *e = &q->e;
         if (o->pupil_mm > e->pupil_mm * (1.0 + 1e-9))
             return sw_cli_fail(SUB,
@@ -587,11 +669,14 @@ static int keep_result(ab_job *j, int64_t index, const sw_aberrometry_result *r,
         if (st == SW_OK)
             /* at least 6 terms (the second order; those beyond `terms` are 0) */
             st = sw_zernike_refraction(j->ctx, e->coef_um, e->terms < 6 ? 6 : e->terms, o->pupil_mm,
-                                       1, o->vertex_mm, &e->rx);
+                                       o->clin.higher_rx, o->vertex_mm, &e->rx);
         if (st != SW_OK)
             return sw_cli_fail(SUB, "frame %lld, eye %d: --pupil-mm: %s", (long long)index,
                                (int)k + 1, sw_cli_lib_error(j->ctx, st));
         e->pupil_mm = o->pupil_mm;
+        int rc = eye_clinical(j, index, k, q);
+        if (rc != SW_EXIT_OK)
+            return rc;
     }
     return SW_EXIT_OK;
 }
@@ -843,6 +928,41 @@ done:
     return rc;
 }
 
+/* The PSF and MTF pictures of the last frame's eyes (clinical.h), FILE_eye<k> for two eyes. */
+static int write_quality(ab_job *j, int quiet)
+{
+    const ab_opts *o = j->o;
+    const frame_out *f = &j->res[j->count - 1];
+    for (int32_t k = 0; k < f->n_eyes; k++) {
+        const eye_out *q = &f->eye[k];
+        if (!q->e.valid || !q->clin.have_quality) {
+            if (!quiet)
+                fprintf(stderr, "spotwave %s: eye %d has no result: no PSF or MTF picture\n", SUB,
+                        (int)k + 1);
+            continue;
+        }
+        char path[4200], title[160];
+        const long long fr = (long long)(j->first + j->count - 1);
+        sw_status st = SW_OK;
+        if (o->clin.psf_png) {
+            sw_cli_eye_file(o->clin.psf_png, f->n_eyes, k, path, sizeof path);
+            snprintf(title, sizeof title, "eye %d PSF, %.2f mm, %.3g um, Strehl %.3f", (int)k + 1,
+                     q->e.pupil_mm, q->clin.quality_um, q->clin.q.strehl);
+            st = sw_cli_psf_png(j->ctx, path, &j->psf[k], q->clin.psf_arcmin_px, title);
+        }
+        if (st == SW_OK && o->clin.mtf_png) {
+            sw_cli_eye_file(o->clin.mtf_png, f->n_eyes, k, path, sizeof path);
+            snprintf(title, sizeof title, "eye %d MTF, frame %lld, %.2f mm, %.3g um, VSMTF %.3f",
+                     (int)k + 1, fr, q->e.pupil_mm, q->clin.quality_um, q->clin.q.vsmtf);
+            st = sw_cli_mtf_png(j->ctx, path, &j->mtf[k], q->clin.mtf_cpd_px, q->clin.cutoff_cpd,
+                                title);
+        }
+        if (st != SW_OK)
+            return sw_cli_fail(SUB, "%s", sw_cli_lib_error(j->ctx, st));
+    }
+    return SW_EXIT_OK;
+}
+
 static cJSON *json_eye(const ab_opts *o, const eye_out *q, int k, const char *map)
 {
     const sw_aberrometry_eye *e = &q->e;
@@ -911,6 +1031,8 @@ static cJSON *json_eye(const ab_opts *o, const eye_out *q, int k, const char *ma
     sw_cli_json_double(rx, "M", ok ? e->rx.M : NAN);
     sw_cli_json_double(rx, "J0", ok ? e->rx.J0 : NAN);
     sw_cli_json_double(rx, "J45", ok ? e->rx.J45 : NAN);
+    sw_cli_eye_json(x, &o->clin, &q->clin, o->side[k], e->coef_um, e->terms, e->pupil_mm,
+                    o->vertex_mm);
     sw_cli_json_string(x, "map", map);
     return x;
 }
@@ -958,6 +1080,9 @@ static void json_report(const ab_job *j, double seconds)
     sw_cli_json_string(r, "magnification_source",
                        o->have_magnification ? "option" : "default (sim eye's)");
     sw_cli_json_double(r, "vertex_mm", p->vertex_mm);
+    sw_cli_clinical_json(r, &o->clin);
+    sw_cli_json_string(r, "psf", o->clin.psf_png);
+    sw_cli_json_string(r, "mtf", o->clin.mtf_png);
     sw_cli_json_int(r, "window_px", p->window_px > 0 ? p->window_px : (int)floor(g->pitch_px));
     cJSON_AddBoolToObject(r, "discard", p->discard);
     sw_cli_json_double(r, "discard_contrast", p->discard_contrast);
@@ -1001,11 +1126,12 @@ static void text_report(const ab_job *j, double seconds)
            sw_pixel_type_string(j->in.type), j->geom.nx, j->geom.ny, j->geom.pitch_px,
            j->geom_from_reference ? " (from the reference)" : "",
            sw_search_algorithm_string(j->p.algorithm), j->p.order, seconds);
-    printf("  optics     magnification %g (%s), %g um pixels, f %g mm; refraction with the 4th and "
-           "6th orders\n",
+    printf("  optics     magnification %g (%s), %g um pixels, f %g mm; refraction %s at %g um\n",
            j->p.magnification,
            j->o->have_magnification ? "--magnification" : "the default: sim eye's; give yours",
-           j->geom.pixel_um, j->geom.focal_mm);
+           j->geom.pixel_um, j->geom.focal_mm,
+           j->o->clin.higher_rx ? "with the 4th and 6th orders" : "of the second order",
+           j->o->clin.wavelength_um);
     for (int32_t k = 0; k < f->n_eyes; k++) {
         const sw_aberrometry_eye *e = &f->eye[k].e;
         if (!e->valid) {
@@ -1017,6 +1143,16 @@ static void text_report(const ab_job *j, double seconds)
                (int)k + 1, e->pupil_mm, e->cx_px, e->cy_px, e->lenslets, e->kept,
                sw_zernike_rms(e->coef_um, e->terms, 3), e->rx.sphere_d, e->rx.cyl_d,
                e->rx.axis_deg);
+        const sw_cli_eye_rx *q = &f->eye[k].clin;
+        if (q->ok) {
+            char line[160];
+            sw_cli_rx_text(line, sizeof line, j->o->clin.higher_rx ? &q->higher : &q->second,
+                           j->o->side[k], j->o->clin.reference_um);
+            printf("             Rx %s\n", line);
+        }
+        if (q->have_quality)
+            printf("             Strehl %.4f, VSOTF %.4f, VSMTF %.4f at %.3g um\n", q->q.strehl,
+                   q->q.vsotf, q->q.vsmtf, q->quality_um);
     }
 }
 
@@ -1057,6 +1193,8 @@ int sw_cmd_aberrometry(const sw_cli_globals *g, int argc, char **argv)
     double seconds = sw_cli_now() - j.bar.t_start;
     /* pictures and side tables first: a run that cannot write them leaves no table behind */
     if (o.map && (rc = write_maps(&j, g->quiet)) != SW_EXIT_OK)
+        goto done;
+    if ((o.clin.psf_png || o.clin.mtf_png) && (rc = write_quality(&j, g->quiet)) != SW_EXIT_OK)
         goto done;
     if (o.spots && (rc = write_spots(&j)) != SW_EXIT_OK)
         goto done;

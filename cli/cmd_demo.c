@@ -893,8 +893,8 @@ static int step_aberrometry(demo_state *s)
      * pupil (the measured one is over 2 R_px pixel_um / (1000 magnification) = eye_mm). */
     sw_refraction true_rx[2];
     for (int e = 0; e < 2 && st == SW_OK; e++)
-        st = sw_zernike_refraction(s->ctx, coef[e], DEMO_AB_TERMS, eye_mm, 1, ap.vertex_mm,
-                                   &true_rx[e]);
+        st = sw_zernike_refraction(s->ctx, coef[e], DEMO_AB_TERMS, eye_mm, ap.higher_order_rx,
+                                   ap.vertex_mm, &true_rx[e]);
     sw_shsim_destroy(rsim);
     sw_aberrometry_destroy(plan);
     sw_image_free(&el);

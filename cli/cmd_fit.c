@@ -3,12 +3,13 @@
  * of a pupil (Mompean et al. 2019 Sec. 3.3: the derivative matrix of the Zernike polynomials,
  * solved through its pseudo-inverse or a QR factorisation; zernike_fit.h), with the wavefront map
  * of section 3.4 (sw_zmap_*, and its modulo-one display), the pupil rescaled (sw_zernike_rescale),
- * a left eye mirrored into the right-eye frame (sw_zernike_mirror_x) and the refraction of
- * Thibos et al. 2004 (sw_zernike_refraction).
+ * a left eye mirrored into the right-eye frame (sw_zernike_mirror_x), the refraction of
+ * Thibos et al. 2004 (sw_zernike_refraction) and the image quality (clinical.h, quality.h).
  */
 #define _GNU_SOURCE
 
 #include "cli.h"
+#include "clinical.h"
 #include "json.h"
 #include "outfiles.h"
 
@@ -45,7 +46,8 @@ void sw_cmd_fit_help(FILE *out)
         "2019, Future Gener. Comput. Syst. 91, 177, Sec. 3.3; zernike_fit.h), and writes the\n"
         "coefficients, optionally the wavefront map (Sec. 3.4) and a JSON report with the\n"
         "refraction (power vectors of Thibos, Hong, Bradley & Applegate 2004, J. Vision 4(4),\n"
-        "329: from the second-order terms alone unless --higher-order-rx).\n"
+        "329: from the second-order terms alone unless --higher-order-rx) and, on request, the\n"
+        "image quality (PSF, MTF, Strehl and visual Strehl ratios).\n"
         "\n"
         "Input:\n"
         "  SLOPES.csv             a slopes CSV of 'spotwave centroid --slopes' "
@@ -91,17 +93,18 @@ void sw_cmd_fit_help(FILE *out)
         "  --rescale-mm D         report the coefficients (CSV, JSON, map, refraction) over a\n"
         "                         concentric smaller pupil of diameter D mm (at most the fitted\n"
         "                         pupil's diameter)\n"
-        "  --eye left|right       right (default): the coefficients as measured, x along the\n"
-        "                         detector's +x; left: mirrored about the vertical axis (x -> -x,\n"
-        "                         the OSA convention) into the right-eye frame, so that a left\n"
-        "                         eye that mirrors a right eye gives its coefficients; the map\n"
-        "                         and refraction are of the mirrored coefficients\n"
+        "  --eye OD|OS            the eye (also right|left; default right): OS reports the\n"
+        "                         coefficients (CSV, JSON, map) mirrored about the vertical axis\n"
+        "                         (x -> -x, ANSI Z80.28's left-eye frame), so that a left eye\n"
+        "                         that mirrors a right eye gives its coefficients; the refraction\n"
+        "                         stays in the examiner's frame (its axis on the TABO scale, the\n"
+        "                         same for both eyes)\n"
         "  --vertex-mm V          refraction at a spectacle plane V mm in front of the corneal\n"
-        "                         plane (default 0: at the corneal plane)\n"
-        "  --higher-order-rx      refraction with the 4th and 6th order terms too (Thibos et\n"
-        "                         al. 2004, the Seidel terms to order 6), as 'spotwave\n"
-        "                         aberrometry' always reports it (default: the second-order\n"
-        "                         terms c(2,-2), c(2,0), c(2,2) alone)\n"
+        "                         plane (default 0: at the corneal plane)\n",
+        DEF_PIXEL_UM, DEF_FOCAL_MM, MAX_ORDER, DEF_ORDER, DEF_MIN_ILLUM);
+    sw_cli_clinical_help(out);
+    fprintf(
+        out,
         "\n"
         "Output:\n"
         "  -o, --out CSV          coefficients (default '-': standard output): "
@@ -125,7 +128,12 @@ void sw_cmd_fit_help(FILE *out)
         "  --json                 print a JSON report on standard output (needs --out FILE): per\n"
         "                         frame the coefficients (OSA order), RMS without piston and\n"
         "                         tilt, RMS of orders >= 3, fit residual (px), lenslets used,\n"
-        "                         and the refraction (M, J0, J45, sphere, cyl, axis)\n"
+        "                         and the refraction (M, J0, J45, sphere, cyl, axis at the\n"
+        "                         measurement wavelength, the order chosen); the clinical\n"
+        "                         refractions refraction_2nd_order and refraction_higher_order\n"
+        "                         at the reference wavelength (minus- and plus-cylinder forms,\n"
+        "                         axes 1..180), rms_by_order_um, hoa_rms_um (orders >= 3) and,\n"
+        "                         with --quality, the Strehl and visual Strehl ratios\n"
         "  -h, --help             print this help and exit\n"
         "\n"
         "Exit codes: 0 success; 1 a failure while running (unreadable table, lenslets outside the\n"
@@ -135,8 +143,7 @@ void sw_cmd_fit_help(FILE *out)
         "  spotwave centroid frame.fits --pitch 21.5 --reference ref.fits --slopes s.csv\n"
         "  spotwave fit s.csv --pitch 21.5 --grid 11x9 --pupil-mm 1.2 --order 4 --out z.csv "
         "--json\n",
-        DEF_PIXEL_UM, DEF_FOCAL_MM, MAX_ORDER, DEF_ORDER, DEF_MIN_ILLUM, MAX_MAP_SIZE,
-        DEF_MAP_SIZE);
+        MAX_MAP_SIZE, DEF_MAP_SIZE);
 }
 
 /* ------------------------------------------------------------------ parsing */
@@ -156,7 +163,8 @@ typedef struct fit_opts {
     int have_wrap;
     double wrap_um;
     int eye_left, have_eye;
-    int json, higher_rx;
+    int json;
+    sw_cli_clinical clin;
     double vertex_mm;
     int have_rescale;
     double rescale_mm;
@@ -185,7 +193,6 @@ static int parse_options(int argc, char **argv, fit_opts *o)
         OPT_EYE,
         OPT_JSON,
         OPT_VERTEX,
-        OPT_HIGHER,
         OPT_RESCALE
     };
     static const struct option longopts[] = {
@@ -210,7 +217,7 @@ static int parse_options(int argc, char **argv, fit_opts *o)
         {"eye", required_argument, NULL, OPT_EYE},
         {"json", no_argument, NULL, OPT_JSON},
         {"vertex-mm", required_argument, NULL, OPT_VERTEX},
-        {"higher-order-rx", no_argument, NULL, OPT_HIGHER},
+        SW_CLI_CLINICAL_LONGOPTS,
         {"rescale-mm", required_argument, NULL, OPT_RESCALE},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -307,15 +314,14 @@ static int parse_options(int argc, char **argv, fit_opts *o)
                 return sw_cli_usage(S, "--map-size: '%s' is not a whole number of pixels in 1..%d",
                                     optarg, MAX_MAP_SIZE);
             break;
-        case OPT_EYE:
-            if (strcmp(optarg, "left") == 0)
-                o->eye_left = 1;
-            else if (strcmp(optarg, "right") == 0)
-                o->eye_left = 0;
-            else
-                return sw_cli_usage(S, "--eye: '%s' is not left or right", optarg);
+        case OPT_EYE: {
+            int side = 0;
+            if (sw_cli_eye_parse(optarg, &side) != 0)
+                return sw_cli_usage(S, "--eye: '%s' is not OD, OS, right or left", optarg);
+            o->eye_left = side == 2;
             o->have_eye = 1;
             break;
+        }
         case OPT_VERTEX:
             if (sw_cli_opt_double(S, "--vertex-mm", optarg, SW_CLI_NONNEG, "a distance >= 0",
                                   &o->vertex_mm) != SW_EXIT_OK)
@@ -328,9 +334,16 @@ static int parse_options(int argc, char **argv, fit_opts *o)
                 return SW_EXIT_USAGE;
             break;
         case OPT_JSON: o->json = 1; break;
-        case OPT_HIGHER: o->higher_rx = 1; break;
         case 'h': sw_cmd_fit_help(stdout); return -1;
-        default: return SW_EXIT_USAGE;
+        default: {
+            const int rc = sw_cli_clinical_option(S, c, optarg, &o->clin);
+            if (rc != -1) {
+                if (rc != SW_EXIT_OK)
+                    return rc;
+                break;
+            }
+            return SW_EXIT_USAGE;
+        }
         }
     }
     if (optind >= argc)
@@ -360,7 +373,7 @@ static int parse_options(int argc, char **argv, fit_opts *o)
                                "for the coefficients");
     if (o->map && o->out && strcmp(o->map, o->out) == 0)
         return sw_cli_usage(S, "--map and --out name the same file");
-    return SW_EXIT_OK;
+    return sw_cli_clinical_check(S, &o->clin);
 }
 
 /* ------------------------------------------------------------------ files */
@@ -577,12 +590,14 @@ typedef struct report {
     double pitch, x0, y0, pixel_um, focal_mm;
     double cx, cy, radius_px, pupil_mm, report_mm;
     int32_t terms, nslopes, used, listed;
-    int64_t *label;    /* frames                                      */
-    double *coef;      /* frames * terms, as reported (rescaled, mirrored) */
-    double *residual;  /* frames, pixels                             */
-    int32_t *used_f;   /* frames: used lenslets valid in the frame  */
-    sw_refraction *rx; /* frames (NaN when not available)           */
-    int32_t failed;    /* frames with NaN coefficients              */
+    int64_t *label;      /* frames                                      */
+    double *coef;        /* frames * terms, as reported (rescaled, mirrored) */
+    double *residual;    /* frames, pixels                             */
+    int32_t *used_f;     /* frames: used lenslets valid in the frame  */
+    sw_refraction *rx;   /* frames (NaN when not available)           */
+    sw_cli_eye_rx *clin; /* frames: clinical refraction and quality   */
+    sw_image psf, mtf;   /* the last frame's, with --psf / --mtf      */
+    int32_t failed;      /* frames with NaN coefficients              */
     sw_backend backend;
     double read_ms, plan_ms, run_ms, map_ms, write_ms;
     char map_first[4096]; /* the first map file written (for the report) */
@@ -597,6 +612,9 @@ static void report_free(report *r)
     free(r->residual);
     free(r->used_f);
     free(r->rx);
+    free(r->clin);
+    sw_image_free(&r->psf);
+    sw_image_free(&r->mtf);
 }
 
 /* The name of a map file: BASE[-F][-wrapped].EXT, BASE being --map without its extension. */
@@ -951,8 +969,9 @@ static int run_fit(const sw_cli_globals *gl, const fit_opts *o, report *r)
     r->residual = malloc(sizeof(double) * (size_t)r->frames);
     r->used_f = calloc((size_t)r->frames, sizeof(int32_t));
     r->rx = malloc(sizeof(sw_refraction) * (size_t)r->frames);
+    r->clin = calloc((size_t)r->frames, sizeof *r->clin);
     if (!s.slope_l || !s.used || !s.slopes || !s.valid || !r->label || !r->coef || !r->residual ||
-        !r->used_f || !r->rx) {
+        !r->used_f || !r->rx || !r->clin) {
         rc = sw_cli_fail(SUB, "out of memory");
         goto done;
     }
@@ -991,6 +1010,7 @@ static int run_fit(const sw_cli_globals *gl, const fit_opts *o, report *r)
     }
     r->run_ms = 1e3 * (sw_cli_now() - t0);
 
+    /* The last frame's pictures of the image quality. */
     /* As reported: over the smaller pupil, in the right-eye frame; the refraction. */
     for (int32_t f = 0; f < r->frames; f++) {
         double *c = r->coef + (size_t)f * J;
@@ -1009,14 +1029,22 @@ static int run_fit(const sw_cli_globals *gl, const fit_opts *o, report *r)
             goto done;
         }
         c[0] = 0.0; /* the piston over the smaller pupil: as invisible to slopes as before */
+        /* the examiner's frame (clinical.h): refraction and image quality there */
+        sw_zernike_flip(c, J, o->clin.flip_x, o->clin.flip_y, c);
+        if (J >= 6) {
+            char what[64];
+            snprintf(what, sizeof what, "frame %lld", (long long)r->label[f]);
+            const int last = f == r->frames - 1;
+            if ((rc = sw_cli_eye_clinical(s.ctx, SUB, what, &o->clin, c, J, r->report_mm,
+                                          o->vertex_mm, last && o->clin.psf_png ? &r->psf : NULL,
+                                          last && o->clin.mtf_png ? &r->mtf : NULL, &r->clin[f])) !=
+                SW_EXIT_OK)
+                goto done;
+            *rx = r->clin[f].measured;
+        }
+        /* as reported: a left eye in ANSI Z80.28's mirrored frame */
         if (o->eye_left)
             sw_zernike_mirror_x(c, J, c);
-        if (J >= 6 && (st = sw_zernike_refraction(s.ctx, c, J, r->report_mm, o->higher_rx,
-                                                  o->vertex_mm, rx)) != SW_OK) {
-            rc = sw_cli_fail(SUB, "refraction of frame %lld: %s", (long long)r->label[f],
-                             sw_cli_lib_error(s.ctx, st));
-            goto done;
-        }
     }
     if (r->failed == r->frames) {
         rc = sw_cli_fail(SUB,
@@ -1027,12 +1055,34 @@ static int run_fit(const sw_cli_globals *gl, const fit_opts *o, report *r)
         goto done;
     }
 
-    /* Outputs: maps, then the coefficients moved into place. */
+    /* Outputs: maps and pictures, then the coefficients moved into place. */
     if (o->map) {
         t0 = sw_cli_now();
         if ((rc = write_maps(s.ctx, o, r)) != SW_EXIT_OK)
             goto done;
         r->map_ms = 1e3 * (sw_cli_now() - t0);
+    }
+    if (o->clin.psf_png || o->clin.mtf_png) {
+        const sw_cli_eye_rx *q = &r->clin[r->frames - 1];
+        if (!q->have_quality) {
+            rc = sw_cli_fail(SUB, "--psf/--mtf: the last frame has no result");
+            goto done;
+        }
+        char title[128];
+        snprintf(title, sizeof title, "PSF, %.2f mm, %.3g um, Strehl %.3f", r->report_mm,
+                 q->quality_um, q->q.strehl);
+        if (o->clin.psf_png && (st = sw_cli_psf_png(s.ctx, o->clin.psf_png, &r->psf,
+                                                    q->psf_arcmin_px, title)) != SW_OK) {
+            rc = sw_cli_fail(SUB, "--psf: %s", sw_cli_lib_error(s.ctx, st));
+            goto done;
+        }
+        snprintf(title, sizeof title, "MTF, frame %lld, %.2f mm, %.3g um, VSMTF %.3f",
+                 (long long)r->label[r->frames - 1], r->report_mm, q->quality_um, q->q.vsmtf);
+        if (o->clin.mtf_png && (st = sw_cli_mtf_png(s.ctx, o->clin.mtf_png, &r->mtf, q->mtf_cpd_px,
+                                                    q->cutoff_cpd, title)) != SW_OK) {
+            rc = sw_cli_fail(SUB, "--mtf: %s", sw_cli_lib_error(s.ctx, st));
+            goto done;
+        }
     }
     t0 = sw_cli_now();
     if ((rc = sw_cli_out_open(SUB, &s.out, o->out)) != SW_EXIT_OK)
@@ -1079,6 +1129,17 @@ static void print_report(const fit_opts *o, const report *r)
                 printf("; %+.2f / %+.2f x %.0f (M %+.3f D)", x->sphere_d, x->cyl_d, x->axis_deg,
                        x->M);
             printf("\n");
+            const sw_cli_eye_rx *q = &r->clin[f];
+            if (q->ok) {
+                char line[160];
+                sw_cli_rx_text(line, sizeof line, o->clin.higher_rx ? &q->higher : &q->second,
+                               o->have_eye ? (o->eye_left ? 2 : 1) : 0, o->clin.reference_um);
+                printf("             Rx %s%s\n", line,
+                       o->clin.higher_rx ? ", orders 2, 4, 6" : ", second order");
+            }
+            if (q->have_quality)
+                printf("             Strehl %.4f, VSOTF %.4f, VSMTF %.4f at %.3g um\n", q->q.strehl,
+                       q->q.vsotf, q->q.vsmtf, q->quality_um);
         }
         if (r->frames > MAX_TEXT_ROWS)
             printf("  ...        %d more frames in %s\n", (int)(r->frames - MAX_TEXT_ROWS), o->out);
@@ -1115,11 +1176,14 @@ static void print_report(const fit_opts *o, const report *r)
     sw_cli_json_double(j, "min_illum", o->min_illum);
     sw_cli_json_string(j, "index", o->index_noll ? "noll" : "ansi");
     sw_cli_json_string(j, "eye", o->eye_left ? "left" : "right");
+    sw_cli_json_string(j, "eye_side", o->eye_left ? "OS" : "OD");
     sw_cli_json_int(j, "lenslets_listed", r->listed);
     sw_cli_json_int(j, "lenslets_in_mask", r->nslopes);
     sw_cli_json_int(j, "lenslets_used", r->used);
     sw_cli_json_double(j, "vertex_mm", o->vertex_mm);
-    cJSON_AddBoolToObject(j, "higher_order_rx", o->higher_rx);
+    sw_cli_clinical_json(j, &o->clin);
+    sw_cli_json_string(j, "psf", o->clin.psf_png);
+    sw_cli_json_string(j, "mtf", o->clin.mtf_png);
     sw_cli_json_int(j, "frames_failed", r->failed);
     cJSON *results = cJSON_AddArrayToObject(j, "results");
     for (int32_t f = 0; f < r->frames; f++) {
@@ -1132,7 +1196,8 @@ static void print_report(const fit_opts *o, const report *r)
         for (int32_t k = 0; k < J; k++)
             cJSON_AddItemToArray(coef, sw_cli_json_num(c[k]));
         sw_cli_json_double(e, "rms_um", ok ? sw_zernike_rms(c, J, 3) : NAN);
-        sw_cli_json_double(e, "rms_hoa_um", ok && J > 10 ? sw_zernike_rms(c, J, 10) : NAN);
+        /* orders >= 3: OSA j >= 6 (the same number as hoa_rms_um) */
+        sw_cli_json_double(e, "rms_hoa_um", ok && J > 6 ? sw_zernike_rms(c, J, 6) : NAN);
         sw_cli_json_double(e, "residual_px", r->residual[f]);
         sw_cli_json_int(e, "used_lenslets", r->used_f[f]);
         const sw_refraction *x = &r->rx[f];
@@ -1147,6 +1212,8 @@ static void print_report(const fit_opts *o, const report *r)
             sw_cli_json_double(rx, "cyl_d", x->cyl_d);
             sw_cli_json_double(rx, "axis_deg", x->axis_deg);
         }
+        sw_cli_eye_json(e, &o->clin, &r->clin[f], o->eye_left ? 2 : 1, c, J, r->report_mm,
+                        o->vertex_mm);
     }
     sw_cli_json_string(j, "backend", sw_backend_string(r->backend));
     sw_cli_json_fixed(j, "read_ms", r->read_ms, 6);
@@ -1171,6 +1238,7 @@ int sw_cmd_fit(const sw_cli_globals *g, int argc, char **argv)
     o.method = SW_ZFIT_PINV;
     o.min_illum = DEF_MIN_ILLUM;
     o.map_size = DEF_MAP_SIZE;
+    sw_cli_clinical_init(&o.clin);
     int rc = parse_options(argc, argv, &o);
     if (rc == -1)
         return SW_EXIT_OK; /* --help */

@@ -677,14 +677,15 @@ done:
 }
 
 /* The pupil's magnification onto the detector (sim_eye.h's sw_eye) and the refraction of the true
- * coefficients as 'spotwave aberrometry' reports it (Thibos et al. 2004 with the 4th and 6th
- * orders); NaN where there is none. */
+ * coefficients as 'spotwave aberrometry' reports it by default (Thibos et al. 2004, the second
+ * order; higher: with the 4th and 6th orders, as with --higher-order-rx); NaN where there is
+ * none. */
 static double eye_magnification(const eye_opts *o, const sw_eye_truth *q)
 {
     return 2.0 * q->a_px * o->sh.pixel_um / (1000.0 * q->pupil_mm);
 }
 
-static sw_refraction eye_true_rx(const sw_eye_truth *q)
+static sw_refraction eye_true_rx(const sw_eye_truth *q, int higher)
 {
     sw_refraction rx;
     double c[6] = {0};
@@ -696,7 +697,7 @@ static sw_refraction eye_true_rx(const sw_eye_truth *q)
         coef = c;
         count = 6;
     }
-    if (sw_zernike_refraction(NULL, coef, count, q->pupil_mm, 1, 0.0, &rx) != SW_OK)
+    if (sw_zernike_refraction(NULL, coef, count, q->pupil_mm, higher, 0.0, &rx) != SW_OK)
         rx.M = rx.J0 = rx.J45 = rx.sphere_d = rx.cyl_d = rx.axis_deg = NAN;
     return rx;
 }
@@ -713,14 +714,14 @@ static void print_eye(const eye_opts *o, const eye_report *r)
                o->sh.nx, o->sh.ny, o->sh.pitch, sw_sh_model_string(o->sh.model));
         for (int e = 0; e < t->n_eyes; e++) {
             const sw_eye_truth *q = &t->eye[e];
-            const sw_refraction rx = eye_true_rx(q);
+            const sw_refraction rx = eye_true_rx(q, 0);
             printf("  eye %d      centre (%g, %g) px, diameter %g px, RMS %.4f um, %lld lenslets "
                    "lit\n",
                    e, q->cx_px, q->cy_px, 2 * q->a_px,
                    q->count > 0 ? sw_zernike_rms(q->coef_um, q->count, 3) : 0.0,
                    (long long)sim_lit_lenslets(&q->sh, o->sh.min_illum));
             printf("             magnification %g (pupil %g mm on %g px of %g um); true refraction "
-                   "%+.2f D %+.2f D x %.0f deg (orders 2, 4, 6, as aberrometry)\n",
+                   "%+.2f D %+.2f D x %.0f deg (second order, as aberrometry)\n",
                    eye_magnification(o, q), q->pupil_mm, 2 * q->a_px, o->sh.pixel_um, rx.sphere_d,
                    rx.cyl_d, rx.axis_deg);
         }
@@ -756,7 +757,7 @@ static void print_eye(const eye_opts *o, const eye_report *r)
     cJSON *eyes = cJSON_AddArrayToObject(j, "eye");
     for (int e = 0; e < t->n_eyes; e++) {
         const sw_eye_truth *q = &t->eye[e];
-        const sw_refraction rx = eye_true_rx(q);
+        const sw_refraction rx = eye_true_rx(q, 0), rxh = eye_true_rx(q, 1);
         cJSON *x = cJSON_CreateObject();
         cJSON_AddItemToArray(eyes, x);
         sw_cli_json_double(x, "cx_px", q->cx_px);
@@ -778,6 +779,13 @@ static void print_eye(const eye_opts *o, const eye_report *r)
         sw_cli_json_double(rj, "M", rx.M);
         sw_cli_json_double(rj, "J0", rx.J0);
         sw_cli_json_double(rj, "J45", rx.J45);
+        cJSON *rh = cJSON_AddObjectToObject(x, "refraction_higher_order");
+        sw_cli_json_double(rh, "sphere_d", rxh.sphere_d);
+        sw_cli_json_double(rh, "cyl_d", rxh.cyl_d);
+        sw_cli_json_double(rh, "axis_deg", rxh.axis_deg);
+        sw_cli_json_double(rh, "M", rxh.M);
+        sw_cli_json_double(rh, "J0", rxh.J0);
+        sw_cli_json_double(rh, "J45", rxh.J45);
     }
     sw_cli_json_fixed(j, "render_ms", r->render_ms, 6);
     sw_cli_json_fixed(j, "detector_ms", r->detector_ms, 6);

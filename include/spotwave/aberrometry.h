@@ -7,7 +7,8 @@
  * Hartmann-Shack images for accurate and high-speed ocular wavefront sensing", Future Generation
  * Computer Systems 91, 177-190 (Sec. 3, the whole system); Thibos L. N., Hong X., Bradley A.,
  * Applegate R. A. 2004, "Accuracy and precision of objective refraction from wavefront
- * aberrations", J. Vision 4(4), 329-351 (the refraction, here with the 4th and 6th orders).
+ * aberrations", J. Vision 4(4), 329-351 (the refraction: second order, or with the 4th and 6th
+ * orders on request).
  *
  * Calibration. A reference image (no eye: a flat wavefront through the lenslets) gives the
  * reference centroids: PAPYCS (search.h) started at the geometry's reference positions
@@ -55,7 +56,8 @@
  *      (on the GPU one fused kernel per fit, a block per eye; cblas and LAPACKE on the CPU;
  *      order <= 10, where D^T D is well conditioned). D depends on the pupil's position, so it
  *      is built per frame (on the GPU, one thread per lenslet). Piston is 0.
- *   6. Refraction (zernike_fit.h's sw_zernike_refraction) over the eye's pupil diameter
+ *   6. Refraction (zernike_fit.h's sw_zernike_refraction; the second-order terms, or with the
+ *      4th and 6th orders when higher_order_rx) over the eye's pupil diameter
  *      pupil_mm = 2 R_px pixel_um / (1000 magnification), magnification = the size of the pupil
  *      on the lenslet array / its size at the eye.
  * Wavefront maps are zernike_fit.h's sw_zmap plans, fed with the coefficients.
@@ -131,6 +133,8 @@ typedef struct sw_aberrometry_params {
                                         and geometry are set from the fields above           */
     int32_t streams;                 /* frames in flight in run_batch, 1 .. SW_AB_MAX_STREAMS
                                         (default 2; the CPU runs them one after another)      */
+    int higher_order_rx;             /* 0 (default): the refraction from the second-order terms
+                                        alone; 1: with the 4th and 6th orders (zernike_fit.h)  */
 } sw_aberrometry_params;
 
 /* Defaults above for a width x height frame of type t and the lenslet grid g. */
@@ -164,7 +168,8 @@ typedef struct sw_aberrometry_eye {
     double coef_um[SW_AB_MAX_TERMS];   /* OSA j = 0 .. J - 1 over pupil_mm; NaN when invalid */
     double prelim_um[SW_AB_MAX_TERMS]; /* the preliminary fit's (orders 1 .. prelim_order) */
     double residual_px; /* RMS of D c - s over the kept slopes                      */
-    sw_refraction rx;   /* from the coefficients (higher orders included)           */
+    sw_refraction rx;   /* from the coefficients: second order, or with the 4th and 6th
+                           orders when higher_order_rx (at the measurement wavelength)     */
 } sw_aberrometry_eye;
 
 typedef struct sw_aberrometry_result {

@@ -15,6 +15,7 @@
 #include "spotwave/turbulence.h"
 #include "spotwave/centroid.h"
 #include "spotwave/zernike_fit.h"
+#include "spotwave/quality.h"
 #include "spotwave/find.h"
 #include "spotwave/pupil.h"
 #include "spotwave/search.h"

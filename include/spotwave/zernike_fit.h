@@ -90,6 +90,51 @@ typedef struct sw_refraction {
 sw_status sw_zernike_refraction(sw_context *ctx, const double *coef, int32_t count, double pupil_mm,
                                 int higher_orders, double vertex_mm, sw_refraction *out);
 
+/*
+ * The same with a chromatic shift: shift_d dioptres are added to M (defocus only; J0 and J45 do not
+ * change) before the sphere and cylinder are formed, e.g. sw_eye_lca_d(measured, reference) to
+ * turn a refraction measured in the near infrared into the one for visible light.
+ * sw_zernike_refraction is this function with shift_d = 0.
+ */
+sw_status sw_zernike_refraction_shifted(sw_context *ctx, const double *coef, int32_t count,
+                                        double pupil_mm, int higher_orders, double vertex_mm,
+                                        double shift_d, sw_refraction *out);
+
+/*
+ * Longitudinal chromatic aberration of the eye, from the Chromatic Eye of Thibos L. N., Ye M.,
+ * Zhang X., Bradley A. 1992, "The chromatic eye: a new reduced-eye model of ocular chromatic
+ * aberration in humans", Appl. Opt. 31(19), 3594-3600: the eye's refractive error at wavelength
+ * lambda (micrometres) is Rx(lambda) = p - q / (lambda - c) dioptres, q = 0.63346 D um,
+ * c = 0.21410 um (the constant p drops out of every difference). Returns
+ * Rx(to_um) - Rx(from_um): the dioptres to add to M (or to the sphere) measured at from_um to get
+ * the refraction at to_um. The eye is more myopic at short wavelengths, so from 0.78 um to
+ * 0.555 um this is -0.739 D. NaN unless both wavelengths are finite and above c (0.2141 um).
+ */
+double sw_eye_lca_d(double from_um, double to_um);
+
+/*
+ * Zernike coefficients of the same wavefront seen through a mirrored image (an instrument whose
+ * camera flips the picture): flip_x maps x -> -x, which changes the sign of the terms odd in x
+ * (cos(m theta) with m odd, sin(|m| theta) with |m| even: c(1,1), c(2,-2), c(3,1), c(3,3), ...);
+ * flip_y maps y -> -y, which changes the sign of the terms odd in y (every sin term, m < 0:
+ * c(1,-1), c(2,-2), c(3,-3), c(3,-1), ...). Both: a half turn (the terms of odd m change sign).
+ * flip_x alone is sw_zernike_mirror_x. in and out may be the same array.
+ */
+void sw_zernike_flip(const double *in, int32_t count, int flip_x, int flip_y, double *out);
+
+/*
+ * A sphero-cylinder written the other way round (transposition): sphere' = sphere + cyl,
+ * cyl' = -cyl, axis' = axis + 90 degrees; minus-cylinder form <-> plus-cylinder form. The axis
+ * comes out in clinical notation, 1..180 degrees (0 written as 180). in and out may be the same.
+ */
+void sw_refraction_transpose(double sphere_d, double cyl_d, double axis_deg, double *sphere_out,
+                             double *cyl_out, double *axis_out);
+
+/* An axis in clinical notation: degrees reduced to (0, 180], 0 written as 180 (ISO 8429's
+ * "TABO" scale runs 0..180 counter-clockwise as the examiner faces the patient, the same for both
+ * eyes; prescriptions write 1..180). NaN stays NaN. */
+double sw_refraction_axis_clinical(double axis_deg);
+
 /* ------------------------------------------------------------------ fitting */
 
 typedef enum sw_zfit_method {

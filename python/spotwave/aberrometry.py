@@ -9,8 +9,9 @@ search, with a dynamic mesh from preliminary low-order fits and three discarding
 the centre of mass or Reichenbach's algorithm (Sec. 3.2), their displacements from the reference
 centroids fitted with Zernike polynomials over the analysis circle (Sec. 3.3). The refraction:
 the power vectors of Thibos L. N., Hong X., Bradley A., Applegate R. A. (2004), "Accuracy and
-precision of objective refraction from wavefront aberrations", J. Vision 4(4), 329-351, with the
-4th and 6th order terms.
+precision of objective refraction from wavefront aberrations", J. Vision 4(4), 329-351, from the
+second-order terms (with the 4th and 6th order terms when higher_order_rx), at the measurement
+wavelength (the command's JSON also gives it corrected to the visible).
 
 Conventions. Pixels are 0-based, (x, y) = (column, row), the centre of pixel (0, 0) at (0.0, 0.0).
 Coefficients are micrometres by OSA/ANSI index j from 0 (Thibos, Applegate, Schwiegerling & Webb
@@ -156,7 +157,7 @@ class AberrometryPlan:
     ``AberrometryPlan(reference, *, shape=None, dtype=None, eyes=1, algorithm="papycs",
     order=6, prelim_order=None, central_fraction=0.5, mesh_stages=4, mesh_tolerance=0.25,
     fit_radius_px=0.0, magnification=0.61875, vertex_mm=0.0, window=None, discard=True,
-    contrast=15.0, streams=2, ctx=None)``
+    contrast=15.0, streams=2, higher_order_rx=False, ctx=None)``
 
     reference: a :class:`Reference` (its grid and centroids; shape and dtype default to its
     image's). eyes: 1 or 2 (binocular). algorithm: "papycs" (Mompean et al. 2019 Sec. 3.2.1),
@@ -167,6 +168,8 @@ class AberrometryPlan:
     (0: the pupil ellipse's major semi-axis). magnification: see the module. vertex_mm: the
     refraction at a spectacle plane. window: the first search window (default: the pitch rounded
     down). discard, contrast: the discarding criteria. streams: frames in flight on the GPU.
+    higher_order_rx: the refraction ``rx`` with the 4th and 6th orders (Thibos et al. 2004's
+    Seidel terms) instead of the second-order terms alone (the default, as the command's).
 
     ``plan(frame)``: a 2-D frame -> :class:`FrameResult`; a 3-D stack -> a list of them (run as
     a batch). Host or device frames (CUDA context). ``plan.spots()``: the last frame's lenslets.
@@ -175,7 +178,8 @@ class AberrometryPlan:
     def __init__(self, reference, *, shape=None, dtype=None, eyes=1, algorithm="papycs",
                  order=6, prelim_order=None, central_fraction=0.5, mesh_stages=4,
                  mesh_tolerance=0.25, fit_radius_px=0.0, magnification=DEFAULT_MAGNIFICATION,
-                 vertex_mm=0.0, window=None, discard=True, contrast=15.0, streams=2, ctx=None):
+                 vertex_mm=0.0, window=None, discard=True, contrast=15.0, streams=2,
+                 higher_order_rx=False, ctx=None):
         self.ctx = _context.resolve(ctx)
         if not isinstance(reference, Reference):
             raise TypeError(f"reference: expected a spotwave.aberrometry.Reference (from "
@@ -201,12 +205,14 @@ class AberrometryPlan:
                       magnification=magnification, vertex_mm=vertex_mm,
                       window_px=0 if window is None else int(window), discard=bool(discard),
                       discard_contrast=contrast, streams=streams,
+                      higher_order_rx=bool(higher_order_rx),
                       ref_x=np.ascontiguousarray(reference.ref_x, np.float64),
                       ref_y=np.ascontiguousarray(reference.ref_y, np.float64))
         self._p = _spotwave.AberrometryPlan(self.ctx, params)
         self.reference, self.shape, self.dtype = reference, shape, dtype
         self.eyes, self.order, self.algorithm = int(eyes), int(order), algorithm
         self.vertex_mm = float(vertex_mm)
+        self.higher_order_rx = bool(higher_order_rx)
         self.params = {k: v for k, v in params.items() if k not in ("ref_x", "ref_y")}
 
     def __call__(self, frames):
@@ -296,8 +302,9 @@ def aberrometry(images, *, reference, pitch=None, grid=None, origin=None, pixel_
     no eye. The lenslet grid: pitch, grid and origin (all three), or none to find it in the
     reference; pixel_um, focal_mm. options: those of :class:`AberrometryPlan` (algorithm,
     order, prelim_order, central_fraction, mesh_stages, mesh_tolerance, fit_radius_px,
-    magnification, vertex_mm, window, discard, contrast, streams). pupil_mm: report every eye's
-    coefficients and refraction over this pupil (at most the measured one: they are rescaled).
+    magnification, vertex_mm, window, discard, contrast, streams, higher_order_rx). pupil_mm:
+    report every eye's coefficients and refraction over this pupil (at most the measured one:
+    they are rescaled).
     """
     from ._find import check_keywords  # noqa: PLC0415
 
@@ -334,7 +341,8 @@ def aberrometry(images, *, reference, pitch=None, grid=None, origin=None, pixel_
                                      f"larger than the measured pupil of {e.pupil_mm:.4g} mm "
                                      f"(coefficients are only rescaled to a smaller pupil)")
                 c, rx = _spotwave.aberrometry_rescale_eye(ctx, e.coef_um, e.pupil_mm,
-                                                          float(pupil_mm), plan.vertex_mm)
+                                                          float(pupil_mm), plan.vertex_mm,
+                                                          plan.higher_order_rx)
                 e.coef_um, e.rx, e.pupil_mm = c, rx, float(pupil_mm)
                 e.rms_um = _spotwave.zernike_rms(c, 3)
                 e.hoa_rms_um = _spotwave.zernike_rms(c, 6) if e.terms > 6 else np.nan

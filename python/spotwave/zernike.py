@@ -95,17 +95,60 @@ def _noll_permutation(n):
     return np.array([noll_to_osa(k + 1) for k in range(n)], np.int64)
 
 
-def refraction(coef, pupil_mm, *, higher_orders=False, vertex_mm=0.0):
+def refraction(coef, pupil_mm, *, higher_orders=False, vertex_mm=0.0, shift_d=0.0):
     """The refraction of a wavefront (OSA coefficients in um over a pupil of diameter pupil_mm):
     power vector M, J0, J45 (dioptres) and sphere_d, cyl_d (minus-cylinder form), axis_deg
     (0 <= axis < 180, from +x towards +y). Second order only, or with higher_orders the 4th and
-    6th order terms too; vertex_mm > 0 moves sphere and cylinder to a spectacle plane.
+    6th order terms too; vertex_mm > 0 moves sphere and cylinder to a spectacle plane; shift_d
+    dioptres are added to M (e.g. ``eye_lca(0.78, 0.555)`` for a near-infrared measurement).
 
     Method: Thibos L. N., Hong X., Bradley A., Applegate R. A. (2004), "Accuracy and precision of
     objective refraction from wavefront aberrations", J. Vision 4(4), 329-351.
     """
     c = np.ascontiguousarray(np.asarray(coef, np.float64))
-    return _spotwave.zernike_refraction(c, float(pupil_mm), bool(higher_orders), float(vertex_mm))
+    return _spotwave.zernike_refraction(c, float(pupil_mm), bool(higher_orders), float(vertex_mm),
+                                        float(shift_d))
+
+
+def eye_lca(from_um, to_um):
+    """Dioptres to add to a refraction measured at from_um to get it at to_um (micrometres): the
+    longitudinal chromatic aberration of the Chromatic Eye, Rx = p - 0.63346 / (lambda - 0.21410)
+    (Thibos L. N., Ye M., Zhang X., Bradley A. (1992), "The chromatic eye: a new reduced-eye model
+    of ocular chromatic aberration in humans", Appl. Opt. 31(19), 3594-3600). 0.78 -> 0.555 um:
+    -0.739 D."""
+    return _spotwave.eye_lca_d(float(from_um), float(to_um))
+
+
+def flip(coef, x=False, y=False):
+    """The coefficients of a wavefront seen through a mirrored image: x changes the sign of the
+    terms odd in x (x -> -x, as mirror_x), y of those odd in y (every sin term, m < 0)."""
+    c = np.ascontiguousarray(np.asarray(coef, np.float64))
+    return _spotwave.zernike_flip(c, bool(x), bool(y))
+
+
+def transpose(sphere_d, cyl_d, axis_deg):
+    """A sphero-cylinder in the other cylinder form: (sphere + cyl, -cyl, axis + 90), the axis in
+    clinical notation 1..180."""
+    return _spotwave.refraction_transpose(float(sphere_d), float(cyl_d), float(axis_deg))
+
+
+def image_quality(coef, pupil_mm, *, wavelength_um=0.555, size=256, pupil_samples=None,
+                  first_j=3, ctx=None):
+    """The PSF and MTF of a wavefront (OSA coefficients in um over pupil_mm) at wavelength_um, on
+    an size x size FFT grid with pupil_samples (default size // 2) across the pupil (quality.h;
+    cuFFT on a CUDA context, FFTW on the CPU). Returns (psf, mtf, numbers): psf normalised to the
+    diffraction-limited peak (so its maximum is the Strehl ratio), optical axis at
+    [size // 2, size // 2], one pixel ``numbers["arcmin_per_px"]``; mtf with zero frequency at the
+    centre, one pixel ``numbers["cpd_per_px"]`` cycles per degree; numbers also holds strehl,
+    vsotf and vsmtf (the visual Strehl ratios of Thibos, Hong, Bradley & Applegate 2004, J. Vision
+    4(4), 329-351, weighted by Mannos & Sakrison's 1974 contrast sensitivity function) and
+    cutoff_cpd. first_j: the first OSA term used (3 leaves piston and tilts out)."""
+    c = np.ascontiguousarray(np.asarray(coef, np.float64))
+    q = int(size) // 2 if pupil_samples is None else int(pupil_samples)
+    psf, mtf, d = _spotwave.image_quality(_context.resolve(ctx), c, float(pupil_mm),
+                                          float(wavelength_um), int(size), q, int(first_j))
+    n = int(size)
+    return psf.reshape(n, n), mtf.reshape(n, n), d
 
 
 def rescale(coef, from_diameter, to_diameter):

@@ -187,6 +187,7 @@ void plan_init(Plan *self, nb::object ctx_obj, nb::dict params)
     p.fit_radius_px = q.num("fit_radius_px", p.fit_radius_px);
     p.magnification = q.num("magnification", p.magnification);
     p.vertex_mm = q.num("vertex_mm", p.vertex_mm);
+    p.higher_order_rx = q.flag("higher_order_rx", false) ? 1 : 0;
     p.window_px = (int32_t)q.integer("window_px", p.window_px);
     p.min_window_px = (int32_t)q.integer("min_window_px", p.min_window_px);
     p.discard = q.flag("discard", true) ? 1 : 0;
@@ -277,9 +278,9 @@ nb::object plan_stage_us(Plan &pl)
 }
 
 // The command's --pupil-mm: an eye's coefficients rescaled to a smaller pupil and the refraction
-// over it (the 4th and 6th orders included). Returns (coef, rx dict).
+// over it (second order, or with the 4th and 6th orders). Returns (coef, rx dict).
 nb::tuple rescale_eye(nb::object ctx_obj, nb::handle coef, double from_mm, double to_mm,
-                      double vertex_mm)
+                      double vertex_mm, bool higher_orders)
 {
     Context &c = context_of(ctx_obj);
     FlatArg a = flat_arg<double>(coef, "coef", 0, false);
@@ -292,8 +293,8 @@ nb::tuple rescale_eye(nb::object ctx_obj, nb::handle coef, double from_mm, doubl
         sw_status st =
             sw_zernike_rescale(c.ctx, (const double *)a.data, terms, from_mm, to_mm, v.data());
         if (st == SW_OK)
-            st = sw_zernike_refraction(c.ctx, v.data(), terms < 6 ? 6 : terms, to_mm, 1, vertex_mm,
-                                       &rx);
+            st = sw_zernike_refraction(c.ctx, v.data(), terms < 6 ? 6 : terms, to_mm,
+                                       higher_orders ? 1 : 0, vertex_mm, &rx);
         return st;
     });
     return nb::make_tuple(vec_array(v.data(), (size_t)terms), rx_dict(rx));
@@ -307,7 +308,8 @@ void bind_aberrometry(nb::module_ &m)
           nb::arg("image"));
     m.def("aberrometry_defaults", &defaults);
     m.def("aberrometry_rescale_eye", &rescale_eye, nb::arg("ctx"), nb::arg("coef"),
-          nb::arg("from_mm"), nb::arg("to_mm"), nb::arg("vertex_mm"));
+          nb::arg("from_mm"), nb::arg("to_mm"), nb::arg("vertex_mm"),
+          nb::arg("higher_orders") = false);
     m.def("zernike_rms", [](nb::handle coef, int32_t first_j) {
         FlatArg a = flat_arg<double>(coef, "coef", 0, false);
         if (a.where == Where::device)

@@ -142,15 +142,17 @@ nb::object plan_illum(ZfitPlan &zp)
     return nb::cast(a);
 }
 
-nb::dict refraction(nb::handle coef, double pupil_mm, bool higher_orders, double vertex_mm)
+nb::dict refraction(nb::handle coef, double pupil_mm, bool higher_orders, double vertex_mm,
+                    double shift_d)
 {
     FlatArg c = flat_arg<double>(coef, "coef", 0, false);
     if (c.where == Where::device)
         type_error("coef: a host (NumPy) array is needed");
     sw_refraction rx{};
     call_noctx([&] {
-        return sw_zernike_refraction(nullptr, (const double *)c.data, (int32_t)c.size, pupil_mm,
-                                     higher_orders ? 1 : 0, vertex_mm, &rx);
+        return sw_zernike_refraction_shifted(nullptr, (const double *)c.data, (int32_t)c.size,
+                                             pupil_mm, higher_orders ? 1 : 0, vertex_mm, shift_d,
+                                             &rx);
     });
     nb::dict d;
     d["M"] = rx.M;
@@ -160,6 +162,61 @@ nb::dict refraction(nb::handle coef, double pupil_mm, bool higher_orders, double
     d["cyl_d"] = rx.cyl_d;
     d["axis_deg"] = rx.axis_deg;
     return d;
+}
+
+// The image quality of a wavefront (quality.h): (psf, mtf, numbers), the images flat N * N.
+nb::tuple image_quality(nb::object ctx_obj, nb::handle coef, double pupil_mm, double wavelength_um,
+                        int32_t size, int32_t pupil_samples, int32_t first_j)
+{
+    Context &c = context_of(ctx_obj);
+    FlatArg a = flat_arg<double>(coef, "coef", 0, false);
+    if (a.where == Where::device)
+        type_error("coef: a host (NumPy) array is needed");
+    if (size < 16 || size > SW_PSF_MAX_SIZE)
+        value_error("size: %d is outside 16..%d", (int)size, SW_PSF_MAX_SIZE);
+    sw_psf_params p;
+    sw_psf_params_default(&p);
+    p.size = size;
+    p.pupil_samples = pupil_samples;
+    p.pupil_mm = pupil_mm;
+    p.wavelength_um = wavelength_um;
+    p.first_j = first_j;
+    int n = 1, m = 0;
+    if (a.size > 0 && sw_zernike_osa_nm((int)a.size - 1, &n, &m) != SW_OK)
+        value_error("coef: %d terms is beyond order %d", (int)a.size, SW_ZERNIKE_MAX_ORDER);
+    p.max_order = n < 1 ? 1 : n;
+    float *psf, *mtf;
+    auto pa = new_array<float>((size_t)size * (size_t)size, &psf);
+    auto ma = new_array<float>((size_t)size * (size_t)size, &mtf);
+    sw_psf_quality q{};
+    double scale[3] = {0, 0, 0};
+    call(c, [&] {
+        sw_psf_plan *plan = nullptr;
+        sw_status st = sw_psf_create(c.ctx, &p, &plan);
+        sw_image pi{}, mi{};
+        if (st == SW_OK)
+            st = sw_image_wrap(psf, size, size, 0, SW_PIX_F32, SW_MEM_HOST, &pi);
+        if (st == SW_OK)
+            st = sw_image_wrap(mtf, size, size, 0, SW_PIX_F32, SW_MEM_HOST, &mi);
+        if (st == SW_OK)
+            st = sw_psf_run(plan, (const double *)a.data, (int32_t)a.size, &pi, &mi, &q);
+        if (st == SW_OK) {
+            scale[0] = sw_psf_arcmin_per_px(plan);
+            scale[1] = sw_psf_cpd_per_px(plan);
+            scale[2] = sw_psf_cutoff_cpd(plan);
+        }
+        sw_psf_destroy(plan);
+        return st;
+    });
+    nb::dict d;
+    d["strehl"] = q.strehl;
+    d["vsotf"] = q.vsotf;
+    d["vsmtf"] = q.vsmtf;
+    d["peak_xy"] = nb::make_tuple(q.peak_x, q.peak_y);
+    d["arcmin_per_px"] = scale[0];
+    d["cpd_per_px"] = scale[1];
+    d["cutoff_cpd"] = scale[2];
+    return nb::make_tuple(pa, ma, d);
 }
 
 nb::object rescale(nb::handle coef, double from_r, double to_r)
@@ -319,7 +376,22 @@ void bind_zernike(nb::module_ &m)
     m.def("zernike_count", [](int order) { return sw_zernike_count(order); });
     m.attr("ZERNIKE_MAX_ORDER") = SW_ZERNIKE_MAX_ORDER;
     m.def("zernike_refraction", &refraction, nb::arg("coef"), nb::arg("pupil_mm"),
-          nb::arg("higher_orders") = false, nb::arg("vertex_mm") = 0.0);
+          nb::arg("higher_orders") = false, nb::arg("vertex_mm") = 0.0, nb::arg("shift_d") = 0.0);
+    m.def("eye_lca_d", [](double from_um, double to_um) { return sw_eye_lca_d(from_um, to_um); });
+    m.def("zernike_flip", [](nb::handle coef, bool fx, bool fy) {
+        FlatArg c = flat_arg<double>(coef, "coef", 0, false);
+        double *d;
+        auto a = new_array<double>(c.size, &d);
+        sw_zernike_flip((const double *)c.data, (int32_t)c.size, fx ? 1 : 0, fy ? 1 : 0, d);
+        return a;
+    });
+    m.def("refraction_transpose", [](double s, double c, double a) {
+        double s2, c2, a2;
+        sw_refraction_transpose(s, c, a, &s2, &c2, &a2);
+        return nb::make_tuple(s2, c2, a2);
+    });
+    m.def("image_quality", &image_quality, nb::arg("ctx"), nb::arg("coef"), nb::arg("pupil_mm"),
+          nb::arg("wavelength_um"), nb::arg("size"), nb::arg("pupil_samples"), nb::arg("first_j"));
     m.def("zernike_rescale", &rescale, nb::arg("coef"), nb::arg("from_r"), nb::arg("to_r"));
     m.def("zernike_mirror_x", &mirror_x, nb::arg("coef"));
 }

@@ -123,3 +123,36 @@ def test_wavefront_map(cpu):
     assert np.allclose(m[inside], want[inside], atol=1e-5)
     plan = zernike.MapPlan(size, 4, method="basis", ctx=cpu)
     assert np.allclose(plan(c), m, atol=1e-5, equal_nan=True)
+
+
+def test_refraction_chromatic_flip_transpose():
+    # The Chromatic Eye (Thibos et al. 1992): 0.78 -> 0.555 um is -0.739 D, added to M only.
+    d = zernike.eye_lca(0.78, 0.555)
+    assert d == pytest.approx(0.63346 / (0.78 - 0.2141) - 0.63346 / (0.555 - 0.2141), abs=1e-12)
+    assert d == pytest.approx(-0.739, abs=1e-3)
+    c = np.zeros(6)
+    c[3], c[4], c[5] = 0.2, 0.6, -0.3
+    a = zernike.refraction(c, 5.0)
+    b = zernike.refraction(c, 5.0, shift_d=d)
+    assert b["M"] == pytest.approx(a["M"] + d) and b["J0"] == a["J0"] and b["J45"] == a["J45"]
+    # a flipped camera: the terms odd in y (m < 0) change sign, the axis a -> 180 - a
+    f = zernike.flip(c, y=True)
+    assert list(f) == [0, 0, 0, -0.2, 0.6, -0.3]
+    assert (zernike.refraction(f, 5.0)["axis_deg"] + a["axis_deg"]) % 180 == pytest.approx(0)
+    assert np.array_equal(zernike.flip(c, x=True), zernike.mirror_x(c))
+    s, cy, ax = zernike.transpose(-2.0, -1.0, 30.0)
+    assert (s, cy, ax) == (pytest.approx(-3.0), 1.0, pytest.approx(120.0))
+    assert zernike.transpose(s, cy, ax) == (pytest.approx(-2.0), -1.0, pytest.approx(30.0))
+
+
+def test_image_quality_airy_and_marechal():
+    psf, mtf, q = zernike.image_quality(np.zeros(6), 4.0, wavelength_um=0.6, size=128,
+                                        pupil_samples=32)
+    assert psf.shape == (128, 128) and q["strehl"] == pytest.approx(1.0, abs=1e-12)
+    assert psf[64, 64] == pytest.approx(1.0, abs=1e-6) and mtf[64, 64] == pytest.approx(1.0)
+    assert q["vsotf"] == pytest.approx(1.0) and q["cutoff_cpd"] == pytest.approx(
+        4e-3 / 0.6e-6 * np.pi / 180)
+    c = np.zeros(15)
+    c[12] = 0.02  # spherical aberration, 0.02 um RMS at 0.555 um
+    _, _, q = zernike.image_quality(c, 5.0, size=128)
+    assert q["strehl"] == pytest.approx(np.exp(-(2 * np.pi * 0.02 / 0.555) ** 2), abs=5e-3)

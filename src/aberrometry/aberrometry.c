@@ -580,7 +580,7 @@ sw_status sw_ab_result_fill(sw_aberrometry_plan *plan, const sw_pupil_result *pr
         eye->residual_px = r->residual;
         /* the terms beyond J are 0, so order 1 gets a second order of zeros */
         sw_status st = sw_zernike_refraction(plan->ctx, eye->coef_um, J < 6 ? 6 : J, eye->pupil_mm,
-                                             1, p->vertex_mm, &eye->rx);
+                                             p->higher_order_rx ? 1 : 0, p->vertex_mm, &eye->rx);
         if (st != SW_OK)
             return st;
     }

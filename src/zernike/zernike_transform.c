@@ -119,6 +119,14 @@ static double vertex_shift(double p_d, double vertex_mm)
 sw_status sw_zernike_refraction(sw_context *ctx, const double *coef, int32_t count, double pupil_mm,
                                 int higher_orders, double vertex_mm, sw_refraction *out)
 {
+    return sw_zernike_refraction_shifted(ctx, coef, count, pupil_mm, higher_orders, vertex_mm, 0.0,
+                                         out);
+}
+
+sw_status sw_zernike_refraction_shifted(sw_context *ctx, const double *coef, int32_t count,
+                                        double pupil_mm, int higher_orders, double vertex_mm,
+                                        double shift_d, sw_refraction *out)
+{
     if (!coef || !out)
         return sw_fail(ctx, SW_EINVAL, "refraction: NULL argument");
     if (count < 6)
@@ -131,6 +139,8 @@ sw_status sw_zernike_refraction(sw_context *ctx, const double *coef, int32_t cou
                        pupil_mm);
     if (!isfinite(vertex_mm) || vertex_mm < 0.0)
         return sw_fail(ctx, SW_EINVAL, "refraction: vertex distance %g mm must be >= 0", vertex_mm);
+    if (!isfinite(shift_d))
+        return sw_fail(ctx, SW_EINVAL, "refraction: chromatic shift %g D is not finite", shift_d);
     for (int32_t j = 0; j < count; j++)
         if (!isfinite(coef[j]))
             return sw_fail(ctx, SW_EINVAL, "refraction: coefficient j = %d is %g", j, coef[j]);
@@ -148,7 +158,7 @@ sw_status sw_zernike_refraction(sw_context *ctx, const double *coef, int32_t cou
         J45 += 6.0 * sqrt(10.0) * coef_nm(coef, count, 4, -2) -
                12.0 * sqrt(14.0) * coef_nm(coef, count, 6, -2);
     }
-    M /= r2;
+    M = M / r2 + shift_d;
     J0 /= r2;
     J45 /= r2;
     /* Minus-cylinder form (the inverse of sw_eye_rx_to_zernike). */
@@ -170,4 +180,63 @@ sw_status sw_zernike_refraction(sw_context *ctx, const double *coef, int32_t cou
     out->cyl_d = p2 - p1;
     out->axis_deg = axis;
     return SW_OK;
+}
+
+/* The Chromatic Eye's dispersion (Thibos, Ye, Zhang & Bradley 1992): Rx = p - q / (lambda - c). */
+#define SW_LCA_Q_DUM 0.63346 /* dioptre micrometres */
+#define SW_LCA_C_UM  0.21410 /* micrometres */
+
+double sw_eye_lca_d(double from_um, double to_um)
+{
+    if (!isfinite(from_um) || !isfinite(to_um) || !(from_um > SW_LCA_C_UM) ||
+        !(to_um > SW_LCA_C_UM))
+        return NAN;
+    return SW_LCA_Q_DUM / (from_um - SW_LCA_C_UM) - SW_LCA_Q_DUM / (to_um - SW_LCA_C_UM);
+}
+
+void sw_zernike_flip(const double *in, int32_t count, int flip_x, int flip_y, double *out)
+{
+    if (!in || !out)
+        return;
+    for (int32_t j = 0; j < count; j++) {
+        int n = 0, m = 0;
+        if (sw_zernike_osa_nm(j, &n, &m) != SW_OK) {
+            out[j] = in[j];
+            continue;
+        }
+        const int am = m < 0 ? -m : m;
+        double sign = 1.0;
+        /* x -> -x: theta -> pi - theta (sw_zernike_mirror_x) */
+        if (flip_x && ((m >= 0 && am % 2 == 1) || (m < 0 && am % 2 == 0)))
+            sign = -sign;
+        /* y -> -y: theta -> -theta; cos is even, sin odd */
+        if (flip_y && m < 0)
+            sign = -sign;
+        out[j] = sign * in[j];
+    }
+}
+
+double sw_refraction_axis_clinical(double axis_deg)
+{
+    if (!isfinite(axis_deg))
+        return axis_deg;
+    double a = fmod(axis_deg, 180.0);
+    if (a <= 0.0)
+        a += 180.0;
+    /* a value within rounding of 0 or 180 is written 180 */
+    if (a > 180.0 - 1e-9 || a < 1e-9)
+        a = 180.0;
+    return a;
+}
+
+void sw_refraction_transpose(double sphere_d, double cyl_d, double axis_deg, double *sphere_out,
+                             double *cyl_out, double *axis_out)
+{
+    const double s = sphere_d + cyl_d, c = -cyl_d, a = sw_refraction_axis_clinical(axis_deg + 90.0);
+    if (sphere_out)
+        *sphere_out = s;
+    if (cyl_out)
+        *cyl_out = c;
+    if (axis_out)
+        *axis_out = a;
 }

@@ -134,12 +134,22 @@ elif cmd == "json":  # the report: keys, agreement with the CSV, then a conditio
                     r = [x for x in rows if x["eye"] == q["eye"] and x["n"] == t["n"] and x["m"] == t["m"]
                          and ("frame" not in x or x["frame"] == f["frame"])]
                     assert len(r) == 1 and abs(r[0]["coef_um"] - t["coef_um"]) <= 1e-6 * (1 + abs(t["coef_um"])), (t, r)
-                # the refraction from the coefficients (zernike_fit.h, Thibos et al. 2004)
+                # the refraction from the coefficients (zernike_fit.h, Thibos et al. 2004): the
+                # second order by default, the 4th and 6th too with --higher-order-rx (issue 22)
                 cf = {(t["n"], t["m"]): t["coef_um"] for t in q["coefficients"]}
                 rr = q["pupil_mm"] / 2
-                M = (-4 * math.sqrt(3) * cf[(2, 0)] + 12 * math.sqrt(5) * cf.get((4, 0), 0)
-                     - 24 * math.sqrt(7) * cf.get((6, 0), 0)) / rr ** 2
+                M2 = -4 * math.sqrt(3) * cf[(2, 0)] / rr ** 2
+                M = M2 + (12 * math.sqrt(5) * cf.get((4, 0), 0)
+                          - 24 * math.sqrt(7) * cf.get((6, 0), 0)) / rr ** 2
+                if not rep["higher_order_rx"]:
+                    M = M2
                 assert abs(q["refraction"]["M"] - M) <= 1e-6 * (1 + abs(M)), (q["refraction"], M)
+                # the clinical ones: at the reference wavelength (the Chromatic Eye's shift)
+                lca = 0.63346 / (rep["wavelength_um"] - 0.21410) - 0.63346 / (rep["reference_wavelength_um"] - 0.21410)
+                assert abs(q["refraction_2nd_order"]["M_d"] - (M2 + lca)) <= 1e-6 * (1 + abs(M2)), q
+                assert abs(q["refraction_higher_order"]["M_d"] - (M2 + lca) - (M - M2 if rep["higher_order_rx"] else
+                           (12 * math.sqrt(5) * cf.get((4, 0), 0) - 24 * math.sqrt(7) * cf.get((6, 0), 0)) / rr ** 2)) <= 1e-6 * (1 + abs(M)), q
+                assert abs(math.sqrt(sum(x * x for x in q["rms_by_order_um"][3:])) - q["hoa_rms_um"]) < 1e-9, q
             else:
                 assert isinstance(q["failure"], str) and len(q["failure"]) > 3, q
     e = rep["frames"][-1]["eyes"][0]

@@ -41,9 +41,10 @@ def power_vector(path, pupil_mm):
         c[(int(d["n"]), int(d["m"]))] = float(d["coef_um"])
     r2 = (pupil_mm / 2) ** 2
     g = lambda n, m: c.get((n, m), 0.0)
-    M = (-4 * math.sqrt(3) * g(2, 0) + 12 * math.sqrt(5) * g(4, 0) - 24 * math.sqrt(7) * g(6, 0)) / r2
-    J0 = (-2 * math.sqrt(6) * g(2, 2) + 6 * math.sqrt(10) * g(4, 2) - 12 * math.sqrt(14) * g(6, 2)) / r2
-    J45 = (-2 * math.sqrt(6) * g(2, -2) + 6 * math.sqrt(10) * g(4, -2) - 12 * math.sqrt(14) * g(6, -2)) / r2
+    # the second order (Thibos et al. 2004), aberrometry's default since issue 22
+    M = -4 * math.sqrt(3) * g(2, 0) / r2
+    J0 = -2 * math.sqrt(6) * g(2, 2) / r2
+    J45 = -2 * math.sqrt(6) * g(2, -2) / r2
     return M, J0, J45
 
 sim = json.load(open("sim.json"))

@@ -316,7 +316,13 @@ for (n, m), v in truth.items():
     assert abs(c[osa(n, m)] - v) < 1e-3, (n, m, c)
 # RMS without piston and tilts; of orders >= 3
 assert abs(r["rms_um"] - math.sqrt(sum(v * v for v in c[3:]))) < 1e-12
-assert abs(r["rms_hoa_um"] - math.sqrt(sum(v * v for v in c[10:]))) < 1e-12
+# orders >= 3 start at OSA j = 6 (issue 22: once j >= 10, the 4th order only)
+assert abs(r["rms_hoa_um"] - math.sqrt(sum(v * v for v in c[6:]))) < 1e-12
+assert abs(r["hoa_rms_um"] - r["rms_hoa_um"]) < 1e-15
+assert abs(r["rms_hoa_um"] - math.sqrt(0.1**2 + 0.08**2 + 0.05**2)) < 2e-3
+by_order = r["rms_by_order_um"]
+assert len(by_order) == 5 and abs(by_order[2] - math.sqrt(sum(v * v for v in c[3:6]))) < 1e-12
+assert abs(math.sqrt(sum(v * v for v in by_order[3:])) - r["hoa_rms_um"]) < 1e-12
 assert abs(r["rms_um"] - math.sqrt(sum(v * v for v in truth.values()))) < 2e-3
 # Thibos et al. 2004 from the reported coefficients, r = 0.9 mm
 rx, r2 = r["refraction"], 0.9 ** 2
@@ -390,7 +396,8 @@ check coef "$tmp/fdr.csv" "$tmp/defocus_half.csv" 1e-3 || fail "rescaled defocus
 check json "$tmp/fdr.json" "abs(r['results'][0]['refraction']['M_d'] - $M) < 0.01" ||
     fail "the rescaled defocus changed its power: $out"
 
-# --eye left: the mirror image x -> -x of the right-eye coefficients; the axis mirrors too.
+# --eye left (OS): the coefficients reported in the mirror image x -> -x (ANSI Z80.28's left-eye
+# frame); the refraction is the examiner's (TABO axis, the same scale for both eyes): unchanged.
 expect 0 --backend cpu fit "$tmp/s.csv" "${geom[@]}" --pupil-mm 1.8 --order 4 --eye left \
     --out "$tmp/fl.csv" --json
 json_of fl
@@ -400,8 +407,8 @@ import json, sys
 a = json.load(open(sys.argv[1]))["results"][0]["refraction"]
 b = json.load(open(sys.argv[2]))["results"][0]["refraction"]
 assert abs(a["M_d"] - b["M_d"]) < 1e-9 and abs(a["J0_d"] - b["J0_d"]) < 1e-9
-assert abs(a["J45_d"] + b["J45_d"]) < 1e-9 and abs(a["J45_d"]) > 0.1
-assert abs((a["axis_deg"] + b["axis_deg"]) % 180) < 1e-6, (a, b)
+assert abs(a["J45_d"] - b["J45_d"]) < 1e-9 and abs(a["J45_d"]) > 0.1
+assert abs(a["axis_deg"] - b["axis_deg"]) < 1e-9, (a, b)
 EOF
 
 # A decentred pupil: sim sh --pupil-center-mm 0.2,-0.1 moves it by (+36.36, -18.18) px.
@@ -493,11 +500,114 @@ expect 0 --backend cpu fit "$tmp/s.csv" "${geom[@]}" --pupil-mm 1.8 --order 4 --
     --out "$tmp/fml.csv" --map "$tmp/ml.fits" --map-size 32
 check fitsmap "$tmp/ml.fits" "$tmp/fl.csv" 32 1 || fail "left-eye map"
 
+# ---------------------------------------------------------------- clinical refraction, quality
+# The clinical refractions (issue 22): second order and with the 4th and 6th orders, both at the
+# reference wavelength, the defocus moved from 0.78 um by the Chromatic Eye (Thibos, Ye, Zhang &
+# Bradley 1992): Rx = p - 0.63346 / (lambda - 0.21410); minus- and plus-cylinder forms agree.
+expect 0 --backend cpu fit "$tmp/s.csv" "${geom[@]}" --pupil-mm 1.8 --order 4 --out "$tmp/fc.csv" \
+    --json --eye OD
+json_of fc
+python3 - "$tmp/fc.json" <<'PYEOF' || fail "clinical refraction: $out"
+import json, math, sys
+rep = json.load(open(sys.argv[1]))
+r = rep["results"][0]
+lca = 0.63346 / (0.78 - 0.21410) - 0.63346 / (0.555 - 0.21410)
+assert abs(lca + 0.7388) < 5e-4 and abs(rep["lca_d"] - lca) < 1e-12, rep["lca_d"]
+assert rep["wavelength_um"] == 0.78 and rep["reference_wavelength_um"] == 0.555
+assert rep["eye_side"] == "OD" and r["eye_side"] == "OD" and not rep["higher_order_rx"]
+m, s2, h = r["refraction"], r["refraction_2nd_order"], r["refraction_higher_order"]
+c = r["coef_um"]
+assert sorted(m) == ["J0_d", "J45_d", "M_d", "axis_deg", "cyl_d", "sphere_d"], m
+assert s2["terms"] == "second order" and h["terms"] != s2["terms"]
+assert abs(s2["M_d"] - (m["M_d"] + lca)) < 1e-9 and abs(s2["J0_d"] - m["J0_d"]) < 1e-12
+assert abs(s2["J45_d"] - m["J45_d"]) < 1e-12 and s2["wavelength_um"] == 0.555
+# the higher-order one adds 12 sqrt5 c40 / r^2 (r = 0.9 mm)
+assert abs(h["M_d"] - s2["M_d"] - 12 * math.sqrt(5) * c[12] / 0.81) < 1e-9, (h, s2)
+for x in (s2, h):
+    mc, pc = x["minus_cyl"], x["plus_cyl"]
+    assert mc["cyl_d"] <= 0 and pc["cyl_d"] >= 0
+    assert 0 < mc["axis_deg"] <= 180 and 0 < pc["axis_deg"] <= 180
+    assert abs(pc["sphere_d"] - (mc["sphere_d"] + mc["cyl_d"])) < 1e-12
+    assert pc["cyl_d"] == -mc["cyl_d"]
+    assert abs((pc["axis_deg"] - mc["axis_deg"]) % 180 - 90) < 1e-9
+    assert abs(mc["sphere_d"] + mc["cyl_d"] / 2 - x["M_d"]) < 1e-9
+    assert abs(mc["cyl_d"] + 2 * math.hypot(x["J0_d"], x["J45_d"])) < 1e-9
+assert abs(s2["minus_cyl"]["axis_deg"] % 180 - m["axis_deg"] % 180) < 1e-9
+assert r["quality"] is None
+PYEOF
+# --reference-wavelength-um equal to the measurement's: no correction.
+expect 0 --backend cpu fit "$tmp/s.csv" "${geom[@]}" --pupil-mm 1.8 --order 4 --out "$tmp/fc0.csv" \
+    --json --reference-wavelength-um 0.78
+json_of fc0
+check json "$tmp/fc0.json" 'r["lca_d"] == 0 and abs(r["results"][0]["refraction_2nd_order"]["M_d"] - r["results"][0]["refraction"]["M_d"]) < 1e-12' ||
+    fail "no chromatic correction at the measurement wavelength: $out"
+# --higher-order-rx chooses the refraction the text and the 'refraction' key give.
+expect 0 --backend cpu fit "$tmp/s.csv" "${geom[@]}" --pupil-mm 1.8 --order 4 --out "$tmp/fch.csv" \
+    --json --higher-order-rx
+json_of fch
+check json "$tmp/fch.json" 'abs(r["results"][0]["refraction"]["M_d"] - r["results"][0]["refraction_higher_order"]["M_d"] + r["lca_d"]) < 1e-9 and r["higher_order_rx"]' ||
+    fail "--higher-order-rx: $out"
+# --flip-y (a camera that turns the image upside down): the terms odd in y change sign, the
+# astigmatic axis a becomes 180 - a, the sphere and M stay; --flip-x likewise for x.
+for fl in x y; do
+    expect 0 --backend cpu fit "$tmp/s.csv" "${geom[@]}" --pupil-mm 1.8 --order 4 \
+        --out "$tmp/ff$fl.csv" --json --flip-$fl
+    json_of "ff$fl"
+    python3 - "$tmp/fc.json" "$tmp/ff$fl.json" "$fl" <<'PYEOF' || fail "--flip-$fl: $out"
+import json, sys
+a = json.load(open(sys.argv[1]))["results"][0]
+b = json.load(open(sys.argv[2]))
+assert b["flip_" + sys.argv[3]] and not b["flip_" + ("y" if sys.argv[3] == "x" else "x")]
+b = b["results"][0]
+osa = lambda n, m: (n * (n + 2) + m) // 2
+for n in range(5):
+    for m in range(-n, n + 1, 2):
+        if sys.argv[3] == "y":
+            odd = m < 0
+        else:
+            odd = (m >= 0 and m % 2 == 1) or (m < 0 and m % 2 == 0)
+        s = -1 if odd else 1
+        assert abs(b["coef_um"][osa(n, m)] - s * a["coef_um"][osa(n, m)]) < 1e-12, (n, m)
+ra, rb = a["refraction_2nd_order"], b["refraction_2nd_order"]
+assert abs(ra["M_d"] - rb["M_d"]) < 1e-12 and abs(ra["J45_d"] + rb["J45_d"]) < 1e-12
+axes = ra["minus_cyl"]["axis_deg"] + rb["minus_cyl"]["axis_deg"]
+assert min(abs(axes - 180), abs(axes - 360)) < 1e-9, (ra, rb)
+PYEOF
+done
+# Image quality: the Strehl ratio, the visual Strehl ratios and the pictures (PSF in arc
+# minutes, MTF in cycles per degree); of the higher orders alone they are better.
+expect 0 --backend cpu fit "$tmp/s.csv" "${geom[@]}" --pupil-mm 1.8 --order 4 --out "$tmp/fq.csv" \
+    --json --psf "$tmp/psf.png" --mtf "$tmp/mtf.png" --psf-size 128
+json_of fq
+expect 0 --backend cpu fit "$tmp/s.csv" "${geom[@]}" --pupil-mm 1.8 --order 4 --out "$tmp/fqh.csv" \
+    --json --quality-hoa --psf-size 128
+json_of fqh
+python3 - "$tmp/fq.json" "$tmp/fqh.json" "$tmp/psf.png" "$tmp/mtf.png" <<'PYEOF' ||
+import json, math, sys
+a = json.load(open(sys.argv[1]))
+b = json.load(open(sys.argv[2]))["results"][0]["quality"]
+q = a["results"][0]["quality"]
+assert a["psf"] == sys.argv[3] and a["mtf"] == sys.argv[4]
+assert q["wavelength_um"] == 0.555 and q["grid"] == 128 and q["pupil_mm"] == 1.8
+assert 0 < q["strehl"] < 1 and 0 < q["vsmtf"] < 1 and q["vsotf"] <= q["vsmtf"] + 1e-12, q
+assert b["terms"] == "orders >= 3" and b["strehl"] > q["strehl"] and b["vsmtf"] > q["vsmtf"], (q, b)
+# the orders >= 3 alone: near Marechal's exp(-(2 pi sigma / lambda)^2)
+sigma = a["results"][0]["hoa_rms_um"]
+assert abs(b["strehl"] - math.exp(-(2 * math.pi * sigma / 0.555) ** 2)) < 0.1, (b, sigma)
+# the cut-off D / lambda in cycles per degree
+assert abs(q["cutoff_cpd"] - 1.8e-3 / 0.555e-6 * math.pi / 180) < 1e-6
+for f in sys.argv[3:]:
+    assert open(f, "rb").read(8) == b"\x89PNG\r\n\x1a\n", f
+PYEOF
+    fail "image quality: $out"
+
 # ---------------------------------------------------------------- help
 expect 0 fit --help
 for o in --pitch --grid --origin --pixel-um --focal-mm --pupil-mm --pupil-px --pupil-center \
     --obscuration --order --method --truncate --min-illum --rescale-mm --eye --vertex-mm \
-    --higher-order-rx --out --index --map --map-size --wrap-um --json frame nan; do
+    --higher-order-rx --out --index --map --map-size --wrap-um --json frame nan --wavelength-um \
+    --reference-wavelength-um --flip-x --flip-y --quality --quality-wavelength-um --quality-hoa \
+    --psf --mtf --psf-size OD OS Chromatic Mannos; do
     [[ $out == *"$o"* ]] || fail "fit --help does not mention $o"
 done
 expect 0 help fit
@@ -535,6 +645,13 @@ bad=(
     "fit $s --pitch 24 --rescale-mm -1"
     "fit $s $s --pitch 24"
     "fit $s --pitch 24 --backend cpu"
+    "fit $s --pitch 24 --eye OU"
+    "fit $s --pitch 24 --wavelength-um 0"
+    "fit $s --pitch 24 --wavelength-um 780"
+    "fit $s --pitch 24 --reference-wavelength-um x"
+    "fit $s --pitch 24 --psf psf.jpg"
+    "fit $s --pitch 24 --mtf -"
+    "fit $s --pitch 24 --psf-size 100"
 )
 for args in "${bad[@]}"; do
     # shellcheck disable=SC2086

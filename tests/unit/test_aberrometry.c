@@ -340,11 +340,14 @@ static void test_clean_population_eye(void **state)
         assert_true(isfinite(e->prelim_um[j]));
     for (int j = 10; j < SW_AB_MAX_TERMS; j++)
         assert_true(e->prelim_um[j] == 0.0);
-    /* the refraction is that of the coefficients */
-    sw_refraction rx;
-    assert_int_equal(sw_zernike_refraction(cpu, e->coef_um, 28, e->pupil_mm, 1, 0.0, &rx), SW_OK);
+    /* the refraction is that of the coefficients: the second order by default (issue 22) */
+    assert_int_equal(ap.higher_order_rx, 0);
+    sw_refraction rx, rxh;
+    assert_int_equal(sw_zernike_refraction(cpu, e->coef_um, 28, e->pupil_mm, 0, 0.0, &rx), SW_OK);
+    assert_int_equal(sw_zernike_refraction(cpu, e->coef_um, 28, e->pupil_mm, 1, 0.0, &rxh), SW_OK);
     assert_near(e->rx.M, rx.M, 1e-12);
     assert_near(e->rx.sphere_d, rx.sphere_d, 1e-12);
+    assert_true(fabs(rxh.M - rx.M) > 1e-6); /* the 4th and 6th orders are not in it */
 
     /* the spots: the used lenslets of eye 1 measured where the truth puts them */
     const int32_t nl = 400;
