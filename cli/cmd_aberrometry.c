@@ -948,13 +948,19 @@ static int write_quality(ab_job *j, int quiet)
             sw_cli_eye_file(o->clin.psf_png, f->n_eyes, k, path, sizeof path);
             snprintf(title, sizeof title, "eye %d PSF, %.2f mm, %.3g um, Strehl %.3f", (int)k + 1,
                      q->e.pupil_mm, q->clin.quality_um, q->clin.q.strehl);
-            st = sw_cli_psf_png(j->ctx, path, &j->psf[k], q->clin.psf_arcmin_px, title);
+            const char *staged = sw_cli_file_staged("--psf", path);
+            if (!staged)
+                return SW_EXIT_FAIL;
+            st = sw_cli_psf_png(j->ctx, staged, &j->psf[k], q->clin.psf_arcmin_px, title);
         }
         if (st == SW_OK && o->clin.mtf_png) {
             sw_cli_eye_file(o->clin.mtf_png, f->n_eyes, k, path, sizeof path);
             snprintf(title, sizeof title, "eye %d MTF, frame %lld, %.2f mm, %.3g um, VSMTF %.3f",
                      (int)k + 1, fr, q->e.pupil_mm, q->clin.quality_um, q->clin.q.vsmtf);
-            st = sw_cli_mtf_png(j->ctx, path, &j->mtf[k], q->clin.mtf_cpd_px, q->clin.cutoff_cpd,
+            const char *staged = sw_cli_file_staged("--mtf", path);
+            if (!staged)
+                return SW_EXIT_FAIL;
+            st = sw_cli_mtf_png(j->ctx, staged, &j->mtf[k], q->clin.mtf_cpd_px, q->clin.cutoff_cpd,
                                 title);
         }
         if (st != SW_OK)
@@ -1173,6 +1179,8 @@ int sw_cmd_aberrometry(const sw_cli_globals *g, int argc, char **argv)
     sw_cli_file_out("--out", o.out);
     sw_cli_file_out("--map", o.map);
     sw_cli_file_out("--spots", o.spots);
+    sw_cli_file_out("--psf", o.clin.psf_png);
+    sw_cli_file_out("--mtf", o.clin.mtf_png);
     if ((rc = sw_cli_files_check()) != SW_EXIT_OK)
         return rc;
     ab_job j;

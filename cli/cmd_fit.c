@@ -1071,15 +1071,20 @@ static int run_fit(const sw_cli_globals *gl, const fit_opts *o, report *r)
         char title[128];
         snprintf(title, sizeof title, "PSF, %.2f mm, %.3g um, Strehl %.3f", r->report_mm,
                  q->quality_um, q->q.strehl);
-        if (o->clin.psf_png && (st = sw_cli_psf_png(s.ctx, o->clin.psf_png, &r->psf,
-                                                    q->psf_arcmin_px, title)) != SW_OK) {
+        const char *psf = sw_cli_file_staged("--psf", o->clin.psf_png);
+        const char *mtf = sw_cli_file_staged("--mtf", o->clin.mtf_png);
+        if ((o->clin.psf_png && !psf) || (o->clin.mtf_png && !mtf)) {
+            rc = SW_EXIT_FAIL;
+            goto done;
+        }
+        if (psf && (st = sw_cli_psf_png(s.ctx, psf, &r->psf, q->psf_arcmin_px, title)) != SW_OK) {
             rc = sw_cli_fail(SUB, "--psf: %s", sw_cli_lib_error(s.ctx, st));
             goto done;
         }
         snprintf(title, sizeof title, "MTF, frame %lld, %.2f mm, %.3g um, VSMTF %.3f",
                  (long long)r->label[r->frames - 1], r->report_mm, q->quality_um, q->q.vsmtf);
-        if (o->clin.mtf_png && (st = sw_cli_mtf_png(s.ctx, o->clin.mtf_png, &r->mtf, q->mtf_cpd_px,
-                                                    q->cutoff_cpd, title)) != SW_OK) {
+        if (mtf && (st = sw_cli_mtf_png(s.ctx, mtf, &r->mtf, q->mtf_cpd_px, q->cutoff_cpd,
+                                        title)) != SW_OK) {
             rc = sw_cli_fail(SUB, "--mtf: %s", sw_cli_lib_error(s.ctx, st));
             goto done;
         }
@@ -1249,6 +1254,8 @@ int sw_cmd_fit(const sw_cli_globals *g, int argc, char **argv)
     sw_cli_file_in("slopes", o.input);
     sw_cli_file_out("--out", o.out);
     sw_cli_file_out("--map", o.map);
+    sw_cli_file_out("--psf", o.clin.psf_png);
+    sw_cli_file_out("--mtf", o.clin.mtf_png);
     if ((rc = sw_cli_files_check()) != SW_EXIT_OK)
         return rc;
     report r;
