@@ -174,6 +174,9 @@ sw_centroid_path sw_centroid_plan_path(const sw_centroid_plan *plan);
 /* "auto", "host", "device", "copy", "mapped"; and the parser (SW_EINVAL on anything else). */
 const char *sw_centroid_path_string(sw_centroid_path path);
 sw_status sw_centroid_path_parse(const char *text, sw_centroid_path *out);
+/* The saturation level in force (the given one, or the type's full scale), in raw pixel units;
+ * -1 when no pixel is checked. */
+double sw_centroid_plan_saturation(const sw_centroid_plan *plan);
 /* Lenslets per frame (nx * ny) and slopes per frame and axis (lenslets valid in the mask). */
 int32_t sw_centroid_plan_lenslets(const sw_centroid_plan *plan);
 int32_t sw_centroid_plan_slopes(const sw_centroid_plan *plan);

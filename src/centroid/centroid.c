@@ -368,6 +368,11 @@ sw_centroid_path sw_centroid_plan_path(const sw_centroid_plan *plan)
     return plan ? plan->path : SW_CENTROID_AUTO;
 }
 
+double sw_centroid_plan_saturation(const sw_centroid_plan *plan)
+{
+    return plan ? plan->sat_level : -1.0;
+}
+
 int32_t sw_centroid_plan_lenslets(const sw_centroid_plan *plan)
 {
     return plan ? plan->nl : 0;

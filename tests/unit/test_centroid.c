@@ -1213,6 +1213,30 @@ static void test_saturation(void **state)
     for (int32_t l = 0; l < 100; l++)
         want[l] = l == SAT_HOT;
     expect_flags(&p, &fb.img, want, "u8, default level");
+    {
+        sw_centroid_plan *plan = make_plan(cpu, &p);
+        assert_true(sw_centroid_plan_saturation(plan) == 255.0);
+        sw_centroid_destroy(plan);
+        p.saturation = SW_CENTROID_NO_SATURATION;
+        plan = make_plan(cpu, &p);
+        assert_true(sw_centroid_plan_saturation(plan) == -1.0);
+        sw_centroid_destroy(plan);
+        p.type = SW_PIX_U16;
+        p.saturation = 0.0;
+        plan = make_plan(cpu, &p);
+        assert_true(sw_centroid_plan_saturation(plan) == 65535.0);
+        sw_centroid_destroy(plan);
+        p.type = SW_PIX_F32;
+        plan = make_plan(cpu, &p);
+        assert_true(sw_centroid_plan_saturation(plan) == -1.0);
+        sw_centroid_destroy(plan);
+        p.saturation = 1e4;
+        plan = make_plan(cpu, &p);
+        assert_true(sw_centroid_plan_saturation(plan) == 1e4);
+        sw_centroid_destroy(plan);
+        p.type = SW_PIX_U8;
+        p.saturation = 0.0;
+    }
     /* dropped: that lenslet invalid, the others unchanged */
     p.drop_saturated = 1;
     expect_flags(&p, &fb.img, want, "u8, default level, dropped");
