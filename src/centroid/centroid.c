@@ -538,10 +538,13 @@ static void saturated_row(const sw_centroid_plan *plan, const char *row, uint8_t
         for (int32_t c = 0; c < nc; c++)
             sc[c] |= (uint8_t)(r[c] >= lev);
     } else {
-        const float *r = (const float *)row + c0;
+        const char *r = row + (size_t)c0 * sizeof(float);
         const float lev = plan->sat_f;
-        for (int32_t c = 0; c < nc; c++)
-            sc[c] |= (uint8_t)(r[c] >= lev);
+        for (int32_t c = 0; c < nc; c++) {
+            float v;
+            memcpy(&v, r + (size_t)c * sizeof(float), sizeof v);
+            sc[c] |= (uint8_t)(v >= lev);
+        }
     }
 }
 
