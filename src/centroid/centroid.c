@@ -507,20 +507,38 @@ sw_status sw_centroid_set_reference(sw_centroid_plan *plan, const double *ref_x,
 
 /* ------------------------------------------------------------------ CPU implementation */
 
+/* A loop the compiler vectorises without a cost model's veto (-O2): its iterations are
+ * independent (distinct columns of distinct arrays) and its integer sums exact in any order. */
+#ifdef SW_HAVE_OPENMP
+#define SW_OMP_SIMD _Pragma("omp simd")
+#else
+#define SW_OMP_SIMD
+#endif
+
 /* Exact integer column sums of one lenslet row (u8 or u16, no conditioning); with SAT, the
- * saturated columns too (sc[c] = 1 when a pixel of column c0 + c is >= lev), in the same pass. */
+ * column maxima of the raw pixels too (mx, in the pixel type: the cheapest check the vector
+ * unit can fold into the same pass), compared with the level once per column afterwards. */
 #define SW_EXACT_ROWS(T, SAT)                                                                      \
-    for (int32_t y = y0; y < y1; y++) {                                                            \
-        const T *row = (const T *)(base + (size_t)y * stride) + c0;                                \
-        uint32_t wy = (uint32_t)(y - y0);                                                          \
-        for (int32_t c = 0; c < nc; c++) {                                                         \
-            uint32_t pix = row[c];                                                                 \
-            s0[c] += pix;                                                                          \
-            s1[c] += wy * pix;                                                                     \
-            if (SAT)                                                                               \
-                sc[c] |= (uint8_t)(pix >= lev);                                                    \
+    do {                                                                                           \
+        T *mx = (T *)max_room;                                                                     \
+        if (SAT)                                                                                   \
+            memset(mx, 0, (size_t)nc * sizeof(T));                                                 \
+        for (int32_t y = y0; y < y1; y++) {                                                        \
+            const T *row = (const T *)(base + (size_t)y * stride) + c0;                            \
+            uint32_t wy = (uint32_t)(y - y0);                                                      \
+            SW_OMP_SIMD for (int32_t c = 0; c < nc; c++)                                           \
+            {                                                                                      \
+                uint32_t pix = row[c];                                                             \
+                s0[c] += pix;                                                                      \
+                s1[c] += wy * pix;                                                                 \
+                if (SAT)                                                                           \
+                    mx[c] = row[c] > mx[c] ? row[c] : mx[c];                                       \
+            }                                                                                      \
         }                                                                                          \
-    }
+        if (SAT)                                                                                   \
+            SW_OMP_SIMD for (int32_t c = 0; c < nc; c++) sc[c] =                                   \
+                (uint8_t)((uint32_t)mx[c] >= lev);                                                 \
+    } while (0)
 
 /* Marks in sc the columns [col0, col1) of one raw row (before any conditioning) that hold a
  * saturated pixel (centroid_internal.h: the integer or the float form of the level). */
@@ -530,17 +548,16 @@ static void saturated_row(const sw_centroid_plan *plan, const char *row, uint8_t
     if (plan->p.type == SW_PIX_U8) {
         const uint8_t *r = (const uint8_t *)row + c0;
         const uint32_t lev = plan->sat_u;
-        for (int32_t c = 0; c < nc; c++)
-            sc[c] |= (uint8_t)(r[c] >= lev);
+        SW_OMP_SIMD for (int32_t c = 0; c < nc; c++) sc[c] |= (uint8_t)(r[c] >= lev);
     } else if (plan->p.type == SW_PIX_U16) {
         const uint16_t *r = (const uint16_t *)row + c0;
         const uint32_t lev = plan->sat_u;
-        for (int32_t c = 0; c < nc; c++)
-            sc[c] |= (uint8_t)(r[c] >= lev);
+        SW_OMP_SIMD for (int32_t c = 0; c < nc; c++) sc[c] |= (uint8_t)(r[c] >= lev);
     } else {
         const char *r = row + (size_t)c0 * sizeof(float);
         const float lev = plan->sat_f;
-        for (int32_t c = 0; c < nc; c++) {
+        SW_OMP_SIMD for (int32_t c = 0; c < nc; c++)
+        {
             float v;
             memcpy(&v, r + (size_t)c * sizeof(float), sizeof v);
             sc[c] |= (uint8_t)(v >= lev);
@@ -604,28 +621,29 @@ static void cpu_lenslet_row(const sw_centroid_plan *plan, const char *frame, siz
     const char *base = frame;
 
     /* exact: S0, S1 as uint32 in the first 2 * nc doubles' room; else S0, S1, T as doubles and
-     * the row being conditioned as floats in the fourth block. */
+     * the row being conditioned as floats in the fourth block. The fifth: the saturated columns
+     * (nc bytes), then (exact) the column maxima (nc pixels, from byte 2 nc). */
     uint32_t *s0 = acc, *s1 = s0 + nc;
     double *d0 = acc, *d1 = d0 + nc, *tcol = d0 + 2 * (size_t)nc;
     void *row_room = d0 + 3 * (size_t)nc, *sat_room = d0 + 4 * (size_t)nc;
     float *v = row_room;
     uint8_t *sc = sat_room; /* saturated columns (plan->sat_on) */
+    void *max_room = sc + 2 * (size_t)nc;
     const uint32_t lev = plan->sat_u;
-    if (plan->sat_on)
-        memset(sc, 0, (size_t)nc);
+    memset(sc, 0, (size_t)nc);
     if (plan->exact) {
         memset(acc, 0, 2 * (size_t)nc * sizeof(uint32_t));
         if (p->type == SW_PIX_U8) {
             if (plan->sat_on) {
-                SW_EXACT_ROWS(uint8_t, 1)
+                SW_EXACT_ROWS(uint8_t, 1);
             } else {
-                SW_EXACT_ROWS(uint8_t, 0)
+                SW_EXACT_ROWS(uint8_t, 0);
             }
         } else {
             if (plan->sat_on) {
-                SW_EXACT_ROWS(uint16_t, 1)
+                SW_EXACT_ROWS(uint16_t, 1);
             } else {
-                SW_EXACT_ROWS(uint16_t, 0)
+                SW_EXACT_ROWS(uint16_t, 0);
             }
         }
     } else {
@@ -679,12 +697,14 @@ static void cpu_lenslet_row(const sw_centroid_plan *plan, const char *frame, siz
         int32_t l = iy * plan->nx + ix;
         double m00, m10, m01;
         int32_t xs = plan->xs[ix], xe = plan->xe[ix];
+        unsigned sat = 0; /* sc is all 0 without a level */
         if (plan->exact) {
             uint64_t a = 0, b = 0, d = 0;
             for (int32_t x = xs; x < xe; x++) {
                 a += s0[x - c0];
                 b += (uint64_t)(x - xs) * s0[x - c0];
                 d += s1[x - c0];
+                sat |= sc[x - c0];
             }
             m00 = (double)a;
             m10 = (double)b;
@@ -695,12 +715,9 @@ static void cpu_lenslet_row(const sw_centroid_plan *plan, const char *frame, siz
                 m00 += d0[x - c0];
                 m10 += (double)(x - xs) * d0[x - c0];
                 m01 += d1[x - c0];
+                sat |= sc[x - c0];
             }
         }
-        int sat = 0;
-        if (plan->sat_on)
-            for (int32_t x = xs; x < xe; x++)
-                sat |= sc[x - c0];
         size_t i = (size_t)f * (size_t)plan->nl + (size_t)l;
         int32_t k = plan->slope_k[l];
         float *sx = NULL, *sy = NULL;
@@ -714,7 +731,7 @@ static void cpu_lenslet_row(const sw_centroid_plan *plan, const char *frame, siz
                 sy = sx + 1;
             }
         }
-        sw_cm_finish(m00, m10, m01, xs, plan->ys[iy], k >= 0, sat, p->drop_saturated,
+        sw_cm_finish(m00, m10, m01, xs, plan->ys[iy], k >= 0, (int)sat, p->drop_saturated,
                      plan->ref_x[l], plan->ref_y[l], out->x ? out->x + i : NULL,
                      out->y ? out->y + i : NULL, out->intensity ? out->intensity + i : NULL,
                      out->valid ? out->valid + i : NULL, out->saturated ? out->saturated + i : NULL,
