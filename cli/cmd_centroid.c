@@ -1451,7 +1451,8 @@ static void print_report(const centroid_opts *o, const report *r, const sw_sh_ge
                    "%lld..%lld; %s\n",
                    (long long)r->sat_lenslets, r->sat_lenslets == 1 ? "" : "s", r->sat_level,
                    (long long)smin, (long long)smax,
-                   o->drop_saturated ? "dropped (valid 0)" : "kept valid (--drop-saturated)");
+                   o->drop_saturated ? "dropped (valid 0)"
+                                     : "kept valid (--drop-saturated drops them)");
         if (!o->search && r->ref_saturated > 0)
             printf("  reference  %d lenslet%s saturated in %s%s\n", (int)r->ref_saturated,
                    r->ref_saturated == 1 ? "" : "s", o->reference,
