@@ -2,7 +2,8 @@
  * The `spotwave` command: what main.c and the subcommand files (cmd_<name>.c) share.
  *
  * The contract (DESIGN.md, "The command"):
- *   spotwave [--backend auto|cpu|cuda] [--threads N] [--quiet] [--verbose] SUBCOMMAND [OPTIONS]
+ *   spotwave [--backend auto|cpu|cuda] [--threads N] [--max-memory SIZE] [--quiet] [--verbose]
+ *            SUBCOMMAND [OPTIONS]
  *   exit 0: success; 1: failure while running (one line on stderr, "spotwave <sub>: <what>");
  *   2: usage error (unknown subcommand or option, bad value; the line names --help).
  * Global options come before the subcommand; everything after it belongs to the subcommand.
@@ -27,10 +28,11 @@ enum { SW_EXIT_OK = 0, SW_EXIT_FAIL = 1, SW_EXIT_USAGE = 2 };
 
 /* The global options, parsed by main.c before the subcommand. */
 typedef struct sw_cli_globals {
-    sw_backend backend; /* --backend (default auto)                                         */
-    int threads;        /* --threads N, 0 = library default (all cores)                     */
-    int quiet;          /* --quiet: no library log messages (failure lines are still printed) */
-    int verbose;        /* --verbose: library log down to debug level                        */
+    sw_backend backend;  /* --backend (default auto)                                          */
+    int threads;         /* --threads N, 0 = library default (all cores)                      */
+    int quiet;           /* --quiet: no library log messages (failure lines are still printed) */
+    int verbose;         /* --verbose: library log down to debug level                         */
+    uint64_t max_memory; /* --max-memory SIZE in bytes; 0: the library's default (core.h)      */
 } sw_cli_globals;
 
 /*
@@ -146,6 +148,32 @@ int sw_cli_opt_u64(const char *sub, const char *name, const char *arg, uint64_t 
 /* A file name (any text but the empty one): "<name>: the file name is empty". */
 int sw_cli_opt_file(const char *sub, const char *name, const char *arg, const char **v);
 
+/* ------------------------------------------------------------------ inputs and outputs
+ * (files.c). Every subcommand names the files it reads and writes, then checks them before any
+ * work: an output that names an input or another output is refused with exit 2; one that cannot be
+ * written (a folder, a device, a missing or read-only folder) with exit 1. Outputs are written
+ * under sw_cli_staged names and land all or nothing: main.c moves them into place (synced) when the
+ * subcommand returns 0 and removes them otherwise. NULL, "" and "-" (standard input/output) are
+ * ignored everywhere. */
+
+/* Forgets every file named so far (main.c, before the subcommand runs). */
+void sw_cli_files_begin(const char *sub);
+/* A file the run reads (option: how the user named it: "--config", "image"). */
+void sw_cli_file_in(const char *option, const char *path);
+/* A file the run writes. */
+void sw_cli_file_out(const char *option, const char *path);
+/* Compares every output with every input and every other output, and checks its folder.
+ * SW_EXIT_OK, or SW_EXIT_USAGE / SW_EXIT_FAIL after one line on stderr. */
+int sw_cli_files_check(void);
+/* The name to write output `path` under now (in a staging folder beside it). A name not given to
+ * sw_cli_output before (made during the run: a map per frame) is checked here; NULL then after a
+ * failure line on stderr (exit 1: nothing has been moved into place yet). "-" and NULL come back
+ * unchanged. */
+const char *sw_cli_file_staged(const char *option, const char *path);
+/* main.c, after the subcommand: with rc 0 moves every staged file into place (each synced, then
+ * the folder), otherwise removes them. Returns rc, or SW_EXIT_FAIL when a move failed. */
+int sw_cli_files_end(int rc);
+
 /* ------------------------------------------------------------------ output tables */
 
 /* A table being written: standard output, or a temporary file renamed into place at the end so
@@ -225,6 +253,11 @@ int sw_cli_inputs_frame(sw_context *ctx, const char *sub, sw_cli_inputs *in, int
  * a pipeline's reader thread with SW_CLI_INPUTS_THREAD. */
 sw_status sw_cli_inputs_read(sw_cli_inputs *in, int64_t index, sw_image *dst);
 void sw_cli_inputs_free(sw_cli_inputs *in);
+/* Where the external links of HDF5 inputs may lead (io.h's sw_h5_options): dirs ("a:b"; by
+ * default only beside the master) and anywhere (1: absolute targets and ".."). NULL / -1 leave a
+ * setting as it is. Set before sw_cli_inputs_open (the --h5-link-dirs and --h5-links-anywhere
+ * options). */
+void sw_cli_inputs_h5_links(const char *dirs, int anywhere);
 
 /* The library's message for a failed call on ctx, or the status's name when it left none. */
 const char *sw_cli_lib_error(sw_context *ctx, sw_status st);

@@ -83,6 +83,11 @@ void sw_cmd_aberrometry_help(FILE *out)
         "                         'spotwave sim sh' with the same grid). Its centroids are the\n"
         "                         zero of the slopes (required)\n"
         "  --dataset PATH         HDF5 dataset to read instead of the automatic choice\n"
+        "  --h5-link-dirs DIRS    folders (\"a:b\") where an HDF5 master's external links may\n"
+        "                         find their data files after the master's own folder; by\n"
+        "                         default only files beside the master are opened\n"
+        "  --h5-links-anywhere    also follow links to absolute paths and through '..' (and\n"
+        "                         virtual datasets): for files you trust\n"
         "  --first N              first frame to process (default 0)\n"
         "  --count N              number of frames (default: all from --first)\n"
         "\n"
@@ -170,6 +175,8 @@ void sw_cmd_aberrometry_help(FILE *out)
 enum {
     OPT_REFERENCE = 256,
     OPT_DATASET,
+    OPT_H5_LINK_DIRS,
+    OPT_H5_LINKS_ANYWHERE,
     OPT_FIRST,
     OPT_COUNT,
     OPT_PITCH,
@@ -228,6 +235,8 @@ static int parse_opts(ab_opts *o, int argc, char **argv)
     static const struct option longopts[] = {
         {"reference", required_argument, NULL, OPT_REFERENCE},
         {"dataset", required_argument, NULL, OPT_DATASET},
+        {"h5-link-dirs", required_argument, NULL, OPT_H5_LINK_DIRS},
+        {"h5-links-anywhere", no_argument, NULL, OPT_H5_LINKS_ANYWHERE},
         {"first", required_argument, NULL, OPT_FIRST},
         {"count", required_argument, NULL, OPT_COUNT},
         {"pitch", required_argument, NULL, OPT_PITCH},
@@ -283,6 +292,8 @@ static int parse_opts(ab_opts *o, int argc, char **argv)
         switch (c) {
         case OPT_REFERENCE: rc = sw_cli_opt_file(S, name, optarg, &o->reference); break;
         case OPT_DATASET: o->dataset = optarg; break;
+        case OPT_H5_LINK_DIRS: sw_cli_inputs_h5_links(optarg, -1); break;
+        case OPT_H5_LINKS_ANYWHERE: sw_cli_inputs_h5_links(NULL, 1); break;
         case OPT_FIRST:
             if ((rc = sw_cli_opt_at_least(S, name, optarg, 0, "a frame number >= 0", &o->first)) !=
                 SW_EXIT_OK)
@@ -805,15 +816,20 @@ static int write_maps(ab_job *j, int quiet)
             rc = sw_cli_fail(SUB, "--map: %s", sw_cli_lib_error(ctx, st));
             goto done;
         }
+        const char *staged = sw_cli_file_staged("--map", path);
+        if (!staged) {
+            rc = SW_EXIT_FAIL;
+            goto done;
+        }
         if (o->map_fits) {
             sw_cli_hdr hdr;
             map_header(&hdr, j, e, k, zp.size);
-            st = sw_cli_hdr_write(ctx, path, &map, 1, &hdr);
+            st = sw_cli_hdr_write(ctx, staged, &map, 1, &hdr);
         } else {
             char title[96];
             snprintf(title, sizeof title, "eye %d wavefront, frame %lld, %.2f mm pupil", (int)k + 1,
                      (long long)(j->first + j->count - 1), e->pupil_mm);
-            st = sw_cli_map_png(ctx, path, &map, SW_CLI_UM, title);
+            st = sw_cli_map_png(ctx, staged, &map, SW_CLI_UM, title);
         }
         if (st != SW_OK) {
             rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
@@ -1014,6 +1030,14 @@ int sw_cmd_aberrometry(const sw_cli_globals *g, int argc, char **argv)
     if (rc < 0)
         return SW_EXIT_OK; /* --help */
     if (rc != SW_EXIT_OK)
+        return rc;
+    for (int i = 0; i < o.ninputs; i++)
+        sw_cli_file_in("image", o.inputs[i]);
+    sw_cli_file_in("--reference", o.reference);
+    sw_cli_file_out("--out", o.out);
+    sw_cli_file_out("--map", o.map);
+    sw_cli_file_out("--spots", o.spots);
+    if ((rc = sw_cli_files_check()) != SW_EXIT_OK)
         return rc;
     ab_job j;
     memset(&j, 0, sizeof j);

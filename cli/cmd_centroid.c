@@ -1564,6 +1564,16 @@ int sw_cmd_centroid(const sw_cli_globals *g, int argc, char **argv)
         return SW_EXIT_OK; /* --help */
     if (rc != SW_EXIT_OK)
         return rc;
+    sw_cli_file_in("image", o.image);
+    sw_cli_file_in("--reference", o.reference);
+    sw_cli_file_in("--mask", o.mask);
+    sw_cli_file_in("--dark", o.dark);
+    sw_cli_file_in("--flat", o.flat);
+    sw_cli_file_in("--lut", o.lut);
+    sw_cli_file_out("--out", o.out);
+    sw_cli_file_out("--slopes", o.slopes);
+    if ((rc = sw_cli_files_check()) != SW_EXIT_OK)
+        return rc;
     report r;
     memset(&r, 0, sizeof r);
     r.sat_level = -1.0;

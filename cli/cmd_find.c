@@ -42,6 +42,11 @@ void sw_cmd_find_help(FILE *out)
         "                         plugins). Frames are numbered from 0 across all inputs,\n"
         "                         which must share one size and pixel type.\n"
         "  --dataset PATH         HDF5 dataset to read instead of the automatic choice\n"
+        "  --h5-link-dirs DIRS    folders (\"a:b\") where an HDF5 master's external links may\n"
+        "                         find their data files after the master's own folder; by\n"
+        "                         default only files beside the master are opened\n"
+        "  --h5-links-anywhere    also follow links to absolute paths and through '..' (and\n"
+        "                         virtual datasets): for files you trust\n"
         "  --first N              first frame to process (default 0)\n"
         "  --count N              number of frames (default: all from --first)\n"
         "\n"
@@ -92,6 +97,8 @@ void sw_cmd_find_help(FILE *out)
 
 enum {
     OPT_DATASET = 256,
+    OPT_H5_LINK_DIRS,
+    OPT_H5_LINKS_ANYWHERE,
     OPT_FIRST,
     OPT_COUNT,
     OPT_ALGORITHM,
@@ -145,6 +152,8 @@ static int parse_opts(find_opts *o, int argc, char **argv)
 {
     static const struct option longopts[] = {
         {"dataset", required_argument, NULL, OPT_DATASET},
+        {"h5-link-dirs", required_argument, NULL, OPT_H5_LINK_DIRS},
+        {"h5-links-anywhere", no_argument, NULL, OPT_H5_LINKS_ANYWHERE},
         {"first", required_argument, NULL, OPT_FIRST},
         {"count", required_argument, NULL, OPT_COUNT},
         {"algorithm", required_argument, NULL, OPT_ALGORITHM},
@@ -185,6 +194,8 @@ static int parse_opts(find_opts *o, int argc, char **argv)
         const char *name = sw_cli_option_name(argv);
         switch (c) {
         case OPT_DATASET: o->dataset = optarg; break;
+        case OPT_H5_LINK_DIRS: sw_cli_inputs_h5_links(optarg, -1); break;
+        case OPT_H5_LINKS_ANYWHERE: sw_cli_inputs_h5_links(NULL, 1); break;
         case OPT_FIRST:
             if (sw_cli_parse_long(optarg, 0, LONG_MAX, &o->first) != 0)
                 return sw_cli_usage(S, "%s: '%s' is not a frame number >= 0", name, optarg);
@@ -512,6 +523,14 @@ int sw_cmd_find(const sw_cli_globals *g, int argc, char **argv)
         return SW_EXIT_OK; /* --help */
     if (rc != SW_EXIT_OK)
         return rc;
+    for (int i = 0; i < o.ninputs; i++)
+        sw_cli_file_in("image", o.inputs[i]);
+    sw_cli_file_in("--gain-map", o.gain_map);
+    sw_cli_file_in("--mask", o.mask);
+    sw_cli_file_out("--out", o.out);
+    sw_cli_file_out("--strong-mask", o.strong);
+    if ((rc = sw_cli_files_check()) != SW_EXIT_OK)
+        return rc;
 
     sw_context *ctx = NULL;
     if ((rc = sw_cli_context(g, SUB, &ctx)) != SW_EXIT_OK)
@@ -610,8 +629,13 @@ int sw_cmd_find(const sw_cli_globals *g, int argc, char **argv)
         }
         sw_cli_hdr hdr;
         strong_header(&hdr, &o, first, count);
-        st = sw_cli_hdr_write(ctx, o.strong, planes, (int32_t)count, &hdr);
+        const char *strong = sw_cli_file_staged("--strong-mask", o.strong);
+        st = strong ? sw_cli_hdr_write(ctx, strong, planes, (int32_t)count, &hdr) : SW_EIO;
         free(planes);
+        if (!strong) {
+            rc = SW_EXIT_FAIL;
+            goto done;
+        }
         if (st != SW_OK) {
             rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
             goto done;

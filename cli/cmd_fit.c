@@ -525,9 +525,16 @@ static int32_t frame_index(const slopes_in *s, double f)
 }
 
 /* Places the rows on the nx x ny grid: per frame and lenslet, listed / valid / slopes. */
-static int place_rows(const char *path, int32_t nx, int32_t ny, slopes_in *s)
+static int place_rows(sw_context *ctx, const char *path, int32_t nx, int32_t ny, slopes_in *s)
 {
     const size_t nl = (size_t)nx * (size_t)ny, total = (size_t)s->frames * nl;
+    /* listed, valid, dx, dy: 10 bytes per frame and lenslet, whatever few rows the table has */
+    const size_t per = 2 + 2 * sizeof(float);
+    if (sw_memory_check(ctx, (uint64_t)total, per,
+                        "slopes table '%s': %d frame%s x %lld lenslets (a %dx%d grid)", path,
+                        (int)s->frames, s->frames == 1 ? "" : "s", (long long)nl, (int)nx,
+                        (int)ny) != SW_OK)
+        return sw_cli_fail(SUB, "%s", sw_context_error(ctx));
     s->listed = calloc(total, 1);
     s->valid = calloc(total, 1);
     s->dx = calloc(total, sizeof(float));
@@ -687,7 +694,12 @@ static int write_maps(sw_context *ctx, const fit_opts *o, report *r)
             char title[96];
             snprintf(title, sizeof title, "wavefront, frame %lld, orders 1-%ld",
                      (long long)r->label[f], o->order);
-            if ((st = sw_cli_map_png(ctx, name, m, SW_CLI_UM, title)) != SW_OK) {
+            const char *staged = sw_cli_file_staged("--map", name);
+            if (!staged) {
+                rc = SW_EXIT_FAIL;
+                break;
+            }
+            if ((st = sw_cli_map_png(ctx, staged, m, SW_CLI_UM, title)) != SW_OK) {
                 rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
                 break;
             }
@@ -710,7 +722,12 @@ static int write_maps(sw_context *ctx, const fit_opts *o, report *r)
             po.colormap = SW_CMAP_GREY;
             po.vmin = 0.0;
             po.vmax = 255.0;
-            if ((st = sw_png_write(ctx, name, &wrap, &po)) != SW_OK) {
+            const char *staged = sw_cli_file_staged("--wrap-um", name);
+            if (!staged) {
+                rc = SW_EXIT_FAIL;
+                break;
+            }
+            if ((st = sw_png_write(ctx, staged, &wrap, &po)) != SW_OK) {
                 rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
                 break;
             }
@@ -721,7 +738,10 @@ static int write_maps(sw_context *ctx, const fit_opts *o, report *r)
     if (rc == SW_EXIT_OK && o->map_fits) {
         sw_cli_hdr hdr;
         map_header(&hdr, o, r, mp.size);
-        if ((st = sw_cli_hdr_write(ctx, o->map, img, nimg, &hdr)) != SW_OK)
+        const char *staged = sw_cli_file_staged("--map", o->map);
+        if (!staged)
+            rc = SW_EXIT_FAIL;
+        else if ((st = sw_cli_hdr_write(ctx, staged, img, nimg, &hdr)) != SW_OK)
             rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
         else {
             r->maps_written = 1;
@@ -818,7 +838,7 @@ static int run_fit(const sw_cli_globals *gl, const fit_opts *o, report *r)
                          (int)r->ny);
         goto done;
     }
-    if ((rc = place_rows(o->input, r->nx, r->ny, &s.in)) != SW_EXIT_OK)
+    if ((rc = place_rows(s.ctx, o->input, r->nx, r->ny, &s.in)) != SW_EXIT_OK)
         goto done;
     r->frames = s.in.frames;
     r->rows = s.in.rows;
@@ -1158,6 +1178,11 @@ int sw_cmd_fit(const sw_cli_globals *g, int argc, char **argv)
         return rc;
     if (!o.out)
         o.out = "-";
+    sw_cli_file_in("slopes", o.input);
+    sw_cli_file_out("--out", o.out);
+    sw_cli_file_out("--map", o.map);
+    if ((rc = sw_cli_files_check()) != SW_EXIT_OK)
+        return rc;
     report r;
     memset(&r, 0, sizeof r);
     rc = run_fit(g, &o, &r);

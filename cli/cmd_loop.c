@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,11 @@
 #define MAX_OVERRIDE 256
 #define PLOT_WIDTH   960
 #define PLOT_HEIGHT  760
+#define GAIN_MAX     10.0 /* gains above: a usage error (5 x the widest stable range, 2) */
+#define DIVERGE_K    5    /* residual above DIVERGE_X x the turbulence this many frames running */
+#define DIVERGE_X    2.0
+#define DIVERGE_HUGE 100.0 /* residual above this x the turbulence: diverged at once */
+#define MAX_WARN     4
 
 /* ------------------------------------------------------------------ configuration keys */
 
@@ -295,7 +301,9 @@ void sw_cmd_loop_help(FILE *out)
         "0.5, J band, 20 warm-up frames) and %d frames, then the file, then the options below\n"
         "in the order given.\n"
         "  --config FILE          `key = value` lines; '#' starts a comment; blank lines are\n"
-        "                         skipped. Keys (sw_loop_params' fields):\n"
+        "                         skipped; a key given twice, a NUL byte or a line over %d\n"
+        "                         characters is an error (FILE:LINE: ...). Keys\n"
+        "                         (sw_loop_params' fields):\n"
         "                         nx diameter_m square_pupil obscuration px_per_lenslet\n"
         "                         wfs_wavelength_um nyquist_px model (geometric|diffraction)\n"
         "                         magnitude (a number, or none: noise-free) zero_point\n"
@@ -307,13 +315,29 @@ void sw_cmd_loop_help(FILE *out)
         "                         leak clip delay science_wavelength_um warmup frames\n"
         "  --set KEY=VALUE        one key (repeatable)\n"
         "  --frames N             frames to simulate, 1..%d (default %d; more than warmup)\n"
-        "  --gain G               controller gain (key gain)\n"
+        "  --gain G               controller gain (key gain), 0..%g. Above the stable limit\n"
+        "                         of the loop's delay, d = delay + 1 frames, it is a warning:\n"
+        "                         g < 2 sin(pi/(2(2d-1))) for the integrator (2, 1, 0.618 for\n"
+        "                         d = 1, 2, 3: where the roots of z^d - z^(d-1) + g = 0 leave\n"
+        "                         the unit circle; the leaky one's limit is found likewise)\n"
         "  --coupling C           influence at the neighbouring actuators, 0 < C < 1\n"
         "  --recon R              mvm, sabre, dsabre-global or dsabre-local\n"
         "  --partitions K         D-SABRE K x K partitions\n"
         "  --magnitude M          guide-star magnitude, or none (noise-free)\n"
         "  --seed S               screen and noise seed\n"
         "  --open-loop            gain 0: the mirror never moves (the turbulence for comparison)\n"
+        "  --strict               exit 1 when the run has any warning (below), after the\n"
+        "                         outputs are written\n"
+        "\n"
+        "Warnings (a line 'warning' in the summary and on standard error; the JSON keys\n"
+        "warnings, gain_max_stable, loop_delay_frames, diverged, divergence_frame,\n"
+        "saturated_frames): the gain above the stable limit; a diverged loop (the residual\n"
+        "RMS not finite, above %g x the turbulence RMS once, or above %g x it for %d frames\n"
+        "running; divergence_frame is the first of them); a saturated mirror (frames with\n"
+        "more than half of the commands at the stroke limit, key clip). The simulated\n"
+        "detector has no full well, so the mirror is where this loop saturates. The limit is\n"
+        "for the nominal gain; the sensor's response to large spot motions is below 1, so a\n"
+        "loop a little above it may stay bounded (it is still flagged).\n"
         "\n"
         "Output (a summary goes to standard output):\n"
         "  --report CSV           one row per frame: frame, turbulence_nm, residual_nm, strehl,\n"
@@ -334,13 +358,15 @@ void sw_cmd_loop_help(FILE *out)
         "  -h, --help             print this help and exit\n"
         "\n"
         "Exit codes: 0 success; 1 a failure while running (an unreadable configuration file,\n"
-        "parameters the simulator refuses, a file that cannot be written); 2 a usage error\n"
-        "(unknown key, bad value, a configuration line that is not key = value).\n"
+        "parameters the simulator refuses, a file that cannot be written, a warning under\n"
+        "--strict); 2 a usage error (unknown, repeated or bad key or value, a configuration\n"
+        "line that is not key = value, a gain above %g).\n"
         "\n"
         "Example:\n"
         "  spotwave loop --set nx=16 --recon mvm --gain 0.4 --frames 300 \\\n"
         "      --report loop.csv --plot loop.png --json\n",
-        DEF_FRAMES, MAX_FRAMES, DEF_FRAMES);
+        DEF_FRAMES, MAX_LINE, MAX_FRAMES, DEF_FRAMES, GAIN_MAX, DIVERGE_HUGE, DIVERGE_X, DIVERGE_K,
+        GAIN_MAX);
 }
 
 /* ------------------------------------------------------------------ options */
@@ -354,7 +380,7 @@ typedef struct override {
 
 typedef struct loop_opts {
     const char *config, *report, *plot, *maps;
-    int json, open_loop;
+    int json, open_loop, strict;
     override ov[MAX_OVERRIDE];
     int nov;
     /* the configuration, once applied */
@@ -390,7 +416,8 @@ static int parse_options(int argc, char **argv, loop_opts *o)
         OPT_REPORT,
         OPT_PLOT,
         OPT_MAPS,
-        OPT_JSON
+        OPT_JSON,
+        OPT_STRICT
     };
     static const struct option longopts[] = {
         {"config", required_argument, NULL, OPT_CONFIG},
@@ -407,6 +434,7 @@ static int parse_options(int argc, char **argv, loop_opts *o)
         {"plot", required_argument, NULL, OPT_PLOT},
         {"maps", required_argument, NULL, OPT_MAPS},
         {"json", no_argument, NULL, OPT_JSON},
+        {"strict", no_argument, NULL, OPT_STRICT},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -459,6 +487,7 @@ static int parse_options(int argc, char **argv, loop_opts *o)
                 return SW_EXIT_USAGE;
             break;
         case OPT_JSON: o->json = 1; break;
+        case OPT_STRICT: o->strict = 1; break;
         default: return SW_EXIT_USAGE;
         }
         if (key && (rc = add_override(o, key, optarg, sw_cli_option_name(argv))) != SW_EXIT_OK)
@@ -484,23 +513,55 @@ static char *trim(char *s)
     return s;
 }
 
+/*
+ * Reads one line of at most MAX_LINE characters (its newline not counted) into buf (MAX_LINE + 1
+ * bytes), without its newline. Returns 1 for a line, 0 at the end of the file, -1 for a longer
+ * line (the rest of it is not read); *nul is the 1-based column of the first NUL byte, 0 for none.
+ */
+static int read_line(FILE *f, char *buf, size_t *len, size_t *nul)
+{
+    size_t n = 0;
+    int c, any = 0;
+    *nul = 0;
+    while ((c = getc(f)) != EOF) {
+        any = 1;
+        if (c == '\n')
+            break;
+        if (n == MAX_LINE)
+            return -1;
+        if (c == '\0' && *nul == 0)
+            *nul = n + 1;
+        buf[n++] = (char)c;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return any;
+}
+
 /* Reads the configuration file into o->p / o->frames. A file that cannot be read: 1; a bad
- * line: a usage error naming the file, the line and the key. */
+ * line (a NUL byte, too long, not key = value, an unknown key, a bad value, a key given twice):
+ * a usage error "FILE:LINE: what". */
 static int read_config(loop_opts *o)
 {
     FILE *f = fopen(o->config, "r");
     if (!f)
         return sw_cli_fail(SUB, "cannot read the configuration '%s': %s", o->config,
                            strerror(errno));
-    char line[MAX_LINE + 2];
-    long lineno = 0;
-    int rc = SW_EXIT_OK;
-    while (rc == SW_EXIT_OK && fgets(line, sizeof line, f)) {
+    char line[MAX_LINE + 1];
+    long lineno = 0, first[sizeof keys / sizeof keys[0]] = {0}; /* where each key was set */
+    int rc = SW_EXIT_OK, got;
+    size_t len, nul;
+    while (rc == SW_EXIT_OK && (got = read_line(f, line, &len, &nul)) != 0) {
         lineno++;
-        size_t len = strlen(line);
-        if (len > MAX_LINE && line[len - 1] != '\n') {
-            rc = sw_cli_usage(SUB, "%s line %ld: longer than %d characters", o->config, lineno,
-                              MAX_LINE);
+        if (got < 0) {
+            rc =
+                sw_cli_usage(SUB, "%s:%ld: longer than %d characters", o->config, lineno, MAX_LINE);
+            break;
+        }
+        if (nul) {
+            rc =
+                sw_cli_usage(SUB, "%s:%ld: a NUL byte (column %zu): the configuration must be text",
+                             o->config, lineno, nul);
             break;
         }
         char *hash = strchr(line, '#');
@@ -511,7 +572,7 @@ static int read_config(loop_opts *o)
             continue;
         char *eq = strchr(text, '=');
         if (!eq) {
-            rc = sw_cli_usage(SUB, "%s line %ld: '%s' is not key = value", o->config, lineno, text);
+            rc = sw_cli_usage(SUB, "%s:%ld: '%s' is not key = value", o->config, lineno, text);
             break;
         }
         *eq = '\0';
@@ -519,19 +580,33 @@ static int read_config(loop_opts *o)
         const key_def *k = find_key(name);
         char want[96];
         if (!*name)
-            rc = sw_cli_usage(SUB, "%s line %ld: no key before '='", o->config, lineno);
+            rc = sw_cli_usage(SUB, "%s:%ld: no key before '='", o->config, lineno);
         else if (!k)
-            rc = sw_cli_usage(SUB, "%s line %ld: unknown key '%s'", o->config, lineno, name);
+            rc = sw_cli_usage(SUB, "%s:%ld: unknown key '%s'", o->config, lineno, name);
+        else if (first[k - keys])
+            rc = sw_cli_usage(SUB, "%s:%ld: key '%s' repeated (first at line %ld)", o->config,
+                              lineno, name, first[k - keys]);
         else if (!*value)
-            rc = sw_cli_usage(SUB, "%s line %ld: %s has no value", o->config, lineno, name);
+            rc = sw_cli_usage(SUB, "%s:%ld: %s has no value", o->config, lineno, name);
         else if (set_key(k, value, &o->p, &o->frames, want, sizeof want) != 0)
-            rc = sw_cli_usage(SUB, "%s line %ld: %s: '%s' is not %s", o->config, lineno, name,
-                              value, want);
+            rc = sw_cli_usage(SUB, "%s:%ld: %s: '%s' is not %s", o->config, lineno, name, value,
+                              want);
+        if (k)
+            first[k - keys] = first[k - keys] ? first[k - keys] : lineno;
     }
     if (rc == SW_EXIT_OK && ferror(f))
         rc = sw_cli_fail(SUB, "cannot read the configuration '%s': %s", o->config, strerror(errno));
     fclose(f);
     return rc;
+}
+
+/* The stable limit of the loop's gain: its integrator (or leaky integrator; PI with kp = 0, as
+ * here, is the integrator of gain ki) sees its correction delay + 1 frames later (the mirror's
+ * shape of frame k comes from the commands of frame k - 1 - delay: loop.h). */
+static double loop_max_gain(const sw_loop_params *p)
+{
+    return sw_controller_max_gain(p->delay + 1,
+                                  p->controller.kind == SW_CTRL_LEAKY ? p->controller.leak : 0.0);
 }
 
 /* Defaults, the file, the command line, --open-loop, and the checks between keys. */
@@ -555,6 +630,15 @@ static int build_config(loop_opts *o)
     }
     if (o->open_loop)
         o->p.controller.gain = 0.0; /* PI: ki of every mode is the gain, kp 0 */
+    /* Gains far outside any stable range are mistakes, not experiments: the widest range, a
+     * one-frame delay, ends at 2 (sw_controller_max_gain). Negative and non-finite gains never
+     * get this far (the key takes finite numbers >= 0). */
+    if (o->p.controller.gain > GAIN_MAX)
+        return sw_cli_usage(SUB,
+                            "gain %g is far outside the stable range (this loop's limit is %.4g "
+                            "for a delay of %d frame%s; gains above %g are refused)",
+                            o->p.controller.gain, loop_max_gain(&o->p), (int)o->p.delay + 1,
+                            o->p.delay == 0 ? "" : "s", GAIN_MAX);
     if (o->frames <= o->p.warmup)
         return sw_cli_usage(SUB,
                             "frames (%ld) must be more than warmup (%d): the long exposure "
@@ -574,7 +658,78 @@ typedef struct loop_run {
     /* after the warm-up */
     double residual_mean, turbulence_mean, strehl_mean, marechal_mean, long_final;
     char maps[3][4096];
+    /* the physics guards */
+    double gain_max;          /* stable limit of the gain for the loop's delay */
+    int32_t nact;             /* actuators */
+    long diverged_at;         /* first frame of the divergence (1-based), 0: none */
+    long above_run;           /* frames running with the residual above DIVERGE_X x turbulence */
+    long saturated_frames;    /* frames with most commands at the stroke limit */
+    long first_saturated;     /* the first of them (1-based), 0: none */
+    char warn[MAX_WARN][320]; /* the warnings, in words */
+    int nwarn;
 } loop_run;
+
+/* Divergence, from the frames seen so far (frame i, 0-based, just run): a residual that is not
+ * finite, or above DIVERGE_HUGE x the turbulence, diverges at once; one above DIVERGE_X x the
+ * turbulence for DIVERGE_K frames running diverges from the first of them. A loop whose mirror
+ * does nothing has residual = turbulence, so only a correction that adds error triggers it. */
+static void watch_divergence(loop_run *r, long i)
+{
+    const double res = r->f[i].residual_nm, turb = r->f[i].turbulence_nm;
+    if (r->diverged_at)
+        return;
+    if (!isfinite(res) || res > DIVERGE_HUGE * turb) {
+        r->diverged_at = i + 1;
+        return;
+    }
+    r->above_run = res > DIVERGE_X * turb ? r->above_run + 1 : 0;
+    if (r->above_run >= DIVERGE_K)
+        r->diverged_at = i + 1 - (DIVERGE_K - 1);
+}
+
+static void add_warning(loop_run *r, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+static void add_warning(loop_run *r, const char *fmt, ...)
+{
+    if (r->nwarn >= MAX_WARN)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->warn[r->nwarn++], sizeof r->warn[0], fmt, ap);
+    va_end(ap);
+}
+
+/* The warnings of a run (or of its part before a failure): gain above the stable limit,
+ * divergence, saturation. */
+static void make_warnings(const loop_opts *o, loop_run *r, long frames_run)
+{
+    const sw_loop_params *p = &o->p;
+    r->nwarn = 0;
+    if (p->controller.gain > r->gain_max)
+        add_warning(r,
+                    "gain %g is above the stable limit %.4g of the %s with a loop delay of %d "
+                    "frame%s (delay %d + 1): the loop is expected to diverge",
+                    p->controller.gain, r->gain_max, sw_controller_kind_string(p->controller.kind),
+                    (int)p->delay + 1, p->delay == 0 ? "" : "s", (int)p->delay);
+    if (r->diverged_at) {
+        const sw_loop_frame *f = &r->f[frames_run - 1];
+        add_warning(r,
+                    "the loop diverged from frame %ld: residual above %g x the turbulence (last "
+                    "frame %lld: residual %.4g nm, turbulence %.4g nm)",
+                    r->diverged_at, DIVERGE_X, (long long)f->frame, f->residual_nm,
+                    f->turbulence_nm);
+    }
+    if (r->saturated_frames > 0)
+        add_warning(r,
+                    "the mirror saturated in %ld of %ld frames (first: frame %ld): more than half "
+                    "of the %d commands at the stroke limit clip = %g um",
+                    r->saturated_frames, frames_run, r->first_saturated, (int)r->nact,
+                    p->controller.clip);
+}
 
 /* The keys of a --maps file: micrometres over the telescope pupil, the loop's parameters. */
 static void maps_header(sw_cli_hdr *h, const loop_opts *o, const char *which)
@@ -614,6 +769,8 @@ static int run_loop(sw_context *ctx, const loop_opts *o, int quiet, loop_run *r)
     if (st != SW_OK)
         return sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
     r->create_s = sw_cli_now() - t0;
+    r->gain_max = loop_max_gain(&o->p);
+    r->nact = sw_loop_actuators(l);
     r->f = calloc((size_t)o->frames, sizeof *r->f);
     r->long_strehl = calloc((size_t)o->frames, sizeof *r->long_strehl);
     int rc = SW_EXIT_OK;
@@ -627,9 +784,15 @@ static int run_loop(sw_context *ctx, const loop_opts *o, int quiet, loop_run *r)
         st = sw_loop_step(l, &r->f[i]);
         r->run_s += sw_cli_now() - t0;
         if (st != SW_OK) {
-            rc = sw_cli_fail(SUB, "frame %ld: %s", i + 1, sw_cli_lib_error(ctx, st));
+            make_warnings(o, r, i);
+            rc = sw_cli_fail(SUB, "frame %ld: %s%s%s%s", i + 1, sw_cli_lib_error(ctx, st),
+                             r->nwarn ? " (" : "", r->nwarn ? r->warn[r->nwarn - 1] : "",
+                             r->nwarn ? ")" : "");
             break;
         }
+        watch_divergence(r, i);
+        if (2 * (int64_t)sw_loop_clipped(l) > (int64_t)r->nact && r->saturated_frames++ == 0)
+            r->first_saturated = i + 1;
         r->long_strehl[i] = sw_loop_long_strehl(l);
         sw_cli_progress_update(&prog, i + 1, o->frames);
     }
@@ -665,9 +828,12 @@ static int run_loop(sw_context *ctx, const loop_opts *o, int quiet, loop_run *r)
                 memcpy(sw_image_row(&img, y), m + k * n + (size_t)y * side, sizeof(float) * side);
             sw_cli_hdr hdr;
             maps_header(&hdr, o, names[k]);
-            st = sw_cli_hdr_write(ctx, r->maps[k], &img, 1, &hdr);
+            const char *staged = sw_cli_file_staged("--maps", r->maps[k]);
+            st = staged ? sw_cli_hdr_write(ctx, staged, &img, 1, &hdr) : SW_EIO;
             sw_image_free(&img);
-            if (st != SW_OK)
+            if (!staged)
+                rc = SW_EXIT_FAIL;
+            else if (st != SW_OK)
                 rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
         }
         free(m);
@@ -690,6 +856,7 @@ static int run_loop(sw_context *ctx, const loop_opts *o, int quiet, loop_run *r)
     r->strehl_mean = ss / (double)n;
     r->marechal_mean = sm / (double)n;
     r->long_final = r->long_strehl[o->frames - 1];
+    make_warnings(o, r, o->frames);
     return SW_EXIT_OK;
 }
 
@@ -795,7 +962,10 @@ static int write_plot(const loop_opts *o, const loop_run *r)
     if (sw_plot_panel_draw(&c, &p1, NULL) != 0 || sw_plot_panel_draw(&c, &p2, NULL) != 0)
         rc = sw_cli_fail(SUB, "internal error: the plot's panels do not fit");
     char err[512];
-    if (rc == SW_EXIT_OK && sw_plot_write_png(&c, o->plot, err, sizeof err) != 0)
+    const char *staged = rc == SW_EXIT_OK ? sw_cli_file_staged("--plot", o->plot) : NULL;
+    if (rc == SW_EXIT_OK && !staged)
+        rc = SW_EXIT_FAIL;
+    if (rc == SW_EXIT_OK && sw_plot_write_png(&c, staged, err, sizeof err) != 0)
         rc = sw_cli_fail(SUB, "%s", err);
     sw_plot_canvas_free(&c);
     free(buf);
@@ -842,6 +1012,18 @@ static void print_json(const loop_opts *o, const loop_run *r)
     sw_cli_json_double(j, "run_s", r->run_s);
     sw_cli_json_double(j, "frames_per_s", r->run_s > 0 ? (double)o->frames / r->run_s : NAN);
     sw_cli_json_string(j, "backend", sw_backend_string(r->backend));
+    sw_cli_json_double(j, "gain_max_stable", r->gain_max);
+    sw_cli_json_int(j, "loop_delay_frames", o->p.delay + 1);
+    cJSON_AddBoolToObject(j, "diverged", r->diverged_at > 0);
+    if (r->diverged_at > 0)
+        sw_cli_json_int(j, "divergence_frame", r->diverged_at);
+    else
+        cJSON_AddNullToObject(j, "divergence_frame");
+    sw_cli_json_int(j, "saturated_frames", r->saturated_frames);
+    cJSON *w = cJSON_AddArrayToObject(j, "warnings");
+    for (int k = 0; k < r->nwarn; k++)
+        cJSON_AddItemToArray(w, sw_cli_json_str(r->warn[k]));
+    cJSON_AddBoolToObject(j, "strict", o->strict);
     sw_cli_json_string(j, "report", o->report);
     sw_cli_json_string(j, "plot", o->plot);
     if (o->maps) {
@@ -888,6 +1070,8 @@ static void print_text(const loop_opts *o, const loop_run *r)
     if (r->modes >= 0)
         printf("  modes      %d (control matrix, condition <= %g)\n", (int)r->modes,
                p->cm_condition);
+    for (int k = 0; k < r->nwarn; k++)
+        printf("  warning    %s\n", r->warn[k]);
     printf("  wrote     ");
     int any = 0;
     const char *files[5] = {o->report, o->plot, o->maps ? r->maps[0] : NULL,
@@ -912,6 +1096,18 @@ int sw_cmd_loop(const sw_cli_globals *g, int argc, char **argv)
     }
     if (rc == SW_EXIT_OK)
         rc = build_config(o);
+    if (rc == SW_EXIT_OK) {
+        sw_cli_file_in("--config", o->config);
+        sw_cli_file_out("--report", o->report);
+        sw_cli_file_out("--plot", o->plot);
+        static const char *const kinds[3] = {"turbulence", "correction", "residual"};
+        for (int k = 0; o->maps && k < 3; k++) {
+            char name[4200];
+            snprintf(name, sizeof name, "%s%s.fits", o->maps, kinds[k]);
+            sw_cli_file_out("--maps", name);
+        }
+        rc = sw_cli_files_check();
+    }
     if (rc != SW_EXIT_OK) {
         free(o);
         return rc;
@@ -935,6 +1131,15 @@ int sw_cmd_loop(const sw_cli_globals *g, int argc, char **argv)
             print_json(o, &r);
         else
             print_text(o, &r);
+    }
+    /* The warnings on stderr too (the summary may have gone to a file or been JSON); under
+     * --strict any of them fails the run, after the outputs were written. */
+    if (rc == SW_EXIT_OK) {
+        for (int k = 0; k < r.nwarn; k++)
+            fprintf(stderr, "spotwave %s: warning: %s\n", SUB, r.warn[k]);
+        if (o->strict && r.nwarn > 0)
+            rc = sw_cli_fail(SUB, "--strict: %d warning%s (above)", r.nwarn,
+                             r.nwarn == 1 ? "" : "s");
     }
     free(r.f);
     free(r.long_strehl);

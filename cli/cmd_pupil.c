@@ -55,6 +55,11 @@ void sw_cmd_pupil_help(FILE *out)
         "                         every frame of every input, which must share one size and\n"
         "                         pixel type (8/16/32-bit unsigned or float)\n"
         "  --dataset PATH         HDF5 dataset to read instead of the automatic choice\n"
+        "  --h5-link-dirs DIRS    folders (\"a:b\") where an HDF5 master's external links may\n"
+        "                         find their data files after the master's own folder; by\n"
+        "                         default only files beside the master are opened\n"
+        "  --h5-links-anywhere    also follow links to absolute paths and through '..' (and\n"
+        "                         virtual datasets): for files you trust\n"
         "  --first N              first frame to process (default 0)\n"
         "  --count N              number of frames (default: all from --first)\n"
         "\n"
@@ -130,6 +135,8 @@ void sw_cmd_pupil_help(FILE *out)
 
 enum {
     OPT_DATASET = 256,
+    OPT_H5_LINK_DIRS,
+    OPT_H5_LINKS_ANYWHERE,
     OPT_FIRST,
     OPT_COUNT,
     OPT_BINOCULAR,
@@ -177,6 +184,8 @@ static int parse_opts(pupil_opts *o, int argc, char **argv)
 {
     static const struct option longopts[] = {
         {"dataset", required_argument, NULL, OPT_DATASET},
+        {"h5-link-dirs", required_argument, NULL, OPT_H5_LINK_DIRS},
+        {"h5-links-anywhere", no_argument, NULL, OPT_H5_LINKS_ANYWHERE},
         {"first", required_argument, NULL, OPT_FIRST},
         {"count", required_argument, NULL, OPT_COUNT},
         {"binocular", no_argument, NULL, OPT_BINOCULAR},
@@ -220,6 +229,8 @@ static int parse_opts(pupil_opts *o, int argc, char **argv)
         const char *name = sw_cli_option_name(argv);
         switch (c) {
         case OPT_DATASET: o->dataset = optarg; break;
+        case OPT_H5_LINK_DIRS: sw_cli_inputs_h5_links(optarg, -1); break;
+        case OPT_H5_LINKS_ANYWHERE: sw_cli_inputs_h5_links(NULL, 1); break;
         case OPT_FIRST:
             if ((rc = sw_cli_opt_at_least(S, name, optarg, 0, "a frame number >= 0", &o->first)) !=
                 SW_EXIT_OK)
@@ -587,7 +598,10 @@ static int write_overlay(sw_context *ctx, sw_pupil_plan *plan, const pupil_opts 
     po.colormap = SW_CMAP_VIRIDIS;
     po.vmin = 0.0;
     po.vmax = 1.0;
-    if ((st = sw_png_write(ctx, o->overlay, &pic, &po)) != SW_OK)
+    const char *staged = sw_cli_file_staged("--overlay", o->overlay);
+    if (!staged)
+        rc = SW_EXIT_FAIL;
+    else if ((st = sw_png_write(ctx, staged, &pic, &po)) != SW_OK)
         rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
 done:
     free(xy);
@@ -606,6 +620,13 @@ int sw_cmd_pupil(const sw_cli_globals *g, int argc, char **argv)
     if (rc < 0)
         return SW_EXIT_OK; /* --help */
     if (rc != SW_EXIT_OK)
+        return rc;
+    for (int i = 0; i < o.ninputs; i++)
+        sw_cli_file_in("image", o.inputs[i]);
+    sw_cli_file_out("--out", o.out);
+    sw_cli_file_out("--lenslet-mask", o.mask_out);
+    sw_cli_file_out("--overlay", o.overlay);
+    if ((rc = sw_cli_files_check()) != SW_EXIT_OK)
         return rc;
 
     sw_context *ctx = NULL;

@@ -440,6 +440,11 @@ static int read_slopes(sw_context *ctx, const sabre_opts *o, slopes_in *s)
     }
     const size_t n = (size_t)s->nx * (size_t)s->ny;
     uint8_t *listed = NULL;
+    /* listed, valid, two slopes: 10 bytes a lenslet of the grid, whatever rows the table has */
+    if (rc == SW_EXIT_OK && sw_memory_check(ctx, (uint64_t)n, 2 + 2 * sizeof(float),
+                                            "slopes table '%s': a grid of %dx%d lenslets", path,
+                                            (int)s->nx, (int)s->ny) != SW_OK)
+        rc = sw_cli_fail(SUB, "%s", sw_context_error(ctx));
     if (rc == SW_EXIT_OK) {
         listed = calloc(n, 1);
         s->valid = calloc(n, 1);
@@ -841,6 +846,11 @@ static int write_map(sw_context *ctx, const sabre_opts *o, const slopes_in *s, s
             row[i] = (float)(m[(size_t)k * w + i] - mean);
     }
     free(m);
+    const char *staged = sw_cli_file_staged("--map", o->map);
+    if (!staged) {
+        sw_image_free(&img);
+        return SW_EXIT_FAIL;
+    }
     if (sw_cli_ends_with(o->map, ".png")) {
         /* as the other --map pictures: blue-white-red about 0, a colour bar, no data clear */
         char title[160];
@@ -853,11 +863,11 @@ static int write_map(sw_context *ctx, const sabre_opts *o, const slopes_in *s, s
         po.label = o->have_lenslet ? "\xc2\xb5m" : "wavefront / pitch";
         po.nan_transparent = 1;
         po.title = title;
-        st = sw_png_write(ctx, o->map, &img, &po);
+        st = sw_png_write(ctx, staged, &img, &po);
     } else {
         sw_cli_hdr hdr;
         map_header(&hdr, o, s, r, w, h);
-        st = sw_cli_hdr_write(ctx, o->map, &img, 1, &hdr);
+        st = sw_cli_hdr_write(ctx, staged, &img, 1, &hdr);
     }
     sw_image_free(&img);
     return st == SW_OK ? SW_EXIT_OK : sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
@@ -978,6 +988,12 @@ int sw_cmd_sabre(const sw_cli_globals *g, int argc, char **argv)
     if (rc == -1)
         return SW_EXIT_OK; /* --help */
     if (rc != SW_EXIT_OK)
+        return rc;
+    sw_cli_file_in("slopes", o.input);
+    sw_cli_file_out("--actuators", o.actuators);
+    sw_cli_file_out("--values", o.values);
+    sw_cli_file_out("--map", o.map);
+    if ((rc = sw_cli_files_check()) != SW_EXIT_OK)
         return rc;
 
     sw_context *ctx = NULL;

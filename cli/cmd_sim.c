@@ -478,7 +478,12 @@ int sim_detect_and_write(sw_context *ctx, const char *S, const sw_detector *det,
         return sw_cli_fail(S, "detector model: %s", sw_cli_lib_error(ctx, st));
     }
     t0 = sw_cli_now();
-    if ((st = sim_write_any(ctx, path, &out, h)) != SW_OK) {
+    const char *staged = sw_cli_file_staged("output", path);
+    if (!staged) {
+        sw_image_free(&out);
+        return SW_EXIT_FAIL;
+    }
+    if ((st = sim_write_any(ctx, staged, &out, h)) != SW_OK) {
         sw_image_free(&out);
         return sw_cli_fail(S, "%s", sw_cli_lib_error(ctx, st));
     }

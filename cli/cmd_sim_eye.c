@@ -513,7 +513,10 @@ static int write_eye_truth(sw_context *ctx, const char *prefix, const sw_eyesim_
     sw_status st;
     for (int e = 0; e < t->n_eyes; e++) {
         snprintf(path, sizeof path, "%s_eye%d_spots.csv", prefix, e);
-        if ((st = sw_sh_truth_write_csv(ctx, path, &t->eye[e].sh)) != SW_OK)
+        const char *staged = sw_cli_file_staged("--truth", path);
+        if (!staged)
+            return SW_EXIT_FAIL;
+        if ((st = sw_sh_truth_write_csv(ctx, staged, &t->eye[e].sh)) != SW_OK)
             return sw_cli_fail(S, "%s", sw_cli_lib_error(ctx, st));
         snprintf(path, sizeof path, "%s_eye%d_zernike.csv", prefix, e);
         double zero = 0.0;
@@ -522,7 +525,9 @@ static int write_eye_truth(sw_context *ctx, const char *prefix, const sw_eyesim_
             z.count = 1;
             z.coef_um = &zero;
         }
-        if ((st = sw_zernike_write_csv(ctx, path, &z)) != SW_OK)
+        if (!(staged = sw_cli_file_staged("--truth", path)))
+            return SW_EXIT_FAIL;
+        if ((st = sw_zernike_write_csv(ctx, staged, &z)) != SW_OK)
             return sw_cli_fail(S, "%s", sw_cli_lib_error(ctx, st));
     }
     static const char *const names[] = {
@@ -539,8 +544,13 @@ static int write_eye_truth(sw_context *ctx, const char *prefix, const sw_eyesim_
         st = sw_table_append(ctx, &tab, row);
     }
     snprintf(path, sizeof path, "%s_pupils.csv", prefix);
+    const char *staged = st == SW_OK ? sw_cli_file_staged("--truth", path) : NULL;
+    if (st == SW_OK && !staged) {
+        sw_table_free(&tab);
+        return SW_EXIT_FAIL;
+    }
     if (st == SW_OK)
-        st = sw_csv_write(ctx, path, &tab);
+        st = sw_csv_write(ctx, staged, &tab);
     sw_table_free(&tab);
     if (st != SW_OK)
         return sw_cli_fail(S, "%s", sw_cli_lib_error(ctx, st));
@@ -792,6 +802,13 @@ int sw_cmd_sim_eye(const sw_cli_globals *g, int argc, char **argv)
     if (rc == -1)
         return SW_EXIT_OK; /* --help */
     if (rc != SW_EXIT_OK)
+        return rc;
+    sw_cli_files_begin(SUB_EYE);
+    for (int i = 0; i < o.n_zernike; i++)
+        sw_cli_file_in("--zernike", o.zernike[i]);
+    sw_cli_file_out("--out", o.out);
+    sw_cli_file_out("--reference", o.reference);
+    if ((rc = sw_cli_files_check()) != SW_EXIT_OK)
         return rc;
     eye_report r;
     memset(&r, 0, sizeof r);

@@ -453,7 +453,12 @@ static int run_sh(const sw_cli_globals *g, const simsh_opts *o, simsh_report *r)
                          (int)(truth.nx * truth.ny));
         goto done;
     }
-    if (o->truth && (st = sw_sh_truth_write_csv(ctx, o->truth, &truth)) != SW_OK) {
+    const char *truth_path = o->truth ? sw_cli_file_staged("--truth", o->truth) : NULL;
+    if (o->truth && !truth_path) {
+        rc = SW_EXIT_FAIL;
+        goto done;
+    }
+    if (o->truth && (st = sw_sh_truth_write_csv(ctx, truth_path, &truth)) != SW_OK) {
         rc = sw_cli_fail(S, "%s", sw_cli_lib_error(ctx, st));
         goto done;
     }
@@ -534,6 +539,14 @@ int sw_cmd_sim_sh(const sw_cli_globals *g, int argc, char **argv)
     if (rc == -1)
         return SW_EXIT_OK; /* --help */
     if (rc != SW_EXIT_OK)
+        return rc;
+    sw_cli_files_begin(SUB_SH);
+    sw_cli_file_in("--zernike", o.zernike);
+    sw_cli_file_in("--screen", o.screen);
+    sw_cli_file_out("--out", o.out);
+    sw_cli_file_out("--truth", o.truth);
+    sw_cli_file_out("--reference", o.reference);
+    if ((rc = sw_cli_files_check()) != SW_EXIT_OK)
         return rc;
     simsh_report r;
     memset(&r, 0, sizeof r);

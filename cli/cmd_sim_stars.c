@@ -550,12 +550,21 @@ static int run_stars(const sw_cli_globals *g, const stars_opts *o, stars_report 
     t0 = sw_cli_now();
     sw_cli_hdr hdr;
     stars_header(&hdr, o, r);
-    st = sim_write_any(ctx, o->out, &host, &hdr);
+    const char *staged = sw_cli_file_staged("--out", o->out);
+    if (!staged) {
+        rc = SW_EXIT_FAIL;
+        goto done;
+    }
+    st = sim_write_any(ctx, staged, &host, &hdr);
     if (st != SW_OK) {
         rc = sw_cli_fail(S, "%s", sw_cli_lib_error(ctx, st));
         goto done;
     }
-    if (o->truth && (st = sw_stars_write_truth(ctx, o->truth, &stars, o->width, o->height,
+    if (o->truth && !(staged = sw_cli_file_staged("--truth", o->truth))) {
+        rc = SW_EXIT_FAIL;
+        goto done;
+    }
+    if (o->truth && (st = sw_stars_write_truth(ctx, staged, &stars, o->width, o->height,
                                                &r->truth_rows)) != SW_OK) {
         rc = sw_cli_fail(S, "%s", sw_cli_lib_error(ctx, st));
         goto done;
@@ -591,6 +600,13 @@ int sw_cmd_sim_stars(const sw_cli_globals *g, int argc, char **argv)
     if (rc == -1)
         return SW_EXIT_OK; /* --help */
     if (rc != SW_EXIT_OK)
+        return rc;
+    sw_cli_files_begin(SUB_STARS);
+    sw_cli_file_in("--catalog", o.catalog);
+    sw_cli_file_in("--sky", o.sky);
+    sw_cli_file_out("--out", o.out);
+    sw_cli_file_out("--truth", o.truth);
+    if ((rc = sw_cli_files_check()) != SW_EXIT_OK)
         return rc;
     stars_report r;
     memset(&r, 0, sizeof r);

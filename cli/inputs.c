@@ -8,6 +8,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Where external links of HDF5 inputs may lead (sw_cli_inputs_h5_links). */
+static struct {
+    const char *dirs;
+    int anywhere;
+} g_h5_links;
+
+void sw_cli_inputs_h5_links(const char *dirs, int anywhere)
+{
+    if (dirs)
+        g_h5_links.dirs = dirs;
+    if (anywhere >= 0)
+        g_h5_links.anywhere = anywhere;
+}
+
 void sw_cli_inputs_free(sw_cli_inputs *in)
 {
     for (int i = 0; i < in->n; i++) {
@@ -39,9 +53,17 @@ int sw_cli_inputs_open(sw_context *ctx, const char *sub, char *const *paths, int
         int32_t w, h;
         sw_pixel_type t;
         if (sw_cli_is_hdf5(in->path)) {
-            sw_status st = sw_h5_open(h5ctx, in->path, dataset, &in->h5);
+            sw_h5_options ho;
+            sw_h5_options_default(&ho);
+            ho.dataset = dataset;
+            ho.link_dirs = g_h5_links.dirs;
+            ho.links_anywhere = g_h5_links.anywhere;
+            sw_status st = sw_h5_open_ex(h5ctx, in->path, &ho, &in->h5);
             if (st != SW_OK)
                 return sw_cli_fail(sub, "%s", sw_cli_lib_error(h5ctx, st));
+            /* the data files its links lead to are inputs too: no output may replace them */
+            for (int32_t k = 1; k < sw_h5_file_count(in->h5); k++)
+                sw_cli_file_in("a data file of the image", sw_h5_file_path(in->h5, k));
             sw_h5_info info;
             sw_h5_get_info(in->h5, &info);
             w = info.width;

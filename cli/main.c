@@ -73,6 +73,12 @@ static void print_usage(FILE *out)
                  "  --backend auto|cpu|cuda  where to compute (default auto: the GPU when one is\n"
                  "                           usable, the CPU otherwise)\n"
                  "  --threads N              CPU threads (default 0: all cores)\n"
+                 "  --max-memory SIZE        largest memory one step may ask for because of\n"
+                 "                           what an input file or option says (512M, 8G,\n"
+                 "                           bytes, or unlimited); a larger request fails with\n"
+                 "                           exit 1 before anything is allocated. Default:\n"
+                 "                           $SPOTWAVE_MAX_MEMORY, else half of the memory this\n"
+                 "                           process may use (physical, cgroup, RLIMIT_AS)"
                  "  -q, --quiet              no log messages (failures are still reported)\n"
                  "  -v, --verbose            log messages down to debug level\n"
                  "  -h, --help               print this help and exit\n"
@@ -146,8 +152,8 @@ void sw_cli_getopt_reset(void)
     opterr = 0;
 }
 
-static const char *const global_long_names[] = {"backend", "threads", "quiet", "verbose",
-                                                "version"};
+static const char *const global_long_names[] = {"backend", "threads", "max-memory",
+                                                "quiet",   "verbose", "version"};
 
 /* Name of the option in argv[optind - 1] when it is a long one: "--name" without "=value". */
 static void long_option_text(const char *arg, char *buf, size_t size)
@@ -289,6 +295,10 @@ int sw_cli_out_open(const char *sub, sw_cli_out *o, const char *path)
         o->f = stdout;
         return SW_EXIT_OK;
     }
+    /* written in the staging folder; main.c moves it into place when the run succeeds */
+    path = sw_cli_file_staged("output", path);
+    if (!path)
+        return SW_EXIT_FAIL;
     o->path = path;
     sw_status st = sw_text_file_open(NULL, path, &o->f, &o->tmp);
     if (st != SW_OK)
@@ -396,6 +406,8 @@ int sw_cli_context(const sw_cli_globals *g, const char *sub, sw_context **out)
         return sw_cli_fail(sub, "cannot use the %s backend: %s", sw_backend_string(g->backend),
                            (msg && *msg) ? msg : sw_status_string(st));
     }
+    if (g->max_memory)
+        sw_context_set_memory_limit(*out, g->max_memory);
     return SW_EXIT_OK;
 }
 
@@ -479,20 +491,21 @@ int sw_cli_mkdir_p(const char *path)
 
 /* ------------------------------------------------------------------ main */
 
-enum { OPT_BACKEND = 256, OPT_THREADS };
+enum { OPT_BACKEND = 256, OPT_THREADS, OPT_MAX_MEMORY };
 
 int main(int argc, char **argv)
 {
     static const struct option longopts[] = {
         {"backend", required_argument, NULL, OPT_BACKEND},
         {"threads", required_argument, NULL, OPT_THREADS},
+        {"max-memory", required_argument, NULL, OPT_MAX_MEMORY},
         {"quiet", no_argument, NULL, 'q'},
         {"verbose", no_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
-    sw_cli_globals g = {SW_BACKEND_AUTO, 0, 0, 0};
+    sw_cli_globals g = {SW_BACKEND_AUTO, 0, 0, 0, 0};
     long v;
     sw_cli_set_command_line(argc, argv); /* for the HISTORY of the FITS files written */
 
@@ -510,6 +523,13 @@ int main(int argc, char **argv)
                 return sw_cli_usage(NULL, "--threads: '%s' is not a whole number in 0..4096",
                                     optarg);
             g.threads = (int)v;
+            break;
+        case OPT_MAX_MEMORY:
+            if (sw_memory_size_parse(optarg, &g.max_memory) != SW_OK)
+                return sw_cli_usage(NULL,
+                                    "--max-memory: '%s' is not a size (512M, 8G, a number of "
+                                    "bytes, or unlimited)",
+                                    optarg);
             break;
         case 'q': g.quiet = 1; break;
         case 'v': g.verbose = 1; break;
@@ -534,6 +554,22 @@ int main(int argc, char **argv)
     }
     if (g.quiet && g.verbose)
         return sw_cli_usage(NULL, "--quiet and --verbose cannot be used together");
+    /* The limit of the library's calls made without a context follows the same setting. */
+    const char *env = getenv("SPOTWAVE_MAX_MEMORY");
+    uint64_t env_bytes;
+    if (!g.max_memory && env && *env && sw_memory_size_parse(env, &env_bytes) != SW_OK)
+        return sw_cli_usage(NULL,
+                            "SPOTWAVE_MAX_MEMORY='%s' is not a size (512M, 8G, a number of "
+                            "bytes, or unlimited)",
+                            env);
+    if (g.max_memory) {
+        char text[32];
+        if (g.max_memory == UINT64_MAX)
+            snprintf(text, sizeof text, "unlimited");
+        else
+            snprintf(text, sizeof text, "%llu", (unsigned long long)g.max_memory);
+        setenv("SPOTWAVE_MAX_MEMORY", text, 1);
+    }
     if (optind >= argc)
         return sw_cli_usage(NULL, "no subcommand given");
 
@@ -556,7 +592,8 @@ int main(int argc, char **argv)
         const sw_subcommand *s = find_subcommand(name);
         if (!s)
             return sw_cli_usage(NULL, "unknown subcommand '%s'", name);
-        rc = s->run(&g, argc - optind, argv + optind);
+        sw_cli_files_begin(name);
+        rc = sw_cli_files_end(s->run(&g, argc - optind, argv + optind));
     }
 
     /* A report that could not be written (full disk, closed pipe) is a failure. */

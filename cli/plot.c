@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MAX_SIDE 16384
 
@@ -640,7 +641,9 @@ int sw_plot_write_png(const sw_plot_canvas *c, const char *path, char *err, size
     }
     const int failed = png_guarded(&o);
     png_destroy_write_struct(&o.png, &o.info);
-    const int close_failed = fclose(o.f) != 0;
+    /* on disk before cli/files.c renames it into place */
+    const int sync_failed = !failed && (fflush(o.f) != 0 || fsync(fileno(o.f)) != 0);
+    const int close_failed = fclose(o.f) != 0 || sync_failed;
     if (failed || close_failed) {
         const int e = errno;
         remove(path);

@@ -153,6 +153,51 @@ sw_status sw_context_synchronize(sw_context *ctx);
 /* The context's cudaStream_t as void* (NULL on the CPU). */
 void *sw_context_stream(const sw_context *ctx);
 
+/* ------------------------------------------------------------------ memory budget */
+
+/*
+ * Work bounded by the input. Every allocation whose size a file or an argument decides (image and
+ * cube sizes from FITS, PGM and HDF5 headers, table rows, frames x lenslets, star counts, loop
+ * sizes, device buffers sized from them) is checked against the context's memory limit before it
+ * is made: a request above the limit fails with SW_ENOMEM and a message that says how many bytes
+ * were asked, for what, the limit, and how to raise it. The limit bounds each such request (what
+ * one step asks for at once, e.g. all frames of a cube), not the sum over the process; allocations
+ * of fixed or small size are not counted.
+ *
+ * Default: SPOTWAVE_MAX_MEMORY when it is set (sw_memory_size_parse's syntax; a value that does
+ * not parse is ignored with a warning in the log), otherwise half of the memory this process may
+ * use: the smallest of the physical memory (sysconf _SC_PHYS_PAGES x _SC_PAGESIZE), the cgroup v2
+ * limit (/sys/fs/cgroup/memory.max) and the address-space limit (RLIMIT_AS). Half, so that a
+ * legitimate large job still fits while a file claiming more than the machine has is refused
+ * before anything is allocated or paged in; 1 GiB when none of them can be read.
+ */
+
+/* The default limit in bytes, as above (reads the environment and the system each call). */
+uint64_t sw_memory_limit_default(void);
+/* Parses a size: a number (decimals allowed) with an optional binary suffix K, M, G, T
+ * (x 1024^1..4; "KiB", "KB", "k" alike, case-insensitive), "512M", "8G", "1.5G", "1048576", or
+ * "unlimited" (UINT64_MAX). SW_EINVAL for anything else, for 0 and for sizes beyond 2^64. */
+sw_status sw_memory_size_parse(const char *text, uint64_t *out);
+/* Sets the context's limit in bytes (0: back to sw_memory_limit_default()). */
+sw_status sw_context_set_memory_limit(sw_context *ctx, uint64_t bytes);
+/* The context's limit in bytes; sw_memory_limit_default() when ctx is NULL. */
+uint64_t sw_context_memory_limit(const sw_context *ctx);
+/*
+ * Checks a request of count x size bytes against the limit of ctx (the default when ctx is NULL)
+ * before allocating it. SW_OK when it fits; otherwise SW_ENOMEM and the message
+ *   "<what>: needs 16 GiB (17179869184 bytes), above the memory limit of 8 GiB; raise it with
+ *    spotwave --max-memory SIZE, SPOTWAVE_MAX_MEMORY=SIZE or sw_context_set_memory_limit()"
+ * where <what> is formatted from fmt (printf-style: "the 100 frames of 4096 x 4096 of x.fits").
+ * A product that overflows 64 bits is refused alike.
+ */
+sw_status sw_memory_check(sw_context *ctx, uint64_t count, uint64_t size, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+/* Formats a byte count as "1.5 GiB" / "512 MiB" / "100 bytes" into buf; returns buf. */
+const char *sw_memory_size_string(uint64_t bytes, char *buf, size_t size);
+
 /* ------------------------------------------------------------------ data files */
 
 /*

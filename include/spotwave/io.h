@@ -389,6 +389,12 @@ sw_status sw_h5_read_frame(sw_h5_reader *r, int64_t index, sw_image *dst);
  */
 sw_status sw_h5_read_pixel_mask(sw_h5_reader *r, uint8_t *valid);
 
+/* The files an open reader reads frames from: the master (k = 0) and each data file an external
+ * link led to, each once, as their paths were opened (for a caller that must not overwrite them).
+ * sw_h5_file_path gives NULL for k out of range. */
+int32_t sw_h5_file_count(const sw_h5_reader *r);
+const char *sw_h5_file_path(const sw_h5_reader *r, int32_t k);
+
 /* The message of the last failure of a call on r ("" when none); for any thread to read after
  * the call has returned. */
 const char *sw_h5_reader_error(const sw_h5_reader *r);

@@ -212,6 +212,19 @@ typedef struct sw_controller_params {
 /* INTEGRATOR, nact 0 (must be set), gain 0.5, leak 0.01, no modes, no clip. */
 void sw_controller_params_default(sw_controller_params *p);
 
+/*
+ * The largest stable gain of u_k = (1 - leak) u_{k-1} + g r_k when r_k sees the correction made
+ * d >= 1 frames earlier (r_k = w_k - u_{k-d}; a unit-gain reconstructor): the closed loop's
+ * characteristic equation is z^d - (1 - leak) z^(d-1) + g = 0 and its roots stay inside the unit
+ * circle for 0 < g < g_max. For the pure integrator (leak 0) g_max = 2 sin(pi / (2 (2d - 1))):
+ * 2 for d = 1, 1 for d = 2, 0.618 for d = 3, ~ pi / (2 (2d - 1)) beyond. With a leak the root
+ * leaves the circle at the angle w where w (d - 1) + arg(e^{iw} - (1 - leak)) = pi, at the gain
+ * |e^{iw} - (1 - leak)| (found by bisection): 2 - leak for d = 1, 1 for d = 2, a little above
+ * the integrator's for d >= 3. PI with
+ * kp = 0 is the integrator of gain ki. NaN for d < 1 or leak outside [0, 1).
+ */
+double sw_controller_max_gain(int32_t delay_frames, double leak);
+
 /* The controller on the CPU (the real-time chain runs the same update on the GPU). The state
  * (u_{k-1}, and the PI integrals) starts at 0. The PI integrals are not limited by the clip (no
  * anti-windup). */
@@ -387,6 +400,12 @@ double sw_loop_long_strehl(const sw_loop *l);
 sw_status sw_loop_fitting_error(sw_loop *l, double *rms_nm);
 /* The control matrix's kept modes (MVM), -1 otherwise. */
 int32_t sw_loop_modes(const sw_loop *l);
+/* Commands of the last frame at the stroke limit (|u| = controller.clip), of the nact
+ * actuators; 0 without a clip (or before the first frame). The sensor's detector has no full
+ * well in this simulator (f32 electrons), so the mirror's stroke is where the loop saturates. */
+int32_t sw_loop_clipped(const sw_loop *l);
+/* Actuators of the simulated mirror ((nx + 1)^2); 0 for NULL. */
+int32_t sw_loop_actuators(const sw_loop *l);
 /* Phase maps of the last frame (pupil grid, samples x nx per side, um; NaN outside the pupil):
  * any may be NULL. */
 sw_status sw_loop_maps(const sw_loop *l, int32_t *side, float *turbulence, float *correction,

@@ -37,7 +37,8 @@ from ._centroid import manual_geometry
 from ._find import _mask, pixel_type
 
 __all__ = ["DM", "DMShaper", "Projector", "ControlMatrix", "Controller", "RTC", "Simulator",
-           "interaction_matrix", "control_matrix", "simulate", "CONFIG_KEYS", "defaults"]
+           "interaction_matrix", "control_matrix", "simulate", "max_gain", "CONFIG_KEYS",
+           "defaults"]
 
 _INFLUENCE = ("gaussian", "bezier")
 
@@ -543,12 +544,33 @@ def _check_key(key, v):
     return v
 
 
+# The physics guards of ``spotwave loop`` (cli/cmd_loop.c): gains above GAIN_MAX are refused; a
+# residual above DIVERGE_X x the turbulence for DIVERGE_K frames running (DIVERGE_HUGE x once, or
+# not finite) is a divergence from the first of them; a frame with more than half of the commands
+# at the stroke limit is a saturated one.
+GAIN_MAX, DIVERGE_K, DIVERGE_X, DIVERGE_HUGE = 10.0, 5, 2.0, 100.0
+
+
+def max_gain(delay=0, controller="integrator", leak=0.01):
+    """The largest stable gain of the loop's controller (sw_controller_max_gain): the integrator
+    (and PI with kp = 0) with the loop's delay of delay + 1 frames, 2 sin(pi / (2 (2d - 1))); the
+    leaky integrator's limit for its leak."""
+    return _spotwave.controller_max_gain(int(delay) + 1,
+                                         float(leak) if controller == "leaky" else 0.0)
+
+
 def _config(config, open_loop=False):
     cfg = defaults()
     for k, v in config.items():
         cfg[k] = _check_key(k, v)
     if open_loop:
         cfg["gain"] = 0.0
+    if cfg["gain"] > GAIN_MAX:
+        raise ValueError(f"gain {cfg['gain']:g} is far outside the stable range (this loop's "
+                         f"limit is {max_gain(cfg['delay'], cfg['controller'], cfg['leak']):.4g} "
+                         f"for a delay of {cfg['delay'] + 1} frame"
+                         f"{'' if cfg['delay'] == 0 else 's'}; gains above {GAIN_MAX:g} are "
+                         f"refused)")
     if cfg["frames"] <= cfg["warmup"]:
         raise ValueError(f"frames ({cfg['frames']}) must be more than warmup ({cfg['warmup']}): "
                          f"the long exposure starts after the warm-up")
@@ -606,7 +628,7 @@ class Simulator:
         """Runs `frames` frames (default: the config's frames less those run) without the GIL;
         progress(done, total) every `every` frames. Returns the table of these frames."""
         n = self.config["frames"] - len(self._rows) if frames is None else int(frames)
-        out = np.empty((max(n, 0), 7))
+        out = np.empty((max(n, 0), 8))  # the report's columns, then the clipped commands
         if n > 0:
             cb = None if progress is None else (lambda k: progress(k, n))
             self.run_s += self._l.run(n, out, cb, int(every))
@@ -659,6 +681,7 @@ class Simulator:
         m = n - w
         fe = self.fitting_error()
         last = self._rows[-1]
+        guards = self._guards()
         return {
             "subcommand": "loop", "config_file": None, "config": cfg,
             "open_loop": self.open_loop, "frames": n, "warmup": w,
@@ -668,8 +691,47 @@ class Simulator:
             "turbulence_nm_last": _finite(last[1]), "fitting_error_nm": _finite(fe),
             "modes": self.modes, "create_s": self.create_s, "run_s": self.run_s,
             "frames_per_s": n / self.run_s if self.run_s > 0 else None,
-            "backend": self.ctx.backend, "report": None, "plot": None, "maps": None,
+            "backend": self.ctx.backend, **guards, "strict": False, "report": None,
+            "plot": None, "maps": None,
         }
+
+    def _guards(self):
+        """The physics guards' keys of ``spotwave loop --json`` over the frames run so far."""
+        c = self.config
+        gmax = max_gain(c["delay"], c["controller"], c["leak"])
+        nact = self._l.actuators
+        diverged, above, saturated, first_sat = 0, 0, 0, 0
+        for i, r in enumerate(self._rows):
+            res, turb = r[2], r[1]
+            if not diverged:
+                if not math.isfinite(res) or res > DIVERGE_HUGE * turb:
+                    diverged = i + 1
+                else:
+                    above = above + 1 if res > DIVERGE_X * turb else 0
+                    if above >= DIVERGE_K:
+                        diverged = i + 1 - (DIVERGE_K - 1)
+            if 2 * int(r[7]) > nact:
+                saturated += 1
+                first_sat = first_sat or i + 1
+        warnings = []
+        if c["gain"] > gmax:
+            d = c["delay"]
+            warnings.append(f"gain {c['gain']:g} is above the stable limit {gmax:.4g} of the "
+                            f"{c['controller']} with a loop delay of {d + 1} frame"
+                            f"{'' if d == 0 else 's'} (delay {d} + 1): the loop is expected to "
+                            f"diverge")
+        if diverged:
+            last = self._rows[-1]
+            warnings.append(f"the loop diverged from frame {diverged}: residual above "
+                            f"{DIVERGE_X:g} x the turbulence (last frame {int(last[0])}: residual "
+                            f"{last[2]:.4g} nm, turbulence {last[1]:.4g} nm)")
+        if saturated:
+            warnings.append(f"the mirror saturated in {saturated} of {len(self._rows)} frames "
+                            f"(first: frame {first_sat}): more than half of the {nact} commands "
+                            f"at the stroke limit clip = {c['clip']:g} um")
+        return {"gain_max_stable": gmax, "loop_delay_frames": c["delay"] + 1,
+                "diverged": diverged > 0, "divergence_frame": diverged or None,
+                "saturated_frames": saturated, "warnings": warnings}
 
 
 def _finite(v):

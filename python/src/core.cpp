@@ -251,6 +251,28 @@ void bind_core(nb::module_ &m)
         .def_prop_ro(
             "threads", [](Context &c) { return sw_context_threads(c.ctx); },
             "CPU threads of the parallel regions.")
+        .def_prop_rw(
+            "memory_limit", [](Context &c) { return (uint64_t)sw_context_memory_limit(c.ctx); },
+            [](Context &c, nb::handle v) {
+                uint64_t bytes = 0;
+                if (nb::isinstance<nb::str>(v)) {
+                    const std::string text = nb::cast<std::string>(v);
+                    call_noctx([&] { return sw_memory_size_parse(text.c_str(), &bytes); });
+                } else if (nb::isinstance<nb::int_>(v) && !nb::isinstance<nb::bool_>(v)) {
+                    if (!nb::try_cast<uint64_t>(v, bytes))
+                        value_error("memory_limit: expected a number of bytes in 0..2^64-1");
+                } else {
+                    type_error("memory_limit: expected bytes (an int) or a size such as '512M', "
+                               "'8G', 'unlimited', got %s",
+                               nb::type_name(v.type()).c_str());
+                }
+                call(c, [&] { return sw_context_set_memory_limit(c.ctx, bytes); });
+            },
+            "The most bytes one input-sized request may ask for (sw_context_set_memory_limit, "
+            "core.h): larger requests (an image or cube a file header claims, a star count, ...) "
+            "raise OutOfMemoryError before anything is allocated. Set an int (0: back to the "
+            "default) or a size such as '512M', '8G', 'unlimited'. Default: "
+            "$SPOTWAVE_MAX_MEMORY, else half of the memory the process may use.")
         .def("device_info", &device_info,
              "The device's name, memory, compute capability, ... as a dict "
              "(NoDeviceError on the CPU).")

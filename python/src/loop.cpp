@@ -792,16 +792,16 @@ nb::tuple loop_step(LoopSim &s)
     Context &c = *s.ctx;
     call(c, [&] { return sw_loop_step(s.l, &f); });
     return nb::make_tuple(f.frame, f.turbulence_nm, f.residual_nm, f.strehl, f.marechal,
-                          f.command_rms_um, sw_loop_long_strehl(s.l));
+                          f.command_rms_um, sw_loop_long_strehl(s.l), sw_loop_clipped(s.l));
 }
 
-// n frames into the given float64 (n, 7) array (frame, turbulence_nm, residual_nm, strehl,
-// marechal, command_rms_um, long_strehl), without the GIL. progress: None or a callable(k) run
+// n frames into the given float64 (n, 8) array (frame, turbulence_nm, residual_nm, strehl,
+// marechal, command_rms_um, long_strehl, commands at the stroke limit), without the GIL. progress: None or a callable(k) run
 // every `every` frames. Returns the seconds of the steps alone.
 double loop_run(LoopSim &s, int64_t n, nb::handle out, nb::handle progress, int64_t every)
 {
     FlatArg oa;
-    double *o = host_out<double>(out, "out", (size_t)n * 7, oa);
+    double *o = host_out<double>(out, "out", (size_t)n * 8, oa);
     Context &c = *s.ctx;
     double seconds = 0.0;
     for (int64_t i = 0; i < n;) {
@@ -823,10 +823,10 @@ double loop_run(LoopSim &s, int64_t n, nb::handle out, nb::handle progress, int6
                     msg = sw_context_error(c.ctx);
                     break;
                 }
-                double *r = o + (size_t)i * 7;
+                double *r = o + (size_t)i * 8;
                 r[0] = (double)f.frame, r[1] = f.turbulence_nm, r[2] = f.residual_nm;
                 r[3] = f.strehl, r[4] = f.marechal, r[5] = f.command_rms_um;
-                r[6] = sw_loop_long_strehl(s.l);
+                r[6] = sw_loop_long_strehl(s.l), r[7] = (double)sw_loop_clipped(s.l);
             }
         }
         if (st != SW_OK)
@@ -915,6 +915,8 @@ void bind_loop(nb::module_ &m)
         .def_prop_ro("nact", [](Rtc &r) { return r.nact; })
         .def_prop_ro("last_us", [](Rtc &r) { return sw_rtc_last_us(r.r); });
     m.def("loop_defaults", &loop_defaults);
+    m.def("controller_max_gain", &sw_controller_max_gain, nb::arg("delay_frames"),
+          nb::arg("leak") = 0.0);
     nb::class_<LoopSim>(m, "LoopSim", "The closed-loop simulator (loop.h).")
         .def("__init__", &loop_init, nb::arg("ctx"), nb::arg("params"))
         .def("step", &loop_step)
@@ -923,6 +925,7 @@ void bind_loop(nb::module_ &m)
         .def("fitting_error", &loop_fitting_error)
         .def("maps", &loop_maps)
         .def_prop_ro("modes", [](LoopSim &s) { return sw_loop_modes(s.l); })
+        .def_prop_ro("actuators", [](LoopSim &s) { return sw_loop_actuators(s.l); })
         .def_prop_ro("long_strehl", [](LoopSim &s) { return sw_loop_long_strehl(s.l); });
 }
 

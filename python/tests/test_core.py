@@ -162,3 +162,34 @@ def test_device_arrays_on_a_cpu_context_are_refused_by_name(cpu):
         spotwave.find(_FakeDeviceArray(), ctx=cpu)
     with pytest.raises(TypeError, match="device=True: a device array needs a CUDA context"):
         spotwave.sim.stars(random=3, size=(16, 16), device=True, ctx=cpu)
+
+
+def test_context_memory_limit():
+    ctx = spotwave.Context("cpu")
+    default = ctx.memory_limit
+    assert isinstance(default, int) and default > 0
+    ctx.memory_limit = "512M"
+    assert ctx.memory_limit == 512 * 2**20
+    ctx.memory_limit = 12345
+    assert ctx.memory_limit == 12345
+    ctx.memory_limit = "unlimited"
+    assert ctx.memory_limit == 2**64 - 1
+    ctx.memory_limit = 0  # back to the default
+    assert ctx.memory_limit == default
+    with pytest.raises(ValueError, match="not a memory size"):
+        ctx.memory_limit = "lots"
+    with pytest.raises(TypeError, match="memory_limit"):
+        ctx.memory_limit = 1.5
+    with pytest.raises(ValueError):
+        ctx.memory_limit = -1
+    assert ctx.memory_limit == default  # failed assignments leave it as it was
+
+    # a star list of 10^8 stars (3.2 GB) is refused before anything is allocated ...
+    ctx.memory_limit = "64M"
+    with pytest.raises(spotwave.OutOfMemoryError, match=r"10+ stars: needs .*memory limit of 64 MiB"):
+        spotwave.sim.stars(random=10**8, size=(16, 16), ctx=ctx)
+    with pytest.raises(MemoryError):  # the built-in a Python user would catch
+        spotwave.sim.stars(random=10**8, size=(16, 16), ctx=ctx)
+    # ... and a moderate one passes
+    image, truth = spotwave.sim.stars(random=100, size=(16, 16), ctx=ctx)
+    assert image.shape == (16, 16) and len(truth["x_px"]) == 100

@@ -39,3 +39,27 @@ def test_write_h5_bad_input(tmp_path):
     with pytest.raises(spotwave.InvalidArgumentError):
         spotwave.write_h5(tmp_path / "x.h5", f, overload=-1)
     assert not (tmp_path / "x.h5").exists()
+
+
+def test_cli_linked_data_files_are_inputs(tmp_path, cli):
+    """`spotwave find` on a master never replaces a data file its links lead to, and follows
+    links only beside the master unless --h5-link-dirs names another folder."""
+    rng = np.random.default_rng(2)
+    frames = rng.poisson(5, size=(2, 32, 32)).astype(np.uint16)
+    frames[:, 10:13, 20:23] += 400  # one spot a frame
+    master, data = tmp_path / "run_master.h5", tmp_path / "run_data_000001.h5"
+    spotwave.write_h5(master, frames, linked=True, compression="none")
+    before = data.read_bytes()
+    p = cli("find", master, "--out", data, check=False)
+    assert p.returncode == 1 and "would replace the input" in p.stderr, p.stderr
+    assert data.read_bytes() == before
+    assert not list(tmp_path.glob(".spotwave-*"))
+    # the data file moved to another folder: found only where --h5-link-dirs allows
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    data.rename(other / data.name)
+    p = cli("find", master, "--out", tmp_path / "s.csv", check=False)
+    assert p.returncode == 1 and "run_data_000001.h5" in p.stderr, p.stderr
+    assert not (tmp_path / "s.csv").exists()
+    cli("find", master, "--out", tmp_path / "s.csv", "--h5-link-dirs", other)
+    assert (tmp_path / "s.csv").read_text().startswith("frame,x_px,y_px")

@@ -45,6 +45,40 @@ def test_simulate_is_the_commands(cli, one, config):
     assert (summary["modes"] is None) == (cfg["recon"] != "mvm")
 
 
+@pytest.mark.parametrize("config", [
+    dict(nx=6, recon="mvm", gain=3.0, frames=20),              # diverges
+    dict(nx=6, recon="dsabre-local", partitions=2, clip=0.01),  # a saturated mirror
+    dict(nx=6, recon="dsabre-local", partitions=2, delay=1, gain=1.02),  # above g_max = 1
+])
+def test_guards_are_the_commands(cli, one, config):
+    """The physics guards (warnings, diverged, divergence_frame, saturated_frames) as the command
+    reports them."""
+    cfg = dict(SMALL, **config)
+    args = ["--threads", 1, "loop", "--json"]
+    for k, v in cfg.items():
+        args += ["--set", f"{k}={v}"]
+    report = json.loads(cli(*args).stdout)
+    summary = L.simulate(ctx=one, **cfg)
+    assert report["warnings"], report
+    for k in report:
+        if k not in TIMINGS:
+            assert summary[k] == report[k], k
+    if cfg.get("gain") == 3.0:
+        assert summary["diverged"] and summary["divergence_frame"] >= 1
+    if "clip" in cfg:
+        assert summary["saturated_frames"] > 0
+
+
+def test_max_gain():
+    assert L.max_gain(0) == pytest.approx(2.0)
+    assert L.max_gain(1) == pytest.approx(1.0)
+    assert L.max_gain(2) == pytest.approx((5 ** 0.5 - 1) / 2)
+    assert L.max_gain(0, "leaky", 0.2) == pytest.approx(1.8)
+    assert L.max_gain(2, "leaky", 0.2) > L.max_gain(2)
+    with pytest.raises(ValueError, match="far outside the stable range"):
+        L.Simulator(nx=4, gain=1e30)
+
+
 def test_open_loop_and_steps(cli, one):
     cfg = dict(SMALL, nx=6, recon="dsabre-local", partitions=2)
     report = json.loads(cli("--threads", 1, "loop", "--json", "--open-loop",

@@ -64,6 +64,12 @@ sw_status sw_context_create(const sw_context_params *params, sw_context **out)
     ctx->log_user = p.log_user;
     ctx->log_level = p.log_level;
     ctx->backend = SW_BACKEND_CPU;
+    ctx->memory_limit = sw_memory_limit_default();
+    const char *env = sw_memory_env_invalid();
+    if (env)
+        sw_log(ctx, SW_LOG_WARN,
+               "SPOTWAVE_MAX_MEMORY='%.64s' is not a size (512M, 8G, bytes, unlimited): ignored",
+               env);
 
     if (p.backend == SW_BACKEND_CPU) {
         snprintf(ctx->reason, sizeof ctx->reason, "CPU backend requested (%d threads)",

@@ -32,6 +32,7 @@ struct sw_context {
     sw_log_fn log;
     void *log_user;
     sw_log_level log_level;
+    uint64_t memory_limit;    /* bytes one input-sized request may ask for (memory.c) */
     char error[SW_ERROR_MAX]; /* last failure */
 };
 
@@ -77,6 +78,9 @@ sw_status sw_image_check_output(sw_context *ctx, const char *who, const sw_image
 
 /* Loads n pixels of one host row of any type into doubles. */
 void sw_load_row(const void *row, sw_pixel_type t, int32_t n, double *out);
+
+/* SPOTWAVE_MAX_MEMORY when it is set but not a size (memory.c), NULL otherwise. */
+const char *sw_memory_env_invalid(void);
 
 /* Allocates/frees host memory for images: pinned through CUDA when pinned != 0. */
 void *sw_host_alloc(sw_context *ctx, size_t bytes, int pinned);

@@ -98,6 +98,8 @@ sw_status sw_image_alloc(sw_context *ctx, int32_t width, int32_t height, sw_pixe
     size_t bytes;
     if (!sw_mul_ok(stride, (size_t)height, &bytes))
         return sw_fail(ctx, SW_ERANGE, "image %dx%d: size overflows", width, height);
+    SW_TRY(sw_memory_check(ctx, 1, bytes, "a %dx%d %s image", width, height,
+                           sw_pixel_type_string(type)));
     int pinned = ctx && ctx->backend == SW_BACKEND_CUDA;
     void *data = sw_host_alloc(ctx, bytes, pinned);
     if (!data)
@@ -124,6 +126,9 @@ sw_status sw_image_alloc_device(sw_context *ctx, int32_t width, int32_t height, 
     sw_status st = check_dims(ctx, width, height, type);
     if (st != SW_OK)
         return st;
+    /* the pitch cudaMallocPitch picks is at most a few hundred bytes more per row */
+    SW_TRY(sw_memory_check(ctx, (uint64_t)height, (uint64_t)width * sw_pixel_size(type) + 512,
+                           "a %dx%d %s device image", width, height, sw_pixel_type_string(type)));
 #ifdef SW_HAVE_CUDA
     out->width = width;
     out->height = height;

@@ -167,6 +167,14 @@ sw_status sw_find_create(sw_context *ctx, const sw_find_params *p, sw_find_plan 
     if (st != SW_OK)
         return st;
 
+    /* The per-pixel working set, host or device (mask, gain, threshold tables, labels: < 48
+     * bytes a pixel), and the component list, before anything is made. */
+    SW_TRY(sw_memory_check(ctx, (uint64_t)p->width * (uint64_t)p->height, 48,
+                           "find: the working buffers of a %dx%d frame", (int)p->width,
+                           (int)p->height));
+    SW_TRY(sw_memory_check(ctx, (uint64_t)(p->max_components > 0 ? p->max_components : 0),
+                           sizeof(sw_spot) + 16, "find: a list of %lld components",
+                           (long long)p->max_components));
     sw_find_plan *plan = calloc(1, sizeof(*plan));
     if (!plan)
         return sw_fail(ctx, SW_ENOMEM, "find: out of memory");

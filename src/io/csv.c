@@ -94,6 +94,8 @@ sw_status sw_table_append(sw_context *ctx, sw_table *t, const double *row)
         size_t bytes;
         if (t->capacity > INT64_MAX / 4 || !sw_mul_ok((size_t)cap, sizeof(double), &bytes))
             return sw_fail(ctx, SW_ENOMEM, "sw_table_append: table too large");
+        SW_TRY(sw_memory_check(ctx, (uint64_t)cap * (uint64_t)t->ncols, sizeof(double),
+                               "a table of %lld rows x %d columns", (long long)cap, (int)t->ncols));
         for (int32_t i = 0; i < t->ncols; i++) {
             double *p = realloc(t->cols[i], bytes);
             if (!p)
@@ -363,6 +365,11 @@ sw_status sw_csv_read(sw_context *ctx, const char *path, sw_table *out)
         if (st != SW_OK)
             break;
         st = sw_table_append(ctx, &t, row);
+        if (st == SW_ENOMEM) { /* the message names the file and its line */
+            char m[SW_ERROR_MAX];
+            snprintf(m, sizeof m, "%s", sw_context_error(ctx));
+            st = sw_fail(ctx, st, "%s, line %lld: %s", path, lineno, m);
+        }
         if (st != SW_OK)
             break;
     }

@@ -695,9 +695,12 @@ static sw_status gunzip(sw_context *ctx, const char *name, const unsigned char *
         if (isize >= n / 2 && isize / 1100 <= n)
             cap = isize + 1;
     }
-    unsigned char *buf = malloc(cap);
     size_t len = 0, pos = 0;
-    sw_status st = SW_OK;
+    sw_status st =
+        sw_memory_check(ctx, 1, cap, "%s: a first buffer for the decompressed gzip data", name);
+    unsigned char *buf = st == SW_OK ? malloc(cap) : NULL;
+    if (st != SW_OK)
+        goto done;
     if (!buf) {
         st = sw_fail(ctx, SW_ENOMEM, "%s: out of memory for the decompressed data", name);
         goto done;
@@ -710,6 +713,11 @@ static sw_status gunzip(sw_context *ctx, const char *name, const unsigned char *
         }
         if (len == cap) {
             size_t ncap = cap > SIZE_MAX / 2 ? SIZE_MAX : 2 * cap;
+            if (sw_memory_check(ctx, 1, ncap, "%s: the decompressed gzip data (%zu bytes so far)",
+                                name, len) != SW_OK) {
+                st = SW_ENOMEM;
+                goto done;
+            }
             unsigned char *nb = ncap > cap ? realloc(buf, ncap) : NULL;
             if (!nb) {
                 st = sw_fail(ctx, SW_ENOMEM,
@@ -918,6 +926,15 @@ static sw_status fits_load_input(sw_context *ctx, fits_input *in, int32_t index,
     if (index >= 0 && index >= t.naxes[2])
         return sw_fail(ctx, SW_EINVAL, "%s: frame %d requested but the file has %lld frame%s",
                        in->name, (int)index, t.naxes[2], t.naxes[2] == 1 ? "" : "s");
+    /* What the header asks for, before anything is allocated: a tile-compressed or sparse file
+     * can claim far more pixels than it holds. Frames are stored as u8, u16 or 4-byte pixels. */
+    const uint64_t px_bytes = t.bitpix == 8 ? 1 : t.bitpix == 16 ? 2 : 4;
+    const uint64_t frame_bytes = (uint64_t)t.naxes[0] * (uint64_t)t.naxes[1] * px_bytes;
+    const long long want = index >= 0 ? 1 : t.naxes[2];
+    st = sw_memory_check(ctx, (uint64_t)want, frame_bytes, "%s: %lld frame%s of %lld x %lld pixels",
+                         in->name, want, want == 1 ? "" : "s", t.naxes[0], t.naxes[1]);
+    if (st != SW_OK)
+        return st;
 
     fitsfile *fp = NULL;
     int status = 0;

@@ -598,6 +598,16 @@ sw_status sw_h5_get_info(const sw_h5_reader *r, sw_h5_info *info)
     return SW_OK;
 }
 
+int32_t sw_h5_file_count(const sw_h5_reader *r)
+{
+    return r ? (int32_t)r->l.nfiles : 0;
+}
+
+const char *sw_h5_file_path(const sw_h5_reader *r, int32_t k)
+{
+    return r && k >= 0 && (uint32_t)k < r->l.nfiles ? r->l.files[k].path : NULL;
+}
+
 const char *sw_h5_reader_error(const sw_h5_reader *r)
 {
     return r ? r->error : "";
@@ -916,6 +926,12 @@ sw_status sw_h5_read_pixel_mask(sw_h5_reader *r, uint8_t *valid)
         H5Eclear2(H5E_DEFAULT);
         quiet_end(&q);
     } else {
+        if (sw_memory_check(r->ctx, (uint64_t)w * h, es, "%s: the %zu x %zu pixel mask", r->path, w,
+                            h) != SW_OK) {
+            char msg[SW_ERROR_MAX];
+            snprintf(msg, sizeof msg, "%s", sw_context_error(r->ctx));
+            return reader_fail(r, SW_ENOMEM, "%s", msg);
+        }
         uint8_t *raw = malloc(w * h * es);
         if (!raw)
             return reader_fail(r, SW_ENOMEM, "%s: out of memory reading the pixel mask", r->path);

@@ -113,9 +113,21 @@ static inline void sw_io_tmp_abort(char *tmp, FILE *f)
     }
 }
 
-/* Moves the finished temporary file to its final name (replacing any file there). */
+/* Moves the finished temporary file to its final name (replacing any file there), after its
+ * data are on disk (fsync): a crash then leaves the old file or the whole new one, never a new
+ * name over missing data. */
 static inline sw_status sw_io_tmp_rename(sw_context *ctx, const char *path, char *tmp)
 {
+    int fd = open(tmp, O_RDONLY);
+    if (fd < 0 || fsync(fd) != 0) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        unlink(tmp);
+        free(tmp);
+        return sw_fail(ctx, SW_EIO, "%s: cannot write the file to disk (%s)", path, strerror(e));
+    }
+    close(fd);
     if (rename(tmp, path) != 0) {
         int e = errno;
         unlink(tmp);

@@ -35,6 +35,39 @@ sw_status sw_controller_kind_parse(const char *text, sw_controller_kind *out)
                    text);
 }
 
+/*
+ * Stability of the integrator with a d-frame delay. With r_k = w_k - u_{k-d} and
+ * u_k = a u_{k-1} + g r_k (a = 1 - leak), the closed loop's transfer function from w to u has the
+ * denominator 1 - a z^-1 + g z^-d, i.e. the characteristic polynomial z^d - a z^(d-1) + g. At
+ * g = 0 its roots are a and 0 (inside the unit circle); as g grows a root first crosses the
+ * circle at z = e^{iw}, where g = -e^{iw(d-1)} (e^{iw} - a) must be real and positive:
+ *     |g| = |e^{iw} - a|  and  w (d - 1) + arg(e^{iw} - a) = pi.
+ * For a = 1: e^{iw} - 1 = 2 sin(w/2) e^{i(pi + w)/2}, so w (d - 1) + (pi + w) / 2 = pi gives
+ * w = pi / (2d - 1) and g_max = 2 sin(w / 2) = 2 sin(pi / (2 (2d - 1))) (d = 1: z = 1 - g, g < 2;
+ * d = 2: z^2 - z + g, g < 1). For a < 1 the left side of the phase condition grows with w from 0
+ * (w = 0) to d pi (w = pi), so its root is found by bisection. tests/unit/test_loop_control.c
+ * checks both against the scalar recursion itself.
+ */
+double sw_controller_max_gain(int32_t delay_frames, double leak)
+{
+    if (delay_frames < 1 || !(leak >= 0.0 && leak < 1.0))
+        return NAN;
+    const double pi = 3.14159265358979323846, d = (double)delay_frames, a = 1.0 - leak;
+    if (leak == 0.0)
+        return 2.0 * sin(pi / (2.0 * (2.0 * d - 1.0)));
+    double lo = 0.0, hi = pi;
+    for (int i = 0; i < 200; i++) {
+        const double w = 0.5 * (lo + hi);
+        const double phase = w * (d - 1.0) + atan2(sin(w), cos(w) - a);
+        if (phase < pi)
+            lo = w;
+        else
+            hi = w;
+    }
+    const double w = 0.5 * (lo + hi);
+    return hypot(cos(w) - a, sin(w));
+}
+
 void sw_controller_params_default(sw_controller_params *p)
 {
     if (!p)

@@ -187,6 +187,7 @@ struct sw_loop {
     int64_t nframe; /* frames run */
     int broken;     /* a step failed part-way: the screen, noise and exposure are out of step */
     double last_turb_nm, last_resid_nm;
+    int32_t last_clipped;             /* commands of the last frame at the stroke limit */
     double phase_sum[SW_LOOP_PHASES]; /* host wall time per phase, us (sw_loop_phase_us) */
     int64_t phase_frames;
 };
@@ -941,6 +942,22 @@ sw_status sw_loop_create(sw_context *ctx, const sw_loop_params *p, sw_loop **out
     sw_status st = check_params(ctx, p);
     if (st != SW_OK)
         return st;
+    {
+        /* The arrays whose size the parameters decide, summed before any is made: the science
+         * PSF (FFT and long exposure, (2 nq)^2 x 24 bytes), the phase grid (turbulence, mirror
+         * surface, residual, masks: gw^2 x ~20 bytes), the SH frame (and its copy) and, for MVM,
+         * the interaction and control matrices (2 nx^2 slopes x (nx + 1)^2 actuators, floats). */
+        const uint64_t nq = (uint64_t)p->nx * (uint64_t)p->samples, gw = nq + 2 * LOOP_MARGIN;
+        const uint64_t frame = (uint64_t)p->nx * (uint64_t)p->px_per_lenslet;
+        const uint64_t nact = ((uint64_t)p->nx + 1) * ((uint64_t)p->nx + 1);
+        uint64_t bytes = 4 * nq * nq * 24 + gw * gw * 20 + frame * frame * 8;
+        if (p->recon == SW_LOOP_MVM)
+            bytes += 2 * (2 * (uint64_t)p->nx * (uint64_t)p->nx) * nact * sizeof(float);
+        SW_TRY(sw_memory_check(ctx, 1, bytes,
+                               "loop: %d x %d lenslets, %d samples and %d pixels per lenslet%s",
+                               (int)p->nx, (int)p->nx, (int)p->samples, (int)p->px_per_lenslet,
+                               p->recon == SW_LOOP_MVM ? ", MVM matrices" : ""));
+    }
     sw_loop *l = calloc(1, sizeof *l);
     if (!l)
         return sw_fail(ctx, SW_ENOMEM, "loop: out of memory");
@@ -1188,6 +1205,13 @@ static sw_status step_once(sw_loop *l, sw_loop_frame *out)
     if (st != SW_OK)
         return st;
     l->nframe = k;
+    /* u_k is in slot now: how many commands sit at the stroke limit (the clamp gives +-clip) */
+    l->last_clipped = 0;
+    if (p->controller.clip > 0.0) {
+        const float lim = (float)p->controller.clip;
+        for (int32_t a = 0; a < nact; a++)
+            l->last_clipped += fabsf(slot[a]) >= lim;
+    }
     if (out) {
         const double a2 = l->sum_a * l->sum_a;
         const double ph = 2.0 * LOOP_PI * l->last_resid_nm * 1e-3 / p->science_wavelength_um;
@@ -1254,6 +1278,16 @@ double sw_loop_long_strehl(const sw_loop *l)
 int32_t sw_loop_modes(const sw_loop *l)
 {
     return l && l->p.recon == SW_LOOP_MVM ? l->kept : -1;
+}
+
+int32_t sw_loop_clipped(const sw_loop *l)
+{
+    return l ? l->last_clipped : 0;
+}
+
+int32_t sw_loop_actuators(const sw_loop *l)
+{
+    return l ? l->nact : 0;
 }
 
 /* ------------------------------------------------------------------ fitting error */

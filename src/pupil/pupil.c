@@ -188,6 +188,10 @@ sw_status sw_pupil_create(sw_context *ctx, const sw_pupil_params *p, sw_pupil_pl
     if (st != SW_OK)
         return st;
 
+    /* the per-pixel buffers (8-bit copies, border lists), host or device: < 32 bytes a pixel */
+    SW_TRY(sw_memory_check(ctx, (uint64_t)p->width * (uint64_t)p->height, 32,
+                           "pupil: the working buffers of a %dx%d frame", (int)p->width,
+                           (int)p->height));
     sw_pupil_plan *plan = calloc(1, sizeof *plan);
     if (!plan)
         return sw_fail(ctx, SW_ENOMEM, "pupil: out of memory");

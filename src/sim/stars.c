@@ -27,6 +27,8 @@ sw_status sw_stars_alloc(sw_context *ctx, int64_t count, sw_stars *out)
     if ((uint64_t)count > (uint64_t)SIZE_MAX || !sw_mul_ok((size_t)count, sizeof(double), &bytes))
         return sw_fail(ctx, SW_ENOMEM, "sw_stars_alloc: %lld stars do not fit in memory",
                        (long long)count);
+    SW_TRY(sw_memory_check(ctx, (uint64_t)count, 4 * sizeof(double), "a list of %lld stars",
+                           (long long)count));
     out->x = calloc((size_t)count, sizeof(double));
     out->y = calloc((size_t)count, sizeof(double));
     out->flux = calloc((size_t)count, sizeof(double));

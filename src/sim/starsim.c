@@ -148,6 +148,10 @@ sw_status sw_starsim_create(sw_context *ctx, const sw_starsim_params *p, sw_star
                        "the CPU (use auto, sequential, openmp or deterministic)",
                        sw_starsim_method_string(p->method));
 
+    /* the packed list, on the host and (CUDA) again on the device */
+    SW_TRY(sw_memory_check(ctx, (uint64_t)p->max_stars, sizeof(sw_packed_star),
+                           "star simulator: the packed list of %lld stars",
+                           (long long)p->max_stars));
     sw_starsim *plan = calloc(1, sizeof *plan);
     if (!plan)
         return sw_fail(ctx, SW_ENOMEM, "star simulator: out of memory");

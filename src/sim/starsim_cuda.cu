@@ -411,13 +411,21 @@ extern "C" sw_status sw_starsim_gpu_create(sw_starsim *plan)
     SW_TRY(sw_event_pair_create(SW_CUDA_CTX, SW_CUDA_STAGE, &g->ev));
     const int npix = plan->p.roi_side * plan->p.roi_side;
     g->threads = npix >= 256 ? 256 : (npix + 31) / 32 * 32;
+    SW_TRY(sw_memory_check(plan->ctx, (uint64_t)plan->p.max_stars, sizeof(sw_packed_star),
+                           "star simulator: the device list of %lld stars",
+                           (long long)plan->p.max_stars));
     SW_CU(cudaMalloc(&g->stars, (size_t)plan->p.max_stars * sizeof(sw_packed_star)));
     sw_status st = build_lut(plan, g);
     if (st != SW_OK)
         return st;
-    if (plan->p.method == SW_STARSIM_DETERMINISTIC)
+    if (plan->p.method == SW_STARSIM_DETERMINISTIC) {
+        SW_TRY(sw_memory_check(plan->ctx, (uint64_t)plan->p.width * (uint64_t)plan->p.height,
+                               sizeof(unsigned long long),
+                               "star simulator: the %dx%d device accumulator (deterministic)",
+                               (int)plan->p.width, (int)plan->p.height));
         SW_CU(cudaMalloc(&g->acc, (size_t)plan->p.width * (size_t)plan->p.height *
                                       sizeof(unsigned long long)));
+    }
     plan->auto_adaptive_from = INT64_MAX;
     if (plan->p.method == SW_STARSIM_AUTO)
         return calibrate(plan, g);

@@ -228,19 +228,37 @@ check json "$tmp/s.json" "r['config']['gain'] == 0.2 and r['frames'] == 3" || fa
 # ---------------------------------------------------------------- errors
 printf 'nx = 8\nfoo = 3\n' >"$tmp/badkey.cfg"
 expect_usage loop --config "$tmp/badkey.cfg"
-[[ $err == *badkey.cfg*"line 2"*foo* ]] || fail "unknown key: $err"
+[[ $err == *"badkey.cfg:2: unknown key 'foo'"* ]] || fail "unknown key: $err"
 printf '# gain\n\ngain = fast\n' >"$tmp/badval.cfg"
 expect_usage loop --config "$tmp/badval.cfg"
-[[ $err == *badval.cfg*"line 3"*gain*fast* ]] || fail "bad value: $err"
+[[ $err == *badval.cfg:3:*gain*fast* ]] || fail "bad value: $err"
 printf 'nx 8\n' >"$tmp/noeq.cfg"
 expect_usage loop --config "$tmp/noeq.cfg"
-[[ $err == *noeq.cfg*"line 1"*"key = value"* ]] || fail "no '=': $err"
+[[ $err == *noeq.cfg:1:*"key = value"* ]] || fail "no '=': $err"
 printf 'coupling = 1.5\n' >"$tmp/range.cfg"
 expect_usage loop --config "$tmp/range.cfg"
-[[ $err == *"line 1"*coupling*1.5* ]] || fail "coupling out of range: $err"
+[[ $err == *range.cfg:1:*coupling*1.5* ]] || fail "coupling out of range: $err"
 printf 'model =\n' >"$tmp/empty.cfg"
 expect_usage loop --config "$tmp/empty.cfg"
-[[ $err == *"line 1"*model* ]] || fail "empty value: $err"
+[[ $err == *empty.cfg:1:*model* ]] || fail "empty value: $err"
+# a repeated key and a NUL byte: errors with the file and line (the fuzz target holds the
+# invariants: tests/fuzz/fuzz_cli_loop.c)
+printf 'nx = 8\n# frames\ngain = 0.3\nsamples = 4\n\ngain=0.4\n' >"$tmp/twice.cfg"
+expect_usage loop --config "$tmp/twice.cfg"
+[[ $err == *"twice.cfg:6: key 'gain' repeated (first at line 3)"* ]] || fail "repeated key: $err"
+printf 'nx = 8\nsamples = 4\nga\0in = 0.3\n' >"$tmp/nul.cfg"
+expect_usage loop --config "$tmp/nul.cfg"
+[[ $err == *"nul.cfg:3: a NUL byte (column 3)"* ]] || fail "NUL byte: $err"
+printf 'nx = 8 # \0 even in a comment\n' >"$tmp/nul2.cfg"
+expect_usage loop --config "$tmp/nul2.cfg"
+[[ $err == *"nul2.cfg:1: a NUL byte"* ]] || fail "NUL byte in a comment: $err"
+{ printf 'nx = 8\n# '; head -c 1100 /dev/zero | tr '\0' x; printf '\n'; } >"$tmp/long.cfg"
+expect_usage loop --config "$tmp/long.cfg"
+[[ $err == *"long.cfg:2: longer than 1024 characters"* ]] || fail "long line: $err"
+# the command line may still override what the file sets (once)
+expect 0 "${B[@]}" loop --config "$tmp/tiny.cfg" --set gain=0.3 --gain 0.2 --frames 3 \
+    --set warmup=2 --json
+
 expect_usage loop --set bogus=1
 [[ $err == *bogus* ]] || fail "--set unknown key: $err"
 expect_usage loop --set gain
@@ -268,5 +286,65 @@ expect 1 --backend cpu loop --config "$tmp/tiny.cfg" --frames 2 --set warmup=1 \
     --plot "$tmp/no/such/dir/p.png"
 expect_one_line loop plot
 [[ $err == *no/such/dir/p.png* ]] || fail "unwritable plot: $err"
+
+# ---------------------------------------------------------------- physics guards
+# A normal loop is clean: no warnings, not diverged, nothing saturated (the closed loop above).
+check json "$tmp/c.json" "r['warnings'] == [] and r['diverged'] is False and r['divergence_frame'] is None and r['saturated_frames'] == 0 and r['gain_max_stable'] == 2 and r['loop_delay_frames'] == 1 and r['strict'] is False" ||
+    fail "the normal loop has guard flags: $(cat "$tmp/c.json")"
+expect 0 "${B[@]}" loop --config "$tmp/tiny.cfg" --frames 22 --set warmup=2 --strict
+[[ $out != *warning* && -z $err ]] || fail "a normal loop under --strict: $out $err"
+
+# Gains far out of range are usage errors (exit 2) before anything runs.
+for g in 1e30 11 -0.5 inf nan; do
+    expect_usage loop --config "$tmp/tiny.cfg" --gain "$g"
+done
+expect_usage loop --config "$tmp/tiny.cfg" --gain 1e30
+[[ $err == *"gain 1e+30 is far outside the stable range"*"limit is 2 for a delay of 1 frame"* ]] ||
+    fail "gain 1e30: $err"
+
+# Just above the stable limit (delay 0: the loop delay is 1 frame, g_max = 2; delay 1: 1): a
+# warning in the summary, the JSON and on stderr; exit 0, or 1 under --strict.
+expect 0 "${B[@]}" loop --config "$tmp/tiny.cfg" --gain 2.05 --frames 22 --set warmup=2
+[[ $out == *"  warning    gain 2.05 is above the stable limit 2 of the integrator"* ]] ||
+    fail "gain 2.05: no warning in the summary: $out"
+[[ $err == *"spotwave loop: warning: gain 2.05"* ]] || fail "gain 2.05: no warning on stderr: $err"
+expect 1 "${B[@]}" loop --config "$tmp/tiny.cfg" --gain 2.05 --frames 22 --set warmup=2 \
+    --strict --report "$tmp/strict.csv"
+[[ $err == *"--strict: 1 warning"* ]] || fail "gain 2.05 --strict: $err"
+check csv "$tmp/strict.csv" 22 2 || fail "--strict: the report is still written"
+expect 0 "${B[@]}" loop --config "$tmp/tiny.cfg" --set delay=1 --gain 1.02 --frames 22 \
+    --set warmup=2 --json
+printf '%s\n' "$out" >"$tmp/g.json"
+check json "$tmp/g.json" "abs(r['gain_max_stable'] - 1) < 1e-12 and r['loop_delay_frames'] == 2 and len(r['warnings']) >= 1 and 'stable limit 1 ' in r['warnings'][0]" ||
+    fail "delay 1, gain 1.02: $out"
+expect 0 "${B[@]}" loop --config "$tmp/tiny.cfg" --set delay=1 --gain 0.95 --frames 22 \
+    --set warmup=2 --strict
+
+# A loop that does diverge: the frame it started, exit 1 under --strict.
+expect 0 "${B[@]}" loop --config "$tmp/tiny.cfg" --recon mvm --gain 3 --set warmup=2 \
+    --report "$tmp/d.csv" --json
+printf '%s\n' "$out" >"$tmp/d.json"
+check json "$tmp/d.json" "r['diverged'] is True and 2 <= r['divergence_frame'] <= 26 and any('diverged from frame %d' % r['divergence_frame'] in w for w in r['warnings'])" ||
+    fail "gain 3: no divergence flagged: $out"
+python3 - "$tmp/d.csv" "$tmp/d.json" <<'PY' || fail "the divergence frame does not match the table"
+import json, sys
+rows = [l.strip().split(",") for l in open(sys.argv[1])][1:]
+f0 = json.load(open(sys.argv[2]))["divergence_frame"]
+ratio = {int(r[0]): float(r[2]) / float(r[1]) for r in rows}
+assert all(ratio[f] > 2 for f in range(f0, f0 + 5)), ratio
+assert f0 == 1 or not all(ratio[f] > 2 for f in range(f0 - 1, f0 + 4)), ratio  # the first run
+PY
+expect 1 "${B[@]}" loop --config "$tmp/tiny.cfg" --recon mvm --gain 3 --set warmup=2 --strict
+[[ $err == *"--strict: 2 warnings"* ]] || fail "gain 3 --strict: $err"
+
+# A saturated mirror: a stroke limit far below the turbulence clips most commands.
+expect 0 "${B[@]}" loop --config "$tmp/tiny.cfg" --set clip=0.01 --frames 22 --set warmup=2 --json
+printf '%s\n' "$out" >"$tmp/s.json"
+check json "$tmp/s.json" "r['saturated_frames'] >= 15 and any('saturated' in w for w in r['warnings'])" ||
+    fail "clip 0.01: no saturation counted: $out"
+expect 0 "${B[@]}" loop --config "$tmp/tiny.cfg" --set clip=1000 --frames 22 --set warmup=2 --json
+printf '%s\n' "$out" >"$tmp/s.json"
+check json "$tmp/s.json" "r['saturated_frames'] == 0 and r['warnings'] == []" ||
+    fail "clip 1000: saturation counted: $out"
 
 echo "test_cli_loop: ok"

@@ -383,6 +383,64 @@ static void test_integrator_rate(void **state)
     sw_controller_destroy(c);
 }
 
+/* |r| after n frames of the real controller (one command) closing a loop with a d-frame delay
+ * on a unit step disturbance: r_k = 1 - u_{k-d}. */
+static double delayed_loop(double gain, double leak, int d, int n)
+{
+    sw_controller_params p;
+    sw_controller_params_default(&p);
+    p.nact = 1;
+    p.kind = leak > 0.0 ? SW_CTRL_LEAKY : SW_CTRL_INTEGRATOR;
+    p.gain = gain;
+    p.leak = leak;
+    sw_controller *c = make(&p);
+    float ring[16] = {0}; /* u_{k-1} .. u_{k-d} */
+    float r = 0.0f;
+    for (int k = 1; k <= n; k++) {
+        r = 1.0f - ring[(k - d + 16) % 16]; /* u_{k-d}, 0 before the first */
+        float u;
+        assert_int_equal(sw_controller_step(c, &r, &u), SW_OK);
+        ring[k % 16] = u;
+        if (!(fabsf(r) < 1e6f))
+            break;
+    }
+    sw_controller_destroy(c);
+    return fabs((double)r);
+}
+
+/* The stable range of the integrator with a delay (sw_controller_max_gain): the closed form
+ * 2 sin(pi / (2 (2d - 1))) and the leaky bisection, checked on the loop itself: 5 % below the
+ * limit the step response settles (|r| < 1), 5 % above it grows past 1e3 within 3000 frames (the
+ * slowest root then grows by 1.006 a frame, d = 6). */
+static void test_max_gain(void **state)
+{
+    (void)state;
+    assert_near(sw_controller_max_gain(1, 0.0), 2.0, 1e-12);
+    assert_near(sw_controller_max_gain(2, 0.0), 1.0, 1e-12);
+    assert_near(sw_controller_max_gain(3, 0.0), (sqrt(5.0) - 1.0) / 2.0, 1e-12); /* 0.618... */
+    assert_near(sw_controller_max_gain(1, 0.2), 1.8, 1e-9);                      /* z = 0.8 - g */
+    assert_near(sw_controller_max_gain(2, 0.2), 1.0, 1e-9);                      /* |z|^2 = g */
+    assert_true(isnan(sw_controller_max_gain(0, 0.0)));
+    assert_true(isnan(sw_controller_max_gain(2, 1.0)));
+    assert_true(isnan(sw_controller_max_gain(2, -0.1)));
+    for (int d = 1; d <= 6; d++) {
+        const double leaks[] = {0.0, 0.01, 0.2};
+        for (int li = 0; li < 3; li++) {
+            const double g = sw_controller_max_gain(d, leaks[li]);
+            assert_true(g > 0.0 && g <= 2.0);
+            if (d == 1) /* z = (1 - leak) - g */
+                assert_near(g, 2.0 - leaks[li], 1e-9);
+            else if (d >= 3 && leaks[li] > 0.0) /* a leak widens the range a little */
+                assert_true(g > sw_controller_max_gain(d, 0.0));
+            const double below = delayed_loop(0.95 * g, leaks[li], d, 3000);
+            const double above = delayed_loop(1.05 * g, leaks[li], d, 3000);
+            if (!(below < 1.0) || !(above > 1e3))
+                fail_msg("d = %d, leak %g, g_max %.6f: |r| %.3g at 0.95 g_max, %.3g at 1.05", d,
+                         leaks[li], g, below, above);
+        }
+    }
+}
+
 /* Leaky: u = (1 - leak) u + g (x* - u) converges to g x* / (leak + g). */
 static void test_leaky_fixed_point(void **state)
 {
@@ -654,7 +712,7 @@ int main(void)
         cmocka_unit_test(test_control_bad),        cmocka_unit_test(test_integrator_rate),
         cmocka_unit_test(test_leaky_fixed_point),  cmocka_unit_test(test_pi_integrator),
         cmocka_unit_test(test_pi_subspace),        cmocka_unit_test(test_clip_nan_reset),
-        cmocka_unit_test(test_controller_bad),
+        cmocka_unit_test(test_controller_bad),     cmocka_unit_test(test_max_gain),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

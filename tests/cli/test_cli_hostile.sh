@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# Hostile and broken inputs, one table: every case runs a subcommand on a file we broke on
+# purpose (truncated, corrupt, absurd sizes, NaN, empty or saturated frames, impossible geometry,
+# NUL bytes) and expects its exit code (1: a clear failure; 2: a usage error; 0 where the input
+# is merely unusual) with one line on stderr starting "spotwave", never a signal (exit >= 128) or
+# a hang; the input files are never changed. The table (case, exit code, the message) is printed
+# for the record.
+# Usage: test_cli_hostile.sh PATH/TO/spotwave
+set -euo pipefail
+
+source "$(dirname "$0")/common.bash"
+mkdir "$tmp/w"
+cd "$tmp/w"
+
+table=""
+n_cases=0
+# hostile WANT DESCRIPTION ARGS...: WANT is an exit code or codes ("1", "0|1")
+hostile() {
+    local want=$1 what=$2
+    shift 2
+    find . -type f -print0 | xargs -0 sha256sum >"$tmp/sums"
+    set +e
+    timeout 60 "$SW" --backend cpu "$@" >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    set -e
+    err=$(cat "$tmp/err")
+    local first=${err%%$'\n'*}
+    n_cases=$((n_cases + 1))
+    table+=$(printf '%-44s %3s  %s' "$what" "$rc" "${first:0:110}")$'\n'
+    [[ $rc -lt 124 ]] || fail "$what: 'spotwave $*' exited $rc (a signal or the time limit): $err"
+    [[ "|$want|" == *"|$rc|"* ]] || fail "$what: 'spotwave $*' exited $rc, expected $want: $err"
+    if [[ $rc != 0 ]]; then
+        [[ $first == spotwave* ]] || fail "$what: stderr does not start with 'spotwave': $err"
+    fi
+    sha256sum --quiet -c "$tmp/sums" >/dev/null 2>&1 ||
+        fail "$what: 'spotwave $*' changed a file it was given"
+}
+
+py() { python3 -c "$@"; }
+
+# ---------------------------------------------------------------- good files to break
+expect 0 sim stars --random 30 --size 96x96 --seed 5 --bits 16 --out good.fits --truth cat.csv
+expect 0 sim stars --random 30 --size 96x96 --seed 5 --bits 16 --out good.pgm
+expect 0 sim stars --random 30 --size 96x96 --seed 5 --bits 16 --out good_master.h5
+geom=(--pitch 24 --grid 4x4 --origin 0,0)
+expect 0 sim sh "${geom[@]}" --size 96x96 --noise none --bits 16 --out sh.fits --reference ref.fits
+expect 0 centroid sh.fits "${geom[@]}" --reference ref.fits --slopes s.csv --out c.csv
+
+# ---------------------------------------------------------------- FITS
+: >empty.fits
+hostile 1 "FITS: empty file" find empty.fits
+head -c 2880 good.fits >hdr_only.fits
+hostile 1 "FITS: header only, no data" find hdr_only.fits
+head -c 5000 good.fits >cut.fits
+hostile 1 "FITS: data cut short" find cut.fits
+py "
+d = bytearray(open('good.fits','rb').read())
+i = d.find(b'NAXIS1  =')
+d[i:i+80] = b'NAXIS1  = %20d' % 2000000000 + b' ' * 50
+open('huge.fits','wb').write(d)"
+hostile 1 "FITS: NAXIS1 = 2e9 in a 10 KB file" find huge.fits
+py "
+d = bytearray(open('good.fits','rb').read())
+i = d.find(b'BITPIX  =')
+d[i:i+80] = b'BITPIX  = %20d' % 7 + b' ' * 50
+open('bitpix.fits','wb').write(d)"
+hostile 1 "FITS: BITPIX = 7" find bitpix.fits
+head -c 4000 /dev/urandom >noise.fits
+hostile 1 "FITS: random bytes" find noise.fits
+
+# ---------------------------------------------------------------- PGM
+printf 'P5\n0 10\n65535\n' >zero.pgm
+hostile 1 "PGM: width 0" find zero.pgm
+printf 'P5\n100000000 100000000\n65535\n' >vast.pgm
+hostile 1 "PGM: 1e8 x 1e8 claimed, no data" find vast.pgm
+head -c 3000 good.pgm >cut.pgm
+hostile 1 "PGM: data cut short" find cut.pgm
+printf 'P5\n4 4\n0\n0123456789abcdef' >maxval.pgm
+hostile 1 "PGM: maxval 0" find maxval.pgm
+
+# ---------------------------------------------------------------- HDF5
+head -c 2000 good_master.h5 >cut.h5
+hostile 1 "HDF5: truncated master" find cut.h5
+size=$(stat -c %s good_master.h5)
+for off in 0 8 40 96 200 400 800 1200 $((size / 2)) $((size - 200)) $((size - 8)); do
+    py "
+d = bytearray(open('good_master.h5','rb').read())
+d[$off] ^= 0xff
+open('flip.h5','wb').write(d)"
+    hostile "0|1" "HDF5: byte $off flipped" find flip.h5 --out spots_flip.csv
+    rm -f spots_flip.csv
+done
+rm flip.h5
+hostile 1 "HDF5: a dataset that is not there" find good_master.h5 --dataset /entry/nope
+
+# ---------------------------------------------------------------- frames
+py "
+import struct
+def fits(name, bitpix, vals, w, h):
+    cards = ['SIMPLE  = %20s' % 'T', 'BITPIX  = %20d' % bitpix, 'NAXIS   = %20d' % 2,
+             'NAXIS1  = %20d' % w, 'NAXIS2  = %20d' % h, 'END']
+    hdr = ''.join(c.ljust(80) for c in cards).ljust(2880).encode()
+    fmt = '>%d%s' % (w * h, 'f' if bitpix == -32 else 'H')
+    data = struct.pack(fmt, *vals)
+    data += bytes(-len(data) % 2880)
+    open(name, 'wb').write(hdr + data)
+n = 64 * 64
+fits('nan.fits', -32, [float('nan')] * n, 64, 64)
+fits('inf.fits', -32, [float('inf')] * n, 64, 64)
+fits('zeros.fits', -32, [0.0] * n, 64, 64)
+fits('sat.fits', 16, [65535 - 32768] * n, 64, 64)
+"
+hostile "0|1" "frame: every pixel NaN" find nan.fits --out s_nan.csv
+hostile "0|1" "frame: every pixel +inf" find inf.fits --out s_inf.csv
+hostile 0 "frame: every pixel 0 (no spots)" find zeros.fits --out s_zero.csv
+hostile "0|1" "frame: every pixel saturated" find sat.fits --out s_sat.csv
+hostile "0|1" "centroid: a NaN frame" centroid nan.fits --pitch 32 --grid 2x2 --origin 0,0
+hostile "0|1" "centroid: a saturated frame" centroid sat.fits --pitch 32 --grid 2x2 --origin 0,0
+
+# ---------------------------------------------------------------- impossible geometry
+hostile "1|2" "centroid: 10x10 lenslets of 24 px on 96 px" centroid sh.fits --pitch 24 \
+    --grid 10x10 --origin 0,0
+hostile "1|2" "centroid: origin outside the image" centroid sh.fits --pitch 24 --grid 4x4 \
+    --origin 5000,0
+hostile 2 "centroid: pitch 0" centroid sh.fits --pitch 0 --grid 4x4 --origin 0,0
+hostile "1|2" "fit: pupil larger than the grid" fit s.csv "${geom[@]}" --pupil-px 1e9
+hostile 2 "sim stars: size 0x0" sim stars --random 5 --size 0x0 --out x.fits
+
+# ---------------------------------------------------------------- tables
+: >empty.csv
+hostile 1 "slopes CSV: empty" fit empty.csv "${geom[@]}"
+printf 'ix,iy,dx_px,dy_px\n0,0,nan,inf\n' >inf.csv
+hostile 1 "slopes CSV: an infinite slope" fit inf.csv "${geom[@]}"
+printf 'ix,iy,dx_px,dy_px\n0,0,0.1,0\x00\n' >nul.csv
+hostile 1 "slopes CSV: a NUL byte" fit nul.csv "${geom[@]}"
+printf 'ix,iy,dx_px,dy_px\n-5,0,0.1,0.1\n' >neg.csv
+hostile 1 "slopes CSV: lenslet index -5" fit neg.csv "${geom[@]}"
+printf 'x_px,y_px,mag\n1e300,5,3\n' >far.csv
+hostile "0|1" "star catalogue: x = 1e300" sim stars --catalog far.csv --size 64x64 --out far.fits
+rm -f far.fits
+printf 'x_px,y_px,mag\n"5,5,3\n' >quote.csv
+hostile 1 "star catalogue: unbalanced quote" sim stars --catalog quote.csv --size 64x64 \
+    --out q.fits
+printf 'n,m,coef_um\n2,3,0.1\n' >badz.csv
+hostile 1 "Zernike CSV: m = 3 for n = 2" sim sh --zernike badz.csv "${geom[@]}" --size 96x96 \
+    --out z.fits
+printf 'frames = 3\nwarmup = 1\nbogus = 4\n' >bad.cfg
+hostile 2 "loop config: unknown key" loop --config bad.cfg
+
+printf '%s' "$table"
+echo "PASS ($n_cases cases)"
