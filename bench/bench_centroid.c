@@ -21,7 +21,9 @@
  *                             loop needs); w_P = 1000 only
  *   centroid_batch            DEVICE path, BATCH frames per run, results on the device, device
  *                             time; throughput in frames/s; w_P = 1000 only
- * The single-frame cases ask for all five result arrays (x, y, intensity, valid, slopes).
+ * The single-frame cases ask for all six result arrays (x, y, intensity, valid, saturated,
+ * slopes); the saturation check runs (the u8 default level, 255: most lenslets of these random
+ * frames hold a 255).
  * Their throughput is in GB/s: frame bytes read plus result bytes written per call.
  *
  * Rotation: each case cycles through a pool of distinct frames, max(8, 64 MiB / frame bytes)
@@ -330,7 +332,8 @@ static void fill_params(sw_centroid_params *p, int32_t w, double d, int32_t fram
 static double run_bytes(int32_t w, const sw_centroid_plan *plan, int slopes_only)
 {
     const double nl = sw_centroid_plan_lenslets(plan), ns = sw_centroid_plan_slopes(plan);
-    const double results = slopes_only ? 8.0 * ns : 13.0 * nl + 8.0 * ns; /* x y I valid, slopes */
+    /* x, y, intensity (4 bytes each), valid, saturated (1 byte each); slopes */
+    const double results = slopes_only ? 8.0 * ns : 14.0 * nl + 8.0 * ns;
     return (double)w * w + results;
 }
 

@@ -88,6 +88,19 @@ void sw_cmd_centroid_help(FILE *out)
             "                         spots): the spots it discards get valid 0 (default: none\n"
             "                         discarded)\n"
             "\n"
+            "Saturation (cog; centroid.h):\n"
+            "  --saturation V|none    raw pixel value (before --lut, --dark, --flat) at or above\n"
+            "                         which a pixel is saturated (default: the full scale of\n"
+            "                         integer frames, 255 for 8-bit and 65535 for 16-bit; none\n"
+            "                         for float frames, 32-bit integer ones included). A lenslet\n"
+            "                         with a saturated pixel in its region (after --window) gets\n"
+            "                         saturated 1; its centroid is kept (valid) but may be\n"
+            "                         biased. Give the camera's level (e.g. 4095 for 12 bits in\n"
+            "                         16-bit words); none: no check\n"
+            "  --drop-saturated       saturated lenslets also get valid 0 (no centroid, no\n"
+            "                         slope), as empty ones; a saturated lenslet of the\n"
+            "                         --reference image then leaves the mask\n"
+            "\n"
             "Reference and slopes (slope = centroid - reference, pixels):\n"
             "  --reference FILE       an image (FITS/PGM: one frame, the image's size and pixel\n"
             "                         type) whose centroids, with the same grid and\n"
@@ -108,14 +121,17 @@ void sw_cmd_centroid_help(FILE *out)
             "Output:\n"
             "  -o, --out CSV          centroids (default '-': standard output):\n"
             "                         ix,iy,x_px,y_px,intensity,valid, then dx_px,dy_px with\n"
-            "                         --reference; a first column 'frame' (0-based) when IMAGE\n"
-            "                         holds several frames; x_px, y_px, dx_px, dy_px are nan for\n"
-            "                         invalid lenslets. Rows in lenslet order (iy, then ix).\n"
+            "                         --reference, then (cog) saturated (1: a saturated pixel in\n"
+            "                         the lenslet's region); a first column 'frame' (0-based)\n"
+            "                         when IMAGE holds several frames; x_px, y_px, dx_px, dy_px\n"
+            "                         are nan for invalid lenslets. Rows in lenslet order (iy,\n"
+            "                         then ix).\n"
             "  --path auto|host|device|copy|mapped\n"
             "                         the library's memory path (default auto: host on the CPU,\n"
             "                         copy on a GPU)\n"
             "  --json                 print a JSON report on standard output (needs --out FILE):\n"
-            "                         grid, valid lenslets, slope mean and RMS, path, timings\n"
+            "                         grid, valid and saturated lenslets, slope mean and RMS,\n"
+            "                         path, timings\n"
             "  -h, --help             print this help and exit\n"
             "\n"
             "Example:\n"
@@ -140,6 +156,8 @@ typedef struct centroid_opts {
     sw_centroid_path path;
     int search, discard, have_path; /* --algorithm pyramid|com (search.h), --discard */
     sw_search_algorithm algorithm;
+    int have_saturation, drop_saturated; /* --saturation, --drop-saturated (cog) */
+    double saturation;                   /* sw_centroid_params.saturation (< 0: none) */
 } centroid_opts;
 
 static int parse_options(int argc, char **argv, centroid_opts *o)
@@ -166,7 +184,9 @@ static int parse_options(int argc, char **argv, centroid_opts *o)
         OPT_INTERLEAVED,
         OPT_PATH,
         OPT_JSON,
-        OPT_DISCARD
+        OPT_DISCARD,
+        OPT_SATURATION,
+        OPT_DROP_SATURATED
     };
     static const struct option longopts[] = {
         {"geometry", required_argument, NULL, OPT_GEOMETRY},
@@ -192,6 +212,8 @@ static int parse_options(int argc, char **argv, centroid_opts *o)
         {"out", required_argument, NULL, 'o'},
         {"json", no_argument, NULL, OPT_JSON},
         {"discard", no_argument, NULL, OPT_DISCARD},
+        {"saturation", required_argument, NULL, OPT_SATURATION},
+        {"drop-saturated", no_argument, NULL, OPT_DROP_SATURATED},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -288,6 +310,16 @@ static int parse_options(int argc, char **argv, centroid_opts *o)
                 return sw_cli_usage(S, "--algorithm: '%s' is not cog, pyramid or com", optarg);
             break;
         case OPT_DISCARD: o->discard = 1; break;
+        case OPT_SATURATION:
+            if (strcmp(optarg, "none") == 0)
+                o->saturation = SW_CENTROID_NO_SATURATION;
+            else if (sw_cli_opt_double(S, "--saturation", optarg, SW_CLI_POSITIVE,
+                                       "a positive raw pixel value, or none",
+                                       &o->saturation) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
+            o->have_saturation = 1;
+            break;
+        case OPT_DROP_SATURATED: o->drop_saturated = 1; break;
         case OPT_PATH:
             if (sw_centroid_path_parse(optarg, &o->path) != SW_OK)
                 return sw_cli_usage(S, "--path: '%s' is not auto, host, device, copy or mapped",
@@ -336,17 +368,19 @@ static int parse_options(int argc, char **argv, centroid_opts *o)
                                "or --geometry auto with a --reference image");
     }
     if (o->search) {
-        const char *cond = o->lut              ? "--lut"
-                           : o->dark           ? "--dark"
-                           : o->flat           ? "--flat"
-                           : o->have_threshold ? "--threshold"
-                           : o->have_fraction  ? "--threshold-fraction"
-                           : o->have_mode      ? "--threshold-mode"
-                           : o->gamma != 1.0   ? "--gamma"
-                           : o->window != 0    ? "--window"
-                           : o->have_path      ? "--path"
-                           : o->interleaved    ? "--interleaved"
-                                               : NULL;
+        const char *cond = o->lut               ? "--lut"
+                           : o->dark            ? "--dark"
+                           : o->flat            ? "--flat"
+                           : o->have_threshold  ? "--threshold"
+                           : o->have_fraction   ? "--threshold-fraction"
+                           : o->have_mode       ? "--threshold-mode"
+                           : o->gamma != 1.0    ? "--gamma"
+                           : o->window != 0     ? "--window"
+                           : o->have_path       ? "--path"
+                           : o->interleaved     ? "--interleaved"
+                           : o->have_saturation ? "--saturation"
+                           : o->drop_saturated  ? "--drop-saturated"
+                                                : NULL;
         if (cond)
             return sw_cli_usage(S,
                                 "%s goes with --algorithm cog (pyramid and com search the "
@@ -554,8 +588,13 @@ typedef struct report {
     sw_pixel_type type;
     int32_t nslopes;
     int mask_from_reference;
-    int32_t ref_invalid; /* lenslets of the reference that are invalid (left out of the mask) */
-    int64_t *valid;      /* per frame: valid lenslets */
+    int32_t ref_invalid;   /* lenslets of the reference that are invalid (left out of the mask) */
+    int64_t *valid;        /* per frame: valid lenslets */
+    int64_t *saturated;    /* per frame: saturated lenslets (cog) */
+    uint8_t *sat_ever;     /* per lenslet: saturated in some frame (cog) */
+    int64_t sat_lenslets;  /* lenslets saturated in at least one frame */
+    double sat_level;      /* the plan's level in force, -1: none checked */
+    int32_t ref_saturated; /* lenslets saturated in the reference image; -1: no such image */
     double sum_dx, sum_dy, sum_dx2, sum_dy2;
     int64_t nslope_valid;
     sw_centroid_path path;
@@ -595,7 +634,7 @@ static void manual_geometry(const centroid_opts *o, int32_t w, int32_t h, sw_sh_
 }
 
 /* (Re)creates the plan for frames of the image's type, with the current mask. */
-static int make_plan(run_state *s, const centroid_opts *o, const report *r, int32_t max_frames)
+static int make_plan(run_state *s, const centroid_opts *o, report *r, int32_t max_frames)
 {
     sw_centroid_destroy(s->plan);
     s->plan = NULL;
@@ -620,12 +659,15 @@ static int make_plan(run_state *s, const centroid_opts *o, const report *r, int3
     p.gamma = o->gamma;
     p.window = (int32_t)o->window;
     p.slope_layout = o->interleaved ? SW_SLOPES_INTERLEAVED : SW_SLOPES_BLOCKS;
+    p.saturation = o->have_saturation ? o->saturation : 0.0;
+    p.drop_saturated = o->drop_saturated;
     sw_status st = sw_centroid_create(s->ctx, &p, &s->plan);
     if (st == SW_OK)
         st = sw_centroid_result_alloc(s->plan, max_frames, SW_MEM_HOST, &s->res);
     if (st != SW_OK)
         return sw_cli_fail(SUB, "%s", sw_cli_lib_error(s->ctx, st));
     sw_centroid_enable_timing(s->plan, 1);
+    r->sat_level = sw_centroid_plan_saturation(s->plan);
     return SW_EXIT_OK;
 }
 
@@ -687,6 +729,9 @@ static int reference_from_image(run_state *s, const centroid_opts *o, report *r)
     if (rc != SW_EXIT_OK)
         return rc;
     const int32_t nl = s->geom.nx * s->geom.ny;
+    r->ref_saturated = 0;
+    for (int32_t l = 0; l < nl; l++)
+        r->ref_saturated += s->res.saturated[l] != 0;
     for (int32_t l = 0; l < nl; l++) {
         const int in_mask = !s->mask || s->mask[l];
         if (s->res.valid[l]) {
@@ -696,9 +741,12 @@ static int reference_from_image(run_state *s, const centroid_opts *o, report *r)
         }
         if (in_mask && o->mask)
             return sw_cli_fail(SUB,
-                               "reference image '%s': lenslet (%d,%d) has no valid centroid (no "
-                               "light after conditioning) but --mask keeps it",
-                               o->reference, (int)(l % s->geom.nx), (int)(l / s->geom.nx));
+                               "reference image '%s': lenslet (%d,%d) has no valid centroid (%s) "
+                               "but --mask keeps it",
+                               o->reference, (int)(l % s->geom.nx), (int)(l / s->geom.nx),
+                               s->res.saturated[l] && o->drop_saturated
+                                   ? "saturated, and --drop-saturated drops it"
+                                   : "no light after conditioning");
         s->ref_x[l] = s->ref_y[l] = NAN;
     }
     return SW_EXIT_OK;
@@ -768,9 +816,15 @@ static void write_rows(run_state *s, const centroid_opts *o, int32_t f0, int32_t
         const float *x = s->res.x + (size_t)i * nl, *y = s->res.y + (size_t)i * nl;
         const float *in = s->res.intensity + (size_t)i * nl;
         const uint8_t *v = s->res.valid + (size_t)i * nl;
+        const uint8_t *sat = s->res.saturated + (size_t)i * nl;
         const float *sl = s->res.slopes + (size_t)i * 2 * ns;
         for (int32_t l = 0; l < nl; l++) {
             r->valid[f] += v[l] != 0;
+            r->saturated[f] += sat[l] != 0;
+            if (sat[l] && !r->sat_ever[l]) {
+                r->sat_ever[l] = 1;
+                r->sat_lenslets++;
+            }
             FILE *out = s->out.f;
             if (multi)
                 fprintf(out, "%d,", (int)f);
@@ -785,6 +839,7 @@ static void write_rows(run_state *s, const centroid_opts *o, int32_t f0, int32_t
                 put_num(out, ok ? (o->interleaved ? sl[2 * k] : sl[k]) : NAN);
                 put_num(out, ok ? (o->interleaved ? sl[2 * k + 1] : sl[ns + k]) : NAN);
             }
+            fprintf(out, ",%d", sat[l] ? 1 : 0);
             fputc('\n', out);
         }
         /* The library's slope vector: lenslets of the mask, in slope order. */
@@ -988,7 +1043,9 @@ static int run_centroid(const sw_cli_globals *gl, const centroid_opts *o, report
         s.slope_k[sw_centroid_plan_slope_lenslet(s.plan, k)] = k;
 
     /* Run and write. */
-    if (!(r->valid = calloc((size_t)r->frames, sizeof *r->valid))) {
+    if (!(r->valid = calloc((size_t)r->frames, sizeof *r->valid)) ||
+        !(r->saturated = calloc((size_t)r->frames, sizeof *r->saturated)) ||
+        !(r->sat_ever = calloc((size_t)nl, 1))) {
         rc = sw_cli_fail(SUB, "out of memory");
         goto done;
     }
@@ -1004,7 +1061,7 @@ static int run_centroid(const sw_cli_globals *gl, const centroid_opts *o, report
     if (o->slopes && (rc = sw_cli_out_open(SUB, &s.slopes, o->slopes)) != SW_EXIT_OK)
         goto done;
     const int multi = r->frames > 1;
-    fprintf(s.out.f, "%six,iy,x_px,y_px,intensity,valid%s\n", multi ? "frame," : "",
+    fprintf(s.out.f, "%six,iy,x_px,y_px,intensity,valid%s,saturated\n", multi ? "frame," : "",
             o->reference ? ",dx_px,dy_px" : "");
     if (s.slopes.f)
         fprintf(s.slopes.f, "%six,iy,dx_px,dy_px%s\n", multi ? "frame," : "",
@@ -1366,12 +1423,19 @@ static void print_report(const centroid_opts *o, const report *r, const sw_sh_ge
     const double n = (double)r->nslope_valid;
     const double mdx = n > 0 ? r->sum_dx / n : NAN, mdy = n > 0 ? r->sum_dy / n : NAN;
     const double rdx = n > 0 ? sqrt(r->sum_dx2 / n) : NAN, rdy = n > 0 ? sqrt(r->sum_dy2 / n) : NAN;
-    int64_t vmin = INT64_MAX, vmax = 0, vsum = 0;
+    int64_t vmin = INT64_MAX, vmax = 0, vsum = 0, smin = INT64_MAX, smax = 0, ssum = 0;
     for (int32_t f = 0; f < r->frames; f++) {
         vmin = r->valid[f] < vmin ? r->valid[f] : vmin;
         vmax = r->valid[f] > vmax ? r->valid[f] : vmax;
         vsum += r->valid[f];
+        if (r->saturated) {
+            smin = r->saturated[f] < smin ? r->saturated[f] : smin;
+            smax = r->saturated[f] > smax ? r->saturated[f] : smax;
+            ssum += r->saturated[f];
+        }
     }
+    if (!r->saturated)
+        smin = 0;
     if (!o->json) {
         printf("centroid: %d frame%s of %dx%d %s, grid %dx%d of %g px at (%g, %g)%s\n",
                (int)r->frames, r->frames == 1 ? "" : "s", (int)r->width, (int)r->height,
@@ -1379,6 +1443,20 @@ static void print_report(const centroid_opts *o, const report *r, const sw_sh_ge
                o->geometry_auto ? " (found in the reference)" : "");
         printf("  lenslets   %d in the mask of %d; valid per frame %lld..%lld\n", (int)r->nslopes,
                (int)(g->nx * g->ny), (long long)vmin, (long long)vmax);
+        if (!o->search && r->sat_level < 0)
+            printf("  saturated  not checked (no level for %s frames: give --saturation)\n",
+                   sw_pixel_type_string(r->type));
+        else if (!o->search)
+            printf("  saturated  %lld lenslet%s (pixels >= %g) in some frame, per frame "
+                   "%lld..%lld; %s\n",
+                   (long long)r->sat_lenslets, r->sat_lenslets == 1 ? "" : "s", r->sat_level,
+                   (long long)smin, (long long)smax,
+                   o->drop_saturated ? "dropped (valid 0)"
+                                     : "kept valid (--drop-saturated drops them)");
+        if (!o->search && r->ref_saturated > 0)
+            printf("  reference  %d lenslet%s saturated in %s%s\n", (int)r->ref_saturated,
+                   r->ref_saturated == 1 ? "" : "s", o->reference,
+                   o->drop_saturated ? " (left out of the mask)" : "");
         printf("  slopes     mean (%.4g, %.4g) px, RMS (%.4g, %.4g) px from %s\n", mdx, mdy, rdx,
                rdy, o->reference ? o->reference : "the lenslet axes");
         printf("  path       %s (%s backend); read %.3f ms, plan %.3f ms, run %.3f ms, write "
@@ -1436,6 +1514,23 @@ static void print_report(const centroid_opts *o, const report *r, const sw_sh_ge
         cJSON_AddItemToArray(valid, cJSON_CreateRaw(num));
     }
     sw_cli_json_int(j, "valid_total", vsum);
+    /* saturation (cog): null where it does not apply (pyramid, com) or no level was checked */
+    const int checked = !o->search && r->sat_level >= 0;
+    sw_cli_json_double(j, "saturation_level", checked ? r->sat_level : NAN);
+    cJSON_AddBoolToObject(j, "drop_saturated", o->drop_saturated);
+    if (checked) {
+        sw_cli_json_int_array(j, "saturated_per_frame", r->saturated, (int)r->frames);
+        sw_cli_json_int(j, "saturated_total", ssum);
+        sw_cli_json_int(j, "saturated_lenslets", r->sat_lenslets);
+    } else {
+        cJSON_AddNullToObject(j, "saturated_per_frame");
+        cJSON_AddNullToObject(j, "saturated_total");
+        cJSON_AddNullToObject(j, "saturated_lenslets");
+    }
+    if (checked && r->ref_saturated >= 0)
+        sw_cli_json_int(j, "reference_saturated", r->ref_saturated);
+    else
+        cJSON_AddNullToObject(j, "reference_saturated");
     sw_cli_json_int(j, "slopes_valid", r->nslope_valid);
     sw_cli_json_double(j, "mean_dx_px", mdx);
     sw_cli_json_double(j, "mean_dy_px", mdy);
@@ -1481,11 +1576,15 @@ int sw_cmd_centroid(const sw_cli_globals *g, int argc, char **argv)
         return rc;
     report r;
     memset(&r, 0, sizeof r);
+    r.sat_level = -1.0;
+    r.ref_saturated = -1;
     sw_sh_geometry geom;
     memset(&geom, 0, sizeof geom);
     rc = o.search ? run_search(g, &o, &r, &geom) : run_centroid(g, &o, &r, &geom);
     if (rc == SW_EXIT_OK && o.out && strcmp(o.out, "-") != 0)
         print_report(&o, &r, &geom);
     free(r.valid);
+    free(r.saturated);
+    free(r.sat_ever);
     return rc;
 }

@@ -37,6 +37,21 @@
  * summed in floating point (the GPU in float per column of the region, double per lenslet; the
  * CPU in double) and agree within 1e-4 px (3e-5 px seen).
  *
+ * Saturation. A pixel is saturated when its raw value (as read, before the look-up table, dark
+ * and flat) is at or above the plan's saturation level: by default the full scale of integer
+ * frames (255 for u8, 65535 for u16; give the camera's own level, e.g. 4095 for a 12-bit
+ * sensor in 16-bit words, as `saturation`), none for f32 frames unless a level is given. A
+ * lenslet with at least one saturated pixel in its region as the moments use it (after the
+ * window, step 6) is flagged saturated (result.saturated = 1), masked or not, on every path and
+ * backend with the same flags. Its centroid may be biased (the clipped pixels no longer weigh
+ * the spot's true profile: exact for a symmetric spot, off for an asymmetric or sub-pixel one)
+ * but is still a measurement, and dropping it changes what the reconstructor is given: by
+ * default the flag is reported beside `valid` and changes nothing else (saturation is telemetry
+ * for the supervisor, which lowers the exposure or the gain); with drop_saturated the lenslet
+ * is also invalid (valid 0, x = y = NaN, slopes 0, as an empty lenslet). The pyramidal search's
+ * discarding (search.h, Mompean et al., Future Gener. Comput. Syst. 91, Sec. 3.2.1: "empty or
+ * saturated cell") drops such spots instead.
+ *
  * Slopes. slope = centroid - reference, in pixels, for the lenslets of the geometry's mask (all
  * lenslets when it has none), in lenslet order; 0 for a lenslet that is invalid in the frame.
  * Layout per frame: SW_SLOPES_BLOCKS = all x-slopes then all y-slopes (the default),
@@ -127,10 +142,21 @@ typedef struct sw_centroid_params {
     int32_t window;   /* border excluded from every region, pixels, >= 0 (default 0)    */
 
     sw_slope_layout slope_layout; /* default BLOCKS */
+
+    /* Saturation (above): pixels with a raw value >= saturation are saturated. 0 (default): the
+     * type's full scale (u8 255, u16 65535), none for f32; negative (SW_CENTROID_NO_SATURATION):
+     * none; otherwise the level (finite, > 0, any type). drop_saturated: 1 makes saturated
+     * lenslets invalid (default 0: flagged only). */
+    double saturation;
+    int drop_saturated;
 } sw_centroid_params;
 
+/* sw_centroid_params.saturation: no pixel is ever saturated. */
+#define SW_CENTROID_NO_SATURATION (-1.0)
+
 /* Defaults: the sw_sh_geometry_default grid, a 160 x 160 u8 frame, one frame, AUTO path, no
- * conditioning, gamma 1, window 0, BLOCKS. */
+ * conditioning, gamma 1, window 0, BLOCKS, the type's full scale as the saturation level,
+ * saturated lenslets kept valid. */
 void sw_centroid_params_default(sw_centroid_params *p);
 
 typedef struct sw_centroid_plan sw_centroid_plan;
@@ -148,6 +174,9 @@ sw_centroid_path sw_centroid_plan_path(const sw_centroid_plan *plan);
 /* "auto", "host", "device", "copy", "mapped"; and the parser (SW_EINVAL on anything else). */
 const char *sw_centroid_path_string(sw_centroid_path path);
 sw_status sw_centroid_path_parse(const char *text, sw_centroid_path *out);
+/* The saturation level in force (the given one, or the type's full scale), in raw pixel units;
+ * -1 when no pixel is checked. */
+double sw_centroid_plan_saturation(const sw_centroid_plan *plan);
 /* Lenslets per frame (nx * ny) and slopes per frame and axis (lenslets valid in the mask). */
 int32_t sw_centroid_plan_lenslets(const sw_centroid_plan *plan);
 int32_t sw_centroid_plan_slopes(const sw_centroid_plan *plan);
@@ -160,18 +189,19 @@ int32_t sw_centroid_plan_slope_lenslet(const sw_centroid_plan *plan, int32_t k);
  * (and, on the GPU, not copied).
  */
 typedef struct sw_centroid_result {
-    int32_t frames;   /* capacity, frames                                   */
-    int32_t lenslets; /* nx * ny                                            */
-    int32_t nslopes;  /* slopes per axis (sw_centroid_plan_slopes)           */
-    sw_memory memory; /* where the arrays live                               */
-    float *x, *y;     /* frames * lenslets centroids (pixels), NaN if invalid */
-    float *intensity; /* frames * lenslets m00 (conditioned intensity units)   */
-    uint8_t *valid;   /* frames * lenslets, 1 valid / 0 invalid              */
-    float *slopes;    /* frames * 2 * nslopes, pixels                        */
-    int owned;        /* made by sw_centroid_result_alloc                     */
+    int32_t frames;     /* capacity, frames                                   */
+    int32_t lenslets;   /* nx * ny                                            */
+    int32_t nslopes;    /* slopes per axis (sw_centroid_plan_slopes)           */
+    sw_memory memory;   /* where the arrays live                               */
+    float *x, *y;       /* frames * lenslets centroids (pixels), NaN if invalid */
+    float *intensity;   /* frames * lenslets m00 (conditioned intensity units)   */
+    uint8_t *valid;     /* frames * lenslets, 1 valid / 0 invalid              */
+    float *slopes;      /* frames * 2 * nslopes, pixels                        */
+    int owned;          /* made by sw_centroid_result_alloc                     */
+    uint8_t *saturated; /* frames * lenslets, 1: a saturated pixel in the region */
 } sw_centroid_result;
 
-/* Allocates all five arrays for `frames` frames of the plan in `memory` (SW_MEM_HOST,
+/* Allocates all six arrays for `frames` frames of the plan in `memory` (SW_MEM_HOST,
  * SW_MEM_PINNED or SW_MEM_DEVICE; pinned and device need a CUDA context). */
 sw_status sw_centroid_result_alloc(sw_centroid_plan *plan, int32_t frames, sw_memory memory,
                                    sw_centroid_result *out);

@@ -49,17 +49,19 @@ def manual_geometry(shape, pitch, grid=None, origin=None):
 class CentroidResult:
     """The outputs of a :class:`CentroidPlan` run, NumPy arrays (host plans) or CuPy arrays
     (device plans): x, y (the centroid, pixels, NaN where invalid), intensity (the conditioned
-    intensity m00 of every lenslet) and valid (uint8, 1 valid / 0 invalid), each
+    intensity m00 of every lenslet), valid (uint8, 1 valid / 0 invalid) and saturated (uint8, 1
+    when a raw pixel of the lenslet's region is at or above the plan's saturation level), each
     (frames, ny, nx); slopes (frames, 2, nslopes) for the "blocks" layout, x-slopes then
     y-slopes, or (frames, nslopes, 2) "interleaved": centroid - reference in pixels for the
     lenslets of the mask, 0 where invalid in the frame. ``frames`` is the number of frames the
-    last run filled (the arrays may hold more)."""
+    last run filled (the arrays may hold more). Any array may be None: it is not written."""
 
-    __slots__ = ("x", "y", "intensity", "valid", "slopes", "frames")
+    __slots__ = ("x", "y", "intensity", "valid", "slopes", "frames", "saturated")
 
-    def __init__(self, x, y, intensity, valid, slopes, frames=0):
+    def __init__(self, x, y, intensity, valid, slopes, frames=0, saturated=None):
         self.x, self.y, self.intensity, self.valid, self.slopes = x, y, intensity, valid, slopes
         self.frames = frames
+        self.saturated = saturated
 
     def __repr__(self):
         return (f"spotwave.CentroidResult(frames={self.frames}, lenslets={self.x.shape[1:]}, "
@@ -72,8 +74,8 @@ class CentroidPlan:
 
     ``CentroidPlan(shape, dtype, *, pitch, grid=None, origin=None, pixel_um=5.5, focal_mm=3.5,
     mask=None, threshold=None, threshold_mode="subtract", threshold_fraction=None, gamma=1.0,
-    window=0, dark=None, flat=None, lut=None, max_frames=1, memory="host", path=None,
-    slope_layout="blocks", ctx=None)``
+    window=0, dark=None, flat=None, lut=None, saturation=None, drop_saturated=False,
+    max_frames=1, memory="host", path=None, slope_layout="blocks", ctx=None)``
 
     shape: (height, width) of a frame; dtype: uint8, uint16 or float32.
     Geometry (Mocci et al. 2020, Eq. 1-5; 0-based pixels, the centre of pixel (0, 0) at
@@ -90,6 +92,13 @@ class CentroidPlan:
     lenslet's brightest pixel), with threshold_mode "subtract" (v = max(v - T, 0)) or "zero"
     (v = v if v >= T else 0); gamma (v = max(v, 0) ** gamma); window (pixels left out at each
     edge of every lenslet's region).
+    Saturation: a raw pixel (before lut, dark, flat) at or above ``saturation`` is saturated,
+    and a lenslet with one in its region (after the window) gets ``saturated`` 1 in the
+    result; None (default): the full scale of integer frames (255 for uint8, 65535 for uint16),
+    no check for float32; "none": no check; a number > 0: that level (e.g. 4095 for a 12-bit
+    camera). Saturated lenslets stay valid (their centroid may be biased) unless
+    drop_saturated, which makes them invalid. ``plan.saturation`` is the level in force (None:
+    no check).
     max_frames: the largest stack a run takes. memory: "host" (NumPy frames) or "device"
     (CuPy / device frames, read in place); path: the library's memory path ("host", "copy",
     "mapped", "device"; default from memory and the context). slope_layout: "blocks" or
@@ -107,7 +116,8 @@ class CentroidPlan:
     def __init__(self, shape, dtype, *, pitch, grid=None, origin=None, pixel_um=5.5,
                  focal_mm=3.5, mask=None, threshold=None, threshold_mode="subtract",
                  threshold_fraction=None, gamma=1.0, window=0, dark=None, flat=None, lut=None,
-                 max_frames=1, memory="host", path=None, slope_layout="blocks", ctx=None):
+                 saturation=None, drop_saturated=False, max_frames=1, memory="host", path=None,
+                 slope_layout="blocks", ctx=None):
         self.ctx = _context.resolve(ctx)
         if len(shape) != 2:
             raise ValueError(f"shape: expected (height, width), got {shape!r}")
@@ -131,6 +141,17 @@ class CentroidPlan:
             params["threshold_mode"] = threshold_mode
             params["threshold_kind"] = "absolute" if threshold is not None else "fraction"
             params["threshold"] = threshold if threshold is not None else threshold_fraction
+        if isinstance(saturation, str):
+            if saturation != "none":
+                raise ValueError(f"saturation: '{saturation}' is not a level or 'none'")
+            params["saturation"] = -1.0
+        elif saturation is not None:
+            level = float(saturation)
+            if not (math.isfinite(level) and level > 0):
+                raise ValueError(f"saturation: {saturation!r} is not a positive finite level "
+                                 f"(or None for the type's full scale, 'none' for no check)")
+            params["saturation"] = level
+        params["drop_saturated"] = bool(drop_saturated)
         if mask is not None:
             params["mask"] = _mask(mask, "mask")
         if dark is not None:
@@ -155,6 +176,10 @@ class CentroidPlan:
     nslopes = property(lambda self: self._plan.nslopes,
                        doc="Slopes per frame and axis: the lenslets of the mask.")
     path = property(lambda self: self._plan.path, doc="The memory path the plan runs.")
+    saturation = property(lambda self: self._plan.saturation,
+                          doc="The saturation level in force, raw pixel units (None: no check).")
+    drop_saturated = property(lambda self: self._plan.drop_saturated,
+                              doc="True when saturated lenslets are made invalid.")
     max_frames = property(lambda self: self._plan.max_frames, doc="Largest stack a run takes.")
 
     def slope_lenslets(self):
@@ -188,7 +213,8 @@ class CentroidPlan:
                               _arrays.empty((f, ny, nx), np.float32, dev, self.ctx),
                               _arrays.empty((f, ny, nx), np.float32, dev, self.ctx),
                               _arrays.empty((f, ny, nx), np.uint8, dev, self.ctx),
-                              _arrays.empty(sl, np.float32, dev, self.ctx))
+                              _arrays.empty(sl, np.float32, dev, self.ctx),
+                              saturated=_arrays.empty((f, ny, nx), np.uint8, dev, self.ctx))
 
     def _run_fast(self, frames, out):
         """The real-time path (device plans): a CuPy frame on the context's own stream, into a
@@ -219,7 +245,8 @@ class CentroidPlan:
                                       for a, n in ((out.x, "out.x"), (out.y, "out.y"),
                                                    (out.intensity, "out.intensity"),
                                                    (out.valid, "out.valid"),
-                                                   (out.slopes, "out.slopes"))])
+                                                   (out.slopes, "out.slopes"),
+                                                   (out.saturated, "out.saturated"))])
             self._bound_out = out
         n = cai["shape"][0] if len(cai["shape"]) == 3 else 1
         out.frames = self._plan.run_device(cai["data"][0], self._fast_stride, n)
@@ -237,13 +264,13 @@ class CentroidPlan:
             # The host fast path: the binding checks the arrays (dtype, size, writability).
             _arrays.check_byte_order(frames, "image")
             out.frames = self._plan.run(frames, out.x, out.y, out.intensity, out.valid,
-                                        out.slopes)
+                                        out.slopes, out.saturated)
             return out
         obj, device = _arrays.as_input(frames, "image", self.ctx)
         outs = [None if a is None else _arrays.as_output(a, name, self.ctx)[0]
                 for a, name in ((out.x, "out.x"), (out.y, "out.y"),
                                 (out.intensity, "out.intensity"), (out.valid, "out.valid"),
-                                (out.slopes, "out.slopes"))]
+                                (out.slopes, "out.slopes"), (out.saturated, "out.saturated"))]
         with _arrays.DeviceRun(self.ctx, device):
             out.frames = self._plan.run(obj, *outs)
         return out
@@ -280,9 +307,10 @@ def centroid(image, *, grid=None, pitch=None, origin=None, threshold=None,
     grid: (nx, ny) lenslets (default: as many as fit); pitch: pixels per lenslet (required,
     may be fractional); origin: (x0, y0), the corner pixel of lenslet (0, 0) (default: the grid
     centred in whole pixels); threshold, threshold_mode: see :class:`CentroidPlan`.
-    More keywords: threshold_fraction, gamma, window, dark, flat, lut, mask, pixel_um, focal_mm,
-    path, ctx (see :class:`CentroidPlan`), geometry="auto" (find the grid in the reference image
-    instead of pitch/grid/origin), and reference: an image of the same size and type whose
+    More keywords: threshold_fraction, gamma, window, dark, flat, lut, mask, saturation,
+    drop_saturated, pixel_um, focal_mm, path, ctx (see :class:`CentroidPlan`), geometry="auto"
+    (find the grid in the reference image instead of pitch/grid/origin), and reference: an
+    image of the same size and type whose
     centroids (same grid and conditioning) are the reference, or a pair (ref_x, ref_y) of
     (ny, nx) arrays; a lenslet invalid in the reference leaves the mask (an error when ``mask``
     keeps it), as the command does.
@@ -290,8 +318,10 @@ def centroid(image, *, grid=None, pitch=None, origin=None, threshold=None,
     Returns, for NumPy input, a structured array with the ``spotwave centroid`` CSV columns, one
     row per lenslet in lenslet order (iy, then ix), and per frame for stacks (a first column
     ``frame``): ix, iy, x_px, y_px (NaN where invalid), intensity, valid (1/0); with a reference
-    also dx_px, dy_px (centroid - reference, pixels; NaN where invalid or outside the mask).
-    For device input, a dict of CuPy arrays with the same names (rows in the same order).
+    also dx_px, dy_px (centroid - reference, pixels; NaN where invalid or outside the mask); last
+    saturated (1/0: a saturated pixel in the lenslet's region; keywords saturation,
+    drop_saturated, see :class:`CentroidPlan`). For device input, a dict of CuPy arrays with
+    the same names (rows in the same order).
 
     Method: Mocci et al. (2020), J. Opt. Soc. Am. A 37(10), 1548-1556, Eq. (1)-(7).
     """
@@ -411,6 +441,7 @@ def _table(plan, res, stack, with_ref, device):
         ok = valid != 0
         cols["dx_px"] = xp.where(ok, dx, xp.nan).astype(xp.float32).ravel()
         cols["dy_px"] = xp.where(ok, dy, xp.nan).astype(xp.float32).ravel()
+    cols["saturated"] = (res.saturated[:f].reshape(f, nl) != 0).astype(xp.uint8).ravel()
     if device:
         return cols
     return _tables.from_columns(_tables.centroid_dtype(stack, with_ref), cols)

@@ -22,13 +22,14 @@ FIND_3D = np.dtype([
 CENTROID = [("ix", np.int32), ("iy", np.int32), ("x_px", np.float32), ("y_px", np.float32),
             ("intensity", np.float32), ("valid", np.uint8)]
 CENTROID_REF = [("dx_px", np.float32), ("dy_px", np.float32)]
+CENTROID_SAT = [("saturated", np.uint8)]
 
 
 def centroid_dtype(frames, reference):
     """The centroid table's dtype: a first column `frame` for stacks, dx_px, dy_px with a
-    reference."""
+    reference, and saturated last."""
     cols = ([("frame", np.int32)] if frames else []) + CENTROID
-    return np.dtype(cols + (CENTROID_REF if reference else []))
+    return np.dtype(cols + (CENTROID_REF if reference else []) + CENTROID_SAT)
 
 
 # spotwave sim stars --truth: the stars whose centre lies on the image.

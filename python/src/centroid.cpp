@@ -22,7 +22,7 @@ struct CentroidPlan {
     int32_t lenslets = 0, nslopes = 0;
     // Outputs bound once (bind_outputs) for run_device: their pointers, and the arrays held.
     sw_centroid_result bound{};
-    FlatArg bound_keep[5];
+    FlatArg bound_keep[6];
     bool has_bound = false;
     CentroidPlan() = default;
     CentroidPlan(const CentroidPlan &) = delete;
@@ -123,6 +123,9 @@ void plan_init(CentroidPlan *self, nb::object ctx_obj, nb::dict params)
         p.slope_layout = SW_SLOPES_INTERLEAVED;
     else
         value_error("slope_layout: '%s' is not 'blocks' or 'interleaved'", layout.c_str());
+    // 0: the type's full scale (none for f32); negative: none; else the raw level
+    p.saturation = q.num("saturation", p.saturation);
+    p.drop_saturated = q.flag("drop_saturated", false) ? 1 : 0;
     q.done();
     Context &c = *self->ctx;
     call(c, [&] { return sw_centroid_create(c.ctx, &p, &self->plan); });
@@ -134,10 +137,10 @@ void plan_init(CentroidPlan *self, nb::object ctx_obj, nb::dict params)
 // whole number of frames, at least the frames run, all in one kind of memory. Returns the
 // number of frames run.
 // The result descriptor of the given output arrays (any of them None), checked against the plan
-// (sizes, one kind of memory, the context's device); the arrays are held in keep[5].
+// (sizes, one kind of memory, the context's device); the arrays are held in keep[6].
 sw_centroid_result outputs_of(CentroidPlan &cp, int32_t frames, nb::handle x, nb::handle y,
                               nb::handle intensity, nb::handle valid, nb::handle slopes,
-                              FlatArg keep[5])
+                              nb::handle saturated, FlatArg keep[6])
 {
     sw_centroid_result r{};
     r.lenslets = cp.lenslets;
@@ -149,16 +152,17 @@ sw_centroid_result outputs_of(CentroidPlan &cp, int32_t frames, nb::handle x, nb
         nb::handle h;
         const char *name;
         size_t per_frame;
-    } outs[5] = {{x, "out.x", (size_t)cp.lenslets},
+    } outs[6] = {{x, "out.x", (size_t)cp.lenslets},
                  {y, "out.y", (size_t)cp.lenslets},
                  {intensity, "out.intensity", (size_t)cp.lenslets},
                  {valid, "out.valid", (size_t)cp.lenslets},
-                 {slopes, "out.slopes", 2 * (size_t)cp.nslopes}};
-    for (int i = 0; i < 5; i++) {
+                 {slopes, "out.slopes", 2 * (size_t)cp.nslopes},
+                 {saturated, "out.saturated", (size_t)cp.lenslets}};
+    for (int i = 0; i < 6; i++) {
         if (outs[i].h.is_none())
             continue;
-        keep[i] = i == 3 ? flat_arg<uint8_t>(outs[i].h, outs[i].name, 0, true)
-                         : flat_arg<float>(outs[i].h, outs[i].name, 0, true);
+        keep[i] = i == 3 || i == 5 ? flat_arg<uint8_t>(outs[i].h, outs[i].name, 0, true)
+                                   : flat_arg<float>(outs[i].h, outs[i].name, 0, true);
         const size_t per = outs[i].per_frame;
         if (per == 0 ? keep[i].size != 0
                      : keep[i].size % per != 0 || keep[i].size / per < (size_t)frames)
@@ -186,11 +190,12 @@ sw_centroid_result outputs_of(CentroidPlan &cp, int32_t frames, nb::handle x, nb
     r.intensity = (float *)keep[2].data;
     r.valid = (uint8_t *)keep[3].data;
     r.slopes = (float *)keep[4].data;
+    r.saturated = (uint8_t *)keep[5].data;
     return r;
 }
 
 int32_t plan_run(CentroidPlan &cp, nb::handle frames, nb::handle x, nb::handle y,
-                 nb::handle intensity, nb::handle valid, nb::handle slopes)
+                 nb::handle intensity, nb::handle valid, nb::handle slopes, nb::handle saturated)
 {
     ImageArg im = image_arg(frames, "image", true, PIX_U8 | PIX_U16 | PIX_F32);
     const sw_centroid_params &p = cp.p;
@@ -210,8 +215,9 @@ int32_t plan_run(CentroidPlan &cp, nb::handle frames, nb::handle x, nb::handle y
                    "(make the plan with memory='%s')",
                    where_name(im.where), sw_centroid_path_string(path),
                    want_device ? "device" : "host", im.where == Where::device ? "device" : "host");
-    FlatArg keep[5];
-    sw_centroid_result r = outputs_of(cp, im.frames, x, y, intensity, valid, slopes, keep);
+    FlatArg keep[6];
+    sw_centroid_result r =
+        outputs_of(cp, im.frames, x, y, intensity, valid, slopes, saturated, keep);
     Context &c = *cp.ctx;
     call(c, [&] { return sw_centroid_run(cp.plan, &im.img, &r); });
     return im.frames;
@@ -220,13 +226,13 @@ int32_t plan_run(CentroidPlan &cp, nb::handle frames, nb::handle x, nb::handle y
 // Binds device output arrays once, for run_device (the real-time path: no argument conversion
 // per frame). The arrays are held by the plan until the next bind or the plan's end.
 void plan_bind_outputs(CentroidPlan &cp, nb::handle x, nb::handle y, nb::handle intensity,
-                       nb::handle valid, nb::handle slopes)
+                       nb::handle valid, nb::handle slopes, nb::handle saturated)
 {
-    FlatArg keep[5];
-    sw_centroid_result r = outputs_of(cp, 1, x, y, intensity, valid, slopes, keep);
+    FlatArg keep[6];
+    sw_centroid_result r = outputs_of(cp, 1, x, y, intensity, valid, slopes, saturated, keep);
     if (r.memory != SW_MEM_DEVICE)
         type_error("out: run_device writes device outputs (a result made with memory='device')");
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < 6; i++)
         cp.bound_keep[i] = std::move(keep[i]);
     cp.bound = r;
     cp.has_bound = true;
@@ -338,9 +344,11 @@ void bind_centroid(nb::module_ &m)
                              "spotwave.CentroidPlan.")
         .def("__init__", &plan_init, nb::arg("ctx"), nb::arg("params"))
         .def("run", &plan_run, nb::arg("image"), nb::arg("x").none(), nb::arg("y").none(),
-             nb::arg("intensity").none(), nb::arg("valid").none(), nb::arg("slopes").none())
+             nb::arg("intensity").none(), nb::arg("valid").none(), nb::arg("slopes").none(),
+             nb::arg("saturated").none() = nb::none())
         .def("bind_outputs", &plan_bind_outputs, nb::arg("x").none(), nb::arg("y").none(),
-             nb::arg("intensity").none(), nb::arg("valid").none(), nb::arg("slopes").none())
+             nb::arg("intensity").none(), nb::arg("valid").none(), nb::arg("slopes").none(),
+             nb::arg("saturated").none() = nb::none())
         .def("run_device", &plan_run_device, nb::arg("ptr"), nb::arg("stride"),
              nb::arg("frames") = 1)
         .def("set_reference", &plan_set_reference, nb::arg("ref_x").none(), nb::arg("ref_y").none())
@@ -352,6 +360,12 @@ void bind_centroid(nb::module_ &m)
         .def_prop_ro("width", [](CentroidPlan &cp) { return cp.p.width; })
         .def_prop_ro("height", [](CentroidPlan &cp) { return cp.p.height; })
         .def_prop_ro("max_frames", [](CentroidPlan &cp) { return cp.p.max_frames; })
+        .def_prop_ro("saturation",
+                     [](CentroidPlan &cp) -> nb::object {
+                         const double v = sw_centroid_plan_saturation(cp.plan);
+                         return v < 0 ? nb::none() : nb::cast(v);
+                     })
+        .def_prop_ro("drop_saturated", [](CentroidPlan &cp) { return cp.p.drop_saturated != 0; })
         .def_prop_ro("pixel_type",
                      [](CentroidPlan &cp) { return std::string(sw_pixel_type_string(cp.p.type)); })
         .def_prop_ro("path",

@@ -14,7 +14,7 @@ def _same_as_csv(table, path):
     header, rows = read_csv(path)
     assert list(table.dtype.names) == header
     assert len(table) == len(rows)
-    ints = {"frame", "ix", "iy", "valid"}
+    ints = {"frame", "ix", "iy", "valid", "saturated"}
     for t, row in zip(table, rows):
         got = [fmt(t[n], "%d") if n in ints else fmt(float(t[n]), "%.9g") for n in header]
         assert got == row
@@ -161,3 +161,73 @@ def test_nan_pixels_and_empty_lenslets_are_invalid_not_errors(cpu):
     zero = spotwave.centroid(np.zeros((32, 32), np.uint8), pitch=16, ctx=cpu)
     assert not zero["valid"].any() and np.isnan(zero["x_px"]).all()
     assert np.array_equal(img, keep, equal_nan=True)
+
+
+def _clipped_frame(dtype=np.uint8, top=255, hot=9):
+    """A 64 x 64 frame of 4 x 4 lenslets of 16 px: lenslet l has a symmetric 5 x 5 spot of peak
+    100 + 10 l at its centre pixel (16 ix + 8, 16 iy + 8); lenslet `hot` a peak of 400 clipped
+    at `top` (its centre of gravity stays at the spot's centre)."""
+    k = np.array([0.25, 0.5, 1.0, 0.5, 0.25])
+    img = np.zeros((64, 64), np.float64)
+    for l in range(16):
+        cx, cy = 16 * (l % 4) + 8, 16 * (l // 4) + 8
+        peak = 400.0 if l == hot else 100.0 + 10 * l
+        img[cy - 2:cy + 3, cx - 2:cx + 3] = np.minimum(np.floor(peak * np.outer(k, k)), top)
+    return img.astype(dtype)
+
+
+def test_saturation_flags_the_clipped_lenslet(cpu):
+    img = _clipped_frame()
+    keep = img.copy()
+    centre = (np.arange(16) % 4) * 16 + 8.0
+    # the default level of uint8 frames (255): lenslet 9 only, kept valid, at its spot's centre
+    t = spotwave.centroid(img, pitch=16, ctx=cpu)
+    assert t.dtype.names[-1] == "saturated"
+    assert list(np.flatnonzero(t["saturated"])) == [9]
+    assert t["valid"].all() and np.array_equal(t["x_px"], centre)
+    # dropped: invalid, NaN
+    t = spotwave.centroid(img, pitch=16, drop_saturated=True, ctx=cpu)
+    assert list(np.flatnonzero(t["valid"] == 0)) == [9] and np.isnan(t["x_px"][9])
+    assert list(np.flatnonzero(t["saturated"])) == [9]
+    # an explicit level: peaks >= 150.5 (lenslets 6..15); "none": no flag
+    t = spotwave.centroid(img, pitch=16, saturation=150.5, ctx=cpu)
+    assert list(np.flatnonzero(t["saturated"])) == list(range(6, 16))
+    t = spotwave.centroid(img, pitch=16, saturation="none", drop_saturated=True, ctx=cpu)
+    assert not t["saturated"].any() and t["valid"].all()
+    # the plan's outputs and the level in force
+    plan = spotwave.CentroidPlan(img.shape, img.dtype, pitch=16, max_frames=2, ctx=cpu)
+    assert plan.saturation == 255.0 and plan.drop_saturated is False
+    out = plan.result()
+    assert out.saturated.shape == (2, 4, 4) and out.saturated.dtype == np.uint8
+    plan(np.stack([img, _clipped_frame(hot=-1)]), out=out)
+    assert out.frames == 2
+    assert list(np.flatnonzero(out.saturated[0])) == [9] and not out.saturated[1].any()
+    # a result without the array: not written, the rest as before
+    bare = spotwave.CentroidResult(out.x, out.y, out.intensity, out.valid, out.slopes)
+    assert plan(img, out=bare).saturated is None and out.valid[0].all()
+    assert spotwave.CentroidPlan(img.shape, np.uint16, pitch=16, ctx=cpu).saturation == 65535.0
+    # float frames: no level unless one is given
+    f = img.astype(np.float32) * 1000.0
+    assert spotwave.CentroidPlan(f.shape, f.dtype, pitch=16, ctx=cpu).saturation is None
+    assert not spotwave.centroid(f, pitch=16, ctx=cpu)["saturated"].any()
+    t = spotwave.centroid(f, pitch=16, saturation=255000.0, ctx=cpu)
+    assert list(np.flatnonzero(t["saturated"])) == [9]
+    for bad in (0, -3, float("nan"), float("inf"), "lots"):
+        with pytest.raises(ValueError, match="saturation"):
+            spotwave.centroid(img, pitch=16, saturation=bad, ctx=cpu)
+    assert np.array_equal(img, keep)
+
+
+def test_saturation_is_the_commands(cli, cpu, tmp_path):
+    img = _clipped_frame()
+    img[0, 48] = 255  # lenslet 3's corner: outside the region of a window of 1
+    spotwave.write_fits(tmp_path / "a.fits", img)
+    for extra, kw in (([], {}),
+                      (["--saturation", 150.5, "--drop-saturated"],
+                       dict(saturation=150.5, drop_saturated=True)),
+                      (["--window", 1], dict(window=1))):
+        cli("centroid", tmp_path / "a.fits", "--pitch", 16, *extra, "--out", tmp_path / "c.csv")
+        table = spotwave.centroid(img, pitch=16, ctx=cpu, **kw)
+        _same_as_csv(table, tmp_path / "c.csv")
+        want = [3, 9] if not extra else [9] if kw.get("window") else [3] + list(range(6, 16))
+        assert list(np.flatnonzero(table["saturated"])) == want, extra

@@ -158,3 +158,38 @@ def test_centroid_real_time_path_is_the_general_path(gpu, sh):
         wide = cp.zeros((img.shape[0], img.shape[1] * 2), img.dtype)
         wide[:, ::2] = img
         assert plan._run_fast(wide[:, ::2], out) is None
+
+
+def test_centroid_saturation_on_every_device_path(gpu):
+    # A spot clipped at 255 on lenslet 9 of a 4 x 4 grid of 16 px (the others peak below): the
+    # saturated flags of the general device path, the real-time path (bind_outputs /
+    # run_device) and the host-frame path are the CPU's, kept and dropped.
+    k = np.array([0.25, 0.5, 1.0, 0.5, 0.25])
+    img = np.zeros((64, 64), np.float64)
+    for l in range(16):
+        cx, cy = 16 * (l % 4) + 8, 16 * (l // 4) + 8
+        img[cy - 2:cy + 3, cx - 2:cx + 3] = np.minimum(
+            np.floor((400.0 if l == 9 else 100.0 + 10 * l) * np.outer(k, k)), 255)
+    img = img.astype(np.uint8)
+    for drop in (False, True):
+        kw = dict(pitch=16, drop_saturated=drop)
+        want = spotwave.CentroidPlan(img.shape, img.dtype, ctx=spotwave.Context("cpu"), **kw)(img)
+        assert list(np.flatnonzero(want.saturated[0])) == [9]
+        assert bool(want.valid[0].ravel()[9]) is not drop
+        dplan = spotwave.CentroidPlan(img.shape, img.dtype, memory="device", ctx=gpu, **kw)
+        general = dplan(cp.asarray(img), out=dplan.result(1))
+        out = dplan.result(1)
+        with cp.cuda.ExternalStream(gpu.stream):
+            frame = cp.asarray(img)
+            assert dplan._run_fast(frame, out) is out  # the real-time path was taken
+        gpu.synchronize()
+        hplan = spotwave.CentroidPlan(img.shape, img.dtype, ctx=gpu, **kw)  # copy path
+        host = hplan(img)
+        for got in (general, out):
+            assert np.array_equal(cp.asnumpy(got.saturated), want.saturated)
+            assert np.array_equal(cp.asnumpy(got.valid), want.valid)
+            assert np.array_equal(cp.asnumpy(got.x), want.x, equal_nan=True)
+        assert np.array_equal(host.saturated, want.saturated)
+        assert np.array_equal(host.valid, want.valid)
+        table = spotwave.centroid(cp.asarray(img), ctx=gpu, **kw)
+        assert list(cp.asnumpy(cp.flatnonzero(table["saturated"]))) == [9]

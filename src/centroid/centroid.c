@@ -134,7 +134,41 @@ static sw_status check_params(sw_context *ctx, const sw_centroid_params *p)
         return sw_fail(ctx, SW_EINVAL, "centroid: unknown slope layout %d", (int)p->slope_layout);
     if ((int)p->path < 0 || (int)p->path > 4)
         return sw_fail(ctx, SW_EINVAL, "centroid: unknown memory path %d", (int)p->path);
+    if (!isfinite(p->saturation))
+        return sw_fail(ctx, SW_EINVAL,
+                       "centroid: saturation level %g is not finite (0: the pixel type's full "
+                       "scale; a negative value: no saturation check)",
+                       p->saturation);
     return SW_OK;
+}
+
+/* The saturation level in force (centroid.h): the type's full scale by default, -1 for none. */
+static double saturation_level(const sw_centroid_params *p)
+{
+    if (p->saturation < 0.0)
+        return -1.0;
+    if (p->saturation > 0.0)
+        return p->saturation;
+    return p->type == SW_PIX_U8 ? 255.0 : p->type == SW_PIX_U16 ? 65535.0 : -1.0;
+}
+
+/* The comparisons of the level (centroid_internal.h): integer and float forms that give the
+ * same answer as raw >= level in exact arithmetic. */
+static void set_saturation(sw_centroid_plan *plan)
+{
+    const double level = saturation_level(&plan->p);
+    plan->sat_level = level;
+    plan->sat_on = level > 0.0;
+    plan->sat_u = UINT32_MAX;
+    plan->sat_f = NAN;
+    if (!plan->sat_on)
+        return;
+    const double c = ceil(level);
+    plan->sat_u = c >= (double)UINT32_MAX ? UINT32_MAX : (uint32_t)c;
+    float f = (float)level;
+    if ((double)f < level)
+        f = nextafterf(f, INFINITY);
+    plan->sat_f = f;
 }
 
 /* The windowed column/row bounds of every lenslet; fails when a window empties a region. */
@@ -277,11 +311,13 @@ sw_status sw_centroid_create(sw_context *ctx, const sw_centroid_params *p, sw_ce
     plan->exact = p->type != SW_PIX_F32 && !conditioned;
     plan->fraction =
         p->threshold_mode != SW_THRESHOLD_NONE && p->threshold_kind == SW_THRESHOLD_FRACTION;
+    plan->p.drop_saturated = p->drop_saturated != 0;
+    set_saturation(plan);
 
     if (path == SW_CENTROID_HOST) {
         size_t nc = (size_t)(plan->col1 - plan->col0);
         int nt = plan->threads > 0 ? plan->threads : 1;
-        plan->cpu_acc = malloc((size_t)nt * 4 * nc * sizeof(double));
+        plan->cpu_acc = malloc((size_t)nt * 5 * nc * sizeof(double));
         if (!plan->cpu_acc) {
             sw_centroid_destroy(plan);
             return sw_fail(ctx, SW_ENOMEM, "centroid: out of memory for the CPU scratch");
@@ -293,9 +329,11 @@ sw_status sw_centroid_create(sw_context *ctx, const sw_centroid_params *p, sw_ce
         return st;
     }
 #endif
-    sw_log(ctx, SW_LOG_DEBUG, "centroid plan: %dx%d lenslets, pitch %g px, %s path, %s sums",
+    sw_log(ctx, SW_LOG_DEBUG,
+           "centroid plan: %dx%d lenslets, pitch %g px, %s path, %s sums, saturation level %g%s",
            plan->nx, plan->ny, p->geometry.pitch_px, sw_centroid_path_string(path),
-           plan->exact ? "exact integer" : "floating-point");
+           plan->exact ? "exact integer" : "floating-point", plan->sat_level,
+           plan->p.drop_saturated ? " (saturated lenslets dropped)" : "");
     *out = plan;
     return SW_OK;
 }
@@ -328,6 +366,11 @@ void sw_centroid_destroy(sw_centroid_plan *plan)
 sw_centroid_path sw_centroid_plan_path(const sw_centroid_plan *plan)
 {
     return plan ? plan->path : SW_CENTROID_AUTO;
+}
+
+double sw_centroid_plan_saturation(const sw_centroid_plan *plan)
+{
+    return plan ? plan->sat_level : -1.0;
 }
 
 int32_t sw_centroid_plan_lenslets(const sw_centroid_plan *plan)
@@ -412,7 +455,8 @@ sw_status sw_centroid_result_alloc(sw_centroid_plan *plan, int32_t frames, sw_me
     out->intensity = result_array(ctx, n * sizeof(float), memory);
     out->valid = result_array(ctx, n, memory);
     out->slopes = result_array(ctx, (ns ? ns : 1) * sizeof(float), memory);
-    if (!out->x || !out->y || !out->intensity || !out->valid || !out->slopes) {
+    out->saturated = result_array(ctx, n, memory);
+    if (!out->x || !out->y || !out->intensity || !out->valid || !out->slopes || !out->saturated) {
         sw_centroid_result_free(out);
         return sw_fail(ctx, SW_ENOMEM, "centroid result: out of memory for %d frames", frames);
     }
@@ -428,6 +472,7 @@ void sw_centroid_result_free(sw_centroid_result *r)
     result_array_free(r->intensity, r->memory);
     result_array_free(r->valid, r->memory);
     result_array_free(r->slopes, r->memory);
+    result_array_free(r->saturated, r->memory);
     memset(r, 0, sizeof *r);
 }
 
@@ -462,17 +507,63 @@ sw_status sw_centroid_set_reference(sw_centroid_plan *plan, const double *ref_x,
 
 /* ------------------------------------------------------------------ CPU implementation */
 
-/* Exact integer column sums of one lenslet row (u8 or u16, no conditioning). */
-#define SW_EXACT_ROWS(T)                                                                           \
-    for (int32_t y = y0; y < y1; y++) {                                                            \
-        const T *row = (const T *)(base + (size_t)y * stride) + c0;                                \
-        uint32_t wy = (uint32_t)(y - y0);                                                          \
-        for (int32_t c = 0; c < nc; c++) {                                                         \
-            uint32_t pix = row[c];                                                                 \
-            s0[c] += pix;                                                                          \
-            s1[c] += wy * pix;                                                                     \
+/* A loop the compiler vectorises without a cost model's veto (-O2): its iterations are
+ * independent (distinct columns of distinct arrays) and its integer sums exact in any order. */
+#ifdef SW_HAVE_OPENMP
+#define SW_OMP_SIMD _Pragma("omp simd")
+#else
+#define SW_OMP_SIMD
+#endif
+
+/* Exact integer column sums of one lenslet row (u8 or u16, no conditioning); with SAT, the
+ * column maxima of the raw pixels too (mx, in the pixel type: the cheapest check the vector
+ * unit can fold into the same pass), compared with the level once per column afterwards. */
+#define SW_EXACT_ROWS(T, SAT)                                                                      \
+    do {                                                                                           \
+        T *mx = (T *)max_room;                                                                     \
+        if (SAT)                                                                                   \
+            memset(mx, 0, (size_t)nc * sizeof(T));                                                 \
+        for (int32_t y = y0; y < y1; y++) {                                                        \
+            const T *row = (const T *)(base + (size_t)y * stride) + c0;                            \
+            uint32_t wy = (uint32_t)(y - y0);                                                      \
+            SW_OMP_SIMD for (int32_t c = 0; c < nc; c++)                                           \
+            {                                                                                      \
+                uint32_t pix = row[c];                                                             \
+                s0[c] += pix;                                                                      \
+                s1[c] += wy * pix;                                                                 \
+                if (SAT)                                                                           \
+                    mx[c] = row[c] > mx[c] ? row[c] : mx[c];                                       \
+            }                                                                                      \
         }                                                                                          \
+        if (SAT)                                                                                   \
+            SW_OMP_SIMD for (int32_t c = 0; c < nc; c++) sc[c] =                                   \
+                (uint8_t)((uint32_t)mx[c] >= lev);                                                 \
+    } while (0)
+
+/* Marks in sc the columns [col0, col1) of one raw row (before any conditioning) that hold a
+ * saturated pixel (centroid_internal.h: the integer or the float form of the level). */
+static void saturated_row(const sw_centroid_plan *plan, const char *row, uint8_t *sc)
+{
+    const int32_t c0 = plan->col0, nc = plan->col1 - plan->col0;
+    if (plan->p.type == SW_PIX_U8) {
+        const uint8_t *r = (const uint8_t *)row + c0;
+        const uint32_t lev = plan->sat_u;
+        SW_OMP_SIMD for (int32_t c = 0; c < nc; c++) sc[c] |= (uint8_t)(r[c] >= lev);
+    } else if (plan->p.type == SW_PIX_U16) {
+        const uint16_t *r = (const uint16_t *)row + c0;
+        const uint32_t lev = plan->sat_u;
+        SW_OMP_SIMD for (int32_t c = 0; c < nc; c++) sc[c] |= (uint8_t)(r[c] >= lev);
+    } else {
+        const char *r = row + (size_t)c0 * sizeof(float);
+        const float lev = plan->sat_f;
+        SW_OMP_SIMD for (int32_t c = 0; c < nc; c++)
+        {
+            float v;
+            memcpy(&v, r + (size_t)c * sizeof(float), sizeof v);
+            sc[c] |= (uint8_t)(v >= lev);
+        }
     }
+}
 
 /* Pixels [c0, c0 + nc) of a row after the LUT (step 1) as floats; one loop per type so that the
  * compiler vectorises each. */
@@ -520,7 +611,7 @@ static void prepare_row(const sw_centroid_plan *plan, const char *frame, size_t 
     }
 }
 
-/* One (frame, lenslet row) task; acc is the thread's 4 * nc doubles of scratch. */
+/* One (frame, lenslet row) task; acc is the thread's 5 * nc doubles of scratch. */
 static void cpu_lenslet_row(const sw_centroid_plan *plan, const char *frame, size_t stride,
                             int32_t f, int32_t iy, void *acc, sw_centroid_result *out)
 {
@@ -530,17 +621,30 @@ static void cpu_lenslet_row(const sw_centroid_plan *plan, const char *frame, siz
     const char *base = frame;
 
     /* exact: S0, S1 as uint32 in the first 2 * nc doubles' room; else S0, S1, T as doubles and
-     * the row being conditioned as floats in the fourth block. */
+     * the row being conditioned as floats in the fourth block. The fifth: the saturated columns
+     * (nc bytes), then (exact) the column maxima (nc pixels, from byte 2 nc). */
     uint32_t *s0 = acc, *s1 = s0 + nc;
     double *d0 = acc, *d1 = d0 + nc, *tcol = d0 + 2 * (size_t)nc;
-    void *row_room = d0 + 3 * (size_t)nc;
+    void *row_room = d0 + 3 * (size_t)nc, *sat_room = d0 + 4 * (size_t)nc;
     float *v = row_room;
+    uint8_t *sc = sat_room; /* saturated columns (plan->sat_on) */
+    void *max_room = sc + 2 * (size_t)nc;
+    const uint32_t lev = plan->sat_u;
+    memset(sc, 0, (size_t)nc);
     if (plan->exact) {
         memset(acc, 0, 2 * (size_t)nc * sizeof(uint32_t));
         if (p->type == SW_PIX_U8) {
-            SW_EXACT_ROWS(uint8_t)
+            if (plan->sat_on) {
+                SW_EXACT_ROWS(uint8_t, 1);
+            } else {
+                SW_EXACT_ROWS(uint8_t, 0);
+            }
         } else {
-            SW_EXACT_ROWS(uint16_t)
+            if (plan->sat_on) {
+                SW_EXACT_ROWS(uint16_t, 1);
+            } else {
+                SW_EXACT_ROWS(uint16_t, 0);
+            }
         }
     } else {
         int mode = (int)p->threshold_mode;
@@ -568,6 +672,8 @@ static void cpu_lenslet_row(const sw_centroid_plan *plan, const char *frame, siz
         for (int32_t c = 0; c < nc; c++)
             d0[c] = d1[c] = 0.0;
         for (int32_t y = y0; y < y1; y++) {
+            if (plan->sat_on)
+                saturated_row(plan, base + (size_t)y * stride, sc);
             prepare_row(plan, base, stride, y, v);
             double wy = (double)(y - y0);
             if (mode != 0 || gam != 1.0f) {
@@ -591,12 +697,14 @@ static void cpu_lenslet_row(const sw_centroid_plan *plan, const char *frame, siz
         int32_t l = iy * plan->nx + ix;
         double m00, m10, m01;
         int32_t xs = plan->xs[ix], xe = plan->xe[ix];
+        unsigned sat = 0; /* sc is all 0 without a level */
         if (plan->exact) {
             uint64_t a = 0, b = 0, d = 0;
             for (int32_t x = xs; x < xe; x++) {
                 a += s0[x - c0];
                 b += (uint64_t)(x - xs) * s0[x - c0];
                 d += s1[x - c0];
+                sat |= sc[x - c0];
             }
             m00 = (double)a;
             m10 = (double)b;
@@ -607,6 +715,7 @@ static void cpu_lenslet_row(const sw_centroid_plan *plan, const char *frame, siz
                 m00 += d0[x - c0];
                 m10 += (double)(x - xs) * d0[x - c0];
                 m01 += d1[x - c0];
+                sat |= sc[x - c0];
             }
         }
         size_t i = (size_t)f * (size_t)plan->nl + (size_t)l;
@@ -622,9 +731,10 @@ static void cpu_lenslet_row(const sw_centroid_plan *plan, const char *frame, siz
                 sy = sx + 1;
             }
         }
-        sw_cm_finish(m00, m10, m01, xs, plan->ys[iy], k >= 0, plan->ref_x[l], plan->ref_y[l],
-                     out->x ? out->x + i : NULL, out->y ? out->y + i : NULL,
-                     out->intensity ? out->intensity + i : NULL, out->valid ? out->valid + i : NULL,
+        sw_cm_finish(m00, m10, m01, xs, plan->ys[iy], k >= 0, (int)sat, p->drop_saturated,
+                     plan->ref_x[l], plan->ref_y[l], out->x ? out->x + i : NULL,
+                     out->y ? out->y + i : NULL, out->intensity ? out->intensity + i : NULL,
+                     out->valid ? out->valid + i : NULL, out->saturated ? out->saturated + i : NULL,
                      sx, sy);
     }
 }
@@ -641,7 +751,7 @@ static void cpu_run(sw_centroid_plan *plan, const sw_image *frames, int32_t nfra
 #endif
     for (int64_t t = 0; t < ntask; t++) {
         int32_t f = (int32_t)(t / plan->ny), iy = (int32_t)(t % plan->ny);
-        void *acc = plan->cpu_acc + (size_t)sw_omp_thread() * 4 * nc;
+        void *acc = plan->cpu_acc + (size_t)sw_omp_thread() * 5 * nc;
         cpu_lenslet_row(plan, (const char *)frames->data + (size_t)f * fbytes, frames->stride, f,
                         iy, acc, out);
     }

@@ -44,6 +44,12 @@
  * thread and column, in double per lenslet. A FRACTION threshold takes a first pass for the
  * lenslet maxima (the pixels are read again, from the cache, in the second).
  *
+ * Saturation (centroid.h) rides on the same loads: each thread keeps one bit per column of its
+ * group, set when a raw pixel of that column is at or above the level (an integer or a float
+ * comparison, always made: with no level the comparison is never true), stores the 4 bits in one
+ * byte of shared memory beside its sums, and the bytes are ORed over the row groups and then over
+ * each lenslet's columns in the reductions the moments take. No second pass over the pixels.
+ *
  * Memory paths: DEVICE reads device frames; COPY copies host frames into the plan's pitched
  * device buffer first (cudaMemcpy2DAsync on the context's stream); MAPPED reads pinned host frames
  * directly over the bus. Results go straight to device results and to pinned host results
@@ -96,7 +102,11 @@ typedef struct cg_args {
     int interleaved;
     float *x, *y, *inten, *slopes; /* any may be NULL: not written */
     uint8_t *flag;
-    int gs; /* lanes per lenslet in the finishing reductions: a power of two <= 32 */
+    uint8_t *satflag; /* the saturated flags, or NULL: not written */
+    uint32_t sat_u;   /* integer frames: raw >= sat_u is saturated (UINT32_MAX: none) */
+    float sat_f;      /* f32 frames: raw >= sat_f is saturated (NaN: none) */
+    int drop;         /* 1: saturated lenslets are invalid */
+    int gs;           /* lanes per lenslet in the finishing reductions: a power of two <= 32 */
 } cg_args;
 
 typedef struct cg_gpu {
@@ -106,7 +116,7 @@ typedef struct cg_gpu {
     void *frames; /* COPY: max_frames frames */
     size_t frames_pitch;
     float *x, *y, *inten, *slopes; /* results for host / pinned result arrays */
-    uint8_t *flag;
+    uint8_t *flag, *sat;
     int tx, r, nz, gs, lpt, ntiles; /* launch shape (choose_shape) */
     size_t smem;                    /* dynamic shared memory per block */
     int uva;          /* unified addressing: pinned host pointers are device pointers */
@@ -229,13 +239,32 @@ template <> __device__ __forceinline__ void store4<float>(float *s, const float 
     *(float4 *)s = make_float4(v[0], v[1], v[2], v[3]);
 }
 
+/* 1 when a raw pixel is saturated (centroid.h: raw >= the level, before any conditioning).
+ * Pixels not read are 0 and the level is positive: they never are. */
+__device__ __forceinline__ unsigned saturated(uint8_t v, const cg_args &a)
+{
+    return (uint32_t)v >= a.sat_u;
+}
+
+__device__ __forceinline__ unsigned saturated(uint16_t v, const cg_args &a)
+{
+    return (uint32_t)v >= a.sat_u;
+}
+
+__device__ __forceinline__ unsigned saturated(float v, const cg_args &a)
+{
+    return v >= a.sat_f;
+}
+
 /* ------------------------------------------------------------------ the kernel */
 
 /*
  * T: pixel type; LOAD: how groups are read; EXACT: integer sums, no conditioning (u8 / u16).
  * Block (TX, R, NZ); grid (ntiles * bands, frames). Dynamic shared memory: the row-group partials
  * s0, s1 (4 columns per thread each), then per item (the block's lenslet k of its band row z,
- * q = z * nlt + k): the references, the slope index, the FRACTION threshold.
+ * q = z * nlt + k): the references, the slope index, the FRACTION threshold; then one byte per
+ * thread: bit j set when its column 4 tx + j held a saturated pixel in its rows (reduced over
+ * the row groups like s0, then over each lenslet's columns like the moments: no second pass).
  */
 template <typename T, int LOAD, bool EXACT>
 __global__ void __launch_bounds__(CG_THREADS, CG_MIN_BLOCKS) cog_kernel(const cg_args a)
@@ -252,6 +281,7 @@ __global__ void __launch_bounds__(CG_THREADS, CG_MIN_BLOCKS) cog_kernel(const cg
     double *rxs = (double *)(s1 + 4 * nthreads), *rys = rxs + a.nitems;
     int32_t *ksh = (int32_t *)(rys + a.nitems);
     float *tsh = (float *)(ksh + a.nitems);
+    uint8_t *ssh = (uint8_t *)(tsh + a.nitems); /* [tz][ty][tx], 4 column bits each */
 
     /* The block's lenslets and rows, from the geometry (no table on the critical path). */
     const int tile = (int)(blockIdx.x % (unsigned)a.ntiles);
@@ -355,8 +385,10 @@ __global__ void __launch_bounds__(CG_THREADS, CG_MIN_BLOCKS) cog_kernel(const cg
                 thr[j] = cix[j] >= 0 ? tsh[tz * nlt + (cix[j] - ix0)] : 0.0f;
         }
 
-        /* Pass 2: the thread's column sums over its rows ys + ty, ys + ty + R, ... */
+        /* Pass 2: the thread's column sums over its rows ys + ty, ys + ty + R, ..., and its
+         * saturated columns (sm, bit j for column x + j) from the same loads. */
         acc_t a0[4] = {0, 0, 0, 0}, a1[4] = {0, 0, 0, 0};
+        unsigned sm = 0;
 #pragma unroll 4
         for (int y = ys + ty; y < ye; y += R) {
             T p[4];
@@ -364,6 +396,7 @@ __global__ void __launch_bounds__(CG_THREADS, CG_MIN_BLOCKS) cog_kernel(const cg
             const acc_t wy = (acc_t)(y - ys);
 #pragma unroll
             for (int j = 0; j < 4; j++) {
+                sm |= saturated(p[j], a) << j;
                 acc_t v;
                 if (EXACT) {
                     v = (acc_t)p[j]; /* 0 when not read */
@@ -382,6 +415,7 @@ __global__ void __launch_bounds__(CG_THREADS, CG_MIN_BLOCKS) cog_kernel(const cg
         }
         store4<acc_t>(s0 + 4 * tid, a0);
         store4<acc_t>(s1 + 4 * tid, a1);
+        ssh[tid] = (uint8_t)sm;
         __pipeline_wait_prior(0); /* this thread's item copies; the barrier shows them to all */
         __syncthreads();
         /* Row-group partials -> column totals (slot ty = 0 of each lenslet row). */
@@ -396,6 +430,14 @@ __global__ void __launch_bounds__(CG_THREADS, CG_MIN_BLOCKS) cog_kernel(const cg
                 s0[o] = u0;
                 s1[o] = u1;
             }
+        if (R > 1) /* the saturated columns likewise (slot ty = 0), one byte per thread */
+            for (int b = tid; b < NZ * TX; b += nthreads) {
+                const int z = b / TX, o = z * R * TX + (b - z * TX);
+                unsigned m = ssh[o];
+                for (int r = 1; r < R; r++)
+                    m |= ssh[o + r * TX];
+                ssh[o] = (uint8_t)m;
+            }
         __syncthreads();
 
         /* Per lenslet: moments from its columns (Eq. 6), gs lanes each, butterfly reduction, one
@@ -405,6 +447,7 @@ __global__ void __launch_bounds__(CG_THREADS, CG_MIN_BLOCKS) cog_kernel(const cg
             const bool act = q < nitems && iyq < a.ny;
             int xs = 0, c0 = 0;
             mom_t m00 = 0, m10 = 0, m01 = 0;
+            unsigned sat = 0;
             if (act) {
                 xs = cg_edge(a.x0, a.pitch, ix0 + k) + a.window;
                 c0 = xs - cbase;
@@ -412,15 +455,18 @@ __global__ void __launch_bounds__(CG_THREADS, CG_MIN_BLOCKS) cog_kernel(const cg
                 const acc_t *t0 = s0 + z * rcol, *t1 = s1 + z * rcol;
                 for (int c = c0 + lane; c < c1; c += gs) {
                     const mom_t u = (mom_t)t0[c];
+                    const int o = z * rcol + c; /* s0's index: thread o / 4, column bit o % 4 */
                     m00 += u;
                     m10 += (mom_t)(c - c0) * u;
                     m01 += (mom_t)t1[c];
+                    sat |= (unsigned)ssh[o >> 2] >> (o & 3) & 1u;
                 }
             }
             for (int o = gs >> 1; o > 0; o >>= 1) {
                 m00 += __shfl_xor_sync(full, m00, o);
                 m10 += __shfl_xor_sync(full, m10, o);
                 m01 += __shfl_xor_sync(full, m01, o);
+                sat |= __shfl_xor_sync(full, sat, o);
             }
             if (act && lane == 0) {
                 const int l = iyq * a.nx + ix0 + k, ks = ksh[q];
@@ -436,9 +482,10 @@ __global__ void __launch_bounds__(CG_THREADS, CG_MIN_BLOCKS) cog_kernel(const cg
                 }
                 const int ysq = cg_edge(a.y0, a.pitch, iyq) + a.window;
                 /* in the mask <=> a slope index (centroid.c) */
-                sw_cm_finish((double)m00, (double)m10, (double)m01, xs, ysq, ks >= 0, rx, ry,
-                             a.x ? a.x + i : NULL, a.y ? a.y + i : NULL,
-                             a.inten ? a.inten + i : NULL, a.flag ? a.flag + i : NULL, sx, sy);
+                sw_cm_finish((double)m00, (double)m10, (double)m01, xs, ysq, ks >= 0, (int)sat,
+                             a.drop, rx, ry, a.x ? a.x + i : NULL, a.y ? a.y + i : NULL,
+                             a.inten ? a.inten + i : NULL, a.flag ? a.flag + i : NULL,
+                             a.satflag ? a.satflag + i : NULL, sx, sy);
             }
         }
         __syncthreads(); /* shared memory is reused by the next frame */
@@ -534,7 +581,8 @@ static void choose_shape(const sw_centroid_plan *plan, cg_gpu *g)
     const size_t nthreads = (size_t)g->tx * g->r * g->nz;
     const size_t nitems = (size_t)g->nz * g->lpt;
     g->smem = 2 * 4 * nthreads * sizeof(uint32_t) +
-              nitems * (2 * sizeof(double) + sizeof(int32_t) + sizeof(float));
+              nitems * (2 * sizeof(double) + sizeof(int32_t) + sizeof(float)) +
+              nthreads * sizeof(uint8_t);
 }
 
 /* ------------------------------------------------------------------ plan */
@@ -602,6 +650,7 @@ extern "C" sw_status sw_centroid_gpu_create(sw_centroid_plan *plan)
     SW_TRY(upload<float>(plan, &g->y, NULL, n));
     SW_TRY(upload<float>(plan, &g->inten, NULL, n));
     SW_TRY(upload<uint8_t>(plan, &g->flag, NULL, n));
+    SW_TRY(upload<uint8_t>(plan, &g->sat, NULL, n));
     SW_TRY(upload<float>(plan, &g->slopes, NULL, ns));
     SW_CU(cudaStreamSynchronize(stream_of(plan))); /* the host copies may change after create */
     sw_log(plan->ctx, SW_LOG_DEBUG,
@@ -669,7 +718,7 @@ extern "C" sw_status sw_centroid_gpu_run(sw_centroid_plan *plan, const sw_image 
     }
 
     /* Results: written in place (device results, and pinned results written over the bus on
-     * every path: one kernel and no copies, where five copies of a few kB cost more than the
+     * every path: one kernel and no copies, where six copies of a few kB cost more than the
      * writes), or into the plan's buffers and copied (plain host results). */
     const int direct = out->memory == SW_MEM_DEVICE || out->memory == SW_MEM_PINNED;
     if (direct && out->memory == SW_MEM_PINNED) {
@@ -682,6 +731,8 @@ extern "C" sw_status sw_centroid_gpu_run(sw_centroid_plan *plan, const sw_image 
         a.inten = (float *)q;
         SW_TRY(mapped(plan, out->valid, &q));
         a.flag = (uint8_t *)q;
+        SW_TRY(mapped(plan, out->saturated, &q));
+        a.satflag = (uint8_t *)q;
         SW_TRY(mapped(plan, out->slopes, &q));
         a.slopes = (float *)q;
     } else if (direct) {
@@ -689,12 +740,14 @@ extern "C" sw_status sw_centroid_gpu_run(sw_centroid_plan *plan, const sw_image 
         a.y = out->y;
         a.inten = out->intensity;
         a.flag = out->valid;
+        a.satflag = out->saturated;
         a.slopes = out->slopes;
     } else {
         a.x = out->x ? g->x : NULL;
         a.y = out->y ? g->y : NULL;
         a.inten = out->intensity ? g->inten : NULL;
         a.flag = out->valid ? g->flag : NULL;
+        a.satflag = out->saturated ? g->sat : NULL;
         a.slopes = out->slopes ? g->slopes : NULL;
     }
 
@@ -731,6 +784,9 @@ extern "C" sw_status sw_centroid_gpu_run(sw_centroid_plan *plan, const sw_image 
     a.nslopes = plan->nslopes;
     a.interleaved = p->slope_layout == SW_SLOPES_INTERLEAVED;
     a.gs = g->gs;
+    a.sat_u = plan->sat_u;
+    a.sat_f = plan->sat_f;
+    a.drop = p->drop_saturated;
 
     const int load = load_mode(img, stride, psize);
     const cg_kernel_fn k = p->type == SW_PIX_U8    ? pick<uint8_t>(load, plan->exact)
@@ -758,6 +814,8 @@ extern "C" sw_status sw_centroid_gpu_run(sw_centroid_plan *plan, const sw_image 
                                   cudaMemcpyDeviceToHost, s));
         if (out->valid)
             SW_CU(cudaMemcpyAsync(out->valid, g->flag, n, cudaMemcpyDeviceToHost, s));
+        if (out->saturated)
+            SW_CU(cudaMemcpyAsync(out->saturated, g->sat, n, cudaMemcpyDeviceToHost, s));
         if (out->slopes && ns > 0)
             SW_CU(cudaMemcpyAsync(out->slopes, g->slopes, ns * sizeof(float),
                                   cudaMemcpyDeviceToHost, s));
@@ -794,6 +852,7 @@ extern "C" void sw_centroid_gpu_destroy(sw_centroid_plan *plan)
     cudaFree(g->y);
     cudaFree(g->inten);
     cudaFree(g->flag);
+    cudaFree(g->sat);
     cudaFree(g->slopes);
     sw_event_pair_destroy(&g->ev);
     free(g);

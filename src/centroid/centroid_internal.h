@@ -40,6 +40,14 @@ struct sw_centroid_plan {
     int exact;          /* 1: integer frame, no conditioning: exact integer sums */
     int fraction;       /* 1: threshold_kind FRACTION with a threshold mode (needs the max pass) */
 
+    /* Saturation (centroid.h): a raw pixel is saturated when (integer frames) raw >= sat_u, or
+     * (f32 frames) raw >= sat_f. sat_u = ceil(level), UINT32_MAX when none; sat_f = the
+     * smallest float >= level, NaN when none (no comparison with NaN is true). */
+    int sat_on; /* 1: a level is set (the checks run) */
+    uint32_t sat_u;
+    float sat_f;
+    double sat_level; /* the level in force, or -1 (none) */
+
     /* Slopes */
     int32_t nslopes;       /* lenslets valid in the mask */
     int32_t *slope_l;      /* nslopes flat lenslet indices, increasing */
@@ -48,7 +56,8 @@ struct sw_centroid_plan {
 
     /* CPU */
     int threads;
-    double *cpu_acc; /* threads x 4 x (col1 - col0): column sums S0, S1, threshold/max, row */
+    double *cpu_acc; /* threads x 5 x (col1 - col0): column sums S0, S1, threshold/max, row,
+                        saturated columns (bytes) */
 
     /* CUDA (owned by centroid_cuda.cu) */
     void *gpu;

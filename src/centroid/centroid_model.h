@@ -50,17 +50,19 @@ SW_CM_FN float sw_cm_fraction_threshold(double fraction, float m)
 
 /*
  * Seed Eq. (7) for one lenslet whose moments about its windowed corner (xs, ys) are m00, m10,
- * m01: writes the centroid, the intensity and the flag; returns 1 when valid. Invalid (masked,
- * m00 <= 0 or a moment not finite): x = y = NaN, flag 0. The slope (cx - rx, cy - ry) goes to
- * *sx, *sy when they are not NULL (0 when invalid), from the centroid rounded to float. Division
- * and subtraction in double, rounded to float once at the end: the CPU and the GPU give the same
- * bits from the same moments.
+ * m01, and sat = 1 when its region holds a saturated pixel: writes the centroid, the intensity,
+ * the flags; returns 1 when valid. Invalid (masked, m00 <= 0, a moment not finite, or saturated
+ * with drop set): x = y = NaN, flag 0. The slope (cx - rx, cy - ry) goes to *sx, *sy when they
+ * are not NULL (0 when invalid), from the centroid rounded to float. Division and subtraction in
+ * double, rounded to float once at the end: the CPU and the GPU give the same bits from the same
+ * moments.
  */
 SW_CM_FN int sw_cm_finish(double m00, double m10, double m01, int32_t xs, int32_t ys, int in_mask,
-                          double rx, double ry, float *x, float *y, float *inten, uint8_t *valid,
-                          float *sx, float *sy)
+                          int sat, int drop, double rx, double ry, float *x, float *y, float *inten,
+                          uint8_t *valid, uint8_t *saturated, float *sx, float *sy)
 {
-    int ok = in_mask && m00 > 0.0 && isfinite(m00) && isfinite(m10) && isfinite(m01);
+    int ok =
+        in_mask && m00 > 0.0 && isfinite(m00) && isfinite(m10) && isfinite(m01) && !(sat && drop);
     double cx = ok ? (double)xs + m10 / m00 : NAN;
     double cy = ok ? (double)ys + m01 / m00 : NAN;
     if (x)
@@ -71,6 +73,8 @@ SW_CM_FN int sw_cm_finish(double m00, double m10, double m01, int32_t xs, int32_
         *inten = (float)m00;
     if (valid)
         *valid = (uint8_t)ok;
+    if (saturated)
+        *saturated = (uint8_t)(sat != 0);
     /* The slope of the centroid as reported (rounded to float), so that a frame measured
      * against its own centroids gives slopes of exactly 0. */
     if (sx)

@@ -13,10 +13,19 @@
  *   - batches equal the same frames run one by one (and 65 536 one-row frames, more than one
  *     launch grid holds);
  *   - the three memory paths with host, pinned and device results, a result with only slopes,
- *     interleaved slopes against a reference set after create, kernel timing.
+ *     interleaved slopes against a reference set after create, kernel timing;
+ *   - the saturated flags (centroid.h "Saturation") in every comparison above (random u8 frames
+ *     hold many 255s; explicit levels and drop_saturated on some draws), and on purpose: a spot
+ *     clipped at 255 on one lenslet, explicit levels, windows, u16 / f32, kept and dropped, on
+ *     every path (host, copy, mapped, device, and device runs replayed from a CUDA graph) into
+ *     host, pinned and device results.
  * Skips (77) when no GPU is usable.
  */
 #include "testutil.h"
+
+#ifdef SW_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 #include <math.h>
 #include <stdlib.h>
@@ -126,6 +135,19 @@ static sw_centroid_result host_result(sw_centroid_plan *plan, int32_t frames)
     return r;
 }
 
+/* The same saturated flags (when both results have them). */
+static void expect_same_saturation(const char *what, const sw_centroid_result *a,
+                                   const sw_centroid_result *b, int32_t frames)
+{
+    if (!a->saturated || !b->saturated)
+        return;
+    const size_t n = (size_t)frames * (size_t)a->lenslets;
+    for (size_t i = 0; i < n; i++)
+        if (a->saturated[i] != b->saturated[i])
+            fail_msg("%s: saturated[%zu] differs: %d vs %d", what, i, a->saturated[i],
+                     b->saturated[i]);
+}
+
 /* Every array of a and b holds the same bytes for `frames` frames. */
 static void expect_identical(const char *what, const sw_centroid_result *a,
                              const sw_centroid_result *b, int32_t frames)
@@ -143,6 +165,7 @@ static void expect_identical(const char *what, const sw_centroid_result *a,
     for (size_t i = 0; i < n; i++)
         if (a->valid[i] != b->valid[i])
             fail_msg("%s: valid[%zu] differs: %d vs %d", what, i, a->valid[i], b->valid[i]);
+    expect_same_saturation(what, a, b, frames);
     for (size_t i = 0; i < ns; i++)
         if (memcmp(a->slopes + i, b->slopes + i, sizeof(float)) != 0)
             fail_msg("%s: slopes[%zu] differs: %.9g vs %.9g", what, i, (double)a->slopes[i],
@@ -172,7 +195,12 @@ static void expect_close(const char *what, const sw_centroid_result *a, const sw
             fail_msg("%s: intensity[%zu] %.9g vs %.9g", what, i, (double)a->intensity[i],
                      (double)b->intensity[i]);
     }
-    assert_true(nvalid > 0); /* the comparison compared something */
+    /* the comparison compared something: valid lenslets, or lenslets dropped as saturated */
+    size_t nsat = 0;
+    for (size_t i = 0; a->saturated && i < n; i++)
+        nsat += a->saturated[i] != 0;
+    assert_true(nvalid > 0 || nsat > 0);
+    expect_same_saturation(what, a, b, frames);
     for (size_t i = 0; i < ns; i++)
         if (!(fabs(a->slopes[i] - b->slopes[i]) <= tol))
             fail_msg("%s: slopes[%zu] %.7f vs %.7f", what, i, (double)a->slopes[i],
@@ -282,6 +310,13 @@ static void test_exact_random(void **state)
         for (int trial = 0; trial < 16; trial++) {
             sw_centroid_params p;
             random_params(&s, types[t], 700, trial % 2, mask, &p);
+            /* the default level (u8: many 255s), a level inside the range, none; dropped on
+             * some draws */
+            const double full = types[t] == SW_PIX_U8 ? 255.0 : 65535.0;
+            p.saturation = trial % 3 == 0   ? 0.0
+                           : trial % 3 == 1 ? floor(0.995 * full) - 0.5
+                                            : SW_CENTROID_NO_SATURATION;
+            p.drop_saturated = trial % 5 == 3;
             sw_image img = sw_test_random_image(p.width, p.height, p.type, 100 + 17 * trial + t);
             const size_t ps = sw_pixel_size(p.type), row = (size_t)p.width * ps;
             switch (trial % 4) {
@@ -346,6 +381,9 @@ static void test_conditioned_random(void **state)
             p.threshold_kind = mode % 2 == 0 ? SW_THRESHOLD_FRACTION : SW_THRESHOLD_ABSOLUTE;
             p.threshold = p.threshold_kind == SW_THRESHOLD_FRACTION ? 0.3 : 0.25 * vmax;
             p.gamma = c % 3 == 1 ? 1.5 : 1.0;
+            /* raw levels near the top (f32: pixels in [0, 1000)), dropped on some draws */
+            p.saturation = c % 2 == 0 ? 0.0 : 0.998 * full;
+            p.drop_saturated = c % 4 == 3;
             sw_image img = types[t] == SW_PIX_F32
                                ? random_f32(p.width, p.height, 7000 + c)
                                : sw_test_random_image(p.width, p.height, p.type, 300 + 11 * c + t);
@@ -513,6 +551,7 @@ static void test_batches(void **state)
             view.y += f * n;
             view.intensity += f * n;
             view.valid += f * n;
+            view.saturated += f * n;
             view.slopes += f * ns;
             view.frames = 1;
             run_ok(pg, gpu, &one, &view);
@@ -577,12 +616,13 @@ static void fetch(const sw_centroid_result *d, sw_centroid_result *h, int32_t fr
         void *src, *dst;
         int32_t count;
         sw_pixel_type t;
-    } a[5] = {{d->x, h->x, n, SW_PIX_F32},
+    } a[6] = {{d->x, h->x, n, SW_PIX_F32},
               {d->y, h->y, n, SW_PIX_F32},
               {d->intensity, h->intensity, n, SW_PIX_F32},
               {d->valid, h->valid, n, SW_PIX_U8},
-              {d->slopes, h->slopes, ns, SW_PIX_F32}};
-    for (int k = 0; k < 5; k++) {
+              {d->slopes, h->slopes, ns, SW_PIX_F32},
+              {d->saturated, h->saturated, n, SW_PIX_U8}};
+    for (int k = 0; k < 6; k++) {
         if (!a[k].src || a[k].count == 0)
             continue;
         sw_image vs, vd;
@@ -666,6 +706,7 @@ static void test_paths_and_results(void **state)
                 memcpy(h.y, r.y, (size_t)nl * sizeof(float));
                 memcpy(h.intensity, r.intensity, (size_t)nl * sizeof(float));
                 memcpy(h.valid, r.valid, (size_t)nl);
+                memcpy(h.saturated, r.saturated, (size_t)nl);
                 memcpy(h.slopes, r.slopes, 2 * (size_t)ns * sizeof(float));
             }
             expect_identical(label, &rc, &h, 1);
@@ -673,7 +714,7 @@ static void test_paths_and_results(void **state)
             /* only the slopes asked for */
             sw_centroid_result only = r;
             only.x = only.y = only.intensity = NULL;
-            only.valid = NULL;
+            only.valid = only.saturated = NULL;
             float *hs = h.slopes;
             memset(hs, 0xFF, 2 * (size_t)ns * sizeof(float));
             if (b == 2) {
@@ -707,13 +748,188 @@ static void test_paths_and_results(void **state)
     sw_image_free(&dev);
 }
 
+/* ------------------------------------------------------------------ saturation */
+
+/* Frame f of a stack of the default grid (10 x 10 lenslets of 16 px, 160 x 160 u8): in every
+ * lenslet a symmetric 5 x 5 spot of peak 100 + l at its region's centre, except lenslet `hot`,
+ * whose spot of peak 400 clips at 255; and a 255 pixel in lenslet 5's corner (80, 0), outside
+ * the region of a window of 1. */
+static void sat_frame(sw_image *img, int32_t f, int32_t hot)
+{
+    static const double k[5] = {0.25, 0.5, 1.0, 0.5, 0.25};
+    for (int32_t y = 0; y < 160; y++)
+        memset(sw_image_row(img, f * 160 + y), 0, 160);
+    for (int32_t l = 0; l < 100; l++) {
+        const double peak = l == hot ? 400.0 : 100.0 + l;
+        for (int dy = -2; dy <= 2; dy++)
+            for (int dx = -2; dx <= 2; dx++) {
+                const double v = floor(peak * k[dx + 2] * k[dy + 2]);
+                ((uint8_t *)sw_image_row(img, f * 160 + 16 * (l / 10) + 8 +
+                                                  dy))[16 * (l % 10) + 8 + dx] =
+                    (uint8_t)(v < 255.0 ? v : 255.0);
+            }
+    }
+    ((uint8_t *)sw_image_row(img, f * 160))[80] = 255;
+}
+
+/* The flags sat_frame's frame (hot 23) must give under p: level 0 (255) or 150.5, window 0 or 1. */
+static int sat_expected(const sw_centroid_params *p, int32_t l)
+{
+    const int corner = l == 5 && p->window == 0;
+    if (p->saturation == 0.0)
+        return l == 23 || corner;
+    return l == 23 || corner || 100 + l >= 151;
+}
+
+/* One GPU run of `in` on plan pg into a result in `mem`, copied into the host result h. */
+static void run_into_host(sw_centroid_plan *pg, const sw_image *in, sw_memory mem,
+                          sw_centroid_result *h)
+{
+    sw_centroid_result r;
+    assert_int_equal(sw_centroid_result_alloc(pg, 1, mem, &r), SW_OK);
+    run_ok(pg, gpu, in, &r);
+    assert_int_equal(sw_context_synchronize(gpu), SW_OK);
+    const size_t nl = (size_t)r.lenslets, ns = 2 * (size_t)r.nslopes;
+    if (mem == SW_MEM_DEVICE) {
+        fetch(&r, h, 1);
+    } else {
+        memcpy(h->x, r.x, nl * sizeof(float));
+        memcpy(h->y, r.y, nl * sizeof(float));
+        memcpy(h->intensity, r.intensity, nl * sizeof(float));
+        memcpy(h->valid, r.valid, nl);
+        memcpy(h->saturated, r.saturated, nl);
+        memcpy(h->slopes, r.slopes, ns * sizeof(float));
+    }
+    sw_centroid_result_free(&r);
+}
+
+/*
+ * centroid.h "Saturation" on every GPU path: the analytical frame of sat_frame (a spot clipped at
+ * 255 on lenslet 23, a 255 pixel in lenslet 5's corner), with the default level and a level of
+ * 150.5, window 0 and 1, kept and dropped, exact and conditioned sums: the CPU gives the expected
+ * flags, and the copy, mapped and device paths into host, pinned and device results, and device
+ * runs replayed from a CUDA graph (on two frames), give the CPU's results to the bit (exact) or
+ * within 1e-4 px with the same flags (conditioned).
+ */
+static void test_saturation(void **state)
+{
+    (void)state;
+    sw_image img, pin, dev;
+    assert_int_equal(sw_image_alloc(cpu, 160, 160, SW_PIX_U8, &img), SW_OK);
+    sat_frame(&img, 0, 23);
+    assert_int_equal(sw_image_alloc(gpu, 160, 160, SW_PIX_U8, &pin), SW_OK);
+    assert_int_equal(sw_image_copy(gpu, &img, &pin), SW_OK);
+    assert_int_equal(sw_image_alloc_device(gpu, 160, 160, SW_PIX_U8, &dev), SW_OK);
+    assert_int_equal(sw_image_copy(gpu, &img, &dev), SW_OK);
+    for (int v = 0; v < 6; v++) {
+        sw_centroid_params p;
+        sw_centroid_params_default(&p);
+        p.saturation = v < 3 ? 0.0 : 150.5;
+        p.window = v % 3 == 2 ? 1 : 0;
+        p.drop_saturated = v % 3 == 1;
+        const int conditioned = v >= 4; /* floating-point sums, with the threshold's first pass */
+        if (conditioned) {
+            p.threshold_mode = SW_THRESHOLD_ZERO;
+            p.threshold_kind = SW_THRESHOLD_FRACTION;
+            p.threshold = 0.2;
+        }
+        char what[160];
+        snprintf(what, sizeof what, "level %g, window %d, %s, %s", p.saturation, p.window,
+                 p.drop_saturated ? "dropped" : "kept", conditioned ? "conditioned" : "exact");
+
+        sw_centroid_plan *pc = make_plan(cpu, &p, SW_CENTROID_HOST);
+        sw_centroid_result rc = host_result(pc, 1);
+        run_ok(pc, cpu, &img, &rc);
+        for (int32_t l = 0; l < 100; l++) {
+            const int sat = sat_expected(&p, l);
+            if (rc.saturated[l] != sat || rc.valid[l] != !(sat && p.drop_saturated))
+                fail_msg("%s, CPU: lenslet %d saturated %d valid %d", what, l, rc.saturated[l],
+                         rc.valid[l]);
+        }
+
+        const sw_centroid_path paths[3] = {SW_CENTROID_DEVICE, SW_CENTROID_COPY,
+                                           SW_CENTROID_MAPPED};
+        const sw_memory mems[3] = {SW_MEM_HOST, SW_MEM_PINNED, SW_MEM_DEVICE};
+        for (int a = 0; a < 3; a++) {
+            sw_centroid_plan *pg = make_plan(gpu, &p, paths[a]);
+            for (int b = 0; b < 3; b++) {
+                char label[256];
+                snprintf(label, sizeof label, "%s: %s path, %s results", what,
+                         sw_centroid_path_string(paths[a]),
+                         mems[b] == SW_MEM_HOST     ? "host"
+                         : mems[b] == SW_MEM_PINNED ? "pinned"
+                                                    : "device");
+                sw_centroid_result h = host_result(pg, 1);
+                memset(h.saturated, 7, 100);
+                run_into_host(pg, paths[a] == SW_CENTROID_DEVICE ? &dev : &pin, mems[b], &h);
+                if (conditioned)
+                    expect_close(label, &rc, &h, 1, 1e-4);
+                else
+                    expect_identical(label, &rc, &h, 1);
+                sw_centroid_result_free(&h);
+            }
+            sw_centroid_destroy(pg);
+        }
+
+#ifdef SW_HAVE_CUDA
+        /* the device path captured into a graph and replayed: on this frame, then on a frame
+         * without the clipped spot written into the same device buffer */
+        sw_centroid_plan *pg = make_plan(gpu, &p, SW_CENTROID_DEVICE);
+        sw_centroid_result dr, h = host_result(pg, 1);
+        assert_int_equal(sw_centroid_result_alloc(pg, 1, SW_MEM_DEVICE, &dr), SW_OK);
+        cudaStream_t st = (cudaStream_t)sw_context_stream(gpu);
+        cudaGraph_t graph = NULL;
+        cudaGraphExec_t exec = NULL;
+        assert_int_equal(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+        const sw_status e = sw_centroid_run(pg, &dev, &dr);
+        assert_int_equal(cudaStreamEndCapture(st, &graph), cudaSuccess);
+        assert_int_equal(e, SW_OK);
+        assert_int_equal(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+        sw_image other;
+        assert_int_equal(sw_image_alloc(cpu, 160, 160, SW_PIX_U8, &other), SW_OK);
+        sat_frame(&other, 0, -1);
+        for (int round = 0; round < 2; round++) {
+            const sw_image *frame = round == 0 ? &img : &other;
+            assert_int_equal(sw_image_copy(gpu, frame, &dev), SW_OK);
+            assert_int_equal(sw_context_synchronize(gpu), SW_OK);
+            memset(h.saturated, 7, 100);
+            assert_int_equal(cudaGraphLaunch(exec, st), cudaSuccess);
+            assert_int_equal(cudaStreamSynchronize(st), cudaSuccess);
+            fetch(&dr, &h, 1);
+            sw_centroid_result ro = host_result(pc, 1);
+            run_ok(pc, cpu, frame, &ro);
+            char label[200];
+            snprintf(label, sizeof label, "%s, graph round %d", what, round);
+            if (conditioned)
+                expect_close(label, &ro, &h, 1, 1e-4);
+            else
+                expect_identical(label, &ro, &h, 1);
+            assert_int_equal(h.saturated[23], round == 0);
+            sw_centroid_result_free(&ro);
+        }
+        assert_int_equal(sw_image_copy(gpu, &img, &dev), SW_OK); /* for the next variant */
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+        sw_image_free(&other);
+        sw_centroid_result_free(&dr);
+        sw_centroid_result_free(&h);
+        sw_centroid_destroy(pg);
+#endif
+        sw_centroid_result_free(&rc);
+        sw_centroid_destroy(pc);
+    }
+    sw_image_free(&img);
+    sw_image_free(&pin);
+    sw_image_free(&dev);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exact_random),      cmocka_unit_test(test_conditioned_random),
         cmocka_unit_test(test_f32_nonfinite),     cmocka_unit_test(test_white_table1),
         cmocka_unit_test(test_batches),           cmocka_unit_test(test_many_frames),
-        cmocka_unit_test(test_paths_and_results),
+        cmocka_unit_test(test_paths_and_results), cmocka_unit_test(test_saturation),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

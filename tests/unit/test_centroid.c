@@ -8,7 +8,10 @@
  *   - simulated Shack-Hartmann spots with known positions, without and with detector noise;
  *   - slopes (reference, layouts, mask, invalid lenslets, NULL result arrays), batches, threads;
  *   - bad input (each refused with a message, caller data untouched), empty and NaN lenslets,
- *     memory paths.
+ *     memory paths;
+ *   - saturation: the reference flags a lenslet from its raw pixels (every comparison above
+ *     checks the flags too); a spot clipped at 255 on one lenslet flags that lenslet only, kept
+ *     or dropped; explicit levels, the window, f32 frames with and without a level, u16.
  */
 #include "testutil.h"
 
@@ -69,6 +72,7 @@ static sw_centroid_result make_result(sw_centroid_plan *plan, int32_t frames)
     assert_non_null(r.intensity);
     assert_non_null(r.valid);
     assert_non_null(r.slopes);
+    assert_non_null(r.saturated);
     return r;
 }
 
@@ -158,10 +162,17 @@ static double reference_pre(const sw_centroid_params *p, const sw_image *img, in
  * SUBTRACT/ZERO with an ABSOLUTE or FRACTION-of-the-lenslet-maximum T, gamma, window), all in
  * double precision, written straight from the header. Moments about the windowed corner. */
 static void reference_centroids(const sw_centroid_params *p, const sw_image *img, int32_t f,
-                                double *cx, double *cy, double *m00, uint8_t *valid)
+                                double *cx, double *cy, double *m00, uint8_t *valid,
+                                uint8_t *saturated)
 {
     const sw_sh_geometry *g = &p->geometry;
     const int32_t w = p->window;
+    /* centroid.h "Saturation": 0 = the type's full scale (none for f32), negative = none */
+    const double level = p->saturation < 0.0     ? INFINITY
+                         : p->saturation > 0.0   ? p->saturation
+                         : p->type == SW_PIX_U8  ? 255.0
+                         : p->type == SW_PIX_U16 ? 65535.0
+                                                 : INFINITY;
     for (int32_t iy = 0; iy < g->ny; iy++)
         for (int32_t ix = 0; ix < g->nx; ix++) {
             const int32_t l = iy * g->nx + ix;
@@ -172,9 +183,12 @@ static void reference_centroids(const sw_centroid_params *p, const sw_image *img
             yb += w;
             ye -= w;
             double vmax = -INFINITY;
+            int sat = 0;
             for (int32_t y = yb; y < ye; y++)
-                for (int32_t x = xb; x < xe; x++)
+                for (int32_t x = xb; x < xe; x++) {
                     vmax = fmax(vmax, reference_pre(p, img, f, x, y));
+                    sat |= isfinite(level) && sw_image_get(img, x, f * p->height + y) >= level;
+                }
             const double t =
                 p->threshold_kind == SW_THRESHOLD_FRACTION ? p->threshold * vmax : p->threshold;
             double s0 = 0, s1 = 0, s2 = 0;
@@ -191,12 +205,13 @@ static void reference_centroids(const sw_centroid_params *p, const sw_image *img
                     s1 += (x - xb) * v;
                     s2 += (y - yb) * v;
                 }
-            const int ok =
-                sw_sh_is_valid(g, l) && s0 > 0 && isfinite(s0) && isfinite(s1) && isfinite(s2);
+            const int ok = sw_sh_is_valid(g, l) && s0 > 0 && isfinite(s0) && isfinite(s1) &&
+                           isfinite(s2) && !(sat && p->drop_saturated);
             cx[l] = ok ? xb + s1 / s0 : NAN;
             cy[l] = ok ? yb + s2 / s0 : NAN;
             m00[l] = s0;
             valid[l] = (uint8_t)ok;
+            saturated[l] = (uint8_t)sat;
         }
 }
 
@@ -212,14 +227,17 @@ static void check_against_reference(const sw_centroid_params *p, const sw_image 
     const int32_t nl = p->geometry.nx * p->geometry.ny;
     double *cx = malloc(sizeof(double) * (size_t)nl), *cy = malloc(sizeof(double) * (size_t)nl);
     double *m00 = malloc(sizeof(double) * (size_t)nl);
-    uint8_t *valid = malloc((size_t)nl);
-    assert_true(cx && cy && m00 && valid);
+    uint8_t *valid = malloc((size_t)nl), *sat = malloc((size_t)nl);
+    assert_true(cx && cy && m00 && valid && sat);
     int nvalid = 0, nmask = 0;
     for (int32_t f = 0; f < frames; f++) {
-        reference_centroids(p, img, f, cx, cy, m00, valid);
+        reference_centroids(p, img, f, cx, cy, m00, valid, sat);
         for (int32_t l = 0; l < nl; l++) {
             const size_t i = (size_t)f * (size_t)nl + (size_t)l;
             nmask += sw_sh_is_valid(&p->geometry, l);
+            if (r->saturated && r->saturated[i] != sat[l])
+                fail_msg("%s: frame %d lenslet %d: saturated %d, reference %d", what, f, l,
+                         r->saturated[i], sat[l]);
             if (r->valid[i] != valid[l])
                 fail_msg("%s: frame %d lenslet %d: valid %d, reference %d", what, f, l, r->valid[i],
                          valid[l]);
@@ -251,6 +269,7 @@ static void check_against_reference(const sw_centroid_params *p, const sw_image 
     free(cy);
     free(m00);
     free(valid);
+    free(sat);
 }
 
 /* ------------------------------------------------------------------ defaults, paths */
@@ -272,6 +291,8 @@ static void test_defaults_and_paths(void **state)
     assert_true(p.gamma == 1.0);
     assert_int_equal(p.window, 0);
     assert_int_equal(p.slope_layout, SW_SLOPES_BLOCKS);
+    assert_true(p.saturation == 0.0); /* the type's full scale */
+    assert_int_equal(p.drop_saturated, 0);
     assert_int_equal(p.geometry.nx, 10);
     assert_int_equal(p.geometry.ny, 10);
     assert_true(p.geometry.pitch_px == 16.0);
@@ -1113,6 +1134,293 @@ static void test_invalid_pixels_thresholded(void **state)
     free_frames(&fb);
 }
 
+/* ------------------------------------------------------------------ saturation */
+
+/* A symmetric 5 x 5 spot centred on pixel (cx, cy) of frame row offset y0: peak P times the
+ * separable weights 1/4, 1/2, 1, 1/2, 1/4, floored and clipped at top (a sensor's full scale).
+ * Its centre of gravity is exactly (cx, cy), clipped or not. */
+static void put_spot(sw_image *img, int32_t cx, int32_t cy, double peak, double top)
+{
+    static const double k[5] = {0.25, 0.5, 1.0, 0.5, 0.25};
+    for (int dy = -2; dy <= 2; dy++)
+        for (int dx = -2; dx <= 2; dx++) {
+            double v = floor(peak * k[dx + 2] * k[dy + 2]);
+            set_pixel(img, cx + dx, cy + dy, v < top ? v : top);
+        }
+}
+
+/* The default 10 x 10 grid of 16 px: lenslet l has a spot of peak 100 + l at its region's centre
+ * pixel (16 ix + 8, 16 iy + 8) of frame f, except lenslet `hot`, whose spot of peak 400 clips at
+ * 255 (pixels 255, 200, 200, 100, ... : saturated). */
+#define SAT_HOT 23
+static void sat_frame(sw_image *img, int32_t f, int32_t hot, double top)
+{
+    for (int32_t y = 0; y < 160; y++)
+        for (int32_t x = 0; x < 160; x++)
+            set_pixel(img, x, f * 160 + y, 0.0);
+    for (int32_t l = 0; l < 100; l++)
+        put_spot(img, 16 * (l % 10) + 8, f * 160 + 16 * (l / 10) + 8, l == hot ? 400.0 : 100.0 + l,
+                 top);
+}
+
+/* Runs p on img (one frame) and checks the flags against want[100] and the centroids: valid
+ * lenslets exactly at their spot's centre, dropped ones NaN with zero slopes. */
+static void expect_flags(const sw_centroid_params *p, const sw_image *img, const uint8_t *want,
+                         const char *what)
+{
+    sw_centroid_plan *plan = make_plan(cpu, p);
+    sw_centroid_result r = make_result(plan, 1);
+    memset(r.saturated, 7, 100);
+    run_ok(plan, img, &r);
+    for (int32_t l = 0; l < 100; l++) {
+        if (r.saturated[l] != want[l])
+            fail_msg("%s: lenslet %d saturated %d, expected %d", what, l, r.saturated[l], want[l]);
+        const int in_mask = sw_sh_is_valid(&p->geometry, l);
+        const int valid = in_mask && !(want[l] && p->drop_saturated);
+        if (r.valid[l] != valid)
+            fail_msg("%s: lenslet %d valid %d, expected %d", what, l, r.valid[l], valid);
+        if (valid) {
+            assert_true(r.x[l] == (float)(16 * (l % 10) + 8));
+            assert_true(r.y[l] == (float)(16 * (l / 10) + 8));
+        } else {
+            assert_true(isnan(r.x[l]) && isnan(r.y[l]));
+        }
+        assert_true(r.intensity[l] > 0.0f); /* m00 for every lenslet */
+    }
+    for (int32_t k = 0; k < r.nslopes; k++) {
+        const int32_t l = sw_centroid_plan_slope_lenslet(plan, k);
+        if (!r.valid[l])
+            assert_true(r.slopes[k] == 0.0f && r.slopes[r.nslopes + k] == 0.0f);
+    }
+    check_against_reference(p, img, 1, &r, 1, 0, 0, what);
+    sw_centroid_result_free(&r);
+    sw_centroid_destroy(plan);
+}
+
+/* centroid.h "Saturation" on analytical frames: exactly the lenslets with a pixel at or above
+ * the level in their (windowed) region are flagged; kept valid by default, dropped on request. */
+static void test_saturation(void **state)
+{
+    (void)state;
+    uint8_t want[100];
+    sw_centroid_params p;
+    sw_centroid_params_default(&p);
+    frames_buf fb = make_frames(160, 160, SW_PIX_U8, 0);
+    sat_frame(&fb.img, 0, SAT_HOT, 255.0);
+
+    /* the default level of u8 frames, 255: the clipped spot's lenslet only, still valid, its
+     * centroid (a symmetric spot) at the centre */
+    for (int32_t l = 0; l < 100; l++)
+        want[l] = l == SAT_HOT;
+    expect_flags(&p, &fb.img, want, "u8, default level");
+    {
+        sw_centroid_plan *plan = make_plan(cpu, &p);
+        assert_true(sw_centroid_plan_saturation(plan) == 255.0);
+        sw_centroid_destroy(plan);
+        p.saturation = SW_CENTROID_NO_SATURATION;
+        plan = make_plan(cpu, &p);
+        assert_true(sw_centroid_plan_saturation(plan) == -1.0);
+        sw_centroid_destroy(plan);
+        p.type = SW_PIX_U16;
+        p.saturation = 0.0;
+        plan = make_plan(cpu, &p);
+        assert_true(sw_centroid_plan_saturation(plan) == 65535.0);
+        sw_centroid_destroy(plan);
+        p.type = SW_PIX_F32;
+        plan = make_plan(cpu, &p);
+        assert_true(sw_centroid_plan_saturation(plan) == -1.0);
+        sw_centroid_destroy(plan);
+        p.saturation = 1e4;
+        plan = make_plan(cpu, &p);
+        assert_true(sw_centroid_plan_saturation(plan) == 1e4);
+        sw_centroid_destroy(plan);
+        p.type = SW_PIX_U8;
+        p.saturation = 0.0;
+    }
+    /* dropped: that lenslet invalid, the others unchanged */
+    p.drop_saturated = 1;
+    expect_flags(&p, &fb.img, want, "u8, default level, dropped");
+    p.drop_saturated = 0;
+    /* no level: nothing flagged */
+    p.saturation = SW_CENTROID_NO_SATURATION;
+    memset(want, 0, sizeof want);
+    expect_flags(&p, &fb.img, want, "u8, no level");
+    p.drop_saturated = 1;
+    expect_flags(&p, &fb.img, want, "u8, no level, drop asked");
+    p.drop_saturated = 0;
+    /* an explicit level between integers: pixels >= 150.5, i.e. peaks of 151 and more (lenslets
+     * 51..99, whose other pixels are at most 99), and the clipped one */
+    p.saturation = 150.5;
+    for (int32_t l = 0; l < 100; l++)
+        want[l] = l == SAT_HOT || 100 + l >= 151;
+    expect_flags(&p, &fb.img, want, "u8, level 150.5");
+    p.saturation = 151.0; /* at the level counts */
+    expect_flags(&p, &fb.img, want, "u8, level 151");
+    p.saturation = 1000.0; /* above the full scale: never */
+    memset(want, 0, sizeof want);
+    expect_flags(&p, &fb.img, want, "u8, level 1000");
+
+    /* a saturated pixel in lenslet 5's corner: flagged without a window, not with window 1 (the
+     * region the moments use) */
+    p.saturation = 0.0;
+    set_pixel(&fb.img, 16 * 5, 0, 255.0);
+    for (int32_t l = 0; l < 100; l++)
+        want[l] = l == SAT_HOT || l == 5;
+    sw_image img = fb.img;
+    {
+        sw_centroid_plan *plan = make_plan(cpu, &p);
+        sw_centroid_result r = make_result(plan, 1);
+        run_ok(plan, &img, &r);
+        for (int32_t l = 0; l < 100; l++)
+            assert_int_equal(r.saturated[l], want[l]);
+        assert_int_equal(r.valid[5], 1); /* biased by the corner pixel, but kept */
+        sw_centroid_result_free(&r);
+        sw_centroid_destroy(plan);
+    }
+    p.window = 1;
+    want[5] = 0;
+    expect_flags(&p, &fb.img, want, "u8, window 1");
+    p.window = 0;
+    set_pixel(&fb.img, 16 * 5, 0, 0.0);
+    want[5] = 0;
+
+    /* the level applies to the raw pixels, before the conditioning: a LUT that maps 255 to 25.5,
+     * a dark, and a FRACTION threshold change no flag (floating-point sums) */
+    static float lut[256];
+    for (int i = 0; i < 256; i++)
+        lut[i] = 0.1f * (float)i;
+    float *dark = calloc(160 * 160, sizeof(float));
+    assert_non_null(dark);
+    for (int i = 0; i < 160 * 160; i++)
+        dark[i] = 0.01f;
+    p.lut = lut;
+    p.dark = dark;
+    p.threshold_mode = SW_THRESHOLD_ZERO;
+    p.threshold_kind = SW_THRESHOLD_FRACTION;
+    p.threshold = 0.2;
+    for (int32_t l = 0; l < 100; l++)
+        want[l] = l == SAT_HOT;
+    {
+        sw_centroid_plan *plan = make_plan(cpu, &p);
+        sw_centroid_result r = make_result(plan, 1);
+        run_ok(plan, &fb.img, &r);
+        for (int32_t l = 0; l < 100; l++) {
+            assert_int_equal(r.saturated[l], want[l]);
+            assert_int_equal(r.valid[l], 1);
+            assert_near(r.x[l], 16 * (l % 10) + 8, 1e-4);
+        }
+        /* dropped, with the threshold's first pass */
+        sw_centroid_result_free(&r);
+        sw_centroid_destroy(plan);
+        p.drop_saturated = 1;
+        plan = make_plan(cpu, &p);
+        r = make_result(plan, 1);
+        run_ok(plan, &fb.img, &r);
+        for (int32_t l = 0; l < 100; l++)
+            assert_int_equal(r.valid[l], l != SAT_HOT);
+        sw_centroid_result_free(&r);
+        sw_centroid_destroy(plan);
+        p.drop_saturated = 0;
+    }
+    p.lut = NULL;
+    p.dark = NULL;
+    p.threshold_mode = SW_THRESHOLD_NONE;
+    free(dark);
+
+    /* a masked saturated lenslet: flagged (a property of its pixels), invalid by the mask */
+    uint8_t mask[100];
+    memset(mask, 1, sizeof mask);
+    mask[SAT_HOT] = 0;
+    p.geometry.valid = mask;
+    expect_flags(&p, &fb.img, want, "u8, the saturated lenslet masked");
+    p.geometry.valid = NULL;
+
+    /* a result without the saturated array: not written, the rest as before */
+    {
+        sw_centroid_plan *plan = make_plan(cpu, &p);
+        sw_centroid_result r = make_result(plan, 1), q = r;
+        q.saturated = NULL;
+        run_ok(plan, &fb.img, &q);
+        assert_true(r.x[SAT_HOT] == (float)(16 * 3 + 8) && r.valid[SAT_HOT] == 1);
+        sw_centroid_result_free(&r);
+        sw_centroid_destroy(plan);
+    }
+
+    /* two frames in one run: the flags are per frame */
+    {
+        frames_buf two = make_frames(160, 320, SW_PIX_U8, 1);
+        sat_frame(&two.img, 0, -1, 255.0);
+        sat_frame(&two.img, 1, SAT_HOT, 255.0);
+        p.max_frames = 2;
+        sw_centroid_plan *plan = make_plan(cpu, &p);
+        sw_centroid_result r = make_result(plan, 2);
+        run_ok(plan, &two.img, &r);
+        for (int32_t l = 0; l < 100; l++) {
+            assert_int_equal(r.saturated[l], 0);
+            assert_int_equal(r.saturated[100 + l], l == SAT_HOT);
+        }
+        check_against_reference(&p, &two.img, 2, &r, 1, 0, 0, "u8, two frames");
+        sw_centroid_result_free(&r);
+        sw_centroid_destroy(plan);
+        free_frames(&two);
+        p.max_frames = 1;
+    }
+    free_frames(&fb);
+
+    /* u16: the default level is 65535; 65534 is not saturated */
+    p.type = SW_PIX_U16;
+    fb = make_frames(160, 160, SW_PIX_U16, 0);
+    sat_frame(&fb.img, 0, -1, 65535.0);
+    set_pixel(&fb.img, 16 * 7 + 3, 4, 65535.0);
+    set_pixel(&fb.img, 16 * 8 + 3, 4, 65534.0);
+    {
+        sw_centroid_plan *plan = make_plan(cpu, &p);
+        sw_centroid_result r = make_result(plan, 1);
+        run_ok(plan, &fb.img, &r);
+        for (int32_t l = 0; l < 100; l++)
+            assert_int_equal(r.saturated[l], l == 7);
+        check_against_reference(&p, &fb.img, 1, &r, 1, 0, 0, "u16, default level");
+        sw_centroid_result_free(&r);
+        sw_centroid_destroy(plan);
+    }
+    /* a 12-bit camera in 16-bit words: level 4095 */
+    p.saturation = 4095.0;
+    set_pixel(&fb.img, 16 * 2 + 3, 16 * 9 + 4, 4095.0);
+    {
+        sw_centroid_plan *plan = make_plan(cpu, &p);
+        sw_centroid_result r = make_result(plan, 1);
+        run_ok(plan, &fb.img, &r);
+        for (int32_t l = 0; l < 100; l++)
+            assert_int_equal(r.saturated[l], l == 7 || l == 8 || l == 92);
+        sw_centroid_result_free(&r);
+        sw_centroid_destroy(plan);
+    }
+    free_frames(&fb);
+
+    /* f32: no level by default, whatever the values; an explicit level compares exactly */
+    p.type = SW_PIX_F32;
+    p.saturation = 0.0;
+    fb = make_frames(160, 160, SW_PIX_F32, 0);
+    sat_frame(&fb.img, 0, -1, 1e30);
+    set_pixel(&fb.img, 16 * 1 + 8, 16 * 1 + 8, 1e30);                               /* 11 */
+    set_pixel(&fb.img, 16 * 4 + 1, 16 * 6 + 1, 1000.25);                            /* 64 */
+    set_pixel(&fb.img, 16 * 6 + 1, 16 * 4 + 1, (double)nextafterf(1000.25f, 0.0f)); /* 46 */
+    for (int k = 0; k < 2; k++) {
+        p.saturation = k == 0 ? 0.0 : 1000.25;
+        sw_centroid_plan *plan = make_plan(cpu, &p);
+        sw_centroid_result r = make_result(plan, 1);
+        run_ok(plan, &fb.img, &r);
+        for (int32_t l = 0; l < 100; l++) {
+            assert_int_equal(r.saturated[l], k == 1 && (l == 11 || l == 64));
+            assert_int_equal(r.valid[l], 1);
+        }
+        check_against_reference(&p, &fb.img, 1, &r, 0, 1e-4, 1e-5, "f32 levels");
+        sw_centroid_result_free(&r);
+        sw_centroid_destroy(plan);
+    }
+    free_frames(&fb);
+}
+
 /* ------------------------------------------------------------------ bad input */
 
 static void expect_create_fails(const sw_centroid_params *p, int any_code, const char *what)
@@ -1213,6 +1521,13 @@ static void test_bad_create(void **state)
     expect_create_fails(&p, 0, "fraction -0.1");
     p.threshold = 1.0;
     sw_centroid_destroy(make_plan(cpu, &p));
+
+    const double bad_level[3] = {NAN, INFINITY, -INFINITY};
+    for (int i = 0; i < 3; i++) {
+        p = base;
+        p.saturation = bad_level[i];
+        expect_create_fails(&p, 0, "a saturation level that is not finite");
+    }
 
     p = base;
     p.type = SW_PIX_U32;
@@ -1434,6 +1749,7 @@ int main(void)
         cmocka_unit_test(test_batches),
         cmocka_unit_test(test_invalid_pixels),
         cmocka_unit_test(test_invalid_pixels_thresholded),
+        cmocka_unit_test(test_saturation),
         cmocka_unit_test(test_bad_create),
         cmocka_unit_test(test_bad_run),
     };
