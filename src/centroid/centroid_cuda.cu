@@ -44,11 +44,12 @@
  * thread and column, in double per lenslet. A FRACTION threshold takes a first pass for the
  * lenslet maxima (the pixels are read again, from the cache, in the second).
  *
- * Saturation (centroid.h) rides on the same loads: each thread keeps one bit per column of its
- * group, set when a raw pixel of that column is at or above the level (an integer or a float
- * comparison, always made: with no level the comparison is never true), stores the 4 bits in one
- * byte of shared memory beside its sums, and the bytes are ORed over the row groups and then over
- * each lenslet's columns in the reductions the moments take. No second pass over the pixels.
+ * Saturation (centroid.h) rides on the same loads: each thread keeps the largest raw value of each
+ * of its 4 columns (one max per pixel), compares them with the level once after its rows (an
+ * integer or a float comparison, always made: with no level it is never true), stores the 4
+ * flags as one byte per column beside its sums, and the bytes are ORed over the row groups (in the
+ * loop that adds the sums) and then over each lenslet's columns in the reductions the moments
+ * take. No second pass over the pixels.
  *
  * Memory paths: DEVICE reads device frames; COPY copies host frames into the plan's pitched
  * device buffer first (cudaMemcpy2DAsync on the context's stream); MAPPED reads pinned host frames
@@ -239,22 +240,28 @@ template <> __device__ __forceinline__ void store4<float>(float *s, const float 
     *(float4 *)s = make_float4(v[0], v[1], v[2], v[3]);
 }
 
-/* 1 when a raw pixel is saturated (centroid.h: raw >= the level, before any conditioning).
- * Pixels not read are 0 and the level is positive: they never are. */
-__device__ __forceinline__ unsigned saturated(uint8_t v, const cg_args &a)
-{
-    return (uint32_t)v >= a.sat_u;
-}
+/* Saturation (centroid.h: a raw pixel >= the level, before any conditioning), from the largest
+ * raw value of a column's rows: one max per pixel in the row loop, one comparison per column
+ * after it. Pixels not read are 0 and the level is positive: they never count. */
+template <typename T> struct raw_max {
+    typedef uint32_t type;
+    static __device__ __forceinline__ type lowest() { return 0u; }
+    static __device__ __forceinline__ type max(type m, T v) { return umax(m, (uint32_t)v); }
+    static __device__ __forceinline__ unsigned at_level(type m, const cg_args &a)
+    {
+        return m >= a.sat_u;
+    }
+};
 
-__device__ __forceinline__ unsigned saturated(uint16_t v, const cg_args &a)
-{
-    return (uint32_t)v >= a.sat_u;
-}
-
-__device__ __forceinline__ unsigned saturated(float v, const cg_args &a)
-{
-    return v >= a.sat_f;
-}
+template <> struct raw_max<float> {
+    typedef float type;
+    static __device__ __forceinline__ type lowest() { return -INFINITY; }
+    static __device__ __forceinline__ type max(type m, float v) { return fmaxf(m, v); }
+    static __device__ __forceinline__ unsigned at_level(type m, const cg_args &a)
+    {
+        return m >= a.sat_f; /* false for a NaN level (none) */
+    }
+};
 
 /* ------------------------------------------------------------------ the kernel */
 
@@ -263,8 +270,8 @@ __device__ __forceinline__ unsigned saturated(float v, const cg_args &a)
  * Block (TX, R, NZ); grid (ntiles * bands, frames). Dynamic shared memory: the row-group partials
  * s0, s1 (4 columns per thread each), then per item (the block's lenslet k of its band row z,
  * q = z * nlt + k): the references, the slope index, the FRACTION threshold; then one byte per
- * thread: bit j set when its column 4 tx + j held a saturated pixel in its rows (reduced over
- * the row groups like s0, then over each lenslet's columns like the moments: no second pass).
+ * column, indexed as s0: 1 when the column held a saturated pixel in the thread's rows (reduced
+ * over the row groups like s0, then over each lenslet's columns like the moments).
  */
 template <typename T, int LOAD, bool EXACT>
 __global__ void __launch_bounds__(CG_THREADS, CG_MIN_BLOCKS) cog_kernel(const cg_args a)
@@ -281,7 +288,7 @@ __global__ void __launch_bounds__(CG_THREADS, CG_MIN_BLOCKS) cog_kernel(const cg
     double *rxs = (double *)(s1 + 4 * nthreads), *rys = rxs + a.nitems;
     int32_t *ksh = (int32_t *)(rys + a.nitems);
     float *tsh = (float *)(ksh + a.nitems);
-    uint8_t *ssh = (uint8_t *)(tsh + a.nitems); /* [tz][ty][tx], 4 column bits each */
+    uint8_t *ssh = (uint8_t *)(tsh + a.nitems); /* one byte per column, indexed as s0 */
 
     /* The block's lenslets and rows, from the geometry (no table on the critical path). */
     const int tile = (int)(blockIdx.x % (unsigned)a.ntiles);
@@ -386,9 +393,10 @@ __global__ void __launch_bounds__(CG_THREADS, CG_MIN_BLOCKS) cog_kernel(const cg
         }
 
         /* Pass 2: the thread's column sums over its rows ys + ty, ys + ty + R, ..., and its
-         * saturated columns (sm, bit j for column x + j) from the same loads. */
+         * columns' largest raw values (for saturation) from the same loads. */
+        typedef raw_max<T> RM;
         acc_t a0[4] = {0, 0, 0, 0}, a1[4] = {0, 0, 0, 0};
-        unsigned sm = 0;
+        typename RM::type mx[4] = {RM::lowest(), RM::lowest(), RM::lowest(), RM::lowest()};
 #pragma unroll 4
         for (int y = ys + ty; y < ye; y += R) {
             T p[4];
@@ -396,7 +404,7 @@ __global__ void __launch_bounds__(CG_THREADS, CG_MIN_BLOCKS) cog_kernel(const cg
             const acc_t wy = (acc_t)(y - ys);
 #pragma unroll
             for (int j = 0; j < 4; j++) {
-                sm |= saturated(p[j], a) << j;
+                mx[j] = RM::max(mx[j], p[j]);
                 acc_t v;
                 if (EXACT) {
                     v = (acc_t)p[j]; /* 0 when not read */
@@ -415,7 +423,9 @@ __global__ void __launch_bounds__(CG_THREADS, CG_MIN_BLOCKS) cog_kernel(const cg
         }
         store4<acc_t>(s0 + 4 * tid, a0);
         store4<acc_t>(s1 + 4 * tid, a1);
-        ssh[tid] = (uint8_t)sm;
+        /* the 4 columns' saturated flags, one byte each, in one 32-bit store */
+        *(uint32_t *)(ssh + 4 * tid) = RM::at_level(mx[0], a) | RM::at_level(mx[1], a) << 8 |
+                                       RM::at_level(mx[2], a) << 16 | RM::at_level(mx[3], a) << 24;
         __pipeline_wait_prior(0); /* this thread's item copies; the barrier shows them to all */
         __syncthreads();
         /* Row-group partials -> column totals (slot ty = 0 of each lenslet row). */
@@ -423,19 +433,14 @@ __global__ void __launch_bounds__(CG_THREADS, CG_MIN_BLOCKS) cog_kernel(const cg
             for (int c = tid; c < NZ * ncol; c += nthreads) {
                 const int z = c / ncol, o = z * rcol + (c - z * ncol);
                 acc_t u0 = s0[o], u1 = s1[o];
+                unsigned m = ssh[o]; /* the column's saturated flag likewise */
                 for (int r = 1; r < R; r++) {
                     u0 += s0[o + r * ncol];
                     u1 += s1[o + r * ncol];
+                    m |= ssh[o + r * ncol];
                 }
                 s0[o] = u0;
                 s1[o] = u1;
-            }
-        if (R > 1) /* the saturated columns likewise (slot ty = 0), one byte per thread */
-            for (int b = tid; b < NZ * TX; b += nthreads) {
-                const int z = b / TX, o = z * R * TX + (b - z * TX);
-                unsigned m = ssh[o];
-                for (int r = 1; r < R; r++)
-                    m |= ssh[o + r * TX];
                 ssh[o] = (uint8_t)m;
             }
         __syncthreads();
@@ -455,11 +460,10 @@ __global__ void __launch_bounds__(CG_THREADS, CG_MIN_BLOCKS) cog_kernel(const cg
                 const acc_t *t0 = s0 + z * rcol, *t1 = s1 + z * rcol;
                 for (int c = c0 + lane; c < c1; c += gs) {
                     const mom_t u = (mom_t)t0[c];
-                    const int o = z * rcol + c; /* s0's index: thread o / 4, column bit o % 4 */
                     m00 += u;
                     m10 += (mom_t)(c - c0) * u;
                     m01 += (mom_t)t1[c];
-                    sat |= (unsigned)ssh[o >> 2] >> (o & 3) & 1u;
+                    sat |= ssh[z * rcol + c];
                 }
             }
             for (int o = gs >> 1; o > 0; o >>= 1) {
@@ -582,7 +586,7 @@ static void choose_shape(const sw_centroid_plan *plan, cg_gpu *g)
     const size_t nitems = (size_t)g->nz * g->lpt;
     g->smem = 2 * 4 * nthreads * sizeof(uint32_t) +
               nitems * (2 * sizeof(double) + sizeof(int32_t) + sizeof(float)) +
-              nthreads * sizeof(uint8_t);
+              4 * nthreads * sizeof(uint8_t);
 }
 
 /* ------------------------------------------------------------------ plan */
