@@ -245,8 +245,14 @@ template <> __device__ __forceinline__ void store4<float>(float *s, const float 
  * after it. Pixels not read are 0 and the level is positive: they never count. */
 template <typename T> struct raw_max {
     typedef uint32_t type;
-    static __device__ __forceinline__ type lowest() { return 0u; }
-    static __device__ __forceinline__ type max(type m, T v) { return umax(m, (uint32_t)v); }
+    static __device__ __forceinline__ type lowest()
+    {
+        return 0u;
+    }
+    static __device__ __forceinline__ type max(type m, T v)
+    {
+        return umax(m, (uint32_t)v);
+    }
     static __device__ __forceinline__ unsigned at_level(type m, const cg_args &a)
     {
         return m >= a.sat_u;
@@ -255,8 +261,14 @@ template <typename T> struct raw_max {
 
 template <> struct raw_max<float> {
     typedef float type;
-    static __device__ __forceinline__ type lowest() { return -INFINITY; }
-    static __device__ __forceinline__ type max(type m, float v) { return fmaxf(m, v); }
+    static __device__ __forceinline__ type lowest()
+    {
+        return -INFINITY;
+    }
+    static __device__ __forceinline__ type max(type m, float v)
+    {
+        return fmaxf(m, v);
+    }
     static __device__ __forceinline__ unsigned at_level(type m, const cg_args &a)
     {
         return m >= a.sat_f; /* false for a NaN level (none) */
