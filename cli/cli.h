@@ -212,6 +212,8 @@ typedef struct sw_cli_input {
     sw_h5_reader *h5; /* HDF5: the open reader, NULL otherwise */
     int64_t nframes;
     int64_t start; /* global index of its first frame */
+    sw_diffraction_geometry geom; /* what the file's header says of the experiment (have = 0:
+                                     nothing; FITS and PGM carry none) */
 } sw_cli_input;
 
 /* Several input files, their frames numbered from 0 across all of them in order. */
@@ -257,6 +259,8 @@ int sw_cli_inputs_frame(sw_context *ctx, const char *sub, sw_cli_inputs *in, int
  * a pipeline's reader thread with SW_CLI_INPUTS_THREAD. */
 sw_status sw_cli_inputs_read(sw_cli_inputs *in, int64_t index, sw_image *dst);
 void sw_cli_inputs_free(sw_cli_inputs *in);
+/* The experiment's geometry as the first input's header gives it (nothing known: have = 0). */
+void sw_cli_inputs_geometry(const sw_cli_inputs *in, sw_diffraction_geometry *g);
 /* Where the external links of HDF5 inputs may lead (io.h's sw_h5_options): dirs ("a:b"; by
  * default only beside the master) and anywhere (1: absolute targets and ".."). NULL / -1 leave a
  * setting as it is. Set before sw_cli_inputs_open (the --h5-link-dirs and --h5-links-anywhere

@@ -22,6 +22,13 @@ void sw_cli_inputs_h5_links(const char *dirs, int anywhere)
         g_h5_links.anywhere = anywhere;
 }
 
+void sw_cli_inputs_geometry(const sw_cli_inputs *in, sw_diffraction_geometry *g)
+{
+    sw_diffraction_geometry_init(g);
+    if (in && in->n > 0)
+        *g = in->in[0].geom;
+}
+
 void sw_cli_inputs_free(sw_cli_inputs *in)
 {
     for (int i = 0; i < in->n; i++) {
