@@ -24,6 +24,7 @@
  * steps; its lenslets are not searched again (status SW_SPOT_INACTIVE in sw_aberrometry_spots).
  */
 #include "aberrometry/aberrometry_internal.h"
+#include "pupil/pupil_internal.h"
 
 #include <cblas.h>
 #include <lapacke.h>
@@ -840,11 +841,25 @@ static sw_status slot_status(sw_aberrometry_plan *plan, int s, sw_status st)
     return st;
 }
 
-static sw_status gpu_collect(sw_aberrometry_plan *plan, int s, sw_aberrometry_result *out)
+/* Slot s's frame: its result, after the spots path on the host for a pupil the device's glow
+ * path did not find (pupil.h); when that finds one, the frame runs again on the slot with the
+ * pupils set (sw_pupil_gpu_preset), so a frame with glow costs nothing more. */
+static sw_status gpu_collect(sw_aberrometry_plan *plan, int s, const sw_image *frame,
+                             sw_aberrometry_result *out)
 {
     sw_pupil_result pr;
     sw_ab_raw raw;
+    sw_pupil_plan *pp = plan->slot[s].pupil;
     sw_status st = slot_status(plan, s, sw_ab_gpu_collect(plan, s, &pr, &raw));
+    int redo = 0;
+    if (st == SW_OK)
+        st = slot_status(plan, s, sw_pupil_gpu_fallback(pp, frame, &pr, &redo));
+    if (st == SW_OK && redo) {
+        sw_pupil_gpu_preset(pp);
+        st = slot_status(plan, s, sw_ab_gpu_enqueue(plan, s, frame));
+        if (st == SW_OK)
+            st = slot_status(plan, s, sw_ab_gpu_collect(plan, s, &pr, &raw));
+    }
     if (st != SW_OK)
         return st;
     return sw_ab_result_fill(plan, &pr, &raw, out);
@@ -886,7 +901,7 @@ sw_status sw_aberrometry_run_batch(sw_aberrometry_plan *plan, const sw_image *co
     for (int32_t k = 0; k < n && st == SW_OK; k++) {
         int s = (int)(k % S);
         if (pending[s] >= 0) {
-            st = gpu_collect(plan, s, &out[pending[s]]);
+            st = gpu_collect(plan, s, frames[pending[s]], &out[pending[s]]);
             pending[s] = -1;
             if (st != SW_OK)
                 break;
@@ -903,7 +918,7 @@ sw_status sw_aberrometry_run_batch(sw_aberrometry_plan *plan, const sw_image *co
         if (pending[s] != k)
             continue;
         if (st == SW_OK) {
-            st = gpu_collect(plan, s, &out[k]);
+            st = gpu_collect(plan, s, frames[k], &out[k]);
         } else {
             sw_pupil_result pr;
             sw_ab_raw raw;
