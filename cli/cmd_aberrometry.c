@@ -128,11 +128,23 @@ void sw_cmd_aberrometry_help(FILE *out)
         "                         at most the measured one (the coefficients are rescaled)\n"
         "  --streams N            frames in flight on the GPU, 1..%d (default %d)\n"
         "\n"
+        "Pupil (default: tracked in every frame from the retinal glow, Mompean et al. Sec. 3.1;\n"
+        "where the glow path finds none, e.g. an artificial eye or a bench with no glow, from\n"
+        "the spots' envelope on the lenslet grid: each cell's light over a fully lit cell's is\n"
+        "its share of the pupil, the outline is where it crosses 1/2, and the fitted ellipse\n"
+        "is sized to the light's area; the report's pupil_method and pupil_fallback_reason\n"
+        "say which and why; see 'spotwave pupil'):\n"
+        "%s"
+        "  --no-spots             no spots path: a pupil the glow path misses is not found\n"
+        "\n"
         "Output:\n"
         "  -o, --out FILE         the CSV (default: standard output)\n"
         "  --index ansi|noll      the CSV's j column (default ansi)\n"
         "  --json                 print a JSON report on standard output (needs --out FILE):\n"
-        "                         the parameters and the grid, and per frame and eye the pupil,\n"
+        "                         the parameters and the grid (magnification_default: true\n"
+        "                         when --magnification was not given), and per frame and eye\n"
+        "                         the pupil (its method: glow, spots or given), pupil_method,\n"
+        "                         pupil_fallback_reason,\n"
         "                         the analysis circle, pupil_mm, the lenslets used, found, kept\n"
         "                         and discarded by each criterion, the coefficients, the\n"
         "                         refraction (sphere, cyl, axis, M, J0, J45), the residual, and\n"
@@ -164,7 +176,7 @@ void sw_cmd_aberrometry_help(FILE *out)
         "      --out z.csv --json --map w.png\n",
         DEF_PIXEL_UM, DEF_FOCAL_MM, DEF_MAGNIFICATION, SW_AB_MAX_ORDER, d.order, d.prelim_order,
         d.central_fraction, SW_AB_MAX_STAGES, d.mesh_stages, d.mesh_tolerance, SW_SEARCH_MAX_WINDOW,
-        d.discard_contrast, SW_AB_MAX_STREAMS, d.streams, DEF_MAP_SIZE);
+        d.discard_contrast, SW_AB_MAX_STREAMS, d.streams, sw_cli_given_help, DEF_MAP_SIZE);
 }
 
 enum {
@@ -199,6 +211,10 @@ enum {
     OPT_SPOTS,
     OPT_PROGRESS,
     OPT_NO_PROGRESS,
+    OPT_PUPIL_CENTER,
+    OPT_PUPIL_RADIUS,
+    OPT_PUPIL_ELLIPSE,
+    OPT_NO_SPOTS,
 };
 
 typedef struct ab_opts {
@@ -215,6 +231,8 @@ typedef struct ab_opts {
     int32_t n_eyes, order, prelim_order, window, streams, map_size;
     sw_search_algorithm algorithm;
     int no_discard, noll, json, progress, map_fits;
+    sw_cli_given given; /* --pupil-center, --pupil-radius-px, --pupil-ellipse */
+    int no_spots;       /* --no-spots */
 } ab_opts;
 
 static int is_fits_name(const char *path)
@@ -258,6 +276,11 @@ static int parse_opts(ab_opts *o, int argc, char **argv)
         {"spots", required_argument, NULL, OPT_SPOTS},
         {"progress", no_argument, NULL, OPT_PROGRESS},
         {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
+        {"pupil-center", required_argument, NULL, OPT_PUPIL_CENTER},
+        {"pupil-centre", required_argument, NULL, OPT_PUPIL_CENTER},
+        {"pupil-radius-px", required_argument, NULL, OPT_PUPIL_RADIUS},
+        {"pupil-ellipse", required_argument, NULL, OPT_PUPIL_ELLIPSE},
+        {"no-spots", no_argument, NULL, OPT_NO_SPOTS},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -385,6 +408,16 @@ static int parse_opts(ab_opts *o, int argc, char **argv)
         case OPT_SPOTS: rc = sw_cli_opt_file(S, name, optarg, &o->spots); break;
         case OPT_PROGRESS: o->progress = 1; break;
         case OPT_NO_PROGRESS: o->progress = 0; break;
+        case OPT_PUPIL_CENTER:
+            rc = sw_cli_given_option(S, name, SW_CLI_GIVEN_CENTER, optarg, &o->given);
+            break;
+        case OPT_PUPIL_RADIUS:
+            rc = sw_cli_given_option(S, name, SW_CLI_GIVEN_RADIUS, optarg, &o->given);
+            break;
+        case OPT_PUPIL_ELLIPSE:
+            rc = sw_cli_given_option(S, name, SW_CLI_GIVEN_ELLIPSE, optarg, &o->given);
+            break;
+        case OPT_NO_SPOTS: o->no_spots = 1; break;
         case 'h': sw_cmd_aberrometry_help(stdout); return -1;
         default: return SW_EXIT_USAGE;
         }
@@ -411,6 +444,13 @@ static int parse_opts(ab_opts *o, int argc, char **argv)
                                "for the CSV");
     if (o->spots && strcmp(o->spots, "-") == 0)
         return sw_cli_usage(S, "--spots needs a file name");
+    {
+        /* checked here against the eyes asked for; the plan takes them in make_plan */
+        sw_pupil_params tmp;
+        memset(&tmp, 0, sizeof tmp);
+        if ((rc = sw_cli_given_finish(S, &o->given, o->n_eyes, &tmp)) != SW_EXIT_OK)
+            return rc;
+    }
     if (o->map) {
         if (is_fits_name(o->map))
             o->map_fits = 1;
@@ -545,6 +585,8 @@ static int make_plan(ab_job *j)
     if (o->have_contrast)
         p->discard_contrast = o->contrast;
     p->streams = o->streams;
+    p->pupil.spots_fallback = !o->no_spots;
+    (void)sw_cli_given_finish(SUB, &o->given, o->n_eyes, &p->pupil); /* checked by parse_opts */
     sw_status st = sw_aberrometry_create(j->ctx, p, &j->plan);
     if (st != SW_OK)
         return sw_cli_fail(SUB, "%s", sw_cli_lib_error(j->ctx, st));
@@ -837,9 +879,11 @@ static cJSON *json_eye(const ab_opts *o, const eye_out *q, int k, const char *ma
     if (e->valid) {
         cJSON_AddNullToObject(x, "failure");
     } else if (e->failure == SW_AB_NO_PUPIL) {
-        char why[256];
-        snprintf(why, sizeof why, "%s: %s", sw_ab_failure_string(e->failure),
-                 sw_pupil_failure_string(p->failure));
+        char why[384];
+        snprintf(why, sizeof why, "%s: %s%s%s", sw_ab_failure_string(e->failure),
+                 sw_pupil_failure_string(p->failure),
+                 p->spots_failure != SW_PUPIL_OK ? "; spots path: " : "",
+                 p->spots_failure != SW_PUPIL_OK ? sw_pupil_failure_string(p->spots_failure) : "");
         sw_cli_json_string(x, "failure", why);
     } else {
         sw_cli_json_string(x, "failure", sw_ab_failure_string(e->failure));
@@ -854,6 +898,17 @@ static cJSON *json_eye(const ab_opts *o, const eye_out *q, int k, const char *ma
     sw_cli_json_double(pj, "b_px", p->valid ? p->b_px : NAN);
     sw_cli_json_double(pj, "angle_deg", p->valid ? p->angle_deg : NAN);
     sw_cli_json_int(pj, "inliers", p->inliers);
+    sw_cli_json_string(pj, "method", sw_pupil_method_string(p->method));
+    sw_cli_json_string(pj, "fallback_reason",
+                       p->glow_failure != SW_PUPIL_OK ? sw_pupil_failure_string(p->glow_failure)
+                                                      : NULL);
+    sw_cli_json_string(pj, "spots_failure",
+                       p->spots_failure != SW_PUPIL_OK ? sw_pupil_failure_string(p->spots_failure)
+                                                       : NULL);
+    sw_cli_json_string(x, "pupil_method", sw_pupil_method_string(p->method));
+    sw_cli_json_string(x, "pupil_fallback_reason",
+                       p->glow_failure != SW_PUPIL_OK ? sw_pupil_failure_string(p->glow_failure)
+                                                      : NULL);
     cJSON *cj = cJSON_AddObjectToObject(x, "analysis_circle");
     sw_cli_json_double(cj, "cx_px", e->cx_px);
     sw_cli_json_double(cj, "cy_px", e->cy_px);
@@ -941,6 +996,9 @@ static void json_report(const ab_job *j, double seconds)
     sw_cli_json_double(r, "magnification", p->magnification);
     sw_cli_json_string(r, "magnification_source",
                        o->have_magnification ? "option" : "default (sim eye's)");
+    cJSON_AddBoolToObject(r, "magnification_default", !o->have_magnification);
+    cJSON_AddBoolToObject(r, "pupil_given", p->pupil.given);
+    cJSON_AddBoolToObject(r, "spots_fallback", p->pupil.spots_fallback);
     sw_cli_json_double(r, "vertex_mm", p->vertex_mm);
     sw_cli_json_int(r, "window_px", p->window_px > 0 ? p->window_px : (int)floor(g->pitch_px));
     cJSON_AddBoolToObject(r, "discard", p->discard);
