@@ -121,7 +121,13 @@ void sw_cmd_aberrometry_help(FILE *out)
         "  --no-discard           keep every spot found (default: the three discarding\n"
         "                         criteria: empty or saturated cell, spacing, isolated)\n"
         "  --contrast C           criterion 1: the centroid's pixel must exceed the mean of its\n"
-        "                         8 neighbours by more than C grey levels (default %g)\n"
+        "                         8 neighbours by more than C grey levels of an 8-bit frame\n"
+        "                         (default %g, Mompean et al.'s), scaled to the frame's pixels\n"
+        "                         as C x full scale / 255\n"
+        "  --full-scale V         a full-scale pixel's value for that scaling (default: by\n"
+        "                         type: 255 for 8-bit, 65535 for 16-bit, 1 for float frames\n"
+        "                         in [0, 1]; e.g. 4095 for a 12-bit camera in 16-bit words, 255\n"
+        "                         for float frames in grey levels)\n"
         "  --vertex-mm V          refraction at a spectacle plane V mm in front of the cornea\n"
         "                         (default 0: the corneal plane)\n"
         "  --pupil-mm D           report the coefficients and refraction over a pupil of D mm,\n"
@@ -215,6 +221,7 @@ enum {
     OPT_PUPIL_RADIUS,
     OPT_PUPIL_ELLIPSE,
     OPT_NO_SPOTS,
+    OPT_FULL_SCALE,
 };
 
 typedef struct ab_opts {
@@ -233,6 +240,7 @@ typedef struct ab_opts {
     int no_discard, noll, json, progress, map_fits;
     sw_cli_given given; /* --pupil-center, --pupil-radius-px, --pupil-ellipse */
     int no_spots;       /* --no-spots */
+    double full_scale;  /* --full-scale (0: by type) */
 } ab_opts;
 
 static int is_fits_name(const char *path)
@@ -281,6 +289,7 @@ static int parse_opts(ab_opts *o, int argc, char **argv)
         {"pupil-radius-px", required_argument, NULL, OPT_PUPIL_RADIUS},
         {"pupil-ellipse", required_argument, NULL, OPT_PUPIL_ELLIPSE},
         {"no-spots", no_argument, NULL, OPT_NO_SPOTS},
+        {"full-scale", required_argument, NULL, OPT_FULL_SCALE},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -418,6 +427,10 @@ static int parse_opts(ab_opts *o, int argc, char **argv)
             rc = sw_cli_given_option(S, name, SW_CLI_GIVEN_ELLIPSE, optarg, &o->given);
             break;
         case OPT_NO_SPOTS: o->no_spots = 1; break;
+        case OPT_FULL_SCALE:
+            rc =
+                sw_cli_opt_double(S, name, optarg, SW_CLI_POSITIVE, "a number > 0", &o->full_scale);
+            break;
         case 'h': sw_cmd_aberrometry_help(stdout); return -1;
         default: return SW_EXIT_USAGE;
         }
@@ -437,8 +450,9 @@ static int parse_opts(ab_opts *o, int argc, char **argv)
                                "none: found in the reference)");
     if (o->have_prelim && o->prelim_order > o->order)
         return sw_cli_usage(S, "--prelim-order %d is above --order %d", o->prelim_order, o->order);
-    if (o->no_discard && o->have_contrast)
-        return sw_cli_usage(S, "--contrast sets a discarding criterion: drop --no-discard");
+    if (o->no_discard && (o->have_contrast || o->full_scale > 0))
+        return sw_cli_usage(S, "%s sets a discarding criterion: drop --no-discard",
+                            o->have_contrast ? "--contrast" : "--full-scale");
     if (o->json && (!o->out || strcmp(o->out, "-") == 0))
         return sw_cli_usage(S, "--json prints the report on standard output: give --out FILE "
                                "for the CSV");
@@ -584,6 +598,7 @@ static int make_plan(ab_job *j)
     p->discard = !o->no_discard;
     if (o->have_contrast)
         p->discard_contrast = o->contrast;
+    p->contrast_full_scale = o->full_scale;
     p->streams = o->streams;
     p->pupil.spots_fallback = !o->no_spots;
     (void)sw_cli_given_finish(SUB, &o->given, o->n_eyes, &p->pupil); /* checked by parse_opts */
@@ -1003,6 +1018,9 @@ static void json_report(const ab_job *j, double seconds)
     sw_cli_json_int(r, "window_px", p->window_px > 0 ? p->window_px : (int)floor(g->pitch_px));
     cJSON_AddBoolToObject(r, "discard", p->discard);
     sw_cli_json_double(r, "discard_contrast", p->discard_contrast);
+    sw_cli_json_double(r, "contrast_full_scale", sw_aberrometry_full_scale(p));
+    sw_cli_json_double(r, "discard_contrast_px",
+                       p->discard_contrast * sw_aberrometry_full_scale(p) / 255.0);
     sw_cli_json_string(r, "index", o->noll ? "noll" : "ansi");
     sw_cli_json_double(r, "pupil_mm", o->pupil_mm > 0 ? o->pupil_mm : NAN);
     sw_cli_json_int(r, "streams", p->streams);

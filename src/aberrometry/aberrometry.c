@@ -75,12 +75,26 @@ void sw_aberrometry_params_default(sw_aberrometry_params *p, int32_t width, int3
     p->min_window_px = 3;
     p->discard = 1;
     p->discard_contrast = 15.0;
+    p->contrast_full_scale = 0.0;
     p->min_spacing = 0.5;
     p->max_spacing = 1.5;
     p->peak_box = 13;
     p->peak_threshold = 0.0;
     sw_pupil_params_default(&p->pupil, width, height, t);
     p->streams = 2;
+}
+
+double sw_aberrometry_full_scale(const sw_aberrometry_params *p)
+{
+    if (!p)
+        return 255.0;
+    if (p->contrast_full_scale > 0.0)
+        return p->contrast_full_scale;
+    switch (p->type) {
+    case SW_PIX_U16: return 65535.0;
+    case SW_PIX_F32: return 1.0;
+    default: return 255.0;
+    }
 }
 
 /* floor(pitch_px) within [lo, SW_SEARCH_MAX_WINDOW]: the lenslet size as a search window. */
@@ -242,6 +256,11 @@ static sw_status check_params(sw_context *ctx, const sw_aberrometry_params *p)
     if (!isfinite(p->discard_contrast))
         return sw_fail(ctx, SW_EINVAL, "aberrometry: discard_contrast %g must be finite",
                        p->discard_contrast);
+    if (!(isfinite(p->contrast_full_scale) && p->contrast_full_scale >= 0.0))
+        return sw_fail(ctx, SW_EINVAL,
+                       "aberrometry: contrast_full_scale %g must be finite and >= 0 (0: by the "
+                       "pixel type)",
+                       p->contrast_full_scale);
     if (!(isfinite(p->min_spacing) && isfinite(p->max_spacing) && p->min_spacing >= 0.0 &&
           p->min_spacing < p->max_spacing))
         return sw_fail(ctx, SW_EINVAL,
@@ -388,7 +407,7 @@ static void search_params(const sw_aberrometry_plan *plan, sw_search_params *sp)
     sp->peak_box = p->peak_box;
     sp->peak_threshold = p->peak_threshold;
     sp->discard = p->discard ? 1 : 0;
-    sp->discard_contrast = p->discard_contrast;
+    sp->discard_contrast = p->discard_contrast * sw_aberrometry_full_scale(p) / 255.0;
     sp->min_spacing = p->min_spacing;
     sp->max_spacing = p->max_spacing;
 }
