@@ -289,5 +289,8 @@ int sw_cli_given_option(const char *sub, const char *name, int kind, const char 
 int sw_cli_given_finish(const char *sub, const sw_cli_given *g, int n_eyes, sw_pupil_params *p);
 /* The options' lines for --help. */
 extern const char sw_cli_given_help[];
+/* --pupil-method auto|glow|spots as pupil.h's spots_fallback (1, 0, 2); -1 for anything else. */
+int sw_cli_pupil_method(const char *arg);
+const char *sw_cli_pupil_method_name(int spots_fallback);
 
 #endif /* SW_CLI_H */

@@ -141,7 +141,10 @@ void sw_cmd_aberrometry_help(FILE *out)
         "is sized to the light's area; the report's pupil_method and pupil_fallback_reason\n"
         "say which and why; see 'spotwave pupil'):\n"
         "%s"
-        "  --no-spots             no spots path: a pupil the glow path misses is not found\n"
+        "  --pupil-method auto|glow|spots\n"
+        "                         auto (default): the spots path where the glow path finds\n"
+        "                         no pupil; glow: never the spots path; spots: the spots path\n"
+        "                         for every pupil (an instrument without glow)\n"
         "\n"
         "Output:\n"
         "  -o, --out FILE         the CSV (default: standard output)\n"
@@ -220,7 +223,7 @@ enum {
     OPT_PUPIL_CENTER,
     OPT_PUPIL_RADIUS,
     OPT_PUPIL_ELLIPSE,
-    OPT_NO_SPOTS,
+    OPT_PUPIL_METHOD,
     OPT_FULL_SCALE,
 };
 
@@ -239,7 +242,7 @@ typedef struct ab_opts {
     sw_search_algorithm algorithm;
     int no_discard, noll, json, progress, map_fits;
     sw_cli_given given; /* --pupil-center, --pupil-radius-px, --pupil-ellipse */
-    int no_spots;       /* --no-spots */
+    int spots_mode;     /* --pupil-method: pupil.h's spots_fallback (1: auto) */
     double full_scale;  /* --full-scale (0: by type) */
 } ab_opts;
 
@@ -288,7 +291,7 @@ static int parse_opts(ab_opts *o, int argc, char **argv)
         {"pupil-centre", required_argument, NULL, OPT_PUPIL_CENTER},
         {"pupil-radius-px", required_argument, NULL, OPT_PUPIL_RADIUS},
         {"pupil-ellipse", required_argument, NULL, OPT_PUPIL_ELLIPSE},
-        {"no-spots", no_argument, NULL, OPT_NO_SPOTS},
+        {"pupil-method", required_argument, NULL, OPT_PUPIL_METHOD},
         {"full-scale", required_argument, NULL, OPT_FULL_SCALE},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -308,6 +311,7 @@ static int parse_opts(ab_opts *o, int argc, char **argv)
     o->streams = d.streams;
     o->algorithm = d.algorithm;
     o->map_size = DEF_MAP_SIZE;
+    o->spots_mode = 1;
     int c, rc = SW_EXIT_OK;
     sw_cli_getopt_reset();
     while ((c = sw_cli_getopt(S, argc, argv, "o:h", longopts)) != -1) {
@@ -426,7 +430,10 @@ static int parse_opts(ab_opts *o, int argc, char **argv)
         case OPT_PUPIL_ELLIPSE:
             rc = sw_cli_given_option(S, name, SW_CLI_GIVEN_ELLIPSE, optarg, &o->given);
             break;
-        case OPT_NO_SPOTS: o->no_spots = 1; break;
+        case OPT_PUPIL_METHOD:
+            if ((o->spots_mode = sw_cli_pupil_method(optarg)) < 0)
+                return sw_cli_usage(S, "%s: '%s' is not auto, glow or spots", name, optarg);
+            break;
         case OPT_FULL_SCALE:
             rc =
                 sw_cli_opt_double(S, name, optarg, SW_CLI_POSITIVE, "a number > 0", &o->full_scale);
@@ -600,7 +607,7 @@ static int make_plan(ab_job *j)
         p->discard_contrast = o->contrast;
     p->contrast_full_scale = o->full_scale;
     p->streams = o->streams;
-    p->pupil.spots_fallback = !o->no_spots;
+    p->pupil.spots_fallback = o->spots_mode;
     (void)sw_cli_given_finish(SUB, &o->given, o->n_eyes, &p->pupil); /* checked by parse_opts */
     sw_status st = sw_aberrometry_create(j->ctx, p, &j->plan);
     if (st != SW_OK)
@@ -1013,7 +1020,9 @@ static void json_report(const ab_job *j, double seconds)
                        o->have_magnification ? "option" : "default (sim eye's)");
     cJSON_AddBoolToObject(r, "magnification_default", !o->have_magnification);
     cJSON_AddBoolToObject(r, "pupil_given", p->pupil.given);
-    cJSON_AddBoolToObject(r, "spots_fallback", p->pupil.spots_fallback);
+    sw_cli_json_string(r, "pupil_tracking",
+                       p->pupil.given ? "given"
+                                      : sw_cli_pupil_method_name(p->pupil.spots_fallback));
     sw_cli_json_double(r, "vertex_mm", p->vertex_mm);
     sw_cli_json_int(r, "window_px", p->window_px > 0 ? p->window_px : (int)floor(g->pitch_px));
     cJSON_AddBoolToObject(r, "discard", p->discard);

@@ -95,9 +95,12 @@ void sw_cmd_pupil_help(FILE *out)
         "  --max-near-ratio F|inf border pixels just off the ellipse allowed, as a fraction of\n"
         "                         its inliers, >= 0 (default %g; inf: no such test)\n"
         "  --seed S               the RANSAC random numbers (default %llu)\n"
-        "  --no-spots             no spots path when the glow path finds no pupil (default:\n"
-        "                         tried with the lenslet grid; the JSON's method,\n"
-        "                         fallback_reason and spots_failure say what happened)\n"
+        "  --pupil-method auto|glow|spots\n"
+        "                         auto (default): the spots path, with the lenslet grid,\n"
+        "                         where the glow path finds no pupil; glow: never the spots\n"
+        "                         path; spots: the spots path for every pupil (an instrument\n"
+        "                         without glow). The JSON's method, fallback_reason and\n"
+        "                         spots_failure say what happened\n"
         "\n"
         "Given pupils (nothing tracked; pupil.h):\n"
         "%s"
@@ -174,7 +177,7 @@ enum {
     OPT_PUPIL_CENTER,
     OPT_PUPIL_RADIUS,
     OPT_PUPIL_ELLIPSE,
-    OPT_NO_SPOTS,
+    OPT_PUPIL_METHOD,
 };
 
 typedef struct pupil_opts {
@@ -228,7 +231,7 @@ static int parse_opts(pupil_opts *o, int argc, char **argv)
         {"pupil-centre", required_argument, NULL, OPT_PUPIL_CENTER},
         {"pupil-radius-px", required_argument, NULL, OPT_PUPIL_RADIUS},
         {"pupil-ellipse", required_argument, NULL, OPT_PUPIL_ELLIPSE},
-        {"no-spots", no_argument, NULL, OPT_NO_SPOTS},
+        {"pupil-method", required_argument, NULL, OPT_PUPIL_METHOD},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -354,7 +357,10 @@ static int parse_opts(pupil_opts *o, int argc, char **argv)
         case OPT_PUPIL_ELLIPSE:
             rc = sw_cli_given_option(S, name, SW_CLI_GIVEN_ELLIPSE, optarg, &o->given);
             break;
-        case OPT_NO_SPOTS: p->spots_fallback = 0; break;
+        case OPT_PUPIL_METHOD:
+            if ((p->spots_fallback = sw_cli_pupil_method(optarg)) < 0)
+                return sw_cli_usage(S, "%s: '%s' is not auto, glow or spots", name, optarg);
+            break;
         case 'h': sw_cmd_pupil_help(stdout); return -1;
         default: return SW_EXIT_USAGE;
         }
@@ -490,7 +496,7 @@ static void json_report(const pupil_job *j, sw_context *ctx, int64_t first, int6
     sw_cli_json_double(rep, "max_near_ratio", p->max_near_ratio); /* null: inf, no near-band test */
     sw_cli_json_u64(rep, "seed", p->seed);
     cJSON_AddBoolToObject(rep, "given", p->given);
-    cJSON_AddBoolToObject(rep, "spots_fallback", p->spots_fallback);
+    sw_cli_json_string(rep, "pupil_method", sw_cli_pupil_method_name(p->spots_fallback));
     if (p->geometry) {
         cJSON *g = cJSON_AddObjectToObject(rep, "lenslet_grid");
         sw_cli_json_double(g, "pitch_px", p->geometry->pitch_px);

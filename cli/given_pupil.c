@@ -104,3 +104,19 @@ int sw_cli_given_finish(const char *sub, const sw_cli_given *g, int n_eyes, sw_p
     p->given = 1;
     return SW_EXIT_OK;
 }
+
+int sw_cli_pupil_method(const char *arg)
+{
+    if (strcmp(arg, "auto") == 0)
+        return 1;
+    if (strcmp(arg, "glow") == 0)
+        return 0;
+    if (strcmp(arg, "spots") == 0)
+        return 2;
+    return -1;
+}
+
+const char *sw_cli_pupil_method_name(int spots_fallback)
+{
+    return spots_fallback == 0 ? "glow" : spots_fallback == 2 ? "spots" : "auto";
+}

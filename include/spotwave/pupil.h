@@ -200,7 +200,10 @@ typedef struct sw_pupil_params {
                                            tracking (default 0)                              */
     sw_pupil_shape given_pupil[2];      /* the given ellipses (pixels, degrees)              */
     int spots_fallback;                 /* 1 (default): a pupil the glow path does not find is
-                                           looked for in the spots' envelope (needs a geometry) */
+                                           looked for in the spots' envelope (needs a geometry);
+                                           2: every pupil is (an instrument without glow; the
+                                           glow path's pupil stays where the spots path fails);
+                                           0: never                                          */
     int32_t spots_iterations;           /* S5's refits, 0 .. 20 (default 3)                   */
 } sw_pupil_params;
 

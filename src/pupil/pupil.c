@@ -159,6 +159,9 @@ static sw_status check_params(sw_context *ctx, const sw_pupil_params *p)
                        p->max_near_ratio);
     if (p->lenslet_rule != SW_PUPIL_LENSLET_FULL && p->lenslet_rule != SW_PUPIL_LENSLET_CENTRE)
         return sw_fail(ctx, SW_EINVAL, "pupil: unknown lenslet_rule %d", (int)p->lenslet_rule);
+    if (p->spots_fallback < 0 || p->spots_fallback > 2)
+        return sw_fail(ctx, SW_EINVAL, "pupil: spots_fallback %d must be 0, 1 or 2",
+                       p->spots_fallback);
     if (p->spots_iterations < 0 || p->spots_iterations > 20)
         return sw_fail(ctx, SW_EINVAL, "pupil: spots_iterations %d must be 0 .. 20",
                        p->spots_iterations);

@@ -1883,7 +1883,7 @@ extern "C" sw_status sw_pupil_gpu_fallback(sw_pupil_plan *plan, const sw_image *
     int missing = 0;
     for (int32_t i = 0; i < result->n_pupils; i++)
         missing |= !result->pupil[i].valid;
-    if (p->given || !missing)
+    if (p->given || (!missing && p->spots_fallback != 2))
         return SW_OK;
     /* the spots path reads the frame on the host: the caller's, or a copy of the plan's tight
      * device copy of a device frame (one frame back over the bus, only when a pupil is missing) */
@@ -1904,11 +1904,10 @@ extern "C" sw_status sw_pupil_gpu_fallback(sw_pupil_plan *plan, const sw_image *
         host.memory = SW_MEM_HOST;
         host.owned = 0;
     }
-    int was[2] = {result->pupil[0].valid, result->pupil[1].valid};
     SW_TRY(sw_pupil_spots_fallback(plan, &host, result));
-    int found = 0;
+    int found = 0; /* a pupil the spots path found (or replaced, spots_fallback 2) */
     for (int32_t i = 0; i < result->n_pupils; i++)
-        found |= result->pupil[i].valid && !was[i];
+        found |= result->pupil[i].valid && result->pupil[i].method == SW_PUPIL_METHOD_SPOTS;
     if (found) {
         SW_TRY(pp_upload_pupils(plan, result));
         if (redo)

@@ -700,20 +700,37 @@ sw_status sw_pupil_spots_fallback(sw_pupil_plan *plan, const sw_image *frame,
     int changed = 0;
     for (int32_t i = 0; i < result->n_pupils; i++) {
         sw_pupil_ellipse *o = &result->pupil[i];
-        if (o->valid)
+        if (o->valid && p->spots_fallback != 2)
             continue;
-        o->glow_failure = o->failure;
+        if (!o->valid)
+            o->glow_failure = o->failure;
         if (!p->spots_fallback)
             continue;
-        o->method = SW_PUPIL_METHOD_SPOTS;
         if (!plan->has_geom) {
-            o->spots_failure = SW_PUPIL_NO_GRID;
+            if (!o->valid) {
+                o->method = SW_PUPIL_METHOD_SPOTS;
+                o->spots_failure = SW_PUPIL_NO_GRID;
+            }
             continue;
         }
-        sw_status st = spots_region(plan, frame, o);
+        /* spots_fallback 2: the spots path's pupil replaces the glow path's when it finds one */
+        sw_pupil_ellipse t = *o;
+        t.valid = 0;
+        if (!o->valid)
+            t.failure = o->failure;
+        sw_status st = spots_region(plan, frame, &t);
         if (st != SW_OK)
             return st;
-        changed |= o->valid;
+        if (t.valid || !o->valid) {
+            if (t.valid && o->valid)
+                t.glow_failure = SW_PUPIL_OK; /* replaced, not failed */
+            if (!t.valid)
+                t.method = SW_PUPIL_METHOD_SPOTS;
+            *o = t;
+            changed = 1;
+        } else {
+            o->spots_failure = t.spots_failure;
+        }
     }
     if (changed)
         sw_pupil_mask_host(plan, result);
