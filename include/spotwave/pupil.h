@@ -97,15 +97,19 @@
  *       interior cells only (lit with their four neighbours lit): a fully lit lenslet's light;
  *   S3. each lenslet's light at its own spot, wherever the wavefront moved it (a spot may leave
  *       its cell at the edge of an aberrated pupil): a walk over the grid from the lit cell
- *       nearest the lit cells' centre, ring by ring, where a lenslet's spot is looked for in a
- *       window of side pitch_px centred on the prediction from its measured neighbours (linear
- *       extrapolation from two in a row, else one neighbour plus a pitch), re-centred once on
- *       the window's centroid (at most a quarter pitch); its coverage c = (light - beta) / F0.
- *       A lenslet with c > 1/2 passes the walk on; a window whose spot does not sit about a
- *       pitch from each lit neighbour's (within 0.35 pitch, in the grid's direction) holds
- *       another lenslet's spot and counts as dark; one with c > 1.5 (a reflection in it) passes
- *       the walk on without predicting. Lenslets never reached have c = 0; dark lenslets
- *       enclosed by the pupil's lenslets count as 1, lit ones apart from it as 0;
+ *       nearest the lit cells' centre, ring by ring, where a lenslet's spot is looked for at
+ *       the prediction from its measured neighbours (linear extrapolation from two in a row,
+ *       else one neighbour plus a pitch): the light in a window of side max(6, pitch_px / 2)
+ *       px there, above the median of a window of side pitch_px, re-centred once on its
+ *       centroid (at most a quarter pitch); its coverage c = light / (a fully lit lenslet's
+ *       light in such a window). A lenslet with c > 1/2 passes the walk on; a spot that does
+ *       not sit about a pitch from each lit neighbour's (within half a pitch, in the grid's
+ *       direction; as Mompean et al.'s spacing criterion) or sits within half a pitch of one
+ *       holds another lenslet's spot and counts as dark; one with c > 1.5 (a reflection in it)
+ *       passes the walk on without predicting. Each coverage is then divided by the median
+ *       coverage of the interior lenslets within two of it (the light through a living eye's
+ *       pupil is not uniform). Lenslets never reached have c = 0; dark lenslets enclosed by the
+ *       pupil's lenslets count as 1, lit ones apart from it as 0;
  *   S4. the outline: where c crosses 1/2 between the centres of two lenslets that are
  *       neighbours along a row or a column (linear interpolation): a straight edge through a
  *       lenslet's centre covers half of it;

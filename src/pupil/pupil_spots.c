@@ -20,6 +20,7 @@
 #define SPOTS_MIN_SNR    5.0 /* S6: F0 / a cell's noise                               */
 #define SPOTS_CAP        1.5 /* S3: a window this bright holds a reflection            */
 #define SPOTS_FIT_BAND   0.5 /* S5: refit points within this many pitches             */
+#define SPOTS_SPACING    0.5 /* S3: a spot this far (pitches) from a neighbour's plus a pitch */
 
 const char *sw_pupil_method_string(sw_pupil_method m)
 {
@@ -172,19 +173,18 @@ static double sampson(const double *c, double u, double v, double *g2_out)
     return g2 > 0.0 ? fabs(q) / sqrt(g2) : INFINITY;
 }
 
-/* The light in a window of side d centred on (px, py), clipped to the columns [x0, x1) and the
- * frame: the sum of (v - the window's median) less bias (beta per d^2 pixels), and the centroid
- * of the part above the median. NaN when less than a quarter of the window is on the frame. */
+/* The light of a spot at (px, py): the window of side d centred there, clipped to the columns
+ * [x0, x1) and the frame, gives the background (its median); the inner window of side w <= d
+ * gives the light, the sum of (v - background) less bias (beta per d^2 pixels), and the centroid
+ * of the part above the background (an inner window keeps out the spots of neighbours that the
+ * wavefront pushed close, as converging rays do at a pupil's edge). NaN when less than a quarter
+ * of the window is on the frame. */
 static double window_light(const sw_image *frame, sw_pixel_type type, int32_t x0, int32_t x1,
-                           double d, double beta, double px, double py, double *buf, double *cx,
-                           double *cy)
+                           double d, double w, double beta, double px, double py, double *buf,
+                           double *cx, double *cy)
 {
-    double xa = ceil(px - 0.5 * d), xb = ceil(px + 0.5 * d);
-    double ya = ceil(py - 0.5 * d), yb = ceil(py + 0.5 * d);
-    xa = fmax(xa, (double)x0);
-    xb = fmin(xb, (double)x1);
-    ya = fmax(ya, 0.0);
-    yb = fmin(yb, (double)frame->height);
+    double xa = fmax(ceil(px - 0.5 * d), (double)x0), xb = fmin(ceil(px + 0.5 * d), (double)x1);
+    double ya = fmax(ceil(py - 0.5 * d), 0.0), yb = fmin(ceil(py + 0.5 * d), (double)frame->height);
     if (!(xb > xa && yb > ya))
         return NAN;
     const int32_t ia = (int32_t)xa, ib = (int32_t)xb, ja = (int32_t)ya, jb = (int32_t)yb;
@@ -192,32 +192,36 @@ static double window_light(const sw_image *frame, sw_pixel_type type, int32_t x0
     if ((double)n < 0.25 * d * d)
         return NAN;
     int64_t k = 0;
-    double sum = 0.0;
     for (int32_t y = ja; y < jb; y++) {
         const void *row = sw_image_row(frame, y);
         for (int32_t x = ia; x < ib; x++) {
             double v = sw_pm_pixel(row, x, type);
-            if (!isfinite(v))
-                v = 0.0;
-            buf[k++] = v;
-            sum += v;
+            buf[k++] = isfinite(v) ? v : 0.0;
         }
     }
-    double med = median_of(buf, n);
-    double sw = 0.0, sx = 0.0, sy = 0.0;
-    for (int32_t y = ja; y < jb; y++) {
+    const double med = median_of(buf, n);
+    const int32_t wa = (int32_t)fmax(ceil(px - 0.5 * w), xa),
+                  wb = (int32_t)fmin(ceil(px + 0.5 * w), xb);
+    const int32_t va = (int32_t)fmax(ceil(py - 0.5 * w), ya),
+                  vb = (int32_t)fmin(ceil(py + 0.5 * w), yb);
+    double sum = 0.0, sw = 0.0, sx = 0.0, sy = 0.0;
+    int64_t m = 0;
+    for (int32_t y = va; y < vb; y++) {
         const void *row = sw_image_row(frame, y);
-        for (int32_t x = ia; x < ib; x++) {
+        for (int32_t x = wa; x < wb; x++) {
             double v = sw_pm_pixel(row, x, type);
-            const double w = isfinite(v) && v > med ? v - med : 0.0;
-            sw += w;
-            sx += w * (double)x;
-            sy += w * (double)y;
+            v = isfinite(v) ? v - med : -med;
+            sum += v;
+            m++;
+            const double q = v > 0.0 ? v : 0.0;
+            sw += q;
+            sx += q * (double)x;
+            sy += q * (double)y;
         }
     }
     *cx = sw > 0.0 ? sx / sw : px;
     *cy = sw > 0.0 ? sy / sw : py;
-    return sum - (double)n * med - beta * (double)n / (d * d);
+    return sum - beta * (double)m / (d * d);
 }
 
 /*
@@ -231,8 +235,9 @@ static double window_light(const sw_image *frame, sw_pixel_type type, int32_t x0
  * coverage on entry (for the start) and the lenslets' on return.
  */
 static void walk_from(const sw_pupil_plan *plan, const sw_image *frame, int32_t x0, int32_t x1,
-                      int32_t ixa, int32_t ixb, double beta, double F0, int32_t start, double *C,
-                      double *sx, double *sy, uint8_t *state, int32_t *queue, double *buf);
+                      int32_t ixa, int32_t ixb, double w, double beta, double F0, int32_t start,
+                      double *C, double *sx, double *sy, uint8_t *state, int32_t *queue,
+                      double *buf);
 
 static void walk_lenslets(const sw_pupil_plan *plan, const sw_image *frame, int32_t x0, int32_t x1,
                           int32_t ixa, int32_t ixb, double beta, double F0, const double *Ccell,
@@ -261,6 +266,10 @@ static void walk_lenslets(const sw_pupil_plan *plan, const sw_image *frame, int3
         state[l] = 0; /* 0 not reached, 1 queued, 2 lit, 3 dark */
         C[l] = 0.0;
     }
+    /* the inner window (window_light): half a pitch, at least 6 px; a fully lit lenslet's light
+     * in it, F0 x (inner / whole) at the first start */
+    const double d = g->pitch_px, w = fmin(d, fmax(6.0, 0.5 * d));
+    double F0w = -1.0;
     for (;;) {
         int32_t start = -1;
         double best = INFINITY;
@@ -276,15 +285,27 @@ static void walk_lenslets(const sw_pupil_plan *plan, const sw_image *frame, int3
             }
         if (start < 0)
             return;
-        walk_from(plan, frame, x0, x1, ixa, ixb, beta, F0, start, C, sx, sy, state, queue, buf);
+        if (F0w < 0.0) {
+            double rx, ry, cx, cy;
+            sw_sh_reference(g, start % nx, start / nx, &rx, &ry);
+            const double lw =
+                window_light(frame, plan->p.type, x0, x1, d, w, beta, rx, ry, buf, &cx, &cy);
+            const double ld =
+                window_light(frame, plan->p.type, x0, x1, d, d, beta, rx, ry, buf, &cx, &cy);
+            const double q = lw / ld;
+            F0w = F0 * (q >= 0.3 && q <= 1.2 ? q : 1.0);
+        }
+        walk_from(plan, frame, x0, x1, ixa, ixb, w, beta, F0w, start, C, sx, sy, state, queue, buf);
     }
 }
+
 /* One walk of S3 from lenslet start (see walk_lenslets). state: 0 not reached, 1 queued,
  * 2 lit (its spot predicts its neighbours'), 3 dark, 4 too bright (a corneal reflection's light
  * in the window: it passes the walk on, but its position predicts nothing). */
 static void walk_from(const sw_pupil_plan *plan, const sw_image *frame, int32_t x0, int32_t x1,
-                      int32_t ixa, int32_t ixb, double beta, double F0, int32_t start, double *C,
-                      double *sx, double *sy, uint8_t *state, int32_t *queue, double *buf)
+                      int32_t ixa, int32_t ixb, double w, double beta, double F0, int32_t start,
+                      double *C, double *sx, double *sy, uint8_t *state, int32_t *queue,
+                      double *buf)
 {
     static const int32_t ox[4] = {1, -1, 0, 0}, oy[4] = {0, 0, 1, -1};
     const sw_sh_geometry *g = &plan->geom;
@@ -320,7 +341,7 @@ static void walk_from(const sw_pupil_plan *plan, const sw_image *frame, int32_t 
             sw_sh_reference(g, ix, iy, &px, &py);
         }
         double cx, cy;
-        double light = window_light(frame, plan->p.type, x0, x1, d, beta, px, py, buf, &cx, &cy);
+        double light = window_light(frame, plan->p.type, x0, x1, d, w, beta, px, py, buf, &cx, &cy);
         double c = isfinite(light) ? light / F0 : 0.0;
         if (c > 0.25 && c < SPOTS_CAP && hypot(cx - px, cy - py) > 0.05 * d) {
             /* re-centred once on the window's centroid, at most a quarter pitch (a dim window's
@@ -329,19 +350,21 @@ static void walk_from(const sw_pupil_plan *plan, const sw_image *frame, int32_t 
             const double dd = hypot(cx - px, cy - py), f = dd > 0.25 * d ? 0.25 * d / dd : 1.0;
             px += f * (cx - px);
             py += f * (cy - py);
-            light = window_light(frame, plan->p.type, x0, x1, d, beta, px, py, buf, &cx, &cy);
+            light = window_light(frame, plan->p.type, x0, x1, d, w, beta, px, py, buf, &cx, &cy);
             c = isfinite(light) ? light / F0 : 0.0;
         }
         /* a spot sits about a pitch from each lit neighbour's, in the grid's direction (within
-         * 0.35 pitch): else the window lies on another lenslet's spot, or between two, and
-         * holds no spot of its own */
+         * SPOTS_SPACING pitch, as the spacing criterion of Mompean et al.'s discarding), and not
+         * within half a pitch of it: else the window lies on another lenslet's spot, or between
+         * two, and holds no spot of its own */
         for (int k = 0; k < 4; k++) {
             const int32_t jx = ix + ox[k], jy = iy + oy[k];
             if (jx < ixa || jx > ixb || jy < 0 || jy >= ny || state[jy * nx + jx] != 2)
                 continue;
             const double ex = sx[jy * nx + jx] - d * (double)ox[k] - px;
             const double ey = sy[jy * nx + jx] - d * (double)oy[k] - py;
-            if (hypot(ex, ey) > 0.35 * d)
+            const double nd = hypot(sx[jy * nx + jx] - px, sy[jy * nx + jx] - py);
+            if (hypot(ex, ey) > SPOTS_SPACING * d || nd < 0.5 * d)
                 c = 0.0;
         }
         C[l] = c;
@@ -358,6 +381,45 @@ static void walk_from(const sw_pupil_plan *plan, const sw_image *frame, int32_t 
             queue[tail++] = jy * nx + jx;
         }
     }
+}
+
+/*
+ * S3's coverage against the light of the fully lit lenslets nearby rather than the frame's F0:
+ * the light through a living eye's pupil is not uniform (a brightness map of +-30 % moves the
+ * 1/2 crossing of a partly lit lenslet by a tenth of a pitch), so each measured lenslet's
+ * coverage is divided by the median coverage of the interior lenslets (lit, with four lit
+ * neighbours, coverage below 1.5) within two lenslets of it, when there are at least 3.
+ * out and tmp: nx * ny doubles of scratch.
+ */
+static void local_coverage(int32_t nx, int32_t ny, int32_t ixa, int32_t ixb, const uint8_t *state,
+                           double *C, double *out, double *tmp)
+{
+    const int32_t R = 2;
+    for (int32_t iy = 0; iy < ny; iy++)
+        for (int32_t ix = ixa; ix <= ixb; ix++) {
+            const int32_t l = iy * nx + ix;
+            out[l] = C[l];
+            if (state[l] != 2 && state[l] != 3)
+                continue;
+            int32_t k = 0;
+            for (int32_t jy = iy - R; jy <= iy + R; jy++)
+                for (int32_t jx = ix - R; jx <= ix + R; jx++) {
+                    if (jx <= ixa || jx >= ixb || jy <= 0 || jy >= ny - 1)
+                        continue;
+                    const int32_t j = jy * nx + jx;
+                    if (state[j] == 2 && state[j - 1] == 2 && state[j + 1] == 2 &&
+                        state[j - nx] == 2 && state[j + nx] == 2)
+                        tmp[k++] = C[j];
+                }
+            if (k >= 3) {
+                const double m = median_of(tmp, k);
+                if (m > 0.0)
+                    out[l] = C[l] / m;
+            }
+        }
+    for (int32_t iy = 0; iy < ny; iy++)
+        for (int32_t ix = ixa; ix <= ixb; ix++)
+            C[iy * nx + ix] = out[iy * nx + ix];
 }
 
 /* S1-S6 for the region [x0, x1) of a host frame; o is the glow path's result (its region fields
@@ -524,6 +586,7 @@ static sw_status spots_region(const sw_pupil_plan *plan, const sw_image *frame, 
     double *Ccell = mad; /* the cells' coverage (mad is free again) */
     memcpy(Ccell, C, nl * sizeof(double));
     walk_lenslets(plan, frame, x0, x1, ixa, ixb, beta, F0, Ccell, C, wsx, wsy, wstate, wqueue, buf);
+    local_coverage(nx, ny, ixa, ixb, wstate, C, Ccell, tmp);
 
     /* the lit lenslets' largest 8-connected component (by light) is the pupil; the unlit ones
      * that the region's border cannot reach through unlit cells (4-connected) are holes in it */
