@@ -22,6 +22,8 @@
  *   pct_lt_1_tracked, pct_lt_1_given   % of images whose RMSE of the orders 2-6 coefficients
  *                                      (j = 3..27) against the truth is below 1 um (an image
  *                                      without a result counts as above)
+ *   pct_lt_1_glow_only                 the same tracked by the glow path alone (pupil.h
+ *                                      spots_fallback 0: the tracker before issue 22)
  *   rmse_tracked_um, rmse_given_um     their mean RMSE over the images with a result
  *   radius_err_pct_mean / _max         |tracked a / true a - 1| over the images whose pupil was
  *                                      found, mean and largest, in %
@@ -141,6 +143,7 @@ static sw_status detect(sw_context *ctx, const sw_image *electrons, uint64_t see
 
 typedef struct cell {
     int images, tracked_ok, given_ok, tracked_valid, given_valid, found, by_glow, by_spots;
+    int glow_only_ok; /* tracked by the glow path alone (spots_fallback 0: before issue 22) */
     double sum_rmse_t, sum_rmse_g, sum_rerr, max_rerr, sum_cerr;
 } cell;
 
@@ -170,7 +173,7 @@ static int one_setting(const prog_opts *o, sw_context *ctx, const sw_ocular_popu
     sw_image e = {0}, u8 = {0}, ref = {0};
     double *rxy = malloc(2 * (size_t)nl * sizeof(double));
     cell *cells = calloc(MAX_LEVELS, sizeof *cells);
-    sw_aberrometry_plan *plan_t = NULL, *plan_g = NULL;
+    sw_aberrometry_plan *plan_t = NULL, *plan_g = NULL, *plan_0 = NULL;
     int rc = 0;
     sw_status st = rxy && cells ? SW_OK : SW_ENOMEM;
     if (st == SW_OK)
@@ -201,6 +204,10 @@ static int one_setting(const prog_opts *o, sw_context *ctx, const sw_ocular_popu
     p.magnification = EYE_PX * g->pixel_um / (1000.0 * EYE_MM);
     if (st == SW_OK)
         st = sw_aberrometry_create(ctx, &p, &plan_t);
+    p.pupil.spots_fallback = 0;
+    if (st == SW_OK)
+        st = sw_aberrometry_create(ctx, &p, &plan_0);
+    p.pupil.spots_fallback = 1;
     p.pupil.given = 1;
     p.pupil.given_pupil[0] =
         (sw_pupil_shape){ep.eyes[0].cx_px, ep.eyes[0].cy_px, 0.5 * EYE_PX, 0.5 * EYE_PX, 0.0};
@@ -231,9 +238,11 @@ static int one_setting(const prog_opts *o, sw_context *ctx, const sw_ocular_popu
                 st = sw_eyesim_render(ctx, &q, &e, &truth);
             if (st == SW_OK)
                 st = detect(ctx, &e, q.seed ^ 0x5eedull, &u8);
-            sw_aberrometry_result rt, rg;
+            sw_aberrometry_result rt, rg, r0;
             if (st == SW_OK)
                 st = sw_aberrometry_run(plan_t, &u8, &rt);
+            if (st == SW_OK)
+                st = sw_aberrometry_run(plan_0, &u8, &r0);
             if (st == SW_OK)
                 st = sw_aberrometry_run(plan_g, &u8, &rg);
             if (st != SW_OK) {
@@ -259,6 +268,8 @@ static int one_setting(const prog_opts *o, sw_context *ctx, const sw_ocular_popu
                 c->sum_rmse_t += r;
                 c->tracked_ok += r < 1.0;
             }
+            if (r0.eye[0].valid)
+                c->glow_only_ok += rmse(r0.eye[0].coef_um, coef) < 1.0;
             if (eg->valid) {
                 const double r = rmse(eg->coef_um, coef);
                 c->given_valid++;
@@ -280,9 +291,9 @@ static int one_setting(const prog_opts *o, sw_context *ctx, const sw_ocular_popu
                glow ? "with" : "no", pitch, levels[lv], sw_backend_string(sw_context_backend(ctx)));
         sw_json_write_string(stdout, device);
         printf(",\"glow\":%s,\"pitch_px\":%g,\"focal_mm\":%g,\"rms_um\":%.2f,\"images\":%d,"
-               "\"pct_lt_1_tracked\":%.1f,\"pct_lt_1_given\":%.1f,",
+               "\"pct_lt_1_tracked\":%.1f,\"pct_lt_1_given\":%.1f,\"pct_lt_1_glow_only\":%.1f,",
                glow ? "true" : "false", pitch, g->focal_mm, levels[lv], c->images,
-               100.0 * c->tracked_ok / n, 100.0 * c->given_ok / n);
+               100.0 * c->tracked_ok / n, 100.0 * c->given_ok / n, 100.0 * c->glow_only_ok / n);
         if (c->tracked_valid)
             printf("\"rmse_tracked_um\":%.4f,", c->sum_rmse_t / c->tracked_valid);
         else
@@ -302,6 +313,7 @@ static int one_setting(const prog_opts *o, sw_context *ctx, const sw_ocular_popu
         all.images += c->images;
         all.tracked_ok += c->tracked_ok;
         all.given_ok += c->given_ok;
+        all.glow_only_ok += c->glow_only_ok;
         all.found += c->found;
         all.by_glow += c->by_glow;
         all.by_spots += c->by_spots;
@@ -314,15 +326,17 @@ static int one_setting(const prog_opts *o, sw_context *ctx, const sw_ocular_popu
         const double n = all.images ? all.images : 1;
         fprintf(stderr,
                 "%-5s glow  pitch %4.0f px  %3d images  <1um tracked %5.1f %%  given %5.1f %%  "
-                "radius err mean %.3f %% max %.3f %%  centre %.2f px  glow/spots %d/%d\n",
+                "glow path only %5.1f %%  radius err mean %.3f %% max %.3f %%  centre %.2f px  "
+                "glow/spots %d/%d\n",
                 glow ? "with" : "no", pitch, all.images, 100.0 * all.tracked_ok / n,
-                100.0 * all.given_ok / n, all.found ? 100.0 * all.sum_rerr / all.found : NAN,
-                100.0 * all.max_rerr, all.found ? all.sum_cerr / all.found : NAN, all.by_glow,
-                all.by_spots);
+                100.0 * all.given_ok / n, 100.0 * all.glow_only_ok / n,
+                all.found ? 100.0 * all.sum_rerr / all.found : NAN, 100.0 * all.max_rerr,
+                all.found ? all.sum_cerr / all.found : NAN, all.by_glow, all.by_spots);
     }
 done:
     sw_aberrometry_destroy(plan_t);
     sw_aberrometry_destroy(plan_g);
+    sw_aberrometry_destroy(plan_0);
     sw_image_free(&e);
     sw_image_free(&u8);
     sw_image_free(&ref);
