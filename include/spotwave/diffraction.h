@@ -33,16 +33,16 @@ extern "C" {
  * found in `have` (SW_DG_* bits).
  */
 typedef struct sw_diffraction_geometry {
-    double wavelength_a;          /* the X-ray wavelength, angstrom                          */
-    double distance_mm;           /* sample to the detector plane along its normal, mm         */
-    double beam_x_px, beam_y_px;  /* where the direct beam meets the detector (pixels)        */
+    double wavelength_a;           /* the X-ray wavelength, angstrom                          */
+    double distance_mm;            /* sample to the detector plane along its normal, mm         */
+    double beam_x_px, beam_y_px;   /* where the direct beam meets the detector (pixels)        */
     double pixel_x_mm, pixel_y_mm; /* pixel pitch along x and y, mm                          */
-    int orientation;              /* 1: origin_mm, fast, slow hold the general orientation   */
-    double origin_mm[3];          /* the centre of pixel (0,0) in the laboratory frame        */
-    double fast[3], slow[3];      /* unit vectors of +x and +y                                */
-    double overload;              /* counts at or above which a pixel is overloaded (0: none) */
-    double exposure_s;            /* exposure time of a frame (0: unknown)                    */
-    uint32_t have;                /* SW_DG_* bits: which fields a file or an option gave      */
+    int orientation;               /* 1: origin_mm, fast, slow hold the general orientation   */
+    double origin_mm[3];           /* the centre of pixel (0,0) in the laboratory frame        */
+    double fast[3], slow[3];       /* unit vectors of +x and +y                                */
+    double overload;               /* counts at or above which a pixel is overloaded (0: none) */
+    double exposure_s;             /* exposure time of a frame (0: unknown)                    */
+    uint32_t have;                 /* SW_DG_* bits: which fields a file or an option gave      */
 } sw_diffraction_geometry;
 
 enum {
@@ -60,7 +60,8 @@ enum {
 /* Zero everywhere, nothing known. */
 void sw_diffraction_geometry_init(sw_diffraction_geometry *g);
 
-/* Copies into `into` every field that `from` has (its `have` bits): options over a file's header. */
+/* Copies into `into` every field that `from` has (its `have` bits): options over a file's header.
+ */
 void sw_diffraction_geometry_merge(sw_diffraction_geometry *into,
                                    const sw_diffraction_geometry *from);
 
