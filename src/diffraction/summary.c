@@ -57,7 +57,7 @@ sw_status sw_diffraction_estimate_d_min(sw_context *ctx, const double *d, int64_
     const int ns = (int)nslots;
     const double step = span / nslots;
     int64_t counts[40] = {0};
-    double edge_min[40], edge_max[40]; /* each shell's d range [d_min, d_max) */
+    double edge_min[40] = {0}, edge_max[40] = {0}; /* each shell's d range [d_min, d_max) */
     for (int i = 0; i < ns; i++) {
         edge_max[i] = 1.0 / cbrt(u[0] + i * step);
         edge_min[i] = 1.0 / cbrt(u[0] + (i + 1) * step);
