@@ -37,8 +37,9 @@ void sw_cmd_find_help(FILE *out)
         "(0-based pixel centres, the centre of pixel (0,0) at 0.0: DIALS and XDS put it at\n"
         "0.5, see --convention; bounding boxes are pixel indices with exclusive upper bounds,\n"
         "as DIALS's; x_var, y_var: the Poisson variance of the centroid, px^2). With a\n"
-        "complete diffraction geometry a last column d_a is added: the spot's d-spacing in\n"
-        "angstrom by Bragg's law at its centroid (inf on the direct beam).\n"
+        "complete diffraction geometry a column d_a is added: the spot's d-spacing in\n"
+        "angstrom by Bragg's law at its centroid (inf on the direct beam); with --panels a\n"
+        "last column panel.\n"
         "\n"
         "Input:\n"
         "  IMAGE...               FITS (2-D, or a cube of frames), 8/16-bit PGM, or HDF5 as\n"
@@ -101,6 +102,11 @@ void sw_cmd_find_help(FILE *out)
         "  --untrusted-polygon X1,Y1,X2,Y2,X3,Y3[,...]  mask pixels whose centre is inside\n"
         "                         (repeatable; e.g. a beam stop's arm)\n"
         "  --beamstop-circle X,Y,R  the beam stop's shadow, masked as --untrusted-circle\n"
+        "  --panels MWxMH[,GX,GY] the detector's modules: MW x MH pixels from the top-left\n"
+        "                         corner, GX columns and GY rows of gap between them (an\n"
+        "                         Eiger2 16M: 1028x512,12,38; a Pilatus 6M: 487x195,7,17). The\n"
+        "                         gaps are masked, so no spot crosses one, and a last column\n"
+        "                         panel gives each spot's module (numbered row by row from 0)\n"
         "  The d limits and ice rings need the geometry: wavelength, distance, beam centre and\n"
         "  pixel size.\n"
         "\n"
@@ -185,6 +191,7 @@ enum {
     OPT_CONVENTION,
     OPT_SUMMARY,
     OPT_SUMMARY_PLOT,
+    OPT_PANELS,
 };
 
 /* Untrusted regions a run may give, and vertices a polygon may have. */
@@ -206,6 +213,7 @@ typedef struct find_opts {
     sw_diffraction_shape shapes[MAX_SHAPES];
     double vertices[MAX_SHAPES][2 * MAX_VERTICES];
     int nbeamstop;
+    sw_diffraction_panels panels;
     int dials; /* --convention dials: + 0.5 on x and y */
     const char *summary, *summary_plot;
 } find_opts;
@@ -270,6 +278,7 @@ static int parse_opts(find_opts *o, int argc, char **argv)
         {"convention", required_argument, NULL, OPT_CONVENTION},
         {"summary", required_argument, NULL, OPT_SUMMARY},
         {"summary-plot", required_argument, NULL, OPT_SUMMARY_PLOT},
+        {"panels", required_argument, NULL, OPT_PANELS},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -486,6 +495,30 @@ static int parse_opts(find_opts *o, int argc, char **argv)
             o->dmask.nshapes++;
             break;
         }
+        case OPT_PANELS: {
+            char buf[128];
+            double lay[4] = {0, 0, 0, 0};
+            snprintf(buf, sizeof buf, "%s", optarg);
+            char *xs = strchr(buf, 'x');
+            if (xs)
+                *xs = ',';
+            int ok = xs && strlen(optarg) < sizeof buf &&
+                     (sw_cli_parse_list(buf, lay, 4) == 0 || sw_cli_parse_list(buf, lay, 2) == 0);
+            for (int i = 0; ok && i < 4; i++)
+                ok = lay[i] == floor(lay[i]) && lay[i] >= (i < 2 ? 1 : 0) &&
+                     lay[i] <= SW_IMAGE_MAX_DIM;
+            if (!ok)
+                return sw_cli_usage(S,
+                                    "%s: '%s' is not MWxMH[,GX,GY] (module size >= 1 px, gaps "
+                                    ">= 0 px)",
+                                    name, optarg);
+            o->panels.module_w = (int32_t)lay[0];
+            o->panels.module_h = (int32_t)lay[1];
+            o->panels.gap_x = (int32_t)lay[2];
+            o->panels.gap_y = (int32_t)lay[3];
+            o->dmask.panels = &o->panels;
+            break;
+        }
         case OPT_CONVENTION:
             if (strcmp(optarg, "spotwave") == 0)
                 o->dials = 0;
@@ -636,8 +669,9 @@ static int write_spots(const find_job *j, const sw_spot_list *spots)
         return rc;
     const double shift = o->dials ? 0.5 : 0.0;
     fprintf(out.f,
-            "frame,x_px,y_px,x_var,y_var,intensity,npix,bbox_x0,bbox_x1,bbox_y0,bbox_y1%s%s\n",
-            o->three_d ? ",z_var,bbox_z0,bbox_z1" : "", j->have_geom ? ",d_a" : "");
+            "frame,x_px,y_px,x_var,y_var,intensity,npix,bbox_x0,bbox_x1,bbox_y0,bbox_y1%s%s%s\n",
+            o->three_d ? ",z_var,bbox_z0,bbox_z1" : "", j->have_geom ? ",d_a" : "",
+            o->dmask.panels ? ",panel" : "");
     for (int64_t i = 0; i < spots->count; i++) {
         const sw_spot *s = &spots->spots[i];
         if (o->three_d)
@@ -655,6 +689,10 @@ static int write_spots(const find_job *j, const sw_spot_list *spots)
             else
                 fputs(",inf", out.f);
         }
+        if (o->dmask.panels)
+            fprintf(out.f, ",%d",
+                    (int)sw_diffraction_panel_at(o->dmask.panels, j->in.width, j->in.height, s->x,
+                                                 s->y));
         fputc('\n', out.f);
     }
     return sw_cli_out_close(SUB, &out, 1);
@@ -858,6 +896,17 @@ static void json_geometry(cJSON *r, const find_job *j)
                        m->ice_ring_width > 0.0 ? m->ice_ring_width : SW_DIFFRACTION_ICE_RING_WIDTH);
     sw_cli_json_int(k, "untrusted_regions", m->nshapes - j->o->nbeamstop);
     sw_cli_json_int(k, "beamstop_circles", j->o->nbeamstop);
+    if (m->panels) {
+        cJSON *pn = cJSON_AddObjectToObject(k, "panels");
+        sw_cli_json_int_array(pn, "module_px",
+                              (const int64_t[]){m->panels->module_w, m->panels->module_h}, 2);
+        sw_cli_json_int_array(pn, "gap_px", (const int64_t[]){m->panels->gap_x, m->panels->gap_y},
+                              2);
+        sw_cli_json_int(pn, "count",
+                        sw_diffraction_panel_count(m->panels, j->in.width, j->in.height));
+    } else {
+        cJSON_AddNullToObject(k, "panels");
+    }
     sw_cli_json_int(k, "masked_pixels", j->geom_masked);
 }
 
@@ -1010,7 +1059,7 @@ int sw_cmd_find(const sw_cli_globals *g, int argc, char **argv)
         fprintf(stderr, "spotwave %s: warning: no d_a column: %s\n", SUB,
                 sw_cli_lib_error(ctx, SW_EINVAL));
     }
-    const int geo_mask = by_d || o.dmask.nshapes > 0;
+    const int geo_mask = by_d || o.dmask.nshapes > 0 || o.dmask.panels;
     if (o.mask || j.pixel_mask || geo_mask) {
         size_t n = (size_t)j.in.width * (size_t)j.in.height;
         mask = malloc(n);

@@ -126,6 +126,24 @@ typedef struct sw_diffraction_shape {
     const double *xy;
 } sw_diffraction_shape;
 
+/*
+ * A detector of equal modules (panels) in a grid, as Eiger and Pilatus detectors are built:
+ * modules of module_w x module_h pixels from the frame's top-left corner, gap_x columns and gap_y
+ * rows of dead pixels between them; the last column or row of modules may be cut by the frame's
+ * edge. Modules are numbered row by row from 0 (panel = row * columns + column).
+ */
+typedef struct sw_diffraction_panels {
+    int32_t module_w, module_h; /* pixels, > 0                */
+    int32_t gap_x, gap_y;       /* pixels, >= 0               */
+} sw_diffraction_panels;
+
+/* The panel holding pixel (x, y) (rounded to the nearest pixel) of a width x height frame, or -1
+ * in a gap or outside the frame. */
+int32_t sw_diffraction_panel_at(const sw_diffraction_panels *p, int32_t width, int32_t height,
+                                double x, double y);
+/* How many panels a width x height frame holds (columns x rows). */
+int32_t sw_diffraction_panel_count(const sw_diffraction_panels *p, int32_t width, int32_t height);
+
 /* What sw_diffraction_mask excludes. Zero (memset) is "nothing". */
 typedef struct sw_diffraction_mask_params {
     double d_min;          /* angstrom: pixels with d <= d_min are masked; 0: no limit      */
@@ -134,6 +152,7 @@ typedef struct sw_diffraction_mask_params {
     double ice_ring_width; /* in 1/d^2 (1/angstrom^2); 0: SW_DIFFRACTION_ICE_RING_WIDTH      */
     const sw_diffraction_shape *shapes; /* untrusted regions (the beam stop's shadow too)    */
     int32_t nshapes;
+    const sw_diffraction_panels *panels; /* not NULL: the gaps between modules are masked   */
 } sw_diffraction_mask_params;
 
 /*
@@ -144,7 +163,7 @@ typedef struct sw_diffraction_mask_params {
  * asks for none of them); the ice rings are listed down to the highest resolution on the frame
  * (its corners). masked, when not NULL, receives how many pixels this call cleared.
  * SW_EINVAL for a bad argument (a negative or inverted d range, a shape with a non-finite or
- * non-positive size, a polygon of fewer than 3 vertices).
+ * non-positive size, a polygon of fewer than 3 vertices, modules of no size or negative gaps).
  */
 sw_status sw_diffraction_mask(sw_context *ctx, const sw_diffraction_geometry *g,
                               const sw_diffraction_mask_params *p, int32_t width, int32_t height,

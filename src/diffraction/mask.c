@@ -202,6 +202,39 @@ static int64_t mask_shape(const sw_diffraction_shape *s, int32_t w, int32_t h, u
     return n;
 }
 
+/* ------------------------------------------------------------------ panels */
+
+static int panels_ok(const sw_diffraction_panels *p)
+{
+    return p->module_w > 0 && p->module_h > 0 && p->gap_x >= 0 && p->gap_y >= 0 &&
+           (int64_t)p->module_w + p->gap_x <= INT32_MAX &&
+           (int64_t)p->module_h + p->gap_y <= INT32_MAX;
+}
+
+int32_t sw_diffraction_panel_count(const sw_diffraction_panels *p, int32_t width, int32_t height)
+{
+    if (!p || !panels_ok(p) || width <= 0 || height <= 0)
+        return 0;
+    const int64_t px = (int64_t)p->module_w + p->gap_x, py = (int64_t)p->module_h + p->gap_y;
+    return (int32_t)(((width + px - 1) / px) * ((height + py - 1) / py));
+}
+
+int32_t sw_diffraction_panel_at(const sw_diffraction_panels *p, int32_t width, int32_t height,
+                                double x, double y)
+{
+    if (!p || !panels_ok(p) || !isfinite(x) || !isfinite(y))
+        return -1;
+    const double rx = floor(x + 0.5), ry = floor(y + 0.5);
+    if (rx < 0 || ry < 0 || rx >= width || ry >= height)
+        return -1;
+    const int64_t ix = (int64_t)rx, iy = (int64_t)ry;
+    const int64_t px = (int64_t)p->module_w + p->gap_x, py = (int64_t)p->module_h + p->gap_y;
+    if (ix % px >= p->module_w || iy % py >= p->module_h)
+        return -1;
+    const int64_t cols = (width + px - 1) / px;
+    return (int32_t)((iy / py) * cols + ix / px);
+}
+
 /* ------------------------------------------------------------------ the mask */
 
 /* Index of the first ring with 1/d^2 >= v in rings[0..n-1] (ascending). */
@@ -242,6 +275,12 @@ sw_status sw_diffraction_mask(sw_context *ctx, const sw_diffraction_geometry *g,
         if (st != SW_OK)
             return st;
     }
+    if (p->panels && !panels_ok(p->panels))
+        return sw_fail(ctx, SW_EINVAL,
+                       "sw_diffraction_mask: modules of %d x %d px with gaps %d, %d are not a "
+                       "layout",
+                       (int)p->panels->module_w, (int)p->panels->module_h, (int)p->panels->gap_x,
+                       (int)p->panels->gap_y);
     const int by_d = p->d_min > 0.0 || p->d_max > 0.0 || p->ice_rings;
     if (by_d) {
         sw_status st = sw_diffraction_geometry_check(ctx, g);
@@ -252,6 +291,16 @@ sw_status sw_diffraction_mask(sw_context *ctx, const sw_diffraction_geometry *g,
     int64_t n = 0;
     for (int32_t i = 0; i < p->nshapes; i++)
         n += mask_shape(&p->shapes[i], width, height, mask);
+    if (p->panels) {
+        const int64_t px = (int64_t)p->panels->module_w + p->panels->gap_x;
+        const int64_t py = (int64_t)p->panels->module_h + p->panels->gap_y;
+        for (int64_t y = 0; y < height; y++) {
+            const int gap_row = y % py >= p->panels->module_h;
+            for (int64_t x = 0; x < width; x++)
+                if (gap_row || x % px >= p->panels->module_w)
+                    n += clear(&mask[y * width + x]);
+        }
+    }
 
     if (by_d) {
         const double hw =

@@ -5,7 +5,8 @@
 # untrusted rectangle and a beam-stop circle leave no spot centroid inside them; --summary has one
 # JSON line per frame whose counts and intensity agree with the CSV; --summary-plot is a PNG; the
 # JSON report says where each geometry field came from; outputs that name inputs are refused;
-# masks by d without a complete geometry are a usage error.
+# masks by d without a complete geometry are a usage error; --panels masks the gap between two
+# modules, and every spot lies on one module with the right panel number.
 # Usage: test_cli_find_diffraction.sh PATH/TO/spotwave
 set -euo pipefail
 
@@ -31,6 +32,8 @@ expect 0 "${find[@]}" -o "$tmp/sum.csv" "${geom[@]}" --summary "$tmp/sum.jsonl" 
     --summary-plot "$tmp/sum.png" --ice-rings --json
 cp "$tmp/out" "$tmp/sum.json"
 expect 0 "${find[@]}" -o "$tmp/nogeom.csv" --summary "$tmp/nogeom.jsonl"
+expect 0 "${find[@]}" -o "$tmp/panels.csv" "${geom[@]}" --panels 96x180,8,0 --json
+cp "$tmp/out" "$tmp/panels.json"
 
 python3 - "$tmp" <<'PY'
 import json, math, sys
@@ -111,6 +114,19 @@ h, _ = read("nogeom.csv")
 assert h == HEADER, h
 for l in map(json.loads, open(f"{t}/nogeom.jsonl")):
     assert l["n_spots_d_lt_4A"] is None and l["resolution_estimate_a"] is None, l
+# two panels side by side: columns 0-95 and 104-199, 8 dead columns between
+h, pn = read("panels.csv")
+assert h == HEADER + ",d_a,panel", h
+assert {r[-1] for r in pn} == {"0", "1"}, {r[-1] for r in pn}
+for r in pn:
+    x0, x1 = int(r[7]), int(r[8])
+    if r[-1] == "0":
+        assert x1 <= 96, r  # never into the gap, never across it
+    else:
+        assert x0 >= 104, r
+rep = json.load(open(f"{t}/panels.json"))["geometry_masks"]
+assert rep["panels"] == {"module_px": [96, 180], "gap_px": [8, 0], "count": 2}, rep
+assert rep["masked_pixels"] == 8 * 180, rep
 print("checked")
 PY
 
@@ -129,5 +145,7 @@ expect_usage "${find[@]}" -o "$tmp/x.csv" --d-max 10
 expect_usage "${find[@]}" -o "$tmp/x.csv" --convention xds
 expect_usage "${find[@]}" -o "$tmp/x.csv" --ice-ring-width 0.004
 expect_usage "${find[@]}" -o "$tmp/x.csv" --untrusted-polygon 1,2,3,4
+expect_usage "${find[@]}" -o "$tmp/x.csv" --panels 96x0,8,0
+expect_usage "${find[@]}" -o "$tmp/x.csv" --panels 96,180
 [[ ! -e $tmp/x.csv ]] || fail "a refused run left its output"
 echo PASS

@@ -300,6 +300,41 @@ static void test_mask_shapes(void **state)
     assert_int_equal(sw_diffraction_mask(NULL, NULL, &p, 20, 20, m, NULL), SW_EINVAL);
 }
 
+/* Two modules side by side and two rows: 10 x 6 px modules, 3 px column gaps, 2 px row gaps on a
+ * 25 x 15 frame (ending in a gap column and row). */
+static void test_panels(void **state)
+{
+    (void)state;
+    const sw_diffraction_panels p = {10, 6, 3, 2};
+    assert_int_equal(sw_diffraction_panel_count(&p, 25, 15), 2 * 2);
+    assert_int_equal(sw_diffraction_panel_at(&p, 25, 15, 0, 0), 0);
+    assert_int_equal(sw_diffraction_panel_at(&p, 25, 15, 9.4, 5.4), 0);
+    assert_int_equal(sw_diffraction_panel_at(&p, 25, 15, 9.6, 0), -1); /* rounds to 10: gap */
+    assert_int_equal(sw_diffraction_panel_at(&p, 25, 15, 12, 3), -1);
+    assert_int_equal(sw_diffraction_panel_at(&p, 25, 15, 13, 3), 1);
+    assert_int_equal(sw_diffraction_panel_at(&p, 25, 15, 22, 5), 1);
+    assert_int_equal(sw_diffraction_panel_at(&p, 25, 15, 5, 6), -1);
+    assert_int_equal(sw_diffraction_panel_at(&p, 25, 15, 5, 8), 2);
+    assert_int_equal(sw_diffraction_panel_at(&p, 25, 15, 22, 13), 3);
+    assert_int_equal(sw_diffraction_panel_at(&p, 25, 15, 24, 13), -1);
+    assert_int_equal(sw_diffraction_panel_at(&p, 25, 15, 25, 14), -1);
+    uint8_t m[25 * 15];
+    memset(m, 1, sizeof m);
+    sw_diffraction_mask_params mp;
+    memset(&mp, 0, sizeof mp);
+    mp.panels = &p;
+    int64_t masked = 0;
+    assert_int_equal(sw_diffraction_mask(NULL, NULL, &mp, 25, 15, m, &masked), SW_OK);
+    /* live: columns 0-9 and 13-22 (20), rows 0-5 and 8-13 (12): 240 of 375 */
+    assert_int_equal(masked, 375 - 240);
+    for (int y = 0; y < 15; y++)
+        for (int x = 0; x < 25; x++)
+            assert_int_equal(m[y * 25 + x], sw_diffraction_panel_at(&p, 25, 15, x, y) >= 0);
+    const sw_diffraction_panels bad = {0, 6, 3, 2};
+    mp.panels = &bad;
+    assert_int_equal(sw_diffraction_mask(NULL, NULL, &mp, 25, 15, m, NULL), SW_EINVAL);
+}
+
 /* Spots spread evenly in reciprocal-space volume (1/d^3) from 20 A to 2.5 A, and a thin scatter
  * of noise to 1.5 A: the estimate falls at the cut-off (within a shell). Few spots: none. */
 static void test_estimate_d_min(void **state)
@@ -353,7 +388,7 @@ int main(void)
         cmocka_unit_test(test_check_refuses), cmocka_unit_test(test_ice_rings),
         cmocka_unit_test(test_mask_d_range),  cmocka_unit_test(test_mask_ice),
         cmocka_unit_test(test_mask_shapes),   cmocka_unit_test(test_estimate_d_min),
-        cmocka_unit_test(test_summary),
+        cmocka_unit_test(test_summary),       cmocka_unit_test(test_panels),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
