@@ -138,8 +138,8 @@ void sw_cmd_find_help(FILE *out)
         "                         density in shells of equal reciprocal volume falls below 15%%\n"
         "                         of the lowest shells', as DIALS's per-image analysis computes\n"
         "                         it; null with 10 spots or fewer). The d fields need the\n"
-        "                         geometry (null without). --3d spots count on their nearest\n"
-        "                         frame\n"
+        "                         geometry (null without). A --3d spot counts on frame\n"
+        "                         floor(z + 0.5), as DIALS's per-image analysis assigns it\n"
         "  --summary-plot FILE.png  spot counts and the resolution estimate against frame\n"
         "  --json                 print a JSON report on standard output (needs --out FILE)\n"
         "  --progress / --no-progress  a progress bar on stderr (default: when stderr is a\n"
@@ -700,7 +700,8 @@ static int write_spots(const find_job *j, const sw_spot_list *spots)
 
 /* ---------------------------------------------------------------- the per-frame summary */
 
-/* The frame a spot counts on: its own (2-D), or the nearest to its weighted frame (3-D). */
+/* The frame a spot counts on: its own (2-D), or floor(z + 0.5) for a 3-D spot: DIALS's
+ * per-image analysis takes floor of its z, whose frame i spans [i, i + 1) (ours is centred on i). */
 static int64_t spot_frame(const sw_spot *s, int three_d)
 {
     return three_d ? (int64_t)floor(s->z + 0.5) : s->z0;
