@@ -701,17 +701,17 @@ static int write_spots(const find_job *j, const sw_spot_list *spots)
 /* ---------------------------------------------------------------- the per-frame summary */
 
 /* The frame a spot counts on: its own (2-D), or floor(z + 0.5) for a 3-D spot: DIALS's
- * per-image analysis takes floor of its z, whose frame i spans [i, i + 1) (ours is centred on i). */
+ * per-image analysis takes floor of its z, whose frame i spans [i, i + 1) (ours is centred on i).
+ */
 static int64_t spot_frame(const sw_spot *s, int three_d)
 {
     return three_d ? (int64_t)floor(s->z + 0.5) : s->z0;
 }
 
-static int64_t g_three_d_sort; /* qsort has no user pointer: the --3d flag for cmp_frame */
-
+/* Spots by the frame in z0. */
 static int cmp_frame(const void *a, const void *b)
 {
-    const int64_t fa = spot_frame(a, (int)g_three_d_sort), fb = spot_frame(b, (int)g_three_d_sort);
+    const int64_t fa = ((const sw_spot *)a)->z0, fb = ((const sw_spot *)b)->z0;
     return (fa > fb) - (fa < fb);
 }
 
@@ -732,15 +732,17 @@ static int summarise(sw_context *ctx, const find_job *j, const sw_spot_list *spo
         return sw_cli_fail(SUB, "out of memory");
     if (spots->count)
         memcpy(sorted, spots->spots, (size_t)spots->count * sizeof *sorted);
-    g_three_d_sort = j->o->three_d;
+    /* the copies carry the frame they count on in z0 (the summary does not read it) */
+    for (int64_t i = 0; i < spots->count; i++)
+        sorted[i].z0 = spot_frame(&sorted[i], j->o->three_d);
     qsort(sorted, (size_t)spots->count, sizeof *sorted, cmp_frame);
     const sw_diffraction_geometry *g = j->have_geom ? &j->geom : NULL;
     int64_t k = 0;
     for (int64_t f = 0; f < count; f++) {
-        while (k < spots->count && spot_frame(&sorted[k], j->o->three_d) < first + f)
+        while (k < spots->count && sorted[k].z0 < first + f)
             k++;
         int64_t e = k;
-        while (e < spots->count && spot_frame(&sorted[e], j->o->three_d) == first + f)
+        while (e < spots->count && sorted[e].z0 == first + f)
             e++;
         sw_status st = sw_diffraction_summarise(ctx, g, sorted + k, e - k, first + f, &sum[f]);
         if (st != SW_OK) {

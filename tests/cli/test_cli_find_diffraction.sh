@@ -4,7 +4,8 @@
 # and y + 0.5 with every other column the same; --d-min leaves no spot at or beyond it; an
 # untrusted rectangle and a beam-stop circle leave no spot centroid inside them; --summary has one
 # JSON line per frame whose counts and intensity agree with the CSV; --summary-plot is a PNG; the
-# JSON report says where each geometry field came from; outputs that name inputs are refused;
+# JSON report says where each geometry field came from; --3d spots count on DIALS's frame;
+# outputs that name inputs are refused;
 # masks by d without a complete geometry are a usage error; --panels masks the gap between two
 # modules, and every spot lies on one module with the right panel number.
 # Usage: test_cli_find_diffraction.sh PATH/TO/spotwave
@@ -128,6 +129,19 @@ rep = json.load(open(f"{t}/panels.json"))["geometry_masks"]
 assert rep["panels"] == {"module_px": [96, 180], "gap_px": [8, 0], "count": 2}, rep
 assert rep["masked_pixels"] == 8 * 180, rep
 print("checked")
+PY
+
+# --3d: a spot over frames 0 and 1 (z = 0.5) counts on frame floor(z + 0.5) = 1, as DIALS's
+# per-image analysis assigns it
+expect 0 --backend cpu find "$tmp/f1.fits" "$tmp/f1.fits" --no-progress --3d -o "$tmp/3d.csv" \
+    --summary "$tmp/3d.jsonl"
+python3 - "$tmp" <<'PY'
+import json, sys
+t = sys.argv[1]
+rows = [l.split(",") for l in open(f"{t}/3d.csv").read().split()[1:]]
+lines = [json.loads(l) for l in open(f"{t}/3d.jsonl")]
+assert all(float(r[0]) == 0.5 for r in rows) and len(rows) > 10, rows[:3]
+assert [(l["frame"], l["n_spots"]) for l in lines] == [(0, 0), (1, len(rows))], lines
 PY
 
 # an incomplete geometry: a warning, no d_a column
