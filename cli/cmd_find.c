@@ -124,6 +124,9 @@ void sw_cmd_find_help(FILE *out)
         "\n"
         "Output:\n"
         "  -o, --out FILE         spots CSV (default: standard output)\n"
+        "  --out-h5 FILE.h5       the spots table also as HDF5: a group /spots with one\n"
+        "                         dataset per CSV column, named as the columns, in the same\n"
+        "                         convention (attribute pixel_origin: 0 or 0.5)\n"
         "  --strong-mask FILE     the strong pixels (1) as an 8-bit FITS image, a cube for\n"
         "                         several frames (kept in memory: for a few frames)\n"
         "  --convention spotwave|dials  pixel coordinates of x_px, y_px in the CSV: spotwave\n"
@@ -192,6 +195,7 @@ enum {
     OPT_SUMMARY,
     OPT_SUMMARY_PLOT,
     OPT_PANELS,
+    OPT_OUT_H5,
 };
 
 /* Untrusted regions a run may give, and vertices a polygon may have. */
@@ -215,7 +219,7 @@ typedef struct find_opts {
     int nbeamstop;
     sw_diffraction_panels panels;
     int dials; /* --convention dials: + 0.5 on x and y */
-    const char *summary, *summary_plot;
+    const char *summary, *summary_plot, *out_h5;
 } find_opts;
 
 typedef struct find_job {
@@ -279,6 +283,7 @@ static int parse_opts(find_opts *o, int argc, char **argv)
         {"summary", required_argument, NULL, OPT_SUMMARY},
         {"summary-plot", required_argument, NULL, OPT_SUMMARY_PLOT},
         {"panels", required_argument, NULL, OPT_PANELS},
+        {"out-h5", required_argument, NULL, OPT_OUT_H5},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -529,8 +534,11 @@ static int parse_opts(find_opts *o, int argc, char **argv)
             break;
         case OPT_SUMMARY:
         case OPT_SUMMARY_PLOT:
+        case OPT_OUT_H5:
             if (sw_cli_opt_file(S, name, optarg,
-                                c == OPT_SUMMARY ? &o->summary : &o->summary_plot) != SW_EXIT_OK)
+                                c == OPT_SUMMARY        ? &o->summary
+                                : c == OPT_SUMMARY_PLOT ? &o->summary_plot
+                                                        : &o->out_h5) != SW_EXIT_OK)
                 return SW_EXIT_USAGE;
             break;
         case 'h': sw_cmd_find_help(stdout); return -1;
@@ -927,6 +935,7 @@ static void json_report(const find_job *j, sw_context *ctx, const sw_find_stats 
     sw_cli_json_string(r, "convention", o->dials ? "dials" : "spotwave");
     sw_cli_json_string(r, "summary", o->summary);
     sw_cli_json_string(r, "summary_plot", o->summary_plot);
+    sw_cli_json_string(r, "out_h5", o->out_h5);
     sw_cli_json_string(r, "backend", sw_backend_string(sw_context_backend(ctx)));
     sw_cli_json_int_array(r, "frame_size", (const int64_t[]){j->in.width, j->in.height}, 2);
     sw_cli_json_string(r, "pixel_type", sw_pixel_type_string(j->in.type));
@@ -1011,6 +1020,7 @@ int sw_cmd_find(const sw_cli_globals *g, int argc, char **argv)
     sw_cli_file_out("--strong-mask", o.strong);
     sw_cli_file_out("--summary", o.summary);
     sw_cli_file_out("--summary-plot", o.summary_plot);
+    sw_cli_file_out("--out-h5", o.out_h5);
     if ((rc = sw_cli_files_check()) != SW_EXIT_OK)
         return rc;
 
@@ -1125,6 +1135,21 @@ int sw_cmd_find(const sw_cli_globals *g, int argc, char **argv)
     }
     if ((rc = write_spots(&j, &spots)) != SW_EXIT_OK)
         goto done;
+    if (o.out_h5) {
+        const sw_diffraction_table tab = {
+            o.three_d,      o.dials ? 0.5 : 0.0, j.have_geom ? &j.geom : NULL,
+            o.dmask.panels, j.in.width,          j.in.height};
+        const char *h5 = sw_cli_file_staged("--out-h5", o.out_h5);
+        if (!h5) {
+            rc = SW_EXIT_FAIL;
+            goto done;
+        }
+        st = sw_diffraction_write_spots_h5(ctx, h5, spots.spots, spots.count, &tab);
+        if (st != SW_OK) {
+            rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
+            goto done;
+        }
+    }
     if (o.summary || o.summary_plot) {
         sum = calloc((size_t)count, sizeof *sum);
         if (!sum) {

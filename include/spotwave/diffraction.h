@@ -205,6 +205,31 @@ sw_status sw_diffraction_summarise(sw_context *ctx, const sw_diffraction_geometr
                                    const sw_spot *spots, int64_t n, int64_t frame,
                                    sw_diffraction_summary *out);
 
+/* ------------------------------------------------------------------ the spot table in HDF5
+ * (spots_h5.c) */
+
+/* What a spot table holds besides the spots' own fields. */
+typedef struct sw_diffraction_table {
+    int three_d;                         /* the spots are 3-D: frame is their weighted z, and
+                                            z_var, bbox_z0, bbox_z1 are written               */
+    double pixel_origin;                 /* added to x and y: 0 (spotwave's convention) or 0.5
+                                            (DIALS's and XDS's)                               */
+    const sw_diffraction_geometry *geom; /* not NULL: a d_a column (geometry checked first)   */
+    const sw_diffraction_panels *panels; /* not NULL: a panel column                          */
+    int32_t width, height;               /* the frame's size (for panel)                      */
+} sw_diffraction_table;
+
+/*
+ * Writes spots[0..n-1] as an HDF5 file at path (replaced if it exists): a group /spots holding one
+ * 1-D dataset of n values per column of `spotwave find`'s CSV, named as the CSV's columns (frame:
+ * int64, or float64 for 3-D spots; x_px, y_px, x_var, y_var, intensity, z_var, d_a: float64;
+ * npix, bbox_z0, bbox_z1: int64; bbox_x0 .. bbox_y1, panel: int32), each with a "units" attribute;
+ * /spots carries "pixel_origin" (the convention) and "count". SW_EIO when the file cannot be
+ * written, SW_EINVAL for bad arguments.
+ */
+sw_status sw_diffraction_write_spots_h5(sw_context *ctx, const char *path, const sw_spot *spots,
+                                        int64_t n, const sw_diffraction_table *t);
+
 #ifdef __cplusplus
 }
 #endif

@@ -33,7 +33,8 @@ expect 0 "${find[@]}" -o "$tmp/sum.csv" "${geom[@]}" --summary "$tmp/sum.jsonl" 
     --summary-plot "$tmp/sum.png" --ice-rings --json
 cp "$tmp/out" "$tmp/sum.json"
 expect 0 "${find[@]}" -o "$tmp/nogeom.csv" --summary "$tmp/nogeom.jsonl"
-expect 0 "${find[@]}" -o "$tmp/panels.csv" "${geom[@]}" --panels 96x180,8,0 --json
+expect 0 "${find[@]}" -o "$tmp/panels.csv" "${geom[@]}" --panels 96x180,8,0 --json \
+    --out-h5 "$tmp/panels.h5"
 cp "$tmp/out" "$tmp/panels.json"
 
 python3 - "$tmp" <<'PY'
@@ -128,6 +129,7 @@ for r in pn:
 rep = json.load(open(f"{t}/panels.json"))["geometry_masks"]
 assert rep["panels"] == {"module_px": [96, 180], "gap_px": [8, 0], "count": 2}, rep
 assert rep["masked_pixels"] == 8 * 180, rep
+assert open(f"{t}/panels.h5", "rb").read(8) == b"\x89HDF\r\n\x1a\n"  # read back: unit test
 print("checked")
 PY
 
@@ -154,6 +156,8 @@ expect 2 "${find[@]}" -o "$tmp/x.csv" --summary "$tmp/f1.fits"
 expect_one_line
 [[ $err == *"names the input"* ]] || fail "--summary naming an input: $err"
 expect 2 "${find[@]}" -o "$tmp/x.csv" --summary-plot "$tmp/x.csv"
+expect_one_line
+expect 2 "${find[@]}" -o "$tmp/x.csv" --out-h5 "$tmp/f2.fits"
 expect_one_line
 expect_usage "${find[@]}" -o "$tmp/x.csv" --d-max 10
 expect_usage "${find[@]}" -o "$tmp/x.csv" --convention xds

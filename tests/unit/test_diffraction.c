@@ -8,6 +8,7 @@
 #include "testutil.h"
 #include "spotwave/diffraction.h"
 
+#include <hdf5.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -381,6 +382,47 @@ static void test_summary(void **state)
     assert_int_equal(out.n_spots_d_lt_4a, -1);
 }
 
+static void read_f64(hid_t f, const char *name, double *v)
+{
+    hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+    assert_true(d >= 0);
+    assert_true(H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) >= 0);
+    H5Dclose(d);
+}
+
+static void test_spots_h5(void **state)
+{
+    (void)state;
+    sw_diffraction_geometry g = flat();
+    const sw_diffraction_panels pn = {1500, 3000, 10, 0};
+    sw_spot s[2];
+    memset(s, 0, sizeof s);
+    s[0].x = 1400.0, s[0].y = 1400.0, s[0].z0 = 3, s[0].intensity = 10.0, s[0].npix = 4;
+    s[1].x = 1600.0, s[1].y = 1100.0, s[1].z0 = 4, s[1].intensity = 20.5, s[1].x1 = 1602;
+    sw_diffraction_table t = {0, 0.5, &g, &pn, 3000, 3000};
+    const char *path = sw_test_path("spots.h5");
+    assert_int_equal(sw_diffraction_write_spots_h5(NULL, path, s, 2, &t), SW_OK);
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    assert_true(f >= 0);
+    double v[2];
+    read_f64(f, "/spots/x_px", v);
+    assert_true(v[0] == 1400.5 && v[1] == 1600.5);
+    read_f64(f, "/spots/d_a", v);
+    assert_true(fabs(v[0] - 5.40298852250) < 1e-9);
+    read_f64(f, "/spots/frame", v); /* int64 on file, converted on read */
+    assert_true(v[0] == 3.0 && v[1] == 4.0);
+    read_f64(f, "/spots/panel", v);
+    assert_true(v[0] == 0.0 && v[1] == 1.0);
+    read_f64(f, "/spots/bbox_x1", v);
+    assert_true(v[1] == 1602.0);
+    assert_true(H5Lexists(f, "/spots/z_var", H5P_DEFAULT) == 0); /* 2-D spots: no z columns */
+    H5Fclose(f);
+    /* no spots: empty columns; a folder that is not there: SW_EIO */
+    assert_int_equal(sw_diffraction_write_spots_h5(NULL, path, s, 0, &t), SW_OK);
+    assert_int_equal(sw_diffraction_write_spots_h5(NULL, "/nonexistent/dir/x.h5", s, 2, &t),
+                     SW_EIO);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -389,6 +431,7 @@ int main(void)
         cmocka_unit_test(test_mask_d_range),  cmocka_unit_test(test_mask_ice),
         cmocka_unit_test(test_mask_shapes),   cmocka_unit_test(test_estimate_d_min),
         cmocka_unit_test(test_summary),       cmocka_unit_test(test_panels),
+        cmocka_unit_test(test_spots_h5),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
