@@ -77,7 +77,8 @@ void sw_cmd_find_help(FILE *out)
         "                         An HDF5 input's pixel_mask is used too unless --no-pixel-mask\n"
         "  --no-pixel-mask        ignore the HDF5 detectorSpecific/pixel_mask\n"
         "  --overload V           values >= V are masked (default: the HDF5 file's saturation\n"
-        "                         value, else 255 / 0xfffe / 0xfffffffe for 8/16/32-bit)\n"
+        "                         value or the header's overload, else 255 / 0xfffe /\n"
+        "                         0xfffffffe for 8/16/32-bit)\n"
         "\n"
         "Diffraction geometry (from the input's header where it has one; these override it):\n"
         "  --wavelength-a L       X-ray wavelength, angstrom\n"
@@ -1059,6 +1060,10 @@ int sw_cmd_find(const sw_cli_globals *g, int argc, char **argv)
     j.geom = j.file_geom;
     sw_diffraction_geometry_merge(&j.geom, &o.geom_opt);
     j.have_geom = sw_diffraction_geometry_check(NULL, &j.geom) == SW_OK;
+    /* a header's overload (a CBF's count cut-off) when neither --overload nor HDF5 gave one */
+    if (!o.have_overload && j.file_overload == 0 && (j.geom.have & SW_DG_OVERLOAD) &&
+        j.geom.overload > 0)
+        o.p.overload = j.geom.overload;
     const int by_d = o.dmask.d_min > 0.0 || o.dmask.d_max > 0.0 || o.dmask.ice_rings;
     if (!j.have_geom && (by_d || o.geom_opt.have)) {
         sw_diffraction_geometry_check(ctx, &j.geom);
