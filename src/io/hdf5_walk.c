@@ -799,10 +799,60 @@ static sw_status find_blocks(walk *w)
                      have_group ? "" : ", but the file has no " PATH_DATA " group");
 }
 
-/* A numeric scalar (or one-element) dataset without filters, as a double: 1 read, 0 absent,
- * -1 unusable. */
-static int read_scalar(walk *w, const char *path, double *out)
+/* The "units" attribute of obj (a fixed or variable-length string of at most size - 1
+ * characters) into buf; "" when absent or unusable. Type, rank and size checked before reading. */
+static void read_units(hid_t obj, char *buf, size_t size)
 {
+    buf[0] = '\0';
+    if (H5Aexists(obj, "units") <= 0) {
+        H5Eclear2(H5E_DEFAULT);
+        return;
+    }
+    hid_t a = H5Aopen(obj, "units", H5P_DEFAULT);
+    if (a < 0) {
+        H5Eclear2(H5E_DEFAULT);
+        return;
+    }
+    hid_t t = H5Aget_type(a), sp = H5Aget_space(a), mt = -1;
+    if (t >= 0 && sp >= 0 && H5Tget_class(t) == H5T_STRING &&
+        H5Sget_simple_extent_npoints(sp) == 1) {
+        if (H5Tis_variable_str(t) > 0) {
+            mt = H5Tcopy(H5T_C_S1);
+            char *p = NULL;
+            if (mt >= 0 && H5Tset_size(mt, H5T_VARIABLE) >= 0 && H5Aread(a, mt, &p) >= 0 && p) {
+                snprintf(buf, size, "%s", p);
+                H5free_memory(p);
+            }
+        } else {
+            size_t n = H5Tget_size(t);
+            char tmp[256];
+            mt = H5Tcopy(H5T_C_S1);
+            if (n > 0 && n < sizeof tmp && mt >= 0 && H5Tset_size(mt, n) >= 0 &&
+                H5Tset_strpad(mt, H5T_STR_NULLPAD) >= 0 && H5Aread(a, mt, tmp) >= 0) {
+                tmp[n] = '\0';
+                snprintf(buf, size, "%.*s", (int)(size - 1), tmp);
+            }
+        }
+    }
+    if (mt >= 0)
+        H5Tclose(mt);
+    if (sp >= 0)
+        H5Sclose(sp);
+    if (t >= 0)
+        H5Tclose(t);
+    H5Aclose(a);
+    H5Eclear2(H5E_DEFAULT);
+    for (size_t i = 0; buf[i]; i++) /* printable ASCII only: it may reach messages */
+        if ((unsigned char)buf[i] < 0x20 || (unsigned char)buf[i] >= 0x7F)
+            buf[i] = '?';
+}
+
+/* A numeric scalar (or one-element) dataset without filters, as a double (and its "units"
+ * attribute when units is not NULL): 1 read, 0 absent, -1 unusable. */
+static int read_scalar_units(walk *w, const char *path, double *out, char *units, size_t usize)
+{
+    if (units)
+        units[0] = '\0';
     int e = path_exists(w, w->master, path);
     if (e <= 0) {
         H5Eclear2(H5E_DEFAULT);
@@ -823,6 +873,8 @@ static int read_scalar(walk *w, const char *path, double *out)
             if (H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, &v) >= 0) {
                 *out = v;
                 res = 1;
+                if (units)
+                    read_units(d, units, usize);
             }
         }
         if (p >= 0)
@@ -835,6 +887,119 @@ static int read_scalar(walk *w, const char *path, double *out)
     H5Oclose(d);
     H5Eclear2(H5E_DEFAULT);
     return res;
+}
+
+static int read_scalar(walk *w, const char *path, double *out)
+{
+    return read_scalar_units(w, path, out, NULL, 0);
+}
+
+/* Millimetres per unit of a length ("m", "mm", "um", ...); dflt when there is no unit; 0 when
+ * the unit is not a length spotwave knows. */
+static double mm_per(const char *u, double dflt)
+{
+    static const struct {
+        const char *name;
+        double mm;
+    } t[] = {{"m", 1000.0},     {"metre", 1000.0}, {"meter", 1000.0}, {"metres", 1000.0},
+             {"meters", 1000.0}, {"mm", 1.0},       {"millimetre", 1.0}, {"millimeter", 1.0},
+             {"um", 1e-3},       {"micron", 1e-3},  {"microns", 1e-3}, {"cm", 10.0}};
+    if (!u[0])
+        return dflt;
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        if (strcmp(u, t[i].name) == 0)
+            return t[i].mm;
+    return 0.0;
+}
+
+/* Ångströms per unit of a wavelength; 1 when there is no unit (NXmx's customary unit). */
+static double angstrom_per(const char *u)
+{
+    if (!u[0] || strcmp(u, "angstrom") == 0 || strcmp(u, "Angstrom") == 0 ||
+        strcmp(u, "angstroms") == 0 || strcmp(u, "Angstroms") == 0 || strcmp(u, "A") == 0 ||
+        strcmp(u, "\xC3\x85") == 0)
+        return 1.0;
+    if (strcmp(u, "nm") == 0)
+        return 10.0;
+    if (strcmp(u, "m") == 0)
+        return 1e10;
+    return 0.0;
+}
+
+/*
+ * The NXmx geometry (io.h, sw_h5_read_geometry): each field only when its dataset is a numeric
+ * scalar with a finite value and a unit spotwave knows; a field that is there but unusable is a
+ * warning.
+ */
+static void read_geometry(walk *w)
+{
+    sw_diffraction_geometry *g = &w->l->geom;
+    sw_diffraction_geometry_init(g);
+    char u[64], u2[64];
+    double v, v2, f;
+    int got = read_scalar_units(w, PATH_WAVELENGTH, &v, u, sizeof u);
+    if (got == 1 && (f = angstrom_per(u)) > 0.0 && isfinite(v * f) && v * f > 0.0) {
+        g->wavelength_a = v * f;
+        g->have |= SW_DG_WAVELENGTH;
+    } else if (got != 0) {
+        walk_warn(w, "%s: %s (units '%s') is not a usable wavelength: ignored", w->path,
+                  PATH_WAVELENGTH, u);
+    }
+    got = read_scalar_units(w, PATH_DISTANCE, &v, u, sizeof u);
+    if (got == 1 && (f = mm_per(u, 1000.0)) > 0.0 && isfinite(v * f) && v * f > 0.0) {
+        g->distance_mm = v * f;
+        g->have |= SW_DG_DISTANCE;
+    } else if (got != 0) {
+        walk_warn(w, "%s: %s (units '%s') is not a usable distance: ignored", w->path,
+                  PATH_DISTANCE, u);
+    }
+    int gx = read_scalar_units(w, PATH_PIXEL_X, &v, u, sizeof u);
+    int gy = read_scalar_units(w, PATH_PIXEL_Y, &v2, u2, sizeof u2);
+    double fx = mm_per(u, 1000.0), fy = mm_per(u2, 1000.0);
+    if (gx == 1 && gy == 1 && fx > 0.0 && fy > 0.0 && isfinite(v * fx) && isfinite(v2 * fy) &&
+        v * fx > 0.0 && v2 * fy > 0.0) {
+        g->pixel_x_mm = v * fx;
+        g->pixel_y_mm = v2 * fy;
+        g->have |= SW_DG_PIXEL;
+    } else if (gx != 0 || gy != 0) {
+        walk_warn(w, "%s: %s and %s are not a usable pixel size: ignored", w->path, PATH_PIXEL_X,
+                  PATH_PIXEL_Y);
+    }
+    gx = read_scalar_units(w, PATH_BEAM_X, &v, u, sizeof u);
+    gy = read_scalar_units(w, PATH_BEAM_Y, &v2, u2, sizeof u2);
+    if (gx == 1 && gy == 1 && isfinite(v) && isfinite(v2)) {
+        /* pixels (NXmx's unit, and the default); a length only with the pixel size */
+        int px = (!u[0] || strncmp(u, "pixel", 5) == 0) && (!u2[0] || strncmp(u2, "pixel", 5) == 0);
+        double lx = mm_per(u, 0.0), ly = mm_per(u2, 0.0);
+        if (!px && lx > 0.0 && ly > 0.0 && (g->have & SW_DG_PIXEL)) {
+            v = v * lx / g->pixel_x_mm;
+            v2 = v2 * ly / g->pixel_y_mm;
+            px = 1;
+        }
+        if (px && fabs(v) < 1e7 && fabs(v2) < 1e7) {
+            /* edges at whole numbers, as DIALS reads NXmx: pixel centres at +0.5 */
+            g->beam_x_px = v - 0.5;
+            g->beam_y_px = v2 - 0.5;
+            g->have |= SW_DG_BEAM;
+        } else {
+            walk_warn(w, "%s: the beam centre (units '%s', '%s') is not usable: ignored", w->path,
+                      u, u2);
+        }
+    } else if (gx != 0 || gy != 0) {
+        walk_warn(w, "%s: %s and %s are not a usable beam centre: ignored", w->path, PATH_BEAM_X,
+                  PATH_BEAM_Y);
+    }
+    got = read_scalar_units(w, PATH_COUNT_TIME, &v, u, sizeof u);
+    if (got == 1 && (!u[0] || strcmp(u, "s") == 0 || strcmp(u, "second") == 0 ||
+                     strcmp(u, "seconds") == 0) &&
+        isfinite(v) && v > 0.0) {
+        g->exposure_s = v;
+        g->have |= SW_DG_EXPOSURE;
+    }
+    if (w->l->overload > 0.0) {
+        g->overload = w->l->overload;
+        g->have |= SW_DG_OVERLOAD;
+    }
 }
 
 static void read_overload(walk *w)
@@ -960,6 +1125,7 @@ void h5_walk(const char *path, const h5_walk_opts *o, h5_layout *out)
     }
     find_mask(&w);
     read_overload(&w);
+    read_geometry(&w);
 out:
     if (w.master >= 0)
         H5Fclose(w.master);
@@ -1118,6 +1284,14 @@ uint8_t *h5_layout_pack(const h5_layout *l, size_t *size)
         uint64_t ov;
         memcpy(&ov, &l->overload, 8);
         put64(&k, ov);
+        const double g[7] = {l->geom.wavelength_a, l->geom.distance_mm, l->geom.beam_x_px,
+                             l->geom.beam_y_px,    l->geom.pixel_x_mm,  l->geom.pixel_y_mm,
+                             l->geom.exposure_s};
+        put32(&k, l->geom.have);
+        for (int i = 0; i < 7; i++) {
+            memcpy(&ov, &g[i], 8);
+            put64(&k, ov);
+        }
     }
     if (k.oom) {
         free(k.p);
@@ -1430,8 +1604,45 @@ sw_status h5_layout_unpack(const uint8_t *buf, size_t size, h5_layout *l)
     }
     uint64_t ov = get64(&u);
     memcpy(&l->overload, &ov, 8);
-    if (u.bad || u.pos != u.n || !(l->overload >= 0.0) || !isfinite(l->overload))
+    if (u.bad || !(l->overload >= 0.0) || !isfinite(l->overload))
         goto bad;
+    /* the geometry: only the bits the walk sets, every value finite, lengths positive */
+    sw_diffraction_geometry *g = &l->geom;
+    sw_diffraction_geometry_init(g);
+    uint32_t have = get32(&u);
+    double gv[7];
+    for (int i = 0; i < 7; i++) {
+        ov = get64(&u);
+        memcpy(&gv[i], &ov, 8);
+        if (!isfinite(gv[i]))
+            goto bad;
+    }
+    const uint32_t known = SW_DG_WAVELENGTH | SW_DG_DISTANCE | SW_DG_BEAM | SW_DG_PIXEL |
+                           SW_DG_OVERLOAD | SW_DG_EXPOSURE;
+    if (u.bad || u.pos != u.n || (have & ~known) ||
+        ((have & SW_DG_WAVELENGTH) && !(gv[0] > 0.0)) ||
+        ((have & SW_DG_DISTANCE) && !(gv[1] > 0.0)) ||
+        ((have & SW_DG_PIXEL) && !(gv[4] > 0.0 && gv[5] > 0.0)) ||
+        ((have & SW_DG_EXPOSURE) && !(gv[6] > 0.0)) ||
+        ((have & SW_DG_OVERLOAD) && !(l->overload > 0.0)))
+        goto bad;
+    g->have = have;
+    if (have & SW_DG_WAVELENGTH)
+        g->wavelength_a = gv[0];
+    if (have & SW_DG_DISTANCE)
+        g->distance_mm = gv[1];
+    if (have & SW_DG_BEAM) {
+        g->beam_x_px = gv[2];
+        g->beam_y_px = gv[3];
+    }
+    if (have & SW_DG_PIXEL) {
+        g->pixel_x_mm = gv[4];
+        g->pixel_y_mm = gv[5];
+    }
+    if (have & SW_DG_EXPOSURE)
+        g->exposure_s = gv[6];
+    if (have & SW_DG_OVERLOAD)
+        g->overload = l->overload;
     l->st = SW_OK;
     return SW_OK;
 oom:
