@@ -1,7 +1,7 @@
 /*
  * spotwave find: spot finding with the DIALS dispersion thresholds and connected components
  * (Winter et al. 2018; Winter 2024, "CUDA Spotfinding"; find.h) on the frames of one or more images
- * (FITS, PGM, Eiger/NeXus HDF5), streamed through the library's double-buffered pipeline; a spots
+ * (FITS, PGM, CBF, TIFF, Eiger/NeXus HDF5), streamed through the library's double-buffered pipeline; a spots
  * CSV out (DESIGN.md), optionally the strong-pixel masks, a JSON report, and a progress bar on
  * stderr for long runs.
  */
@@ -35,8 +35,9 @@ void sw_cmd_find_help(FILE *out)
         "y_var: the Poisson variance of the centroid, px^2).\n"
         "\n"
         "Input:\n"
-        "  IMAGE...               FITS (2-D, or a cube of frames), 8/16-bit PGM, or HDF5 as\n"
-        "                         Eiger detectors write it (a NeXus master with\n"
+        "  IMAGE...               FITS (2-D, or a cube of frames), 8/16-bit PGM, CBF (Pilatus;\n"
+        "                         negative pixels are masked), TIFF (every page a frame), or\n"
+        "                         HDF5 as Eiger detectors write it (a NeXus master with\n"
         "                         /entry/data/data_000001..., or a data file with\n"
         "                         /entry/data/data; bitshuffle/LZ4 through the HDF5 filter\n"
         "                         plugins). Frames are numbered from 0 across all inputs,\n"
@@ -68,9 +69,11 @@ void sw_cmd_find_help(FILE *out)
         "  --gain-map IMAGE       per-pixel gains (FITS/PGM of the frame size; instead of --gain)\n"
         "  --mask IMAGE           pixel mask (FITS/PGM of the frame size): non-zero = valid.\n"
         "                         An HDF5 input's pixel_mask is used too unless --no-pixel-mask\n"
-        "  --no-pixel-mask        ignore the HDF5 detectorSpecific/pixel_mask\n"
+        "  --no-pixel-mask        ignore the HDF5 detectorSpecific/pixel_mask and a CBF's\n"
+        "                         negative pixels (they then count as 0)\n"
         "  --overload V           values >= V are masked (default: the HDF5 file's saturation\n"
-        "                         value, else 255 / 0xfffe / 0xfffffffe for 8/16/32-bit)\n"
+        "                         value or a CBF's Count_cutoff, else 255 / 0xfffe /\n"
+        "                         0xfffffffe for 8/16/32-bit)\n"
         "\n"
         "Spots:\n"
         "  --connectivity 4|8     pixel neighbourhood (default 4, as DIALS)\n"
@@ -357,8 +360,32 @@ static int merge_h5(void *user, sw_cli_input *in, const sw_h5_info *info)
 static int open_inputs(sw_context *ctx, find_job *j)
 {
     const find_opts *o = j->o;
-    return sw_cli_inputs_open(ctx, SUB, o->inputs, o->ninputs, o->dataset, SW_CLI_INPUTS_THREAD,
-                              merge_h5, j, &j->in);
+    int rc = sw_cli_inputs_open(ctx, SUB, o->inputs, o->ninputs, o->dataset,
+                                SW_CLI_INPUTS_THREAD, merge_h5, j, &j->in);
+    if (rc != SW_EXIT_OK)
+        return rc;
+    /* a CBF's Count_cutoff is its overload, as an HDF5 master's (the lowest of the inputs') */
+    for (int i = 0; i < j->in.n; i++) {
+        const sw_cli_input *in = &j->in.in[i];
+        if (!in->h5 && (in->geom.have & SW_DG_OVERLOAD) &&
+            (j->file_overload == 0 || in->geom.overload < j->file_overload))
+            j->file_overload = in->geom.overload;
+    }
+    if (!j->in.valid || o->no_pixel_mask)
+        return SW_EXIT_OK;
+    /* a CBF's negative pixels (Pilatus: -1 bad, -2 a gap between modules) are a pixel mask */
+    size_t n = (size_t)j->in.width * (size_t)j->in.height;
+    if (!j->pixel_mask) {
+        j->pixel_mask = malloc(n);
+        if (!j->pixel_mask)
+            return sw_cli_fail(SUB, "out of memory");
+        memcpy(j->pixel_mask, j->in.valid, n);
+        j->pixel_n = n;
+    } else if (j->pixel_n == n) {
+        for (size_t k = 0; k < n; k++)
+            j->pixel_mask[k] = j->pixel_mask[k] && j->in.valid[k];
+    }
+    return SW_EXIT_OK;
 }
 
 /* A per-pixel map (mask or gain map) of the frame size from a FITS/PGM file, as floats. */
