@@ -195,9 +195,9 @@ int sw_cli_out_close(const char *sub, sw_cli_out *o, int ok);
 
 /*
  * Reads a FITS image (2-D or a cube of frames), a binary PGM, a CBF (one frame) or a TIFF (every
- * page a frame) into frames, telling the formats apart by their first bytes; with u32_to_f32, 32-bit integer frames are converted to float.
- * `what` names the file in messages ("image", "reference image"). SW_EXIT_OK, or a failure line
- * for sub.
+ * page a frame) into frames, telling the formats apart by their first bytes; with u32_to_f32,
+ * 32-bit integer frames are converted to float. `what` names the file in messages ("image",
+ * "reference image"). SW_EXIT_OK, or a failure line for sub.
  */
 int sw_cli_read_frames(sw_context *ctx, const char *sub, const char *what, const char *path,
                        int u32_to_f32, sw_frames *out);
@@ -217,7 +217,7 @@ typedef struct sw_cli_input {
     sw_frames frames; /* FITS/PGM: every frame, read at open */
     sw_h5_reader *h5; /* HDF5: the open reader, NULL otherwise */
     int64_t nframes;
-    int64_t start; /* global index of its first frame */
+    int64_t start;                /* global index of its first frame */
     sw_diffraction_geometry geom; /* what the file's header says of the experiment (have = 0:
                                      nothing; FITS, PGM and TIFF carry none; CBF: the Pilatus
                                      mini-header; HDF5: the NXmx fields, sw_h5_read_geometry) */

@@ -1,9 +1,9 @@
 /*
  * spotwave find: spot finding with the DIALS dispersion thresholds and connected components
  * (Winter et al. 2018; Winter 2024, "CUDA Spotfinding"; find.h) on the frames of one or more images
- * (FITS, PGM, CBF, TIFF, Eiger/NeXus HDF5), streamed through the library's double-buffered pipeline; a spots
- * CSV out (DESIGN.md), optionally the strong-pixel masks, a JSON report, and a progress bar on
- * stderr for long runs.
+ * (FITS, PGM, CBF, TIFF, Eiger/NeXus HDF5), streamed through the library's double-buffered
+ * pipeline; a spots CSV out (DESIGN.md), optionally the strong-pixel masks, a JSON report, and a
+ * progress bar on stderr for long runs.
  */
 #define _GNU_SOURCE
 
@@ -360,8 +360,8 @@ static int merge_h5(void *user, sw_cli_input *in, const sw_h5_info *info)
 static int open_inputs(sw_context *ctx, find_job *j)
 {
     const find_opts *o = j->o;
-    int rc = sw_cli_inputs_open(ctx, SUB, o->inputs, o->ninputs, o->dataset,
-                                SW_CLI_INPUTS_THREAD, merge_h5, j, &j->in);
+    int rc = sw_cli_inputs_open(ctx, SUB, o->inputs, o->ninputs, o->dataset, SW_CLI_INPUTS_THREAD,
+                                merge_h5, j, &j->in);
     if (rc != SW_EXIT_OK)
         return rc;
     /* a CBF's Count_cutoff is its overload, as an HDF5 master's (the lowest of the inputs') */

@@ -1,6 +1,6 @@
 /*
- * Several input files (FITS, PGM, CBF, TIFF, Eiger/NeXus HDF5) as one numbered frame sequence, for the
- * commands that take IMAGE... (find, pupil): frames are numbered from 0 across all inputs in
+ * Several input files (FITS, PGM, CBF, TIFF, Eiger/NeXus HDF5) as one numbered frame sequence, for
+ * the commands that take IMAGE... (find, pupil): frames are numbered from 0 across all inputs in
  * order, and all inputs must share one size and pixel type.
  */
 #include "cli.h"
@@ -87,8 +87,8 @@ int sw_cli_inputs_open(sw_context *ctx, const char *sub, char *const *paths, int
                     return rc;
             }
         } else {
-            int rc = sw_cli_read_frames_ex(ctx, sub, "image", in->path, 0, &in->frames,
-                                           &in->valid, &in->geom);
+            int rc = sw_cli_read_frames_ex(ctx, sub, "image", in->path, 0, &in->frames, &in->valid,
+                                           &in->geom);
             if (rc != SW_EXIT_OK)
                 return rc;
             w = in->frames.frames[0].width;

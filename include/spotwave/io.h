@@ -192,10 +192,11 @@ int sw_cbf_parse_header(const char *text, size_t size, sw_diffraction_geometry *
  * and u32 images (u32 values above 2147483647 are SW_ERANGE); f32 is SW_EINVAL. valid (NULL:
  * every pixel good) marks pixels written as -1. Temporary name, then rename.
  */
-sw_status sw_cbf_write(sw_context *ctx, const char *path, const sw_image *img,
-                       const uint8_t *valid, const sw_diffraction_geometry *geom);
+sw_status sw_cbf_write(sw_context *ctx, const char *path, const sw_image *img, const uint8_t *valid,
+                       const sw_diffraction_geometry *geom);
 
-/* ------------------------------------------------------------------ TIFF (Rayonix, lab detectors) */
+/* ------------------------------------------------------------------ TIFF (Rayonix, lab detectors)
+ */
 
 /*
  * TIFF 6.0 (Adobe, 1992) read with libtiff: every image (page, directory) of the file is a frame,

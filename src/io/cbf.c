@@ -96,8 +96,8 @@ static int cbf_child(void *arg, uint8_t **msg, size_t *size)
     size_t elsize = 0, nelem = 0, fast = 0, mid = 0, slow = 0, padding = 0;
     const char *order = NULL;
     e = cbf_get_integerarrayparameters_wdims_fs(cbf, &compression, &id, &elsize, &elsigned,
-                                                &elunsigned, &nelem, &minel, &maxel, &order,
-                                                &fast, &mid, &slow, &padding);
+                                                &elunsigned, &nelem, &minel, &maxel, &order, &fast,
+                                                &mid, &slow, &padding);
     if (e) {
         size_t rsize = 0, rn = 0;
         unsigned int rc = 0;
@@ -255,8 +255,8 @@ static int parse_line(const char *line, sw_diffraction_geometry *g)
     const char *s = skip(line);
     if (*s == '#')
         s = skip(s + 1);
-    static const char *const keys[] = {"Wavelength",   "Detector_distance", "Beam_xy",
-                                       "Pixel_size",   "Count_cutoff",      "Exposure_time"};
+    static const char *const keys[] = {"Wavelength", "Detector_distance", "Beam_xy",
+                                       "Pixel_size", "Count_cutoff",      "Exposure_time"};
     int k = -1;
     for (int i = 0; i < 6; i++) {
         size_t n = strlen(keys[i]);
@@ -352,8 +352,8 @@ int sw_cbf_parse_header(const char *text, size_t size, sw_diffraction_geometry *
 
 /* ------------------------------------------------------------------ reading */
 
-static sw_status cbf_read_any(sw_context *ctx, const char *name, const cbf_src *src,
-                              sw_image *out, uint8_t **valid, sw_diffraction_geometry *geom)
+static sw_status cbf_read_any(sw_context *ctx, const char *name, const cbf_src *src, sw_image *out,
+                              uint8_t **valid, sw_diffraction_geometry *geom)
 {
     if (out)
         memset(out, 0, sizeof *out);
@@ -534,8 +534,8 @@ static void header_text(const sw_diffraction_geometry *g, char *buf, size_t size
 #undef ADD
 }
 
-sw_status sw_cbf_write(sw_context *ctx, const char *path, const sw_image *img,
-                       const uint8_t *valid, const sw_diffraction_geometry *geom)
+sw_status sw_cbf_write(sw_context *ctx, const char *path, const sw_image *img, const uint8_t *valid,
+                       const sw_diffraction_geometry *geom)
 {
     if (!path || !*path)
         return sw_fail(ctx, SW_EINVAL, "sw_cbf_write: no path given");

@@ -901,9 +901,9 @@ static double mm_per(const char *u, double dflt)
     static const struct {
         const char *name;
         double mm;
-    } t[] = {{"m", 1000.0},     {"metre", 1000.0}, {"meter", 1000.0}, {"metres", 1000.0},
+    } t[] = {{"m", 1000.0},      {"metre", 1000.0}, {"meter", 1000.0},   {"metres", 1000.0},
              {"meters", 1000.0}, {"mm", 1.0},       {"millimetre", 1.0}, {"millimeter", 1.0},
-             {"um", 1e-3},       {"micron", 1e-3},  {"microns", 1e-3}, {"cm", 10.0}};
+             {"um", 1e-3},       {"micron", 1e-3},  {"microns", 1e-3},   {"cm", 10.0}};
     if (!u[0])
         return dflt;
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
@@ -990,8 +990,8 @@ static void read_geometry(walk *w)
                   PATH_BEAM_Y);
     }
     got = read_scalar_units(w, PATH_COUNT_TIME, &v, u, sizeof u);
-    if (got == 1 && (!u[0] || strcmp(u, "s") == 0 || strcmp(u, "second") == 0 ||
-                     strcmp(u, "seconds") == 0) &&
+    if (got == 1 &&
+        (!u[0] || strcmp(u, "s") == 0 || strcmp(u, "second") == 0 || strcmp(u, "seconds") == 0) &&
         isfinite(v) && v > 0.0) {
         g->exposure_s = v;
         g->have |= SW_DG_EXPOSURE;
@@ -1619,8 +1619,7 @@ sw_status h5_layout_unpack(const uint8_t *buf, size_t size, h5_layout *l)
     }
     const uint32_t known = SW_DG_WAVELENGTH | SW_DG_DISTANCE | SW_DG_BEAM | SW_DG_PIXEL |
                            SW_DG_OVERLOAD | SW_DG_EXPOSURE;
-    if (u.bad || u.pos != u.n || (have & ~known) ||
-        ((have & SW_DG_WAVELENGTH) && !(gv[0] > 0.0)) ||
+    if (u.bad || u.pos != u.n || (have & ~known) || ((have & SW_DG_WAVELENGTH) && !(gv[0] > 0.0)) ||
         ((have & SW_DG_DISTANCE) && !(gv[1] > 0.0)) ||
         ((have & SW_DG_PIXEL) && !(gv[4] > 0.0 && gv[5] > 0.0)) ||
         ((have & SW_DG_EXPOSURE) && !(gv[6] > 0.0)) ||

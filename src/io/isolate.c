@@ -76,8 +76,18 @@ static void last_line(int fd, char *out, size_t size)
     out[k] = '\0';
 }
 
+/* Sanitizer builds: the runtime's hook run before a report ends the process (libFuzzer sets one
+ * that saves the current input as a crash). Weak: NULL in plain builds. */
+extern void __sanitizer_set_death_callback(void (*callback)(void)) __attribute__((weak));
+
 static void child(int fd, int errfd, sw_isolated_fn fn, void *arg, size_t extra_memory)
 {
+    /* A memory error the sanitizer catches in the third-party code (CBFlib frees what it
+     * overflowed) ends this child with its report on the captured stderr and exit 1, a failure
+     * the parent reports; a fuzzer's death hook inherited from the parent would instead save
+     * the input as a crash of the parent's. */
+    if (__sanitizer_set_death_callback)
+        __sanitizer_set_death_callback(NULL);
     rlim_t now = data_size_now();
     struct rlimit rl;
     if (now > 0 && getrlimit(RLIMIT_DATA, &rl) == 0 &&

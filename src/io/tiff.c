@@ -173,8 +173,9 @@ static sw_status read_page(tiff_job *j, TIFF *tif, int page, sw_pixel_type t, ui
     uint8_t *buf = NULL;
     if (TIFFIsTiled(tif)) {
         uint32_t tw = 0, th = 0;
-        if (!TIFFGetField(tif, TIFFTAG_TILEWIDTH, &tw) || !TIFFGetField(tif, TIFFTAG_TILELENGTH, &th) ||
-            tw == 0 || th == 0 || tw > SW_IMAGE_MAX_DIM || th > SW_IMAGE_MAX_DIM) {
+        if (!TIFFGetField(tif, TIFFTAG_TILEWIDTH, &tw) ||
+            !TIFFGetField(tif, TIFFTAG_TILELENGTH, &th) || tw == 0 || th == 0 ||
+            tw > SW_IMAGE_MAX_DIM || th > SW_IMAGE_MAX_DIM) {
             sw_image_free(img);
             return page_fail(j, page, "bad tile size");
         }
@@ -218,9 +219,8 @@ static sw_status read_page(tiff_job *j, TIFF *tif, int page, sw_pixel_type t, ui
         uint32_t nstrips = TIFFNumberOfStrips(tif);
         for (uint32_t y0 = 0, s = 0; y0 < h; y0 += rps, s++) {
             uint32_t rows = h - y0 < rps ? h - y0 : rps;
-            if (s >= nstrips ||
-                TIFFReadEncodedStrip(tif, s, buf, (tmsize_t)(rows * rowbytes)) !=
-                    (tmsize_t)(rows * rowbytes)) {
+            if (s >= nstrips || TIFFReadEncodedStrip(tif, s, buf, (tmsize_t)(rows * rowbytes)) !=
+                                    (tmsize_t)(rows * rowbytes)) {
                 free(buf);
                 sw_image_free(img);
                 return page_fail(j, page, "a strip does not decode to its rows");
@@ -258,19 +258,20 @@ static sw_status tiff_read_any(tiff_job *j, const char *path, tiff_mem *mem, sw_
             break;
         }
         uint32_t w = 0, h = 0;
-        if (!TIFFGetField(tif, TIFFTAG_IMAGEWIDTH, &w) || !TIFFGetField(tif, TIFFTAG_IMAGELENGTH, &h) ||
-            w == 0 || h == 0 || w > SW_IMAGE_MAX_DIM || h > SW_IMAGE_MAX_DIM ||
+        if (!TIFFGetField(tif, TIFFTAG_IMAGEWIDTH, &w) ||
+            !TIFFGetField(tif, TIFFTAG_IMAGELENGTH, &h) || w == 0 || h == 0 ||
+            w > SW_IMAGE_MAX_DIM || h > SW_IMAGE_MAX_DIM ||
             (uint64_t)w * h > (uint64_t)SW_IMAGE_MAX_PIXELS) {
             st = sw_fail(j->ctx, SW_EFORMAT,
-                         "%s: page %d is %u x %u pixels (width and height 1..%d)", j->name, page,
-                         w, h, SW_IMAGE_MAX_DIM);
+                         "%s: page %d is %u x %u pixels (width and height 1..%d)", j->name, page, w,
+                         h, SW_IMAGE_MAX_DIM);
             break;
         }
         sw_pixel_type t = SW_PIX_U8;
         if ((st = page_type(j, tif, page, &t)) != SW_OK)
             break;
-        if (page > 0 && ((int32_t)w != first.width || (int32_t)h != first.height ||
-                         t != first.type)) {
+        if (page > 0 &&
+            ((int32_t)w != first.width || (int32_t)h != first.height || t != first.type)) {
             st = sw_fail(j->ctx, SW_EFORMAT,
                          "%s: page %d is %u x %u %s, page 0 %d x %d %s: the pages must agree",
                          j->name, page, w, h, sw_pixel_type_string(t), first.width, first.height,
@@ -366,15 +367,17 @@ sw_status sw_tiff_write(sw_context *ctx, const char *path, const sw_image *frame
     const sw_pixel_type t = frames[0].type;
     const uint32_t w = (uint32_t)frames[0].width, h = (uint32_t)frames[0].height;
     const size_t px = sw_pixel_size(t);
-    const uint16_t comp =
-        TIFFIsCODECConfigured(COMPRESSION_ADOBE_DEFLATE) ? COMPRESSION_ADOBE_DEFLATE : COMPRESSION_NONE;
+    const uint16_t comp = TIFFIsCODECConfigured(COMPRESSION_ADOBE_DEFLATE)
+                              ? COMPRESSION_ADOBE_DEFLATE
+                              : COMPRESSION_NONE;
     uint8_t *buf = ok ? malloc((size_t)64 * 64 * px > (size_t)16 * w * px ? (size_t)64 * 64 * px
                                                                           : (size_t)16 * w * px)
                       : NULL;
     ok = ok && buf;
     for (int32_t k = 0; ok && k < count; k++) {
         const sw_image *img = &frames[k];
-        ok = TIFFSetField(tif, TIFFTAG_IMAGEWIDTH, w) && TIFFSetField(tif, TIFFTAG_IMAGELENGTH, h) &&
+        ok = TIFFSetField(tif, TIFFTAG_IMAGEWIDTH, w) &&
+             TIFFSetField(tif, TIFFTAG_IMAGELENGTH, h) &&
              TIFFSetField(tif, TIFFTAG_BITSPERSAMPLE, (uint16_t)(8 * px)) &&
              TIFFSetField(tif, TIFFTAG_SAMPLESPERPIXEL, (uint16_t)1) &&
              TIFFSetField(tif, TIFFTAG_SAMPLEFORMAT,
@@ -388,7 +391,8 @@ sw_status sw_tiff_write(sw_context *ctx, const char *path, const sw_image *frame
                  TIFFSetField(tif, TIFFTAG_PAGENUMBER, (uint16_t)(k < 65535 ? k : 65535),
                               (uint16_t)(count < 65535 ? count : 65535));
         if (ok && tiled) {
-            ok = TIFFSetField(tif, TIFFTAG_TILEWIDTH, 64u) && TIFFSetField(tif, TIFFTAG_TILELENGTH, 64u);
+            ok = TIFFSetField(tif, TIFFTAG_TILEWIDTH, 64u) &&
+                 TIFFSetField(tif, TIFFTAG_TILELENGTH, 64u);
             for (uint32_t ty = 0; ok && ty < h; ty += 64)
                 for (uint32_t tx = 0; ok && tx < w; tx += 64) {
                     memset(buf, 0, (size_t)64 * 64 * px);

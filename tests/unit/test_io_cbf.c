@@ -57,8 +57,8 @@ static void reference_writer_geometry(void **state)
     int32_t *v = malloc(w * h * sizeof *v);
     for (size_t i = 0; i < w * h; i++)
         v[i] = (int32_t)((i * 7919u) % 40000u) + (i % 97 == 0 ? 900000 : 0);
-    v[5] = -1;      /* a bad pixel */
-    v[w + 3] = -2;  /* a gap */
+    v[5] = -1;     /* a bad pixel */
+    v[w + 3] = -2; /* a gap */
     const char *path = sw_test_path("ref.cbf");
     write_reference(path, v, 4, 1, w, h, pilatus_header);
     sw_image img;
@@ -243,8 +243,8 @@ static void corrupt(void **state)
     while (dl > 0 && data[dl - 1] != '/')
         dl--;
     char rpath[4096];
-    snprintf(rpath, sizeof rpath, "%.*sfuzz/corpus/cbf/regress_cbflib_heap_overflow.cbf",
-             (int)dl, data);
+    snprintf(rpath, sizeof rpath, "%.*sfuzz/corpus/cbf/regress_cbflib_heap_overflow.cbf", (int)dl,
+             data);
     FILE *f = fopen(rpath, "rb");
     if (f) {
         fclose(f);
