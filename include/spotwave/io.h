@@ -500,8 +500,18 @@ sw_status sw_h5_read_pixel_mask(sw_h5_reader *r, uint8_t *valid);
  *   .../detector/count_time                      s
  *   the overload (sw_h5_info.overload)           SW_DG_OVERLOAD
  * A field that is there but unusable (not one finite positive number, an unknown unit) is left
- * out with a warning. The NXmx module orientation (fast_pixel_direction, slow_pixel_direction
- * and their depends_on chains) is not read: orientation is 0 (a detector normal to the beam).
+ * out with a warning.
+ * The module orientation (SW_DG_ORIENTATION, orientation = 1), for one module:
+ * .../detector/module/fast_pixel_direction and slow_pixel_direction (translations whose values
+ * are the pixel size and whose "vector" attributes are +x and +y of the image) and the
+ * depends_on chain they share (module_offset, the detector's transformations: translations and
+ * rotations with "vector", "offset", "offset_units", units m/mm or deg/rad; at most 16, paths
+ * absolute or relative to the object's group). The chain carries the first pixel's corner and
+ * the two directions into the laboratory frame; origin_mm is that corner plus half a pixel along
+ * each direction (the centre of pixel (0,0)). The pixel size comes from the directions when
+ * x/y_pixel_size are absent. A chain that breaks, loops, or gives directions that are not
+ * perpendicular leaves the orientation out (0) with a warning. Multi-module detectors (several
+ * NXdetector_module groups) are not read: only ".../module".
  * SW_EINVAL for NULL arguments (g then zeroed).
  */
 sw_status sw_h5_read_geometry(const sw_h5_reader *r, sw_diffraction_geometry *g);

@@ -799,16 +799,16 @@ static sw_status find_blocks(walk *w)
                      have_group ? "" : ", but the file has no " PATH_DATA " group");
 }
 
-/* The "units" attribute of obj (a fixed or variable-length string of at most size - 1
- * characters) into buf; "" when absent or unusable. Type, rank and size checked before reading. */
-static void read_units(hid_t obj, char *buf, size_t size)
+/* The string attribute `name` of obj (fixed or variable length, of at most size - 1 characters)
+ * into buf; "" when absent or unusable. Type, rank and size checked before reading. */
+static void read_str_attr(hid_t obj, const char *name, char *buf, size_t size)
 {
     buf[0] = '\0';
-    if (H5Aexists(obj, "units") <= 0) {
+    if (H5Aexists(obj, name) <= 0) {
         H5Eclear2(H5E_DEFAULT);
         return;
     }
-    hid_t a = H5Aopen(obj, "units", H5P_DEFAULT);
+    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
     if (a < 0) {
         H5Eclear2(H5E_DEFAULT);
         return;
@@ -825,7 +825,7 @@ static void read_units(hid_t obj, char *buf, size_t size)
             }
         } else {
             size_t n = H5Tget_size(t);
-            char tmp[256];
+            char tmp[H5_PATH_MAX];
             mt = H5Tcopy(H5T_C_S1);
             if (n > 0 && n < sizeof tmp && mt >= 0 && H5Tset_size(mt, n) >= 0 &&
                 H5Tset_strpad(mt, H5T_STR_NULLPAD) >= 0 && H5Aread(a, mt, tmp) >= 0) {
@@ -845,6 +845,44 @@ static void read_units(hid_t obj, char *buf, size_t size)
     for (size_t i = 0; buf[i]; i++) /* printable ASCII only: it may reach messages */
         if ((unsigned char)buf[i] < 0x20 || (unsigned char)buf[i] >= 0x7F)
             buf[i] = '?';
+}
+
+static void read_units(hid_t obj, char *buf, size_t size)
+{
+    read_str_attr(obj, "units", buf, size);
+}
+
+/* A numeric attribute of exactly three values (NeXus's vector, offset) into v: 1, or 0 when
+ * absent or unusable. */
+static int read_vec_attr(hid_t obj, const char *name, double v[3])
+{
+    if (H5Aexists(obj, name) <= 0) {
+        H5Eclear2(H5E_DEFAULT);
+        return 0;
+    }
+    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+    if (a < 0) {
+        H5Eclear2(H5E_DEFAULT);
+        return 0;
+    }
+    int ok = 0;
+    hid_t t = H5Aget_type(a), sp = H5Aget_space(a);
+    if (t >= 0 && sp >= 0 && (H5Tget_class(t) == H5T_FLOAT || H5Tget_class(t) == H5T_INTEGER) &&
+        H5Sget_simple_extent_npoints(sp) == 3 && H5Sget_simple_extent_ndims(sp) <= 2) {
+        double tmp[3];
+        if (H5Aread(a, H5T_NATIVE_DOUBLE, tmp) >= 0 && isfinite(tmp[0]) && isfinite(tmp[1]) &&
+            isfinite(tmp[2])) {
+            memcpy(v, tmp, sizeof tmp);
+            ok = 1;
+        }
+    }
+    if (sp >= 0)
+        H5Sclose(sp);
+    if (t >= 0)
+        H5Tclose(t);
+    H5Aclose(a);
+    H5Eclear2(H5E_DEFAULT);
+    return ok;
 }
 
 /* A numeric scalar (or one-element) dataset without filters, as a double (and its "units"
@@ -892,6 +930,222 @@ static int read_scalar_units(walk *w, const char *path, double *out, char *units
 static int read_scalar(walk *w, const char *path, double *out)
 {
     return read_scalar_units(w, path, out, NULL, 0);
+}
+
+#define NX_PI 3.14159265358979323846
+
+/* One NeXus transformation (NXtransformations member): a numeric scalar with its attributes. */
+typedef struct nx_transform {
+    double value;        /* in its units (mm or degrees after conversion)              */
+    int rotation;        /* 1: rotation by value degrees about vector; 0: translation  */
+    double vector[3];    /* unit                                                       */
+    double offset_mm[3]; /* 0 when absent                                              */
+    char depends_on[H5_PATH_MAX];
+} nx_transform;
+
+static double mm_per(const char *u, double dflt);
+
+/* Reads the transformation at path (absolute): 1, or 0 when it is not a usable one (why says). */
+static int read_transform(walk *w, const char *path, nx_transform *t, char *why, size_t ws)
+{
+    memset(t, 0, sizeof *t);
+    char units[64];
+    if (read_scalar_units(w, path, &t->value, units, sizeof units) != 1) {
+        snprintf(why, ws, "%s is not one number", path);
+        return 0;
+    }
+    hid_t d = H5Oopen(w->master, path, w->lapl);
+    if (d < 0) {
+        H5Eclear2(H5E_DEFAULT);
+        snprintf(why, ws, "%s does not open", path);
+        return 0;
+    }
+    char type[32], ounits[64];
+    read_str_attr(d, "transformation_type", type, sizeof type);
+    read_str_attr(d, "offset_units", ounits, sizeof ounits);
+    read_str_attr(d, "depends_on", t->depends_on, sizeof t->depends_on);
+    int have_vec = read_vec_attr(d, "vector", t->vector);
+    double off[3] = {0.0, 0.0, 0.0};
+    int have_off = read_vec_attr(d, "offset", off);
+    H5Oclose(d);
+    H5Eclear2(H5E_DEFAULT);
+    double n = sqrt(t->vector[0] * t->vector[0] + t->vector[1] * t->vector[1] +
+                    t->vector[2] * t->vector[2]);
+    if (!have_vec || !(n > 0.0) || !isfinite(n)) {
+        snprintf(why, ws, "%s has no usable vector attribute", path);
+        return 0;
+    }
+    for (int i = 0; i < 3; i++)
+        t->vector[i] /= n;
+    if (strcmp(type, "rotation") == 0) {
+        t->rotation = 1;
+        if (units[0] && strcmp(units, "deg") != 0 && strcmp(units, "degree") != 0 &&
+            strcmp(units, "degrees") != 0) {
+            if (strcmp(units, "rad") == 0 || strcmp(units, "radian") == 0 ||
+                strcmp(units, "radians") == 0)
+                t->value *= 180.0 / NX_PI;
+            else {
+                snprintf(why, ws, "%s: rotation units '%s'", path, units);
+                return 0;
+            }
+        }
+    } else if (strcmp(type, "translation") == 0) {
+        double f = mm_per(units, 1000.0);
+        if (!(f > 0.0)) {
+            snprintf(why, ws, "%s: translation units '%s'", path, units);
+            return 0;
+        }
+        t->value *= f;
+    } else {
+        snprintf(why, ws, "%s: transformation_type '%s'", path, type);
+        return 0;
+    }
+    if (have_off) {
+        double f = mm_per(ounits[0] ? ounits : units, 1000.0);
+        if (t->rotation && !ounits[0])
+            f = 1000.0; /* a rotation's offset without offset_units: metres */
+        if (!(f > 0.0)) {
+            snprintf(why, ws, "%s: offset units '%s'", path, ounits);
+            return 0;
+        }
+        for (int i = 0; i < 3; i++)
+            t->offset_mm[i] = off[i] * f;
+    }
+    if (!isfinite(t->value) || !isfinite(t->offset_mm[0]) || !isfinite(t->offset_mm[1]) ||
+        !isfinite(t->offset_mm[2])) {
+        snprintf(why, ws, "%s: values not finite", path);
+        return 0;
+    }
+    return 1;
+}
+
+/* v rotated by deg degrees about the unit axis a (Rodrigues). */
+static void rotate(double v[3], const double a[3], double deg)
+{
+    const double th = deg * NX_PI / 180.0, c = cos(th), s = sin(th);
+    const double d = a[0] * v[0] + a[1] * v[1] + a[2] * v[2];
+    const double x[3] = {a[1] * v[2] - a[2] * v[1], a[2] * v[0] - a[0] * v[2],
+                         a[0] * v[1] - a[1] * v[0]};
+    for (int i = 0; i < 3; i++)
+        v[i] = v[i] * c + x[i] * s + a[i] * d * (1.0 - c);
+}
+
+/* The absolute path `dep` names, seen from the object at `from` (NeXus allows paths relative to
+ * the object's group): 1, or 0 when it does not fit. */
+static int resolve_dep(const char *from, const char *dep, char *out, size_t size)
+{
+    if (dep[0] == '/')
+        return snprintf(out, size, "%s", dep) < (int)size;
+    const char *slash = strrchr(from, '/');
+    if (!slash)
+        return 0;
+    return snprintf(out, size, "%.*s/%s", (int)(slash - from), from, dep) < (int)size;
+}
+
+/*
+ * The NXmx module orientation (io.h, sw_h5_read_geometry): fast_pixel_direction and
+ * slow_pixel_direction of /entry/instrument/detector/module, their vectors and the depends_on
+ * chain they share (translations and rotations, at most 16), applied to the first pixel's corner
+ * and to the two directions. Anything else (no module, directions of their own chains, a chain
+ * that loops or breaks) leaves the orientation out, with a warning when something was there.
+ */
+static void read_orientation(walk *w, sw_diffraction_geometry *g)
+{
+    static const char *const fpath = PATH_DETECTOR "/module/fast_pixel_direction";
+    static const char *const spath = PATH_DETECTOR "/module/slow_pixel_direction";
+    if (path_exists(w, w->master, fpath) <= 0 || path_exists(w, w->master, spath) <= 0) {
+        H5Eclear2(H5E_DEFAULT);
+        return;
+    }
+    char why[H5_PATH_MAX + 128] = "";
+    nx_transform f, sl;
+    if (!read_transform(w, fpath, &f, why, sizeof why) ||
+        !read_transform(w, spath, &sl, why, sizeof why)) {
+        walk_warn(w, "%s: the module orientation is not used: %s", w->path, why);
+        return;
+    }
+    if (f.rotation || sl.rotation || !(f.value > 0.0) || !(sl.value > 0.0)) {
+        walk_warn(w,
+                  "%s: the module orientation is not used: the pixel directions are not "
+                  "translations by a positive pixel size",
+                  w->path);
+        return;
+    }
+    char fdep[H5_PATH_MAX], sdep[H5_PATH_MAX];
+    if (!resolve_dep(fpath, f.depends_on, fdep, sizeof fdep) ||
+        !resolve_dep(spath, sl.depends_on, sdep, sizeof sdep) || strcmp(fdep, sdep) != 0) {
+        walk_warn(w,
+                  "%s: the module orientation is not used: the fast and slow directions do "
+                  "not depend on one transformation",
+                  w->path);
+        return;
+    }
+    /* the first pixel's corner and the two directions, carried out along the chain */
+    double p[3] = {f.offset_mm[0] + sl.offset_mm[0], f.offset_mm[1] + sl.offset_mm[1],
+                   f.offset_mm[2] + sl.offset_mm[2]};
+    double fast[3] = {f.vector[0], f.vector[1], f.vector[2]};
+    double slow[3] = {sl.vector[0], sl.vector[1], sl.vector[2]};
+    char cur[H5_PATH_MAX];
+    snprintf(cur, sizeof cur, "%s", fdep);
+    int steps = 0;
+    while (strcmp(cur, ".") != 0 && cur[0] != '\0') {
+        if (++steps > 16) {
+            walk_warn(w,
+                      "%s: the module orientation is not used: its depends_on chain is longer "
+                      "than 16 (or loops)",
+                      w->path);
+            return;
+        }
+        nx_transform t;
+        if (!read_transform(w, cur, &t, why, sizeof why)) {
+            walk_warn(w, "%s: the module orientation is not used: %s", w->path, why);
+            return;
+        }
+        if (t.rotation) {
+            rotate(p, t.vector, t.value);
+            rotate(fast, t.vector, t.value);
+            rotate(slow, t.vector, t.value);
+        } else {
+            for (int i = 0; i < 3; i++)
+                p[i] += t.value * t.vector[i];
+        }
+        for (int i = 0; i < 3; i++)
+            p[i] += t.offset_mm[i];
+        if (strcmp(t.depends_on, ".") == 0 || t.depends_on[0] == '\0')
+            break;
+        char next[H5_PATH_MAX];
+        if (!resolve_dep(cur, t.depends_on, next, sizeof next)) {
+            walk_warn(w, "%s: the module orientation is not used: %s depends on a path too long",
+                      w->path, cur);
+            return;
+        }
+        snprintf(cur, sizeof cur, "%s", next);
+    }
+    /* spotwave's origin is the centre of pixel (0,0): half a pixel in from the corner */
+    for (int i = 0; i < 3; i++) {
+        g->origin_mm[i] = p[i] + 0.5 * f.value * fast[i] + 0.5 * sl.value * slow[i];
+        g->fast[i] = fast[i];
+        g->slow[i] = slow[i];
+    }
+    const double dot = fast[0] * slow[0] + fast[1] * slow[1] + fast[2] * slow[2];
+    if (fabs(dot) > 1e-6 || !isfinite(g->origin_mm[0]) || !isfinite(g->origin_mm[1]) ||
+        !isfinite(g->origin_mm[2])) {
+        walk_warn(w,
+                  "%s: the module orientation is not used: the pixel directions are not "
+                  "perpendicular",
+                  w->path);
+        memset(g->origin_mm, 0, sizeof g->origin_mm);
+        memset(g->fast, 0, sizeof g->fast);
+        memset(g->slow, 0, sizeof g->slow);
+        return;
+    }
+    g->orientation = 1;
+    g->have |= SW_DG_ORIENTATION;
+    if (!(g->have & SW_DG_PIXEL)) { /* the directions' values are the pixel size */
+        g->pixel_x_mm = f.value;
+        g->pixel_y_mm = sl.value;
+        g->have |= SW_DG_PIXEL;
+    }
 }
 
 /* Millimetres per unit of a length ("m", "mm", "um", ...); dflt when there is no unit; 0 when
@@ -1000,6 +1254,7 @@ static void read_geometry(walk *w)
         g->overload = w->l->overload;
         g->have |= SW_DG_OVERLOAD;
     }
+    read_orientation(w, g);
 }
 
 static void read_overload(walk *w)
@@ -1290,6 +1545,13 @@ uint8_t *h5_layout_pack(const h5_layout *l, size_t *size)
         put32(&k, l->geom.have);
         for (int i = 0; i < 7; i++) {
             memcpy(&ov, &g[i], 8);
+            put64(&k, ov);
+        }
+        for (int i = 0; i < 9; i++) {
+            const double v = i < 3   ? l->geom.origin_mm[i]
+                             : i < 6 ? l->geom.fast[i - 3]
+                                     : l->geom.slow[i - 6];
+            memcpy(&ov, &v, 8);
             put64(&k, ov);
         }
     }
@@ -1610,15 +1872,15 @@ sw_status h5_layout_unpack(const uint8_t *buf, size_t size, h5_layout *l)
     sw_diffraction_geometry *g = &l->geom;
     sw_diffraction_geometry_init(g);
     uint32_t have = get32(&u);
-    double gv[7];
-    for (int i = 0; i < 7; i++) {
+    double gv[16];
+    for (int i = 0; i < 16; i++) {
         ov = get64(&u);
         memcpy(&gv[i], &ov, 8);
         if (!isfinite(gv[i]))
             goto bad;
     }
     const uint32_t known = SW_DG_WAVELENGTH | SW_DG_DISTANCE | SW_DG_BEAM | SW_DG_PIXEL |
-                           SW_DG_OVERLOAD | SW_DG_EXPOSURE;
+                           SW_DG_OVERLOAD | SW_DG_EXPOSURE | SW_DG_ORIENTATION;
     if (u.bad || u.pos != u.n || (have & ~known) || ((have & SW_DG_WAVELENGTH) && !(gv[0] > 0.0)) ||
         ((have & SW_DG_DISTANCE) && !(gv[1] > 0.0)) ||
         ((have & SW_DG_PIXEL) && !(gv[4] > 0.0 && gv[5] > 0.0)) ||
@@ -1642,6 +1904,20 @@ sw_status h5_layout_unpack(const uint8_t *buf, size_t size, h5_layout *l)
         g->exposure_s = gv[6];
     if (have & SW_DG_OVERLOAD)
         g->overload = l->overload;
+    if (have & SW_DG_ORIENTATION) {
+        g->orientation = 1;
+        for (int i = 0; i < 3; i++) {
+            g->origin_mm[i] = gv[7 + i];
+            g->fast[i] = gv[10 + i];
+            g->slow[i] = gv[13 + i];
+        }
+        const double nfast =
+            g->fast[0] * g->fast[0] + g->fast[1] * g->fast[1] + g->fast[2] * g->fast[2];
+        const double nslow =
+            g->slow[0] * g->slow[0] + g->slow[1] * g->slow[1] + g->slow[2] * g->slow[2];
+        if (!(fabs(nfast - 1.0) < 1e-6) || !(fabs(nslow - 1.0) < 1e-6))
+            goto bad;
+    }
     l->st = SW_OK;
     return SW_OK;
 oom:
