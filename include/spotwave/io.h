@@ -206,10 +206,13 @@ sw_status sw_cbf_write(sw_context *ctx, const char *path, const sw_image *img, c
  * (x, y) is row y, column x as stored (Orientation is not applied). Anything else (signed
  * integers, 64-bit, several samples per pixel, palettes, 1-bit images, planar configurations other
  * than contiguous) is SW_EUNSUPPORTED with what the file holds. Sizes are checked against
- * SW_IMAGE_MAX_DIM / SW_IMAGE_MAX_PIXELS before any pixel is read, and libtiff is told to allocate
- * no single buffer larger than a frame needs; a strip or tile that does not decode is SW_EFORMAT
- * naming the page. libtiff's warnings go to the context's log (debug), never to stderr. TIFF
- * carries no diffraction geometry spotwave reads (Rayonix's own header is not parsed).
+ * SW_IMAGE_MAX_DIM / SW_IMAGE_MAX_PIXELS, and a page's frame against the bytes its strips or
+ * tiles store (uncompressed: all of it; compressed: at most 64 (PackBits), 1100 (deflate), 2800
+ * (LZW) or 65536 (other codecs) times them, within the file's size), before any pixel is read or
+ * the frame allocated; libtiff is told to allocate no single buffer larger than 2 GiB; a strip or
+ * tile that does not decode is SW_EFORMAT naming the page. libtiff's warnings go to the context's
+ * log (debug), never to stderr. TIFF carries no diffraction geometry spotwave reads (Rayonix's own
+ * header is not parsed).
  */
 sw_status sw_tiff_read(sw_context *ctx, const char *path, sw_frames *out);
 sw_status sw_tiff_read_memory(sw_context *ctx, const void *buf, size_t size, sw_frames *out);

@@ -16,8 +16,51 @@
 typedef struct tiff_job {
     sw_context *ctx;
     const char *name;
-    char error[512]; /* libtiff's first error */
+    char error[512];    /* libtiff's first error */
+    uint64_t file_size; /* bytes in the file: what its pages can hold */
 } tiff_job;
+
+/* How many times its stored bytes a compressed strip or tile may decode to, at most: deflate
+ * 1032, LZW about 2730 (a 12-bit code names at most a 4094-byte string), PackBits 64; other
+ * codecs (zstd, LZMA, JPEG, ...) 65536. A page that would need more is refused before its frame
+ * is allocated, so that a small file cannot make spotwave reserve gigabytes. */
+static uint64_t max_ratio(uint16_t comp)
+{
+    switch (comp) {
+    case COMPRESSION_NONE: return 1;
+    case COMPRESSION_PACKBITS: return 64;
+    case COMPRESSION_ADOBE_DEFLATE:
+    case COMPRESSION_DEFLATE: return 1100;
+    case COMPRESSION_LZW: return 2800;
+    default: return 65536;
+    }
+}
+
+/* SW_OK when the current page's strips or tiles can hold a frame of `need` bytes. */
+static sw_status check_stored(tiff_job *j, TIFF *tif, int page, uint64_t need)
+{
+    uint16_t comp = COMPRESSION_NONE;
+    TIFFGetFieldDefaulted(tif, TIFFTAG_COMPRESSION, &comp);
+    uint32_t n = TIFFNumberOfStrips(tif); /* tiles too, for a tiled page */
+    uint64_t stored = 0;
+    for (uint32_t i = 0; i < n && stored < j->file_size; i++) {
+        int err = 0;
+        uint64_t b = TIFFGetStrileByteCountWithErr(tif, i, &err);
+        if (err)
+            break;
+        stored += b;
+    }
+    if (stored > j->file_size)
+        stored = j->file_size;
+    const uint64_t r = max_ratio(comp);
+    if (stored == 0 || (stored < need / r + (need % r != 0)))
+        return sw_fail(j->ctx, SW_EFORMAT,
+                       "%s: corrupt TIFF: page %d stores %llu bytes for %llu bytes of pixels "
+                       "(compression %u: at most %llu times)",
+                       j->name, page, (unsigned long long)stored, (unsigned long long)need,
+                       (unsigned)comp, (unsigned long long)r);
+    return SW_OK;
+}
 
 static int on_error(TIFF *tif, void *user, const char *module, const char *fmt, va_list ap)
 {
@@ -288,6 +331,8 @@ static sw_status tiff_read_any(tiff_job *j, const char *path, tiff_mem *mem, sw_
             out->frames = f;
             cap = nc;
         }
+        if ((st = check_stored(j, tif, page, (uint64_t)w * h * sw_pixel_size(t))) != SW_OK)
+            break;
         sw_image *img = &out->frames[out->count];
         memset(img, 0, sizeof *img);
         if ((st = read_page(j, tif, page, t, w, h, img)) != SW_OK)
@@ -317,8 +362,10 @@ sw_status sw_tiff_read(sw_context *ctx, const char *path, sw_frames *out)
     FILE *f = fopen(path, "rb"); /* SW_EIO for a file that is not there, before libtiff */
     if (!f)
         return sw_fail(ctx, SW_EIO, "%s: cannot open (%s)", path, strerror(errno));
+    struct stat sb;
+    int got = fstat(fileno(f), &sb) == 0;
     fclose(f);
-    tiff_job j = {ctx, path, ""};
+    tiff_job j = {ctx, path, "", got && sb.st_size > 0 ? (uint64_t)sb.st_size : 0};
     return tiff_read_any(&j, path, NULL, out);
 }
 
@@ -330,7 +377,7 @@ sw_status sw_tiff_read_memory(sw_context *ctx, const void *buf, size_t size, sw_
         return sw_fail(ctx, SW_EINVAL, "sw_tiff_read_memory: NULL argument");
     if (size < 8)
         return sw_fail(ctx, SW_EFORMAT, "(memory): not a TIFF file (%zu bytes)", size);
-    tiff_job j = {ctx, "(memory)", ""};
+    tiff_job j = {ctx, "(memory)", "", size};
     tiff_mem m = {buf, size, 0};
     return tiff_read_any(&j, NULL, &m, out);
 }
@@ -355,7 +402,7 @@ sw_status sw_tiff_write(sw_context *ctx, const char *path, const sw_image *frame
     if (st != SW_OK)
         return st;
     close(fd);
-    tiff_job j = {ctx, path, ""};
+    tiff_job j = {ctx, path, "", 0};
     TIFFOpenOptions *opts = TIFFOpenOptionsAlloc();
     if (opts) {
         TIFFOpenOptionsSetErrorHandlerExtR(opts, on_error, &j);

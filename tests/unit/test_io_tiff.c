@@ -1,7 +1,9 @@
 /*
  * TIFF: round trips (8/16/32-bit unsigned, 32-bit float; strips and tiles; several pages as
  * frames), files written by libtiff directly (big-endian, LZW, one strip per image), what is
- * refused (signed, RGB, pages that disagree) and corrupt or truncated files (SW_EFORMAT).
+ * refused (signed, RGB, pages that disagree) and corrupt or truncated files (SW_EFORMAT), and the
+ * fuzzer's finds kept in tests/fuzz/corpus/tiff as regress_* (a 722-byte file that declared a
+ * 4.3 GB frame).
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -155,12 +157,35 @@ static void corrupt_bytes(void **state)
     sw_image_free(&a);
 }
 
+/* SW_TEST_DATA is tests/data (which need not exist): the corpus is tests/fuzz/corpus/tiff */
+static void regression_inputs(void **state)
+{
+    (void)state;
+    const char *data = getenv("SW_TEST_DATA");
+    if (!data) {
+        print_message("SKIP: SW_TEST_DATA is not set (run through ctest)\n");
+        return;
+    }
+    size_t dl = strlen(data);
+    while (dl > 0 && data[dl - 1] == '/')
+        dl--;
+    while (dl > 0 && data[dl - 1] != '/')
+        dl--;
+    char path[4096];
+    snprintf(path, sizeof path, "%.*sfuzz/corpus/tiff/regress_oom_4gb_declared.tif", (int)dl, data);
+    sw_frames fr;
+    assert_int_equal(sw_tiff_read(NULL, path, &fr), SW_EFORMAT);
+    assert_non_null(strstr(sw_context_error(NULL), "stores 722 bytes"));
+    assert_null(fr.frames);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(roundtrip),
         cmocka_unit_test(libtiff_files),
         cmocka_unit_test(corrupt_bytes),
+        cmocka_unit_test(regression_inputs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
