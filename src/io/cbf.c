@@ -133,6 +133,19 @@ static int cbf_child(void *arg, uint8_t **msg, size_t *size)
         return head_only(&h, SW_EUNSUPPORTED, msg, size,
                          "an array of %zu frames (spotwave reads one frame per CBF file)", slow);
     }
+    /* every element takes at least a byte of the file (byte offset, none) or 1/256 of one (the
+     * packed and nibble schemes): sizes a small file cannot hold are refused before anything
+     * of their size is allocated */
+    uint64_t in_size = src->size;
+    struct stat sb;
+    if (src->path && stat(src->path, &sb) == 0)
+        in_size = (uint64_t)sb.st_size;
+    const uint64_t per = (compression == CBF_BYTE_OFFSET || compression == CBF_NONE) ? 1 : 256;
+    if ((uint64_t)nelem > in_size * per) {
+        cbf_free_handle(cbf);
+        return head_only(&h, SW_EFORMAT, msg, size, "%zu elements declared in a file of %llu bytes",
+                         nelem, (unsigned long long)in_size);
+    }
     if ((uint64_t)fast * mid != nelem) {
         cbf_free_handle(cbf);
         return head_only(&h, SW_EFORMAT, msg, size,

@@ -97,11 +97,18 @@ open('bigdim.cbf','wb').write(t.replace(b'X-Binary-Size-Fastest-Dimension: 96',
                                         b'X-Binary-Size-Fastest-Dimension: 2000000000'))
 open('nelem.cbf','wb').write(t.replace(b'X-Binary-Number-of-Elements: 9216',
                                        b'X-Binary-Number-of-Elements: 92160'))
+open('vast.cbf','wb').write(t.replace(b'X-Binary-Number-of-Elements: 9216',
+                                      b'X-Binary-Number-of-Elements: 2147418112')
+                             .replace(b'X-Binary-Size-Fastest-Dimension: 96',
+                                      b'X-Binary-Size-Fastest-Dimension: 65536')
+                             .replace(b'X-Binary-Size-Second-Dimension: 96',
+                                      b'X-Binary-Size-Second-Dimension: 32767'))
 "
 hostile 1 "CBF: one data byte flipped (MD5 digest)" find digest.cbf
 hostile 1 "CBF: X-Binary-Size beyond the file" find bigsize.cbf
 hostile 1 "CBF: width 2e9" find bigdim.cbf
 hostile 1 "CBF: 10x the elements the dimensions hold" find nelem.cbf
+hostile 1 "CBF: 65536 x 32767 declared in 10 KB" find vast.cbf
 cp "$(dirname "$0")/../fuzz/corpus/cbf/regress_cbflib_heap_overflow.cbf" overflow.cbf
 hostile 1 "CBF: CBFlib overflows its array (fuzzed)" find overflow.cbf
 for off in 30 120 200 400; do
