@@ -317,4 +317,30 @@ void sw_cli_progress_update(sw_cli_progress *p, int64_t done, int64_t total);
  * errno set otherwise; an existing directory is success. */
 int sw_cli_mkdir_p(const char *path);
 
+/* ------------------------------------------------------------------ given pupils (given_pupil.c)
+ */
+
+/* `pupil` and `aberrometry`: --pupil-center X,Y with --pupil-radius-px R, or --pupil-ellipse
+ * X,Y,A,B,ANGLE, once per eye (a radius given once serves both), gathered while parsing. */
+typedef struct sw_cli_given {
+    int n_center, n_radius, n_ellipse;
+    double center[2][2], radius[2];
+    sw_pupil_shape ellipse[2];
+} sw_cli_given;
+
+enum { SW_CLI_GIVEN_CENTER, SW_CLI_GIVEN_RADIUS, SW_CLI_GIVEN_ELLIPSE };
+
+/* Takes one of the options (kind SW_CLI_GIVEN_*) into g; SW_EXIT_OK or a usage error. */
+int sw_cli_given_option(const char *sub, const char *name, int kind, const char *arg,
+                        sw_cli_given *g);
+/* After parsing: nothing given leaves p alone; otherwise checks that every one of n_eyes eyes
+ * has a centre and a radius, or an ellipse (not both forms), and sets p->given and
+ * p->given_pupil. SW_EXIT_OK or a usage error. */
+int sw_cli_given_finish(const char *sub, const sw_cli_given *g, int n_eyes, sw_pupil_params *p);
+/* The options' lines for --help. */
+extern const char sw_cli_given_help[];
+/* --pupil-method auto|glow|spots as pupil.h's spots_fallback (1, 0, 2); -1 for anything else. */
+int sw_cli_pupil_method(const char *arg);
+const char *sw_cli_pupil_method_name(int spots_fallback);
+
 #endif /* SW_CLI_H */

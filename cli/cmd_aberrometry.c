@@ -128,7 +128,13 @@ void sw_cmd_aberrometry_help(FILE *out)
         "  --no-discard           keep every spot found (default: the three discarding\n"
         "                         criteria: empty or saturated cell, spacing, isolated)\n"
         "  --contrast C           criterion 1: the centroid's pixel must exceed the mean of its\n"
-        "                         8 neighbours by more than C grey levels (default %g)\n"
+        "                         8 neighbours by more than C grey levels of an 8-bit frame\n"
+        "                         (default %g, Mompean et al.'s), scaled to the frame's pixels\n"
+        "                         as C x full scale / 255\n"
+        "  --full-scale V         a full-scale pixel's value for that scaling (default: by\n"
+        "                         type: 255 for 8-bit, 65535 for 16-bit, 1 for float frames\n"
+        "                         in [0, 1]; e.g. 4095 for a 12-bit camera in 16-bit words, 255\n"
+        "                         for float frames in grey levels)\n"
         "  --vertex-mm V          refraction at a spectacle plane V mm in front of the cornea\n"
         "                         (default 0: the corneal plane)\n"
         "  --eye OD|OS            name the eye (one eye; also right|left): OS reports its\n"
@@ -142,11 +148,26 @@ void sw_cmd_aberrometry_help(FILE *out)
         "  --streams N            frames in flight on the GPU, 1..%d (default %d)\n"
         "\n"
         "%s"
+        "Pupil (default: tracked in every frame from the retinal glow, Mompean et al. Sec. 3.1;\n"
+        "where the glow path finds none, e.g. an artificial eye or a bench with no glow, from\n"
+        "the spots on the lenslet grid: each lenslet's light at its spot over a fully lit\n"
+        "lenslet's is its share of the pupil, and an ellipse is fitted where that crosses 1/2;\n"
+        "the report's pupil_method and pupil_fallback_reason say which and why; see\n"
+        "'spotwave pupil'):\n"
+        "%s"
+        "  --pupil-method auto|glow|spots\n"
+        "                         auto (default): the spots path where the glow path finds\n"
+        "                         no pupil; glow: never the spots path; spots: the spots path\n"
+        "                         for every pupil (an instrument without glow)\n"
+        "\n"
         "Output:\n"
         "  -o, --out FILE         the CSV (default: standard output)\n"
         "  --index ansi|noll      the CSV's j column (default ansi)\n"
         "  --json                 print a JSON report on standard output (needs --out FILE):\n"
-        "                         the parameters and the grid, and per frame and eye the pupil,\n"
+        "                         the parameters and the grid (magnification_default: true\n"
+        "                         when --magnification was not given), and per frame and eye\n"
+        "                         the pupil (its method: glow, spots or given), pupil_method,\n"
+        "                         pupil_fallback_reason,\n"
         "                         the analysis circle, pupil_mm, the lenslets used, found, kept\n"
         "                         and discarded by each criterion, the coefficients, the\n"
         "                         refraction (sphere, cyl, axis, M, J0, J45), the residual, and\n"
@@ -179,7 +200,7 @@ void sw_cmd_aberrometry_help(FILE *out)
         DEF_PIXEL_UM, DEF_FOCAL_MM, DEF_MAGNIFICATION, SW_AB_MAX_ORDER, d.order, d.prelim_order,
         d.central_fraction, SW_AB_MAX_STAGES, d.mesh_stages, d.mesh_tolerance, SW_SEARCH_MAX_WINDOW,
         d.discard_contrast, SW_AB_MAX_STREAMS, d.streams, sw_cli_clinical_help_text(),
-        DEF_MAP_SIZE);
+        sw_cli_given_help, DEF_MAP_SIZE);
 }
 
 enum {
@@ -218,6 +239,11 @@ enum {
     OPT_NO_PROGRESS,
     OPT_EYE,
     OPT_EYES,
+    OPT_PUPIL_CENTER,
+    OPT_PUPIL_RADIUS,
+    OPT_PUPIL_ELLIPSE,
+    OPT_PUPIL_METHOD,
+    OPT_FULL_SCALE,
 };
 
 typedef struct ab_opts {
@@ -237,6 +263,9 @@ typedef struct ab_opts {
     sw_cli_clinical clin; /* refraction and image-quality options (clinical.h) */
     int side[2];          /* the eyes' sides: 0 not named, 1 OD, 2 OS          */
     int eyes_auto;        /* --eyes auto                                       */
+    sw_cli_given given;   /* --pupil-center, --pupil-radius-px, --pupil-ellipse */
+    int spots_mode;       /* --pupil-method: pupil.h's spots_fallback (1: auto) */
+    double full_scale;    /* --full-scale (0: by type) */
 } ab_opts;
 
 static int is_fits_name(const char *path)
@@ -285,6 +314,12 @@ static int parse_opts(ab_opts *o, int argc, char **argv)
         {"eye", required_argument, NULL, OPT_EYE},
         {"eyes", required_argument, NULL, OPT_EYES},
         SW_CLI_CLINICAL_LONGOPTS,
+        {"pupil-center", required_argument, NULL, OPT_PUPIL_CENTER},
+        {"pupil-centre", required_argument, NULL, OPT_PUPIL_CENTER},
+        {"pupil-radius-px", required_argument, NULL, OPT_PUPIL_RADIUS},
+        {"pupil-ellipse", required_argument, NULL, OPT_PUPIL_ELLIPSE},
+        {"pupil-method", required_argument, NULL, OPT_PUPIL_METHOD},
+        {"full-scale", required_argument, NULL, OPT_FULL_SCALE},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -304,6 +339,7 @@ static int parse_opts(ab_opts *o, int argc, char **argv)
     o->algorithm = d.algorithm;
     o->map_size = DEF_MAP_SIZE;
     sw_cli_clinical_init(&o->clin);
+    o->spots_mode = 1;
     int c, rc = SW_EXIT_OK;
     sw_cli_getopt_reset();
     while ((c = sw_cli_getopt(S, argc, argv, "o:h", longopts)) != -1) {
@@ -429,6 +465,23 @@ static int parse_opts(ab_opts *o, int argc, char **argv)
                 return sw_cli_usage(S, "%s: '%s' is not auto, OD,OS or OS,OD", name, optarg);
             break;
         }
+        case OPT_PUPIL_CENTER:
+            rc = sw_cli_given_option(S, name, SW_CLI_GIVEN_CENTER, optarg, &o->given);
+            break;
+        case OPT_PUPIL_RADIUS:
+            rc = sw_cli_given_option(S, name, SW_CLI_GIVEN_RADIUS, optarg, &o->given);
+            break;
+        case OPT_PUPIL_ELLIPSE:
+            rc = sw_cli_given_option(S, name, SW_CLI_GIVEN_ELLIPSE, optarg, &o->given);
+            break;
+        case OPT_PUPIL_METHOD:
+            if ((o->spots_mode = sw_cli_pupil_method(optarg)) < 0)
+                return sw_cli_usage(S, "%s: '%s' is not auto, glow or spots", name, optarg);
+            break;
+        case OPT_FULL_SCALE:
+            rc =
+                sw_cli_opt_double(S, name, optarg, SW_CLI_POSITIVE, "a number > 0", &o->full_scale);
+            break;
         case 'h': sw_cmd_aberrometry_help(stdout); return -1;
         default:
             if ((rc = sw_cli_clinical_option(S, c, optarg, &o->clin)) == -1)
@@ -451,8 +504,9 @@ static int parse_opts(ab_opts *o, int argc, char **argv)
                                "none: found in the reference)");
     if (o->have_prelim && o->prelim_order > o->order)
         return sw_cli_usage(S, "--prelim-order %d is above --order %d", o->prelim_order, o->order);
-    if (o->no_discard && o->have_contrast)
-        return sw_cli_usage(S, "--contrast sets a discarding criterion: drop --no-discard");
+    if (o->no_discard && (o->have_contrast || o->full_scale > 0))
+        return sw_cli_usage(S, "%s sets a discarding criterion: drop --no-discard",
+                            o->have_contrast ? "--contrast" : "--full-scale");
     if (o->json && (!o->out || strcmp(o->out, "-") == 0))
         return sw_cli_usage(S, "--json prints the report on standard output: give --out FILE "
                                "for the CSV");
@@ -468,6 +522,13 @@ static int parse_opts(ab_opts *o, int argc, char **argv)
     }
     if ((rc = sw_cli_clinical_check(S, &o->clin)) != SW_EXIT_OK)
         return rc;
+    {
+        /* checked here against the eyes asked for; the plan takes them in make_plan */
+        sw_pupil_params tmp;
+        memset(&tmp, 0, sizeof tmp);
+        if ((rc = sw_cli_given_finish(S, &o->given, o->n_eyes, &tmp)) != SW_EXIT_OK)
+            return rc;
+    }
     if (o->map) {
         if (is_fits_name(o->map))
             o->map_fits = 1;
@@ -608,7 +669,10 @@ static int make_plan(ab_job *j)
     p->discard = !o->no_discard;
     if (o->have_contrast)
         p->discard_contrast = o->contrast;
+    p->contrast_full_scale = o->full_scale;
     p->streams = o->streams;
+    p->pupil.spots_fallback = o->spots_mode;
+    (void)sw_cli_given_finish(SUB, &o->given, o->n_eyes, &p->pupil); /* checked by parse_opts */
     sw_status st = sw_aberrometry_create(j->ctx, p, &j->plan);
     if (st != SW_OK)
         return sw_cli_fail(SUB, "%s", sw_cli_lib_error(j->ctx, st));
@@ -979,9 +1043,11 @@ static cJSON *json_eye(const ab_opts *o, const eye_out *q, int k, const char *ma
     if (e->valid) {
         cJSON_AddNullToObject(x, "failure");
     } else if (e->failure == SW_AB_NO_PUPIL) {
-        char why[256];
-        snprintf(why, sizeof why, "%s: %s", sw_ab_failure_string(e->failure),
-                 sw_pupil_failure_string(p->failure));
+        char why[384];
+        snprintf(why, sizeof why, "%s: %s%s%s", sw_ab_failure_string(e->failure),
+                 sw_pupil_failure_string(p->failure),
+                 p->spots_failure != SW_PUPIL_OK ? "; spots path: " : "",
+                 p->spots_failure != SW_PUPIL_OK ? sw_pupil_failure_string(p->spots_failure) : "");
         sw_cli_json_string(x, "failure", why);
     } else {
         sw_cli_json_string(x, "failure", sw_ab_failure_string(e->failure));
@@ -996,6 +1062,17 @@ static cJSON *json_eye(const ab_opts *o, const eye_out *q, int k, const char *ma
     sw_cli_json_double(pj, "b_px", p->valid ? p->b_px : NAN);
     sw_cli_json_double(pj, "angle_deg", p->valid ? p->angle_deg : NAN);
     sw_cli_json_int(pj, "inliers", p->inliers);
+    sw_cli_json_string(pj, "method", sw_pupil_method_string(p->method));
+    sw_cli_json_string(pj, "fallback_reason",
+                       p->glow_failure != SW_PUPIL_OK ? sw_pupil_failure_string(p->glow_failure)
+                                                      : NULL);
+    sw_cli_json_string(pj, "spots_failure",
+                       p->spots_failure != SW_PUPIL_OK ? sw_pupil_failure_string(p->spots_failure)
+                                                       : NULL);
+    sw_cli_json_string(x, "pupil_method", sw_pupil_method_string(p->method));
+    sw_cli_json_string(x, "pupil_fallback_reason",
+                       p->glow_failure != SW_PUPIL_OK ? sw_pupil_failure_string(p->glow_failure)
+                                                      : NULL);
     cJSON *cj = cJSON_AddObjectToObject(x, "analysis_circle");
     sw_cli_json_double(cj, "cx_px", e->cx_px);
     sw_cli_json_double(cj, "cy_px", e->cy_px);
@@ -1085,6 +1162,11 @@ static void json_report(const ab_job *j, double seconds)
     sw_cli_json_double(r, "magnification", p->magnification);
     sw_cli_json_string(r, "magnification_source",
                        o->have_magnification ? "option" : "default (sim eye's)");
+    cJSON_AddBoolToObject(r, "magnification_default", !o->have_magnification);
+    cJSON_AddBoolToObject(r, "pupil_given", p->pupil.given);
+    sw_cli_json_string(r, "pupil_tracking",
+                       p->pupil.given ? "given"
+                                      : sw_cli_pupil_method_name(p->pupil.spots_fallback));
     sw_cli_json_double(r, "vertex_mm", p->vertex_mm);
     sw_cli_clinical_json(r, &o->clin);
     sw_cli_json_string(r, "psf", o->clin.psf_png);
@@ -1092,6 +1174,9 @@ static void json_report(const ab_job *j, double seconds)
     sw_cli_json_int(r, "window_px", p->window_px > 0 ? p->window_px : (int)floor(g->pitch_px));
     cJSON_AddBoolToObject(r, "discard", p->discard);
     sw_cli_json_double(r, "discard_contrast", p->discard_contrast);
+    sw_cli_json_double(r, "contrast_full_scale", sw_aberrometry_full_scale(p));
+    sw_cli_json_double(r, "discard_contrast_px",
+                       p->discard_contrast * sw_aberrometry_full_scale(p) / 255.0);
     sw_cli_json_string(r, "index", o->noll ? "noll" : "ansi");
     sw_cli_json_double(r, "pupil_mm", o->pupil_mm > 0 ? o->pupil_mm : NAN);
     sw_cli_json_int(r, "streams", p->streams);

@@ -3,13 +3,17 @@
  * (Winter et al. 2018; Winter 2024, "CUDA Spotfinding"; find.h) on the frames of one or more images
  * (FITS, PGM, CBF, TIFF, Eiger/NeXus HDF5), streamed through the library's double-buffered
  * pipeline; a spots CSV out (DESIGN.md), optionally the strong-pixel masks, a JSON report, and a
- * progress bar on stderr for long runs.
+ * progress bar on stderr for long runs. With a diffraction geometry (diffraction.h: the file's
+ * header, overridden by options) each spot's d-spacing, resolution and ice-ring masks, and a
+ * per-frame summary.
  */
 #define _GNU_SOURCE
 
 #include "cli.h"
 #include "json.h"
 #include "outfiles.h"
+#include "plot.h"
+#include "spotwave/diffraction.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -31,8 +35,12 @@ void sw_cmd_find_help(FILE *out)
         "Cryst. D66, 125-132; on GPUs as G. Winter 2024, \"CUDA Spotfinding\", describes it)\n"
         "and connected components, and writes one CSV row per spot:\n"
         "  frame,x_px,y_px,x_var,y_var,intensity,npix,bbox_x0,bbox_x1,bbox_y0,bbox_y1\n"
-        "(0-based pixel centres; bounding boxes with exclusive upper bounds, as DIALS; x_var,\n"
-        "y_var: the Poisson variance of the centroid, px^2).\n"
+        "(0-based pixel centres, the centre of pixel (0,0) at 0.0: DIALS and XDS put it at\n"
+        "0.5, see --convention; bounding boxes are pixel indices with exclusive upper bounds,\n"
+        "as DIALS's; x_var, y_var: the Poisson variance of the centroid, px^2). With a\n"
+        "complete diffraction geometry a column d_a is added: the spot's d-spacing in\n"
+        "angstrom by Bragg's law at its centroid (inf on the direct beam); with --panels a\n"
+        "last column panel.\n"
         "\n"
         "Input:\n"
         "  IMAGE...               FITS (2-D, or a cube of frames), 8/16-bit PGM, CBF (Pilatus;\n"
@@ -72,8 +80,39 @@ void sw_cmd_find_help(FILE *out)
         "  --no-pixel-mask        ignore the HDF5 detectorSpecific/pixel_mask and a CBF's\n"
         "                         negative pixels (they then count as 0)\n"
         "  --overload V           values >= V are masked (default: the HDF5 file's saturation\n"
-        "                         value or a CBF's Count_cutoff, else 255 / 0xfffe /\n"
-        "                         0xfffffffe for 8/16/32-bit)\n"
+        "                         value or the header's overload (a CBF's Count_cutoff), else\n"
+        "                         255 / 0xfffe / 0xfffffffe for 8/16/32-bit)\n"
+        "\n"
+        "Diffraction geometry (from the input's header where it has one; these override it):\n"
+        "  --wavelength-a L       X-ray wavelength, angstrom\n"
+        "  --distance-mm D        sample to detector distance, mm (detector normal to the beam)\n"
+        "  --beam-center X,Y      where the direct beam meets the detector, pixels (spotwave's\n"
+        "                         convention: the centre of pixel (0,0) at 0,0)\n"
+        "  --pixel-mm P|PX,PY     pixel size, mm\n"
+        "\n"
+        "Masks (pixels judged at their centres and masked before the threshold, as DIALS masks\n"
+        "them: Winter et al. 2018, Acta Cryst. D74, 85-97; dials/util/masking.py):\n"
+        "  --d-min A              mask pixels with d <= A angstrom (high-resolution limit)\n"
+        "  --d-max A              mask pixels with d >= A angstrom (low-resolution limit)\n"
+        "  --ice-rings            mask the rings of hexagonal ice (ice Ih: every reflection of\n"
+        "                         P6_3/mmc, a = 4.498, c = 7.338 A, to the frame's corners, as\n"
+        "                         DIALS's ice_rings.filter)\n"
+        "  --ice-ring-width W     ring width in 1/d^2 (1/A^2): pixels with |1/d^2 - 1/d_ring^2|\n"
+        "                         <= W/2 are masked (default 0.002, DIALS's)\n"
+        "  --untrusted-rect X0,X1,Y0,Y1  mask pixels X0 <= x < X1, Y0 <= y < Y1 (repeatable;\n"
+        "                         DIALS's untrusted.rectangle)\n"
+        "  --untrusted-circle X,Y,R  mask pixels with (x-X)^2 + (y-Y)^2 < R^2 (repeatable;\n"
+        "                         DIALS's untrusted.circle)\n"
+        "  --untrusted-polygon X1,Y1,X2,Y2,X3,Y3[,...]  mask pixels whose centre is inside\n"
+        "                         (repeatable; e.g. a beam stop's arm)\n"
+        "  --beamstop-circle X,Y,R  the beam stop's shadow, masked as --untrusted-circle\n"
+        "  --panels MWxMH[,GX,GY] the detector's modules: MW x MH pixels from the top-left\n"
+        "                         corner, GX columns and GY rows of gap between them (an\n"
+        "                         Eiger2 16M: 1028x512,12,38; a Pilatus 6M: 487x195,7,17). The\n"
+        "                         gaps are masked, so no spot crosses one, and a last column\n"
+        "                         panel gives each spot's module (numbered row by row from 0)\n"
+        "  The d limits and ice rings need the geometry: wavelength, distance, beam centre and\n"
+        "  pixel size.\n"
         "\n"
         "Spots:\n"
         "  --connectivity 4|8     pixel neighbourhood (default 4, as DIALS)\n"
@@ -89,8 +128,26 @@ void sw_cmd_find_help(FILE *out)
         "\n"
         "Output:\n"
         "  -o, --out FILE         spots CSV (default: standard output)\n"
+        "  --out-h5 FILE.h5       the spots table also as HDF5: a group /spots with one\n"
+        "                         dataset per CSV column, named as the columns, in the same\n"
+        "                         convention (attribute pixel_origin: 0 or 0.5)\n"
         "  --strong-mask FILE     the strong pixels (1) as an 8-bit FITS image, a cube for\n"
         "                         several frames (kept in memory: for a few frames)\n"
+        "  --convention spotwave|dials  pixel coordinates of x_px, y_px in the CSV: spotwave\n"
+        "                         (default; the centre of pixel (0,0) at 0.0) or dials (at 0.5,\n"
+        "                         as DIALS and XDS: x and y are the default's + 0.5; bounding\n"
+        "                         boxes, pixel indices, do not change)\n"
+        "  --summary FILE.jsonl   one JSON object per frame: frame, n_spots, n_spots_d_lt_4A\n"
+        "                         (spots with d < 4 A), n_spots_d_gt_4A (d > 4 A, DIALS's\n"
+        "                         n_spots_4A), total_intensity, and resolution_estimate_a: the\n"
+        "                         resolution limit by method 2 of Zhang et al. 2006, J. Appl.\n"
+        "                         Cryst. 39, 112-119, section 2.4.4 (the d where the spots'\n"
+        "                         density in shells of equal reciprocal volume falls below 15%%\n"
+        "                         of the lowest shells', as DIALS's per-image analysis computes\n"
+        "                         it; null with 10 spots or fewer). The d fields need the\n"
+        "                         geometry (null without). A --3d spot counts on frame\n"
+        "                         floor(z + 0.5), as DIALS's per-image analysis assigns it\n"
+        "  --summary-plot FILE.png  spot counts and the resolution estimate against frame\n"
         "  --json                 print a JSON report on standard output (needs --out FILE)\n"
         "  --progress / --no-progress  a progress bar on stderr (default: when stderr is a\n"
         "                         terminal and there is more than one frame)\n"
@@ -126,7 +183,28 @@ enum {
     OPT_JSON,
     OPT_PROGRESS,
     OPT_NO_PROGRESS,
+    OPT_WAVELENGTH,
+    OPT_DISTANCE,
+    OPT_BEAM,
+    OPT_PIXEL,
+    OPT_D_MIN,
+    OPT_D_MAX,
+    OPT_ICE,
+    OPT_ICE_WIDTH,
+    OPT_RECT,
+    OPT_CIRCLE,
+    OPT_POLYGON,
+    OPT_BEAMSTOP,
+    OPT_CONVENTION,
+    OPT_SUMMARY,
+    OPT_SUMMARY_PLOT,
+    OPT_PANELS,
+    OPT_OUT_H5,
 };
+
+/* Untrusted regions a run may give, and vertices a polygon may have. */
+#define MAX_SHAPES   64
+#define MAX_VERTICES 64
 
 typedef struct find_opts {
     char **inputs;
@@ -138,17 +216,28 @@ typedef struct find_opts {
     const char *gain_map, *mask, *out, *strong;
     int no_pixel_mask, three_d, json, progress; /* progress: -1 auto */
     int have_overload;
+    sw_diffraction_geometry geom_opt; /* what the options give (their have bits) */
+    sw_diffraction_mask_params dmask;
+    sw_diffraction_shape shapes[MAX_SHAPES];
+    double vertices[MAX_SHAPES][2 * MAX_VERTICES];
+    int nbeamstop;
+    sw_diffraction_panels panels;
+    int dials; /* --convention dials: + 0.5 on x and y */
+    const char *summary, *summary_plot, *out_h5;
 } find_opts;
 
 typedef struct find_job {
     find_opts *o;
     sw_cli_inputs in;     /* the frames of all inputs, read on the pipeline's thread */
-    double file_overload; /* from HDF5 (the lowest of the inputs'), 0 when none */
+    double file_overload; /* from HDF5 or CBF (the lowest of the inputs'), 0 when none */
     uint8_t *pixel_mask;  /* from HDF5 (every input's mask ANDed), or NULL */
     size_t pixel_n;
     sw_image strong_cube; /* --strong-mask: count frames stacked */
     int64_t strong_first;
     sw_cli_progress bar;
+    sw_diffraction_geometry geom, file_geom; /* the run's (file + options) and the file's */
+    int have_geom;                           /* geom passes sw_diffraction_geometry_check */
+    int64_t geom_masked;                     /* pixels the geometry-aware masks cleared */
 } find_job;
 
 static int parse_opts(find_opts *o, int argc, char **argv)
@@ -182,10 +271,29 @@ static int parse_opts(find_opts *o, int argc, char **argv)
         {"json", no_argument, NULL, OPT_JSON},
         {"progress", no_argument, NULL, OPT_PROGRESS},
         {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
+        {"wavelength-a", required_argument, NULL, OPT_WAVELENGTH},
+        {"distance-mm", required_argument, NULL, OPT_DISTANCE},
+        {"beam-center", required_argument, NULL, OPT_BEAM},
+        {"pixel-mm", required_argument, NULL, OPT_PIXEL},
+        {"d-min", required_argument, NULL, OPT_D_MIN},
+        {"d-max", required_argument, NULL, OPT_D_MAX},
+        {"ice-rings", no_argument, NULL, OPT_ICE},
+        {"ice-ring-width", required_argument, NULL, OPT_ICE_WIDTH},
+        {"untrusted-rect", required_argument, NULL, OPT_RECT},
+        {"untrusted-circle", required_argument, NULL, OPT_CIRCLE},
+        {"untrusted-polygon", required_argument, NULL, OPT_POLYGON},
+        {"beamstop-circle", required_argument, NULL, OPT_BEAMSTOP},
+        {"convention", required_argument, NULL, OPT_CONVENTION},
+        {"summary", required_argument, NULL, OPT_SUMMARY},
+        {"summary-plot", required_argument, NULL, OPT_SUMMARY_PLOT},
+        {"panels", required_argument, NULL, OPT_PANELS},
+        {"out-h5", required_argument, NULL, OPT_OUT_H5},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     const char *S = SUB;
+    sw_diffraction_geometry_init(&o->geom_opt);
+    o->dmask.shapes = o->shapes;
     sw_find_params_default(&o->p, 1, 1, SW_PIX_U16);
     o->count = -1;
     o->progress = -1;
@@ -297,6 +405,146 @@ static int parse_opts(find_opts *o, int argc, char **argv)
         case OPT_JSON: o->json = 1; break;
         case OPT_PROGRESS: o->progress = 1; break;
         case OPT_NO_PROGRESS: o->progress = 0; break;
+        case OPT_WAVELENGTH:
+        case OPT_DISTANCE:
+            if (sw_cli_opt_double(S, name, optarg, SW_CLI_POSITIVE,
+                                  c == OPT_WAVELENGTH ? "a wavelength > 0 (angstrom)"
+                                                      : "a distance > 0 (mm)",
+                                  &d) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
+            if (c == OPT_WAVELENGTH) {
+                o->geom_opt.wavelength_a = d;
+                o->geom_opt.have |= SW_DG_WAVELENGTH;
+            } else {
+                o->geom_opt.distance_mm = d;
+                o->geom_opt.have |= SW_DG_DISTANCE;
+            }
+            break;
+        case OPT_BEAM:
+            if (sw_cli_opt_pair(S, name, optarg, "X,Y in pixels", &o->geom_opt.beam_x_px,
+                                &o->geom_opt.beam_y_px) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
+            o->geom_opt.have |= SW_DG_BEAM;
+            break;
+        case OPT_PIXEL: {
+            double px[2];
+            if (sw_cli_parse_list(optarg, px, 2) == 0) {
+            } else if (sw_cli_parse_double(optarg, &px[0]) == 0) {
+                px[1] = px[0];
+            } else {
+                return sw_cli_usage(S, "%s: '%s' is not P or PX,PY in mm", name, optarg);
+            }
+            if (!(px[0] > 0.0) || !(px[1] > 0.0))
+                return sw_cli_usage(S, "%s: pixel sizes must be > 0 mm", name);
+            o->geom_opt.pixel_x_mm = px[0];
+            o->geom_opt.pixel_y_mm = px[1];
+            o->geom_opt.have |= SW_DG_PIXEL;
+            break;
+        }
+        case OPT_D_MIN:
+        case OPT_D_MAX:
+        case OPT_ICE_WIDTH:
+            if (sw_cli_opt_double(S, name, optarg, SW_CLI_POSITIVE,
+                                  c == OPT_ICE_WIDTH ? "a width > 0 (1/A^2)"
+                                                     : "a d-spacing > 0 (angstrom)",
+                                  &d) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
+            if (c == OPT_D_MIN)
+                o->dmask.d_min = d;
+            else if (c == OPT_D_MAX)
+                o->dmask.d_max = d;
+            else
+                o->dmask.ice_ring_width = d;
+            break;
+        case OPT_ICE: o->dmask.ice_rings = 1; break;
+        case OPT_RECT:
+        case OPT_CIRCLE:
+        case OPT_BEAMSTOP:
+        case OPT_POLYGON: {
+            if (o->dmask.nshapes >= MAX_SHAPES)
+                return sw_cli_usage(S, "%s: at most %d untrusted regions", name, MAX_SHAPES);
+            sw_diffraction_shape *sh = &o->shapes[o->dmask.nshapes];
+            memset(sh, 0, sizeof *sh);
+            if (c == OPT_RECT) {
+                sh->kind = SW_DIFFRACTION_RECT;
+                if (sw_cli_parse_list(optarg, sh->v, 4) != 0 || !(sh->v[1] > sh->v[0]) ||
+                    !(sh->v[3] > sh->v[2]))
+                    return sw_cli_usage(S, "%s: '%s' is not X0,X1,Y0,Y1 with X0 < X1, Y0 < Y1",
+                                        name, optarg);
+            } else if (c == OPT_POLYGON) {
+                double *xy = o->vertices[o->dmask.nshapes];
+                int n = 0;
+                const char *t = optarg;
+                while (n < 2 * MAX_VERTICES) {
+                    char *end;
+                    errno = 0;
+                    xy[n] = strtod(t, &end);
+                    if (end == t || errno || !isfinite(xy[n]))
+                        break;
+                    n++;
+                    t = end;
+                    if (*t != ',')
+                        break;
+                    t++;
+                }
+                if (*t != '\0' || n < 6 || n % 2)
+                    return sw_cli_usage(S,
+                                        "%s: '%s' is not X1,Y1,X2,Y2,X3,Y3[,...] (3 to %d "
+                                        "vertices)",
+                                        name, optarg, MAX_VERTICES);
+                sh->kind = SW_DIFFRACTION_POLYGON;
+                sh->nvertices = n / 2;
+                sh->xy = xy;
+            } else {
+                sh->kind = SW_DIFFRACTION_CIRCLE;
+                if (sw_cli_parse_list(optarg, sh->v, 3) != 0 || !(sh->v[2] > 0.0))
+                    return sw_cli_usage(S, "%s: '%s' is not X,Y,R with R > 0", name, optarg);
+                o->nbeamstop += c == OPT_BEAMSTOP;
+            }
+            o->dmask.nshapes++;
+            break;
+        }
+        case OPT_PANELS: {
+            char buf[128];
+            double lay[4] = {0, 0, 0, 0};
+            snprintf(buf, sizeof buf, "%s", optarg);
+            char *xs = strchr(buf, 'x');
+            if (xs)
+                *xs = ',';
+            int ok = xs && strlen(optarg) < sizeof buf &&
+                     (sw_cli_parse_list(buf, lay, 4) == 0 || sw_cli_parse_list(buf, lay, 2) == 0);
+            for (int i = 0; ok && i < 4; i++)
+                ok = lay[i] == floor(lay[i]) && lay[i] >= (i < 2 ? 1 : 0) &&
+                     lay[i] <= SW_IMAGE_MAX_DIM;
+            if (!ok)
+                return sw_cli_usage(S,
+                                    "%s: '%s' is not MWxMH[,GX,GY] (module size >= 1 px, gaps "
+                                    ">= 0 px)",
+                                    name, optarg);
+            o->panels.module_w = (int32_t)lay[0];
+            o->panels.module_h = (int32_t)lay[1];
+            o->panels.gap_x = (int32_t)lay[2];
+            o->panels.gap_y = (int32_t)lay[3];
+            o->dmask.panels = &o->panels;
+            break;
+        }
+        case OPT_CONVENTION:
+            if (strcmp(optarg, "spotwave") == 0)
+                o->dials = 0;
+            else if (strcmp(optarg, "dials") == 0)
+                o->dials = 1;
+            else
+                return sw_cli_usage(S, "%s: '%s' is not spotwave or dials", name, optarg);
+            break;
+        case OPT_SUMMARY:
+        case OPT_SUMMARY_PLOT:
+        case OPT_OUT_H5:
+            if (sw_cli_opt_file(S, name, optarg,
+                                c == OPT_SUMMARY        ? &o->summary
+                                : c == OPT_SUMMARY_PLOT ? &o->summary_plot
+                                                        : &o->out_h5) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
+            break;
         case 'h': sw_cmd_find_help(stdout); return -1;
         default: return SW_EXIT_USAGE;
         }
@@ -313,6 +561,11 @@ static int parse_opts(find_opts *o, int argc, char **argv)
                                "for the spots");
     if (o->gain_map && o->p.gain != 1.0)
         return sw_cli_usage(S, "--gain and --gain-map exclude each other");
+    if (o->dmask.d_min > 0.0 && o->dmask.d_max > 0.0 && !(o->dmask.d_min < o->dmask.d_max))
+        return sw_cli_usage(S, "--d-min %g is not below --d-max %g (angstrom)", o->dmask.d_min,
+                            o->dmask.d_max);
+    if (o->dmask.ice_ring_width > 0.0 && !o->dmask.ice_rings)
+        return sw_cli_usage(S, "--ice-ring-width needs --ice-rings");
     return SW_EXIT_OK;
 }
 
@@ -441,27 +694,259 @@ static void source_progress(void *user, int64_t done, int64_t total)
 
 /* ---------------------------------------------------------------- output */
 
-static int write_spots(const find_opts *o, const sw_spot_list *spots)
+/* The CSV: x and y in the convention asked for (DIALS's: + 0.5), the d-spacing last when the
+ * geometry is complete (d from the centroid in spotwave's convention, as the beam centre is). */
+static int write_spots(const find_job *j, const sw_spot_list *spots)
 {
+    const find_opts *o = j->o;
     sw_cli_out out;
     int rc = sw_cli_out_open(SUB, &out, o->out);
     if (rc != SW_EXIT_OK)
         return rc;
-    fprintf(out.f, "frame,x_px,y_px,x_var,y_var,intensity,npix,bbox_x0,bbox_x1,bbox_y0,bbox_y1%s\n",
-            o->three_d ? ",z_var,bbox_z0,bbox_z1" : "");
+    const double shift = o->dials ? 0.5 : 0.0;
+    fprintf(out.f,
+            "frame,x_px,y_px,x_var,y_var,intensity,npix,bbox_x0,bbox_x1,bbox_y0,bbox_y1%s%s%s\n",
+            o->three_d ? ",z_var,bbox_z0,bbox_z1" : "", j->have_geom ? ",d_a" : "",
+            o->dmask.panels ? ",panel" : "");
     for (int64_t i = 0; i < spots->count; i++) {
         const sw_spot *s = &spots->spots[i];
         if (o->three_d)
             fprintf(out.f, "%.6f", s->z);
         else
             fprintf(out.f, "%lld", (long long)s->z0);
-        fprintf(out.f, ",%.4f,%.4f,%.6g,%.6g,%.17g,%lld,%d,%d,%d,%d", s->x, s->y, s->x_var,
-                s->y_var, s->intensity, (long long)s->npix, s->x0, s->x1, s->y0, s->y1);
+        fprintf(out.f, ",%.4f,%.4f,%.6g,%.6g,%.17g,%lld,%d,%d,%d,%d", s->x + shift, s->y + shift,
+                s->x_var, s->y_var, s->intensity, (long long)s->npix, s->x0, s->x1, s->y0, s->y1);
         if (o->three_d)
             fprintf(out.f, ",%.6g,%lld,%lld", s->z_var, (long long)s->z0, (long long)s->z1);
+        if (j->have_geom) {
+            const double d = sw_diffraction_d_spacing(&j->geom, s->x, s->y);
+            if (isfinite(d))
+                fprintf(out.f, ",%.5f", d);
+            else
+                fputs(",inf", out.f);
+        }
+        if (o->dmask.panels)
+            fprintf(out.f, ",%d",
+                    (int)sw_diffraction_panel_at(o->dmask.panels, j->in.width, j->in.height, s->x,
+                                                 s->y));
         fputc('\n', out.f);
     }
     return sw_cli_out_close(SUB, &out, 1);
+}
+
+/* ---------------------------------------------------------------- the per-frame summary */
+
+/* The frame a spot counts on: its own (2-D), or floor(z + 0.5) for a 3-D spot: DIALS's
+ * per-image analysis takes floor of its z, whose frame i spans [i, i + 1) (ours is centred on i).
+ */
+static int64_t spot_frame(const sw_spot *s, int three_d)
+{
+    return three_d ? (int64_t)floor(s->z + 0.5) : s->z0;
+}
+
+/* Spots by the frame in z0. */
+static int cmp_frame(const void *a, const void *b)
+{
+    const int64_t fa = ((const sw_spot *)a)->z0, fb = ((const sw_spot *)b)->z0;
+    return (fa > fb) - (fa < fb);
+}
+
+static void put_count(FILE *f, const char *key, int64_t v)
+{
+    if (v < 0)
+        fprintf(f, ",\"%s\":null", key);
+    else
+        fprintf(f, ",\"%s\":%lld", key, (long long)v);
+}
+
+/* One summary per frame first..first+count-1 (frames without spots too) into sum[count]. */
+static int summarise(sw_context *ctx, const find_job *j, const sw_spot_list *spots, int64_t first,
+                     int64_t count, sw_diffraction_summary *sum)
+{
+    sw_spot *sorted = malloc((size_t)(spots->count ? spots->count : 1) * sizeof *sorted);
+    if (!sorted)
+        return sw_cli_fail(SUB, "out of memory");
+    if (spots->count)
+        memcpy(sorted, spots->spots, (size_t)spots->count * sizeof *sorted);
+    /* the copies carry the frame they count on in z0 (the summary does not read it) */
+    for (int64_t i = 0; i < spots->count; i++)
+        sorted[i].z0 = spot_frame(&sorted[i], j->o->three_d);
+    qsort(sorted, (size_t)spots->count, sizeof *sorted, cmp_frame);
+    const sw_diffraction_geometry *g = j->have_geom ? &j->geom : NULL;
+    int64_t k = 0;
+    for (int64_t f = 0; f < count; f++) {
+        while (k < spots->count && sorted[k].z0 < first + f)
+            k++;
+        int64_t e = k;
+        while (e < spots->count && sorted[e].z0 == first + f)
+            e++;
+        sw_status st = sw_diffraction_summarise(ctx, g, sorted + k, e - k, first + f, &sum[f]);
+        if (st != SW_OK) {
+            free(sorted);
+            return sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
+        }
+        k = e;
+    }
+    free(sorted);
+    return SW_EXIT_OK;
+}
+
+static int write_summary(const find_opts *o, const sw_diffraction_summary *sum, int64_t count)
+{
+    sw_cli_out out;
+    int rc = sw_cli_out_open(SUB, &out, o->summary);
+    if (rc != SW_EXIT_OK)
+        return rc;
+    for (int64_t f = 0; f < count; f++) {
+        const sw_diffraction_summary *s = &sum[f];
+        fprintf(out.f, "{\"frame\":%lld,\"n_spots\":%lld", (long long)s->frame,
+                (long long)s->n_spots);
+        put_count(out.f, "n_spots_d_lt_4A", s->n_spots_d_lt_4a);
+        put_count(out.f, "n_spots_d_gt_4A", s->n_spots_d_gt_4a);
+        fprintf(out.f, ",\"total_intensity\":%.17g", s->total_intensity);
+        if (s->d_min_estimate > 0.0)
+            fprintf(out.f, ",\"resolution_estimate_a\":%.4f}\n", s->d_min_estimate);
+        else
+            fputs(",\"resolution_estimate_a\":null}\n", out.f);
+    }
+    return sw_cli_out_close(SUB, &out, 1);
+}
+
+#define SUMMARY_PLOT_WIDTH  1200
+#define SUMMARY_PLOT_HEIGHT 900
+
+/* Spot counts (all, d < 4 A) and the resolution estimate against frame, one panel each. */
+static int write_summary_plot(const find_job *j, const sw_diffraction_summary *sum, int64_t count)
+{
+    const find_opts *o = j->o;
+    double *buf = malloc((size_t)count * 4 * sizeof *buf);
+    if (!buf)
+        return sw_cli_fail(SUB, "out of memory (plot)");
+    double *x = buf, *n = buf + count, *n4 = buf + 2 * count, *res = buf + 3 * count;
+    for (int64_t f = 0; f < count; f++) {
+        x[f] = (double)sum[f].frame;
+        n[f] = (double)sum[f].n_spots;
+        n4[f] = sum[f].n_spots_d_lt_4a >= 0 ? (double)sum[f].n_spots_d_lt_4a : NAN;
+        res[f] = sum[f].d_min_estimate > 0.0 ? sum[f].d_min_estimate : NAN;
+    }
+    const sw_plot_rgb blue = {31, 119, 180}, orange = {255, 127, 14}, red = {214, 39, 40},
+                      white = {255, 255, 255};
+    const sw_plot_series top[2] = {
+        {x, n, count, blue, 0, "all spots"},
+        {x, n4, count, orange, 0, "d under 4 A"},
+    };
+    const sw_plot_series bottom[1] = {{x, res, count, red, 0, "resolution estimate"}};
+    sw_plot_canvas c;
+    if (sw_plot_canvas_init(&c, SUMMARY_PLOT_WIDTH, SUMMARY_PLOT_HEIGHT, white) != 0) {
+        free(buf);
+        return sw_cli_fail(SUB, "out of memory (plot)");
+    }
+    const int32_t half = SUMMARY_PLOT_HEIGHT / 2;
+    const double x0 = (double)sum[0].frame, x1 = (double)sum[count - 1].frame;
+    sw_plot_panel p1 = {.x = 0,
+                        .y = 0,
+                        .width = SUMMARY_PLOT_WIDTH,
+                        .height = half,
+                        .title = "spots per frame",
+                        .xlabel = "frame",
+                        .ylabel = "spots",
+                        .xmin = x0,
+                        .xmax = x1 > x0 ? x1 : x0 + 1.0,
+                        .ymin = 0.0,
+                        .ymax = NAN,
+                        .series = top,
+                        .nseries = j->have_geom ? 2 : 1,
+                        .vline = NAN,
+                        .scale = 2};
+    sw_plot_panel p2 = p1;
+    p2.y = half;
+    p2.height = SUMMARY_PLOT_HEIGHT - half;
+    p2.title = "resolution estimate (Zhang et al. 2006, method 2)";
+    p2.ylabel = "d min (A)";
+    p2.ymin = NAN;
+    p2.series = bottom;
+    p2.nseries = 1;
+    int rc = SW_EXIT_OK;
+    if (sw_plot_panel_draw(&c, &p1, NULL) != 0 || sw_plot_panel_draw(&c, &p2, NULL) != 0)
+        rc = sw_cli_fail(SUB, "internal error: the plot's panels do not fit");
+    char err[512];
+    const char *staged =
+        rc == SW_EXIT_OK ? sw_cli_file_staged("--summary-plot", o->summary_plot) : NULL;
+    if (rc == SW_EXIT_OK && !staged)
+        rc = SW_EXIT_FAIL;
+    if (rc == SW_EXIT_OK && sw_plot_write_png(&c, staged, err, sizeof err) != 0)
+        rc = sw_cli_fail(SUB, "%s", err);
+    sw_plot_canvas_free(&c);
+    free(buf);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- the JSON report */
+
+/* The geometry's fields and where each came from ("options" over "file"). */
+static void json_geometry(cJSON *r, const find_job *j)
+{
+    const sw_diffraction_geometry *g = &j->geom;
+    const uint32_t opt = j->o->geom_opt.have, file = j->file_geom.have;
+    cJSON *o = cJSON_AddObjectToObject(r, "geometry");
+    cJSON_AddBoolToObject(o, "complete", j->have_geom);
+    static const struct {
+        uint32_t bit;
+        const char *name;
+    } fields[] = {{SW_DG_WAVELENGTH, "wavelength_a"}, {SW_DG_DISTANCE, "distance_mm"},
+                  {SW_DG_BEAM, "beam_center_px"},     {SW_DG_PIXEL, "pixel_mm"},
+                  {SW_DG_ORIENTATION, "orientation"}, {SW_DG_OVERLOAD, "overload"},
+                  {SW_DG_EXPOSURE, "exposure_s"}};
+    cJSON *from = cJSON_AddObjectToObject(o, "from");
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        const uint32_t b = fields[i].bit;
+        if (b & opt)
+            sw_cli_json_string(from, fields[i].name, "options");
+        else if (b & file)
+            sw_cli_json_string(from, fields[i].name, "file");
+    }
+    if (g->have & SW_DG_WAVELENGTH)
+        sw_cli_json_double(o, "wavelength_a", g->wavelength_a);
+    if (g->have & SW_DG_DISTANCE)
+        sw_cli_json_double(o, "distance_mm", g->distance_mm);
+    if (g->have & SW_DG_BEAM) {
+        cJSON *a = cJSON_AddArrayToObject(o, "beam_center_px");
+        cJSON_AddItemToArray(a, sw_cli_json_num(g->beam_x_px));
+        cJSON_AddItemToArray(a, sw_cli_json_num(g->beam_y_px));
+    }
+    if (g->have & SW_DG_PIXEL) {
+        cJSON *a = cJSON_AddArrayToObject(o, "pixel_mm");
+        cJSON_AddItemToArray(a, sw_cli_json_num(g->pixel_x_mm));
+        cJSON_AddItemToArray(a, sw_cli_json_num(g->pixel_y_mm));
+    }
+    cJSON_AddBoolToObject(o, "orientation", g->orientation != 0);
+    const sw_diffraction_mask_params *m = &j->o->dmask;
+    cJSON *k = cJSON_AddObjectToObject(r, "geometry_masks");
+    if (m->d_min > 0.0)
+        sw_cli_json_double(k, "d_min_a", m->d_min);
+    else
+        cJSON_AddNullToObject(k, "d_min_a");
+    if (m->d_max > 0.0)
+        sw_cli_json_double(k, "d_max_a", m->d_max);
+    else
+        cJSON_AddNullToObject(k, "d_max_a");
+    cJSON_AddBoolToObject(k, "ice_rings", m->ice_rings);
+    sw_cli_json_double(k, "ice_ring_width",
+                       m->ice_ring_width > 0.0 ? m->ice_ring_width : SW_DIFFRACTION_ICE_RING_WIDTH);
+    sw_cli_json_int(k, "untrusted_regions", m->nshapes - j->o->nbeamstop);
+    sw_cli_json_int(k, "beamstop_circles", j->o->nbeamstop);
+    if (m->panels) {
+        cJSON *pn = cJSON_AddObjectToObject(k, "panels");
+        sw_cli_json_int_array(pn, "module_px",
+                              (const int64_t[]){m->panels->module_w, m->panels->module_h}, 2);
+        sw_cli_json_int_array(pn, "gap_px", (const int64_t[]){m->panels->gap_x, m->panels->gap_y},
+                              2);
+        sw_cli_json_int(pn, "count",
+                        sw_diffraction_panel_count(m->panels, j->in.width, j->in.height));
+    } else {
+        cJSON_AddNullToObject(k, "panels");
+    }
+    sw_cli_json_int(k, "masked_pixels", j->geom_masked);
 }
 
 static void json_report(const find_job *j, sw_context *ctx, const sw_find_stats *stats,
@@ -475,6 +960,10 @@ static void json_report(const find_job *j, sw_context *ctx, const sw_find_stats 
     for (int i = 0; i < o->ninputs; i++)
         cJSON_AddItemToArray(inputs, sw_cli_json_str(o->inputs[i]));
     sw_cli_json_string(r, "out", o->out);
+    sw_cli_json_string(r, "convention", o->dials ? "dials" : "spotwave");
+    sw_cli_json_string(r, "summary", o->summary);
+    sw_cli_json_string(r, "summary_plot", o->summary_plot);
+    sw_cli_json_string(r, "out_h5", o->out_h5);
     sw_cli_json_string(r, "backend", sw_backend_string(sw_context_backend(ctx)));
     sw_cli_json_int_array(r, "frame_size", (const int64_t[]){j->in.width, j->in.height}, 2);
     sw_cli_json_string(r, "pixel_type", sw_pixel_type_string(j->in.type));
@@ -490,6 +979,7 @@ static void json_report(const find_job *j, sw_context *ctx, const sw_find_stats 
     sw_cli_json_string(r, "gain_map", o->gain_map);
     sw_cli_json_string(r, "mask", o->mask);
     cJSON_AddBoolToObject(r, "pixel_mask_from_file", j->pixel_mask != NULL);
+    json_geometry(r, j);
     if (p->overload > 0)
         sw_cli_json_double(r, "overload", p->overload);
     else
@@ -556,6 +1046,9 @@ int sw_cmd_find(const sw_cli_globals *g, int argc, char **argv)
     sw_cli_file_in("--mask", o.mask);
     sw_cli_file_out("--out", o.out);
     sw_cli_file_out("--strong-mask", o.strong);
+    sw_cli_file_out("--summary", o.summary);
+    sw_cli_file_out("--summary-plot", o.summary_plot);
+    sw_cli_file_out("--out-h5", o.out_h5);
     if ((rc = sw_cli_files_check()) != SW_EXIT_OK)
         return rc;
 
@@ -568,8 +1061,10 @@ int sw_cmd_find(const sw_cli_globals *g, int argc, char **argv)
     float *gain_map = NULL, *mask_f = NULL;
     uint8_t *mask = NULL;
     sw_find_plan *plan = NULL;
+    sw_diffraction_summary *sum = NULL;
     sw_spot_list spots = {0};
     sw_find_stats stats = {0};
+    sw_status st0;
 
     if ((rc = open_inputs(ctx, &j)) != SW_EXIT_OK)
         goto done;
@@ -587,7 +1082,30 @@ int sw_cmd_find(const sw_cli_globals *g, int argc, char **argv)
             goto done;
         o.p.gain_map = gain_map;
     }
-    if (o.mask || j.pixel_mask) {
+    /* the geometry: the first input's header, the options over it */
+    sw_cli_inputs_geometry(&j.in, &j.file_geom);
+    j.geom = j.file_geom;
+    sw_diffraction_geometry_merge(&j.geom, &o.geom_opt);
+    j.have_geom = sw_diffraction_geometry_check(NULL, &j.geom) == SW_OK;
+    /* a header's overload (a CBF's count cut-off) when neither --overload nor HDF5 gave one */
+    if (!o.have_overload && j.file_overload == 0 && (j.geom.have & SW_DG_OVERLOAD) &&
+        j.geom.overload > 0)
+        o.p.overload = j.geom.overload;
+    const int by_d = o.dmask.d_min > 0.0 || o.dmask.d_max > 0.0 || o.dmask.ice_rings;
+    if (!j.have_geom && (by_d || o.geom_opt.have)) {
+        sw_diffraction_geometry_check(ctx, &j.geom);
+        if (by_d) {
+            rc = sw_cli_usage(SUB,
+                              "%s: --d-min, --d-max and --ice-rings need it (give "
+                              "--wavelength-a, --distance-mm, --beam-center, --pixel-mm)",
+                              sw_cli_lib_error(ctx, SW_EINVAL));
+            goto done;
+        }
+        fprintf(stderr, "spotwave %s: warning: no d_a column: %s\n", SUB,
+                sw_cli_lib_error(ctx, SW_EINVAL));
+    }
+    const int geo_mask = by_d || o.dmask.nshapes > 0 || o.dmask.panels;
+    if (o.mask || j.pixel_mask || geo_mask) {
         size_t n = (size_t)j.in.width * (size_t)j.in.height;
         mask = malloc(n);
         if (!mask) {
@@ -604,6 +1122,14 @@ int sw_cmd_find(const sw_cli_globals *g, int argc, char **argv)
         if (j.pixel_mask)
             for (size_t i = 0; i < n; i++)
                 mask[i] = mask[i] && j.pixel_mask[i];
+        if (geo_mask) {
+            st0 = sw_diffraction_mask(ctx, j.have_geom ? &j.geom : NULL, &o.dmask, j.in.width,
+                                      j.in.height, mask, &j.geom_masked);
+            if (st0 != SW_OK) {
+                rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st0));
+                goto done;
+            }
+        }
         o.p.mask = mask;
     }
 
@@ -639,8 +1165,36 @@ int sw_cmd_find(const sw_cli_globals *g, int argc, char **argv)
         rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
         goto done;
     }
-    if ((rc = write_spots(&o, &spots)) != SW_EXIT_OK)
+    if ((rc = write_spots(&j, &spots)) != SW_EXIT_OK)
         goto done;
+    if (o.out_h5) {
+        const sw_diffraction_table tab = {
+            o.three_d,      o.dials ? 0.5 : 0.0, j.have_geom ? &j.geom : NULL,
+            o.dmask.panels, j.in.width,          j.in.height};
+        const char *h5 = sw_cli_file_staged("--out-h5", o.out_h5);
+        if (!h5) {
+            rc = SW_EXIT_FAIL;
+            goto done;
+        }
+        st = sw_diffraction_write_spots_h5(ctx, h5, spots.spots, spots.count, &tab);
+        if (st != SW_OK) {
+            rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
+            goto done;
+        }
+    }
+    if (o.summary || o.summary_plot) {
+        sum = calloc((size_t)count, sizeof *sum);
+        if (!sum) {
+            rc = sw_cli_fail(SUB, "out of memory");
+            goto done;
+        }
+        if ((rc = summarise(ctx, &j, &spots, first, count, sum)) != SW_EXIT_OK)
+            goto done;
+        if (o.summary && (rc = write_summary(&o, sum, count)) != SW_EXIT_OK)
+            goto done;
+        if (o.summary_plot && (rc = write_summary_plot(&j, sum, count)) != SW_EXIT_OK)
+            goto done;
+    }
     if (o.strong) {
         sw_image cube = j.strong_cube;
         cube.height = j.in.height;
@@ -673,6 +1227,7 @@ int sw_cmd_find(const sw_cli_globals *g, int argc, char **argv)
     rc = SW_EXIT_OK;
 
 done:
+    free(sum);
     sw_spot_list_free(&spots);
     sw_find_destroy(plan);
     free(gain_map);

@@ -35,17 +35,26 @@ void sw_cmd_pupil_help(FILE *out)
         "dark iris (Mompean, Aragon, Prieto & Artal 2019, Future Gener. Comput. Syst. 91, 177,\n"
         "Sec. 3.1): 8-bit conversion, Gaussian smoothing, a threshold per eye (Otsu's split of\n"
         "its histogram, then an edge level between the iris and the pupil), morphological\n"
-        "close, border pixels, RANSAC ellipses, a least-squares refit.\n"
+        "close, border pixels, RANSAC ellipses, a least-squares refit. Without glow (an\n"
+        "artificial eye, a bench, a dim retina) and with the lenslet grid given, a pupil that\n"
+        "path does not find is found from the spots instead (pupil.h; not in Mompean et al.):\n"
+        "a walk over the grid follows each lenslet's spot wherever the wavefront moved it,\n"
+        "its light over a fully lit lenslet's nearby is the lenslet's share of the pupil, the\n"
+        "outline is where that share crosses 1/2, and an ellipse is fitted to it. At small\n"
+        "pitches (10-16 px) the glow path may take the blurred spots for a glow: give\n"
+        "--pupil-method spots for an instrument without glow. A pupil can also be given, and\n"
+        "then nothing is tracked.\n"
         "\n"
         "Writes one CSV row per pupil and frame:\n"
-        "  pupil,cx_px,cy_px,a_px,b_px,angle_deg,inliers,valid,threshold,failure,near\n"
+        "  pupil,cx_px,cy_px,a_px,b_px,angle_deg,inliers,valid,threshold,failure,near,method\n"
         "pupil 0 is the left eye (smaller x); centre and semi-axes (a >= b) in pixels (0-based:\n"
         "the centre of pixel (0,0) is (0,0)), angle of the major axis in degrees from +x\n"
         "towards +y in [0, 180); inliers: border pixels on the fitted ellipse; valid: 1 when\n"
         "the pupil was found; threshold: the eye's threshold on the 8-bit smoothed image\n"
         "(inside: above it; -1: none); failure: why a pupil was not found (empty when found);\n"
         "near: border pixels just off the fitted ellipse (2 to 4 x --inlier-px from it), many\n"
-        "of which mark thresholded noise. A pupil not found has nan in cx_px..angle_deg. When\n"
+        "of which mark thresholded noise; method: glow, spots or given (how it was found, or\n"
+        "the last way tried). A pupil not found has nan in cx_px..angle_deg. When\n"
         "the inputs hold more than one frame, a first column 'frame' (0-based, counted across\n"
         "all inputs) is added.\n"
         "\n"
@@ -94,6 +103,15 @@ void sw_cmd_pupil_help(FILE *out)
         "  --max-near-ratio F|inf border pixels just off the ellipse allowed, as a fraction of\n"
         "                         its inliers, >= 0 (default %g; inf: no such test)\n"
         "  --seed S               the RANSAC random numbers (default %llu)\n"
+        "  --pupil-method auto|glow|spots\n"
+        "                         auto (default): the spots path, with the lenslet grid,\n"
+        "                         where the glow path finds no pupil; glow: never the spots\n"
+        "                         path; spots: the spots path for every pupil (an instrument\n"
+        "                         without glow). The JSON's method, fallback_reason and\n"
+        "                         spots_failure say what happened\n"
+        "\n"
+        "Given pupils (nothing tracked; pupil.h):\n"
+        "%s"
         "\n"
         "Lenslet mask (the lenslets inside each pupil, for the centroid stage):\n"
         "  --pitch PX             lenslet pitch, pixels\n"
@@ -131,7 +149,8 @@ void sw_cmd_pupil_help(FILE *out)
         "  spotwave pupil eyes.pgm --binocular --overlay fit.png\n",
         SW_PUPIL_MAX_RADIUS, d.gauss_radius, d.gauss_sigma, d.otsu_classes, d.edge_level,
         SW_PUPIL_MAX_RADIUS, d.close_radius, SW_PUPIL_MAX_CANDIDATES, d.candidates, d.inlier_px,
-        d.refine_iterations, d.min_coverage, d.max_near_ratio, (unsigned long long)d.seed);
+        d.refine_iterations, d.min_coverage, d.max_near_ratio, (unsigned long long)d.seed,
+        sw_cli_given_help);
 }
 
 enum {
@@ -165,6 +184,10 @@ enum {
     OPT_OVERLAY,
     OPT_PROGRESS,
     OPT_NO_PROGRESS,
+    OPT_PUPIL_CENTER,
+    OPT_PUPIL_RADIUS,
+    OPT_PUPIL_ELLIPSE,
+    OPT_PUPIL_METHOD,
 };
 
 typedef struct pupil_opts {
@@ -179,6 +202,7 @@ typedef struct pupil_opts {
     sw_sh_geometry geom; /* pitch, grid and origin from the options */
     const char *out, *mask_out, *overlay;
     int json, progress; /* progress: -1 auto */
+    sw_cli_given given; /* --pupil-center, --pupil-radius-px, --pupil-ellipse */
 } pupil_opts;
 
 static int parse_opts(pupil_opts *o, int argc, char **argv)
@@ -215,6 +239,11 @@ static int parse_opts(pupil_opts *o, int argc, char **argv)
         {"overlay", required_argument, NULL, OPT_OVERLAY},
         {"progress", no_argument, NULL, OPT_PROGRESS},
         {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
+        {"pupil-center", required_argument, NULL, OPT_PUPIL_CENTER},
+        {"pupil-centre", required_argument, NULL, OPT_PUPIL_CENTER},
+        {"pupil-radius-px", required_argument, NULL, OPT_PUPIL_RADIUS},
+        {"pupil-ellipse", required_argument, NULL, OPT_PUPIL_ELLIPSE},
+        {"pupil-method", required_argument, NULL, OPT_PUPIL_METHOD},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -333,6 +362,19 @@ static int parse_opts(pupil_opts *o, int argc, char **argv)
         case OPT_OVERLAY: o->overlay = optarg; break;
         case OPT_PROGRESS: o->progress = 1; break;
         case OPT_NO_PROGRESS: o->progress = 0; break;
+        case OPT_PUPIL_CENTER:
+            rc = sw_cli_given_option(S, name, SW_CLI_GIVEN_CENTER, optarg, &o->given);
+            break;
+        case OPT_PUPIL_RADIUS:
+            rc = sw_cli_given_option(S, name, SW_CLI_GIVEN_RADIUS, optarg, &o->given);
+            break;
+        case OPT_PUPIL_ELLIPSE:
+            rc = sw_cli_given_option(S, name, SW_CLI_GIVEN_ELLIPSE, optarg, &o->given);
+            break;
+        case OPT_PUPIL_METHOD:
+            if ((p->spots_fallback = sw_cli_pupil_method(optarg)) < 0)
+                return sw_cli_usage(S, "%s: '%s' is not auto, glow or spots", name, optarg);
+            break;
         case 'h': sw_cmd_pupil_help(stdout); return -1;
         default: return SW_EXIT_USAGE;
         }
@@ -359,6 +401,11 @@ static int parse_opts(pupil_opts *o, int argc, char **argv)
                                "for the CSV");
     if (o->mask_out && strcmp(o->mask_out, "-") == 0)
         return sw_cli_usage(S, "--lenslet-mask needs a file name");
+    if ((rc = sw_cli_given_finish(S, &o->given, p->n_pupils, p)) != SW_EXIT_OK)
+        return rc;
+    if (p->given && o->overlay)
+        return sw_cli_usage(S, "--overlay draws the tracker's images: there are none with a given "
+                               "pupil");
     return SW_EXIT_OK;
 }
 
@@ -394,7 +441,8 @@ static int write_csv(const pupil_opts *o, int with_frame, int64_t first, int64_t
     int rc = sw_cli_out_open(SUB, &out, o->out);
     if (rc != SW_EXIT_OK)
         return rc;
-    fprintf(out.f, "%spupil,cx_px,cy_px,a_px,b_px,angle_deg,inliers,valid,threshold,failure,near\n",
+    fprintf(out.f,
+            "%spupil,cx_px,cy_px,a_px,b_px,angle_deg,inliers,valid,threshold,failure,near,method\n",
             with_frame ? "frame," : "");
     for (int64_t k = 0; k < count; k++) {
         for (int32_t i = 0; i < res[k].n_pupils; i++) {
@@ -410,8 +458,9 @@ static int write_csv(const pupil_opts *o, int with_frame, int64_t first, int64_t
             /* the failure phrases are plain words: no quoting needed, but be safe */
             const char *why = failure_text(q);
             int quote = strpbrk(why, ",\"\n") != NULL;
-            fprintf(out.f, ",%d,%d,%d,%s%s%s,%d\n", q->inliers, q->valid ? 1 : 0, q->threshold,
-                    quote ? "\"" : "", why, quote ? "\"" : "", q->near);
+            fprintf(out.f, ",%d,%d,%d,%s%s%s,%d,%s\n", q->inliers, q->valid ? 1 : 0, q->threshold,
+                    quote ? "\"" : "", why, quote ? "\"" : "", q->near,
+                    sw_pupil_method_string(q->method));
         }
     }
     return sw_cli_out_close(SUB, &out, 1);
@@ -460,6 +509,8 @@ static void json_report(const pupil_job *j, sw_context *ctx, int64_t first, int6
     sw_cli_json_double(rep, "min_coverage", p->min_coverage);
     sw_cli_json_double(rep, "max_near_ratio", p->max_near_ratio); /* null: inf, no near-band test */
     sw_cli_json_u64(rep, "seed", p->seed);
+    cJSON_AddBoolToObject(rep, "given", p->given);
+    sw_cli_json_string(rep, "pupil_method", sw_cli_pupil_method_name(p->spots_fallback));
     if (p->geometry) {
         cJSON *g = cJSON_AddObjectToObject(rep, "lenslet_grid");
         sw_cli_json_double(g, "pitch_px", p->geometry->pitch_px);
@@ -505,6 +556,15 @@ static void json_report(const pupil_job *j, sw_context *ctx, int64_t first, int6
             sw_cli_json_int(x, "votes", q->votes);
             sw_cli_json_int(x, "x0", q->x0);
             sw_cli_json_int(x, "x1", q->x1);
+            sw_cli_json_string(x, "method", sw_pupil_method_string(q->method));
+            sw_cli_json_string(
+                x, "fallback_reason",
+                q->glow_failure != SW_PUPIL_OK ? sw_pupil_failure_string(q->glow_failure) : NULL);
+            sw_cli_json_string(
+                x, "spots_failure",
+                q->spots_failure != SW_PUPIL_OK ? sw_pupil_failure_string(q->spots_failure) : NULL);
+            sw_cli_json_int(x, "spots_lit", q->spots_lit);
+            sw_cli_json_int(x, "spots_points", q->spots_points);
             if (lenslets)
                 sw_cli_json_int(x, "lenslets", lenslets[2 * k + i]);
         }

@@ -75,7 +75,9 @@ static void sim_eye_help(FILE *out)
             "                         al. 2019, Sec. 4.3: 0.5 to 6)\n"
             "\n"
             "Artefacts (--no-artefacts turns off all those not given):\n"
-            "  --glow E               retinal glow at the pupil centre, e-/px (default %g)\n"
+            "  --glow E               retinal glow at the pupil centre, e-/px (default %g; 0: no\n"
+            "                         glow, as an artificial eye or a bench: aberrometry then\n"
+            "                         finds the pupil from the spots)\n"
             "  --glow-falloff F       fraction of the glow lost at the pupil edge (default %g)\n"
             "  --reflection E         corneal reflection peak, e- (default %g; 0: none)\n"
             "  --reflection-sigma PX  its Gaussian sigma (default %g)\n"
@@ -97,7 +99,9 @@ static void sim_eye_help(FILE *out)
             "  --truth PREFIX         PREFIX_eye<k>_spots.csv (ix,iy,x_px,y_px,ref_x_px,ref_y_px,\n"
             "                         illum), PREFIX_eye<k>_zernike.csv (j,n,m,noll,coef_um) and\n"
             "                         PREFIX_pupils.csv (pupil,cx_px,cy_px,a_px,b_px,angle_deg,\n"
-            "                         pupil_mm,reflection_x_px,reflection_y_px)\n"
+            "                         pupil_mm,reflection_x_px,reflection_y_px,magnification,\n"
+            "                         pixel_um: the magnification is aberrometry's\n"
+            "                         --magnification for this image)\n"
             "  --reference IMAGE      flat wavefronts through the same pupils and detector, no\n"
             "                         artefacts (the centroid reference)\n"
             "  --json                 print the report as JSON\n"
@@ -506,7 +510,8 @@ static int eye_coefficients(sw_context *ctx, const eye_opts *o, double *coef[2],
     return SW_EXIT_OK;
 }
 
-static int write_eye_truth(sw_context *ctx, const char *prefix, const sw_eyesim_truth *t)
+static int write_eye_truth(sw_context *ctx, const char *prefix, const sw_eyesim_truth *t,
+                           double pixel_um)
 {
     const char *S = SUB_EYE;
     char path[4200];
@@ -530,17 +535,27 @@ static int write_eye_truth(sw_context *ctx, const char *prefix, const sw_eyesim_
         if ((st = sw_zernike_write_csv(ctx, staged, &z)) != SW_OK)
             return sw_cli_fail(S, "%s", sw_cli_lib_error(ctx, st));
     }
+    /* the magnification and pixel pitch the image was drawn with (2 a_px pixel_um / (1000
+     * pupil_mm)): what 'spotwave aberrometry --magnification' needs to give the true pupil */
     static const char *const names[] = {
-        "pupil",     "cx_px",    "cy_px",           "a_px",           "b_px",
-        "angle_deg", "pupil_mm", "reflection_x_px", "reflection_y_px"};
+        "pupil",    "cx_px",           "cy_px",           "a_px",          "b_px",    "angle_deg",
+        "pupil_mm", "reflection_x_px", "reflection_y_px", "magnification", "pixel_um"};
     sw_table tab;
-    if ((st = sw_table_create(ctx, 9, names, &tab)) != SW_OK)
+    if ((st = sw_table_create(ctx, 11, names, &tab)) != SW_OK)
         return sw_cli_fail(S, "%s", sw_cli_lib_error(ctx, st));
     for (int e = 0; e < t->n_eyes && st == SW_OK; e++) {
         const sw_eye_truth *q = &t->eye[e];
-        const double row[9] = {
-            e,           q->cx_px,           q->cy_px,          q->a_px, q->b_px, q->angle_deg,
-            q->pupil_mm, q->reflection_x_px, q->reflection_y_px};
+        const double row[11] = {e,
+                                q->cx_px,
+                                q->cy_px,
+                                q->a_px,
+                                q->b_px,
+                                q->angle_deg,
+                                q->pupil_mm,
+                                q->reflection_x_px,
+                                q->reflection_y_px,
+                                2.0 * q->a_px * pixel_um / (1000.0 * q->pupil_mm),
+                                pixel_um};
         st = sw_table_append(ctx, &tab, row);
     }
     snprintf(path, sizeof path, "%s_pupils.csv", prefix);
@@ -649,7 +664,7 @@ static int run_eye(const sw_cli_globals *g, const eye_opts *o, eye_report *r)
     if ((rc = sim_detect_and_write(ctx, S, &o->d.det, &e, o->out, &hdr, &r->detector_ms,
                                    &r->write_ms)) != SW_EXIT_OK)
         goto done;
-    if (o->truth && (rc = write_eye_truth(ctx, o->truth, &r->truth)) != SW_EXIT_OK)
+    if (o->truth && (rc = write_eye_truth(ctx, o->truth, &r->truth, o->sh.pixel_um)) != SW_EXIT_OK)
         goto done;
     if (o->reference) {
         for (int k = 0; k < ne; k++) {

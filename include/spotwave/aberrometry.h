@@ -19,6 +19,9 @@
  *   1. Pupil tracking (pupil.h, one or two pupils) with the lenslet grid: lenslet l belongs to
  *      eye e when it lies wholly inside pupil e (SW_PUPIL_LENSLET_FULL) and has a reference
  *      centroid. An eye whose pupil is not found is reported invalid with the tracker's reason.
+ *      Where the retinal glow path finds no pupil, pupil.h's spots path looks for it in the
+ *      spots' envelope (pupil.spots_fallback, on by default; on the GPU the frame then runs a
+ *      second time with the pupils found on the host); given pupils (pupil.given) skip tracking.
  *   2. The analysis circle of eye e: centre = its pupil's centre, radius R_px = fit_radius_px
  *      (> 0), or the pupil ellipse's major semi-axis a_px (0, default). The lenslets used are
  *      those of eye e whose reference position lies inside the circle (r <= R_px).
@@ -43,10 +46,13 @@
  *      prelim_order 0: one search of all used lenslets from their reference centroids (the
  *      static mesh).
  *   4. Search (search.h: PAPYCS, CoM or Reichenbach; window_px defaults to the lenslet pitch
- *      rounded down) and, when discard is on, the three discarding criteria on the lenslet grid.
- *      With the dynamic mesh, the mesh check follows: a kept spot farther than mesh_tolerance x
- *      pitch_px from its start (its predicted position) converged onto another lenslet's spot
- *      and is discarded as SW_SPOT_SPACING (counted in discarded[1]).
+ *      rounded down) and, when discard is on, the three discarding criteria on the lenslet grid
+ *      (criterion 1's contrast, Mompean et al.'s 15 grey levels of their 8-bit frames, scaled to
+ *      the frame's full scale: 15 x 65535 / 255 on u16 frames, 15 / 255 on float frames in
+ *      [0, 1], unless contrast_full_scale says otherwise). With the dynamic mesh, the mesh check
+ * follows: a kept spot farther than mesh_tolerance x pitch_px from its start (its predicted
+ * position) converged onto another lenslet's spot and is discarded as SW_SPOT_SPACING (counted in
+ * discarded[1]).
  *   5. Fit, per eye: slopes s_l = centroid_l - reference_l (pixels) of the spots kept; the model
  *      of zernike_fit.h: s = D c with D the mean gradients of the Zernike terms over each
  *      lenslet's square (side pitch_px, centred on its geometry reference position, in
@@ -125,7 +131,13 @@ typedef struct sw_aberrometry_params {
     int32_t window_px;               /* search window (search.h); 0 (default): floor(pitch_px) */
     int32_t min_window_px;           /* 3                                                       */
     int discard;                     /* discarding stage, default 1                             */
-    double discard_contrast;         /* 15                                                      */
+    double discard_contrast;         /* 15: criterion 1's contrast in grey levels of an 8-bit
+                                        frame (Mompean et al.'s), scaled to the frame's pixels
+                                        by contrast_full_scale / 255                            */
+    double contrast_full_scale;      /* the value of a full-scale pixel; 0 (default): by type,
+                                        u8 255, u16 65535, f32 1 (frames in [0, 1]); e.g. 4095
+                                        for a 12-bit camera in 16-bit words, 255 for float
+                                        frames in the 8-bit scale                              */
     double min_spacing, max_spacing; /* 0.5, 1.5                                              */
     int32_t peak_box;                /* Reichenbach (search.h), default 13                   */
     double peak_threshold;           /* 0: automatic                                          */
@@ -136,6 +148,11 @@ typedef struct sw_aberrometry_params {
     int higher_order_rx;             /* 0 (default): the refraction from the second-order terms
                                         alone; 1: with the 4th and 6th orders (zernike_fit.h)  */
 } sw_aberrometry_params;
+
+/* The full-scale pixel value discarding's contrast is scaled with: contrast_full_scale, or by
+ * the pixel type when it is 0 (see above). Criterion 1's contrast in the frame's pixels is
+ * discard_contrast x this / 255. */
+double sw_aberrometry_full_scale(const sw_aberrometry_params *p);
 
 /* Defaults above for a width x height frame of type t and the lenslet grid g. */
 void sw_aberrometry_params_default(sw_aberrometry_params *p, int32_t width, int32_t height,

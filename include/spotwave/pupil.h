@@ -76,6 +76,54 @@
  * [width / 4, 3 width / 4) with the smallest value, the one nearest width / 2 on ties (then the
  * smaller). Integer sums: every backend finds the same column.
  *
+ * Given pupils (given = 1): the caller's ellipses (given_pupil[i], e.g. from another instrument or
+ * drawn by hand) are the result of every frame: nothing is tracked (method SW_PUPIL_METHOD_GIVEN).
+ * They must lie within the frame's larger side and be at least 1 px in radius.
+ *
+ * Pupils made of spots alone (spots_fallback = 1, the default, with a geometry): a Hartmann-Shack
+ * image without retinal glow (an artificial eye, a bench, a dim retina) has no back-lit pupil for
+ * steps 1-9, so a region whose pupil they do not find is tried again from the spots' envelope on
+ * the lenslet grid (method SW_PUPIL_METHOD_SPOTS; the glow path's reason stays in glow_failure).
+ * Not from Mompean et al., who track the glow only. A lenslet's light is the light through the
+ * part of it inside the pupil, so the pupil's edge is where a lenslet's light falls to half a
+ * fully lit one's:
+ *   S1. per lenslet cell of the geometry whose centre lies in the region: its light
+ *       F = sum over the cell's pixels of (v - the cell's median) (a local background: glow,
+ *       offset and the spot wings' floor drop out);
+ *   S2. the cells' light split in two classes (Otsu's, on the light clipped to the 5th .. 1.5 x
+ *       the 75th percentile, so that a corneal reflection cannot take a class): beta = the
+ *       median of the lower class (an unlit cell's light: a clipped or skewed background's mean
+ *       is not its median), F0 = the median of the upper class less beta, then again over the
+ *       interior cells only (lit with their four neighbours lit): a fully lit lenslet's light;
+ *   S3. each lenslet's light at its own spot, wherever the wavefront moved it (a spot may leave
+ *       its cell at the edge of an aberrated pupil): a walk over the grid from the lit cell
+ *       nearest the lit cells' centre, ring by ring, where a lenslet's spot is looked for at
+ *       the prediction from its measured neighbours (linear extrapolation from two in a row,
+ *       else one neighbour plus a pitch): the light in a window of side max(6, pitch_px / 2)
+ *       px there, above the median of a window of side pitch_px, re-centred once on its
+ *       centroid (at most a quarter pitch); its coverage c = light / (a fully lit lenslet's
+ *       light in such a window). A lenslet with c > 1/2 passes the walk on; a spot that does
+ *       not sit about a pitch from each lit neighbour's (within half a pitch, in the grid's
+ *       direction; as Mompean et al.'s spacing criterion) or sits within half a pitch of one
+ *       holds another lenslet's spot and counts as dark; one with c > 1.5 (a reflection in it)
+ *       passes the walk on without predicting. Each coverage is then divided by the median
+ *       coverage of the interior lenslets within two of it (the light through a living eye's
+ *       pupil is not uniform). Lenslets never reached have c = 0; dark lenslets enclosed by the
+ *       pupil's lenslets count as 1, lit ones apart from it as 0;
+ *   S4. the outline: where c crosses 1/2 between the centres of two lenslets that are
+ *       neighbours along a row or a column (linear interpolation): a straight edge through a
+ *       lenslet's centre covers half of it;
+ *   S5. an ellipse fitted to those points: algebraic least squares (conic normalised by
+ *       A + C = 1), then spots_iterations rounds of Sampson's gradient-weighted refit to the
+ *       points within half a pitch of the last ellipse;
+ *   S6. valid when at least 8 cells have c > 1/2, F0 stands 5 times above a cell's noise (the
+ *       cells' median absolute deviation, over the square root of their pixels), at least 6
+ *       outline points are left and the ellipse is real with semi-axes in [min_radius_px,
+ *       max_radius_px]; otherwise spots_failure says why and the glow path's failure stays the
+ *       pupil's failure.
+ * This runs on the host (from the frame in host memory, or a copy of a device frame) after the
+ * device tracker on a CUDA plan: it costs nothing when the glow path finds the pupils.
+ *
  * Lenslet mask (for the centroid stage): with a geometry (geometry.h), lenslet l gets 1 + p when
  * it lies inside pupil p (by lenslet_rule: its whole square, the default, or its reference
  * position), 0 when it lies in neither pupil, in both (overlapping pupils: its spot may mix two
@@ -112,6 +160,21 @@ typedef enum sw_pupil_lenslet_rule {
     SW_PUPIL_LENSLET_CENTRE = 1 /* its reference position inside the ellipse                */
 } sw_pupil_lenslet_rule;
 
+/* An ellipse: centre, semi-axes a >= b (pixels), major axis angle (degrees from +x towards +y). */
+typedef struct sw_pupil_shape {
+    double cx_px, cy_px, a_px, b_px, angle_deg;
+} sw_pupil_shape;
+
+/* How a pupil was found. */
+typedef enum sw_pupil_method {
+    SW_PUPIL_METHOD_GLOW = 0,  /* steps 1-9: the back-lit pupil (Mompean et al. Sec. 3.1) */
+    SW_PUPIL_METHOD_SPOTS = 1, /* S1-S6: the spots' envelope on the lenslet grid           */
+    SW_PUPIL_METHOD_GIVEN = 2  /* the caller's ellipse                                     */
+} sw_pupil_method;
+
+/* "glow", "spots" or "given". */
+const char *sw_pupil_method_string(sw_pupil_method m);
+
 typedef struct sw_pupil_params {
     int32_t width, height; /* frame size, >= SW_PUPIL_MIN_SIZE                              */
     sw_pixel_type type;    /* u8, u16, u32 or f32                                            */
@@ -137,6 +200,15 @@ typedef struct sw_pupil_params {
     const sw_sh_geometry *geometry; /* optional: lenslet grid for the lenslet mask; copied at
                                        create (its valid mask is ignored)                   */
     sw_pupil_lenslet_rule lenslet_rule; /* default SW_PUPIL_LENSLET_FULL                   */
+    int given;                          /* 1: given_pupil[0 .. n_pupils) are the pupils; no
+                                           tracking (default 0)                              */
+    sw_pupil_shape given_pupil[2];      /* the given ellipses (pixels, degrees)              */
+    int spots_fallback;                 /* 1 (default): a pupil the glow path does not find is
+                                           looked for in the spots' envelope (needs a geometry);
+                                           2: every pupil is (an instrument without glow; the
+                                           glow path's pupil stays where the spots path fails);
+                                           0: never                                          */
+    int32_t spots_iterations;           /* S5's refits, 0 .. 20 (default 3)                   */
 } sw_pupil_params;
 
 /* The defaults above for a width x height frame of type t, one pupil, no geometry. */
@@ -151,25 +223,34 @@ typedef enum sw_pupil_failure {
     SW_PUPIL_NO_ELLIPSE = 4,  /* no candidate was an ellipse in the size range               */
     SW_PUPIL_LOW_SUPPORT = 5, /* the best ellipse has too few inliers (min_coverage)         */
     SW_PUPIL_BAD_FIT = 6,     /* the refinement left no valid ellipse in range               */
-    SW_PUPIL_CLUTTER = 7      /* too many border pixels just off it: noise (max_near_ratio)  */
+    SW_PUPIL_CLUTTER = 7,     /* too many border pixels just off it: noise (max_near_ratio)  */
+    SW_PUPIL_NO_GRID = 8,     /* spots path: the plan has no lenslet grid                    */
+    SW_PUPIL_FEW_SPOTS = 9,   /* spots path: too few lit lenslets or outline points, or too
+                                 faint (S6)                                                   */
+    SW_PUPIL_SPOTS_FIT = 10   /* spots path: the outline is no ellipse in the size range    */
 } sw_pupil_failure;
 
 /* A short English phrase for a failure ("no contrast in the region", ...). */
 const char *sw_pupil_failure_string(sw_pupil_failure f);
 
 typedef struct sw_pupil_ellipse {
-    int valid;                /* 1: found                                                    */
-    sw_pupil_failure failure; /* why not (SW_PUPIL_OK when valid)                            */
-    double cx_px, cy_px;      /* centre, pixels (core.h convention)                          */
-    double a_px, b_px;        /* semi-axes, a >= b, pixels                                   */
-    double angle_deg;         /* major axis, degrees from +x towards +y, [0, 180)           */
-    int32_t inliers;          /* border pixels within inlier_px of the final ellipse         */
-    int32_t near;             /* border pixels (2, 4] inlier_px from it (step 9)             */
-    int32_t border;           /* border pixels of the region                                 */
-    int32_t threshold;        /* step 3's threshold t (8-bit; inside = v > t), -1: none    */
-    int32_t candidate;        /* the RANSAC winner's index, -1 when none                     */
-    int32_t votes;            /* its votes                                                   */
-    int32_t x0, x1;           /* the region: columns [x0, x1)                                */
+    int valid;                     /* 1: found                                                    */
+    sw_pupil_failure failure;      /* why not (SW_PUPIL_OK when valid)                            */
+    double cx_px, cy_px;           /* centre, pixels (core.h convention)                          */
+    double a_px, b_px;             /* semi-axes, a >= b, pixels                                   */
+    double angle_deg;              /* major axis, degrees from +x towards +y, [0, 180)           */
+    int32_t inliers;               /* border pixels within inlier_px of the final ellipse         */
+    int32_t near;                  /* border pixels (2, 4] inlier_px from it (step 9)             */
+    int32_t border;                /* border pixels of the region                                 */
+    int32_t threshold;             /* step 3's threshold t (8-bit; inside = v > t), -1: none    */
+    int32_t candidate;             /* the RANSAC winner's index, -1 when none                     */
+    int32_t votes;                 /* its votes                                                   */
+    int32_t x0, x1;                /* the region: columns [x0, x1)                                */
+    sw_pupil_method method;        /* how it was found (valid), or the last path tried           */
+    sw_pupil_failure glow_failure; /* the glow path's failure when it ran and failed, else OK */
+    sw_pupil_failure spots_failure; /* the spots path's failure when it ran and failed, else OK */
+    int32_t spots_lit;              /* spots path: cells with coverage > 1/2 (S2; 0: not run)  */
+    int32_t spots_points;           /* spots path: outline points of the final fit (S5)        */
 } sw_pupil_ellipse;
 
 typedef struct sw_pupil_result {

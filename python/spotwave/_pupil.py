@@ -15,7 +15,7 @@ from ._find import check_keywords, pixel_type
 PUPIL = [("pupil", np.int32), ("cx_px", np.float64), ("cy_px", np.float64),
          ("a_px", np.float64), ("b_px", np.float64), ("angle_deg", np.float64),
          ("inliers", np.int32), ("valid", np.uint8), ("threshold", np.int32),
-         ("failure", "U64"), ("near", np.int32)]
+         ("failure", "U64"), ("near", np.int32), ("method", "U8")]
 
 
 class PupilPlan:
@@ -103,8 +103,8 @@ def pupil(image, *, binocular=False, **more):
     (and frame, with a first column ``frame`` for stacks): pupil (0: the left one), cx_px, cy_px
     (the centre, 0-based pixels), a_px >= b_px (semi-axes, pixels), angle_deg (of the major
     axis from +x towards +y, 0..180), inliers, valid, threshold (the 8-bit threshold, -1: none),
-    failure (why a pupil was not found; '' when it was) and near; a pupil not found has NaN
-    centre and axes.
+    failure (why a pupil was not found; '' when it was), near and method (glow, spots or given:
+    how it was found, pupil.h); a pupil not found has NaN centre and axes.
 
     Method: Mompean et al. (2018), Future Generation Computer Systems 91, 177-190, section 3.1.
     """

@@ -134,7 +134,7 @@ nb::dict plan_run(PupilPlan &pp, nb::handle frames, nb::handle lenslet_mask)
     d["near"] = new_array(rows, &nr);
     d["scale"] = new_array((size_t)im.frames, &scale);
     d["split_x"] = new_array((size_t)im.frames, &split);
-    nb::list failure;
+    nb::list failure, method;
     size_t k = 0;
     for (int32_t f = 0; f < im.frames; f++) {
         scale[f] = res[f].scale;
@@ -145,9 +145,11 @@ nb::dict plan_run(PupilPlan &pp, nb::handle frames, nb::handle lenslet_mask)
             cx[k] = e.cx_px, cy[k] = e.cy_px, a[k] = e.a_px, b[k] = e.b_px, ang[k] = e.angle_deg;
             inl[k] = e.inliers, valid[k] = e.valid ? 1 : 0, thr[k] = e.threshold, nr[k] = e.near;
             failure.append(nb::str(e.valid ? "" : sw_pupil_failure_string(e.failure)));
+            method.append(nb::str(sw_pupil_method_string(e.method)));
         }
     }
     d["failure"] = failure;
+    d["method"] = method;
     return d;
 }
 

@@ -12,7 +12,7 @@ def _same_as_csv(table, path):
     header, rows = read_csv(path)
     assert list(table.dtype.names) == header
     assert len(table) == len(rows)
-    text = {"failure"}
+    text = {"failure", "method"}
     ints = {"frame", "pupil", "inliers", "valid", "threshold", "near"}
     for t, row in zip(table, rows):
         got = [str(t[n]) if n in text else fmt(t[n], "%d") if n in ints

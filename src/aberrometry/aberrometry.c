@@ -24,6 +24,7 @@
  * steps; its lenslets are not searched again (status SW_SPOT_INACTIVE in sw_aberrometry_spots).
  */
 #include "aberrometry/aberrometry_internal.h"
+#include "pupil/pupil_internal.h"
 
 #include <cblas.h>
 #include <lapacke.h>
@@ -74,12 +75,26 @@ void sw_aberrometry_params_default(sw_aberrometry_params *p, int32_t width, int3
     p->min_window_px = 3;
     p->discard = 1;
     p->discard_contrast = 15.0;
+    p->contrast_full_scale = 0.0;
     p->min_spacing = 0.5;
     p->max_spacing = 1.5;
     p->peak_box = 13;
     p->peak_threshold = 0.0;
     sw_pupil_params_default(&p->pupil, width, height, t);
     p->streams = 2;
+}
+
+double sw_aberrometry_full_scale(const sw_aberrometry_params *p)
+{
+    if (!p)
+        return 255.0;
+    if (p->contrast_full_scale > 0.0)
+        return p->contrast_full_scale;
+    switch (p->type) {
+    case SW_PIX_U16: return 65535.0;
+    case SW_PIX_F32: return 1.0;
+    default: return 255.0;
+    }
 }
 
 /* floor(pitch_px) within [lo, SW_SEARCH_MAX_WINDOW]: the lenslet size as a search window. */
@@ -241,6 +256,11 @@ static sw_status check_params(sw_context *ctx, const sw_aberrometry_params *p)
     if (!isfinite(p->discard_contrast))
         return sw_fail(ctx, SW_EINVAL, "aberrometry: discard_contrast %g must be finite",
                        p->discard_contrast);
+    if (!(isfinite(p->contrast_full_scale) && p->contrast_full_scale >= 0.0))
+        return sw_fail(ctx, SW_EINVAL,
+                       "aberrometry: contrast_full_scale %g must be finite and >= 0 (0: by the "
+                       "pixel type)",
+                       p->contrast_full_scale);
     if (!(isfinite(p->min_spacing) && isfinite(p->max_spacing) && p->min_spacing >= 0.0 &&
           p->min_spacing < p->max_spacing))
         return sw_fail(ctx, SW_EINVAL,
@@ -387,7 +407,7 @@ static void search_params(const sw_aberrometry_plan *plan, sw_search_params *sp)
     sp->peak_box = p->peak_box;
     sp->peak_threshold = p->peak_threshold;
     sp->discard = p->discard ? 1 : 0;
-    sp->discard_contrast = p->discard_contrast;
+    sp->discard_contrast = p->discard_contrast * sw_aberrometry_full_scale(p) / 255.0;
     sp->min_spacing = p->min_spacing;
     sp->max_spacing = p->max_spacing;
 }
@@ -840,11 +860,25 @@ static sw_status slot_status(sw_aberrometry_plan *plan, int s, sw_status st)
     return st;
 }
 
-static sw_status gpu_collect(sw_aberrometry_plan *plan, int s, sw_aberrometry_result *out)
+/* Slot s's frame: its result, after the spots path on the host for a pupil the device's glow
+ * path did not find (pupil.h); when that finds one, the frame runs again on the slot with the
+ * pupils set (sw_pupil_gpu_preset), so a frame with glow costs nothing more. */
+static sw_status gpu_collect(sw_aberrometry_plan *plan, int s, const sw_image *frame,
+                             sw_aberrometry_result *out)
 {
     sw_pupil_result pr;
     sw_ab_raw raw;
+    sw_pupil_plan *pp = plan->slot[s].pupil;
     sw_status st = slot_status(plan, s, sw_ab_gpu_collect(plan, s, &pr, &raw));
+    int redo = 0;
+    if (st == SW_OK)
+        st = slot_status(plan, s, sw_pupil_gpu_fallback(pp, frame, &pr, &redo));
+    if (st == SW_OK && redo) {
+        sw_pupil_gpu_preset(pp);
+        st = slot_status(plan, s, sw_ab_gpu_enqueue(plan, s, frame));
+        if (st == SW_OK)
+            st = slot_status(plan, s, sw_ab_gpu_collect(plan, s, &pr, &raw));
+    }
     if (st != SW_OK)
         return st;
     return sw_ab_result_fill(plan, &pr, &raw, out);
@@ -886,7 +920,7 @@ sw_status sw_aberrometry_run_batch(sw_aberrometry_plan *plan, const sw_image *co
     for (int32_t k = 0; k < n && st == SW_OK; k++) {
         int s = (int)(k % S);
         if (pending[s] >= 0) {
-            st = gpu_collect(plan, s, &out[pending[s]]);
+            st = gpu_collect(plan, s, frames[pending[s]], &out[pending[s]]);
             pending[s] = -1;
             if (st != SW_OK)
                 break;
@@ -903,7 +937,7 @@ sw_status sw_aberrometry_run_batch(sw_aberrometry_plan *plan, const sw_image *co
         if (pending[s] != k)
             continue;
         if (st == SW_OK) {
-            st = gpu_collect(plan, s, &out[k]);
+            st = gpu_collect(plan, s, frames[k], &out[k]);
         } else {
             sw_pupil_result pr;
             sw_ab_raw raw;

@@ -77,8 +77,9 @@ sw_status sw_diffraction_geometry_check(sw_context *ctx, const sw_diffraction_ge
         return sw_fail(ctx, SW_EINVAL, "diffraction geometry: distance %g mm is not positive",
                        g->distance_mm);
     if (!positive(g->pixel_x_mm) || !positive(g->pixel_y_mm))
-        return sw_fail(ctx, SW_EINVAL, "diffraction geometry: pixel size %g x %g mm is not positive",
-                       g->pixel_x_mm, g->pixel_y_mm);
+        return sw_fail(ctx, SW_EINVAL,
+                       "diffraction geometry: pixel size %g x %g mm is not positive", g->pixel_x_mm,
+                       g->pixel_y_mm);
     if (!isfinite(g->beam_x_px) || !isfinite(g->beam_y_px))
         return sw_fail(ctx, SW_EINVAL, "diffraction geometry: the beam centre is not finite");
     if (g->orientation && (!unit(g->fast) || !unit(g->slow) || !isfinite(g->origin_mm[0]) ||

@@ -41,6 +41,9 @@ void sw_pupil_params_default(sw_pupil_params *p, int32_t width, int32_t height, 
     p->seed = 1;
     p->geometry = NULL;
     p->lenslet_rule = SW_PUPIL_LENSLET_FULL;
+    p->given = 0;
+    p->spots_fallback = 1;
+    p->spots_iterations = 3;
 }
 
 const char *sw_pupil_failure_string(sw_pupil_failure f)
@@ -54,6 +57,9 @@ const char *sw_pupil_failure_string(sw_pupil_failure f)
     case SW_PUPIL_LOW_SUPPORT: return "too few border pixels on the ellipse";
     case SW_PUPIL_BAD_FIT: return "the refined ellipse is not valid or out of range";
     case SW_PUPIL_CLUTTER: return "too many border pixels just off the ellipse (noise)";
+    case SW_PUPIL_NO_GRID: return "no lenslet grid for the spots path";
+    case SW_PUPIL_FEW_SPOTS: return "too few lit lenslets, or too faint, for the spots path";
+    case SW_PUPIL_SPOTS_FIT: return "the spots' outline is not an ellipse in the size range";
     }
     return "unknown failure";
 }
@@ -153,6 +159,25 @@ static sw_status check_params(sw_context *ctx, const sw_pupil_params *p)
                        p->max_near_ratio);
     if (p->lenslet_rule != SW_PUPIL_LENSLET_FULL && p->lenslet_rule != SW_PUPIL_LENSLET_CENTRE)
         return sw_fail(ctx, SW_EINVAL, "pupil: unknown lenslet_rule %d", (int)p->lenslet_rule);
+    if (p->spots_fallback < 0 || p->spots_fallback > 2)
+        return sw_fail(ctx, SW_EINVAL, "pupil: spots_fallback %d must be 0, 1 or 2",
+                       p->spots_fallback);
+    if (p->spots_iterations < 0 || p->spots_iterations > 20)
+        return sw_fail(ctx, SW_EINVAL, "pupil: spots_iterations %d must be 0 .. 20",
+                       p->spots_iterations);
+    if (p->given) {
+        const double big = (double)(p->width > p->height ? p->width : p->height);
+        for (int32_t i = 0; i < p->n_pupils; i++) {
+            const sw_pupil_shape *q = &p->given_pupil[i];
+            if (!(isfinite(q->cx_px) && isfinite(q->cy_px) && isfinite(q->angle_deg) &&
+                  q->a_px >= 1.0 && q->b_px >= 1.0 && q->a_px <= big && q->b_px <= big))
+                return sw_fail(ctx, SW_EINVAL,
+                               "pupil: given pupil %d (centre %g, %g, semi-axes %g, %g, angle %g) "
+                               "is not valid: finite, semi-axes 1 .. %g px (the frame's larger "
+                               "side)",
+                               i, q->cx_px, q->cy_px, q->a_px, q->b_px, q->angle_deg, big);
+        }
+    }
     if (p->geometry) {
         sw_status st = sw_sh_geometry_check(ctx, p->geometry, p->width, p->height);
         if (st != SW_OK)
@@ -174,6 +199,7 @@ void sw_pupil_destroy(sw_pupil_plan *plan)
     sw_pupil_cpu_free(plan);
     free(plan->randoms);
     free(plan->lenslet_mask);
+    free(plan->host_frame);
     free(plan);
 }
 
@@ -283,7 +309,14 @@ sw_status sw_pupil_run(sw_pupil_plan *plan, const sw_image *frame, sw_pupil_resu
 
     /* a run that fails part-way leaves no frame to inspect (its buffers may be half written) */
     plan->have_frame = 0;
-    if (!is_gpu(plan)) {
+    if (plan->p.given) {
+        /* nothing to track: the given pupils and their mask (pupil.h "Given pupils"); the
+         * inspection images stay those of the last tracked frame, if any */
+        sw_pupil_given_result(plan, result);
+        sw_pupil_mask_host(plan, result);
+        plan->last = *result;
+        st = SW_OK;
+    } else if (!is_gpu(plan)) {
         st = sw_pupil_cpu_run(plan, frame, result);
     } else {
 #ifdef SW_HAVE_CUDA

@@ -560,6 +560,11 @@ sw_status sw_pupil_cpu_run(sw_pupil_plan *plan, const sw_image *frame, sw_pupil_
         }
     }
 
+    /* pupils the glow path did not find: the spots path (pupil.h S1-S6, pupil_spots.c) */
+    sw_status st = sw_pupil_spots_fallback(plan, frame, result);
+    if (st != SW_OK)
+        return st;
+
     /* the lenslet mask (pupil.h "Lenslet mask") */
     if (plan->has_geom) {
         const sw_sh_geometry *g = &plan->geom;

@@ -1786,6 +1786,8 @@ extern "C" void sw_pupil_gpu_free(sw_pupil_plan *plan)
     plan->gpu = NULL;
 }
 
+static sw_status pp_upload_pupils(sw_pupil_plan *plan, const sw_pupil_result *r);
+
 extern "C" sw_status sw_pupil_gpu_init(sw_pupil_plan *plan)
 {
     const sw_pupil_params *p = &plan->p;
@@ -1836,6 +1838,84 @@ extern "C" sw_status sw_pupil_gpu_init(sw_pupil_plan *plan)
     memset(g->h_result, 0, sizeof(sw_pupil_result));
     SW_CU(cudaHostGetDevicePointer((void **)&g->d_result, g->h_result, 0));
     SW_CU(cudaStreamSynchronize(s)); /* plan->randoms is the host's, it may be read again */
+    if (p->given) {
+        /* given pupils (pupil.h): the device's pupils and mask are set once, and no frame's
+         * tracker runs (sw_pupil_gpu_enqueue) */
+        sw_pupil_result r;
+        sw_pupil_given_result(plan, &r);
+        sw_pupil_mask_host(plan, &r);
+        SW_TRY(pp_upload_pupils(plan, &r));
+    }
+    return SW_OK;
+}
+
+/* The pupils of r and the host lenslet mask (plan->lenslet_mask) onto the device, and r into
+ * the mapped result; the stream waits for the copies (the sources are the caller's). */
+static sw_status pp_upload_pupils(sw_pupil_plan *plan, const sw_pupil_result *r)
+{
+    pp_gpu *g = gpu_of(plan);
+    cudaStream_t s = stream_of(plan);
+    SW_CU(cudaSetDevice(plan->ctx->device));
+    SW_CU(cudaStreamSynchronize(s)); /* the mapped result is not being written */
+    SW_CU(cudaMemcpyAsync(g->pupils, r->pupil, 2 * sizeof(sw_pupil_ellipse), cudaMemcpyHostToDevice,
+                          s));
+    if (plan->has_geom)
+        SW_CU(cudaMemcpyAsync(g->lenslet, plan->lenslet_mask,
+                              (size_t)plan->geom.nx * (size_t)plan->geom.ny, cudaMemcpyHostToDevice,
+                              s));
+    *g->h_result = *r;
+    SW_CU(cudaStreamSynchronize(s));
+    return SW_OK;
+}
+
+extern "C" void sw_pupil_gpu_preset(sw_pupil_plan *plan)
+{
+    plan->preset = 1;
+}
+
+extern "C" sw_status sw_pupil_gpu_fallback(sw_pupil_plan *plan, const sw_image *frame,
+                                           sw_pupil_result *result, int *redo)
+{
+    pp_gpu *g = gpu_of(plan);
+    const sw_pupil_params *p = &plan->p;
+    if (redo)
+        *redo = 0;
+    int missing = 0;
+    for (int32_t i = 0; i < result->n_pupils; i++)
+        missing |= !result->pupil[i].valid;
+    if (p->given || (!missing && p->spots_fallback != 2))
+        return SW_OK;
+    /* the spots path reads the frame on the host: the caller's, or a copy of the plan's tight
+     * device copy of a device frame (one frame back over the bus, only when a pupil is missing) */
+    sw_image host = *frame;
+    if (frame->memory == SW_MEM_DEVICE && p->spots_fallback && plan->has_geom) {
+        const size_t row = (size_t)p->width * sw_pixel_size(p->type);
+        if (!plan->host_frame) {
+            plan->host_frame = malloc(row * (size_t)p->height);
+            if (!plan->host_frame)
+                return sw_fail(plan->ctx, SW_ENOMEM, "pupil: out of memory for a host frame");
+        }
+        SW_CU(cudaSetDevice(plan->ctx->device));
+        SW_CU(cudaMemcpyAsync(plan->host_frame, g->frame, row * (size_t)p->height,
+                              cudaMemcpyDeviceToHost, stream_of(plan)));
+        SW_CU(cudaStreamSynchronize(stream_of(plan)));
+        host.data = plan->host_frame;
+        host.stride = row;
+        host.memory = SW_MEM_HOST;
+        host.owned = 0;
+    }
+    SW_TRY(sw_pupil_spots_fallback(plan, &host, result));
+    int found = 0; /* a pupil the spots path found (or replaced, spots_fallback 2) */
+    for (int32_t i = 0; i < result->n_pupils; i++)
+        found |= result->pupil[i].valid && result->pupil[i].method == SW_PUPIL_METHOD_SPOTS;
+    if (found) {
+        SW_TRY(pp_upload_pupils(plan, result));
+        if (redo)
+            *redo = 1;
+    } else {
+        *g->h_result = *result; /* the reasons (glow_failure, spots_failure) */
+    }
+    plan->last = *result;
     return SW_OK;
 }
 
@@ -1849,6 +1929,12 @@ extern "C" sw_status sw_pupil_gpu_enqueue(sw_pupil_plan *plan, const sw_image *f
     SW_CU(cudaMemcpy2DAsync(
         g->frame, row, frame->data, frame->stride, row, (size_t)p->height,
         frame->memory == SW_MEM_DEVICE ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice, s));
+    if (p->given || plan->preset) {
+        /* no tracker: the pupils and mask on the device are set (given pupils, or the spots
+         * path's of this frame, sw_pupil_gpu_fallback) */
+        plan->preset = 0;
+        return SW_OK;
+    }
     if (!g->graph.exec)
         SW_TRY(pp_capture(plan));
     SW_CU(cudaGraphLaunch(g->graph.exec, s));
@@ -1884,7 +1970,8 @@ extern "C" sw_status sw_pupil_gpu_run(sw_pupil_plan *plan, const sw_image *frame
                               s));
     SW_CU(cudaStreamSynchronize(s));
     sw_pupil_gpu_collect(plan, result);
-    return SW_OK;
+    /* a pupil the device's glow path did not find: the spots path on the host (pupil.h) */
+    return sw_pupil_gpu_fallback(plan, frame, result, NULL);
 }
 
 extern "C" sw_status sw_pupil_gpu_images(sw_pupil_plan *plan, uint8_t *img8, uint8_t *smooth8,

@@ -39,7 +39,9 @@ struct sw_pupil_plan {
     int64_t border_n[2];
     uint8_t *lenslet_mask; /* nx * ny, host copy of the last mask (NULL without geometry) */
 
-    void *gpu; /* pupil_cuda.cu's state (NULL on a CPU plan) */
+    void *gpu;        /* pupil_cuda.cu's state (NULL on a CPU plan) */
+    int preset;       /* GPU: the next enqueue runs no tracker (sw_pupil_gpu_preset)      */
+    void *host_frame; /* GPU: a host copy of a device frame for the spots path (lazily)    */
 };
 
 /* Q16 weights of the Gaussian (step 1): w_k = round(65536 g_k / sum g) with
@@ -75,6 +77,18 @@ int32_t sw_pupil_cpu_split(const uint8_t *smooth, int32_t width, int32_t height)
 void sw_pupil_cpu_fit(const sw_pupil_plan *plan, const sw_pm_region *r, const int32_t *xy,
                       int64_t n, sw_pupil_ellipse *out);
 
+/* ---------------------------------------------------------------- host (pupil_spots.c) */
+
+/* The lenslet mask of result's pupils into plan->lenslet_mask (with a geometry). */
+void sw_pupil_mask_host(sw_pupil_plan *plan, const sw_pupil_result *result);
+/* The plan's given pupils as a result (pupil.h "Given pupils"). */
+void sw_pupil_given_result(const sw_pupil_plan *plan, sw_pupil_result *result);
+/* For each pupil of result not found: glow_failure set, then (spots_fallback) the spots path
+ * S1-S6 on the host frame (the plan's size and type); the lenslet mask is recomputed into
+ * plan->lenslet_mask when a pupil was found. */
+sw_status sw_pupil_spots_fallback(sw_pupil_plan *plan, const sw_image *frame,
+                                  sw_pupil_result *result);
+
 #ifdef SW_HAVE_CUDA
 /* ---------------------------------------------------------------- GPU (pupil_cuda.cu) */
 
@@ -92,6 +106,17 @@ sw_status sw_pupil_gpu_images(sw_pupil_plan *plan, uint8_t *img8, uint8_t *smoot
 sw_status sw_pupil_gpu_border(sw_pupil_plan *plan, int32_t i, int32_t *xy, int64_t capacity,
                               int64_t *count);
 const uint8_t *sw_pupil_gpu_lenslet_mask(const sw_pupil_plan *plan);
+/* The host side after the device tracker (sw_pupil_gpu_collect's result): when a pupil was not
+ * found and spots_fallback is on, the spots path on the host (frame: the caller's frame, in host
+ * memory, or a device frame, copied back from the plan's tight copy); when it finds one, the
+ * pupils and the lenslet mask are uploaded to the device (the stream waits) and *result,
+ * plan->last and the mapped result updated. *redo (may be NULL) is set to 1 then: steps chained
+ * after the tracker on the device (aberrometry.h) must run again with sw_pupil_gpu_preset. */
+sw_status sw_pupil_gpu_fallback(sw_pupil_plan *plan, const sw_image *frame, sw_pupil_result *result,
+                                int *redo);
+/* The next sw_pupil_gpu_enqueue copies the frame but runs no tracker: the pupils and mask on the
+ * device are those sw_pupil_gpu_fallback uploaded (given pupils: always so). */
+void sw_pupil_gpu_preset(sw_pupil_plan *plan);
 
 /* For the aberrometry pipeline (aberrometry.h), which chains its kernels after the tracker's
  * without waiting: sw_pupil_gpu_enqueue queues the frame's copy (host or device frame) and the

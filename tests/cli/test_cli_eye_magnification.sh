@@ -6,7 +6,8 @@
 # vector is worked out here from sim eye's truth CSV (Thibos, Hong, Bradley & Applegate 2004,
 # with the 4th and 6th orders, as aberrometry reports it), independently of the library; sim
 # eye's report must give the same truth and the magnification, aberrometry's JSON the
-# magnification it assumed. --magnification 1 must miss the truth by far (the test can fail).
+# magnification it assumed (and the truth's pupils CSV the magnification the image was drawn
+# with). --magnification 1 must miss the truth by far (the test can fail).
 # Usage: test_cli_eye_magnification.sh PATH/TO/spotwave
 set -euo pipefail
 
@@ -69,6 +70,12 @@ for k, v in zip(("M", "J0", "J45"), truth):
     assert abs(rx[k] - v) < 0.1, (k, rx[k], v)
 
 assert ab1["magnification"] == 1 and ab1["magnification_source"] == "option", ab1
+# the truth file carries what the image was drawn with (issue 22), the report what it assumed
+tp = [l.strip().split(",") for l in open("t_pupils.csv") if l.strip()]
+tp = dict(zip(tp[0], tp[1]))
+assert abs(float(tp["magnification"]) - 0.61875) < 1e-12 and float(tp["pixel_um"]) == 5.5, tp
+assert ab["magnification_default"] is True and ab1["magnification_default"] is False, ab1
+assert e["pupil_method"] == "glow" and e["pupil_fallback_reason"] is None, e
 rx1 = ab1["frames"][0]["eyes"][0]["refraction"]
 assert abs(rx1["M"] - truth[0]) > 1.0, (rx1, truth)  # the old default's error
 print("truth M %.3f J0 %.3f J45 %.3f; measured M %.3f J0 %.3f J45 %.3f"

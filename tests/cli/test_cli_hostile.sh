@@ -208,6 +208,17 @@ hostile "1|2" "centroid: 10x10 lenslets of 24 px on 96 px" centroid sh.fits --pi
 hostile "1|2" "centroid: origin outside the image" centroid sh.fits --pitch 24 --grid 4x4 \
     --origin 5000,0
 hostile 2 "centroid: pitch 0" centroid sh.fits --pitch 0 --grid 4x4 --origin 0,0
+dgeom=(--distance-mm 100 --beam-center 32,32 --pixel-mm 0.172 --out s_dg.csv)
+hostile 2 "find: wavelength 0" find zeros.fits --wavelength-a 0 "${dgeom[@]}"
+hostile 2 "find: distance -100 mm" find zeros.fits --wavelength-a 1 --distance-mm -100 \
+    --beam-center 32,32 --pixel-mm 0.172 --out s_dg.csv
+hostile 2 "find: pixel size 0,0.1" find zeros.fits --wavelength-a 1 --distance-mm 100 \
+    --beam-center 32,32 --pixel-mm 0,0.1 --out s_dg.csv
+hostile 2 "find: --d-min without a geometry" find zeros.fits --d-min 2 --out s_dg.csv
+hostile 2 "find: --d-min 5 above --d-max 3" find zeros.fits --wavelength-a 1 "${dgeom[@]}" \
+    --d-min 5 --d-max 3
+hostile 2 "find: beam-stop circle of radius -4" find zeros.fits --beamstop-circle 32,32,-4 \
+    --out s_dg.csv
 hostile "1|2" "fit: pupil larger than the grid" fit s.csv "${geom[@]}" --pupil-px 1e9
 hostile 2 "sim stars: size 0x0" sim stars --random 5 --size 0x0 --out x.fits
 

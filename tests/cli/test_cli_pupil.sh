@@ -23,7 +23,7 @@ command -v python3 >/dev/null || fail "python3 is needed to check the tables"
 cat >"$tmp/check.py" <<'EOF'
 import json, math, struct, sys, zlib
 
-COLUMNS = "pupil,cx_px,cy_px,a_px,b_px,angle_deg,inliers,valid,threshold,failure,near"
+COLUMNS = "pupil,cx_px,cy_px,a_px,b_px,angle_deg,inliers,valid,threshold,failure,near,method"
 
 def read_csv(path):
     lines = [l.rstrip("\n") for l in open(path) if l.strip()]
@@ -34,7 +34,7 @@ def read_csv(path):
         assert len(cells) == len(names), (names, l)
         r = {}
         for n, c in zip(names, cells):
-            r[n] = c if n == "failure" else float(c)
+            r[n] = c if n in ("failure", "method") else float(c)
         rows.append(r)
     return names, rows
 
@@ -83,7 +83,7 @@ elif cmd == "same":  # two tables agree (to 1e-4 px and one inlier: the GPU's re
     for x, y in zip(a, b):
         assert x.keys() == y.keys(), (x, y)
         for k in x:
-            if k == "failure":
+            if k in ("failure", "method"):
                 assert x[k] == y[k], (x, y)
             elif math.isnan(x[k]) or math.isnan(y[k]):
                 assert math.isnan(x[k]) and math.isnan(y[k]), (k, x, y)

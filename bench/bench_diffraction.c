@@ -1,0 +1,357 @@
+/*
+ * bench_diffraction: the per-image summary a beamline steers by (diffraction.h; spot finding as
+ * find.h, DIALS's dispersion_extended: Winter et al. 2018, Acta Cryst. D74, 85-97), with the
+ * geometry-aware masks on, on detector-sized frames read from an HDF5 file on disk.
+ *
+ * Frames: diffraction-like patterns from the star simulator: Gaussian spots (sigma 1 px) whose
+ * density follows the resolution (spots to d = 2.0 A, a sparse scatter beyond), fluxes 30 .. 3000
+ * counts, on a Poisson background of 0.8 counts per pixel, with the detector's module gaps set to
+ * the type's maximum (masked as overloaded, as the detectors flag them):
+ *   "eiger16m"   4148 x 4362 u16, 75 um pixels, 4 x 8 modules of 1028 x 512 px with 12 / 38 px
+ *                gaps (an Eiger2 16M), 150 mm, 0.9763 A;
+ *   "pilatus6m"  2463 x 2527 u32, 172 um pixels, 5 x 12 modules of 487 x 195 px with 7 / 17 px
+ *                gaps (a Pilatus 6M; its CBFs hold signed 32-bit counts), 300 mm, 0.9763 A.
+ * --quick: a 1024 x 1024 u16 frame instead. A pool of 4 distinct frames is written to a
+ * deflate-compressed (or bitshuffle/LZ4 when the plugin is there, as Eiger writes) Eiger-like
+ * HDF5 file in $TMPDIR and cycled.
+ * Masks: d >= 50 A (the direct beam's surroundings), the ice rings at DIALS's width, a beam-stop
+ * circle of 60 px and its arm (a rectangle from the beam to the frame's edge).
+ *
+ * Cases (the "bench" field):
+ *   diffraction_mask     sw_diffraction_mask: the geometry-aware mask, built once per run
+ *   summary_frame        one frame already in memory (device memory on CUDA): sw_find_run with
+ *                        the mask, then sw_diffraction_summarise (d of every spot, counts, the
+ *                        resolution estimate); frames/s
+ *   summary_disk         sw_find_sequence over frames read from the HDF5 file on the reader
+ *                        thread (decompressed there; the file is in the page cache after the
+ *                        first pass), each frame's summary after; time per frame, frames/s
+ * The table ends with the detectors' own rates (Eiger2 16M: 133 Hz at 16 bit; Eiger2 4M: 560 Hz).
+ */
+#define _GNU_SOURCE /* mkdtemp */
+
+#include "harness.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define PROG "bench_diffraction"
+#define POOL 4
+#define SEED 0xD1FFull
+
+typedef struct detector {
+    const char *name;
+    int32_t w, h;
+    sw_pixel_type type;
+    double pixel_mm, distance_mm;
+    int32_t mod_w, mod_h, gap_x, gap_y; /* 0: no modules */
+} detector;
+
+static int fail(sw_context *ctx, const char *what, sw_status st)
+{
+    fprintf(stderr, "%s: %s: %s\n", PROG, what,
+            sw_context_error(ctx)[0] ? sw_context_error(ctx) : sw_status_string(st));
+    return 1;
+}
+
+static uint64_t splitmix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static double uniform(uint64_t *s)
+{
+    return (double)(splitmix(s) >> 11) * 0x1.0p-53;
+}
+
+static int in_gap(const detector *d, int32_t x, int32_t y)
+{
+    if (!d->mod_w)
+        return 0;
+    return x % (d->mod_w + d->gap_x) >= d->mod_w || y % (d->mod_h + d->gap_y) >= d->mod_h;
+}
+
+static void geometry(const detector *d, sw_diffraction_geometry *g)
+{
+    sw_diffraction_geometry_init(g);
+    g->wavelength_a = 0.9763;
+    g->distance_mm = d->distance_mm;
+    g->beam_x_px = 0.5 * d->w - 3.3;
+    g->beam_y_px = 0.5 * d->h + 7.7;
+    g->pixel_x_mm = g->pixel_y_mm = d->pixel_mm;
+    g->have = SW_DG_RESOLUTION;
+}
+
+/* POOL frames of spots that thin out past 2.0 A, written to path. */
+static int make_file(sw_context *ctx, const detector *d, const sw_diffraction_geometry *g,
+                     const char *path, sw_image host[POOL])
+{
+    sw_starsim_params sp;
+    sw_starsim_params_default(&sp);
+    sp.width = d->w;
+    sp.height = d->h;
+    sp.sigma = 1.0;
+    sp.roi_side = 9;
+    sp.psf = SW_PSF_INTEGRATED;
+    const int64_t tries = (int64_t)d->w * d->h / 4000;
+    sp.max_stars = tries;
+    sw_starsim *sim = NULL;
+    sw_image e = {0};
+    sw_status st = sw_starsim_create(ctx, &sp, &sim);
+    if (st == SW_OK)
+        st = sw_image_alloc(ctx, d->w, d->h, SW_PIX_F32, &e);
+    uint64_t rs = SEED;
+    for (int i = 0; i < POOL && st == SW_OK; i++) {
+        sw_stars stars;
+        st = sw_stars_alloc(ctx, tries, &stars);
+        if (st != SW_OK)
+            break;
+        int64_t n = 0;
+        for (int64_t k = 0; k < tries; k++) {
+            const double x = uniform(&rs) * d->w, y = uniform(&rs) * d->h;
+            const double dd = sw_diffraction_d_spacing(g, x, y);
+            if (dd < 2.0 && uniform(&rs) > 0.03)
+                continue;
+            stars.x[n] = x;
+            stars.y[n] = y;
+            stars.flux[n] = 30.0 * pow(100.0, uniform(&rs));
+            n++;
+        }
+        stars.count = n;
+        st = sw_starsim_run(sim, &stars, &e);
+        sw_stars_free(&stars);
+        sw_detector det;
+        sw_detector_default(&det);
+        det.sky_e = 0.8;
+        det.shot_noise = 1;
+        det.read_noise_e = 0.0;
+        det.gain_e_per_adu = 1.0;
+        det.bias_adu = 0.0;
+        det.out_type = d->type;
+        det.seed = SEED + 100 + (uint64_t)i;
+        if (st == SW_OK)
+            st = sw_image_alloc(NULL, d->w, d->h, d->type, &host[i]);
+        if (st == SW_OK)
+            st = sw_detector_apply(ctx, &det, &e, &host[i]);
+        if (st != SW_OK)
+            break;
+        for (int32_t y = 0; y < d->h; y++)
+            for (int32_t x = 0; x < d->w; x++)
+                if (in_gap(d, x, y)) {
+                    void *row = sw_image_row(&host[i], y);
+                    if (d->type == SW_PIX_U16)
+                        ((uint16_t *)row)[x] = 0xffff;
+                    else
+                        ((uint32_t *)row)[x] = 0xffffffffu;
+                }
+    }
+    sw_image_free(&e);
+    sw_starsim_destroy(sim);
+    if (st == SW_OK)
+        st = sw_h5_write(ctx, path, host, POOL, 0,
+                         sw_h5_bitshuffle_available() ? SW_H5_BSLZ4 : SW_H5_DEFLATE, NULL, 0.0);
+    if (st != SW_OK)
+        return fail(ctx, "making the frames", st);
+    return 0;
+}
+
+typedef struct job {
+    sw_context *ctx;
+    const sw_diffraction_geometry *g;
+    const sw_diffraction_mask_params *mp;
+    int32_t w, h;
+    uint8_t *mask;
+    sw_find_plan *plan;
+    sw_image *frames; /* POOL frames (device ones on CUDA) */
+    sw_h5_reader *h5;
+    int64_t nstream;
+    sw_spot_list spots;
+    sw_diffraction_summary last;
+    int64_t masked; /* pixels the geometry-aware mask cleared */
+} job;
+
+static sw_status run_mask(void *user, int sample, double *measured_us)
+{
+    job *j = user;
+    (void)sample;
+    (void)measured_us;
+    memset(j->mask, 1, (size_t)j->w * j->h);
+    return sw_diffraction_mask(j->ctx, j->g, j->mp, j->w, j->h, j->mask, &j->masked);
+}
+
+/* The summaries of the frames in spots (ordered by frame), first .. first+n-1. */
+static sw_status summarise_all(job *j, int64_t first, int64_t n)
+{
+    int64_t k = 0;
+    sw_status st = SW_OK;
+    for (int64_t f = first; f < first + n && st == SW_OK; f++) {
+        int64_t e = k;
+        while (e < j->spots.count && j->spots.spots[e].z0 == f)
+            e++;
+        st = sw_diffraction_summarise(j->ctx, j->g, j->spots.spots + k, e - k, f, &j->last);
+        k = e;
+    }
+    return st;
+}
+
+static sw_status run_frame(void *user, int sample, double *measured_us)
+{
+    job *j = user;
+    (void)measured_us;
+    j->spots.count = 0;
+    sw_status st = sw_find_run(j->plan, &j->frames[sample % POOL], sample, &j->spots, NULL, NULL);
+    if (st == SW_OK)
+        st = summarise_all(j, sample, 1);
+    return st;
+}
+
+static sw_status disk_read(void *user, int64_t index, sw_image *dst)
+{
+    return sw_h5_read_frame(((job *)user)->h5, index % POOL, dst);
+}
+
+static sw_status run_disk(void *user, int sample, double *measured_us)
+{
+    job *j = user;
+    (void)sample;
+    sw_find_source src = {disk_read, NULL, NULL, j};
+    j->spots.count = 0;
+    const double t0 = sw_bench_now_us();
+    sw_status st = sw_find_sequence(j->plan, 0, j->nstream, &src, 0, &j->spots, NULL);
+    if (st == SW_OK)
+        st = summarise_all(j, 0, j->nstream);
+    *measured_us = (sw_bench_now_us() - t0) / (double)j->nstream;
+    return st;
+}
+
+static int bench_detector(const sw_bench_options *o, sw_context *ctx, const detector *d,
+                          const char *dir)
+{
+    sw_diffraction_geometry g;
+    geometry(d, &g);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s.h5", dir, d->name);
+    sw_image host[POOL], dev[POOL];
+    memset(host, 0, sizeof host);
+    memset(dev, 0, sizeof dev);
+    int rc = make_file(ctx, d, &g, path, host);
+    const int cuda = sw_context_backend(ctx) == SW_BACKEND_CUDA;
+    job j;
+    memset(&j, 0, sizeof j);
+    j.ctx = ctx;
+    j.g = &g;
+    j.w = d->w;
+    j.h = d->h;
+    /* d >= 50 A, the ice rings, the beam stop (60 px) and its arm to the right-hand edge */
+    sw_diffraction_shape shapes[2] = {
+        {SW_DIFFRACTION_CIRCLE, {g.beam_x_px, g.beam_y_px, 60.0, 0.0}, 0, NULL},
+        {SW_DIFFRACTION_RECT,
+         {g.beam_x_px, (double)d->w, g.beam_y_px - 12.0, g.beam_y_px + 12.0},
+         0,
+         NULL},
+    };
+    sw_diffraction_mask_params mp;
+    memset(&mp, 0, sizeof mp);
+    mp.d_max = 50.0;
+    mp.ice_rings = 1;
+    mp.shapes = shapes;
+    mp.nshapes = 2;
+    j.mp = &mp;
+    char config[128];
+    snprintf(config, sizeof config, "%s %s", d->name, sw_pixel_type_string(d->type));
+    if (rc == 0) {
+        j.mask = malloc((size_t)d->w * d->h);
+        if (!j.mask) {
+            fprintf(stderr, "%s: out of memory\n", PROG);
+            rc = 1;
+        }
+    }
+    sw_bench_case cm = {"diffraction_mask", config, ctx, run_mask, &j, 0, 1, "masks"};
+    if (rc == 0 && sw_bench_run(o, &cm, NULL) != SW_OK)
+        rc = 1;
+    sw_find_params p;
+    sw_find_params_default(&p, d->w, d->h, d->type);
+    p.mask = j.mask;
+    sw_status st = SW_OK;
+    if (rc == 0 && (st = sw_find_create(ctx, &p, &j.plan)) != SW_OK)
+        rc = fail(ctx, "sw_find_create", st);
+    j.frames = host;
+    if (rc == 0 && cuda) {
+        for (int i = 0; i < POOL && st == SW_OK; i++) {
+            st = sw_image_alloc_device(ctx, d->w, d->h, d->type, &dev[i]);
+            if (st == SW_OK)
+                st = sw_image_copy(ctx, &host[i], &dev[i]);
+        }
+        if (st != SW_OK)
+            rc = fail(ctx, "device frames", st);
+        j.frames = dev;
+    }
+    sw_bench_case cf = {"summary_frame", config, ctx, run_frame, &j, 0, 1, "frames"};
+    if (rc == 0 && sw_bench_run(o, &cf, NULL) != SW_OK)
+        rc = 1;
+    if (rc == 0 && !o->json_only)
+        fprintf(stderr,
+                "%s: %s: %lld spots (%lld with d < 4 A), resolution estimate %.2f A, "
+                "%.1f%% of the pixels masked by geometry\n",
+                PROG, config, (long long)j.last.n_spots, (long long)j.last.n_spots_d_lt_4a,
+                j.last.d_min_estimate, 100.0 * (double)j.masked / ((double)d->w * d->h));
+    if (rc == 0 && (st = sw_h5_open(NULL, path, NULL, &j.h5)) != SW_OK)
+        rc = fail(ctx, "opening the HDF5 file", st);
+    j.nstream = cuda ? 32 : (o->quick ? 4 : 8);
+    sw_bench_case cd = {"summary_disk", config, ctx, run_disk, &j, 0, 1, "frames"};
+    if (rc == 0 && sw_bench_run(o, &cd, NULL) != SW_OK)
+        rc = 1;
+    sw_h5_close(j.h5);
+    sw_find_destroy(j.plan);
+    sw_spot_list_free(&j.spots);
+    free(j.mask);
+    for (int i = 0; i < POOL; i++) {
+        sw_image_free(&host[i]);
+        sw_image_free(&dev[i]);
+    }
+    unlink(path);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    sw_bench_options o;
+    int rc = sw_bench_parse_args(argc, argv, PROG, NULL, &o);
+    if (rc != SW_BENCH_CONTINUE)
+        return rc;
+    sw_context *ctx = NULL;
+    if (sw_bench_context(&o, PROG, &ctx) != 0)
+        return 1;
+    const char *tmp = getenv("TMPDIR");
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/bench_diffraction.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(dir)) {
+        fprintf(stderr, "%s: cannot make a folder in %s\n", PROG, tmp && *tmp ? tmp : "/tmp");
+        sw_context_destroy(ctx);
+        return 1;
+    }
+    static const detector eiger = {"eiger16m", 4148, 4362, SW_PIX_U16, 0.075,
+                                   150.0,      1028, 512,  12,         38};
+    static const detector pilatus = {"pilatus6m", 2463, 2527, SW_PIX_U32, 0.172,
+                                     300.0,       487,  195,  7,          17};
+    static const detector small = {"1024", 1024, 1024, SW_PIX_U16, 0.075, 60.0, 0, 0, 0, 0};
+    rc = 0;
+    if (o.quick) {
+        rc = bench_detector(&o, ctx, &small, dir);
+    } else {
+        rc = bench_detector(&o, ctx, &eiger, dir);
+        if (rc == 0)
+            rc = bench_detector(&o, ctx, &pilatus, dir);
+    }
+    rmdir(dir);
+    sw_bench_finish(&o);
+    if (!o.json_only)
+        fprintf(stderr, "detector rates: Eiger2 16M 133 Hz (7.5 ms a frame) at 16 bit; Eiger2 "
+                        "4M 560 Hz (1.8 ms)\n");
+    sw_context_destroy(ctx);
+    return rc;
+}
