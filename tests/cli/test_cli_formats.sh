@@ -2,7 +2,8 @@
 # CBF and TIFF inputs end to end: find gives the same spots on one image written as FITS, TIFF and
 # CBF; a CBF written here by an independent writer (byte-offset compression in Python, as the CBF
 # specification defines it) with a Pilatus mini-header and negative pixels reads with those pixels
-# masked (--json's valid_pixels) and its Count_cutoff as the overload; a three-page TIFF is three
+# masked (--json's valid_pixels), its Count_cutoff as the overload and its geometry as find's (a
+# spot's d-spacing by Bragg's law from the header's values); a three-page TIFF is three
 # frames; centroid gives the same centroids on a TIFF as on the FITS of the same image.
 # Usage: test_cli_formats.sh PATH/TO/spotwave
 set -euo pipefail
@@ -64,22 +65,31 @@ expect 0 --backend cpu find pil.cbf --out pil.csv --json
 python3 - "$out" <<'PY' || fail "find on a Pilatus CBF: $out"
 import json, sys
 r = json.loads(sys.argv[1])
-def find(o, key):
-    if isinstance(o, dict):
-        for k, v in o.items():
-            if k == key:
-                return v
-            f = find(v, key)
-            if f is not None:
-                return f
-    return None
-valid = find(r, 'valid_pixels')
-assert find(r, 'pixel_mask_from_file') is True, 'the negative pixels are not a pixel mask'
-assert find(r, 'overload') == 1048576, 'overload %r, not the Count_cutoff' % find(r, 'overload')
+valid = r['valid_pixels']
+assert r['pixel_mask_from_file'] is True, 'the negative pixels are not a pixel mask'
+assert r['overload'] == 1048576, 'overload %r, not the Count_cutoff' % r['overload']
+# the mini-header as find's geometry: Beam_xy (31.5, 24.5) is pixel (31, 24) in spotwave's
+# convention (pixel edges at whole numbers in the header, as DIALS reads it)
+g = r['geometry']
+assert g['complete'] is True, g
+assert g['wavelength_a'] == 0.97625 and g['distance_mm'] == 190, g
+assert g['beam_center_px'] == [31, 24], g
+assert abs(g['pixel_mm'][0] - 0.172) < 1e-12 and abs(g['pixel_mm'][1] - 0.172) < 1e-12, g
+assert all(v == 'file' for v in g['from'].values()), g
 # 64 gap pixels, one bad pixel, one overloaded pixel
 assert valid == 64 * 48 - 64 - 1 - 1, 'valid pixels %r' % valid
 PY
-grep -q '^0,30\.' pil.csv || fail "find on a Pilatus CBF: the spot at (30, 20) is missing: $(cat pil.csv)"
+python3 - <<'PY' || fail "find on a Pilatus CBF: the spot at (30, 20) or its d-spacing: $(cat pil.csv)"
+import csv, math
+rows = list(csv.DictReader(open('pil.csv')))
+spot = [r for r in rows if abs(float(r['x_px']) - 30) < 0.5 and abs(float(r['y_px']) - 20) < 0.5]
+assert len(spot) == 1, rows
+# Bragg's law from the header's geometry: d = lambda / (2 sin(theta)), tan(2 theta) = r / D
+x, y = float(spot[0]['x_px']), float(spot[0]['y_px'])
+rr = math.hypot((x - 31) * 0.172, (y - 24) * 0.172)
+d = 0.97625 / (2 * math.sin(0.5 * math.atan2(rr, 190.0)))
+assert abs(float(spot[0]['d_a']) - d) < 1e-3 * d, (spot, d)
+PY
 expect 0 --backend cpu find pil.cbf --out pil_nomask.csv --json --no-pixel-mask
 [[ $out == *'"pixel_mask_from_file": false'* || $out == *'"pixel_mask_from_file":false'* ]] ||
     fail "--no-pixel-mask: the CBF's negative pixels are still a mask: $out"
