@@ -194,13 +194,19 @@ int sw_cli_out_open(const char *sub, sw_cli_out *o, const char *path);
 int sw_cli_out_close(const char *sub, sw_cli_out *o, int ok);
 
 /*
- * Reads a FITS image (2-D or a cube of frames) or a binary PGM into frames, telling the formats
- * apart by their first bytes; with u32_to_f32, 32-bit integer frames are converted to float.
- * `what` names the file in messages ("image", "reference image"). SW_EXIT_OK, or a failure line
- * for sub.
+ * Reads a FITS image (2-D or a cube of frames), a binary PGM, a CBF (one frame) or a TIFF (every
+ * page a frame) into frames, telling the formats apart by their first bytes; with u32_to_f32,
+ * 32-bit integer frames are converted to float. `what` names the file in messages ("image",
+ * "reference image"). SW_EXIT_OK, or a failure line for sub.
  */
 int sw_cli_read_frames(sw_context *ctx, const char *sub, const char *what, const char *path,
                        int u32_to_f32, sw_frames *out);
+/* The same, and what the file says beyond its pixels (either may be NULL): *valid the pixels a
+ * CBF marks negative (bad pixels, module gaps) as 0 among 1s (malloc'ed; NULL when none), *geom
+ * the geometry a CBF mini-header gives (have = 0 for the other formats). */
+int sw_cli_read_frames_ex(sw_context *ctx, const char *sub, const char *what, const char *path,
+                          int u32_to_f32, sw_frames *out, uint8_t **valid,
+                          sw_diffraction_geometry *geom);
 
 /* ------------------------------------------------------------------ several inputs as one
  * frame sequence (inputs.c; used by find and pupil) */
@@ -213,7 +219,9 @@ typedef struct sw_cli_input {
     int64_t nframes;
     int64_t start;                /* global index of its first frame */
     sw_diffraction_geometry geom; /* what the file's header says of the experiment (have = 0:
-                                     nothing; FITS and PGM carry none) */
+                                     nothing; FITS, PGM and TIFF carry none; CBF: the Pilatus
+                                     mini-header; HDF5: the NXmx fields, sw_h5_read_geometry) */
+    uint8_t *valid; /* CBF: its negative pixels as 0 among 1s (width * height), or NULL */
 } sw_cli_input;
 
 /* Several input files, their frames numbered from 0 across all of them in order. */
@@ -225,6 +233,7 @@ typedef struct sw_cli_inputs {
     sw_pixel_type type;
     int h5_no_ctx;  /* the HDF5 readers were opened without the context (SW_CLI_INPUTS_THREAD) */
     sw_image h5buf; /* sw_cli_inputs_frame's buffer for HDF5 frames (allocated with ctx) */
+    uint8_t *valid; /* every input's valid mask ANDed (width * height), NULL when none has one */
 } sw_cli_inputs;
 
 /* sw_cli_inputs_open flags. THREAD: frames are read on another thread with sw_cli_inputs_read

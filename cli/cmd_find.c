@@ -1,10 +1,11 @@
 /*
  * spotwave find: spot finding with the DIALS dispersion thresholds and connected components
  * (Winter et al. 2018; Winter 2024, "CUDA Spotfinding"; find.h) on the frames of one or more images
- * (FITS, PGM, Eiger/NeXus HDF5), streamed through the library's double-buffered pipeline; a spots
- * CSV out (DESIGN.md), optionally the strong-pixel masks, a JSON report, and a progress bar on
- * stderr for long runs. With a diffraction geometry (diffraction.h: the file's header, overridden
- * by options) each spot's d-spacing, resolution and ice-ring masks, and a per-frame summary.
+ * (FITS, PGM, CBF, TIFF, Eiger/NeXus HDF5), streamed through the library's double-buffered
+ * pipeline; a spots CSV out (DESIGN.md), optionally the strong-pixel masks, a JSON report, and a
+ * progress bar on stderr for long runs. With a diffraction geometry (diffraction.h: the file's
+ * header, overridden by options) each spot's d-spacing, resolution and ice-ring masks, and a
+ * per-frame summary.
  */
 #define _GNU_SOURCE
 
@@ -42,8 +43,9 @@ void sw_cmd_find_help(FILE *out)
         "last column panel.\n"
         "\n"
         "Input:\n"
-        "  IMAGE...               FITS (2-D, or a cube of frames), 8/16-bit PGM, or HDF5 as\n"
-        "                         Eiger detectors write it (a NeXus master with\n"
+        "  IMAGE...               FITS (2-D, or a cube of frames), 8/16-bit PGM, CBF (Pilatus;\n"
+        "                         negative pixels are masked), TIFF (every page a frame), or\n"
+        "                         HDF5 as Eiger detectors write it (a NeXus master with\n"
         "                         /entry/data/data_000001..., or a data file with\n"
         "                         /entry/data/data; bitshuffle/LZ4 through the HDF5 filter\n"
         "                         plugins). Frames are numbered from 0 across all inputs,\n"
@@ -75,10 +77,11 @@ void sw_cmd_find_help(FILE *out)
         "  --gain-map IMAGE       per-pixel gains (FITS/PGM of the frame size; instead of --gain)\n"
         "  --mask IMAGE           pixel mask (FITS/PGM of the frame size): non-zero = valid.\n"
         "                         An HDF5 input's pixel_mask is used too unless --no-pixel-mask\n"
-        "  --no-pixel-mask        ignore the HDF5 detectorSpecific/pixel_mask\n"
+        "  --no-pixel-mask        ignore the HDF5 detectorSpecific/pixel_mask and a CBF's\n"
+        "                         negative pixels (they then count as 0)\n"
         "  --overload V           values >= V are masked (default: the HDF5 file's saturation\n"
-        "                         value or the header's overload, else 255 / 0xfffe /\n"
-        "                         0xfffffffe for 8/16/32-bit)\n"
+        "                         value or the header's overload (a CBF's Count_cutoff), else\n"
+        "                         255 / 0xfffe / 0xfffffffe for 8/16/32-bit)\n"
         "\n"
         "Diffraction geometry (from the input's header where it has one; these override it):\n"
         "  --wavelength-a L       X-ray wavelength, angstrom\n"
@@ -226,7 +229,7 @@ typedef struct find_opts {
 typedef struct find_job {
     find_opts *o;
     sw_cli_inputs in;     /* the frames of all inputs, read on the pipeline's thread */
-    double file_overload; /* from HDF5 (the lowest of the inputs'), 0 when none */
+    double file_overload; /* from HDF5 or CBF (the lowest of the inputs'), 0 when none */
     uint8_t *pixel_mask;  /* from HDF5 (every input's mask ANDed), or NULL */
     size_t pixel_n;
     sw_image strong_cube; /* --strong-mask: count frames stacked */
@@ -610,8 +613,32 @@ static int merge_h5(void *user, sw_cli_input *in, const sw_h5_info *info)
 static int open_inputs(sw_context *ctx, find_job *j)
 {
     const find_opts *o = j->o;
-    return sw_cli_inputs_open(ctx, SUB, o->inputs, o->ninputs, o->dataset, SW_CLI_INPUTS_THREAD,
-                              merge_h5, j, &j->in);
+    int rc = sw_cli_inputs_open(ctx, SUB, o->inputs, o->ninputs, o->dataset, SW_CLI_INPUTS_THREAD,
+                                merge_h5, j, &j->in);
+    if (rc != SW_EXIT_OK)
+        return rc;
+    /* a CBF's Count_cutoff is its overload, as an HDF5 master's (the lowest of the inputs') */
+    for (int i = 0; i < j->in.n; i++) {
+        const sw_cli_input *in = &j->in.in[i];
+        if (!in->h5 && (in->geom.have & SW_DG_OVERLOAD) &&
+            (j->file_overload == 0 || in->geom.overload < j->file_overload))
+            j->file_overload = in->geom.overload;
+    }
+    if (!j->in.valid || o->no_pixel_mask)
+        return SW_EXIT_OK;
+    /* a CBF's negative pixels (Pilatus: -1 bad, -2 a gap between modules) are a pixel mask */
+    size_t n = (size_t)j->in.width * (size_t)j->in.height;
+    if (!j->pixel_mask) {
+        j->pixel_mask = malloc(n);
+        if (!j->pixel_mask)
+            return sw_cli_fail(SUB, "out of memory");
+        memcpy(j->pixel_mask, j->in.valid, n);
+        j->pixel_n = n;
+    } else if (j->pixel_n == n) {
+        for (size_t k = 0; k < n; k++)
+            j->pixel_mask[k] = j->pixel_mask[k] && j->in.valid[k];
+    }
+    return SW_EXIT_OK;
 }
 
 /* A per-pixel map (mask or gain map) of the frame size from a FITS/PGM file, as floats. */

@@ -19,13 +19,28 @@ void sw_cmd_info_help(FILE *out)
             "Prints the spotwave version and build, whether CUDA is built in, how many CUDA\n"
             "devices are usable, the backend the global options give (and why), and for CUDA the\n"
             "device: name, memory total/free, compute capability, multiprocessors, driver and\n"
-            "runtime versions. Fails (exit 1) when the requested backend is not usable, e.g.\n"
+            "runtime versions, and the image formats the commands read. Fails (exit 1) when the "
+            "requested backend is not usable, e.g.\n"
             "'spotwave --backend cuda info' on a machine without a GPU.\n"
             "\n"
             "Options:\n"
             "  --json       print a JSON object instead of text\n"
             "  -h, --help   print this help and exit\n");
 }
+
+/* The image formats the commands read (find, pupil, aberrometry, centroid), by their first
+ * bytes: name, what reads it, what it gives beyond pixels. */
+static const struct {
+    const char *name, *reader, *notes;
+} formats[] = {
+    {"FITS", "cfitsio", "2-D images and cubes; .gz and tile-compressed .fz too"},
+    {"PGM", "spotwave", "binary P5, 8/16-bit"},
+    {"CBF", "CBFlib, in a child process",
+     "imgCIF/CBF one frame per file (Pilatus); the mini-header's geometry; negative pixels masked"},
+    {"TIFF", "libtiff", "8/16/32-bit unsigned and 32-bit float, every page a frame"},
+    {"HDF5", "HDF5, walked in a child process; spotwave's chunk decoders",
+     "Eiger/NeXus NXmx masters and data files; the NXmx geometry, pixel mask and overload"},
+};
 
 /* 12080 -> "12.8"; 0 -> "none". */
 static void cuda_version_text(int v, char *buf, size_t size)
@@ -69,6 +84,9 @@ static void print_text(const info_report *r)
            sw_backend_string(r->requested));
     printf("reason:        %s\n", r->reason);
     printf("data files:    %s\n", r->data_dir);
+    for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++)
+        printf("%-15s%s (%s): %s\n", i == 0 ? "image formats:" : "", formats[i].name,
+               formats[i].reader, formats[i].notes);
     if (r->have_device) {
         const sw_device_info *d = &r->dev;
         cuda_version_text(d->driver_version, drv, sizeof drv);
@@ -96,6 +114,14 @@ static void print_json(const info_report *r)
     sw_cli_json_string(j, "backend", sw_backend_string(r->backend));
     sw_cli_json_string(j, "backend_reason", r->reason);
     sw_cli_json_string(j, "data_dir", r->data_dir);
+    cJSON *fmts = cJSON_AddArrayToObject(j, "image_formats");
+    for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++) {
+        cJSON *f = cJSON_CreateObject();
+        sw_cli_json_string(f, "name", formats[i].name);
+        sw_cli_json_string(f, "reader", formats[i].reader);
+        sw_cli_json_string(f, "notes", formats[i].notes);
+        cJSON_AddItemToArray(fmts, f);
+    }
     if (!r->have_device) {
         cJSON_AddNullToObject(j, "device");
     } else {

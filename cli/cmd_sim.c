@@ -165,9 +165,15 @@ int sim_check_image_name(const char *S, const char *opt, const char *path, sw_pi
         if (t != SW_PIX_U8 && t != SW_PIX_U16)
             return sw_cli_usage(S, "an HDF5 (Eiger) file holds integer counts: use --bits 8 or "
                                    "16, or a .fits name");
+    } else if (sw_cli_ends_with(path, ".cbf")) {
+        if (t == SW_PIX_F32)
+            return sw_cli_usage(S, "a CBF file holds integer counts: use --bits 8, 16 or 32, or a "
+                                   ".fits or .tif name");
     } else if (!sw_cli_ends_with(path, ".fits") && !sw_cli_ends_with(path, ".fit") &&
-               !sw_cli_ends_with(path, ".fts")) {
-        return sw_cli_usage(S, "%s: '%s' does not end in .fits, .pgm or .h5", opt, path);
+               !sw_cli_ends_with(path, ".fts") && !sw_cli_ends_with(path, ".tif") &&
+               !sw_cli_ends_with(path, ".tiff")) {
+        return sw_cli_usage(S, "%s: '%s' does not end in .fits, .pgm, .h5, .tif, .tiff or .cbf",
+                            opt, path);
     }
     return SW_EXIT_OK;
 }
@@ -177,6 +183,18 @@ sw_status sim_write_any(sw_context *ctx, const char *path, const sw_image *img, 
 {
     if (sw_cli_ends_with(path, ".pgm"))
         return sw_pgm_write(ctx, path, img);
+    if (sw_cli_ends_with(path, ".tif") || sw_cli_ends_with(path, ".tiff"))
+        return sw_tiff_write(ctx, path, img, 1, 0);
+    if (sw_cli_ends_with(path, ".cbf")) {
+        /* Count_cutoff: where the counts saturate (find's default overload of the type) */
+        sw_diffraction_geometry g;
+        sw_diffraction_geometry_init(&g);
+        if (img->type == SW_PIX_U8 || img->type == SW_PIX_U16) {
+            g.overload = img->type == SW_PIX_U8 ? 255.0 : 65534.0;
+            g.have = SW_DG_OVERLOAD;
+        }
+        return sw_cbf_write(ctx, path, img, NULL, &g);
+    }
     if (is_hdf5_name(path))
         return sw_h5_write(ctx, path, img, 1, 0,
                            sw_h5_bitshuffle_available() ? SW_H5_BSLZ4 : SW_H5_DEFLATE, NULL, 0.0);

@@ -1,6 +1,6 @@
 /*
- * Several input files (FITS, PGM, Eiger/NeXus HDF5) as one numbered frame sequence, for the
- * commands that take IMAGE... (find, pupil): frames are numbered from 0 across all inputs in
+ * Several input files (FITS, PGM, CBF, TIFF, Eiger/NeXus HDF5) as one numbered frame sequence, for
+ * the commands that take IMAGE... (find, pupil): frames are numbered from 0 across all inputs in
  * order, and all inputs must share one size and pixel type.
  */
 #include "cli.h"
@@ -34,8 +34,10 @@ void sw_cli_inputs_free(sw_cli_inputs *in)
     for (int i = 0; i < in->n; i++) {
         sw_frames_free(&in->in[i].frames);
         sw_h5_close(in->in[i].h5);
+        free(in->in[i].valid);
     }
     free(in->in);
+    free(in->valid);
     sw_image_free(&in->h5buf);
     memset(in, 0, sizeof *in);
 }
@@ -73,6 +75,7 @@ int sw_cli_inputs_open(sw_context *ctx, const char *sub, char *const *paths, int
                 sw_cli_file_in("a data file of the image", sw_h5_file_path(in->h5, k));
             sw_h5_info info;
             sw_h5_get_info(in->h5, &info);
+            sw_h5_read_geometry(in->h5, &in->geom);
             w = info.width;
             h = info.height;
             t = info.type;
@@ -84,7 +87,8 @@ int sw_cli_inputs_open(sw_context *ctx, const char *sub, char *const *paths, int
                     return rc;
             }
         } else {
-            int rc = sw_cli_read_frames(ctx, sub, "image", in->path, 0, &in->frames);
+            int rc = sw_cli_read_frames_ex(ctx, sub, "image", in->path, 0, &in->frames, &in->valid,
+                                           &in->geom);
             if (rc != SW_EXIT_OK)
                 return rc;
             w = in->frames.frames[0].width;
@@ -105,6 +109,18 @@ int sw_cli_inputs_open(sw_context *ctx, const char *sub, char *const *paths, int
         }
         in->start = out->total;
         out->total += in->nframes;
+        if (in->valid) { /* a CBF's negative pixels: bad for the whole sequence */
+            size_t np = (size_t)w * (size_t)h;
+            if (!out->valid) {
+                out->valid = malloc(np);
+                if (!out->valid)
+                    return sw_cli_fail(sub, "out of memory");
+                memcpy(out->valid, in->valid, np);
+            } else {
+                for (size_t k = 0; k < np; k++)
+                    out->valid[k] = out->valid[k] && in->valid[k];
+            }
+        }
     }
     if (any_h5 && !out->h5_no_ctx) {
         sw_status st = sw_image_alloc(ctx, out->width, out->height, out->type, &out->h5buf);

@@ -606,14 +606,25 @@ int main(int argc, char **argv)
 }
 
 /*
- * Reads a FITS (2-D or cube; also gzip-compressed, .fits.gz, and tile-compressed, .fz: io.h) or
- * PGM image into frames, telling the formats apart by their first bytes; 32-bit integer frames
- * are converted to float when u32_to_f32 is set. `what` names the file in messages.
+ * Reads a FITS (2-D or cube; also gzip-compressed, .fits.gz, and tile-compressed, .fz: io.h), PGM,
+ * CBF or TIFF image into frames, telling the formats apart by their first bytes; 32-bit integer
+ * frames are converted to float when u32_to_f32 is set. `what` names the file in messages.
  */
 int sw_cli_read_frames(sw_context *ctx, const char *sub, const char *what, const char *path,
                        int u32_to_f32, sw_frames *out)
 {
+    return sw_cli_read_frames_ex(ctx, sub, what, path, u32_to_f32, out, NULL, NULL);
+}
+
+int sw_cli_read_frames_ex(sw_context *ctx, const char *sub, const char *what, const char *path,
+                          int u32_to_f32, sw_frames *out, uint8_t **valid,
+                          sw_diffraction_geometry *geom)
+{
     memset(out, 0, sizeof *out);
+    if (valid)
+        *valid = NULL;
+    if (geom)
+        sw_diffraction_geometry_init(geom);
     FILE *f = fopen(path, "rb");
     if (!f)
         return sw_cli_fail(sub, "%s '%s': %s", what, path, strerror(errno));
@@ -633,8 +644,22 @@ int sw_cli_read_frames(sw_context *ctx, const char *sub, const char *what, const
             out->count = 1;
         else
             sw_frames_free(out);
+    } else if (n == 6 && memcmp(magic, "###CBF", 6) == 0) {
+        out->frames = calloc(1, sizeof *out->frames);
+        if (!out->frames)
+            return sw_cli_fail(sub, "out of memory");
+        st = sw_cbf_read(ctx, path, &out->frames[0], valid, geom);
+        if (st == SW_OK)
+            out->count = 1;
+        else
+            sw_frames_free(out);
+    } else if (n >= 4 && (memcmp(magic, "II*\0", 4) == 0 || memcmp(magic, "MM\0*", 4) == 0 ||
+                          memcmp(magic, "II+\0", 4) == 0 || memcmp(magic, "MM\0+", 4) == 0)) {
+        st = sw_tiff_read(ctx, path, out);
     } else {
-        return sw_cli_fail(sub, "%s '%s' is neither FITS (plain, .gz or .fz) nor binary PGM (P5)",
+        return sw_cli_fail(sub,
+                           "%s '%s' is none of FITS (plain, .gz or .fz), binary PGM (P5), CBF "
+                           "(\"###CBF\") or TIFF",
                            what, path);
     }
     if (st != SW_OK)

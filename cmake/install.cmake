@@ -38,7 +38,8 @@ install(FILES ${PROJECT_BINARY_DIR}/spotwaveConfig.cmake
 # Libs: the shared library alone (its dependencies are its own); Libs.private: what a static
 # link (`pkg-config --static`) needs besides libspotwave.a.
 set(SW_PC_PRIVATE "")
-foreach(lib ${CFITSIO_LIBRARY} ${HDF5_LIBRARY} ${LZ4_LIBRARY} ${PNG_LIBRARIES} ${FFTW_LIBRARY} ${LAPACKE_LIBRARY}
+foreach(lib ${CFITSIO_LIBRARY} ${HDF5_LIBRARY} ${LZ4_LIBRARY} ${CBF_LIBRARY} ${TIFF_LIBRARY} ${PNG_LIBRARIES}
+            ${FFTW_LIBRARY} ${LAPACKE_LIBRARY}
             ${OPENBLAS_LIBRARY})
   string(APPEND SW_PC_PRIVATE " ${lib}")
 endforeach()

@@ -1,6 +1,6 @@
 /*
- * spotwave I/O: FITS (cfitsio), PGM, HDF5 (Eiger / NeXus frames), PNG output, CSV tables, JSON
- * strings.
+ * spotwave I/O: FITS (cfitsio), PGM, HDF5 (Eiger / NeXus frames), CBF / imgCIF (CBFlib), TIFF
+ * (libtiff), PNG output, CSV tables, JSON strings.
  *
  * All readers allocate the returned images with sw_image_alloc (host memory, pinned on CUDA) and
  * validate everything before returning. On failure *out is left zeroed and the message names the
@@ -21,6 +21,7 @@
 #define SPOTWAVE_IO_H
 
 #include "spotwave/core.h"
+#include "spotwave/diffraction.h"
 
 #include <stdio.h>
 
@@ -126,6 +127,103 @@ sw_status sw_pgm_read(sw_context *ctx, const char *path, sw_image *out);
 sw_status sw_pgm_read_memory(sw_context *ctx, const void *buf, size_t size, sw_image *out);
 /* Writes u8 (maxval 255) or u16 (maxval 65535) host images; other types are SW_EINVAL. */
 sw_status sw_pgm_write(sw_context *ctx, const char *path, const sw_image *img);
+
+/* ------------------------------------------------------------------ CBF / imgCIF (Pilatus) */
+
+/*
+ * The Crystallographic Binary File (Bernstein H. J., Hammersley A. P. (2006), "Specification of
+ * the Crystallographic Binary File (CBF/imgCIF)", International Tables for Crystallography Vol. G,
+ * ch. 2.3, pp. 37-43; read with CBFlib) as Dectris Pilatus detectors write it: one frame per
+ * file, an integer array (_array_data.data) compressed with the byte-offset scheme (or not), and
+ * the "mini-header" in _array_data.header_contents.
+ *
+ * Pixels: X-Binary-Size-Fastest-Dimension is the width (x), the second dimension the height;
+ * pixel (x, y) is element y * width + x (no flips). Unsigned 8-bit arrays -> SW_PIX_U8; 16-bit
+ * (signed or unsigned) -> SW_PIX_U16; 32-bit -> SW_PIX_U32. Pilatus stores signed 32-bit values
+ * and marks pixels it cannot measure with negative ones (-1 a bad pixel, -2 a gap between
+ * modules): every negative pixel reads as 0 and is marked invalid in *valid (width * height
+ * bytes, row-major, 1 = good, 0 = not; allocated with malloc, the caller frees) so that it can be
+ * find's pixel mask; *valid is NULL when no pixel is negative (or when valid is NULL: then the
+ * negative pixels are 0 and nothing says so). Arrays of more than one frame (a third dimension
+ * above 1) and real-valued arrays are SW_EUNSUPPORTED.
+ *
+ * The mini-header (lines "# Name value unit") gives, in geom (may be NULL; geom->have says which
+ * were found, each only when its unit is the one expected and its value finite and positive):
+ *   Wavelength 0.9763 A                    -> wavelength_a                  SW_DG_WAVELENGTH
+ *   Detector_distance 0.25 m (or mm)       -> distance_mm                   SW_DG_DISTANCE
+ *   Beam_xy (1231.5, 1263.5) pixels        -> beam_x_px, beam_y_px          SW_DG_BEAM
+ *   Pixel_size 172e-6 m x 172e-6 m         -> pixel_x_mm, pixel_y_mm        SW_DG_PIXEL
+ *   Count_cutoff 1048576 counts            -> overload                      SW_DG_OVERLOAD
+ *   Exposure_time 0.1 s                    -> exposure_s                    SW_DG_EXPOSURE
+ * Beam_xy is read as the DIALS/dxtbx format reader reads it (pixel edges at whole numbers: the
+ * beam at Beam_xy * pixel size from the detector's corner), so beam_x_px = Beam_xy x - 0.5 in
+ * spotwave's convention (the centre of pixel 0 at 0.0; diffraction.h). The detector is taken
+ * normal to the beam (orientation 0).
+ *
+ * Files are untrusted input, and CBFlib (0.9.7, Debian) is not safe on them: a fuzzer found a
+ * mutated byte-offset file that makes cbf_get_integerarray write past the array it was given (a
+ * heap overflow, then an abort in free), and CBFlib prints its diagnostics on stderr. So CBFlib
+ * runs in a child process (at most 2 GiB of memory beyond what it inherits, SW_CBF_TIMEOUT
+ * seconds) that sends the header text and the pixels back; a crash, a hang or a message that does
+ * not hold together (sizes checked against each other and against SW_IMAGE_MAX_DIM /
+ * SW_IMAGE_MAX_PIXELS) is SW_EFORMAT with CBFlib's last diagnostic quoted. Where fork fails it
+ * runs in the calling process, with a warning.
+ * Status: SW_EIO (cannot open), SW_EFORMAT (not CBF, corrupt, truncated, no array, a digest that
+ * does not match, sizes that disagree), SW_EUNSUPPORTED (as above), SW_ENOMEM, SW_EINVAL (NULL).
+ */
+#define SW_CBF_TIMEOUT 30.0
+
+sw_status sw_cbf_read(sw_context *ctx, const char *path, sw_image *out, uint8_t **valid,
+                      sw_diffraction_geometry *geom);
+/* The same from a memory buffer (the fuzzer, embedded callers). */
+sw_status sw_cbf_read_memory(sw_context *ctx, const void *buf, size_t size, sw_image *out,
+                             uint8_t **valid, sw_diffraction_geometry *geom);
+
+/*
+ * Parses a Pilatus mini-header (the text of _array_data.header_contents) into g as above (g is
+ * initialised first); returns how many fields were found. Lines it does not know are skipped.
+ */
+int sw_cbf_parse_header(const char *text, size_t size, sw_diffraction_geometry *g);
+
+/*
+ * Writes a host image as a mini-CBF the way a Pilatus does (with CBFlib): signed 32-bit values,
+ * byte-offset compressed, MIME headers with an MD5 digest, and a mini-header with the fields of
+ * geom that it has (geom may be NULL; Beam_xy written back in the edge convention above). u8, u16
+ * and u32 images (u32 values above 2147483647 are SW_ERANGE); f32 is SW_EINVAL. valid (NULL:
+ * every pixel good) marks pixels written as -1. Temporary name, then rename.
+ */
+sw_status sw_cbf_write(sw_context *ctx, const char *path, const sw_image *img, const uint8_t *valid,
+                       const sw_diffraction_geometry *geom);
+
+/* ------------------------------------------------------------------ TIFF (Rayonix, lab detectors)
+ */
+
+/*
+ * TIFF 6.0 (Adobe, 1992) read with libtiff: every image (page, directory) of the file is a frame,
+ * and all must share width, height and type. Grey images of one sample per pixel: 8, 16 and
+ * 32-bit unsigned integers (SW_PIX_U8 / U16 / U32) and 32-bit IEEE floats (SW_PIX_F32), in strips
+ * or tiles, with any compression this libtiff decodes (none, LZW, deflate, PackBits, ...). Pixel
+ * (x, y) is row y, column x as stored (Orientation is not applied). Anything else (signed
+ * integers, 64-bit, several samples per pixel, palettes, 1-bit images, planar configurations other
+ * than contiguous) is SW_EUNSUPPORTED with what the file holds. Sizes are checked against
+ * SW_IMAGE_MAX_DIM / SW_IMAGE_MAX_PIXELS, and a page's frame against the bytes its strips or
+ * tiles store (uncompressed: all of it; compressed: at most 64 (PackBits), 1100 (deflate), 2800
+ * (LZW) or 65536 (other codecs) times them, within the file's size), before any pixel is read or
+ * the frame allocated; libtiff is told to allocate no single buffer larger than 2 GiB; a strip or
+ * tile that does not decode is SW_EFORMAT naming the page. libtiff's warnings go to the context's
+ * log (debug), never to stderr. TIFF carries no diffraction geometry spotwave reads (Rayonix's own
+ * header is not parsed).
+ */
+sw_status sw_tiff_read(sw_context *ctx, const char *path, sw_frames *out);
+sw_status sw_tiff_read_memory(sw_context *ctx, const void *buf, size_t size, sw_frames *out);
+
+/*
+ * Writes count host images (one size and type: u8, u16, u32 or f32) as a TIFF of count pages,
+ * deflate-compressed strips of 16 rows (tiles of 64 x 64 when tiled is non-zero). Temporary
+ * name, then rename.
+ */
+sw_status sw_tiff_write(sw_context *ctx, const char *path, const sw_image *frames, int32_t count,
+                        int tiled);
 
 /* ------------------------------------------------------------------ PNG (pictures for people) */
 
@@ -388,6 +486,38 @@ sw_status sw_h5_read_frame(sw_h5_reader *r, int64_t index, sw_image *dst);
  * has_pixel_mask) or when it is not a rank-2 [height, width] integer dataset.
  */
 sw_status sw_h5_read_pixel_mask(sw_h5_reader *r, uint8_t *valid);
+
+/*
+ * The experiment's geometry as the master's NeXus/NXmx fields give it (Bernstein H. J. et al.
+ * (2020), "Gold Standard for macromolecular crystallography diffraction data", IUCrJ 7(5),
+ * 784-792), read by the structure walk (in its child, each a numeric scalar dataset without
+ * filters, its type and size checked before it is read, its "units" attribute a string of at most
+ * 63 characters):
+ *   /entry/instrument/beam/incident_wavelength   angstrom (also nm, m; none: angstrom)
+ *   /entry/instrument/detector/detector_distance m (also mm, um, cm; none: m)
+ *   .../detector/x_pixel_size, y_pixel_size      m (as above; none: m)
+ *   .../detector/beam_center_x, beam_center_y    pixels (or a length, with the pixel size);
+ *                                                beam_x_px = beam_center_x - 0.5 (pixel edges at
+ *                                                whole numbers, as DIALS reads NXmx; diffraction.h
+ *                                                puts the centre of pixel 0 at 0.0)
+ *   .../detector/count_time                      s
+ *   the overload (sw_h5_info.overload)           SW_DG_OVERLOAD
+ * A field that is there but unusable (not one finite positive number, an unknown unit) is left
+ * out with a warning.
+ * The module orientation (SW_DG_ORIENTATION, orientation = 1), for one module:
+ * .../detector/module/fast_pixel_direction and slow_pixel_direction (translations whose values
+ * are the pixel size and whose "vector" attributes are +x and +y of the image) and the
+ * depends_on chain they share (module_offset, the detector's transformations: translations and
+ * rotations with "vector", "offset", "offset_units", units m/mm or deg/rad; at most 16, paths
+ * absolute or relative to the object's group). The chain carries the first pixel's corner and
+ * the two directions into the laboratory frame; origin_mm is that corner plus half a pixel along
+ * each direction (the centre of pixel (0,0)). The pixel size comes from the directions when
+ * x/y_pixel_size are absent. A chain that breaks, loops, or gives directions that are not
+ * perpendicular leaves the orientation out (0) with a warning. Multi-module detectors (several
+ * NXdetector_module groups) are not read: only ".../module".
+ * SW_EINVAL for NULL arguments (g then zeroed).
+ */
+sw_status sw_h5_read_geometry(const sw_h5_reader *r, sw_diffraction_geometry *g);
 
 /* The files an open reader reads frames from: the master (k = 0) and each data file an external
  * link led to, each once, as their paths were opened (for a caller that must not overwrite them).

@@ -598,6 +598,17 @@ sw_status sw_h5_get_info(const sw_h5_reader *r, sw_h5_info *info)
     return SW_OK;
 }
 
+sw_status sw_h5_read_geometry(const sw_h5_reader *r, sw_diffraction_geometry *g)
+{
+    if (!g)
+        return sw_error_set(NULL, SW_EINVAL, "sw_h5_read_geometry: NULL geometry");
+    sw_diffraction_geometry_init(g);
+    if (!r)
+        return sw_error_set(NULL, SW_EINVAL, "sw_h5_read_geometry: NULL reader");
+    *g = r->l.geom;
+    return SW_OK;
+}
+
 int32_t sw_h5_file_count(const sw_h5_reader *r)
 {
     return r ? (int32_t)r->l.nfiles : 0;

@@ -50,6 +50,14 @@
 #define PATH_MASK       PATH_SPECIFIC "/pixel_mask"
 #define PATH_CUTOFF     PATH_SPECIFIC "/countrate_correction_count_cutoff"
 #define PATH_SATURATION PATH_DETECTOR "/saturation_value"
+/* NXmx geometry (Bernstein et al. 2020, IUCrJ 7, 784-792) */
+#define PATH_WAVELENGTH PATH_INSTRUMENT "/beam/incident_wavelength"
+#define PATH_DISTANCE   PATH_DETECTOR "/detector_distance"
+#define PATH_BEAM_X     PATH_DETECTOR "/beam_center_x"
+#define PATH_BEAM_Y     PATH_DETECTOR "/beam_center_y"
+#define PATH_PIXEL_X    PATH_DETECTOR "/x_pixel_size"
+#define PATH_PIXEL_Y    PATH_DETECTOR "/y_pixel_size"
+#define PATH_COUNT_TIME PATH_DETECTOR "/count_time"
 
 /* How a dataset's values are read. */
 enum {
@@ -111,6 +119,7 @@ typedef struct h5_layout {
     h5_dset mask;                /* when mask_ok                                                 */
     char mask_msg[SW_ERROR_MAX]; /* why not, when has_mask && !mask_ok            */
     double overload;
+    sw_diffraction_geometry geom; /* the NXmx fields found (have bits); orientation never set */
     char **warnings;
     uint32_t nwarnings;
 } h5_layout;

@@ -799,10 +799,98 @@ static sw_status find_blocks(walk *w)
                      have_group ? "" : ", but the file has no " PATH_DATA " group");
 }
 
-/* A numeric scalar (or one-element) dataset without filters, as a double: 1 read, 0 absent,
- * -1 unusable. */
-static int read_scalar(walk *w, const char *path, double *out)
+/* The string attribute `name` of obj (fixed or variable length, of at most size - 1 characters)
+ * into buf; "" when absent or unusable. Type, rank and size checked before reading. */
+static void read_str_attr(hid_t obj, const char *name, char *buf, size_t size)
 {
+    buf[0] = '\0';
+    if (H5Aexists(obj, name) <= 0) {
+        H5Eclear2(H5E_DEFAULT);
+        return;
+    }
+    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+    if (a < 0) {
+        H5Eclear2(H5E_DEFAULT);
+        return;
+    }
+    hid_t t = H5Aget_type(a), sp = H5Aget_space(a), mt = -1;
+    if (t >= 0 && sp >= 0 && H5Tget_class(t) == H5T_STRING &&
+        H5Sget_simple_extent_npoints(sp) == 1) {
+        if (H5Tis_variable_str(t) > 0) {
+            mt = H5Tcopy(H5T_C_S1);
+            char *p = NULL;
+            if (mt >= 0 && H5Tset_size(mt, H5T_VARIABLE) >= 0 && H5Aread(a, mt, &p) >= 0 && p) {
+                snprintf(buf, size, "%s", p);
+                H5free_memory(p);
+            }
+        } else {
+            size_t n = H5Tget_size(t);
+            char tmp[H5_PATH_MAX];
+            mt = H5Tcopy(H5T_C_S1);
+            if (n > 0 && n < sizeof tmp && mt >= 0 && H5Tset_size(mt, n) >= 0 &&
+                H5Tset_strpad(mt, H5T_STR_NULLPAD) >= 0 && H5Aread(a, mt, tmp) >= 0) {
+                tmp[n] = '\0';
+                snprintf(buf, size, "%.*s", (int)(size - 1), tmp);
+            }
+        }
+    }
+    if (mt >= 0)
+        H5Tclose(mt);
+    if (sp >= 0)
+        H5Sclose(sp);
+    if (t >= 0)
+        H5Tclose(t);
+    H5Aclose(a);
+    H5Eclear2(H5E_DEFAULT);
+    for (size_t i = 0; buf[i]; i++) /* printable ASCII only: it may reach messages */
+        if ((unsigned char)buf[i] < 0x20 || (unsigned char)buf[i] >= 0x7F)
+            buf[i] = '?';
+}
+
+static void read_units(hid_t obj, char *buf, size_t size)
+{
+    read_str_attr(obj, "units", buf, size);
+}
+
+/* A numeric attribute of exactly three values (NeXus's vector, offset) into v: 1, or 0 when
+ * absent or unusable. */
+static int read_vec_attr(hid_t obj, const char *name, double v[3])
+{
+    if (H5Aexists(obj, name) <= 0) {
+        H5Eclear2(H5E_DEFAULT);
+        return 0;
+    }
+    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+    if (a < 0) {
+        H5Eclear2(H5E_DEFAULT);
+        return 0;
+    }
+    int ok = 0;
+    hid_t t = H5Aget_type(a), sp = H5Aget_space(a);
+    if (t >= 0 && sp >= 0 && (H5Tget_class(t) == H5T_FLOAT || H5Tget_class(t) == H5T_INTEGER) &&
+        H5Sget_simple_extent_npoints(sp) == 3 && H5Sget_simple_extent_ndims(sp) <= 2) {
+        double tmp[3];
+        if (H5Aread(a, H5T_NATIVE_DOUBLE, tmp) >= 0 && isfinite(tmp[0]) && isfinite(tmp[1]) &&
+            isfinite(tmp[2])) {
+            memcpy(v, tmp, sizeof tmp);
+            ok = 1;
+        }
+    }
+    if (sp >= 0)
+        H5Sclose(sp);
+    if (t >= 0)
+        H5Tclose(t);
+    H5Aclose(a);
+    H5Eclear2(H5E_DEFAULT);
+    return ok;
+}
+
+/* A numeric scalar (or one-element) dataset without filters, as a double (and its "units"
+ * attribute when units is not NULL): 1 read, 0 absent, -1 unusable. */
+static int read_scalar_units(walk *w, const char *path, double *out, char *units, size_t usize)
+{
+    if (units)
+        units[0] = '\0';
     int e = path_exists(w, w->master, path);
     if (e <= 0) {
         H5Eclear2(H5E_DEFAULT);
@@ -823,6 +911,8 @@ static int read_scalar(walk *w, const char *path, double *out)
             if (H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, &v) >= 0) {
                 *out = v;
                 res = 1;
+                if (units)
+                    read_units(d, units, usize);
             }
         }
         if (p >= 0)
@@ -835,6 +925,336 @@ static int read_scalar(walk *w, const char *path, double *out)
     H5Oclose(d);
     H5Eclear2(H5E_DEFAULT);
     return res;
+}
+
+static int read_scalar(walk *w, const char *path, double *out)
+{
+    return read_scalar_units(w, path, out, NULL, 0);
+}
+
+#define NX_PI 3.14159265358979323846
+
+/* One NeXus transformation (NXtransformations member): a numeric scalar with its attributes. */
+typedef struct nx_transform {
+    double value;        /* in its units (mm or degrees after conversion)              */
+    int rotation;        /* 1: rotation by value degrees about vector; 0: translation  */
+    double vector[3];    /* unit                                                       */
+    double offset_mm[3]; /* 0 when absent                                              */
+    char depends_on[H5_PATH_MAX];
+} nx_transform;
+
+static double mm_per(const char *u, double dflt);
+
+/* Reads the transformation at path (absolute): 1, or 0 when it is not a usable one (why says). */
+static int read_transform(walk *w, const char *path, nx_transform *t, char *why, size_t ws)
+{
+    memset(t, 0, sizeof *t);
+    char units[64];
+    if (read_scalar_units(w, path, &t->value, units, sizeof units) != 1) {
+        snprintf(why, ws, "%s is not one number", path);
+        return 0;
+    }
+    hid_t d = H5Oopen(w->master, path, w->lapl);
+    if (d < 0) {
+        H5Eclear2(H5E_DEFAULT);
+        snprintf(why, ws, "%s does not open", path);
+        return 0;
+    }
+    char type[32], ounits[64];
+    read_str_attr(d, "transformation_type", type, sizeof type);
+    read_str_attr(d, "offset_units", ounits, sizeof ounits);
+    read_str_attr(d, "depends_on", t->depends_on, sizeof t->depends_on);
+    int have_vec = read_vec_attr(d, "vector", t->vector);
+    double off[3] = {0.0, 0.0, 0.0};
+    int have_off = read_vec_attr(d, "offset", off);
+    H5Oclose(d);
+    H5Eclear2(H5E_DEFAULT);
+    double n = sqrt(t->vector[0] * t->vector[0] + t->vector[1] * t->vector[1] +
+                    t->vector[2] * t->vector[2]);
+    if (!have_vec || !(n > 0.0) || !isfinite(n)) {
+        snprintf(why, ws, "%s has no usable vector attribute", path);
+        return 0;
+    }
+    for (int i = 0; i < 3; i++)
+        t->vector[i] /= n;
+    if (strcmp(type, "rotation") == 0) {
+        t->rotation = 1;
+        if (units[0] && strcmp(units, "deg") != 0 && strcmp(units, "degree") != 0 &&
+            strcmp(units, "degrees") != 0) {
+            if (strcmp(units, "rad") == 0 || strcmp(units, "radian") == 0 ||
+                strcmp(units, "radians") == 0)
+                t->value *= 180.0 / NX_PI;
+            else {
+                snprintf(why, ws, "%s: rotation units '%s'", path, units);
+                return 0;
+            }
+        }
+    } else if (strcmp(type, "translation") == 0) {
+        double f = mm_per(units, 1000.0);
+        if (!(f > 0.0)) {
+            snprintf(why, ws, "%s: translation units '%s'", path, units);
+            return 0;
+        }
+        t->value *= f;
+    } else {
+        snprintf(why, ws, "%s: transformation_type '%s'", path, type);
+        return 0;
+    }
+    if (have_off) {
+        double f = mm_per(ounits[0] ? ounits : units, 1000.0);
+        if (t->rotation && !ounits[0])
+            f = 1000.0; /* a rotation's offset without offset_units: metres */
+        if (!(f > 0.0)) {
+            snprintf(why, ws, "%s: offset units '%s'", path, ounits);
+            return 0;
+        }
+        for (int i = 0; i < 3; i++)
+            t->offset_mm[i] = off[i] * f;
+    }
+    if (!isfinite(t->value) || !isfinite(t->offset_mm[0]) || !isfinite(t->offset_mm[1]) ||
+        !isfinite(t->offset_mm[2])) {
+        snprintf(why, ws, "%s: values not finite", path);
+        return 0;
+    }
+    return 1;
+}
+
+/* v rotated by deg degrees about the unit axis a (Rodrigues). */
+static void rotate(double v[3], const double a[3], double deg)
+{
+    const double th = deg * NX_PI / 180.0, c = cos(th), s = sin(th);
+    const double d = a[0] * v[0] + a[1] * v[1] + a[2] * v[2];
+    const double x[3] = {a[1] * v[2] - a[2] * v[1], a[2] * v[0] - a[0] * v[2],
+                         a[0] * v[1] - a[1] * v[0]};
+    for (int i = 0; i < 3; i++)
+        v[i] = v[i] * c + x[i] * s + a[i] * d * (1.0 - c);
+}
+
+/* The absolute path `dep` names, seen from the object at `from` (NeXus allows paths relative to
+ * the object's group): 1, or 0 when it does not fit. */
+static int resolve_dep(const char *from, const char *dep, char *out, size_t size)
+{
+    if (dep[0] == '/')
+        return snprintf(out, size, "%s", dep) < (int)size;
+    const char *slash = strrchr(from, '/');
+    if (!slash)
+        return 0;
+    return snprintf(out, size, "%.*s/%s", (int)(slash - from), from, dep) < (int)size;
+}
+
+/*
+ * The NXmx module orientation (io.h, sw_h5_read_geometry): fast_pixel_direction and
+ * slow_pixel_direction of /entry/instrument/detector/module, their vectors and the depends_on
+ * chain they share (translations and rotations, at most 16), applied to the first pixel's corner
+ * and to the two directions. Anything else (no module, directions of their own chains, a chain
+ * that loops or breaks) leaves the orientation out, with a warning when something was there.
+ */
+static void read_orientation(walk *w, sw_diffraction_geometry *g)
+{
+    static const char *const fpath = PATH_DETECTOR "/module/fast_pixel_direction";
+    static const char *const spath = PATH_DETECTOR "/module/slow_pixel_direction";
+    if (path_exists(w, w->master, fpath) <= 0 || path_exists(w, w->master, spath) <= 0) {
+        H5Eclear2(H5E_DEFAULT);
+        return;
+    }
+    char why[H5_PATH_MAX + 128] = "";
+    nx_transform f, sl;
+    if (!read_transform(w, fpath, &f, why, sizeof why) ||
+        !read_transform(w, spath, &sl, why, sizeof why)) {
+        walk_warn(w, "%s: the module orientation is not used: %s", w->path, why);
+        return;
+    }
+    if (f.rotation || sl.rotation || !(f.value > 0.0) || !(sl.value > 0.0)) {
+        walk_warn(w,
+                  "%s: the module orientation is not used: the pixel directions are not "
+                  "translations by a positive pixel size",
+                  w->path);
+        return;
+    }
+    char fdep[H5_PATH_MAX], sdep[H5_PATH_MAX];
+    if (!resolve_dep(fpath, f.depends_on, fdep, sizeof fdep) ||
+        !resolve_dep(spath, sl.depends_on, sdep, sizeof sdep) || strcmp(fdep, sdep) != 0) {
+        walk_warn(w,
+                  "%s: the module orientation is not used: the fast and slow directions do "
+                  "not depend on one transformation",
+                  w->path);
+        return;
+    }
+    /* the first pixel's corner and the two directions, carried out along the chain */
+    double p[3] = {f.offset_mm[0] + sl.offset_mm[0], f.offset_mm[1] + sl.offset_mm[1],
+                   f.offset_mm[2] + sl.offset_mm[2]};
+    double fast[3] = {f.vector[0], f.vector[1], f.vector[2]};
+    double slow[3] = {sl.vector[0], sl.vector[1], sl.vector[2]};
+    char cur[H5_PATH_MAX];
+    snprintf(cur, sizeof cur, "%s", fdep);
+    int steps = 0;
+    while (strcmp(cur, ".") != 0 && cur[0] != '\0') {
+        if (++steps > 16) {
+            walk_warn(w,
+                      "%s: the module orientation is not used: its depends_on chain is longer "
+                      "than 16 (or loops)",
+                      w->path);
+            return;
+        }
+        nx_transform t;
+        if (!read_transform(w, cur, &t, why, sizeof why)) {
+            walk_warn(w, "%s: the module orientation is not used: %s", w->path, why);
+            return;
+        }
+        if (t.rotation) {
+            rotate(p, t.vector, t.value);
+            rotate(fast, t.vector, t.value);
+            rotate(slow, t.vector, t.value);
+        } else {
+            for (int i = 0; i < 3; i++)
+                p[i] += t.value * t.vector[i];
+        }
+        for (int i = 0; i < 3; i++)
+            p[i] += t.offset_mm[i];
+        if (strcmp(t.depends_on, ".") == 0 || t.depends_on[0] == '\0')
+            break;
+        char next[H5_PATH_MAX];
+        if (!resolve_dep(cur, t.depends_on, next, sizeof next)) {
+            walk_warn(w, "%s: the module orientation is not used: %s depends on a path too long",
+                      w->path, cur);
+            return;
+        }
+        snprintf(cur, sizeof cur, "%s", next);
+    }
+    /* spotwave's origin is the centre of pixel (0,0): half a pixel in from the corner */
+    for (int i = 0; i < 3; i++) {
+        g->origin_mm[i] = p[i] + 0.5 * f.value * fast[i] + 0.5 * sl.value * slow[i];
+        g->fast[i] = fast[i];
+        g->slow[i] = slow[i];
+    }
+    const double dot = fast[0] * slow[0] + fast[1] * slow[1] + fast[2] * slow[2];
+    if (fabs(dot) > 1e-6 || !isfinite(g->origin_mm[0]) || !isfinite(g->origin_mm[1]) ||
+        !isfinite(g->origin_mm[2])) {
+        walk_warn(w,
+                  "%s: the module orientation is not used: the pixel directions are not "
+                  "perpendicular",
+                  w->path);
+        memset(g->origin_mm, 0, sizeof g->origin_mm);
+        memset(g->fast, 0, sizeof g->fast);
+        memset(g->slow, 0, sizeof g->slow);
+        return;
+    }
+    g->orientation = 1;
+    g->have |= SW_DG_ORIENTATION;
+    if (!(g->have & SW_DG_PIXEL)) { /* the directions' values are the pixel size */
+        g->pixel_x_mm = f.value;
+        g->pixel_y_mm = sl.value;
+        g->have |= SW_DG_PIXEL;
+    }
+}
+
+/* Millimetres per unit of a length ("m", "mm", "um", ...); dflt when there is no unit; 0 when
+ * the unit is not a length spotwave knows. */
+static double mm_per(const char *u, double dflt)
+{
+    static const struct {
+        const char *name;
+        double mm;
+    } t[] = {{"m", 1000.0},      {"metre", 1000.0}, {"meter", 1000.0},   {"metres", 1000.0},
+             {"meters", 1000.0}, {"mm", 1.0},       {"millimetre", 1.0}, {"millimeter", 1.0},
+             {"um", 1e-3},       {"micron", 1e-3},  {"microns", 1e-3},   {"cm", 10.0}};
+    if (!u[0])
+        return dflt;
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        if (strcmp(u, t[i].name) == 0)
+            return t[i].mm;
+    return 0.0;
+}
+
+/* Ångströms per unit of a wavelength; 1 when there is no unit (NXmx's customary unit). */
+static double angstrom_per(const char *u)
+{
+    if (!u[0] || strcmp(u, "angstrom") == 0 || strcmp(u, "Angstrom") == 0 ||
+        strcmp(u, "angstroms") == 0 || strcmp(u, "Angstroms") == 0 || strcmp(u, "A") == 0 ||
+        strcmp(u, "\xC3\x85") == 0)
+        return 1.0;
+    if (strcmp(u, "nm") == 0)
+        return 10.0;
+    if (strcmp(u, "m") == 0)
+        return 1e10;
+    return 0.0;
+}
+
+/*
+ * The NXmx geometry (io.h, sw_h5_read_geometry): each field only when its dataset is a numeric
+ * scalar with a finite value and a unit spotwave knows; a field that is there but unusable is a
+ * warning.
+ */
+static void read_geometry(walk *w)
+{
+    sw_diffraction_geometry *g = &w->l->geom;
+    sw_diffraction_geometry_init(g);
+    char u[64], u2[64];
+    double v, v2, f;
+    int got = read_scalar_units(w, PATH_WAVELENGTH, &v, u, sizeof u);
+    if (got == 1 && (f = angstrom_per(u)) > 0.0 && isfinite(v * f) && v * f > 0.0) {
+        g->wavelength_a = v * f;
+        g->have |= SW_DG_WAVELENGTH;
+    } else if (got != 0) {
+        walk_warn(w, "%s: %s (units '%s') is not a usable wavelength: ignored", w->path,
+                  PATH_WAVELENGTH, u);
+    }
+    got = read_scalar_units(w, PATH_DISTANCE, &v, u, sizeof u);
+    if (got == 1 && (f = mm_per(u, 1000.0)) > 0.0 && isfinite(v * f) && v * f > 0.0) {
+        g->distance_mm = v * f;
+        g->have |= SW_DG_DISTANCE;
+    } else if (got != 0) {
+        walk_warn(w, "%s: %s (units '%s') is not a usable distance: ignored", w->path,
+                  PATH_DISTANCE, u);
+    }
+    int gx = read_scalar_units(w, PATH_PIXEL_X, &v, u, sizeof u);
+    int gy = read_scalar_units(w, PATH_PIXEL_Y, &v2, u2, sizeof u2);
+    double fx = mm_per(u, 1000.0), fy = mm_per(u2, 1000.0);
+    if (gx == 1 && gy == 1 && fx > 0.0 && fy > 0.0 && isfinite(v * fx) && isfinite(v2 * fy) &&
+        v * fx > 0.0 && v2 * fy > 0.0) {
+        g->pixel_x_mm = v * fx;
+        g->pixel_y_mm = v2 * fy;
+        g->have |= SW_DG_PIXEL;
+    } else if (gx != 0 || gy != 0) {
+        walk_warn(w, "%s: %s and %s are not a usable pixel size: ignored", w->path, PATH_PIXEL_X,
+                  PATH_PIXEL_Y);
+    }
+    gx = read_scalar_units(w, PATH_BEAM_X, &v, u, sizeof u);
+    gy = read_scalar_units(w, PATH_BEAM_Y, &v2, u2, sizeof u2);
+    if (gx == 1 && gy == 1 && isfinite(v) && isfinite(v2)) {
+        /* pixels (NXmx's unit, and the default); a length only with the pixel size */
+        int px = (!u[0] || strncmp(u, "pixel", 5) == 0) && (!u2[0] || strncmp(u2, "pixel", 5) == 0);
+        double lx = mm_per(u, 0.0), ly = mm_per(u2, 0.0);
+        if (!px && lx > 0.0 && ly > 0.0 && (g->have & SW_DG_PIXEL)) {
+            v = v * lx / g->pixel_x_mm;
+            v2 = v2 * ly / g->pixel_y_mm;
+            px = 1;
+        }
+        if (px && fabs(v) < 1e7 && fabs(v2) < 1e7) {
+            /* edges at whole numbers, as DIALS reads NXmx: pixel centres at +0.5 */
+            g->beam_x_px = v - 0.5;
+            g->beam_y_px = v2 - 0.5;
+            g->have |= SW_DG_BEAM;
+        } else {
+            walk_warn(w, "%s: the beam centre (units '%s', '%s') is not usable: ignored", w->path,
+                      u, u2);
+        }
+    } else if (gx != 0 || gy != 0) {
+        walk_warn(w, "%s: %s and %s are not a usable beam centre: ignored", w->path, PATH_BEAM_X,
+                  PATH_BEAM_Y);
+    }
+    got = read_scalar_units(w, PATH_COUNT_TIME, &v, u, sizeof u);
+    if (got == 1 &&
+        (!u[0] || strcmp(u, "s") == 0 || strcmp(u, "second") == 0 || strcmp(u, "seconds") == 0) &&
+        isfinite(v) && v > 0.0) {
+        g->exposure_s = v;
+        g->have |= SW_DG_EXPOSURE;
+    }
+    if (w->l->overload > 0.0) {
+        g->overload = w->l->overload;
+        g->have |= SW_DG_OVERLOAD;
+    }
+    read_orientation(w, g);
 }
 
 static void read_overload(walk *w)
@@ -960,6 +1380,7 @@ void h5_walk(const char *path, const h5_walk_opts *o, h5_layout *out)
     }
     find_mask(&w);
     read_overload(&w);
+    read_geometry(&w);
 out:
     if (w.master >= 0)
         H5Fclose(w.master);
@@ -1118,6 +1539,21 @@ uint8_t *h5_layout_pack(const h5_layout *l, size_t *size)
         uint64_t ov;
         memcpy(&ov, &l->overload, 8);
         put64(&k, ov);
+        const double g[7] = {l->geom.wavelength_a, l->geom.distance_mm, l->geom.beam_x_px,
+                             l->geom.beam_y_px,    l->geom.pixel_x_mm,  l->geom.pixel_y_mm,
+                             l->geom.exposure_s};
+        put32(&k, l->geom.have);
+        for (int i = 0; i < 7; i++) {
+            memcpy(&ov, &g[i], 8);
+            put64(&k, ov);
+        }
+        for (int i = 0; i < 9; i++) {
+            const double v = i < 3   ? l->geom.origin_mm[i]
+                             : i < 6 ? l->geom.fast[i - 3]
+                                     : l->geom.slow[i - 6];
+            memcpy(&ov, &v, 8);
+            put64(&k, ov);
+        }
     }
     if (k.oom) {
         free(k.p);
@@ -1430,8 +1866,58 @@ sw_status h5_layout_unpack(const uint8_t *buf, size_t size, h5_layout *l)
     }
     uint64_t ov = get64(&u);
     memcpy(&l->overload, &ov, 8);
-    if (u.bad || u.pos != u.n || !(l->overload >= 0.0) || !isfinite(l->overload))
+    if (u.bad || !(l->overload >= 0.0) || !isfinite(l->overload))
         goto bad;
+    /* the geometry: only the bits the walk sets, every value finite, lengths positive */
+    sw_diffraction_geometry *g = &l->geom;
+    sw_diffraction_geometry_init(g);
+    uint32_t have = get32(&u);
+    double gv[16];
+    for (int i = 0; i < 16; i++) {
+        ov = get64(&u);
+        memcpy(&gv[i], &ov, 8);
+        if (!isfinite(gv[i]))
+            goto bad;
+    }
+    const uint32_t known = SW_DG_WAVELENGTH | SW_DG_DISTANCE | SW_DG_BEAM | SW_DG_PIXEL |
+                           SW_DG_OVERLOAD | SW_DG_EXPOSURE | SW_DG_ORIENTATION;
+    if (u.bad || u.pos != u.n || (have & ~known) || ((have & SW_DG_WAVELENGTH) && !(gv[0] > 0.0)) ||
+        ((have & SW_DG_DISTANCE) && !(gv[1] > 0.0)) ||
+        ((have & SW_DG_PIXEL) && !(gv[4] > 0.0 && gv[5] > 0.0)) ||
+        ((have & SW_DG_EXPOSURE) && !(gv[6] > 0.0)) ||
+        ((have & SW_DG_OVERLOAD) && !(l->overload > 0.0)))
+        goto bad;
+    g->have = have;
+    if (have & SW_DG_WAVELENGTH)
+        g->wavelength_a = gv[0];
+    if (have & SW_DG_DISTANCE)
+        g->distance_mm = gv[1];
+    if (have & SW_DG_BEAM) {
+        g->beam_x_px = gv[2];
+        g->beam_y_px = gv[3];
+    }
+    if (have & SW_DG_PIXEL) {
+        g->pixel_x_mm = gv[4];
+        g->pixel_y_mm = gv[5];
+    }
+    if (have & SW_DG_EXPOSURE)
+        g->exposure_s = gv[6];
+    if (have & SW_DG_OVERLOAD)
+        g->overload = l->overload;
+    if (have & SW_DG_ORIENTATION) {
+        g->orientation = 1;
+        for (int i = 0; i < 3; i++) {
+            g->origin_mm[i] = gv[7 + i];
+            g->fast[i] = gv[10 + i];
+            g->slow[i] = gv[13 + i];
+        }
+        const double nfast =
+            g->fast[0] * g->fast[0] + g->fast[1] * g->fast[1] + g->fast[2] * g->fast[2];
+        const double nslow =
+            g->slow[0] * g->slow[0] + g->slow[1] * g->slow[1] + g->slow[2] * g->slow[2];
+        if (!(fabs(nfast - 1.0) < 1e-6) || !(fabs(nslow - 1.0) < 1e-6))
+            goto bad;
+    }
     l->st = SW_OK;
     return SW_OK;
 oom:

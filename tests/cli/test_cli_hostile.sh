@@ -42,6 +42,8 @@ py() { python3 -c "$@"; }
 expect 0 sim stars --random 30 --size 96x96 --seed 5 --bits 16 --out good.fits --truth cat.csv
 expect 0 sim stars --random 30 --size 96x96 --seed 5 --bits 16 --out good.pgm
 expect 0 sim stars --random 30 --size 96x96 --seed 5 --bits 16 --out good_master.h5
+expect 0 sim stars --random 30 --size 96x96 --seed 5 --bits 16 --out good.cbf
+expect 0 sim stars --random 30 --size 96x96 --seed 5 --bits 16 --out good.tif
 geom=(--pitch 24 --grid 4x4 --origin 0,0)
 expect 0 sim sh "${geom[@]}" --size 96x96 --noise none --bits 16 --out sh.fits --reference ref.fits
 expect 0 centroid sh.fits "${geom[@]}" --reference ref.fits --slopes s.csv --out c.csv
@@ -77,6 +79,89 @@ head -c 3000 good.pgm >cut.pgm
 hostile 1 "PGM: data cut short" find cut.pgm
 printf 'P5\n4 4\n0\n0123456789abcdef' >maxval.pgm
 hostile 1 "PGM: maxval 0" find maxval.pgm
+
+# ---------------------------------------------------------------- CBF (CBFlib reads in a child)
+printf '###CBF: VERSION 1.5\r\n' >hdr_only.cbf
+hostile 1 "CBF: magic line only" find hdr_only.cbf
+size=$(stat -c %s good.cbf)
+head -c $((size - 300)) good.cbf >cut.cbf
+hostile 1 "CBF: binary section cut short" find cut.cbf
+py "
+d = bytearray(open('good.cbf','rb').read())
+i = d.index(b'\x0c\x1a\x04\xd5')
+d[i + 100] ^= 0x10
+open('digest.cbf','wb').write(d)
+t = bytes(open('good.cbf','rb').read())
+open('bigsize.cbf','wb').write(t.replace(b'X-Binary-Size: ', b'X-Binary-Size: 9999999'))
+open('bigdim.cbf','wb').write(t.replace(b'X-Binary-Size-Fastest-Dimension: 96',
+                                        b'X-Binary-Size-Fastest-Dimension: 2000000000'))
+open('nelem.cbf','wb').write(t.replace(b'X-Binary-Number-of-Elements: 9216',
+                                       b'X-Binary-Number-of-Elements: 92160'))
+open('vast.cbf','wb').write(t.replace(b'X-Binary-Number-of-Elements: 9216',
+                                      b'X-Binary-Number-of-Elements: 2147418112')
+                             .replace(b'X-Binary-Size-Fastest-Dimension: 96',
+                                      b'X-Binary-Size-Fastest-Dimension: 65536')
+                             .replace(b'X-Binary-Size-Second-Dimension: 96',
+                                      b'X-Binary-Size-Second-Dimension: 32767'))
+"
+hostile 1 "CBF: one data byte flipped (MD5 digest)" find digest.cbf
+hostile 1 "CBF: X-Binary-Size beyond the file" find bigsize.cbf
+hostile 1 "CBF: width 2e9" find bigdim.cbf
+hostile 1 "CBF: 10x the elements the dimensions hold" find nelem.cbf
+hostile 1 "CBF: 65536 x 32767 declared in 10 KB" find vast.cbf
+cp "$(dirname "$0")/../fuzz/corpus/cbf/regress_cbflib_heap_overflow.cbf" overflow.cbf
+hostile 1 "CBF: CBFlib overflows its array (fuzzed)" find overflow.cbf
+for off in 30 120 200 400; do
+    py "
+d = bytearray(open('good.cbf','rb').read())
+d[$off] ^= 0x5a
+open('flip.cbf','wb').write(d)"
+    hostile "0|1" "CBF: header byte $off flipped" find flip.cbf --out spots_flip.csv
+    rm -f spots_flip.csv
+done
+
+# ---------------------------------------------------------------- TIFF (libtiff)
+py "
+import struct
+def tiff(name, w, h, bps=16, fmt=1, data=None, spp=1):
+    data = data if data is not None else bytes(w * h * spp * bps // 8)
+    tags = [(256, 4, w), (257, 4, h), (258, 3, bps), (259, 3, 1), (262, 3, 1), (273, 4, 0),
+            (277, 3, spp), (278, 4, h), (279, 4, len(data)), (339, 3, fmt)]
+    off = 8 + 2 + 12 * len(tags) + 4
+    ifd = struct.pack('<H', len(tags))
+    for t, ty, v in tags:
+        v = off if t == 273 else v
+        ifd += struct.pack('<HHII', t, ty, 1, v) if ty == 4 else struct.pack('<HHIHH', t, ty, 1, v, 0)
+    open(name, 'wb').write(b'II*\0' + struct.pack('<I', 8) + ifd + struct.pack('<I', 0) + data)
+tiff('vast.tif', 2000000000, 2000000000, data=b'')
+tiff('nodata.tif', 4000, 4000, data=b'\x01' * 100)
+tiff('signed.tif', 8, 8, fmt=2)
+tiff('bits12.tif', 8, 8, bps=12, data=bytes(96))
+tiff('ok.tif', 8, 8)
+open('ifdloop.tif','wb').write(b'II*\0' + struct.pack('<I', 8) + struct.pack('<H', 0) +
+                               struct.pack('<I', 8))
+"
+hostile 0 "TIFF: a minimal 8x8 file (control)" find ok.tif --out s_ok.csv
+: >empty.tif
+hostile 1 "TIFF: empty file" find empty.tif
+printf 'II*\0' >magic.tif
+hostile 1 "TIFF: magic only" find magic.tif
+hostile 1 "TIFF: 2e9 x 2e9 claimed, no data" find vast.tif
+hostile 1 "TIFF: 4000x4000 claimed, 100 bytes" find nodata.tif
+hostile 1 "TIFF: signed 16-bit samples" find signed.tif
+hostile 1 "TIFF: 12-bit samples" find bits12.tif
+hostile "0|1" "TIFF: directory that points at itself" find ifdloop.tif --out s_loop.csv
+size=$(stat -c %s good.tif)
+head -c $((size / 2)) good.tif >cut.tif
+hostile 1 "TIFF: cut in half" find cut.tif
+for off in 4 9 20 40 100 $((size / 2)) $((size - 10)); do
+    py "
+d = bytearray(open('good.tif','rb').read())
+d[$off] ^= 0xff
+open('flip.tif','wb').write(d)"
+    hostile "0|1" "TIFF: byte $off flipped" find flip.tif --out spots_flip.csv
+    rm -f spots_flip.csv
+done
 
 # ---------------------------------------------------------------- HDF5
 head -c 2000 good_master.h5 >cut.h5
