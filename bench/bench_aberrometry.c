@@ -75,8 +75,10 @@
 
 typedef struct prog_opts {
     int accuracy, speed;
-    int images;         /* per level */
-    int alg_mask;       /* bit a: algorithm a */
+    int images;        /* per level */
+    int alg_mask;      /* bit a: algorithm a */
+    double levels[12]; /* --levels: RMS levels (um) instead of 0.5, 1.0, ..., 6.0 */
+    int nlevels;
     sw_bench_options b; /* the harness' */
 } prog_opts;
 
@@ -85,6 +87,8 @@ static const char extra_help[] =
     "  --accuracy               accuracy on synthetic eyes of known aberration (Sec. 4.3)\n"
     "  --speed                  throughput, latency, stage times, GPU vs CPU (Sec. 4.2)\n"
     "  --images N               accuracy: images per RMS level (default 100; --quick: 2)\n"
+    "  --levels L1,L2,...       accuracy: these RMS levels in um (at most 12) instead of\n"
+    "                           0.5, 1.0, ..., 6.0 (e.g. 8,10,12 for highly aberrated eyes)\n"
     "  --algorithm A            papycs, com or reichenbach (default: all three)\n";
 
 /* Takes this program's own options out of argv (the harness refuses what it does not know).
@@ -99,6 +103,26 @@ static int parse_own(int *argc, char **argv, prog_opts *o)
             o->accuracy = 1;
         } else if (strcmp(a, "--speed") == 0) {
             o->speed = 1;
+        } else if (strcmp(a, "--levels") == 0) {
+            if (i + 1 >= *argc) {
+                fprintf(stderr, "%s: --levels needs a value (see '%s --help')\n", PROG, PROG);
+                return 2;
+            }
+            const char *v = argv[++i];
+            o->nlevels = 0;
+            for (const char *q = v; *q;) {
+                char *end = NULL;
+                double x = strtod(q, &end);
+                if (end == q || !(x > 0 && x <= 50) || o->nlevels == 12 || (*end && *end != ',')) {
+                    fprintf(stderr,
+                            "%s: --levels: '%s' is not up to 12 RMS values in (0, 50] um (see "
+                            "'%s --help')\n",
+                            PROG, v, PROG);
+                    return 2;
+                }
+                o->levels[o->nlevels++] = x;
+                q = *end ? end + 1 : end;
+            }
         } else if (strcmp(a, "--images") == 0 || strcmp(a, "--algorithm") == 0) {
             if (i + 1 >= *argc) {
                 fprintf(stderr, "%s: %s needs a value (see '%s --help')\n", PROG, a, PROG);
@@ -309,7 +333,10 @@ static int accuracy(const prog_opts *o, sw_context *ctx)
     static const double quick_levels[] = {1.0, 4.0};
     double levels[MAX_LEVELS];
     int nlev = 0;
-    if (o->b.quick) {
+    if (o->nlevels > 0) {
+        for (int i = 0; i < o->nlevels; i++)
+            levels[nlev++] = o->levels[i];
+    } else if (o->b.quick) {
         for (int i = 0; i < 2; i++)
             levels[nlev++] = quick_levels[i];
     } else {
