@@ -6,13 +6,12 @@
  *     any work, with every other: the same file (device and inode, so links and "./x" count) or
  *     the same resolved name (realpath of the folder plus the name, for files not yet there).
  *  2. Outputs land all or nothing. Each file is written into a staging folder beside its final
- *     place (".spotwave-<pid>.tmp" in the same folder, so the final rename stays inside one file
- *     system), and only when the subcommand has succeeded is every staged file synced to disk and
- *     renamed over its final name, the folder synced after. A failed run removes the staging
- *     folders and leaves every file as it was. A run killed outright leaves a hidden staging folder
- *     behind, never a half-written output.
- * Files a library writer creates beside an output (an HDF5 master's linked data files) are staged
- * with it and moved with it.
+ *     place (".spotwave-XXXXXX", new for each run, in the same folder, so the final rename stays
+ * inside one file system), and only when the subcommand has succeeded is every staged file synced
+ * to disk and renamed over its final name, the folder synced after. A failed run removes the
+ * staging folders and leaves every file as it was. A run killed outright leaves a hidden staging
+ * folder behind, never a half-written output. Files a library writer creates beside an output (an
+ * HDF5 master's linked data files) are staged with it and moved with it.
  */
 #define _GNU_SOURCE /* realpath, dirfd */
 #include "cli.h"
@@ -163,6 +162,15 @@ static cli_file *add(int output, const char *option, const char *path)
     }
     f->resolved = resolve(path);
     struct stat sb;
+    if (output && lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode)) {
+        /* an output that is a symbolic link: write the file it points to (staged beside that
+         * file), so the link stays a link, as a plain write through it would have left it */
+        char *target = realpath(path, NULL);
+        if (target) {
+            free(f->resolved);
+            f->resolved = target;
+        }
+    }
     if (stat(path, &sb) == 0) {
         f->exists = 1;
         f->dev = sb.st_dev;
@@ -268,9 +276,10 @@ static const char *stage_for(const char *dir)
         free(d);
         return NULL;
     }
-    snprintf(stage, n, "%s%s.spotwave-%ld.tmp", dir, strcmp(dir, "/") == 0 ? "" : "/",
-             (long)getpid());
-    if (mkdir(stage, 0700) != 0 && errno != EEXIST) {
+    /* a new folder of its own (never one a killed run left behind with the same pid: what is in
+     * the folder is what gets moved into place) */
+    snprintf(stage, n, "%s%s.spotwave-XXXXXX", dir, strcmp(dir, "/") == 0 ? "" : "/");
+    if (!mkdtemp(stage)) {
         sw_cli_fail(g_files.sub, "cannot create the staging folder '%s': %s", stage,
                     strerror(errno));
         free(stage);

@@ -78,7 +78,7 @@ static void print_usage(FILE *out)
                  "                           bytes, or unlimited); a larger request fails with\n"
                  "                           exit 1 before anything is allocated. Default:\n"
                  "                           $SPOTWAVE_MAX_MEMORY, else half of the memory this\n"
-                 "                           process may use (physical, cgroup, RLIMIT_AS)"
+                 "                           process may use (physical, cgroup, RLIMIT_AS)\n"
                  "  -q, --quiet              no log messages (failures are still reported)\n"
                  "  -v, --verbose            log messages down to debug level\n"
                  "  -h, --help               print this help and exit\n"

@@ -62,7 +62,8 @@ enum {
 void sw_diffraction_geometry_init(sw_diffraction_geometry *g);
 
 /* Copies into `into` every field that `from` has (its `have` bits): options over a file's header.
- */
+ * A beam centre, distance or pixel size in `from` without an orientation drops `into`'s
+ * orientation (it would override them): the flat model with the values given is used. */
 void sw_diffraction_geometry_merge(sw_diffraction_geometry *into,
                                    const sw_diffraction_geometry *from);
 

@@ -42,6 +42,13 @@ void sw_diffraction_geometry_merge(sw_diffraction_geometry *into,
         into->overload = from->overload;
     if (h & SW_DG_EXPOSURE)
         into->exposure_s = from->exposure_s;
+    /* A beam centre, distance or pixel size given without an orientation replaces a file's
+     * orientation (which holds them too): the flat model with the given values is used. */
+    if ((h & (SW_DG_BEAM | SW_DG_DISTANCE | SW_DG_PIXEL)) && !(h & SW_DG_ORIENTATION) &&
+        into->orientation) {
+        into->orientation = 0;
+        into->have &= ~(uint32_t)SW_DG_ORIENTATION;
+    }
     into->have |= h;
 }
 

@@ -391,6 +391,10 @@ static sw_status cbf_read_any(sw_context *ctx, const char *name, const cbf_src *
     }
     sw_isolated r;
     size_t max = sizeof(cbf_head) + CBF_HEADER_MAX + (size_t)SW_IMAGE_MAX_PIXELS * 4;
+    /* the child's message is held whole in this process: bounded by the memory budget too */
+    const uint64_t lim = sw_context_memory_limit(ctx);
+    if (lim > 0 && lim < (uint64_t)max)
+        max = (size_t)lim;
     int rc = sw_isolated_run(cbf_child, (void *)src, SW_CBF_TIMEOUT, CBF_CHILD_MEMORY, max, &r);
     if (r.in_process)
         sw_log(ctx, SW_LOG_WARN, "%s: CBFlib read the file in this process (no child: fork failed)",

@@ -227,6 +227,13 @@ static sw_status read_page(tiff_job *j, TIFF *tif, int page, sw_pixel_type t, ui
             sw_image_free(img);
             return page_fail(j, page, "a tile size that does not match its shape");
         }
+        /* a tile may be larger than the image (TIFF allows it): bounded by the memory budget */
+        st = sw_memory_check(j->ctx, 1, (uint64_t)ts, "%s: a TIFF tile of %u x %u pixels", j->name,
+                             (unsigned)tw, (unsigned)th);
+        if (st != SW_OK) {
+            sw_image_free(img);
+            return st;
+        }
         buf = malloc((size_t)ts);
         if (!buf) {
             sw_image_free(img);

@@ -134,6 +134,16 @@ def tiff(name, w, h, bps=16, fmt=1, data=None, spp=1):
         ifd += struct.pack('<HHII', t, ty, 1, v) if ty == 4 else struct.pack('<HHIHH', t, ty, 1, v, 0)
     open(name, 'wb').write(b'II*\0' + struct.pack('<I', 8) + ifd + struct.pack('<I', 0) + data)
 tiff('vast.tif', 2000000000, 2000000000, data=b'')
+def tiled(name, w, h, tw, th, data):  # one tile of tw x th 16-bit pixels (TIFF 6.0 sec. 15)
+    tags = [(256, 4, w), (257, 4, h), (258, 3, 16), (259, 3, 1), (262, 3, 1), (277, 3, 1),
+            (322, 4, tw), (323, 4, th), (324, 4, 0), (325, 4, len(data)), (339, 3, 1)]
+    off = 8 + 2 + 12 * len(tags) + 4
+    ifd = struct.pack('<H', len(tags))
+    for t, ty, v in tags:
+        v = off if t == 324 else v
+        ifd += struct.pack('<HHII', t, ty, 1, v) if ty == 4 else struct.pack('<HHIHH', t, ty, 1, v, 0)
+    open(name, 'wb').write(b'II*\0' + struct.pack('<I', 8) + ifd + struct.pack('<I', 0) + data)
+tiled('hugetile.tif', 16, 16, 65536, 65536, bytes(512))
 tiff('nodata.tif', 4000, 4000, data=b'\x01' * 100)
 tiff('signed.tif', 8, 8, fmt=2)
 tiff('bits12.tif', 8, 8, bps=12, data=bytes(96))
@@ -148,6 +158,7 @@ printf 'II*\0' >magic.tif
 hostile 1 "TIFF: magic only" find magic.tif
 hostile 1 "TIFF: 2e9 x 2e9 claimed, no data" find vast.tif
 hostile 1 "TIFF: 4000x4000 claimed, 100 bytes" find nodata.tif
+hostile 1 "TIFF: 65536x65536 tiles (8 GiB) on 16x16" --max-memory 1G find hugetile.tif
 hostile 1 "TIFF: signed 16-bit samples" find signed.tif
 hostile 1 "TIFF: 12-bit samples" find bits12.tif
 hostile "0|1" "TIFF: directory that points at itself" find ifdloop.tif --out s_loop.csv

@@ -106,6 +106,22 @@ refused 1 "names the input" --backend cpu fit m-1.png "${geom[@]}" --pupil-mm 1 
 expect 0 --backend cpu fit m-1.png "${geom[@]}" --pupil-mm 1 --out f.csv --map mm.png
 [[ -s mm-0.png && -s mm-1.png && $(head -n 1 f.csv) == frame,* ]] || fail "fit's files"
 
+# a staging folder a killed run left behind is never moved into place by a later run
+# (one named after this very process, as a pid-named scheme would reuse it: exec keeps the pid)
+echo "kept" >victim.csv
+bash -c 'mkdir .spotwave-$$.tmp .spotwave-$$ && echo half >.spotwave-$$.tmp/victim.csv &&
+    echo half >.spotwave-$$/victim.csv && exec "$0" --backend cpu find in.fits --out s_left.csv' \
+    "$SW" 2>/dev/null || fail "find after a left staging folder"
+[[ $(cat victim.csv) == kept ]] || fail "a later run moved a left staging folder's file into place"
+rm -r .spotwave-*
+
+# an output that is a symbolic link: the file it points to gets the output, the link stays
+mkdir other
+echo "old" >other/t.csv
+ln -s other/t.csv lnk.csv
+expect 0 --backend cpu find in.fits --out lnk.csv
+[[ -L lnk.csv && $(head -n 1 other/t.csv) == frame,x_px,* ]] || fail "output through a link"
+
 # a good run replaces an old output whole and leaves no staging folder
 echo "old spots" >spots.csv
 expect 0 --backend cpu find in.fits --out spots.csv --strong-mask strong.fits
