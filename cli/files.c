@@ -6,14 +6,16 @@
  *     any work, with every other: the same file (device and inode, so links and "./x" count) or
  *     the same resolved name (realpath of the folder plus the name, for files not yet there).
  *  2. Outputs land all or nothing. Each file is written into a staging folder beside its final
- *     place (".spotwave-XXXXXX", new for each run, in the same folder, so the final rename stays
- * inside one file system), and only when the subcommand has succeeded is every staged file synced
- * to disk and renamed over its final name, the folder synced after. A failed run removes the
- * staging folders and leaves every file as it was. A run killed outright leaves a hidden staging
- * folder behind, never a half-written output. Files a library writer creates beside an output (an
- * HDF5 master's linked data files) are staged with it and moved with it.
+ *     place (".spotwave-XXXXXX", made new by mkdtemp for each run, in the same folder, so the
+ *     final rename stays inside one file system); only when the subcommand has succeeded is every
+ *     final place checked, then every staged file (synced by its writer) renamed over it, the
+ *     folder synced after. A failed run removes the staging folders and leaves every file as it
+ *     was. A run killed outright leaves a hidden staging folder behind, never a half-written
+ *     output, and no later run uses it. Files a library writer creates beside an output (an HDF5
+ *     master's linked data files) are staged with it and moved with it. An output that is a
+ *     symbolic link is written to the file it points to.
  */
-#define _GNU_SOURCE /* realpath, dirfd */
+#define _GNU_SOURCE /* realpath, mkdtemp */
 #include "cli.h"
 
 #include <dirent.h>
@@ -27,20 +29,19 @@
 #include <unistd.h>
 
 typedef struct cli_file {
-    int output;   /* 1: written by the run, 0: read */
-    char *option; /* "--out", "image", ... (for messages) */
-    char *path;   /* as given */
-    char
-        *resolved; /* realpath of its folder + "/" + its name (NULL when the folder is not there) */
-    int exists;    /* stat succeeded */
-    dev_t dev;     /* when it exists */
+    int output;     /* 1: written by the run, 0: read */
+    char *option;   /* "--out", "image", ... (for messages) */
+    char *path;     /* as given */
+    char *resolved; /* realpath(folder) + "/" + name; NULL: no such folder */
+    int exists;     /* stat succeeded */
+    dev_t dev;      /* when it exists */
     ino_t ino;
     char *staged; /* outputs: the name it is written under (in the staging folder), once asked */
 } cli_file;
 
 typedef struct cli_stage {
     char *dir;   /* the output folder (resolved) */
-    char *stage; /* dir + "/.spotwave-<pid>.tmp" */
+    char *stage; /* dir + "/.spotwave-XXXXXX" (mkdtemp) */
 } cli_stage;
 
 static struct {
@@ -316,7 +317,6 @@ const char *sw_cli_file_staged(const char *option, const char *path)
     if (f->staged)
         return f->staged;
     if (!f->resolved) {
-        free(f->resolved);
         f->resolved = resolve(f->path);
         if (!f->resolved) {
             sw_cli_fail(g_files.sub, "%s '%s': its folder cannot be found", f->option, f->path);
