@@ -52,7 +52,7 @@ const char *sw_status_string(sw_status st);
 #define SW_VERSION_MINOR 1
 #define SW_VERSION_PATCH 0
 
-/* "0.1.0" */
+/* "1.0.0" */
 const char *sw_version(void);
 /* Build description: compiler, CUDA yes/no (+ architectures), libraries. */
 const char *sw_build_info(void);
