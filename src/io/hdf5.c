@@ -17,13 +17,10 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "io/hdf5_internal.h"
+#include "io/isolate.h"
 
 #include <limits.h>
 #include <math.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/resource.h>
-#include <sys/wait.h>
 
 #define FILTER_BSHUF    H5_FILTER_BSHUF
 #define BSHUF_LZ4       H5_BSHUF_LZ4
@@ -192,28 +189,6 @@ void sw_h5_options_default(sw_h5_options *o)
 
 /* ------------------------------------------------------------------ the walk, in a child */
 
-/* Writes all of buf; 0 or -1. */
-static int write_all(int fd, const uint8_t *buf, size_t n)
-{
-    while (n > 0) {
-        ssize_t k = write(fd, buf, n);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return -1;
-        buf += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 #define WALK_MESSAGE_MAX ((size_t)512 << 20) /* the chunk list of 16 M chunks fits */
 
 /* Built with AddressSanitizer (gcc says so with a macro, clang with __has_feature). */
@@ -227,179 +202,71 @@ static double now_s(void)
 
 /* Memory the walk's child may take beyond what it inherits: a corrupt size in a file makes
  * libhdf5 allocate (and fill) gigabytes; with this limit the allocation fails instead. */
-#define WALK_MEMORY ((rlim_t)2 << 30)
+#define WALK_MEMORY ((size_t)2 << 30)
 
-/* The child's data size so far (VmData of /proc/self/status, bytes), or 0 when unknown. */
-static rlim_t data_size_now(void)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    if (!f)
-        return 0;
-    char line[256];
-    unsigned long long kb = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "VmData: %llu kB", &kb) == 1)
-            break;
-    fclose(f);
-    return (rlim_t)kb * 1024;
-}
+typedef struct walk_job {
+    const char *path;
+    const h5_walk_opts *wo;
+} walk_job;
 
-/* In the child: the walk, its message down the pipe, and out (no exit handlers: nothing of the
- * parent's state, HDF5's open files included, is flushed or closed from here). A crash inside
- * HDF5 kills only this process, with the signal's default action (sanitizers' and fuzzers'
- * handlers put back to the default). */
-static void walk_child(int fd, const char *path, const h5_walk_opts *wo)
+/* The walk and its layout packed into a message (isolate.h's work: run in the child). */
+static int walk_message(void *arg, uint8_t **msg, size_t *size)
 {
-    rlim_t now = data_size_now();
-    struct rlimit rl;
-    if (now > 0 && getrlimit(RLIMIT_DATA, &rl) == 0 &&
-        (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > now + WALK_MEMORY)) {
-        rl.rlim_cur = now + WALK_MEMORY;
-        setrlimit(RLIMIT_DATA, &rl);
-    }
-    static const int sigs[] = {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL, SIGTRAP, SIGPIPE};
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = SIG_DFL;
-    sigemptyset(&sa.sa_mask);
-    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
-        sigaction(sigs[i], &sa, NULL);
-    h5_layout l;
-    h5_walk(path, wo, &l);
-    size_t n = 0;
-    uint8_t *m = h5_layout_pack(&l, &n);
-    int rc = !m ? 3 : write_all(fd, m, n) < 0 ? 4 : 0;
-    _exit(rc);
+    const walk_job *j = arg;
+    h5_layout w;
+    h5_walk(j->path, j->wo, &w);
+    *msg = h5_layout_pack(&w, size);
+    h5_layout_free(&w);
+    return *msg ? 0 : -1;
 }
 
 /*
- * The walk over path, in a child process unless in_process (or fork fails: then here, with a
- * warning): *l is the layout, checked on arrival. A child that crashes, fails or takes longer
- * than timeout seconds gives SW_EFORMAT with the reason in l->msg.
+ * The walk over path, in a child process (isolate.h) unless in_process (or fork fails: then here,
+ * with a warning): *l is the layout, checked on arrival. A child that crashes, fails or takes
+ * longer than timeout seconds gives SW_EFORMAT with the reason in l->msg.
  */
 static sw_status walk_file(sw_context *ctx, const char *path, const h5_walk_opts *wo,
                            double timeout, int in_process, h5_layout *l)
 {
+    walk_job job = {path, wo};
     uint8_t *msg = NULL;
     size_t size = 0;
-    int fds[2] = {-1, -1};
-    pid_t pid = -1;
-    if (!in_process) {
-        if (pipe(fds) != 0) {
-            sw_log(ctx, SW_LOG_WARN, "%s: no pipe for the isolated HDF5 walk (%s): walking here",
-                   path, strerror(errno));
-        } else {
-            fcntl(fds[0], F_SETFD, FD_CLOEXEC);
-            fcntl(fds[1], F_SETFD, FD_CLOEXEC);
-            pid = fork();
-            if (pid == 0) {
-                close(fds[0]);
-                walk_child(fds[1], path, wo);
-            }
-            close(fds[1]);
-            if (pid < 0) {
-                close(fds[0]);
-                sw_log(ctx, SW_LOG_WARN,
-                       "%s: cannot start the isolated HDF5 walk (fork: %s): walking here", path,
-                       strerror(errno));
-            }
-        }
-    }
-    if (pid < 0) {
-        h5_layout w;
-        h5_walk(path, wo, &w);
-        msg = h5_layout_pack(&w, &size);
-        h5_layout_free(&w);
-        if (!msg) {
-            memset(l, 0, sizeof *l);
-            l->mask.hd = -1;
-            l->st = SW_ENOMEM;
-            snprintf(l->msg, sizeof l->msg, "%s: out of memory", path);
-            return l->st;
-        }
+    int rc;
+    sw_isolated r;
+    memset(&r, 0, sizeof r);
+    if (in_process) {
+        rc = walk_message(&job, &msg, &size) == 0 ? 0 : -2;
     } else {
-        /* read the message until the child closes the pipe, within the time allowed */
-        size_t cap = 0;
-        int timed_out = 0, too_big = 0, oom = 0;
-        const double end = now_s() + (timeout > 0.0 ? timeout : SW_H5_WALK_TIMEOUT);
-        for (;;) {
-            double left = end - now_s();
-            if (left <= 0.0) {
-                timed_out = 1;
-                break;
-            }
-            struct pollfd p = {fds[0], POLLIN, 0};
-            int pr = poll(&p, 1, left > 1e6 ? 1000000000 : (int)(left * 1000.0) + 1);
-            if (pr < 0 && errno == EINTR)
-                continue;
-            if (pr < 0)
-                break;
-            if (pr == 0)
-                continue;
-            if (size == cap) {
-                if (cap >= WALK_MESSAGE_MAX) {
-                    too_big = 1;
-                    break;
-                }
-                size_t nc = cap ? 2 * cap : 65536;
-                uint8_t *m = realloc(msg, nc);
-                if (!m) {
-                    oom = 1;
-                    break;
-                }
-                msg = m;
-                cap = nc;
-            }
-            ssize_t k = read(fds[0], msg + size, cap - size);
-            if (k < 0 && errno == EINTR)
-                continue;
-            if (k <= 0)
-                break;
-            size += (size_t)k;
-        }
-        close(fds[0]);
-        if (timed_out || too_big || oom)
-            kill(pid, SIGKILL);
-        int ws = 0;
-        while (waitpid(pid, &ws, 0) < 0 && errno == EINTR)
-            ;
-        const char *fail = NULL;
-        char why[128] = "";
-        if (oom) {
-            fail = "out of memory reading the walk's message";
-        } else if (timed_out) {
-            snprintf(why, sizeof why,
-                     "reading the file's structure took more than %g s; HDF5 can loop on a "
-                     "corrupt file",
-                     timeout > 0.0 ? timeout : SW_H5_WALK_TIMEOUT);
-            fail = why;
-        } else if (too_big) {
-            fail = "the file's structure describes more than spotwave reads";
-        } else if (WIFSIGNALED(ws)) {
-            snprintf(why, sizeof why,
-                     "HDF5 crashed reading the file's structure (signal %d): the file is corrupt",
-                     WTERMSIG(ws));
-            fail = why;
-        } else if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
+        rc = sw_isolated_run(walk_message, &job, timeout > 0.0 ? timeout : SW_H5_WALK_TIMEOUT,
+                             WALK_MEMORY, WALK_MESSAGE_MAX, &r);
+        if (r.in_process)
+            sw_log(ctx, SW_LOG_WARN,
+                   "%s: cannot start the isolated HDF5 walk (no fork or pipe): walked here", path);
 #ifdef SW_H5_SANITIZED
-            /* HDF5's own faults end the child with a signal; an exit code other than the
-             * walk's own (3: out of memory, 4: the pipe failed) is a sanitizer's report about
-             * spotwave's code in the child: make it a failure the tests and fuzzers see. */
-            if (WIFEXITED(ws) && WEXITSTATUS(ws) != 3 && WEXITSTATUS(ws) != 4)
-                abort();
+        /* HDF5's own faults end the child with a signal; an exit code other than the walk's own
+         * (3: out of memory, 4: the pipe failed) is a sanitizer's report about spotwave's code in
+         * the child: make it a failure the tests and fuzzers see. */
+        if (rc == -1 && r.exit_code > 0 && r.exit_code != 3 && r.exit_code != 4) {
+            fprintf(stderr, "HDF5 walk child of %s: %s\n", path, r.stderr_tail);
+            abort();
+        }
 #endif
-            snprintf(why, sizeof why, "the process reading the file's structure failed (exit %d)",
-                     WIFEXITED(ws) ? WEXITSTATUS(ws) : -1);
-            fail = why;
-        }
-        if (fail) {
-            free(msg);
-            memset(l, 0, sizeof *l);
-            l->mask.hd = -1;
-            l->st = oom ? SW_ENOMEM : SW_EFORMAT;
-            snprintf(l->msg, sizeof l->msg, "%s: %s", path, fail);
-            return l->st;
-        }
+        msg = r.msg;
+        size = r.size;
+    }
+    if (rc != 0) {
+        free(msg);
+        memset(l, 0, sizeof *l);
+        l->mask.hd = -1;
+        l->st = rc == -2 ? SW_ENOMEM : SW_EFORMAT;
+        if (rc == -2)
+            snprintf(l->msg, sizeof l->msg, "%s: out of memory reading the file's structure", path);
+        else
+            snprintf(l->msg, sizeof l->msg,
+                     "%s: reading the file's structure: %s (the file is "
+                     "corrupt, or HDF5 failed on it)",
+                     path, r.why);
+        return l->st;
     }
     sw_status st = h5_layout_unpack(msg, size, l);
     free(msg);

@@ -114,6 +114,7 @@ int sw_isolated_run(sw_isolated_fn fn, void *arg, double timeout_s, size_t extra
                     size_t max_size, sw_isolated *r)
 {
     memset(r, 0, sizeof *r);
+    r->exit_code = -1;
     int fds[2] = {-1, -1};
     pid_t pid = -1;
     FILE *err = tmpfile(); /* the child's stderr, read back for the reason it gives */
@@ -188,6 +189,7 @@ int sw_isolated_run(sw_isolated_fn fn, void *arg, double timeout_s, size_t extra
     int ws = 0;
     while (waitpid(pid, &ws, 0) < 0 && errno == EINTR)
         ;
+    r->exit_code = WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
     if (err) {
         last_line(fileno(err), r->stderr_tail, sizeof r->stderr_tail);
         fclose(err);

@@ -1,6 +1,6 @@
 /*
- * Running a third-party parser on an untrusted file in a child process (the CBF reader; the HDF5
- * walk in hdf5.c has its own copy of the same protocol, older): the child computes a message and
+ * Running a third-party parser on an untrusted file in a child process (the CBF reader, the HDF5
+ * structure walk): the child computes a message and
  * writes it down a pipe, the parent reads it within a time limit and checks it on arrival. A crash,
  * a hang, an allocation beyond the child's memory limit, or a message larger than allowed becomes
  * a failure with a reason instead of the end of the caller's process.
@@ -20,6 +20,7 @@ typedef struct sw_isolated {
     uint8_t *msg; /* the child's message (malloc'ed; the caller frees), NULL on failure */
     size_t size;
     int in_process;        /* 1: fork failed and fn ran here (a crash would have ended us)  */
+    int exit_code;         /* the child's exit code when it exited, -1 otherwise             */
     char why[192];         /* on failure: what went wrong (crash signal, time limit, ...)    */
     char stderr_tail[256]; /* the last line the child printed on stderr, "" when none        */
 } sw_isolated;
