@@ -275,6 +275,13 @@ void sw_cli_inputs_geometry(const sw_cli_inputs *in, sw_diffraction_geometry *g)
  * setting as it is. Set before sw_cli_inputs_open (the --h5-link-dirs and --h5-links-anywhere
  * options). */
 void sw_cli_inputs_h5_links(const char *dirs, int anywhere);
+/* Their --help lines, for the commands that read HDF5 (find, pupil, aberrometry). */
+#define SW_CLI_H5_LINKS_HELP                                                                       \
+    "  --h5-link-dirs DIRS    folders (\"a:b\") where an HDF5 master's external links may\n"       \
+    "                         find their data files after the master's own folder; by\n"           \
+    "                         default only files beside the master are opened\n"                   \
+    "  --h5-links-anywhere    also follow links to absolute paths and through '..' (and\n"         \
+    "                         virtual datasets): for files you trust\n"
 
 /* The library's message for a failed call on ctx, or the status's name when it left none. */
 const char *sw_cli_lib_error(sw_context *ctx, sw_status st);

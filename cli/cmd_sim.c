@@ -520,12 +520,19 @@ int sw_cmd_sim(const sw_cli_globals *g, int argc, char **argv)
         sw_cmd_sim_help(stdout);
         return SW_EXIT_OK;
     }
-    if (strcmp(what, "stars") == 0)
+    /* the files' messages name the simulation ("spotwave sim eye: ...") */
+    if (strcmp(what, "stars") == 0) {
+        sw_cli_files_begin("sim stars");
         return sw_cmd_sim_stars(g, argc - 1, argv + 1);
-    if (strcmp(what, "sh") == 0)
+    }
+    if (strcmp(what, "sh") == 0) {
+        sw_cli_files_begin("sim sh");
         return sw_cmd_sim_sh(g, argc - 1, argv + 1);
-    if (strcmp(what, "eye") == 0)
+    }
+    if (strcmp(what, "eye") == 0) {
+        sw_cli_files_begin("sim eye");
         return sw_cmd_sim_eye(g, argc - 1, argv + 1);
+    }
     if (what[0] == '-')
         return sw_cli_usage(SUB, "'%s': name the simulation first (stars, sh, eye)", what);
     return sw_cli_usage(SUB, "unknown simulation '%s' (available: stars, sh, eye)", what);

@@ -826,7 +826,6 @@ int sw_cmd_sim_eye(const sw_cli_globals *g, int argc, char **argv)
         return SW_EXIT_OK; /* --help */
     if (rc != SW_EXIT_OK)
         return rc;
-    sw_cli_files_begin(SUB_EYE);
     for (int i = 0; i < o.n_zernike; i++)
         sw_cli_file_in("--zernike", o.zernike[i]);
     sw_cli_file_out("--out", o.out);

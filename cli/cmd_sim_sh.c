@@ -540,7 +540,6 @@ int sw_cmd_sim_sh(const sw_cli_globals *g, int argc, char **argv)
         return SW_EXIT_OK; /* --help */
     if (rc != SW_EXIT_OK)
         return rc;
-    sw_cli_files_begin(SUB_SH);
     sw_cli_file_in("--zernike", o.zernike);
     sw_cli_file_in("--screen", o.screen);
     sw_cli_file_out("--out", o.out);

@@ -602,7 +602,6 @@ int sw_cmd_sim_stars(const sw_cli_globals *g, int argc, char **argv)
         return SW_EXIT_OK; /* --help */
     if (rc != SW_EXIT_OK)
         return rc;
-    sw_cli_files_begin(SUB_STARS);
     sw_cli_file_in("--catalog", o.catalog);
     sw_cli_file_in("--sky", o.sky);
     sw_cli_file_out("--out", o.out);
