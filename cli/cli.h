@@ -63,6 +63,13 @@ int sw_cmd_sabre(const sw_cli_globals *g, int argc, char **argv);
 void sw_cmd_sabre_help(FILE *out);
 int sw_cmd_loop(const sw_cli_globals *g, int argc, char **argv);
 void sw_cmd_loop_help(FILE *out);
+int sw_cmd_rtc(const sw_cli_globals *g, int argc, char **argv);
+void sw_cmd_rtc_help(FILE *out);
+int sw_cmd_calibrate(const sw_cli_globals *g, int argc, char **argv);
+void sw_cmd_calibrate_help(FILE *out);
+/* `spotwave sim bench` (cmd_loop.c: it shares the loop's configuration) */
+int sw_cmd_sim_bench(const sw_cli_globals *g, int argc, char **argv);
+void sw_cmd_sim_bench_help(FILE *out);
 
 /* ------------------------------------------------------------------ messages and exit codes */
 
@@ -295,6 +302,22 @@ const char *sw_cli_lib_error(sw_context *ctx, sw_status st);
  * backend: <reason>") and returns SW_EXIT_FAIL; SW_EXIT_OK and *out otherwise.
  */
 int sw_cli_context(const sw_cli_globals *g, const char *sub, sw_context **out);
+
+/* ------------------------------------------------------------------ configuration files
+ * (config.c): `key = value` lines, '#' comments, as loop, sim bench and rtc read them. */
+
+#define SW_CLI_CONFIG_LINE    1024 /* longest line */
+#define SW_CLI_CONFIG_UNKNOWN 1    /* sw_cli_config_set_fn: not a key of this file */
+
+/* Sets key `name` from `value`: 0, SW_CLI_CONFIG_UNKNOWN, or -1 with what the key takes in
+ * want ("a whole number in 1..64"). value NULL only asks whether the key is known (0 / UNKNOWN,
+ * nothing set). */
+typedef int (*sw_cli_config_set_fn)(void *user, const char *name, const char *value, char *want,
+                                    size_t wsize);
+/* Reads the file through set. SW_EXIT_OK; SW_EXIT_FAIL when it cannot be read; a usage error
+ * "FILE:LINE: what" for a bad line (a NUL byte, too long, not key = value, no key, no value, an
+ * unknown or repeated key, a refused value). */
+int sw_cli_config_read(const char *sub, const char *path, sw_cli_config_set_fn set, void *user);
 
 /* ------------------------------------------------------------------ small utilities */
 

@@ -31,7 +31,6 @@
 
 #define DEF_FRAMES   200
 #define MAX_FRAMES   1000000
-#define MAX_LINE     1024
 #define MAX_OVERRIDE 256
 #define PLOT_WIDTH   960
 #define PLOT_HEIGHT  760
@@ -365,8 +364,8 @@ void sw_cmd_loop_help(FILE *out)
         "Example:\n"
         "  spotwave loop --set nx=16 --recon mvm --gain 0.4 --frames 300 \\\n"
         "      --report loop.csv --plot loop.png --json\n",
-        DEF_FRAMES, MAX_LINE, MAX_FRAMES, DEF_FRAMES, GAIN_MAX, DIVERGE_HUGE, DIVERGE_X, DIVERGE_K,
-        GAIN_MAX);
+        DEF_FRAMES, SW_CLI_CONFIG_LINE, MAX_FRAMES, DEF_FRAMES, GAIN_MAX, DIVERGE_HUGE, DIVERGE_X,
+        DIVERGE_K, GAIN_MAX);
 }
 
 /* ------------------------------------------------------------------ options */
@@ -502,102 +501,22 @@ static int parse_options(int argc, char **argv, loop_opts *o)
     return SW_EXIT_OK;
 }
 
-/* Trims blanks at both ends, in place. */
-static char *trim(char *s)
+/* sw_cli_config_set_fn over the loop's keys. */
+static int config_set(void *user, const char *name, const char *value, char *want, size_t wsize)
 {
-    while (isspace((unsigned char)*s))
-        s++;
-    size_t n = strlen(s);
-    while (n > 0 && isspace((unsigned char)s[n - 1]))
-        s[--n] = '\0';
-    return s;
+    loop_opts *o = user;
+    const key_def *k = find_key(name);
+    if (!k)
+        return SW_CLI_CONFIG_UNKNOWN;
+    if (!value)
+        return 0;
+    return set_key(k, value, &o->p, &o->frames, want, wsize) == 0 ? 0 : -1;
 }
 
-/*
- * Reads one line of at most MAX_LINE characters (its newline not counted) into buf (MAX_LINE + 1
- * bytes), without its newline. Returns 1 for a line, 0 at the end of the file, -1 for a longer
- * line (the rest of it is not read); *nul is the 1-based column of the first NUL byte, 0 for none.
- */
-static int read_line(FILE *f, char *buf, size_t *len, size_t *nul)
-{
-    size_t n = 0;
-    int c, any = 0;
-    *nul = 0;
-    while ((c = getc(f)) != EOF) {
-        any = 1;
-        if (c == '\n')
-            break;
-        if (n == MAX_LINE)
-            return -1;
-        if (c == '\0' && *nul == 0)
-            *nul = n + 1;
-        buf[n++] = (char)c;
-    }
-    buf[n] = '\0';
-    *len = n;
-    return any;
-}
-
-/* Reads the configuration file into o->p / o->frames. A file that cannot be read: 1; a bad
- * line (a NUL byte, too long, not key = value, an unknown key, a bad value, a key given twice):
- * a usage error "FILE:LINE: what". */
+/* Reads the configuration file into o->p / o->frames (config.c says what is refused). */
 static int read_config(loop_opts *o)
 {
-    FILE *f = fopen(o->config, "r");
-    if (!f)
-        return sw_cli_fail(SUB, "cannot read the configuration '%s': %s", o->config,
-                           strerror(errno));
-    char line[MAX_LINE + 1];
-    long lineno = 0, first[sizeof keys / sizeof keys[0]] = {0}; /* where each key was set */
-    int rc = SW_EXIT_OK, got;
-    size_t len, nul;
-    while (rc == SW_EXIT_OK && (got = read_line(f, line, &len, &nul)) != 0) {
-        lineno++;
-        if (got < 0) {
-            rc =
-                sw_cli_usage(SUB, "%s:%ld: longer than %d characters", o->config, lineno, MAX_LINE);
-            break;
-        }
-        if (nul) {
-            rc =
-                sw_cli_usage(SUB, "%s:%ld: a NUL byte (column %zu): the configuration must be text",
-                             o->config, lineno, nul);
-            break;
-        }
-        char *hash = strchr(line, '#');
-        if (hash)
-            *hash = '\0';
-        char *text = trim(line);
-        if (!*text)
-            continue;
-        char *eq = strchr(text, '=');
-        if (!eq) {
-            rc = sw_cli_usage(SUB, "%s:%ld: '%s' is not key = value", o->config, lineno, text);
-            break;
-        }
-        *eq = '\0';
-        char *name = trim(text), *value = trim(eq + 1);
-        const key_def *k = find_key(name);
-        char want[96];
-        if (!*name)
-            rc = sw_cli_usage(SUB, "%s:%ld: no key before '='", o->config, lineno);
-        else if (!k)
-            rc = sw_cli_usage(SUB, "%s:%ld: unknown key '%s'", o->config, lineno, name);
-        else if (first[k - keys])
-            rc = sw_cli_usage(SUB, "%s:%ld: key '%s' repeated (first at line %ld)", o->config,
-                              lineno, name, first[k - keys]);
-        else if (!*value)
-            rc = sw_cli_usage(SUB, "%s:%ld: %s has no value", o->config, lineno, name);
-        else if (set_key(k, value, &o->p, &o->frames, want, sizeof want) != 0)
-            rc = sw_cli_usage(SUB, "%s:%ld: %s: '%s' is not %s", o->config, lineno, name, value,
-                              want);
-        if (k)
-            first[k - keys] = first[k - keys] ? first[k - keys] : lineno;
-    }
-    if (rc == SW_EXIT_OK && ferror(f))
-        rc = sw_cli_fail(SUB, "cannot read the configuration '%s': %s", o->config, strerror(errno));
-    fclose(f);
-    return rc;
+    return sw_cli_config_read(SUB, o->config, config_set, o);
 }
 
 /* The stable limit of the loop's gain: its integrator (or leaky integrator; PI with kp = 0, as

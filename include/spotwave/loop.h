@@ -410,6 +410,35 @@ int32_t sw_loop_actuators(const sw_loop *l);
  * any may be NULL. */
 sw_status sw_loop_maps(const sw_loop *l, int32_t *side, float *turbulence, float *correction,
                        float *residual);
+/* The commands of the last sw_loop_step (u_k, nact floats owned by the loop, valid until the
+ * next step); NULL before the first. */
+const float *sw_loop_commands(const sw_loop *l);
+
+/* ---------------------------------------------- the simulator as a bench's atmosphere and camera
+ *
+ * The simulated bench (`spotwave sim bench`) runs the atmosphere, the mirror and the camera of
+ * this simulator in one process and the real-time chain in another, joined by image streams
+ * (stream.h). These calls give it the two halves of sw_loop_step.
+ */
+
+/*
+ * The next frame as the camera sees it with `commands` (nact floats, host, finite) on the mirror:
+ * the screen moves as in sw_loop_step, the mirror's shape of `commands` is subtracted, the SH frame
+ * is rendered with the frame's own noise draw (the same as sw_loop_step's frame of that number),
+ * and the science PSF is formed (*out as sw_loop_step's, may be NULL). `frame` (host, width x
+ * height floats, row-major, electrons: sw_loop_sensor gives the size) receives the frame. The
+ * loop's reconstructor does not run, and p->delay is not used: the caller's chain gives the
+ * commands. A chain equal to the loop's own (sw_loop_chain) fed back with no delay (frame k sees
+ * u_{k-1}) reproduces sw_loop_step's frames and commands.
+ */
+sw_status sw_loop_camera(sw_loop *l, const float *commands, float *frame, sw_loop_frame *out);
+/* The sensor's frame size in pixels and its slopes per axis (any may be NULL). */
+void sw_loop_sensor(const sw_loop *l, int32_t *width, int32_t *height, int32_t *ns);
+/* The chain the loop runs, MVM only (SW_EUNSUPPORTED otherwise): the centroid parameters
+ * (geometry, f32 frames on the host, the threshold; the valid mask points into the loop) and the
+ * control matrix (nact x 2 ns row-major), both valid while the loop lives. */
+sw_status sw_loop_chain(const sw_loop *l, sw_centroid_params *centroid, const float **cm,
+                        int32_t *nact);
 
 #ifdef __cplusplus
 }

@@ -184,8 +184,10 @@ struct sw_loop {
     double *fit_gx; /* nq x (nx + 1) profiles */
 
     /* state */
-    int64_t nframe; /* frames run */
-    int broken;     /* a step failed part-way: the screen, noise and exposure are out of step */
+    int64_t nframe;      /* frames run */
+    const float *camera; /* sw_loop_camera's commands during its step, NULL otherwise */
+    const float *last;   /* u_k of the last sw_loop_step, NULL before the first */
+    int broken; /* a step failed part-way: the screen, noise and exposure are out of step */
     double last_turb_nm, last_resid_nm;
     int32_t last_clipped;             /* commands of the last frame at the stroke limit */
     double phase_sum[SW_LOOP_PHASES]; /* host wall time per phase, us (sw_loop_phase_us) */
@@ -1021,6 +1023,8 @@ static sw_status detect_and_reconstruct(sw_loop *l, int64_t k, float *commands)
         if ((st = sw_detector_apply(l->ctx, &l->det, &l->frame, &l->frame)) != SW_OK)
             return st;
     }
+    if (l->camera)
+        return SW_OK; /* the caller's chain reconstructs (sw_loop_camera) */
     if (l->rtc)
         return sw_rtc_run(l->rtc, &l->frame, commands, NULL);
     return run_sabre_global(l, commands);
@@ -1143,7 +1147,8 @@ static sw_status step_gpu(sw_loop *l, int64_t k, float *slot, int acc, double *p
         lap(l, 3, t);
     }
     /* the rtc has waited for the stream: the residual sums and the PSF's maximum are in */
-    const sw_status sp = sw_loop_psf_gpu_peak(l->psf, st != SW_OK || !l->rtc, peak);
+    const sw_status sp =
+        sw_loop_psf_gpu_peak(l->psf, st != SW_OK || !l->rtc || l->camera != NULL, peak);
     if (acc)
         l->lcount++;
     if (st != SW_OK)
@@ -1188,7 +1193,9 @@ static sw_status step_once(sw_loop *l, sw_loop_frame *out)
     /* the command due now: u_{k-1-delay} (zero before the first) */
     const int32_t nact = l->nact, slots = p->delay + 1;
     float *slot = l->ring + (size_t)(k % slots) * nact;
-    if (k - 1 - p->delay >= 1)
+    if (l->camera)
+        memcpy(l->applied, l->camera, (size_t)nact * sizeof(float));
+    else if (k - 1 - p->delay >= 1)
         memcpy(l->applied, slot, (size_t)nact * sizeof(float));
     else
         memset(l->applied, 0, (size_t)nact * sizeof(float));
@@ -1205,12 +1212,16 @@ static sw_status step_once(sw_loop *l, sw_loop_frame *out)
     if (st != SW_OK)
         return st;
     l->nframe = k;
-    /* u_k is in slot now: how many commands sit at the stroke limit (the clamp gives +-clip) */
+    /* u_k is in slot now (the applied commands for the camera): how many commands sit at the
+     * stroke limit (the clamp gives +-clip) */
+    const float *uk = l->camera ? l->applied : slot;
+    if (!l->camera)
+        l->last = slot;
     l->last_clipped = 0;
     if (p->controller.clip > 0.0) {
         const float lim = (float)p->controller.clip;
         for (int32_t a = 0; a < nact; a++)
-            l->last_clipped += fabsf(slot[a]) >= lim;
+            l->last_clipped += fabsf(uk[a]) >= lim;
     }
     if (out) {
         const double a2 = l->sum_a * l->sum_a;
@@ -1228,6 +1239,64 @@ static sw_status step_once(sw_loop *l, sw_loop_frame *out)
     lap(l, 4, &t);
     l->phase_frames++;
     return SW_OK;
+}
+
+sw_status sw_loop_camera(sw_loop *l, const float *commands, float *frame, sw_loop_frame *out)
+{
+    if (!l || !commands || !frame)
+        return sw_fail(l ? l->ctx : NULL, SW_EINVAL, "sw_loop_camera: NULL argument");
+    if (l->broken)
+        return sw_fail(l->ctx, SW_EINVAL,
+                       "loop: an earlier step failed part-way (screen moved, frame not counted): "
+                       "destroy and recreate the simulator");
+    for (int32_t a = 0; a < l->nact; a++)
+        if (!isfinite(commands[a]))
+            return sw_fail(l->ctx, SW_ERANGE, "loop camera: command %d is not finite", (int)a);
+    l->camera = commands;
+    sw_status st = step_once(l, out);
+    l->camera = NULL;
+    if (st == SW_OK) {
+        /* the frame as the camera delivers it: host floats, row-major (sw_image_copy waits for
+         * the device) */
+        sw_image dst;
+        st = sw_image_wrap(frame, l->frame.width, l->frame.height,
+                           (size_t)l->frame.width * sizeof(float), SW_PIX_F32, SW_MEM_HOST, &dst);
+        if (st == SW_OK)
+            st = sw_image_copy(l->ctx, &l->frame, &dst);
+    }
+    if (st != SW_OK)
+        l->broken = 1;
+    return st;
+}
+
+void sw_loop_sensor(const sw_loop *l, int32_t *width, int32_t *height, int32_t *ns)
+{
+    if (width)
+        *width = l ? l->frame.width : 0;
+    if (height)
+        *height = l ? l->frame.height : 0;
+    if (ns)
+        *ns = l ? l->ns : 0;
+}
+
+sw_status sw_loop_chain(const sw_loop *l, sw_centroid_params *centroid, const float **cm,
+                        int32_t *nact)
+{
+    if (!l || !centroid || !cm || !nact)
+        return sw_fail(l ? l->ctx : NULL, SW_EINVAL, "sw_loop_chain: NULL argument");
+    if (l->p.recon != SW_LOOP_MVM || !l->cm)
+        return sw_fail(l->ctx, SW_EUNSUPPORTED, "loop: only the MVM chain is exported (recon = %s)",
+                       sw_loop_recon_string(l->p.recon));
+    *centroid = l->cen_params;
+    centroid->path = SW_CENTROID_HOST; /* the frame a camera stream delivers */
+    *cm = l->cm;
+    *nact = l->nact;
+    return SW_OK;
+}
+
+const float *sw_loop_commands(const sw_loop *l)
+{
+    return l ? l->last : NULL;
 }
 
 static const char *const PHASE_NAMES[SW_LOOP_PHASES] = {

@@ -565,6 +565,68 @@ static void test_long_exposure(void **state)
 
 /* ------------------------------------------------------------------ bad parameters */
 
+/* The bench split (sw_loop_camera + the loop's own chain, sw_loop_chain, in a separate sw_rtc, as
+ * `spotwave sim bench` and `spotwave rtc` run them in two processes): with the commands fed back
+ * without delay, noise and a circular pupil, every frame's commands are bit for bit those of
+ * sw_loop_step on a twin simulator of the same seed. */
+static void test_camera_split(void **state)
+{
+    (void)state;
+    sw_loop_params p;
+    small_params(&p);
+    p.square_pupil = 0;
+    p.magnitude = 8.0;
+    p.read_noise_e = 1.0;
+    p.recon = SW_LOOP_MVM;
+    sw_loop *ref = make(&p), *cam = make(&p);
+    int32_t w = 0, h = 0, ns = 0, nact = 0;
+    sw_loop_sensor(cam, &w, &h, &ns);
+    assert_int_equal(w, 64);
+    assert_int_equal(h, 64);
+    sw_rtc_params rp;
+    sw_rtc_params_default(&rp);
+    const float *cm = NULL;
+    assert_int_equal(sw_loop_chain(cam, &rp.centroid, &cm, &nact), SW_OK);
+    assert_int_equal(nact, sw_loop_actuators(cam));
+    rp.recon = SW_RTC_MVM;
+    rp.nact = nact;
+    rp.cm = cm;
+    rp.controller = p.controller;
+    rp.controller.nact = nact;
+    sw_rtc *rtc = NULL;
+    assert_int_equal(sw_rtc_create(ctx, &rp, &rtc), SW_OK);
+    assert_int_equal(sw_rtc_slopes(rtc), ns);
+    float *frame = malloc((size_t)w * h * sizeof(float));
+    float *u = calloc((size_t)nact, sizeof(float));
+    assert_non_null(frame);
+    assert_non_null(u);
+    assert_null(sw_loop_commands(ref));
+    for (int k = 1; k <= 30; k++) {
+        sw_loop_frame a, b;
+        step(ref, &a);
+        assert_int_equal(sw_loop_camera(cam, u, frame, &b), SW_OK);
+        assert_int_equal(b.frame, k);
+        assert_true(a.residual_nm == b.residual_nm);
+        sw_image img;
+        assert_int_equal(sw_image_wrap(frame, w, h, 0, SW_PIX_F32, SW_MEM_HOST, &img), SW_OK);
+        assert_int_equal(sw_rtc_run(rtc, &img, u, NULL), SW_OK);
+        assert_memory_equal(u, sw_loop_commands(ref), (size_t)nact * sizeof(float));
+    }
+    /* a non-finite command is refused before the screen moves */
+    u[3] = NAN;
+    assert_int_equal(sw_loop_camera(cam, u, frame, NULL), SW_ERANGE);
+    sw_loop *gl = NULL;
+    p.recon = SW_LOOP_DSABRE_LOCAL;
+    gl = make(&p);
+    assert_int_equal(sw_loop_chain(gl, &rp.centroid, &cm, &nact), SW_EUNSUPPORTED);
+    sw_loop_destroy(gl);
+    free(frame);
+    free(u);
+    sw_rtc_destroy(rtc);
+    sw_loop_destroy(ref);
+    sw_loop_destroy(cam);
+}
+
 static void expect_einval(const sw_loop_params *p, const char *word)
 {
     sw_loop *l = (sw_loop *)&l;
@@ -661,6 +723,7 @@ int main(void)
         cmocka_unit_test(test_delay),
         cmocka_unit_test(test_maps_noisy_annulus),
         cmocka_unit_test(test_long_exposure),
+        cmocka_unit_test(test_camera_split),
         cmocka_unit_test(test_bad_params),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
