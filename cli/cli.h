@@ -67,9 +67,14 @@ int sw_cmd_rtc(const sw_cli_globals *g, int argc, char **argv);
 void sw_cmd_rtc_help(FILE *out);
 int sw_cmd_calibrate(const sw_cli_globals *g, int argc, char **argv);
 void sw_cmd_calibrate_help(FILE *out);
-/* `spotwave sim bench` (cmd_loop.c: it shares the loop's configuration) */
+/* `spotwave sim bench` (cmd_sim_bench.c) */
 int sw_cmd_sim_bench(const sw_cli_globals *g, int argc, char **argv);
 void sw_cmd_sim_bench_help(FILE *out);
+/* The closed-loop simulator's configuration as `spotwave loop` builds it (cmd_loop.c): its
+ * defaults, the file config (NULL: none), then the n "KEY=VALUE" texts of sets, with the loop's
+ * checks (messages for sub). SW_EXIT_OK with *p and *frames, or the exit code after its line. */
+int sw_cli_loop_config(const char *sub, const char *config, int n, char *const *sets,
+                       sw_loop_params *p, long *frames);
 
 /* ------------------------------------------------------------------ messages and exit codes */
 

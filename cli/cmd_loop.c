@@ -378,6 +378,7 @@ typedef struct override {
 } override;
 
 typedef struct loop_opts {
+    const char *sub; /* for messages: "loop", or "sim bench" (sw_cli_loop_config) */
     const char *config, *report, *plot, *maps;
     int json, open_loop, strict;
     override ov[MAX_OVERRIDE];
@@ -390,7 +391,7 @@ typedef struct loop_opts {
 static int add_override(loop_opts *o, const char *key, const char *value, const char *source)
 {
     if (o->nov >= MAX_OVERRIDE)
-        return sw_cli_usage(SUB, "more than %d settings on the command line", MAX_OVERRIDE);
+        return sw_cli_usage(o->sub, "more than %d settings on the command line", MAX_OVERRIDE);
     override *v = &o->ov[o->nov++];
     snprintf(v->key, sizeof v->key, "%s", key);
     v->value = value;
@@ -516,7 +517,7 @@ static int config_set(void *user, const char *name, const char *value, char *wan
 /* Reads the configuration file into o->p / o->frames (config.c says what is refused). */
 static int read_config(loop_opts *o)
 {
-    return sw_cli_config_read(SUB, o->config, config_set, o);
+    return sw_cli_config_read(o->sub, o->config, config_set, o);
 }
 
 /* The stable limit of the loop's gain: its integrator (or leaky integrator; PI with kp = 0, as
@@ -541,11 +542,11 @@ static int build_config(loop_opts *o)
         const key_def *k = find_key(v->key);
         char want[96];
         if (!k)
-            return sw_cli_usage(SUB, "%s: unknown key '%s'", v->source, v->key);
+            return sw_cli_usage(o->sub, "%s: unknown key '%s'", v->source, v->key);
         if (!*v->value)
-            return sw_cli_usage(SUB, "%s: no value", v->source);
+            return sw_cli_usage(o->sub, "%s: no value", v->source);
         if (set_key(k, v->value, &o->p, &o->frames, want, sizeof want) != 0)
-            return sw_cli_usage(SUB, "%s: '%s' is not %s", v->source, v->value, want);
+            return sw_cli_usage(o->sub, "%s: '%s' is not %s", v->source, v->value, want);
     }
     if (o->open_loop)
         o->p.controller.gain = 0.0; /* PI: ki of every mode is the gain, kp 0 */
@@ -553,17 +554,51 @@ static int build_config(loop_opts *o)
      * one-frame delay, ends at 2 (sw_controller_max_gain). Negative and non-finite gains never
      * get this far (the key takes finite numbers >= 0). */
     if (o->p.controller.gain > GAIN_MAX)
-        return sw_cli_usage(SUB,
+        return sw_cli_usage(o->sub,
                             "gain %g is far outside the stable range (this loop's limit is %.4g "
                             "for a delay of %d frame%s; gains above %g are refused)",
                             o->p.controller.gain, loop_max_gain(&o->p), (int)o->p.delay + 1,
                             o->p.delay == 0 ? "" : "s", GAIN_MAX);
-    if (o->frames <= o->p.warmup)
-        return sw_cli_usage(SUB,
+    if (o->frames <= o->p.warmup && strcmp(o->sub, SUB) == 0)
+        return sw_cli_usage(o->sub,
                             "frames (%ld) must be more than warmup (%d): the long exposure "
                             "starts after the warm-up",
                             o->frames, (int)o->p.warmup);
     return SW_EXIT_OK;
+}
+
+int sw_cli_loop_config(const char *sub, const char *config, int n, char *const *sets,
+                       sw_loop_params *p, long *frames)
+{
+    loop_opts *o = calloc(1, sizeof *o);
+    if (!o)
+        return sw_cli_fail(sub, "out of memory");
+    o->sub = sub;
+    o->config = config;
+    int rc = SW_EXIT_OK;
+    for (int i = 0; rc == SW_EXIT_OK && i < n; i++) {
+        const char *eq = strchr(sets[i], '=');
+        char name[64];
+        size_t k = eq ? (size_t)(eq - sets[i]) : 0;
+        if (!eq || k == 0 || k >= sizeof name) {
+            rc = sw_cli_usage(sub, "--set: '%s' is not KEY=VALUE", sets[i]);
+            break;
+        }
+        memcpy(name, sets[i], k);
+        name[k] = '\0';
+        char source[96];
+        snprintf(source, sizeof source, "--set %s", name);
+        /* the value lives in argv: the override points at it */
+        rc = add_override(o, name, eq + 1, source);
+    }
+    if (rc == SW_EXIT_OK)
+        rc = build_config(o);
+    if (rc == SW_EXIT_OK) {
+        *p = o->p;
+        *frames = o->frames;
+    }
+    free(o);
+    return rc;
 }
 
 /* ------------------------------------------------------------------ the run */
@@ -1008,6 +1043,7 @@ int sw_cmd_loop(const sw_cli_globals *g, int argc, char **argv)
     loop_opts *o = calloc(1, sizeof *o);
     if (!o)
         return sw_cli_fail(SUB, "out of memory");
+    o->sub = SUB;
     int rc = parse_options(argc, argv, o);
     if (rc == -1) {
         free(o);

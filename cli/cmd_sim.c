@@ -39,9 +39,11 @@ void sw_cmd_sim_help(FILE *out)
                  "            images of Mompean et al. 2019, Future Gener. Comput. Syst. 91,\n"
                  "            177, Sec. 4.1; the population of Thibos et al. 2002): population\n"
                  "            aberrations, retinal glow, reflections, noise\n"
+                 "  bench     the closed-loop simulator's atmosphere, mirror and camera as a\n"
+                 "            process on image streams (ImageStreamIO layout), for spotwave rtc\n"
                  "\n"
                  "See 'spotwave sim stars --help', 'spotwave sim sh --help', 'spotwave sim eye "
-                 "--help'.\n");
+                 "--help',\n'spotwave sim bench --help'.\n");
 }
 
 /* ------------------------------------------------------------------ the detector (all sims) */
@@ -514,7 +516,7 @@ int sim_detect_and_write(sw_context *ctx, const char *S, const sw_detector *det,
 int sw_cmd_sim(const sw_cli_globals *g, int argc, char **argv)
 {
     if (argc < 2)
-        return sw_cli_usage(SUB, "which simulation? (stars, sh, eye)");
+        return sw_cli_usage(SUB, "which simulation? (stars, sh, eye, bench)");
     const char *what = argv[1];
     if (strcmp(what, "-h") == 0 || strcmp(what, "--help") == 0) {
         sw_cmd_sim_help(stdout);
@@ -533,7 +535,11 @@ int sw_cmd_sim(const sw_cli_globals *g, int argc, char **argv)
         sw_cli_files_begin("sim eye");
         return sw_cmd_sim_eye(g, argc - 1, argv + 1);
     }
+    if (strcmp(what, "bench") == 0) {
+        sw_cli_files_begin("sim bench");
+        return sw_cmd_sim_bench(g, argc - 1, argv + 1);
+    }
     if (what[0] == '-')
-        return sw_cli_usage(SUB, "'%s': name the simulation first (stars, sh, eye)", what);
-    return sw_cli_usage(SUB, "unknown simulation '%s' (available: stars, sh, eye)", what);
+        return sw_cli_usage(SUB, "'%s': name the simulation first (stars, sh, eye, bench)", what);
+    return sw_cli_usage(SUB, "unknown simulation '%s' (available: stars, sh, eye, bench)", what);
 }

@@ -1,0 +1,918 @@
+/*
+ * spotwave rtc: the real-time chain of loop.h (sw_rtc: frame -> centroids -> slopes -> control
+ * matrix -> controller -> commands; Mocci et al. 2020 Sec. 6) as a process between image streams
+ * in the ImageStreamIO layout (stream.h): camera frames in, mirror commands out, the slopes and a
+ * telemetry row out when asked. It runs until stopped (SIGINT / SIGTERM, or --frames), prints a
+ * status line once a second and a summary at the end.
+ *
+ * Configuration: `key = value` lines (--config; config.c), then --set KEY=VALUE in order:
+ *   nx, ny             lenslets across and down (required)
+ *   pitch_px           lenslet pitch in pixels (required)
+ *   x0, y0             corner pixel of lenslet (0, 0) (0, 0)
+ *   pixel_um, focal_mm detector pixel and lenslet focal length (geometry.h's defaults; they only
+ *                      name the slopes' unit: the chain works in pixels)
+ *   valid              FITS/PGM image of nx x ny, non-zero = a lenslet that is measured (all)
+ *   threshold          counts subtracted from every pixel before the centroids (0: none)
+ *   window             pixels left out at every lenslet's border (0)
+ *   cm                 control matrix, FITS, one row per actuator: width 2 ns (x slopes then y),
+ *                      height nact (sw_control_matrix's layout)
+ *   im                 or an interaction matrix in the same layout (row a: the slopes of actuator
+ *                      a's unit command), inverted here by truncated SVD:
+ *   cm_condition       largest condition number kept (30; 0: no limit)
+ *   cm_modes           largest number of modes kept (0: no limit)
+ *   fp16               1: the GPU holds the matrix in FP16 (0)
+ *   controller         integrator | leaky | pi (integrator)
+ *   gain, leak, clip   the controller's (0.5, 0.01, 0: no stroke limit)
+ *
+ * Timing. A frame's latency is the time from the camera's write of the frame (the stream's
+ * writetime, CLOCK_REALTIME, set just before its semaphores are posted) to the end of the write of
+ * the commands into --out (before the slopes and telemetry), in microseconds, kept in a histogram
+ * of 0.1 us bins up to 100 ms (constant memory however long the run). A missed frame is a camera
+ * frame the chain never saw: cnt0 advanced by more than one between two frames it took.
+ */
+#define _GNU_SOURCE
+
+#include "cli.h"
+#include "json.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "spotwave/stream.h"
+
+#define SUB "rtc"
+
+#define HIST_BIN_US 0.1
+#define HIST_BINS   1000000 /* 100 ms */
+
+/* ------------------------------------------------------------------ configuration */
+
+typedef struct rtc_config {
+    int have_nx, have_ny, have_pitch;
+    sw_sh_geometry geom;
+    char valid[4096], cm[4096], im[4096];
+    double threshold;
+    int32_t window;
+    double cm_condition;
+    int32_t cm_modes;
+    int fp16;
+    sw_controller_params ctrl;
+} rtc_config;
+
+static void config_default(rtc_config *c)
+{
+    memset(c, 0, sizeof *c);
+    sw_sh_geometry_default(&c->geom);
+    c->geom.x0 = c->geom.y0 = 0.0;
+    c->cm_condition = 30.0;
+    sw_controller_params_default(&c->ctrl);
+}
+
+static int set_text(char *dst, size_t n, const char *value)
+{
+    if (strlen(value) >= n)
+        return -1;
+    snprintf(dst, n, "%s", value);
+    return 0;
+}
+
+/* sw_cli_config_set_fn over the keys above. */
+static int config_set(void *user, const char *name, const char *value, char *want, size_t wsize)
+{
+    static const char *const known[] = {
+        "nx",    "ny",  "pitch_px", "x0",           "y0",       "pixel_um", "focal_mm",
+        "valid", "threshold", "window", "cm",       "im",       "cm_condition", "cm_modes",
+        "fp16",  "controller", "gain", "leak",      "clip"};
+    int k = -1;
+    for (int i = 0; i < (int)(sizeof known / sizeof known[0]); i++)
+        if (strcmp(name, known[i]) == 0)
+            k = i;
+    if (k < 0)
+        return SW_CLI_CONFIG_UNKNOWN;
+    if (!value)
+        return 0;
+    rtc_config *c = user;
+    long n;
+    double v;
+    switch (k) {
+    case 0:
+    case 1:
+        if (sw_cli_parse_long(value, 1, 4096, &n) != 0) {
+            snprintf(want, wsize, "a whole number in 1..4096");
+            return -1;
+        }
+        if (k == 0) {
+            c->geom.nx = (int32_t)n;
+            c->have_nx = 1;
+        } else {
+            c->geom.ny = (int32_t)n;
+            c->have_ny = 1;
+        }
+        return 0;
+    case 2:
+    case 5:
+    case 6:
+        if (sw_cli_parse_double(value, &v) != 0 || !(v > 0.0)) {
+            snprintf(want, wsize, "a positive number");
+            return -1;
+        }
+        if (k == 2) {
+            c->geom.pitch_px = v;
+            c->have_pitch = 1;
+        } else if (k == 5)
+            c->geom.pixel_um = v;
+        else
+            c->geom.focal_mm = v;
+        return 0;
+    case 3:
+    case 4:
+        if (sw_cli_parse_double(value, &v) != 0) {
+            snprintf(want, wsize, "a number (pixels)");
+            return -1;
+        }
+        *(k == 3 ? &c->geom.x0 : &c->geom.y0) = v;
+        return 0;
+    case 7:
+    case 10:
+    case 11:
+        if (set_text(k == 7 ? c->valid : k == 10 ? c->cm : c->im, sizeof c->cm, value) != 0) {
+            snprintf(want, wsize, "a file name shorter than %zu characters", sizeof c->cm);
+            return -1;
+        }
+        return 0;
+    case 8:
+    case 12:
+    case 16:
+    case 17:
+    case 18:
+        if (sw_cli_parse_double(value, &v) != 0 || v < 0.0 ||
+            (k == 12 && v > 0.0 && v < 1.0) || (k == 17 && v >= 1.0) || (k == 16 && v > 10.0)) {
+            snprintf(want, wsize, "%s",
+                     k == 12   ? "0 (no limit) or a number >= 1"
+                     : k == 17 ? "a number in [0, 1)"
+                     : k == 16 ? "a number in 0..10"
+                               : "a number >= 0");
+            return -1;
+        }
+        if (k == 8)
+            c->threshold = v;
+        else if (k == 12)
+            c->cm_condition = v;
+        else if (k == 16)
+            c->ctrl.gain = v;
+        else if (k == 17)
+            c->ctrl.leak = v;
+        else
+            c->ctrl.clip = v;
+        return 0;
+    case 9:
+    case 13:
+        if (sw_cli_parse_long(value, 0, 1 << 20, &n) != 0) {
+            snprintf(want, wsize, "a whole number >= 0");
+            return -1;
+        }
+        *(k == 9 ? &c->window : &c->cm_modes) = (int32_t)n;
+        return 0;
+    case 14:
+        if (strcmp(value, "0") != 0 && strcmp(value, "1") != 0) {
+            snprintf(want, wsize, "0 or 1");
+            return -1;
+        }
+        c->fp16 = value[0] == '1';
+        return 0;
+    case 15:
+        if (sw_controller_kind_parse(value, &c->ctrl.kind) != SW_OK) {
+            snprintf(want, wsize, "integrator, leaky or pi");
+            return -1;
+        }
+        return 0;
+    }
+    return SW_CLI_CONFIG_UNKNOWN;
+}
+
+/* ------------------------------------------------------------------ options */
+
+typedef struct rtc_opts {
+    const char *config, *in, *out, *slopes, *telemetry, *dir;
+    const char *set[64];
+    int nset;
+    sw_stream_wait_mode wait;
+    long frames;         /* 0: until stopped */
+    double timeout_s;    /* < 0: wait for frames forever */
+    double open_s;       /* how long to wait for --in to appear */
+    int cpu;             /* -1: no affinity */
+    int fifo;            /* 0: no real-time priority */
+    int json, status;    /* status: -1 automatic (on when stderr is a terminal) */
+    rtc_config c;
+} rtc_opts;
+
+void sw_cmd_rtc_help(FILE *out)
+{
+    fprintf(out,
+            "Usage: spotwave [GLOBAL OPTIONS] rtc --config FILE --in STREAM --out STREAM\n"
+            "                [--slopes STREAM] [--telemetry STREAM] [OPTIONS]\n"
+            "\n"
+            "The real-time chain of an adaptive-optics bench as a process: camera frames from an\n"
+            "image stream in the ImageStreamIO layout of milk/CACAO (shared memory, semaphores),\n"
+            "Shack-Hartmann centre-of-gravity centroids (Mocci et al. 2020, J. Opt. Soc. Am. A\n"
+            "37(10), 1548), slopes, the control matrix, the controller, and the mirror's commands\n"
+            "written to a stream, frame by frame until stopped (SIGINT or SIGTERM finish the frame\n"
+            "in hand and leave every stream whole).\n"
+            "\n"
+            "Streams:\n"
+            "  --in STREAM            camera frames (u8, u16 or f32, 2-D); waited for up to\n"
+            "                         --open-timeout seconds when it does not exist yet\n"
+            "  --out STREAM           commands, nact floats; created when missing, used as it is\n"
+            "                         when it holds nact floats (a mirror's own stream)\n"
+            "  --slopes STREAM        the slopes (2 ns floats: x then y), written after the commands\n"
+            "  --telemetry STREAM     one row of doubles per frame after the commands: the camera\n"
+            "                         frame's cnt0, the latency in us, the slopes, the commands\n"
+            "  --dir DIR              where the streams are (default $MILK_SHM_DIR, else\n"
+            "                         ImageStreamIO's folder; stream.h)\n"
+            "  --wait sem|spin        wake on the input's semaphore (sem, the default) or poll its\n"
+            "                         counter cnt0 (spin: lowest latency, one core busy)\n"
+            "\n"
+            "Chain:\n"
+            "  --config FILE          `key = value` lines, '#' comments: nx, ny, pitch_px (required),\n"
+            "                         x0, y0, pixel_um, focal_mm, valid (mask image), threshold,\n"
+            "                         window, cm (control matrix FITS, width 2 ns, height nact) or\n"
+            "                         im (interaction matrix, same layout, inverted by truncated\n"
+            "                         SVD with cm_condition (30) and cm_modes), fp16, controller\n"
+            "                         (integrator|leaky|pi), gain (0.5), leak (0.01), clip (0)\n"
+            "  --set KEY=VALUE        one key, after the file (repeatable)\n"
+            "\n"
+            "Running:\n"
+            "  --frames N             stop after N frames (default: run until stopped)\n"
+            "  --timeout SECONDS      fail (exit 1) when no frame comes for this long (default:\n"
+            "                         wait forever)\n"
+            "  --open-timeout SECONDS how long to wait for --in to appear (10)\n"
+            "  --cpu N                pin the process to CPU core N\n"
+            "  --fifo PRIORITY        real-time scheduling SCHED_FIFO at PRIORITY (1..99; needs\n"
+            "                         CAP_SYS_NICE or an rtprio limit; refused otherwise, exit 1)\n"
+            "  --status / --no-status the status line on stderr once a second: frames, latency\n"
+            "                         median / p99 / max (us), missed frames (default: on when\n"
+            "                         stderr is a terminal)\n"
+            "  --json                 the summary at the end as one JSON object\n"
+            "\n"
+            "Latency is from the camera's write of a frame (the stream's writetime) to the end of\n"
+            "the write of its commands. A missed frame is one the chain never saw.\n"
+            "\n"
+            "Exit codes: 0 stopped as asked (signal or --frames); 1 a failure (a stream that\n"
+            "does not check out, a matrix that does not fit the geometry, a frame timeout); 2 a\n"
+            "usage error.\n"
+            "\n"
+            "Example (a simulated bench; see spotwave sim bench --help):\n"
+            "  spotwave sim bench --rtc-config bench/ --frames 0\n"
+            "  spotwave rtc --config bench/rtc.conf --in sw_cam --out sw_dm &\n"
+            "  spotwave sim bench --camera sw_cam --dm sw_dm --frames 1000\n");
+}
+
+static int parse_options(int argc, char **argv, rtc_opts *o)
+{
+    enum {
+        OPT_CONFIG = 256,
+        OPT_SET,
+        OPT_IN,
+        OPT_OUT,
+        OPT_SLOPES,
+        OPT_TELEMETRY,
+        OPT_DIR,
+        OPT_WAIT,
+        OPT_FRAMES,
+        OPT_TIMEOUT,
+        OPT_OPEN,
+        OPT_CPU,
+        OPT_FIFO,
+        OPT_STATUS,
+        OPT_NO_STATUS,
+        OPT_JSON
+    };
+    static const struct option longopts[] = {
+        {"config", required_argument, NULL, OPT_CONFIG},
+        {"set", required_argument, NULL, OPT_SET},
+        {"in", required_argument, NULL, OPT_IN},
+        {"out", required_argument, NULL, OPT_OUT},
+        {"slopes", required_argument, NULL, OPT_SLOPES},
+        {"telemetry", required_argument, NULL, OPT_TELEMETRY},
+        {"dir", required_argument, NULL, OPT_DIR},
+        {"wait", required_argument, NULL, OPT_WAIT},
+        {"frames", required_argument, NULL, OPT_FRAMES},
+        {"timeout", required_argument, NULL, OPT_TIMEOUT},
+        {"open-timeout", required_argument, NULL, OPT_OPEN},
+        {"cpu", required_argument, NULL, OPT_CPU},
+        {"fifo", required_argument, NULL, OPT_FIFO},
+        {"status", no_argument, NULL, OPT_STATUS},
+        {"no-status", no_argument, NULL, OPT_NO_STATUS},
+        {"json", no_argument, NULL, OPT_JSON},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    o->wait = SW_STREAM_WAIT_SEM;
+    o->timeout_s = -1.0;
+    o->open_s = 10.0;
+    o->cpu = -1;
+    o->status = -1;
+    int c;
+    long n;
+    sw_cli_getopt_reset();
+    while ((c = sw_cli_getopt(SUB, argc, argv, "h", longopts)) != -1) {
+        switch (c) {
+        case 'h': sw_cmd_rtc_help(stdout); return -1;
+        case OPT_CONFIG:
+            if (sw_cli_opt_file(SUB, "--config", optarg, &o->config) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
+            break;
+        case OPT_SET:
+            if (o->nset == (int)(sizeof o->set / sizeof o->set[0]))
+                return sw_cli_usage(SUB, "--set: more than %d", o->nset);
+            o->set[o->nset++] = optarg;
+            break;
+        case OPT_IN: o->in = optarg; break;
+        case OPT_OUT: o->out = optarg; break;
+        case OPT_SLOPES: o->slopes = optarg; break;
+        case OPT_TELEMETRY: o->telemetry = optarg; break;
+        case OPT_DIR: o->dir = optarg; break;
+        case OPT_WAIT:
+            if (strcmp(optarg, "sem") == 0)
+                o->wait = SW_STREAM_WAIT_SEM;
+            else if (strcmp(optarg, "spin") == 0)
+                o->wait = SW_STREAM_WAIT_SPIN;
+            else
+                return sw_cli_usage(SUB, "--wait: '%s' is not sem or spin", optarg);
+            break;
+        case OPT_FRAMES:
+            if (sw_cli_opt_at_least(SUB, "--frames", optarg, 1, "a count >= 1", &o->frames) !=
+                SW_EXIT_OK)
+                return SW_EXIT_USAGE;
+            break;
+        case OPT_TIMEOUT:
+        case OPT_OPEN:
+            if (sw_cli_opt_double(SUB, sw_cli_option_name(argv), optarg, SW_CLI_NONNEG,
+                                  "a number of seconds >= 0",
+                                  c == OPT_TIMEOUT ? &o->timeout_s : &o->open_s) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
+            break;
+        case OPT_CPU:
+            if (sw_cli_opt_long(SUB, "--cpu", optarg, 0, CPU_SETSIZE - 1, &n) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
+            o->cpu = (int)n;
+            break;
+        case OPT_FIFO:
+            if (sw_cli_opt_long(SUB, "--fifo", optarg, 1, 99, &n) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
+            o->fifo = (int)n;
+            break;
+        case OPT_STATUS: o->status = 1; break;
+        case OPT_NO_STATUS: o->status = 0; break;
+        case OPT_JSON: o->json = 1; break;
+        default: return SW_EXIT_USAGE;
+        }
+    }
+    if (optind < argc)
+        return sw_cli_usage(SUB, "unexpected argument '%s'", argv[optind]);
+    if (!o->config)
+        return sw_cli_usage(SUB, "give the chain: --config FILE");
+    if (!o->in || !o->out)
+        return sw_cli_usage(SUB, "give the streams: --in CAMERA --out COMMANDS");
+    const char *names[4] = {o->in, o->out, o->slopes, o->telemetry};
+    static const char *const opt[4] = {"--in", "--out", "--slopes", "--telemetry"};
+    for (int i = 0; i < 4; i++)
+        for (int j = i + 1; j < 4; j++)
+            if (names[i] && names[j] && strcmp(names[i], names[j]) == 0)
+                return sw_cli_usage(SUB, "%s and %s name the same stream '%s'", opt[i], opt[j],
+                                    names[i]);
+    return SW_EXIT_OK;
+}
+
+static int build_config(rtc_opts *o)
+{
+    config_default(&o->c);
+    int rc = sw_cli_config_read(SUB, o->config, config_set, &o->c);
+    for (int i = 0; rc == SW_EXIT_OK && i < o->nset; i++) {
+        const char *eq = strchr(o->set[i], '=');
+        char name[64], want[160] = "a value";
+        const size_t n = eq ? (size_t)(eq - o->set[i]) : 0;
+        if (!eq || n == 0 || n >= sizeof name)
+            return sw_cli_usage(SUB, "--set: '%s' is not KEY=VALUE", o->set[i]);
+        memcpy(name, o->set[i], n);
+        name[n] = '\0';
+        const int r = config_set(&o->c, name, eq[1] ? eq + 1 : NULL, want, sizeof want);
+        if (r == SW_CLI_CONFIG_UNKNOWN)
+            return sw_cli_usage(SUB, "--set: unknown key '%s'", name);
+        if (!eq[1])
+            return sw_cli_usage(SUB, "--set %s: no value", name);
+        if (r != 0)
+            return sw_cli_usage(SUB, "--set %s: '%s' is not %s", name, eq + 1, want);
+    }
+    if (rc != SW_EXIT_OK)
+        return rc;
+    if (!o->c.have_nx || !o->c.have_ny || !o->c.have_pitch)
+        return sw_cli_usage(SUB, "%s: nx, ny and pitch_px are required", o->config);
+    if (!!o->c.cm[0] == !!o->c.im[0])
+        return sw_cli_usage(SUB, "%s: give one of cm (control matrix) or im (interaction matrix)",
+                            o->config);
+    return SW_EXIT_OK;
+}
+
+/* ------------------------------------------------------------------ the run */
+
+static volatile int g_stop; /* set by SIGINT / SIGTERM */
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    g_stop = 1;
+}
+
+static double real_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Latency histogram: 0.1 us bins, an overflow count, the maximum. */
+typedef struct hist {
+    uint32_t *bin;
+    uint64_t n, over;
+    double max, sum;
+} hist;
+
+static void hist_add(hist *h, double us)
+{
+    if (!(us >= 0.0))
+        us = 0.0; /* clocks of two processes: never negative in the figures */
+    const double b = us / HIST_BIN_US;
+    if (b >= HIST_BINS)
+        h->over++;
+    else
+        h->bin[(size_t)b]++;
+    h->n++;
+    h->sum += us;
+    h->max = us > h->max ? us : h->max;
+}
+
+/* The q-quantile (0..1), the upper edge of its bin; NaN when empty. */
+static double hist_quantile(const hist *h, double q)
+{
+    if (h->n == 0)
+        return NAN;
+    uint64_t want = (uint64_t)ceil(q * (double)h->n), seen = 0;
+    want = want < 1 ? 1 : want;
+    for (size_t i = 0; i < HIST_BINS; i++) {
+        seen += h->bin[i];
+        if (seen >= want)
+            return (double)(i + 1) * HIST_BIN_US;
+    }
+    return h->max;
+}
+
+static sw_pixel_type pixel_of(sw_stream_type t)
+{
+    switch (t) {
+    case SW_STREAM_U8: return SW_PIX_U8;
+    case SW_STREAM_U16: return SW_PIX_U16;
+    case SW_STREAM_F32: return SW_PIX_F32;
+    default: return (sw_pixel_type)-1;
+    }
+}
+
+/* A matrix file: FITS f32 (or any type, converted), width x height as the file has it. */
+static int read_matrix(sw_context *ctx, const char *what, const char *path, int32_t *w, int32_t *h,
+                       float **out)
+{
+    sw_frames fr;
+    memset(&fr, 0, sizeof fr);
+    int rc = sw_cli_read_frames(ctx, SUB, what, path, 1, &fr);
+    if (rc != SW_EXIT_OK)
+        return rc;
+    if (fr.count != 1) {
+        sw_frames_free(&fr);
+        return sw_cli_fail(SUB, "%s '%s' has %d frames, not one matrix", what, path,
+                           (int)fr.count);
+    }
+    const sw_image *m = &fr.frames[0];
+    *w = m->width;
+    *h = m->height;
+    float *a = malloc((size_t)m->width * m->height * sizeof *a);
+    if (!a) {
+        sw_frames_free(&fr);
+        return sw_cli_fail(SUB, "out of memory for %s", what);
+    }
+    for (int32_t y = 0; y < m->height; y++)
+        for (int32_t x = 0; x < m->width; x++) {
+            const double v = sw_image_get(m, x, y);
+            if (!isfinite(v)) {
+                free(a);
+                sw_frames_free(&fr);
+                return sw_cli_fail(SUB, "%s '%s': entry (%d, %d) is not finite", what, path,
+                                   (int)x, (int)y);
+            }
+            a[(size_t)y * m->width + x] = (float)v;
+        }
+    sw_frames_free(&fr);
+    *out = a;
+    return SW_EXIT_OK;
+}
+
+/* Opens `name`, waiting up to open_s seconds for it to appear. */
+static int open_wait(sw_context *ctx, const rtc_opts *o, const char *option, const char *name,
+                     double open_s, sw_stream **out)
+{
+    const double t0 = sw_cli_now();
+    for (;;) {
+        const sw_status st = sw_stream_open(ctx, o->dir, name, out);
+        if (st == SW_OK)
+            return SW_EXIT_OK;
+        if (st != SW_EIO || g_stop || sw_cli_now() - t0 >= open_s)
+            return sw_cli_fail(SUB, "%s %s: %s", option, name, sw_cli_lib_error(ctx, st));
+        struct timespec ts = {0, 20000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* An output stream of n values of type t: the existing one when it has that shape, else made. */
+static int output_stream(sw_context *ctx, const rtc_opts *o, const char *option, const char *name,
+                         uint32_t n, sw_stream_type t, sw_stream **out)
+{
+    sw_stream *s = NULL;
+    if (sw_stream_open(ctx, o->dir, name, &s) == SW_OK) {
+        sw_stream_info in;
+        if (sw_stream_get_info(s, &in) == SW_OK && in.type == t &&
+            (uint64_t)in.size[0] * (in.naxis > 1 ? in.size[1] : 1) == n && in.naxis <= 2 &&
+            !in.circular) {
+            *out = s;
+            return SW_EXIT_OK;
+        }
+        sw_stream_close(s);
+        return sw_cli_fail(SUB,
+                           "%s %s exists with another shape or type (it should hold %u %s): "
+                           "remove it (spotwave stream rm %s) or name another",
+                           option, name, (unsigned)n, sw_stream_type_string(t), name);
+    }
+    sw_stream_params p;
+    sw_stream_params_default(&p);
+    p.name = name;
+    p.naxis = 1;
+    p.size[0] = n;
+    p.size[1] = 1;
+    p.size[2] = 1;
+    p.type = t;
+    const sw_status st = sw_stream_create(ctx, o->dir, &p, out);
+    if (st != SW_OK)
+        return sw_cli_fail(SUB, "%s %s: %s", option, name, sw_cli_lib_error(ctx, st));
+    return SW_EXIT_OK;
+}
+
+typedef struct rtc_run {
+    sw_stream *in, *out, *slopes, *tel;
+    sw_rtc *rtc;
+    float *cm, *im;
+    uint8_t *valid;
+    sw_image frame;
+    float *u, *s;
+    double *row;
+    int32_t sem;
+    hist lat;
+    uint64_t frames, missed, first_cnt0;
+    double run_s;
+    int32_t width, height, ns, nact, kept;
+    sw_stream_type type;
+    const char *stopped_by;
+} rtc_run;
+
+static int setup(sw_context *ctx, const rtc_opts *o, rtc_run *r)
+{
+    const rtc_config *c = &o->c;
+    int rc;
+    if ((rc = open_wait(ctx, o, "--in", o->in, o->open_s, &r->in)) != SW_EXIT_OK)
+        return rc;
+    sw_stream_info ii;
+    sw_status st = sw_stream_get_info(r->in, &ii);
+    if (st != SW_OK)
+        return sw_cli_fail(SUB, "--in %s: %s", o->in, sw_cli_lib_error(ctx, st));
+    r->type = ii.type;
+    if ((int)pixel_of(ii.type) < 0 || ii.naxis != 2 || ii.circular)
+        return sw_cli_fail(SUB,
+                           "--in %s holds %d-axis %s frames%s: the chain takes 2-D u8, u16 or "
+                           "f32 frames",
+                           o->in, (int)ii.naxis, sw_stream_type_string(ii.type),
+                           ii.circular ? " in a circular buffer" : "");
+    r->width = (int32_t)ii.size[0];
+    r->height = (int32_t)ii.size[1];
+
+    /* the chain */
+    sw_rtc_params rp;
+    sw_rtc_params_default(&rp);
+    sw_centroid_params *cp = &rp.centroid;
+    sw_centroid_params_default(cp);
+    cp->geometry = c->geom;
+    cp->width = r->width;
+    cp->height = r->height;
+    cp->type = pixel_of(ii.type);
+    cp->max_frames = 1;
+    cp->window = c->window;
+    if (c->threshold > 0.0) {
+        cp->threshold_mode = SW_THRESHOLD_SUBTRACT;
+        cp->threshold_kind = SW_THRESHOLD_ABSOLUTE;
+        cp->threshold = c->threshold;
+    }
+    if (c->valid[0]) {
+        float *m = NULL;
+        int32_t w = 0, h = 0;
+        if ((rc = read_matrix(ctx, "valid mask", c->valid, &w, &h, &m)) != SW_EXIT_OK)
+            return rc;
+        if (w != c->geom.nx || h != c->geom.ny) {
+            free(m);
+            return sw_cli_fail(SUB, "valid mask '%s' is %d x %d, the grid %d x %d", c->valid,
+                               (int)w, (int)h, (int)c->geom.nx, (int)c->geom.ny);
+        }
+        r->valid = malloc((size_t)w * h);
+        if (!r->valid) {
+            free(m);
+            return sw_cli_fail(SUB, "out of memory");
+        }
+        for (size_t i = 0; i < (size_t)w * h; i++)
+            r->valid[i] = m[i] != 0.0f;
+        free(m);
+        cp->geometry.valid = r->valid;
+    }
+    if ((st = sw_sh_geometry_check(ctx, &cp->geometry, r->width, r->height)) != SW_OK)
+        return sw_cli_fail(SUB, "%s: the grid does not fit --in %s (%d x %d): %s", o->config,
+                           o->in, (int)r->width, (int)r->height, sw_cli_lib_error(ctx, st));
+    int32_t ns = 0;
+    for (int32_t i = 0; i < c->geom.nx * c->geom.ny; i++)
+        ns += r->valid ? r->valid[i] != 0 : 1;
+    r->ns = ns;
+    int32_t mw = 0, mh = 0;
+    const char *mpath = c->cm[0] ? c->cm : c->im;
+    if ((rc = read_matrix(ctx, c->cm[0] ? "control matrix" : "interaction matrix", mpath, &mw, &mh,
+                          c->cm[0] ? &r->cm : &r->im)) != SW_EXIT_OK)
+        return rc;
+    if (mw != 2 * ns)
+        return sw_cli_fail(SUB,
+                           "%s '%s' is %d wide: the grid has %d measured lenslets, so 2 x %d = "
+                           "%d slopes (one row per actuator)",
+                           c->cm[0] ? "cm" : "im", mpath, (int)mw, (int)ns, (int)ns, (int)(2 * ns));
+    r->nact = mh;
+    if (r->im) {
+        /* im: row a holds actuator a's slopes, which is the column-major nslopes x nact layout
+         * sw_control_matrix takes */
+        if (!(r->cm = malloc((size_t)mw * mh * sizeof(float))))
+            return sw_cli_fail(SUB, "out of memory");
+        sw_cm_result res;
+        memset(&res, 0, sizeof res);
+        st = sw_control_matrix(ctx, r->im, mw, mh, c->cm_condition, c->cm_modes, r->cm, &res);
+        if (st != SW_OK)
+            return sw_cli_fail(SUB, "control matrix from '%s': %s", mpath,
+                               sw_cli_lib_error(ctx, st));
+        r->kept = res.kept;
+    }
+    rp.recon = SW_RTC_MVM;
+    rp.nact = r->nact;
+    rp.cm = r->cm;
+    rp.fp16 = c->fp16;
+    rp.controller = c->ctrl;
+    rp.controller.nact = r->nact;
+    if ((st = sw_rtc_create(ctx, &rp, &r->rtc)) != SW_OK)
+        return sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
+
+    /* buffers: the frame as the chain reads it (a copy: the camera may write the next one while
+     * the chain works), the commands, the slopes, the telemetry row */
+    if ((st = sw_image_alloc(ctx, r->width, r->height, cp->type, &r->frame)) != SW_OK)
+        return sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
+    r->u = calloc((size_t)r->nact, sizeof(float));
+    r->s = calloc(2 * (size_t)ns, sizeof(float));
+    r->row = calloc(2 + 2 * (size_t)ns + (size_t)r->nact, sizeof(double));
+    r->lat.bin = calloc(HIST_BINS, sizeof(uint32_t));
+    if (!r->u || !r->s || !r->row || !r->lat.bin)
+        return sw_cli_fail(SUB, "out of memory");
+
+    if ((rc = output_stream(ctx, o, "--out", o->out, (uint32_t)r->nact, SW_STREAM_F32, &r->out)) !=
+        SW_EXIT_OK)
+        return rc;
+    if (o->slopes && (rc = output_stream(ctx, o, "--slopes", o->slopes, (uint32_t)(2 * ns),
+                                         SW_STREAM_F32, &r->slopes)) != SW_EXIT_OK)
+        return rc;
+    if (o->telemetry &&
+        (rc = output_stream(ctx, o, "--telemetry", o->telemetry,
+                            (uint32_t)(2 + 2 * ns + r->nact), SW_STREAM_F64, &r->tel)) !=
+            SW_EXIT_OK)
+        return rc;
+    r->sem = -1;
+    if (o->wait == SW_STREAM_WAIT_SEM) {
+        if ((st = sw_stream_claim_semaphore(r->in, &r->sem)) != SW_OK || r->sem < 0)
+            return sw_cli_fail(SUB, "--in %s: no free semaphore (%s)", o->in,
+                               st != SW_OK ? sw_cli_lib_error(ctx, st) : "all taken");
+        sw_stream_flush_semaphore(r->in, r->sem);
+    }
+    return SW_EXIT_OK;
+}
+
+static void status_line(const rtc_run *r)
+{
+    fprintf(stderr,
+            "spotwave rtc: %llu frames, latency median %.1f us, p99 %.1f us, max %.1f us, "
+            "%llu missed\n",
+            (unsigned long long)r->frames, hist_quantile(&r->lat, 0.5),
+            hist_quantile(&r->lat, 0.99), r->lat.max, (unsigned long long)r->missed);
+}
+
+static int run(sw_context *ctx, const rtc_opts *o, rtc_run *r)
+{
+    uint64_t last = sw_stream_cnt0(r->in); /* frames written before the start are not taken */
+    const int status = o->status >= 0 ? o->status : isatty(2);
+    const double t0 = sw_cli_now();
+    double next_status = t0 + 1.0;
+    const size_t fbytes = (size_t)r->width * r->height * sw_pixel_size(r->frame.type);
+    const size_t ubytes = (size_t)r->nact * sizeof(float);
+    r->stopped_by = "frames";
+    while (!o->frames || r->frames < (uint64_t)o->frames) {
+        uint64_t c0 = 0;
+        sw_status st = sw_stream_wait(r->in, o->wait, r->sem, last, o->timeout_s, &g_stop, &c0);
+        if (g_stop) {
+            r->stopped_by = "signal";
+            break;
+        }
+        if (st == SW_ETIMEDOUT)
+            return sw_cli_fail(SUB, "no frame on --in %s for %g s (%llu frames taken)", o->in,
+                               o->timeout_s, (unsigned long long)r->frames);
+        if (st != SW_OK)
+            return sw_cli_fail(SUB, "--in %s: %s", o->in, sw_cli_lib_error(ctx, st));
+        /* the newest frame, copied whole (retried while the camera writes) */
+        if ((st = sw_stream_read(r->in, r->frame.data, fbytes, &c0)) != SW_OK)
+            return sw_cli_fail(SUB, "--in %s: %s", o->in, sw_cli_lib_error(ctx, st));
+        sw_stream_info ii;
+        sw_stream_get_info(r->in, &ii);
+        if (r->frames == 0)
+            r->first_cnt0 = c0;
+        else if (c0 > last + 1)
+            r->missed += c0 - last - 1;
+        last = c0;
+        if ((st = sw_rtc_run(r->rtc, &r->frame, r->u, r->s)) != SW_OK)
+            return sw_cli_fail(SUB, "frame %llu: %s", (unsigned long long)c0,
+                               sw_cli_lib_error(ctx, st));
+        if ((st = sw_stream_write(r->out, r->u, ubytes)) != SW_OK)
+            return sw_cli_fail(SUB, "--out %s: %s", o->out, sw_cli_lib_error(ctx, st));
+        const double us = 1e6 * (real_now() - ii.write_time);
+        hist_add(&r->lat, us);
+        r->frames++;
+        if (r->slopes &&
+            (st = sw_stream_write(r->slopes, r->s, 2 * (size_t)r->ns * sizeof(float))) != SW_OK)
+            return sw_cli_fail(SUB, "--slopes %s: %s", o->slopes, sw_cli_lib_error(ctx, st));
+        if (r->tel) {
+            double *row = r->row;
+            row[0] = (double)c0;
+            row[1] = us;
+            for (int32_t k = 0; k < 2 * r->ns; k++)
+                row[2 + k] = r->s[k];
+            for (int32_t a = 0; a < r->nact; a++)
+                row[2 + 2 * r->ns + a] = r->u[a];
+            if ((st = sw_stream_write(r->tel, row,
+                                      (2 + 2 * (size_t)r->ns + (size_t)r->nact) * sizeof(double))) !=
+                SW_OK)
+                return sw_cli_fail(SUB, "--telemetry %s: %s", o->telemetry,
+                                   sw_cli_lib_error(ctx, st));
+        }
+        if (status && sw_cli_now() >= next_status) {
+            status_line(r);
+            next_status += 1.0;
+        }
+    }
+    r->run_s = sw_cli_now() - t0;
+    return SW_EXIT_OK;
+}
+
+static void summary(const rtc_opts *o, const rtc_run *r, sw_backend backend)
+{
+    const double med = hist_quantile(&r->lat, 0.5), p99 = hist_quantile(&r->lat, 0.99);
+    if (o->json) {
+        cJSON *j = cJSON_CreateObject();
+        sw_cli_json_string(j, "command", SUB);
+        sw_cli_json_string(j, "backend", sw_backend_string(backend));
+        sw_cli_json_string(j, "in", o->in);
+        sw_cli_json_string(j, "out", o->out);
+        sw_cli_json_string(j, "wait", o->wait == SW_STREAM_WAIT_SEM ? "sem" : "spin");
+        sw_cli_json_string(j, "stopped_by", r->stopped_by);
+        sw_cli_json_u64(j, "frames", r->frames);
+        sw_cli_json_u64(j, "missed", r->missed);
+        sw_cli_json_u64(j, "first_cnt0", r->first_cnt0);
+        sw_cli_json_int(j, "width", r->width);
+        sw_cli_json_int(j, "height", r->height);
+        sw_cli_json_int(j, "slopes", 2 * r->ns);
+        sw_cli_json_int(j, "actuators", r->nact);
+        if (r->im)
+            sw_cli_json_int(j, "modes_kept", r->kept);
+        sw_cli_json_double(j, "latency_median_us", med);
+        sw_cli_json_double(j, "latency_p99_us", p99);
+        sw_cli_json_double(j, "latency_max_us", r->frames ? r->lat.max : NAN);
+        sw_cli_json_double(j, "latency_mean_us", r->frames ? r->lat.sum / (double)r->frames : NAN);
+        sw_cli_json_u64(j, "latency_over_100ms", r->lat.over);
+        sw_cli_json_double(j, "run_s", r->run_s);
+        sw_cli_json_print(j);
+        return;
+    }
+    printf("rtc: %llu frames (%s), %llu missed, %d x %d frames -> %d slopes -> %d commands\n",
+           (unsigned long long)r->frames, r->stopped_by, (unsigned long long)r->missed,
+           (int)r->width, (int)r->height, (int)(2 * r->ns), (int)r->nact);
+    if (r->frames)
+        printf("latency: median %.1f us, p99 %.1f us, max %.1f us (camera write -> commands "
+               "written)\n",
+               med, p99, r->lat.max);
+}
+
+static void run_free(rtc_run *r)
+{
+    if (r->in && r->sem >= 0)
+        sw_stream_release_semaphore(r->in, r->sem);
+    sw_stream_close(r->in);
+    sw_stream_close(r->out);
+    sw_stream_close(r->slopes);
+    sw_stream_close(r->tel);
+    sw_rtc_destroy(r->rtc);
+    sw_image_free(&r->frame);
+    free(r->cm);
+    free(r->im);
+    free(r->valid);
+    free(r->u);
+    free(r->s);
+    free(r->row);
+    free(r->lat.bin);
+}
+
+int sw_cmd_rtc(const sw_cli_globals *g, int argc, char **argv)
+{
+    rtc_opts *o = calloc(1, sizeof *o);
+    if (!o)
+        return sw_cli_fail(SUB, "out of memory");
+    int rc = parse_options(argc, argv, o);
+    if (rc == -1) {
+        free(o);
+        return SW_EXIT_OK;
+    }
+    if (rc == SW_EXIT_OK)
+        rc = build_config(o);
+    if (rc == SW_EXIT_OK) {
+        sw_cli_file_in("--config", o->config);
+        sw_cli_file_in("cm", o->c.cm[0] ? o->c.cm : NULL);
+        sw_cli_file_in("im", o->c.im[0] ? o->c.im : NULL);
+        sw_cli_file_in("valid", o->c.valid[0] ? o->c.valid : NULL);
+        rc = sw_cli_files_check();
+    }
+    if (rc != SW_EXIT_OK) {
+        free(o);
+        return rc;
+    }
+    if (o->cpu >= 0) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(o->cpu, &set);
+        if (sched_setaffinity(0, sizeof set, &set) != 0) {
+            rc = sw_cli_fail(SUB, "--cpu %d: %s", o->cpu, strerror(errno));
+            free(o);
+            return rc;
+        }
+    }
+    if (o->fifo > 0) {
+        struct sched_param sp = {.sched_priority = o->fifo};
+        if (sched_setscheduler(0, SCHED_FIFO, &sp) != 0) {
+            rc = sw_cli_fail(SUB, "--fifo %d: %s (real-time scheduling needs CAP_SYS_NICE or an "
+                             "rtprio limit)",
+                             o->fifo, strerror(errno));
+            free(o);
+            return rc;
+        }
+    }
+    sw_context *ctx = NULL;
+    if ((rc = sw_cli_context(g, SUB, &ctx)) != SW_EXIT_OK) {
+        free(o);
+        return rc;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    rtc_run r;
+    memset(&r, 0, sizeof r);
+    r.sem = -1;
+    rc = setup(ctx, o, &r);
+    if (rc == SW_EXIT_OK)
+        rc = run(ctx, o, &r);
+    if (rc == SW_EXIT_OK)
+        summary(o, &r, sw_context_backend(ctx));
+    else if (r.frames)
+        status_line(&r);
+    run_free(&r);
+    sw_context_destroy(ctx);
+    free(o);
+    return rc;
+}
