@@ -50,7 +50,7 @@ if(SW_HAVE_CUDA)
   string(APPEND SW_PC_PRIVATE " -L${CUDAToolkit_LIBRARY_DIR} -lcufft -lcublas -lcusolver"
                               " -lcudart_static -lstdc++ -ldl -lrt -lpthread")
 endif()
-string(APPEND SW_PC_PRIVATE " -lm")
+string(APPEND SW_PC_PRIVATE " -lpthread -lm")
 set(SW_PC_CFLAGS "-I\${includedir}")
 if(RANDOM123_INCLUDE_DIR AND NOT RANDOM123_INCLUDE_DIR STREQUAL "/usr/include")
   string(APPEND SW_PC_CFLAGS " -I${RANDOM123_INCLUDE_DIR}")  # rng.h includes Random123/philox.h

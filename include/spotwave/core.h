@@ -40,7 +40,9 @@ typedef enum sw_status {
     SW_ENODEV = 6,       /* the requested backend/device is not usable here                   */
     SW_EUNSUPPORTED = 7, /* valid request that this build or backend does not support         */
     SW_ERANGE = 8,       /* a value (pixel, NaN/Inf, dimension) lies outside what is allowed  */
-    SW_EINTERNAL = 9     /* a bug in spotwave: please report it                               */
+    SW_EINTERNAL = 9,    /* a bug in spotwave: please report it                               */
+    SW_ETIMEDOUT = 10,   /* a wait ran out of time (streams)                                  */
+    SW_ECANCELED = 11    /* a wait was stopped by the caller's stop flag (streams)            */
 } sw_status;
 
 /* Short fixed name of a status code, e.g. "invalid argument". Never NULL. */

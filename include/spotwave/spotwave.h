@@ -23,5 +23,6 @@
 #include "spotwave/aberrometry.h"
 #include "spotwave/sabre.h"
 #include "spotwave/loop.h"
+#include "spotwave/stream.h"
 
 #endif /* SPOTWAVE_H */

@@ -27,6 +27,8 @@ const char *sw_status_string(sw_status st)
     case SW_EUNSUPPORTED: return "not supported";
     case SW_ERANGE: return "value out of range";
     case SW_EINTERNAL: return "internal error";
+    case SW_ETIMEDOUT: return "timed out";
+    case SW_ECANCELED: return "stopped";
     }
     return "unknown status";
 }
