@@ -391,6 +391,8 @@ static int parse_options(int argc, char **argv, rtc_opts *o)
     return SW_EXIT_OK;
 }
 
+static const char *beside(const rtc_opts *o, const char *name, char *buf, size_t n);
+
 static int build_config(rtc_opts *o)
 {
     config_default(&o->c);
@@ -413,6 +415,17 @@ static int build_config(rtc_opts *o)
     }
     if (rc != SW_EXIT_OK)
         return rc;
+    char *files[3] = {o->c.valid, o->c.cm, o->c.im};
+    for (int i = 0; i < 3; i++) {
+        char buf[sizeof o->c.cm];
+        if (!files[i][0])
+            continue;
+        const char *b = beside(o, files[i], buf, sizeof buf);
+        if (strlen(b) >= sizeof o->c.cm)
+            return sw_cli_usage(SUB, "%s: the file name '%s' is too long", o->config, b);
+        if (b == buf)
+            memcpy(files[i], buf, strlen(buf) + 1);
+    }
     if (!o->c.have_nx || !o->c.have_ny || !o->c.have_pitch)
         return sw_cli_usage(SUB, "%s: nx, ny and pitch_px are required", o->config);
     if (!!o->c.cm[0] == !!o->c.im[0])
@@ -482,6 +495,16 @@ static sw_pixel_type pixel_of(sw_stream_type t)
     case SW_STREAM_F32: return SW_PIX_F32;
     default: return (sw_pixel_type)-1;
     }
+}
+
+/* A file the configuration names: relative names are beside the configuration file. */
+static const char *beside(const rtc_opts *o, const char *name, char *buf, size_t n)
+{
+    const char *slash = strrchr(o->config, '/');
+    if (name[0] == '/' || !slash)
+        return name;
+    snprintf(buf, n, "%.*s/%s", (int)(slash - o->config), o->config, name);
+    return buf;
 }
 
 /* A matrix file: FITS f32 (or any type, converted), width x height as the file has it. */
@@ -728,6 +751,11 @@ static void status_line(const rtc_run *r)
 static int run(sw_context *ctx, const rtc_opts *o, rtc_run *r)
 {
     uint64_t last = sw_stream_cnt0(r->in); /* frames written before the start are not taken */
+    /* the controller's state, zero, as the first commands: the mirror starts flat, and a bench
+     * waiting for the chain (sim bench) knows it is there */
+    sw_status st0 = sw_stream_write(r->out, r->u, (size_t)r->nact * sizeof(float));
+    if (st0 != SW_OK)
+        return sw_cli_fail(SUB, "--out %s: %s", o->out, sw_cli_lib_error(ctx, st0));
     const int status = o->status >= 0 ? o->status : isatty(2);
     const double t0 = sw_cli_now();
     double next_status = t0 + 1.0;

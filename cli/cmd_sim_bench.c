@@ -24,6 +24,7 @@
 
 #include "cli.h"
 #include "json.h"
+#include "outfiles.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -242,7 +243,7 @@ static int write_chain(sw_context *ctx, const bench_opts *o, sw_loop *l)
             "# camera %d x %d f32 frames; files are found beside this one\n"
             "nx = %d\nny = %d\npitch_px = %.17g\nx0 = %.17g\ny0 = %.17g\n"
             "pixel_um = %.17g\nfocal_mm = %.17g\nvalid = valid.fits\n",
-            sw_cli_command_line_short(), (int)w, (int)h, (int)gm->nx, (int)gm->ny, gm->pitch_px,
+            sw_cli_command_line(), (int)w, (int)h, (int)gm->nx, (int)gm->ny, gm->pitch_px,
             gm->x0, gm->y0, gm->pixel_um, gm->focal_mm);
     if (cp.threshold_mode == SW_THRESHOLD_SUBTRACT && cp.threshold_kind == SW_THRESHOLD_ABSOLUTE)
         fprintf(f, "threshold = %.17g\n", cp.threshold);

@@ -52,6 +52,8 @@ static const sw_subcommand subcommands[] = {
      sw_cmd_sabre_help},
     {"loop", "closed adaptive-optics loop simulated (Brunner et al. 2018)", sw_cmd_loop,
      sw_cmd_loop_help},
+    {"rtc", "the real-time chain between image streams of an AO bench (Mocci et al. 2020)",
+     sw_cmd_rtc, sw_cmd_rtc_help},
 };
 static const size_t n_subcommands = sizeof subcommands / sizeof subcommands[0];
 
