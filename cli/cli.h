@@ -63,6 +63,8 @@ int sw_cmd_sabre(const sw_cli_globals *g, int argc, char **argv);
 void sw_cmd_sabre_help(FILE *out);
 int sw_cmd_loop(const sw_cli_globals *g, int argc, char **argv);
 void sw_cmd_loop_help(FILE *out);
+int sw_cmd_stream(const sw_cli_globals *g, int argc, char **argv);
+void sw_cmd_stream_help(FILE *out);
 
 /* ------------------------------------------------------------------ messages and exit codes */
 

@@ -52,6 +52,8 @@ static const sw_subcommand subcommands[] = {
      sw_cmd_sabre_help},
     {"loop", "closed adaptive-optics loop simulated (Brunner et al. 2018)", sw_cmd_loop,
      sw_cmd_loop_help},
+    {"stream", "shared-memory image streams (milk/CACAO ImageStreamIO layout)", sw_cmd_stream,
+     sw_cmd_stream_help},
 };
 static const size_t n_subcommands = sizeof subcommands / sizeof subcommands[0];
 
