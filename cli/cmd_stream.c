@@ -81,7 +81,7 @@ typedef struct stream_opts {
 /* A pixel of a spotwave image as a double. */
 static double pixel_at(const sw_image *img, int32_t x, int32_t y)
 {
-    const char *row = sw_image_row(img, y);
+    const void *row = sw_image_row(img, y);
     switch (img->type) {
     case SW_PIX_U8: return ((const uint8_t *)row)[x];
     case SW_PIX_U16: return ((const uint16_t *)row)[x];
@@ -307,7 +307,7 @@ static int do_read(sw_context *ctx, const stream_opts *o, const char *name)
         }
         size_t i = (size_t)f * w * h;
         for (uint32_t y = 0; y < h; y++) {
-            char *row = sw_image_row(&imgs[f], (int32_t)y);
+            void *row = sw_image_row(&imgs[f], (int32_t)y);
             if (sw_stream_type_from_pixel(pt) == info.type) {
                 memcpy(row, raw + i * sw_stream_type_size(info.type),
                        (size_t)w * sw_pixel_size(pt));
