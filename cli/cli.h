@@ -75,6 +75,8 @@ void sw_cmd_sim_bench_help(FILE *out);
  * checks (messages for sub). SW_EXIT_OK with *p and *frames, or the exit code after its line. */
 int sw_cli_loop_config(const char *sub, const char *config, int n, char *const *sets,
                        sw_loop_params *p, long *frames);
+int sw_cmd_stream(const sw_cli_globals *g, int argc, char **argv);
+void sw_cmd_stream_help(FILE *out);
 
 /* ------------------------------------------------------------------ messages and exit codes */
 

@@ -212,6 +212,9 @@ void sw_stream_release_semaphore(sw_stream *s, int32_t index);
  * of old frames do not wake it. */
 void sw_stream_flush_semaphore(sw_stream *s, int32_t index);
 
+/* The semaphore's value (posts not yet waited for, at most 10); -1 for a bad index. */
+int32_t sw_stream_semaphore_value(const sw_stream *s, int32_t index);
+
 /*
  * Waits until cnt0 > after. SEM: sem_clockwait on semaphore `index` (CLOCK_MONOTONIC), then cnt0
  * is checked again (a post of an older frame does not end the wait); SPIN: cnt0 is polled (index

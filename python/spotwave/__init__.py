@@ -41,6 +41,8 @@ from ._spotwave import (
     NoDeviceError,
     OutOfMemoryError,
     RangeError,
+    StoppedError,
+    TimeoutError,
     UnsupportedError,
     build_info,
     built_with_cuda,
@@ -51,6 +53,8 @@ from . import sim, zernike  # noqa: E402  (submodules that use the names above)
 from . import sabre  # noqa: E402
 from . import loop  # noqa: E402
 from . import aberrometry  # noqa: E402
+from . import stream  # noqa: E402
+from .stream import Stream  # noqa: E402
 from ._h5write import write_h5  # noqa: E402,F401
 
 __version__ = _spotwave.__version__
@@ -59,7 +63,7 @@ __all__ = [
     "CentroidPlan", "CentroidResult", "Context", "CudaError", "Error", "FileError", "FindPlan",
     "FormatError", "InternalError", "InvalidArgumentError", "NoDeviceError", "OutOfMemoryError",
     "PupilPlan", "pupil",
-    "RangeError", "UnsupportedError", "build_info", "built_with_cuda", "centroid",
+    "RangeError", "StoppedError", "Stream", "TimeoutError", "UnsupportedError", "build_info", "built_with_cuda", "centroid",
     "cuda_device_count", "data_dir", "default_context", "find", "find_geometry", "h5_info", "read",
-    "set_default_context", "sim", "write_fits", "write_pgm", "zernike",
+    "set_default_context", "sim", "stream", "write_fits", "write_pgm", "zernike",
 ]

@@ -197,6 +197,7 @@ void bind_sim(nb::module_ &m);
 void bind_pupil(nb::module_ &m);
 void bind_sabre(nb::module_ &m);
 void bind_loop(nb::module_ &m);
+void bind_stream(nb::module_ &m); // shared-memory streams (stream.cpp)
 void bind_sim_eye(nb::module_ &m);
 void bind_aberrometry(nb::module_ &m);
 void bind_h5write(nb::module_ &m);

@@ -17,7 +17,7 @@ namespace
 // One class per status code (index = sw_status), all derived from spotwave.Error and from the
 // built-in exception a Python user would catch for that kind of failure.
 PyObject *g_error = nullptr;
-PyObject *g_classes[SW_EINTERNAL + 1] = {};
+PyObject *g_classes[SW_ECANCELED + 1] = {};
 
 struct ErrorClass {
     sw_status status;
@@ -38,7 +38,7 @@ std::string vformat(const char *fmt, va_list ap)
 [[noreturn]] void raise_status(sw_status st, const std::string &message)
 {
     const int k = (int)st;
-    PyObject *cls = (k >= 1 && k <= SW_EINTERNAL && g_classes[k]) ? g_classes[k] : g_error;
+    PyObject *cls = (k >= 1 && k <= SW_ECANCELED && g_classes[k]) ? g_classes[k] : g_error;
     const char *text = message.empty() ? sw_status_string(st) : message.c_str();
     nb::object inst = nb::steal(PyObject_CallFunction(cls, "s", text));
     if (!inst.is_valid())
@@ -95,6 +95,10 @@ static void make_exceptions(nb::module_ &m)
          "A value (pixel, NaN/Inf, dimension) lies outside what is allowed (SW_ERANGE)."},
         {SW_EINTERNAL, "InternalError", PyExc_RuntimeError,
          "A bug in spotwave (SW_EINTERNAL): please report it."},
+        {SW_ETIMEDOUT, "TimeoutError", PyExc_TimeoutError,
+         "A wait ran out of time (SW_ETIMEDOUT): no new frame in a stream."},
+        {SW_ECANCELED, "StoppedError", PyExc_RuntimeError,
+         "A wait was stopped by the caller's stop flag (SW_ECANCELED)."},
     };
     for (const ErrorClass &c : classes) {
         nb::object bases = nb::steal(PyTuple_Pack(2, g_error, c.builtin));

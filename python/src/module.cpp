@@ -21,4 +21,5 @@ NB_MODULE(_spotwave, m)
     swpy::bind_aberrometry(m);
     swpy::bind_h5write(m);
     swpy::bind_bench(m);
+    swpy::bind_stream(m);
 }

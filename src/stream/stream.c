@@ -1022,6 +1022,16 @@ void sw_stream_flush_semaphore(sw_stream *s, int32_t index)
     }
 }
 
+int32_t sw_stream_semaphore_value(const sw_stream *s, int32_t index)
+{
+    if (!s || index < 0 || index >= (int32_t)s->md->sem)
+        return -1;
+    int v = 0;
+    if (sem_getvalue(sem_at(s, index), &v) != 0)
+        return -1;
+    return v;
+}
+
 static struct timespec abs_monotonic(double t)
 {
     struct timespec ts;
