@@ -353,6 +353,10 @@ sw_status sw_find_sequence(sw_find_plan *plan, int64_t first, int64_t count,
     if (first < 0 || count < 0)
         return sw_fail(ctx, SW_EINVAL, "find: frames %lld + %lld are not valid", (long long)first,
                        (long long)count);
+    if (three_d && plan->refine)
+        return sw_fail(ctx, SW_EINVAL,
+                       "find: position refinement works on 2-D spots (one frame each), not with "
+                       "3-D joining");
     if (count == 0)
         return SW_OK;
 
@@ -439,7 +443,9 @@ sw_status sw_find_sequence(sw_find_plan *plan, int64_t first, int64_t count,
             if ((st = wait_filled(&ps, i)) != SW_OK)
                 break;
             st = sw_find_frame_cpu(plan, &ps.host[slot], z, slot, &ncomp, &valid, &nstrong);
-            release_frame(&ps, i);
+            /* a refinement reads the frame after the spots are made: it is released then */
+            if (!plan->refine)
+                release_frame(&ps, i);
         }
         if (st != SW_OK)
             break;
@@ -457,7 +463,18 @@ sw_status sw_find_sequence(sw_find_plan *plan, int64_t first, int64_t count,
             break;
         }
         if (!three_d) {
+            const int64_t before = spots ? spots->count : 0;
             st = sw_find_emit_frame(plan, plan->comps, ncomp, z, spots, &local);
+            if (st == SW_OK && plan->refine) {
+#ifdef SW_HAVE_CUDA
+                const sw_image *on = gpu ? sw_find_gpu_frame(plan, slot) : &ps.host[slot];
+#else
+                const sw_image *on = &ps.host[slot];
+#endif
+                st = sw_find_refine_frame(plan, on, spots, before);
+                if (!gpu)
+                    release_frame(&ps, i);
+            }
         } else {
             int64_t npairs = 0;
             if (i > 0) {
