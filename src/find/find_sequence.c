@@ -18,6 +18,7 @@
  * the open groups and the spots found, not with the noise rejected over a long scan.
  */
 #include "find/find_internal.h"
+#include "spotwave/refine.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -362,6 +363,7 @@ sw_status sw_find_sequence(sw_find_plan *plan, int64_t first, int64_t count,
 
     int gpu = sw_context_backend(ctx) == SW_BACKEND_CUDA;
     int64_t count0 = spots ? spots->count : 0;
+    int64_t refined0 = plan->refine_results ? plan->refine_results->count : 0;
     sw_find_stats local = {0};
     join_state join;
     memset(&join, 0, sizeof(join));
@@ -520,6 +522,8 @@ out_nothread:
     if (st != SW_OK) {
         if (spots)
             spots->count = count0;
+        if (plan->refine_results)
+            plan->refine_results->count = refined0;
         return st;
     }
     sw_find_stats_add(stats, &local);
