@@ -14,6 +14,7 @@
 #include "outfiles.h"
 #include "plot.h"
 #include "spotwave/diffraction.h"
+#include "spotwave/refine.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -122,6 +123,40 @@ void sw_cmd_find_help(FILE *out)
         "                         an error, 0 = off (default 0.25)\n"
         "  --window auto|brute|tiled  GPU window sums (default auto)\n"
         "\n"
+        "Refined positions (refine.h; 2-D spots only, not with --3d):\n"
+        "  --refine none|xwin|gauss  none (default): the intensity-weighted mean of the\n"
+        "                         strong pixels. xwin: SExtractor's iterative Gaussian-\n"
+        "                         windowed centroid XWIN_IMAGE (Bertin & Arnouts 1996, A&AS\n"
+        "                         117, 393; window sigma = d50 / sqrt(8 ln 2), as SEP's\n"
+        "                         winpos, Barbary 2016, JOSS 1(6), 58). gauss: a pixel-\n"
+        "                         integrated circular Gaussian + constant fitted by\n"
+        "                         Levenberg-Marquardt with Poisson + read-noise weights\n"
+        "                         (reaches the Cramer-Rao bound at high SNR). x_px, y_px then\n"
+        "                         hold the refined position and x_var, y_var its variance\n"
+        "                         (xwin: SExtractor's ERRX2WIN; gauss: the fit's covariance);\n"
+        "                         the columns refine_flags,flux_adu,sigma_px,background_adu\n"
+        "                         are added last (flags: 1 stamp cut by the edge, 2 bad pixels\n"
+        "                         left out, 4 not refined: the plain centroid is kept, 8 fit\n"
+        "                         stopped at its pass limit)\n"
+        "  --background none|annulus|mesh  local sky subtracted before refining (default\n"
+        "                         none: frames without sky). annulus: sigma-clipped median of\n"
+        "                         the ring R+2..R+8 px about each spot (R the stamp radius).\n"
+        "                         mesh: SExtractor's background map (boxes of --mesh-size px,\n"
+        "                         sigma-clipped mode, 3x3 median filter, bilinear between box\n"
+        "                         centres)\n"
+        "  --mesh-size N          background box side, px (default 64)\n"
+        "  --stamp-radius R       refinement stamp half-size, 2..%d (default: from the spot's\n"
+        "                         bounding box)\n"
+        "  --detector-gain G      e- per ADU of the weights and error bars (default 1)\n"
+        "  --read-noise E         read noise, e- RMS (default 0)\n"
+        "  --bias B               bias (offset) in ADU subtracted before refining (default 0)\n"
+        "  --ccd                  CCD mode: estimate from the first frame's background (its\n"
+        "                         pixels sigma-clipped at 3 sd, the stars removed) the\n"
+        "                         detector gain, (mean - bias) / variance with the read noise\n"
+        "                         taken out, unless --detector-gain is given, and the\n"
+        "                         dispersion threshold's --gain as variance / mean, unless\n"
+        "                         --gain is given. The estimates go to stderr and the JSON\n"
+        "\n"
         "Output:\n"
         "  -o, --out FILE         spots CSV (default: standard output)\n"
         "  --out-h5 FILE.h5       the spots table also as HDF5: a group /spots with one\n"
@@ -148,7 +183,7 @@ void sw_cmd_find_help(FILE *out)
         "  --progress / --no-progress  a progress bar on stderr (default: when stderr is a\n"
         "                         terminal and there is more than one frame)\n"
         "  -h, --help             this help\n",
-        SW_FIND_MAX_KERNEL);
+        SW_FIND_MAX_KERNEL, SW_REFINE_MAX_RADIUS);
 }
 
 enum {
@@ -196,6 +231,14 @@ enum {
     OPT_SUMMARY_PLOT,
     OPT_PANELS,
     OPT_OUT_H5,
+    OPT_REFINE,
+    OPT_BACKGROUND,
+    OPT_MESH_SIZE,
+    OPT_STAMP_RADIUS,
+    OPT_DET_GAIN,
+    OPT_READ_NOISE,
+    OPT_BIAS,
+    OPT_CCD,
 };
 
 /* Untrusted regions a run may give, and vertices a polygon may have. */
@@ -220,6 +263,9 @@ typedef struct find_opts {
     sw_diffraction_panels panels;
     int dials; /* --convention dials: + 0.5 on x and y */
     const char *summary, *summary_plot, *out_h5;
+    sw_refine_params rp; /* size and type filled with the find parameters' */
+    int have_gain, have_det_gain, ccd;
+    sw_ccd_estimate ccd_est;
 } find_opts;
 
 typedef struct find_job {
@@ -284,6 +330,14 @@ static int parse_opts(find_opts *o, int argc, char **argv)
         {"summary-plot", required_argument, NULL, OPT_SUMMARY_PLOT},
         {"panels", required_argument, NULL, OPT_PANELS},
         {"out-h5", required_argument, NULL, OPT_OUT_H5},
+        {"refine", required_argument, NULL, OPT_REFINE},
+        {"background", required_argument, NULL, OPT_BACKGROUND},
+        {"mesh-size", required_argument, NULL, OPT_MESH_SIZE},
+        {"stamp-radius", required_argument, NULL, OPT_STAMP_RADIUS},
+        {"detector-gain", required_argument, NULL, OPT_DET_GAIN},
+        {"read-noise", required_argument, NULL, OPT_READ_NOISE},
+        {"bias", required_argument, NULL, OPT_BIAS},
+        {"ccd", no_argument, NULL, OPT_CCD},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -291,6 +345,8 @@ static int parse_opts(find_opts *o, int argc, char **argv)
     sw_diffraction_geometry_init(&o->geom_opt);
     o->dmask.shapes = o->shapes;
     sw_find_params_default(&o->p, 1, 1, SW_PIX_U16);
+    sw_refine_params_default(&o->rp, 1, 1, SW_PIX_U16);
+    o->rp.method = SW_REFINE_NONE;
     o->count = -1;
     o->progress = -1;
     int c;
@@ -361,8 +417,47 @@ static int parse_opts(find_opts *o, int argc, char **argv)
                 if (d <= 0)
                     return sw_cli_usage(S, "%s: the gain must be > 0", name);
                 o->p.gain = d;
+                o->have_gain = 1;
             }
             break;
+        case OPT_REFINE:
+            if (sw_refine_method_parse(optarg, &o->rp.method) != SW_OK)
+                return sw_cli_usage(S, "%s: '%s' is not none, xwin or gauss", name, optarg);
+            break;
+        case OPT_BACKGROUND:
+            if (sw_refine_background_parse(optarg, &o->rp.background) != SW_OK)
+                return sw_cli_usage(S, "%s: '%s' is not none, annulus or mesh", name, optarg);
+            break;
+        case OPT_MESH_SIZE:
+            if (sw_cli_parse_long(optarg, 4, 4096, &v) != 0)
+                return sw_cli_usage(S, "%s: '%s' is not a box side 4..4096 px", name, optarg);
+            o->rp.mesh_size = (int32_t)v;
+            break;
+        case OPT_STAMP_RADIUS:
+            if (sw_cli_parse_long(optarg, 2, SW_REFINE_MAX_RADIUS, &v) != 0)
+                return sw_cli_usage(S, "%s: '%s' is not a radius 2..%d px", name, optarg,
+                                    SW_REFINE_MAX_RADIUS);
+            o->rp.radius = (int32_t)v;
+            break;
+        case OPT_DET_GAIN:
+            if (sw_cli_opt_double(S, name, optarg, SW_CLI_POSITIVE, "a gain > 0 (e-/ADU)", &d) !=
+                SW_EXIT_OK)
+                return SW_EXIT_USAGE;
+            o->rp.gain = d;
+            o->have_det_gain = 1;
+            break;
+        case OPT_READ_NOISE:
+            if (sw_cli_opt_double(S, name, optarg, SW_CLI_NONNEG, "a read noise >= 0 (e-)", &d) !=
+                SW_EXIT_OK)
+                return SW_EXIT_USAGE;
+            o->rp.read_noise = d;
+            break;
+        case OPT_BIAS:
+            if (sw_cli_parse_double(optarg, &d) != 0 || !isfinite(d))
+                return sw_cli_usage(S, "%s: '%s' is not a bias in ADU", name, optarg);
+            o->rp.bias = d;
+            break;
+        case OPT_CCD: o->ccd = 1; break;
         case OPT_MIN_LOCAL:
             if (sw_cli_parse_long(optarg, 0, 1000000, &v) != 0 || v == 1)
                 return sw_cli_usage(S, "%s: '%s' is not 0 or a count >= 2", name, optarg);
@@ -557,6 +652,10 @@ static int parse_opts(find_opts *o, int argc, char **argv)
                                "for the spots");
     if (o->gain_map && o->p.gain != 1.0)
         return sw_cli_usage(S, "--gain and --gain-map exclude each other");
+    if (o->three_d && o->rp.method != SW_REFINE_NONE)
+        return sw_cli_usage(S, "--refine works on 2-D spots: not with --3d");
+    if (o->rp.method == SW_REFINE_NONE && o->rp.background != SW_BACKGROUND_NONE)
+        return sw_cli_usage(S, "--background needs --refine xwin or gauss");
     if (o->dmask.d_min > 0.0 && o->dmask.d_max > 0.0 && !(o->dmask.d_min < o->dmask.d_max))
         return sw_cli_usage(S, "--d-min %g is not below --d-max %g (angstrom)", o->dmask.d_min,
                             o->dmask.d_max);
@@ -692,7 +791,7 @@ static void source_progress(void *user, int64_t done, int64_t total)
 
 /* The CSV: x and y in the convention asked for (DIALS's: + 0.5), the d-spacing last when the
  * geometry is complete (d from the centroid in spotwave's convention, as the beam centre is). */
-static int write_spots(const find_job *j, const sw_spot_list *spots)
+static int write_spots(const find_job *j, const sw_spot_list *spots, const sw_refine_list *refined)
 {
     const find_opts *o = j->o;
     sw_cli_out out;
@@ -701,9 +800,10 @@ static int write_spots(const find_job *j, const sw_spot_list *spots)
         return rc;
     const double shift = o->dials ? 0.5 : 0.0;
     fprintf(out.f,
-            "frame,x_px,y_px,x_var,y_var,intensity,npix,bbox_x0,bbox_x1,bbox_y0,bbox_y1%s%s%s\n",
+            "frame,x_px,y_px,x_var,y_var,intensity,npix,bbox_x0,bbox_x1,bbox_y0,bbox_y1%s%s%s%s\n",
             o->three_d ? ",z_var,bbox_z0,bbox_z1" : "", j->have_geom ? ",d_a" : "",
-            o->dmask.panels ? ",panel" : "");
+            o->dmask.panels ? ",panel" : "",
+            refined ? ",refine_flags,flux_adu,sigma_px,background_adu" : "");
     for (int64_t i = 0; i < spots->count; i++) {
         const sw_spot *s = &spots->spots[i];
         if (o->three_d)
@@ -725,6 +825,10 @@ static int write_spots(const find_job *j, const sw_spot_list *spots)
             fprintf(out.f, ",%d",
                     (int)sw_diffraction_panel_at(o->dmask.panels, j->in.width, j->in.height, s->x,
                                                  s->y));
+        if (refined) {
+            const sw_refine_result *r = &refined->items[i];
+            fprintf(out.f, ",%d,%.6g,%.5g,%.6g", (int)r->flags, r->flux, r->sigma, r->background);
+        }
         fputc('\n', out.f);
     }
     return sw_cli_out_close(SUB, &out, 1);
@@ -972,6 +1076,22 @@ static void json_report(const find_job *j, sw_context *ctx, const sw_find_stats 
     sw_cli_json_double(r, "global_threshold", p->global_threshold);
     sw_cli_json_int(r, "min_local", p->min_local);
     sw_cli_json_double(r, "gain", p->gain);
+    cJSON *rf = cJSON_AddObjectToObject(r, "refine");
+    sw_cli_json_string(rf, "method", sw_refine_method_string(o->rp.method));
+    sw_cli_json_string(rf, "background", sw_refine_background_string(o->rp.background));
+    sw_cli_json_double(rf, "detector_gain_e_per_adu", o->rp.gain);
+    sw_cli_json_double(rf, "read_noise_e", o->rp.read_noise);
+    sw_cli_json_double(rf, "bias_adu", o->rp.bias);
+    if (o->ccd) {
+        cJSON *c = cJSON_AddObjectToObject(rf, "ccd");
+        sw_cli_json_double(c, "background_mean_adu", o->ccd_est.mean);
+        sw_cli_json_double(c, "background_variance_adu2", o->ccd_est.variance);
+        sw_cli_json_int(c, "background_pixels", o->ccd_est.npix);
+        sw_cli_json_double(c, "gain_e_per_adu", o->ccd_est.gain);
+        sw_cli_json_double(c, "dispersion_gain", o->ccd_est.dispersion_gain);
+    } else {
+        cJSON_AddNullToObject(rf, "ccd");
+    }
     sw_cli_json_string(r, "gain_map", o->gain_map);
     sw_cli_json_string(r, "mask", o->mask);
     cJSON_AddBoolToObject(r, "pixel_mask_from_file", j->pixel_mask != NULL);
@@ -997,6 +1117,35 @@ static void json_report(const find_job *j, sw_context *ctx, const sw_find_stats 
     sw_cli_json_fixed(r, "seconds", seconds, 6);
     sw_cli_json_fixed(r, "frames_per_second", seconds > 0 ? (double)count / seconds : 0.0, 3);
     sw_cli_json_print(r);
+}
+
+/* ---------------------------------------------------------------- CCD mode */
+
+/* --ccd: the background statistics of frame `first` give the detector gain (unless
+ * --detector-gain) and the dispersion threshold's gain (unless --gain or --gain-map). */
+static int ccd_mode(sw_context *ctx, find_job *j, int64_t first)
+{
+    find_opts *o = j->o;
+    sw_image img;
+    sw_status st = sw_image_alloc(ctx, j->in.width, j->in.height, j->in.type, &img);
+    if (st == SW_OK)
+        st = sw_cli_inputs_read(&j->in, first, &img);
+    if (st == SW_OK)
+        st = sw_ccd_estimate_frame(ctx, &img, o->p.mask, o->rp.bias, o->rp.read_noise, &o->ccd_est);
+    sw_image_free(&img);
+    if (st != SW_OK)
+        return sw_cli_fail(SUB, "--ccd: %s", sw_cli_lib_error(ctx, st));
+    if (!o->have_det_gain)
+        o->rp.gain = o->ccd_est.gain;
+    if (!o->have_gain && !o->gain_map)
+        o->p.gain = o->ccd_est.dispersion_gain;
+    fprintf(stderr,
+            "spotwave %s: CCD mode: background mean %.6g ADU, variance %.6g ADU^2 over %lld "
+            "pixels: detector gain %.4g e-/ADU%s, dispersion gain %.4g%s\n",
+            SUB, o->ccd_est.mean, o->ccd_est.variance, (long long)o->ccd_est.npix, o->ccd_est.gain,
+            o->have_det_gain ? " (not used: --detector-gain)" : "", o->ccd_est.dispersion_gain,
+            o->have_gain || o->gain_map ? " (not used: --gain)" : "");
+    return SW_EXIT_OK;
 }
 
 /* ---------------------------------------------------------------- the command */
@@ -1057,6 +1206,8 @@ int sw_cmd_find(const sw_cli_globals *g, int argc, char **argv)
     float *gain_map = NULL, *mask_f = NULL;
     uint8_t *mask = NULL;
     sw_find_plan *plan = NULL;
+    sw_refine_plan *refine = NULL;
+    sw_refine_list refined = {0};
     sw_diffraction_summary *sum = NULL;
     sw_spot_list spots = {0};
     sw_find_stats stats = {0};
@@ -1129,10 +1280,30 @@ int sw_cmd_find(const sw_cli_globals *g, int argc, char **argv)
         o.p.mask = mask;
     }
 
+    if (o.ccd && (rc = ccd_mode(ctx, &j, first)) != SW_EXIT_OK)
+        goto done;
     sw_status st = sw_find_create(ctx, &o.p, &plan);
     if (st != SW_OK) {
         rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
         goto done;
+    }
+    if (o.rp.method != SW_REFINE_NONE) {
+        o.rp.width = j.in.width;
+        o.rp.height = j.in.height;
+        o.rp.type = j.in.type;
+        o.rp.mask = o.p.mask;
+        o.rp.overload = o.p.overload > 0          ? o.p.overload
+                        : j.in.type == SW_PIX_U8  ? 255.0
+                        : j.in.type == SW_PIX_U16 ? 65534.0
+                        : j.in.type == SW_PIX_U32 ? 4294967294.0
+                                                  : 0.0;
+        st = sw_refine_create(ctx, &o.rp, &refine);
+        if (st == SW_OK)
+            st = sw_find_set_refine(plan, refine, &refined);
+        if (st != SW_OK) {
+            rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
+            goto done;
+        }
     }
     if (o.strong) {
         if ((int64_t)j.in.height * count > SW_IMAGE_MAX_DIM) {
@@ -1161,7 +1332,7 @@ int sw_cmd_find(const sw_cli_globals *g, int argc, char **argv)
         rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
         goto done;
     }
-    if ((rc = write_spots(&j, &spots)) != SW_EXIT_OK)
+    if ((rc = write_spots(&j, &spots, refine ? &refined : NULL)) != SW_EXIT_OK)
         goto done;
     if (o.out_h5) {
         const sw_diffraction_table tab = {
@@ -1226,6 +1397,8 @@ done:
     free(sum);
     sw_spot_list_free(&spots);
     sw_find_destroy(plan);
+    sw_refine_destroy(refine);
+    sw_refine_list_free(&refined);
     free(gain_map);
     free(mask_f);
     free(mask);

@@ -17,6 +17,7 @@
 #include "spotwave/zernike_fit.h"
 #include "spotwave/quality.h"
 #include "spotwave/find.h"
+#include "spotwave/refine.h"
 #include "spotwave/diffraction.h"
 #include "spotwave/pupil.h"
 #include "spotwave/search.h"

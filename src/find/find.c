@@ -566,9 +566,22 @@ sw_status sw_find_run(sw_find_plan *plan, const sw_image *frame, int64_t frame_i
     }
     if (st != SW_OK)
         return st;
-    st = sw_find_emit_frame(plan, plan->comps, ncomp, frame_index, spots, stats);
+    const int64_t count0 = spots ? spots->count : 0;
+    sw_find_stats local = {0};
+    st = sw_find_emit_frame(plan, plan->comps, ncomp, frame_index, spots, &local);
+    if (st == SW_OK && plan->refine && spots) {
+#ifdef SW_HAVE_CUDA
+        const sw_image *on = frame ? frame : sw_find_gpu_frame(plan, 0);
+#else
+        const sw_image *on = frame;
+#endif
+        st = sw_find_refine_frame(plan, on, spots, count0);
+        if (st != SW_OK)
+            spots->count = count0;
+    }
     if (st != SW_OK)
         return st;
+    sw_find_stats_add(stats, &local);
     if (stats) {
         stats->frames++;
         stats->valid_pixels += valid;

@@ -146,3 +146,8 @@ sw_status sw_find_gpu_links(sw_find_plan *plan, int prev, int cur, int32_t *pair
     return sw_find_links_gpu(plan, g->labels[prev], g->labels[cur], pairs, capacity, npairs,
                              stream_of(plan));
 }
+
+const sw_image *sw_find_gpu_frame(sw_find_plan *plan, int slot)
+{
+    return &gpu_of(plan)->frame[slot];
+}

@@ -66,6 +66,8 @@ struct sw_find_plan {
     void *gpu;            /* find.c's device buffers (frame staging etc.) */
     sw_image seq_host[2]; /* sw_find_sequence's host frame buffers (tight rows, pinned on CUDA),
                              made by the first sequence, freed with the plan */
+    struct sw_refine_plan *refine;         /* sw_find_set_refine's, not owned, or NULL */
+    struct sw_refine_list *refine_results; /* where each refined spot's result goes, or NULL */
 };
 
 /* ---------------------------------------------------------------- thresholds (CPU) */
@@ -196,10 +198,17 @@ sw_status sw_find_gpu_upload_wait(sw_find_plan *plan, int slot);
 sw_status sw_find_gpu_process(sw_find_plan *plan, const sw_image *frame, int slot, int label_slot,
                               int64_t frame_index, int64_t *ncomp, int64_t *valid, int64_t *strong,
                               sw_image *strong_host);
+/* The device frame slot `slot` (valid until the next upload into it). */
+const sw_image *sw_find_gpu_frame(sw_find_plan *plan, int slot);
 /* Links between the components of label slots prev and cur (sw_find_links_gpu). */
 sw_status sw_find_gpu_links(sw_find_plan *plan, int prev, int cur, int32_t *pairs, int64_t capacity,
                             int64_t *npairs);
 #endif
+
+/* The attached refinement (refine.c) of spots[first .. count) on their frame (host, or the
+ * device copy on CUDA); results appended to plan->refine_results. No-op without one. */
+sw_status sw_find_refine_frame(sw_find_plan *plan, const sw_image *frame, sw_spot_list *spots,
+                               int64_t first);
 
 /* A component's spot (2-D, frame z), before the filters. */
 void sw_find_comp_to_spot(const sw_find_plan *plan, const sw_find_comp *c, int64_t z, sw_spot *out);

@@ -18,6 +18,7 @@
  * the open groups and the spots found, not with the noise rejected over a long scan.
  */
 #include "find/find_internal.h"
+#include "spotwave/refine.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -353,11 +354,16 @@ sw_status sw_find_sequence(sw_find_plan *plan, int64_t first, int64_t count,
     if (first < 0 || count < 0)
         return sw_fail(ctx, SW_EINVAL, "find: frames %lld + %lld are not valid", (long long)first,
                        (long long)count);
+    if (three_d && plan->refine)
+        return sw_fail(ctx, SW_EINVAL,
+                       "find: position refinement works on 2-D spots (one frame each), not with "
+                       "3-D joining");
     if (count == 0)
         return SW_OK;
 
     int gpu = sw_context_backend(ctx) == SW_BACKEND_CUDA;
     int64_t count0 = spots ? spots->count : 0;
+    int64_t refined0 = plan->refine_results ? plan->refine_results->count : 0;
     sw_find_stats local = {0};
     join_state join;
     memset(&join, 0, sizeof(join));
@@ -439,7 +445,9 @@ sw_status sw_find_sequence(sw_find_plan *plan, int64_t first, int64_t count,
             if ((st = wait_filled(&ps, i)) != SW_OK)
                 break;
             st = sw_find_frame_cpu(plan, &ps.host[slot], z, slot, &ncomp, &valid, &nstrong);
-            release_frame(&ps, i);
+            /* a refinement reads the frame after the spots are made: it is released then */
+            if (!plan->refine)
+                release_frame(&ps, i);
         }
         if (st != SW_OK)
             break;
@@ -457,7 +465,18 @@ sw_status sw_find_sequence(sw_find_plan *plan, int64_t first, int64_t count,
             break;
         }
         if (!three_d) {
+            const int64_t before = spots ? spots->count : 0;
             st = sw_find_emit_frame(plan, plan->comps, ncomp, z, spots, &local);
+            if (st == SW_OK && plan->refine) {
+#ifdef SW_HAVE_CUDA
+                const sw_image *on = gpu ? sw_find_gpu_frame(plan, slot) : &ps.host[slot];
+#else
+                const sw_image *on = &ps.host[slot];
+#endif
+                st = sw_find_refine_frame(plan, on, spots, before);
+                if (!gpu)
+                    release_frame(&ps, i);
+            }
         } else {
             int64_t npairs = 0;
             if (i > 0) {
@@ -503,6 +522,8 @@ out_nothread:
     if (st != SW_OK) {
         if (spots)
             spots->count = count0;
+        if (plan->refine_results)
+            plan->refine_results->count = refined0;
         return st;
     }
     sw_find_stats_add(stats, &local);

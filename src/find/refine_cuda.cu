@@ -1,0 +1,193 @@
+/*
+ * Position refinement on the GPU (refine.h, refine_internal.h): one warp per spot. The 32 lanes
+ * stride over the stamp's pixels and add their sums with warp shuffles (every lane gets the
+ * total, so all lanes take the same decisions); the per-pixel arithmetic and every decision are
+ * refine_spot.h's and refine_model.h's, shared with the CPU. A block holds 4 warps and their
+ * scratch (the fit's per-column and per-row factors, the radial bins) in shared memory.
+ */
+#include "find/refine_internal.h"
+#include "core/cuda_util.h"
+
+#include <cuda_runtime.h>
+
+#include <new>
+
+#define SW_RS_FN        __device__ static inline
+#define SW_RS_LANE      ((int32_t)(threadIdx.x & 31u))
+#define SW_RS_LANES     32
+#define SW_RS_SUM(p, n) sw_warp_sum((p), (n))
+#define SW_RS_MIN(p)    sw_warp_min(p)
+#define SW_RS_MAX(p)    sw_warp_max(p)
+#define SW_RS_ADD(p, v) atomicAdd((p), (v))
+#define SW_RS_SYNC()    __syncwarp()
+
+namespace
+{
+
+/* Every lane gets the sum (min, max) over the warp: butterfly shuffles. */
+__device__ inline void sw_warp_sum(double *p, int n)
+{
+    for (int i = 0; i < n; ++i) {
+        double v = p[i];
+        for (int o = 16; o > 0; o >>= 1)
+            v += __shfl_xor_sync(0xffffffffu, v, o);
+        p[i] = v;
+    }
+}
+
+__device__ inline void sw_warp_min(double *p)
+{
+    double v = *p;
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmin(v, __shfl_xor_sync(0xffffffffu, v, o));
+    *p = v;
+}
+
+__device__ inline void sw_warp_max(double *p)
+{
+    double v = *p;
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmax(v, __shfl_xor_sync(0xffffffffu, v, o));
+    *p = v;
+}
+
+} // namespace
+
+#include "find/refine_spot.h"
+
+namespace
+{
+
+constexpr int WARPS = 4; /* warps (spots) per block */
+
+__global__ void refine_kernel(sw_rm_frame f, sw_rs_config c, const sw_refine_seed *seeds, int64_t n,
+                              sw_refine_result *out)
+{
+    __shared__ sw_rs_scratch scratch[WARPS];
+    const int warp = (int)(threadIdx.x >> 5);
+    const int64_t spot = (int64_t)blockIdx.x * WARPS + warp;
+    if (spot >= n)
+        return; /* the whole warp */
+    sw_refine_result r;
+    sw_rs_refine(&f, &c, &seeds[spot], &scratch[warp], &r);
+    if ((threadIdx.x & 31u) == 0)
+        out[spot] = r;
+}
+
+struct refine_gpu {
+    uint8_t *mask;
+    float *mesh;
+    sw_refine_seed *seeds;
+    sw_refine_result *results;
+    int64_t capacity;
+    cudaEvent_t start, stop;
+    float last_ms;
+};
+
+refine_gpu *gpu_of(sw_refine_plan *plan)
+{
+    return static_cast<refine_gpu *>(plan->gpu);
+}
+
+} // namespace
+
+#define SW_CUDA_CTX   plan->ctx
+#define SW_CUDA_STAGE "refine"
+
+void sw_refine_gpu_destroy(sw_refine_plan *plan)
+{
+    refine_gpu *g = gpu_of(plan);
+    if (!g)
+        return;
+    cudaStreamSynchronize(static_cast<cudaStream_t>(plan->ctx->stream));
+    cudaFree(g->mask);
+    cudaFree(g->mesh);
+    cudaFree(g->seeds);
+    cudaFree(g->results);
+    if (g->start)
+        cudaEventDestroy(g->start);
+    if (g->stop)
+        cudaEventDestroy(g->stop);
+    delete g;
+    plan->gpu = nullptr;
+}
+
+sw_status sw_refine_gpu_create(sw_refine_plan *plan)
+{
+    refine_gpu *g = new (std::nothrow) refine_gpu();
+    if (!g)
+        return sw_fail(plan->ctx, SW_ENOMEM, "refine: out of memory");
+    plan->gpu = g;
+    const size_t n = (size_t)plan->p.width * (size_t)plan->p.height;
+    if (plan->mask) {
+        SW_CU(cudaMalloc(&g->mask, n));
+        SW_CU(cudaMemcpy(g->mask, plan->mask, n, cudaMemcpyHostToDevice));
+    }
+    if (plan->mesh)
+        SW_CU(cudaMalloc(&g->mesh, (size_t)plan->mesh_nx * (size_t)plan->mesh_ny * sizeof(float)));
+    SW_CU(cudaEventCreate(&g->start));
+    SW_CU(cudaEventCreate(&g->stop));
+    return SW_OK;
+}
+
+sw_status sw_refine_gpu_run(sw_refine_plan *plan, const sw_image *frame, int64_t n)
+{
+    refine_gpu *g = gpu_of(plan);
+    cudaStream_t s = static_cast<cudaStream_t>(plan->ctx->stream);
+    if (n > g->capacity) {
+        SW_CU(cudaStreamSynchronize(s));
+        cudaFree(g->seeds);
+        cudaFree(g->results);
+        g->seeds = nullptr;
+        g->results = nullptr;
+        g->capacity = 0;
+        SW_CU(cudaMalloc(&g->seeds, (size_t)plan->capacity * sizeof(sw_refine_seed)));
+        SW_CU(cudaMalloc(&g->results, (size_t)plan->capacity * sizeof(sw_refine_result)));
+        g->capacity = plan->capacity;
+    }
+    sw_rm_frame f;
+    memset(&f, 0, sizeof(f));
+    f.data = frame->data;
+    f.stride = frame->stride;
+    f.type = frame->type;
+    f.width = frame->width;
+    f.height = frame->height;
+    f.mask = g->mask;
+    f.overload = plan->overload;
+    f.bias = plan->p.bias;
+    f.gain = plan->p.gain;
+    f.read_noise = plan->p.read_noise;
+    if (plan->p.background == SW_BACKGROUND_MESH) {
+        const size_t m = (size_t)plan->mesh_nx * (size_t)plan->mesh_ny * sizeof(float);
+        SW_CU(cudaMemcpyAsync(g->mesh, plan->mesh, m, cudaMemcpyHostToDevice, s));
+        f.mesh = g->mesh;
+        f.mesh_nx = plan->mesh_nx;
+        f.mesh_ny = plan->mesh_ny;
+        f.mesh_box = plan->p.mesh_size;
+    }
+    sw_rs_config c;
+    c.method = plan->p.method;
+    c.background = plan->p.background;
+    c.annulus_in = plan->p.annulus_in;
+    c.annulus_out = plan->p.annulus_out;
+    c.max_iter = plan->p.max_iter;
+    c.clip_sigma = plan->p.clip_sigma;
+    SW_CU(cudaMemcpyAsync(g->seeds, plan->seeds, (size_t)n * sizeof(sw_refine_seed),
+                          cudaMemcpyHostToDevice, s));
+    const int64_t blocks = (n + WARPS - 1) / WARPS;
+    SW_CU(cudaEventRecord(g->start, s));
+    refine_kernel<<<(unsigned)blocks, 32 * WARPS, 0, s>>>(f, c, g->seeds, n, g->results);
+    SW_CU(cudaGetLastError());
+    SW_CU(cudaEventRecord(g->stop, s));
+    SW_CU(cudaMemcpyAsync(plan->results, g->results, (size_t)n * sizeof(sw_refine_result),
+                          cudaMemcpyDeviceToHost, s));
+    SW_CU(cudaStreamSynchronize(s));
+    SW_CU(cudaEventElapsedTime(&g->last_ms, g->start, g->stop));
+    return SW_OK;
+}
+
+double sw_refine_gpu_kernel_us(sw_refine_plan *plan)
+{
+    refine_gpu *g = plan && plan->gpu ? gpu_of(plan) : nullptr;
+    return g ? 1000.0 * (double)g->last_ms : -1.0;
+}

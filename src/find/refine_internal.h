@@ -1,0 +1,58 @@
+/*
+ * Between the parts of refinement (refine.h; not public):
+ *   refine.c          the API: parameters, the plan, the CPU path, the mesh, CCD mode, find hook
+ *   refine_cuda.cu    the GPU path: one warp per spot
+ *   refine_model.h    the per-pixel and per-spot arithmetic, written once for both
+ */
+#ifndef SW_REFINE_INTERNAL_H
+#define SW_REFINE_INTERNAL_H
+
+#include "core/core_internal.h"
+#include "spotwave/refine.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What a spot brings to the refinement. */
+typedef struct sw_refine_seed {
+    double x, y;
+    int32_t radius; /* stamp half-size, resolved */
+    int32_t pad;
+} sw_refine_seed;
+
+struct sw_refine_plan {
+    sw_context *ctx;
+    sw_refine_params p; /* as given with defaults resolved; p.mask points to `mask` */
+    double overload;    /* resolved (INFINITY for 0)                                */
+    uint8_t *mask;      /* width * height or NULL                                   */
+    /* the MESH map of the frame being refined */
+    float *mesh;
+    int32_t mesh_nx, mesh_ny;
+    /* host work */
+    sw_refine_seed *seeds;
+    sw_refine_result *results;
+    int64_t capacity;
+    int pinned;
+    void *frame_host; /* a device frame copied back for the MESH (CUDA), tight rows */
+    void *gpu;        /* refine_cuda.cu's state */
+};
+
+/* The mesh of a host frame into plan->mesh (MESH background). */
+sw_status sw_refine_mesh_compute(sw_refine_plan *plan, const sw_image *frame);
+
+#ifdef SW_HAVE_CUDA
+sw_status sw_refine_gpu_create(sw_refine_plan *plan);
+void sw_refine_gpu_destroy(sw_refine_plan *plan);
+/* n seeds (plan->seeds) on the device frame; results into plan->results (host). The mesh, when
+ * in use, is plan->mesh (uploaded here). Synchronous. */
+sw_status sw_refine_gpu_run(sw_refine_plan *plan, const sw_image *frame, int64_t n);
+/* GPU time of the last run's kernel (CUDA events), microseconds; -1 without one. */
+double sw_refine_gpu_kernel_us(sw_refine_plan *plan);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,504 @@
+/*
+ * The per-spot arithmetic of position refinement (refine.h), written once for the CPU (refine.c)
+ * and the GPU (refine_cuda.cu). A backend supplies only the loop over a stamp's pixels (one
+ * thread walks them on the CPU; the 32 lanes of a warp stride over them on the GPU and add their
+ * partial sums) and the reduction; what each pixel contributes, and every decision taken on the
+ * summed values (window iteration, Levenberg-Marquardt step, covariance), is here.
+ *
+ * Pixels: 0-based centres (core.h). A pixel's sample is d = v - bias - b(x, y), with v the raw
+ * value (ADU), b the local background (ADU above bias: 0, the annulus' level or the mesh map);
+ * its variance in ADU^2 under the detector model (gain g e-/ADU, read noise r e-) is
+ *     var = max(m + b, 0) / g + r^2 / g^2,   floored at 1 / g^2 (one electron),
+ * with m the expected signal above the background (the model for the fit, the sample itself for
+ * the window's error bars).
+ */
+#ifndef SW_REFINE_MODEL_H
+#define SW_REFINE_MODEL_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "spotwave/core.h"
+#include "spotwave/refine.h"
+
+#if defined(__CUDACC__)
+#define SW_RM_FN __host__ __device__ static inline
+#else
+#define SW_RM_FN static inline
+#endif
+
+#define SW_RM_SIDE    (2 * SW_REFINE_MAX_RADIUS + 1)
+#define SW_RM_NPAR    5  /* x, y, flux, sigma, background */
+#define SW_RM_NA      15 /* the upper triangle of the 5 x 5 normal matrix */
+#define SW_RM_BINS    64 /* radial bins of the half-light radius */
+#define SW_RM_XWIN_IT 16 /* SExtractor's WINPOS_NITERMAX */
+
+/* ---------------------------------------------------------------- the frame a spot is read from */
+
+typedef struct sw_rm_frame {
+    const void *data;
+    size_t stride;
+    sw_pixel_type type;
+    int32_t width, height;
+    const uint8_t *mask; /* width * height, non-zero = valid, or NULL */
+    const float *mesh;   /* background mesh (nx * ny, ADU above bias), or NULL */
+    int32_t mesh_nx, mesh_ny, mesh_box;
+    double overload; /* values >= overload are invalid */
+    double bias;
+    double gain, read_noise; /* e-/ADU, e- */
+} sw_rm_frame;
+
+/* The raw value of pixel (x, y) (inside the frame), and whether it is valid: finite, below the
+ * overload and not masked. */
+SW_RM_FN const void *sw_rm_row(const sw_rm_frame *f, int32_t y)
+{
+    return (const unsigned char *)f->data + (size_t)y * f->stride;
+}
+
+SW_RM_FN int sw_rm_raw(const sw_rm_frame *f, int32_t x, int32_t y, double *v)
+{
+    const void *row = sw_rm_row(f, y);
+    double r;
+    switch (f->type) {
+    case SW_PIX_U8: r = ((const uint8_t *)row)[x]; break;
+    case SW_PIX_U16: r = ((const uint16_t *)row)[x]; break;
+    case SW_PIX_U32: r = ((const uint32_t *)row)[x]; break;
+    default: r = ((const float *)row)[x]; break;
+    }
+    *v = r;
+    if (!isfinite(r) || r >= f->overload)
+        return 0;
+    return !f->mask || f->mask[(size_t)y * f->width + x];
+}
+
+/*
+ * The mesh background at pixel (x, y): bilinear between the mesh cells' centres (cell (i, j)
+ * covers pixels [i box, (i + 1) box) x [j box, (j + 1) box), its centre at i box + (box - 1) / 2),
+ * continued linearly beyond the outer centres (a mesh of one cell along an axis: constant).
+ */
+SW_RM_FN double sw_rm_mesh_at(const sw_rm_frame *f, int32_t x, int32_t y)
+{
+    const double box = (double)f->mesh_box;
+    const double gx = ((double)x - 0.5 * (box - 1.0)) / box;
+    const double gy = ((double)y - 0.5 * (box - 1.0)) / box;
+    int32_t i0 = (int32_t)floor(gx), j0 = (int32_t)floor(gy);
+    i0 = i0 > f->mesh_nx - 2 ? f->mesh_nx - 2 : i0;
+    j0 = j0 > f->mesh_ny - 2 ? f->mesh_ny - 2 : j0;
+    i0 = i0 < 0 ? 0 : i0;
+    j0 = j0 < 0 ? 0 : j0;
+    int32_t i1 = i0 + 1 < f->mesh_nx ? i0 + 1 : i0, j1 = j0 + 1 < f->mesh_ny ? j0 + 1 : j0;
+    const double tx = i1 > i0 ? gx - (double)i0 : 0.0, ty = j1 > j0 ? gy - (double)j0 : 0.0;
+    const float *m = f->mesh;
+    const int32_t n = f->mesh_nx;
+    const double a = (1.0 - tx) * m[j0 * n + i0] + tx * m[j0 * n + i1];
+    const double b = (1.0 - tx) * m[j1 * n + i0] + tx * m[j1 * n + i1];
+    return (1.0 - ty) * a + ty * b;
+}
+
+/* Pixel (x, y) as a sample: d (ADU above bias and background) and b (the background level, ADU
+ * above bias; constant `level` unless a mesh is given). 0 when the pixel is not valid. */
+SW_RM_FN int sw_rm_sample(const sw_rm_frame *f, int32_t x, int32_t y, double level, double *d,
+                          double *b)
+{
+    double v;
+    if (!sw_rm_raw(f, x, y, &v))
+        return 0;
+    double bg = f->mesh ? sw_rm_mesh_at(f, x, y) : level;
+    *b = bg;
+    *d = v - f->bias - bg;
+    return 1;
+}
+
+/* The variance of a pixel whose expected signal above the background is m (header comment). */
+SW_RM_FN double sw_rm_variance(const sw_rm_frame *f, double m, double b)
+{
+    double e = m + b;
+    double var =
+        (e > 0.0 ? e : 0.0) / f->gain + f->read_noise * f->read_noise / (f->gain * f->gain);
+    double floor_var = 1.0 / (f->gain * f->gain);
+    return var > floor_var ? var : floor_var;
+}
+
+/* ---------------------------------------------------------------- stamps */
+
+typedef struct sw_rm_stamp {
+    int32_t x0, x1, y0, y1; /* [x0, x1) x [y0, y1), clipped to the frame */
+    int32_t cx, cy;         /* the centre pixel */
+    int32_t radius;
+    int32_t edge; /* 1 when the clipping cut the square */
+} sw_rm_stamp;
+
+SW_RM_FN void sw_rm_stamp_make(const sw_rm_frame *f, double x, double y, int32_t radius,
+                               sw_rm_stamp *s)
+{
+    s->cx = (int32_t)floor(x + 0.5);
+    s->cy = (int32_t)floor(y + 0.5);
+    s->radius = radius;
+    int32_t x0 = s->cx - radius, x1 = s->cx + radius + 1;
+    int32_t y0 = s->cy - radius, y1 = s->cy + radius + 1;
+    s->edge = x0 < 0 || y0 < 0 || x1 > f->width || y1 > f->height;
+    s->x0 = x0 < 0 ? 0 : x0;
+    s->y0 = y0 < 0 ? 0 : y0;
+    s->x1 = x1 > f->width ? f->width : x1;
+    s->y1 = y1 > f->height ? f->height : y1;
+    if (s->x1 < s->x0)
+        s->x1 = s->x0;
+    if (s->y1 < s->y0)
+        s->y1 = s->y0;
+}
+
+SW_RM_FN int32_t sw_rm_stamp_count(const sw_rm_stamp *s)
+{
+    return (s->x1 - s->x0) * (s->y1 - s->y0);
+}
+
+/* The stamp's k-th pixel in raster order. */
+SW_RM_FN void sw_rm_stamp_pixel(const sw_rm_stamp *s, int32_t k, int32_t *x, int32_t *y)
+{
+    int32_t w = s->x1 - s->x0;
+    *x = s->x0 + k % w;
+    *y = s->y0 + k / w;
+}
+
+/* The automatic stamp radius (refine.h): half the bounding box's larger side + 3, in 4 .. max. */
+SW_RM_FN int32_t sw_rm_auto_radius(int32_t bbox_w, int32_t bbox_h)
+{
+    int32_t r = (bbox_w > bbox_h ? bbox_w : bbox_h) / 2 + 3;
+    return r < 4 ? 4 : (r > SW_REFINE_MAX_RADIUS ? SW_REFINE_MAX_RADIUS : r);
+}
+
+/* ---------------------------------------------------------------- annulus background */
+
+/* Whether pixel (x, y) lies in the annulus r_in <= r < r_out about centre pixel (cx, cy). */
+SW_RM_FN int sw_rm_in_annulus(int32_t x, int32_t y, int32_t cx, int32_t cy, int32_t r_in,
+                              int32_t r_out)
+{
+    int64_t dx = x - cx, dy = y - cy, r2 = dx * dx + dy * dy;
+    return r2 >= (int64_t)r_in * r_in && r2 < (int64_t)r_out * r_out;
+}
+
+/*
+ * The sigma-clipped median of the annulus, by passes over its pixels that a backend sums:
+ *   clip pass c (SW_RM_CLIP_PASSES of them): the values in [lo, hi] (all at first) give n, their
+ *   mean and standard deviation; their median is found by bisection on the value (counts of
+ *   values <= t, SW_RM_BISECT steps between the extremes); then lo, hi = median -+ k sd.
+ * Each step below says what the next pass must count.
+ */
+#define SW_RM_CLIP_PASSES 3
+#define SW_RM_BISECT      40
+
+/* ---------------------------------------------------------------- half-light radius (xwin) */
+
+/* The radial bin (width bin_w px) of pixel (x, y) about (xc, yc), or -1 beyond the last. */
+SW_RM_FN int sw_rm_radial_bin(int32_t x, int32_t y, double xc, double yc, double bin_w)
+{
+    double dx = (double)x - xc, dy = (double)y - yc;
+    int k = (int)(sqrt(dx * dx + dy * dy) / bin_w);
+    return k < SW_RM_BINS ? k : -1;
+}
+
+/*
+ * SExtractor's window: s_win = d50 / sqrt(8 ln 2) (Bertin, SExtractor manual, "Windowed
+ * positional parameters"), d50 the diameter of the disc holding half the flux. From the radial
+ * bins' fluxes (bin k: radii [k w, (k + 1) w)) up to the disc of radius r_tot: the radius where
+ * the cumulative flux reaches half of the total, linear within the bin. 0 when the total flux is
+ * not positive.
+ */
+SW_RM_FN double sw_rm_window_sigma(const double *bins, int nbins, double bin_w)
+{
+    double total = 0.0;
+    for (int k = 0; k < nbins; ++k)
+        total += bins[k];
+    if (!(total > 0.0))
+        return 0.0;
+    double half = 0.5 * total, cum = 0.0, r50 = nbins * bin_w;
+    for (int k = 0; k < nbins; ++k) {
+        if (cum + bins[k] >= half && bins[k] > 0.0) {
+            r50 = ((double)k + (half - cum) / bins[k]) * bin_w;
+            break;
+        }
+        cum += bins[k];
+    }
+    return 2.0 * r50 / sqrt(8.0 * log(2.0));
+}
+
+/* ---------------------------------------------------------------- windowed centroid (xwin) */
+
+/* The sums of one window pass at (xw, yw). */
+typedef struct sw_rm_win {
+    double sw, swx, swy; /* sum w d, sum w d dx, sum w d dy      */
+    double svx, svy;     /* sum w^2 var dx^2, sum w^2 var dy^2   */
+    int32_t n, masked;   /* pixels used, pixels skipped as bad   */
+} sw_rm_win;
+
+/*
+ * One pixel's contribution to the window at (xw, yw) with window sigma s (SExtractor manual
+ * Eq. 27): pixels with r < 4 s (WINPOS_NSIG) count with w = exp(-r^2 / (2 s^2)); the variance
+ * sums give ERRX2WIN = 4 sum w^2 var dx^2 / (sum w d)^2 with var from the sample (header).
+ */
+SW_RM_FN void sw_rm_win_pixel(const sw_rm_frame *f, int32_t x, int32_t y, double level, double xw,
+                              double yw, double s, sw_rm_win *a)
+{
+    double dx = (double)x - xw, dy = (double)y - yw, r2 = dx * dx + dy * dy;
+    if (r2 >= 16.0 * s * s)
+        return;
+    double d, b;
+    if (!sw_rm_sample(f, x, y, level, &d, &b)) {
+        a->masked++;
+        return;
+    }
+    double w = exp(-0.5 * r2 / (s * s));
+    double wd = w * d, var = sw_rm_variance(f, d, b);
+    a->sw += wd;
+    a->swx += wd * dx;
+    a->swy += wd * dy;
+    a->svx += w * w * var * dx * dx;
+    a->svy += w * w * var * dy * dy;
+    a->n++;
+}
+
+SW_RM_FN void sw_rm_win_add(sw_rm_win *a, const sw_rm_win *b)
+{
+    a->sw += b->sw;
+    a->swx += b->swx;
+    a->swy += b->swy;
+    a->svx += b->svx;
+    a->svy += b->svy;
+    a->n += b->n;
+    a->masked += b->masked;
+}
+
+/* ---------------------------------------------------------------- Gaussian fit */
+
+/*
+ * The model of a spot on pixel (i, j): the circular Gaussian of flux F, width s centred at
+ * (x, y), integrated over the pixel, plus a constant B:
+ *     m_ij = F E_x(i) E_y(j) + B,
+ *     E_x(i) = (erf((i + 1/2 - x) / (sqrt 2 s)) - erf((i - 1/2 - x) / (sqrt 2 s))) / 2.
+ * It separates: the per-column factors (E, dE/dx, dE/ds) are computed once per column and the
+ * per-row ones once per row. With phi(u) = exp(-u^2 / 2 s^2) / (sqrt(2 pi) s), u+- = i +- 1/2 - x:
+ *     dE/dx = phi(u-) - phi(u+),   dE/ds = (u- phi(u-) - u+ phi(u+)) / s.
+ */
+SW_RM_FN void sw_rm_axis(int32_t i, double c, double s, double *e, double *de_dc, double *de_ds)
+{
+    const double k = 1.0 / (sqrt(2.0) * s), n = 1.0 / (sqrt(2.0 * 3.141592653589793) * s);
+    double up = (double)i + 0.5 - c, um = (double)i - 0.5 - c;
+    double pp = n * exp(-0.5 * up * up / (s * s)), pm = n * exp(-0.5 * um * um / (s * s));
+    *e = 0.5 * (erf(up * k) - erf(um * k));
+    *de_dc = pm - pp;
+    *de_ds = (um * pm - up * pp) / s;
+}
+
+/* The sums of one fit pass: the normal matrix J^T W J (upper triangle, row by row), J^T W r,
+ * chi^2 = sum w r^2 and the pixels used. */
+typedef struct sw_rm_acc {
+    double a[SW_RM_NA];
+    double g[SW_RM_NPAR];
+    double chi2;
+    int32_t n, masked;
+} sw_rm_acc;
+
+/* One pixel's contribution: sample d (above the background b), the column and row factors. */
+SW_RM_FN void sw_rm_fit_pixel(const sw_rm_frame *f, const double *p, double d, double b, double ex,
+                              double dex, double dsx, double ey, double dey, double dsy,
+                              sw_rm_acc *acc)
+{
+    const double F = p[2];
+    double m = F * ex * ey + p[4];
+    double J[SW_RM_NPAR] = {F * dex * ey, F * ex * dey, ex * ey, F * (dsx * ey + ex * dsy), 1.0};
+    double w = 1.0 / sw_rm_variance(f, m, b);
+    double r = d - m;
+    int k = 0;
+    for (int i = 0; i < SW_RM_NPAR; ++i) {
+        double wj = w * J[i];
+        acc->g[i] += wj * r;
+        for (int j = i; j < SW_RM_NPAR; ++j)
+            acc->a[k++] += wj * J[j];
+    }
+    acc->chi2 += w * r * r;
+    acc->n++;
+}
+
+SW_RM_FN void sw_rm_acc_add(sw_rm_acc *a, const sw_rm_acc *b)
+{
+    for (int i = 0; i < SW_RM_NA; ++i)
+        a->a[i] += b->a[i];
+    for (int i = 0; i < SW_RM_NPAR; ++i)
+        a->g[i] += b->g[i];
+    a->chi2 += b->chi2;
+    a->n += b->n;
+    a->masked += b->masked;
+}
+
+/* Cholesky solve of the 5 x 5 system (A + lambda diag A) x = g (A from the upper triangle);
+ * inv, when not NULL, receives the inverse of A + lambda diag A (row-major 5 x 5). 0 when the
+ * matrix is not positive definite. */
+SW_RM_FN int sw_rm_solve(const double *a, double lambda, const double *g, double *x, double *inv)
+{
+    double L[SW_RM_NPAR][SW_RM_NPAR] = {{0.0}};
+    double M[SW_RM_NPAR][SW_RM_NPAR] = {{0.0}};
+    int k = 0;
+    for (int i = 0; i < SW_RM_NPAR; ++i)
+        for (int j = i; j < SW_RM_NPAR; ++j) {
+            M[i][j] = M[j][i] = a[k];
+            if (i == j)
+                M[i][i] = a[k] * (1.0 + lambda);
+            ++k;
+        }
+    for (int i = 0; i < SW_RM_NPAR; ++i)
+        for (int j = 0; j <= i; ++j) {
+            double s = M[i][j];
+            for (int q = 0; q < j; ++q)
+                s -= L[i][q] * L[j][q];
+            if (i == j) {
+                if (!(s > 0.0) || !isfinite(s))
+                    return 0;
+                L[i][i] = sqrt(s);
+            } else {
+                L[i][j] = s / L[j][j];
+            }
+        }
+    /* L y = g, L^T x = y */
+    double y[SW_RM_NPAR] = {0.0};
+    for (int i = 0; i < SW_RM_NPAR; ++i)
+        x[i] = 0.0;
+    for (int i = 0; i < SW_RM_NPAR; ++i) {
+        double s = g[i];
+        for (int q = 0; q < i; ++q)
+            s -= L[i][q] * y[q];
+        y[i] = s / L[i][i];
+    }
+    for (int i = SW_RM_NPAR - 1; i >= 0; --i) {
+        double s = y[i];
+        for (int q = i + 1; q < SW_RM_NPAR; ++q)
+            s -= L[q][i] * x[q];
+        x[i] = s / L[i][i];
+    }
+    if (inv) {
+        for (int c = 0; c < SW_RM_NPAR; ++c) {
+            double e[SW_RM_NPAR], col[SW_RM_NPAR] = {0.0};
+            for (int i = 0; i < SW_RM_NPAR; ++i)
+                e[i] = i == c ? 1.0 : 0.0;
+            for (int i = 0; i < SW_RM_NPAR; ++i) {
+                double s = e[i];
+                for (int q = 0; q < i; ++q)
+                    s -= L[i][q] * y[q];
+                y[i] = s / L[i][i];
+            }
+            for (int i = SW_RM_NPAR - 1; i >= 0; --i) {
+                double s = y[i];
+                for (int q = i + 1; q < SW_RM_NPAR; ++q)
+                    s -= L[q][i] * col[q];
+                col[i] = s / L[i][i];
+            }
+            for (int i = 0; i < SW_RM_NPAR; ++i)
+                inv[i * SW_RM_NPAR + c] = col[i];
+        }
+    }
+    return 1;
+}
+
+/*
+ * Levenberg-Marquardt over passes (Press et al., Numerical Recipes, 15.5): the backend evaluates
+ * the sums at `trial`, then sw_rm_lm_next decides. A pass with a lower chi^2 than the best one
+ * is accepted (lambda / 10), otherwise rejected (lambda x 10) and the step is retaken from the
+ * best point. The weights are those of the model being evaluated (Poisson + read noise), so
+ * J^T W J at the solution is the Fisher information and its inverse the covariance.
+ * Converged: an accepted step that moved x and y by less than 1e-5 px and chi^2 by less than
+ * 1e-7 of itself, or lambda above 1e10 (no step lowers chi^2: at the minimum to rounding).
+ */
+typedef struct sw_rm_lm {
+    double best[SW_RM_NPAR], trial[SW_RM_NPAR];
+    sw_rm_acc acc; /* the sums at best */
+    double lambda;
+    int32_t have, iterations, converged, failed;
+} sw_rm_lm;
+
+SW_RM_FN void sw_rm_lm_init(sw_rm_lm *s, const double *p0)
+{
+    memset(s, 0, sizeof(*s));
+    for (int i = 0; i < SW_RM_NPAR; ++i)
+        s->trial[i] = p0[i];
+    s->lambda = 1e-3;
+}
+
+/* Takes the sums at s->trial; 1 when the fit is over (converged or failed), else sets the next
+ * trial. max_iter: passes allowed. */
+SW_RM_FN int sw_rm_lm_next(sw_rm_lm *s, const sw_rm_acc *acc, int32_t max_iter)
+{
+    s->iterations++;
+    int accepted = 0;
+    double moved = 0.0, dchi = 0.0;
+    if (!s->have) {
+        if (acc->n < SW_RM_NPAR + 1 || !isfinite(acc->chi2)) {
+            s->failed = 1;
+            return 1;
+        }
+        accepted = 1;
+    } else if (isfinite(acc->chi2) && acc->chi2 < s->acc.chi2) {
+        accepted = 1;
+        moved = fmax(fabs(s->trial[0] - s->best[0]), fabs(s->trial[1] - s->best[1]));
+        dchi = s->acc.chi2 - acc->chi2;
+    }
+    if (accepted) {
+        int first = !s->have;
+        for (int i = 0; i < SW_RM_NPAR; ++i)
+            s->best[i] = s->trial[i];
+        s->acc = *acc;
+        s->have = 1;
+        s->lambda = fmax(s->lambda * 0.1, 1e-9);
+        if (!first && moved < 1e-5 && dchi <= 1e-7 * acc->chi2) {
+            s->converged = 1;
+            return 1;
+        }
+    } else {
+        s->lambda *= 10.0;
+        if (s->lambda > 1e10) {
+            s->converged = 1;
+            return 1;
+        }
+    }
+    if (s->iterations >= max_iter)
+        return 1;
+    double step[SW_RM_NPAR];
+    while (!sw_rm_solve(s->acc.a, s->lambda, s->acc.g, step, NULL)) {
+        s->lambda = s->lambda < 1e-6 ? 1e-3 : s->lambda * 10.0;
+        if (s->lambda > 1e10) {
+            s->failed = 1;
+            return 1;
+        }
+    }
+    for (int i = 0; i < SW_RM_NPAR; ++i)
+        s->trial[i] = s->best[i] + step[i];
+    /* the width stays positive: at most halved in one step */
+    if (s->trial[3] < 0.5 * s->best[3])
+        s->trial[3] = 0.5 * s->best[3];
+    return 0;
+}
+
+/*
+ * The starting point of the fit from the stamp: B0 the mean of the stamp's border pixels, F0 the
+ * stamp's sum above B0, sigma0 = sqrt(F0 / (2 pi P)) with P the largest sample above B0 (a
+ * Gaussian's peak is F / (2 pi sigma^2)), clamped to 0.5 .. radius / 2. Returns 0 when F0 or P
+ * is not positive.
+ */
+SW_RM_FN int sw_rm_fit_start(double x, double y, double sum, double peak, double border_sum,
+                             int32_t border_n, int32_t n, int32_t radius, double *p0)
+{
+    double b0 = border_n > 0 ? border_sum / border_n : 0.0;
+    double f0 = sum - b0 * n, pk = peak - b0;
+    if (!(f0 > 0.0) || !(pk > 0.0))
+        return 0;
+    double s0 = sqrt(f0 / (2.0 * 3.141592653589793 * pk));
+    double smax = 0.5 * radius;
+    s0 = s0 < 0.5 ? 0.5 : (s0 > smax ? smax : s0);
+    p0[0] = x;
+    p0[1] = y;
+    p0[2] = f0;
+    p0[3] = s0;
+    p0[4] = b0;
+    return 1;
+}
+
+#endif

@@ -1,0 +1,328 @@
+/*
+ * The refinement of one spot (refine.h), written once for both backends. The including file
+ * says how the pixels of a stamp are shared out and summed:
+ *   SW_RS_FN            function qualifiers
+ *   SW_RS_LANE, SW_RS_LANES   this worker's number and the workers on one spot
+ *                       (CPU: 0 and 1; GPU: the warp's lane and 32)
+ *   SW_RS_SUM(p, n)     replaces the n doubles at p by their sum over the workers, in every worker
+ *   SW_RS_MIN(p), SW_RS_MAX(p)  likewise for one double
+ *   SW_RS_ADD(p, v)     adds v to the shared double *p (atomically where workers share it)
+ *   SW_RS_SYNC()        makes shared scratch written by one worker visible to the others
+ * Every worker runs the whole routine; the decisions (refine_model.h) are taken on summed values
+ * that every worker holds, so all of them take the same path.
+ */
+#ifndef SW_REFINE_SPOT_H
+#define SW_REFINE_SPOT_H
+
+#include "find/refine_model.h"
+
+/* Scratch for one spot: the fit's per-column and per-row factors and the radial bins. */
+typedef struct sw_rs_scratch {
+    double ex[SW_RM_SIDE], dex[SW_RM_SIDE], dsx[SW_RM_SIDE];
+    double ey[SW_RM_SIDE], dey[SW_RM_SIDE], dsy[SW_RM_SIDE];
+    double bins[SW_RM_BINS];
+} sw_rs_scratch;
+
+/* What the plan tells every spot. */
+typedef struct sw_rs_config {
+    int32_t method, background;
+    int32_t annulus_in, annulus_out; /* 0: from the stamp radius */
+    int32_t max_iter;
+    double clip_sigma;
+} sw_rs_config;
+
+/* The sigma-clipped median of the annulus r_in <= r < r_out about pixel (cx, cy)
+ * (refine_model.h, "annulus background"). 0 when fewer than 8 valid pixels remain. */
+SW_RS_FN int sw_rs_annulus(const sw_rm_frame *f, int32_t cx, int32_t cy, int32_t rin, int32_t rout,
+                           double clip, double *level)
+{
+    sw_rm_stamp box;
+    sw_rm_stamp_make(f, (double)cx, (double)cy, rout, &box);
+    const int32_t count = sw_rm_stamp_count(&box);
+    double lo = -INFINITY, hi = INFINITY, med = 0.0;
+    for (int pass = 0; pass < SW_RM_CLIP_PASSES; ++pass) {
+        double s[3] = {0.0, 0.0, 0.0}, mn = INFINITY, mx = -INFINITY;
+        for (int32_t k = SW_RS_LANE; k < count; k += SW_RS_LANES) {
+            int32_t x, y;
+            double v;
+            sw_rm_stamp_pixel(&box, k, &x, &y);
+            if (!sw_rm_in_annulus(x, y, cx, cy, rin, rout) || !sw_rm_raw(f, x, y, &v))
+                continue;
+            v -= f->bias;
+            if (v < lo || v > hi)
+                continue;
+            s[0] += 1.0;
+            s[1] += v;
+            s[2] += v * v;
+            mn = fmin(mn, v);
+            mx = fmax(mx, v);
+        }
+        SW_RS_SUM(s, 3);
+        SW_RS_MIN(&mn);
+        SW_RS_MAX(&mx);
+        if (s[0] < 8.0)
+            return 0;
+        const double need = ceil(0.5 * s[0]);
+        double a = mn, b = mx;
+        for (int step = 0; step < SW_RM_BISECT && b > a; ++step) {
+            const double t = 0.5 * (a + b);
+            double c = 0.0;
+            for (int32_t k = SW_RS_LANE; k < count; k += SW_RS_LANES) {
+                int32_t x, y;
+                double v;
+                sw_rm_stamp_pixel(&box, k, &x, &y);
+                if (!sw_rm_in_annulus(x, y, cx, cy, rin, rout) || !sw_rm_raw(f, x, y, &v))
+                    continue;
+                v -= f->bias;
+                if (v >= lo && v <= hi && v <= t)
+                    c += 1.0;
+            }
+            SW_RS_SUM(&c, 1);
+            if (c >= need)
+                b = t;
+            else
+                a = t;
+        }
+        med = b;
+        const double mean = s[1] / s[0];
+        const double var = s[2] / s[0] - mean * mean;
+        const double sd = var > 0.0 ? sqrt(var) : 0.0;
+        lo = med - clip * sd;
+        hi = med + clip * sd;
+    }
+    *level = med;
+    return 1;
+}
+
+/* Marks a result as failed: the input position and variance stay. */
+SW_RS_FN void sw_rs_fail(sw_refine_result *out)
+{
+    out->flags |= SW_REFINE_FAILED;
+}
+
+/* SExtractor's windowed centroid (refine.h, XWIN). */
+SW_RS_FN void sw_rs_xwin(const sw_rm_frame *f, const sw_refine_seed *seed, double level,
+                         const sw_rm_stamp *st, sw_rs_scratch *sc, sw_refine_result *out)
+{
+    const int32_t nb = 2 * st->radius < SW_RM_BINS ? 2 * st->radius : SW_RM_BINS;
+    for (int32_t k = SW_RS_LANE; k < SW_RM_BINS; k += SW_RS_LANES)
+        sc->bins[k] = 0.0;
+    SW_RS_SYNC();
+    const int32_t count = sw_rm_stamp_count(st);
+    for (int32_t k = SW_RS_LANE; k < count; k += SW_RS_LANES) {
+        int32_t x, y;
+        double d, b;
+        sw_rm_stamp_pixel(st, k, &x, &y);
+        if (!sw_rm_sample(f, x, y, level, &d, &b))
+            continue;
+        int bin = sw_rm_radial_bin(x, y, seed->x, seed->y, 0.5);
+        if (bin >= 0 && bin < nb)
+            SW_RS_ADD(&sc->bins[bin], d);
+    }
+    SW_RS_SYNC();
+    double s = sw_rm_window_sigma(sc->bins, nb, 0.5);
+    SW_RS_SYNC();
+    if (!(s > 0.0)) {
+        sw_rs_fail(out);
+        return;
+    }
+    const double smax = 0.25 * SW_REFINE_MAX_RADIUS;
+    s = s < 0.3 ? 0.3 : (s > smax ? smax : s);
+    int32_t rw = (int32_t)ceil(4.0 * s);
+    rw = rw > SW_REFINE_MAX_RADIUS ? SW_REFINE_MAX_RADIUS : rw;
+    double xw = seed->x, yw = seed->y;
+    sw_rm_win a;
+    int32_t it = 0, edge = 0;
+    for (int pass = 0; pass <= SW_RM_XWIN_IT; ++pass) {
+        sw_rm_stamp ws;
+        sw_rm_stamp_make(f, xw, yw, rw, &ws);
+        edge |= ws.edge;
+        memset(&a, 0, sizeof(a));
+        const int32_t n = sw_rm_stamp_count(&ws);
+        for (int32_t k = SW_RS_LANE; k < n; k += SW_RS_LANES) {
+            int32_t x, y;
+            sw_rm_stamp_pixel(&ws, k, &x, &y);
+            sw_rm_win_pixel(f, x, y, level, xw, yw, s, &a);
+        }
+        double v[7] = {a.sw, a.swx, a.swy, a.svx, a.svy, (double)a.n, (double)a.masked};
+        SW_RS_SUM(v, 7);
+        a.sw = v[0];
+        a.swx = v[1];
+        a.swy = v[2];
+        a.svx = v[3];
+        a.svy = v[4];
+        a.n = (int32_t)v[5];
+        a.masked = (int32_t)v[6];
+        if (!(a.sw > 0.0) || a.n < 3) {
+            sw_rs_fail(out);
+            return;
+        }
+        if (pass == SW_RM_XWIN_IT)
+            break; /* the sums at the final position: the error bars */
+        const double dx = 2.0 * a.swx / a.sw, dy = 2.0 * a.swy / a.sw;
+        xw += dx;
+        yw += dy;
+        it++;
+        if (fabs(xw - seed->x) > st->radius || fabs(yw - seed->y) > st->radius) {
+            sw_rs_fail(out);
+            return;
+        }
+        if (dx * dx + dy * dy < 2e-4 * 2e-4)
+            pass = SW_RM_XWIN_IT - 1; /* converged: one more pass for the error bars */
+    }
+    out->x = xw;
+    out->y = yw;
+    out->x_var = 4.0 * a.svx / (a.sw * a.sw);
+    out->y_var = 4.0 * a.svy / (a.sw * a.sw);
+    out->flux = a.sw;
+    out->sigma = s;
+    out->npix = a.n;
+    out->iterations = it;
+    if (edge)
+        out->flags |= SW_REFINE_EDGE;
+    if (a.masked)
+        out->flags |= SW_REFINE_MASKED;
+}
+
+/* The Gaussian fit (refine.h, GAUSS). */
+SW_RS_FN void sw_rs_gauss(const sw_rm_frame *f, const sw_refine_seed *seed, double level,
+                          const sw_rm_stamp *st, int32_t max_iter, sw_rs_scratch *sc,
+                          sw_refine_result *out)
+{
+    const int32_t count = sw_rm_stamp_count(st);
+    /* the starting point: sums over the stamp and its border */
+    double s[5] = {0.0, 0.0, 0.0, 0.0, 0.0}; /* sum d, border sum, border n, n, masked */
+    double peak = -INFINITY;
+    for (int32_t k = SW_RS_LANE; k < count; k += SW_RS_LANES) {
+        int32_t x, y;
+        double d, b;
+        sw_rm_stamp_pixel(st, k, &x, &y);
+        if (!sw_rm_sample(f, x, y, level, &d, &b)) {
+            s[4] += 1.0;
+            continue;
+        }
+        s[0] += d;
+        s[3] += 1.0;
+        peak = fmax(peak, d);
+        if (x == st->cx - st->radius || x == st->cx + st->radius || y == st->cy - st->radius ||
+            y == st->cy + st->radius) {
+            s[1] += d;
+            s[2] += 1.0;
+        }
+    }
+    SW_RS_SUM(s, 5);
+    SW_RS_MAX(&peak);
+    double p0[SW_RM_NPAR];
+    if (!sw_rm_fit_start(seed->x, seed->y, s[0], peak, s[1], (int32_t)s[2], (int32_t)s[3],
+                         st->radius, p0)) {
+        sw_rs_fail(out);
+        return;
+    }
+    sw_rm_lm lm;
+    sw_rm_lm_init(&lm, p0);
+    const int32_t w = st->x1 - st->x0, h = st->y1 - st->y0;
+    for (;;) {
+        const double *p = lm.trial;
+        for (int32_t k = SW_RS_LANE; k < w; k += SW_RS_LANES)
+            sw_rm_axis(st->x0 + k, p[0], p[3], &sc->ex[k], &sc->dex[k], &sc->dsx[k]);
+        for (int32_t k = SW_RS_LANE; k < h; k += SW_RS_LANES)
+            sw_rm_axis(st->y0 + k, p[1], p[3], &sc->ey[k], &sc->dey[k], &sc->dsy[k]);
+        SW_RS_SYNC();
+        sw_rm_acc acc;
+        memset(&acc, 0, sizeof(acc));
+        for (int32_t k = SW_RS_LANE; k < count; k += SW_RS_LANES) {
+            int32_t x, y;
+            double d, b;
+            sw_rm_stamp_pixel(st, k, &x, &y);
+            if (!sw_rm_sample(f, x, y, level, &d, &b))
+                continue;
+            const int32_t i = x - st->x0, j = y - st->y0;
+            sw_rm_fit_pixel(f, p, d, b, sc->ex[i], sc->dex[i], sc->dsx[i], sc->ey[j], sc->dey[j],
+                            sc->dsy[j], &acc);
+        }
+        SW_RS_SYNC();
+        double v[SW_RM_NA + SW_RM_NPAR + 2];
+        for (int i = 0; i < SW_RM_NA; ++i)
+            v[i] = acc.a[i];
+        for (int i = 0; i < SW_RM_NPAR; ++i)
+            v[SW_RM_NA + i] = acc.g[i];
+        v[SW_RM_NA + SW_RM_NPAR] = acc.chi2;
+        v[SW_RM_NA + SW_RM_NPAR + 1] = (double)acc.n;
+        SW_RS_SUM(v, SW_RM_NA + SW_RM_NPAR + 2);
+        for (int i = 0; i < SW_RM_NA; ++i)
+            acc.a[i] = v[i];
+        for (int i = 0; i < SW_RM_NPAR; ++i)
+            acc.g[i] = v[SW_RM_NA + i];
+        acc.chi2 = v[SW_RM_NA + SW_RM_NPAR];
+        acc.n = (int32_t)v[SW_RM_NA + SW_RM_NPAR + 1];
+        if (sw_rm_lm_next(&lm, &acc, max_iter))
+            break;
+    }
+    double step[SW_RM_NPAR], inv[SW_RM_NPAR * SW_RM_NPAR];
+    if (lm.failed || !lm.have || !sw_rm_solve(lm.acc.a, 0.0, lm.acc.g, step, inv)) {
+        sw_rs_fail(out);
+        return;
+    }
+    const double *b = lm.best;
+    if (!(b[2] > 0.0) || !(b[3] > 0.0) || b[3] > st->radius ||
+        fabs(b[0] - (double)st->cx) > st->radius || fabs(b[1] - (double)st->cy) > st->radius ||
+        !(inv[0] > 0.0) || !(inv[6] > 0.0)) {
+        sw_rs_fail(out);
+        return;
+    }
+    out->x = b[0];
+    out->y = b[1];
+    out->x_var = inv[0];
+    out->y_var = inv[SW_RM_NPAR + 1];
+    out->flux = b[2];
+    out->flux_var = inv[2 * SW_RM_NPAR + 2];
+    out->sigma = b[3];
+    out->background += b[4];
+    out->chi2 = lm.acc.chi2;
+    out->npix = lm.acc.n;
+    out->iterations = lm.iterations;
+    if (!lm.converged)
+        out->flags |= SW_REFINE_MAXITER;
+    if (st->edge)
+        out->flags |= SW_REFINE_EDGE;
+    if (s[4] > 0.0)
+        out->flags |= SW_REFINE_MASKED;
+}
+
+/* One spot: the stamp, the background, the method. out is filled completely. */
+SW_RS_FN void sw_rs_refine(const sw_rm_frame *f, const sw_rs_config *c, const sw_refine_seed *seed,
+                           sw_rs_scratch *sc, sw_refine_result *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->x = seed->x;
+    out->y = seed->y;
+    if (!isfinite(seed->x) || !isfinite(seed->y) || seed->x < -0.5 ||
+        seed->x >= (double)f->width - 0.5 || seed->y < -0.5 || seed->y >= (double)f->height - 0.5) {
+        sw_rs_fail(out);
+        return;
+    }
+    sw_rm_stamp st;
+    sw_rm_stamp_make(f, seed->x, seed->y, seed->radius, &st);
+    double level = 0.0;
+    if (c->background == SW_BACKGROUND_ANNULUS) {
+        int32_t rin = c->annulus_in > 0 ? c->annulus_in : seed->radius + 2;
+        int32_t rout = c->annulus_out > 0 ? c->annulus_out : seed->radius + 8;
+        if (!sw_rs_annulus(f, st.cx, st.cy, rin, rout, c->clip_sigma, &level)) {
+            sw_rs_fail(out);
+            return;
+        }
+        out->background = level;
+    } else if (f->mesh) {
+        out->background = sw_rm_mesh_at(f, st.cx, st.cy);
+    }
+    if (c->method == SW_REFINE_XWIN)
+        sw_rs_xwin(f, seed, level, &st, sc, out);
+    else
+        sw_rs_gauss(f, seed, level, &st, c->max_iter, sc, out);
+    if (out->flags & SW_REFINE_FAILED) {
+        out->x = seed->x;
+        out->y = seed->y;
+    }
+}
+
+#endif
