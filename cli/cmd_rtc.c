@@ -393,7 +393,7 @@ static int parse_options(int argc, char **argv, rtc_opts *o)
 
 static const char *beside(const rtc_opts *o, const char *name, char *buf, size_t n);
 
-static int build_config(rtc_opts *o)
+static int build_config(rtc_opts *o, int need_matrix)
 {
     config_default(&o->c);
     int rc = sw_cli_config_read(SUB, o->config, config_set, &o->c);
@@ -428,7 +428,7 @@ static int build_config(rtc_opts *o)
     }
     if (!o->c.have_nx || !o->c.have_ny || !o->c.have_pitch)
         return sw_cli_usage(SUB, "%s: nx, ny and pitch_px are required", o->config);
-    if (!!o->c.cm[0] == !!o->c.im[0])
+    if (need_matrix && !!o->c.cm[0] == !!o->c.im[0])
         return sw_cli_usage(SUB, "%s: give one of cm (control matrix) or im (interaction matrix)",
                             o->config);
     return SW_EXIT_OK;
@@ -442,13 +442,6 @@ static void on_signal(int sig)
 {
     (void)sig;
     g_stop = 1;
-}
-
-static double real_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* Latency histogram: 0.1 us bins, an overflow count, the maximum. */
@@ -611,36 +604,35 @@ typedef struct rtc_run {
     const char *stopped_by;
 } rtc_run;
 
-static int setup(sw_context *ctx, const rtc_opts *o, rtc_run *r)
+/* The camera stream (waited for), and the centroid parameters of the configuration's grid on
+ * its frames: cp, r->width, r->height, r->type, r->valid, r->ns. */
+static int camera_chain(sw_context *ctx, const rtc_opts *o, const char *option, const char *name,
+                        sw_stream **cam, sw_centroid_params *cp, rtc_run *r)
 {
     const rtc_config *c = &o->c;
     int rc;
-    if ((rc = open_wait(ctx, o, "--in", o->in, o->open_s, &r->in)) != SW_EXIT_OK)
+    if ((rc = open_wait(ctx, o, option, name, o->open_s, cam)) != SW_EXIT_OK)
         return rc;
     sw_stream_info ii;
-    sw_status st = sw_stream_get_info(r->in, &ii);
+    sw_status st = sw_stream_get_info(*cam, &ii);
     if (st != SW_OK)
-        return sw_cli_fail(SUB, "--in %s: %s", o->in, sw_cli_lib_error(ctx, st));
+        return sw_cli_fail(SUB, "%s %s: %s", option, name, sw_cli_lib_error(ctx, st));
     r->type = ii.type;
     if ((int)pixel_of(ii.type) < 0 || ii.naxis != 2 || ii.circular)
         return sw_cli_fail(SUB,
-                           "--in %s holds %d-axis %s frames%s: the chain takes 2-D u8, u16 or "
+                           "%s %s holds %d-axis %s frames%s: the chain takes 2-D u8, u16 or "
                            "f32 frames",
-                           o->in, (int)ii.naxis, sw_stream_type_string(ii.type),
+                           option, name, (int)ii.naxis, sw_stream_type_string(ii.type),
                            ii.circular ? " in a circular buffer" : "");
     r->width = (int32_t)ii.size[0];
     r->height = (int32_t)ii.size[1];
-
-    /* the chain */
-    sw_rtc_params rp;
-    sw_rtc_params_default(&rp);
-    sw_centroid_params *cp = &rp.centroid;
     sw_centroid_params_default(cp);
     cp->geometry = c->geom;
     cp->width = r->width;
     cp->height = r->height;
     cp->type = pixel_of(ii.type);
     cp->max_frames = 1;
+    cp->path = SW_CENTROID_HOST;
     cp->window = c->window;
     if (c->threshold > 0.0) {
         cp->threshold_mode = SW_THRESHOLD_SUBTRACT;
@@ -668,12 +660,28 @@ static int setup(sw_context *ctx, const rtc_opts *o, rtc_run *r)
         cp->geometry.valid = r->valid;
     }
     if ((st = sw_sh_geometry_check(ctx, &cp->geometry, r->width, r->height)) != SW_OK)
-        return sw_cli_fail(SUB, "%s: the grid does not fit --in %s (%d x %d): %s", o->config,
-                           o->in, (int)r->width, (int)r->height, sw_cli_lib_error(ctx, st));
+        return sw_cli_fail(SUB, "%s: the grid does not fit %s %s (%d x %d): %s", o->config,
+                           option, name, (int)r->width, (int)r->height,
+                           sw_cli_lib_error(ctx, st));
     int32_t ns = 0;
     for (int32_t i = 0; i < c->geom.nx * c->geom.ny; i++)
         ns += r->valid ? r->valid[i] != 0 : 1;
     r->ns = ns;
+    return SW_EXIT_OK;
+}
+
+static int setup(sw_context *ctx, const rtc_opts *o, rtc_run *r)
+{
+    const rtc_config *c = &o->c;
+    sw_rtc_params rp;
+    sw_rtc_params_default(&rp);
+    sw_centroid_params *cp = &rp.centroid;
+    sw_status st;
+    int rc = camera_chain(ctx, o, "--in", o->in, &r->in, cp, r);
+    if (rc != SW_EXIT_OK)
+        return rc;
+    cp->path = SW_CENTROID_AUTO;
+    const int32_t ns = r->ns;
     int32_t mw = 0, mh = 0;
     const char *mpath = c->cm[0] ? c->cm : c->im;
     if ((rc = read_matrix(ctx, c->cm[0] ? "control matrix" : "interaction matrix", mpath, &mw, &mh,
@@ -729,13 +737,6 @@ static int setup(sw_context *ctx, const rtc_opts *o, rtc_run *r)
                             (uint32_t)(2 + 2 * ns + r->nact), SW_STREAM_F64, &r->tel)) !=
             SW_EXIT_OK)
         return rc;
-    r->sem = -1;
-    if (o->wait == SW_STREAM_WAIT_SEM) {
-        if ((st = sw_stream_claim_semaphore(r->in, &r->sem)) != SW_OK || r->sem < 0)
-            return sw_cli_fail(SUB, "--in %s: no free semaphore (%s)", o->in,
-                               st != SW_OK ? sw_cli_lib_error(ctx, st) : "all taken");
-        sw_stream_flush_semaphore(r->in, r->sem);
-    }
     return SW_EXIT_OK;
 }
 
@@ -756,6 +757,11 @@ static int run(sw_context *ctx, const rtc_opts *o, rtc_run *r)
     sw_status st0 = sw_stream_write(r->out, r->u, (size_t)r->nact * sizeof(float));
     if (st0 != SW_OK)
         return sw_cli_fail(SUB, "--out %s: %s", o->out, sw_cli_lib_error(ctx, st0));
+    /* then listen: a semaphore of the camera's, held even when spinning (a bench in lockstep
+     * starts when a chain holds one) */
+    if ((st0 = sw_stream_claim_semaphore(r->in, &r->sem)) != SW_OK || r->sem < 0)
+        return sw_cli_fail(SUB, "--in %s: %s", o->in, sw_cli_lib_error(ctx, st0));
+    sw_stream_flush_semaphore(r->in, r->sem);
     const int status = o->status >= 0 ? o->status : isatty(2);
     const double t0 = sw_cli_now();
     double next_status = t0 + 1.0;
@@ -764,14 +770,33 @@ static int run(sw_context *ctx, const rtc_opts *o, rtc_run *r)
     r->stopped_by = "frames";
     while (!o->frames || r->frames < (uint64_t)o->frames) {
         uint64_t c0 = 0;
-        sw_status st = sw_stream_wait(r->in, o->wait, r->sem, last, o->timeout_s, &g_stop, &c0);
+        sw_status st;
+        double waited = 0.0;
+        for (;;) {
+            /* in slices of at most a second: a camera stream made afresh under us (the old file
+             * unlinked) is noticed, and the status line goes on */
+            const double slice = o->timeout_s < 0.0 ? 1.0 : fmin(1.0, o->timeout_s - waited);
+            st = sw_stream_wait(r->in, o->wait, r->sem, last, slice, &g_stop, &c0);
+            if (st != SW_ETIMEDOUT || g_stop)
+                break;
+            waited += slice;
+            if (sw_stream_stale(r->in))
+                return sw_cli_fail(SUB,
+                                   "--in %s was removed or made afresh by its writer: start the "
+                                   "chain again (%llu frames taken)",
+                                   o->in, (unsigned long long)r->frames);
+            if (o->timeout_s >= 0.0 && waited >= o->timeout_s)
+                return sw_cli_fail(SUB, "no frame on --in %s for %g s (%llu frames taken)", o->in,
+                                   o->timeout_s, (unsigned long long)r->frames);
+            if (status && sw_cli_now() >= next_status) {
+                status_line(r);
+                next_status = sw_cli_now() + 1.0;
+            }
+        }
         if (g_stop) {
             r->stopped_by = "signal";
             break;
         }
-        if (st == SW_ETIMEDOUT)
-            return sw_cli_fail(SUB, "no frame on --in %s for %g s (%llu frames taken)", o->in,
-                               o->timeout_s, (unsigned long long)r->frames);
         if (st != SW_OK)
             return sw_cli_fail(SUB, "--in %s: %s", o->in, sw_cli_lib_error(ctx, st));
         /* the newest frame, copied whole (retried while the camera writes) */
@@ -789,7 +814,7 @@ static int run(sw_context *ctx, const rtc_opts *o, rtc_run *r)
                                sw_cli_lib_error(ctx, st));
         if ((st = sw_stream_write(r->out, r->u, ubytes)) != SW_OK)
             return sw_cli_fail(SUB, "--out %s: %s", o->out, sw_cli_lib_error(ctx, st));
-        const double us = 1e6 * (real_now() - ii.write_time);
+        const double us = 1e6 * (sw_stream_clock_now() - ii.write_time);
         hist_add(&r->lat, us);
         r->frames++;
         if (r->slopes &&
@@ -886,7 +911,7 @@ int sw_cmd_rtc(const sw_cli_globals *g, int argc, char **argv)
         return SW_EXIT_OK;
     }
     if (rc == SW_EXIT_OK)
-        rc = build_config(o);
+        rc = build_config(o, 1);
     if (rc == SW_EXIT_OK) {
         sw_cli_file_in("--config", o->config);
         sw_cli_file_in("cm", o->c.cm[0] ? o->c.cm : NULL);
@@ -942,5 +967,474 @@ int sw_cmd_rtc(const sw_cli_globals *g, int argc, char **argv)
     run_free(&r);
     sw_context_destroy(ctx);
     free(o);
+    return rc;
+}
+
+/* ================================================================== spotwave calibrate */
+
+#undef SUB
+#define SUB "calibrate"
+
+typedef struct calib_opts {
+    rtc_opts r; /* config, dir, open_s, timeout_s (camera, dm in in / out) */
+    const char *cm_out, *im_out;
+    double amp;
+    int hadamard, settle, average;
+    double condition;
+    long modes;
+    int have_condition, have_modes;
+} calib_opts;
+
+void sw_cmd_calibrate_help(FILE *out)
+{
+    fprintf(out,
+            "Usage: spotwave [GLOBAL OPTIONS] calibrate --config FILE --camera STREAM --dm STREAM\n"
+            "                --out CM.fits [--im IM.fits] [OPTIONS]\n"
+            "\n"
+            "Measures the interaction matrix of an adaptive-optics bench through its image streams\n"
+            "(ImageStreamIO layout of milk/CACAO): pokes each actuator through the mirror's\n"
+            "command stream, reads the camera stream, takes the Shack-Hartmann centre-of-gravity\n"
+            "slopes (Mocci et al. 2020, J. Opt. Soc. Am. A 37(10), 1548) of the grid in the\n"
+            "configuration, and writes the control matrix for spotwave rtc: the truncated\n"
+            "pseudo-inverse by SVD, negated (spotwave's controller adds g C s, and the mirror\n"
+            "subtracts its shape from the wavefront the sensor sees).\n"
+            "\n"
+            "  --config FILE          the chain's `key = value` file (spotwave rtc --help): nx, ny,\n"
+            "                         pitch_px, x0, y0, valid, threshold, window (cm, im and the\n"
+            "                         controller's keys are read and not used)\n"
+            "  --set KEY=VALUE        one key, after the file (repeatable)\n"
+            "  --camera STREAM        the camera's frames (u8, u16 or f32)\n"
+            "  --dm STREAM            the mirror's commands (its size gives the actuators)\n"
+            "  --dir DIR              where the streams are (default $MILK_SHM_DIR, else\n"
+            "                         ImageStreamIO's folder)\n"
+            "  --amp A                poke amplitude in command units (0.05)\n"
+            "  --hadamard             poke all actuators at once in the patterns of a Sylvester\n"
+            "                         Hadamard matrix (N = the next power of two >= actuators;\n"
+            "                         each pattern pushed and pulled), and recover each\n"
+            "                         actuator's response as (1/N) H^T of the pattern responses:\n"
+            "                         the same matrix with N times the light per measurement\n"
+            "                         (Kasper et al. 2004, J. Opt. Soc. Am. A 21(8), 1481)\n"
+            "  --settle N             camera frames left out after each poke (0: a bench in\n"
+            "                         lockstep, as spotwave sim bench; a camera that exposes\n"
+            "                         while the mirror moves needs 1 or more)\n"
+            "  --average N            frames averaged per measurement (1)\n"
+            "  --condition C          largest condition number kept (the configuration's\n"
+            "                         cm_condition, 30; 0: no limit)\n"
+            "  --modes N              most modes kept (cm_modes; 0: no limit)\n"
+            "  --out CM.fits          the control matrix: width 2 ns (x slopes then y), height\n"
+            "                         actuators (spotwave rtc's cm key)\n"
+            "  --im IM.fits           the measured interaction matrix, one row per actuator\n"
+            "                         (spotwave rtc's im key)\n"
+            "  --timeout SECONDS      fail when a frame does not come for this long (10)\n"
+            "  --open-timeout SECONDS how long to wait for the streams to appear (10)\n"
+            "  --json                 the summary as one JSON object\n"
+            "\n"
+            "The mirror is left at zero commands at the end (and after a failure).\n"
+            "\n"
+            "Exit codes: 0 success; 1 a failure (streams, timeouts, a matrix that cannot be\n"
+            "inverted); 2 a usage error.\n"
+            "\n"
+            "Example (with spotwave sim bench in lockstep, no turbulence):\n"
+            "  spotwave sim bench --set recon=mvm --no-turbulence --frames 100000 &\n"
+            "  spotwave calibrate --config b/rtc.conf --camera sw_cam --dm sw_dm --out cm.fits\n");
+}
+
+static int parse_calib(int argc, char **argv, calib_opts *co)
+{
+    enum {
+        OPT_CONFIG = 256,
+        OPT_SET,
+        OPT_CAMERA,
+        OPT_DM,
+        OPT_DIR,
+        OPT_AMP,
+        OPT_HADAMARD,
+        OPT_SETTLE,
+        OPT_AVERAGE,
+        OPT_CONDITION,
+        OPT_MODES,
+        OPT_OUT,
+        OPT_IM,
+        OPT_TIMEOUT,
+        OPT_OPEN,
+        OPT_JSON
+    };
+    static const struct option longopts[] = {
+        {"config", required_argument, NULL, OPT_CONFIG},
+        {"set", required_argument, NULL, OPT_SET},
+        {"camera", required_argument, NULL, OPT_CAMERA},
+        {"dm", required_argument, NULL, OPT_DM},
+        {"dir", required_argument, NULL, OPT_DIR},
+        {"amp", required_argument, NULL, OPT_AMP},
+        {"hadamard", no_argument, NULL, OPT_HADAMARD},
+        {"settle", required_argument, NULL, OPT_SETTLE},
+        {"average", required_argument, NULL, OPT_AVERAGE},
+        {"condition", required_argument, NULL, OPT_CONDITION},
+        {"modes", required_argument, NULL, OPT_MODES},
+        {"out", required_argument, NULL, OPT_OUT},
+        {"im", required_argument, NULL, OPT_IM},
+        {"timeout", required_argument, NULL, OPT_TIMEOUT},
+        {"open-timeout", required_argument, NULL, OPT_OPEN},
+        {"json", no_argument, NULL, OPT_JSON},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    rtc_opts *o = &co->r;
+    o->timeout_s = 10.0;
+    o->open_s = 10.0;
+    co->amp = 0.05;
+    co->average = 1;
+    long n;
+    int c;
+    sw_cli_getopt_reset();
+    while ((c = sw_cli_getopt(SUB, argc, argv, "h", longopts)) != -1) {
+        switch (c) {
+        case 'h': sw_cmd_calibrate_help(stdout); return -1;
+        case OPT_CONFIG:
+            if (sw_cli_opt_file(SUB, "--config", optarg, &o->config) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
+            break;
+        case OPT_SET:
+            if (o->nset == (int)(sizeof o->set / sizeof o->set[0]))
+                return sw_cli_usage(SUB, "--set: more than %d", o->nset);
+            o->set[o->nset++] = optarg;
+            break;
+        case OPT_CAMERA: o->in = optarg; break;
+        case OPT_DM: o->out = optarg; break;
+        case OPT_DIR: o->dir = optarg; break;
+        case OPT_AMP:
+            if (sw_cli_opt_double(SUB, "--amp", optarg, SW_CLI_POSITIVE, "a positive amplitude",
+                                  &co->amp) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
+            break;
+        case OPT_HADAMARD: co->hadamard = 1; break;
+        case OPT_SETTLE:
+        case OPT_AVERAGE:
+            if (sw_cli_opt_long(SUB, sw_cli_option_name(argv), optarg, c == OPT_SETTLE ? 0 : 1,
+                                1000, &n) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
+            *(c == OPT_SETTLE ? &co->settle : &co->average) = (int)n;
+            break;
+        case OPT_CONDITION:
+            if (sw_cli_opt_double(SUB, "--condition", optarg, SW_CLI_NONNEG,
+                                  "0 (no limit) or a number >= 1", &co->condition) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
+            if (co->condition > 0.0 && co->condition < 1.0)
+                return sw_cli_usage(SUB, "--condition: '%s' is not 0 (no limit) or a number >= 1",
+                                    optarg);
+            co->have_condition = 1;
+            break;
+        case OPT_MODES:
+            if (sw_cli_opt_long(SUB, "--modes", optarg, 0, 1 << 20, &co->modes) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
+            co->have_modes = 1;
+            break;
+        case OPT_OUT:
+        case OPT_IM:
+            if (sw_cli_opt_file(SUB, sw_cli_option_name(argv), optarg,
+                                c == OPT_OUT ? &co->cm_out : &co->im_out) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
+            break;
+        case OPT_TIMEOUT:
+        case OPT_OPEN:
+            if (sw_cli_opt_double(SUB, sw_cli_option_name(argv), optarg, SW_CLI_POSITIVE,
+                                  "a positive number of seconds",
+                                  c == OPT_TIMEOUT ? &o->timeout_s : &o->open_s) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
+            break;
+        case OPT_JSON: o->json = 1; break;
+        default: return SW_EXIT_USAGE;
+        }
+    }
+    if (optind < argc)
+        return sw_cli_usage(SUB, "unexpected argument '%s'", argv[optind]);
+    if (!o->config)
+        return sw_cli_usage(SUB, "give the grid: --config FILE");
+    if (!o->in || !o->out)
+        return sw_cli_usage(SUB, "give the streams: --camera STREAM --dm STREAM");
+    if (strcmp(o->in, o->out) == 0)
+        return sw_cli_usage(SUB, "--camera and --dm name the same stream '%s'", o->in);
+    if (!co->cm_out)
+        return sw_cli_usage(SUB, "give --out CM.fits (the control matrix)");
+    return SW_EXIT_OK;
+}
+
+/* The measurement through the streams (sw_measure_fn). */
+typedef struct calib_state {
+    sw_context *ctx;
+    const calib_opts *co;
+    sw_stream *cam, *dm;
+    int32_t sem, nact, ns;
+    sw_centroid_plan *plan;
+    sw_centroid_result res;
+    sw_image frame;
+    size_t fbytes;
+    uint64_t last; /* the camera's newest frame taken */
+    double *acc;
+    long frames_used, pokes;
+    char why[160]; /* what failed, when not the library */
+} calib_state;
+
+/* The next camera frame after `after` into cs->frame. */
+static sw_status next_frame(calib_state *cs, uint64_t after)
+{
+    const rtc_opts *o = &cs->co->r;
+    uint64_t c0 = 0;
+    sw_status st =
+        sw_stream_wait(cs->cam, SW_STREAM_WAIT_SEM, cs->sem, after, o->timeout_s, &g_stop, &c0);
+    if (st == SW_ETIMEDOUT)
+        snprintf(cs->why, sizeof cs->why, "no frame on --camera %s for %g s", o->in,
+                 o->timeout_s);
+    else if (st == SW_ECANCELED)
+        snprintf(cs->why, sizeof cs->why, "stopped by a signal");
+    if (st == SW_OK)
+        st = sw_stream_read(cs->cam, cs->frame.data, cs->fbytes, &c0);
+    if (st == SW_OK)
+        cs->last = c0;
+    return st;
+}
+
+static sw_status calib_measure(void *user, const float *commands, float *slopes)
+{
+    calib_state *cs = user;
+    const int total = cs->co->settle + cs->co->average;
+    const int32_t n = 2 * cs->ns;
+    for (int32_t k = 0; k < n; k++)
+        cs->acc[k] = 0.0;
+    sw_status st = SW_OK;
+    for (int j = 0; j < total && st == SW_OK; j++) {
+        /* the commands are written before every frame: a bench in lockstep renders one frame
+         * per write, a free-running camera just sees the same commands again */
+        const uint64_t before = sw_stream_cnt0(cs->cam);
+        if ((st = sw_stream_write(cs->dm, commands, (size_t)cs->nact * sizeof(float))) != SW_OK ||
+            (st = next_frame(cs, before)) != SW_OK)
+            break;
+        if (j < cs->co->settle)
+            continue;
+        if ((st = sw_centroid_run(cs->plan, &cs->frame, &cs->res)) != SW_OK)
+            break;
+        for (int32_t k = 0; k < n; k++)
+            cs->acc[k] += cs->res.slopes[k];
+        cs->frames_used++;
+    }
+    cs->pokes++;
+    if (st == SW_OK)
+        for (int32_t k = 0; k < n; k++)
+            slopes[k] = (float)(cs->acc[k] / cs->co->average);
+    return st;
+}
+
+/* Sylvester Hadamard entry H[a][j] = (-1)^popcount(a & j). */
+static float hadamard_entry(uint32_t a, uint32_t j)
+{
+    return (__builtin_popcount(a & j) & 1) ? -1.0f : 1.0f;
+}
+
+/* The interaction matrix (row per actuator: im[a * 2 ns + k]) by Hadamard push-pull: pattern j
+ * (column j of H), y_j = (s(+amp h_j) - s(-amp h_j)) / (2 amp); the response of actuator a is
+ * (1/N) sum_j H[a][j] y_j, since the rows of H are orthogonal with norm N. */
+static sw_status hadamard_im(calib_state *cs, double amp, float *im)
+{
+    uint32_t N = 1;
+    while (N < (uint32_t)cs->nact)
+        N <<= 1;
+    const int32_t nsl = 2 * cs->ns, nact = cs->nact;
+    float *u = malloc((size_t)nact * sizeof(float));
+    float *sp = malloc((size_t)nsl * sizeof(float)), *sm = malloc((size_t)nsl * sizeof(float));
+    double *acc = calloc((size_t)nsl * nact, sizeof(double));
+    sw_status st = SW_OK;
+    if (!u || !sp || !sm || !acc) {
+        st = SW_ENOMEM;
+        snprintf(cs->why, sizeof cs->why, "out of memory");
+    }
+    for (uint32_t j = 0; j < N && st == SW_OK; j++) {
+        for (int32_t a = 0; a < nact; a++)
+            u[a] = (float)amp * hadamard_entry((uint32_t)a, j);
+        if ((st = calib_measure(cs, u, sp)) != SW_OK)
+            break;
+        for (int32_t a = 0; a < nact; a++)
+            u[a] = -u[a];
+        if ((st = calib_measure(cs, u, sm)) != SW_OK)
+            break;
+        for (int32_t a = 0; a < nact; a++) {
+            const double h = hadamard_entry((uint32_t)a, j);
+            double *row = acc + (size_t)a * nsl;
+            for (int32_t k = 0; k < nsl; k++)
+                row[k] += h * ((double)sp[k] - (double)sm[k]) / (2.0 * amp);
+        }
+    }
+    if (st == SW_OK)
+        for (size_t i = 0; i < (size_t)nsl * nact; i++)
+            im[i] = (float)(acc[i] / N);
+    free(u);
+    free(sp);
+    free(sm);
+    free(acc);
+    return st;
+}
+
+int sw_cmd_calibrate(const sw_cli_globals *g, int argc, char **argv)
+{
+    calib_opts *co = calloc(1, sizeof *co);
+    if (!co)
+        return sw_cli_fail(SUB, "out of memory");
+    rtc_opts *o = &co->r;
+    int rc = parse_calib(argc, argv, co);
+    if (rc == -1) {
+        free(co);
+        return SW_EXIT_OK;
+    }
+    if (rc == SW_EXIT_OK)
+        rc = build_config(o, 0);
+    if (rc == SW_EXIT_OK) {
+        sw_cli_file_in("--config", o->config);
+        sw_cli_file_in("valid", o->c.valid[0] ? o->c.valid : NULL);
+        sw_cli_file_out("--out", co->cm_out);
+        sw_cli_file_out("--im", co->im_out);
+        rc = sw_cli_files_check();
+    }
+    if (rc != SW_EXIT_OK) {
+        free(co);
+        return rc;
+    }
+    const double condition = co->have_condition ? co->condition : o->c.cm_condition;
+    const int32_t modes = co->have_modes ? (int32_t)co->modes : o->c.cm_modes;
+    sw_context *ctx = NULL;
+    if ((rc = sw_cli_context(g, SUB, &ctx)) != SW_EXIT_OK) {
+        free(co);
+        return rc;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+
+    calib_state cs;
+    memset(&cs, 0, sizeof cs);
+    cs.ctx = ctx;
+    cs.co = co;
+    cs.sem = -1;
+    rtc_run r; /* camera_chain's fields */
+    memset(&r, 0, sizeof r);
+    sw_centroid_params cp;
+    float *im = NULL, *cm = NULL, *zero = NULL;
+    double *sing = NULL;
+    sw_cm_result res;
+    memset(&res, 0, sizeof res);
+    const double t0 = sw_cli_now();
+    sw_status st = SW_OK;
+    rc = camera_chain(ctx, o, "--camera", o->in, &cs.cam, &cp, &r);
+    if (rc == SW_EXIT_OK)
+        rc = open_wait(ctx, o, "--dm", o->out, o->open_s, &cs.dm);
+    sw_stream_info di;
+    if (rc == SW_EXIT_OK && (st = sw_stream_get_info(cs.dm, &di)) != SW_OK)
+        rc = sw_cli_fail(SUB, "--dm %s: %s", o->out, sw_cli_lib_error(ctx, st));
+    if (rc == SW_EXIT_OK && (di.type != SW_STREAM_F32 || di.circular))
+        rc = sw_cli_fail(SUB, "--dm %s holds %s%s: commands are f32", o->out,
+                         sw_stream_type_string(di.type), di.circular ? " in a circular buffer" : "");
+    if (rc == SW_EXIT_OK) {
+        cs.ns = r.ns;
+        cs.nact = (int32_t)(di.frame_bytes / sizeof(float));
+        cs.fbytes = (size_t)r.width * r.height * sw_pixel_size(cp.type);
+        im = malloc((size_t)2 * cs.ns * cs.nact * sizeof(float));
+        cm = malloc((size_t)2 * cs.ns * cs.nact * sizeof(float));
+        zero = calloc((size_t)cs.nact, sizeof(float));
+        cs.acc = calloc((size_t)2 * cs.ns, sizeof(double));
+        sing = calloc((size_t)(cs.nact < 2 * cs.ns ? cs.nact : 2 * cs.ns), sizeof(double));
+        if (!im || !cm || !zero || !cs.acc || !sing)
+            rc = sw_cli_fail(SUB, "out of memory");
+    }
+    if (rc == SW_EXIT_OK &&
+        ((st = sw_centroid_create(ctx, &cp, &cs.plan)) != SW_OK ||
+         (st = sw_centroid_result_alloc(cs.plan, 1, SW_MEM_HOST, &cs.res)) != SW_OK ||
+         (st = sw_image_alloc(ctx, r.width, r.height, cp.type, &cs.frame)) != SW_OK))
+        rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
+    if (rc == SW_EXIT_OK && ((st = sw_stream_claim_semaphore(cs.cam, &cs.sem)) != SW_OK))
+        rc = sw_cli_fail(SUB, "--camera %s: %s", o->in, sw_cli_lib_error(ctx, st));
+    if (rc == SW_EXIT_OK) {
+        sw_stream_flush_semaphore(cs.cam, cs.sem);
+        /* the camera runs (a bench in lockstep sends its first frame when we listen) */
+        if ((st = next_frame(&cs, 0)) != SW_OK)
+            rc = sw_cli_fail(SUB, "--camera %s: %s", o->in,
+                             cs.why[0] ? cs.why : sw_cli_lib_error(ctx, st));
+    }
+    if (rc == SW_EXIT_OK) {
+        st = co->hadamard ? hadamard_im(&cs, co->amp, im)
+                          : sw_interaction_matrix(ctx, cs.nact, 2 * cs.ns, co->amp, calib_measure,
+                                                  &cs, im);
+        if (st != SW_OK)
+            rc = sw_cli_fail(SUB, "measuring: %s", cs.why[0] ? cs.why : sw_cli_lib_error(ctx, st));
+    }
+    if (cs.dm && zero)
+        sw_stream_write(cs.dm, zero, (size_t)cs.nact * sizeof(float)); /* the mirror flat */
+    if (rc == SW_EXIT_OK) {
+        res.singular = sing;
+        if ((st = sw_control_matrix(ctx, im, 2 * cs.ns, cs.nact, condition, modes, cm, &res)) !=
+            SW_OK)
+            rc = sw_cli_fail(SUB, "control matrix: %s", sw_cli_lib_error(ctx, st));
+    }
+    if (rc == SW_EXIT_OK) {
+        /* the chain adds g C s and the mirror subtracts its shape: C = -pinv(IM measured) */
+        for (size_t i = 0; i < (size_t)2 * cs.ns * cs.nact; i++)
+            cm[i] = -cm[i];
+        sw_image img;
+        const char *out[2] = {co->cm_out, co->im_out};
+        float *mat[2] = {cm, im};
+        for (int i = 0; i < 2 && rc == SW_EXIT_OK; i++) {
+            if (!out[i])
+                continue;
+            const char *staged = sw_cli_file_staged(i ? "--im" : "--out", out[i]);
+            if (!staged)
+                rc = SW_EXIT_FAIL;
+            else if ((st = sw_image_wrap(mat[i], 2 * cs.ns, cs.nact, 0, SW_PIX_F32, SW_MEM_HOST,
+                                         &img)) != SW_OK ||
+                     (st = sw_fits_write(ctx, staged, &img, 1)) != SW_OK)
+                rc = sw_cli_fail(SUB, "%s: %s", out[i], sw_cli_lib_error(ctx, st));
+        }
+    }
+    if (rc == SW_EXIT_OK) {
+        const int32_t nsv = cs.nact < 2 * cs.ns ? cs.nact : 2 * cs.ns;
+        const double secs = sw_cli_now() - t0;
+        if (o->json) {
+            cJSON *j = cJSON_CreateObject();
+            sw_cli_json_string(j, "command", SUB);
+            sw_cli_json_string(j, "camera", o->in);
+            sw_cli_json_string(j, "dm", o->out);
+            sw_cli_json_string(j, "method", co->hadamard ? "hadamard" : "push-pull");
+            sw_cli_json_double(j, "amp", co->amp);
+            sw_cli_json_int(j, "actuators", cs.nact);
+            sw_cli_json_int(j, "slopes", 2 * cs.ns);
+            sw_cli_json_int(j, "modes_kept", res.kept);
+            sw_cli_json_double(j, "singular_first", nsv ? sing[0] : NAN);
+            sw_cli_json_double(j, "singular_last_kept", res.kept ? sing[res.kept - 1] : NAN);
+            sw_cli_json_int(j, "measurements", cs.pokes);
+            sw_cli_json_int(j, "frames_used", cs.frames_used);
+            sw_cli_json_double(j, "seconds", secs);
+            sw_cli_json_string(j, "cm", co->cm_out);
+            sw_cli_json_string(j, "im", co->im_out);
+            sw_cli_json_print(j);
+        } else
+            printf("calibrate: %d actuators x %d slopes (%s, %ld measurements, %.1f s); %d modes "
+                   "kept; control matrix %s\n",
+                   (int)cs.nact, (int)(2 * cs.ns), co->hadamard ? "Hadamard" : "push-pull",
+                   cs.pokes, secs, (int)res.kept, co->cm_out);
+    }
+    if (cs.cam && cs.sem >= 0)
+        sw_stream_release_semaphore(cs.cam, cs.sem);
+    sw_stream_close(cs.cam);
+    sw_stream_close(cs.dm);
+    sw_centroid_result_free(&cs.res);
+    sw_centroid_destroy(cs.plan);
+    sw_image_free(&cs.frame);
+    free(r.valid);
+    free(cs.acc);
+    free(im);
+    free(cm);
+    free(zero);
+    free(sing);
+    sw_context_destroy(ctx);
+    free(co);
     return rc;
 }

@@ -8,17 +8,19 @@
  * optical path, the Fried corners of loop.h). Frame k is rendered with the commands last read from
  * the mirror stream (sw_loop_camera).
  *
- * Lockstep (the default): the bench waits for the chain's first write of the mirror stream (rtc
- * writes its zero commands when it starts; calibrate its first poke), then for every frame: render
- * it with the current commands, write it, wait for the mirror stream to be written again. The
+ * Lockstep (the default): the bench waits for a chain to listen to the camera stream (a live
+ * process holding one of its semaphores: spotwave rtc and calibrate do), starts from the commands
+ * the mirror stream holds, then for every frame: render it with the current commands, write it,
+ * wait for the mirror stream to be written again. The
  * chain then sees every frame and its commands always reach the next one: the loop of
  * sw_loop_step with no delay, so with the loop's own chain (--rtc-config) the commands are bit for
  * bit those of `spotwave loop` (--twin checks this against an in-process simulator as it runs).
  * Free run (--free-run): frames at rate_hz by the clock whatever the chain does; the commands of
  * the newest write are applied (what a real camera does; the chain may miss frames).
  *
- * The mirror stream and the camera stream are made afresh by each run (a chain started first waits
- * for the camera stream to appear; spotwave rtc does).
+ * Streams that exist with the right shape are used as they are (a chain already connected stays
+ * connected); others are made afresh (a chain started first waits for the camera stream to
+ * appear; spotwave rtc does).
  */
 #define _GNU_SOURCE
 
@@ -70,15 +72,17 @@ void sw_cmd_sim_bench_help(FILE *out)
             "                         --rtc-config: only write the chain's files\n"
             "\n"
             "Streams:\n"
-            "  --camera STREAM        camera frames (default sw_cam), made afresh\n"
-            "  --dm STREAM            mirror commands (default sw_dm), made afresh\n"
+            "  --camera STREAM        camera frames (default sw_cam)\n"
+            "  --dm STREAM            mirror commands (default sw_dm); both are made when\n"
+            "                         missing or of another shape, used as they are otherwise\n"
             "  --dir DIR              where the streams are (default $MILK_SHM_DIR, else\n"
             "                         ImageStreamIO's folder)\n"
             "  --free-run             frames at rate_hz by the clock, whatever the chain does\n"
-            "                         (default: lockstep, each frame waits for the chain's\n"
-            "                         commands)\n"
-            "  --timeout SECONDS      lockstep: fail when the chain does not write the mirror\n"
-            "                         stream for this long (default 30)\n"
+            "                         (default: lockstep: the bench starts when a chain listens\n"
+            "                         to the camera stream, and each frame waits for the\n"
+            "                         chain's commands)\n"
+            "  --timeout SECONDS      lockstep: fail when no chain listens, or it does not write\n"
+            "                         the mirror stream, for this long (default 30)\n"
             "\n"
             "The chain:\n"
             "  --rtc-config DIR       write the simulator's own MVM chain for spotwave rtc:\n"
@@ -268,20 +272,52 @@ typedef struct bench_run {
     long after_warmup;
 } bench_run;
 
+/* The stream `name` of naxis floats w (x h): the existing one when it has that shape (a chain
+ * already connected to it stays connected), else made afresh. */
 static int make_stream(sw_context *ctx, const bench_opts *o, const char *option, const char *name,
                        int naxis, uint32_t w, uint32_t h, sw_stream **out)
 {
+    sw_stream *s = NULL;
+    if (sw_stream_open(ctx, o->dir, name, &s) == SW_OK) {
+        sw_stream_info in;
+        if (sw_stream_get_info(s, &in) == SW_OK && in.type == SW_STREAM_F32 &&
+            in.naxis == naxis && in.size[0] == w && (naxis < 2 || in.size[1] == h) &&
+            !in.circular) {
+            *out = s;
+            return SW_EXIT_OK;
+        }
+        sw_stream_close(s);
+    }
     sw_stream_params sp;
     sw_stream_params_default(&sp);
     sp.name = name;
     sp.naxis = naxis;
     sp.size[0] = w;
-    sp.size[1] = h;
+    sp.size[1] = naxis > 1 ? h : 1;
     sp.size[2] = 1;
     sp.type = SW_STREAM_F32;
     const sw_status st = sw_stream_create(ctx, o->dir, &sp, out);
     if (st != SW_OK)
         return sw_cli_fail(S, "%s %s: %s", option, name, sw_cli_lib_error(ctx, st));
+    return SW_EXIT_OK;
+}
+
+/* Lockstep: waits for a chain to listen to the camera (a live reader holding one of its
+ * semaphores); -1 when stopped by a signal. */
+static int wait_chain(const bench_opts *o, const bench_run *r)
+{
+    const double t0 = sw_cli_now();
+    while (sw_stream_readers(r->cam) == 0) {
+        if (g_stop)
+            return -1;
+        if (sw_cli_now() - t0 > o->timeout_s)
+            return sw_cli_fail(S,
+                               "--camera %s: no chain listening after %g s (start one: "
+                               "spotwave rtc --in %s --out %s)",
+                               o->camera, o->timeout_s, o->camera, o->dm);
+        struct timespec ts = {0, 5000000};
+        nanosleep(&ts, NULL);
+    }
     return SW_EXIT_OK;
 }
 
@@ -338,9 +374,17 @@ static int run(sw_context *ctx, const bench_opts *o, sw_loop *l, bench_run *r)
     if (o->twin && (st = sw_loop_create(ctx, &o->p, &r->twin)) != SW_OK)
         return sw_cli_fail(S, "--twin: %s", sw_cli_lib_error(ctx, st));
     const size_t fbytes = (size_t)w * h * sizeof(float);
-    /* lockstep: the chain's first write of the mirror stream starts the bench */
-    if (!o->free_run && (rc = wait_dm(ctx, o, r, sw_stream_cnt0(r->dm), nact)) != SW_EXIT_OK)
+    /* lockstep: a chain listening to the camera starts the bench; the mirror starts from what
+     * its stream holds (spotwave rtc writes its zero commands before it listens) */
+    if (!o->free_run && (rc = wait_chain(o, r)) != SW_EXIT_OK)
         return rc < 0 ? SW_EXIT_OK : rc;
+    uint64_t c00 = 0;
+    if (sw_stream_cnt0(r->dm) > 0 &&
+        (st = sw_stream_read(r->dm, r->u, (size_t)nact * sizeof(float), &c00)) != SW_OK)
+        return sw_cli_fail(S, "--dm %s: %s", o->dm, sw_cli_lib_error(ctx, st));
+    for (int32_t a = 0; a < nact; a++)
+        if (!isfinite(r->u[a]))
+            return sw_cli_fail(S, "--dm %s: command %d is not finite", o->dm, (int)a);
     const double t0 = sw_cli_now();
     struct timespec next;
     clock_gettime(CLOCK_MONOTONIC, &next);

@@ -54,6 +54,8 @@ static const sw_subcommand subcommands[] = {
      sw_cmd_loop_help},
     {"rtc", "the real-time chain between image streams of an AO bench (Mocci et al. 2020)",
      sw_cmd_rtc, sw_cmd_rtc_help},
+    {"calibrate", "interaction and control matrices measured through a bench's image streams",
+     sw_cmd_calibrate, sw_cmd_calibrate_help},
     {"stream", "shared-memory image streams (milk/CACAO ImageStreamIO layout)", sw_cmd_stream,
      sw_cmd_stream_help},
 };

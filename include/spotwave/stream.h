@@ -208,6 +208,9 @@ typedef enum sw_stream_wait_mode {
 sw_status sw_stream_claim_semaphore(sw_stream *s, int32_t *index);
 /* Gives the semaphore back (semReadPID = -1) if this process holds it. */
 void sw_stream_release_semaphore(sw_stream *s, int32_t index);
+/* Semaphores held by live readers (semReadPID naming a running process): a writer can wait for
+ * its readers to be there before it starts. */
+int32_t sw_stream_readers(const sw_stream *s);
 /* Drains the semaphore (sem_trywait until it would block): before a loop starts, so that posts
  * of old frames do not wake it. */
 void sw_stream_flush_semaphore(sw_stream *s, int32_t index);

@@ -1004,6 +1004,19 @@ sw_status sw_stream_claim_semaphore(sw_stream *s, int32_t *index)
                    s->path, (int)s->md->sem);
 }
 
+int32_t sw_stream_readers(const sw_stream *s)
+{
+    if (!s)
+        return 0;
+    int32_t n = 0;
+    for (int32_t i = 0; i < (int32_t)s->md->sem; i++) {
+        const int32_t cur = atomic_load_explicit(MD_ATOMIC_I32(readpid_at(s, i)),
+                                                 memory_order_acquire);
+        n += cur > 0 && pid_alive(cur);
+    }
+    return n;
+}
+
 void sw_stream_release_semaphore(sw_stream *s, int32_t index)
 {
     if (!s || index < 0 || index >= (int32_t)s->md->sem)
