@@ -29,8 +29,6 @@
 
 #include "centroid/centroid_model.h"
 
-#define SW_CMB_MAXK 14 /* most doubles one SUM / MAX reduces */
-
 /* An order-preserving 32-bit key of a float (larger float, larger key) and back. */
 SW_CM_FN uint32_t sw_cmb_key(float f)
 {
@@ -297,8 +295,8 @@ SW_CMB_FN void sw_cmb_measure(const sw_cmb_params *P, const sw_cmb_region *R, sw
         return;
     }
     double bg = r1[2] / r1[1];
-    double sd = r1[1] > 1.0 ? sqrt(fmax(r1[3] / r1[1] - bg * bg, 0.0) * r1[1] / (r1[1] - 1.0))
-                            : 0.0;
+    double sd =
+        r1[1] > 1.0 ? sqrt(fmax(r1[3] / r1[1] - bg * bg, 0.0) * r1[1] / (r1[1] - 1.0)) : 0.0;
     if (sd > 0.0) {
         double r2[3] = {0.0, 0.0, 0.0};
         for (int32_t q = SW_CMB_T0; q < n; q += SW_CMB_TN) {
@@ -411,7 +409,7 @@ SW_CMB_FN void sw_cmb_measure(const sw_cmb_params *P, const sw_cmb_region *R, sw
         if (P->min_snr > 0.0 && snr < P->min_snr)
             st = SW_CMB_FAINT; /* first: the geometry of a noise-dominated spot means little */
         else if (left || (P->max_shift > 0.0 && sqrt(ex * ex + ey * ey) > P->max_shift) ||
-            (P->peak_border && P->method != SW_CMB_CORR && peak_ring))
+                 (P->peak_border && P->method != SW_CMB_CORR && peak_ring))
             st = SW_CMB_LEFT;
         else if ((P->edge_px > 0.0 && dedge < P->edge_px) ||
                  (P->edge_frac > 0.0 && P->method != SW_CMB_CORR && ring_sig > P->edge_frac * sig))

@@ -99,6 +99,8 @@ SW_CM_FN int sw_cm_finish(double m00, double m10, double m01, int32_t xs, int32_
 
 /* ---- the generic path's data (centroid_method.h) ---- */
 
+#define SW_CMB_MAXK 14 /* most doubles one SW_CMB_SUM / SW_CMB_MAX reduces */
+
 /* One lenslet's data. */
 typedef struct sw_cmb_region {
     const float *v;  /* pixels after steps 1-3 (LUT, dark, flat), row y at v + y * vs   */
