@@ -1010,7 +1010,7 @@ static void cpu_generic_lenslet(const sw_centroid_plan *plan, const char *frame,
     const int32_t ix = l % plan->nx, iy = l / plan->nx;
     const int32_t xs = plan->xs[ix], ys = plan->ys[iy];
     const int32_t w = plan->xe[ix] - xs, h = plan->ye[iy] - ys;
-    float *v = (float *)scratch;
+    float *v = (float *)(void *)scratch;
     int sat = 0;
     for (int32_t j = 0; j < h; j++) {
         const char *row = frame + (size_t)(ys + j) * stride;
