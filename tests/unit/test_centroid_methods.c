@@ -319,6 +319,7 @@ static void test_local_sky(void **state)
         sw_centroid_result_free(&r);
         sw_centroid_destroy(plan);
     }
+    free(img);
     print_message("sky 50 e-/px: rms error cog %.3f, local %.3f, brightest-16 %.3f px\n", rms[0],
                   rms[1], rms[2]);
     assert_true(rms[0] > 0.5); /* the sky pulls the plain CoG by ~ d * sky share */
@@ -345,7 +346,8 @@ static void test_correlation_shift(void **state)
 {
     (void)state;
     const int pitch = 24, nl = 5, w = pitch * nl;
-    float *ref = malloc((size_t)w * w * sizeof(float)), *img = malloc((size_t)w * w * sizeof(float));
+    float *ref = malloc((size_t)w * w * sizeof(float)),
+          *img = malloc((size_t)w * w * sizeof(float));
     double sx[25], sy[25];
     for (int l = 0; l < nl * nl; l++) {
         sx[l] = 4.0 * (uniform(3, 2 * (uint64_t)l) - 0.5);
@@ -494,8 +496,8 @@ static void test_status(void **state)
     p.geometry.valid = mask;
     sw_centroid_plan *plan;
     sw_centroid_result r = run_status(&p, img, &plan);
-    const int expect[NL] = {SW_CENTROID_OK,   SW_CENTROID_LEFT, SW_CENTROID_LEFT,
-                            SW_CENTROID_CUT,  SW_CENTROID_LEFT, SW_CENTROID_LEFT,
+    const int expect[NL] = {SW_CENTROID_OK,    SW_CENTROID_LEFT, SW_CENTROID_LEFT,
+                            SW_CENTROID_CUT,   SW_CENTROID_LEFT, SW_CENTROID_LEFT,
                             SW_CENTROID_FAINT, SW_CENTROID_EMPTY};
     for (int ix = 0; ix < NL; ix++) {
         if (ix == 7 && r.status[ix] == SW_CENTROID_FAINT)
@@ -658,10 +660,14 @@ static void test_bad_params(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_monte_carlo),      cmocka_unit_test(test_wcog_response),
-        cmocka_unit_test(test_local_sky),        cmocka_unit_test(test_correlation_shift),
-        cmocka_unit_test(test_quadcell),         cmocka_unit_test(test_status),
-        cmocka_unit_test(test_generic_equals_fast), cmocka_unit_test(test_bad_params),
+        cmocka_unit_test(test_monte_carlo),
+        cmocka_unit_test(test_wcog_response),
+        cmocka_unit_test(test_local_sky),
+        cmocka_unit_test(test_correlation_shift),
+        cmocka_unit_test(test_quadcell),
+        cmocka_unit_test(test_status),
+        cmocka_unit_test(test_generic_equals_fast),
+        cmocka_unit_test(test_bad_params),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
