@@ -55,8 +55,8 @@ static float *make_frames(double scale)
                 double d2 = (x - cx) * (x - cx) + (y - cy) * (y - cy);
                 double mean = 20.0 + 3000.0 / (2 * 3.14159265 * 2.56) * exp(-d2 / (2 * 2.56));
                 size_t i = (size_t)f * W * W + (size_t)y * W + x;
-                p[(size_t)y * W + x] = (float)(scale * (sw_noise_poisson(mean, 9, i) +
-                                                         3.0 * sw_noise_normal(9, i)));
+                p[(size_t)y * W + x] =
+                    (float)(scale * (sw_noise_poisson(mean, 9, i) + 3.0 * sw_noise_normal(9, i)));
             }
     }
     return img;
@@ -172,8 +172,8 @@ static void test_methods(void **state)
             p.peak_border = m != 4;
             p.edge_fraction = 0.3;
             p.window = m == 2 ? 1 : 0;
-            static const char *names[7] = {"cog",   "wcog fixed", "wcog iter", "local",
-                                           "corr",  "brightest",  "quadcell"};
+            static const char *names[7] = {"cog",  "wcog fixed", "wcog iter", "local",
+                                           "corr", "brightest",  "quadcell"};
             switch (m) {
             case 0: p.method = SW_CENTROID_METHOD_COG; break;
             case 1:
