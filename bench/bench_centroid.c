@@ -21,6 +21,8 @@
  *                             loop needs); w_P = 1000 only
  *   centroid_batch            DEVICE path, BATCH frames per run, results on the device, device
  *                             time; throughput in frames/s; w_P = 1000 only
+ *   centroid_kernel_<method>  the methods of centroid.h (bench_methods below), kernel time as
+ *                             centroid_kernel; w_P = 1000 only
  * The single-frame cases ask for all six result arrays (x, y, intensity, valid, saturated,
  * slopes); the saturation check runs (the u8 default level, 255: most lenslets of these random
  * frames hold a 255).
@@ -376,6 +378,69 @@ done:
     return rc;
 }
 
+/*
+ * The methods (centroid.h "Methods") on the frames of one configuration, w_P = 1000 only: one
+ * DEVICE plan per method, device results with all ten arrays, kernel device time. Cases
+ * centroid_kernel_<method>: cog_errors (CoG with error bars: the generic kernel), wcog (FWHM d/3,
+ * 3 re-centrings), local, brightest (N = 9), correlation (against the pool's first frame, search
+ * +-max(1, d/4)), quadcell (FWHM 2). Each with --gain 1 and the status checks on (min SNR 5,
+ * max shift d/3, peak on the border).
+ */
+static int bench_methods(const setup *s, const pool *pl, double d, const char *config,
+                         const sw_image *dv, int nd, sw_centroid_result *res)
+{
+    sw_context *ctx = s->ctx;
+    const int32_t w = pl->w;
+    static const char *const names[6] = {"centroid_kernel_cog_errors",  "centroid_kernel_wcog",
+                                         "centroid_kernel_local",       "centroid_kernel_brightest",
+                                         "centroid_kernel_correlation", "centroid_kernel_quadcell"};
+    static const sw_centroid_method methods[6] = {
+        SW_CENTROID_METHOD_COG,       SW_CENTROID_METHOD_WCOG,        SW_CENTROID_METHOD_LOCAL,
+        SW_CENTROID_METHOD_BRIGHTEST, SW_CENTROID_METHOD_CORRELATION, SW_CENTROID_METHOD_QUADCELL};
+    float *ref = malloc((size_t)w * (size_t)w * sizeof(float));
+    sw_image hv0;
+    int rc = 1;
+    if (!ref || sw_image_alloc(NULL, w, w, SW_PIX_U8, &hv0) != SW_OK) {
+        free(ref);
+        return 1;
+    }
+    if (sw_image_copy(ctx, &dv[0], &hv0) == SW_OK) {
+        for (int32_t y = 0; y < w; y++)
+            for (int32_t x = 0; x < w; x++)
+                ref[(size_t)y * w + x] = ((const uint8_t *)hv0.data)[(size_t)y * hv0.stride + x];
+        rc = 0;
+    }
+    sw_image_free(&hv0);
+    for (int m = 0; m < 6 && !rc; m++) {
+        sw_centroid_params p;
+        fill_params(&p, w, d, 1, SW_CENTROID_DEVICE);
+        p.method = methods[m];
+        p.fwhm_px = m == 5 ? 2.0 : d / 3.0;
+        p.wcog_iterations = 3;
+        p.brightest_n = 9;
+        p.corr_reference = ref;
+        p.corr_search_px = d / 4 > 1 ? (int32_t)(d / 4) : 1;
+        p.gain_e_per_adu = 1.0;
+        p.min_snr = 5.0;
+        p.max_shift_px = d / 3.0;
+        p.peak_border = 1;
+        sw_centroid_plan *plan = NULL;
+        sw_status st = sw_centroid_create(ctx, &p, &plan);
+        if (st != SW_OK) {
+            fail(ctx, "sw_centroid_create (method)", st);
+            rc = 1;
+            break;
+        }
+        sw_centroid_enable_timing(plan, 1);
+        job j = {ctx, plan, dv, nd, res, 1, 0};
+        double us = NAN;
+        rc = one_case(s->o, names[m], config, &j, run_bytes(w, plan, 0), 0, &us);
+        sw_centroid_destroy(plan);
+    }
+    free(ref);
+    return rc;
+}
+
 static int bench_cuda(const setup *s, const pool *pl, double d, const char *config, row *out)
 {
     sw_context *ctx = s->ctx;
@@ -383,7 +448,7 @@ static int bench_cuda(const setup *s, const pool *pl, double d, const char *conf
     const int32_t w = pl->w;
     int rc = 1, nh = 0, nd = 0, nb = 0;
     sw_centroid_plan *dev = NULL, *copy = NULL, *mapped = NULL, *batch = NULL;
-    sw_centroid_result dres = {0}, pres = {0}, bres = {0};
+    sw_centroid_result dres = {0}, pres = {0}, bres = {0}, pres_full = {0}, dres_full = {0};
     sw_image *hv = pool_views(ctx, pl, 0, 1, &nh);
     sw_image *dv = pool_views(ctx, pl, 1, 1, &nd);
     sw_image *bv = NULL;
@@ -408,6 +473,15 @@ static int bench_cuda(const setup *s, const pool *pl, double d, const char *conf
     CHECK(sw_centroid_create(ctx, &p, &mapped), "sw_centroid_create (mapped path)");
     CHECK(sw_centroid_result_alloc(dev, 1, SW_MEM_DEVICE, &dres), "sw_centroid_result_alloc");
     CHECK(sw_centroid_result_alloc(dev, 1, SW_MEM_PINNED, &pres), "sw_centroid_result_alloc");
+    /* the plain CoG cases ask for the six arrays they always did (not status, x_var, y_var, snr:
+     * the fast path would only write a status and NaNs there) */
+    dres_full = dres;
+    pres_full = pres;
+    dres.owned = 0;
+    dres.status = NULL;
+    dres.x_var = dres.y_var = dres.snr = NULL;
+    pres.status = NULL;
+    pres.x_var = pres.y_var = pres.snr = NULL;
     const double bytes = run_bytes(w, dev, 0);
 
     /* kernel only: device frame, device results, CUDA-event time */
@@ -476,13 +550,18 @@ static int bench_cuda(const setup *s, const pool *pl, double d, const char *conf
         if (one_case(o, "centroid_batch", bconfig, &j, 0, s->batch, &us))
             goto done;
         out->batch_frame = us / s->batch;
+
+        /* the methods of centroid.h on the same frames: DEVICE path, all ten result arrays on
+         * the device, the kernel's device time (issue 23: within 2x of centroid_kernel) */
+        if (bench_methods(s, pl, d, config, dv, nd, &dres_full))
+            goto done;
     }
 #undef CHECK
     rc = 0;
 done:
     sw_centroid_result_free(&bres);
-    sw_centroid_result_free(&pres);
-    sw_centroid_result_free(&dres);
+    sw_centroid_result_free(pres_full.owned ? &pres_full : &pres);
+    sw_centroid_result_free(dres_full.owned ? &dres_full : &dres);
     sw_centroid_destroy(batch);
     sw_centroid_destroy(mapped);
     sw_centroid_destroy(copy);

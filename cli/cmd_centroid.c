@@ -89,6 +89,42 @@ void sw_cmd_centroid_help(FILE *out)
             "                         spots): the spots it discards get valid 0 (default: none\n"
             "                         discarded)\n"
             "\n"
+            "Methods (--algorithm cog; centroid.h \"Methods\"):\n"
+            "  --method M             cog (default), wcog, local, brightest, correlation or\n"
+            "                         quadcell:\n"
+            "                         wcog: weighted CoG with a Gaussian weight of --fwhm, fixed\n"
+            "                         at the reference or re-centred --iterations times (Nicolle,\n"
+            "                         Fusco, Rousset & Michau 2004, Opt. Lett. 29(23), 2743);\n"
+            "                         local: background and noise from each lenslet's outer ring\n"
+            "                         of pixels, CoG above --local-k sigma;\n"
+            "                         brightest: CoG of the --brightest N pixels minus the\n"
+            "                         (N+1)-th;\n"
+            "                         correlation: shift against the same lenslet of the\n"
+            "                         --reference image (needed), normalised cross-correlation\n"
+            "                         over +-(--search) px and parabola fits (Lofdahl 2010, A&A\n"
+            "                         524, A90), for extended scenes;\n"
+            "                         quadcell: (A+B-C-D)/sum of the quadrants times --quad-gain\n"
+            "                         (default sqrt(pi/2) * --fwhm / 2.3548), 2x2 lenslets\n"
+            "  --fwhm PX              wcog weight FWHM; quadcell spot FWHM\n"
+            "  --iterations N         wcog re-centrings (default 0: fixed weight)\n"
+            "  --local-k K            local threshold in sigmas (default 3)\n"
+            "  --brightest N          brightest: pixels kept\n"
+            "  --search PX            correlation search half-width (default a quarter region)\n"
+            "  --quad-gain PX         quadcell gain\n"
+            "  --gain E               detector gain, e-/ADU: error bars x_var,y_var from photon\n"
+            "                         and read noise (without it, from each lenslet's outer\n"
+            "                         ring; plain cog without it or a check: no error bars)\n"
+            "  --read-noise E         read noise, electrons (needs --gain)\n"
+            "\n"
+            "Validity (status column; centroid.h \"Status\"; all off by default):\n"
+            "  --min-snr S            status faint below this SNR\n"
+            "  --max-shift PX         status left when the centroid is farther from the\n"
+            "                         reference\n"
+            "  --peak-border          status left when the brightest pixel is on the region's\n"
+            "                         outer ring\n"
+            "  --edge-px PX           status cut when the centroid is closer to the region's edge\n"
+            "  --edge-fraction F      status cut when more than F of the signal is on the ring\n"
+            "\n"
             "Saturation (cog; centroid.h):\n"
             "  --saturation V|none    raw pixel value (before --lut, --dark, --flat) at or above\n"
             "                         which a pixel is saturated (default: the full scale of\n"
@@ -123,7 +159,10 @@ void sw_cmd_centroid_help(FILE *out)
             "  -o, --out CSV          centroids (default '-': standard output):\n"
             "                         ix,iy,x_px,y_px,intensity,valid, then dx_px,dy_px with\n"
             "                         --reference, then (cog) saturated (1: a saturated pixel in\n"
-            "                         the lenslet's region); a first column 'frame' (0-based)\n"
+            "                         the lenslet's region), status (0 ok, 1 masked, 2\n"
+            "                         nonfinite, 3 empty, 4 left, 5 cut, 6 faint, 7 saturated),\n"
+            "                         x_var,y_var (px^2; nan without error bars) and snr; a\n"
+            "                         first column 'frame' (0-based)\n"
             "                         when IMAGE holds several frames; x_px, y_px, dx_px, dy_px\n"
             "                         are nan for invalid lenslets. Rows in lenslet order (iy,\n"
             "                         then ix).\n"
@@ -158,7 +197,11 @@ typedef struct centroid_opts {
     int search, discard, have_path; /* --algorithm pyramid|com (search.h), --discard */
     sw_search_algorithm algorithm;
     int have_saturation, drop_saturated; /* --saturation, --drop-saturated (cog) */
-    double saturation;                   /* sw_centroid_params.saturation (< 0: none) */
+    sw_centroid_method method;           /* --method and its options (cog) */
+    int have_method_opt, peak_border;
+    double fwhm, local_k, quad_gain, gain, read_noise, min_snr, max_shift, edge_px, edge_fraction;
+    int32_t iterations, brightest, search_px;
+    double saturation; /* sw_centroid_params.saturation (< 0: none) */
 } centroid_opts;
 
 static int parse_options(int argc, char **argv, centroid_opts *o)
@@ -187,7 +230,21 @@ static int parse_options(int argc, char **argv, centroid_opts *o)
         OPT_JSON,
         OPT_DISCARD,
         OPT_SATURATION,
-        OPT_DROP_SATURATED
+        OPT_DROP_SATURATED,
+        OPT_METHOD,
+        OPT_FWHM,
+        OPT_ITERATIONS,
+        OPT_LOCAL_K,
+        OPT_BRIGHTEST,
+        OPT_SEARCH,
+        OPT_QUAD_GAIN,
+        OPT_GAIN,
+        OPT_READ_NOISE,
+        OPT_MIN_SNR,
+        OPT_MAX_SHIFT,
+        OPT_PEAK_BORDER,
+        OPT_EDGE_PX,
+        OPT_EDGE_FRACTION
     };
     static const struct option longopts[] = {
         {"geometry", required_argument, NULL, OPT_GEOMETRY},
@@ -215,6 +272,20 @@ static int parse_options(int argc, char **argv, centroid_opts *o)
         {"discard", no_argument, NULL, OPT_DISCARD},
         {"saturation", required_argument, NULL, OPT_SATURATION},
         {"drop-saturated", no_argument, NULL, OPT_DROP_SATURATED},
+        {"method", required_argument, NULL, OPT_METHOD},
+        {"fwhm", required_argument, NULL, OPT_FWHM},
+        {"iterations", required_argument, NULL, OPT_ITERATIONS},
+        {"local-k", required_argument, NULL, OPT_LOCAL_K},
+        {"brightest", required_argument, NULL, OPT_BRIGHTEST},
+        {"search", required_argument, NULL, OPT_SEARCH},
+        {"quad-gain", required_argument, NULL, OPT_QUAD_GAIN},
+        {"gain", required_argument, NULL, OPT_GAIN},
+        {"read-noise", required_argument, NULL, OPT_READ_NOISE},
+        {"min-snr", required_argument, NULL, OPT_MIN_SNR},
+        {"max-shift", required_argument, NULL, OPT_MAX_SHIFT},
+        {"peak-border", no_argument, NULL, OPT_PEAK_BORDER},
+        {"edge-px", required_argument, NULL, OPT_EDGE_PX},
+        {"edge-fraction", required_argument, NULL, OPT_EDGE_FRACTION},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -321,6 +392,69 @@ static int parse_options(int argc, char **argv, centroid_opts *o)
             o->have_saturation = 1;
             break;
         case OPT_DROP_SATURATED: o->drop_saturated = 1; break;
+        case OPT_METHOD:
+            if (sw_centroid_method_parse(optarg, &o->method) != SW_OK)
+                return sw_cli_usage(S,
+                                    "--method: '%s' is not cog, wcog, local, brightest, "
+                                    "correlation or quadcell",
+                                    optarg);
+            o->have_method_opt = 1;
+            break;
+        case OPT_FWHM:
+        case OPT_LOCAL_K:
+        case OPT_QUAD_GAIN:
+        case OPT_GAIN:
+        case OPT_READ_NOISE:
+        case OPT_MIN_SNR:
+        case OPT_MAX_SHIFT:
+        case OPT_EDGE_PX:
+        case OPT_EDGE_FRACTION: {
+            const int pos = c == OPT_FWHM || c == OPT_QUAD_GAIN || c == OPT_GAIN;
+            double *dst = c == OPT_FWHM         ? &o->fwhm
+                          : c == OPT_LOCAL_K    ? &o->local_k
+                          : c == OPT_QUAD_GAIN  ? &o->quad_gain
+                          : c == OPT_GAIN       ? &o->gain
+                          : c == OPT_READ_NOISE ? &o->read_noise
+                          : c == OPT_MIN_SNR    ? &o->min_snr
+                          : c == OPT_MAX_SHIFT  ? &o->max_shift
+                          : c == OPT_EDGE_PX    ? &o->edge_px
+                                                : &o->edge_fraction;
+            const char *name = c == OPT_FWHM         ? "--fwhm"
+                               : c == OPT_LOCAL_K    ? "--local-k"
+                               : c == OPT_QUAD_GAIN  ? "--quad-gain"
+                               : c == OPT_GAIN       ? "--gain"
+                               : c == OPT_READ_NOISE ? "--read-noise"
+                               : c == OPT_MIN_SNR    ? "--min-snr"
+                               : c == OPT_MAX_SHIFT  ? "--max-shift"
+                               : c == OPT_EDGE_PX    ? "--edge-px"
+                                                     : "--edge-fraction";
+            if (sw_cli_opt_double(S, name, optarg, pos ? SW_CLI_POSITIVE : SW_CLI_NONNEG,
+                                  pos ? "a positive number" : "a number >= 0", dst) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
+            if (c == OPT_EDGE_FRACTION && o->edge_fraction > 1.0)
+                return sw_cli_usage(S, "--edge-fraction: '%s' is not a fraction in 0..1", optarg);
+            o->have_method_opt = 1;
+            break;
+        }
+        case OPT_ITERATIONS:
+            if (sw_cli_opt_int(S, "--iterations", optarg, 0, 100, &o->iterations) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
+            o->have_method_opt = 1;
+            break;
+        case OPT_BRIGHTEST:
+            if (sw_cli_opt_int(S, "--brightest", optarg, 1, 16384, &o->brightest) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
+            o->have_method_opt = 1;
+            break;
+        case OPT_SEARCH:
+            if (sw_cli_opt_int(S, "--search", optarg, 1, 64, &o->search_px) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
+            o->have_method_opt = 1;
+            break;
+        case OPT_PEAK_BORDER:
+            o->peak_border = 1;
+            o->have_method_opt = 1;
+            break;
         case OPT_PATH:
             if (sw_centroid_path_parse(optarg, &o->path) != SW_OK)
                 return sw_cli_usage(S, "--path: '%s' is not auto, host, device, copy or mapped",
@@ -381,6 +515,7 @@ static int parse_options(int argc, char **argv, centroid_opts *o)
                            : o->interleaved     ? "--interleaved"
                            : o->have_saturation ? "--saturation"
                            : o->drop_saturated  ? "--drop-saturated"
+                           : o->have_method_opt ? "--method and its options"
                                                 : NULL;
         if (cond)
             return sw_cli_usage(S,
@@ -392,6 +527,17 @@ static int parse_options(int argc, char **argv, centroid_opts *o)
     }
     if (o->have_threshold && o->have_fraction)
         return sw_cli_usage(S, "give --threshold or --threshold-fraction, not both");
+    if (!o->search && o->method == SW_CENTROID_METHOD_CORRELATION &&
+        (!o->reference || o->reference_csv))
+        return sw_cli_usage(S, "--method correlation needs --reference IMAGE (the template)");
+    if (o->method == SW_CENTROID_METHOD_WCOG && !(o->fwhm > 0))
+        return sw_cli_usage(S, "--method wcog needs --fwhm PX (the weight's FWHM)");
+    if (o->method == SW_CENTROID_METHOD_QUADCELL && !(o->fwhm > 0) && !(o->quad_gain > 0))
+        return sw_cli_usage(S, "--method quadcell needs --fwhm PX (the spot's) or --quad-gain PX");
+    if (o->method == SW_CENTROID_METHOD_BRIGHTEST && o->brightest < 1)
+        return sw_cli_usage(S, "--method brightest needs --brightest N");
+    if (o->read_noise > 0 && !(o->gain > 0))
+        return sw_cli_usage(S, "--read-noise needs --gain");
     if (o->have_mode && !o->have_threshold && !o->have_fraction)
         return sw_cli_usage(S, "--threshold-mode needs --threshold or --threshold-fraction");
     if (o->json && (!o->out || strcmp(o->out, "-") == 0))
@@ -576,6 +722,7 @@ typedef struct run_state {
     sw_sh_geometry geom;
     uint8_t *mask; /* nl flags, NULL: all lenslets */
     float *dark, *flat, *lut;
+    float *corr; /* --method correlation: the --reference image as floats */
     sw_centroid_plan *plan;
     sw_centroid_result res;
     sw_image batch, batch_dev;
@@ -613,6 +760,7 @@ static void state_free(run_state *s)
     sw_image_free(&s->batch_dev);
     sw_frames_free(&s->frames);
     sw_frames_free(&s->ref_frames);
+    free(s->corr);
     free(s->mask);
     free(s->dark);
     free(s->flat);
@@ -662,6 +810,41 @@ static int make_plan(run_state *s, const centroid_opts *o, report *r, int32_t ma
     p.slope_layout = o->interleaved ? SW_SLOPES_INTERLEAVED : SW_SLOPES_BLOCKS;
     p.saturation = o->have_saturation ? o->saturation : 0.0;
     p.drop_saturated = o->drop_saturated;
+    p.method = o->method;
+    p.fwhm_px = o->fwhm;
+    p.wcog_iterations = o->iterations;
+    p.local_k = o->local_k;
+    p.brightest_n = o->brightest;
+    p.corr_search_px = o->search_px;
+    p.quad_gain_px = o->quad_gain;
+    p.gain_e_per_adu = o->gain;
+    p.read_noise_e = o->read_noise;
+    p.min_snr = o->min_snr;
+    p.max_shift_px = o->max_shift;
+    p.peak_border = o->peak_border;
+    p.edge_px = o->edge_px;
+    p.edge_fraction = o->edge_fraction;
+    if (o->method == SW_CENTROID_METHOD_CORRELATION) {
+        if (!s->corr) { /* the template: the reference image's pixels as floats */
+            const sw_image *ref = &s->ref_frames.frames[0];
+            if (!(s->corr = malloc((size_t)ref->width * (size_t)ref->height * sizeof(float))))
+                return sw_cli_fail(SUB, "out of memory");
+            for (int32_t y = 0; y < ref->height; y++) {
+                const char *row = (const char *)ref->data + (size_t)y * ref->stride;
+                for (int32_t x = 0; x < ref->width; x++) {
+                    float v;
+                    if (ref->type == SW_PIX_U8)
+                        v = ((const uint8_t *)row)[x];
+                    else if (ref->type == SW_PIX_U16)
+                        v = ((const uint16_t *)row)[x];
+                    else
+                        memcpy(&v, row + (size_t)x * sizeof(float), sizeof v);
+                    s->corr[(size_t)y * ref->width + x] = v;
+                }
+            }
+        }
+        p.corr_reference = s->corr;
+    }
     sw_status st = sw_centroid_create(s->ctx, &p, &s->plan);
     if (st == SW_OK)
         st = sw_centroid_result_alloc(s->plan, max_frames, SW_MEM_HOST, &s->res);
@@ -818,6 +1001,9 @@ static void write_rows(run_state *s, const centroid_opts *o, int32_t f0, int32_t
         const float *in = s->res.intensity + (size_t)i * nl;
         const uint8_t *v = s->res.valid + (size_t)i * nl;
         const uint8_t *sat = s->res.saturated + (size_t)i * nl;
+        const uint8_t *stat = s->res.status + (size_t)i * nl;
+        const float *xv = s->res.x_var + (size_t)i * nl, *yv = s->res.y_var + (size_t)i * nl;
+        const float *sn = s->res.snr + (size_t)i * nl;
         const float *sl = s->res.slopes + (size_t)i * 2 * ns;
         for (int32_t l = 0; l < nl; l++) {
             r->valid[f] += v[l] != 0;
@@ -841,6 +1027,10 @@ static void write_rows(run_state *s, const centroid_opts *o, int32_t f0, int32_t
                 put_num(out, ok ? (o->interleaved ? sl[2 * k + 1] : sl[ns + k]) : NAN);
             }
             fprintf(out, ",%d", sat[l] ? 1 : 0);
+            fprintf(out, ",%d", (int)stat[l]);
+            put_num(out, xv[l]);
+            put_num(out, yv[l]);
+            put_num(out, sn[l]);
             fputc('\n', out);
         }
         /* The library's slope vector: lenslets of the mask, in slope order. */
@@ -1062,8 +1252,8 @@ static int run_centroid(const sw_cli_globals *gl, const centroid_opts *o, report
     if (o->slopes && (rc = sw_cli_out_open(SUB, &s.slopes, o->slopes)) != SW_EXIT_OK)
         goto done;
     const int multi = r->frames > 1;
-    fprintf(s.out.f, "%six,iy,x_px,y_px,intensity,valid%s,saturated\n", multi ? "frame," : "",
-            o->reference ? ",dx_px,dy_px" : "");
+    fprintf(s.out.f, "%six,iy,x_px,y_px,intensity,valid%s,saturated,status,x_var,y_var,snr\n",
+            multi ? "frame," : "", o->reference ? ",dx_px,dy_px" : "");
     if (s.slopes.f)
         fprintf(s.slopes.f, "%six,iy,dx_px,dy_px%s\n", multi ? "frame," : "",
                 o->have_pixel && o->have_focal ? ",dx_rad,dy_rad" : "");
@@ -1505,6 +1695,7 @@ static void print_report(const centroid_opts *o, const report *r, const sw_sh_ge
     sw_cli_json_double(j, "threshold", o->have_threshold || o->have_fraction ? o->threshold : NAN);
     sw_cli_json_double(j, "gamma", o->gamma);
     sw_cli_json_int(j, "window", o->window);
+    sw_cli_json_string(j, "method", o->search ? NULL : sw_centroid_method_string(o->method));
     sw_cli_json_string(j, "dark", o->dark);
     sw_cli_json_string(j, "flat", o->flat);
     sw_cli_json_string(j, "lut", o->lut);
@@ -1560,6 +1751,7 @@ int sw_cmd_centroid(const sw_cli_globals *g, int argc, char **argv)
     o.focal_mm = DEF_FOCAL_MM;
     o.gamma = 1.0;
     o.path = SW_CENTROID_AUTO;
+    o.local_k = 3.0;
     int rc = parse_options(argc, argv, &o);
     if (rc == -1)
         return SW_EXIT_OK; /* --help */

@@ -124,6 +124,102 @@ typedef enum sw_slope_layout {
     SW_SLOPES_INTERLEAVED = 1 /* x, y of lenslet 0, then lenslet 1, ... */
 } sw_slope_layout;
 
+/*
+ * Methods. Each measures one lenslet from its region as the moments use it (after the window)
+ * and its conditioned pixels c (steps 1-5 above); all but COG on the plain fast path run the
+ * generic per-lenslet code (centroid_method.h), the same on the CPU and the GPU.
+ *   COG        centre of gravity of c (Mocci et al. 2020, Eq. 6-7).
+ *   WCOG       weighted centre of gravity, x = sum x W c / sum W c, with a Gaussian weight
+ *              W = exp(-r^2 / (2 s^2)), s = fwhm_px / 2.3548, centred at the reference position
+ *              (wcog_iterations 0) or re-centred on the last estimate wcog_iterations times
+ *              (from the reference): Nicolle M., Fusco T., Rousset G., Michau V. (2004),
+ *              "Improvement of Shack-Hartmann wave-front sensor measurement for extreme adaptive
+ *              optics", Opt. Lett. 29(23), 2743-2745; Thomas S., Fusco T., Tokovinin A.,
+ *              Nicolle M., Michau V., Rousset G. (2006), "Comparison of centroid computation
+ *              algorithms in a Shack-Hartmann sensor", MNRAS 371, 323-336. The fixed weight
+ *              responds to a displacement d of a Gaussian spot of r.m.s. width s0 with
+ *              s^2 / (s^2 + s0^2) d (not corrected here); the re-centred one is unbiased for a
+ *              symmetric spot.
+ *   LOCAL      per-lenslet background: the mean b and the standard deviation s of the region's
+ *              outer ring of pixels (one 3-sigma clipping pass); CoG of (c - b) over the pixels
+ *              with c > b + local_k s.
+ *   BRIGHTEST  CoG of the brightest_n pixels: b = the (brightest_n + 1)-th largest c of the
+ *              region (the smallest c when the region has fewer pixels), CoG of max(c - b, 0).
+ *   CORRELATION the shift of the region against the same region of corr_reference: C(u, v) =
+ *              sum over the inner area (the region less S = corr_search_px on every side) of
+ *              c(x + u, y + v) (r(x, y) - mean r), for |u|, |v| <= S; the integer maximum, then
+ *              a 1-D parabola through it and its two neighbours on each axis; x = reference x +
+ *              shift (the reference position of the lenslet, sw_centroid_set_reference, is the
+ *              template's position). Löfdahl M. G. (2010), "Evaluation of image-shift
+ *              measurement algorithms for solar Shack-Hartmann wavefront sensors", A&A 524, A90
+ *              (the cross-correlation with parabolic interpolation is one of the methods compared
+ *              there). A maximum on the edge of the search range: SW_CENTROID_LEFT.
+ *   QUADCELL   quadrant sums about the region's centre (A top-left, B top-right, C bottom-left,
+ *              D bottom-right; an odd middle row or column is split half to each side):
+ *              x = centre + g ((B + D) - (A + C)) / S,  y = centre + g ((C + D) - (A + B)) / S,
+ *              S = A + B + C + D, g = quad_gain_px. For a Gaussian spot of r.m.s. width s0 well
+ *              inside the quadrants the normalised difference is erf(d / (sqrt(2) s0)), so
+ *              g = sqrt(pi / 2) s0 makes the response 1 at d = 0 (the default from fwhm_px).
+ *              Meant for 2 x 2 regions (each quadrant one pixel).
+ *
+ * Error bars (x_var, y_var, px^2; generic path only, NaN on the fast COG path): first-order
+ * propagation of the pixel variances var(I_i) (detector, above) through the estimator:
+ *   CoG-like (COG, LOCAL, BRIGHTEST, fixed WCOG), with w_i the weight (1, or W_i) and c'_i the
+ *   derivative of the conditioned (and thresholded) value (0 for a pixel thresholded away):
+ *       var(x) = sum (x_i - x)^2 w_i^2 c'_i^2 var(I_i) / (sum w_i c_i)^2;
+ *   re-centred WCOG (the fixed point of x = sum x W(x) c / sum W(x) c): the same numerator over
+ *       (sum W c - sum (x_i - x)^2 W c / s^2)^2;
+ *   CORRELATION (a noiseless template, the least-squares shift estimate):
+ *       var(x) = sum g_i^2 var(I_i) / (a sum g_i^2)^2, g_i = d r / d x (central differences of
+ *       the template), a = C(peak) / sum (r - mean r)^2 (the intensity ratio);
+ *   QUADCELL: var(x) = g^2 ((1 - q)^2 var(B + D) + (1 + q)^2 var(A + C)) / S^2, q the
+ *       normalised difference.
+ * The noise of the background (LOCAL, BRIGHTEST) and the weight's own dependence on the data
+ * are left out.
+ * SNR: (sum w_i c_i) / sqrt(sum w_i^2 c'_i^2 var(I_i)) (CoG-like, QUADCELL: w = 1), and
+ * C(peak) / sqrt(sum (r - mean r)^2 var(I)) for CORRELATION.
+ *
+ * Status (sw_centroid_result.status, sw_centroid_status_string), the first that applies:
+ *   MASKED     not in the geometry's mask;                                   valid 0
+ *   NONFINITE  a NaN or Inf pixel (f32 frames) or sum;                       valid 0
+ *   EMPTY      no signal (the method's sum <= 0);                            valid 0
+ *   FAINT      SNR < min_snr (before the geometric checks: they mean little on noise);  valid 0
+ *   LEFT       the spot has left its region: |centroid - reference| > max_shift_px, or the
+ *              brightest pixel on the region's outer ring (peak_border), or (CORRELATION) the
+ *              maximum on the edge of the search range;                  valid 0
+ *   CUT        cut by the region's edge: the centroid within edge_px of it, or more than
+ *              edge_fraction of the signal in the outer ring;             valid 0
+ *   SATURATED  a saturated pixel (as `saturated`);        valid 0 with drop_saturated, else 1
+ *   OK                                                                        valid 1
+ * Invalid lenslets have x = y = NaN (and slopes 0) as before; x_var, y_var, snr NaN.
+ */
+typedef enum sw_centroid_method {
+    SW_CENTROID_METHOD_COG = 0,
+    SW_CENTROID_METHOD_WCOG = 1,
+    SW_CENTROID_METHOD_LOCAL = 2,
+    SW_CENTROID_METHOD_BRIGHTEST = 3,
+    SW_CENTROID_METHOD_CORRELATION = 4,
+    SW_CENTROID_METHOD_QUADCELL = 5
+} sw_centroid_method;
+
+typedef enum sw_centroid_status {
+    SW_CENTROID_OK = 0,
+    SW_CENTROID_MASKED = 1,
+    SW_CENTROID_NONFINITE = 2,
+    SW_CENTROID_EMPTY = 3,
+    SW_CENTROID_LEFT = 4, /* (FAINT = 6 is checked before LEFT and CUT; the numbers stay) */
+    SW_CENTROID_CUT = 5,
+    SW_CENTROID_FAINT = 6,
+    SW_CENTROID_SATURATED = 7
+} sw_centroid_status;
+
+/* "cog", "wcog", "local", "brightest", "correlation", "quadcell" and the parser (SW_EINVAL on
+ * anything else). */
+const char *sw_centroid_method_string(sw_centroid_method m);
+sw_status sw_centroid_method_parse(const char *text, sw_centroid_method *out);
+/* "ok", "masked", "nonfinite", "empty", "left", "cut", "faint", "saturated" ("?" otherwise). */
+const char *sw_centroid_status_string(int status);
+
 typedef struct sw_centroid_params {
     sw_sh_geometry geometry; /* the grid; geometry.valid is copied at create                 */
     int32_t width, height;   /* frame size; every region must lie inside it                   */
@@ -149,6 +245,37 @@ typedef struct sw_centroid_params {
      * lenslets invalid (default 0: flagged only). */
     double saturation;
     int drop_saturated;
+
+    /* Method (below, "Methods"; default SW_CENTROID_METHOD_COG) and its parameters. */
+    sw_centroid_method method;
+    double fwhm_px;              /* WCOG: FWHM of the Gaussian weight, px (> 0); QUADCELL: the
+                                    spot's FWHM that sets the default gain (when quad_gain_px 0)   */
+    int32_t wcog_iterations;     /* WCOG: 0 = weight fixed at the reference position; N >= 1: the
+                                    weight re-centred on the last estimate N times               */
+    double local_k;              /* LOCAL: threshold k sigma above the border background (>= 0,
+                                    default 3)                                                    */
+    int32_t brightest_n;         /* BRIGHTEST: pixels kept (>= 1)                                 */
+    const float *corr_reference; /* CORRELATION: width * height reference image (f32, copied);
+                                    each lenslet's region of it is that lenslet's template     */
+    int32_t corr_search_px;      /* CORRELATION: shifts searched, -S..S px on each axis (>= 1;
+                                    0: a quarter of the smaller region side, at least 1)          */
+    double quad_gain_px;         /* QUADCELL: px per unit of the normalised difference; 0: from
+                                    fwhm_px, sqrt(pi / 2) * fwhm_px / 2.3548 (a Gaussian spot)    */
+
+    /* Detector, for the error bars (x_var, y_var) and the SNR: var(I) = max(I, 0) / gain +
+     * (read_noise_e / gain)^2 in ADU^2, I the pixel after the dark and the flat. gain_e_per_adu
+     * 0 (default): unknown; the generic path then takes every pixel's variance from the
+     * lenslet's border pixels (their sample variance). */
+    double gain_e_per_adu; /* >= 0 */
+    double read_noise_e;   /* >= 0 (needs a gain when > 0) */
+
+    /* Validity checks ("Status"), all off by default (0). */
+    double min_snr;       /* SNR below this: SW_CENTROID_FAINT                                */
+    double max_shift_px;  /* |centroid - reference| above this (px): SW_CENTROID_LEFT          */
+    int peak_border;      /* 1: the brightest pixel on the region's outer ring: SW_CENTROID_LEFT */
+    double edge_px;       /* centroid closer than this to the region's edge: SW_CENTROID_CUT   */
+    double edge_fraction; /* more than this fraction of the signal in the outer ring:
+                             SW_CENTROID_CUT (0..1)                                           */
 } sw_centroid_params;
 
 /* sw_centroid_params.saturation: no pixel is ever saturated. */
@@ -156,7 +283,8 @@ typedef struct sw_centroid_params {
 
 /* Defaults: the sw_sh_geometry_default grid, a 160 x 160 u8 frame, one frame, AUTO path, no
  * conditioning, gamma 1, window 0, BLOCKS, the type's full scale as the saturation level,
- * saturated lenslets kept valid. */
+ * saturated lenslets kept valid; method COG, fwhm_px 0, local_k 3, brightest_n 0, no detector,
+ * no checks. */
 void sw_centroid_params_default(sw_centroid_params *p);
 
 typedef struct sw_centroid_plan sw_centroid_plan;
@@ -169,6 +297,9 @@ typedef struct sw_centroid_plan sw_centroid_plan;
 sw_status sw_centroid_create(sw_context *ctx, const sw_centroid_params *p, sw_centroid_plan **out);
 void sw_centroid_destroy(sw_centroid_plan *plan); /* NULL is ignored */
 
+/* 1 when the plan runs the fast COG code (method COG, no detector, no check): x_var, y_var and
+ * snr are then NaN and status only OK, MASKED, NONFINITE, EMPTY or SATURATED. */
+int sw_centroid_plan_fast(const sw_centroid_plan *plan);
 /* The path the plan runs (AUTO resolved). */
 sw_centroid_path sw_centroid_plan_path(const sw_centroid_plan *plan);
 /* "auto", "host", "device", "copy", "mapped"; and the parser (SW_EINVAL on anything else). */
@@ -189,19 +320,23 @@ int32_t sw_centroid_plan_slope_lenslet(const sw_centroid_plan *plan, int32_t k);
  * (and, on the GPU, not copied).
  */
 typedef struct sw_centroid_result {
-    int32_t frames;     /* capacity, frames                                   */
-    int32_t lenslets;   /* nx * ny                                            */
-    int32_t nslopes;    /* slopes per axis (sw_centroid_plan_slopes)           */
-    sw_memory memory;   /* where the arrays live                               */
-    float *x, *y;       /* frames * lenslets centroids (pixels), NaN if invalid */
-    float *intensity;   /* frames * lenslets m00 (conditioned intensity units)   */
-    uint8_t *valid;     /* frames * lenslets, 1 valid / 0 invalid              */
-    float *slopes;      /* frames * 2 * nslopes, pixels                        */
-    int owned;          /* made by sw_centroid_result_alloc                     */
-    uint8_t *saturated; /* frames * lenslets, 1: a saturated pixel in the region */
+    int32_t frames;       /* capacity, frames                                   */
+    int32_t lenslets;     /* nx * ny                                            */
+    int32_t nslopes;      /* slopes per axis (sw_centroid_plan_slopes)           */
+    sw_memory memory;     /* where the arrays live                               */
+    float *x, *y;         /* frames * lenslets centroids (pixels), NaN if invalid */
+    float *intensity;     /* frames * lenslets m00 (conditioned intensity units)   */
+    uint8_t *valid;       /* frames * lenslets, 1 valid / 0 invalid              */
+    float *slopes;        /* frames * 2 * nslopes, pixels                        */
+    int owned;            /* made by sw_centroid_result_alloc                     */
+    uint8_t *saturated;   /* frames * lenslets, 1: a saturated pixel in the region */
+    float *x_var, *y_var; /* frames * lenslets variances of x, y (px^2; "Error bars"), NaN
+                             when not measured (fast COG path) or invalid            */
+    float *snr;           /* frames * lenslets signal-to-noise ratio, NaN likewise     */
+    uint8_t *status;      /* frames * lenslets sw_centroid_status                      */
 } sw_centroid_result;
 
-/* Allocates all six arrays for `frames` frames of the plan in `memory` (SW_MEM_HOST,
+/* Allocates all ten arrays for `frames` frames of the plan in `memory` (SW_MEM_HOST,
  * SW_MEM_PINNED or SW_MEM_DEVICE; pinned and device need a CUDA context). */
 sw_status sw_centroid_result_alloc(sw_centroid_plan *plan, int32_t frames, sw_memory memory,
                                    sw_centroid_result *out);

@@ -14,6 +14,15 @@
 #include "centroid/centroid_internal.h"
 #include "centroid/centroid_model.h"
 
+/* The generic per-lenslet measurement (centroid_method.h), one thread per lenslet. */
+#define SW_CMB_FN        static
+#define SW_CMB_T0        0
+#define SW_CMB_TN        1
+#define SW_CMB_SUM(s, k) ((void)(s), (void)(k))
+#define SW_CMB_MAX(s, k) ((void)(s), (void)(k))
+#define SW_CMB_SYNC()    ((void)0)
+#include "centroid/centroid_method.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +50,42 @@ void sw_centroid_params_default(sw_centroid_params *p)
     p->gamma = 1.0;
     p->window = 0;
     p->slope_layout = SW_SLOPES_BLOCKS;
+    p->method = SW_CENTROID_METHOD_COG;
+    p->local_k = 3.0;
+}
+
+static const char *const method_names[] = {"cog",       "wcog",        "local",
+                                           "brightest", "correlation", "quadcell"};
+
+const char *sw_centroid_method_string(sw_centroid_method m)
+{
+    if ((int)m < 0 || (int)m > 5)
+        return "?";
+    return method_names[m];
+}
+
+sw_status sw_centroid_method_parse(const char *text, sw_centroid_method *out)
+{
+    if (!text || !out)
+        return sw_fail(NULL, SW_EINVAL, "centroid method: NULL argument");
+    for (int i = 0; i < 6; i++)
+        if (strcmp(text, method_names[i]) == 0) {
+            *out = (sw_centroid_method)i;
+            return SW_OK;
+        }
+    return sw_fail(NULL, SW_EINVAL,
+                   "unknown centroid method '%s' (cog, wcog, local, brightest, correlation or "
+                   "quadcell)",
+                   text);
+}
+
+const char *sw_centroid_status_string(int status)
+{
+    static const char *const names[] = {"ok",   "masked", "nonfinite", "empty",
+                                        "left", "cut",    "faint",     "saturated"};
+    if (status < 0 || status > 7)
+        return "?";
+    return names[status];
 }
 
 static const char *const path_names[] = {"auto", "host", "device", "copy", "mapped"};
@@ -82,6 +127,73 @@ static float *copy_floats(const float *src, size_t n)
     if (d)
         memcpy(d, src, n * sizeof *d);
     return d;
+}
+
+/* A parameter that must be finite and >= 0 (NaN refused). */
+static sw_status check_nonneg(sw_context *ctx, double v, const char *what)
+{
+    if (!isfinite(v) || v < 0.0)
+        return sw_fail(ctx, SW_EINVAL, "centroid: %s %g must be finite and >= 0", what, v);
+    return SW_OK;
+}
+
+/* The method's parameters, the detector and the checks (centroid.h). */
+static sw_status check_method(sw_context *ctx, const sw_centroid_params *p)
+{
+    if ((int)p->method < 0 || (int)p->method > 5)
+        return sw_fail(ctx, SW_EINVAL, "centroid: unknown method %d", (int)p->method);
+    sw_status st;
+    if ((st = check_nonneg(ctx, p->fwhm_px, "fwhm_px")) != SW_OK ||
+        (st = check_nonneg(ctx, p->local_k, "local_k")) != SW_OK ||
+        (st = check_nonneg(ctx, p->quad_gain_px, "quad_gain_px")) != SW_OK ||
+        (st = check_nonneg(ctx, p->gain_e_per_adu, "gain_e_per_adu")) != SW_OK ||
+        (st = check_nonneg(ctx, p->read_noise_e, "read_noise_e")) != SW_OK ||
+        (st = check_nonneg(ctx, p->min_snr, "min_snr")) != SW_OK ||
+        (st = check_nonneg(ctx, p->max_shift_px, "max_shift_px")) != SW_OK ||
+        (st = check_nonneg(ctx, p->edge_px, "edge_px")) != SW_OK ||
+        (st = check_nonneg(ctx, p->edge_fraction, "edge_fraction")) != SW_OK)
+        return st;
+    if (p->edge_fraction > 1.0)
+        return sw_fail(ctx, SW_EINVAL, "centroid: edge_fraction %g is above 1", p->edge_fraction);
+    if (p->read_noise_e > 0.0 && p->gain_e_per_adu <= 0.0)
+        return sw_fail(ctx, SW_EINVAL,
+                       "centroid: a read noise (%g e-) needs the gain (e-/ADU) to be given",
+                       p->read_noise_e);
+    switch (p->method) {
+    case SW_CENTROID_METHOD_WCOG:
+        if (!(p->fwhm_px > 0.0))
+            return sw_fail(ctx, SW_EINVAL,
+                           "centroid: the wcog method needs the weight's FWHM (fwhm_px > 0), not "
+                           "%g",
+                           p->fwhm_px);
+        if (p->wcog_iterations < 0 || p->wcog_iterations > 100)
+            return sw_fail(ctx, SW_EINVAL, "centroid: wcog_iterations %d is out of range (0..100)",
+                           p->wcog_iterations);
+        break;
+    case SW_CENTROID_METHOD_BRIGHTEST:
+        if (p->brightest_n < 1)
+            return sw_fail(ctx, SW_EINVAL,
+                           "centroid: the brightest method needs brightest_n >= 1, not %d",
+                           p->brightest_n);
+        break;
+    case SW_CENTROID_METHOD_CORRELATION:
+        if (!p->corr_reference)
+            return sw_fail(ctx, SW_EINVAL,
+                           "centroid: the correlation method needs a reference image "
+                           "(corr_reference, width x height)");
+        if (p->corr_search_px < 0 || p->corr_search_px > SW_CENTROID_MAX_PITCH_PX)
+            return sw_fail(ctx, SW_EINVAL, "centroid: corr_search_px %d is out of range (0..%g)",
+                           p->corr_search_px, SW_CENTROID_MAX_PITCH_PX);
+        break;
+    case SW_CENTROID_METHOD_QUADCELL:
+        if (!(p->quad_gain_px > 0.0) && !(p->fwhm_px > 0.0))
+            return sw_fail(ctx, SW_EINVAL,
+                           "centroid: the quadcell method needs its gain (quad_gain_px > 0) or "
+                           "the spot's FWHM (fwhm_px > 0)");
+        break;
+    default: break;
+    }
+    return SW_OK;
 }
 
 static sw_status check_params(sw_context *ctx, const sw_centroid_params *p)
@@ -139,7 +251,7 @@ static sw_status check_params(sw_context *ctx, const sw_centroid_params *p)
                        "centroid: saturation level %g is not finite (0: the pixel type's full "
                        "scale; a negative value: no saturation check)",
                        p->saturation);
-    return SW_OK;
+    return check_method(ctx, p);
 }
 
 /* The saturation level in force (centroid.h): the type's full scale by default, -1 for none. */
@@ -207,6 +319,78 @@ static sw_status make_regions(sw_context *ctx, sw_centroid_plan *plan)
     for (int32_t ix = 0; ix < plan->nx; ix++)
         for (int32_t x = plan->xs[ix]; x < plan->xe[ix]; x++)
             plan->col_ix[x - plan->col0] = ix;
+    return SW_OK;
+}
+
+/*
+ * The generic path's parameters (centroid_method.h) from the plan's: which path runs, the largest
+ * region, the correlation's search range (every region must keep an inner area), the template.
+ */
+static sw_status setup_method(sw_context *ctx, sw_centroid_plan *plan)
+{
+    const sw_centroid_params *p = &plan->p;
+    sw_cmb_params *m = &plan->mp;
+    plan->fast = p->method == SW_CENTROID_METHOD_COG && p->gain_e_per_adu == 0.0 &&
+                 p->read_noise_e == 0.0 && p->min_snr == 0.0 && p->max_shift_px == 0.0 &&
+                 !p->peak_border && p->edge_px == 0.0 && p->edge_fraction == 0.0;
+    int32_t wmin = INT32_MAX, hmin = INT32_MAX;
+    plan->wmax = plan->hmax = 1;
+    for (int32_t ix = 0; ix < plan->nx; ix++) {
+        int32_t w = plan->xe[ix] - plan->xs[ix];
+        plan->wmax = w > plan->wmax ? w : plan->wmax;
+        wmin = w < wmin ? w : wmin;
+    }
+    for (int32_t iy = 0; iy < plan->ny; iy++) {
+        int32_t h = plan->ye[iy] - plan->ys[iy];
+        plan->hmax = h > plan->hmax ? h : plan->hmax;
+        hmin = h < hmin ? h : hmin;
+    }
+    memset(m, 0, sizeof *m);
+    m->method = (int)p->method;
+    m->mode = (int)p->threshold_mode;
+    m->fraction = plan->fraction;
+    m->thr = (float)p->threshold;
+    m->gamma = (float)p->gamma;
+    m->frac = p->threshold;
+    m->sigma_w = p->fwhm_px / 2.354820045030949; /* FWHM = 2 sqrt(2 ln 2) sigma */
+    m->iters = p->wcog_iterations;
+    m->local_k = p->local_k;
+    m->nbright = p->brightest_n;
+    m->qgain = p->quad_gain_px > 0.0 ? p->quad_gain_px
+                                     : 1.2533141373155003 * m->sigma_w /* sqrt(pi / 2) */;
+    m->have_det = p->gain_e_per_adu > 0.0;
+    m->inv_gain = m->have_det ? 1.0 / p->gain_e_per_adu : 0.0;
+    m->rn2 = m->have_det
+                 ? (p->read_noise_e / p->gain_e_per_adu) * (p->read_noise_e / p->gain_e_per_adu)
+                 : 0.0;
+    m->min_snr = p->min_snr;
+    m->max_shift = p->max_shift_px;
+    m->edge_px = p->edge_px;
+    m->edge_frac = p->edge_fraction;
+    m->peak_border = p->peak_border != 0;
+    m->drop = p->drop_saturated != 0;
+    size_t nscratch = 0;
+    if (p->method == SW_CENTROID_METHOD_CORRELATION) {
+        int32_t smin = wmin < hmin ? wmin : hmin;
+        m->search = p->corr_search_px > 0 ? p->corr_search_px : (smin / 4 > 1 ? smin / 4 : 1);
+        if (smin - 2 * m->search < 1)
+            return sw_fail(ctx, SW_EINVAL,
+                           "centroid: a correlation search of +-%d px leaves no inner area in a "
+                           "%d px region (the smallest; at least 2 S + 1 px needed)",
+                           m->search, smin);
+        size_t npix = (size_t)p->width * (size_t)p->height;
+        sw_status st = check_finite_array(ctx, p->corr_reference, npix, "correlation reference");
+        if (st != SW_OK)
+            return st;
+        if (!(plan->corr_ref = copy_floats(p->corr_reference, npix)))
+            return sw_fail(ctx, SW_ENOMEM, "centroid: out of memory");
+        plan->p.corr_reference = plan->corr_ref;
+        nscratch = (size_t)(2 * m->search + 1) * (size_t)(2 * m->search + 1);
+    } else {
+        plan->p.corr_reference = NULL;
+    }
+    plan->cpu_gen_bytes = (size_t)plan->wmax * (size_t)plan->hmax * sizeof(float);
+    plan->cpu_gen_bytes = (plan->cpu_gen_bytes + 7) / 8 * 8 + nscratch * sizeof(double);
     return SW_OK;
 }
 
@@ -313,7 +497,19 @@ sw_status sw_centroid_create(sw_context *ctx, const sw_centroid_params *p, sw_ce
         p->threshold_mode != SW_THRESHOLD_NONE && p->threshold_kind == SW_THRESHOLD_FRACTION;
     plan->p.drop_saturated = p->drop_saturated != 0;
     set_saturation(plan);
+    if ((st = setup_method(ctx, plan)) != SW_OK) {
+        sw_centroid_destroy(plan);
+        return st;
+    }
 
+    if (path == SW_CENTROID_HOST && !plan->fast) {
+        int nt = plan->threads > 0 ? plan->threads : 1;
+        plan->cpu_gen = malloc((size_t)nt * plan->cpu_gen_bytes);
+        if (!plan->cpu_gen) {
+            sw_centroid_destroy(plan);
+            return sw_fail(ctx, SW_ENOMEM, "centroid: out of memory for the CPU scratch");
+        }
+    }
     if (path == SW_CENTROID_HOST) {
         size_t nc = (size_t)(plan->col1 - plan->col0);
         int nt = plan->threads > 0 ? plan->threads : 1;
@@ -360,7 +556,14 @@ void sw_centroid_destroy(sw_centroid_plan *plan)
     free(plan->ref_x);
     free(plan->ref_y);
     free(plan->cpu_acc);
+    free(plan->cpu_gen);
+    free(plan->corr_ref);
     free(plan);
+}
+
+int sw_centroid_plan_fast(const sw_centroid_plan *plan)
+{
+    return plan ? plan->fast : 0;
 }
 
 sw_centroid_path sw_centroid_plan_path(const sw_centroid_plan *plan)
@@ -456,7 +659,12 @@ sw_status sw_centroid_result_alloc(sw_centroid_plan *plan, int32_t frames, sw_me
     out->valid = result_array(ctx, n, memory);
     out->slopes = result_array(ctx, (ns ? ns : 1) * sizeof(float), memory);
     out->saturated = result_array(ctx, n, memory);
-    if (!out->x || !out->y || !out->intensity || !out->valid || !out->slopes || !out->saturated) {
+    out->x_var = result_array(ctx, n * sizeof(float), memory);
+    out->y_var = result_array(ctx, n * sizeof(float), memory);
+    out->snr = result_array(ctx, n * sizeof(float), memory);
+    out->status = result_array(ctx, n, memory);
+    if (!out->x || !out->y || !out->intensity || !out->valid || !out->slopes || !out->saturated ||
+        !out->x_var || !out->y_var || !out->snr || !out->status) {
         sw_centroid_result_free(out);
         return sw_fail(ctx, SW_ENOMEM, "centroid result: out of memory for %d frames", frames);
     }
@@ -473,6 +681,10 @@ void sw_centroid_result_free(sw_centroid_result *r)
     result_array_free(r->valid, r->memory);
     result_array_free(r->slopes, r->memory);
     result_array_free(r->saturated, r->memory);
+    result_array_free(r->x_var, r->memory);
+    result_array_free(r->y_var, r->memory);
+    result_array_free(r->snr, r->memory);
+    result_array_free(r->status, r->memory);
     memset(r, 0, sizeof *r);
 }
 
@@ -735,13 +947,131 @@ static void cpu_lenslet_row(const sw_centroid_plan *plan, const char *frame, siz
                      plan->ref_x[l], plan->ref_y[l], out->x ? out->x + i : NULL,
                      out->y ? out->y + i : NULL, out->intensity ? out->intensity + i : NULL,
                      out->valid ? out->valid + i : NULL, out->saturated ? out->saturated + i : NULL,
-                     sx, sy);
+                     sx, sy, out->status ? out->status + i : NULL,
+                     out->x_var ? out->x_var + i : NULL, out->y_var ? out->y_var + i : NULL,
+                     out->snr ? out->snr + i : NULL);
+    }
+}
+
+/* The saturation check of one raw pixel (centroid_internal.h). */
+static int raw_saturated(const sw_centroid_plan *plan, const char *row, int32_t x)
+{
+    if (!plan->sat_on)
+        return 0;
+    if (plan->p.type == SW_PIX_U8)
+        return ((const uint8_t *)row)[x] >= plan->sat_u;
+    if (plan->p.type == SW_PIX_U16)
+        return ((const uint16_t *)row)[x] >= plan->sat_u;
+    float v;
+    memcpy(&v, row + (size_t)x * sizeof(float), sizeof v);
+    return v >= plan->sat_f;
+}
+
+/* Writes one lenslet's generic result (centroid_method.h) into the result arrays and the slope;
+ * the float rounding as sw_cm_finish's. Shared in spirit with the GPU's twin (centroid_cuda.cu). */
+static void store_generic(const sw_centroid_plan *plan, const sw_cmb_out *o, int sat, int32_t f,
+                          int32_t l, sw_centroid_result *out)
+{
+    size_t i = (size_t)f * (size_t)plan->nl + (size_t)l;
+    if (out->x)
+        out->x[i] = (float)o->x;
+    if (out->y)
+        out->y[i] = (float)o->y;
+    if (out->intensity)
+        out->intensity[i] = (float)o->inten;
+    if (out->valid)
+        out->valid[i] = (uint8_t)o->valid;
+    if (out->saturated)
+        out->saturated[i] = (uint8_t)(sat != 0);
+    if (out->status)
+        out->status[i] = (uint8_t)o->status;
+    if (out->x_var)
+        out->x_var[i] = (float)o->vx;
+    if (out->y_var)
+        out->y_var[i] = (float)o->vy;
+    if (out->snr)
+        out->snr[i] = (float)o->snr;
+    int32_t k = plan->slope_k[l];
+    if (out->slopes && k >= 0) {
+        size_t ns = (size_t)plan->nslopes;
+        float *s = out->slopes + (size_t)f * 2 * ns;
+        float *sx = plan->p.slope_layout == SW_SLOPES_BLOCKS ? s + k : s + 2 * (size_t)k;
+        float *sy = plan->p.slope_layout == SW_SLOPES_BLOCKS ? s + ns + k : sx + 1;
+        *sx = o->valid ? (float)((double)(float)o->x - plan->ref_x[l]) : 0.0f;
+        *sy = o->valid ? (float)((double)(float)o->y - plan->ref_y[l]) : 0.0f;
+    }
+}
+
+/* One (frame, lenslet) of the generic path: the region's steps 1-3 into the thread's scratch,
+ * the saturation from the raw pixels, then sw_cmb_measure. */
+static void cpu_generic_lenslet(const sw_centroid_plan *plan, const char *frame, size_t stride,
+                                int32_t f, int32_t l, char *scratch, sw_centroid_result *out)
+{
+    const int32_t ix = l % plan->nx, iy = l / plan->nx;
+    const int32_t xs = plan->xs[ix], ys = plan->ys[iy];
+    const int32_t w = plan->xe[ix] - xs, h = plan->ye[iy] - ys;
+    float *v = (float *)(void *)scratch;
+    int sat = 0;
+    for (int32_t j = 0; j < h; j++) {
+        const char *row = frame + (size_t)(ys + j) * stride;
+        float *vr = v + (size_t)j * w;
+        load_row(row, plan->p.type, xs, w, plan->lut, vr);
+        size_t k0 = (size_t)(ys + j) * (size_t)plan->p.width + (size_t)xs;
+        if (plan->dark)
+            for (int32_t i = 0; i < w; i++)
+                vr[i] = vr[i] - plan->dark[k0 + i];
+        if (plan->flat)
+            for (int32_t i = 0; i < w; i++)
+                vr[i] = vr[i] * plan->flat[k0 + i];
+        for (int32_t i = 0; i < w && !sat; i++)
+            sat = raw_saturated(plan, row, xs + i);
+    }
+    sw_cmb_region R;
+    memset(&R, 0, sizeof R);
+    R.v = v;
+    R.vs = w;
+    R.w = w;
+    R.h = h;
+    R.xs = xs;
+    R.ys = ys;
+    R.rx = plan->ref_x[l];
+    R.ry = plan->ref_y[l];
+    R.in_mask = plan->slope_k[l] >= 0;
+    R.sat = sat;
+    if (plan->corr_ref) {
+        R.r = plan->corr_ref + (size_t)ys * (size_t)plan->p.width + (size_t)xs;
+        R.rs = plan->p.width;
+        size_t off = ((size_t)plan->wmax * (size_t)plan->hmax * sizeof(float) + 7) / 8 * 8;
+        R.scratch = (double *)(void *)(scratch + off);
+    }
+    sw_cmb_out o;
+    sw_cmb_measure(&plan->mp, &R, &o);
+    store_generic(plan, &o, sat, f, l, out);
+}
+
+static void cpu_generic_run(sw_centroid_plan *plan, const sw_image *frames, int32_t nframes,
+                            sw_centroid_result *out)
+{
+    int64_t ntask = (int64_t)nframes * plan->nl;
+    size_t fbytes = (size_t)plan->p.height * frames->stride;
+#ifdef SW_HAVE_OPENMP
+#pragma omp parallel for schedule(dynamic, 16) num_threads(plan->threads > 0 ? plan->threads : 1)
+#endif
+    for (int64_t t = 0; t < ntask; t++) {
+        int32_t f = (int32_t)(t / plan->nl), l = (int32_t)(t % plan->nl);
+        char *scratch = plan->cpu_gen + (size_t)sw_omp_thread() * plan->cpu_gen_bytes;
+        cpu_generic_lenslet(plan, (const char *)frames->data + (size_t)f * fbytes, frames->stride,
+                            f, l, scratch, out);
     }
 }
 
 static void cpu_run(sw_centroid_plan *plan, const sw_image *frames, int32_t nframes,
                     sw_centroid_result *out)
 {
+    if (!plan->fast) {
+        cpu_generic_run(plan, frames, nframes, out);
+        return;
+    }
     int64_t ntask = (int64_t)nframes * plan->ny;
     size_t nc = (size_t)(plan->col1 - plan->col0);
     size_t fbytes = (size_t)plan->p.height * frames->stride;

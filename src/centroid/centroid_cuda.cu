@@ -108,6 +108,8 @@ typedef struct cg_args {
     float sat_f;      /* f32 frames: raw >= sat_f is saturated (NaN: none) */
     int drop;         /* 1: saturated lenslets are invalid */
     int gs;           /* lanes per lenslet in the finishing reductions: a power of two <= 32 */
+    uint8_t *status;  /* sw_centroid_status, or NULL */
+    float *xvar, *yvar, *snr; /* error bars and SNR (NaN on this path), or NULL */
 } cg_args;
 
 typedef struct cg_gpu {
@@ -118,6 +120,11 @@ typedef struct cg_gpu {
     size_t frames_pitch;
     float *x, *y, *inten, *slopes; /* results for host / pinned result arrays */
     uint8_t *flag, *sat;
+    float *xvar, *yvar, *snr; /* error bars and SNR for host result arrays */
+    uint8_t *status;
+    int32_t *xs, *xe, *ys, *ye;     /* the regions (the generic kernel) */
+    float *corr;                    /* CORRELATION template */
+    size_t cm_smem;                 /* the generic kernel's dynamic shared memory */
     int tx, r, nz, gs, lpt, ntiles; /* launch shape (choose_shape) */
     size_t smem;                    /* dynamic shared memory per block */
     int uva;          /* unified addressing: pinned host pointers are device pointers */
@@ -501,7 +508,9 @@ __global__ void __launch_bounds__(CG_THREADS, CG_MIN_BLOCKS) cog_kernel(const cg
                 sw_cm_finish((double)m00, (double)m10, (double)m01, xs, ysq, ks >= 0, (int)sat,
                              a.drop, rx, ry, a.x ? a.x + i : NULL, a.y ? a.y + i : NULL,
                              a.inten ? a.inten + i : NULL, a.flag ? a.flag + i : NULL,
-                             a.satflag ? a.satflag + i : NULL, sx, sy);
+                             a.satflag ? a.satflag + i : NULL, sx, sy,
+                             a.status ? a.status + i : NULL, a.xvar ? a.xvar + i : NULL,
+                             a.yvar ? a.yvar + i : NULL, a.snr ? a.snr + i : NULL);
             }
         }
         __syncthreads(); /* shared memory is reused by the next frame */
@@ -527,6 +536,193 @@ template <> cg_kernel_fn pick<float>(int load, int exact)
     if (load == CG_LOAD_SCALAR)
         return cog_kernel<float, CG_LOAD_SCALAR, false>;
     return cog_kernel<float, CG_LOAD_BYTES, false>;
+}
+
+/* ------------------------------------------------------------------ the generic path */
+
+/*
+ * The methods, error bars and status codes of centroid.h (all but the fast CoG): one block of
+ * CM_THREADS threads per (lenslet, frame). The block loads the lenslet's region after steps 1-3
+ * (as centroid.c's cpu_generic_lenslet: LUT, v - dark, v * flat, each rounded to float) into
+ * shared memory, with the template's region for CORRELATION, and runs sw_cmb_measure
+ * (centroid_method.h), the CPU's code, with every pixel loop strided over the threads and its
+ * sums reduced over the block (warp shuffles, then one pass over the warps' partials, in the same
+ * order in every thread, so that all threads take the same decisions). Thread 0 writes the
+ * lenslet's results.
+ */
+#define CM_THREADS 128
+
+__device__ void cm_block_reduce(double *s, int k, bool is_max)
+{
+    __shared__ double red[(CM_THREADS / 32) * SW_CMB_MAXK];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int q = 0; q < k; q++) {
+        double v = s[q];
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const double u = __shfl_xor_sync(0xffffffffu, v, o);
+            v = is_max ? fmax(v, u) : v + u;
+        }
+        if (lane == 0)
+            red[warp * SW_CMB_MAXK + q] = v;
+    }
+    __syncthreads();
+    for (int q = 0; q < k; q++) {
+        double v = red[q];
+        for (int w = 1; w < nw; w++)
+            v = is_max ? fmax(v, red[w * SW_CMB_MAXK + q]) : v + red[w * SW_CMB_MAXK + q];
+        s[q] = v;
+    }
+    __syncthreads(); /* red is reused by the next reduction */
+}
+
+#define SW_CMB_FN        __device__ static
+#define SW_CMB_T0        ((int32_t)threadIdx.x)
+#define SW_CMB_TN        ((int32_t)blockDim.x)
+#define SW_CMB_SUM(s, k) cm_block_reduce((s), (k), false)
+#define SW_CMB_MAX(s, k) cm_block_reduce((s), (k), true)
+#define SW_CMB_SYNC()    __syncthreads()
+#include "centroid/centroid_method.h"
+
+typedef struct cm_args {
+    const char *img;
+    size_t stride;
+    int32_t width, height, nx, nl, nframes;
+    const int32_t *xs, *xe, *ys, *ye, *slope_k;
+    const double *ref_x, *ref_y;
+    const float *lut, *dark, *flat, *corr;
+    sw_cmb_params mp;
+    uint32_t sat_u;
+    float sat_f;
+    int32_t wmax, hmax;
+    int32_t nslopes;
+    int interleaved;
+    float *x, *y, *inten, *slopes, *xvar, *yvar, *snr;
+    uint8_t *flag, *satflag, *status;
+} cm_args;
+
+template <typename T> __device__ __forceinline__ unsigned cm_saturated(const cm_args &a, T raw)
+{
+    return (uint32_t)raw >= a.sat_u;
+}
+
+template <> __device__ __forceinline__ unsigned cm_saturated<float>(const cm_args &a, float raw)
+{
+    return raw >= a.sat_f; /* false for a NaN level (none) */
+}
+
+template <typename T, bool ALIGNED>
+__global__ void __launch_bounds__(CM_THREADS) method_kernel(const cm_args a)
+{
+    extern __shared__ __align__(16) unsigned char smem[];
+    __shared__ int sat_sh;
+    const int32_t npix_max = a.wmax * a.hmax;
+    float *v = (float *)smem;
+    float *r = v + npix_max;
+    double *scratch =
+        (double *)(smem + (((size_t)npix_max * (a.corr ? 2 : 1) * sizeof(float) + 7) / 8 * 8));
+    const int32_t l = (int32_t)blockIdx.x, ix = l % a.nx, iy = l / a.nx;
+    const int32_t xs = a.xs[ix], ys = a.ys[iy];
+    const int32_t w = a.xe[ix] - xs, h = a.ye[iy] - ys, n = w * h;
+    const int32_t k = a.slope_k[l];
+    for (int32_t f = (int32_t)blockIdx.y; f < a.nframes; f += (int32_t)gridDim.y) {
+        if (threadIdx.x == 0)
+            sat_sh = 0;
+        __syncthreads();
+        const char *frame = a.img + (size_t)f * (size_t)a.height * a.stride;
+        unsigned sat = 0;
+        for (int32_t q = (int32_t)threadIdx.x; q < n; q += (int32_t)blockDim.x) {
+            const int32_t i = q % w, j = q / w, x = xs + i, y = ys + j;
+            const char *row = frame + (size_t)y * a.stride;
+            const T raw =
+                ALIGNED ? ((const T *)row)[x] : byte_load(row + (size_t)x * sizeof(T), T());
+            sat |= cm_saturated<T>(a, raw);
+            float val;
+            if (std::is_same<T, float>::value)
+                val = (float)raw;
+            else
+                val = a.lut ? a.lut[(uint32_t)raw] : (float)raw;
+            const size_t kp = (size_t)y * (size_t)a.width + (size_t)x;
+            if (a.dark)
+                val = __fsub_rn(val, a.dark[kp]);
+            if (a.flat)
+                val = __fmul_rn(val, a.flat[kp]);
+            v[q] = val;
+            if (a.corr)
+                r[q] = a.corr[kp];
+        }
+        if (sat)
+            sat_sh = 1;
+        __syncthreads();
+        sw_cmb_region R;
+        R.v = v;
+        R.r = a.corr ? r : NULL;
+        R.scratch = scratch;
+        R.w = w;
+        R.h = h;
+        R.vs = w;
+        R.rs = w;
+        R.xs = xs;
+        R.ys = ys;
+        R.rx = a.ref_x[l];
+        R.ry = a.ref_y[l];
+        R.in_mask = k >= 0;
+        R.sat = sat_sh;
+        sw_cmb_out o;
+        sw_cmb_measure(&a.mp, &R, &o);
+        if (threadIdx.x == 0) {
+            const size_t i = (size_t)f * (size_t)a.nl + (size_t)l;
+            if (a.x)
+                a.x[i] = (float)o.x;
+            if (a.y)
+                a.y[i] = (float)o.y;
+            if (a.inten)
+                a.inten[i] = (float)o.inten;
+            if (a.flag)
+                a.flag[i] = (uint8_t)o.valid;
+            if (a.satflag)
+                a.satflag[i] = (uint8_t)(R.sat != 0);
+            if (a.status)
+                a.status[i] = (uint8_t)o.status;
+            if (a.xvar)
+                a.xvar[i] = (float)o.vx;
+            if (a.yvar)
+                a.yvar[i] = (float)o.vy;
+            if (a.snr)
+                a.snr[i] = (float)o.snr;
+            if (a.slopes && k >= 0) {
+                const size_t ns = (size_t)a.nslopes;
+                float *sl = a.slopes + (size_t)f * 2 * ns;
+                float *sx = a.interleaved ? sl + 2 * (size_t)k : sl + k;
+                float *sy = a.interleaved ? sx + 1 : sl + ns + k;
+                *sx = o.valid ? (float)((double)(float)o.x - a.ref_x[l]) : 0.0f;
+                *sy = o.valid ? (float)((double)(float)o.y - a.ref_y[l]) : 0.0f;
+            }
+        }
+        __syncthreads(); /* the region is reloaded for the next frame */
+    }
+}
+
+typedef void (*cm_kernel_fn)(const cm_args);
+
+static cm_kernel_fn cm_pick(sw_pixel_type t, bool aligned)
+{
+    if (t == SW_PIX_U8)
+        return method_kernel<uint8_t, true>;
+    if (t == SW_PIX_U16)
+        return aligned ? method_kernel<uint16_t, true> : method_kernel<uint16_t, false>;
+    return aligned ? method_kernel<float, true> : method_kernel<float, false>;
+}
+
+/* Shared memory of the generic kernel: the region, the template's, the correlation's scores. */
+static size_t cm_smem(const sw_centroid_plan *plan)
+{
+    const size_t npix = (size_t)plan->wmax * (size_t)plan->hmax;
+    size_t bytes = (npix * (plan->corr_ref ? 2 : 1) * sizeof(float) + 7) / 8 * 8;
+    if (plan->corr_ref)
+        bytes +=
+            (size_t)(2 * plan->mp.search + 1) * (size_t)(2 * plan->mp.search + 1) * sizeof(double);
+    return bytes;
 }
 
 /* ------------------------------------------------------------------ launch shape */
@@ -668,6 +864,35 @@ extern "C" sw_status sw_centroid_gpu_create(sw_centroid_plan *plan)
     SW_TRY(upload<uint8_t>(plan, &g->flag, NULL, n));
     SW_TRY(upload<uint8_t>(plan, &g->sat, NULL, n));
     SW_TRY(upload<float>(plan, &g->slopes, NULL, ns));
+    SW_TRY(upload<float>(plan, &g->xvar, NULL, n));
+    SW_TRY(upload<float>(plan, &g->yvar, NULL, n));
+    SW_TRY(upload<float>(plan, &g->snr, NULL, n));
+    SW_TRY(upload<uint8_t>(plan, &g->status, NULL, n));
+    if (!plan->fast) {
+        SW_TRY(upload(plan, &g->xs, plan->xs, (size_t)plan->nx));
+        SW_TRY(upload(plan, &g->xe, plan->xe, (size_t)plan->nx));
+        SW_TRY(upload(plan, &g->ys, plan->ys, (size_t)plan->ny));
+        SW_TRY(upload(plan, &g->ye, plan->ye, (size_t)plan->ny));
+        if (plan->corr_ref)
+            SW_TRY(upload(plan, &g->corr, plan->corr_ref, npix));
+        g->cm_smem = cm_smem(plan);
+        int optin = 0;
+        SW_CU(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                                     plan->ctx->device));
+        if (g->cm_smem + 4096 > (size_t)optin)
+            return sw_fail(plan->ctx, SW_EUNSUPPORTED,
+                           "centroid: the %s method needs %zu B of shared memory per block for "
+                           "%dx%d px regions; this GPU gives %d B (use smaller regions or a "
+                           "smaller correlation search)",
+                           sw_centroid_method_string(p->method), g->cm_smem, plan->wmax, plan->hmax,
+                           optin);
+        const sw_pixel_type types[3] = {SW_PIX_U8, SW_PIX_U16, SW_PIX_F32};
+        for (int t = 0; t < 3; t++)
+            for (int al = 0; al < 2; al++)
+                SW_CU(cudaFuncSetAttribute(cm_pick(types[t], al != 0),
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)g->cm_smem));
+    }
     SW_CU(cudaStreamSynchronize(stream_of(plan))); /* the host copies may change after create */
     sw_log(plan->ctx, SW_LOG_DEBUG,
            "centroid GPU: blocks of %d pixel groups x %d row groups x %d lenslet rows, %d "
@@ -751,6 +976,14 @@ extern "C" sw_status sw_centroid_gpu_run(sw_centroid_plan *plan, const sw_image 
         a.satflag = (uint8_t *)q;
         SW_TRY(mapped(plan, out->slopes, &q));
         a.slopes = (float *)q;
+        SW_TRY(mapped(plan, out->status, &q));
+        a.status = (uint8_t *)q;
+        SW_TRY(mapped(plan, out->x_var, &q));
+        a.xvar = (float *)q;
+        SW_TRY(mapped(plan, out->y_var, &q));
+        a.yvar = (float *)q;
+        SW_TRY(mapped(plan, out->snr, &q));
+        a.snr = (float *)q;
     } else if (direct) {
         a.x = out->x;
         a.y = out->y;
@@ -758,6 +991,10 @@ extern "C" sw_status sw_centroid_gpu_run(sw_centroid_plan *plan, const sw_image 
         a.flag = out->valid;
         a.satflag = out->saturated;
         a.slopes = out->slopes;
+        a.status = out->status;
+        a.xvar = out->x_var;
+        a.yvar = out->y_var;
+        a.snr = out->snr;
     } else {
         a.x = out->x ? g->x : NULL;
         a.y = out->y ? g->y : NULL;
@@ -765,6 +1002,10 @@ extern "C" sw_status sw_centroid_gpu_run(sw_centroid_plan *plan, const sw_image 
         a.flag = out->valid ? g->flag : NULL;
         a.satflag = out->saturated ? g->sat : NULL;
         a.slopes = out->slopes ? g->slopes : NULL;
+        a.status = out->status ? g->status : NULL;
+        a.xvar = out->x_var ? g->xvar : NULL;
+        a.yvar = out->y_var ? g->yvar : NULL;
+        a.snr = out->snr ? g->snr : NULL;
     }
 
     a.img = (const char *)img;
@@ -804,17 +1045,62 @@ extern "C" sw_status sw_centroid_gpu_run(sw_centroid_plan *plan, const sw_image 
     a.sat_f = plan->sat_f;
     a.drop = p->drop_saturated;
 
-    const int load = load_mode(img, stride, psize);
-    const cg_kernel_fn k = p->type == SW_PIX_U8    ? pick<uint8_t>(load, plan->exact)
-                           : p->type == SW_PIX_U16 ? pick<uint16_t>(load, plan->exact)
-                                                   : pick<float>(load, 0);
-    const int bands = (plan->ny + g->nz - 1) / g->nz;
-    const dim3 grid((unsigned)(g->ntiles * bands), (unsigned)(nframes < 65535 ? nframes : 65535));
-    const dim3 block((unsigned)g->tx, (unsigned)g->r, (unsigned)g->nz);
     if (plan->timing)
         SW_CU(cudaEventRecord(g->ev.t0, s));
-    k<<<grid, block, g->smem, s>>>(a);
-    SW_CU(cudaGetLastError());
+    if (!plan->fast) {
+        cm_args m;
+        memset(&m, 0, sizeof m);
+        m.img = a.img;
+        m.stride = stride;
+        m.width = p->width;
+        m.height = p->height;
+        m.nx = plan->nx;
+        m.nl = plan->nl;
+        m.nframes = nframes;
+        m.xs = g->xs;
+        m.xe = g->xe;
+        m.ys = g->ys;
+        m.ye = g->ye;
+        m.slope_k = g->slope_k;
+        m.ref_x = g->ref_x;
+        m.ref_y = g->ref_y;
+        m.lut = g->lut;
+        m.dark = g->dark;
+        m.flat = g->flat;
+        m.corr = g->corr;
+        m.mp = plan->mp;
+        m.sat_u = plan->sat_u;
+        m.sat_f = plan->sat_f;
+        m.wmax = plan->wmax;
+        m.hmax = plan->hmax;
+        m.nslopes = plan->nslopes;
+        m.interleaved = a.interleaved;
+        m.x = a.x;
+        m.y = a.y;
+        m.inten = a.inten;
+        m.slopes = a.slopes;
+        m.xvar = a.xvar;
+        m.yvar = a.yvar;
+        m.snr = a.snr;
+        m.flag = a.flag;
+        m.satflag = a.satflag;
+        m.status = a.status;
+        const bool aligned = (uintptr_t)img % psize == 0 && stride % psize == 0;
+        const dim3 grid((unsigned)plan->nl, (unsigned)(nframes < 65535 ? nframes : 65535));
+        cm_pick(p->type, aligned)<<<grid, CM_THREADS, g->cm_smem, s>>>(m);
+        SW_CU(cudaGetLastError());
+    } else {
+        const int load = load_mode(img, stride, psize);
+        const cg_kernel_fn k = p->type == SW_PIX_U8    ? pick<uint8_t>(load, plan->exact)
+                               : p->type == SW_PIX_U16 ? pick<uint16_t>(load, plan->exact)
+                                                       : pick<float>(load, 0);
+        const int bands = (plan->ny + g->nz - 1) / g->nz;
+        const dim3 grid((unsigned)(g->ntiles * bands),
+                        (unsigned)(nframes < 65535 ? nframes : 65535));
+        const dim3 block((unsigned)g->tx, (unsigned)g->r, (unsigned)g->nz);
+        k<<<grid, block, g->smem, s>>>(a);
+        SW_CU(cudaGetLastError());
+    }
     if (plan->timing)
         SW_CU(cudaEventRecord(g->ev.t1, s));
 
@@ -835,6 +1121,16 @@ extern "C" sw_status sw_centroid_gpu_run(sw_centroid_plan *plan, const sw_image 
         if (out->slopes && ns > 0)
             SW_CU(cudaMemcpyAsync(out->slopes, g->slopes, ns * sizeof(float),
                                   cudaMemcpyDeviceToHost, s));
+        if (out->status)
+            SW_CU(cudaMemcpyAsync(out->status, g->status, n, cudaMemcpyDeviceToHost, s));
+        if (out->x_var)
+            SW_CU(
+                cudaMemcpyAsync(out->x_var, g->xvar, n * sizeof(float), cudaMemcpyDeviceToHost, s));
+        if (out->y_var)
+            SW_CU(
+                cudaMemcpyAsync(out->y_var, g->yvar, n * sizeof(float), cudaMemcpyDeviceToHost, s));
+        if (out->snr)
+            SW_CU(cudaMemcpyAsync(out->snr, g->snr, n * sizeof(float), cudaMemcpyDeviceToHost, s));
     }
     if (out->memory != SW_MEM_DEVICE)
         SW_CU(cudaStreamSynchronize(s));
@@ -870,6 +1166,15 @@ extern "C" void sw_centroid_gpu_destroy(sw_centroid_plan *plan)
     cudaFree(g->flag);
     cudaFree(g->sat);
     cudaFree(g->slopes);
+    cudaFree(g->xvar);
+    cudaFree(g->yvar);
+    cudaFree(g->snr);
+    cudaFree(g->status);
+    cudaFree(g->xs);
+    cudaFree(g->xe);
+    cudaFree(g->ys);
+    cudaFree(g->ye);
+    cudaFree(g->corr);
     sw_event_pair_destroy(&g->ev);
     free(g);
     plan->gpu = NULL;

@@ -6,6 +6,7 @@
 #ifndef SW_CENTROID_INTERNAL_H
 #define SW_CENTROID_INTERNAL_H
 
+#include "centroid/centroid_model.h"
 #include "core/core_internal.h"
 #include "spotwave/centroid.h"
 
@@ -53,6 +54,15 @@ struct sw_centroid_plan {
     int32_t *slope_l;      /* nslopes flat lenslet indices, increasing */
     int32_t *slope_k;      /* nl: the slope index of lenslet l, or -1 (not in the mask) */
     double *ref_x, *ref_y; /* nl reference positions */
+
+    /* The generic path (centroid.h "Methods"; centroid_method.h): fast = 1 runs the CoG code
+     * above instead. wmax, hmax: the largest windowed region. */
+    int fast;
+    sw_cmb_params mp;
+    float *corr_ref; /* CORRELATION: width * height template image (copy) */
+    int32_t wmax, hmax;
+    size_t cpu_gen_bytes; /* per thread: the region (wmax * hmax floats), the CORRELATION scratch */
+    char *cpu_gen;        /* threads x cpu_gen_bytes */
 
     /* CPU */
     int threads;

@@ -59,10 +59,23 @@ SW_CM_FN float sw_cm_fraction_threshold(double fraction, float m)
  */
 SW_CM_FN int sw_cm_finish(double m00, double m10, double m01, int32_t xs, int32_t ys, int in_mask,
                           int sat, int drop, double rx, double ry, float *x, float *y, float *inten,
-                          uint8_t *valid, uint8_t *saturated, float *sx, float *sy)
+                          uint8_t *valid, uint8_t *saturated, float *sx, float *sy, uint8_t *status,
+                          float *xvar, float *yvar, float *snr)
 {
     int ok =
         in_mask && m00 > 0.0 && isfinite(m00) && isfinite(m10) && isfinite(m01) && !(sat && drop);
+    /* centroid.h "Status" on the fast path: masked, non-finite, empty, saturated or ok (the
+     * numbers of sw_centroid_status); no error bars here (centroid.h). */
+    if (status) {
+        int finite = isfinite(m00) && isfinite(m10) && isfinite(m01);
+        *status = (uint8_t)(!in_mask ? 1 : !finite ? 2 : !(m00 > 0.0) ? 3 : sat ? 7 : 0);
+    }
+    if (xvar)
+        *xvar = NAN;
+    if (yvar)
+        *yvar = NAN;
+    if (snr)
+        *snr = NAN;
     double cx = ok ? (double)xs + m10 / m00 : NAN;
     double cy = ok ? (double)ys + m01 / m00 : NAN;
     if (x)
@@ -83,5 +96,63 @@ SW_CM_FN int sw_cm_finish(double m00, double m10, double m01, int32_t xs, int32_
         *sy = ok ? (float)((double)(float)cy - ry) : 0.0f;
     return ok;
 }
+
+/* ---- the generic path's data (centroid_method.h) ---- */
+
+#define SW_CMB_MAXK 14 /* most doubles one SW_CMB_SUM / SW_CMB_MAX reduces */
+
+/* One lenslet's data. */
+typedef struct sw_cmb_region {
+    const float *v;  /* pixels after steps 1-3 (LUT, dark, flat), row y at v + y * vs   */
+    const float *r;  /* CORRELATION: the template, row y at r + y * rs; else NULL        */
+    double *scratch; /* CORRELATION: (2 S + 1)^2 doubles shared by the threads          */
+    int32_t w, h, vs, rs;
+    int32_t xs, ys; /* frame position of pixel (0, 0)                                     */
+    double rx, ry;  /* the lenslet's reference position (frame)                          */
+    int in_mask, sat;
+} sw_cmb_region;
+
+/* The plan's method parameters (centroid.c fills them from sw_centroid_params). */
+typedef struct sw_cmb_params {
+    int method;         /* sw_centroid_method                                           */
+    int mode, fraction; /* threshold mode (0 none, 1 subtract, 2 zero), FRACTION kind   */
+    float thr, gamma;   /* ABSOLUTE threshold, gamma                                      */
+    double frac;        /* FRACTION                                                       */
+    double sigma_w;     /* WCOG weight r.m.s. width, px                                   */
+    int iters;          /* WCOG re-centrings                                              */
+    double local_k;     /* LOCAL                                                          */
+    int nbright;        /* BRIGHTEST                                                      */
+    int search;         /* CORRELATION S                                                  */
+    double qgain;       /* QUADCELL g                                                     */
+    int have_det;       /* 1: var = max(v, 0) * inv_gain + rn2; 0: the ring's variance    */
+    double inv_gain, rn2;
+    double min_snr, max_shift, edge_px, edge_frac;
+    int peak_border, drop;
+} sw_cmb_params;
+
+typedef struct sw_cmb_out {
+    double x, y, inten, vx, vy, snr;
+    int status, valid;
+} sw_cmb_out;
+
+/* The status codes (centroid.h sw_centroid_status). */
+enum {
+    SW_CMB_OK = 0,
+    SW_CMB_MASKED = 1,
+    SW_CMB_NONFINITE = 2,
+    SW_CMB_EMPTY = 3,
+    SW_CMB_LEFT = 4,
+    SW_CMB_CUT = 5,
+    SW_CMB_FAINT = 6,
+    SW_CMB_SATURATED = 7
+};
+enum {
+    SW_CMB_COG = 0,
+    SW_CMB_WCOG = 1,
+    SW_CMB_LOCAL = 2,
+    SW_CMB_BRIGHT = 3,
+    SW_CMB_CORR = 4,
+    SW_CMB_QUAD = 5
+};
 
 #endif

@@ -151,7 +151,7 @@ expect 0 --backend cpu sim sh "${geom[@]}" --size 250x205 --noise none --bits 32
 expect 0 --backend cpu centroid "$tmp/a.fits" "${geom[@]}"
 [[ -z $err ]] || fail "centroid wrote to stderr on success: $err"
 printf '%s\n' "$out" >"$tmp/c_stdout.csv"
-[[ $(head -1 "$tmp/c_stdout.csv") == "ix,iy,x_px,y_px,intensity,valid,saturated" ]] ||
+[[ $(head -1 "$tmp/c_stdout.csv") == "ix,iy,x_px,y_px,intensity,valid,saturated,status,x_var,y_var,snr" ]] ||
     fail "centroids header: $(head -1 "$tmp/c_stdout.csv")"
 [[ $(wc -l <"$tmp/c_stdout.csv") == 100 ]] || fail "not 11 x 9 rows"
 check truth "$tmp/c_stdout.csv" "$tmp/a.csv" 0.05 || fail "centroids differ from the truth"
@@ -162,7 +162,7 @@ check truth "$tmp/r.csv" "$tmp/flat.csv" 0.05 || fail "reference centroids diffe
 expect 0 --backend cpu centroid "$tmp/a.fits" "${geom[@]}" --reference "$tmp/ref.fits" \
     --out "$tmp/c.csv" --slopes "$tmp/s.csv"
 [[ $out == *"centroid: 1 frame of 250x205 f32, grid 11x9"* ]] || fail "text report: $out"
-[[ $(head -1 "$tmp/c.csv") == "ix,iy,x_px,y_px,intensity,valid,dx_px,dy_px,saturated" ]] ||
+[[ $(head -1 "$tmp/c.csv") == "ix,iy,x_px,y_px,intensity,valid,dx_px,dy_px,saturated,status,x_var,y_var,snr" ]] ||
     fail "centroids header with a reference: $(head -1 "$tmp/c.csv")"
 [[ $(head -1 "$tmp/s.csv") == "ix,iy,dx_px,dy_px" ]] || fail "slopes header: $(head -1 "$tmp/s.csv")"
 check truth "$tmp/c.csv" "$tmp/a.csv" 0.05 || fail "centroids or slopes differ from the truth"
@@ -213,7 +213,7 @@ expect 0 --backend cpu centroid "$tmp/cube.fits" "${geom[@]}" --reference "$tmp/
 printf '%s\n' "$out" >"$tmp/c3.json"
 check json "$tmp/c3.json" 'r["frames"] == 3 and r["valid_per_frame"] == [99, 99, 99]' ||
     fail "cube report: $out"
-[[ $(head -1 "$tmp/c3.csv") == "frame,ix,iy,x_px,y_px,intensity,valid,dx_px,dy_px,saturated" ]] ||
+[[ $(head -1 "$tmp/c3.csv") == "frame,ix,iy,x_px,y_px,intensity,valid,dx_px,dy_px,saturated,status,x_var,y_var,snr" ]] ||
     fail "cube header: $(head -1 "$tmp/c3.csv")"
 [[ $(head -1 "$tmp/s3.csv") == "frame,ix,iy,dx_px,dy_px" ]] || fail "cube slopes header"
 check frames "$tmp/c3.csv" "$tmp/c.csv" "$tmp/r.csv" || fail "cube frames are not the images'"
@@ -338,7 +338,7 @@ fail1 "$tmp/a.fits" "${geom[@]}" --mask "$tmp/mask_half.csv"
 head -n 99 "$tmp/r.csv" >"$tmp/r_short.csv" # 98 lenslets
 fail1 "$tmp/a.fits" "${geom[@]}" --reference "$tmp/r_short.csv"
 [[ $err == *"lists 98 of the 99 lenslets"* ]] || fail "short reference CSV: $err"
-{ cat "$tmp/r.csv"; echo "11,0,1,1,1,1,0"; } >"$tmp/r_extra.csv"
+{ cat "$tmp/r.csv"; echo "11,0,1,1,1,1,0,0,nan,nan,nan"; } >"$tmp/r_extra.csv"
 fail1 "$tmp/a.fits" "${geom[@]}" --reference "$tmp/r_extra.csv"
 [[ $err == *"not in the 11x9 grid"* ]] || fail "reference CSV outside the grid: $err"
 { cat "$tmp/r.csv"; sed -n 2p "$tmp/r.csv"; } >"$tmp/r_twice.csv"

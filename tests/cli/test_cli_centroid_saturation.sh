@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `spotwave centroid` and saturation (centroid.h "Saturation"): on hand-made frames of a 4 x 4
 # grid of 16-px lenslets, each with a symmetric spot, one spot clipped at the 8-bit full scale:
-# the CSV's last column 'saturated' flags exactly that lenslet (kept valid, its centroid at the
+# the CSV's column 'saturated' flags exactly that lenslet (kept valid, its centroid at the
 # spot's centre), the summary and --json count it; --drop-saturated makes it invalid; explicit
 # --saturation levels, none, --window, a 16-bit frame (65535 by default, a 12-bit camera's 4095),
 # a float frame (no check unless a level is given), a saturated reference image (counted; left
@@ -52,14 +52,14 @@ else:
     open(path, "wb").write(head.encode("ascii") + body)
 EOF
 
-# flags.py CSV WANT_SATURATED WANT_INVALID: the 'saturated' column (last) lists exactly the
+# flags.py CSV WANT_SATURATED WANT_INVALID: the 'saturated' column lists exactly the
 # lenslets of WANT_SATURATED (comma-separated flat indices, or -), 'valid' is 0 exactly on
 # WANT_INVALID, and every valid lenslet's centroid is its spot's centre.
 cat >"$tmp/flags.py" <<'EOF'
 import math, sys
 lines = [l.strip() for l in open(sys.argv[1]) if l.strip()]
 names = lines[0].split(",")
-assert names[-1] == "saturated", names
+assert names[names.index("saturated"):] == ["saturated", "status", "x_var", "y_var", "snr"], names
 assert names[:6] == ["ix", "iy", "x_px", "y_px", "intensity", "valid"], names
 ids = lambda s: set() if s == "-" else {int(v) for v in s.split(",")}
 want_sat, want_bad = ids(sys.argv[2]), ids(sys.argv[3])

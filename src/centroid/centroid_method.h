@@ -1,0 +1,431 @@
+/*
+ * The generic per-lenslet measurement of the centroid stage (centroid.h "Methods", "Error bars",
+ * "Status"), written once for the CPU (centroid.c) and the GPU (centroid_cuda.cu).
+ *
+ * The including file defines, before including this header:
+ *   SW_CMB_FN        the qualifiers of these functions (static / __device__ static)
+ *   SW_CMB_T0        this thread's index among the threads that measure one lenslet together
+ *   SW_CMB_TN        their number (the CPU: 0 and 1; the GPU: the block's threads)
+ *   SW_CMB_SUM(s, k) replaces s[0 .. k) (doubles, k <= SW_CMB_MAXK) by their sums over those
+ *                    threads, in every thread (the CPU: nothing)
+ *   SW_CMB_MAX(s, k) likewise with the maximum
+ *   SW_CMB_SYNC()    a barrier between those threads (the CPU: nothing)
+ * Every pixel loop runs i = T0, T0 + TN, ... and is followed by a SUM or MAX, so every thread ends
+ * with the same totals and takes the same decisions; the CPU runs the same code with one thread.
+ * The sums are in double; the GPU adds them in another order, so results agree within rounding
+ * (1e-9 relative), and the decisions taken on sums (a pixel exactly at a threshold made of sums)
+ * may, very rarely, differ.
+ *
+ * Counting passes (the (N+1)-th brightest value) bisect on the 32 bits of an order-preserving key
+ * of the float values: 32 passes of one count each, exact on both sides.
+ */
+#ifndef SW_CENTROID_METHOD_H
+#define SW_CENTROID_METHOD_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "centroid/centroid_model.h"
+
+/* An order-preserving 32-bit key of a float (larger float, larger key) and back. */
+SW_CM_FN uint32_t sw_cmb_key(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+SW_CM_FN float sw_cmb_unkey(uint32_t k)
+{
+    uint32_t u = (k & 0x80000000u) ? (k & 0x7FFFFFFFu) : ~k;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* The conditioned value (centroid.h steps 4-5, threshold t) of v and its derivative dc/dv. */
+SW_CM_FN float sw_cmb_cond(const sw_cmb_params *P, float v, float t, double *deriv)
+{
+    float c = sw_cm_condition(v, 0.0f, 1.0f, P->mode, t, P->gamma);
+    double d = 1.0;
+    if (P->mode != 0 || P->gamma != 1.0f) {
+        if (!(c > 0.0f)) {
+            d = 0.0;
+        } else if (P->gamma != 1.0f) {
+            /* c = u^gamma, u the thresholded value: dc/dv = gamma c / u */
+            float u = P->mode == 1 ? v - t : v;
+            d = u > 0.0f ? (double)P->gamma * (double)c / (double)u : 0.0;
+        }
+    }
+    *deriv = d;
+    return c;
+}
+
+SW_CM_FN int sw_cmb_on_ring(int32_t i, int32_t j, int32_t w, int32_t h)
+{
+    return i == 0 || j == 0 || i == w - 1 || j == h - 1;
+}
+
+/* The per-pixel variance (centroid.h "Error bars"): the detector model, or the ring's. */
+SW_CM_FN double sw_cmb_var(const sw_cmb_params *P, float v, double ring_var)
+{
+    if (!P->have_det)
+        return ring_var;
+    /* the pixel's own value as the estimate of its mean (unbiased: a clipped max(v, 0) would
+     * overstate the variance of the sky-free pixels by about 0.4 read noise / gain) */
+    const double var = (double)v * P->inv_gain + P->rn2;
+    return var > 0.0 ? var : 0.0;
+}
+
+/*
+ * The CoG-like sums of one weight centre (cx, cy in region coordinates; ignored unless WCOG):
+ * s[0] = sum w s, s[1] = sum w s x, s[2] = sum w s y, s[3] = sum w s x^2, s[4] = sum w s y^2,
+ * s[5] = sum V, s[6] = sum V x, s[7] = sum V x^2, s[8] = sum V y, s[9] = sum V y^2,
+ * s[10] = sum over the ring of w s, with V = w^2 c'^2 var (region coordinates x = i, y = j).
+ * The signal s of a pixel: c (COG, WCOG), c - bg above bg + k sd (LOCAL), max(c - b, 0)
+ * (BRIGHTEST: b in bg).
+ */
+SW_CMB_FN void sw_cmb_cog_sums(const sw_cmb_params *P, const sw_cmb_region *R, float t, double bg,
+                               double sd, double ring_var, double cx, double cy, double *s)
+{
+    const int32_t w = R->w, n = R->w * R->h;
+    for (int k = 0; k < 11; k++)
+        s[k] = 0.0;
+    const double inv2s2 = P->method == SW_CMB_WCOG ? 0.5 / (P->sigma_w * P->sigma_w) : 0.0;
+    for (int32_t q = SW_CMB_T0; q < n; q += SW_CMB_TN) {
+        const int32_t i = q % w, j = q / w;
+        const float v = R->v[(size_t)j * R->vs + i];
+        double d;
+        const double c = (double)sw_cmb_cond(P, v, t, &d);
+        double sig = c;
+        if (P->method == SW_CMB_LOCAL) {
+            sig = c > bg + P->local_k * sd ? c - bg : 0.0;
+            d = sig > 0.0 ? d : 0.0;
+        } else if (P->method == SW_CMB_BRIGHT) {
+            sig = c > bg ? c - bg : 0.0;
+            d = sig > 0.0 ? d : 0.0;
+        }
+        double wt = 1.0;
+        const double x = (double)i, y = (double)j;
+        if (P->method == SW_CMB_WCOG)
+            wt = exp(-((x - cx) * (x - cx) + (y - cy) * (y - cy)) * inv2s2);
+        const double ws = wt * sig;
+        const double V = wt * wt * d * d * sw_cmb_var(P, v, ring_var);
+        s[0] += ws;
+        s[1] += ws * x;
+        s[2] += ws * y;
+        s[3] += ws * x * x;
+        s[4] += ws * y * y;
+        s[5] += V;
+        s[6] += V * x;
+        s[7] += V * x * x;
+        s[8] += V * y;
+        s[9] += V * y * y;
+        if (sw_cmb_on_ring(i, j, R->w, R->h))
+            s[10] += ws;
+    }
+    SW_CMB_SUM(s, 11);
+}
+
+/* The m-th largest conditioned value of the region (1 <= m <= n), by bisection on its key. */
+SW_CMB_FN float sw_cmb_select(const sw_cmb_params *P, const sw_cmb_region *R, float t, int32_t m)
+{
+    const int32_t w = R->w, n = R->w * R->h;
+    uint32_t key = 0;
+    for (int bit = 31; bit >= 0; bit--) {
+        const uint32_t cand = key | (1u << bit);
+        double cnt[1] = {0.0};
+        for (int32_t q = SW_CMB_T0; q < n; q += SW_CMB_TN) {
+            double d;
+            const float c = sw_cmb_cond(P, R->v[(size_t)(q / w) * R->vs + q % w], t, &d);
+            cnt[0] += sw_cmb_key(c) >= cand ? 1.0 : 0.0;
+        }
+        SW_CMB_SUM(cnt, 1);
+        if (cnt[0] >= (double)m)
+            key = cand;
+    }
+    return sw_cmb_unkey(key);
+}
+
+/* The conditioned value at region pixel (i, j). */
+SW_CMB_FN double sw_cmb_c(const sw_cmb_params *P, const sw_cmb_region *R, float t, int32_t i,
+                          int32_t j)
+{
+    double d;
+    return (double)sw_cmb_cond(P, R->v[(size_t)j * R->vs + i], t, &d);
+}
+
+/* Vertex offset of the parabola through (-1, a), (0, b), (1, c), in [-0.5, 0.5]; 0 when b is not
+ * a strict maximum of the three. */
+SW_CM_FN double sw_cmb_parabola(double a, double b, double c)
+{
+    const double den = a - 2.0 * b + c;
+    if (!(den < 0.0))
+        return 0.0;
+    double d = 0.5 * (a - c) / den;
+    return d < -0.5 ? -0.5 : d > 0.5 ? 0.5 : d;
+}
+
+/*
+ * CORRELATION (centroid.h): writes the shift (sx, sy), its variances, the SNR and C(peak); the
+ * return value is 1 when the maximum lies on the edge of the search range.
+ */
+SW_CMB_FN int sw_cmb_correlate(const sw_cmb_params *P, const sw_cmb_region *R, float t,
+                               double ring_var, double *sx, double *sy, double *vx, double *vy,
+                               double *snr, double *c0)
+{
+    const int32_t S = P->search, ns = 2 * S + 1;
+    const int32_t iw = R->w - 2 * S, ih = R->h - 2 * S, nin = iw * ih;
+    /* the template's mean over the inner area */
+    double m[1] = {0.0};
+    for (int32_t q = SW_CMB_T0; q < nin; q += SW_CMB_TN)
+        m[0] += (double)R->r[(size_t)(q / iw + S) * R->rs + q % iw + S];
+    SW_CMB_SUM(m, 1);
+    const double rbar = m[0] / (double)nin;
+    /* C(u, v) for every shift, one shift per thread at a time */
+    for (int32_t k = SW_CMB_T0; k < ns * ns; k += SW_CMB_TN) {
+        const int32_t u = k % ns - S, v = k / ns - S;
+        double acc = 0.0, f1 = 0.0, f2 = 0.0;
+        for (int32_t j = S; j < S + ih; j++)
+            for (int32_t i = S; i < S + iw; i++) {
+                const double f = sw_cmb_c(P, R, t, i + u, j + v);
+                acc += f * ((double)R->r[(size_t)j * R->rs + i] - rbar);
+                f1 += f;
+                f2 += f * f;
+            }
+        /* normalised by the frame's spread over the shifted area (the template's is common to
+         * every shift): insensitive to the frame's local mean and contrast */
+        const double ef = f2 - f1 * f1 / (double)nin;
+        R->scratch[k] = ef > 0.0 ? acc / sqrt(ef) : 0.0;
+    }
+    SW_CMB_SYNC();
+    int32_t kb = 0;
+    for (int32_t k = 1; k < ns * ns; k++)
+        if (R->scratch[k] > R->scratch[kb])
+            kb = k;
+    const int32_t u0 = kb % ns - S, v0 = kb / ns - S;
+    const double nb = R->scratch[kb];
+    int edge = u0 == -S || u0 == S || v0 == -S || v0 == S;
+    double dx = 0.0, dy = 0.0;
+    if (!edge) {
+        dx = sw_cmb_parabola(R->scratch[kb - 1], nb, R->scratch[kb + 1]);
+        dy = sw_cmb_parabola(R->scratch[kb - ns], nb, R->scratch[kb + ns]);
+    }
+    SW_CMB_SYNC(); /* the scratch may be written again by the next lenslet */
+    /* error bars: the template's gradient, the frame's variances at the matched pixels */
+    double s[7] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
+    for (int32_t q = SW_CMB_T0; q < nin; q += SW_CMB_TN) {
+        const int32_t i = q % iw + S, j = q / iw + S;
+        const float *rr = R->r + (size_t)j * R->rs + i;
+        const double gx = 0.5 * ((double)rr[1] - (double)rr[-1]);
+        const double gy = 0.5 * ((double)rr[R->rs] - (double)rr[-(ptrdiff_t)R->rs]);
+        const double dr = (double)rr[0] - rbar;
+        const int32_t fi = i + u0, fj = j + v0;
+        const double var = sw_cmb_var(P, R->v[(size_t)fj * R->vs + fi], ring_var);
+        s[0] += gx * gx;
+        s[1] += gy * gy;
+        s[2] += gx * gx * var;
+        s[3] += gy * gy * var;
+        s[4] += dr * dr;
+        s[5] += dr * dr * var;
+        s[6] += sw_cmb_c(P, R, t, fi, fj) * dr; /* C(peak) before the normalisation */
+    }
+    SW_CMB_SUM(s, 7);
+    const double cb = s[6];
+    const double a = s[4] > 0.0 ? cb / s[4] : NAN;
+    *sx = (double)u0 + dx;
+    *sy = (double)v0 + dy;
+    *vx = s[2] / (a * s[0] * a * s[0]);
+    *vy = s[3] / (a * s[1] * a * s[1]);
+    *snr = cb / sqrt(s[5]);
+    *c0 = cb;
+    return edge;
+}
+
+/*
+ * One lenslet: the method, its error bars, its status (centroid.h). Positions in frame pixels.
+ */
+SW_CMB_FN void sw_cmb_measure(const sw_cmb_params *P, const sw_cmb_region *R, sw_cmb_out *o)
+{
+    const int32_t w = R->w, h = R->h, n = w * h;
+    o->x = o->y = o->vx = o->vy = o->snr = NAN;
+    o->inten = 0.0;
+
+    /* pass 0: non-finite pixels, the maximum and where it is (first in row order) */
+    double mx[2] = {-INFINITY, -1.0};
+    double bad[1] = {0.0};
+    for (int32_t q = SW_CMB_T0; q < n; q += SW_CMB_TN) {
+        const float v = R->v[(size_t)(q / w) * R->vs + q % w];
+        if (!isfinite(v)) {
+            bad[0] += 1.0;
+            continue;
+        }
+        /* key * 2^14 + (2^14 - 1 - q): exact in a double (46 bits), the first maximum wins */
+        const double code = (double)sw_cmb_key(v) * 16384.0 + (double)(16383 - q);
+        if ((double)v > mx[0])
+            mx[0] = (double)v;
+        if (code > mx[1])
+            mx[1] = code;
+    }
+    SW_CMB_SUM(bad, 1);
+    SW_CMB_MAX(mx, 2);
+    const int32_t qpk = 16383 - (int32_t)(mx[1] - 16384.0 * floor(mx[1] / 16384.0));
+    const int peak_ring = sw_cmb_on_ring(qpk % w, qpk / w, w, h);
+    const float t = P->fraction ? sw_cm_fraction_threshold(P->frac, (float)mx[0]) : P->thr;
+
+    /* pass 1: the total and the ring's statistics; pass 2: the ring clipped at 3 sigma */
+    double r1[4] = {0.0, 0.0, 0.0, 0.0};
+    for (int32_t q = SW_CMB_T0; q < n; q += SW_CMB_TN) {
+        const int32_t i = q % w, j = q / w;
+        const double c = sw_cmb_c(P, R, t, i, j);
+        r1[0] += c;
+        if (sw_cmb_on_ring(i, j, w, h)) {
+            r1[1] += 1.0;
+            r1[2] += c;
+            r1[3] += c * c;
+        }
+    }
+    SW_CMB_SUM(r1, 4);
+    o->inten = bad[0] > 0.0 ? NAN : r1[0];
+    o->valid = 0;
+    if (!R->in_mask || bad[0] > 0.0) {
+        o->status = !R->in_mask ? SW_CMB_MASKED : SW_CMB_NONFINITE;
+        return;
+    }
+    double bg = r1[2] / r1[1];
+    double sd =
+        r1[1] > 1.0 ? sqrt(fmax(r1[3] / r1[1] - bg * bg, 0.0) * r1[1] / (r1[1] - 1.0)) : 0.0;
+    if (sd > 0.0) {
+        double r2[3] = {0.0, 0.0, 0.0};
+        for (int32_t q = SW_CMB_T0; q < n; q += SW_CMB_TN) {
+            const int32_t i = q % w, j = q / w;
+            if (!sw_cmb_on_ring(i, j, w, h))
+                continue;
+            const double c = sw_cmb_c(P, R, t, i, j);
+            if (fabs(c - bg) <= 3.0 * sd) {
+                r2[0] += 1.0;
+                r2[1] += c;
+                r2[2] += c * c;
+            }
+        }
+        SW_CMB_SUM(r2, 3);
+        if (r2[0] > 1.0) {
+            bg = r2[1] / r2[0];
+            sd = sqrt(fmax(r2[2] / r2[0] - bg * bg, 0.0) * r2[0] / (r2[0] - 1.0));
+        }
+    }
+    const double ring_var = r1[1] > 1.0 ? sd * sd : NAN;
+
+    double x = NAN, y = NAN, vx = NAN, vy = NAN, snr = NAN, sig = 0.0, ring_sig = 0.0;
+    int left = 0;
+    if (P->method == SW_CMB_CORR) {
+        double sx, sy;
+        left = sw_cmb_correlate(P, R, t, ring_var, &sx, &sy, &vx, &vy, &snr, &sig);
+        x = R->rx + sx;
+        y = R->ry + sy;
+    } else if (P->method == SW_CMB_QUAD) {
+        double s[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
+        for (int32_t q = SW_CMB_T0; q < n; q += SW_CMB_TN) {
+            const int32_t i = q % w, j = q / w;
+            const float v = R->v[(size_t)j * R->vs + i];
+            double d;
+            const double c = (double)sw_cmb_cond(P, v, t, &d);
+            /* +1 right of / below the centre, -1 left / above, 0 on an odd middle line */
+            const double ex = 2 * i > w - 1 ? 1.0 : 2 * i < w - 1 ? -1.0 : 0.0;
+            const double ey = 2 * j > h - 1 ? 1.0 : 2 * j < h - 1 ? -1.0 : 0.0;
+            const double V = d * d * sw_cmb_var(P, v, ring_var);
+            s[0] += c;
+            s[1] += c * ex;
+            s[2] += c * ey;
+            s[3] += V;
+            s[4] += V * ex;
+            s[5] += V * ey;
+            s[6] += V * ex * ex;
+            s[7] += V * ey * ey;
+        }
+        SW_CMB_SUM(s, 8);
+        double e2[2] = {s[6], s[7]};
+        sig = s[0];
+        if (sig > 0.0) {
+            const double qx = s[1] / sig, qy = s[2] / sig;
+            x = (double)R->xs + 0.5 * (double)(w - 1) + P->qgain * qx;
+            y = (double)R->ys + 0.5 * (double)(h - 1) + P->qgain * qy;
+            vx = P->qgain * P->qgain * (e2[0] - 2.0 * qx * s[4] + qx * qx * s[3]) / (sig * sig);
+            vy = P->qgain * P->qgain * (e2[1] - 2.0 * qy * s[5] + qy * qy * s[3]) / (sig * sig);
+            snr = sig / sqrt(s[3]);
+        }
+        ring_sig = 0.0; /* every pixel of a 2 x 2 region is on the ring */
+    } else {
+        double b = bg;
+        if (P->method == SW_CMB_BRIGHT) {
+            const int32_t m = P->nbright + 1 < n ? P->nbright + 1 : n;
+            b = (double)sw_cmb_select(P, R, t, m);
+        }
+        double cx = R->rx - (double)R->xs, cy = R->ry - (double)R->ys; /* region coordinates */
+        double s[11] = {0.0};
+        const int passes = P->method == SW_CMB_WCOG ? P->iters + 1 : 1;
+        for (int it = 0; it < passes; it++) {
+            sw_cmb_cog_sums(P, R, t, b, sd, ring_var, cx, cy, s);
+            if (!(s[0] > 0.0) || !isfinite(s[0]))
+                break;
+            x = s[1] / s[0];
+            y = s[2] / s[0];
+            if (it + 1 < passes) {
+                cx = x;
+                cy = y;
+            }
+        }
+        sig = s[0];
+        if (sig > 0.0 && isfinite(sig)) {
+            double dnx = sig, dny = sig;
+            if (P->method == SW_CMB_WCOG && P->iters > 0) {
+                /* the fixed point's derivative (centroid.h "Error bars") */
+                const double is2 = 1.0 / (P->sigma_w * P->sigma_w);
+                dnx = sig - (s[3] - 2.0 * x * s[1] + x * x * sig) * is2;
+                dny = sig - (s[4] - 2.0 * y * s[2] + y * y * sig) * is2;
+            }
+            vx = (s[7] - 2.0 * x * s[6] + x * x * s[5]) / (dnx * dnx);
+            vy = (s[9] - 2.0 * y * s[8] + y * y * s[5]) / (dny * dny);
+            snr = sig / sqrt(s[5]);
+            x += (double)R->xs;
+            y += (double)R->ys;
+            ring_sig = s[10];
+        } else {
+            x = y = NAN;
+        }
+    }
+
+    /* status, the first that applies (centroid.h) */
+    int st = SW_CMB_OK;
+    if (!(sig > 0.0) || !isfinite(x) || !isfinite(y)) {
+        st = SW_CMB_EMPTY;
+    } else {
+        const double ex = x - R->rx, ey = y - R->ry;
+        const double x0 = (double)R->xs - 0.5, x1 = (double)(R->xs + w) - 0.5;
+        const double y0 = (double)R->ys - 0.5, y1 = (double)(R->ys + h) - 0.5;
+        const double dedge = fmin(fmin(x - x0, x1 - x), fmin(y - y0, y1 - y));
+        if (P->min_snr > 0.0 && snr < P->min_snr)
+            st = SW_CMB_FAINT; /* first: the geometry of a noise-dominated spot means little */
+        else if (left || (P->max_shift > 0.0 && sqrt(ex * ex + ey * ey) > P->max_shift) ||
+                 (P->peak_border && P->method != SW_CMB_CORR && peak_ring))
+            st = SW_CMB_LEFT;
+        else if ((P->edge_px > 0.0 && dedge < P->edge_px) ||
+                 (P->edge_frac > 0.0 && P->method != SW_CMB_CORR && ring_sig > P->edge_frac * sig))
+            st = SW_CMB_CUT;
+        else if (R->sat)
+            st = SW_CMB_SATURATED;
+    }
+    o->status = st;
+    o->valid = st == SW_CMB_OK || (st == SW_CMB_SATURATED && !P->drop);
+    if (o->valid) {
+        o->x = x;
+        o->y = y;
+        o->vx = vx;
+        o->vy = vy;
+        o->snr = snr;
+    }
+}
+
+#endif
