@@ -87,9 +87,9 @@ static int set_text(char *dst, size_t n, const char *value)
 static int config_set(void *user, const char *name, const char *value, char *want, size_t wsize)
 {
     static const char *const known[] = {
-        "nx",    "ny",  "pitch_px", "x0",           "y0",       "pixel_um", "focal_mm",
-        "valid", "threshold", "window", "cm",       "im",       "cm_condition", "cm_modes",
-        "fp16",  "controller", "gain", "leak",      "clip"};
+        "nx",    "ny",         "pitch_px", "x0",   "y0",  "pixel_um",     "focal_mm",
+        "valid", "threshold",  "window",   "cm",   "im",  "cm_condition", "cm_modes",
+        "fp16",  "controller", "gain",     "leak", "clip"};
     int k = -1;
     for (int i = 0; i < (int)(sizeof known / sizeof known[0]); i++)
         if (strcmp(name, known[i]) == 0)
@@ -152,8 +152,8 @@ static int config_set(void *user, const char *name, const char *value, char *wan
     case 16:
     case 17:
     case 18:
-        if (sw_cli_parse_double(value, &v) != 0 || v < 0.0 ||
-            (k == 12 && v > 0.0 && v < 1.0) || (k == 17 && v >= 1.0) || (k == 16 && v > 10.0)) {
+        if (sw_cli_parse_double(value, &v) != 0 || v < 0.0 || (k == 12 && v > 0.0 && v < 1.0) ||
+            (k == 17 && v >= 1.0) || (k == 16 && v > 10.0)) {
             snprintf(want, wsize, "%s",
                      k == 12   ? "0 (no limit) or a number >= 1"
                      : k == 17 ? "a number in [0, 1)"
@@ -204,74 +204,75 @@ typedef struct rtc_opts {
     const char *set[64];
     int nset;
     sw_stream_wait_mode wait;
-    long frames;         /* 0: until stopped */
-    double timeout_s;    /* < 0: wait for frames forever */
-    double open_s;       /* how long to wait for --in to appear */
-    int cpu;             /* -1: no affinity */
-    int fifo;            /* 0: no real-time priority */
-    int json, status;    /* status: -1 automatic (on when stderr is a terminal) */
+    long frames;      /* 0: until stopped */
+    double timeout_s; /* < 0: wait for frames forever */
+    double open_s;    /* how long to wait for --in to appear */
+    int cpu;          /* -1: no affinity */
+    int fifo;         /* 0: no real-time priority */
+    int json, status; /* status: -1 automatic (on when stderr is a terminal) */
     rtc_config c;
 } rtc_opts;
 
 void sw_cmd_rtc_help(FILE *out)
 {
-    fprintf(out,
-            "Usage: spotwave [GLOBAL OPTIONS] rtc --config FILE --in STREAM --out STREAM\n"
-            "                [--slopes STREAM] [--telemetry STREAM] [OPTIONS]\n"
-            "\n"
-            "The real-time chain of an adaptive-optics bench as a process: camera frames from an\n"
-            "image stream in the ImageStreamIO layout of milk/CACAO (shared memory, semaphores),\n"
-            "Shack-Hartmann centre-of-gravity centroids (Mocci et al. 2020, J. Opt. Soc. Am. A\n"
-            "37(10), 1548), slopes, the control matrix, the controller, and the mirror's commands\n"
-            "written to a stream, frame by frame until stopped (SIGINT or SIGTERM finish the frame\n"
-            "in hand and leave every stream whole).\n"
-            "\n"
-            "Streams:\n"
-            "  --in STREAM            camera frames (u8, u16 or f32, 2-D); waited for up to\n"
-            "                         --open-timeout seconds when it does not exist yet\n"
-            "  --out STREAM           commands, nact floats; created when missing, used as it is\n"
-            "                         when it holds nact floats (a mirror's own stream)\n"
-            "  --slopes STREAM        the slopes (2 ns floats: x then y), written after the commands\n"
-            "  --telemetry STREAM     one row of doubles per frame after the commands: the camera\n"
-            "                         frame's cnt0, the latency in us, the slopes, the commands\n"
-            "  --dir DIR              where the streams are (default $MILK_SHM_DIR, else\n"
-            "                         ImageStreamIO's folder; stream.h)\n"
-            "  --wait sem|spin        wake on the input's semaphore (sem, the default) or poll its\n"
-            "                         counter cnt0 (spin: lowest latency, one core busy)\n"
-            "\n"
-            "Chain:\n"
-            "  --config FILE          `key = value` lines, '#' comments: nx, ny, pitch_px (required),\n"
-            "                         x0, y0, pixel_um, focal_mm, valid (mask image), threshold,\n"
-            "                         window, cm (control matrix FITS, width 2 ns, height nact) or\n"
-            "                         im (interaction matrix, same layout, inverted by truncated\n"
-            "                         SVD with cm_condition (30) and cm_modes), fp16, controller\n"
-            "                         (integrator|leaky|pi), gain (0.5), leak (0.01), clip (0)\n"
-            "  --set KEY=VALUE        one key, after the file (repeatable)\n"
-            "\n"
-            "Running:\n"
-            "  --frames N             stop after N frames (default: run until stopped)\n"
-            "  --timeout SECONDS      fail (exit 1) when no frame comes for this long (default:\n"
-            "                         wait forever)\n"
-            "  --open-timeout SECONDS how long to wait for --in to appear (10)\n"
-            "  --cpu N                pin the process to CPU core N\n"
-            "  --fifo PRIORITY        real-time scheduling SCHED_FIFO at PRIORITY (1..99; needs\n"
-            "                         CAP_SYS_NICE or an rtprio limit; refused otherwise, exit 1)\n"
-            "  --status / --no-status the status line on stderr once a second: frames, latency\n"
-            "                         median / p99 / max (us), missed frames (default: on when\n"
-            "                         stderr is a terminal)\n"
-            "  --json                 the summary at the end as one JSON object\n"
-            "\n"
-            "Latency is from the camera's write of a frame (the stream's writetime) to the end of\n"
-            "the write of its commands. A missed frame is one the chain never saw.\n"
-            "\n"
-            "Exit codes: 0 stopped as asked (signal or --frames); 1 a failure (a stream that\n"
-            "does not check out, a matrix that does not fit the geometry, a frame timeout); 2 a\n"
-            "usage error.\n"
-            "\n"
-            "Example (a simulated bench; see spotwave sim bench --help):\n"
-            "  spotwave sim bench --rtc-config bench/ --frames 0\n"
-            "  spotwave rtc --config bench/rtc.conf --in sw_cam --out sw_dm &\n"
-            "  spotwave sim bench --camera sw_cam --dm sw_dm --frames 1000\n");
+    fprintf(
+        out,
+        "Usage: spotwave [GLOBAL OPTIONS] rtc --config FILE --in STREAM --out STREAM\n"
+        "                [--slopes STREAM] [--telemetry STREAM] [OPTIONS]\n"
+        "\n"
+        "The real-time chain of an adaptive-optics bench as a process: camera frames from an\n"
+        "image stream in the ImageStreamIO layout of milk/CACAO (shared memory, semaphores),\n"
+        "Shack-Hartmann centre-of-gravity centroids (Mocci et al. 2020, J. Opt. Soc. Am. A\n"
+        "37(10), 1548), slopes, the control matrix, the controller, and the mirror's commands\n"
+        "written to a stream, frame by frame until stopped (SIGINT or SIGTERM finish the frame\n"
+        "in hand and leave every stream whole).\n"
+        "\n"
+        "Streams:\n"
+        "  --in STREAM            camera frames (u8, u16 or f32, 2-D); waited for up to\n"
+        "                         --open-timeout seconds when it does not exist yet\n"
+        "  --out STREAM           commands, nact floats; created when missing, used as it is\n"
+        "                         when it holds nact floats (a mirror's own stream)\n"
+        "  --slopes STREAM        the slopes (2 ns floats: x then y), written after the commands\n"
+        "  --telemetry STREAM     one row of doubles per frame after the commands: the camera\n"
+        "                         frame's cnt0, the latency in us, the slopes, the commands\n"
+        "  --dir DIR              where the streams are (default $MILK_SHM_DIR, else\n"
+        "                         ImageStreamIO's folder; stream.h)\n"
+        "  --wait sem|spin        wake on the input's semaphore (sem, the default) or poll its\n"
+        "                         counter cnt0 (spin: lowest latency, one core busy)\n"
+        "\n"
+        "Chain:\n"
+        "  --config FILE          `key = value` lines, '#' comments: nx, ny, pitch_px (required),\n"
+        "                         x0, y0, pixel_um, focal_mm, valid (mask image), threshold,\n"
+        "                         window, cm (control matrix FITS, width 2 ns, height nact) or\n"
+        "                         im (interaction matrix, same layout, inverted by truncated\n"
+        "                         SVD with cm_condition (30) and cm_modes), fp16, controller\n"
+        "                         (integrator|leaky|pi), gain (0.5), leak (0.01), clip (0)\n"
+        "  --set KEY=VALUE        one key, after the file (repeatable)\n"
+        "\n"
+        "Running:\n"
+        "  --frames N             stop after N frames (default: run until stopped)\n"
+        "  --timeout SECONDS      fail (exit 1) when no frame comes for this long (default:\n"
+        "                         wait forever)\n"
+        "  --open-timeout SECONDS how long to wait for --in to appear (10)\n"
+        "  --cpu N                pin the process to CPU core N\n"
+        "  --fifo PRIORITY        real-time scheduling SCHED_FIFO at PRIORITY (1..99; needs\n"
+        "                         CAP_SYS_NICE or an rtprio limit; refused otherwise, exit 1)\n"
+        "  --status / --no-status the status line on stderr once a second: frames, latency\n"
+        "                         median / p99 / max (us), missed frames (default: on when\n"
+        "                         stderr is a terminal)\n"
+        "  --json                 the summary at the end as one JSON object\n"
+        "\n"
+        "Latency is from the camera's write of a frame (the stream's writetime) to the end of\n"
+        "the write of its commands. A missed frame is one the chain never saw.\n"
+        "\n"
+        "Exit codes: 0 stopped as asked (signal or --frames); 1 a failure (a stream that\n"
+        "does not check out, a matrix that does not fit the geometry, a frame timeout); 2 a\n"
+        "usage error.\n"
+        "\n"
+        "Example (a simulated bench; see spotwave sim bench --help):\n"
+        "  spotwave sim bench --rtc-config bench/ --frames 0\n"
+        "  spotwave rtc --config bench/rtc.conf --in sw_cam --out sw_dm &\n"
+        "  spotwave sim bench --camera sw_cam --dm sw_dm --frames 1000\n");
 }
 
 static int parse_options(int argc, char **argv, rtc_opts *o)
@@ -511,8 +512,7 @@ static int read_matrix(sw_context *ctx, const char *what, const char *path, int3
         return rc;
     if (fr.count != 1) {
         sw_frames_free(&fr);
-        return sw_cli_fail(SUB, "%s '%s' has %d frames, not one matrix", what, path,
-                           (int)fr.count);
+        return sw_cli_fail(SUB, "%s '%s' has %d frames, not one matrix", what, path, (int)fr.count);
     }
     const sw_image *m = &fr.frames[0];
     *w = m->width;
@@ -528,8 +528,8 @@ static int read_matrix(sw_context *ctx, const char *what, const char *path, int3
             if (!isfinite(v)) {
                 free(a);
                 sw_frames_free(&fr);
-                return sw_cli_fail(SUB, "%s '%s': entry (%d, %d) is not finite", what, path,
-                                   (int)x, (int)y);
+                return sw_cli_fail(SUB, "%s '%s': entry (%d, %d) is not finite", what, path, (int)x,
+                                   (int)y);
             }
             a[(size_t)y * m->width + x] = (float)v;
         }
@@ -547,7 +547,9 @@ static int open_wait(sw_context *ctx, const rtc_opts *o, const char *option, con
         const sw_status st = sw_stream_open(ctx, o->dir, name, out);
         if (st == SW_OK)
             return SW_EXIT_OK;
-        if (st != SW_EIO || g_stop || sw_cli_now() - t0 >= open_s)
+        if (g_stop)
+            return -1; /* stopped while waiting: a clean exit */
+        if (st != SW_EIO || sw_cli_now() - t0 >= open_s)
             return sw_cli_fail(SUB, "%s %s: %s", option, name, sw_cli_lib_error(ctx, st));
         struct timespec ts = {0, 20000000};
         nanosleep(&ts, NULL);
@@ -660,9 +662,8 @@ static int camera_chain(sw_context *ctx, const rtc_opts *o, const char *option, 
         cp->geometry.valid = r->valid;
     }
     if ((st = sw_sh_geometry_check(ctx, &cp->geometry, r->width, r->height)) != SW_OK)
-        return sw_cli_fail(SUB, "%s: the grid does not fit %s %s (%d x %d): %s", o->config,
-                           option, name, (int)r->width, (int)r->height,
-                           sw_cli_lib_error(ctx, st));
+        return sw_cli_fail(SUB, "%s: the grid does not fit %s %s (%d x %d): %s", o->config, option,
+                           name, (int)r->width, (int)r->height, sw_cli_lib_error(ctx, st));
     int32_t ns = 0;
     for (int32_t i = 0; i < c->geom.nx * c->geom.ny; i++)
         ns += r->valid ? r->valid[i] != 0 : 1;
@@ -733,9 +734,8 @@ static int setup(sw_context *ctx, const rtc_opts *o, rtc_run *r)
                                          SW_STREAM_F32, &r->slopes)) != SW_EXIT_OK)
         return rc;
     if (o->telemetry &&
-        (rc = output_stream(ctx, o, "--telemetry", o->telemetry,
-                            (uint32_t)(2 + 2 * ns + r->nact), SW_STREAM_F64, &r->tel)) !=
-            SW_EXIT_OK)
+        (rc = output_stream(ctx, o, "--telemetry", o->telemetry, (uint32_t)(2 + 2 * ns + r->nact),
+                            SW_STREAM_F64, &r->tel)) != SW_EXIT_OK)
         return rc;
     return SW_EXIT_OK;
 }
@@ -828,8 +828,8 @@ static int run(sw_context *ctx, const rtc_opts *o, rtc_run *r)
                 row[2 + k] = r->s[k];
             for (int32_t a = 0; a < r->nact; a++)
                 row[2 + 2 * r->ns + a] = r->u[a];
-            if ((st = sw_stream_write(r->tel, row,
-                                      (2 + 2 * (size_t)r->ns + (size_t)r->nact) * sizeof(double))) !=
+            if ((st = sw_stream_write(
+                     r->tel, row, (2 + 2 * (size_t)r->ns + (size_t)r->nact) * sizeof(double))) !=
                 SW_OK)
                 return sw_cli_fail(SUB, "--telemetry %s: %s", o->telemetry,
                                    sw_cli_lib_error(ctx, st));
@@ -936,7 +936,8 @@ int sw_cmd_rtc(const sw_cli_globals *g, int argc, char **argv)
     if (o->fifo > 0) {
         struct sched_param sp = {.sched_priority = o->fifo};
         if (sched_setscheduler(0, SCHED_FIFO, &sp) != 0) {
-            rc = sw_cli_fail(SUB, "--fifo %d: %s (real-time scheduling needs CAP_SYS_NICE or an "
+            rc = sw_cli_fail(SUB,
+                             "--fifo %d: %s (real-time scheduling needs CAP_SYS_NICE or an "
                              "rtprio limit)",
                              o->fifo, strerror(errno));
             free(o);
@@ -958,7 +959,10 @@ int sw_cmd_rtc(const sw_cli_globals *g, int argc, char **argv)
     memset(&r, 0, sizeof r);
     r.sem = -1;
     rc = setup(ctx, o, &r);
-    if (rc == SW_EXIT_OK)
+    if (rc == -1) { /* a signal while waiting for the camera */
+        r.stopped_by = "signal";
+        rc = SW_EXIT_OK;
+    } else if (rc == SW_EXIT_OK)
         rc = run(ctx, o, &r);
     if (rc == SW_EXIT_OK)
         summary(o, &r, sw_context_backend(ctx));
@@ -987,56 +991,57 @@ typedef struct calib_opts {
 
 void sw_cmd_calibrate_help(FILE *out)
 {
-    fprintf(out,
-            "Usage: spotwave [GLOBAL OPTIONS] calibrate --config FILE --camera STREAM --dm STREAM\n"
-            "                --out CM.fits [--im IM.fits] [OPTIONS]\n"
-            "\n"
-            "Measures the interaction matrix of an adaptive-optics bench through its image streams\n"
-            "(ImageStreamIO layout of milk/CACAO): pokes each actuator through the mirror's\n"
-            "command stream, reads the camera stream, takes the Shack-Hartmann centre-of-gravity\n"
-            "slopes (Mocci et al. 2020, J. Opt. Soc. Am. A 37(10), 1548) of the grid in the\n"
-            "configuration, and writes the control matrix for spotwave rtc: the truncated\n"
-            "pseudo-inverse by SVD, negated (spotwave's controller adds g C s, and the mirror\n"
-            "subtracts its shape from the wavefront the sensor sees).\n"
-            "\n"
-            "  --config FILE          the chain's `key = value` file (spotwave rtc --help): nx, ny,\n"
-            "                         pitch_px, x0, y0, valid, threshold, window (cm, im and the\n"
-            "                         controller's keys are read and not used)\n"
-            "  --set KEY=VALUE        one key, after the file (repeatable)\n"
-            "  --camera STREAM        the camera's frames (u8, u16 or f32)\n"
-            "  --dm STREAM            the mirror's commands (its size gives the actuators)\n"
-            "  --dir DIR              where the streams are (default $MILK_SHM_DIR, else\n"
-            "                         ImageStreamIO's folder)\n"
-            "  --amp A                poke amplitude in command units (0.05)\n"
-            "  --hadamard             poke all actuators at once in the patterns of a Sylvester\n"
-            "                         Hadamard matrix (N = the next power of two >= actuators;\n"
-            "                         each pattern pushed and pulled), and recover each\n"
-            "                         actuator's response as (1/N) H^T of the pattern responses:\n"
-            "                         the same matrix with N times the light per measurement\n"
-            "                         (Kasper et al. 2004, J. Opt. Soc. Am. A 21(8), 1481)\n"
-            "  --settle N             camera frames left out after each poke (0: a bench in\n"
-            "                         lockstep, as spotwave sim bench; a camera that exposes\n"
-            "                         while the mirror moves needs 1 or more)\n"
-            "  --average N            frames averaged per measurement (1)\n"
-            "  --condition C          largest condition number kept (the configuration's\n"
-            "                         cm_condition, 30; 0: no limit)\n"
-            "  --modes N              most modes kept (cm_modes; 0: no limit)\n"
-            "  --out CM.fits          the control matrix: width 2 ns (x slopes then y), height\n"
-            "                         actuators (spotwave rtc's cm key)\n"
-            "  --im IM.fits           the measured interaction matrix, one row per actuator\n"
-            "                         (spotwave rtc's im key)\n"
-            "  --timeout SECONDS      fail when a frame does not come for this long (10)\n"
-            "  --open-timeout SECONDS how long to wait for the streams to appear (10)\n"
-            "  --json                 the summary as one JSON object\n"
-            "\n"
-            "The mirror is left at zero commands at the end (and after a failure).\n"
-            "\n"
-            "Exit codes: 0 success; 1 a failure (streams, timeouts, a matrix that cannot be\n"
-            "inverted); 2 a usage error.\n"
-            "\n"
-            "Example (with spotwave sim bench in lockstep, no turbulence):\n"
-            "  spotwave sim bench --set recon=mvm --no-turbulence --frames 100000 &\n"
-            "  spotwave calibrate --config b/rtc.conf --camera sw_cam --dm sw_dm --out cm.fits\n");
+    fprintf(
+        out,
+        "Usage: spotwave [GLOBAL OPTIONS] calibrate --config FILE --camera STREAM --dm STREAM\n"
+        "                --out CM.fits [--im IM.fits] [OPTIONS]\n"
+        "\n"
+        "Measures the interaction matrix of an adaptive-optics bench through its image streams\n"
+        "(ImageStreamIO layout of milk/CACAO): pokes each actuator through the mirror's\n"
+        "command stream, reads the camera stream, takes the Shack-Hartmann centre-of-gravity\n"
+        "slopes (Mocci et al. 2020, J. Opt. Soc. Am. A 37(10), 1548) of the grid in the\n"
+        "configuration, and writes the control matrix for spotwave rtc: the truncated\n"
+        "pseudo-inverse by SVD, negated (spotwave's controller adds g C s, and the mirror\n"
+        "subtracts its shape from the wavefront the sensor sees).\n"
+        "\n"
+        "  --config FILE          the chain's `key = value` file (spotwave rtc --help): nx, ny,\n"
+        "                         pitch_px, x0, y0, valid, threshold, window (cm, im and the\n"
+        "                         controller's keys are read and not used)\n"
+        "  --set KEY=VALUE        one key, after the file (repeatable)\n"
+        "  --camera STREAM        the camera's frames (u8, u16 or f32)\n"
+        "  --dm STREAM            the mirror's commands (its size gives the actuators)\n"
+        "  --dir DIR              where the streams are (default $MILK_SHM_DIR, else\n"
+        "                         ImageStreamIO's folder)\n"
+        "  --amp A                poke amplitude in command units (0.05)\n"
+        "  --hadamard             poke all actuators at once in the patterns of a Sylvester\n"
+        "                         Hadamard matrix (N = the next power of two >= actuators;\n"
+        "                         each pattern pushed and pulled), and recover each\n"
+        "                         actuator's response as (1/N) H^T of the pattern responses:\n"
+        "                         the same matrix with N times the light per measurement\n"
+        "                         (Kasper et al. 2004, J. Opt. Soc. Am. A 21(8), 1481)\n"
+        "  --settle N             camera frames left out after each poke (0: a bench in\n"
+        "                         lockstep, as spotwave sim bench; a camera that exposes\n"
+        "                         while the mirror moves needs 1 or more)\n"
+        "  --average N            frames averaged per measurement (1)\n"
+        "  --condition C          largest condition number kept (the configuration's\n"
+        "                         cm_condition, 30; 0: no limit)\n"
+        "  --modes N              most modes kept (cm_modes; 0: no limit)\n"
+        "  --out CM.fits          the control matrix: width 2 ns (x slopes then y), height\n"
+        "                         actuators (spotwave rtc's cm key)\n"
+        "  --im IM.fits           the measured interaction matrix, one row per actuator\n"
+        "                         (spotwave rtc's im key)\n"
+        "  --timeout SECONDS      fail when a frame does not come for this long (10)\n"
+        "  --open-timeout SECONDS how long to wait for the streams to appear (10)\n"
+        "  --json                 the summary as one JSON object\n"
+        "\n"
+        "The mirror is left at zero commands at the end (and after a failure).\n"
+        "\n"
+        "Exit codes: 0 success; 1 a failure (streams, timeouts, a matrix that cannot be\n"
+        "inverted); 2 a usage error.\n"
+        "\n"
+        "Example (with spotwave sim bench in lockstep, no turbulence):\n"
+        "  spotwave sim bench --set recon=mvm --no-turbulence --frames 100000 &\n"
+        "  spotwave calibrate --config b/rtc.conf --camera sw_cam --dm sw_dm --out cm.fits\n");
 }
 
 static int parse_calib(int argc, char **argv, calib_opts *co)
@@ -1183,8 +1188,7 @@ static sw_status next_frame(calib_state *cs, uint64_t after)
     sw_status st =
         sw_stream_wait(cs->cam, SW_STREAM_WAIT_SEM, cs->sem, after, o->timeout_s, &g_stop, &c0);
     if (st == SW_ETIMEDOUT)
-        snprintf(cs->why, sizeof cs->why, "no frame on --camera %s for %g s", o->in,
-                 o->timeout_s);
+        snprintf(cs->why, sizeof cs->why, "no frame on --camera %s for %g s", o->in, o->timeout_s);
     else if (st == SW_ECANCELED)
         snprintf(cs->why, sizeof cs->why, "stopped by a signal");
     if (st == SW_OK)
@@ -1328,12 +1332,15 @@ int sw_cmd_calibrate(const sw_cli_globals *g, int argc, char **argv)
     rc = camera_chain(ctx, o, "--camera", o->in, &cs.cam, &cp, &r);
     if (rc == SW_EXIT_OK)
         rc = open_wait(ctx, o, "--dm", o->out, o->open_s, &cs.dm);
+    if (rc == -1)
+        rc = sw_cli_fail(SUB, "stopped by a signal while waiting for the streams");
     sw_stream_info di;
     if (rc == SW_EXIT_OK && (st = sw_stream_get_info(cs.dm, &di)) != SW_OK)
         rc = sw_cli_fail(SUB, "--dm %s: %s", o->out, sw_cli_lib_error(ctx, st));
     if (rc == SW_EXIT_OK && (di.type != SW_STREAM_F32 || di.circular))
-        rc = sw_cli_fail(SUB, "--dm %s holds %s%s: commands are f32", o->out,
-                         sw_stream_type_string(di.type), di.circular ? " in a circular buffer" : "");
+        rc =
+            sw_cli_fail(SUB, "--dm %s holds %s%s: commands are f32", o->out,
+                        sw_stream_type_string(di.type), di.circular ? " in a circular buffer" : "");
     if (rc == SW_EXIT_OK) {
         cs.ns = r.ns;
         cs.nact = (int32_t)(di.frame_bytes / sizeof(float));
@@ -1361,9 +1368,9 @@ int sw_cmd_calibrate(const sw_cli_globals *g, int argc, char **argv)
                              cs.why[0] ? cs.why : sw_cli_lib_error(ctx, st));
     }
     if (rc == SW_EXIT_OK) {
-        st = co->hadamard ? hadamard_im(&cs, co->amp, im)
-                          : sw_interaction_matrix(ctx, cs.nact, 2 * cs.ns, co->amp, calib_measure,
-                                                  &cs, im);
+        st = co->hadamard
+                 ? hadamard_im(&cs, co->amp, im)
+                 : sw_interaction_matrix(ctx, cs.nact, 2 * cs.ns, co->amp, calib_measure, &cs, im);
         if (st != SW_OK)
             rc = sw_cli_fail(SUB, "measuring: %s", cs.why[0] ? cs.why : sw_cli_lib_error(ctx, st));
     }

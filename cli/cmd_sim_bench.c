@@ -41,66 +41,72 @@
 #define S "sim bench"
 
 #define MAX_SETS 256
+/* --no-turbulence: r0 so large that the screen's RMS is ~1e-10 of the default's (it scales as
+ * r0^(-5/6)): a calm bench for calibrating, with the simulator unchanged */
+#define CALM_R0_M 1e12
 
 typedef struct bench_opts {
     const char *config, *camera, *dm, *dir, *rtc_dir;
     char *sets[MAX_SETS];
     int nsets;
     long frames;
-    int frames_given, free_run, twin, json;
+    int frames_given, free_run, twin, json, no_turbulence;
     double timeout_s;
     sw_loop_params p;
 } bench_opts;
 
 void sw_cmd_sim_bench_help(FILE *out)
 {
-    fprintf(out,
-            "Usage: spotwave [GLOBAL OPTIONS] sim bench [--config FILE] [--set KEY=VALUE ...]\n"
-            "                [--camera STREAM] [--dm STREAM] [--rtc-config DIR] [OPTIONS]\n"
-            "\n"
-            "The closed-loop simulator of `spotwave loop` (Brunner, de Visser, Vuik & Verhaegen\n"
-            "2018, J. Opt. Soc. Am. A 35(6), 859, Sec. 4.B) as a bench: its atmosphere,\n"
-            "deformable mirror and Shack-Hartmann camera run here and talk to a real-time chain\n"
-            "in another process through image streams in the ImageStreamIO layout of\n"
-            "milk/CACAO: camera frames (f32 electrons) out, mirror commands (nact f32, um) in.\n"
-            "\n"
-            "Configuration: as `spotwave loop` (its --config keys and --set; see spotwave loop\n"
-            "--help); delay must be 0 (the bench's timing is the delay).\n"
-            "  --config FILE          `key = value` lines\n"
-            "  --set KEY=VALUE        one key (repeatable)\n"
-            "  --frames N             frames to run (default: the configuration's frames); 0 with\n"
-            "                         --rtc-config: only write the chain's files\n"
-            "\n"
-            "Streams:\n"
-            "  --camera STREAM        camera frames (default sw_cam)\n"
-            "  --dm STREAM            mirror commands (default sw_dm); both are made when\n"
-            "                         missing or of another shape, used as they are otherwise\n"
-            "  --dir DIR              where the streams are (default $MILK_SHM_DIR, else\n"
-            "                         ImageStreamIO's folder)\n"
-            "  --free-run             frames at rate_hz by the clock, whatever the chain does\n"
-            "                         (default: lockstep: the bench starts when a chain listens\n"
-            "                         to the camera stream, and each frame waits for the\n"
-            "                         chain's commands)\n"
-            "  --timeout SECONDS      lockstep: fail when no chain listens, or it does not write\n"
-            "                         the mirror stream, for this long (default 30)\n"
-            "\n"
-            "The chain:\n"
-            "  --rtc-config DIR       write the simulator's own MVM chain for spotwave rtc:\n"
-            "                         DIR/rtc.conf, DIR/cm.fits (the control matrix from its\n"
-            "                         push-pull calibration) and DIR/valid.fits (the measured\n"
-            "                         lenslets); recon must be mvm\n"
-            "  --twin                 lockstep: run the in-process simulator beside the bench and\n"
-            "                         compare the commands that come back with its own, frame\n"
-            "                         by frame (JSON: twin_identical_frames, twin_first_difference)\n"
-            "  --json                 the summary as one JSON object\n"
-            "\n"
-            "Exit codes: 0 success; 1 a failure (streams, the chain's timeout, a twin that\n"
-            "differs); 2 a usage error.\n"
-            "\n"
-            "Example (three shells, or & for the first two):\n"
-            "  spotwave sim bench --set nx=16 --set recon=mvm --rtc-config b/ --frames 0\n"
-            "  spotwave rtc --config b/rtc.conf --in sw_cam --out sw_dm --frames 1000 &\n"
-            "  spotwave sim bench --set nx=16 --set recon=mvm --frames 1000 --twin --json\n");
+    fprintf(
+        out,
+        "Usage: spotwave [GLOBAL OPTIONS] sim bench [--config FILE] [--set KEY=VALUE ...]\n"
+        "                [--camera STREAM] [--dm STREAM] [--rtc-config DIR] [OPTIONS]\n"
+        "\n"
+        "The closed-loop simulator of `spotwave loop` (Brunner, de Visser, Vuik & Verhaegen\n"
+        "2018, J. Opt. Soc. Am. A 35(6), 859, Sec. 4.B) as a bench: its atmosphere,\n"
+        "deformable mirror and Shack-Hartmann camera run here and talk to a real-time chain\n"
+        "in another process through image streams in the ImageStreamIO layout of\n"
+        "milk/CACAO: camera frames (f32 electrons) out, mirror commands (nact f32, um) in.\n"
+        "\n"
+        "Configuration: as `spotwave loop` (its --config keys and --set; see spotwave loop\n"
+        "--help); delay must be 0 (the bench's timing is the delay).\n"
+        "  --config FILE          `key = value` lines\n"
+        "  --set KEY=VALUE        one key (repeatable)\n"
+        "  --frames N             frames to run (default: the configuration's frames); 0 with\n"
+        "                         --rtc-config: only write the chain's files\n"
+        "  --no-turbulence        a calm bench (r0 = 10^12 m: the screen's RMS ~1e-10 of the\n"
+        "                         default's), to calibrate with spotwave calibrate\n"
+        "\n"
+        "Streams:\n"
+        "  --camera STREAM        camera frames (default sw_cam)\n"
+        "  --dm STREAM            mirror commands (default sw_dm); both are made when\n"
+        "                         missing or of another shape, used as they are otherwise\n"
+        "  --dir DIR              where the streams are (default $MILK_SHM_DIR, else\n"
+        "                         ImageStreamIO's folder)\n"
+        "  --free-run             frames at rate_hz by the clock, whatever the chain does\n"
+        "                         (default: lockstep: the bench starts when a chain listens\n"
+        "                         to the camera stream, and each frame waits for the\n"
+        "                         chain's commands)\n"
+        "  --timeout SECONDS      lockstep: fail when no chain listens, or it does not write\n"
+        "                         the mirror stream, for this long (default 30)\n"
+        "\n"
+        "The chain:\n"
+        "  --rtc-config DIR       write the simulator's own MVM chain for spotwave rtc:\n"
+        "                         DIR/rtc.conf, DIR/cm.fits (the control matrix from its\n"
+        "                         push-pull calibration) and DIR/valid.fits (the measured\n"
+        "                         lenslets); recon must be mvm\n"
+        "  --twin                 lockstep: run the in-process simulator beside the bench and\n"
+        "                         compare the commands that come back with its own, frame\n"
+        "                         by frame (JSON: twin_identical_frames, twin_first_difference)\n"
+        "  --json                 the summary as one JSON object\n"
+        "\n"
+        "Exit codes: 0 success; 1 a failure (streams, the chain's timeout, a twin that\n"
+        "differs); 2 a usage error.\n"
+        "\n"
+        "Example (three shells, or & for the first two):\n"
+        "  spotwave sim bench --set nx=16 --set recon=mvm --rtc-config b/ --frames 0\n"
+        "  spotwave rtc --config b/rtc.conf --in sw_cam --out sw_dm --frames 1000 &\n"
+        "  spotwave sim bench --set nx=16 --set recon=mvm --frames 1000 --twin --json\n");
 }
 
 static int parse_options(int argc, char **argv, bench_opts *o)
@@ -116,6 +122,7 @@ static int parse_options(int argc, char **argv, bench_opts *o)
         OPT_TIMEOUT,
         OPT_RTC,
         OPT_TWIN,
+        OPT_CALM,
         OPT_JSON
     };
     static const struct option longopts[] = {
@@ -129,6 +136,7 @@ static int parse_options(int argc, char **argv, bench_opts *o)
         {"timeout", required_argument, NULL, OPT_TIMEOUT},
         {"rtc-config", required_argument, NULL, OPT_RTC},
         {"twin", no_argument, NULL, OPT_TWIN},
+        {"no-turbulence", no_argument, NULL, OPT_CALM},
         {"json", no_argument, NULL, OPT_JSON},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -163,8 +171,10 @@ static int parse_options(int argc, char **argv, bench_opts *o)
         case OPT_DIR: o->dir = optarg; break;
         case OPT_FREE: o->free_run = 1; break;
         case OPT_TIMEOUT:
-            if (sw_cli_opt_double(S, "--timeout", optarg, SW_CLI_POSITIVE, "a positive number of "
-                                  "seconds", &o->timeout_s) != SW_EXIT_OK)
+            if (sw_cli_opt_double(S, "--timeout", optarg, SW_CLI_POSITIVE,
+                                  "a positive number of "
+                                  "seconds",
+                                  &o->timeout_s) != SW_EXIT_OK)
                 return SW_EXIT_USAGE;
             break;
         case OPT_RTC:
@@ -172,6 +182,7 @@ static int parse_options(int argc, char **argv, bench_opts *o)
                 return SW_EXIT_USAGE;
             break;
         case OPT_TWIN: o->twin = 1; break;
+        case OPT_CALM: o->no_turbulence = 1; break;
         case OPT_JSON: o->json = 1; break;
         default: return SW_EXIT_USAGE;
         }
@@ -247,12 +258,13 @@ static int write_chain(sw_context *ctx, const bench_opts *o, sw_loop *l)
             "# camera %d x %d f32 frames; files are found beside this one\n"
             "nx = %d\nny = %d\npitch_px = %.17g\nx0 = %.17g\ny0 = %.17g\n"
             "pixel_um = %.17g\nfocal_mm = %.17g\nvalid = valid.fits\n",
-            sw_cli_command_line(), (int)w, (int)h, (int)gm->nx, (int)gm->ny, gm->pitch_px,
-            gm->x0, gm->y0, gm->pixel_um, gm->focal_mm);
+            sw_cli_command_line(), (int)w, (int)h, (int)gm->nx, (int)gm->ny, gm->pitch_px, gm->x0,
+            gm->y0, gm->pixel_um, gm->focal_mm);
     if (cp.threshold_mode == SW_THRESHOLD_SUBTRACT && cp.threshold_kind == SW_THRESHOLD_ABSOLUTE)
         fprintf(f, "threshold = %.17g\n", cp.threshold);
-    fprintf(f, "window = %d\ncm = cm.fits\ncontroller = %s\ngain = %.17g\nleak = %.17g\n"
-               "clip = %.17g\n",
+    fprintf(f,
+            "window = %d\ncm = cm.fits\ncontroller = %s\ngain = %.17g\nleak = %.17g\n"
+            "clip = %.17g\n",
             (int)cp.window, sw_controller_kind_string(c->kind), c->gain, c->leak, c->clip);
     const int bad = ferror(f) != 0;
     if (fclose(f) != 0 || bad)
@@ -280,9 +292,8 @@ static int make_stream(sw_context *ctx, const bench_opts *o, const char *option,
     sw_stream *s = NULL;
     if (sw_stream_open(ctx, o->dir, name, &s) == SW_OK) {
         sw_stream_info in;
-        if (sw_stream_get_info(s, &in) == SW_OK && in.type == SW_STREAM_F32 &&
-            in.naxis == naxis && in.size[0] == w && (naxis < 2 || in.size[1] == h) &&
-            !in.circular) {
+        if (sw_stream_get_info(s, &in) == SW_OK && in.type == SW_STREAM_F32 && in.naxis == naxis &&
+            in.size[0] == w && (naxis < 2 || in.size[1] == h) && !in.circular) {
             *out = s;
             return SW_EXIT_OK;
         }
@@ -322,12 +333,11 @@ static int wait_chain(const bench_opts *o, const bench_run *r)
 }
 
 /* Waits for the mirror stream to be written after `after`; its commands into r->u. */
-static int wait_dm(sw_context *ctx, const bench_opts *o, bench_run *r, uint64_t after,
-                   int32_t nact)
+static int wait_dm(sw_context *ctx, const bench_opts *o, bench_run *r, uint64_t after, int32_t nact)
 {
     uint64_t c0 = 0;
-    sw_status st = sw_stream_wait(r->dm, SW_STREAM_WAIT_SEM, r->sem, after, o->timeout_s, &g_stop,
-                                  &c0);
+    sw_status st =
+        sw_stream_wait(r->dm, SW_STREAM_WAIT_SEM, r->sem, after, o->timeout_s, &g_stop, &c0);
     if (g_stop)
         return -1;
     if (st == SW_ETIMEDOUT)
@@ -421,8 +431,11 @@ static int run(sw_context *ctx, const bench_opts *o, sw_loop *l, bench_run *r)
             r->turb_sum += f.turbulence_nm;
             r->after_warmup++;
         }
-        if (!o->free_run && (rc = wait_dm(ctx, o, r, before, nact)) != SW_EXIT_OK)
-            return rc < 0 ? SW_EXIT_OK : rc;
+        if (!o->free_run && (rc = wait_dm(ctx, o, r, before, nact)) != SW_EXIT_OK) {
+            if (rc > 0)
+                return rc;
+            break; /* stopped by a signal: the frames so far are reported */
+        }
     }
     if (r->twin && r->frames == o->frames)
         twin_compare(r, nact, r->frames);
@@ -447,9 +460,12 @@ int sw_cmd_sim_bench(const sw_cli_globals *g, int argc, char **argv)
     if (rc == SW_EXIT_OK) {
         if (!o->frames_given)
             o->frames = frames;
+        if (o->no_turbulence)
+            o->p.turbulence.r0_m = CALM_R0_M;
         if (o->p.delay != 0)
-            rc = sw_cli_usage(S, "delay is %d: the bench's own timing is its delay (set delay = "
-                                 "0)",
+            rc = sw_cli_usage(S,
+                              "delay is %d: the bench's own timing is its delay (set delay = "
+                              "0)",
                               (int)o->p.delay);
         else if ((o->rtc_dir || o->twin) && o->p.recon != SW_LOOP_MVM)
             rc = sw_cli_usage(S, "%s needs recon = mvm (spotwave rtc runs the MVM chain)",

@@ -74,8 +74,9 @@ int sw_cli_config_read(const char *sub, const char *path, sw_cli_config_set_fn s
             break;
         }
         if (nul) {
-            rc = sw_cli_usage(sub, "%s:%ld: a NUL byte (column %zu): the configuration must be text",
-                              path, lineno, nul);
+            rc =
+                sw_cli_usage(sub, "%s:%ld: a NUL byte (column %zu): the configuration must be text",
+                             path, lineno, nul);
             break;
         }
         char *hash = strchr(line, '#');

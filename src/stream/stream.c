@@ -1010,8 +1010,8 @@ int32_t sw_stream_readers(const sw_stream *s)
         return 0;
     int32_t n = 0;
     for (int32_t i = 0; i < (int32_t)s->md->sem; i++) {
-        const int32_t cur = atomic_load_explicit(MD_ATOMIC_I32(readpid_at(s, i)),
-                                                 memory_order_acquire);
+        const int32_t cur =
+            atomic_load_explicit(MD_ATOMIC_I32(readpid_at(s, i)), memory_order_acquire);
         n += cur > 0 && pid_alive(cur);
     }
     return n;

@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# The simulated bench through image streams (issue "streams"): sim camera -> spotwave rtc -> sim
+# mirror as separate processes, 1000 frames in lockstep, every frame's commands bit for bit those
+# of the in-process simulator (sim bench --twin runs it beside the bench), no frame missed; the
+# chain's files written by --rtc-config; spotwave calibrate through the streams gives the
+# simulator's own control matrix (push-pull: bit for bit; Hadamard: to 1e-3); SIGTERM leaves the
+# streams whole; bad chains, streams and options refused.
+set -euo pipefail
+source "$(dirname "$0")/common.bash"
+
+export MILK_SHM_DIR="$tmp/shm"
+mkdir -p "$MILK_SHM_DIR"
+cd "$tmp"
+
+# a small noisy system with a circular pupil (invalid corner lenslets), one thread per process
+SYS=(--set nx=8 --set recon=mvm --set samples=4 --set model=geometric --set diameter_m=3
+    --set square_pupil=0 --set magnitude=8 --set read_noise_e=1 --set seed=5)
+expect 0 --threads 1 sim bench "${SYS[@]}" --rtc-config chain --frames 0
+for f in rtc.conf cm.fits valid.fits; do [[ -s chain/$f ]] || fail "--rtc-config wrote no $f"; done
+grep -q '^cm = cm.fits$' chain/rtc.conf || fail "rtc.conf: $(cat chain/rtc.conf)"
+
+# the chain first (it waits for the camera stream), then the bench
+"$SW" --threads 1 rtc --config chain/rtc.conf --in cam --out dm --slopes sl --telemetry tel \
+    --frames 1000 --timeout 20 --json >rtc.json 2>rtc.err &
+rtc_pid=$!
+expect 0 --threads 1 sim bench "${SYS[@]}" --camera cam --dm dm --frames 1000 --twin --json \
+    --timeout 20
+cp "$tmp/out" bench.json
+wait "$rtc_pid" || fail "rtc failed: $(cat rtc.err)"
+python3 - bench.json rtc.json <<'PY' || fail "bench and chain disagree: $(cat bench.json rtc.json)"
+import json, sys
+b = json.load(open(sys.argv[1]))
+r = json.load(open(sys.argv[2]))
+assert b["frames"] == 1000 and b["twin_identical_frames"] == 1000, b
+assert b["twin_first_difference"] == 0, b
+assert r["frames"] == 1000 and r["missed"] == 0 and r["first_cnt0"] == 1, r
+assert r["actuators"] == 81 and r["stopped_by"] == "frames", r
+assert r["slopes"] == 2 * 52, r  # 52 lenslets of 64 lit to half or more
+assert 0 < r["latency_median_us"] <= r["latency_p99_us"] <= r["latency_max_us"] + 0.1, r
+# the loop corrected: residual well below the turbulence
+assert b["residual_mean_nm"] < 0.5 * b["turbulence_mean_nm"], b
+PY
+# slopes and telemetry streams: the last frame's, in their documented shapes
+expect 0 stream info tel --json
+python3 - "$tmp/out" <<'PY' || fail "telemetry stream: $out"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["type"] == "f64" and r["size"][0] == 2 + 104 + 81 and r["cnt0"] == 1000, r
+PY
+expect 0 stream info sl --json
+[[ $out == *'"cnt0": 1000'* ]] || fail "slopes stream: $out"
+
+# calibration through the streams of a calm bench: push-pull gives the simulator's own matrix
+CALM=(--set nx=8 --set recon=mvm --set samples=4 --set model=geometric --set diameter_m=3)
+expect 0 --threads 1 sim bench "${CALM[@]}" --rtc-config calm --frames 0
+"$SW" --threads 1 sim bench "${CALM[@]}" --no-turbulence --camera ccam --dm cdm \
+    --frames 100000 --timeout 10 >calm.out 2>&1 &
+bench_pid=$!
+expect 0 --threads 1 calibrate --config calm/rtc.conf --camera ccam --dm cdm --out cm_pp.fits \
+    --im im_pp.fits --json
+[[ $out == *'"modes_kept"'* && $out == *'"measurements": 162'* ]] || fail "calibrate: $out"
+expect 0 --threads 1 calibrate --config calm/rtc.conf --camera ccam --dm cdm --out cm_h.fits \
+    --hadamard
+kill -TERM "$bench_pid"
+wait "$bench_pid" || fail "sim bench did not stop cleanly on SIGTERM: $(cat calm.out)"
+python3 - calm/cm.fits cm_pp.fits cm_h.fits <<'PY' || fail "calibrated matrices differ"
+import sys
+import numpy as np
+
+def fits(path):
+    raw = open(path, "rb").read()
+    cards = [raw[i:i + 80].decode("latin-1") for i in range(0, len(raw), 80)]
+    end = next(i for i, c in enumerate(cards) if c.startswith("END"))
+    keys = {c[:8].strip(): c[10:30].strip() for c in cards[:end]}
+    start = (end * 80 // 2880 + 1) * 2880
+    w, h = int(keys["NAXIS1"]), int(keys["NAXIS2"])
+    return np.frombuffer(raw[start:start + 4 * w * h], ">f4").reshape(h, w)
+
+ref, pp, had = (fits(p) for p in sys.argv[1:4])
+assert ref.shape == (81, 128), ref.shape
+assert np.array_equal(ref, pp), np.abs(ref - pp).max()
+rel = np.abs(ref - had).max() / np.abs(ref).max()
+assert rel < 1e-3, rel
+PY
+
+# a chain stopped by SIGTERM exits 0 and leaves its streams whole (write flag down)
+"$SW" sim bench "${CALM[@]}" --free-run --set rate_hz=400 --camera fcam --dm fdm --frames 400 \
+    >free.out 2>&1 &
+free_pid=$!
+"$SW" rtc --config calm/rtc.conf --in fcam --out fdm --json >sig.json 2>sig.err &
+sig_pid=$!
+for _ in $(seq 100); do # until the chain has run a few frames
+    run stream info fdm --json
+    [[ $out =~ \"cnt0\":\ ([0-9]+) ]] && ((BASH_REMATCH[1] > 5)) && break
+    sleep 0.05
+done
+kill -TERM "$sig_pid"
+wait "$sig_pid" || fail "rtc exited non-zero on SIGTERM: $(cat sig.err)"
+grep -q '"stopped_by": "signal"' sig.json || fail "rtc on SIGTERM: $(cat sig.json)"
+wait "$free_pid" || fail "free-running bench: $(cat free.out)"
+expect 0 stream info fdm --json
+python3 - "$tmp/out" <<'PY' || fail "the mirror stream after SIGTERM: $out"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["write_flag"] == 0 and r["cnt0"] >= 1, r
+PY
+
+# bad chains and streams
+expect_usage rtc --in cam --out dm
+expect_usage rtc --config calm/rtc.conf --in cam --out cam
+printf 'nx = 8\npitch_px = 8\ncm = cm.fits\n' >calm/nony.conf
+expect_usage rtc --config calm/nony.conf --in ccam --out dm
+printf 'nx = 8\nny = 8\npitch_px = 8\n' >calm/nocm.conf
+expect_usage rtc --config calm/nocm.conf --in ccam --out dm
+expect_usage rtc --config calm/rtc.conf --set gain=x --in ccam --out dm
+expect_usage rtc --config calm/rtc.conf --set bogus=1 --in ccam --out dm
+expect_usage rtc --config calm/rtc.conf --in ccam --out dm --wait maybe
+# a control matrix of the wrong width
+printf 'nx = 4\nny = 4\npitch_px = 8\ncm = cm.fits\n' >calm/small.conf
+expect 1 rtc --config calm/small.conf --in ccam --out dm2 --frames 1 --timeout 1
+expect_one_line
+[[ $err == *"wide"* ]] || fail "wrong cm width: $err"
+# a camera stream that is not a 2-D frame of a supported type
+expect 0 stream write v1 chain/valid.fits --type f64
+expect 1 rtc --config calm/rtc.conf --in v1 --out dm3 --frames 1 --timeout 1
+[[ $err == *"u8, u16 or f32"* ]] || fail "f64 camera: $err"
+# no camera stream
+expect 1 rtc --config calm/rtc.conf --in nosuch --out dm4 --open-timeout 0.2
+expect_one_line
+# an existing commands stream of another shape is not overwritten
+expect 1 rtc --config calm/rtc.conf --in ccam --out v1 --frames 1 --timeout 1
+[[ $err == *"another shape"* ]] || fail "--out of another shape: $err"
+# a corrupted camera stream header
+cp "$MILK_SHM_DIR/ccam.im.shm" "$MILK_SHM_DIR/bad.im.shm"
+printf 'X' | dd of="$MILK_SHM_DIR/bad.im.shm" bs=1 seek=0 conv=notrunc status=none
+expect 1 rtc --config calm/rtc.conf --in bad --out dm5 --open-timeout 0.2
+expect_one_line
+# no frames: --timeout fails
+expect 1 rtc --config calm/rtc.conf --in ccam --out dm6 --timeout 0.3
+[[ $err == *"no frame"* ]] || fail "timeout: $err"
+
+# sim bench refusals
+expect_usage sim bench "${CALM[@]}" --set delay=1 --frames 5
+expect_usage sim bench "${CALM[@]}" --twin --free-run --frames 5
+expect_usage sim bench --set recon=dsabre-local --rtc-config x --frames 0
+expect_usage sim bench "${CALM[@]}" --camera a --dm a
+expect_usage sim bench "${CALM[@]}" --frames 0
+expect 1 sim bench "${CALM[@]}" --camera lone --dm lonedm --frames 5 --timeout 0.3
+[[ $err == *"no chain listening"* ]] || fail "a bench alone: $err"
+# calibrate refusals
+expect_usage calibrate --config calm/rtc.conf --camera ccam --dm cdm
+expect_usage calibrate --config calm/rtc.conf --camera ccam --dm ccam --out x.fits
+expect_usage calibrate --config calm/rtc.conf --camera ccam --dm cdm --out x.fits --amp -1
+expect 1 calibrate --config calm/rtc.conf --camera ccam --dm cdm --out x.fits --timeout 0.3
+[[ $err == *"no frame"* ]] || fail "calibrate without a camera running: $err"
+[[ ! -e x.fits ]] || fail "a failed calibration left x.fits"
+echo "ok"
