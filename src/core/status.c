@@ -8,7 +8,7 @@
 #include <strings.h>
 
 #ifndef SW_VERSION_TEXT
-#define SW_VERSION_TEXT "1.0.0"
+#define SW_VERSION_TEXT "2.0.0"
 #endif
 
 /* The message of the last failure of calls made without a context, per thread. */
