@@ -23,13 +23,17 @@ CENTROID = [("ix", np.int32), ("iy", np.int32), ("x_px", np.float32), ("y_px", n
             ("intensity", np.float32), ("valid", np.uint8)]
 CENTROID_REF = [("dx_px", np.float32), ("dy_px", np.float32)]
 CENTROID_SAT = [("saturated", np.uint8)]
+# The method's status and error bars (centroid.h "Status", "Error bars").
+CENTROID_MEASURE = [("status", np.uint8), ("x_var", np.float32), ("y_var", np.float32),
+                    ("snr", np.float32)]
 
 
 def centroid_dtype(frames, reference):
     """The centroid table's dtype: a first column `frame` for stacks, dx_px, dy_px with a
-    reference, and saturated last."""
+    reference, then saturated, status, x_var, y_var, snr."""
     cols = ([("frame", np.int32)] if frames else []) + CENTROID
-    return np.dtype(cols + (CENTROID_REF if reference else []) + CENTROID_SAT)
+    return np.dtype(cols + (CENTROID_REF if reference else []) + CENTROID_SAT +
+                    CENTROID_MEASURE)
 
 
 # spotwave sim stars --truth: the stars whose centre lies on the image.
