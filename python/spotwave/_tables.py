@@ -17,6 +17,11 @@ FIND_3D = np.dtype([
     ("bbox_x1", np.int32), ("bbox_y0", np.int32), ("bbox_y1", np.int32), ("z_var", np.float64),
     ("bbox_z0", np.int64), ("bbox_z1", np.int64),
 ])
+# spotwave find --refine: these columns follow (refine.h's flags, the fitted flux and width, and
+# the local background above the bias).
+FIND_REFINE = [("refine_flags", np.int32), ("flux_adu", np.float64), ("sigma_px", np.float64),
+               ("background_adu", np.float64)]
+FIND_REFINED = np.dtype(FIND.descr + FIND_REFINE)
 
 # spotwave centroid: one row per lenslet (and frame).
 CENTROID = [("ix", np.int32), ("iy", np.int32), ("x_px", np.float32), ("y_px", np.float32),
