@@ -25,9 +25,10 @@ used (:func:`default_context`: backend from SPOTWAVE_BACKEND, default "auto").
 """
 
 from . import _spotwave
+from ._centroid import STATUS as CENTROID_STATUS
 from ._centroid import CentroidPlan, CentroidResult, centroid, find_geometry
 from ._context import default_context, set_default_context
-from ._find import FindPlan, find
+from ._find import FindPlan, ccd_estimate, find
 from ._io import h5_info, read, write_fits, write_pgm
 from ._pupil import PupilPlan, pupil
 from ._spotwave import (
@@ -60,10 +61,12 @@ from ._h5write import write_h5  # noqa: E402,F401
 __version__ = _spotwave.__version__
 
 __all__ = [
-    "CentroidPlan", "CentroidResult", "Context", "CudaError", "Error", "FileError", "FindPlan",
+    "CENTROID_STATUS", "CentroidPlan", "CentroidResult", "Context", "CudaError", "Error",
+    "FileError", "FindPlan",
     "FormatError", "InternalError", "InvalidArgumentError", "NoDeviceError", "OutOfMemoryError",
     "PupilPlan", "pupil",
-    "RangeError", "StoppedError", "Stream", "TimeoutError", "UnsupportedError", "build_info", "built_with_cuda", "centroid",
+    "RangeError", "StoppedError", "Stream", "TimeoutError", "UnsupportedError", "build_info",
+    "built_with_cuda", "ccd_estimate", "centroid",
     "cuda_device_count", "data_dir", "default_context", "find", "find_geometry", "h5_info", "read",
     "set_default_context", "sim", "stream", "write_fits", "write_pgm", "zernike",
 ]

@@ -1,9 +1,13 @@
-"""Shack-Hartmann centroids: the centre of gravity of every lenslet's spot (centroid.h,
-geometry.h).
+"""Shack-Hartmann centroids: one per lenslet, by the centre of gravity or another method, with
+error bars and a status (centroid.h, geometry.h).
 
-Method: Mocci J., Busato F., Bombieri N., Bonora S., Muradore R. (2020), "An efficient
+Methods: Mocci J., Busato F., Bombieri N., Bonora S., Muradore R. (2020), "An efficient
 implementation of the Shack-Hartmann centroids extraction for edge computing", J. Opt. Soc. Am. A
 37(10), 1548-1556: the lenslet geometry of Eq. (1)-(5), the centre of gravity of Eq. (6)-(7).
+Weighted centre of gravity: Nicolle M., Fusco T., Rousset G., Michau V. (2004), Opt. Lett.
+29(23), 2743-2745; Thomas S. et al. (2006), MNRAS 371, 323-336. Correlation: Lofdahl M. G.
+(2010), "Evaluation of image-shift measurement algorithms for solar Shack-Hartmann wavefront
+sensors", A&A 524, A90.
 """
 
 import math
@@ -15,6 +19,10 @@ from ._find import _mask, check_keywords, pixel_type
 
 _CENTROID_TYPES = {np.dtype(np.uint8): "u8", np.dtype(np.uint16): "u16",
                    np.dtype(np.float32): "f32"}
+
+METHODS = ("cog", "wcog", "local", "brightest", "correlation", "quadcell")
+#: The ``status`` codes of a centroid (centroid.h "Status"): code -> name.
+STATUS = {k: _spotwave.centroid_status_string(k) for k in range(8)}
 
 
 def _float32_map(a, name):
@@ -49,19 +57,33 @@ def manual_geometry(shape, pitch, grid=None, origin=None):
 class CentroidResult:
     """The outputs of a :class:`CentroidPlan` run, NumPy arrays (host plans) or CuPy arrays
     (device plans): x, y (the centroid, pixels, NaN where invalid), intensity (the conditioned
-    intensity m00 of every lenslet), valid (uint8, 1 valid / 0 invalid) and saturated (uint8, 1
-    when a raw pixel of the lenslet's region is at or above the plan's saturation level), each
-    (frames, ny, nx); slopes (frames, 2, nslopes) for the "blocks" layout, x-slopes then
-    y-slopes, or (frames, nslopes, 2) "interleaved": centroid - reference in pixels for the
-    lenslets of the mask, 0 where invalid in the frame. ``frames`` is the number of frames the
-    last run filled (the arrays may hold more). Any array may be None: it is not written."""
+    intensity m00 of every lenslet), valid (uint8, 1 valid / 0 invalid), saturated (uint8, 1
+    when a raw pixel of the lenslet's region is at or above the plan's saturation level),
+    status (uint8, the reason, :data:`spotwave.CENTROID_STATUS`), x_var, y_var (float32, the
+    centroid's variance from photon and read noise, px^2) and snr (float32), each
+    (frames, ny, nx); x_var, y_var and snr are NaN on the plain centre-of-gravity fast path
+    (``plan.fast``) and for invalid lenslets; slopes (frames, 2, nslopes) for the "blocks"
+    layout, x-slopes then y-slopes, or (frames, nslopes, 2) "interleaved": centroid - reference
+    in pixels for the lenslets of the mask, 0 where invalid in the frame. ``frames`` is the
+    number of frames the last run filled (the arrays may hold more). Any array may be None: it
+    is not written."""
 
-    __slots__ = ("x", "y", "intensity", "valid", "slopes", "frames", "saturated")
+    __slots__ = ("x", "y", "intensity", "valid", "slopes", "frames", "saturated", "x_var",
+                 "y_var", "snr", "status")
 
-    def __init__(self, x, y, intensity, valid, slopes, frames=0, saturated=None):
+    def __init__(self, x, y, intensity, valid, slopes, frames=0, saturated=None, x_var=None,
+                 y_var=None, snr=None, status=None):
         self.x, self.y, self.intensity, self.valid, self.slopes = x, y, intensity, valid, slopes
         self.frames = frames
         self.saturated = saturated
+        self.x_var, self.y_var, self.snr, self.status = x_var, y_var, snr, status
+
+    def _outputs(self):
+        """(array, name) of the ten outputs, in the binding's argument order."""
+        return ((self.x, "out.x"), (self.y, "out.y"), (self.intensity, "out.intensity"),
+                (self.valid, "out.valid"), (self.slopes, "out.slopes"),
+                (self.saturated, "out.saturated"), (self.x_var, "out.x_var"),
+                (self.y_var, "out.y_var"), (self.snr, "out.snr"), (self.status, "out.status"))
 
     def __repr__(self):
         return (f"spotwave.CentroidResult(frames={self.frames}, lenslets={self.x.shape[1:]}, "
@@ -75,7 +97,10 @@ class CentroidPlan:
     ``CentroidPlan(shape, dtype, *, pitch, grid=None, origin=None, pixel_um=5.5, focal_mm=3.5,
     mask=None, threshold=None, threshold_mode="subtract", threshold_fraction=None, gamma=1.0,
     window=0, dark=None, flat=None, lut=None, saturation=None, drop_saturated=False,
-    max_frames=1, memory="host", path=None, slope_layout="blocks", ctx=None)``
+    max_frames=1, memory="host", path=None, slope_layout="blocks", method="cog", fwhm_px=None,
+    iterations=0, local_k=3.0, brightest_n=None, template=None, search_px=None,
+    quad_gain_px=None, gain=None, read_noise=None, min_snr=None, max_shift_px=None,
+    peak_border=False, edge_px=None, edge_fraction=None, ctx=None)``
 
     shape: (height, width) of a frame; dtype: uint8, uint16 or float32.
     Geometry (Mocci et al. 2020, Eq. 1-5; 0-based pixels, the centre of pixel (0, 0) at
@@ -99,6 +124,24 @@ class CentroidPlan:
     camera). Saturated lenslets stay valid (their centroid may be biased) unless
     drop_saturated, which makes them invalid. ``plan.saturation`` is the level in force (None:
     no check).
+    Method (centroid.h "Methods"; as ``spotwave centroid --method``): "cog" (default, the
+    centre of gravity); "wcog", a Gaussian-weighted CoG of FWHM fwhm_px, fixed at the reference
+    position (iterations 0) or re-centred ``iterations`` times (Nicolle et al. 2004, Opt. Lett.
+    29(23), 2743; Thomas et al. 2006, MNRAS 371, 323); "local", the CoG above a background and
+    threshold (local_k sigma) from the lenslet's outer ring; "brightest", the CoG of the
+    brightest_n pixels minus the next one; "correlation", the shift of each lenslet's region
+    against the same region of ``template`` (a (height, width) image, copied as float32), over
+    +-search_px px (default a quarter of the region), with parabola fits (Lofdahl 2010, A&A 524,
+    A90): x is the reference position plus the shift; "quadcell", quadrant sums times
+    quad_gain_px (default sqrt(pi/2) fwhm_px / 2.3548), for 2 x 2 lenslets.
+    Error bars (x_var, y_var, snr of the result): gain, the detector's e-/ADU (None: the pixel
+    variance from each lenslet's outer ring), read_noise in electrons (needs gain).
+    Validity (status, all off by default): min_snr (below: "faint"), max_shift_px (farther from
+    the reference: "left"), peak_border (the brightest pixel on the region's outer ring:
+    "left"), edge_px (the centroid closer to the region's edge: "cut"), edge_fraction (more
+    than this fraction of the signal on the outer ring: "cut"). ``plan.fast`` is True when the
+    plan runs the plain CoG code (method "cog", no detector, no check): x_var, y_var and snr
+    are then NaN.
     max_frames: the largest stack a run takes. memory: "host" (NumPy frames) or "device"
     (CuPy / device frames, read in place); path: the library's memory path ("host", "copy",
     "mapped", "device"; default from memory and the context). slope_layout: "blocks" or
@@ -117,7 +160,10 @@ class CentroidPlan:
                  focal_mm=3.5, mask=None, threshold=None, threshold_mode="subtract",
                  threshold_fraction=None, gamma=1.0, window=0, dark=None, flat=None, lut=None,
                  saturation=None, drop_saturated=False, max_frames=1, memory="host", path=None,
-                 slope_layout="blocks", ctx=None):
+                 slope_layout="blocks", method="cog", fwhm_px=None, iterations=0, local_k=3.0,
+                 brightest_n=None, template=None, search_px=None, quad_gain_px=None, gain=None,
+                 read_noise=None, min_snr=None, max_shift_px=None, peak_border=False,
+                 edge_px=None, edge_fraction=None, ctx=None):
         self.ctx = _context.resolve(ctx)
         if len(shape) != 2:
             raise ValueError(f"shape: expected (height, width), got {shape!r}")
@@ -160,6 +206,26 @@ class CentroidPlan:
             params["flat"] = _float32_map(flat, "flat")
         if lut is not None:
             params["lut"] = _float32_map(lut, "lut")
+        if method not in METHODS:
+            raise ValueError(f"method: '{method}' is not " + ", ".join(f"'{m}'" for m in METHODS))
+        if method == "correlation" and template is None:
+            raise TypeError("method='correlation' needs template= (a (height, width) image whose "
+                            "lenslet regions are the templates)")
+        if template is not None:
+            if method != "correlation":
+                raise TypeError(f"template: a template goes with method='correlation', not "
+                                f"'{method}'")
+            t = _arrays.host_array(template, "template")
+            if t.shape != (height, width):
+                raise ValueError(f"template: shape {t.shape}, the frames ({height}, {width})")
+            params["template"] = np.ascontiguousarray(t, np.float32)
+        if read_noise and not gain:
+            raise TypeError("read_noise: needs gain= (the detector's e-/ADU)")
+        params.update(method=method, fwhm_px=fwhm_px, iterations=iterations, local_k=local_k,
+                      brightest_n=brightest_n, search_px=search_px, quad_gain_px=quad_gain_px,
+                      gain=gain, read_noise=read_noise, min_snr=min_snr,
+                      max_shift_px=max_shift_px, peak_border=bool(peak_border), edge_px=edge_px,
+                      edge_fraction=edge_fraction)
         self._plan = _spotwave.CentroidPlan(self.ctx, params)
         self.shape = (height, width)
         self.dtype = np.dtype(dtype)
@@ -181,6 +247,9 @@ class CentroidPlan:
     drop_saturated = property(lambda self: self._plan.drop_saturated,
                               doc="True when saturated lenslets are made invalid.")
     max_frames = property(lambda self: self._plan.max_frames, doc="Largest stack a run takes.")
+    method = property(lambda self: self._plan.method, doc="The centroid method.")
+    fast = property(lambda self: self._plan.fast,
+                    doc="True when the plan runs the plain CoG code (no error bars, no checks).")
 
     def slope_lenslets(self):
         """The flat lenslet index (iy * nx + ix) of each slope, int32 (nslopes,)."""
@@ -209,12 +278,15 @@ class CentroidPlan:
         ny, nx, ns = self.ny, self.nx, self.nslopes
         dev = self.memory == "device"
         sl = (f, 2, ns) if self.slope_layout == "blocks" else (f, ns, 2)
-        return CentroidResult(_arrays.empty((f, ny, nx), np.float32, dev, self.ctx),
-                              _arrays.empty((f, ny, nx), np.float32, dev, self.ctx),
-                              _arrays.empty((f, ny, nx), np.float32, dev, self.ctx),
-                              _arrays.empty((f, ny, nx), np.uint8, dev, self.ctx),
+        def per_lenslet(dtype):
+            return _arrays.empty((f, ny, nx), dtype, dev, self.ctx)
+
+        return CentroidResult(per_lenslet(np.float32), per_lenslet(np.float32),
+                              per_lenslet(np.float32), per_lenslet(np.uint8),
                               _arrays.empty(sl, np.float32, dev, self.ctx),
-                              saturated=_arrays.empty((f, ny, nx), np.uint8, dev, self.ctx))
+                              saturated=per_lenslet(np.uint8), x_var=per_lenslet(np.float32),
+                              y_var=per_lenslet(np.float32), snr=per_lenslet(np.float32),
+                              status=per_lenslet(np.uint8))
 
     def _run_fast(self, frames, out):
         """The real-time path (device plans): a CuPy frame on the context's own stream, into a
@@ -242,11 +314,7 @@ class CentroidPlan:
             self._fast_key, self._fast_stride = key, row
         if out is not self._bound_out:
             self._plan.bind_outputs(*[None if a is None else _arrays.as_output(a, n, self.ctx)[0]
-                                      for a, n in ((out.x, "out.x"), (out.y, "out.y"),
-                                                   (out.intensity, "out.intensity"),
-                                                   (out.valid, "out.valid"),
-                                                   (out.slopes, "out.slopes"),
-                                                   (out.saturated, "out.saturated"))])
+                                      for a, n in out._outputs()])
             self._bound_out = out
         n = cai["shape"][0] if len(cai["shape"]) == 3 else 1
         out.frames = self._plan.run_device(cai["data"][0], self._fast_stride, n)
@@ -263,14 +331,11 @@ class CentroidPlan:
         if type(frames) is np.ndarray and type(out.x) is np.ndarray:
             # The host fast path: the binding checks the arrays (dtype, size, writability).
             _arrays.check_byte_order(frames, "image")
-            out.frames = self._plan.run(frames, out.x, out.y, out.intensity, out.valid,
-                                        out.slopes, out.saturated)
+            out.frames = self._plan.run(frames, *(a for a, _ in out._outputs()))
             return out
         obj, device = _arrays.as_input(frames, "image", self.ctx)
         outs = [None if a is None else _arrays.as_output(a, name, self.ctx)[0]
-                for a, name in ((out.x, "out.x"), (out.y, "out.y"),
-                                (out.intensity, "out.intensity"), (out.valid, "out.valid"),
-                                (out.slopes, "out.slopes"), (out.saturated, "out.saturated"))]
+                for a, name in out._outputs()]
         with _arrays.DeviceRun(self.ctx, device):
             out.frames = self._plan.run(obj, *outs)
         return out
@@ -278,7 +343,7 @@ class CentroidPlan:
     def __repr__(self):
         return (f"spotwave.CentroidPlan(shape={self.shape}, dtype={self.dtype}, "
                 f"grid=({self.nx}, {self.ny}), pitch={self.geometry['pitch']}, "
-                f"path='{self.path}')")
+                f"method='{self.method}', path='{self.path}')")
 
 
 def find_geometry(reference, *, pixel_um=5.5, focal_mm=3.5, ctx=None):
@@ -314,14 +379,23 @@ def centroid(image, *, grid=None, pitch=None, origin=None, threshold=None,
     centroids (same grid and conditioning) are the reference, or a pair (ref_x, ref_y) of
     (ny, nx) arrays; a lenslet invalid in the reference leaves the mask (an error when ``mask``
     keeps it), as the command does.
+    Method keywords (see :class:`CentroidPlan`; ``spotwave centroid --method`` and its options):
+    method ("cog", "wcog", "local", "brightest", "correlation", "quadcell"), fwhm_px,
+    iterations, local_k, brightest_n, search_px, quad_gain_px; the detector's gain (e-/ADU) and
+    read_noise (e-) for the error bars; min_snr, max_shift_px, peak_border, edge_px,
+    edge_fraction for the status. method="correlation" takes the reference image as its
+    template too (and needs it), as the command does.
 
     Returns, for NumPy input, a structured array with the ``spotwave centroid`` CSV columns, one
     row per lenslet in lenslet order (iy, then ix), and per frame for stacks (a first column
     ``frame``): ix, iy, x_px, y_px (NaN where invalid), intensity, valid (1/0); with a reference
     also dx_px, dy_px (centroid - reference, pixels; NaN where invalid or outside the mask); last
     saturated (1/0: a saturated pixel in the lenslet's region; keywords saturation,
-    drop_saturated, see :class:`CentroidPlan`). For device input, a dict of CuPy arrays with
-    the same names (rows in the same order).
+    drop_saturated, see :class:`CentroidPlan`), status (0 ok, 1 masked, 2 nonfinite, 3 empty,
+    4 left, 5 cut, 6 faint, 7 saturated: :data:`spotwave.CENTROID_STATUS`), x_var, y_var (the
+    centroid's variance, px^2) and snr (NaN without error bars: the plain CoG, and invalid
+    lenslets). For device input, a dict of CuPy arrays with the same names (rows in the same
+    order).
 
     Method: Mocci et al. (2020), J. Opt. Soc. Am. A 37(10), 1548-1556, Eq. (1)-(7).
     """
@@ -355,6 +429,14 @@ def centroid(image, *, grid=None, pitch=None, origin=None, threshold=None,
             raise ValueError(f"image: a grid of {nx}x{ny} lenslets of {pitch:g} px does not fit "
                              f"its {frame_shape[1]}x{frame_shape[0]} pixels")
     frames = shape[0] if len(shape) == 3 else 1
+    if more.get("method") == "correlation":
+        if not ref_is_image:
+            raise TypeError("method='correlation' needs reference= an image: its lenslet regions "
+                            "are the templates")
+        if "template" in more:
+            raise TypeError("centroid: the template is the reference image: drop template=")
+        t = reference.get() if _arrays.is_device(reference) else reference  # copied once
+        more["template"] = _arrays.host_array(t, "reference")
     check_keywords("centroid", more, CentroidPlan)
     for k in ("memory", "max_frames"):
         if k in more:
@@ -442,6 +524,9 @@ def _table(plan, res, stack, with_ref, device):
         cols["dx_px"] = xp.where(ok, dx, xp.nan).astype(xp.float32).ravel()
         cols["dy_px"] = xp.where(ok, dy, xp.nan).astype(xp.float32).ravel()
     cols["saturated"] = (res.saturated[:f].reshape(f, nl) != 0).astype(xp.uint8).ravel()
+    cols["status"] = res.status[:f].reshape(-1)
+    for name in ("x_var", "y_var", "snr"):
+        cols[name] = getattr(res, name)[:f].reshape(-1)
     if device:
         return cols
     return _tables.from_columns(_tables.centroid_dtype(stack, with_ref), cols)

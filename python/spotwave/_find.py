@@ -3,7 +3,9 @@
 Method: Winter G. et al. (2018), "DIALS: implementation and evaluation of a new integration
 package", Acta Cryst. D74, 85-97, and the dispersion spot finder as documented in G. Winter,
 "CUDA Spotfinding" (technical note); the dispersion criterion of Kabsch W. (2010), "XDS",
-Acta Cryst. D66, 125-132.
+Acta Cryst. D66, 125-132. Refined positions (refine.h): SExtractor's windowed centroid
+XWIN_IMAGE (Bertin E., Arnouts S. 1996, A&AS 117, 393-404) and a Gaussian PSF fit by
+Levenberg-Marquardt.
 """
 
 import numpy as np
@@ -66,7 +68,9 @@ class FindPlan:
     ``FindPlan(shape, dtype, *, algorithm="dispersion_extended", gain=1.0, kernel_size=3,
     sigma_b=6.0, sigma_s=3.0, min_local=2, global_threshold=0.0, mask=None, gain_map=None,
     overload=None, connectivity=4, min_spot_size=3, max_spot_size=1000, max_separation=2.0,
-    max_strong_fraction=0.25, window="auto", max_components=None, ctx=None)``
+    max_strong_fraction=0.25, window="auto", max_components=None, refine="none",
+    background="none", mesh_size=64, stamp_radius=None, detector_gain=1.0, read_noise=0.0,
+    bias=0.0, ctx=None)``
 
     shape: (height, width) of a frame; dtype: uint8, uint16, uint32 or float32 (float32 pixels
     are rounded to whole counts, NaN/Inf masked). Parameters as ``spotwave find`` (DIALS's names
@@ -81,6 +85,18 @@ class FindPlan:
     max_strong_fraction, a frame with more strong pixels than this fraction of its valid pixels
     is an error (0: off); window, the GPU's window sums "auto", "brute" or "tiled".
     The mask and gain map are copied when the plan is made.
+    Refined positions (refine.h; as ``spotwave find --refine``; 2-D spots, not three_d):
+    refine "none" (the intensity-weighted mean of the strong pixels), "xwin" (SExtractor's
+    iterative Gaussian-windowed centroid XWIN_IMAGE, Bertin & Arnouts 1996, A&AS 117, 393) or
+    "gauss" (a pixel-integrated circular Gaussian plus a constant fitted by Levenberg-Marquardt
+    with Poisson + read-noise weights); x_px, y_px then hold the refined position and x_var,
+    y_var its variance, and the table gains refine_flags (1 stamp cut by the edge, 2 bad pixels
+    left out, 4 not refined: the plain centroid kept, 8 fit stopped at its pass limit),
+    flux_adu, sigma_px, background_adu. background: "none", "annulus" (sigma-clipped median of
+    a ring about each spot) or "mesh" (SExtractor's background map, boxes of mesh_size px);
+    stamp_radius: the stamp's half-size, 2..15 (None: from the spot's bounding box); the
+    detector: detector_gain (e-/ADU), read_noise (e- RMS), bias (ADU). The frames' overload
+    (or the type's default) leaves pixels out of the refinement too.
 
     Calling the plan runs it (no allocation in the library once its spot list has grown):
     ``plan(image, *, frame_index=0, strong=None, three_d=False, progress=None)`` -> a structured
@@ -96,7 +112,9 @@ class FindPlan:
                  sigma_b=6.0, sigma_s=3.0, min_local=2, global_threshold=0.0, mask=None,
                  gain_map=None, overload=None, connectivity=4, min_spot_size=3,
                  max_spot_size=1000, max_separation=2.0, max_strong_fraction=0.25,
-                 window="auto", max_components=None, ctx=None):
+                 window="auto", max_components=None, refine="none", background="none",
+                 mesh_size=64, stamp_radius=None, detector_gain=1.0, read_noise=0.0, bias=0.0,
+                 ctx=None):
         self.ctx = _context.resolve(ctx)
         if len(shape) != 2:
             raise ValueError(f"shape: expected (height, width), got {shape!r}")
@@ -107,7 +125,9 @@ class FindPlan:
                       gain=gain, overload=overload, connectivity=connectivity,
                       min_spot_size=min_spot_size, max_spot_size=max_spot_size,
                       max_separation=max_separation, max_strong_fraction=max_strong_fraction,
-                      window=window, max_components=max_components)
+                      window=window, max_components=max_components, refine=refine,
+                      background=background, mesh_size=mesh_size, stamp_radius=stamp_radius,
+                      detector_gain=detector_gain, read_noise=read_noise, bias=bias)
         if mask is not None:
             params["mask"] = _mask(mask, "mask")
         if gain_map is not None:
@@ -116,6 +136,12 @@ class FindPlan:
                                         params)
         self.shape = (height, width)
         self.dtype = np.dtype(dtype)
+
+    @property
+    def refine(self):
+        """The refinement's settings: method, background, mesh_size, stamp_radius (0:
+        automatic), detector_gain, read_noise, bias, overload."""
+        return self._plan.refine
 
     @property
     def stats(self):
@@ -133,6 +159,9 @@ class FindPlan:
         obj, device = _arrays.as_input(image, "image", self.ctx)
         if strong is not None:
             strong = _mask(strong, "strong")
+        if three_d and self.refine["method"] != "none":
+            raise TypeError("three_d: refined positions are for 2-D spots (refine='none' with "
+                            "three_d)")
         if len(shape) == 3 and not device and (three_d or progress is not None or shape[0] > 1):
             cols = self._plan.run_sequence(obj, int(frame_index), bool(three_d), strong, progress)
         else:
@@ -143,15 +172,20 @@ class FindPlan:
                 raise TypeError("progress: reported for NumPy stacks only")
             with _arrays.DeviceRun(self.ctx, device):
                 cols = self._plan.run(obj, int(frame_index), strong)
-        return _spot_table(cols, three_d)
+        return _spot_table(cols, three_d, "refine_flags" in cols)
 
     def __repr__(self):
         return (f"spotwave.FindPlan(shape={self.shape}, dtype={self.dtype}, "
                 f"algorithm='{self.params['algorithm']}', backend='{self.ctx.backend}')")
 
 
-def _spot_table(cols, three_d):
-    if three_d:
+def _spot_table(cols, three_d, refined=False):
+    if refined:
+        out = np.empty(len(cols["x"]), _tables.FIND_REFINED)
+        out["frame"] = cols["z0"]
+        for name, _ in _tables.FIND_REFINE:
+            out[name] = cols[name]
+    elif three_d:
         out = np.empty(len(cols["x"]), _tables.FIND_3D)
         out["frame"] = cols["z"]
         out["z_var"] = cols["z_var"]
@@ -173,7 +207,24 @@ def _spot_table(cols, three_d):
     return out
 
 
-def find(image, *, algorithm="dispersion_extended", gain=1.0, kernel_size=3, sigma_b=6.0,
+def ccd_estimate(image, *, bias=0.0, read_noise=0.0, mask=None, ctx=None):
+    """CCD mode's estimate (refine.h, ``sw_ccd_estimate_frame``): the background of one host
+    frame (its valid pixels sigma-clipped at 3 sd about the median until stable, the stars
+    gone). Returns dict(mean (ADU), variance (ADU^2), npix, dispersion_gain = variance / mean
+    (find's gain), gain (the detector's e-/ADU from (mean - bias) / gain = variance -
+    read_noise^2 / gain^2))."""
+    ctx = _context.resolve(ctx)
+    shape, dtype = _arrays.shape_dtype(image, "image")
+    if len(shape) != 2:
+        raise ValueError(f"image: expected one frame (height, width), got shape {shape}")
+    pixel_type(dtype, "image")
+    if _arrays.is_device(image):
+        raise TypeError("image: the CCD estimate reads a host frame: pass a NumPy array")
+    return _spotwave.ccd_estimate(ctx, image, None if mask is None else _mask(mask, "mask"),
+                                  float(bias), float(read_noise))
+
+
+def find(image, *, algorithm="dispersion_extended", gain=None, kernel_size=3, sigma_b=6.0,
          sigma_s=3.0, min_local=2, global_threshold=0.0, mask=None, **more):
     """Finds spots: the DIALS dispersion threshold, connected components, and per spot the
     intensity-weighted centroid (find.h; as ``spotwave find``).
@@ -188,13 +239,20 @@ def find(image, *, algorithm="dispersion_extended", gain=1.0, kernel_size=3, sig
     frame, default 0), three_d (join spots across consecutive frames of a NumPy stack, as
     ``spotwave find --3d``: rotation scans), progress (a callable(done, total) called after each
     frame of a NumPy stack, on the calling thread; it must not call spotwave on the same context).
+    Refined positions: refine ("none", "xwin", "gauss"), background ("none", "annulus",
+    "mesh"), mesh_size, stamp_radius, detector_gain, read_noise, bias (see :class:`FindPlan`;
+    as ``spotwave find --refine ...``), and ccd=True, CCD mode: the first frame's background
+    (:func:`ccd_estimate`, host frames) gives the detector gain unless detector_gain is given
+    and the dispersion threshold's gain (variance / mean) unless gain or gain_map is given
+    (:func:`ccd_estimate` returns the numbers; a device frame is copied to the host for it).
 
     Returns a NumPy structured array, one row per spot, with the columns of the ``spotwave find``
     CSV: frame, x_px, y_px (the centroid, 0-based pixel coordinates: the centre of pixel (0, 0)
     is (0.0, 0.0)), x_var, y_var (the Poisson variance of the centroid, px^2), intensity (summed
     counts), npix, bbox_x0, bbox_x1, bbox_y0, bbox_y1 (the bounding box, upper bounds exclusive,
     as DIALS). With three_d, frame is the intensity-weighted frame (float) and z_var, bbox_z0,
-    bbox_z1 follow.
+    bbox_z1 follow. With refine, x_px, y_px, x_var, y_var are the refined position and its
+    variance, and refine_flags, flux_adu, sigma_px, background_adu follow.
 
     Method: Winter et al. (2018), Acta Cryst. D74, 85-97 (DIALS), the dispersion spot finder of
     G. Winter's "CUDA Spotfinding" note, and the dispersion criterion of Kabsch (2010), Acta
@@ -207,7 +265,20 @@ def find(image, *, algorithm="dispersion_extended", gain=1.0, kernel_size=3, sig
         raise ValueError(f"image: expected a 2-D image (height, width) or a 3-D stack "
                          f"(frames, height, width), got a {len(shape)}-D array of shape {shape}")
     pixel_type(dtype, "image")
-    check_keywords("find", more, FindPlan)
+    check_keywords("find", more, FindPlan, extra=("ccd",))
+    if more.pop("ccd", False):
+        first = image if len(shape) == 2 else image[0]
+        if _arrays.is_device(first):
+            first = first.get()  # one frame, once: the estimate runs on the host
+        est = ccd_estimate(first, bias=more.get("bias", 0.0),
+                           read_noise=more.get("read_noise", 0.0), mask=mask,
+                           ctx=more.get("ctx"))
+        if more.get("detector_gain") is None:
+            more["detector_gain"] = est["gain"]
+        if gain is None and more.get("gain_map") is None:
+            gain = est["dispersion_gain"]
+    if gain is None:
+        gain = 1.0
     plan = FindPlan(shape[-2:], dtype, algorithm=algorithm, gain=gain, kernel_size=kernel_size,
                     sigma_b=sigma_b, sigma_s=sigma_s, min_local=min_local,
                     global_threshold=global_threshold, mask=mask, **more)

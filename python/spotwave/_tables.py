@@ -17,19 +17,28 @@ FIND_3D = np.dtype([
     ("bbox_x1", np.int32), ("bbox_y0", np.int32), ("bbox_y1", np.int32), ("z_var", np.float64),
     ("bbox_z0", np.int64), ("bbox_z1", np.int64),
 ])
+# spotwave find --refine: these columns follow (refine.h's flags, the fitted flux and width, and
+# the local background above the bias).
+FIND_REFINE = [("refine_flags", np.int32), ("flux_adu", np.float64), ("sigma_px", np.float64),
+               ("background_adu", np.float64)]
+FIND_REFINED = np.dtype(FIND.descr + FIND_REFINE)
 
 # spotwave centroid: one row per lenslet (and frame).
 CENTROID = [("ix", np.int32), ("iy", np.int32), ("x_px", np.float32), ("y_px", np.float32),
             ("intensity", np.float32), ("valid", np.uint8)]
 CENTROID_REF = [("dx_px", np.float32), ("dy_px", np.float32)]
 CENTROID_SAT = [("saturated", np.uint8)]
+# The method's status and error bars (centroid.h "Status", "Error bars").
+CENTROID_MEASURE = [("status", np.uint8), ("x_var", np.float32), ("y_var", np.float32),
+                    ("snr", np.float32)]
 
 
 def centroid_dtype(frames, reference):
     """The centroid table's dtype: a first column `frame` for stacks, dx_px, dy_px with a
-    reference, and saturated last."""
+    reference, then saturated, status, x_var, y_var, snr."""
     cols = ([("frame", np.int32)] if frames else []) + CENTROID
-    return np.dtype(cols + (CENTROID_REF if reference else []) + CENTROID_SAT)
+    return np.dtype(cols + (CENTROID_REF if reference else []) + CENTROID_SAT +
+                    CENTROID_MEASURE)
 
 
 # spotwave sim stars --truth: the stars whose centre lies on the image.

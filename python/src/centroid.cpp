@@ -1,5 +1,6 @@
 // spotwave Python binding: the centroid stage (centroid.h, geometry.h) — the Shack-Hartmann
-// centre-of-gravity plan, its reference, and the geometry finder.
+// centroid plan (centre of gravity and the other methods, their error bars and status), its
+// reference, and the geometry finder.
 #include "common.h"
 
 #include <nanobind/stl/string.h>
@@ -12,17 +13,21 @@ namespace swpy
 namespace
 {
 
+// The result arrays a run writes, in the order of run's arguments: x, y, intensity, valid,
+// slopes, saturated, x_var, y_var, snr, status.
+constexpr int NOUT = 10;
+
 struct CentroidPlan {
     nb::object ctx_obj;
     Context *ctx = nullptr;
     sw_centroid_plan *plan = nullptr;
     sw_centroid_params p{};
     std::vector<uint8_t> mask;
-    std::vector<float> dark, flat, lut;
+    std::vector<float> dark, flat, lut, corr;
     int32_t lenslets = 0, nslopes = 0;
     // Outputs bound once (bind_outputs) for run_device: their pointers, and the arrays held.
     sw_centroid_result bound{};
-    FlatArg bound_keep[6];
+    FlatArg bound_keep[NOUT];
     bool has_bound = false;
     CentroidPlan() = default;
     CentroidPlan(const CentroidPlan &) = delete;
@@ -126,6 +131,30 @@ void plan_init(CentroidPlan *self, nb::object ctx_obj, nb::dict params)
     // 0: the type's full scale (none for f32); negative: none; else the raw level
     p.saturation = q.num("saturation", p.saturation);
     p.drop_saturated = q.flag("drop_saturated", false) ? 1 : 0;
+    // The method and its parameters (centroid.h "Methods"); the library checks them.
+    std::string method = q.str("method", "cog");
+    if (sw_centroid_method_parse(method.c_str(), &p.method) != SW_OK)
+        value_error("method: '%s' is not 'cog', 'wcog', 'local', 'brightest', 'correlation' or "
+                    "'quadcell'",
+                    method.c_str());
+    p.fwhm_px = q.num("fwhm_px", p.fwhm_px);
+    p.wcog_iterations = (int32_t)q.integer("iterations", p.wcog_iterations);
+    p.local_k = q.num("local_k", p.local_k);
+    p.brightest_n = (int32_t)q.integer("brightest_n", p.brightest_n);
+    if (q.has("template")) {
+        copy_host<float>(q.get("template"), "template", npix, self->corr);
+        p.corr_reference = self->corr.data();
+    }
+    p.corr_search_px = (int32_t)q.integer("search_px", p.corr_search_px);
+    p.quad_gain_px = q.num("quad_gain_px", p.quad_gain_px);
+    // Detector (error bars, SNR) and the validity checks (centroid.h "Status").
+    p.gain_e_per_adu = q.num("gain", p.gain_e_per_adu);
+    p.read_noise_e = q.num("read_noise", p.read_noise_e);
+    p.min_snr = q.num("min_snr", p.min_snr);
+    p.max_shift_px = q.num("max_shift_px", p.max_shift_px);
+    p.peak_border = q.flag("peak_border", false) ? 1 : 0;
+    p.edge_px = q.num("edge_px", p.edge_px);
+    p.edge_fraction = q.num("edge_fraction", p.edge_fraction);
     q.done();
     Context &c = *self->ctx;
     call(c, [&] { return sw_centroid_create(c.ctx, &p, &self->plan); });
@@ -133,14 +162,11 @@ void plan_init(CentroidPlan *self, nb::object ctx_obj, nb::dict params)
     self->nslopes = sw_centroid_plan_slopes(self->plan);
 }
 
-// Runs the plan on `frames` into the given outputs (any may be None). Every output must hold a
-// whole number of frames, at least the frames run, all in one kind of memory. Returns the
-// number of frames run.
-// The result descriptor of the given output arrays (any of them None), checked against the plan
-// (sizes, one kind of memory, the context's device); the arrays are held in keep[6].
-sw_centroid_result outputs_of(CentroidPlan &cp, int32_t frames, nb::handle x, nb::handle y,
-                              nb::handle intensity, nb::handle valid, nb::handle slopes,
-                              nb::handle saturated, FlatArg keep[6])
+// The result descriptor of the given output arrays h (NOUT, any of them None), checked against
+// the plan (sizes: whole frames, at least `frames`; one kind of memory; the context's device);
+// the arrays are held in keep.
+sw_centroid_result outputs_of(CentroidPlan &cp, int32_t frames, const nb::handle h[NOUT],
+                              FlatArg keep[NOUT])
 {
     sw_centroid_result r{};
     r.lenslets = cp.lenslets;
@@ -148,28 +174,23 @@ sw_centroid_result outputs_of(CentroidPlan &cp, int32_t frames, nb::handle x, nb
     r.frames = -1;
     bool first = true;
     Where where = Where::host;
-    struct Out {
-        nb::handle h;
-        const char *name;
-        size_t per_frame;
-    } outs[6] = {{x, "out.x", (size_t)cp.lenslets},
-                 {y, "out.y", (size_t)cp.lenslets},
-                 {intensity, "out.intensity", (size_t)cp.lenslets},
-                 {valid, "out.valid", (size_t)cp.lenslets},
-                 {slopes, "out.slopes", 2 * (size_t)cp.nslopes},
-                 {saturated, "out.saturated", (size_t)cp.lenslets}};
-    for (int i = 0; i < 6; i++) {
-        if (outs[i].h.is_none())
+    static const char *const names[NOUT] = {
+        "out.x",         "out.y",     "out.intensity", "out.valid", "out.slopes",
+        "out.saturated", "out.x_var", "out.y_var",     "out.snr",   "out.status"};
+    for (int i = 0; i < NOUT; i++) {
+        if (h[i].is_none())
             continue;
-        keep[i] = i == 3 || i == 5 ? flat_arg<uint8_t>(outs[i].h, outs[i].name, 0, true)
-                                   : flat_arg<float>(outs[i].h, outs[i].name, 0, true);
-        const size_t per = outs[i].per_frame;
+        const bool u8 = i == 3 || i == 5 || i == 9; // valid, saturated, status
+        const char *name = names[i];
+        keep[i] =
+            u8 ? flat_arg<uint8_t>(h[i], name, 0, true) : flat_arg<float>(h[i], name, 0, true);
+        const size_t per = i == 4 ? 2 * (size_t)cp.nslopes : (size_t)cp.lenslets;
         if (per == 0 ? keep[i].size != 0
                      : keep[i].size % per != 0 || keep[i].size / per < (size_t)frames)
             value_error(
-                "%s: %zu elements; the outputs hold whole frames of %zu, at least %d frames",
-                outs[i].name, keep[i].size, per, frames);
-        check_side(*cp.ctx, keep[i].where, keep[i].device_id, outs[i].name);
+                "%s: %zu elements; the outputs hold whole frames of %zu, at least %d frames", name,
+                keep[i].size, per, frames);
+        check_side(*cp.ctx, keep[i].where, keep[i].device_id, name);
         const int32_t cap = per == 0 ? frames : (int32_t)(keep[i].size / per);
         if (first) {
             where = keep[i].where;
@@ -178,7 +199,7 @@ sw_centroid_result outputs_of(CentroidPlan &cp, int32_t frames, nb::handle x, nb
         } else {
             if (keep[i].where != where)
                 type_error("%s: %s memory, the other outputs %s: give all outputs in one kind",
-                           outs[i].name, where_name(keep[i].where), where_name(where));
+                           name, where_name(keep[i].where), where_name(where));
             r.frames = cap < r.frames ? cap : r.frames;
         }
     }
@@ -191,11 +212,16 @@ sw_centroid_result outputs_of(CentroidPlan &cp, int32_t frames, nb::handle x, nb
     r.valid = (uint8_t *)keep[3].data;
     r.slopes = (float *)keep[4].data;
     r.saturated = (uint8_t *)keep[5].data;
+    r.x_var = (float *)keep[6].data;
+    r.y_var = (float *)keep[7].data;
+    r.snr = (float *)keep[8].data;
+    r.status = (uint8_t *)keep[9].data;
     return r;
 }
 
 int32_t plan_run(CentroidPlan &cp, nb::handle frames, nb::handle x, nb::handle y,
-                 nb::handle intensity, nb::handle valid, nb::handle slopes, nb::handle saturated)
+                 nb::handle intensity, nb::handle valid, nb::handle slopes, nb::handle saturated,
+                 nb::handle x_var, nb::handle y_var, nb::handle snr, nb::handle status)
 {
     ImageArg im = image_arg(frames, "image", true, PIX_U8 | PIX_U16 | PIX_F32);
     const sw_centroid_params &p = cp.p;
@@ -215,9 +241,10 @@ int32_t plan_run(CentroidPlan &cp, nb::handle frames, nb::handle x, nb::handle y
                    "(make the plan with memory='%s')",
                    where_name(im.where), sw_centroid_path_string(path),
                    want_device ? "device" : "host", im.where == Where::device ? "device" : "host");
-    FlatArg keep[6];
-    sw_centroid_result r =
-        outputs_of(cp, im.frames, x, y, intensity, valid, slopes, saturated, keep);
+    FlatArg keep[NOUT];
+    const nb::handle h[NOUT] = {x,         y,     intensity, valid, slopes,
+                                saturated, x_var, y_var,     snr,   status};
+    sw_centroid_result r = outputs_of(cp, im.frames, h, keep);
     Context &c = *cp.ctx;
     call(c, [&] { return sw_centroid_run(cp.plan, &im.img, &r); });
     return im.frames;
@@ -226,13 +253,16 @@ int32_t plan_run(CentroidPlan &cp, nb::handle frames, nb::handle x, nb::handle y
 // Binds device output arrays once, for run_device (the real-time path: no argument conversion
 // per frame). The arrays are held by the plan until the next bind or the plan's end.
 void plan_bind_outputs(CentroidPlan &cp, nb::handle x, nb::handle y, nb::handle intensity,
-                       nb::handle valid, nb::handle slopes, nb::handle saturated)
+                       nb::handle valid, nb::handle slopes, nb::handle saturated, nb::handle x_var,
+                       nb::handle y_var, nb::handle snr, nb::handle status)
 {
-    FlatArg keep[6];
-    sw_centroid_result r = outputs_of(cp, 1, x, y, intensity, valid, slopes, saturated, keep);
+    FlatArg keep[NOUT];
+    const nb::handle h[NOUT] = {x,         y,     intensity, valid, slopes,
+                                saturated, x_var, y_var,     snr,   status};
+    sw_centroid_result r = outputs_of(cp, 1, h, keep);
     if (r.memory != SW_MEM_DEVICE)
         type_error("out: run_device writes device outputs (a result made with memory='device')");
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < NOUT; i++)
         cp.bound_keep[i] = std::move(keep[i]);
     cp.bound = r;
     cp.has_bound = true;
@@ -345,10 +375,14 @@ void bind_centroid(nb::module_ &m)
         .def("__init__", &plan_init, nb::arg("ctx"), nb::arg("params"))
         .def("run", &plan_run, nb::arg("image"), nb::arg("x").none(), nb::arg("y").none(),
              nb::arg("intensity").none(), nb::arg("valid").none(), nb::arg("slopes").none(),
-             nb::arg("saturated").none() = nb::none())
+             nb::arg("saturated").none() = nb::none(), nb::arg("x_var").none() = nb::none(),
+             nb::arg("y_var").none() = nb::none(), nb::arg("snr").none() = nb::none(),
+             nb::arg("status").none() = nb::none())
         .def("bind_outputs", &plan_bind_outputs, nb::arg("x").none(), nb::arg("y").none(),
              nb::arg("intensity").none(), nb::arg("valid").none(), nb::arg("slopes").none(),
-             nb::arg("saturated").none() = nb::none())
+             nb::arg("saturated").none() = nb::none(), nb::arg("x_var").none() = nb::none(),
+             nb::arg("y_var").none() = nb::none(), nb::arg("snr").none() = nb::none(),
+             nb::arg("status").none() = nb::none())
         .def("run_device", &plan_run_device, nb::arg("ptr"), nb::arg("stride"),
              nb::arg("frames") = 1)
         .def("set_reference", &plan_set_reference, nb::arg("ref_x").none(), nb::arg("ref_y").none())
@@ -366,6 +400,10 @@ void bind_centroid(nb::module_ &m)
                          return v < 0 ? nb::none() : nb::cast(v);
                      })
         .def_prop_ro("drop_saturated", [](CentroidPlan &cp) { return cp.p.drop_saturated != 0; })
+        .def_prop_ro(
+            "method",
+            [](CentroidPlan &cp) { return std::string(sw_centroid_method_string(cp.p.method)); })
+        .def_prop_ro("fast", [](CentroidPlan &cp) { return sw_centroid_plan_fast(cp.plan) != 0; })
         .def_prop_ro("pixel_type",
                      [](CentroidPlan &cp) { return std::string(sw_pixel_type_string(cp.p.type)); })
         .def_prop_ro("path",
@@ -377,6 +415,10 @@ void bind_centroid(nb::module_ &m)
         .def("enable_timing",
              [](CentroidPlan &cp, bool on) { sw_centroid_enable_timing(cp.plan, on); })
         .def_prop_ro("kernel_us", [](CentroidPlan &cp) { return sw_centroid_kernel_us(cp.plan); });
+    m.def(
+        "centroid_status_string",
+        [](int status) { return std::string(sw_centroid_status_string(status)); },
+        nb::arg("status"));
     m.def("geometry_reference", &geometry_reference, nb::arg("params"));
     m.def("geometry_check", &geometry_check, nb::arg("params"), nb::arg("width") = 0,
           nb::arg("height") = 0);

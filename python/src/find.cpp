@@ -1,10 +1,14 @@
 // spotwave Python binding: the find stage (find.h) — the dispersion spot finder's plan, run on
-// one frame (host or device) or on a host stack through the library's double-buffered pipeline.
+// one frame (host or device) or on a host stack through the library's double-buffered pipeline;
+// with a refinement plan attached (refine.h), the refined positions and their details.
 #include "common.h"
 
 #include <nanobind/stl/string.h>
 
 #include <cstring>
+#include <stdexcept>
+
+#include "spotwave/refine.h"
 
 namespace swpy
 {
@@ -21,13 +25,24 @@ struct FindPlan {
     std::vector<float> gain_map;
     sw_spot_list spots{}; // reused run after run: capacity kept, no allocation once grown
     sw_find_stats stats{};
+    sw_refine_params rp{};            // rp.method NONE: no refinement
+    sw_refine_plan *refine = nullptr; // attached to plan (sw_find_set_refine)
+    sw_refine_list refined{};         // one result per spot of `spots`
     FindPlan() = default;
     FindPlan(const FindPlan &) = delete;
     FindPlan &operator=(const FindPlan &) = delete;
     ~FindPlan()
     {
-        sw_find_destroy(plan);
+        sw_find_destroy(plan); // before the refinement plan it uses
+        sw_refine_destroy(refine);
         sw_spot_list_free(&spots);
+        sw_refine_list_free(&refined);
+    }
+    void clear()
+    {
+        spots.count = 0;
+        refined.count = 0;
+        stats = sw_find_stats{};
     }
 };
 
@@ -49,8 +64,9 @@ void copy_map(nb::handle obj, const char *name, int32_t w, int32_t h, std::vecto
     v.assign((const T *)a.data, (const T *)a.data + (size_t)w * (size_t)h);
 }
 
-// The spot list as columns (1-D NumPy arrays), for the Python layer to assemble its table.
-nb::dict spot_columns(const sw_spot_list &l)
+// The spot list as columns (1-D NumPy arrays), for the Python layer to assemble its table;
+// with a refinement, its flags, flux, width and background per spot too.
+nb::dict spot_columns(const sw_spot_list &l, const sw_refine_list *refined)
 {
     const size_t n = (size_t)l.count;
     double *x, *y, *z, *xv, *yv, *zv, *in, *pk;
@@ -81,6 +97,20 @@ nb::dict spot_columns(const sw_spot_list &l)
         in[i] = s.intensity, np[i] = s.npix;
         x0[i] = s.x0, x1[i] = s.x1, y0[i] = s.y0, y1[i] = s.y1, z0[i] = s.z0, z1[i] = s.z1;
         px[i] = s.peak_x, py[i] = s.peak_y, pk[i] = s.peak;
+    }
+    if (refined) {
+        if (refined->count != l.count)
+            throw std::runtime_error("find: the refinement results do not match the spots");
+        int32_t *fl;
+        double *fx, *sg, *bg;
+        d["refine_flags"] = new_array(n, &fl);
+        d["flux_adu"] = new_array(n, &fx);
+        d["sigma_px"] = new_array(n, &sg);
+        d["background_adu"] = new_array(n, &bg);
+        for (size_t i = 0; i < n; i++) {
+            const sw_refine_result &r = refined->items[i];
+            fl[i] = r.flags, fx[i] = r.flux, sg[i] = r.sigma, bg[i] = r.background;
+        }
     }
     return d;
 }
@@ -142,9 +172,37 @@ void plan_init(FindPlan *self, nb::object ctx_obj, int32_t width, int32_t height
         copy_map<float>(q.get("gain_map"), "gain_map", width, height, self->gain_map);
         p.gain_map = self->gain_map.data();
     }
+    // The refinement (refine.h), as `spotwave find --refine` makes it.
+    sw_refine_params &rp = self->rp;
+    sw_refine_params_default(&rp, width, height, p.type);
+    rp.method = SW_REFINE_NONE;
+    std::string method = q.str("refine", "none");
+    if (sw_refine_method_parse(method.c_str(), &rp.method) != SW_OK)
+        value_error("refine: '%s' is not 'none', 'xwin' or 'gauss'", method.c_str());
+    std::string bg = q.str("background", "none");
+    if (sw_refine_background_parse(bg.c_str(), &rp.background) != SW_OK)
+        value_error("background: '%s' is not 'none', 'annulus' or 'mesh'", bg.c_str());
+    rp.mesh_size = (int32_t)q.integer("mesh_size", rp.mesh_size);
+    rp.radius = (int32_t)q.integer("stamp_radius", rp.radius);
+    rp.gain = q.num("detector_gain", rp.gain);
+    rp.read_noise = q.num("read_noise", rp.read_noise);
+    rp.bias = q.num("bias", rp.bias);
     q.done();
+    if (rp.method == SW_REFINE_NONE && rp.background != SW_BACKGROUND_NONE)
+        value_error("background: needs refine='xwin' or 'gauss'");
     Context &c = *self->ctx;
     call(c, [&] { return sw_find_create(c.ctx, &p, &self->plan); });
+    if (rp.method != SW_REFINE_NONE) {
+        rp.mask = p.mask;
+        // The find plan's overload, or the type's default (as the command sets it).
+        rp.overload = p.overload > 0         ? p.overload
+                      : p.type == SW_PIX_U8  ? 255.0
+                      : p.type == SW_PIX_U16 ? 65534.0
+                      : p.type == SW_PIX_U32 ? 4294967294.0
+                                             : 0.0;
+        call(c, [&] { return sw_refine_create(c.ctx, &rp, &self->refine); });
+        call(c, [&] { return sw_find_set_refine(self->plan, self->refine, &self->refined); });
+    }
 }
 
 void check_frames(const FindPlan &fp, const ImageArg &im, const char *name)
@@ -170,8 +228,7 @@ nb::dict plan_run(FindPlan &fp, nb::handle frame, int64_t frame_index, nb::handl
             type_error("strong: the strong-pixel mask is written on the host: give a NumPy "
                        "uint8 array");
     }
-    fp.spots.count = 0;
-    fp.stats = sw_find_stats{};
+    fp.clear();
     Context &c = *fp.ctx;
     call(c, [&] {
         for (int32_t f = 0; f < im.frames; f++) {
@@ -193,7 +250,7 @@ nb::dict plan_run(FindPlan &fp, nb::handle frame, int64_t frame_index, nb::handl
         }
         return SW_OK;
     });
-    return spot_columns(fp.spots);
+    return spot_columns(fp.spots, fp.refine ? &fp.refined : nullptr);
 }
 
 // A host stack through sw_find_sequence: the reader thread copies frames out of the stack while
@@ -267,8 +324,7 @@ nb::dict plan_run_sequence(FindPlan &fp, nb::handle stack, int64_t first, bool t
     }
     sw_find_source src{seq_read, job.strong ? seq_strong : nullptr,
                        progress.is_none() ? nullptr : seq_progress, &job};
-    fp.spots.count = 0;
-    fp.stats = sw_find_stats{};
+    fp.clear();
     Context &c = *fp.ctx;
     call(c, [&] {
         return sw_find_sequence(fp.plan, first, im.frames, &src, three_d ? 1 : 0, &fp.spots,
@@ -278,7 +334,32 @@ nb::dict plan_run_sequence(FindPlan &fp, nb::handle stack, int64_t first, bool t
         PyErr_SetObject((PyObject *)Py_TYPE(job.error.ptr()), job.error.ptr());
         throw nb::python_error();
     }
-    return spot_columns(fp.spots);
+    return spot_columns(fp.spots, fp.refine ? &fp.refined : nullptr);
+}
+
+// CCD mode (sw_ccd_estimate_frame): the background statistics of one host frame.
+nb::dict ccd_estimate(nb::object ctx_obj, nb::handle frame, nb::handle mask, double bias,
+                      double read_noise)
+{
+    Context &c = context_of(ctx_obj);
+    ImageArg im = image_arg(frame, "image", false, PIX_ALL);
+    if (im.where == Where::device)
+        type_error("image: the CCD estimate reads a host frame (a NumPy array)");
+    std::vector<uint8_t> m;
+    if (!mask.is_none())
+        copy_map<uint8_t>(mask, "mask", im.width, im.rows, m);
+    sw_ccd_estimate e{};
+    call(c, [&] {
+        return sw_ccd_estimate_frame(c.ctx, &im.img, m.empty() ? nullptr : m.data(), bias,
+                                     read_noise, &e);
+    });
+    nb::dict d;
+    d["mean"] = e.mean;
+    d["variance"] = e.variance;
+    d["npix"] = e.npix;
+    d["dispersion_gain"] = e.dispersion_gain;
+    d["gain"] = e.gain;
+    return d;
 }
 
 } // namespace
@@ -301,6 +382,20 @@ void bind_find(nb::module_ &m)
         .def_prop_ro("pixel_type",
                      [](FindPlan &fp) { return std::string(sw_pixel_type_string(fp.p.type)); })
         .def_prop_ro("ctx", [](FindPlan &fp) { return fp.ctx_obj; })
+        .def_prop_ro("refine",
+                     [](FindPlan &fp) {
+                         const sw_refine_params &r = fp.rp;
+                         nb::dict d;
+                         d["method"] = std::string(sw_refine_method_string(r.method));
+                         d["background"] = std::string(sw_refine_background_string(r.background));
+                         d["mesh_size"] = r.mesh_size;
+                         d["stamp_radius"] = r.radius;
+                         d["detector_gain"] = r.gain;
+                         d["read_noise"] = r.read_noise;
+                         d["bias"] = r.bias;
+                         d["overload"] = r.overload;
+                         return d;
+                     })
         .def_prop_ro("params", [](FindPlan &fp) {
             const sw_find_params &p = fp.p;
             nb::dict d;
@@ -319,6 +414,8 @@ void bind_find(nb::module_ &m)
             d["max_strong_fraction"] = p.max_strong_fraction;
             return d;
         });
+    m.def("ccd_estimate", &ccd_estimate, nb::arg("ctx"), nb::arg("image"), nb::arg("mask").none(),
+          nb::arg("bias"), nb::arg("read_noise"));
 }
 
 } // namespace swpy

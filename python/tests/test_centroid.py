@@ -14,7 +14,7 @@ def _same_as_csv(table, path):
     header, rows = read_csv(path)
     assert list(table.dtype.names) == header
     assert len(table) == len(rows)
-    ints = {"frame", "ix", "iy", "valid", "saturated"}
+    ints = {"frame", "ix", "iy", "valid", "saturated", "status"}
     for t, row in zip(table, rows):
         got = [fmt(t[n], "%d") if n in ints else fmt(float(t[n]), "%.9g") for n in header]
         assert got == row
@@ -182,7 +182,7 @@ def test_saturation_flags_the_clipped_lenslet(cpu):
     centre = (np.arange(16) % 4) * 16 + 8.0
     # the default level of uint8 frames (255): lenslet 9 only, kept valid, at its spot's centre
     t = spotwave.centroid(img, pitch=16, ctx=cpu)
-    assert t.dtype.names[-1] == "saturated"
+    assert t.dtype.names[-5:] == ("saturated", "status", "x_var", "y_var", "snr")
     assert list(np.flatnonzero(t["saturated"])) == [9]
     assert t["valid"].all() and np.array_equal(t["x_px"], centre)
     # dropped: invalid, NaN
@@ -231,3 +231,134 @@ def test_saturation_is_the_commands(cli, cpu, tmp_path):
         _same_as_csv(table, tmp_path / "c.csv")
         want = [3, 9] if not extra else [9] if kw.get("window") else [3] + list(range(6, 16))
         assert list(np.flatnonzero(table["saturated"])) == want, extra
+
+
+# ------------------------------------------------------------------ methods, status, error bars
+
+@pytest.mark.parametrize("method, args, kw", [
+    ("wcog", ["--fwhm", 4, "--iterations", 3, "--gain", 2, "--read-noise", 3],
+     dict(fwhm_px=4, iterations=3, gain=2, read_noise=3)),
+    ("local", ["--local-k", 2.5, "--min-snr", 5], dict(local_k=2.5, min_snr=5)),
+    ("brightest", ["--brightest", 12, "--max-shift", 3, "--edge-px", 1],
+     dict(brightest_n=12, max_shift_px=3, edge_px=1)),
+    ("quadcell", ["--fwhm", 3, "--peak-border", "--edge-fraction", 0.3],
+     dict(fwhm_px=3, peak_border=True, edge_fraction=0.3)),
+])
+def test_centroid_methods_are_the_commands(cli, cpu, sh, method, args, kw):
+    cli("centroid", sh / "s.fits", "--pitch", PITCH, "--grid", "10x8", "--method", method, *args,
+        "--out", sh / f"m_{method}.csv")
+    table = spotwave.centroid(spotwave.read(sh / "s.fits"), grid=GRID, pitch=PITCH,
+                              method=method, ctx=cpu, **kw)
+    _same_as_csv(table, sh / f"m_{method}.csv")
+    ok = table["valid"] != 0
+    assert ok.sum() > 20
+    # The generic path measures error bars for every valid lenslet, none for the others.
+    assert (table["x_var"][ok] > 0).all() and (table["snr"][ok] > 0).all()
+    assert np.isnan(table["x_var"][~ok]).all()
+
+
+def test_centroid_correlation_takes_the_reference_as_template(cli, cpu, sh):
+    cli("centroid", sh / "s.fits", "--pitch", PITCH, "--grid", "10x8", "--method", "correlation",
+        "--reference", sh / "r.fits", "--search", 4, "--out", sh / "m_corr.csv")
+    img, ref = spotwave.read(sh / "s.fits"), spotwave.read(sh / "r.fits")
+    table = spotwave.centroid(img, grid=GRID, pitch=PITCH, method="correlation", reference=ref,
+                              search_px=4, ctx=cpu)
+    _same_as_csv(table, sh / "m_corr.csv")
+    # The slopes are the CoG's (same frame, same reference), to the correlation's accuracy.
+    cog = spotwave.centroid(img, grid=GRID, pitch=PITCH, reference=ref, ctx=cpu)
+    both = (table["valid"] != 0) & (cog["valid"] != 0) & (cog["intensity"] > 0.2 *
+                                                           cog["intensity"].max())
+    assert both.sum() > 20
+    assert np.abs(table["dx_px"][both] - cog["dx_px"][both]).max() < 0.3
+    with pytest.raises(TypeError, match="needs reference= an image"):
+        spotwave.centroid(img, grid=GRID, pitch=PITCH, method="correlation", ctx=cpu)
+    with pytest.raises(TypeError, match="needs template="):
+        spotwave.CentroidPlan(img.shape, img.dtype, pitch=PITCH, method="correlation", ctx=cpu)
+
+
+def _status_frame():
+    """A float32 64 x 64 frame of 4 x 4 lenslets of 16 px (optical axes at 16 i + 7.5), Gaussian
+    spots of sigma 1.5 px on their axes but: 7 pushed 7 px right (the frame's edge cuts it, no
+    neighbour gets its light); 14 pushed 5.5 px down (its centroid 2.5 px from the edge); 3
+    bright (peak above 5000); 9 faint (flux 20 under 10 e- of read noise); 10 empty; 15 a NaN
+    pixel."""
+    yy, xx = np.mgrid[0:64, 0:64]
+    img = np.zeros((64, 64), np.float64)
+    shifts = {7: (7.0, 0.0), 14: (0.0, 5.5)}
+    flux = {3: 1e5, 9: 20.0}
+    for l in range(16):
+        if l == 10:
+            continue
+        dx, dy = shifts.get(l, (0.0, 0.0))
+        cx, cy = 16 * (l % 4) + 7.5 + dx, 16 * (l // 4) + 7.5 + dy
+        f = flux.get(l, 5000.0)
+        img += f / (2 * np.pi * 1.5**2) * np.exp(-((xx - cx)**2 + (yy - cy)**2) / (2 * 1.5**2))
+    img = img.astype(np.float32)
+    img[32:48, 32:48] = 0  # no neighbour's far tail either
+    img[56, 56] = np.nan
+    return img
+
+
+def test_centroid_status_flags_spots_that_left_or_are_cut_faint_empty(cli, cpu, tmp_path):
+    img = _status_frame()
+    spotwave.write_fits(tmp_path / "st.fits", img)
+    kw = dict(gain=1, read_noise=10, max_shift_px=6, edge_px=3, min_snr=5, saturation=5000)
+    cli("centroid", tmp_path / "st.fits", "--pitch", 16, "--gain", 1, "--read-noise", 10,
+        "--max-shift", 6, "--edge-px", 3, "--min-snr", 5, "--saturation", 5000,
+        "--out", tmp_path / "st.csv")
+    table = spotwave.centroid(img, pitch=16, ctx=cpu, **kw)
+    _same_as_csv(table, tmp_path / "st.csv")
+    S = {v: k for k, v in spotwave.CENTROID_STATUS.items()}
+    want = [S["ok"]] * 16
+    want[3], want[7], want[14], want[9], want[10], want[15] = (
+        S["saturated"], S["left"], S["cut"], S["faint"], S["empty"], S["nonfinite"])
+    assert list(table["status"]) == want
+    # saturated stays valid unless dropped; the others are invalid, with NaN positions
+    assert list(np.flatnonzero(table["valid"] == 0)) == [7, 9, 10, 14, 15]
+    assert np.isnan(table["x_px"][[7, 9, 10, 14, 15]]).all()
+    # Without the checks the pushed spots are reported valid, the one that left 7 px off.
+    plain = spotwave.centroid(img, pitch=16, gain=1, read_noise=10, ctx=cpu)
+    assert plain["valid"][[7, 14]].all() and plain["x_px"][7] - 55.5 > 6
+    # A masked lenslet: status masked, whatever its spot.
+    mask = np.ones((4, 4), bool)
+    mask[1, 3] = False
+    masked = spotwave.centroid(img, pitch=16, mask=mask, ctx=cpu, **kw)
+    assert masked["status"][7] == S["masked"] and masked["valid"][7] == 0
+    dropped = spotwave.centroid(img, pitch=16, drop_saturated=True, ctx=cpu, **kw)
+    assert dropped["status"][3] == S["saturated"] and dropped["valid"][3] == 0
+
+
+def test_centroid_error_bars_follow_the_noise(cpu):
+    # Photon noise only (gain 1 e-/ADU): the reported sigma of the centroid against the
+    # scatter over noise realisations, and the plain CoG path reports none.
+    rng = np.random.default_rng(5)
+    yy, xx = np.mgrid[0:32, 0:32]
+    mean = 4000 / (2 * np.pi * 1.5**2) * np.exp(-((xx % 16 - 7.5)**2 + (yy % 16 - 7.5)**2) /
+                                                 (2 * 1.5**2)) + 2.0
+    stack = rng.poisson(mean, size=(200, 32, 32)).astype(np.float32)
+    t = spotwave.centroid(stack, pitch=16, method="wcog", fwhm_px=5, iterations=3, gain=1,
+                          ctx=cpu)
+    x = t["x_px"].reshape(200, 4)
+    v = t["x_var"].reshape(200, 4)
+    assert (t["status"] == 0).all()
+    ratio = np.sqrt(v.mean(axis=0)) / x.std(axis=0)
+    assert np.all(np.abs(ratio - 1) < 0.2), ratio
+    assert spotwave.CentroidPlan((32, 32), np.float32, pitch=16, ctx=cpu).fast
+    cog = spotwave.centroid(stack[0], pitch=16, ctx=cpu)
+    assert np.isnan(cog["x_var"]).all() and (cog["status"] == 0).all()
+
+
+def test_centroid_method_bad_input(cpu):
+    img = np.zeros((32, 32), np.uint8)
+    with pytest.raises(ValueError, match="method: 'median' is not"):
+        spotwave.centroid(img, pitch=16, method="median", ctx=cpu)
+    with pytest.raises(spotwave.InvalidArgumentError, match="fwhm"):
+        spotwave.centroid(img, pitch=16, method="wcog", ctx=cpu)
+    with pytest.raises(spotwave.InvalidArgumentError, match="brightest_n"):
+        spotwave.centroid(img, pitch=16, method="brightest", ctx=cpu)
+    with pytest.raises(TypeError, match="read_noise: needs gain"):
+        spotwave.centroid(img, pitch=16, read_noise=3, ctx=cpu)
+    with pytest.raises(TypeError, match="template: a template goes with method='correlation'"):
+        spotwave.CentroidPlan(img.shape, img.dtype, pitch=16, template=img, ctx=cpu)
+    with pytest.raises(spotwave.InvalidArgumentError, match="edge_fraction"):
+        spotwave.centroid(img, pitch=16, edge_fraction=2, ctx=cpu)

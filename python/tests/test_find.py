@@ -10,7 +10,8 @@ from conftest import fmt, read_csv
 _FORMATS = {"frame": "%d", "x_px": "%.4f", "y_px": "%.4f", "x_var": "%.6g", "y_var": "%.6g",
             "intensity": "%.17g", "npix": "%d", "bbox_x0": "%d", "bbox_x1": "%d",
             "bbox_y0": "%d", "bbox_y1": "%d", "z_var": "%.6g", "bbox_z0": "%d",
-            "bbox_z1": "%d"}
+            "bbox_z1": "%d", "refine_flags": "%d", "flux_adu": "%.6g", "sigma_px": "%.5g",
+            "background_adu": "%.6g"}
 
 
 def _same_as_csv(spots, path, frame_format="%d"):
@@ -152,3 +153,89 @@ def test_find_nan_pixels_are_masked_and_a_flooded_frame_is_an_error(cpu):
     with pytest.raises(spotwave.RangeError) as e:
         spotwave.find(flood, algorithm="dispersion", min_spot_size=1, ctx=cpu)
     assert "strong" in str(e.value)
+
+
+# ------------------------------------------------------------------ refined positions
+
+@pytest.mark.parametrize("args, kw", [
+    (["--refine", "gauss", "--background", "annulus", "--detector-gain", 1, "--read-noise", 2],
+     dict(refine="gauss", background="annulus", detector_gain=1, read_noise=2)),
+    (["--refine", "xwin", "--background", "mesh", "--mesh-size", 32, "--bias", 1.5,
+      "--stamp-radius", 6],
+     dict(refine="xwin", background="mesh", mesh_size=32, bias=1.5, stamp_radius=6)),
+    (["--refine", "gauss", "--ccd", "--read-noise", 2], dict(refine="gauss", ccd=True,
+                                                             read_noise=2)),
+])
+def test_find_refine_is_the_commands(cli, cpu, field, args, kw):
+    cli("find", field / "a.fits", *args, "--out", field / "r.csv")
+    img = spotwave.read(field / "a.fits")
+    spots = spotwave.find(img, ctx=cpu, **kw)
+    assert spots.dtype.names[-4:] == ("refine_flags", "flux_adu", "sigma_px", "background_adu")
+    assert len(spots) > 10 and (spots["refine_flags"] & 4 == 0).sum() > 10
+    _same_as_csv(spots, field / "r.csv")
+
+
+def test_ccd_estimate_finds_the_simulated_gain(cpu):
+    # sky 400 e-, read noise 5 e-, gain 2 e-/ADU, bias 100 ADU: the background's mean is
+    # 100 + 200 ADU, its variance (400 + 25) / 4 ADU^2.
+    img, _ = spotwave.sim.stars(random=40, size=(200, 160), sigma=1.5, sky_e=400,
+                                read_noise_e=5, gain=2, bias=100, mag_range=(6, 10), seed=3,
+                                ctx=cpu)
+    est = spotwave.ccd_estimate(img, bias=100, read_noise=5, ctx=cpu)
+    assert est["mean"] == pytest.approx(300, rel=0.01)
+    assert est["variance"] == pytest.approx(106.25, rel=0.05)
+    assert est["gain"] == pytest.approx(2.0, rel=0.05)
+    assert est["dispersion_gain"] == pytest.approx(est["variance"] / est["mean"])
+
+
+def _truth_errors(spots, truth):
+    """Distance from each true star (bright, isolated, inside) to the nearest spot, and the
+    spot's index."""
+    xy = np.column_stack([truth["x_px"], truth["y_px"]])
+    out = []
+    for i, (x, y) in enumerate(xy):
+        others = np.delete(xy, i, axis=0)
+        if np.hypot(*(others - (x, y)).T).min() < 12 or not (8 < x < 248 and 8 < y < 248):
+            continue
+        d = np.hypot(spots["x_px"] - x, spots["y_px"] - y)
+        if d.min() < 1.5:
+            out.append((i, d.argmin(), spots["x_px"][d.argmin()] - x,
+                        spots["y_px"][d.argmin()] - y))
+    return np.array(out)
+
+
+def test_refined_positions_are_closer_to_the_truth(cpu):
+    # Stars of sigma 1.5 px on a sky of 100 e- with 5 e- of read noise (gain 1): the
+    # strong-pixel centroid is pulled towards the peak; the fit uses the whole spot.
+    img, truth = spotwave.sim.stars(random=120, size=(256, 256), sigma=1.5, sky_e=100,
+                                    read_noise_e=5, zero_point=1e6, mag_range=(4, 7), seed=8,
+                                    ctx=cpu)
+    plain = spotwave.find(img, ctx=cpu)
+    fit = spotwave.find(img, refine="gauss", background="annulus", read_noise=5, ctx=cpu)
+    win = spotwave.find(img, refine="xwin", background="annulus", read_noise=5, ctx=cpu)
+    assert len(plain) == len(fit) == len(win)
+    e0, e1, e2 = (_truth_errors(s, truth) for s in (plain, fit, win))
+    assert len(e0) > 30 and len(e1) == len(e0) and len(e2) == len(e0)
+    rms = [np.sqrt(np.mean(e[:, 2]**2 + e[:, 3]**2)) for e in (e0, e1, e2)]
+    assert rms[1] < 0.6 * rms[0] and rms[2] < 0.8 * rms[0], rms
+    # The fit's reported variance against its errors: chi^2 per degree of freedom near 1.
+    k = e1[:, 1].astype(int)
+    chi2 = np.mean(e1[:, 2]**2 / fit["x_var"][k] + e1[:, 3]**2 / fit["y_var"][k]) / 2
+    assert 0.5 < chi2 < 2.0, chi2
+    # The fitted width is the simulator's.
+    ok = fit["refine_flags"] & 4 == 0
+    assert np.median(fit["sigma_px"][ok]) == pytest.approx(1.5, abs=0.1)
+
+
+def test_find_refine_bad_input(cpu, field):
+    img = spotwave.read(field / "a.fits")
+    with pytest.raises(ValueError, match="refine: 'psf' is not"):
+        spotwave.find(img, refine="psf", ctx=cpu)
+    with pytest.raises(ValueError, match="background: needs refine"):
+        spotwave.find(img, background="mesh", ctx=cpu)
+    with pytest.raises(TypeError, match="three_d: refined positions are for 2-D spots"):
+        spotwave.find(np.stack([img, img]), refine="gauss", three_d=True, ctx=cpu)
+    with pytest.raises(spotwave.InvalidArgumentError):
+        spotwave.find(img, refine="gauss", stamp_radius=40, ctx=cpu)
+    with pytest.raises(spotwave.InvalidArgumentError):
+        spotwave.find(img, refine="gauss", detector_gain=0, ctx=cpu)

@@ -193,3 +193,69 @@ def test_centroid_saturation_on_every_device_path(gpu):
         assert np.array_equal(host.valid, want.valid)
         table = spotwave.centroid(cp.asarray(img), ctx=gpu, **kw)
         assert list(cp.asnumpy(cp.flatnonzero(table["saturated"]))) == [9]
+
+
+@pytest.mark.parametrize("method, kw", [
+    ("wcog", dict(fwhm_px=4, iterations=3, gain=2, read_noise=3, min_snr=5)),
+    ("local", dict(local_k=2.5, max_shift_px=3, edge_px=1)),
+    ("brightest", dict(brightest_n=12, peak_border=True, edge_fraction=0.3)),
+    ("quadcell", dict(fwhm_px=3)),
+    ("correlation", dict(search_px=4)),
+])
+def test_centroid_methods_cupy_is_the_cpu(gpu, sh, method, kw):
+    # The generic per-lenslet code is the same arithmetic on both backends (centroid.h): the
+    # status the same, the numbers to float rounding.
+    img, truth, ref = sh
+    if method == "correlation":
+        kw = dict(kw, reference=ref)
+    host = spotwave.centroid(img, grid=(16, 12), pitch=16, method=method,
+                             ctx=spotwave.Context("cpu"), **kw)
+    if method == "correlation":
+        kw = dict(kw, reference=cp.asarray(ref))
+    dev = spotwave.centroid(cp.asarray(img), grid=(16, 12), pitch=16, method=method, ctx=gpu,
+                            **kw)
+    assert set(dev) == set(host.dtype.names)
+    for name in ("ix", "iy", "valid", "saturated", "status"):
+        assert np.array_equal(cp.asnumpy(dev[name]), host[name]), name
+    assert (host["valid"] != 0).sum() > 50
+    for name in ("x_px", "y_px", "intensity", "x_var", "y_var", "snr"):
+        assert np.allclose(cp.asnumpy(dev[name]), host[name], rtol=1e-4, atol=1e-4,
+                           equal_nan=True), name
+
+
+def test_centroid_method_real_time_path_writes_status_and_error_bars(gpu, sh):
+    img = sh[0]
+    kw = dict(grid=(16, 12), pitch=16, method="wcog", fwhm_px=4, iterations=2, gain=1,
+              max_shift_px=4)
+    want = spotwave.CentroidPlan(img.shape, img.dtype, ctx=spotwave.Context("cpu"), **kw)(img)
+    plan = spotwave.CentroidPlan(img.shape, img.dtype, memory="device", ctx=gpu, **kw)
+    assert not plan.fast and plan.method == "wcog"
+    out = plan.result(1)
+    with cp.cuda.ExternalStream(gpu.stream):
+        frame = cp.asarray(img)
+        assert plan._run_fast(frame, out) is out  # bind_outputs / run_device took it
+    gpu.synchronize()
+    assert np.array_equal(cp.asnumpy(out.status), want.status)
+    for name in ("x", "x_var", "snr"):
+        assert np.allclose(cp.asnumpy(getattr(out, name)), getattr(want, name), rtol=1e-4,
+                           atol=1e-4, equal_nan=True), name
+
+
+@pytest.mark.parametrize("kw", [dict(refine="gauss", background="annulus", read_noise=3),
+                                dict(refine="xwin", background="mesh", mesh_size=32)])
+def test_find_refine_cupy_is_the_cpu(gpu, kw):
+    # One warp per spot on the GPU, the same per-pixel arithmetic as the CPU (refine.h).
+    img, truth = spotwave.sim.stars(random=150, size=(256, 192), sigma=1.5, sky_e=50,
+                                    read_noise_e=3, zero_point=1e7, mag_range=(5, 10), seed=4,
+                                    ctx=gpu)
+    cpu = spotwave.find(img, ctx=spotwave.Context("cpu"), **kw)
+    dev = spotwave.find(cp.asarray(img), ctx=gpu, **kw)
+    host = spotwave.find(img, ctx=gpu, **kw)
+    assert len(cpu) == len(dev) == len(host) > 50
+    for got in (dev, host):
+        assert got.dtype == cpu.dtype
+        assert np.array_equal(got["refine_flags"], cpu["refine_flags"])
+        for name in ("x_px", "y_px"):
+            assert np.allclose(got[name], cpu[name], rtol=0, atol=1e-5), name
+        for name in ("x_var", "y_var", "flux_adu", "sigma_px", "background_adu"):
+            assert np.allclose(got[name], cpu[name], rtol=1e-4, atol=1e-9), name
