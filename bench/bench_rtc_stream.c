@@ -152,8 +152,9 @@ static int parse_own(int *argc, char **argv, prog_opts *o)
             o->soak = 1;
             continue;
         }
-        static const char *const valued[] = {"--nx",   "--type", "--rate",    "--frames", "--ring",
-                                             "--modes", "--cli", "--rtc-cpu", "--rtc-fifo"};
+        static const char *const valued[] = {"--nx",     "--type",    "--rate",
+                                             "--frames", "--ring",    "--modes",
+                                             "--cli",    "--rtc-cpu", "--rtc-fifo"};
         int k = -1;
         for (int j = 0; j < (int)(sizeof valued / sizeof valued[0]); j++)
             if (strcmp(a, valued[j]) == 0)
@@ -483,11 +484,11 @@ static void remove_files(sw_context *cpu, sys *s)
 
 typedef struct row {
     char mode[16], measured[48];
-    long frames;      /* frames with a figure */
+    long frames; /* frames with a figure */
     double median, p99, max, mean;
-    long missed;      /* -1: not applicable */
-    long rss0, rss1;  /* kB, -1: not applicable */
-    double late_max;  /* producer: the latest write behind its deadline, us (stream modes) */
+    long missed;     /* -1: not applicable */
+    long rss0, rss1; /* kB, -1: not applicable */
+    double late_max; /* producer: the latest write behind its deadline, us (stream modes) */
 } row;
 
 #define MAX_ROWS 8
@@ -656,9 +657,9 @@ typedef struct observer {
     long frames;
     size_t row_len; /* telemetry row, doubles */
     double *row;
-    double *wake;  /* [1..frames]: CLOCK_TAI seconds of the wake-up for update k; 0: none */
-    int64_t *cam;  /* [1..frames]: the camera frame (its cnt0) that update k answers; 0: unknown */
-    long skipped;  /* updates not matched to their camera frame (the reader came too late) */
+    double *wake; /* [1..frames]: CLOCK_TAI seconds of the wake-up for update k; 0: none */
+    int64_t *cam; /* [1..frames]: the camera frame (its cnt0) that update k answers; 0: unknown */
+    long skipped; /* updates not matched to their camera frame (the reader came too late) */
     atomic_llong final; /* the commands' last cnt0 once the chain has ended; -1 before */
     volatile int stop;
     atomic_int done;
@@ -673,7 +674,7 @@ static void *observe(void *arg)
     uint64_t last = ob->base;
     while (!ob->stop) {
         const long long final = atomic_load(&ob->final);
-        if (final >= 0 && last >= (uint64_t)final)
+        if (final >= 0 && last >= (uint64_t) final)
             break;
         uint64_t c = 0, tc = 0;
         sw_status st =
@@ -847,8 +848,7 @@ static int run_stream(const prog_opts *o, sw_context *ctx, const sys *s, int spi
     if ((rc = make_stream(ctx, s, CAM_NAME, 2, (uint32_t)s->width, (uint32_t)s->height,
                           sw_stream_type_from_pixel(s->type), &cam)) != 0 ||
         (rc = make_stream(ctx, s, DM_NAME, 1, (uint32_t)s->nact, 1, SW_STREAM_F32, &dm)) != 0 ||
-        (rc = make_stream(ctx, s, TEL_NAME, 1, (uint32_t)ob.row_len, 1, SW_STREAM_F64, &tel)) !=
-            0)
+        (rc = make_stream(ctx, s, TEL_NAME, 1, (uint32_t)ob.row_len, 1, SW_STREAM_F64, &tel)) != 0)
         goto done;
     wt = calloc((size_t)frames, sizeof *wt);
     ob.wake = calloc((size_t)frames + 1, sizeof *ob.wake);
@@ -1017,8 +1017,9 @@ done:
         q.missed = ob.skipped;
         emit(o, ctx, s, &q);
         if (!o->b.json_only && ob.skipped)
-            fprintf(stderr, "%s: %s: %ld updates not matched to their frame (the commands' "
-                            "reader came too late)\n",
+            fprintf(stderr,
+                    "%s: %s: %ld updates not matched to their frame (the commands' "
+                    "reader came too late)\n",
                     PROG, wait, ob.skipped);
     }
     if (ob.sem >= 0)
@@ -1112,8 +1113,9 @@ int main(int argc, char **argv)
     if (rc == 0)
         rc = write_files(cpu, &s);
     if (rc == 0 && !o.b.json_only)
-        fprintf(stderr, "%s: %dx%d lenslets, %d slopes, %d actuators, %ld frames at %.0f Hz per "
-                        "mode, rtc: %s\n",
+        fprintf(stderr,
+                "%s: %dx%d lenslets, %d slopes, %d actuators, %ld frames at %.0f Hz per "
+                "mode, rtc: %s\n",
                 PROG, (int)s.nx, (int)s.nx, (int)(2 * s.ns), (int)s.nact, frames, o.rate, o.cli);
     if (rc == 0 && (o.modes & MODE_INPROC))
         rc = run_inproc(&o, ctx, &s, frames);
