@@ -24,17 +24,24 @@
  * clock_nanosleep to absolute deadlines (CLOCK_MONOTONIC):
  *   inproc  sw_rtc_run on the ring's frames in this process (host frames, pinned on CUDA),
  *           timed by the host clock; "missed": runs longer than one frame period.
- *   sem     `spotwave [--backend B] rtc --wait sem --json --frames N` as a child (fork + exec of
- *           the spotwave command built with this program, or --cli PATH / $SPOTWAVE_CLI), this
- *           process the camera: each frame is written to the camera stream (sw_stream_write:
- *           memcpy, write time, cnt0, semaphore posts). Two figures per run:
+ *   sem     `spotwave [--backend B] rtc --wait sem --telemetry T --json --frames N` as a child
+ *           (fork + exec of the spotwave command built with this program, or --cli PATH /
+ *           $SPOTWAVE_CLI), this process the camera: each frame is written to the camera stream
+ *           (sw_stream_write: memcpy, write time, cnt0, semaphore posts). Two figures per run:
  *             rtc     the child's own summary: camera write time (the stream's writetime,
- *                     CLOCK_TAI) -> the end of its write of the commands; the frames it missed;
+ *                     CLOCK_TAI) -> the end of its write of the commands (every semaphore
+ *                     posted); the camera frames it never took ("missed");
  *             outside measured here: a thread sleeping on a semaphore of the commands stream
  *                     takes its wake-up time (CLOCK_TAI) for every commands update and subtracts
- *                     the write time of the camera frame it answers (update k answers frame k:
- *                     exact when the child missed no frame). This includes the reader's own
- *                     wake-up: what a mirror process waiting on the stream sees.
+ *                     the write time of the camera frame it answers, which it reads from the
+ *                     chain's telemetry row of that update (written after the commands: the
+ *                     frame's cnt0). This includes the reader's own wake-up: what a mirror
+ *                     process waiting on the stream sees. It can come out below the child's
+ *                     figure: the reader holds the first semaphore and may wake while the
+ *                     child still posts the others. "missed": updates the reader could not
+ *                     match to a frame (it came after the next one).
+ *           The child writes the telemetry row (2 + 2 ns + nact doubles) after the commands of
+ *           every frame: work in the frame period, outside its latency.
  *   spin    the same with --wait spin (the child polls cnt0: a core busy).
  * The stream figures' floor over the in-process one: the wake-up of the chain on the camera's
  * semaphore (spin: a poll), the copy of the frame out of the stream, the commands' write and
@@ -42,7 +49,11 @@
  * seconds (the stream's format), a rounding of ~0.25 us.
  * Memory: the child's VmRSS (/proc/PID/status) when it is ready, after a second of frames
  * ("start") and just before the last frame ("end"): the soak's "no memory growth". --soak prints
- * it (and the frames so far) every 10 s on stderr.
+ * it (and the frames so far) every 10 s on stderr. The child's latency histogram (4 MB of 0.1 us
+ * bins, zeroed pages) is mapped in as new latencies land in new pages: a few pages of growth
+ * where the latencies spread (a slow, loaded machine) are that, not a leak.
+ * A child that missed frames never reaches --frames: it is stopped by SIGINT 2 s after the last
+ * frame (its summary still comes).
  *
  * Options (besides the harness's --backend, --threads, --quick, --json-only; --reps, --warmup and
  * --budget are not used): --nx N, --type u16|f32, --rate HZ, --frames N, --ring N, --modes LIST,
@@ -506,7 +517,8 @@ static void emit(const prog_opts *o, sw_context *ctx, const sys *s, const row *r
     sw_json_write_string(stdout, config);
     printf(",\"backend\":\"%s\",\"device\":", sw_backend_string(sw_context_backend(ctx)));
     sw_json_write_string(stdout, device);
-    printf(",\"mode\":\"%s\",\"measured\":\"%s\",\"frames\":%ld", r->mode, r->measured, r->frames);
+    printf(",\"threads\":%d,\"mode\":\"%s\",\"measured\":\"%s\",\"frames\":%ld",
+           sw_context_threads(ctx), r->mode, r->measured, r->frames);
     const double v[4] = {r->median, r->p99, r->max, r->mean};
     static const char *const k[4] = {"median_us", "p99_us", "max_us", "mean_us"};
     for (int i = 0; i < 4; i++) {
