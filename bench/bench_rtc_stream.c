@@ -12,8 +12,9 @@
  * mirror: the Fried actuators at the corners of valid lenslets (nact). The control matrix is a
  * random dense matrix of that shape (uniform in +-1e-3, a fixed seed): the latency of a dense
  * matrix-vector product does not depend on the values (bench_loop --latency measures a real one
- * at 40 x 40). Its files (rtc.conf, cm.fits, valid.fits) are written to a temporary folder
- * (in /dev/shm, a tmpfs, when it exists, else /tmp), with the streams.
+ * at 40 x 40). Its files (rtc.conf, cm.fits, valid.fits) are written to a temporary folder in
+ * $TMPDIR (else /tmp), the streams to one in /dev/shm (a tmpfs) when it exists (else beside the
+ * files); both are removed at the end.
  *
  * The frames: a ring of --ring frames (default 16) rendered before the run by the simulator's
  * GEOMETRIC model (Gaussian spots; a few random low-order Zernike terms per frame, 5000 e- per
@@ -298,7 +299,8 @@ typedef struct sys {
     void **ring;    /* frames, tight rows */
     int nring;
     size_t frame_bytes;
-    char dir[256];
+    char dir[256];  /* the streams: in /dev/shm (tmpfs) when it exists */
+    char fdir[256]; /* the chain's files: in $TMPDIR or /tmp (/dev/shm may be small) */
     char conf[300], cmf[300], vf[300];
 } sys;
 
@@ -439,12 +441,12 @@ static int make_cm(sys *s)
     return 0;
 }
 
-/* rtc.conf, cm.fits, valid.fits in s->dir. */
+/* rtc.conf, cm.fits, valid.fits in s->fdir. */
 static int write_files(sw_context *cpu, sys *s)
 {
-    snprintf(s->conf, sizeof s->conf, "%s/rtc.conf", s->dir);
-    snprintf(s->cmf, sizeof s->cmf, "%s/cm.fits", s->dir);
-    snprintf(s->vf, sizeof s->vf, "%s/valid.fits", s->dir);
+    snprintf(s->conf, sizeof s->conf, "%s/rtc.conf", s->fdir);
+    snprintf(s->cmf, sizeof s->cmf, "%s/cm.fits", s->fdir);
+    snprintf(s->vf, sizeof s->vf, "%s/valid.fits", s->fdir);
     sw_image img;
     sw_status st = sw_image_wrap(s->cm, 2 * s->ns, s->nact, 0, SW_PIX_F32, SW_MEM_HOST, &img);
     if (st == SW_OK)
@@ -480,7 +482,7 @@ static int write_files(sw_context *cpu, sys *s)
 
 static void remove_files(sw_context *cpu, sys *s)
 {
-    if (!s->dir[0])
+    if (!s->fdir[0])
         return;
     unlink(s->conf);
     unlink(s->cmf);
@@ -488,7 +490,9 @@ static void remove_files(sw_context *cpu, sys *s)
     sw_stream_remove(cpu, s->dir, CAM_NAME);
     sw_stream_remove(cpu, s->dir, DM_NAME);
     sw_stream_remove(cpu, s->dir, TEL_NAME);
-    rmdir(s->dir);
+    if (strcmp(s->dir, s->fdir) != 0)
+        rmdir(s->dir);
+    rmdir(s->fdir);
 }
 
 /* ---------------------------------------------------------------- results */
@@ -720,13 +724,19 @@ static const char *json_value(const char *json, const char *key)
 {
     char pat[64];
     snprintf(pat, sizeof pat, "\"%s\"", key);
-    const char *p = strstr(json, pat);
-    if (!p)
-        return NULL;
-    p += strlen(pat);
-    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r' || *p == ':')
-        p++;
-    return p;
+    /* the key, not a string value that reads the same ("stopped_by": "frames") */
+    for (const char *p = strstr(json, pat); p; p = strstr(p + 1, pat)) {
+        const char *q = p + strlen(pat);
+        while (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r')
+            q++;
+        if (*q != ':')
+            continue;
+        q++;
+        while (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r')
+            q++;
+        return q;
+    }
+    return NULL;
 }
 
 /* The number of "key" (NAN when absent or not a number). */
@@ -1053,14 +1063,19 @@ done:
 
 static int make_dir(sys *s)
 {
-    struct stat sb;
-    const char *base = stat("/dev/shm", &sb) == 0 && S_ISDIR(sb.st_mode) ? "/dev/shm" : "/tmp";
-    snprintf(s->dir, sizeof s->dir, "%s/sw_rtcbench_XXXXXX", base);
-    if (!mkdtemp(s->dir)) {
-        fprintf(stderr, "%s: cannot make a folder in %s: %s\n", PROG, base, strerror(errno));
-        s->dir[0] = '\0';
+    const char *tmp = getenv("TMPDIR");
+    if (!tmp || !*tmp || strlen(tmp) > 200)
+        tmp = "/tmp";
+    snprintf(s->fdir, sizeof s->fdir, "%s/sw_rtcbench_XXXXXX", tmp);
+    if (!mkdtemp(s->fdir)) {
+        fprintf(stderr, "%s: cannot make a folder in %s: %s\n", PROG, tmp, strerror(errno));
+        s->fdir[0] = '\0';
         return 1;
     }
+    struct stat sb;
+    snprintf(s->dir, sizeof s->dir, "/dev/shm/sw_rtcbench_XXXXXX");
+    if (stat("/dev/shm", &sb) != 0 || !S_ISDIR(sb.st_mode) || !mkdtemp(s->dir))
+        snprintf(s->dir, sizeof s->dir, "%s", s->fdir);
     return 0;
 }
 
