@@ -331,6 +331,12 @@ int sw_cli_config_read(const char *sub, const char *path, sw_cli_config_set_fn s
 /* Seconds from a monotonic clock (for timings). */
 double sw_cli_now(void);
 
+/* Long-running subcommands (rtc, calibrate, sim bench): after sw_cli_catch_stop, SIGINT and
+ * SIGTERM set sw_cli_stop (they no longer end the process): the command finishes the frame in hand
+ * and leaves its files and streams whole. */
+extern volatile int sw_cli_stop;
+void sw_cli_catch_stop(void);
+
 /* 1 when the file starts with the HDF5 signature (a superblock at offset 0, as Eiger and h5py
  * write them), 0 otherwise or when it cannot be read. */
 int sw_cli_is_hdf5(const char *path);

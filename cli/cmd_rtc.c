@@ -39,11 +39,11 @@
 #include <getopt.h>
 #include <math.h>
 #include <sched.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "spotwave/stream.h"
 
@@ -437,14 +437,6 @@ static int build_config(rtc_opts *o, int need_matrix)
 
 /* ------------------------------------------------------------------ the run */
 
-static volatile int g_stop; /* set by SIGINT / SIGTERM */
-
-static void on_signal(int sig)
-{
-    (void)sig;
-    g_stop = 1;
-}
-
 /* Latency histogram: 0.1 us bins, an overflow count, the maximum. */
 typedef struct hist {
     uint32_t *bin;
@@ -547,7 +539,7 @@ static int open_wait(sw_context *ctx, const rtc_opts *o, const char *option, con
         const sw_status st = sw_stream_open(ctx, o->dir, name, out);
         if (st == SW_OK)
             return SW_EXIT_OK;
-        if (g_stop)
+        if (sw_cli_stop)
             return -1; /* stopped while waiting: a clean exit */
         if (st != SW_EIO || sw_cli_now() - t0 >= open_s)
             return sw_cli_fail(SUB, "%s %s: %s", option, name, sw_cli_lib_error(ctx, st));
@@ -776,8 +768,8 @@ static int run(sw_context *ctx, const rtc_opts *o, rtc_run *r)
             /* in slices of at most a second: a camera stream made afresh under us (the old file
              * unlinked) is noticed, and the status line goes on */
             const double slice = o->timeout_s < 0.0 ? 1.0 : fmin(1.0, o->timeout_s - waited);
-            st = sw_stream_wait(r->in, o->wait, r->sem, last, slice, &g_stop, &c0);
-            if (st != SW_ETIMEDOUT || g_stop)
+            st = sw_stream_wait(r->in, o->wait, r->sem, last, slice, &sw_cli_stop, &c0);
+            if (st != SW_ETIMEDOUT || sw_cli_stop)
                 break;
             waited += slice;
             if (sw_stream_stale(r->in))
@@ -793,7 +785,7 @@ static int run(sw_context *ctx, const rtc_opts *o, rtc_run *r)
                 next_status = sw_cli_now() + 1.0;
             }
         }
-        if (g_stop) {
+        if (sw_cli_stop) {
             r->stopped_by = "signal";
             break;
         }
@@ -949,12 +941,7 @@ int sw_cmd_rtc(const sw_cli_globals *g, int argc, char **argv)
         free(o);
         return rc;
     }
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    sw_cli_catch_stop();
     rtc_run r;
     memset(&r, 0, sizeof r);
     r.sem = -1;
@@ -1185,8 +1172,8 @@ static sw_status next_frame(calib_state *cs, uint64_t after)
 {
     const rtc_opts *o = &cs->co->r;
     uint64_t c0 = 0;
-    sw_status st =
-        sw_stream_wait(cs->cam, SW_STREAM_WAIT_SEM, cs->sem, after, o->timeout_s, &g_stop, &c0);
+    sw_status st = sw_stream_wait(cs->cam, SW_STREAM_WAIT_SEM, cs->sem, after, o->timeout_s,
+                                  &sw_cli_stop, &c0);
     if (st == SW_ETIMEDOUT)
         snprintf(cs->why, sizeof cs->why, "no frame on --camera %s for %g s", o->in, o->timeout_s);
     else if (st == SW_ECANCELED)
@@ -1308,12 +1295,7 @@ int sw_cmd_calibrate(const sw_cli_globals *g, int argc, char **argv)
         free(co);
         return rc;
     }
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    sw_cli_catch_stop();
 
     calib_state cs;
     memset(&cs, 0, sizeof cs);

@@ -31,7 +31,6 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -207,14 +206,6 @@ static int parse_options(int argc, char **argv, bench_opts *o)
     return SW_EXIT_OK;
 }
 
-static volatile int g_stop;
-
-static void on_signal(int sig)
-{
-    (void)sig;
-    g_stop = 1;
-}
-
 /* ------------------------------------------------------------------ the chain's files */
 
 static void rtc_path(char *buf, size_t n, const char *dir, const char *name)
@@ -328,7 +319,7 @@ static int wait_chain(const bench_opts *o, const bench_run *r)
 {
     const double t0 = sw_cli_now();
     while (sw_stream_readers(r->cam) == 0) {
-        if (g_stop)
+        if (sw_cli_stop)
             return -1;
         if (sw_cli_now() - t0 > o->timeout_s)
             return sw_cli_fail(S,
@@ -346,8 +337,8 @@ static int wait_dm(sw_context *ctx, const bench_opts *o, bench_run *r, uint64_t 
 {
     uint64_t c0 = 0;
     sw_status st =
-        sw_stream_wait(r->dm, SW_STREAM_WAIT_SEM, r->sem, after, o->timeout_s, &g_stop, &c0);
-    if (g_stop)
+        sw_stream_wait(r->dm, SW_STREAM_WAIT_SEM, r->sem, after, o->timeout_s, &sw_cli_stop, &c0);
+    if (sw_cli_stop)
         return -1;
     if (st == SW_ETIMEDOUT)
         return sw_cli_fail(S,
@@ -426,7 +417,7 @@ static int run(sw_context *ctx, const bench_opts *o, sw_loop *l, bench_run *r)
     struct timespec next;
     clock_gettime(CLOCK_MONOTONIC, &next);
     const long period_ns = (long)(1e9 / o->p.rate_hz);
-    for (long k = 1; k <= o->frames && !g_stop; k++) {
+    for (long k = 1; k <= o->frames && !sw_cli_stop; k++) {
         if (o->free_run) {
             next.tv_nsec += period_ns;
             while (next.tv_nsec >= 1000000000L) {
@@ -522,12 +513,7 @@ int sw_cmd_sim_bench(const sw_cli_globals *g, int argc, char **argv)
         free(o);
         return rc;
     }
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    sw_cli_catch_stop();
     sw_loop *l = NULL;
     bench_run r;
     memset(&r, 0, sizeof r);

@@ -12,6 +12,7 @@
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -424,6 +425,24 @@ double sw_cli_now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+volatile int sw_cli_stop;
+
+static void on_stop_signal(int sig)
+{
+    (void)sig;
+    sw_cli_stop = 1;
+}
+
+void sw_cli_catch_stop(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
 }
 
 int sw_cli_is_hdf5(const char *path)
