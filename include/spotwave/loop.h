@@ -282,6 +282,18 @@ typedef struct sw_rtc_params {
 
 void sw_rtc_params_default(sw_rtc_params *p);
 
+/*
+ * The D-SABRE fields of rp (recon SW_RTC_SABRE): the sabre plan's parameters (copied; its valid
+ * mask must outlive the rtc's creation), slope_scale, and the projection: CORNERS needs nothing;
+ * GLOBAL the sw_projector of the plan's extended lattice with square_mask (NULL: every fitting
+ * square); LOCAL the window's (Eq. 14-16). The projection matrix is allocated into *matrix (free()
+ * it after sw_rtc_create; NULL for CORNERS) and set in rp. Any context may build it (the CPU's
+ * does: the matrix is host memory). This is how sw_loop builds its D-SABRE chain.
+ */
+sw_status sw_rtc_params_sabre(sw_context *ctx, const sw_sabre_params *sabre, const sw_dm_params *dm,
+                              sw_rtc_projection projection, const uint8_t *square_mask,
+                              double slope_scale, sw_rtc_params *rp, float **matrix);
+
 typedef struct sw_rtc sw_rtc;
 
 sw_status sw_rtc_create(sw_context *ctx, const sw_rtc_params *p, sw_rtc **out);

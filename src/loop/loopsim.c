@@ -507,19 +507,16 @@ static sw_status build_dsabre(sw_loop *l, sw_rtc_params *rp, float **pmat_out, u
     sp.overlap = l->p.overlap;
     sp.pme = SW_SABRE_PME_HIERARCHICAL;
     sp.extend_eq17 = 1;
-    /* a throwaway plan tells the lattice and the window */
-    sw_sabre *tmp = NULL;
-    sw_status st = sw_sabre_create(l->cpu, &sp, &tmp);
-    if (st != SW_OK)
-        return relay(l, st);
-    sw_sabre_info info;
-    sw_sabre_get_info(tmp, &info);
-    sw_sabre_destroy(tmp);
-
-    sw_projector_params pp;
     uint8_t *mask = NULL;
     if (l->p.recon == SW_LOOP_DSABRE_GLOBAL) {
-        sw_projector_params_global(&pp, &l->dm, &info.lattice);
+        /* the fitting squares of the extended lattice whose centre is inside the footprint */
+        sw_sabre *tmp = NULL;
+        sw_status st = sw_sabre_create(l->cpu, &sp, &tmp);
+        if (st != SW_OK)
+            return relay(l, st);
+        sw_sabre_info info;
+        sw_sabre_get_info(tmp, &info);
+        sw_sabre_destroy(tmp);
         const sw_sabre_lattice *lat = &info.lattice;
         mask = malloc((size_t)lat->sx * lat->sy);
         if (!mask)
@@ -528,34 +525,13 @@ static sw_status build_dsabre(sw_loop *l, sw_rtc_params *rp, float **pmat_out, u
             for (int32_t si = 0; si < lat->sx; si++)
                 mask[(size_t)sj * lat->sx + si] =
                     (uint8_t)in_footprint(l, si + 0.5 - lat->offx, sj + 0.5 - lat->offy);
-        pp.square_mask = mask;
-        rp->projection = SW_RTC_PROJ_GLOBAL;
-    } else {
-        sw_projector_params_window(&pp, &l->dm, info.window);
-        rp->projection = SW_RTC_PROJ_LOCAL;
     }
     *mask_out = mask;
-    sw_projector *proj = NULL;
-    st = sw_projector_create(l->cpu, &pp, &proj);
-    if (st != SW_OK)
-        return relay(l, st);
-    int32_t rows, cols;
-    const float *P = sw_projector_matrix(proj, &rows, &cols);
-    float *copy = malloc((size_t)rows * cols * sizeof(float) + 1);
-    if (!copy) {
-        sw_projector_destroy(proj);
-        return sw_fail(l->ctx, SW_ENOMEM, "loop: out of memory for the projection matrix");
-    }
-    memcpy(copy, P, (size_t)rows * cols * sizeof(float));
-    sw_projector_destroy(proj);
-    *pmat_out = copy;
-    rp->recon = SW_RTC_SABRE;
-    rp->sabre = sp;
-    rp->slope_scale = LOOP_PIXEL_UM / (l->focal_mm * 1000.0);
-    rp->projection_matrix = copy;
-    rp->projection_rows = rows;
-    rp->projection_cols = cols;
-    return SW_OK;
+    const sw_status st = sw_rtc_params_sabre(
+        l->cpu, &sp, &l->dm,
+        l->p.recon == SW_LOOP_DSABRE_GLOBAL ? SW_RTC_PROJ_GLOBAL : SW_RTC_PROJ_LOCAL, mask,
+        LOOP_PIXEL_UM / (l->focal_mm * 1000.0), rp, pmat_out);
+    return st == SW_OK ? SW_OK : relay(l, st);
 }
 
 /* ------------------------------------------------------------------ global SABRE (host) */

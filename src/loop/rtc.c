@@ -367,6 +367,57 @@ static sw_status build(sw_rtc *r)
     return SW_OK;
 }
 
+sw_status sw_rtc_params_sabre(sw_context *ctx, const sw_sabre_params *sabre, const sw_dm_params *dm,
+                              sw_rtc_projection projection, const uint8_t *square_mask,
+                              double slope_scale, sw_rtc_params *rp, float **matrix)
+{
+    if (!sabre || !dm || !rp || !matrix)
+        return sw_fail(ctx, SW_EINVAL, "sw_rtc_params_sabre: NULL argument");
+    *matrix = NULL;
+    if (!(slope_scale > 0.0) || !isfinite(slope_scale))
+        return sw_fail(ctx, SW_EINVAL, "rtc: slope_scale %g is not a positive number",
+                       slope_scale);
+    rp->recon = SW_RTC_SABRE;
+    rp->sabre = *sabre;
+    rp->slope_scale = slope_scale;
+    rp->projection = projection;
+    rp->projection_matrix = NULL;
+    rp->projection_rows = rp->projection_cols = 0;
+    if (projection == SW_RTC_PROJ_CORNERS)
+        return SW_OK;
+    if (projection != SW_RTC_PROJ_GLOBAL && projection != SW_RTC_PROJ_LOCAL)
+        return sw_fail(ctx, SW_EINVAL, "rtc: unknown projection %d", (int)projection);
+    /* a throwaway plan tells the lattice (global) and the window (local) */
+    sw_sabre *tmp = NULL;
+    SW_TRY(sw_sabre_create(ctx, sabre, &tmp));
+    sw_sabre_info info;
+    sw_sabre_get_info(tmp, &info);
+    sw_sabre_destroy(tmp);
+    sw_projector_params pp;
+    if (projection == SW_RTC_PROJ_GLOBAL) {
+        sw_projector_params_global(&pp, dm, &info.lattice);
+        pp.square_mask = square_mask;
+    } else
+        sw_projector_params_window(&pp, dm, info.window);
+    sw_projector *proj = NULL;
+    SW_TRY(sw_projector_create(ctx, &pp, &proj));
+    int32_t rows, cols;
+    const float *P = sw_projector_matrix(proj, &rows, &cols);
+    float *copy = malloc((size_t)rows * cols * sizeof(float) + 1);
+    if (!copy) {
+        sw_projector_destroy(proj);
+        return sw_fail(ctx, SW_ENOMEM, "rtc: out of memory for the %d x %d projection matrix",
+                       (int)rows, (int)cols);
+    }
+    memcpy(copy, P, (size_t)rows * cols * sizeof(float));
+    sw_projector_destroy(proj);
+    rp->projection_matrix = copy;
+    rp->projection_rows = rows;
+    rp->projection_cols = cols;
+    *matrix = copy;
+    return SW_OK;
+}
+
 sw_status sw_rtc_create(sw_context *ctx, const sw_rtc_params *p, sw_rtc **out)
 {
     if (out)
