@@ -206,7 +206,7 @@ static int branches(db_work *w, int32_t first, int32_t count, double t, int32_t 
 
 /* The median of the valid pixels that are not strong within 2 px of the component's box. */
 static int local_background(const sw_find_plan *plan, const sw_image *frame, const int32_t *labels,
-                           const sw_find_comp *c, db_work *w, double *b)
+                            const sw_find_comp *c, db_work *w, double *b)
 {
     const int32_t x0 = c->x0 - 2 > 0 ? c->x0 - 2 : 0, y0 = c->y0 - 2 > 0 ? c->y0 - 2 : 0;
     const int32_t x1 = c->x1 + 2 < plan->width ? c->x1 + 2 : plan->width;

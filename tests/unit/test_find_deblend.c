@@ -50,8 +50,8 @@ static double pix_frac(int i, double c, double s)
 }
 
 /* A u16 frame of n stars (x, y, flux e-) over the sky with Poisson noise (seed). */
-static sw_image pair_scene(int w, int h, int n, const double *x, const double *y, const double *flux,
-                      uint64_t seed)
+static sw_image pair_scene(int w, int h, int n, const double *x, const double *y,
+                           const double *flux, uint64_t seed)
 {
     sw_image img;
     if (sw_image_alloc(cpu, w, h, SW_PIX_U16, &img) != SW_OK)
@@ -351,8 +351,9 @@ static void test_bad_params(void **state)
     const struct {
         int deblend, levels;
         double contrast;
-    } bad[] = {{2, 32, 0.005}, {-1, 32, 0.005}, {1, 0, 0.005}, {1, SW_FIND_MAX_DEBLEND_LEVELS + 1, 0.005},
-               {1, 32, -0.1}, {1, 32, 1.5}, {1, 32, NAN}, {0, 0, 0.005}};
+    } bad[] = {
+        {2, 32, 0.005}, {-1, 32, 0.005}, {1, 0, 0.005}, {1, SW_FIND_MAX_DEBLEND_LEVELS + 1, 0.005},
+        {1, 32, -0.1},  {1, 32, 1.5},    {1, 32, NAN},  {0, 0, 0.005}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         sw_find_params_default(&p, 32, 32, SW_PIX_U16);
         p.deblend = bad[i].deblend;
@@ -375,10 +376,8 @@ static void test_bad_params(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_pairs_split),
-        cmocka_unit_test(test_single_not_split),
-        cmocka_unit_test(test_contrast),
-        cmocka_unit_test(test_off_and_sequence),
+        cmocka_unit_test(test_pairs_split), cmocka_unit_test(test_single_not_split),
+        cmocka_unit_test(test_contrast),    cmocka_unit_test(test_off_and_sequence),
         cmocka_unit_test(test_bad_params),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
