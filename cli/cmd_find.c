@@ -25,6 +25,9 @@
 
 #define SUB "find"
 
+/* --ccd's sigma_b and sigma_s unless given (ccd_mode) */
+#define SW_CLI_CCD_SIGMA 2.0
+
 void sw_cmd_find_help(FILE *out)
 {
     fprintf(
@@ -123,6 +126,27 @@ void sw_cmd_find_help(FILE *out)
         "                         an error, 0 = off (default 0.25)\n"
         "  --window auto|brute|tiled  GPU window sums (default auto)\n"
         "\n"
+        "Deblending (find.h; 2-D spots only, not with --3d):\n"
+        "  --deblend              split touching spots by SExtractor's multi-thresholding\n"
+        "                         (Bertin & Arnouts 1996, A&AS 117, 393, section 2.4): each\n"
+        "                         spot's pixels are thresholded again at --deblend-levels\n"
+        "                         levels spaced exponentially between its lowest and highest\n"
+        "                         value above the local background; where two or more branches\n"
+        "                         each hold more than --deblend-contrast of the spot's flux,\n"
+        "                         it splits (and each branch is tried again further up); the\n"
+        "                         other pixels go to the child whose Gaussian model is largest\n"
+        "                         there. Each child is a spot of its own (filters and --refine\n"
+        "                         apply to it) and a last column parent is added: the 1-based\n"
+        "                         row of the first child of the same blend, 0 for a spot that\n"
+        "                         was not split. Runs on the CPU (on a GPU after the labels).\n"
+        "                         A pair splits only where its light has two maxima (equal\n"
+        "                         stars beyond ~2.5 sigma, 1:5 beyond ~3.3 sigma); --refine\n"
+        "                         fits a child alone, so a close neighbour pulls it\n"
+        "  --deblend-levels N     sub-thresholds, 1..%d (default 32: SExtractor's\n"
+        "                         DEBLEND_NTHRESH)\n"
+        "  --deblend-contrast C   least share of the spot's flux a branch needs, 0..1\n"
+        "                         (default 0.005: SExtractor's DEBLEND_MINCONT; 1 = never split)\n"
+        "\n"
         "Refined positions (refine.h; 2-D spots only, not with --3d):\n"
         "  --refine none|xwin|gauss  none (default): the intensity-weighted mean of the\n"
         "                         strong pixels. xwin: SExtractor's iterative Gaussian-\n"
@@ -155,7 +179,9 @@ void sw_cmd_find_help(FILE *out)
         "                         detector gain, (mean - bias) / variance with the read noise\n"
         "                         taken out, unless --detector-gain is given, and the\n"
         "                         dispersion threshold's --gain as variance / mean, unless\n"
-        "                         --gain is given. The estimates go to stderr and the JSON\n"
+        "                         --gain is given; and --sigma-b 2 --sigma-s 2 unless given\n"
+        "                         (sky-limited frames: faint objects raise each pixel little).\n"
+        "                         The estimates go to stderr and the JSON\n"
         "\n"
         "Output:\n"
         "  -o, --out FILE         spots CSV (default: standard output)\n"
@@ -183,7 +209,7 @@ void sw_cmd_find_help(FILE *out)
         "  --progress / --no-progress  a progress bar on stderr (default: when stderr is a\n"
         "                         terminal and there is more than one frame)\n"
         "  -h, --help             this help\n",
-        SW_FIND_MAX_KERNEL, SW_REFINE_MAX_RADIUS);
+        SW_FIND_MAX_KERNEL, SW_FIND_MAX_DEBLEND_LEVELS, SW_REFINE_MAX_RADIUS);
 }
 
 enum {
@@ -239,6 +265,9 @@ enum {
     OPT_READ_NOISE,
     OPT_BIAS,
     OPT_CCD,
+    OPT_DEBLEND,
+    OPT_DEBLEND_LEVELS,
+    OPT_DEBLEND_CONTRAST,
 };
 
 /* Untrusted regions a run may give, and vertices a polygon may have. */
@@ -265,6 +294,8 @@ typedef struct find_opts {
     const char *summary, *summary_plot, *out_h5;
     sw_refine_params rp; /* size and type filled with the find parameters' */
     int have_gain, have_det_gain, ccd;
+    int have_deblend_opt; /* --deblend-levels or --deblend-contrast given */
+    int have_sigma_b, have_sigma_s;
     sw_ccd_estimate ccd_est;
 } find_opts;
 
@@ -338,6 +369,9 @@ static int parse_opts(find_opts *o, int argc, char **argv)
         {"read-noise", required_argument, NULL, OPT_READ_NOISE},
         {"bias", required_argument, NULL, OPT_BIAS},
         {"ccd", no_argument, NULL, OPT_CCD},
+        {"deblend", no_argument, NULL, OPT_DEBLEND},
+        {"deblend-levels", required_argument, NULL, OPT_DEBLEND_LEVELS},
+        {"deblend-contrast", required_argument, NULL, OPT_DEBLEND_CONTRAST},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -398,11 +432,13 @@ static int parse_opts(find_opts *o, int argc, char **argv)
             if (sw_cli_opt_double(S, name, optarg, SW_CLI_NONNEG, "a number >= 0", &d) !=
                 SW_EXIT_OK)
                 return SW_EXIT_USAGE;
-            if (c == OPT_SIGMA_B)
+            if (c == OPT_SIGMA_B) {
                 o->p.sigma_background = d;
-            else if (c == OPT_SIGMA_S)
+                o->have_sigma_b = 1;
+            } else if (c == OPT_SIGMA_S) {
                 o->p.sigma_strong = d;
-            else if (c == OPT_GLOBAL)
+                o->have_sigma_s = 1;
+            } else if (c == OPT_GLOBAL)
                 o->p.global_threshold = d;
             else if (c == OPT_MAX_SEP)
                 o->p.max_separation = d;
@@ -458,6 +494,20 @@ static int parse_opts(find_opts *o, int argc, char **argv)
             o->rp.bias = d;
             break;
         case OPT_CCD: o->ccd = 1; break;
+        case OPT_DEBLEND: o->p.deblend = 1; break;
+        case OPT_DEBLEND_LEVELS:
+            if (sw_cli_parse_long(optarg, 1, SW_FIND_MAX_DEBLEND_LEVELS, &v) != 0)
+                return sw_cli_usage(S, "%s: '%s' is not a number of levels 1..%d", name, optarg,
+                                    SW_FIND_MAX_DEBLEND_LEVELS);
+            o->p.deblend_levels = (int32_t)v;
+            o->have_deblend_opt = 1;
+            break;
+        case OPT_DEBLEND_CONTRAST:
+            if (sw_cli_parse_double(optarg, &d) != 0 || !(d >= 0.0 && d <= 1.0))
+                return sw_cli_usage(S, "%s: '%s' is not a contrast 0..1", name, optarg);
+            o->p.deblend_contrast = d;
+            o->have_deblend_opt = 1;
+            break;
         case OPT_MIN_LOCAL:
             if (sw_cli_parse_long(optarg, 0, 1000000, &v) != 0 || v == 1)
                 return sw_cli_usage(S, "%s: '%s' is not 0 or a count >= 2", name, optarg);
@@ -654,6 +704,10 @@ static int parse_opts(find_opts *o, int argc, char **argv)
         return sw_cli_usage(S, "--gain and --gain-map exclude each other");
     if (o->three_d && o->rp.method != SW_REFINE_NONE)
         return sw_cli_usage(S, "--refine works on 2-D spots: not with --3d");
+    if (o->three_d && o->p.deblend)
+        return sw_cli_usage(S, "--deblend works on 2-D spots: not with --3d");
+    if (o->have_deblend_opt && !o->p.deblend)
+        return sw_cli_usage(S, "--deblend-levels and --deblend-contrast need --deblend");
     if (o->rp.method == SW_REFINE_NONE && o->rp.background != SW_BACKGROUND_NONE)
         return sw_cli_usage(S, "--background needs --refine xwin or gauss");
     if (o->dmask.d_min > 0.0 && o->dmask.d_max > 0.0 && !(o->dmask.d_min < o->dmask.d_max))
@@ -799,11 +853,13 @@ static int write_spots(const find_job *j, const sw_spot_list *spots, const sw_re
     if (rc != SW_EXIT_OK)
         return rc;
     const double shift = o->dials ? 0.5 : 0.0;
-    fprintf(out.f,
-            "frame,x_px,y_px,x_var,y_var,intensity,npix,bbox_x0,bbox_x1,bbox_y0,bbox_y1%s%s%s%s\n",
-            o->three_d ? ",z_var,bbox_z0,bbox_z1" : "", j->have_geom ? ",d_a" : "",
-            o->dmask.panels ? ",panel" : "",
-            refined ? ",refine_flags,flux_adu,sigma_px,background_adu" : "");
+    fprintf(
+        out.f,
+        "frame,x_px,y_px,x_var,y_var,intensity,npix,bbox_x0,bbox_x1,bbox_y0,bbox_y1%s%s%s%s%s\n",
+        o->three_d ? ",z_var,bbox_z0,bbox_z1" : "", j->have_geom ? ",d_a" : "",
+        o->dmask.panels ? ",panel" : "",
+        refined ? ",refine_flags,flux_adu,sigma_px,background_adu" : "",
+        o->p.deblend ? ",parent" : "");
     for (int64_t i = 0; i < spots->count; i++) {
         const sw_spot *s = &spots->spots[i];
         if (o->three_d)
@@ -829,6 +885,8 @@ static int write_spots(const find_job *j, const sw_spot_list *spots, const sw_re
             const sw_refine_result *r = &refined->items[i];
             fprintf(out.f, ",%d,%.6g,%.5g,%.6g", (int)r->flags, r->flux, r->sigma, r->background);
         }
+        if (o->p.deblend)
+            fprintf(out.f, ",%lld", (long long)s->parent);
         fputc('\n', out.f);
     }
     return sw_cli_out_close(SUB, &out, 1);
@@ -1106,6 +1164,12 @@ static void json_report(const find_job *j, sw_context *ctx, const sw_find_stats 
     sw_cli_json_int(r, "max_spot_size", p->max_spot_size);
     sw_cli_json_double(r, "max_separation", p->max_separation);
     sw_cli_json_double(r, "max_strong_fraction", p->max_strong_fraction);
+    cJSON *db = cJSON_AddObjectToObject(r, "deblend");
+    cJSON_AddBoolToObject(db, "on", p->deblend != 0);
+    sw_cli_json_int(db, "levels", p->deblend_levels);
+    sw_cli_json_double(db, "contrast", p->deblend_contrast);
+    sw_cli_json_int(db, "blends", stats->blends);
+    sw_cli_json_int(db, "children", stats->children);
     sw_cli_json_int(r, "valid_pixels", stats->valid_pixels);
     sw_cli_json_int(r, "strong_pixels", stats->strong_pixels);
     sw_cli_json_int(r, "components", stats->components);
@@ -1139,6 +1203,13 @@ static int ccd_mode(sw_context *ctx, find_job *j, int64_t first)
         o->rp.gain = o->ccd_est.gain;
     if (!o->have_gain && !o->gain_map)
         o->p.gain = o->ccd_est.dispersion_gain;
+    /* sky-limited frames: faint (often extended) objects raise each pixel little; DIALS's 6 and
+     * 3 are made for sparse diffraction spots (BENCHMARKS.md: 68 % of SExtractor's catalogue of
+     * SEP's CCD frame with them, 91 % with 2 and 2; unchanged recall on simulated star fields) */
+    if (!o->have_sigma_b)
+        o->p.sigma_background = SW_CLI_CCD_SIGMA;
+    if (!o->have_sigma_s)
+        o->p.sigma_strong = SW_CLI_CCD_SIGMA;
     fprintf(stderr,
             "spotwave %s: CCD mode: background mean %.6g ADU, variance %.6g ADU^2 over %lld "
             "pixels: detector gain %.4g e-/ADU%s, dispersion gain %.4g%s\n",

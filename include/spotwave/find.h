@@ -66,6 +66,43 @@
  * Spots are listed in order of frame, then of their first pixel in raster order (3-D spots: of
  * their first frame, then first pixel).
  *
+ * Deblending (deblend != 0; 2-D spots only): SExtractor's multi-thresholding (Bertin E., Arnouts
+ * S. 1996, "SExtractor: Software for source extraction", A&AS 117, 393-404, section 2.4; the
+ * parameters DEBLEND_NTHRESH and DEBLEND_MINCONT of SExtractor and SEP, Barbary K. 2016, JOSS
+ * 1(6), 58). Per connected component (before the filters):
+ *   - values: the pixel values as above (not smoothed: SExtractor deblends on its filtered
+ *     detection image, which would merge spots closer than ~3 sigma) minus the component's local
+ *     background b, the median of the valid pixels that are not strong within 2 px of the
+ *     component's bounding box (0 when there are none): f_k for pixel k;
+ *     F = sum of max(f_k, 0), the component's flux;
+ *   - levels: t_i = t_0 (t_p / t_0)^(i / N), i = 1 .. N - 1 (N = deblend_levels), exponentially
+ *     spaced between t_0 = the smallest f_k (at least t_p / 10^4) and the peak t_p = max f_k;
+ *   - the tree, walked from the bottom: a branch at level t_i is an 8-connected set of the
+ *     component's pixels with f > t_i; it counts when its flux (sum of f over its pixels) exceeds
+ *     deblend_contrast * F. At the first level where two or more branches count, the component
+ *     splits there; every such branch is walked on from level i + 1 the same way (the contrast
+ *     is always against the whole component's F) and splits again or becomes a child. Branches
+ *     that do not count stay with the rest. When no level has two counting branches the
+ *     component is one spot, as without deblending;
+ *   - the pixels: each child keeps its branch (its isophotal footprint at the level where it was
+ *     cut); every other pixel of the component goes to the child whose Gaussian model is the
+ *     largest there: peak P_c exp(-d^T S_c^-1 d / 2), d the pixel's offset from the child's
+ *     footprint centroid, S_c the footprint's second moments (+ 1/12 px^2) rescaled to the
+ *     size of a Gaussian that has P_c at its peak and the cut level at its footprint's edge
+ *     (det S_c = (area / (2 pi ln(P_c / t)))^2).
+ * Each child is then a spot of its own (moments of its pixels' values as above; the filters
+ * apply to it) with `parent` = the 1-based position in the spot list of the first child of the
+ * same component, so children of one blend share it; unsplit spots have parent 0. Children are
+ * listed where their component would have been, in order of their first pixel. Deblending runs
+ * on the CPU (on a CUDA context after the GPU's labelling: the labels and the frame are copied
+ * back to the host), one component after another.
+ * Limits: a pair becomes two branches only where its light has two maxima with a level between
+ * saddle and peaks: equal Gaussian stars from ~3 sigma apart with 32 levels over a 100:1 range
+ * (~2.5 sigma with 64), 1:5 stars beyond ~3.3 sigma (closer, the faint one has no maximum of its
+ * own). A refinement (refine.h) fits each child alone on a stamp that holds its neighbour too,
+ * which pulls it towards the neighbour: for close pairs the deblended centroid is the better
+ * position (tests/unit/test_find_deblend.c measures both).
+ *
  * Backends. CPU: summed-area tables (as DIALS), OpenMP over rows; union-find labelling. CUDA:
  * window sums per pixel (Winter's brute-force window, or a shared-memory tiled version; see
  * sw_find_window), union-find labelling with atomics, moments by atomics; the component table is
@@ -96,6 +133,9 @@ typedef enum sw_find_window {
 /* Largest kernel half-size accepted (windows up to 31 x 31; the sums stay exact in 64 bits). */
 #define SW_FIND_MAX_KERNEL 15
 
+/* Most deblending sub-thresholds accepted. */
+#define SW_FIND_MAX_DEBLEND_LEVELS 1024
+
 typedef struct sw_find_params {
     int32_t width, height; /* frame size                                                    */
     sw_pixel_type type;    /* u8, u16, u32 or f32                                            */
@@ -121,6 +161,12 @@ typedef struct sw_find_params {
     sw_find_window window;  /* GPU window sums, default AUTO                              */
     int32_t max_components; /* components a frame may have before filtering (the GPU's
                                table), default 262144                                      */
+
+    int32_t deblend;         /* 1: split touching spots (above), default 0 (off)             */
+    int32_t deblend_levels;  /* N, sub-thresholds, 1 .. SW_FIND_MAX_DEBLEND_LEVELS (default 32:
+                                SExtractor's  DEBLEND_NTHRESH)  */
+    double deblend_contrast; /* C, 0 .. 1 (default 0.005: SExtractor's DEBLEND_MINCONT;
+                                1 never splits)                                             */
 } sw_find_params;
 
 /* Fills p with the defaults above for a width x height frame of type t. */
@@ -139,7 +185,8 @@ typedef struct sw_spot {
     int64_t z0, z1;             /* frames [z0, z1)                                          */
     int32_t peak_x, peak_y;     /* brightest pixel                                          */
     int64_t peak_z;
-    double peak; /* its value                                                        */
+    double peak;    /* its value                                                        */
+    int64_t parent; /* deblending: 0, or the 1-based list position of its blend's first child */
 } sw_spot;
 
 typedef struct sw_spot_list {
@@ -159,6 +206,8 @@ typedef struct sw_find_stats {
     int64_t rejected_small;      /* npix < min_spot_size                                   */
     int64_t rejected_large;      /* npix > max_spot_size                                   */
     int64_t rejected_separation; /* peak too far from the centroid                         */
+    int64_t blends;              /* components that deblending split                       */
+    int64_t children;            /* the spots they were split into (before the filters)    */
 } sw_find_stats;
 
 typedef struct sw_find_plan sw_find_plan;

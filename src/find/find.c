@@ -34,6 +34,9 @@ void sw_find_params_default(sw_find_params *p, int32_t width, int32_t height, sw
     p->max_strong_fraction = 0.25;
     p->window = SW_FIND_WINDOW_AUTO;
     p->max_components = 1 << 18;
+    p->deblend = 0;
+    p->deblend_levels = 32;
+    p->deblend_contrast = 0.005;
 }
 
 const char *sw_find_algorithm_string(sw_find_algorithm a)
@@ -125,6 +128,14 @@ static sw_status check_params(sw_context *ctx, const sw_find_params *p)
         return sw_fail(ctx, SW_EINVAL, "find: unknown window implementation %d", (int)p->window);
     if (p->max_components < 1)
         return sw_fail(ctx, SW_EINVAL, "find: max_components %d must be >= 1", p->max_components);
+    if (p->deblend != 0 && p->deblend != 1)
+        return sw_fail(ctx, SW_EINVAL, "find: deblend %d must be 0 or 1", (int)p->deblend);
+    if (p->deblend_levels < 1 || p->deblend_levels > SW_FIND_MAX_DEBLEND_LEVELS)
+        return sw_fail(ctx, SW_EINVAL, "find: deblend_levels %d must be 1 .. %d",
+                       (int)p->deblend_levels, SW_FIND_MAX_DEBLEND_LEVELS);
+    if (!(p->deblend_contrast >= 0.0 && p->deblend_contrast <= 1.0))
+        return sw_fail(ctx, SW_EINVAL, "find: deblend_contrast %g must be 0 .. 1",
+                       p->deblend_contrast);
     return SW_OK;
 }
 
@@ -435,6 +446,8 @@ void sw_find_stats_add(sw_find_stats *dst, const sw_find_stats *src)
     dst->rejected_small += src->rejected_small;
     dst->rejected_large += src->rejected_large;
     dst->rejected_separation += src->rejected_separation;
+    dst->blends += src->blends;
+    dst->children += src->children;
 }
 
 sw_status sw_find_check_strong_fraction(const sw_find_plan *plan, int64_t frame_index,
@@ -568,7 +581,15 @@ sw_status sw_find_run(sw_find_plan *plan, const sw_image *frame, int64_t frame_i
         return st;
     const int64_t count0 = spots ? spots->count : 0;
     sw_find_stats local = {0};
-    st = sw_find_emit_frame(plan, plan->comps, ncomp, frame_index, spots, &local);
+    if (plan->p.deblend && sw_context_backend(plan->ctx) == SW_BACKEND_CPU)
+        st = sw_find_deblend_emit(plan, frame, plan->labels, plan->comps, ncomp, frame_index, spots,
+                                  &local);
+#ifdef SW_HAVE_CUDA
+    else if (plan->p.deblend)
+        st = sw_find_gpu_deblend_emit(plan, frame, 0, 0, ncomp, frame_index, spots, &local);
+#endif
+    else
+        st = sw_find_emit_frame(plan, plan->comps, ncomp, frame_index, spots, &local);
     if (st == SW_OK && plan->refine && spots) {
 #ifdef SW_HAVE_CUDA
         const sw_image *on = frame ? frame : sw_find_gpu_frame(plan, 0);

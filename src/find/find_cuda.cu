@@ -23,6 +23,8 @@ struct find_gpu {
     unsigned long long *h_counts; /* pinned host copy                                   */
     cudaStream_t copy;            /* uploads                                            */
     cudaEvent_t uploaded[2];      /* recorded after each slot's upload                  */
+    int32_t *h_labels;            /* deblending: a host copy of a label slot (npix)     */
+    void *h_frame;                /* deblending: a host copy of a frame (tight rows)    */
 };
 
 find_gpu *gpu_of(sw_find_plan *plan)
@@ -58,6 +60,8 @@ void sw_find_gpu_destroy(sw_find_plan *plan)
     cudaFree(g->strong);
     cudaFree(g->counts);
     cudaFreeHost(g->h_counts);
+    free(g->h_labels);
+    free(g->h_frame);
     if (g->copy)
         cudaStreamDestroy(g->copy);
     delete g;
@@ -150,4 +154,39 @@ sw_status sw_find_gpu_links(sw_find_plan *plan, int prev, int cur, int32_t *pair
 const sw_image *sw_find_gpu_frame(sw_find_plan *plan, int slot)
 {
     return &gpu_of(plan)->frame[slot];
+}
+
+sw_status sw_find_gpu_deblend_emit(sw_find_plan *plan, const sw_image *frame, int slot,
+                                   int label_slot, int64_t ncomp, int64_t frame_index,
+                                   sw_spot_list *spots, sw_find_stats *stats)
+{
+    find_gpu *g = gpu_of(plan);
+    cudaStream_t s = stream_of(plan);
+    if (!frame)
+        frame = &g->frame[slot];
+    const size_t n = (size_t)plan->npix;
+    const size_t row = (size_t)plan->width * sw_pixel_size(plan->p.type);
+    if (!g->h_labels) {
+        g->h_labels = static_cast<int32_t *>(malloc(n * sizeof(int32_t)));
+        if (!g->h_labels)
+            return sw_fail(plan->ctx, SW_ENOMEM, "find: out of memory for the labels' copy");
+    }
+    if (!g->h_frame) {
+        g->h_frame = malloc(row * (size_t)plan->height);
+        if (!g->h_frame)
+            return sw_fail(plan->ctx, SW_ENOMEM, "find: out of memory for the frame's copy");
+    }
+    /* deblending runs on the CPU after the GPU labels: labels and frame come back */
+    SW_CU(cudaMemcpyAsync(g->h_labels, g->labels[label_slot], n * sizeof(int32_t),
+                          cudaMemcpyDeviceToHost, s));
+    SW_CU(cudaMemcpy2DAsync(g->h_frame, row, frame->data, frame->stride, row, (size_t)plan->height,
+                            cudaMemcpyDeviceToHost, s));
+    SW_CU(cudaStreamSynchronize(s));
+    sw_image host;
+    sw_status st =
+        sw_image_wrap(g->h_frame, plan->width, plan->height, row, plan->p.type, SW_MEM_HOST, &host);
+    if (st != SW_OK)
+        return st;
+    return sw_find_deblend_emit(plan, &host, g->h_labels, plan->comps, ncomp, frame_index, spots,
+                                stats);
 }

@@ -173,6 +173,11 @@ sw_status sw_find_check_strong_fraction(const sw_find_plan *plan, int64_t frame_
 /* A frame's components -> filtered 2-D spots appended to spots (may be NULL: counts only). */
 sw_status sw_find_emit_frame(sw_find_plan *plan, const sw_find_comp *comps, int64_t ncomp,
                              int64_t frame_index, sw_spot_list *spots, sw_find_stats *stats);
+/* find_deblend.c: as sw_find_emit_frame, but every component is deblended first (find.h
+ * "Deblending"); frame and labels (the component roots, -1 elsewhere) in host memory. */
+sw_status sw_find_deblend_emit(sw_find_plan *plan, const sw_image *frame, const int32_t *labels,
+                               const sw_find_comp *comps, int64_t ncomp, int64_t frame_index,
+                               sw_spot_list *spots, sw_find_stats *stats);
 /* The CPU path of one host frame: threshold into plan->strong, labels into label slot `slot`
  * (plan->labels + slot * npix), components into plan->comps. */
 sw_status sw_find_frame_cpu(sw_find_plan *plan, const sw_image *frame, int64_t frame_index,
@@ -200,6 +205,11 @@ sw_status sw_find_gpu_process(sw_find_plan *plan, const sw_image *frame, int slo
                               sw_image *strong_host);
 /* The device frame slot `slot` (valid until the next upload into it). */
 const sw_image *sw_find_gpu_frame(sw_find_plan *plan, int slot);
+/* Deblending of one frame's components on the host (sw_find_deblend_emit) after copying back
+ * label slot `label_slot` and `frame` (a device image), or when NULL device frame slot `slot`. */
+sw_status sw_find_gpu_deblend_emit(sw_find_plan *plan, const sw_image *frame, int slot,
+                                   int label_slot, int64_t ncomp, int64_t frame_index,
+                                   sw_spot_list *spots, sw_find_stats *stats);
 /* Links between the components of label slots prev and cur (sw_find_links_gpu). */
 sw_status sw_find_gpu_links(sw_find_plan *plan, int prev, int cur, int32_t *pairs, int64_t capacity,
                             int64_t *npairs);

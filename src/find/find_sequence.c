@@ -358,6 +358,10 @@ sw_status sw_find_sequence(sw_find_plan *plan, int64_t first, int64_t count,
         return sw_fail(ctx, SW_EINVAL,
                        "find: position refinement works on 2-D spots (one frame each), not with "
                        "3-D joining");
+    if (three_d && plan->p.deblend)
+        return sw_fail(ctx, SW_EINVAL,
+                       "find: deblending works on 2-D spots (one frame each), not with 3-D "
+                       "joining");
     if (count == 0)
         return SW_OK;
 
@@ -445,8 +449,9 @@ sw_status sw_find_sequence(sw_find_plan *plan, int64_t first, int64_t count,
             if ((st = wait_filled(&ps, i)) != SW_OK)
                 break;
             st = sw_find_frame_cpu(plan, &ps.host[slot], z, slot, &ncomp, &valid, &nstrong);
-            /* a refinement reads the frame after the spots are made: it is released then */
-            if (!plan->refine)
+            /* a refinement or the deblending reads the frame after the labels: it is released
+             * once the spots are made */
+            if (!plan->refine && !plan->p.deblend)
                 release_frame(&ps, i);
         }
         if (st != SW_OK)
@@ -466,7 +471,16 @@ sw_status sw_find_sequence(sw_find_plan *plan, int64_t first, int64_t count,
         }
         if (!three_d) {
             const int64_t before = spots ? spots->count : 0;
-            st = sw_find_emit_frame(plan, plan->comps, ncomp, z, spots, &local);
+            if (plan->p.deblend && !gpu)
+                st = sw_find_deblend_emit(plan, &ps.host[slot],
+                                          plan->labels + (size_t)slot * plan->npix, plan->comps,
+                                          ncomp, z, spots, &local);
+#ifdef SW_HAVE_CUDA
+            else if (plan->p.deblend)
+                st = sw_find_gpu_deblend_emit(plan, NULL, slot, slot, ncomp, z, spots, &local);
+#endif
+            else
+                st = sw_find_emit_frame(plan, plan->comps, ncomp, z, spots, &local);
             if (st == SW_OK && plan->refine) {
 #ifdef SW_HAVE_CUDA
                 const sw_image *on = gpu ? sw_find_gpu_frame(plan, slot) : &ps.host[slot];
@@ -474,9 +488,9 @@ sw_status sw_find_sequence(sw_find_plan *plan, int64_t first, int64_t count,
                 const sw_image *on = &ps.host[slot];
 #endif
                 st = sw_find_refine_frame(plan, on, spots, before);
-                if (!gpu)
-                    release_frame(&ps, i);
             }
+            if (!gpu && (plan->refine || plan->p.deblend))
+                release_frame(&ps, i);
         } else {
             int64_t npairs = 0;
             if (i > 0) {
