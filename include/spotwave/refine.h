@@ -105,6 +105,10 @@ sw_status sw_refine_background_parse(const char *text, sw_refine_background *out
     4                       /* no refinement: too few pixels, no positive flux, a singular fit,    \
                                or the position left the stamp                                 */
 #define SW_REFINE_MAXITER 8 /* GAUSS: the pass limit came before convergence (kept)           */
+#define SW_REFINE_BLEND                                                                            \
+    16 /* find with deblending: a child of a blend keeps its deblended centroid (a one-star        \
+          model over a stamp holding its neighbour is pulled towards it); the other fields are     \
+          the refinement's, for information                                                   */
 
 typedef struct sw_refine_result {
     double x, y;           /* refined position, px (the input's when FAILED)           */

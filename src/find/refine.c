@@ -645,8 +645,45 @@ sw_status sw_find_refine_frame(sw_find_plan *plan, const sw_image *frame, sw_spo
         l->items = grown;
         l->capacity = cap;
     }
-    SW_TRY(sw_refine_run(plan->refine, frame, spots->spots + first, n,
-                         l ? l->items + l->count : NULL));
+    /* Children of a deblended blend keep their deblended centroid: a one-star model over a stamp
+     * that holds the neighbour too is pulled towards it (measured: 0.04-0.15 px deblended, 2-3 px
+     * after a Gaussian fit, at 3-4 sigma). Their positions are put back after the run and their
+     * results flagged SW_REFINE_BLEND. */
+    sw_spot *sp = spots->spots + first;
+    int64_t nchild = 0;
+    for (int64_t i = 0; i < n; i++)
+        nchild += sp[i].parent != 0;
+    double *keep = NULL;
+    if (nchild && !(keep = malloc((size_t)nchild * 4 * sizeof(double))))
+        return sw_fail(plan->ctx, SW_ENOMEM, "find: out of memory");
+    for (int64_t i = 0, k = 0; i < n; i++)
+        if (sp[i].parent) {
+            keep[4 * k] = sp[i].x;
+            keep[4 * k + 1] = sp[i].y;
+            keep[4 * k + 2] = sp[i].x_var;
+            keep[4 * k + 3] = sp[i].y_var;
+            k++;
+        }
+    sw_refine_result *res = l ? l->items + l->count : NULL;
+    const sw_status st = sw_refine_run(plan->refine, frame, sp, n, res);
+    for (int64_t i = 0, k = 0; st == SW_OK && i < n; i++)
+        if (sp[i].parent) {
+            sp[i].x = keep[4 * k];
+            sp[i].y = keep[4 * k + 1];
+            sp[i].x_var = keep[4 * k + 2];
+            sp[i].y_var = keep[4 * k + 3];
+            if (res) {
+                res[i].x = sp[i].x;
+                res[i].y = sp[i].y;
+                res[i].x_var = sp[i].x_var;
+                res[i].y_var = sp[i].y_var;
+                res[i].flags |= SW_REFINE_BLEND;
+            }
+            k++;
+        }
+    free(keep);
+    if (st != SW_OK)
+        return st;
     if (l)
         l->count += n;
     return SW_OK;

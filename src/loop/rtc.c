@@ -375,8 +375,7 @@ sw_status sw_rtc_params_sabre(sw_context *ctx, const sw_sabre_params *sabre, con
         return sw_fail(ctx, SW_EINVAL, "sw_rtc_params_sabre: NULL argument");
     *matrix = NULL;
     if (!(slope_scale > 0.0) || !isfinite(slope_scale))
-        return sw_fail(ctx, SW_EINVAL, "rtc: slope_scale %g is not a positive number",
-                       slope_scale);
+        return sw_fail(ctx, SW_EINVAL, "rtc: slope_scale %g is not a positive number", slope_scale);
     rp->recon = SW_RTC_SABRE;
     rp->sabre = *sabre;
     rp->slope_scale = slope_scale;

@@ -147,6 +147,21 @@ static int pair_runs(int levels, double sep, double ratio, double *err_c, double
             int64_t i0 = nearest(&l, x[0], y[0], &d0), i1 = nearest(&l, x[1], y[1], &d1);
             assert_true(i0 != i1);
             *err_c += d0 + d1;
+            /* through find with the refinement attached, children keep the deblended centroid
+             * and say so (SW_REFINE_BLEND) */
+            sw_refine_list rl = {0};
+            assert_int_equal(sw_find_set_refine(plan, ref, &rl), SW_OK);
+            sw_spot_list lr = run(plan, &img, NULL);
+            assert_int_equal(sw_find_set_refine(plan, NULL, NULL), SW_OK);
+            assert_int_equal(lr.count, 2);
+            assert_int_equal(rl.count, 2);
+            for (int k = 0; k < 2; k++) {
+                assert_true(lr.spots[k].x == l.spots[k].x && lr.spots[k].y == l.spots[k].y);
+                assert_true(rl.items[k].flags & SW_REFINE_BLEND);
+                assert_true(rl.items[k].x == l.spots[k].x);
+            }
+            sw_spot_list_free(&lr);
+            sw_refine_list_free(&rl);
             assert_int_equal(sw_refine_run(ref, &img, l.spots, l.count, NULL), SW_OK);
             nearest(&l, x[0], y[0], &d0);
             nearest(&l, x[1], y[1], &d1);
@@ -193,8 +208,9 @@ static void test_pairs_split(void **state)
     assert_int_equal(pair_runs(32, 2.5, 5.0, &ec, &er), 0);
     assert_int_equal(pair_runs(32, 3.0, 5.0, &ec, &er), 0);
     /* A child fitted alone is pulled towards its neighbour (find.h, "Deblending"): at 4 sigma
-     * the error grows well beyond the deblended centroid's. Checked so that a neighbour-aware
-     * refinement shows up here. */
+     * the error grows well beyond the deblended centroid's; so find with a refinement attached
+     * keeps the children's deblended centroids (SW_REFINE_BLEND, checked in pair_runs). Checked
+     * so that a neighbour-aware refinement shows up here. */
     assert_int_equal(pair_runs(32, 4.0, 1.0, &ec, &er), 4);
     assert_true(er > ec);
 }
