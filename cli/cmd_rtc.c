@@ -9,26 +9,37 @@
  *   nx, ny             lenslets across and down (required)
  *   pitch_px           lenslet pitch in pixels (required)
  *   x0, y0             corner pixel of lenslet (0, 0) (0, 0)
- *   pixel_um, focal_mm detector pixel and lenslet focal length (geometry.h's defaults; they only
- *                      name the slopes' unit: the chain works in pixels)
+ *   pixel_um, focal_mm detector pixel and lenslet focal length (geometry.h's defaults; the MVM
+ *                      chain works in pixels, D-SABRE in radians: pixel_um / (1000 focal_mm))
  *   valid              FITS/PGM image of nx x ny, non-zero = a lenslet that is measured (all)
  *   threshold          counts subtracted from every pixel before the centroids (0: none)
  *   window             pixels left out at every lenslet's border (0)
- *   cm                 control matrix, FITS, one row per actuator: width 2 ns (x slopes then y),
- *                      height nact (sw_control_matrix's layout)
- *   im                 or an interaction matrix in the same layout (row a: the slopes of actuator
- *                      a's unit command), inverted here by truncated SVD:
+ *   recon              mvm (default) | dsabre
+ *   cm                 mvm: control matrix, FITS, one row per actuator: width 2 ns (x slopes then
+ *                      y), height nact (sw_control_matrix's layout)
+ *   im                 or an interaction matrix in the same layout as measured through the mirror
+ *                      (row a: the slopes of actuator a's unit command; calibrate --im): the
+ *                      control matrix is its truncated pseudo-inverse, negated (the controller
+ *                      adds g C s and the mirror subtracts its shape):
  *   cm_condition       largest condition number kept (30; 0: no limit)
  *   cm_modes           largest number of modes kept (0: no limit)
  *   fp16               1: the GPU holds the matrix in FP16 (0)
- *   controller         integrator | leaky | pi (integrator)
- *   gain, leak, clip   the controller's (0.5, 0.01, 0: no stroke limit)
+ *   partitions, overlap, pme, extend_eq17
+ *                      dsabre: D-SABRE's K x K partitions (4), overlap (1), piston equalisation
+ *                      (hierarchical), Eq. 17's extension (1) (Brunner et al. 2018; sabre.h)
+ *   lenslet_um         dsabre: the lenslet pitch in the unit of the commands (pixel_um x pitch_px)
+ *   projection         dsabre: corners (the spline at the Fried corners) | local (the distributed
+ *                      projection onto the mirror, Eq. 14-16; the default)
+ *   influence, coupling dsabre, local: the mirror's influence function (gaussian | bezier) and
+ *                      coupling (0.3) (loop.h) *   controller         integrator | leaky | pi
+ * (integrator) gain, leak, clip   the controller's (0.5, 0.01, 0: no stroke limit)
  *
  * Timing. A frame's latency is the time from the camera's write of the frame (the stream's
- * writetime, CLOCK_REALTIME, set just before its semaphores are posted) to the end of the write of
- * the commands into --out (before the slopes and telemetry), in microseconds, kept in a histogram
- * of 0.1 us bins up to 100 ms (constant memory however long the run). A missed frame is a camera
- * frame the chain never saw: cnt0 advanced by more than one between two frames it took.
+ * writetime, on the streams' clock (stream.h), set just before its semaphores are posted) to the
+ * end of the write of the commands into --out (before the slopes and telemetry), in microseconds,
+ * kept in a histogram of 0.1 us bins up to 100 ms (constant memory however long the run). A missed
+ * frame is a camera frame the chain never saw: cnt0 advanced by more than one between two frames it
+ * took.
  */
 #define _GNU_SOURCE
 
@@ -60,9 +71,14 @@ typedef struct rtc_config {
     char valid[4096], cm[4096], im[4096];
     double threshold;
     int32_t window;
+    int dsabre; /* recon = dsabre */
     double cm_condition;
     int32_t cm_modes;
     int fp16;
+    sw_sabre_params sabre;        /* partitions, overlap, pme, extend_eq17 (nx, ny, pitch later) */
+    double lenslet_um;            /* 0: pixel_um x pitch_px                                      */
+    sw_rtc_projection projection; /* corners | local                                             */
+    sw_dm_params dm;              /* influence, coupling                                          */
     sw_controller_params ctrl;
 } rtc_config;
 
@@ -72,128 +88,248 @@ static void config_default(rtc_config *c)
     sw_sh_geometry_default(&c->geom);
     c->geom.x0 = c->geom.y0 = 0.0;
     c->cm_condition = 30.0;
+    sw_sabre_params_default(&c->sabre);
+    c->sabre.pme = SW_SABRE_PME_HIERARCHICAL;
+    c->sabre.extend_eq17 = 1;
+    c->projection = SW_RTC_PROJ_LOCAL;
+    sw_dm_params_default(&c->dm);
     sw_controller_params_default(&c->ctrl);
 }
 
-static int set_text(char *dst, size_t n, const char *value)
+/* Each key: its name, and a setter that returns 0 or -1 with what it takes in want. */
+typedef int (*key_set_fn)(rtc_config *c, const char *v, char *want, size_t n);
+
+static int want(char *buf, size_t n, const char *what)
 {
-    if (strlen(value) >= n)
+    snprintf(buf, n, "%s", what);
+    return -1;
+}
+
+static int num(const char *v, double lo, double hi, double *out)
+{
+    double x;
+    if (sw_cli_parse_double(v, &x) != 0 || x < lo || x > hi)
         return -1;
-    snprintf(dst, n, "%s", value);
+    *out = x;
     return 0;
 }
 
-/* sw_cli_config_set_fn over the keys above. */
-static int config_set(void *user, const char *name, const char *value, char *want, size_t wsize)
+static int k_nx(rtc_config *c, const char *v, char *w, size_t n)
 {
-    static const char *const known[] = {
-        "nx",    "ny",         "pitch_px", "x0",   "y0",  "pixel_um",     "focal_mm",
-        "valid", "threshold",  "window",   "cm",   "im",  "cm_condition", "cm_modes",
-        "fp16",  "controller", "gain",     "leak", "clip"};
-    int k = -1;
-    for (int i = 0; i < (int)(sizeof known / sizeof known[0]); i++)
-        if (strcmp(name, known[i]) == 0)
-            k = i;
-    if (k < 0)
-        return SW_CLI_CONFIG_UNKNOWN;
-    if (!value)
-        return 0;
-    rtc_config *c = user;
-    long n;
-    double v;
-    switch (k) {
-    case 0:
-    case 1:
-        if (sw_cli_parse_long(value, 1, 4096, &n) != 0) {
-            snprintf(want, wsize, "a whole number in 1..4096");
-            return -1;
-        }
-        if (k == 0) {
-            c->geom.nx = (int32_t)n;
-            c->have_nx = 1;
-        } else {
-            c->geom.ny = (int32_t)n;
-            c->have_ny = 1;
-        }
-        return 0;
-    case 2:
-    case 5:
-    case 6:
-        if (sw_cli_parse_double(value, &v) != 0 || !(v > 0.0)) {
-            snprintf(want, wsize, "a positive number");
-            return -1;
-        }
-        if (k == 2) {
-            c->geom.pitch_px = v;
-            c->have_pitch = 1;
-        } else if (k == 5)
-            c->geom.pixel_um = v;
-        else
-            c->geom.focal_mm = v;
-        return 0;
-    case 3:
-    case 4:
-        if (sw_cli_parse_double(value, &v) != 0) {
-            snprintf(want, wsize, "a number (pixels)");
-            return -1;
-        }
-        *(k == 3 ? &c->geom.x0 : &c->geom.y0) = v;
-        return 0;
-    case 7:
-    case 10:
-    case 11:
-        if (set_text(k == 7 ? c->valid : k == 10 ? c->cm : c->im, sizeof c->cm, value) != 0) {
-            snprintf(want, wsize, "a file name shorter than %zu characters", sizeof c->cm);
-            return -1;
-        }
-        return 0;
-    case 8:
-    case 12:
-    case 16:
-    case 17:
-    case 18:
-        if (sw_cli_parse_double(value, &v) != 0 || v < 0.0 || (k == 12 && v > 0.0 && v < 1.0) ||
-            (k == 17 && v >= 1.0) || (k == 16 && v > 10.0)) {
-            snprintf(want, wsize, "%s",
-                     k == 12   ? "0 (no limit) or a number >= 1"
-                     : k == 17 ? "a number in [0, 1)"
-                     : k == 16 ? "a number in 0..10"
-                               : "a number >= 0");
-            return -1;
-        }
-        if (k == 8)
-            c->threshold = v;
-        else if (k == 12)
-            c->cm_condition = v;
-        else if (k == 16)
-            c->ctrl.gain = v;
-        else if (k == 17)
-            c->ctrl.leak = v;
-        else
-            c->ctrl.clip = v;
-        return 0;
-    case 9:
-    case 13:
-        if (sw_cli_parse_long(value, 0, 1 << 20, &n) != 0) {
-            snprintf(want, wsize, "a whole number >= 0");
-            return -1;
-        }
-        *(k == 9 ? &c->window : &c->cm_modes) = (int32_t)n;
-        return 0;
-    case 14:
-        if (strcmp(value, "0") != 0 && strcmp(value, "1") != 0) {
-            snprintf(want, wsize, "0 or 1");
-            return -1;
-        }
-        c->fp16 = value[0] == '1';
-        return 0;
-    case 15:
-        if (sw_controller_kind_parse(value, &c->ctrl.kind) != SW_OK) {
-            snprintf(want, wsize, "integrator, leaky or pi");
-            return -1;
-        }
-        return 0;
-    }
+    long k;
+    if (sw_cli_parse_long(v, 1, 4096, &k) != 0)
+        return want(w, n, "a whole number in 1..4096");
+    c->geom.nx = (int32_t)k;
+    c->have_nx = 1;
+    return 0;
+}
+static int k_ny(rtc_config *c, const char *v, char *w, size_t n)
+{
+    long k;
+    if (sw_cli_parse_long(v, 1, 4096, &k) != 0)
+        return want(w, n, "a whole number in 1..4096");
+    c->geom.ny = (int32_t)k;
+    c->have_ny = 1;
+    return 0;
+}
+static int k_pitch(rtc_config *c, const char *v, char *w, size_t n)
+{
+    if (num(v, 1.0, 1024.0, &c->geom.pitch_px) != 0)
+        return want(w, n, "a pitch in 1..1024 pixels");
+    c->have_pitch = 1;
+    return 0;
+}
+static int k_x0(rtc_config *c, const char *v, char *w, size_t n)
+{
+    return num(v, -1e9, 1e9, &c->geom.x0) ? want(w, n, "a number (pixels)") : 0;
+}
+static int k_y0(rtc_config *c, const char *v, char *w, size_t n)
+{
+    return num(v, -1e9, 1e9, &c->geom.y0) ? want(w, n, "a number (pixels)") : 0;
+}
+static int k_pixel(rtc_config *c, const char *v, char *w, size_t n)
+{
+    return num(v, 1e-9, 1e9, &c->geom.pixel_um) ? want(w, n, "a positive number (um)") : 0;
+}
+static int k_focal(rtc_config *c, const char *v, char *w, size_t n)
+{
+    return num(v, 1e-9, 1e9, &c->geom.focal_mm) ? want(w, n, "a positive number (mm)") : 0;
+}
+static int k_file(char *dst, size_t size, const char *v, char *w, size_t n)
+{
+    if (strlen(v) >= size)
+        return want(w, n, "a file name shorter than 4096 characters");
+    snprintf(dst, size, "%s", v);
+    return 0;
+}
+static int k_valid(rtc_config *c, const char *v, char *w, size_t n)
+{
+    return k_file(c->valid, sizeof c->valid, v, w, n);
+}
+static int k_cm(rtc_config *c, const char *v, char *w, size_t n)
+{
+    return k_file(c->cm, sizeof c->cm, v, w, n);
+}
+static int k_im(rtc_config *c, const char *v, char *w, size_t n)
+{
+    return k_file(c->im, sizeof c->im, v, w, n);
+}
+static int k_threshold(rtc_config *c, const char *v, char *w, size_t n)
+{
+    return num(v, 0.0, 1e30, &c->threshold) ? want(w, n, "a number >= 0") : 0;
+}
+static int k_window(rtc_config *c, const char *v, char *w, size_t n)
+{
+    long k;
+    if (sw_cli_parse_long(v, 0, 512, &k) != 0)
+        return want(w, n, "a whole number in 0..512");
+    c->window = (int32_t)k;
+    return 0;
+}
+static int k_recon(rtc_config *c, const char *v, char *w, size_t n)
+{
+    if (strcmp(v, "mvm") && strcmp(v, "dsabre"))
+        return want(w, n, "mvm or dsabre");
+    c->dsabre = strcmp(v, "dsabre") == 0;
+    return 0;
+}
+static int k_condition(rtc_config *c, const char *v, char *w, size_t n)
+{
+    if (num(v, 0.0, 1e300, &c->cm_condition) != 0 ||
+        (c->cm_condition > 0.0 && c->cm_condition < 1.0))
+        return want(w, n, "0 (no limit) or a number >= 1");
+    return 0;
+}
+static int k_modes(rtc_config *c, const char *v, char *w, size_t n)
+{
+    long k;
+    if (sw_cli_parse_long(v, 0, 1 << 24, &k) != 0)
+        return want(w, n, "a whole number >= 0");
+    c->cm_modes = (int32_t)k;
+    return 0;
+}
+static int k_fp16(rtc_config *c, const char *v, char *w, size_t n)
+{
+    if (strcmp(v, "0") && strcmp(v, "1"))
+        return want(w, n, "0 or 1");
+    c->fp16 = v[0] == '1';
+    return 0;
+}
+static int k_partitions(rtc_config *c, const char *v, char *w, size_t n)
+{
+    long k;
+    if (sw_cli_parse_long(v, 1, 1024, &k) != 0)
+        return want(w, n, "a whole number in 1..1024");
+    c->sabre.partitions = (int32_t)k;
+    return 0;
+}
+static int k_overlap(rtc_config *c, const char *v, char *w, size_t n)
+{
+    long k;
+    if (sw_cli_parse_long(v, 0, 64, &k) != 0)
+        return want(w, n, "a whole number in 0..64");
+    c->sabre.overlap = (int32_t)k;
+    return 0;
+}
+static int k_pme(rtc_config *c, const char *v, char *w, size_t n)
+{
+    return sw_sabre_pme_parse(v, &c->sabre.pme) != SW_OK
+               ? want(w, n, "hierarchical, distributed or none")
+               : 0;
+}
+static int k_extend(rtc_config *c, const char *v, char *w, size_t n)
+{
+    if (strcmp(v, "0") && strcmp(v, "1"))
+        return want(w, n, "0 or 1");
+    c->sabre.extend_eq17 = v[0] == '1';
+    return 0;
+}
+static int k_lenslet(rtc_config *c, const char *v, char *w, size_t n)
+{
+    return num(v, 1e-9, 1e12, &c->lenslet_um) ? want(w, n, "a positive number") : 0;
+}
+static int k_projection(rtc_config *c, const char *v, char *w, size_t n)
+{
+    if (strcmp(v, "corners") == 0)
+        c->projection = SW_RTC_PROJ_CORNERS;
+    else if (strcmp(v, "local") == 0)
+        c->projection = SW_RTC_PROJ_LOCAL;
+    else
+        return want(w, n, "corners or local");
+    return 0;
+}
+static int k_influence(rtc_config *c, const char *v, char *w, size_t n)
+{
+    return sw_dm_influence_parse(v, &c->dm.influence) != SW_OK ? want(w, n, "gaussian or bezier")
+                                                               : 0;
+}
+static int k_coupling(rtc_config *c, const char *v, char *w, size_t n)
+{
+    if (num(v, 0.0, 1.0, &c->dm.coupling) != 0 || c->dm.coupling <= 0.0 || c->dm.coupling >= 1.0)
+        return want(w, n, "a number between 0 and 1");
+    return 0;
+}
+static int k_controller(rtc_config *c, const char *v, char *w, size_t n)
+{
+    return sw_controller_kind_parse(v, &c->ctrl.kind) != SW_OK
+               ? want(w, n, "integrator, leaky or pi")
+               : 0;
+}
+static int k_gain(rtc_config *c, const char *v, char *w, size_t n)
+{
+    return num(v, 0.0, 10.0, &c->ctrl.gain) ? want(w, n, "a number in 0..10") : 0;
+}
+static int k_leak(rtc_config *c, const char *v, char *w, size_t n)
+{
+    if (num(v, 0.0, 1.0, &c->ctrl.leak) != 0 || c->ctrl.leak >= 1.0)
+        return want(w, n, "a number in [0, 1)");
+    return 0;
+}
+static int k_clip(rtc_config *c, const char *v, char *w, size_t n)
+{
+    return num(v, 0.0, 1e30, &c->ctrl.clip) ? want(w, n, "a number >= 0 (0: no limit)") : 0;
+}
+
+static const struct {
+    const char *name;
+    key_set_fn set;
+} rtc_keys[] = {
+    {"nx", k_nx},
+    {"ny", k_ny},
+    {"pitch_px", k_pitch},
+    {"x0", k_x0},
+    {"y0", k_y0},
+    {"pixel_um", k_pixel},
+    {"focal_mm", k_focal},
+    {"valid", k_valid},
+    {"threshold", k_threshold},
+    {"window", k_window},
+    {"recon", k_recon},
+    {"cm", k_cm},
+    {"im", k_im},
+    {"cm_condition", k_condition},
+    {"cm_modes", k_modes},
+    {"fp16", k_fp16},
+    {"partitions", k_partitions},
+    {"overlap", k_overlap},
+    {"pme", k_pme},
+    {"extend_eq17", k_extend},
+    {"lenslet_um", k_lenslet},
+    {"projection", k_projection},
+    {"influence", k_influence},
+    {"coupling", k_coupling},
+    {"controller", k_controller},
+    {"gain", k_gain},
+    {"leak", k_leak},
+    {"clip", k_clip},
+};
+
+/* sw_cli_config_set_fn over rtc_keys. */
+static int config_set(void *user, const char *name, const char *value, char *want_buf, size_t wsize)
+{
+    for (size_t i = 0; i < sizeof rtc_keys / sizeof rtc_keys[0]; i++)
+        if (strcmp(name, rtc_keys[i].name) == 0)
+            return value ? rtc_keys[i].set(user, value, want_buf, wsize) : 0;
     return SW_CLI_CONFIG_UNKNOWN;
 }
 
@@ -243,9 +379,15 @@ void sw_cmd_rtc_help(FILE *out)
         "Chain:\n"
         "  --config FILE          `key = value` lines, '#' comments: nx, ny, pitch_px (required),\n"
         "                         x0, y0, pixel_um, focal_mm, valid (mask image), threshold,\n"
-        "                         window, cm (control matrix FITS, width 2 ns, height nact) or\n"
-        "                         im (interaction matrix, same layout, inverted by truncated\n"
-        "                         SVD with cm_condition (30) and cm_modes), fp16, controller\n"
+        "                         window, recon (mvm|dsabre); mvm: cm (control matrix FITS,\n"
+        "                         width 2 ns, height nact) or im (interaction matrix as\n"
+        "                         measured through the mirror, same layout; C = its truncated\n"
+        "                         pseudo-inverse, negated, with cm_condition (30) and\n"
+        "                         cm_modes), fp16; dsabre (Brunner et al. 2018, J. Opt. Soc.\n"
+        "                         Am. A 35(6), 859): partitions (4), overlap (1), pme\n"
+        "                         (hierarchical|distributed|none), extend_eq17 (1),\n"
+        "                         lenslet_um, projection (corners|local), influence\n"
+        "                         (gaussian|bezier), coupling (0.3); controller\n"
         "                         (integrator|leaky|pi), gain (0.5), leak (0.01), clip (0)\n"
         "  --set KEY=VALUE        one key, after the file (repeatable)\n"
         "\n"
@@ -429,8 +571,11 @@ static int build_config(rtc_opts *o, int need_matrix)
     }
     if (!o->c.have_nx || !o->c.have_ny || !o->c.have_pitch)
         return sw_cli_usage(SUB, "%s: nx, ny and pitch_px are required", o->config);
-    if (need_matrix && !!o->c.cm[0] == !!o->c.im[0])
+    if (need_matrix && !o->c.dsabre && !!o->c.cm[0] == !!o->c.im[0])
         return sw_cli_usage(SUB, "%s: give one of cm (control matrix) or im (interaction matrix)",
+                            o->config);
+    if (need_matrix && o->c.dsabre && (o->c.cm[0] || o->c.im[0]))
+        return sw_cli_usage(SUB, "%s: recon = dsabre takes no cm or im (the spline reconstructs)",
                             o->config);
     return SW_EXIT_OK;
 }
@@ -675,38 +820,66 @@ static int setup(sw_context *ctx, const rtc_opts *o, rtc_run *r)
         return rc;
     cp->path = SW_CENTROID_AUTO;
     const int32_t ns = r->ns;
-    int32_t mw = 0, mh = 0;
-    const char *mpath = c->cm[0] ? c->cm : c->im;
-    if ((rc = read_matrix(ctx, c->cm[0] ? "control matrix" : "interaction matrix", mpath, &mw, &mh,
-                          c->cm[0] ? &r->cm : &r->im)) != SW_EXIT_OK)
-        return rc;
-    if (mw != 2 * ns)
-        return sw_cli_fail(SUB,
-                           "%s '%s' is %d wide: the grid has %d measured lenslets, so 2 x %d = "
-                           "%d slopes (one row per actuator)",
-                           c->cm[0] ? "cm" : "im", mpath, (int)mw, (int)ns, (int)ns, (int)(2 * ns));
-    r->nact = mh;
-    if (r->im) {
-        /* im: row a holds actuator a's slopes, which is the column-major nslopes x nact layout
-         * sw_control_matrix takes */
-        if (!(r->cm = malloc((size_t)mw * mh * sizeof(float))))
-            return sw_cli_fail(SUB, "out of memory");
-        sw_cm_result res;
-        memset(&res, 0, sizeof res);
-        st = sw_control_matrix(ctx, r->im, mw, mh, c->cm_condition, c->cm_modes, r->cm, &res);
-        if (st != SW_OK)
-            return sw_cli_fail(SUB, "control matrix from '%s': %s", mpath,
-                               sw_cli_lib_error(ctx, st));
-        r->kept = res.kept;
-    }
-    rp.recon = SW_RTC_MVM;
-    rp.nact = r->nact;
-    rp.cm = r->cm;
-    rp.fp16 = c->fp16;
     rp.controller = c->ctrl;
-    rp.controller.nact = r->nact;
-    if ((st = sw_rtc_create(ctx, &rp, &r->rtc)) != SW_OK)
-        return sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
+    if (c->dsabre) {
+        /* D-SABRE (Brunner et al. 2018): the spline's values at the Fried corners, or the
+         * distributed projection onto the mirror (Eq. 14-16); slopes to radians by the grid */
+        sw_sabre_params sp = c->sabre;
+        sp.nx = c->geom.nx;
+        sp.ny = c->geom.ny;
+        sp.pitch = c->lenslet_um > 0.0 ? c->lenslet_um : c->geom.pixel_um * c->geom.pitch_px;
+        sp.valid = r->valid;
+        sw_dm_params dm = c->dm;
+        dm.nx = c->geom.nx;
+        dm.ny = c->geom.ny;
+        r->nact = (c->geom.nx + 1) * (c->geom.ny + 1);
+        float *pm = NULL;
+        st = sw_rtc_params_sabre(ctx, &sp, &dm, c->projection, NULL,
+                                 c->geom.pixel_um / (c->geom.focal_mm * 1000.0), &rp, &pm);
+        rp.nact = r->nact;
+        rp.controller.nact = r->nact;
+        if (st == SW_OK)
+            st = sw_rtc_create(ctx, &rp, &r->rtc);
+        free(pm);
+        if (st != SW_OK)
+            return sw_cli_fail(SUB, "D-SABRE chain: %s", sw_cli_lib_error(ctx, st));
+    } else {
+        int32_t mw = 0, mh = 0;
+        const char *mpath = c->cm[0] ? c->cm : c->im;
+        if ((rc = read_matrix(ctx, c->cm[0] ? "control matrix" : "interaction matrix", mpath, &mw,
+                              &mh, c->cm[0] ? &r->cm : &r->im)) != SW_EXIT_OK)
+            return rc;
+        if (mw != 2 * ns)
+            return sw_cli_fail(SUB,
+                               "%s '%s' is %d wide: the grid has %d measured lenslets, so 2 x %d "
+                               "= %d slopes (one row per actuator)",
+                               c->cm[0] ? "cm" : "im", mpath, (int)mw, (int)ns, (int)ns,
+                               (int)(2 * ns));
+        r->nact = mh;
+        if (r->im) {
+            /* im: row a holds actuator a's slopes as measured through the mirror (calibrate's
+             * --im), the column-major nslopes x nact layout sw_control_matrix takes; the chain
+             * adds g C s and the mirror subtracts its shape: C = -pinv(im) */
+            if (!(r->cm = malloc((size_t)mw * mh * sizeof(float))))
+                return sw_cli_fail(SUB, "out of memory");
+            sw_cm_result res;
+            memset(&res, 0, sizeof res);
+            st = sw_control_matrix(ctx, r->im, mw, mh, c->cm_condition, c->cm_modes, r->cm, &res);
+            if (st != SW_OK)
+                return sw_cli_fail(SUB, "control matrix from '%s': %s", mpath,
+                                   sw_cli_lib_error(ctx, st));
+            for (size_t i = 0; i < (size_t)mw * mh; i++)
+                r->cm[i] = -r->cm[i];
+            r->kept = res.kept;
+        }
+        rp.recon = SW_RTC_MVM;
+        rp.nact = r->nact;
+        rp.cm = r->cm;
+        rp.fp16 = c->fp16;
+        rp.controller.nact = r->nact;
+        if ((st = sw_rtc_create(ctx, &rp, &r->rtc)) != SW_OK)
+            return sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
+    }
 
     /* buffers: the frame as the chain reads it (a copy: the camera may write the next one while
      * the chain works), the commands, the slopes, the telemetry row */

@@ -215,29 +215,32 @@ static void rtc_path(char *buf, size_t n, const char *dir, const char *name)
 
 static int write_chain(sw_context *ctx, const bench_opts *o, sw_loop *l)
 {
-    sw_centroid_params cp;
-    const float *cm = NULL;
-    int32_t nact = 0, w = 0, h = 0, ns = 0;
-    sw_status st = sw_loop_chain(l, &cp, &cm, &nact);
+    sw_loop_chain_info ci;
+    int32_t w = 0, h = 0, ns = 0;
+    sw_status st = sw_loop_chain(l, &ci);
     if (st != SW_OK)
         return sw_cli_fail(S, "--rtc-config: %s", sw_cli_lib_error(ctx, st));
+    const int mvm = ci.recon == SW_LOOP_MVM;
     sw_loop_sensor(l, &w, &h, &ns);
     char conf[4200], cmf[4200], vf[4200];
     rtc_path(conf, sizeof conf, o->rtc_dir, "rtc.conf");
     rtc_path(cmf, sizeof cmf, o->rtc_dir, "cm.fits");
     rtc_path(vf, sizeof vf, o->rtc_dir, "valid.fits");
     const char *sc = sw_cli_file_staged("--rtc-config", conf);
-    const char *sm = sw_cli_file_staged("--rtc-config", cmf);
+    const char *sm = mvm ? sw_cli_file_staged("--rtc-config", cmf) : "";
     const char *sv = sw_cli_file_staged("--rtc-config", vf);
     if (!sc || !sm || !sv)
         return SW_EXIT_FAIL;
-    /* the control matrix: one row per actuator, 2 ns wide */
     sw_image img;
-    if ((st = sw_image_wrap((void *)cm, 2 * ns, nact, 0, SW_PIX_F32, SW_MEM_HOST, &img)) != SW_OK ||
-        (st = sw_fits_write(ctx, sm, &img, 1)) != SW_OK)
-        return sw_cli_fail(S, "%s: %s", cmf, sw_cli_lib_error(ctx, st));
+    if (mvm) {
+        /* the control matrix: one row per actuator, 2 ns wide */
+        if ((st = sw_image_wrap((void *)ci.cm, 2 * ns, ci.nact, 0, SW_PIX_F32, SW_MEM_HOST,
+                                &img)) != SW_OK ||
+            (st = sw_fits_write(ctx, sm, &img, 1)) != SW_OK)
+            return sw_cli_fail(S, "%s: %s", cmf, sw_cli_lib_error(ctx, st));
+    }
     /* the measured lenslets, 1 / 0 */
-    const sw_sh_geometry *gm = &cp.geometry;
+    const sw_sh_geometry *gm = &ci.centroid.geometry;
     if ((st = sw_image_alloc(ctx, gm->nx, gm->ny, SW_PIX_U8, &img)) != SW_OK)
         return sw_cli_fail(S, "%s", sw_cli_lib_error(ctx, st));
     for (int32_t y = 0; y < gm->ny; y++)
@@ -252,19 +255,28 @@ static int write_chain(sw_context *ctx, const bench_opts *o, sw_loop *l)
     if (!f)
         return sw_cli_fail(S, "%s: %s", conf, strerror(errno));
     const sw_controller_params *c = &o->p.controller;
+    const sw_centroid_params *cp = &ci.centroid;
     fprintf(f,
-            "# spotwave rtc: the MVM chain of spotwave sim bench's simulator (%s)\n"
+            "# spotwave rtc: the %s chain of spotwave sim bench's simulator (%s)\n"
             "# camera %d x %d f32 frames; files are found beside this one\n"
             "nx = %d\nny = %d\npitch_px = %.17g\nx0 = %.17g\ny0 = %.17g\n"
             "pixel_um = %.17g\nfocal_mm = %.17g\nvalid = valid.fits\n",
-            sw_cli_command_line(), (int)w, (int)h, (int)gm->nx, (int)gm->ny, gm->pitch_px, gm->x0,
-            gm->y0, gm->pixel_um, gm->focal_mm);
-    if (cp.threshold_mode == SW_THRESHOLD_SUBTRACT && cp.threshold_kind == SW_THRESHOLD_ABSOLUTE)
-        fprintf(f, "threshold = %.17g\n", cp.threshold);
-    fprintf(f,
-            "window = %d\ncm = cm.fits\ncontroller = %s\ngain = %.17g\nleak = %.17g\n"
-            "clip = %.17g\n",
-            (int)cp.window, sw_controller_kind_string(c->kind), c->gain, c->leak, c->clip);
+            mvm ? "MVM" : "D-SABRE", sw_cli_command_line(), (int)w, (int)h, (int)gm->nx,
+            (int)gm->ny, gm->pitch_px, gm->x0, gm->y0, gm->pixel_um, gm->focal_mm);
+    if (cp->threshold_mode == SW_THRESHOLD_SUBTRACT && cp->threshold_kind == SW_THRESHOLD_ABSOLUTE)
+        fprintf(f, "threshold = %.17g\n", cp->threshold);
+    fprintf(f, "window = %d\n", (int)cp->window);
+    if (mvm)
+        fprintf(f, "recon = mvm\ncm = cm.fits\n");
+    else
+        fprintf(f,
+                "recon = dsabre\npartitions = %d\noverlap = %d\npme = %s\nextend_eq17 = %d\n"
+                "lenslet_um = %.17g\nprojection = local\ninfluence = %s\ncoupling = %.17g\n",
+                (int)ci.sabre.partitions, (int)ci.sabre.overlap, sw_sabre_pme_string(ci.sabre.pme),
+                ci.sabre.extend_eq17 ? 1 : 0, ci.sabre.pitch,
+                sw_dm_influence_string(ci.dm.influence), ci.dm.coupling);
+    fprintf(f, "controller = %s\ngain = %.17g\nleak = %.17g\nclip = %.17g\n",
+            sw_controller_kind_string(c->kind), c->gain, c->leak, c->clip);
     const int bad = ferror(f) != 0;
     if (fclose(f) != 0 || bad)
         return sw_cli_fail(S, "%s: write failed", conf);
@@ -485,17 +497,17 @@ int sw_cmd_sim_bench(const sw_cli_globals *g, int argc, char **argv)
                               "delay is %d: the bench's own timing is its delay (set delay = "
                               "0)",
                               (int)o->p.delay);
-        else if ((o->rtc_dir || o->twin) && o->p.recon != SW_LOOP_MVM)
-            rc = sw_cli_usage(S, "%s needs recon = mvm (spotwave rtc runs the MVM chain)",
-                              o->rtc_dir ? "--rtc-config" : "--twin");
+        else if (o->rtc_dir && o->p.recon != SW_LOOP_MVM && o->p.recon != SW_LOOP_DSABRE_LOCAL)
+            rc = sw_cli_usage(S, "--rtc-config needs recon = mvm or dsabre-local (the chains "
+                                 "spotwave rtc runs)");
     }
     if (rc == SW_EXIT_OK) {
         sw_cli_file_in("--config", o->config);
         if (o->rtc_dir) {
             if (sw_cli_mkdir_p(o->rtc_dir) != 0)
                 rc = sw_cli_fail(S, "--rtc-config %s: %s", o->rtc_dir, strerror(errno));
-            static const char *const names[3] = {"rtc.conf", "cm.fits", "valid.fits"};
-            for (int i = 0; rc == SW_EXIT_OK && i < 3; i++) {
+            static const char *const names[3] = {"rtc.conf", "valid.fits", "cm.fits"};
+            for (int i = 0; rc == SW_EXIT_OK && i < (o->p.recon == SW_LOOP_MVM ? 3 : 2); i++) {
                 char path[4200];
                 rtc_path(path, sizeof path, o->rtc_dir, names[i]);
                 sw_cli_file_out("--rtc-config", path);

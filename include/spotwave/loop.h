@@ -446,11 +446,22 @@ const float *sw_loop_commands(const sw_loop *l);
 sw_status sw_loop_camera(sw_loop *l, const float *commands, float *frame, sw_loop_frame *out);
 /* The sensor's frame size in pixels and its slopes per axis (any may be NULL). */
 void sw_loop_sensor(const sw_loop *l, int32_t *width, int32_t *height, int32_t *ns);
-/* The chain the loop runs, MVM only (SW_EUNSUPPORTED otherwise): the centroid parameters
- * (geometry, f32 frames on the host, the threshold; the valid mask points into the loop) and the
- * control matrix (nact x 2 ns row-major), both valid while the loop lives. */
-sw_status sw_loop_chain(const sw_loop *l, sw_centroid_params *centroid, const float **cm,
-                        int32_t *nact);
+/* The chain the loop runs (sw_loop_chain): what sw_rtc needs to run it in another process. */
+typedef struct sw_loop_chain_info {
+    sw_centroid_params centroid; /* geometry, f32 frames on the host, the threshold          */
+    int32_t nact;                /* commands, (nx + 1)^2                                      */
+    sw_loop_recon recon;         /* MVM or DSABRE_LOCAL                                       */
+    const float *cm;             /* MVM: nact x 2 ns row-major                                 */
+    sw_sabre_params sabre;       /* DSABRE_LOCAL: the plan's parameters                        */
+    double slope_scale;          /* DSABRE_LOCAL: pixel slopes to radians                      */
+    sw_dm_params dm;             /* DSABRE_LOCAL: the mirror the projection fits               */
+} sw_loop_chain_info;
+
+/* The chain of an MVM or DSABRE_LOCAL loop (SW_EUNSUPPORTED for the others: their projections
+ * depend on the pupil's footprint, or run on the host). Pointers (the valid masks, cm) point into
+ * the loop and are valid while it lives. For DSABRE_LOCAL, sw_rtc_params_sabre with
+ * SW_RTC_PROJ_LOCAL rebuilds the loop's projection. */
+sw_status sw_loop_chain(const sw_loop *l, sw_loop_chain_info *out);
 
 #ifdef __cplusplus
 }

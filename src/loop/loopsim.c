@@ -166,6 +166,8 @@ struct sw_loop {
     float *gvalsf, *gslopes, *gr;
     sw_projector *gproj;
     sw_controller *ctrl;
+    sw_sabre_params chain_sabre; /* D-SABRE: the rtc's parameters (sw_loop_chain)          */
+    double chain_slope_scale;
 
     /* science */
     int32_t n2;     /* 2 nq */
@@ -527,10 +529,12 @@ static sw_status build_dsabre(sw_loop *l, sw_rtc_params *rp, float **pmat_out, u
                     (uint8_t)in_footprint(l, si + 0.5 - lat->offx, sj + 0.5 - lat->offy);
     }
     *mask_out = mask;
+    l->chain_sabre = sp;
+    l->chain_slope_scale = LOOP_PIXEL_UM / (l->focal_mm * 1000.0);
     const sw_status st = sw_rtc_params_sabre(
         l->cpu, &sp, &l->dm,
         l->p.recon == SW_LOOP_DSABRE_GLOBAL ? SW_RTC_PROJ_GLOBAL : SW_RTC_PROJ_LOCAL, mask,
-        LOOP_PIXEL_UM / (l->focal_mm * 1000.0), rp, pmat_out);
+        l->chain_slope_scale, rp, pmat_out);
     return st == SW_OK ? SW_OK : relay(l, st);
 }
 
@@ -1255,18 +1259,24 @@ void sw_loop_sensor(const sw_loop *l, int32_t *width, int32_t *height, int32_t *
         *ns = l ? l->ns : 0;
 }
 
-sw_status sw_loop_chain(const sw_loop *l, sw_centroid_params *centroid, const float **cm,
-                        int32_t *nact)
+sw_status sw_loop_chain(const sw_loop *l, sw_loop_chain_info *out)
 {
-    if (!l || !centroid || !cm || !nact)
+    if (!l || !out)
         return sw_fail(l ? l->ctx : NULL, SW_EINVAL, "sw_loop_chain: NULL argument");
-    if (l->p.recon != SW_LOOP_MVM || !l->cm)
-        return sw_fail(l->ctx, SW_EUNSUPPORTED, "loop: only the MVM chain is exported (recon = %s)",
+    if (!(l->p.recon == SW_LOOP_MVM && l->cm) && l->p.recon != SW_LOOP_DSABRE_LOCAL)
+        return sw_fail(l->ctx, SW_EUNSUPPORTED,
+                       "loop: only the mvm and dsabre-local chains are exported (recon = %s: "
+                       "its projection depends on the pupil's footprint or runs on the host)",
                        sw_loop_recon_string(l->p.recon));
-    *centroid = l->cen_params;
-    centroid->path = SW_CENTROID_HOST; /* the frame a camera stream delivers */
-    *cm = l->cm;
-    *nact = l->nact;
+    memset(out, 0, sizeof *out);
+    out->centroid = l->cen_params;
+    out->centroid.path = SW_CENTROID_HOST; /* the frame a camera stream delivers */
+    out->nact = l->nact;
+    out->recon = l->p.recon;
+    out->cm = l->cm;
+    out->sabre = l->chain_sabre;
+    out->slope_scale = l->chain_slope_scale;
+    out->dm = l->dm;
     return SW_OK;
 }
 

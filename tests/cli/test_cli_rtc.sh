@@ -51,6 +51,23 @@ PY
 expect 0 stream info sl --json
 [[ $out == *'"cnt0": 1000'* ]] || fail "slopes stream: $out"
 
+# the D-SABRE chain (Brunner et al. 2018, distributed projection) through the same streams
+DS=(--set nx=8 --set recon=dsabre-local --set partitions=2 --set samples=4 --set model=geometric
+    --set diameter_m=3 --set seed=2)
+expect 0 --backend cpu --threads 1 sim bench "${DS[@]}" --rtc-config dchain --frames 0
+grep -q '^recon = dsabre$' dchain/rtc.conf || fail "dsabre rtc.conf: $(cat dchain/rtc.conf)"
+[[ ! -e dchain/cm.fits ]] || fail "a D-SABRE chain has no control matrix"
+"$SW" --backend cpu --threads 1 rtc --config dchain/rtc.conf --in dcam --out ddm --frames 300 \
+    --timeout 20 --json >drtc.json 2>drtc.err &
+rtc_pid=$!
+expect 0 --backend cpu --threads 1 sim bench "${DS[@]}" --camera dcam --dm ddm --frames 300 \
+    --twin --json --timeout 20
+wait "$rtc_pid" || fail "rtc (dsabre) failed: $(cat drtc.err)"
+[[ $out == *'"twin_identical_frames": 300'* ]] || fail "dsabre twin: $out"
+grep -q '"missed": 0' drtc.json || fail "dsabre rtc: $(cat drtc.json)"
+printf 'nx = 8\nny = 8\npitch_px = 8\nrecon = dsabre\ncm = x.fits\n' >dchain/bad.conf
+expect_usage rtc --config dchain/bad.conf --in dcam --out ddm
+
 # calibration through the streams of a calm bench: push-pull gives the simulator's own matrix
 CALM=(--set nx=8 --set recon=mvm --set samples=4 --set model=geometric --set diameter_m=3)
 expect 0 --backend cpu --threads 1 sim bench "${CALM[@]}" --rtc-config calm --frames 0
@@ -143,7 +160,7 @@ expect 1 rtc --config calm/rtc.conf --in ccam --out dm6 --timeout 0.3
 # sim bench refusals
 expect_usage sim bench "${CALM[@]}" --set delay=1 --frames 5
 expect_usage sim bench "${CALM[@]}" --twin --free-run --frames 5
-expect_usage sim bench --set recon=dsabre-local --rtc-config x --frames 0
+expect_usage sim bench --set recon=dsabre-global --rtc-config x --frames 0
 expect_usage sim bench "${CALM[@]}" --camera a --dm a
 expect_usage sim bench "${CALM[@]}" --frames 0
 expect 1 sim bench "${CALM[@]}" --camera lone --dm lonedm --frames 5 --timeout 0.3

@@ -585,12 +585,15 @@ static void test_camera_split(void **state)
     assert_int_equal(h, 64);
     sw_rtc_params rp;
     sw_rtc_params_default(&rp);
-    const float *cm = NULL;
-    assert_int_equal(sw_loop_chain(cam, &rp.centroid, &cm, &nact), SW_OK);
+    sw_loop_chain_info ci;
+    assert_int_equal(sw_loop_chain(cam, &ci), SW_OK);
+    nact = ci.nact;
     assert_int_equal(nact, sw_loop_actuators(cam));
+    assert_int_equal(ci.recon, SW_LOOP_MVM);
+    rp.centroid = ci.centroid;
     rp.recon = SW_RTC_MVM;
     rp.nact = nact;
-    rp.cm = cm;
+    rp.cm = ci.cm;
     rp.controller = p.controller;
     rp.controller.nact = nact;
     sw_rtc *rtc = NULL;
@@ -615,11 +618,58 @@ static void test_camera_split(void **state)
     /* a non-finite command is refused before the screen moves */
     u[3] = NAN;
     assert_int_equal(sw_loop_camera(cam, u, frame, NULL), SW_ERANGE);
-    sw_loop *gl = NULL;
-    p.recon = SW_LOOP_DSABRE_LOCAL;
-    gl = make(&p);
-    assert_int_equal(sw_loop_chain(gl, &rp.centroid, &cm, &nact), SW_EUNSUPPORTED);
+    p.recon = SW_LOOP_DSABRE_GLOBAL;
+    sw_loop *gl = make(&p);
+    assert_int_equal(sw_loop_chain(gl, &ci), SW_EUNSUPPORTED);
     sw_loop_destroy(gl);
+    free(frame);
+    free(u);
+    sw_rtc_destroy(rtc);
+    sw_loop_destroy(ref);
+    sw_loop_destroy(cam);
+}
+
+/* The same split for D-SABRE with the distributed projection: the chain rebuilt from
+ * sw_loop_chain through sw_rtc_params_sabre gives the loop's commands bit for bit. */
+static void test_camera_split_dsabre(void **state)
+{
+    (void)state;
+    sw_loop_params p;
+    small_params(&p);
+    p.recon = SW_LOOP_DSABRE_LOCAL;
+    sw_loop *ref = make(&p), *cam = make(&p);
+    int32_t w = 0, h = 0;
+    sw_loop_sensor(cam, &w, &h, NULL);
+    sw_loop_chain_info ci;
+    assert_int_equal(sw_loop_chain(cam, &ci), SW_OK);
+    assert_int_equal(ci.recon, SW_LOOP_DSABRE_LOCAL);
+    sw_rtc_params rp;
+    sw_rtc_params_default(&rp);
+    rp.centroid = ci.centroid;
+    rp.nact = ci.nact;
+    rp.controller = p.controller;
+    rp.controller.nact = ci.nact;
+    float *pm = NULL;
+    assert_int_equal(sw_rtc_params_sabre(ctx, &ci.sabre, &ci.dm, SW_RTC_PROJ_LOCAL, NULL,
+                                         ci.slope_scale, &rp, &pm),
+                     SW_OK);
+    assert_non_null(pm);
+    sw_rtc *rtc = NULL;
+    assert_int_equal(sw_rtc_create(ctx, &rp, &rtc), SW_OK);
+    free(pm);
+    float *frame = malloc((size_t)w * h * sizeof(float));
+    float *u = calloc((size_t)ci.nact, sizeof(float));
+    assert_non_null(frame);
+    assert_non_null(u);
+    for (int k = 1; k <= 20; k++) {
+        sw_loop_frame a;
+        step(ref, &a);
+        assert_int_equal(sw_loop_camera(cam, u, frame, NULL), SW_OK);
+        sw_image img;
+        assert_int_equal(sw_image_wrap(frame, w, h, 0, SW_PIX_F32, SW_MEM_HOST, &img), SW_OK);
+        assert_int_equal(sw_rtc_run(rtc, &img, u, NULL), SW_OK);
+        assert_memory_equal(u, sw_loop_commands(ref), (size_t)ci.nact * sizeof(float));
+    }
     free(frame);
     free(u);
     sw_rtc_destroy(rtc);
@@ -724,6 +774,7 @@ int main(void)
         cmocka_unit_test(test_maps_noisy_annulus),
         cmocka_unit_test(test_long_exposure),
         cmocka_unit_test(test_camera_split),
+        cmocka_unit_test(test_camera_split_dsabre),
         cmocka_unit_test(test_bad_params),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
