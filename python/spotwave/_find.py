@@ -207,6 +207,9 @@ def _spot_table(cols, three_d, refined=False):
     return out
 
 
+_CCD_SIGMA = 2.0  # ccd=True's sigma_b and sigma_s unless given (cmd_find.c's SW_CLI_CCD_SIGMA)
+
+
 def ccd_estimate(image, *, bias=0.0, read_noise=0.0, mask=None, ctx=None):
     """CCD mode's estimate (refine.h, ``sw_ccd_estimate_frame``): the background of one host
     frame (its valid pixels sigma-clipped at 3 sd about the median until stable, the stars
@@ -224,8 +227,8 @@ def ccd_estimate(image, *, bias=0.0, read_noise=0.0, mask=None, ctx=None):
                                   float(bias), float(read_noise))
 
 
-def find(image, *, algorithm="dispersion_extended", gain=None, kernel_size=3, sigma_b=6.0,
-         sigma_s=3.0, min_local=2, global_threshold=0.0, mask=None, **more):
+def find(image, *, algorithm="dispersion_extended", gain=None, kernel_size=3, sigma_b=None,
+         sigma_s=None, min_local=2, global_threshold=0.0, mask=None, **more):
     """Finds spots: the DIALS dispersion threshold, connected components, and per spot the
     intensity-weighted centroid (find.h; as ``spotwave find``).
 
@@ -243,7 +246,8 @@ def find(image, *, algorithm="dispersion_extended", gain=None, kernel_size=3, si
     "mesh"), mesh_size, stamp_radius, detector_gain, read_noise, bias (see :class:`FindPlan`;
     as ``spotwave find --refine ...``), and ccd=True, CCD mode: the first frame's background
     (:func:`ccd_estimate`, host frames) gives the detector gain unless detector_gain is given
-    and the dispersion threshold's gain (variance / mean) unless gain or gain_map is given
+    and the dispersion threshold's gain (variance / mean) unless gain or gain_map is given, and
+    sigma_b, sigma_s are 2 unless given (DIALS's 6 and 3 otherwise), as ``spotwave find --ccd``
     (:func:`ccd_estimate` returns the numbers; a device frame is copied to the host for it).
 
     Returns a NumPy structured array, one row per spot, with the columns of the ``spotwave find``
@@ -277,8 +281,13 @@ def find(image, *, algorithm="dispersion_extended", gain=None, kernel_size=3, si
             more["detector_gain"] = est["gain"]
         if gain is None and more.get("gain_map") is None:
             gain = est["dispersion_gain"]
+        # sky-limited frames: as `spotwave find --ccd`, sigma_b and sigma_s 2 unless given
+        sigma_b = _CCD_SIGMA if sigma_b is None else sigma_b
+        sigma_s = _CCD_SIGMA if sigma_s is None else sigma_s
     if gain is None:
         gain = 1.0
+    sigma_b = 6.0 if sigma_b is None else sigma_b  # DIALS's defaults
+    sigma_s = 3.0 if sigma_s is None else sigma_s
     plan = FindPlan(shape[-2:], dtype, algorithm=algorithm, gain=gain, kernel_size=kernel_size,
                     sigma_b=sigma_b, sigma_s=sigma_s, min_local=min_local,
                     global_threshold=global_threshold, mask=mask, **more)
