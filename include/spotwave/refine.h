@@ -14,8 +14,9 @@
  *          (x_i - x)^2 / (sum w_i I_i)^2 with the pixel variances of the detector model.
  *   GAUSS  a circular Gaussian (pixel-integrated: erf differences) plus a constant, fitted by
  *          Levenberg-Marquardt on a square stamp; parameters x, y, flux, sigma, background;
- *          weights 1 / var_i with var_i the detector model's variance of the model's value
- *          (Poisson + read noise); the covariance is the inverse of J^T W J at the solution.
+ *          maximum likelihood with each pixel's electrons plus read_noise^2 taken as Poisson
+ *          (so var_i is the detector model's variance of the model's value, Poisson + read
+ *          noise; weights 1 / var_i); the covariance is the inverse of J^T W J at the solution.
  *          At high SNR its scatter reaches the Cramer-Rao bound.
  *
  * Detector model (ADU in, electrons inside): a pixel's value v is bias + (signal + sky) / gain

@@ -291,15 +291,25 @@ SW_RM_FN void sw_rm_axis(int32_t i, double c, double s, double *e, double *de_dc
 }
 
 /* The sums of one fit pass: the normal matrix J^T W J (upper triangle, row by row), J^T W r,
- * chi^2 = sum w r^2 and the pixels used. */
+ * chi^2 = sum w r^2, the merit (the negative log-likelihood below) and the pixels used. */
 typedef struct sw_rm_acc {
     double a[SW_RM_NA];
     double g[SW_RM_NPAR];
-    double chi2;
+    double chi2, merit;
     int32_t n, masked;
 } sw_rm_acc;
 
-/* One pixel's contribution: sample d (above the background b), the column and row factors. */
+/*
+ * One pixel's contribution: sample d (above the background b), the column and row factors.
+ * The likelihood: in electrons a pixel holds D = g (d + b) + r^2 and is taken as Poisson with
+ * mean M = g max(m + b, 0) + r^2 (at least 1), the read noise folded in as a Poisson offset of
+ * r^2; then var = M / g^2 is the detector model's variance, J^T W r is the log-likelihood's
+ * gradient and J^T W J its Fisher information. The merit is the negative log-likelihood less a
+ * constant, sum M - D - D ln(M / max(D, 1)) (about chi^2 / 2 near the solution), so that
+ * Levenberg-Marquardt's acceptance test and its steps belong to one function and it converges
+ * to the maximum-likelihood point (a chi^2 whose weights move with the model has its minimum
+ * elsewhere, and the steps would zig-zag between the two).
+ */
 SW_RM_FN void sw_rm_fit_pixel(const sw_rm_frame *f, const double *p, double d, double b, double ex,
                               double dex, double dsx, double ey, double dey, double dsy,
                               sw_rm_acc *acc)
@@ -307,8 +317,11 @@ SW_RM_FN void sw_rm_fit_pixel(const sw_rm_frame *f, const double *p, double d, d
     const double F = p[2];
     double m = F * ex * ey + p[4];
     double J[SW_RM_NPAR] = {F * dex * ey, F * ex * dey, ex * ey, F * (dsx * ey + ex * dsy), 1.0};
-    double w = 1.0 / sw_rm_variance(f, m, b);
-    double r = d - m;
+    const double var = sw_rm_variance(f, m, b);
+    const double w = 1.0 / var;
+    const double r = d - m;
+    const double g2 = f->gain * f->gain, rn2 = f->read_noise * f->read_noise;
+    const double M = var * g2, D = f->gain * (d + b) + rn2;
     int k = 0;
     for (int i = 0; i < SW_RM_NPAR; ++i) {
         double wj = w * J[i];
@@ -317,6 +330,7 @@ SW_RM_FN void sw_rm_fit_pixel(const sw_rm_frame *f, const double *p, double d, d
             acc->a[k++] += wj * J[j];
     }
     acc->chi2 += w * r * r;
+    acc->merit += M - D - D * log(M / (D > 1.0 ? D : 1.0));
     acc->n++;
 }
 
@@ -327,6 +341,7 @@ SW_RM_FN void sw_rm_acc_add(sw_rm_acc *a, const sw_rm_acc *b)
     for (int i = 0; i < SW_RM_NPAR; ++i)
         a->g[i] += b->g[i];
     a->chi2 += b->chi2;
+    a->merit += b->merit;
     a->n += b->n;
     a->masked += b->masked;
 }
@@ -400,13 +415,15 @@ SW_RM_FN int sw_rm_solve(const double *a, double lambda, const double *g, double
 }
 
 /*
- * Levenberg-Marquardt over passes (Press et al., Numerical Recipes, 15.5): the backend evaluates
- * the sums at `trial`, then sw_rm_lm_next decides. A pass with a lower chi^2 than the best one
- * is accepted (lambda / 10), otherwise rejected (lambda x 10) and the step is retaken from the
- * best point. The weights are those of the model being evaluated (Poisson + read noise), so
- * J^T W J at the solution is the Fisher information and its inverse the covariance.
- * Converged: an accepted step that moved x and y by less than 1e-5 px and chi^2 by less than
- * 1e-7 of itself, or lambda above 1e10 (no step lowers chi^2: at the minimum to rounding).
+ * Levenberg-Marquardt over passes (Press et al., Numerical Recipes, 15.5) on the merit of
+ * sw_rm_fit_pixel (the negative Poisson log-likelihood): the backend evaluates the sums at
+ * `trial`, then sw_rm_lm_next decides. A pass with a lower merit than the best one is accepted
+ * (lambda / 10), otherwise rejected (lambda x 10) and the step is retaken from the best point.
+ * The weights are those of the model being evaluated (Poisson + read noise), so J^T W J at the
+ * solution is the Fisher information and its inverse the covariance.
+ * Converged: an accepted step that moved x and y by less than 1e-5 px and the merit by less
+ * than 1e-7 of chi^2 (+ 1e-12), or lambda above 1e10 (no step lowers the merit: at the minimum
+ * to rounding).
  */
 typedef struct sw_rm_lm {
     double best[SW_RM_NPAR], trial[SW_RM_NPAR];
@@ -431,15 +448,15 @@ SW_RM_FN int sw_rm_lm_next(sw_rm_lm *s, const sw_rm_acc *acc, int32_t max_iter)
     int accepted = 0;
     double moved = 0.0, dchi = 0.0;
     if (!s->have) {
-        if (acc->n < SW_RM_NPAR + 1 || !isfinite(acc->chi2)) {
+        if (acc->n < SW_RM_NPAR + 1 || !isfinite(acc->chi2) || !isfinite(acc->merit)) {
             s->failed = 1;
             return 1;
         }
         accepted = 1;
-    } else if (isfinite(acc->chi2) && acc->chi2 < s->acc.chi2) {
+    } else if (isfinite(acc->chi2) && isfinite(acc->merit) && acc->merit < s->acc.merit) {
         accepted = 1;
         moved = fmax(fabs(s->trial[0] - s->best[0]), fabs(s->trial[1] - s->best[1]));
-        dchi = s->acc.chi2 - acc->chi2;
+        dchi = s->acc.merit - acc->merit;
     }
     if (accepted) {
         int first = !s->have;
@@ -448,7 +465,7 @@ SW_RM_FN int sw_rm_lm_next(sw_rm_lm *s, const sw_rm_acc *acc, int32_t max_iter)
         s->acc = *acc;
         s->have = 1;
         s->lambda = fmax(s->lambda * 0.1, 1e-9);
-        if (!first && moved < 1e-5 && dchi <= 1e-7 * acc->chi2) {
+        if (!first && moved < 1e-5 && dchi <= 1e-7 * acc->chi2 + 1e-12) {
             s->converged = 1;
             return 1;
         }

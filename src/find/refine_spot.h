@@ -241,20 +241,22 @@ SW_RS_FN void sw_rs_gauss(const sw_rm_frame *f, const sw_refine_seed *seed, doub
                             sc->dsy[j], &acc);
         }
         SW_RS_SYNC();
-        double v[SW_RM_NA + SW_RM_NPAR + 2];
+        double v[SW_RM_NA + SW_RM_NPAR + 3];
         for (int i = 0; i < SW_RM_NA; ++i)
             v[i] = acc.a[i];
         for (int i = 0; i < SW_RM_NPAR; ++i)
             v[SW_RM_NA + i] = acc.g[i];
         v[SW_RM_NA + SW_RM_NPAR] = acc.chi2;
         v[SW_RM_NA + SW_RM_NPAR + 1] = (double)acc.n;
-        SW_RS_SUM(v, SW_RM_NA + SW_RM_NPAR + 2);
+        v[SW_RM_NA + SW_RM_NPAR + 2] = acc.merit;
+        SW_RS_SUM(v, SW_RM_NA + SW_RM_NPAR + 3);
         for (int i = 0; i < SW_RM_NA; ++i)
             acc.a[i] = v[i];
         for (int i = 0; i < SW_RM_NPAR; ++i)
             acc.g[i] = v[SW_RM_NA + i];
         acc.chi2 = v[SW_RM_NA + SW_RM_NPAR];
         acc.n = (int32_t)v[SW_RM_NA + SW_RM_NPAR + 1];
+        acc.merit = v[SW_RM_NA + SW_RM_NPAR + 2];
         if (sw_rm_lm_next(&lm, &acc, max_iter))
             break;
     }
