@@ -27,7 +27,8 @@
  * Background (the level b above the bias, subtracted from each sample before the refinement):
  *   NONE     b = 0: frames without sky (the fit still carries its constant);
  *   ANNULUS  per spot, the sigma-clipped median of the pixels r_in <= r < r_out about the seed's
- *            pixel (3 passes clipping at clip_sigma standard deviations about the median);
+ *            pixel (3 passes clipping at clip_sigma standard deviations about the median;
+ *            the median is the ceil(n / 2)-th smallest of the n values kept, exactly);
  *   MESH     SExtractor's background map (Bertin & Arnouts 1996, section 3.1; SEP's
  *            sep_background): the frame cut into mesh_size^2 boxes; per box the valid pixels
  *            are sigma-clipped about their median (clip_sigma, to convergence or 10 passes) and

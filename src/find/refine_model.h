@@ -179,14 +179,61 @@ SW_RM_FN int sw_rm_in_annulus(int32_t x, int32_t y, int32_t cx, int32_t cy, int3
 }
 
 /*
- * The sigma-clipped median of the annulus, by passes over its pixels that a backend sums:
- *   clip pass c (SW_RM_CLIP_PASSES of them): the values in [lo, hi] (all at first) give n, their
- *   mean and standard deviation; their median is found by bisection on the value (counts of
- *   values <= t, SW_RM_BISECT steps between the extremes); then lo, hi = median -+ k sd.
- * Each step below says what the next pass must count.
+ * The sigma-clipped median of the annulus: its valid pixels' raw values are gathered once (as
+ * order keys, below); clip pass c (SW_RM_CLIP_PASSES of them): the values v - bias in [lo, hi]
+ * (all at first) give n, their mean and standard deviation, and the smallest and largest key
+ * among them; their median, the ceil(n / 2)-th smallest value, is selected exactly by its key,
+ * bit by bit from the highest bit in which those two keys differ (a count per bit of the keys
+ * under the prefix found so far); then lo, hi = median -+ k sd.
  */
 #define SW_RM_CLIP_PASSES 3
-#define SW_RM_BISECT      40
+
+/*
+ * An order key of a raw value: an unsigned 32-bit number that sorts as the values do. u8, u16,
+ * u32: the value itself; f32: the bits with the sign bit flipped for positive numbers and all
+ * bits flipped for negative ones. sw_rm_key_value gives the value back exactly.
+ */
+SW_RM_FN uint32_t sw_rm_value_key(sw_pixel_type t, double v)
+{
+    if (t != SW_PIX_F32)
+        return (uint32_t)v;
+    const float fv = (float)v;
+    uint32_t bits;
+    memcpy(&bits, &fv, sizeof(bits));
+    return (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;
+}
+
+SW_RM_FN double sw_rm_key_value(sw_pixel_type t, uint32_t key)
+{
+    if (t != SW_PIX_F32)
+        return (double)key;
+    const uint32_t bits = (key & 0x80000000u) ? key & 0x7fffffffu : ~key;
+    float fv;
+    memcpy(&fv, &bits, sizeof(fv));
+    return (double)fv;
+}
+
+/* Whether the annulus pixel k of `box` (about (cx, cy)) is valid, and its key. */
+SW_RM_FN int sw_rm_annulus_key(const sw_rm_frame *f, const sw_rm_stamp *box, int32_t k, int32_t cx,
+                               int32_t cy, int32_t rin, int32_t rout, uint32_t *key)
+{
+    int32_t x, y;
+    double v;
+    sw_rm_stamp_pixel(box, k, &x, &y);
+    if (!sw_rm_in_annulus(x, y, cx, cy, rin, rout) || !sw_rm_raw(f, x, y, &v))
+        return 0;
+    *key = sw_rm_value_key(f->type, v);
+    return 1;
+}
+
+/* The highest set bit of a non-zero u (0 .. 31). */
+SW_RM_FN int sw_rm_top_bit(uint32_t u)
+{
+    int b = 0;
+    while (u >>= 1)
+        ++b;
+    return b;
+}
 
 /* ---------------------------------------------------------------- half-light radius (xwin) */
 
