@@ -161,6 +161,38 @@ SW_RM_FN void sw_rm_stamp_pixel(const sw_rm_stamp *s, int32_t k, int32_t *x, int
     *y = s->y0 + k / w;
 }
 
+/* A walk over a stamp's pixels first, first + step, ... in raster order, without a division per
+ * pixel: (x, y) is the current pixel. */
+typedef struct sw_rm_walk {
+    int32_t x, y;   /* the current pixel */
+    int32_t sx, sy; /* one step: sx columns (< the width) and sy rows */
+} sw_rm_walk;
+
+SW_RM_FN void sw_rm_walk_start(const sw_rm_stamp *s, int32_t first, int32_t step, sw_rm_walk *w)
+{
+    const int32_t width = s->x1 - s->x0;
+    if (width <= 0) {
+        w->x = s->x0;
+        w->y = s->y0;
+        w->sx = w->sy = 0;
+        return;
+    }
+    w->x = s->x0 + first % width;
+    w->y = s->y0 + first / width;
+    w->sx = step % width;
+    w->sy = step / width;
+}
+
+SW_RM_FN void sw_rm_walk_next(const sw_rm_stamp *s, sw_rm_walk *w)
+{
+    w->x += w->sx;
+    w->y += w->sy;
+    if (w->x >= s->x1) {
+        w->x -= s->x1 - s->x0;
+        w->y++;
+    }
+}
+
 /* The automatic stamp radius (refine.h): half the bounding box's larger side + 3, in 4 .. max. */
 SW_RM_FN int32_t sw_rm_auto_radius(int32_t bbox_w, int32_t bbox_h)
 {

@@ -152,10 +152,11 @@ SW_RS_FN void sw_rs_xwin(const sw_rm_frame *f, const sw_refine_seed *seed, doubl
         sc->u.s.bins[k] = 0.0;
     SW_RS_SYNC();
     const int32_t count = sw_rm_stamp_count(st);
-    for (int32_t k = SW_RS_LANE; k < count; k += SW_RS_LANES) {
-        int32_t x, y;
+    sw_rm_walk at;
+    sw_rm_walk_start(st, SW_RS_LANE, SW_RS_LANES, &at);
+    for (int32_t k = SW_RS_LANE; k < count; k += SW_RS_LANES, sw_rm_walk_next(st, &at)) {
+        const int32_t x = at.x, y = at.y;
         double d, b;
-        sw_rm_stamp_pixel(st, k, &x, &y);
         if (!sw_rm_sample(f, x, y, level, &d, &b))
             continue;
         int bin = sw_rm_radial_bin(x, y, seed->x, seed->y, 0.5);
@@ -182,9 +183,10 @@ SW_RS_FN void sw_rs_xwin(const sw_rm_frame *f, const sw_refine_seed *seed, doubl
         edge |= ws.edge;
         memset(&a, 0, sizeof(a));
         const int32_t n = sw_rm_stamp_count(&ws);
-        for (int32_t k = SW_RS_LANE; k < n; k += SW_RS_LANES) {
-            int32_t x, y;
-            sw_rm_stamp_pixel(&ws, k, &x, &y);
+        sw_rm_walk px;
+        sw_rm_walk_start(&ws, SW_RS_LANE, SW_RS_LANES, &px);
+        for (int32_t k = SW_RS_LANE; k < n; k += SW_RS_LANES, sw_rm_walk_next(&ws, &px)) {
+            const int32_t x = px.x, y = px.y;
             sw_rm_win_pixel(f, x, y, level, xw, yw, s, &a);
         }
         double v[7] = {a.sw, a.swx, a.swy, a.svx, a.svy, (double)a.n, (double)a.masked};
@@ -236,10 +238,11 @@ SW_RS_FN void sw_rs_gauss(const sw_rm_frame *f, const sw_refine_seed *seed, doub
     /* the starting point: sums over the stamp and its border */
     double s[5] = {0.0, 0.0, 0.0, 0.0, 0.0}; /* sum d, border sum, border n, n, masked */
     double peak = -INFINITY;
-    for (int32_t k = SW_RS_LANE; k < count; k += SW_RS_LANES) {
-        int32_t x, y;
+    sw_rm_walk it;
+    sw_rm_walk_start(st, SW_RS_LANE, SW_RS_LANES, &it);
+    for (int32_t k = SW_RS_LANE; k < count; k += SW_RS_LANES, sw_rm_walk_next(st, &it)) {
+        const int32_t x = it.x, y = it.y;
         double d, b;
-        sw_rm_stamp_pixel(st, k, &x, &y);
         if (!sw_rm_sample(f, x, y, level, &d, &b)) {
             s[4] += 1.0;
             continue;
@@ -266,17 +269,23 @@ SW_RS_FN void sw_rs_gauss(const sw_rm_frame *f, const sw_refine_seed *seed, doub
     const int32_t w = st->x1 - st->x0, h = st->y1 - st->y0;
     for (;;) {
         const double *p = lm.trial;
-        for (int32_t k = SW_RS_LANE; k < w; k += SW_RS_LANES)
-            sw_rm_axis(st->x0 + k, p[0], p[3], &sc->u.s.ex[k], &sc->u.s.dex[k], &sc->u.s.dsx[k]);
-        for (int32_t k = SW_RS_LANE; k < h; k += SW_RS_LANES)
-            sw_rm_axis(st->y0 + k, p[1], p[3], &sc->u.s.ey[k], &sc->u.s.dey[k], &sc->u.s.dsy[k]);
+        /* the columns' and the rows' factors in one round of the workers */
+        for (int32_t k = SW_RS_LANE; k < w + h; k += SW_RS_LANES) {
+            if (k < w)
+                sw_rm_axis(st->x0 + k, p[0], p[3], &sc->u.s.ex[k], &sc->u.s.dex[k],
+                           &sc->u.s.dsx[k]);
+            else
+                sw_rm_axis(st->y0 + k - w, p[1], p[3], &sc->u.s.ey[k - w], &sc->u.s.dey[k - w],
+                           &sc->u.s.dsy[k - w]);
+        }
         SW_RS_SYNC();
         sw_rm_acc acc;
         memset(&acc, 0, sizeof(acc));
-        for (int32_t k = SW_RS_LANE; k < count; k += SW_RS_LANES) {
-            int32_t x, y;
+        sw_rm_walk px;
+        sw_rm_walk_start(st, SW_RS_LANE, SW_RS_LANES, &px);
+        for (int32_t k = SW_RS_LANE; k < count; k += SW_RS_LANES, sw_rm_walk_next(st, &px)) {
+            const int32_t x = px.x, y = px.y;
             double d, b;
-            sw_rm_stamp_pixel(st, k, &x, &y);
             if (!sw_rm_sample(f, x, y, level, &d, &b))
                 continue;
             const int32_t i = x - st->x0, j = y - st->y0;
