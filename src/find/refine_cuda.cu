@@ -12,17 +12,17 @@
 
 #include <new>
 
-#define SW_RS_FN        __device__ static inline
-#define SW_RS_LANE      ((int32_t)(threadIdx.x & 31u))
-#define SW_RS_LANES     32
-#define SW_RS_SUM(p, n) sw_warp_sum((p), (n))
-#define SW_RS_MAX(p)    sw_warp_max(p)
-#define SW_RS_UMIN(p)   (*(p) = sw_warp_umin(*(p)))
-#define SW_RS_UMAX(p)   (*(p) = sw_warp_umax(*(p)))
-#define SW_RS_USUM(p)   (*(p) = sw_warp_usum(*(p)))
+#define SW_RS_FN          __device__ static inline
+#define SW_RS_LANE        ((int32_t)(threadIdx.x & 31u))
+#define SW_RS_LANES       32
+#define SW_RS_SUM(p, n)   sw_warp_sum((p), (n))
+#define SW_RS_MAX(p)      sw_warp_max(p)
+#define SW_RS_UMIN(p)     (*(p) = sw_warp_umin(*(p)))
+#define SW_RS_UMAX(p)     (*(p) = sw_warp_umax(*(p)))
+#define SW_RS_USUM(p)     (*(p) = sw_warp_usum(*(p)))
 #define SW_RS_SLOT(ok, n) sw_warp_slot((ok), (n))
-#define SW_RS_ADD(p, v) atomicAdd((p), (v))
-#define SW_RS_SYNC()    __syncwarp()
+#define SW_RS_ADD(p, v)   atomicAdd((p), (v))
+#define SW_RS_SYNC()      __syncwarp()
 
 namespace
 {

@@ -289,8 +289,8 @@ SW_RS_FN void sw_rs_gauss(const sw_rm_frame *f, const sw_refine_seed *seed, doub
             if (!sw_rm_sample(f, x, y, level, &d, &b))
                 continue;
             const int32_t i = x - st->x0, j = y - st->y0;
-            sw_rm_fit_pixel(f, p, d, b, sc->u.s.ex[i], sc->u.s.dex[i], sc->u.s.dsx[i], sc->u.s.ey[j], sc->u.s.dey[j],
-                            sc->u.s.dsy[j], &acc);
+            sw_rm_fit_pixel(f, p, d, b, sc->u.s.ex[i], sc->u.s.dex[i], sc->u.s.dsx[i],
+                            sc->u.s.ey[j], sc->u.s.dey[j], sc->u.s.dsy[j], &acc);
         }
         SW_RS_SYNC();
         double v[SW_RM_NA + SW_RM_NPAR + 3];

@@ -659,7 +659,6 @@ static void test_bad_input(void **state)
     sw_image_free(&img);
 }
 
-
 static int cmp_dbl(const void *a, const void *b)
 {
     const double u = *(const double *)a, v = *(const double *)b;
@@ -668,8 +667,7 @@ static int cmp_dbl(const void *a, const void *b)
 
 /* The annulus level written out: 3 passes of n, mean, sd over the values in [lo, hi], the
  * ceil(n / 2)-th smallest, lo, hi = median -+ k sd. Sums in raster order, as the library. */
-static double annulus_reference(const sw_image *img, int cx, int cy, int rin, int rout,
-                                double clip)
+static double annulus_reference(const sw_image *img, int cx, int cy, int rin, int rout, double clip)
 {
     double *v = malloc((size_t)(2 * rout + 1) * (2 * rout + 1) * sizeof(double));
     assert_non_null(v);
@@ -739,8 +737,8 @@ static void test_annulus_median(void **state)
         assert_int_equal(sw_refine_run(plan, &img, &s, 1, &res), SW_OK);
         const double want = annulus_reference(&img, 48, 48, radii[c][0], radii[c][1], 3.0);
         if (!(fabs(res.background - want) <= 1e-12))
-            fail_msg("annulus %d..%d: %.17g, want %.17g", radii[c][0], radii[c][1],
-                     res.background, want);
+            fail_msg("annulus %d..%d: %.17g, want %.17g", radii[c][0], radii[c][1], res.background,
+                     want);
         assert_true(want < 0.0); /* the sky is negative: the f32 keys' sign flip is used */
         sw_refine_destroy(plan);
     }
@@ -750,10 +748,9 @@ static void test_annulus_median(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_annulus_median),  cmocka_unit_test(test_bad_input),
-        cmocka_unit_test(test_ccd_estimate),
-        cmocka_unit_test(test_mesh_background), cmocka_unit_test(test_monte_carlo),
-        cmocka_unit_test(test_star_field),
+        cmocka_unit_test(test_annulus_median), cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_ccd_estimate),   cmocka_unit_test(test_mesh_background),
+        cmocka_unit_test(test_monte_carlo),    cmocka_unit_test(test_star_field),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
