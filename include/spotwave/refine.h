@@ -14,8 +14,9 @@
  *          (x_i - x)^2 / (sum w_i I_i)^2 with the pixel variances of the detector model.
  *   GAUSS  a circular Gaussian (pixel-integrated: erf differences) plus a constant, fitted by
  *          Levenberg-Marquardt on a square stamp; parameters x, y, flux, sigma, background;
- *          weights 1 / var_i with var_i the detector model's variance of the model's value
- *          (Poisson + read noise); the covariance is the inverse of J^T W J at the solution.
+ *          maximum likelihood with each pixel's electrons plus read_noise^2 taken as Poisson
+ *          (so var_i is the detector model's variance of the model's value, Poisson + read
+ *          noise; weights 1 / var_i); the covariance is the inverse of J^T W J at the solution.
  *          At high SNR its scatter reaches the Cramer-Rao bound.
  *
  * Detector model (ADU in, electrons inside): a pixel's value v is bias + (signal + sky) / gain
@@ -26,7 +27,8 @@
  * Background (the level b above the bias, subtracted from each sample before the refinement):
  *   NONE     b = 0: frames without sky (the fit still carries its constant);
  *   ANNULUS  per spot, the sigma-clipped median of the pixels r_in <= r < r_out about the seed's
- *            pixel (3 passes clipping at clip_sigma standard deviations about the median);
+ *            pixel (3 passes clipping at clip_sigma standard deviations about the median;
+ *            the median is the ceil(n / 2)-th smallest of the n values kept, exactly);
  *   MESH     SExtractor's background map (Bertin & Arnouts 1996, section 3.1; SEP's
  *            sep_background): the frame cut into mesh_size^2 boxes; per box the valid pixels
  *            are sigma-clipped about their median (clip_sigma, to convergence or 10 passes) and

@@ -11,14 +11,23 @@
 #include <string.h>
 
 /* refine_spot.h with one worker: the loops run over every pixel, the sums are the values. */
-#define SW_RS_FN        static inline
-#define SW_RS_LANE      0
-#define SW_RS_LANES     1
-#define SW_RS_SUM(p, n) ((void)(p), (void)(n))
-#define SW_RS_MIN(p)    ((void)(p))
-#define SW_RS_MAX(p)    ((void)(p))
-#define SW_RS_ADD(p, v) (*(p) += (v))
-#define SW_RS_SYNC()    ((void)0)
+static inline int32_t sw_rs_slot_one(int ok, int32_t *n)
+{
+    const int32_t slot = *n;
+    *n += ok != 0;
+    return slot;
+}
+#define SW_RS_FN          static inline
+#define SW_RS_LANE        0
+#define SW_RS_LANES       1
+#define SW_RS_SUM(p, n)   ((void)(p), (void)(n))
+#define SW_RS_MAX(p)      ((void)(p))
+#define SW_RS_UMIN(p)     ((void)(p))
+#define SW_RS_UMAX(p)     ((void)(p))
+#define SW_RS_USUM(p)     ((void)(p))
+#define SW_RS_SLOT(ok, n) sw_rs_slot_one((ok), (n))
+#define SW_RS_ADD(p, v)   (*(p) += (v))
+#define SW_RS_SYNC()      ((void)0)
 #include "find/refine_spot.h"
 
 /* ---------------------------------------------------------------- parameters */

@@ -12,19 +12,22 @@
 
 #include <new>
 
-#define SW_RS_FN        __device__ static inline
-#define SW_RS_LANE      ((int32_t)(threadIdx.x & 31u))
-#define SW_RS_LANES     32
-#define SW_RS_SUM(p, n) sw_warp_sum((p), (n))
-#define SW_RS_MIN(p)    sw_warp_min(p)
-#define SW_RS_MAX(p)    sw_warp_max(p)
-#define SW_RS_ADD(p, v) atomicAdd((p), (v))
-#define SW_RS_SYNC()    __syncwarp()
+#define SW_RS_FN          __device__ static inline
+#define SW_RS_LANE        ((int32_t)(threadIdx.x & 31u))
+#define SW_RS_LANES       32
+#define SW_RS_SUM(p, n)   sw_warp_sum((p), (n))
+#define SW_RS_MAX(p)      sw_warp_max(p)
+#define SW_RS_UMIN(p)     (*(p) = sw_warp_umin(*(p)))
+#define SW_RS_UMAX(p)     (*(p) = sw_warp_umax(*(p)))
+#define SW_RS_USUM(p)     (*(p) = sw_warp_usum(*(p)))
+#define SW_RS_SLOT(ok, n) sw_warp_slot((ok), (n))
+#define SW_RS_ADD(p, v)   atomicAdd((p), (v))
+#define SW_RS_SYNC()      __syncwarp()
 
 namespace
 {
 
-/* Every lane gets the sum (min, max) over the warp: butterfly shuffles. */
+/* Every lane gets the sum (max) over the warp: butterfly shuffles. */
 __device__ inline void sw_warp_sum(double *p, int n)
 {
     for (int i = 0; i < n; ++i) {
@@ -35,20 +38,55 @@ __device__ inline void sw_warp_sum(double *p, int n)
     }
 }
 
-__device__ inline void sw_warp_min(double *p)
-{
-    double v = *p;
-    for (int o = 16; o > 0; o >>= 1)
-        v = fmin(v, __shfl_xor_sync(0xffffffffu, v, o));
-    *p = v;
-}
-
 __device__ inline void sw_warp_max(double *p)
 {
     double v = *p;
     for (int o = 16; o > 0; o >>= 1)
         v = fmax(v, __shfl_xor_sync(0xffffffffu, v, o));
     *p = v;
+}
+
+#if __CUDA_ARCH__ >= 800
+__device__ inline uint32_t sw_warp_umin(uint32_t v)
+{
+    return __reduce_min_sync(0xffffffffu, v);
+}
+__device__ inline uint32_t sw_warp_umax(uint32_t v)
+{
+    return __reduce_max_sync(0xffffffffu, v);
+}
+__device__ inline uint32_t sw_warp_usum(uint32_t v)
+{
+    return __reduce_add_sync(0xffffffffu, v);
+}
+#else
+__device__ inline uint32_t sw_warp_umin(uint32_t v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+__device__ inline uint32_t sw_warp_umax(uint32_t v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+__device__ inline uint32_t sw_warp_usum(uint32_t v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+#endif
+
+/* Compaction: the lanes with ok get consecutive slots from *n in lane order. */
+__device__ inline int32_t sw_warp_slot(int ok, int32_t *n)
+{
+    const unsigned m = __ballot_sync(0xffffffffu, ok);
+    const int32_t slot = *n + __popc(m & ((1u << (threadIdx.x & 31u)) - 1u));
+    *n += __popc(m);
+    return slot;
 }
 
 } // namespace

@@ -161,6 +161,38 @@ SW_RM_FN void sw_rm_stamp_pixel(const sw_rm_stamp *s, int32_t k, int32_t *x, int
     *y = s->y0 + k / w;
 }
 
+/* A walk over a stamp's pixels first, first + step, ... in raster order, without a division per
+ * pixel: (x, y) is the current pixel. */
+typedef struct sw_rm_walk {
+    int32_t x, y;   /* the current pixel */
+    int32_t sx, sy; /* one step: sx columns (< the width) and sy rows */
+} sw_rm_walk;
+
+SW_RM_FN void sw_rm_walk_start(const sw_rm_stamp *s, int32_t first, int32_t step, sw_rm_walk *w)
+{
+    const int32_t width = s->x1 - s->x0;
+    if (width <= 0) {
+        w->x = s->x0;
+        w->y = s->y0;
+        w->sx = w->sy = 0;
+        return;
+    }
+    w->x = s->x0 + first % width;
+    w->y = s->y0 + first / width;
+    w->sx = step % width;
+    w->sy = step / width;
+}
+
+SW_RM_FN void sw_rm_walk_next(const sw_rm_stamp *s, sw_rm_walk *w)
+{
+    w->x += w->sx;
+    w->y += w->sy;
+    if (w->x >= s->x1) {
+        w->x -= s->x1 - s->x0;
+        w->y++;
+    }
+}
+
 /* The automatic stamp radius (refine.h): half the bounding box's larger side + 3, in 4 .. max. */
 SW_RM_FN int32_t sw_rm_auto_radius(int32_t bbox_w, int32_t bbox_h)
 {
@@ -179,14 +211,61 @@ SW_RM_FN int sw_rm_in_annulus(int32_t x, int32_t y, int32_t cx, int32_t cy, int3
 }
 
 /*
- * The sigma-clipped median of the annulus, by passes over its pixels that a backend sums:
- *   clip pass c (SW_RM_CLIP_PASSES of them): the values in [lo, hi] (all at first) give n, their
- *   mean and standard deviation; their median is found by bisection on the value (counts of
- *   values <= t, SW_RM_BISECT steps between the extremes); then lo, hi = median -+ k sd.
- * Each step below says what the next pass must count.
+ * The sigma-clipped median of the annulus: its valid pixels' raw values are gathered once (as
+ * order keys, below); clip pass c (SW_RM_CLIP_PASSES of them): the values v - bias in [lo, hi]
+ * (all at first) give n, their mean and standard deviation, and the smallest and largest key
+ * among them; their median, the ceil(n / 2)-th smallest value, is selected exactly by its key,
+ * bit by bit from the highest bit in which those two keys differ (a count per bit of the keys
+ * under the prefix found so far); then lo, hi = median -+ k sd.
  */
 #define SW_RM_CLIP_PASSES 3
-#define SW_RM_BISECT      40
+
+/*
+ * An order key of a raw value: an unsigned 32-bit number that sorts as the values do. u8, u16,
+ * u32: the value itself; f32: the bits with the sign bit flipped for positive numbers and all
+ * bits flipped for negative ones. sw_rm_key_value gives the value back exactly.
+ */
+SW_RM_FN uint32_t sw_rm_value_key(sw_pixel_type t, double v)
+{
+    if (t != SW_PIX_F32)
+        return (uint32_t)v;
+    const float fv = (float)v;
+    uint32_t bits;
+    memcpy(&bits, &fv, sizeof(bits));
+    return (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;
+}
+
+SW_RM_FN double sw_rm_key_value(sw_pixel_type t, uint32_t key)
+{
+    if (t != SW_PIX_F32)
+        return (double)key;
+    const uint32_t bits = (key & 0x80000000u) ? key & 0x7fffffffu : ~key;
+    float fv;
+    memcpy(&fv, &bits, sizeof(fv));
+    return (double)fv;
+}
+
+/* Whether the annulus pixel k of `box` (about (cx, cy)) is valid, and its key. */
+SW_RM_FN int sw_rm_annulus_key(const sw_rm_frame *f, const sw_rm_stamp *box, int32_t k, int32_t cx,
+                               int32_t cy, int32_t rin, int32_t rout, uint32_t *key)
+{
+    int32_t x, y;
+    double v;
+    sw_rm_stamp_pixel(box, k, &x, &y);
+    if (!sw_rm_in_annulus(x, y, cx, cy, rin, rout) || !sw_rm_raw(f, x, y, &v))
+        return 0;
+    *key = sw_rm_value_key(f->type, v);
+    return 1;
+}
+
+/* The highest set bit of a non-zero u (0 .. 31). */
+SW_RM_FN int sw_rm_top_bit(uint32_t u)
+{
+    int b = 0;
+    while (u >>= 1)
+        ++b;
+    return b;
+}
 
 /* ---------------------------------------------------------------- half-light radius (xwin) */
 
@@ -291,15 +370,25 @@ SW_RM_FN void sw_rm_axis(int32_t i, double c, double s, double *e, double *de_dc
 }
 
 /* The sums of one fit pass: the normal matrix J^T W J (upper triangle, row by row), J^T W r,
- * chi^2 = sum w r^2 and the pixels used. */
+ * chi^2 = sum w r^2, the merit (the negative log-likelihood below) and the pixels used. */
 typedef struct sw_rm_acc {
     double a[SW_RM_NA];
     double g[SW_RM_NPAR];
-    double chi2;
+    double chi2, merit;
     int32_t n, masked;
 } sw_rm_acc;
 
-/* One pixel's contribution: sample d (above the background b), the column and row factors. */
+/*
+ * One pixel's contribution: sample d (above the background b), the column and row factors.
+ * The likelihood: in electrons a pixel holds D = g (d + b) + r^2 and is taken as Poisson with
+ * mean M = g max(m + b, 0) + r^2 (at least 1), the read noise folded in as a Poisson offset of
+ * r^2; then var = M / g^2 is the detector model's variance, J^T W r is the log-likelihood's
+ * gradient and J^T W J its Fisher information. The merit is the negative log-likelihood less a
+ * constant, sum M - D - D ln(M / max(D, 1)) (about chi^2 / 2 near the solution), so that
+ * Levenberg-Marquardt's acceptance test and its steps belong to one function and it converges
+ * to the maximum-likelihood point (a chi^2 whose weights move with the model has its minimum
+ * elsewhere, and the steps would zig-zag between the two).
+ */
 SW_RM_FN void sw_rm_fit_pixel(const sw_rm_frame *f, const double *p, double d, double b, double ex,
                               double dex, double dsx, double ey, double dey, double dsy,
                               sw_rm_acc *acc)
@@ -307,8 +396,11 @@ SW_RM_FN void sw_rm_fit_pixel(const sw_rm_frame *f, const double *p, double d, d
     const double F = p[2];
     double m = F * ex * ey + p[4];
     double J[SW_RM_NPAR] = {F * dex * ey, F * ex * dey, ex * ey, F * (dsx * ey + ex * dsy), 1.0};
-    double w = 1.0 / sw_rm_variance(f, m, b);
-    double r = d - m;
+    const double var = sw_rm_variance(f, m, b);
+    const double w = 1.0 / var;
+    const double r = d - m;
+    const double g2 = f->gain * f->gain, rn2 = f->read_noise * f->read_noise;
+    const double M = var * g2, D = f->gain * (d + b) + rn2;
     int k = 0;
     for (int i = 0; i < SW_RM_NPAR; ++i) {
         double wj = w * J[i];
@@ -317,6 +409,7 @@ SW_RM_FN void sw_rm_fit_pixel(const sw_rm_frame *f, const double *p, double d, d
             acc->a[k++] += wj * J[j];
     }
     acc->chi2 += w * r * r;
+    acc->merit += M - D - D * log(M / (D > 1.0 ? D : 1.0));
     acc->n++;
 }
 
@@ -327,6 +420,7 @@ SW_RM_FN void sw_rm_acc_add(sw_rm_acc *a, const sw_rm_acc *b)
     for (int i = 0; i < SW_RM_NPAR; ++i)
         a->g[i] += b->g[i];
     a->chi2 += b->chi2;
+    a->merit += b->merit;
     a->n += b->n;
     a->masked += b->masked;
 }
@@ -400,13 +494,15 @@ SW_RM_FN int sw_rm_solve(const double *a, double lambda, const double *g, double
 }
 
 /*
- * Levenberg-Marquardt over passes (Press et al., Numerical Recipes, 15.5): the backend evaluates
- * the sums at `trial`, then sw_rm_lm_next decides. A pass with a lower chi^2 than the best one
- * is accepted (lambda / 10), otherwise rejected (lambda x 10) and the step is retaken from the
- * best point. The weights are those of the model being evaluated (Poisson + read noise), so
- * J^T W J at the solution is the Fisher information and its inverse the covariance.
- * Converged: an accepted step that moved x and y by less than 1e-5 px and chi^2 by less than
- * 1e-7 of itself, or lambda above 1e10 (no step lowers chi^2: at the minimum to rounding).
+ * Levenberg-Marquardt over passes (Press et al., Numerical Recipes, 15.5) on the merit of
+ * sw_rm_fit_pixel (the negative Poisson log-likelihood): the backend evaluates the sums at
+ * `trial`, then sw_rm_lm_next decides. A pass with a lower merit than the best one is accepted
+ * (lambda / 10), otherwise rejected (lambda x 10) and the step is retaken from the best point.
+ * The weights are those of the model being evaluated (Poisson + read noise), so J^T W J at the
+ * solution is the Fisher information and its inverse the covariance.
+ * Converged: an accepted step that moved x and y by less than 1e-5 px and the merit by less
+ * than 1e-7 of chi^2 (+ 1e-12), or lambda above 1e10 (no step lowers the merit: at the minimum
+ * to rounding).
  */
 typedef struct sw_rm_lm {
     double best[SW_RM_NPAR], trial[SW_RM_NPAR];
@@ -431,15 +527,15 @@ SW_RM_FN int sw_rm_lm_next(sw_rm_lm *s, const sw_rm_acc *acc, int32_t max_iter)
     int accepted = 0;
     double moved = 0.0, dchi = 0.0;
     if (!s->have) {
-        if (acc->n < SW_RM_NPAR + 1 || !isfinite(acc->chi2)) {
+        if (acc->n < SW_RM_NPAR + 1 || !isfinite(acc->chi2) || !isfinite(acc->merit)) {
             s->failed = 1;
             return 1;
         }
         accepted = 1;
-    } else if (isfinite(acc->chi2) && acc->chi2 < s->acc.chi2) {
+    } else if (isfinite(acc->chi2) && isfinite(acc->merit) && acc->merit < s->acc.merit) {
         accepted = 1;
         moved = fmax(fabs(s->trial[0] - s->best[0]), fabs(s->trial[1] - s->best[1]));
-        dchi = s->acc.chi2 - acc->chi2;
+        dchi = s->acc.merit - acc->merit;
     }
     if (accepted) {
         int first = !s->have;
@@ -448,7 +544,7 @@ SW_RM_FN int sw_rm_lm_next(sw_rm_lm *s, const sw_rm_acc *acc, int32_t max_iter)
         s->acc = *acc;
         s->have = 1;
         s->lambda = fmax(s->lambda * 0.1, 1e-9);
-        if (!first && moved < 1e-5 && dchi <= 1e-7 * acc->chi2) {
+        if (!first && moved < 1e-5 && dchi <= 1e-7 * acc->chi2 + 1e-12) {
             s->converged = 1;
             return 1;
         }

@@ -5,7 +5,11 @@
  *   SW_RS_LANE, SW_RS_LANES   this worker's number and the workers on one spot
  *                       (CPU: 0 and 1; GPU: the warp's lane and 32)
  *   SW_RS_SUM(p, n)     replaces the n doubles at p by their sum over the workers, in every worker
- *   SW_RS_MIN(p), SW_RS_MAX(p)  likewise for one double
+ *   SW_RS_MAX(p)        likewise (the maximum) for one double
+ *   SW_RS_UMIN(p), SW_RS_UMAX(p), SW_RS_USUM(p)  likewise for one uint32_t (min, max, sum)
+ *   SW_RS_SLOT(ok, n)   a compaction step that every worker reaches together: the workers whose
+ *                       ok is non-zero get the slots *n, *n + 1, ... (in worker order; the
+ *                       return value), and *n grows by their number in every worker
  *   SW_RS_ADD(p, v)     adds v to the shared double *p (atomically where workers share it)
  *   SW_RS_SYNC()        makes shared scratch written by one worker visible to the others
  * Every worker runs the whole routine; the decisions (refine_model.h) are taken on summed values
@@ -16,11 +20,20 @@
 
 #include "find/refine_model.h"
 
-/* Scratch for one spot: the fit's per-column and per-row factors and the radial bins. */
+/* Annulus values kept in the scratch; a larger annulus is read from the frame on every pass. */
+#define SW_RS_ANNULUS_KEEP 1024
+
+/* Scratch for one spot: the annulus' keys (first), then the fit's per-column and per-row
+ * factors or the radial bins. */
 typedef struct sw_rs_scratch {
-    double ex[SW_RM_SIDE], dex[SW_RM_SIDE], dsx[SW_RM_SIDE];
-    double ey[SW_RM_SIDE], dey[SW_RM_SIDE], dsy[SW_RM_SIDE];
-    double bins[SW_RM_BINS];
+    union {
+        uint32_t keys[SW_RS_ANNULUS_KEEP];
+        struct {
+            double ex[SW_RM_SIDE], dex[SW_RM_SIDE], dsx[SW_RM_SIDE];
+            double ey[SW_RM_SIDE], dey[SW_RM_SIDE], dsy[SW_RM_SIDE];
+            double bins[SW_RM_BINS];
+        } s;
+    } u;
 } sw_rs_scratch;
 
 /* What the plan tells every spot. */
@@ -31,65 +44,95 @@ typedef struct sw_rs_config {
     double clip_sigma;
 } sw_rs_config;
 
+/* The key of annulus value j: from the scratch when kept, else pixel j of the box. */
+SW_RS_FN int sw_rs_annulus_at(const sw_rm_frame *f, const sw_rm_stamp *box, const uint32_t *kept,
+                              int32_t j, int32_t cx, int32_t cy, int32_t rin, int32_t rout,
+                              uint32_t *key)
+{
+    if (kept) {
+        *key = kept[j];
+        return 1;
+    }
+    return sw_rm_annulus_key(f, box, j, cx, cy, rin, rout, key);
+}
+
 /* The sigma-clipped median of the annulus r_in <= r < r_out about pixel (cx, cy)
  * (refine_model.h, "annulus background"). 0 when fewer than 8 valid pixels remain. */
 SW_RS_FN int sw_rs_annulus(const sw_rm_frame *f, int32_t cx, int32_t cy, int32_t rin, int32_t rout,
-                           double clip, double *level)
+                           double clip, sw_rs_scratch *sc, double *level)
 {
     sw_rm_stamp box;
     sw_rm_stamp_make(f, (double)cx, (double)cy, rout, &box);
     const int32_t count = sw_rm_stamp_count(&box);
+    /* gather the valid annulus pixels' keys (in raster order) */
+    int32_t kept_n = 0;
+    for (int32_t k0 = 0; k0 < count; k0 += SW_RS_LANES) {
+        const int32_t k = k0 + SW_RS_LANE;
+        uint32_t key = 0;
+        const int ok = k < count && sw_rm_annulus_key(f, &box, k, cx, cy, rin, rout, &key);
+        const int32_t slot = SW_RS_SLOT(ok, &kept_n);
+        if (ok && slot < SW_RS_ANNULUS_KEEP)
+            sc->u.keys[slot] = key;
+    }
+    SW_RS_SYNC();
+    const uint32_t *kept = kept_n <= SW_RS_ANNULUS_KEEP ? sc->u.keys : NULL;
+    const int32_t n = kept ? kept_n : count;
     double lo = -INFINITY, hi = INFINITY, med = 0.0;
     for (int pass = 0; pass < SW_RM_CLIP_PASSES; ++pass) {
-        double s[3] = {0.0, 0.0, 0.0}, mn = INFINITY, mx = -INFINITY;
-        for (int32_t k = SW_RS_LANE; k < count; k += SW_RS_LANES) {
-            int32_t x, y;
-            double v;
-            sw_rm_stamp_pixel(&box, k, &x, &y);
-            if (!sw_rm_in_annulus(x, y, cx, cy, rin, rout) || !sw_rm_raw(f, x, y, &v))
+        double s[3] = {0.0, 0.0, 0.0};
+        uint32_t kmin = 0xffffffffu, kmax = 0u;
+        for (int32_t j = SW_RS_LANE; j < n; j += SW_RS_LANES) {
+            uint32_t key;
+            if (!sw_rs_annulus_at(f, &box, kept, j, cx, cy, rin, rout, &key))
                 continue;
-            v -= f->bias;
+            const double v = sw_rm_key_value(f->type, key) - f->bias;
             if (v < lo || v > hi)
                 continue;
             s[0] += 1.0;
             s[1] += v;
             s[2] += v * v;
-            mn = fmin(mn, v);
-            mx = fmax(mx, v);
+            kmin = key < kmin ? key : kmin;
+            kmax = key > kmax ? key : kmax;
         }
         SW_RS_SUM(s, 3);
-        SW_RS_MIN(&mn);
-        SW_RS_MAX(&mx);
-        if (s[0] < 8.0)
+        SW_RS_UMIN(&kmin);
+        SW_RS_UMAX(&kmax);
+        if (s[0] < 8.0) {
+            SW_RS_SYNC(); /* the scratch's keys are read no more */
             return 0;
-        const double need = ceil(0.5 * s[0]);
-        double a = mn, b = mx;
-        for (int step = 0; step < SW_RM_BISECT && b > a; ++step) {
-            const double t = 0.5 * (a + b);
-            double c = 0.0;
-            for (int32_t k = SW_RS_LANE; k < count; k += SW_RS_LANES) {
-                int32_t x, y;
-                double v;
-                sw_rm_stamp_pixel(&box, k, &x, &y);
-                if (!sw_rm_in_annulus(x, y, cx, cy, rin, rout) || !sw_rm_raw(f, x, y, &v))
-                    continue;
-                v -= f->bias;
-                if (v >= lo && v <= hi && v <= t)
-                    c += 1.0;
-            }
-            SW_RS_SUM(&c, 1);
-            if (c >= need)
-                b = t;
-            else
-                a = t;
         }
-        med = b;
+        /* the values in [lo, hi] are those whose keys lie in [kmin, kmax] (keys sort as values,
+         * and v - bias is monotonic in v); select the need-th smallest key among them */
+        uint32_t need = (uint32_t)ceil(0.5 * s[0]), prefix = kmin, above = 0xffffffffu;
+        if (kmin != kmax) {
+            const int top = sw_rm_top_bit(kmin ^ kmax);
+            above = top == 31 ? 0u : ~((2u << top) - 1u);
+            prefix = kmin & above;
+            for (int bit = top; bit >= 0; --bit) {
+                const uint32_t b = 1u << bit;
+                uint32_t c = 0;
+                for (int32_t j = SW_RS_LANE; j < n; j += SW_RS_LANES) {
+                    uint32_t key;
+                    if (!sw_rs_annulus_at(f, &box, kept, j, cx, cy, rin, rout, &key))
+                        continue;
+                    c += key >= kmin && key <= kmax && (key & above) == prefix && !(key & b);
+                }
+                SW_RS_USUM(&c);
+                if (c < need) {
+                    need -= c;
+                    prefix |= b;
+                }
+                above |= b;
+            }
+        }
+        med = sw_rm_key_value(f->type, prefix) - f->bias;
         const double mean = s[1] / s[0];
         const double var = s[2] / s[0] - mean * mean;
         const double sd = var > 0.0 ? sqrt(var) : 0.0;
         lo = med - clip * sd;
         hi = med + clip * sd;
     }
+    SW_RS_SYNC();
     *level = med;
     return 1;
 }
@@ -106,21 +149,22 @@ SW_RS_FN void sw_rs_xwin(const sw_rm_frame *f, const sw_refine_seed *seed, doubl
 {
     const int32_t nb = 2 * st->radius < SW_RM_BINS ? 2 * st->radius : SW_RM_BINS;
     for (int32_t k = SW_RS_LANE; k < SW_RM_BINS; k += SW_RS_LANES)
-        sc->bins[k] = 0.0;
+        sc->u.s.bins[k] = 0.0;
     SW_RS_SYNC();
     const int32_t count = sw_rm_stamp_count(st);
-    for (int32_t k = SW_RS_LANE; k < count; k += SW_RS_LANES) {
-        int32_t x, y;
+    sw_rm_walk at;
+    sw_rm_walk_start(st, SW_RS_LANE, SW_RS_LANES, &at);
+    for (int32_t k = SW_RS_LANE; k < count; k += SW_RS_LANES, sw_rm_walk_next(st, &at)) {
+        const int32_t x = at.x, y = at.y;
         double d, b;
-        sw_rm_stamp_pixel(st, k, &x, &y);
         if (!sw_rm_sample(f, x, y, level, &d, &b))
             continue;
         int bin = sw_rm_radial_bin(x, y, seed->x, seed->y, 0.5);
         if (bin >= 0 && bin < nb)
-            SW_RS_ADD(&sc->bins[bin], d);
+            SW_RS_ADD(&sc->u.s.bins[bin], d);
     }
     SW_RS_SYNC();
-    double s = sw_rm_window_sigma(sc->bins, nb, 0.5);
+    double s = sw_rm_window_sigma(sc->u.s.bins, nb, 0.5);
     SW_RS_SYNC();
     if (!(s > 0.0)) {
         sw_rs_fail(out);
@@ -139,9 +183,10 @@ SW_RS_FN void sw_rs_xwin(const sw_rm_frame *f, const sw_refine_seed *seed, doubl
         edge |= ws.edge;
         memset(&a, 0, sizeof(a));
         const int32_t n = sw_rm_stamp_count(&ws);
-        for (int32_t k = SW_RS_LANE; k < n; k += SW_RS_LANES) {
-            int32_t x, y;
-            sw_rm_stamp_pixel(&ws, k, &x, &y);
+        sw_rm_walk px;
+        sw_rm_walk_start(&ws, SW_RS_LANE, SW_RS_LANES, &px);
+        for (int32_t k = SW_RS_LANE; k < n; k += SW_RS_LANES, sw_rm_walk_next(&ws, &px)) {
+            const int32_t x = px.x, y = px.y;
             sw_rm_win_pixel(f, x, y, level, xw, yw, s, &a);
         }
         double v[7] = {a.sw, a.swx, a.swy, a.svx, a.svy, (double)a.n, (double)a.masked};
@@ -193,10 +238,11 @@ SW_RS_FN void sw_rs_gauss(const sw_rm_frame *f, const sw_refine_seed *seed, doub
     /* the starting point: sums over the stamp and its border */
     double s[5] = {0.0, 0.0, 0.0, 0.0, 0.0}; /* sum d, border sum, border n, n, masked */
     double peak = -INFINITY;
-    for (int32_t k = SW_RS_LANE; k < count; k += SW_RS_LANES) {
-        int32_t x, y;
+    sw_rm_walk it;
+    sw_rm_walk_start(st, SW_RS_LANE, SW_RS_LANES, &it);
+    for (int32_t k = SW_RS_LANE; k < count; k += SW_RS_LANES, sw_rm_walk_next(st, &it)) {
+        const int32_t x = it.x, y = it.y;
         double d, b;
-        sw_rm_stamp_pixel(st, k, &x, &y);
         if (!sw_rm_sample(f, x, y, level, &d, &b)) {
             s[4] += 1.0;
             continue;
@@ -223,38 +269,46 @@ SW_RS_FN void sw_rs_gauss(const sw_rm_frame *f, const sw_refine_seed *seed, doub
     const int32_t w = st->x1 - st->x0, h = st->y1 - st->y0;
     for (;;) {
         const double *p = lm.trial;
-        for (int32_t k = SW_RS_LANE; k < w; k += SW_RS_LANES)
-            sw_rm_axis(st->x0 + k, p[0], p[3], &sc->ex[k], &sc->dex[k], &sc->dsx[k]);
-        for (int32_t k = SW_RS_LANE; k < h; k += SW_RS_LANES)
-            sw_rm_axis(st->y0 + k, p[1], p[3], &sc->ey[k], &sc->dey[k], &sc->dsy[k]);
+        /* the columns' and the rows' factors in one round of the workers */
+        for (int32_t k = SW_RS_LANE; k < w + h; k += SW_RS_LANES) {
+            if (k < w)
+                sw_rm_axis(st->x0 + k, p[0], p[3], &sc->u.s.ex[k], &sc->u.s.dex[k],
+                           &sc->u.s.dsx[k]);
+            else
+                sw_rm_axis(st->y0 + k - w, p[1], p[3], &sc->u.s.ey[k - w], &sc->u.s.dey[k - w],
+                           &sc->u.s.dsy[k - w]);
+        }
         SW_RS_SYNC();
         sw_rm_acc acc;
         memset(&acc, 0, sizeof(acc));
-        for (int32_t k = SW_RS_LANE; k < count; k += SW_RS_LANES) {
-            int32_t x, y;
+        sw_rm_walk px;
+        sw_rm_walk_start(st, SW_RS_LANE, SW_RS_LANES, &px);
+        for (int32_t k = SW_RS_LANE; k < count; k += SW_RS_LANES, sw_rm_walk_next(st, &px)) {
+            const int32_t x = px.x, y = px.y;
             double d, b;
-            sw_rm_stamp_pixel(st, k, &x, &y);
             if (!sw_rm_sample(f, x, y, level, &d, &b))
                 continue;
             const int32_t i = x - st->x0, j = y - st->y0;
-            sw_rm_fit_pixel(f, p, d, b, sc->ex[i], sc->dex[i], sc->dsx[i], sc->ey[j], sc->dey[j],
-                            sc->dsy[j], &acc);
+            sw_rm_fit_pixel(f, p, d, b, sc->u.s.ex[i], sc->u.s.dex[i], sc->u.s.dsx[i],
+                            sc->u.s.ey[j], sc->u.s.dey[j], sc->u.s.dsy[j], &acc);
         }
         SW_RS_SYNC();
-        double v[SW_RM_NA + SW_RM_NPAR + 2];
+        double v[SW_RM_NA + SW_RM_NPAR + 3];
         for (int i = 0; i < SW_RM_NA; ++i)
             v[i] = acc.a[i];
         for (int i = 0; i < SW_RM_NPAR; ++i)
             v[SW_RM_NA + i] = acc.g[i];
         v[SW_RM_NA + SW_RM_NPAR] = acc.chi2;
         v[SW_RM_NA + SW_RM_NPAR + 1] = (double)acc.n;
-        SW_RS_SUM(v, SW_RM_NA + SW_RM_NPAR + 2);
+        v[SW_RM_NA + SW_RM_NPAR + 2] = acc.merit;
+        SW_RS_SUM(v, SW_RM_NA + SW_RM_NPAR + 3);
         for (int i = 0; i < SW_RM_NA; ++i)
             acc.a[i] = v[i];
         for (int i = 0; i < SW_RM_NPAR; ++i)
             acc.g[i] = v[SW_RM_NA + i];
         acc.chi2 = v[SW_RM_NA + SW_RM_NPAR];
         acc.n = (int32_t)v[SW_RM_NA + SW_RM_NPAR + 1];
+        acc.merit = v[SW_RM_NA + SW_RM_NPAR + 2];
         if (sw_rm_lm_next(&lm, &acc, max_iter))
             break;
     }
@@ -307,7 +361,7 @@ SW_RS_FN void sw_rs_refine(const sw_rm_frame *f, const sw_rs_config *c, const sw
     if (c->background == SW_BACKGROUND_ANNULUS) {
         int32_t rin = c->annulus_in > 0 ? c->annulus_in : seed->radius + 2;
         int32_t rout = c->annulus_out > 0 ? c->annulus_out : seed->radius + 8;
-        if (!sw_rs_annulus(f, st.cx, st.cy, rin, rout, c->clip_sigma, &level)) {
+        if (!sw_rs_annulus(f, st.cx, st.cy, rin, rout, c->clip_sigma, sc, &level)) {
             sw_rs_fail(out);
             return;
         }

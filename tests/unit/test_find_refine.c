@@ -659,12 +659,98 @@ static void test_bad_input(void **state)
     sw_image_free(&img);
 }
 
+static int cmp_dbl(const void *a, const void *b)
+{
+    const double u = *(const double *)a, v = *(const double *)b;
+    return (u > v) - (u < v);
+}
+
+/* The annulus level written out: 3 passes of n, mean, sd over the values in [lo, hi], the
+ * ceil(n / 2)-th smallest, lo, hi = median -+ k sd. Sums in raster order, as the library. */
+static double annulus_reference(const sw_image *img, int cx, int cy, int rin, int rout, double clip)
+{
+    double *v = malloc((size_t)(2 * rout + 1) * (2 * rout + 1) * sizeof(double));
+    assert_non_null(v);
+    double lo = -INFINITY, hi = INFINITY, med = 0.0;
+    for (int pass = 0; pass < 3; pass++) {
+        int n = 0;
+        double s1 = 0.0, s2 = 0.0;
+        for (int y = cy - rout; y <= cy + rout; y++)
+            for (int x = cx - rout; x <= cx + rout; x++) {
+                const int r2 = (x - cx) * (x - cx) + (y - cy) * (y - cy);
+                if (x < 0 || y < 0 || x >= img->width || y >= img->height || r2 < rin * rin ||
+                    r2 >= rout * rout)
+                    continue;
+                const double a = ((const float *)sw_image_row(img, y))[x];
+                if (a < lo || a > hi)
+                    continue;
+                v[n++] = a;
+                s1 += a;
+                s2 += a * a;
+            }
+        qsort(v, (size_t)n, sizeof(double), cmp_dbl);
+        med = v[(n + 1) / 2 - 1];
+        const double mean = s1 / n, var = s2 / n - mean * mean;
+        const double sd = var > 0.0 ? sqrt(var) : 0.0;
+        lo = med - clip * sd;
+        hi = med + clip * sd;
+    }
+    free(v);
+    return med;
+}
+
+/* The annulus' sigma-clipped median is the exact order statistic, for negative and positive
+ * f32 values, an annulus small enough to be kept and one read from the frame on every pass. */
+static void test_annulus_median(void **state)
+{
+    (void)state;
+    const int w = 96, h = 96;
+    sw_image img = alloc_img(w, h, SW_PIX_F32);
+    trng r = trng_make(77);
+    for (int y = 0; y < h; y++) {
+        float *row = sw_image_row(&img, y);
+        for (int x = 0; x < w; x++)
+            row[x] = (float)(-2.0 + 5.0 * gauss01(&r) + (trng_u01(&r) < 0.03 ? 200.0 : 0.0));
+    }
+    /* a star in the middle keeps XWIN (which reports the annulus level) from failing */
+    for (int y = 44; y < 53; y++)
+        for (int x = 44; x < 53; x++)
+            ((float *)sw_image_row(&img, y))[x] +=
+                (float)(5000.0 * exp(-0.5 * ((x - 48) * (x - 48) + (y - 48) * (y - 48)) / 2.25));
+    const int radii[2][2] = {{8, 14}, {6, 40}}; /* ~400 pixels; ~4900 (more than kept) */
+    for (int c = 0; c < 2; c++) {
+        sw_refine_params p;
+        sw_refine_params_default(&p, w, h, SW_PIX_F32);
+        p.method = SW_REFINE_XWIN;
+        p.background = SW_BACKGROUND_ANNULUS;
+        p.annulus_in = radii[c][0];
+        p.annulus_out = radii[c][1];
+        sw_refine_plan *plan = NULL;
+        assert_int_equal(sw_refine_create(cpu, &p, &plan), SW_OK);
+        sw_spot s;
+        sw_refine_result res;
+        memset(&s, 0, sizeof s);
+        s.x = 48.2;
+        s.y = 47.9;
+        s.x0 = s.y0 = 45;
+        s.x1 = s.y1 = 52;
+        assert_int_equal(sw_refine_run(plan, &img, &s, 1, &res), SW_OK);
+        const double want = annulus_reference(&img, 48, 48, radii[c][0], radii[c][1], 3.0);
+        if (!(fabs(res.background - want) <= 1e-12))
+            fail_msg("annulus %d..%d: %.17g, want %.17g", radii[c][0], radii[c][1], res.background,
+                     want);
+        assert_true(want < 0.0); /* the sky is negative: the f32 keys' sign flip is used */
+        sw_refine_destroy(plan);
+    }
+    sw_image_free(&img);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bad_input),       cmocka_unit_test(test_ccd_estimate),
-        cmocka_unit_test(test_mesh_background), cmocka_unit_test(test_monte_carlo),
-        cmocka_unit_test(test_star_field),
+        cmocka_unit_test(test_annulus_median), cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_ccd_estimate),   cmocka_unit_test(test_mesh_background),
+        cmocka_unit_test(test_monte_carlo),    cmocka_unit_test(test_star_field),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
