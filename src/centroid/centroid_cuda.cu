@@ -649,10 +649,10 @@ __global__ void __launch_bounds__(CM_WARPS * 32) method_kernel(const cm_args a)
     float *wv = (float *)smem + cm_warp_floats(a.rounds, corr) * (size_t)warp;
     float *v = wv + gw * G; /* the group's element 0; element k * 32 + t0 is its pixel k G + t0 */
     float *r = v + (size_t)a.rounds * 32;
-    double *scratch = (double *)(smem + (cm_warp_floats(a.rounds, corr) * (size_t)nwarps *
-                                             sizeof(float) +
-                                         7) / 8 * 8) +
-                      (size_t)(warp * gpw + gw) * (size_t)a.nscratch;
+    double *scratch =
+        (double *)(smem +
+                   (cm_warp_floats(a.rounds, corr) * (size_t)nwarps * sizeof(float) + 7) / 8 * 8) +
+        (size_t)(warp * gpw + gw) * (size_t)a.nscratch;
     const int32_t ix = l % a.nx, iy = l / a.nx;
     const int32_t xs = a.xs[ix], ys = a.ys[iy];
     const int32_t k = a.slope_k[l];

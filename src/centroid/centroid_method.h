@@ -65,8 +65,8 @@ SW_CM_FN void sw_cmb_layout(sw_cmb_region *R)
 /* The pixel loop of one thread: q = t0, t0 + tn, ... < n, with (i, j) = (q % w, q / w) kept
  * up to date without a division. */
 #define SW_CMB_EACH(R, q, i, j)                                                                    \
-    for (int32_t q = (R)->t0, i = (R)->i0, j = (R)->j0; q < (R)->n; q += (R)->tn,                 \
-                 i += (R)->di, j += (R)->dj + (i >= (R)->w), i -= i >= (R)->w ? (R)->w : 0)
+    for (int32_t q = (R)->t0, i = (R)->i0, j = (R)->j0; q < (R)->n;                                \
+         q += (R)->tn, i += (R)->di, j += (R)->dj + (i >= (R)->w), i -= i >= (R)->w ? (R)->w : 0)
 
 /* The conditioned value (centroid.h steps 4-5, threshold t) of v and its derivative dc/dv. */
 SW_CM_FN float sw_cmb_cond(const sw_cmb_params *P, float v, float t, double *deriv)
