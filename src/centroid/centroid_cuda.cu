@@ -677,6 +677,7 @@ __global__ void __launch_bounds__(CM_WARPS * 32) method_kernel(const cm_args a)
         __syncwarp(R.mask); /* the last frame's passes have read the region */
         const char *frame = a.img + (size_t)f * (size_t)a.height * a.stride;
         unsigned sat = 0;
+#pragma unroll 4 /* several loads in flight per lane */
         SW_CMB_EACH(&R, q, i, j)
         {
             const int32_t x = xs + i, y = ys + j;
