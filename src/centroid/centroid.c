@@ -14,13 +14,13 @@
 #include "centroid/centroid_internal.h"
 #include "centroid/centroid_model.h"
 
-/* The generic per-lenslet measurement (centroid_method.h), one thread per lenslet. */
-#define SW_CMB_FN        static
-#define SW_CMB_T0        0
-#define SW_CMB_TN        1
-#define SW_CMB_SUM(s, k) ((void)(s), (void)(k))
-#define SW_CMB_MAX(s, k) ((void)(s), (void)(k))
-#define SW_CMB_SYNC()    ((void)0)
+/* The generic per-lenslet measurement (centroid_method.h), a group of one thread per lenslet. */
+#define SW_CMB_FN           static
+#define SW_CMB_SUM(R, s, k) ((void)(R), (void)(s), (void)(k))
+#define SW_CMB_MAX(R, s, k) ((void)(R), (void)(s), (void)(k))
+#define SW_CMB_USUM(R, x)   ((void)(R), (x))
+#define SW_CMB_UMAX(R, x)   ((void)(R), (x))
+#define SW_CMB_SYNC(R)      ((void)(R))
 #include "centroid/centroid_method.h"
 
 #include <math.h>
@@ -388,8 +388,13 @@ static sw_status setup_method(sw_context *ctx, sw_centroid_plan *plan)
         nscratch = (size_t)(2 * m->search + 1) * (size_t)(2 * m->search + 1);
     } else {
         plan->p.corr_reference = NULL;
+        if (p->method == SW_CENTROID_METHOD_WCOG)
+            nscratch = (size_t)plan->wmax + (size_t)plan->hmax; /* the separable weight */
     }
-    plan->cpu_gen_bytes = (size_t)plan->wmax * (size_t)plan->hmax * sizeof(float);
+    plan->nscratch = nscratch;
+    /* the region, the template's region (CORRELATION), the scratch */
+    plan->cpu_gen_bytes =
+        (size_t)plan->wmax * (size_t)plan->hmax * sizeof(float) * (plan->corr_ref ? 2 : 1);
     plan->cpu_gen_bytes = (plan->cpu_gen_bytes + 7) / 8 * 8 + nscratch * sizeof(double);
     return SW_OK;
 }
@@ -1029,7 +1034,6 @@ static void cpu_generic_lenslet(const sw_centroid_plan *plan, const char *frame,
     sw_cmb_region R;
     memset(&R, 0, sizeof R);
     R.v = v;
-    R.vs = w;
     R.w = w;
     R.h = h;
     R.xs = xs;
@@ -1038,10 +1042,23 @@ static void cpu_generic_lenslet(const sw_centroid_plan *plan, const char *frame,
     R.ry = plan->ref_y[l];
     R.in_mask = plan->slope_k[l] >= 0;
     R.sat = sat;
+    R.t0 = 0;
+    R.tn = 1;
+    R.lg = 0;
+    R.ws = 1;
+    sw_cmb_layout(&R);
+    const size_t npix = (size_t)plan->wmax * (size_t)plan->hmax;
     if (plan->corr_ref) {
-        R.r = plan->corr_ref + (size_t)ys * (size_t)plan->p.width + (size_t)xs;
-        R.rs = plan->p.width;
-        size_t off = ((size_t)plan->wmax * (size_t)plan->hmax * sizeof(float) + 7) / 8 * 8;
+        /* the template's region, row-major as the region's */
+        float *r = v + npix;
+        for (int32_t j = 0; j < h; j++)
+            memcpy(r + (size_t)j * w,
+                   plan->corr_ref + (size_t)(ys + j) * (size_t)plan->p.width + (size_t)xs,
+                   (size_t)w * sizeof(float));
+        R.r = r;
+    }
+    if (plan->nscratch) {
+        size_t off = (npix * sizeof(float) * (plan->corr_ref ? 2 : 1) + 7) / 8 * 8;
         R.scratch = (double *)(void *)(scratch + off);
     }
     sw_cmb_out o;

@@ -125,6 +125,7 @@ typedef struct cg_gpu {
     int32_t *xs, *xe, *ys, *ye;     /* the regions (the generic kernel) */
     float *corr;                    /* CORRELATION template */
     size_t cm_smem;                 /* the generic kernel's dynamic shared memory */
+    int cm_lg, cm_warps;            /* its 2^lg lanes per lenslet, warps per block (cm_shape) */
     int tx, r, nz, gs, lpt, ntiles; /* launch shape (choose_shape) */
     size_t smem;                    /* dynamic shared memory per block */
     int uva;          /* unified addressing: pinned host pointers are device pointers */
@@ -541,47 +542,62 @@ template <> cg_kernel_fn pick<float>(int load, int exact)
 /* ------------------------------------------------------------------ the generic path */
 
 /*
- * The methods, error bars and status codes of centroid.h (all but the fast CoG): one block of
- * CM_THREADS threads per (lenslet, frame). The block loads the lenslet's region after steps 1-3
- * (as centroid.c's cpu_generic_lenslet: LUT, v - dark, v * flat, each rounded to float) into
- * shared memory, with the template's region for CORRELATION, and runs sw_cmb_measure
- * (centroid_method.h), the CPU's code, with every pixel loop strided over the threads and its
- * sums reduced over the block (warp shuffles, then one pass over the warps' partials, in the same
- * order in every thread, so that all threads take the same decisions). Thread 0 writes the
- * lenslet's results.
+ * The methods, error bars and status codes of centroid.h (all but the fast CoG): sw_cmb_measure
+ * (centroid_method.h), the CPU's code, run by a group of 2^lg lanes of one warp per (lenslet,
+ * frame), 2^lg chosen for the region's size (cm_shape: about 8-16 pixels per lane, 1 lane for a
+ * 4 x 4 region, 16 for 11 x 11, 32 from 16 x 16 up), several groups per warp and
+ * 32 / 2^lg * (warps) lenslets per block. The group loads its region after steps 1-3 (as
+ * centroid.c's cpu_generic_lenslet: LUT, v - dark, v * flat, each rounded to float) once into
+ * shared memory, with the template's region for CORRELATION, in the layout of sw_cmb_region (the
+ * pixels a warp's lanes take in one step are 32 adjacent words: no bank conflicts); every pass of
+ * the method then reads shared memory, and its sums are reduced within the group by shuffles
+ * (xor butterflies over the group's lanes only: no __syncthreads, no shared memory, the same bits
+ * in every lane since a + b = b + a). Groups of one warp may take different branches (a masked
+ * lenslet, a WCOG that stops early): the shuffles and __syncwarp name the group's lanes only.
+ * Lane 0 of the group writes the lenslet's results.
  */
-#define CM_THREADS 128
+#define CM_WARPS 4 /* warps per block (fewer when the regions need the shared memory) */
 
-__device__ void cm_block_reduce(double *s, int k, bool is_max)
+__device__ __forceinline__ void cm_sum(const sw_cmb_region *R, double *s, int k)
 {
-    __shared__ double red[(CM_THREADS / 32) * SW_CMB_MAXK];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    for (int q = 0; q < k; q++) {
-        double v = s[q];
+    for (int o = R->tn >> 1; o > 0; o >>= 1) {
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            const double u = __shfl_xor_sync(0xffffffffu, v, o);
-            v = is_max ? fmax(v, u) : v + u;
-        }
-        if (lane == 0)
-            red[warp * SW_CMB_MAXK + q] = v;
+        for (int q = 0; q < SW_CMB_MAXK; q++)
+            if (q < k)
+                s[q] += __shfl_xor_sync(R->mask, s[q], o);
     }
-    __syncthreads();
-    for (int q = 0; q < k; q++) {
-        double v = red[q];
-        for (int w = 1; w < nw; w++)
-            v = is_max ? fmax(v, red[w * SW_CMB_MAXK + q]) : v + red[w * SW_CMB_MAXK + q];
-        s[q] = v;
-    }
-    __syncthreads(); /* red is reused by the next reduction */
 }
 
-#define SW_CMB_FN        __device__ static
-#define SW_CMB_T0        ((int32_t)threadIdx.x)
-#define SW_CMB_TN        ((int32_t)blockDim.x)
-#define SW_CMB_SUM(s, k) cm_block_reduce((s), (k), false)
-#define SW_CMB_MAX(s, k) cm_block_reduce((s), (k), true)
-#define SW_CMB_SYNC()    __syncthreads()
+__device__ __forceinline__ void cm_max(const sw_cmb_region *R, double *s, int k)
+{
+    for (int o = R->tn >> 1; o > 0; o >>= 1) {
+#pragma unroll
+        for (int q = 0; q < SW_CMB_MAXK; q++)
+            if (q < k)
+                s[q] = fmax(s[q], __shfl_xor_sync(R->mask, s[q], o));
+    }
+}
+
+__device__ __forceinline__ uint32_t cm_usum(const sw_cmb_region *R, uint32_t x)
+{
+    for (int o = R->tn >> 1; o > 0; o >>= 1)
+        x += __shfl_xor_sync(R->mask, x, o);
+    return x;
+}
+
+__device__ __forceinline__ uint32_t cm_umax(const sw_cmb_region *R, uint32_t x)
+{
+    for (int o = R->tn >> 1; o > 0; o >>= 1)
+        x = max(x, __shfl_xor_sync(R->mask, x, o));
+    return x;
+}
+
+#define SW_CMB_FN           __device__ static __forceinline__
+#define SW_CMB_SUM(R, s, k) cm_sum((R), (s), (k))
+#define SW_CMB_MAX(R, s, k) cm_max((R), (s), (k))
+#define SW_CMB_USUM(R, x)   cm_usum((R), (x))
+#define SW_CMB_UMAX(R, x)   cm_umax((R), (x))
+#define SW_CMB_SYNC(R)      __syncwarp((R)->mask)
 #include "centroid/centroid_method.h"
 
 typedef struct cm_args {
@@ -594,7 +610,9 @@ typedef struct cm_args {
     sw_cmb_params mp;
     uint32_t sat_u;
     float sat_f;
-    int32_t wmax, hmax;
+    int32_t lg;       /* 2^lg lanes per lenslet */
+    int32_t rounds;   /* steps of a group's pixel loop over the largest region, ceil(n / 2^lg) */
+    int32_t nscratch; /* sw_cmb_region.scratch doubles per group */
     int32_t nslopes;
     int interleaved;
     float *x, *y, *inten, *slopes, *xvar, *yvar, *snr;
@@ -611,28 +629,58 @@ template <> __device__ __forceinline__ unsigned cm_saturated<float>(const cm_arg
     return raw >= a.sat_f; /* false for a NaN level (none) */
 }
 
+/* Shared memory per warp: the regions of its groups (and the templates' regions), in floats. */
+__host__ __device__ static inline size_t cm_warp_floats(int32_t rounds, int corr)
+{
+    return (size_t)rounds * 32 * (corr ? 2 : 1);
+}
+
 template <typename T, bool ALIGNED>
-__global__ void __launch_bounds__(CM_THREADS) method_kernel(const cm_args a)
+__global__ void __launch_bounds__(CM_WARPS * 32) method_kernel(const cm_args a)
 {
     extern __shared__ __align__(16) unsigned char smem[];
-    __shared__ int sat_sh;
-    const int32_t npix_max = a.wmax * a.hmax;
-    float *v = (float *)smem;
-    float *r = v + npix_max;
+    const int32_t G = 1 << a.lg, lane = (int32_t)(threadIdx.x & 31), warp = threadIdx.x >> 5;
+    const int32_t nwarps = (int32_t)(blockDim.x >> 5), gpw = 32 >> a.lg; /* groups per warp */
+    const int32_t t0 = lane & (G - 1), gw = lane >> a.lg;
+    const int32_t l = (int32_t)blockIdx.x * nwarps * gpw + warp * gpw + gw;
+    if (l >= a.nl)
+        return; /* the whole group: l is the group's */
+    const int corr = a.corr != NULL;
+    float *wv = (float *)smem + cm_warp_floats(a.rounds, corr) * (size_t)warp;
+    float *v = wv + gw * G; /* the group's element 0; element k * 32 + t0 is its pixel k G + t0 */
+    float *r = v + (size_t)a.rounds * 32;
     double *scratch =
-        (double *)(smem + (((size_t)npix_max * (a.corr ? 2 : 1) * sizeof(float) + 7) / 8 * 8));
-    const int32_t l = (int32_t)blockIdx.x, ix = l % a.nx, iy = l / a.nx;
+        (double *)(smem +
+                   (cm_warp_floats(a.rounds, corr) * (size_t)nwarps * sizeof(float) + 7) / 8 * 8) +
+        (size_t)(warp * gpw + gw) * (size_t)a.nscratch;
+    const int32_t ix = l % a.nx, iy = l / a.nx;
     const int32_t xs = a.xs[ix], ys = a.ys[iy];
-    const int32_t w = a.xe[ix] - xs, h = a.ye[iy] - ys, n = w * h;
     const int32_t k = a.slope_k[l];
+    sw_cmb_region R;
+    R.v = v;
+    R.r = corr ? r : NULL;
+    R.scratch = a.nscratch ? scratch : NULL;
+    R.w = a.xe[ix] - xs;
+    R.h = a.ye[iy] - ys;
+    R.xs = xs;
+    R.ys = ys;
+    R.rx = a.ref_x[l];
+    R.ry = a.ref_y[l];
+    R.in_mask = k >= 0;
+    R.t0 = t0;
+    R.tn = G;
+    R.lg = a.lg;
+    R.ws = 32;
+    R.mask = G == 32 ? 0xFFFFFFFFu : ((1u << G) - 1u) << (gw * G);
+    sw_cmb_layout(&R);
     for (int32_t f = (int32_t)blockIdx.y; f < a.nframes; f += (int32_t)gridDim.y) {
-        if (threadIdx.x == 0)
-            sat_sh = 0;
-        __syncthreads();
+        __syncwarp(R.mask); /* the last frame's passes have read the region */
         const char *frame = a.img + (size_t)f * (size_t)a.height * a.stride;
         unsigned sat = 0;
-        for (int32_t q = (int32_t)threadIdx.x; q < n; q += (int32_t)blockDim.x) {
-            const int32_t i = q % w, j = q / w, x = xs + i, y = ys + j;
+#pragma unroll 4 /* several loads in flight per lane */
+        SW_CMB_EACH(&R, q, i, j)
+        {
+            const int32_t x = xs + i, y = ys + j;
             const char *row = frame + (size_t)y * a.stride;
             const T raw =
                 ALIGNED ? ((const T *)row)[x] : byte_load(row + (size_t)x * sizeof(T), T());
@@ -647,30 +695,16 @@ __global__ void __launch_bounds__(CM_THREADS) method_kernel(const cm_args a)
                 val = __fsub_rn(val, a.dark[kp]);
             if (a.flat)
                 val = __fmul_rn(val, a.flat[kp]);
-            v[q] = val;
-            if (a.corr)
-                r[q] = a.corr[kp];
+            const int32_t e = sw_cmb_ix(&R, q);
+            v[e] = val;
+            if (corr)
+                r[e] = a.corr[kp];
         }
-        if (sat)
-            sat_sh = 1;
-        __syncthreads();
-        sw_cmb_region R;
-        R.v = v;
-        R.r = a.corr ? r : NULL;
-        R.scratch = scratch;
-        R.w = w;
-        R.h = h;
-        R.vs = w;
-        R.rs = w;
-        R.xs = xs;
-        R.ys = ys;
-        R.rx = a.ref_x[l];
-        R.ry = a.ref_y[l];
-        R.in_mask = k >= 0;
-        R.sat = sat_sh;
+        R.sat = cm_umax(&R, sat) != 0;
+        __syncwarp(R.mask); /* the region is in shared memory */
         sw_cmb_out o;
         sw_cmb_measure(&a.mp, &R, &o);
-        if (threadIdx.x == 0) {
+        if (t0 == 0) {
             const size_t i = (size_t)f * (size_t)a.nl + (size_t)l;
             if (a.x)
                 a.x[i] = (float)o.x;
@@ -699,7 +733,6 @@ __global__ void __launch_bounds__(CM_THREADS) method_kernel(const cm_args a)
                 *sy = o.valid ? (float)((double)(float)o.y - a.ref_y[l]) : 0.0f;
             }
         }
-        __syncthreads(); /* the region is reloaded for the next frame */
     }
 }
 
@@ -714,15 +747,44 @@ static cm_kernel_fn cm_pick(sw_pixel_type t, bool aligned)
     return aligned ? method_kernel<float, true> : method_kernel<float, false>;
 }
 
-/* Shared memory of the generic kernel: the region, the template's, the correlation's scores. */
-static size_t cm_smem(const sw_centroid_plan *plan)
+/* Dynamic shared memory of a block of the generic kernel with `warps` warps. */
+static size_t cm_block_smem(const sw_centroid_plan *plan, int lg, int warps)
 {
-    const size_t npix = (size_t)plan->wmax * (size_t)plan->hmax;
-    size_t bytes = (npix * (plan->corr_ref ? 2 : 1) * sizeof(float) + 7) / 8 * 8;
-    if (plan->corr_ref)
-        bytes +=
-            (size_t)(2 * plan->mp.search + 1) * (size_t)(2 * plan->mp.search + 1) * sizeof(double);
-    return bytes;
+    const int32_t npix = plan->wmax * plan->hmax;
+    const int32_t rounds = (npix + (1 << lg) - 1) >> lg;
+    size_t bytes = cm_warp_floats(rounds, plan->corr_ref != NULL) * (size_t)warps * sizeof(float);
+    bytes = (bytes + 7) / 8 * 8;
+    return bytes + (size_t)warps * (size_t)(32 >> lg) * plan->nscratch * sizeof(double);
+}
+
+/*
+ * The generic kernel's shape: 2^lg lanes per lenslet (SPOTWAVE_CENTROID_LANES = 1, 2, ..., 32
+ * overrides, for measurements) and warps per block. The smallest group that leaves at most 16
+ * pixels of the largest region to a lane, then more lanes (down to 4 pixels a lane) while one
+ * frame's lenslets fill less than half the GPU's threads (sms * 1024): a few pixels per lane and
+ * short reductions for small regions, many lanes for large ones. CM_WARPS warps per block, fewer
+ * when the regions would not fit the shared memory (optin: the device's per-block maximum).
+ */
+static void cm_shape(const sw_centroid_plan *plan, int sms, size_t optin, int *lg, int *warps)
+{
+    const int32_t npix = plan->wmax * plan->hmax;
+    int g = 0;
+    while (g < 5 && npix > (16 << g))
+        g++;
+    while (g < 5 && (int64_t)plan->nl << g < (int64_t)sms * 1024 && npix >= (8 << g))
+        g++;
+    const char *env = getenv("SPOTWAVE_CENTROID_LANES");
+    if (env) {
+        const int want = atoi(env);
+        for (int t = 0; t <= 5; t++)
+            if (want == 1 << t)
+                g = t;
+    }
+    int nw = CM_WARPS;
+    while (nw > 1 && cm_block_smem(plan, g, nw) > optin)
+        nw /= 2;
+    *lg = g;
+    *warps = nw;
 }
 
 /* ------------------------------------------------------------------ launch shape */
@@ -875,11 +937,13 @@ extern "C" sw_status sw_centroid_gpu_create(sw_centroid_plan *plan)
         SW_TRY(upload(plan, &g->ye, plan->ye, (size_t)plan->ny));
         if (plan->corr_ref)
             SW_TRY(upload(plan, &g->corr, plan->corr_ref, npix));
-        g->cm_smem = cm_smem(plan);
-        int optin = 0;
+        int optin = 0, sms = 0;
         SW_CU(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
                                      plan->ctx->device));
-        if (g->cm_smem + 4096 > (size_t)optin)
+        SW_CU(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, plan->ctx->device));
+        cm_shape(plan, sms, (size_t)optin, &g->cm_lg, &g->cm_warps);
+        g->cm_smem = cm_block_smem(plan, g->cm_lg, g->cm_warps);
+        if (g->cm_smem > (size_t)optin)
             return sw_fail(plan->ctx, SW_EUNSUPPORTED,
                            "centroid: the %s method needs %zu B of shared memory per block for "
                            "%dx%d px regions; this GPU gives %d B (use smaller regions or a "
@@ -892,6 +956,9 @@ extern "C" sw_status sw_centroid_gpu_create(sw_centroid_plan *plan)
                 SW_CU(cudaFuncSetAttribute(cm_pick(types[t], al != 0),
                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            (int)g->cm_smem));
+        sw_log(plan->ctx, SW_LOG_DEBUG,
+               "centroid GPU, %s: %d lanes per lenslet, %d warps per block, %zu B shared",
+               sw_centroid_method_string(p->method), 1 << g->cm_lg, g->cm_warps, g->cm_smem);
     }
     SW_CU(cudaStreamSynchronize(stream_of(plan))); /* the host copies may change after create */
     sw_log(plan->ctx, SW_LOG_DEBUG,
@@ -1071,8 +1138,9 @@ extern "C" sw_status sw_centroid_gpu_run(sw_centroid_plan *plan, const sw_image 
         m.mp = plan->mp;
         m.sat_u = plan->sat_u;
         m.sat_f = plan->sat_f;
-        m.wmax = plan->wmax;
-        m.hmax = plan->hmax;
+        m.lg = g->cm_lg;
+        m.rounds = (plan->wmax * plan->hmax + (1 << g->cm_lg) - 1) >> g->cm_lg;
+        m.nscratch = (int32_t)plan->nscratch;
         m.nslopes = plan->nslopes;
         m.interleaved = a.interleaved;
         m.x = a.x;
@@ -1086,8 +1154,10 @@ extern "C" sw_status sw_centroid_gpu_run(sw_centroid_plan *plan, const sw_image 
         m.satflag = a.satflag;
         m.status = a.status;
         const bool aligned = (uintptr_t)img % psize == 0 && stride % psize == 0;
-        const dim3 grid((unsigned)plan->nl, (unsigned)(nframes < 65535 ? nframes : 65535));
-        cm_pick(p->type, aligned)<<<grid, CM_THREADS, g->cm_smem, s>>>(m);
+        const int32_t per_block = g->cm_warps * (32 >> g->cm_lg); /* lenslets */
+        const dim3 grid((unsigned)((plan->nl + per_block - 1) / per_block),
+                        (unsigned)(nframes < 65535 ? nframes : 65535));
+        cm_pick(p->type, aligned)<<<grid, 32 * g->cm_warps, g->cm_smem, s>>>(m);
         SW_CU(cudaGetLastError());
     } else {
         const int load = load_mode(img, stride, psize);

@@ -61,7 +61,9 @@ struct sw_centroid_plan {
     sw_cmb_params mp;
     float *corr_ref; /* CORRELATION: width * height template image (copy) */
     int32_t wmax, hmax;
-    size_t cpu_gen_bytes; /* per thread: the region (wmax * hmax floats), the CORRELATION scratch */
+    size_t cpu_gen_bytes; /* per thread: the region (wmax * hmax floats), the template's region
+                             (CORRELATION), nscratch doubles                               */
+    size_t nscratch;      /* sw_cmb_region.scratch doubles per lenslet (CORRELATION, WCOG) */
     char *cpu_gen;        /* threads x cpu_gen_bytes */
 
     /* CPU */

@@ -2,22 +2,23 @@
  * The generic per-lenslet measurement of the centroid stage (centroid.h "Methods", "Error bars",
  * "Status"), written once for the CPU (centroid.c) and the GPU (centroid_cuda.cu).
  *
- * The including file defines, before including this header:
- *   SW_CMB_FN        the qualifiers of these functions (static / __device__ static)
- *   SW_CMB_T0        this thread's index among the threads that measure one lenslet together
- *   SW_CMB_TN        their number (the CPU: 0 and 1; the GPU: the block's threads)
- *   SW_CMB_SUM(s, k) replaces s[0 .. k) (doubles, k <= SW_CMB_MAXK) by their sums over those
- *                    threads, in every thread (the CPU: nothing)
- *   SW_CMB_MAX(s, k) likewise with the maximum
- *   SW_CMB_SYNC()    a barrier between those threads (the CPU: nothing)
- * Every pixel loop runs i = T0, T0 + TN, ... and is followed by a SUM or MAX, so every thread ends
- * with the same totals and takes the same decisions; the CPU runs the same code with one thread.
- * The sums are in double; the GPU adds them in another order, so results agree within rounding
- * (1e-9 relative), and the decisions taken on sums (a pixel exactly at a threshold made of sums)
- * may, very rarely, differ.
- *
- * Counting passes (the (N+1)-th brightest value) bisect on the 32 bits of an order-preserving key
- * of the float values: 32 passes of one count each, exact on both sides.
+ * A lenslet is measured by a group of R->tn threads (sw_cmb_region): the CPU one thread, the GPU
+ * 1 to 32 lanes of one warp, as many as suit the region's size. The including file defines,
+ * before including this header:
+ *   SW_CMB_FN           the qualifiers of these functions (static / __device__ static inline)
+ *   SW_CMB_SUM(R, s, k) replaces s[0 .. k) (doubles, k <= SW_CMB_MAXK) by their sums over R's
+ *                       group, in every thread (the CPU: nothing)
+ *   SW_CMB_MAX(R, s, k) likewise with the maximum
+ *   SW_CMB_USUM(R, x)   the sum of the uint32_t x over the group (an expression; the CPU: x)
+ *   SW_CMB_UMAX(R, x)   likewise the maximum
+ *   SW_CMB_SYNC(R)      a barrier between the group's threads that orders their writes to
+ *                       memory (the CPU: nothing)
+ * Every pixel loop (SW_CMB_EACH) runs q = t0, t0 + tn, ... over the region and is followed by a
+ * SUM or MAX, so every thread of the group ends with the same totals and takes the same
+ * decisions; the CPU runs the same code as a group of one. The sums are in double; the GPU adds
+ * them in another order, so results agree within rounding (1e-9 relative), and the decisions
+ * taken on sums (a pixel exactly at a threshold made of sums) may, very rarely, differ. The
+ * counts and maxima of the selection (BRIGHTEST) are integers: exact on both sides.
  */
 #ifndef SW_CENTROID_METHOD_H
 #define SW_CENTROID_METHOD_H
@@ -44,6 +45,28 @@ SW_CM_FN float sw_cmb_unkey(uint32_t k)
     memcpy(&f, &u, sizeof f);
     return f;
 }
+
+/* The region's layout (sw_cmb_region): element of pixel q in v and r. */
+SW_CM_FN int32_t sw_cmb_ix(const sw_cmb_region *R, int32_t q)
+{
+    return (q >> R->lg) * R->ws + (q & ((1 << R->lg) - 1));
+}
+
+/* Sets R's pixel count and this thread's start and step (after w, h, t0, tn). */
+SW_CM_FN void sw_cmb_layout(sw_cmb_region *R)
+{
+    R->n = R->w * R->h;
+    R->i0 = R->t0 % R->w;
+    R->j0 = R->t0 / R->w;
+    R->di = R->tn % R->w;
+    R->dj = R->tn / R->w;
+}
+
+/* The pixel loop of one thread: q = t0, t0 + tn, ... < n, with (i, j) = (q % w, q / w) kept
+ * up to date without a division. */
+#define SW_CMB_EACH(R, q, i, j)                                                                    \
+    for (int32_t q = (R)->t0, i = (R)->i0, j = (R)->j0; q < (R)->n;                                \
+         q += (R)->tn, i += (R)->di, j += (R)->dj + (i >= (R)->w), i -= i >= (R)->w ? (R)->w : 0)
 
 /* The conditioned value (centroid.h steps 4-5, threshold t) of v and its derivative dc/dv. */
 SW_CM_FN float sw_cmb_cond(const sw_cmb_params *P, float v, float t, double *deriv)
@@ -79,24 +102,45 @@ SW_CM_FN double sw_cmb_var(const sw_cmb_params *P, float v, double ring_var)
     return var > 0.0 ? var : 0.0;
 }
 
+/* The conditioned value at region pixel q. */
+SW_CM_FN double sw_cmb_c(const sw_cmb_params *P, const sw_cmb_region *R, float t, int32_t q)
+{
+    double d;
+    return (double)sw_cmb_cond(P, R->v[sw_cmb_ix(R, q)], t, &d);
+}
+
 /*
  * The CoG-like sums of one weight centre (cx, cy in region coordinates; ignored unless WCOG):
- * s[0] = sum w s, s[1] = sum w s x, s[2] = sum w s y, s[3] = sum w s x^2, s[4] = sum w s y^2,
- * s[5] = sum V, s[6] = sum V x, s[7] = sum V x^2, s[8] = sum V y, s[9] = sum V y^2,
- * s[10] = sum over the ring of w s, with V = w^2 c'^2 var (region coordinates x = i, y = j).
+ * s[0] = sum w s, s[1] = sum w s x, s[2] = sum w s y, s[3] = sum V, s[4] = sum V x,
+ * s[5] = sum V x^2, s[6] = sum V y, s[7] = sum V y^2, s[8] = sum over the ring of w s, with
+ * V = w^2 c'^2 var (region coordinates x = i, y = j); and for the re-centred WCOG only (its error
+ * bars) s[9] = sum w s x^2, s[10] = sum w s y^2. With full 0 (a WCOG pass before the last) only
+ * s[0 .. 2], the new centre.
  * The signal s of a pixel: c (COG, WCOG), c - bg above bg + k sd (LOCAL), max(c - b, 0)
- * (BRIGHTEST: b in bg).
+ * (BRIGHTEST: b in bg). The Gaussian weight is separable: exp(-(x - cx)^2 / (2 s^2)) times
+ * exp(-(y - cy)^2 / (2 s^2)), w + h exponentials per pass (in R->scratch) instead of w h.
  */
 SW_CMB_FN void sw_cmb_cog_sums(const sw_cmb_params *P, const sw_cmb_region *R, float t, double bg,
-                               double sd, double ring_var, double cx, double cy, double *s)
+                               double sd, double ring_var, double cx, double cy, int full,
+                               double *s)
 {
-    const int32_t w = R->w, n = R->w * R->h;
+    const int32_t w = R->w, h = R->h;
     for (int k = 0; k < 11; k++)
         s[k] = 0.0;
-    const double inv2s2 = P->method == SW_CMB_WCOG ? 0.5 / (P->sigma_w * P->sigma_w) : 0.0;
-    for (int32_t q = SW_CMB_T0; q < n; q += SW_CMB_TN) {
-        const int32_t i = q % w, j = q / w;
-        const float v = R->v[(size_t)j * R->vs + i];
+    const int wcog = P->method == SW_CMB_WCOG, mom2 = wcog && P->iters > 0;
+    const double *wx = R->scratch, *wy = R->scratch + w;
+    if (wcog) {
+        const double inv2s2 = 0.5 / (P->sigma_w * P->sigma_w);
+        SW_CMB_SYNC(R); /* the last pass has read the weights */
+        for (int32_t k = R->t0; k < w + h; k += R->tn) {
+            const double e = k < w ? (double)k - cx : (double)(k - w) - cy;
+            R->scratch[k] = exp(-e * e * inv2s2);
+        }
+        SW_CMB_SYNC(R);
+    }
+    SW_CMB_EACH(R, q, i, j)
+    {
+        const float v = R->v[sw_cmb_ix(R, q)];
         double d;
         const double c = (double)sw_cmb_cond(P, v, t, &d);
         double sig = c;
@@ -107,54 +151,71 @@ SW_CMB_FN void sw_cmb_cog_sums(const sw_cmb_params *P, const sw_cmb_region *R, f
             sig = c > bg ? c - bg : 0.0;
             d = sig > 0.0 ? d : 0.0;
         }
-        double wt = 1.0;
+        const double wt = wcog ? wx[i] * wy[j] : 1.0;
         const double x = (double)i, y = (double)j;
-        if (P->method == SW_CMB_WCOG)
-            wt = exp(-((x - cx) * (x - cx) + (y - cy) * (y - cy)) * inv2s2);
         const double ws = wt * sig;
-        const double V = wt * wt * d * d * sw_cmb_var(P, v, ring_var);
         s[0] += ws;
         s[1] += ws * x;
         s[2] += ws * y;
-        s[3] += ws * x * x;
-        s[4] += ws * y * y;
-        s[5] += V;
-        s[6] += V * x;
-        s[7] += V * x * x;
-        s[8] += V * y;
-        s[9] += V * y * y;
-        if (sw_cmb_on_ring(i, j, R->w, R->h))
-            s[10] += ws;
+        if (!full)
+            continue;
+        const double V = wt * wt * d * d * sw_cmb_var(P, v, ring_var);
+        s[3] += V;
+        s[4] += V * x;
+        s[5] += V * x * x;
+        s[6] += V * y;
+        s[7] += V * y * y;
+        if (sw_cmb_on_ring(i, j, w, h))
+            s[8] += ws;
+        if (mom2) {
+            s[9] += ws * x * x;
+            s[10] += ws * y * y;
+        }
     }
-    SW_CMB_SUM(s, 11);
+    SW_CMB_SUM(R, s, !full ? 3 : mom2 ? 11 : 9);
 }
 
-/* The m-th largest conditioned value of the region (1 <= m <= n), by bisection on its key. */
+/*
+ * The m-th largest conditioned value of the region (1 <= m <= n), exact, on the order-preserving
+ * keys of the values. A small m walks down the distinct values from the top (a pass finds the
+ * largest key below the last one and counts the last one's copies: at most m + 1 passes); a
+ * larger m bisects on the key's 32 bits (32 passes of one count).
+ */
 SW_CMB_FN float sw_cmb_select(const sw_cmb_params *P, const sw_cmb_region *R, float t, int32_t m)
 {
-    const int32_t w = R->w, n = R->w * R->h;
+    const uint32_t um = (uint32_t)m;
+    if (m <= 16) {
+        uint32_t hi = 0xFFFFFFFFu; /* above the key of every non-NaN value */
+        uint32_t cnt = 0;
+        for (;;) {
+            uint32_t below = 0, same = 0;
+            SW_CMB_EACH(R, q, i, j)
+            {
+                double d;
+                const uint32_t k = sw_cmb_key(sw_cmb_cond(P, R->v[sw_cmb_ix(R, q)], t, &d));
+                same += k == hi;
+                below = k < hi && k > below ? k : below;
+            }
+            cnt += SW_CMB_USUM(R, same);
+            below = SW_CMB_UMAX(R, below);
+            if (cnt >= um || below == 0)
+                return sw_cmb_unkey(hi);
+            hi = below;
+        }
+    }
     uint32_t key = 0;
     for (int bit = 31; bit >= 0; bit--) {
         const uint32_t cand = key | (1u << bit);
-        double cnt[1] = {0.0};
-        for (int32_t q = SW_CMB_T0; q < n; q += SW_CMB_TN) {
+        uint32_t cnt = 0;
+        SW_CMB_EACH(R, q, i, j)
+        {
             double d;
-            const float c = sw_cmb_cond(P, R->v[(size_t)(q / w) * R->vs + q % w], t, &d);
-            cnt[0] += sw_cmb_key(c) >= cand ? 1.0 : 0.0;
+            cnt += sw_cmb_key(sw_cmb_cond(P, R->v[sw_cmb_ix(R, q)], t, &d)) >= cand;
         }
-        SW_CMB_SUM(cnt, 1);
-        if (cnt[0] >= (double)m)
+        if (SW_CMB_USUM(R, cnt) >= um)
             key = cand;
     }
     return sw_cmb_unkey(key);
-}
-
-/* The conditioned value at region pixel (i, j). */
-SW_CMB_FN double sw_cmb_c(const sw_cmb_params *P, const sw_cmb_region *R, float t, int32_t i,
-                          int32_t j)
-{
-    double d;
-    return (double)sw_cmb_cond(P, R->v[(size_t)j * R->vs + i], t, &d);
 }
 
 /* Vertex offset of the parabola through (-1, a), (0, b), (1, c), in [-0.5, 0.5]; 0 when b is not
@@ -176,22 +237,22 @@ SW_CMB_FN int sw_cmb_correlate(const sw_cmb_params *P, const sw_cmb_region *R, f
                                double ring_var, double *sx, double *sy, double *vx, double *vy,
                                double *snr, double *c0)
 {
-    const int32_t S = P->search, ns = 2 * S + 1;
+    const int32_t S = P->search, ns = 2 * S + 1, w = R->w;
     const int32_t iw = R->w - 2 * S, ih = R->h - 2 * S, nin = iw * ih;
     /* the template's mean over the inner area */
     double m[1] = {0.0};
-    for (int32_t q = SW_CMB_T0; q < nin; q += SW_CMB_TN)
-        m[0] += (double)R->r[(size_t)(q / iw + S) * R->rs + q % iw + S];
-    SW_CMB_SUM(m, 1);
+    for (int32_t q = R->t0; q < nin; q += R->tn)
+        m[0] += (double)R->r[sw_cmb_ix(R, (q / iw + S) * w + q % iw + S)];
+    SW_CMB_SUM(R, m, 1);
     const double rbar = m[0] / (double)nin;
     /* C(u, v) for every shift, one shift per thread at a time */
-    for (int32_t k = SW_CMB_T0; k < ns * ns; k += SW_CMB_TN) {
+    for (int32_t k = R->t0; k < ns * ns; k += R->tn) {
         const int32_t u = k % ns - S, v = k / ns - S;
         double acc = 0.0, f1 = 0.0, f2 = 0.0;
         for (int32_t j = S; j < S + ih; j++)
             for (int32_t i = S; i < S + iw; i++) {
-                const double f = sw_cmb_c(P, R, t, i + u, j + v);
-                acc += f * ((double)R->r[(size_t)j * R->rs + i] - rbar);
+                const double f = sw_cmb_c(P, R, t, (j + v) * w + i + u);
+                acc += f * ((double)R->r[sw_cmb_ix(R, j * w + i)] - rbar);
                 f1 += f;
                 f2 += f * f;
             }
@@ -200,7 +261,7 @@ SW_CMB_FN int sw_cmb_correlate(const sw_cmb_params *P, const sw_cmb_region *R, f
         const double ef = f2 - f1 * f1 / (double)nin;
         R->scratch[k] = ef > 0.0 ? acc / sqrt(ef) : 0.0;
     }
-    SW_CMB_SYNC();
+    SW_CMB_SYNC(R);
     int32_t kb = 0;
     for (int32_t k = 1; k < ns * ns; k++)
         if (R->scratch[k] > R->scratch[kb])
@@ -213,26 +274,27 @@ SW_CMB_FN int sw_cmb_correlate(const sw_cmb_params *P, const sw_cmb_region *R, f
         dx = sw_cmb_parabola(R->scratch[kb - 1], nb, R->scratch[kb + 1]);
         dy = sw_cmb_parabola(R->scratch[kb - ns], nb, R->scratch[kb + ns]);
     }
-    SW_CMB_SYNC(); /* the scratch may be written again by the next lenslet */
+    SW_CMB_SYNC(R); /* the scratch may be written again by the next lenslet */
     /* error bars: the template's gradient, the frame's variances at the matched pixels */
     double s[7] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
-    for (int32_t q = SW_CMB_T0; q < nin; q += SW_CMB_TN) {
-        const int32_t i = q % iw + S, j = q / iw + S;
-        const float *rr = R->r + (size_t)j * R->rs + i;
-        const double gx = 0.5 * ((double)rr[1] - (double)rr[-1]);
-        const double gy = 0.5 * ((double)rr[R->rs] - (double)rr[-(ptrdiff_t)R->rs]);
-        const double dr = (double)rr[0] - rbar;
-        const int32_t fi = i + u0, fj = j + v0;
-        const double var = sw_cmb_var(P, R->v[(size_t)fj * R->vs + fi], ring_var);
+    for (int32_t q = R->t0; q < nin; q += R->tn) {
+        const int32_t i = q % iw + S, j = q / iw + S, p = j * w + i;
+        const double gx =
+            0.5 * ((double)R->r[sw_cmb_ix(R, p + 1)] - (double)R->r[sw_cmb_ix(R, p - 1)]);
+        const double gy =
+            0.5 * ((double)R->r[sw_cmb_ix(R, p + w)] - (double)R->r[sw_cmb_ix(R, p - w)]);
+        const double dr = (double)R->r[sw_cmb_ix(R, p)] - rbar;
+        const int32_t pf = p + v0 * w + u0;
+        const double var = sw_cmb_var(P, R->v[sw_cmb_ix(R, pf)], ring_var);
         s[0] += gx * gx;
         s[1] += gy * gy;
         s[2] += gx * gx * var;
         s[3] += gy * gy * var;
         s[4] += dr * dr;
         s[5] += dr * dr * var;
-        s[6] += sw_cmb_c(P, R, t, fi, fj) * dr; /* C(peak) before the normalisation */
+        s[6] += sw_cmb_c(P, R, t, pf) * dr; /* C(peak) before the normalisation */
     }
-    SW_CMB_SUM(s, 7);
+    SW_CMB_SUM(R, s, 7);
     const double cb = s[6];
     const double a = s[4] > 0.0 ? cb / s[4] : NAN;
     *sx = (double)u0 + dx;
@@ -244,22 +306,44 @@ SW_CMB_FN int sw_cmb_correlate(const sw_cmb_params *P, const sw_cmb_region *R, f
     return edge;
 }
 
+/* The p-th pixel (0 <= p < sw_cmb_ring_n) of the region's outer ring. */
+SW_CM_FN int32_t sw_cmb_ring_n(int32_t w, int32_t h)
+{
+    return w <= 2 || h <= 2 ? w * h : 2 * w + 2 * (h - 2);
+}
+
+SW_CM_FN int32_t sw_cmb_ring_q(int32_t p, int32_t w, int32_t h)
+{
+    if (w <= 2 || h <= 2)
+        return p; /* every pixel is on the ring */
+    if (p < w)
+        return p;
+    if (p < 2 * w)
+        return (h - 1) * w + p - w;
+    p -= 2 * w;
+    return (1 + p / 2) * w + ((p & 1) ? w - 1 : 0);
+}
+
 /*
  * One lenslet: the method, its error bars, its status (centroid.h). Positions in frame pixels.
  */
 SW_CMB_FN void sw_cmb_measure(const sw_cmb_params *P, const sw_cmb_region *R, sw_cmb_out *o)
 {
-    const int32_t w = R->w, h = R->h, n = w * h;
+    const int32_t w = R->w, h = R->h, n = R->n;
     o->x = o->y = o->vx = o->vy = o->snr = NAN;
     o->inten = 0.0;
 
-    /* pass 0: non-finite pixels, the maximum and where it is (first in row order) */
-    double mx[2] = {-INFINITY, -1.0};
-    double bad[1] = {0.0};
-    for (int32_t q = SW_CMB_T0; q < n; q += SW_CMB_TN) {
-        const float v = R->v[(size_t)(q / w) * R->vs + q % w];
+    /* pass 0: non-finite pixels, the maximum and where it is (first in row order); pass 1 (the
+     * total and the ring's statistics) in the same pass when the threshold is known already */
+    const int fused = !P->fraction;
+    float t = P->thr;
+    double mx[3] = {-INFINITY, -1.0, 0.0}; /* maximum, its code, a non-finite pixel (1) */
+    double r1[4] = {0.0, 0.0, 0.0, 0.0};
+    SW_CMB_EACH(R, q, i, j)
+    {
+        const float v = R->v[sw_cmb_ix(R, q)];
         if (!isfinite(v)) {
-            bad[0] += 1.0;
+            mx[2] = 1.0;
             continue;
         }
         /* key * 2^14 + (2^14 - 1 - q): exact in a double (46 bits), the first maximum wins */
@@ -268,49 +352,57 @@ SW_CMB_FN void sw_cmb_measure(const sw_cmb_params *P, const sw_cmb_region *R, sw
             mx[0] = (double)v;
         if (code > mx[1])
             mx[1] = code;
-    }
-    SW_CMB_SUM(bad, 1);
-    SW_CMB_MAX(mx, 2);
-    const int32_t qpk = 16383 - (int32_t)(mx[1] - 16384.0 * floor(mx[1] / 16384.0));
-    const int peak_ring = sw_cmb_on_ring(qpk % w, qpk / w, w, h);
-    const float t = P->fraction ? sw_cm_fraction_threshold(P->frac, (float)mx[0]) : P->thr;
-
-    /* pass 1: the total and the ring's statistics; pass 2: the ring clipped at 3 sigma */
-    double r1[4] = {0.0, 0.0, 0.0, 0.0};
-    for (int32_t q = SW_CMB_T0; q < n; q += SW_CMB_TN) {
-        const int32_t i = q % w, j = q / w;
-        const double c = sw_cmb_c(P, R, t, i, j);
-        r1[0] += c;
-        if (sw_cmb_on_ring(i, j, w, h)) {
-            r1[1] += 1.0;
-            r1[2] += c;
-            r1[3] += c * c;
+        if (fused) {
+            double d;
+            const double c = (double)sw_cmb_cond(P, v, t, &d);
+            r1[0] += c;
+            if (sw_cmb_on_ring(i, j, w, h)) {
+                r1[1] += 1.0;
+                r1[2] += c;
+                r1[3] += c * c;
+            }
         }
     }
-    SW_CMB_SUM(r1, 4);
-    o->inten = bad[0] > 0.0 ? NAN : r1[0];
+    SW_CMB_MAX(R, mx, 3);
+    const int32_t qpk = 16383 - (int32_t)(mx[1] - 16384.0 * floor(mx[1] / 16384.0));
+    const int peak_ring = sw_cmb_on_ring(qpk % w, qpk / w, w, h);
+    const int bad = mx[2] > 0.0;
+    if (!fused) {
+        t = sw_cm_fraction_threshold(P->frac, (float)mx[0]);
+        SW_CMB_EACH(R, q, i, j)
+        {
+            const double c = sw_cmb_c(P, R, t, q);
+            r1[0] += c;
+            if (sw_cmb_on_ring(i, j, w, h)) {
+                r1[1] += 1.0;
+                r1[2] += c;
+                r1[3] += c * c;
+            }
+        }
+    }
+    SW_CMB_SUM(R, r1, 4);
+    o->inten = bad ? NAN : r1[0];
     o->valid = 0;
-    if (!R->in_mask || bad[0] > 0.0) {
+    if (!R->in_mask || bad) {
         o->status = !R->in_mask ? SW_CMB_MASKED : SW_CMB_NONFINITE;
         return;
     }
+    /* pass 2: the ring clipped at 3 sigma (its pixels only) */
     double bg = r1[2] / r1[1];
     double sd =
         r1[1] > 1.0 ? sqrt(fmax(r1[3] / r1[1] - bg * bg, 0.0) * r1[1] / (r1[1] - 1.0)) : 0.0;
     if (sd > 0.0) {
         double r2[3] = {0.0, 0.0, 0.0};
-        for (int32_t q = SW_CMB_T0; q < n; q += SW_CMB_TN) {
-            const int32_t i = q % w, j = q / w;
-            if (!sw_cmb_on_ring(i, j, w, h))
-                continue;
-            const double c = sw_cmb_c(P, R, t, i, j);
+        const int32_t nr = sw_cmb_ring_n(w, h);
+        for (int32_t p = R->t0; p < nr; p += R->tn) {
+            const double c = sw_cmb_c(P, R, t, sw_cmb_ring_q(p, w, h));
             if (fabs(c - bg) <= 3.0 * sd) {
                 r2[0] += 1.0;
                 r2[1] += c;
                 r2[2] += c * c;
             }
         }
-        SW_CMB_SUM(r2, 3);
+        SW_CMB_SUM(R, r2, 3);
         if (r2[0] > 1.0) {
             bg = r2[1] / r2[0];
             sd = sqrt(fmax(r2[2] / r2[0] - bg * bg, 0.0) * r2[0] / (r2[0] - 1.0));
@@ -327,9 +419,9 @@ SW_CMB_FN void sw_cmb_measure(const sw_cmb_params *P, const sw_cmb_region *R, sw
         y = R->ry + sy;
     } else if (P->method == SW_CMB_QUAD) {
         double s[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
-        for (int32_t q = SW_CMB_T0; q < n; q += SW_CMB_TN) {
-            const int32_t i = q % w, j = q / w;
-            const float v = R->v[(size_t)j * R->vs + i];
+        SW_CMB_EACH(R, q, i, j)
+        {
+            const float v = R->v[sw_cmb_ix(R, q)];
             double d;
             const double c = (double)sw_cmb_cond(P, v, t, &d);
             /* +1 right of / below the centre, -1 left / above, 0 on an odd middle line */
@@ -345,15 +437,14 @@ SW_CMB_FN void sw_cmb_measure(const sw_cmb_params *P, const sw_cmb_region *R, sw
             s[6] += V * ex * ex;
             s[7] += V * ey * ey;
         }
-        SW_CMB_SUM(s, 8);
-        double e2[2] = {s[6], s[7]};
+        SW_CMB_SUM(R, s, 8);
         sig = s[0];
         if (sig > 0.0) {
             const double qx = s[1] / sig, qy = s[2] / sig;
             x = (double)R->xs + 0.5 * (double)(w - 1) + P->qgain * qx;
             y = (double)R->ys + 0.5 * (double)(h - 1) + P->qgain * qy;
-            vx = P->qgain * P->qgain * (e2[0] - 2.0 * qx * s[4] + qx * qx * s[3]) / (sig * sig);
-            vy = P->qgain * P->qgain * (e2[1] - 2.0 * qy * s[5] + qy * qy * s[3]) / (sig * sig);
+            vx = P->qgain * P->qgain * (s[6] - 2.0 * qx * s[4] + qx * qx * s[3]) / (sig * sig);
+            vy = P->qgain * P->qgain * (s[7] - 2.0 * qy * s[5] + qy * qy * s[3]) / (sig * sig);
             snr = sig / sqrt(s[3]);
         }
         ring_sig = 0.0; /* every pixel of a 2 x 2 region is on the ring */
@@ -367,7 +458,7 @@ SW_CMB_FN void sw_cmb_measure(const sw_cmb_params *P, const sw_cmb_region *R, sw
         double s[11] = {0.0};
         const int passes = P->method == SW_CMB_WCOG ? P->iters + 1 : 1;
         for (int it = 0; it < passes; it++) {
-            sw_cmb_cog_sums(P, R, t, b, sd, ring_var, cx, cy, s);
+            sw_cmb_cog_sums(P, R, t, b, sd, ring_var, cx, cy, it + 1 == passes, s);
             if (!(s[0] > 0.0) || !isfinite(s[0]))
                 break;
             x = s[1] / s[0];
@@ -383,15 +474,15 @@ SW_CMB_FN void sw_cmb_measure(const sw_cmb_params *P, const sw_cmb_region *R, sw
             if (P->method == SW_CMB_WCOG && P->iters > 0) {
                 /* the fixed point's derivative (centroid.h "Error bars") */
                 const double is2 = 1.0 / (P->sigma_w * P->sigma_w);
-                dnx = sig - (s[3] - 2.0 * x * s[1] + x * x * sig) * is2;
-                dny = sig - (s[4] - 2.0 * y * s[2] + y * y * sig) * is2;
+                dnx = sig - (s[9] - 2.0 * x * s[1] + x * x * sig) * is2;
+                dny = sig - (s[10] - 2.0 * y * s[2] + y * y * sig) * is2;
             }
-            vx = (s[7] - 2.0 * x * s[6] + x * x * s[5]) / (dnx * dnx);
-            vy = (s[9] - 2.0 * y * s[8] + y * y * s[5]) / (dny * dny);
-            snr = sig / sqrt(s[5]);
+            vx = (s[5] - 2.0 * x * s[4] + x * x * s[3]) / (dnx * dnx);
+            vy = (s[7] - 2.0 * y * s[6] + y * y * s[3]) / (dny * dny);
+            snr = sig / sqrt(s[3]);
             x += (double)R->xs;
             y += (double)R->ys;
-            ring_sig = s[10];
+            ring_sig = s[8];
         } else {
             x = y = NAN;
         }

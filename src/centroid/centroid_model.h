@@ -101,15 +101,25 @@ SW_CM_FN int sw_cm_finish(double m00, double m10, double m01, int32_t xs, int32_
 
 #define SW_CMB_MAXK 14 /* most doubles one SW_CMB_SUM / SW_CMB_MAX reduces */
 
-/* One lenslet's data. */
+/*
+ * One lenslet's data, and the threads that measure it together (a group of tn threads; this one
+ * is thread t0). Region pixel (i, j), q = j w + i, is element sw_cmb_ix(q) of v and r:
+ * (q >> lg) ws + (q & (2^lg - 1)). The CPU (one thread, lg 0, ws 1): row-major. The GPU (2^lg =
+ * tn threads, ws 32): the pixels the threads of a warp take in one step of their pixel loops
+ * are adjacent words of shared memory (no bank conflicts).
+ */
 typedef struct sw_cmb_region {
-    const float *v;  /* pixels after steps 1-3 (LUT, dark, flat), row y at v + y * vs   */
-    const float *r;  /* CORRELATION: the template, row y at r + y * rs; else NULL        */
-    double *scratch; /* CORRELATION: (2 S + 1)^2 doubles shared by the threads          */
-    int32_t w, h, vs, rs;
+    const float *v;  /* pixels after steps 1-3 (LUT, dark, flat)                          */
+    const float *r;  /* CORRELATION: the template, same layout; else NULL                */
+    double *scratch; /* CORRELATION: (2 S + 1)^2 doubles; WCOG: w + h doubles; per group */
+    int32_t w, h;
     int32_t xs, ys; /* frame position of pixel (0, 0)                                     */
     double rx, ry;  /* the lenslet's reference position (frame)                          */
     int in_mask, sat;
+    int32_t t0, tn, lg, ws; /* the group (above)                                        */
+    uint32_t mask;          /* GPU: the group's lanes in the warp                        */
+    /* set by sw_cmb_layout: pixels, this thread's first (i0, j0) and its step (di, dj) */
+    int32_t n, i0, j0, di, dj;
 } sw_cmb_region;
 
 /* The plan's method parameters (centroid.c fills them from sw_centroid_params). */

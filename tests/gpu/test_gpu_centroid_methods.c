@@ -3,11 +3,15 @@
  * CPU's (centroid.c), one plan per backend from the same parameters: every method (cog with error
  * bars, wcog fixed and re-centred, local, brightest, correlation, quadcell), u8 / u16 / f32 frames,
  * a window, a mask, a saturation level, the validity checks, a batch of frames, the copy, device
- * and mapped paths into host and pinned results: centroids within 1e-4 px, variances and
+ * and mapped paths into host and pinned results, and on the device path every group size of the
+ * GPU kernel (SPOTWAVE_CENTROID_LANES = 1 ... 32 lanes per lenslet: the same code with its sums
+ * reduced over other lanes, in another order), on 18-19 px and on 4-5 px regions (lanes with no
+ * pixel, BRIGHTEST's walk down and its bisection): centroids within 1e-4 px, variances and
  * SNR within 1e-4 relative, intensity within 1e-5 relative, status, valid and saturated equal
  * (status may differ on a lenslet whose threshold decision falls on a rounding difference: the
  * test allows none on these frames). Skips (77) when no GPU is usable.
  */
+#define _GNU_SOURCE /* setenv */
 #include "testutil.h"
 
 #include "sim/noise.h"
@@ -35,8 +39,10 @@ static int teardown(void **state)
     return 0;
 }
 
-#define PITCH  18.5
+#define PITCH  18.5 /* of the spots; the lenslets: PITCH (9 x 9) and SMALL (40 x 40, 4-5 px) */
 #define NL     9
+#define SMALL  4.25
+#define NLS    40
 #define W      170
 #define FRAMES 3
 
@@ -104,7 +110,7 @@ static void compare(const sw_centroid_result *a, const sw_centroid_result *b, in
     }
 }
 
-static void one_case(sw_centroid_params *p, const sw_image *frames, const char *what)
+static void one_case(sw_centroid_params *p, const sw_image *frames, int nl, const char *what)
 {
     sw_centroid_plan *pc = NULL, *pg = NULL;
     p->path = SW_CENTROID_HOST;
@@ -113,7 +119,7 @@ static void one_case(sw_centroid_params *p, const sw_image *frames, const char *
     sw_centroid_result rc;
     assert_int_equal(sw_centroid_result_alloc(pc, FRAMES, SW_MEM_HOST, &rc), SW_OK);
     assert_int_equal(sw_centroid_run(pc, frames, &rc), SW_OK);
-    const int n = FRAMES * NL * NL;
+    const int n = FRAMES * nl * nl;
     const sw_centroid_path paths[3] = {SW_CENTROID_COPY, SW_CENTROID_MAPPED, SW_CENTROID_DEVICE};
     const sw_memory mems[3] = {SW_MEM_HOST, SW_MEM_PINNED, SW_MEM_PINNED};
     for (int k = 0; k < 3; k++) {
@@ -131,6 +137,25 @@ static void one_case(sw_centroid_params *p, const sw_image *frames, const char *
         assert_int_equal(sw_centroid_run(pg, &in, &rg), SW_OK);
         assert_int_equal(sw_context_synchronize(gpu), SW_OK);
         compare(&rc, &rg, n, what);
+        /* every group size on the device path (cm_shape's choice is one of them) */
+        for (int lanes = 1; paths[k] == SW_CENTROID_DEVICE && lanes <= 32; lanes *= 2) {
+            char env[8], msg[96];
+            snprintf(env, sizeof env, "%d", lanes);
+            setenv("SPOTWAVE_CENTROID_LANES", env, 1);
+            sw_centroid_plan *pl = NULL;
+            const sw_status st = sw_centroid_create(gpu, p, &pl);
+            unsetenv("SPOTWAVE_CENTROID_LANES");
+            if (st != SW_OK)
+                fail_msg("%s, %d lanes: GPU plan: %s", what, lanes, sw_context_error(gpu));
+            sw_centroid_result rl;
+            assert_int_equal(sw_centroid_result_alloc(pl, FRAMES, SW_MEM_PINNED, &rl), SW_OK);
+            assert_int_equal(sw_centroid_run(pl, &in, &rl), SW_OK);
+            assert_int_equal(sw_context_synchronize(gpu), SW_OK);
+            snprintf(msg, sizeof msg, "%s, %d lanes", what, lanes);
+            compare(&rc, &rl, n, msg);
+            sw_centroid_result_free(&rl);
+            sw_centroid_destroy(pl);
+        }
         sw_centroid_result_free(&rg);
         sw_image_free(&dev);
         sw_centroid_destroy(pg);
@@ -145,7 +170,7 @@ static void test_methods(void **state)
     float *f32 = make_frames(1.0), *ref = make_frames(1.0);
     /* the correlation template: frame 1 as a reference image of one frame's size */
     const sw_pixel_type types[3] = {SW_PIX_U8, SW_PIX_U16, SW_PIX_F32};
-    uint8_t mask[NL * NL];
+    uint8_t mask[NLS * NLS];
     memset(mask, 1, sizeof mask);
     mask[3] = mask[40] = 0;
     for (int t = 0; t < 3; t++) {
@@ -153,13 +178,14 @@ static void test_methods(void **state)
         sw_image frames = as_type(src, types[t]);
         if (src != f32)
             free(src);
-        for (int m = 0; m <= 6; m++) {
+        for (int c = 0; c < 14; c++) {
+            const int m = c % 7, small = c >= 7, nl = small ? NLS : NL;
             sw_centroid_params p;
             sw_centroid_params_default(&p);
             p.geometry.x0 = 0;
             p.geometry.y0 = 0;
-            p.geometry.pitch_px = PITCH;
-            p.geometry.nx = p.geometry.ny = NL;
+            p.geometry.pitch_px = small ? SMALL : PITCH;
+            p.geometry.nx = p.geometry.ny = nl;
             p.geometry.valid = mask;
             p.width = p.height = W;
             p.type = types[t];
@@ -186,11 +212,11 @@ static void test_methods(void **state)
             case 4:
                 p.method = SW_CENTROID_METHOD_CORRELATION;
                 p.corr_reference = ref;
-                p.corr_search_px = 4;
+                p.corr_search_px = small ? 1 : 4;
                 break;
             case 5:
                 p.method = SW_CENTROID_METHOD_BRIGHTEST;
-                p.brightest_n = 12;
+                p.brightest_n = small ? 12 : 40; /* the walk down; the bisection */
                 break;
             default:
                 p.method = SW_CENTROID_METHOD_QUADCELL;
@@ -198,8 +224,9 @@ static void test_methods(void **state)
                 break;
             }
             char what[64];
-            snprintf(what, sizeof what, "%s, %s", names[m], sw_pixel_type_string(types[t]));
-            one_case(&p, &frames, what);
+            snprintf(what, sizeof what, "%s, %s, pitch %g", names[m],
+                     sw_pixel_type_string(types[t]), p.geometry.pitch_px);
+            one_case(&p, &frames, nl, what);
         }
         sw_image_free(&frames);
     }

@@ -327,6 +327,67 @@ static void test_local_sky(void **state)
     assert_true(rms[2] < 0.1);
 }
 
+/* BRIGHTEST's cut, the (N + 1)-th largest value, against a sort, on regions full of ties (integer
+ * values 0..39 and a spot): small N take the walk down the distinct values, N + 1 > 16 the
+ * bisection on the keys (centroid_method.h sw_cmb_select); N >= n takes the smallest value. */
+static int desc(const void *a, const void *b)
+{
+    const float x = *(const float *)a, y = *(const float *)b;
+    return (x < y) - (x > y);
+}
+
+static void test_brightest_select(void **state)
+{
+    (void)state;
+    float *img = malloc((size_t)W * W * sizeof(float));
+    assert_non_null(img);
+    for (int i = 0; i < W * W; i++)
+        img[i] = (float)floor(40.0 * uniform(21, (uint64_t)i));
+    for (int l = 0; l < NL * NL; l++)
+        add_spot(img, W, W, ref_x(l % NL) + 0.3, ref_x(l / NL) - 0.2, 1.5, 400.0);
+    static const int ns[7] = {1, 4, 9, 15, 16, 40, 300};
+    for (int c = 0; c < 7; c++) {
+        sw_centroid_params p;
+        grid_params(&p, PITCH, NL, SW_PIX_F32, 1);
+        p.method = SW_CENTROID_METHOD_BRIGHTEST;
+        p.brightest_n = ns[c];
+        sw_centroid_plan *plan = make_plan(&p);
+        sw_centroid_result r;
+        assert_int_equal(sw_centroid_result_alloc(plan, 1, SW_MEM_HOST, &r), SW_OK);
+        run_f32(plan, img, W, W, &r);
+        for (int l = 0; l < NL * NL; l++) {
+            const int xs = (l % NL) * PITCH, ys = (l / NL) * PITCH, n = PITCH * PITCH;
+            float v[PITCH * PITCH];
+            for (int j = 0; j < PITCH; j++)
+                for (int i = 0; i < PITCH; i++)
+                    v[j * PITCH + i] = img[(size_t)(ys + j) * W + xs + i];
+            float sorted[PITCH * PITCH];
+            memcpy(sorted, v, sizeof sorted);
+            qsort(sorted, (size_t)n, sizeof(float), desc);
+            const int m = ns[c] + 1 < n ? ns[c] + 1 : n;
+            const double b = sorted[m - 1];
+            double s0 = 0, sx = 0, sy = 0;
+            for (int q = 0; q < n; q++) {
+                const double e = v[q] > b ? v[q] - b : 0.0;
+                s0 += e;
+                sx += e * (q % PITCH);
+                sy += e * (q / PITCH);
+            }
+            if (!(s0 > 0)) {
+                assert_int_equal(r.status[l], SW_CENTROID_EMPTY);
+                continue;
+            }
+            if (r.status[l] != SW_CENTROID_OK)
+                fail_msg("N %d, lenslet %d: status %d", ns[c], l, r.status[l]);
+            assert_near(r.x[l], xs + sx / s0, 1e-4);
+            assert_near(r.y[l], ys + sy / s0, 1e-4);
+        }
+        sw_centroid_result_free(&r);
+        sw_centroid_destroy(plan);
+    }
+    free(img);
+}
+
 /* ------------------------------------------------------------------ correlation */
 
 /* An extended scene: a sum of 40 random plane waves (periods 5..20 px), evaluated exactly. */
@@ -663,6 +724,7 @@ int main(void)
         cmocka_unit_test(test_monte_carlo),
         cmocka_unit_test(test_wcog_response),
         cmocka_unit_test(test_local_sky),
+        cmocka_unit_test(test_brightest_select),
         cmocka_unit_test(test_correlation_shift),
         cmocka_unit_test(test_quadcell),
         cmocka_unit_test(test_status),
