@@ -139,7 +139,7 @@ static void one_case(sw_centroid_params *p, const sw_image *frames, int nl, cons
         compare(&rc, &rg, n, what);
         /* every group size on the device path (cm_shape's choice is one of them) */
         for (int lanes = 1; paths[k] == SW_CENTROID_DEVICE && lanes <= 32; lanes *= 2) {
-            char env[8], msg[96];
+            char env[16], msg[96];
             snprintf(env, sizeof env, "%d", lanes);
             setenv("SPOTWAVE_CENTROID_LANES", env, 1);
             sw_centroid_plan *pl = NULL;
