@@ -628,6 +628,21 @@ static sw_pixel_type pixel_of(sw_stream_type t)
     }
 }
 
+/* The newest frame of a camera stream into img (any stride): read whole and consistent into
+ * img's own memory when its rows are tight (sw_image_alloc rounds strides up to 64 bytes), else
+ * through `staging` (width x height tight) row by row. */
+static sw_status read_camera(sw_stream *cam, sw_image *img, void *staging, uint64_t *c0)
+{
+    const size_t row = (size_t)img->width * sw_pixel_size(img->type);
+    const size_t bytes = row * (size_t)img->height;
+    if (img->stride == row)
+        return sw_stream_read(cam, img->data, bytes, c0);
+    const sw_status st = sw_stream_read(cam, staging, bytes, c0);
+    for (int32_t y = 0; st == SW_OK && y < img->height; y++)
+        memcpy(sw_image_row(img, y), (const char *)staging + (size_t)y * row, row);
+    return st;
+}
+
 /* A file the configuration names: relative names are beside the configuration file. */
 static const char *beside(const rtc_opts *o, const char *name, char *buf, size_t n)
 {
@@ -734,6 +749,7 @@ typedef struct rtc_run {
     sw_image frame;
     float *u, *s;
     double *row;
+    void *staging; /* a tight copy of the frame when the image's rows are padded */
     int32_t sem;
     hist lat;
     uint64_t frames, missed, first_cnt0;
@@ -889,7 +905,8 @@ static int setup(sw_context *ctx, const rtc_opts *o, rtc_run *r)
     r->s = calloc(2 * (size_t)ns, sizeof(float));
     r->row = calloc(2 + 2 * (size_t)ns + (size_t)r->nact, sizeof(double));
     r->lat.bin = calloc(HIST_BINS, sizeof(uint32_t));
-    if (!r->u || !r->s || !r->row || !r->lat.bin)
+    r->staging = malloc((size_t)r->width * r->height * sw_pixel_size(cp->type));
+    if (!r->u || !r->s || !r->row || !r->lat.bin || !r->staging)
         return sw_cli_fail(SUB, "out of memory");
 
     if ((rc = output_stream(ctx, o, "--out", o->out, (uint32_t)r->nact, SW_STREAM_F32, &r->out)) !=
@@ -930,7 +947,6 @@ static int run(sw_context *ctx, const rtc_opts *o, rtc_run *r)
     const int status = o->status >= 0 ? o->status : isatty(2);
     const double t0 = sw_cli_now();
     double next_status = t0 + 1.0;
-    const size_t fbytes = (size_t)r->width * r->height * sw_pixel_size(r->frame.type);
     const size_t ubytes = (size_t)r->nact * sizeof(float);
     r->stopped_by = "frames";
     while (!o->frames || r->frames < (uint64_t)o->frames) {
@@ -965,7 +981,7 @@ static int run(sw_context *ctx, const rtc_opts *o, rtc_run *r)
         if (st != SW_OK)
             return sw_cli_fail(SUB, "--in %s: %s", o->in, sw_cli_lib_error(ctx, st));
         /* the newest frame, copied whole (retried while the camera writes) */
-        if ((st = sw_stream_read(r->in, r->frame.data, fbytes, &c0)) != SW_OK)
+        if ((st = read_camera(r->in, &r->frame, r->staging, &c0)) != SW_OK)
             return sw_cli_fail(SUB, "--in %s: %s", o->in, sw_cli_lib_error(ctx, st));
         sw_stream_info ii;
         sw_stream_get_info(r->in, &ii);
@@ -1062,6 +1078,7 @@ static void run_free(rtc_run *r)
     free(r->u);
     free(r->s);
     free(r->row);
+    free(r->staging);
     free(r->lat.bin);
 }
 
@@ -1334,6 +1351,7 @@ typedef struct calib_state {
     sw_centroid_result res;
     sw_image frame;
     size_t fbytes;
+    void *staging; /* read_camera's */
     uint64_t last; /* the camera's newest frame taken */
     double *acc;
     long frames_used, pokes;
@@ -1352,7 +1370,7 @@ static sw_status next_frame(calib_state *cs, uint64_t after)
     else if (st == SW_ECANCELED)
         snprintf(cs->why, sizeof cs->why, "stopped by a signal");
     if (st == SW_OK)
-        st = sw_stream_read(cs->cam, cs->frame.data, cs->fbytes, &c0);
+        st = read_camera(cs->cam, &cs->frame, cs->staging, &c0);
     if (st == SW_OK)
         cs->last = c0;
     return st;
@@ -1504,8 +1522,9 @@ int sw_cmd_calibrate(const sw_cli_globals *g, int argc, char **argv)
         cm = malloc((size_t)2 * cs.ns * cs.nact * sizeof(float));
         zero = calloc((size_t)cs.nact, sizeof(float));
         cs.acc = calloc((size_t)2 * cs.ns, sizeof(double));
+        cs.staging = malloc(cs.fbytes);
         sing = calloc((size_t)(cs.nact < 2 * cs.ns ? cs.nact : 2 * cs.ns), sizeof(double));
-        if (!im || !cm || !zero || !cs.acc || !sing)
+        if (!im || !cm || !zero || !cs.acc || !sing || !cs.staging)
             rc = sw_cli_fail(SUB, "out of memory");
     }
     if (rc == SW_EXIT_OK &&
@@ -1592,6 +1611,7 @@ int sw_cmd_calibrate(const sw_cli_globals *g, int argc, char **argv)
     sw_image_free(&cs.frame);
     free(r.valid);
     free(cs.acc);
+    free(cs.staging);
     free(im);
     free(cm);
     free(zero);

@@ -68,6 +68,36 @@ grep -q '"missed": 0' drtc.json || fail "dsabre rtc: $(cat drtc.json)"
 printf 'nx = 8\nny = 8\npitch_px = 8\nrecon = dsabre\ncm = x.fits\n' >dchain/bad.conf
 expect_usage rtc --config dchain/bad.conf --in dcam --out ddm
 
+# a camera whose rows the chain's buffer pads (100 u8 pixels; rows of 128 bytes): the slopes the
+# chain publishes are those of spotwave centroid on the same frame (D-SABRE at the corners needs
+# no matrix)
+expect 0 sim sh --grid 10x10 --pitch 10 --bits 8 --out odd.pgm
+printf 'nx = 10\nny = 10\npitch_px = 10\nrecon = dsabre\nprojection = corners\npartitions = 1\n' \
+    >odd.conf
+expect 0 stream write ocam odd.pgm
+"$SW" rtc --config odd.conf --in ocam --out odm --slopes osl --frames 1 --timeout 10 \
+    >odd.json 2>odd.err &
+odd_pid=$!
+for _ in $(seq 200); do # frames until the chain has taken one
+    "$SW" stream write ocam odd.pgm 2>/dev/null
+    kill -0 "$odd_pid" 2>/dev/null || break
+    sleep 0.05
+done
+wait "$odd_pid" || fail "rtc on a 100-pixel-wide camera: $(cat odd.err)"
+expect 0 stream read osl --out osl.fits
+expect 0 centroid odd.pgm --grid 10x10 --pitch 10 --origin 0,0 --slopes osl.csv
+python3 - osl.fits osl.csv <<'PY' || fail "the chain's slopes differ from spotwave centroid's"
+import csv, sys
+import numpy as np
+raw = open(sys.argv[1], "rb").read()
+s = np.frombuffer(raw[2880:2880 + 800], ">f4").astype(float)
+rows = list(csv.DictReader(open(sys.argv[2])))
+dx = np.array([float(r["dx_px"]) for r in rows])
+dy = np.array([float(r["dy_px"]) for r in rows])
+assert len(rows) == 100, len(rows)
+assert np.abs(s[:100] - dx).max() < 1e-6 and np.abs(s[100:] - dy).max() < 1e-6
+PY
+
 # calibration through the streams of a calm bench: push-pull gives the simulator's own matrix
 CALM=(--set nx=8 --set recon=mvm --set samples=4 --set model=geometric --set diameter_m=3)
 expect 0 --backend cpu --threads 1 sim bench "${CALM[@]}" --rtc-config calm --frames 0
