@@ -171,6 +171,18 @@ static void recv_bytes(void *p, size_t n, int from)
     }
 }
 
+/* Out of memory while ranks wait on each other: the whole job stops (no rank could finish). */
+#if defined(__GNUC__)
+__attribute__((noreturn))
+#endif
+static void
+out_of_memory(const sw_cli_mpi *m)
+{
+    sw_cli_fail(m->sub, "MPI rank %d: out of memory while gathering the results", m->rank);
+    MPI_Abort(MPI_COMM_WORLD, SW_EXIT_FAIL);
+    exit(SW_EXIT_FAIL); /* (MPI_Abort does not return) */
+}
+
 /* Rank 0: status messages into m->done and m->hd: those waiting (wait 0), or the next one. */
 static void take_status(sw_cli_mpi *m, int wait)
 {
@@ -366,8 +378,7 @@ int sw_cli_mpi_gather(sw_cli_mpi *m, sw_context *ctx, sw_status st, sw_spot_list
             /* plane by plane, row by row: the cube's rows may be padded */
             uint8_t *buf = malloc(plane);
             if (!buf) {
-                sw_cli_fail(m->sub, "out of memory");
-                MPI_Abort(MPI_COMM_WORLD, SW_EXIT_FAIL);
+                out_of_memory(m);
             }
             for (int64_t k = m->my_first - m->first; k < m->my_first - m->first + m->my_count;
                  k++) {
@@ -384,9 +395,7 @@ int sw_cli_mpi_gather(sw_cli_mpi *m, sw_context *ctx, sw_status st, sw_spot_list
     /* rank 0: every header (and the progress before it), then the data rank by rank */
     uint8_t *buf = plane ? malloc(plane) : NULL;
     if (!m->hd || (plane && !buf) || !m->done) {
-        sw_cli_fail(m->sub, "out of memory");
-        MPI_Abort(MPI_COMM_WORLD, SW_EXIT_FAIL);
-        return SW_EXIT_FAIL;
+        out_of_memory(m);
     }
     m->done[0] = m->my_count;
     while (m->headers < m->size - 1) {
@@ -405,8 +414,7 @@ int sw_cli_mpi_gather(sw_cli_mpi *m, sw_context *ctx, sw_status st, sw_spot_list
             const int64_t n = spots->count + x[H_SPOTS];
             sw_spot *p = realloc(spots->spots, (size_t)n * sizeof *p);
             if (!p) {
-                sw_cli_fail(m->sub, "out of memory");
-                MPI_Abort(MPI_COMM_WORLD, SW_EXIT_FAIL);
+                out_of_memory(m);
             }
             recv_bytes(p + spots->count, (size_t)x[H_SPOTS] * sizeof *p, r);
             spots->spots = p;
@@ -416,8 +424,7 @@ int sw_cli_mpi_gather(sw_cli_mpi *m, sw_context *ctx, sw_status st, sw_spot_list
             const int64_t n = refined->count + x[H_REFINED];
             sw_refine_result *p = realloc(refined->items, (size_t)n * sizeof *p);
             if (!p) {
-                sw_cli_fail(m->sub, "out of memory");
-                MPI_Abort(MPI_COMM_WORLD, SW_EXIT_FAIL);
+                out_of_memory(m);
             }
             recv_bytes(p + refined->count, (size_t)x[H_REFINED] * sizeof *p, r);
             refined->items = p;
