@@ -80,7 +80,7 @@ static void print_text(const info_report *r)
     printf("build:         %s\n", r->build);
     printf("CUDA support:  %s\n", r->cuda_built ? "yes" : "no (CPU-only build)");
     printf("CUDA devices:  %d\n", r->cuda_devices);
-    printf("MPI support:   %s\n", r->mpi ? r->mpi : "no (mpirun runs find as one process)");
+    printf("MPI support:   %s\n", r->mpi ? r->mpi : "no (built without MPI)");
     printf("CPU:           %s (%d thread%s used)\n", r->cpu, r->threads,
            r->threads == 1 ? "" : "s");
     printf("backend:       %s (requested: %s)\n", sw_backend_string(r->backend),

@@ -85,19 +85,6 @@ sw_cli_globals sw_cli_mpi_globals(const sw_cli_mpi *m, const sw_cli_globals *g)
     return r;
 }
 
-/* The file and the frame within it of global frame `index`, for messages. */
-static const char *frame_file(const sw_cli_inputs *in, int64_t index, int64_t *local)
-{
-    *local = index;
-    for (int i = 0; in && i < in->n; i++) {
-        if (index >= in->in[i].start && index < in->in[i].start + in->in[i].nframes) {
-            *local = index - in->in[i].start;
-            return in->in[i].path;
-        }
-    }
-    return "?";
-}
-
 /* Reader thread: notes the first frame whose read failed (read after the pipeline has joined
  * the thread). */
 static sw_status wrapped_read(void *user, int64_t index, sw_image *dst)
@@ -146,6 +133,31 @@ enum {
     H_N
 };
 _Static_assert(H_N <= SW_CLI_MPI_MSG, "a status message fits sw_cli_mpi's buffer");
+
+/* The file and the frame within it of global frame `index`, for messages. */
+static const char *frame_file(const sw_cli_inputs *in, int64_t index, int64_t *local)
+{
+    *local = index;
+    for (int i = 0; in && i < in->n; i++) {
+        if (index >= in->in[i].start && index < in->in[i].start + in->in[i].nframes) {
+            *local = index - in->in[i].start;
+            return in->in[i].path;
+        }
+    }
+    return "?";
+}
+
+/* This rank's failure: its frame, file and the library's message. */
+static int64_t report_failure(sw_cli_mpi *m, sw_context *ctx, sw_status st)
+{
+    const int64_t done = m->done ? m->done[0] : 0;
+    const int64_t frame = m->read_failed >= 0 ? m->read_failed : m->my_first + done;
+    int64_t local;
+    const char *file = frame_file(m->in, frame, &local);
+    sw_cli_fail(m->sub, "MPI rank %d of %d: frame %lld ('%s', its frame %lld) failed: %s", m->rank,
+                m->size, (long long)frame, file, (long long)local, sw_cli_lib_error(ctx, st));
+    return frame;
+}
 
 #define CHUNK (1 << 30) /* bytes per message: MPI counts are ints */
 
@@ -327,18 +339,6 @@ sw_find_source sw_cli_mpi_source(sw_cli_mpi *m, const sw_find_source *src, const
     sw_find_source w = {wrapped_read, src->strong ? wrapped_strong : NULL,
                         m->done ? wrapped_progress : NULL, m};
     return w;
-}
-
-/* This rank's failure: its frame, file and the library's message. */
-static int64_t report_failure(sw_cli_mpi *m, sw_context *ctx, sw_status st)
-{
-    const int64_t done = m->done ? m->done[0] : 0;
-    const int64_t frame = m->read_failed >= 0 ? m->read_failed : m->my_first + done;
-    int64_t local;
-    const char *file = frame_file(m->in, frame, &local);
-    sw_cli_fail(m->sub, "MPI rank %d of %d: frame %lld ('%s', its frame %lld) failed: %s", m->rank,
-                m->size, (long long)frame, file, (long long)local, sw_cli_lib_error(ctx, st));
-    return frame;
 }
 
 int sw_cli_mpi_gather(sw_cli_mpi *m, sw_context *ctx, sw_status st, sw_spot_list *spots,
