@@ -44,6 +44,7 @@ typedef struct sw_cli_mpi {
     int64_t read_failed;         /* the first frame whose read failed on this rank, or -1     */
     int64_t *done;               /* rank 0: frames done per rank (for the progress bar)       */
     int64_t shown;               /* rank 0: the frames done the bar shows                     */
+    int bar_on;                  /* src->progress draws a progress bar on stderr              */
     int64_t *hd;                 /* rank 0: each rank's last status message (SW_CLI_MPI_MSG)  */
     int headers;                 /* rank 0: the final status messages received                */
     double t_sent;               /* last progress message sent (other ranks)                  */
@@ -74,9 +75,10 @@ int sw_cli_mpi_agree(sw_cli_mpi *m, int rc);
 /* This rank's block of frames first..first+count-1 (all of them without MPI) into my_first,
  * my_count, and the source the pipeline should read through: src's callbacks wrapped to note a
  * failed read and, on rank 0, to show every rank's progress (src->progress gets the totals; the
- * other ranks send theirs to rank 0). in names the files in failure messages. */
+ * other ranks send theirs to rank 0). in names the files in failure messages; bar_on says that
+ * src->progress draws a bar (a failure message then starts on a new line). */
 sw_find_source sw_cli_mpi_source(sw_cli_mpi *m, const sw_find_source *src, const sw_cli_inputs *in,
-                                 int64_t first, int64_t count);
+                                 int64_t first, int64_t count, int bar_on);
 
 /* Collective, after this rank's frames (st: what sw_find_sequence returned, message on ctx):
  * rank 0 appends every other rank's spots (and refined results, when refined is not NULL) to its

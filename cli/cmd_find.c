@@ -1206,8 +1206,9 @@ int sw_cmd_find(const sw_cli_globals *g, int argc, char **argv)
     /* `mpirun -np N`: the frames dealt to N processes (cli_mpi.h); a plain run is rank 0 of 1 */
     sw_cli_mpi mpi;
     if ((rc = sw_cli_mpi_start(&mpi, SUB)) == SW_EXIT_OK && o.three_d && mpi.size > 1)
-        rc = sw_cli_usage(SUB, "--3d joins spots across frames: run it as one process, not "
-                               "under mpirun");
+        rc = !sw_cli_mpi_root(&mpi) ? SW_EXIT_USAGE
+                                    : sw_cli_usage(SUB, "--3d joins spots across frames: run it "
+                                                        "as one process, not under mpirun");
     if (rc == SW_EXIT_OK)
         rc = sw_cli_files_check();
     const sw_cli_globals rank_g = sw_cli_mpi_globals(&mpi, g);
@@ -1342,7 +1343,7 @@ int sw_cmd_find(const sw_cli_globals *g, int argc, char **argv)
         goto done;
     sw_find_source src = {source_read, o.strong ? source_strong : NULL, source_progress, &j};
     /* this rank's frames (all of them in one process); rank 0 gathers the others' spots */
-    sw_find_source rank_src = sw_cli_mpi_source(&mpi, &src, &j.in, first, count);
+    sw_find_source rank_src = sw_cli_mpi_source(&mpi, &src, &j.in, first, count, j.bar.on);
     st = mpi.my_count > 0 ? sw_find_sequence(plan, mpi.my_first, mpi.my_count, &rank_src, o.three_d,
                                              &spots, &stats)
                           : SW_OK;

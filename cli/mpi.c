@@ -154,6 +154,8 @@ static int64_t report_failure(sw_cli_mpi *m, sw_context *ctx, sw_status st)
     const int64_t frame = m->read_failed >= 0 ? m->read_failed : m->my_first + done;
     int64_t local;
     const char *file = frame_file(m->in, frame, &local);
+    if (m->bar_on && m->shown > 0 && m->shown < m->count)
+        fputc('\n', stderr); /* after the bar's line */
     sw_cli_fail(m->sub, "MPI rank %d of %d: frame %lld ('%s', its frame %lld) failed: %s", m->rank,
                 m->size, (long long)frame, file, (long long)local, sw_cli_lib_error(ctx, st));
     return frame;
@@ -318,9 +320,10 @@ int sw_cli_mpi_agree(sw_cli_mpi *m, int rc)
 }
 
 sw_find_source sw_cli_mpi_source(sw_cli_mpi *m, const sw_find_source *src, const sw_cli_inputs *in,
-                                 int64_t first, int64_t count)
+                                 int64_t first, int64_t count, int bar_on)
 {
     m->inner = *src;
+    m->bar_on = bar_on;
     m->in = in;
     m->first = first;
     m->count = count;

@@ -6,8 +6,9 @@
 # travel with the spots); the --json report of rank 0 has mpi_ranks, frames_per_rank and the
 # same counts as one process. More ranks than frames works (a rank without frames). A corrupt
 # HDF5 chunk among the files is reported by the rank that reads it, with its file and frame,
-# the other ranks finish theirs, the run fails and writes nothing, as one process does. --3d is
-# refused under mpirun. Skips (77) without mpirun or when spotwave was built without MPI.
+# the other ranks finish theirs, the run fails and writes nothing, as one process does; when
+# rank 0 fails too, both failures are listed. --3d is refused under mpirun. Skips (77) without
+# mpirun or when spotwave was built without MPI.
 # Usage: test_cli_find_mpi.sh PATH/TO/spotwave
 set -euo pipefail
 
@@ -130,6 +131,12 @@ mpi 3 find "${bad[@]}" --out spots.csv --json
     fail "rank 0 does not list the failed frame and the finished ones: $err"
 [[ ! -e spots.csv && -z $out ]] || fail "a failed MPI run wrote its outputs"
 [[ $(find . -name '.spotwave-*' | wc -l) == 0 ]] || fail "a failed MPI run left a staging folder"
+
+# every rank fails, rank 0 too (its own frame first in the list)
+mpi 2 find ../data/corrupt.h5 ../data/frame2.tif ../data/frame3.fits ../data/corrupt.h5 --out spots.csv
+[[ $rc != 0 && $err == *"2 of 2 MPI ranks failed"*"0 ('../data/corrupt.h5' frame 0, rank 0), 3 ('../data/corrupt.h5' frame 0, rank 1)"* ]] ||
+    fail "two failing ranks are not both listed: $err"
+[[ ! -e spots.csv ]] || fail "a failed MPI run wrote its outputs"
 
 # --3d joins spots across frames: not dealt to ranks
 mpi 2 find "${files[@]}" --3d --out spots3d.csv
