@@ -33,6 +33,7 @@ typedef struct sw_cli_globals {
     int quiet;           /* --quiet: no library log messages (failure lines are still printed) */
     int verbose;         /* --verbose: library log down to debug level                         */
     uint64_t max_memory; /* --max-memory SIZE in bytes; 0: the library's default (core.h)      */
+    int device;          /* CUDA device of the context (0; an MPI rank's own: cli_mpi.h)      */
 } sw_cli_globals;
 
 /*

@@ -10,6 +10,7 @@
 #define _GNU_SOURCE
 
 #include "cli.h"
+#include "cli_mpi.h"
 #include "json.h"
 #include "outfiles.h"
 #include "plot.h"
@@ -210,7 +211,14 @@ void sw_cmd_find_help(FILE *out)
         "  --json                 print a JSON report on standard output (needs --out FILE)\n"
         "  --progress / --no-progress  a progress bar on stderr (default: when stderr is a\n"
         "                         terminal and there is more than one frame)\n"
-        "  -h, --help             this help\n",
+        "  -h, --help             this help\n"
+        "\n"
+        "Under mpirun (a spotwave built with MPI: 'spotwave info' says), e.g. 'mpirun -np 4\n"
+        "spotwave find FILES... --out spots.csv', the frames are dealt to the processes in\n"
+        "contiguous blocks, each on its own GPU (node-local rank modulo the GPUs) or CPU cores;\n"
+        "rank 0 merges the spots in frame order and writes every output once, the same bytes\n"
+        "as one process. A frame that fails stops its rank's block; the other ranks finish,\n"
+        "rank 0 lists the failed frames and the run fails. Not with --3d.\n",
         SW_FIND_MAX_KERNEL, SW_FIND_MAX_DEBLEND_LEVELS, SW_REFINE_MAX_RADIUS);
 }
 
@@ -1110,7 +1118,7 @@ static void json_geometry(cJSON *r, const find_job *j)
 }
 
 static void json_report(const find_job *j, sw_context *ctx, const sw_find_stats *stats,
-                        double seconds, int64_t first, int64_t count)
+                        double seconds, int64_t first, int64_t count, const sw_cli_mpi *mpi)
 {
     const find_opts *o = j->o;
     const sw_find_params *p = &o->p;
@@ -1182,6 +1190,7 @@ static void json_report(const find_job *j, sw_context *ctx, const sw_find_stats 
     sw_cli_json_int(rej, "separation", stats->rejected_separation);
     sw_cli_json_fixed(r, "seconds", seconds, 6);
     sw_cli_json_fixed(r, "frames_per_second", seconds > 0 ? (double)count / seconds : 0.0, 3);
+    sw_cli_mpi_json(mpi, r);
     sw_cli_json_print(r);
 }
 
@@ -1267,12 +1276,19 @@ int sw_cmd_find(const sw_cli_globals *g, int argc, char **argv)
     sw_cli_file_out("--summary", o.summary);
     sw_cli_file_out("--summary-plot", o.summary_plot);
     sw_cli_file_out("--out-h5", o.out_h5);
-    if ((rc = sw_cli_files_check()) != SW_EXIT_OK)
-        return rc;
+    /* `mpirun -np N`: the frames dealt to N processes (cli_mpi.h); a plain run is rank 0 of 1 */
+    sw_cli_mpi mpi;
+    if ((rc = sw_cli_mpi_start(&mpi, SUB)) == SW_EXIT_OK && o.three_d && mpi.size > 1)
+        rc = !sw_cli_mpi_root(&mpi) ? SW_EXIT_USAGE
+                                    : sw_cli_usage(SUB, "--3d joins spots across frames: run it "
+                                                        "as one process, not under mpirun");
+    if (rc == SW_EXIT_OK)
+        rc = sw_cli_files_check();
+    const sw_cli_globals rank_g = sw_cli_mpi_globals(&mpi, g);
 
     sw_context *ctx = NULL;
-    if ((rc = sw_cli_context(g, SUB, &ctx)) != SW_EXIT_OK)
-        return rc;
+    if (rc != SW_EXIT_OK || (rc = sw_cli_context(&rank_g, SUB, &ctx)) != SW_EXIT_OK)
+        return sw_cli_mpi_end(&mpi, rc);
     find_job j;
     memset(&j, 0, sizeof j);
     j.o = &o;
@@ -1395,9 +1411,21 @@ int sw_cmd_find(const sw_cli_globals *g, int argc, char **argv)
         j.strong_first = first;
     }
 
-    sw_cli_progress_start(&j.bar, "find", o.progress, g->quiet, count);
+    sw_cli_progress_start(&j.bar, "find", sw_cli_mpi_root(&mpi) ? o.progress : 0, g->quiet, count);
+    if ((rc = sw_cli_mpi_agree(&mpi, SW_EXIT_OK)) != SW_EXIT_OK)
+        goto done;
     sw_find_source src = {source_read, o.strong ? source_strong : NULL, source_progress, &j};
-    st = sw_find_sequence(plan, first, count, &src, o.three_d, &spots, &stats);
+    /* this rank's frames (all of them in one process); rank 0 gathers the others' spots */
+    sw_find_source rank_src = sw_cli_mpi_source(&mpi, &src, &j.in, first, count, j.bar.on);
+    st = mpi.my_count > 0 ? sw_find_sequence(plan, mpi.my_first, mpi.my_count, &rank_src, o.three_d,
+                                             &spots, &stats)
+                          : SW_OK;
+    if (mpi.on) {
+        rc = sw_cli_mpi_gather(&mpi, ctx, st, &spots, refine ? &refined : NULL, &stats,
+                               o.strong ? &j.strong_cube : NULL);
+        if (rc != SW_EXIT_OK || !sw_cli_mpi_root(&mpi))
+            goto done; /* only rank 0 writes */
+    }
     double seconds = sw_cli_now() - j.bar.t_start;
     if (st != SW_OK) {
         if (j.bar.on)
@@ -1463,7 +1491,7 @@ int sw_cmd_find(const sw_cli_globals *g, int argc, char **argv)
         }
     }
     if (o.json)
-        json_report(&j, ctx, &stats, seconds, first, count);
+        json_report(&j, ctx, &stats, seconds, first, count, &mpi);
     rc = SW_EXIT_OK;
 
 done:
@@ -1477,5 +1505,5 @@ done:
     free(mask);
     free_inputs(&j);
     sw_context_destroy(ctx);
-    return rc;
+    return sw_cli_mpi_end(&mpi, rc);
 }

@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 
 #include "cli.h"
+#include "cli_mpi.h"
 #include "json.h"
 
 #include <getopt.h>
@@ -61,6 +62,7 @@ typedef struct info_report {
     const char *build;
     int cuda_built;
     int cuda_devices;
+    const char *mpi; /* the MPI library the command was built with, or NULL */
     char cpu[256];
     int threads;
     sw_backend requested;
@@ -78,6 +80,7 @@ static void print_text(const info_report *r)
     printf("build:         %s\n", r->build);
     printf("CUDA support:  %s\n", r->cuda_built ? "yes" : "no (CPU-only build)");
     printf("CUDA devices:  %d\n", r->cuda_devices);
+    printf("MPI support:   %s\n", r->mpi ? r->mpi : "no (built without MPI)");
     printf("CPU:           %s (%d thread%s used)\n", r->cpu, r->threads,
            r->threads == 1 ? "" : "s");
     printf("backend:       %s (requested: %s)\n", sw_backend_string(r->backend),
@@ -108,6 +111,7 @@ static void print_json(const info_report *r)
     sw_cli_json_string(j, "build", r->build);
     cJSON_AddBoolToObject(j, "cuda_built", r->cuda_built);
     sw_cli_json_int(j, "cuda_devices", r->cuda_devices);
+    sw_cli_json_string(j, "mpi", r->mpi);
     sw_cli_json_string(j, "cpu", r->cpu);
     sw_cli_json_int(j, "threads", r->threads);
     sw_cli_json_string(j, "backend_requested", sw_backend_string(r->requested));
@@ -174,6 +178,7 @@ int sw_cmd_info(const sw_cli_globals *g, int argc, char **argv)
     r.build = sw_build_info();
     r.cuda_built = sw_built_with_cuda();
     r.cuda_devices = sw_cuda_device_count();
+    r.mpi = sw_cli_mpi_library();
     sw_cpu_name(r.cpu, sizeof r.cpu);
     r.threads = sw_context_threads(ctx);
     r.requested = g->backend;

@@ -402,6 +402,7 @@ int sw_cli_context(const sw_cli_globals *g, const char *sub, sw_context **out)
     sw_context_params_default(&p);
     p.backend = g->backend;
     p.threads = g->threads;
+    p.device = g->device;
     p.log = g->quiet ? NULL : log_to_stderr;
     p.log_user = NULL;
     p.log_level = g->verbose ? SW_LOG_DEBUG : SW_LOG_WARN;
@@ -530,7 +531,7 @@ int main(int argc, char **argv)
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
-    sw_cli_globals g = {SW_BACKEND_AUTO, 0, 0, 0, 0};
+    sw_cli_globals g = {SW_BACKEND_AUTO, 0, 0, 0, 0, 0};
     long v;
     sw_cli_set_command_line(argc, argv); /* for the HISTORY of the FITS files written */
 
