@@ -63,13 +63,19 @@ for i in $(seq 1 12); do
 done
 
 # the same command line in folders of their own, so that the FITS HISTORY (the command) agrees
-args=(find "${files[@]}" --refine xwin --out spots.csv --summary summary.jsonl --out-h5 spots.h5
-      --strong-mask strong.fits --json)
+args=(find "${files[@]}" --refine xwin --deblend --out spots.csv --summary summary.jsonl
+      --out-h5 spots.h5 --strong-mask strong.fits --json)
 mkdir "$tmp/one" "$tmp/np2" "$tmp/np3"
 cd "$tmp/one"
 expect 0 "${args[@]}"
 printf '%s\n' "$out" >report.json
 [[ $(wc -l <spots.csv) -gt 100 ]] || fail "one process found too few spots: $(wc -l <spots.csv) lines"
+# blends in the later frames: their parent positions must survive the merge of the ranks' lists
+python3 - spots.csv <<'EOF' || fail "no blend among the later frames: the parent merge is untested"
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert any(int(r["parent"]) > len(rows) // 2 for r in rows)
+EOF
 for np in 2 3; do
     cd "$tmp/np$np"
     mpi "$np" "${args[@]}"
