@@ -346,6 +346,7 @@ typedef struct rtc_opts {
     int cpu;          /* -1: no affinity */
     int fifo;         /* 0: no real-time priority */
     int json, status; /* status: -1 automatic (on when stderr is a terminal) */
+    int copy;         /* --copy: every frame copied out of the stream first */
     rtc_config c;
 } rtc_opts;
 
@@ -375,6 +376,10 @@ void sw_cmd_rtc_help(FILE *out)
         "                         ImageStreamIO's folder; stream.h)\n"
         "  --wait sem|spin        wake on the input's semaphore (sem, the default) or poll its\n"
         "                         counter cnt0 (spin: lowest latency, one core busy)\n"
+        "  --copy                 copy each frame out of the camera stream before the chain\n"
+        "                         reads it (default: the chain reads the stream's own memory,\n"
+        "                         page-locked for the GPU's copy, and takes a frame again from\n"
+        "                         a copy when the camera wrote over it meanwhile: JSON retaken)\n"
         "\n"
         "Chain:\n"
         "  --config FILE          `key = value` lines, '#' comments: nx, ny, pitch_px (required),\n"
@@ -435,11 +440,13 @@ static int parse_options(int argc, char **argv, rtc_opts *o)
         OPT_FIFO,
         OPT_STATUS,
         OPT_NO_STATUS,
+        OPT_COPY,
         OPT_JSON
     };
     static const struct option longopts[] = {
         {"config", required_argument, NULL, OPT_CONFIG},
         {"set", required_argument, NULL, OPT_SET},
+        {"copy", no_argument, NULL, OPT_COPY},
         {"in", required_argument, NULL, OPT_IN},
         {"out", required_argument, NULL, OPT_OUT},
         {"slopes", required_argument, NULL, OPT_SLOPES},
@@ -514,6 +521,7 @@ static int parse_options(int argc, char **argv, rtc_opts *o)
             break;
         case OPT_STATUS: o->status = 1; break;
         case OPT_NO_STATUS: o->status = 0; break;
+        case OPT_COPY: o->copy = 1; break;
         case OPT_JSON: o->json = 1; break;
         default: return SW_EXIT_USAGE;
         }
@@ -749,7 +757,10 @@ typedef struct rtc_run {
     sw_image frame;
     float *u, *s;
     double *row;
-    void *staging; /* a tight copy of the frame when the image's rows are padded */
+    void *staging;    /* a tight copy of the frame when the image's rows are padded */
+    sw_image direct;  /* the camera stream's own frame (zero copy), data NULL with --copy */
+    int registered;   /* direct.data is page-locked (sw_host_register) */
+    uint64_t retaken; /* direct frames the camera wrote over during the run, taken again */
     int32_t sem;
     hist lat;
     uint64_t frames, missed, first_cnt0;
@@ -919,6 +930,25 @@ static int setup(sw_context *ctx, const rtc_opts *o, rtc_run *r)
         (rc = output_stream(ctx, o, "--telemetry", o->telemetry, (uint32_t)(2 + 2 * ns + r->nact),
                             SW_STREAM_F64, &r->tel)) != SW_EXIT_OK)
         return rc;
+    if (!o->copy) {
+        /* zero copy: the chain reads the stream's frame where it is (on the GPU, page-locked so
+         * the upload is a DMA like a pinned image's) */
+        const size_t bytes = (size_t)r->width * r->height * sw_pixel_size(cp->type);
+        void *data = sw_stream_data(r->in);
+        if ((st = sw_image_wrap(data, r->width, r->height, 0, cp->type, SW_MEM_HOST, &r->direct)) !=
+            SW_OK)
+            return sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
+        if (sw_context_backend(ctx) == SW_BACKEND_CUDA) {
+            if ((st = sw_host_register(ctx, data, bytes)) == SW_OK) {
+                r->registered = 1;
+                r->direct.memory = SW_MEM_PINNED;
+            } else
+                fprintf(stderr,
+                        "spotwave %s: the camera stream's memory could not be page-locked (%s): "
+                        "the GPU copies it at pageable speed\n",
+                        SUB, sw_cli_lib_error(ctx, st));
+        }
+    }
     return SW_EXIT_OK;
 }
 
@@ -980,19 +1010,37 @@ static int run(sw_context *ctx, const rtc_opts *o, rtc_run *r)
         }
         if (st != SW_OK)
             return sw_cli_fail(SUB, "--in %s: %s", o->in, sw_cli_lib_error(ctx, st));
-        /* the newest frame, copied whole (retried while the camera writes) */
-        if ((st = read_camera(r->in, &r->frame, r->staging, &c0)) != SW_OK)
-            return sw_cli_fail(SUB, "--in %s: %s", o->in, sw_cli_lib_error(ctx, st));
         sw_stream_info ii;
-        sw_stream_get_info(r->in, &ii);
+        int done = 0;
+        if (r->direct.data) {
+            /* zero copy, checked like a seqlock: the frame is whole if no write began before
+             * the run's end (write flag down) and none ended during it (cnt0 unchanged) */
+            sw_stream_get_info(r->in, &ii);
+            if (!ii.write_flag) {
+                c0 = ii.cnt0;
+                if ((st = sw_rtc_run(r->rtc, &r->direct, r->u, r->s)) != SW_OK)
+                    return sw_cli_fail(SUB, "frame %llu: %s", (unsigned long long)c0,
+                                       sw_cli_lib_error(ctx, st));
+                sw_stream_info after;
+                sw_stream_get_info(r->in, &after);
+                done = !after.write_flag && after.cnt0 == c0;
+                r->retaken += !done;
+            }
+        }
+        if (!done) {
+            /* the newest frame, copied whole (retried while the camera writes) */
+            if ((st = read_camera(r->in, &r->frame, r->staging, &c0)) != SW_OK)
+                return sw_cli_fail(SUB, "--in %s: %s", o->in, sw_cli_lib_error(ctx, st));
+            sw_stream_get_info(r->in, &ii);
+            if ((st = sw_rtc_run(r->rtc, &r->frame, r->u, r->s)) != SW_OK)
+                return sw_cli_fail(SUB, "frame %llu: %s", (unsigned long long)c0,
+                                   sw_cli_lib_error(ctx, st));
+        }
         if (r->frames == 0)
             r->first_cnt0 = c0;
         else if (c0 > last + 1)
             r->missed += c0 - last - 1;
         last = c0;
-        if ((st = sw_rtc_run(r->rtc, &r->frame, r->u, r->s)) != SW_OK)
-            return sw_cli_fail(SUB, "frame %llu: %s", (unsigned long long)c0,
-                               sw_cli_lib_error(ctx, st));
         if ((st = sw_stream_write(r->out, r->u, ubytes)) != SW_OK)
             return sw_cli_fail(SUB, "--out %s: %s", o->out, sw_cli_lib_error(ctx, st));
         const double us = 1e6 * (sw_stream_clock_now() - ii.write_time);
@@ -1038,6 +1086,8 @@ static void summary(const rtc_opts *o, const rtc_run *r, sw_backend backend)
         sw_cli_json_u64(j, "frames", r->frames);
         sw_cli_json_u64(j, "missed", r->missed);
         sw_cli_json_u64(j, "first_cnt0", r->first_cnt0);
+        sw_cli_json_string(j, "frames_read", o->copy ? "copied" : "in place");
+        sw_cli_json_u64(j, "retaken", r->retaken);
         sw_cli_json_int(j, "width", r->width);
         sw_cli_json_int(j, "height", r->height);
         sw_cli_json_int(j, "slopes", 2 * r->ns);
@@ -1062,8 +1112,10 @@ static void summary(const rtc_opts *o, const rtc_run *r, sw_backend backend)
                med, p99, r->lat.max);
 }
 
-static void run_free(rtc_run *r)
+static void run_free(sw_context *ctx, rtc_run *r)
 {
+    if (r->registered)
+        sw_host_unregister(ctx, r->direct.data);
     if (r->in && r->sem >= 0)
         sw_stream_release_semaphore(r->in, r->sem);
     sw_stream_close(r->in);
@@ -1145,7 +1197,7 @@ int sw_cmd_rtc(const sw_cli_globals *g, int argc, char **argv)
         summary(o, &r, sw_context_backend(ctx));
     else if (r.frames)
         status_line(&r);
-    run_free(&r);
+    run_free(ctx, &r);
     sw_context_destroy(ctx);
     free(o);
     return rc;

@@ -303,6 +303,15 @@ double sw_image_get(const sw_image *img, int32_t x, int32_t y);
 sw_status sw_image_copy(sw_context *ctx, const sw_image *src, sw_image *dst);
 
 /*
+ * Page-locks caller memory (cudaHostRegister) so that copies from and to it on ctx's GPU run at
+ * the bus's speed like those of pinned images (e.g. a shared-memory image stream's frames,
+ * stream.h). A no-op on the CPU backend. SW_ECUDA with CUDA's message when refused. Undo with
+ * sw_host_unregister before the memory goes away.
+ */
+sw_status sw_host_register(sw_context *ctx, void *p, size_t bytes);
+void sw_host_unregister(sw_context *ctx, void *p);
+
+/*
  * Converts src into dst (same size, any types, both on the host or both on the device).
  * out = in * scale + offset, then, for integer destinations, rounded to nearest and clamped to
  * the type's range (the number of clamped pixels is returned in *clipped when not NULL).

@@ -216,6 +216,28 @@ void *sw_host_alloc(sw_context *ctx, size_t bytes, int pinned)
     return calloc(1, bytes ? bytes : 1);
 }
 
+sw_status sw_host_register(sw_context *ctx, void *p, size_t bytes)
+{
+    if (!ctx || !p || !bytes)
+        return sw_fail(ctx, SW_EINVAL, "sw_host_register: NULL context or memory, or 0 bytes");
+#ifdef SW_HAVE_CUDA
+    if (ctx->backend == SW_BACKEND_CUDA)
+        return sw_cuda_host_register(ctx, p, bytes);
+#endif
+    return SW_OK;
+}
+
+void sw_host_unregister(sw_context *ctx, void *p)
+{
+#ifdef SW_HAVE_CUDA
+    if (ctx && ctx->backend == SW_BACKEND_CUDA)
+        sw_cuda_host_unregister(p);
+#else
+    (void)ctx;
+    (void)p;
+#endif
+}
+
 void sw_host_free(void *p, int pinned)
 {
 #ifdef SW_HAVE_CUDA

@@ -207,6 +207,24 @@ extern "C" void *sw_cuda_host_alloc(size_t bytes)
     return p;
 }
 
+extern "C" sw_status sw_cuda_host_register(sw_context *ctx, void *p, size_t bytes)
+{
+    SW_CU(cudaSetDevice(ctx->device));
+    const cudaError_t e = cudaHostRegister(p, bytes, cudaHostRegisterPortable);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return sw_fail(ctx, SW_ECUDA, "cudaHostRegister of %zu bytes: %s", bytes,
+                       cudaGetErrorString(e));
+    }
+    return SW_OK;
+}
+
+extern "C" void sw_cuda_host_unregister(void *p)
+{
+    if (p && cudaHostUnregister(p) != cudaSuccess)
+        cudaGetLastError();
+}
+
 extern "C" void sw_cuda_host_free(void *p)
 {
     if (p)

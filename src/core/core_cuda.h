@@ -22,6 +22,8 @@ sw_status sw_cuda_synchronize(sw_context *ctx);
 
 void *sw_cuda_host_alloc(size_t bytes);
 void sw_cuda_host_free(void *p);
+sw_status sw_cuda_host_register(sw_context *ctx, void *p, size_t bytes);
+void sw_cuda_host_unregister(void *p);
 void sw_cuda_device_free(void *p);
 /* Pitched, zeroed device allocation for an image descriptor already filled with size/type. */
 sw_status sw_cuda_image_alloc(sw_context *ctx, sw_image *img);

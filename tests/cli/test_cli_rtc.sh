@@ -36,6 +36,7 @@ assert b["frames"] == 1000 and b["twin_identical_frames"] == 1000, b
 assert b["twin_first_difference"] == 0 and b["twin_max_rel_difference"] == 0, b
 assert r["frames"] == 1000 and r["missed"] == 0 and r["first_cnt0"] == 1, r
 assert r["actuators"] == 81 and r["stopped_by"] == "frames", r
+assert r["frames_read"] == "in place" and r["retaken"] == 0, r  # lockstep: never overwritten
 assert r["slopes"] == 2 * 52, r  # 52 lenslets of 64 lit to half or more
 assert 0 < r["latency_median_us"] <= r["latency_p99_us"] <= r["latency_max_us"] + 0.1, r
 # the loop corrected: residual well below the turbulence
@@ -68,14 +69,14 @@ grep -q '"missed": 0' drtc.json || fail "dsabre rtc: $(cat drtc.json)"
 printf 'nx = 8\nny = 8\npitch_px = 8\nrecon = dsabre\ncm = x.fits\n' >dchain/bad.conf
 expect_usage rtc --config dchain/bad.conf --in dcam --out ddm
 
-# a camera whose rows the chain's buffer pads (100 u8 pixels; rows of 128 bytes): the slopes the
-# chain publishes are those of spotwave centroid on the same frame (D-SABRE at the corners needs
-# no matrix)
+# a camera whose rows the chain's buffer pads (100 u8 pixels; rows of 128 bytes), read with
+# --copy: the slopes the chain publishes are those of spotwave centroid on the same frame
+# (D-SABRE at the corners needs no matrix)
 expect 0 sim sh --grid 10x10 --pitch 10 --bits 8 --out odd.pgm
 printf 'nx = 10\nny = 10\npitch_px = 10\nrecon = dsabre\nprojection = corners\npartitions = 1\n' \
     >odd.conf
 expect 0 stream write ocam odd.pgm
-"$SW" rtc --config odd.conf --in ocam --out odm --slopes osl --frames 1 --timeout 10 \
+"$SW" rtc --config odd.conf --in ocam --out odm --slopes osl --frames 1 --timeout 10 --copy \
     >odd.json 2>odd.err &
 odd_pid=$!
 for _ in $(seq 200); do # frames until the chain has taken one
