@@ -28,7 +28,7 @@
 #include "spotwave/find.h"
 #include "spotwave/refine.h"
 
-#define SW_CLI_MPI_MSG 16 /* int64s in a status message to rank 0 */
+#define SW_CLI_MPI_MSG 18 /* int64s in a status message to rank 0 */
 
 typedef struct sw_cli_mpi {
     int on;                     /* MPI initialised: the frames are dealt                  */

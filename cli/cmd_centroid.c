@@ -1695,7 +1695,6 @@ static void print_report(const centroid_opts *o, const report *r, const sw_sh_ge
     sw_cli_json_double(j, "threshold", o->have_threshold || o->have_fraction ? o->threshold : NAN);
     sw_cli_json_double(j, "gamma", o->gamma);
     sw_cli_json_int(j, "window", o->window);
-    sw_cli_json_string(j, "method", o->search ? NULL : sw_centroid_method_string(o->method));
     sw_cli_json_string(j, "dark", o->dark);
     sw_cli_json_string(j, "flat", o->flat);
     sw_cli_json_string(j, "lut", o->lut);
@@ -1740,6 +1739,7 @@ static void print_report(const centroid_opts *o, const report *r, const sw_sh_ge
     sw_cli_json_fixed(j, "write_ms", r->write_ms, 6);
     sw_cli_json_string(j, "out", o->out);
     sw_cli_json_string(j, "slopes", o->slopes);
+    sw_cli_json_string(j, "method", o->search ? NULL : sw_centroid_method_string(o->method));
     sw_cli_json_print(j);
 }
 

@@ -1144,6 +1144,31 @@ static void json_report(const find_job *j, sw_context *ctx, const sw_find_stats 
     sw_cli_json_double(r, "global_threshold", p->global_threshold);
     sw_cli_json_int(r, "min_local", p->min_local);
     sw_cli_json_double(r, "gain", p->gain);
+    sw_cli_json_string(r, "gain_map", o->gain_map);
+    sw_cli_json_string(r, "mask", o->mask);
+    cJSON_AddBoolToObject(r, "pixel_mask_from_file", j->pixel_mask != NULL);
+    json_geometry(r, j);
+    if (p->overload > 0)
+        sw_cli_json_double(r, "overload", p->overload);
+    else
+        cJSON_AddNullToObject(r, "overload");
+    sw_cli_json_int(r, "connectivity", p->connectivity);
+    cJSON_AddBoolToObject(r, "three_d", o->three_d);
+    sw_cli_json_int(r, "min_spot_size", p->min_spot_size);
+    sw_cli_json_int(r, "max_spot_size", p->max_spot_size);
+    sw_cli_json_double(r, "max_separation", p->max_separation);
+    sw_cli_json_double(r, "max_strong_fraction", p->max_strong_fraction);
+    sw_cli_json_int(r, "valid_pixels", stats->valid_pixels);
+    sw_cli_json_int(r, "strong_pixels", stats->strong_pixels);
+    sw_cli_json_int(r, "components", stats->components);
+    sw_cli_json_int(r, "spots", stats->spots);
+    cJSON *rej = cJSON_AddObjectToObject(r, "rejected");
+    sw_cli_json_int(rej, "small", stats->rejected_small);
+    sw_cli_json_int(rej, "large", stats->rejected_large);
+    sw_cli_json_int(rej, "separation", stats->rejected_separation);
+    sw_cli_json_fixed(r, "seconds", seconds, 6);
+    sw_cli_json_fixed(r, "frames_per_second", seconds > 0 ? (double)count / seconds : 0.0, 3);
+    /* keys added after the report's first version come last */
     cJSON *rf = cJSON_AddObjectToObject(r, "refine");
     sw_cli_json_string(rf, "method", sw_refine_method_string(o->rp.method));
     sw_cli_json_string(rf, "background", sw_refine_background_string(o->rp.background));
@@ -1160,36 +1185,12 @@ static void json_report(const find_job *j, sw_context *ctx, const sw_find_stats 
     } else {
         cJSON_AddNullToObject(rf, "ccd");
     }
-    sw_cli_json_string(r, "gain_map", o->gain_map);
-    sw_cli_json_string(r, "mask", o->mask);
-    cJSON_AddBoolToObject(r, "pixel_mask_from_file", j->pixel_mask != NULL);
-    json_geometry(r, j);
-    if (p->overload > 0)
-        sw_cli_json_double(r, "overload", p->overload);
-    else
-        cJSON_AddNullToObject(r, "overload");
-    sw_cli_json_int(r, "connectivity", p->connectivity);
-    cJSON_AddBoolToObject(r, "three_d", o->three_d);
-    sw_cli_json_int(r, "min_spot_size", p->min_spot_size);
-    sw_cli_json_int(r, "max_spot_size", p->max_spot_size);
-    sw_cli_json_double(r, "max_separation", p->max_separation);
-    sw_cli_json_double(r, "max_strong_fraction", p->max_strong_fraction);
     cJSON *db = cJSON_AddObjectToObject(r, "deblend");
     cJSON_AddBoolToObject(db, "on", p->deblend != 0);
     sw_cli_json_int(db, "levels", p->deblend_levels);
     sw_cli_json_double(db, "contrast", p->deblend_contrast);
     sw_cli_json_int(db, "blends", stats->blends);
     sw_cli_json_int(db, "children", stats->children);
-    sw_cli_json_int(r, "valid_pixels", stats->valid_pixels);
-    sw_cli_json_int(r, "strong_pixels", stats->strong_pixels);
-    sw_cli_json_int(r, "components", stats->components);
-    sw_cli_json_int(r, "spots", stats->spots);
-    cJSON *rej = cJSON_AddObjectToObject(r, "rejected");
-    sw_cli_json_int(rej, "small", stats->rejected_small);
-    sw_cli_json_int(rej, "large", stats->rejected_large);
-    sw_cli_json_int(rej, "separation", stats->rejected_separation);
-    sw_cli_json_fixed(r, "seconds", seconds, 6);
-    sw_cli_json_fixed(r, "frames_per_second", seconds > 0 ? (double)count / seconds : 0.0, 3);
     sw_cli_mpi_json(mpi, r);
     sw_cli_json_print(r);
 }

@@ -30,9 +30,10 @@
  *   lenslet_um         dsabre: the lenslet pitch in the unit of the commands (pixel_um x pitch_px)
  *   projection         dsabre: corners (the spline at the Fried corners) | local (the distributed
  *                      projection onto the mirror, Eq. 14-16; the default)
- *   influence, coupling dsabre, local: the mirror's influence function (gaussian | bezier) and
- *                      coupling (0.3) (loop.h) *   controller         integrator | leaky | pi
- * (integrator) gain, leak, clip   the controller's (0.5, 0.01, 0: no stroke limit)
+ *   influence          dsabre, local: the mirror's influence function (gaussian | bezier)
+ *   coupling           dsabre, local: the influence at the neighbours (0.3) (loop.h)
+ *   controller         integrator | leaky | pi (integrator)
+ *   gain, leak, clip   the controller's (0.5, 0.01, 0: no stroke limit)
  *
  * Timing. A frame's latency is the time from the camera's write of the frame (the stream's
  * writetime, on the streams' clock (stream.h), set just before its semaphores are posted) to the
@@ -50,6 +51,7 @@
 #include <getopt.h>
 #include <math.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -504,8 +506,11 @@ static int parse_options(int argc, char **argv, rtc_opts *o)
             break;
         case OPT_TIMEOUT:
         case OPT_OPEN:
-            if (sw_cli_opt_double(SUB, sw_cli_option_name(argv), optarg, SW_CLI_NONNEG,
-                                  "a number of seconds >= 0",
+            /* --open-timeout 0 looks once; a frame timeout of 0 would fail at once */
+            if (sw_cli_opt_double(SUB, sw_cli_option_name(argv), optarg,
+                                  c == OPT_TIMEOUT ? SW_CLI_POSITIVE : SW_CLI_NONNEG,
+                                  c == OPT_TIMEOUT ? "a positive number of seconds"
+                                                   : "a number of seconds >= 0",
                                   c == OPT_TIMEOUT ? &o->timeout_s : &o->open_s) != SW_EXIT_OK)
                 return SW_EXIT_USAGE;
             break;
@@ -761,6 +766,8 @@ typedef struct rtc_run {
     sw_image direct;  /* the camera stream's own frame (zero copy), data NULL with --copy */
     int registered;   /* direct.data is page-locked (sw_host_register) */
     uint64_t retaken; /* direct frames the camera wrote over during the run, taken again */
+    int clock_warned;
+    uint64_t reopened; /* streams opened again after their writer made them afresh */
     int32_t sem;
     hist lat;
     uint64_t frames, missed, first_cnt0;
@@ -952,6 +959,67 @@ static int setup(sw_context *ctx, const rtc_opts *o, rtc_run *r)
     return SW_EXIT_OK;
 }
 
+/* A writer that makes its stream afresh (a camera or mirror process restarted) unlinks the file
+ * this process maps: the camera is opened again (same shape and type, its semaphore claimed
+ * again, frames before the reopening not taken: *last), the outputs likewise. -1 when stopped by
+ * a signal while waiting for the camera to come back. */
+static int reopen_stale(sw_context *ctx, const rtc_opts *o, rtc_run *r, uint64_t *last)
+{
+    int rc;
+    if (sw_stream_stale(r->in)) {
+        if (r->registered)
+            sw_host_unregister(ctx, r->direct.data);
+        r->registered = 0;
+        if (r->sem >= 0)
+            sw_stream_release_semaphore(r->in, r->sem);
+        r->sem = -1;
+        sw_stream_close(r->in);
+        r->in = NULL;
+        if ((rc = open_wait(ctx, o, "--in", o->in, o->open_s, &r->in)) != SW_EXIT_OK)
+            return rc;
+        sw_stream_info ii;
+        sw_status st = sw_stream_get_info(r->in, &ii);
+        if (st != SW_OK || ii.naxis != 2 || ii.type != r->type || ii.circular ||
+            (int32_t)ii.size[0] != r->width || (int32_t)ii.size[1] != r->height)
+            return sw_cli_fail(SUB,
+                               "--in %s was made afresh with another shape or type: start the "
+                               "chain again",
+                               o->in);
+        if ((st = sw_stream_claim_semaphore(r->in, &r->sem)) != SW_OK)
+            return sw_cli_fail(SUB, "--in %s: %s", o->in, sw_cli_lib_error(ctx, st));
+        sw_stream_flush_semaphore(r->in, r->sem);
+        if (r->direct.data) {
+            r->direct.data = sw_stream_data(r->in);
+            if (sw_context_backend(ctx) == SW_BACKEND_CUDA &&
+                sw_host_register(ctx, r->direct.data, ii.frame_bytes) == SW_OK)
+                r->registered = 1;
+            r->direct.memory = r->registered ? SW_MEM_PINNED : SW_MEM_HOST;
+        }
+        *last = sw_stream_cnt0(r->in);
+        r->reopened++;
+        fprintf(stderr, "spotwave %s: --in %s was made afresh by its writer: opened again\n", SUB,
+                o->in);
+    }
+    sw_stream **outs[3] = {&r->out, &r->slopes, &r->tel};
+    const char *names[3] = {o->out, o->slopes, o->telemetry};
+    static const char *const opts[3] = {"--out", "--slopes", "--telemetry"};
+    for (int i = 0; i < 3; i++) {
+        if (!*outs[i] || !sw_stream_stale(*outs[i]))
+            continue;
+        sw_stream_info oi;
+        sw_stream_get_info(*outs[i], &oi);
+        sw_stream_close(*outs[i]);
+        *outs[i] = NULL;
+        const uint32_t n = oi.size[0] * (oi.naxis > 1 ? oi.size[1] : 1);
+        if ((rc = output_stream(ctx, o, opts[i], names[i], n, oi.type, outs[i])) != SW_EXIT_OK)
+            return rc;
+        r->reopened++;
+        fprintf(stderr, "spotwave %s: %s %s was made afresh: opened again\n", SUB, opts[i],
+                names[i]);
+    }
+    return SW_EXIT_OK;
+}
+
 static void status_line(const rtc_run *r)
 {
     fprintf(stderr,
@@ -991,11 +1059,11 @@ static int run(sw_context *ctx, const rtc_opts *o, rtc_run *r)
             if (st != SW_ETIMEDOUT || sw_cli_stop)
                 break;
             waited += slice;
-            if (sw_stream_stale(r->in))
-                return sw_cli_fail(SUB,
-                                   "--in %s was removed or made afresh by its writer: start the "
-                                   "chain again (%llu frames taken)",
-                                   o->in, (unsigned long long)r->frames);
+            const int rs = reopen_stale(ctx, o, r, &last);
+            if (rs == -1)
+                break; /* stopped by a signal while the camera was away: ends below */
+            if (rs != SW_EXIT_OK)
+                return rs;
             if (o->timeout_s >= 0.0 && waited >= o->timeout_s)
                 return sw_cli_fail(SUB, "no frame on --in %s for %g s (%llu frames taken)", o->in,
                                    o->timeout_s, (unsigned long long)r->frames);
@@ -1022,6 +1090,7 @@ static int run(sw_context *ctx, const rtc_opts *o, rtc_run *r)
                     return sw_cli_fail(SUB, "frame %llu: %s", (unsigned long long)c0,
                                        sw_cli_lib_error(ctx, st));
                 sw_stream_info after;
+                atomic_thread_fence(memory_order_acquire); /* the run's reads before the look */
                 sw_stream_get_info(r->in, &after);
                 done = !after.write_flag && after.cnt0 == c0;
                 r->retaken += !done;
@@ -1029,9 +1098,15 @@ static int run(sw_context *ctx, const rtc_opts *o, rtc_run *r)
         }
         if (!done) {
             /* the newest frame, copied whole (retried while the camera writes) */
-            if ((st = read_camera(r->in, &r->frame, r->staging, &c0)) != SW_OK)
-                return sw_cli_fail(SUB, "--in %s: %s", o->in, sw_cli_lib_error(ctx, st));
-            sw_stream_get_info(r->in, &ii);
+            /* the write time of the frame read: the header's, unless another frame came
+             * between the two looks (then read again) */
+            for (int tries = 0;; tries++) {
+                sw_stream_get_info(r->in, &ii);
+                if ((st = read_camera(r->in, &r->frame, r->staging, &c0)) != SW_OK)
+                    return sw_cli_fail(SUB, "--in %s: %s", o->in, sw_cli_lib_error(ctx, st));
+                if (c0 == ii.cnt0 || tries == 8)
+                    break;
+            }
             if ((st = sw_rtc_run(r->rtc, &r->frame, r->u, r->s)) != SW_OK)
                 return sw_cli_fail(SUB, "frame %llu: %s", (unsigned long long)c0,
                                    sw_cli_lib_error(ctx, st));
@@ -1045,6 +1120,15 @@ static int run(sw_context *ctx, const rtc_opts *o, rtc_run *r)
             return sw_cli_fail(SUB, "--out %s: %s", o->out, sw_cli_lib_error(ctx, st));
         const double us = 1e6 * (sw_stream_clock_now() - ii.write_time);
         hist_add(&r->lat, us);
+        if ((us < -1000.0 || us > 1e6) && !r->clock_warned) {
+            /* a camera that stamps its frames on another clock than ImageStreamIO's */
+            r->clock_warned = 1;
+            fprintf(stderr,
+                    "spotwave %s: warning: frame %llu was written %.6g s from now by this "
+                    "machine's CLOCK_TAI: the camera stamps another clock (or another "
+                    "machine's), so the latencies are not meaningful\n",
+                    SUB, (unsigned long long)c0, us * 1e-6);
+        }
         r->frames++;
         if (r->slopes &&
             (st = sw_stream_write(r->slopes, r->s, 2 * (size_t)r->ns * sizeof(float))) != SW_OK)
@@ -1063,8 +1147,17 @@ static int run(sw_context *ctx, const rtc_opts *o, rtc_run *r)
                 return sw_cli_fail(SUB, "--telemetry %s: %s", o->telemetry,
                                    sw_cli_lib_error(ctx, st));
         }
-        if (status && sw_cli_now() >= next_status) {
-            status_line(r);
+        if (sw_cli_now() >= next_status) {
+            /* once a second: streams made afresh under us, and the status line */
+            const int rs = reopen_stale(ctx, o, r, &last);
+            if (rs == -1) {
+                r->stopped_by = "signal";
+                break;
+            }
+            if (rs != SW_EXIT_OK)
+                return rs;
+            if (status)
+                status_line(r);
             next_status += 1.0;
         }
     }
@@ -1088,6 +1181,7 @@ static void summary(const rtc_opts *o, const rtc_run *r, sw_backend backend)
         sw_cli_json_u64(j, "first_cnt0", r->first_cnt0);
         sw_cli_json_string(j, "frames_read", o->copy ? "copied" : "in place");
         sw_cli_json_u64(j, "retaken", r->retaken);
+        sw_cli_json_u64(j, "reopened", r->reopened);
         sw_cli_json_int(j, "width", r->width);
         sw_cli_json_int(j, "height", r->height);
         sw_cli_json_int(j, "slopes", 2 * r->ns);

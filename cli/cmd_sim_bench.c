@@ -290,7 +290,7 @@ typedef struct bench_run {
     int32_t sem;
     float *frame, *u;
     sw_loop *twin;
-    long frames, identical, first_diff, within, dm_writes;
+    long frames, identical, first_diff, within, compared, dm_writes;
     double max_rel; /* largest |u - twin| / RMS(twin) over the frames */
     double residual_sum, turb_sum, run_s, long_strehl;
     long after_warmup;
@@ -370,6 +370,7 @@ static int wait_dm(sw_context *ctx, const bench_opts *o, bench_run *r, uint64_t 
 static void twin_compare(const bench_opts *o, bench_run *r, int32_t nact, long frame)
 {
     const float *t = sw_loop_commands(r->twin);
+    r->compared++;
     if (!t) {
         r->first_diff = r->first_diff ? r->first_diff : frame;
         r->max_rel = INFINITY;
@@ -537,12 +538,13 @@ int sw_cmd_sim_bench(const sw_cli_globals *g, int argc, char **argv)
         rc = write_chain(ctx, o, l);
     if (rc == SW_EXIT_OK && o->frames > 0)
         rc = run(ctx, o, l, &r);
-    if (rc == SW_EXIT_OK && r.twin && r.within != r.frames)
+    /* a run stopped by a signal compared the frames before the last */
+    if (rc == SW_EXIT_OK && r.twin && r.within != r.compared)
         rc = sw_cli_fail(S,
                          "--twin: the commands differ from the in-process simulator's from "
                          "frame %ld (%ld of %ld frames identical, largest difference %.3g of the "
                          "commands' RMS; --twin-tolerance %g)",
-                         r.first_diff, r.identical, r.frames, r.max_rel, o->twin_tol);
+                         r.first_diff, r.identical, r.compared, r.max_rel, o->twin_tol);
     if (rc == SW_EXIT_OK || (r.twin && r.frames)) {
         const double res = r.after_warmup ? r.residual_sum / (double)r.after_warmup : NAN;
         const double tur = r.after_warmup ? r.turb_sum / (double)r.after_warmup : NAN;
@@ -561,6 +563,7 @@ int sw_cmd_sim_bench(const sw_cli_globals *g, int argc, char **argv)
             sw_cli_json_double(j, "run_s", r.run_s);
             sw_cli_json_double(j, "frames_per_s", r.run_s > 0 ? (double)r.frames / r.run_s : NAN);
             if (o->twin) {
+                sw_cli_json_int(j, "twin_compared_frames", r.compared);
                 sw_cli_json_int(j, "twin_identical_frames", r.identical);
                 sw_cli_json_int(j, "twin_first_difference", r.first_diff);
                 sw_cli_json_double(j, "twin_max_rel_difference", r.max_rel);

@@ -122,14 +122,14 @@ enum { TAG_STATUS = 1, TAG_DATA };
 enum { KIND_PROGRESS = 1, KIND_HEADER };
 enum {
     H_KIND,
-    H_DONE,                 /* frames done */
-    H_FAILED,               /* 1: the rank's block failed */
-    H_FRAME,                /* at this frame */
-    H_SPOTS,                /* spots that follow as DATA */
-    H_REFINED,              /* refined results that follow */
-    H_STATS,                /* sw_find_stats, 8 counts */
-    H_STRONG = H_STATS + 8, /* strong-mask planes that follow */
-    H_FIRST,                /* the rank's first frame */
+    H_DONE,                  /* frames done */
+    H_FAILED,                /* 1: the rank's block failed */
+    H_FRAME,                 /* at this frame */
+    H_SPOTS,                 /* spots that follow as DATA */
+    H_REFINED,               /* refined results that follow */
+    H_STATS,                 /* sw_find_stats, 10 counts */
+    H_STRONG = H_STATS + 10, /* strong-mask planes that follow */
+    H_FIRST,                 /* the rank's first frame */
     H_N
 };
 _Static_assert(H_N <= SW_CLI_MPI_MSG, "a status message fits sw_cli_mpi's buffer");
@@ -365,11 +365,11 @@ int sw_cli_mpi_gather(sw_cli_mpi *m, sw_context *ctx, sw_status st, sw_spot_list
         hd[H_FRAME] = failed_frame;
         hd[H_SPOTS] = st == SW_OK ? spots->count : 0;
         hd[H_REFINED] = st == SW_OK && refined ? refined->count : 0;
-        const int64_t s8[8] = {stats->frames,         stats->valid_pixels,
-                               stats->strong_pixels,  stats->components,
-                               stats->spots,          stats->rejected_small,
-                               stats->rejected_large, stats->rejected_separation};
-        memcpy(&hd[H_STATS], s8, sizeof s8);
+        const int64_t s10[10] = {
+            stats->frames, stats->valid_pixels,   stats->strong_pixels,  stats->components,
+            stats->spots,  stats->rejected_small, stats->rejected_large, stats->rejected_separation,
+            stats->blends, stats->children};
+        memcpy(&hd[H_STATS], s10, sizeof s10);
         hd[H_STRONG] = st == SW_OK && plane ? m->my_count : 0;
         hd[H_FIRST] = m->my_first;
         MPI_Send(hd, H_N, MPI_INT64_T, 0, TAG_STATUS, MPI_COMM_WORLD);
@@ -453,6 +453,8 @@ int sw_cli_mpi_gather(sw_cli_mpi *m, sw_context *ctx, sw_status st, sw_spot_list
         stats->rejected_small += s8[5];
         stats->rejected_large += s8[6];
         stats->rejected_separation += s8[7];
+        stats->blends += s8[8];
+        stats->children += s8[9];
     }
     if (nfailed) {
         char list[1024];

@@ -54,6 +54,15 @@ struct Stream {
         return m->s;
     }
 
+    // For calls that release the GIL: a reference that keeps the mapping alive until the call
+    // returns, even when another thread closes the stream meanwhile.
+    std::shared_ptr<Mapping> hold() const
+    {
+        if (!m)
+            throw nb::value_error("the stream is closed");
+        return m;
+    }
+
     static Stream create(const std::string &name, const std::vector<uint32_t> &size, int type,
                          int semaphores, int keywords, bool circular, nb::object dir)
     {
@@ -143,7 +152,8 @@ struct Stream {
 
     void write(nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu> a)
     {
-        sw_stream *s = get();
+        const auto keep = hold();
+        sw_stream *s = keep->s;
         const void *p = a.data();
         const size_t n = a.nbytes();
         call_noctx([&] { return sw_stream_write(s, p, n); });
@@ -151,7 +161,8 @@ struct Stream {
 
     uint64_t read(nb::ndarray<nb::c_contig, nb::device::cpu> out)
     {
-        sw_stream *s = get();
+        const auto keep = hold();
+        sw_stream *s = keep->s;
         void *p = out.data();
         const size_t n = out.nbytes();
         uint64_t c = 0;
@@ -162,7 +173,8 @@ struct Stream {
     // Waits in slices of 0.1 s so that Ctrl-C (KeyboardInterrupt) is seen between them.
     uint64_t wait(int mode, int32_t index, uint64_t after, double timeout)
     {
-        sw_stream *s = get();
+        const auto keep = hold();
+        sw_stream *s = keep->s;
         const auto t0 = std::chrono::steady_clock::now();
         for (;;) {
             double slice = 0.1;
@@ -220,7 +232,8 @@ void bind_stream(nb::module_ &m)
         .def("claim_semaphore",
              [](Stream &s) {
                  int32_t k = -1;
-                 call_noctx([&] { return sw_stream_claim_semaphore(s.get(), &k); });
+                 const auto keep = s.hold();
+                 call_noctx([&] { return sw_stream_claim_semaphore(keep->s, &k); });
                  return k;
              })
         .def("release_semaphore",

@@ -7,9 +7,8 @@
  * with an explicit stack of work items (a set of pixels and the level to start from); a set is
  * a list of local indices, kept in one pool that grows as the walk needs.
  *
- * Components are independent: OpenMP shares them out in chunks; each chunk's children are kept
- * in a buffer of its own and appended in component order afterwards, so the output does not
- * depend on the number of threads.
+ * Components are independent, and are deblended one after another (in component order, so the
+ * output is the same on every machine); sharing them out over threads is left to do.
  */
 #include "find/find_internal.h"
 #include "find/find_model.h"
@@ -49,6 +48,7 @@ typedef struct db_work {
     int32_t stamp_gen;
     int32_t *pool; /* pixel lists */
     size_t pool_len, pool_cap;
+    int too_big; /* the pool would pass 2^31 entries */
     db_item *items;
     size_t items_cap;
     db_child *kids;
@@ -162,6 +162,12 @@ static int branches(db_work *w, int32_t first, int32_t count, double t, int32_t 
     *nb = 0;
     if (m == 0)
         return 1;
+    /* the pool grows by a level's pixels at each level of one component: its positions are
+     * int32 (a flat blob of millions of pixels over a thousand levels would pass 2^31) */
+    if (w->pool_len + (size_t)m > (size_t)INT32_MAX) {
+        w->too_big = 1;
+        return 0;
+    }
     if (!grow((void **)&w->pool, &w->pool_cap, w->pool_len + (size_t)m, sizeof(int32_t)))
         return 0;
     const int32_t done = new_stamp(w);
@@ -481,7 +487,11 @@ sw_status sw_find_deblend_emit(sw_find_plan *plan, const sw_image *frame, const 
     for (int64_t i = 0; i < ncomp && st == SW_OK; ++i) {
         int32_t nk = 1;
         if (!deblend_comp(plan, frame, labels, &comps[i], frame_index, &w, &nk)) {
-            st = sw_fail(plan->ctx, SW_ENOMEM, "find: out of memory while deblending");
+            st = w.too_big ? sw_fail(plan->ctx, SW_ERANGE,
+                                     "find: deblending spot %lld of frame %lld needs more than "
+                                     "2^31 pixel entries (fewer --deblend-levels)",
+                                     (long long)i, (long long)frame_index)
+                           : sw_fail(plan->ctx, SW_ENOMEM, "find: out of memory while deblending");
             break;
         }
         if (nk < 2) {

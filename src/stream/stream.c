@@ -675,11 +675,15 @@ static sw_status check_header(sw_context *ctx, const char *path, const isio_md *
     for (int a = 0; a < md->naxis; a++) {
         if (md->size[a] < 1)
             return bad(ctx, path, "size[%d] is 0 with naxis %d", a, md->naxis);
+        if (n > UINT64_MAX / md->size[a])
+            return bad(ctx, path, "the sizes' product overflows 64 bits");
         n *= md->size[a];
     }
     const size_t es = sw_stream_type_size((sw_stream_type)md->datatype);
     if (es == 0)
         return bad(ctx, path, "datatype %d is not one of ImageStreamIO's (1..13)", md->datatype);
+    if (n > UINT64_MAX / es)
+        return bad(ctx, path, "nelement x %zu bytes overflows 64 bits", es);
     if (md->nelement != n)
         return bad(ctx, path, "nelement %llu is not the product of the sizes (%llu)",
                    (unsigned long long)md->nelement, (unsigned long long)n);
@@ -1125,9 +1129,9 @@ sw_status sw_stream_read(sw_stream *s, void *dst, size_t bytes, uint64_t *cnt0)
             memcpy(dst, s->map + s->L.data + off, bytes);
             /* The copy before the second look at the flag and the counter. */
             atomic_thread_fence(memory_order_acquire);
-            const uint8_t w2 = atomic_load_explicit(MD_ATOMIC_U8(&md->write), memory_order_relaxed);
+            const uint8_t w2 = atomic_load_explicit(MD_ATOMIC_U8(&md->write), memory_order_acquire);
             const uint64_t c2 =
-                atomic_load_explicit(MD_ATOMIC_U64(&md->cnt0), memory_order_relaxed);
+                atomic_load_explicit(MD_ATOMIC_U64(&md->cnt0), memory_order_acquire);
             if (!w2 && c1 == c2) {
                 if (cnt0)
                     *cnt0 = c1;

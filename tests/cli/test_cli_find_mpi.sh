@@ -94,7 +94,7 @@ assert one["mpi_ranks"] == 1 and one["frames_per_rank"] == [12], one
 for np, per in ((2, [6, 6]), (3, [4, 4, 4])):
     r = json.load(open("%s/np%d/report.json" % (t, np)))
     assert r["mpi_ranks"] == np and r["frames_per_rank"] == per, (np, r["mpi_ranks"], r["frames_per_rank"])
-    for k in ("frames", "valid_pixels", "strong_pixels", "components", "spots", "rejected"):
+    for k in ("frames", "valid_pixels", "strong_pixels", "components", "spots", "rejected", "deblend"):
         assert r[k] == one[k], (np, k, r[k], one[k])
 EOF
 

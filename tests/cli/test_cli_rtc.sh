@@ -99,6 +99,29 @@ assert len(rows) == 100, len(rows)
 assert np.abs(s[:100] - dx).max() < 1e-6 and np.abs(s[100:] - dy).max() < 1e-6
 PY
 
+# a camera process that restarts (its stream made afresh): the chain opens it again
+expect 0 stream write rcam odd.pgm
+"$SW" rtc --config odd.conf --in rcam --out rdm --frames 2 --timeout 20 --json >re.json \
+    2>re.err &
+re_pid=$!
+for _ in $(seq 200); do # one frame taken
+    "$SW" stream write rcam odd.pgm 2>/dev/null
+    run stream info rdm --json
+    [[ $out =~ \"cnt0\":\ ([0-9]+) ]] && ((BASH_REMATCH[1] >= 2)) && break
+    sleep 0.05
+done
+expect 0 stream rm rcam
+expect 0 stream write rcam odd.pgm
+for _ in $(seq 100); do # until the chain has opened it again and taken a frame
+    kill -0 "$re_pid" 2>/dev/null || break
+    "$SW" stream write rcam odd.pgm 2>/dev/null
+    sleep 0.1
+done
+wait "$re_pid" || fail "rtc across a camera restart: $(cat re.err)"
+grep -q '"reopened": 1' re.json || fail "rtc across a camera restart: $(cat re.json re.err)"
+grep -q "opened again" re.err || fail "rtc did not say it opened the camera again: $(cat re.err)"
+expect_usage rtc --config odd.conf --in rcam --out rdm --timeout 0
+
 # calibration through the streams of a calm bench: push-pull gives the simulator's own matrix
 CALM=(--set nx=8 --set recon=mvm --set samples=4 --set model=geometric --set diameter_m=3)
 expect 0 --backend cpu --threads 1 sim bench "${CALM[@]}" --rtc-config calm --frames 0

@@ -764,6 +764,16 @@ static void test_corrupted_headers(void **state)
     patch("bad", OFF_NELEMENT, &ne, 8);
     patch("bad", 312, &mem, 8);
     expect_refused(ctx, "bad", SW_EFORMAT, "8 x 7 x 1 f32");
+    /* sizes whose product overflows 64 bits (3-D, 2^31 x 2^31 x 4, nelement and imdatamemsize
+     * set to the wrapped product 0): refused, not mapped with a wrapped slice size */
+    s = make(ctx, "bad", 3, 8, 6, 2, SW_STREAM_U8, 0, 2);
+    sw_stream_close(s);
+    const uint32_t big[3] = {1u << 31, 1u << 31, 4};
+    const uint64_t zero = 0;
+    patch("bad", OFF_SIZE, big, sizeof big);
+    patch("bad", OFF_NELEMENT, &zero, 8);
+    patch("bad", 312, &zero, 8);
+    expect_refused(ctx, "bad", SW_EFORMAT, "overflows");
     /* truncated files */
     char path[4096];
     snprintf(path, sizeof path, "%s/bad.im.shm", dir());
