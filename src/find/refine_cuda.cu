@@ -20,6 +20,8 @@
 #define SW_RS_UMIN(p)     (*(p) = sw_warp_umin(*(p)))
 #define SW_RS_UMAX(p)     (*(p) = sw_warp_umax(*(p)))
 #define SW_RS_USUM(p)     (*(p) = sw_warp_usum(*(p)))
+#define SW_RS_USCAN(p)    (*(p) = sw_warp_uscan(*(p)))
+#define SW_RS_UINC(p)     atomicAdd((p), 1u)
 #define SW_RS_SLOT(ok, n) sw_warp_slot((ok), (n))
 #define SW_RS_ADD(p, v)   atomicAdd((p), (v))
 #define SW_RS_SYNC()      __syncwarp()
@@ -79,6 +81,19 @@ __device__ inline uint32_t sw_warp_usum(uint32_t v)
     return v;
 }
 #endif
+
+/* The sum of v over the lanes below this one (exclusive prefix sum). */
+__device__ inline uint32_t sw_warp_uscan(uint32_t v)
+{
+    const int lane = (int)(threadIdx.x & 31u);
+    uint32_t t = v;
+    for (int o = 1; o < 32; o <<= 1) {
+        const uint32_t u = __shfl_up_sync(0xffffffffu, t, o);
+        if (lane >= o)
+            t += u;
+    }
+    return t - v;
+}
 
 /* Compaction: the lanes with ok get consecutive slots from *n in lane order. */
 __device__ inline int32_t sw_warp_slot(int ok, int32_t *n)
@@ -192,9 +207,7 @@ sw_status sw_refine_gpu_run(sw_refine_plan *plan, const sw_image *frame, int64_t
     f.height = frame->height;
     f.mask = g->mask;
     f.overload = plan->overload;
-    f.bias = plan->p.bias;
-    f.gain = plan->p.gain;
-    f.read_noise = plan->p.read_noise;
+    sw_rm_frame_detector(&f, plan->p.bias, plan->p.gain, plan->p.read_noise);
     if (plan->p.background == SW_BACKGROUND_MESH) {
         const size_t m = (size_t)plan->mesh_nx * (size_t)plan->mesh_ny * sizeof(float);
         SW_CU(cudaMemcpyAsync(g->mesh, plan->mesh, m, cudaMemcpyHostToDevice, s));
