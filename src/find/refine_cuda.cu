@@ -3,7 +3,9 @@
  * stride over the stamp's pixels and add their sums with warp shuffles (every lane gets the
  * total, so all lanes take the same decisions); the per-pixel arithmetic and every decision are
  * refine_spot.h's and refine_model.h's, shared with the CPU. A block holds 4 warps and their
- * scratch (the fit's per-column and per-row factors, the radial bins) in shared memory.
+ * scratch (the annulus' keys and digit counts, the fit's and the window's per-column and per-row
+ * factors, the radial bins, the fit's Levenberg-Marquardt state, which lane 0 steps) in shared
+ * memory; 3 blocks fit an SM (148 registers, no spills; 4 would spill).
  */
 #include "find/refine_internal.h"
 #include "core/cuda_util.h"
@@ -113,8 +115,9 @@ namespace
 
 constexpr int WARPS = 4; /* warps (spots) per block */
 
-__global__ void refine_kernel(sw_rm_frame f, sw_rs_config c, const sw_refine_seed *seeds, int64_t n,
-                              sw_refine_result *out)
+__global__ void __launch_bounds__(32 * WARPS, 3)
+    refine_kernel(sw_rm_frame f, sw_rs_config c, const sw_refine_seed *seeds, int64_t n,
+                  sw_refine_result *out)
 {
     __shared__ sw_rs_scratch scratch[WARPS];
     const int warp = (int)(threadIdx.x >> 5);

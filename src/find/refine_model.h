@@ -462,66 +462,58 @@ SW_RM_FN void sw_rm_acc_add(sw_rm_acc *a, const sw_rm_acc *b)
  * matrix is not positive definite. */
 SW_RM_FN int sw_rm_solve(const double *a, double lambda, const double *g, double *x, double *inv)
 {
-    double L[SW_RM_NPAR][SW_RM_NPAR] = {{0.0}};
-    double M[SW_RM_NPAR][SW_RM_NPAR] = {{0.0}};
-    int k = 0;
-    for (int i = 0; i < SW_RM_NPAR; ++i)
-        for (int j = i; j < SW_RM_NPAR; ++j) {
-            M[i][j] = M[j][i] = a[k];
-            if (i == j)
-                M[i][i] = a[k] * (1.0 + lambda);
-            ++k;
-        }
+    /* L (lower, L L^T = the matrix) overwrites the matrix in place: 15 values, not 2 x 25 */
+    double L[SW_RM_NA];
+#define SW_RM_L(i, j) L[(i) * ((i) + 1) / 2 + (j)] /* row i, column j <= i */
     for (int i = 0; i < SW_RM_NPAR; ++i)
         for (int j = 0; j <= i; ++j) {
-            double s = M[i][j];
+            /* a holds the upper triangle row by row: element (j, i), j <= i */
+            const int k = j * SW_RM_NPAR - j * (j - 1) / 2 + (i - j);
+            double s = i == j ? a[k] * (1.0 + lambda) : a[k];
             for (int q = 0; q < j; ++q)
-                s -= L[i][q] * L[j][q];
+                s -= SW_RM_L(i, q) * SW_RM_L(j, q);
             if (i == j) {
                 if (!(s > 0.0) || !isfinite(s))
                     return 0;
-                L[i][i] = sqrt(s);
+                SW_RM_L(i, i) = sqrt(s);
             } else {
-                L[i][j] = s / L[j][j];
+                SW_RM_L(i, j) = s / SW_RM_L(j, j);
             }
         }
     /* L y = g, L^T x = y */
-    double y[SW_RM_NPAR] = {0.0};
-    for (int i = 0; i < SW_RM_NPAR; ++i)
-        x[i] = 0.0;
+    double y[SW_RM_NPAR];
     for (int i = 0; i < SW_RM_NPAR; ++i) {
         double s = g[i];
         for (int q = 0; q < i; ++q)
-            s -= L[i][q] * y[q];
-        y[i] = s / L[i][i];
+            s -= SW_RM_L(i, q) * y[q];
+        y[i] = s / SW_RM_L(i, i);
     }
     for (int i = SW_RM_NPAR - 1; i >= 0; --i) {
         double s = y[i];
         for (int q = i + 1; q < SW_RM_NPAR; ++q)
-            s -= L[q][i] * x[q];
-        x[i] = s / L[i][i];
+            s -= SW_RM_L(q, i) * x[q];
+        x[i] = s / SW_RM_L(i, i);
     }
     if (inv) {
         for (int c = 0; c < SW_RM_NPAR; ++c) {
-            double e[SW_RM_NPAR], col[SW_RM_NPAR] = {0.0};
-            for (int i = 0; i < SW_RM_NPAR; ++i)
-                e[i] = i == c ? 1.0 : 0.0;
+            double col[SW_RM_NPAR];
             for (int i = 0; i < SW_RM_NPAR; ++i) {
-                double s = e[i];
+                double s = i == c ? 1.0 : 0.0;
                 for (int q = 0; q < i; ++q)
-                    s -= L[i][q] * y[q];
-                y[i] = s / L[i][i];
+                    s -= SW_RM_L(i, q) * y[q];
+                y[i] = s / SW_RM_L(i, i);
             }
             for (int i = SW_RM_NPAR - 1; i >= 0; --i) {
                 double s = y[i];
                 for (int q = i + 1; q < SW_RM_NPAR; ++q)
-                    s -= L[q][i] * col[q];
-                col[i] = s / L[i][i];
+                    s -= SW_RM_L(q, i) * col[q];
+                col[i] = s / SW_RM_L(i, i);
             }
             for (int i = 0; i < SW_RM_NPAR; ++i)
                 inv[i * SW_RM_NPAR + c] = col[i];
         }
     }
+#undef SW_RM_L
     return 1;
 }
 

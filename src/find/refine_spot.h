@@ -43,6 +43,10 @@ typedef struct sw_rs_scratch {
             double ey[SW_RM_SIDE], dey[SW_RM_SIDE], dsy[SW_RM_SIDE];
             double wx[SW_RM_SIDE], wy[SW_RM_SIDE]; /* the window's column and row factors */
             double bins[SW_RM_BINS];
+            /* the fit's state: kept and stepped by worker 0 (so that the lanes of a warp do not
+             * each hold it in registers), read by all after a sync */
+            sw_rm_lm lm;
+            int32_t done;
         } s;
     } u;
 } sw_rs_scratch;
@@ -313,11 +317,15 @@ SW_RS_FN void sw_rs_gauss(const sw_rm_frame *f, const sw_refine_seed *seed, doub
         sw_rs_fail(out);
         return;
     }
-    sw_rm_lm lm;
-    sw_rm_lm_init(&lm, p0);
+    sw_rm_lm *lm = &sc->u.s.lm;
+    if (SW_RS_LANE == 0)
+        sw_rm_lm_init(lm, p0);
+    SW_RS_SYNC();
     const int32_t w = st->x1 - st->x0, h = st->y1 - st->y0;
     for (;;) {
-        const double *p = lm.trial;
+        double p[SW_RM_NPAR];
+        for (int i = 0; i < SW_RM_NPAR; ++i)
+            p[i] = lm->trial[i];
         /* the columns' and the rows' factors in one round of the workers */
         for (int32_t k = SW_RS_LANE; k < w + h; k += SW_RS_LANES) {
             if (k < w)
@@ -358,15 +366,19 @@ SW_RS_FN void sw_rs_gauss(const sw_rm_frame *f, const sw_refine_seed *seed, doub
         acc.chi2 = v[SW_RM_NA + SW_RM_NPAR];
         acc.n = (int32_t)v[SW_RM_NA + SW_RM_NPAR + 1];
         acc.merit = v[SW_RM_NA + SW_RM_NPAR + 2];
-        if (sw_rm_lm_next(&lm, &acc, max_iter))
+        if (SW_RS_LANE == 0)
+            sc->u.s.done = sw_rm_lm_next(lm, &acc, max_iter);
+        SW_RS_SYNC();
+        if (sc->u.s.done)
             break;
+        SW_RS_SYNC(); /* all have read done before worker 0 writes it again */
     }
     double step[SW_RM_NPAR], inv[SW_RM_NPAR * SW_RM_NPAR];
-    if (lm.failed || !lm.have || !sw_rm_solve(lm.acc.a, 0.0, lm.acc.g, step, inv)) {
+    if (lm->failed || !lm->have || !sw_rm_solve(lm->acc.a, 0.0, lm->acc.g, step, inv)) {
         sw_rs_fail(out);
         return;
     }
-    const double *b = lm.best;
+    const double *b = lm->best;
     if (!(b[2] > 0.0) || !(b[3] > 0.0) || b[3] > st->radius ||
         fabs(b[0] - (double)st->cx) > st->radius || fabs(b[1] - (double)st->cy) > st->radius ||
         !(inv[0] > 0.0) || !(inv[6] > 0.0)) {
@@ -381,10 +393,10 @@ SW_RS_FN void sw_rs_gauss(const sw_rm_frame *f, const sw_refine_seed *seed, doub
     out->flux_var = inv[2 * SW_RM_NPAR + 2];
     out->sigma = b[3];
     out->background += b[4];
-    out->chi2 = lm.acc.chi2;
-    out->npix = lm.acc.n;
-    out->iterations = lm.iterations;
-    if (!lm.converged)
+    out->chi2 = lm->acc.chi2;
+    out->npix = lm->acc.n;
+    out->iterations = lm->iterations;
+    if (!lm->converged)
         out->flags |= SW_REFINE_MAXITER;
     if (st->edge)
         out->flags |= SW_REFINE_EDGE;
