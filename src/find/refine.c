@@ -25,6 +25,8 @@ static inline int32_t sw_rs_slot_one(int ok, int32_t *n)
 #define SW_RS_UMIN(p)     ((void)(p))
 #define SW_RS_UMAX(p)     ((void)(p))
 #define SW_RS_USUM(p)     ((void)(p))
+#define SW_RS_USCAN(p)    (*(p) = 0u)
+#define SW_RS_UINC(p)     (++*(p))
 #define SW_RS_SLOT(ok, n) sw_rs_slot_one((ok), (n))
 #define SW_RS_ADD(p, v)   (*(p) += (v))
 #define SW_RS_SYNC()      ((void)0)
@@ -432,9 +434,7 @@ static void frame_model(const sw_refine_plan *plan, const sw_image *frame, sw_rm
     f->height = frame->height;
     f->mask = plan->mask;
     f->overload = plan->overload;
-    f->bias = plan->p.bias;
-    f->gain = plan->p.gain;
-    f->read_noise = plan->p.read_noise;
+    sw_rm_frame_detector(f, plan->p.bias, plan->p.gain, plan->p.read_noise);
     if (plan->p.background == SW_BACKGROUND_MESH) {
         f->mesh = plan->mesh;
         f->mesh_nx = plan->mesh_nx;

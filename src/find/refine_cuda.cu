@@ -3,7 +3,9 @@
  * stride over the stamp's pixels and add their sums with warp shuffles (every lane gets the
  * total, so all lanes take the same decisions); the per-pixel arithmetic and every decision are
  * refine_spot.h's and refine_model.h's, shared with the CPU. A block holds 4 warps and their
- * scratch (the fit's per-column and per-row factors, the radial bins) in shared memory.
+ * scratch (the annulus' keys and digit counts, the fit's and the window's per-column and per-row
+ * factors, the radial bins, the fit's Levenberg-Marquardt state, which lane 0 steps) in shared
+ * memory; 3 blocks fit an SM (148 registers, no spills; 4 would spill).
  */
 #include "find/refine_internal.h"
 #include "core/cuda_util.h"
@@ -20,6 +22,8 @@
 #define SW_RS_UMIN(p)     (*(p) = sw_warp_umin(*(p)))
 #define SW_RS_UMAX(p)     (*(p) = sw_warp_umax(*(p)))
 #define SW_RS_USUM(p)     (*(p) = sw_warp_usum(*(p)))
+#define SW_RS_USCAN(p)    (*(p) = sw_warp_uscan(*(p)))
+#define SW_RS_UINC(p)     atomicAdd((p), 1u)
 #define SW_RS_SLOT(ok, n) sw_warp_slot((ok), (n))
 #define SW_RS_ADD(p, v)   atomicAdd((p), (v))
 #define SW_RS_SYNC()      __syncwarp()
@@ -80,6 +84,19 @@ __device__ inline uint32_t sw_warp_usum(uint32_t v)
 }
 #endif
 
+/* The sum of v over the lanes below this one (exclusive prefix sum). */
+__device__ inline uint32_t sw_warp_uscan(uint32_t v)
+{
+    const int lane = (int)(threadIdx.x & 31u);
+    uint32_t t = v;
+    for (int o = 1; o < 32; o <<= 1) {
+        const uint32_t u = __shfl_up_sync(0xffffffffu, t, o);
+        if (lane >= o)
+            t += u;
+    }
+    return t - v;
+}
+
 /* Compaction: the lanes with ok get consecutive slots from *n in lane order. */
 __device__ inline int32_t sw_warp_slot(int ok, int32_t *n)
 {
@@ -98,8 +115,9 @@ namespace
 
 constexpr int WARPS = 4; /* warps (spots) per block */
 
-__global__ void refine_kernel(sw_rm_frame f, sw_rs_config c, const sw_refine_seed *seeds, int64_t n,
-                              sw_refine_result *out)
+__global__ void __launch_bounds__(32 * WARPS, 3)
+    refine_kernel(sw_rm_frame f, sw_rs_config c, const sw_refine_seed *seeds, int64_t n,
+                  sw_refine_result *out)
 {
     __shared__ sw_rs_scratch scratch[WARPS];
     const int warp = (int)(threadIdx.x >> 5);
@@ -192,9 +210,7 @@ sw_status sw_refine_gpu_run(sw_refine_plan *plan, const sw_image *frame, int64_t
     f.height = frame->height;
     f.mask = g->mask;
     f.overload = plan->overload;
-    f.bias = plan->p.bias;
-    f.gain = plan->p.gain;
-    f.read_noise = plan->p.read_noise;
+    sw_rm_frame_detector(&f, plan->p.bias, plan->p.gain, plan->p.read_noise);
     if (plan->p.background == SW_BACKGROUND_MESH) {
         const size_t m = (size_t)plan->mesh_nx * (size_t)plan->mesh_ny * sizeof(float);
         SW_CU(cudaMemcpyAsync(g->mesh, plan->mesh, m, cudaMemcpyHostToDevice, s));

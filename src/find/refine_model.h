@@ -47,7 +47,21 @@ typedef struct sw_rm_frame {
     double overload; /* values >= overload are invalid */
     double bias;
     double gain, read_noise; /* e-/ADU, e- */
+    /* derived by sw_rm_frame_detector, so that no pixel divides: 1 / gain, read_noise^2 /
+     * gain^2 and the variance's floor 1 / gain^2 */
+    double inv_gain, noise_var, floor_var;
 } sw_rm_frame;
+
+/* Sets the detector model of f (gain > 0). */
+SW_RM_FN void sw_rm_frame_detector(sw_rm_frame *f, double bias, double gain, double read_noise)
+{
+    f->bias = bias;
+    f->gain = gain;
+    f->read_noise = read_noise;
+    f->inv_gain = 1.0 / gain;
+    f->floor_var = 1.0 / (gain * gain);
+    f->noise_var = read_noise * read_noise * f->floor_var;
+}
 
 /* The raw value of pixel (x, y) (inside the frame), and whether it is valid: finite, below the
  * overload and not masked. */
@@ -113,11 +127,9 @@ SW_RM_FN int sw_rm_sample(const sw_rm_frame *f, int32_t x, int32_t y, double lev
 /* The variance of a pixel whose expected signal above the background is m (header comment). */
 SW_RM_FN double sw_rm_variance(const sw_rm_frame *f, double m, double b)
 {
-    double e = m + b;
-    double var =
-        (e > 0.0 ? e : 0.0) / f->gain + f->read_noise * f->read_noise / (f->gain * f->gain);
-    double floor_var = 1.0 / (f->gain * f->gain);
-    return var > floor_var ? var : floor_var;
+    const double e = m + b;
+    const double var = (e > 0.0 ? e : 0.0) * f->inv_gain + f->noise_var;
+    return var > f->floor_var ? var : f->floor_var;
 }
 
 /* ---------------------------------------------------------------- stamps */
@@ -215,8 +227,9 @@ SW_RM_FN int sw_rm_in_annulus(int32_t x, int32_t y, int32_t cx, int32_t cy, int3
  * order keys, below); clip pass c (SW_RM_CLIP_PASSES of them): the values v - bias in [lo, hi]
  * (all at first) give n, their mean and standard deviation, and the smallest and largest key
  * among them; their median, the ceil(n / 2)-th smallest value, is selected exactly by its key,
- * bit by bit from the highest bit in which those two keys differ (a count per bit of the keys
- * under the prefix found so far); then lo, hi = median -+ k sd.
+ * 8 bits at a time from the highest bit in which those two keys differ (a histogram of the next
+ * 8 bits of the keys under the prefix found so far: one pass for keys that differ in at most 8
+ * bits); then lo, hi = median -+ k sd.
  */
 #define SW_RM_CLIP_PASSES 3
 
@@ -245,17 +258,24 @@ SW_RM_FN double sw_rm_key_value(sw_pixel_type t, uint32_t key)
     return (double)fv;
 }
 
-/* Whether the annulus pixel k of `box` (about (cx, cy)) is valid, and its key. */
-SW_RM_FN int sw_rm_annulus_key(const sw_rm_frame *f, const sw_rm_stamp *box, int32_t k, int32_t cx,
-                               int32_t cy, int32_t rin, int32_t rout, uint32_t *key)
+/* Whether pixel (x, y) lies in the annulus about (cx, cy) and is valid, and its key. */
+SW_RM_FN int sw_rm_annulus_key_at(const sw_rm_frame *f, int32_t x, int32_t y, int32_t cx,
+                                  int32_t cy, int32_t rin, int32_t rout, uint32_t *key)
 {
-    int32_t x, y;
     double v;
-    sw_rm_stamp_pixel(box, k, &x, &y);
     if (!sw_rm_in_annulus(x, y, cx, cy, rin, rout) || !sw_rm_raw(f, x, y, &v))
         return 0;
     *key = sw_rm_value_key(f->type, v);
     return 1;
+}
+
+/* The same for pixel k of `box` in raster order. */
+SW_RM_FN int sw_rm_annulus_key(const sw_rm_frame *f, const sw_rm_stamp *box, int32_t k, int32_t cx,
+                               int32_t cy, int32_t rin, int32_t rout, uint32_t *key)
+{
+    int32_t x, y;
+    sw_rm_stamp_pixel(box, k, &x, &y);
+    return sw_rm_annulus_key_at(f, x, y, cx, cy, rin, rout, key);
 }
 
 /* The highest set bit of a non-zero u (0 .. 31). */
@@ -312,14 +332,26 @@ typedef struct sw_rm_win {
 } sw_rm_win;
 
 /*
+ * The window w = exp(-r^2 / (2 s^2)) separates, exp(-dx^2 / (2 s^2)) exp(-dy^2 / (2 s^2)): one
+ * factor per column of the window's stamp and one per row (dx = i - xw), so that a pass takes
+ * an exponential per column and per row, not per pixel.
+ */
+SW_RM_FN double sw_rm_win_axis(int32_t i, double c, double s)
+{
+    const double u = (double)i - c;
+    return exp(-0.5 * u * u / (s * s));
+}
+
+/*
  * One pixel's contribution to the window at (xw, yw) with window sigma s (SExtractor manual
- * Eq. 27): pixels with r < 4 s (WINPOS_NSIG) count with w = exp(-r^2 / (2 s^2)); the variance
- * sums give ERRX2WIN = 4 sum w^2 var dx^2 / (sum w d)^2 with var from the sample (header).
+ * Eq. 27): pixels with r < 4 s (WINPOS_NSIG) count with w = exp(-r^2 / (2 s^2)) (the product
+ * wx wy of sw_rm_win_axis); the variance sums give ERRX2WIN = 4 sum w^2 var dx^2 / (sum w d)^2
+ * with var from the sample (header).
  */
 SW_RM_FN void sw_rm_win_pixel(const sw_rm_frame *f, int32_t x, int32_t y, double level, double xw,
-                              double yw, double s, sw_rm_win *a)
+                              double yw, double s, double wx, double wy, sw_rm_win *a)
 {
-    double dx = (double)x - xw, dy = (double)y - yw, r2 = dx * dx + dy * dy;
+    const double dx = (double)x - xw, dy = (double)y - yw, r2 = dx * dx + dy * dy;
     if (r2 >= 16.0 * s * s)
         return;
     double d, b;
@@ -327,13 +359,13 @@ SW_RM_FN void sw_rm_win_pixel(const sw_rm_frame *f, int32_t x, int32_t y, double
         a->masked++;
         return;
     }
-    double w = exp(-0.5 * r2 / (s * s));
-    double wd = w * d, var = sw_rm_variance(f, d, b);
+    const double w = wx * wy;
+    const double wd = w * d, wwv = w * w * sw_rm_variance(f, d, b);
     a->sw += wd;
     a->swx += wd * dx;
     a->swy += wd * dy;
-    a->svx += w * w * var * dx * dx;
-    a->svy += w * w * var * dy * dy;
+    a->svx += wwv * dx * dx;
+    a->svy += wwv * dy * dy;
     a->n++;
 }
 
@@ -430,66 +462,58 @@ SW_RM_FN void sw_rm_acc_add(sw_rm_acc *a, const sw_rm_acc *b)
  * matrix is not positive definite. */
 SW_RM_FN int sw_rm_solve(const double *a, double lambda, const double *g, double *x, double *inv)
 {
-    double L[SW_RM_NPAR][SW_RM_NPAR] = {{0.0}};
-    double M[SW_RM_NPAR][SW_RM_NPAR] = {{0.0}};
-    int k = 0;
-    for (int i = 0; i < SW_RM_NPAR; ++i)
-        for (int j = i; j < SW_RM_NPAR; ++j) {
-            M[i][j] = M[j][i] = a[k];
-            if (i == j)
-                M[i][i] = a[k] * (1.0 + lambda);
-            ++k;
-        }
+    /* L (lower, L L^T = the matrix) overwrites the matrix in place: 15 values, not 2 x 25 */
+    double L[SW_RM_NA];
+#define SW_RM_L(i, j) L[(i) * ((i) + 1) / 2 + (j)] /* row i, column j <= i */
     for (int i = 0; i < SW_RM_NPAR; ++i)
         for (int j = 0; j <= i; ++j) {
-            double s = M[i][j];
+            /* a holds the upper triangle row by row: element (j, i), j <= i */
+            const int k = j * SW_RM_NPAR - j * (j - 1) / 2 + (i - j);
+            double s = i == j ? a[k] * (1.0 + lambda) : a[k];
             for (int q = 0; q < j; ++q)
-                s -= L[i][q] * L[j][q];
+                s -= SW_RM_L(i, q) * SW_RM_L(j, q);
             if (i == j) {
                 if (!(s > 0.0) || !isfinite(s))
                     return 0;
-                L[i][i] = sqrt(s);
+                SW_RM_L(i, i) = sqrt(s);
             } else {
-                L[i][j] = s / L[j][j];
+                SW_RM_L(i, j) = s / SW_RM_L(j, j);
             }
         }
     /* L y = g, L^T x = y */
-    double y[SW_RM_NPAR] = {0.0};
-    for (int i = 0; i < SW_RM_NPAR; ++i)
-        x[i] = 0.0;
+    double y[SW_RM_NPAR];
     for (int i = 0; i < SW_RM_NPAR; ++i) {
         double s = g[i];
         for (int q = 0; q < i; ++q)
-            s -= L[i][q] * y[q];
-        y[i] = s / L[i][i];
+            s -= SW_RM_L(i, q) * y[q];
+        y[i] = s / SW_RM_L(i, i);
     }
     for (int i = SW_RM_NPAR - 1; i >= 0; --i) {
         double s = y[i];
         for (int q = i + 1; q < SW_RM_NPAR; ++q)
-            s -= L[q][i] * x[q];
-        x[i] = s / L[i][i];
+            s -= SW_RM_L(q, i) * x[q];
+        x[i] = s / SW_RM_L(i, i);
     }
     if (inv) {
         for (int c = 0; c < SW_RM_NPAR; ++c) {
-            double e[SW_RM_NPAR], col[SW_RM_NPAR] = {0.0};
-            for (int i = 0; i < SW_RM_NPAR; ++i)
-                e[i] = i == c ? 1.0 : 0.0;
+            double col[SW_RM_NPAR];
             for (int i = 0; i < SW_RM_NPAR; ++i) {
-                double s = e[i];
+                double s = i == c ? 1.0 : 0.0;
                 for (int q = 0; q < i; ++q)
-                    s -= L[i][q] * y[q];
-                y[i] = s / L[i][i];
+                    s -= SW_RM_L(i, q) * y[q];
+                y[i] = s / SW_RM_L(i, i);
             }
             for (int i = SW_RM_NPAR - 1; i >= 0; --i) {
                 double s = y[i];
                 for (int q = i + 1; q < SW_RM_NPAR; ++q)
-                    s -= L[q][i] * col[q];
-                col[i] = s / L[i][i];
+                    s -= SW_RM_L(q, i) * col[q];
+                col[i] = s / SW_RM_L(i, i);
             }
             for (int i = 0; i < SW_RM_NPAR; ++i)
                 inv[i * SW_RM_NPAR + c] = col[i];
         }
     }
+#undef SW_RM_L
     return 1;
 }
 

@@ -7,6 +7,9 @@
  *   SW_RS_SUM(p, n)     replaces the n doubles at p by their sum over the workers, in every worker
  *   SW_RS_MAX(p)        likewise (the maximum) for one double
  *   SW_RS_UMIN(p), SW_RS_UMAX(p), SW_RS_USUM(p)  likewise for one uint32_t (min, max, sum)
+ *   SW_RS_USCAN(p)      replaces the uint32_t at p by the sum of those of the workers before
+ *                       this one (an exclusive prefix sum; 0 in the first)
+ *   SW_RS_UINC(p)       adds 1 to the shared uint32_t *p (atomically where workers share it)
  *   SW_RS_SLOT(ok, n)   a compaction step that every worker reaches together: the workers whose
  *                       ok is non-zero get the slots *n, *n + 1, ... (in worker order; the
  *                       return value), and *n grows by their number in every worker
@@ -23,15 +26,27 @@
 /* Annulus values kept in the scratch; a larger annulus is read from the frame on every pass. */
 #define SW_RS_ANNULUS_KEEP 1024
 
-/* Scratch for one spot: the annulus' keys (first), then the fit's per-column and per-row
- * factors or the radial bins. */
+/* The median is selected by digits of 8 bits: a histogram of 256 counts per digit. */
+#define SW_RS_DIGIT_BITS 8
+#define SW_RS_DIGITS     256
+
+/* Scratch for one spot: the annulus' keys and a digit's histogram (first), then the fit's
+ * per-column and per-row factors or the radial bins. */
 typedef struct sw_rs_scratch {
     union {
-        uint32_t keys[SW_RS_ANNULUS_KEEP];
+        struct {
+            uint32_t keys[SW_RS_ANNULUS_KEEP];
+            uint32_t hist[SW_RS_DIGITS]; /* the median's selection: one digit's counts */
+        } a;
         struct {
             double ex[SW_RM_SIDE], dex[SW_RM_SIDE], dsx[SW_RM_SIDE];
             double ey[SW_RM_SIDE], dey[SW_RM_SIDE], dsy[SW_RM_SIDE];
+            double wx[SW_RM_SIDE], wy[SW_RM_SIDE]; /* the window's column and row factors */
             double bins[SW_RM_BINS];
+            /* the fit's state: kept and stepped by worker 0 (so that the lanes of a warp do not
+             * each hold it in registers), read by all after a sync */
+            sw_rm_lm lm;
+            int32_t done;
         } s;
     } u;
 } sw_rs_scratch;
@@ -66,16 +81,18 @@ SW_RS_FN int sw_rs_annulus(const sw_rm_frame *f, int32_t cx, int32_t cy, int32_t
     const int32_t count = sw_rm_stamp_count(&box);
     /* gather the valid annulus pixels' keys (in raster order) */
     int32_t kept_n = 0;
-    for (int32_t k0 = 0; k0 < count; k0 += SW_RS_LANES) {
+    sw_rm_walk at;
+    sw_rm_walk_start(&box, SW_RS_LANE, SW_RS_LANES, &at);
+    for (int32_t k0 = 0; k0 < count; k0 += SW_RS_LANES, sw_rm_walk_next(&box, &at)) {
         const int32_t k = k0 + SW_RS_LANE;
         uint32_t key = 0;
-        const int ok = k < count && sw_rm_annulus_key(f, &box, k, cx, cy, rin, rout, &key);
+        const int ok = k < count && sw_rm_annulus_key_at(f, at.x, at.y, cx, cy, rin, rout, &key);
         const int32_t slot = SW_RS_SLOT(ok, &kept_n);
         if (ok && slot < SW_RS_ANNULUS_KEEP)
-            sc->u.keys[slot] = key;
+            sc->u.a.keys[slot] = key;
     }
     SW_RS_SYNC();
-    const uint32_t *kept = kept_n <= SW_RS_ANNULUS_KEEP ? sc->u.keys : NULL;
+    const uint32_t *kept = kept_n <= SW_RS_ANNULUS_KEEP ? sc->u.a.keys : NULL;
     const int32_t n = kept ? kept_n : count;
     double lo = -INFINITY, hi = INFINITY, med = 0.0;
     for (int pass = 0; pass < SW_RM_CLIP_PASSES; ++pass) {
@@ -103,26 +120,52 @@ SW_RS_FN int sw_rs_annulus(const sw_rm_frame *f, int32_t cx, int32_t cy, int32_t
         }
         /* the values in [lo, hi] are those whose keys lie in [kmin, kmax] (keys sort as values,
          * and v - bias is monotonic in v); select the need-th smallest key among them */
-        uint32_t need = (uint32_t)ceil(0.5 * s[0]), prefix = kmin, above = 0xffffffffu;
+        uint32_t need = (uint32_t)ceil(0.5 * s[0]), prefix = kmin;
         if (kmin != kmax) {
             const int top = sw_rm_top_bit(kmin ^ kmax);
-            above = top == 31 ? 0u : ~((2u << top) - 1u);
+            uint32_t above = top == 31 ? 0u : ~((2u << top) - 1u);
             prefix = kmin & above;
-            for (int bit = top; bit >= 0; --bit) {
-                const uint32_t b = 1u << bit;
-                uint32_t c = 0;
+            /* digit by digit from the top: bits [shift, hb] of the keys under the prefix */
+            for (int hb = top; hb >= 0; hb -= SW_RS_DIGIT_BITS) {
+                const int shift = hb + 1 > SW_RS_DIGIT_BITS ? hb + 1 - SW_RS_DIGIT_BITS : 0;
+                const uint32_t dmask = (2u << (hb - shift)) - 1u;
+                uint32_t *hist = sc->u.a.hist;
+                for (int32_t q = SW_RS_LANE; q < SW_RS_DIGITS; q += SW_RS_LANES)
+                    hist[q] = 0;
+                SW_RS_SYNC();
                 for (int32_t j = SW_RS_LANE; j < n; j += SW_RS_LANES) {
                     uint32_t key;
                     if (!sw_rs_annulus_at(f, &box, kept, j, cx, cy, rin, rout, &key))
                         continue;
-                    c += key >= kmin && key <= kmax && (key & above) == prefix && !(key & b);
+                    if (key >= kmin && key <= kmax && (key & above) == prefix)
+                        SW_RS_UINC(&hist[(key >> shift) & dmask]);
                 }
-                SW_RS_USUM(&c);
-                if (c < need) {
-                    need -= c;
-                    prefix |= b;
+                SW_RS_SYNC();
+                /* each worker sums its run of digits; the one whose run holds the need-th key
+                 * finds the digit in it, and the sums give every worker that digit */
+                const int32_t run = SW_RS_DIGITS / SW_RS_LANES, first = SW_RS_LANE * run;
+                uint32_t part = 0;
+                for (int32_t q = 0; q < run; ++q)
+                    part += hist[first + q];
+                uint32_t before = part, digit = 0, left = 0;
+                SW_RS_USCAN(&before);
+                if (before < need && need <= before + part) {
+                    uint32_t c = before;
+                    for (int32_t q = 0; q < run; ++q) {
+                        if (c + hist[first + q] >= need) {
+                            digit = (uint32_t)(first + q);
+                            left = need - c;
+                            break;
+                        }
+                        c += hist[first + q];
+                    }
                 }
-                above |= b;
+                SW_RS_USUM(&digit);
+                SW_RS_USUM(&left);
+                need = left;
+                prefix |= digit << shift;
+                above |= dmask << shift;
+                SW_RS_SYNC(); /* the counts are read no more */
             }
         }
         med = sw_rm_key_value(f->type, prefix) - f->bias;
@@ -182,13 +225,23 @@ SW_RS_FN void sw_rs_xwin(const sw_rm_frame *f, const sw_refine_seed *seed, doubl
         sw_rm_stamp_make(f, xw, yw, rw, &ws);
         edge |= ws.edge;
         memset(&a, 0, sizeof(a));
-        const int32_t n = sw_rm_stamp_count(&ws);
+        const int32_t n = sw_rm_stamp_count(&ws), ww = ws.x1 - ws.x0, wh = ws.y1 - ws.y0;
+        /* the window's column and row factors in one round of the workers */
+        for (int32_t k = SW_RS_LANE; k < ww + wh; k += SW_RS_LANES) {
+            if (k < ww)
+                sc->u.s.wx[k] = sw_rm_win_axis(ws.x0 + k, xw, s);
+            else
+                sc->u.s.wy[k - ww] = sw_rm_win_axis(ws.y0 + k - ww, yw, s);
+        }
+        SW_RS_SYNC();
         sw_rm_walk px;
         sw_rm_walk_start(&ws, SW_RS_LANE, SW_RS_LANES, &px);
         for (int32_t k = SW_RS_LANE; k < n; k += SW_RS_LANES, sw_rm_walk_next(&ws, &px)) {
             const int32_t x = px.x, y = px.y;
-            sw_rm_win_pixel(f, x, y, level, xw, yw, s, &a);
+            sw_rm_win_pixel(f, x, y, level, xw, yw, s, sc->u.s.wx[x - ws.x0], sc->u.s.wy[y - ws.y0],
+                            &a);
         }
+        SW_RS_SYNC(); /* the factors are read no more in this pass */
         double v[7] = {a.sw, a.swx, a.swy, a.svx, a.svy, (double)a.n, (double)a.masked};
         SW_RS_SUM(v, 7);
         a.sw = v[0];
@@ -264,11 +317,15 @@ SW_RS_FN void sw_rs_gauss(const sw_rm_frame *f, const sw_refine_seed *seed, doub
         sw_rs_fail(out);
         return;
     }
-    sw_rm_lm lm;
-    sw_rm_lm_init(&lm, p0);
+    sw_rm_lm *lm = &sc->u.s.lm;
+    if (SW_RS_LANE == 0)
+        sw_rm_lm_init(lm, p0);
+    SW_RS_SYNC();
     const int32_t w = st->x1 - st->x0, h = st->y1 - st->y0;
     for (;;) {
-        const double *p = lm.trial;
+        double p[SW_RM_NPAR];
+        for (int i = 0; i < SW_RM_NPAR; ++i)
+            p[i] = lm->trial[i];
         /* the columns' and the rows' factors in one round of the workers */
         for (int32_t k = SW_RS_LANE; k < w + h; k += SW_RS_LANES) {
             if (k < w)
@@ -309,15 +366,19 @@ SW_RS_FN void sw_rs_gauss(const sw_rm_frame *f, const sw_refine_seed *seed, doub
         acc.chi2 = v[SW_RM_NA + SW_RM_NPAR];
         acc.n = (int32_t)v[SW_RM_NA + SW_RM_NPAR + 1];
         acc.merit = v[SW_RM_NA + SW_RM_NPAR + 2];
-        if (sw_rm_lm_next(&lm, &acc, max_iter))
+        if (SW_RS_LANE == 0)
+            sc->u.s.done = sw_rm_lm_next(lm, &acc, max_iter);
+        SW_RS_SYNC();
+        if (sc->u.s.done)
             break;
+        SW_RS_SYNC(); /* all have read done before worker 0 writes it again */
     }
     double step[SW_RM_NPAR], inv[SW_RM_NPAR * SW_RM_NPAR];
-    if (lm.failed || !lm.have || !sw_rm_solve(lm.acc.a, 0.0, lm.acc.g, step, inv)) {
+    if (lm->failed || !lm->have || !sw_rm_solve(lm->acc.a, 0.0, lm->acc.g, step, inv)) {
         sw_rs_fail(out);
         return;
     }
-    const double *b = lm.best;
+    const double *b = lm->best;
     if (!(b[2] > 0.0) || !(b[3] > 0.0) || b[3] > st->radius ||
         fabs(b[0] - (double)st->cx) > st->radius || fabs(b[1] - (double)st->cy) > st->radius ||
         !(inv[0] > 0.0) || !(inv[6] > 0.0)) {
@@ -332,10 +393,10 @@ SW_RS_FN void sw_rs_gauss(const sw_rm_frame *f, const sw_refine_seed *seed, doub
     out->flux_var = inv[2 * SW_RM_NPAR + 2];
     out->sigma = b[3];
     out->background += b[4];
-    out->chi2 = lm.acc.chi2;
-    out->npix = lm.acc.n;
-    out->iterations = lm.iterations;
-    if (!lm.converged)
+    out->chi2 = lm->acc.chi2;
+    out->npix = lm->acc.n;
+    out->iterations = lm->iterations;
+    if (!lm->converged)
         out->flags |= SW_REFINE_MAXITER;
     if (st->edge)
         out->flags |= SW_REFINE_EDGE;
