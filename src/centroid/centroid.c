@@ -20,6 +20,7 @@
 #define SW_CMB_MAX(R, s, k) ((void)(R), (void)(s), (void)(k))
 #define SW_CMB_USUM(R, x)   ((void)(R), (x))
 #define SW_CMB_UMAX(R, x)   ((void)(R), (x))
+#define SW_CMB_UMAX64(R, x) ((void)(R), (x))
 #define SW_CMB_SYNC(R)      ((void)(R))
 #include "centroid/centroid_method.h"
 
