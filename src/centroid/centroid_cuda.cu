@@ -557,9 +557,10 @@ template <> cg_kernel_fn pick<float>(int load, int exact)
  * lenslet, a WCOG that stops early): the shuffles and __syncwarp name the group's lanes only.
  * Lane 0 of the group writes the lenslet's results.
  */
-#define CM_WARPS      4 /* warps per block (fewer when the regions need the shared memory) */
-#define CM_MIN_BLOCKS 6 /* resident blocks per SM the registers must allow (at most 80 a thread)   \
-                         */
+#define CM_WARPS 4 /* warps per block (fewer when the regions need the shared memory) */
+#define CM_MIN_BLOCKS                                                                              \
+    6 /* resident blocks per SM the registers must allow (at most 80 a thread)                     \
+       */
 
 __device__ __forceinline__ void cm_sum(const sw_cmb_region *R, double *s, int k)
 {
@@ -611,6 +612,7 @@ __device__ __forceinline__ uint64_t cm_umax64(const sw_cmb_region *R, uint64_t x
 #define SW_CMB_UMAX(R, x)   cm_umax((R), (x))
 #define SW_CMB_UMAX64(R, x) cm_umax64((R), (x))
 #define SW_CMB_SYNC(R)      __syncwarp((R)->mask)
+#define SW_CMB_UNROLL       _Pragma("unroll 4")
 #include "centroid/centroid_method.h"
 
 typedef struct cm_args {
@@ -642,10 +644,11 @@ template <> __device__ __forceinline__ unsigned cm_saturated<float>(const cm_arg
     return raw >= a.sat_f; /* false for a NaN level (none) */
 }
 
-/* Shared memory per warp: the regions of its groups (and the templates' regions), in floats. */
+/* Shared memory per warp: the regions of its groups (CORRELATION: and the templates' regions and
+ * the work copies), in floats. */
 __host__ __device__ static inline size_t cm_warp_floats(int32_t rounds, int corr)
 {
-    return (size_t)rounds * 32 * (corr ? 2 : 1);
+    return (size_t)rounds * 32 * (corr ? 3 : 1);
 }
 
 /* A raw pixel of the frame (row pointer, column x). */
@@ -746,6 +749,7 @@ __global__ void __launch_bounds__(CM_WARPS * 32, CM_MIN_BLOCKS) method_kernel(co
     sw_cmb_region R;
     R.v = DIRECT ? NULL : v;
     R.r = corr ? r : NULL;
+    R.cw = corr ? r + (size_t)a.rounds * 32 : NULL;
     R.scratch = a.nscratch ? scratch : NULL;
     R.w = a.xe[ix] - xs;
     R.h = a.ye[iy] - ys;

@@ -12,12 +12,15 @@
  *   SW_CMB_USUM(R, x)   the sum of the uint32_t x over the group (an expression; the CPU: x)
  *   SW_CMB_UMAX(R, x)   likewise the maximum
  *   SW_CMB_UMAX64(R, x) the maximum of the uint64_t x over the group (the CPU: x)
+ *   SW_CMB_UNROLL       a pragma that unrolls the loop it precedes a few times (or nothing)
  *   SW_CMB_SYNC(R)      a barrier between the group's threads that orders their writes to
  *                       memory (the CPU: nothing)
  * Every pixel loop (SW_CMB_EACH) runs q = t0, t0 + tn, ... over the region and is followed by a
  * SUM or MAX, so every thread of the group ends with the same totals and takes the same
- * decisions; the CPU runs the same code as a group of one. The sums are in double; the GPU adds
- * them in another order, so results agree within rounding (1e-9 relative), and the decisions
+ * decisions; the CPU runs the same code as a group of one. The sums are in double (but
+ * CORRELATION's surface: each shift's sums in float, by one thread, in the same order on both
+ * sides; the GPU may fuse a multiply-add); the GPU adds the rest in another order, so results
+ * agree within rounding (1e-9 relative; the correlation's shift 1e-5 px), and the decisions
  * taken on sums (a pixel exactly at a threshold made of sums) may, very rarely, differ. The
  * counts and maxima of the selection (BRIGHTEST) are integers: exact on both sides.
  */
@@ -261,35 +264,53 @@ SW_CM_FN double sw_cmb_parabola(double a, double b, double c)
 
 /*
  * CORRELATION (centroid.h): writes the shift (sx, sy), its variances, the SNR and C(peak); the
- * return value is 1 when the maximum lies on the edge of the search range.
+ * return value is 1 when the maximum lies on the edge of the search range. m: the region's mean
+ * conditioned value.
+ * The surface C(u, v), (2 S + 1)^2 shifts of an inner area of up to ~10^3 pixels, is the bulk of
+ * the work: each shift is summed by one thread, in float, from a work copy of the conditioned
+ * region less m (R->cw; centred, so that the frame's spread sum f^2 - (sum f)^2 / n keeps its
+ * digits) against the template less its inner mean. Taking m out changes no sum but the rounding:
+ * sum (f - m)(r - rbar) = sum f (r - rbar), since the template's deviations sum to 0.
  */
 SW_CMB_FN int sw_cmb_correlate(const sw_cmb_params *P, const sw_cmb_region *R, float t,
-                               double ring_var, double *sx, double *sy, double *vx, double *vy,
-                               double *snr, double *c0)
+                               double ring_var, double m, double *sx, double *sy, double *vx,
+                               double *vy, double *snr, double *c0)
 {
     const int32_t S = P->search, ns = 2 * S + 1, w = R->w;
     const int32_t iw = R->w - 2 * S, ih = R->h - 2 * S, nin = iw * ih;
     /* the template's mean over the inner area */
-    double m[1] = {0.0};
+    double mr[1] = {0.0};
     for (int32_t q = R->t0; q < nin; q += R->tn)
-        m[0] += (double)R->r[sw_cmb_ix(R, (q / iw + S) * w + q % iw + S)];
-    SW_CMB_SUM(R, m, 1);
-    const double rbar = m[0] / (double)nin;
+        mr[0] += (double)R->r[sw_cmb_ix(R, (q / iw + S) * w + q % iw + S)];
+    SW_CMB_SUM(R, mr, 1);
+    const double rbar = mr[0] / (double)nin;
+    const float rbf = (float)rbar, mf = (float)m;
+    SW_CMB_SYNC(R); /* the last lenslet's surface has been read */
+    SW_CMB_EACH(R, q, i, j)
+    {
+        const int32_t e = sw_cmb_ix(R, q);
+        R->cw[e] = (float)sw_cmb_c(P, R, t, q) - mf;
+    }
+    SW_CMB_SYNC(R);
     /* C(u, v) for every shift, one shift per thread at a time */
     for (int32_t k = R->t0; k < ns * ns; k += R->tn) {
         const int32_t u = k % ns - S, v = k / ns - S;
-        double acc = 0.0, f1 = 0.0, f2 = 0.0;
-        for (int32_t j = S; j < S + ih; j++)
-            for (int32_t i = S; i < S + iw; i++) {
-                const double f = sw_cmb_c(P, R, t, (j + v) * w + i + u);
-                acc += f * ((double)R->r[sw_cmb_ix(R, j * w + i)] - rbar);
+        float acc = 0.0f, f1 = 0.0f, f2 = 0.0f;
+        for (int32_t j = S; j < S + ih; j++) {
+            const int32_t p0 = j * w + S, pf0 = p0 + v * w + u;
+            SW_CMB_UNROLL
+            for (int32_t i = 0; i < iw; i++) {
+                const float f = R->cw[sw_cmb_ix(R, pf0 + i)];
+                const float rd = R->r[sw_cmb_ix(R, p0 + i)] - rbf;
+                acc += f * rd;
                 f1 += f;
                 f2 += f * f;
             }
+        }
         /* normalised by the frame's spread over the shifted area (the template's is common to
          * every shift): insensitive to the frame's local mean and contrast */
-        const double ef = f2 - f1 * f1 / (double)nin;
-        R->scratch[k] = ef > 0.0 ? acc / sqrt(ef) : 0.0;
+        const double ef = (double)f2 - (double)f1 * (double)f1 / (double)nin;
+        R->scratch[k] = ef > 0.0 ? (double)acc / sqrt(ef) : 0.0;
     }
     SW_CMB_SYNC(R);
     int32_t kb = 0;
@@ -506,7 +527,8 @@ SW_CMB_FN void sw_cmb_conclude(const sw_cmb_params *P, const sw_cmb_region *R, s
     double *s = A->s;
     if (P->method == SW_CMB_CORR) {
         double sx, sy;
-        left = sw_cmb_correlate(P, R, t, ring_var, &sx, &sy, &vx, &vy, &snr, &sig);
+        left =
+            sw_cmb_correlate(P, R, t, ring_var, r1[0] / (double)n, &sx, &sy, &vx, &vy, &snr, &sig);
         x = R->rx + sx;
         y = R->ry + sy;
     } else if (P->method == SW_CMB_QUAD) {
