@@ -5,12 +5,13 @@
  * in one pass from the frame and, without a detector model or with a FRACTION threshold, from
  * the region in shared memory), u8 / u16 / f32 frames, a window, a mask, a saturation level, the
  * validity checks, a batch of frames, the copy, device and mapped paths into host and pinned
- * results, and on the device path every group size of the GPU kernel (SPOTWAVE_CENTROID_LANES = 1 ... 32 lanes per lenslet: the same code with its sums
- * reduced over other lanes, in another order), on 18-19 px and on 4-5 px regions (lanes with no
- * pixel, BRIGHTEST's walk down and its bisection): centroids within 1e-4 px, variances and
- * SNR within 1e-4 relative, intensity within 1e-5 relative, status, valid and saturated equal
- * (status may differ on a lenslet whose threshold decision falls on a rounding difference: the
- * test allows none on these frames). Skips (77) when no GPU is usable.
+ * results, and on the device path every group size of the GPU kernel (SPOTWAVE_CENTROID_LANES =
+ * 1 ... 32 lanes per lenslet: the same code with its sums reduced over other lanes, in another
+ * order), on 18-19 px and on 4-5 px regions (lanes with no pixel, BRIGHTEST's walk down and its
+ * bisection): centroids within 1e-4 px, variances and SNR within 1e-4 relative, intensity
+ * within 1e-5 relative, status, valid and saturated equal (status may differ on a lenslet whose
+ * threshold decision falls on a rounding difference: the test allows none on these frames).
+ * Skips (77) when no GPU is usable.
  */
 #define _GNU_SOURCE /* setenv */
 #include "testutil.h"
