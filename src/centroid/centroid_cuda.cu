@@ -122,7 +122,6 @@ typedef struct cg_gpu {
     uint8_t *flag, *sat;
     float *xvar, *yvar, *snr; /* error bars and SNR for host result arrays */
     uint8_t *status;
-    int32_t *xs, *xe, *ys, *ye;     /* the regions (the generic kernel) */
     float *corr;                    /* CORRELATION template */
     size_t cm_smem;                 /* the generic kernel's dynamic shared memory */
     int cm_lg, cm_warps;            /* its 2^lg lanes per lenslet, warps per block (cm_shape) */
@@ -619,7 +618,9 @@ typedef struct cm_args {
     const char *img;
     size_t stride;
     int32_t width, height, nx, nl, nframes;
-    const int32_t *xs, *xe, *ys, *ye, *slope_k;
+    double x0, y0, pitch; /* the geometry: the regions from cg_edge, as the fast kernel */
+    int32_t window;
+    const int32_t *slope_k;
     const double *ref_x, *ref_y;
     const float *lut, *dark, *flat, *corr;
     sw_cmb_params mp;
@@ -744,15 +745,18 @@ __global__ void __launch_bounds__(CM_WARPS * 32, CM_MIN_BLOCKS) method_kernel(co
                    (cm_warp_floats(a.rounds, corr) * (size_t)nwarps * sizeof(float) + 7) / 8 * 8) +
         (size_t)(warp * gpw + gw) * (size_t)a.nscratch;
     const int32_t ix = l % a.nx, iy = l / a.nx;
-    const int32_t xs = a.xs[ix], ys = a.ys[iy];
+    /* the region from the geometry (checked against the plan's at create): the pixel loads wait
+     * for no table */
+    const int32_t xs = cg_edge(a.x0, a.pitch, ix) + a.window,
+                  ys = cg_edge(a.y0, a.pitch, iy) + a.window;
     const int32_t k = a.slope_k[l];
     sw_cmb_region R;
     R.v = DIRECT ? NULL : v;
     R.r = corr ? r : NULL;
     R.cw = corr ? r + (size_t)a.rounds * 32 : NULL;
     R.scratch = a.nscratch ? scratch : NULL;
-    R.w = a.xe[ix] - xs;
-    R.h = a.ye[iy] - ys;
+    R.w = cg_edge(a.x0, a.pitch, ix + 1) - a.window - xs;
+    R.h = cg_edge(a.y0, a.pitch, iy + 1) - a.window - ys;
     R.xs = xs;
     R.ys = ys;
     R.rx = a.ref_x[l];
@@ -1035,10 +1039,6 @@ extern "C" sw_status sw_centroid_gpu_create(sw_centroid_plan *plan)
     SW_TRY(upload<float>(plan, &g->snr, NULL, n));
     SW_TRY(upload<uint8_t>(plan, &g->status, NULL, n));
     if (!plan->fast) {
-        SW_TRY(upload(plan, &g->xs, plan->xs, (size_t)plan->nx));
-        SW_TRY(upload(plan, &g->xe, plan->xe, (size_t)plan->nx));
-        SW_TRY(upload(plan, &g->ys, plan->ys, (size_t)plan->ny));
-        SW_TRY(upload(plan, &g->ye, plan->ye, (size_t)plan->ny));
         if (plan->corr_ref)
             SW_TRY(upload(plan, &g->corr, plan->corr_ref, npix));
         int optin = 0, sms = 0;
@@ -1228,10 +1228,10 @@ extern "C" sw_status sw_centroid_gpu_run(sw_centroid_plan *plan, const sw_image 
         m.nx = plan->nx;
         m.nl = plan->nl;
         m.nframes = nframes;
-        m.xs = g->xs;
-        m.xe = g->xe;
-        m.ys = g->ys;
-        m.ye = g->ye;
+        m.x0 = p->geometry.x0;
+        m.y0 = p->geometry.y0;
+        m.pitch = p->geometry.pitch_px;
+        m.window = p->window;
         m.slope_k = g->slope_k;
         m.ref_x = g->ref_x;
         m.ref_y = g->ref_y;
@@ -1345,10 +1345,6 @@ extern "C" void sw_centroid_gpu_destroy(sw_centroid_plan *plan)
     cudaFree(g->yvar);
     cudaFree(g->snr);
     cudaFree(g->status);
-    cudaFree(g->xs);
-    cudaFree(g->xe);
-    cudaFree(g->ys);
-    cudaFree(g->ye);
     cudaFree(g->corr);
     sw_event_pair_destroy(&g->ev);
     free(g);
