@@ -865,21 +865,50 @@ static size_t cm_block_smem(const sw_centroid_plan *plan, int lg, int warps)
     return bytes + (size_t)warps * (size_t)(32 >> lg) * plan->nscratch * sizeof(double);
 }
 
+/* Warps per block for 2^lg lanes per lenslet: CM_WARPS, fewer when the regions would not fit
+ * the shared memory (optin: the device's per-block maximum). */
+static int cm_warps_for(const sw_centroid_plan *plan, int lg, size_t optin)
+{
+    int nw = CM_WARPS;
+    while (nw > 1 && cm_block_smem(plan, lg, nw) > optin)
+        nw /= 2;
+    return nw;
+}
+
+/* Threads of kernel k the GPU holds at once with 2^lg lanes per lenslet (its registers and
+ * shared memory permitting). */
+static int64_t cm_resident(const sw_centroid_plan *plan, cm_kernel_fn k, int sms, size_t optin,
+                           int lg)
+{
+    const int nw = cm_warps_for(plan, lg, optin);
+    int blocks = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k, 32 * nw,
+                                                      cm_block_smem(plan, lg, nw)) != cudaSuccess) {
+        cudaGetLastError();
+        blocks = CM_MIN_BLOCKS;
+    }
+    return (int64_t)sms * blocks * 32 * nw;
+}
+
 /*
  * The generic kernel's shape: 2^lg lanes per lenslet (SPOTWAVE_CENTROID_LANES = 1, 2, ..., 32
- * overrides, for measurements) and warps per block. The smallest group that leaves at most 16
- * pixels of the largest region to a lane, then more lanes (down to 4 pixels a lane) while one
- * frame's lenslets fill less than half the GPU's threads (sms * 1024): a few pixels per lane and
- * short reductions for small regions, many lanes for large ones. CM_WARPS warps per block, fewer
- * when the regions would not fit the shared memory (optin: the device's per-block maximum).
+ * overrides, for measurements) and warps per block (cm_warps_for). The smallest group that leaves
+ * at most 16 pixels of the largest region to a lane, then more lanes (down to 4 pixels a lane)
+ * while one frame's lenslets with the larger group still fit in the threads the GPU holds at once
+ * (k's occupancy): a lenslet costs a chain of its lane's pixels and a few fixed steps (the
+ * reductions, the finish), so a second partial wave of short chains costs more than one wave of
+ * longer ones. A few pixels per lane and short reductions for small regions, many lanes for
+ * large ones.
  */
-static void cm_shape(const sw_centroid_plan *plan, int sms, size_t optin, int *lg, int *warps)
+static void cm_shape(const sw_centroid_plan *plan, cm_kernel_fn k, int sms, size_t optin, int *lg,
+                     int *warps)
 {
     const int32_t npix = plan->wmax * plan->hmax;
     int g = 0;
     while (g < 5 && npix > (16 << g))
         g++;
-    while (g < 5 && (int64_t)plan->nl << g < (int64_t)sms * 1024 && npix >= (8 << g))
+    while (g < 5 && npix >= (8 << g) &&
+           ((int64_t)plan->nl << (g + 1)) <= cm_resident(plan, k, sms, optin, g + 1))
         g++;
     const char *env = getenv("SPOTWAVE_CENTROID_LANES");
     if (env) {
@@ -888,11 +917,8 @@ static void cm_shape(const sw_centroid_plan *plan, int sms, size_t optin, int *l
             if (want == 1 << t)
                 g = t;
     }
-    int nw = CM_WARPS;
-    while (nw > 1 && cm_block_smem(plan, g, nw) > optin)
-        nw /= 2;
     *lg = g;
-    *warps = nw;
+    *warps = cm_warps_for(plan, g, optin);
 }
 
 /* ------------------------------------------------------------------ launch shape */
@@ -1046,7 +1072,14 @@ extern "C" sw_status sw_centroid_gpu_create(sw_centroid_plan *plan)
                                      plan->ctx->device));
         SW_CU(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, plan->ctx->device));
         g->cm_direct = sw_cmb_one_pass(&plan->mp);
-        cm_shape(plan, sms, (size_t)optin, &g->cm_lg, &g->cm_warps);
+        /* The kernels may take up to the device's maximum (never less: another plan with the
+         * same kernel may need more than this one); the occupancy below is computed with it. */
+        for (int al = 0; al < 2; al++)
+            SW_CU(cudaFuncSetAttribute(cm_pick(p->type, al != 0, plan->mp.method, g->cm_direct),
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+        /* the aligned and unaligned kernels differ in their loads only */
+        cm_shape(plan, cm_pick(p->type, true, plan->mp.method, g->cm_direct), sms, (size_t)optin,
+                 &g->cm_lg, &g->cm_warps);
         g->cm_smem = cm_block_smem(plan, g->cm_lg, g->cm_warps);
         if (g->cm_smem > (size_t)optin)
             return sw_fail(plan->ctx, SW_EUNSUPPORTED,
@@ -1055,10 +1088,6 @@ extern "C" sw_status sw_centroid_gpu_create(sw_centroid_plan *plan)
                            "smaller correlation search)",
                            sw_centroid_method_string(p->method), g->cm_smem, plan->wmax, plan->hmax,
                            optin);
-        for (int al = 0; al < 2; al++)
-            SW_CU(cudaFuncSetAttribute(cm_pick(p->type, al != 0, plan->mp.method, g->cm_direct),
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)g->cm_smem));
         sw_log(plan->ctx, SW_LOG_DEBUG,
                "centroid GPU, %s: %d lanes per lenslet, %d warps per block, %zu B shared%s",
                sw_centroid_method_string(p->method), 1 << g->cm_lg, g->cm_warps, g->cm_smem,
