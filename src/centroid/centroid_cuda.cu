@@ -720,9 +720,10 @@ __device__ __forceinline__ unsigned cm_pixels(const cm_args &a, const char *fram
 
 /*
  * METHOD: the plan's method (a constant: each method's kernel holds its own code only, and its
- * reductions' sizes are known). DIRECT (sw_cmb_one_pass): the group's lanes read their pixels
- * straight from the frame into the first pass (no region in shared memory, no second pass);
- * otherwise the region is loaded into shared memory and sw_cmb_measure reads it.
+ * reductions' sizes are known). The first pass of sw_cmb_measure (sw_cmb_scan_px) runs on the
+ * values as they are loaded. DIRECT (sw_cmb_one_pass): that is the only pass, so the pixels go
+ * from the frame into it and nowhere else; otherwise the loads also fill the region in shared
+ * memory, which the further passes of sw_cmb_conclude read.
  */
 template <typename T, bool ALIGNED, int METHOD, bool DIRECT>
 __global__ void __launch_bounds__(CM_WARPS * 32, CM_MIN_BLOCKS) method_kernel(const cm_args a)
@@ -771,15 +772,14 @@ __global__ void __launch_bounds__(CM_WARPS * 32, CM_MIN_BLOCKS) method_kernel(co
     for (int32_t f = (int32_t)blockIdx.y; f < a.nframes; f += (int32_t)gridDim.y) {
         const char *frame = a.img + (size_t)f * (size_t)a.height * a.stride;
         sw_cmb_out o;
+        sw_cmb_scan A; /* the first pass rides on the loads (sw_cmb_measure's first loop) */
+        sw_cmb_scan_init(&P, &A);
         if (DIRECT) {
-            sw_cmb_scan A;
-            sw_cmb_scan_init(&P, &A);
             const unsigned sat =
                 cm_pixels<T, ALIGNED>(a, frame, R, [&](float val, int32_t q, int32_t i, int32_t j) {
                     sw_cmb_scan_px(&P, &A, val, q, i, j, R.w, R.h);
                 });
             R.sat = cm_umax(&R, sat) != 0;
-            sw_cmb_conclude(&P, &R, &A, &o);
         } else {
             __syncwarp(R.mask); /* the last frame's passes have read the region */
             const unsigned sat =
@@ -788,11 +788,12 @@ __global__ void __launch_bounds__(CM_WARPS * 32, CM_MIN_BLOCKS) method_kernel(co
                     v[e] = val;
                     if (corr)
                         r[e] = a.corr[(size_t)(ys + j) * (size_t)a.width + (size_t)(xs + i)];
+                    sw_cmb_scan_px(&P, &A, val, q, i, j, R.w, R.h);
                 });
             R.sat = cm_umax(&R, sat) != 0;
             __syncwarp(R.mask); /* the region is in shared memory */
-            sw_cmb_measure(&P, &R, &o);
         }
+        sw_cmb_conclude(&P, &R, &A, &o);
         if (t0 == 0) {
             const size_t i = (size_t)f * (size_t)a.nl + (size_t)l;
             if (a.x)
