@@ -20,7 +20,9 @@
 #define SW_CMB_MAX(R, s, k) ((void)(R), (void)(s), (void)(k))
 #define SW_CMB_USUM(R, x)   ((void)(R), (x))
 #define SW_CMB_UMAX(R, x)   ((void)(R), (x))
+#define SW_CMB_UMAX64(R, x) ((void)(R), (x))
 #define SW_CMB_SYNC(R)      ((void)(R))
+#define SW_CMB_UNROLL
 #include "centroid/centroid_method.h"
 
 #include <math.h>
@@ -392,9 +394,9 @@ static sw_status setup_method(sw_context *ctx, sw_centroid_plan *plan)
             nscratch = (size_t)plan->wmax + (size_t)plan->hmax; /* the separable weight */
     }
     plan->nscratch = nscratch;
-    /* the region, the template's region (CORRELATION), the scratch */
+    /* the region, the template's region and the work copy (CORRELATION), the scratch */
     plan->cpu_gen_bytes =
-        (size_t)plan->wmax * (size_t)plan->hmax * sizeof(float) * (plan->corr_ref ? 2 : 1);
+        (size_t)plan->wmax * (size_t)plan->hmax * sizeof(float) * (plan->corr_ref ? 3 : 1);
     plan->cpu_gen_bytes = (plan->cpu_gen_bytes + 7) / 8 * 8 + nscratch * sizeof(double);
     return SW_OK;
 }
@@ -1056,9 +1058,10 @@ static void cpu_generic_lenslet(const sw_centroid_plan *plan, const char *frame,
                    plan->corr_ref + (size_t)(ys + j) * (size_t)plan->p.width + (size_t)xs,
                    (size_t)w * sizeof(float));
         R.r = r;
+        R.cw = r + npix; /* the conditioned region's work copy */
     }
     if (plan->nscratch) {
-        size_t off = (npix * sizeof(float) * (plan->corr_ref ? 2 : 1) + 7) / 8 * 8;
+        size_t off = (npix * sizeof(float) * (plan->corr_ref ? 3 : 1) + 7) / 8 * 8;
         R.scratch = (double *)(void *)(scratch + off);
     }
     sw_cmb_out o;

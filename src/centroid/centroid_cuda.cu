@@ -122,10 +122,10 @@ typedef struct cg_gpu {
     uint8_t *flag, *sat;
     float *xvar, *yvar, *snr; /* error bars and SNR for host result arrays */
     uint8_t *status;
-    int32_t *xs, *xe, *ys, *ye;     /* the regions (the generic kernel) */
     float *corr;                    /* CORRELATION template */
     size_t cm_smem;                 /* the generic kernel's dynamic shared memory */
     int cm_lg, cm_warps;            /* its 2^lg lanes per lenslet, warps per block (cm_shape) */
+    int cm_direct;                  /* sw_cmb_one_pass: pixels straight from the frame */
     int tx, r, nz, gs, lpt, ntiles; /* launch shape (choose_shape) */
     size_t smem;                    /* dynamic shared memory per block */
     int uva;          /* unified addressing: pinned host pointers are device pointers */
@@ -557,6 +557,9 @@ template <> cg_kernel_fn pick<float>(int load, int exact)
  * Lane 0 of the group writes the lenslet's results.
  */
 #define CM_WARPS 4 /* warps per block (fewer when the regions need the shared memory) */
+#define CM_MIN_BLOCKS                                                                              \
+    6 /* resident blocks per SM the registers must allow (at most 80 a thread)                     \
+       */
 
 __device__ __forceinline__ void cm_sum(const sw_cmb_region *R, double *s, int k)
 {
@@ -592,19 +595,32 @@ __device__ __forceinline__ uint32_t cm_umax(const sw_cmb_region *R, uint32_t x)
     return x;
 }
 
+__device__ __forceinline__ uint64_t cm_umax64(const sw_cmb_region *R, uint64_t x)
+{
+    for (int o = R->tn >> 1; o > 0; o >>= 1) {
+        const uint64_t y = __shfl_xor_sync(R->mask, (unsigned long long)x, o);
+        x = y > x ? y : x;
+    }
+    return x;
+}
+
 #define SW_CMB_FN           __device__ static __forceinline__
 #define SW_CMB_SUM(R, s, k) cm_sum((R), (s), (k))
 #define SW_CMB_MAX(R, s, k) cm_max((R), (s), (k))
 #define SW_CMB_USUM(R, x)   cm_usum((R), (x))
 #define SW_CMB_UMAX(R, x)   cm_umax((R), (x))
+#define SW_CMB_UMAX64(R, x) cm_umax64((R), (x))
 #define SW_CMB_SYNC(R)      __syncwarp((R)->mask)
+#define SW_CMB_UNROLL       _Pragma("unroll 4")
 #include "centroid/centroid_method.h"
 
 typedef struct cm_args {
     const char *img;
     size_t stride;
     int32_t width, height, nx, nl, nframes;
-    const int32_t *xs, *xe, *ys, *ye, *slope_k;
+    double x0, y0, pitch; /* the geometry: the regions from cg_edge, as the fast kernel */
+    int32_t window;
+    const int32_t *slope_k;
     const double *ref_x, *ref_y;
     const float *lut, *dark, *flat, *corr;
     sw_cmb_params mp;
@@ -629,14 +645,88 @@ template <> __device__ __forceinline__ unsigned cm_saturated<float>(const cm_arg
     return raw >= a.sat_f; /* false for a NaN level (none) */
 }
 
-/* Shared memory per warp: the regions of its groups (and the templates' regions), in floats. */
+/* Shared memory per warp: the regions of its groups (CORRELATION: and the templates' regions and
+ * the work copies), in floats. */
 __host__ __device__ static inline size_t cm_warp_floats(int32_t rounds, int corr)
 {
-    return (size_t)rounds * 32 * (corr ? 2 : 1);
+    return (size_t)rounds * 32 * (corr ? 3 : 1);
 }
 
-template <typename T, bool ALIGNED>
-__global__ void __launch_bounds__(CM_WARPS * 32) method_kernel(const cm_args a)
+/* A raw pixel of the frame (row pointer, column x). */
+template <typename T, bool ALIGNED> __device__ __forceinline__ T cm_raw(const char *row, int32_t x)
+{
+    return ALIGNED ? ((const T *)row)[x] : byte_load(row + (size_t)x * sizeof(T), T());
+}
+
+/* Steps 1-3 of centroid.h on a raw pixel at (x, y), as centroid.c's cpu_generic_lenslet: the LUT,
+ * then v - dark, then v * flat, each rounded to float. */
+template <typename T>
+__device__ __forceinline__ float cm_prepare(const cm_args &a, T raw, int32_t x, int32_t y)
+{
+    float val;
+    if (std::is_same<T, float>::value)
+        val = (float)raw;
+    else
+        val = a.lut ? a.lut[(uint32_t)raw] : (float)raw;
+    const size_t kp = (size_t)y * (size_t)a.width + (size_t)x;
+    if (a.dark)
+        val = __fsub_rn(val, a.dark[kp]);
+    if (a.flat)
+        val = __fmul_rn(val, a.flat[kp]);
+    return val;
+}
+
+#define CM_BATCH 8 /* raw loads a lane has in flight */
+
+/*
+ * The lane's pixels of its region (q = t0, t0 + tn, ... < n, as SW_CMB_EACH) read from the frame
+ * in batches of CM_BATCH: the batch's loads are issued together (a lane past the end reads pixel
+ * 0 again and drops it), then f(value after steps 1-3, q, i, j) runs on each pixel in order.
+ * Returns 1 when one of the lane's raw pixels is saturated.
+ */
+template <typename T, bool ALIGNED, typename F>
+__device__ __forceinline__ unsigned cm_pixels(const cm_args &a, const char *frame,
+                                              const sw_cmb_region &R, F &&f)
+{
+    unsigned sat = 0;
+    int32_t q = R.t0, i = R.i0, j = R.j0;
+    while (q < R.n) {
+        T raw[CM_BATCH];
+        int32_t ql = q, il = i, jl = j; /* the loads walk ahead */
+#pragma unroll
+        for (int u = 0; u < CM_BATCH; u++) {
+            const bool in = ql < R.n;
+            const char *row = frame + (size_t)(R.ys + (in ? jl : 0)) * a.stride;
+            raw[u] = cm_raw<T, ALIGNED>(row, R.xs + (in ? il : 0));
+            ql += R.tn;
+            il += R.di;
+            jl += R.dj + (il >= R.w);
+            il -= il >= R.w ? R.w : 0;
+        }
+#pragma unroll
+        for (int u = 0; u < CM_BATCH; u++) {
+            if (q < R.n) {
+                sat |= cm_saturated<T>(a, raw[u]);
+                f(cm_prepare<T>(a, raw[u], R.xs + i, R.ys + j), q, i, j);
+            }
+            q += R.tn;
+            i += R.di;
+            j += R.dj + (i >= R.w);
+            i -= i >= R.w ? R.w : 0;
+        }
+    }
+    return sat;
+}
+
+/*
+ * METHOD: the plan's method (a constant: each method's kernel holds its own code only, and its
+ * reductions' sizes are known). The first pass of sw_cmb_measure (sw_cmb_scan_px) runs on the
+ * values as they are loaded. DIRECT (sw_cmb_one_pass): that is the only pass, so the pixels go
+ * from the frame into it and nowhere else; otherwise the loads also fill the region in shared
+ * memory, which the further passes of sw_cmb_conclude read.
+ */
+template <typename T, bool ALIGNED, int METHOD, bool DIRECT>
+__global__ void __launch_bounds__(CM_WARPS * 32, CM_MIN_BLOCKS) method_kernel(const cm_args a)
 {
     extern __shared__ __align__(16) unsigned char smem[];
     const int32_t G = 1 << a.lg, lane = (int32_t)(threadIdx.x & 31), warp = threadIdx.x >> 5;
@@ -645,7 +735,9 @@ __global__ void __launch_bounds__(CM_WARPS * 32) method_kernel(const cm_args a)
     const int32_t l = (int32_t)blockIdx.x * nwarps * gpw + warp * gpw + gw;
     if (l >= a.nl)
         return; /* the whole group: l is the group's */
-    const int corr = a.corr != NULL;
+    const bool corr = METHOD == SW_CMB_CORR;
+    sw_cmb_params P = a.mp;
+    P.method = METHOD;
     float *wv = (float *)smem + cm_warp_floats(a.rounds, corr) * (size_t)warp;
     float *v = wv + gw * G; /* the group's element 0; element k * 32 + t0 is its pixel k G + t0 */
     float *r = v + (size_t)a.rounds * 32;
@@ -654,14 +746,18 @@ __global__ void __launch_bounds__(CM_WARPS * 32) method_kernel(const cm_args a)
                    (cm_warp_floats(a.rounds, corr) * (size_t)nwarps * sizeof(float) + 7) / 8 * 8) +
         (size_t)(warp * gpw + gw) * (size_t)a.nscratch;
     const int32_t ix = l % a.nx, iy = l / a.nx;
-    const int32_t xs = a.xs[ix], ys = a.ys[iy];
+    /* the region from the geometry (checked against the plan's at create): the pixel loads wait
+     * for no table */
+    const int32_t xs = cg_edge(a.x0, a.pitch, ix) + a.window,
+                  ys = cg_edge(a.y0, a.pitch, iy) + a.window;
     const int32_t k = a.slope_k[l];
     sw_cmb_region R;
-    R.v = v;
+    R.v = DIRECT ? NULL : v;
     R.r = corr ? r : NULL;
+    R.cw = corr ? r + (size_t)a.rounds * 32 : NULL;
     R.scratch = a.nscratch ? scratch : NULL;
-    R.w = a.xe[ix] - xs;
-    R.h = a.ye[iy] - ys;
+    R.w = cg_edge(a.x0, a.pitch, ix + 1) - a.window - xs;
+    R.h = cg_edge(a.y0, a.pitch, iy + 1) - a.window - ys;
     R.xs = xs;
     R.ys = ys;
     R.rx = a.ref_x[l];
@@ -674,36 +770,30 @@ __global__ void __launch_bounds__(CM_WARPS * 32) method_kernel(const cm_args a)
     R.mask = G == 32 ? 0xFFFFFFFFu : ((1u << G) - 1u) << (gw * G);
     sw_cmb_layout(&R);
     for (int32_t f = (int32_t)blockIdx.y; f < a.nframes; f += (int32_t)gridDim.y) {
-        __syncwarp(R.mask); /* the last frame's passes have read the region */
         const char *frame = a.img + (size_t)f * (size_t)a.height * a.stride;
-        unsigned sat = 0;
-#pragma unroll 4 /* several loads in flight per lane */
-        SW_CMB_EACH(&R, q, i, j)
-        {
-            const int32_t x = xs + i, y = ys + j;
-            const char *row = frame + (size_t)y * a.stride;
-            const T raw =
-                ALIGNED ? ((const T *)row)[x] : byte_load(row + (size_t)x * sizeof(T), T());
-            sat |= cm_saturated<T>(a, raw);
-            float val;
-            if (std::is_same<T, float>::value)
-                val = (float)raw;
-            else
-                val = a.lut ? a.lut[(uint32_t)raw] : (float)raw;
-            const size_t kp = (size_t)y * (size_t)a.width + (size_t)x;
-            if (a.dark)
-                val = __fsub_rn(val, a.dark[kp]);
-            if (a.flat)
-                val = __fmul_rn(val, a.flat[kp]);
-            const int32_t e = sw_cmb_ix(&R, q);
-            v[e] = val;
-            if (corr)
-                r[e] = a.corr[kp];
-        }
-        R.sat = cm_umax(&R, sat) != 0;
-        __syncwarp(R.mask); /* the region is in shared memory */
         sw_cmb_out o;
-        sw_cmb_measure(&a.mp, &R, &o);
+        sw_cmb_scan A; /* the first pass rides on the loads (sw_cmb_measure's first loop) */
+        sw_cmb_scan_init(&P, &A);
+        if (DIRECT) {
+            const unsigned sat =
+                cm_pixels<T, ALIGNED>(a, frame, R, [&](float val, int32_t q, int32_t i, int32_t j) {
+                    sw_cmb_scan_px(&P, &A, val, q, i, j, R.w, R.h);
+                });
+            R.sat = cm_umax(&R, sat) != 0;
+        } else {
+            __syncwarp(R.mask); /* the last frame's passes have read the region */
+            const unsigned sat =
+                cm_pixels<T, ALIGNED>(a, frame, R, [&](float val, int32_t q, int32_t i, int32_t j) {
+                    const int32_t e = sw_cmb_ix(&R, q);
+                    v[e] = val;
+                    if (corr)
+                        r[e] = a.corr[(size_t)(ys + j) * (size_t)a.width + (size_t)(xs + i)];
+                    sw_cmb_scan_px(&P, &A, val, q, i, j, R.w, R.h);
+                });
+            R.sat = cm_umax(&R, sat) != 0;
+            __syncwarp(R.mask); /* the region is in shared memory */
+        }
+        sw_cmb_conclude(&P, &R, &A, &o);
         if (t0 == 0) {
             const size_t i = (size_t)f * (size_t)a.nl + (size_t)l;
             if (a.x)
@@ -729,8 +819,8 @@ __global__ void __launch_bounds__(CM_WARPS * 32) method_kernel(const cm_args a)
                 float *sl = a.slopes + (size_t)f * 2 * ns;
                 float *sx = a.interleaved ? sl + 2 * (size_t)k : sl + k;
                 float *sy = a.interleaved ? sx + 1 : sl + ns + k;
-                *sx = o.valid ? (float)((double)(float)o.x - a.ref_x[l]) : 0.0f;
-                *sy = o.valid ? (float)((double)(float)o.y - a.ref_y[l]) : 0.0f;
+                *sx = o.valid ? (float)((double)(float)o.x - R.rx) : 0.0f;
+                *sy = o.valid ? (float)((double)(float)o.y - R.ry) : 0.0f;
             }
         }
     }
@@ -738,18 +828,37 @@ __global__ void __launch_bounds__(CM_WARPS * 32) method_kernel(const cm_args a)
 
 typedef void (*cm_kernel_fn)(const cm_args);
 
-static cm_kernel_fn cm_pick(sw_pixel_type t, bool aligned)
+template <int M, bool D> static cm_kernel_fn cm_pick_m(sw_pixel_type t, bool aligned)
 {
     if (t == SW_PIX_U8)
-        return method_kernel<uint8_t, true>;
+        return method_kernel<uint8_t, true, M, D>;
     if (t == SW_PIX_U16)
-        return aligned ? method_kernel<uint16_t, true> : method_kernel<uint16_t, false>;
-    return aligned ? method_kernel<float, true> : method_kernel<float, false>;
+        return aligned ? method_kernel<uint16_t, true, M, D> : method_kernel<uint16_t, false, M, D>;
+    return aligned ? method_kernel<float, true, M, D> : method_kernel<float, false, M, D>;
+}
+
+/* The kernel of a plan's pixel type and method; direct: sw_cmb_one_pass (COG, QUADCELL only). */
+static cm_kernel_fn cm_pick(sw_pixel_type t, bool aligned, int method, bool direct)
+{
+    switch (method) {
+    case SW_CMB_WCOG: return cm_pick_m<SW_CMB_WCOG, false>(t, aligned);
+    case SW_CMB_LOCAL: return cm_pick_m<SW_CMB_LOCAL, false>(t, aligned);
+    case SW_CMB_BRIGHT: return cm_pick_m<SW_CMB_BRIGHT, false>(t, aligned);
+    case SW_CMB_CORR: return cm_pick_m<SW_CMB_CORR, false>(t, aligned);
+    case SW_CMB_QUAD:
+        return direct ? cm_pick_m<SW_CMB_QUAD, true>(t, aligned)
+                      : cm_pick_m<SW_CMB_QUAD, false>(t, aligned);
+    default:
+        return direct ? cm_pick_m<SW_CMB_COG, true>(t, aligned)
+                      : cm_pick_m<SW_CMB_COG, false>(t, aligned);
+    }
 }
 
 /* Dynamic shared memory of a block of the generic kernel with `warps` warps. */
 static size_t cm_block_smem(const sw_centroid_plan *plan, int lg, int warps)
 {
+    if (sw_cmb_one_pass(&plan->mp))
+        return 0; /* no region in shared memory, no scratch */
     const int32_t npix = plan->wmax * plan->hmax;
     const int32_t rounds = (npix + (1 << lg) - 1) >> lg;
     size_t bytes = cm_warp_floats(rounds, plan->corr_ref != NULL) * (size_t)warps * sizeof(float);
@@ -757,21 +866,50 @@ static size_t cm_block_smem(const sw_centroid_plan *plan, int lg, int warps)
     return bytes + (size_t)warps * (size_t)(32 >> lg) * plan->nscratch * sizeof(double);
 }
 
+/* Warps per block for 2^lg lanes per lenslet: CM_WARPS, fewer when the regions would not fit
+ * the shared memory (optin: the device's per-block maximum). */
+static int cm_warps_for(const sw_centroid_plan *plan, int lg, size_t optin)
+{
+    int nw = CM_WARPS;
+    while (nw > 1 && cm_block_smem(plan, lg, nw) > optin)
+        nw /= 2;
+    return nw;
+}
+
+/* Threads of kernel k the GPU holds at once with 2^lg lanes per lenslet (its registers and
+ * shared memory permitting). */
+static int64_t cm_resident(const sw_centroid_plan *plan, cm_kernel_fn k, int sms, size_t optin,
+                           int lg)
+{
+    const int nw = cm_warps_for(plan, lg, optin);
+    int blocks = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k, 32 * nw,
+                                                      cm_block_smem(plan, lg, nw)) != cudaSuccess) {
+        cudaGetLastError();
+        blocks = CM_MIN_BLOCKS;
+    }
+    return (int64_t)sms * blocks * 32 * nw;
+}
+
 /*
  * The generic kernel's shape: 2^lg lanes per lenslet (SPOTWAVE_CENTROID_LANES = 1, 2, ..., 32
- * overrides, for measurements) and warps per block. The smallest group that leaves at most 16
- * pixels of the largest region to a lane, then more lanes (down to 4 pixels a lane) while one
- * frame's lenslets fill less than half the GPU's threads (sms * 1024): a few pixels per lane and
- * short reductions for small regions, many lanes for large ones. CM_WARPS warps per block, fewer
- * when the regions would not fit the shared memory (optin: the device's per-block maximum).
+ * overrides, for measurements) and warps per block (cm_warps_for). The smallest group that leaves
+ * at most 16 pixels of the largest region to a lane, then more lanes (down to 4 pixels a lane)
+ * while one frame's lenslets with the larger group still fit in the threads the GPU holds at once
+ * (k's occupancy): a lenslet costs a chain of its lane's pixels and a few fixed steps (the
+ * reductions, the finish), so a second partial wave of short chains costs more than one wave of
+ * longer ones. A few pixels per lane and short reductions for small regions, many lanes for
+ * large ones.
  */
-static void cm_shape(const sw_centroid_plan *plan, int sms, size_t optin, int *lg, int *warps)
+static void cm_shape(const sw_centroid_plan *plan, cm_kernel_fn k, int sms, size_t optin, int *lg,
+                     int *warps)
 {
     const int32_t npix = plan->wmax * plan->hmax;
     int g = 0;
     while (g < 5 && npix > (16 << g))
         g++;
-    while (g < 5 && (int64_t)plan->nl << g < (int64_t)sms * 1024 && npix >= (8 << g))
+    while (g < 5 && npix >= (8 << g) &&
+           ((int64_t)plan->nl << (g + 1)) <= cm_resident(plan, k, sms, optin, g + 1))
         g++;
     const char *env = getenv("SPOTWAVE_CENTROID_LANES");
     if (env) {
@@ -780,11 +918,8 @@ static void cm_shape(const sw_centroid_plan *plan, int sms, size_t optin, int *l
             if (want == 1 << t)
                 g = t;
     }
-    int nw = CM_WARPS;
-    while (nw > 1 && cm_block_smem(plan, g, nw) > optin)
-        nw /= 2;
     *lg = g;
-    *warps = nw;
+    *warps = cm_warps_for(plan, g, optin);
 }
 
 /* ------------------------------------------------------------------ launch shape */
@@ -931,17 +1066,21 @@ extern "C" sw_status sw_centroid_gpu_create(sw_centroid_plan *plan)
     SW_TRY(upload<float>(plan, &g->snr, NULL, n));
     SW_TRY(upload<uint8_t>(plan, &g->status, NULL, n));
     if (!plan->fast) {
-        SW_TRY(upload(plan, &g->xs, plan->xs, (size_t)plan->nx));
-        SW_TRY(upload(plan, &g->xe, plan->xe, (size_t)plan->nx));
-        SW_TRY(upload(plan, &g->ys, plan->ys, (size_t)plan->ny));
-        SW_TRY(upload(plan, &g->ye, plan->ye, (size_t)plan->ny));
         if (plan->corr_ref)
             SW_TRY(upload(plan, &g->corr, plan->corr_ref, npix));
         int optin = 0, sms = 0;
         SW_CU(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
                                      plan->ctx->device));
         SW_CU(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, plan->ctx->device));
-        cm_shape(plan, sms, (size_t)optin, &g->cm_lg, &g->cm_warps);
+        g->cm_direct = sw_cmb_one_pass(&plan->mp);
+        /* The kernels may take up to the device's maximum (never less: another plan with the
+         * same kernel may need more than this one); the occupancy below is computed with it. */
+        for (int al = 0; al < 2; al++)
+            SW_CU(cudaFuncSetAttribute(cm_pick(p->type, al != 0, plan->mp.method, g->cm_direct),
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+        /* the aligned and unaligned kernels differ in their loads only */
+        cm_shape(plan, cm_pick(p->type, true, plan->mp.method, g->cm_direct), sms, (size_t)optin,
+                 &g->cm_lg, &g->cm_warps);
         g->cm_smem = cm_block_smem(plan, g->cm_lg, g->cm_warps);
         if (g->cm_smem > (size_t)optin)
             return sw_fail(plan->ctx, SW_EUNSUPPORTED,
@@ -950,15 +1089,10 @@ extern "C" sw_status sw_centroid_gpu_create(sw_centroid_plan *plan)
                            "smaller correlation search)",
                            sw_centroid_method_string(p->method), g->cm_smem, plan->wmax, plan->hmax,
                            optin);
-        const sw_pixel_type types[3] = {SW_PIX_U8, SW_PIX_U16, SW_PIX_F32};
-        for (int t = 0; t < 3; t++)
-            for (int al = 0; al < 2; al++)
-                SW_CU(cudaFuncSetAttribute(cm_pick(types[t], al != 0),
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           (int)g->cm_smem));
         sw_log(plan->ctx, SW_LOG_DEBUG,
-               "centroid GPU, %s: %d lanes per lenslet, %d warps per block, %zu B shared",
-               sw_centroid_method_string(p->method), 1 << g->cm_lg, g->cm_warps, g->cm_smem);
+               "centroid GPU, %s: %d lanes per lenslet, %d warps per block, %zu B shared%s",
+               sw_centroid_method_string(p->method), 1 << g->cm_lg, g->cm_warps, g->cm_smem,
+               g->cm_direct ? ", pixels straight from the frame (one pass)" : "");
     }
     SW_CU(cudaStreamSynchronize(stream_of(plan))); /* the host copies may change after create */
     sw_log(plan->ctx, SW_LOG_DEBUG,
@@ -1124,10 +1258,10 @@ extern "C" sw_status sw_centroid_gpu_run(sw_centroid_plan *plan, const sw_image 
         m.nx = plan->nx;
         m.nl = plan->nl;
         m.nframes = nframes;
-        m.xs = g->xs;
-        m.xe = g->xe;
-        m.ys = g->ys;
-        m.ye = g->ye;
+        m.x0 = p->geometry.x0;
+        m.y0 = p->geometry.y0;
+        m.pitch = p->geometry.pitch_px;
+        m.window = p->window;
         m.slope_k = g->slope_k;
         m.ref_x = g->ref_x;
         m.ref_y = g->ref_y;
@@ -1157,7 +1291,8 @@ extern "C" sw_status sw_centroid_gpu_run(sw_centroid_plan *plan, const sw_image 
         const int32_t per_block = g->cm_warps * (32 >> g->cm_lg); /* lenslets */
         const dim3 grid((unsigned)((plan->nl + per_block - 1) / per_block),
                         (unsigned)(nframes < 65535 ? nframes : 65535));
-        cm_pick(p->type, aligned)<<<grid, 32 * g->cm_warps, g->cm_smem, s>>>(m);
+        cm_pick(p->type, aligned, plan->mp.method,
+                g->cm_direct)<<<grid, 32 * g->cm_warps, g->cm_smem, s>>>(m);
         SW_CU(cudaGetLastError());
     } else {
         const int load = load_mode(img, stride, psize);
@@ -1240,10 +1375,6 @@ extern "C" void sw_centroid_gpu_destroy(sw_centroid_plan *plan)
     cudaFree(g->yvar);
     cudaFree(g->snr);
     cudaFree(g->status);
-    cudaFree(g->xs);
-    cudaFree(g->xe);
-    cudaFree(g->ys);
-    cudaFree(g->ye);
     cudaFree(g->corr);
     sw_event_pair_destroy(&g->ev);
     free(g);

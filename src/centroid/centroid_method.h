@@ -11,12 +11,16 @@
  *   SW_CMB_MAX(R, s, k) likewise with the maximum
  *   SW_CMB_USUM(R, x)   the sum of the uint32_t x over the group (an expression; the CPU: x)
  *   SW_CMB_UMAX(R, x)   likewise the maximum
+ *   SW_CMB_UMAX64(R, x) the maximum of the uint64_t x over the group (the CPU: x)
+ *   SW_CMB_UNROLL       a pragma that unrolls the loop it precedes a few times (or nothing)
  *   SW_CMB_SYNC(R)      a barrier between the group's threads that orders their writes to
  *                       memory (the CPU: nothing)
  * Every pixel loop (SW_CMB_EACH) runs q = t0, t0 + tn, ... over the region and is followed by a
  * SUM or MAX, so every thread of the group ends with the same totals and takes the same
- * decisions; the CPU runs the same code as a group of one. The sums are in double; the GPU adds
- * them in another order, so results agree within rounding (1e-9 relative), and the decisions
+ * decisions; the CPU runs the same code as a group of one. The sums are in double (but
+ * CORRELATION's surface: each shift's sums in float, by one thread, in the same order on both
+ * sides; the GPU may fuse a multiply-add); the GPU adds the rest in another order, so results
+ * agree within rounding (1e-9 relative; the correlation's shift 1e-5 px), and the decisions
  * taken on sums (a pixel exactly at a threshold made of sums) may, very rarely, differ. The
  * counts and maxima of the selection (BRIGHTEST) are integers: exact on both sides.
  */
@@ -109,6 +113,43 @@ SW_CM_FN double sw_cmb_c(const sw_cmb_params *P, const sw_cmb_region *R, float t
     return (double)sw_cmb_cond(P, R->v[sw_cmb_ix(R, q)], t, &d);
 }
 
+/* One pixel's share of the CoG-like sums (sw_cmb_cog_sums below): value v at region pixel (i, j),
+ * Gaussian weight wt (1 unless WCOG). */
+SW_CM_FN void sw_cmb_cog_px(const sw_cmb_params *P, float v, int32_t i, int32_t j, int32_t w,
+                            int32_t h, float t, double bg, double sd, double ring_var, double wt,
+                            int full, int mom2, double *s)
+{
+    double d;
+    const double c = (double)sw_cmb_cond(P, v, t, &d);
+    double sig = c;
+    if (P->method == SW_CMB_LOCAL) {
+        sig = c > bg + P->local_k * sd ? c - bg : 0.0;
+        d = sig > 0.0 ? d : 0.0;
+    } else if (P->method == SW_CMB_BRIGHT) {
+        sig = c > bg ? c - bg : 0.0;
+        d = sig > 0.0 ? d : 0.0;
+    }
+    const double x = (double)i, y = (double)j;
+    const double ws = wt * sig;
+    s[0] += ws;
+    s[1] += ws * x;
+    s[2] += ws * y;
+    if (!full)
+        return;
+    const double V = wt * wt * d * d * sw_cmb_var(P, v, ring_var);
+    s[3] += V;
+    s[4] += V * x;
+    s[5] += V * x * x;
+    s[6] += V * y;
+    s[7] += V * y * y;
+    if (sw_cmb_on_ring(i, j, w, h))
+        s[8] += ws;
+    if (mom2) {
+        s[9] += ws * x * x;
+        s[10] += ws * y * y;
+    }
+}
+
 /*
  * The CoG-like sums of one weight centre (cx, cy in region coordinates; ignored unless WCOG):
  * s[0] = sum w s, s[1] = sum w s x, s[2] = sum w s y, s[3] = sum V, s[4] = sum V x,
@@ -140,39 +181,31 @@ SW_CMB_FN void sw_cmb_cog_sums(const sw_cmb_params *P, const sw_cmb_region *R, f
     }
     SW_CMB_EACH(R, q, i, j)
     {
-        const float v = R->v[sw_cmb_ix(R, q)];
-        double d;
-        const double c = (double)sw_cmb_cond(P, v, t, &d);
-        double sig = c;
-        if (P->method == SW_CMB_LOCAL) {
-            sig = c > bg + P->local_k * sd ? c - bg : 0.0;
-            d = sig > 0.0 ? d : 0.0;
-        } else if (P->method == SW_CMB_BRIGHT) {
-            sig = c > bg ? c - bg : 0.0;
-            d = sig > 0.0 ? d : 0.0;
-        }
-        const double wt = wcog ? wx[i] * wy[j] : 1.0;
-        const double x = (double)i, y = (double)j;
-        const double ws = wt * sig;
-        s[0] += ws;
-        s[1] += ws * x;
-        s[2] += ws * y;
-        if (!full)
-            continue;
-        const double V = wt * wt * d * d * sw_cmb_var(P, v, ring_var);
-        s[3] += V;
-        s[4] += V * x;
-        s[5] += V * x * x;
-        s[6] += V * y;
-        s[7] += V * y * y;
-        if (sw_cmb_on_ring(i, j, w, h))
-            s[8] += ws;
-        if (mom2) {
-            s[9] += ws * x * x;
-            s[10] += ws * y * y;
-        }
+        sw_cmb_cog_px(P, R->v[sw_cmb_ix(R, q)], i, j, w, h, t, bg, sd, ring_var,
+                      wcog ? wx[i] * wy[j] : 1.0, full, mom2, s);
     }
     SW_CMB_SUM(R, s, !full ? 3 : mom2 ? 11 : 9);
+}
+
+/* One pixel's share of QUADCELL's sums: s[0] = sum c, s[1] = sum c ex, s[2] = sum c ey, s[3] =
+ * sum V, s[4] = sum V ex, s[5] = sum V ey, s[6] = sum V ex^2, s[7] = sum V ey^2, with ex (ey) +1
+ * right of (below) the centre, -1 left (above), 0 on an odd middle line, V = c'^2 var. */
+SW_CM_FN void sw_cmb_quad_px(const sw_cmb_params *P, float v, int32_t i, int32_t j, int32_t w,
+                             int32_t h, float t, double ring_var, double *s)
+{
+    double d;
+    const double c = (double)sw_cmb_cond(P, v, t, &d);
+    const double ex = 2 * i > w - 1 ? 1.0 : 2 * i < w - 1 ? -1.0 : 0.0;
+    const double ey = 2 * j > h - 1 ? 1.0 : 2 * j < h - 1 ? -1.0 : 0.0;
+    const double V = d * d * sw_cmb_var(P, v, ring_var);
+    s[0] += c;
+    s[1] += c * ex;
+    s[2] += c * ey;
+    s[3] += V;
+    s[4] += V * ex;
+    s[5] += V * ey;
+    s[6] += V * ex * ex;
+    s[7] += V * ey * ey;
 }
 
 /*
@@ -231,35 +264,53 @@ SW_CM_FN double sw_cmb_parabola(double a, double b, double c)
 
 /*
  * CORRELATION (centroid.h): writes the shift (sx, sy), its variances, the SNR and C(peak); the
- * return value is 1 when the maximum lies on the edge of the search range.
+ * return value is 1 when the maximum lies on the edge of the search range. m: the region's mean
+ * conditioned value.
+ * The surface C(u, v), (2 S + 1)^2 shifts of an inner area of up to ~10^3 pixels, is the bulk of
+ * the work: each shift is summed by one thread, in float, from a work copy of the conditioned
+ * region less m (R->cw; centred, so that the frame's spread sum f^2 - (sum f)^2 / n keeps its
+ * digits) against the template less its inner mean. Taking m out changes no sum but the rounding:
+ * sum (f - m)(r - rbar) = sum f (r - rbar), since the template's deviations sum to 0.
  */
 SW_CMB_FN int sw_cmb_correlate(const sw_cmb_params *P, const sw_cmb_region *R, float t,
-                               double ring_var, double *sx, double *sy, double *vx, double *vy,
-                               double *snr, double *c0)
+                               double ring_var, double m, double *sx, double *sy, double *vx,
+                               double *vy, double *snr, double *c0)
 {
     const int32_t S = P->search, ns = 2 * S + 1, w = R->w;
     const int32_t iw = R->w - 2 * S, ih = R->h - 2 * S, nin = iw * ih;
     /* the template's mean over the inner area */
-    double m[1] = {0.0};
+    double mr[1] = {0.0};
     for (int32_t q = R->t0; q < nin; q += R->tn)
-        m[0] += (double)R->r[sw_cmb_ix(R, (q / iw + S) * w + q % iw + S)];
-    SW_CMB_SUM(R, m, 1);
-    const double rbar = m[0] / (double)nin;
+        mr[0] += (double)R->r[sw_cmb_ix(R, (q / iw + S) * w + q % iw + S)];
+    SW_CMB_SUM(R, mr, 1);
+    const double rbar = mr[0] / (double)nin;
+    const float rbf = (float)rbar, mf = (float)m;
+    SW_CMB_SYNC(R); /* the last lenslet's surface has been read */
+    SW_CMB_EACH(R, q, i, j)
+    {
+        const int32_t e = sw_cmb_ix(R, q);
+        R->cw[e] = (float)sw_cmb_c(P, R, t, q) - mf;
+    }
+    SW_CMB_SYNC(R);
     /* C(u, v) for every shift, one shift per thread at a time */
     for (int32_t k = R->t0; k < ns * ns; k += R->tn) {
         const int32_t u = k % ns - S, v = k / ns - S;
-        double acc = 0.0, f1 = 0.0, f2 = 0.0;
-        for (int32_t j = S; j < S + ih; j++)
-            for (int32_t i = S; i < S + iw; i++) {
-                const double f = sw_cmb_c(P, R, t, (j + v) * w + i + u);
-                acc += f * ((double)R->r[sw_cmb_ix(R, j * w + i)] - rbar);
+        float acc = 0.0f, f1 = 0.0f, f2 = 0.0f;
+        for (int32_t j = S; j < S + ih; j++) {
+            const int32_t p0 = j * w + S, pf0 = p0 + v * w + u;
+            SW_CMB_UNROLL
+            for (int32_t i = 0; i < iw; i++) {
+                const float f = R->cw[sw_cmb_ix(R, pf0 + i)];
+                const float rd = R->r[sw_cmb_ix(R, p0 + i)] - rbf;
+                acc += f * rd;
                 f1 += f;
                 f2 += f * f;
             }
+        }
         /* normalised by the frame's spread over the shifted area (the template's is common to
          * every shift): insensitive to the frame's local mean and contrast */
-        const double ef = f2 - f1 * f1 / (double)nin;
-        R->scratch[k] = ef > 0.0 ? acc / sqrt(ef) : 0.0;
+        const double ef = (double)f2 - (double)f1 * (double)f1 / (double)nin;
+        R->scratch[k] = ef > 0.0 ? (double)acc / sqrt(ef) : 0.0;
     }
     SW_CMB_SYNC(R);
     int32_t kb = 0;
@@ -324,63 +375,122 @@ SW_CM_FN int32_t sw_cmb_ring_q(int32_t p, int32_t w, int32_t h)
     return (1 + p / 2) * w + ((p & 1) ? w - 1 : 0);
 }
 
+/* The ring's statistics (the ring's sums of the first pass, its 3-sigma clipped pass) feed LOCAL's
+ * background and threshold and, without a detector model, the per-pixel variance; nothing else
+ * reads them, so they are skipped otherwise. */
+SW_CM_FN int sw_cmb_need_ring(const sw_cmb_params *P)
+{
+    return P->method == SW_CMB_LOCAL || !P->have_det;
+}
+
+/* COG and QUADCELL with a known threshold (not FRACTION) and no ring statistics measure in one
+ * pass over the pixels: the method's sums ride on the first pass (its total is their s[0]). The
+ * GPU then reads the pixels straight from the frame (no region in shared memory). */
+SW_CM_FN int sw_cmb_one_pass(const sw_cmb_params *P)
+{
+    return !P->fraction && !sw_cmb_need_ring(P) &&
+           (P->method == SW_CMB_COG || P->method == SW_CMB_QUAD);
+}
+
+/* The first pass's state: what it gathers and the sums it has so far (per thread). */
+typedef struct sw_cmb_scan {
+    int fused;     /* the threshold is known: the total (and the ring's sums) in this pass      */
+    int ring;      /* the ring's sums (sw_cmb_need_ring)                                       */
+    int peak;      /* the maximum and its place: FRACTION, or the peak-on-the-border check     */
+    int one;       /* sw_cmb_one_pass: the method's sums too, in s                             */
+    uint64_t code; /* the largest key(v) * 2^14 + (2^14 - 1 - q) of a finite pixel, 0: none */
+    uint32_t bad;  /* 1: a non-finite pixel                                                */
+    double r1[4];  /* total, ring pixels, ring sum, ring sum of squares                    */
+    double s[11];  /* the method's sums (sw_cmb_cog_sums, sw_cmb_quad_px)                  */
+} sw_cmb_scan;
+
+SW_CM_FN void sw_cmb_scan_init(const sw_cmb_params *P, sw_cmb_scan *A)
+{
+    A->fused = !P->fraction;
+    A->ring = sw_cmb_need_ring(P);
+    A->peak = P->fraction || (P->peak_border && P->method != SW_CMB_CORR);
+    A->one = sw_cmb_one_pass(P);
+    A->code = 0;
+    A->bad = 0;
+    for (int k = 0; k < 4; k++)
+        A->r1[k] = 0.0;
+    for (int k = 0; k < 11; k++)
+        A->s[k] = 0.0;
+}
+
+/* The first pass on one pixel: value v (after steps 1-3) at q = (i, j) of a w x h region. */
+SW_CM_FN void sw_cmb_scan_px(const sw_cmb_params *P, sw_cmb_scan *A, float v, int32_t q, int32_t i,
+                             int32_t j, int32_t w, int32_t h)
+{
+    if (!isfinite(v)) {
+        A->bad = 1u;
+        return;
+    }
+    if (A->peak) {
+        /* exact, the first maximum (row order) wins */
+        const uint64_t code = (uint64_t)sw_cmb_key(v) << 14 | (uint64_t)(16383 - q);
+        A->code = code > A->code ? code : A->code;
+    }
+    if (!A->fused)
+        return;
+    if (A->one) {
+        if (P->method == SW_CMB_QUAD)
+            sw_cmb_quad_px(P, v, i, j, w, h, P->thr, NAN, A->s);
+        else
+            sw_cmb_cog_px(P, v, i, j, w, h, P->thr, 0.0, 0.0, NAN, 1.0, 1, 0, A->s);
+        return;
+    }
+    double d;
+    const double c = (double)sw_cmb_cond(P, v, P->thr, &d);
+    A->r1[0] += c;
+    if (A->ring && sw_cmb_on_ring(i, j, w, h)) {
+        A->r1[1] += 1.0;
+        A->r1[2] += c;
+        A->r1[3] += c * c;
+    }
+}
+
 /*
- * One lenslet: the method, its error bars, its status (centroid.h). Positions in frame pixels.
+ * One lenslet after its first pass (A: this thread's share, sw_cmb_scan_px on its pixels): the
+ * method, its error bars, its status (centroid.h). Positions in frame pixels. Reads R->v only
+ * when the method needs more passes (never when A->one).
  */
-SW_CMB_FN void sw_cmb_measure(const sw_cmb_params *P, const sw_cmb_region *R, sw_cmb_out *o)
+SW_CMB_FN void sw_cmb_conclude(const sw_cmb_params *P, const sw_cmb_region *R, sw_cmb_scan *A,
+                               sw_cmb_out *o)
 {
     const int32_t w = R->w, h = R->h, n = R->n;
     o->x = o->y = o->vx = o->vy = o->snr = NAN;
     o->inten = 0.0;
 
-    /* pass 0: non-finite pixels, the maximum and where it is (first in row order); pass 1 (the
-     * total and the ring's statistics) in the same pass when the threshold is known already */
-    const int fused = !P->fraction;
+    A->code = SW_CMB_UMAX64(R, A->code);
+    const int bad = SW_CMB_UMAX(R, A->bad) != 0u;
+    const int32_t qpk = 16383 - (int32_t)(A->code & 16383u);
+    const int peak_ring = A->peak && A->code != 0 && sw_cmb_on_ring(qpk % w, qpk / w, w, h);
     float t = P->thr;
-    double mx[3] = {-INFINITY, -1.0, 0.0}; /* maximum, its code, a non-finite pixel (1) */
-    double r1[4] = {0.0, 0.0, 0.0, 0.0};
-    SW_CMB_EACH(R, q, i, j)
-    {
-        const float v = R->v[sw_cmb_ix(R, q)];
-        if (!isfinite(v)) {
-            mx[2] = 1.0;
-            continue;
-        }
-        /* key * 2^14 + (2^14 - 1 - q): exact in a double (46 bits), the first maximum wins */
-        const double code = (double)sw_cmb_key(v) * 16384.0 + (double)(16383 - q);
-        if ((double)v > mx[0])
-            mx[0] = (double)v;
-        if (code > mx[1])
-            mx[1] = code;
-        if (fused) {
-            double d;
-            const double c = (double)sw_cmb_cond(P, v, t, &d);
-            r1[0] += c;
-            if (sw_cmb_on_ring(i, j, w, h)) {
-                r1[1] += 1.0;
-                r1[2] += c;
-                r1[3] += c * c;
-            }
-        }
-    }
-    SW_CMB_MAX(R, mx, 3);
-    const int32_t qpk = 16383 - (int32_t)(mx[1] - 16384.0 * floor(mx[1] / 16384.0));
-    const int peak_ring = sw_cmb_on_ring(qpk % w, qpk / w, w, h);
-    const int bad = mx[2] > 0.0;
-    if (!fused) {
-        t = sw_cm_fraction_threshold(P->frac, (float)mx[0]);
+    double *r1 = A->r1;
+    if (!A->fused) {
+        /* pass 1 (the total and the ring's statistics) once the maximum sets the threshold */
+        const float mx = A->code != 0 ? sw_cmb_unkey((uint32_t)(A->code >> 14)) : -INFINITY;
+        t = sw_cm_fraction_threshold(P->frac, mx);
         SW_CMB_EACH(R, q, i, j)
         {
             const double c = sw_cmb_c(P, R, t, q);
             r1[0] += c;
-            if (sw_cmb_on_ring(i, j, w, h)) {
+            if (A->ring && sw_cmb_on_ring(i, j, w, h)) {
                 r1[1] += 1.0;
                 r1[2] += c;
                 r1[3] += c * c;
             }
         }
     }
-    SW_CMB_SUM(R, r1, 4);
+    if (A->one) {
+        SW_CMB_SUM(R, A->s, P->method == SW_CMB_QUAD ? 8 : 9);
+        r1[0] = A->s[0]; /* the same values in the same order */
+    } else if (A->ring) {
+        SW_CMB_SUM(R, r1, 4);
+    } else {
+        SW_CMB_SUM(R, r1, 1);
+    }
     o->inten = bad ? NAN : r1[0];
     o->valid = 0;
     if (!R->in_mask || bad) {
@@ -388,56 +498,47 @@ SW_CMB_FN void sw_cmb_measure(const sw_cmb_params *P, const sw_cmb_region *R, sw
         return;
     }
     /* pass 2: the ring clipped at 3 sigma (its pixels only) */
-    double bg = r1[2] / r1[1];
-    double sd =
-        r1[1] > 1.0 ? sqrt(fmax(r1[3] / r1[1] - bg * bg, 0.0) * r1[1] / (r1[1] - 1.0)) : 0.0;
-    if (sd > 0.0) {
-        double r2[3] = {0.0, 0.0, 0.0};
-        const int32_t nr = sw_cmb_ring_n(w, h);
-        for (int32_t p = R->t0; p < nr; p += R->tn) {
-            const double c = sw_cmb_c(P, R, t, sw_cmb_ring_q(p, w, h));
-            if (fabs(c - bg) <= 3.0 * sd) {
-                r2[0] += 1.0;
-                r2[1] += c;
-                r2[2] += c * c;
+    double bg = 0.0, sd = 0.0, ring_var = NAN;
+    if (A->ring) {
+        bg = r1[2] / r1[1];
+        sd = r1[1] > 1.0 ? sqrt(fmax(r1[3] / r1[1] - bg * bg, 0.0) * r1[1] / (r1[1] - 1.0)) : 0.0;
+        if (sd > 0.0) {
+            double r2[3] = {0.0, 0.0, 0.0};
+            const int32_t nr = sw_cmb_ring_n(w, h);
+            for (int32_t p = R->t0; p < nr; p += R->tn) {
+                const double c = sw_cmb_c(P, R, t, sw_cmb_ring_q(p, w, h));
+                if (fabs(c - bg) <= 3.0 * sd) {
+                    r2[0] += 1.0;
+                    r2[1] += c;
+                    r2[2] += c * c;
+                }
+            }
+            SW_CMB_SUM(R, r2, 3);
+            if (r2[0] > 1.0) {
+                bg = r2[1] / r2[0];
+                sd = sqrt(fmax(r2[2] / r2[0] - bg * bg, 0.0) * r2[0] / (r2[0] - 1.0));
             }
         }
-        SW_CMB_SUM(R, r2, 3);
-        if (r2[0] > 1.0) {
-            bg = r2[1] / r2[0];
-            sd = sqrt(fmax(r2[2] / r2[0] - bg * bg, 0.0) * r2[0] / (r2[0] - 1.0));
-        }
+        ring_var = r1[1] > 1.0 ? sd * sd : NAN;
     }
-    const double ring_var = r1[1] > 1.0 ? sd * sd : NAN;
 
     double x = NAN, y = NAN, vx = NAN, vy = NAN, snr = NAN, sig = 0.0, ring_sig = 0.0;
     int left = 0;
+    double *s = A->s;
     if (P->method == SW_CMB_CORR) {
         double sx, sy;
-        left = sw_cmb_correlate(P, R, t, ring_var, &sx, &sy, &vx, &vy, &snr, &sig);
+        left =
+            sw_cmb_correlate(P, R, t, ring_var, r1[0] / (double)n, &sx, &sy, &vx, &vy, &snr, &sig);
         x = R->rx + sx;
         y = R->ry + sy;
     } else if (P->method == SW_CMB_QUAD) {
-        double s[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
-        SW_CMB_EACH(R, q, i, j)
-        {
-            const float v = R->v[sw_cmb_ix(R, q)];
-            double d;
-            const double c = (double)sw_cmb_cond(P, v, t, &d);
-            /* +1 right of / below the centre, -1 left / above, 0 on an odd middle line */
-            const double ex = 2 * i > w - 1 ? 1.0 : 2 * i < w - 1 ? -1.0 : 0.0;
-            const double ey = 2 * j > h - 1 ? 1.0 : 2 * j < h - 1 ? -1.0 : 0.0;
-            const double V = d * d * sw_cmb_var(P, v, ring_var);
-            s[0] += c;
-            s[1] += c * ex;
-            s[2] += c * ey;
-            s[3] += V;
-            s[4] += V * ex;
-            s[5] += V * ey;
-            s[6] += V * ex * ex;
-            s[7] += V * ey * ey;
+        if (!A->one) {
+            SW_CMB_EACH(R, q, i, j)
+            {
+                sw_cmb_quad_px(P, R->v[sw_cmb_ix(R, q)], i, j, w, h, t, ring_var, s);
+            }
+            SW_CMB_SUM(R, s, 8);
         }
-        SW_CMB_SUM(R, s, 8);
         sig = s[0];
         if (sig > 0.0) {
             const double qx = s[1] / sig, qy = s[2] / sig;
@@ -455,10 +556,10 @@ SW_CMB_FN void sw_cmb_measure(const sw_cmb_params *P, const sw_cmb_region *R, sw
             b = (double)sw_cmb_select(P, R, t, m);
         }
         double cx = R->rx - (double)R->xs, cy = R->ry - (double)R->ys; /* region coordinates */
-        double s[11] = {0.0};
         const int passes = P->method == SW_CMB_WCOG ? P->iters + 1 : 1;
         for (int it = 0; it < passes; it++) {
-            sw_cmb_cog_sums(P, R, t, b, sd, ring_var, cx, cy, it + 1 == passes, s);
+            if (!A->one)
+                sw_cmb_cog_sums(P, R, t, b, sd, ring_var, cx, cy, it + 1 == passes, s);
             if (!(s[0] > 0.0) || !isfinite(s[0]))
                 break;
             x = s[1] / s[0];
@@ -517,6 +618,20 @@ SW_CMB_FN void sw_cmb_measure(const sw_cmb_params *P, const sw_cmb_region *R, sw
         o->vy = vy;
         o->snr = snr;
     }
+}
+
+/*
+ * One lenslet: the first pass over the region (R->v), then sw_cmb_conclude.
+ */
+SW_CMB_FN void sw_cmb_measure(const sw_cmb_params *P, const sw_cmb_region *R, sw_cmb_out *o)
+{
+    sw_cmb_scan A;
+    sw_cmb_scan_init(P, &A);
+    SW_CMB_EACH(R, q, i, j)
+    {
+        sw_cmb_scan_px(P, &A, R->v[sw_cmb_ix(R, q)], q, i, j, R->w, R->h);
+    }
+    sw_cmb_conclude(P, R, &A, o);
 }
 
 #endif

@@ -111,6 +111,7 @@ SW_CM_FN int sw_cm_finish(double m00, double m10, double m01, int32_t xs, int32_
 typedef struct sw_cmb_region {
     const float *v;  /* pixels after steps 1-3 (LUT, dark, flat)                          */
     const float *r;  /* CORRELATION: the template, same layout; else NULL                */
+    float *cw;       /* CORRELATION: work copy of the conditioned region, same layout     */
     double *scratch; /* CORRELATION: (2 S + 1)^2 doubles; WCOG: w + h doubles; per group */
     int32_t w, h;
     int32_t xs, ys; /* frame position of pixel (0, 0)                                     */

@@ -1,15 +1,17 @@
 /*
  * The GPU twin of the centroid stage's generic path (centroid_cuda.cu method_kernel) against the
  * CPU's (centroid.c), one plan per backend from the same parameters: every method (cog with error
- * bars, wcog fixed and re-centred, local, brightest, correlation, quadcell), u8 / u16 / f32 frames,
- * a window, a mask, a saturation level, the validity checks, a batch of frames, the copy, device
- * and mapped paths into host and pinned results, and on the device path every group size of the
- * GPU kernel (SPOTWAVE_CENTROID_LANES = 1 ... 32 lanes per lenslet: the same code with its sums
- * reduced over other lanes, in another order), on 18-19 px and on 4-5 px regions (lanes with no
- * pixel, BRIGHTEST's walk down and its bisection): centroids within 1e-4 px, variances and
- * SNR within 1e-4 relative, intensity within 1e-5 relative, status, valid and saturated equal
- * (status may differ on a lenslet whose threshold decision falls on a rounding difference: the
- * test allows none on these frames). Skips (77) when no GPU is usable.
+ * bars, wcog fixed and re-centred, local, brightest, correlation, quadcell; cog and quadcell both
+ * in one pass from the frame and, without a detector model or with a FRACTION threshold, from
+ * the region in shared memory), u8 / u16 / f32 frames, a window, a mask, a saturation level, the
+ * validity checks, a batch of frames, the copy, device and mapped paths into host and pinned
+ * results, and on the device path every group size of the GPU kernel (SPOTWAVE_CENTROID_LANES =
+ * 1 ... 32 lanes per lenslet: the same code with its sums reduced over other lanes, in another
+ * order), on 18-19 px and on 4-5 px regions (lanes with no pixel, BRIGHTEST's walk down and its
+ * bisection): centroids within 1e-4 px, variances and SNR within 1e-4 relative, intensity
+ * within 1e-5 relative, status, valid and saturated equal (status may differ on a lenslet whose
+ * threshold decision falls on a rounding difference: the test allows none on these frames).
+ * Skips (77) when no GPU is usable.
  */
 #define _GNU_SOURCE /* setenv */
 #include "testutil.h"
@@ -178,8 +180,8 @@ static void test_methods(void **state)
         sw_image frames = as_type(src, types[t]);
         if (src != f32)
             free(src);
-        for (int c = 0; c < 14; c++) {
-            const int m = c % 7, small = c >= 7, nl = small ? NLS : NL;
+        for (int c = 0; c < 18; c++) {
+            const int m = c % 9, small = c >= 9, nl = small ? NLS : NL;
             sw_centroid_params p;
             sw_centroid_params_default(&p);
             p.geometry.x0 = 0;
@@ -198,8 +200,15 @@ static void test_methods(void **state)
             p.peak_border = m != 4;
             p.edge_fraction = 0.3;
             p.window = m == 2 ? 1 : 0;
-            static const char *names[7] = {"cog",  "wcog fixed", "wcog iter", "local",
-                                           "corr", "brightest",  "quadcell"};
+            static const char *names[9] = {"cog",
+                                           "wcog fixed",
+                                           "wcog iter",
+                                           "local",
+                                           "corr",
+                                           "brightest",
+                                           "quadcell (1 pass)",
+                                           "cog, ring variance, fraction",
+                                           "quadcell, ring variance"};
             switch (m) {
             case 0: p.method = SW_CENTROID_METHOD_COG; break;
             case 1:
@@ -218,9 +227,21 @@ static void test_methods(void **state)
                 p.method = SW_CENTROID_METHOD_BRIGHTEST;
                 p.brightest_n = small ? 12 : 40; /* the walk down; the bisection */
                 break;
-            default:
+            case 7: /* no detector model, FRACTION: the region in shared memory, 3 passes */
+                p.method = SW_CENTROID_METHOD_COG;
+                p.gain_e_per_adu = p.read_noise_e = 0.0;
+                p.threshold_kind = SW_THRESHOLD_FRACTION;
+                p.threshold_mode = SW_THRESHOLD_SUBTRACT;
+                p.threshold = 0.1;
+                p.min_snr = 0.0; /* the ring's spread is not the spots' noise */
+                break;
+            default: /* m 6: one pass, pixels straight from the frame; m 8: the ring's variance */
                 p.method = SW_CENTROID_METHOD_QUADCELL;
                 p.fwhm_px = 3.8;
+                if (m == 8) {
+                    p.gain_e_per_adu = p.read_noise_e = 0.0;
+                    p.min_snr = 0.0;
+                }
                 break;
             }
             char what[64];
