@@ -292,12 +292,25 @@ SW_CMB_FN int sw_cmb_correlate(const sw_cmb_params *P, const sw_cmb_region *R, f
         R->cw[e] = (float)sw_cmb_c(P, R, t, q) - mf;
     }
     SW_CMB_SYNC(R);
-    /* C(u, v) for every shift, one shift per thread at a time */
+    /* C(u, v) for every shift, one shift per thread at a time; flat: the layout is row-major (the
+     * CPU, and a GPU group of a whole warp) */
+    const int flat = (1 << R->lg) == R->ws;
     for (int32_t k = R->t0; k < ns * ns; k += R->tn) {
         const int32_t u = k % ns - S, v = k / ns - S;
         float acc = 0.0f, f1 = 0.0f, f2 = 0.0f;
         for (int32_t j = S; j < S + ih; j++) {
             const int32_t p0 = j * w + S, pf0 = p0 + v * w + u;
+            if (flat) { /* the same sums, without the layout's index arithmetic */
+                const float *fr = R->cw + pf0, *rr = R->r + p0;
+                SW_CMB_UNROLL
+                for (int32_t i = 0; i < iw; i++) {
+                    const float f = fr[i], rd = rr[i] - rbf;
+                    acc += f * rd;
+                    f1 += f;
+                    f2 += f * f;
+                }
+                continue;
+            }
             SW_CMB_UNROLL
             for (int32_t i = 0; i < iw; i++) {
                 const float f = R->cw[sw_cmb_ix(R, pf0 + i)];
