@@ -774,7 +774,10 @@ __global__ void __launch_bounds__(CM_WARPS * 32, CM_MIN_BLOCKS) method_kernel(co
         sw_cmb_out o;
         sw_cmb_scan A; /* the first pass rides on the loads (sw_cmb_measure's first loop) */
         sw_cmb_scan_init(&P, &A);
+        A.one = DIRECT; /* the host's choice (sw_cmb_one_pass), a constant for the compiler */
         if (DIRECT) {
+            A.fused = 1; /* implied by sw_cmb_one_pass */
+            A.ring = 0;
             const unsigned sat =
                 cm_pixels<T, ALIGNED>(a, frame, R, [&](float val, int32_t q, int32_t i, int32_t j) {
                     sw_cmb_scan_px(&P, &A, val, q, i, j, R.w, R.h);
