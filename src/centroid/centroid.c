@@ -21,6 +21,7 @@
 #define SW_CMB_USUM(R, x)   ((void)(R), (x))
 #define SW_CMB_UMAX(R, x)   ((void)(R), (x))
 #define SW_CMB_UMAX64(R, x) ((void)(R), (x))
+#define SW_CMB_TOP16(R, t)  ((void)(R), (void)(t))
 #define SW_CMB_SYNC(R)      ((void)(R))
 #define SW_CMB_UNROLL
 #include "centroid/centroid_method.h"

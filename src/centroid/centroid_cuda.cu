@@ -604,12 +604,38 @@ __device__ __forceinline__ uint64_t cm_umax64(const sw_cmb_region *R, uint64_t x
     return x;
 }
 
+/* The 16 largest of the group's descending lists (SW_CMB_TOP16): per butterfly step, the larger of
+ * my k-th and the partner's (15 - k)-th entry (a bitonic sequence holding the 16 largest of both
+ * lists; the partner gets the same entries in reverse order), sorted by a bitonic merge. */
+__device__ __forceinline__ void cm_top16(const sw_cmb_region *R, uint32_t *t)
+{
+    for (int o = R->tn >> 1; o > 0; o >>= 1) {
+        uint32_t b[16];
+#pragma unroll
+        for (int k = 0; k < 16; k++)
+            b[k] = __shfl_xor_sync(R->mask, t[15 - k], o);
+#pragma unroll
+        for (int k = 0; k < 16; k++)
+            t[k] = max(t[k], b[k]);
+#pragma unroll
+        for (int st = 8; st > 0; st >>= 1)
+#pragma unroll
+            for (int k = 0; k < 16; k++)
+                if ((k & st) == 0) {
+                    const uint32_t hi = max(t[k], t[k + st]), lo = min(t[k], t[k + st]);
+                    t[k] = hi;
+                    t[k + st] = lo;
+                }
+    }
+}
+
 #define SW_CMB_FN           __device__ static __forceinline__
 #define SW_CMB_SUM(R, s, k) cm_sum((R), (s), (k))
 #define SW_CMB_MAX(R, s, k) cm_max((R), (s), (k))
 #define SW_CMB_USUM(R, x)   cm_usum((R), (x))
 #define SW_CMB_UMAX(R, x)   cm_umax((R), (x))
 #define SW_CMB_UMAX64(R, x) cm_umax64((R), (x))
+#define SW_CMB_TOP16(R, t)  cm_top16((R), (t))
 #define SW_CMB_SYNC(R)      __syncwarp((R)->mask)
 #define SW_CMB_UNROLL       _Pragma("unroll 4")
 #include "centroid/centroid_method.h"
@@ -774,7 +800,10 @@ __global__ void __launch_bounds__(CM_WARPS * 32, CM_MIN_BLOCKS) method_kernel(co
         sw_cmb_out o;
         sw_cmb_scan A; /* the first pass rides on the loads (sw_cmb_measure's first loop) */
         sw_cmb_scan_init(&P, &A);
+        A.one = DIRECT; /* the host's choice (sw_cmb_one_pass), a constant for the compiler */
         if (DIRECT) {
+            A.fused = 1; /* implied by sw_cmb_one_pass */
+            A.ring = 0;
             const unsigned sat =
                 cm_pixels<T, ALIGNED>(a, frame, R, [&](float val, int32_t q, int32_t i, int32_t j) {
                     sw_cmb_scan_px(&P, &A, val, q, i, j, R.w, R.h);

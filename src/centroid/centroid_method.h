@@ -12,6 +12,8 @@
  *   SW_CMB_USUM(R, x)   the sum of the uint32_t x over the group (an expression; the CPU: x)
  *   SW_CMB_UMAX(R, x)   likewise the maximum
  *   SW_CMB_UMAX64(R, x) the maximum of the uint64_t x over the group (the CPU: x)
+ *   SW_CMB_TOP16(R, t)  replaces the descending list t[0 .. 16) (uint32_t) by the 16 largest of
+ *                       the group's lists, in every thread (the CPU: nothing)
  *   SW_CMB_UNROLL       a pragma that unrolls the loop it precedes a few times (or nothing)
  *   SW_CMB_SYNC(R)      a barrier between the group's threads that orders their writes to
  *                       memory (the CPU: nothing)
@@ -210,31 +212,30 @@ SW_CM_FN void sw_cmb_quad_px(const sw_cmb_params *P, float v, int32_t i, int32_t
 
 /*
  * The m-th largest conditioned value of the region (1 <= m <= n), exact, on the order-preserving
- * keys of the values. A small m walks down the distinct values from the top (a pass finds the
- * largest key below the last one and counts the last one's copies: at most m + 1 passes); a
- * larger m bisects on the key's 32 bits (32 passes of one count).
+ * keys of the values. m <= 16: one pass in which each thread keeps the 16 largest keys of its
+ * pixels (a descending list, copies kept; 0 is below every key), then SW_CMB_TOP16 merges the
+ * group's lists; the m-th entry is the answer. A larger m bisects on the key's 32 bits (32 passes
+ * of one count).
  */
 SW_CMB_FN float sw_cmb_select(const sw_cmb_params *P, const sw_cmb_region *R, float t, int32_t m)
 {
     const uint32_t um = (uint32_t)m;
     if (m <= 16) {
-        uint32_t hi = 0xFFFFFFFFu; /* above the key of every non-NaN value */
-        uint32_t cnt = 0;
-        for (;;) {
-            uint32_t below = 0, same = 0;
-            SW_CMB_EACH(R, q, i, j)
-            {
-                double d;
-                const uint32_t k = sw_cmb_key(sw_cmb_cond(P, R->v[sw_cmb_ix(R, q)], t, &d));
-                same += k == hi;
-                below = k < hi && k > below ? k : below;
+        uint32_t top[16];
+        for (int k = 0; k < 16; k++)
+            top[k] = 0u;
+        SW_CMB_EACH(R, q, i, j)
+        {
+            double d;
+            uint32_t x = sw_cmb_key(sw_cmb_cond(P, R->v[sw_cmb_ix(R, q)], t, &d));
+            for (int k = 0; k < 16; k++) { /* insert x: the larger stays, the smaller moves on */
+                const uint32_t y = top[k];
+                top[k] = x > y ? x : y;
+                x = x > y ? y : x;
             }
-            cnt += SW_CMB_USUM(R, same);
-            below = SW_CMB_UMAX(R, below);
-            if (cnt >= um || below == 0)
-                return sw_cmb_unkey(hi);
-            hi = below;
         }
+        SW_CMB_TOP16(R, top);
+        return sw_cmb_unkey(top[m - 1]);
     }
     uint32_t key = 0;
     for (int bit = 31; bit >= 0; bit--) {
@@ -292,12 +293,25 @@ SW_CMB_FN int sw_cmb_correlate(const sw_cmb_params *P, const sw_cmb_region *R, f
         R->cw[e] = (float)sw_cmb_c(P, R, t, q) - mf;
     }
     SW_CMB_SYNC(R);
-    /* C(u, v) for every shift, one shift per thread at a time */
+    /* C(u, v) for every shift, one shift per thread at a time; flat: the layout is row-major (the
+     * CPU, and a GPU group of a whole warp) */
+    const int flat = (1 << R->lg) == R->ws;
     for (int32_t k = R->t0; k < ns * ns; k += R->tn) {
         const int32_t u = k % ns - S, v = k / ns - S;
         float acc = 0.0f, f1 = 0.0f, f2 = 0.0f;
         for (int32_t j = S; j < S + ih; j++) {
             const int32_t p0 = j * w + S, pf0 = p0 + v * w + u;
+            if (flat) { /* the same sums, without the layout's index arithmetic */
+                const float *fr = R->cw + pf0, *rr = R->r + p0;
+                SW_CMB_UNROLL
+                for (int32_t i = 0; i < iw; i++) {
+                    const float f = fr[i], rd = rr[i] - rbf;
+                    acc += f * rd;
+                    f1 += f;
+                    f2 += f * f;
+                }
+                continue;
+            }
             SW_CMB_UNROLL
             for (int32_t i = 0; i < iw; i++) {
                 const float f = R->cw[sw_cmb_ix(R, pf0 + i)];

@@ -7,7 +7,7 @@
  * validity checks, a batch of frames, the copy, device and mapped paths into host and pinned
  * results, and on the device path every group size of the GPU kernel (SPOTWAVE_CENTROID_LANES =
  * 1 ... 32 lanes per lenslet: the same code with its sums reduced over other lanes, in another
- * order), on 18-19 px and on 4-5 px regions (lanes with no pixel, BRIGHTEST's walk down and its
+ * order), on 18-19 px and on 4-5 px regions (lanes with no pixel, BRIGHTEST's top-16 lists and its
  * bisection): centroids within 1e-4 px, variances and SNR within 1e-4 relative, intensity
  * within 1e-5 relative, status, valid and saturated equal (status may differ on a lenslet whose
  * threshold decision falls on a rounding difference: the test allows none on these frames).
@@ -225,7 +225,8 @@ static void test_methods(void **state)
                 break;
             case 5:
                 p.method = SW_CENTROID_METHOD_BRIGHTEST;
-                p.brightest_n = small ? 12 : 40; /* the walk down; the bisection */
+                /* the top-16 lists merged over the lanes; the bisection */
+                p.brightest_n = small ? 12 : 40;
                 break;
             case 7: /* no detector model, FRACTION: the region in shared memory, 3 passes */
                 p.method = SW_CENTROID_METHOD_COG;

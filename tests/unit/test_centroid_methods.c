@@ -328,8 +328,8 @@ static void test_local_sky(void **state)
 }
 
 /* BRIGHTEST's cut, the (N + 1)-th largest value, against a sort, on regions full of ties (integer
- * values 0..39 and a spot): small N take the walk down the distinct values, N + 1 > 16 the
- * bisection on the keys (centroid_method.h sw_cmb_select); N >= n takes the smallest value. */
+ * values 0..39 and a spot): small N take the top-16 list, N + 1 > 16 the bisection on the keys
+ * (centroid_method.h sw_cmb_select); N >= n takes the smallest value. */
 static int desc(const void *a, const void *b)
 {
     const float x = *(const float *)a, y = *(const float *)b;
