@@ -463,7 +463,7 @@ SW_RM_FN void sw_rm_acc_add(sw_rm_acc *a, const sw_rm_acc *b)
 SW_RM_FN int sw_rm_solve(const double *a, double lambda, const double *g, double *x, double *inv)
 {
     /* L (lower, L L^T = the matrix) overwrites the matrix in place: 15 values, not 2 x 25 */
-    double L[SW_RM_NA];
+    double L[SW_RM_NA] = {0}; /* zeroed: cppcheck cannot follow the triangular fill */
 #define SW_RM_L(i, j) L[(i) * ((i) + 1) / 2 + (j)] /* row i, column j <= i */
     for (int i = 0; i < SW_RM_NPAR; ++i)
         for (int j = 0; j <= i; ++j) {
@@ -481,7 +481,7 @@ SW_RM_FN int sw_rm_solve(const double *a, double lambda, const double *g, double
             }
         }
     /* L y = g, L^T x = y */
-    double y[SW_RM_NPAR];
+    double y[SW_RM_NPAR] = {0};
     for (int i = 0; i < SW_RM_NPAR; ++i) {
         double s = g[i];
         for (int q = 0; q < i; ++q)
@@ -496,7 +496,7 @@ SW_RM_FN int sw_rm_solve(const double *a, double lambda, const double *g, double
     }
     if (inv) {
         for (int c = 0; c < SW_RM_NPAR; ++c) {
-            double col[SW_RM_NPAR];
+            double col[SW_RM_NPAR] = {0};
             for (int i = 0; i < SW_RM_NPAR; ++i) {
                 double s = i == c ? 1.0 : 0.0;
                 for (int q = 0; q < i; ++q)
@@ -581,7 +581,7 @@ SW_RM_FN int sw_rm_lm_next(sw_rm_lm *s, const sw_rm_acc *acc, int32_t max_iter)
     }
     if (s->iterations >= max_iter)
         return 1;
-    double step[SW_RM_NPAR];
+    double step[SW_RM_NPAR] = {0};
     while (!sw_rm_solve(s->acc.a, s->lambda, s->acc.g, step, NULL)) {
         s->lambda = s->lambda < 1e-6 ? 1e-3 : s->lambda * 10.0;
         if (s->lambda > 1e10) {

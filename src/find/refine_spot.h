@@ -373,7 +373,7 @@ SW_RS_FN void sw_rs_gauss(const sw_rm_frame *f, const sw_refine_seed *seed, doub
             break;
         SW_RS_SYNC(); /* all have read done before worker 0 writes it again */
     }
-    double step[SW_RM_NPAR], inv[SW_RM_NPAR * SW_RM_NPAR];
+    double step[SW_RM_NPAR] = {0}, inv[SW_RM_NPAR * SW_RM_NPAR];
     if (lm->failed || !lm->have || !sw_rm_solve(lm->acc.a, 0.0, lm->acc.g, step, inv)) {
         sw_rs_fail(out);
         return;
