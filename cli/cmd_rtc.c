@@ -380,8 +380,9 @@ void sw_cmd_rtc_help(FILE *out)
         "                         counter cnt0 (spin: lowest latency, one core busy)\n"
         "  --copy                 copy each frame out of the camera stream before the chain\n"
         "                         reads it (default: the chain reads the stream's own memory,\n"
-        "                         page-locked for the GPU's copy, and takes a frame again from\n"
-        "                         a copy when the camera wrote over it meanwhile: JSON retaken)\n"
+        "                         page-locked for the GPU's copy, when the camera is not\n"
+        "                         writing; a frame the camera wrote over during the run, the\n"
+        "                         chain a whole frame late, is counted: JSON torn)\n"
         "\n"
         "Chain:\n"
         "  --config FILE          `key = value` lines, '#' comments: nx, ny, pitch_px (required),\n"
@@ -762,10 +763,10 @@ typedef struct rtc_run {
     sw_image frame;
     float *u, *s;
     double *row;
-    void *staging;    /* a tight copy of the frame when the image's rows are padded */
-    sw_image direct;  /* the camera stream's own frame (zero copy), data NULL with --copy */
-    int registered;   /* direct.data is page-locked (sw_host_register) */
-    uint64_t retaken; /* direct frames the camera wrote over during the run, taken again */
+    void *staging;   /* a tight copy of the frame when the image's rows are padded */
+    sw_image direct; /* the camera stream's own frame (zero copy), data NULL with --copy */
+    int registered;  /* direct.data is page-locked (sw_host_register) */
+    uint64_t torn;   /* frames read in place that the camera wrote over during the run */
     int clock_warned;
     uint64_t reopened; /* streams opened again after their writer made them afresh */
     int32_t sem;
@@ -1089,11 +1090,14 @@ static int run(sw_context *ctx, const rtc_opts *o, rtc_run *r)
                 if ((st = sw_rtc_run(r->rtc, &r->direct, r->u, r->s)) != SW_OK)
                     return sw_cli_fail(SUB, "frame %llu: %s", (unsigned long long)c0,
                                        sw_cli_lib_error(ctx, st));
+                /* the run has advanced the controller: its commands stand. A frame the camera
+                 * wrote over meanwhile (the chain a whole frame period late) was read as a mix
+                 * of two frames' rows: counted (JSON torn); --copy avoids it */
                 sw_stream_info after;
                 atomic_thread_fence(memory_order_acquire); /* the run's reads before the look */
                 sw_stream_get_info(r->in, &after);
-                done = !after.write_flag && after.cnt0 == c0;
-                r->retaken += !done;
+                r->torn += after.write_flag || after.cnt0 != c0;
+                done = 1;
             }
         }
         if (!done) {
@@ -1180,7 +1184,7 @@ static void summary(const rtc_opts *o, const rtc_run *r, sw_backend backend)
         sw_cli_json_u64(j, "missed", r->missed);
         sw_cli_json_u64(j, "first_cnt0", r->first_cnt0);
         sw_cli_json_string(j, "frames_read", o->copy ? "copied" : "in place");
-        sw_cli_json_u64(j, "retaken", r->retaken);
+        sw_cli_json_u64(j, "torn", r->torn);
         sw_cli_json_u64(j, "reopened", r->reopened);
         sw_cli_json_int(j, "width", r->width);
         sw_cli_json_int(j, "height", r->height);

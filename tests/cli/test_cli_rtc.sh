@@ -36,7 +36,7 @@ assert b["frames"] == 1000 and b["twin_identical_frames"] == 1000, b
 assert b["twin_first_difference"] == 0 and b["twin_max_rel_difference"] == 0, b
 assert r["frames"] == 1000 and r["missed"] == 0 and r["first_cnt0"] == 1, r
 assert r["actuators"] == 81 and r["stopped_by"] == "frames", r
-assert r["frames_read"] == "in place" and r["retaken"] == 0, r  # lockstep: never overwritten
+assert r["frames_read"] == "in place" and r["torn"] == 0, r  # lockstep: never overwritten
 assert r["slopes"] == 2 * 52, r  # 52 lenslets of 64 lit to half or more
 assert 0 < r["latency_median_us"] <= r["latency_p99_us"] <= r["latency_max_us"] + 0.1, r
 # the loop corrected: residual well below the turbulence
