@@ -326,6 +326,10 @@ typedef int (*sw_cli_config_set_fn)(void *user, const char *name, const char *va
  * "FILE:LINE: what" for a bad line (a NUL byte, too long, not key = value, no key, no value, an
  * unknown or repeated key, a refused value). */
 int sw_cli_config_read(const char *sub, const char *path, sw_cli_config_set_fn set, void *user);
+/* --set KEY=VALUE: the key (blanks trimmed, shorter than size) into name and *value after the
+ * '=' (leading blanks skipped; a pointer into text). SW_EXIT_OK or a usage error. */
+int sw_cli_split_set(const char *sub, const char *text, char *name, size_t size,
+                     const char **value);
 
 /* ------------------------------------------------------------------ small utilities */
 

@@ -17,7 +17,6 @@
 #include "outfiles.h"
 #include "plot.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -451,19 +450,10 @@ static int parse_options(int argc, char **argv, loop_opts *o)
                 return SW_EXIT_USAGE;
             break;
         case OPT_SET: {
-            const char *eq = strchr(optarg, '=');
-            char name[64];
-            size_t n = eq ? (size_t)(eq - optarg) : 0;
-            while (n > 0 && isspace((unsigned char)optarg[n - 1]))
-                n--;
-            if (!eq || n == 0 || n >= sizeof name)
-                return sw_cli_usage(SUB, "--set: '%s' is not KEY=VALUE", optarg);
-            memcpy(name, optarg, n);
-            name[n] = '\0';
-            const char *value = eq + 1;
-            while (isspace((unsigned char)*value))
-                value++;
-            char source[96];
+            char name[64], source[96];
+            const char *value;
+            if ((rc = sw_cli_split_set(SUB, optarg, name, sizeof name, &value)) != SW_EXIT_OK)
+                return rc;
             snprintf(source, sizeof source, "--set %s", name);
             if ((rc = add_override(o, name, value, source)) != SW_EXIT_OK)
                 return rc;
@@ -577,19 +567,13 @@ int sw_cli_loop_config(const char *sub, const char *config, int n, char *const *
     o->config = config;
     int rc = SW_EXIT_OK;
     for (int i = 0; rc == SW_EXIT_OK && i < n; i++) {
-        const char *eq = strchr(sets[i], '=');
-        char name[64];
-        size_t k = eq ? (size_t)(eq - sets[i]) : 0;
-        if (!eq || k == 0 || k >= sizeof name) {
-            rc = sw_cli_usage(sub, "--set: '%s' is not KEY=VALUE", sets[i]);
+        char name[64], source[96];
+        const char *value;
+        if ((rc = sw_cli_split_set(sub, sets[i], name, sizeof name, &value)) != SW_EXIT_OK)
             break;
-        }
-        memcpy(name, sets[i], k);
-        name[k] = '\0';
-        char source[96];
         snprintf(source, sizeof source, "--set %s", name);
         /* the value lives in argv: the override points at it */
-        rc = add_override(o, name, eq + 1, source);
+        rc = add_override(o, name, value, source);
     }
     if (rc == SW_EXIT_OK)
         rc = build_config(o);

@@ -556,20 +556,17 @@ static int build_config(rtc_opts *o, int need_matrix)
     config_default(&o->c);
     int rc = sw_cli_config_read(SUB, o->config, config_set, &o->c);
     for (int i = 0; rc == SW_EXIT_OK && i < o->nset; i++) {
-        const char *eq = strchr(o->set[i], '=');
         char name[64], want[160] = "a value";
-        const size_t n = eq ? (size_t)(eq - o->set[i]) : 0;
-        if (!eq || n == 0 || n >= sizeof name)
-            return sw_cli_usage(SUB, "--set: '%s' is not KEY=VALUE", o->set[i]);
-        memcpy(name, o->set[i], n);
-        name[n] = '\0';
-        const int r = config_set(&o->c, name, eq[1] ? eq + 1 : NULL, want, sizeof want);
+        const char *value;
+        if ((rc = sw_cli_split_set(SUB, o->set[i], name, sizeof name, &value)) != SW_EXIT_OK)
+            return rc;
+        const int r = config_set(&o->c, name, *value ? value : NULL, want, sizeof want);
         if (r == SW_CLI_CONFIG_UNKNOWN)
             return sw_cli_usage(SUB, "--set: unknown key '%s'", name);
-        if (!eq[1])
+        if (!*value)
             return sw_cli_usage(SUB, "--set %s: no value", name);
         if (r != 0)
-            return sw_cli_usage(SUB, "--set %s: '%s' is not %s", name, eq + 1, want);
+            return sw_cli_usage(SUB, "--set %s: '%s' is not %s", name, value, want);
     }
     if (rc != SW_EXIT_OK)
         return rc;

@@ -133,3 +133,20 @@ int sw_cli_config_read(const char *sub, const char *path, sw_cli_config_set_fn s
         free(seen[i].name);
     return rc;
 }
+
+int sw_cli_split_set(const char *sub, const char *text, char *name, size_t size, const char **value)
+{
+    const char *eq = strchr(text, '=');
+    size_t n = eq ? (size_t)(eq - text) : 0;
+    while (n > 0 && isspace((unsigned char)text[n - 1]))
+        n--;
+    if (!eq || n == 0 || n >= size)
+        return sw_cli_usage(sub, "--set: '%s' is not KEY=VALUE", text);
+    memcpy(name, text, n);
+    name[n] = '\0';
+    const char *v = eq + 1;
+    while (isspace((unsigned char)*v))
+        v++;
+    *value = v;
+    return SW_EXIT_OK;
+}
