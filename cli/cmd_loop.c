@@ -51,6 +51,8 @@ typedef enum key_type {
     KT_INFLUENCE,  /* sw_dm_influence                                      */
     KT_RECON,      /* sw_loop_recon                                        */
     KT_CONTROLLER, /* sw_controller_kind                                   */
+    KT_UNSEEN,     /* int: SW_UNSEEN_* bits (sw_unseen_parse)              */
+    KT_MODAL,      /* int: 0 actuators, 1 im                               */
     KT_FRAMES      /* the command's frame count (not in sw_loop_params)    */
 } key_type;
 
@@ -108,6 +110,9 @@ static const key_def keys[] = {
     {"gain", KT_DOUBLE, P(controller.gain), R_NONNEG, 0, 0},
     {"leak", KT_DOUBLE, P(controller.leak), R_HALFOPEN, 0, 0},
     {"clip", KT_DOUBLE, P(controller.clip), R_NONNEG, 0, 0},
+    {"unseen", KT_UNSEEN, P(unseen), R_ANY, 0, 0},
+    {"modal", KT_MODAL, P(modal), R_ANY, 0, 0},
+    {"kp", KT_DOUBLE, P(kp), R_ANY, 0, 0},
     {"delay", KT_INT, P(delay), R_ANY, 0, 1000},
     {"science_wavelength_um", KT_DOUBLE, P(science_wavelength_um), R_POS, 0, 0},
     {"warmup", KT_INT, P(warmup), R_ANY, 0, MAX_FRAMES},
@@ -230,6 +235,19 @@ static int set_key(const key_def *k, const char *text, sw_loop_params *p, long *
             return -1;
         }
         return 0;
+    case KT_UNSEEN:
+        if (sw_unseen_parse(text, (int *)(void *)base) != SW_OK) {
+            snprintf(want, wsize, "none, piston, waffle or piston-waffle");
+            return -1;
+        }
+        return 0;
+    case KT_MODAL:
+        if (strcasecmp(text, "actuators") == 0 || strcasecmp(text, "im") == 0) {
+            *(int *)(void *)base = strcasecmp(text, "im") == 0;
+            return 0;
+        }
+        snprintf(want, wsize, "actuators or im");
+        return -1;
     }
     snprintf(want, wsize, "a value");
     return -1;
@@ -270,6 +288,8 @@ static void key_value(const key_def *k, const sw_loop_params *p, long frames, ch
         snprintf(buf, size, "%s",
                  sw_controller_kind_string(*(const sw_controller_kind *)(const void *)base));
         return;
+    case KT_UNSEEN: snprintf(buf, size, "%s", sw_unseen_string(*(const int *)base)); return;
+    case KT_MODAL: snprintf(buf, size, "%s", *(const int *)base ? "im" : "actuators"); return;
     }
     snprintf(buf, size, "?");
 }
@@ -311,6 +331,16 @@ void sw_cmd_loop_help(FILE *out)
         "                         (mvm|sabre|dsabre-global|dsabre-local) cm_condition poke_um\n"
         "                         partitions overlap controller (integrator|leaky|pi) gain\n"
         "                         leak clip delay science_wavelength_um warmup frames\n"
+        "                         unseen (none|piston|waffle|piston-waffle) modal\n"
+        "                         (actuators|im) kp\n"
+        "                         unseen: the modes a Shack-Hartmann sensor on the Fried\n"
+        "                         geometry cannot see, filtered out of every reconstruction\n"
+        "                         (default piston-waffle; without it they drift and eat\n"
+        "                         the stroke). controller = pi: per mode, C(z) = kp + ki /\n"
+        "                         (1 - z^-1) with ki = gain and kp = key kp (0: the\n"
+        "                         integrator), over one mode per actuator or the\n"
+        "                         interaction matrix's kept modes (modal = im, recon mvm);\n"
+        "                         with clip, anti-windup by back-calculation\n"
         "  --set KEY=VALUE        one key (repeatable)\n"
         "  --frames N             frames to simulate, 1..%d (default %d; more than warmup)\n"
         "  --gain G               controller gain (key gain), 0..%g. Above the stable limit\n"
@@ -923,7 +953,7 @@ static void print_json(const loop_opts *o, const loop_run *r)
         const key_def *k = &keys[i];
         key_value(k, &o->p, o->frames, v, sizeof v);
         const int text = k->type == KT_MODEL || k->type == KT_INFLUENCE || k->type == KT_RECON ||
-                         k->type == KT_CONTROLLER;
+                         k->type == KT_CONTROLLER || k->type == KT_UNSEEN || k->type == KT_MODAL;
         if (text)
             sw_cli_json_string(cfg, k->name, v);
         else if (strcmp(v, "none") == 0)

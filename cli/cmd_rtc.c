@@ -34,6 +34,9 @@
  *   coupling           dsabre, local: the influence at the neighbours (0.3) (loop.h)
  *   controller         integrator | leaky | pi (integrator)
  *   gain, leak, clip   the controller's (0.5, 0.01, 0: no stroke limit)
+ *   kp                 pi: the proportional gain of every command (0; ki = gain)
+ *   unseen             none | piston | waffle | piston-waffle: the Fried geometry's unseen modes
+ *                      filtered out of r (piston-waffle for dsabre, none for mvm)
  *
  * Timing. A frame's latency is the time from the camera's write of the frame (the stream's
  * writetime, on the streams' clock (stream.h), set just before its semaphores are posted) to the
@@ -82,6 +85,9 @@ typedef struct rtc_config {
     sw_rtc_projection projection; /* corners | local                                             */
     sw_dm_params dm;              /* influence, coupling                                          */
     sw_controller_params ctrl;
+    int unseen;     /* SW_UNSEEN_* filtered (the Fried geometry's: nact = (nx + 1)(ny + 1)) */
+    int unseen_set; /* given in the file (else: piston-waffle for dsabre, none for mvm)     */
+    double kp;      /* PI: proportional gain of every mode (ki: gain)                       */
 } rtc_config;
 
 static void config_default(rtc_config *c)
@@ -292,6 +298,19 @@ static int k_clip(rtc_config *c, const char *v, char *w, size_t n)
     return num(v, 0.0, 1e30, &c->ctrl.clip) ? want(w, n, "a number >= 0 (0: no limit)") : 0;
 }
 
+static int k_unseen(rtc_config *c, const char *v, char *w, size_t n)
+{
+    c->unseen_set = 1;
+    return sw_unseen_parse(v, &c->unseen) != SW_OK ? want(w, n,
+                                                          "none, piston, waffle or "
+                                                          "piston-waffle")
+                                                   : 0;
+}
+static int k_kp(rtc_config *c, const char *v, char *w, size_t n)
+{
+    return num(v, -1e6, 1e6, &c->kp) ? want(w, n, "a number") : 0;
+}
+
 static const struct {
     const char *name;
     key_set_fn set;
@@ -324,6 +343,8 @@ static const struct {
     {"gain", k_gain},
     {"leak", k_leak},
     {"clip", k_clip},
+    {"unseen", k_unseen},
+    {"kp", k_kp},
 };
 
 /* sw_cli_config_set_fn over rtc_keys. */
@@ -397,7 +418,12 @@ void sw_cmd_rtc_help(FILE *out)
         "                         (hierarchical|distributed|none), extend_eq17 (1),\n"
         "                         lenslet_um, projection (corners|local), influence\n"
         "                         (gaussian|bezier), coupling (0.3); controller\n"
-        "                         (integrator|leaky|pi), gain (0.5), leak (0.01), clip (0)\n"
+        "                         (integrator|leaky|pi), gain (0.5), leak (0.01), clip (0),\n"
+        "                         kp (pi: C(z) = kp + gain / (1 - z^-1) per command; 0);\n"
+        "                         unseen (none|piston|waffle|piston-waffle): the modes a\n"
+        "                         sensor on the Fried geometry cannot see, filtered out of\n"
+        "                         the reconstruction (default piston-waffle for dsabre,\n"
+        "                         none for mvm; needs one command per lenslet corner)\n"
         "  --set KEY=VALUE        one key, after the file (repeatable)\n"
         "\n"
         "Running:\n"
@@ -758,6 +784,8 @@ typedef struct rtc_run {
     sw_rtc *rtc;
     float *cm, *im;
     uint8_t *valid;
+    float *filter; /* the unseen modes (nact x nfilter) */
+    float *kpv;    /* PI: kp of every mode */
     sw_image frame;
     float *u, *s;
     double *row;
@@ -841,6 +869,40 @@ static int camera_chain(sw_context *ctx, const rtc_opts *o, const char *option, 
     return SW_EXIT_OK;
 }
 
+/* The controller's extras once nact is known: the unseen modes of the Fried geometry (piston,
+ * waffle; filtered by default for D-SABRE, whose commands are those corners; for an MVM matrix
+ * only when asked, and then it must have a row per corner), and PI's kp for every mode. */
+static int controller_extras(const rtc_config *c, rtc_run *r, sw_controller_params *cp)
+{
+    const int unseen =
+        c->unseen_set ? c->unseen : (c->dsabre ? SW_UNSEEN_PISTON | SW_UNSEEN_WAFFLE : 0);
+    const int32_t corners = (c->geom.nx + 1) * (c->geom.ny + 1);
+    if (unseen) {
+        if (r->nact != corners)
+            return sw_cli_fail(SUB,
+                               "unseen = %s: the filter is the Fried geometry's, one command per "
+                               "lenslet corner ((%d + 1) x (%d + 1) = %d), but the chain has %d",
+                               sw_unseen_string(unseen), (int)c->geom.nx, (int)c->geom.ny,
+                               (int)corners, (int)r->nact);
+        if (!(r->filter = malloc((size_t)corners * 2 * sizeof(float))))
+            return sw_cli_fail(SUB, "out of memory");
+        const sw_status st =
+            sw_unseen_modes(c->geom.nx, c->geom.ny, r->valid, unseen, r->filter, &cp->nfilter);
+        if (st != SW_OK)
+            return sw_cli_fail(SUB, "unseen modes: %s", sw_cli_lib_error(NULL, st));
+        cp->filter = r->filter;
+    }
+    if (c->ctrl.kind == SW_CTRL_PI && c->kp != 0.0) {
+        /* one mode per command (the identity basis): kp each, ki = gain */
+        if (!(r->kpv = malloc((size_t)r->nact * sizeof(float))))
+            return sw_cli_fail(SUB, "out of memory");
+        for (int32_t a = 0; a < r->nact; a++)
+            r->kpv[a] = (float)c->kp;
+        cp->kp = r->kpv;
+    }
+    return SW_EXIT_OK;
+}
+
 static int setup(sw_context *ctx, const rtc_opts *o, rtc_run *r)
 {
     const rtc_config *c = &o->c;
@@ -871,6 +933,10 @@ static int setup(sw_context *ctx, const rtc_opts *o, rtc_run *r)
                                  c->geom.pixel_um / (c->geom.focal_mm * 1000.0), &rp, &pm);
         rp.nact = r->nact;
         rp.controller.nact = r->nact;
+        if (st == SW_OK && (rc = controller_extras(c, r, &rp.controller)) != SW_EXIT_OK) {
+            free(pm);
+            return rc;
+        }
         if (st == SW_OK)
             st = sw_rtc_create(ctx, &rp, &r->rtc);
         free(pm);
@@ -910,6 +976,8 @@ static int setup(sw_context *ctx, const rtc_opts *o, rtc_run *r)
         rp.cm = r->cm;
         rp.fp16 = c->fp16;
         rp.controller.nact = r->nact;
+        if ((rc = controller_extras(c, r, &rp.controller)) != SW_EXIT_OK)
+            return rc;
         if ((st = sw_rtc_create(ctx, &rp, &r->rtc)) != SW_OK)
             return sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
     }
@@ -1223,6 +1291,8 @@ static void run_free(sw_context *ctx, rtc_run *r)
     free(r->cm);
     free(r->im);
     free(r->valid);
+    free(r->filter);
+    free(r->kpv);
     free(r->u);
     free(r->s);
     free(r->row);

@@ -275,8 +275,11 @@ static int write_chain(sw_context *ctx, const bench_opts *o, sw_loop *l)
                 (int)ci.sabre.partitions, (int)ci.sabre.overlap, sw_sabre_pme_string(ci.sabre.pme),
                 ci.sabre.extend_eq17 ? 1 : 0, ci.sabre.pitch,
                 sw_dm_influence_string(ci.dm.influence), ci.dm.coupling);
-    fprintf(f, "controller = %s\ngain = %.17g\nleak = %.17g\nclip = %.17g\n",
-            sw_controller_kind_string(c->kind), c->gain, c->leak, c->clip);
+    fprintf(f, "controller = %s\ngain = %.17g\nleak = %.17g\nclip = %.17g\nunseen = %s\n",
+            sw_controller_kind_string(c->kind), c->gain, c->leak, c->clip,
+            sw_unseen_string(ci.unseen));
+    if (c->kind == SW_CTRL_PI)
+        fprintf(f, "kp = %.17g\n", o->p.kp);
     const int bad = ferror(f) != 0;
     if (fclose(f) != 0 || bad)
         return sw_cli_fail(S, "%s: write failed", conf);

@@ -198,18 +198,22 @@ sw_status sw_controller_kind_parse(const char *text, sw_controller_kind *out);
 
 typedef struct sw_controller_params {
     sw_controller_kind kind;
-    int32_t nact;       /* commands, >= 1                                                   */
-    double gain;        /* g (0.5); PI: ki of every mode when ki is NULL                       */
-    double leak;        /* 0 <= leak < 1 (0.01), LEAKY only                                   */
-    int32_t nmodes;     /* PI: modes (1..nact)                                               */
-    const float *modes; /* PI: B, nact x nmodes column-major, orthonormal columns (copied);
-                           NULL: the identity (one mode per actuator, nmodes = nact)           */
-    const float *kp;    /* PI: nmodes proportional gains, NULL: 0 (copied)                    */
-    const float *ki;    /* PI: nmodes integral gains, NULL: gain (copied)                     */
-    double clip;        /* > 0: every command clipped to [-clip, clip] (stroke); 0: none (0) */
+    int32_t nact;        /* commands, >= 1                                                   */
+    double gain;         /* g (0.5); PI: ki of every mode when ki is NULL                       */
+    double leak;         /* 0 <= leak < 1 (0.01), LEAKY only                                   */
+    int32_t nmodes;      /* PI: modes (1..nact)                                               */
+    const float *modes;  /* PI: B, nact x nmodes column-major, orthonormal columns (copied);
+                            NULL: the identity (one mode per actuator, nmodes = nact)           */
+    const float *kp;     /* PI: nmodes proportional gains, NULL: 0 (copied)                    */
+    const float *ki;     /* PI: nmodes integral gains, NULL: gain (copied)                     */
+    double clip;         /* > 0: every command clipped to [-clip, clip] (stroke); 0: none (0) */
+    int32_t nfilter;     /* modes filtered out of every reconstruction, 0..nact (0)          */
+    const float *filter; /* Z: nact x nfilter column-major, orthonormal columns (copied): the
+                            modes the sensor cannot see (sw_unseen_modes); r is replaced by
+                            r - Z Z^T r before the update                                      */
 } sw_controller_params;
 
-/* INTEGRATOR, nact 0 (must be set), gain 0.5, leak 0.01, no modes, no clip. */
+/* INTEGRATOR, nact 0 (must be set), gain 0.5, leak 0.01, no modes, no clip, no filter. */
 void sw_controller_params_default(sw_controller_params *p);
 
 /*
@@ -225,9 +229,19 @@ void sw_controller_params_default(sw_controller_params *p);
  */
 double sw_controller_max_gain(int32_t delay_frames, double leak);
 
-/* The controller on the CPU (the real-time chain runs the same update on the GPU). The state
- * (u_{k-1}, and the PI integrals) starts at 0. The PI integrals are not limited by the clip (no
- * anti-windup). */
+/*
+ * The controller on the CPU (the real-time chain runs the same update on the GPU). The state
+ * (u_{k-1}, and the PI integrals) starts at 0. Each step:
+ *   1. the unseen modes filtered out: r' = r - Z (Z^T r) (nfilter > 0);
+ *   2. INTEGRATOR / LEAKY: u_k = clip(keep u_{k-1} + g r'), keep = 1 or 1 - leak. The state is the
+ *      clipped command, so a saturated actuator does not wind up (anti-windup by construction);
+ *   3. PI, per mode i of B (the identity when modes is NULL): e = B^T r', I_i += e_i,
+ *      v_i = kp_i e_i + ki_i I_i, u = clip(B v). Its discrete transfer function from e to v is
+ *      C(z) = kp + ki / (1 - z^-1). Anti-windup by back-calculation (Astrom & Hagglund 1995,
+ *      "PID Controllers", sec. 3.5): when the clip changed u, the integrals are moved so that
+ *      B (kp e + ki I) is the clipped command in the modal space, I_i += (B^T (u_clip - u))_i /
+ *      ki_i (modes with ki_i = 0 keep theirs). Without a clip the law is unchanged.
+ */
 typedef struct sw_controller sw_controller;
 sw_status sw_controller_create(sw_context *ctx, const sw_controller_params *p, sw_controller **out);
 void sw_controller_destroy(sw_controller *c); /* NULL is ignored */
@@ -235,6 +249,23 @@ void sw_controller_reset(sw_controller *c);   /* state back to 0 */
 /* One step: r (nact floats, host) -> commands u_k (nact floats, host). A non-finite r: SW_ERANGE,
  * state unchanged. */
 sw_status sw_controller_step(sw_controller *c, const float *r, float *u);
+
+/*
+ * The modes the sensor cannot see, as an orthonormal filter for sw_controller_params (nact x
+ * nmodes column-major, written to Z, at most 2 columns). On the Fried geometry of an nx x ny array
+ * (actuators at the lenslet corners) a Shack-Hartmann sensor measures differences of the corner
+ * values across each lenslet, so piston (every active actuator equal) and waffle (+1 / -1 in a
+ * checkerboard, (-1)^(cx + cy)) give zero slopes (Fried 1977; Hudgin 1977). `valid` (nx ny,
+ * NULL: all) picks the lenslets; the active actuators are the corners of valid lenslets, and the
+ * modes are zero on the others. `which`: SW_UNSEEN_PISTON | SW_UNSEEN_WAFFLE. The columns are
+ * orthonormalised (Gram-Schmidt) over the actuators; *nmodes is their count.
+ */
+enum { SW_UNSEEN_PISTON = 1, SW_UNSEEN_WAFFLE = 2 };
+/* "none", "piston", "waffle", "piston-waffle" (also "piston,waffle" and "waffle-piston" parsed). */
+const char *sw_unseen_string(int which);
+sw_status sw_unseen_parse(const char *text, int *out);
+sw_status sw_unseen_modes(int32_t nx, int32_t ny, const uint8_t *valid, int which, float *z,
+                          int32_t *nmodes);
 
 /* ================================================================== real-time chain */
 
@@ -370,11 +401,19 @@ typedef struct sw_loop_params {
     /* science */
     double science_wavelength_um; /* (1.25, J band)                                              */
     int32_t warmup; /* frames before the long exposure starts (20)                      */
+    /* control, continued */
+    int unseen; /* SW_UNSEEN_* modes filtered out of every reconstruction, over the valid
+                   lenslets' corners (sw_unseen_modes): PISTON | WAFFLE (default), 0: none    */
+    int modal;  /* PI's modal basis: 0 one mode per actuator, 1 the interaction matrix's kept
+                   singular modes (MVM only) (0); ignored when controller.modes is given        */
+    double kp;  /* PI: proportional gain of every mode (0), when controller.kp is NULL; the
+                   integral gain of every mode is controller.gain (or controller.ki)            */
 } sw_loop_params;
 
 /* The Brunner et al. section 4.B setting: 32 x 32, D = 12 m, square pupil, DIFFRACTION, noise-free,
  * r0 = 0.15 m at 0.5 um, L0 = 25 m, 10 km/h, 500 Hz, Gaussian coupling 0.3, D-SABRE 4 x 4 with the
- * distributed projection, integrator gain 0.5, J band, 20 warm-up frames. */
+ * distributed projection, integrator gain 0.5, J band, 20 warm-up frames; piston and waffle
+ * filtered. */
 void sw_loop_params_default(sw_loop_params *p);
 
 /* What one simulated frame gives (after the frame's measurement and command). */
@@ -455,10 +494,13 @@ typedef struct sw_loop_chain_info {
     sw_sabre_params sabre;       /* DSABRE_LOCAL: the plan's parameters                        */
     double slope_scale;          /* DSABRE_LOCAL: pixel slopes to radians                      */
     sw_dm_params dm;             /* DSABRE_LOCAL: the mirror the projection fits               */
+    int unseen;                  /* the loop's SW_UNSEEN_* filter (sw_unseen_modes of the mask) */
+    int32_t nfilter;             /* its modes, the controller's nfilter and filter              */
+    const float *filter;
 } sw_loop_chain_info;
 
 /* The chain of an MVM or DSABRE_LOCAL loop (SW_EUNSUPPORTED for the others: their projections
- * depend on the pupil's footprint, or run on the host). Pointers (the valid masks, cm) point into
+ * depend on the pupil's footprint, or run on the host). Pointers (the valid masks, cm, filter) into
  * the loop and are valid while it lives. For DSABRE_LOCAL, sw_rtc_params_sabre with
  * SW_RTC_PROJ_LOCAL rebuilds the loop's projection. */
 sw_status sw_loop_chain(const sw_loop *l, sw_loop_chain_info *out);

@@ -82,6 +82,8 @@ void sw_controller_params_default(sw_controller_params *p)
     p->kp = NULL;
     p->ki = NULL;
     p->clip = 0.0;
+    p->nfilter = 0;
+    p->filter = NULL;
 }
 
 void sw_controller_destroy(sw_controller *c)
@@ -94,6 +96,10 @@ void sw_controller_destroy(sw_controller *c)
     free(c->u);
     free(c->integ);
     free(c->e);
+    free(c->filter);
+    free(c->zt);
+    free(c->rf);
+    free(c->uc);
     free(c);
 }
 
@@ -119,6 +125,12 @@ static sw_status check_params(sw_context *ctx, const sw_controller_params *p)
     if (!(isfinite(p->clip) && p->clip >= 0.0))
         return sw_fail(ctx, SW_EINVAL, "controller: clip %g is not finite and >= 0 (0: none)",
                        p->clip);
+    if (p->nfilter < 0 || p->nfilter > p->nact || (p->nfilter > 0 && !p->filter))
+        return sw_fail(ctx, SW_EINVAL, "controller: %d filtered modes%s (0..nact = %d)",
+                       (int)p->nfilter, p->nfilter > 0 && !p->filter ? " but no filter" : "",
+                       (int)p->nact);
+    if (p->nfilter > 0 && first_nonfinite(p->filter, (int64_t)p->nact * p->nfilter) >= 0)
+        return sw_fail(ctx, SW_EINVAL, "controller: the filter has a non-finite entry");
     if (p->kind != SW_CTRL_PI)
         return SW_OK;
     const int32_t nm = p->modes ? p->nmodes : p->nact;
@@ -157,7 +169,21 @@ sw_status sw_controller_create(sw_context *ctx, const sw_controller_params *p, s
     c->p.ki = NULL;
     const int32_t nact = p->nact;
     c->u = (float *)calloc((size_t)nact, sizeof(float));
-    int ok = c->u != NULL;
+    c->rf = (float *)calloc((size_t)nact, sizeof(float));
+    int ok = c->u != NULL && c->rf != NULL;
+    c->p.filter = NULL;
+    if (ok && p->nfilter > 0) {
+        const size_t bytes = (size_t)nact * p->nfilter * sizeof(float);
+        c->filter = (float *)malloc(bytes);
+        c->zt = (double *)malloc((size_t)p->nfilter * sizeof(double));
+        ok = c->filter && c->zt;
+        if (ok) {
+            memcpy(c->filter, p->filter, bytes);
+            c->p.filter = c->filter;
+        }
+    }
+    if (ok && p->kind == SW_CTRL_PI && p->clip > 0.0)
+        ok = (c->uc = (float *)malloc((size_t)nact * sizeof(float))) != NULL;
     if (p->kind == SW_CTRL_PI) {
         const int32_t nm = p->modes ? p->nmodes : nact;
         c->nmodes = nm;
@@ -213,6 +239,10 @@ sw_status sw_controller_step(sw_controller *c, const float *r, float *u)
         return sw_fail(c->ctx, SW_ERANGE, "controller: input %lld is %s", (long long)bad,
                        isnan(r[bad]) ? "NaN" : "infinite");
     const float clip = (float)c->p.clip;
+    if (c->filter) { /* 1. r' = r - Z (Z^T r) */
+        sw_loop_filter(c->filter, nact, c->p.nfilter, r, c->zt, c->rf);
+        r = c->rf;
+    }
 
     if (c->p.kind != SW_CTRL_PI) {
         /* u_k = keep u_{k-1} + g r_k, keep = 1 (integrator) or 1 - leak, then the clip */
@@ -239,10 +269,132 @@ sw_status sw_controller_step(sw_controller *c, const float *r, float *u)
                     c->u, 1);
     else
         memcpy(c->u, c->e, (size_t)nact * sizeof(float));
+    if (c->uc)
+        memcpy(c->uc, c->u, (size_t)nact * sizeof(float));
+    int clipped = 0;
     for (int32_t a = 0; a < nact; a++) {
         /* the clip alone: 0 * 0 + 1 * x is x exactly */
-        c->u[a] = sw_loop_update(0.0f, c->u[a], 1.0f, 0.0f, clip);
-        u[a] = c->u[a];
+        const float v = sw_loop_update(0.0f, c->u[a], 1.0f, 0.0f, clip);
+        clipped |= v != c->u[a];
+        c->u[a] = v;
+        u[a] = v;
     }
+    if (clipped && c->uc) {
+        /* anti-windup by back-calculation: d = B^T (u_clip - u) in e's scratch, I_i += d_i / ki_i
+         */
+        for (int32_t a = 0; a < nact; a++)
+            c->uc[a] = c->u[a] - c->uc[a];
+        if (c->modes)
+            cblas_sgemv(CblasColMajor, CblasTrans, nact, nm, 1.0f, c->modes, nact, c->uc, 1, 0.0f,
+                        c->e, 1);
+        else
+            memcpy(c->e, c->uc, (size_t)nact * sizeof(float));
+        for (int32_t i = 0; i < nm; i++)
+            if (c->ki[i] != 0.0f)
+                c->integ[i] += c->e[i] / c->ki[i];
+    }
+    return SW_OK;
+}
+
+void sw_loop_filter(const float *z, int32_t nact, int32_t nf, const float *r, double *zt,
+                    float *out)
+{
+    for (int32_t j = 0; j < nf; j++) {
+        const float *zj = z + (size_t)j * nact;
+        double t = 0.0;
+        for (int32_t a = 0; a < nact; a++)
+            t += (double)zj[a] * r[a];
+        zt[j] = t;
+    }
+    for (int32_t a = 0; a < nact; a++) {
+        double v = r[a];
+        for (int32_t j = 0; j < nf; j++)
+            v -= zt[j] * z[(size_t)j * nact + a];
+        out[a] = (float)v;
+    }
+}
+
+const char *sw_unseen_string(int which)
+{
+    static const char *const names[4] = {"none", "piston", "waffle", "piston-waffle"};
+    return which >= 0 && which <= 3 ? names[which] : "unknown";
+}
+
+sw_status sw_unseen_parse(const char *text, int *out)
+{
+    if (!text || !out)
+        return sw_fail(NULL, SW_EINVAL, "unseen modes: NULL %s", !text ? "text" : "out");
+    static const struct {
+        const char *name;
+        int which;
+    } names[] = {{"none", 0},
+                 {"piston", SW_UNSEEN_PISTON},
+                 {"waffle", SW_UNSEEN_WAFFLE},
+                 {"piston-waffle", SW_UNSEEN_PISTON | SW_UNSEEN_WAFFLE},
+                 {"piston,waffle", SW_UNSEEN_PISTON | SW_UNSEEN_WAFFLE},
+                 {"waffle-piston", SW_UNSEEN_PISTON | SW_UNSEEN_WAFFLE},
+                 {"waffle,piston", SW_UNSEEN_PISTON | SW_UNSEEN_WAFFLE}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strcasecmp(text, names[i].name) == 0) {
+            *out = names[i].which;
+            return SW_OK;
+        }
+    return sw_fail(NULL, SW_EINVAL, "unseen modes: '%s' (none, piston, waffle or piston-waffle)",
+                   text);
+}
+
+sw_status sw_unseen_modes(int32_t nx, int32_t ny, const uint8_t *valid, int which, float *z,
+                          int32_t *nmodes)
+{
+    if (!z || !nmodes)
+        return sw_fail(NULL, SW_EINVAL, "unseen modes: NULL %s", !z ? "output" : "count");
+    *nmodes = 0;
+    if (nx < 1 || ny < 1 || nx > 1024 || ny > 1024)
+        return sw_fail(NULL, SW_EINVAL, "unseen modes: %d x %d lenslets (1..1024 per side)",
+                       (int)nx, (int)ny);
+    if (which & ~(SW_UNSEEN_PISTON | SW_UNSEEN_WAFFLE))
+        return sw_fail(NULL, SW_EINVAL, "unseen modes: unknown modes 0x%x", which);
+    const int32_t cx = nx + 1, cy = ny + 1, nact = cx * cy;
+    uint8_t *active = (uint8_t *)calloc((size_t)nact, 1);
+    double *col = (double *)malloc((size_t)nact * sizeof(double));
+    if (!active || !col) {
+        free(active);
+        free(col);
+        return sw_fail(NULL, SW_ENOMEM, "unseen modes: out of memory");
+    }
+    /* the active actuators: the four corners of every valid lenslet */
+    for (int32_t iy = 0; iy < ny; iy++)
+        for (int32_t ix = 0; ix < nx; ix++)
+            if (!valid || valid[(size_t)iy * nx + ix]) {
+                const size_t a = (size_t)iy * cx + ix;
+                active[a] = active[a + 1] = active[a + cx] = active[a + cx + 1] = 1;
+            }
+    int32_t n = 0;
+    for (int m = 0; m < 2; m++) {
+        if (!(which & (m == 0 ? SW_UNSEEN_PISTON : SW_UNSEEN_WAFFLE)))
+            continue;
+        for (int32_t a = 0; a < nact; a++)
+            col[a] = !active[a] ? 0.0 : (m == 0 || ((a % cx + a / cx) % 2 == 0) ? 1.0 : -1.0);
+        /* Gram-Schmidt against the columns already kept, then unit norm */
+        for (int32_t j = 0; j < n; j++) {
+            double t = 0.0;
+            for (int32_t a = 0; a < nact; a++)
+                t += col[a] * z[(size_t)j * nact + a];
+            for (int32_t a = 0; a < nact; a++)
+                col[a] -= t * z[(size_t)j * nact + a];
+        }
+        double norm = 0.0;
+        for (int32_t a = 0; a < nact; a++)
+            norm += col[a] * col[a];
+        norm = sqrt(norm);
+        if (norm < 1e-6) /* waffle inside piston: a single lenslet's corners are not enough */
+            continue;
+        for (int32_t a = 0; a < nact; a++)
+            z[(size_t)n * nact + a] = (float)(col[a] / norm);
+        n++;
+    }
+    free(active);
+    free(col);
+    *nmodes = n;
     return SW_OK;
 }

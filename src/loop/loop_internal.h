@@ -36,7 +36,16 @@ struct sw_controller {
     float *u;               /* nact: u_{k-1}                                                  */
     float *integ;           /* PI: nmodes integrals                                          */
     float *e;               /* PI: nmodes scratch                                            */
+    float *filter;          /* nact x nfilter copy of Z, or NULL                              */
+    double *zt;             /* nfilter scratch (Z^T r)                                        */
+    float *rf;              /* nact scratch (the filtered r)                                   */
+    float *uc;              /* PI with a clip: nact scratch (the unclipped commands)           */
 };
+
+/* r - Z (Z^T r) into out (nact floats; Z nact x nf column-major; zt nf scratch): the unseen
+ * modes' filter of controller.c, the CPU half of rtc_cuda.cu's rt_filter. Sums in double. */
+void sw_loop_filter(const float *z, int32_t nact, int32_t nf, const float *r, double *zt,
+                    float *out);
 
 /* Integrator / leaky update of one command (seed 000 section 6's regulator per actuator), then
  * the stroke clip (clip <= 0: none). Float arithmetic in this order on both backends. */

@@ -166,6 +166,10 @@ struct sw_loop {
     float *gvalsf, *gslopes, *gr;
     sw_projector *gproj;
     sw_controller *ctrl;
+    float *filter; /* the unseen modes (nact x nfilter), NULL: none                  */
+    int32_t nfilter;
+    float *modes;         /* PI, modal = 1: the interaction matrix's kept modes (nact x kept) */
+    float *pi_kp, *pi_ki; /* PI: per-mode gains the loop made (NULL: the caller's)           */
     sw_sabre_params chain_sabre; /* D-SABRE: the rtc's parameters (sw_loop_chain)          */
     double chain_slope_scale;
 
@@ -263,6 +267,9 @@ void sw_loop_params_default(sw_loop_params *p)
     p->delay = 0;
     p->science_wavelength_um = 1.25;
     p->warmup = 20;
+    p->unseen = SW_UNSEEN_PISTON | SW_UNSEEN_WAFFLE;
+    p->modal = 0;
+    p->kp = 0.0;
 }
 
 /* ------------------------------------------------------------------ validation */
@@ -362,6 +369,19 @@ static sw_status check_params(sw_context *ctx, const sw_loop_params *p)
             return sw_fail(ctx, SW_EINVAL, "loop: D-SABRE overlap %d: expected 0 to 64",
                            (int)p->overlap);
     }
+    if (p->unseen & ~(SW_UNSEEN_PISTON | SW_UNSEEN_WAFFLE))
+        return sw_fail(ctx, SW_EINVAL, "loop: unknown unseen modes 0x%x (piston 1, waffle 2)",
+                       p->unseen);
+    if (p->modal != 0 && p->modal != 1)
+        return sw_fail(ctx, SW_EINVAL,
+                       "loop: modal basis %d (0: actuators, 1: the interaction "
+                       "matrix's modes)",
+                       p->modal);
+    if (p->modal == 1 && p->recon != SW_LOOP_MVM)
+        return sw_fail(ctx, SW_EINVAL,
+                       "loop: the interaction matrix's modes (modal = 1) need recon = mvm");
+    if (!isfinite(p->kp))
+        return sw_fail(ctx, SW_EINVAL, "loop: kp %g must be finite", p->kp);
     if (!isfinite(p->controller.gain))
         return sw_fail(ctx, SW_EINVAL, "loop: controller gain %g must be finite",
                        p->controller.gain);
@@ -453,6 +473,53 @@ static sw_status feed(sw_loop *l)
     return st;
 }
 
+/* ------------------------------------------------------------------ the controller */
+
+/* The controller the loop runs: p->controller with nact, the unseen modes' filter and, for PI,
+ * the modal basis and its per-mode gains (kp, and ki = gain) unless the caller gave them. */
+static sw_status controller_params(sw_loop *l, sw_controller_params *cp)
+{
+    const sw_loop_params *p = &l->p;
+    *cp = p->controller;
+    cp->nact = l->nact;
+    cp->nfilter = l->nfilter;
+    cp->filter = l->filter;
+    if (cp->kind != SW_CTRL_PI)
+        return SW_OK;
+    if (!cp->modes && p->modal == 1) {
+        cp->modes = l->modes;
+        cp->nmodes = l->kept;
+    }
+    const int32_t nm = cp->modes ? cp->nmodes : l->nact;
+    if (!cp->kp || !cp->ki) {
+        free(l->pi_kp);
+        free(l->pi_ki);
+        l->pi_kp = malloc((size_t)nm * sizeof(float));
+        l->pi_ki = malloc((size_t)nm * sizeof(float));
+        if (!l->pi_kp || !l->pi_ki)
+            return sw_fail(l->ctx, SW_ENOMEM, "loop: out of memory (PI gains)");
+        for (int32_t i = 0; i < nm; i++) {
+            l->pi_kp[i] = cp->kp ? cp->kp[i] : (float)p->kp;
+            l->pi_ki[i] = cp->ki ? cp->ki[i] : (float)cp->gain;
+        }
+        cp->kp = l->pi_kp;
+        cp->ki = l->pi_ki;
+    }
+    return SW_OK;
+}
+
+/* The unseen modes over the valid lenslets' corners (sw_unseen_modes), when asked. */
+static sw_status build_filter(sw_loop *l)
+{
+    if (!l->p.unseen)
+        return SW_OK;
+    if (!(l->filter = malloc((size_t)l->nact * 2 * sizeof(float))))
+        return sw_fail(l->ctx, SW_ENOMEM, "loop: out of memory (filter)");
+    const sw_status st =
+        sw_unseen_modes(l->nx, l->nx, l->cen_valid, l->p.unseen, l->filter, &l->nfilter);
+    return st == SW_OK ? SW_OK : relay(l, st);
+}
+
 /* ------------------------------------------------------------------ MVM calibration */
 
 /* sw_measure_fn: the wavefront +phi_u alone, noise-free, through the SH model and the
@@ -486,6 +553,11 @@ static sw_status build_mvm(sw_loop *l, sw_rtc_params *rp)
         return st;
     sw_cm_result res;
     memset(&res, 0, sizeof res);
+    if (l->p.modal == 1 && l->p.controller.kind == SW_CTRL_PI && !l->p.controller.modes) {
+        if (!(l->modes = malloc((size_t)nact * nact * sizeof(float))))
+            return sw_fail(l->ctx, SW_ENOMEM, "loop: out of memory for the %d modes", (int)nact);
+        res.modes = l->modes;
+    }
     st = sw_control_matrix(l->ctx, l->im, nsl, nact, l->p.cm_condition, 0, l->cm, &res);
     if (st != SW_OK)
         return st;
@@ -583,8 +655,9 @@ static sw_status build_sabre_global(sw_loop *l)
     free(mask);
     if (st != SW_OK)
         return relay(l, st);
-    sw_controller_params cp = l->p.controller;
-    cp.nact = l->nact;
+    sw_controller_params cp;
+    if ((st = controller_params(l, &cp)) != SW_OK)
+        return st;
     if ((st = sw_controller_create(l->cpu, &cp, &l->ctrl)) != SW_OK)
         return relay(l, st);
     return SW_OK;
@@ -689,6 +762,10 @@ void sw_loop_destroy(sw_loop *l)
     free(l->gvalsf);
     free(l->gslopes);
     free(l->gr);
+    free(l->filter);
+    free(l->modes);
+    free(l->pi_kp);
+    free(l->pi_ki);
     free(l->fit_nn);
     free(l->fit_gx);
     sw_context_destroy(l->cpu);
@@ -867,8 +944,8 @@ static sw_status build(sw_loop *l)
     if (!l->valid || !l->pmask || !l->turb_own || !l->surf || !l->ring || !l->applied)
         return sw_fail(l->ctx, SW_ENOMEM, "loop: out of memory");
     sw_status st;
-    if ((st = build_sensor(l)) != SW_OK || (st = build_phase(l)) != SW_OK ||
-        (st = build_shaper(l)) != SW_OK)
+    if ((st = build_sensor(l)) != SW_OK || (st = build_filter(l)) != SW_OK ||
+        (st = build_phase(l)) != SW_OK || (st = build_shaper(l)) != SW_OK)
         return st;
 #ifdef SW_HAVE_CUDA
     /* the simulator's device-OPD buffers are made by its first device OPD: here (the residual
@@ -893,8 +970,6 @@ static sw_status build(sw_loop *l)
     sw_rtc_params_default(&rp);
     rp.centroid = l->cen_params;
     rp.nact = l->nact;
-    rp.controller = p->controller;
-    rp.controller.nact = l->nact;
     rp.telemetry = 0;
     float *pmat = NULL;
     uint8_t *mask = NULL;
@@ -903,6 +978,8 @@ static sw_status build(sw_loop *l)
         memset(l->surf, 0, (size_t)gw * gw * sizeof(float)); /* the last poke's shape */
     } else
         st = build_dsabre(l, &rp, &pmat, &mask);
+    if (st == SW_OK)
+        st = controller_params(l, &rp.controller);
     if (st == SW_OK)
         st = sw_rtc_create(l->ctx, &rp, &l->rtc);
     free(pmat);
@@ -1277,6 +1354,9 @@ sw_status sw_loop_chain(const sw_loop *l, sw_loop_chain_info *out)
     out->sabre = l->chain_sabre;
     out->slope_scale = l->chain_slope_scale;
     out->dm = l->dm;
+    out->unseen = l->p.unseen;
+    out->nfilter = l->nfilter;
+    out->filter = l->filter;
     return SW_OK;
 }
 

@@ -165,6 +165,11 @@ static sw_status check_params(sw_context *ctx, const sw_rtc_params *p)
                        (int)p->recon);
     if (p->nact < 1 || p->nact > (1 << 24))
         return sw_fail(ctx, SW_EINVAL, "rtc: nact = %d commands; 1..%d allowed", p->nact, 1 << 24);
+    if (p->controller.nfilter < 0 || p->controller.nfilter > p->nact ||
+        (p->controller.nfilter > 0 && !p->controller.filter))
+        return sw_fail(ctx, SW_EINVAL,
+                       "rtc: the controller filters %d modes (0..%d, with a filter)",
+                       (int)p->controller.nfilter, (int)p->nact);
     if (p->controller.nact != p->nact)
         return sw_fail(ctx, SW_EINVAL,
                        "rtc: the controller has nact = %d commands but the chain has nact = %d "
@@ -206,6 +211,38 @@ static sw_status check_params(sw_context *ctx, const sw_rtc_params *p)
                        "rtc: sabre.nx, ny = %d, %d differ from the geometry's %d x %d lenslets "
                        "(leave them 0 or equal)",
                        p->sabre.nx, p->sabre.ny, g->nx, g->ny);
+    return SW_OK;
+}
+
+/* W <- W - Z (Z^T W): W nact x cols row-major (float), Z nact x nf column-major; in double. The
+ * filter's entries are checked by the controller's own check, which runs first on the caller's
+ * parameters (sw_controller_create below sees a copy without it). */
+static sw_status fold_filter(sw_context *ctx, const float *z, int32_t nf, int32_t nact,
+                             int32_t cols, float *w)
+{
+    if (nf > nact || !all_finite(z, (int64_t)nact * nf))
+        return sw_fail(ctx, SW_EINVAL,
+                       "rtc: the controller's filter (%d modes) is not finite or "
+                       "has more modes than commands",
+                       (int)nf);
+    double *t = calloc((size_t)cols, sizeof(double));
+    if (!t)
+        return sw_fail(ctx, SW_ENOMEM, "rtc: out of memory (filter)");
+    for (int32_t j = 0; j < nf; j++) {
+        const float *zj = z + (size_t)j * nact;
+        memset(t, 0, (size_t)cols * sizeof(double));
+        for (int32_t a = 0; a < nact; a++) { /* t = Z_j^T W */
+            const float *row = w + (size_t)a * cols;
+            for (int32_t c = 0; c < cols; c++)
+                t[c] += (double)zj[a] * row[c];
+        }
+        for (int32_t a = 0; a < nact; a++) { /* W -= Z_j t (the columns are orthonormal) */
+            float *row = w + (size_t)a * cols;
+            for (int32_t c = 0; c < cols; c++)
+                row[c] = (float)((double)row[c] - (double)zj[a] * t[c]);
+        }
+    }
+    free(t);
     return SW_OK;
 }
 
@@ -301,6 +338,17 @@ static sw_status build(sw_rtc *r)
             return sw_fail(ctx, SW_EINVAL,
                            "rtc: the control matrix (nact x 2 ns = %d x %d) has a non-finite entry",
                            r->nact, 2 * r->ns);
+        r->cm = copy_floats(p->cm, n);
+        if (!r->cm)
+            return sw_fail(ctx, SW_ENOMEM, "rtc: out of memory (control matrix)");
+        p->cm = r->cm;
+        if (p->controller.nfilter > 0 && p->controller.filter) {
+            /* the unseen-mode filter folded into C (see 3. below), before FP16's range check */
+            st = fold_filter(ctx, p->controller.filter, p->controller.nfilter, r->nact, 2 * r->ns,
+                             r->cm);
+            if (st != SW_OK)
+                return st;
+        }
         if (p->fp16 && r->gpu) {
             /* FP16 holds magnitudes up to 65504: C itself, and for PI M = B^T C, whose entries
              * are bounded by the norms of C's columns (B has orthonormal columns) */
@@ -310,7 +358,7 @@ static sw_status build(sw_rtc *r)
             for (int32_t j = 0; j < ncol; j++) {
                 double col2 = 0.0;
                 for (int32_t a = 0; a < r->nact; a++) {
-                    const double v = fabs((double)p->cm[(int64_t)a * ncol + j]);
+                    const double v = fabs((double)r->cm[(int64_t)a * ncol + j]);
                     col2 += v * v;
                     if (!pi && v > worst)
                         worst = v;
@@ -324,10 +372,6 @@ static sw_status build(sw_rtc *r)
                                "65504: scale it (and the gain) or use fp16 = 0",
                                worst, pi ? " (column norms, which bound B^T C for PI)" : "");
         }
-        r->cm = copy_floats(p->cm, n);
-        if (!r->cm)
-            return sw_fail(ctx, SW_ENOMEM, "rtc: out of memory (control matrix)");
-        p->cm = r->cm;
     } else {
         p->cm = NULL;
         st = make_sabre(r, p->centroid.geometry.valid); /* D-SABRE's mask: the geometry's */
@@ -341,10 +385,25 @@ static sw_status build(sw_rtc *r)
     p->centroid.lut = NULL;
     p->sabre.valid = NULL;
 
-    /* 3. the controller */
-    st = sw_controller_create(ctx, &p->controller, &r->ctrl);
+    /* 3. the controller. Its unseen-mode filter is folded into a matrix reconstructor (C, or the
+     *    global projection P) here, W <- W - Z (Z^T W), so that r = W x comes out filtered and
+     *    neither backend filters per frame; the corners and local projections filter r itself
+     *    (controller.c on the CPU, rt_filter on the GPU). */
+    sw_controller_params cpar = p->controller;
+    if (cpar.nfilter > 0 && cpar.filter && p->recon == SW_RTC_SABRE &&
+        p->projection == SW_RTC_PROJ_GLOBAL) {
+        st = fold_filter(ctx, cpar.filter, cpar.nfilter, r->nact, (int32_t)r->nvalues, r->proj);
+        if (st != SW_OK)
+            return st;
+    }
+    if (p->recon == SW_RTC_MVM || p->projection == SW_RTC_PROJ_GLOBAL) {
+        cpar.nfilter = 0; /* folded */
+        cpar.filter = NULL;
+    }
+    st = sw_controller_create(ctx, &cpar, &r->ctrl);
     if (st != SW_OK)
         return st;
+    p->controller.filter = NULL; /* copied (or folded) */
     p->controller.modes = NULL;
     p->controller.kp = NULL;
     p->controller.ki = NULL;

@@ -15,8 +15,11 @@
  *            slope buffer, the D-SABRE kernels (sw_sabre_gpu_enqueue: seed 002 Eq. 6-11, 16, and
  *            with LOCAL the distributed projection, Eq. 14-16), then
  *              GLOBAL: the projection P (Eq. 13) is the matrix of the GEMV above, on the values;
- *              CORNERS / LOCAL: r = the plan's actuators, then the update kernel
- *              (sw_loop_update per actuator) or, for PI, e = B^T r, the PI kernel, u = B v;
+ *              CORNERS / LOCAL: r = the plan's actuators, the unseen modes filtered out of r
+ *              (rt_filter, one block; fused with the update when not PI), then the update
+ *              kernel (sw_loop_update per actuator) or, for PI, e = B^T r, the PI kernel,
+ *              u = B v; a matrix reconstructor has the filter folded in by rtc.c;
+ *        PI with a clip: the integrals moved back by the clip's change (anti-windup);
  *   3. the commands' copy into the plan's pinned commands buffer.
  * A run copies the frame into the device buffer (cudaMemcpy2DAsync, host or device source) and
  * launches the graph. With telemetry it then records an event and queues the slopes' copy into
@@ -44,9 +47,11 @@
 #define SW_CUDA_CTX   r->ctx
 #define SW_CUDA_STAGE "rtc"
 
-#define RT_THREADS    256               /* element-wise kernels */
-#define RT_GEMV_WARPS 8                 /* warps (rows) per block of the FP16 GEMV */
-#define RT_BLAS_WS    ((size_t)4 << 20) /* the handle's own workspace: the capture allocates none */
+#define RT_THREADS        256               /* element-wise kernels */
+#define RT_GEMV_WARPS     8                 /* warps (rows) per block of the FP16 GEMV */
+#define RT_BLAS_WS        ((size_t)4 << 20) /* the handle's own workspace: the capture allocates none */
+#define RT_FILTER_THREADS 1024 /* the unseen-mode filter: one block                      */
+#define RT_MAX_FILTER     32   /* modes it filters on the GPU (CORNERS / LOCAL)          */
 
 struct rtc_gpu {
     cudaStream_t s;
@@ -68,7 +73,12 @@ struct rtc_gpu {
     int32_t nmodes;
     float *B; /* PI: nact x nmodes column-major, NULL: the identity */
     float *kp, *ki, *integ, *e, *v;
+    float *d; /* PI with a basis and a clip: nact, the clip's change u_clip - u          */
     float *u; /* nact: the commands u_{k-1} / u_k */
+    /* the unseen-mode filter (CORNERS / LOCAL; a matrix reconstructor has it folded in) */
+    int32_t nfilter;
+    float *Z;  /* nact x nfilter column-major */
+    float *rf; /* nact: the filtered r (PI) */
     /* SABRE */
     int32_t *slope_l; /* ns: lenslet of slope k */
     cudaEvent_t ev_cmd;
@@ -165,7 +175,8 @@ __global__ void rt_clip(float *__restrict__ u, int32_t n, float clip)
 }
 
 /* PI per mode (seed 000 section 6): I += e, v = kp e + ki I. direct (the identity basis): the
- * commands are v, clipped; else v goes to `out` for u = B v. */
+ * commands are v, clipped, and a clipped command moves its integral back (anti-windup by
+ * back-calculation, controller.c: I += (u_clip - v) / ki); else v goes to `out` for u = B v. */
 __global__ void rt_pi(const float *__restrict__ e, const float *__restrict__ kp,
                       const float *__restrict__ ki, float *__restrict__ integ, int32_t nmodes,
                       int direct, float clip, float *__restrict__ out)
@@ -175,8 +186,78 @@ __global__ void rt_pi(const float *__restrict__ e, const float *__restrict__ kp,
         return;
     float acc = integ[j];
     const float v = sw_loop_pi(e[j], kp[j], ki[j], &acc);
+    if (!direct) {
+        integ[j] = acc;
+        out[j] = v;
+        return;
+    }
+    const float u = sw_loop_update(0.0f, v, 1.0f, 0.0f, clip);
+    if (u != v && ki[j] != 0.0f)
+        acc += (u - v) / ki[j];
     integ[j] = acc;
-    out[j] = direct ? sw_loop_update(0.0f, v, 1.0f, 0.0f, clip) : v;
+    out[j] = u;
+}
+
+/* The clip of u = B v with its change kept for the back-calculation: d = u_clip - u. */
+__global__ void rt_clip_delta(float *__restrict__ u, float *__restrict__ d, int32_t n, float clip)
+{
+    const int32_t i = (int32_t)((int64_t)blockIdx.x * blockDim.x + threadIdx.x);
+    if (i >= n)
+        return;
+    const float v = u[i], c = sw_loop_update(0.0f, v, 1.0f, 0.0f, clip);
+    d[i] = c - v;
+    u[i] = c;
+}
+
+/* Anti-windup by back-calculation (controller.c): I_j += (B^T d)_j / ki_j, for ki_j != 0. */
+__global__ void rt_backcalc(const float *__restrict__ bd, const float *__restrict__ ki,
+                            float *__restrict__ integ, int32_t nmodes)
+{
+    const int32_t j = (int32_t)((int64_t)blockIdx.x * blockDim.x + threadIdx.x);
+    if (j < nmodes && ki[j] != 0.0f)
+        integ[j] += bd[j] / ki[j];
+}
+
+/* The unseen modes filtered out of r (loop.h: r' = r - Z (Z^T r), controller.c's sw_loop_filter):
+ * one block; t = Z^T r by block reductions in double, one mode after the other, then r' per
+ * command. u != NULL: the integrator / leaky update follows at once, u = update(u, r'); else r'
+ * goes to out (for PI). */
+__global__ void __launch_bounds__(RT_FILTER_THREADS)
+    rt_filter(const float *__restrict__ z, int32_t nact, int32_t nf, const float *__restrict__ r,
+              float *__restrict__ out, float *__restrict__ u, float gain, float keep, float clip)
+{
+    __shared__ double part[RT_FILTER_THREADS / 32];
+    __shared__ double t[RT_MAX_FILTER];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int nwarps = (int)(blockDim.x >> 5);
+    for (int32_t j = 0; j < nf; j++) {
+        const float *zj = z + (int64_t)j * nact;
+        double acc = 0.0;
+        for (int32_t a = threadIdx.x; a < nact; a += blockDim.x)
+            acc += (double)zj[a] * (double)r[a];
+        for (int off = 16; off > 0; off >>= 1)
+            acc += __shfl_down_sync(0xffffffffu, acc, off);
+        if (lane == 0)
+            part[warp] = acc;
+        __syncthreads();
+        if (warp == 0) {
+            double v = lane < nwarps ? part[lane] : 0.0;
+            for (int off = 16; off > 0; off >>= 1)
+                v += __shfl_down_sync(0xffffffffu, v, off);
+            if (lane == 0)
+                t[j] = v;
+        }
+        __syncthreads();
+    }
+    for (int32_t a = threadIdx.x; a < nact; a += blockDim.x) {
+        double v = r[a];
+        for (int32_t j = 0; j < nf; j++)
+            v -= t[j] * (double)z[(int64_t)j * nact + a];
+        if (u)
+            u[a] = sw_loop_update(u[a], (float)v, gain, keep, clip);
+        else
+            out[a] = (float)v;
+    }
 }
 
 /* ================================================================== the frame's work */
@@ -222,7 +303,14 @@ static sw_status rt_pi_tail(sw_rtc *r, const float *e)
     SW_CUBLAS(cublasSgemv(g->blas, CUBLAS_OP_N, r->nact, g->nmodes, &one, g->B, r->nact, g->v, 1,
                           &zero, g->u, 1));
     if (g->clip > 0.0f) {
-        rt_clip<<<rt_blocks(r->nact, RT_THREADS), RT_THREADS, 0, g->s>>>(g->u, r->nact, g->clip);
+        /* the clip, then the back-calculation: I += B^T (u_clip - u) / ki (e is free now) */
+        rt_clip_delta<<<rt_blocks(r->nact, RT_THREADS), RT_THREADS, 0, g->s>>>(g->u, g->d, r->nact,
+                                                                               g->clip);
+        SW_CU(cudaGetLastError());
+        SW_CUBLAS(cublasSgemv(g->blas, CUBLAS_OP_T, r->nact, g->nmodes, &one, g->B, r->nact, g->d,
+                              1, &zero, g->e, 1));
+        rt_backcalc<<<rt_blocks(g->nmodes, RT_THREADS), RT_THREADS, 0, g->s>>>(g->e, g->ki,
+                                                                               g->integ, g->nmodes);
         SW_CU(cudaGetLastError());
     }
     return SW_OK;
@@ -248,6 +336,11 @@ static sw_status rt_enqueue(sw_rtc *r)
     if (g->kind != SW_CTRL_PI) {
         if (g->matrix) {
             SW_TRY(rt_matrix(r, g->u, 1)); /* u = g W x + keep u (clipped) */
+        } else if (g->nfilter > 0) {
+            /* the unseen modes out of r and the update, one kernel */
+            rt_filter<<<1, RT_FILTER_THREADS, 0, g->s>>>(g->Z, r->nact, g->nfilter, act, NULL, g->u,
+                                                         g->gain, g->keep, g->clip);
+            SW_CU(cudaGetLastError());
         } else {
             rt_update<<<rt_blocks(r->nact, RT_THREADS), RT_THREADS, 0, g->s>>>(
                 g->u, act, r->nact, g->gain, g->keep, g->clip);
@@ -256,13 +349,21 @@ static sw_status rt_enqueue(sw_rtc *r)
     } else if (g->matrix) {
         SW_TRY(rt_matrix(r, g->e, 0)); /* e = (B^T C) s or (B^T P) c */
         SW_TRY(rt_pi_tail(r, g->e));
-    } else if (g->B) {
-        const float one = 1.0f, zero = 0.0f; /* e = B^T r */
-        SW_CUBLAS(cublasSgemv(g->blas, CUBLAS_OP_T, r->nact, g->nmodes, &one, g->B, r->nact, act, 1,
-                              &zero, g->e, 1));
-        SW_TRY(rt_pi_tail(r, g->e));
     } else {
-        SW_TRY(rt_pi_tail(r, act)); /* the identity basis: e = r */
+        if (g->nfilter > 0) { /* the unseen modes out of r, into rf */
+            rt_filter<<<1, RT_FILTER_THREADS, 0, g->s>>>(g->Z, r->nact, g->nfilter, act, g->rf,
+                                                         NULL, 0.0f, 0.0f, 0.0f);
+            SW_CU(cudaGetLastError());
+            act = g->rf;
+        }
+        if (g->B) {
+            const float one = 1.0f, zero = 0.0f; /* e = B^T r */
+            SW_CUBLAS(cublasSgemv(g->blas, CUBLAS_OP_T, r->nact, g->nmodes, &one, g->B, r->nact,
+                                  act, 1, &zero, g->e, 1));
+            SW_TRY(rt_pi_tail(r, g->e));
+        } else {
+            SW_TRY(rt_pi_tail(r, act)); /* the identity basis: e = r */
+        }
     }
 
     SW_CU(cudaMemcpyAsync(r->commands, g->u, (size_t)r->nact * sizeof(float),
@@ -367,7 +468,7 @@ extern "C" void sw_rtc_gpu_destroy(sw_rtc *r)
     if (g->blas)
         cublasDestroy(g->blas);
     SW_CUDA_FREE(g->blas_ws, g->slopes, g->W, g->Wh, g->B, g->kp, g->ki, g->integ, g->e, g->v, g->u,
-                 g->slope_l);
+                 g->slope_l, g->d, g->Z, g->rf);
     sw_image_free(&g->frame);
     if (g->ev_cmd)
         cudaEventDestroy(g->ev_cmd);
@@ -415,6 +516,18 @@ extern "C" sw_status sw_rtc_gpu_create(sw_rtc *r)
         SW_CU(sw_cuda_alloc(&g->integ, (size_t)g->nmodes));
         SW_CU(sw_cuda_alloc(&g->e, (size_t)g->nmodes));
         SW_CU(sw_cuda_alloc(&g->v, (size_t)g->nmodes));
+        if (c->modes && g->clip > 0.0f)
+            SW_CU(sw_cuda_alloc(&g->d, (size_t)r->nact));
+    }
+    /* the unseen-mode filter of a CORNERS / LOCAL chain (rtc.c folded it into a matrix) */
+    if (c->p.nfilter > 0) {
+        if (c->p.nfilter > RT_MAX_FILTER)
+            return sw_fail(r->ctx, SW_EUNSUPPORTED,
+                           "rtc: the GPU chain filters up to %d unseen modes per frame (%d given)",
+                           RT_MAX_FILTER, (int)c->p.nfilter);
+        g->nfilter = c->p.nfilter;
+        SW_CU(sw_cuda_upload(&g->Z, (const float *)c->filter, (size_t)r->nact * g->nfilter, s));
+        SW_CU(sw_cuda_alloc(&g->rf, (size_t)r->nact));
     }
 
     /* cuBLAS on the context's stream with a workspace of its own (after cublasSetStream, which

@@ -175,14 +175,15 @@ typedef struct cfg {
     int fp16;
     sw_controller_kind kind;
     double leak, clip;
-    int32_t nact;   /* MVM / GLOBAL */
-    int32_t nmodes; /* PI: 0 = identity */
+    int32_t nact;    /* MVM / GLOBAL */
+    int32_t nmodes;  /* PI: 0 = identity */
+    int32_t nfilter; /* unseen modes filtered (random orthonormal), 0: none */
 } cfg;
 
 /* Parameters of a configuration and the arrays they point at (freed by free_setup). */
 typedef struct setup_t {
     sw_rtc_params p;
-    float *cm, *P, *modes, *kp, *ki;
+    float *cm, *P, *modes, *kp, *ki, *filter;
 } setup_t;
 
 static void make_params(const cfg *c, setup_t *s)
@@ -255,6 +256,11 @@ static void make_params(const cfg *c, setup_t *s)
         p->controller.kp = s->kp;
         p->controller.ki = s->ki;
     }
+    if (c->nfilter > 0) {
+        s->filter = orthonormal_modes(p->nact, c->nfilter, 47);
+        p->controller.nfilter = c->nfilter;
+        p->controller.filter = s->filter;
+    }
 }
 
 static void free_setup(setup_t *s)
@@ -264,6 +270,7 @@ static void free_setup(setup_t *s)
     free(s->modes);
     free(s->kp);
     free(s->ki);
+    free(s->filter);
 }
 
 static sw_rtc *make_rtc(sw_context *ctx, const sw_rtc_params *p)
@@ -370,44 +377,54 @@ static void compare(const cfg *c)
 static void test_mvm_fp32(void **state)
 {
     (void)state;
-    const cfg a = {SW_RTC_MVM, SW_RTC_PROJ_CORNERS, 0, SW_CTRL_INTEGRATOR, 0, 0, 301, 0};
+    const cfg a = {SW_RTC_MVM, SW_RTC_PROJ_CORNERS, 0, SW_CTRL_INTEGRATOR, 0, 0, 301, 0, 0};
     compare(&a);
-    const cfg b = {SW_RTC_MVM, SW_RTC_PROJ_CORNERS, 0, SW_CTRL_LEAKY, 0.05, 6.0, 301, 0};
+    const cfg b = {SW_RTC_MVM, SW_RTC_PROJ_CORNERS, 0, SW_CTRL_LEAKY, 0.05, 6.0, 301, 0, 0};
     compare(&b);
-    const cfg c = {SW_RTC_MVM, SW_RTC_PROJ_CORNERS, 0, SW_CTRL_PI, 0, 0, 301, 40};
+    const cfg c = {SW_RTC_MVM, SW_RTC_PROJ_CORNERS, 0, SW_CTRL_PI, 0, 0, 301, 40, 0};
     compare(&c);
-    const cfg d = {SW_RTC_MVM, SW_RTC_PROJ_CORNERS, 0, SW_CTRL_PI, 0, 8.0, 301, 0};
+    const cfg d = {SW_RTC_MVM, SW_RTC_PROJ_CORNERS, 0, SW_CTRL_PI, 0, 8.0, 301, 0, 0};
     compare(&d);
+    /* PI over modes with a clip: the back-calculation's GEMV; the filter folded into C */
+    const cfg e = {SW_RTC_MVM, SW_RTC_PROJ_CORNERS, 0, SW_CTRL_PI, 0, 4.0, 301, 40, 2};
+    compare(&e);
 }
 
 static void test_mvm_fp16(void **state)
 {
     (void)state;
-    const cfg a = {SW_RTC_MVM, SW_RTC_PROJ_CORNERS, 1, SW_CTRL_INTEGRATOR, 0, 0, 301, 0};
+    const cfg a = {SW_RTC_MVM, SW_RTC_PROJ_CORNERS, 1, SW_CTRL_INTEGRATOR, 0, 0, 301, 0, 0};
     compare(&a);
-    const cfg b = {SW_RTC_MVM, SW_RTC_PROJ_CORNERS, 1, SW_CTRL_LEAKY, 0.05, 6.0, 301, 0};
+    const cfg b = {SW_RTC_MVM, SW_RTC_PROJ_CORNERS, 1, SW_CTRL_LEAKY, 0.05, 6.0, 301, 0, 0};
     compare(&b);
-    const cfg c = {SW_RTC_MVM, SW_RTC_PROJ_CORNERS, 1, SW_CTRL_PI, 0, 0, 301, 40};
+    const cfg c = {SW_RTC_MVM, SW_RTC_PROJ_CORNERS, 1, SW_CTRL_PI, 0, 0, 301, 40, 0};
     compare(&c);
-    const cfg d = {SW_RTC_MVM, SW_RTC_PROJ_CORNERS, 1, SW_CTRL_PI, 0, 0, 301, 0};
+    const cfg d = {SW_RTC_MVM, SW_RTC_PROJ_CORNERS, 1, SW_CTRL_PI, 0, 0, 301, 0, 0};
     compare(&d);
 }
 
 static void test_sabre(void **state)
 {
     (void)state;
-    const cfg a = {SW_RTC_SABRE, SW_RTC_PROJ_CORNERS, 0, SW_CTRL_INTEGRATOR, 0, 0, 0, 0};
+    const cfg a = {SW_RTC_SABRE, SW_RTC_PROJ_CORNERS, 0, SW_CTRL_INTEGRATOR, 0, 0, 0, 0, 0};
     compare(&a);
-    const cfg b = {SW_RTC_SABRE, SW_RTC_PROJ_CORNERS, 0, SW_CTRL_PI, 0, 0, 0, 30};
+    const cfg b = {SW_RTC_SABRE, SW_RTC_PROJ_CORNERS, 0, SW_CTRL_PI, 0, 0, 0, 30, 0};
     compare(&b);
-    const cfg c = {SW_RTC_SABRE, SW_RTC_PROJ_GLOBAL, 0, SW_CTRL_INTEGRATOR, 0, 0, 150, 0};
+    const cfg c = {SW_RTC_SABRE, SW_RTC_PROJ_GLOBAL, 0, SW_CTRL_INTEGRATOR, 0, 0, 150, 0, 0};
     compare(&c);
-    const cfg d = {SW_RTC_SABRE, SW_RTC_PROJ_GLOBAL, 0, SW_CTRL_PI, 0, 0, 150, 25};
+    const cfg d = {SW_RTC_SABRE, SW_RTC_PROJ_GLOBAL, 0, SW_CTRL_PI, 0, 0, 150, 25, 0};
     compare(&d);
-    const cfg e = {SW_RTC_SABRE, SW_RTC_PROJ_LOCAL, 0, SW_CTRL_INTEGRATOR, 0, 0, 0, 0};
+    const cfg e = {SW_RTC_SABRE, SW_RTC_PROJ_LOCAL, 0, SW_CTRL_INTEGRATOR, 0, 0, 0, 0, 0};
     compare(&e);
-    const cfg f = {SW_RTC_SABRE, SW_RTC_PROJ_LOCAL, 0, SW_CTRL_LEAKY, 0.1, 0, 0, 0};
+    const cfg f = {SW_RTC_SABRE, SW_RTC_PROJ_LOCAL, 0, SW_CTRL_LEAKY, 0.1, 0, 0, 0, 0};
     compare(&f);
+    /* the unseen-mode filter per frame (rt_filter): fused with the update, and before PI */
+    const cfg g = {SW_RTC_SABRE, SW_RTC_PROJ_LOCAL, 0, SW_CTRL_LEAKY, 0.1, 0.5, 0, 0, 2};
+    compare(&g);
+    const cfg h = {SW_RTC_SABRE, SW_RTC_PROJ_CORNERS, 0, SW_CTRL_PI, 0, 0.5, 0, 30, 3};
+    compare(&h);
+    const cfg i = {SW_RTC_SABRE, SW_RTC_PROJ_CORNERS, 0, SW_CTRL_PI, 0, 0.5, 0, 0, 2};
+    compare(&i);
 }
 
 /* ------------------------------------------------------------------ memory, reset, telemetry */
@@ -417,7 +434,7 @@ static void test_sabre(void **state)
 static void test_frame_memory(void **state)
 {
     (void)state;
-    const cfg c = {SW_RTC_MVM, SW_RTC_PROJ_CORNERS, 0, SW_CTRL_INTEGRATOR, 0, 0, 64, 0};
+    const cfg c = {SW_RTC_MVM, SW_RTC_PROJ_CORNERS, 0, SW_CTRL_INTEGRATOR, 0, 0, 64, 0, 0};
     setup_t s;
     make_params(&c, &s);
     const int32_t nact = s.p.nact, n2 = 2 * nslopes();
@@ -465,7 +482,7 @@ static void test_frame_memory(void **state)
 static void test_reset_and_telemetry(void **state)
 {
     (void)state;
-    const cfg c = {SW_RTC_SABRE, SW_RTC_PROJ_CORNERS, 0, SW_CTRL_LEAKY, 0.02, 0, 0, 0};
+    const cfg c = {SW_RTC_SABRE, SW_RTC_PROJ_CORNERS, 0, SW_CTRL_LEAKY, 0.02, 0, 0, 0, 0};
     setup_t s;
     make_params(&c, &s);
     s.p.telemetry = 4;

@@ -202,12 +202,34 @@ static void hand_free(hand_ctrl *h)
     free(h->v);
 }
 
+static void hand_law(hand_ctrl *h, const double *r);
+
 static double clip_to(double u, double c)
 {
     return c > 0.0 ? (u > c ? c : (u < -c ? -c : u)) : u;
 }
 
-static void hand_step(hand_ctrl *h, const double *r)
+static void hand_step(hand_ctrl *h, const double *rin)
+{
+    const sw_controller_params *p = &h->p;
+    const int32_t n = p->nact;
+    /* the unseen modes out: r - Z (Z^T r) */
+    double *r = malloc((size_t)n * sizeof(double));
+    assert_non_null(r);
+    memcpy(r, rin, (size_t)n * sizeof(double));
+    for (int32_t j = 0; j < p->nfilter; j++) {
+        const float *z = p->filter + (size_t)j * n;
+        double t = 0.0;
+        for (int32_t i = 0; i < n; i++)
+            t += (double)z[i] * rin[i];
+        for (int32_t i = 0; i < n; i++)
+            r[i] -= t * z[i];
+    }
+    hand_law(h, r);
+    free(r);
+}
+
+static void hand_law(hand_ctrl *h, const double *r)
 {
     const sw_controller_params *p = &h->p;
     const int32_t n = p->nact;
@@ -229,6 +251,8 @@ static void hand_step(hand_ctrl *h, const double *r)
         const double kp = p->kp ? p->kp[j] : 0.0, ki = p->ki ? p->ki[j] : p->gain;
         h->v[j] = kp * e + ki * h->integ[j];
     }
+    double *d = calloc((size_t)n, sizeof(double));
+    assert_non_null(d);
     for (int32_t i = 0; i < n; i++) {
         double u = 0.0;
         if (p->modes)
@@ -237,7 +261,21 @@ static void hand_step(hand_ctrl *h, const double *r)
         else
             u = h->v[i];
         h->u[i] = clip_to(u, p->clip);
+        d[i] = h->u[i] - u;
     }
+    /* anti-windup by back-calculation: I_j += (B^T d)_j / ki_j */
+    for (int32_t j = 0; j < nm; j++) {
+        double bd = 0.0;
+        if (p->modes)
+            for (int32_t i = 0; i < n; i++)
+                bd += (double)p->modes[(size_t)j * n + i] * d[i];
+        else
+            bd = d[j];
+        const double ki = p->ki ? p->ki[j] : p->gain;
+        if (ki != 0.0)
+            h->integ[j] += bd / ki;
+    }
+    free(d);
 }
 
 /* max |a - b| <= TOL max |b| (and a few ulps of nothing when b is 0). */
@@ -298,8 +336,9 @@ typedef struct chain_case {
     sw_rtc_projection proj;
     sw_controller_kind kind;
     double leak, clip;
-    int32_t nact;   /* MVM / GLOBAL */
-    int32_t nmodes; /* PI (0: identity) */
+    int32_t nact;    /* MVM / GLOBAL */
+    int32_t nmodes;  /* PI (0: identity) */
+    int32_t nfilter; /* unseen modes filtered (random orthonormal), 0: none */
 } chain_case;
 
 /* Runs NFRAME + 1 frames (the last repeats frame 0) through the chain and through the stages one
@@ -374,6 +413,13 @@ static void compare_chain(const chain_case *cc)
         p.controller.ki = ki;
     }
 
+    float *filter = NULL;
+    if (cc->nfilter > 0) {
+        filter = orthonormal_modes(nact, cc->nfilter, 29);
+        p.controller.nfilter = cc->nfilter;
+        p.controller.filter = filter;
+    }
+
     sw_rtc *rtc = NULL;
     if (sw_rtc_create(cpu, &p, &rtc) != SW_OK)
         fail_msg("sw_rtc_create: %s", sw_context_error(cpu));
@@ -425,6 +471,7 @@ static void compare_chain(const chain_case *cc)
     free(modes);
     free(kp);
     free(ki);
+    free(filter);
     sw_sabre_destroy(ref);
     sw_rtc_destroy(rtc);
 }
@@ -432,40 +479,59 @@ static void compare_chain(const chain_case *cc)
 static void test_mvm(void **state)
 {
     (void)state;
-    const chain_case a = {SW_RTC_MVM, SW_RTC_PROJ_CORNERS, SW_CTRL_INTEGRATOR, 0, 0, 37, 0};
+    const chain_case a = {SW_RTC_MVM, SW_RTC_PROJ_CORNERS, SW_CTRL_INTEGRATOR, 0, 0, 37, 0, 0};
     compare_chain(&a);
     /* leaky with a clip that bites (random C times slopes of ~1 px reach a few units) */
-    const chain_case b = {SW_RTC_MVM, SW_RTC_PROJ_CORNERS, SW_CTRL_LEAKY, 0.1, 1.5, 37, 0};
+    const chain_case b = {SW_RTC_MVM, SW_RTC_PROJ_CORNERS, SW_CTRL_LEAKY, 0.1, 1.5, 37, 0, 0};
     compare_chain(&b);
-    const chain_case c = {SW_RTC_MVM, SW_RTC_PROJ_CORNERS, SW_CTRL_PI, 0, 0, 37, 12};
+    const chain_case c = {SW_RTC_MVM, SW_RTC_PROJ_CORNERS, SW_CTRL_PI, 0, 0, 37, 12, 0};
     compare_chain(&c);
-    const chain_case d = {SW_RTC_MVM, SW_RTC_PROJ_CORNERS, SW_CTRL_PI, 0, 2.0, 37, 0};
+    const chain_case d = {SW_RTC_MVM, SW_RTC_PROJ_CORNERS, SW_CTRL_PI, 0, 2.0, 37, 0, 0};
     compare_chain(&d);
+    /* PI over modes with a clip that bites: the back-calculation */
+    const chain_case e = {SW_RTC_MVM, SW_RTC_PROJ_CORNERS, SW_CTRL_PI, 0, 1.0, 37, 12, 0};
+    compare_chain(&e);
+    /* the unseen modes' filter, folded into C */
+    const chain_case f = {SW_RTC_MVM, SW_RTC_PROJ_CORNERS, SW_CTRL_INTEGRATOR, 0, 0, 37, 0, 2};
+    compare_chain(&f);
+    const chain_case g = {SW_RTC_MVM, SW_RTC_PROJ_CORNERS, SW_CTRL_PI, 0, 0, 37, 12, 3};
+    compare_chain(&g);
 }
 
 static void test_sabre_corners(void **state)
 {
     (void)state;
-    const chain_case a = {SW_RTC_SABRE, SW_RTC_PROJ_CORNERS, SW_CTRL_INTEGRATOR, 0, 0, 0, 0};
+    const chain_case a = {SW_RTC_SABRE, SW_RTC_PROJ_CORNERS, SW_CTRL_INTEGRATOR, 0, 0, 0, 0, 0};
     compare_chain(&a);
-    const chain_case b = {SW_RTC_SABRE, SW_RTC_PROJ_CORNERS, SW_CTRL_PI, 0, 0, 0, 20};
+    const chain_case b = {SW_RTC_SABRE, SW_RTC_PROJ_CORNERS, SW_CTRL_PI, 0, 0, 0, 20, 0};
     compare_chain(&b);
+    /* the filter applied to r each frame (the chain cannot fold it) */
+    const chain_case c = {SW_RTC_SABRE, SW_RTC_PROJ_CORNERS, SW_CTRL_INTEGRATOR, 0, 0, 0, 0, 2};
+    compare_chain(&c);
+    const chain_case d = {SW_RTC_SABRE, SW_RTC_PROJ_CORNERS, SW_CTRL_PI, 0, 0.5, 0, 20, 2};
+    compare_chain(&d);
+    const chain_case e = {SW_RTC_SABRE, SW_RTC_PROJ_CORNERS, SW_CTRL_PI, 0, 0, 0, 0, 1};
+    compare_chain(&e);
 }
 
 static void test_sabre_global(void **state)
 {
     (void)state;
-    const chain_case a = {SW_RTC_SABRE, SW_RTC_PROJ_GLOBAL, SW_CTRL_INTEGRATOR, 0, 0, 45, 0};
+    const chain_case a = {SW_RTC_SABRE, SW_RTC_PROJ_GLOBAL, SW_CTRL_INTEGRATOR, 0, 0, 45, 0, 0};
     compare_chain(&a);
-    const chain_case b = {SW_RTC_SABRE, SW_RTC_PROJ_GLOBAL, SW_CTRL_LEAKY, 0.05, 0, 45, 0};
+    const chain_case b = {SW_RTC_SABRE, SW_RTC_PROJ_GLOBAL, SW_CTRL_LEAKY, 0.05, 0, 45, 0, 0};
     compare_chain(&b);
+    const chain_case c = {SW_RTC_SABRE, SW_RTC_PROJ_GLOBAL, SW_CTRL_INTEGRATOR, 0, 0, 45, 0, 2};
+    compare_chain(&c);
 }
 
 static void test_sabre_local(void **state)
 {
     (void)state;
-    const chain_case a = {SW_RTC_SABRE, SW_RTC_PROJ_LOCAL, SW_CTRL_INTEGRATOR, 0, 0, 0, 0};
+    const chain_case a = {SW_RTC_SABRE, SW_RTC_PROJ_LOCAL, SW_CTRL_INTEGRATOR, 0, 0, 0, 0, 0};
     compare_chain(&a);
+    const chain_case b = {SW_RTC_SABRE, SW_RTC_PROJ_LOCAL, SW_CTRL_LEAKY, 0.02, 0.3, 0, 0, 2};
+    compare_chain(&b);
 }
 
 /* ------------------------------------------------------------------ state, reset, telemetry */

@@ -596,6 +596,9 @@ static void test_camera_split(void **state)
     rp.cm = ci.cm;
     rp.controller = p.controller;
     rp.controller.nact = nact;
+    rp.controller.nfilter = ci.nfilter; /* the loop's unseen-mode filter (piston and waffle) */
+    rp.controller.filter = ci.filter;
+    assert_int_equal(ci.nfilter, 2);
     sw_rtc *rtc = NULL;
     assert_int_equal(sw_rtc_create(ctx, &rp, &rtc), SW_OK);
     assert_int_equal(sw_rtc_slopes(rtc), ns);
@@ -649,6 +652,8 @@ static void test_camera_split_dsabre(void **state)
     rp.nact = ci.nact;
     rp.controller = p.controller;
     rp.controller.nact = ci.nact;
+    rp.controller.nfilter = ci.nfilter;
+    rp.controller.filter = ci.filter;
     float *pm = NULL;
     assert_int_equal(sw_rtc_params_sabre(ctx, &ci.sabre, &ci.dm, SW_RTC_PROJ_LOCAL, NULL,
                                          ci.slope_scale, &rp, &pm),
