@@ -251,6 +251,41 @@ void sw_controller_reset(sw_controller *c);   /* state back to 0 */
 sw_status sw_controller_step(sw_controller *c, const float *r, float *u);
 
 /*
+ * Modal gain optimisation from closed-loop telemetry (Gendron E., Lena P. 1994, "Astronomical
+ * adaptive optics. I. Modal control optimization", Astron. Astrophys. 291, 337-347). For each mode
+ * i, y_k (the mode's measured residual, e.g. B^T r_k) was recorded with the leaky integrator
+ * u_k = a u_{k-1} + g0 y_k acting d frames later (y_k = phi_k - u_{k-d} + n_k, a = 1 - leak).
+ * The loop's rejection function is
+ *     E(z) = (1 - a z^-1) / (1 - a z^-1 + g z^-d),
+ * so the closed-loop PSD is |E_g0|^2 (P_phi + P_n). The PSD of y (Welch: Hann segments of
+ * `segment` frames, half overlapped) divided by |E_g0|^2 is the pseudo-open-loop PSD; its median
+ * over the highest frequencies (above noise_band x Nyquist) is the white noise level P_n (GL94's
+ * plateau), and P_phi = max(P_ol - P_n, 0). The residual variance at gain g,
+ *     sigma^2(g) = sum_f |E_g|^2 P_phi + |1 - E_g|^2 P_n
+ * (the disturbance rejected by E, the noise passed by 1 - E), is minimised over `candidates` gains
+ * evenly spread in (0, margin g_max], g_max = sw_controller_max_gain(d, leak). A mode whose
+ * telemetry is all zero keeps its gain. On the CPU (FFTW), off the real-time path.
+ */
+typedef struct sw_modal_gains_params {
+    int32_t delay_frames; /* d >= 1 (1): the loop's delay + 1 frames                            */
+    double leak;          /* 0 <= leak < 1 (0)                                                   */
+    int32_t segment;      /* Welch segment, a power of two in 16..65536, <= the frames (256)    */
+    double margin;        /* 0 < margin < 1: fraction of the stable limit searched (0.9)        */
+    int32_t candidates;   /* gains tried, 2..100000 (400)                                        */
+    double noise_band;    /* 0 < x < 1: the noise plateau, above x Nyquist (0.75)                */
+} sw_modal_gains_params;
+
+void sw_modal_gains_params_default(sw_modal_gains_params *p);
+
+/* y: nframes x nmodes floats, frame-major (y[k nmodes + i]); gains: the nmodes gains g0 it was
+ * taken with (> 0 and finite); out: the nmodes optimised gains (may be gains). Optional (NULL to
+ * skip): noise (per-frame noise variance estimated, nmodes) and predicted (sigma^2 at the new
+ * gain, nmodes). SW_EINVAL for bad sizes, parameters or a non-finite sample. */
+sw_status sw_modal_gains(sw_context *ctx, const sw_modal_gains_params *p, const float *y,
+                         int64_t nframes, int32_t nmodes, const float *gains, float *out,
+                         double *noise, double *predicted);
+
+/*
  * The modes the sensor cannot see, as an orthonormal filter for sw_controller_params (nact x
  * nmodes column-major, written to Z, at most 2 columns). On the Fried geometry of an nx x ny array
  * (actuators at the lenslet corners) a Shack-Hartmann sensor measures differences of the corner
