@@ -28,16 +28,21 @@
 
 #define SUB "loop"
 
-#define DEF_FRAMES   200
-#define MAX_FRAMES   1000000
-#define MAX_OVERRIDE 256
-#define PLOT_WIDTH   960
-#define PLOT_HEIGHT  760
-#define GAIN_MAX     10.0 /* gains above: a usage error (5 x the widest stable range, 2) */
-#define DIVERGE_K    5    /* residual above DIVERGE_X x the turbulence this many frames running */
-#define DIVERGE_X    2.0
-#define DIVERGE_HUGE 100.0 /* residual above this x the turbulence: diverged at once */
-#define MAX_WARN     4
+#define DEF_FRAMES    200
+#define MAX_FRAMES    1000000
+#define MAX_OVERRIDE  256
+#define PLOT_WIDTH    960
+#define PLOT_HEIGHT   760
+#define GAIN_MAX      10.0 /* gains above: a usage error (5 x the widest stable range, 2) */
+#define DIVERGE_K     5    /* residual above DIVERGE_X x the turbulence this many frames running */
+#define DIVERGE_X     2.0
+#define DIVERGE_HUGE  100.0 /* residual above this x the turbulence: diverged at once */
+#define MAX_WARN      5
+#define TREND_WINDOWS 8   /* the frames after the warm-up in this many windows             */
+#define TREND_MIN     10  /* frames per window, at least (shorter runs: no trend)           */
+#define TREND_GROW    0.2 /* residual / turbulence and commands / turbulence both growing   */
+#define TREND_CMD     1.0 /* or the commands alone growing by this much: drifting modes      */
+#define TREND_RES     0.5 /* or the residual ratio alone (a saturated mirror cannot grow)    */
 
 /* ------------------------------------------------------------------ configuration keys */
 
@@ -361,11 +366,16 @@ void sw_cmd_loop_help(FILE *out)
         "warnings, gain_max_stable, loop_delay_frames, diverged, divergence_frame,\n"
         "saturated_frames): the gain above the stable limit; a diverged loop (the residual\n"
         "RMS not finite, above %g x the turbulence RMS once, or above %g x it for %d frames\n"
-        "running; divergence_frame is the first of them); a saturated mirror (frames with\n"
-        "more than half of the commands at the stroke limit, key clip). The simulated\n"
-        "detector has no full well, so the mirror is where this loop saturates. The limit is\n"
-        "for the nominal gain; the sensor's response to large spot motions is below 1, so a\n"
-        "loop a little above it may stay bounded (it is still flagged).\n"
+        "running; divergence_frame is the first of them), or diverging by its trend (the\n"
+        "frames after the warm-up in %d windows: residual / turbulence and command RMS /\n"
+        "turbulence RMS both growing by more than %.0f %% over the run along their fitted\n"
+        "line, the commands alone by %.0f %% or the residual alone by %.0f %%:\n"
+        "divergence_reason \"trend\", the JSON's trend object has the growths); a saturated\n"
+        "mirror (frames with more than half of the commands at the stroke limit, key clip).\n"
+        "The simulated detector has no full well, so the mirror is where this loop\n"
+        "saturates. The limit is for the nominal gain; the sensor's response to large spot\n"
+        "motions is below 1, so a loop a little above it may stay bounded (it is still\n"
+        "flagged).\n"
         "\n"
         "Output (a summary goes to standard output):\n"
         "  --report CSV           one row per frame: frame, turbulence_nm, residual_nm, strehl,\n"
@@ -394,7 +404,8 @@ void sw_cmd_loop_help(FILE *out)
         "  spotwave loop --set nx=16 --recon mvm --gain 0.4 --frames 300 \\\n"
         "      --report loop.csv --plot loop.png --json\n",
         DEF_FRAMES, SW_CLI_CONFIG_LINE, MAX_FRAMES, DEF_FRAMES, GAIN_MAX, DIVERGE_HUGE, DIVERGE_X,
-        DIVERGE_K, GAIN_MAX);
+        DIVERGE_K, TREND_WINDOWS, 100.0 * TREND_GROW, 100.0 * TREND_CMD, 100.0 * TREND_RES,
+        GAIN_MAX);
 }
 
 /* ------------------------------------------------------------------ options */
@@ -627,12 +638,18 @@ typedef struct loop_run {
     double residual_mean, turbulence_mean, strehl_mean, marechal_mean, long_final;
     char maps[3][4096];
     /* the physics guards */
-    double gain_max;          /* stable limit of the gain for the loop's delay */
-    int32_t nact;             /* actuators */
-    long diverged_at;         /* first frame of the divergence (1-based), 0: none */
-    long above_run;           /* frames running with the residual above DIVERGE_X x turbulence */
-    long saturated_frames;    /* frames with most commands at the stroke limit */
-    long first_saturated;     /* the first of them (1-based), 0: none */
+    double gain_max;       /* stable limit of the gain for the loop's delay */
+    int32_t nact;          /* actuators */
+    long diverged_at;      /* first frame of the divergence (1-based), 0: none */
+    long above_run;        /* frames running with the residual above DIVERGE_X x turbulence */
+    long saturated_frames; /* frames with most commands at the stroke limit */
+    long first_saturated;  /* the first of them (1-based), 0: none */
+    /* the trend after the warm-up (watch_trend): growth over the run, of the fitted line */
+    long trend_window;        /* frames per window, 0: too short a run for a trend */
+    double residual_growth;   /* of residual / turbulence                          */
+    double command_growth;    /* of command RMS / turbulence RMS                   */
+    int diverging;            /* the trend says the loop is running away           */
+    long diverging_from;      /* first frame of the first window past the threshold */
     char warn[MAX_WARN][320]; /* the warnings, in words */
     int nwarn;
 } loop_run;
@@ -653,6 +670,56 @@ static void watch_divergence(loop_run *r, long i)
     r->above_run = res > DIVERGE_X * turb ? r->above_run + 1 : 0;
     if (r->above_run >= DIVERGE_K)
         r->diverged_at = i + 1 - (DIVERGE_K - 1);
+}
+
+/* Growth over the run of x_0 .. x_{n-1} (n windows): the least-squares line's rise from the
+ * first to the last window over its mean. */
+static double growth(const double *x, int n)
+{
+    double sx = 0.0, sy = 0.0, sxx = 0.0, sxy = 0.0;
+    for (int i = 0; i < n; i++) {
+        sx += i;
+        sy += x[i];
+        sxx += (double)i * i;
+        sxy += i * x[i];
+    }
+    const double slope = (n * sxy - sx * sy) / (n * sxx - sx * sx), mean = sy / n;
+    return mean > 0.0 ? slope * (n - 1) / mean : 0.0;
+}
+
+/* Divergence from the trend (after the run): the frames after the warm-up in TREND_WINDOWS
+ * windows, in each the residual over the turbulence (the correction's quality, whatever the
+ * seeing does) and the command RMS over the turbulence RMS (the mirror's effort). A loop whose
+ * residual ratio and command ratio both grow by more than TREND_GROW over the run, whose
+ * commands alone grow by TREND_CMD (modes the sensor does not see, drifting), or whose residual
+ * ratio alone grows by TREND_RES (a mirror at its stroke limit cannot grow its commands), is
+ * diverging even if no frame crossed watch_divergence's thresholds. */
+static void watch_trend(const loop_opts *o, loop_run *r, long frames_run)
+{
+    const long n = frames_run - o->p.warmup;
+    r->trend_window = n / TREND_WINDOWS >= TREND_MIN ? n / TREND_WINDOWS : 0;
+    if (!r->trend_window)
+        return;
+    double rho[TREND_WINDOWS], cmd[TREND_WINDOWS];
+    for (int w = 0; w < TREND_WINDOWS; w++) {
+        double res = 0.0, turb = 0.0, c = 0.0;
+        for (long i = 0; i < r->trend_window; i++) {
+            const sw_loop_frame *f = &r->f[o->p.warmup + w * r->trend_window + i];
+            res += f->residual_nm;
+            turb += f->turbulence_nm;
+            c += f->command_rms_um * 1e3;
+        }
+        rho[w] = turb > 0.0 ? res / turb : 0.0;
+        cmd[w] = turb > 0.0 ? c / turb : 0.0;
+    }
+    r->residual_growth = growth(rho, TREND_WINDOWS);
+    r->command_growth = growth(cmd, TREND_WINDOWS);
+    r->diverging = (r->residual_growth > TREND_GROW && r->command_growth > TREND_GROW) ||
+                   r->command_growth > TREND_CMD || r->residual_growth > TREND_RES;
+    r->diverging_from = 0;
+    for (int w = 1; r->diverging && w < TREND_WINDOWS && !r->diverging_from; w++)
+        if (rho[w] > (1.0 + TREND_GROW) * rho[0] || cmd[w] > (1.0 + TREND_GROW) * cmd[0])
+            r->diverging_from = o->p.warmup + (long)w * r->trend_window + 1;
 }
 
 static void add_warning(loop_run *r, const char *fmt, ...)
@@ -691,6 +758,13 @@ static void make_warnings(const loop_opts *o, loop_run *r, long frames_run)
                     r->diverged_at, DIVERGE_X, (long long)f->frame, f->residual_nm,
                     f->turbulence_nm);
     }
+    if (r->diverging && !r->diverged_at)
+        add_warning(r,
+                    "the loop is diverging: over the %ld frames after the warm-up the residual / "
+                    "turbulence grew by %.0f %% and the command RMS / turbulence by %.0f %% "
+                    "(windows of %ld frames; from frame %ld)",
+                    frames_run - (long)p->warmup, 100.0 * r->residual_growth,
+                    100.0 * r->command_growth, r->trend_window, r->diverging_from);
     if (r->saturated_frames > 0)
         add_warning(r,
                     "the mirror saturated in %ld of %ld frames (first: frame %ld): more than half "
@@ -824,6 +898,7 @@ static int run_loop(sw_context *ctx, const loop_opts *o, int quiet, loop_run *r)
     r->strehl_mean = ss / (double)n;
     r->marechal_mean = sm / (double)n;
     r->long_final = r->long_strehl[o->frames - 1];
+    watch_trend(o, r, o->frames);
     make_warnings(o, r, o->frames);
     return SW_EXIT_OK;
 }
@@ -982,11 +1057,22 @@ static void print_json(const loop_opts *o, const loop_run *r)
     sw_cli_json_string(j, "backend", sw_backend_string(r->backend));
     sw_cli_json_double(j, "gain_max_stable", r->gain_max);
     sw_cli_json_int(j, "loop_delay_frames", o->p.delay + 1);
-    cJSON_AddBoolToObject(j, "diverged", r->diverged_at > 0);
+    cJSON_AddBoolToObject(j, "diverged", r->diverged_at > 0 || r->diverging);
     if (r->diverged_at > 0)
         sw_cli_json_int(j, "divergence_frame", r->diverged_at);
+    else if (r->diverging && r->diverging_from > 0)
+        sw_cli_json_int(j, "divergence_frame", r->diverging_from);
     else
         cJSON_AddNullToObject(j, "divergence_frame");
+    sw_cli_json_string(j, "divergence_reason",
+                       r->diverged_at ? "residual" : (r->diverging ? "trend" : NULL));
+    cJSON *tr = cJSON_AddObjectToObject(j, "trend");
+    if (r->trend_window > 0) {
+        sw_cli_json_int(tr, "windows", TREND_WINDOWS);
+        sw_cli_json_int(tr, "window_frames", r->trend_window);
+        sw_cli_json_double(tr, "residual_growth", r->residual_growth);
+        sw_cli_json_double(tr, "command_growth", r->command_growth);
+    }
     sw_cli_json_int(j, "saturated_frames", r->saturated_frames);
     cJSON *w = cJSON_AddArrayToObject(j, "warnings");
     for (int k = 0; k < r->nwarn; k++)
