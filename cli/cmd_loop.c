@@ -118,6 +118,7 @@ static const key_def keys[] = {
     {"unseen", KT_UNSEEN, P(unseen), R_ANY, 0, 0},
     {"modal", KT_MODAL, P(modal), R_ANY, 0, 0},
     {"kp", KT_DOUBLE, P(kp), R_ANY, 0, 0},
+    {"gain_window", KT_INT, P(gain_window), R_ANY, 0, 65536},
     {"delay", KT_INT, P(delay), R_ANY, 0, 1000},
     {"science_wavelength_um", KT_DOUBLE, P(science_wavelength_um), R_POS, 0, 0},
     {"warmup", KT_INT, P(warmup), R_ANY, 0, MAX_FRAMES},
@@ -337,7 +338,7 @@ void sw_cmd_loop_help(FILE *out)
         "                         partitions overlap controller (integrator|leaky|pi) gain\n"
         "                         leak clip delay science_wavelength_um warmup frames\n"
         "                         unseen (none|piston|waffle|piston-waffle) modal\n"
-        "                         (actuators|im) kp\n"
+        "                         (actuators|im) kp gain_window\n"
         "                         unseen: the modes a Shack-Hartmann sensor on the Fried\n"
         "                         geometry cannot see, filtered out of every reconstruction\n"
         "                         (default piston-waffle; without it they drift and eat\n"
@@ -345,7 +346,12 @@ void sw_cmd_loop_help(FILE *out)
         "                         (1 - z^-1) with ki = gain and kp = key kp (0: the\n"
         "                         integrator), over one mode per actuator or the\n"
         "                         interaction matrix's kept modes (modal = im, recon mvm);\n"
-        "                         with clip, anti-windup by back-calculation\n"
+        "                         with clip, anti-windup by back-calculation.\n"
+        "                         gain_window N (pi, recon mvm, kp 0): every N frames after\n"
+        "                         the warm-up, each mode's integral gain is re-chosen from\n"
+        "                         its closed-loop telemetry (Gendron & Lena 1994, Astron.\n"
+        "                         Astrophys. 291, 337: the gain that minimises the predicted\n"
+        "                         residual of disturbance and noise); 0: fixed gains\n"
         "  --set KEY=VALUE        one key (repeatable)\n"
         "  --frames N             frames to simulate, 1..%d (default %d; more than warmup)\n"
         "  --gain G               controller gain (key gain), 0..%g. Above the stable limit\n"
@@ -367,11 +373,12 @@ void sw_cmd_loop_help(FILE *out)
         "saturated_frames): the gain above the stable limit; a diverged loop (the residual\n"
         "RMS not finite, above %g x the turbulence RMS once, or above %g x it for %d frames\n"
         "running; divergence_frame is the first of them), or diverging by its trend (the\n"
-        "frames after the warm-up in %d windows: residual / turbulence and command RMS /\n"
-        "turbulence RMS both growing by more than %.0f %% over the run along their fitted\n"
-        "line, the commands alone by %.0f %% or the residual alone by %.0f %%:\n"
-        "divergence_reason \"trend\", the JSON's trend object has the growths); a saturated\n"
-        "mirror (frames with more than half of the commands at the stroke limit, key clip).\n"
+        "frames after the warm-up in %d windows: the residual and the command RMS, each\n"
+        "growing both alone and over the turbulence RMS, by more than %.0f %% over the run\n"
+        "along their fitted lines, the commands alone by %.0f %% or the residual alone by\n"
+        "%.0f %%: divergence_reason \"trend\", the JSON's trend object has the growths); a\n"
+        "saturated mirror (frames with more than half of the commands at the stroke limit,\n"
+        "key clip).\n"
         "The simulated detector has no full well, so the mirror is where this loop\n"
         "saturates. The limit is for the nominal gain; the sensor's response to large spot\n"
         "motions is below 1, so a loop a little above it may stay bounded (it is still\n"
@@ -633,6 +640,9 @@ typedef struct loop_run {
     double *long_strehl;
     double create_s, run_s, fitting_nm;
     int32_t modes;
+    /* PI's integral gains at the end (min, median, max over the modes), and tuning rounds */
+    int32_t gain_modes, gain_rounds;
+    double gain_min, gain_median, gain_max_mode;
     sw_backend backend;
     /* after the warm-up */
     double residual_mean, turbulence_mean, strehl_mean, marechal_mean, long_final;
@@ -645,12 +655,14 @@ typedef struct loop_run {
     long saturated_frames; /* frames with most commands at the stroke limit */
     long first_saturated;  /* the first of them (1-based), 0: none */
     /* the trend after the warm-up (watch_trend): growth over the run, of the fitted line */
-    long trend_window;        /* frames per window, 0: too short a run for a trend */
-    double residual_growth;   /* of residual / turbulence                          */
-    double command_growth;    /* of command RMS / turbulence RMS                   */
-    int diverging;            /* the trend says the loop is running away           */
-    long diverging_from;      /* first frame of the first window past the threshold */
-    char warn[MAX_WARN][320]; /* the warnings, in words */
+    long trend_window;            /* frames per window, 0: too short a run for a trend */
+    double residual_growth;       /* of the residual RMS                                */
+    double residual_ratio_growth; /* of residual / turbulence                       */
+    double command_growth;        /* of the command RMS                                 */
+    double command_ratio_growth;  /* of command RMS / turbulence RMS                 */
+    int diverging;                /* the trend says the loop is running away           */
+    long diverging_from;          /* first frame of the first window past the threshold */
+    char warn[MAX_WARN][320];     /* the warnings, in words */
     int nwarn;
 } loop_run;
 
@@ -688,19 +700,21 @@ static double growth(const double *x, int n)
 }
 
 /* Divergence from the trend (after the run): the frames after the warm-up in TREND_WINDOWS
- * windows, in each the residual over the turbulence (the correction's quality, whatever the
- * seeing does) and the command RMS over the turbulence RMS (the mirror's effort). A loop whose
- * residual ratio and command ratio both grow by more than TREND_GROW over the run, whose
- * commands alone grow by TREND_CMD (modes the sensor does not see, drifting), or whose residual
- * ratio alone grows by TREND_RES (a mirror at its stroke limit cannot grow its commands), is
- * diverging even if no frame crossed watch_divergence's thresholds. */
+ * windows, in each the residual and the command RMS, alone and over the turbulence RMS. A
+ * quantity grows when both its own line and its ratio's line grow: the seeing getting worse
+ * raises the residual but not its ratio, and getting better raises the ratio of a residual held
+ * up by noise or aliasing but not the residual itself. A loop whose residual and commands both
+ * grow by more than TREND_GROW over the run, whose commands alone grow by TREND_CMD (modes the
+ * sensor does not see, drifting), or whose residual alone grows by TREND_RES (a mirror at its
+ * stroke limit cannot grow its commands), is diverging even if no frame crossed
+ * watch_divergence's thresholds. */
 static void watch_trend(const loop_opts *o, loop_run *r, long frames_run)
 {
     const long n = frames_run - o->p.warmup;
     r->trend_window = n / TREND_WINDOWS >= TREND_MIN ? n / TREND_WINDOWS : 0;
     if (!r->trend_window)
         return;
-    double rho[TREND_WINDOWS], cmd[TREND_WINDOWS];
+    double res_w[TREND_WINDOWS], cmd_w[TREND_WINDOWS], rho[TREND_WINDOWS], cmd[TREND_WINDOWS];
     for (int w = 0; w < TREND_WINDOWS; w++) {
         double res = 0.0, turb = 0.0, c = 0.0;
         for (long i = 0; i < r->trend_window; i++) {
@@ -709,13 +723,18 @@ static void watch_trend(const loop_opts *o, loop_run *r, long frames_run)
             turb += f->turbulence_nm;
             c += f->command_rms_um * 1e3;
         }
+        res_w[w] = res;
+        cmd_w[w] = c;
         rho[w] = turb > 0.0 ? res / turb : 0.0;
         cmd[w] = turb > 0.0 ? c / turb : 0.0;
     }
-    r->residual_growth = growth(rho, TREND_WINDOWS);
-    r->command_growth = growth(cmd, TREND_WINDOWS);
-    r->diverging = (r->residual_growth > TREND_GROW && r->command_growth > TREND_GROW) ||
-                   r->command_growth > TREND_CMD || r->residual_growth > TREND_RES;
+    r->residual_growth = growth(res_w, TREND_WINDOWS);
+    r->residual_ratio_growth = growth(rho, TREND_WINDOWS);
+    r->command_growth = growth(cmd_w, TREND_WINDOWS);
+    r->command_ratio_growth = growth(cmd, TREND_WINDOWS);
+    const double gr = fmin(r->residual_growth, r->residual_ratio_growth);
+    const double gc = fmin(r->command_growth, r->command_ratio_growth);
+    r->diverging = (gr > TREND_GROW && gc > TREND_GROW) || gc > TREND_CMD || gr > TREND_RES;
     r->diverging_from = 0;
     for (int w = 1; r->diverging && w < TREND_WINDOWS && !r->diverging_from; w++)
         if (rho[w] > (1.0 + TREND_GROW) * rho[0] || cmd[w] > (1.0 + TREND_GROW) * cmd[0])
@@ -760,11 +779,12 @@ static void make_warnings(const loop_opts *o, loop_run *r, long frames_run)
     }
     if (r->diverging && !r->diverged_at)
         add_warning(r,
-                    "the loop is diverging: over the %ld frames after the warm-up the residual / "
-                    "turbulence grew by %.0f %% and the command RMS / turbulence by %.0f %% "
-                    "(windows of %ld frames; from frame %ld)",
+                    "the loop is diverging: over the %ld frames after the warm-up the residual "
+                    "grew by %.0f %% (%.0f %% over the turbulence) and the command RMS by %.0f "
+                    "%% (%.0f %%) (windows of %ld frames; from frame %ld)",
                     frames_run - (long)p->warmup, 100.0 * r->residual_growth,
-                    100.0 * r->command_growth, r->trend_window, r->diverging_from);
+                    100.0 * r->residual_ratio_growth, 100.0 * r->command_growth,
+                    100.0 * r->command_ratio_growth, r->trend_window, r->diverging_from);
     if (r->saturated_frames > 0)
         add_warning(r,
                     "the mirror saturated in %ld of %ld frames (first: frame %ld): more than half "
@@ -801,6 +821,12 @@ static void maps_header(sw_cli_hdr *h, const loop_opts *o, const char *which)
     sw_cli_hdr_num(h, "CTRLGAIN", p->controller.gain, "controller gain (0: open loop)");
     sw_cli_hdr_int(h, "DELAY", p->delay, "extra frames of delay");
     sw_cli_hdr_num(h, "SCIWAVE", p->science_wavelength_um, "[um] science wavelength");
+}
+
+static int cmp_float(const void *a, const void *b)
+{
+    const float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : (x > y ? 1 : 0);
 }
 
 static int run_loop(sw_context *ctx, const loop_opts *o, int quiet, loop_run *r)
@@ -846,6 +872,20 @@ static int run_loop(sw_context *ctx, const loop_opts *o, int quiet, loop_run *r)
             rc = sw_cli_fail(SUB, "fitting error: %s", sw_cli_lib_error(ctx, st));
     }
     r->modes = sw_loop_modes(l);
+    const float *ki = sw_loop_gains(l, &r->gain_modes, &r->gain_rounds);
+    if (ki && r->gain_modes > 0) {
+        float *sorted = malloc((size_t)r->gain_modes * sizeof(float));
+        if (sorted) {
+            memcpy(sorted, ki, (size_t)r->gain_modes * sizeof(float));
+            qsort(sorted, (size_t)r->gain_modes, sizeof(float), cmp_float);
+            r->gain_min = sorted[0];
+            r->gain_median = sorted[r->gain_modes / 2];
+            r->gain_max_mode = sorted[r->gain_modes - 1];
+            free(sorted);
+        } else {
+            r->gain_modes = 0;
+        }
+    }
     if (rc == SW_EXIT_OK && o->maps) {
         const int32_t side = o->p.samples * o->p.nx;
         const size_t n = (size_t)side * (size_t)side;
@@ -1051,6 +1091,16 @@ static void print_json(const loop_opts *o, const loop_run *r)
         sw_cli_json_int(j, "modes", r->modes);
     else
         cJSON_AddNullToObject(j, "modes");
+    if (r->gain_modes > 0) { /* PI: its integral gains per mode at the end */
+        cJSON *g = cJSON_AddObjectToObject(j, "pi_gains");
+        sw_cli_json_int(g, "modes", r->gain_modes);
+        sw_cli_json_int(g, "rounds", r->gain_rounds);
+        sw_cli_json_double(g, "min", r->gain_min);
+        sw_cli_json_double(g, "median", r->gain_median);
+        sw_cli_json_double(g, "max", r->gain_max_mode);
+    } else {
+        cJSON_AddNullToObject(j, "pi_gains");
+    }
     sw_cli_json_double(j, "create_s", r->create_s);
     sw_cli_json_double(j, "run_s", r->run_s);
     sw_cli_json_double(j, "frames_per_s", r->run_s > 0 ? (double)o->frames / r->run_s : NAN);
@@ -1071,7 +1121,9 @@ static void print_json(const loop_opts *o, const loop_run *r)
         sw_cli_json_int(tr, "windows", TREND_WINDOWS);
         sw_cli_json_int(tr, "window_frames", r->trend_window);
         sw_cli_json_double(tr, "residual_growth", r->residual_growth);
+        sw_cli_json_double(tr, "residual_ratio_growth", r->residual_ratio_growth);
         sw_cli_json_double(tr, "command_growth", r->command_growth);
+        sw_cli_json_double(tr, "command_ratio_growth", r->command_ratio_growth);
     }
     sw_cli_json_int(j, "saturated_frames", r->saturated_frames);
     cJSON *w = cJSON_AddArrayToObject(j, "warnings");

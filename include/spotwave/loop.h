@@ -249,6 +249,12 @@ void sw_controller_reset(sw_controller *c);   /* state back to 0 */
 /* One step: r (nact floats, host) -> commands u_k (nact floats, host). A non-finite r: SW_ERANGE,
  * state unchanged. */
 sw_status sw_controller_step(sw_controller *c, const float *r, float *u);
+/* PI: new per-mode gains (nmodes floats each, finite; NULL keeps that set) between steps (e.g.
+ * from sw_modal_gains). Bumpless: each integral is rescaled by ki_old / ki_new so that the
+ * command's integral part ki I does not jump. SW_EINVAL for another kind or a non-finite gain. */
+sw_status sw_controller_set_gains(sw_controller *c, const float *kp, const float *ki);
+/* PI's modes (nmodes), 0 for the other kinds. */
+int32_t sw_controller_modes(const sw_controller *c);
 
 /*
  * Modal gain optimisation from closed-loop telemetry (Gendron E., Lena P. 1994, "Astronomical
@@ -367,6 +373,9 @@ void sw_rtc_destroy(sw_rtc *r);    /* NULL is ignored */
 sw_status sw_rtc_reset(sw_rtc *r); /* controller state to 0 (telemetry kept) */
 /* Slopes per axis (ns) of the plan. */
 int32_t sw_rtc_slopes(const sw_rtc *r);
+/* PI: new per-mode gains between runs (sw_controller_set_gains; on CUDA uploaded before it
+ * returns, the graph reads them from the next run). */
+sw_status sw_rtc_set_gains(sw_rtc *r, const float *kp, const float *ki);
 
 /*
  * One frame: `frame` (width x height of the plan's type, host/pinned memory, or device memory on
@@ -443,6 +452,10 @@ typedef struct sw_loop_params {
                    singular modes (MVM only) (0); ignored when controller.modes is given        */
     double kp;  /* PI: proportional gain of every mode (0), when controller.kp is NULL; the
                    integral gain of every mode is controller.gain (or controller.ki)            */
+    int32_t gain_window; /* PI with MVM and kp = 0: frames of closed-loop telemetry (the modes'
+                            measured residual B^T C s, after the warm-up) per round of modal gain
+                            optimisation (sw_modal_gains), the new ki set between frames;
+                            16..65536, 0: gains fixed (0)                                         */
 } sw_loop_params;
 
 /* The Brunner et al. section 4.B setting: 32 x 32, D = 12 m, square pupil, DIFFRACTION, noise-free,
@@ -499,6 +512,10 @@ sw_status sw_loop_maps(const sw_loop *l, int32_t *side, float *turbulence, float
 /* The commands of the last sw_loop_step (u_k, nact floats owned by the loop, valid until the
  * next step); NULL before the first. */
 const float *sw_loop_commands(const sw_loop *l);
+/* PI: the integral gains per mode now (owned by the loop; NULL for other controllers), their
+ * count in *nmodes and the rounds of modal gain optimisation run so far in *rounds (either may
+ * be NULL). */
+const float *sw_loop_gains(const sw_loop *l, int32_t *nmodes, int32_t *rounds);
 
 /* ---------------------------------------------- the simulator as a bench's atmosphere and camera
  *

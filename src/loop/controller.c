@@ -296,6 +296,35 @@ sw_status sw_controller_step(sw_controller *c, const float *r, float *u)
     return SW_OK;
 }
 
+sw_status sw_controller_set_gains(sw_controller *c, const float *kp, const float *ki)
+{
+    if (!c)
+        return sw_fail(NULL, SW_EINVAL, "controller: NULL controller");
+    if (c->p.kind != SW_CTRL_PI)
+        return sw_fail(c->ctx, SW_EINVAL, "controller: per-mode gains need the PI controller (%s)",
+                       sw_controller_kind_string(c->p.kind));
+    const int64_t bad = kp ? first_nonfinite(kp, c->nmodes) : -1;
+    const int64_t bad2 = ki ? first_nonfinite(ki, c->nmodes) : -1;
+    if (bad >= 0 || bad2 >= 0)
+        return sw_fail(c->ctx, SW_EINVAL, "controller: %s of mode %lld is not finite",
+                       bad >= 0 ? "kp" : "ki", (long long)(bad >= 0 ? bad : bad2));
+    if (kp)
+        memcpy(c->kp, kp, (size_t)c->nmodes * sizeof(float));
+    if (ki)
+        for (int32_t i = 0; i < c->nmodes; i++) {
+            /* bumpless: ki I is the command's integral part; keep it, I *= ki_old / ki_new */
+            if (ki[i] != 0.0f && c->ki[i] != 0.0f)
+                c->integ[i] = (float)((double)c->integ[i] * c->ki[i] / ki[i]);
+            c->ki[i] = ki[i];
+        }
+    return SW_OK;
+}
+
+int32_t sw_controller_modes(const sw_controller *c)
+{
+    return c && c->p.kind == SW_CTRL_PI ? c->nmodes : 0;
+}
+
 void sw_loop_filter(const float *z, int32_t nact, int32_t nf, const float *r, double *zt,
                     float *out)
 {

@@ -145,6 +145,8 @@ void sw_rtc_gpu_destroy(sw_rtc *r);
 sw_status sw_rtc_gpu_run(sw_rtc *r, const sw_image *frame);
 sw_status sw_rtc_gpu_finish(sw_rtc *r);
 sw_status sw_rtc_gpu_reset(sw_rtc *r);
+/* The controller's kp, ki to the device, and the device's integrals times scale (nmodes). */
+sw_status sw_rtc_gpu_set_gains(sw_rtc *r, const float *scale);
 sw_status sw_rtc_gpu_slopes(sw_rtc *r, float *host);
 
 /* ---- loopsim.c / loopsim_cuda.cu internal declarations (owned by the loopsim helper) ---- */

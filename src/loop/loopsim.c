@@ -170,6 +170,13 @@ struct sw_loop {
     int32_t nfilter;
     float *modes;         /* PI, modal = 1: the interaction matrix's kept modes (nact x kept) */
     float *pi_kp, *pi_ki; /* PI: per-mode gains the loop made (NULL: the caller's)           */
+    int32_t pi_nm;        /* PI: modes                                                       */
+    /* modal gain optimisation (gain_window > 0): e = M s per frame, M = B^T C (or C) */
+    float *gm;      /* nm x 2 ns row-major                                                   */
+    float *gs;      /* 2 ns: the frame's slopes                                              */
+    float *gtel;    /* gain_window x nm telemetry                                            */
+    int32_t gtel_n; /* frames in it                                                          */
+    int32_t gain_rounds;
     sw_sabre_params chain_sabre; /* D-SABRE: the rtc's parameters (sw_loop_chain)          */
     double chain_slope_scale;
 
@@ -270,6 +277,7 @@ void sw_loop_params_default(sw_loop_params *p)
     p->unseen = SW_UNSEEN_PISTON | SW_UNSEEN_WAFFLE;
     p->modal = 0;
     p->kp = 0.0;
+    p->gain_window = 0;
 }
 
 /* ------------------------------------------------------------------ validation */
@@ -382,6 +390,14 @@ static sw_status check_params(sw_context *ctx, const sw_loop_params *p)
                        "loop: the interaction matrix's modes (modal = 1) need recon = mvm");
     if (!isfinite(p->kp))
         return sw_fail(ctx, SW_EINVAL, "loop: kp %g must be finite", p->kp);
+    if (p->gain_window != 0 &&
+        (p->gain_window < 16 || p->gain_window > 65536 || p->controller.kind != SW_CTRL_PI ||
+         p->recon != SW_LOOP_MVM || p->kp != 0.0 || p->controller.kp || p->controller.ki))
+        return sw_fail(ctx, SW_EINVAL,
+                       "loop: modal gain optimisation (gain_window = %d) needs 16..65536 frames, "
+                       "controller = pi with kp = 0 and the loop's own gains, and recon = mvm (its "
+                       "model is the integrator per mode)",
+                       (int)p->gain_window);
     if (!isfinite(p->controller.gain))
         return sw_fail(ctx, SW_EINVAL, "loop: controller gain %g must be finite",
                        p->controller.gain);
@@ -505,6 +521,61 @@ static sw_status controller_params(sw_loop *l, sw_controller_params *cp)
         cp->kp = l->pi_kp;
         cp->ki = l->pi_ki;
     }
+    l->pi_nm = nm;
+    return SW_OK;
+}
+
+/* Modal gain optimisation's buffers: M = B^T C (nm x 2 ns; B the identity: C), the slopes, the
+ * telemetry window. */
+static sw_status build_gain_tuning(sw_loop *l, const sw_controller_params *cp)
+{
+    const int32_t nm = l->pi_nm, n2 = 2 * l->ns, nact = l->nact;
+    l->gm = malloc((size_t)nm * n2 * sizeof(float));
+    l->gs = malloc((size_t)n2 * sizeof(float));
+    l->gtel = malloc((size_t)l->p.gain_window * nm * sizeof(float));
+    if (!l->gm || !l->gs || !l->gtel)
+        return sw_fail(l->ctx, SW_ENOMEM, "loop: out of memory (gain tuning)");
+    for (int32_t m = 0; m < nm; m++)
+        for (int32_t j = 0; j < n2; j++) {
+            double acc = 0.0;
+            if (cp->modes)
+                for (int32_t a = 0; a < nact; a++)
+                    acc += (double)cp->modes[(size_t)m * nact + a] * l->cm[(size_t)a * n2 + j];
+            else
+                acc = l->cm[(size_t)m * n2 + j];
+            l->gm[(size_t)m * n2 + j] = (float)acc;
+        }
+    l->gtel_n = 0;
+    return SW_OK;
+}
+
+/* After frame k: the modes' measured residual into the window; a full window gives new gains
+ * (sw_modal_gains with the loop's delay), set into the chain between frames. */
+static sw_status tune_gains(sw_loop *l, int64_t k)
+{
+    if (!l->gtel || k <= l->p.warmup)
+        return SW_OK;
+    const int32_t nm = l->pi_nm, n2 = 2 * l->ns;
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, nm, n2, 1.0f, l->gm, n2, l->gs, 1, 0.0f,
+                l->gtel + (size_t)l->gtel_n * nm, 1);
+    if (++l->gtel_n < l->p.gain_window)
+        return SW_OK;
+    l->gtel_n = 0;
+    sw_modal_gains_params mp;
+    sw_modal_gains_params_default(&mp);
+    mp.delay_frames = l->p.delay + 1;
+    /* segments of a quarter of the window (7 half-overlapped), at most 1024 frames: a loop's
+     * disturbance lives at a few hertz, so the resolution matters more than the averaging */
+    mp.segment = 16;
+    while (mp.segment * 8 <= l->p.gain_window && mp.segment < 1024)
+        mp.segment *= 2;
+    sw_status st =
+        sw_modal_gains(l->cpu, &mp, l->gtel, l->p.gain_window, nm, l->pi_ki, l->pi_ki, NULL, NULL);
+    if (st != SW_OK)
+        return relay(l, st);
+    if ((st = sw_rtc_set_gains(l->rtc, NULL, l->pi_ki)) != SW_OK)
+        return st;
+    l->gain_rounds++;
     return SW_OK;
 }
 
@@ -766,6 +837,9 @@ void sw_loop_destroy(sw_loop *l)
     free(l->modes);
     free(l->pi_kp);
     free(l->pi_ki);
+    free(l->gm);
+    free(l->gs);
+    free(l->gtel);
     free(l->fit_nn);
     free(l->fit_gx);
     sw_context_destroy(l->cpu);
@@ -980,6 +1054,8 @@ static sw_status build(sw_loop *l)
         st = build_dsabre(l, &rp, &pmat, &mask);
     if (st == SW_OK)
         st = controller_params(l, &rp.controller);
+    if (st == SW_OK && p->gain_window > 0)
+        st = build_gain_tuning(l, &rp.controller);
     if (st == SW_OK)
         st = sw_rtc_create(l->ctx, &rp, &l->rtc);
     free(pmat);
@@ -1082,8 +1158,8 @@ static sw_status detect_and_reconstruct(sw_loop *l, int64_t k, float *commands)
     }
     if (l->camera)
         return SW_OK; /* the caller's chain reconstructs (sw_loop_camera) */
-    if (l->rtc)
-        return sw_rtc_run(l->rtc, &l->frame, commands, NULL);
+    if (l->rtc)       /* gs: the slopes for the gain tuning, NULL otherwise */
+        return sw_rtc_run(l->rtc, &l->frame, commands, l->gs);
     return run_sabre_global(l, commands);
 }
 
@@ -1269,6 +1345,8 @@ static sw_status step_once(sw_loop *l, sw_loop_frame *out)
     if (st != SW_OK)
         return st;
     l->nframe = k;
+    if (!l->camera && (st = tune_gains(l, k)) != SW_OK)
+        return st;
     /* u_k is in slot now (the applied commands for the camera): how many commands sit at the
      * stroke limit (the clamp gives +-clip) */
     const float *uk = l->camera ? l->applied : slot;
@@ -1358,6 +1436,16 @@ sw_status sw_loop_chain(const sw_loop *l, sw_loop_chain_info *out)
     out->nfilter = l->nfilter;
     out->filter = l->filter;
     return SW_OK;
+}
+
+const float *sw_loop_gains(const sw_loop *l, int32_t *nmodes, int32_t *rounds)
+{
+    const int pi = l && l->p.controller.kind == SW_CTRL_PI;
+    if (nmodes)
+        *nmodes = pi ? l->pi_nm : 0;
+    if (rounds)
+        *rounds = l ? l->gain_rounds : 0;
+    return pi ? l->pi_ki : NULL;
 }
 
 const float *sw_loop_commands(const sw_loop *l)

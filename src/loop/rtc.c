@@ -550,6 +550,31 @@ sw_status sw_rtc_reset(sw_rtc *r)
     return SW_OK;
 }
 
+sw_status sw_rtc_set_gains(sw_rtc *r, const float *kp, const float *ki)
+{
+    if (!r)
+        return sw_fail(NULL, SW_EINVAL, "sw_rtc_set_gains: NULL plan");
+#ifdef SW_HAVE_CUDA
+    if (r->gpu) {
+        /* the integrals live on the device: rescaled there by ki_old / ki_new (bumpless) */
+        const int32_t nm = sw_controller_modes(r->ctrl);
+        float *scale = nm > 0 ? malloc((size_t)nm * sizeof(float)) : NULL;
+        if (nm > 0 && !scale)
+            return sw_fail(r->ctx, SW_ENOMEM, "rtc: out of memory");
+        for (int32_t i = 0; i < nm; i++)
+            scale[i] = ki && ki[i] != 0.0f && r->ctrl->ki[i] != 0.0f
+                           ? (float)((double)r->ctrl->ki[i] / ki[i])
+                           : 1.0f;
+        sw_status st = sw_controller_set_gains(r->ctrl, kp, ki);
+        if (st == SW_OK)
+            st = sw_rtc_gpu_set_gains(r, scale);
+        free(scale);
+        return st;
+    }
+#endif
+    return sw_controller_set_gains(r->ctrl, kp, ki);
+}
+
 int32_t sw_rtc_slopes(const sw_rtc *r)
 {
     return r ? r->ns : 0;

@@ -456,6 +456,39 @@ static sw_status rt_make_matrix(sw_rtc *r, const float *A, int32_t cols, int hal
     return SW_OK;
 }
 
+extern "C" sw_status sw_rtc_gpu_set_gains(sw_rtc *r, const float *scale)
+{
+    rtc_gpu *g = (rtc_gpu *)r->gpu_state;
+    const sw_controller *c = r->ctrl;
+    if (!g->kp || !g->ki)
+        return SW_OK;
+    SW_CU(cudaSetDevice(r->ctx->device));
+    /* the integrals: down, times scale (bumpless, as controller.c), up; off the real-time path */
+    float *integ = (float *)malloc((size_t)g->nmodes * sizeof(float));
+    if (!integ)
+        return sw_fail(r->ctx, SW_ENOMEM, "rtc: out of memory");
+    cudaError_t e = cudaMemcpyAsync(integ, g->integ, (size_t)g->nmodes * sizeof(float),
+                                    cudaMemcpyDeviceToHost, g->s);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(g->s);
+    if (e == cudaSuccess) {
+        for (int32_t j = 0; j < g->nmodes; j++)
+            integ[j] *= scale[j];
+        e = cudaMemcpyAsync(g->integ, integ, (size_t)g->nmodes * sizeof(float),
+                            cudaMemcpyHostToDevice, g->s);
+    }
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(g->s);
+    free(integ);
+    SW_CU(e);
+    SW_CU(cudaMemcpyAsync(g->kp, c->kp, (size_t)g->nmodes * sizeof(float), cudaMemcpyHostToDevice,
+                          g->s));
+    SW_CU(cudaMemcpyAsync(g->ki, c->ki, (size_t)g->nmodes * sizeof(float), cudaMemcpyHostToDevice,
+                          g->s));
+    SW_CU(cudaStreamSynchronize(g->s));
+    return SW_OK;
+}
+
 extern "C" void sw_rtc_gpu_destroy(sw_rtc *r)
 {
     rtc_gpu *g = (rtc_gpu *)r->gpu_state;

@@ -354,7 +354,7 @@ drift=(loop --set nx=8 --set diameter_m=3 --set samples=4 --set px_per_lenslet=8
     --set recon=dsabre-local --set partitions=2 --set clip=1.0 --frames 800 --json)
 expect 0 "${B[@]}" "${drift[@]}" --set unseen=none
 printf '%s\n' "$out" >"$tmp/t.json"
-check json "$tmp/t.json" "r['diverged'] is True and r['divergence_reason'] == 'trend' and r['trend']['residual_growth'] > 0.5 and r['divergence_frame'] > 20 and any('diverging' in w for w in r['warnings'])" ||
+check json "$tmp/t.json" "r['diverged'] is True and r['divergence_reason'] == 'trend' and r['trend']['residual_growth'] > 0.5 and r['trend']['residual_ratio_growth'] > 0.5 and r['divergence_frame'] > 20 and any('diverging' in w for w in r['warnings'])" ||
     fail "the drifting loop is not flagged by its trend: $out"
 expect 0 "${B[@]}" "${drift[@]}"
 printf '%s\n' "$out" >"$tmp/t2.json"
