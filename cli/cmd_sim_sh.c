@@ -45,13 +45,19 @@ static void sim_sh_help(FILE *out)
             "  --turbulence r0=R[,L0=L][,wavelength=W][,subharmonics=N]\n"
             "                         a von Karman (L0 > 0) or Kolmogorov (L0=0 or inf) FFT phase\n"
             "                         screen with subharmonics (Lane, Glindemann & Dainty 1992,\n"
-            "                         Waves Random Media 2(3), 209) covering the array: r0 and\n"
-            "                         L0 in metres in the plane of the lenslet array (the plane\n"
-            "                         of (u, v) and --pupil-mm, not the sky's), r0 at W um of\n"
-            "                         wavelength (defaults L0=25, wavelength=0.5,\n"
-            "                         subharmonics=3). For a telescope of diameter D imaged onto\n"
-            "                         an array A wide, give r0 and L0 times A / D (D = 8 m and\n"
-            "                         r0 0.15 m on 16 lenslets of 176 um: r0=5.28e-5)\n"
+            "                         Waves Random Media 2(3), 209) over the array: r0 and L0 in\n"
+            "                         metres at the telescope of --diameter-m (needed), r0 at W\n"
+            "                         um of wavelength (defaults L0=25, wavelength=0.5,\n"
+            "                         subharmonics=3). The screen is 4 times the array's width\n"
+            "                         (fewer when that passes 2048 samples), so that the\n"
+            "                         largest separations keep their statistics\n"
+            "  --diameter-m D         the telescope's diameter in metres: the pupil (--pupil-mm,\n"
+            "                         else the array's larger side) is its image, so r0 and L0\n"
+            "                         are the sky's, as in `spotwave loop` (diameter_m, r0_m).\n"
+            "                         The report gives the wavefront's RMS over the pupil and\n"
+            "                         theory's (von Karman, piston removed; a circular pupil or\n"
+            "                         a square array). r0 in the plane of the array instead:\n"
+            "                         give the width the pupil spans there, in metres\n"
             "  --screen-index I       which screen of the --seed's sequence (default 0)\n"
             "\n"
             "Pupil (at the lenslet array; default: every lenslet fully lit):\n"
@@ -83,7 +89,7 @@ static void sim_sh_help(FILE *out)
 typedef struct simsh_opts {
     sh_opts sh;
     const char *zernike, *screen, *turbulence;
-    double spacing_um, scale_um, zernike_radius_mm;
+    double spacing_um, scale_um, zernike_radius_mm, diameter_m;
     int have_spacing;
     sw_turbulence turb;
     uint64_t screen_index;
@@ -100,6 +106,7 @@ typedef struct simsh_report {
     int64_t lit;
     int32_t screen_n;
     double radius_um, rms_um;
+    double screen_spacing_m, theory_rms_um; /* turbulence: on the sky; over the pupil (or NaN) */
     double render_ms, detector_ms, write_ms;
     sw_backend backend;
 } simsh_report;
@@ -148,6 +155,7 @@ static int parse_sh_options(int argc, char **argv, simsh_opts *o)
         OPT_SPACING,
         OPT_SCALE,
         OPT_TURB,
+        OPT_DIAMETER,
         OPT_SCREEN_INDEX,
         OPT_PUPIL,
         OPT_PUPIL_CENTER,
@@ -165,6 +173,7 @@ static int parse_sh_options(int argc, char **argv, simsh_opts *o)
         {"screen-spacing-um", required_argument, NULL, OPT_SPACING},
         {"screen-scale-um", required_argument, NULL, OPT_SCALE},
         {"turbulence", required_argument, NULL, OPT_TURB},
+        {"diameter-m", required_argument, NULL, OPT_DIAMETER},
         {"screen-index", required_argument, NULL, OPT_SCREEN_INDEX},
         {"pupil-mm", required_argument, NULL, OPT_PUPIL},
         {"pupil-center-mm", required_argument, NULL, OPT_PUPIL_CENTER},
@@ -199,6 +208,7 @@ static int parse_sh_options(int argc, char **argv, simsh_opts *o)
         case OPT_ZRADIUS:
         case OPT_SPACING:
         case OPT_SCALE:
+        case OPT_DIAMETER:
         case OPT_PUPIL: {
             double v;
             if (sw_cli_opt_double(S, sw_cli_option_name(argv), optarg, SW_CLI_POSITIVE,
@@ -210,6 +220,8 @@ static int parse_sh_options(int argc, char **argv, simsh_opts *o)
                 o->spacing_um = v, o->have_spacing = 1;
             else if (c == OPT_SCALE)
                 o->scale_um = v;
+            else if (c == OPT_DIAMETER)
+                o->diameter_m = v;
             else
                 o->pupil_mm = v;
             break;
@@ -275,6 +287,12 @@ static int parse_sh_options(int argc, char **argv, simsh_opts *o)
         return sw_cli_usage(S, "--screen needs --screen-spacing-um");
     if (!o->screen && o->scale_um > 0)
         return sw_cli_usage(S, "--screen-scale-um goes with --screen");
+    if (o->turbulence && !(o->diameter_m > 0))
+        return sw_cli_usage(S, "--turbulence needs --diameter-m D, the telescope's diameter in "
+                               "metres (r0 and L0 are the sky's; for r0 in the plane of the "
+                               "array, give the width the pupil spans there, in metres)");
+    if (o->diameter_m > 0 && !o->turbulence)
+        return sw_cli_usage(S, "--diameter-m goes with --turbulence");
     if (o->have_spacing && !o->screen && !o->turbulence)
         return sw_cli_usage(S, "--screen-spacing-um goes with --screen or --turbulence");
     if (o->zernike_radius_mm > 0 && !o->zernike)
@@ -313,6 +331,7 @@ static void sh_image_header(sw_cli_hdr *h, const simsh_opts *o, const simsh_repo
     }
     if (o->turbulence) {
         sw_cli_hdr_num(h, "R0", o->turb.r0_m, "[m] Fried parameter at R0WAVE");
+        sw_cli_hdr_num(h, "DIAMETER", o->diameter_m, "[m] telescope diameter the pupil images");
         sw_cli_hdr_num(h, "L0", isfinite(o->turb.L0_m) ? o->turb.L0_m : 0.0,
                        "[m] outer scale (0: Kolmogorov)");
         sw_cli_hdr_num(h, "R0WAVE", o->turb.wavelength_um, "[um] wavelength of R0");
@@ -325,6 +344,43 @@ static void sh_image_header(sw_cli_hdr *h, const simsh_opts *o, const simsh_repo
         sw_cli_hdr_num(h, "PUPILCV", o->pupil_cv_mm, "[mm] pupil centre, v");
         sw_cli_hdr_num(h, "OBSCUR", o->obscuration, "central obscuration, fraction of the pupil");
     }
+}
+
+/* The turbulence screen's RMS over the pupil (its samples inside the pupil and the array),
+ * piston removed, into r->rms_um, and theory's, sw_turbulence_pupil_variance, into
+ * r->theory_rms_um for a circular pupil inside the array (diameter --diameter-m) or, without a
+ * pupil, a square array (side --diameter-m); NaN otherwise. */
+static void turbulence_rms(const simsh_opts *o, const sw_pupil *pupil, double lenslet_um,
+                           const sw_wavefront *w, simsh_report *r)
+{
+    const double hu = 0.5 * o->sh.nx * lenslet_um, hv = 0.5 * o->sh.ny * lenslet_um;
+    double s1 = 0.0, s2 = 0.0, count = 0.0;
+    for (int32_t k = 0; k < w->nv; k++) {
+        const double v = w->v0_um + k * w->spacing_um;
+        for (int32_t i = 0; i < w->nu; i++) {
+            const double u = w->u0_um + i * w->spacing_um;
+            if (fabs(u) < hu && fabs(v) < hv && sw_pupil_contains(pupil, u, v)) {
+                const double x = w->opd_um[(size_t)k * (size_t)w->nu + (size_t)i];
+                s1 += x;
+                s2 += x * x;
+                count += 1.0;
+            }
+        }
+    }
+    const double mean = count > 0 ? s1 / count : 0.0;
+    r->rms_um = count > 0 ? sqrt(fmax(s2 / count - mean * mean, 0.0)) : NAN;
+    r->theory_rms_um = NAN;
+    int shape = -1; /* 0: circle, 1: square */
+    if (pupil->a_um > 0) {
+        if (pupil->a_um == pupil->b_um && pupil->obscuration == 0 &&
+            fabs(pupil->cu_um) + pupil->a_um <= hu && fabs(pupil->cv_um) + pupil->a_um <= hv)
+            shape = 0;
+    } else if (o->sh.nx == o->sh.ny) {
+        shape = 1;
+    }
+    if (shape >= 0)
+        r->theory_rms_um = sqrt(sw_turbulence_pupil_variance(&o->turb, o->diameter_m, shape)) *
+                           o->turb.wavelength_um / (2.0 * 3.14159265358979323846);
 }
 
 static int run_sh(const sw_cli_globals *g, const simsh_opts *o, simsh_report *r)
@@ -398,9 +454,24 @@ static int run_sh(const sw_cli_globals *g, const simsh_opts *o, simsh_report *r)
                                  ext, spacing, n, SW_PHASE_SCREEN_MAX);
                 goto done;
             }
+            /* 4 times the array (an FFT screen is periodic: over a pupil of its own size its
+             * piston-removed variance runs ~9 % low, turbulence.h), at most 2048 samples */
+            int wide = 4;
+            while (wide > 1 && wide * n > 2048)
+                wide--;
+            n *= wide;
             r->screen_n = (int32_t)n;
-            st = sw_phase_screen(ctx, &o->turb, (int32_t)n, spacing * 1e-6, o->seed,
+            /* made on the sky, where the pupil's image (--pupil-mm, else the array's larger
+             * side) is --diameter-m across, then laid on the array: the same optical path */
+            const double image_um = o->pupil_mm > 0 ? o->pupil_mm * 1e3 : ext;
+            r->screen_spacing_m = spacing * o->diameter_m / image_um;
+            st = sw_phase_screen(ctx, &o->turb, (int32_t)n, r->screen_spacing_m, o->seed,
                                  o->screen_index, &w);
+            if (st == SW_OK) {
+                w.spacing_um = spacing;
+                w.u0_um = w.v0_um = -0.5 * (n - 1.0) * spacing;
+                turbulence_rms(o, &p.pupil, lenslet_um, &w, r);
+            }
         }
         if (st == SW_OK)
             st = sw_shsim_add_wavefront(plan, &w, 1.0);
@@ -486,6 +557,17 @@ static void print_sh(const simsh_opts *o, const simsh_report *r)
                o->sh.focal_mm, o->sh.pitch * o->sh.pixel_um, o->sh.wavelength_um);
         if (o->zernike)
             printf("  wavefront  RMS %g um over a %g um radius\n", r->rms_um, r->radius_um);
+        if (o->turbulence) {
+            printf("  turbulence r0 %g m at %g um, L0 %g m, on a %g m telescope (D / r0 = %.4g); "
+                   "screen %dx%d of %g m\n",
+                   o->turb.r0_m, o->turb.wavelength_um, o->turb.L0_m, o->diameter_m,
+                   o->diameter_m / o->turb.r0_m, (int)r->screen_n, (int)r->screen_n,
+                   r->screen_spacing_m);
+            printf("  wavefront  RMS %.4g um over the pupil, piston removed", r->rms_um);
+            if (isfinite(r->theory_rms_um))
+                printf(" (theory: %.4g um)", r->theory_rms_um);
+            printf("\n");
+        }
         printf("  backend    %s; render %.3f ms, detector %.3f ms, write %.3f ms\n",
                sw_backend_string(r->backend), r->render_ms, r->detector_ms, r->write_ms);
         printf("  wrote      %s", o->out);
@@ -513,8 +595,12 @@ static void print_sh(const simsh_opts *o, const simsh_report *r)
     sw_cli_json_int(j, "lenslets", (int64_t)o->sh.nx * o->sh.ny);
     sw_cli_json_int(j, "lenslets_lit", r->lit);
     sw_cli_json_double(j, "zernike_radius_um", o->zernike ? r->radius_um : NAN);
-    sw_cli_json_double(j, "rms_um", o->zernike ? r->rms_um : NAN);
+    sw_cli_json_double(j, "rms_um", o->zernike || o->turbulence ? r->rms_um : NAN);
+    sw_cli_json_double(j, "rms_theory_um", o->turbulence ? r->theory_rms_um : NAN);
+    sw_cli_json_double(j, "diameter_m", o->turbulence ? o->diameter_m : NAN);
+    sw_cli_json_double(j, "r0_m", o->turbulence ? o->turb.r0_m : NAN);
     sw_cli_json_int(j, "screen_samples", r->screen_n);
+    sw_cli_json_double(j, "screen_spacing_m", o->turbulence ? r->screen_spacing_m : NAN);
     sw_cli_json_string(j, "backend", sw_backend_string(r->backend));
     sw_cli_json_u64(j, "seed", o->seed);
     sw_cli_json_string(j, "pixel_type", sw_pixel_type_string(o->d.det.out_type));

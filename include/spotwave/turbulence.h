@@ -64,6 +64,20 @@ double sw_turbulence_structure(const sw_turbulence *t, double r_m);
 /* Phase covariance B(r) in rad^2 (finite L0 only; NaN for Kolmogorov, whose variance is
  * infinite). */
 double sw_turbulence_covariance(const sw_turbulence *t, double r_m);
+/* Piston-removed phase variance in rad^2 (at the r0 wavelength) over an aperture of diameter
+ * diameter_m (square = 0: a circle) or side diameter_m (square = 1): the expected mean square
+ * of the phase about its mean over the aperture, <D(|x - y|)> / 2 over two points drawn
+ * uniformly in it (numerical, ~1e-10 relative). Kolmogorov: 1.0324 (D/r0)^(5/3) for the
+ * circle (Noll R. J. 1976, J. Opt. Soc. Am. 66(3), 207, Table IV, gives 1.0299 from rounded
+ * constants) and 1.3103 (D/r0)^(5/3) for the square; von Karman: less, as L0 / D falls
+ * (L0 = 2.08 D: 0.1629 and 0.1783 (D/r0)^(5/3)). The same mean over N sample points is
+ * sum_jk D(|x_j - x_k|) / (2 N^2): for a square of 32 x 32 samples within 0.1 % of this, for a
+ * circle drawn on 32 samples across within 1 % (its outline is made of samples). Compare it
+ * with the mean of squared RMS values, not the square of their mean: a few large modes carry
+ * the variance, so the mean RMS of many screens is below its square root (by 2.5 % for D = 12 m,
+ * L0 = 25 m, a square pupil). NaN for a bad t, a negative or non-finite diameter or square not 0
+ * or 1. */
+double sw_turbulence_pupil_variance(const sw_turbulence *t, double diameter_m, int square);
 /* Modified Bessel function of the second kind K_nu(x), x > 0, from its integral representation
  * K_nu(x) = int_0^inf exp(-x cosh t) cosh(nu t) dt by the trapezoid rule (exponentially
  * convergent: ~1e-15 relative for |nu| <= 4 and 1e-8 <= x <= 700). NaN for x <= 0. */
@@ -91,6 +105,18 @@ double sw_bessel_k(double nu, double x);
  *   With 3 levels (the default) the mean structure function of n = 128 Kolmogorov screens is
  *   within 3 % of 6.88 (r/r0)^(5/3) from 2 samples to n/4 (0.92 at 1 sample: the frequencies
  *   above Nyquist are missing); without subharmonics it is 0.36 at n/4.
+ * Pupils: the FFT part is periodic over the screen, so separations near its side lose variance
+ *   that the subharmonics only partly restore. The expected piston-removed variance over a
+ *   square pupil of P = 64 samples centred on a screen of side m P, over that of
+ *   sw_turbulence_pupil_variance's mean over the same samples (computed exactly from the
+ *   construction above, 3 levels; independent of r0; a circle is within 1.5 % of these):
+ *       m                 1      2      3      4
+ *       L0 = P / 2      1.000  0.998  0.994  0.993
+ *       L0 = 2 P        0.911  0.990  0.996  0.997
+ *       L0 = 8 P        0.938  0.969  0.985  0.992
+ *       Kolmogorov      0.977  0.986  0.992  0.995
+ *   so make the screen 3-4 times the pupil for 1 % (sw_infinite_screen does). An outer scale of
+ *   few samples also loses the variance above Nyquist (L0 = 16 samples: 2.5 %).
  * Random numbers: sw_rng_draw(seed, SW_RNG_STREAM_SCREEN, (index << 32) | (ky n + kx)) gives the
  * coefficient at FFT bin (kx, ky); (seed, SW_RNG_STREAM_SUBHARMONICS, (index << 32) | k), with
  * k = 9 (p - 1) + 3 (q + 1) + m + 1 for cell (m, q) of level p and k = 72 for the tilt, the
@@ -115,14 +141,21 @@ sw_status sw_phase_screen(sw_context *ctx, const sw_turbulence *t, int32_t n, do
  * 2^(k-1) columns (plus the last column), so that large scales stay correlated along the motion.
  * A, B are computed once at create from the structure function, in increments relative to one
  * stencil point so that no digits are lost to the large B(0) (Cholesky and eigen-decomposition
- * through LAPACKE; O(n^3): 33 ms for n = 256, 0.9 s for n = 1024); each new row costs O(n^2)
- * (0.05 ms for n = 256, 0.3 ms for n = 1024).
+ * through LAPACKE; O(n^3): 33 ms for n = 256, 0.9 s for n = 1024), with the first rows' FFT
+ * screen (below; 0.26 s for n = 256, 0.8 s for n = 1024 on 2 busy cores); each new row costs
+ * O(n^2) (0.05 ms for n = 256, 0.3 ms for n = 1024).
  * Measured statistics (mean D of windows after 4n new rows against von Karman's): within 4 %
  * along and across the motion from 1 sample to n/2 for L0 = 1.6 window widths; within 8 % for
  * L0 = 20 window widths (600 seeds: the largest scales change slowly, over ~L0 of rows, so many
- * windows are needed to average them).
- * The first n rows are an FFT screen (sw_phase_screen's method, index 0 of seed, with the
- * subharmonics of t). Row g (g >= n) draws its b from sw_rng_draw(seed, SW_RNG_STREAM_INFINITE,
+ * windows are needed to average them). The loop's geometry (tests/unit/
+ * test_sim_turbulence_pupil.c: n = 36, the central 32 x 32 the pupil, L0 = 2 pupils, 400
+ * seeds): piston-removed variance over the pupil / theory 1.007 +- 0.009 (square),
+ * 1.015 +- 0.010 (circle) after 4n rows, 1.03 +- 0.025 in the first window.
+ * The first n rows are the central n x n of an FFT screen m n samples wide (sw_phase_screen's
+ * method, index 0 of seed, with the subharmonics of t; m = 4 for n <= 512, 3 up to 682, else
+ * 2): an FFT screen of the window's own size would leave the first windows' piston-removed
+ * variance 8-9 % low (see sw_phase_screen). Row g (g >= n) draws its b from
+ * sw_rng_draw(seed, SW_RNG_STREAM_INFINITE,
  * g * (n / 2) + j), j = 0..n/2-1 (two normals per draw). Everything runs on the CPU, whatever the
  * context's backend, and the screen after a given total distance does not depend on how the
  * distance was split between advance calls.

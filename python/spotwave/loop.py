@@ -21,10 +21,11 @@ an nx x ny lenslet array the mirror has (nx + 1)(ny + 1) actuators at the lensle
 actuator a = cy (nx + 1) + cx at (cx - 1/2, cy - 1/2); command arrays are flat (nact,) float32 in
 that order (reshape to (ny + 1, nx + 1)). Commands are micrometres of optical path; the mirror's
 surface is phi_u(x, y) = sum_a u_a f(x - x_a) f(y - y_a) (Eq. 12) with the separable influence
-f of coupling c (its value one pitch away): "gaussian" f(r) = c^(r^2), or "bezier" (a cubic-Bezier
-bump falling to 0 at two pitches). The residual the sensor sees is W - phi_u. Every reconstructor
-returns r, the commands whose mirror shape best matches the wavefront that produced the slopes;
-an integrator adds g r. Slopes are the centroid stage's: pixels, x block then y block over the
+f of coupling c (its value one pitch away): "gaussian" f(r) = c^(r^2), or "bezier" (OOMAO's
+"monotonic" shape of two cubic Bezier curves, stretched to pass through c at one pitch; zero
+from 2.97 pitches on at c = 0.3; see loop.h). The residual the sensor sees is W - phi_u. Every
+reconstructor returns r, the commands whose mirror shape best matches the wavefront that
+produced the slopes; an integrator adds g r. Slopes are the centroid stage's: pixels, x block then y block over the
 lenslets of the mask (nslopes per axis).
 """
 

@@ -163,7 +163,7 @@ def _zernike_coefs(z):
 
 
 def sh(*, zernike=None, zernike_radius_mm=None, screen=None, screen_spacing_um=None,
-       screen_scale_um=1.0, turbulence=None, screen_index=0, pupil_mm=None,
+       screen_scale_um=1.0, turbulence=None, diameter_m=None, screen_index=0, pupil_mm=None,
        pupil_center_mm=(0.0, 0.0), obscuration=0.0, ellipse=None, grid=(16, 16), pitch=32.0,
        origin=None, size=None, pixel_um=5.5, focal_mm=3.5, lenslet_um=None, wavelength_um=0.8,
        model="geometric", spot="gaussian", sigma=0.0, flux=5e4, roi=0, samples=0, oversample=0,
@@ -179,8 +179,10 @@ def sh(*, zernike=None, zernike_radius_mm=None, screen=None, screen_spacing_um=N
     inscribed in the grid); screen, an optical path map (2-D float64, um per unit x
     screen_scale_um) sampled every screen_spacing_um, centred on the array; turbulence,
     dict(r0=metres, L0=25 metres (0 or inf: Kolmogorov), wavelength=0.5 um (of r0),
-    subharmonics=3), an FFT screen covering the array (spacing screen_spacing_um, default the
-    lenslet pitch / 8; screen_index picks a screen of the seed's sequence).
+    subharmonics=3), on the sky of a telescope diameter_m across (needed) whose pupil is imaged
+    onto pupil_mm (else the array's larger side), as the command's --diameter-m: an FFT screen 4
+    times the array's width (at most 2048 samples) laid on the array (spacing screen_spacing_um,
+    default the lenslet pitch / 8; screen_index picks a screen of the seed's sequence).
     Pupil: pupil_mm, the diameter at the lenslets; pupil_center_mm (u, v) offset from the array's
     centre; obscuration (fraction); ellipse (b/a, angle_deg). Without pupil_mm every lenslet is
     fully lit.
@@ -203,6 +205,12 @@ def sh(*, zernike=None, zernike_radius_mm=None, screen=None, screen_spacing_um=N
     ctx = _context.resolve(ctx)
     if sum(v is not None for v in (zernike, screen, turbulence)) > 1:
         raise TypeError("sh: give at most one of zernike, screen and turbulence")
+    if turbulence is not None and not (diameter_m is not None and diameter_m > 0):
+        raise TypeError("sh: turbulence needs diameter_m, the telescope's diameter in metres (r0 "
+                        "and L0 are the sky's; for r0 in the plane of the array, give the width "
+                        "the pupil spans there, in metres)")
+    if diameter_m is not None and turbulence is None:
+        raise TypeError("sh: diameter_m goes with turbulence")
     if screen is not None and screen_spacing_um is None:
         raise TypeError("sh: screen needs screen_spacing_um")
     if zernike_radius_mm is not None and zernike is None:
@@ -259,11 +267,16 @@ def sh(*, zernike=None, zernike_radius_mm=None, screen=None, screen_spacing_um=N
             raise ValueError(f"turbulence: covering the {ext:g} um array at {spacing:g} um "
                              f"spacing needs a {n:g}-sample screen (at most 8192): give a larger "
                              f"screen_spacing_um")
+        wide = 4  # as the command: an FFT screen of the array's own size runs low over it
+        while wide > 1 and wide * n > 2048:
+            wide -= 1
+        image_um = pupil_mm * 1e3 if pupil_mm is not None else ext
         L0 = t.get("L0", 25.0)
         params.update(r0_m=t["r0"], L0_m=L0,
                       turbulence_wavelength_um=t.get("wavelength", 0.5),
-                      subharmonics=t.get("subharmonics", 3), screen_n=int(n),
-                      screen_spacing_um=spacing, screen_index=int(screen_index))
+                      subharmonics=t.get("subharmonics", 3), screen_n=int(wide * n),
+                      screen_spacing_um=spacing, screen_index=int(screen_index),
+                      screen_sky_spacing_m=spacing * diameter_m / image_um)
     _detector(params, sky_e=sky_e, dark_e=dark_e, read_noise_e=read_noise_e, gain=gain,
               bias=bias, full_well=full_well, shot_noise=shot_noise, noise=noise, seed=seed)
     if device:

@@ -263,7 +263,8 @@ nb::tuple sim_sh(nb::object ctx_obj, nb::dict params, nb::handle out, nb::handle
     detector_from(q, det);
     // The wavefront: zernike (OSA coefficients, um, over radius_um), screen (an OPD map, um,
     // sampled at spacing_um, times scale) or turbulence (r0_m, L0_m, wavelength, subharmonics,
-    // n, spacing_um, index).
+    // n, spacing_um, index; sky_spacing_m, the samples' spacing where r0 and L0 are given,
+    // default spacing_um: the screen is made there and laid on the array at spacing_um).
     FlatArg zc;
     double zradius = 0.0;
     const bool zern = q.has("zernike");
@@ -290,6 +291,7 @@ nb::tuple sim_sh(nb::object ctx_obj, nb::dict params, nb::handle out, nb::handle
     sw_turbulence_default(&tu);
     int32_t screen_n = 0;
     uint64_t screen_index = 0;
+    double sky_spacing_m = 0.0;
     if (turb) {
         tu.r0_m = q.num("r0_m", tu.r0_m);
         tu.L0_m = q.num("L0_m", tu.L0_m);
@@ -298,6 +300,7 @@ nb::tuple sim_sh(nb::object ctx_obj, nb::dict params, nb::handle out, nb::handle
         screen_n = (int32_t)q.integer("screen_n", 0);
         spacing = q.num("screen_spacing_um", 0.0);
         screen_index = q.u64("screen_index", 0);
+        sky_spacing_m = q.num("screen_sky_spacing_m", spacing * 1e-6);
     }
     q.done();
 
@@ -337,10 +340,12 @@ nb::tuple sim_sh(nb::object ctx_obj, nb::dict params, nb::handle out, nb::handle
                 st = sw_shsim_add_wavefront(s.plan, &s.w, scale);
             }
         } else if (st == SW_OK && turb) {
-            st =
-                sw_phase_screen(c.ctx, &tu, screen_n, spacing * 1e-6, det.seed, screen_index, &s.w);
-            if (st == SW_OK)
+            st = sw_phase_screen(c.ctx, &tu, screen_n, sky_spacing_m, det.seed, screen_index, &s.w);
+            if (st == SW_OK) {
+                s.w.spacing_um = spacing;
+                s.w.u0_um = s.w.v0_um = -0.5 * (screen_n - 1.0) * spacing;
                 st = sw_shsim_add_wavefront(s.plan, &s.w, 1.0);
+            }
         }
         // As the command: render (on CUDA into a device image copied to the host), the detector
         // on the host image. A device output renders and applies the detector on the device.

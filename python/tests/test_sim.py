@@ -63,6 +63,23 @@ def test_sh_is_the_commands(cli, cpu, tmp_path):
     _truth_equal(truth[list(header)], tmp_path / "t.csv")
 
 
+def test_sh_turbulence_is_the_commands(cli, cpu, tmp_path):
+    # r0 and L0 on the sky of a telescope diameter_m across (the command's --diameter-m), the
+    # pupil its image: the same screen and spots as the command, bit for bit.
+    cli("sim", "sh", "--grid", "8x8", "--pitch", 16, "--turbulence", "r0=0.15,L0=25",
+        "--diameter-m", 4, "--pupil-mm", 0.6, "--noise", "none", "--seed", 5,
+        "--out", tmp_path / "s.fits", "--truth", tmp_path / "t.csv")
+    img, truth = spotwave.sim.sh(grid=(8, 8), pitch=16, turbulence=dict(r0=0.15, L0=25),
+                                 diameter_m=4, pupil_mm=0.6, noise="none", seed=5, ctx=cpu)
+    assert np.array_equal(img, spotwave.read(tmp_path / "s.fits"))
+    header, _ = read_csv(tmp_path / "t.csv")
+    _truth_equal(truth[list(header)], tmp_path / "t.csv")
+    with pytest.raises(TypeError, match="diameter_m"):
+        spotwave.sim.sh(grid=(8, 8), turbulence=dict(r0=0.15), ctx=cpu)
+    with pytest.raises(TypeError, match="goes with turbulence"):
+        spotwave.sim.sh(grid=(8, 8), diameter_m=4, ctx=cpu)
+
+
 def test_sh_truth_moves_with_the_wavefront(cpu):
     # A tilt Z(1, 1) = 2 x over radius R (OSA sign: a positive wavefront leads) moves every
     # spot by -F * dW/du = -F * 2 c / R pixels, F = focal / pixel.

@@ -61,11 +61,44 @@ sw_status sw_dm_influence_parse(const char *text, sw_dm_influence *out)
                    text);
 }
 
-/* B3(t; p0..p3), the cubic Bezier segment of loop.h */
-static double bezier3(double t, double p0, double p1, double p2, double p3)
+/*
+ * OOMAO's "monotonic" influence function (Conan & Correia, OOMAO, influenceFunction.m; see
+ * loop.h): the curve (X, Y) of two cubic Bezier segments through the control points
+ *     (0, 1), (0.2, 1), (0.4, 0.7), (0.6, 0.4)   and   (0.6, 0.4), (0.8, 0.1), (1, 0), (2, 0),
+ * in its x scaled so that it passes through (1 pitch, c). In power form, with tau in [0, 1]:
+ *     first:  X = 0.6 tau,                  Y = 1 - 0.9 tau^2 + 0.3 tau^3
+ *     second: X = 0.6 + 0.6 tau + 0.8 tau^3,  Y = (1 - tau)^2 (0.4 - 0.1 tau)
+ * (the first segment's control abscissae are equally spaced, so its X is linear). The second X
+ * is inverted in closed form: tau^3 + 0.75 tau = q, q = (X - 0.6) / 0.8, has the one real root
+ * tau = sinh(asinh(4 q) / 3) (as sinh 3a = 3 sinh a + 4 sinh^3 a).
+ */
+static double oomao_y(double x)
 {
-    double s = 1.0 - t;
-    return s * s * s * p0 + 3.0 * s * s * t * p1 + 3.0 * s * t * t * p2 + t * t * t * p3;
+    if (x <= 0.6) {
+        const double t = x / 0.6;
+        return 1.0 - t * t * (0.9 - 0.3 * t);
+    }
+    if (x >= 2.0)
+        return 0.0;
+    const double t = sinh(asinh(5.0 * (x - 0.6)) / 3.0), u = 1.0 - t;
+    return u * u * (0.4 - 0.1 * t);
+}
+
+/* The curve's x where its y is c, 0 < c < 1 (Y falls monotonically from 1 at x = 0 to 0 at
+ * x = 2), from the cubics' trigonometric roots:
+ *   c >= 0.4, first segment: tau^3 - 3 tau^2 + k = 0, k = 10 (1 - c) / 3; with tau = 1 + z,
+ *     z^3 - 3 z + (k - 2) = 0, whose root in [-1, 0] is 2 cos(acos(1 - k / 2) / 3 - 2 pi / 3);
+ *   c < 0.4, second segment: with u = 1 - tau, u^3 + 3 u^2 - 10 c = 0; with u = z - 1,
+ *     z^3 - 3 z + (2 - 10 c) = 0, whose root in [1, 2] is 2 cos(acos(5 c - 1) / 3). */
+static double oomao_scale(double c)
+{
+    const double pi = 3.14159265358979323846;
+    if (c >= 0.4) {
+        const double k = 10.0 * (1.0 - c) / 3.0;
+        return 0.6 * (1.0 + 2.0 * cos(acos(1.0 - 0.5 * k) / 3.0 - 2.0 * pi / 3.0));
+    }
+    const double t = 2.0 - 2.0 * cos(acos(5.0 * c - 1.0) / 3.0);
+    return 0.6 + 0.6 * t + 0.8 * t * t * t;
 }
 
 double sw_dm_profile(sw_dm_influence f, double coupling, double r)
@@ -76,14 +109,12 @@ double sw_dm_profile(sw_dm_influence f, double coupling, double r)
     switch (f) {
     case SW_DM_GAUSSIAN: return pow(coupling, t * t); /* c^(r^2) */
     case SW_DM_BEZIER: {
-        /* two segments meeting at one pitch with the value c and the slope -s (C1), flat at 0
-         * and 2, zero beyond */
-        if (t >= 2.0)
-            return 0.0;
-        const double c = coupling, s = 1.5 * fmin(c, 1.0 - c);
-        if (t <= 1.0)
-            return bezier3(t, 1.0, 1.0, c + s / 3.0, c);
-        return bezier3(t - 1.0, c, c - s / 3.0, 0.0, 0.0);
+        if (t == 0.0)
+            return 1.0;
+        if (t == 1.0)
+            return coupling; /* exactly, rather than to the bisection's last bit */
+        const double x = t * oomao_scale(coupling);
+        return x >= 2.0 ? 0.0 : oomao_y(x);
     }
     }
     return NAN;
@@ -93,7 +124,7 @@ double sw_dm_profile(sw_dm_influence f, double coupling, double r)
 static double profile_reach(sw_dm_influence f, double coupling)
 {
     if (f == SW_DM_BEZIER)
-        return 2.0;
+        return 2.0 / oomao_scale(coupling);       /* zero from there on */
     return sqrt(log(SW_DM_TINY) / log(coupling)); /* c^(r^2) = tiny */
 }
 

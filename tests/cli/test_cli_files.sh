@@ -213,11 +213,12 @@ done
 
 # ---------------------------------------------------------------- sim sh and sim eye
 expect 0 "${B[@]}" sim sh --grid 6x5 --pitch 16 --size 100x90 --turbulence r0=0.08,L0=20 \
-    --seed 9 --out "$tmp/sh.fits" --reference "$tmp/sh_ref.fits"
+    --diameter-m 4 --seed 9 --out "$tmp/sh.fits" --reference "$tmp/sh_ref.fits"
 common="h['BUNIT'] == 'adu' and h['GRIDNX'] == 6 and h['GRIDNY'] == 5 and h['PITCH'] == 16 and \
 h['XPIXSZ'] == 5.5 and h['LENSLET'] == 88 and h['SEED'] == 9"
 check keys "$tmp/sh.fits" "$common and h['REFFRAME'] is False and h['R0'] == 0.08 and \
-h['L0'] == 20 and h['SOURCE'] == 'turbulence' and h['NOISESD'] == 9" || fail "sim sh: the frame"
+h['L0'] == 20 and h['DIAMETER'] == 4 and h['SOURCE'] == 'turbulence' and h['NOISESD'] == 9" ||
+    fail "sim sh: the frame"
 check keys "$tmp/sh_ref.fits" "$common and h['REFFRAME'] is True and h['NOISESD'] != 9" ||
     fail "sim sh: the reference"
 expect 0 "${B[@]}" sim eye --binocular --size 640x320 --grid 20x10 --seed 2 --out "$tmp/eye.fits"

@@ -138,7 +138,8 @@ check json "$tmp/d.json" 'r["source"] == "flat" and r["model"] == "diffraction" 
 # runs are the CPU renderer's promise: on a GPU overlapping spots add with float atomics in any
 # order.)
 for s in 3 3 4; do
-    expect 0 --backend cpu sim sh --turbulence r0=0.05,L0=20 --grid 8x8 --seed $s --out "$tmp/t$s.$RANDOM.fits"
+    expect 0 --backend cpu sim sh --turbulence r0=0.05,L0=20 --diameter-m 2 --grid 8x8 --seed $s \
+        --out "$tmp/t$s.$RANDOM.fits"
 done
 t3=("$tmp"/t3.*.fits)
 t4=("$tmp"/t4.*.fits)
@@ -146,10 +147,73 @@ same_data "${t3[0]}" "${t3[1]}" || fail "the same turbulence seed gave different
 same_data "${t3[0]}" "${t4[0]}" && fail "another turbulence seed gave the same image"
 # Kolmogorov: L0=inf is L0=0.
 for L in 0 inf; do
-    expect 0 --backend cpu sim sh --turbulence r0=0.05,L0=$L --grid 8x8 --seed 3 --out "$tmp/k$L.fits"
+    expect 0 --backend cpu sim sh --turbulence r0=0.05,L0=$L --diameter-m 2 --grid 8x8 --seed 3 \
+        --out "$tmp/k$L.fits"
 done
 same_data "$tmp/k0.fits" "$tmp/kinf.fits" || fail "L0=inf and L0=0 gave different screens"
 same_data "$tmp/k0.fits" "${t3[0]}" && fail "L0=0 gave the L0=20 screen"
+
+# Turbulence on the sky: --diameter-m maps the array (or --pupil-mm) onto the telescope, so r0
+# means the sky's. With the same seed, twice the diameter (Kolmogorov) is the same screen
+# stretched: the wavefront's RMS over the pupil, theory's and every slope grow by exactly
+# (D/r0)^(5/6) = 2^(5/6), i.e. the slopes' variance as (D/r0)^(5/3). r0 in the array's plane (the
+# meaning before --diameter-m) is the diameter the array spans there: D = 16 x 176 um with r0 and
+# L0 scaled by A / D gives the 8 m telescope's screen.
+for D in 4 8; do
+    expect 0 --backend cpu sim sh --grid 8x8 --pitch 16 --noise none --bits 32f \
+        --turbulence r0=0.15,L0=inf --diameter-m $D --seed 5 --json --out "$tmp/d$D.fits" \
+        --truth "$tmp/d$D.csv"
+    printf '%s\n' "$out" >"$tmp/d$D.json"
+done
+python3 - "$tmp" <<'PY' || fail "the turbulence does not scale as (D/r0)^(5/6) with --diameter-m"
+import json, math, sys
+t = sys.argv[1]
+def slopes(path):
+    rows = [l.strip().split(",") for l in open(path)][1:]
+    return [(float(r[2]) - float(r[4]), float(r[3]) - float(r[5])) for r in rows]
+a, b = slopes(t + "/d4.csv"), slopes(t + "/d8.csv")
+ja, jb = (json.load(open(t + "/d%d.json" % d)) for d in (4, 8))
+k = 2 ** (5 / 6)
+assert ja["diameter_m"] == 4 and jb["diameter_m"] == 8 and ja["r0_m"] == 0.15, ja
+assert abs(jb["rms_um"] / ja["rms_um"] - k) < 1e-9 * k, (ja, jb)
+assert abs(jb["rms_theory_um"] / ja["rms_theory_um"] - k) < 1e-9 * k, (ja, jb)
+assert max(abs(y - k * x) for p, q in zip(a, b) for x, y in zip(p, q)) < 1e-9, "slopes"
+assert sum(x * x + y * y for x, y in a) > 1.0  # not a flat wavefront: r0 is the sky's
+PY
+A=$(awk 'BEGIN { printf "%.17g", 16 * 176e-6 }')
+R0=$(awk -v a="$A" 'BEGIN { printf "%.17g", 0.15 * a / 8 }')
+L0=$(awk -v a="$A" 'BEGIN { printf "%.17g", 25 * a / 8 }')
+expect 0 --backend cpu sim sh --grid 16x16 --pitch 16 --turbulence r0=0.15,L0=25 --diameter-m 8 \
+    --seed 2 --json --out "$tmp/sky.fits"
+printf '%s\n' "$out" >"$tmp/sky.json"
+expect 0 --backend cpu sim sh --grid 16x16 --pitch 16 --turbulence "r0=$R0,L0=$L0" \
+    --diameter-m "$A" --seed 2 --json --out "$tmp/plane.fits"
+printf '%s\n' "$out" >"$tmp/plane.json"
+python3 - "$tmp/sky.json" "$tmp/plane.json" <<'PY' || fail "r0 in the array's plane is not D = A"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+assert abs(a["rms_um"] / b["rms_um"] - 1) < 1e-9 and abs(a["rms_theory_um"] / b["rms_theory_um"] - 1) < 1e-9, (a, b)
+PY
+# ... and over 12 seeds the mean square RMS over the pupil (square array, then a circular pupil)
+# is von Karman's piston-removed variance for D, r0 and L0 (sw_turbulence_pupil_variance) within
+# 25 % (L0 = D / 2: a standard error of ~5 %; tests/unit/test_sim_turbulence_pupil.c checks the
+# screens themselves to 3 %).
+for pupil in "" "--pupil-mm 0.3"; do
+    rm -f "$tmp"/rms*.json
+    for s in $(seq 1 12); do
+        # shellcheck disable=SC2086 # $pupil is two words or none
+        expect 0 --backend cpu sim sh --grid 8x8 --pitch 8 --noise none --bits 32f $pupil \
+            --turbulence r0=0.1,L0=1 --diameter-m 2 --seed "$s" --json --out "$tmp/r.fits"
+        printf '%s\n' "$out" >"$tmp/rms$s.json"
+    done
+    python3 - "$tmp"/rms*.json <<'PY' || fail "sim sh turbulence ($pupil): the RMS over the pupil is not theory's"
+import json, sys
+r = [json.load(open(p)) for p in sys.argv[1:]]
+ratio = sum(x["rms_um"] ** 2 for x in r) / sum(x["rms_theory_um"] ** 2 for x in r)
+print("sim sh turbulence: mean square RMS over the pupil / theory %.3f (%d seeds)" % (ratio, len(r)))
+assert len(r) == 12 and abs(ratio - 1) < 0.25, ratio
+PY
+done
 
 # A phase screen from a FITS file: the turbulence image's own screen is not at hand, so use a
 # sim sh output (any 2-D FITS) as an optical path map with a tiny scale.
@@ -203,7 +267,7 @@ EOF
 
 # ---------------------------------------------------------------- help
 expect 0 sim sh --help
-for o in --zernike --screen --turbulence --grid --pitch --origin --pixel-um --focal-mm \
+for o in --zernike --screen --turbulence --diameter-m --grid --pitch --origin --pixel-um --focal-mm \
     --lenslet-um --model --pupil-mm --truth --reference --bits --read-noise-e; do
     [[ $out == *"$o"* ]] || fail "sim sh --help does not mention $o"
 done
@@ -230,6 +294,9 @@ bad=(
     "sim sh --zernike $tmp/z.csv --turbulence r0=0.1 --out $tmp/x.fits"
     "sim sh --turbulence L0=3 --out $tmp/x.fits"
     "sim sh --turbulence r0=-1 --out $tmp/x.fits"
+    "sim sh --turbulence r0=0.1 --out $tmp/x.fits"
+    "sim sh --turbulence r0=0.1 --diameter-m 0 --out $tmp/x.fits"
+    "sim sh --diameter-m 8 --out $tmp/x.fits"
     "sim sh --obscuration 0.3 --out $tmp/x.fits"
     "sim sh --pupil-mm 1 --ellipse 1.5,0 --out $tmp/x.fits"
     "sim sh --lenslet-um 100 --pixel-um 5 --pitch 30 --out $tmp/x.fits"

@@ -40,6 +40,48 @@ static const double couplings[] = {0.05, 0.2, 0.3, 0.5, 0.7, 0.95};
 
 /* ------------------------------------------------------------------ profile */
 
+/* OOMAO's "monotonic" curve (influenceFunction.m; loop.h), evaluated here independently of
+ * dm.c: the two cubic Bezier segments in Bernstein form from their control points, X(tau) = x
+ * solved by bisection. */
+static const double oomao_p[7][2] = {{0.0, 1.0}, {0.2, 1.0}, {0.4, 0.7}, {0.6, 0.4},
+                                     {0.8, 0.1}, {1.0, 0.0}, {2.0, 0.0}};
+
+static double bernstein(int seg, int axis, double t)
+{
+    const double(*q)[2] = oomao_p + 3 * seg, u = 1.0 - t;
+    return u * u * u * q[0][axis] + 3 * u * u * t * q[1][axis] + 3 * u * t * t * q[2][axis] +
+           t * t * t * q[3][axis];
+}
+
+static double curve_y(double x) /* the curve's y at abscissa x (0 beyond 2) */
+{
+    if (x >= 2.0)
+        return 0.0;
+    const int seg = x > 0.6;
+    double lo = 0.0, hi = 1.0;
+    for (int i = 0; i < 100; i++) {
+        const double mid = 0.5 * (lo + hi);
+        if (bernstein(seg, 0, mid) < x)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return bernstein(seg, 1, 0.5 * (lo + hi));
+}
+
+static double curve_scale(double c) /* the abscissa where the curve's y is c */
+{
+    double lo = 0.0, hi = 2.0;
+    for (int i = 0; i < 100; i++) {
+        const double mid = 0.5 * (lo + hi);
+        if (curve_y(mid) > c)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return 0.5 * (lo + hi);
+}
+
 static void test_profile_values(void **state)
 {
     (void)state;
@@ -58,16 +100,37 @@ static void test_profile_values(void **state)
         assert_near(sw_dm_profile(SW_DM_GAUSSIAN, c, 2.0), c * c * c * c, 1e-15);
         assert_near(sw_dm_profile(SW_DM_GAUSSIAN, c, 0.5), pow(c, 0.25), 1e-15);
         assert_near(sw_dm_profile(SW_DM_GAUSSIAN, c, 1.5), exp(2.25 * log(c)), 1e-14);
-        /* Bezier: 0 from 2 pitches on, and the midpoints of both segments (B3 at t = 1/2 is
-         * (p0 + 3 p1 + 3 p2 + p3) / 8) */
-        const double s = 1.5 * fmin(c, 1.0 - c);
-        assert_true(sw_dm_profile(SW_DM_BEZIER, c, 2.0) == 0.0);
-        assert_true(sw_dm_profile(SW_DM_BEZIER, c, 2.5) == 0.0);
-        assert_true(sw_dm_profile(SW_DM_BEZIER, c, -7.0) == 0.0);
-        assert_near(sw_dm_profile(SW_DM_BEZIER, c, 0.5), (1.0 + 3.0 + 3.0 * (c + s / 3) + c) / 8,
-                    1e-15);
-        assert_near(sw_dm_profile(SW_DM_BEZIER, c, 1.5), (c + 3.0 * (c - s / 3)) / 8, 1e-15);
+        /* Bezier: OOMAO's curve stretched to pass through (1, c), everywhere on its support and
+         * zero beyond 2 / s */
+        const double s = curve_scale(c);
+        for (double r = 0.0; r < 2.0 / s + 1.0; r += 0.0173)
+            assert_near(sw_dm_profile(SW_DM_BEZIER, c, r), curve_y(r * s), 1e-13);
+        assert_true(sw_dm_profile(SW_DM_BEZIER, c, 2.0 / s * (1 + 1e-12)) == 0.0);
+        assert_true(sw_dm_profile(SW_DM_BEZIER, c, 2.0 / s * 0.99) > 0.0);
+        assert_true(sw_dm_profile(SW_DM_BEZIER, c, -40.0) == 0.0);
     }
+    /* Bezier at 0.5, 1.5, 2, 2.5 and 3 pitches: the curve solved in another language (SciPy's
+     * brentq on the same control points; OOMAO's own spline through 201 samples of the curve
+     * agrees to 3e-6), and the reach 2 / s */
+    static const double ref[4][6] = {
+        {0.05, 0.43295415741592114, 0.0028379418342251235, 0.0, 0.0, 0.0},
+        {0.3, 0.7693718622655995, 0.08423314409019689, 0.024001999471822296, 0.0041517904966835925,
+         0.0},
+        {0.5, 0.8487036844182666, 0.18270749277722445, 0.06911535688526751, 0.02550398292145059,
+         0.007176293193098755},
+        {0.7, 0.9145725196269481, 0.4188473233574675, 0.19458095733227324, 0.0943047108350619,
+         0.04667540371358917},
+    };
+    static const double rs[5] = {0.5, 1.5, 2.0, 2.5, 3.0};
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 5; j++)
+            assert_near(sw_dm_profile(SW_DM_BEZIER, ref[i][0], rs[j]), ref[i][j + 1], 1e-13);
+    /* the reach: 2 / s = 1.730 pitches at c = 0.05, 2.968 at 0.3, 3.752 at 0.5 */
+    assert_near(2.0 / curve_scale(0.05), 2.0 / 1.1560414606159066, 1e-12);
+    assert_true(sw_dm_profile(SW_DM_BEZIER, 0.3, 2.96) > 0.0);
+    assert_true(sw_dm_profile(SW_DM_BEZIER, 0.3, 2.97) == 0.0);
+    assert_true(sw_dm_profile(SW_DM_BEZIER, 0.5, 3.75) > 0.0);
+    assert_true(sw_dm_profile(SW_DM_BEZIER, 0.5, 3.76) == 0.0);
     /* NaN outside (0, 1) and for a NaN r */
     const double bad[] = {0.0, 1.0, -0.2, 1.5, NAN, INFINITY};
     for (int i = 0; i < 6; i++) {
@@ -79,18 +142,19 @@ static void test_profile_values(void **state)
     assert_true(isnan(sw_dm_profile((sw_dm_influence)7, 0.3, 0.5)));
 }
 
-/* Monotone on [0, 3], continuous, C1 at one pitch (the slope from both sides, -s for Bezier),
- * flat at 0 (both) and at 2 (Bezier). */
+/* Monotone, continuous, C1 at one pitch (Gaussian: slope 2 c ln c) and, for Bezier, where its
+ * two segments meet (0.6 / s pitches), flat at 0 (both) and at the end of the Bezier support. */
 static void test_profile_shape(void **state)
 {
     (void)state;
     const double h = 1e-6;
     for (int k = 0; k < NCOUPLINGS; k++) {
         const double c = couplings[k];
+        const double s = curve_scale(c), end = 2.0 / s;
         for (int f = 0; f < 2; f++) {
             const sw_dm_influence inf = (sw_dm_influence)f;
             double prev = sw_dm_profile(inf, c, 0.0);
-            for (int i = 1; i <= 3000; i++) {
+            for (int i = 1; i <= 16000; i++) {
                 const double v = sw_dm_profile(inf, c, i * 1e-3);
                 assert_true(v <= prev);
                 assert_true(v >= 0.0);
@@ -101,17 +165,22 @@ static void test_profile_shape(void **state)
             const double left = (f1 - sw_dm_profile(inf, c, 1.0 - h)) / h;
             const double right = (sw_dm_profile(inf, c, 1.0 + h) - f1) / h;
             assert_near(left, right, 1e-5);
-            const double expect = inf == SW_DM_BEZIER ? -1.5 * fmin(c, 1.0 - c) : 2.0 * c * log(c);
-            assert_near(left, expect, 1e-5);
+            if (inf == SW_DM_GAUSSIAN)
+                assert_near(left, 2.0 * c * log(c), 1e-5);
             /* flat at 0 */
             assert_near((sw_dm_profile(inf, c, h) - 1.0) / h, 0.0, 1e-5);
         }
-        /* Bezier: flat and continuous at 2 */
-        assert_near(sw_dm_profile(SW_DM_BEZIER, c, 2.0 - h) / h, 0.0, 1e-5);
-        /* strictly decreasing inside (0, 2) */
-        for (int i = 1; i < 200; i++)
-            assert_true(sw_dm_profile(SW_DM_BEZIER, c, i * 0.01 + 0.005) <
-                        sw_dm_profile(SW_DM_BEZIER, c, i * 0.01 - 0.005));
+        /* Bezier: C1 where the segments meet, flat and continuous at the end of the support */
+        const double j = 0.6 / s, fj = sw_dm_profile(SW_DM_BEZIER, c, j);
+        assert_near((fj - sw_dm_profile(SW_DM_BEZIER, c, j - h)) / h,
+                    (sw_dm_profile(SW_DM_BEZIER, c, j + h) - fj) / h, 1e-5);
+        assert_near(sw_dm_profile(SW_DM_BEZIER, c, end - h) / h, 0.0, 1e-5);
+        /* strictly decreasing inside the support */
+        for (int i = 1; i < 200; i++) {
+            const double r = end * i / 200.0;
+            assert_true(sw_dm_profile(SW_DM_BEZIER, c, r + 0.002 * end) <
+                        sw_dm_profile(SW_DM_BEZIER, c, r - 0.002 * end));
+        }
     }
 }
 
@@ -232,8 +301,8 @@ static void test_shaper_poke(void **state)
                                  sw_dm_profile(dm.influence, 0.35, k - py);
                 assert_near(out[k * 7 + i], e, 1e-6);
             }
-        if (f == SW_DM_BEZIER) /* two pitches away: nothing */
-            assert_true(out[py * 7 + px + 2] == 0.0f);
+        if (f == SW_DM_BEZIER) /* three pitches away, inside its reach (3.15 pitches at 0.35) */
+            assert_true(out[py * 7 + px + 3] > 0.0f && out[py * 7 + px + 3] < 0.01f);
         /* a NaN command gives a NaN sample there */
         u[py * 7 + px] = NAN;
         assert_int_equal(sw_dm_shaper_run(s, u, SW_MEM_HOST, out), SW_OK);
@@ -520,12 +589,12 @@ static void test_projector_global(void **state)
         check_normal_equations(&pp, 7 + f);
     }
     /* an annular square mask (squares whose centre is 1.0 .. 2.6 pitches from the array's
-     * centre) on a larger array, Bezier: the actuators near the array's corners are beyond every
-     * fitting point's reach (2 pitches) and must come out 0 */
+     * centre) on a larger array, Bezier at coupling 0.05: the actuators near the array's corners
+     * are beyond every fitting point's reach (1.73 pitches) and must come out 0 */
     dm.nx = 8;
     dm.ny = 8;
     dm.influence = SW_DM_BEZIER;
-    dm.coupling = 0.3;
+    dm.coupling = 0.05;
     const sw_sabre_lattice big = {10, 10, 1, 1};
     uint8_t mask[100];
     for (int J = 0; J < big.sy; J++)
