@@ -37,7 +37,10 @@
 #define DIVERGE_K    5    /* residual above DIVERGE_X x the turbulence this many frames running */
 #define DIVERGE_X    2.0
 #define DIVERGE_HUGE 100.0 /* residual above this x the turbulence: diverged at once */
-#define MAX_WARN     4
+#define MAX_WARN     5
+
+/* An uncalibrated SABRE / D-SABRE loop whose sensor's slope gain is below this: a warning. */
+#define SLOPE_GAIN_WARN 0.95
 
 /* ------------------------------------------------------------------ configuration keys */
 
@@ -91,6 +94,8 @@ static const key_def keys[] = {
     {"throughput", KT_DOUBLE, P(throughput), R_UNIT, 0, 0},
     {"read_noise_e", KT_DOUBLE, P(read_noise_e), R_NONNEG, 0, 0},
     {"threshold_e", KT_DOUBLE, P(threshold_e), R_NONNEG, 0, 0},
+    {"threshold_peak", KT_DOUBLE, P(threshold_peak), R_HALFOPEN, 0, 0},
+    {"slope_calibration", KT_BOOL, P(slope_calibration), R_ANY, 0, 0},
     {"r0_m", KT_DOUBLE, P(turbulence.r0_m), R_POS, 0, 0},
     {"L0_m", KT_DOUBLE, P(turbulence.L0_m), R_POS, 0, 0},
     {"r0_wavelength_um", KT_DOUBLE, P(turbulence.wavelength_um), R_POS, 0, 0},
@@ -325,7 +330,8 @@ void sw_cmd_loop_help(FILE *out)
         "                         nx diameter_m square_pupil obscuration px_per_lenslet\n"
         "                         wfs_wavelength_um nyquist_px model (geometric|diffraction)\n"
         "                         magnitude (a number, or none: noise-free) zero_point\n"
-        "                         throughput read_noise_e threshold_e r0_m L0_m\n"
+        "                         throughput read_noise_e threshold_e threshold_peak\n"
+        "                         slope_calibration r0_m L0_m\n"
         "                         r0_wavelength_um subharmonics wind_m_s rate_hz\n"
         "                         seed samples influence (gaussian|bezier) coupling recon\n"
         "                         (mvm|sabre|dsabre-global|dsabre-local) cm_condition poke_um\n"
@@ -340,7 +346,17 @@ void sw_cmd_loop_help(FILE *out)
         "                         (1 - z^-1) with ki = gain and kp = key kp (0: the\n"
         "                         integrator), over one mode per actuator or the\n"
         "                         interaction matrix's kept modes (modal = im, recon mvm);\n"
-        "                         with clip, anti-windup by back-calculation\n"
+        "                         with clip, anti-windup by back-calculation.\n"
+        "                         Centroids: the centre of gravity with a threshold\n"
+        "                         subtracted, the larger of threshold_e (0: 3 x read_noise_e\n"
+        "                         with a magnitude, none without) and threshold_peak x the\n"
+        "                         peak pixel of the flat wavefront's spot at the loop's flux.\n"
+        "                         slope_calibration (default 1): the sensor's slope gain,\n"
+        "                         measured at set-up with known tilts of 1/16 to 1/4\n"
+        "                         lambda/d (key slope_gain of --json), is divided out of the\n"
+        "                         slopes sabre and dsabre-* reconstruct from; mvm needs none\n"
+        "                         (its interaction matrix is measured through the same\n"
+        "                         sensor)\n"
         "  --set KEY=VALUE        one key (repeatable)\n"
         "  --frames N             frames to simulate, 1..%d (default %d; more than warmup)\n"
         "  --gain G               controller gain (key gain), 0..%g. Above the stable limit\n"
@@ -359,13 +375,15 @@ void sw_cmd_loop_help(FILE *out)
         "\n"
         "Warnings (a line 'warning' in the summary and on standard error; the JSON keys\n"
         "warnings, gain_max_stable, loop_delay_frames, diverged, divergence_frame,\n"
-        "saturated_frames): the gain above the stable limit; a diverged loop (the residual\n"
-        "RMS not finite, above %g x the turbulence RMS once, or above %g x it for %d frames\n"
-        "running; divergence_frame is the first of them); a saturated mirror (frames with\n"
-        "more than half of the commands at the stroke limit, key clip). The simulated\n"
-        "detector has no full well, so the mirror is where this loop saturates. The limit is\n"
-        "for the nominal gain; the sensor's response to large spot motions is below 1, so a\n"
-        "loop a little above it may stay bounded (it is still flagged).\n"
+        "saturated_frames, slope_gain): the gain above the stable limit; a diverged loop (the\n"
+        "residual RMS not finite, above %g x the turbulence RMS once, or above %g x it for %d\n"
+        "frames running; divergence_frame is the first of them); a saturated mirror (frames\n"
+        "with more than half of the commands at the stroke limit, key clip); an uncalibrated\n"
+        "sabre or dsabre-* loop whose slope gain is below %g (slope_calibration = 0, or a\n"
+        "gain outside 0.5..2, not applied: a faint star's spot below the threshold). The\n"
+        "simulated detector has no full well, so the mirror is where this loop saturates. The\n"
+        "limit is for the nominal gain; the sensor's response to large spot motions is below\n"
+        "1, so a loop a little above it may stay bounded (it is still flagged).\n"
         "\n"
         "Output (a summary goes to standard output):\n"
         "  --report CSV           one row per frame: frame, turbulence_nm, residual_nm, strehl,\n"
@@ -394,7 +412,7 @@ void sw_cmd_loop_help(FILE *out)
         "  spotwave loop --set nx=16 --recon mvm --gain 0.4 --frames 300 \\\n"
         "      --report loop.csv --plot loop.png --json\n",
         DEF_FRAMES, SW_CLI_CONFIG_LINE, MAX_FRAMES, DEF_FRAMES, GAIN_MAX, DIVERGE_HUGE, DIVERGE_X,
-        DIVERGE_K, GAIN_MAX);
+        DIVERGE_K, SLOPE_GAIN_WARN, GAIN_MAX);
 }
 
 /* ------------------------------------------------------------------ options */
@@ -622,6 +640,9 @@ typedef struct loop_run {
     double *long_strehl;
     double create_s, run_s, fitting_nm;
     int32_t modes;
+    double slope_gain[2]; /* the sensor's, measured at create (sw_loop_slope_gain) */
+    int gain_applied;     /* 1: divided out of the reconstructor's slopes */
+    double threshold_e;   /* the centroid threshold in force */
     sw_backend backend;
     /* after the warm-up */
     double residual_mean, turbulence_mean, strehl_mean, marechal_mean, long_final;
@@ -691,6 +712,15 @@ static void make_warnings(const loop_opts *o, loop_run *r, long frames_run)
                     r->diverged_at, DIVERGE_X, (long long)f->frame, f->residual_nm,
                     f->turbulence_nm);
     }
+    const double gmin = fmin(r->slope_gain[0], r->slope_gain[1]);
+    if (p->recon != SW_LOOP_MVM && !r->gain_applied && gmin < SLOPE_GAIN_WARN)
+        add_warning(r,
+                    "the sensor's slope gain is %.3f along x and %.3f along y, not calibrated "
+                    "(%s): the %s reconstructor sees slopes %.0f %% short",
+                    r->slope_gain[0], r->slope_gain[1],
+                    p->slope_calibration ? "a gain outside 0.5..2 is not applied"
+                                         : "slope_calibration = 0",
+                    sw_loop_recon_string(p->recon), 100.0 * (1.0 - gmin));
     if (r->saturated_frames > 0)
         add_warning(r,
                     "the mirror saturated in %ld of %ld frames (first: frame %ld): more than half "
@@ -739,6 +769,8 @@ static int run_loop(sw_context *ctx, const loop_opts *o, int quiet, loop_run *r)
     r->create_s = sw_cli_now() - t0;
     r->gain_max = loop_max_gain(&o->p);
     r->nact = sw_loop_actuators(l);
+    r->gain_applied = sw_loop_slope_gain(l, r->slope_gain);
+    r->threshold_e = sw_loop_threshold_e(l);
     r->f = calloc((size_t)o->frames, sizeof *r->f);
     r->long_strehl = calloc((size_t)o->frames, sizeof *r->long_strehl);
     int rc = SW_EXIT_OK;
@@ -988,6 +1020,9 @@ static void print_json(const loop_opts *o, const loop_run *r)
     else
         cJSON_AddNullToObject(j, "divergence_frame");
     sw_cli_json_int(j, "saturated_frames", r->saturated_frames);
+    cJSON *g = cJSON_AddArrayToObject(j, "slope_gain");
+    for (int k = 0; g && k < 2; k++)
+        cJSON_AddItemToArray(g, sw_cli_json_num(r->slope_gain[k]));
     cJSON *w = cJSON_AddArrayToObject(j, "warnings");
     for (int k = 0; k < r->nwarn; k++)
         cJSON_AddItemToArray(w, sw_cli_json_str(r->warn[k]));
@@ -1038,6 +1073,12 @@ static void print_text(const loop_opts *o, const loop_run *r)
     if (r->modes >= 0)
         printf("  modes      %d (control matrix, condition <= %g)\n", (int)r->modes,
                p->cm_condition);
+    printf("  sensor     slope gain %.4f x, %.4f y (%s); threshold %.4g e-\n", r->slope_gain[0],
+           r->slope_gain[1],
+           r->gain_applied
+               ? "divided out"
+               : (p->recon == SW_LOOP_MVM ? "in the interaction matrix" : "not calibrated"),
+           r->threshold_e);
     for (int k = 0; k < r->nwarn; k++)
         printf("  warning    %s\n", r->warn[k]);
     printf("  wrote     ");
