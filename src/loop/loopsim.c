@@ -25,8 +25,9 @@
  * the lenslet's edge and so raises the centre of gravity's gain for large spot motions (16 x 16,
  * D = 12 m: 0.61 -> 0.83 on the open-loop turbulence with 0.05), but on the Nyquist-sampled spot
  * it makes the response to sub-pixel motions uneven (1.07 at 1/20 lambda/d, 1.00 at 1/4), and the
- * closed loop's residual grew with it (0.05: 165 -> 170 nm MVM, 173 -> 178 nm D-SABRE, noise-free
- * and at magnitude 8), while the small-signal gain it corrects is calibrated anyway (below).
+ * closed loop's residual grew with it (0.05, seed 1: 165 -> 170 nm MVM, 173 -> 178 nm D-SABRE,
+ * noise-free and at magnitude 8), while the small-signal gain it corrects is calibrated anyway
+ * (below).
  *
  * Slope gain (sensor calibration, for every reconstructor, after the threshold): tilts of 1/16,
  * 1/8 and 1/4 lambda/d (the small signals of a closed loop) along x, then y (W = a u or a v on

@@ -4,14 +4,16 @@
  * through a simulator made here from the loop's exported chain (sw_loop_chain: the geometry, the
  * centroid conditioning, the slope scale), and reconstructed by the chain's D-SABRE plan, whose
  * spline's tilt is measured:
- *   - calibrated, the reconstructed tilt is the true one within 2 %;
- *   - uncalibrated and without a threshold, the centre of gravity loses slope gain on these spots
- *     (lambda f / d = 2.5 px in 8 px lenslets: the lenslet's edge is not on a zero of the spot's
- *     sinc^2, so the wings cut off there pull the centroid back; ~0.82), the reconstructed tilt
- *     shows the same loss, and the loop reports it (sw_loop_slope_gain, not applied);
- *   - the reported gain is what the independent render measures, MVM reports without applying,
- *     and bad values of the two keys are refused.
- * 8 x 8 lenslets, one-thread context: a second or two.
+ *   - calibrated (the default), the slopes and the reconstructed tilt are the true ones within 2 %;
+ *   - uncalibrated, the centre of gravity loses slope gain on these spots (10 px lenslets at
+ *     lambda f / d = 2 px: the lenslet's edge, 2.5 lambda/d from the spot's centre, is not on a
+ *     zero of its sinc^2, so the wings cut off there pull the centroid back; ~0.81), the
+ *     reconstructed tilt shows the same loss, and the loop reports it (sw_loop_slope_gain, not
+ *     applied);
+ *   - threshold_peak sets the threshold from the reference spot's peak (3 read noise the floor
+ *     with a magnitude) and moves the gain towards 1; a star too faint to calibrate is reported,
+ *     not applied; MVM reports without applying; bad values of the two keys are refused.
+ * 12 x 12 lenslets, one-thread context: about a second.
  */
 #include "testutil.h"
 
@@ -23,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NOISELESS_E 1e4 /* the loop's flux per lenslet without a magnitude (loopsim.c) */
+#define NOISELESS_E 1e4   /* the loop's flux per lenslet without a magnitude (loopsim.c) */
 #define TILT_LOD    0.125 /* the tilt applied, lambda/d */
 
 static sw_context *ctx;
@@ -42,8 +44,9 @@ static int teardown(void **state)
     return 0;
 }
 
-/* 8 x 8 diffraction-limited lenslets of 8 px, lambda f / d = 2.5 px, noise-free, D-SABRE 2 x 2
- * with the distributed projection. */
+/* 12 x 12 diffraction-limited lenslets of 10 px, lambda f / d = 2 px, noise-free, D-SABRE 2 x 2
+ * (the loop's reconstructor is D-SABRE with the distributed projection; the test reads its
+ * chain). */
 static void params(sw_loop_params *p)
 {
     sw_loop_params_default(p);
@@ -131,8 +134,8 @@ static void tilt_response(const sw_loop_params *p, sw_loop *l, double *slope_gai
                 sum += 0.5 * ((double)push[s] - (double)res.slopes[s]);
         for (int32_t s = 0; s < 2 * ns; s++)
             rad[s] = (float)(res.slopes[s] * ci.slope_scale);
-        assert_int_equal(sw_sabre_run(rec, rad, SW_MEM_HOST, NULL, corner + (sign > 0 ? 0 : nc * nc)),
-                         SW_OK);
+        assert_int_equal(
+            sw_sabre_run(rec, rad, SW_MEM_HOST, NULL, corner + (sign > 0 ? 0 : nc * nc)), SW_OK);
     }
     *slope_gain = sum * ci.slope_scale / (ns * a);
 
@@ -197,8 +200,8 @@ static void test_uncalibrated_loss(void **state)
     assert_int_equal(sw_loop_slope_gain(l, g), 0);
     double sg, rg;
     tilt_response(&p, l, &sg, &rg);
-    print_message("uncalibrated: gain %.4f %.4f; the tilt's slopes %.4f, reconstructed %.4f\n", g[0],
-                  g[1], sg, rg);
+    print_message("uncalibrated: gain %.4f %.4f; the tilt's slopes %.4f, reconstructed %.4f\n",
+                  g[0], g[1], sg, rg);
     assert_true(sg < 0.9);
     assert_true(rg < 0.9);
     assert_true(fabs(g[0] - sg) < 0.02 * sg); /* the report is the loss measured here */
@@ -239,8 +242,8 @@ static void test_threshold_peak(void **state)
     l = make(&p);
     double sg, rg;
     tilt_response(&p, l, &sg, &rg);
-    print_message("threshold_peak 0.05, calibrated: the tilt's slopes %.4f, reconstructed %.4f\n", sg,
-                  rg);
+    print_message("threshold_peak 0.05, calibrated: the tilt's slopes %.4f, reconstructed %.4f\n",
+                  sg, rg);
     assert_true(fabs(sg - 1.0) < 0.02);
     assert_true(fabs(rg - 1.0) < 0.02);
     sw_loop_destroy(l);
