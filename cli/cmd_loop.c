@@ -44,6 +44,9 @@
 #define TREND_CMD     1.0 /* or the commands alone growing by this much: drifting modes      */
 #define TREND_RES     0.5 /* or the residual ratio alone (a saturated mirror cannot grow)    */
 
+/* An uncalibrated SABRE / D-SABRE loop whose sensor's slope gain is below this: a warning. */
+#define SLOPE_GAIN_WARN 0.95
+
 /* ------------------------------------------------------------------ configuration keys */
 
 typedef enum key_type {
@@ -96,6 +99,8 @@ static const key_def keys[] = {
     {"throughput", KT_DOUBLE, P(throughput), R_UNIT, 0, 0},
     {"read_noise_e", KT_DOUBLE, P(read_noise_e), R_NONNEG, 0, 0},
     {"threshold_e", KT_DOUBLE, P(threshold_e), R_NONNEG, 0, 0},
+    {"threshold_peak", KT_DOUBLE, P(threshold_peak), R_HALFOPEN, 0, 0},
+    {"slope_calibration", KT_BOOL, P(slope_calibration), R_ANY, 0, 0},
     {"r0_m", KT_DOUBLE, P(turbulence.r0_m), R_POS, 0, 0},
     {"L0_m", KT_DOUBLE, P(turbulence.L0_m), R_POS, 0, 0},
     {"r0_wavelength_um", KT_DOUBLE, P(turbulence.wavelength_um), R_POS, 0, 0},
@@ -331,7 +336,8 @@ void sw_cmd_loop_help(FILE *out)
         "                         nx diameter_m square_pupil obscuration px_per_lenslet\n"
         "                         wfs_wavelength_um nyquist_px model (geometric|diffraction)\n"
         "                         magnitude (a number, or none: noise-free) zero_point\n"
-        "                         throughput read_noise_e threshold_e r0_m L0_m\n"
+        "                         throughput read_noise_e threshold_e threshold_peak\n"
+        "                         slope_calibration r0_m L0_m\n"
         "                         r0_wavelength_um subharmonics wind_m_s rate_hz\n"
         "                         seed samples influence (gaussian|bezier) coupling recon\n"
         "                         (mvm|sabre|dsabre-global|dsabre-local) cm_condition poke_um\n"
@@ -352,6 +358,16 @@ void sw_cmd_loop_help(FILE *out)
         "                         its closed-loop telemetry (Gendron & Lena 1994, Astron.\n"
         "                         Astrophys. 291, 337: the gain that minimises the predicted\n"
         "                         residual of disturbance and noise); 0: fixed gains\n"
+        "                         Centroids: the centre of gravity with a threshold\n"
+        "                         subtracted, the larger of threshold_e (0: 3 x read_noise_e\n"
+        "                         with a magnitude, none without) and threshold_peak x the\n"
+        "                         peak pixel of the flat wavefront's spot at the loop's flux.\n"
+        "                         slope_calibration (default 1): the sensor's slope gain,\n"
+        "                         measured at set-up with known tilts of 1/16 to 1/4\n"
+        "                         lambda/d (key slope_gain of --json), is divided out of the\n"
+        "                         slopes sabre and dsabre-* reconstruct from; mvm needs none\n"
+        "                         (its interaction matrix is measured through the same\n"
+        "                         sensor)\n"
         "  --set KEY=VALUE        one key (repeatable)\n"
         "  --frames N             frames to simulate, 1..%d (default %d; more than warmup)\n"
         "  --gain G               controller gain (key gain), 0..%g. Above the stable limit\n"
@@ -370,19 +386,20 @@ void sw_cmd_loop_help(FILE *out)
         "\n"
         "Warnings (a line 'warning' in the summary and on standard error; the JSON keys\n"
         "warnings, gain_max_stable, loop_delay_frames, diverged, divergence_frame,\n"
-        "saturated_frames): the gain above the stable limit; a diverged loop (the residual\n"
-        "RMS not finite, above %g x the turbulence RMS once, or above %g x it for %d frames\n"
-        "running; divergence_frame is the first of them), or diverging by its trend (the\n"
-        "frames after the warm-up in %d windows: the residual and the command RMS, each\n"
-        "growing both alone and over the turbulence RMS, by more than %.0f %% over the run\n"
-        "along their fitted lines, the commands alone by %.0f %% or the residual alone by\n"
-        "%.0f %%: divergence_reason \"trend\", the JSON's trend object has the growths); a\n"
-        "saturated mirror (frames with more than half of the commands at the stroke limit,\n"
-        "key clip).\n"
-        "The simulated detector has no full well, so the mirror is where this loop\n"
-        "saturates. The limit is for the nominal gain; the sensor's response to large spot\n"
-        "motions is below 1, so a loop a little above it may stay bounded (it is still\n"
-        "flagged).\n"
+        "saturated_frames, slope_gain): the gain above the stable limit; a diverged loop\n"
+        "(the residual RMS not finite, above %g x the turbulence RMS once, or above %g x it\n"
+        "for %d frames running; divergence_frame is the first of them), or diverging by its\n"
+        "trend (the frames after the warm-up in %d windows: the residual and the command\n"
+        "RMS, each growing both alone and over the turbulence RMS, by more than %.0f %% over\n"
+        "the run along their fitted lines, the commands alone by %.0f %% or the residual\n"
+        "alone by %.0f %%: divergence_reason \"trend\", the JSON's trend object has the\n"
+        "growths); a saturated mirror (frames with more than half of the commands at the\n"
+        "stroke limit, key clip); an uncalibrated sabre or dsabre-* loop whose slope gain is\n"
+        "below %g (slope_calibration = 0, or a gain outside 0.5..2, not applied: a faint\n"
+        "star's spot below the threshold). The simulated detector has no full well, so the\n"
+        "mirror is where this loop saturates. The limit is for the nominal gain; the\n"
+        "sensor's response to large spot motions is below 1, so a loop a little above it may\n"
+        "stay bounded (it is still flagged).\n"
         "\n"
         "Output (a summary goes to standard output):\n"
         "  --report CSV           one row per frame: frame, turbulence_nm, residual_nm, strehl,\n"
@@ -412,7 +429,7 @@ void sw_cmd_loop_help(FILE *out)
         "      --report loop.csv --plot loop.png --json\n",
         DEF_FRAMES, SW_CLI_CONFIG_LINE, MAX_FRAMES, DEF_FRAMES, GAIN_MAX, DIVERGE_HUGE, DIVERGE_X,
         DIVERGE_K, TREND_WINDOWS, 100.0 * TREND_GROW, 100.0 * TREND_CMD, 100.0 * TREND_RES,
-        GAIN_MAX);
+        SLOPE_GAIN_WARN, GAIN_MAX);
 }
 
 /* ------------------------------------------------------------------ options */
@@ -643,6 +660,9 @@ typedef struct loop_run {
     /* PI's integral gains at the end (min, median, max over the modes), and tuning rounds */
     int32_t gain_modes, gain_rounds;
     double gain_min, gain_median, gain_max_mode;
+    double slope_gain[2]; /* the sensor's, measured at create (sw_loop_slope_gain) */
+    int gain_applied;     /* 1: divided out of the reconstructor's slopes */
+    double threshold_e;   /* the centroid threshold in force */
     sw_backend backend;
     /* after the warm-up */
     double residual_mean, turbulence_mean, strehl_mean, marechal_mean, long_final;
@@ -785,6 +805,15 @@ static void make_warnings(const loop_opts *o, loop_run *r, long frames_run)
                     frames_run - (long)p->warmup, 100.0 * r->residual_growth,
                     100.0 * r->residual_ratio_growth, 100.0 * r->command_growth,
                     100.0 * r->command_ratio_growth, r->trend_window, r->diverging_from);
+    const double gmin = fmin(r->slope_gain[0], r->slope_gain[1]);
+    if (p->recon != SW_LOOP_MVM && !r->gain_applied && gmin < SLOPE_GAIN_WARN)
+        add_warning(r,
+                    "the sensor's slope gain is %.3f along x and %.3f along y, not calibrated "
+                    "(%s): the %s reconstructor sees slopes %.0f %% short",
+                    r->slope_gain[0], r->slope_gain[1],
+                    p->slope_calibration ? "a gain outside 0.5..2 is not applied"
+                                         : "slope_calibration = 0",
+                    sw_loop_recon_string(p->recon), 100.0 * (1.0 - gmin));
     if (r->saturated_frames > 0)
         add_warning(r,
                     "the mirror saturated in %ld of %ld frames (first: frame %ld): more than half "
@@ -839,6 +868,8 @@ static int run_loop(sw_context *ctx, const loop_opts *o, int quiet, loop_run *r)
     r->create_s = sw_cli_now() - t0;
     r->gain_max = loop_max_gain(&o->p);
     r->nact = sw_loop_actuators(l);
+    r->gain_applied = sw_loop_slope_gain(l, r->slope_gain);
+    r->threshold_e = sw_loop_threshold_e(l);
     r->f = calloc((size_t)o->frames, sizeof *r->f);
     r->long_strehl = calloc((size_t)o->frames, sizeof *r->long_strehl);
     int rc = SW_EXIT_OK;
@@ -1126,6 +1157,9 @@ static void print_json(const loop_opts *o, const loop_run *r)
         sw_cli_json_double(tr, "command_ratio_growth", r->command_ratio_growth);
     }
     sw_cli_json_int(j, "saturated_frames", r->saturated_frames);
+    cJSON *g = cJSON_AddArrayToObject(j, "slope_gain");
+    for (int k = 0; g && k < 2; k++)
+        cJSON_AddItemToArray(g, sw_cli_json_num(r->slope_gain[k]));
     cJSON *w = cJSON_AddArrayToObject(j, "warnings");
     for (int k = 0; k < r->nwarn; k++)
         cJSON_AddItemToArray(w, sw_cli_json_str(r->warn[k]));
@@ -1176,6 +1210,12 @@ static void print_text(const loop_opts *o, const loop_run *r)
     if (r->modes >= 0)
         printf("  modes      %d (control matrix, condition <= %g)\n", (int)r->modes,
                p->cm_condition);
+    printf("  sensor     slope gain %.4f x, %.4f y (%s); threshold %.4g e-\n", r->slope_gain[0],
+           r->slope_gain[1],
+           r->gain_applied
+               ? "divided out"
+               : (p->recon == SW_LOOP_MVM ? "in the interaction matrix" : "not calibrated"),
+           r->threshold_e);
     for (int k = 0; k < r->nwarn; k++)
         printf("  warning    %s\n", r->warn[k]);
     printf("  wrote     ");

@@ -28,6 +28,8 @@
  *                      dsabre: D-SABRE's K x K partitions (4), overlap (1), piston equalisation
  *                      (hierarchical), Eq. 17's extension (1) (Brunner et al. 2018; sabre.h)
  *   lenslet_um         dsabre: the lenslet pitch in the unit of the commands (pixel_um x pitch_px)
+ *   slope_gain         dsabre: the sensor's slope gain, divided out of the slopes in radians (1;
+ *                      spotwave sim bench writes its simulator's, sw_loop_slope_gain)
  *   projection         dsabre: corners (the spline at the Fried corners) | local (the distributed
  *                      projection onto the mirror, Eq. 14-16; the default)
  *   influence          dsabre, local: the mirror's influence function (gaussian | bezier)
@@ -82,6 +84,7 @@ typedef struct rtc_config {
     int fp16;
     sw_sabre_params sabre;        /* partitions, overlap, pme, extend_eq17 (nx, ny, pitch later) */
     double lenslet_um;            /* 0: pixel_um x pitch_px                                      */
+    double slope_gain;            /* dsabre: slopes in radians divided by this (1)                */
     sw_rtc_projection projection; /* corners | local                                             */
     sw_dm_params dm;              /* influence, coupling                                          */
     sw_controller_params ctrl;
@@ -98,6 +101,7 @@ static void config_default(rtc_config *c)
     c->cm_condition = 30.0;
     sw_sabre_params_default(&c->sabre);
     c->sabre.pme = SW_SABRE_PME_HIERARCHICAL;
+    c->slope_gain = 1.0;
     c->sabre.extend_eq17 = 1;
     c->projection = SW_RTC_PROJ_LOCAL;
     sw_dm_params_default(&c->dm);
@@ -256,6 +260,10 @@ static int k_lenslet(rtc_config *c, const char *v, char *w, size_t n)
 {
     return num(v, 1e-9, 1e12, &c->lenslet_um) ? want(w, n, "a positive number") : 0;
 }
+static int k_slope_gain(rtc_config *c, const char *v, char *w, size_t n)
+{
+    return num(v, 0.01, 100.0, &c->slope_gain) ? want(w, n, "a number in 0.01..100") : 0;
+}
 static int k_projection(rtc_config *c, const char *v, char *w, size_t n)
 {
     if (strcmp(v, "corners") == 0)
@@ -336,6 +344,7 @@ static const struct {
     {"pme", k_pme},
     {"extend_eq17", k_extend},
     {"lenslet_um", k_lenslet},
+    {"slope_gain", k_slope_gain},
     {"projection", k_projection},
     {"influence", k_influence},
     {"coupling", k_coupling},
@@ -416,7 +425,8 @@ void sw_cmd_rtc_help(FILE *out)
         "                         cm_modes), fp16; dsabre (Brunner et al. 2018, J. Opt. Soc.\n"
         "                         Am. A 35(6), 859): partitions (4), overlap (1), pme\n"
         "                         (hierarchical|distributed|none), extend_eq17 (1),\n"
-        "                         lenslet_um, projection (corners|local), influence\n"
+        "                         lenslet_um, slope_gain (1: the slopes in radians are\n"
+        "                         divided by it), projection (corners|local), influence\n"
         "                         (gaussian|bezier), coupling (0.3); controller\n"
         "                         (integrator|leaky|pi), gain (0.5), leak (0.01), clip (0),\n"
         "                         kp (pi: C(z) = kp + gain / (1 - z^-1) per command; 0);\n"
@@ -930,7 +940,8 @@ static int setup(sw_context *ctx, const rtc_opts *o, rtc_run *r)
         r->nact = (c->geom.nx + 1) * (c->geom.ny + 1);
         float *pm = NULL;
         st = sw_rtc_params_sabre(ctx, &sp, &dm, c->projection, NULL,
-                                 c->geom.pixel_um / (c->geom.focal_mm * 1000.0), &rp, &pm);
+                                 c->geom.pixel_um / (c->geom.focal_mm * 1000.0) / c->slope_gain,
+                                 &rp, &pm);
         rp.nact = r->nact;
         rp.controller.nact = r->nact;
         if (st == SW_OK && (rc = controller_extras(c, r, &rp.controller)) != SW_EXIT_OK) {

@@ -275,6 +275,9 @@ static int write_chain(sw_context *ctx, const bench_opts *o, sw_loop *l)
                 (int)ci.sabre.partitions, (int)ci.sabre.overlap, sw_sabre_pme_string(ci.sabre.pme),
                 ci.sabre.extend_eq17 ? 1 : 0, ci.sabre.pitch,
                 sw_dm_influence_string(ci.dm.influence), ci.dm.coupling);
+    double g[2];
+    if (!mvm && sw_loop_slope_gain(l, g)) /* the gain the loop divides out (loopsim.c) */
+        fprintf(f, "slope_gain = %.17g\n", 0.5 * (g[0] + g[1]));
     fprintf(f, "controller = %s\ngain = %.17g\nleak = %.17g\nclip = %.17g\nunseen = %s\n",
             sw_controller_kind_string(c->kind), c->gain, c->leak, c->clip,
             sw_unseen_string(ci.unseen));

@@ -430,7 +430,8 @@ typedef struct sw_loop_params {
     double zero_point;        /* photons s^-1 m^-2 at magnitude 0 (9e9)                          */
     double throughput;        /* (0.5)                                                           */
     double read_noise_e;      /* (2), only with a magnitude                                       */
-    double threshold_e;       /* centroid threshold subtracted, e- (0: 3 read_noise when noisy)  */
+    double threshold_e;       /* centroid threshold subtracted, e- (0: 3 read_noise when noisy);
+                                 the threshold in force is the larger of it and threshold_peak's  */
     /* atmosphere */
     sw_turbulence turbulence; /* r0 0.15 m at 0.5 um, L0 25 m (finite: the infinite screen)      */
     double wind_m_s;          /* (2.778 = 10 km/h)                                               */
@@ -461,6 +462,13 @@ typedef struct sw_loop_params {
                             measured residual B^T C s, after the warm-up) per round of modal gain
                             optimisation (sw_modal_gains), the new ki set between frames;
                             16..65536, 0: gains fixed (0)                                         */
+    /* sensor, continued */
+    double threshold_peak; /* 0 <= f < 1: the centroid threshold is at least f x the peak pixel of
+                              the noise-free, flat-wavefront spot at the loop's flux (0: the
+                              threshold is threshold_e's alone) (0: a threshold costs the closed
+                              loop accuracy, see loopsim.c's "Centroids")                       */
+    int slope_calibration; /* SABRE / D-SABRE: the slopes divided by the sensor's slope gain,
+                              measured at create (sw_loop_slope_gain) (1); 0: not             */
 } sw_loop_params;
 
 /* The Brunner et al. section 4.B setting: 32 x 32, D = 12 m, square pupil, DIFFRACTION, noise-free,
@@ -510,6 +518,26 @@ int32_t sw_loop_modes(const sw_loop *l);
 int32_t sw_loop_clipped(const sw_loop *l);
 /* Actuators of the simulated mirror ((nx + 1)^2); 0 for NULL. */
 int32_t sw_loop_actuators(const sw_loop *l);
+/*
+ * The sensor's slope gain, measured at create whatever the reconstructor: tilts of 1/16, 1/8 and
+ * 1/4 lambda/d along x, then y (the small signals of a closed loop), pushed and pulled, rendered
+ * noise-free through the loop's own SH model, flux and centroid conditioning; per tilt the mean
+ * measured slope over the valid lenslets over the true one, and gain = the mean over the three
+ * tilts, per axis: gain[0] along x, gain[1] along y. The centre of gravity of a diffraction spot
+ * whose wings are cut off at the lenslet's edge responds below 1: 0.995 for the default sensor
+ * (8 px lenslets, lambda f / d = 2 px: the edge falls on a zero of the spot's sinc^2), 0.81 with
+ * 10 px lenslets or lambda f / d = 2.5 px, and less for larger motions (0.93 at 1/2 lambda/d; 0.61
+ * on the open-loop turbulence of the 16 x 16, D = 12 m loop). Returns 1 when the reconstructor's
+ * slopes are divided by the mean of the two (SABRE and D-SABRE with slope_calibration = 1: they
+ * see unit-gain slopes), 0 when not: calibration off; MVM, whose interaction matrix, measured
+ * through the same sensor, holds the gain already; or a gain outside 0.5..2, not taken as a
+ * calibration (a faint star's noise-free spot entirely below the threshold measures 0). NULL: NaN
+ * gains, 0.
+ */
+int sw_loop_slope_gain(const sw_loop *l, double gain[2]);
+/* The centroid threshold in force, e- subtracted (0: none; sw_loop_params.threshold_e and
+ * threshold_peak). NaN for NULL. */
+double sw_loop_threshold_e(const sw_loop *l);
 /* Phase maps of the last frame (pupil grid, samples x nx per side, um; NaN outside the pupil):
  * any may be NULL. */
 sw_status sw_loop_maps(const sw_loop *l, int32_t *side, float *turbulence, float *correction,

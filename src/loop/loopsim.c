@@ -16,7 +16,30 @@
  * lenslets: illuminated fraction >= 0.5 (sw_shsim_truth's illum); every lit lenslet is rendered
  * (choice: partly lit ones still put light on the detector), only valid ones are measured.
  * Centroids: centre of gravity, slopes in pixels against the geometry's reference positions; a
- * threshold of threshold_e (or 3 read_noise_e when noisy and threshold_e is 0) is subtracted.
+ * threshold T is subtracted (SUBTRACT, ABSOLUTE) when positive: the larger of threshold_e (or,
+ * when it is 0, 3 read_noise_e when noisy and 0 noise-free) and threshold_peak x the peak pixel
+ * of the noise-free frame of a flat wavefront at the loop's flux (the reference spot; choice: an
+ * absolute level set from the known flux rather than a fraction of each lenslet's own maximum,
+ * which at a faint magnitude is often a noise pixel). threshold_peak is 0 by default (choice,
+ * measured; BENCHMARKS.md, issue 30): a threshold trims the wings of a diffraction spot cut off at
+ * the lenslet's edge and so raises the centre of gravity's gain for large spot motions (16 x 16,
+ * D = 12 m: 0.61 -> 0.83 on the open-loop turbulence with 0.05), but on the Nyquist-sampled spot
+ * it makes the response to sub-pixel motions uneven (1.07 at 1/20 lambda/d, 1.00 at 1/4), and the
+ * closed loop's residual grew with it (0.05, seed 1: 165 -> 170 nm MVM, 173 -> 178 nm D-SABRE,
+ * noise-free and at magnitude 8), while the small-signal gain it corrects is calibrated anyway
+ * (below).
+ *
+ * Slope gain (sensor calibration, for every reconstructor, after the threshold): tilts of 1/16,
+ * 1/8 and 1/4 lambda/d (the small signals of a closed loop) along x, then y (W = a u or a v on
+ * the phase grid), pushed and pulled, rendered noise-free through the simulator and the centroid
+ * plan; per tilt the mean over the valid lenslets of the push-pull half-difference (a reference
+ * offset cancels) in radians (pixel_um / (focal_mm 1000) per pixel) over a; the gain is the mean
+ * over the tilts, per axis. SABRE and D-SABRE take slopes in radians: with slope_calibration
+ * their slope_scale (and global SABRE's scale) is divided by the mean of the two gains, so they
+ * see unit-gain slopes (choice: one scale for both axes, as the rtc takes one; the square
+ * lenslet makes them equal). A gain outside [0.5, 2] is reported, not applied (a faint star's
+ * spot all below the threshold measures 0). MVM needs none: its interaction matrix is measured
+ * through the same sensor and holds the gain.
  *
  * Phase grid. sw_lattice_grid_lenslets(nx, nx, samples, 2): gw = nx q + 4 samples per side at
  * 1/q lenslet. Sample i is at lattice x = -1/2 + (i + 1/2 - 2) / q, i.e. at pupil u = (x - (nx -
@@ -44,17 +67,17 @@
  *     centroid gain of the threshold is calibrated too), control matrix sw_control_matrix
  *     (cm_condition, no mode limit), then an sw_rtc with SW_RTC_MVM.
  *   DSABRE_GLOBAL / DSABRE_LOCAL: an sw_rtc with SW_RTC_SABRE (pitch = lenslet_um so values are
- *     um of OPD, slope_scale = pixel_um / (focal_mm 1000), k = partitions, overlap, H-PME, the
- *     valid mask, extend_eq17 = 1 for both: choice, so that global and distributed projection
- *     see the same reconstruction and differ only in the projection, as in seed 002 Fig. 11).
- *     GLOBAL: an sw_projector of the plan's extended lattice (Eq. 13), actuators the (nx + 1)^2
- *     Fried corners, fitting squares those of the extended lattice whose centre is inside the
- *     pupil footprint (the array for the square pupil, the circle / annulus otherwise). LOCAL:
- *     sw_projector_params_window with the plan's window w (Eq. 14-16). A throwaway sw_sabre
- *     plan gives the lattice and w.
- *   SABRE_GLOBAL: on the host: a centroid plan, sw_sabre_global_run on the valid lenslets, the
- *     global projector on its lattice (vertices it does not estimate set to 0 and their squares
- *     not fitted), an sw_controller.
+ *     um of OPD, slope_scale = pixel_um / (focal_mm 1000) over the slope gain (above), k =
+ *     partitions, overlap, H-PME, the valid mask, extend_eq17 = 1 for both: choice, so that
+ *     global and distributed projection see the same reconstruction and differ only in the
+ *     projection, as in seed 002 Fig. 11). GLOBAL: an sw_projector of the plan's extended
+ *     lattice (Eq. 13), actuators the (nx + 1)^2 Fried corners, fitting squares those of the
+ *     extended lattice whose centre is inside the pupil footprint (the array for the square
+ *     pupil, the circle / annulus otherwise). LOCAL: sw_projector_params_window with the plan's
+ *     window w (Eq. 14-16). A throwaway sw_sabre plan gives the lattice and w.
+ *   SABRE_GLOBAL: on the host: a centroid plan, slopes in radians by the same calibrated scale,
+ *     sw_sabre_global_run on the valid lenslets, the global projector on its lattice (vertices it
+ *     does not estimate set to 0 and their squares not fitted), an sw_controller.
  *   The controller is p->controller with nact = (nx + 1)^2.
  *
  * Science camera. The residual over the pupil samples, field A exp(2 pi i W / lambda_sci) (A = 1
@@ -110,6 +133,8 @@
 #define LOOP_MAX_DELAY  1000
 #define LOOP_FIT_LAMBDA 1e-9 /* fitting regularisation, of trace / nact */
 #define LOOP_PI         3.14159265358979323846
+#define LOOP_GAIN_MIN   0.5 /* slope gains applied: within [min, max] */
+#define LOOP_GAIN_MAX   2.0
 
 struct sw_loop {
     sw_context *ctx; /* the caller's */
@@ -179,6 +204,10 @@ struct sw_loop {
     int32_t gain_rounds;
     sw_sabre_params chain_sabre; /* D-SABRE: the rtc's parameters (sw_loop_chain)          */
     double chain_slope_scale;
+    double threshold_e;   /* the centroid threshold in force, e- (0: none)                     */
+    double slope_gain[2]; /* the sensor's measured slope gain along x, y                      */
+    int gain_applied;     /* 1: slope_scale is divided by the gain                             */
+    double slope_scale;   /* SABRE / D-SABRE: pixel slopes to radians, the gain divided out    */
 
     /* science */
     int32_t n2;     /* 2 nq */
@@ -278,6 +307,8 @@ void sw_loop_params_default(sw_loop_params *p)
     p->modal = 0;
     p->kp = 0.0;
     p->gain_window = 0;
+    p->threshold_peak = 0.0;
+    p->slope_calibration = 1;
 }
 
 /* ------------------------------------------------------------------ validation */
@@ -332,6 +363,14 @@ static sw_status check_params(sw_context *ctx, const sw_loop_params *p)
     if (!(p->threshold_e >= 0.0) || !isfinite(p->threshold_e))
         return sw_fail(ctx, SW_EINVAL, "loop: threshold %g e- must be finite and >= 0",
                        p->threshold_e);
+    if (!(p->threshold_peak >= 0.0 && p->threshold_peak < 1.0))
+        return sw_fail(ctx, SW_EINVAL,
+                       "loop: threshold_peak %g: expected 0 <= f < 1 (a fraction of the reference "
+                       "spot's peak)",
+                       p->threshold_peak);
+    if (p->slope_calibration != 0 && p->slope_calibration != 1)
+        return sw_fail(ctx, SW_EINVAL, "loop: slope_calibration is %d: expected 0 or 1",
+                       p->slope_calibration);
     sw_status st = sw_turbulence_check(ctx, &p->turbulence);
     if (st != SW_OK)
         return st;
@@ -591,6 +630,99 @@ static sw_status build_filter(sw_loop *l)
     return st == SW_OK ? SW_OK : relay(l, st);
 }
 
+/* ------------------------------------------------------------------ sensor calibration */
+
+/* The centroid threshold (the top's "Centroids"): the larger of threshold_e (3 read noise when
+ * noisy and it is 0) and threshold_peak x the peak pixel of the noise-free flat-wavefront
+ * frame. */
+static sw_status set_threshold(sw_loop *l)
+{
+    const sw_loop_params *p = &l->p;
+    double thr = p->threshold_e > 0.0 ? p->threshold_e : (l->noisy ? 3.0 * p->read_noise_e : 0.0);
+    if (p->threshold_peak > 0.0) {
+        sw_image_stats s;
+        sw_status st = sw_shsim_clear_opd(l->sim);
+        if (st == SW_OK)
+            st = render(l);
+        if (st == SW_OK)
+            st = sw_image_stats_compute(l->ctx, &l->frame, &s);
+        if (st != SW_OK)
+            return st;
+        if (p->threshold_peak * s.max > thr)
+            thr = p->threshold_peak * s.max;
+    }
+    l->threshold_e = thr;
+    sw_centroid_params *cp = &l->cen_params;
+    if (thr > 0.0) {
+        cp->threshold_mode = SW_THRESHOLD_SUBTRACT;
+        cp->threshold_kind = SW_THRESHOLD_ABSOLUTE;
+        cp->threshold = thr;
+    }
+    return SW_OK;
+}
+
+/* The tilts of the gain calibration, in lambda/d (each pushed and pulled): the small signals
+ * of a closed loop, whose residual tilts per lenslet are about a tenth of lambda/d. */
+static const double GAIN_TILTS[] = {0.0625, 0.125, 0.25};
+#define LOOP_GAIN_TILTS ((int)(sizeof GAIN_TILTS / sizeof GAIN_TILTS[0]))
+
+/* The sensor's slope gain per axis (the top's "Slope gain") and the SABRE slope scale. Needs the
+ * centroid plan l->cen (with the threshold in force). */
+static sw_status calibrate_gain(sw_loop *l)
+{
+    const double px_rad = LOOP_PIXEL_UM / (l->focal_mm * 1000.0); /* radians per pixel */
+    const double lod = l->p.wfs_wavelength_um / l->lenslet_um;    /* lambda/d, radians */
+    const int32_t gw = l->gw, ns = l->ns;
+    const double u0 = l->resid.u0_um, v0 = l->resid.v0_um, sp = l->resid.spacing_um;
+    double *opd = l->resid.opd_um;
+    float *push = malloc((size_t)ns * sizeof(float));
+    if (!push)
+        return sw_fail(l->ctx, SW_ENOMEM, "loop: out of memory (slope gain)");
+    sw_status st = SW_OK;
+    for (int axis = 0; axis < 2 && st == SW_OK; axis++) {
+        double sum = 0.0; /* of the tilts' gains */
+        for (int t = 0; t < LOOP_GAIN_TILTS && st == SW_OK; t++) {
+            const double a = GAIN_TILTS[t] * lod;
+            for (int sign = 1; sign >= -1 && st == SW_OK; sign -= 2) {
+                for (int32_t k = 0; k < gw; k++)
+                    for (int32_t i = 0; i < gw; i++)
+                        opd[(size_t)k * gw + i] =
+                            sign * a * (axis == 0 ? u0 + i * sp : v0 + k * sp);
+                if ((st = feed(l)) != SW_OK || (st = render(l)) != SW_OK ||
+                    (st = sw_centroid_run(l->cen, &l->frame, &l->cres)) != SW_OK)
+                    break;
+                const float *m = l->cres.slopes + (size_t)axis * ns;
+                if (sign > 0) {
+                    memcpy(push, m, (size_t)ns * sizeof(float));
+                    continue;
+                }
+                double d = 0.0; /* the push-pull half-difference, summed over the lenslets */
+                for (int32_t s = 0; s < ns; s++)
+                    d += 0.5 * ((double)push[s] - (double)m[s]);
+                sum += d * px_rad / (ns * a);
+            }
+        }
+        l->slope_gain[axis] = sum / LOOP_GAIN_TILTS;
+    }
+    free(push);
+    memset(opd, 0, (size_t)gw * gw * sizeof(double));
+    if (st == SW_OK)
+        st = sw_shsim_clear_opd(l->sim);
+    if (st != SW_OK)
+        return st;
+    /* a gain outside [LOOP_GAIN_MIN, LOOP_GAIN_MAX] is not a calibration (a threshold above
+     * every pixel of a faint star's noise-free spot measures 0): reported, not applied */
+    const double g = 0.5 * (l->slope_gain[0] + l->slope_gain[1]);
+    const int sane = l->slope_gain[0] >= LOOP_GAIN_MIN && l->slope_gain[0] <= LOOP_GAIN_MAX &&
+                     l->slope_gain[1] >= LOOP_GAIN_MIN && l->slope_gain[1] <= LOOP_GAIN_MAX;
+    l->slope_scale = px_rad;
+    if (l->p.slope_calibration && l->p.recon != SW_LOOP_MVM && sane) {
+        l->slope_scale = px_rad / g;
+        l->gain_applied = 1;
+    }
+    return SW_OK;
+}
+
 /* ------------------------------------------------------------------ MVM calibration */
 
 /* sw_measure_fn: the wavefront +phi_u alone, noise-free, through the SH model and the
@@ -673,7 +805,7 @@ static sw_status build_dsabre(sw_loop *l, sw_rtc_params *rp, float **pmat_out, u
     }
     *mask_out = mask;
     l->chain_sabre = sp;
-    l->chain_slope_scale = LOOP_PIXEL_UM / (l->focal_mm * 1000.0);
+    l->chain_slope_scale = l->slope_scale;
     const sw_status st = sw_rtc_params_sabre(
         l->cpu, &sp, &l->dm,
         l->p.recon == SW_LOOP_DSABRE_GLOBAL ? SW_RTC_PROJ_GLOBAL : SW_RTC_PROJ_LOCAL, mask,
@@ -741,7 +873,7 @@ static sw_status run_sabre_global(sw_loop *l, float *commands)
     if (st != SW_OK)
         return st;
     const int32_t n = l->nx * l->nx;
-    const double scale = LOOP_PIXEL_UM / (l->focal_mm * 1000.0);
+    const double scale = l->slope_scale;
     for (int32_t k = 0; k < l->ns; k++) {
         const int32_t le = sw_centroid_plan_slope_lenslet(l->cen, k);
         l->gslopes[le] = (float)(l->cres.slopes[k] * scale);
@@ -908,14 +1040,7 @@ static sw_status build_sensor(sw_loop *l)
     cp->type = SW_PIX_F32;
     cp->max_frames = 1;
     cp->path = l->gpu ? SW_CENTROID_DEVICE : SW_CENTROID_HOST;
-    const double thr =
-        p->threshold_e > 0.0 ? p->threshold_e : (l->noisy ? 3.0 * p->read_noise_e : 0.0);
-    if (thr > 0.0) {
-        cp->threshold_mode = SW_THRESHOLD_SUBTRACT;
-        cp->threshold_kind = SW_THRESHOLD_ABSOLUTE;
-        cp->threshold = thr;
-    }
-    return SW_OK;
+    return SW_OK; /* the threshold: set_threshold */
 }
 
 /* Pupil samples, the screen, the phase buffers. */
@@ -1031,13 +1156,16 @@ static sw_status build(sw_loop *l)
         return st;
 #endif
 
+    /* the threshold, a centroid plan (the calibrations', SABRE_GLOBAL's), the slope gain */
+    if ((st = set_threshold(l)) != SW_OK ||
+        (st = sw_centroid_create(l->ctx, &l->cen_params, &l->cen)) != SW_OK ||
+        (st = sw_centroid_result_alloc(l->cen, 1, SW_MEM_HOST, &l->cres)) != SW_OK)
+        return st;
+    l->ns = sw_centroid_plan_slopes(l->cen);
+    if ((st = calibrate_gain(l)) != SW_OK)
+        return st;
+
     /* reconstruction */
-    if (p->recon == SW_LOOP_MVM || p->recon == SW_LOOP_SABRE_GLOBAL) {
-        if ((st = sw_centroid_create(l->ctx, &l->cen_params, &l->cen)) != SW_OK ||
-            (st = sw_centroid_result_alloc(l->cen, 1, SW_MEM_HOST, &l->cres)) != SW_OK)
-            return st;
-        l->ns = sw_centroid_plan_slopes(l->cen);
-    }
     if (p->recon == SW_LOOP_SABRE_GLOBAL)
         return build_sabre_global(l);
     sw_rtc_params rp;
@@ -1511,6 +1639,20 @@ int32_t sw_loop_clipped(const sw_loop *l)
 int32_t sw_loop_actuators(const sw_loop *l)
 {
     return l ? l->nact : 0;
+}
+
+int sw_loop_slope_gain(const sw_loop *l, double gain[2])
+{
+    if (gain) {
+        gain[0] = l ? l->slope_gain[0] : NAN;
+        gain[1] = l ? l->slope_gain[1] : NAN;
+    }
+    return l ? l->gain_applied : 0;
+}
+
+double sw_loop_threshold_e(const sw_loop *l)
+{
+    return l ? l->threshold_e : NAN;
 }
 
 /* ------------------------------------------------------------------ fitting error */

@@ -213,6 +213,21 @@ check json "$tmp/v.json" "r['config']['recon'] == 'mvm' and isinstance(r['modes'
     fail "mvm: $out"
 check closed "$tmp/v.csv" "$tmp/o.csv" 20 1e-6 || fail "mvm: the closed loop does not beat the open loop"
 
+# The sensor's slope gain: reported; uncalibrated on diffraction spots that lose it (10 px
+# lenslets: ~0.81), a warning; calibrated (the default), none.
+check json "$tmp/c.json" "len(r['slope_gain']) == 2 and 0.5 < r['slope_gain'][0] < 2 and r['config']['slope_calibration'] == 1 and r['config']['threshold_peak'] == 0 and r['warnings'] == []" ||
+    fail "slope gain: $out"
+expect 0 "${B[@]}" loop --config "$tmp/tiny.cfg" --frames 3 --set warmup=1 --set model=diffraction \
+    --set px_per_lenslet=10 --set slope_calibration=0 --json
+printf '%s\n' "$out" >"$tmp/g.json"
+check json "$tmp/g.json" "r['slope_gain'][0] < 0.9 and any('slope gain' in w for w in r['warnings'])" ||
+    fail "uncalibrated slope gain: no warning: $out"
+expect 0 "${B[@]}" loop --config "$tmp/tiny.cfg" --frames 3 --set warmup=1 --set model=diffraction \
+    --set px_per_lenslet=10 --json
+printf '%s\n' "$out" >"$tmp/g.json"
+check json "$tmp/g.json" "r['slope_gain'][0] < 0.9 and r['warnings'] == []" ||
+    fail "calibrated slope gain: a warning: $out"
+
 # ---------------------------------------------------------------- configuration sources
 # the file, then the options and --set in the order given
 expect 0 "${B[@]}" loop --config "$tmp/tiny.cfg" --frames 22 --gain 0.4 --set gain=0.3 \
