@@ -765,6 +765,11 @@ static sw_status build_mvm(sw_loop *l, sw_rtc_params *rp)
     if (st != SW_OK)
         return st;
     l->kept = res.kept;
+    if (l->kept < 1)
+        return sw_fail(l->ctx, SW_EINVAL,
+                       "loop: the interaction matrix has no mode (the spots of the %g e- star are "
+                       "below the centroid threshold?)",
+                       l->flux_e);
     rp->recon = SW_RTC_MVM;
     rp->cm = l->cm;
     rp->fp16 = 0;

@@ -366,7 +366,7 @@ check json "$tmp/s.json" "r['saturated_frames'] == 0 and r['warnings'] == []" ||
 # until the mirror saturates and the residual climbs, with no frame above 2 x the turbulence:
 # the trend flags it. The default filter keeps the same loop bounded and clean.
 drift=(loop --set nx=8 --set diameter_m=3 --set samples=4 --set px_per_lenslet=8
-    --set recon=dsabre-local --set partitions=2 --set clip=1.0 --frames 800 --json)
+    --set recon=dsabre-local --set partitions=2 --set clip=0.7 --frames 800 --json)
 expect 0 "${B[@]}" "${drift[@]}" --set unseen=none
 printf '%s\n' "$out" >"$tmp/t.json"
 check json "$tmp/t.json" "r['diverged'] is True and r['divergence_reason'] == 'trend' and r['trend']['residual_growth'] > 0.5 and r['trend']['residual_ratio_growth'] > 0.5 and r['divergence_frame'] > 20 and any('diverging' in w for w in r['warnings'])" ||

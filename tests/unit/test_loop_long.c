@@ -1,0 +1,194 @@
+/*
+ * Long closed loops (loop.h, sw_loop): every reconstructor (MVM, global SABRE, D-SABRE with the
+ * global and the distributed projection) runs 10^4 frames on a small, fast system (6 x 6
+ * lenslets, geometric spots), with and without a stroke limit, and stays bounded: no frame's
+ * residual above the turbulence, the commands' RMS over the last 2000 frames within 1.5 x of
+ * frames 1000-3000 (no drift: with the unseen modes not filtered, D-SABRE's piston and waffle
+ * wander instead: tests/cli/test_cli_loop.sh shows that run flagged), the residual's likewise.
+ * Modal gain optimisation in the loop (gain_window): on a noisy guide star in a fast wind the
+ * tuned gains lower the residual by more than 10 % against fixed ones, inside the stable range.
+ */
+#include "testutil.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static sw_context *ctx;
+
+static int setup(void **state)
+{
+    (void)state;
+    ctx = sw_test_cpu_context(0);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    sw_context_destroy(ctx);
+    return 0;
+}
+
+static void small(sw_loop_params *p, sw_loop_recon recon)
+{
+    sw_loop_params_default(p);
+    p->nx = 6;
+    p->diameter_m = 2.0;
+    p->samples = 2;
+    p->px_per_lenslet = 4;
+    p->model = SW_SH_GEOMETRIC;
+    p->partitions = 2;
+    p->recon = recon;
+    p->wind_m_s = 10.0;
+}
+
+typedef struct run_stats {
+    double cmd_early, cmd_late; /* command RMS, frames 1000-3000 and the last 2000 */
+    double res_early, res_late; /* residual RMS likewise                          */
+    double worst_ratio;         /* max residual / turbulence over the run         */
+} run_stats;
+
+static double mean_sq(const double *x, int64_t a, int64_t b)
+{
+    double s = 0.0;
+    for (int64_t i = a; i < b; i++)
+        s += x[i] * x[i];
+    return sqrt(s / (double)(b - a));
+}
+
+static run_stats run(const sw_loop_params *p, int64_t frames)
+{
+    sw_loop *l = NULL;
+    if (sw_loop_create(ctx, p, &l) != SW_OK)
+        fail_msg("sw_loop_create: %s", sw_context_error(ctx));
+    double *cmd = malloc((size_t)frames * sizeof(double));
+    double *res = malloc((size_t)frames * sizeof(double));
+    assert_non_null(cmd);
+    assert_non_null(res);
+    run_stats s;
+    memset(&s, 0, sizeof s);
+    for (int64_t k = 0; k < frames; k++) {
+        sw_loop_frame f;
+        if (sw_loop_step(l, &f) != SW_OK)
+            fail_msg("frame %lld: %s", (long long)k + 1, sw_context_error(ctx));
+        cmd[k] = f.command_rms_um;
+        res[k] = f.residual_nm;
+        if (k >= 20)
+            s.worst_ratio = fmax(s.worst_ratio, f.residual_nm / f.turbulence_nm);
+    }
+    s.cmd_early = mean_sq(cmd, 1000, 3000);
+    s.cmd_late = mean_sq(cmd, frames - 2000, frames);
+    s.res_early = mean_sq(res, 1000, 3000);
+    s.res_late = mean_sq(res, frames - 2000, frames);
+    free(cmd);
+    free(res);
+    sw_loop_destroy(l);
+    return s;
+}
+
+static void test_long_runs(void **state)
+{
+    (void)state;
+    const sw_loop_recon recons[4] = {SW_LOOP_MVM, SW_LOOP_SABRE_GLOBAL, SW_LOOP_DSABRE_GLOBAL,
+                                     SW_LOOP_DSABRE_LOCAL};
+    const int64_t frames = 10000;
+    for (int r = 0; r < 4; r++)
+        for (int clipped = 0; clipped < 2; clipped++) {
+            sw_loop_params p;
+            small(&p, recons[r]);
+            /* a stroke a little above the commands' own peaks: it bites now and then */
+            p.controller.clip = clipped ? 0.6 : 0.0;
+            const run_stats s = run(&p, frames);
+            print_message("%-13s clip %.1f: command RMS %.4f -> %.4f um, residual %.1f -> %.1f nm, "
+                          "worst residual / turbulence %.2f\n",
+                          sw_loop_recon_string(recons[r]), p.controller.clip, s.cmd_early,
+                          s.cmd_late, s.res_early, s.res_late, s.worst_ratio);
+            assert_true(s.worst_ratio < 1.0);
+            assert_true(s.cmd_late < 1.5 * s.cmd_early);
+            assert_true(s.res_late < 1.5 * s.res_early);
+        }
+}
+
+/* Mean residual of frames from..to (1-based) of a loop of parameters p; the loop's gains after. */
+static double tuned_run(const sw_loop_params *p, int from, int to, int32_t *rounds, float *gmin,
+                        float *gmax)
+{
+    sw_loop *l = NULL;
+    if (sw_loop_create(ctx, p, &l) != SW_OK)
+        fail_msg("sw_loop_create: %s", sw_context_error(ctx));
+    double sum = 0.0, worst = 0.0;
+    for (int k = 1; k <= to; k++) {
+        sw_loop_frame f;
+        if (sw_loop_step(l, &f) != SW_OK)
+            fail_msg("frame %d: %s", k, sw_context_error(ctx));
+        if (k >= from)
+            sum += f.residual_nm;
+        if (k > 20)
+            worst = fmax(worst, f.residual_nm / f.turbulence_nm);
+    }
+    assert_true(worst < 1.0);
+    int32_t nm = 0;
+    const float *ki = sw_loop_gains(l, &nm, rounds);
+    assert_non_null(ki);
+    *gmin = *gmax = ki[0];
+    for (int32_t i = 0; i < nm; i++) {
+        *gmin = fminf(*gmin, ki[i]);
+        *gmax = fmaxf(*gmax, ki[i]);
+    }
+    sw_loop_destroy(l);
+    return sum / (to - from + 1);
+}
+
+/* A noisy star and a fast wind (10 m/s over 2 m at 500 Hz): PI at ki = 0.5 on every mode lags the
+ * turbulence; three rounds of gain_window = 512 frames raise the gains (inside the stable range)
+ * and the residual of the 1000 frames after them drops by more than 10 % (the same screens and
+ * noise: only the gains differ). Measured here: 143.7 -> 113.0 nm over 4000 frames. */
+static void test_gain_tuning(void **state)
+{
+    (void)state;
+    sw_loop_params p;
+    small(&p, SW_LOOP_MVM);
+    p.magnitude = 11.0;
+    p.controller.kind = SW_CTRL_PI;
+    p.controller.gain = 0.5;
+    p.modal = 1;
+    const int from = 20 + 3 * 512 + 1, to = from + 999;
+    int32_t rounds = -1;
+    float lo, hi;
+    const double fixed = tuned_run(&p, from, to, &rounds, &lo, &hi);
+    assert_int_equal(rounds, 0);
+    assert_true(lo == 0.5f && hi == 0.5f);
+    p.gain_window = 512;
+    const double tuned = tuned_run(&p, from, to, &rounds, &lo, &hi);
+    print_message("fixed gains: %.1f nm; tuned (%d rounds, ki %.3f..%.3f): %.1f nm\n", fixed,
+                  (int)rounds, (double)lo, (double)hi, tuned);
+    assert_true(rounds >= 3);
+    assert_true(lo > 0.0f && hi < (float)sw_controller_max_gain(1, 0.0));
+    assert_true(tuned < 0.9 * fixed);
+
+    /* refused: not PI, not MVM, a window too short, kp set */
+    sw_loop *l = NULL;
+    sw_loop_params q = p;
+    q.controller.kind = SW_CTRL_INTEGRATOR;
+    assert_int_equal(sw_loop_create(ctx, &q, &l), SW_EINVAL);
+    q = p;
+    q.recon = SW_LOOP_DSABRE_LOCAL;
+    q.modal = 0;
+    assert_int_equal(sw_loop_create(ctx, &q, &l), SW_EINVAL);
+    q = p;
+    q.gain_window = 8;
+    assert_int_equal(sw_loop_create(ctx, &q, &l), SW_EINVAL);
+    q = p;
+    q.kp = 0.1;
+    assert_int_equal(sw_loop_create(ctx, &q, &l), SW_EINVAL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_long_runs),
+        cmocka_unit_test(test_gain_tuning),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
