@@ -478,6 +478,7 @@ _RANGES = {
     "halfopen": ("a number in [0, 1)", lambda v: 0 <= v < 1),
     "unit": ("a number in (0, 1]", lambda v: 0 < v <= 1),
     "cond": ("0 (no limit) or a number >= 1", lambda v: v == 0 or v >= 1),
+    "any": ("a finite number", lambda v: True),
 }
 CONFIG_KEYS = {
     "nx": ("int", 2, 1024), "diameter_m": ("pos",), "square_pupil": ("bool",),
@@ -485,14 +486,18 @@ CONFIG_KEYS = {
     "wfs_wavelength_um": ("pos",), "nyquist_px": ("pos",),
     "model": ("choice", "geometric", "diffraction"), "magnitude": ("magnitude",),
     "zero_point": ("pos",), "throughput": ("unit",), "read_noise_e": ("nonneg",),
-    "threshold_e": ("nonneg",), "r0_m": ("pos",), "L0_m": ("pos",),
+    "threshold_e": ("nonneg",), "threshold_peak": ("halfopen",), "slope_calibration": ("bool",),
+    "r0_m": ("pos",), "L0_m": ("pos",),
     "r0_wavelength_um": ("pos",), "subharmonics": ("int", 0, 8), "wind_m_s": ("nonneg",),
     "rate_hz": ("pos",), "seed": ("u64",), "samples": ("int", 1, 32),
     "influence": ("choice", "gaussian", "bezier"), "coupling": ("open01",),
     "recon": ("choice", "mvm", "sabre", "dsabre-global", "dsabre-local"),
     "cm_condition": ("cond",), "poke_um": ("pos",), "partitions": ("int", 1, 1024),
     "overlap": ("int", 0, 64), "controller": ("choice", "integrator", "leaky", "pi"),
-    "gain": ("nonneg",), "leak": ("halfopen",), "clip": ("nonneg",), "delay": ("int", 0, 1000),
+    "gain": ("nonneg",), "leak": ("halfopen",), "clip": ("nonneg",),
+    "unseen": ("choice", "none", "piston", "waffle", "piston-waffle"),
+    "modal": ("choice", "actuators", "im"), "kp": ("any",), "gain_window": ("int", 0, 65536),
+    "delay": ("int", 0, 1000),
     "science_wavelength_um": ("pos",), "warmup": ("int", 0, 1000000),
     "frames": ("int", 1, 1000000),
 }
@@ -548,8 +553,11 @@ def _check_key(key, v):
 # The physics guards of ``spotwave loop`` (cli/cmd_loop.c): gains above GAIN_MAX are refused; a
 # residual above DIVERGE_X x the turbulence for DIVERGE_K frames running (DIVERGE_HUGE x once, or
 # not finite) is a divergence from the first of them; a frame with more than half of the commands
-# at the stroke limit is a saturated one.
+# at the stroke limit is a saturated one; the trend over TREND_WINDOWS windows after the warm-up
+# (watch_trend); an uncalibrated SABRE / D-SABRE slope gain below SLOPE_GAIN_WARN.
 GAIN_MAX, DIVERGE_K, DIVERGE_X, DIVERGE_HUGE = 10.0, 5, 2.0, 100.0
+TREND_WINDOWS, TREND_MIN, TREND_GROW, TREND_CMD, TREND_RES = 8, 10, 0.2, 1.0, 0.5
+SLOPE_GAIN_WARN = 0.95
 
 
 def max_gain(delay=0, controller="integrator", leak=0.01):
@@ -594,11 +602,15 @@ class Simulator:
     ``spotwave loop`` (:data:`CONFIG_KEYS`, defaults in :func:`defaults`): nx, diameter_m,
     square_pupil, obscuration, px_per_lenslet, wfs_wavelength_um, nyquist_px, model
     ("geometric" | "diffraction"), magnitude (None: noise-free), zero_point, throughput,
-    read_noise_e, threshold_e, r0_m, L0_m, r0_wavelength_um, subharmonics, wind_m_s, rate_hz,
-    seed, samples, influence, coupling, recon ("mvm" | "sabre" | "dsabre-global" |
-    "dsabre-local"), cm_condition, poke_um, partitions, overlap, controller ("integrator" |
-    "leaky" | "pi"), gain, leak, clip, delay, science_wavelength_um, warmup, and frames (what
-    :meth:`run` runs by default). open_loop: gain 0 (the mirror never moves).
+    read_noise_e, threshold_e, threshold_peak, slope_calibration, r0_m, L0_m, r0_wavelength_um,
+    subharmonics, wind_m_s, rate_hz, seed, samples, influence, coupling, recon ("mvm" | "sabre" |
+    "dsabre-global" | "dsabre-local"), cm_condition, poke_um, partitions, overlap, controller
+    ("integrator" | "leaky" | "pi"), gain, leak, clip, unseen ("none" | "piston" | "waffle" |
+    "piston-waffle": the modes the sensor cannot see, filtered out), modal ("actuators" | "im":
+    PI's basis), kp (PI's proportional gain), gain_window (PI, mvm: frames per round of modal
+    gain optimisation, Gendron & Lena 1994; 0: fixed gains), delay, science_wavelength_um,
+    warmup, and frames (what :meth:`run` runs by default). open_loop: gain 0 (the mirror never
+    moves).
 
     ``sim.run(frames=None, progress=None)`` -> the per-frame table (the command's --report
     columns) of the frames run; ``sim.summary()`` -> the dict ``spotwave loop --json`` prints
@@ -690,11 +702,65 @@ class Simulator:
             "marechal_mean": _finite(sm / m), "residual_nm_mean": _finite(sr / m),
             "turbulence_nm_mean": _finite(st / m), "residual_nm_last": _finite(last[2]),
             "turbulence_nm_last": _finite(last[1]), "fitting_error_nm": _finite(fe),
-            "modes": self.modes, "create_s": self.create_s, "run_s": self.run_s,
+            "modes": self.modes, "pi_gains": self._pi_gains(), "create_s": self.create_s,
+            "run_s": self.run_s,
             "frames_per_s": n / self.run_s if self.run_s > 0 else None,
             "backend": self.ctx.backend, **guards, "strict": False, "report": None,
             "plot": None, "maps": None,
         }
+
+    def _pi_gains(self):
+        """PI's integral gains at the end over the modes (min, median, max) and the rounds of
+        modal gain optimisation, as the command reports them; None for other controllers."""
+        ki, rounds, pi = self._l.gains()
+        if not pi or not ki:
+            return None
+        k = sorted(ki)
+        return {"modes": len(k), "rounds": rounds, "min": k[0], "median": k[len(k) // 2],
+                "max": k[-1]}
+
+    def _trend(self):
+        """cli/cmd_loop.c's watch_trend: growth of the residual and the command RMS, alone and
+        over the turbulence, across TREND_WINDOWS windows after the warm-up."""
+        n, w = len(self._rows), self.config["warmup"]
+        win = (n - w) // TREND_WINDOWS
+        if win < TREND_MIN:
+            return None
+        res_w, cmd_w, rho, cmd = [], [], [], []
+        for k in range(TREND_WINDOWS):
+            res = turb = c = 0.0
+            for r in self._rows[w + k * win:w + (k + 1) * win]:
+                res += r[2]
+                turb += r[1]
+                c += r[5] * 1e3
+            res_w.append(res)
+            cmd_w.append(c)
+            rho.append(res / turb if turb > 0 else 0.0)
+            cmd.append(c / turb if turb > 0 else 0.0)
+
+        def growth(x):
+            sx = sy = sxx = sxy = 0.0
+            for i, v in enumerate(x):
+                sx += i
+                sy += v
+                sxx += float(i) * i
+                sxy += i * v
+            m = len(x)
+            slope, mean = (m * sxy - sx * sy) / (m * sxx - sx * sx), sy / m
+            return slope * (m - 1) / mean if mean > 0 else 0.0
+
+        t = {"windows": TREND_WINDOWS, "window_frames": win, "residual_growth": growth(res_w),
+             "residual_ratio_growth": growth(rho), "command_growth": growth(cmd_w),
+             "command_ratio_growth": growth(cmd)}
+        gr = min(t["residual_growth"], t["residual_ratio_growth"])
+        gc = min(t["command_growth"], t["command_ratio_growth"])
+        diverging = (gr > TREND_GROW and gc > TREND_GROW) or gc > TREND_CMD or gr > TREND_RES
+        start = 0
+        for k in range(1, TREND_WINDOWS):
+            if diverging and not start and (rho[k] > (1 + TREND_GROW) * rho[0]
+                                            or cmd[k] > (1 + TREND_GROW) * cmd[0]):
+                start = w + k * win + 1
+        return t, diverging, start
 
     def _guards(self):
         """The physics guards' keys of ``spotwave loop --json`` over the frames run so far."""
@@ -726,13 +792,33 @@ class Simulator:
             warnings.append(f"the loop diverged from frame {diverged}: residual above "
                             f"{DIVERGE_X:g} x the turbulence (last frame {int(last[0])}: residual "
                             f"{last[2]:.4g} nm, turbulence {last[1]:.4g} nm)")
+        tr = self._trend()
+        trend, diverging, start = tr if tr else ({}, False, 0)
+        if diverging and not diverged:
+            warnings.append(
+                f"the loop is diverging: over the {len(self._rows) - c['warmup']} frames after "
+                f"the warm-up the residual grew by {100 * trend['residual_growth']:.0f} % "
+                f"({100 * trend['residual_ratio_growth']:.0f} % over the turbulence) and the "
+                f"command RMS by {100 * trend['command_growth']:.0f} % "
+                f"({100 * trend['command_ratio_growth']:.0f} %) (windows of "
+                f"{trend['window_frames']} frames; from frame {start})")
+        gx, gy, applied = self._l.slope_gain
+        if c["recon"] != "mvm" and not applied and min(gx, gy) < SLOPE_GAIN_WARN:
+            why = ("a gain outside 0.5..2 is not applied" if c["slope_calibration"]
+                   else "slope_calibration = 0")
+            warnings.append(f"the sensor's slope gain is {gx:.3f} along x and {gy:.3f} along y, "
+                            f"not calibrated ({why}): the {c['recon']} reconstructor sees slopes "
+                            f"{100 * (1 - min(gx, gy)):.0f} % short")
         if saturated:
             warnings.append(f"the mirror saturated in {saturated} of {len(self._rows)} frames "
                             f"(first: frame {first_sat}): more than half of the {nact} commands "
                             f"at the stroke limit clip = {c['clip']:g} um")
         return {"gain_max_stable": gmax, "loop_delay_frames": c["delay"] + 1,
-                "diverged": diverged > 0, "divergence_frame": diverged or None,
-                "saturated_frames": saturated, "warnings": warnings}
+                "diverged": diverged > 0 or diverging,
+                "divergence_frame": diverged or (start if diverging and start else None),
+                "divergence_reason": "residual" if diverged else ("trend" if diverging else None),
+                "trend": trend, "saturated_frames": saturated, "slope_gain": [gx, gy],
+                "warnings": warnings[:5]}
 
 
 def _finite(v):

@@ -705,6 +705,8 @@ nb::dict loop_defaults()
     d["throughput"] = p.throughput;
     d["read_noise_e"] = p.read_noise_e;
     d["threshold_e"] = p.threshold_e;
+    d["threshold_peak"] = p.threshold_peak;
+    d["slope_calibration"] = p.slope_calibration != 0;
     d["r0_m"] = p.turbulence.r0_m;
     d["L0_m"] = p.turbulence.L0_m;
     d["r0_wavelength_um"] = p.turbulence.wavelength_um;
@@ -724,6 +726,10 @@ nb::dict loop_defaults()
     d["gain"] = p.controller.gain;
     d["leak"] = p.controller.leak;
     d["clip"] = p.controller.clip;
+    d["unseen"] = std::string(sw_unseen_string(p.unseen));
+    d["modal"] = std::string(p.modal ? "im" : "actuators");
+    d["kp"] = p.kp;
+    d["gain_window"] = p.gain_window;
     d["delay"] = p.delay;
     d["science_wavelength_um"] = p.science_wavelength_um;
     d["warmup"] = p.warmup;
@@ -753,6 +759,8 @@ void loop_init(LoopSim *self, nb::object ctx_obj, nb::dict params)
     p.throughput = q.num("throughput", p.throughput);
     p.read_noise_e = q.num("read_noise_e", p.read_noise_e);
     p.threshold_e = q.num("threshold_e", p.threshold_e);
+    p.threshold_peak = q.num("threshold_peak", p.threshold_peak);
+    p.slope_calibration = q.flag("slope_calibration", p.slope_calibration != 0) ? 1 : 0;
     p.turbulence.r0_m = q.num("r0_m", p.turbulence.r0_m);
     p.turbulence.L0_m = q.num("L0_m", p.turbulence.L0_m);
     p.turbulence.wavelength_um = q.num("r0_wavelength_um", p.turbulence.wavelength_um);
@@ -777,6 +785,16 @@ void loop_init(LoopSim *self, nb::object ctx_obj, nb::dict params)
     p.controller.gain = q.num("gain", p.controller.gain);
     p.controller.leak = q.num("leak", p.controller.leak);
     p.controller.clip = q.num("clip", p.controller.clip);
+    std::string unseen = q.str("unseen", sw_unseen_string(p.unseen));
+    if (sw_unseen_parse(unseen.c_str(), &p.unseen) != SW_OK)
+        value_error("unseen: '%s' is not 'none', 'piston', 'waffle' or 'piston-waffle'",
+                    unseen.c_str());
+    std::string modal = q.str("modal", p.modal ? "im" : "actuators");
+    if (modal != "im" && modal != "actuators")
+        value_error("modal: '%s' is not 'actuators' or 'im'", modal.c_str());
+    p.modal = modal == "im" ? 1 : 0;
+    p.kp = q.num("kp", p.kp);
+    p.gain_window = (int32_t)q.integer("gain_window", p.gain_window);
     p.delay = (int32_t)q.integer("delay", p.delay);
     p.science_wavelength_um = q.num("science_wavelength_um", p.science_wavelength_um);
     p.warmup = (int32_t)q.integer("warmup", p.warmup);
@@ -926,7 +944,22 @@ void bind_loop(nb::module_ &m)
         .def("maps", &loop_maps)
         .def_prop_ro("modes", [](LoopSim &s) { return sw_loop_modes(s.l); })
         .def_prop_ro("actuators", [](LoopSim &s) { return sw_loop_actuators(s.l); })
-        .def_prop_ro("long_strehl", [](LoopSim &s) { return sw_loop_long_strehl(s.l); });
+        .def_prop_ro("long_strehl", [](LoopSim &s) { return sw_loop_long_strehl(s.l); })
+        .def_prop_ro("slope_gain",
+                     [](LoopSim &s) {
+                         double g[2] = {1.0, 1.0};
+                         const int applied = sw_loop_slope_gain(s.l, g);
+                         return nb::make_tuple(g[0], g[1], applied != 0);
+                     })
+        .def_prop_ro("threshold_e", [](LoopSim &s) { return sw_loop_threshold_e(s.l); })
+        .def("gains", [](LoopSim &s) {
+            int32_t nm = 0, rounds = 0;
+            const float *ki = sw_loop_gains(s.l, &nm, &rounds);
+            nb::list v;
+            for (int32_t i = 0; ki && i < nm; i++)
+                v.append((double)ki[i]);
+            return nb::make_tuple(v, rounds, ki != nullptr);
+        });
 }
 
 } // namespace swpy

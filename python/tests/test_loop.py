@@ -29,6 +29,9 @@ TIMINGS = {"create_s", "run_s", "frames_per_s"}
     dict(nx=6, recon="dsabre-local", partitions=2, controller="leaky", leak=0.05, delay=1),
     dict(nx=6, recon="dsabre-global", partitions=2, influence="bezier", coupling=0.25),
     dict(nx=5, recon="sabre", magnitude=9, read_noise_e=1, controller="pi", gain=0.4, seed=7),
+    # PI over the interaction matrix's modes, its gains re-chosen every 32 frames
+    dict(nx=6, recon="mvm", controller="pi", modal="im", gain_window=32, magnitude=11,
+         frames=100, wind_m_s=10),
 ])
 def test_simulate_is_the_commands(cli, one, config):
     cfg = dict(SMALL, **config)
@@ -49,6 +52,12 @@ def test_simulate_is_the_commands(cli, one, config):
     dict(nx=6, recon="mvm", gain=3.0, frames=20),              # diverges
     dict(nx=6, recon="dsabre-local", partitions=2, clip=0.01),  # a saturated mirror
     dict(nx=6, recon="dsabre-local", partitions=2, delay=1, gain=1.02),  # above g_max = 1
+    # piston and waffle left unfiltered drift into the stroke limit: diverging by the trend
+    dict(nx=8, diameter_m=3, model="diffraction", px_per_lenslet=8, recon="dsabre-local",
+         partitions=2, clip=0.7, unseen="none", frames=800, warmup=20),
+    # a sensor that loses slope gain, not calibrated
+    dict(nx=6, recon="dsabre-local", partitions=2, model="diffraction", px_per_lenslet=10,
+         slope_calibration=False),
 ])
 def test_guards_are_the_commands(cli, one, config):
     """The physics guards (warnings, diverged, divergence_frame, saturated_frames) as the command
@@ -67,6 +76,10 @@ def test_guards_are_the_commands(cli, one, config):
         assert summary["diverged"] and summary["divergence_frame"] >= 1
     if "clip" in cfg:
         assert summary["saturated_frames"] > 0
+    if cfg.get("unseen") == "none":
+        assert summary["diverged"] and summary["divergence_reason"] == "trend"
+    if cfg.get("slope_calibration") is False:
+        assert min(summary["slope_gain"]) < 0.95
 
 
 def test_max_gain():
