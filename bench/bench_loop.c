@@ -39,6 +39,9 @@
  *                         m = 7 rule: k = 8 for 40, 16 for 80, 32 for 200, 2 for --quick; the m
  *                         the plan gets is printed) with the distributed projection (Eq. 14-16:
  *                         sw_projector_params_window of the plan's window, Gaussian 0.3).
+ *     dsabre-local+unseen the same with piston and waffle filtered out of r every frame
+ *                         (sw_unseen_modes of the valid lenslets; rt_filter on the GPU, one
+ *                         block, fused with the integrator): the unseen-mode filter's cost.
  *     dsabre-global       40 x 40 (and --quick) only: the same D-SABRE, then the global
  *                         projection (Eq. 13) of the extended lattice (sw_projector_params_global).
  *   FP16 is a GPU option: the CPU backend (--backend cpu, the same cases) skips mvm-fp16.
@@ -961,14 +964,39 @@ static int latency(const prog_opts *o, sw_context *ctx)
             rp.projection_matrix = sw_projector_matrix(proj, &prow, &pcol);
             rp.projection_rows = prow;
             rp.projection_cols = pcol;
-            lat_row *row = &rows[nrow];
-            memset(row, 0, sizeof *row);
-            row->m = info.m;
-            row->kept = -1;
-            rc = lat_case(o, &bo, ctx, &s, &rp, global ? "dsabre-global" : "dsabre-local", row,
-                          cmd.data);
-            if (rc == 0)
-                nrow++;
+            /* the local projection twice: as it is, and with piston and waffle filtered out of
+             * r per frame (loop.h's unseen modes; rt_filter on the GPU): the filter's cost */
+            float *zf = NULL;
+            for (int filt = 0; filt < (global ? 1 : 2) && rc == 0 && nrow < MAX_LAT_ROWS; filt++) {
+                if (filt) {
+                    int32_t nf = 0;
+                    if (!(zf = malloc((size_t)nact * 2 * sizeof *zf))) {
+                        rc = oom();
+                        break;
+                    }
+                    st =
+                        sw_unseen_modes(n, n, s.mask, SW_UNSEEN_PISTON | SW_UNSEEN_WAFFLE, zf, &nf);
+                    if (st != SW_OK) {
+                        rc = fail(ctx, "sw_unseen_modes", st);
+                        break;
+                    }
+                    rp.controller.nfilter = nf;
+                    rp.controller.filter = zf;
+                }
+                lat_row *row = &rows[nrow];
+                memset(row, 0, sizeof *row);
+                row->m = info.m;
+                row->kept = -1;
+                rc = lat_case(o, &bo, ctx, &s, &rp,
+                              global ? "dsabre-global"
+                                     : (filt ? "dsabre-local+unseen" : "dsabre-local"),
+                              row, cmd.data);
+                if (rc == 0)
+                    nrow++;
+            }
+            rp.controller.nfilter = 0;
+            rp.controller.filter = NULL;
+            free(zf);
             rp.projection_matrix = NULL;
             sw_projector_destroy(proj);
         }
