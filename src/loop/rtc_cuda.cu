@@ -16,10 +16,10 @@
  *            with LOCAL the distributed projection, Eq. 14-16), then
  *              GLOBAL: the projection P (Eq. 13) is the matrix of the GEMV above, on the values;
  *              CORNERS / LOCAL: r = the plan's actuators, the unseen modes filtered out of r
- *              (rt_filter, one block; fused with the update when not PI), then the update
- *              kernel (sw_loop_update per actuator) or, for PI, e = B^T r, the PI kernel,
- *              u = B v; a matrix reconstructor has the filter folded in by rtc.c;
- *        PI with a clip: the integrals moved back by the clip's change (anti-windup);
+ *              (rt_filter: partial sums, then r' fused with the update when not PI), then the
+ * update kernel (sw_loop_update per actuator) or, for PI, e = B^T r, the PI kernel, u = B v; a
+ * matrix reconstructor has the filter folded in by rtc.c; PI with a clip: the integrals moved back
+ * by the clip's change (anti-windup);
  *   3. the commands' copy into the plan's pinned commands buffer.
  * A run copies the frame into the device buffer (cudaMemcpy2DAsync, host or device source) and
  * launches the graph. With telemetry it then records an event and queues the slopes' copy into
@@ -47,11 +47,10 @@
 #define SW_CUDA_CTX   r->ctx
 #define SW_CUDA_STAGE "rtc"
 
-#define RT_THREADS        256               /* element-wise kernels */
-#define RT_GEMV_WARPS     8                 /* warps (rows) per block of the FP16 GEMV */
-#define RT_BLAS_WS        ((size_t)4 << 20) /* the handle's own workspace: the capture allocates none */
-#define RT_FILTER_THREADS 1024 /* the unseen-mode filter: one block                      */
-#define RT_MAX_FILTER     32   /* modes it filters on the GPU (CORNERS / LOCAL)          */
+#define RT_THREADS    256               /* element-wise kernels */
+#define RT_GEMV_WARPS 8                 /* warps (rows) per block of the FP16 GEMV */
+#define RT_BLAS_WS    ((size_t)4 << 20) /* the handle's own workspace: the capture allocates none */
+#define RT_MAX_FILTER 32                /* unseen modes filtered on the GPU (CORNERS / LOCAL) */
 
 struct rtc_gpu {
     cudaStream_t s;
@@ -77,8 +76,9 @@ struct rtc_gpu {
     float *u; /* nact: the commands u_{k-1} / u_k */
     /* the unseen-mode filter (CORNERS / LOCAL; a matrix reconstructor has it folded in) */
     int32_t nfilter;
-    float *Z;  /* nact x nfilter column-major */
-    float *rf; /* nact: the filtered r (PI) */
+    float *Z;      /* nact x nfilter column-major */
+    float *rf;     /* nact: the filtered r (PI) */
+    double *zpart; /* blocks x nfilter partial sums of Z^T r */
     /* SABRE */
     int32_t *slope_l; /* ns: lenslet of slope k */
     cudaEvent_t ev_cmd;
@@ -218,46 +218,76 @@ __global__ void rt_backcalc(const float *__restrict__ bd, const float *__restric
         integ[j] += bd[j] / ki[j];
 }
 
-/* The unseen modes filtered out of r (loop.h: r' = r - Z (Z^T r), controller.c's sw_loop_filter):
- * one block; t = Z^T r by block reductions in double, one mode after the other, then r' per
- * command. u != NULL: the integrator / leaky update follows at once, u = update(u, r'); else r'
- * goes to out (for PI). */
-__global__ void __launch_bounds__(RT_FILTER_THREADS)
-    rt_filter(const float *__restrict__ z, int32_t nact, int32_t nf, const float *__restrict__ r,
-              float *__restrict__ out, float *__restrict__ u, float gain, float keep, float clip)
+/* The unseen modes filtered out of r (loop.h: r' = r - Z (Z^T r), controller.c's sw_loop_filter),
+ * in two kernels over many blocks (one block alone is latency-bound: 8 us at 80 x 80, measured):
+ * rt_filter_dots: block b's partial sums of Z_j^T r over its RT_THREADS commands, in double, into
+ * partial[b nf + j]; rt_filter_apply: every block sums the partials into t (nb x nf adds, in
+ * block order: deterministic), then r' per command; u != NULL: the integrator / leaky update at
+ * once, u = update(u, r'); else r' goes to out (for PI). */
+__global__ void __launch_bounds__(RT_THREADS)
+    rt_filter_dots(const float *__restrict__ z, int32_t nact, int32_t nf,
+                   const float *__restrict__ r, double *__restrict__ partial)
 {
-    __shared__ double part[RT_FILTER_THREADS / 32];
-    __shared__ double t[RT_MAX_FILTER];
+    __shared__ double part[RT_THREADS / 32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int nwarps = (int)(blockDim.x >> 5);
+    const int32_t a = (int32_t)((int64_t)blockIdx.x * blockDim.x + threadIdx.x);
+    const double ra = a < nact ? (double)r[a] : 0.0;
     for (int32_t j = 0; j < nf; j++) {
-        const float *zj = z + (int64_t)j * nact;
-        double acc = 0.0;
-        for (int32_t a = threadIdx.x; a < nact; a += blockDim.x)
-            acc += (double)zj[a] * (double)r[a];
+        double acc = a < nact ? (double)z[(int64_t)j * nact + a] * ra : 0.0;
         for (int off = 16; off > 0; off >>= 1)
             acc += __shfl_down_sync(0xffffffffu, acc, off);
         if (lane == 0)
             part[warp] = acc;
         __syncthreads();
         if (warp == 0) {
-            double v = lane < nwarps ? part[lane] : 0.0;
+            double v = lane < RT_THREADS / 32 ? part[lane] : 0.0;
             for (int off = 16; off > 0; off >>= 1)
                 v += __shfl_down_sync(0xffffffffu, v, off);
             if (lane == 0)
-                t[j] = v;
+                partial[(int64_t)blockIdx.x * nf + j] = v;
         }
         __syncthreads();
     }
-    for (int32_t a = threadIdx.x; a < nact; a += blockDim.x) {
-        double v = r[a];
-        for (int32_t j = 0; j < nf; j++)
-            v -= t[j] * (double)z[(int64_t)j * nact + a];
-        if (u)
-            u[a] = sw_loop_update(u[a], (float)v, gain, keep, clip);
-        else
-            out[a] = (float)v;
+}
+
+__global__ void __launch_bounds__(RT_THREADS)
+    rt_filter_apply(const float *__restrict__ z, int32_t nact, int32_t nf,
+                    const double *__restrict__ partial, int32_t nb, const float *__restrict__ r,
+                    float *__restrict__ out, float *__restrict__ u, float gain, float keep,
+                    float clip)
+{
+    __shared__ double t[RT_MAX_FILTER];
+    if ((int32_t)threadIdx.x < nf) {
+        double v = 0.0;
+        for (int32_t b = 0; b < nb; b++)
+            v += partial[(int64_t)b * nf + threadIdx.x];
+        t[threadIdx.x] = v;
     }
+    __syncthreads();
+    const int32_t a = (int32_t)((int64_t)blockIdx.x * blockDim.x + threadIdx.x);
+    if (a >= nact)
+        return;
+    double v = r[a];
+    for (int32_t j = 0; j < nf; j++)
+        v -= t[j] * (double)z[(int64_t)j * nact + a];
+    if (u)
+        u[a] = sw_loop_update(u[a], (float)v, gain, keep, clip);
+    else
+        out[a] = (float)v;
+}
+
+/* The filter's two kernels on r (act): into u with the update (update = 1), or into out. */
+static sw_status rt_filter(sw_rtc *r, const float *act, float *out, int update)
+{
+    rtc_gpu *g = (rtc_gpu *)r->gpu_state;
+    const unsigned nb = rt_blocks(r->nact, RT_THREADS);
+    rt_filter_dots<<<nb, RT_THREADS, 0, g->s>>>(g->Z, r->nact, g->nfilter, act, g->zpart);
+    SW_CU(cudaGetLastError());
+    rt_filter_apply<<<nb, RT_THREADS, 0, g->s>>>(g->Z, r->nact, g->nfilter, g->zpart, (int32_t)nb,
+                                                 act, out, update ? g->u : NULL, g->gain, g->keep,
+                                                 g->clip);
+    SW_CU(cudaGetLastError());
+    return SW_OK;
 }
 
 /* ================================================================== the frame's work */
@@ -337,10 +367,7 @@ static sw_status rt_enqueue(sw_rtc *r)
         if (g->matrix) {
             SW_TRY(rt_matrix(r, g->u, 1)); /* u = g W x + keep u (clipped) */
         } else if (g->nfilter > 0) {
-            /* the unseen modes out of r and the update, one kernel */
-            rt_filter<<<1, RT_FILTER_THREADS, 0, g->s>>>(g->Z, r->nact, g->nfilter, act, NULL, g->u,
-                                                         g->gain, g->keep, g->clip);
-            SW_CU(cudaGetLastError());
+            SW_TRY(rt_filter(r, act, NULL, 1)); /* the unseen modes out of r, and the update */
         } else {
             rt_update<<<rt_blocks(r->nact, RT_THREADS), RT_THREADS, 0, g->s>>>(
                 g->u, act, r->nact, g->gain, g->keep, g->clip);
@@ -351,9 +378,7 @@ static sw_status rt_enqueue(sw_rtc *r)
         SW_TRY(rt_pi_tail(r, g->e));
     } else {
         if (g->nfilter > 0) { /* the unseen modes out of r, into rf */
-            rt_filter<<<1, RT_FILTER_THREADS, 0, g->s>>>(g->Z, r->nact, g->nfilter, act, g->rf,
-                                                         NULL, 0.0f, 0.0f, 0.0f);
-            SW_CU(cudaGetLastError());
+            SW_TRY(rt_filter(r, act, g->rf, 0));
             act = g->rf;
         }
         if (g->B) {
@@ -501,7 +526,7 @@ extern "C" void sw_rtc_gpu_destroy(sw_rtc *r)
     if (g->blas)
         cublasDestroy(g->blas);
     SW_CUDA_FREE(g->blas_ws, g->slopes, g->W, g->Wh, g->B, g->kp, g->ki, g->integ, g->e, g->v, g->u,
-                 g->slope_l, g->d, g->Z, g->rf);
+                 g->slope_l, g->d, g->Z, g->rf, g->zpart);
     sw_image_free(&g->frame);
     if (g->ev_cmd)
         cudaEventDestroy(g->ev_cmd);
@@ -561,6 +586,7 @@ extern "C" sw_status sw_rtc_gpu_create(sw_rtc *r)
         g->nfilter = c->p.nfilter;
         SW_CU(sw_cuda_upload(&g->Z, (const float *)c->filter, (size_t)r->nact * g->nfilter, s));
         SW_CU(sw_cuda_alloc(&g->rf, (size_t)r->nact));
+        SW_CU(sw_cuda_alloc(&g->zpart, (size_t)rt_blocks(r->nact, RT_THREADS) * g->nfilter));
     }
 
     /* cuBLAS on the context's stream with a workspace of its own (after cublasSetStream, which

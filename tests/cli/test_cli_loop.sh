@@ -367,11 +367,11 @@ check json "$tmp/s.json" "r['saturated_frames'] == 0 and r['warnings'] == []" ||
 # the trend flags it. The default filter keeps the same loop bounded and clean.
 drift=(loop --set nx=8 --set diameter_m=3 --set samples=4 --set px_per_lenslet=8
     --set recon=dsabre-local --set partitions=2 --set clip=0.7 --frames 800 --json)
-expect 0 "${B[@]}" "${drift[@]}" --set unseen=none
+expect 0 "${B[@]}" --threads 1 "${drift[@]}" --set unseen=none
 printf '%s\n' "$out" >"$tmp/t.json"
 check json "$tmp/t.json" "r['diverged'] is True and r['divergence_reason'] == 'trend' and r['trend']['residual_growth'] > 0.5 and r['trend']['residual_ratio_growth'] > 0.5 and r['divergence_frame'] > 20 and any('diverging' in w for w in r['warnings'])" ||
     fail "the drifting loop is not flagged by its trend: $out"
-expect 0 "${B[@]}" "${drift[@]}"
+expect 0 "${B[@]}" --threads 1 "${drift[@]}"
 printf '%s\n' "$out" >"$tmp/t2.json"
 check json "$tmp/t2.json" "r['config']['unseen'] == 'piston-waffle' and r['diverged'] is False and r['divergence_reason'] is None and r['saturated_frames'] == 0 and abs(r['trend']['residual_growth']) < 0.5 and r['residual_nm_mean'] < 0.75 * json.load(open('$tmp/t.json'))['residual_nm_mean']" ||
     fail "the filtered loop: $out"
