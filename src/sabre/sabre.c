@@ -75,6 +75,7 @@ void sw_sabre_params_default(sw_sabre_params *p)
     p->pme = SW_SABRE_PME_HIERARCHICAL;
     p->dpme_iterations = 0;
     p->extend_eq17 = 0;
+    p->triangle_weight = SW_SABRE_TRIANGLE_WEIGHT;
 }
 
 const char *sw_sabre_pme_string(sw_sabre_pme p)
@@ -554,33 +555,80 @@ done:
  * Q (Eq. 6-7 and 16) for a w x w window: the normal matrix of the model (sabre.h) in band
  * storage, interleaved order, anchor (local corner 0, interleaved position 0) removed; banded
  * Cholesky; one solve per unit slope. Lattice units throughout, the pitch applied at the end.
+ *
+ * The model's normal matrix is a sum over the window's (L x L) corners v, each with its n_v
+ * triangles t (sw_sabre_corner_triangles) and their mean row a_v (sw_sabre_mean_row):
+ *     N = sum_v mw_v (a_vx a_vx^T + a_vy a_vy^T) + (lambda / 8) sum_t (g_tx g_tx^T + g_ty g_ty^T),
+ * mw_v = sw_sabre_mean_weight, and the right-hand side of v's x slope is dw_v a_vx (of its y slope
+ * dw_v a_vy), dw_v = sw_sabre_data_weight: the per-triangle rows' data sum to (lambda n_v / 8) a_v.
+ * A row couples corners two apart (the mean row of (x, y) reads (x +- 1, y) and (x, y +- 1)):
+ * half-bandwidth up to 2 (L + w), found from the rows themselves.
  */
-static sw_status build_q(sw_context *ctx, int32_t w, double pitch, float *Q)
+static int32_t model_band(int32_t w)
+{
+    int32_t kd = 1;
+    for (int32_t y = 0; y <= w; y++)
+        for (int32_t x = 0; x <= w; x++) {
+            int64_t vidx[9];
+            double ax[9], ay[9];
+            int nt;
+            const int nv = sw_sabre_mean_row(w, w, x, y, vidx, ax, ay, &nt);
+            int32_t lo = INT32_MAX, hi = -1;
+            for (int j = 0; j < nv; j++) {
+                int32_t u = interleaved(vidx[j], w) - 1;
+                if (u < 0)
+                    continue;
+                lo = u < lo ? u : lo;
+                hi = u > hi ? u : hi;
+            }
+            if (hi >= 0 && hi - lo > kd)
+                kd = hi - lo;
+        }
+    return kd;
+}
+
+/* Adds c (a a^T) to the band (interleaved positions of the vertices, anchor skipped). */
+static void band_outer(double *ab, int32_t ldab, int32_t w, const int64_t *vidx, const double *a,
+                       int nv, double c)
+{
+    for (int j = 0; j < nv; j++) {
+        const int32_t uj = interleaved(vidx[j], w) - 1;
+        for (int l = 0; l < nv; l++) {
+            const int32_t ul = interleaved(vidx[l], w) - 1;
+            if (uj < 0 || ul < 0 || uj < ul)
+                continue; /* the anchor, or the upper triangle */
+            ab[(size_t)ul * ldab + (uj - ul)] += c * a[j] * a[l];
+        }
+    }
+}
+
+static sw_status build_q(sw_context *ctx, int32_t w, double pitch, double lambda, float *Q)
 {
     const int32_t L = w + 1, nl = L * L + w * w, ns = 2 * L * L;
-    const int32_t n = nl - 1, kd = 2 * w + 1, ldab = kd + 1;
+    const int32_t n = nl - 1, kd = model_band(w), ldab = kd + 1;
     double *ab = calloc((size_t)ldab * n, sizeof *ab);
     if (!ab)
         return sw_fail(ctx, SW_ENOMEM, "sabre: out of memory (normal matrix, %d unknowns)", n);
 
-    /* Dbar^T Dbar = sum over triangles and their two data corners of gx gx^T + gy gy^T. */
-    for (int32_t sqy = 0; sqy < w; sqy++) {
-        for (int32_t sqx = 0; sqx < w; sqx++) {
-            for (int q = 0; q < 4; q++) {
+    /* Dbar^T Dbar of the model: every corner's mean rows and its triangles' rows (above). */
+    for (int32_t y = 0; y <= w; y++) {
+        for (int32_t x = 0; x <= w; x++) {
+            int64_t vidx[9];
+            double ax[9], ay[9];
+            int nt;
+            const int nv = sw_sabre_mean_row(w, w, x, y, vidx, ax, ay, &nt);
+            const double mw = sw_sabre_mean_weight(nt, lambda);
+            band_outer(ab, ldab, w, vidx, ax, nv, mw);
+            band_outer(ab, ldab, w, vidx, ay, nv, mw);
+            int32_t sqi[8], sqj[8];
+            int q[8];
+            sw_sabre_corner_triangles(w, w, x, y, sqi, sqj, q);
+            for (int t = 0; t < nt; t++) {
                 int64_t idx[3];
                 double cx[3], cy[3];
-                int32_t u[3];
-                sw_sabre_triangle(w, w, sqx, sqy, q, idx, cx, cy);
-                for (int j = 0; j < 3; j++)
-                    u[j] = interleaved(idx[j], w) - 1;
-                for (int j = 0; j < 3; j++) {
-                    for (int l = 0; l < 3; l++) {
-                        if (u[j] < 0 || u[l] < 0 || u[j] < u[l])
-                            continue; /* the anchor, or the upper triangle */
-                        ab[(size_t)u[l] * ldab + (u[j] - u[l])] +=
-                            2.0 * (cx[j] * cx[l] + cy[j] * cy[l]);
-                    }
-                }
+                sw_sabre_triangle(w, w, sqi[t], sqj[t], q[t], idx, cx, cy);
+                band_outer(ab, ldab, w, idx, cx, 3, sw_sabre_tri_weight(nt, lambda));
+                band_outer(ab, ldab, w, idx, cy, 3, sw_sabre_tri_weight(nt, lambda));
             }
         }
     }
@@ -625,35 +673,25 @@ static sw_status build_q(sw_context *ctx, int32_t w, double pitch, float *Q)
     }
     free(ab);
 
-    /* Right-hand sides Dbar^T E: x slope of local corner r (column r) adds cx of every triangle
-     * having r as a data corner, the y slope (column L^2 + r) its cy. Blocks of SB_RHS_BLOCK
-     * columns. */
+    /* Right-hand sides Dbar^T E: the x slope of local corner r (column r) is its mean row a_rx,
+     * the y slope (column L^2 + r) a_ry. Blocks of SB_RHS_BLOCK columns. */
     for (int32_t c0 = 0; c0 < ns; c0 += SB_RHS_BLOCK) {
         const int32_t nc = ns - c0 < SB_RHS_BLOCK ? ns - c0 : SB_RHS_BLOCK;
         int32_t u0 = n; /* the first row any right-hand side of the block touches */
         memset(B, 0, (size_t)np * nc * sizeof *B);
-        for (int32_t sqy = 0; sqy < w; sqy++) {
-            for (int32_t sqx = 0; sqx < w; sqx++) {
-                for (int q = 0; q < 4; q++) {
-                    int64_t idx[3];
-                    double cx[3], cy[3];
-                    sw_sabre_triangle(w, w, sqx, sqy, q, idx, cx, cy);
-                    for (int d = 0; d < 2; d++) { /* the two data corners */
-                        for (int comp = 0; comp < 2; comp++) {
-                            int32_t col = (int32_t)idx[d] + comp * L * L - c0;
-                            if (col < 0 || col >= nc)
-                                continue;
-                            const double *g = comp == 0 ? cx : cy;
-                            for (int j = 0; j < 3; j++) {
-                                int32_t u = interleaved(idx[j], w) - 1;
-                                if (u < 0)
-                                    continue;
-                                B[(size_t)col * np + u] += g[j];
-                                u0 = u < u0 ? u : u0;
-                            }
-                        }
-                    }
-                }
+        for (int32_t col = 0; col < nc; col++) {
+            const int32_t cg = c0 + col, comp = cg >= L * L, r = comp ? cg - L * L : cg;
+            int64_t vidx[9];
+            double ax[9], ay[9];
+            int nt;
+            const int nv = sw_sabre_mean_row(w, w, r % L, r / L, vidx, ax, ay, &nt);
+            const double cw = sw_sabre_data_weight(nt, lambda);
+            for (int j = 0; j < nv; j++) {
+                int32_t u = interleaved(vidx[j], w) - 1;
+                if (u < 0)
+                    continue;
+                B[(size_t)col * np + u] += cw * (comp ? ay[j] : ax[j]);
+                u0 = u < u0 ? u : u0;
             }
         }
         /* L y = b, from the first block with a non-zero (the rows above stay zero) */
@@ -751,6 +789,11 @@ static sw_status check_params(sw_context *ctx, const sw_sabre_params *p)
                        (int)p->fill_iterations);
     if (p->extend_eq17 != 0 && p->extend_eq17 != 1)
         return sw_fail(ctx, SW_EINVAL, "sabre: extend_eq17 %d is not 0 or 1", (int)p->extend_eq17);
+    if (!(p->triangle_weight >= SW_SABRE_TRIANGLE_WEIGHT_MIN && p->triangle_weight <= 1.0))
+        return sw_fail(ctx, SW_EINVAL,
+                       "sabre: triangle_weight %g is not in %g..1 (the per-triangle rows keep the "
+                       "lenslet-mean model's checkerboard modes determined)",
+                       p->triangle_weight, SW_SABRE_TRIANGLE_WEIGHT_MIN);
     if (p->pme == SW_SABRE_PME_HIERARCHICAL && !is_pow2(p->partitions))
         return sw_fail(ctx, SW_EINVAL,
                        "sabre: H-PME needs a power of two of partitions per side, not %d (use "
@@ -1092,7 +1135,7 @@ sw_status sw_sabre_create(sw_context *ctx, const sw_sabre_params *p, sw_sabre **
             return st;
         }
     }
-    st = build_q(ctx, w, p->pitch, s->Q);
+    st = build_q(ctx, w, p->pitch, p->triangle_weight, s->Q);
     if (st != SW_OK) {
         sw_sabre_destroy(s);
         return st;
