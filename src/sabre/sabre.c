@@ -56,6 +56,9 @@ typedef struct sabre_plan {
     double *K;    /* G offsets                                      */
     double *Kold; /* G: D-PME's previous iterate                    */
     float *F;     /* 2 npad: the fill iterations' padded slopes     */
+    double *R;    /* G L^2: the robust passes' residual norms       */
+    double *Rs;   /* G L^2: their copies for the median             */
+    double *Pd;   /* npairs (m+1): robust PME's border differences  */
     float *Z;     /* w^2 x G: step 6's projected local commands (allocated with the first
                      projection, kept until the plan is destroyed) */
 } sabre_plan;
@@ -76,6 +79,10 @@ void sw_sabre_params_default(sw_sabre_params *p)
     p->dpme_iterations = 0;
     p->extend_eq17 = 0;
     p->triangle_weight = SW_SABRE_TRIANGLE_WEIGHT;
+    p->robust_passes = 0;
+    p->robust_threshold = SW_SABRE_ROBUST_THRESHOLD;
+    p->robust_pme = 0;
+    p->pme_band = 0;
 }
 
 const char *sw_sabre_pme_string(sw_sabre_pme p)
@@ -753,6 +760,10 @@ void sw_sabre_destroy(sw_sabre *plan)
     free(plan->pad_part);
     free(plan->pad_local);
     free(plan->pidx);
+    free(plan->rreal);
+    free(sp->R);
+    free(sp->Rs);
+    free(sp->Pd);
     free(plan->proj);
     free(plan->q1);
     free(sp->Z);
@@ -794,6 +805,16 @@ static sw_status check_params(sw_context *ctx, const sw_sabre_params *p)
                        "sabre: triangle_weight %g is not in %g..1 (the per-triangle rows keep the "
                        "lenslet-mean model's checkerboard modes determined)",
                        p->triangle_weight, SW_SABRE_TRIANGLE_WEIGHT_MIN);
+    if (p->robust_passes < 0 || p->robust_passes > SW_SABRE_ROBUST_MAX_PASSES)
+        return sw_fail(ctx, SW_EINVAL, "sabre: robust_passes %d is not in 0..%d",
+                       (int)p->robust_passes, SW_SABRE_ROBUST_MAX_PASSES);
+    if (!(p->robust_threshold >= 1.0 && p->robust_threshold <= 1e3))
+        return sw_fail(ctx, SW_EINVAL, "sabre: robust_threshold %g is not in 1..1000",
+                       p->robust_threshold);
+    if (p->pme_band != 0 && p->pme_band != 1)
+        return sw_fail(ctx, SW_EINVAL, "sabre: pme_band %d is not 0 or 1", (int)p->pme_band);
+    if (p->robust_pme != 0 && p->robust_pme != 1)
+        return sw_fail(ctx, SW_EINVAL, "sabre: robust_pme %d is not 0 or 1", (int)p->robust_pme);
     if (p->pme == SW_SABRE_PME_HIERARCHICAL && !is_pow2(p->partitions))
         return sw_fail(ctx, SW_EINVAL,
                        "sabre: H-PME needs a power of two of partitions per side, not %d (use "
@@ -815,42 +836,81 @@ static sw_status check_params(sw_context *ctx, const sw_sabre_params *p)
     return SW_OK;
 }
 
+/* Whether centre (X, Y) of the extended lattice (square (X, Y)'s centre) is inside the pupil: its
+ * four corners are. */
+static int centre_in_pupil(const sw_sabre *s, int32_t X, int32_t Y)
+{
+    return corner_in_pupil(s, X, Y) && corner_in_pupil(s, X + 1, Y) &&
+           corner_in_pupil(s, X, Y + 1) && corner_in_pupil(s, X + 1, Y + 1);
+}
+
+/* Entries per pair: the m + 1 corners of the shared core border, or with pme_band the band of
+ * OL squares on either side of it, (2 OL + 1)(m + 1) corners and 2 OL m centres. */
+static int32_t pair_stride(const sw_sabre_params *p, int32_t m)
+{
+    return p->pme_band ? (2 * p->overlap + 1) * (m + 1) + 2 * p->overlap * m : m + 1;
+}
+
 /* The pair tables (sabre_internal.h) and, per pair, the number of border vertices inside the
- * pupil (before the fallback to all vertices), for the H-PME schedule. */
+ * pupil (before the fallback to all vertices), for the H-PME schedule. A pair's vertices: the
+ * m + 1 corners on the line between the two cores (Brunner et al. Eq. 8, 10); with pme_band also
+ * the corners and centres within OL squares of that line, along the cores' common extent, that
+ * both windows hold (the windows' overlap: more vertices for each offset). */
 static void build_pairs(sw_sabre *s, int32_t *inpupil)
 {
-    const int32_t k = s->k, m = s->m, L = s->L;
+    const int32_t k = s->k, m = s->m, L = s->L, w = s->w, ps = s->pstride;
+    const int32_t band = s->params.pme_band ? s->params.overlap : 0;
     for (int32_t p = 0; p < s->npairs; p++) {
         int horizontal = p < k * (k - 1);
-        int32_t a, b, X0, Y0, dx, dy;
+        int32_t a, b, X0, Y0;
         if (horizontal) { /* (a, b)-(a+1, b): the line X = (a+1) m */
             a = p % (k - 1), b = p / (k - 1);
             s->pair_lo[p] = b * k + a;
             s->pair_hi[p] = b * k + a + 1;
-            X0 = (a + 1) * m, Y0 = b * m, dx = 0, dy = 1;
+            X0 = (a + 1) * m, Y0 = b * m;
         } else { /* (a, b)-(a, b+1): the line Y = (b+1) m */
             int32_t q = p - k * (k - 1);
             a = q % k, b = q / k;
             s->pair_lo[p] = b * k + a;
             s->pair_hi[p] = (b + 1) * k + a;
-            X0 = a * m, Y0 = (b + 1) * m, dx = 1, dy = 0;
+            X0 = a * m, Y0 = (b + 1) * m;
         }
-        int32_t lo = s->pair_lo[p], hi = s->pair_hi[p];
-        int32_t alo = lo % k, blo = lo / k, ahi = hi % k, bhi = hi / k;
-        int32_t n_in = 0;
-        for (int32_t j = 0; j <= m; j++) {
-            int32_t X = X0 + j * dx, Y = Y0 + j * dy;
-            size_t e = (size_t)p * (m + 1) + j;
-            s->pair_vlo[e] = (Y - s->ws[blo]) * L + (X - s->ws[alo]);
-            s->pair_vhi[e] = (Y - s->ws[bhi]) * L + (X - s->ws[ahi]);
-            s->pair_use[e] = (uint8_t)corner_in_pupil(s, X, Y);
-            n_in += s->pair_use[e];
+        const int32_t lo = s->pair_lo[p], hi = s->pair_hi[p];
+        const int32_t alo = lo % k, blo = lo / k, ahi = hi % k, bhi = hi / k;
+        const size_t e0 = (size_t)p * ps;
+        int32_t cnt = 0, n_in = 0;
+        /* across the line: offsets -band..band (corners), -band..band-1 (centres); along it: the
+         * cores' common extent, corners 0..m, centres 0..m-1 */
+        for (int c = 0; c < 2; c++) {
+            const int32_t alen = c ? m : m + 1, olo = -band, ohi = c ? band - 1 : band;
+            for (int32_t o = olo; o <= ohi; o++) {
+                for (int32_t j = 0; j < alen; j++) {
+                    const int32_t X = horizontal ? X0 + o : X0 + j;
+                    const int32_t Y = horizontal ? Y0 + j : Y0 + o;
+                    const int32_t xl = X - s->ws[alo], yl = Y - s->ws[blo];
+                    const int32_t xh = X - s->ws[ahi], yh = Y - s->ws[bhi];
+                    const int32_t lim = c ? w - 1 : w; /* a window's last corner / centre */
+                    if (xl < 0 || yl < 0 || xh < 0 || yh < 0 || xl > lim || yl > lim || xh > lim ||
+                        yh > lim)
+                        continue; /* not in both windows */
+                    const size_t e = e0 + (size_t)cnt++;
+                    s->pair_vlo[e] = c ? L * L + yl * w + xl : yl * L + xl;
+                    s->pair_vhi[e] = c ? L * L + yh * w + xh : yh * L + xh;
+                    s->pair_use[e] =
+                        (uint8_t)(c ? centre_in_pupil(s, X, Y) : corner_in_pupil(s, X, Y));
+                    n_in += s->pair_use[e];
+                }
+            }
+        }
+        for (int32_t j = cnt; j < ps; j++) { /* unused entries */
+            s->pair_vlo[e0 + j] = s->pair_vhi[e0 + j] = 0;
+            s->pair_use[e0 + j] = 0;
         }
         inpupil[p] = n_in;
         if (n_in == 0)
-            for (int32_t j = 0; j <= m; j++)
-                s->pair_use[(size_t)p * (m + 1) + j] = 1;
-        s->pair_n[p] = n_in > 0 ? n_in : m + 1;
+            for (int32_t j = 0; j < cnt; j++)
+                s->pair_use[e0 + j] = 1;
+        s->pair_n[p] = n_in > 0 ? n_in : cnt;
         s->pair_in[p] = (uint8_t)(n_in > 0);
     }
 }
@@ -985,7 +1045,8 @@ sw_status sw_sabre_create(sw_context *ctx, const sw_sabre_params *p, sw_sabre **
         while ((1 << s->p) < k)
             s->p++;
     s->kernel_us = -1.0;
-    const size_t np = (size_t)s->npairs, pe = np * (size_t)(m + 1);
+    s->pstride = pair_stride(p, m);
+    const size_t np = (size_t)s->npairs, pe = np * (size_t)s->pstride;
     int32_t *inpupil = malloc((np > 0 ? np : 1) * sizeof *inpupil);
     s->ws = malloc((size_t)k * sizeof *s->ws);
     s->Q = malloc((size_t)nl * ns * sizeof *s->Q);
@@ -1100,6 +1161,36 @@ sw_status sw_sabre_create(sw_context *ctx, const sw_sabre_params *p, sw_sabre **
         free(padid);
     }
 
+    /* Robust passes: the real, valid lenslets among each partition's local corners, and the
+     * residuals' scratch. */
+    if (p->robust_passes > 0) {
+        const size_t nloc = (size_t)G * L * L;
+        s->rreal = malloc(nloc);
+        sp->R = malloc(nloc * sizeof *sp->R);
+        sp->Rs = malloc(nloc * sizeof *sp->Rs);
+        if (!s->rreal || !sp->R || !sp->Rs) {
+            free(inpupil);
+            sw_sabre_destroy(s);
+            return sw_fail(ctx, SW_ENOMEM, "sabre: out of memory (robust tables)");
+        }
+        for (int32_t i = 0; i < G; i++) {
+            int32_t a = i % k, b = i / k;
+            for (int32_t y = 0; y < L; y++)
+                for (int32_t x = 0; x < L; x++)
+                    s->rreal[(size_t)i * L * L + (size_t)y * L + x] =
+                        (uint8_t)corner_in_pupil(s, s->ws[a] + x, s->ws[b] + y);
+        }
+    }
+
+    if (p->robust_pme && pe > 0) {
+        sp->Pd = malloc(pe * sizeof *sp->Pd);
+        if (!sp->Pd) {
+            free(inpupil);
+            sw_sabre_destroy(s);
+            return sw_fail(ctx, SW_ENOMEM, "sabre: out of memory (robust PME)");
+        }
+    }
+
     /* Borders between cores and the H-PME schedule. */
     build_pairs(s, inpupil);
     if (p->pme == SW_SABRE_PME_HIERARCHICAL) {
@@ -1194,6 +1285,48 @@ const float *sw_sabre_local_matrix(const sw_sabre *plan)
 
 /* ------------------------------------------------------------------ run */
 
+/*
+ * Step 2c for partition i (sabre_internal.h): at each real local corner r the model's slope
+ * mu = (float) (sw_sabre_predict / pitch), the residual r = (double) sigma - (double) mu and its
+ * length; m = the lower median of the lengths over the window's real corners; then X's rows of r
+ * = (float) (mu + r min(1, kappa m / |r|)).
+ */
+static void robust_partition(sabre_plan *sp, const float *slopes, int32_t i)
+{
+    const sw_sabre *s = &sp->pub;
+    const int32_t L = s->L, L2 = L * L, n = s->n;
+    const float *y = sp->Y + (size_t)s->nl * i;
+    float *xi = sp->X + (size_t)s->ns * i;
+    const int32_t *gi = s->gidx + (size_t)i * L2;
+    const uint8_t *real = s->rreal + (size_t)i * L2;
+    double *R = sp->R + (size_t)i * L2, *Rs = sp->Rs + (size_t)i * L2;
+    const double inv = 1.0 / s->params.pitch;
+    int64_t cnt = 0;
+    for (int32_t r = 0; r < L2; r++) {
+        if (!real[r])
+            continue;
+        double gx, gy;
+        sw_sabre_predict(y, s->w, r % L, r / L, &gx, &gy);
+        xi[r] = (float)(gx * inv); /* mu, for now */
+        xi[L2 + r] = (float)(gy * inv);
+        const double rx = (double)slopes[gi[r]] - (double)xi[r];
+        const double ry = (double)slopes[n + gi[r]] - (double)xi[L2 + r];
+        R[r] = sqrt(rx * rx + ry * ry);
+        Rs[cnt++] = R[r];
+    }
+    if (cnt == 0)
+        return;
+    const double tau = s->params.robust_threshold * sw_sabre_lower_median(Rs, cnt);
+    for (int32_t r = 0; r < L2; r++) {
+        if (!real[r])
+            continue;
+        const double mx = xi[r], my = xi[L2 + r];
+        const double f = R[r] > tau ? tau / R[r] : 1.0;
+        xi[r] = (float)(mx + f * ((double)slopes[gi[r]] - mx));
+        xi[L2 + r] = (float)(my + f * ((double)slopes[n + gi[r]] - my));
+    }
+}
+
 static sw_status run_cpu(sabre_plan *sp, const float *slopes, float *values, float *actuators)
 {
     sw_sabre *s = &sp->pub;
@@ -1256,18 +1389,36 @@ static sw_status run_cpu(sabre_plan *sp, const float *slopes, float *values, flo
         cblas_sgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, nl, G, ns, 1.0f, s->Q, nl, X, ns,
                     0.0f, sp->Y, nl);
     }
+    /* 2c. robust passes: Huber pseudo-observations of the real lenslets from the last solve,
+     * every partition on its own (sabre.h), then solve again */
+    for (int32_t t = 0; t < s->params.robust_passes; t++) {
+#pragma omp parallel for schedule(static) num_threads(threads) if ((int64_t)G * ns > SB_OMP_MIN)
+        for (int32_t i = 0; i < G; i++)
+            robust_partition(sp, slopes, i);
+        cblas_sgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, nl, G, ns, 1.0f, s->Q, nl, X, ns,
+                    0.0f, sp->Y, nl);
+    }
     const float *Y = sp->Y;
 
     /* 3. border sums */
 #pragma omp parallel for schedule(static)                                                          \
-    num_threads(threads) if ((int64_t)s->npairs * (m + 1) > SB_OMP_MIN)
+    num_threads(threads) if ((int64_t)s->npairs * s->pstride > SB_OMP_MIN)
     for (int32_t p = 0; p < s->npairs; p++) {
-        const size_t e0 = (size_t)p * (m + 1);
+        const size_t e0 = (size_t)p * s->pstride;
         const float *ylo = Y + (size_t)nl * s->pair_lo[p], *yhi = Y + (size_t)nl * s->pair_hi[p];
         double acc = 0.0;
-        for (int32_t j = 0; j <= m; j++)
-            if (s->pair_use[e0 + j])
-                acc += (double)yhi[s->pair_vhi[e0 + j]] - (double)ylo[s->pair_vlo[e0 + j]];
+        if (s->params.robust_pme) { /* n times the lower median of the differences */
+            double *d = sp->Pd + e0;
+            int64_t cnt = 0;
+            for (int32_t j = 0; j < s->pstride; j++)
+                if (s->pair_use[e0 + j])
+                    d[cnt++] = (double)yhi[s->pair_vhi[e0 + j]] - (double)ylo[s->pair_vlo[e0 + j]];
+            acc = cnt ? (double)cnt * sw_sabre_lower_median(d, cnt) : 0.0;
+        } else {
+            for (int32_t j = 0; j < s->pstride; j++)
+                if (s->pair_use[e0 + j])
+                    acc += (double)yhi[s->pair_vhi[e0 + j]] - (double)ylo[s->pair_vlo[e0 + j]];
+        }
         sp->psum[p] = acc;
     }
 

@@ -13,9 +13,15 @@
  *   2b. fill iterations t = 1..fill_iterations: F[p] = sw_sabre_predict of padded corner p from
  *      its owner's Y, divided by the pitch (x at F[p], y at F[npad + p]); then every local corner
  *      with pidx >= 0 gets X rows = F (x and y); then step 2 again.
- *   3. pair sums: psum[p] = sum over j = 0..m with pair_use[p (m+1) + j] of
- *      (double) Y[pair_vhi[..] + nl hi] - (double) Y[pair_vlo[..] + nl lo]  (double), and
- *      pair_n[p] = the number of such j (a constant of the plan).
+ *   2c. robust passes t = 1..robust_passes (sabre.c robust_partition): for every partition i and
+ *      local corner r with rreal: mu = (float) (sw_sabre_predict(Y_i, r) / pitch) (x, y), the
+ *      residual (double) slope - (double) mu and its length R[r]; m = the element of rank
+ *      floor((n - 1) / 2) of R over the partition's n real corners; X rows of r = (float) (mu + f
+ *      ((double) slope - mu)), f = tau / R[r] when R[r] > tau = kappa m, else 1; then step 2.
+ *   3. pair sums: psum[p] = sum over j = 0..pstride-1 with pair_use[p pstride + j] of
+ *      (double) Y[pair_vhi[..] + nl hi] - (double) Y[pair_vlo[..] + nl lo]  (double), or with
+ *      robust_pme n times the element of rank floor((n - 1) / 2) of those differences; pair_n[p]
+ *      = n, the number of such j (a constant of the plan).
  *   4. PME (sw_sabre_pme_cpu's definition) -> K[G] double offsets (0 for SW_SABRE_PME_NONE).
  *   5. assembly: value v of the extended lattice = (float) ((double) Y[local + nl owner] +
  *      K[owner]) (sw_sabre_locate_value).
@@ -61,10 +67,11 @@ struct sw_sabre {
 
     /* Shared borders of neighbouring cores. Horizontal pair (a, b)-(a+1, b): id b (k-1) + a;
      * vertical pair (a, b)-(a, b+1): id k (k-1) + b k + a. lo = the first, hi = the second. */
-    int32_t npairs; /* 2 k (k - 1)                                                        */
+    int32_t npairs;  /* 2 k (k - 1)                                                       */
+    int32_t pstride; /* entries per pair: m + 1, or the band's (sabre.c pair_stride)        */
     int32_t *pair_lo, *pair_hi;   /* partition indices i = b k + a                             */
-    int32_t *pair_vlo, *pair_vhi; /* npairs * (m + 1): local value index in lo / hi          */
-    uint8_t *pair_use; /* npairs * (m + 1): 1 = used (inside the pupil, or all if none is)  */
+    int32_t *pair_vlo, *pair_vhi; /* npairs * pstride: local value index in lo / hi         */
+    uint8_t *pair_use; /* npairs * pstride: 1 = used (inside the pupil, or all if none is)  */
     int32_t *pair_n;   /* npairs: the number used                                            */
     uint8_t *pair_in;  /* npairs: 1 when the border has a vertex inside the pupil             */
 
@@ -88,6 +95,11 @@ struct sw_sabre {
     int32_t npad;
     int32_t *pad_part, *pad_local; /* npad: partition, local corner y L + x                     */
     int32_t *pidx;                 /* G * L^2                                                    */
+
+    /* Robust passes: for each partition's local corner, 1 when it is a real, valid lenslet (the
+     * corners whose residuals the pass looks at and whose slopes it may pull in); NULL without
+     * robust passes. */
+    uint8_t *rreal; /* G * L^2                                                                */
 
     /* Step 6' (sw_sabre_set_projection): P (w^2 x nl, row-major, as given) and q1 (w^2, its row
      * sums in double, stored as float); NULL when no projection is set. */
