@@ -58,18 +58,26 @@
  * (p the pitch). The second form shows what lambda does: the lenslet-mean fit plus a smoothness
  * term, the spread of the triangle gradients around each lenslet (zero only for a plane), which
  * fixes the unseen modes. lambda = 1 is the per-triangle model alone (spotwave's model up to
- * 2.0), which holds every triangle to the lenslet's slope: a smoothing that cost 20-25 % of
- * accuracy on turbulence (BENCHMARKS.md). A lenslet on the triangulation's rim (an array edge, or
+ * 2.0), which holds every triangle to the lenslet's slope: a smoothing that cost accuracy on
+ * turbulence (bench_sabre, 64 x 64, exact slopes: 0.0845 against 0.0664 for lambda = 0.2 and
+ * 0.0683 for Fried; BENCHMARKS.md). A lenslet on the triangulation's rim (an array edge, or
  * a D-SABRE window's border) has only n_v = 4 (2 at a corner) of its triangles, which do not cover
  * its square, so it keeps the per-triangle rows only (weight lambda n_v / 8 in all): the mean of
  * half a square is not what the lenslet measured (for W = x^2 it is off by a quarter of the
  * curvature), while the per-triangle rows, equally weighted, keep the solution exact for
  * quadratic wavefronts on a full array (the interpolant of W: the mean rows vanish on it, and
  * SABRE's per-triangle residuals cancel). Tilts are exact for any lambda. The default lambda =
- * 0.2 balances exact and noisy slopes (bench_sabre: smaller lambda fits exact slopes a little
- * better and noisy ones worse).
+ * 0.2 balances exact and noisy slopes (bench_sabre, 50 screens, global SABRE against Fried:
+ * 0.0664 / 0.0683 on exact slopes, 0.0759 / 0.0777 at magnitude 6, 0.0769 / 0.0770 at 8, 0.1019
+ * / 0.1006 at 10; lambda = 0.5 was worse at every magnitude, and a numpy check put lambda = 0.1
+ * 4 % lower on exact slopes and 2 % higher at magnitude 10).
  *   D-SABRE: a window's problem is the same model on the window's triangulation, so one partition
- *   is exactly global SABRE.
+ *   is exactly global SABRE. A window's border lenslets keep only the per-triangle share, which
+ *   weakens small windows at low light (bench_sabre, 64 x 64, 50 screens, square pupil): H-PME
+ *   improved at every k from exact slopes to magnitude 8 (k = 32: 0.0851 -> 0.0723 exact, 0.1005
+ *   -> 0.0955 at 8) but at magnitude 10 only for k <= 8 (k = 16: 0.1341 -> 0.1347, k = 32:
+ *   0.1386 -> 0.1441), and lost 2-7 % at magnitude 11; D-PME with k = 32 (whose chains carry
+ *   every window's error) lost at every level (0.0974 -> 0.1100 exact).
  *
  * D-SABRE (Brunner et al. sections 2, 3 and 5.A):
  *   - Partitioning: k x k partitions (k = 2^p for H-PME). The SH array is embedded, centred, in
@@ -256,26 +264,31 @@ typedef struct sw_sabre_params {
  * own last solve (the mean gradient of its triangles there, sw_sabre_predict), the scale m from
  * its own residuals, and replaces those lenslets' slopes by the pseudo-observations; padded
  * corners keep what the padding or the fill gave them. A pass costs a prediction at every local
- * corner, a median per window and a GEMM. Measured (bench_sabre, 10 screens, 64 x 64, 3 passes,
- * kappa 3): global SABRE's error falls 10 % at magnitude 11 (55 e- per lenslet: 0.339 -> 0.304)
- * and by less than 1 % at magnitude 10 and brighter, where the centroids' errors are close to
- * Gaussian; kappa = 2 gains more at magnitude 11 (0.283) and costs 2.5 % on exact slopes. Off by
- * default: it pays only for faint stars, and costs a GEMM per pass.
+ * corner, a median per window and a GEMM. Measured (bench_sabre, 64 x 64, 3 passes, kappa 3, 50
+ * screens): global SABRE's error falls 10 % at magnitude 11 (55 e- per lenslet: 0.324 -> 0.290,
+ * below Fried's 0.320) and by less than 1 % at magnitude 10 and brighter, where the centroids'
+ * errors are close to Gaussian (10 screens: kappa = 2 gains more at magnitude 11, 0.283 against
+ * 0.304, and costs 2.5 % on exact slopes); with 3 % of the lenslets made outliers (test_sabre) the
+ * error falls 2.5 times. Off by default: it pays only for faint stars or bad lenslets, and costs a
+ * GEMM per pass.
  *
  * Robust PME (robust_pme = 1): the pair sums of step 3 (sabre_internal.h) become n times the lower
  * median of the pair's border differences instead of their sum, so that a few vertices that a bad
  * lenslet pulled away do not shift the offset of a whole tile; H-PME pools the pairs of a tile
- * border as before (Eq. 10), D-PME divides by n again (Eq. 8). Measured: H-PME k = 32 at
- * magnitude 10, 0.148 -> 0.146.
+ * border as before (Eq. 10), D-PME divides by n again (Eq. 8).
  *
  * Border band (pme_band = 1, beyond Brunner et al.): each pair's differences are taken over the
  * vertices that both windows hold within OL squares of the line between the two cores, along the
  * cores' common extent ((2 OL + 1)(m + 1) corners and 2 OL m centres, those inside the pupil as
- * for the line), instead of the m + 1 corners on the line: more values for each offset. Measured:
- * with robust_pme, H-PME k = 32 at magnitude 10 0.148 -> 0.144, noise-free 0.077 -> 0.076. Neither
- * closes the gap to global SABRE (0.109 at magnitude 10): with 5 x 5 lenslets per window the local
- * solutions themselves are noisy (their tilts, which no piston equalisation touches); replacing
- * the 73 lenslets with the largest centroid errors by their true slopes left H-PME k = 32 at 0.141,
+ * for the line), instead of the m + 1 corners on the line: more values for each offset.
+ *
+ * Measured with both and 3 robust passes (50 screens): H-PME k = 32 noise-free 0.072 -> 0.070,
+ * annular 0.075 -> 0.071, D-PME k = 32 0.110 -> 0.098; at magnitude 10 no change (0.144; 10
+ * screens: robust PME alone 0.148 -> 0.146, with the band 0.144). None closes the gap to global
+ * SABRE at magnitude 10 (0.102): with 5 x 5 lenslets per window, 16 of them on its border where
+ * the model keeps only the per-triangle share, the local solutions themselves are noisy (their
+ * tilts, which no piston equalisation touches); replacing the 73 lenslets with the largest
+ * centroid errors by their true slopes moved H-PME k = 32 only from 0.148 to 0.141 (10 screens),
  * so outliers are not what costs accuracy there. */
 void sw_sabre_params_default(sw_sabre_params *p);
 
@@ -350,11 +363,13 @@ typedef struct sw_sabre_global sw_sabre_global;
  * rows) on the triangles of the nx x ny array's lattice (sx = nx - 1, sy = ny - 1, no offset)
  * that have at least one valid corner; vertices of no such triangle are not estimated (NaN).
  * Normal equations in band storage, corner and centre rows interleaved along the longer side
- * (half-bandwidth about 4 min(nx, ny)), factorised once by LAPACKE_dpbtrf (64 x 64: 0.1 s; the band
- * of 200 x 200 takes 0.5 GB and some seconds); anchor: the first estimated corner = 0. A run is
- * one band solve (dpbtrs), and one more per robust pass. SW_EINVAL for bad sizes/pitch, no valid
- * lenslet, or a singular system (valid lenslets in parts that do not touch: the relative piston is
- * unknown).
+ * (half-bandwidth about 4 min(nx, ny)), factorised once by LAPACKE_dpbtrf; anchor: the first
+ * estimated corner = 0. A run is one band solve (dpbtrs), and one more per robust pass. Measured
+ * on one core: 64 x 64 0.3 s to create, 2 ms a run; 100 x 100 1.1 s and 57 ms; 200 x 200 11 s and
+ * 0.7 s, with a band of 0.5 GB (the model's rows reach two corner rows, so the band is four times
+ * the corner-only band of spotwave 2.0's model: an accuracy baseline, not a real-time path).
+ * SW_EINVAL for bad sizes/pitch, no valid lenslet, or a singular system (valid lenslets in parts
+ * that do not touch: the relative piston is unknown).
  */
 sw_status sw_sabre_global_create(sw_context *ctx, int32_t nx, int32_t ny, double pitch,
                                  const uint8_t *valid, sw_sabre_global **out);

@@ -7,12 +7,14 @@
  * Local problem (seed 002 Eq. 3-7). All k^2 windows have the same shape (w x w squares), so one
  * local problem serves every partition (section 5.A). The unknowns are the window's vertex values
  * but the anchor (local corner 0): the null-space basis N of A = [H; h] (Eq. 5) is the vertex
- * basis, so Dbar = D N (Eq. 6) has, for each (triangle, data corner) pair, the two rows of the
- * triangle's gradient on its three vertices, and the normal matrix Dbar^T Dbar is the sum over
- * triangles of 2 (gx gx^T + gy gy^T). It is banded when the vertices are interleaved row by row
- * (corner row J, then centre row J, ...), half-bandwidth 2 w + 1: one LAPACKE_dpbtrf, then the
- * two triangular solves of dpbtrs (as level-3 BLAS on the factor's blocks) for blocks of
- * unit-slope right-hand sides (Dbar^T E) give Q, the map from the
+ * basis, so Dbar = D N (Eq. 6) has the rows of sabre.h's model on the vertex values: for each
+ * lenslet the mean of its triangles' gradients (weighted 1 - lambda where the window covers its
+ * square) and each triangle's gradient (lambda / 8), built from the triangles' gradients on their
+ * three vertices (build_q). The normal matrix is banded when the vertices are interleaved row by
+ * row (corner row J, then centre row J, ...), half-bandwidth up to 2 (2 w + 1) (a mean row reaches
+ * two corner rows): one LAPACKE_dpbtrf, then the two triangular solves of dpbtrs (as level-3 BLAS
+ * on the factor's blocks) for blocks of unit-slope right-hand sides (Dbar^T E) give Q, the map
+ * from the
  * window's 2 (w+1)^2 slopes to its vertex values (Eq. 6 with Eq. 7's expansion folded in: for
  * d = 1, r = 0, N c is a copy). For windows up to 16 squares the seed's matrices D, H, h are
  * formed explicitly and LAPACKE_dgesvd confirms rank(A) = 3 J - (nv - 1) with A N = 0, i.e. that

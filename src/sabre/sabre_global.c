@@ -6,18 +6,16 @@
  * splines (d = 1, r = 0) the null space N of the continuity constraints H is the vertex basis,
  * so the constrained problem (Eq. 3) is an unconstrained least-squares problem in one value per
  * vertex, and the anchor h (Eq. 5) removes the first estimated corner from the unknowns. The
- * regression matrix D (Eq. 4; sabre.h's measurement model) has one pair of rows per (triangle,
- * valid corner of it), g_t . s = pitch * sigma_v, in lattice units. Eq. (6) is solved through
- * its normal equations Dbar^T Dbar c = Dbar^T sigma.
+ * regression matrix D (Eq. 4; sabre.h's measurement model) has, per valid lenslet v, the mean row
+ * a_v . s = pitch * sigma_v (weight 1 - lambda when the lattice covers v's square) and one row
+ * pair per triangle of v, g_t . s = pitch * sigma_v (weight lambda / 8), in lattice units. Eq. (6)
+ * is solved through its normal equations Dbar^T Dbar c = Dbar^T sigma.
  *
- * Solving. In the normal matrix a centre vertex couples only to the four corners of its own square
- * (every row involves one triangle), so its block of the matrix is diagonal: each centre is
- * eliminated square by square (static condensation, a Schur complement) and the remaining system
- * on the corner vertices has a 9-point stencil, band-stored with half-bandwidth (shorter side + 1)
- * and factorised once by LAPACKE_dpbtrf. A run forms the right-hand side (condensed the same way),
- * solves with LAPACKE_dpbtrs and recovers each centre from its row of the normal equations. This
- * is algebraically the same solution as the interleaved corner/centre band of sabre.h (bandwidth
- * 2 nx + 1), at a quarter of the factorisation's work (200 x 200: ~0.07 s instead of ~0.4 s).
+ * Solving. A mean row couples a lenslet's four centres with its corner neighbours two apart, so
+ * centres couple to centres and no square-by-square elimination is left: the normal matrix is
+ * band-stored with the corner and centre rows interleaved along the longer side (half-bandwidth
+ * about twice the shorter side's corner and centre count), factorised once by LAPACKE_dpbtrf; a
+ * run forms the right-hand side and solves with LAPACKE_dpbtrs (once more per robust pass).
  */
 #include "core/core_internal.h"
 #include "sabre/sabre_internal.h"
