@@ -70,8 +70,10 @@
  *
  * Options (besides the harness's): --accuracy, --speed (default: both), --screens N (default
  * 50; --quick: 3), --size 100|200 and --pme hierarchical|distributed (speed: one configuration
- * or variant only). --backend cuda runs the simulator, the centroids and D-SABRE on the GPU (the
- * global and Fried baselines are host code).
+ * or variant only), --padding zero|nearest and --fill N (D-SABRE), --lambda X, --robust N,
+ * --robust-k K, --robust-pme, --pme-band (sabre.h; the model and the robust options of global
+ * SABRE and every D-SABRE plan). --backend cuda runs the simulator, the centroids and D-SABRE on
+ * the GPU (the global and Fried baselines are host code).
  */
 #include "harness.h"
 

@@ -151,9 +151,10 @@ extern "C" {
  * pseudo-observations
  *     sigma'_v = mu_v + r_v min(1, kappa m / |r_v|)
  * (Huber's clipping of the residual at kappa m: a lenslet within the threshold keeps its slope,
- * one beyond it is pulled in to the threshold). With the same matrix each pass is this iteration
- * of Huber's M-estimate (Huber P. J. 1981, Robust Statistics, Wiley, section 7.8, the iteration
- * with modified residuals), so it costs one more solve (D-SABRE: a gather and a GEMM) per pass.
+ * one beyond it is pulled in to the threshold). With the same matrix each pass is one step of the
+ * least-squares iteration on modified residuals that computes Huber's regression M-estimate
+ * (Huber P. J. 1981, Robust Statistics, Wiley), the scale re-estimated at every step, so it costs
+ * one more solve (D-SABRE: a GEMM) per pass.
  * For Gaussian residuals m is 1.18 of the per-component standard deviation, so kappa = 3 clips
  * beyond about 3.5 sigma.
  */
