@@ -35,23 +35,49 @@
  *     centre (I, J), 0 <= I < sx, 0 <= J < sy: values[(sx + 1)(sy + 1) + J sx + I], at
  *         (I + 1/2 - offx, J + 1/2 - offy).
  *
- * The measurement model (what SABRE's Eq. 4, D = d B^{d-1} P, becomes for d = 1 on this mesh,
- * and why). The gradient of a linear spline is constant on each triangle, and the slope of lenslet
- * l is measured at its reference centre, which is a vertex shared by up to eight triangles. Each
- * of those triangles is modelled as seeing that slope: one pair of rows of D per (triangle, data
- * vertex), and every triangle has exactly two data vertices (its corners). The least-squares
- * problem is therefore
- *     min  sum_t sum_{v corner of t} || grad s |_t - sigma_v ||^2      (* pitch for units)
- * Why this and not the lenslet-mean gradient of the spline (the average of the eight triangles'
- * gradients): any model that is symmetric about the reference centre cannot see the two
- * checkerboard ("waffle") modes of this mesh (+-1 alternating on the corner vertices, or on the
- * centre vertices): it reads odd differences of vertices of the same parity. The per-triangle
- * model sees them (the bottom triangle reads s(I+1,J) - s(I,J) directly), so the solution is unique
- * up to piston, as SABRE claims. On the corner lattice it is Southwell's relation
- * (s(I+1,J) - s(I,J)) / pitch = (sigma_x(I,J) + sigma_x(I+1,J)) / 2, exact for quadratic
- * wavefronts. And it keeps D-SABRE exact: each row involves one triangle, so a partition's problem
- * is precisely the restriction of the global problem to its triangles, with no row reaching
- * outside. A tilt is reconstructed exactly; a spline's own model data D c gives back c exactly.
+ * The measurement model (what SABRE's Eq. 4, D = d B^{d-1} P, becomes for d = 1 on this mesh).
+ * A Shack-Hartmann lenslet measures the mean gradient of the wavefront over its square, which by
+ * the divergence theorem is the difference of the wavefront's means along opposite edges over
+ * the pitch. The lenslet square of corner vertex v = (I, J) is covered by eight triangles T_v,
+ * one eighth of the square in each (square (I, J): bottom and left; (I-1, J): bottom and right;
+ * (I-1, J-1): right and top; (I, J-1): top and left), and the gradient of the linear spline is
+ * constant on each triangle, so the spline's mean gradient over the square is exactly the mean
+ * of those eight gradients, a_v . s = (1/8) sum_{t in T_v} grad s|_t; its x component is
+ *     [c(I,J-1) + c(I,J) - c(I-1,J-1) - c(I-1,J)] / 4 + [s(I+1,J) - s(I-1,J)] / 4
+ * (c the centre vertices, s the corners; y alike): half the Fried difference of the lenslet's four
+ * corners and half the central difference of the corner lattice, the edge-averaged difference a
+ * lenslet reads. This row alone leaves modes unseen (it reads differences of vertices of the same
+ * parity only: the corner lattice's parity classes, the centres' piston and checkerboard), so a
+ * fraction lambda (triangle_weight) of each lenslet's weight asks each of its triangles separately
+ * to have the measured gradient (the per-triangle reading of SABRE's model, in which the slope
+ * is the spline's gradient at the lenslet's reference centre, here a vertex shared by eight
+ * triangles):
+ *     min  sum_v [ (1 - lambda) || a_v . s - p sigma_v ||^2
+ *                  + (lambda / 8) sum_{t in T_v} || grad s|_t - p sigma_v ||^2 ]
+ *   = min  sum_v [ || a_v . s - p sigma_v ||^2 + (lambda / 8) sum_t || grad s|_t - a_v . s ||^2 ]
+ * (p the pitch). The second form shows what lambda does: the lenslet-mean fit plus a smoothness
+ * term, the spread of the triangle gradients around each lenslet (zero only for a plane), which
+ * fixes the unseen modes. lambda = 1 is the per-triangle model alone (spotwave's model up to
+ * 2.0), which holds every triangle to the lenslet's slope: a smoothing that cost accuracy on
+ * turbulence (bench_sabre, 64 x 64, exact slopes: 0.0845 against 0.0664 for lambda = 0.2 and
+ * 0.0683 for Fried; BENCHMARKS.md). A lenslet on the triangulation's rim (an array edge, or
+ * a D-SABRE window's border) has only n_v = 4 (2 at a corner) of its triangles, which do not cover
+ * its square, so it keeps the per-triangle rows only (weight lambda n_v / 8 in all): the mean of
+ * half a square is not what the lenslet measured (for W = x^2 it is off by a quarter of the
+ * curvature), while the per-triangle rows, equally weighted, keep the solution exact for
+ * quadratic wavefronts on a full array (the interpolant of W: the mean rows vanish on it, and
+ * SABRE's per-triangle residuals cancel). Tilts are exact for any lambda. The default lambda =
+ * 0.2 balances exact and noisy slopes (bench_sabre, 50 screens, global SABRE against Fried:
+ * 0.0664 / 0.0683 on exact slopes, 0.0759 / 0.0777 at magnitude 6, 0.0769 / 0.0770 at 8, 0.1019
+ * / 0.1006 at 10; lambda = 0.5 was worse at every magnitude, and a numpy check put lambda = 0.1
+ * 4 % lower on exact slopes and 2 % higher at magnitude 10).
+ *   D-SABRE: a window's problem is the same model on the window's triangulation, so one partition
+ *   is exactly global SABRE. A window's border lenslets keep only the per-triangle share, which
+ *   weakens small windows at low light (bench_sabre, 64 x 64, 50 screens, square pupil): H-PME
+ *   improved at every k from exact slopes to magnitude 8 (k = 32: 0.0851 -> 0.0723 exact, 0.1005
+ *   -> 0.0955 at 8) but at magnitude 10 only for k <= 8 (k = 16: 0.1341 -> 0.1347, k = 32:
+ *   0.1386 -> 0.1441), and lost 2-7 % at magnitude 11; D-PME with k = 32 (whose chains carry
+ *   every window's error) lost at every level (0.0974 -> 0.1100 exact).
  *
  * D-SABRE (Brunner et al. sections 2, 3 and 5.A):
  *   - Partitioning: k x k partitions (k = 2^p for H-PME). The SH array is embedded, centred, in
@@ -109,6 +135,31 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The measurement model's lambda (above): the default and the smallest accepted. */
+#define SW_SABRE_TRIANGLE_WEIGHT     0.2
+#define SW_SABRE_TRIANGLE_WEIGHT_MIN 1e-3
+
+/*
+ * Robust passes (outlier rejection; global SABRE and D-SABRE's local solves). A lenslet whose spot
+ * a noise peak captured reads a slope far from its neighbours', and least squares spreads that
+ * error over the wavefront around it. Each pass takes the last solution's model slopes
+ * mu_v = a_v . s / pitch (the lenslet-mean row above), the residuals r_v = sigma_v - mu_v (both
+ * components; |r_v| their length) and the scale m = the lower median of |r_v| (the element of
+ * rank floor((n - 1) / 2)) over the lenslets of the problem (global: the valid lenslets; D-SABRE:
+ * each window's own real lenslets, so every partition decides alone), and solves again with the
+ * pseudo-observations
+ *     sigma'_v = mu_v + r_v min(1, kappa m / |r_v|)
+ * (Huber's clipping of the residual at kappa m: a lenslet within the threshold keeps its slope,
+ * one beyond it is pulled in to the threshold). With the same matrix each pass is one step of the
+ * least-squares iteration on modified residuals that computes Huber's regression M-estimate
+ * (Huber P. J. 1981, Robust Statistics, Wiley), the scale re-estimated at every step, so it costs
+ * one more solve (D-SABRE: a GEMM) per pass.
+ * For Gaussian residuals m is 1.18 of the per-component standard deviation, so kappa = 3 clips
+ * beyond about 3.5 sigma.
+ */
+#define SW_SABRE_ROBUST_THRESHOLD  3.0 /* kappa, the default */
+#define SW_SABRE_ROBUST_MAX_PASSES 16
 
 /* ------------------------------------------------------------------ splines on the lattice */
 
@@ -182,10 +233,19 @@ typedef struct sw_sabre_params {
                                  1: Eq. 17's, k m > max(nx, ny), so that every lenslet corner
                                  (Fried actuator) is a square centre of the extended lattice,
                                  as the distributed DM projection needs                         */
+    double triangle_weight;   /* lambda of the measurement model (above), 1e-3..1 (0.2)         */
+    int32_t robust_passes;    /* robust passes of the local solves (above), 0..16 (0)         */
+    double robust_threshold;  /* their kappa, 1..1000 (3)                                     */
+    int32_t robust_pme;       /* 0 (0): a border's offset from the mean of its differences;
+                                 1: from their median (see below)                             */
+    int32_t pme_band;         /* 0 (0): the offsets from the corners on the line between two
+                                 cores (Brunner et al.); 1: from the band of overlap squares
+                                 on either side of it (see below)                            */
 } sw_sabre_params;
 
 /* nx = ny = 0 (must be set), pitch 1, no mask, 8 partitions, overlap 1, H-PME, L_D iterations,
- * zero padding, no fill iterations, the smallest extended array.
+ * zero padding, no fill iterations, the smallest extended array, the model's default lambda, no
+ * robust passes, mean offsets on the border line.
  *
  * Fill iterations (beyond Brunner et al., who name extrapolating the slope data as the remedy for
  * their zero-padding errors, section 3.B.2): each pass predicts the slope of every padded corner of
@@ -198,7 +258,39 @@ typedef struct sw_sabre_params {
  * zero padding, 0.201 / 0.185 / 0.180 after 1 / 2 / 3 passes, 0.175 at convergence, global
  * 0.169) and more slowly with many small ones, slowest without overlap (bench_sabre: 4 passes cut
  * the annulus's error 2-2.6x for k <= 4, 10-25 % for k >= 8). Each pass costs a gather, a GEMM and
- * the prediction. */
+ * the prediction.
+ *
+ * Robust passes of the local solves (robust_passes, robust_threshold; the definition above), after
+ * the fill iterations: each window takes its model slopes at its real, valid lenslets from its
+ * own last solve (the mean gradient of its triangles there, sw_sabre_predict), the scale m from
+ * its own residuals, and replaces those lenslets' slopes by the pseudo-observations; padded
+ * corners keep what the padding or the fill gave them. A pass costs a prediction at every local
+ * corner, a median per window and a GEMM. Measured (bench_sabre, 64 x 64, 3 passes, kappa 3, 50
+ * screens): global SABRE's error falls 10 % at magnitude 11 (55 e- per lenslet: 0.324 -> 0.290,
+ * below Fried's 0.320) and by less than 1 % at magnitude 10 and brighter, where the centroids'
+ * errors are close to Gaussian (10 screens: kappa = 2 gains more at magnitude 11, 0.283 against
+ * 0.304, and costs 2.5 % on exact slopes); with 3 % of the lenslets made outliers (test_sabre) the
+ * error falls 2.5 times. Off by default: it pays only for faint stars or bad lenslets, and costs a
+ * GEMM per pass.
+ *
+ * Robust PME (robust_pme = 1): the pair sums of step 3 (sabre_internal.h) become n times the lower
+ * median of the pair's border differences instead of their sum, so that a few vertices that a bad
+ * lenslet pulled away do not shift the offset of a whole tile; H-PME pools the pairs of a tile
+ * border as before (Eq. 10), D-PME divides by n again (Eq. 8).
+ *
+ * Border band (pme_band = 1, beyond Brunner et al.): each pair's differences are taken over the
+ * vertices that both windows hold within OL squares of the line between the two cores, along the
+ * cores' common extent ((2 OL + 1)(m + 1) corners and 2 OL m centres, those inside the pupil as
+ * for the line), instead of the m + 1 corners on the line: more values for each offset.
+ *
+ * Measured with both and 3 robust passes (50 screens): H-PME k = 32 noise-free 0.072 -> 0.070,
+ * annular 0.075 -> 0.071, D-PME k = 32 0.110 -> 0.098; at magnitude 10 no change (0.144; 10
+ * screens: robust PME alone 0.148 -> 0.146, with the band 0.144). None closes the gap to global
+ * SABRE at magnitude 10 (0.102): with 5 x 5 lenslets per window, 16 of them on its border where
+ * the model keeps only the per-triangle share, the local solutions themselves are noisy (their
+ * tilts, which no piston equalisation touches); replacing the 73 lenslets with the largest
+ * centroid errors by their true slopes moved H-PME k = 32 only from 0.148 to 0.141 (10 screens),
+ * so outliers are not what costs accuracy there. */
 void sw_sabre_params_default(sw_sabre_params *p);
 
 typedef struct sw_sabre sw_sabre;
@@ -268,17 +360,37 @@ const float *sw_sabre_local_matrix(const sw_sabre *plan);
 typedef struct sw_sabre_global sw_sabre_global;
 
 /*
- * One least-squares problem (the model above) on the triangles of the nx x ny array's lattice
- * (sx = nx - 1, sy = ny - 1, no offset) that have at least one valid corner; vertices of no such
- * triangle are not estimated (NaN). Normal equations: a centre vertex couples only to its own
- * square's four corners, so the centres are eliminated square by square (Schur complement) and
- * the corner system, in band storage with half-bandwidth min(nx, ny) + 1, is factorised once by
- * LAPACKE_dpbtrf; anchor: the first estimated corner = 0. SW_EINVAL for bad sizes/pitch, no valid
- * lenslet, or a singular system (valid lenslets in parts that do not touch: the relative piston is
- * unknown).
+ * One least-squares problem (the model above: a row pair per valid lenslet and its triangles'
+ * rows) on the triangles of the nx x ny array's lattice (sx = nx - 1, sy = ny - 1, no offset)
+ * that have at least one valid corner; vertices of no such triangle are not estimated (NaN).
+ * Normal equations in band storage, corner and centre rows interleaved along the longer side
+ * (half-bandwidth about 4 min(nx, ny)), factorised once by LAPACKE_dpbtrf; anchor: the first
+ * estimated corner = 0. A run is one band solve (dpbtrs), and one more per robust pass. Measured
+ * on one core: 64 x 64 0.3 s to create, 2 ms a run; 100 x 100 1.1 s and 57 ms; 200 x 200 11 s and
+ * 0.7 s, with a band of 0.5 GB (the model's rows reach two corner rows, so the band is four times
+ * the corner-only band of spotwave 2.0's model: an accuracy baseline, not a real-time path).
+ * SW_EINVAL for bad sizes/pitch, no valid lenslet, or a singular system (valid lenslets in parts
+ * that do not touch: the relative piston is unknown).
  */
 sw_status sw_sabre_global_create(sw_context *ctx, int32_t nx, int32_t ny, double pitch,
                                  const uint8_t *valid, sw_sabre_global **out);
+
+typedef struct sw_sabre_global_params {
+    int32_t nx, ny;          /* SH array, 2..4096 each                                          */
+    double pitch;            /* lenslet pitch in the pupil, > 0 (1)                             */
+    const uint8_t *valid;    /* optional nx * ny: lenslets with data (NULL: all); copied         */
+    double triangle_weight;  /* lambda of the measurement model, 1e-3..1 (0.2)                 */
+    int32_t robust_passes;   /* robust passes (above), 0..16 (0: plain least squares)          */
+    double robust_threshold; /* kappa, 1..1000 (3)                                              */
+} sw_sabre_global_params;
+
+/* nx = ny = 0 (must be set), pitch 1, no mask, the defaults above. */
+void sw_sabre_global_params_default(sw_sabre_global_params *p);
+/* sw_sabre_global_create with every parameter; the same errors, and SW_EINVAL for a parameter
+ * out of its range. sw_sabre_global_create(ctx, nx, ny, pitch, valid, out) is this with the
+ * defaults. */
+sw_status sw_sabre_global_create_params(sw_context *ctx, const sw_sabre_global_params *p,
+                                        sw_sabre_global **out);
 void sw_sabre_global_destroy(sw_sabre_global *g);
 void sw_sabre_global_lattice(const sw_sabre_global *g, sw_sabre_lattice *out);
 /* slopes as sw_sabre_run (host); values: sw_sabre_lattice_values doubles. SW_ERANGE for NaN. */

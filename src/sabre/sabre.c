@@ -7,12 +7,14 @@
  * Local problem (seed 002 Eq. 3-7). All k^2 windows have the same shape (w x w squares), so one
  * local problem serves every partition (section 5.A). The unknowns are the window's vertex values
  * but the anchor (local corner 0): the null-space basis N of A = [H; h] (Eq. 5) is the vertex
- * basis, so Dbar = D N (Eq. 6) has, for each (triangle, data corner) pair, the two rows of the
- * triangle's gradient on its three vertices, and the normal matrix Dbar^T Dbar is the sum over
- * triangles of 2 (gx gx^T + gy gy^T). It is banded when the vertices are interleaved row by row
- * (corner row J, then centre row J, ...), half-bandwidth 2 w + 1: one LAPACKE_dpbtrf, then the
- * two triangular solves of dpbtrs (as level-3 BLAS on the factor's blocks) for blocks of
- * unit-slope right-hand sides (Dbar^T E) give Q, the map from the
+ * basis, so Dbar = D N (Eq. 6) has the rows of sabre.h's model on the vertex values: for each
+ * lenslet the mean of its triangles' gradients (weighted 1 - lambda where the window covers its
+ * square) and each triangle's gradient (lambda / 8), built from the triangles' gradients on their
+ * three vertices (build_q). The normal matrix is banded when the vertices are interleaved row by
+ * row (corner row J, then centre row J, ...), half-bandwidth up to 2 (2 w + 1) (a mean row reaches
+ * two corner rows): one LAPACKE_dpbtrf, then the two triangular solves of dpbtrs (as level-3 BLAS
+ * on the factor's blocks) for blocks of unit-slope right-hand sides (Dbar^T E) give Q, the map
+ * from the
  * window's 2 (w+1)^2 slopes to its vertex values (Eq. 6 with Eq. 7's expansion folded in: for
  * d = 1, r = 0, N c is a copy). For windows up to 16 squares the seed's matrices D, H, h are
  * formed explicitly and LAPACKE_dgesvd confirms rank(A) = 3 J - (nv - 1) with A N = 0, i.e. that
@@ -56,6 +58,9 @@ typedef struct sabre_plan {
     double *K;    /* G offsets                                      */
     double *Kold; /* G: D-PME's previous iterate                    */
     float *F;     /* 2 npad: the fill iterations' padded slopes     */
+    double *R;    /* G L^2: the robust passes' residual norms       */
+    double *Rs;   /* G L^2: their copies for the median             */
+    double *Pd;   /* npairs (m+1): robust PME's border differences  */
     float *Z;     /* w^2 x G: step 6's projected local commands (allocated with the first
                      projection, kept until the plan is destroyed) */
 } sabre_plan;
@@ -75,6 +80,11 @@ void sw_sabre_params_default(sw_sabre_params *p)
     p->pme = SW_SABRE_PME_HIERARCHICAL;
     p->dpme_iterations = 0;
     p->extend_eq17 = 0;
+    p->triangle_weight = SW_SABRE_TRIANGLE_WEIGHT;
+    p->robust_passes = 0;
+    p->robust_threshold = SW_SABRE_ROBUST_THRESHOLD;
+    p->robust_pme = 0;
+    p->pme_band = 0;
 }
 
 const char *sw_sabre_pme_string(sw_sabre_pme p)
@@ -554,33 +564,80 @@ done:
  * Q (Eq. 6-7 and 16) for a w x w window: the normal matrix of the model (sabre.h) in band
  * storage, interleaved order, anchor (local corner 0, interleaved position 0) removed; banded
  * Cholesky; one solve per unit slope. Lattice units throughout, the pitch applied at the end.
+ *
+ * The model's normal matrix is a sum over the window's (L x L) corners v, each with its n_v
+ * triangles t (sw_sabre_corner_triangles) and their mean row a_v (sw_sabre_mean_row):
+ *     N = sum_v mw_v (a_vx a_vx^T + a_vy a_vy^T) + (lambda / 8) sum_t (g_tx g_tx^T + g_ty g_ty^T),
+ * mw_v = sw_sabre_mean_weight, and the right-hand side of v's x slope is dw_v a_vx (of its y slope
+ * dw_v a_vy), dw_v = sw_sabre_data_weight: the per-triangle rows' data sum to (lambda n_v / 8) a_v.
+ * A row couples corners two apart (the mean row of (x, y) reads (x +- 1, y) and (x, y +- 1)):
+ * half-bandwidth up to 2 (L + w), found from the rows themselves.
  */
-static sw_status build_q(sw_context *ctx, int32_t w, double pitch, float *Q)
+static int32_t model_band(int32_t w)
+{
+    int32_t kd = 1;
+    for (int32_t y = 0; y <= w; y++)
+        for (int32_t x = 0; x <= w; x++) {
+            int64_t vidx[9];
+            double ax[9], ay[9];
+            int nt;
+            const int nv = sw_sabre_mean_row(w, w, x, y, vidx, ax, ay, &nt);
+            int32_t lo = INT32_MAX, hi = -1;
+            for (int j = 0; j < nv; j++) {
+                int32_t u = interleaved(vidx[j], w) - 1;
+                if (u < 0)
+                    continue;
+                lo = u < lo ? u : lo;
+                hi = u > hi ? u : hi;
+            }
+            if (hi >= 0 && hi - lo > kd)
+                kd = hi - lo;
+        }
+    return kd;
+}
+
+/* Adds c (a a^T) to the band (interleaved positions of the vertices, anchor skipped). */
+static void band_outer(double *ab, int32_t ldab, int32_t w, const int64_t *vidx, const double *a,
+                       int nv, double c)
+{
+    for (int j = 0; j < nv; j++) {
+        const int32_t uj = interleaved(vidx[j], w) - 1;
+        for (int l = 0; l < nv; l++) {
+            const int32_t ul = interleaved(vidx[l], w) - 1;
+            if (uj < 0 || ul < 0 || uj < ul)
+                continue; /* the anchor, or the upper triangle */
+            ab[(size_t)ul * ldab + (uj - ul)] += c * a[j] * a[l];
+        }
+    }
+}
+
+static sw_status build_q(sw_context *ctx, int32_t w, double pitch, double lambda, float *Q)
 {
     const int32_t L = w + 1, nl = L * L + w * w, ns = 2 * L * L;
-    const int32_t n = nl - 1, kd = 2 * w + 1, ldab = kd + 1;
+    const int32_t n = nl - 1, kd = model_band(w), ldab = kd + 1;
     double *ab = calloc((size_t)ldab * n, sizeof *ab);
     if (!ab)
         return sw_fail(ctx, SW_ENOMEM, "sabre: out of memory (normal matrix, %d unknowns)", n);
 
-    /* Dbar^T Dbar = sum over triangles and their two data corners of gx gx^T + gy gy^T. */
-    for (int32_t sqy = 0; sqy < w; sqy++) {
-        for (int32_t sqx = 0; sqx < w; sqx++) {
-            for (int q = 0; q < 4; q++) {
+    /* Dbar^T Dbar of the model: every corner's mean rows and its triangles' rows (above). */
+    for (int32_t y = 0; y <= w; y++) {
+        for (int32_t x = 0; x <= w; x++) {
+            int64_t vidx[9];
+            double ax[9], ay[9];
+            int nt;
+            const int nv = sw_sabre_mean_row(w, w, x, y, vidx, ax, ay, &nt);
+            const double mw = sw_sabre_mean_weight(nt, lambda);
+            band_outer(ab, ldab, w, vidx, ax, nv, mw);
+            band_outer(ab, ldab, w, vidx, ay, nv, mw);
+            int32_t sqi[8], sqj[8];
+            int q[8];
+            sw_sabre_corner_triangles(w, w, x, y, sqi, sqj, q);
+            for (int t = 0; t < nt; t++) {
                 int64_t idx[3];
                 double cx[3], cy[3];
-                int32_t u[3];
-                sw_sabre_triangle(w, w, sqx, sqy, q, idx, cx, cy);
-                for (int j = 0; j < 3; j++)
-                    u[j] = interleaved(idx[j], w) - 1;
-                for (int j = 0; j < 3; j++) {
-                    for (int l = 0; l < 3; l++) {
-                        if (u[j] < 0 || u[l] < 0 || u[j] < u[l])
-                            continue; /* the anchor, or the upper triangle */
-                        ab[(size_t)u[l] * ldab + (u[j] - u[l])] +=
-                            2.0 * (cx[j] * cx[l] + cy[j] * cy[l]);
-                    }
-                }
+                sw_sabre_triangle(w, w, sqi[t], sqj[t], q[t], idx, cx, cy);
+                band_outer(ab, ldab, w, idx, cx, 3, sw_sabre_tri_weight(nt, lambda));
+                band_outer(ab, ldab, w, idx, cy, 3, sw_sabre_tri_weight(nt, lambda));
             }
         }
     }
@@ -625,35 +682,25 @@ static sw_status build_q(sw_context *ctx, int32_t w, double pitch, float *Q)
     }
     free(ab);
 
-    /* Right-hand sides Dbar^T E: x slope of local corner r (column r) adds cx of every triangle
-     * having r as a data corner, the y slope (column L^2 + r) its cy. Blocks of SB_RHS_BLOCK
-     * columns. */
+    /* Right-hand sides Dbar^T E: the x slope of local corner r (column r) is its mean row a_rx,
+     * the y slope (column L^2 + r) a_ry. Blocks of SB_RHS_BLOCK columns. */
     for (int32_t c0 = 0; c0 < ns; c0 += SB_RHS_BLOCK) {
         const int32_t nc = ns - c0 < SB_RHS_BLOCK ? ns - c0 : SB_RHS_BLOCK;
         int32_t u0 = n; /* the first row any right-hand side of the block touches */
         memset(B, 0, (size_t)np * nc * sizeof *B);
-        for (int32_t sqy = 0; sqy < w; sqy++) {
-            for (int32_t sqx = 0; sqx < w; sqx++) {
-                for (int q = 0; q < 4; q++) {
-                    int64_t idx[3];
-                    double cx[3], cy[3];
-                    sw_sabre_triangle(w, w, sqx, sqy, q, idx, cx, cy);
-                    for (int d = 0; d < 2; d++) { /* the two data corners */
-                        for (int comp = 0; comp < 2; comp++) {
-                            int32_t col = (int32_t)idx[d] + comp * L * L - c0;
-                            if (col < 0 || col >= nc)
-                                continue;
-                            const double *g = comp == 0 ? cx : cy;
-                            for (int j = 0; j < 3; j++) {
-                                int32_t u = interleaved(idx[j], w) - 1;
-                                if (u < 0)
-                                    continue;
-                                B[(size_t)col * np + u] += g[j];
-                                u0 = u < u0 ? u : u0;
-                            }
-                        }
-                    }
-                }
+        for (int32_t col = 0; col < nc; col++) {
+            const int32_t cg = c0 + col, comp = cg >= L * L, r = comp ? cg - L * L : cg;
+            int64_t vidx[9];
+            double ax[9], ay[9];
+            int nt;
+            const int nv = sw_sabre_mean_row(w, w, r % L, r / L, vidx, ax, ay, &nt);
+            const double cw = sw_sabre_data_weight(nt, lambda);
+            for (int j = 0; j < nv; j++) {
+                int32_t u = interleaved(vidx[j], w) - 1;
+                if (u < 0)
+                    continue;
+                B[(size_t)col * np + u] += cw * (comp ? ay[j] : ax[j]);
+                u0 = u < u0 ? u : u0;
             }
         }
         /* L y = b, from the first block with a non-zero (the rows above stay zero) */
@@ -715,6 +762,10 @@ void sw_sabre_destroy(sw_sabre *plan)
     free(plan->pad_part);
     free(plan->pad_local);
     free(plan->pidx);
+    free(plan->rreal);
+    free(sp->R);
+    free(sp->Rs);
+    free(sp->Pd);
     free(plan->proj);
     free(plan->q1);
     free(sp->Z);
@@ -751,6 +802,21 @@ static sw_status check_params(sw_context *ctx, const sw_sabre_params *p)
                        (int)p->fill_iterations);
     if (p->extend_eq17 != 0 && p->extend_eq17 != 1)
         return sw_fail(ctx, SW_EINVAL, "sabre: extend_eq17 %d is not 0 or 1", (int)p->extend_eq17);
+    if (!(p->triangle_weight >= SW_SABRE_TRIANGLE_WEIGHT_MIN && p->triangle_weight <= 1.0))
+        return sw_fail(ctx, SW_EINVAL,
+                       "sabre: triangle_weight %g is not in %g..1 (the per-triangle rows keep the "
+                       "lenslet-mean model's checkerboard modes determined)",
+                       p->triangle_weight, SW_SABRE_TRIANGLE_WEIGHT_MIN);
+    if (p->robust_passes < 0 || p->robust_passes > SW_SABRE_ROBUST_MAX_PASSES)
+        return sw_fail(ctx, SW_EINVAL, "sabre: robust_passes %d is not in 0..%d",
+                       (int)p->robust_passes, SW_SABRE_ROBUST_MAX_PASSES);
+    if (!(p->robust_threshold >= 1.0 && p->robust_threshold <= 1e3))
+        return sw_fail(ctx, SW_EINVAL, "sabre: robust_threshold %g is not in 1..1000",
+                       p->robust_threshold);
+    if (p->pme_band != 0 && p->pme_band != 1)
+        return sw_fail(ctx, SW_EINVAL, "sabre: pme_band %d is not 0 or 1", (int)p->pme_band);
+    if (p->robust_pme != 0 && p->robust_pme != 1)
+        return sw_fail(ctx, SW_EINVAL, "sabre: robust_pme %d is not 0 or 1", (int)p->robust_pme);
     if (p->pme == SW_SABRE_PME_HIERARCHICAL && !is_pow2(p->partitions))
         return sw_fail(ctx, SW_EINVAL,
                        "sabre: H-PME needs a power of two of partitions per side, not %d (use "
@@ -772,42 +838,81 @@ static sw_status check_params(sw_context *ctx, const sw_sabre_params *p)
     return SW_OK;
 }
 
+/* Whether centre (X, Y) of the extended lattice (square (X, Y)'s centre) is inside the pupil: its
+ * four corners are. */
+static int centre_in_pupil(const sw_sabre *s, int32_t X, int32_t Y)
+{
+    return corner_in_pupil(s, X, Y) && corner_in_pupil(s, X + 1, Y) &&
+           corner_in_pupil(s, X, Y + 1) && corner_in_pupil(s, X + 1, Y + 1);
+}
+
+/* Entries per pair: the m + 1 corners of the shared core border, or with pme_band the band of
+ * OL squares on either side of it, (2 OL + 1)(m + 1) corners and 2 OL m centres. */
+static int32_t pair_stride(const sw_sabre_params *p, int32_t m)
+{
+    return p->pme_band ? (2 * p->overlap + 1) * (m + 1) + 2 * p->overlap * m : m + 1;
+}
+
 /* The pair tables (sabre_internal.h) and, per pair, the number of border vertices inside the
- * pupil (before the fallback to all vertices), for the H-PME schedule. */
+ * pupil (before the fallback to all vertices), for the H-PME schedule. A pair's vertices: the
+ * m + 1 corners on the line between the two cores (Brunner et al. Eq. 8, 10); with pme_band also
+ * the corners and centres within OL squares of that line, along the cores' common extent, that
+ * both windows hold (the windows' overlap: more vertices for each offset). */
 static void build_pairs(sw_sabre *s, int32_t *inpupil)
 {
-    const int32_t k = s->k, m = s->m, L = s->L;
+    const int32_t k = s->k, m = s->m, L = s->L, w = s->w, ps = s->pstride;
+    const int32_t band = s->params.pme_band ? s->params.overlap : 0;
     for (int32_t p = 0; p < s->npairs; p++) {
         int horizontal = p < k * (k - 1);
-        int32_t a, b, X0, Y0, dx, dy;
+        int32_t a, b, X0, Y0;
         if (horizontal) { /* (a, b)-(a+1, b): the line X = (a+1) m */
             a = p % (k - 1), b = p / (k - 1);
             s->pair_lo[p] = b * k + a;
             s->pair_hi[p] = b * k + a + 1;
-            X0 = (a + 1) * m, Y0 = b * m, dx = 0, dy = 1;
+            X0 = (a + 1) * m, Y0 = b * m;
         } else { /* (a, b)-(a, b+1): the line Y = (b+1) m */
             int32_t q = p - k * (k - 1);
             a = q % k, b = q / k;
             s->pair_lo[p] = b * k + a;
             s->pair_hi[p] = (b + 1) * k + a;
-            X0 = a * m, Y0 = (b + 1) * m, dx = 1, dy = 0;
+            X0 = a * m, Y0 = (b + 1) * m;
         }
-        int32_t lo = s->pair_lo[p], hi = s->pair_hi[p];
-        int32_t alo = lo % k, blo = lo / k, ahi = hi % k, bhi = hi / k;
-        int32_t n_in = 0;
-        for (int32_t j = 0; j <= m; j++) {
-            int32_t X = X0 + j * dx, Y = Y0 + j * dy;
-            size_t e = (size_t)p * (m + 1) + j;
-            s->pair_vlo[e] = (Y - s->ws[blo]) * L + (X - s->ws[alo]);
-            s->pair_vhi[e] = (Y - s->ws[bhi]) * L + (X - s->ws[ahi]);
-            s->pair_use[e] = (uint8_t)corner_in_pupil(s, X, Y);
-            n_in += s->pair_use[e];
+        const int32_t lo = s->pair_lo[p], hi = s->pair_hi[p];
+        const int32_t alo = lo % k, blo = lo / k, ahi = hi % k, bhi = hi / k;
+        const size_t e0 = (size_t)p * ps;
+        int32_t cnt = 0, n_in = 0;
+        /* across the line: offsets -band..band (corners), -band..band-1 (centres); along it: the
+         * cores' common extent, corners 0..m, centres 0..m-1 */
+        for (int c = 0; c < 2; c++) {
+            const int32_t alen = c ? m : m + 1, olo = -band, ohi = c ? band - 1 : band;
+            for (int32_t o = olo; o <= ohi; o++) {
+                for (int32_t j = 0; j < alen; j++) {
+                    const int32_t X = horizontal ? X0 + o : X0 + j;
+                    const int32_t Y = horizontal ? Y0 + j : Y0 + o;
+                    const int32_t xl = X - s->ws[alo], yl = Y - s->ws[blo];
+                    const int32_t xh = X - s->ws[ahi], yh = Y - s->ws[bhi];
+                    const int32_t lim = c ? w - 1 : w; /* a window's last corner / centre */
+                    if (xl < 0 || yl < 0 || xh < 0 || yh < 0 || xl > lim || yl > lim || xh > lim ||
+                        yh > lim)
+                        continue; /* not in both windows */
+                    const size_t e = e0 + (size_t)cnt++;
+                    s->pair_vlo[e] = c ? L * L + yl * w + xl : yl * L + xl;
+                    s->pair_vhi[e] = c ? L * L + yh * w + xh : yh * L + xh;
+                    s->pair_use[e] =
+                        (uint8_t)(c ? centre_in_pupil(s, X, Y) : corner_in_pupil(s, X, Y));
+                    n_in += s->pair_use[e];
+                }
+            }
+        }
+        for (int32_t j = cnt; j < ps; j++) { /* unused entries */
+            s->pair_vlo[e0 + j] = s->pair_vhi[e0 + j] = 0;
+            s->pair_use[e0 + j] = 0;
         }
         inpupil[p] = n_in;
         if (n_in == 0)
-            for (int32_t j = 0; j <= m; j++)
-                s->pair_use[(size_t)p * (m + 1) + j] = 1;
-        s->pair_n[p] = n_in > 0 ? n_in : m + 1;
+            for (int32_t j = 0; j < cnt; j++)
+                s->pair_use[e0 + j] = 1;
+        s->pair_n[p] = n_in > 0 ? n_in : cnt;
         s->pair_in[p] = (uint8_t)(n_in > 0);
     }
 }
@@ -942,7 +1047,8 @@ sw_status sw_sabre_create(sw_context *ctx, const sw_sabre_params *p, sw_sabre **
         while ((1 << s->p) < k)
             s->p++;
     s->kernel_us = -1.0;
-    const size_t np = (size_t)s->npairs, pe = np * (size_t)(m + 1);
+    s->pstride = pair_stride(p, m);
+    const size_t np = (size_t)s->npairs, pe = np * (size_t)s->pstride;
     int32_t *inpupil = malloc((np > 0 ? np : 1) * sizeof *inpupil);
     s->ws = malloc((size_t)k * sizeof *s->ws);
     s->Q = malloc((size_t)nl * ns * sizeof *s->Q);
@@ -1057,6 +1163,36 @@ sw_status sw_sabre_create(sw_context *ctx, const sw_sabre_params *p, sw_sabre **
         free(padid);
     }
 
+    /* Robust passes: the real, valid lenslets among each partition's local corners, and the
+     * residuals' scratch. */
+    if (p->robust_passes > 0) {
+        const size_t nloc = (size_t)G * L * L;
+        s->rreal = malloc(nloc);
+        sp->R = malloc(nloc * sizeof *sp->R);
+        sp->Rs = malloc(nloc * sizeof *sp->Rs);
+        if (!s->rreal || !sp->R || !sp->Rs) {
+            free(inpupil);
+            sw_sabre_destroy(s);
+            return sw_fail(ctx, SW_ENOMEM, "sabre: out of memory (robust tables)");
+        }
+        for (int32_t i = 0; i < G; i++) {
+            int32_t a = i % k, b = i / k;
+            for (int32_t y = 0; y < L; y++)
+                for (int32_t x = 0; x < L; x++)
+                    s->rreal[(size_t)i * L * L + (size_t)y * L + x] =
+                        (uint8_t)corner_in_pupil(s, s->ws[a] + x, s->ws[b] + y);
+        }
+    }
+
+    if (p->robust_pme && pe > 0) {
+        sp->Pd = malloc(pe * sizeof *sp->Pd);
+        if (!sp->Pd) {
+            free(inpupil);
+            sw_sabre_destroy(s);
+            return sw_fail(ctx, SW_ENOMEM, "sabre: out of memory (robust PME)");
+        }
+    }
+
     /* Borders between cores and the H-PME schedule. */
     build_pairs(s, inpupil);
     if (p->pme == SW_SABRE_PME_HIERARCHICAL) {
@@ -1092,7 +1228,7 @@ sw_status sw_sabre_create(sw_context *ctx, const sw_sabre_params *p, sw_sabre **
             return st;
         }
     }
-    st = build_q(ctx, w, p->pitch, s->Q);
+    st = build_q(ctx, w, p->pitch, p->triangle_weight, s->Q);
     if (st != SW_OK) {
         sw_sabre_destroy(s);
         return st;
@@ -1150,6 +1286,48 @@ const float *sw_sabre_local_matrix(const sw_sabre *plan)
 }
 
 /* ------------------------------------------------------------------ run */
+
+/*
+ * Step 2c for partition i (sabre_internal.h): at each real local corner r the model's slope
+ * mu = (float) (sw_sabre_predict / pitch), the residual r = (double) sigma - (double) mu and its
+ * length; m = the lower median of the lengths over the window's real corners; then X's rows of r
+ * = (float) (mu + r min(1, kappa m / |r|)).
+ */
+static void robust_partition(sabre_plan *sp, const float *slopes, int32_t i)
+{
+    const sw_sabre *s = &sp->pub;
+    const int32_t L = s->L, L2 = L * L, n = s->n;
+    const float *y = sp->Y + (size_t)s->nl * i;
+    float *xi = sp->X + (size_t)s->ns * i;
+    const int32_t *gi = s->gidx + (size_t)i * L2;
+    const uint8_t *real = s->rreal + (size_t)i * L2;
+    double *R = sp->R + (size_t)i * L2, *Rs = sp->Rs + (size_t)i * L2;
+    const double inv = 1.0 / s->params.pitch;
+    int64_t cnt = 0;
+    for (int32_t r = 0; r < L2; r++) {
+        if (!real[r])
+            continue;
+        double gx, gy;
+        sw_sabre_predict(y, s->w, r % L, r / L, &gx, &gy);
+        xi[r] = (float)(gx * inv); /* mu, for now */
+        xi[L2 + r] = (float)(gy * inv);
+        const double rx = (double)slopes[gi[r]] - (double)xi[r];
+        const double ry = (double)slopes[n + gi[r]] - (double)xi[L2 + r];
+        R[r] = sqrt(rx * rx + ry * ry);
+        Rs[cnt++] = R[r];
+    }
+    if (cnt == 0)
+        return;
+    const double tau = s->params.robust_threshold * sw_sabre_lower_median(Rs, cnt);
+    for (int32_t r = 0; r < L2; r++) {
+        if (!real[r])
+            continue;
+        const double mx = xi[r], my = xi[L2 + r];
+        const double f = R[r] > tau ? tau / R[r] : 1.0;
+        xi[r] = (float)(mx + f * ((double)slopes[gi[r]] - mx));
+        xi[L2 + r] = (float)(my + f * ((double)slopes[n + gi[r]] - my));
+    }
+}
 
 static sw_status run_cpu(sabre_plan *sp, const float *slopes, float *values, float *actuators)
 {
@@ -1213,18 +1391,36 @@ static sw_status run_cpu(sabre_plan *sp, const float *slopes, float *values, flo
         cblas_sgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, nl, G, ns, 1.0f, s->Q, nl, X, ns,
                     0.0f, sp->Y, nl);
     }
+    /* 2c. robust passes: Huber pseudo-observations of the real lenslets from the last solve,
+     * every partition on its own (sabre.h), then solve again */
+    for (int32_t t = 0; t < s->params.robust_passes; t++) {
+#pragma omp parallel for schedule(static) num_threads(threads) if ((int64_t)G * ns > SB_OMP_MIN)
+        for (int32_t i = 0; i < G; i++)
+            robust_partition(sp, slopes, i);
+        cblas_sgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, nl, G, ns, 1.0f, s->Q, nl, X, ns,
+                    0.0f, sp->Y, nl);
+    }
     const float *Y = sp->Y;
 
     /* 3. border sums */
 #pragma omp parallel for schedule(static)                                                          \
-    num_threads(threads) if ((int64_t)s->npairs * (m + 1) > SB_OMP_MIN)
+    num_threads(threads) if ((int64_t)s->npairs * s->pstride > SB_OMP_MIN)
     for (int32_t p = 0; p < s->npairs; p++) {
-        const size_t e0 = (size_t)p * (m + 1);
+        const size_t e0 = (size_t)p * s->pstride;
         const float *ylo = Y + (size_t)nl * s->pair_lo[p], *yhi = Y + (size_t)nl * s->pair_hi[p];
         double acc = 0.0;
-        for (int32_t j = 0; j <= m; j++)
-            if (s->pair_use[e0 + j])
-                acc += (double)yhi[s->pair_vhi[e0 + j]] - (double)ylo[s->pair_vlo[e0 + j]];
+        if (s->params.robust_pme) { /* n times the lower median of the differences */
+            double *d = sp->Pd + e0;
+            int64_t cnt = 0;
+            for (int32_t j = 0; j < s->pstride; j++)
+                if (s->pair_use[e0 + j])
+                    d[cnt++] = (double)yhi[s->pair_vhi[e0 + j]] - (double)ylo[s->pair_vlo[e0 + j]];
+            acc = cnt ? (double)cnt * sw_sabre_lower_median(d, cnt) : 0.0;
+        } else {
+            for (int32_t j = 0; j < s->pstride; j++)
+                if (s->pair_use[e0 + j])
+                    acc += (double)yhi[s->pair_vhi[e0 + j]] - (double)ylo[s->pair_vlo[e0 + j]];
+        }
         sp->psum[p] = acc;
     }
 

@@ -12,9 +12,12 @@
  *      stacked as Eq. 16; Eq. 7's expansion is folded into Q by sabre.c);
  *   2b. per fill iteration: sb_predict (the padded corners' slopes from Y), sb_fill (into X),
  *      cublasSgemm again;
+ *   2c. per robust pass: sb_robust (one block per partition: model slopes, residuals, their
+ *      median by ranking, the pseudo-observations into X), cublasSgemm again;
  *   3. sb_pair_sums: one warp per pair of neighbouring cores: the sum over the used shared border
- *      vertices of (hi - lo) in double (the addends of Eq. 8 and Eq. 10); (done inside the PME
- *      block instead, it took 65 us: one SM for 2k(k-1) short sums);
+ *      vertices of (hi - lo) in double (the addends of Eq. 8 and Eq. 10), or with robust_pme n
+ *      times their median (done inside the PME block instead, it took 65 us: one SM for 2k(k-1)
+ *      short sums);
  *   4. sb_pme: ONE block does all the piston equalisation: H-PME (Eq. 10-11, levels h = 1..p,
  *      two steps per level, __syncthreads between) or D-PME (Eq. 8-9, Jacobi iterations), its
  *      data in shared memory when it fits (the device's opt-in limit), with the arithmetic of
@@ -78,6 +81,8 @@ struct sb_gpu {
     float *slopes, *X, *Y, *values, *act;
     int32_t *pad_part, *pad_local, *pidx; /* fill iterations' tables, and their slopes F */
     float *F;
+    uint8_t *rreal; /* robust passes: the real local corners, and the residual lengths R */
+    double *R;
     /* step 6' (sw_sabre_set_projection): P (w^2 x nl row-major), q1 (w^2), Z = P Y (w^2 x G);
      * allocated with the first projection and kept, so that their addresses stay fixed; proj
      * says whether the graph uses them */
@@ -130,21 +135,51 @@ __global__ void sb_gather(const float *__restrict__ slopes, const int32_t *__res
     X[e] = s;
 }
 
-/* Step 3: psum[p] = sum over the used border vertices j of pair p of (double) Y[hi] - (double)
- * Y[lo]; one warp per pair, lanes over j, a shuffle reduction. */
+/* Step 3: psum[p] = sum over the used border vertices j of pair p (pstride entries) of (double)
+ * Y[hi] - (double) Y[lo]; one warp per pair, lanes over j, a shuffle reduction. With robust_pme:
+ * n times the lower median of those differences (the element of rank floor((n - 1) / 2), ties
+ * broken by the entry's index), found by each lane ranking its own entries against all the pair's:
+ * exactly one lane holds it and writes it. */
 __global__ void sb_pair_sums(const float *__restrict__ Y, int32_t nl, int32_t npairs, int32_t m1,
                              const int32_t *__restrict__ lo, const int32_t *__restrict__ hi,
                              const int32_t *__restrict__ vlo, const int32_t *__restrict__ vhi,
-                             const uint8_t *__restrict__ use, double *__restrict__ psum)
+                             const uint8_t *__restrict__ use, int robust, double *__restrict__ psum)
 {
     int32_t p = (int32_t)(((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5);
     int lane = threadIdx.x & 31;
     if (p >= npairs)
         return; /* p is the same for the whole warp */
     const float *ylo = Y + (int64_t)nl * lo[p], *yhi = Y + (int64_t)nl * hi[p];
+    const int64_t e0 = (int64_t)p * m1;
+    if (robust) {
+        int32_t cnt = 0;
+        for (int32_t j = 0; j < m1; j++)
+            cnt += use[e0 + j] != 0;
+        if (cnt == 0) {
+            if (lane == 0)
+                psum[p] = 0.0;
+            return;
+        }
+        const int32_t want = (cnt - 1) / 2;
+        for (int32_t j = lane; j < m1; j += 32) {
+            if (!use[e0 + j])
+                continue;
+            const double dj = (double)yhi[vhi[e0 + j]] - (double)ylo[vlo[e0 + j]];
+            int32_t rank = 0;
+            for (int32_t t = 0; t < m1; t++) {
+                if (!use[e0 + t] || t == j)
+                    continue;
+                const double dt = (double)yhi[vhi[e0 + t]] - (double)ylo[vlo[e0 + t]];
+                rank += dt < dj || (dt == dj && t < j);
+            }
+            if (rank == want)
+                psum[p] = __dmul_rn((double)cnt, dj);
+        }
+        return;
+    }
     double s = 0.0;
     for (int32_t j = lane; j < m1; j += 32) {
-        int64_t q = (int64_t)p * m1 + j;
+        int64_t q = e0 + j;
         if (use[q])
             s += (double)yhi[vhi[q]] - (double)ylo[vlo[q]];
     }
@@ -451,6 +486,70 @@ __global__ void sb_fill(const int32_t *__restrict__ pidx, int32_t L2, int32_t ns
     X[i * ns + L2 + r] = F[npad + q];
 }
 
+/* Step 2c (robust passes): one block per partition i, threads over its local corners (the
+ * arithmetic of sabre.c's robust_partition): at each real corner r, mu = (float) (sw_sabre_predict
+ * / pitch) into X, the residual's length into R; m = the lower median of the lengths over the real
+ * corners (each thread ranks its own corners against all, ties broken by index, so exactly one
+ * corner has rank floor((n - 1) / 2)); then X's rows of r = (float) (mu + r min(1, kappa m / |r|)).
+ */
+__global__ void sb_robust(const float *__restrict__ slopes, const int32_t *__restrict__ gidx,
+                          const uint8_t *__restrict__ real, const float *__restrict__ Y, int32_t n,
+                          int32_t nl, int32_t ns, int32_t w, int32_t L, double inv_pitch,
+                          double kappa, double *__restrict__ R, float *__restrict__ X)
+{
+    const int32_t i = blockIdx.x, L2 = L * L;
+    const float *y = Y + (int64_t)nl * i;
+    float *xi = X + (int64_t)ns * i;
+    const int32_t *gi = gidx + (int64_t)i * L2;
+    const uint8_t *re = real + (int64_t)i * L2;
+    double *Ri = R + (int64_t)i * L2;
+    __shared__ int cnt;
+    __shared__ double med;
+    if (threadIdx.x == 0) {
+        cnt = 0;
+        med = 0.0;
+    }
+    __syncthreads();
+    for (int32_t r = threadIdx.x; r < L2; r += blockDim.x) {
+        if (!re[r])
+            continue;
+        double gx, gy;
+        sw_sabre_predict(y, w, r % L, r / L, &gx, &gy);
+        const float mx = (float)__dmul_rn(gx, inv_pitch), my = (float)__dmul_rn(gy, inv_pitch);
+        xi[r] = mx;
+        xi[L2 + r] = my;
+        const double rx = (double)slopes[gi[r]] - (double)mx;
+        const double ry = (double)slopes[n + gi[r]] - (double)my;
+        Ri[r] = __dsqrt_rn(__dadd_rn(__dmul_rn(rx, rx), __dmul_rn(ry, ry)));
+        atomicAdd(&cnt, 1);
+    }
+    __syncthreads();
+    if (cnt == 0)
+        return;
+    const int32_t want = (cnt - 1) / 2;
+    for (int32_t r = threadIdx.x; r < L2; r += blockDim.x) {
+        if (!re[r])
+            continue;
+        const double a = Ri[r];
+        int32_t rank = 0;
+        for (int32_t t = 0; t < L2; t++)
+            if (re[t] && t != r)
+                rank += Ri[t] < a || (Ri[t] == a && t < r);
+        if (rank == want)
+            med = a;
+    }
+    __syncthreads();
+    const double tau = __dmul_rn(kappa, med);
+    for (int32_t r = threadIdx.x; r < L2; r += blockDim.x) {
+        if (!re[r])
+            continue;
+        const double mx = xi[r], my = xi[L2 + r], rr = Ri[r];
+        const double f = rr > tau ? tau / rr : 1.0;
+        xi[r] = (float)__dadd_rn(mx, __dmul_rn(f, (double)slopes[gi[r]] - mx));
+        xi[L2 + r] = (float)__dadd_rn(my, __dmul_rn(f, (double)slopes[n + gi[r]] - my));
+    }
+}
+
 /* ================================================================== the frame's work */
 
 static unsigned sb_blocks(int64_t n, int threads)
@@ -488,6 +587,16 @@ static sw_status sb_enqueue(sw_sabre *plan)
         SW_CUBLAS(cublasSgemm(g->blas, CUBLAS_OP_N, CUBLAS_OP_N, plan->nl, plan->G, plan->ns, &one,
                               g->Q, plan->nl, g->X, plan->ns, &zero, g->Y, plan->nl));
     }
+    /* 2c: robust passes (pseudo-observations of the real lenslets, solve again) */
+    for (int32_t t = 0; t < plan->params.robust_passes; t++) {
+        const int32_t bt = L2 >= SB_THREADS ? SB_THREADS : (L2 + 31) / 32 * 32;
+        sb_robust<<<plan->G, bt, 0, s>>>(g->slopes, g->gidx, g->rreal, g->Y, plan->n, plan->nl,
+                                         plan->ns, plan->w, plan->L, 1.0 / plan->params.pitch,
+                                         plan->params.robust_threshold, g->R, g->X);
+        SW_CU(cudaGetLastError());
+        SW_CUBLAS(cublasSgemm(g->blas, CUBLAS_OP_N, CUBLAS_OP_N, plan->nl, plan->G, plan->ns, &one,
+                              g->Q, plan->nl, g->X, plan->ns, &zero, g->Y, plan->nl));
+    }
     /* 6': all windows' local commands Z = P Y (Eq. 16), P row-major w^2 x nl = column-major
      * nl x w^2, used transposed */
     const int32_t w2 = plan->w * plan->w;
@@ -501,8 +610,8 @@ static sw_status sb_enqueue(sw_sabre *plan)
                                                            : 0;
     if (plan->npairs > 0 && equalise) {
         sb_pair_sums<<<sb_blocks((int64_t)plan->npairs * 32, SB_THREADS), SB_THREADS, 0, s>>>(
-            g->Y, plan->nl, plan->npairs, plan->m + 1, g->pair_lo, g->pair_hi, g->pair_vlo,
-            g->pair_vhi, g->pair_use, g->psum);
+            g->Y, plan->nl, plan->npairs, plan->pstride, g->pair_lo, g->pair_hi, g->pair_vlo,
+            g->pair_vhi, g->pair_use, plan->params.robust_pme, g->psum);
         SW_CU(cudaGetLastError());
         sb_pme_args a;
         memset(&a, 0, sizeof a);
@@ -564,7 +673,7 @@ extern "C" void sw_sabre_gpu_destroy(sw_sabre *plan)
     SW_CUDA_FREE(g->blas_ws, g->Q, g->gidx, g->ws, g->pair_lo, g->pair_hi, g->pair_vlo, g->pair_vhi,
                  g->pair_n, g->pair_use, g->hpme, g->level_base, g->dpme_dist, g->slopes, g->X,
                  g->Y, g->values, g->act, g->psum, g->K, g->scratch, g->flag, g->pad_part,
-                 g->pad_local, g->pidx, g->F, g->pair_in, g->P, g->q1, g->Z);
+                 g->pad_local, g->pidx, g->F, g->pair_in, g->P, g->q1, g->Z, g->rreal, g->R);
     if (g->flag_h)
         cudaFreeHost(g->flag_h);
     sw_event_pair_destroy(&g->ev);
@@ -582,7 +691,7 @@ extern "C" sw_status sw_sabre_gpu_create(sw_sabre *plan)
     g->stream = (cudaStream_t)plan->ctx->stream;
     cudaStream_t s = g->stream;
 
-    const int32_t G = plan->G, m1 = plan->m + 1, np = plan->npairs;
+    const int32_t G = plan->G, m1 = plan->pstride, np = plan->npairs;
     const size_t L2 = (size_t)plan->L * plan->L;
     g->nvalues = sw_sabre_lattice_values(&plan->info.lattice);
     g->nact = (plan->params.nx + 1) * (plan->params.ny + 1);
@@ -611,6 +720,11 @@ extern "C" sw_status sw_sabre_gpu_create(sw_sabre *plan)
         SW_CU(sw_cuda_upload(&g->pad_local, plan->pad_local, (size_t)plan->npad, s));
         SW_CU(sw_cuda_upload(&g->pidx, plan->pidx, (size_t)G * plan->L * plan->L, s));
         SW_CU(sw_cuda_alloc(&g->F, (size_t)2 * plan->npad));
+    }
+
+    if (plan->params.robust_passes > 0) {
+        SW_CU(sw_cuda_upload(&g->rreal, plan->rreal, (size_t)G * L2, s));
+        SW_CU(sw_cuda_alloc(&g->R, (size_t)G * L2));
     }
 
     /* the run's buffers */

@@ -6,18 +6,16 @@
  * splines (d = 1, r = 0) the null space N of the continuity constraints H is the vertex basis,
  * so the constrained problem (Eq. 3) is an unconstrained least-squares problem in one value per
  * vertex, and the anchor h (Eq. 5) removes the first estimated corner from the unknowns. The
- * regression matrix D (Eq. 4; sabre.h's measurement model) has one pair of rows per (triangle,
- * valid corner of it), g_t . s = pitch * sigma_v, in lattice units. Eq. (6) is solved through
- * its normal equations Dbar^T Dbar c = Dbar^T sigma.
+ * regression matrix D (Eq. 4; sabre.h's measurement model) has, per valid lenslet v, the mean row
+ * a_v . s = pitch * sigma_v (weight 1 - lambda when the lattice covers v's square) and one row
+ * pair per triangle of v, g_t . s = pitch * sigma_v (weight lambda / 8), in lattice units. Eq. (6)
+ * is solved through its normal equations Dbar^T Dbar c = Dbar^T sigma.
  *
- * Solving. In the normal matrix a centre vertex couples only to the four corners of its own square
- * (every row involves one triangle), so its block of the matrix is diagonal: each centre is
- * eliminated square by square (static condensation, a Schur complement) and the remaining system
- * on the corner vertices has a 9-point stencil, band-stored with half-bandwidth (shorter side + 1)
- * and factorised once by LAPACKE_dpbtrf. A run forms the right-hand side (condensed the same way),
- * solves with LAPACKE_dpbtrs and recovers each centre from its row of the normal equations. This
- * is algebraically the same solution as the interleaved corner/centre band of sabre.h (bandwidth
- * 2 nx + 1), at a quarter of the factorisation's work (200 x 200: ~0.07 s instead of ~0.4 s).
+ * Solving. A mean row couples a lenslet's four centres with its corner neighbours two apart, so
+ * centres couple to centres and no square-by-square elimination is left: the normal matrix is
+ * band-stored with the corner and centre rows interleaved along the longer side (half-bandwidth
+ * about twice the shorter side's corner and centre count), factorised once by LAPACKE_dpbtrf; a
+ * run forms the right-hand side and solves with LAPACKE_dpbtrs (once more per robust pass).
  */
 #include "core/core_internal.h"
 #include "sabre/sabre_internal.h"
@@ -244,69 +242,53 @@ static sw_status check_slopes(sw_context *ctx, const char *who, int32_t nx, int3
 struct sw_sabre_global {
     sw_context *ctx;
     int32_t nx, ny; /* lenslets; the lattice has sx = nx - 1 by sy = ny - 1 squares          */
-    double pitch;
+    double pitch, lambda;
+    int32_t robust_passes;
+    double robust_threshold;
     uint8_t *valid; /* nx ny: 1 = lenslet with data (all ones without a mask)                */
     uint8_t *tw;    /* 4 sx sy: valid corners (0, 1, 2) of triangle q of square s: tw[4 s + q] */
     uint8_t *est;   /* nvalues: 1 = vertex of a triangle with data (estimated)               */
-    int32_t *unk;   /* nx ny: corner unknown index, -1 for the anchor and corners not estimated */
+    int32_t *unk;   /* nvalues: unknown index, -1 for the anchor and vertices not estimated  */
     int32_t anchor; /* corner index of the anchor                                            */
     int64_t nvalues;
-    int32_t n, kd; /* corner unknowns, half-bandwidth                                        */
-    double *ab;    /* the condensed corner normal matrix's Cholesky factor (band, 'L')       */
-    double *cen;   /* 5 per square: the centre's normal-matrix row at corners a, b, d, e and
-                      its diagonal (0 when the centre is not estimated)                      */
+    int32_t n, kd; /* unknowns, half-bandwidth                                               */
+    double *ab;    /* the normal matrix's Cholesky factor (band, 'L')                        */
     double *rhs;   /* n                                                                       */
+    float *work;   /* 2 nx ny: the robust passes' pseudo-observations                       */
+    double *res;   /* nx ny: the robust passes' residual norms                               */
 };
 
-/* Local vertex order within square (I, J): 0 a = (I, J), 1 b = (I+1, J), 2 d = (I+1, J+1),
- * 3 e = (I, J+1), 4 the centre. Triangle q's corners (idx[0], idx[1]) are local q and q + 1. */
-static void square_corners(int32_t nx, int32_t I, int32_t J, int32_t pts[4])
+/*
+ * The band order of the vertices: rows of corners and centres interleaved (corner row J, centre
+ * row J, corner row J + 1, ...) along the longer side, so that the band is about twice the
+ * shorter side's vertex count (a mean row reaches two corner rows: sabre.h).
+ */
+static int64_t band_position(int32_t nx, int32_t ny, int64_t v)
 {
-    pts[0] = J * nx + I;
-    pts[1] = pts[0] + 1;
-    pts[2] = pts[1] + nx;
-    pts[3] = pts[0] + nx;
+    const int64_t nc = (int64_t)nx * ny;
+    const int32_t sx = nx - 1;
+    int32_t I, J, centre = v >= nc;
+    if (!centre) {
+        I = (int32_t)(v % nx);
+        J = (int32_t)(v / nx);
+    } else {
+        I = (int32_t)((v - nc) % sx);
+        J = (int32_t)((v - nc) / sx);
+    }
+    if (nx <= ny) /* rows of nx corners and nx - 1 centres */
+        return (int64_t)J * (2 * nx - 1) + (centre ? nx : 0) + I;
+    return (int64_t)I * (2 * ny - 1) + (centre ? ny : 0) + J; /* columns */
 }
 
-/*
- * The normal equations restricted to square (I, J) (5 x 5, local order above): every triangle q
- * adds tw (cx cx^T + cy cy^T) for its tw valid corners, the gradient rows of sabre.h's model.
- * With slopes, also the right-hand side: triangle q adds cx * pitch * (sum of its valid
- * corners' x slopes) + cy * (the same for y).
- */
-static void square_normal(const sw_sabre_global *g, int32_t I, int32_t J, const float *slopes,
-                          double N[5][5], double b[5])
+void sw_sabre_global_params_default(sw_sabre_global_params *p)
 {
-    int32_t sx = g->nx - 1, sy = g->ny - 1;
-    int64_t n = (int64_t)g->nx * g->ny;
-    int32_t pts[4];
-    square_corners(g->nx, I, J, pts);
-    memset(N, 0, 25 * sizeof(double));
-    memset(b, 0, 5 * sizeof(double));
-    for (int q = 0; q < 4; q++) {
-        int w = g->tw[4 * ((int64_t)J * sx + I) + q];
-        if (!w)
-            continue;
-        int64_t idx[3];
-        double cx[3], cy[3];
-        sw_sabre_triangle(sx, sy, I, J, q, idx, cx, cy);
-        int loc[3] = {q, (q + 1) & 3, 4};
-        for (int i = 0; i < 3; i++)
-            for (int j = 0; j < 3; j++)
-                N[loc[i]][loc[j]] += w * (cx[i] * cx[j] + cy[i] * cy[j]);
-        if (slopes) {
-            double gx = 0.0, gy = 0.0; /* pitch * (sum of the valid corners' slopes) */
-            for (int j = 0; j < 2; j++) {
-                int32_t lens = pts[loc[j]];
-                if (g->valid[lens]) {
-                    gx += g->pitch * (double)slopes[lens];
-                    gy += g->pitch * (double)slopes[lens + n];
-                }
-            }
-            for (int i = 0; i < 3; i++)
-                b[loc[i]] += cx[i] * gx + cy[i] * gy;
-        }
-    }
+    if (!p)
+        return;
+    memset(p, 0, sizeof *p);
+    p->pitch = 1.0;
+    p->triangle_weight = SW_SABRE_TRIANGLE_WEIGHT;
+    p->robust_passes = 0;
+    p->robust_threshold = SW_SABRE_ROBUST_THRESHOLD;
 }
 
 void sw_sabre_global_destroy(sw_sabre_global *g)
@@ -318,8 +300,9 @@ void sw_sabre_global_destroy(sw_sabre_global *g)
     free(g->est);
     free(g->unk);
     free(g->ab);
-    free(g->cen);
     free(g->rhs);
+    free(g->work);
+    free(g->res);
     free(g);
 }
 
@@ -393,14 +376,54 @@ static sw_status global_connected(sw_sabre_global *g)
 sw_status sw_sabre_global_create(sw_context *ctx, int32_t nx, int32_t ny, double pitch,
                                  const uint8_t *valid, sw_sabre_global **out)
 {
+    sw_sabre_global_params p;
+    sw_sabre_global_params_default(&p);
+    p.nx = nx;
+    p.ny = ny;
+    p.pitch = pitch;
+    p.valid = valid;
+    return sw_sabre_global_create_params(ctx, &p, out);
+}
+
+/* Adds c (a a^T) over the unknowns of the vertices vidx (the anchor and vertices not estimated
+ * skipped) to the band. */
+static void global_outer(sw_sabre_global *g, const int64_t *vidx, const double *a, int nv, double c)
+{
+    for (int i = 0; i < nv; i++) {
+        const int32_t ui = g->unk[vidx[i]];
+        if (ui < 0)
+            continue;
+        for (int j = 0; j < nv; j++) {
+            const int32_t uj = g->unk[vidx[j]];
+            if (uj >= 0 && uj <= ui)
+                band_add(g->ab, g->kd, ui, uj, c * a[i] * a[j]);
+        }
+    }
+}
+
+sw_status sw_sabre_global_create_params(sw_context *ctx, const sw_sabre_global_params *p,
+                                        sw_sabre_global **out)
+{
     const char *who = "global SABRE";
     if (out)
         *out = NULL;
-    sw_status st = check_create(ctx, who, out != NULL, nx, ny, pitch);
+    if (!p)
+        return sw_fail(ctx, SW_EINVAL, "%s: params is NULL", who);
+    const int32_t nx = p->nx, ny = p->ny;
+    sw_status st = check_create(ctx, who, out != NULL, nx, ny, p->pitch);
     if (st != SW_OK)
         return st;
-    int32_t sx = nx - 1, sy = ny - 1;
-    int64_t nlens = (int64_t)nx * ny, nsq = (int64_t)sx * sy;
+    if (!(p->triangle_weight >= SW_SABRE_TRIANGLE_WEIGHT_MIN && p->triangle_weight <= 1.0))
+        return sw_fail(ctx, SW_EINVAL, "%s: triangle_weight %g is not in %g..1", who,
+                       p->triangle_weight, SW_SABRE_TRIANGLE_WEIGHT_MIN);
+    if (p->robust_passes < 0 || p->robust_passes > SW_SABRE_ROBUST_MAX_PASSES)
+        return sw_fail(ctx, SW_EINVAL, "%s: robust_passes %d is not in 0..%d", who,
+                       (int)p->robust_passes, SW_SABRE_ROBUST_MAX_PASSES);
+    if (!(p->robust_threshold >= 1.0 && p->robust_threshold <= 1e3))
+        return sw_fail(ctx, SW_EINVAL, "%s: robust_threshold %g is not in 1..1000", who,
+                       p->robust_threshold);
+    const int32_t sx = nx - 1, sy = ny - 1;
+    const int64_t nlens = (int64_t)nx * ny, nsq = (int64_t)sx * sy;
 
     sw_sabre_global *g = calloc(1, sizeof *g);
     if (!g)
@@ -408,23 +431,32 @@ sw_status sw_sabre_global_create(sw_context *ctx, int32_t nx, int32_t ny, double
     g->ctx = ctx;
     g->nx = nx;
     g->ny = ny;
-    g->pitch = pitch;
+    g->pitch = p->pitch;
+    g->lambda = p->triangle_weight;
+    g->robust_passes = p->robust_passes;
+    g->robust_threshold = p->robust_threshold;
     sw_sabre_lattice lat = {sx, sy, 0, 0};
     g->nvalues = sw_sabre_lattice_values(&lat);
     g->valid = malloc((size_t)nlens);
     g->tw = calloc((size_t)(4 * nsq), 1);
     g->est = calloc((size_t)g->nvalues, 1);
-    g->unk = malloc((size_t)nlens * sizeof *g->unk);
-    if (!g->valid || !g->tw || !g->est || !g->unk) {
+    g->unk = malloc((size_t)g->nvalues * sizeof *g->unk);
+    if (g->robust_passes > 0) {
+        g->work = malloc((size_t)(2 * nlens) * sizeof *g->work);
+        g->res = malloc((size_t)nlens * sizeof *g->res);
+    }
+    if (!g->valid || !g->tw || !g->est || !g->unk ||
+        (g->robust_passes > 0 && (!g->work || !g->res))) {
         sw_sabre_global_destroy(g);
         return sw_fail(ctx, SW_ENOMEM, "%s: out of memory", who);
     }
-    if (!copy_mask(valid, nlens, g->valid)) {
+    if (!copy_mask(p->valid, nlens, g->valid)) {
         sw_sabre_global_destroy(g);
         return sw_fail(ctx, SW_EINVAL, "%s: no valid lenslet", who);
     }
 
-    /* Triangles with data: at least one valid corner; their vertices are estimated. */
+    /* Triangles with data: at least one valid corner (the triangles of the valid lenslets, whose
+     * rows are sabre.h's model); their vertices are estimated. */
     for (int32_t J = 0; J < sy; J++)
         for (int32_t I = 0; I < sx; I++)
             for (int q = 0; q < 4; q++) {
@@ -437,18 +469,55 @@ sw_status sw_sabre_global_create(sw_context *ctx, int32_t nx, int32_t ny, double
                     g->est[idx[0]] = g->est[idx[1]] = g->est[idx[2]] = 1;
             }
 
-    g->n = number_unknowns(nx, ny, g->est, g->unk, &g->anchor);
-    g->kd = 0;
-    for (int32_t J = 0; J < sy; J++)
-        for (int32_t I = 0; I < sx; I++) {
-            int32_t pts[4];
-            square_corners(nx, I, J, pts);
-            g->kd = group_band(g->unk, pts, 4, g->kd);
+    /* Unknowns: the estimated vertices but the anchor (the first estimated corner), numbered in
+     * band order (band_position). */
+    {
+        int64_t npos = (int64_t)g->nvalues;
+        int64_t *at = malloc((size_t)npos * sizeof *at); /* vertex at each band position */
+        if (!at) {
+            sw_sabre_global_destroy(g);
+            return sw_fail(ctx, SW_ENOMEM, "%s: out of memory", who);
         }
+        for (int64_t q = 0; q < npos; q++)
+            at[q] = -1;
+        g->anchor = -1;
+        for (int64_t v = 0; v < g->nvalues; v++) {
+            g->unk[v] = -1;
+            if (v < nlens && g->est[v] && g->anchor < 0)
+                g->anchor = (int32_t)v;
+            at[band_position(nx, ny, v)] = v;
+        }
+        g->n = 0;
+        for (int64_t q = 0; q < npos; q++) {
+            const int64_t v = at[q];
+            if (v >= 0 && g->est[v] && v != g->anchor)
+                g->unk[v] = g->n++;
+        }
+        free(at);
+    }
+    g->kd = 0;
+    for (int64_t l = 0; l < nlens; l++) {
+        if (!g->valid[l])
+            continue;
+        int64_t vidx[9];
+        double ax[9], ay[9];
+        int nt;
+        const int nv =
+            sw_sabre_mean_row(sx, sy, (int32_t)(l % nx), (int32_t)(l / nx), vidx, ax, ay, &nt);
+        int32_t lo = INT32_MAX, hi = -1;
+        for (int j = 0; j < nv; j++) {
+            const int32_t u = g->unk[vidx[j]];
+            if (u < 0)
+                continue;
+            lo = u < lo ? u : lo;
+            hi = u > hi ? u : hi;
+        }
+        if (hi >= 0 && hi - lo > g->kd)
+            g->kd = hi - lo;
+    }
     g->rhs = malloc((size_t)(g->n > 0 ? g->n : 1) * sizeof *g->rhs);
-    g->cen = calloc((size_t)(5 * nsq), sizeof *g->cen);
-    st = g->rhs && g->cen ? band_alloc(ctx, who, g->n, g->kd, &g->ab)
-                          : sw_fail(ctx, SW_ENOMEM, "%s: out of memory", who);
+    st = g->rhs ? band_alloc(ctx, who, g->n, g->kd, &g->ab)
+                : sw_fail(ctx, SW_ENOMEM, "%s: out of memory", who);
     if (st == SW_OK)
         st = global_connected(g);
     if (st != SW_OK) {
@@ -456,32 +525,30 @@ sw_status sw_sabre_global_create(sw_context *ctx, int32_t nx, int32_t ny, double
         return st;
     }
 
-    /* Assembly: each square's normal equations with its centre eliminated (Schur complement
-     * N_kk - N_kc N_cc^-1 N_ck over the corners k), added into the corner band. */
-    for (int32_t J = 0; J < sy; J++)
-        for (int32_t I = 0; I < sx; I++) {
-            double N[5][5], b[5];
-            square_normal(g, I, J, NULL, N, b);
-            double *cen = g->cen + 5 * ((int64_t)J * sx + I);
-            for (int k = 0; k < 5; k++)
-                cen[k] = N[4][k];
-            int32_t pts[4];
-            square_corners(nx, I, J, pts);
-            for (int i = 0; i < 4; i++) {
-                int32_t ui = g->unk[pts[i]];
-                if (ui < 0)
-                    continue;
-                for (int j = 0; j < 4; j++) {
-                    int32_t uj = g->unk[pts[j]];
-                    if (uj < 0 || uj > ui)
-                        continue;
-                    double v = N[i][j];
-                    if (N[4][4] > 0)
-                        v -= N[i][4] * N[4][j] / N[4][4];
-                    band_add(g->ab, g->kd, ui, uj, v);
-                }
-            }
+    /* The normal matrix (sabre.h): every valid lenslet's mean rows (weight 1 - lambda when the
+     * lattice covers its square, else none) and its triangles' rows (lambda / 8 each). */
+    for (int64_t l = 0; l < nlens; l++) {
+        if (!g->valid[l])
+            continue;
+        const int32_t x = (int32_t)(l % nx), y = (int32_t)(l / nx);
+        int64_t vidx[9];
+        double ax[9], ay[9];
+        int nt;
+        const int nv = sw_sabre_mean_row(sx, sy, x, y, vidx, ax, ay, &nt);
+        const double mw = sw_sabre_mean_weight(nt, g->lambda);
+        global_outer(g, vidx, ax, nv, mw);
+        global_outer(g, vidx, ay, nv, mw);
+        int32_t sqi[8], sqj[8];
+        int q[8];
+        sw_sabre_corner_triangles(sx, sy, x, y, sqi, sqj, q);
+        for (int t = 0; t < nt; t++) {
+            int64_t idx[3];
+            double cx[3], cy[3];
+            sw_sabre_triangle(sx, sy, sqi[t], sqj[t], q[t], idx, cx, cy);
+            global_outer(g, idx, cx, 3, sw_sabre_tri_weight(nt, g->lambda));
+            global_outer(g, idx, cy, 3, sw_sabre_tri_weight(nt, g->lambda));
         }
+    }
     if (g->n > 0) {
         st = band_factor(ctx, who, "the valid lenslets form parts that do not touch", g->ab, g->n,
                          g->kd);
@@ -503,6 +570,112 @@ void sw_sabre_global_lattice(const sw_sabre_global *g, sw_sabre_lattice *out)
     out->offx = out->offy = 0;
 }
 
+/* One solve: the right-hand side sum_v dw_v pitch (sigma_vx a_vx + sigma_vy a_vy) over the valid
+ * lenslets (sabre.h, sw_sabre_data_weight), the factorised band, the values (0 at the anchor, NaN
+ * where not estimated). */
+static sw_status global_solve(sw_sabre_global *g, const float *slopes, double *values)
+{
+    const int32_t nx = g->nx, sx = g->nx - 1, sy = g->ny - 1;
+    const int64_t nlens = (int64_t)nx * g->ny;
+    memset(g->rhs, 0, (size_t)g->n * sizeof *g->rhs);
+    for (int64_t l = 0; l < nlens; l++) {
+        if (!g->valid[l])
+            continue;
+        int64_t vidx[9];
+        double ax[9], ay[9];
+        int nt;
+        const int nv =
+            sw_sabre_mean_row(sx, sy, (int32_t)(l % nx), (int32_t)(l / nx), vidx, ax, ay, &nt);
+        const double dw = sw_sabre_data_weight(nt, g->lambda);
+        const double px = dw * g->pitch * (double)slopes[l];
+        const double py = dw * g->pitch * (double)slopes[l + nlens];
+        for (int j = 0; j < nv; j++) {
+            const int32_t u = g->unk[vidx[j]];
+            if (u >= 0)
+                g->rhs[u] += ax[j] * px + ay[j] * py;
+        }
+    }
+    if (band_solve(g->ctx, "global SABRE", g->n, g->kd, g->ab, g->rhs) != SW_OK)
+        return SW_EINTERNAL;
+    for (int64_t v = 0; v < g->nvalues; v++)
+        values[v] = g->unk[v] >= 0 ? g->rhs[g->unk[v]] : (g->est[v] ? 0.0 : NAN);
+    return SW_OK;
+}
+
+/* The element of rank floor((n - 1) / 2) of a[0..n-1] (the lower median), by quickselect; a is
+ * reordered. n >= 1. */
+double sw_sabre_lower_median(double *a, int64_t n)
+{
+    int64_t lo = 0, hi = n - 1;
+    const int64_t want = (n - 1) / 2;
+    while (lo < hi) {
+        const double pivot = a[lo + (hi - lo) / 2];
+        int64_t i = lo, j = hi;
+        while (i <= j) {
+            while (a[i] < pivot)
+                i++;
+            while (a[j] > pivot)
+                j--;
+            if (i <= j) {
+                const double t = a[i];
+                a[i] = a[j];
+                a[j] = t;
+                i++;
+                j--;
+            }
+        }
+        if (want <= j)
+            hi = j;
+        else if (want >= i)
+            lo = i;
+        else
+            break; /* a[j + 1 .. i - 1] all equal the pivot */
+    }
+    return a[want];
+}
+
+/* The robust pass's pseudo-observations (sabre.h): for each valid lenslet the model's slope
+ * mu = a_v . s / pitch from the last solve, the residual r = sigma - mu, and work = mu +
+ * r min(1, kappa m / |r|), m the lower median of |r| over the valid lenslets. */
+static void global_robust_data(sw_sabre_global *g, const float *slopes, const double *values)
+{
+    const int32_t nx = g->nx, sx = g->nx - 1, sy = g->ny - 1;
+    const int64_t nlens = (int64_t)nx * g->ny;
+    int64_t nres = 0;
+    for (int64_t l = 0; l < nlens; l++) {
+        g->work[l] = g->work[l + nlens] = 0.0f;
+        if (!g->valid[l])
+            continue;
+        int64_t vidx[9];
+        double ax[9], ay[9];
+        int nt;
+        const int nv =
+            sw_sabre_mean_row(sx, sy, (int32_t)(l % nx), (int32_t)(l / nx), vidx, ax, ay, &nt);
+        double mx = 0.0, my = 0.0;
+        for (int j = 0; j < nv; j++) {
+            mx += ax[j] * values[vidx[j]];
+            my += ay[j] * values[vidx[j]];
+        }
+        g->work[l] = (float)(mx / g->pitch); /* mu, for now */
+        g->work[l + nlens] = (float)(my / g->pitch);
+        const double rx = (double)slopes[l] - (double)g->work[l];
+        const double ry = (double)slopes[l + nlens] - (double)g->work[l + nlens];
+        g->res[nres++] = sqrt(rx * rx + ry * ry);
+    }
+    if (nres == 0)
+        return;
+    const double tau = g->robust_threshold * sw_sabre_lower_median(g->res, nres);
+    for (int64_t l = 0; l < nlens; l++) {
+        if (!g->valid[l])
+            continue;
+        const double mx = g->work[l], my = g->work[l + nlens];
+        const double rx = (double)slopes[l] - mx, ry = (double)slopes[l + nlens] - my;
+        const double r = sqrt(rx * rx + ry * ry), f = r > tau ? tau / r : 1.0;
+        g->work[l] = (float)(mx + f * rx);
+        g->work[l + nlens] = (float)(my + f * ry);
+    }
+}
+
 sw_status sw_sabre_global_run(sw_sabre_global *g, const float *slopes, double *values)
 {
     const char *who = "global SABRE";
@@ -513,49 +686,12 @@ sw_status sw_sabre_global_run(sw_sabre_global *g, const float *slopes, double *v
     sw_status st = check_slopes(g->ctx, who, g->nx, g->ny, g->valid, slopes);
     if (st != SW_OK)
         return st;
-    int32_t nx = g->nx, sx = g->nx - 1, sy = g->ny - 1;
-    int64_t ncorner = (int64_t)nx * g->ny;
-
-    /* Right-hand side D^T (pitch sigma), condensed like the matrix: b_k - N_kc b_c / N_cc. */
-    memset(g->rhs, 0, (size_t)g->n * sizeof *g->rhs);
-    for (int32_t J = 0; J < sy; J++)
-        for (int32_t I = 0; I < sx; I++) {
-            double N[5][5], b[5];
-            square_normal(g, I, J, slopes, N, b);
-            int32_t pts[4];
-            square_corners(nx, I, J, pts);
-            for (int i = 0; i < 4; i++) {
-                int32_t ui = g->unk[pts[i]];
-                if (ui >= 0)
-                    g->rhs[ui] += N[4][4] > 0 ? b[i] - N[i][4] * b[4] / N[4][4] : b[i];
-            }
-        }
-    if (band_solve(g->ctx, who, g->n, g->kd, g->ab, g->rhs) != SW_OK)
-        return SW_EINTERNAL;
-
-    /* Corners: the solution, 0 at the anchor, NaN where not estimated. */
-    for (int64_t v = 0; v < ncorner; v++)
-        values[v] = g->unk[v] >= 0 ? g->rhs[g->unk[v]] : (g->est[v] ? 0.0 : NAN);
-    /* Centres: their own normal equation, s_c = (b_c - sum_k N_ck s_k) / N_cc. */
-    for (int32_t J = 0; J < sy; J++)
-        for (int32_t I = 0; I < sx; I++) {
-            int64_t sq = (int64_t)J * sx + I;
-            const double *cen = g->cen + 5 * sq;
-            if (!(cen[4] > 0)) {
-                values[ncorner + sq] = NAN;
-                continue;
-            }
-            double N[5][5], b[5];
-            square_normal(g, I, J, slopes, N, b);
-            int32_t pts[4];
-            square_corners(nx, I, J, pts);
-            double r = b[4];
-            for (int k = 0; k < 4; k++)
-                if (cen[k] != 0)
-                    r -= cen[k] * values[pts[k]];
-            values[ncorner + sq] = r / cen[4];
-        }
-    return SW_OK;
+    st = global_solve(g, slopes, values);
+    for (int32_t t = 0; t < g->robust_passes && st == SW_OK; t++) {
+        global_robust_data(g, slopes, values);
+        st = global_solve(g, g->work, values);
+    }
+    return st;
 }
 
 /* ------------------------------------------------------------------ Fried */

@@ -13,9 +13,15 @@
  *   2b. fill iterations t = 1..fill_iterations: F[p] = sw_sabre_predict of padded corner p from
  *      its owner's Y, divided by the pitch (x at F[p], y at F[npad + p]); then every local corner
  *      with pidx >= 0 gets X rows = F (x and y); then step 2 again.
- *   3. pair sums: psum[p] = sum over j = 0..m with pair_use[p (m+1) + j] of
- *      (double) Y[pair_vhi[..] + nl hi] - (double) Y[pair_vlo[..] + nl lo]  (double), and
- *      pair_n[p] = the number of such j (a constant of the plan).
+ *   2c. robust passes t = 1..robust_passes (sabre.c robust_partition): for every partition i and
+ *      local corner r with rreal: mu = (float) (sw_sabre_predict(Y_i, r) / pitch) (x, y), the
+ *      residual (double) slope - (double) mu and its length R[r]; m = the element of rank
+ *      floor((n - 1) / 2) of R over the partition's n real corners; X rows of r = (float) (mu + f
+ *      ((double) slope - mu)), f = tau / R[r] when R[r] > tau = kappa m, else 1; then step 2.
+ *   3. pair sums: psum[p] = sum over j = 0..pstride-1 with pair_use[p pstride + j] of
+ *      (double) Y[pair_vhi[..] + nl hi] - (double) Y[pair_vlo[..] + nl lo]  (double), or with
+ *      robust_pme n times the element of rank floor((n - 1) / 2) of those differences; pair_n[p]
+ *      = n, the number of such j (a constant of the plan).
  *   4. PME (sw_sabre_pme_cpu's definition) -> K[G] double offsets (0 for SW_SABRE_PME_NONE).
  *   5. assembly: value v of the extended lattice = (float) ((double) Y[local + nl owner] +
  *      K[owner]) (sw_sabre_locate_value).
@@ -61,10 +67,11 @@ struct sw_sabre {
 
     /* Shared borders of neighbouring cores. Horizontal pair (a, b)-(a+1, b): id b (k-1) + a;
      * vertical pair (a, b)-(a, b+1): id k (k-1) + b k + a. lo = the first, hi = the second. */
-    int32_t npairs; /* 2 k (k - 1)                                                        */
+    int32_t npairs;  /* 2 k (k - 1)                                                       */
+    int32_t pstride; /* entries per pair: m + 1, or the band's (sabre.c pair_stride)        */
     int32_t *pair_lo, *pair_hi;   /* partition indices i = b k + a                             */
-    int32_t *pair_vlo, *pair_vhi; /* npairs * (m + 1): local value index in lo / hi          */
-    uint8_t *pair_use; /* npairs * (m + 1): 1 = used (inside the pupil, or all if none is)  */
+    int32_t *pair_vlo, *pair_vhi; /* npairs * pstride: local value index in lo / hi         */
+    uint8_t *pair_use; /* npairs * pstride: 1 = used (inside the pupil, or all if none is)  */
     int32_t *pair_n;   /* npairs: the number used                                            */
     uint8_t *pair_in;  /* npairs: 1 when the border has a vertex inside the pupil             */
 
@@ -88,6 +95,11 @@ struct sw_sabre {
     int32_t npad;
     int32_t *pad_part, *pad_local; /* npad: partition, local corner y L + x                     */
     int32_t *pidx;                 /* G * L^2                                                    */
+
+    /* Robust passes: for each partition's local corner, 1 when it is a real, valid lenslet (the
+     * corners whose residuals the pass looks at and whose slopes it may pull in); NULL without
+     * robust passes. */
+    uint8_t *rreal; /* G * L^2                                                                */
 
     /* Step 6' (sw_sabre_set_projection): P (w^2 x nl, row-major, as given) and q1 (w^2, its row
      * sums in double, stored as float); NULL when no projection is set. */
@@ -175,6 +187,90 @@ static inline SW_SABRE_HD void sw_sabre_triangle(int32_t sx, int32_t sy, int32_t
 }
 
 /*
+ * The triangles of a lattice with sx x sy squares that have corner (x, y) as a data corner: those
+ * of the (up to) four squares around it, two per square (square (x, y): bottom and left; (x-1, y):
+ * bottom and right; (x-1, y-1): right and top; (x, y-1): top and left), each covering one eighth
+ * of the lenslet square centred on the corner. sq[j] = the square's index J sx + I, q[j] the
+ * triangle (0 bottom .. 3 left); returns their number n_v (8 inside, 4 on an edge, 2 at a corner
+ * of the lattice).
+ */
+static inline SW_SABRE_HD int sw_sabre_corner_triangles(int32_t sx, int32_t sy, int32_t x,
+                                                        int32_t y, int32_t sqi[8], int32_t sqj[8],
+                                                        int q[8])
+{
+    int n = 0;
+    for (int s = 0; s < 4; s++) { /* squares (x, y), (x-1, y), (x-1, y-1), (x, y-1) */
+        int32_t si = x - (s == 1 || s == 2), sj = y - (s >= 2);
+        if (si < 0 || sj < 0 || si >= sx || sj >= sy)
+            continue;
+        sqi[n] = sqi[n + 1] = si;
+        sqj[n] = sqj[n + 1] = sj;
+        q[n] = s > 0 ? s - 1 : 0; /* bottom, bottom, right, top */
+        q[n + 1] = s > 0 ? s : 3; /* left, right, top, left */
+        n += 2;
+    }
+    return n;
+}
+
+/*
+ * The lenslet-mean row of corner (x, y) (sabre.h's measurement model): the mean of the gradients
+ * of its n_v triangles (sw_sabre_corner_triangles), as coefficients on at most 9 vertices:
+ * mean gradient = (sum_j ax[j] s[vidx[j]], sum_j ay[j] s[vidx[j]]) in lattice units. *nt = n_v;
+ * returns the number of vertices (coefficients that cancel, as the corner's own inside the
+ * lattice, are kept as zeros). Host code (plan building).
+ */
+static inline int sw_sabre_mean_row(int32_t sx, int32_t sy, int32_t x, int32_t y, int64_t vidx[9],
+                                    double ax[9], double ay[9], int *nt)
+{
+    int32_t sqi[8], sqj[8];
+    int q[8], nv = 0;
+    const int n = sw_sabre_corner_triangles(sx, sy, x, y, sqi, sqj, q);
+    for (int t = 0; t < n; t++) {
+        int64_t idx[3];
+        double cx[3], cy[3];
+        sw_sabre_triangle(sx, sy, sqi[t], sqj[t], q[t], idx, cx, cy);
+        for (int j = 0; j < 3; j++) {
+            int f = 0;
+            while (f < nv && vidx[f] != idx[j])
+                f++;
+            if (f == nv) {
+                vidx[nv] = idx[j];
+                ax[nv] = ay[nv] = 0.0;
+                nv++;
+            }
+            ax[f] += cx[j];
+            ay[f] += cy[j];
+        }
+    }
+    for (int f = 0; f < nv; f++) {
+        ax[f] /= n;
+        ay[f] /= n;
+    }
+    *nt = n;
+    return nv;
+}
+
+/* The weights of the model (sabre.h) for a lenslet with n_v triangles: its mean rows' (1 - lambda
+ * when the triangulation covers its square, n_v = 8, else 0), each of its triangles' rows'
+ * (lambda / 8), and the factor of a_v in its slope's right-hand side (the mean rows' weight plus
+ * the triangles' lambda n_v / 8). */
+static inline double sw_sabre_mean_weight(int nt, double lambda)
+{
+    return nt == 8 ? 1.0 - lambda : 0.0;
+}
+
+static inline double sw_sabre_tri_weight(int nt, double lambda)
+{
+    (void)nt;
+    return lambda / 8.0;
+}
+
+static inline double sw_sabre_data_weight(int nt, double lambda)
+{
+    return sw_sabre_mean_weight(nt, lambda) + sw_sabre_tri_weight(nt, lambda) * nt;
+}
+
+/*
  * The triangle used to evaluate the spline at lattice position (x, y) (lattice units: corner
  * (I, J) at (I, J)) and the weights of its three vertices: value = sum w[j] s[idx[j]].
  * Square (I, J) = the clamped floor of (x, y); with (fx, fy) = the offset from its centre:
@@ -247,6 +343,10 @@ static inline SW_SABRE_HD void sw_sabre_predict(const float *y, int32_t w, int32
  *   smaller by one) whose pair has n > 0, K'[i] = K[i] + max over them of
  *   (o psum + n (K[nb] - K[i])) / n (o = +1 when nb is the pair's hi); others keep K. */
 void sw_sabre_pme_cpu(const sw_sabre *plan, const double *psum, double *K);
+
+/* The element of rank floor((n - 1) / 2) of a[0..n-1] (the lower median; a is reordered), n >= 1:
+ * the robust passes' scale (sabre_global.c). */
+double sw_sabre_lower_median(double *a, int64_t n);
 
 /* GPU side (sabre_cuda.cu). create: upload Q and the tables, cuBLAS handle on the context's
  * stream, device buffers; destroy: frees it (NULL gpu ignored); run: the run semantics above. */

@@ -15,6 +15,8 @@
  * pinned and device memory give the same outputs; values only and actuators only give the
  * outputs of a run asking for both. A NaN slope of a valid lenslet gives SW_ERANGE with the CPU's
  * message, and the next good run is correct again; NaN slopes of invalid lenslets are not read.
+ * Robust passes, robust PME and the border band (sabre.h): GPU = CPU within the same tolerance
+ * (Huber's clipping and the medians are continuous in the values, so rounding moves them little).
  * Projection (step 6', extend_eq17): projected commands GPU = CPU, set / replaced / removed;
  * the real-time chain's sw_sabre_gpu_enqueue (plain and captured into a graph) = sw_sabre_run.
  * Sizes are small enough for compute-sanitizer. Skips (77) when no GPU is usable.
@@ -67,6 +69,7 @@ typedef struct cfg {
     sw_sabre_pme pme;
     int annular; /* 30 % central obscuration; else all lenslets valid; 2: annular with
                     SW_SABRE_PAD_NEAREST; 3: annular with 3 fill iterations */
+    int opts;    /* bit 0: 2 robust passes; bit 1: robust_pme; bit 2: pme_band (sabre.h) */
 } cfg;
 
 /* A CPU and a GPU plan of the same parameters, with their output sizes. */
@@ -91,6 +94,9 @@ static void make_plans_eq17(const cfg *c, int eq17, plans *out)
     p.overlap = c->overlap;
     p.pme = c->pme;
     p.extend_eq17 = eq17;
+    p.robust_passes = c->opts & 1 ? 2 : 0;
+    p.robust_pme = (c->opts >> 1) & 1;
+    p.pme_band = (c->opts >> 2) & 1;
     if (c->annular) {
         /* lenslet centres inside an annulus of outer radius max(nx, ny) / 2, inner 0.3 of it */
         out->mask = malloc((size_t)c->nx * c->ny);
@@ -223,30 +229,30 @@ static void test_sizes(void **state)
 {
     (void)state;
     const sw_sabre_pme H = SW_SABRE_PME_HIERARCHICAL;
-    compare((cfg){16, 16, 1, 1, H, 0});
-    compare((cfg){16, 16, 2, 1, H, 0});
-    compare((cfg){16, 16, 4, 1, H, 0});
-    compare((cfg){64, 64, 8, 1, H, 0});
-    compare((cfg){64, 64, 32, 1, H, 0});
-    compare((cfg){100, 100, 16, 1, H, 0});
-    compare((cfg){200, 200, 32, 1, H, 0});
-    compare((cfg){40, 28, 4, 1, H, 0}); /* not square: the array is offset in the lattice */
+    compare((cfg){16, 16, 1, 1, H, 0, 0});
+    compare((cfg){16, 16, 2, 1, H, 0, 0});
+    compare((cfg){16, 16, 4, 1, H, 0, 0});
+    compare((cfg){64, 64, 8, 1, H, 0, 0});
+    compare((cfg){64, 64, 32, 1, H, 0, 0});
+    compare((cfg){100, 100, 16, 1, H, 0, 0});
+    compare((cfg){200, 200, 32, 1, H, 0, 0});
+    compare((cfg){40, 28, 4, 1, H, 0, 0}); /* not square: the array is offset in the lattice */
     /* the PME block's memory: its data in shared memory (above), past 48 KB with the opt-in
      * (k = 64: 181 KB) and, beyond 200 KB, K and the pair data in global memory (k = 256) */
-    compare((cfg){100, 100, 64, 1, H, 1});
-    compare((cfg){300, 300, 256, 1, H, 0});
+    compare((cfg){100, 100, 64, 1, H, 1, 0});
+    compare((cfg){300, 300, 256, 1, H, 0, 0});
 }
 
 static void test_pme(void **state)
 {
     (void)state;
     const sw_sabre_pme D = SW_SABRE_PME_DISTRIBUTED, N = SW_SABRE_PME_NONE;
-    compare((cfg){64, 64, 8, 1, D, 0});
-    compare((cfg){64, 64, 8, 1, N, 0});
-    compare((cfg){100, 100, 16, 1, D, 0});
-    compare((cfg){16, 16, 4, 1, N, 0});
-    compare((cfg){48, 40, 6, 1, D, 0}); /* D-PME takes any k */
-    compare((cfg){16, 16, 1, 1, D, 0}); /* one partition: nothing to equalise */
+    compare((cfg){64, 64, 8, 1, D, 0, 0});
+    compare((cfg){64, 64, 8, 1, N, 0, 0});
+    compare((cfg){100, 100, 16, 1, D, 0, 0});
+    compare((cfg){16, 16, 4, 1, N, 0, 0});
+    compare((cfg){48, 40, 6, 1, D, 0, 0}); /* D-PME takes any k */
+    compare((cfg){16, 16, 1, 1, D, 0, 0}); /* one partition: nothing to equalise */
 }
 
 static void test_overlap(void **state)
@@ -254,9 +260,9 @@ static void test_overlap(void **state)
     (void)state;
     const sw_sabre_pme H = SW_SABRE_PME_HIERARCHICAL, D = SW_SABRE_PME_DISTRIBUTED;
     for (int ol = 0; ol <= 2; ol++) {
-        compare((cfg){64, 64, 8, ol, H, 0});
-        compare((cfg){64, 64, 8, ol, D, 1});
-        compare((cfg){32, 32, 4, ol, H, 1});
+        compare((cfg){64, 64, 8, ol, H, 0, 0});
+        compare((cfg){64, 64, 8, ol, D, 1, 0});
+        compare((cfg){32, 32, 4, ol, H, 1, 0});
     }
 }
 
@@ -264,16 +270,33 @@ static void test_annular(void **state)
 {
     (void)state;
     const sw_sabre_pme H = SW_SABRE_PME_HIERARCHICAL, D = SW_SABRE_PME_DISTRIBUTED;
-    compare((cfg){16, 16, 4, 1, H, 1});
-    compare((cfg){64, 64, 8, 1, H, 1});
-    compare((cfg){64, 64, 32, 1, H, 1});
-    compare((cfg){100, 100, 16, 1, H, 1});
-    compare((cfg){100, 100, 16, 1, D, 1});
-    compare((cfg){64, 64, 8, 1, SW_SABRE_PME_NONE, 1});
-    compare((cfg){64, 64, 8, 1, H, 2});
-    compare((cfg){100, 100, 16, 1, H, 2});
-    compare((cfg){64, 64, 8, 1, H, 3});
-    compare((cfg){100, 100, 16, 1, SW_SABRE_PME_DISTRIBUTED, 3});
+    compare((cfg){16, 16, 4, 1, H, 1, 0});
+    compare((cfg){64, 64, 8, 1, H, 1, 0});
+    compare((cfg){64, 64, 32, 1, H, 1, 0});
+    compare((cfg){100, 100, 16, 1, H, 1, 0});
+    compare((cfg){100, 100, 16, 1, D, 1, 0});
+    compare((cfg){64, 64, 8, 1, SW_SABRE_PME_NONE, 1, 0});
+    compare((cfg){64, 64, 8, 1, H, 2, 0});
+    compare((cfg){100, 100, 16, 1, H, 2, 0});
+    compare((cfg){64, 64, 8, 1, H, 3, 0});
+    compare((cfg){100, 100, 16, 1, SW_SABRE_PME_DISTRIBUTED, 3, 0});
+}
+
+/* Robust passes (sb_robust: per-partition medians by ranking), the pair sums' medians and the
+ * border band, alone and together, on the sizes and pupils above. The slopes' uniform noise gives
+ * residuals of all sizes, so some lenslets are clipped and most are not. */
+static void test_robust(void **state)
+{
+    (void)state;
+    const sw_sabre_pme H = SW_SABRE_PME_HIERARCHICAL, D = SW_SABRE_PME_DISTRIBUTED;
+    compare((cfg){16, 16, 1, 1, H, 0, 1});
+    compare((cfg){64, 64, 8, 1, H, 0, 1});
+    compare((cfg){64, 64, 32, 1, H, 1, 1});
+    compare((cfg){64, 64, 8, 1, H, 0, 2});
+    compare((cfg){64, 64, 8, 2, H, 1, 4});
+    compare((cfg){64, 64, 8, 1, D, 1, 6});
+    compare((cfg){100, 100, 16, 1, H, 3, 7});
+    compare((cfg){200, 200, 32, 1, H, 1, 7});
 }
 
 /* Runs the GPU plan on slopes s in `memory` (copied there), returns the outputs on the host. */
@@ -321,7 +344,7 @@ static sw_status run_in(const plans *pl, const float *s, sw_memory memory, float
 static void test_replay(void **state)
 {
     (void)state;
-    cfg c = {64, 64, 8, 1, SW_SABRE_PME_HIERARCHICAL, 1};
+    cfg c = {64, 64, 8, 1, SW_SABRE_PME_HIERARCHICAL, 1, 0};
     plans pl;
     make_plans(&c, &pl);
     float *sa = make_slopes(&pl, c.nx, c.ny, 5), *sb = make_slopes(&pl, c.nx, c.ny, 6);
@@ -349,7 +372,7 @@ static void test_replay(void **state)
 static void test_memory(void **state)
 {
     (void)state;
-    cfg c = {48, 48, 4, 2, SW_SABRE_PME_DISTRIBUTED, 1};
+    cfg c = {48, 48, 4, 2, SW_SABRE_PME_DISTRIBUTED, 1, 0};
     plans pl;
     make_plans(&c, &pl);
     float *s = make_slopes(&pl, c.nx, c.ny, 11);
@@ -385,7 +408,7 @@ static void test_memory(void **state)
 static void test_nan(void **state)
 {
     (void)state;
-    cfg c = {64, 64, 8, 1, SW_SABRE_PME_HIERARCHICAL, 1};
+    cfg c = {64, 64, 8, 1, SW_SABRE_PME_HIERARCHICAL, 1, 0};
     plans pl;
     make_plans(&c, &pl);
     float *s = make_slopes(&pl, c.nx, c.ny, 21);
@@ -526,12 +549,12 @@ static void test_projection(void **state)
 {
     (void)state;
     const sw_sabre_pme H = SW_SABRE_PME_HIERARCHICAL, D = SW_SABRE_PME_DISTRIBUTED;
-    check_projection((cfg){32, 32, 4, 1, H, 0});
-    check_projection((cfg){32, 32, 16, 1, H, 0});
-    check_projection((cfg){64, 64, 8, 2, D, 1});
-    check_projection((cfg){100, 100, 16, 1, H, 1});
-    check_projection((cfg){40, 28, 4, 1, H, 2});
-    check_projection((cfg){16, 16, 1, 1, H, 0});
+    check_projection((cfg){32, 32, 4, 1, H, 0, 0});
+    check_projection((cfg){32, 32, 16, 1, H, 0, 0});
+    check_projection((cfg){64, 64, 8, 2, D, 1, 0});
+    check_projection((cfg){100, 100, 16, 1, H, 1, 0});
+    check_projection((cfg){40, 28, 4, 1, H, 2, 0});
+    check_projection((cfg){16, 16, 1, 1, H, 0, 0});
 }
 
 /* The real-time chain's entry points: slopes copied into the plan's buffer, sw_sabre_gpu_enqueue,
@@ -541,7 +564,7 @@ static void test_projection(void **state)
  * slopes, too (enqueue is capturable). */
 static void check_enqueue(int project)
 {
-    cfg c = {64, 64, 8, 1, SW_SABRE_PME_HIERARCHICAL, 1};
+    cfg c = {64, 64, 8, 1, SW_SABRE_PME_HIERARCHICAL, 1, 0};
     plans pl;
     make_plans_eq17(&c, 1, &pl);
     if (project) {
@@ -609,7 +632,7 @@ int main(void)
         cmocka_unit_test(test_overlap), cmocka_unit_test(test_annular),
         cmocka_unit_test(test_replay),  cmocka_unit_test(test_memory),
         cmocka_unit_test(test_nan),     cmocka_unit_test(test_projection),
-        cmocka_unit_test(test_enqueue),
+        cmocka_unit_test(test_enqueue), cmocka_unit_test(test_robust),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -740,6 +740,180 @@ static void test_annular(void **state)
     free(valid);
 }
 
+/* ------------------------------------------------------------------ robust passes */
+
+/* Relative RMS error at the real lenslets' corner vertices of D-SABRE (k > 0) or global SABRE
+ * (k = 0) on slopes of the smooth wavefront P over a 33 x 33 array: robust passes (sabre.h), and
+ * the options of the piston equalisation (bit 0 robust_pme, bit 1 pme_band). */
+static double robust_error(const float *slopes, const poly *P, int32_t k, int32_t passes,
+                           int pme_opts)
+{
+    const int32_t nx = 33;
+    sw_sabre_lattice lat;
+    int64_t nv;
+    float *vals;
+    if (k == 0) {
+        sw_sabre_global_params gp;
+        sw_sabre_global_params_default(&gp);
+        gp.nx = gp.ny = nx;
+        gp.robust_passes = passes;
+        sw_sabre_global *g = NULL;
+        assert_int_equal(sw_sabre_global_create_params(ctx, &gp, &g), SW_OK);
+        sw_sabre_global_lattice(g, &lat);
+        nv = sw_sabre_lattice_values(&lat);
+        double *dv = malloc((size_t)nv * sizeof *dv);
+        vals = malloc((size_t)nv * sizeof *vals);
+        assert_int_equal(sw_sabre_global_run(g, slopes, dv), SW_OK);
+        for (int64_t v = 0; v < nv; v++)
+            vals[v] = (float)dv[v];
+        free(dv);
+        sw_sabre_global_destroy(g);
+    } else {
+        sw_sabre_params p = make_params(nx, nx, k, 1, SW_SABRE_PME_HIERARCHICAL);
+        p.robust_passes = passes;
+        p.robust_pme = pme_opts & 1;
+        p.pme_band = (pme_opts >> 1) & 1;
+        sw_sabre *s = create_ok(&p);
+        sw_sabre_info in;
+        sw_sabre_get_info(s, &in);
+        lat = in.lattice;
+        nv = sw_sabre_lattice_values(&lat);
+        vals = malloc((size_t)nv * sizeof *vals);
+        assert_int_equal(sw_sabre_run(s, slopes, SW_MEM_HOST, vals, NULL), SW_OK);
+        sw_sabre_destroy(s);
+    }
+    double *truth = calloc((size_t)nv, sizeof *truth);
+    uint8_t *use = calloc((size_t)nv, 1);
+    for (int32_t iy = 0; iy < nx; iy++)
+        for (int32_t ix = 0; ix < nx; ix++) {
+            int64_t v = (int64_t)(iy + lat.offy) * (lat.sx + 1) + ix + lat.offx;
+            use[v] = 1;
+            truth[v] = poly_w(P, ix, iy);
+        }
+    double e = rel_rms(vals, truth, nv, use);
+    free(vals);
+    free(truth);
+    free(use);
+    return e;
+}
+
+/* Slopes of the smooth wavefront with uniform noise of +-0.01 (slopes of about 0.1) and, when
+ * outliers, 3 % of the lenslets (chosen at random) off by +-0.5 in both components. */
+static float *robust_slopes(const poly *P, int outliers, uint64_t seed)
+{
+    const int32_t nx = 33, n = nx * nx;
+    float *s = malloc(2 * (size_t)n * sizeof *s);
+    poly_slopes(P, nx, nx, 1.0, s);
+    for (int32_t l = 0; l < 2 * n; l++)
+        s[l] += (float)(0.02 * (unit_rand(&seed) - 0.5));
+    if (outliers)
+        for (int32_t l = 0; l < n; l++)
+            if (unit_rand(&seed) < 0.03) {
+                s[l] += unit_rand(&seed) < 0.5 ? 0.5f : -0.5f;
+                s[n + l] += unit_rand(&seed) < 0.5 ? 0.5f : -0.5f;
+            }
+    return s;
+}
+
+/* Robust passes cut the error that injected outliers cause, for global SABRE and D-SABRE's local
+ * solves, and leave clean slopes almost as they were; robust PME and the border band keep H-PME
+ * at global SABRE's accuracy on clean slopes. */
+static void test_robust(void **state)
+{
+    (void)state;
+    const poly P = {16.0, 16.5, 1};
+    float *clean = robust_slopes(&P, 0, 4242), *dirty = robust_slopes(&P, 1, 4242);
+    const double g0 = robust_error(dirty, &P, 0, 0, 0), g3 = robust_error(dirty, &P, 0, 3, 0);
+    const double d0 = robust_error(dirty, &P, 4, 0, 0), d3 = robust_error(dirty, &P, 4, 3, 0);
+    const double d3m = robust_error(dirty, &P, 4, 3, 1), d3b = robust_error(dirty, &P, 4, 3, 3);
+    const double gc0 = robust_error(clean, &P, 0, 0, 0), gc3 = robust_error(clean, &P, 0, 3, 0);
+    const double dc0 = robust_error(clean, &P, 4, 0, 0), dc3 = robust_error(clean, &P, 4, 3, 3);
+    print_message("outliers (3 %% of lenslets): global %.4f -> %.4f with 3 robust passes; "
+                  "D-SABRE k 4 %.4f -> %.4f, + robust PME %.4f, + band %.4f\n",
+                  g0, g3, d0, d3, d3m, d3b);
+    print_message("clean: global %.4f -> %.4f; D-SABRE k 4 %.4f -> %.4f (all options)\n", gc0, gc3,
+                  dc0, dc3);
+    assert_true(g3 < 0.5 * g0);
+    assert_true(d3 < 0.5 * d0);
+    assert_true(d3m < 0.5 * d0 && d3b < 0.5 * d0);
+    assert_true(gc3 < 1.1 * gc0);
+    assert_true(dc3 < 1.1 * dc0);
+    /* bad parameters */
+    sw_sabre_params p = make_params(33, 33, 4, 1, SW_SABRE_PME_HIERARCHICAL);
+    sw_sabre *s = NULL;
+    p.robust_passes = SW_SABRE_ROBUST_MAX_PASSES + 1;
+    assert_int_equal(sw_sabre_create(ctx, &p, &s), SW_EINVAL);
+    p.robust_passes = 1;
+    p.robust_threshold = 0.5;
+    assert_int_equal(sw_sabre_create(ctx, &p, &s), SW_EINVAL);
+    p.robust_threshold = 3.0;
+    p.robust_pme = 2;
+    assert_int_equal(sw_sabre_create(ctx, &p, &s), SW_EINVAL);
+    p.robust_pme = 0;
+    p.pme_band = -1;
+    assert_int_equal(sw_sabre_create(ctx, &p, &s), SW_EINVAL);
+    p.pme_band = 0;
+    p.triangle_weight = 0.0;
+    assert_int_equal(sw_sabre_create(ctx, &p, &s), SW_EINVAL);
+    p.triangle_weight = 1.5;
+    assert_int_equal(sw_sabre_create(ctx, &p, &s), SW_EINVAL);
+    assert_null(s);
+    free(clean);
+    free(dirty);
+}
+
+/* The border band's tables (pme_band): every pair's entries name the same vertex of the extended
+ * lattice in both windows, within OL squares of the line between the cores, and a full array has
+ * all (2 OL + 1)(m + 1) corners and 2 OL m centres of every band; without the band, the m + 1
+ * corners of the line. */
+static void test_pme_band(void **state)
+{
+    (void)state;
+    for (int32_t ol = 0; ol <= 2; ol++) {
+        sw_sabre_params p = make_params(33, 33, 4, ol, SW_SABRE_PME_HIERARCHICAL);
+        p.pme_band = 1;
+        sw_sabre *s = create_ok(&p);
+        const int32_t k = s->k, m = s->m, L = s->L, w = s->w;
+        const int32_t want = (2 * ol + 1) * (m + 1) + 2 * ol * m;
+        assert_int_equal(s->pstride, want);
+        for (int32_t pi = 0; pi < s->npairs; pi++) {
+            const int32_t lo = s->pair_lo[pi], hi = s->pair_hi[pi];
+            const int horiz = pi < k * (k - 1);
+            const int32_t line = horiz ? (lo % k + 1) * m : (lo / k + 1) * m;
+            int32_t used = 0;
+            for (int32_t j = 0; j < s->pstride; j++) {
+                const size_t e = (size_t)pi * s->pstride + j;
+                if (!s->pair_use[e])
+                    continue;
+                used++;
+                double pos[2][2];
+                const int32_t vv[2] = {s->pair_vlo[e], s->pair_vhi[e]}, part[2] = {lo, hi};
+                for (int h = 0; h < 2; h++) {
+                    const int32_t a = part[h] % k, b = part[h] / k, v = vv[h];
+                    assert_true(v >= 0 && v < s->nl);
+                    if (v < L * L) {
+                        pos[h][0] = s->ws[a] + v % L;
+                        pos[h][1] = s->ws[b] + v / L;
+                    } else {
+                        pos[h][0] = s->ws[a] + (v - L * L) % w + 0.5;
+                        pos[h][1] = s->ws[b] + (v - L * L) / w + 0.5;
+                    }
+                }
+                assert_true(pos[0][0] == pos[1][0] && pos[0][1] == pos[1][1]);
+                const double across = horiz ? pos[0][0] : pos[0][1];
+                assert_true(fabs(across - line) <= ol);
+            }
+            assert_int_equal(used, want);
+            assert_int_equal(s->pair_n[pi], want);
+        }
+        sw_sabre_destroy(s);
+        p.pme_band = 0;
+        s = create_ok(&p);
+        assert_int_equal(s->pstride, s->m + 1);
+        sw_sabre_destroy(s);
+    }
+}
+
 /* ------------------------------------------------------------------ Eq. 17 and the projection */
 
 /* extend_eq17: m is Eq. 17's (the smallest with k m > max(nx, ny), the test's own loop), the
@@ -1166,7 +1340,8 @@ int main(void)
         cmocka_unit_test(test_padding),           cmocka_unit_test(test_fill),
         cmocka_unit_test(test_eq17_geometry),     cmocka_unit_test(test_eq17_tilt),
         cmocka_unit_test(test_projection_picker), cmocka_unit_test(test_projection_k1),
-        cmocka_unit_test(test_projection_bad),
+        cmocka_unit_test(test_projection_bad),    cmocka_unit_test(test_robust),
+        cmocka_unit_test(test_pme_band),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
