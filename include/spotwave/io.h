@@ -419,7 +419,9 @@ void sw_json_write_string(FILE *out, const char *s);
  * layouts read through HDF5) must not run concurrently with other HDF5 use in the process from
  * other threads; reads that spotwave decodes from listed chunks or contiguous data call no HDF5
  * function. Opening forks: the child calls only HDF5, malloc and write, and leaves with _exit
- * (no exit handlers, no stdio flushed).
+ * (no exit handlers, no stdio flushed). Within one read, a bitshuffle/LZ4 chunk's blocks are
+ * decoded by an OpenMP team of sw_h5_options.threads threads that the reading thread starts
+ * (the pixels, the status and the message are those of one thread decoding in order).
  */
 typedef struct sw_h5_reader sw_h5_reader;
 
@@ -446,9 +448,13 @@ typedef struct sw_h5_options {
     int in_process;        /* non-zero: walk the structure in this process (no child): a corrupt
                               file can then crash it; for trusted files where fork is unwanted  */
     double timeout_s;      /* the walk's time limit; 0: SW_H5_WALK_TIMEOUT                     */
+    int threads;           /* threads that decode one frame's bitshuffle/LZ4 chunks (its LZ4
+                              blocks in parallel, OpenMP); 0: the context's (sw_context_threads:
+                              all cores for a NULL context); 1: the reading thread alone       */
 } sw_h5_options;
 
-/* Defaults: automatic dataset, beside the master only, in a child, SW_H5_WALK_TIMEOUT. */
+/* Defaults: automatic dataset, beside the master only, in a child, SW_H5_WALK_TIMEOUT, the
+ * context's threads. */
 void sw_h5_options_default(sw_h5_options *o);
 
 /*
@@ -465,7 +471,8 @@ void sw_h5_options_default(sw_h5_options *o);
  * default options and this dataset.
  */
 sw_status sw_h5_open(sw_context *ctx, const char *path, const char *dataset, sw_h5_reader **out);
-/* The same with options (NULL: the defaults). A negative or non-finite timeout is SW_EINVAL. */
+/* The same with options (NULL: the defaults). A negative or non-finite timeout, or a negative
+ * thread count, is SW_EINVAL. */
 sw_status sw_h5_open_ex(sw_context *ctx, const char *path, const sw_h5_options *opts,
                         sw_h5_reader **out);
 

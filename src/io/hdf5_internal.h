@@ -147,10 +147,12 @@ static inline uint64_t h5_chunk_bytes(const h5_dset *d)
     return d->cdim[0] * d->cdim[1] * d->cdim[2] * d->esize;
 }
 
-/* Scratch buffers for decoding, reused across calls. */
+/* Scratch buffers for decoding, reused across calls, and the threads that may decode one chunk
+ * (bitshuffle/LZ4 blocks in parallel; 0 or 1: this thread alone). */
 typedef struct h5_scratch {
     uint8_t *raw, *work;
     size_t raw_cap, work_cap;
+    int threads;
 } h5_scratch;
 void h5_scratch_free(h5_scratch *s);
 /* Makes s->raw hold at least n bytes: 0, or -1 out of memory. */
