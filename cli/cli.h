@@ -209,10 +209,10 @@ int sw_cli_out_open(const char *sub, sw_cli_out *o, const char *path);
 int sw_cli_out_close(const char *sub, sw_cli_out *o, int ok);
 
 /*
- * Reads a FITS image (2-D or a cube of frames), a binary PGM, a CBF (one frame) or a TIFF (every
- * page a frame) into frames, telling the formats apart by their first bytes; with u32_to_f32,
- * 32-bit integer frames are converted to float. `what` names the file in messages ("image",
- * "reference image"). SW_EXIT_OK, or a failure line for sub.
+ * Reads a FITS image (2-D or a cube of frames), a binary PGM, a CBF (every array a frame) or a TIFF
+ * (every page a frame) into frames, telling the formats apart by their first bytes; with
+ * u32_to_f32, 32-bit integer frames are converted to float. `what` names the file in messages
+ * ("image", "reference image"). SW_EXIT_OK, or a failure line for sub.
  */
 int sw_cli_read_frames(sw_context *ctx, const char *sub, const char *what, const char *path,
                        int u32_to_f32, sw_frames *out);

@@ -672,14 +672,7 @@ int sw_cli_read_frames_ex(sw_context *ctx, const char *sub, const char *what, co
         else
             sw_frames_free(out);
     } else if (n == 6 && memcmp(magic, "###CBF", 6) == 0) {
-        out->frames = calloc(1, sizeof *out->frames);
-        if (!out->frames)
-            return sw_cli_fail(sub, "out of memory");
-        st = sw_cbf_read(ctx, path, &out->frames[0], valid, geom);
-        if (st == SW_OK)
-            out->count = 1;
-        else
-            sw_frames_free(out);
+        st = sw_cbf_read_frames(ctx, path, out, valid, geom);
     } else if (n >= 4 && (memcmp(magic, "II*\0", 4) == 0 || memcmp(magic, "MM\0*", 4) == 0 ||
                           memcmp(magic, "II+\0", 4) == 0 || memcmp(magic, "MM\0+", 4) == 0)) {
         st = sw_tiff_read(ctx, path, out);

@@ -135,7 +135,11 @@ sw_status sw_pgm_write(sw_context *ctx, const char *path, const sw_image *img);
  * the Crystallographic Binary File (CBF/imgCIF)", International Tables for Crystallography Vol. G,
  * ch. 2.3, pp. 37-43; read with CBFlib) as Dectris Pilatus detectors write it: one frame per
  * file, an integer array (_array_data.data) compressed with the byte-offset scheme (or not), and
- * the "mini-header" in _array_data.header_contents.
+ * the "mini-header" in _array_data.header_contents. sw_cbf_read_frames also reads files of
+ * several frames: every array of the file in order (the data blocks in order, each row of their
+ * _array_data.data in order), a 3-D array (a third dimension above 1) giving a frame per plane
+ * along its slowest dimension; all must share width, height and element type (else
+ * SW_EUNSUPPORTED naming the one that differs).
  *
  * Pixels: X-Binary-Size-Fastest-Dimension is the width (x), the second dimension the height;
  * pixel (x, y) is element y * width + x (no flips). Unsigned 8-bit arrays -> SW_PIX_U8; 16-bit
@@ -144,11 +148,14 @@ sw_status sw_pgm_write(sw_context *ctx, const char *path, const sw_image *img);
  * modules): every negative pixel reads as 0 and is marked invalid in *valid (width * height
  * bytes, row-major, 1 = good, 0 = not; allocated with malloc, the caller frees) so that it can be
  * find's pixel mask; *valid is NULL when no pixel is negative (or when valid is NULL: then the
- * negative pixels are 0 and nothing says so). Arrays of more than one frame (a third dimension
- * above 1) and real-valued arrays are SW_EUNSUPPORTED.
+ * negative pixels are 0 and nothing says so). Of several frames, a pixel negative in any of them
+ * is invalid, and the pixel type is the one wide enough for the values of all of them.
+ * sw_cbf_read takes a file of one frame (several: SW_EUNSUPPORTED). Real-valued arrays are
+ * SW_EUNSUPPORTED.
  *
- * The mini-header (lines "# Name value unit") gives, in geom (may be NULL; geom->have says which
- * were found, each only when its unit is the one expected and its value finite and positive):
+ * The mini-header (lines "# Name value unit"; of several frames, the first's) gives, in geom (may
+ * be NULL; geom->have says which were found, each only when its unit is the one expected and its
+ * value finite and positive):
  *   Wavelength 0.9763 A                    -> wavelength_a                  SW_DG_WAVELENGTH
  *   Detector_distance 0.25 m (or mm)       -> distance_mm                   SW_DG_DISTANCE
  *   Beam_xy (1231.5, 1263.5) pixels        -> beam_x_px, beam_y_px          SW_DG_BEAM
@@ -178,6 +185,11 @@ sw_status sw_cbf_read(sw_context *ctx, const char *path, sw_image *out, uint8_t 
 /* The same from a memory buffer (the fuzzer, embedded callers). */
 sw_status sw_cbf_read_memory(sw_context *ctx, const void *buf, size_t size, sw_image *out,
                              uint8_t **valid, sw_diffraction_geometry *geom);
+/* Every frame of the file (above), into out (sw_frames_free); on failure out is zeroed. */
+sw_status sw_cbf_read_frames(sw_context *ctx, const char *path, sw_frames *out, uint8_t **valid,
+                             sw_diffraction_geometry *geom);
+sw_status sw_cbf_read_frames_memory(sw_context *ctx, const void *buf, size_t size, sw_frames *out,
+                                    uint8_t **valid, sw_diffraction_geometry *geom);
 
 /*
  * Parses a Pilatus mini-header (the text of _array_data.header_contents) into g as above (g is
@@ -189,8 +201,9 @@ int sw_cbf_parse_header(const char *text, size_t size, sw_diffraction_geometry *
  * Writes a host image as a mini-CBF the way a Pilatus does (with CBFlib): signed 32-bit values,
  * byte-offset compressed, MIME headers with an MD5 digest, and a mini-header with the fields of
  * geom that it has (geom may be NULL; Beam_xy written back in the edge convention above). u8, u16
- * and u32 images (u32 values above 2147483647 are SW_ERANGE); f32 is SW_EINVAL. valid (NULL:
- * every pixel good) marks pixels written as -1. Temporary name, then rename.
+ * and u32 images (u32 values above 2147483647 are SW_ERANGE, except in pixels valid marks bad);
+ * f32 is SW_EINVAL. valid (NULL: every pixel good) marks pixels written as -1 (whatever they
+ * hold: a detector's gaps flagged at the type's maximum). Temporary name, then rename.
  */
 sw_status sw_cbf_write(sw_context *ctx, const char *path, const sw_image *img, const uint8_t *valid,
                        const sw_diffraction_geometry *geom);
