@@ -139,7 +139,13 @@ void sw_cmd_find_help(FILE *out)
         "                         corner, GX columns and GY rows of gap between them (an\n"
         "                         Eiger2 16M: 1028x512,12,38; a Pilatus 6M: 487x195,7,17). The\n"
         "                         gaps are masked, so no spot crosses one, and a last column\n"
-        "                         panel gives each spot's module (numbered row by row from 0)\n"
+        "                         panel gives each spot's module (numbered row by row from 0).\n"
+        "                         Without --panels, an HDF5 master that lists several modules\n"
+        "                         (NXmx NXdetector_module groups: data_origin, data_size, the\n"
+        "                         first input's) gives them: every pixel outside them masked,\n"
+        "                         panel k the k-th module by group name, and a module's own\n"
+        "                         fast/slow pixel directions giving its spots' d (unless\n"
+        "                         --beam-center, --distance-mm or --pixel-mm are given)\n"
         "  The d limits and ice rings need the geometry: wavelength, distance, beam centre and\n"
         "  pixel size.\n"
         "\n"
@@ -364,6 +370,11 @@ typedef struct find_job {
     sw_find_plan *plan;
     sw_refine_plan *refine;
     sw_refine_list refined;
+    /* the first input's modules (an NXmx master's NXdetector_module groups), the panels when
+     * there are several and --panels is not given */
+    sw_diffraction_module *modules;
+    int32_t nmodules;
+    sw_diffraction_panels file_panels;
 } find_job;
 
 static int parse_opts(find_opts *o, int argc, char **argv)
@@ -817,6 +828,9 @@ static void free_inputs(find_job *j)
     free(j->pixel_mask);
     j->pixel_mask = NULL;
     j->pixel_n = 0;
+    free(j->modules);
+    j->modules = NULL;
+    j->nmodules = 0;
     sw_image_free(&j->strong_cube);
 }
 
@@ -825,6 +839,16 @@ static void free_inputs(find_job *j)
 static int merge_h5(void *user, sw_cli_input *in, const sw_h5_info *info)
 {
     find_job *j = user;
+    if (in == &j->in.in[0]) { /* the first input's modules (its geometry is the run's) */
+        int32_t n = 0;
+        sw_h5_read_modules(in->h5, NULL, 0, &n);
+        if (n > 0) {
+            j->modules = malloc((size_t)n * sizeof *j->modules);
+            if (!j->modules)
+                return sw_cli_fail(SUB, "out of memory");
+            sw_h5_read_modules(in->h5, j->modules, n, &j->nmodules);
+        }
+    }
     if (info->overload > 0 && (j->file_overload == 0 || info->overload < j->file_overload))
         j->file_overload = info->overload;
     if (!info->has_pixel_mask || j->o->no_pixel_mask)
@@ -965,7 +989,8 @@ static void spots_rows(FILE *f, const find_job *j, const sw_spot_list *spots,
         if (o->three_d)
             fprintf(f, ",%.6g,%lld,%lld", s->z_var, (long long)s->z0, (long long)s->z1);
         if (j->have_geom) {
-            const double d = sw_diffraction_d_spacing(&j->geom, s->x, s->y);
+            const double d = sw_diffraction_d_at(&j->geom, o->dmask.panels, j->in.width,
+                                                 j->in.height, s->x, s->y);
             if (isfinite(d))
                 fprintf(f, ",%.5f", d);
             else
@@ -1044,7 +1069,9 @@ static int summarise(sw_context *ctx, const find_job *j, const sw_spot_list *spo
         int64_t e = k;
         while (e < spots->count && sorted[e].z0 == first + f)
             e++;
-        sw_status st = sw_diffraction_summarise(ctx, g, sorted + k, e - k, first + f, &sum[f]);
+        sw_status st =
+            sw_diffraction_summarise_panels(ctx, g, j->o->dmask.panels, j->in.width, j->in.height,
+                                            sorted + k, e - k, first + f, &sum[f]);
         if (st != SW_OK) {
             free(sorted);
             return sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
@@ -1207,7 +1234,20 @@ static void json_geometry(cJSON *r, const find_job *j)
                        m->ice_ring_width > 0.0 ? m->ice_ring_width : SW_DIFFRACTION_ICE_RING_WIDTH);
     sw_cli_json_int(k, "untrusted_regions", m->nshapes - j->o->nbeamstop);
     sw_cli_json_int(k, "beamstop_circles", j->o->nbeamstop);
-    if (m->panels) {
+    if (m->panels && m->panels->nmodules > 0) { /* the master's modules */
+        cJSON *pn = cJSON_AddObjectToObject(k, "panels");
+        sw_cli_json_string(pn, "from", "file");
+        sw_cli_json_int(pn, "count", m->panels->nmodules);
+        cJSON *list = cJSON_AddArrayToObject(pn, "modules");
+        for (int32_t i = 0; i < m->panels->nmodules; i++) {
+            const sw_diffraction_module *md = &m->panels->modules[i];
+            cJSON *e = cJSON_CreateObject();
+            sw_cli_json_int_array(e, "origin_px", (const int64_t[]){md->x0, md->y0}, 2);
+            sw_cli_json_int_array(e, "size_px", (const int64_t[]){md->width, md->height}, 2);
+            cJSON_AddBoolToObject(e, "orientation", md->orientation != 0);
+            cJSON_AddItemToArray(list, e);
+        }
+    } else if (m->panels) {
         cJSON *pn = cJSON_AddObjectToObject(k, "panels");
         sw_cli_json_int_array(pn, "module_px",
                               (const int64_t[]){m->panels->module_w, m->panels->module_h}, 2);
@@ -1377,6 +1417,18 @@ static int prepare(sw_context *ctx, find_job *j, int64_t first)
         fprintf(stderr, "spotwave %s: warning: no d_a column: %s\n", SUB,
                 sw_cli_lib_error(ctx, SW_EINVAL));
     }
+    /* a master's modules are the panels unless --panels says otherwise; a beam centre, distance,
+     * pixel size or orientation given as options replaces their own placement (as it replaces
+     * the file's orientation: sw_diffraction_geometry_merge) */
+    if (!o->dmask.panels && j->nmodules >= 2) {
+        if (o->geom_opt.have & (SW_DG_BEAM | SW_DG_DISTANCE | SW_DG_PIXEL | SW_DG_ORIENTATION))
+            for (int32_t k = 0; k < j->nmodules; k++)
+                j->modules[k].orientation = 0;
+        memset(&j->file_panels, 0, sizeof j->file_panels);
+        j->file_panels.modules = j->modules;
+        j->file_panels.nmodules = j->nmodules;
+        o->dmask.panels = &j->file_panels;
+    }
     const int geo_mask = by_d || o->dmask.nshapes > 0 || o->dmask.panels;
     if (o->mask || j->pixel_mask || geo_mask) {
         size_t n = (size_t)j->in.width * (size_t)j->in.height;
@@ -1500,8 +1552,9 @@ static void follow_frame(void *user, int64_t done, int64_t total)
         f->capsum = cap;
     }
     sw_diffraction_summary *sm = &f->sum[f->nsum];
-    if (sw_diffraction_summarise(f->ctx, j->have_geom ? &j->geom : NULL, f->spots.spots + from,
-                                 to - from, frame, sm) == SW_OK) {
+    if (sw_diffraction_summarise_panels(f->ctx, j->have_geom ? &j->geom : NULL, j->o->dmask.panels,
+                                        j->in.width, j->in.height, f->spots.spots + from, to - from,
+                                        frame, sm) == SW_OK) {
         f->nsum++;
         if (f->jsonl)
             summary_line(f->jsonl, sm, f->file);

@@ -533,11 +533,29 @@ sw_status sw_h5_read_pixel_mask(sw_h5_reader *r, uint8_t *valid);
  * the two directions into the laboratory frame; origin_mm is that corner plus half a pixel along
  * each direction (the centre of pixel (0,0)). The pixel size comes from the directions when
  * x/y_pixel_size are absent. A chain that breaks, loops, or gives directions that are not
- * perpendicular leaves the orientation out (0) with a warning. Multi-module detectors (several
- * NXdetector_module groups) are not read: only ".../module".
+ * perpendicular leaves the orientation out (0) with a warning. The orientation is that of the
+ * module ".../detector/module" (the one Eiger masters describe); several modules are read by
+ * sw_h5_read_modules.
  * SW_EINVAL for NULL arguments (g then zeroed).
  */
 sw_status sw_h5_read_geometry(const sw_h5_reader *r, sw_diffraction_geometry *g);
+
+/*
+ * The detector's modules as the master lists them (NXmx: every group under
+ * /entry/instrument/detector, in the order of their names, whose NX_class is NXdetector_module;
+ * Bernstein et al. 2020): data_origin and data_size, each a dataset of two integers in NeXus's
+ * slow-to-fast order ([y, x] of the frame, 0-based), give each module's rectangle (x0, y0, width,
+ * height); fast_pixel_direction, slow_pixel_direction and their depends_on chain give its
+ * orientation as for the detector above, carried to the frame's pixel coordinates (origin_mm is
+ * where frame pixel (0,0) would lie on the module's plane; diffraction.h) with the module's own
+ * pixel size. A module without usable directions has orientation 0 (a warning when they were
+ * there but unusable). Modules that do not hold together (data_origin or data_size missing or not
+ * two integers, a rectangle outside the frames, two that overlap, more than 1024) are all left
+ * out with a warning: *count is then 0. Writes min(max, *count) modules to out and the number of
+ * modules to *count. SW_EINVAL for NULL arguments or max < 0.
+ */
+sw_status sw_h5_read_modules(const sw_h5_reader *r, sw_diffraction_module *out, int32_t max,
+                             int32_t *count);
 
 /* The files an open reader reads frames from: the master (k = 0) and each data file an external
  * link led to, each once, as their paths were opened (for a caller that must not overwrite them).

@@ -480,6 +480,19 @@ sw_status sw_h5_read_geometry(const sw_h5_reader *r, sw_diffraction_geometry *g)
     return SW_OK;
 }
 
+sw_status sw_h5_read_modules(const sw_h5_reader *r, sw_diffraction_module *out, int32_t max,
+                             int32_t *count)
+{
+    if (count)
+        *count = 0;
+    if (!r || !count || max < 0 || (max > 0 && !out))
+        return sw_error_set(NULL, SW_EINVAL, "sw_h5_read_modules: NULL argument or max < 0");
+    *count = (int32_t)r->l.nmodules;
+    for (int32_t k = 0; k < max && k < *count; k++)
+        out[k] = r->l.modules[k];
+    return SW_OK;
+}
+
 int32_t sw_h5_file_count(const sw_h5_reader *r)
 {
     return r ? (int32_t)r->l.nfiles : 0;
