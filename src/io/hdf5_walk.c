@@ -2064,8 +2064,9 @@ sw_status h5_layout_unpack(const uint8_t *buf, size_t size, h5_layout *l)
     }
     const uint32_t known = SW_DG_WAVELENGTH | SW_DG_DISTANCE | SW_DG_BEAM | SW_DG_PIXEL |
                            SW_DG_OVERLOAD | SW_DG_EXPOSURE | SW_DG_ORIENTATION;
-    /* the modules: inside the frame, apart, orientations of unit axes and positive pixels */
-    const uint32_t nmod = get32(&u);
+    /* the modules: inside the frame, apart, orientations of unit axes and positive pixels (a
+     * message that ends before them has none) */
+    const uint32_t nmod = u.pos == u.n ? 0 : get32(&u);
     if (u.bad || nmod > H5_MAX_MODULES)
         goto bad;
     if (nmod > 0 && !(l->modules = malloc(nmod * sizeof *l->modules)))
