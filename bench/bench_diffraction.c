@@ -25,6 +25,12 @@
  *   summary_disk         sw_find_sequence over frames read from the HDF5 file on the reader
  *                        thread (decompressed there; the file is in the page cache after the
  *                        first pass), each frame's summary after; time per frame, frames/s
+ *   read_disk            sw_h5_read_frame alone: one frame read from the HDF5 file (page cache
+ *                        warm) and decoded, its bitshuffle/LZ4 blocks on the context's threads
+ *                        (--threads); frames/s
+ *   read_cbf             (pilatus6m) sw_cbf_read of one of POOL CBF files as a Pilatus writes
+ *                        them (byte-offset, signed 32-bit, gaps -1), CBFlib in its child
+ *                        process; frames/s
  * The table ends with the detectors' own rates (Eiger2 16M: 133 Hz at 16 bit; Eiger2 4M: 560 Hz).
  */
 #define _GNU_SOURCE /* mkdtemp */
@@ -168,6 +174,8 @@ typedef struct job {
     sw_find_plan *plan;
     sw_image *frames; /* POOL frames (device ones on CUDA) */
     sw_h5_reader *h5;
+    sw_image readbuf; /* read_disk's frame */
+    char cbf[POOL][4096];
     int64_t nstream;
     sw_spot_list spots;
     sw_diffraction_summary last;
@@ -212,6 +220,46 @@ static sw_status run_frame(void *user, int sample, double *measured_us)
 static sw_status disk_read(void *user, int64_t index, sw_image *dst)
 {
     return sw_h5_read_frame(((job *)user)->h5, index % POOL, dst);
+}
+
+static sw_status run_read(void *user, int sample, double *measured_us)
+{
+    job *j = user;
+    (void)measured_us;
+    return sw_h5_read_frame(j->h5, sample % POOL, &j->readbuf);
+}
+
+static sw_status run_cbf(void *user, int sample, double *measured_us)
+{
+    job *j = user;
+    (void)measured_us;
+    sw_image img;
+    uint8_t *valid = NULL;
+    sw_status st = sw_cbf_read(j->ctx, j->cbf[sample % POOL], &img, &valid, NULL);
+    if (st == SW_OK) {
+        sw_image_free(&img);
+        free(valid);
+    }
+    return st;
+}
+
+/* The pool as Pilatus CBFs (signed 32-bit, byte offset; the gaps -1), for read_cbf. */
+static int write_cbfs(sw_context *ctx, const detector *d, const char *dir, const sw_image *host,
+                      job *j)
+{
+    uint8_t *valid = malloc((size_t)d->w * d->h);
+    if (!valid)
+        return fail(ctx, "out of memory", SW_ENOMEM);
+    for (int32_t y = 0; y < d->h; y++)
+        for (int32_t x = 0; x < d->w; x++)
+            valid[(size_t)y * d->w + x] = !in_gap(d, x, y);
+    sw_status st = SW_OK;
+    for (int i = 0; i < POOL && st == SW_OK; i++) {
+        snprintf(j->cbf[i], sizeof j->cbf[i], "%s/%s_%d.cbf", dir, d->name, i);
+        st = sw_cbf_write(ctx, j->cbf[i], &host[i], valid, NULL);
+    }
+    free(valid);
+    return st == SW_OK ? 0 : fail(ctx, "writing the CBF files", st);
 }
 
 static sw_status run_disk(void *user, int sample, double *measured_us)
@@ -299,13 +347,32 @@ static int bench_detector(const sw_bench_options *o, sw_context *ctx, const dete
                 "%.1f%% of the pixels masked by geometry\n",
                 PROG, config, (long long)j.last.n_spots, (long long)j.last.n_spots_d_lt_4a,
                 j.last.d_min_estimate, 100.0 * (double)j.masked / ((double)d->w * d->h));
-    if (rc == 0 && (st = sw_h5_open(NULL, path, NULL, &j.h5)) != SW_OK)
+    /* the reader decodes a frame's bitshuffle/LZ4 blocks on the context's threads (--threads) */
+    sw_h5_options ho;
+    sw_h5_options_default(&ho);
+    ho.threads = sw_context_threads(ctx);
+    if (rc == 0 && (st = sw_h5_open_ex(NULL, path, &ho, &j.h5)) != SW_OK)
         rc = fail(ctx, "opening the HDF5 file", st);
+    if (rc == 0 && (st = sw_image_alloc(ctx, d->w, d->h, d->type, &j.readbuf)) != SW_OK)
+        rc = fail(ctx, "a frame buffer", st);
+    sw_bench_case cr = {"read_disk", config, ctx, run_read, &j, 0, 1, "frames"};
+    if (rc == 0 && sw_bench_run(o, &cr, NULL) != SW_OK)
+        rc = 1;
+    if (rc == 0 && d->type == SW_PIX_U32 && !o->quick) {
+        rc = write_cbfs(ctx, d, dir, host, &j);
+        sw_bench_case cc = {"read_cbf", config, ctx, run_cbf, &j, 0, 1, "frames"};
+        if (rc == 0 && sw_bench_run(o, &cc, NULL) != SW_OK)
+            rc = 1;
+        for (int i = 0; i < POOL; i++)
+            if (j.cbf[i][0])
+                unlink(j.cbf[i]);
+    }
     j.nstream = cuda ? 32 : (o->quick ? 4 : 8);
     sw_bench_case cd = {"summary_disk", config, ctx, run_disk, &j, 0, 1, "frames"};
     if (rc == 0 && sw_bench_run(o, &cd, NULL) != SW_OK)
         rc = 1;
     sw_h5_close(j.h5);
+    sw_image_free(&j.readbuf);
     sw_find_destroy(j.plan);
     sw_spot_list_free(&j.spots);
     free(j.mask);

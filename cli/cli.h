@@ -209,10 +209,10 @@ int sw_cli_out_open(const char *sub, sw_cli_out *o, const char *path);
 int sw_cli_out_close(const char *sub, sw_cli_out *o, int ok);
 
 /*
- * Reads a FITS image (2-D or a cube of frames), a binary PGM, a CBF (one frame) or a TIFF (every
- * page a frame) into frames, telling the formats apart by their first bytes; with u32_to_f32,
- * 32-bit integer frames are converted to float. `what` names the file in messages ("image",
- * "reference image"). SW_EXIT_OK, or a failure line for sub.
+ * Reads a FITS image (2-D or a cube of frames), a binary PGM, a CBF (every array a frame) or a TIFF
+ * (every page a frame) into frames, telling the formats apart by their first bytes; with
+ * u32_to_f32, 32-bit integer frames are converted to float. `what` names the file in messages
+ * ("image", "reference image"). SW_EXIT_OK, or a failure line for sub.
  */
 int sw_cli_read_frames(sw_context *ctx, const char *sub, const char *what, const char *path,
                        int u32_to_f32, sw_frames *out);
@@ -358,6 +358,36 @@ typedef struct sw_cli_progress {
  * stderr is a terminal, the run has more than one frame and --quiet is not given). */
 void sw_cli_progress_start(sw_cli_progress *p, const char *sub, int on, int quiet, int64_t frames);
 void sw_cli_progress_update(sw_cli_progress *p, int64_t done, int64_t total);
+/* The same for a run whose length is not known (find --follow): "spotwave <sub>: k frames from
+ * m files, r frames/s" and ", waiting" while waiting is set; last: the final update (then a
+ * newline). */
+void sw_cli_progress_open_ended(sw_cli_progress *p, int64_t done, int64_t files, int waiting,
+                                int last);
+
+/* ------------------------------------------------------------------ following a folder
+ *
+ * find --follow: the image files a detector writes into a folder, taken as they land. The folder
+ * is listed every poll_s seconds; a file is complete, and taken, once two polls have seen the
+ * same size (> 0) and modification time (a file renamed into place is complete the same way);
+ * complete files are taken in name order (strcmp: zero-padded numbers sort as numbers), each
+ * once, even when a later one sorts before an earlier one. Names starting with '.' (writers'
+ * temporary names) and anything but regular files are never taken. Without a pattern the names
+ * taken are those of the formats spotwave reads (*.cbf, *.tif, *.tiff, *.h5, *.hdf5, *.nxs,
+ * *.fits, *.fit, *.fts, *.fits.gz, *.fz, *.pgm; any case), except Eiger data files
+ * (*_data_NNNNNN.h5: read through their master); with one, the names fnmatch(3) matches. */
+typedef struct sw_cli_follow sw_cli_follow;
+/* SW_EXIT_OK, or a failure line for sub (not a folder, out of memory). */
+int sw_cli_follow_open(const char *sub, const char *dir, const char *pattern, double poll_s,
+                       sw_cli_follow **out);
+/* A file that is never taken (the run's own output, once it exists). At most 8. */
+void sw_cli_follow_skip(sw_cli_follow *f, const char *path);
+/* Waits for the next complete file: 1 with *path (the folder + "/" + its name, valid until the
+ * next call), 0 when no file completed within idle_s seconds (0: wait for ever) or sw_cli_stop
+ * was set, -1 after a failure line (the folder cannot be read). waiting(user), when not NULL, is
+ * called while waiting (for a progress line). */
+int sw_cli_follow_next(const char *sub, sw_cli_follow *f, double idle_s, void (*waiting)(void *),
+                       void *user, const char **path);
+void sw_cli_follow_close(sw_cli_follow *f); /* NULL is ignored */
 
 /* JSON string literals: sw_json_write_string() (spotwave/io.h). */
 

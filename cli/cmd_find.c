@@ -49,16 +49,44 @@ void sw_cmd_find_help(FILE *out)
         "\n"
         "Input:\n"
         "  IMAGE...               FITS (2-D, or a cube of frames), 8/16-bit PGM, CBF (Pilatus;\n"
-        "                         negative pixels are masked), TIFF (every page a frame), or\n"
-        "                         HDF5 as Eiger detectors write it (a NeXus master with\n"
+        "                         negative pixels are masked; every array of the file a\n"
+        "                         frame), TIFF (every page a frame), or HDF5 as Eiger\n"
+        "                         detectors write it (a NeXus master with\n"
         "                         /entry/data/data_000001..., or a data file with\n"
-        "                         /entry/data/data; bitshuffle/LZ4 through the HDF5 filter\n"
-        "                         plugins). Frames are numbered from 0 across all inputs,\n"
-        "                         which must share one size and pixel type.\n"
+        "                         /entry/data/data; bitshuffle/LZ4 decoded by spotwave, a\n"
+        "                         frame's blocks on the --threads threads). Frames are\n"
+        "                         numbered from 0 across all inputs, which must share one\n"
+        "                         size and pixel type.\n"
         "  --dataset PATH         HDF5 dataset to read instead of the automatic "
         "choice\n" SW_CLI_H5_LINKS_HELP
         "  --first N              first frame to process (default 0)\n"
         "  --count N              number of frames (default: all from --first)\n"
+        "\n"
+        "Following a folder (the files a detector writes, as they land; instead of IMAGE...):\n"
+        "  --follow DIR           take image files from DIR as they land: a file is taken once\n"
+        "                         two polls have seen the same size (> 0) and modification\n"
+        "                         time (a writer that pauses longer than a poll should write\n"
+        "                         under a name starting with '.' and rename the file into\n"
+        "                         place: such names are never taken), in name order among\n"
+        "                         the files complete at a poll, each once. Each file is read\n"
+        "                         whole (an HDF5 file too: a growing one is not followed) and\n"
+        "                         its frames numbered on from the last file's. Every frame's\n"
+        "                         CSV rows and --summary line (with a key \"file\") are written\n"
+        "                         and flushed as the frame is done, in place (not renamed into\n"
+        "                         place at the end: they are read while they grow);\n"
+        "                         --summary-plot and --out-h5 are written at the end. The\n"
+        "                         frame size, geometry and masks are the first file's; a file\n"
+        "                         that cannot be read or has other frames is skipped with a\n"
+        "                         line on stderr (exit status 1, every output written all the\n"
+        "                         same). Not with --3d, --strong-mask, --json, --ccd, --first,\n"
+        "                         --count\n"
+        "  --follow-pattern GLOB  the names to take (fnmatch(3); default *.cbf *.tif *.tiff\n"
+        "                         *.h5 *.hdf5 *.nxs *.fits *.fit *.fts *.fits.gz *.fz *.pgm,\n"
+        "                         any case, but not Eiger data files *_data_NNNNNN.h5)\n"
+        "  --follow-idle S        end when no file has completed for S seconds (default 0:\n"
+        "                         run until SIGINT or SIGTERM, which end it after the frame in\n"
+        "                         hand with exit status 0 and every output whole)\n"
+        "  --follow-poll S        seconds between two listings of DIR (default 0.2)\n"
         "\n"
         "Threshold (find.h; DIALS names and defaults):\n"
         "  --algorithm dispersion|dispersion_extended   (default dispersion_extended)\n"
@@ -111,7 +139,13 @@ void sw_cmd_find_help(FILE *out)
         "                         corner, GX columns and GY rows of gap between them (an\n"
         "                         Eiger2 16M: 1028x512,12,38; a Pilatus 6M: 487x195,7,17). The\n"
         "                         gaps are masked, so no spot crosses one, and a last column\n"
-        "                         panel gives each spot's module (numbered row by row from 0)\n"
+        "                         panel gives each spot's module (numbered row by row from 0).\n"
+        "                         Without --panels, an HDF5 master that lists several modules\n"
+        "                         (NXmx NXdetector_module groups: data_origin, data_size, the\n"
+        "                         first input's) gives them: every pixel outside them masked,\n"
+        "                         panel k the k-th module by group name, and a module's own\n"
+        "                         fast/slow pixel directions giving its spots' d (unless\n"
+        "                         --beam-center, --distance-mm or --pixel-mm are given)\n"
         "  The d limits and ice rings need the geometry: wavelength, distance, beam centre and\n"
         "  pixel size.\n"
         "\n"
@@ -278,7 +312,14 @@ enum {
     OPT_DEBLEND,
     OPT_DEBLEND_LEVELS,
     OPT_DEBLEND_CONTRAST,
+    OPT_FOLLOW,
+    OPT_FOLLOW_PATTERN,
+    OPT_FOLLOW_IDLE,
+    OPT_FOLLOW_POLL,
 };
+
+/* --follow-poll's default, seconds: a file is taken 2 to 3 polls after its last write */
+#define SW_FIND_FOLLOW_POLL 0.2
 
 /* Untrusted regions a run may give, and vertices a polygon may have. */
 #define MAX_SHAPES   64
@@ -307,6 +348,8 @@ typedef struct find_opts {
     int have_deblend_opt; /* --deblend-levels or --deblend-contrast given */
     int have_sigma_b, have_sigma_s;
     sw_ccd_estimate ccd_est;
+    const char *follow, *follow_pattern; /* --follow DIR, --follow-pattern GLOB */
+    double follow_idle, follow_poll;     /* seconds; idle 0: until stopped */
 } find_opts;
 
 typedef struct find_job {
@@ -321,6 +364,17 @@ typedef struct find_job {
     sw_diffraction_geometry geom, file_geom; /* the run's (file + options) and the file's */
     int have_geom;                           /* geom passes sw_diffraction_geometry_check */
     int64_t geom_masked;                     /* pixels the geometry-aware masks cleared */
+    /* what prepare() makes from the first input, freed by release() */
+    float *gain_map, *mask_f;
+    uint8_t *mask;
+    sw_find_plan *plan;
+    sw_refine_plan *refine;
+    sw_refine_list refined;
+    /* the first input's modules (an NXmx master's NXdetector_module groups), the panels when
+     * there are several and --panels is not given */
+    sw_diffraction_module *modules;
+    int32_t nmodules;
+    sw_diffraction_panels file_panels;
 } find_job;
 
 static int parse_opts(find_opts *o, int argc, char **argv)
@@ -382,6 +436,10 @@ static int parse_opts(find_opts *o, int argc, char **argv)
         {"deblend", no_argument, NULL, OPT_DEBLEND},
         {"deblend-levels", required_argument, NULL, OPT_DEBLEND_LEVELS},
         {"deblend-contrast", required_argument, NULL, OPT_DEBLEND_CONTRAST},
+        {"follow", required_argument, NULL, OPT_FOLLOW},
+        {"follow-pattern", required_argument, NULL, OPT_FOLLOW_PATTERN},
+        {"follow-idle", required_argument, NULL, OPT_FOLLOW_IDLE},
+        {"follow-poll", required_argument, NULL, OPT_FOLLOW_POLL},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -696,14 +754,48 @@ static int parse_opts(find_opts *o, int argc, char **argv)
                                                         : &o->out_h5) != SW_EXIT_OK)
                 return SW_EXIT_USAGE;
             break;
+        case OPT_FOLLOW: o->follow = optarg; break;
+        case OPT_FOLLOW_PATTERN: o->follow_pattern = optarg; break;
+        case OPT_FOLLOW_IDLE:
+            if (sw_cli_opt_double(S, name, optarg, SW_CLI_NONNEG, "seconds >= 0 (0: until stopped)",
+                                  &o->follow_idle) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
+            break;
+        case OPT_FOLLOW_POLL:
+            if (sw_cli_opt_double(S, name, optarg, SW_CLI_POSITIVE, "seconds > 0",
+                                  &o->follow_poll) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
+            if (o->follow_poll > 3600.0)
+                return sw_cli_usage(S, "%s: %g s is more than an hour", name, o->follow_poll);
+            break;
         case 'h': sw_cmd_find_help(stdout); return -1;
         default: return SW_EXIT_USAGE;
         }
     }
-    if (optind >= argc)
-        return sw_cli_usage(S, "no IMAGE given");
-    o->inputs = argv + optind;
-    o->ninputs = argc - optind;
+    if (o->follow) {
+        if (optind < argc)
+            return sw_cli_usage(S, "--follow takes the images from its folder: no IMAGE ('%s')",
+                                argv[optind]);
+        const char *no = o->three_d       ? "--3d"
+                         : o->strong      ? "--strong-mask"
+                         : o->json        ? "--json"
+                         : o->ccd         ? "--ccd"
+                         : o->first != 0  ? "--first"
+                         : o->count != -1 ? "--count"
+                                          : NULL;
+        if (no)
+            return sw_cli_usage(S, "%s is not available with --follow", no);
+        if (o->follow_poll == 0.0)
+            o->follow_poll = SW_FIND_FOLLOW_POLL;
+    } else {
+        if (o->follow_pattern || o->follow_idle > 0.0 || o->follow_poll > 0.0)
+            return sw_cli_usage(S, "--follow-pattern, --follow-idle and --follow-poll need "
+                                   "--follow");
+        if (optind >= argc)
+            return sw_cli_usage(S, "no IMAGE given");
+        o->inputs = argv + optind;
+        o->ninputs = argc - optind;
+    }
     if (o->p.max_spot_size > 0 && o->p.max_spot_size < o->p.min_spot_size)
         return sw_cli_usage(S, "--max-spot-size %lld is below --min-spot-size %lld",
                             (long long)o->p.max_spot_size, (long long)o->p.min_spot_size);
@@ -734,6 +826,11 @@ static void free_inputs(find_job *j)
 {
     sw_cli_inputs_free(&j->in);
     free(j->pixel_mask);
+    j->pixel_mask = NULL;
+    j->pixel_n = 0;
+    free(j->modules);
+    j->modules = NULL;
+    j->nmodules = 0;
     sw_image_free(&j->strong_cube);
 }
 
@@ -742,6 +839,16 @@ static void free_inputs(find_job *j)
 static int merge_h5(void *user, sw_cli_input *in, const sw_h5_info *info)
 {
     find_job *j = user;
+    if (in == &j->in.in[0]) { /* the first input's modules (its geometry is the run's) */
+        int32_t n = 0;
+        sw_h5_read_modules(in->h5, NULL, 0, &n);
+        if (n > 0) {
+            j->modules = malloc((size_t)n * sizeof *j->modules);
+            if (!j->modules)
+                return sw_cli_fail(SUB, "out of memory");
+            sw_h5_read_modules(in->h5, j->modules, n, &j->nmodules);
+        }
+    }
     if (info->overload > 0 && (j->file_overload == 0 || info->overload < j->file_overload))
         j->file_overload = info->overload;
     if (!info->has_pixel_mask || j->o->no_pixel_mask)
@@ -853,52 +960,66 @@ static void source_progress(void *user, int64_t done, int64_t total)
 
 /* ---------------------------------------------------------------- output */
 
-/* The CSV: x and y in the convention asked for (DIALS's: + 0.5), the d-spacing last when the
- * geometry is complete (d from the centroid in spotwave's convention, as the beam centre is). */
-static int write_spots(const find_job *j, const sw_spot_list *spots, const sw_refine_list *refined)
+/* The CSV's header line. */
+static void spots_header(FILE *f, const find_job *j, const sw_refine_list *refined)
 {
     const find_opts *o = j->o;
-    sw_cli_out out;
-    int rc = sw_cli_out_open(SUB, &out, o->out);
-    if (rc != SW_EXIT_OK)
-        return rc;
-    const double shift = o->dials ? 0.5 : 0.0;
     fprintf(
-        out.f,
-        "frame,x_px,y_px,x_var,y_var,intensity,npix,bbox_x0,bbox_x1,bbox_y0,bbox_y1%s%s%s%s%s\n",
+        f, "frame,x_px,y_px,x_var,y_var,intensity,npix,bbox_x0,bbox_x1,bbox_y0,bbox_y1%s%s%s%s%s\n",
         o->three_d ? ",z_var,bbox_z0,bbox_z1" : "", j->have_geom ? ",d_a" : "",
         o->dmask.panels ? ",panel" : "",
         refined ? ",refine_flags,flux_adu,sigma_px,background_adu" : "",
         o->p.deblend ? ",parent" : "");
-    for (int64_t i = 0; i < spots->count; i++) {
+}
+
+/* The CSV's rows of spots[from..to-1] (refined: their results, in step). */
+static void spots_rows(FILE *f, const find_job *j, const sw_spot_list *spots,
+                       const sw_refine_list *refined, int64_t from, int64_t to)
+{
+    const find_opts *o = j->o;
+    const double shift = o->dials ? 0.5 : 0.0;
+    for (int64_t i = from; i < to; i++) {
         const sw_spot *s = &spots->spots[i];
         if (o->three_d)
-            fprintf(out.f, "%.6f", s->z);
+            fprintf(f, "%.6f", s->z);
         else
-            fprintf(out.f, "%lld", (long long)s->z0);
-        fprintf(out.f, ",%.4f,%.4f,%.6g,%.6g,%.17g,%lld,%d,%d,%d,%d", s->x + shift, s->y + shift,
+            fprintf(f, "%lld", (long long)s->z0);
+        fprintf(f, ",%.4f,%.4f,%.6g,%.6g,%.17g,%lld,%d,%d,%d,%d", s->x + shift, s->y + shift,
                 s->x_var, s->y_var, s->intensity, (long long)s->npix, s->x0, s->x1, s->y0, s->y1);
         if (o->three_d)
-            fprintf(out.f, ",%.6g,%lld,%lld", s->z_var, (long long)s->z0, (long long)s->z1);
+            fprintf(f, ",%.6g,%lld,%lld", s->z_var, (long long)s->z0, (long long)s->z1);
         if (j->have_geom) {
-            const double d = sw_diffraction_d_spacing(&j->geom, s->x, s->y);
+            const double d = sw_diffraction_d_at(&j->geom, o->dmask.panels, j->in.width,
+                                                 j->in.height, s->x, s->y);
             if (isfinite(d))
-                fprintf(out.f, ",%.5f", d);
+                fprintf(f, ",%.5f", d);
             else
-                fputs(",inf", out.f);
+                fputs(",inf", f);
         }
         if (o->dmask.panels)
-            fprintf(out.f, ",%d",
+            fprintf(f, ",%d",
                     (int)sw_diffraction_panel_at(o->dmask.panels, j->in.width, j->in.height, s->x,
                                                  s->y));
         if (refined) {
             const sw_refine_result *r = &refined->items[i];
-            fprintf(out.f, ",%d,%.6g,%.5g,%.6g", (int)r->flags, r->flux, r->sigma, r->background);
+            fprintf(f, ",%d,%.6g,%.5g,%.6g", (int)r->flags, r->flux, r->sigma, r->background);
         }
         if (o->p.deblend)
-            fprintf(out.f, ",%lld", (long long)s->parent);
-        fputc('\n', out.f);
+            fprintf(f, ",%lld", (long long)s->parent);
+        fputc('\n', f);
     }
+}
+
+/* The CSV: x and y in the convention asked for (DIALS's: + 0.5), the d-spacing last when the
+ * geometry is complete (d from the centroid in spotwave's convention, as the beam centre is). */
+static int write_spots(const find_job *j, const sw_spot_list *spots, const sw_refine_list *refined)
+{
+    sw_cli_out out;
+    int rc = sw_cli_out_open(SUB, &out, j->o->out);
+    if (rc != SW_EXIT_OK)
+        return rc;
+    spots_header(out.f, j, refined);
+    spots_rows(out.f, j, spots, refined, 0, spots->count);
     return sw_cli_out_close(SUB, &out, 1);
 }
 
@@ -948,7 +1069,9 @@ static int summarise(sw_context *ctx, const find_job *j, const sw_spot_list *spo
         int64_t e = k;
         while (e < spots->count && sorted[e].z0 == first + f)
             e++;
-        sw_status st = sw_diffraction_summarise(ctx, g, sorted + k, e - k, first + f, &sum[f]);
+        sw_status st =
+            sw_diffraction_summarise_panels(ctx, g, j->o->dmask.panels, j->in.width, j->in.height,
+                                            sorted + k, e - k, first + f, &sum[f]);
         if (st != SW_OK) {
             free(sorted);
             return sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
@@ -959,24 +1082,32 @@ static int summarise(sw_context *ctx, const find_job *j, const sw_spot_list *spo
     return SW_EXIT_OK;
 }
 
+/* One frame's JSON line (file: --follow's "file" key, the input the frame came from; or NULL). */
+static void summary_line(FILE *f, const sw_diffraction_summary *s, const char *file)
+{
+    fprintf(f, "{\"frame\":%lld,\"n_spots\":%lld", (long long)s->frame, (long long)s->n_spots);
+    put_count(f, "n_spots_d_lt_4A", s->n_spots_d_lt_4a);
+    put_count(f, "n_spots_d_gt_4A", s->n_spots_d_gt_4a);
+    fprintf(f, ",\"total_intensity\":%.17g", s->total_intensity);
+    if (s->d_min_estimate > 0.0)
+        fprintf(f, ",\"resolution_estimate_a\":%.4f", s->d_min_estimate);
+    else
+        fputs(",\"resolution_estimate_a\":null", f);
+    if (file) {
+        fputs(",\"file\":", f);
+        sw_json_write_string(f, file);
+    }
+    fputs("}\n", f);
+}
+
 static int write_summary(const find_opts *o, const sw_diffraction_summary *sum, int64_t count)
 {
     sw_cli_out out;
     int rc = sw_cli_out_open(SUB, &out, o->summary);
     if (rc != SW_EXIT_OK)
         return rc;
-    for (int64_t f = 0; f < count; f++) {
-        const sw_diffraction_summary *s = &sum[f];
-        fprintf(out.f, "{\"frame\":%lld,\"n_spots\":%lld", (long long)s->frame,
-                (long long)s->n_spots);
-        put_count(out.f, "n_spots_d_lt_4A", s->n_spots_d_lt_4a);
-        put_count(out.f, "n_spots_d_gt_4A", s->n_spots_d_gt_4a);
-        fprintf(out.f, ",\"total_intensity\":%.17g", s->total_intensity);
-        if (s->d_min_estimate > 0.0)
-            fprintf(out.f, ",\"resolution_estimate_a\":%.4f}\n", s->d_min_estimate);
-        else
-            fputs(",\"resolution_estimate_a\":null}\n", out.f);
-    }
+    for (int64_t f = 0; f < count; f++)
+        summary_line(out.f, &sum[f], NULL);
     return sw_cli_out_close(SUB, &out, 1);
 }
 
@@ -1103,7 +1234,20 @@ static void json_geometry(cJSON *r, const find_job *j)
                        m->ice_ring_width > 0.0 ? m->ice_ring_width : SW_DIFFRACTION_ICE_RING_WIDTH);
     sw_cli_json_int(k, "untrusted_regions", m->nshapes - j->o->nbeamstop);
     sw_cli_json_int(k, "beamstop_circles", j->o->nbeamstop);
-    if (m->panels) {
+    if (m->panels && m->panels->nmodules > 0) { /* the master's modules */
+        cJSON *pn = cJSON_AddObjectToObject(k, "panels");
+        sw_cli_json_string(pn, "from", "file");
+        sw_cli_json_int(pn, "count", m->panels->nmodules);
+        cJSON *list = cJSON_AddArrayToObject(pn, "modules");
+        for (int32_t i = 0; i < m->panels->nmodules; i++) {
+            const sw_diffraction_module *md = &m->panels->modules[i];
+            cJSON *e = cJSON_CreateObject();
+            sw_cli_json_int_array(e, "origin_px", (const int64_t[]){md->x0, md->y0}, 2);
+            sw_cli_json_int_array(e, "size_px", (const int64_t[]){md->width, md->height}, 2);
+            cJSON_AddBoolToObject(e, "orientation", md->orientation != 0);
+            cJSON_AddItemToArray(list, e);
+        }
+    } else if (m->panels) {
         cJSON *pn = cJSON_AddObjectToObject(k, "panels");
         sw_cli_json_int_array(pn, "module_px",
                               (const int64_t[]){m->panels->module_w, m->panels->module_h}, 2);
@@ -1231,6 +1375,366 @@ static int ccd_mode(sw_context *ctx, find_job *j, int64_t first)
     return SW_EXIT_OK;
 }
 
+/* ---------------------------------------------------------------- the run's set-up */
+
+/* From the inputs opened in j->in: the frame size and type, the overload, the gain map, the
+ * geometry (the first input's header, the options over it), the mask (--mask, the files' own, the
+ * geometry-aware masks), --ccd's estimates from frame `first`, and the find (and refine) plan. */
+static int prepare(sw_context *ctx, find_job *j, int64_t first)
+{
+    find_opts *o = j->o;
+    int rc = SW_EXIT_OK;
+    sw_status st0;
+    o->p.width = j->in.width;
+    o->p.height = j->in.height;
+    o->p.type = j->in.type;
+    if (!o->have_overload && j->file_overload > 0)
+        o->p.overload = j->file_overload;
+    if (o->gain_map) {
+        if ((rc = read_map(ctx, j, "gain map", o->gain_map, &j->gain_map)) != SW_EXIT_OK)
+            return rc;
+        o->p.gain_map = j->gain_map;
+    }
+    /* the geometry: the first input's header, the options over it */
+    sw_cli_inputs_geometry(&j->in, &j->file_geom);
+    j->geom = j->file_geom;
+    sw_diffraction_geometry_merge(&j->geom, &o->geom_opt);
+    j->have_geom = sw_diffraction_geometry_check(NULL, &j->geom) == SW_OK;
+    /* a header's overload (a CBF's count cut-off) when neither --overload nor HDF5 gave one */
+    if (!o->have_overload && j->file_overload == 0 && (j->geom.have & SW_DG_OVERLOAD) &&
+        j->geom.overload > 0)
+        o->p.overload = j->geom.overload;
+    const int by_d = o->dmask.d_min > 0.0 || o->dmask.d_max > 0.0 || o->dmask.ice_rings;
+    if (!j->have_geom && (by_d || o->geom_opt.have)) {
+        sw_diffraction_geometry_check(ctx, &j->geom);
+        if (by_d) {
+            rc = sw_cli_usage(SUB,
+                              "%s: --d-min, --d-max and --ice-rings need it (give "
+                              "--wavelength-a, --distance-mm, --beam-center, --pixel-mm)",
+                              sw_cli_lib_error(ctx, SW_EINVAL));
+            return rc;
+        }
+        fprintf(stderr, "spotwave %s: warning: no d_a column: %s\n", SUB,
+                sw_cli_lib_error(ctx, SW_EINVAL));
+    }
+    /* a master's modules are the panels unless --panels says otherwise; a beam centre, distance,
+     * pixel size or orientation given as options replaces their own placement (as it replaces
+     * the file's orientation: sw_diffraction_geometry_merge) */
+    if (!o->dmask.panels && j->nmodules >= 2) {
+        if (o->geom_opt.have & (SW_DG_BEAM | SW_DG_DISTANCE | SW_DG_PIXEL | SW_DG_ORIENTATION))
+            for (int32_t k = 0; k < j->nmodules; k++)
+                j->modules[k].orientation = 0;
+        memset(&j->file_panels, 0, sizeof j->file_panels);
+        j->file_panels.modules = j->modules;
+        j->file_panels.nmodules = j->nmodules;
+        o->dmask.panels = &j->file_panels;
+    }
+    const int geo_mask = by_d || o->dmask.nshapes > 0 || o->dmask.panels;
+    if (o->mask || j->pixel_mask || geo_mask) {
+        size_t n = (size_t)j->in.width * (size_t)j->in.height;
+        j->mask = malloc(n);
+        if (!j->mask) {
+            rc = sw_cli_fail(SUB, "out of memory");
+            return rc;
+        }
+        memset(j->mask, 1, n);
+        if (o->mask) {
+            if ((rc = read_map(ctx, j, "mask", o->mask, &j->mask_f)) != SW_EXIT_OK)
+                return rc;
+            for (size_t i = 0; i < n; i++)
+                j->mask[i] = j->mask_f[i] != 0.0f;
+        }
+        if (j->pixel_mask)
+            for (size_t i = 0; i < n; i++)
+                j->mask[i] = j->mask[i] && j->pixel_mask[i];
+        if (geo_mask) {
+            st0 = sw_diffraction_mask(ctx, j->have_geom ? &j->geom : NULL, &o->dmask, j->in.width,
+                                      j->in.height, j->mask, &j->geom_masked);
+            if (st0 != SW_OK) {
+                rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st0));
+                return rc;
+            }
+        }
+        o->p.mask = j->mask;
+    }
+
+    if (o->ccd && (rc = ccd_mode(ctx, j, first)) != SW_EXIT_OK)
+        return rc;
+    sw_status st = sw_find_create(ctx, &o->p, &j->plan);
+    if (st != SW_OK) {
+        rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
+        return rc;
+    }
+    if (o->rp.method != SW_REFINE_NONE) {
+        o->rp.width = j->in.width;
+        o->rp.height = j->in.height;
+        o->rp.type = j->in.type;
+        o->rp.mask = o->p.mask;
+        o->rp.overload = o->p.overload > 0          ? o->p.overload
+                         : j->in.type == SW_PIX_U8  ? 255.0
+                         : j->in.type == SW_PIX_U16 ? 65534.0
+                         : j->in.type == SW_PIX_U32 ? 4294967294.0
+                                                    : 0.0;
+        st = sw_refine_create(ctx, &o->rp, &j->refine);
+        if (st == SW_OK)
+            st = sw_find_set_refine(j->plan, j->refine, &j->refined);
+        if (st != SW_OK) {
+            rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
+            return rc;
+        }
+    }
+    return SW_EXIT_OK;
+}
+
+/* Frees what prepare() made. */
+static void release(find_job *j)
+{
+    sw_find_destroy(j->plan);
+    sw_refine_destroy(j->refine);
+    sw_refine_list_free(&j->refined);
+    free(j->gain_map);
+    free(j->mask_f);
+    free(j->mask);
+    j->plan = NULL;
+    j->refine = NULL;
+    j->gain_map = j->mask_f = NULL;
+    j->mask = NULL;
+}
+
+/* ---------------------------------------------------------------- --follow */
+
+/* A followed folder's run: the spots and summaries so far, the streamed outputs. */
+typedef struct follow_run {
+    sw_context *ctx;
+    find_job *j;
+    const char *file;   /* the input being read                                      */
+    int64_t base;       /* the global number of its first frame                       */
+    int64_t done;       /* its frames done                                            */
+    int64_t frames;     /* frames done before it                                      */
+    int64_t emitted;    /* spots written so far                                       */
+    sw_spot_list spots; /* every spot so far (for --out-h5)                           */
+    sw_diffraction_summary *sum;
+    int64_t nsum, capsum;
+    FILE *csv, *jsonl; /* written in place, flushed after every frame (csv: stdout too) */
+    int write_error;   /* errno of the first failed write, 0 when none                 */
+    int64_t files, skipped;
+    sw_cli_progress bar;
+} follow_run;
+
+/* Reader thread: frame index of the current input (no context is used here). */
+static sw_status follow_read(void *user, int64_t index, sw_image *dst)
+{
+    follow_run *f = user;
+    if (sw_cli_stop) /* SIGINT / SIGTERM: the run ends after the frames in hand */
+        return sw_error_set(NULL, SW_ECANCELED, "stopped");
+    return sw_cli_inputs_read(&f->j->in, index - f->base, dst);
+}
+
+/* After every frame (a 2-D sequence has appended that frame's spots by then): its CSV rows and
+ * summary line, written and flushed. */
+static void follow_frame(void *user, int64_t done, int64_t total)
+{
+    follow_run *f = user;
+    find_job *j = f->j;
+    (void)total;
+    const int64_t frame = f->base + done - 1, from = f->emitted, to = f->spots.count;
+    const sw_refine_list *refined = j->refine ? &j->refined : NULL;
+    if (f->csv)
+        spots_rows(f->csv, j, &f->spots, refined, from, to);
+    if (f->nsum == f->capsum) {
+        int64_t cap = f->capsum ? 2 * f->capsum : 256;
+        sw_diffraction_summary *p = realloc(f->sum, (size_t)cap * sizeof *p);
+        if (!p) {
+            f->write_error = ENOMEM;
+            return;
+        }
+        f->sum = p;
+        f->capsum = cap;
+    }
+    sw_diffraction_summary *sm = &f->sum[f->nsum];
+    if (sw_diffraction_summarise_panels(f->ctx, j->have_geom ? &j->geom : NULL, j->o->dmask.panels,
+                                        j->in.width, j->in.height, f->spots.spots + from, to - from,
+                                        frame, sm) == SW_OK) {
+        f->nsum++;
+        if (f->jsonl)
+            summary_line(f->jsonl, sm, f->file);
+    }
+    if ((f->csv && fflush(f->csv) != 0) || (f->jsonl && fflush(f->jsonl) != 0))
+        if (!f->write_error)
+            f->write_error = errno ? errno : EIO;
+    f->emitted = to;
+    f->done = done;
+    sw_cli_progress_open_ended(&f->bar, f->frames + done, f->files, 0, 0);
+}
+
+static void follow_waiting(void *user)
+{
+    follow_run *f = user;
+    sw_cli_progress_open_ended(&f->bar, f->frames, f->files, 1, 0);
+}
+
+/* A streamed output, written in place (not staged: it is read while it grows); "-": stdout. */
+static FILE *follow_open(const char *option, const char *path)
+{
+    if (strcmp(path, "-") == 0)
+        return stdout;
+    FILE *f = fopen(path, "w");
+    if (!f)
+        sw_cli_fail(SUB, "%s '%s': %s", option, path, strerror(errno));
+    return f;
+}
+
+/* The first input: everything the run needs is made from it, and the streams are opened.
+ * SW_EXIT_OK; -1 when the file does not read (skipped: the next is tried as the first); another
+ * exit code after a failure line (the run ends). */
+static int follow_first(follow_run *f, sw_cli_follow *w, char *path)
+{
+    find_job *j = f->j;
+    find_opts *o = j->o;
+    o->inputs = &path;
+    o->ninputs = 1;
+    int rc = open_inputs(f->ctx, j);
+    o->inputs = NULL;
+    o->ninputs = 0;
+    if (rc != SW_EXIT_OK) { /* this file does not read: the next one may be the first */
+        free_inputs(j);
+        j->file_overload = 0;
+        return -1;
+    }
+    if ((rc = prepare(f->ctx, j, 0)) != SW_EXIT_OK)
+        return rc;
+    f->csv = follow_open("--out", o->out ? o->out : "-");
+    if (!f->csv)
+        return SW_EXIT_FAIL;
+    if (o->out)
+        sw_cli_follow_skip(w, o->out);
+    if (o->summary) {
+        if (!(f->jsonl = follow_open("--summary", o->summary)))
+            return SW_EXIT_FAIL;
+        sw_cli_follow_skip(w, o->summary);
+    }
+    spots_header(f->csv, j, j->refine ? &j->refined : NULL);
+    return SW_EXIT_OK;
+}
+
+/*
+ * find --follow DIR: image files taken from the folder as they land (cli.h, "following a
+ * folder"), each read whole and its frames found in turn, numbered on from the last file's; each
+ * frame's CSV rows and summary line written and flushed as it is done. Ends when no file has
+ * completed for --follow-idle seconds, or on SIGINT / SIGTERM after the frame in hand; then
+ * --summary-plot and --out-h5 are written. A file that cannot be read, or whose frames differ
+ * in size or type from the first file's, is skipped with a line on stderr (the exit status is
+ * then 1; the outputs are complete all the same).
+ */
+static int run_follow(sw_context *ctx, find_job *j, const sw_cli_globals *g, sw_find_stats *stats)
+{
+    find_opts *o = j->o;
+    follow_run f;
+    memset(&f, 0, sizeof f);
+    f.ctx = ctx;
+    f.j = j;
+    sw_cli_follow *w = NULL;
+    int rc = sw_cli_follow_open(SUB, o->follow, o->follow_pattern, o->follow_poll, &w);
+    if (rc != SW_EXIT_OK)
+        return rc;
+    sw_cli_catch_stop();
+    sw_cli_progress_start(&f.bar, SUB, o->progress, g->quiet, 2);
+    const char *path;
+    int got;
+    while ((got = sw_cli_follow_next(SUB, w, o->follow_idle, follow_waiting, &f, &path)) == 1) {
+        char *name = strdup(path);
+        if (!name) {
+            rc = sw_cli_fail(SUB, "out of memory");
+            break;
+        }
+        int frc;
+        if (!j->plan) {
+            frc = follow_first(&f, w, name);
+            if (frc > 0) {
+                free(name);
+                rc = frc; /* the options do not fit the files (or out of memory) */
+                break;
+            }
+        } else {
+            sw_cli_inputs_free(&j->in);
+            frc = sw_cli_inputs_open(ctx, SUB, &name, 1, o->dataset, SW_CLI_INPUTS_THREAD, NULL,
+                                     NULL, &j->in);
+            if (frc == SW_EXIT_OK && (j->in.width != o->p.width || j->in.height != o->p.height ||
+                                      j->in.type != o->p.type))
+                frc = sw_cli_fail(SUB, "'%s' has %d x %d %s frames, the first file %d x %d %s",
+                                  name, j->in.width, j->in.height, sw_pixel_type_string(j->in.type),
+                                  o->p.width, o->p.height, sw_pixel_type_string(o->p.type));
+        }
+        if (frc != SW_EXIT_OK) {
+            fprintf(stderr, "spotwave %s: skipped '%s'\n", SUB, name);
+            f.skipped++;
+            f.files++;
+            free(name);
+            continue;
+        }
+        f.files++;
+        f.file = name;
+        f.base = f.frames;
+        f.done = 0;
+        sw_find_source src = {follow_read, NULL, follow_frame, &f};
+        sw_status st = sw_find_sequence(j->plan, f.base, j->in.total, &src, 0, &f.spots, stats);
+        /* what a failed frame may have left is dropped: the rows written stay the truth */
+        f.spots.count = f.emitted;
+        if (j->refine)
+            j->refined.count = f.emitted;
+        f.frames += f.done;
+        f.file = NULL;
+        if (st != SW_OK && !sw_cli_stop) {
+            fprintf(stderr, "spotwave %s: skipped the rest of '%s' after %lld of %lld frames: %s\n",
+                    SUB, name, (long long)f.done, (long long)j->in.total,
+                    sw_cli_lib_error(ctx, st));
+            f.skipped++;
+        }
+        free(name);
+        if (f.write_error || sw_cli_stop)
+            break;
+    }
+    sw_cli_progress_open_ended(&f.bar, f.frames, f.files, 0, 1);
+    sw_cli_follow_close(w);
+    if (got < 0 && rc == SW_EXIT_OK)
+        rc = SW_EXIT_FAIL;
+    if (rc == SW_EXIT_OK && !j->plan)
+        rc = sw_cli_fail(SUB, "--follow: no image file %s in '%s'%s",
+                         f.files ? "could be read" : "completed", o->follow,
+                         sw_cli_stop ? " before the stop" : "");
+    if (f.csv && f.csv != stdout && fclose(f.csv) != 0 && !f.write_error)
+        f.write_error = errno;
+    if (f.jsonl && fclose(f.jsonl) != 0 && !f.write_error)
+        f.write_error = errno;
+    if (f.csv == stdout && fflush(stdout) != 0 && !f.write_error)
+        f.write_error = errno;
+    if (rc == SW_EXIT_OK && f.write_error)
+        rc = sw_cli_fail(SUB, "cannot write the spots or the summary: %s", strerror(f.write_error));
+    if (rc == SW_EXIT_OK && o->out_h5) {
+        const sw_diffraction_table tab = {
+            0,           o->dials ? 0.5 : 0.0, j->have_geom ? &j->geom : NULL, o->dmask.panels,
+            j->in.width, j->in.height};
+        const char *h5 = sw_cli_file_staged("--out-h5", o->out_h5);
+        sw_status st =
+            h5 ? sw_diffraction_write_spots_h5(ctx, h5, f.spots.spots, f.spots.count, &tab)
+               : SW_EIO;
+        if (!h5)
+            rc = SW_EXIT_FAIL;
+        else if (st != SW_OK)
+            rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
+    }
+    if (rc == SW_EXIT_OK && o->summary_plot && f.nsum > 0)
+        rc = write_summary_plot(j, f.sum, f.nsum);
+    if (rc == SW_EXIT_OK && f.skipped > 0) {
+        rc = sw_cli_fail(SUB, "%lld of %lld files were skipped or read in part (above)",
+                         (long long)f.skipped, (long long)f.files);
+        sw_cli_files_keep(); /* what was read is written whole all the same */
+    }
+    sw_spot_list_free(&f.spots);
+    free(f.sum);
+    return rc;
+}
+
 /* ---------------------------------------------------------------- the command */
 
 /* The keys of the --strong-mask file: what its pixels mean and the threshold that made them. */
@@ -1283,6 +1787,11 @@ int sw_cmd_find(const sw_cli_globals *g, int argc, char **argv)
         rc = !sw_cli_mpi_root(&mpi) ? SW_EXIT_USAGE
                                     : sw_cli_usage(SUB, "--3d joins spots across frames: run it "
                                                         "as one process, not under mpirun");
+    if (rc == SW_EXIT_OK && o.follow && mpi.size > 1)
+        rc = !sw_cli_mpi_root(&mpi) ? SW_EXIT_USAGE
+                                    : sw_cli_usage(SUB, "--follow reads one folder as its files "
+                                                        "land: run it as one process, not under "
+                                                        "mpirun");
     if (rc == SW_EXIT_OK)
         rc = sw_cli_files_check();
     const sw_cli_globals rank_g = sw_cli_mpi_globals(&mpi, g);
@@ -1293,108 +1802,23 @@ int sw_cmd_find(const sw_cli_globals *g, int argc, char **argv)
     find_job j;
     memset(&j, 0, sizeof j);
     j.o = &o;
-    float *gain_map = NULL, *mask_f = NULL;
-    uint8_t *mask = NULL;
-    sw_find_plan *plan = NULL;
-    sw_refine_plan *refine = NULL;
-    sw_refine_list refined = {0};
     sw_diffraction_summary *sum = NULL;
     sw_spot_list spots = {0};
     sw_find_stats stats = {0};
-    sw_status st0;
 
+    if (o.follow) {
+        rc = run_follow(ctx, &j, g, &stats);
+        goto done;
+    }
     if ((rc = open_inputs(ctx, &j)) != SW_EXIT_OK)
         goto done;
     int64_t first = o.first, count = 0;
     if ((rc = sw_cli_inputs_range(SUB, &j.in, first, o.count, &count)) != SW_EXIT_OK)
         goto done;
 
-    o.p.width = j.in.width;
-    o.p.height = j.in.height;
-    o.p.type = j.in.type;
-    if (!o.have_overload && j.file_overload > 0)
-        o.p.overload = j.file_overload;
-    if (o.gain_map) {
-        if ((rc = read_map(ctx, &j, "gain map", o.gain_map, &gain_map)) != SW_EXIT_OK)
-            goto done;
-        o.p.gain_map = gain_map;
-    }
-    /* the geometry: the first input's header, the options over it */
-    sw_cli_inputs_geometry(&j.in, &j.file_geom);
-    j.geom = j.file_geom;
-    sw_diffraction_geometry_merge(&j.geom, &o.geom_opt);
-    j.have_geom = sw_diffraction_geometry_check(NULL, &j.geom) == SW_OK;
-    /* a header's overload (a CBF's count cut-off) when neither --overload nor HDF5 gave one */
-    if (!o.have_overload && j.file_overload == 0 && (j.geom.have & SW_DG_OVERLOAD) &&
-        j.geom.overload > 0)
-        o.p.overload = j.geom.overload;
-    const int by_d = o.dmask.d_min > 0.0 || o.dmask.d_max > 0.0 || o.dmask.ice_rings;
-    if (!j.have_geom && (by_d || o.geom_opt.have)) {
-        sw_diffraction_geometry_check(ctx, &j.geom);
-        if (by_d) {
-            rc = sw_cli_usage(SUB,
-                              "%s: --d-min, --d-max and --ice-rings need it (give "
-                              "--wavelength-a, --distance-mm, --beam-center, --pixel-mm)",
-                              sw_cli_lib_error(ctx, SW_EINVAL));
-            goto done;
-        }
-        fprintf(stderr, "spotwave %s: warning: no d_a column: %s\n", SUB,
-                sw_cli_lib_error(ctx, SW_EINVAL));
-    }
-    const int geo_mask = by_d || o.dmask.nshapes > 0 || o.dmask.panels;
-    if (o.mask || j.pixel_mask || geo_mask) {
-        size_t n = (size_t)j.in.width * (size_t)j.in.height;
-        mask = malloc(n);
-        if (!mask) {
-            rc = sw_cli_fail(SUB, "out of memory");
-            goto done;
-        }
-        memset(mask, 1, n);
-        if (o.mask) {
-            if ((rc = read_map(ctx, &j, "mask", o.mask, &mask_f)) != SW_EXIT_OK)
-                goto done;
-            for (size_t i = 0; i < n; i++)
-                mask[i] = mask_f[i] != 0.0f;
-        }
-        if (j.pixel_mask)
-            for (size_t i = 0; i < n; i++)
-                mask[i] = mask[i] && j.pixel_mask[i];
-        if (geo_mask) {
-            st0 = sw_diffraction_mask(ctx, j.have_geom ? &j.geom : NULL, &o.dmask, j.in.width,
-                                      j.in.height, mask, &j.geom_masked);
-            if (st0 != SW_OK) {
-                rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st0));
-                goto done;
-            }
-        }
-        o.p.mask = mask;
-    }
-
-    if (o.ccd && (rc = ccd_mode(ctx, &j, first)) != SW_EXIT_OK)
+    if ((rc = prepare(ctx, &j, first)) != SW_EXIT_OK)
         goto done;
-    sw_status st = sw_find_create(ctx, &o.p, &plan);
-    if (st != SW_OK) {
-        rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
-        goto done;
-    }
-    if (o.rp.method != SW_REFINE_NONE) {
-        o.rp.width = j.in.width;
-        o.rp.height = j.in.height;
-        o.rp.type = j.in.type;
-        o.rp.mask = o.p.mask;
-        o.rp.overload = o.p.overload > 0          ? o.p.overload
-                        : j.in.type == SW_PIX_U8  ? 255.0
-                        : j.in.type == SW_PIX_U16 ? 65534.0
-                        : j.in.type == SW_PIX_U32 ? 4294967294.0
-                                                  : 0.0;
-        st = sw_refine_create(ctx, &o.rp, &refine);
-        if (st == SW_OK)
-            st = sw_find_set_refine(plan, refine, &refined);
-        if (st != SW_OK) {
-            rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
-            goto done;
-        }
-    }
+    sw_status st;
     if (o.strong) {
         if ((int64_t)j.in.height * count > SW_IMAGE_MAX_DIM) {
             rc = sw_cli_fail(SUB,
@@ -1418,11 +1842,11 @@ int sw_cmd_find(const sw_cli_globals *g, int argc, char **argv)
     sw_find_source src = {source_read, o.strong ? source_strong : NULL, source_progress, &j};
     /* this rank's frames (all of them in one process); rank 0 gathers the others' spots */
     sw_find_source rank_src = sw_cli_mpi_source(&mpi, &src, &j.in, first, count, j.bar.on);
-    st = mpi.my_count > 0 ? sw_find_sequence(plan, mpi.my_first, mpi.my_count, &rank_src, o.three_d,
-                                             &spots, &stats)
+    st = mpi.my_count > 0 ? sw_find_sequence(j.plan, mpi.my_first, mpi.my_count, &rank_src,
+                                             o.three_d, &spots, &stats)
                           : SW_OK;
     if (mpi.on) {
-        rc = sw_cli_mpi_gather(&mpi, ctx, st, &spots, refine ? &refined : NULL, &stats,
+        rc = sw_cli_mpi_gather(&mpi, ctx, st, &spots, j.refine ? &j.refined : NULL, &stats,
                                o.strong ? &j.strong_cube : NULL);
         if (rc != SW_EXIT_OK || !sw_cli_mpi_root(&mpi))
             goto done; /* only rank 0 writes */
@@ -1434,7 +1858,7 @@ int sw_cmd_find(const sw_cli_globals *g, int argc, char **argv)
         rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
         goto done;
     }
-    if ((rc = write_spots(&j, &spots, refine ? &refined : NULL)) != SW_EXIT_OK)
+    if ((rc = write_spots(&j, &spots, j.refine ? &j.refined : NULL)) != SW_EXIT_OK)
         goto done;
     if (o.out_h5) {
         const sw_diffraction_table tab = {
@@ -1498,12 +1922,7 @@ int sw_cmd_find(const sw_cli_globals *g, int argc, char **argv)
 done:
     free(sum);
     sw_spot_list_free(&spots);
-    sw_find_destroy(plan);
-    sw_refine_destroy(refine);
-    sw_refine_list_free(&refined);
-    free(gain_map);
-    free(mask_f);
-    free(mask);
+    release(&j);
     free_inputs(&j);
     sw_context_destroy(ctx);
     return sw_cli_mpi_end(&mpi, rc);

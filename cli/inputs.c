@@ -67,6 +67,7 @@ int sw_cli_inputs_open(sw_context *ctx, const char *sub, char *const *paths, int
             ho.dataset = dataset;
             ho.link_dirs = g_h5_links.dirs;
             ho.links_anywhere = g_h5_links.anywhere;
+            ho.threads = sw_context_threads(ctx); /* --threads: a frame's chunks decoded on them */
             sw_status st = sw_h5_open_ex(h5ctx, in->path, &ho, &in->h5);
             if (st != SW_OK)
                 return sw_cli_fail(sub, "%s", sw_cli_lib_error(h5ctx, st));

@@ -487,6 +487,24 @@ void sw_cli_progress_update(sw_cli_progress *p, int64_t done, int64_t total)
     fflush(stderr);
 }
 
+void sw_cli_progress_open_ended(sw_cli_progress *p, int64_t done, int64_t files, int waiting,
+                                int last)
+{
+    if (!p->on)
+        return;
+    double now = sw_cli_now();
+    if (!last && now - p->t_last < 0.1)
+        return;
+    p->t_last = now;
+    /* the line is rewritten in place: trailing blanks clear a longer one before it */
+    fprintf(stderr, "\rspotwave %s: %lld frames from %lld files, %.1f frames/s%s        ", p->sub,
+            (long long)done, (long long)files, (double)done / fmax(now - p->t_start, 1e-9),
+            waiting && !last ? ", waiting" : "");
+    if (last)
+        fputc('\n', stderr);
+    fflush(stderr);
+}
+
 int sw_cli_mkdir_p(const char *path)
 {
     char buf[4096];
@@ -672,14 +690,7 @@ int sw_cli_read_frames_ex(sw_context *ctx, const char *sub, const char *what, co
         else
             sw_frames_free(out);
     } else if (n == 6 && memcmp(magic, "###CBF", 6) == 0) {
-        out->frames = calloc(1, sizeof *out->frames);
-        if (!out->frames)
-            return sw_cli_fail(sub, "out of memory");
-        st = sw_cbf_read(ctx, path, &out->frames[0], valid, geom);
-        if (st == SW_OK)
-            out->count = 1;
-        else
-            sw_frames_free(out);
+        st = sw_cbf_read_frames(ctx, path, out, valid, geom);
     } else if (n >= 4 && (memcmp(magic, "II*\0", 4) == 0 || memcmp(magic, "MM\0*", 4) == 0 ||
                           memcmp(magic, "II+\0", 4) == 0 || memcmp(magic, "MM\0+", 4) == 0)) {
         st = sw_tiff_read(ctx, path, out);

@@ -128,22 +128,54 @@ typedef struct sw_diffraction_shape {
 } sw_diffraction_shape;
 
 /*
- * A detector of equal modules (panels) in a grid, as Eiger and Pilatus detectors are built:
- * modules of module_w x module_h pixels from the frame's top-left corner, gap_x columns and gap_y
- * rows of dead pixels between them; the last column or row of modules may be cut by the frame's
- * edge. Modules are numbered row by row from 0 (panel = row * columns + column).
+ * One module of a detector whose modules a file lists (NXmx's NXdetector_module groups, io.h's
+ * sw_h5_read_modules): the rectangle of the frame it reads out and, when the file places it, its
+ * own position in the laboratory frame.
+ */
+typedef struct sw_diffraction_module {
+    int32_t x0, y0;          /* its first pixel in the frame (NXmx data_origin [slow, fast])    */
+    int32_t width, height;   /* its pixels along x and y (NXmx data_size [slow, fast]), > 0     */
+    int orientation;         /* 1: the fields below place its pixels; 0: the detector's geometry
+                                places them as it places the rest of the frame                  */
+    double origin_mm[3];     /* where the centre of frame pixel (0,0) would be on this module's
+                                plane: its pixel (x, y) lies at origin_mm + x pixel_x_mm fast +
+                                y pixel_y_mm slow (sw_diffraction_geometry's meaning)            */
+    double fast[3], slow[3]; /* unit vectors of +x and +y                               */
+    double pixel_x_mm, pixel_y_mm; /* its pixel pitch (> 0 with orientation)                  */
+} sw_diffraction_module;
+
+/*
+ * A detector's modules (panels). Either equal modules in a grid, as Eiger and Pilatus detectors
+ * are built: modules of module_w x module_h pixels from the frame's top-left corner, gap_x
+ * columns and gap_y rows of dead pixels between them; the last column or row of modules may be
+ * cut by the frame's edge; modules numbered row by row from 0 (panel = row * columns + column).
+ * Or, when nmodules > 0, the modules listed (the grid's fields are then not used): panel k is
+ * modules[k], and every pixel outside them is a gap. Listed modules lie inside the frame and do
+ * not overlap (sw_diffraction_mask checks). A module with an orientation gives its pixels'
+ * d-spacings through sw_diffraction_panel_geometry.
  */
 typedef struct sw_diffraction_panels {
     int32_t module_w, module_h; /* pixels, > 0                */
     int32_t gap_x, gap_y;       /* pixels, >= 0               */
+    const sw_diffraction_module *modules;
+    int32_t nmodules;
 } sw_diffraction_panels;
 
 /* The panel holding pixel (x, y) (rounded to the nearest pixel) of a width x height frame, or -1
  * in a gap or outside the frame. */
 int32_t sw_diffraction_panel_at(const sw_diffraction_panels *p, int32_t width, int32_t height,
                                 double x, double y);
-/* How many panels a width x height frame holds (columns x rows). */
+/* How many panels a width x height frame holds (columns x rows; or nmodules). */
 int32_t sw_diffraction_panel_count(const sw_diffraction_panels *p, int32_t width, int32_t height);
+
+/* The geometry of panel `panel`'s pixels: g, with the listed module's orientation and pixel size
+ * when it has one (out = g otherwise, and for p NULL, a grid or a panel out of range). */
+void sw_diffraction_panel_geometry(const sw_diffraction_geometry *g, const sw_diffraction_panels *p,
+                                   int32_t panel, sw_diffraction_geometry *out);
+/* d (angstrom) at (x, y) of a width x height frame: sw_diffraction_d_spacing with the geometry of
+ * the panel holding the pixel (g outside every panel, and when p is NULL). */
+double sw_diffraction_d_at(const sw_diffraction_geometry *g, const sw_diffraction_panels *p,
+                           int32_t width, int32_t height, double x, double y);
 
 /* What sw_diffraction_mask excludes. Zero (memset) is "nothing". */
 typedef struct sw_diffraction_mask_params {
@@ -153,7 +185,9 @@ typedef struct sw_diffraction_mask_params {
     double ice_ring_width; /* in 1/d^2 (1/angstrom^2); 0: SW_DIFFRACTION_ICE_RING_WIDTH      */
     const sw_diffraction_shape *shapes; /* untrusted regions (the beam stop's shadow too)    */
     int32_t nshapes;
-    const sw_diffraction_panels *panels; /* not NULL: the gaps between modules are masked   */
+    const sw_diffraction_panels *panels; /* not NULL: the gaps between modules are masked,
+                                            and each listed module's pixels judged by d with
+                                            its own orientation when it has one           */
 } sw_diffraction_mask_params;
 
 /*
@@ -164,7 +198,9 @@ typedef struct sw_diffraction_mask_params {
  * asks for none of them); the ice rings are listed down to the highest resolution on the frame
  * (its corners). masked, when not NULL, receives how many pixels this call cleared.
  * SW_EINVAL for a bad argument (a negative or inverted d range, a shape with a non-finite or
- * non-positive size, a polygon of fewer than 3 vertices, modules of no size or negative gaps).
+ * non-positive size, a polygon of fewer than 3 vertices, modules of no size or negative gaps,
+ * listed modules outside the frame, overlapping, or with an orientation that is not unit vectors
+ * and positive pixel sizes).
  */
 sw_status sw_diffraction_mask(sw_context *ctx, const sw_diffraction_geometry *g,
                               const sw_diffraction_mask_params *p, int32_t width, int32_t height,
@@ -205,6 +241,12 @@ typedef struct sw_diffraction_summary {
 sw_status sw_diffraction_summarise(sw_context *ctx, const sw_diffraction_geometry *g,
                                    const sw_spot *spots, int64_t n, int64_t frame,
                                    sw_diffraction_summary *out);
+/* The same with each spot's d from its panel's geometry (sw_diffraction_d_at; panels may be
+ * NULL) on a width x height frame. */
+sw_status sw_diffraction_summarise_panels(sw_context *ctx, const sw_diffraction_geometry *g,
+                                          const sw_diffraction_panels *panels, int32_t width,
+                                          int32_t height, const sw_spot *spots, int64_t n,
+                                          int64_t frame, sw_diffraction_summary *out);
 
 /* ------------------------------------------------------------------ the spot table in HDF5
  * (spots_h5.c) */
@@ -215,7 +257,8 @@ typedef struct sw_diffraction_table {
                                             z_var, bbox_z0, bbox_z1 are written               */
     double pixel_origin;                 /* added to x and y: 0 (spotwave's convention) or 0.5
                                             (DIALS's and XDS's)                               */
-    const sw_diffraction_geometry *geom; /* not NULL: a d_a column (geometry checked first)   */
+    const sw_diffraction_geometry *geom; /* not NULL: a d_a column (geometry checked first;
+                                            d by sw_diffraction_d_at with the panels)         */
     const sw_diffraction_panels *panels; /* not NULL: a panel column                          */
     int32_t width, height;               /* the frame's size (for panel)                      */
 } sw_diffraction_table;

@@ -231,7 +231,9 @@ sw_status sw_find_run(sw_find_plan *plan, const sw_image *frame, int64_t frame_i
  * plan's size and type, pinned on CUDA) with frame `index`; it runs on a reader thread of its
  * own, one frame ahead of the GPU, so it may block on I/O freely (but must not call into the same
  * sw_context). strong (optional) receives each frame's strong mask; progress (optional) is
- * called after every frame. Both are called on the caller's thread. A callback that returns an
+ * called after every frame (in a 2-D sequence, once that frame's spots, and their refinement
+ * results, have been appended: the callback may read them). Both are called on the caller's
+ * thread. A callback that returns an
  * error stops the run with that error; to say why, it calls sw_error_set(NULL, status, ...)
  * before returning, and the run's message (sw_context_error of the plan's context) quotes it.
  */

@@ -135,7 +135,11 @@ sw_status sw_pgm_write(sw_context *ctx, const char *path, const sw_image *img);
  * the Crystallographic Binary File (CBF/imgCIF)", International Tables for Crystallography Vol. G,
  * ch. 2.3, pp. 37-43; read with CBFlib) as Dectris Pilatus detectors write it: one frame per
  * file, an integer array (_array_data.data) compressed with the byte-offset scheme (or not), and
- * the "mini-header" in _array_data.header_contents.
+ * the "mini-header" in _array_data.header_contents. sw_cbf_read_frames also reads files of
+ * several frames: every array of the file in order (the data blocks in order, each row of their
+ * _array_data.data in order), a 3-D array (a third dimension above 1) giving a frame per plane
+ * along its slowest dimension; all must share width, height and element type (else
+ * SW_EUNSUPPORTED naming the one that differs).
  *
  * Pixels: X-Binary-Size-Fastest-Dimension is the width (x), the second dimension the height;
  * pixel (x, y) is element y * width + x (no flips). Unsigned 8-bit arrays -> SW_PIX_U8; 16-bit
@@ -144,11 +148,14 @@ sw_status sw_pgm_write(sw_context *ctx, const char *path, const sw_image *img);
  * modules): every negative pixel reads as 0 and is marked invalid in *valid (width * height
  * bytes, row-major, 1 = good, 0 = not; allocated with malloc, the caller frees) so that it can be
  * find's pixel mask; *valid is NULL when no pixel is negative (or when valid is NULL: then the
- * negative pixels are 0 and nothing says so). Arrays of more than one frame (a third dimension
- * above 1) and real-valued arrays are SW_EUNSUPPORTED.
+ * negative pixels are 0 and nothing says so). Of several frames, a pixel negative in any of them
+ * is invalid, and the pixel type is the one wide enough for the values of all of them.
+ * sw_cbf_read takes a file of one frame (several: SW_EUNSUPPORTED). Real-valued arrays are
+ * SW_EUNSUPPORTED.
  *
- * The mini-header (lines "# Name value unit") gives, in geom (may be NULL; geom->have says which
- * were found, each only when its unit is the one expected and its value finite and positive):
+ * The mini-header (lines "# Name value unit"; of several frames, the first's) gives, in geom (may
+ * be NULL; geom->have says which were found, each only when its unit is the one expected and its
+ * value finite and positive):
  *   Wavelength 0.9763 A                    -> wavelength_a                  SW_DG_WAVELENGTH
  *   Detector_distance 0.25 m (or mm)       -> distance_mm                   SW_DG_DISTANCE
  *   Beam_xy (1231.5, 1263.5) pixels        -> beam_x_px, beam_y_px          SW_DG_BEAM
@@ -178,6 +185,11 @@ sw_status sw_cbf_read(sw_context *ctx, const char *path, sw_image *out, uint8_t 
 /* The same from a memory buffer (the fuzzer, embedded callers). */
 sw_status sw_cbf_read_memory(sw_context *ctx, const void *buf, size_t size, sw_image *out,
                              uint8_t **valid, sw_diffraction_geometry *geom);
+/* Every frame of the file (above), into out (sw_frames_free); on failure out is zeroed. */
+sw_status sw_cbf_read_frames(sw_context *ctx, const char *path, sw_frames *out, uint8_t **valid,
+                             sw_diffraction_geometry *geom);
+sw_status sw_cbf_read_frames_memory(sw_context *ctx, const void *buf, size_t size, sw_frames *out,
+                                    uint8_t **valid, sw_diffraction_geometry *geom);
 
 /*
  * Parses a Pilatus mini-header (the text of _array_data.header_contents) into g as above (g is
@@ -189,8 +201,9 @@ int sw_cbf_parse_header(const char *text, size_t size, sw_diffraction_geometry *
  * Writes a host image as a mini-CBF the way a Pilatus does (with CBFlib): signed 32-bit values,
  * byte-offset compressed, MIME headers with an MD5 digest, and a mini-header with the fields of
  * geom that it has (geom may be NULL; Beam_xy written back in the edge convention above). u8, u16
- * and u32 images (u32 values above 2147483647 are SW_ERANGE); f32 is SW_EINVAL. valid (NULL:
- * every pixel good) marks pixels written as -1. Temporary name, then rename.
+ * and u32 images (u32 values above 2147483647 are SW_ERANGE, except in pixels valid marks bad);
+ * f32 is SW_EINVAL. valid (NULL: every pixel good) marks pixels written as -1 (whatever they
+ * hold: a detector's gaps flagged at the type's maximum). Temporary name, then rename.
  */
 sw_status sw_cbf_write(sw_context *ctx, const char *path, const sw_image *img, const uint8_t *valid,
                        const sw_diffraction_geometry *geom);
@@ -419,7 +432,9 @@ void sw_json_write_string(FILE *out, const char *s);
  * layouts read through HDF5) must not run concurrently with other HDF5 use in the process from
  * other threads; reads that spotwave decodes from listed chunks or contiguous data call no HDF5
  * function. Opening forks: the child calls only HDF5, malloc and write, and leaves with _exit
- * (no exit handlers, no stdio flushed).
+ * (no exit handlers, no stdio flushed). Within one read, a bitshuffle/LZ4 chunk's blocks are
+ * decoded by an OpenMP team of sw_h5_options.threads threads that the reading thread starts
+ * (the pixels, the status and the message are those of one thread decoding in order).
  */
 typedef struct sw_h5_reader sw_h5_reader;
 
@@ -446,9 +461,13 @@ typedef struct sw_h5_options {
     int in_process;        /* non-zero: walk the structure in this process (no child): a corrupt
                               file can then crash it; for trusted files where fork is unwanted  */
     double timeout_s;      /* the walk's time limit; 0: SW_H5_WALK_TIMEOUT                     */
+    int threads;           /* threads that decode one frame's bitshuffle/LZ4 chunks (its LZ4
+                              blocks in parallel, OpenMP); 0: the context's (sw_context_threads:
+                              all cores for a NULL context); 1: the reading thread alone       */
 } sw_h5_options;
 
-/* Defaults: automatic dataset, beside the master only, in a child, SW_H5_WALK_TIMEOUT. */
+/* Defaults: automatic dataset, beside the master only, in a child, SW_H5_WALK_TIMEOUT, the
+ * context's threads. */
 void sw_h5_options_default(sw_h5_options *o);
 
 /*
@@ -465,7 +484,8 @@ void sw_h5_options_default(sw_h5_options *o);
  * default options and this dataset.
  */
 sw_status sw_h5_open(sw_context *ctx, const char *path, const char *dataset, sw_h5_reader **out);
-/* The same with options (NULL: the defaults). A negative or non-finite timeout is SW_EINVAL. */
+/* The same with options (NULL: the defaults). A negative or non-finite timeout, or a negative
+ * thread count, is SW_EINVAL. */
 sw_status sw_h5_open_ex(sw_context *ctx, const char *path, const sw_h5_options *opts,
                         sw_h5_reader **out);
 
@@ -513,11 +533,29 @@ sw_status sw_h5_read_pixel_mask(sw_h5_reader *r, uint8_t *valid);
  * the two directions into the laboratory frame; origin_mm is that corner plus half a pixel along
  * each direction (the centre of pixel (0,0)). The pixel size comes from the directions when
  * x/y_pixel_size are absent. A chain that breaks, loops, or gives directions that are not
- * perpendicular leaves the orientation out (0) with a warning. Multi-module detectors (several
- * NXdetector_module groups) are not read: only ".../module".
+ * perpendicular leaves the orientation out (0) with a warning. The orientation is that of the
+ * module ".../detector/module" (the one Eiger masters describe); several modules are read by
+ * sw_h5_read_modules.
  * SW_EINVAL for NULL arguments (g then zeroed).
  */
 sw_status sw_h5_read_geometry(const sw_h5_reader *r, sw_diffraction_geometry *g);
+
+/*
+ * The detector's modules as the master lists them (NXmx: every group under
+ * /entry/instrument/detector, in the order of their names, whose NX_class is NXdetector_module;
+ * Bernstein et al. 2020): data_origin and data_size, each a dataset of two integers in NeXus's
+ * slow-to-fast order ([y, x] of the frame, 0-based), give each module's rectangle (x0, y0, width,
+ * height); fast_pixel_direction, slow_pixel_direction and their depends_on chain give its
+ * orientation as for the detector above, carried to the frame's pixel coordinates (origin_mm is
+ * where frame pixel (0,0) would lie on the module's plane; diffraction.h) with the module's own
+ * pixel size. A module without usable directions has orientation 0 (a warning when they were
+ * there but unusable). Modules that do not hold together (data_origin or data_size missing or not
+ * two integers, a rectangle outside the frames, two that overlap, more than 1024) are all left
+ * out with a warning: *count is then 0. Writes min(max, *count) modules to out and the number of
+ * modules to *count. SW_EINVAL for NULL arguments or max < 0.
+ */
+sw_status sw_h5_read_modules(const sw_h5_reader *r, sw_diffraction_module *out, int32_t max,
+                             int32_t *count);
 
 /* The files an open reader reads frames from: the master (k = 0) and each data file an external
  * link led to, each once, as their paths were opened (for a caller that must not overwrite them).

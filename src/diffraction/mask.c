@@ -206,15 +206,57 @@ static int64_t mask_shape(const sw_diffraction_shape *s, int32_t w, int32_t h, u
 
 static int panels_ok(const sw_diffraction_panels *p)
 {
-    return p->module_w > 0 && p->module_h > 0 && p->gap_x >= 0 && p->gap_y >= 0 &&
-           (int64_t)p->module_w + p->gap_x <= INT32_MAX &&
+    if (p->nmodules > 0)
+        return p->modules != NULL;
+    return p->nmodules == 0 && p->module_w > 0 && p->module_h > 0 && p->gap_x >= 0 &&
+           p->gap_y >= 0 && (int64_t)p->module_w + p->gap_x <= INT32_MAX &&
            (int64_t)p->module_h + p->gap_y <= INT32_MAX;
+}
+
+static int unit3(const double v[3])
+{
+    const double n = v[0] * v[0] + v[1] * v[1] + v[2] * v[2];
+    return isfinite(n) && fabs(n - 1.0) < 1e-6;
+}
+
+/* Listed modules: inside the frame, of positive size, not overlapping, orientations usable. */
+static sw_status check_modules(sw_context *ctx, const sw_diffraction_panels *p, int32_t width,
+                               int32_t height)
+{
+    for (int32_t k = 0; k < p->nmodules; k++) {
+        const sw_diffraction_module *m = &p->modules[k];
+        if (m->width <= 0 || m->height <= 0 || m->x0 < 0 || m->y0 < 0 ||
+            (int64_t)m->x0 + m->width > width || (int64_t)m->y0 + m->height > height)
+            return sw_fail(ctx, SW_EINVAL,
+                           "sw_diffraction_mask: module %d (%d x %d px at %d, %d) does not lie "
+                           "inside the %d x %d frame",
+                           (int)k, (int)m->width, (int)m->height, (int)m->x0, (int)m->y0,
+                           (int)width, (int)height);
+        if (m->orientation &&
+            (!unit3(m->fast) || !unit3(m->slow) || !isfinite(m->origin_mm[0]) ||
+             !isfinite(m->origin_mm[1]) || !isfinite(m->origin_mm[2]) || !(m->pixel_x_mm > 0.0) ||
+             !(m->pixel_y_mm > 0.0) || !isfinite(m->pixel_x_mm) || !isfinite(m->pixel_y_mm)))
+            return sw_fail(ctx, SW_EINVAL,
+                           "sw_diffraction_mask: module %d's orientation is not unit axes and "
+                           "positive pixel sizes",
+                           (int)k);
+        for (int32_t i = 0; i < k; i++) {
+            const sw_diffraction_module *o = &p->modules[i];
+            if (m->x0 < o->x0 + o->width && o->x0 < m->x0 + m->width && m->y0 < o->y0 + o->height &&
+                o->y0 < m->y0 + m->height)
+                return sw_fail(ctx, SW_EINVAL, "sw_diffraction_mask: modules %d and %d overlap",
+                               (int)i, (int)k);
+        }
+    }
+    return SW_OK;
 }
 
 int32_t sw_diffraction_panel_count(const sw_diffraction_panels *p, int32_t width, int32_t height)
 {
     if (!p || !panels_ok(p) || width <= 0 || height <= 0)
         return 0;
+    if (p->nmodules > 0)
+        return p->nmodules;
     const int64_t px = (int64_t)p->module_w + p->gap_x, py = (int64_t)p->module_h + p->gap_y;
     return (int32_t)(((width + px - 1) / px) * ((height + py - 1) / py));
 }
@@ -228,11 +270,48 @@ int32_t sw_diffraction_panel_at(const sw_diffraction_panels *p, int32_t width, i
     if (rx < 0 || ry < 0 || rx >= width || ry >= height)
         return -1;
     const int64_t ix = (int64_t)rx, iy = (int64_t)ry;
+    if (p->nmodules > 0) {
+        for (int32_t k = 0; k < p->nmodules; k++) {
+            const sw_diffraction_module *m = &p->modules[k];
+            if (ix >= m->x0 && ix < (int64_t)m->x0 + m->width && iy >= m->y0 &&
+                iy < (int64_t)m->y0 + m->height)
+                return k;
+        }
+        return -1;
+    }
     const int64_t px = (int64_t)p->module_w + p->gap_x, py = (int64_t)p->module_h + p->gap_y;
     if (ix % px >= p->module_w || iy % py >= p->module_h)
         return -1;
     const int64_t cols = (width + px - 1) / px;
     return (int32_t)((iy / py) * cols + ix / px);
+}
+
+void sw_diffraction_panel_geometry(const sw_diffraction_geometry *g, const sw_diffraction_panels *p,
+                                   int32_t panel, sw_diffraction_geometry *out)
+{
+    *out = *g;
+    if (!p || p->nmodules <= 0 || !p->modules || panel < 0 || panel >= p->nmodules)
+        return;
+    const sw_diffraction_module *m = &p->modules[panel];
+    if (!m->orientation)
+        return;
+    out->orientation = 1;
+    memcpy(out->origin_mm, m->origin_mm, sizeof out->origin_mm);
+    memcpy(out->fast, m->fast, sizeof out->fast);
+    memcpy(out->slow, m->slow, sizeof out->slow);
+    out->pixel_x_mm = m->pixel_x_mm;
+    out->pixel_y_mm = m->pixel_y_mm;
+    out->have |= SW_DG_ORIENTATION | SW_DG_PIXEL;
+}
+
+double sw_diffraction_d_at(const sw_diffraction_geometry *g, const sw_diffraction_panels *p,
+                           int32_t width, int32_t height, double x, double y)
+{
+    if (!p || p->nmodules <= 0)
+        return sw_diffraction_d_spacing(g, x, y);
+    sw_diffraction_geometry pg;
+    sw_diffraction_panel_geometry(g, p, sw_diffraction_panel_at(p, width, height, x, y), &pg);
+    return sw_diffraction_d_spacing(&pg, x, y);
 }
 
 /* ------------------------------------------------------------------ the mask */
@@ -281,6 +360,11 @@ sw_status sw_diffraction_mask(sw_context *ctx, const sw_diffraction_geometry *g,
                        "layout",
                        (int)p->panels->module_w, (int)p->panels->module_h, (int)p->panels->gap_x,
                        (int)p->panels->gap_y);
+    if (p->panels && p->panels->nmodules > 0) {
+        sw_status st = check_modules(ctx, p->panels, width, height);
+        if (st != SW_OK)
+            return st;
+    }
     const int by_d = p->d_min > 0.0 || p->d_max > 0.0 || p->ice_rings;
     if (by_d) {
         sw_status st = sw_diffraction_geometry_check(ctx, g);
@@ -291,7 +375,25 @@ sw_status sw_diffraction_mask(sw_context *ctx, const sw_diffraction_geometry *g,
     int64_t n = 0;
     for (int32_t i = 0; i < p->nshapes; i++)
         n += mask_shape(&p->shapes[i], width, height, mask);
-    if (p->panels) {
+    /* listed modules, each with its own geometry for the d limits and rings */
+    const sw_diffraction_panels *listed = p->panels && p->panels->nmodules > 0 ? p->panels : NULL;
+    int32_t *owner = NULL; /* the module of each pixel, -1 in a gap (listed modules only) */
+    if (listed) {
+        owner = malloc((size_t)width * (size_t)height * sizeof *owner);
+        if (!owner)
+            return sw_fail(ctx, SW_ENOMEM, "sw_diffraction_mask: out of memory");
+        for (size_t i = 0; i < (size_t)width * (size_t)height; i++)
+            owner[i] = -1;
+        for (int32_t k = 0; k < listed->nmodules; k++) {
+            const sw_diffraction_module *m = &listed->modules[k];
+            for (int64_t y = m->y0; y < (int64_t)m->y0 + m->height; y++)
+                for (int64_t x = m->x0; x < (int64_t)m->x0 + m->width; x++)
+                    owner[y * width + x] = k;
+        }
+        for (size_t i = 0; i < (size_t)width * (size_t)height; i++)
+            if (owner[i] < 0)
+                n += clear(&mask[i]);
+    } else if (p->panels) {
         const int64_t px = (int64_t)p->panels->module_w + p->panels->gap_x;
         const int64_t py = (int64_t)p->panels->module_h + p->panels->gap_y;
         for (int64_t y = 0; y < height; y++) {
@@ -308,15 +410,28 @@ sw_status sw_diffraction_mask(sw_context *ctx, const sw_diffraction_geometry *g,
         int nrings = 0;
         double *rings = NULL;
         if (p->ice_rings) {
-            /* down to the frame's highest resolution (its corners), as DIALS does */
+            /* down to the frame's highest resolution (its corners; each module's), as DIALS
+             * does */
             double s2max = 0.0;
             const double cx[2] = {0.0, width - 1.0}, cy[2] = {0.0, height - 1.0};
             for (int a = 0; a < 2; a++)
                 for (int b = 0; b < 2; b++)
                     s2max = fmax(s2max, sw_diffraction_inv_d2(g, cx[a], cy[b]));
+            for (int32_t k = 0; listed && k < listed->nmodules; k++) {
+                const sw_diffraction_module *m = &listed->modules[k];
+                sw_diffraction_geometry mg;
+                sw_diffraction_panel_geometry(g, listed, k, &mg);
+                const double mx[2] = {m->x0, m->x0 + m->width - 1.0},
+                             my[2] = {m->y0, m->y0 + m->height - 1.0};
+                for (int a = 0; a < 2; a++)
+                    for (int b = 0; b < 2; b++)
+                        s2max = fmax(s2max, sw_diffraction_inv_d2(&mg, mx[a], my[b]));
+            }
             rings = ice_inv_d2(s2max + hw, &nrings);
-            if (!rings && nrings != 0)
+            if (!rings && nrings != 0) {
+                free(owner);
                 return sw_fail(ctx, SW_ENOMEM, "sw_diffraction_mask: out of memory");
+            }
         }
         /* in 1/d^2: d <= d_min is s2 >= 1/d_min^2; d >= d_max is s2 <= 1/d_max^2 */
         const double s2_hi = p->d_min > 0.0 ? 1.0 / (p->d_min * p->d_min) : INFINITY;
@@ -325,10 +440,25 @@ sw_status sw_diffraction_mask(sw_context *ctx, const sw_diffraction_geometry *g,
 #pragma omp parallel for schedule(static) reduction(+ : nd) num_threads(sw_context_threads(ctx))
         for (int32_t y = 0; y < height; y++) {
             uint8_t *row = mask + (size_t)y * (size_t)width;
+            /* the geometry of the module under the pixel (listed modules with an orientation
+             * place their own pixels), else g */
+            sw_diffraction_geometry mg = *g;
+            int32_t mg_of = -1;
             for (int32_t x = 0; x < width; x++) {
                 if (!row[x])
                     continue;
-                const double s2 = sw_diffraction_inv_d2(g, x, y);
+                const sw_diffraction_geometry *pg = g;
+                if (owner) {
+                    const int32_t k = owner[(size_t)y * (size_t)width + (size_t)x];
+                    if (k >= 0 && listed->modules[k].orientation) {
+                        if (k != mg_of) {
+                            sw_diffraction_panel_geometry(g, listed, k, &mg);
+                            mg_of = k;
+                        }
+                        pg = &mg;
+                    }
+                }
+                const double s2 = sw_diffraction_inv_d2(pg, x, y);
                 int bad = s2 >= s2_hi || s2 <= s2_lo;
                 if (!bad && nrings > 0) {
                     /* the nearest rings on either side of s2 */
@@ -344,6 +474,7 @@ sw_status sw_diffraction_mask(sw_context *ctx, const sw_diffraction_geometry *g,
         free(rings);
         n += nd;
     }
+    free(owner);
     if (masked)
         *masked = n;
     return SW_OK;

@@ -139,11 +139,13 @@ sw_status sw_diffraction_write_spots_h5(sw_context *ctx, const char *path, const
         I64("bbox_z1", spots[i].z1, "frame (exclusive)");
     }
     if (t->geom)
-        F64("d_a", sw_diffraction_d_spacing(t->geom, spots[i].x, spots[i].y), "angstrom");
+        F64("d_a",
+            sw_diffraction_d_at(t->geom, t->panels, t->width, t->height, spots[i].x, spots[i].y),
+            "angstrom");
     if (t->panels)
         I32("panel",
             sw_diffraction_panel_at(t->panels, t->width, t->height, spots[i].x, spots[i].y),
-            "module (row by row from 0; -1 none)");
+            "module (row by row from 0, or as the file lists them; -1 none)");
 #undef F64
 #undef I64
 #undef I32

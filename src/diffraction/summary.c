@@ -85,6 +85,14 @@ sw_status sw_diffraction_summarise(sw_context *ctx, const sw_diffraction_geometr
                                    const sw_spot *spots, int64_t n, int64_t frame,
                                    sw_diffraction_summary *out)
 {
+    return sw_diffraction_summarise_panels(ctx, g, NULL, 0, 0, spots, n, frame, out);
+}
+
+sw_status sw_diffraction_summarise_panels(sw_context *ctx, const sw_diffraction_geometry *g,
+                                          const sw_diffraction_panels *panels, int32_t width,
+                                          int32_t height, const sw_spot *spots, int64_t n,
+                                          int64_t frame, sw_diffraction_summary *out)
+{
     if (!out || n < 0 || (n > 0 && !spots))
         return sw_fail(ctx, SW_EINVAL, "sw_diffraction_summarise: NULL argument");
     out->frame = frame;
@@ -106,7 +114,7 @@ sw_status sw_diffraction_summarise(sw_context *ctx, const sw_diffraction_geometr
     if (!d)
         return sw_fail(ctx, SW_ENOMEM, "sw_diffraction_summarise: out of memory");
     for (int64_t i = 0; i < n; i++) {
-        d[i] = sw_diffraction_d_spacing(g, spots[i].x, spots[i].y);
+        d[i] = sw_diffraction_d_at(g, panels, width, height, spots[i].x, spots[i].y);
         out->n_spots_d_lt_4a += d[i] < 4.0;
         out->n_spots_d_gt_4a += d[i] > 4.0;
     }

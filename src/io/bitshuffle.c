@@ -5,6 +5,9 @@
 
 #include <lz4.h>
 #include <stdio.h>
+#ifdef SW_HAVE_OPENMP
+#include <omp.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -96,8 +99,30 @@ static void make_plan(bshuf_plan *p, size_t size, size_t elem_size, size_t block
     p->tail_bytes = (p->elems % SW_BSHUF_BLOCK_MULT) * elem_size;
 }
 
+/* The first blocks' failure, block b of nblocks (0-based) that LZ4 would not decode to `bytes`:
+ * the reason, as one thread decoding in order would have stopped with it. */
+static void lz4_block_failure(const uint8_t *in, size_t off, uint32_t cs, size_t bytes,
+                              uint8_t *scratch, size_t b, size_t nblocks, char *why,
+                              size_t why_size)
+{
+    const int got =
+        LZ4_decompress_safe((const char *)in + off, (char *)scratch, (int)cs, (int)bytes);
+    if (got < 0)
+        snprintf(why, why_size, "block %zu of %zu (%u bytes) is not valid LZ4 data", b + 1, nblocks,
+                 cs);
+    else
+        snprintf(why, why_size, "block %zu of %zu decodes to %d bytes instead of %zu", b + 1,
+                 nblocks, got, bytes);
+}
+
 int sw_bshuf_decode_lz4(const uint8_t *in, size_t in_size, uint8_t *out, size_t out_size,
                         size_t elem_size, char *why, size_t why_size)
+{
+    return sw_bshuf_decode_lz4_mt(in, in_size, out, out_size, elem_size, 1, why, why_size);
+}
+
+int sw_bshuf_decode_lz4_mt(const uint8_t *in, size_t in_size, uint8_t *out, size_t out_size,
+                           size_t elem_size, int threads, char *why, size_t why_size)
 {
     why[0] = '\0';
     if (elem_size == 0 || out_size % elem_size != 0) {
@@ -132,59 +157,102 @@ int sw_bshuf_decode_lz4(const uint8_t *in, size_t in_size, uint8_t *out, size_t 
     }
     bshuf_plan p;
     make_plan(&p, out_size, elem_size, block);
-    /* one scratch block (no larger than the chunk: a huge block size is one short block) */
-    size_t scratch_elems = p.whole ? p.block : p.last;
-    uint8_t *scratch = malloc(scratch_elems ? scratch_elems * elem_size : 1);
-    if (!scratch) {
+    const size_t nblocks = p.whole + (p.last ? 1 : 0);
+    /*
+     * Two passes, so that the blocks can be decoded on several threads with the same result as
+     * one thread decoding them in order. First the byte counts, in order, each checked against
+     * what is left of the chunk before it is used (this pass reads 4 bytes a block and decodes
+     * nothing); it stops at the first count that does not fit (block `scanned`, with its reason
+     * in `scan_why`). Then blocks 0 .. scanned-1 are decoded, each into its own place in out;
+     * the reason given is the first failing block's, or else the count's: what the single-pass
+     * decoder that stops at the first problem said.
+     */
+    size_t *off = malloc((nblocks ? nblocks : 1) * sizeof *off);
+    if (!off) {
         snprintf(why, why_size, "out of memory");
         return -2;
     }
-    size_t pos = SW_BSHUF_HEADER, done = 0;
-    const size_t nblocks = p.whole + (p.last ? 1 : 0);
-    int rc = 0;
-    for (size_t b = 0; b < nblocks; b++) {
-        const size_t n = b < p.whole ? p.block : p.last;
-        const size_t bytes = n * elem_size;
+    char scan_why[256] = "";
+    size_t pos = SW_BSHUF_HEADER, scanned = 0;
+    for (; scanned < nblocks; scanned++) {
+        const size_t b = scanned, n = b < p.whole ? p.block : p.last, bytes = n * elem_size;
         if (in_size - pos < 4) {
-            snprintf(why, why_size, "truncated: block %zu of %zu has no byte count (at byte %zu)",
-                     b + 1, nblocks, pos);
-            rc = -1;
+            snprintf(scan_why, sizeof scan_why,
+                     "truncated: block %zu of %zu has no byte count (at byte %zu)", b + 1, nblocks,
+                     pos);
             break;
         }
         const uint32_t cs = be32(in + pos);
-        pos += 4;
-        if ((size_t)cs > in_size - pos || cs > (uint32_t)LZ4_MAX_INPUT_SIZE) {
-            snprintf(why, why_size,
+        if ((size_t)cs > in_size - pos - 4 || cs > (uint32_t)LZ4_MAX_INPUT_SIZE) {
+            snprintf(scan_why, sizeof scan_why,
                      "block %zu of %zu claims %u compressed bytes but %zu remain in the chunk",
-                     b + 1, nblocks, cs, in_size - pos);
-            rc = -1;
+                     b + 1, nblocks, cs, in_size - pos - 4);
             break;
         }
         if (bytes > (size_t)LZ4_MAX_INPUT_SIZE) {
-            snprintf(why, why_size, "block %zu of %zu: %zu bytes is beyond LZ4's block size", b + 1,
-                     nblocks, bytes);
-            rc = -1;
+            snprintf(scan_why, sizeof scan_why,
+                     "block %zu of %zu: %zu bytes is beyond LZ4's block size", b + 1, nblocks,
+                     bytes);
             break;
         }
-        const int got =
-            LZ4_decompress_safe((const char *)in + pos, (char *)scratch, (int)cs, (int)bytes);
-        if (got != (int)bytes) {
-            if (got < 0)
-                snprintf(why, why_size, "block %zu of %zu (%u bytes) is not valid LZ4 data", b + 1,
-                         nblocks, cs);
-            else
-                snprintf(why, why_size, "block %zu of %zu decodes to %d bytes instead of %zu",
-                         b + 1, nblocks, got, bytes);
-            rc = -1;
-            break;
+        off[b] = pos + 4;
+        pos += 4 + (size_t)cs;
+    }
+    /* one scratch block per thread (no larger than the chunk: a huge block size is one short
+     * block) */
+    const size_t scratch_bytes = (p.whole ? p.block : p.last) * elem_size;
+    int nt = threads > 1 ? threads : 1;
+    if ((size_t)nt > scanned)
+        nt = scanned > 1 ? (int)scanned : 1;
+    uint8_t *scratch = malloc(scratch_bytes ? scratch_bytes * (size_t)nt : 1);
+    if (!scratch) {
+        free(off);
+        snprintf(why, why_size, "out of memory");
+        return -2;
+    }
+    size_t bad = scanned; /* the first block that did not decode (scanned: none) */
+    const size_t stride = p.block * elem_size;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+#ifdef SW_HAVE_OPENMP
+        uint8_t *mine = scratch + (size_t)omp_get_thread_num() * scratch_bytes;
+#else
+        uint8_t *mine = scratch;
+#endif
+        size_t my_bad = scanned;
+#pragma omp for schedule(static)
+        for (size_t b = 0; b < scanned; b++) {
+            const size_t n = b < p.whole ? p.block : p.last, bytes = n * elem_size;
+            const size_t cs = (b + 1 < scanned ? off[b + 1] - 4 : pos) - off[b];
+            const int got =
+                LZ4_decompress_safe((const char *)in + off[b], (char *)mine, (int)cs, (int)bytes);
+            if (got != (int)bytes) {
+                if (b < my_bad)
+                    my_bad = b;
+                continue;
+            }
+            sw_bshuf_untrans_block(mine, out + b * stride, n, elem_size);
         }
-        sw_bshuf_untrans_block(scratch, out + done, n, elem_size);
-        pos += cs;
-        done += bytes;
+#pragma omp critical(sw_bshuf_first_bad)
+        if (my_bad < bad)
+            bad = my_bad;
+    }
+    int rc = 0;
+    if (bad < scanned) {
+        const size_t n = bad < p.whole ? p.block : p.last;
+        const size_t cs = (bad + 1 < scanned ? off[bad + 1] - 4 : pos) - off[bad];
+        lz4_block_failure(in, off[bad], (uint32_t)cs, n * elem_size, scratch, bad, nblocks, why,
+                          why_size);
+        rc = -1;
+    } else if (scanned < nblocks) {
+        snprintf(why, why_size, "%s", scan_why);
+        rc = -1;
     }
     free(scratch);
+    free(off);
     if (rc != 0)
         return rc;
+    const size_t done = p.whole * stride + p.last * elem_size;
     if (in_size - pos < p.tail_bytes) {
         snprintf(why, why_size, "truncated: the last %zu bytes of the chunk are missing",
                  p.tail_bytes);

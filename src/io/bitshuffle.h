@@ -21,8 +21,8 @@
  *
  * The transposes are plain loops over byte arrays with no allocation, written so that a CUDA
  * twin can share them (one thread per 8 elements and byte); the decoders allocate one scratch
- * block. Nothing here reads or writes outside the sizes it is given: every count in the data is
- * checked against what is left before it is used.
+ * block per thread and the list of the blocks' offsets. Nothing here reads or writes outside the
+ * sizes it is given: every count in the data is checked against what is left before it is used.
  */
 #ifndef SW_IO_BITSHUFFLE_H
 #define SW_IO_BITSHUFFLE_H
@@ -52,6 +52,16 @@ void sw_bshuf_untrans_block(const uint8_t *in, uint8_t *out, size_t n, size_t el
  */
 int sw_bshuf_decode_lz4(const uint8_t *in, size_t in_size, uint8_t *out, size_t out_size,
                         size_t elem_size, char *why, size_t why_size);
+
+/*
+ * The same on up to `threads` threads (OpenMP; <= 1: this thread alone): the block counts are
+ * read and checked in order first, then the blocks decoded in parallel, each into its own part
+ * of out. The result, the return value and the reason are those of sw_bshuf_decode_lz4 for every
+ * input (the first block, in order, that fails gives the reason); only how much of out is
+ * written before a failure differs.
+ */
+int sw_bshuf_decode_lz4_mt(const uint8_t *in, size_t in_size, uint8_t *out, size_t out_size,
+                           size_t elem_size, int threads, char *why, size_t why_size);
 
 /* Decodes a chunk of the uncompressed variant (block size block, 0 = default): in_size must be
  * out_size. Same results as sw_bshuf_decode_lz4. */

@@ -23,13 +23,14 @@
 #define CBF_HEADER_MAX   ((size_t)1 << 20)
 #define CBF_CHILD_MEMORY ((size_t)2 << 30)
 
-/* What the child sends: this head, the header text, then npix 32-bit values. */
+/* What the child sends: this head, the first frame's header text, then nframes * npix 32-bit
+ * values (frame after frame). */
 typedef struct cbf_head {
     uint32_t magic;
     int32_t status; /* sw_status */
     char msg[384];
     uint32_t elsize, elsigned;
-    uint64_t fast, mid, slow, npix;
+    uint64_t fast, mid, nframes, npix; /* npix: per frame */
     uint64_t header_len;
 } cbf_head;
 
@@ -54,7 +55,142 @@ static int head_only(cbf_head *h, sw_status st, uint8_t **msg, size_t *size, con
     return 0;
 }
 
-/* In the child (or here when fork failed): CBFlib reads the file. */
+/* The child's message as it grows: the head's room, the header text, the frames' values. */
+typedef struct cbf_out {
+    uint8_t *m;
+    size_t size, cap;
+    uint64_t elements; /* array elements declared so far, all arrays */
+} cbf_out;
+
+static int out_reserve(cbf_out *o, size_t more)
+{
+    if (o->cap - o->size >= more)
+        return 0;
+    size_t cap = o->cap ? o->cap : 4096;
+    while (cap - o->size < more) {
+        if (cap > SIZE_MAX / 2)
+            return -1;
+        cap *= 2;
+    }
+    uint8_t *m = realloc(o->m, cap);
+    if (!m)
+        return -1;
+    o->m = m;
+    o->cap = cap;
+    return 0;
+}
+
+/* The array in the current row of _array_data.data: its frames (the slowest dimension, 1 for a
+ * 2-D array) appended to o as 32-bit values. 0; 1 out of memory; -1 with the reason in h. */
+static int read_array(cbf_handle cbf, uint64_t in_size, cbf_head *h, cbf_out *o, unsigned block,
+                      unsigned row)
+{
+    unsigned int compression = 0;
+    int id = 0, elsigned = 0, elunsigned = 0, minel = 0, maxel = 0;
+    size_t elsize = 0, nelem = 0, fast = 0, mid = 0, slow = 0, padding = 0;
+    const char *order = NULL;
+    int e = cbf_get_integerarrayparameters_wdims_fs(cbf, &compression, &id, &elsize, &elsigned,
+                                                    &elunsigned, &nelem, &minel, &maxel, &order,
+                                                    &fast, &mid, &slow, &padding);
+#define CBF_FAIL(st, ...)                                                                          \
+    do {                                                                                           \
+        h->status = (int32_t)(st);                                                                 \
+        snprintf(h->msg, sizeof h->msg, __VA_ARGS__);                                              \
+        return -1;                                                                                 \
+    } while (0)
+    if (e) {
+        size_t rsize = 0, rn = 0;
+        unsigned int rc = 0;
+        int rid = 0;
+        if (cbf_get_realarrayparameters(cbf, &rc, &rid, &rsize, &rn) == 0)
+            CBF_FAIL(SW_EUNSUPPORTED,
+                     "a real-valued array (%zu-byte floats): spotwave reads the integer arrays "
+                     "detectors write",
+                     rsize);
+        CBF_FAIL(SW_EFORMAT, "the array's parameters do not read (%s)", cbf_strerror(e));
+    }
+    if (mid == 0 && fast > 0 && nelem == fast)
+        mid = 1;
+    if (slow == 0)
+        slow = 1;
+    if (elsize != 1 && elsize != 2 && elsize != 4)
+        CBF_FAIL(SW_EUNSUPPORTED, "%zu-byte integers (spotwave reads 8, 16 and 32-bit ones)",
+                 elsize);
+    if (fast == 0 || mid == 0 || fast > SW_IMAGE_MAX_DIM || mid > SW_IMAGE_MAX_DIM ||
+        (uint64_t)fast * mid > (uint64_t)SW_IMAGE_MAX_PIXELS)
+        CBF_FAIL(SW_EFORMAT, "an array of %zu x %zu elements (width and height 1..%d)", fast, mid,
+                 SW_IMAGE_MAX_DIM);
+    if (slow > (size_t)SW_IMAGE_MAX_PIXELS / ((size_t)fast * mid))
+        CBF_FAIL(SW_EFORMAT, "an array of %zu frames of %zu x %zu elements", slow, fast, mid);
+    /* every element takes at least a byte of the file (byte offset, none) or 1/256 of one (the
+     * packed and nibble schemes): sizes a small file cannot hold are refused before anything
+     * of their size is allocated (all the file's arrays together) */
+    const uint64_t per = (compression == CBF_BYTE_OFFSET || compression == CBF_NONE) ? 1 : 256;
+    if ((uint64_t)nelem > in_size * per || o->elements + nelem > in_size * per)
+        CBF_FAIL(SW_EFORMAT, "%zu elements declared in a file of %llu bytes", nelem,
+                 (unsigned long long)in_size);
+    if ((uint64_t)fast * mid * slow != nelem)
+        CBF_FAIL(SW_EFORMAT, "%zu elements for an array of %zu x %zu x %zu: the sizes disagree",
+                 nelem, fast, mid, slow);
+    if (h->nframes == 0) {
+        h->elsize = (uint32_t)elsize;
+        h->elsigned = elsigned ? 1u : 0u;
+        h->fast = fast;
+        h->mid = mid;
+        h->npix = (uint64_t)fast * mid;
+    } else if (h->fast != fast || h->mid != mid || h->elsize != elsize ||
+               h->elsigned != (elsigned ? 1u : 0u)) {
+        CBF_FAIL(SW_EUNSUPPORTED,
+                 "the array of data block %u, row %u is %zu x %zu %s%zu-bit, the first %llu x "
+                 "%llu %s%u-bit: spotwave reads frames of one size and type",
+                 block + 1, row + 1, fast, mid, elsigned ? "signed " : "unsigned ", 8 * elsize,
+                 (unsigned long long)h->fast, (unsigned long long)h->mid,
+                 h->elsigned ? "signed " : "unsigned ", 8 * h->elsize);
+    }
+#undef CBF_FAIL
+    o->elements += nelem;
+    if (out_reserve(o, nelem * 4) != 0)
+        return 1;
+    /* decoded at the file's own element size (CBFlib 0.9.7 sign-extends unsigned 16-bit values
+     * decoded into 32-bit ones), then widened here */
+    uint8_t *raw = malloc(nelem * elsize);
+    if (!raw)
+        return 1;
+    size_t nread = 0;
+    e = cbf_get_integerarray(cbf, &id, raw, elsize, elsigned ? 1 : 0, nelem, &nread);
+    if (e || nread != nelem) {
+        free(raw);
+        h->status = SW_EFORMAT;
+        if (e)
+            snprintf(h->msg, sizeof h->msg, "the array's data do not decode (%s)", cbf_strerror(e));
+        else
+            snprintf(h->msg, sizeof h->msg, "the array's data hold %zu of %zu elements", nread,
+                     nelem);
+        return -1;
+    }
+    uint8_t *dst = o->m + o->size;
+    for (size_t i = 0; i < nelem; i++) {
+        uint32_t v;
+        if (elsize == 4) {
+            memcpy(&v, raw + 4 * i, 4);
+        } else if (elsize == 2) {
+            uint16_t u16;
+            memcpy(&u16, raw + 2 * i, 2);
+            v = elsigned ? (uint32_t)(int32_t)(int16_t)u16 : u16;
+        } else {
+            v = elsigned ? (uint32_t)(int32_t)(int8_t)raw[i] : raw[i];
+        }
+        memcpy(dst + 4 * i, &v, 4);
+    }
+    free(raw);
+    o->size += nelem * 4;
+    h->nframes += slow;
+    return 0;
+}
+
+/* In the child (or here when fork failed): CBFlib reads the file, every array of every data
+ * block in order (each row of its _array_data.data; a 3-D array is frames along its slowest
+ * dimension). */
 static int cbf_child(void *arg, uint8_t **msg, size_t *size)
 {
     const cbf_src *src = arg;
@@ -78,133 +214,77 @@ static int cbf_child(void *arg, uint8_t **msg, size_t *size)
         return head_only(&h, SW_EFORMAT, msg, size, "not a CBF file CBFlib can read (%s)",
                          cbf_strerror(e));
     }
-    if ((e = cbf_find_category(cbf, "array_data")) != 0) {
-        cbf_free_handle(cbf);
-        return head_only(&h, SW_EFORMAT, msg, size, "no _array_data category (%s)",
-                         cbf_strerror(e));
-    }
-    const char *text = NULL;
-    if (cbf_find_column(cbf, "header_contents") == 0 && cbf_rewind_row(cbf) == 0)
-        cbf_get_value(cbf, &text);
-    size_t tlen = text ? strnlen(text, CBF_HEADER_MAX) : 0;
-    if ((e = cbf_find_column(cbf, "data")) != 0 || (e = cbf_rewind_row(cbf)) != 0) {
-        cbf_free_handle(cbf);
-        return head_only(&h, SW_EFORMAT, msg, size, "no _array_data.data (%s)", cbf_strerror(e));
-    }
-    unsigned int compression = 0;
-    int id = 0, elsigned = 0, elunsigned = 0, minel = 0, maxel = 0;
-    size_t elsize = 0, nelem = 0, fast = 0, mid = 0, slow = 0, padding = 0;
-    const char *order = NULL;
-    e = cbf_get_integerarrayparameters_wdims_fs(cbf, &compression, &id, &elsize, &elsigned,
-                                                &elunsigned, &nelem, &minel, &maxel, &order, &fast,
-                                                &mid, &slow, &padding);
-    if (e) {
-        size_t rsize = 0, rn = 0;
-        unsigned int rc = 0;
-        int rid = 0;
-        int real = cbf_get_realarrayparameters(cbf, &rc, &rid, &rsize, &rn) == 0;
-        cbf_free_handle(cbf);
-        if (real)
-            return head_only(&h, SW_EUNSUPPORTED, msg, size,
-                             "a real-valued array (%zu-byte floats): spotwave reads the integer "
-                             "arrays detectors write",
-                             rsize);
-        return head_only(&h, SW_EFORMAT, msg, size, "the array's parameters do not read (%s)",
-                         cbf_strerror(e));
-    }
-    if (mid == 0 && fast > 0 && nelem == fast)
-        mid = 1;
-    if (slow == 0)
-        slow = 1;
-    if (elsize != 1 && elsize != 2 && elsize != 4) {
-        cbf_free_handle(cbf);
-        return head_only(&h, SW_EUNSUPPORTED, msg, size,
-                         "%zu-byte integers (spotwave reads 8, 16 and 32-bit ones)", elsize);
-    }
-    if (fast == 0 || mid == 0 || fast > SW_IMAGE_MAX_DIM || mid > SW_IMAGE_MAX_DIM ||
-        (uint64_t)fast * mid > (uint64_t)SW_IMAGE_MAX_PIXELS) {
-        cbf_free_handle(cbf);
-        return head_only(&h, SW_EFORMAT, msg, size,
-                         "an array of %zu x %zu elements (width and height 1..%d)", fast, mid,
-                         SW_IMAGE_MAX_DIM);
-    }
-    if (slow != 1) {
-        cbf_free_handle(cbf);
-        return head_only(&h, SW_EUNSUPPORTED, msg, size,
-                         "an array of %zu frames (spotwave reads one frame per CBF file)", slow);
-    }
-    /* every element takes at least a byte of the file (byte offset, none) or 1/256 of one (the
-     * packed and nibble schemes): sizes a small file cannot hold are refused before anything
-     * of their size is allocated */
     uint64_t in_size = src->size;
     struct stat sb;
     if (src->path && stat(src->path, &sb) == 0)
         in_size = (uint64_t)sb.st_size;
-    const uint64_t per = (compression == CBF_BYTE_OFFSET || compression == CBF_NONE) ? 1 : 256;
-    if ((uint64_t)nelem > in_size * per) {
+    unsigned int nblocks = 0;
+    if ((e = cbf_count_datablocks(cbf, &nblocks)) != 0 || nblocks == 0) {
         cbf_free_handle(cbf);
-        return head_only(&h, SW_EFORMAT, msg, size, "%zu elements declared in a file of %llu bytes",
-                         nelem, (unsigned long long)in_size);
+        return head_only(&h, SW_EFORMAT, msg, size, "no data block (%s)",
+                         e ? cbf_strerror(e) : "none");
     }
-    if ((uint64_t)fast * mid != nelem) {
-        cbf_free_handle(cbf);
-        return head_only(&h, SW_EFORMAT, msg, size,
-                         "%zu elements for an array of %zu x %zu: the sizes disagree", nelem, fast,
-                         mid);
-    }
-    h.elsize = (uint32_t)elsize;
-    h.elsigned = elsigned ? 1u : 0u;
-    h.fast = fast;
-    h.mid = mid;
-    h.slow = 1;
-    h.npix = nelem;
-    h.header_len = tlen;
-    size_t n = sizeof h + tlen + nelem * 4;
-    uint8_t *m = malloc(n);
-    if (!m) {
+    cbf_out o = {NULL, 0, 0, 0};
+    if (out_reserve(&o, sizeof h) != 0) {
         cbf_free_handle(cbf);
         return 1;
     }
-    if (tlen)
-        memcpy(m + sizeof h, text, tlen);
-    /* decoded at the file's own element size (CBFlib 0.9.7 sign-extends unsigned 16-bit values
-     * decoded into 32-bit ones), then widened here */
-    uint8_t *raw = malloc(nelem * elsize);
-    if (!raw) {
-        free(m);
-        cbf_free_handle(cbf);
-        return 1;
-    }
-    size_t nread = 0;
-    e = cbf_get_integerarray(cbf, &id, raw, elsize, elsigned ? 1 : 0, nelem, &nread);
-    cbf_free_handle(cbf);
-    if (e || nread != nelem) {
-        free(raw);
-        free(m);
-        return head_only(&h, SW_EFORMAT, msg, size,
-                         e ? "the array's data do not decode (%s)"
-                           : "the array's data hold %zu of %zu elements",
-                         e ? cbf_strerror(e) : "", nread, nelem);
-    }
-    uint8_t *dst = m + sizeof h + tlen;
-    for (size_t i = 0; i < nelem; i++) {
-        uint32_t v;
-        if (elsize == 4) {
-            memcpy(&v, raw + 4 * i, 4);
-        } else if (elsize == 2) {
-            uint16_t u16;
-            memcpy(&u16, raw + 2 * i, 2);
-            v = elsigned ? (uint32_t)(int32_t)(int16_t)u16 : u16;
-        } else {
-            v = elsigned ? (uint32_t)(int32_t)(int8_t)raw[i] : raw[i];
+    o.size = sizeof h;
+    int any = 0, rc = 0;
+    /* why no frame was found, when none is: the first data block's reason */
+    char none[128] = "";
+    for (unsigned int b = 0; b < nblocks && rc == 0; b++) {
+        if ((e = cbf_select_datablock(cbf, b)) != 0 ||
+            (e = cbf_find_category(cbf, "array_data")) != 0) {
+            if (!none[0])
+                snprintf(none, sizeof none, "no _array_data category (%s)", cbf_strerror(e));
+            continue; /* a data block without frames (a CIF block of other categories) */
         }
-        memcpy(dst + 4 * i, &v, 4);
+        unsigned int rows = 0;
+        if ((e = cbf_count_rows(cbf, &rows)) != 0 || (e = cbf_find_column(cbf, "data")) != 0) {
+            if (!none[0])
+                snprintf(none, sizeof none, "no _array_data.data (%s)", cbf_strerror(e));
+            continue;
+        }
+        for (unsigned int r = 0; r < rows && rc == 0; r++) {
+            const char *text = NULL;
+            if (!any && cbf_find_column(cbf, "header_contents") == 0 &&
+                cbf_select_row(cbf, r) == 0 && cbf_get_value(cbf, &text) == 0 && text) {
+                size_t tlen = strnlen(text, CBF_HEADER_MAX);
+                if (out_reserve(&o, tlen) != 0) {
+                    rc = 1;
+                    break;
+                }
+                memcpy(o.m + o.size, text, tlen);
+                o.size += tlen;
+                h.header_len = tlen;
+            }
+            if ((e = cbf_find_column(cbf, "data")) != 0 || (e = cbf_select_row(cbf, r)) != 0) {
+                rc = -1;
+                h.status = SW_EFORMAT;
+                snprintf(h.msg, sizeof h.msg, "no _array_data.data in data block %u (%s)", b + 1,
+                         cbf_strerror(e));
+                break;
+            }
+            rc = read_array(cbf, in_size, &h, &o, b, r);
+            any = 1;
+        }
     }
-    free(raw);
+    cbf_free_handle(cbf);
+    if (rc == 1) {
+        free(o.m);
+        return 1;
+    }
+    if (rc == -1 || !any) {
+        free(o.m);
+        char why[sizeof h.msg];
+        snprintf(why, sizeof why, "%s", any ? h.msg : none[0] ? none : "no frames");
+        return head_only(&h, any ? (sw_status)h.status : SW_EFORMAT, msg, size, "%s", why);
+    }
     h.status = SW_OK;
-    memcpy(m, &h, sizeof h);
-    *msg = m;
-    *size = n;
+    memcpy(o.m, &h, sizeof h);
+    *msg = o.m;
+    *size = o.size;
     return 0;
 }
 
@@ -365,17 +445,16 @@ int sw_cbf_parse_header(const char *text, size_t size, sw_diffraction_geometry *
 
 /* ------------------------------------------------------------------ reading */
 
-static sw_status cbf_read_any(sw_context *ctx, const char *name, const cbf_src *src, sw_image *out,
+/* The child's frames into out (frames of one type: what the file holds, wide enough for the
+ * values of all of them), *valid the pixels negative in any frame. */
+static sw_status cbf_read_any(sw_context *ctx, const char *name, const cbf_src *src, sw_frames *out,
                               uint8_t **valid, sw_diffraction_geometry *geom)
 {
-    if (out)
-        memset(out, 0, sizeof *out);
+    memset(out, 0, sizeof *out);
     if (valid)
         *valid = NULL;
     if (geom)
         sw_diffraction_geometry_init(geom);
-    if (!out)
-        return sw_fail(ctx, SW_EINVAL, "sw_cbf_read: NULL output");
     if (src->path) { /* a missing file is SW_EIO, said here rather than by the child */
         FILE *f = fopen(src->path, "rb");
         if (!f)
@@ -426,21 +505,22 @@ static sw_status cbf_read_any(sw_context *ctx, const char *name, const cbf_src *
     }
     /* every size again, against each other and the message's length */
     if (h.fast < 1 || h.mid < 1 || h.fast > SW_IMAGE_MAX_DIM || h.mid > SW_IMAGE_MAX_DIM ||
-        h.npix != h.fast * h.mid || h.slow != 1 || h.header_len > CBF_HEADER_MAX ||
-        (h.elsize != 1 && h.elsize != 2 && h.elsize != 4) || h.elsigned > 1 ||
-        r.size != sizeof h + h.header_len + h.npix * 4) {
+        h.npix != h.fast * h.mid || h.nframes < 1 ||
+        h.nframes > (uint64_t)SW_IMAGE_MAX_PIXELS / h.npix || h.nframes > INT32_MAX ||
+        h.header_len > CBF_HEADER_MAX || (h.elsize != 1 && h.elsize != 2 && h.elsize != 4) ||
+        h.elsigned > 1 || r.size != sizeof h + h.header_len + h.nframes * h.npix * 4) {
         free(r.msg);
         return sw_fail(ctx, SW_EFORMAT, "%s: corrupt CBF: the reader's sizes do not hold together",
                        name);
     }
     const uint8_t *text = r.msg + sizeof h;
     const uint8_t *pix = text + h.header_len;
-    int32_t w = (int32_t)h.fast, ht = (int32_t)h.mid;
-    size_t n = (size_t)h.npix;
+    const int32_t w = (int32_t)h.fast, ht = (int32_t)h.mid, nf = (int32_t)h.nframes;
+    const size_t n = (size_t)h.npix, all = n * (size_t)nf;
     /* the type: what the file holds, wide enough for the values it has */
     uint64_t maxv = 0;
     size_t negative = 0;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < all; i++) {
         uint32_t u;
         memcpy(&u, pix + 4 * i, 4);
         if (h.elsigned && (int32_t)u < 0) {
@@ -455,38 +535,47 @@ static sw_status cbf_read_any(sw_context *ctx, const char *name, const cbf_src *
         t = SW_PIX_U8;
     else if (h.elsize <= 2 && maxv <= 65535)
         t = SW_PIX_U16;
-    if ((st = sw_image_alloc(ctx, w, ht, t, out)) != SW_OK) {
-        free(r.msg);
-        return st;
-    }
     uint8_t *mask = NULL;
-    if (negative && valid) {
-        mask = malloc(n);
-        if (!mask) {
+    out->frames = calloc((size_t)nf, sizeof *out->frames);
+    if (!out->frames || (negative && valid && !(mask = malloc(n)))) {
+        free(r.msg);
+        free(out->frames);
+        out->frames = NULL;
+        return sw_fail(ctx, SW_ENOMEM, "%s: out of memory", name);
+    }
+    if (mask)
+        memset(mask, 1, n);
+    for (int32_t k = 0; k < nf; k++) {
+        sw_image *img = &out->frames[k];
+        if ((st = sw_image_alloc(ctx, w, ht, t, img)) != SW_OK) {
+            out->count = k;
+            sw_frames_free(out);
+            free(mask);
             free(r.msg);
-            sw_image_free(out);
-            return sw_fail(ctx, SW_ENOMEM, "%s: out of memory", name);
+            return st;
+        }
+        const uint8_t *fp = pix + 4 * n * (size_t)k;
+        for (int32_t y = 0; y < ht; y++) {
+            uint8_t *row = sw_image_row(img, y);
+            for (int32_t x = 0; x < w; x++) {
+                size_t i = (size_t)y * (size_t)w + (size_t)x;
+                uint32_t u;
+                memcpy(&u, fp + 4 * i, 4);
+                if (h.elsigned && (int32_t)u < 0) {
+                    u = 0;
+                    if (mask)
+                        mask[i] = 0;
+                }
+                if (t == SW_PIX_U8)
+                    row[x] = (uint8_t)u;
+                else if (t == SW_PIX_U16)
+                    ((uint16_t *)(void *)row)[x] = (uint16_t)u;
+                else
+                    ((uint32_t *)(void *)row)[x] = u;
+            }
         }
     }
-    for (int32_t y = 0; y < ht; y++) {
-        uint8_t *row = sw_image_row(out, y);
-        for (int32_t x = 0; x < w; x++) {
-            size_t i = (size_t)y * (size_t)w + (size_t)x;
-            uint32_t u;
-            memcpy(&u, pix + 4 * i, 4);
-            int bad = h.elsigned && (int32_t)u < 0;
-            if (bad)
-                u = 0;
-            if (mask)
-                mask[i] = bad ? 0 : 1;
-            if (t == SW_PIX_U8)
-                row[x] = (uint8_t)u;
-            else if (t == SW_PIX_U16)
-                ((uint16_t *)(void *)row)[x] = (uint16_t)u;
-            else
-                ((uint32_t *)(void *)row)[x] = u;
-        }
-    }
+    out->count = nf;
     if (negative)
         sw_log(ctx, SW_LOG_DEBUG, "%s: %zu negative pixels (bad pixels, module gaps) read as 0%s",
                name, negative, mask ? " and masked" : "");
@@ -498,26 +587,78 @@ static sw_status cbf_read_any(sw_context *ctx, const char *name, const cbf_src *
     return SW_OK;
 }
 
+/* One frame: the file's only one. */
+static sw_status cbf_read_one(sw_context *ctx, const char *name, const cbf_src *src, sw_image *out,
+                              uint8_t **valid, sw_diffraction_geometry *geom)
+{
+    sw_frames fr;
+    sw_status st = cbf_read_any(ctx, name, src, &fr, valid, geom);
+    if (st != SW_OK)
+        return st;
+    if (fr.count != 1) {
+        const int32_t count = fr.count;
+        sw_frames_free(&fr);
+        if (valid) {
+            free(*valid);
+            *valid = NULL;
+        }
+        if (geom)
+            sw_diffraction_geometry_init(geom);
+        return sw_fail(ctx, SW_EUNSUPPORTED,
+                       "%s: %d frames in one CBF file: sw_cbf_read_frames reads them", name,
+                       (int)count);
+    }
+    *out = fr.frames[0];
+    free(fr.frames);
+    return SW_OK;
+}
+
 sw_status sw_cbf_read(sw_context *ctx, const char *path, sw_image *out, uint8_t **valid,
                       sw_diffraction_geometry *geom)
 {
-    if (!path || !*path) {
-        if (out)
-            memset(out, 0, sizeof *out);
+    if (out)
+        memset(out, 0, sizeof *out);
+    if (!out)
+        return sw_fail(ctx, SW_EINVAL, "sw_cbf_read: NULL output");
+    if (!path || !*path)
         return sw_fail(ctx, SW_EINVAL, "sw_cbf_read: no path given");
-    }
     cbf_src src = {path, NULL, 0};
-    return cbf_read_any(ctx, path, &src, out, valid, geom);
+    return cbf_read_one(ctx, path, &src, out, valid, geom);
 }
 
 sw_status sw_cbf_read_memory(sw_context *ctx, const void *buf, size_t size, sw_image *out,
                              uint8_t **valid, sw_diffraction_geometry *geom)
 {
-    if (!buf && size) {
-        if (out)
-            memset(out, 0, sizeof *out);
+    if (out)
+        memset(out, 0, sizeof *out);
+    if (!out)
+        return sw_fail(ctx, SW_EINVAL, "sw_cbf_read_memory: NULL output");
+    if (!buf && size)
         return sw_fail(ctx, SW_EINVAL, "sw_cbf_read_memory: NULL buffer");
-    }
+    cbf_src src = {NULL, buf, size};
+    return cbf_read_one(ctx, "(memory)", &src, out, valid, geom);
+}
+
+sw_status sw_cbf_read_frames(sw_context *ctx, const char *path, sw_frames *out, uint8_t **valid,
+                             sw_diffraction_geometry *geom)
+{
+    if (!out)
+        return sw_fail(ctx, SW_EINVAL, "sw_cbf_read_frames: NULL output");
+    memset(out, 0, sizeof *out);
+    if (!path || !*path)
+        return sw_fail(ctx, SW_EINVAL, "sw_cbf_read_frames: no path given");
+    cbf_src src = {path, NULL, 0};
+    return cbf_read_any(ctx, path, &src, out, valid, geom);
+}
+
+sw_status sw_cbf_read_frames_memory(sw_context *ctx, const void *buf, size_t size, sw_frames *out,
+                                    uint8_t **valid, sw_diffraction_geometry *geom)
+{
+    if (!out)
+        return sw_fail(ctx, SW_EINVAL, "sw_cbf_read_frames_memory: NULL output");
+    memset(out, 0, sizeof *out);
+    if (!buf && size)
+        return sw_fail(ctx, SW_EINVAL, "sw_cbf_read_frames_memory: NULL buffer");
     cbf_src src = {NULL, buf, size};
     return cbf_read_any(ctx, "(memory)", &src, out, valid, geom);
 }
@@ -573,6 +714,10 @@ sw_status sw_cbf_write(sw_context *ctx, const char *path, const sw_image *img, c
             uint32_t v = img->type == SW_PIX_U8    ? row[x]
                          : img->type == SW_PIX_U16 ? ((const uint16_t *)(const void *)row)[x]
                                                    : ((const uint32_t *)(const void *)row)[x];
+            if (valid && !valid[y * w + x]) { /* written as -1 whatever it holds */
+                a[y * w + x] = -1;
+                continue;
+            }
             if (v > INT32_MAX) {
                 free(a);
                 return sw_fail(ctx, SW_ERANGE,
@@ -580,7 +725,7 @@ sw_status sw_cbf_write(sw_context *ctx, const char *path, const sw_image *img, c
                                "integers",
                                path, x, y, v);
             }
-            a[y * w + x] = (valid && !valid[y * w + x]) ? -1 : (int32_t)v;
+            a[y * w + x] = (int32_t)v;
         }
     }
     char text[2048];

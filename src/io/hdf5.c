@@ -386,6 +386,9 @@ sw_status sw_h5_open_ex(sw_context *ctx, const char *path, const sw_h5_options *
                        o.timeout_s);
     if (strlen(path) >= H5_FILE_MAX)
         return sw_fail(ctx, SW_EINVAL, "sw_h5_open: %s: file name too long", path);
+    if (o.threads < 0)
+        return sw_fail(ctx, SW_EINVAL, "sw_h5_open: %s: %d threads (0: the context's)", path,
+                       o.threads);
 
     /* Existence and readability first, so those are SW_EIO with the system's reason. */
     struct stat sb;
@@ -408,6 +411,7 @@ sw_status sw_h5_open_ex(sw_context *ctx, const char *path, const sw_h5_options *
     r->fd = -1;
     r->cache_id = -1;
     r->links_anywhere = o.links_anywhere != 0;
+    r->scratch.threads = o.threads > 0 ? o.threads : sw_context_threads(ctx);
     r->l.mask.hd = -1;
     r->path = dup_string(path);
     if (!r->path) {
@@ -473,6 +477,19 @@ sw_status sw_h5_read_geometry(const sw_h5_reader *r, sw_diffraction_geometry *g)
     if (!r)
         return sw_error_set(NULL, SW_EINVAL, "sw_h5_read_geometry: NULL reader");
     *g = r->l.geom;
+    return SW_OK;
+}
+
+sw_status sw_h5_read_modules(const sw_h5_reader *r, sw_diffraction_module *out, int32_t max,
+                             int32_t *count)
+{
+    if (count)
+        *count = 0;
+    if (!r || !count || max < 0 || (max > 0 && !out))
+        return sw_error_set(NULL, SW_EINVAL, "sw_h5_read_modules: NULL argument or max < 0");
+    *count = (int32_t)r->l.nmodules;
+    for (int32_t k = 0; k < max && k < *count; k++)
+        out[k] = r->l.modules[k];
     return SW_OK;
 }
 

@@ -138,7 +138,8 @@ int h5_decode_chunk(const h5_dset *d, const uint8_t *in, size_t in_size, uint32_
             break;
         case H5_FILTER_BSHUF:
             if (f->ncd > 4 && f->cd[4] == H5_BSHUF_LZ4)
-                rc = sw_bshuf_decode_lz4(cur, cur_size, dst, bytes, d->esize, why, why_size);
+                rc = sw_bshuf_decode_lz4_mt(cur, cur_size, dst, bytes, d->esize, s->threads, why,
+                                            why_size);
             else
                 rc = sw_bshuf_decode_plain(cur, cur_size, dst, bytes, d->esize,
                                            f->ncd > 3 ? f->cd[3] : 0, why, why_size);

@@ -33,9 +33,11 @@
  * walks the whole chunk index for every call (20000 chunks take 1.6 s), so a dataset with more
  * chunks has its index walked once in the child (H5Dget_num_chunks) and its chunks looked up
  * when read (H5Dget_chunk_storage_size, H5Dread_chunk: one B-tree descent each), here. */
-#define H5_LIST_MAX   4096
-#define H5_MAX_BLOCKS 999999
-#define H5_MAX_FILES  (H5_MAX_BLOCKS + 1)
+#define H5_LIST_MAX       4096
+#define H5_MAX_BLOCKS     999999
+#define H5_MAX_MODULES    1024 /* NXdetector_module groups read, at most             */
+#define H5_MAX_LINKS_SEEN 4096 /* links of the detector group looked at for them      */
+#define H5_MAX_FILES      (H5_MAX_BLOCKS + 1)
 
 #define H5_FILTER_DEFLATE 1
 #define H5_FILTER_SHUFFLE 2
@@ -119,7 +121,9 @@ typedef struct h5_layout {
     h5_dset mask;                /* when mask_ok                                                 */
     char mask_msg[SW_ERROR_MAX]; /* why not, when has_mask && !mask_ok            */
     double overload;
-    sw_diffraction_geometry geom; /* the NXmx fields found (have bits); orientation never set */
+    sw_diffraction_geometry geom;   /* the NXmx fields found (have bits)                       */
+    sw_diffraction_module *modules; /* the detector's NXdetector_module groups (malloc'ed)    */
+    uint32_t nmodules;
     char **warnings;
     uint32_t nwarnings;
 } h5_layout;
@@ -147,10 +151,12 @@ static inline uint64_t h5_chunk_bytes(const h5_dset *d)
     return d->cdim[0] * d->cdim[1] * d->cdim[2] * d->esize;
 }
 
-/* Scratch buffers for decoding, reused across calls. */
+/* Scratch buffers for decoding, reused across calls, and the threads that may decode one chunk
+ * (bitshuffle/LZ4 blocks in parallel; 0 or 1: this thread alone). */
 typedef struct h5_scratch {
     uint8_t *raw, *work;
     size_t raw_cap, work_cap;
+    int threads;
 } h5_scratch;
 void h5_scratch_free(h5_scratch *s);
 /* Makes s->raw hold at least n bytes: 0, or -1 out of memory. */

@@ -1042,43 +1042,42 @@ static int resolve_dep(const char *from, const char *dep, char *out, size_t size
     return snprintf(out, size, "%.*s/%s", (int)(slash - from), from, dep) < (int)size;
 }
 
+/* A module's placement: the centre of its first pixel, its directions, its pixel size. */
+typedef struct nx_place {
+    double origin[3], fast[3], slow[3];
+    double px, py;
+} nx_place;
+
 /*
- * The NXmx module orientation (io.h, sw_h5_read_geometry): fast_pixel_direction and
- * slow_pixel_direction of /entry/instrument/detector/module, their vectors and the depends_on
- * chain they share (translations and rotations, at most 16), applied to the first pixel's corner
- * and to the two directions. Anything else (no module, directions of their own chains, a chain
- * that loops or breaks) leaves the orientation out, with a warning when something was there.
+ * The NXmx orientation of the module group at mpath (io.h, sw_h5_read_geometry):
+ * fast_pixel_direction and slow_pixel_direction, their vectors and the depends_on chain they
+ * share (translations and rotations, at most 16), applied to the first pixel's corner and to the
+ * two directions. 1 with *pl; 0 when the module has no pixel directions; -1 when they are there
+ * but unusable (a chain that loops or breaks, directions that are not perpendicular), with the
+ * reason in why.
  */
-static void read_orientation(walk *w, sw_diffraction_geometry *g)
+static int module_place(walk *w, const char *mpath, nx_place *pl, char *why, size_t ws)
 {
-    static const char *const fpath = PATH_DETECTOR "/module/fast_pixel_direction";
-    static const char *const spath = PATH_DETECTOR "/module/slow_pixel_direction";
+    char fpath[H5_PATH_MAX], spath[H5_PATH_MAX];
+    if (snprintf(fpath, sizeof fpath, "%s/fast_pixel_direction", mpath) >= (int)sizeof fpath ||
+        snprintf(spath, sizeof spath, "%s/slow_pixel_direction", mpath) >= (int)sizeof spath)
+        return 0;
     if (path_exists(w, w->master, fpath) <= 0 || path_exists(w, w->master, spath) <= 0) {
         H5Eclear2(H5E_DEFAULT);
-        return;
+        return 0;
     }
-    char why[H5_PATH_MAX + 128] = "";
     nx_transform f, sl;
-    if (!read_transform(w, fpath, &f, why, sizeof why) ||
-        !read_transform(w, spath, &sl, why, sizeof why)) {
-        walk_warn(w, "%s: the module orientation is not used: %s", w->path, why);
-        return;
-    }
+    if (!read_transform(w, fpath, &f, why, ws) || !read_transform(w, spath, &sl, why, ws))
+        return -1;
     if (f.rotation || sl.rotation || !(f.value > 0.0) || !(sl.value > 0.0)) {
-        walk_warn(w,
-                  "%s: the module orientation is not used: the pixel directions are not "
-                  "translations by a positive pixel size",
-                  w->path);
-        return;
+        snprintf(why, ws, "the pixel directions are not translations by a positive pixel size");
+        return -1;
     }
     char fdep[H5_PATH_MAX], sdep[H5_PATH_MAX];
     if (!resolve_dep(fpath, f.depends_on, fdep, sizeof fdep) ||
         !resolve_dep(spath, sl.depends_on, sdep, sizeof sdep) || strcmp(fdep, sdep) != 0) {
-        walk_warn(w,
-                  "%s: the module orientation is not used: the fast and slow directions do "
-                  "not depend on one transformation",
-                  w->path);
-        return;
+        snprintf(why, ws, "the fast and slow directions do not depend on one transformation");
+        return -1;
     }
     /* the first pixel's corner and the two directions, carried out along the chain */
     double p[3] = {f.offset_mm[0] + sl.offset_mm[0], f.offset_mm[1] + sl.offset_mm[1],
@@ -1090,17 +1089,12 @@ static void read_orientation(walk *w, sw_diffraction_geometry *g)
     int steps = 0;
     while (strcmp(cur, ".") != 0 && cur[0] != '\0') {
         if (++steps > 16) {
-            walk_warn(w,
-                      "%s: the module orientation is not used: its depends_on chain is longer "
-                      "than 16 (or loops)",
-                      w->path);
-            return;
+            snprintf(why, ws, "its depends_on chain is longer than 16 (or loops)");
+            return -1;
         }
         nx_transform t;
-        if (!read_transform(w, cur, &t, why, sizeof why)) {
-            walk_warn(w, "%s: the module orientation is not used: %s", w->path, why);
-            return;
-        }
+        if (!read_transform(w, cur, &t, why, ws))
+            return -1;
         if (t.rotation) {
             rotate(p, t.vector, t.value);
             rotate(fast, t.vector, t.value);
@@ -1115,36 +1109,205 @@ static void read_orientation(walk *w, sw_diffraction_geometry *g)
             break;
         char next[H5_PATH_MAX];
         if (!resolve_dep(cur, t.depends_on, next, sizeof next)) {
-            walk_warn(w, "%s: the module orientation is not used: %s depends on a path too long",
-                      w->path, cur);
-            return;
+            snprintf(why, ws, "%.900s depends on a path too long", cur);
+            return -1;
         }
         snprintf(cur, sizeof cur, "%s", next);
     }
     /* spotwave's origin is the centre of pixel (0,0): half a pixel in from the corner */
     for (int i = 0; i < 3; i++) {
-        g->origin_mm[i] = p[i] + 0.5 * f.value * fast[i] + 0.5 * sl.value * slow[i];
-        g->fast[i] = fast[i];
-        g->slow[i] = slow[i];
+        pl->origin[i] = p[i] + 0.5 * f.value * fast[i] + 0.5 * sl.value * slow[i];
+        pl->fast[i] = fast[i];
+        pl->slow[i] = slow[i];
     }
+    pl->px = f.value;
+    pl->py = sl.value;
     const double dot = fast[0] * slow[0] + fast[1] * slow[1] + fast[2] * slow[2];
-    if (fabs(dot) > 1e-6 || !isfinite(g->origin_mm[0]) || !isfinite(g->origin_mm[1]) ||
-        !isfinite(g->origin_mm[2])) {
-        walk_warn(w,
-                  "%s: the module orientation is not used: the pixel directions are not "
-                  "perpendicular",
-                  w->path);
-        memset(g->origin_mm, 0, sizeof g->origin_mm);
-        memset(g->fast, 0, sizeof g->fast);
-        memset(g->slow, 0, sizeof g->slow);
-        return;
+    if (fabs(dot) > 1e-6 || !isfinite(pl->origin[0]) || !isfinite(pl->origin[1]) ||
+        !isfinite(pl->origin[2])) {
+        snprintf(why, ws, "the pixel directions are not perpendicular");
+        return -1;
     }
+    return 1;
+}
+
+/*
+ * The detector's orientation: that of its module ".../detector/module" (the one module Eiger
+ * masters describe), when it can be used; anything else leaves the orientation out, with a
+ * warning when something was there.
+ */
+static void read_orientation(walk *w, sw_diffraction_geometry *g)
+{
+    char why[H5_PATH_MAX + 128] = "";
+    nx_place pl;
+    const int got = module_place(w, PATH_DETECTOR "/module", &pl, why, sizeof why);
+    if (got < 0)
+        walk_warn(w, "%s: the module orientation is not used: %s", w->path, why);
+    if (got <= 0)
+        return;
+    memcpy(g->origin_mm, pl.origin, sizeof g->origin_mm);
+    memcpy(g->fast, pl.fast, sizeof g->fast);
+    memcpy(g->slow, pl.slow, sizeof g->slow);
     g->orientation = 1;
     g->have |= SW_DG_ORIENTATION;
     if (!(g->have & SW_DG_PIXEL)) { /* the directions' values are the pixel size */
-        g->pixel_x_mm = f.value;
-        g->pixel_y_mm = sl.value;
+        g->pixel_x_mm = pl.px;
+        g->pixel_y_mm = pl.py;
         g->have |= SW_DG_PIXEL;
+    }
+}
+
+/* A numeric dataset of exactly two integers without filters (NXmx's data_origin, data_size) into
+ * v: 1, 0 absent, -1 unusable (another count, a float, a filter, a value beyond int32). */
+static int read_int_pair(walk *w, const char *path, int64_t v[2])
+{
+    int e = path_exists(w, w->master, path);
+    if (e <= 0) {
+        H5Eclear2(H5E_DEFAULT);
+        return e;
+    }
+    hid_t d = H5Oopen(w->master, path, w->lapl);
+    if (d < 0) {
+        H5Eclear2(H5E_DEFAULT);
+        return -1;
+    }
+    int res = -1;
+    if (H5Iget_type(d) == H5I_DATASET) {
+        hid_t sp = H5Dget_space(d), t = H5Dget_type(d), p = H5Dget_create_plist(d);
+        if (sp >= 0 && t >= 0 && p >= 0 && H5Pget_nfilters(p) == 0 &&
+            H5Pget_external_count(p) == 0 && H5Sget_simple_extent_ndims(sp) == 1 &&
+            H5Sget_simple_extent_npoints(sp) == 2 && H5Tget_class(t) == H5T_INTEGER) {
+            long long tmp[2] = {0, 0};
+            if (H5Dread(d, H5T_NATIVE_LLONG, H5S_ALL, H5S_ALL, H5P_DEFAULT, tmp) >= 0 &&
+                tmp[0] >= INT32_MIN && tmp[0] <= INT32_MAX && tmp[1] >= INT32_MIN &&
+                tmp[1] <= INT32_MAX) {
+                v[0] = tmp[0];
+                v[1] = tmp[1];
+                res = 1;
+            }
+        }
+        if (p >= 0)
+            H5Pclose(p);
+        if (t >= 0)
+            H5Tclose(t);
+        if (sp >= 0)
+            H5Sclose(sp);
+    }
+    H5Oclose(d);
+    H5Eclear2(H5E_DEFAULT);
+    return res;
+}
+
+/*
+ * The detector's modules (io.h, sw_h5_read_modules): every group under /entry/instrument/detector
+ * (hard links, in name order) whose NX_class is NXdetector_module, with data_origin and data_size
+ * of two integers (slow, fast), each rectangle inside the frame and apart from the others; each
+ * with its orientation when module_place gives one. Modules that do not hold together are all
+ * left out, with a warning.
+ */
+static void read_modules(walk *w)
+{
+    h5_layout *l = w->l;
+    if (path_exists(w, w->master, PATH_DETECTOR) <= 0) {
+        H5Eclear2(H5E_DEFAULT);
+        return;
+    }
+    hid_t det = H5Oopen(w->master, PATH_DETECTOR, w->lapl);
+    H5G_info_t gi;
+    if (det < 0 || H5Iget_type(det) != H5I_GROUP || H5Gget_info(det, &gi) < 0) {
+        if (det >= 0)
+            H5Oclose(det);
+        H5Eclear2(H5E_DEFAULT);
+        return;
+    }
+    char why[H5_PATH_MAX + 192] = "";
+    const uint64_t frame_h = l->blocks[0].dims[1], frame_w = l->blocks[0].dims[2];
+    const hsize_t nlinks = gi.nlinks < H5_MAX_LINKS_SEEN ? gi.nlinks : H5_MAX_LINKS_SEEN;
+    for (hsize_t i = 0; i < nlinks && !why[0]; i++) {
+        char name[256], mpath[H5_PATH_MAX];
+        ssize_t len =
+            H5Lget_name_by_idx(det, ".", H5_INDEX_NAME, H5_ITER_INC, i, name, sizeof name, w->lapl);
+        H5L_info_t li;
+        if (len <= 0 || (size_t)len >= sizeof name || H5Lget_info(det, name, &li, w->lapl) < 0 ||
+            li.type != H5L_TYPE_HARD) {
+            H5Eclear2(H5E_DEFAULT);
+            continue;
+        }
+        snprintf(mpath, sizeof mpath, "%s/%s", PATH_DETECTOR, name);
+        hid_t m = H5Oopen(det, name, w->lapl);
+        char cls[64] = "";
+        if (m >= 0) {
+            if (H5Iget_type(m) == H5I_GROUP)
+                read_str_attr(m, "NX_class", cls, sizeof cls);
+            H5Oclose(m);
+        }
+        H5Eclear2(H5E_DEFAULT);
+        if (strcmp(cls, "NXdetector_module") != 0)
+            continue;
+        if (l->nmodules >= H5_MAX_MODULES) {
+            snprintf(why, sizeof why, "more than %d modules", H5_MAX_MODULES);
+            break;
+        }
+        if (!l->modules && !(l->modules = malloc(H5_MAX_MODULES * sizeof *l->modules))) {
+            snprintf(why, sizeof why, "out of memory");
+            break;
+        }
+        char p1[H5_PATH_MAX + 16], p2[H5_PATH_MAX + 16];
+        snprintf(p1, sizeof p1, "%s/data_origin", mpath);
+        snprintf(p2, sizeof p2, "%s/data_size", mpath);
+        int64_t org[2], size[2];
+        if (read_int_pair(w, p1, org) != 1 || read_int_pair(w, p2, size) != 1) {
+            snprintf(why, sizeof why,
+                     "%.300s has no data_origin and data_size of two integers (slow, fast)", mpath);
+            break;
+        }
+        sw_diffraction_module *md = &l->modules[l->nmodules];
+        memset(md, 0, sizeof *md);
+        md->y0 = (int32_t)org[0];
+        md->x0 = (int32_t)org[1];
+        md->height = (int32_t)size[0];
+        md->width = (int32_t)size[1];
+        if (md->x0 < 0 || md->y0 < 0 || md->width < 1 || md->height < 1 ||
+            (uint64_t)md->x0 + (uint64_t)md->width > frame_w ||
+            (uint64_t)md->y0 + (uint64_t)md->height > frame_h) {
+            snprintf(why, sizeof why,
+                     "%.300s (%d x %d px at %d, %d) does not lie inside the %llu x %llu frames",
+                     mpath, (int)md->width, (int)md->height, (int)md->x0, (int)md->y0,
+                     (unsigned long long)frame_w, (unsigned long long)frame_h);
+            break;
+        }
+        for (uint32_t k = 0; k < l->nmodules && !why[0]; k++) {
+            const sw_diffraction_module *o = &l->modules[k];
+            if (md->x0 < o->x0 + o->width && o->x0 < md->x0 + md->width &&
+                md->y0 < o->y0 + o->height && o->y0 < md->y0 + md->height)
+                snprintf(why, sizeof why, "%.300s overlaps module %u", mpath, (unsigned)k);
+        }
+        if (why[0])
+            break;
+        nx_place pl;
+        char pwhy[H5_PATH_MAX + 128] = "";
+        const int got = module_place(w, mpath, &pl, pwhy, sizeof pwhy);
+        if (got < 0)
+            walk_warn(w, "%s: %s's orientation is not used: %s", w->path, mpath, pwhy);
+        if (got > 0) {
+            /* where frame pixel (0,0) would lie on the module's plane */
+            md->orientation = 1;
+            for (int c = 0; c < 3; c++) {
+                md->origin_mm[c] =
+                    pl.origin[c] - md->x0 * pl.px * pl.fast[c] - md->y0 * pl.py * pl.slow[c];
+                md->fast[c] = pl.fast[c];
+                md->slow[c] = pl.slow[c];
+            }
+            md->pixel_x_mm = pl.px;
+            md->pixel_y_mm = pl.py;
+        }
+        l->nmodules++;
+    }
+    H5Oclose(det);
+    H5Eclear2(H5E_DEFAULT);
+    if (why[0]) {
+        walk_warn(w, "%s: the detector's modules are not used: %s", w->path, why);
+        l->nmodules = 0;
     }
 }
 
@@ -1255,6 +1418,7 @@ static void read_geometry(walk *w)
         g->have |= SW_DG_OVERLOAD;
     }
     read_orientation(w, g);
+    read_modules(w);
 }
 
 static void read_overload(walk *w)
@@ -1422,6 +1586,9 @@ void h5_layout_free(h5_layout *l)
     for (uint32_t i = 0; i < l->nwarnings; i++)
         free(l->warnings[i]);
     free(l->warnings);
+    free(l->modules);
+    l->modules = NULL;
+    l->nmodules = 0;
     l->blocks = NULL;
     l->files = NULL;
     l->warnings = NULL;
@@ -1553,6 +1720,22 @@ uint8_t *h5_layout_pack(const h5_layout *l, size_t *size)
                                      : l->geom.slow[i - 6];
             memcpy(&ov, &v, 8);
             put64(&k, ov);
+        }
+        put32(&k, l->nmodules);
+        for (uint32_t m = 0; m < l->nmodules; m++) {
+            const sw_diffraction_module *md = &l->modules[m];
+            put32(&k, (uint32_t)md->x0);
+            put32(&k, (uint32_t)md->y0);
+            put32(&k, (uint32_t)md->width);
+            put32(&k, (uint32_t)md->height);
+            put32(&k, (uint32_t)md->orientation);
+            const double v[11] = {md->origin_mm[0], md->origin_mm[1], md->origin_mm[2], md->fast[0],
+                                  md->fast[1],      md->fast[2],      md->slow[0],      md->slow[1],
+                                  md->slow[2],      md->pixel_x_mm,   md->pixel_y_mm};
+            for (int i = 0; i < 11; i++) {
+                memcpy(&ov, &v[i], 8);
+                put64(&k, ov);
+            }
         }
     }
     if (k.oom) {
@@ -1881,6 +2064,56 @@ sw_status h5_layout_unpack(const uint8_t *buf, size_t size, h5_layout *l)
     }
     const uint32_t known = SW_DG_WAVELENGTH | SW_DG_DISTANCE | SW_DG_BEAM | SW_DG_PIXEL |
                            SW_DG_OVERLOAD | SW_DG_EXPOSURE | SW_DG_ORIENTATION;
+    /* the modules: inside the frame, apart, orientations of unit axes and positive pixels (a
+     * message that ends before them has none) */
+    const uint32_t nmod = u.pos == u.n ? 0 : get32(&u);
+    if (u.bad || nmod > H5_MAX_MODULES)
+        goto bad;
+    if (nmod > 0 && !(l->modules = malloc(nmod * sizeof *l->modules)))
+        goto oom;
+    for (uint32_t m = 0; m < nmod; m++) {
+        sw_diffraction_module *md = &l->modules[m];
+        memset(md, 0, sizeof *md);
+        const uint32_t x0 = get32(&u), y0 = get32(&u), mw = get32(&u), mh = get32(&u);
+        const uint32_t orient = get32(&u);
+        double mv[11];
+        for (int i = 0; i < 11; i++) {
+            ov = get64(&u);
+            memcpy(&mv[i], &ov, 8);
+            if (!isfinite(mv[i]))
+                goto bad;
+        }
+        if (u.bad || orient > 1 || mw < 1 || mh < 1 || x0 > l->blocks[0].dims[2] ||
+            mw > l->blocks[0].dims[2] - x0 || y0 > l->blocks[0].dims[1] ||
+            mh > l->blocks[0].dims[1] - y0)
+            goto bad;
+        md->x0 = (int32_t)x0;
+        md->y0 = (int32_t)y0;
+        md->width = (int32_t)mw;
+        md->height = (int32_t)mh;
+        md->orientation = (int)orient;
+        for (uint32_t o = 0; o < m; o++) {
+            const sw_diffraction_module *q = &l->modules[o];
+            if (md->x0 < q->x0 + q->width && q->x0 < md->x0 + md->width &&
+                md->y0 < q->y0 + q->height && q->y0 < md->y0 + md->height)
+                goto bad;
+        }
+        if (orient) {
+            for (int i = 0; i < 3; i++) {
+                md->origin_mm[i] = mv[i];
+                md->fast[i] = mv[3 + i];
+                md->slow[i] = mv[6 + i];
+            }
+            md->pixel_x_mm = mv[9];
+            md->pixel_y_mm = mv[10];
+            const double nfa = mv[3] * mv[3] + mv[4] * mv[4] + mv[5] * mv[5];
+            const double nsl = mv[6] * mv[6] + mv[7] * mv[7] + mv[8] * mv[8];
+            if (!(fabs(nfa - 1.0) < 1e-6) || !(fabs(nsl - 1.0) < 1e-6) || !(mv[9] > 0.0) ||
+                !(mv[10] > 0.0))
+                goto bad;
+        }
+        l->nmodules = m + 1;
+    }
     if (u.bad || u.pos != u.n || (have & ~known) || ((have & SW_DG_WAVELENGTH) && !(gv[0] > 0.0)) ||
         ((have & SW_DG_DISTANCE) && !(gv[1] > 0.0)) ||
         ((have & SW_DG_PIXEL) && !(gv[4] > 0.0 && gv[5] > 0.0)) ||

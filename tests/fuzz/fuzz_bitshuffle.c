@@ -4,7 +4,8 @@
  * element size 1/2/4/8, bits 2-7 a block size / 8 for the uncompressed variant), 2 bytes the
  * chunk size in elements, then the stored chunk. Invariants: 0 or -1 with a
  * reason; nothing written beyond the chunk (sentinel); 0 only for input whose header names the
- * chunk's size; the uncompressed variant likewise.
+ * chunk's size; three decoding threads give the one-thread status, reason and bytes; the
+ * uncompressed variant likewise.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -35,6 +36,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     if (rc != 0 && why[0] == '\0')
         abort();
+    /* three threads: the same status, the same reason, the same bytes */
+    uint8_t *out3 = malloc(out_size + 32);
+    if (!out3)
+        abort();
+    memset(out3 + out_size, 0x5C, 32);
+    char why3[256];
+    int rc3 = sw_bshuf_decode_lz4_mt(data, size, out3, out_size, es, 3, why3, sizeof why3);
+    if (rc3 != rc || (rc != 0 && strcmp(why, why3) != 0) ||
+        (rc == 0 && memcmp(out, out3, out_size) != 0))
+        abort();
+    for (int i = 0; i < 32; i++)
+        if (out3[out_size + i] != 0x5C)
+            abort();
+    free(out3);
     if (rc == 0) {
         uint64_t total = 0;
         for (int i = 0; i < 8; i++)

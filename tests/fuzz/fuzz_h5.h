@@ -2,7 +2,8 @@
  * The checks every HDF5 fuzz target makes on a file set: open (the walk in its child, a short
  * time limit), then read frames into padded images and the pixel mask.
  * Invariants: a failed open leaves *out NULL with one of the statuses io.h lists for files; an
- * open file has a consistent shape; every read is SW_OK or SW_EFORMAT and writes nothing outside
+ * open file has a consistent shape and modules inside its frames; every read (bitshuffle/LZ4
+ * blocks on two threads) is SW_OK or SW_EFORMAT and writes nothing outside
  * the image's own pixels (the row padding keeps its sentinel); frames out of range are
  * SW_EINVAL; the mask is SW_EFORMAT only when absent or unusable.
  */
@@ -19,6 +20,7 @@ static void fuzz_h5_check(const char *path)
     sw_h5_options o;
     sw_h5_options_default(&o);
     o.timeout_s = 5.0;
+    o.threads = 2;                        /* bitshuffle/LZ4 blocks decoded on two threads */
     sw_h5_reader *r = (sw_h5_reader *)&o; /* not NULL: open must reset it */
     sw_status st = sw_h5_open_ex(NULL, path, &o, &r);
     if (st != SW_OK) {
@@ -34,6 +36,19 @@ static void fuzz_h5_check(const char *path)
         (in.type != SW_PIX_U8 && in.type != SW_PIX_U16 && in.type != SW_PIX_U32) ||
         !(in.overload >= 0.0))
         abort();
+    /* the modules: inside the frame, apart, orientations of unit axes */
+    int32_t nmod = -1;
+    sw_diffraction_module mods[8];
+    if (sw_h5_read_modules(r, mods, 8, &nmod) != SW_OK || nmod < 0 || nmod > 1024)
+        abort();
+    for (int32_t m = 0; m < nmod && m < 8; m++) {
+        const sw_diffraction_module *md = &mods[m];
+        if (md->x0 < 0 || md->y0 < 0 || md->width < 1 || md->height < 1 ||
+            (int64_t)md->x0 + md->width > in.width || (int64_t)md->y0 + md->height > in.height)
+            abort();
+        if (md->orientation && !(md->pixel_x_mm > 0.0 && md->pixel_y_mm > 0.0))
+            abort();
+    }
     const size_t ps = sw_pixel_size(in.type), row = (size_t)in.width * ps;
     /* frames beyond what a fuzzer's memory allows are left unread */
     if ((uint64_t)row * (uint64_t)in.height <= ((uint64_t)64 << 20)) {

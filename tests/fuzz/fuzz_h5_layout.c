@@ -7,8 +7,9 @@
  * coverage (in its child) is invisible to libFuzzer; here the layout itself is fuzzed.
  * Input: the message, split from the file bytes as fuzz_common.h says. Seeds: the walk's
  * messages for the HDF5 seeds with their files (make_seeds.c). Invariants: unpack gives SW_OK or
- * SW_EFORMAT / SW_ENOMEM with the layout emptied; reads give 0 or -1 with a reason and write
- * nothing outside the plane (padding sentinel).
+ * SW_EFORMAT / SW_ENOMEM with the layout emptied, and the modules it accepts lie inside the frames
+ * without overlapping; reads (bitshuffle/LZ4 blocks on two threads) give 0 or -1 with a reason
+ * and write nothing outside the plane (padding sentinel).
  */
 #include "fuzz_common.h"
 #include "io/hdf5_internal.h"
@@ -38,7 +39,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int fd = open(path, O_RDONLY);
     if (fd < 0)
         abort();
-    h5_scratch s = {NULL, NULL, 0, 0};
+    /* the modules accepted: inside the frames, apart, orientations of unit axes */
+    for (uint32_t m = 0; m < l.nmodules; m++) {
+        const sw_diffraction_module *md = &l.modules[m];
+        if (md->x0 < 0 || md->y0 < 0 || md->width < 1 || md->height < 1 ||
+            (uint64_t)md->x0 + (uint64_t)md->width > l.blocks[0].dims[2] ||
+            (uint64_t)md->y0 + (uint64_t)md->height > l.blocks[0].dims[1])
+            abort();
+        for (uint32_t o = 0; o < m; o++) {
+            const sw_diffraction_module *q = &l.modules[o];
+            if (md->x0 < q->x0 + q->width && q->x0 < md->x0 + md->width &&
+                md->y0 < q->y0 + q->height && q->y0 < md->y0 + md->height)
+                abort();
+        }
+        if (md->orientation && !(md->pixel_x_mm > 0.0 && md->pixel_y_mm > 0.0))
+            abort();
+    }
+    h5_scratch s = {NULL, NULL, 0, 0, 2}; /* bitshuffle/LZ4 blocks on two threads */
     uint8_t *cache = NULL;
     size_t cache_cap = 0;
     int64_t cache_id = -1;

@@ -306,7 +306,7 @@ static void test_mask_shapes(void **state)
 static void test_panels(void **state)
 {
     (void)state;
-    const sw_diffraction_panels p = {10, 6, 3, 2};
+    const sw_diffraction_panels p = {.module_w = 10, .module_h = 6, .gap_x = 3, .gap_y = 2};
     assert_int_equal(sw_diffraction_panel_count(&p, 25, 15), 2 * 2);
     assert_int_equal(sw_diffraction_panel_at(&p, 25, 15, 0, 0), 0);
     assert_int_equal(sw_diffraction_panel_at(&p, 25, 15, 9.4, 5.4), 0);
@@ -331,9 +331,103 @@ static void test_panels(void **state)
     for (int y = 0; y < 15; y++)
         for (int x = 0; x < 25; x++)
             assert_int_equal(m[y * 25 + x], sw_diffraction_panel_at(&p, 25, 15, x, y) >= 0);
-    const sw_diffraction_panels bad = {0, 6, 3, 2};
+    const sw_diffraction_panels bad = {.module_w = 0, .module_h = 6, .gap_x = 3, .gap_y = 2};
     mp.panels = &bad;
     assert_int_equal(sw_diffraction_mask(NULL, NULL, &mp, 25, 15, m, NULL), SW_EINVAL);
+}
+
+/* Modules listed as a file gives them (an NXmx master's NXdetector_module groups): two of 8 x 10
+ * px on a 20 x 12 frame with a 4 px gap, the second placed by its own orientation 3 mm further
+ * along x than the flat model puts it. Panels, the gap mask, d per panel (the mask by d and
+ * sw_diffraction_d_at agree with Bragg's law at the module's place), the summary's d counts, and
+ * modules that overlap, leave the frame or have no unit axes refused. */
+static void test_panels_listed(void **state)
+{
+    (void)state;
+    sw_diffraction_geometry g = flat();
+    g.beam_x_px = 9.5;
+    g.beam_y_px = 5.5;
+    g.distance_mm = 10.0;
+    sw_diffraction_module mod[2];
+    memset(mod, 0, sizeof mod);
+    mod[0] = (sw_diffraction_module){.x0 = 0, .y0 = 1, .width = 8, .height = 10};
+    mod[1] = (sw_diffraction_module){.x0 = 12, .y0 = 1, .width = 8, .height = 10};
+    mod[1].orientation = 1;
+    const double shift = 3.0;
+    mod[1].origin_mm[0] = -9.5 * 0.075 + shift;
+    mod[1].origin_mm[1] = -5.5 * 0.075;
+    mod[1].origin_mm[2] = 10.0;
+    mod[1].fast[0] = mod[1].slow[1] = 1.0;
+    mod[1].pixel_x_mm = mod[1].pixel_y_mm = 0.075;
+    sw_diffraction_panels p;
+    memset(&p, 0, sizeof p);
+    p.modules = mod;
+    p.nmodules = 2;
+    assert_int_equal(sw_diffraction_panel_count(&p, 20, 12), 2);
+    assert_int_equal(sw_diffraction_panel_at(&p, 20, 12, 0, 1), 0);
+    assert_int_equal(sw_diffraction_panel_at(&p, 20, 12, 7.4, 10.4), 0);
+    assert_int_equal(sw_diffraction_panel_at(&p, 20, 12, 7.6, 5), -1); /* the gap */
+    assert_int_equal(sw_diffraction_panel_at(&p, 20, 12, 5, 0), -1);   /* row 0: no module */
+    assert_int_equal(sw_diffraction_panel_at(&p, 20, 12, 12, 5), 1);
+    assert_int_equal(sw_diffraction_panel_at(&p, 20, 12, 19, 11), -1);
+    /* d: module 0 by the flat model, module 1 by its place, the gap by the flat model */
+    for (int k = 0; k < 3; k++) {
+        const double x = k == 0 ? 3.0 : k == 1 ? 15.0 : 10.0, y = 4.0;
+        const double lx = (x - 9.5) * 0.075 + (k == 1 ? shift : 0.0), ly = (y - 5.5) * 0.075;
+        const double r = sqrt(lx * lx + ly * ly + 100.0);
+        const double want = 1.0 / (2.0 * sin(0.5 * acos(10.0 / r)));
+        assert_near(sw_diffraction_d_at(&g, &p, 20, 12, x, y), want, 1e-9 * want);
+        sw_diffraction_geometry pg;
+        sw_diffraction_panel_geometry(&g, &p, k == 2 ? -1 : k, &pg);
+        assert_int_equal(pg.orientation, k == 1);
+        assert_near(sw_diffraction_d_spacing(&pg, x, y), want, 1e-9 * want);
+    }
+    /* the mask: the gap and row 0 and 11 cleared; d limits judged with each module's place */
+    uint8_t m[20 * 12];
+    memset(m, 1, sizeof m);
+    sw_diffraction_mask_params mp;
+    memset(&mp, 0, sizeof mp);
+    mp.panels = &p;
+    mp.d_min = sw_diffraction_d_at(&g, &p, 20, 12, 15.5, 4.3); /* cuts into module 1 only */
+    int64_t masked = 0;
+    assert_int_equal(sw_diffraction_mask(NULL, &g, &mp, 20, 12, m, &masked), SW_OK);
+    int64_t cleared = 0;
+    for (int y = 0; y < 12; y++)
+        for (int x = 0; x < 20; x++) {
+            const int panel = sw_diffraction_panel_at(&p, 20, 12, x, y);
+            const int want = panel >= 0 && sw_diffraction_d_at(&g, &p, 20, 12, x, y) > mp.d_min;
+            assert_int_equal(m[y * 20 + x], want);
+            cleared += !want;
+        }
+    assert_int_equal(masked, cleared);
+    assert_true(cleared > 240 - 160 + 10); /* the gaps and part of module 1 */
+    for (int y = 1; y < 11; y++)
+        for (int x = 0; x < 8; x++)
+            assert_int_equal(m[y * 20 + x], 1); /* module 0 lies below the limit everywhere */
+    /* the summary counts d < 4 A per panel */
+    sw_spot sp[2];
+    memset(sp, 0, sizeof sp);
+    sp[0].x = 3.0;
+    sp[1].x = 15.0;
+    sp[0].y = sp[1].y = 4.0;
+    sw_diffraction_summary sum;
+    assert_int_equal(sw_diffraction_summarise_panels(NULL, &g, &p, 20, 12, sp, 2, 0, &sum), SW_OK);
+    const int64_t lt4 = (sw_diffraction_d_at(&g, &p, 20, 12, 3, 4) < 4.0) +
+                        (sw_diffraction_d_at(&g, &p, 20, 12, 15, 4) < 4.0);
+    assert_int_equal(sum.n_spots_d_lt_4a, lt4);
+    assert_true(lt4 == 1); /* only the placed module's spot lies beyond 4 A */
+    /* refused */
+    memset(m, 1, sizeof m);
+    mod[1].x0 = 7; /* overlaps module 0 */
+    assert_int_equal(sw_diffraction_mask(NULL, &g, &mp, 20, 12, m, NULL), SW_EINVAL);
+    mod[1].x0 = 13; /* 13 + 8 > 20 */
+    assert_int_equal(sw_diffraction_mask(NULL, &g, &mp, 20, 12, m, NULL), SW_EINVAL);
+    mod[1].x0 = 12;
+    mod[1].fast[0] = 2.0;
+    assert_int_equal(sw_diffraction_mask(NULL, &g, &mp, 20, 12, m, NULL), SW_EINVAL);
+    mod[1].fast[0] = 1.0;
+    p.modules = NULL;
+    assert_int_equal(sw_diffraction_mask(NULL, &g, &mp, 20, 12, m, NULL), SW_EINVAL);
 }
 
 /* Spots spread evenly in reciprocal-space volume (1/d^3) from 20 A to 2.5 A, and a thin scatter
@@ -394,7 +488,7 @@ static void test_spots_h5(void **state)
 {
     (void)state;
     sw_diffraction_geometry g = flat();
-    const sw_diffraction_panels pn = {1500, 3000, 10, 0};
+    const sw_diffraction_panels pn = {.module_w = 1500, .module_h = 3000, .gap_x = 10, .gap_y = 0};
     sw_spot s[2];
     memset(s, 0, sizeof s);
     s[0].x = 1400.0, s[0].y = 1400.0, s[0].z0 = 3, s[0].intensity = 10.0, s[0].npix = 4;
@@ -431,7 +525,7 @@ int main(void)
         cmocka_unit_test(test_mask_d_range),  cmocka_unit_test(test_mask_ice),
         cmocka_unit_test(test_mask_shapes),   cmocka_unit_test(test_estimate_d_min),
         cmocka_unit_test(test_summary),       cmocka_unit_test(test_panels),
-        cmocka_unit_test(test_spots_h5),
+        cmocka_unit_test(test_spots_h5),      cmocka_unit_test(test_panels_listed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -166,6 +166,158 @@ static void roundtrip(void **state)
     sw_image_free(&big);
 }
 
+/* One array (elsize-byte integers, signed, byte offset) as the data column of the current row:
+ * w x h x slow (slow 0: a 2-D array). */
+static void set_array(cbf_handle cbf, const void *values, size_t elsize, size_t w, size_t h,
+                      size_t slow)
+{
+    assert_int_equal(cbf_set_integerarray_wdims_fs(cbf, CBF_BYTE_OFFSET, 1, (void *)values, elsize,
+                                                   1, w * h * (slow ? slow : 1), "little_endian", w,
+                                                   h, slow, 0),
+                     0);
+}
+
+static void write_cbf(cbf_handle cbf, const char *path)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(cbf_write_file(cbf, f, 0, CBF, MSG_DIGEST | MIME_HEADERS,
+                                    ENC_NONE | ENC_CRTERM | ENC_LFTERM),
+                     0);
+    fclose(f);
+    cbf_free_handle(cbf);
+}
+
+/* A data block "image_<k>" with _array_data (header_contents, data) of one 2-D array. */
+static void add_block(cbf_handle cbf, int k, const char *header, const int32_t *v, size_t w,
+                      size_t h)
+{
+    char name[32];
+    snprintf(name, sizeof name, "image_%d", k);
+    assert_int_equal(cbf_new_datablock(cbf, name), 0);
+    assert_int_equal(cbf_new_category(cbf, "array_data"), 0);
+    assert_int_equal(cbf_new_column(cbf, "header_contents"), 0);
+    assert_int_equal(cbf_set_value(cbf, header), 0);
+    assert_int_equal(cbf_new_column(cbf, "data"), 0);
+    set_array(cbf, v, 4, w, h, 0);
+}
+
+/* Files of several frames written by CBFlib: three data blocks of one array each (every frame
+ * read in order, the first block's mini-header the geometry, a pixel negative in any frame
+ * masked); one block of two rows of _array_data.data; a 3-D array of 3 planes; blocks that
+ * differ in size refused; sw_cbf_read refuses several; every cut of a two-frame file refused. */
+static void several_frames(void **state)
+{
+    (void)state;
+    const size_t w = 23, h = 17, np = w * h;
+    int32_t *v = malloc(3 * np * sizeof *v);
+    assert_non_null(v);
+    for (size_t i = 0; i < 3 * np; i++)
+        v[i] = (int32_t)((i * 2654435761u) % 50000u);
+    v[7] = -1;          /* bad in frame 0 only */
+    v[np + 30] = -2;    /* a gap in frame 1 only */
+    v[2 * np + 7] = 70; /* frame 2 good where frame 0 was bad */
+    const char *path = sw_test_path("multi.cbf");
+    cbf_handle cbf;
+    assert_int_equal(cbf_make_handle(&cbf), 0);
+    add_block(cbf, 1, pilatus_header, v, w, h);
+    add_block(cbf, 2, "\n# Wavelength 2.0 A\n", v + np, w, h);
+    add_block(cbf, 3, "\n# Wavelength 3.0 A\n", v + 2 * np, w, h);
+    write_cbf(cbf, path);
+
+    sw_frames fr;
+    uint8_t *valid = NULL;
+    sw_diffraction_geometry g;
+    assert_int_equal(sw_cbf_read_frames(NULL, path, &fr, &valid, &g), SW_OK);
+    assert_int_equal(fr.count, 3);
+    assert_non_null(valid);
+    assert_true(g.wavelength_a == 0.97625 && (g.have & SW_DG_BEAM)); /* the first block's */
+    for (int k = 0; k < 3; k++) {
+        assert_int_equal(fr.frames[k].type, SW_PIX_U32);
+        for (size_t i = 0; i < np; i++) {
+            const int32_t want = v[(size_t)k * np + i];
+            const uint32_t got =
+                ((const uint32_t *)sw_image_row(&fr.frames[k], (int32_t)(i / w)))[i % w];
+            assert_int_equal(got, want < 0 ? 0u : (uint32_t)want);
+        }
+    }
+    for (size_t i = 0; i < np; i++)
+        assert_int_equal(valid[i], i != 7 && i != 30);
+    free(valid);
+    sw_frames_free(&fr);
+    sw_image one;
+    assert_int_equal(sw_cbf_read(NULL, path, &one, &valid, &g), SW_EUNSUPPORTED);
+    assert_non_null(strstr(sw_context_error(NULL), "3 frames"));
+    assert_null(one.data);
+    assert_null(valid);
+
+    /* every cut of the file inside the frames: refused, nothing returned */
+    size_t n;
+    unsigned char *b = NULL;
+    {
+        FILE *f = fopen(path, "rb");
+        assert_non_null(f);
+        fseek(f, 0, SEEK_END);
+        n = (size_t)ftell(f);
+        rewind(f);
+        b = malloc(n);
+        assert_int_equal(fread(b, 1, n, f), n);
+        fclose(f);
+    }
+    for (size_t cut = n / 3; cut < n - 60; cut += n / 9) {
+        sw_status st = sw_cbf_read_frames_memory(NULL, b, cut, &fr, &valid, &g);
+        assert_true(st == SW_EFORMAT);
+        assert_int_equal(fr.count, 0);
+        assert_null(fr.frames);
+        assert_null(valid);
+    }
+    /* the whole buffer reads as the file does */
+    assert_int_equal(sw_cbf_read_frames_memory(NULL, b, n, &fr, NULL, NULL), SW_OK);
+    assert_int_equal(fr.count, 3);
+    sw_frames_free(&fr);
+    free(b);
+
+    /* one block, two rows of _array_data.data */
+    assert_int_equal(cbf_make_handle(&cbf), 0);
+    assert_int_equal(cbf_new_datablock(cbf, "image_1"), 0);
+    assert_int_equal(cbf_new_category(cbf, "array_data"), 0);
+    assert_int_equal(cbf_new_column(cbf, "data"), 0);
+    set_array(cbf, v + np, 4, w, h, 0);
+    assert_int_equal(cbf_new_row(cbf), 0);
+    set_array(cbf, v + 2 * np, 4, w, h, 0);
+    write_cbf(cbf, path);
+    assert_int_equal(sw_cbf_read_frames(NULL, path, &fr, NULL, NULL), SW_OK);
+    assert_int_equal(fr.count, 2);
+    assert_int_equal(((const uint32_t *)fr.frames[1].data)[7], 70u);
+    assert_int_equal(((const uint32_t *)fr.frames[0].data)[0], (uint32_t)v[np]);
+    sw_frames_free(&fr);
+
+    /* a 3-D array: a frame per plane */
+    assert_int_equal(cbf_make_handle(&cbf), 0);
+    assert_int_equal(cbf_new_datablock(cbf, "image_1"), 0);
+    assert_int_equal(cbf_new_category(cbf, "array_data"), 0);
+    assert_int_equal(cbf_new_column(cbf, "data"), 0);
+    set_array(cbf, v, 4, w, h, 3);
+    write_cbf(cbf, path);
+    assert_int_equal(sw_cbf_read_frames(NULL, path, &fr, &valid, NULL), SW_OK);
+    assert_int_equal(fr.count, 3);
+    assert_int_equal(((const uint32_t *)fr.frames[2].data)[7], 70u);
+    assert_int_equal(((const uint32_t *)fr.frames[1].data)[0], (uint32_t)v[np]);
+    free(valid);
+    sw_frames_free(&fr);
+
+    /* blocks of different sizes: refused, naming the one that differs */
+    assert_int_equal(cbf_make_handle(&cbf), 0);
+    add_block(cbf, 1, "\n# Detector: a\n", v, w, h);
+    add_block(cbf, 2, "\n# Detector: b\n", v, w - 1, h);
+    write_cbf(cbf, path);
+    assert_int_equal(sw_cbf_read_frames(NULL, path, &fr, &valid, NULL), SW_EUNSUPPORTED);
+    assert_non_null(strstr(sw_context_error(NULL), "data block 2"));
+    assert_int_equal(fr.count, 0);
+    assert_null(valid);
+    free(v);
+}
+
 static void header_units(void **state)
 {
     (void)state;
@@ -261,6 +413,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(reference_writer_geometry),
         cmocka_unit_test(roundtrip),
+        cmocka_unit_test(several_frames),
         cmocka_unit_test(header_units),
         cmocka_unit_test(corrupt),
     };

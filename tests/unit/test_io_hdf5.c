@@ -1304,6 +1304,100 @@ static void bitshuffle_corrupt(void **state)
     free(bad);
 }
 
+/* Several threads decode a chunk's LZ4 blocks (sw_bshuf_decode_lz4_mt): on chunks of many
+ * blocks, intact and damaged (bytes flipped, counts broken, cut short), every thread count gives
+ * the one-thread result: the status, the reason word for word and, on success, the same bytes. A
+ * frame of a bitshuffle/LZ4 file reads the same with 1 and 3 decoding threads. */
+static void bitshuffle_threads(void **state)
+{
+    (void)state;
+    uint64_t seed = 2028;
+    int damaged = 0;
+    for (int t = 0; t < 400; t++) {
+        const size_t es = (size_t)1 << (mix_next(&seed) % 4);
+        const size_t n = 1 + (size_t)(mix_next(&seed) % 40000);
+        const size_t size = n * es,
+                     block = mix_next(&seed) % 2 ? 0 : 8 * (1 + mix_next(&seed) % 40);
+        uint8_t *in = malloc(size), *a = malloc(size + 1), *b = malloc(size + 1);
+        assert_true(in && a && b);
+        for (size_t i = 0; i < size; i++) /* compressible, with some noise */
+            in[i] = mix_next(&seed) % 5 == 0 ? (uint8_t)mix_next(&seed) : (uint8_t)(i % 3);
+        const size_t cap = sw_bshuf_lz4_bound(size, es, block);
+        uint8_t *enc = malloc(cap);
+        assert_non_null(enc);
+        size_t m = sw_bshuf_encode_lz4(in, size, enc, cap, es, block);
+        assert_true(m > SW_BSHUF_HEADER);
+        switch (t % 4) {
+        case 1: /* bytes flipped anywhere after the header */
+            for (int k = 0; k < 3; k++)
+                enc[SW_BSHUF_HEADER + mix_next(&seed) % (m - SW_BSHUF_HEADER)] ^=
+                    (uint8_t)(1 + mix_next(&seed) % 255);
+            break;
+        case 2: m = (size_t)(mix_next(&seed) % m); break; /* cut short */
+        case 3: /* a block's byte count broken: the first block's, or one further on */
+            put_be32(enc + SW_BSHUF_HEADER, (uint32_t)(mix_next(&seed) % 3 ? 7 : 0xFFFFFFF0u));
+            break;
+        default: break;
+        }
+        char wa[256], wb[256];
+        const int ra = sw_bshuf_decode_lz4(enc, m, a, size, es, wa, sizeof wa);
+        damaged += ra != 0;
+        if (t % 4 == 0) {
+            assert_int_equal(ra, 0);
+            assert_memory_equal(a, in, size);
+        }
+        for (int th = 2; th <= 5; th += 3) {
+            const int rb = sw_bshuf_decode_lz4_mt(enc, m, b, size, es, th, wb, sizeof wb);
+            assert_int_equal(rb, ra);
+            if (ra == 0)
+                assert_memory_equal(b, a, size);
+            else
+                assert_string_equal(wb, wa);
+        }
+        free(in);
+        free(a);
+        free(b);
+        free(enc);
+    }
+    if (damaged <
+        220) /* cut or with a broken count: 200; flips in literals can keep a valid stream */
+        fail_msg("only %d of 300 damaged chunks failed", damaged);
+
+    if (!sw_h5_bitshuffle_available())
+        return; /* the file part needs the plugin to write */
+    sw_image fr[2];
+    for (int k = 0; k < 2; k++)
+        fr[k] = sw_test_random_image(515, 203, SW_PIX_U16, 40 + (uint64_t)k);
+    const char *path = sw_test_path("bslz4_threads.h5");
+    assert_int_equal(sw_h5_write(NULL, path, fr, 2, 0, SW_H5_BSLZ4, NULL, 0.0), SW_OK);
+    sw_image got[2];
+    for (int th = 1; th <= 3; th += 2) {
+        sw_h5_options o;
+        sw_h5_options_default(&o);
+        o.threads = th;
+        sw_h5_reader *r = NULL;
+        assert_int_equal(sw_h5_open_ex(NULL, path, &o, &r), SW_OK);
+        sw_image *img = &got[th / 2];
+        assert_int_equal(sw_image_alloc(NULL, 515, 203, SW_PIX_U16, img), SW_OK);
+        assert_int_equal(sw_h5_read_frame(r, 1, img), SW_OK);
+        sw_h5_close(r);
+    }
+    for (int32_t y = 0; y < 203; y++) {
+        assert_memory_equal(sw_image_row(&got[0], y), sw_image_row(&fr[1], y), 515 * 2);
+        assert_memory_equal(sw_image_row(&got[1], y), sw_image_row(&fr[1], y), 515 * 2);
+    }
+    sw_h5_options o;
+    sw_h5_options_default(&o);
+    o.threads = -1;
+    sw_h5_reader *r = NULL;
+    assert_int_equal(sw_h5_open_ex(NULL, path, &o, &r), SW_EINVAL);
+    assert_null(r);
+    for (int k = 0; k < 2; k++) {
+        sw_image_free(&fr[k]);
+        sw_image_free(&got[k]);
+    }
+}
+
 /* The stored chunk k of dataset dset in path, and its filter mask. */
 static uint8_t *h5_chunk_bytes(const char *path, const char *dset, const hsize_t *off, size_t *n,
                                uint32_t *fmask)
@@ -2047,6 +2141,7 @@ int main(void)
         cmocka_unit_test(bitshuffle_transform),
         cmocka_unit_test(bitshuffle_round_trip),
         cmocka_unit_test(bitshuffle_corrupt),
+        cmocka_unit_test(bitshuffle_threads),
         cmocka_unit_test(layouts_read_like_hdf5),
         cmocka_unit_test(many_chunks_looked_up),
         cmocka_unit_test(encoder_matches_plugin),

@@ -4,7 +4,13 @@
  * fixed and variable-length strings), read back exactly in spotwave's units; unusable fields
  * (unknown units, a vector where a scalar belongs, a negative distance) left out; the module
  * orientation from fast/slow_pixel_direction and their depends_on chain (translations, and a
- * 90-degree two-theta rotation), against the positions worked out by hand.
+ * 90-degree two-theta rotation), against the positions worked out by hand. A master of two
+ * modules (NXdetector_module groups with data_origin, data_size, and one with its own pixel
+ * directions): sw_h5_read_modules gives their rectangles and the placed one's origin in frame
+ * pixels; layouts that do not hold together give none; and `spotwave find` (when the tests are
+ * told where it is, SW_CLI) takes the modules as panels without --panels: the gap between them
+ * masked, each spot's panel number right, no spot across the gap, the placed module's spots'
+ * d-spacings from its own placement.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -12,6 +18,8 @@
 
 #include <hdf5.h>
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void put(hid_t f, const char *path, double v, const char *units, int vlen, int n)
@@ -198,11 +206,188 @@ static void nxmx_orientation(void **state)
     sw_image_free(&img);
 }
 
+/* An NXdetector_module group at path (data_origin [y0, x0], data_size [h, w]; n values each). */
+static void module_group(hid_t f, const char *path, int y0, int x0, int h, int w, int n)
+{
+    hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+    H5Pset_create_intermediate_group(lcpl, 1);
+    hid_t g = H5Gcreate2(f, path, lcpl, H5P_DEFAULT, H5P_DEFAULT);
+    assert_true(g >= 0);
+    str_attr(g, "NX_class", "NXdetector_module");
+    const int64_t org[3] = {y0, x0, 0}, size[3] = {h, w, 1};
+    hsize_t dims[1] = {(hsize_t)n};
+    hid_t sp = H5Screate_simple(1, dims, NULL);
+    for (int k = 0; k < 2; k++) {
+        hid_t d = H5Dcreate2(g, k ? "data_size" : "data_origin", H5T_STD_I32LE, sp, H5P_DEFAULT,
+                             H5P_DEFAULT, H5P_DEFAULT);
+        assert_true(d >= 0);
+        assert_true(H5Dwrite(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, k ? size : org) >=
+                    0);
+        H5Dclose(d);
+    }
+    H5Sclose(sp);
+    H5Gclose(g);
+    H5Pclose(lcpl);
+}
+
+#define MW    40 /* the frame: 40 x 30, module A columns 0..17, a gap 18..21, module B 22..39 */
+#define MH    30
+#define PIX   7.5e-5 /* m */
+#define DIST  0.05   /* m */
+#define BX    19.5   /* the beam, NXmx pixels (edges at whole numbers) */
+#define BY    14.5
+#define SHIFT 0.005 /* m: module B lies this much further along +x than the flat model says */
+
+/* A master of two frames and two modules; module B placed by its own pixel directions. */
+static const char *two_module_master(const char *name, sw_image fr[2])
+{
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(sw_image_alloc(NULL, MW, MH, SW_PIX_U16, &fr[k]), SW_OK);
+        for (int32_t y = 0; y < MH; y++)
+            for (int32_t x = 0; x < MW; x++)
+                ((uint16_t *)sw_image_row(&fr[k], y))[x] = (uint16_t)((x * 7 + y * 3 + k) % 3);
+        /* a spot on each module and one across the gap (columns 17..22) */
+        const int sx[3] = {8, 30, 19}, sy[3] = {10, 15, 22}, half[3] = {1, 1, 3};
+        for (int s = 0; s < 3; s++)
+            for (int dy = -1; dy <= 1; dy++)
+                for (int dx = -half[s]; dx <= half[s]; dx++)
+                    ((uint16_t *)sw_image_row(&fr[k], sy[s] + dy))[sx[s] + dx] =
+                        (uint16_t)(400 + 300 * (dx == 0 && dy == 0));
+    }
+    const char *path = sw_test_path(name);
+    assert_int_equal(sw_h5_write(NULL, path, fr, 2, 0, SW_H5_NONE, NULL, 0.0), SW_OK);
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    assert_true(f >= 0);
+    put(f, "/entry/instrument/beam/incident_wavelength", 1.0, "angstrom", 0, 1);
+    put(f, "/entry/instrument/detector/detector_distance", DIST, "m", 0, 1);
+    put(f, "/entry/instrument/detector/beam_center_x", BX, "pixel", 0, 1);
+    put(f, "/entry/instrument/detector/beam_center_y", BY, "pixel", 0, 1);
+    put(f, "/entry/instrument/detector/x_pixel_size", PIX, "m", 0, 1);
+    put(f, "/entry/instrument/detector/y_pixel_size", PIX, "m", 0, 1);
+    module_group(f, "/entry/instrument/detector/module_a", 0, 0, MH, 18, 2);
+    module_group(f, "/entry/instrument/detector/module_b", 0, 22, MH, 18, 2);
+    /* module B's first pixel's corner: where the flat model puts it, SHIFT further along x */
+    const double x[3] = {1, 0, 0}, y[3] = {0, 1, 0}, none[3] = {0, 0, 0};
+    const double corner[3] = {(22.0 - BX) * PIX + SHIFT, (0.0 - BY) * PIX, DIST};
+    transform(f, "/entry/instrument/detector/module_b/module_offset", 0.0, "m", "translation", x,
+              corner, ".");
+    transform(f, "/entry/instrument/detector/module_b/fast_pixel_direction", PIX, "m",
+              "translation", x, none, "module_offset");
+    transform(f, "/entry/instrument/detector/module_b/slow_pixel_direction", PIX, "m",
+              "translation", y, none, "module_offset");
+    H5Fclose(f);
+    return path;
+}
+
+/* d by Bragg's law (1 A) at the lab position p (mm). */
+static double bragg_d(const double p[3])
+{
+    const double r = sqrt(p[0] * p[0] + p[1] * p[1] + p[2] * p[2]);
+    const double two_theta = acos(p[2] / r);
+    return 1.0 / (2.0 * sin(0.5 * two_theta));
+}
+
+static void nxmx_modules(void **state)
+{
+    (void)state;
+    sw_image fr[2];
+    const char *path = two_module_master("nx_modules.h5", fr);
+    sw_h5_reader *r = NULL;
+    assert_int_equal(sw_h5_open(NULL, path, NULL, &r), SW_OK);
+    sw_diffraction_module m[4];
+    int32_t n = -1;
+    assert_int_equal(sw_h5_read_modules(r, m, 4, &n), SW_OK);
+    assert_int_equal(n, 2);
+    assert_int_equal(m[0].x0, 0);
+    assert_int_equal(m[0].y0, 0);
+    assert_int_equal(m[0].width, 18);
+    assert_int_equal(m[0].height, MH);
+    assert_int_equal(m[0].orientation, 0);
+    assert_int_equal(m[1].x0, 22);
+    assert_int_equal(m[1].width, 18);
+    assert_int_equal(m[1].orientation, 1);
+    /* frame pixel (x, y) of module B at origin + x p fast + y p slow: the flat model's place
+     * (centre of pixel x at (x + 0.5 - BX) p) shifted by SHIFT */
+    assert_near(m[1].origin_mm[0], (0.5 - BX) * PIX * 1e3 + SHIFT * 1e3, 1e-9);
+    assert_near(m[1].origin_mm[1], (0.5 - BY) * PIX * 1e3, 1e-9);
+    assert_near(m[1].origin_mm[2], DIST * 1e3, 1e-9);
+    assert_near(m[1].fast[0], 1.0, 1e-12);
+    assert_near(m[1].slow[1], 1.0, 1e-12);
+    assert_near(m[1].pixel_x_mm, 0.075, 1e-12);
+    assert_int_equal(sw_h5_read_modules(r, NULL, 0, &n), SW_OK); /* the count alone */
+    assert_int_equal(n, 2);
+    assert_int_equal(sw_h5_read_modules(r, m, -1, &n), SW_EINVAL);
+    sw_h5_close(r);
+
+    /* layouts that do not hold together: no modules, the file still opens */
+    for (int bad = 0; bad < 3; bad++) {
+        const char *p2 = sw_test_path("nx_modules_bad.h5");
+        assert_int_equal(sw_h5_write(NULL, p2, fr, 1, 0, SW_H5_NONE, NULL, 0.0), SW_OK);
+        hid_t f = H5Fopen(p2, H5F_ACC_RDWR, H5P_DEFAULT);
+        module_group(f, "/entry/instrument/detector/m1", 0, 0, MH, 20, 2);
+        if (bad == 0) /* overlaps m1 */
+            module_group(f, "/entry/instrument/detector/m2", 0, 19, MH, 18, 2);
+        else if (bad == 1) /* beyond the frame */
+            module_group(f, "/entry/instrument/detector/m2", 0, 22, MH, 19, 2);
+        else /* three values */
+            module_group(f, "/entry/instrument/detector/m2", 0, 22, MH, 18, 3);
+        H5Fclose(f);
+        assert_int_equal(sw_h5_open(NULL, p2, NULL, &r), SW_OK);
+        assert_int_equal(sw_h5_read_modules(r, m, 4, &n), SW_OK);
+        assert_int_equal(n, 0);
+        sw_h5_close(r);
+    }
+
+    /* the command takes the modules as panels */
+    const char *cli = getenv("SW_CLI");
+    if (!cli || !*cli) {
+        print_message("SW_CLI not set: the command's part of this test is skipped\n");
+    } else {
+        char cmd[8192], csv[4096];
+        snprintf(csv, sizeof csv, "%s", sw_test_path("nx_modules.csv"));
+        snprintf(cmd, sizeof cmd,
+                 "'%s' --backend cpu find '%s' --min-spot-size 2 --sigma-b 3 --sigma-s 2 "
+                 "--no-progress -o '%s' > /dev/null",
+                 cli, path, csv);
+        assert_int_equal(system(cmd), 0);
+        FILE *f = fopen(csv, "r");
+        assert_non_null(f);
+        char line[1024];
+        assert_non_null(fgets(line, sizeof line, f));
+        assert_string_equal(line, "frame,x_px,y_px,x_var,y_var,intensity,npix,bbox_x0,bbox_x1,"
+                                  "bbox_y0,bbox_y1,d_a,panel\n");
+        int count[2] = {0, 0}, beside_gap = 0;
+        while (fgets(line, sizeof line, f)) {
+            long long frame, npix;
+            double x, yy, xv, yv, in, d;
+            int x0, x1, y0, y1, panel;
+            assert_int_equal(sscanf(line, "%lld,%lf,%lf,%lf,%lf,%lf,%lld,%d,%d,%d,%d,%lf,%d",
+                                    &frame, &x, &yy, &xv, &yv, &in, &npix, &x0, &x1, &y0, &y1, &d,
+                                    &panel),
+                             13);
+            assert_false(x0 < 22 && x1 > 18); /* no spot on the gap or across it */
+            assert_int_equal(panel, x < 18 ? 0 : 1);
+            count[panel]++;
+            beside_gap += (x1 == 18 || x0 == 22) && y0 >= 19;
+            /* d from the module's placement: B's spots SHIFT further out than the flat model */
+            const double p[3] = {(x - (BX - 0.5)) * 0.075 + (panel ? SHIFT * 1e3 : 0.0),
+                                 (yy - (BY - 0.5)) * 0.075, DIST * 1e3};
+            assert_near(d, bragg_d(p), 2e-4 * d);
+        }
+        fclose(f);
+        assert_true(count[0] >= 2 && count[1] >= 2);
+        assert_true(beside_gap >= 2); /* the spot across the gap became one on each side */
+    }
+    sw_image_free(&fr[0]);
+    sw_image_free(&fr[1]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(nxmx_geometry),
         cmocka_unit_test(nxmx_orientation),
+        cmocka_unit_test(nxmx_modules),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
