@@ -256,7 +256,9 @@ void sw_controller_reset(sw_controller *c);   /* state back to 0 */
 sw_status sw_controller_step(sw_controller *c, const float *r, float *u);
 /* PI: new per-mode gains (nmodes floats each, finite; NULL keeps that set) between steps (e.g.
  * from sw_modal_gains). Bumpless: each integral is rescaled by ki_old / ki_new so that the
- * command's integral part ki I does not jump. SW_EINVAL for another kind or a non-finite gain. */
+ * command's integral part ki I does not jump; a mode whose ki was 0 (no integral part) starts
+ * from I = 0, and one set to ki = 0 loses its integral part (I is kept). SW_EINVAL for another
+ * kind or a non-finite gain. */
 sw_status sw_controller_set_gains(sw_controller *c, const float *kp, const float *ki);
 /* PI's modes (nmodes), 0 for the other kinds. */
 int32_t sw_controller_modes(const sw_controller *c);

@@ -312,9 +312,13 @@ sw_status sw_controller_set_gains(sw_controller *c, const float *kp, const float
         memcpy(c->kp, kp, (size_t)c->nmodes * sizeof(float));
     if (ki)
         for (int32_t i = 0; i < c->nmodes; i++) {
-            /* bumpless: ki I is the command's integral part; keep it, I *= ki_old / ki_new */
+            /* bumpless: ki I is the command's integral part; keep it, I *= ki_old / ki_new. A
+             * mode whose ki was 0 had no integral part (its I summed e unchecked: no
+             * back-calculation at ki = 0), so it starts again from I = 0 */
             if (ki[i] != 0.0f && c->ki[i] != 0.0f)
                 c->integ[i] = (float)((double)c->integ[i] * c->ki[i] / ki[i]);
+            else if (ki[i] != 0.0f)
+                c->integ[i] = 0.0f;
             c->ki[i] = ki[i];
         }
     return SW_OK;

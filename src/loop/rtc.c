@@ -561,10 +561,10 @@ sw_status sw_rtc_set_gains(sw_rtc *r, const float *kp, const float *ki)
         float *scale = nm > 0 ? malloc((size_t)nm * sizeof(float)) : NULL;
         if (nm > 0 && !scale)
             return sw_fail(r->ctx, SW_ENOMEM, "rtc: out of memory");
-        for (int32_t i = 0; i < nm; i++)
-            scale[i] = ki && ki[i] != 0.0f && r->ctrl->ki[i] != 0.0f
-                           ? (float)((double)r->ctrl->ki[i] / ki[i])
-                           : 1.0f;
+        for (int32_t i = 0; i < nm; i++) /* as sw_controller_set_gains: 0 -> ki restarts I */
+            scale[i] = !ki || ki[i] == 0.0f     ? 1.0f
+                       : r->ctrl->ki[i] != 0.0f ? (float)((double)r->ctrl->ki[i] / ki[i])
+                                                : 0.0f;
         sw_status st = sw_controller_set_gains(r->ctrl, kp, ki);
         if (st == SW_OK)
             st = sw_rtc_gpu_set_gains(r, scale);

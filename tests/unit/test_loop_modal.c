@@ -326,6 +326,35 @@ static void test_antiwindup(void **state)
     sw_controller_destroy(c);
 }
 
+/* sw_controller_set_gains between steps: with e = 0 next, the command is the integral part
+ * ki I alone, which must not jump: rescaled for ki 0.5 -> 0.2, and 0 for a mode whose ki was 0
+ * (its I summed e unchecked while ki was 0). */
+static void test_set_gains_bumpless(void **state)
+{
+    (void)state;
+    const float zero = 0.0f, one = 1.0f;
+    float u = 0.0f, before = 0.0f;
+    sw_controller *c = one_pi(0.0, 0.5, 0.0);
+    for (int k = 0; k < 10; k++)
+        assert_int_equal(sw_controller_step(c, &one, &before), SW_OK);
+    const float ki2 = 0.2f;
+    assert_int_equal(sw_controller_set_gains(c, NULL, &ki2), SW_OK);
+    assert_int_equal(sw_controller_step(c, &zero, &u), SW_OK);
+    assert_true(fabs(u - before) < 1e-5 * fabs(before));
+    sw_controller_destroy(c);
+
+    c = one_pi(0.3, 0.0, 0.0); /* P alone: u = 0.3 e */
+    for (int k = 0; k < 10; k++)
+        assert_int_equal(sw_controller_step(c, &one, &u), SW_OK);
+    assert_true(fabs(u - 0.3f) < 1e-6);
+    assert_int_equal(sw_controller_set_gains(c, NULL, &ki2), SW_OK);
+    assert_int_equal(sw_controller_step(c, &zero, &u), SW_OK);
+    assert_true(u == 0.0f); /* the integral part was 0 and stays 0 (not 0.2 x 10) */
+    assert_int_equal(sw_controller_step(c, &one, &u), SW_OK);
+    assert_true(fabs(u - (0.3f + 0.2f)) < 1e-6); /* then the PI as usual: kp e + ki I, I = 1 */
+    sw_controller_destroy(c);
+}
+
 /* ------------------------------------------------------------------ modal gains */
 
 typedef struct plant {
@@ -439,6 +468,7 @@ int main(void)
         cmocka_unit_test(test_pi_frequency_response),
         cmocka_unit_test(test_closed_loop_rejection),
         cmocka_unit_test(test_antiwindup),
+        cmocka_unit_test(test_set_gains_bumpless),
         cmocka_unit_test(test_modal_gains),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
