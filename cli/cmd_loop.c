@@ -759,6 +759,8 @@ static void watch_trend(const loop_opts *o, loop_run *r, long frames_run)
     for (int w = 1; r->diverging && w < TREND_WINDOWS && !r->diverging_from; w++)
         if (rho[w] > (1.0 + TREND_GROW) * rho[0] || cmd[w] > (1.0 + TREND_GROW) * cmd[0])
             r->diverging_from = o->p.warmup + (long)w * r->trend_window + 1;
+    if (r->diverging && !r->diverging_from) /* no window stands out: the whole run */
+        r->diverging_from = o->p.warmup + 1;
 }
 
 static void add_warning(loop_run *r, const char *fmt, ...)

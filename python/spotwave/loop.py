@@ -760,6 +760,8 @@ class Simulator:
             if diverging and not start and (rho[k] > (1 + TREND_GROW) * rho[0]
                                             or cmd[k] > (1 + TREND_GROW) * cmd[0]):
                 start = w + k * win + 1
+        if diverging and not start:  # no window stands out: the whole run
+            start = w + 1
         return t, diverging, start
 
     def _guards(self):

@@ -431,11 +431,12 @@ static sw_status check_params(sw_context *ctx, const sw_loop_params *p)
         return sw_fail(ctx, SW_EINVAL, "loop: kp %g must be finite", p->kp);
     if (p->gain_window != 0 &&
         (p->gain_window < 16 || p->gain_window > 65536 || p->controller.kind != SW_CTRL_PI ||
-         p->recon != SW_LOOP_MVM || p->kp != 0.0 || p->controller.kp || p->controller.ki))
+         p->recon != SW_LOOP_MVM || p->kp != 0.0 || p->controller.kp || p->controller.ki ||
+         !(p->controller.gain > 0.0)))
         return sw_fail(ctx, SW_EINVAL,
                        "loop: modal gain optimisation (gain_window = %d) needs 16..65536 frames, "
-                       "controller = pi with kp = 0 and the loop's own gains, and recon = mvm (its "
-                       "model is the integrator per mode)",
+                       "controller = pi with kp = 0, a gain > 0 to start from and the loop's own "
+                       "gains, and recon = mvm (its model is the integrator per mode)",
                        (int)p->gain_window);
     if (!isfinite(p->controller.gain))
         return sw_fail(ctx, SW_EINVAL, "loop: controller gain %g must be finite",
@@ -574,16 +575,38 @@ static sw_status build_gain_tuning(sw_loop *l, const sw_controller_params *cp)
     l->gtel = malloc((size_t)l->p.gain_window * nm * sizeof(float));
     if (!l->gm || !l->gs || !l->gtel)
         return sw_fail(l->ctx, SW_ENOMEM, "loop: out of memory (gain tuning)");
+    /* C as the chain runs it: the unseen modes folded out, C <- C - Z (Z^T C) */
+    float *c = malloc((size_t)nact * n2 * sizeof(float));
+    double *t = malloc((size_t)n2 * sizeof(double));
+    if (!c || !t) {
+        free(c);
+        free(t);
+        return sw_fail(l->ctx, SW_ENOMEM, "loop: out of memory (gain tuning)");
+    }
+    memcpy(c, l->cm, (size_t)nact * n2 * sizeof(float));
+    for (int32_t f = 0; f < l->nfilter; f++) {
+        const float *z = l->filter + (size_t)f * nact;
+        for (int32_t j = 0; j < n2; j++)
+            t[j] = 0.0;
+        for (int32_t a = 0; a < nact; a++)
+            for (int32_t j = 0; j < n2; j++)
+                t[j] += (double)z[a] * c[(size_t)a * n2 + j];
+        for (int32_t a = 0; a < nact; a++)
+            for (int32_t j = 0; j < n2; j++)
+                c[(size_t)a * n2 + j] = (float)((double)c[(size_t)a * n2 + j] - z[a] * t[j]);
+    }
     for (int32_t m = 0; m < nm; m++)
         for (int32_t j = 0; j < n2; j++) {
             double acc = 0.0;
             if (cp->modes)
                 for (int32_t a = 0; a < nact; a++)
-                    acc += (double)cp->modes[(size_t)m * nact + a] * l->cm[(size_t)a * n2 + j];
+                    acc += (double)cp->modes[(size_t)m * nact + a] * c[(size_t)a * n2 + j];
             else
-                acc = l->cm[(size_t)m * n2 + j];
+                acc = c[(size_t)m * n2 + j];
             l->gm[(size_t)m * n2 + j] = (float)acc;
         }
+    free(c);
+    free(t);
     l->gtel_n = 0;
     return SW_OK;
 }

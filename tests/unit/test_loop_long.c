@@ -183,6 +183,9 @@ static void test_gain_tuning(void **state)
     q = p;
     q.kp = 0.1;
     assert_int_equal(sw_loop_create(ctx, &q, &l), SW_EINVAL);
+    q = p;
+    q.controller.gain = 0.0; /* nothing to tune from */
+    assert_int_equal(sw_loop_create(ctx, &q, &l), SW_EINVAL);
 }
 
 int main(void)
