@@ -479,6 +479,50 @@ static void test_frame_memory(void **state)
 /* The state carries (the second frame's commands differ from a fresh plan's), a reset brings back
  * the fresh plan's commands bit for bit, and the telemetry ring holds each run's frame number,
  * slopes and commands; a plan without telemetry gives the same slopes output. */
+/* New PI gains between frames (sw_rtc_set_gains): the GPU's device integrals are rescaled as the
+ * CPU controller's (ki_old / ki_new; a mode from ki = 0 restarts at 0), so both plans keep giving
+ * the same commands after the change, with and without a modal basis. */
+static void test_set_gains(void **state)
+{
+    (void)state;
+    for (int basis = 0; basis < 2; basis++) {
+        const cfg c = {SW_RTC_MVM, SW_RTC_PROJ_CORNERS, 0, SW_CTRL_PI, 0, 0,
+                       301,        basis ? 40 : 0,      0};
+        setup_t s;
+        make_params(&c, &s);
+        const int32_t nact = s.p.nact, nm = s.p.controller.nmodes;
+        s.ki[0] = 0.0f; /* a mode that starts without an integral gain */
+        sw_rtc *g = make_rtc(gpu, &s.p), *h = make_rtc(cpu, &s.p);
+        float *ug = malloc((size_t)nact * sizeof(float)),
+              *uc = malloc((size_t)nact * sizeof(float));
+        float *ki = malloc((size_t)nm * sizeof(float));
+        for (int k = 0; k < 2 * NRUN; k++) {
+            if (k == NRUN) { /* every mode's ki changes; mode 0 from 0 to 0.3 */
+                for (int32_t j = 0; j < nm; j++)
+                    ki[j] = 0.3f + 0.05f * (float)(j % 5);
+                assert_int_equal(sw_rtc_set_gains(g, NULL, ki), SW_OK);
+                assert_int_equal(sw_rtc_set_gains(h, NULL, ki), SW_OK);
+            }
+            const sw_image *f = &frames[k % NFRAME];
+            assert_int_equal(sw_rtc_run(g, f, ug, NULL), SW_OK);
+            assert_int_equal(sw_rtc_run(h, f, uc, NULL), SW_OK);
+            double m = 0.0;
+            for (int32_t i = 0; i < nact; i++)
+                m = fmax(m, fabs(uc[i]));
+            for (int32_t i = 0; i < nact; i++)
+                if (!(fabs((double)ug[i] - uc[i]) <= 1e-5 * m))
+                    fail_msg("basis %d, frame %d, command %d: GPU %.9g, CPU %.9g", basis, k + 1, i,
+                             ug[i], uc[i]);
+        }
+        free(ug);
+        free(uc);
+        free(ki);
+        sw_rtc_destroy(g);
+        sw_rtc_destroy(h);
+        free_setup(&s);
+    }
+}
+
 static void test_reset_and_telemetry(void **state)
 {
     (void)state;
@@ -539,6 +583,7 @@ int main(void)
         cmocka_unit_test(test_sabre),
         cmocka_unit_test(test_frame_memory),
         cmocka_unit_test(test_reset_and_telemetry),
+        cmocka_unit_test(test_set_gains),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
