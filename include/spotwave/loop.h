@@ -463,7 +463,9 @@ typedef struct sw_loop_params {
     int32_t gain_window; /* PI with MVM and kp = 0: frames of closed-loop telemetry (the modes'
                             measured residual B^T C s, after the warm-up) per round of modal gain
                             optimisation (sw_modal_gains), the new ki set between frames;
-                            16..65536, 0: gains fixed (0)                                         */
+                            16..65536, 0: gains fixed (0); >= 1024 advised (a window of a few
+                            hundred frames at 500 Hz cannot resolve the turbulence's few hertz
+                            and chooses gains far too low)                                        */
     /* sensor, continued */
     double threshold_peak; /* 0 <= f < 1: the centroid threshold is at least f x the peak pixel of
                               the noise-free, flat-wavefront spot at the loop's flux (0: the
