@@ -39,7 +39,7 @@ from ._find import _mask, pixel_type
 
 __all__ = ["DM", "DMShaper", "Projector", "ControlMatrix", "Controller", "RTC", "Simulator",
            "interaction_matrix", "control_matrix", "simulate", "max_gain", "CONFIG_KEYS",
-           "defaults"]
+           "defaults", "unseen_modes", "modal_gains"]
 
 _INFLUENCE = ("gaussian", "bezier")
 
@@ -271,7 +271,50 @@ def _param(v, name):
         raise TypeError(f"{name}: expected numbers, got {type(v).__name__}") from None
 
 
-def _controller_params(nact, kind, gain, leak, modes, kp, ki, clip):
+_UNSEEN = {"none": 0, "piston": 1, "waffle": 2, "piston-waffle": 3}
+
+
+def unseen_modes(nx, ny, valid=None, which="piston-waffle"):
+    """The modes a Shack-Hartmann sensor on the Fried geometry cannot see (loop.h,
+    ``sw_unseen_modes``): piston and / or waffle over the corners of the valid lenslets (valid:
+    (ny, nx), default all), orthonormal, zero elsewhere. Returns ((nx + 1)(ny + 1), n) float32, the
+    `filter` of :class:`Controller` and :class:`RTC`."""
+    if which not in _UNSEEN:
+        raise ValueError(f"which: '{which}' is not " + ", ".join(_UNSEEN))
+    nx, ny = int(nx), int(ny)
+    v = None if valid is None else np.ascontiguousarray(_mask(valid, "valid"))
+    if v is not None and v.shape != (ny, nx):
+        raise ValueError(f"valid: expected ({ny}, {nx}), got {v.shape}")
+    nact = (nx + 1) * (ny + 1)
+    z = np.zeros((2, nact), np.float32)
+    n = _spotwave.unseen_modes(nx, ny, v, _UNSEEN[which], z)
+    return np.ascontiguousarray(z[:n].T)
+
+
+def modal_gains(y, gains, *, delay_frames=1, leak=0.0, segment=256, margin=0.9, candidates=400,
+                noise_band=0.75, ctx=None):
+    """Modal gain optimisation from closed-loop telemetry (loop.h, ``sw_modal_gains``; Gendron &
+    Lena 1994, Astron. Astrophys. 291, 337): y (nframes, nmodes), each mode's measured residual
+    taken with the integral gains `gains` (nmodes) acting delay_frames later. Returns dict(gains,
+    noise, predicted): the gains minimising the predicted residual of disturbance and noise, the
+    noise variance per frame found on the PSD's high-frequency plateau, and the residual
+    variance predicted at the new gains."""
+    c = _context.resolve(ctx)
+    y = np.ascontiguousarray(_param(y, "y"))
+    if y.ndim != 2:
+        raise ValueError(f"y: expected (nframes, nmodes), got {y.shape}")
+    g = np.ascontiguousarray(_param(gains, "gains").ravel())
+    if g.size != y.shape[1]:
+        raise ValueError(f"gains: {g.size} values for {y.shape[1]} modes")
+    out = np.empty(g.size, np.float32)
+    noise, pred = np.empty(g.size), np.empty(g.size)
+    params = dict(delay_frames=int(delay_frames), leak=float(leak), segment=int(segment),
+                  margin=float(margin), candidates=int(candidates), noise_band=float(noise_band))
+    _spotwave.modal_gains(c, params, y, y.shape[0], y.shape[1], g, out, noise, pred)
+    return dict(gains=out, noise=noise, predicted=pred)
+
+
+def _controller_params(nact, kind, gain, leak, modes, kp, ki, clip, filter=None):
     if kind not in _KINDS:
         raise ValueError(f"controller: '{kind}' is not 'integrator', 'leaky' or 'pi'")
     p = dict(kind=kind, nact=int(nact), gain=float(gain), leak=float(leak), clip=float(clip))
@@ -285,27 +328,39 @@ def _controller_params(nact, kind, gain, leak, modes, kp, ki, clip):
     for name, v in (("kp", kp), ("ki", ki)):
         if v is not None:
             p[name] = np.ascontiguousarray(_param(v, name).ravel())
+    if filter is not None:
+        Z = _param(filter, "filter")
+        if Z.ndim != 2 or Z.shape[0] != nact:
+            raise ValueError(f"filter: expected (nact, n) = ({nact}, n), got {Z.shape}")
+        p.update(nfilter=Z.shape[1], filter=np.ascontiguousarray(Z.T))
     return p
 
 
 class Controller:
     """A controller on the CPU (loop.h, ``sw_controller``; the chain runs the same update on
     the GPU): ``Controller(nact, kind="integrator", *, gain=0.5, leak=0.01, modes=None, kp=None,
-    ki=None, clip=0.0, ctx=None)``.
+    ki=None, clip=0.0, filter=None, ctx=None)``.
 
     kind "integrator": u_k = u_{k-1} + g r_k; "leaky": u_k = (1 - leak) u_{k-1} + g r_k; "pi",
     per mode: e = B^T r_k, I_k = I_{k-1} + e, u_k = B (kp e + ki I_k), with B = modes
     (nact, nmodes) orthonormal columns (default: one mode per actuator), kp (default 0) and ki
-    (default gain) per mode. clip > 0 clips every command to [-clip, clip]. The state starts at
-    0. ``ctl.step(r, out=None)`` -> the commands (nact,) float32; a non-finite r raises
+    (default gain) per mode; with a clip, anti-windup by back-calculation. clip > 0 clips every
+    command to [-clip, clip]. filter (nact, n): orthonormal modes removed from every r first
+    (:func:`unseen_modes`). The state starts at 0. ``ctl.step(r, out=None)`` -> the commands (nact,) float32; a non-finite r raises
     :class:`spotwave.RangeError` with the state unchanged."""
 
     def __init__(self, nact, kind="integrator", *, gain=0.5, leak=0.01, modes=None, kp=None,
-                 ki=None, clip=0.0, ctx=None):
+                 ki=None, clip=0.0, filter=None, ctx=None):
         self.ctx = _context.resolve(ctx)
         self.nact, self.kind = int(nact), kind
         self._c = _spotwave.Controller(self.ctx, _controller_params(nact, kind, gain, leak,
-                                                                     modes, kp, ki, clip))
+                                                                     modes, kp, ki, clip, filter))
+
+    def set_gains(self, kp=None, ki=None):
+        """PI: new per-mode gains (nmodes each; None keeps them) between steps, bumpless (the
+        integrals rescaled by ki_old / ki_new)."""
+        self._c.set_gains(None if kp is None else _param(kp, "kp").ravel(),
+                          None if ki is None else _param(ki, "ki").ravel())
 
     def step(self, r, out=None):
         if out is None:
@@ -330,7 +385,7 @@ class RTC:
     window=0, dark=None, flat=None, lut=None, recon="mvm", cm=None, fp16=False, sabre=None,
     slope_scale=None, projection="corners", projection_matrix=None, dm=None,
     controller="integrator", gain=0.5, leak=0.01, modes=None, kp=None, ki=None, clip=0.0,
-    nact=None, telemetry=0, ctx=None)``
+    filter=None, nact=None, telemetry=0, ctx=None)``
 
     Frames and centroids: as :class:`spotwave.CentroidPlan` (shape (height, width); dtype uint8,
     uint16 or float32; the lenslet grid; mask (ny, nx) of the lenslets whose slopes are used;
@@ -359,7 +414,7 @@ class RTC:
                  recon="mvm", cm=None, fp16=False, sabre=None, slope_scale=None,
                  projection="corners", projection_matrix=None, dm=None,
                  controller="integrator", gain=0.5, leak=0.01, modes=None, kp=None, ki=None,
-                 clip=0.0, nact=None, telemetry=0, ctx=None):
+                 clip=0.0, filter=None, nact=None, telemetry=0, ctx=None):
         from ._centroid import _float32_map  # noqa: PLC0415
 
         self.ctx = _context.resolve(ctx)
@@ -394,7 +449,7 @@ class RTC:
         params = dict(centroid=cen, recon=recon, nact=nact, fp16=bool(fp16),
                       projection=projection, telemetry=int(telemetry),
                       controller=_controller_params(nact, controller, gain, leak, modes, kp, ki,
-                                                    clip))
+                                                    clip, filter))
         if recon == "mvm":
             if cm is None:
                 raise TypeError("recon='mvm' needs cm, the (nact, 2 nslopes) control matrix")
@@ -454,6 +509,12 @@ class RTC:
         c = np.empty(self.nact, np.float32)
         frame = self._r.telemetry(s, c)
         return frame, s, c
+
+    def set_gains(self, kp=None, ki=None):
+        """PI: new per-mode gains between frames (as :meth:`Controller.set_gains`; on CUDA the
+        device's integrals are rescaled too)."""
+        self._r.set_gains(None if kp is None else _param(kp, "kp").ravel(),
+                          None if ki is None else _param(ki, "ki").ravel())
 
     def reset(self):
         """The controller's state back to 0 (the telemetry is kept)."""

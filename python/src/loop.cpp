@@ -361,7 +361,7 @@ nb::tuple control_matrix(nb::object ctx_obj, nb::handle im, int32_t nslopes, int
 // ------------------------------------------------------------------ controllers
 
 struct CtlArrays {
-    std::vector<float> modes, kp, ki;
+    std::vector<float> modes, kp, ki, filter;
 };
 
 void controller_from(nb::dict d, sw_controller_params &p, CtlArrays &keep, const char *what)
@@ -377,6 +377,8 @@ void controller_from(nb::dict d, sw_controller_params &p, CtlArrays &keep, const
     p.clip = q.num("clip", p.clip);
     p.nmodes = (int32_t)q.integer("nmodes", 0);
     nb::object modes = q.get("modes"), kp = q.get("kp"), ki = q.get("ki");
+    p.nfilter = (int32_t)q.integer("nfilter", 0);
+    nb::object filter = q.get("filter");
     q.done();
     if (p.nact < 1)
         value_error("nact: %d commands (>= 1)", p.nact);
@@ -402,6 +404,16 @@ void controller_from(nb::dict d, sw_controller_params &p, CtlArrays &keep, const
         const float *v = host_in<float>(ki, "ki", nm, a);
         keep.ki.assign(v, v + nm);
         p.ki = keep.ki.data();
+    }
+    if (!filter.is_none()) { // Z, nfilter rows of nact (column-major nact x nfilter)
+        if (p.nfilter < 1 || p.nfilter > p.nact)
+            value_error("filter: %d modes for %d actuators", p.nfilter, p.nact);
+        FlatArg a;
+        const float *v = host_in<float>(filter, "filter", (size_t)p.nact * p.nfilter, a);
+        keep.filter.assign(v, v + (size_t)p.nact * p.nfilter);
+        p.filter = keep.filter.data();
+    } else {
+        p.nfilter = 0;
     }
 }
 
@@ -432,6 +444,60 @@ void controller_init(Controller *self, nb::object ctx_obj, nb::dict params)
     self->nact = p.nact;
 }
 
+// PI's new gains between steps (either may be None); nmodes floats each.
+void controller_set_gains(Controller &ct, nb::handle kp, nb::handle ki)
+{
+    const int32_t nm = sw_controller_modes(ct.c);
+    if (nm < 1)
+        value_error("set_gains: per-mode gains need the 'pi' controller");
+    FlatArg ka, ia;
+    const float *kv = kp.is_none() ? nullptr : host_in<float>(kp, "kp", (size_t)nm, ka);
+    const float *iv = ki.is_none() ? nullptr : host_in<float>(ki, "ki", (size_t)nm, ia);
+    Context &c = *ct.ctx;
+    call(c, [&] { return sw_controller_set_gains(ct.c, kv, iv); });
+}
+
+// sw_unseen_modes into z ((nx + 1)(ny + 1) x 2 floats, column-major); returns the count.
+int32_t unseen_modes(int32_t nx, int32_t ny, nb::handle valid, int which, nb::handle z)
+{
+    if (nx < 1 || ny < 1 || nx > 1024 || ny > 1024)
+        value_error("unseen_modes: %d x %d lenslets (1..1024 per side)", nx, ny);
+    FlatArg va, za;
+    const uint8_t *v =
+        valid.is_none() ? nullptr : host_in<uint8_t>(valid, "valid", (size_t)nx * ny, va);
+    float *zv = host_out<float>(z, "out", (size_t)(nx + 1) * (ny + 1) * 2, za);
+    int32_t n = 0;
+    call_noctx([&] { return sw_unseen_modes(nx, ny, v, which, zv, &n); });
+    return n;
+}
+
+// sw_modal_gains: y (nframes x nmodes float32), gains (nmodes) -> out, noise, predicted.
+void modal_gains(nb::object ctx_obj, nb::dict params, nb::handle y, int64_t nframes,
+                 int32_t nmodes, nb::handle gains, nb::handle out, nb::handle noise,
+                 nb::handle predicted)
+{
+    Params q(params, "modal_gains");
+    sw_modal_gains_params p;
+    sw_modal_gains_params_default(&p);
+    p.delay_frames = (int32_t)q.integer("delay_frames", p.delay_frames);
+    p.leak = q.num("leak", p.leak);
+    p.segment = (int32_t)q.integer("segment", p.segment);
+    p.margin = q.num("margin", p.margin);
+    p.candidates = (int32_t)q.integer("candidates", p.candidates);
+    p.noise_band = q.num("noise_band", p.noise_band);
+    q.done();
+    if (nframes < 1 || nmodes < 1)
+        value_error("modal_gains: %lld frames of %d modes", (long long)nframes, nmodes);
+    FlatArg ya, ga, oa, na, pa;
+    const float *yv = host_in<float>(y, "y", (size_t)nframes * nmodes, ya);
+    const float *gv = host_in<float>(gains, "gains", (size_t)nmodes, ga);
+    float *ov = host_out<float>(out, "out", (size_t)nmodes, oa);
+    double *nv = host_out<double>(noise, "noise", (size_t)nmodes, na);
+    double *pv = host_out<double>(predicted, "predicted", (size_t)nmodes, pa);
+    Context &c = context_of(ctx_obj);
+    call(c, [&] { return sw_modal_gains(c.ctx, &p, yv, nframes, nmodes, gv, ov, nv, pv); });
+}
+
 void controller_step(Controller &ct, nb::handle r, nb::handle u)
 {
     FlatArg ra, ua;
@@ -449,6 +515,7 @@ struct Rtc {
     sw_rtc *r = nullptr;
     sw_centroid_params cen{};
     int32_t nact = 0, ns = 0;
+    int32_t nmodes = 0; /* PI's modes, 0 for the other controllers */
     Rtc() = default;
     Rtc(const Rtc &) = delete;
     Rtc &operator=(const Rtc &) = delete;
@@ -605,6 +672,7 @@ void rtc_init(Rtc *self, nb::object ctx_obj, nb::dict params)
     if (!cd.contains("nact"))
         cd["nact"] = p.nact;
     controller_from(cd, p.controller, ctl_keep, "controller");
+    self->nmodes = p.controller.kind == SW_CTRL_PI ? p.controller.nmodes : 0;
     Context &c = *self->ctx;
     // The control matrix's size needs the slope count: the centroid plan's, checked by a
     // throwaway plan when the matrix is given.
@@ -917,6 +985,7 @@ void bind_loop(nb::module_ &m)
     nb::class_<Controller>(m, "Controller", "A controller (loop.h).")
         .def("__init__", &controller_init, nb::arg("ctx"), nb::arg("params"))
         .def("step", &controller_step, nb::arg("r"), nb::arg("out"))
+        .def("set_gains", &controller_set_gains, nb::arg("kp").none(), nb::arg("ki").none())
         .def("reset", [](Controller &c) { sw_controller_reset(c.c); });
     nb::class_<Rtc>(m, "RTC", "The real-time chain (loop.h).")
         .def("__init__", &rtc_init, nb::arg("ctx"), nb::arg("params"))
@@ -929,10 +998,28 @@ void bind_loop(nb::module_ &m)
                  Context &c = *r.ctx;
                  call(c, [&] { return sw_rtc_reset(r.r); });
              })
+        .def("set_gains",
+             [](Rtc &r, nb::handle kp, nb::handle ki) {
+                 if (r.nmodes < 1)
+                     value_error("set_gains: per-mode gains need the 'pi' controller");
+                 FlatArg ka, ia;
+                 const float *kv =
+                     kp.is_none() ? nullptr : host_in<float>(kp, "kp", (size_t)r.nmodes, ka);
+                 const float *iv =
+                     ki.is_none() ? nullptr : host_in<float>(ki, "ki", (size_t)r.nmodes, ia);
+                 Context &c = *r.ctx;
+                 call(c, [&] { return sw_rtc_set_gains(r.r, kv, iv); });
+             },
+             nb::arg("kp").none(), nb::arg("ki").none())
         .def_prop_ro("nslopes", [](Rtc &r) { return r.ns; })
         .def_prop_ro("nact", [](Rtc &r) { return r.nact; })
         .def_prop_ro("last_us", [](Rtc &r) { return sw_rtc_last_us(r.r); });
     m.def("loop_defaults", &loop_defaults);
+    m.def("unseen_modes", &unseen_modes, nb::arg("nx"), nb::arg("ny"), nb::arg("valid").none(),
+          nb::arg("which"), nb::arg("out"));
+    m.def("modal_gains", &modal_gains, nb::arg("ctx"), nb::arg("params"), nb::arg("y"),
+          nb::arg("nframes"), nb::arg("nmodes"), nb::arg("gains"), nb::arg("out"),
+          nb::arg("noise"), nb::arg("predicted"));
     m.def("controller_max_gain", &sw_controller_max_gain, nb::arg("delay_frames"),
           nb::arg("leak") = 0.0);
     nb::class_<LoopSim>(m, "LoopSim", "The closed-loop simulator (loop.h).")

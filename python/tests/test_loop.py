@@ -279,3 +279,55 @@ def test_bad_input(one, frame):
         L.DM((6, 6), coupling=1.5)
     with pytest.raises(ValueError, match="influence: 'cubic'"):
         L.DM((6, 6), influence="cubic")
+
+
+def test_unseen_modes_and_filter(one):
+    """unseen_modes: piston and waffle over the valid lenslets' corners, orthonormal, invisible to
+    the Fried geometry's differences; a Controller with them as its filter never integrates
+    them."""
+    valid = np.ones((5, 5), bool)
+    valid[0, 0] = False
+    Z = L.unseen_modes(5, 5, valid)
+    assert Z.shape == (36, 2) and Z.dtype == np.float32
+    np.testing.assert_allclose(Z.T @ Z, np.eye(2), atol=1e-5)
+    assert Z[0, 0] == 0 and Z[0, 1] == 0  # the corner only the invalid lenslet touches
+    c = Z.reshape(6, 6, 2)
+    sx = 0.5 * ((c[:-1, 1:] - c[:-1, :-1]) + (c[1:, 1:] - c[1:, :-1]))
+    sy = 0.5 * ((c[1:, :-1] - c[:-1, :-1]) + (c[1:, 1:] - c[:-1, 1:]))
+    assert np.abs(sx[valid]).max() < 1e-6 and np.abs(sy[valid]).max() < 1e-6
+    assert L.unseen_modes(5, 5, which="piston").shape == (36, 1)
+    with pytest.raises(ValueError, match="which"):
+        L.unseen_modes(5, 5, which="tip")
+    ctl = L.Controller(36, "leaky", gain=0.5, leak=0.01, filter=Z, ctx=one)
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        u = ctl.step((3.0 + rng.normal(size=36)).astype(np.float32))
+    assert np.abs(Z.T @ u).max() < 1e-4 * np.abs(u).max()
+    with pytest.raises(ValueError, match="filter"):
+        L.Controller(36, filter=np.zeros((35, 2), np.float32), ctx=one)
+
+
+def test_modal_gains_and_set_gains(one):
+    """modal_gains on two scalar loops of known statistics (a slow disturbance with little noise,
+    and noise alone): a high gain for the first, ~0 for the second, the noise found; then PI's
+    set_gains is bumpless (the commands do not jump when ki changes)."""
+    rng = np.random.default_rng(5)
+    n, d = 8192, 2
+    y = np.zeros((n, 2), np.float32)
+    for m, (rho, sw, sn) in enumerate(((0.995, 0.05, 0.05), (0.0, 0.0, 0.3))):
+        phi, hist = 0.0, [0.0] * d
+        for k in range(n):
+            phi = rho * phi + sw * rng.normal()
+            yk = phi - hist[d - 1] + sn * rng.normal()
+            hist = [hist[0] + 0.3 * yk] + hist[:-1]
+            y[k, m] = yk
+    r = L.modal_gains(y, [0.3, 0.3], delay_frames=d, ctx=one)
+    assert r["gains"][0] > 0.2 and r["gains"][1] < 0.05
+    assert r["noise"][1] == pytest.approx(0.09, rel=0.15)
+    ctl = L.Controller(3, "pi", kp=[0, 0, 0], ki=[0.5, 0.5, 0.5], ctx=one)
+    for _ in range(5):
+        u0 = ctl.step(np.array([1.0, -1.0, 0.5], np.float32)).copy()
+    ctl.set_gains(ki=[0.25, 1.0, 0.5])
+    np.testing.assert_allclose(ctl.step(np.zeros(3, np.float32)), u0, rtol=1e-6)
+    with pytest.raises(ValueError, match="pi"):
+        L.Controller(3, ctx=one).set_gains(ki=[1, 1, 1])
