@@ -243,7 +243,8 @@ double sw_controller_max_gain(int32_t delay_frames, double leak);
  *   3. PI, per mode i of B (the identity when modes is NULL): e = B^T r', I_i += e_i,
  *      v_i = kp_i e_i + ki_i I_i, u = clip(B v). Its discrete transfer function from e to v is
  *      C(z) = kp + ki / (1 - z^-1). Anti-windup by back-calculation (Astrom & Hagglund 1995,
- *      "PID Controllers", sec. 3.5): when the clip changed u, the integrals are moved so that
+ *      "PID Controllers: Theory, Design, and Tuning", on integrator windup): when the clip
+ *      changed u, the integrals are moved so that
  *      B (kp e + ki I) is the clipped command in the modal space, I_i += (B^T (u_clip - u))_i /
  *      ki_i (modes with ki_i = 0 keep theirs). Without a clip the law is unchanged.
  */
@@ -303,10 +304,10 @@ sw_status sw_modal_gains(sw_context *ctx, const sw_modal_gains_params *p, const 
  * nmodes column-major, written to Z, at most 2 columns). On the Fried geometry of an nx x ny array
  * (actuators at the lenslet corners) a Shack-Hartmann sensor measures differences of the corner
  * values across each lenslet, so piston (every active actuator equal) and waffle (+1 / -1 in a
- * checkerboard, (-1)^(cx + cy)) give zero slopes (Fried 1977; Hudgin 1977). `valid` (nx ny,
- * NULL: all) picks the lenslets; the active actuators are the corners of valid lenslets, and the
- * modes are zero on the others. `which`: SW_UNSEEN_PISTON | SW_UNSEEN_WAFFLE. The columns are
- * orthonormalised (Gram-Schmidt) over the actuators; *nmodes is their count.
+ * checkerboard, (-1)^(cx + cy)) give zero slopes (Fried 1977, J. Opt. Soc. Am. 67(3), 370). `valid`
+ * (nx ny, NULL: all) picks the lenslets; the active actuators are the corners of valid lenslets,
+ * and the modes are zero on the others. `which`: SW_UNSEEN_PISTON | SW_UNSEEN_WAFFLE. The columns
+ * are orthonormalised (Gram-Schmidt) over the actuators; *nmodes is their count.
  */
 enum { SW_UNSEEN_PISTON = 1, SW_UNSEEN_WAFFLE = 2 };
 /* "none", "piston", "waffle", "piston-waffle" (also "piston,waffle" and "waffle-piston" parsed). */
