@@ -38,6 +38,10 @@ class PupilPlan:
     With the lenslet grid (pitch, grid (nx, ny), origin (x0, y0), as :class:`CentroidPlan`) a
     run also fills a lenslet mask: 1 + p for a lenslet inside pupil p (its whole square,
     lenslet_rule "full", or its reference position, "centre"), 0 otherwise.
+    pupil_method: "auto" (the glow path, the spots' envelope where it fails; needs the lenslet
+    grid), "glow" or "spots" (every pupil from the spots' envelope), as ``spotwave pupil
+    --pupil-method``. given: the pupils themselves, skipping tracking: a list of (cx_px, cy_px,
+    a_px, b_px, angle_deg), one per pupil (``--pupil-ellipse``).
 
     ``plan(image, lenslet_mask=None)``: image (height, width) or (frames, height, width), NumPy
     or device; lenslet_mask, a uint8 NumPy array (frames, ny, nx) to fill. Returns the table of
@@ -48,7 +52,8 @@ class PupilPlan:
                  gauss_sigma=4.0, close_radius=4, candidates=1024, inlier_px=2.0,
                  refine_iterations=3, min_radius_px=None, max_radius_px=0.0, min_coverage=0.25,
                  otsu_classes=3, edge_level=0.4, max_near_ratio=0.75, seed=1, pitch=None,
-                 grid=None, origin=None, lenslet_rule="full", ctx=None):
+                 grid=None, origin=None, lenslet_rule="full", pupil_method="auto", given=None,
+                 ctx=None):
         self.ctx = _context.resolve(ctx)
         if len(shape) != 2:
             raise ValueError(f"shape: expected (height, width), got {shape!r}")
@@ -60,7 +65,8 @@ class PupilPlan:
                       min_radius_px=min_radius_px, max_radius_px=max_radius_px,
                       min_coverage=min_coverage, otsu_classes=otsu_classes,
                       edge_level=edge_level, max_near_ratio=max_near_ratio, seed=seed,
-                      lenslet_rule=lenslet_rule)
+                      lenslet_rule=lenslet_rule, pupil_method=pupil_method,
+                      given=_given(given, pupils))
         self.grid = None
         if pitch is not None:
             if grid is None or origin is None:
@@ -89,6 +95,17 @@ class PupilPlan:
         for name in dtype.names:
             out[name] = cols[name]
         return out
+
+
+def _given(given, n):
+    """Given pupils: None, or n (cx_px, cy_px, a_px, b_px, angle_deg) ellipses (a circle: a =
+    b), as `spotwave pupil --pupil-ellipse` gives them."""
+    if given is None:
+        return None
+    g = [tuple(float(v) for v in e) for e in given]
+    if len(g) != n or any(len(e) != 5 for e in g):
+        raise ValueError(f"given: expected {n} (cx_px, cy_px, a_px, b_px, angle_deg) ellipses")
+    return g
 
 
 def pupil(image, *, binocular=False, **more):

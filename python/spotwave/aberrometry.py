@@ -28,6 +28,7 @@ import numpy as np
 
 from . import _arrays, _context, _spotwave
 from ._find import pixel_type
+from ._pupil import _given
 
 __all__ = ["AberrometryPlan", "Eye", "Measurement", "Reference", "FrameResult", "aberrometry",
            "reference", "COEF_TABLE", "SPOTS_TABLE", "DEFAULT_MAGNIFICATION"]
@@ -157,7 +158,7 @@ class AberrometryPlan:
     ``AberrometryPlan(reference, *, shape=None, dtype=None, eyes=1, algorithm="papycs",
     order=6, prelim_order=None, central_fraction=0.5, mesh_stages=4, mesh_tolerance=0.25,
     fit_radius_px=0.0, magnification=0.61875, vertex_mm=0.0, window=None, discard=True,
-    contrast=15.0, streams=2, higher_order_rx=False, ctx=None)``
+    contrast=15.0, streams=2, higher_order_rx=False, pupil_method="auto", given=None, ctx=None)``
 
     reference: a :class:`Reference` (its grid and centroids; shape and dtype default to its
     image's). eyes: 1 or 2 (binocular). algorithm: "papycs" (Mompean et al. 2019 Sec. 3.2.1),
@@ -170,6 +171,9 @@ class AberrometryPlan:
     down). discard, contrast: the discarding criteria. streams: frames in flight on the GPU.
     higher_order_rx: the refraction ``rx`` with the 4th and 6th orders (Thibos et al. 2004's
     Seidel terms) instead of the second-order terms alone (the default, as the command's).
+    pupil_method ("auto", "glow", "spots") and given (one (cx_px, cy_px, a_px, b_px, angle_deg)
+    ellipse per eye, skipping tracking): as :class:`spotwave.PupilPlan` and ``spotwave
+    aberrometry --pupil-method / --pupil-ellipse``.
 
     ``plan(frame)``: a 2-D frame -> :class:`FrameResult`; a 3-D stack -> a list of them (run as
     a batch). Host or device frames (CUDA context). ``plan.spots()``: the last frame's lenslets.
@@ -179,7 +183,7 @@ class AberrometryPlan:
                  order=6, prelim_order=None, central_fraction=0.5, mesh_stages=4,
                  mesh_tolerance=0.25, fit_radius_px=0.0, magnification=DEFAULT_MAGNIFICATION,
                  vertex_mm=0.0, window=None, discard=True, contrast=15.0, streams=2,
-                 higher_order_rx=False, ctx=None):
+                 higher_order_rx=False, pupil_method="auto", given=None, ctx=None):
         self.ctx = _context.resolve(ctx)
         if not isinstance(reference, Reference):
             raise TypeError(f"reference: expected a spotwave.aberrometry.Reference (from "
@@ -205,7 +209,8 @@ class AberrometryPlan:
                       magnification=magnification, vertex_mm=vertex_mm,
                       window_px=0 if window is None else int(window), discard=bool(discard),
                       discard_contrast=contrast, streams=streams,
-                      higher_order_rx=bool(higher_order_rx),
+                      higher_order_rx=bool(higher_order_rx), pupil_method=pupil_method,
+                      given=_given(given, int(eyes)),
                       ref_x=np.ascontiguousarray(reference.ref_x, np.float64),
                       ref_y=np.ascontiguousarray(reference.ref_y, np.float64))
         self._p = _spotwave.AberrometryPlan(self.ctx, params)

@@ -197,6 +197,8 @@ void plan_init(Plan *self, nb::object ctx_obj, nb::dict params)
     p.peak_box = (int32_t)q.integer("peak_box", p.peak_box);
     p.peak_threshold = q.num("peak_threshold", p.peak_threshold);
     p.streams = (int32_t)q.integer("streams", p.streams);
+    p.pupil.n_pupils = p.n_eyes;
+    pupil_extras(q, p.pupil);
     nb::object rx = q.get("ref_x"), ry = q.get("ref_y");
     q.done();
     const size_t n = (size_t)(g.nx > 0 ? g.nx : 0) * (size_t)(g.ny > 0 ? g.ny : 0);

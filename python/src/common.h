@@ -164,6 +164,11 @@ struct Params {
     void done();
 };
 
+// The pupil tracker's method and given ellipses from q (pupil.cpp; keys "pupil_method": "auto",
+// "glow" or "spots"; "given": None or n_pupils (cx, cy, a, b, angle_deg) tuples), as
+// `spotwave pupil --pupil-method` and --pupil-ellipse set them.
+void pupil_extras(Params &q, sw_pupil_params &p);
+
 // Names of dtypes for messages ("uint8", ...).
 std::string dtype_name(nb::dlpack::dtype dt);
 

@@ -10,6 +10,37 @@
 namespace swpy
 {
 
+void pupil_extras(Params &q, sw_pupil_params &p)
+{
+    const std::string m = q.str("pupil_method", "auto");
+    if (m == "auto")
+        p.spots_fallback = 1;
+    else if (m == "glow")
+        p.spots_fallback = 0;
+    else if (m == "spots")
+        p.spots_fallback = 2;
+    else
+        value_error("pupil_method: '%s' is not 'auto', 'glow' or 'spots'", m.c_str());
+    nb::object given = q.get("given");
+    if (given.is_none())
+        return;
+    const size_t n = nb::len(given);
+    if ((int32_t)n != p.n_pupils)
+        value_error("given: %zu pupils for %d eyes", n, (int)p.n_pupils);
+    for (size_t i = 0; i < n; i++) {
+        nb::object e = given[i];
+        if (nb::len(e) != 5)
+            value_error("given: pupil %zu is not (cx_px, cy_px, a_px, b_px, angle_deg)", i);
+        sw_pupil_shape &s = p.given_pupil[i];
+        s.cx_px = nb::cast<double>(e[0]);
+        s.cy_px = nb::cast<double>(e[1]);
+        s.a_px = nb::cast<double>(e[2]);
+        s.b_px = nb::cast<double>(e[3]);
+        s.angle_deg = nb::cast<double>(e[4]);
+    }
+    p.given = 1;
+}
+
 namespace
 {
 
@@ -68,6 +99,7 @@ void plan_init(PupilPlan *self, nb::object ctx_obj, int32_t width, int32_t heigh
         self->have_geom = true;
         p.geometry = &self->geom;
     }
+    pupil_extras(q, p);
     std::string rule = q.str("lenslet_rule", "full");
     if (rule == "full")
         p.lenslet_rule = SW_PUPIL_LENSLET_FULL;

@@ -189,3 +189,19 @@ def test_bad_input(one, eye):
     with pytest.raises(spotwave.InvalidArgumentError):
         spotwave.sim.eye(eye_center=(5000, 5000), ctx=one)
     assert np.array_equal(img, keep)
+
+
+def test_given_pupil_is_the_commands(cli, one, eye, tmp_path):
+    """A given pupil per eye skips tracking, in the plan as in `spotwave aberrometry
+    --pupil-ellipse`: the same coefficients."""
+    report = json.loads(_cli(cli, "aberrometry", eye / "e.fits", "--reference", eye / "r.fits",
+                             "--pupil-ellipse", "320,320,250,240,0", "--out", tmp_path / "z.csv",
+                             "--json").stdout)
+    (je,) = report["frames"][0]["eyes"]
+    ref = AB.reference(spotwave.read(eye / "r.fits"), ctx=one)
+    plan = AB.AberrometryPlan(ref, given=[(320, 320, 250, 240, 0)], ctx=one)
+    (e,) = plan(spotwave.read(eye / "e.fits")).eyes
+    assert e.valid and je["valid"] and e.pupil["cx_px"] == 320.0 == je["pupil"]["cx_px"]
+    assert [x["coef_um"] for x in je["coefficients"]] == list(e.coef_um)
+    with pytest.raises(ValueError, match="given"):
+        AB.AberrometryPlan(ref, given=[(1, 2, 3, 4, 5), (1, 2, 3, 4, 5)], ctx=one)

@@ -65,3 +65,23 @@ def test_pupil_bad_input(cpu):
         spotwave.pupil(flat, lenslet_mask=np.zeros((4, 4), np.uint8), ctx=cpu)
     with pytest.raises(TypeError, match="pupil: unexpected keyword argument 'radius'"):
         spotwave.pupil(flat, radius=3, ctx=cpu)
+
+
+def test_given_pupil_and_method_are_the_commands(cli, cpu, eyes):
+    """A given ellipse skips tracking (method "given"), as `spotwave pupil --pupil-ellipse`; the
+    method names are checked."""
+    cli("pupil", eyes / "m.fits", "--pupil-ellipse", "81.5,79,42,36,20", "--out", eyes / "g.csv")
+    img = spotwave.read(eyes / "m.fits")
+    plan = spotwave.PupilPlan(img.shape, img.dtype, given=[(81.5, 79, 42, 36, 20)], ctx=cpu)
+    table = plan(img)
+    _same_as_csv(table, eyes / "g.csv")
+    assert table["method"][0] == "given"
+    assert (table["cx_px"][0], table["a_px"][0], table["angle_deg"][0]) == (81.5, 42.0, 20.0)
+    cli("pupil", eyes / "m.fits", "--pupil-method", "glow", "--out", eyes / "gl.csv")
+    glow = spotwave.PupilPlan(img.shape, img.dtype, pupil_method="glow", ctx=cpu)(img)
+    _same_as_csv(glow, eyes / "gl.csv")
+    assert glow["method"][0] == "glow"
+    with pytest.raises(ValueError, match="pupil_method"):
+        spotwave.PupilPlan(img.shape, img.dtype, pupil_method="moon", ctx=cpu)
+    with pytest.raises(ValueError, match="given"):
+        spotwave.PupilPlan(img.shape, img.dtype, given=[(1, 2, 3)], ctx=cpu)
