@@ -376,6 +376,29 @@ sw_status sw_unseen_parse(const char *text, int *out)
                    text);
 }
 
+int sw_loop_fold_filter(const float *z, int32_t nf, int32_t nact, int32_t cols, float *w)
+{
+    double *t = (double *)malloc((size_t)(cols > 0 ? cols : 1) * sizeof(double));
+    if (!t)
+        return -1;
+    for (int32_t j = 0; j < nf; j++) {
+        const float *zj = z + (size_t)j * nact;
+        memset(t, 0, (size_t)cols * sizeof(double));
+        for (int32_t a = 0; a < nact; a++) { /* t = Z_j^T W */
+            const float *row = w + (size_t)a * cols;
+            for (int32_t c = 0; c < cols; c++)
+                t[c] += (double)zj[a] * row[c];
+        }
+        for (int32_t a = 0; a < nact; a++) { /* W -= Z_j t (the columns are orthonormal) */
+            float *row = w + (size_t)a * cols;
+            for (int32_t c = 0; c < cols; c++)
+                row[c] = (float)((double)row[c] - (double)zj[a] * t[c]);
+        }
+    }
+    free(t);
+    return 0;
+}
+
 sw_status sw_unseen_modes(int32_t nx, int32_t ny, const uint8_t *valid, int which, float *z,
                           int32_t *nmodes)
 {

@@ -46,6 +46,10 @@ struct sw_controller {
  * modes' filter of controller.c, the CPU half of rtc_cuda.cu's rt_filter. Sums in double. */
 void sw_loop_filter(const float *z, int32_t nact, int32_t nf, const float *r, double *zt,
                     float *out);
+/* The same filter folded into a matrix whose rows are the commands: W <- W - Z (Z^T W), W nact x
+ * cols row-major; sums in double (rtc.c folds it into C or P, loopsim.c's gain tuner into its
+ * copy of C). 0, or -1 out of memory. */
+int sw_loop_fold_filter(const float *z, int32_t nf, int32_t nact, int32_t cols, float *w);
 
 /* Integrator / leaky update of one command (seed 000 section 6's regulator per actuator), then
  * the stroke clip (clip <= 0: none). Float arithmetic in this order on both backends. */

@@ -577,23 +577,11 @@ static sw_status build_gain_tuning(sw_loop *l, const sw_controller_params *cp)
         return sw_fail(l->ctx, SW_ENOMEM, "loop: out of memory (gain tuning)");
     /* C as the chain runs it: the unseen modes folded out, C <- C - Z (Z^T C) */
     float *c = malloc((size_t)nact * n2 * sizeof(float));
-    double *t = malloc((size_t)n2 * sizeof(double));
-    if (!c || !t) {
+    if (c)
+        memcpy(c, l->cm, (size_t)nact * n2 * sizeof(float));
+    if (!c || sw_loop_fold_filter(l->filter, l->nfilter, nact, n2, c) != 0) {
         free(c);
-        free(t);
         return sw_fail(l->ctx, SW_ENOMEM, "loop: out of memory (gain tuning)");
-    }
-    memcpy(c, l->cm, (size_t)nact * n2 * sizeof(float));
-    for (int32_t f = 0; f < l->nfilter; f++) {
-        const float *z = l->filter + (size_t)f * nact;
-        for (int32_t j = 0; j < n2; j++)
-            t[j] = 0.0;
-        for (int32_t a = 0; a < nact; a++)
-            for (int32_t j = 0; j < n2; j++)
-                t[j] += (double)z[a] * c[(size_t)a * n2 + j];
-        for (int32_t a = 0; a < nact; a++)
-            for (int32_t j = 0; j < n2; j++)
-                c[(size_t)a * n2 + j] = (float)((double)c[(size_t)a * n2 + j] - z[a] * t[j]);
     }
     for (int32_t m = 0; m < nm; m++)
         for (int32_t j = 0; j < n2; j++) {
@@ -606,7 +594,6 @@ static sw_status build_gain_tuning(sw_loop *l, const sw_controller_params *cp)
             l->gm[(size_t)m * n2 + j] = (float)acc;
         }
     free(c);
-    free(t);
     l->gtel_n = 0;
     return SW_OK;
 }

@@ -225,24 +225,8 @@ static sw_status fold_filter(sw_context *ctx, const float *z, int32_t nf, int32_
                        "rtc: the controller's filter (%d modes) is not finite or "
                        "has more modes than commands",
                        (int)nf);
-    double *t = calloc((size_t)cols, sizeof(double));
-    if (!t)
+    if (sw_loop_fold_filter(z, nf, nact, cols, w) != 0)
         return sw_fail(ctx, SW_ENOMEM, "rtc: out of memory (filter)");
-    for (int32_t j = 0; j < nf; j++) {
-        const float *zj = z + (size_t)j * nact;
-        memset(t, 0, (size_t)cols * sizeof(double));
-        for (int32_t a = 0; a < nact; a++) { /* t = Z_j^T W */
-            const float *row = w + (size_t)a * cols;
-            for (int32_t c = 0; c < cols; c++)
-                t[c] += (double)zj[a] * row[c];
-        }
-        for (int32_t a = 0; a < nact; a++) { /* W -= Z_j t (the columns are orthonormal) */
-            float *row = w + (size_t)a * cols;
-            for (int32_t c = 0; c < cols; c++)
-                row[c] = (float)((double)row[c] - (double)zj[a] * t[c]);
-        }
-    }
-    free(t);
     return SW_OK;
 }
 
