@@ -279,6 +279,10 @@ int sw_cli_inputs_range(const char *sub, const sw_cli_inputs *in, int64_t first,
  * HDF5 into the inputs' buffer (valid until the next call). SW_EXIT_OK or a failure line. */
 int sw_cli_inputs_frame(sw_context *ctx, const char *sub, sw_cli_inputs *in, int64_t index,
                         const sw_image **out);
+/* The same without printing: the failure's status, its message on ctx (for MPI ranks, which
+ * report a failed frame with their rank). */
+sw_status sw_cli_inputs_frame_status(sw_context *ctx, sw_cli_inputs *in, int64_t index,
+                                     const sw_image **out);
 /* Frame `index` copied into dst (of the inputs' size and type; any stride). Uses no context: for
  * a pipeline's reader thread with SW_CLI_INPUTS_THREAD. */
 sw_status sw_cli_inputs_read(sw_cli_inputs *in, int64_t index, sw_image *dst);

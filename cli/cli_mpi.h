@@ -1,5 +1,7 @@
 /*
- * A dataset dealt to MPI processes (cli/mpi.c): `mpirun -np N spotwave find FILES...`.
+ * A dataset dealt to MPI processes (cli/mpi.c): `mpirun -np N spotwave find FILES...`, and
+ * the same for `pupil` and `aberrometry`, which run their frames one by one and gather
+ * per-frame records (sw_cli_mpi_deal, sw_cli_mpi_gather_frames).
  *
  * Launched by mpirun (or srun, mpiexec: a process manager that sets OMPI_COMM_WORLD_SIZE,
  * PMI_SIZE or PMIX_RANK), a build with MPI (SW_WITH_MPI) initialises MPI and deals the frames to
@@ -79,6 +81,32 @@ int sw_cli_mpi_agree(sw_cli_mpi *m, int rc);
  * src->progress draws a bar (a failure message then starts on a new line). */
 sw_find_source sw_cli_mpi_source(sw_cli_mpi *m, const sw_find_source *src, const sw_cli_inputs *in,
                                  int64_t first, int64_t count, int bar_on);
+
+/* The same dealing for a command that runs frames one by one itself (pupil, aberrometry):
+ * my_first, my_count; progress through sw_cli_mpi_progress, results through
+ * sw_cli_mpi_gather_frames. */
+void sw_cli_mpi_deal(sw_cli_mpi *m, const sw_cli_inputs *in, int64_t first, int64_t count,
+                     int bar_on);
+
+/* This rank has done `done` of its frames: rank 0 calls progress(user, all ranks' frames done,
+ * count) when that changed; other ranks tell rank 0 (at most ten times a second). */
+void sw_cli_mpi_progress(sw_cli_mpi *m, int64_t done, void (*progress)(void *, int64_t, int64_t),
+                         void *user);
+
+/* Per-frame records: base points at count records (one per frame of the run, in frame order) of
+ * frame_bytes each; a rank fills those of its block. */
+typedef struct sw_cli_mpi_array {
+    void *base;
+    size_t frame_bytes;
+} sw_cli_mpi_array;
+
+/* Collective, after this rank's frames (st: SW_OK, or the failure at failed_frame with its
+ * message on ctx, or ctx NULL when the rank printed the message itself): rank 0 receives every
+ * other rank's block of each array into place (the structs travel as bytes). A failed rank reports
+ * its frame and file; rank 0 lists them all. SW_EXIT_OK when every rank succeeded, else
+ * SW_EXIT_FAIL. Without MPI: SW_EXIT_OK when st is SW_OK (the caller reports a failure itself). */
+int sw_cli_mpi_gather_frames(sw_cli_mpi *m, sw_context *ctx, sw_status st, int64_t failed_frame,
+                             const sw_cli_mpi_array *arrays, int narrays);
 
 /* Collective, after this rank's frames (st: what sw_find_sequence returned, message on ctx):
  * rank 0 appends every other rank's spots (and refined results, when refined is not NULL) to its

@@ -12,6 +12,7 @@
 #define _GNU_SOURCE
 
 #include "cli.h"
+#include "cli_mpi.h"
 #include "clinical.h"
 #include "json.h"
 #include "outfiles.h"
@@ -181,6 +182,13 @@ void sw_cmd_aberrometry_help(FILE *out)
         "  --progress / --no-progress  a progress bar on stderr (default: when stderr is a\n"
         "                         terminal and there is more than one frame)\n"
         "  -h, --help             this help\n"
+        "\n"
+        "Under mpirun (a spotwave built with MPI), e.g. 'mpirun -np 4 spotwave aberrometry\n"
+        "FILES... --reference R --out out.csv', the frames are dealt to the processes in\n"
+        "contiguous blocks (each on its own GPU or CPU cores) and rank 0 writes every output\n"
+        "once, the same bytes as one process when every process uses the same number of\n"
+        "BLAS threads (OPENBLAS_NUM_THREADS). A frame that fails stops its rank's block;\n"
+        "rank 0 lists the failed frames and the run fails.\n"
         "\n"
         "Exit status: 0 when every frame was processed, whether or not each eye has a result\n"
         "(see the report); 1 when an input cannot be read or used (a reference of another\n"
@@ -565,6 +573,7 @@ typedef struct ab_job {
     frame_out *res;
     sw_image psf[2], mtf[2]; /* the last frame's, with --psf / --mtf */
     int64_t first, count;
+    int64_t failed; /* the frame a failure was printed for, or -1 */
     sw_cli_progress bar;
     int map_written[2];
 } ab_job;
@@ -741,9 +750,30 @@ static int keep_result(ab_job *j, int64_t index, const sw_aberrometry_result *r,
     return SW_EXIT_OK;
 }
 
-/* Every frame: one at a time when there is one, else batches of up to MAX_BATCH frames copied
- * into the context's (pinned on CUDA) buffers for sw_aberrometry_run_batch. */
-static int run_frames(ab_job *j, int quiet)
+/* The progress bar, called through sw_cli_mpi_progress. */
+static void progress_update(void *user, int64_t done, int64_t total)
+{
+    sw_cli_progress_update(user, done, total);
+}
+
+/* Frame `index` alone (sw_aberrometry_run) into *f. */
+static int run_one(ab_job *j, int64_t index, frame_out *f)
+{
+    const sw_image *frame = NULL;
+    int rc = sw_cli_inputs_frame(j->ctx, SUB, &j->in, index, &frame);
+    if (rc != SW_EXIT_OK)
+        return rc;
+    sw_status st = sw_aberrometry_run(j->plan, frame, &j->batch_res[0]);
+    if (st != SW_OK)
+        return sw_cli_fail(SUB, "frame %lld: %s", (long long)index, sw_cli_lib_error(j->ctx, st));
+    return keep_result(j, index, &j->batch_res[0], f);
+}
+
+/* This rank's frames (every frame in one process: mpi->my_first, my_count): one at a time when
+ * the run has one, else batches of up to MAX_BATCH frames copied into the context's (pinned on
+ * CUDA) buffers for sw_aberrometry_run_batch. A failure is printed and its frame kept in
+ * j->failed. */
+static int run_frames(ab_job *j, int quiet, sw_cli_mpi *mpi)
 {
     const ab_opts *o = j->o;
     sw_status st;
@@ -753,26 +783,31 @@ static int run_frames(ab_job *j, int quiet)
     j->batch_res = calloc((size_t)nb, sizeof *j->batch_res);
     if (!j->res || !j->batch_res)
         return sw_cli_fail(SUB, "out of memory");
-    sw_cli_progress_start(&j->bar, SUB, o->progress, quiet, j->count);
+    sw_cli_progress_start(&j->bar, SUB, sw_cli_mpi_root(mpi) ? o->progress : 0, quiet, j->count);
+    if ((rc = sw_cli_mpi_agree(mpi, SW_EXIT_OK)) != SW_EXIT_OK)
+        return rc;
+    sw_cli_mpi_deal(mpi, &j->in, j->first, j->count, j->bar.on);
+    const int64_t lo = mpi->my_first - j->first, hi = lo + mpi->my_count;
+    j->failed = -1;
     if (j->count == 1) {
-        const sw_image *frame = NULL;
-        if ((rc = sw_cli_inputs_frame(j->ctx, SUB, &j->in, j->first, &frame)) != SW_EXIT_OK)
+        if (hi > lo && (rc = run_one(j, j->first, &j->res[0])) != SW_EXIT_OK) {
+            j->failed = j->first;
             return rc;
-        if ((st = sw_aberrometry_run(j->plan, frame, &j->batch_res[0])) != SW_OK)
-            return sw_cli_fail(SUB, "frame %lld: %s", (long long)j->first,
-                               sw_cli_lib_error(j->ctx, st));
-        sw_cli_progress_update(&j->bar, 1, 1);
-        return keep_result(j, j->first, &j->batch_res[0], &j->res[0]);
+        }
+        sw_cli_mpi_progress(mpi, hi - lo, progress_update, &j->bar);
+        return SW_EXIT_OK;
     }
     for (int32_t i = 0; i < nb; i++)
         if ((st = sw_image_alloc(j->ctx, j->in.width, j->in.height, j->in.type, &j->buf[i])) !=
             SW_OK)
             return sw_cli_fail(SUB, "%s", sw_cli_lib_error(j->ctx, st));
     const sw_image *ptr[MAX_BATCH];
-    for (int64_t k0 = 0; k0 < j->count; k0 += nb) {
-        const int32_t n = j->count - k0 < nb ? (int32_t)(j->count - k0) : nb;
+    for (int64_t k0 = lo; k0 < hi; k0 += nb) {
+        const int32_t n = hi - k0 < nb ? (int32_t)(hi - k0) : nb;
+        j->failed = j->first + k0;
         for (int32_t i = 0; i < n; i++) {
             const sw_image *frame = NULL;
+            j->failed = j->first + k0 + i;
             if ((rc = sw_cli_inputs_frame(j->ctx, SUB, &j->in, j->first + k0 + i, &frame)) !=
                 SW_EXIT_OK)
                 return rc;
@@ -781,18 +816,22 @@ static int run_frames(ab_job *j, int quiet)
                                    sw_cli_lib_error(j->ctx, st));
             ptr[i] = &j->buf[i];
         }
+        j->failed = j->first + k0;
         if ((st = sw_aberrometry_run_batch(j->plan, ptr, n, j->batch_res)) != SW_OK) {
             if (j->bar.on)
                 fputc('\n', stderr);
             return sw_cli_fail(SUB, "frames %lld..%lld: %s", (long long)(j->first + k0),
                                (long long)(j->first + k0 + n - 1), sw_cli_lib_error(j->ctx, st));
         }
-        for (int32_t i = 0; i < n; i++)
+        for (int32_t i = 0; i < n; i++) {
+            j->failed = j->first + k0 + i;
             if ((rc = keep_result(j, j->first + k0 + i, &j->batch_res[i], &j->res[k0 + i])) !=
                 SW_EXIT_OK)
                 return rc;
-        sw_cli_progress_update(&j->bar, k0 + n, j->count);
+        }
+        sw_cli_mpi_progress(mpi, k0 + n - lo, progress_update, &j->bar);
     }
+    j->failed = -1;
     return SW_EXIT_OK;
 }
 
@@ -1116,7 +1155,7 @@ static cJSON *json_eye(const ab_opts *o, const eye_out *q, int k, const char *ma
     return x;
 }
 
-static void json_report(const ab_job *j, double seconds)
+static void json_report(const ab_job *j, double seconds, const sw_cli_mpi *mpi)
 {
     const ab_opts *o = j->o;
     const sw_aberrometry_params *p = &j->p;
@@ -1201,6 +1240,7 @@ static void json_report(const ab_job *j, double seconds)
     sw_cli_json_int(r, "eyes_asked", asked);
     sw_cli_json_fixed(r, "seconds", seconds, 6);
     sw_cli_json_fixed(r, "frames_per_second", seconds > 0 ? (double)j->count / seconds : 0.0, 3);
+    sw_cli_mpi_json(mpi, r);
     sw_cli_json_print(r);
 }
 
@@ -1262,13 +1302,16 @@ int sw_cmd_aberrometry(const sw_cli_globals *g, int argc, char **argv)
     sw_cli_file_out("--spots", o.spots);
     sw_cli_file_out("--psf", o.clin.psf_png);
     sw_cli_file_out("--mtf", o.clin.mtf_png);
-    if ((rc = sw_cli_files_check()) != SW_EXIT_OK)
-        return rc;
+    /* `mpirun -np N`: the frames dealt to N processes (cli_mpi.h); a plain run is rank 0 of 1 */
+    sw_cli_mpi mpi;
+    if ((rc = sw_cli_mpi_start(&mpi, SUB)) == SW_EXIT_OK)
+        rc = sw_cli_files_check();
+    const sw_cli_globals rank_g = sw_cli_mpi_globals(&mpi, g);
     ab_job j;
     memset(&j, 0, sizeof j);
     j.o = &o;
-    if ((rc = sw_cli_context(g, SUB, &j.ctx)) != SW_EXIT_OK)
-        return rc;
+    if (rc != SW_EXIT_OK || (rc = sw_cli_context(&rank_g, SUB, &j.ctx)) != SW_EXIT_OK)
+        return sw_cli_mpi_end(&mpi, rc);
     if ((rc = sw_cli_inputs_open(j.ctx, SUB, o.inputs, o.ninputs, o.dataset, 0, NULL, NULL,
                                  &j.in)) != SW_EXIT_OK)
         goto done;
@@ -1277,7 +1320,24 @@ int sw_cmd_aberrometry(const sw_cli_globals *g, int argc, char **argv)
         goto done;
     if ((rc = prepare_reference(&j)) != SW_EXIT_OK || (rc = make_plan(&j)) != SW_EXIT_OK)
         goto done;
-    if ((rc = run_frames(&j, g->quiet)) != SW_EXIT_OK)
+    rc = run_frames(&j, g->quiet, &mpi);
+    if (mpi.on) {
+        /* rank 0 gathers every rank's results; a failed rank has printed its message */
+        const sw_cli_mpi_array arrays[] = {{j.res, sizeof *j.res}};
+        rc = sw_cli_mpi_gather_frames(&mpi, NULL, rc == SW_EXIT_OK ? SW_OK : SW_EINVAL, j.failed,
+                                      arrays, 1);
+        if (rc != SW_EXIT_OK || !sw_cli_mpi_root(&mpi))
+            goto done; /* only rank 0 writes */
+        /* the last frame's pictures and lenslets come from the plan that ran it: rank 0 runs it
+         * again when another rank had it (its results in the table stay the gathered ones) */
+        const int64_t last = j.first + j.count - 1;
+        if ((o.spots || o.clin.psf_png || o.clin.mtf_png) && last >= mpi.my_first + mpi.my_count) {
+            frame_out again;
+            if ((rc = run_one(&j, last, &again)) != SW_EXIT_OK)
+                goto done;
+        }
+    }
+    if (rc != SW_EXIT_OK)
         goto done;
     double seconds = sw_cli_now() - j.bar.t_start;
     /* pictures and side tables first: a run that cannot write them leaves no table behind */
@@ -1290,11 +1350,11 @@ int sw_cmd_aberrometry(const sw_cli_globals *g, int argc, char **argv)
     if ((rc = write_csv(&j, j.in.total > 1)) != SW_EXIT_OK)
         goto done;
     if (o.json)
-        json_report(&j, seconds);
+        json_report(&j, seconds, &mpi);
     else if (o.out && strcmp(o.out, "-") != 0)
         text_report(&j, seconds);
     rc = SW_EXIT_OK;
 done:
     job_free(&j);
-    return rc;
+    return sw_cli_mpi_end(&mpi, rc);
 }

@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 
 #include "cli.h"
+#include "cli_mpi.h"
 #include "json.h"
 
 #include <errno.h>
@@ -135,6 +136,13 @@ void sw_cmd_pupil_help(FILE *out)
         "  --progress / --no-progress  a progress bar on stderr (default: when stderr is a\n"
         "                         terminal and there is more than one frame)\n"
         "  -h, --help             this help\n"
+        "\n"
+        "Under mpirun (a spotwave built with MPI), e.g. 'mpirun -np 4 spotwave pupil\n"
+        "FILES... --out out.csv', the frames are dealt to the processes in\n"
+        "contiguous blocks (each on its own GPU or CPU cores) and rank 0 writes every output\n"
+        "once, the same bytes as one process when every process uses the same number of\n"
+        "BLAS threads (OPENBLAS_NUM_THREADS). A frame that fails stops its rank's block;\n"
+        "rank 0 lists the failed frames and the run fails.\n"
         "\n"
         "Exit status: 0 when every frame was processed, whether or not its pupils were found\n"
         "(see valid and failure); 1 when an input cannot be read or used, or an output cannot\n"
@@ -463,7 +471,8 @@ static int write_csv(const pupil_opts *o, int with_frame, int64_t first, int64_t
 }
 
 static void json_report(const pupil_job *j, sw_context *ctx, int64_t first, int64_t count,
-                        const sw_pupil_result *res, const int32_t *lenslets, double seconds)
+                        const sw_pupil_result *res, const int32_t *lenslets, double seconds,
+                        const sw_cli_mpi *mpi)
 {
     const pupil_opts *o = j->o;
     const sw_pupil_params *p = &o->p;
@@ -569,7 +578,14 @@ static void json_report(const pupil_job *j, sw_context *ctx, int64_t first, int6
     sw_cli_json_int(rep, "pupils_asked", asked);
     sw_cli_json_fixed(rep, "seconds", seconds, 6);
     sw_cli_json_fixed(rep, "frames_per_second", seconds > 0 ? (double)count / seconds : 0.0, 3);
+    sw_cli_mpi_json(mpi, rep);
     sw_cli_json_print(rep);
+}
+
+/* The progress bar, called through sw_cli_mpi_progress. */
+static void progress_update(void *user, int64_t done, int64_t total)
+{
+    sw_cli_progress_update(user, done, total);
 }
 
 /* ---------------------------------------------------------------- the overlay picture */
@@ -683,19 +699,23 @@ int sw_cmd_pupil(const sw_cli_globals *g, int argc, char **argv)
     sw_cli_file_out("--out", o.out);
     sw_cli_file_out("--lenslet-mask", o.mask_out);
     sw_cli_file_out("--overlay", o.overlay);
-    if ((rc = sw_cli_files_check()) != SW_EXIT_OK)
-        return rc;
+    /* `mpirun -np N`: the frames dealt to N processes (cli_mpi.h); a plain run is rank 0 of 1 */
+    sw_cli_mpi mpi;
+    if ((rc = sw_cli_mpi_start(&mpi, SUB)) == SW_EXIT_OK)
+        rc = sw_cli_files_check();
+    const sw_cli_globals rank_g = sw_cli_mpi_globals(&mpi, g);
 
     sw_context *ctx = NULL;
-    if ((rc = sw_cli_context(g, SUB, &ctx)) != SW_EXIT_OK)
-        return rc;
+    if (rc != SW_EXIT_OK || (rc = sw_cli_context(&rank_g, SUB, &ctx)) != SW_EXIT_OK)
+        return sw_cli_mpi_end(&mpi, rc);
     pupil_job j;
     memset(&j, 0, sizeof j);
     j.o = &o;
     sw_pupil_plan *plan = NULL;
     sw_pupil_result *res = NULL;
-    uint8_t *mask = NULL;
+    uint8_t *mask = NULL, *masks = NULL;
     int32_t *lenslets = NULL;
+    size_t nl = 0;
     sw_cli_out mout = {0};
     sw_status st;
 
@@ -730,10 +750,12 @@ int sw_cmd_pupil(const sw_cli_globals *g, int argc, char **argv)
         }
         geom = &o.geom;
         o.p.geometry = geom;
-        size_t nl = (size_t)geom->nx * (size_t)geom->ny;
+        nl = (size_t)geom->nx * (size_t)geom->ny;
         mask = malloc(nl);
         lenslets = calloc((size_t)count * 2, sizeof *lenslets);
-        if (!mask || !lenslets) {
+        /* every frame's lenslet mask, written after the frames (MPI ranks fill their blocks) */
+        masks = o.mask_out ? calloc((size_t)count, nl) : NULL;
+        if (!mask || !lenslets || (o.mask_out && !masks)) {
             rc = sw_cli_fail(SUB, "out of memory");
             goto done;
         }
@@ -747,39 +769,58 @@ int sw_cmd_pupil(const sw_cli_globals *g, int argc, char **argv)
         rc = sw_cli_fail(SUB, "out of memory");
         goto done;
     }
-    if (o.mask_out) {
-        if ((rc = sw_cli_out_open(SUB, &mout, o.mask_out)) != SW_EXIT_OK)
-            goto done;
-        fprintf(mout.f, "%six,iy,valid,pupil\n", with_frame ? "frame," : "");
-    }
 
-    sw_cli_progress_start(&j.bar, "pupil", o.progress, g->quiet, count);
-    for (int64_t k = 0; k < count; k++) {
+    sw_cli_progress_start(&j.bar, "pupil", sw_cli_mpi_root(&mpi) ? o.progress : 0, g->quiet, count);
+    if ((rc = sw_cli_mpi_agree(&mpi, SW_EXIT_OK)) != SW_EXIT_OK)
+        goto done;
+    /* this rank's frames (all of them in one process); rank 0 gathers the others' results */
+    sw_cli_mpi_deal(&mpi, &j.in, first, count, j.bar.on);
+    st = SW_OK;
+    int64_t failed = -1;
+    for (int64_t k = mpi.my_first - first; k < mpi.my_first - first + mpi.my_count; k++) {
         int64_t index = first + k;
         const sw_image *frame = NULL;
-        if ((rc = sw_cli_inputs_frame(ctx, SUB, &j.in, index, &frame)) != SW_EXIT_OK)
-            goto done;
-        if ((st = sw_pupil_run(plan, frame, &res[k], mask)) != SW_OK) {
-            if (j.bar.on)
-                fputc('\n', stderr);
-            rc = sw_cli_fail(SUB, "frame %lld: %s", (long long)index, sw_cli_lib_error(ctx, st));
-            goto done;
+        if ((st = sw_cli_inputs_frame_status(ctx, &j.in, index, &frame)) == SW_OK)
+            st = sw_pupil_run(plan, frame, &res[k], mask);
+        if (st != SW_OK) {
+            failed = index;
+            break;
         }
         if (mask) {
-            for (int32_t iy = 0; iy < geom->ny; iy++) {
-                for (int32_t ix = 0; ix < geom->nx; ix++) {
-                    uint8_t m = mask[(size_t)iy * geom->nx + ix];
-                    if (m == 1 || m == 2)
-                        lenslets[2 * k + m - 1]++;
-                    if (!mout.f)
-                        continue;
-                    if (with_frame)
-                        fprintf(mout.f, "%lld,", (long long)index);
-                    fprintf(mout.f, "%d,%d,%d,%d\n", ix, iy, m != 0, (int)m - 1);
-                }
+            for (size_t l = 0; l < nl; l++) {
+                const uint8_t m = mask[l];
+                if (m == 1 || m == 2)
+                    lenslets[2 * k + m - 1]++;
+            }
+            if (masks)
+                memcpy(masks + (size_t)k * nl, mask, nl);
+        }
+        sw_cli_mpi_progress(&mpi, k + 1 - (mpi.my_first - first), progress_update, &j.bar);
+    }
+    const sw_cli_mpi_array arrays[] = {
+        {res, sizeof *res}, {lenslets, 2 * sizeof *lenslets}, {masks, nl}};
+    if (mpi.on) {
+        rc = sw_cli_mpi_gather_frames(&mpi, ctx, st, failed, arrays, masks ? 3 : lenslets ? 2 : 1);
+        if (rc != SW_EXIT_OK || !sw_cli_mpi_root(&mpi))
+            goto done; /* only rank 0 writes */
+        /* the overlay draws the plan's images of the last frame: rank 0 runs it again when
+         * another rank had it (the table keeps the gathered result) */
+        const int64_t last = first + count - 1;
+        if (o.overlay && last >= mpi.my_first + mpi.my_count) {
+            const sw_image *frame = NULL;
+            sw_pupil_result again;
+            if ((st = sw_cli_inputs_frame_status(ctx, &j.in, last, &frame)) == SW_OK)
+                st = sw_pupil_run(plan, frame, &again, mask);
+            if (st != SW_OK) {
+                rc = sw_cli_fail(SUB, "frame %lld: %s", (long long)last, sw_cli_lib_error(ctx, st));
+                goto done;
             }
         }
-        sw_cli_progress_update(&j.bar, k + 1, count);
+    } else if (st != SW_OK) {
+        if (j.bar.on)
+            fputc('\n', stderr);
+        rc = sw_cli_fail(SUB, "frame %lld: %s", (long long)failed, sw_cli_lib_error(ctx, st));
+        goto done;
     }
     double seconds = sw_cli_now() - j.bar.t_start;
 
@@ -789,19 +830,35 @@ int sw_cmd_pupil(const sw_cli_globals *g, int argc, char **argv)
         goto done;
     if ((rc = write_csv(&o, with_frame, first, count, res)) != SW_EXIT_OK)
         goto done;
-    if (mout.f && (rc = sw_cli_out_close(SUB, &mout, 1)) != SW_EXIT_OK)
-        goto done;
+    if (masks) {
+        if ((rc = sw_cli_out_open(SUB, &mout, o.mask_out)) != SW_EXIT_OK)
+            goto done;
+        fprintf(mout.f, "%six,iy,valid,pupil\n", with_frame ? "frame," : "");
+        for (int64_t k = 0; k < count; k++) {
+            for (int32_t iy = 0; iy < geom->ny; iy++) {
+                for (int32_t ix = 0; ix < geom->nx; ix++) {
+                    const uint8_t m = masks[(size_t)k * nl + (size_t)iy * geom->nx + ix];
+                    if (with_frame)
+                        fprintf(mout.f, "%lld,", (long long)(first + k));
+                    fprintf(mout.f, "%d,%d,%d,%d\n", ix, iy, m != 0, (int)m - 1);
+                }
+            }
+        }
+        if ((rc = sw_cli_out_close(SUB, &mout, 1)) != SW_EXIT_OK)
+            goto done;
+    }
     if (o.json)
-        json_report(&j, ctx, first, count, res, lenslets, seconds);
+        json_report(&j, ctx, first, count, res, lenslets, seconds, &mpi);
     rc = SW_EXIT_OK;
 
 done:
     sw_cli_out_close(SUB, &mout, 0);
     free(res);
     free(mask);
+    free(masks);
     free(lenslets);
     sw_pupil_destroy(plan);
     sw_cli_inputs_free(&j.in);
     sw_context_destroy(ctx);
-    return rc;
+    return sw_cli_mpi_end(&mpi, rc);
 }

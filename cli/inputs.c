@@ -179,6 +179,26 @@ int sw_cli_inputs_frame(sw_context *ctx, const char *sub, sw_cli_inputs *in, int
     return SW_EXIT_OK;
 }
 
+sw_status sw_cli_inputs_frame_status(sw_context *ctx, sw_cli_inputs *in, int64_t index,
+                                     const sw_image **out)
+{
+    int64_t k;
+    sw_cli_input *p = find_input(in, index, &k);
+    if (!p)
+        return sw_error_set(ctx, SW_EINVAL, "frame %lld is beyond the inputs", (long long)index);
+    if (!p->h5) {
+        *out = &p->frames.frames[k];
+        return SW_OK;
+    }
+    if (!in->h5buf.data)
+        return sw_error_set(ctx, SW_EINVAL, "no frame buffer for HDF5 frames");
+    sw_status st = sw_h5_read_frame(p->h5, k, &in->h5buf);
+    if (st != SW_OK)
+        return in->h5_no_ctx ? sw_error_set(ctx, st, "%s", sw_cli_lib_error(NULL, st)) : st;
+    *out = &in->h5buf;
+    return SW_OK;
+}
+
 sw_status sw_cli_inputs_read(sw_cli_inputs *in, int64_t index, sw_image *dst)
 {
     int64_t k;

@@ -147,7 +147,7 @@ static const char *frame_file(const sw_cli_inputs *in, int64_t index, int64_t *l
     return "?";
 }
 
-/* This rank's failure: its frame, file and the library's message. */
+/* This rank's failure: its frame, file and the library's message (ctx NULL: printed already). */
 static int64_t report_failure(sw_cli_mpi *m, sw_context *ctx, sw_status st)
 {
     const int64_t done = m->done ? m->done[0] : 0;
@@ -156,8 +156,13 @@ static int64_t report_failure(sw_cli_mpi *m, sw_context *ctx, sw_status st)
     const char *file = frame_file(m->in, frame, &local);
     if (m->bar_on && m->shown > 0 && m->shown < m->count)
         fputc('\n', stderr); /* after the bar's line */
-    sw_cli_fail(m->sub, "MPI rank %d of %d: frame %lld ('%s', its frame %lld) failed: %s", m->rank,
-                m->size, (long long)frame, file, (long long)local, sw_cli_lib_error(ctx, st));
+    if (!ctx)                /* the rank printed the failure's message itself */
+        sw_cli_fail(m->sub, "MPI rank %d of %d: frame %lld ('%s', its frame %lld) failed (above)",
+                    m->rank, m->size, (long long)frame, file, (long long)local);
+    else
+        sw_cli_fail(m->sub, "MPI rank %d of %d: frame %lld ('%s', its frame %lld) failed: %s",
+                    m->rank, m->size, (long long)frame, file, (long long)local,
+                    sw_cli_lib_error(ctx, st));
     return frame;
 }
 
@@ -244,6 +249,37 @@ static void send_progress(sw_cli_mpi *m, int64_t done)
     MPI_Isend(m->msg, H_N, MPI_INT64_T, 0, TAG_STATUS, MPI_COMM_WORLD, req);
 }
 
+/* Rank 0, after every header: the failed ranks' frames in one message (exit 1). */
+static int failed_list(const sw_cli_mpi *m, int self_failed, int64_t failed_frame, int nfailed)
+{
+    const int64_t(*hd)[SW_CLI_MPI_MSG] = (const int64_t(*)[SW_CLI_MPI_MSG])m->hd;
+    char list[1024];
+    size_t used = 0;
+    list[0] = '\0';
+    int64_t finished = 0; /* the frames of the ranks that did not fail */
+    if (m->bar_on && m->shown > 0 && !self_failed)
+        fputc('\n', stderr); /* after the bar's line */
+    for (int r = 0; r < m->size; r++) {
+        const int failed = r == 0 ? self_failed : hd[r][H_FAILED] != 0;
+        if (!failed) {
+            finished += r == 0 ? m->my_count : hd[r][H_DONE];
+            continue;
+        }
+        const int64_t f = r == 0 ? failed_frame : hd[r][H_FRAME];
+        int64_t local;
+        const char *file = frame_file(m->in, f, &local);
+        int n = snprintf(list + used, sizeof list - used, "%s%lld ('%s' frame %lld, rank %d)",
+                         used ? ", " : "", (long long)f, file, (long long)local, r);
+        if (n < 0 || (size_t)n >= sizeof list - used)
+            break;
+        used += (size_t)n;
+    }
+    return sw_cli_fail(m->sub,
+                       "%d of %d MPI ranks failed, each at its first bad frame: %s; the other "
+                       "ranks finished their %lld frames; nothing was written",
+                       nfailed, m->size, list, (long long)finished);
+}
+
 #endif /* SW_HAVE_MPI */
 
 static void wrapped_progress(void *user, int64_t done, int64_t total)
@@ -319,10 +355,9 @@ int sw_cli_mpi_agree(sw_cli_mpi *m, int rc)
 #endif
 }
 
-sw_find_source sw_cli_mpi_source(sw_cli_mpi *m, const sw_find_source *src, const sw_cli_inputs *in,
-                                 int64_t first, int64_t count, int bar_on)
+void sw_cli_mpi_deal(sw_cli_mpi *m, const sw_cli_inputs *in, int64_t first, int64_t count,
+                     int bar_on)
 {
-    m->inner = *src;
     m->bar_on = bar_on;
     m->in = in;
     m->first = first;
@@ -339,6 +374,13 @@ sw_find_source sw_cli_mpi_source(sw_cli_mpi *m, const sw_find_source *src, const
         m->done = calloc((size_t)m->size, sizeof *m->done);
     if (m->on && m->rank == 0 && !m->hd)
         m->hd = calloc((size_t)m->size * SW_CLI_MPI_MSG, sizeof *m->hd);
+}
+
+sw_find_source sw_cli_mpi_source(sw_cli_mpi *m, const sw_find_source *src, const sw_cli_inputs *in,
+                                 int64_t first, int64_t count, int bar_on)
+{
+    m->inner = *src;
+    sw_cli_mpi_deal(m, in, first, count, bar_on);
     sw_find_source w = {wrapped_read, src->strong ? wrapped_strong : NULL,
                         m->done ? wrapped_progress : NULL, m};
     return w;
@@ -456,31 +498,8 @@ int sw_cli_mpi_gather(sw_cli_mpi *m, sw_context *ctx, sw_status st, sw_spot_list
         stats->blends += s8[8];
         stats->children += s8[9];
     }
-    if (nfailed) {
-        char list[1024];
-        size_t used = 0;
-        list[0] = '\0';
-        int64_t finished = 0; /* the frames of the ranks that did not fail */
-        for (int r = 0; r < m->size; r++) {
-            const int failed = r == 0 ? st != SW_OK : hd[r][H_FAILED] != 0;
-            if (!failed) {
-                finished += r == 0 ? m->my_count : hd[r][H_DONE];
-                continue;
-            }
-            const int64_t f = r == 0 ? failed_frame : hd[r][H_FRAME];
-            int64_t local;
-            const char *file = frame_file(m->in, f, &local);
-            int n = snprintf(list + used, sizeof list - used, "%s%lld ('%s' frame %lld, rank %d)",
-                             used ? ", " : "", (long long)f, file, (long long)local, r);
-            if (n < 0 || (size_t)n >= sizeof list - used)
-                break;
-            used += (size_t)n;
-        }
-        rc = sw_cli_fail(m->sub,
-                         "%d of %d MPI ranks failed, each at its first bad frame: %s; the other "
-                         "ranks finished their %lld frames; nothing was written",
-                         nfailed, m->size, list, (long long)finished);
-    }
+    if (nfailed)
+        rc = failed_list(m, st != SW_OK, failed_frame, nfailed);
     free(buf);
     return rc;
 #else
@@ -489,6 +508,72 @@ int sw_cli_mpi_gather(sw_cli_mpi *m, sw_context *ctx, sw_status st, sw_spot_list
     (void)refined;
     (void)stats;
     (void)strong_cube;
+    return st == SW_OK ? SW_EXIT_OK : SW_EXIT_FAIL;
+#endif
+}
+
+void sw_cli_mpi_progress(sw_cli_mpi *m, int64_t done, void (*progress)(void *, int64_t, int64_t),
+                         void *user)
+{
+    m->inner.progress = progress;
+    m->inner.user = user;
+    if (m->done)
+        wrapped_progress(m, done, m->count);
+}
+
+int sw_cli_mpi_gather_frames(sw_cli_mpi *m, sw_context *ctx, sw_status st, int64_t failed_frame,
+                             const sw_cli_mpi_array *arrays, int narrays)
+{
+    if (!m->on)
+        return st == SW_OK ? SW_EXIT_OK : SW_EXIT_FAIL;
+#ifdef SW_HAVE_MPI
+    if (st != SW_OK) {
+        m->read_failed = failed_frame;
+        failed_frame = report_failure(m, ctx, st);
+    }
+    if (m->rank != 0) {
+        MPI_Request *req = m->req;
+        if (*req != MPI_REQUEST_NULL)
+            MPI_Wait(req, MPI_STATUS_IGNORE);
+        int64_t hd[H_N] = {0};
+        hd[H_KIND] = KIND_HEADER;
+        hd[H_DONE] = st == SW_OK ? m->my_count : m->done ? m->done[0] : 0;
+        hd[H_FAILED] = st != SW_OK;
+        hd[H_FRAME] = failed_frame;
+        hd[H_STRONG] = st == SW_OK ? m->my_count : 0; /* frames whose records follow */
+        hd[H_FIRST] = m->my_first;
+        MPI_Send(hd, H_N, MPI_INT64_T, 0, TAG_STATUS, MPI_COMM_WORLD);
+        for (int a = 0; hd[H_STRONG] && a < narrays; a++)
+            send_bytes((const char *)arrays[a].base +
+                           (size_t)(m->my_first - m->first) * arrays[a].frame_bytes,
+                       (size_t)m->my_count * arrays[a].frame_bytes);
+        return st == SW_OK ? SW_EXIT_OK : SW_EXIT_FAIL;
+    }
+
+    /* rank 0: every header, then each rank's records into their frames' places */
+    if (!m->hd || !m->done)
+        out_of_memory(m);
+    m->done[0] = m->my_count;
+    while (m->headers < m->size - 1) {
+        take_status(m, 1);
+        if (st == SW_OK)
+            show_progress(m);
+    }
+    const int64_t(*hd)[SW_CLI_MPI_MSG] = (const int64_t(*)[SW_CLI_MPI_MSG])m->hd;
+    int nfailed = st != SW_OK;
+    for (int r = 1; r < m->size; r++) {
+        nfailed += hd[r][H_FAILED] != 0;
+        for (int a = 0; hd[r][H_STRONG] && a < narrays; a++)
+            recv_bytes((char *)arrays[a].base +
+                           (size_t)(hd[r][H_FIRST] - m->first) * arrays[a].frame_bytes,
+                       (size_t)hd[r][H_STRONG] * arrays[a].frame_bytes, r);
+    }
+    return nfailed ? failed_list(m, st != SW_OK, failed_frame, nfailed) : SW_EXIT_OK;
+#else
+    (void)ctx;
+    (void)failed_frame;
+    (void)arrays;
+    (void)narrays;
     return st == SW_OK ? SW_EXIT_OK : SW_EXIT_FAIL;
 #endif
 }
