@@ -57,6 +57,7 @@ from . import aberrometry  # noqa: E402
 from . import stream  # noqa: E402
 from .stream import Stream  # noqa: E402
 from ._h5write import write_h5  # noqa: E402,F401
+from ._dask import find_dask, pupil_dask  # noqa: E402,F401
 
 __version__ = _spotwave.__version__
 
@@ -67,6 +68,7 @@ __all__ = [
     "PupilPlan", "pupil",
     "RangeError", "StoppedError", "Stream", "TimeoutError", "UnsupportedError", "build_info",
     "built_with_cuda", "ccd_estimate", "centroid",
-    "cuda_device_count", "data_dir", "default_context", "find", "find_geometry", "h5_info", "read",
+    "cuda_device_count", "data_dir", "default_context", "find", "find_dask", "find_geometry",
+    "h5_info", "pupil_dask", "read",
     "set_default_context", "sim", "stream", "write_fits", "write_pgm", "zernike",
 ]

@@ -227,6 +227,21 @@ def ccd_estimate(image, *, bias=0.0, read_noise=0.0, mask=None, ctx=None):
                                   float(bias), float(read_noise))
 
 
+def ccd_keywords(first, gain, sigma_b, sigma_s, mask, more):
+    """CCD mode's numbers from the run's first frame (a host array), as ``spotwave find --ccd``:
+    more's detector_gain (unless given) from :func:`ccd_estimate`, and the returned (gain,
+    sigma_b, sigma_s): the dispersion gain unless gain or gain_map is given, and 2, 2 for the
+    sigmas unless given (sky-limited frames)."""
+    est = ccd_estimate(first, bias=more.get("bias", 0.0), read_noise=more.get("read_noise", 0.0),
+                       mask=mask, ctx=more.get("ctx"))
+    if more.get("detector_gain") is None:
+        more["detector_gain"] = est["gain"]
+    if gain is None and more.get("gain_map") is None:
+        gain = est["dispersion_gain"]
+    return (gain, _CCD_SIGMA if sigma_b is None else sigma_b,
+            _CCD_SIGMA if sigma_s is None else sigma_s)
+
+
 def find(image, *, algorithm="dispersion_extended", gain=None, kernel_size=3, sigma_b=None,
          sigma_s=None, min_local=2, global_threshold=0.0, mask=None, **more):
     """Finds spots: the DIALS dispersion threshold, connected components, and per spot the
@@ -274,16 +289,7 @@ def find(image, *, algorithm="dispersion_extended", gain=None, kernel_size=3, si
         first = image if len(shape) == 2 else image[0]
         if _arrays.is_device(first):
             first = first.get()  # one frame, once: the estimate runs on the host
-        est = ccd_estimate(first, bias=more.get("bias", 0.0),
-                           read_noise=more.get("read_noise", 0.0), mask=mask,
-                           ctx=more.get("ctx"))
-        if more.get("detector_gain") is None:
-            more["detector_gain"] = est["gain"]
-        if gain is None and more.get("gain_map") is None:
-            gain = est["dispersion_gain"]
-        # sky-limited frames: as `spotwave find --ccd`, sigma_b and sigma_s 2 unless given
-        sigma_b = _CCD_SIGMA if sigma_b is None else sigma_b
-        sigma_s = _CCD_SIGMA if sigma_s is None else sigma_s
+        gain, sigma_b, sigma_s = ccd_keywords(first, gain, sigma_b, sigma_s, mask, more)
     if gain is None:
         gain = 1.0
     sigma_b = 6.0 if sigma_b is None else sigma_b  # DIALS's defaults
