@@ -267,7 +267,9 @@ typedef struct sw_diffraction_table {
  * Writes spots[0..n-1] as an HDF5 file at path (replaced if it exists): a group /spots holding one
  * 1-D dataset of n values per column of `spotwave find`'s CSV, named as the CSV's columns (frame:
  * int64, or float64 for 3-D spots; x_px, y_px, x_var, y_var, intensity, z_var, d_a: float64;
- * npix, bbox_z0, bbox_z1: int64; bbox_x0 .. bbox_y1, panel: int32), each with a "units" attribute;
+ * npix, bbox_z0, bbox_z1: int64; bbox_x0 .. bbox_y1, panel: int32), then parent (int64: the
+ * deblending parent, sw_spot.parent, 0 for every spot of a run without --deblend), each with a
+ * "units" attribute;
  * /spots carries "pixel_origin" (the convention) and "count". SW_EIO when the file cannot be
  * written, SW_EINVAL for bad arguments.
  */

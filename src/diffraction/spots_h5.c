@@ -146,6 +146,8 @@ sw_status sw_diffraction_write_spots_h5(sw_context *ctx, const char *path, const
         I32("panel",
             sw_diffraction_panel_at(t->panels, t->width, t->height, spots[i].x, spots[i].y),
             "module (row by row from 0, or as the file lists them; -1 none)");
+    I64("parent", spots[i].parent,
+        "deblending: 0, or the 1-based row of the first spot split from the same blend");
 #undef F64
 #undef I64
 #undef I32

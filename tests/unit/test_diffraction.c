@@ -493,6 +493,7 @@ static void test_spots_h5(void **state)
     memset(s, 0, sizeof s);
     s[0].x = 1400.0, s[0].y = 1400.0, s[0].z0 = 3, s[0].intensity = 10.0, s[0].npix = 4;
     s[1].x = 1600.0, s[1].y = 1100.0, s[1].z0 = 4, s[1].intensity = 20.5, s[1].x1 = 1602;
+    s[1].parent = 2; /* a deblended child (its blend's first child is itself) */
     sw_diffraction_table t = {0, 0.5, &g, &pn, 3000, 3000};
     const char *path = sw_test_path("spots.h5");
     assert_int_equal(sw_diffraction_write_spots_h5(NULL, path, s, 2, &t), SW_OK);
@@ -509,6 +510,8 @@ static void test_spots_h5(void **state)
     assert_true(v[0] == 0.0 && v[1] == 1.0);
     read_f64(f, "/spots/bbox_x1", v);
     assert_true(v[1] == 1602.0);
+    read_f64(f, "/spots/parent", v);
+    assert_true(v[0] == 0.0 && v[1] == 2.0);
     assert_true(H5Lexists(f, "/spots/z_var", H5P_DEFAULT) == 0); /* 2-D spots: no z columns */
     H5Fclose(f);
     /* no spots: empty columns; a folder that is not there: SW_EIO */
