@@ -1,7 +1,7 @@
 """spotwave.find_dask and pupil_dask: a Dask array of frames dealt to Dask's workers gives the
 table of one spotwave.find / spotwave.pupil call over the whole stack, row for row, whatever
 the chunking (one frame per block, uneven blocks, blocks cut across the image too) and the
-scheduler (threads, synchronous, processes); refinement and CCD mode travel; bad input is
+scheduler (threads, synchronous); refinement and CCD mode travel; bad input is
 refused. Skips without Dask (pip install 'dask[array]')."""
 
 import numpy as np
@@ -55,13 +55,6 @@ def test_find_dask_refine_and_ccd(cpu, stack):
     one = spotwave.find(stack, ctx=cpu, refine="gauss", background="annulus", ccd=True)
     got = spotwave.find_dask(da.from_array(stack, chunks=2), backend="cpu", refine="gauss",
                              background="annulus", ccd=True, scheduler="threads")
-    _same(one, got)
-
-
-def test_find_dask_processes(cpu, stack):
-    one = spotwave.find(stack[:4], ctx=cpu)
-    got = spotwave.find_dask(da.from_array(stack[:4], chunks=2), backend="cpu",
-                             scheduler="processes")
     _same(one, got)
 
 
