@@ -325,7 +325,10 @@ __device__ void bd_row(const bd_args &a, const char *frame, int iy, uint4 *tile,
                     h2[ks] = sx;
                     h2[a.ns + ks] = sy;
                 }
-                __threadfence(); /* the writer's own fence before the block's count */
+                if (a.slopes_host)
+                    __threadfence_system(); /* the writer's own fence before the block's count */
+                else
+                    __threadfence();
             }
         }
     }
