@@ -449,9 +449,10 @@ sw_status sw_rtc_telemetry_read(sw_rtc *r, int64_t *frame, float *slopes, float 
  *
  * Threads: one producer thread (buffer, publish) and one consumer thread (wait) may run at once;
  * stats from any thread. While the chain lives its plan refuses sw_rtc_run, and the kernel
- * occupies one block per multiprocessor: other work on the device still runs, but CUDA calls
- * that wait for the whole device (cudaFree inside creating or destroying another plan) wait
- * for the chain to end: create other plans first, destroy them after.
+ * holds one or two blocks on every multiprocessor: other kernels still run beside it, but CUDA
+ * calls that wait for the whole device (cudaFree inside creating or destroying another plan, or
+ * another band chain's create) wait for the chain to end, which its idle timeout bounds: create
+ * other plans first, destroy them after. One band chain per device at a time.
  */
 typedef struct sw_rtc_band_params {
     int32_t bands;          /* row bands per frame, 1..ny (4)                                */

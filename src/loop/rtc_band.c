@@ -122,10 +122,7 @@ sw_status sw_rtc_band_create(sw_rtc *r, const sw_rtc_band_params *p, sw_rtc_band
         *out = NULL;
     if (!r || !p || !out)
         return sw_fail(r ? r->ctx : NULL, SW_EINVAL, "sw_rtc_band_create: NULL argument");
-    SW_TRY(band_check(r, p));
-#ifndef SW_HAVE_CUDA
-    return sw_fail(r->ctx, SW_EUNSUPPORTED, "rtc band: built without CUDA");
-#else
+    SW_TRY(band_check(r, p)); /* (a CPU build has only CPU plans: refused there) */
     sw_rtc_band *b = calloc(1, sizeof *b);
     if (!b)
         return sw_fail(r->ctx, SW_ENOMEM, "rtc band: out of memory");
@@ -143,8 +140,13 @@ sw_status sw_rtc_band_create(sw_rtc *r, const sw_rtc_band_params *p, sw_rtc_band
     b->stride = ((size_t)b->width * sw_pixel_size(r->p.centroid.type) + 63) / 64 * 64;
     b->slot_bytes = ((size_t)b->height * b->stride + 4095) / 4096 * 4096;
     sw_status st = band_layout(b);
+#ifdef SW_HAVE_CUDA
     if (st == SW_OK)
         st = sw_rtc_band_gpu_create(b);
+#else
+    if (st == SW_OK)
+        st = sw_fail(r->ctx, SW_EUNSUPPORTED, "rtc band: built without CUDA");
+#endif
     if (st != SW_OK) {
         sw_rtc_band_destroy(b);
         return st;
@@ -152,7 +154,6 @@ sw_status sw_rtc_band_create(sw_rtc *r, const sw_rtc_band_params *p, sw_rtc_band
     r->band = b;
     *out = b;
     return SW_OK;
-#endif
 }
 
 void sw_rtc_band_destroy(sw_rtc_band *b)
