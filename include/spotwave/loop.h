@@ -407,6 +407,105 @@ double sw_rtc_last_us(const sw_rtc *r);
  */
 sw_status sw_rtc_telemetry_read(sw_rtc *r, int64_t *frame, float *slopes, float *commands);
 
+/* ------------------------------------------------- the band-wise real-time chain (CUDA only)
+ *
+ * A camera delivers a frame row by row; the band chain starts on the first rows while the later
+ * ones are still arriving, so that after the last pixel only the last rows' work and the end of
+ * the reconstruction remain. Built on an sw_rtc plan (MVM, FP32 or FP16; integrator or leaky
+ * controller, with the plan's clip; the centre-of-gravity centroids with an absolute or no
+ * threshold), whose matrices, centroid conditioning and controller parameters it copies; its own
+ * controller state starts at 0.
+ *
+ * Design: a ring of `depth` frame slots in pinned host memory mapped into the GPU's address
+ * space. The frame is cut into `bands` bands of whole lenslet rows (band b holds lenslet rows
+ * [b ny / bands, (b + 1) ny / bands) and the pixel rows from the first of them up to the first
+ * of the next band; band 0 starts at row 0, the last ends at the frame's last row). The camera
+ * (a producer thread) writes band b of frame f into sw_rtc_band_buffer's rows and then calls
+ * sw_rtc_band_publish, which stores f into the band's flag with a release store. One persistent
+ * kernel, launched at create (cooperative launch: all its blocks resident at once), loops over
+ * the frames 1, 2, 3, ...: the blocks that own a band's lenslet rows wait for its flag (acquire
+ * loads at system scope), read its pixels straight from host memory over the bus, and compute
+ * those lenslets' centres of gravity with the centroid stage's arithmetic (the same slopes, bit
+ * for bit, as sw_rtc_run); then every block adds the band's columns of the control matrix times
+ * those slopes to the commands it owns (a column-blocked GEMV: after the last band only its
+ * columns remain). After the last band each block applies the controller to its commands and
+ * writes them to host memory; the last block to finish stores the frame's number into the done
+ * flag (a release store at system scope), which sw_rtc_band_wait spins on.
+ *
+ * Memory ordering. Host: pixels, then __atomic_store_n(flag, f, __ATOMIC_RELEASE). GPU: one
+ * thread's ld.acquire.sys of the flag, a block barrier, then the pixel loads (uncached). Slopes
+ * between blocks: stores, __threadfence, an atomic count per band; readers acquire the count
+ * (gpu scope) before the loads. Commands: stores to host memory, __threadfence_system, an atomic
+ * count of finished blocks; the last block fences again and st.release.sys's the done flag; the
+ * host acquires it before reading the commands.
+ *
+ * Errors are never silent: publishing out of order (a band twice or skipped, a frame number that
+ * is not the next) is refused (SW_EINVAL) and counted; a slot still being read when its next
+ * frame is asked for is refused (SW_ERANGE, an overrun) and counted; a band that does not arrive
+ * within band_timeout_us of the previous band (or a first band within idle_timeout_us of the
+ * previous frame's end) stops the kernel, and every later call returns SW_ETIMEDOUT naming the
+ * band and frame (destroy the chain and make a new one). Every wait (GPU and host) has a timeout
+ * and looks at the stop flag that sw_rtc_band_destroy raises.
+ *
+ * Threads: one producer thread (buffer, publish) and one consumer thread (wait) may run at once;
+ * stats from any thread. While the chain lives its plan refuses sw_rtc_run, and the kernel
+ * holds one or two blocks on every multiprocessor: other kernels still run beside it, but CUDA
+ * calls that wait for the whole device (cudaFree inside creating or destroying another plan, or
+ * another band chain's create) wait for the chain to end, which its idle timeout bounds: create
+ * other plans first, destroy them after. One band chain per device at a time.
+ */
+typedef struct sw_rtc_band_params {
+    int32_t bands;          /* row bands per frame, 1..ny (4)                                */
+    int32_t depth;          /* frame slots in the ring, 2..64 (4)                           */
+    double band_timeout_us; /* a band's wait after the previous band, 1..1e7 us (2000)       */
+    double idle_timeout_us; /* the first band's wait after the previous frame, >= band's
+                               timeout, at most 1e9 us (1e7: 10 s)                          */
+    int slopes;             /* 1: every frame's slopes also go to host memory (for
+                               sw_rtc_band_wait's slopes), 0: not (0)                       */
+} sw_rtc_band_params;
+
+void sw_rtc_band_params_default(sw_rtc_band_params *p);
+
+typedef struct sw_rtc_band sw_rtc_band;
+
+/* Validates (SW_EINVAL with a message for bad parameters or a plan that already has a chain;
+ * SW_EUNSUPPORTED for a reconstructor, controller or centroid method the chain does not run, and
+ * on a CPU plan or build), allocates and launches the kernel. */
+sw_status sw_rtc_band_create(sw_rtc *r, const sw_rtc_band_params *p, sw_rtc_band **out);
+/* Raises the stop flag, waits (bounded) for the kernel to end, frees. NULL is ignored. The
+ * producer and consumer threads must have stopped calling the chain. */
+void sw_rtc_band_destroy(sw_rtc_band *b);
+/* Band b's pixel rows [*row0, *row0 + *rows) of the frame (either may be NULL). */
+sw_status sw_rtc_band_rows(const sw_rtc_band *b, int32_t band, int32_t *row0, int32_t *rows);
+/* Where frame `frame` (1, 2, ...) band `band` is to be written: *data = its first row in the
+ * ring (pinned host memory), rows *stride bytes apart (width x pixel size). SW_ERANGE when the
+ * frame's slot is still in use (frame - depth not done: an overrun), SW_EINVAL for a band or
+ * frame out of range. */
+sw_status sw_rtc_band_buffer(sw_rtc_band *b, int64_t frame, int32_t band, void **data,
+                             size_t *stride);
+/* Band `band` of frame `frame` is complete: the release store of its flag. It must be the band
+ * after the last one published (band 0 of frame f + 1 after the last band of f; the first:
+ * band 0 of frame 1), else SW_EINVAL (counted, nothing stored). */
+sw_status sw_rtc_band_publish(sw_rtc_band *b, int64_t frame, int32_t band);
+/* Waits (spinning, at most timeout_us) until frame `frame` is done, then copies its commands
+ * (nact floats) and, when the chain was made with slopes = 1, its slopes (2 ns floats; NULL
+ * skips either). SW_ETIMEDOUT (counted) when the time runs out or the kernel stopped on a
+ * missing band; SW_ERANGE when the frame's slot has been overwritten since (frame + depth done). */
+sw_status sw_rtc_band_wait(sw_rtc_band *b, int64_t frame, double timeout_us, float *commands,
+                           float *slopes);
+
+typedef struct sw_rtc_band_stats {
+    int64_t done;         /* the last frame done                                       */
+    int64_t out_of_order; /* publish calls refused                                     */
+    int64_t overruns;     /* buffer calls refused: the slot still in use               */
+    int64_t timeouts;     /* waits that ran out of time, and missing bands              */
+    int64_t missed_frame; /* the frame the kernel stopped on (0: none)                  */
+    int32_t missed_band;  /* its band (-1: none)                                       */
+    int32_t blocks;       /* the persistent kernel's blocks                            */
+} sw_rtc_band_stats;
+
+void sw_rtc_band_get_stats(const sw_rtc_band *b, sw_rtc_band_stats *s);
+
 /* ================================================================== closed-loop simulator */
 
 typedef enum sw_loop_recon {

@@ -1131,6 +1131,13 @@ extern "C" sw_status sw_centroid_gpu_create(sw_centroid_plan *plan)
     return SW_OK;
 }
 
+extern "C" void sw_centroid_gpu_shape(const sw_centroid_plan *plan, int *r, int *gs)
+{
+    const cg_gpu *g = (const cg_gpu *)plan->gpu;
+    *r = g ? g->r : 1;
+    *gs = g ? g->gs : 1;
+}
+
 extern "C" sw_status sw_centroid_gpu_set_reference(sw_centroid_plan *plan)
 {
     cg_gpu *g = (cg_gpu *)plan->gpu;

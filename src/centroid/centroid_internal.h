@@ -89,6 +89,9 @@ sw_status sw_centroid_gpu_run(sw_centroid_plan *plan, const sw_image *frames, in
 /* Uploads plan->ref_x / ref_y after sw_centroid_set_reference (queued; before the next run). */
 sw_status sw_centroid_gpu_set_reference(sw_centroid_plan *plan);
 void sw_centroid_gpu_destroy(sw_centroid_plan *plan);
+/* The fast kernel's row groups R and lanes per lenslet gs (choose_shape): the band-wise real-time
+ * chain (src/loop/rtc_band_cuda.cu) sums a lenslet's pixels in the same order with them. */
+void sw_centroid_gpu_shape(const sw_centroid_plan *plan, int *r, int *gs);
 /* Device / pinned allocation for sw_centroid_result_alloc. */
 void *sw_centroid_gpu_alloc(sw_context *ctx, size_t bytes, sw_memory memory);
 void sw_centroid_gpu_free(void *p, sw_memory memory);

@@ -135,7 +135,8 @@ struct sw_rtc {
     void *tele;        /* rtc.c's ring (C11 atomics, so not visible to the CUDA side) */
     int64_t frames;    /* frames run (the number of the last one) */
     double last_us;
-    void *gpu_state; /* rtc_cuda.cu's state */
+    void *gpu_state;   /* rtc_cuda.cu's state */
+    sw_rtc_band *band; /* the band chain built on this plan (sw_rtc_run refuses), or NULL */
 };
 
 /* GPU side (rtc_cuda.cu, CUDA builds only). create: device buffers, matrices, cuBLAS, one plain
@@ -152,6 +153,50 @@ sw_status sw_rtc_gpu_reset(sw_rtc *r);
 /* The controller's kp, ki to the device, and the device's integrals times scale (nmodes). */
 sw_status sw_rtc_gpu_set_gains(sw_rtc *r, const float *scale);
 sw_status sw_rtc_gpu_slopes(sw_rtc *r, float *host);
+
+/* ---- rtc_band.c / rtc_band_cuda.cu: the band-wise chain (loop.h, sw_rtc_band_*) ---- */
+
+/* The control words in mapped host memory (uint64 each; host-written and GPU-written words on
+ * separate cache lines): */
+#define SW_BAND_STOP      0  /* host: 1 stops the kernel                                   */
+#define SW_BAND_DONE      8  /* GPU: the last frame done (release store, system scope)     */
+#define SW_BAND_ERR       9  /* GPU: 0, or why the kernel stopped (SW_BAND_E*), released last */
+#define SW_BAND_ERR_FRAME 10 /* GPU: the frame it stopped on                               */
+#define SW_BAND_ERR_BAND  11 /* GPU: the band it waited for (-1: the frame's start)         */
+#define SW_BAND_FLAGS     16 /* host: depth x bands flags, slot s band b at 16 + s bands + b */
+enum {
+    SW_BAND_EOK = 0,
+    SW_BAND_ETIMEOUT = 1, /* a band did not come in time */
+    SW_BAND_ESTOP = 2,    /* the stop flag */
+    SW_BAND_EWAIT = 3     /* the blocks' own frame barrier timed out (a bug or a stalled GPU) */
+};
+
+struct sw_rtc_band {
+    sw_context *ctx;
+    sw_rtc *r; /* the plan (NULL once it is destroyed: everything needed was copied) */
+    sw_rtc_band_params p;
+    int32_t nb, depth, width, height, ns, nact;
+    size_t stride, slot_bytes; /* ring rows (a multiple of 64 bytes) and frame slots */
+    int32_t *row0;             /* nb + 1 pixel row bounds of the bands                 */
+    int32_t *lrow0;            /* nb + 1 lenslet row bounds                            */
+    /* mapped pinned host memory (host addresses) */
+    uint64_t *ctl; /* the control words above                  */
+    char *frames;  /* depth slots of height rows               */
+    float *cmds;   /* depth x nact                             */
+    float *slopes; /* depth x 2 ns, or NULL                    */
+    /* the producer's position: the next band expected */
+    int64_t next_frame;
+    int32_t next_band;
+    /* counters (__atomic builtins: any thread reads them) */
+    int64_t out_of_order, overruns, timeouts;
+    int32_t blocks;
+    void *gpu; /* rtc_band_cuda.cu's state */
+};
+
+/* rtc_band_cuda.cu: allocates the ring and the device state, launches the kernel (create); stops
+ * it (bounded wait) and frees (destroy; NULL gpu state ignored). */
+sw_status sw_rtc_band_gpu_create(sw_rtc_band *b);
+void sw_rtc_band_gpu_destroy(sw_rtc_band *b);
 
 /* ---- loopsim.c / loopsim_cuda.cu internal declarations (owned by the loopsim helper) ---- */
 

@@ -500,6 +500,8 @@ void sw_rtc_destroy(sw_rtc *r)
 {
     if (!r)
         return;
+    if (r->band)
+        r->band->r = NULL; /* the band chain copied what it needs; it lives on until destroyed */
 #ifdef SW_HAVE_CUDA
     if (r->gpu_state)
         sw_rtc_gpu_destroy(r);
@@ -635,6 +637,9 @@ sw_status sw_rtc_run(sw_rtc *r, const sw_image *frame, float *commands, float *s
     sw_context *ctx = r->ctx;
     if (!frame)
         return sw_fail(ctx, SW_EINVAL, "sw_rtc_run: NULL frame");
+    if (r->band)
+        return sw_fail(ctx, SW_EINVAL,
+                       "sw_rtc_run: a band chain runs on this plan (sw_rtc_band_destroy first)");
     sw_status st = sw_image_check(ctx, frame);
     if (st != SW_OK)
         return st;

@@ -1,0 +1,614 @@
+/*
+ * bench_rtc_band: latency of the band-wise real-time chain (loop.h, sw_rtc_band_*) with a
+ * producer thread playing the camera.
+ *
+ * The camera: frame f is due at t0 + (f - 1) / rate; its bands complete one after the other over
+ * `readout` x the frame period (band b at (b + 1) / bands of it), each written into the ring
+ * (memcpy of its rows from one of 8 pre-rendered frames) and published; just before the release
+ * store of the last band's flag the camera reads CLOCK_MONOTONIC (t_last). The main thread spins
+ * in sw_rtc_band_wait for each frame and reads the clock when the commands are in host memory
+ * (t_seen). Latency = t_seen - t_last: from the last pixel's arrival to the commands in host
+ * memory. The first 100 frames are warm-up. A frame whose ring slot is still in use when it is
+ * due is late (counted as missed, delivered when the slot frees).
+ *
+ * Systems (as bench_loop --latency): 40 x 40 lenslets of 6 px on a 240 x 240 u16 frame, 80 x 80
+ * of 8 px on 640 x 640; circular pupil (lenslet centres inside the circle), actuators at the
+ * corners of valid lenslets, a random control matrix of the right shape (the latency does not
+ * depend on its values), dark frame 100 ADU and a subtracted threshold of 6 ADU, integrator gain
+ * 0.5. Frames: one Gaussian spot (sigma 1.2 px) per lenslet at a random offset, bias and noise.
+ *
+ * Options:
+ *   --configs LIST  of 40/fp32, 40/fp16, 80/fp32, 80/fp16 (default 40/fp32,80/fp16)
+ *   --rates LIST    camera frame rates in Hz (default 1000,2000,4000)
+ *   --frames N      frames per rate, after 100 warm-up (default 10000)
+ *   --bands N       bands per frame (default 8)
+ *   --readout F     fraction of the frame period over which the bands arrive, 0..1 (default 0.5)
+ *   --soak N        instead: N frames of the first config at the first rate, the process's RSS
+ *                   before and after printed (memory growth), p99 and max of every 10^5 frames
+ *   --json-only     JSON lines only on stdout (default: also a table on stderr)
+ * Default run: 2 configs x 3 rates x 10^4 frames: about 35 s of camera time.
+ * JSON: one "rtc_band_latency" line per config and rate; "rtc_band_soak" (and per 10^5 frames
+ * "rtc_band_soak_window") with --soak.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "harness.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define PROG      "bench_rtc_band"
+#define POOL      8
+#define WARMUP    100
+#define BIAS      100.0
+#define THRESHOLD 6.0
+#define WINDOW    100000
+
+static double now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return 1e6 * (double)ts.tv_sec + 1e-3 * (double)ts.tv_nsec;
+}
+
+static double urand(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return (double)(*s >> 11) / 9007199254740992.0;
+}
+
+/* ------------------------------------------------------------------ options */
+
+typedef struct bconfig {
+    int32_t n, px;
+    int fp16;
+} bconfig;
+
+typedef struct opts {
+    bconfig cfg[8];
+    int ncfg;
+    double rates[16];
+    int nrates;
+    int64_t frames;
+    int32_t bands;
+    double readout;
+    int64_t soak;
+    int json_only;
+} opts;
+
+static int parse_configs(const char *s, opts *o)
+{
+    o->ncfg = 0;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        bconfig c;
+        if (strcmp(t, "40/fp32") == 0)
+            c = (bconfig){40, 6, 0};
+        else if (strcmp(t, "40/fp16") == 0)
+            c = (bconfig){40, 6, 1};
+        else if (strcmp(t, "80/fp32") == 0)
+            c = (bconfig){80, 8, 0};
+        else if (strcmp(t, "80/fp16") == 0)
+            c = (bconfig){80, 8, 1};
+        else
+            return -1;
+        if (o->ncfg == 8)
+            return -1;
+        o->cfg[o->ncfg++] = c;
+    }
+    return o->ncfg > 0 ? 0 : -1;
+}
+
+static int parse_rates(const char *s, opts *o)
+{
+    o->nrates = 0;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        char *end;
+        const double r = strtod(t, &end);
+        if (*end || !(r >= 1.0 && r <= 100000.0) || o->nrates == 16)
+            return -1;
+        o->rates[o->nrates++] = r;
+    }
+    return o->nrates > 0 ? 0 : -1;
+}
+
+static const char *HELP =
+    "usage: " PROG " [--configs LIST] [--rates LIST] [--frames N] [--bands N] [--readout F]\n"
+    "                      [--soak N] [--json-only]\n"
+    "Latency of the band-wise real-time chain (sw_rtc_band) from the last band's arrival to the\n"
+    "commands in host memory, a producer thread playing the camera (CUDA only).\n"
+    "  --configs LIST  of 40/fp32, 40/fp16, 80/fp32, 80/fp16 (default 40/fp32,80/fp16)\n"
+    "  --rates LIST    frame rates in Hz (default 1000,2000,4000)\n"
+    "  --frames N      frames per rate after 100 warm-up (default 10000)\n"
+    "  --bands N       bands per frame (default 8)\n"
+    "  --readout F     fraction of the frame period the bands arrive over, 0..1 (default 0.5)\n"
+    "  --soak N        N frames of the first config at the first rate; RSS before and after\n"
+    "  --json-only     JSON lines only\n";
+
+static int parse(int argc, char **argv, opts *o)
+{
+    memset(o, 0, sizeof *o);
+    parse_configs("40/fp32,80/fp16", o);
+    parse_rates("1000,2000,4000", o);
+    o->frames = 10000;
+    o->bands = 8;
+    o->readout = 0.5;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        char *end = NULL;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            fputs(HELP, stdout);
+            return 0;
+        } else if (strcmp(a, "--json-only") == 0) {
+            o->json_only = 1;
+        } else if (!v) {
+            fprintf(stderr, "%s: %s needs a value (--help)\n", PROG, a);
+            return 2;
+        } else if (strcmp(a, "--configs") == 0) {
+            if (parse_configs(v, o) != 0)
+                goto bad;
+            i++;
+        } else if (strcmp(a, "--rates") == 0) {
+            if (parse_rates(v, o) != 0)
+                goto bad;
+            i++;
+        } else if (strcmp(a, "--frames") == 0) {
+            o->frames = strtoll(v, &end, 10);
+            if (*end || o->frames < 1 || o->frames > 100000000)
+                goto bad;
+            i++;
+        } else if (strcmp(a, "--bands") == 0) {
+            o->bands = (int32_t)strtol(v, &end, 10);
+            if (*end || o->bands < 1 || o->bands > 80)
+                goto bad;
+            i++;
+        } else if (strcmp(a, "--readout") == 0) {
+            o->readout = strtod(v, &end);
+            if (*end || !(o->readout >= 0.0 && o->readout <= 1.0))
+                goto bad;
+            i++;
+        } else if (strcmp(a, "--soak") == 0) {
+            o->soak = strtoll(v, &end, 10);
+            if (*end || o->soak < 1 || o->soak > 100000000)
+                goto bad;
+            i++;
+        } else {
+            fprintf(stderr, "%s: unknown option %s (--help)\n", PROG, a);
+            return 2;
+        }
+        continue;
+    bad:
+        fprintf(stderr, "%s: bad value for %s: %s (--help)\n", PROG, a, v);
+        return 2;
+    }
+    return -1;
+}
+
+/* ------------------------------------------------------------------ the system */
+
+typedef struct sys {
+    int32_t n, px, w, ns, nact;
+    uint8_t *mask;
+    float *dark, *cm;
+    uint16_t *frames[POOL];
+    sw_rtc *rtc;
+} sys;
+
+static void sys_free(sys *s)
+{
+    sw_rtc_destroy(s->rtc);
+    free(s->mask);
+    free(s->dark);
+    free(s->cm);
+    for (int i = 0; i < POOL; i++)
+        free(s->frames[i]);
+    memset(s, 0, sizeof *s);
+}
+
+static int sys_make(sw_context *ctx, const bconfig *c, sys *s)
+{
+    memset(s, 0, sizeof *s);
+    s->n = c->n;
+    s->px = c->px;
+    s->w = c->n * c->px;
+    const int32_t n = s->n, w = s->w;
+    s->mask = calloc((size_t)n * n, 1);
+    s->dark = malloc((size_t)w * w * sizeof(float));
+    if (!s->mask || !s->dark)
+        return 1;
+    for (int32_t iy = 0; iy < n; iy++)
+        for (int32_t ix = 0; ix < n; ix++) {
+            const double dx = ix + 0.5 - 0.5 * n, dy = iy + 0.5 - 0.5 * n;
+            s->mask[iy * n + ix] = dx * dx + dy * dy <= 0.25 * n * n;
+            s->ns += s->mask[iy * n + ix];
+        }
+    for (int32_t cy = 0; cy <= n; cy++)
+        for (int32_t cx = 0; cx <= n; cx++) {
+            int lit = 0;
+            for (int32_t iy = cy - 1; iy <= cy; iy++)
+                for (int32_t ix = cx - 1; ix <= cx; ix++)
+                    lit |= ix >= 0 && iy >= 0 && ix < n && iy < n && s->mask[iy * n + ix];
+            s->nact += lit;
+        }
+    for (int64_t i = 0; i < (int64_t)w * w; i++)
+        s->dark[i] = (float)BIAS;
+    uint64_t seed = 0x2500b0001ull + (uint64_t)n;
+    const int64_t ncm = (int64_t)s->nact * 2 * s->ns;
+    s->cm = malloc((size_t)ncm * sizeof(float));
+    if (!s->cm)
+        return 1;
+    for (int64_t i = 0; i < ncm; i++)
+        s->cm[i] = (float)(0.01 * (2.0 * urand(&seed) - 1.0));
+    for (int k = 0; k < POOL; k++) {
+        uint16_t *im = malloc((size_t)w * w * sizeof(uint16_t));
+        if (!im)
+            return 1;
+        s->frames[k] = im;
+        for (int64_t i = 0; i < (int64_t)w * w; i++)
+            im[i] = (uint16_t)(BIAS + 6.0 * urand(&seed));
+        for (int32_t iy = 0; iy < n; iy++)
+            for (int32_t ix = 0; ix < n; ix++) {
+                if (!s->mask[iy * n + ix])
+                    continue;
+                const double cx = (ix + 0.5) * s->px - 0.5 + 0.8 * (2 * urand(&seed) - 1);
+                const double cy = (iy + 0.5) * s->px - 0.5 + 0.8 * (2 * urand(&seed) - 1);
+                for (int32_t y = iy * s->px; y < (iy + 1) * s->px; y++)
+                    for (int32_t x = ix * s->px; x < (ix + 1) * s->px; x++) {
+                        const double r2 = (x - cx) * (x - cx) + (y - cy) * (y - cy);
+                        im[(int64_t)y * w + x] += (uint16_t)(2000.0 * exp(-r2 / (2 * 1.2 * 1.2)));
+                    }
+            }
+    }
+    sw_rtc_params p;
+    sw_rtc_params_default(&p);
+    sw_centroid_params_default(&p.centroid);
+    sw_sh_geometry_default(&p.centroid.geometry);
+    p.centroid.geometry.nx = p.centroid.geometry.ny = n;
+    p.centroid.geometry.pitch_px = s->px;
+    p.centroid.geometry.x0 = p.centroid.geometry.y0 = 0.0;
+    p.centroid.geometry.valid = s->mask;
+    p.centroid.width = p.centroid.height = w;
+    p.centroid.type = SW_PIX_U16;
+    p.centroid.dark = s->dark;
+    p.centroid.threshold_mode = SW_THRESHOLD_SUBTRACT;
+    p.centroid.threshold_kind = SW_THRESHOLD_ABSOLUTE;
+    p.centroid.threshold = THRESHOLD;
+    p.recon = SW_RTC_MVM;
+    p.nact = s->nact;
+    p.cm = s->cm;
+    p.fp16 = c->fp16;
+    sw_controller_params_default(&p.controller);
+    p.controller.nact = s->nact;
+    p.controller.gain = 0.5;
+    if (sw_rtc_create(ctx, &p, &s->rtc) != SW_OK) {
+        fprintf(stderr, "%s: sw_rtc_create: %s\n", PROG, sw_context_error(ctx));
+        return 1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ the camera */
+
+typedef struct camera {
+    sw_rtc_band *b;
+    const sys *s;
+    int32_t nb;
+    double period_us, readout;
+    int64_t n;
+    _Atomic double *tlast; /* n + 1: the last band's clock, per frame */
+    atomic_int stop;
+    int64_t late;
+    sw_status status;
+    char msg[256];
+} camera;
+
+/* Spins until the clock passes t (us) or stop is raised: 0, or 1 when stopped. */
+static int spin_until(camera *c, double t)
+{
+    while (now_us() < t)
+        if (atomic_load_explicit(&c->stop, memory_order_relaxed))
+            return 1;
+    return 0;
+}
+
+static void *camera_run(void *arg)
+{
+    camera *c = arg;
+    const sys *s = c->s;
+    const double t0 = now_us() + 1000.0;
+    for (int64_t f = 1; f <= c->n; f++) {
+        const uint16_t *src = s->frames[(f - 1) % POOL];
+        const double tf = t0 + (double)(f - 1) * c->period_us;
+        int counted = 0;
+        for (int32_t band = 0; band < c->nb; band++) {
+            if (spin_until(c, tf + c->readout * c->period_us * (band + 1) / c->nb))
+                return NULL;
+            int32_t row0 = 0, rows = 0;
+            void *dst = NULL;
+            size_t stride = 0;
+            sw_status st = sw_rtc_band_rows(c->b, band, &row0, &rows);
+            const double give_up = now_us() + 1e6;
+            while (st == SW_OK) {
+                st = sw_rtc_band_buffer(c->b, f, band, &dst, &stride);
+                if (st != SW_ERANGE)
+                    break;
+                if (!counted) { /* the chain is a ring behind: this frame is late */
+                    c->late++;
+                    counted = 1;
+                }
+                if (now_us() > give_up || atomic_load_explicit(&c->stop, memory_order_relaxed))
+                    break;
+                st = SW_OK;
+            }
+            if (st == SW_OK) {
+                for (int32_t y = 0; y < rows; y++)
+                    memcpy((char *)dst + (size_t)y * stride, src + (size_t)(row0 + y) * s->w,
+                           (size_t)s->w * sizeof(uint16_t));
+                if (band == c->nb - 1)
+                    atomic_store_explicit(&c->tlast[f], now_us(), memory_order_release);
+                st = sw_rtc_band_publish(c->b, f, band);
+            }
+            if (st != SW_OK) {
+                c->status = st;
+                snprintf(c->msg, sizeof c->msg, "frame %lld band %d: %s", (long long)f, band,
+                         sw_context_error(NULL));
+                return NULL;
+            }
+        }
+    }
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ one run */
+
+typedef struct result {
+    double median, p99, max, p999;
+    int64_t measured, late, lost;
+    sw_rtc_band_stats stats;
+} result;
+
+static int cmp_float(const void *a, const void *b)
+{
+    const float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* median, p99, p99.9 (nearest rank) and max of n samples (sorted in place) */
+static void stats(float *v, int64_t n, double *median, double *p99, double *p999, double *max)
+{
+    if (n <= 0) {
+        *median = *p99 = *p999 = *max = NAN;
+        return;
+    }
+    qsort(v, (size_t)n, sizeof *v, cmp_float);
+    *median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    int64_t k = (int64_t)ceil(0.99 * (double)n);
+    *p99 = v[(k < 1 ? 1 : k) - 1];
+    k = (int64_t)ceil(0.999 * (double)n);
+    *p999 = v[(k < 1 ? 1 : k) - 1];
+    *max = v[n - 1];
+}
+
+static long rss_kb(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f)
+        return -1;
+    char line[256];
+    long kb = -1;
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, "VmRSS:", 6) == 0)
+            kb = strtol(line + 6, NULL, 10);
+    fclose(f);
+    return kb;
+}
+
+static void json_head(const char *bench, const char *cname, const char *device)
+{
+    printf("{\"bench\":");
+    sw_json_write_string(stdout, bench);
+    printf(",\"config\":");
+    sw_json_write_string(stdout, cname);
+    printf(",\"backend\":\"cuda\",\"device\":");
+    sw_json_write_string(stdout, device);
+}
+
+static void json_num(const char *name, double v)
+{
+    if (isfinite(v))
+        printf(",\"%s\":%.6g", name, v);
+    else
+        printf(",\"%s\":null", name);
+}
+
+/* Runs warm-up + frames frames at rate; lat receives the measured latencies (us) of the frames
+ * after the warm-up, in frame order. With soak, a line per WINDOW frames. */
+static int run_rate(sys *s, const opts *o, double rate, int64_t frames, float *lat, int soak,
+                    const char *cname, const char *device, result *res)
+{
+    memset(res, 0, sizeof *res);
+    sw_rtc_band_params bp;
+    sw_rtc_band_params_default(&bp);
+    bp.bands = o->bands < s->n ? o->bands : s->n;
+    bp.depth = 8;
+    bp.band_timeout_us = 1e6 / rate + 5000.0; /* a frame period and a margin */
+    bp.idle_timeout_us = 2e6;
+    sw_rtc_band *b = NULL;
+    if (sw_rtc_band_create(s->rtc, &bp, &b) != SW_OK) {
+        fprintf(stderr, "%s: sw_rtc_band_create: %s\n", PROG, sw_context_error(NULL));
+        return 1;
+    }
+    const int64_t n = WARMUP + frames;
+    camera cam;
+    memset(&cam, 0, sizeof cam);
+    cam.b = b;
+    cam.s = s;
+    cam.nb = bp.bands;
+    cam.period_us = 1e6 / rate;
+    cam.readout = o->readout;
+    cam.n = n;
+    cam.tlast = malloc((size_t)(n + 1) * sizeof *cam.tlast);
+    float *u = malloc((size_t)s->nact * sizeof(float));
+    if (!cam.tlast || !u) {
+        fprintf(stderr, "%s: out of memory\n", PROG);
+        sw_rtc_band_destroy(b);
+        free((void *)cam.tlast);
+        free(u);
+        return 1;
+    }
+    for (int64_t f = 0; f <= n; f++)
+        atomic_init(&cam.tlast[f], 0.0);
+    atomic_init(&cam.stop, 0);
+    pthread_t th;
+    if (pthread_create(&th, NULL, camera_run, &cam) != 0) {
+        fprintf(stderr, "%s: pthread_create failed\n", PROG);
+        sw_rtc_band_destroy(b);
+        free((void *)cam.tlast);
+        free(u);
+        return 1;
+    }
+    int rc = 0;
+    int64_t m = 0, wstart = 0;
+    for (int64_t f = 1; f <= n; f++) {
+        const sw_status st = sw_rtc_band_wait(b, f, 2e6, u, NULL);
+        const double seen = now_us();
+        if (st == SW_ERANGE) { /* this thread fell a ring behind: not measured */
+            res->lost++;
+            continue;
+        }
+        if (st != SW_OK) {
+            fprintf(stderr, "%s: %s at %g Hz, frame %lld: %s\n", PROG, cname, rate, (long long)f,
+                    sw_context_error(NULL));
+            rc = 1;
+            break;
+        }
+        if (f > WARMUP) {
+            const double tl = atomic_load_explicit(&cam.tlast[f], memory_order_acquire);
+            lat[m++] = (float)(seen - tl);
+        }
+        if (soak && m - wstart == WINDOW) {
+            float *w = malloc(WINDOW * sizeof(float));
+            if (w) {
+                memcpy(w, lat + wstart, WINDOW * sizeof(float));
+                double md, p99, p999, mx;
+                stats(w, WINDOW, &md, &p99, &p999, &mx);
+                json_head("rtc_band_soak_window", cname, device);
+                printf(",\"rate_hz\":%g,\"first\":%lld,\"frames\":%d", rate,
+                       (long long)(WARMUP + wstart + 1), WINDOW);
+                json_num("median_us", md);
+                json_num("p99_us", p99);
+                json_num("max_us", mx);
+                printf(",\"rss_kb\":%ld}\n", rss_kb());
+                fflush(stdout);
+                free(w);
+            }
+            wstart = m;
+        }
+    }
+    atomic_store(&cam.stop, 1);
+    pthread_join(th, NULL);
+    if (rc == 0 && cam.status != SW_OK) {
+        fprintf(stderr, "%s: %s at %g Hz: camera: %s\n", PROG, cname, rate, cam.msg);
+        rc = 1;
+    }
+    sw_rtc_band_get_stats(b, &res->stats);
+    sw_rtc_band_destroy(b);
+    res->measured = m;
+    res->late = cam.late;
+    free((void *)cam.tlast);
+    free(u);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    opts o;
+    const int pr = parse(argc, argv, &o);
+    if (pr >= 0)
+        return pr;
+    sw_bench_options bo;
+    memset(&bo, 0, sizeof bo);
+    bo.backend = SW_BACKEND_CUDA;
+    bo.json_only = o.json_only;
+    sw_context *ctx = NULL;
+    if (sw_bench_context(&bo, PROG, &ctx) != 0)
+        return 1;
+    char device[256];
+    sw_bench_device_name(ctx, device, sizeof device);
+    int rc = 0;
+    const int ncfg = o.soak ? 1 : o.ncfg, nrates = o.soak ? 1 : o.nrates;
+    const int64_t frames = o.soak ? o.soak : o.frames;
+    float *lat = malloc((size_t)frames * sizeof(float));
+    if (!lat) {
+        fprintf(stderr, "%s: out of memory\n", PROG);
+        sw_context_destroy(ctx);
+        return 1;
+    }
+    memset(lat, 0, (size_t)frames * sizeof(float)); /* touched: the RSS counts it already */
+    if (!o.json_only)
+        fprintf(stderr,
+                "%s: latency from the last band's flag to the commands in host memory (us), "
+                "%d bands, readout %.0f%% of the period, %s\n",
+                PROG, o.bands, 100.0 * o.readout, device);
+    for (int ci = 0; ci < ncfg && rc == 0; ci++) {
+        const bconfig *c = &o.cfg[ci];
+        sys s;
+        if (sys_make(ctx, c, &s) != 0) {
+            sys_free(&s);
+            rc = 1;
+            break;
+        }
+        char config_s[128];
+        snprintf(config_s, sizeof config_s, "%dx%d on %d^2 u16, MVM %s (%d x %d), %d bands",
+                 (int)s.n, (int)s.n, (int)s.w, c->fp16 ? "FP16" : "FP32", (int)s.nact,
+                 (int)(2 * s.ns), (int)(o.bands < s.n ? o.bands : s.n));
+        for (int ri = 0; ri < nrates && rc == 0; ri++) {
+            const double rate = o.rates[ri];
+            const long rss0 = rss_kb();
+            result r;
+            rc = run_rate(&s, &o, rate, frames, lat, o.soak > 0, config_s, device, &r);
+            const long rss1 = rss_kb();
+            if (rc != 0)
+                break;
+            double md, p99, p999, mx;
+            stats(lat, r.measured, &md, &p99, &p999, &mx);
+            json_head(o.soak ? "rtc_band_soak" : "rtc_band_latency", config_s, device);
+            printf(",\"lenslets\":%d,\"frame_px\":%d,\"slopes\":%d,\"nact\":%d,\"rate_hz\":%g",
+                   (int)(s.n * s.n), (int)s.w, (int)(2 * s.ns), (int)s.nact, rate);
+            printf(",\"frames\":%lld,\"measured\":%lld,\"warmup\":%d", (long long)frames,
+                   (long long)r.measured, WARMUP);
+            json_num("median_us", md);
+            json_num("p99_us", p99);
+            json_num("p999_us", p999);
+            json_num("max_us", mx);
+            printf(",\"missed\":%lld,\"not_measured\":%lld,\"timeouts\":%lld,\"out_of_order\":%lld,"
+                   "\"overruns\":%lld,\"blocks\":%d,\"readout\":%g",
+                   (long long)r.late, (long long)r.lost, (long long)r.stats.timeouts,
+                   (long long)r.stats.out_of_order, (long long)r.stats.overruns,
+                   (int)r.stats.blocks, o.readout);
+            if (s.n == 40)
+                printf(",\"target_median_us\":20,\"target_p99_us\":30,\"meets_target\":%s",
+                       md <= 20.0 && p99 <= 30.0 ? "true" : "false");
+            printf(",\"rss_before_kb\":%ld,\"rss_after_kb\":%ld}\n", rss0, rss1);
+            fflush(stdout);
+            if (!o.json_only)
+                fprintf(stderr,
+                        "  %-44s %6.0f Hz  median %7.1f  p99 %7.1f  max %8.1f  missed %lld  "
+                        "RSS %ld -> %ld kB\n",
+                        config_s, rate, md, p99, mx, (long long)r.late, rss0, rss1);
+        }
+        sys_free(&s);
+    }
+    free(lat);
+    sw_context_destroy(ctx);
+    return rc;
+}

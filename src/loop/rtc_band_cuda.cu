@@ -1,0 +1,750 @@
+/*
+ * The band-wise real-time chain on the GPU (loop.h, sw_rtc_band_*; rtc_band.c is the host side):
+ * one persistent kernel, launched once (cooperative launch: every block resident), that loops
+ * over the frames 1, 2, 3, ... of the ring in mapped host memory. Per frame f (slot (f - 1) %
+ * depth) each block:
+ *   0. waits until every block has finished frame f - 1 (a device counter: the slopes buffer and
+ *      the blocks' shared accumulators are reused);
+ *   then per band b:
+ *   1. for each lenslet row of the band that it owns (row iy goes to block iy % blocks): waits
+ *      for the band's flag (thread 0: ld.acquire.sys until it holds f; a block barrier), copies
+ *      the row's pixel rectangle from host memory into shared memory (16-byte uncached loads,
+ *      all issued before any is used: one bus round trip), and computes the row's centres of
+ *      gravity with the centroid stage's arithmetic (below); the slopes go to the device slopes
+ *      buffer (and to host memory when asked); then a __threadfence and an atomic add to the
+ *      band's counter;
+ *   2. waits for the band's counter to reach f x (the band's lenslet rows) (ld.acquire.gpu),
+ *      loads the band's slopes (both axes) into shared memory and adds, for each command row it
+ *      owns (warp w of the grid owns rows w, w + warps, ...), that row's columns of the band
+ *      times the slopes to its accumulator (a column-blocked GEMV, C in FP32 or FP16, sums in
+ *      FP32);
+ *   3. after the last band: the controller on each of its rows (sw_loop_update: integrator or
+ *      leaky, then the clip, as rtc_cuda.cu), the state u in device memory, the command to the
+ *      slot's commands in host memory; __threadfence_system and an atomic add to the done
+ *      counter; the last block fences again and stores f into the done word (st.release.sys).
+ * Every wait is thread 0's, polls the stop word (host) and the abort word (device) every 32
+ * tries and gives up after its timeout (%globaltimer): band 0 of a frame idle_timeout_us, the
+ * other bands band_timeout_us, the frame barrier band_timeout_us. A block that gives up records
+ * why (the first one wins an atomicCAS on the abort word, writes the frame and band, then the
+ * reason with a release store) and returns; the others see the abort word and return too.
+ *
+ * The centroids, as the centroid stage's fast kernel (centroid_cuda.cu cog_kernel) computes them,
+ * so that the slopes are the same bits: per column, R row groups (the plan's R: thread group r
+ * sums rows ys + r, ys + r + R, ... in order, S0 += v, S1 += (y - ys) v, in float after the
+ * conditioning of centroid_model.h, or in uint32 for exact plans), the groups added in order r =
+ * 0, 1, ...; per lenslet, gs lanes (the plan's gs) take columns c = lane, lane + gs, ... summing
+ * m00 += S0, m10 += c S0, m01 += S1 in double (uint64 exact), reduced by an XOR butterfly, and
+ * sw_cm_finish. Saturation: any raw pixel at or above the level.
+ *
+ * The sums of the GEMV are in another order than cuBLAS's sgemv: the commands agree with
+ * sw_rtc_run's to FP32 rounding, not bit for bit.
+ */
+#include "centroid/centroid_internal.h"
+#include "centroid/centroid_model.h"
+#include "core/core_internal.h"
+#include "core/cuda_util.h"
+#include "loop/loop_internal.h"
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <type_traits>
+
+/* the checks of core/cuda_util.h: this context, this stage in their messages */
+#define SW_CUDA_CTX   b->ctx
+#define SW_CUDA_STAGE "rtc band"
+
+#define BD_THREADS  256 /* threads per block                                    */
+#define BD_WARPS    (BD_THREADS / 32)
+#define BD_LOADS    8  /* 16-byte loads per thread in flight (pixel copies)   */
+#define BD_MAX_RPW  64 /* command rows per warp (accumulators in shared memory) */
+#define BD_MAX_SMEM (160 * 1024)
+
+typedef unsigned long long u64;
+
+struct bd_args {
+    /* mapped host memory (device addresses) */
+    const char *frames;
+    size_t stride, slot_bytes;
+    const u64 *ctl; /* the control words (loop_internal.h) */
+    u64 *ctl_w;     /* the same, for the GPU's stores      */
+    float *cmd_host;
+    float *slopes_host; /* or NULL */
+    int32_t depth, nb;
+    /* bands (device) */
+    const int32_t *lrow0; /* nb + 1 */
+    const int32_t *k0;    /* nb + 1: slope index bounds */
+    /* the centroid plan (device copies) */
+    const int32_t *xs, *xe, *ys, *ye, *slope_k;
+    const double *ref_x, *ref_y;
+    const float *lut, *dark, *flat;
+    int32_t width, nx, ny, col0, col1;
+    int32_t cb, nck; /* the pixel rectangle's first byte in a row, its 16-byte chunks per row */
+    int32_t hmax;
+    int mode, conditioned, drop;
+    float thr, gamma;
+    uint32_t sat_u;
+    float sat_f;
+    int R, gs;
+    /* the reconstruction and the controller */
+    int32_t ns, nact, rpw, maxbs;
+    const float *C;   /* nact x 2 ns row-major, FP32 */
+    const __half *Ch; /* or FP16 */
+    float gain, keep, clip;
+    float *u;      /* nact: the state */
+    float *s;      /* 2 ns: the slopes */
+    u64 *band_ctr; /* nb */
+    u64 *done_ctr;
+    int *abort;
+    u64 band_ns, idle_ns;
+};
+
+/* ------------------------------------------------------------------ memory-model helpers */
+
+__device__ __forceinline__ u64 ld_acquire_sys(const u64 *p)
+{
+    u64 v;
+    asm volatile("ld.acquire.sys.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ u64 ld_acquire_gpu(const u64 *p)
+{
+    u64 v;
+    asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void st_release_sys(u64 *p, u64 v)
+{
+    asm volatile("st.release.sys.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+__device__ __forceinline__ u64 bd_clock_ns(void)
+{
+    u64 t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+/*
+ * Thread 0's wait until *p >= target (sys: the word is in host memory), broadcast to the block
+ * through *verdict. Returns 1 when it came; 0 when the block must return (stop, abort, or a
+ * timeout, recorded as (frame, band) when this block is the first to give up).
+ */
+__device__ int bd_wait(const bd_args &a, const u64 *p, u64 target, int sys, u64 timeout_ns,
+                       u64 frame, int band, int *verdict)
+{
+    if (threadIdx.x == 0) {
+        int why = SW_BAND_EOK;
+        const u64 t0 = bd_clock_ns();
+        for (unsigned i = 0;; i++) {
+            const u64 v = sys ? ld_acquire_sys(p) : ld_acquire_gpu(p);
+            if (v >= target)
+                break;
+            if ((i & 31) == 31) {
+                if (ld_acquire_sys(a.ctl + SW_BAND_STOP) != 0) {
+                    why = SW_BAND_ESTOP;
+                    break;
+                }
+                if (*(volatile int *)a.abort != 0) {
+                    why = -1; /* another block gave up: it has recorded why */
+                    break;
+                }
+                if (bd_clock_ns() - t0 > timeout_ns) {
+                    why = band < 0 ? SW_BAND_EWAIT : SW_BAND_ETIMEOUT;
+                    break;
+                }
+            }
+        }
+        if (why > 0 && atomicCAS(a.abort, 0, why) == 0) {
+            a.ctl_w[SW_BAND_ERR_FRAME] = frame;
+            a.ctl_w[SW_BAND_ERR_BAND] = (u64)(long long)band;
+            __threadfence_system();
+            st_release_sys(a.ctl_w + SW_BAND_ERR, (u64)why);
+        }
+        *verdict = why == SW_BAND_EOK;
+    }
+    __syncthreads();
+    const int ok = *verdict;
+    __syncthreads(); /* (the next wait may write verdict) */
+    return ok;
+}
+
+/* ------------------------------------------------------------------ centroids of one row */
+
+template <typename T> __device__ __forceinline__ unsigned bd_at_level(const bd_args &a, T raw)
+{
+    return (uint32_t)raw >= a.sat_u;
+}
+
+template <> __device__ __forceinline__ unsigned bd_at_level<float>(const bd_args &a, float raw)
+{
+    return raw >= a.sat_f; /* false for a NaN level (none) */
+}
+
+/* Steps 1-3 of centroid.h as centroid_cuda.cu's prepare: the LUT, v - dark, v * flat. */
+template <typename T>
+__device__ __forceinline__ float bd_prepare(const bd_args &a, T raw, int y, int x)
+{
+    float v;
+    if (std::is_same<T, float>::value)
+        v = (float)raw;
+    else
+        v = a.lut ? a.lut[(uint32_t)raw] : (float)raw;
+    const size_t k = (size_t)y * (size_t)a.width + (size_t)x;
+    if (a.dark)
+        v = __fsub_rn(v, a.dark[k]);
+    if (a.flat)
+        v = __fmul_rn(v, a.flat[k]);
+    return v;
+}
+
+/*
+ * Lenslet row iy of the frame: the pixels into shared memory, the column sums, the lenslets'
+ * moments and slopes. All threads of the block take part. tile: hmax x nck x 16 bytes; s0, s1:
+ * R x ncols sums; sat: R x ncols bytes.
+ */
+template <typename T, bool EXACT>
+__device__ void bd_row(const bd_args &a, const char *frame, int iy, uint4 *tile, void *s0v,
+                       void *s1v, uint8_t *sat, int slot)
+{
+    typedef typename std::conditional<EXACT, uint32_t, float>::type acc_t;
+    typedef typename std::conditional<EXACT, unsigned long long, double>::type mom_t;
+    acc_t *s0 = (acc_t *)s0v, *s1 = (acc_t *)s1v;
+    const int tid = threadIdx.x, nt = blockDim.x;
+    const int ys = a.ys[iy], ye = a.ye[iy], h = ye - ys;
+
+    /* the rectangle rows [ys, ye) x bytes [cb, cb + 16 nck): BD_LOADS loads per thread issued
+     * before any store (uncached: the ring's slot is rewritten by the camera) */
+    const int n16 = h * a.nck;
+    for (int i0 = 0; i0 < n16; i0 += BD_LOADS * nt) {
+        uint4 q[BD_LOADS];
+#pragma unroll
+        for (int k = 0; k < BD_LOADS; k++) {
+            const int i = i0 + k * nt + tid;
+            if (i < n16) {
+                const int row = i / a.nck, c = i - row * a.nck;
+                q[k] = __ldcv((const uint4 *)(frame + (size_t)(ys + row) * a.stride + a.cb) + c);
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < BD_LOADS; k++) {
+            const int i = i0 + k * nt + tid;
+            if (i < n16)
+                tile[i] = q[k];
+        }
+    }
+    __syncthreads();
+
+    /* column sums per row group */
+    const int nc = a.col1 - a.col0, R = a.R, rowb = 16 * a.nck;
+    const char *tb = (const char *)tile;
+    for (int t = tid; t < R * nc; t += nt) {
+        const int r = t / nc, c = t - r * nc, x = a.col0 + c;
+        const int xoff = x * (int)sizeof(T) - a.cb;
+        acc_t a0 = 0, a1 = 0;
+        unsigned st = 0;
+        for (int y = ys + r; y < ye; y += R) {
+            const T raw = *(const T *)(tb + (size_t)(y - ys) * rowb + xoff);
+            st |= bd_at_level<T>(a, raw);
+            acc_t v;
+            if (EXACT) {
+                v = (acc_t)raw;
+            } else {
+                float w = bd_prepare<T>(a, raw, y, x);
+                if (a.conditioned)
+                    w = sw_cm_condition(w, 0.0f, 1.0f, a.mode, a.thr, a.gamma);
+                v = (acc_t)w;
+            }
+            const acc_t wy = (acc_t)(y - ys);
+            a0 += v;
+            a1 += wy * v;
+        }
+        s0[t] = a0;
+        s1[t] = a1;
+        sat[t] = (uint8_t)st;
+    }
+    __syncthreads();
+    if (R > 1)
+        for (int c = tid; c < nc; c += nt) {
+            acc_t u0 = s0[c], u1 = s1[c];
+            unsigned m = sat[c];
+            for (int r = 1; r < R; r++) {
+                u0 += s0[r * nc + c];
+                u1 += s1[r * nc + c];
+                m |= sat[r * nc + c];
+            }
+            s0[c] = u0;
+            s1[c] = u1;
+            sat[c] = (uint8_t)m;
+        }
+    __syncthreads();
+
+    /* per lenslet: gs lanes, the butterfly, one lane finishes (Eq. 7) */
+    const int gs = a.gs, lane = tid & (gs - 1), grp = tid / gs, ngrp = nt / gs;
+    const unsigned full = 0xffffffffu;
+    for (int b0 = 0; b0 < a.nx; b0 += ngrp) {
+        const int ix = b0 + grp;
+        const bool act = ix < a.nx;
+        int xs = 0;
+        mom_t m00 = 0, m10 = 0, m01 = 0;
+        unsigned st = 0;
+        if (act) {
+            xs = a.xs[ix];
+            const int c0 = xs - a.col0, w = a.xe[ix] - xs;
+            for (int c = lane; c < w; c += gs) {
+                const mom_t u = (mom_t)s0[c0 + c];
+                m00 += u;
+                m10 += (mom_t)c * u;
+                m01 += (mom_t)s1[c0 + c];
+                st |= sat[c0 + c];
+            }
+        }
+        for (int o = gs >> 1; o > 0; o >>= 1) {
+            m00 += __shfl_xor_sync(full, m00, o);
+            m10 += __shfl_xor_sync(full, m10, o);
+            m01 += __shfl_xor_sync(full, m01, o);
+            st |= __shfl_xor_sync(full, st, o);
+        }
+        if (act && lane == 0) {
+            const int l = iy * a.nx + ix, ks = a.slope_k[l];
+            if (ks >= 0) {
+                float sx = 0.0f, sy = 0.0f;
+                sw_cm_finish((double)m00, (double)m10, (double)m01, xs, ys, 1, (int)st, a.drop,
+                             a.ref_x[l], a.ref_y[l], NULL, NULL, NULL, NULL, NULL, &sx, &sy, NULL,
+                             NULL, NULL, NULL);
+                a.s[ks] = sx;
+                a.s[a.ns + ks] = sy;
+                if (a.slopes_host) {
+                    float *h2 = a.slopes_host + (size_t)slot * 2 * a.ns;
+                    h2[ks] = sx;
+                    h2[a.ns + ks] = sy;
+                }
+                if (a.slopes_host)
+                    __threadfence_system(); /* the writer's own fence before the block's count */
+                else
+                    __threadfence();
+            }
+        }
+    }
+    __syncthreads(); /* shared memory is reused by the next row */
+}
+
+/* ------------------------------------------------------------------ the persistent kernel */
+
+__device__ __forceinline__ float bd_w(const float *p)
+{
+    return __ldg(p);
+}
+
+__device__ __forceinline__ float bd_w(const __half *p)
+{
+    return __half2float(__ldg(p));
+}
+
+template <typename T, bool EXACT, typename M>
+__global__ void __launch_bounds__(BD_THREADS) bd_kernel(const bd_args a)
+{
+    typedef typename std::conditional<EXACT, uint32_t, float>::type acc_t;
+    extern __shared__ __align__(16) unsigned char smem[];
+    __shared__ int verdict;
+    const int rc = a.R * (a.col1 - a.col0);
+    uint4 *tile = (uint4 *)smem;
+    float *acc = (float *)(tile + (size_t)a.hmax * a.nck); /* BD_WARPS x rpw */
+    float *sl = acc + BD_WARPS * a.rpw;                    /* 2 maxbs        */
+    acc_t *s0 = (acc_t *)(sl + 2 * a.maxbs), *s1 = s0 + rc;
+    uint8_t *sat = (uint8_t *)(s1 + rc);
+
+    const M *C = std::is_same<M, float>::value ? (const M *)a.C : (const M *)a.Ch;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int G = (int)gridDim.x, blk = (int)blockIdx.x;
+    const int gw = blk * BD_WARPS + warp, W = G * BD_WARPS;
+    const int32_t n2 = 2 * a.ns;
+
+    for (u64 f = 1;; f++) {
+        const int slot = (int)((f - 1) % (u64)a.depth);
+        const char *frame = a.frames + (size_t)slot * a.slot_bytes;
+        /* 0. every block has finished frame f - 1 */
+        if (f > 1 && !bd_wait(a, a.done_ctr, (f - 1) * (u64)G, 0, a.band_ns, f, -1, &verdict))
+            return;
+        for (int i = tid; i < BD_WARPS * a.rpw; i += BD_THREADS)
+            acc[i] = 0.0f;
+
+        for (int b = 0; b < a.nb; b++) {
+            const u64 tmo = b == 0 ? a.idle_ns : a.band_ns;
+            const int l0 = a.lrow0[b], l1 = a.lrow0[b + 1];
+            /* 1. this block's lenslet rows of the band */
+            int first = l0 + (int)(((unsigned)(blk - l0 % G + G)) % (unsigned)G);
+            if (first < l1) {
+                if (!bd_wait(a, a.ctl + SW_BAND_FLAGS + slot * a.nb + b, f, 1, tmo, f, b, &verdict))
+                    return;
+                for (int iy = first; iy < l1; iy += G) {
+                    bd_row<T, EXACT>(a, frame, iy, tile, s0, s1, sat, slot);
+                    if (tid == 0) {
+                        __threadfence(); /* the block's slopes (barrier in bd_row) before the count
+                                          */
+                        atomicAdd(a.band_ctr + b, 1ull);
+                    }
+                }
+            }
+            /* 2. the band's slopes from every block, then this warp's rows of C times them */
+            if (!bd_wait(a, a.band_ctr + b, f * (u64)(l1 - l0), 0, tmo, f, b, &verdict))
+                return;
+            const int k0 = a.k0[b], m = a.k0[b + 1] - k0;
+            for (int i = tid; i < m; i += BD_THREADS) {
+                sl[i] = __ldcg(a.s + k0 + i);
+                sl[m + i] = __ldcg(a.s + a.ns + k0 + i);
+            }
+            __syncthreads();
+            for (int i = 0; i < a.rpw; i++) {
+                const int row = gw + i * W;
+                if (row >= a.nact)
+                    break; /* the same for the whole warp */
+                const M *cr = C + (size_t)row * n2 + k0;
+                float d = 0.0f;
+                for (int j = lane; j < m; j += 32) {
+                    d = fmaf(bd_w(cr + j), sl[j], d);
+                    d = fmaf(bd_w(cr + a.ns + j), sl[m + j], d);
+                }
+                for (int o = 16; o > 0; o >>= 1)
+                    d += __shfl_xor_sync(0xffffffffu, d, o);
+                if (lane == 0)
+                    acc[warp * a.rpw + i] += d;
+            }
+            __syncthreads(); /* sl is reused by the next band */
+        }
+
+        /* 3. the controller, the commands to host memory, the done count */
+        float *cmd = a.cmd_host + (size_t)slot * a.nact;
+        if (lane == 0)
+            for (int i = 0; i < a.rpw; i++) {
+                const int row = gw + i * W;
+                if (row >= a.nact)
+                    break;
+                const float v =
+                    sw_loop_update(a.u[row], acc[warp * a.rpw + i], a.gain, a.keep, a.clip);
+                a.u[row] = v;
+                cmd[row] = v;
+            }
+        if (lane == 0)
+            __threadfence_system(); /* the writer's own fence (commands, slopes to the host) */
+        __syncthreads();
+        if (tid == 0) {
+            __threadfence_system(); /* the block's commands (and slopes) before the count */
+            const u64 old = atomicAdd(a.done_ctr, 1ull);
+            if (old == f * (u64)G - 1) {
+                __threadfence_system();
+                st_release_sys(a.ctl_w + SW_BAND_DONE, f);
+            }
+        }
+    }
+}
+
+typedef void (*bd_kernel_fn)(const bd_args);
+
+template <typename T> static bd_kernel_fn bd_pick(int exact, int half)
+{
+    if (exact)
+        return half ? bd_kernel<T, true, __half> : bd_kernel<T, true, float>;
+    return half ? bd_kernel<T, false, __half> : bd_kernel<T, false, float>;
+}
+
+template <> bd_kernel_fn bd_pick<float>(int exact, int half)
+{
+    (void)exact; /* f32 frames are never summed exactly */
+    return half ? bd_kernel<float, false, __half> : bd_kernel<float, false, float>;
+}
+
+/* ------------------------------------------------------------------ create / destroy */
+
+typedef struct bd_gpu {
+    cudaStream_t stream;
+    void *ctl, *frames, *cmds, *slopes; /* mapped pinned host memory */
+    float *C, *u, *s, *dark, *flat, *lut;
+    __half *Ch;
+    int32_t *lrow0, *k0, *xs, *xe, *ys, *ye, *slope_k;
+    double *ref_x, *ref_y;
+    u64 *band_ctr, *done_ctr;
+    int *abort;
+    int launched;
+} bd_gpu;
+
+template <typename V> static cudaError_t bd_upload(V **dst, const V *src, size_t n)
+{
+    cudaError_t e = cudaMalloc((void **)dst, (n ? n : 1) * sizeof(V));
+    if (e == cudaSuccess && src && n)
+        e = cudaMemcpy(*dst, src, n * sizeof(V), cudaMemcpyHostToDevice);
+    else if (e == cudaSuccess)
+        e = cudaMemset(*dst, 0, (n ? n : 1) * sizeof(V));
+    return e;
+}
+
+static cudaError_t bd_host(void **p, size_t bytes)
+{
+    cudaError_t e = cudaHostAlloc(p, bytes, cudaHostAllocMapped);
+    if (e == cudaSuccess)
+        memset(*p, 0, bytes);
+    return e;
+}
+
+template <typename V> static cudaError_t bd_dev(V **dev, void *host)
+{
+    return cudaHostGetDevicePointer((void **)dev, host, 0);
+}
+
+extern "C" sw_status sw_rtc_band_gpu_create(sw_rtc_band *b)
+{
+    bd_gpu *g = (bd_gpu *)calloc(1, sizeof(bd_gpu));
+    if (!g)
+        return sw_fail(b->ctx, SW_ENOMEM, "rtc band: out of memory");
+    b->gpu = g; /* sw_rtc_band_gpu_destroy frees what is made below, also after a failure */
+    const sw_rtc *r = b->r;
+    const sw_centroid_plan *c = r->cent;
+    const sw_centroid_params *cp = &c->p;
+    const int dev = b->ctx->device;
+    SW_CU(cudaSetDevice(dev));
+    int coop = 0, sms = 0, optin = 0;
+    SW_CU(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
+    SW_CU(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    SW_CU(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    if (!coop)
+        return sw_fail(b->ctx, SW_EUNSUPPORTED, "rtc band: the GPU has no cooperative launch");
+
+    /* the shape */
+    bd_args a;
+    memset(&a, 0, sizeof a);
+    sw_centroid_gpu_shape(c, &a.R, &a.gs);
+    const size_t psize = sw_pixel_size(cp->type);
+    a.width = cp->width;
+    a.nx = c->nx;
+    a.ny = c->ny;
+    a.col0 = c->col0;
+    a.col1 = c->col1;
+    a.cb = (int32_t)((size_t)c->col0 * psize / 16 * 16);
+    a.nck = (int32_t)(((size_t)c->col1 * psize + 15) / 16 - (size_t)a.cb / 16);
+    a.hmax = 1;
+    for (int32_t iy = 0; iy < c->ny; iy++)
+        if (c->ye[iy] - c->ys[iy] > a.hmax)
+            a.hmax = c->ye[iy] - c->ys[iy];
+    a.ns = b->ns;
+    a.nact = b->nact;
+    a.depth = b->depth;
+    a.nb = b->nb;
+    a.stride = b->stride;
+    a.slot_bytes = b->slot_bytes;
+    int32_t *k0 = (int32_t *)malloc((size_t)(b->nb + 1) * sizeof(int32_t));
+    if (!k0)
+        return sw_fail(b->ctx, SW_ENOMEM, "rtc band: out of memory");
+    a.maxbs = 1;
+    for (int32_t i = 0; i <= b->nb; i++) {
+        int32_t k = 0;
+        for (int64_t l = 0; l < (int64_t)b->lrow0[i] * c->nx; l++)
+            k += c->slope_k[l] >= 0;
+        k0[i] = k;
+        if (i > 0 && k0[i] - k0[i - 1] > a.maxbs)
+            a.maxbs = k0[i] - k0[i - 1];
+    }
+    const int half = r->p.fp16 ? 1 : 0;
+    const int exact = c->exact && cp->type != SW_PIX_F32;
+    const bd_kernel_fn kfn = cp->type == SW_PIX_U8    ? bd_pick<uint8_t>(exact, half)
+                             : cp->type == SW_PIX_U16 ? bd_pick<uint16_t>(exact, half)
+                                                      : bd_pick<float>(0, half);
+    const int32_t rc = a.R * (c->col1 - c->col0);
+    const size_t fixed = (size_t)a.hmax * a.nck * 16 + 2 * (size_t)a.maxbs * sizeof(float) +
+                         2 * (size_t)rc * 4 + (size_t)rc + 16;
+    /* blocks: up to 2 per multiprocessor, as the occupancy allows */
+    int per_sm = 0, blocks = 0;
+    size_t smem = 0;
+    for (int want = 2; want >= 1 && blocks == 0; want--) {
+        const int G = sms * want;
+        a.rpw = (int32_t)((b->nact + (int64_t)G * BD_WARPS - 1) / ((int64_t)G * BD_WARPS));
+        smem = fixed + (size_t)BD_WARPS * a.rpw * sizeof(float);
+        if (smem > (size_t)optin || smem > BD_MAX_SMEM)
+            continue;
+        SW_CU(cudaFuncSetAttribute(kfn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        SW_CU(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kfn, BD_THREADS, smem));
+        if (per_sm >= want)
+            blocks = G;
+    }
+    if (blocks == 0 || a.rpw > BD_MAX_RPW) {
+        free(k0);
+        return sw_fail(b->ctx, SW_EUNSUPPORTED,
+                       "rtc band: the chain does not fit the GPU (%zu B of shared memory per block "
+                       "for a %d-column frame, %d command rows per warp)",
+                       smem, c->col1 - c->col0, (int)a.rpw);
+    }
+    b->blocks = blocks;
+
+    /* mapped host memory: the control words, the ring, the commands, the slopes */
+    const size_t nctl = SW_BAND_FLAGS + (size_t)b->depth * b->nb;
+    cudaError_t e = bd_host(&g->ctl, nctl * sizeof(u64));
+    if (e == cudaSuccess)
+        e = bd_host(&g->frames, (size_t)b->depth * b->slot_bytes);
+    if (e == cudaSuccess)
+        e = bd_host(&g->cmds, (size_t)b->depth * b->nact * sizeof(float));
+    if (e == cudaSuccess && b->p.slopes)
+        e = bd_host(&g->slopes, (size_t)b->depth * 2 * b->ns * sizeof(float));
+    if (e != cudaSuccess) {
+        free(k0);
+        SW_CU(e);
+    }
+    b->ctl = (uint64_t *)g->ctl;
+    b->frames = (char *)g->frames;
+    b->cmds = (float *)g->cmds;
+    b->slopes = (float *)g->slopes;
+    e = bd_dev(&a.frames, g->frames);
+    if (e == cudaSuccess)
+        e = bd_dev(&a.ctl_w, g->ctl);
+    if (e == cudaSuccess)
+        e = bd_dev(&a.cmd_host, g->cmds);
+    if (e == cudaSuccess && g->slopes)
+        e = bd_dev(&a.slopes_host, g->slopes);
+    a.ctl = a.ctl_w;
+
+    /* device copies */
+    const size_t nl = (size_t)c->nl, npix = (size_t)cp->width * cp->height;
+    if (e == cudaSuccess)
+        e = bd_upload(&g->k0, k0, (size_t)b->nb + 1);
+    free(k0);
+    if (e == cudaSuccess)
+        e = bd_upload(&g->lrow0, (const int32_t *)b->lrow0, (size_t)b->nb + 1);
+    if (e == cudaSuccess)
+        e = bd_upload(&g->xs, (const int32_t *)c->xs, (size_t)c->nx);
+    if (e == cudaSuccess)
+        e = bd_upload(&g->xe, (const int32_t *)c->xe, (size_t)c->nx);
+    if (e == cudaSuccess)
+        e = bd_upload(&g->ys, (const int32_t *)c->ys, (size_t)c->ny);
+    if (e == cudaSuccess)
+        e = bd_upload(&g->ye, (const int32_t *)c->ye, (size_t)c->ny);
+    if (e == cudaSuccess)
+        e = bd_upload(&g->slope_k, (const int32_t *)c->slope_k, nl);
+    if (e == cudaSuccess)
+        e = bd_upload(&g->ref_x, (const double *)c->ref_x, nl);
+    if (e == cudaSuccess)
+        e = bd_upload(&g->ref_y, (const double *)c->ref_y, nl);
+    if (e == cudaSuccess && c->dark)
+        e = bd_upload(&g->dark, (const float *)c->dark, npix);
+    if (e == cudaSuccess && c->flat)
+        e = bd_upload(&g->flat, (const float *)c->flat, npix);
+    if (e == cudaSuccess && c->lut)
+        e = bd_upload(&g->lut, (const float *)c->lut, cp->type == SW_PIX_U8 ? (size_t)256 : 65536);
+    const size_t nC = (size_t)b->nact * 2 * b->ns;
+    if (e == cudaSuccess && !half)
+        e = bd_upload(&g->C, (const float *)r->cm, nC);
+    if (e == cudaSuccess && half) {
+        __half *h = (__half *)malloc(nC * sizeof(__half));
+        if (!h)
+            return sw_fail(b->ctx, SW_ENOMEM, "rtc band: out of memory (FP16 matrix)");
+        for (size_t i = 0; i < nC; i++)
+            h[i] = __float2half_rn(r->cm[i]); /* rtc.c checked the range */
+        e = bd_upload(&g->Ch, (const __half *)h, nC);
+        free(h);
+    }
+    if (e == cudaSuccess)
+        e = bd_upload<float>(&g->u, NULL, (size_t)b->nact);
+    if (e == cudaSuccess)
+        e = bd_upload<float>(&g->s, NULL, (size_t)2 * b->ns);
+    if (e == cudaSuccess)
+        e = bd_upload<u64>(&g->band_ctr, NULL, (size_t)b->nb);
+    if (e == cudaSuccess)
+        e = bd_upload<u64>(&g->done_ctr, NULL, 1);
+    if (e == cudaSuccess)
+        e = bd_upload<int>(&g->abort, NULL, 1);
+    SW_CU(e);
+
+    a.lrow0 = g->lrow0;
+    a.k0 = g->k0;
+    a.xs = g->xs;
+    a.xe = g->xe;
+    a.ys = g->ys;
+    a.ye = g->ye;
+    a.slope_k = g->slope_k;
+    a.ref_x = g->ref_x;
+    a.ref_y = g->ref_y;
+    a.lut = g->lut;
+    a.dark = g->dark;
+    a.flat = g->flat;
+    a.mode = (int)cp->threshold_mode;
+    a.conditioned = cp->threshold_mode != SW_THRESHOLD_NONE || cp->gamma != 1.0;
+    a.thr = (float)cp->threshold;
+    a.gamma = (float)cp->gamma;
+    a.sat_u = c->sat_u;
+    a.sat_f = c->sat_f;
+    a.drop = cp->drop_saturated;
+    a.C = g->C;
+    a.Ch = g->Ch;
+    const sw_controller_params *ctl = &r->ctrl->p;
+    a.gain = (float)ctl->gain;
+    a.keep = ctl->kind == SW_CTRL_LEAKY ? (float)(1.0 - ctl->leak) : 1.0f;
+    a.clip = ctl->clip > 0.0 ? (float)ctl->clip : 0.0f;
+    a.u = g->u;
+    a.s = g->s;
+    a.band_ctr = g->band_ctr;
+    a.done_ctr = g->done_ctr;
+    a.abort = g->abort;
+    a.band_ns = (u64)(b->p.band_timeout_us * 1e3);
+    a.idle_ns = (u64)(b->p.idle_timeout_us * 1e3);
+
+    /* a stream of its own that does not wait for (or hold up) the legacy stream */
+    SW_CU(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
+    SW_CU(cudaDeviceSynchronize()); /* the uploads (and everything before) are complete */
+    void *args[] = {(void *)&a};
+    SW_CU(cudaLaunchCooperativeKernel((const void *)kfn, dim3((unsigned)blocks), dim3(BD_THREADS),
+                                      args, smem, g->stream));
+    g->launched = 1;
+    sw_log(b->ctx, SW_LOG_DEBUG,
+           "rtc band: %d blocks of %d threads, %zu B shared, %d bands, R %d, gs %d, %d command "
+           "rows per warp",
+           blocks, BD_THREADS, smem, b->nb, a.R, a.gs, (int)a.rpw);
+    return SW_OK;
+}
+
+extern "C" void sw_rtc_band_gpu_destroy(sw_rtc_band *b)
+{
+    bd_gpu *g = (bd_gpu *)b->gpu;
+    if (!g)
+        return;
+    cudaSetDevice(b->ctx->device);
+    if (g->launched) {
+        /* the stop flag, then a bounded wait: every wait of the kernel looks at the flag */
+        __atomic_store_n((uint64_t *)g->ctl + SW_BAND_STOP, (uint64_t)1, __ATOMIC_RELEASE);
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (;;) {
+            const cudaError_t q = cudaStreamQuery(g->stream);
+            if (q != cudaErrorNotReady)
+                break;
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            if ((double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec) > 5.0) {
+                /* the kernel may still read and write this memory: leak it, do not free */
+                sw_log(b->ctx, SW_LOG_ERROR,
+                       "rtc band: the kernel did not stop within 5 s; its memory is not freed");
+                free(g);
+                b->gpu = NULL;
+                b->ctl = NULL;
+                return;
+            }
+        }
+    }
+    if (g->stream)
+        cudaStreamDestroy(g->stream);
+    SW_CUDA_FREE(g->C, g->u, g->s, g->dark, g->flat, g->lut, g->Ch, g->lrow0, g->k0, g->xs, g->xe,
+                 g->ys, g->ye, g->slope_k, g->ref_x, g->ref_y, g->band_ctr, g->done_ctr, g->abort);
+    if (g->ctl)
+        cudaFreeHost(g->ctl);
+    if (g->frames)
+        cudaFreeHost(g->frames);
+    if (g->cmds)
+        cudaFreeHost(g->cmds);
+    if (g->slopes)
+        cudaFreeHost(g->slopes);
+    cudaGetLastError();
+    free(g);
+    b->gpu = NULL;
+    b->ctl = NULL;
+}
