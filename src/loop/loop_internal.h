@@ -152,6 +152,16 @@ sw_status sw_rtc_gpu_reset(sw_rtc *r);
 /* The controller's kp, ki to the device, and the device's integrals times scale (nmodes). */
 sw_status sw_rtc_gpu_set_gains(sw_rtc *r, const float *scale);
 sw_status sw_rtc_gpu_slopes(sw_rtc *r, float *host);
+/* rtc_cuda.cu's kernels, queued on `stream` (a cudaStream_t) of the current device for the
+ * multi-GPU chain (rtc_multi_cuda.cu), which runs each GPU's rows through the same code:
+ * gemv_half: y = sw_loop_update(y, Wh x, gain, keep, clip) (FP16 rows of ldh halves, x padded to
+ * ldh); clip: u clipped to [-clip, clip]; to_half: rows x cols floats to half rows of ldh, zero
+ * padded. Each returns 0 or the cudaError_t of the launch. */
+int sw_rtc_gpu_gemv_half(const void *Wh, int32_t rows, int32_t ldh, const float *x, float *y,
+                         float gain, float keep, float clip, void *stream);
+int sw_rtc_gpu_clip(float *u, int32_t n, float clip, void *stream);
+int sw_rtc_gpu_to_half(const float *src, int32_t rows, int32_t cols, int32_t ldh, void *dst,
+                       void *stream);
 
 /* ---- loopsim.c / loopsim_cuda.cu internal declarations (owned by the loopsim helper) ---- */
 
