@@ -322,6 +322,12 @@ extern "C" void sw_rtc_multi_destroy(sw_rtc_multi *r)
         cudaGraphExecDestroy(r->exec);
     if (r->graph)
         cudaGraphDestroy(r->graph);
+    if (r->exec || r->graph) /* NCCL's resources held by the graph are released through CUDA
+                                user objects, whose destructors may run after the calls above */
+        for (int i = 0; i < r->ndev; i++) {
+            cudaSetDevice(r->gpu[i].dev);
+            cudaDeviceSynchronize();
+        }
     /* the communicators: finalized together (one thread drives them all: a group), then freed */
     if (r->ndev > 1 && r->gpu[0].comm) {
         ncclGroupStart();
@@ -593,7 +599,7 @@ static sw_status rm_build(sw_rtc_multi *r, const sw_rtc_params *p, const sw_rtc_
         if (e == cudaSuccess)
             e = sw_cuda_alloc(&g->slopes, (size_t)r->xpad);
         if (e == cudaSuccess)
-            e = cudaMemset(g->slopes, 0, (size_t)r->xpad * sizeof(float));
+            e = cudaMemsetAsync(g->slopes, 0, (size_t)r->xpad * sizeof(float), g->s);
         if (e == cudaSuccess && i == 0) {
             e = sw_cuda_alloc(&r->ucat, (size_t)r->nact);
             g->u = r->ucat;

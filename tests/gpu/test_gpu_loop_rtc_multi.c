@@ -324,6 +324,8 @@ static void test_refused(void **state)
 
 int main(void)
 {
+    if (!getenv("NCCL_NVLS_ENABLE"))
+        setenv("NCCL_NVLS_ENABLE", "0", 1); /* NVLink multicast off, before NCCL reads it */
     if (sw_nccl_version() == 0) {
         printf(
             "SKIP: built without NCCL (the multi-GPU chain needs it: SW_WITH_NCCL, NCCL_ROOT)\n");
@@ -334,8 +336,6 @@ int main(void)
         printf("SKIP: %d GPU(s) visible; the multi-GPU chain needs at least 2\n", ngpu);
         return 77;
     }
-    if (!getenv("NCCL_NVLS_ENABLE"))
-        setenv("NCCL_NVLS_ENABLE", "0", 1); /* NVLink multicast off, before any communicator */
     gpu = sw_test_cuda_context_or_skip();
     printf("rtc_multi: NCCL %d, %d GPUs visible\n", sw_nccl_version(), ngpu);
     const struct CMUnitTest tests[] = {
