@@ -252,6 +252,7 @@ static int sys_make(sw_context *ctx, int32_t n, sys *s)
     sp.wavelength_um = WFS_WL_UM;
     sp.flux_e = FLUX_E;
     sp.pupil = sw_pupil_circle(n * lenslet_um);
+    sp.samples = 4; /* a flat wavefront: few samples per lenslet suffice */
     sw_shsim *sim = NULL;
     sw_sh_truth tr;
     memset(&tr, 0, sizeof tr);
@@ -462,6 +463,8 @@ static int multi_case(const opts *o, sw_context *ctx, const sys *s, int fp16, in
     json_num("p99_us", res->p99);
     json_num("first_frame_max_rel_diff", res->check);
     json_num("create_s", create_s);
+    printf(",\"NCCL_NVLS_ENABLE\":");
+    sw_json_write_string(stdout, getenv("NCCL_NVLS_ENABLE"));
     printf(",\"note\":\"%s\"}\n", RANDOM_NOTE);
     json_start("rtc_multi_stages", config, ctx);
     printf(",\"gpus\":%d,\"reps\":%d", ngpu, o->profile_reps);
