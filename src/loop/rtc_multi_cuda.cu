@@ -285,9 +285,14 @@ static sw_status rm_capture(sw_rtc_multi *r)
     if (st == SW_OK) {
         r->graph = graph;
         const cudaError_t eu = cudaGraphUpload(r->exec, g0->s);
-        if (eu != cudaSuccess)
+        if (eu != cudaSuccess) {
             st = sw_fail(r->ctx, SW_ECUDA, "rtc_multi: uploading the graph failed: %s",
                          cudaGetErrorString(eu));
+            cudaGraphExecDestroy(r->exec);
+            cudaGraphDestroy(r->graph);
+            r->exec = NULL;
+            r->graph = NULL;
+        }
     } else if (graph) {
         cudaGraphDestroy(graph);
     }
