@@ -431,6 +431,17 @@ sw_status sw_rtc_telemetry_read(sw_rtc *r, int64_t *frame, float *slopes, float 
  * kind; FP32 ones too when cuBLAS picks the same sgemv kernel for the smaller row count, and
  * otherwise differ by a reordering of each row's sum (|du| <= 2 gamma_n g sum_j |C_aj s_j| per
  * frame, gamma_n = n 2^-24 / (1 - n 2^-24), n = 2 ns, carried through the controller).
+ * split = SW_RTC_MULTI_COLUMNS, the alternative: GPU i takes a band of whole lenslet rows (about
+ * ns / N valid lenslets) and its own context and centroid plan (the geometry re-based on the
+ * band's first pixel row); per frame each GPU copies its band's frame rows in (N copies over N
+ * host links) and centroids them, computes the partial commands r_i = C[:, its slopes] s_i over
+ * all nact commands (the columns of both axes of its slopes, the same GEMV without the update),
+ * ncclReduce sums them into GPU 0, which runs the integrator / leaky update (sw_rtc's update
+ * kernel) and copies the commands out. Each command's sum is split across the GPUs, so it agrees
+ * with sw_rtc's within the same 2 gamma_n g sum_j |C_aj s_j| per frame, never bit for bit by
+ * design. A geometry whose lenslet edges (floor(y0 + pitch i)) move when re-based on a band's
+ * row (non-integer y0 or pitch) is refused with SW_EUNSUPPORTED, as is a mask whose rows with
+ * valid lenslets are fewer than the GPUs (SW_EINVAL).
  * graph = 1: steps 1 (after the frame's copy) to 4 are captured at create into ONE CUDA graph
  * spanning every GPU (the other streams forked from and joined to GPU 0's by events), launched
  * with one cudaGraphLaunch (NCCL >= 2.9 lets its calls be captured; NCCL warns that launching
@@ -450,9 +461,13 @@ typedef struct sw_rtc_multi_params {
                                NULL: the context's device, then the next ordinals in turn      */
     int graph;              /* 1: one CUDA graph over all GPUs (plain launches when the capture
                                fails); 0: plain launches (1)                                   */
+    int split;              /* SW_RTC_MULTI_ROWS (the commands; default) or SW_RTC_MULTI_COLUMNS
+                               (the slopes: bands of lenslet rows, each GPU centroiding its own) */
 } sw_rtc_multi_params;
 
-void sw_rtc_multi_params_default(sw_rtc_multi_params *m); /* 1 GPU, NULL, graph = 1 */
+enum { SW_RTC_MULTI_ROWS = 0, SW_RTC_MULTI_COLUMNS = 1 };
+
+void sw_rtc_multi_params_default(sw_rtc_multi_params *m); /* 1 GPU, NULL, graph 1, ROWS */
 
 typedef struct sw_rtc_multi sw_rtc_multi;
 
@@ -479,10 +494,13 @@ int32_t sw_rtc_multi_devices(const sw_rtc_multi *r); /* N, 0 for NULL */
  * The stages one by one, for the benchmark's model of the latency: each stage is queued alone
  * `reps` times (all streams waited for between two), timed with CUDA events on every GPU's stream
  * and the slowest GPU kept; us[] receives the medians, microseconds:
- *   SW_RTC_MULTI_T_CENTROID  the frame's copy (host to GPU 0) and the centroid stage;
- *   SW_RTC_MULTI_T_BCAST     the slopes' ncclBroadcast;
- *   SW_RTC_MULTI_T_MVM       the GEMV with the controller's update (the slowest GPU's);
- *   SW_RTC_MULTI_T_GATHER    the commands' gather (ncclSend / ncclRecv group);
+ *   SW_RTC_MULTI_T_CENTROID  the frame's copy (host to GPU 0) and the centroid stage (columns:
+ *                            every GPU's band, the slowest GPU's);
+ *   SW_RTC_MULTI_T_BCAST     the slopes' ncclBroadcast (columns: none, 0);
+ *   SW_RTC_MULTI_T_MVM       the GEMV with the controller's update (the slowest GPU's; columns:
+ *                            the partial commands);
+ *   SW_RTC_MULTI_T_GATHER    the commands' gather (ncclSend / ncclRecv group; columns: the
+ *                            ncclReduce and the update on GPU 0);
  *   SW_RTC_MULTI_T_COPY      the commands to pinned host memory.
  * frame as for sw_rtc_multi_run. It changes the controller's state: reset afterwards.
  */

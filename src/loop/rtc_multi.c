@@ -16,6 +16,7 @@ void sw_rtc_multi_params_default(sw_rtc_multi_params *m)
     m->ndevices = 1;
     m->devices = NULL;
     m->graph = 1;
+    m->split = SW_RTC_MULTI_ROWS;
 }
 
 #ifndef SW_HAVE_NCCL

@@ -51,31 +51,40 @@
 /* One GPU's share. */
 typedef struct rm_gpu {
     int dev;
-    cudaStream_t s; /* GPU 0: the context's stream (not owned) */
+    cudaStream_t s;  /* GPU 0: the context's stream; columns: this GPU's context's */
+    int own_stream;  /* rows, GPU i > 0: the plan's own stream */
+    sw_context *ctx; /* the context of this GPU's centroid plan (GPU 0: the plan's; columns,
+                        GPU i > 0: owned) */
     ncclComm_t comm;
     cublasHandle_t blas;
     void *blas_ws;
-    float *slopes; /* xpad floats, zeros past 2 ns (the FP16 kernel's vector loads) */
-    float *W;      /* FP32: rows x n2 row-major */
-    __half *Wh;    /* FP16: rows x ldh, zero padded */
-    float *u;      /* rows: the commands and the controller's state (GPU 0: ucat's first) */
-    int32_t row0, rows;
+    sw_centroid_plan *cent;  /* GPU 0 (rows); every GPU its band (columns) */
+    sw_image frame;          /* its frame buffer (columns: the band's rows) */
+    sw_centroid_result cres; /* device result: the slopes only, into `slopes` */
+    int32_t py0, height;     /* the frame rows it takes (rows: all of them) */
+    int32_t k0, m;           /* columns: the band's first slope per axis, its slopes per axis */
+    int32_t band0, nband;    /* columns: the band's first lenslet row and its rows */
+    int32_t cols, ldh;       /* the matrix's columns (rows: 2 ns; columns: 2 m), FP16 row length */
+    float *slopes;           /* ldh floats, zeros past cols (the FP16 kernel's vector loads) */
+    float *W;                /* FP32: rows x cols row-major */
+    __half *Wh;              /* FP16: rows x ldh, zero padded */
+    float *u; /* rows: its commands and the controller's state (GPU 0: ucat's first rows) */
+    float *r; /* columns: nact partial commands (GPU 0: the reduction's sum) */
+    int32_t row0, rows; /* the matrix's rows (columns: all nact) */
     cudaEvent_t join;   /* capture: this stream joined back to GPU 0's */
+    cudaEvent_t copied; /* columns: the band's frame copied (GPU 0 waits for it) */
     cudaEvent_t t0, t1; /* profile */
 } rm_gpu;
 
 struct sw_rtc_multi {
     sw_context *ctx;
-    int32_t ndev, ns, n2, xpad, nact, ldh;
-    int fp16;
+    int32_t ndev, ns, n2, nact;
+    int fp16, split;
     int32_t width, height;
     sw_pixel_type type;
-    sw_centroid_plan *cent;
-    sw_image frame;          /* GPU 0's frame buffer */
-    sw_centroid_result cres; /* device result: the slopes only, into gpu[0].slopes */
-    float *ucat;             /* GPU 0: nact commands */
-    float *commands;         /* pinned host, nact */
-    float gain, keep, clip;  /* the controller, as rtc_cuda.cu reads it from controller.c */
+    float *ucat;            /* GPU 0: nact commands */
+    float *commands;        /* pinned host, nact */
+    float gain, keep, clip; /* the controller, as rtc_cuda.cu reads it from controller.c */
     int use_graph;
     cudaEvent_t fork;
     cudaGraph_t graph;
@@ -111,28 +120,51 @@ static double rm_now_us(void)
 
 /* ================================================================== the frame's stages */
 
-/* The frame into GPU 0's buffer (host, pinned or GPU 0 device memory). */
-static sw_status rm_copy_frame(sw_rtc_multi *r, const sw_image *frame)
+/* The frame into the GPUs' buffers (host, pinned or GPU 0 device memory; cudaMemcpyDefault:
+ * unified addressing tells the direction): rows, the whole frame to GPU 0; columns, each GPU its
+ * band's rows, and with a graph GPU 0's stream waits for the other copies (`wait`). */
+static sw_status rm_copy_frame(sw_rtc_multi *r, const sw_image *frame, int wait)
 {
     const size_t row = (size_t)frame->width * sw_pixel_size(frame->type);
-    const cudaMemcpyKind kind =
-        frame->memory == SW_MEM_DEVICE ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice;
-    SW_CU(cudaMemcpy2DAsync(r->frame.data, r->frame.stride, frame->data, frame->stride, row,
-                            (size_t)frame->height, kind, r->gpu[0].s));
+    const int n = r->split == SW_RTC_MULTI_COLUMNS ? r->ndev : 1;
+    for (int i = n - 1; i >= 0; i--) { /* GPU 0's last: its stream then waits for the others */
+        rm_gpu *g = &r->gpu[i];
+        SW_CU(cudaSetDevice(g->dev));
+        const char *src = (const char *)frame->data + (size_t)g->py0 * frame->stride;
+        SW_CU(cudaMemcpy2DAsync(g->frame.data, g->frame.stride, src, frame->stride, row,
+                                (size_t)g->height, cudaMemcpyDefault, g->s));
+        if (i > 0 && wait)
+            SW_CU(cudaEventRecord(g->copied, g->s));
+    }
+    if (wait)
+        for (int i = 1; i < n; i++)
+            SW_CU(cudaStreamWaitEvent(r->gpu[0].s, r->gpu[i].copied, 0));
     return SW_OK;
 }
 
+/* The centroid stage (sw_centroid_run queues its kernel on the plan's context's stream, which is
+ * the GPU's stream here): GPU 0 (rows) or every GPU's band (columns). A failure on another GPU's
+ * context is reported on the plan's. */
 static sw_status rm_centroid(sw_rtc_multi *r)
 {
-    SW_CU(cudaSetDevice(r->gpu[0].dev));
-    return sw_centroid_run(r->cent, &r->frame, &r->cres);
+    const int n = r->split == SW_RTC_MULTI_COLUMNS ? r->ndev : 1;
+    for (int i = 0; i < n; i++) {
+        rm_gpu *g = &r->gpu[i];
+        SW_CU(cudaSetDevice(g->dev));
+        const sw_status st = sw_centroid_run(g->cent, &g->frame, &g->cres);
+        if (st != SW_OK)
+            return i == 0 ? st
+                          : sw_fail(r->ctx, st, "rtc_multi: GPU %d: %s", g->dev,
+                                    sw_context_error(g->ctx));
+    }
+    return SW_OK;
 }
 
-/* The slopes from GPU 0 to all: one ncclBroadcast per communicator in one group (the group is
- * always ended, also after a failed call inside it). */
+/* Rows: the slopes from GPU 0 to all, one ncclBroadcast per communicator in one group (the group
+ * is always ended, also after a failed call inside it). */
 static sw_status rm_bcast(sw_rtc_multi *r)
 {
-    if (r->ndev < 2)
+    if (r->ndev < 2 || r->split == SW_RTC_MULTI_COLUMNS)
         return SW_OK;
     SW_NCCL(ncclGroupStart(), NULL);
     ncclResult_t e = ncclSuccess;
@@ -150,50 +182,73 @@ static sw_status rm_bcast(sw_rtc_multi *r)
     return SW_OK;
 }
 
-/* GPU i's commands: u_i = clip(keep u_i + g C_i s), as rtc_cuda.cu's rt_matrix with update. */
+/* GPU i's matrix product. Rows: its commands u_i = clip(keep u_i + g C_i s), as rtc_cuda.cu's
+ * rt_matrix with the update. Columns: its partial commands r_i = C[:, band i] s_i. */
 static sw_status rm_mvm(sw_rtc_multi *r, int i)
 {
     rm_gpu *g = &r->gpu[i];
     SW_CU(cudaSetDevice(g->dev));
+    const int rows = r->split == SW_RTC_MULTI_ROWS;
+    float *y = rows ? g->u : g->r;
     if (r->fp16) {
-        SW_CU((cudaError_t)sw_rtc_gpu_gemv_half(g->Wh, g->rows, r->ldh, g->slopes, g->u, r->gain,
+        SW_CU((cudaError_t)sw_rtc_gpu_gemv_half(g->Wh, g->rows, g->ldh, g->slopes, y, rows, r->gain,
                                                 r->keep, r->clip, g->s));
         return SW_OK;
     }
-    /* W row-major rows x n2 = column-major n2 x rows: u = g W^T_cm s + keep u, lda = n2 */
-    SW_CUBLAS(cublasSgemv(g->blas, CUBLAS_OP_T, r->n2, g->rows, &r->gain, g->W, r->n2, g->slopes, 1,
-                          &r->keep, g->u, 1));
-    if (r->clip > 0.0f)
+    /* W row-major rows x cols = column-major cols x rows: y = alpha W^T_cm s + beta y */
+    const float one = 1.0f, zero = 0.0f;
+    SW_CUBLAS(cublasSgemv(g->blas, CUBLAS_OP_T, g->cols, g->rows, rows ? &r->gain : &one, g->W,
+                          g->cols, g->slopes, 1, rows ? &r->keep : &zero, y, 1));
+    if (rows && r->clip > 0.0f)
         SW_CU((cudaError_t)sw_rtc_gpu_clip(g->u, g->rows, r->clip, g->s));
     return SW_OK;
 }
 
-/* The command slices to GPU 0: ncclSend on GPU i, ncclRecv on GPU 0 into ucat + row0_i, one
- * group (a gather made of point-to-point calls). */
+/* Rows: the command slices to GPU 0, ncclSend on GPU i, ncclRecv on GPU 0 into ucat + row0_i,
+ * one group (a gather made of point-to-point calls). Columns: the partial commands summed into
+ * GPU 0's r (ncclReduce, one group), then the controller's update there. */
 static sw_status rm_gather(sw_rtc_multi *r)
 {
-    if (r->ndev < 2)
-        return SW_OK;
-    SW_NCCL(ncclGroupStart(), NULL);
-    ncclResult_t e = ncclSuccess;
-    int bad = 0;
-    const char *what = "ncclSend (commands)";
     rm_gpu *g0 = &r->gpu[0];
-    for (int i = 1; i < r->ndev && e == ncclSuccess; i++) {
-        rm_gpu *g = &r->gpu[i];
-        bad = i;
-        e = ncclSend(g->u, (size_t)g->rows, ncclFloat, 0, g->comm, g->s);
-        if (e == ncclSuccess) {
-            what = "ncclRecv (commands)";
-            bad = 0;
-            e = ncclRecv(r->ucat + g->row0, (size_t)g->rows, ncclFloat, i, g0->comm, g0->s);
+    const int cols = r->split == SW_RTC_MULTI_COLUMNS;
+    if (r->ndev > 1) {
+        SW_NCCL(ncclGroupStart(), NULL);
+        ncclResult_t e = ncclSuccess;
+        int bad = 0;
+        const char *what = cols ? "ncclReduce (partial commands)" : "ncclSend (commands)";
+        if (cols) {
+            for (int i = 0; i < r->ndev && e == ncclSuccess; i++) {
+                rm_gpu *g = &r->gpu[i];
+                bad = i;
+                e = ncclReduce(g->r, g->r, (size_t)r->nact, ncclFloat, ncclSum, 0, g->comm, g->s);
+            }
+        } else {
+            for (int i = 1; i < r->ndev && e == ncclSuccess; i++) {
+                rm_gpu *g = &r->gpu[i];
+                bad = i;
+                what = "ncclSend (commands)";
+                e = ncclSend(g->u, (size_t)g->rows, ncclFloat, 0, g->comm, g->s);
+                if (e == ncclSuccess) {
+                    what = "ncclRecv (commands)";
+                    bad = 0;
+                    e = ncclRecv(r->ucat + g->row0, (size_t)g->rows, ncclFloat, i, g0->comm, g0->s);
+                }
+            }
         }
+        const ncclResult_t e2 = ncclGroupEnd();
+        if (e != ncclSuccess)
+            return rm_nccl_fail(r->ctx, what, e, r->gpu[bad].comm);
+        if (e2 != ncclSuccess)
+            return rm_nccl_fail(r->ctx,
+                                cols ? "ncclGroupEnd (the commands' reduction)"
+                                     : "ncclGroupEnd (the commands' gather)",
+                                e2, g0->comm);
     }
-    const ncclResult_t e2 = ncclGroupEnd();
-    if (e != ncclSuccess)
-        return rm_nccl_fail(r->ctx, what, e, r->gpu[bad].comm);
-    if (e2 != ncclSuccess)
-        return rm_nccl_fail(r->ctx, "ncclGroupEnd (commands' gather)", e2, g0->comm);
+    if (cols) {
+        SW_CU(cudaSetDevice(g0->dev));
+        SW_CU((cudaError_t)sw_rtc_gpu_update(r->ucat, g0->r, r->nact, r->gain, r->keep, r->clip,
+                                             g0->s));
+    }
     return SW_OK;
 }
 
@@ -226,6 +281,7 @@ static sw_status rm_sync_all(sw_rtc_multi *r)
     return SW_OK;
 }
 
+/* The controller's state to 0: the commands (ucat; rows: each GPU's slice). */
 static sw_status rm_zero_state(sw_rtc_multi *r)
 {
     for (int i = 0; i < r->ndev; i++) {
@@ -233,7 +289,7 @@ static sw_status rm_zero_state(sw_rtc_multi *r)
         SW_CU(cudaSetDevice(g->dev));
         if (i == 0)
             SW_CU(cudaMemsetAsync(r->ucat, 0, (size_t)r->nact * sizeof(float), g->s));
-        else
+        else if (r->split == SW_RTC_MULTI_ROWS)
             SW_CU(cudaMemsetAsync(g->u, 0, (size_t)g->rows * sizeof(float), g->s));
     }
     SW_TRY(rm_sync_all(r));
@@ -323,12 +379,13 @@ extern "C" void sw_rtc_multi_destroy(sw_rtc_multi *r)
     }
     if (r->ndev > 0)
         cudaSetDevice(r->gpu[0].dev);
+    const int had_graph = r->exec || r->graph;
     if (r->exec)
         cudaGraphExecDestroy(r->exec);
     if (r->graph)
         cudaGraphDestroy(r->graph);
-    if (r->exec || r->graph) /* NCCL's resources held by the graph are released through CUDA
-                                user objects, whose destructors may run after the calls above */
+    if (had_graph) /* NCCL's resources held by the graph are released through CUDA user objects,
+                      whose destructors may run after the calls above */
         for (int i = 0; i < r->ndev; i++) {
             cudaSetDevice(r->gpu[i].dev);
             cudaDeviceSynchronize();
@@ -348,15 +405,21 @@ extern "C" void sw_rtc_multi_destroy(sw_rtc_multi *r)
             ncclCommDestroy(g->comm);
         if (g->blas)
             cublasDestroy(g->blas);
-        SW_CUDA_FREE(g->blas_ws, g->slopes, g->W, g->Wh, i > 0 ? g->u : NULL);
+        SW_CUDA_FREE(g->blas_ws, g->slopes, g->W, g->Wh, g->r, i > 0 ? g->u : NULL);
+        sw_centroid_destroy(g->cent);
+        sw_image_free(&g->frame);
         if (g->join)
             cudaEventDestroy(g->join);
+        if (g->copied)
+            cudaEventDestroy(g->copied);
         if (g->t0)
             cudaEventDestroy(g->t0);
         if (g->t1)
             cudaEventDestroy(g->t1);
-        if (i > 0 && g->s)
+        if (g->own_stream && g->s)
             cudaStreamDestroy(g->s);
+        if (i > 0 && g->ctx)
+            sw_context_destroy(g->ctx); /* the columns' own contexts (and their streams) */
         cudaGetLastError();
     }
     if (r->ndev > 0)
@@ -365,8 +428,6 @@ extern "C" void sw_rtc_multi_destroy(sw_rtc_multi *r)
         cudaEventDestroy(r->fork);
     if (r->ucat)
         cudaFree(r->ucat);
-    sw_image_free(&r->frame);
-    sw_centroid_destroy(r->cent);
     if (r->commands)
         sw_host_free(r->commands, 1);
     cudaGetLastError();
@@ -412,6 +473,9 @@ static sw_status rm_check(sw_context *ctx, const sw_rtc_params *p, const sw_rtc_
                        RM_MAX_GPUS);
     if (m->graph != 0 && m->graph != 1)
         return sw_fail(ctx, SW_EINVAL, "rtc_multi: graph = %d; 0 or 1", m->graph);
+    if (m->split != SW_RTC_MULTI_ROWS && m->split != SW_RTC_MULTI_COLUMNS)
+        return sw_fail(ctx, SW_EINVAL, "rtc_multi: split = %d; SW_RTC_MULTI_ROWS or _COLUMNS",
+                       m->split);
     if (p->recon != SW_RTC_MVM)
         return sw_fail(ctx, SW_EUNSUPPORTED,
                        "rtc_multi: only the MVM reconstructor is split over GPUs (recon %d)",
@@ -423,7 +487,7 @@ static sw_status rm_check(sw_context *ctx, const sw_rtc_params *p, const sw_rtc_
     if (p->nact < 1 || p->nact > (1 << 24))
         return sw_fail(ctx, SW_EINVAL, "rtc_multi: nact = %d commands; 1..%d allowed", p->nact,
                        1 << 24);
-    if (p->nact < m->ndevices)
+    if (m->split == SW_RTC_MULTI_ROWS && p->nact < m->ndevices)
         return sw_fail(ctx, SW_EINVAL, "rtc_multi: %d commands cannot be split over %d GPUs",
                        p->nact, m->ndevices);
     if (p->controller.nact != p->nact)
@@ -493,27 +557,154 @@ static sw_status rm_matrix(sw_rtc_multi *r, const sw_rtc_params *p, const float 
     return SW_OK;
 }
 
-/* GPU i's rows of C on the device (FP32, or FP16 through a float staging buffer). */
-static sw_status rm_upload_rows(sw_rtc_multi *r, int i, const float *C)
+/* GPU i's share of C on the device, rows x cols row-major from the host block src (FP32, or FP16
+ * rows of ldh through a float staging buffer). */
+static sw_status rm_upload(sw_rtc_multi *r, int i, const float *src)
 {
     rm_gpu *g = &r->gpu[i];
-    const float *src = C + (int64_t)g->row0 * r->n2;
-    const size_t n = (size_t)g->rows * r->n2;
+    const size_t n = (size_t)g->rows * g->cols;
     if (!r->fp16) {
         SW_CU(sw_cuda_alloc(&g->W, n));
         SW_CU(cudaMemcpy(g->W, src, n * sizeof(float), cudaMemcpyHostToDevice));
         return SW_OK;
     }
     float *tmp = NULL;
-    SW_CU(sw_cuda_alloc(&g->Wh, (size_t)g->rows * r->ldh));
+    SW_CU(sw_cuda_alloc(&g->Wh, (size_t)g->rows * g->ldh));
     SW_CU(sw_cuda_alloc(&tmp, n));
     cudaError_t e = cudaMemcpy(tmp, src, n * sizeof(float), cudaMemcpyHostToDevice);
     if (e == cudaSuccess)
-        e = (cudaError_t)sw_rtc_gpu_to_half(tmp, g->rows, r->n2, r->ldh, g->Wh, g->s);
+        e = (cudaError_t)sw_rtc_gpu_to_half(tmp, g->rows, g->cols, g->ldh, g->Wh, g->s);
     if (e == cudaSuccess)
         e = cudaStreamSynchronize(g->s);
     cudaFree(tmp);
     SW_CU(e);
+    return SW_OK;
+}
+
+/* GPU i's matrix: rows, its rows of C (a view); columns, the columns of its band's slopes of
+ * both axes gathered into a host block (freed here). */
+static sw_status rm_matrix_share(sw_rtc_multi *r, int i, const float *C)
+{
+    rm_gpu *g = &r->gpu[i];
+    if (r->split == SW_RTC_MULTI_ROWS)
+        return rm_upload(r, i, C + (int64_t)g->row0 * r->n2);
+    float *b = (float *)malloc((size_t)r->nact * g->cols * sizeof(float));
+    if (!b)
+        return sw_fail(r->ctx, SW_ENOMEM, "rtc_multi: out of memory (a GPU's columns)");
+    for (int32_t a = 0; a < r->nact; a++) {
+        const float *row = C + (int64_t)a * r->n2;
+        memcpy(b + (int64_t)a * g->cols, row + g->k0, (size_t)g->m * sizeof(float));
+        memcpy(b + (int64_t)a * g->cols + g->m, row + r->ns + g->k0, (size_t)g->m * sizeof(float));
+    }
+    const sw_status st = rm_upload(r, i, b);
+    free(b);
+    return st;
+}
+
+/* Columns: the bands of whole lenslet rows, about ns / N valid lenslets each (each at least
+ * one), and every GPU's centroid parameters re-based on its band (bp[i]). */
+static sw_status rm_bands(sw_rtc_multi *r, const sw_centroid_params *cp, sw_centroid_params *bp)
+{
+    const sw_sh_geometry *g = &cp->geometry;
+    const int32_t nx = g->nx, ny = g->ny;
+    int32_t a = 0, k = 0;
+    for (int i = 0; i < r->ndev; i++) {
+        rm_gpu *G = &r->gpu[i];
+        const int64_t target = (int64_t)(i + 1) * r->ns / r->ndev;
+        int32_t b = a, cnt = k;
+        while (b < ny && (i == r->ndev - 1 || cnt < target || cnt == k)) {
+            for (int32_t ix = 0; ix < nx; ix++)
+                cnt += g->valid ? g->valid[(int64_t)b * nx + ix] != 0 : 1;
+            b++;
+        }
+        if (cnt == k)
+            return sw_fail(r->ctx, SW_EINVAL,
+                           "rtc_multi: the %d lenslet rows with valid lenslets cannot be split "
+                           "into %d bands of whole rows (split by columns); use fewer GPUs or "
+                           "the rows",
+                           (int)ny, r->ndev);
+        /* the band's frame rows and its geometry, re-based on row py0 */
+        int32_t xb, xe, yb, ye, yb2, ye2;
+        sw_sh_region(g, 0, a, &xb, &xe, &yb, &ye);
+        G->py0 = yb;
+        sw_sh_region(g, 0, b - 1, &xb, &xe, &yb, &ye);
+        G->height = ye - G->py0;
+        sw_centroid_params *q = &bp[i];
+        *q = *cp;
+        q->geometry.y0 = g->y0 + g->pitch_px * a - G->py0;
+        q->geometry.ny = b - a;
+        q->geometry.valid = g->valid ? g->valid + (int64_t)a * nx : NULL;
+        q->height = G->height;
+        const size_t off = (size_t)G->py0 * cp->width;
+        q->dark = cp->dark ? cp->dark + off : NULL;
+        q->flat = cp->flat ? cp->flat + off : NULL;
+        q->corr_reference = cp->corr_reference ? cp->corr_reference + off : NULL;
+        for (int32_t iy = a; iy < b; iy++) { /* the same pixel regions, shifted by py0 */
+            sw_sh_region(g, 0, iy, &xb, &xe, &yb, &ye);
+            sw_sh_region(&q->geometry, 0, iy - a, &xb, &xe, &yb2, &ye2);
+            if (yb2 != yb - G->py0 || ye2 != ye - G->py0)
+                return sw_fail(r->ctx, SW_EUNSUPPORTED,
+                               "rtc_multi: lenslet row %d's pixel rows move when the frame is cut "
+                               "at row %d (y0 %g, pitch %g): this geometry cannot be split by "
+                               "columns; use the rows",
+                               (int)iy, (int)G->py0, g->y0, g->pitch_px);
+        }
+        G->k0 = k;
+        G->m = cnt - k;
+        G->band0 = a;
+        G->nband = b - a;
+        a = b;
+        k = cnt;
+    }
+    return SW_OK;
+}
+
+/* Columns: GPU i's context (GPU 0: the plan's) and its band's centroid plan; the band's slopes
+ * checked against the whole plan's lenslets. */
+static sw_status rm_band_plan(sw_rtc_multi *r, int i, const sw_centroid_params *q,
+                              const sw_centroid_plan *full)
+{
+    rm_gpu *G = &r->gpu[i];
+    if (i == 0) {
+        G->ctx = r->ctx;
+    } else {
+        sw_context_params pp;
+        sw_context_params_default(&pp);
+        pp.backend = SW_BACKEND_CUDA;
+        pp.device = G->dev;
+        pp.threads = r->ctx->threads;
+        pp.log = r->ctx->log;
+        pp.log_user = r->ctx->log_user;
+        pp.log_level = r->ctx->log_level;
+        const sw_status st = sw_context_create(&pp, &G->ctx);
+        if (st != SW_OK)
+            return sw_fail(r->ctx, st, "rtc_multi: a context on GPU %d: %s", G->dev,
+                           sw_context_error(NULL));
+    }
+    sw_centroid_params cq = *q;
+    cq.max_frames = 1;
+    cq.path = SW_CENTROID_DEVICE;
+    sw_status st = sw_centroid_create(G->ctx, &cq, &G->cent);
+    if (st != SW_OK)
+        return i == 0 ? st
+                      : sw_fail(r->ctx, st, "rtc_multi: GPU %d's band: %s", G->dev,
+                                sw_context_error(G->ctx));
+    if (sw_centroid_plan_slopes(G->cent) != G->m)
+        return sw_fail(r->ctx, SW_EINTERNAL, "rtc_multi: GPU %d's band has %d slopes, not %d",
+                       G->dev, (int)sw_centroid_plan_slopes(G->cent), (int)G->m);
+    /* the mask's order: band slope k is the whole plan's slope k0 + k, of the same lenslet */
+    const int32_t shift = G->band0 * q->geometry.nx;
+    for (int32_t k = 0; k < G->m; k++) {
+        const int32_t lb = sw_centroid_plan_slope_lenslet(G->cent, k);
+        const int32_t lf = sw_centroid_plan_slope_lenslet(full, G->k0 + k);
+        if (lf != lb + shift)
+            return sw_fail(r->ctx, SW_EINTERNAL,
+                           "rtc_multi: GPU %d's band's slope %d (lenslet %d) is not the whole "
+                           "plan's slope %d (lenslet %d)",
+                           G->dev, (int)k, (int)(lb + shift), (int)(G->k0 + k), (int)lf);
+    }
+    SW_CU(cudaSetDevice(G->dev));
+    G->s = (cudaStream_t)G->ctx->stream;
     return SW_OK;
 }
 
@@ -522,21 +713,38 @@ static sw_status rm_build(sw_rtc_multi *r, const sw_rtc_params *p, const sw_rtc_
 {
     sw_context *ctx = r->ctx;
     SW_CU(cudaSetDevice(devs[0]));
+    for (int i = 0; i < r->ndev; i++)
+        r->gpu[i].dev = devs[i];
 
-    /* the centroid plan on GPU 0, as rtc.c makes sw_rtc's (one frame, DEVICE path) */
+    /* the centroid plan of the whole frame on GPU 0, as rtc.c makes sw_rtc's (one frame, DEVICE
+     * path): the rows' plan; for the columns the reference of the slopes' order */
     sw_centroid_params cp = p->centroid;
     cp.max_frames = 1;
     cp.path = SW_CENTROID_DEVICE;
-    SW_TRY(sw_centroid_create(ctx, &cp, &r->cent));
-    r->ns = sw_centroid_plan_slopes(r->cent);
+    sw_centroid_plan *full = NULL;
+    SW_TRY(sw_centroid_create(ctx, &cp, &full));
+    r->gpu[0].cent = full; /* freed with GPU 0's share (the columns replace it below) */
+    r->ns = sw_centroid_plan_slopes(full);
     if (r->ns < 1)
         return sw_fail(ctx, SW_EINVAL, "rtc_multi: the geometry's mask has no valid lenslet");
     r->n2 = 2 * r->ns;
-    r->xpad = (r->n2 + 7) / 8 * 8;
-    r->ldh = r->xpad;
     r->width = cp.width;
     r->height = cp.height;
     r->type = cp.type;
+    if (r->split == SW_RTC_MULTI_COLUMNS) {
+        sw_centroid_params bp[RM_MAX_GPUS];
+        sw_status st = rm_bands(r, &cp, bp);
+        r->gpu[0].cent = NULL;
+        for (int i = 0; i < r->ndev && st == SW_OK; i++)
+            st = rm_band_plan(r, i, &bp[i], full);
+        sw_centroid_destroy(full);
+        if (st != SW_OK)
+            return st;
+    } else {
+        r->gpu[0].ctx = ctx;
+        r->gpu[0].py0 = 0;
+        r->gpu[0].height = r->height;
+    }
 
     /* the controller: checked by controller.c, read as rtc_cuda.cu reads it */
     sw_controller_params cpar = p->controller;
@@ -557,13 +765,22 @@ static sw_status rm_build(sw_rtc_multi *r, const sw_rtc_params *p, const sw_rtc_
         return st;
     }
 
-    /* the split: rows_i = nact / N, the first nact % N GPUs one more */
+    /* the shares: rows, rows_i = nact / N (the first nact % N GPUs one more) of all 2 ns columns;
+     * columns, all nact rows of the band's 2 m columns */
     const int32_t base = r->nact / r->ndev, extra = r->nact % r->ndev;
     for (int i = 0, row = 0; i < r->ndev; i++) {
-        r->gpu[i].dev = devs[i];
-        r->gpu[i].row0 = row;
-        r->gpu[i].rows = base + (i < extra ? 1 : 0);
-        row += r->gpu[i].rows;
+        rm_gpu *g = &r->gpu[i];
+        if (r->split == SW_RTC_MULTI_ROWS) {
+            g->row0 = row;
+            g->rows = base + (i < extra ? 1 : 0);
+            g->cols = r->n2;
+        } else {
+            g->row0 = 0;
+            g->rows = r->nact;
+            g->cols = 2 * g->m;
+        }
+        g->ldh = (g->cols + 7) / 8 * 8;
+        row += g->rows;
     }
 
     r->commands = (float *)sw_host_alloc(ctx, (size_t)r->nact * sizeof(float), 1);
@@ -585,53 +802,65 @@ static sw_status rm_build(sw_rtc_multi *r, const sw_rtc_params *p, const sw_rtc_
             r->gpu[i].comm = comms[i];
     }
 
-    /* each GPU's stream, cuBLAS handle, buffers and rows */
+    /* each GPU's stream, cuBLAS handle, buffers and share of C */
     for (int i = 0; i < r->ndev && st == SW_OK; i++) {
         rm_gpu *g = &r->gpu[i];
         cudaError_t e = cudaSetDevice(g->dev);
-        if (e == cudaSuccess) {
-            if (i == 0)
+        if (e == cudaSuccess && !g->s) {
+            if (i == 0) {
                 g->s = (cudaStream_t)ctx->stream;
-            else
+            } else {
                 e = cudaStreamCreateWithFlags(&g->s, cudaStreamNonBlocking);
+                g->own_stream = e == cudaSuccess;
+            }
         }
         if (e == cudaSuccess)
             e = cudaEventCreateWithFlags(&g->join, cudaEventDisableTiming);
+        if (e == cudaSuccess)
+            e = cudaEventCreateWithFlags(&g->copied, cudaEventDisableTiming);
         if (e == cudaSuccess)
             e = cudaEventCreate(&g->t0);
         if (e == cudaSuccess)
             e = cudaEventCreate(&g->t1);
         if (e == cudaSuccess)
-            e = sw_cuda_alloc(&g->slopes, (size_t)r->xpad);
+            e = sw_cuda_alloc(&g->slopes, (size_t)g->ldh);
         if (e == cudaSuccess)
-            e = cudaMemsetAsync(g->slopes, 0, (size_t)r->xpad * sizeof(float), g->s);
-        if (e == cudaSuccess && i == 0) {
+            e = cudaMemsetAsync(g->slopes, 0, (size_t)g->ldh * sizeof(float), g->s);
+        if (e == cudaSuccess && i == 0)
             e = sw_cuda_alloc(&r->ucat, (size_t)r->nact);
-            g->u = r->ucat;
-        } else if (e == cudaSuccess) {
-            e = sw_cuda_alloc(&g->u, (size_t)g->rows);
-        }
+        if (e == cudaSuccess && r->split == SW_RTC_MULTI_ROWS)
+            e = i == 0 ? (g->u = r->ucat, cudaSuccess) : sw_cuda_alloc(&g->u, (size_t)g->rows);
+        if (e == cudaSuccess && r->split == SW_RTC_MULTI_COLUMNS)
+            e = sw_cuda_alloc(&g->r, (size_t)r->nact);
         if (e != cudaSuccess)
             st = sw_cuda_fail_call(ctx, SW_CUDA_STAGE, "buffers of a GPU", e);
         if (st == SW_OK && !r->fp16)
             st = sw_cublas_create(ctx, SW_CUDA_STAGE, g->s, RM_BLAS_WS, &g->blas, &g->blas_ws);
         if (st == SW_OK)
-            st = rm_upload_rows(r, i, C);
+            st = rm_matrix_share(r, i, C);
+        /* the frame buffer (the band's rows) and the centroid stage's device result */
+        if (st == SW_OK && g->cent)
+            st = sw_image_alloc_device(g->ctx, r->width, g->height, r->type, &g->frame);
+        if (st != SW_OK && g->ctx != ctx)
+            st = sw_fail(ctx, st, "rtc_multi: GPU %d: %s", g->dev, sw_context_error(g->ctx));
+        if (st == SW_OK && g->cent) {
+            g->cres.frames = 1;
+            g->cres.lenslets = p->centroid.geometry.nx *
+                               (r->split == SW_RTC_MULTI_ROWS ? p->centroid.geometry.ny : g->nband);
+            g->cres.nslopes = r->split == SW_RTC_MULTI_ROWS ? r->ns : g->m;
+            g->cres.memory = SW_MEM_DEVICE;
+            g->cres.slopes = g->slopes;
+            const cudaError_t em =
+                cudaMemsetAsync(g->frame.data, 0, g->frame.stride * (size_t)g->height, g->s);
+            if (em != cudaSuccess)
+                st = sw_cuda_fail_call(ctx, SW_CUDA_STAGE, "clearing a frame buffer", em);
+        }
     }
     free(copy);
     if (st != SW_OK)
         return st;
-
-    /* GPU 0: the frame buffer, the centroid stage's device result, the fork event */
     SW_CU(cudaSetDevice(devs[0]));
-    SW_TRY(sw_image_alloc_device(ctx, r->width, r->height, r->type, &r->frame));
-    r->cres.frames = 1;
-    r->cres.lenslets = cp.geometry.nx * cp.geometry.ny;
-    r->cres.nslopes = r->ns;
-    r->cres.memory = SW_MEM_DEVICE;
-    r->cres.slopes = r->gpu[0].slopes;
     SW_CU(cudaEventCreateWithFlags(&r->fork, cudaEventDisableTiming));
-    SW_CU(cudaMemsetAsync(r->frame.data, 0, (size_t)r->frame.stride * r->height, r->gpu[0].s));
 
     /* one plain pass (loads the kernels, connects NCCL's peers), the state to 0, the graph */
     SW_TRY(rm_enqueue(r));
@@ -673,6 +902,7 @@ extern "C" sw_status sw_rtc_multi_create(sw_context *ctx, const sw_rtc_params *p
     r->ndev = mp.ndevices;
     r->nact = p->nact;
     r->fp16 = p->fp16;
+    r->split = mp.split;
     r->last_us = -1.0;
     for (int i = 0; i < r->ndev; i++)
         r->gpu[i].dev = devs[i];
@@ -714,8 +944,8 @@ extern "C" sw_status sw_rtc_multi_run(sw_rtc_multi *r, const sw_image *frame, fl
     SW_TRY(rm_check_frame(r, frame));
     const double t0 = rm_now_us();
     rm_gpu *g0 = &r->gpu[0];
+    SW_TRY(rm_copy_frame(r, frame, r->use_graph));
     SW_CU(cudaSetDevice(g0->dev));
-    SW_TRY(rm_copy_frame(r, frame));
     if (r->use_graph)
         SW_CU(cudaGraphLaunch(r->exec, g0->s));
     else
@@ -725,9 +955,19 @@ extern "C" sw_status sw_rtc_multi_run(sw_rtc_multi *r, const sw_image *frame, fl
     r->frames++;
     if (commands)
         memcpy(commands, r->commands, (size_t)r->nact * sizeof(float));
-    if (slopes) {
+    if (slopes && r->split == SW_RTC_MULTI_ROWS) {
         SW_CU(
             cudaMemcpy(slopes, g0->slopes, (size_t)r->n2 * sizeof(float), cudaMemcpyDeviceToHost));
+    } else if (slopes) { /* each band's x block and y block into their places */
+        for (int i = 0; i < r->ndev; i++) {
+            const rm_gpu *g = &r->gpu[i];
+            SW_CU(cudaSetDevice(g->dev));
+            SW_CU(cudaMemcpy(slopes + g->k0, g->slopes, (size_t)g->m * sizeof(float),
+                             cudaMemcpyDeviceToHost));
+            SW_CU(cudaMemcpy(slopes + r->ns + g->k0, g->slopes + g->m, (size_t)g->m * sizeof(float),
+                             cudaMemcpyDeviceToHost));
+        }
+        SW_CU(cudaSetDevice(g0->dev));
     }
     r->last_us = rm_now_us() - t0;
     return SW_OK;
@@ -795,7 +1035,8 @@ static int rm_cmp_double(const void *a, const void *b)
 static sw_status rm_time_stage(sw_rtc_multi *r, int stage, const sw_image *frame, double *us)
 {
     const int all = stage == SW_RTC_MULTI_T_BCAST || stage == SW_RTC_MULTI_T_MVM ||
-                    stage == SW_RTC_MULTI_T_GATHER;
+                    stage == SW_RTC_MULTI_T_GATHER ||
+                    (stage == SW_RTC_MULTI_T_CENTROID && r->split == SW_RTC_MULTI_COLUMNS);
     const int n = all ? r->ndev : 1;
     SW_TRY(rm_sync_all(r));
     for (int i = 0; i < n; i++) {
@@ -805,7 +1046,7 @@ static sw_status rm_time_stage(sw_rtc_multi *r, int stage, const sw_image *frame
     SW_CU(cudaSetDevice(r->gpu[0].dev));
     switch (stage) {
     case SW_RTC_MULTI_T_CENTROID:
-        SW_TRY(rm_copy_frame(r, frame));
+        SW_TRY(rm_copy_frame(r, frame, 0));
         SW_TRY(rm_centroid(r));
         break;
     case SW_RTC_MULTI_T_BCAST: SW_TRY(rm_bcast(r)); break;

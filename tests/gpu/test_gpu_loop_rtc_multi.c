@@ -18,6 +18,11 @@
  * gamma_n sum_j |C_aj s_j| + 2^-22 |u_a| (the update's own rounding, once per plan). The FP16
  * kernel is the one sw_rtc runs, row by row: its commands should be bit-identical; FP32 ones are
  * when cuBLAS picks the same sgemv kernel for the smaller row count. The test prints which.
+ * The split by columns (each GPU a band of lenslet rows, its own centroids, a reduction of the
+ * partial commands): the same comparisons; its slopes come from plans re-based on each band's
+ * first pixel row, so they must agree within 1e-5 px (+ 1e-5 relative), and the bound above
+ * takes g sum_j |C_aj| |ds_j| more; its sums are split across GPUs, so no bit-identity is
+ * expected.
  * Also: graph and plain launches give the same commands bit for bit; a reset gives the first
  * frame's commands again; bad devices and unsupported chains are refused.
  * Skips (77) without NCCL, without a GPU, or with fewer than 2 GPUs; 4 GPUs when there are 4.
@@ -103,6 +108,7 @@ typedef struct cfg {
     int ndev, fp16, real, graph;
     sw_controller_kind kind;
     double clip;
+    int split; /* SW_RTC_MULTI_ROWS or SW_RTC_MULTI_COLUMNS */
 } cfg;
 
 static void params(const cfg *c, sw_rtc_params *rp)
@@ -132,6 +138,7 @@ static float *compare(const cfg *c)
     sw_rtc_params rp;
     params(c, &rp);
     const int32_t nact = rp.nact, n2 = 2 * ns;
+    const int cols = c->split == SW_RTC_MULTI_COLUMNS;
     /* the matrix both plans multiply by (the filter folded in as they fold it) */
     float *C = malloc((size_t)nact * n2 * sizeof(float));
     assert_non_null(C);
@@ -146,20 +153,28 @@ static float *compare(const cfg *c)
     sw_rtc_multi_params_default(&mp);
     mp.ndevices = c->ndev;
     mp.graph = c->graph;
+    mp.split = c->split;
     sw_rtc_multi *multi = NULL;
     if (sw_rtc_multi_create(gpu, &rp, &mp, &multi) != SW_OK)
-        fail_msg("sw_rtc_multi_create (%d GPUs): %s", c->ndev, sw_context_error(gpu));
+        fail_msg("sw_rtc_multi_create (%d GPUs, %s): %s", c->ndev, cols ? "columns" : "rows",
+                 sw_context_error(gpu));
     assert_int_equal(sw_rtc_multi_slopes(multi), ns);
     assert_int_equal(sw_rtc_multi_devices(multi), c->ndev);
     int32_t total = 0;
     for (int i = 0; i < c->ndev; i++) {
         int32_t dev = -1, row0 = -1, rows = -1;
         assert_int_equal(sw_rtc_multi_device(multi, i, &dev, &row0, &rows), SW_OK);
+        if (cols) { /* every GPU: all the commands, its slopes */
+            assert_int_equal(row0, 0);
+            assert_int_equal(rows, nact);
+            continue;
+        }
         assert_int_equal(row0, total);
         assert_true(rows >= nact / c->ndev && rows <= nact / c->ndev + 1);
         total += rows;
     }
-    assert_int_equal(total, nact);
+    if (!cols)
+        assert_int_equal(total, nact);
     if (c->graph && sw_rtc_multi_graph(multi) != 1)
         printf("NOTE: the graph over %d GPUs could not be captured; plain launches\n", c->ndev);
 
@@ -173,8 +188,8 @@ static float *compare(const cfg *c)
     assert_true(us && um && ss && sm && fb && cam && first && bound && all);
     const double gam = n2 * 0x1.0p-24 / (1.0 - n2 * 0x1.0p-24);
     const double keep = c->kind == SW_CTRL_LEAKY ? 1.0 - rp.controller.leak : 1.0;
-    double worst = 0.0, worst_bound = 0.0;
-    int identical = 1;
+    double worst = 0.0, worst_bound = 0.0, worst_ds = 0.0;
+    int identical = 1, same_slopes = 1;
     for (int k = 0; k < NRUN; k++) {
         const float *px = frames[k % NFRAME];
         if (c->real) {
@@ -190,17 +205,29 @@ static float *compare(const cfg *c)
             fail_msg("sw_rtc_run: %s", sw_context_error(gpu));
         if (sw_rtc_multi_run(multi, &img, um, sm) != SW_OK)
             fail_msg("sw_rtc_multi_run: %s", sw_context_error(gpu));
-        for (int32_t j = 0; j < n2; j++)
+        /* rows: GPU 0's centroid plan is sw_rtc's, bit for bit; columns: each band's plan
+         * re-based on its first pixel row (the same sums in shifted coordinates) */
+        for (int32_t j = 0; j < n2; j++) {
+            const double ds = fabs((double)ss[j] - sm[j]);
             if (memcmp(&ss[j], &sm[j], sizeof(float)) != 0)
-                fail_msg("frame %d: slope %d is %.9g on one GPU, %.9g on %d", k, (int)j,
-                         (double)ss[j], (double)sm[j], c->ndev);
+                same_slopes = 0;
+            if (ds > worst_ds)
+                worst_ds = ds;
+            if ((!cols && memcmp(&ss[j], &sm[j], sizeof(float)) != 0) ||
+                !(ds <= 1e-5 + 1e-5 * fabs((double)ss[j])))
+                fail_msg("frame %d: slope %d is %.9g on one GPU, %.9g on %d (%s)", k, (int)j,
+                         (double)ss[j], (double)sm[j], c->ndev, cols ? "columns" : "rows");
+        }
         for (int32_t a = 0; a < nact; a++) {
-            double dot = 0.0;
-            for (int32_t j = 0; j < n2; j++)
+            double dot = 0.0, dslope = 0.0; /* sum |C s| and sum |C| |ds| */
+            for (int32_t j = 0; j < n2; j++) {
                 dot += fabs((double)C[(int64_t)a * n2 + j] * ss[j]);
-            bound[a] = keep * bound[a] +
-                       rp.controller.gain * 2.0 * gam * dot * (c->fp16 ? 1.001 : 1.0) +
-                       0x1.0p-22 * fabs((double)us[a]) + 1e-37;
+                dslope += fabs((double)C[(int64_t)a * n2 + j]) * fabs((double)ss[j] - sm[j]);
+            }
+            bound[a] =
+                keep * bound[a] +
+                rp.controller.gain * (2.0 * gam * dot * (c->fp16 ? 1.001 : 1.0) + 1.01 * dslope) +
+                0x1.0p-22 * fabs((double)us[a]) + 1e-37;
             const double d = fabs((double)us[a] - um[a]);
             if (!(d <= bound[a]))
                 fail_msg("%d GPUs %s %s frame %d: command %d is %.9g on one GPU, %.9g on %d "
@@ -223,13 +250,15 @@ static float *compare(const cfg *c)
             for (int32_t a = 0; a < nact; a++)
                 assert_true(fabsf(um[a]) <= (float)c->clip);
     }
-    printf("rtc_multi %d GPUs, %s, %s matrix (%d x %d), %s%s, %s: %d frames, max |du| = %.3g "
-           "(largest bound %.3g), bit-identical to sw_rtc: %s\n",
-           c->ndev, c->fp16 ? "FP16" : "FP32", c->real ? "real" : "random", (int)nact, (int)n2,
-           sw_controller_kind_string(c->kind), c->clip > 0.0 ? " with a clip" : "",
+    printf("rtc_multi %d GPUs by %s, %s, %s matrix (%d x %d), %s%s, %s: %d frames, max |du| = "
+           "%.3g (largest bound %.3g), bit-identical to sw_rtc: %s; slopes max |ds| = %.3g "
+           "(bit-identical: %s)\n",
+           c->ndev, cols ? "columns" : "rows", c->fp16 ? "FP16" : "FP32",
+           c->real ? "real" : "random", (int)nact, (int)n2, sw_controller_kind_string(c->kind),
+           c->clip > 0.0 ? " with a clip" : "",
            sw_rtc_multi_graph(multi) ? "one graph" : "plain launches", NRUN, worst, worst_bound,
-           identical ? "yes" : "no");
-    if (c->fp16 && !identical)
+           identical ? "yes" : "no", worst_ds, same_slopes ? "yes" : "no");
+    if (c->fp16 && !identical && !cols)
         printf("NOTE: FP16 commands differ from sw_rtc's although the kernel is the same\n");
 
     /* a reset: the first frame's commands again, bit for bit */
@@ -255,13 +284,13 @@ static float *compare(const cfg *c)
     return all;
 }
 
-static void run_all(int ndev)
+static void run_all(int ndev, int split)
 {
     const cfg cases[] = {
-        {ndev, 0, 0, 1, SW_CTRL_INTEGRATOR, 0.0},
-        {ndev, 1, 0, 1, SW_CTRL_LEAKY, 0.05},
-        {ndev, 0, 1, 1, SW_CTRL_INTEGRATOR, 0.0},
-        {ndev, 1, 1, 1, SW_CTRL_LEAKY, 0.0},
+        {ndev, 0, 0, 1, SW_CTRL_INTEGRATOR, 0.0, split},
+        {ndev, 1, 0, 1, SW_CTRL_LEAKY, 0.05, split},
+        {ndev, 0, 1, 1, SW_CTRL_INTEGRATOR, 0.0, split},
+        {ndev, 1, 1, 1, SW_CTRL_LEAKY, 0.0, split},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         free(compare(&cases[i]));
@@ -270,7 +299,7 @@ static void run_all(int ndev)
 static void test_two(void **state)
 {
     (void)state;
-    run_all(2);
+    run_all(2, SW_RTC_MULTI_ROWS);
 }
 
 static void test_four(void **state)
@@ -280,14 +309,31 @@ static void test_four(void **state)
         printf("SKIP (this case): %d GPUs, 4 needed\n", ngpu);
         skip();
     }
-    run_all(4);
+    run_all(4, SW_RTC_MULTI_ROWS);
+}
+
+/* The split by columns (each GPU a band of lenslet rows: its own centroids and slopes, a
+ * reduction of the partial commands) on 2 GPUs, and on 4 when there are 4. */
+static void test_columns(void **state)
+{
+    (void)state;
+    run_all(2, SW_RTC_MULTI_COLUMNS);
+    if (ngpu >= 4)
+        run_all(4, SW_RTC_MULTI_COLUMNS);
+    cfg c = {2, 0, 0, 1, SW_CTRL_LEAKY, 0.0, SW_RTC_MULTI_COLUMNS};
+    float *g = compare(&c);
+    c.graph = 0;
+    float *p = compare(&c);
+    assert_memory_equal(g, p, (size_t)NRUN * NRAND * sizeof(float));
+    free(g);
+    free(p);
 }
 
 /* Graph and plain launches: the same commands, bit for bit. */
 static void test_graph_plain(void **state)
 {
     (void)state;
-    cfg c = {ngpu >= 4 ? 4 : 2, 0, 0, 1, SW_CTRL_LEAKY, 0.0};
+    cfg c = {ngpu >= 4 ? 4 : 2, 0, 0, 1, SW_CTRL_LEAKY, 0.0, SW_RTC_MULTI_ROWS};
     float *g = compare(&c);
     c.graph = 0;
     float *p = compare(&c);
@@ -299,7 +345,7 @@ static void test_graph_plain(void **state)
 static void test_refused(void **state)
 {
     (void)state;
-    cfg c = {2, 0, 0, 1, SW_CTRL_INTEGRATOR, 0.0};
+    cfg c = {2, 0, 0, 1, SW_CTRL_INTEGRATOR, 0.0, SW_RTC_MULTI_ROWS};
     sw_rtc_params rp;
     params(&c, &rp);
     sw_rtc_multi_params mp;
@@ -318,6 +364,9 @@ static void test_refused(void **state)
     assert_int_equal(sw_rtc_multi_create(gpu, &rp, &mp, &m), SW_EUNSUPPORTED);
     assert_non_null(strstr(sw_context_error(gpu), "pi"));
     rp.controller.kind = SW_CTRL_INTEGRATOR;
+    mp.split = 7;
+    assert_int_equal(sw_rtc_multi_create(gpu, &rp, &mp, &m), SW_EINVAL);
+    mp.split = SW_RTC_MULTI_ROWS;
     assert_int_equal(sw_rtc_multi_create(cpu, &rp, &mp, &m), SW_EINVAL);
     assert_null(m);
 }
@@ -339,10 +388,9 @@ int main(void)
     gpu = sw_test_cuda_context_or_skip();
     printf("rtc_multi: NCCL %d, %d GPUs visible\n", sw_nccl_version(), ngpu);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_refused),
-        cmocka_unit_test(test_two),
-        cmocka_unit_test(test_four),
-        cmocka_unit_test(test_graph_plain),
+        cmocka_unit_test(test_refused), cmocka_unit_test(test_two),
+        cmocka_unit_test(test_four),    cmocka_unit_test(test_graph_plain),
+        cmocka_unit_test(test_columns),
     };
     const int rc = cmocka_run_group_tests(tests, setup, teardown);
     sw_context_destroy(gpu);

@@ -19,6 +19,7 @@ static void test_defaults(void **state)
     assert_int_equal(m.ndevices, 1);
     assert_null(m.devices);
     assert_int_equal(m.graph, 1);
+    assert_int_equal(m.split, SW_RTC_MULTI_ROWS);
     sw_rtc_multi_params_default(NULL); /* ignored */
 }
 
