@@ -427,18 +427,20 @@ sw_status sw_rtc_telemetry_read(sw_rtc *r, int64_t *frame, float *slopes, float 
  *   4. the command slices gathered into GPU 0's command buffer (ncclSend from GPU i, ncclRecv on
  *      GPU 0 at offset row0_i, all in one group), and copied to pinned host memory.
  * Each command is the same dot product over the same slopes as in sw_rtc (rows are split, not
- * columns), by the same kernel: FP16 commands are bit-identical to sw_rtc's on a GPU of the same
- * kind; FP32 ones too when cuBLAS picks the same sgemv kernel for the smaller row count, and
- * otherwise differ by a reordering of each row's sum (|du| <= 2 gamma_n g sum_j |C_aj s_j| per
- * frame, gamma_n = n 2^-24 / (1 - n 2^-24), n = 2 ns, carried through the controller).
+ * columns), by the same kernel: FP16 commands should be bit-identical to sw_rtc's on a GPU of
+ * the same kind (the FP16 kernel treats every row alike), FP32 ones too when cuBLAS picks the
+ * same sgemv kernel for the smaller row count; otherwise they differ by a reordering of each
+ * row's sum (|du| <= 2 gamma_n g sum_j |C_aj s_j| per frame, gamma_n = n 2^-24 / (1 - n 2^-24),
+ * n = 2 ns, carried through the controller). tests/gpu/test_gpu_loop_rtc_multi.c reports which.
  * split = SW_RTC_MULTI_COLUMNS, the alternative: GPU i takes a band of whole lenslet rows (about
  * ns / N valid lenslets) and its own context and centroid plan (the geometry re-based on the
  * band's first pixel row); per frame each GPU copies its band's frame rows in (N copies over N
  * host links) and centroids them, computes the partial commands r_i = C[:, its slopes] s_i over
  * all nact commands (the columns of both axes of its slopes, the same GEMV without the update),
  * ncclReduce sums them into GPU 0, which runs the integrator / leaky update (sw_rtc's update
- * kernel) and copies the commands out. Each command's sum is split across the GPUs, so it agrees
- * with sw_rtc's within the same 2 gamma_n g sum_j |C_aj s_j| per frame, never bit for bit by
+ * kernel) and copies the commands out (frames in pinned memory let the N copies overlap; a
+ * pageable frame is copied band after band). Each command's sum is split across the GPUs, so it
+ * agrees with sw_rtc's within the same 2 gamma_n g sum_j |C_aj s_j| per frame, never bit for bit by
  * design. A geometry whose lenslet edges (floor(y0 + pitch i)) move when re-based on a band's
  * row (non-integer y0 or pitch) is refused with SW_EUNSUPPORTED, as is a mask whose rows with
  * valid lenslets are fewer than the GPUs (SW_EINVAL).
@@ -484,8 +486,8 @@ double sw_rtc_multi_last_us(const sw_rtc_multi *r);        /* host wall time of 
 int32_t sw_rtc_multi_slopes(const sw_rtc_multi *r);        /* ns */
 /* 1 when the runs launch one CUDA graph, 0 plain launches; -1 for NULL. */
 int sw_rtc_multi_graph(const sw_rtc_multi *r);
-/* The GPUs, and GPU i's first command and command count (any pointer may be NULL); SW_EINVAL
- * for i out of range. */
+/* The GPUs, and GPU i's first command and command count (columns: 0 and nact, every GPU sums
+ * its part of every command); any pointer may be NULL; SW_EINVAL for i out of range. */
 sw_status sw_rtc_multi_device(const sw_rtc_multi *r, int32_t i, int32_t *ordinal, int32_t *row0,
                               int32_t *rows);
 int32_t sw_rtc_multi_devices(const sw_rtc_multi *r); /* N, 0 for NULL */
