@@ -36,7 +36,8 @@
  *
  * Options: --gpus LIST (1,2,4; counts above the visible GPUs are dropped), --sizes LIST (80,200),
  * --precision LIST (fp32,fp16), --split LIST (rows,columns), --frames N (1000), --warmup N (100),
- * --profile-reps N (100),
+ * --profile-reps N (100), --no-graph (every plan with plain launches: the way out should the one
+ * graph over all GPUs hang on some machine),
  * --plain (also N > 1 with plain launches: graph = 0), --no-single, --timeout S, --json-only.
  * A failing case is reported on stderr and the others still run; exit 0, 1 when any case failed
  * (or the set-up), 2 on a usage error, 3 on the watchdog.
@@ -74,6 +75,7 @@ typedef struct opts {
     int prec[2], nprec;    /* 0 fp32, 1 fp16 */
     int splits[2], nsplit; /* SW_RTC_MULTI_ROWS, SW_RTC_MULTI_COLUMNS */
     int frames, warmup, profile_reps, plain, single, timeout, json_only;
+    int no_graph; /* every plan with graph = 0 */
 } opts;
 
 static char watch_what[160];
@@ -127,6 +129,8 @@ static int parse(int argc, char **argv, opts *o)
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--plain") == 0) {
             o->plain = 1;
+        } else if (strcmp(a, "--no-graph") == 0) {
+            o->no_graph = 1;
         } else if (strcmp(a, "--no-single") == 0) {
             o->single = 0;
         } else if (strcmp(a, "--json-only") == 0) {
@@ -135,7 +139,7 @@ static int parse(int argc, char **argv, opts *o)
             printf(
                 "usage: %s [--gpus 1,2,4] [--sizes 80,200] [--precision fp32,fp16] [--frames "
                 "N] [--warmup N] [--profile-reps N] [--split rows,columns] [--plain] [--no-single] "
-                "[--timeout S] "
+                "[--no-graph] [--timeout S] "
                 "[--json-only]\n(see the opening comment of bench/bench_rtc_multi.c)\n",
                 PROG);
             exit(0);
@@ -698,7 +702,8 @@ int main(int argc, char **argv)
                     if (split == SW_RTC_MULTI_COLUMNS && gn == 1)
                         continue; /* one GPU: the rows' chain */
                     result x;
-                    if (multi_case(&o, ctx, &s, fp16, gn, split, 1, ref, &have_ref, &x) != 0) {
+                    if (multi_case(&o, ctx, &s, fp16, gn, split, !o.no_graph, ref, &have_ref, &x) !=
+                        0) {
                         failed = 1;
                         continue;
                     }
@@ -708,7 +713,7 @@ int main(int argc, char **argv)
                         one = x;
                         have_one = 1;
                     }
-                    if (o.plain && gn > 1) {
+                    if (o.plain && gn > 1 && !o.no_graph) {
                         if (multi_case(&o, ctx, &s, fp16, gn, split, 0, ref, &have_ref, &x) != 0)
                             failed = 1;
                         else

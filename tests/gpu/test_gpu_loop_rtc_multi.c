@@ -27,6 +27,7 @@
  * frame's commands again; bad devices and unsupported chains are refused.
  * Skips (77) without NCCL, without a GPU, or with fewer than 2 GPUs; 4 GPUs when there are 4.
  * Sets NCCL_NVLS_ENABLE=0 when unset (NVLink multicast off, as the GPU machines require).
+ * SW_TEST_RTC_MULTI_NO_GRAPH (set to anything) makes every plan use plain launches.
  */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 
@@ -152,7 +153,7 @@ static float *compare(const cfg *c)
     sw_rtc_multi_params mp;
     sw_rtc_multi_params_default(&mp);
     mp.ndevices = c->ndev;
-    mp.graph = c->graph;
+    mp.graph = getenv("SW_TEST_RTC_MULTI_NO_GRAPH") ? 0 : c->graph;
     mp.split = c->split;
     sw_rtc_multi *multi = NULL;
     if (sw_rtc_multi_create(gpu, &rp, &mp, &multi) != SW_OK)
