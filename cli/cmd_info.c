@@ -63,6 +63,7 @@ typedef struct info_report {
     int cuda_built;
     int cuda_devices;
     const char *mpi; /* the MPI library the command was built with, or NULL */
+    char nccl[64];   /* NCCL's version (sw_rtc_multi), empty in a build without NCCL */
     char cpu[256];
     int threads;
     sw_backend requested;
@@ -81,6 +82,10 @@ static void print_text(const info_report *r)
     printf("CUDA support:  %s\n", r->cuda_built ? "yes" : "no (CPU-only build)");
     printf("CUDA devices:  %d\n", r->cuda_devices);
     printf("MPI support:   %s\n", r->mpi ? r->mpi : "no (built without MPI)");
+    if (r->nccl[0])
+        printf("NCCL support:  yes (NCCL %s: the real-time chain over several GPUs)\n", r->nccl);
+    else
+        printf("NCCL support:  no (built without NCCL)\n");
     printf("CPU:           %s (%d thread%s used)\n", r->cpu, r->threads,
            r->threads == 1 ? "" : "s");
     printf("backend:       %s (requested: %s)\n", sw_backend_string(r->backend),
@@ -112,6 +117,7 @@ static void print_json(const info_report *r)
     cJSON_AddBoolToObject(j, "cuda_built", r->cuda_built);
     sw_cli_json_int(j, "cuda_devices", r->cuda_devices);
     sw_cli_json_string(j, "mpi", r->mpi);
+    sw_cli_json_string(j, "nccl", r->nccl[0] ? r->nccl : NULL);
     sw_cli_json_string(j, "cpu", r->cpu);
     sw_cli_json_int(j, "threads", r->threads);
     sw_cli_json_string(j, "backend_requested", sw_backend_string(r->requested));
@@ -179,6 +185,11 @@ int sw_cmd_info(const sw_cli_globals *g, int argc, char **argv)
     r.cuda_built = sw_built_with_cuda();
     r.cuda_devices = sw_cuda_device_count();
     r.mpi = sw_cli_mpi_library();
+    const int nccl = sw_nccl_version();
+    if (nccl >
+        0) /* NCCL_VERSION(X, Y, Z) = X 10000 + Y 100 + Z from 2.9 on, X 1000 + Y 100 + Z before */
+        snprintf(r.nccl, sizeof r.nccl, "%d.%d.%d", nccl >= 20900 ? nccl / 10000 : nccl / 1000,
+                 nccl >= 20900 ? nccl / 100 % 100 : nccl / 100 % 10, nccl % 100);
     sw_cpu_name(r.cpu, sizeof r.cpu);
     r.threads = sw_context_threads(ctx);
     r.requested = g->backend;

@@ -506,6 +506,120 @@ typedef struct sw_rtc_band_stats {
 
 void sw_rtc_band_get_stats(const sw_rtc_band *b, sw_rtc_band_stats *s);
 
+/* ============================================== the real-time chain over several GPUs (NCCL) */
+
+/*
+ * The MVM chain of sw_rtc split over the GPUs of one node, through NCCL, the NVIDIA Collective
+ * Communications Library (one process, one thread driving every GPU inside ncclGroupStart /
+ * ncclGroupEnd; the communicators, one per GPU, made once by ncclCommInitAll and kept for the
+ * plan's life; one stream per GPU, the context's stream on GPU 0). GPU 0 (devices[0], the
+ * context's device) drives the mirror. Per frame:
+ *   1. GPU 0: the frame copied in, the centroid stage (the same plan and kernel as sw_rtc's);
+ *   2. ncclBroadcast of the 2 ns slopes (FP32) from GPU 0 to every GPU;
+ *   3. GPU i holds rows row0_i .. row0_i + rows_i - 1 of the control matrix (the commands are
+ *      split, the slopes are not: rows_i = nact / N, the first nact % N GPUs one more), FP32
+ *      or FP16 (sw_rtc_params.fp16), and the controller's state u of those commands; it runs
+ *      sw_rtc's own GEMV on them: u_i = clip(keep u_i + g C_i s) (cuBLAS sgemv with alpha = g,
+ *      beta = keep and the clip kernel, or the FP16 kernel with the update as its epilogue).
+ *      The integrator and the leaky integrator act command by command, so each GPU runs the
+ *      controller of its own commands;
+ *   4. the command slices gathered into GPU 0's command buffer (ncclSend from GPU i, ncclRecv on
+ *      GPU 0 at offset row0_i, all in one group), and copied to pinned host memory.
+ * Each command is the same dot product over the same slopes as in sw_rtc (rows are split, not
+ * columns), by the same kernel: FP16 commands should be bit-identical to sw_rtc's on a GPU of
+ * the same kind (the FP16 kernel treats every row alike), FP32 ones too when cuBLAS picks the
+ * same sgemv kernel for the smaller row count; otherwise they differ by a reordering of each
+ * row's sum (|du| <= 2 gamma_n g sum_j |C_aj s_j| per frame, gamma_n = n 2^-24 / (1 - n 2^-24),
+ * n = 2 ns, carried through the controller). tests/gpu/test_gpu_loop_rtc_multi.c reports which.
+ * split = SW_RTC_MULTI_COLUMNS, the alternative: GPU i takes a band of whole lenslet rows (about
+ * ns / N valid lenslets) and its own context and centroid plan (the geometry re-based on the
+ * band's first pixel row); per frame each GPU copies its band's frame rows in (N copies over N
+ * host links) and centroids them, computes the partial commands r_i = C[:, its slopes] s_i over
+ * all nact commands (the columns of both axes of its slopes, the same GEMV without the update),
+ * ncclReduce sums them into GPU 0, which runs the integrator / leaky update (sw_rtc's update
+ * kernel) and copies the commands out (frames in pinned memory let the N copies overlap; a
+ * pageable frame is copied band after band). Each command's sum is split across the GPUs, so it
+ * agrees with sw_rtc's within the same 2 gamma_n g sum_j |C_aj s_j| per frame, never bit for bit by
+ * design. A geometry whose lenslet edges (floor(y0 + pitch i)) move when re-based on a band's
+ * row (non-integer y0 or pitch) is refused with SW_EUNSUPPORTED, as is a mask whose rows with
+ * valid lenslets are fewer than the GPUs (SW_EINVAL).
+ * graph = 1: steps 1 (after the frame's copy) to 4 are captured at create into ONE CUDA graph
+ * spanning every GPU (the other streams forked from and joined to GPU 0's by events), launched
+ * with one cudaGraphLaunch (NCCL >= 2.9 lets its calls be captured; NCCL warns that launching
+ * several per-GPU graphs from one thread may deadlock, hence one graph); when the capture or
+ * the instantiation fails the plan keeps plain launches (sw_rtc_multi_graph says which).
+ * NCCL reads its settings from the environment when the communicators are made: machines whose
+ * NVLink multicast (NVLS) must stay off need NCCL_NVLS_ENABLE=0 set before sw_rtc_multi_create
+ * (the benchmark and the test set it when it is unset).
+ * Supported: recon MVM, controller INTEGRATOR or LEAKY (a clip, and the unseen-mode filter,
+ * folded into C as sw_rtc does); PI and SABRE give SW_EUNSUPPORTED. No telemetry ring
+ * (telemetry is ignored). A build without NCCL returns SW_EUNSUPPORTED ("built without NCCL").
+ * NCCL failures give SW_ECUDA with NCCL's message.
+ */
+typedef struct sw_rtc_multi_params {
+    int32_t ndevices;       /* GPUs, 1..16 (1)                                                   */
+    const int32_t *devices; /* ndevices distinct CUDA ordinals, devices[0] the context's device;
+                               NULL: the context's device, then the next ordinals in turn      */
+    int graph;              /* 1: one CUDA graph over all GPUs (plain launches when the capture
+                               fails); 0: plain launches (1)                                   */
+    int split;              /* SW_RTC_MULTI_ROWS (the commands; default) or SW_RTC_MULTI_COLUMNS
+                               (the slopes: bands of lenslet rows, each GPU centroiding its own) */
+} sw_rtc_multi_params;
+
+enum { SW_RTC_MULTI_ROWS = 0, SW_RTC_MULTI_COLUMNS = 1 };
+
+void sw_rtc_multi_params_default(sw_rtc_multi_params *m); /* 1 GPU, NULL, graph 1, ROWS */
+
+typedef struct sw_rtc_multi sw_rtc_multi;
+
+/* p as for sw_rtc_create on a CUDA context (ctx's device is GPU 0). SW_EINVAL for bad
+ * parameters or devices, SW_EUNSUPPORTED (see above), SW_ECUDA / SW_ENOMEM from CUDA and NCCL. */
+sw_status sw_rtc_multi_create(sw_context *ctx, const sw_rtc_params *p, const sw_rtc_multi_params *m,
+                              sw_rtc_multi **out);
+void sw_rtc_multi_destroy(sw_rtc_multi *r);    /* NULL is ignored */
+sw_status sw_rtc_multi_reset(sw_rtc_multi *r); /* controller state to 0 on every GPU */
+/* One frame, as sw_rtc_run (host, pinned or GPU 0 device memory); finished when it returns. */
+sw_status sw_rtc_multi_run(sw_rtc_multi *r, const sw_image *frame, float *commands, float *slopes);
+const float *sw_rtc_multi_commands(const sw_rtc_multi *r); /* nact floats, pinned, the plan's */
+double sw_rtc_multi_last_us(const sw_rtc_multi *r);        /* host wall time of the last run */
+int32_t sw_rtc_multi_slopes(const sw_rtc_multi *r);        /* ns */
+/* 1 when the runs launch one CUDA graph, 0 plain launches; -1 for NULL. */
+int sw_rtc_multi_graph(const sw_rtc_multi *r);
+/* The GPUs, and GPU i's first command and command count (columns: 0 and nact, every GPU sums
+ * its part of every command); any pointer may be NULL; SW_EINVAL for i out of range. */
+sw_status sw_rtc_multi_device(const sw_rtc_multi *r, int32_t i, int32_t *ordinal, int32_t *row0,
+                              int32_t *rows);
+int32_t sw_rtc_multi_devices(const sw_rtc_multi *r); /* N, 0 for NULL */
+
+/*
+ * The stages one by one, for the benchmark's model of the latency: each stage is queued alone
+ * `reps` times (all streams waited for between two), timed with CUDA events on every GPU's stream
+ * and the slowest GPU kept; us[] receives the medians, microseconds:
+ *   SW_RTC_MULTI_T_CENTROID  the frame's copy (host to GPU 0) and the centroid stage (columns:
+ *                            every GPU's band, the slowest GPU's);
+ *   SW_RTC_MULTI_T_BCAST     the slopes' ncclBroadcast (columns: none, 0);
+ *   SW_RTC_MULTI_T_MVM       the GEMV with the controller's update (the slowest GPU's; columns:
+ *                            the partial commands);
+ *   SW_RTC_MULTI_T_GATHER    the commands' gather (ncclSend / ncclRecv group; columns: the
+ *                            ncclReduce and the update on GPU 0);
+ *   SW_RTC_MULTI_T_COPY      the commands to pinned host memory.
+ * frame as for sw_rtc_multi_run. It changes the controller's state: reset afterwards.
+ */
+enum {
+    SW_RTC_MULTI_T_CENTROID = 0,
+    SW_RTC_MULTI_T_BCAST = 1,
+    SW_RTC_MULTI_T_MVM = 2,
+    SW_RTC_MULTI_T_GATHER = 3,
+    SW_RTC_MULTI_T_COPY = 4,
+    SW_RTC_MULTI_T_STAGES = 5
+};
+sw_status sw_rtc_multi_profile(sw_rtc_multi *r, const sw_image *frame, int reps,
+                               double us[SW_RTC_MULTI_T_STAGES]);
+
+/* NCCL's version as ncclGetVersion gives it (e.g. 22803 for 2.28.3) in a build with NCCL; 0
+ * in a build without (or when the library cannot tell). */
+int sw_nccl_version(void);
+
 /* ================================================================== closed-loop simulator */
 
 typedef enum sw_loop_recon {

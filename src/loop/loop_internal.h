@@ -153,6 +153,19 @@ sw_status sw_rtc_gpu_reset(sw_rtc *r);
 /* The controller's kp, ki to the device, and the device's integrals times scale (nmodes). */
 sw_status sw_rtc_gpu_set_gains(sw_rtc *r, const float *scale);
 sw_status sw_rtc_gpu_slopes(sw_rtc *r, float *host);
+/* rtc_cuda.cu's kernels, queued on `stream` (a cudaStream_t) of the current device for the
+ * multi-GPU chain (rtc_multi_cuda.cu), which runs each GPU's share through the same code:
+ * gemv_half: y = sw_loop_update(y, Wh x, gain, keep, clip) with update, else y = Wh x (FP16 rows
+ * of ldh halves, x padded to ldh); update: u = sw_loop_update(u, r, gain, keep, clip) per
+ * command; clip: u clipped to [-clip, clip]; to_half: rows x cols floats to half rows of ldh, zero
+ * padded. Each returns 0 or the cudaError_t of the launch. */
+int sw_rtc_gpu_gemv_half(const void *Wh, int32_t rows, int32_t ldh, const float *x, float *y,
+                         int update, float gain, float keep, float clip, void *stream);
+int sw_rtc_gpu_update(float *u, const float *r, int32_t n, float gain, float keep, float clip,
+                      void *stream);
+int sw_rtc_gpu_clip(float *u, int32_t n, float clip, void *stream);
+int sw_rtc_gpu_to_half(const float *src, int32_t rows, int32_t cols, int32_t ldh, void *dst,
+                       void *stream);
 
 /* ---- rtc_band.c / rtc_band_cuda.cu: the band-wise chain (loop.h, sw_rtc_band_*) ---- */
 

@@ -670,3 +670,52 @@ extern "C" sw_status sw_rtc_gpu_slopes(sw_rtc *r, float *host)
     SW_CU(cudaStreamSynchronize(g->s));
     return SW_OK;
 }
+
+/* ================================================================== for the multi-GPU chain */
+
+/* rtc_multi_cuda.cu runs these very kernels on each GPU's rows, so that a command is computed by
+ * the same code as here (loop_internal.h). */
+extern "C" int sw_rtc_gpu_gemv_half(const void *Wh, int32_t rows, int32_t ldh, const float *x,
+                                    float *y, int update, float gain, float keep, float clip,
+                                    void *stream)
+{
+    if (rows < 1)
+        return (int)cudaSuccess;
+    const unsigned blocks = rt_blocks(rows, RT_GEMV_WARPS);
+    if (update)
+        rt_gemv_half<1><<<blocks, RT_GEMV_WARPS * 32, 0, (cudaStream_t)stream>>>(
+            (const __half *)Wh, rows, ldh, x, y, gain, keep, clip);
+    else
+        rt_gemv_half<0><<<blocks, RT_GEMV_WARPS * 32, 0, (cudaStream_t)stream>>>(
+            (const __half *)Wh, rows, ldh, x, y, 0.0f, 0.0f, 0.0f);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int sw_rtc_gpu_update(float *u, const float *r, int32_t n, float gain, float keep,
+                                 float clip, void *stream)
+{
+    if (n < 1)
+        return (int)cudaSuccess;
+    rt_update<<<rt_blocks(n, RT_THREADS), RT_THREADS, 0, (cudaStream_t)stream>>>(u, r, n, gain,
+                                                                                 keep, clip);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int sw_rtc_gpu_clip(float *u, int32_t n, float clip, void *stream)
+{
+    if (n < 1)
+        return (int)cudaSuccess;
+    rt_clip<<<rt_blocks(n, RT_THREADS), RT_THREADS, 0, (cudaStream_t)stream>>>(u, n, clip);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int sw_rtc_gpu_to_half(const float *src, int32_t rows, int32_t cols, int32_t ldh,
+                                  void *dst, void *stream)
+{
+    const int64_t n = (int64_t)rows * ldh;
+    if (n < 1)
+        return (int)cudaSuccess;
+    rt_to_half<<<rt_blocks(n, RT_THREADS), RT_THREADS, 0, (cudaStream_t)stream>>>(
+        src, rows, cols, ldh, (__half *)dst);
+    return (int)cudaGetLastError();
+}

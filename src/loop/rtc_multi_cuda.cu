@@ -1,0 +1,1102 @@
+/*
+ * The real-time chain over several GPUs of one node (loop.h, sw_rtc_multi_*), through NCCL, the
+ * NVIDIA Collective Communications Library. Compiled only when CUDA and NCCL are both found
+ * (SW_HAVE_NCCL); rtc_multi.c has the entry points of the other builds.
+ *
+ * One process, one thread drives N GPUs: one communicator per GPU from ncclCommInitAll, kept for
+ * the plan's life, one stream per GPU (GPU 0's is the context's stream, on which the centroid plan
+ * queues its kernel). Every NCCL call of a frame sits in one ncclGroupStart / ncclGroupEnd over
+ * all GPUs, as NCCL requires of a thread that drives several devices. A frame:
+ *   GPU 0:  frame copy -> centroid stage (sw_centroid_run, DEVICE path, as rtc_cuda.cu) -> slopes
+ *   all:    ncclBroadcast(slopes, 2 ns floats, root 0)
+ *   GPU i:  u_i = clip(keep u_i + g C_i s) over its rows row0_i .. row0_i + rows_i - 1 (the same
+ *           cuBLAS sgemv call as rtc_cuda.cu, or its FP16 kernel through sw_rtc_gpu_gemv_half)
+ *   all:    GPU i > 0 ncclSend(u_i) to 0, GPU 0 ncclRecv into ucat + row0_i (one group)
+ *   GPU 0:  ucat -> pinned host commands
+ * GPU 0's state u_0 is the first rows_0 floats of ucat itself (no copy).
+ *
+ * Graphs. After one plain pass (which makes NCCL connect its peers: NCCL's documentation asks for
+ * a point-to-point call before a captured one) the frame's work after the frame copy is captured
+ * from GPU 0's stream into one CUDA graph: an event recorded on stream 0 forks the other streams
+ * into the capture, and events recorded on them join them back before the commands' copy. One
+ * graph over all the GPUs, launched by one cudaGraphLaunch: NCCL documents that one thread
+ * launching one graph per GPU may deadlock (a cudaGraphLaunch that blocks before the others are
+ * made). A capture or an instantiation that fails leaves the plan on plain launches.
+ */
+#ifdef SW_HAVE_NCCL
+
+#include "core/core_internal.h"
+#include "loop/loop_internal.h"
+#include "core/cuda_util.h"
+
+#include <cublas_v2.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define SW_CUDA_CTX   r->ctx
+#define SW_CUDA_STAGE "rtc_multi"
+
+#define RM_MAX_GPUS     16
+#define RM_BLAS_WS      ((size_t)4 << 20)
+#define RM_MAX_ELEMENTS ((int64_t)1 << 31) /* as rtc.c: entries of the whole control matrix */
+#define RM_FP16_MAX     65504.0
+
+/* One GPU's share. */
+typedef struct rm_gpu {
+    int dev;
+    cudaStream_t s;  /* GPU 0: the context's stream; columns: this GPU's context's */
+    int own_stream;  /* rows, GPU i > 0: the plan's own stream */
+    sw_context *ctx; /* the context of this GPU's centroid plan (GPU 0: the plan's; columns,
+                        GPU i > 0: owned) */
+    ncclComm_t comm;
+    cublasHandle_t blas;
+    void *blas_ws;
+    sw_centroid_plan *cent;  /* GPU 0 (rows); every GPU its band (columns) */
+    sw_image frame;          /* its frame buffer (columns: the band's rows) */
+    sw_centroid_result cres; /* device result: the slopes only, into `slopes` */
+    int32_t py0, height;     /* the frame rows it takes (rows: all of them) */
+    int32_t k0, m;           /* columns: the band's first slope per axis, its slopes per axis */
+    int32_t band0, nband;    /* columns: the band's first lenslet row and its rows */
+    int32_t cols, ldh;       /* the matrix's columns (rows: 2 ns; columns: 2 m), FP16 row length */
+    float *slopes;           /* ldh floats, zeros past cols (the FP16 kernel's vector loads) */
+    float *W;                /* FP32: rows x cols row-major */
+    __half *Wh;              /* FP16: rows x ldh, zero padded */
+    float *u; /* rows: its commands and the controller's state (GPU 0: ucat's first rows) */
+    float *r; /* columns: nact partial commands (GPU 0: the reduction's sum) */
+    int32_t row0, rows; /* the matrix's rows (columns: all nact) */
+    cudaEvent_t join;   /* capture: this stream joined back to GPU 0's */
+    cudaEvent_t copied; /* columns: the band's frame copied (GPU 0 waits for it) */
+    cudaEvent_t t0, t1; /* profile */
+} rm_gpu;
+
+struct sw_rtc_multi {
+    sw_context *ctx;
+    int32_t ndev, ns, n2, nact;
+    int fp16, split;
+    int32_t width, height;
+    sw_pixel_type type;
+    float *ucat;            /* GPU 0: nact commands */
+    float *commands;        /* pinned host, nact */
+    float gain, keep, clip; /* the controller, as rtc_cuda.cu reads it from controller.c */
+    int use_graph;
+    cudaEvent_t fork;
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    int64_t frames;
+    double last_us;
+    rm_gpu gpu[RM_MAX_GPUS];
+};
+
+/* ================================================================== checks */
+
+/* An NCCL failure: SW_ECUDA with NCCL's text and, when it has one, its last message. */
+static sw_status rm_nccl_fail(sw_context *ctx, const char *call, ncclResult_t e, ncclComm_t comm)
+{
+    const char *last = ncclGetLastError(comm);
+    return sw_fail(ctx, SW_ECUDA, "rtc_multi: NCCL call %s failed: %s%s%s", call,
+                   ncclGetErrorString(e), last && *last ? ": " : "", last ? last : "");
+}
+
+#define SW_NCCL(call, comm)                                                                        \
+    do {                                                                                           \
+        const ncclResult_t e_ = (call);                                                            \
+        if (e_ != ncclSuccess)                                                                     \
+            return rm_nccl_fail(r->ctx, #call, e_, (comm));                                        \
+    } while (0)
+
+static double rm_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return 1e6 * (double)ts.tv_sec + 1e-3 * (double)ts.tv_nsec;
+}
+
+/* ================================================================== the frame's stages */
+
+/* The frame into the GPUs' buffers (host, pinned or GPU 0 device memory; cudaMemcpyDefault:
+ * unified addressing tells the direction): rows, the whole frame to GPU 0; columns, each GPU its
+ * band's rows, and with a graph GPU 0's stream waits for the other copies (`wait`). */
+static sw_status rm_copy_frame(sw_rtc_multi *r, const sw_image *frame, int wait)
+{
+    const size_t row = (size_t)frame->width * sw_pixel_size(frame->type);
+    const int n = r->split == SW_RTC_MULTI_COLUMNS ? r->ndev : 1;
+    for (int i = n - 1; i >= 0; i--) { /* GPU 0's last: its stream then waits for the others */
+        rm_gpu *g = &r->gpu[i];
+        SW_CU(cudaSetDevice(g->dev));
+        const char *src = (const char *)frame->data + (size_t)g->py0 * frame->stride;
+        SW_CU(cudaMemcpy2DAsync(g->frame.data, g->frame.stride, src, frame->stride, row,
+                                (size_t)g->height, cudaMemcpyDefault, g->s));
+        if (i > 0 && wait)
+            SW_CU(cudaEventRecord(g->copied, g->s));
+    }
+    if (wait)
+        for (int i = 1; i < n; i++)
+            SW_CU(cudaStreamWaitEvent(r->gpu[0].s, r->gpu[i].copied, 0));
+    return SW_OK;
+}
+
+/* The centroid stage (sw_centroid_run queues its kernel on the plan's context's stream, which is
+ * the GPU's stream here): GPU 0 (rows) or every GPU's band (columns). A failure on another GPU's
+ * context is reported on the plan's. */
+static sw_status rm_centroid(sw_rtc_multi *r)
+{
+    const int n = r->split == SW_RTC_MULTI_COLUMNS ? r->ndev : 1;
+    for (int i = 0; i < n; i++) {
+        rm_gpu *g = &r->gpu[i];
+        SW_CU(cudaSetDevice(g->dev));
+        const sw_status st = sw_centroid_run(g->cent, &g->frame, &g->cres);
+        if (st != SW_OK)
+            return i == 0 ? st
+                          : sw_fail(r->ctx, st, "rtc_multi: GPU %d: %s", g->dev,
+                                    sw_context_error(g->ctx));
+    }
+    return SW_OK;
+}
+
+/* Rows: the slopes from GPU 0 to all, one ncclBroadcast per communicator in one group (the group
+ * is always ended, also after a failed call inside it). */
+static sw_status rm_bcast(sw_rtc_multi *r)
+{
+    if (r->ndev < 2 || r->split == SW_RTC_MULTI_COLUMNS)
+        return SW_OK;
+    SW_NCCL(ncclGroupStart(), NULL);
+    ncclResult_t e = ncclSuccess;
+    int bad = 0;
+    for (int i = 0; i < r->ndev && e == ncclSuccess; i++) {
+        rm_gpu *g = &r->gpu[i];
+        e = ncclBroadcast(g->slopes, g->slopes, (size_t)r->n2, ncclFloat, 0, g->comm, g->s);
+        bad = i;
+    }
+    const ncclResult_t e2 = ncclGroupEnd();
+    if (e != ncclSuccess)
+        return rm_nccl_fail(r->ctx, "ncclBroadcast (slopes)", e, r->gpu[bad].comm);
+    if (e2 != ncclSuccess)
+        return rm_nccl_fail(r->ctx, "ncclGroupEnd (slopes' broadcast)", e2, r->gpu[0].comm);
+    return SW_OK;
+}
+
+/* GPU i's matrix product. Rows: its commands u_i = clip(keep u_i + g C_i s), as rtc_cuda.cu's
+ * rt_matrix with the update. Columns: its partial commands r_i = C[:, band i] s_i. */
+static sw_status rm_mvm(sw_rtc_multi *r, int i)
+{
+    rm_gpu *g = &r->gpu[i];
+    SW_CU(cudaSetDevice(g->dev));
+    const int rows = r->split == SW_RTC_MULTI_ROWS;
+    float *y = rows ? g->u : g->r;
+    if (r->fp16) {
+        SW_CU((cudaError_t)sw_rtc_gpu_gemv_half(g->Wh, g->rows, g->ldh, g->slopes, y, rows, r->gain,
+                                                r->keep, r->clip, g->s));
+        return SW_OK;
+    }
+    /* W row-major rows x cols = column-major cols x rows: y = alpha W^T_cm s + beta y */
+    const float one = 1.0f, zero = 0.0f;
+    SW_CUBLAS(cublasSgemv(g->blas, CUBLAS_OP_T, g->cols, g->rows, rows ? &r->gain : &one, g->W,
+                          g->cols, g->slopes, 1, rows ? &r->keep : &zero, y, 1));
+    if (rows && r->clip > 0.0f)
+        SW_CU((cudaError_t)sw_rtc_gpu_clip(g->u, g->rows, r->clip, g->s));
+    return SW_OK;
+}
+
+/* Rows: the command slices to GPU 0, ncclSend on GPU i, ncclRecv on GPU 0 into ucat + row0_i,
+ * one group (a gather made of point-to-point calls). Columns: the partial commands summed into
+ * GPU 0's r (ncclReduce, one group), then the controller's update there. */
+static sw_status rm_gather(sw_rtc_multi *r)
+{
+    rm_gpu *g0 = &r->gpu[0];
+    const int cols = r->split == SW_RTC_MULTI_COLUMNS;
+    if (r->ndev > 1) {
+        SW_NCCL(ncclGroupStart(), NULL);
+        ncclResult_t e = ncclSuccess;
+        int bad = 0;
+        const char *what = cols ? "ncclReduce (partial commands)" : "ncclSend (commands)";
+        if (cols) {
+            for (int i = 0; i < r->ndev && e == ncclSuccess; i++) {
+                rm_gpu *g = &r->gpu[i];
+                bad = i;
+                e = ncclReduce(g->r, g->r, (size_t)r->nact, ncclFloat, ncclSum, 0, g->comm, g->s);
+            }
+        } else {
+            for (int i = 1; i < r->ndev && e == ncclSuccess; i++) {
+                rm_gpu *g = &r->gpu[i];
+                bad = i;
+                what = "ncclSend (commands)";
+                e = ncclSend(g->u, (size_t)g->rows, ncclFloat, 0, g->comm, g->s);
+                if (e == ncclSuccess) {
+                    what = "ncclRecv (commands)";
+                    bad = 0;
+                    e = ncclRecv(r->ucat + g->row0, (size_t)g->rows, ncclFloat, i, g0->comm, g0->s);
+                }
+            }
+        }
+        const ncclResult_t e2 = ncclGroupEnd();
+        if (e != ncclSuccess)
+            return rm_nccl_fail(r->ctx, what, e, r->gpu[bad].comm);
+        if (e2 != ncclSuccess)
+            return rm_nccl_fail(r->ctx,
+                                cols ? "ncclGroupEnd (the commands' reduction)"
+                                     : "ncclGroupEnd (the commands' gather)",
+                                e2, g0->comm);
+    }
+    if (cols) {
+        SW_CU(cudaSetDevice(g0->dev));
+        SW_CU((cudaError_t)sw_rtc_gpu_update(r->ucat, g0->r, r->nact, r->gain, r->keep, r->clip,
+                                             g0->s));
+    }
+    return SW_OK;
+}
+
+static sw_status rm_copy_commands(sw_rtc_multi *r)
+{
+    SW_CU(cudaSetDevice(r->gpu[0].dev));
+    SW_CU(cudaMemcpyAsync(r->commands, r->ucat, (size_t)r->nact * sizeof(float),
+                          cudaMemcpyDeviceToHost, r->gpu[0].s));
+    return SW_OK;
+}
+
+/* Everything after the frame's copy, in order (the graph's body). */
+static sw_status rm_enqueue(sw_rtc_multi *r)
+{
+    SW_TRY(rm_centroid(r));
+    SW_TRY(rm_bcast(r));
+    for (int i = 0; i < r->ndev; i++)
+        SW_TRY(rm_mvm(r, i));
+    SW_TRY(rm_gather(r));
+    return rm_copy_commands(r);
+}
+
+static sw_status rm_sync_all(sw_rtc_multi *r)
+{
+    for (int i = 0; i < r->ndev; i++) {
+        SW_CU(cudaSetDevice(r->gpu[i].dev));
+        SW_CU(cudaStreamSynchronize(r->gpu[i].s));
+    }
+    SW_CU(cudaSetDevice(r->gpu[0].dev));
+    return SW_OK;
+}
+
+/* The controller's state to 0: the commands (ucat; rows: each GPU's slice). */
+static sw_status rm_zero_state(sw_rtc_multi *r)
+{
+    for (int i = 0; i < r->ndev; i++) {
+        rm_gpu *g = &r->gpu[i];
+        SW_CU(cudaSetDevice(g->dev));
+        if (i == 0)
+            SW_CU(cudaMemsetAsync(r->ucat, 0, (size_t)r->nact * sizeof(float), g->s));
+        else if (r->split == SW_RTC_MULTI_ROWS)
+            SW_CU(cudaMemsetAsync(g->u, 0, (size_t)g->rows * sizeof(float), g->s));
+    }
+    SW_TRY(rm_sync_all(r));
+    memset(r->commands, 0, (size_t)r->nact * sizeof(float));
+    return SW_OK;
+}
+
+/* One graph over all GPUs: fork the other streams from GPU 0's, the body, join them back. The
+ * joins are queued whatever failed before them, so that the capture can end. */
+static sw_status rm_capture(sw_rtc_multi *r)
+{
+    rm_gpu *g0 = &r->gpu[0];
+    SW_CU(cudaSetDevice(g0->dev));
+    SW_CU(cudaStreamBeginCapture(g0->s, cudaStreamCaptureModeThreadLocal));
+    cudaError_t ce = cudaEventRecord(r->fork, g0->s);
+    for (int i = 1; i < r->ndev && ce == cudaSuccess; i++) {
+        ce = cudaSetDevice(r->gpu[i].dev);
+        if (ce == cudaSuccess)
+            ce = cudaStreamWaitEvent(r->gpu[i].s, r->fork, 0);
+    }
+    sw_status st =
+        ce == cudaSuccess
+            ? rm_enqueue(r)
+            : sw_cuda_fail_call(r->ctx, SW_CUDA_STAGE, "forking the streams into the capture", ce);
+    for (int i = 1; i < r->ndev; i++) {
+        rm_gpu *g = &r->gpu[i];
+        cudaSetDevice(g->dev);
+        const cudaError_t e1 = cudaEventRecord(g->join, g->s);
+        cudaSetDevice(g0->dev);
+        const cudaError_t e2 = cudaStreamWaitEvent(g0->s, g->join, 0);
+        if (ce == cudaSuccess)
+            ce = e1 != cudaSuccess ? e1 : e2;
+    }
+    cudaSetDevice(g0->dev);
+    cudaGraph_t graph = NULL;
+    const cudaError_t ee = cudaStreamEndCapture(g0->s, &graph);
+    if (st == SW_OK && (ce != cudaSuccess || ee != cudaSuccess))
+        st = sw_fail(r->ctx, SW_ECUDA, "rtc_multi: capturing the graph over %d GPUs failed: %s",
+                     (int)r->ndev, cudaGetErrorString(ce != cudaSuccess ? ce : ee));
+    if (st == SW_OK) {
+        const cudaError_t ei = cudaGraphInstantiate(&r->exec, graph, 0);
+        if (ei != cudaSuccess) {
+            r->exec = NULL;
+            st = sw_fail(r->ctx, SW_ECUDA,
+                         "rtc_multi: instantiating the graph over %d GPUs failed: %s", (int)r->ndev,
+                         cudaGetErrorString(ei));
+        }
+    }
+    if (st == SW_OK) {
+        r->graph = graph;
+        const cudaError_t eu = cudaGraphUpload(r->exec, g0->s);
+        if (eu != cudaSuccess) {
+            st = sw_fail(r->ctx, SW_ECUDA, "rtc_multi: uploading the graph failed: %s",
+                         cudaGetErrorString(eu));
+            cudaGraphExecDestroy(r->exec);
+            cudaGraphDestroy(r->graph);
+            r->exec = NULL;
+            r->graph = NULL;
+        }
+    } else if (graph) {
+        cudaGraphDestroy(graph);
+    }
+    for (int i = 0; i < r->ndev; i++) { /* clear the sticky-free errors the failure left */
+        cudaSetDevice(r->gpu[i].dev);
+        cudaGetLastError();
+    }
+    cudaSetDevice(g0->dev);
+    return st;
+}
+
+/* ================================================================== create / destroy */
+
+extern "C" int sw_nccl_version(void)
+{
+    int v = 0;
+    return ncclGetVersion(&v) == ncclSuccess ? v : 0;
+}
+
+extern "C" void sw_rtc_multi_destroy(sw_rtc_multi *r)
+{
+    if (!r)
+        return;
+    for (int i = 0; i < r->ndev; i++) { /* nothing may still run */
+        cudaSetDevice(r->gpu[i].dev);
+        if (r->gpu[i].s)
+            cudaStreamSynchronize(r->gpu[i].s);
+    }
+    if (r->ndev > 0)
+        cudaSetDevice(r->gpu[0].dev);
+    const int had_graph = r->exec || r->graph;
+    if (r->exec)
+        cudaGraphExecDestroy(r->exec);
+    if (r->graph)
+        cudaGraphDestroy(r->graph);
+    if (had_graph) /* NCCL's resources held by the graph are released through CUDA user objects,
+                      whose destructors may run after the calls above */
+        for (int i = 0; i < r->ndev; i++) {
+            cudaSetDevice(r->gpu[i].dev);
+            cudaDeviceSynchronize();
+        }
+    /* the communicators: finalized together (one thread drives them all: a group), then freed */
+    if (r->ndev > 1 && r->gpu[0].comm) {
+        ncclGroupStart();
+        for (int i = 0; i < r->ndev; i++)
+            if (r->gpu[i].comm)
+                ncclCommFinalize(r->gpu[i].comm);
+        ncclGroupEnd();
+    }
+    for (int i = 0; i < r->ndev; i++) {
+        rm_gpu *g = &r->gpu[i];
+        cudaSetDevice(g->dev);
+        if (g->comm)
+            ncclCommDestroy(g->comm);
+        if (g->blas)
+            cublasDestroy(g->blas);
+        SW_CUDA_FREE(g->blas_ws, g->slopes, g->W, g->Wh, g->r, i > 0 ? g->u : NULL);
+        sw_centroid_destroy(g->cent);
+        sw_image_free(&g->frame);
+        if (g->join)
+            cudaEventDestroy(g->join);
+        if (g->copied)
+            cudaEventDestroy(g->copied);
+        if (g->t0)
+            cudaEventDestroy(g->t0);
+        if (g->t1)
+            cudaEventDestroy(g->t1);
+        if (g->own_stream && g->s)
+            cudaStreamDestroy(g->s);
+        if (i > 0 && g->ctx)
+            sw_context_destroy(g->ctx); /* the columns' own contexts (and their streams) */
+        cudaGetLastError();
+    }
+    if (r->ndev > 0)
+        cudaSetDevice(r->gpu[0].dev);
+    if (r->fork)
+        cudaEventDestroy(r->fork);
+    if (r->ucat)
+        cudaFree(r->ucat);
+    if (r->commands)
+        sw_host_free(r->commands, 1);
+    cudaGetLastError();
+    cudaSetDevice(r->ctx->device);
+    free(r);
+}
+
+/* The devices: given (checked) or the context's and the next ordinals. */
+static sw_status rm_devices(sw_context *ctx, const sw_rtc_multi_params *m, int *devs)
+{
+    int count = 0;
+    const cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess)
+        return sw_fail(ctx, SW_ECUDA, "rtc_multi: cudaGetDeviceCount failed: %s",
+                       cudaGetErrorString(e));
+    if (m->ndevices > count)
+        return sw_fail(ctx, SW_EINVAL, "rtc_multi: %d GPUs asked for, %d visible", m->ndevices,
+                       count);
+    for (int i = 0; i < m->ndevices; i++) {
+        devs[i] = m->devices ? m->devices[i] : (ctx->device + i) % count;
+        if (devs[i] < 0 || devs[i] >= count)
+            return sw_fail(ctx, SW_EINVAL, "rtc_multi: device %d is not one of the %d visible",
+                           devs[i], count);
+        for (int k = 0; k < i; k++)
+            if (devs[k] == devs[i])
+                return sw_fail(ctx, SW_EINVAL, "rtc_multi: device %d is listed twice", devs[i]);
+    }
+    if (devs[0] != ctx->device)
+        return sw_fail(ctx, SW_EINVAL,
+                       "rtc_multi: devices[0] = %d must be the context's device (%d), which "
+                       "centroids the frame and drives the mirror",
+                       devs[0], ctx->device);
+    return SW_OK;
+}
+
+/* The checks of the parameters that need no allocation. */
+static sw_status rm_check(sw_context *ctx, const sw_rtc_params *p, const sw_rtc_multi_params *m)
+{
+    if (sw_context_backend(ctx) != SW_BACKEND_CUDA)
+        return sw_fail(ctx, SW_EINVAL, "rtc_multi: needs a context on the CUDA backend");
+    if (m->ndevices < 1 || m->ndevices > RM_MAX_GPUS)
+        return sw_fail(ctx, SW_EINVAL, "rtc_multi: ndevices = %d; 1..%d allowed", m->ndevices,
+                       RM_MAX_GPUS);
+    if (m->graph != 0 && m->graph != 1)
+        return sw_fail(ctx, SW_EINVAL, "rtc_multi: graph = %d; 0 or 1", m->graph);
+    if (m->split != SW_RTC_MULTI_ROWS && m->split != SW_RTC_MULTI_COLUMNS)
+        return sw_fail(ctx, SW_EINVAL, "rtc_multi: split = %d; SW_RTC_MULTI_ROWS or _COLUMNS",
+                       m->split);
+    if (p->recon != SW_RTC_MVM)
+        return sw_fail(ctx, SW_EUNSUPPORTED,
+                       "rtc_multi: only the MVM reconstructor is split over GPUs (recon %d)",
+                       (int)p->recon);
+    if (!p->cm)
+        return sw_fail(ctx, SW_EINVAL, "rtc_multi: MVM needs the control matrix cm (NULL given)");
+    if (p->fp16 != 0 && p->fp16 != 1)
+        return sw_fail(ctx, SW_EINVAL, "rtc_multi: fp16 = %d; 0 or 1", p->fp16);
+    if (p->nact < 1 || p->nact > (1 << 24))
+        return sw_fail(ctx, SW_EINVAL, "rtc_multi: nact = %d commands; 1..%d allowed", p->nact,
+                       1 << 24);
+    if (m->split == SW_RTC_MULTI_ROWS && p->nact < m->ndevices)
+        return sw_fail(ctx, SW_EINVAL, "rtc_multi: %d commands cannot be split over %d GPUs",
+                       p->nact, m->ndevices);
+    if (p->controller.nact != p->nact)
+        return sw_fail(ctx, SW_EINVAL,
+                       "rtc_multi: the controller has nact = %d commands but the chain has nact = "
+                       "%d (set controller.nact = nact)",
+                       p->controller.nact, p->nact);
+    if (p->controller.kind != SW_CTRL_INTEGRATOR && p->controller.kind != SW_CTRL_LEAKY)
+        return sw_fail(ctx, SW_EUNSUPPORTED,
+                       "rtc_multi: the %s controller is not split over GPUs (integrator or leaky)",
+                       sw_controller_kind_string(p->controller.kind));
+    if (p->controller.nfilter < 0 || p->controller.nfilter > p->nact ||
+        (p->controller.nfilter > 0 && !p->controller.filter))
+        return sw_fail(ctx, SW_EINVAL,
+                       "rtc_multi: the controller filters %d modes (0..%d, with a filter)",
+                       (int)p->controller.nfilter, (int)p->nact);
+    if (p->centroid.slope_layout != SW_SLOPES_BLOCKS)
+        return sw_fail(ctx, SW_EINVAL,
+                       "rtc_multi: the chain takes the slopes as x block then y block "
+                       "(slope_layout SW_SLOPES_BLOCKS)");
+    return SW_OK;
+}
+
+/* The control matrix the GPUs get: the caller's, or a copy with the unseen-mode filter folded in
+ * (rtc.c's W <- W - Z (Z^T W)); checked finite, and within FP16's range when asked. *copy is
+ * the allocation to free (NULL when the caller's is used). */
+static sw_status rm_matrix(sw_rtc_multi *r, const sw_rtc_params *p, const float **C, float **copy)
+{
+    const int64_t n = (int64_t)r->nact * r->n2;
+    *copy = NULL;
+    *C = p->cm;
+    if (n > RM_MAX_ELEMENTS)
+        return sw_fail(r->ctx, SW_EINVAL, "rtc_multi: the control matrix (%d x %d) is too large",
+                       r->nact, r->n2);
+    const int32_t nf = p->controller.nfilter;
+    if (nf > 0) {
+        const float *z = p->controller.filter;
+        for (int64_t i = 0; i < (int64_t)r->nact * nf; i++)
+            if (!isfinite(z[i]))
+                return sw_fail(r->ctx, SW_EINVAL,
+                               "rtc_multi: the controller's filter is not "
+                               "finite");
+        float *w = (float *)malloc((size_t)n * sizeof(float));
+        if (!w)
+            return sw_fail(r->ctx, SW_ENOMEM, "rtc_multi: out of memory (control matrix)");
+        memcpy(w, p->cm, (size_t)n * sizeof(float));
+        *copy = w;
+        if (sw_loop_fold_filter(z, nf, r->nact, r->n2, w) != 0)
+            return sw_fail(r->ctx, SW_ENOMEM, "rtc_multi: out of memory (filter)");
+        *C = w;
+    }
+    double worst = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        const double v = fabs((double)(*C)[i]);
+        if (!(v <= 3.4e38)) /* NaN or infinite */
+            return sw_fail(r->ctx, SW_EINVAL,
+                           "rtc_multi: the control matrix (nact x 2 ns = %d x %d) has a "
+                           "non-finite entry",
+                           r->nact, r->n2);
+        worst = v > worst ? v : worst;
+    }
+    if (r->fp16 && worst > RM_FP16_MAX)
+        return sw_fail(r->ctx, SW_EINVAL,
+                       "rtc_multi: the control matrix has entries up to %g, beyond FP16's 65504: "
+                       "scale it (and the gain) or use fp16 = 0",
+                       worst);
+    return SW_OK;
+}
+
+/* GPU i's share of C on the device, rows x cols row-major from the host block src (FP32, or FP16
+ * rows of ldh through a float staging buffer). */
+static sw_status rm_upload(sw_rtc_multi *r, int i, const float *src)
+{
+    rm_gpu *g = &r->gpu[i];
+    const size_t n = (size_t)g->rows * g->cols;
+    if (!r->fp16) {
+        SW_CU(sw_cuda_alloc(&g->W, n));
+        SW_CU(cudaMemcpy(g->W, src, n * sizeof(float), cudaMemcpyHostToDevice));
+        return SW_OK;
+    }
+    float *tmp = NULL;
+    SW_CU(sw_cuda_alloc(&g->Wh, (size_t)g->rows * g->ldh));
+    SW_CU(sw_cuda_alloc(&tmp, n));
+    cudaError_t e = cudaMemcpy(tmp, src, n * sizeof(float), cudaMemcpyHostToDevice);
+    if (e == cudaSuccess)
+        e = (cudaError_t)sw_rtc_gpu_to_half(tmp, g->rows, g->cols, g->ldh, g->Wh, g->s);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(g->s);
+    cudaFree(tmp);
+    SW_CU(e);
+    return SW_OK;
+}
+
+/* GPU i's matrix: rows, its rows of C (a view); columns, the columns of its band's slopes of
+ * both axes gathered into a host block (freed here). */
+static sw_status rm_matrix_share(sw_rtc_multi *r, int i, const float *C)
+{
+    rm_gpu *g = &r->gpu[i];
+    if (r->split == SW_RTC_MULTI_ROWS)
+        return rm_upload(r, i, C + (int64_t)g->row0 * r->n2);
+    float *b = (float *)malloc((size_t)r->nact * g->cols * sizeof(float));
+    if (!b)
+        return sw_fail(r->ctx, SW_ENOMEM, "rtc_multi: out of memory (a GPU's columns)");
+    for (int32_t a = 0; a < r->nact; a++) {
+        const float *row = C + (int64_t)a * r->n2;
+        memcpy(b + (int64_t)a * g->cols, row + g->k0, (size_t)g->m * sizeof(float));
+        memcpy(b + (int64_t)a * g->cols + g->m, row + r->ns + g->k0, (size_t)g->m * sizeof(float));
+    }
+    const sw_status st = rm_upload(r, i, b);
+    free(b);
+    return st;
+}
+
+/* Columns: the bands of whole lenslet rows, about ns / N valid lenslets each (each at least
+ * one), and every GPU's centroid parameters re-based on its band (bp[i]). */
+static sw_status rm_bands(sw_rtc_multi *r, const sw_centroid_params *cp, sw_centroid_params *bp)
+{
+    const sw_sh_geometry *g = &cp->geometry;
+    const int32_t nx = g->nx, ny = g->ny;
+    int32_t a = 0, k = 0;
+    for (int i = 0; i < r->ndev; i++) {
+        rm_gpu *G = &r->gpu[i];
+        const int64_t target = (int64_t)(i + 1) * r->ns / r->ndev;
+        int32_t b = a, cnt = k;
+        while (b < ny && (i == r->ndev - 1 || cnt < target || cnt == k)) {
+            for (int32_t ix = 0; ix < nx; ix++)
+                cnt += g->valid ? g->valid[(int64_t)b * nx + ix] != 0 : 1;
+            b++;
+        }
+        if (cnt == k)
+            return sw_fail(r->ctx, SW_EINVAL,
+                           "rtc_multi: the %d lenslet rows with valid lenslets cannot be split "
+                           "into %d bands of whole rows (split by columns); use fewer GPUs or "
+                           "the rows",
+                           (int)ny, r->ndev);
+        /* the band's frame rows and its geometry, re-based on row py0 */
+        int32_t xb, xe, yb, ye, yb2, ye2;
+        sw_sh_region(g, 0, a, &xb, &xe, &yb, &ye);
+        G->py0 = yb;
+        sw_sh_region(g, 0, b - 1, &xb, &xe, &yb, &ye);
+        G->height = ye - G->py0;
+        sw_centroid_params *q = &bp[i];
+        *q = *cp;
+        q->geometry.y0 = g->y0 + g->pitch_px * a - G->py0;
+        q->geometry.ny = b - a;
+        q->geometry.valid = g->valid ? g->valid + (int64_t)a * nx : NULL;
+        q->height = G->height;
+        const size_t off = (size_t)G->py0 * cp->width;
+        q->dark = cp->dark ? cp->dark + off : NULL;
+        q->flat = cp->flat ? cp->flat + off : NULL;
+        q->corr_reference = cp->corr_reference ? cp->corr_reference + off : NULL;
+        for (int32_t iy = a; iy < b; iy++) { /* the same pixel regions, shifted by py0 */
+            sw_sh_region(g, 0, iy, &xb, &xe, &yb, &ye);
+            sw_sh_region(&q->geometry, 0, iy - a, &xb, &xe, &yb2, &ye2);
+            if (yb2 != yb - G->py0 || ye2 != ye - G->py0)
+                return sw_fail(r->ctx, SW_EUNSUPPORTED,
+                               "rtc_multi: lenslet row %d's pixel rows move when the frame is cut "
+                               "at row %d (y0 %g, pitch %g): this geometry cannot be split by "
+                               "columns; use the rows",
+                               (int)iy, (int)G->py0, g->y0, g->pitch_px);
+        }
+        G->k0 = k;
+        G->m = cnt - k;
+        G->band0 = a;
+        G->nband = b - a;
+        a = b;
+        k = cnt;
+    }
+    return SW_OK;
+}
+
+/* Columns: GPU i's context (GPU 0: the plan's) and its band's centroid plan; the band's slopes
+ * checked against the whole plan's lenslets. */
+static sw_status rm_band_plan(sw_rtc_multi *r, int i, const sw_centroid_params *q,
+                              const sw_centroid_plan *full)
+{
+    rm_gpu *G = &r->gpu[i];
+    if (i == 0) {
+        G->ctx = r->ctx;
+    } else {
+        sw_context_params pp;
+        sw_context_params_default(&pp);
+        pp.backend = SW_BACKEND_CUDA;
+        pp.device = G->dev;
+        pp.threads = r->ctx->threads;
+        pp.log = r->ctx->log;
+        pp.log_user = r->ctx->log_user;
+        pp.log_level = r->ctx->log_level;
+        const sw_status st = sw_context_create(&pp, &G->ctx);
+        if (st != SW_OK)
+            return sw_fail(r->ctx, st, "rtc_multi: a context on GPU %d: %s", G->dev,
+                           sw_context_error(NULL));
+    }
+    sw_centroid_params cq = *q;
+    cq.max_frames = 1;
+    cq.path = SW_CENTROID_DEVICE;
+    sw_status st = sw_centroid_create(G->ctx, &cq, &G->cent);
+    if (st != SW_OK)
+        return i == 0 ? st
+                      : sw_fail(r->ctx, st, "rtc_multi: GPU %d's band: %s", G->dev,
+                                sw_context_error(G->ctx));
+    if (sw_centroid_plan_slopes(G->cent) != G->m)
+        return sw_fail(r->ctx, SW_EINTERNAL, "rtc_multi: GPU %d's band has %d slopes, not %d",
+                       G->dev, (int)sw_centroid_plan_slopes(G->cent), (int)G->m);
+    /* the mask's order: band slope k is the whole plan's slope k0 + k, of the same lenslet */
+    const int32_t shift = G->band0 * q->geometry.nx;
+    for (int32_t k = 0; k < G->m; k++) {
+        const int32_t lb = sw_centroid_plan_slope_lenslet(G->cent, k);
+        const int32_t lf = sw_centroid_plan_slope_lenslet(full, G->k0 + k);
+        if (lf != lb + shift)
+            return sw_fail(r->ctx, SW_EINTERNAL,
+                           "rtc_multi: GPU %d's band's slope %d (lenslet %d) is not the whole "
+                           "plan's slope %d (lenslet %d)",
+                           G->dev, (int)k, (int)(lb + shift), (int)(G->k0 + k), (int)lf);
+    }
+    SW_CU(cudaSetDevice(G->dev));
+    G->s = (cudaStream_t)G->ctx->stream;
+    return SW_OK;
+}
+
+static sw_status rm_build(sw_rtc_multi *r, const sw_rtc_params *p, const sw_rtc_multi_params *m,
+                          const int *devs)
+{
+    sw_context *ctx = r->ctx;
+    SW_CU(cudaSetDevice(devs[0]));
+    for (int i = 0; i < r->ndev; i++)
+        r->gpu[i].dev = devs[i];
+
+    /* the centroid plan of the whole frame on GPU 0, as rtc.c makes sw_rtc's (one frame, DEVICE
+     * path): the rows' plan; for the columns the reference of the slopes' order */
+    sw_centroid_params cp = p->centroid;
+    cp.max_frames = 1;
+    cp.path = SW_CENTROID_DEVICE;
+    sw_centroid_plan *full = NULL;
+    SW_TRY(sw_centroid_create(ctx, &cp, &full));
+    r->gpu[0].cent = full; /* freed with GPU 0's share (the columns replace it below) */
+    r->ns = sw_centroid_plan_slopes(full);
+    if (r->ns < 1)
+        return sw_fail(ctx, SW_EINVAL, "rtc_multi: the geometry's mask has no valid lenslet");
+    r->n2 = 2 * r->ns;
+    r->width = cp.width;
+    r->height = cp.height;
+    r->type = cp.type;
+    if (r->split == SW_RTC_MULTI_COLUMNS) {
+        sw_centroid_params bp[RM_MAX_GPUS];
+        sw_status st = rm_bands(r, &cp, bp);
+        r->gpu[0].cent = NULL;
+        for (int i = 0; i < r->ndev && st == SW_OK; i++)
+            st = rm_band_plan(r, i, &bp[i], full);
+        sw_centroid_destroy(full);
+        if (st != SW_OK)
+            return st;
+    } else {
+        r->gpu[0].ctx = ctx;
+        r->gpu[0].py0 = 0;
+        r->gpu[0].height = r->height;
+    }
+
+    /* the controller: checked by controller.c, read as rtc_cuda.cu reads it */
+    sw_controller_params cpar = p->controller;
+    cpar.nfilter = 0; /* folded into C below */
+    cpar.filter = NULL;
+    sw_controller *c = NULL;
+    SW_TRY(sw_controller_create(ctx, &cpar, &c));
+    r->gain = (float)c->p.gain;
+    r->keep = c->p.kind == SW_CTRL_LEAKY ? (float)(1.0 - c->p.leak) : 1.0f;
+    r->clip = c->p.clip > 0.0 ? (float)c->p.clip : 0.0f;
+    sw_controller_destroy(c);
+
+    const float *C = NULL;
+    float *copy = NULL;
+    sw_status st = rm_matrix(r, p, &C, &copy);
+    if (st != SW_OK) {
+        free(copy);
+        return st;
+    }
+
+    /* the shares: rows, rows_i = nact / N (the first nact % N GPUs one more) of all 2 ns columns;
+     * columns, all nact rows of the band's 2 m columns */
+    const int32_t base = r->nact / r->ndev, extra = r->nact % r->ndev;
+    for (int i = 0, row = 0; i < r->ndev; i++) {
+        rm_gpu *g = &r->gpu[i];
+        if (r->split == SW_RTC_MULTI_ROWS) {
+            g->row0 = row;
+            g->rows = base + (i < extra ? 1 : 0);
+            g->cols = r->n2;
+        } else {
+            g->row0 = 0;
+            g->rows = r->nact;
+            g->cols = 2 * g->m;
+        }
+        g->ldh = (g->cols + 7) / 8 * 8;
+        row += g->rows;
+    }
+
+    r->commands = (float *)sw_host_alloc(ctx, (size_t)r->nact * sizeof(float), 1);
+    if (!r->commands) {
+        free(copy);
+        return sw_fail(ctx, SW_ENOMEM, "rtc_multi: out of memory (pinned commands)");
+    }
+
+    /* the communicators, one per GPU, for the plan's life */
+    if (r->ndev > 1) {
+        ncclComm_t comms[RM_MAX_GPUS];
+        memset(comms, 0, sizeof comms);
+        const ncclResult_t e = ncclCommInitAll(comms, r->ndev, devs);
+        if (e != ncclSuccess) {
+            free(copy);
+            return rm_nccl_fail(ctx, "ncclCommInitAll", e, NULL);
+        }
+        for (int i = 0; i < r->ndev; i++)
+            r->gpu[i].comm = comms[i];
+    }
+
+    /* each GPU's stream, cuBLAS handle, buffers and share of C */
+    for (int i = 0; i < r->ndev && st == SW_OK; i++) {
+        rm_gpu *g = &r->gpu[i];
+        cudaError_t e = cudaSetDevice(g->dev);
+        if (e == cudaSuccess && !g->s) {
+            if (i == 0) {
+                g->s = (cudaStream_t)ctx->stream;
+            } else {
+                e = cudaStreamCreateWithFlags(&g->s, cudaStreamNonBlocking);
+                g->own_stream = e == cudaSuccess;
+            }
+        }
+        if (e == cudaSuccess)
+            e = cudaEventCreateWithFlags(&g->join, cudaEventDisableTiming);
+        if (e == cudaSuccess)
+            e = cudaEventCreateWithFlags(&g->copied, cudaEventDisableTiming);
+        if (e == cudaSuccess)
+            e = cudaEventCreate(&g->t0);
+        if (e == cudaSuccess)
+            e = cudaEventCreate(&g->t1);
+        if (e == cudaSuccess)
+            e = sw_cuda_alloc(&g->slopes, (size_t)g->ldh);
+        if (e == cudaSuccess)
+            e = cudaMemsetAsync(g->slopes, 0, (size_t)g->ldh * sizeof(float), g->s);
+        if (e == cudaSuccess && i == 0)
+            e = sw_cuda_alloc(&r->ucat, (size_t)r->nact);
+        if (e == cudaSuccess && r->split == SW_RTC_MULTI_ROWS)
+            e = i == 0 ? (g->u = r->ucat, cudaSuccess) : sw_cuda_alloc(&g->u, (size_t)g->rows);
+        if (e == cudaSuccess && r->split == SW_RTC_MULTI_COLUMNS)
+            e = sw_cuda_alloc(&g->r, (size_t)r->nact);
+        if (e != cudaSuccess)
+            st = sw_cuda_fail_call(ctx, SW_CUDA_STAGE, "buffers of a GPU", e);
+        if (st == SW_OK && !r->fp16)
+            st = sw_cublas_create(ctx, SW_CUDA_STAGE, g->s, RM_BLAS_WS, &g->blas, &g->blas_ws);
+        if (st == SW_OK)
+            st = rm_matrix_share(r, i, C);
+        /* the frame buffer (the band's rows) and the centroid stage's device result */
+        if (st == SW_OK && g->cent)
+            st = sw_image_alloc_device(g->ctx, r->width, g->height, r->type, &g->frame);
+        if (st != SW_OK && g->ctx != ctx)
+            st = sw_fail(ctx, st, "rtc_multi: GPU %d: %s", g->dev, sw_context_error(g->ctx));
+        if (st == SW_OK && g->cent) {
+            g->cres.frames = 1;
+            g->cres.lenslets = p->centroid.geometry.nx *
+                               (r->split == SW_RTC_MULTI_ROWS ? p->centroid.geometry.ny : g->nband);
+            g->cres.nslopes = r->split == SW_RTC_MULTI_ROWS ? r->ns : g->m;
+            g->cres.memory = SW_MEM_DEVICE;
+            g->cres.slopes = g->slopes;
+            const cudaError_t em =
+                cudaMemsetAsync(g->frame.data, 0, g->frame.stride * (size_t)g->height, g->s);
+            if (em != cudaSuccess)
+                st = sw_cuda_fail_call(ctx, SW_CUDA_STAGE, "clearing a frame buffer", em);
+        }
+    }
+    free(copy);
+    if (st != SW_OK)
+        return st;
+    SW_CU(cudaSetDevice(devs[0]));
+    SW_CU(cudaEventCreateWithFlags(&r->fork, cudaEventDisableTiming));
+
+    /* one plain pass (loads the kernels, connects NCCL's peers), the state to 0, the graph */
+    SW_TRY(rm_enqueue(r));
+    SW_TRY(rm_sync_all(r));
+    SW_TRY(rm_zero_state(r));
+    if (m->graph) {
+        st = rm_capture(r);
+        if (st == SW_OK) {
+            SW_TRY(rm_sync_all(r));
+            r->use_graph = 1;
+        } else {
+            sw_log(ctx, SW_LOG_WARN, "%s; the chain runs with plain launches",
+                   sw_context_error(ctx));
+            r->use_graph = 0;
+            SW_TRY(rm_sync_all(r));
+        }
+    }
+    return SW_OK;
+}
+
+extern "C" sw_status sw_rtc_multi_create(sw_context *ctx, const sw_rtc_params *p,
+                                         const sw_rtc_multi_params *m, sw_rtc_multi **out)
+{
+    if (out)
+        *out = NULL;
+    if (!ctx || !p || !out)
+        return sw_fail(ctx, SW_EINVAL, "sw_rtc_multi_create: NULL context, parameters or output");
+    sw_rtc_multi_params mp;
+    sw_rtc_multi_params_default(&mp);
+    if (m)
+        mp = *m;
+    SW_TRY(rm_check(ctx, p, &mp));
+    int devs[RM_MAX_GPUS];
+    SW_TRY(rm_devices(ctx, &mp, devs));
+    sw_rtc_multi *r = (sw_rtc_multi *)calloc(1, sizeof *r);
+    if (!r)
+        return sw_fail(ctx, SW_ENOMEM, "rtc_multi: out of memory");
+    r->ctx = ctx;
+    r->ndev = mp.ndevices;
+    r->nact = p->nact;
+    r->fp16 = p->fp16;
+    r->split = mp.split;
+    r->last_us = -1.0;
+    for (int i = 0; i < r->ndev; i++)
+        r->gpu[i].dev = devs[i];
+    const sw_status st = rm_build(r, p, &mp, devs);
+    cudaSetDevice(ctx->device);
+    if (st != SW_OK) {
+        sw_rtc_multi_destroy(r);
+        return st;
+    }
+    *out = r;
+    return SW_OK;
+}
+
+/* ================================================================== runs */
+
+static sw_status rm_check_frame(sw_rtc_multi *r, const sw_image *frame)
+{
+    sw_context *ctx = r->ctx;
+    if (!frame)
+        return sw_fail(ctx, SW_EINVAL, "sw_rtc_multi_run: NULL frame");
+    SW_TRY(sw_image_check(ctx, frame));
+    if (frame->width != r->width || frame->height != r->height || frame->type != r->type)
+        return sw_fail(ctx, SW_EINVAL,
+                       "rtc_multi: the frame is %d x %d %s; the plan takes one %d x %d %s frame",
+                       frame->width, frame->height, sw_pixel_type_string(frame->type), r->width,
+                       r->height, sw_pixel_type_string(r->type));
+    if (frame->memory != SW_MEM_HOST && frame->memory != SW_MEM_PINNED &&
+        frame->memory != SW_MEM_DEVICE)
+        return sw_fail(ctx, SW_EINVAL, "rtc_multi: unknown frame memory kind %d",
+                       (int)frame->memory);
+    return SW_OK;
+}
+
+extern "C" sw_status sw_rtc_multi_run(sw_rtc_multi *r, const sw_image *frame, float *commands,
+                                      float *slopes)
+{
+    if (!r)
+        return sw_fail(NULL, SW_EINVAL, "sw_rtc_multi_run: NULL plan");
+    SW_TRY(rm_check_frame(r, frame));
+    const double t0 = rm_now_us();
+    rm_gpu *g0 = &r->gpu[0];
+    SW_TRY(rm_copy_frame(r, frame, r->use_graph));
+    SW_CU(cudaSetDevice(g0->dev));
+    if (r->use_graph)
+        SW_CU(cudaGraphLaunch(r->exec, g0->s));
+    else
+        SW_TRY(rm_enqueue(r));
+    SW_CU(cudaSetDevice(g0->dev));
+    SW_CU(cudaStreamSynchronize(g0->s));
+    r->frames++;
+    if (commands)
+        memcpy(commands, r->commands, (size_t)r->nact * sizeof(float));
+    if (slopes && r->split == SW_RTC_MULTI_ROWS) {
+        SW_CU(
+            cudaMemcpy(slopes, g0->slopes, (size_t)r->n2 * sizeof(float), cudaMemcpyDeviceToHost));
+    } else if (slopes) { /* each band's x block and y block into their places */
+        for (int i = 0; i < r->ndev; i++) {
+            const rm_gpu *g = &r->gpu[i];
+            SW_CU(cudaSetDevice(g->dev));
+            SW_CU(cudaMemcpy(slopes + g->k0, g->slopes, (size_t)g->m * sizeof(float),
+                             cudaMemcpyDeviceToHost));
+            SW_CU(cudaMemcpy(slopes + r->ns + g->k0, g->slopes + g->m, (size_t)g->m * sizeof(float),
+                             cudaMemcpyDeviceToHost));
+        }
+        SW_CU(cudaSetDevice(g0->dev));
+    }
+    r->last_us = rm_now_us() - t0;
+    return SW_OK;
+}
+
+extern "C" sw_status sw_rtc_multi_reset(sw_rtc_multi *r)
+{
+    if (!r)
+        return sw_fail(NULL, SW_EINVAL, "sw_rtc_multi_reset: NULL plan");
+    const sw_status st = rm_zero_state(r);
+    cudaSetDevice(r->ctx->device);
+    return st;
+}
+
+extern "C" const float *sw_rtc_multi_commands(const sw_rtc_multi *r)
+{
+    return r ? r->commands : NULL;
+}
+
+extern "C" double sw_rtc_multi_last_us(const sw_rtc_multi *r)
+{
+    return r ? r->last_us : -1.0;
+}
+
+extern "C" int32_t sw_rtc_multi_slopes(const sw_rtc_multi *r)
+{
+    return r ? r->ns : 0;
+}
+
+extern "C" int sw_rtc_multi_graph(const sw_rtc_multi *r)
+{
+    return r ? r->use_graph : -1;
+}
+
+extern "C" int32_t sw_rtc_multi_devices(const sw_rtc_multi *r)
+{
+    return r ? r->ndev : 0;
+}
+
+extern "C" sw_status sw_rtc_multi_device(const sw_rtc_multi *r, int32_t i, int32_t *ordinal,
+                                         int32_t *row0, int32_t *rows)
+{
+    if (!r || i < 0 || i >= r->ndev)
+        return sw_fail(r ? r->ctx : NULL, SW_EINVAL, "sw_rtc_multi_device: GPU %d of %d", (int)i,
+                       r ? (int)r->ndev : 0);
+    if (ordinal)
+        *ordinal = r->gpu[i].dev;
+    if (row0)
+        *row0 = r->gpu[i].row0;
+    if (rows)
+        *rows = r->gpu[i].rows;
+    return SW_OK;
+}
+
+/* ================================================================== the stages one by one */
+
+static int rm_cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* One stage once, timed on every GPU it involves (all: 1; GPU 0 only: 0); the slowest GPU's
+ * microseconds into *us. */
+static sw_status rm_time_stage(sw_rtc_multi *r, int stage, const sw_image *frame, double *us)
+{
+    const int all = stage == SW_RTC_MULTI_T_BCAST || stage == SW_RTC_MULTI_T_MVM ||
+                    stage == SW_RTC_MULTI_T_GATHER ||
+                    (stage == SW_RTC_MULTI_T_CENTROID && r->split == SW_RTC_MULTI_COLUMNS);
+    const int n = all ? r->ndev : 1;
+    SW_TRY(rm_sync_all(r));
+    for (int i = 0; i < n; i++) {
+        SW_CU(cudaSetDevice(r->gpu[i].dev));
+        SW_CU(cudaEventRecord(r->gpu[i].t0, r->gpu[i].s));
+    }
+    SW_CU(cudaSetDevice(r->gpu[0].dev));
+    switch (stage) {
+    case SW_RTC_MULTI_T_CENTROID:
+        SW_TRY(rm_copy_frame(r, frame, 0));
+        SW_TRY(rm_centroid(r));
+        break;
+    case SW_RTC_MULTI_T_BCAST: SW_TRY(rm_bcast(r)); break;
+    case SW_RTC_MULTI_T_MVM:
+        for (int i = 0; i < r->ndev; i++)
+            SW_TRY(rm_mvm(r, i));
+        break;
+    case SW_RTC_MULTI_T_GATHER: SW_TRY(rm_gather(r)); break;
+    default: SW_TRY(rm_copy_commands(r)); break;
+    }
+    double worst = 0.0;
+    for (int i = 0; i < n; i++) {
+        SW_CU(cudaSetDevice(r->gpu[i].dev));
+        SW_CU(cudaEventRecord(r->gpu[i].t1, r->gpu[i].s));
+    }
+    for (int i = 0; i < n; i++) {
+        SW_CU(cudaSetDevice(r->gpu[i].dev));
+        SW_CU(cudaEventSynchronize(r->gpu[i].t1));
+        float ms = 0.0f;
+        SW_CU(cudaEventElapsedTime(&ms, r->gpu[i].t0, r->gpu[i].t1));
+        worst = 1e3 * ms > worst ? 1e3 * ms : worst;
+    }
+    SW_CU(cudaSetDevice(r->gpu[0].dev));
+    *us = worst;
+    return SW_OK;
+}
+
+extern "C" sw_status sw_rtc_multi_profile(sw_rtc_multi *r, const sw_image *frame, int reps,
+                                          double us[SW_RTC_MULTI_T_STAGES])
+{
+    if (!r || !us)
+        return sw_fail(r ? r->ctx : NULL, SW_EINVAL, "sw_rtc_multi_profile: NULL plan or output");
+    SW_TRY(rm_check_frame(r, frame));
+    if (reps < 1 || reps > 1000000)
+        return sw_fail(r->ctx, SW_EINVAL, "sw_rtc_multi_profile: reps = %d; 1..1000000", reps);
+    double *t = (double *)malloc((size_t)reps * sizeof(double));
+    if (!t)
+        return sw_fail(r->ctx, SW_ENOMEM, "rtc_multi: out of memory");
+    sw_status st = SW_OK;
+    for (int stage = 0; stage < SW_RTC_MULTI_T_STAGES && st == SW_OK; stage++) {
+        for (int k = 0; k < reps && st == SW_OK; k++)
+            st = rm_time_stage(r, stage, frame, &t[k]);
+        if (st == SW_OK) {
+            qsort(t, (size_t)reps, sizeof(double), rm_cmp_double);
+            us[stage] = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
+        }
+    }
+    free(t);
+    cudaSetDevice(r->ctx->device);
+    return st;
+}
+
+#endif /* SW_HAVE_NCCL */
