@@ -187,8 +187,23 @@ sw_status sw_starsim_create(sw_context *ctx, const sw_starsim_params *p, sw_star
  * max_stars stars, an output that is not f32 of the plan's size: SW_EINVAL, out untouched.
  * On a CUDA context the GPU methods render a host `out` into a device image kept in the plan and
  * copy it; SEQUENTIAL and OPENMP render a device `out` on the host and copy it.
+ * A host `out` from a GPU method is rendered in bands of rows (sw_starsim_set_bands): the stars
+ * are sorted by the band of their ROI's first row while they are packed, each band's stars are
+ * uploaded, rendered and its rows copied back while the next band renders, so that the image's
+ * copy overlaps the rendering (give a pinned `out`, sw_image_alloc on the CUDA context, for the
+ * full copy bandwidth). The pixels are those of the whole-image order: DETERMINISTIC gives the
+ * same bits; PARALLEL and ADAPTIVE add each pixel's contributions with float atomics in an order
+ * that was never fixed, banded or not.
  */
 sw_status sw_starsim_run(sw_starsim *plan, const sw_stars *stars, sw_image *out);
+/*
+ * Bands of rows for runs of GPU methods into host images (above): 0 (default) chooses (about
+ * 512 KiB of image per band, at most SW_STARSIM_MAX_BANDS, every band at least roi_side rows);
+ * 1 renders the whole image, then copies it; n > 1 asks for n bands (fewer when the bands would
+ * be shorter than roi_side). SW_EINVAL outside 0..SW_STARSIM_MAX_BANDS. No effect on the CPU.
+ */
+#define SW_STARSIM_MAX_BANDS 32
+sw_status sw_starsim_set_bands(sw_starsim *plan, int32_t bands);
 /* The method a run uses (AUTO resolved for the last run's star count; before the first run, for
  * max_stars stars). */
 sw_starsim_method sw_starsim_method_used(const sw_starsim *plan);

@@ -35,6 +35,9 @@ struct sw_starsim {
     double *cpu_w;       /* cpu_threads x 2 x roi_side weights of the OpenMP renderer */
     sw_image gpu_image;  /* CUDA: f32 device image for runs into host images (at create) */
     sw_image host_image; /* CUDA: f32 host image for CPU methods into device images (lazy) */
+    int packed_pinned;   /* 1: `packed` is pinned host memory (CUDA: uploads are async DMA) */
+    int32_t bands;       /* sw_starsim_set_bands: 0 auto, 1 whole image, n bands */
+    int64_t *band_count; /* cpu_threads x (SW_STARSIM_MAX_BANDS + 1): stars per thread and band */
 };
 
 #ifdef SW_HAVE_CUDA
@@ -45,6 +48,21 @@ sw_status sw_starsim_gpu_create(sw_starsim *plan);
  * method PARALLEL, ADAPTIVE or DETERMINISTIC. Queued on the context's stream. */
 sw_status sw_starsim_gpu_run(sw_starsim *plan, const sw_packed_star *stars, int64_t n,
                              sw_starsim_method method, sw_image *out);
+/*
+ * Renders the packed stars of a run into `out`, an f32 HOST image of the plan's size, in nb bands
+ * of hb rows: band k holds the rows [k hb, min((k + 1) hb, height)) and the stars
+ * stars[off[k] .. off[k + 1]) whose ROI starts in those rows (ROI starts above the image count in
+ * band 0); hb >= roi_side, so a band's stars reach at most into the next band. Band k's stars
+ * are uploaded on a copy stream, rendered on the context's stream into the plan's device image
+ * (cleared first), and its rows copied to `out` on a second copy stream once band k is rendered
+ * (band k - 1's stars, rendered before, are the only others that reach its rows). Complete on
+ * return.
+ */
+sw_status sw_starsim_gpu_run_bands(sw_starsim *plan, const sw_packed_star *stars,
+                                   const int64_t *off, int nb, int32_t hb, sw_starsim_method method,
+                                   sw_image *out);
+/* Waits until the last run's star upload has read plan->packed (before it is packed again). */
+sw_status sw_starsim_gpu_wait_upload(sw_starsim *plan);
 void sw_starsim_gpu_destroy(sw_starsim *plan);
 /* Device time of the last GPU run's rendering kernels (CUDA events), microseconds; -1 if none. */
 double sw_starsim_gpu_render_us(sw_starsim *plan);

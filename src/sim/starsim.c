@@ -161,10 +161,20 @@ sw_status sw_starsim_create(sw_context *ctx, const sw_starsim_params *p, sw_star
     plan->cpu_threads = sw_context_threads(ctx);
     if (plan->cpu_threads < 1)
         plan->cpu_threads = 1;
-    plan->packed = malloc((size_t)p->max_stars * sizeof *plan->packed);
+    /* pinned on CUDA, so that the star uploads are asynchronous DMA (pageable when that fails) */
+    const size_t packed_bytes = (size_t)p->max_stars * sizeof *plan->packed;
+    if (ctx->backend == SW_BACKEND_CUDA) {
+        plan->packed = sw_host_alloc(ctx, packed_bytes, 1);
+        plan->packed_pinned = plan->packed != NULL;
+    }
+    if (!plan->packed)
+        plan->packed = malloc(packed_bytes);
+    plan->band_count =
+        malloc((size_t)plan->cpu_threads * (SW_STARSIM_MAX_BANDS + 1) * sizeof *plan->band_count);
     size_t nw;
     if (!sw_mul_ok((size_t)plan->cpu_threads * 2u, (size_t)p->roi_side, &nw) ||
-        !sw_mul_ok(nw, sizeof(double), &nw) || !(plan->cpu_w = malloc(nw)) || !plan->packed) {
+        !sw_mul_ok(nw, sizeof(double), &nw) || !(plan->cpu_w = malloc(nw)) || !plan->packed ||
+        !plan->band_count) {
         sw_starsim_destroy(plan);
         return sw_fail(ctx, SW_ENOMEM, "star simulator: out of memory for %lld stars",
                        (long long)p->max_stars);
@@ -195,9 +205,21 @@ void sw_starsim_destroy(sw_starsim *plan)
 #endif
     sw_image_free(&plan->gpu_image);
     sw_image_free(&plan->host_image);
-    free(plan->packed);
+    sw_host_free(plan->packed, plan->packed_pinned);
+    free(plan->band_count);
     free(plan->cpu_w);
     free(plan);
+}
+
+sw_status sw_starsim_set_bands(sw_starsim *plan, int32_t bands)
+{
+    if (!plan)
+        return sw_fail(NULL, SW_EINVAL, "sw_starsim_set_bands: plan is NULL");
+    if (bands < 0 || bands > SW_STARSIM_MAX_BANDS)
+        return sw_fail(plan->ctx, SW_EINVAL, "star simulator: %d bands: expected 0 to %d", bands,
+                       SW_STARSIM_MAX_BANDS);
+    plan->bands = bands;
+    return SW_OK;
 }
 
 sw_starsim_method sw_starsim_method_used(const sw_starsim *plan)
@@ -212,31 +234,133 @@ int64_t sw_starsim_rendered(const sw_starsim *plan)
 
 /* ------------------------------------------------------------------ packing */
 
-/* Packs the stars whose ROI touches the image (sim_internal.h): x0 = sw_roi_origin(X, side),
- * dx = X - x0. Returns their number. The stars have been validated (finite). */
-static int64_t pack_stars(sw_starsim *plan, const sw_stars *s)
+/* The ROI origin of a star at (X, Y) when its ROI touches the image (sim_internal.h: x0 =
+ * sw_roi_origin(X, side)); 0 when it misses (skipped). The star has been validated (finite). */
+static inline int star_origin(const sw_starsim *plan, double X, double Y, int *x0, int *y0)
 {
     const int side = plan->p.roi_side;
     const double w = plan->p.width, h = plan->p.height;
-    int64_t n = 0;
-    for (int64_t i = 0; i < s->count; i++) {
-        const double X = s->x[i], Y = s->y[i];
-        /* Far outside: skip before converting to int (the ROI spans side pixels around X). */
-        if (X < -(double)side - 1.0 || X > w + (double)side || Y < -(double)side - 1.0 ||
-            Y > h + (double)side)
-            continue;
-        const int x0 = sw_roi_origin(X, side), y0 = sw_roi_origin(Y, side);
-        if (x0 + side <= 0 || x0 >= plan->p.width || y0 + side <= 0 || y0 >= plan->p.height)
-            continue;
-        sw_packed_star *ps = &plan->packed[n++];
-        ps->x0 = x0;
-        ps->y0 = y0;
-        ps->dx = (float)(X - (double)x0);
-        ps->dy = (float)(Y - (double)y0);
-        ps->flux = (float)s->flux[i];
-        ps->pad = 0.0f;
+    /* Far outside: skip before converting to int (the ROI spans side pixels around X). */
+    if (X < -(double)side - 1.0 || X > w + (double)side || Y < -(double)side - 1.0 ||
+        Y > h + (double)side)
+        return 0;
+    *x0 = sw_roi_origin(X, side);
+    *y0 = sw_roi_origin(Y, side);
+    return !(*x0 + side <= 0 || *x0 >= plan->p.width || *y0 + side <= 0 || *y0 >= plan->p.height);
+}
+
+/* 1 when star i is not acceptable (star_message says why). */
+static inline int star_bad(const sw_stars *s, int64_t i)
+{
+    return !isfinite(s->x[i]) || !isfinite(s->y[i]) || !isfinite(s->flux[i]) || s->flux[i] < 0.0 ||
+           s->flux[i] > FLT_MAX;
+}
+
+static sw_status star_message(sw_context *ctx, const sw_stars *s, int64_t i)
+{
+    if (!isfinite(s->x[i]) || !isfinite(s->y[i]))
+        return sw_fail(ctx, SW_EINVAL, "star %lld: position (%g, %g) is not finite", (long long)i,
+                       s->x[i], s->y[i]);
+    return sw_fail(ctx, SW_EINVAL,
+                   "star %lld: flux %g e- must be finite, non-negative and at most %g",
+                   (long long)i, s->flux[i], (double)FLT_MAX);
+}
+
+/* Stars per thread below which the packing stays on one thread (a parallel region costs a few
+ * microseconds). */
+#define SW_PACK_GRAIN 4096
+
+/*
+ * Validates the stars and packs those whose ROI touches the image, in one parallel sweep of
+ * two passes over contiguous chunks of the list (one chunk per thread): pass 1 checks each star
+ * (the first bad one, in list order, is reported and nothing is packed) and counts the packed
+ * stars of each band; pass 2 writes them, band after band, each band's stars in list order
+ * (nb = 1: the list's order, as the CPU renderers need it). Band of a star: its ROI's first
+ * row, clamped to the image, divided by hb. off[0..nb] receives the bands' first packed
+ * indices, off[nb] the count.
+ */
+static sw_status pack_stars(sw_starsim *plan, const sw_stars *s, int nb, int32_t hb, int64_t *off)
+{
+    const int64_t count = s->count;
+    int nt = plan->cpu_threads;
+    if ((int64_t)nt * SW_PACK_GRAIN > count)
+        nt = (int)(count / SW_PACK_GRAIN) > 1 ? (int)(count / SW_PACK_GRAIN) : 1;
+    const int stride = SW_STARSIM_MAX_BANDS + 1; /* counts of thread t: band_count[t * stride] */
+    int64_t *cnt = plan->band_count;
+    int64_t bad = count; /* the first bad star */
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        const int t = sw_omp_thread(), team = sw_omp_threads();
+        const int64_t i0 = count * t / team, i1 = count * (t + 1) / team;
+        int64_t *c = cnt + (size_t)t * stride;
+        for (int k = 0; k < nb; k++)
+            c[k] = 0;
+        int64_t mine = count;
+        for (int64_t i = i0; i < i1; i++) {
+            if (star_bad(s, i)) {
+                mine = i;
+                break;
+            }
+            int x0, y0;
+            if (star_origin(plan, s->x[i], s->y[i], &x0, &y0))
+                c[nb > 1 ? (y0 > 0 ? y0 : 0) / hb : 0]++;
+        }
+        if (mine < count) {
+#pragma omp critical(sw_starsim_pack)
+            if (mine < bad)
+                bad = mine;
+        }
+#pragma omp barrier
+#pragma omp single
+        {
+            /* band-major offsets: band k, then thread t within it */
+            int64_t at = 0;
+            for (int k = 0; k < nb; k++) {
+                off[k] = at;
+                for (int u = 0; u < team; u++) {
+                    const int64_t n = cnt[(size_t)u * stride + k];
+                    cnt[(size_t)u * stride + k] = at;
+                    at += n;
+                }
+            }
+            off[nb] = at;
+        } /* implied barrier */
+        if (bad == count) {
+            for (int64_t i = i0; i < i1; i++) {
+                const double X = s->x[i], Y = s->y[i];
+                int x0, y0;
+                if (!star_origin(plan, X, Y, &x0, &y0))
+                    continue;
+                sw_packed_star *ps = &plan->packed[c[nb > 1 ? (y0 > 0 ? y0 : 0) / hb : 0]++];
+                ps->x0 = x0;
+                ps->y0 = y0;
+                ps->dx = (float)(X - (double)x0);
+                ps->dy = (float)(Y - (double)y0);
+                ps->flux = (float)s->flux[i];
+                ps->pad = 0.0f;
+            }
+        }
     }
-    return n;
+    if (bad < count)
+        return star_message(plan->ctx, s, bad);
+    return SW_OK;
+}
+
+/* Bands of a run into a host image by a GPU method (sw_starsim_set_bands): nb bands of *hb
+ * rows, every band at least roi_side rows. */
+static int choose_bands(const sw_starsim *plan, int32_t *hb)
+{
+    const int32_t H = plan->p.height, side = plan->p.roi_side;
+    int nb = plan->bands;
+    if (nb == 0) {
+        const double bytes = 4.0 * (double)plan->p.width * (double)H;
+        nb = (int)(bytes / (512.0 * 1024.0));
+        nb = nb < 1 ? 1 : nb > 8 ? 8 : nb;
+    }
+    if (nb > H / side)
+        nb = H / side > 1 ? H / side : 1;
+    *hb = (H + nb - 1) / nb;
+    return (H + *hb - 1) / *hb; /* rounding may leave fewer */
 }
 
 /* ------------------------------------------------------------------ CPU renderers */
@@ -343,16 +467,7 @@ static sw_status check_stars(sw_context *ctx, const sw_starsim *plan, const sw_s
                        (long long)s->count, (long long)plan->p.max_stars);
     if (s->count > 0 && (!s->x || !s->y || !s->flux))
         return sw_fail(ctx, SW_EINVAL, "star simulator: the star list has NULL arrays");
-    for (int64_t i = 0; i < s->count; i++) {
-        if (!isfinite(s->x[i]) || !isfinite(s->y[i]))
-            return sw_fail(ctx, SW_EINVAL, "star %lld: position (%g, %g) is not finite",
-                           (long long)i, s->x[i], s->y[i]);
-        if (!isfinite(s->flux[i]) || s->flux[i] < 0.0 || s->flux[i] > FLT_MAX)
-            return sw_fail(ctx, SW_EINVAL,
-                           "star %lld: flux %g e- must be finite, non-negative and at most %g",
-                           (long long)i, s->flux[i], (double)FLT_MAX);
-    }
-    return SW_OK;
+    return SW_OK; /* each star is checked as it is packed (pack_stars) */
 }
 
 static sw_status check_out(sw_context *ctx, const sw_starsim *plan, const sw_image *out)
@@ -372,9 +487,23 @@ sw_status sw_starsim_run(sw_starsim *plan, const sw_stars *stars, sw_image *out)
     if (st != SW_OK)
         return st;
 
-    const int64_t n = pack_stars(plan, stars);
-    const sw_starsim_method m = resolve(plan, n);
     const int host_out = out->memory != SW_MEM_DEVICE;
+    /* GPU methods into a host image go in bands of rows (sw_starsim_gpu_run_bands) */
+    const sw_starsim_method pm = plan->p.method;
+    const int gpu = on_cuda(plan) &&
+                    (pm == SW_STARSIM_AUTO || is_gpu_only(pm) || pm == SW_STARSIM_DETERMINISTIC);
+    int32_t hb = plan->p.height;
+    const int nb = gpu && host_out ? choose_bands(plan, &hb) : 1;
+    int64_t off[SW_STARSIM_MAX_BANDS + 1];
+#ifdef SW_HAVE_CUDA
+    /* the last run's upload may still be reading the packed stars */
+    if (on_cuda(plan) && (st = sw_starsim_gpu_wait_upload(plan)) != SW_OK)
+        return st;
+#endif
+    if ((st = pack_stars(plan, stars, nb, hb, off)) != SW_OK)
+        return st;
+    const int64_t n = off[nb];
+    const sw_starsim_method m = resolve(plan, n);
 
     if (!is_gpu_only(m) && (m != SW_STARSIM_DETERMINISTIC || !on_cuda(plan))) {
         /* CPU renderers; into a device image through a host image kept in the plan. */
@@ -392,7 +521,10 @@ sw_status sw_starsim_run(sw_starsim *plan, const sw_stars *stars, sw_image *out)
     } else {
 #ifdef SW_HAVE_CUDA
         /* GPU renderers; into a host image through the device image kept in the plan. */
-        if (host_out) {
+        if (host_out && nb > 1) {
+            if ((st = sw_starsim_gpu_run_bands(plan, plan->packed, off, nb, hb, m, out)) != SW_OK)
+                return st;
+        } else if (host_out) {
             if ((st = sw_starsim_gpu_run(plan, plan->packed, n, m, &plan->gpu_image)) != SW_OK)
                 return st;
             if ((st = sw_image_copy(ctx, &plan->gpu_image, out)) != SW_OK)
