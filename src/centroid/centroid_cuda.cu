@@ -86,7 +86,8 @@ typedef struct cg_args {
     size_t stride;         /* bytes per image row */
     int32_t width, height; /* frame size (dark / flat rows are width long) */
     int32_t nx, ny, nl, nframes;
-    double x0, y0, pitch; /* the geometry, for the pixel regions (cg_edge) */
+    int32_t iy_base, iy_end; /* the launch's lenslet rows [iy_base, iy_end) (a band, or all) */
+    double x0, y0, pitch;    /* the geometry, for the pixel regions (cg_edge) */
     int32_t window;
     int32_t lpt, ntiles; /* lenslets per tile, tiles per lenslet row */
     int32_t nitems;      /* room per block for item data in shared memory (NZ * lpt) */
@@ -130,6 +131,11 @@ typedef struct cg_gpu {
     size_t smem;                    /* dynamic shared memory per block */
     int uva;          /* unified addressing: pinned host pointers are device pointers */
     sw_event_pair ev; /* around the kernel (plan->timing) */
+    /* COPY in bands (run_bands): the frame's rows go up on `copy`, band k's arrival is
+     * band_ev[k]; `start` orders the copies after the work already queued on the context's
+     * stream (the last run's kernel reads the frame buffer). */
+    cudaStream_t copy;
+    cudaEvent_t start, band_ev[SW_CENTROID_MAX_BANDS];
 } cg_gpu;
 
 static cudaStream_t stream_of(const sw_centroid_plan *plan)
@@ -312,7 +318,7 @@ __global__ void __launch_bounds__(CG_THREADS, CG_MIN_BLOCKS) cog_kernel(const cg
 
     /* The block's lenslets and rows, from the geometry (no table on the critical path). */
     const int tile = (int)(blockIdx.x % (unsigned)a.ntiles);
-    const int iy0 = (int)(blockIdx.x / (unsigned)a.ntiles) * NZ;
+    const int iy0 = a.iy_base + (int)(blockIdx.x / (unsigned)a.ntiles) * NZ;
     const int ix0 = tile * a.lpt, ix1 = min(a.nx, ix0 + a.lpt), nlt = ix1 - ix0;
     const int tc0 = cg_edge(a.x0, a.pitch, ix0) + a.window;
     const int tc1 = cg_edge(a.x0, a.pitch, ix1) - a.window;
@@ -320,7 +326,7 @@ __global__ void __launch_bounds__(CG_THREADS, CG_MIN_BLOCKS) cog_kernel(const cg
     const int x = cbase + 4 * tx;    /* the thread's first pixel */
     const int iy = iy0 + tz;         /* the thread's lenslet row (none when >= ny) */
     int ys = 0, ye = 0;              /* its rows */
-    if (iy < a.ny) {
+    if (iy < a.iy_end) {
         ys = cg_edge(a.y0, a.pitch, iy) + a.window;
         ye = cg_edge(a.y0, a.pitch, iy + 1) - a.window;
     }
@@ -330,7 +336,7 @@ __global__ void __launch_bounds__(CG_THREADS, CG_MIN_BLOCKS) cog_kernel(const cg
      * pixels load. */
     for (int q = tid; q < nitems; q += nthreads) {
         const int z = q / nlt, iyq = iy0 + z;
-        if (iyq < a.ny) {
+        if (iyq < a.iy_end) {
             const int l = iyq * a.nx + ix0 + (q - z * nlt);
             __pipeline_memcpy_async(ksh + q, a.slope_k + l, sizeof(int32_t));
             if (a.slopes) {
@@ -395,7 +401,7 @@ __global__ void __launch_bounds__(CG_THREADS, CG_MIN_BLOCKS) cog_kernel(const cg
             for (int b = 0; b < nitems; b += ngrp) {
                 const int q = b + grp, z = q / nlt, k = q - z * nlt;
                 float v = -INFINITY;
-                if (q < nitems && iy0 + z < a.ny) {
+                if (q < nitems && iy0 + z < a.iy_end) {
                     const int c0 = cg_edge(a.x0, a.pitch, ix0 + k) + a.window - cbase;
                     const int c1 = cg_edge(a.x0, a.pitch, ix0 + k + 1) - a.window - cbase;
                     for (int c = c0 + lane; c < c1; c += gs)
@@ -469,7 +475,7 @@ __global__ void __launch_bounds__(CG_THREADS, CG_MIN_BLOCKS) cog_kernel(const cg
          * lane finishes (Eq. 7). The loop count is the same for the whole block. */
         for (int b = 0; b < nitems; b += ngrp) {
             const int q = b + grp, z = q / nlt, k = q - z * nlt, iyq = iy0 + z;
-            const bool act = q < nitems && iyq < a.ny;
+            const bool act = q < nitems && iyq < a.iy_end;
             int xs = 0, c0 = 0;
             mom_t m00 = 0, m10 = 0, m01 = 0;
             unsigned sat = 0;
@@ -1079,10 +1085,16 @@ extern "C" sw_status sw_centroid_gpu_create(sw_centroid_plan *plan)
     if (plan->lut)
         SW_TRY(upload(plan, &g->lut, plan->lut, p->type == SW_PIX_U8 ? (size_t)256 : 65536));
 
-    if (plan->path == SW_CENTROID_COPY)
+    if (plan->path == SW_CENTROID_COPY) {
         SW_CU(cudaMallocPitch(&g->frames, &g->frames_pitch,
                               (size_t)p->width * sw_pixel_size(p->type),
                               (size_t)p->max_frames * (size_t)p->height));
+        /* the bands' copy stream and events (run_bands) */
+        SW_CU(cudaStreamCreateWithFlags(&g->copy, cudaStreamNonBlocking));
+        SW_CU(cudaEventCreateWithFlags(&g->start, cudaEventDisableTiming));
+        for (int b = 0; b < SW_CENTROID_MAX_BANDS; b++)
+            SW_CU(cudaEventCreateWithFlags(&g->band_ev[b], cudaEventDisableTiming));
+    }
     const size_t n = (size_t)p->max_frames * nl, ns = (size_t)p->max_frames * 2 * plan->nslopes;
     SW_TRY(upload<float>(plan, &g->x, NULL, n));
     SW_TRY(upload<float>(plan, &g->y, NULL, n));
@@ -1164,6 +1176,48 @@ static int load_mode(const void *data, size_t stride, size_t psize)
     return CG_LOAD_BYTES;
 }
 
+/*
+ * One frame on the COPY path in nb bands: band b takes the lenslet rows [ny b / nb,
+ * ny (b + 1) / nb) and needs the pixel rows up to the last one of its last lenslet row (ye). The
+ * copy stream copies, band after band, the rows not copied yet (from the first lenslet row's ys:
+ * rows outside every region are never read) and records band_ev[b]; the context's stream waits
+ * for band_ev[b] and runs the kernel on band b's lenslet rows only (a.iy_base, a.iy_end). Each
+ * lenslet is summed by the same threads in the same order as in one launch: the same bits. The
+ * copies start after the work already queued on the context's stream (the last run's kernel
+ * may still read the frame buffer), and the context's stream, which waits for the last band,
+ * finishes after every copy.
+ */
+static sw_status run_bands(sw_centroid_plan *plan, const sw_image *frames, int nb, cg_kernel_fn k,
+                           dim3 block, cg_args a)
+{
+    cg_gpu *g = (cg_gpu *)plan->gpu;
+    cudaStream_t s = stream_of(plan);
+    const size_t row = (size_t)plan->p.width * sw_pixel_size(plan->p.type);
+    SW_CU(cudaEventRecord(g->start, s));
+    SW_CU(cudaStreamWaitEvent(g->copy, g->start, 0));
+    int32_t copied = plan->ys[0]; /* rows [ys[0], copied) are on their way */
+    for (int b = 0; b < nb; b++) {
+        const int32_t i0 = (int32_t)((int64_t)plan->ny * b / nb);
+        const int32_t i1 = (int32_t)((int64_t)plan->ny * (b + 1) / nb);
+        const int32_t need = plan->ye[i1 - 1];
+        if (need > copied) {
+            SW_CU(cudaMemcpy2DAsync(
+                (char *)g->frames + (size_t)copied * g->frames_pitch, g->frames_pitch,
+                (const char *)frames->data + (size_t)copied * frames->stride, frames->stride, row,
+                (size_t)(need - copied), cudaMemcpyHostToDevice, g->copy));
+            copied = need;
+        }
+        SW_CU(cudaEventRecord(g->band_ev[b], g->copy));
+        SW_CU(cudaStreamWaitEvent(s, g->band_ev[b], 0));
+        a.iy_base = i0;
+        a.iy_end = i1;
+        const dim3 grid((unsigned)(g->ntiles * ((i1 - i0 + g->nz - 1) / g->nz)), 1u);
+        k<<<grid, block, g->smem, s>>>(a);
+        SW_CU(cudaGetLastError());
+    }
+    return SW_OK;
+}
+
 extern "C" sw_status sw_centroid_gpu_run(sw_centroid_plan *plan, const sw_image *frames,
                                          int32_t nframes, sw_centroid_result *out)
 {
@@ -1175,13 +1229,16 @@ extern "C" sw_status sw_centroid_gpu_run(sw_centroid_plan *plan, const sw_image 
     cg_args a;
     memset(&a, 0, sizeof a);
 
-    /* Frames */
+    /* Frames (COPY in bands: the copies go with the kernels, below) */
+    const int nb =
+        plan->path == SW_CENTROID_COPY && nframes == 1 ? sw_centroid_plan_bands(plan) : 1;
     void *img = frames->data;
     size_t stride = frames->stride;
     if (plan->path == SW_CENTROID_COPY) {
-        SW_CU(cudaMemcpy2DAsync(g->frames, g->frames_pitch, frames->data, frames->stride,
-                                (size_t)p->width * psize, (size_t)nframes * (size_t)p->height,
-                                cudaMemcpyHostToDevice, s));
+        if (nb == 1)
+            SW_CU(cudaMemcpy2DAsync(g->frames, g->frames_pitch, frames->data, frames->stride,
+                                    (size_t)p->width * psize, (size_t)nframes * (size_t)p->height,
+                                    cudaMemcpyHostToDevice, s));
         img = g->frames;
         stride = g->frames_pitch;
     } else if (plan->path == SW_CENTROID_MAPPED) {
@@ -1246,6 +1303,8 @@ extern "C" sw_status sw_centroid_gpu_run(sw_centroid_plan *plan, const sw_image 
     a.ny = plan->ny;
     a.nl = plan->nl;
     a.nframes = nframes;
+    a.iy_base = 0;
+    a.iy_end = plan->ny;
     a.x0 = p->geometry.x0;
     a.y0 = p->geometry.y0;
     a.pitch = p->geometry.pitch_px;
@@ -1328,12 +1387,16 @@ extern "C" sw_status sw_centroid_gpu_run(sw_centroid_plan *plan, const sw_image 
         const cg_kernel_fn k = p->type == SW_PIX_U8    ? pick<uint8_t>(load, plan->exact)
                                : p->type == SW_PIX_U16 ? pick<uint16_t>(load, plan->exact)
                                                        : pick<float>(load, 0);
-        const int bands = (plan->ny + g->nz - 1) / g->nz;
-        const dim3 grid((unsigned)(g->ntiles * bands),
-                        (unsigned)(nframes < 65535 ? nframes : 65535));
         const dim3 block((unsigned)g->tx, (unsigned)g->r, (unsigned)g->nz);
-        k<<<grid, block, g->smem, s>>>(a);
-        SW_CU(cudaGetLastError());
+        if (nb == 1) {
+            const int bands = (plan->ny + g->nz - 1) / g->nz;
+            const dim3 grid((unsigned)(g->ntiles * bands),
+                            (unsigned)(nframes < 65535 ? nframes : 65535));
+            k<<<grid, block, g->smem, s>>>(a);
+            SW_CU(cudaGetLastError());
+        } else {
+            SW_TRY(run_bands(plan, frames, nb, k, block, a));
+        }
     }
     if (plan->timing)
         SW_CU(cudaEventRecord(g->ev.t1, s));
@@ -1405,6 +1468,15 @@ extern "C" void sw_centroid_gpu_destroy(sw_centroid_plan *plan)
     cudaFree(g->snr);
     cudaFree(g->status);
     cudaFree(g->corr);
+    if (g->copy) {
+        cudaStreamSynchronize(g->copy);
+        cudaStreamDestroy(g->copy);
+    }
+    if (g->start)
+        cudaEventDestroy(g->start);
+    for (int b = 0; b < SW_CENTROID_MAX_BANDS; b++)
+        if (g->band_ev[b])
+            cudaEventDestroy(g->band_ev[b]);
     sw_event_pair_destroy(&g->ev);
     free(g);
     plan->gpu = NULL;

@@ -75,6 +75,7 @@ struct sw_centroid_plan {
     void *gpu;
     int timing;
     double kernel_us;
+    int32_t bands; /* sw_centroid_set_bands: 0 auto, else the count asked for */
 };
 
 #ifdef SW_HAVE_CUDA
