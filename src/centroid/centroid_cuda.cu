@@ -86,7 +86,7 @@ typedef struct cg_args {
     size_t stride;         /* bytes per image row */
     int32_t width, height; /* frame size (dark / flat rows are width long) */
     int32_t nx, ny, nl, nframes;
-    int32_t iy_base, iy_end; /* the launch's lenslet rows [iy_base, iy_end) (a band, or all) */
+    int32_t iy_base, iy_end; /* the launch's lenslet rows [iy_base, iy_end) (all of them) */
     double x0, y0, pitch;    /* the geometry, for the pixel regions (cg_edge) */
     int32_t window;
     int32_t lpt, ntiles; /* lenslets per tile, tiles per lenslet row */
@@ -111,7 +111,18 @@ typedef struct cg_args {
     int gs;           /* lanes per lenslet in the finishing reductions: a power of two <= 32 */
     uint8_t *status;  /* sw_centroid_status, or NULL */
     float *xvar, *yvar, *snr; /* error bars and SNR (NaN on this path), or NULL */
+    /* COPY in bands (run_bands): band b's rows have arrived when band_flag[b] == band_mark;
+     * band b ends before lenslet row band_end[b]. band_flag NULL: the frame is all there. The
+     * last block to finish (band_done counts them) sets the flags back to 0. */
+    uint32_t *band_flag;
+    unsigned int *band_done;
+    uint32_t band_mark;
+    int32_t nbands;
+    int32_t band_end[SW_CENTROID_MAX_BANDS];
 } cg_args;
+
+/* Marks of the bands' arrival (run_bands): 1 .. CG_MARKS, one per run in turn. */
+#define CG_MARKS 255
 
 typedef struct cg_gpu {
     int32_t *col_ix, *slope_k;
@@ -131,11 +142,15 @@ typedef struct cg_gpu {
     size_t smem;                    /* dynamic shared memory per block */
     int uva;          /* unified addressing: pinned host pointers are device pointers */
     sw_event_pair ev; /* around the kernel (plan->timing) */
-    /* COPY in bands (run_bands): the frame's rows go up on `copy`, band k's arrival is
-     * band_ev[k]; `start` orders the copies after the work already queued on the context's
-     * stream (the last run's kernel reads the frame buffer). */
+    /* COPY in bands (run_bands): the frame's rows go up on `copy`, each band's followed by its
+     * flag; `start` orders the copies after the work already queued on the context's stream
+     * (the last run's kernel reads the frame buffer). */
     cudaStream_t copy;
-    cudaEvent_t start, band_ev[SW_CENTROID_MAX_BANDS];
+    cudaEvent_t start;
+    uint32_t *band_flag;     /* device, SW_CENTROID_MAX_BANDS: the mark of the band's arrival */
+    unsigned int *band_done; /* device: blocks of the banded kernel done (cleared by the last) */
+    uint32_t *marks;         /* pinned host, CG_MARKS + 1: marks[v] = v, the copies' sources */
+    uint32_t mark;           /* this run's mark */
 } cg_gpu;
 
 static cudaStream_t stream_of(const sw_centroid_plan *plan)
@@ -347,6 +362,24 @@ __global__ void __launch_bounds__(CG_THREADS, CG_MIN_BLOCKS) cog_kernel(const cg
     }
     __pipeline_commit();
 
+    /* COPY in bands: wait until the rows of the band of the block's last lenslet row are in
+     * (the bands arrive in order, so the earlier rows are too) */
+    if (a.band_flag) {
+        const int last = min(iy0 + NZ, a.iy_end) - 1;
+        int b = 0;
+        while (b < a.nbands - 1 && a.band_end[b] <= last)
+            b++;
+        if (tid == 0) {
+            while (*(const volatile uint32_t *)(a.band_flag + b) != a.band_mark) {
+#if __CUDA_ARCH__ >= 700
+                __nanosleep(128);
+#endif
+            }
+            __threadfence();
+        }
+        __syncthreads();
+    }
+
     /* mr: the thread's pixels inside the tile's columns (read by scalar loads). A whole group
      * inside the grid's columns (hence inside the image row) is read with one vector load; mv:
      * the pixels read either way (inside the image). */
@@ -521,6 +554,19 @@ __global__ void __launch_bounds__(CG_THREADS, CG_MIN_BLOCKS) cog_kernel(const cg
             }
         }
         __syncthreads(); /* shared memory is reused by the next frame */
+    }
+    /* COPY in bands: every copy of the run has arrived once all blocks are here (each waited
+     * for a flag that follows the copies before it); the last block clears the flags, so that
+     * none keeps a mark a later run could take for its own */
+    if (a.band_flag && tid == 0) {
+        __threadfence();
+        const unsigned int total = gridDim.x * gridDim.y * gridDim.z;
+        if (atomicAdd(a.band_done, 1u) == total - 1u) {
+            for (int b = 0; b < SW_CENTROID_MAX_BANDS; b++)
+                *(volatile uint32_t *)(a.band_flag + b) = 0u;
+            *(volatile unsigned int *)a.band_done = 0u;
+            __threadfence();
+        }
     }
 }
 
@@ -1089,11 +1135,17 @@ extern "C" sw_status sw_centroid_gpu_create(sw_centroid_plan *plan)
         SW_CU(cudaMallocPitch(&g->frames, &g->frames_pitch,
                               (size_t)p->width * sw_pixel_size(p->type),
                               (size_t)p->max_frames * (size_t)p->height));
-        /* the bands' copy stream and events (run_bands) */
+        /* the bands' copy stream, flags and marks (run_bands) */
         SW_CU(cudaStreamCreateWithFlags(&g->copy, cudaStreamNonBlocking));
         SW_CU(cudaEventCreateWithFlags(&g->start, cudaEventDisableTiming));
-        for (int b = 0; b < SW_CENTROID_MAX_BANDS; b++)
-            SW_CU(cudaEventCreateWithFlags(&g->band_ev[b], cudaEventDisableTiming));
+        SW_CU(cudaMalloc(&g->band_flag, SW_CENTROID_MAX_BANDS * sizeof(uint32_t)));
+        SW_CU(cudaMemsetAsync(g->band_flag, 0, SW_CENTROID_MAX_BANDS * sizeof(uint32_t),
+                              stream_of(plan)));
+        SW_CU(cudaMalloc(&g->band_done, sizeof(unsigned int)));
+        SW_CU(cudaMemsetAsync(g->band_done, 0, sizeof(unsigned int), stream_of(plan)));
+        SW_CU(cudaHostAlloc(&g->marks, (CG_MARKS + 1) * sizeof(uint32_t), cudaHostAllocDefault));
+        for (uint32_t v = 0; v <= CG_MARKS; v++)
+            g->marks[v] = v;
     }
     const size_t n = (size_t)p->max_frames * nl, ns = (size_t)p->max_frames * 2 * plan->nslopes;
     SW_TRY(upload<float>(plan, &g->x, NULL, n));
@@ -1177,43 +1229,66 @@ static int load_mode(const void *data, size_t stride, size_t psize)
 }
 
 /*
- * One frame on the COPY path in nb bands: band b takes the lenslet rows [ny b / nb,
- * ny (b + 1) / nb) and needs the pixel rows up to the last one of its last lenslet row (ye). The
- * copy stream copies, band after band, the rows not copied yet (from the first lenslet row's ys:
- * rows outside every region are never read) and records band_ev[b]; the context's stream waits
- * for band_ev[b] and runs the kernel on band b's lenslet rows only (a.iy_base, a.iy_end). Each
- * lenslet is summed by the same threads in the same order as in one launch: the same bits. The
- * copies start after the work already queued on the context's stream (the last run's kernel
- * may still read the frame buffer), and the context's stream, which waits for the last band,
- * finishes after every copy.
+ * One frame on the COPY path in nb bands, one kernel. Band b takes the lenslet rows
+ * [band_end[b - 1], band_end[b]) (band_end[b] = ny (b + 1) / nb) and needs the pixel rows up to
+ * the last one of its last lenslet row (ye). The plan's copy stream copies, band after band, the
+ * rows not copied yet (from the first lenslet row's ys: rows outside every region are never
+ * read), each followed by a 4-byte copy that sets band_flag[b] to this run's mark (a value from
+ * the plan's pinned table of marks, never written after create, so that no copy still queued
+ * can read a later run's mark). The kernel is launched once band 0 is queued, without waiting
+ * for anything; each block polls the flag of its last lenslet row's band before it reads a
+ * pixel. Both copies are done by the copy engine, so a block that polls never stands in the
+ * way of the data it waits for; the last block to finish clears the flags (a run whose kernel
+ * did not run leaves its band 0 flag at its mark, which the next run does not use). The copies
+ * start after the work already queued on the context's stream (`start`: the last run's kernel reads
+ * the frame buffer); the kernel, on that stream, ends after every copy. Each lenslet is summed by
+ * the same threads in the same order as without bands: the same bits.
  */
+static sw_status copy_band_rows(sw_centroid_plan *plan, const sw_image *frames, int32_t *copied,
+                                int32_t need, int b, uint32_t mark)
+{
+    cg_gpu *g = (cg_gpu *)plan->gpu;
+    const size_t row = (size_t)plan->p.width * sw_pixel_size(plan->p.type);
+    if (need > *copied) {
+        SW_CU(cudaMemcpy2DAsync(
+            (char *)g->frames + (size_t)*copied * g->frames_pitch, g->frames_pitch,
+            (const char *)frames->data + (size_t)*copied * frames->stride, frames->stride, row,
+            (size_t)(need - *copied), cudaMemcpyHostToDevice, g->copy));
+        *copied = need;
+    }
+    SW_CU(cudaMemcpyAsync(g->band_flag + b, g->marks + mark, sizeof(uint32_t),
+                          cudaMemcpyHostToDevice, g->copy));
+    return SW_OK;
+}
+
 static sw_status run_bands(sw_centroid_plan *plan, const sw_image *frames, int nb, cg_kernel_fn k,
-                           dim3 block, cg_args a)
+                           dim3 grid, dim3 block, cg_args a)
 {
     cg_gpu *g = (cg_gpu *)plan->gpu;
     cudaStream_t s = stream_of(plan);
-    const size_t row = (size_t)plan->p.width * sw_pixel_size(plan->p.type);
+    g->mark = g->mark % CG_MARKS + 1; /* 1 .. CG_MARKS: never the flags' initial 0 */
+    a.band_flag = g->band_flag;
+    a.band_done = g->band_done;
+    a.band_mark = g->mark;
+    a.nbands = nb;
+    for (int b = 0; b < nb; b++)
+        a.band_end[b] = (int32_t)((int64_t)plan->ny * (b + 1) / nb);
     SW_CU(cudaEventRecord(g->start, s));
     SW_CU(cudaStreamWaitEvent(g->copy, g->start, 0));
     int32_t copied = plan->ys[0]; /* rows [ys[0], copied) are on their way */
-    for (int b = 0; b < nb; b++) {
-        const int32_t i0 = (int32_t)((int64_t)plan->ny * b / nb);
-        const int32_t i1 = (int32_t)((int64_t)plan->ny * (b + 1) / nb);
-        const int32_t need = plan->ye[i1 - 1];
-        if (need > copied) {
-            SW_CU(cudaMemcpy2DAsync(
-                (char *)g->frames + (size_t)copied * g->frames_pitch, g->frames_pitch,
-                (const char *)frames->data + (size_t)copied * frames->stride, frames->stride, row,
-                (size_t)(need - copied), cudaMemcpyHostToDevice, g->copy));
-            copied = need;
-        }
-        SW_CU(cudaEventRecord(g->band_ev[b], g->copy));
-        SW_CU(cudaStreamWaitEvent(s, g->band_ev[b], 0));
-        a.iy_base = i0;
-        a.iy_end = i1;
-        const dim3 grid((unsigned)(g->ntiles * ((i1 - i0 + g->nz - 1) / g->nz)), 1u);
-        k<<<grid, block, g->smem, s>>>(a);
-        SW_CU(cudaGetLastError());
+    SW_TRY(copy_band_rows(plan, frames, &copied, plan->ye[a.band_end[0] - 1], 0, g->mark));
+    k<<<grid, block, g->smem, s>>>(a);
+    SW_CU(cudaGetLastError());
+    sw_status st = SW_OK;
+    for (int b = 1; b < nb && st == SW_OK; b++)
+        st = copy_band_rows(plan, frames, &copied, plan->ye[a.band_end[b] - 1], b, g->mark);
+    if (st != SW_OK) {
+        /* the kernel must not wait for ever: mark every band (the run has failed anyway) */
+        for (int b = 1; b < nb; b++)
+            cudaMemcpyAsync(g->band_flag + b, g->marks + g->mark, sizeof(uint32_t),
+                            cudaMemcpyHostToDevice, g->copy);
+        cudaStreamSynchronize(s);
+        return st;
     }
     return SW_OK;
 }
@@ -1387,15 +1462,15 @@ extern "C" sw_status sw_centroid_gpu_run(sw_centroid_plan *plan, const sw_image 
         const cg_kernel_fn k = p->type == SW_PIX_U8    ? pick<uint8_t>(load, plan->exact)
                                : p->type == SW_PIX_U16 ? pick<uint16_t>(load, plan->exact)
                                                        : pick<float>(load, 0);
+        const int bands = (plan->ny + g->nz - 1) / g->nz;
+        const dim3 grid((unsigned)(g->ntiles * bands),
+                        (unsigned)(nframes < 65535 ? nframes : 65535));
         const dim3 block((unsigned)g->tx, (unsigned)g->r, (unsigned)g->nz);
         if (nb == 1) {
-            const int bands = (plan->ny + g->nz - 1) / g->nz;
-            const dim3 grid((unsigned)(g->ntiles * bands),
-                            (unsigned)(nframes < 65535 ? nframes : 65535));
             k<<<grid, block, g->smem, s>>>(a);
             SW_CU(cudaGetLastError());
         } else {
-            SW_TRY(run_bands(plan, frames, nb, k, block, a));
+            SW_TRY(run_bands(plan, frames, nb, k, grid, block, a));
         }
     }
     if (plan->timing)
@@ -1474,9 +1549,10 @@ extern "C" void sw_centroid_gpu_destroy(sw_centroid_plan *plan)
     }
     if (g->start)
         cudaEventDestroy(g->start);
-    for (int b = 0; b < SW_CENTROID_MAX_BANDS; b++)
-        if (g->band_ev[b])
-            cudaEventDestroy(g->band_ev[b]);
+    cudaFree(g->band_flag);
+    cudaFree(g->band_done);
+    if (g->marks)
+        cudaFreeHost(g->marks);
     sw_event_pair_destroy(&g->ev);
     free(g);
     plan->gpu = NULL;

@@ -23,6 +23,7 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -171,10 +172,11 @@ sw_status sw_starsim_create(sw_context *ctx, const sw_starsim_params *p, sw_star
         plan->packed = malloc(packed_bytes);
     plan->band_count =
         malloc((size_t)plan->cpu_threads * (SW_STARSIM_MAX_BANDS + 1) * sizeof *plan->band_count);
+    plan->band_id = malloc((size_t)p->max_stars);
     size_t nw;
     if (!sw_mul_ok((size_t)plan->cpu_threads * 2u, (size_t)p->roi_side, &nw) ||
         !sw_mul_ok(nw, sizeof(double), &nw) || !(plan->cpu_w = malloc(nw)) || !plan->packed ||
-        !plan->band_count) {
+        !plan->band_count || !plan->band_id) {
         sw_starsim_destroy(plan);
         return sw_fail(ctx, SW_ENOMEM, "star simulator: out of memory for %lld stars",
                        (long long)p->max_stars);
@@ -207,6 +209,7 @@ void sw_starsim_destroy(sw_starsim *plan)
     sw_image_free(&plan->host_image);
     sw_host_free(plan->packed, plan->packed_pinned);
     free(plan->band_count);
+    free(plan->band_id);
     free(plan->cpu_w);
     free(plan);
 }
@@ -345,6 +348,152 @@ static sw_status pack_stars(sw_starsim *plan, const sw_stars *s, int nb, int32_t
         return star_message(plan->ctx, s, bad);
     return SW_OK;
 }
+
+#ifdef SW_HAVE_CUDA
+/*
+ * A GPU run into a host image in nb > 1 bands of hb rows (sim_internal.h,
+ * sw_starsim_gpu_bands_begin), with the packing pipelined behind the GPU. Threads 1.. (the
+ * workers) own contiguous chunks of the list; thread 0 packs nothing when there are workers.
+ * Pass 1 (workers): check each star, note its band (band_id, 255 when its ROI misses the
+ * image) and count the bands; DETERMINISTIC: add up the fluxes as packed. Then one thread
+ * reports the first bad star (list order) or a total flux beyond the fixed point, or places
+ * the bands (band-major, each band's stars in list order: workers in order), resolves AUTO and
+ * starts the GPU run, before anything is queued. Pass 2: the workers pack band 0 and count
+ * themselves done on it (done[0]), then band 1, ...; thread 0 waits for each band's count and
+ * queues it (upload, rendering, rows back), so band b + 1 is packed while band b is on the bus.
+ * With one thread, it packs a band and queues it in turn. *m and *n: the method and the stars
+ * packed.
+ */
+static sw_status run_bands(sw_starsim *plan, const sw_stars *s, int nb, int32_t hb, sw_image *out,
+                           sw_starsim_method *m, int64_t *n)
+{
+    const int64_t count = s->count;
+    const int32_t H = plan->p.height;
+    int nt = plan->cpu_threads;
+    if ((int64_t)(nt - 1) * SW_PACK_GRAIN > count)
+        nt = (int)(count / SW_PACK_GRAIN) + 1; /* at least 1 worker's worth per worker */
+    if (nt < 1)
+        nt = 1;
+    const int stride = SW_STARSIM_MAX_BANDS + 1;
+    const int det = plan->p.method == SW_STARSIM_DETERMINISTIC;
+    int64_t *cnt = plan->band_count;
+    uint8_t *bid = plan->band_id;
+    int64_t off[SW_STARSIM_MAX_BANDS + 1];
+    double *flux = plan->cpu_w; /* per worker partial sums (cpu_threads x 2 roi_side doubles) */
+    atomic_int done[SW_STARSIM_MAX_BANDS];
+    for (int k = 0; k < SW_STARSIM_MAX_BANDS; k++)
+        atomic_init(&done[k], 0);
+    int64_t bad = count;
+    int refused = 0;
+    sw_status st = SW_OK;
+    sw_starsim_method used = SW_STARSIM_AUTO;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        const int t = sw_omp_thread(), team = sw_omp_threads();
+        const int nw = team > 1 ? team - 1 : 1, w = team > 1 ? t - 1 : 0; /* w < 0: no chunk */
+        const int64_t i0 = w >= 0 ? count * w / nw : 0, i1 = w >= 0 ? count * (w + 1) / nw : 0;
+        int64_t *c = cnt + (size_t)(w >= 0 ? w : 0) * stride;
+        if (w >= 0) {
+            for (int k = 0; k < nb; k++)
+                c[k] = 0;
+            double total = 0.0;
+            int64_t mine = count;
+            for (int64_t i = i0; i < i1; i++) {
+                if (star_bad(s, i)) {
+                    mine = i;
+                    break;
+                }
+                int x0, y0;
+                if (star_origin(plan, s->x[i], s->y[i], &x0, &y0)) {
+                    const int k = (y0 > 0 ? y0 : 0) / hb;
+                    bid[i] = (uint8_t)k;
+                    c[k]++;
+                    if (det)
+                        total += (double)(float)s->flux[i];
+                } else {
+                    bid[i] = 255;
+                }
+            }
+            flux[w] = total;
+            if (mine < count) {
+#pragma omp critical(sw_starsim_pack)
+                if (mine < bad)
+                    bad = mine;
+            }
+        }
+#pragma omp barrier
+#pragma omp single
+        {
+            if (bad == count) {
+                int64_t at = 0;
+                for (int k = 0; k < nb; k++) {
+                    off[k] = at;
+                    for (int u = 0; u < nw; u++) {
+                        const int64_t q = cnt[(size_t)u * stride + k];
+                        cnt[(size_t)u * stride + k] = at;
+                        at += q;
+                    }
+                }
+                off[nb] = at;
+                double total = 0.0;
+                for (int u = 0; u < nw; u++)
+                    total += flux[u];
+                if (det && !(total < SW_STARSIM_DETERMINISTIC_MAX_FLUX)) {
+                    refused = 1;
+                    st = sw_fail(plan->ctx, SW_ERANGE,
+                                 "star simulator: the deterministic method sums in fixed point and "
+                                 "takes at most %g e- per run; these stars carry %g e-",
+                                 SW_STARSIM_DETERMINISTIC_MAX_FLUX, total);
+                } else {
+                    used = resolve(plan, at);
+                    st = sw_starsim_gpu_bands_begin(plan, used);
+                    refused = st != SW_OK;
+                }
+            }
+        } /* implied barrier */
+        if (bad == count && !refused) {
+            for (int k = 0; k < nb; k++) {
+                if (w >= 0) {
+                    for (int64_t i = i0; i < i1; i++) {
+                        if (bid[i] != (uint8_t)k)
+                            continue;
+                        const double X = s->x[i], Y = s->y[i];
+                        const int x0 = sw_roi_origin(X, plan->p.roi_side);
+                        const int y0 = sw_roi_origin(Y, plan->p.roi_side);
+                        sw_packed_star *ps = &plan->packed[c[k]++];
+                        ps->x0 = x0;
+                        ps->y0 = y0;
+                        ps->dx = (float)(X - (double)x0);
+                        ps->dy = (float)(Y - (double)y0);
+                        ps->flux = (float)s->flux[i];
+                        ps->pad = 0.0f;
+                    }
+                    atomic_fetch_add_explicit(&done[k], 1, memory_order_release);
+                }
+                if (t == 0) {
+                    while (atomic_load_explicit(&done[k], memory_order_acquire) < nw)
+                        ;
+                    if (st == SW_OK)
+                        st = sw_starsim_gpu_band(plan, k, plan->packed, off[k], off[k + 1] - off[k],
+                                                 k * hb, (k + 1) * hb < H ? (k + 1) * hb : H, used,
+                                                 out);
+                }
+            }
+        }
+    }
+    if (bad < count)
+        return star_message(plan->ctx, s, bad);
+    if (refused)
+        return st;
+    /* queued so far: wait for it even after a failure (the packed list stays in use) */
+    const sw_status st2 = sw_starsim_gpu_bands_end(plan);
+    if (st != SW_OK)
+        return st;
+    *m = used;
+    *n = off[nb];
+    return st2;
+}
+#endif
 
 /* Bands of a run into a host image by a GPU method (sw_starsim_set_bands): nb bands of *hb
  * rows, every band at least roi_side rows. */
@@ -499,8 +648,17 @@ sw_status sw_starsim_run(sw_starsim *plan, const sw_stars *stars, sw_image *out)
     /* the last run's upload may still be reading the packed stars */
     if (on_cuda(plan) && (st = sw_starsim_gpu_wait_upload(plan)) != SW_OK)
         return st;
+    if (nb > 1) {
+        sw_starsim_method mb = SW_STARSIM_AUTO;
+        int64_t nbs = 0;
+        if ((st = run_bands(plan, stars, nb, hb, out, &mb, &nbs)) != SW_OK)
+            return st;
+        plan->used = mb;
+        plan->rendered = nbs;
+        return SW_OK;
+    }
 #endif
-    if ((st = pack_stars(plan, stars, nb, hb, off)) != SW_OK)
+    if ((st = pack_stars(plan, stars, 1, hb, off)) != SW_OK)
         return st;
     const int64_t n = off[nb];
     const sw_starsim_method m = resolve(plan, n);
@@ -521,10 +679,7 @@ sw_status sw_starsim_run(sw_starsim *plan, const sw_stars *stars, sw_image *out)
     } else {
 #ifdef SW_HAVE_CUDA
         /* GPU renderers; into a host image through the device image kept in the plan. */
-        if (host_out && nb > 1) {
-            if ((st = sw_starsim_gpu_run_bands(plan, plan->packed, off, nb, hb, m, out)) != SW_OK)
-                return st;
-        } else if (host_out) {
+        if (host_out) {
             if ((st = sw_starsim_gpu_run(plan, plan->packed, n, m, &plan->gpu_image)) != SW_OK)
                 return st;
             if ((st = sw_image_copy(ctx, &plan->gpu_image, out)) != SW_OK)

@@ -512,66 +512,70 @@ extern "C" sw_status sw_starsim_gpu_run(sw_starsim *plan, const sw_packed_star *
 
 /*
  * The banded pipeline (sim_internal.h). Streams: up (star uploads), the context's stream
- * (clearing, rendering), down (rows back). Per band k: up copies its stars and records
- * up_done[k]; the context's stream waits for it, renders them (DETERMINISTIC: then turns band k's
- * rows into floats) and records rendered[k]; down waits for that and copies band k's rows. The
- * upload of band k + 1 is queued before band k's rendering, so that the stars stay ahead. All
+ * (clearing, rendering), down (rows back). Per band b: up copies its stars and records
+ * up_done[b]; the context's stream waits for it, renders them (DETERMINISTIC: then turns band b's
+ * rows into floats) and records rendered[b]; down waits for that and copies band b's rows. All
  * three streams start after the work already queued on the context's stream (`start`), and the
- * run returns when down has copied the last band (which follows every rendering).
+ * run returns when down has copied the last band (which follows every rendering). The events
+ * around the renderings (sw_starsim_render_us) include the waits for the uploads.
  */
-extern "C" sw_status sw_starsim_gpu_run_bands(sw_starsim *plan, const sw_packed_star *stars,
-                                              const int64_t *off, int nb, int32_t hb,
-                                              sw_starsim_method method, sw_image *out)
+extern "C" sw_status sw_starsim_gpu_bands_begin(sw_starsim *plan, sw_starsim_method method)
 {
     starsim_gpu *g = (starsim_gpu *)plan->gpu;
     cudaStream_t s = stream_of(plan);
     sw_image *img = &plan->gpu_image;
-    const int32_t H = img->height;
-    const size_t row = (size_t)img->width * sizeof(float);
-    if (nb < 1 || nb > SW_STARSIM_MAX_BANDS)
-        return sw_fail(plan->ctx, SW_EINTERNAL, "star simulator: %d bands", nb);
-    SW_TRY(check_deterministic(plan, g, stars, off[nb], method));
+    if (method == SW_STARSIM_DETERMINISTIC && !g->acc)
+        return sw_fail(plan->ctx, SW_EINVAL,
+                       "star simulator: this plan was not made for the deterministic method");
     SW_CU(cudaSetDevice(plan->ctx->device));
     SW_CU(cudaEventRecord(g->start, s));
     SW_CU(cudaStreamWaitEvent(g->up, g->start, 0));
     SW_CU(cudaStreamWaitEvent(g->down, g->start, 0));
-    SW_CU(cudaMemset2DAsync(img->data, img->stride, 0, row, (size_t)H, s));
+    SW_CU(cudaMemset2DAsync(img->data, img->stride, 0, (size_t)img->width * sizeof(float),
+                            (size_t)img->height, s));
     if (method == SW_STARSIM_DETERMINISTIC)
-        SW_CU(cudaMemsetAsync(g->acc, 0, (size_t)img->width * (size_t)H * sizeof *g->acc, s));
-    for (int k = 0; k <= nb; k++) {
-        /* upload band k (one ahead of the rendering of band k - 1) */
-        if (k < nb && off[k + 1] > off[k]) {
-            SW_CU(cudaMemcpyAsync(g->stars + off[k], stars + off[k],
-                                  (size_t)(off[k + 1] - off[k]) * sizeof *stars,
-                                  cudaMemcpyHostToDevice, g->up));
-            SW_CU(cudaEventRecord(g->up_done[k], g->up));
-        }
-        if (k == 0)
-            continue;
-        const int b = k - 1; /* render band b and copy its rows */
-        const int64_t n = off[b + 1] - off[b];
-        if (b == 0)
-            SW_CU(cudaEventRecord(g->ev.t0, s));
-        if (n > 0) {
-            SW_CU(cudaStreamWaitEvent(s, g->up_done[b], 0));
-            SW_TRY(launch(plan, g, g->stars + off[b], n, method, img));
-        }
-        const int32_t y0 = b * hb, y1 = (b + 1) * hb < H ? (b + 1) * hb : H;
-        if (method == SW_STARSIM_DETERMINISTIC) {
-            const int rows = y1 - y0;
-            dim3 grid((unsigned)((img->width + 255) / 256), (unsigned)(rows < 1024 ? rows : 1024));
-            fixed_to_float_kernel<<<grid, 256, 0, s>>>(g->acc, (float *)img->data, img->stride,
-                                                       img->width, y0, y1);
-            SW_CU(cudaGetLastError());
-        }
-        if (b == nb - 1)
-            SW_CU(cudaEventRecord(g->ev.t1, s));
-        SW_CU(cudaEventRecord(g->rendered[b], s));
-        SW_CU(cudaStreamWaitEvent(g->down, g->rendered[b], 0));
-        SW_CU(cudaMemcpy2DAsync((char *)out->data + (size_t)y0 * out->stride, out->stride,
-                                (const char *)img->data + (size_t)y0 * img->stride, img->stride,
-                                row, (size_t)(y1 - y0), cudaMemcpyDeviceToHost, g->down));
+        SW_CU(cudaMemsetAsync(g->acc, 0, (size_t)img->width * (size_t)img->height * sizeof *g->acc,
+                              s));
+    SW_CU(cudaEventRecord(g->ev.t0, s));
+    return SW_OK;
+}
+
+extern "C" sw_status sw_starsim_gpu_band(sw_starsim *plan, int b, const sw_packed_star *stars,
+                                         int64_t first, int64_t n, int32_t y0, int32_t y1,
+                                         sw_starsim_method method, sw_image *out)
+{
+    starsim_gpu *g = (starsim_gpu *)plan->gpu;
+    cudaStream_t s = stream_of(plan);
+    sw_image *img = &plan->gpu_image;
+    if (b < 0 || b >= SW_STARSIM_MAX_BANDS)
+        return sw_fail(plan->ctx, SW_EINTERNAL, "star simulator: band %d", b);
+    if (n > 0) {
+        SW_CU(cudaMemcpyAsync(g->stars + first, stars + first, (size_t)n * sizeof *stars,
+                              cudaMemcpyHostToDevice, g->up));
+        SW_CU(cudaEventRecord(g->up_done[b], g->up));
+        SW_CU(cudaStreamWaitEvent(s, g->up_done[b], 0));
+        SW_TRY(launch(plan, g, g->stars + first, n, method, img));
     }
+    if (method == SW_STARSIM_DETERMINISTIC) {
+        const int rows = y1 - y0;
+        dim3 grid((unsigned)((img->width + 255) / 256), (unsigned)(rows < 1024 ? rows : 1024));
+        fixed_to_float_kernel<<<grid, 256, 0, s>>>(g->acc, (float *)img->data, img->stride,
+                                                   img->width, y0, y1);
+        SW_CU(cudaGetLastError());
+    }
+    SW_CU(cudaEventRecord(g->rendered[b], s));
+    SW_CU(cudaStreamWaitEvent(g->down, g->rendered[b], 0));
+    SW_CU(cudaMemcpy2DAsync((char *)out->data + (size_t)y0 * out->stride, out->stride,
+                            (const char *)img->data + (size_t)y0 * img->stride, img->stride,
+                            (size_t)img->width * sizeof(float), (size_t)(y1 - y0),
+                            cudaMemcpyDeviceToHost, g->down));
+    return SW_OK;
+}
+
+extern "C" sw_status sw_starsim_gpu_bands_end(sw_starsim *plan)
+{
+    starsim_gpu *g = (starsim_gpu *)plan->gpu;
+    SW_CU(cudaEventRecord(g->ev.t1, stream_of(plan)));
     g->timed = 1;
     SW_CU(cudaEventRecord(g->uploaded, g->up));
     g->upload_pending = 1;

@@ -925,7 +925,8 @@ static void test_saturation(void **state)
 
 /*
  * COPY runs in bands of lenslet rows (sw_centroid_set_bands): the frame's rows copied band by
- * band on a stream of their own, each band's kernel on its lenslet rows only. Against the whole
+ * band on a stream of their own, each band's lenslets summed once its flag says its rows are in
+ * (one kernel). Against the whole
  * frame (one band): the same bits in every array, for band counts that do not divide the
  * lenslet rows, more bands than rows (clamped), windows (rows between regions never copied),
  * non-integer origins and pitches, frames taller than the grid, exact and conditioned plans

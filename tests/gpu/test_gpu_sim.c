@@ -282,9 +282,9 @@ static void test_banded_host_output(void **state)
     p.height = 383;
     p.roi_side = 13; /* 383 / 13 = 29 bands at most */
     p.sigma = 1.5;
-    p.max_stars = 6000;
+    p.max_stars = 30000;
     sw_stars a, b;
-    random_stars(&a, 6000, p.width, p.height, 31);
+    random_stars(&a, 30000, p.width, p.height, 31); /* packed by several threads */
     random_stars(&b, 4000, p.width, p.height, 32);
     for (int64_t i = 0; i < 1000; i++) /* b: nothing in the top half (empty bands) */
         b.y[i] = 0.6 * p.height + 0.3 * p.height * (double)i / 1000.0;
@@ -328,6 +328,28 @@ static void test_banded_host_output(void **state)
                 }
             }
         }
+        /* refused before anything is written: a bad star late in the list (the first one is
+         * named), and (DETERMINISTIC) more flux than the fixed point holds */
+        assert_int_equal(sw_starsim_set_bands(plan, 4), SW_OK);
+        assert_int_equal(sw_image_copy(gpu, &ra, &pinned), SW_OK);
+        a.flux[29000] = -1.0;
+        a.y[21000] = NAN;
+        assert_int_equal(sw_starsim_run(plan, &a, &pinned), SW_EINVAL);
+        assert_non_null(strstr(sw_context_error(gpu), "star 21000:"));
+        a.y[21000] = 100.0;
+        assert_int_equal(sw_starsim_run(plan, &a, &pinned), SW_EINVAL);
+        assert_non_null(strstr(sw_context_error(gpu), "star 29000:"));
+        a.flux[29000] = 100.0;
+        if (ms[k] == SW_STARSIM_DETERMINISTIC) {
+            const double f0 = a.flux[0], x0 = a.x[0], y0 = a.y[0];
+            a.flux[0] = 1e14; /* with the others' flux, past the limit */
+            a.x[0] = a.y[0] = 100.0;
+            assert_int_equal(sw_starsim_run(plan, &a, &pinned), SW_ERANGE);
+            a.flux[0] = f0;
+            a.x[0] = x0;
+            a.y[0] = y0;
+        }
+        assert_true(sw_image_equal(&pinned, &ra));
         sw_image_free(&ra);
         sw_image_free(&rb);
         sw_image_free(&pinned);
