@@ -355,10 +355,10 @@ static sw_status pack_stars(sw_starsim *plan, const sw_stars *s, int nb, int32_t
  * sw_starsim_gpu_bands_begin), with the packing pipelined behind the GPU. Threads 1.. (the
  * workers) own contiguous chunks of the list; thread 0 packs nothing when there are workers.
  * Pass 1 (workers): check each star, note its band (band_id, 255 when its ROI misses the
- * image) and count the bands; DETERMINISTIC: add up the fluxes as packed. Then one thread
- * reports the first bad star (list order) or a total flux beyond the fixed point, or places
- * the bands (band-major, each band's stars in list order: workers in order), resolves AUTO and
- * starts the GPU run, before anything is queued. Pass 2: the workers pack band 0 and count
+ * image) and count the bands; DETERMINISTIC: add up the fluxes as packed. Then thread 0
+ * reports the first bad star (list order) or a total flux beyond the fixed point, or places the
+ * bands (band-major, each band's stars in list order: workers in order), resolves AUTO and
+ * starts the GPU run; nothing is queued before. Pass 2: the workers pack band 0 and count
  * themselves done on it (done[0]), then band 1, ...; thread 0 waits for each band's count and
  * queues it (upload, rendering, rows back), so band b + 1 is packed while band b is on the bus.
  * With one thread, it packs a band and queues it in turn. *m and *n: the method and the stars
@@ -422,7 +422,7 @@ static sw_status run_bands(sw_starsim *plan, const sw_stars *s, int nb, int32_t 
             }
         }
 #pragma omp barrier
-#pragma omp single
+#pragma omp master
         {
             if (bad == count) {
                 int64_t at = 0;
@@ -450,7 +450,8 @@ static sw_status run_bands(sw_starsim *plan, const sw_stars *s, int nb, int32_t 
                     refused = st != SW_OK;
                 }
             }
-        } /* implied barrier */
+        }
+#pragma omp barrier
         if (bad == count && !refused) {
             for (int k = 0; k < nb; k++) {
                 if (w >= 0) {
