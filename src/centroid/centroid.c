@@ -629,11 +629,11 @@ int32_t sw_centroid_plan_bands(const sw_centroid_plan *plan)
         return 1;
     int32_t n = plan->bands;
     if (n == 0) {
-        /* one band per 256 KiB of frame, rounded: the copy of a band (~5 us over PCIe 5) about
-         * as long as issuing it and its kernel */
+        /* one band per 128 KiB of frame, rounded, at most 4: a band's copy (2.5-5 us over
+         * PCIe 5) at least as long as queuing it (two copies), so the copy engine never waits */
         const double bytes =
             (double)plan->p.width * (double)plan->p.height * (double)sw_pixel_size(plan->p.type);
-        n = (int32_t)(bytes / (256.0 * 1024.0) + 0.5);
+        n = (int32_t)(bytes / (128.0 * 1024.0) + 0.5);
         n = n < 1 ? 1 : n > 4 ? 4 : n;
     }
     return n < plan->ny ? n : plan->ny;
