@@ -237,6 +237,15 @@ int64_t sw_starsim_rendered(const sw_starsim *plan)
 
 /* ------------------------------------------------------------------ packing */
 
+/* sw_roi_origin (psf.h) for |pos| well inside int: the same floor of the same double, taken by
+ * truncation and a correction instead of a call to floor (not inlined without SSE4.1). */
+static inline int roi_origin(double pos, int side)
+{
+    const double v = pos - 0.5 * (double)(side - 1) + 0.5;
+    const int i = (int)v; /* towards zero */
+    return i - (v < (double)i);
+}
+
 /* The ROI origin of a star at (X, Y) when its ROI touches the image (sim_internal.h: x0 =
  * sw_roi_origin(X, side)); 0 when it misses (skipped). The star has been validated (finite). */
 static inline int star_origin(const sw_starsim *plan, double X, double Y, int *x0, int *y0)
@@ -247,8 +256,8 @@ static inline int star_origin(const sw_starsim *plan, double X, double Y, int *x
     if (X < -(double)side - 1.0 || X > w + (double)side || Y < -(double)side - 1.0 ||
         Y > h + (double)side)
         return 0;
-    *x0 = sw_roi_origin(X, side);
-    *y0 = sw_roi_origin(Y, side);
+    *x0 = roi_origin(X, side); /* |X|, |Y| < the image's size + side + 1: inside int */
+    *y0 = roi_origin(Y, side);
     return !(*x0 + side <= 0 || *x0 >= plan->p.width || *y0 + side <= 0 || *y0 >= plan->p.height);
 }
 
@@ -459,8 +468,8 @@ static sw_status run_bands(sw_starsim *plan, const sw_stars *s, int nb, int32_t 
                         if (bid[i] != (uint8_t)k)
                             continue;
                         const double X = s->x[i], Y = s->y[i];
-                        const int x0 = sw_roi_origin(X, plan->p.roi_side);
-                        const int y0 = sw_roi_origin(Y, plan->p.roi_side);
+                        const int x0 = roi_origin(X, plan->p.roi_side);
+                        const int y0 = roi_origin(Y, plan->p.roi_side);
                         sw_packed_star *ps = &plan->packed[c[k]++];
                         ps->x0 = x0;
                         ps->y0 = y0;
