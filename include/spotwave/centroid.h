@@ -371,7 +371,7 @@ double sw_centroid_kernel_us(const sw_centroid_plan *plan);
  * Bands of a COPY run (single-frame runs of plans on the fast CoG path; other runs take the whole
  * frame): the lenslet rows are split into n bands of about equal counts; band k's pixel rows are
  * copied on a stream of the plan's own, each band followed by a flag in device memory, and the
- * kernel, launched once band 0 is on its way, sums band k's lenslets as soon as band k's flag is
+ * kernel, launched once the copies are queued, sums band k's lenslets as soon as band k's flag is
  * set, so the copy of the frame overlaps the kernel and the results it writes. 0 (default): chosen
  * from the frame's bytes, one band per 128 KiB rounded, 1 to 4; 1: the whole frame copied, then one
  * kernel; n: n bands (at most the lenslet rows). The results are the same bits for any n.

@@ -1235,12 +1235,14 @@ static int load_mode(const void *data, size_t stride, size_t psize)
  * rows not copied yet (from the first lenslet row's ys: rows outside every region are never
  * read), each followed by a 4-byte copy that sets band_flag[b] to this run's mark (a value from
  * the plan's pinned table of marks, never written after create, so that no copy still queued
- * can read a later run's mark). The kernel is launched once band 0 is queued, without waiting
- * for anything; each block polls the flag of its last lenslet row's band before it reads a
- * pixel. Both copies are done by the copy engine, so a block that polls never stands in the
- * way of the data it waits for; the last block to finish clears the flags (a run whose kernel
- * did not run leaves its band 0 flag at its mark, which the next run does not use). The copies
- * start after the work already queued on the context's stream (`start`: the last run's kernel reads
+ * can read a later run's mark). The kernel is launched once every copy is queued (about 2 us of
+ * host time a band, less than a band's copy; and a launch that blocks the host until the kernel
+ * has finished, CUDA_LAUNCH_BLOCKING or a tool that serialises the work, still finds them
+ * queued); it waits for nothing, and each block polls the flag of its last lenslet row's band
+ * before it reads a pixel. Both copies are done by the copy engine, so a block that polls never
+ * stands in the way of the data it waits for; the last block to finish clears the flags (a run
+ * whose kernel did not run leaves its marks, which the next run does not use). The copies start
+ * after the work already queued on the context's stream (`start`: the last run's kernel reads
  * the frame buffer); the kernel, on that stream, ends after every copy. Each lenslet is summed by
  * the same threads in the same order as without bands: the same bits.
  */
@@ -1276,20 +1278,10 @@ static sw_status run_bands(sw_centroid_plan *plan, const sw_image *frames, int n
     SW_CU(cudaEventRecord(g->start, s));
     SW_CU(cudaStreamWaitEvent(g->copy, g->start, 0));
     int32_t copied = plan->ys[0]; /* rows [ys[0], copied) are on their way */
-    SW_TRY(copy_band_rows(plan, frames, &copied, plan->ye[a.band_end[0] - 1], 0, g->mark));
+    for (int b = 0; b < nb; b++)
+        SW_TRY(copy_band_rows(plan, frames, &copied, plan->ye[a.band_end[b] - 1], b, g->mark));
     k<<<grid, block, g->smem, s>>>(a);
     SW_CU(cudaGetLastError());
-    sw_status st = SW_OK;
-    for (int b = 1; b < nb && st == SW_OK; b++)
-        st = copy_band_rows(plan, frames, &copied, plan->ye[a.band_end[b] - 1], b, g->mark);
-    if (st != SW_OK) {
-        /* the kernel must not wait for ever: mark every band (the run has failed anyway) */
-        for (int b = 1; b < nb; b++)
-            cudaMemcpyAsync(g->band_flag + b, g->marks + g->mark, sizeof(uint32_t),
-                            cudaMemcpyHostToDevice, g->copy);
-        cudaStreamSynchronize(s);
-        return st;
-    }
     return SW_OK;
 }
 
