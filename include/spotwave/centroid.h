@@ -380,7 +380,8 @@ double sw_centroid_kernel_us(const sw_centroid_plan *plan);
  */
 #define SW_CENTROID_MAX_BANDS 16
 sw_status sw_centroid_set_bands(sw_centroid_plan *plan, int32_t bands);
-/* The bands a single-frame run of the plan takes (1 off the COPY path or the fast CoG path). */
+/* The bands a single-frame run of the plan takes (1 off the COPY path or the fast CoG path, and
+ * on a device that cannot copy while it computes). */
 int32_t sw_centroid_plan_bands(const sw_centroid_plan *plan);
 
 /*

@@ -625,7 +625,7 @@ sw_status sw_centroid_set_bands(sw_centroid_plan *plan, int32_t bands)
 
 int32_t sw_centroid_plan_bands(const sw_centroid_plan *plan)
 {
-    if (!plan || plan->path != SW_CENTROID_COPY || !plan->fast)
+    if (!plan || plan->path != SW_CENTROID_COPY || !plan->fast || !plan->copy_overlap)
         return 1;
     int32_t n = plan->bands;
     if (n == 0) {

@@ -1135,7 +1135,11 @@ extern "C" sw_status sw_centroid_gpu_create(sw_centroid_plan *plan)
         SW_CU(cudaMallocPitch(&g->frames, &g->frames_pitch,
                               (size_t)p->width * sw_pixel_size(p->type),
                               (size_t)p->max_frames * (size_t)p->height));
-        /* the bands' copy stream, flags and marks (run_bands) */
+        /* the bands' copy stream, flags and marks (run_bands); bands only where a copy can run
+         * beside a kernel (the banded kernel waits for copies) */
+        int engines = 0;
+        SW_CU(cudaDeviceGetAttribute(&engines, cudaDevAttrAsyncEngineCount, plan->ctx->device));
+        plan->copy_overlap = engines > 0;
         SW_CU(cudaStreamCreateWithFlags(&g->copy, cudaStreamNonBlocking));
         SW_CU(cudaEventCreateWithFlags(&g->start, cudaEventDisableTiming));
         SW_CU(cudaMalloc(&g->band_flag, SW_CENTROID_MAX_BANDS * sizeof(uint32_t)));
