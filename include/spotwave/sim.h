@@ -211,8 +211,10 @@ sw_starsim_method sw_starsim_method_used(const sw_starsim *plan);
 int64_t sw_starsim_rendered(const sw_starsim *plan);
 void sw_starsim_destroy(sw_starsim *plan);
 /* Device time (CUDA events, microseconds) of the last run's rendering kernels on the GPU: the
- * clearing, star upload and any copy back to the host are outside. -1 when the last run was on
- * the CPU or there was none. Waits for the run to finish. */
+ * clearing, star upload and any copy back to the host are outside (a run in bands into a host
+ * image: from the first band's rendering to the last's, the waits for the bands' stars
+ * included). -1 when the last run was on the CPU or there was none. Waits for the run to
+ * finish. */
 double sw_starsim_render_us(sw_starsim *plan);
 
 const char *sw_starsim_method_string(sw_starsim_method m);

@@ -54,8 +54,9 @@ typedef struct starsim_gpu {
     int threads;             /* threads per block */
     sw_event_pair ev;        /* around the last run's rendering kernels */
     int timed;               /* the events hold a run */
-    /* Banded runs into host images (sw_starsim_gpu_run_bands): the star uploads on `up`, the
-     * rows' copies back on `down`; per band, its upload done and its rows rendered. */
+    /* Banded runs into host images (sw_starsim_gpu_bands_begin / band / end): the star uploads
+     * on `up`, the rows' copies back on `down`; per band, its upload done and its rows
+     * rendered. */
     cudaStream_t up, down;
     cudaEvent_t start, up_done[SW_STARSIM_MAX_BANDS], rendered[SW_STARSIM_MAX_BANDS];
     cudaEvent_t uploaded; /* after the last run's star upload (the packed list may be reused) */
