@@ -39,6 +39,9 @@ struct sw_starsim {
     int32_t bands;       /* sw_starsim_set_bands: 0 auto, 1 whole image, n bands */
     int64_t *band_count; /* cpu_threads x (SW_STARSIM_MAX_BANDS + 1): stars per thread and band */
     uint8_t *band_id;    /* max_stars: the band of each star of a banded run (255: skipped) */
+    int32_t *band_order; /* max_stars: each worker's chunk of star indices sorted by band */
+    uint8_t *row_band;   /* height: the band of each row (banded runs; for the current bands) */
+    int32_t row_band_hb; /* the band height row_band was made for (0: none) */
 };
 
 #ifdef SW_HAVE_CUDA

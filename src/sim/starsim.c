@@ -173,10 +173,12 @@ sw_status sw_starsim_create(sw_context *ctx, const sw_starsim_params *p, sw_star
     plan->band_count =
         malloc((size_t)plan->cpu_threads * (SW_STARSIM_MAX_BANDS + 1) * sizeof *plan->band_count);
     plan->band_id = malloc((size_t)p->max_stars);
+    plan->band_order = malloc((size_t)p->max_stars * sizeof *plan->band_order);
+    plan->row_band = malloc((size_t)p->height);
     size_t nw;
     if (!sw_mul_ok((size_t)plan->cpu_threads * 2u, (size_t)p->roi_side, &nw) ||
         !sw_mul_ok(nw, sizeof(double), &nw) || !(plan->cpu_w = malloc(nw)) || !plan->packed ||
-        !plan->band_count || !plan->band_id) {
+        !plan->band_count || !plan->band_id || !plan->band_order || !plan->row_band) {
         sw_starsim_destroy(plan);
         return sw_fail(ctx, SW_ENOMEM, "star simulator: out of memory for %lld stars",
                        (long long)p->max_stars);
@@ -210,6 +212,8 @@ void sw_starsim_destroy(sw_starsim *plan)
     sw_host_free(plan->packed, plan->packed_pinned);
     free(plan->band_count);
     free(plan->band_id);
+    free(plan->band_order);
+    free(plan->row_band);
     free(plan->cpu_w);
     free(plan);
 }
@@ -360,11 +364,53 @@ static sw_status pack_stars(sw_starsim *plan, const sw_stars *s, int nb, int32_t
 
 #ifdef SW_HAVE_CUDA
 /*
+ * Pass 1 of run_bands over stars [i0, i1): the first bad star (i1 when none), each star's band
+ * in bid (255: its ROI misses the image), the bands' counts in cnt[0..nb), and (total != NULL)
+ * the packed fluxes' sum. The same tests as star_bad and star_origin, on local copies of
+ * everything the loop reads: its byte stores could otherwise alias them and force reloads.
+ */
+static int64_t band_pass1(const sw_starsim *plan, const sw_stars *s, int64_t i0, int64_t i1,
+                          const uint8_t *row_band, int nb, uint8_t *restrict bid, int64_t *cnt,
+                          double *total)
+{
+    const double *restrict xs = s->x, *restrict ys = s->y, *restrict fs = s->flux;
+    const int side = plan->p.roi_side;
+    const int32_t W = plan->p.width, H = plan->p.height;
+    const double lo = -(double)side - 1.0, hix = (double)W + (double)side,
+                 hiy = (double)H + (double)side;
+    int64_t c[SW_STARSIM_MAX_BANDS] = {0};
+    double sum = 0.0;
+    int64_t i = i0;
+    for (; i < i1; i++) {
+        const double X = xs[i], Y = ys[i], F = fs[i];
+        if (!isfinite(X) || !isfinite(Y) || !isfinite(F) || F < 0.0 || F > FLT_MAX)
+            break;
+        uint8_t k = 255;
+        if (X >= lo && X <= hix && Y >= lo && Y <= hiy) {
+            const int x0 = roi_origin(X, side), y0 = roi_origin(Y, side);
+            if (x0 + side > 0 && x0 < W && y0 + side > 0 && y0 < H) {
+                k = row_band[y0 > 0 ? y0 : 0];
+                c[k]++;
+                if (total)
+                    sum += (double)(float)F;
+            }
+        }
+        bid[i] = k;
+    }
+    for (int b = 0; b < nb; b++)
+        cnt[b] = c[b];
+    if (total)
+        *total = sum;
+    return i;
+}
+
+/*
  * A GPU run into a host image in nb > 1 bands of hb rows (sim_internal.h,
  * sw_starsim_gpu_bands_begin), with the packing pipelined behind the GPU. Threads 1.. (the
  * workers) own contiguous chunks of the list; thread 0 packs nothing when there are workers.
  * Pass 1 (workers): check each star, note its band (band_id, 255 when its ROI misses the
- * image) and count the bands; DETERMINISTIC: add up the fluxes as packed. Then thread 0
+ * image; row_band: no division) and count the bands; DETERMINISTIC: add up the fluxes as
+ * packed; then sort the chunk's star indices by band (band_order, list order kept). Then thread 0
  * reports the first bad star (list order) or a total flux beyond the fixed point, or places the
  * bands (band-major, each band's stars in list order: workers in order), resolves AUTO and
  * starts the GPU run; nothing is queued before. Pass 2: the workers pack band 0 and count
@@ -387,6 +433,13 @@ static sw_status run_bands(sw_starsim *plan, const sw_stars *s, int nb, int32_t 
     const int det = plan->p.method == SW_STARSIM_DETERMINISTIC;
     int64_t *cnt = plan->band_count;
     uint8_t *bid = plan->band_id;
+    int32_t *order = plan->band_order;
+    if (plan->row_band_hb != hb) { /* the band of each row: no division per star */
+        for (int32_t y = 0; y < H; y++)
+            plan->row_band[y] = (uint8_t)(y / hb);
+        plan->row_band_hb = hb;
+    }
+    const uint8_t *row_band = plan->row_band;
     int64_t off[SW_STARSIM_MAX_BANDS + 1];
     double *flux = plan->cpu_w; /* per worker partial sums (cpu_threads x 2 roi_side doubles) */
     atomic_int done[SW_STARSIM_MAX_BANDS];
@@ -402,32 +455,29 @@ static sw_status run_bands(sw_starsim *plan, const sw_stars *s, int nb, int32_t 
         const int nw = team > 1 ? team - 1 : 1, w = team > 1 ? t - 1 : 0; /* w < 0: no chunk */
         const int64_t i0 = w >= 0 ? count * w / nw : 0, i1 = w >= 0 ? count * (w + 1) / nw : 0;
         int64_t *c = cnt + (size_t)(w >= 0 ? w : 0) * stride;
+        int64_t lo[SW_STARSIM_MAX_BANDS + 1]; /* the worker's bands in its part of order[] */
         if (w >= 0) {
-            for (int k = 0; k < nb; k++)
-                c[k] = 0;
-            double total = 0.0;
-            int64_t mine = count;
-            for (int64_t i = i0; i < i1; i++) {
-                if (star_bad(s, i)) {
-                    mine = i;
-                    break;
-                }
-                int x0, y0;
-                if (star_origin(plan, s->x[i], s->y[i], &x0, &y0)) {
-                    const int k = (y0 > 0 ? y0 : 0) / hb;
-                    bid[i] = (uint8_t)k;
-                    c[k]++;
-                    if (det)
-                        total += (double)(float)s->flux[i];
-                } else {
-                    bid[i] = 255;
-                }
-            }
-            flux[w] = total;
+            const int64_t first_bad =
+                band_pass1(plan, s, i0, i1, row_band, nb, bid, c, det ? &flux[w] : NULL);
+            const int64_t mine = first_bad < i1 ? first_bad : count;
             if (mine < count) {
 #pragma omp critical(sw_starsim_pack)
                 if (mine < bad)
                     bad = mine;
+            } else {
+                /* the chunk's indices sorted by band (a counting sort, list order kept), so that
+                 * pass 2 walks each band's stars only */
+                int64_t pos[SW_STARSIM_MAX_BANDS];
+                lo[0] = i0;
+                for (int k = 0; k < nb; k++) {
+                    pos[k] = lo[k];
+                    lo[k + 1] = lo[k] + c[k];
+                }
+                const uint8_t *restrict bk = bid;
+                int32_t *restrict ord = order;
+                for (int64_t i = i0; i < i1; i++)
+                    if (bk[i] != 255)
+                        ord[pos[bk[i]]++] = (int32_t)i;
             }
         }
 #pragma omp barrier
@@ -445,7 +495,7 @@ static sw_status run_bands(sw_starsim *plan, const sw_stars *s, int nb, int32_t 
                 }
                 off[nb] = at;
                 double total = 0.0;
-                for (int u = 0; u < nw; u++)
+                for (int u = 0; u < nw && det; u++)
                     total += flux[u];
                 if (det && !(total < SW_STARSIM_DETERMINISTIC_MAX_FLUX)) {
                     refused = 1;
@@ -464,18 +514,19 @@ static sw_status run_bands(sw_starsim *plan, const sw_stars *s, int nb, int32_t 
         if (bad == count && !refused) {
             for (int k = 0; k < nb; k++) {
                 if (w >= 0) {
-                    for (int64_t i = i0; i < i1; i++) {
-                        if (bid[i] != (uint8_t)k)
-                            continue;
-                        const double X = s->x[i], Y = s->y[i];
-                        const int x0 = roi_origin(X, plan->p.roi_side);
-                        const int y0 = roi_origin(Y, plan->p.roi_side);
-                        sw_packed_star *ps = &plan->packed[c[k]++];
+                    const double *restrict xs = s->x, *restrict ys = s->y, *restrict fs = s->flux;
+                    const int32_t *restrict ord = order;
+                    sw_packed_star *restrict ps = plan->packed + c[k];
+                    const int side = plan->p.roi_side;
+                    for (int64_t j = lo[k]; j < lo[k + 1]; j++, ps++) {
+                        const int64_t i = ord[j];
+                        const double X = xs[i], Y = ys[i];
+                        const int x0 = roi_origin(X, side), y0 = roi_origin(Y, side);
                         ps->x0 = x0;
                         ps->y0 = y0;
                         ps->dx = (float)(X - (double)x0);
                         ps->dy = (float)(Y - (double)y0);
-                        ps->flux = (float)s->flux[i];
+                        ps->flux = (float)fs[i];
                         ps->pad = 0.0f;
                     }
                     atomic_fetch_add_explicit(&done[k], 1, memory_order_release);
