@@ -18,6 +18,8 @@
  *                       the floor (below) and the ratios median / floor and p99 / floor
  *   starsim_<m>_host_whole  as _host with one band (render the whole image, then copy it: the
  *                       order before issue 25)
+ *   starsim_adaptive_host_bands<n>  as starsim_adaptive_host with n = 4 and 16 bands (the
+ *                       default at 1024x1024 is 8)
  *   starsim_floor       the transfer floor of a run into a host image (harness.h,
  *                       sw_bench_floor_case): one empty kernel + stream synchronisation, plus the
  *                       CUDA-event time of a pinned device-to-host copy of the 4 MiB image (no
@@ -160,6 +162,12 @@ static int bench_config(const sw_bench_options *o, sw_context *ctx, sw_context *
             snprintf(name, sizeof name, "starsim_%s_host_whole", gn[k]);
             rc = rc || sw_starsim_set_bands(plan, 1) != SW_OK ||
                  one(o, ctx, name, config, &j, n, floor_us);
+            /* adaptive (the fastest kernel) with 4 and 16 bands, beside the default 8 */
+            for (int nb = 4; nb <= 16 && k == 1 && !rc; nb *= 4) {
+                snprintf(name, sizeof name, "starsim_%s_host_bands%d", gn[k], nb);
+                rc = sw_starsim_set_bands(plan, nb) != SW_OK ||
+                     one(o, ctx, name, config, &j, n, floor_us);
+            }
             sw_starsim_destroy(plan);
             plan = NULL;
             if (k < 2 && !rc) {
