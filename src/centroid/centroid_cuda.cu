@@ -1301,8 +1301,10 @@ extern "C" sw_status sw_centroid_gpu_run(sw_centroid_plan *plan, const sw_image 
     memset(&a, 0, sizeof a);
 
     /* Frames (COPY in bands: the copies go with the kernels, below) */
-    const int nb =
-        plan->path == SW_CENTROID_COPY && nframes == 1 ? sw_centroid_plan_bands(plan) : 1;
+    /* pinned frames only: a copy from pageable memory is staged by the host, banded or not */
+    const int nb = plan->path == SW_CENTROID_COPY && nframes == 1 && frames->memory == SW_MEM_PINNED
+                       ? sw_centroid_plan_bands(plan)
+                       : 1;
     void *img = frames->data;
     size_t stride = frames->stride;
     if (plan->path == SW_CENTROID_COPY) {

@@ -926,13 +926,13 @@ static void test_saturation(void **state)
 /*
  * COPY runs in bands of lenslet rows (sw_centroid_set_bands): the frame's rows copied band by
  * band on a stream of their own, each band's lenslets summed once its flag says its rows are in
- * (one kernel). Against the whole
- * frame (one band): the same bits in every array, for band counts that do not divide the
- * lenslet rows, more bands than rows (clamped), windows (rows between regions never copied),
- * non-integer origins and pitches, frames taller than the grid, exact and conditioned plans
- * (dark, FRACTION threshold: its maximum pass reads the band's rows too), pinned and pageable
- * frames, pinned, host and device results; and, exact, the CPU's bits. Two frames in turn on one
- * plan: a band never reads the previous frame's rows.
+ * (one kernel). Against the whole frame (one band): the same bits in every array, for band
+ * counts that do not divide the lenslet rows, more bands than rows (clamped), windows (rows
+ * between regions never copied), non-integer origins and pitches, frames taller than the grid,
+ * exact and conditioned plans (dark, FRACTION threshold: its maximum pass reads the band's rows
+ * too), pinned frames (banded) and pageable ones (whole), pinned, host and device results; and,
+ * exact, the CPU's bits. Two frames in turn on one plan: a band never reads the previous frame's
+ * rows.
  */
 static void test_copy_bands(void **state)
 {
