@@ -187,17 +187,17 @@ sw_status sw_starsim_create(sw_context *ctx, const sw_starsim_params *p, sw_star
  * max_stars stars, an output that is not f32 of the plan's size: SW_EINVAL, out untouched.
  * On a CUDA context the GPU methods render a host `out` into a device image kept in the plan and
  * copy it; SEQUENTIAL and OPENMP render a device `out` on the host and copy it.
- * A host `out` from a GPU method is rendered in bands of rows (sw_starsim_set_bands): the stars
- * are sorted by the band of their ROI's first row while they are packed, each band's stars are
- * uploaded, rendered and its rows copied back while the next band renders, so that the image's
- * copy overlaps the rendering (give a pinned `out`, sw_image_alloc on the CUDA context, for the
- * full copy bandwidth). The pixels are those of the whole-image order: DETERMINISTIC gives the
- * same bits; PARALLEL and ADAPTIVE add each pixel's contributions with float atomics in an order
- * that was never fixed, banded or not.
+ * A pinned host `out` (sw_image_alloc on the CUDA context) from a GPU method is rendered in bands
+ * of rows (sw_starsim_set_bands): the stars are sorted by the band of their ROI's first row while
+ * they are packed, each band's stars are uploaded, rendered and its rows copied back while the
+ * next band renders, so that the image's copy overlaps the rendering (a pageable `out` takes the
+ * whole image, then one copy). The pixels are those of the whole-image order: DETERMINISTIC gives
+ * the same bits; PARALLEL and ADAPTIVE add each pixel's contributions with float atomics in an
+ * order that was never fixed, banded or not.
  */
 sw_status sw_starsim_run(sw_starsim *plan, const sw_stars *stars, sw_image *out);
 /*
- * Bands of rows for runs of GPU methods into host images (above): 0 (default) chooses (about
+ * Bands of rows for runs of GPU methods into pinned host images (above): 0 (default) chooses (about
  * 512 KiB of image per band, at most SW_STARSIM_MAX_BANDS, every band at least roi_side rows);
  * 1 renders the whole image, then copies it; n > 1 asks for n bands (fewer when the bands would
  * be shorter than roi_side). SW_EINVAL outside 0..SW_STARSIM_MAX_BANDS. No effect on the CPU.

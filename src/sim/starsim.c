@@ -703,7 +703,9 @@ sw_status sw_starsim_run(sw_starsim *plan, const sw_stars *stars, sw_image *out)
     const int gpu = on_cuda(plan) &&
                     (pm == SW_STARSIM_AUTO || is_gpu_only(pm) || pm == SW_STARSIM_DETERMINISTIC);
     int32_t hb = plan->p.height;
-    const int nb = gpu && host_out ? choose_bands(plan, &hb) : 1;
+    /* pinned images only: a copy into pageable memory is staged by the host, which would wait
+     * for each band's copy before it could queue the next band */
+    const int nb = gpu && out->memory == SW_MEM_PINNED ? choose_bands(plan, &hb) : 1;
     int64_t off[SW_STARSIM_MAX_BANDS + 1];
 #ifdef SW_HAVE_CUDA
     /* the last run's upload may still be reading the packed stars */

@@ -270,9 +270,10 @@ static void test_detector_matches_cpu(void **state)
 /* Runs into host images in bands of rows (sw_starsim_set_bands) against the whole image
  * rendered, then copied (one band): an odd height that no band count divides, bands of 2 to the
  * most (more than roi_side allows: fewer are taken), ROIs that start above the image (band 0)
- * and cross band edges, bands without stars, pinned and pageable images, and a second run of
- * the same plan with other stars (the packed list reused while nothing reads it). DETERMINISTIC
- * gives the same bits; PARALLEL and ADAPTIVE to 1e-6 of the peak (float atomics). */
+ * and cross band edges, bands without stars, pinned images (banded) and pageable ones (whole),
+ * a list packed by several threads, the first bad star named and nothing written, and a second
+ * run of the same plan with other stars (the packed list reused while nothing reads it).
+ * DETERMINISTIC gives the same bits; PARALLEL and ADAPTIVE to 1e-6 of the peak (float atomics). */
 static void test_banded_host_output(void **state)
 {
     (void)state;
