@@ -7,7 +7,9 @@
  * frames are w_P x w_P u8 images of uniformly random pixels in 0..255, as the seed's benchmark
  * images ("each pixel having random intensity I in [0, 255] to prevent memory caching
  * optimizations"). The "config" field is "w<w_P> d<d>" (batches: "w1000 d<d> B<frames>").
- * --quick: w_P in {100, 1000}, d in {3.8, 29}.
+ * --quick: w_P in {100, 1000}, d in {3.8, 29}. --e2e: the host-to-host cases only (centroid_floor,
+ * centroid_e2e_copy, _copy_whole, _copy_bands<n>, _e2e_mapped) and no CPU cases (issue 25: a
+ * short run, every Table 1 size).
  *
  * Cases (the "bench" field):
  *   centroid_cpu              HOST path, the context's threads, host results (CPU backend;
@@ -15,8 +17,21 @@
  *   centroid_kernel           DEVICE path: frame and results on the device; the kernel's device
  *                             time (sw_centroid_enable_timing / sw_centroid_kernel_us)
  *   centroid_e2e_device       DEVICE path, results copied to pinned host memory; host clock
- *   centroid_e2e_copy         COPY path: pinned host frame uploaded, pinned host results
+ *   centroid_e2e_copy         COPY path: pinned host frame uploaded, pinned host results (the
+ *                             default bands, sw_centroid_set_bands: the frame's rows copied band
+ *                             by band, each band's lenslets summed as soon as its rows are in)
+ *   centroid_e2e_copy_whole   as centroid_e2e_copy with one band (the whole frame copied, then
+ *                             one kernel: the order before issue 25)
+ *   centroid_e2e_copy_bands<n>  as centroid_e2e_copy with n = 2, 4, 8 bands (fewer when the
+ *                             grid has fewer lenslet rows)
  *   centroid_e2e_mapped       MAPPED path: the kernel reads the pinned host frame over the bus
+ *   centroid_floor            the transfer floor of a host-to-host run (harness.h,
+ *                             sw_bench_floor_case): one empty kernel + stream synchronisation,
+ *                             plus the CUDA-event times of a pinned copy of the frame's bytes to
+ *                             the device and of the six result arrays' bytes back (14 bytes a
+ *                             lenslet + 8 a slope), measured in this program before the cases;
+ *                             the e2e copy and mapped cases' JSON lines carry it ("floor_us")
+ *                             and their ratios to it ("ratio": median, "ratio_p99": p99)
  *   centroid_e2e_copy_slopes  as centroid_e2e_copy, only the slopes array requested (what an AO
  *                             loop needs); w_P = 1000 only
  *   centroid_batch            DEVICE path, BATCH frames per run, results on the device, device
@@ -96,6 +111,7 @@ typedef struct row {
     double d;
     int wl2;
     double cpu, kernel, stream, graph, e2e_device, copy, mapped, slopes, batch_frame;
+    double floor, copy_p99, whole; /* the transfer floor, copy's p99, the one-band copy */
 } row;
 
 static void fail(sw_context *ctx, const char *what, sw_status st)
@@ -302,16 +318,25 @@ static int capture_graph(job *j, cudaGraphExec_t *exec)
 #endif
 
 /* Runs one case; stores its median in *median_us. 0 on success, 1 on failure. */
-static int one_case(const sw_bench_options *o, const char *bench, const char *config, job *j,
-                    double bytes, double frames, double *median_us)
+static int one_case_floor(const sw_bench_options *o, const char *bench, const char *config, job *j,
+                          double bytes, double frames, double floor_us, double *median_us,
+                          double *p99_us)
 {
     sw_bench_case c = {bench, config, j->ctx, run_job, j, bytes, frames, "frame"};
     sw_bench_result r;
-    if (sw_bench_run(o, &c, &r) != SW_OK)
+    if (sw_bench_run_floor(o, &c, floor_us, NULL, &r) != SW_OK)
         return 1;
     if (median_us)
         *median_us = r.median_us;
+    if (p99_us)
+        *p99_us = r.p99_us;
     return 0;
+}
+
+static int one_case(const sw_bench_options *o, const char *bench, const char *config, job *j,
+                    double bytes, double frames, double *median_us)
+{
+    return one_case_floor(o, bench, config, j, bytes, frames, 0.0, median_us, NULL);
 }
 
 /* ------------------------------------------------------------------ one configuration */
@@ -344,6 +369,7 @@ typedef struct setup {
     sw_context *ctx; /* the backend asked for */
     sw_context *cpu; /* the CPU context for centroid_cpu, or NULL */
     int batch;       /* frames per batched run (CUDA, w = BATCH_WIDTH) */
+    int e2e_only;    /* --e2e: the host-to-host cases only */
 } setup;
 
 static int bench_cpu(const setup *s, const pool *pl, double d, const char *config, row *out)
@@ -484,6 +510,15 @@ static int bench_cuda(const setup *s, const pool *pl, double d, const char *conf
     pres.x_var = pres.y_var = pres.snr = NULL;
     const double bytes = run_bytes(w, dev, 0);
 
+    /* the transfer floor of a host-to-host run: frame in, the six result arrays out, one sync */
+    sw_bench_floor fl;
+    if (sw_bench_floor_case(o, "centroid_floor", config, ctx, (double)w * w, bytes - (double)w * w,
+                            &fl))
+        goto done;
+    out->floor = fl.floor_us;
+    if (s->e2e_only)
+        goto e2e;
+
     /* kernel only: device frame, device results, CUDA-event time */
     sw_centroid_enable_timing(dev, 1);
     job j = {ctx, dev, dv, nd, &dres, 1, 0};
@@ -516,14 +551,33 @@ static int bench_cuda(const setup *s, const pool *pl, double d, const char *conf
     j = (job){ctx, dev, dv, nd, &pres, 0, 0};
     if (one_case(o, "centroid_e2e_device", config, &j, bytes, 0, &out->e2e_device))
         goto done;
+e2e:
     j = (job){ctx, copy, hv, nh, &pres, 0, 0};
-    if (one_case(o, "centroid_e2e_copy", config, &j, bytes, 0, &out->copy))
+    if (one_case_floor(o, "centroid_e2e_copy", config, &j, bytes, 0, fl.floor_us, &out->copy,
+                       &out->copy_p99))
         goto done;
+    {
+        /* the same with one band (the whole frame, then the kernel) and with 2, 4, 8 bands */
+        static const int32_t nbs[4] = {1, 2, 4, 8};
+        for (int b = 0; b < 4; b++) {
+            char name[64];
+            if (nbs[b] == 1)
+                snprintf(name, sizeof name, "centroid_e2e_copy_whole");
+            else
+                snprintf(name, sizeof name, "centroid_e2e_copy_bands%d", (int)nbs[b]);
+            CHECK(sw_centroid_set_bands(copy, nbs[b]), "sw_centroid_set_bands");
+            if (one_case_floor(o, name, config, &j, bytes, 0, fl.floor_us,
+                               nbs[b] == 1 ? &out->whole : NULL, NULL))
+                goto done;
+        }
+        CHECK(sw_centroid_set_bands(copy, 0), "sw_centroid_set_bands");
+    }
     j = (job){ctx, mapped, hv, nh, &pres, 0, 0};
-    if (one_case(o, "centroid_e2e_mapped", config, &j, bytes, 0, &out->mapped))
+    if (one_case_floor(o, "centroid_e2e_mapped", config, &j, bytes, 0, fl.floor_us, &out->mapped,
+                       NULL))
         goto done;
 
-    if (w == BATCH_WIDTH) {
+    if (w == BATCH_WIDTH && !s->e2e_only) {
         /* what an AO loop reads back: the slopes only */
         sw_centroid_result sres = pres;
         sres.x = sres.y = sres.intensity = NULL;
@@ -602,7 +656,7 @@ static int bench_width(const setup *s, int32_t w, const double *ds, int nd, row 
         r->d = d;
         r->wl2 = (int)floor(w / d) * (int)floor(w / d);
         r->cpu = r->kernel = r->stream = r->graph = r->e2e_device = r->copy = r->mapped =
-            r->slopes = r->batch_frame = NAN;
+            r->slopes = r->batch_frame = r->floor = r->copy_p99 = r->whole = NAN;
         char config[64];
         snprintf(config, sizeof config, "w%d d%g", (int)w, d);
         const seed_row *sr = seed_lookup(w, d);
@@ -641,11 +695,18 @@ static void print_table(sw_context *ctx, const row *rows, int n)
             "# e2e-dev = frame on the device, results to the host; copy = frame uploaded too;\n"
             "# mapped = frame read over the bus; slopes = copy with the slopes only; batch/fr = "
             "batched device time per frame;\n"
-            "# speed-up = t_CPU / t_GPU copy (Eq. 13).\n",
+            "# speed-up = t_CPU / t_GPU copy (Eq. 13).\n"
+            "# floor = sync (empty kernel) + frame in + results out (pinned copies, events); "
+            "whole = copy with one band;\n"
+            "# copy/fl, p99/fl = the copy path's median and p99 over the floor (issue 25: "
+            "<= 1.2).\n",
             dev, STREAM_RUNS);
-    fprintf(stderr, "%5s %5s %6s | %9s %9s %9s %9s %9s %9s %9s %9s %9s %8s | %9s %9s %8s\n", "w_P",
-            "d", "w_L^2", "t_CPU", "kernel", "stream", "graph", "e2e-dev", "copy", "mapped",
-            "slopes", "batch/fr", "speed-up", "seed CPU", "seed GPU", "seed s-u");
+    fprintf(stderr,
+            "%5s %5s %6s | %9s %9s %9s %9s %9s %9s %9s %9s %9s %8s | %9s %9s %7s %7s | %9s %9s "
+            "%8s\n",
+            "w_P", "d", "w_L^2", "t_CPU", "kernel", "stream", "graph", "e2e-dev", "copy", "mapped",
+            "slopes", "batch/fr", "speed-up", "floor", "whole", "copy/fl", "p99/fl", "seed CPU",
+            "seed GPU", "seed s-u");
     for (int i = 0; i < n; i++) {
         const row *r = &rows[i];
         fprintf(stderr, "%5d %5g %6d |", r->w, r->d, r->wl2);
@@ -663,6 +724,13 @@ static void print_table(sw_context *ctx, const row *rows, int n)
             fprintf(stderr, " %8.2f |", su);
         else
             fprintf(stderr, " %8s |", "-");
+        print_us(r->floor);
+        print_us(r->whole);
+        const double q50 = r->copy / r->floor, q99 = r->copy_p99 / r->floor;
+        if (isfinite(q50) && isfinite(q99))
+            fprintf(stderr, " %7.2f %7.2f |", q50, q99);
+        else
+            fprintf(stderr, " %7s %7s |", "-", "-");
         const seed_row *sr = seed_lookup(r->w, r->d);
         if (sr)
             fprintf(stderr, " %9.0f %9.0f %8.4f\n", sr->t_cpu, sr->t_gpu, sr->speedup);
@@ -676,6 +744,17 @@ static void print_table(sw_context *ctx, const row *rows, int n)
 int main(int argc, char **argv)
 {
     sw_bench_options o;
+    /* --e2e: this program's own option (the host-to-host cases only) */
+    int e2e_only = 0, na = 0;
+    for (int i = 0; i < argc; i++) {
+        if (i > 0 && strcmp(argv[i], "--e2e") == 0) {
+            e2e_only = 1;
+            continue;
+        }
+        argv[na++] = argv[i];
+    }
+    argv[na] = NULL;
+    argc = na;
     int rc = sw_bench_parse_args(
         argc, argv, PROG,
         "Seed 000 Table 1: RoI w_P x w_P u8 frames of random pixels, w_P in {100, 200, 500,\n"
@@ -683,20 +762,22 @@ int main(int argc, char **argv)
         "{3.8, 29}). Cases: centroid_cpu (CPU backend; on CUDA too unless --json-only);\n"
         "centroid_kernel, centroid_stream, centroid_graph, centroid_e2e_device, centroid_e2e_copy, "
         "centroid_e2e_mapped (CUDA);\n"
-        "centroid_e2e_copy_slopes and centroid_batch (CUDA, w_P = 1000).\n",
+        "centroid_e2e_copy_slopes and centroid_batch (CUDA, w_P = 1000).\n"
+        "--e2e: only centroid_floor and the host-to-host cases (e2e copy, its band variants,\n"
+        "mapped), each with the floor and the ratio to it; no CPU cases.\n",
         &o);
     if (rc != SW_BENCH_CONTINUE)
         return rc;
     sw_context *ctx = NULL, *cpu = NULL;
     if (sw_bench_context(&o, PROG, &ctx) != 0)
         return 1;
-    setup s = {&o, ctx, NULL, BATCH};
+    setup s = {&o, ctx, NULL, BATCH, e2e_only};
     if (sw_context_backend(ctx) == SW_BACKEND_CPU) {
         s.cpu = ctx;
     } else {
         /* The CPU cases beside the GPU ones fill the table's t_CPU column; with --json-only
          * there is no table, and tools/gpu-check runs --backend cpu on its own. */
-        if (!o.json_only) {
+        if (!o.json_only && !e2e_only) {
             if (sw_bench_cpu_context(&o, PROG, &cpu) != 0) {
                 sw_context_destroy(ctx);
                 return 1;

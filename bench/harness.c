@@ -247,12 +247,14 @@ typedef struct bench_record {
     char device[256];
     int threads;
     sw_bench_result r;
+    double floor_us; /* 0: none */
 } bench_record;
 
 static bench_record *records;
 static int n_records, cap_records;
 
-static void record_result(const sw_bench_case *c, const char *device, const sw_bench_result *r)
+static void record_result(const sw_bench_case *c, const char *device, const sw_bench_result *r,
+                          double floor_us)
 {
     if (n_records == cap_records) {
         int cap = cap_records ? 2 * cap_records : 16;
@@ -269,6 +271,7 @@ static void record_result(const sw_bench_case *c, const char *device, const sw_b
     snprintf(e->device, sizeof e->device, "%s", device);
     e->threads = sw_context_threads(c->ctx);
     e->r = *r;
+    e->floor_us = floor_us;
 }
 
 static sw_status case_fail(const sw_bench_case *c, sw_status st)
@@ -293,6 +296,12 @@ static sw_status one_sample(const sw_bench_case *c, int sample, double *us)
 }
 
 sw_status sw_bench_run(const sw_bench_options *o, const sw_bench_case *c, sw_bench_result *result)
+{
+    return sw_bench_run_floor(o, c, 0.0, NULL, result);
+}
+
+sw_status sw_bench_run_floor(const sw_bench_options *o, const sw_bench_case *c, double floor_us,
+                             const char *extra_json, sw_bench_result *result)
 {
     if (!c) {
         fprintf(stderr, "bench: no case given\n");
@@ -368,14 +377,39 @@ sw_status sw_bench_run(const sw_bench_options *o, const sw_bench_case *c, sw_ben
     } else {
         printf("null,\"throughput_unit\":null");
     }
+    if (floor_us > 0) {
+        printf(",\"floor_us\":");
+        json_number(stdout, floor_us);
+        printf(",\"ratio\":");
+        json_number(stdout, r.median_us / floor_us);
+        printf(",\"ratio_p99\":");
+        json_number(stdout, r.p99_us / floor_us);
+    }
+    if (extra_json)
+        fputs(extra_json, stdout);
     printf("}\n");
     fflush(stdout);
 
-    record_result(c, device, &r);
+    record_result(c, device, &r, floor_us);
     if (result)
         *result = r;
     return SW_OK;
 }
+
+#ifndef SW_HAVE_CUDA
+int sw_bench_floor_case(const sw_bench_options *o, const char *bench, const char *config,
+                        sw_context *ctx, double in_bytes, double out_bytes, sw_bench_floor *out)
+{
+    (void)o;
+    (void)bench;
+    (void)config;
+    (void)ctx;
+    (void)in_bytes;
+    (void)out_bytes;
+    memset(out, 0, sizeof *out);
+    return 1; /* no GPU: no transfer floor (floor_cuda.cu in CUDA builds) */
+}
+#endif
 
 void sw_bench_finish(const sw_bench_options *o)
 {
@@ -391,9 +425,13 @@ void sw_bench_finish(const sw_bench_options *o)
                         "back", "median_us", "p99_us", "min_us", "reps", "throughput");
                 last_device = e->device;
             }
-            fprintf(stderr, "%-16s %-26s %-5s %11.1f %11.1f %11.1f %6d %7.2f %s\n", e->bench,
+            fprintf(stderr, "%-16s %-26s %-5s %11.1f %11.1f %11.1f %6d %7.2f %s", e->bench,
                     e->config, e->backend, e->r.median_us, e->r.p99_us, e->r.min_us, e->r.reps,
                     e->r.throughput, e->r.throughput_unit);
+            if (e->floor_us > 0)
+                fprintf(stderr, "   floor %.1f us, ratio %.2f (p99 %.2f)", e->floor_us,
+                        e->r.median_us / e->floor_us, e->r.p99_us / e->floor_us);
+            fprintf(stderr, "\n");
         }
     }
     free(records);

@@ -114,6 +114,13 @@ typedef struct sw_bench_result {
  */
 sw_status sw_bench_run(const sw_bench_options *o, const sw_bench_case *c, sw_bench_result *result);
 
+/* sw_bench_run with a floor: floor_us > 0 is the case's floor in microseconds
+ * (sw_bench_floor_case below): the JSON line adds "floor_us", "ratio" (median / floor) and
+ * "ratio_p99" (p99 / floor), the table likewise. extra_json (may be NULL): members appended to
+ * the JSON line as given (",\"key\":value,..."). */
+sw_status sw_bench_run_floor(const sw_bench_options *o, const sw_bench_case *c, double floor_us,
+                             const char *extra_json, sw_bench_result *result);
+
 /* Prints the table of all recorded cases on stderr (unless --json-only) and forgets them. */
 void sw_bench_finish(const sw_bench_options *o);
 
@@ -122,6 +129,31 @@ void sw_bench_stats(double *samples, int n, sw_bench_result *out);
 
 /* The device a context computes on: the GPU's name, or the CPU model from /proc/cpuinfo. */
 const char *sw_bench_device_name(sw_context *ctx, char *buf, size_t size);
+
+/*
+ * The transfer floor of a host-to-host GPU operation that moves in_bytes from pinned host memory
+ * to the device and out_bytes back (issue 25):
+ *     floor = sync + h2d(in_bytes) + d2h(out_bytes)
+ * sync: host clock around one empty kernel launch and cudaStreamSynchronize on the context's
+ *       stream (the one synchronisation every host-to-host run pays);
+ * h2d, d2h: CUDA-event time of one cudaMemcpyAsync of exactly that many bytes between pinned
+ *       host memory and device memory on the same stream (the measured pinned bandwidth at that
+ *       size, DMA start included), each direction on its own.
+ * sw_bench_floor_case measures the three parts `reps` times (after `warmup`) to get their
+ * medians, then runs a case named `bench` whose samples are sync + h2d + d2h measured back to
+ * back (its JSON line: the floor's median and p99, plus "sync_us", "h2d_us", "d2h_us",
+ * "h2d_GBps", "d2h_GBps" from the part medians). out->floor_us is that case's median: the
+ * figure the cases compare against (sw_bench_case.floor_us). Returns 0 on success; 1 on a CPU
+ * context, a build without CUDA, or a CUDA failure (a line on stderr; *out zeroed).
+ */
+typedef struct sw_bench_floor {
+    double sync_us, h2d_us, d2h_us; /* medians of the parts */
+    double floor_us, p99_us;        /* the floor case's median and p99 */
+    double h2d_gbps, d2h_gbps;      /* in_bytes / h2d_us, out_bytes / d2h_us (0 for 0 bytes) */
+} sw_bench_floor;
+
+int sw_bench_floor_case(const sw_bench_options *o, const char *bench, const char *config,
+                        sw_context *ctx, double in_bytes, double out_bytes, sw_bench_floor *out);
 
 /* Monotonic clock in microseconds. */
 double sw_bench_now_us(void);

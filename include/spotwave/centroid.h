@@ -71,7 +71,10 @@
  * Memory paths (chosen at create; the run allocates nothing):
  *   SW_CENTROID_DEVICE  frames already on the device (sw_image_alloc_device);
  *   SW_CENTROID_COPY    host frames (pinned for speed) copied asynchronously to the plan's
- *                       device buffer, then the kernel;
+ *                       device buffer, then the kernel; a single frame of the CoG fast path in
+ *                       bands of lenslet rows (sw_centroid_set_bands): the kernel starts with
+ *                       the first band, and each band's lenslets once its pixel rows have
+ *                       arrived, while the next rows are copied;
  *   SW_CENTROID_MAPPED  pinned host frames read directly by the kernel over the bus (zero-copy,
  *                       as Mocci et al. do on the Jetson's unified memory);
  *   SW_CENTROID_HOST    the CPU implementation (OpenMP), the only path of a CPU context.
@@ -363,6 +366,23 @@ sw_status sw_centroid_run(sw_centroid_plan *plan, const sw_image *frames, sw_cen
  * timing is enabled); -1 when not measured. */
 void sw_centroid_enable_timing(sw_centroid_plan *plan, int on);
 double sw_centroid_kernel_us(const sw_centroid_plan *plan);
+
+/*
+ * Bands of a COPY run (single-frame runs from pinned memory of plans on the fast CoG path; other
+ * runs take the whole frame): the lenslet rows are split into n bands of about equal counts; band
+ * k's pixel rows are copied on a stream of the plan's own, each band followed by a flag in device
+ * memory, and the kernel, launched once the copies are queued, sums band k's lenslets as soon as
+ * band k's flag is set, so the copy of the frame overlaps the kernel and the results it writes. 0
+ * (default): chosen from the frame's bytes, one band per 128 KiB rounded, 1 to 4; 1: the whole
+ * frame copied, then one kernel; n: n bands (at most the lenslet rows). The results are the same
+ * bits for any n. SW_EINVAL outside 0..SW_CENTROID_MAX_BANDS. When run with a device-memory result,
+ * the frame is read until the context's stream has finished, as on the whole-frame path.
+ */
+#define SW_CENTROID_MAX_BANDS 16
+sw_status sw_centroid_set_bands(sw_centroid_plan *plan, int32_t bands);
+/* The bands a single-frame run of the plan takes (1 off the COPY path or the fast CoG path, and
+ * on a device that cannot copy while it computes). */
+int32_t sw_centroid_plan_bands(const sw_centroid_plan *plan);
 
 /*
  * Finds the lenslet grid of a reference image (one spot per lenslet, no aberration): the pitch

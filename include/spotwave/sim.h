@@ -187,8 +187,23 @@ sw_status sw_starsim_create(sw_context *ctx, const sw_starsim_params *p, sw_star
  * max_stars stars, an output that is not f32 of the plan's size: SW_EINVAL, out untouched.
  * On a CUDA context the GPU methods render a host `out` into a device image kept in the plan and
  * copy it; SEQUENTIAL and OPENMP render a device `out` on the host and copy it.
+ * A pinned host `out` (sw_image_alloc on the CUDA context) from a GPU method is rendered in bands
+ * of rows (sw_starsim_set_bands): the stars are sorted by the band of their ROI's first row while
+ * they are packed, each band's stars are uploaded, rendered and its rows copied back while the
+ * next band renders, so that the image's copy overlaps the rendering (a pageable `out` takes the
+ * whole image, then one copy). The pixels are those of the whole-image order: DETERMINISTIC gives
+ * the same bits; PARALLEL and ADAPTIVE add each pixel's contributions with float atomics in an
+ * order that was never fixed, banded or not.
  */
 sw_status sw_starsim_run(sw_starsim *plan, const sw_stars *stars, sw_image *out);
+/*
+ * Bands of rows for runs of GPU methods into pinned host images (above): 0 (default) chooses (about
+ * 512 KiB of image per band, at most SW_STARSIM_MAX_BANDS, every band at least roi_side rows);
+ * 1 renders the whole image, then copies it; n > 1 asks for n bands (fewer when the bands would
+ * be shorter than roi_side). SW_EINVAL outside 0..SW_STARSIM_MAX_BANDS. No effect on the CPU.
+ */
+#define SW_STARSIM_MAX_BANDS 32
+sw_status sw_starsim_set_bands(sw_starsim *plan, int32_t bands);
 /* The method a run uses (AUTO resolved for the last run's star count; before the first run, for
  * max_stars stars). */
 sw_starsim_method sw_starsim_method_used(const sw_starsim *plan);
@@ -196,8 +211,10 @@ sw_starsim_method sw_starsim_method_used(const sw_starsim *plan);
 int64_t sw_starsim_rendered(const sw_starsim *plan);
 void sw_starsim_destroy(sw_starsim *plan);
 /* Device time (CUDA events, microseconds) of the last run's rendering kernels on the GPU: the
- * clearing, star upload and any copy back to the host are outside. -1 when the last run was on
- * the CPU or there was none. Waits for the run to finish. */
+ * clearing, star upload and any copy back to the host are outside (a run in bands into a host
+ * image: from the first band's rendering to the last's, the waits for the bands' stars
+ * included). -1 when the last run was on the CPU or there was none. Waits for the run to
+ * finish. */
 double sw_starsim_render_us(sw_starsim *plan);
 
 const char *sw_starsim_method_string(sw_starsim_method m);

@@ -612,6 +612,33 @@ double sw_centroid_kernel_us(const sw_centroid_plan *plan)
     return plan ? plan->kernel_us : -1.0;
 }
 
+sw_status sw_centroid_set_bands(sw_centroid_plan *plan, int32_t bands)
+{
+    if (!plan)
+        return sw_fail(NULL, SW_EINVAL, "sw_centroid_set_bands: NULL plan");
+    if (bands < 0 || bands > SW_CENTROID_MAX_BANDS)
+        return sw_fail(plan->ctx, SW_EINVAL, "centroid: %d bands: expected 0 to %d", bands,
+                       SW_CENTROID_MAX_BANDS);
+    plan->bands = bands;
+    return SW_OK;
+}
+
+int32_t sw_centroid_plan_bands(const sw_centroid_plan *plan)
+{
+    if (!plan || plan->path != SW_CENTROID_COPY || !plan->fast || !plan->copy_overlap)
+        return 1;
+    int32_t n = plan->bands;
+    if (n == 0) {
+        /* one band per 128 KiB of frame, rounded, at most 4: a band's copy (2.5-5 us over
+         * PCIe 5) at least as long as queuing it (two copies), so the copy engine never waits */
+        const double bytes =
+            (double)plan->p.width * (double)plan->p.height * (double)sw_pixel_size(plan->p.type);
+        n = (int32_t)(bytes / (128.0 * 1024.0) + 0.5);
+        n = n < 1 ? 1 : n > 4 ? 4 : n;
+    }
+    return n < plan->ny ? n : plan->ny;
+}
+
 /* ------------------------------------------------------------------ results and reference */
 
 static void *result_array(sw_context *ctx, size_t bytes, sw_memory memory)

@@ -86,7 +86,8 @@ typedef struct cg_args {
     size_t stride;         /* bytes per image row */
     int32_t width, height; /* frame size (dark / flat rows are width long) */
     int32_t nx, ny, nl, nframes;
-    double x0, y0, pitch; /* the geometry, for the pixel regions (cg_edge) */
+    int32_t iy_base, iy_end; /* the launch's lenslet rows [iy_base, iy_end) (all of them) */
+    double x0, y0, pitch;    /* the geometry, for the pixel regions (cg_edge) */
     int32_t window;
     int32_t lpt, ntiles; /* lenslets per tile, tiles per lenslet row */
     int32_t nitems;      /* room per block for item data in shared memory (NZ * lpt) */
@@ -110,7 +111,18 @@ typedef struct cg_args {
     int gs;           /* lanes per lenslet in the finishing reductions: a power of two <= 32 */
     uint8_t *status;  /* sw_centroid_status, or NULL */
     float *xvar, *yvar, *snr; /* error bars and SNR (NaN on this path), or NULL */
+    /* COPY in bands (run_bands): band b's rows have arrived when band_flag[b] == band_mark;
+     * band b ends before lenslet row band_end[b]. band_flag NULL: the frame is all there. The
+     * last block to finish (band_done counts them) sets the flags back to 0. */
+    uint32_t *band_flag;
+    unsigned int *band_done;
+    uint32_t band_mark;
+    int32_t nbands;
+    int32_t band_end[SW_CENTROID_MAX_BANDS];
 } cg_args;
+
+/* Marks of the bands' arrival (run_bands): 1 .. CG_MARKS, one per run in turn. */
+#define CG_MARKS 255
 
 typedef struct cg_gpu {
     int32_t *col_ix, *slope_k;
@@ -130,6 +142,15 @@ typedef struct cg_gpu {
     size_t smem;                    /* dynamic shared memory per block */
     int uva;          /* unified addressing: pinned host pointers are device pointers */
     sw_event_pair ev; /* around the kernel (plan->timing) */
+    /* COPY in bands (run_bands): the frame's rows go up on `copy`, each band's followed by its
+     * flag; `start` orders the copies after the work already queued on the context's stream
+     * (the last run's kernel reads the frame buffer). */
+    cudaStream_t copy;
+    cudaEvent_t start;
+    uint32_t *band_flag;     /* device, SW_CENTROID_MAX_BANDS: the mark of the band's arrival */
+    unsigned int *band_done; /* device: blocks of the banded kernel done (cleared by the last) */
+    uint32_t *marks;         /* pinned host, CG_MARKS + 1: marks[v] = v, the copies' sources */
+    uint32_t mark;           /* this run's mark */
 } cg_gpu;
 
 static cudaStream_t stream_of(const sw_centroid_plan *plan)
@@ -312,7 +333,7 @@ __global__ void __launch_bounds__(CG_THREADS, CG_MIN_BLOCKS) cog_kernel(const cg
 
     /* The block's lenslets and rows, from the geometry (no table on the critical path). */
     const int tile = (int)(blockIdx.x % (unsigned)a.ntiles);
-    const int iy0 = (int)(blockIdx.x / (unsigned)a.ntiles) * NZ;
+    const int iy0 = a.iy_base + (int)(blockIdx.x / (unsigned)a.ntiles) * NZ;
     const int ix0 = tile * a.lpt, ix1 = min(a.nx, ix0 + a.lpt), nlt = ix1 - ix0;
     const int tc0 = cg_edge(a.x0, a.pitch, ix0) + a.window;
     const int tc1 = cg_edge(a.x0, a.pitch, ix1) - a.window;
@@ -320,7 +341,7 @@ __global__ void __launch_bounds__(CG_THREADS, CG_MIN_BLOCKS) cog_kernel(const cg
     const int x = cbase + 4 * tx;    /* the thread's first pixel */
     const int iy = iy0 + tz;         /* the thread's lenslet row (none when >= ny) */
     int ys = 0, ye = 0;              /* its rows */
-    if (iy < a.ny) {
+    if (iy < a.iy_end) {
         ys = cg_edge(a.y0, a.pitch, iy) + a.window;
         ye = cg_edge(a.y0, a.pitch, iy + 1) - a.window;
     }
@@ -330,7 +351,7 @@ __global__ void __launch_bounds__(CG_THREADS, CG_MIN_BLOCKS) cog_kernel(const cg
      * pixels load. */
     for (int q = tid; q < nitems; q += nthreads) {
         const int z = q / nlt, iyq = iy0 + z;
-        if (iyq < a.ny) {
+        if (iyq < a.iy_end) {
             const int l = iyq * a.nx + ix0 + (q - z * nlt);
             __pipeline_memcpy_async(ksh + q, a.slope_k + l, sizeof(int32_t));
             if (a.slopes) {
@@ -340,6 +361,24 @@ __global__ void __launch_bounds__(CG_THREADS, CG_MIN_BLOCKS) cog_kernel(const cg
         }
     }
     __pipeline_commit();
+
+    /* COPY in bands: wait until the rows of the band of the block's last lenslet row are in
+     * (the bands arrive in order, so the earlier rows are too) */
+    if (a.band_flag) {
+        const int last = min(iy0 + NZ, a.iy_end) - 1;
+        int b = 0;
+        while (b < a.nbands - 1 && a.band_end[b] <= last)
+            b++;
+        if (tid == 0) {
+            while (*(const volatile uint32_t *)(a.band_flag + b) != a.band_mark) {
+#if __CUDA_ARCH__ >= 700
+                __nanosleep(128);
+#endif
+            }
+            __threadfence();
+        }
+        __syncthreads();
+    }
 
     /* mr: the thread's pixels inside the tile's columns (read by scalar loads). A whole group
      * inside the grid's columns (hence inside the image row) is read with one vector load; mv:
@@ -395,7 +434,7 @@ __global__ void __launch_bounds__(CG_THREADS, CG_MIN_BLOCKS) cog_kernel(const cg
             for (int b = 0; b < nitems; b += ngrp) {
                 const int q = b + grp, z = q / nlt, k = q - z * nlt;
                 float v = -INFINITY;
-                if (q < nitems && iy0 + z < a.ny) {
+                if (q < nitems && iy0 + z < a.iy_end) {
                     const int c0 = cg_edge(a.x0, a.pitch, ix0 + k) + a.window - cbase;
                     const int c1 = cg_edge(a.x0, a.pitch, ix0 + k + 1) - a.window - cbase;
                     for (int c = c0 + lane; c < c1; c += gs)
@@ -469,7 +508,7 @@ __global__ void __launch_bounds__(CG_THREADS, CG_MIN_BLOCKS) cog_kernel(const cg
          * lane finishes (Eq. 7). The loop count is the same for the whole block. */
         for (int b = 0; b < nitems; b += ngrp) {
             const int q = b + grp, z = q / nlt, k = q - z * nlt, iyq = iy0 + z;
-            const bool act = q < nitems && iyq < a.ny;
+            const bool act = q < nitems && iyq < a.iy_end;
             int xs = 0, c0 = 0;
             mom_t m00 = 0, m10 = 0, m01 = 0;
             unsigned sat = 0;
@@ -515,6 +554,19 @@ __global__ void __launch_bounds__(CG_THREADS, CG_MIN_BLOCKS) cog_kernel(const cg
             }
         }
         __syncthreads(); /* shared memory is reused by the next frame */
+    }
+    /* COPY in bands: every copy of the run has arrived once all blocks are here (each waited
+     * for a flag that follows the copies before it); the last block clears the flags, so that
+     * none keeps a mark a later run could take for its own */
+    if (a.band_flag && tid == 0) {
+        __threadfence();
+        const unsigned int total = gridDim.x * gridDim.y * gridDim.z;
+        if (atomicAdd(a.band_done, 1u) == total - 1u) {
+            for (int b = 0; b < SW_CENTROID_MAX_BANDS; b++)
+                *(volatile uint32_t *)(a.band_flag + b) = 0u;
+            *(volatile unsigned int *)a.band_done = 0u;
+            __threadfence();
+        }
     }
 }
 
@@ -1079,10 +1131,26 @@ extern "C" sw_status sw_centroid_gpu_create(sw_centroid_plan *plan)
     if (plan->lut)
         SW_TRY(upload(plan, &g->lut, plan->lut, p->type == SW_PIX_U8 ? (size_t)256 : 65536));
 
-    if (plan->path == SW_CENTROID_COPY)
+    if (plan->path == SW_CENTROID_COPY) {
         SW_CU(cudaMallocPitch(&g->frames, &g->frames_pitch,
                               (size_t)p->width * sw_pixel_size(p->type),
                               (size_t)p->max_frames * (size_t)p->height));
+        /* the bands' copy stream, flags and marks (run_bands); bands only where a copy can run
+         * beside a kernel (the banded kernel waits for copies) */
+        int engines = 0;
+        SW_CU(cudaDeviceGetAttribute(&engines, cudaDevAttrAsyncEngineCount, plan->ctx->device));
+        plan->copy_overlap = engines > 0;
+        SW_CU(cudaStreamCreateWithFlags(&g->copy, cudaStreamNonBlocking));
+        SW_CU(cudaEventCreateWithFlags(&g->start, cudaEventDisableTiming));
+        SW_CU(cudaMalloc(&g->band_flag, SW_CENTROID_MAX_BANDS * sizeof(uint32_t)));
+        SW_CU(cudaMemsetAsync(g->band_flag, 0, SW_CENTROID_MAX_BANDS * sizeof(uint32_t),
+                              stream_of(plan)));
+        SW_CU(cudaMalloc(&g->band_done, sizeof(unsigned int)));
+        SW_CU(cudaMemsetAsync(g->band_done, 0, sizeof(unsigned int), stream_of(plan)));
+        SW_CU(cudaHostAlloc(&g->marks, (CG_MARKS + 1) * sizeof(uint32_t), cudaHostAllocDefault));
+        for (uint32_t v = 0; v <= CG_MARKS; v++)
+            g->marks[v] = v;
+    }
     const size_t n = (size_t)p->max_frames * nl, ns = (size_t)p->max_frames * 2 * plan->nslopes;
     SW_TRY(upload<float>(plan, &g->x, NULL, n));
     SW_TRY(upload<float>(plan, &g->y, NULL, n));
@@ -1171,6 +1239,63 @@ static int load_mode(const void *data, size_t stride, size_t psize)
     return CG_LOAD_BYTES;
 }
 
+/*
+ * One frame on the COPY path in nb bands, one kernel. Band b takes the lenslet rows
+ * [band_end[b - 1], band_end[b]) (band_end[b] = ny (b + 1) / nb) and needs the pixel rows up to
+ * the last one of its last lenslet row (ye). The plan's copy stream copies, band after band, the
+ * rows not copied yet (from the first lenslet row's ys: rows outside every region are never
+ * read), each followed by a 4-byte copy that sets band_flag[b] to this run's mark (a value from
+ * the plan's pinned table of marks, never written after create, so that no copy still queued
+ * can read a later run's mark). The kernel is launched once every copy is queued (about 2 us of
+ * host time a band, less than a band's copy; and a launch that blocks the host until the kernel
+ * has finished, CUDA_LAUNCH_BLOCKING or a tool that serialises the work, still finds them
+ * queued); it waits for nothing, and each block polls the flag of its last lenslet row's band
+ * before it reads a pixel. Both copies are done by the copy engine, so a block that polls never
+ * stands in the way of the data it waits for; the last block to finish clears the flags (a run
+ * whose kernel did not run leaves its marks, which the next run does not use). The copies start
+ * after the work already queued on the context's stream (`start`: the last run's kernel reads
+ * the frame buffer); the kernel, on that stream, ends after every copy. Each lenslet is summed by
+ * the same threads in the same order as without bands: the same bits.
+ */
+static sw_status copy_band_rows(sw_centroid_plan *plan, const sw_image *frames, int32_t *copied,
+                                int32_t need, int b, uint32_t mark)
+{
+    cg_gpu *g = (cg_gpu *)plan->gpu;
+    const size_t row = (size_t)plan->p.width * sw_pixel_size(plan->p.type);
+    if (need > *copied) {
+        SW_CU(cudaMemcpy2DAsync(
+            (char *)g->frames + (size_t)*copied * g->frames_pitch, g->frames_pitch,
+            (const char *)frames->data + (size_t)*copied * frames->stride, frames->stride, row,
+            (size_t)(need - *copied), cudaMemcpyHostToDevice, g->copy));
+        *copied = need;
+    }
+    SW_CU(cudaMemcpyAsync(g->band_flag + b, g->marks + mark, sizeof(uint32_t),
+                          cudaMemcpyHostToDevice, g->copy));
+    return SW_OK;
+}
+
+static sw_status run_bands(sw_centroid_plan *plan, const sw_image *frames, int nb, cg_kernel_fn k,
+                           dim3 grid, dim3 block, cg_args a)
+{
+    cg_gpu *g = (cg_gpu *)plan->gpu;
+    cudaStream_t s = stream_of(plan);
+    g->mark = g->mark % CG_MARKS + 1; /* 1 .. CG_MARKS: never the flags' initial 0 */
+    a.band_flag = g->band_flag;
+    a.band_done = g->band_done;
+    a.band_mark = g->mark;
+    a.nbands = nb;
+    for (int b = 0; b < nb; b++)
+        a.band_end[b] = (int32_t)((int64_t)plan->ny * (b + 1) / nb);
+    SW_CU(cudaEventRecord(g->start, s));
+    SW_CU(cudaStreamWaitEvent(g->copy, g->start, 0));
+    int32_t copied = plan->ys[0]; /* rows [ys[0], copied) are on their way */
+    for (int b = 0; b < nb; b++)
+        SW_TRY(copy_band_rows(plan, frames, &copied, plan->ye[a.band_end[b] - 1], b, g->mark));
+    k<<<grid, block, g->smem, s>>>(a);
+    SW_CU(cudaGetLastError());
+    return SW_OK;
+}
+
 extern "C" sw_status sw_centroid_gpu_run(sw_centroid_plan *plan, const sw_image *frames,
                                          int32_t nframes, sw_centroid_result *out)
 {
@@ -1182,13 +1307,18 @@ extern "C" sw_status sw_centroid_gpu_run(sw_centroid_plan *plan, const sw_image 
     cg_args a;
     memset(&a, 0, sizeof a);
 
-    /* Frames */
+    /* Frames (COPY in bands: the copies go with the kernels, below) */
+    /* pinned frames only: a copy from pageable memory is staged by the host, banded or not */
+    const int nb = plan->path == SW_CENTROID_COPY && nframes == 1 && frames->memory == SW_MEM_PINNED
+                       ? sw_centroid_plan_bands(plan)
+                       : 1;
     void *img = frames->data;
     size_t stride = frames->stride;
     if (plan->path == SW_CENTROID_COPY) {
-        SW_CU(cudaMemcpy2DAsync(g->frames, g->frames_pitch, frames->data, frames->stride,
-                                (size_t)p->width * psize, (size_t)nframes * (size_t)p->height,
-                                cudaMemcpyHostToDevice, s));
+        if (nb == 1)
+            SW_CU(cudaMemcpy2DAsync(g->frames, g->frames_pitch, frames->data, frames->stride,
+                                    (size_t)p->width * psize, (size_t)nframes * (size_t)p->height,
+                                    cudaMemcpyHostToDevice, s));
         img = g->frames;
         stride = g->frames_pitch;
     } else if (plan->path == SW_CENTROID_MAPPED) {
@@ -1253,6 +1383,8 @@ extern "C" sw_status sw_centroid_gpu_run(sw_centroid_plan *plan, const sw_image 
     a.ny = plan->ny;
     a.nl = plan->nl;
     a.nframes = nframes;
+    a.iy_base = 0;
+    a.iy_end = plan->ny;
     a.x0 = p->geometry.x0;
     a.y0 = p->geometry.y0;
     a.pitch = p->geometry.pitch_px;
@@ -1339,8 +1471,12 @@ extern "C" sw_status sw_centroid_gpu_run(sw_centroid_plan *plan, const sw_image 
         const dim3 grid((unsigned)(g->ntiles * bands),
                         (unsigned)(nframes < 65535 ? nframes : 65535));
         const dim3 block((unsigned)g->tx, (unsigned)g->r, (unsigned)g->nz);
-        k<<<grid, block, g->smem, s>>>(a);
-        SW_CU(cudaGetLastError());
+        if (nb == 1) {
+            k<<<grid, block, g->smem, s>>>(a);
+            SW_CU(cudaGetLastError());
+        } else {
+            SW_TRY(run_bands(plan, frames, nb, k, grid, block, a));
+        }
     }
     if (plan->timing)
         SW_CU(cudaEventRecord(g->ev.t1, s));
@@ -1412,6 +1548,16 @@ extern "C" void sw_centroid_gpu_destroy(sw_centroid_plan *plan)
     cudaFree(g->snr);
     cudaFree(g->status);
     cudaFree(g->corr);
+    if (g->copy) {
+        cudaStreamSynchronize(g->copy);
+        cudaStreamDestroy(g->copy);
+    }
+    if (g->start)
+        cudaEventDestroy(g->start);
+    cudaFree(g->band_flag);
+    cudaFree(g->band_done);
+    if (g->marks)
+        cudaFreeHost(g->marks);
     sw_event_pair_destroy(&g->ev);
     free(g);
     plan->gpu = NULL;

@@ -75,6 +75,8 @@ struct sw_centroid_plan {
     void *gpu;
     int timing;
     double kernel_us;
+    int32_t bands;    /* sw_centroid_set_bands: 0 auto, else the count asked for */
+    int copy_overlap; /* 1: the device copies while it computes (COPY in bands; centroid_cuda.cu) */
 };
 
 #ifdef SW_HAVE_CUDA

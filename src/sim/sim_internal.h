@@ -35,6 +35,13 @@ struct sw_starsim {
     double *cpu_w;       /* cpu_threads x 2 x roi_side weights of the OpenMP renderer */
     sw_image gpu_image;  /* CUDA: f32 device image for runs into host images (at create) */
     sw_image host_image; /* CUDA: f32 host image for CPU methods into device images (lazy) */
+    int packed_pinned;   /* 1: `packed` is pinned host memory (CUDA: uploads are async DMA) */
+    int32_t bands;       /* sw_starsim_set_bands: 0 auto, 1 whole image, n bands */
+    int64_t *band_count; /* cpu_threads x (SW_STARSIM_MAX_BANDS + 1): stars per thread and band */
+    uint8_t *band_id;    /* max_stars: the band of each star of a banded run (255: skipped) */
+    int32_t *band_order; /* max_stars: each worker's chunk of star indices sorted by band */
+    uint8_t *row_band;   /* height: the band of each row (banded runs; for the current bands) */
+    int32_t row_band_hb; /* the band height row_band was made for (0: none) */
 };
 
 #ifdef SW_HAVE_CUDA
@@ -45,6 +52,25 @@ sw_status sw_starsim_gpu_create(sw_starsim *plan);
  * method PARALLEL, ADAPTIVE or DETERMINISTIC. Queued on the context's stream. */
 sw_status sw_starsim_gpu_run(sw_starsim *plan, const sw_packed_star *stars, int64_t n,
                              sw_starsim_method method, sw_image *out);
+/*
+ * A run into `out`, an f32 HOST image of the plan's size, in bands of rows, queued band by band
+ * (starsim.c packs band b + 1 while band b is on its way): band b holds the rows [y0, y1) and the
+ * packed stars stars[first .. first + n) whose ROI starts in those rows (ROI starts above the
+ * image count in band 0); a band is at least roi_side rows, so its stars reach at most into the
+ * next band. begin: after the work already queued on the context's stream, clears the plan's
+ * device image (DETERMINISTIC: its fixed-point sums). band: uploads the band's stars on a copy
+ * stream, renders them on the context's stream (DETERMINISTIC: then turns the band's rows into
+ * floats) and, once rendered, copies the band's rows to `out` on a second copy stream (band b's
+ * rows are complete after bands b - 1 and b: the only stars that reach them). Bands in order,
+ * 0 first. end: waits for the last copy; `out` is complete on return.
+ */
+sw_status sw_starsim_gpu_bands_begin(sw_starsim *plan, sw_starsim_method method);
+sw_status sw_starsim_gpu_band(sw_starsim *plan, int b, const sw_packed_star *stars, int64_t first,
+                              int64_t n, int32_t y0, int32_t y1, sw_starsim_method method,
+                              sw_image *out);
+sw_status sw_starsim_gpu_bands_end(sw_starsim *plan);
+/* Waits until the last run's star upload has read plan->packed (before it is packed again). */
+sw_status sw_starsim_gpu_wait_upload(sw_starsim *plan);
 void sw_starsim_gpu_destroy(sw_starsim *plan);
 /* Device time of the last GPU run's rendering kernels (CUDA events), microseconds; -1 if none. */
 double sw_starsim_gpu_render_us(sw_starsim *plan);

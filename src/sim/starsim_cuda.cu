@@ -54,6 +54,13 @@ typedef struct starsim_gpu {
     int threads;             /* threads per block */
     sw_event_pair ev;        /* around the last run's rendering kernels */
     int timed;               /* the events hold a run */
+    /* Banded runs into host images (sw_starsim_gpu_bands_begin / band / end): the star uploads
+     * on `up`, the rows' copies back on `down`; per band, its upload done and its rows
+     * rendered. */
+    cudaStream_t up, down;
+    cudaEvent_t start, up_done[SW_STARSIM_MAX_BANDS], rendered[SW_STARSIM_MAX_BANDS];
+    cudaEvent_t uploaded; /* after the last run's star upload (the packed list may be reused) */
+    int upload_pending;   /* `uploaded` was recorded and not waited for */
 } starsim_gpu;
 
 static cudaStream_t stream_of(const sw_starsim *plan)
@@ -191,14 +198,14 @@ __global__ void adaptive_warp_kernel(const sw_packed_star *stars, int n, int sid
     }
 }
 
-/* DETERMINISTIC: fixed-point sums to f32. */
+/* DETERMINISTIC: fixed-point sums to f32, rows [y0, y1). */
 __global__ void fixed_to_float_kernel(const unsigned long long *acc, float *img, size_t pitch,
-                                      int width, int height)
+                                      int width, int y0, int y1)
 {
     int x = blockIdx.x * blockDim.x + threadIdx.x;
     if (x >= width)
         return;
-    for (int y = blockIdx.y; y < height; y += gridDim.y)
+    for (int y = y0 + (int)blockIdx.y; y < y1; y += gridDim.y)
         ((float *)((char *)img + (size_t)y * pitch))[x] =
             (float)((double)acc[(size_t)y * width + x] * (1.0 / SW_FIX_SCALE));
 }
@@ -236,8 +243,8 @@ static sw_status build_lut(sw_starsim *plan, starsim_gpu *g)
     return SW_OK;
 }
 
-static sw_status launch(sw_starsim *plan, starsim_gpu *g, int64_t n, sw_starsim_method m,
-                        sw_image *out)
+static sw_status launch(sw_starsim *plan, starsim_gpu *g, const sw_packed_star *stars, int64_t n,
+                        sw_starsim_method m, sw_image *out)
 {
     if (n == 0)
         return SW_OK;
@@ -254,30 +261,28 @@ static sw_status launch(sw_starsim *plan, starsim_gpu *g, int64_t n, sw_starsim_
     case SW_STARSIM_PARALLEL:
         if (warp)
             parallel_warp_kernel<false>
-                <<<wblocks, wthreads, 0, s>>>(g->stars, (int)n, side, sigma, integrated, img, NULL,
+                <<<wblocks, wthreads, 0, s>>>(stars, (int)n, side, sigma, integrated, img, NULL,
                                               out->stride, out->width, out->height);
         else
             parallel_kernel<false><<<(unsigned)n, g->threads, 0, s>>>(
-                g->stars, side, sigma, integrated, img, NULL, out->stride, out->width, out->height);
+                stars, side, sigma, integrated, img, NULL, out->stride, out->width, out->height);
         break;
     case SW_STARSIM_ADAPTIVE:
         if (warp)
-            adaptive_warp_kernel<<<wblocks, wthreads, 0, s>>>(g->stars, (int)n, side,
+            adaptive_warp_kernel<<<wblocks, wthreads, 0, s>>>(stars, (int)n, side,
                                                               plan->p.phase_bins, g->lut, img,
                                                               out->stride, out->width, out->height);
         else
             adaptive_kernel<<<(unsigned)n, g->threads, 2 * side * sizeof(float), s>>>(
-                g->stars, side, plan->p.phase_bins, g->lut, img, out->stride, out->width,
-                out->height);
+                stars, side, plan->p.phase_bins, g->lut, img, out->stride, out->width, out->height);
         break;
     case SW_STARSIM_DETERMINISTIC:
         if (warp)
-            parallel_warp_kernel<true><<<wblocks, wthreads, 0, s>>>(g->stars, (int)n, side, sigma,
-                                                                    integrated, NULL, g->acc, 0,
-                                                                    out->width, out->height);
+            parallel_warp_kernel<true><<<wblocks, wthreads, 0, s>>>(
+                stars, (int)n, side, sigma, integrated, NULL, g->acc, 0, out->width, out->height);
         else
             parallel_kernel<true><<<(unsigned)n, g->threads, 0, s>>>(
-                g->stars, side, sigma, integrated, NULL, g->acc, 0, out->width, out->height);
+                stars, side, sigma, integrated, NULL, g->acc, 0, out->width, out->height);
         break;
     default:
         return sw_fail(plan->ctx, SW_EINTERNAL, "star simulator: method %d is not a GPU method",
@@ -297,13 +302,13 @@ static sw_status time_method(sw_starsim *plan, starsim_gpu *g, int64_t n, sw_sta
     cudaError_t e = cudaEventCreate(&a);
     if (e == cudaSuccess)
         e = cudaEventCreate(&b);
-    sw_status st = e == cudaSuccess ? launch(plan, g, n, m, img) /* warm-up */
+    sw_status st = e == cudaSuccess ? launch(plan, g, g->stars, n, m, img) /* warm-up */
                                     : sw_fail(plan->ctx, SW_ECUDA,
                                               "star simulator: cannot create CUDA events: %s",
                                               cudaGetErrorString(e));
     for (int r = 0; r < 5 && st == SW_OK; r++) {
         e = cudaEventRecord(a, s);
-        if (e == cudaSuccess && (st = launch(plan, g, n, m, img)) == SW_OK) {
+        if (e == cudaSuccess && (st = launch(plan, g, g->stars, n, m, img)) == SW_OK) {
             e = cudaEventRecord(b, s);
             if (e == cudaSuccess)
                 e = cudaEventSynchronize(b);
@@ -409,6 +414,14 @@ extern "C" sw_status sw_starsim_gpu_create(sw_starsim *plan)
         return sw_fail(plan->ctx, SW_ENOMEM, "star simulator: out of memory");
     plan->gpu = g;
     SW_TRY(sw_event_pair_create(SW_CUDA_CTX, SW_CUDA_STAGE, &g->ev));
+    SW_CU(cudaStreamCreateWithFlags(&g->up, cudaStreamNonBlocking));
+    SW_CU(cudaStreamCreateWithFlags(&g->down, cudaStreamNonBlocking));
+    SW_CU(cudaEventCreateWithFlags(&g->start, cudaEventDisableTiming));
+    SW_CU(cudaEventCreateWithFlags(&g->uploaded, cudaEventDisableTiming));
+    for (int k = 0; k < SW_STARSIM_MAX_BANDS; k++) {
+        SW_CU(cudaEventCreateWithFlags(&g->up_done[k], cudaEventDisableTiming));
+        SW_CU(cudaEventCreateWithFlags(&g->rendered[k], cudaEventDisableTiming));
+    }
     const int npix = plan->p.roi_side * plan->p.roi_side;
     g->threads = npix >= 256 ? 256 : (npix + 31) / 32 * 32;
     SW_TRY(sw_memory_check(plan->ctx, (uint64_t)plan->p.max_stars, sizeof(sw_packed_star),
@@ -432,12 +445,10 @@ extern "C" sw_status sw_starsim_gpu_create(sw_starsim *plan)
     return SW_OK;
 }
 
-extern "C" sw_status sw_starsim_gpu_run(sw_starsim *plan, const sw_packed_star *stars, int64_t n,
-                                        sw_starsim_method method, sw_image *out)
+/* DETERMINISTIC: the plan has the accumulator and the stars' total flux fits it. */
+static sw_status check_deterministic(sw_starsim *plan, starsim_gpu *g, const sw_packed_star *stars,
+                                     int64_t n, sw_starsim_method method)
 {
-    starsim_gpu *g = (starsim_gpu *)plan->gpu;
-    cudaStream_t s = stream_of(plan);
-    const size_t row = (size_t)out->width * sizeof(float);
     if (method == SW_STARSIM_DETERMINISTIC) {
         if (!g->acc)
             return sw_fail(plan->ctx, SW_EINVAL,
@@ -452,27 +463,124 @@ extern "C" sw_status sw_starsim_gpu_run(sw_starsim *plan, const sw_packed_star *
                            "takes at most %g e- per run; these stars carry %g e-",
                            SW_STARSIM_DETERMINISTIC_MAX_FLUX, total);
     }
+    return SW_OK;
+}
+
+extern "C" sw_status sw_starsim_gpu_wait_upload(sw_starsim *plan)
+{
+    starsim_gpu *g = (starsim_gpu *)plan->gpu;
+    if (!g || !g->upload_pending)
+        return SW_OK;
+    SW_CU(cudaSetDevice(plan->ctx->device));
+    SW_CU(cudaEventSynchronize(g->uploaded));
+    g->upload_pending = 0;
+    return SW_OK;
+}
+
+extern "C" sw_status sw_starsim_gpu_run(sw_starsim *plan, const sw_packed_star *stars, int64_t n,
+                                        sw_starsim_method method, sw_image *out)
+{
+    starsim_gpu *g = (starsim_gpu *)plan->gpu;
+    cudaStream_t s = stream_of(plan);
+    const size_t row = (size_t)out->width * sizeof(float);
+    SW_TRY(check_deterministic(plan, g, stars, n, method));
     SW_CU(cudaSetDevice(plan->ctx->device));
     SW_CU(cudaMemset2DAsync(out->data, out->stride, 0, row, (size_t)out->height, s));
-    if (n > 0)
+    if (n > 0) {
         SW_CU(
             cudaMemcpyAsync(g->stars, stars, (size_t)n * sizeof *stars, cudaMemcpyHostToDevice, s));
+        SW_CU(cudaEventRecord(g->uploaded, s));
+        g->upload_pending = 1;
+    }
     if (method == SW_STARSIM_DETERMINISTIC)
         SW_CU(cudaMemsetAsync(g->acc, 0, (size_t)out->width * (size_t)out->height * sizeof *g->acc,
                               s));
     SW_CU(cudaEventRecord(g->ev.t0, s));
-    sw_status st = launch(plan, g, n, method, out);
+    sw_status st = launch(plan, g, g->stars, n, method, out);
     if (st != SW_OK)
         return st;
     if (method == SW_STARSIM_DETERMINISTIC) {
         dim3 grid((unsigned)((out->width + 255) / 256),
                   (unsigned)(out->height < 1024 ? out->height : 1024));
         fixed_to_float_kernel<<<grid, 256, 0, s>>>(g->acc, (float *)out->data, out->stride,
-                                                   out->width, out->height);
+                                                   out->width, 0, out->height);
         SW_CU(cudaGetLastError());
     }
     SW_CU(cudaEventRecord(g->ev.t1, s));
     g->timed = 1;
+    return SW_OK;
+}
+
+/*
+ * The banded pipeline (sim_internal.h). Streams: up (star uploads), the context's stream
+ * (clearing, rendering), down (rows back). Per band b: up copies its stars and records
+ * up_done[b]; the context's stream waits for it, renders them (DETERMINISTIC: then turns band b's
+ * rows into floats) and records rendered[b]; down waits for that and copies band b's rows. All
+ * three streams start after the work already queued on the context's stream (`start`), and the
+ * run returns when down has copied the last band (which follows every rendering). The events
+ * around the renderings (sw_starsim_render_us) include the waits for the uploads.
+ */
+extern "C" sw_status sw_starsim_gpu_bands_begin(sw_starsim *plan, sw_starsim_method method)
+{
+    starsim_gpu *g = (starsim_gpu *)plan->gpu;
+    cudaStream_t s = stream_of(plan);
+    sw_image *img = &plan->gpu_image;
+    if (method == SW_STARSIM_DETERMINISTIC && !g->acc)
+        return sw_fail(plan->ctx, SW_EINVAL,
+                       "star simulator: this plan was not made for the deterministic method");
+    SW_CU(cudaSetDevice(plan->ctx->device));
+    SW_CU(cudaEventRecord(g->start, s));
+    SW_CU(cudaStreamWaitEvent(g->up, g->start, 0));
+    SW_CU(cudaStreamWaitEvent(g->down, g->start, 0));
+    SW_CU(cudaMemset2DAsync(img->data, img->stride, 0, (size_t)img->width * sizeof(float),
+                            (size_t)img->height, s));
+    if (method == SW_STARSIM_DETERMINISTIC)
+        SW_CU(cudaMemsetAsync(g->acc, 0, (size_t)img->width * (size_t)img->height * sizeof *g->acc,
+                              s));
+    SW_CU(cudaEventRecord(g->ev.t0, s));
+    return SW_OK;
+}
+
+extern "C" sw_status sw_starsim_gpu_band(sw_starsim *plan, int b, const sw_packed_star *stars,
+                                         int64_t first, int64_t n, int32_t y0, int32_t y1,
+                                         sw_starsim_method method, sw_image *out)
+{
+    starsim_gpu *g = (starsim_gpu *)plan->gpu;
+    cudaStream_t s = stream_of(plan);
+    sw_image *img = &plan->gpu_image;
+    if (b < 0 || b >= SW_STARSIM_MAX_BANDS)
+        return sw_fail(plan->ctx, SW_EINTERNAL, "star simulator: band %d", b);
+    if (n > 0) {
+        SW_CU(cudaMemcpyAsync(g->stars + first, stars + first, (size_t)n * sizeof *stars,
+                              cudaMemcpyHostToDevice, g->up));
+        SW_CU(cudaEventRecord(g->up_done[b], g->up));
+        SW_CU(cudaStreamWaitEvent(s, g->up_done[b], 0));
+        SW_TRY(launch(plan, g, g->stars + first, n, method, img));
+    }
+    if (method == SW_STARSIM_DETERMINISTIC) {
+        const int rows = y1 - y0;
+        dim3 grid((unsigned)((img->width + 255) / 256), (unsigned)(rows < 1024 ? rows : 1024));
+        fixed_to_float_kernel<<<grid, 256, 0, s>>>(g->acc, (float *)img->data, img->stride,
+                                                   img->width, y0, y1);
+        SW_CU(cudaGetLastError());
+    }
+    SW_CU(cudaEventRecord(g->rendered[b], s));
+    SW_CU(cudaStreamWaitEvent(g->down, g->rendered[b], 0));
+    SW_CU(cudaMemcpy2DAsync((char *)out->data + (size_t)y0 * out->stride, out->stride,
+                            (const char *)img->data + (size_t)y0 * img->stride, img->stride,
+                            (size_t)img->width * sizeof(float), (size_t)(y1 - y0),
+                            cudaMemcpyDeviceToHost, g->down));
+    return SW_OK;
+}
+
+extern "C" sw_status sw_starsim_gpu_bands_end(sw_starsim *plan)
+{
+    starsim_gpu *g = (starsim_gpu *)plan->gpu;
+    SW_CU(cudaEventRecord(g->ev.t1, stream_of(plan)));
+    g->timed = 1;
+    SW_CU(cudaEventRecord(g->uploaded, g->up));
+    g->upload_pending = 1;
+    SW_CU(cudaStreamSynchronize(g->down));
     return SW_OK;
 }
 
@@ -483,6 +591,24 @@ extern "C" void sw_starsim_gpu_destroy(sw_starsim *plan)
         return;
     cudaSetDevice(plan->ctx->device);
     cudaStreamSynchronize(stream_of(plan));
+    if (g->up) {
+        cudaStreamSynchronize(g->up);
+        cudaStreamDestroy(g->up);
+    }
+    if (g->down) {
+        cudaStreamSynchronize(g->down);
+        cudaStreamDestroy(g->down);
+    }
+    if (g->start)
+        cudaEventDestroy(g->start);
+    if (g->uploaded)
+        cudaEventDestroy(g->uploaded);
+    for (int k = 0; k < SW_STARSIM_MAX_BANDS; k++) {
+        if (g->up_done[k])
+            cudaEventDestroy(g->up_done[k]);
+        if (g->rendered[k])
+            cudaEventDestroy(g->rendered[k]);
+    }
     cudaFree(g->stars);
     cudaFree(g->lut);
     cudaFree(g->acc);

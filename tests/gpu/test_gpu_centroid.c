@@ -923,6 +923,128 @@ static void test_saturation(void **state)
     sw_image_free(&dev);
 }
 
+/*
+ * COPY runs in bands of lenslet rows (sw_centroid_set_bands): the frame's rows copied band by
+ * band on a stream of their own, each band's lenslets summed once its flag says its rows are in
+ * (one kernel). Against the whole frame (one band): the same bits in every array, for band
+ * counts that do not divide the lenslet rows, more bands than rows (clamped), windows (rows
+ * between regions never copied), non-integer origins and pitches, frames taller than the grid,
+ * exact and conditioned plans (dark, FRACTION threshold: its maximum pass reads the band's rows
+ * too), pinned frames (banded) and pageable ones (whole), pinned, host and device results; and,
+ * exact, the CPU's bits. Two frames in turn on one plan: a band never reads the previous frame's
+ * rows.
+ */
+static void test_copy_bands(void **state)
+{
+    (void)state;
+    static uint8_t mask[4096];
+    uint64_t s = 0xBA4D5;
+    static const int32_t counts[] = {2, 3, 5, 7, SW_CENTROID_MAX_BANDS};
+    for (int c = 0; c < 12; c++) {
+        const sw_pixel_type type = c % 3 == 2 ? SW_PIX_U16 : SW_PIX_U8;
+        sw_centroid_params p;
+        random_params(&s, type, 600, c % 4 == 1, mask, &p);
+        if (c == 0) { /* a Table 1 like grid: pitch 3.8, many lenslet rows */
+            p.geometry.pitch_px = 3.8;
+            p.geometry.nx = p.geometry.ny = 120;
+            p.geometry.x0 = p.geometry.y0 = 0.0;
+            p.width = p.height = 457;
+            p.window = 0;
+        }
+        const int exact = c % 2 == 0;
+        const size_t npix = (size_t)p.width * (size_t)p.height;
+        float *dark = malloc(npix * sizeof(float));
+        assert_non_null(dark);
+        for (size_t i = 0; i < npix; i++)
+            dark[i] = (float)(3.0 * rnd_u01(&s));
+        if (!exact) {
+            p.dark = dark;
+            p.threshold_mode = SW_THRESHOLD_SUBTRACT;
+            p.threshold_kind = SW_THRESHOLD_FRACTION;
+            p.threshold = 0.3;
+        }
+        sw_centroid_plan *pc = make_plan(cpu, &p, SW_CENTROID_HOST);
+        sw_centroid_plan *pg = make_plan(gpu, &p, SW_CENTROID_COPY);
+        assert_true(sw_centroid_plan_fast(pg));
+        sw_image host[2], pin[2];
+        sw_centroid_result rc[2], ref[2], rp, rh, rd, got;
+        for (int f = 0; f < 2; f++) {
+            host[f] = sw_test_random_image(p.width, p.height, p.type, 900 + 2 * c + f);
+            assert_int_equal(sw_image_alloc(gpu, p.width, p.height, p.type, &pin[f]), SW_OK);
+            assert_int_equal(sw_image_copy(gpu, &host[f], &pin[f]), SW_OK);
+            rc[f] = host_result(pc, 1);
+            ref[f] = host_result(pg, 1);
+            run_ok(pc, cpu, &host[f], &rc[f]);
+        }
+        /* the reference: one band */
+        assert_int_equal(sw_centroid_set_bands(pg, 1), SW_OK);
+        assert_int_equal(sw_centroid_plan_bands(pg), 1);
+        for (int f = 0; f < 2; f++) {
+            run_ok(pg, gpu, &pin[f], &ref[f]);
+            if (exact)
+                expect_identical("one band vs the CPU", &rc[f], &ref[f], 1);
+            else
+                expect_close("one band vs the CPU", &rc[f], &ref[f], 1, 1e-4);
+        }
+        assert_int_equal(sw_centroid_result_alloc(pg, 1, SW_MEM_PINNED, &rp), SW_OK);
+        assert_int_equal(sw_centroid_result_alloc(pg, 1, SW_MEM_DEVICE, &rd), SW_OK);
+        rh = host_result(pg, 1);
+        got = host_result(pg, 1);
+        for (size_t b = 0; b <= sizeof counts / sizeof counts[0]; b++) {
+            const int32_t want = b < sizeof counts / sizeof counts[0] ? counts[b] : 0; /* 0: auto */
+            assert_int_equal(sw_centroid_set_bands(pg, want), SW_OK);
+            const int32_t nb = sw_centroid_plan_bands(pg);
+            if (want > 0)
+                assert_int_equal(nb, want < p.geometry.ny ? want : p.geometry.ny);
+            for (int r = 0; r < 3; r++) {
+                const int f = (int)(b + (size_t)r) % 2; /* the frames in turn */
+                const sw_image *in = (b + (size_t)r) % 3 == 2 ? &host[f] : &pin[f];
+                sw_centroid_result *out = r == 0 ? &rp : r == 1 ? &rh : &rd;
+                run_ok(pg, gpu, in, out);
+                if (r == 2) {
+                    assert_int_equal(sw_context_synchronize(gpu), SW_OK);
+                    fetch(&rd, &got, 1);
+                }
+                char what[200];
+                snprintf(what, sizeof what,
+                         "%d bands (%d asked), %s %s frame, %s results, %dx%d lenslets of %.3f px, "
+                         "window %d, %s",
+                         (int)nb, (int)want, sw_pixel_type_string(p.type),
+                         in == &host[f] ? "pageable" : "pinned",
+                         r == 0   ? "pinned"
+                         : r == 1 ? "host"
+                                  : "device",
+                         p.geometry.nx, p.geometry.ny, p.geometry.pitch_px, p.window,
+                         exact ? "exact" : "conditioned");
+                expect_identical(what, &ref[f], r == 2 ? &got : out, 1);
+            }
+        }
+        for (int f = 0; f < 2; f++) {
+            sw_image_free(&host[f]);
+            sw_image_free(&pin[f]);
+            sw_centroid_result_free(&rc[f]);
+            sw_centroid_result_free(&ref[f]);
+        }
+        sw_centroid_result_free(&rp);
+        sw_centroid_result_free(&rh);
+        sw_centroid_result_free(&rd);
+        sw_centroid_result_free(&got);
+        sw_centroid_destroy(pc);
+        sw_centroid_destroy(pg);
+        free(dark);
+    }
+    /* the count is checked; off the COPY path the runs take the whole frame */
+    sw_centroid_params p;
+    random_params(&s, SW_PIX_U8, 200, 0, mask, &p);
+    sw_centroid_plan *pd = make_plan(gpu, &p, SW_CENTROID_DEVICE);
+    assert_int_equal(sw_centroid_set_bands(pd, -1), SW_EINVAL);
+    assert_int_equal(sw_centroid_set_bands(pd, SW_CENTROID_MAX_BANDS + 1), SW_EINVAL);
+    assert_int_equal(sw_centroid_set_bands(NULL, 2), SW_EINVAL);
+    assert_int_equal(sw_centroid_set_bands(pd, 4), SW_OK);
+    assert_int_equal(sw_centroid_plan_bands(pd), 1);
+    sw_centroid_destroy(pd);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -930,6 +1052,7 @@ int main(void)
         cmocka_unit_test(test_f32_nonfinite),     cmocka_unit_test(test_white_table1),
         cmocka_unit_test(test_batches),           cmocka_unit_test(test_many_frames),
         cmocka_unit_test(test_paths_and_results), cmocka_unit_test(test_saturation),
+        cmocka_unit_test(test_copy_bands),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

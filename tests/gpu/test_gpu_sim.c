@@ -267,6 +267,100 @@ static void test_detector_matches_cpu(void **state)
     detector_case(SW_PIX_F32);
 }
 
+/* Runs into host images in bands of rows (sw_starsim_set_bands) against the whole image
+ * rendered, then copied (one band): an odd height that no band count divides, bands of 2 to the
+ * most (more than roi_side allows: fewer are taken), ROIs that start above the image (band 0)
+ * and cross band edges, bands without stars, pinned images (banded) and pageable ones (whole),
+ * a list packed by several threads, the first bad star named and nothing written, and a second
+ * run of the same plan with other stars (the packed list reused while nothing reads it).
+ * DETERMINISTIC gives the same bits; PARALLEL and ADAPTIVE to 1e-6 of the peak (float atomics). */
+static void test_banded_host_output(void **state)
+{
+    (void)state;
+    sw_starsim_params p;
+    sw_starsim_params_default(&p);
+    p.width = 509;
+    p.height = 383;
+    p.roi_side = 13; /* 383 / 13 = 29 bands at most */
+    p.sigma = 1.5;
+    p.max_stars = 30000;
+    sw_stars a, b;
+    random_stars(&a, 30000, p.width, p.height, 31); /* packed by several threads */
+    random_stars(&b, 4000, p.width, p.height, 32);
+    for (int64_t i = 0; i < 1000; i++) /* b: nothing in the top half (empty bands) */
+        b.y[i] = 0.6 * p.height + 0.3 * p.height * (double)i / 1000.0;
+    for (int64_t i = 1000; i < b.count; i++)
+        b.y[i] = fabs(b.y[i] - 0.5 * p.height) + 0.5 * p.height;
+    static const sw_starsim_method ms[] = {SW_STARSIM_PARALLEL, SW_STARSIM_ADAPTIVE,
+                                           SW_STARSIM_DETERMINISTIC};
+    static const int32_t bands[] = {2, 3, 7, 13, SW_STARSIM_MAX_BANDS};
+    for (int k = 0; k < 3; k++) {
+        p.method = ms[k];
+        sw_starsim *plan;
+        assert_int_equal(sw_starsim_create(gpu, &p, &plan), SW_OK);
+        sw_image ra, rb, pinned, pageable;
+        assert_int_equal(sw_image_alloc(gpu, p.width, p.height, SW_PIX_F32, &ra), SW_OK);
+        assert_int_equal(sw_image_alloc(gpu, p.width, p.height, SW_PIX_F32, &rb), SW_OK);
+        assert_int_equal(sw_image_alloc(gpu, p.width, p.height, SW_PIX_F32, &pinned), SW_OK);
+        assert_int_equal(sw_image_alloc(cpu, p.width, p.height, SW_PIX_F32, &pageable), SW_OK);
+        assert_int_equal(sw_starsim_set_bands(plan, 1), SW_OK);
+        assert_int_equal(sw_starsim_run(plan, &a, &ra), SW_OK);
+        assert_int_equal(sw_starsim_run(plan, &b, &rb), SW_OK);
+        for (size_t j = 0; j < sizeof bands / sizeof bands[0]; j++) {
+            assert_int_equal(sw_starsim_set_bands(plan, bands[j]), SW_OK);
+            for (int run = 0; run < 2; run++) {
+                const sw_stars *st = run ? &b : &a;
+                const sw_image *ref = run ? &rb : &ra;
+                sw_image *out = j % 2 ? &pageable : &pinned;
+                sw_test_fill_random(out, 9 + run); /* cleared by the run */
+                if (sw_starsim_run(plan, st, out) != SW_OK)
+                    fail_msg("%s, %d bands: %s", sw_starsim_method_string(ms[k]), bands[j],
+                             sw_context_error(gpu));
+                assert_true(sw_starsim_render_us(plan) > 0.0);
+                if (ms[k] == SW_STARSIM_DETERMINISTIC) {
+                    if (!sw_image_equal(out, ref))
+                        fail_msg("deterministic, %d bands, run %d: not the whole image's bits",
+                                 bands[j], run);
+                } else {
+                    const double e = rel_diff(ref, out);
+                    if (!(e < 1e-6))
+                        fail_msg("%s, %d bands, run %d: %.3g of the peak off the whole image",
+                                 sw_starsim_method_string(ms[k]), bands[j], run, e);
+                }
+            }
+        }
+        /* refused before anything is written: a bad star late in the list (the first one is
+         * named), and (DETERMINISTIC) more flux than the fixed point holds */
+        assert_int_equal(sw_starsim_set_bands(plan, 4), SW_OK);
+        assert_int_equal(sw_image_copy(gpu, &ra, &pinned), SW_OK);
+        a.flux[29000] = -1.0;
+        a.y[21000] = NAN;
+        assert_int_equal(sw_starsim_run(plan, &a, &pinned), SW_EINVAL);
+        assert_non_null(strstr(sw_context_error(gpu), "star 21000:"));
+        a.y[21000] = 100.0;
+        assert_int_equal(sw_starsim_run(plan, &a, &pinned), SW_EINVAL);
+        assert_non_null(strstr(sw_context_error(gpu), "star 29000:"));
+        a.flux[29000] = 100.0;
+        if (ms[k] == SW_STARSIM_DETERMINISTIC) {
+            const double f0 = a.flux[0], x0 = a.x[0], y0 = a.y[0];
+            a.flux[0] = 1e14; /* with the others' flux, past the limit */
+            a.x[0] = a.y[0] = 100.0;
+            assert_int_equal(sw_starsim_run(plan, &a, &pinned), SW_ERANGE);
+            a.flux[0] = f0;
+            a.x[0] = x0;
+            a.y[0] = y0;
+        }
+        assert_true(sw_image_equal(&pinned, &ra));
+        sw_image_free(&ra);
+        sw_image_free(&rb);
+        sw_image_free(&pinned);
+        sw_image_free(&pageable);
+        sw_starsim_destroy(plan);
+    }
+    sw_stars_free(&a);
+    sw_stars_free(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -274,6 +368,7 @@ int main(void)
         cmocka_unit_test(test_methods_agree_sampled),
         cmocka_unit_test(test_large_roi),
         cmocka_unit_test(test_host_output_and_repeat),
+        cmocka_unit_test(test_banded_host_output),
         cmocka_unit_test(test_detector_matches_cpu),
     };
     return cmocka_run_group_tests_name("gpu_sim", tests, setup, teardown);

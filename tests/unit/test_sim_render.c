@@ -514,6 +514,57 @@ static void test_run_bad_input(void **state)
     sw_context_destroy(ctx);
 }
 
+/* A list long enough to be validated and packed by several threads (pack_stars: chunks of at
+ * least 4096 stars): the first bad star in list order is the one reported, wherever the chunks
+ * fall, and the renders of 1 and 7 threads keep the list's order (the same bits). */
+static void test_parallel_packing(void **state)
+{
+    (void)state;
+    const int32_t W = 300, H = 220;
+    const int64_t n = 40000;
+    sw_context *c1 = sw_test_cpu_context(1), *c7 = sw_test_cpu_context(7);
+    sw_stars s;
+    assert_int_equal(sw_stars_alloc(c1, n, &s), SW_OK);
+    for (int64_t i = 0; i < n; i++) {
+        s.x[i] = -8 + (W + 16) * uniform(77, 3 * (uint64_t)i);
+        s.y[i] = -8 + (H + 16) * uniform(77, 3 * (uint64_t)i + 1);
+        s.flux[i] = 10 + 1e3 * uniform(77, 3 * (uint64_t)i + 2);
+    }
+    sw_starsim *p1 = make_plan(c1, W, H, 1.2, 9, SW_PSF_INTEGRATED, SW_STARSIM_OPENMP);
+    sw_starsim *p7 = make_plan(c7, W, H, 1.2, 9, SW_PSF_INTEGRATED, SW_STARSIM_OPENMP);
+    sw_image a, b;
+    assert_int_equal(sw_image_alloc(c1, W, H, SW_PIX_F32, &a), SW_OK);
+    assert_int_equal(sw_image_alloc(c7, W, H, SW_PIX_F32, &b), SW_OK);
+    sw_test_fill_random(&a, 3);
+    sw_test_fill_random(&b, 4);
+    /* bad stars in two different chunks: the earlier one is reported, nothing is written */
+    s.flux[31000] = -1.0;
+    s.y[9000] = NAN;
+    expect_run_fails(p7, c7, &s, &b, SW_EINVAL, "star 9000: position");
+    s.y[9000] = 100.0;
+    expect_run_fails(p7, c7, &s, &b, SW_EINVAL, "star 31000: flux");
+    s.flux[31000] = 100.0;
+    assert_int_equal(sw_starsim_run(p1, &s, &a), SW_OK);
+    assert_int_equal(sw_starsim_run(p7, &s, &b), SW_OK);
+    assert_true(sw_starsim_rendered(p1) > 36000 && sw_starsim_rendered(p1) < n);
+    assert_int_equal(sw_starsim_rendered(p1), sw_starsim_rendered(p7));
+    assert_true(sw_image_equal(&a, &b));
+    /* bands are a GPU matter: accepted and without effect here */
+    assert_int_equal(sw_starsim_set_bands(p7, 5), SW_OK);
+    assert_int_equal(sw_starsim_run(p7, &s, &b), SW_OK);
+    assert_true(sw_image_equal(&a, &b));
+    assert_int_equal(sw_starsim_set_bands(p7, -1), SW_EINVAL);
+    assert_int_equal(sw_starsim_set_bands(p7, SW_STARSIM_MAX_BANDS + 1), SW_EINVAL);
+    assert_int_equal(sw_starsim_set_bands(NULL, 0), SW_EINVAL);
+    sw_starsim_destroy(p1);
+    sw_starsim_destroy(p7);
+    sw_image_free(&a);
+    sw_image_free(&b);
+    sw_stars_free(&s);
+    sw_context_destroy(c1);
+    sw_context_destroy(c7);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -526,6 +577,7 @@ int main(void)
         cmocka_unit_test(test_method_names),
         cmocka_unit_test(test_create_bad_input),
         cmocka_unit_test(test_run_bad_input),
+        cmocka_unit_test(test_parallel_packing),
     };
     return cmocka_run_group_tests_name("sim_render", tests, NULL, NULL);
 }
