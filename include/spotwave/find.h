@@ -226,6 +226,14 @@ void sw_find_destroy(sw_find_plan *plan); /* NULL is ignored */
 sw_status sw_find_run(sw_find_plan *plan, const sw_image *frame, int64_t frame_index,
                       sw_spot_list *spots, sw_image *strong, sw_find_stats *stats);
 
+/* One stored chunk of a frame (sw_find_chunk_source, sw_h5_read_frame_chunks): its stored
+ * bytes at offset (size of them) in the frame's buffer, decoding to out_size bytes that go to
+ * out_offset in the frame (tight rows: row y of the frame at y * width * pixel size). */
+typedef struct sw_find_chunk {
+    uint64_t offset, size;
+    uint64_t out_offset, out_size;
+} sw_find_chunk;
+
 /*
  * Where sw_find_sequence gets its frames and reports back. read fills dst (a host image of the
  * plan's size and type, pinned on CUDA) with frame `index`; it runs on a reader thread of its
