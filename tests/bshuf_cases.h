@@ -78,6 +78,7 @@ static inline int bc_frame(size_t es, size_t block, const size_t *elems, size_t 
                     size_t *enc_size, sw_find_chunk **chunks)
 {
     size_t total = 0, cap = 0;
+    *raw_size = *enc_size = 0;
     for (size_t k = 0; k < nchunks; k++) {
         total += elems[k] * es;
         cap += sw_bshuf_lz4_bound(elems[k] * es, es, block);
