@@ -436,8 +436,8 @@ static sw_status run_read_chunks(void *user, int sample, double *measured_us)
     djob *j = user;
     (void)measured_us;
     int64_t n = 0;
-    return sw_h5_read_frame_chunks(j->h5, sample % POOL, j->buf, j->cap, j->scratch,
-                                   j->max_chunks, &n);
+    return sw_h5_read_frame_chunks(j->h5, sample % POOL, j->buf, j->cap, j->scratch, j->max_chunks,
+                                   &n);
 }
 
 static sw_status run_decode_cpu(void *user, int sample, double *measured_us)
@@ -463,9 +463,8 @@ static sw_status run_decode_gpu(void *user, int sample, double *measured_us)
     const int k = sample % POOL;
     char why[256];
     float ms = 0.0f;
-    if (sw_bshuf_decode_frame_gpu(j->comp[k], j->comp_bytes[k], j->chunks[k],
-                                  (size_t)j->nchunks[k], j->es, j->out, j->frame_bytes, &ms, why,
-                                  sizeof why) != 0)
+    if (sw_bshuf_decode_frame_gpu(j->comp[k], j->comp_bytes[k], j->chunks[k], (size_t)j->nchunks[k],
+                                  j->es, j->out, j->frame_bytes, &ms, why, sizeof why) != 0)
         return sw_error_set(j->ctx, SW_EFORMAT, "decode_gpu_kernel: %s", why);
     *measured_us = 1000.0 * ms;
     return SW_OK;
@@ -506,8 +505,9 @@ static sw_status run_find_gpu_decode(void *user, int sample, double *measured_us
                                            &j->gpu_frames);
     *measured_us = (sw_bench_now_us() - t0) / (double)j->nstream;
     if (st == SW_OK && j->gpu_frames != j->nstream)
-        return sw_error_set(j->ctx, SW_EINTERNAL, "only %lld of %lld frames were decoded on the GPU",
-                       (long long)j->gpu_frames, (long long)j->nstream);
+        return sw_error_set(j->ctx, SW_EINTERNAL,
+                            "only %lld of %lld frames were decoded on the GPU",
+                            (long long)j->gpu_frames, (long long)j->nstream);
     return st;
 }
 
@@ -591,8 +591,7 @@ static int bench_decode(const sw_bench_options *o, sw_context *ctx, const detect
         if ((st = sw_image_alloc(ctx, d->w, d->h, d->type, &j.pinned)) != SW_OK ||
             (st = sw_image_alloc_device(ctx, d->w, d->h, d->type, &j.dev)) != SW_OK)
             rc = fail(ctx, "frame buffers", st);
-        sw_bench_case ch = {"h2d_pinned", config, ctx, run_h2d, &j, (double)j.frame_bytes, 0,
-                            NULL};
+        sw_bench_case ch = {"h2d_pinned", config, ctx, run_h2d, &j, (double)j.frame_bytes, 0, NULL};
         if (rc == 0 && sw_bench_run(o, &ch, &bw) != SW_OK)
             rc = 1;
         if (rc == 0 && !o->json_only && bw.median_us > 0)
@@ -609,8 +608,8 @@ static int bench_decode(const sw_bench_options *o, sw_context *ctx, const detect
         rc = fail(ctx, "sw_find_create", st);
     j.nstream = cuda ? 64 : (o->quick ? 4 : 8);
     sw_bench_result rcpu = {0}, rgpu = {0};
-    sw_bench_case fc = {"find_file_cpu_decode", config, ctx, run_find_cpu_decode, &j, 0, 1,
-                        "frames"};
+    sw_bench_case fc = {
+        "find_file_cpu_decode", config, ctx, run_find_cpu_decode, &j, 0, 1, "frames"};
     if (rc == 0 && sw_bench_run(o, &fc, &rcpu) != SW_OK)
         rc = 1;
     /* the CPU decoder's spots, to compare with the GPU decoder's */
@@ -621,13 +620,13 @@ static int bench_decode(const sw_bench_options *o, sw_context *ctx, const detect
     if (rc == 0 && ncpu)
         memcpy(cpu_spots, j.spots.spots, (size_t)ncpu * sizeof(sw_spot));
     if (rc == 0 && cuda) {
-        sw_bench_case fg = {"find_file_gpu_decode", config, ctx, run_find_gpu_decode, &j, 0, 1,
-                            "frames"};
+        sw_bench_case fg = {
+            "find_file_gpu_decode", config, ctx, run_find_gpu_decode, &j, 0, 1, "frames"};
         if (sw_bench_run(o, &fg, &rgpu) != SW_OK)
             rc = 1;
-        if (rc == 0 && (ncpu != j.spots.count ||
-                        memcmp(cpu_spots, j.spots.spots,
-                               (size_t)j.spots.count * sizeof(sw_spot)) != 0)) {
+        if (rc == 0 &&
+            (ncpu != j.spots.count ||
+             memcmp(cpu_spots, j.spots.spots, (size_t)j.spots.count * sizeof(sw_spot)) != 0)) {
             fprintf(stderr, "%s: the GPU decoder's spots differ from the CPU decoder's\n", PROG);
             rc = 1;
         }
@@ -668,10 +667,11 @@ int main(int argc, char **argv)
     }
     argc = n;
     sw_bench_options o;
-    int rc = sw_bench_parse_args(argc, argv, PROG,
-                                 "  --decode     the Eiger frames as bitshuffle/LZ4 chunks: the CPU "
-                                 "and GPU decoders\n",
-                                 &o);
+    int rc =
+        sw_bench_parse_args(argc, argv, PROG,
+                            "  --decode     the Eiger frames as bitshuffle/LZ4 chunks: the CPU "
+                            "and GPU decoders\n",
+                            &o);
     if (rc != SW_BENCH_CONTINUE)
         return rc;
     sw_context *ctx = NULL;

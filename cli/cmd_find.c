@@ -1882,9 +1882,8 @@ int sw_cmd_find(const sw_cli_globals *g, int argc, char **argv)
     const int all_chunks = sw_cli_inputs_chunk_limits(&j.in, &chunk_cap, &max_chunks);
     const int on_gpu = sw_context_backend(ctx) == SW_BACKEND_CUDA;
     if (o.decode == DECODE_GPU && (!on_gpu || max_chunks == 0 || mpi.on)) {
-        rc = sw_cli_fail(SUB,
-                         "--decode gpu: %s",
-                         !on_gpu ? "needs --backend cuda"
+        rc = sw_cli_fail(SUB, "--decode gpu: %s",
+                         !on_gpu  ? "needs --backend cuda"
                          : mpi.on ? "runs in one process, not under mpirun"
                                   : "no input is an HDF5 file of bitshuffle/LZ4 chunks that are "
                                     "whole rows of a frame (use --decode cpu)");
@@ -1894,8 +1893,8 @@ int sw_cmd_find(const sw_cli_globals *g, int argc, char **argv)
                    (o.decode == DECODE_GPU || (o.decode == DECODE_AUTO && all_chunks));
     const sw_find_chunk_source csrc = {source_chunks, chunk_cap, max_chunks, 0, &j};
     st = mpi.my_count > 0 ? sw_find_sequence_chunks(j.plan, mpi.my_first, mpi.my_count, &rank_src,
-                                                    j.gpu_decode ? &csrc : NULL, o.three_d,
-                                                    &spots, &stats, &j.gpu_frames)
+                                                    j.gpu_decode ? &csrc : NULL, o.three_d, &spots,
+                                                    &stats, &j.gpu_frames)
                           : SW_OK;
     if (mpi.on) {
         rc = sw_cli_mpi_gather(&mpi, ctx, st, &spots, j.refine ? &j.refined : NULL, &stats,

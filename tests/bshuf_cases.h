@@ -74,8 +74,8 @@ static inline void bc_fill(uint8_t *p, size_t n, size_t es, int kind, int period
  * decoded frame, *raw_size bytes), *enc (the stored chunks one after another, *enc_size bytes)
  * and chunks[] (allocated). 0, or -1 when the encoder fails. */
 static inline int bc_frame(size_t es, size_t block, const size_t *elems, size_t nchunks, int kind,
-                    int period, uint64_t seed, uint8_t **raw, size_t *raw_size, uint8_t **enc,
-                    size_t *enc_size, sw_find_chunk **chunks)
+                           int period, uint64_t seed, uint8_t **raw, size_t *raw_size,
+                           uint8_t **enc, size_t *enc_size, sw_find_chunk **chunks)
 {
     size_t total = 0, cap = 0;
     *raw_size = *enc_size = 0;

@@ -31,8 +31,8 @@ struct find_gpu {
     size_t comp_cap[2];
     sw_bshuf_block *table[2];
     size_t table_cap[2];
-    uint32_t *err;   /* [2] on the device: the first failing block of each slot's decoding */
-    uint32_t *h_err; /* [2] pinned                                                        */
+    uint32_t *err;    /* [2] on the device: the first failing block of each slot's decoding */
+    uint32_t *h_err;  /* [2] pinned                                                        */
     uint8_t *scratch; /* a frame, for blocks beyond SW_BSHUF_GPU_SMEM bytes (rare)       */
 };
 

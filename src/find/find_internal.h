@@ -73,7 +73,7 @@ struct sw_find_plan {
     sw_image seq_raw[SW_FIND_SEQ_SLOTS];
     size_t seq_raw_bytes;
     void *seq_table[SW_FIND_SEQ_SLOTS];
-    size_t seq_table_cap; /* entries of each */
+    size_t seq_table_cap;                  /* entries of each */
     struct sw_refine_plan *refine;         /* sw_find_set_refine's, not owned, or NULL */
     struct sw_refine_list *refine_results; /* where each refined spot's result goes, or NULL */
 };

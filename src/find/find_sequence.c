@@ -58,10 +58,10 @@ typedef struct pipe_state {
 
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    pthread_mutex_t read_mu;        /* the frame source's read: one thread at a time            */
-    int filled[SW_FIND_SEQ_SLOTS];  /* slot s holds its frame (and its status)                  */
-    int64_t released;               /* frames 0 .. released-1 no longer need their slot         */
-    int stop;                       /* the main thread gave up                                  */
+    pthread_mutex_t read_mu;       /* the frame source's read: one thread at a time            */
+    int filled[SW_FIND_SEQ_SLOTS]; /* slot s holds its frame (and its status)                  */
+    int64_t released;              /* frames 0 .. released-1 no longer need their slot         */
+    int stop;                      /* the main thread gave up                                  */
 } pipe_state;
 
 typedef struct reader_arg {
@@ -125,9 +125,9 @@ static void fill_slot(pipe_state *ps, int64_t r, pipe_slot *sl)
                 return;
             }
             size_t bad = 0;
-            const int w = sw_bshuf_frame_walk(sl->buf, (size_t)end, sl->chunks, (size_t)n, es,
-                                              frame, sl->table, ps->table_cap, &sl->nblocks,
-                                              &sl->big, &bad);
+            const int w =
+                sw_bshuf_frame_walk(sl->buf, (size_t)end, sl->chunks, (size_t)n, es, frame,
+                                    sl->table, ps->table_cap, &sl->nblocks, &sl->big, &bad);
             if (w == 0) {
                 sl->nchunks = n;
                 sl->bytes = (size_t)end;
@@ -136,8 +136,8 @@ static void fill_slot(pipe_state *ps, int64_t r, pipe_slot *sl)
             }
             if (w == -1) {
                 char why[SW_ERROR_MAX - 64];
-                sw_bshuf_frame_reason(sl->buf, (size_t)end, sl->chunks, (size_t)n, es, frame,
-                                      why, sizeof(why));
+                sw_bshuf_frame_reason(sl->buf, (size_t)end, sl->chunks, (size_t)n, es, frame, why,
+                                      sizeof(why));
                 sl->status = SW_EFORMAT;
                 snprintf(sl->error, sizeof(sl->error), "bitshuffle/LZ4 %s", why);
                 return;
@@ -209,8 +209,8 @@ static sw_status upload_frame(pipe_state *ps, int64_t r, int d)
     if (!sl->compressed)
         return sw_find_gpu_upload(ps->plan, &sl->img, d);
     ps->gpu_frames++;
-    return sw_find_gpu_upload_chunks(ps->plan, sl->buf, sl->bytes, sl->table,
-                                     (uint32_t)sl->nblocks, sl->big, d);
+    return sw_find_gpu_upload_chunks(ps->plan, sl->buf, sl->bytes, sl->table, (uint32_t)sl->nblocks,
+                                     sl->big, d);
 }
 
 /*
@@ -665,7 +665,8 @@ static sw_status run_sequence(sw_find_plan *plan, int64_t first, int64_t count,
 #ifdef SW_HAVE_CUDA
         if (gpu) {
             if (i == 0) {
-                if ((st = wait_filled(&ps, 0)) != SW_OK || (st = upload_frame(&ps, 0, 0)) != SW_OK ||
+                if ((st = wait_filled(&ps, 0)) != SW_OK ||
+                    (st = upload_frame(&ps, 0, 0)) != SW_OK ||
                     (st = sw_find_gpu_upload_wait(plan, 0)) != SW_OK ||
                     (st = check_decoded(&ps, 0, 0)) != SW_OK)
                     break;
@@ -714,9 +715,8 @@ static sw_status run_sequence(sw_find_plan *plan, int64_t first, int64_t count,
         if (!three_d) {
             const int64_t before = spots ? spots->count : 0;
             if (plan->p.deblend && !gpu)
-                st = sw_find_deblend_emit(plan, host,
-                                          plan->labels + (size_t)slot * plan->npix, plan->comps,
-                                          ncomp, z, spots, &local);
+                st = sw_find_deblend_emit(plan, host, plan->labels + (size_t)slot * plan->npix,
+                                          plan->comps, ncomp, z, spots, &local);
 #ifdef SW_HAVE_CUDA
             else if (plan->p.deblend)
                 st = sw_find_gpu_deblend_emit(plan, NULL, slot, slot, ncomp, z, spots, &local);

@@ -288,17 +288,17 @@ int sw_bshuf_lz4_walk(const uint8_t *in, size_t in_size, size_t out_size, size_t
             bytes > (size_t)LZ4_MAX_INPUT_SIZE)
             return -1;
         blocks[k++] = (sw_bshuf_block){(uint32_t)(in_base + pos + 4), cs,
-                                       (uint32_t)(out_base + done), (uint32_t)e,
-                                       (uint32_t)elem_size, chunk};
+                                       (uint32_t)(out_base + done),   (uint32_t)e,
+                                       (uint32_t)elem_size,           chunk};
         pos += 4 + (size_t)cs;
         done += bytes;
     }
     if (in_size - pos != p.tail_bytes) /* truncated tail or stray bytes */
         return -1;
     if (p.tail_bytes)
-        blocks[k++] = (sw_bshuf_block){(uint32_t)(in_base + pos), (uint32_t)p.tail_bytes,
-                                       (uint32_t)(out_base + done), 0, (uint32_t)elem_size,
-                                       chunk};
+        blocks[k++] = (sw_bshuf_block){(uint32_t)(in_base + pos),   (uint32_t)p.tail_bytes,
+                                       (uint32_t)(out_base + done), 0,
+                                       (uint32_t)elem_size,         chunk};
     *n = k;
     return 0;
 }
@@ -330,9 +330,8 @@ int sw_bshuf_frame_walk(const uint8_t *in, size_t in_size, const sw_find_chunk *
         *bad = k;
         if (!chunk_inside(c, in_size, out_size))
             return -1;
-        int rc = sw_bshuf_lz4_walk(in + c->offset, (size_t)c->size, (size_t)c->out_size,
-                                   elem_size, c->offset, c->out_offset, (uint32_t)k, blocks, cap,
-                                   n);
+        int rc = sw_bshuf_lz4_walk(in + c->offset, (size_t)c->size, (size_t)c->out_size, elem_size,
+                                   c->offset, c->out_offset, (uint32_t)k, blocks, cap, n);
         if (rc != 0)
             return rc;
         for (size_t b = first; b < *n; b++)
@@ -369,8 +368,8 @@ int sw_bshuf_frame_reason(const uint8_t *in, size_t in_size, const sw_find_chunk
                      out_size);
             rc = 0;
         } else {
-            int d = sw_bshuf_decode_lz4(in + c->offset, (size_t)c->size, tmp,
-                                        (size_t)c->out_size, elem_size, r, sizeof r);
+            int d = sw_bshuf_decode_lz4(in + c->offset, (size_t)c->size, tmp, (size_t)c->out_size,
+                                        elem_size, r, sizeof r);
             if (d == -2)
                 rc = -2;
             if (d != 0)
@@ -388,8 +387,7 @@ int sw_bshuf_frame_reason(const uint8_t *in, size_t in_size, const sw_find_chunk
     return rc;
 }
 
-int sw_bshuf_lz4_block_decode(const uint8_t *in, uint32_t in_size, uint8_t *out,
-                              uint32_t out_size)
+int sw_bshuf_lz4_block_decode(const uint8_t *in, uint32_t in_size, uint8_t *out, uint32_t out_size)
 {
     return sw_bm_lz4_block(in, in_size, out, out_size, 0, 1) ? 0 : -1;
 }

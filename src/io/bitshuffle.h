@@ -149,8 +149,7 @@ int sw_bshuf_frame_reason(const uint8_t *in, size_t in_size, const sw_find_chunk
 
 /* One LZ4 block by the shared decoder (bitshuffle_model.h) on this thread: 0 when it decodes to
  * exactly out_size bytes, -1 otherwise. For the tests that hold it to liblz4. */
-int sw_bshuf_lz4_block_decode(const uint8_t *in, uint32_t in_size, uint8_t *out,
-                              uint32_t out_size);
+int sw_bshuf_lz4_block_decode(const uint8_t *in, uint32_t in_size, uint8_t *out, uint32_t out_size);
 
 #ifdef SW_HAVE_CUDA
 /*

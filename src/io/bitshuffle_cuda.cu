@@ -82,9 +82,9 @@ __device__ void untrans_block(const uint8_t *t, uint8_t *dst, uint32_t n, uint32
                 x[j] = group_bytes(t, row, g, j);
             uint32_t w[8];
             for (int r = 0; r < 8; r++) /* element r */
-                w[r] = word4((uint32_t)(x[0] >> (8 * r)) & 0xff, (uint32_t)(x[1] >> (8 * r)) & 0xff,
-                             (uint32_t)(x[2] >> (8 * r)) & 0xff,
-                             (uint32_t)(x[3] >> (8 * r)) & 0xff);
+                w[r] =
+                    word4((uint32_t)(x[0] >> (8 * r)) & 0xff, (uint32_t)(x[1] >> (8 * r)) & 0xff,
+                          (uint32_t)(x[2] >> (8 * r)) & 0xff, (uint32_t)(x[3] >> (8 * r)) & 0xff);
             store16(o, w);
             store16(o + 16, w + 4);
         } else {
@@ -114,8 +114,9 @@ __global__ void __launch_bounds__(kWarps * 32)
         return;
     }
     const uint32_t bytes = blk.n * blk.elem_size; /* (the walk kept it within LZ4's limit) */
-    uint8_t *buf = bytes <= SW_BSHUF_GPU_SMEM ? smem[warp] : scratch ? scratch + blk.out_off
-                                                                     : nullptr;
+    uint8_t *buf = bytes <= SW_BSHUF_GPU_SMEM ? smem[warp]
+                   : scratch                  ? scratch + blk.out_off
+                                              : nullptr;
     if (!buf || !sw_bm_lz4_block(in + blk.in_off, blk.in_size, buf, bytes, lane, 32)) {
         if (lane == 0)
             atomicMin(err, b);

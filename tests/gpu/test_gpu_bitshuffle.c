@@ -47,8 +47,8 @@ static int cpu_frame(const uint8_t *enc, const sw_find_chunk *c, size_t n, size_
                      char *why, size_t why_size)
 {
     for (size_t k = 0; k < n; k++)
-        if (sw_bshuf_decode_lz4(enc + c[k].offset, c[k].size, out + c[k].out_offset,
-                                c[k].out_size, es, why, why_size) != 0)
+        if (sw_bshuf_decode_lz4(enc + c[k].offset, c[k].size, out + c[k].out_offset, c[k].out_size,
+                                es, why, why_size) != 0)
             return -1;
     return 0;
 }
@@ -68,9 +68,8 @@ static void one_frame(size_t es, size_t block, const size_t *elems, size_t nchun
     assert_non_null(cpu);
     char why[512];
     assert_int_equal(cpu_frame(enc, ch, nchunks, es, cpu, why, sizeof why), 0);
-    const int rc =
-        sw_bshuf_decode_frame_gpu(enc, enc_size, ch, nchunks, es, out, raw_size, NULL, why,
-                                  sizeof why);
+    const int rc = sw_bshuf_decode_frame_gpu(enc, enc_size, ch, nchunks, es, out, raw_size, NULL,
+                                             why, sizeof why);
     if (rc != 0)
         fail_msg("es %zu block %zu chunks %zu kind %d period %d: the GPU refused a valid frame "
                  "(%d: %s)",
@@ -95,9 +94,9 @@ static void same_as_cpu(void **state)
     /* default, odd multiples of 8 (the last ones above the 8 KiB of shared memory a warp has for
      * 2- and 4-byte elements) */
     const size_t blocks[] = {0, 8, 24, 8 * 127, 8 * 513, 8 * 1025};
-    const size_t elems[][5] = {{8192, 0, 0, 0, 0},      {4096 * 3 + 1000, 0, 0, 0, 0},
-                               {13, 0, 0, 0, 0},        {5, 0, 0, 0, 0},
-                               {2048, 2048, 2048, 2048, 2048}, {70000, 333, 9, 4096, 1}};
+    const size_t elems[][5] = {
+        {8192, 0, 0, 0, 0}, {4096 * 3 + 1000, 0, 0, 0, 0},  {13, 0, 0, 0, 0},
+        {5, 0, 0, 0, 0},    {2048, 2048, 2048, 2048, 2048}, {70000, 333, 9, 4096, 1}};
     const size_t nch[] = {1, 1, 1, 1, 5, 5};
     for (size_t ei = 0; ei < 3; ei++)
         for (size_t bi = 0; bi < 6; bi++)
@@ -134,9 +133,8 @@ static void damaged_frames(void **state)
     uint8_t *raw, *enc;
     size_t raw_size, enc_size;
     sw_find_chunk *ch;
-    assert_int_equal(bc_frame(2, 0, elems, 3, BC_POISSON, 1, 9, &raw, &raw_size, &enc, &enc_size,
-                              &ch),
-                     0);
+    assert_int_equal(
+        bc_frame(2, 0, elems, 3, BC_POISSON, 1, 9, &raw, &raw_size, &enc, &enc_size, &ch), 0);
     uint8_t *bad = malloc(enc_size), *out = malloc(raw_size), *cpu = malloc(raw_size);
     assert_non_null(bad);
     assert_non_null(out);
@@ -207,8 +205,8 @@ static void hand_made(void **state)
         const size_t cs = bc_hand_chunk(chunk, lz, m);
         const sw_find_chunk c = {0, cs, 0, 64};
         char why[512];
-        const int rc = sw_bshuf_decode_frame_gpu(chunk, cs, &c, 1, 1, out, 64, NULL, why,
-                                                 sizeof why);
+        const int rc =
+            sw_bshuf_decode_frame_gpu(chunk, cs, &c, 1, 1, out, 64, NULL, why, sizeof why);
         if (cases[i].valid) {
             if (rc != 0)
                 fail_msg("hand-made block %zu (offset %u) refused: %s", i, cases[i].off, why);

@@ -213,8 +213,11 @@ static void table_decodes_like_cpu(void **state)
     (void)state;
     const size_t ess[] = {1, 2, 4};
     const size_t blocks[] = {0, 8, 24, 8 * 127, 8192};
-    const size_t elems[][4] = {{4096, 0, 0, 0}, {1001, 0, 0, 0}, {7, 0, 0, 0},
-                               {2048, 2048, 2048, 2048}, {5000, 333, 9, 4096}};
+    const size_t elems[][4] = {{4096, 0, 0, 0},
+                               {1001, 0, 0, 0},
+                               {7, 0, 0, 0},
+                               {2048, 2048, 2048, 2048},
+                               {5000, 333, 9, 4096}};
     const size_t nch[] = {1, 1, 1, 4, 4};
     for (size_t ei = 0; ei < 3; ei++)
         for (size_t bi = 0; bi < 5; bi++)
@@ -225,8 +228,8 @@ static void table_decodes_like_cpu(void **state)
                     size_t raw_size, enc_size;
                     sw_find_chunk *ch;
                     assert_int_equal(bc_frame(es, blocks[bi], elems[ci], nch[ci], kind,
-                                              1 + (int)(ci * 3 % 16), ei * 7 + bi, &raw,
-                                              &raw_size, &enc, &enc_size, &ch),
+                                              1 + (int)(ci * 3 % 16), ei * 7 + bi, &raw, &raw_size,
+                                              &enc, &enc_size, &ch),
                                      0);
                     const size_t cap = sw_bshuf_frame_table_max(raw_size, es, nch[ci]);
                     sw_bshuf_block *t = malloc(cap * sizeof *t);
@@ -266,9 +269,8 @@ static void walk_refuses_like_cpu(void **state)
     uint8_t *raw, *enc;
     size_t raw_size, enc_size;
     sw_find_chunk *ch;
-    assert_int_equal(bc_frame(2, 0, elems, 3, BC_POISSON, 1, 9, &raw, &raw_size, &enc, &enc_size,
-                              &ch),
-                     0);
+    assert_int_equal(
+        bc_frame(2, 0, elems, 3, BC_POISSON, 1, 9, &raw, &raw_size, &enc, &enc_size, &ch), 0);
     const size_t cap = sw_bshuf_frame_table_max(raw_size, 2, 3);
     sw_bshuf_block *t = malloc(cap * sizeof *t);
     uint8_t *bad = malloc(enc_size + 64), *out = malloc(raw_size), *cpu = malloc(raw_size);
@@ -285,8 +287,8 @@ static void walk_refuses_like_cpu(void **state)
         const size_t k = bc_rng(&s) % 3;
         const uint64_t r = bc_rng(&s);
         switch (trial % 6) {
-        case 0: c[k].size -= 1 + r % (c[k].size - 1); break;   /* truncated */
-        case 1: c[k].size += 1 + r % 8; break;                 /* stray bytes (the next chunk's) */
+        case 0: c[k].size -= 1 + r % (c[k].size - 1); break; /* truncated */
+        case 1: c[k].size += 1 + r % 8; break;               /* stray bytes (the next chunk's) */
         case 2: bc_put_be(bad + c[k].offset + 12, r % 70000, 4); break; /* first count */
         case 3: bc_put_be(bad + c[k].offset, r % 20000, 8); break;      /* header: total */
         case 4: bc_put_be(bad + c[k].offset + 8, r % 40, 4); break;     /* header: block bytes */
@@ -295,8 +297,8 @@ static void walk_refuses_like_cpu(void **state)
         if (c[k].offset + c[k].size > enc_size)
             c[k].size = enc_size - c[k].offset;
         size_t n, big, where;
-        const int w = sw_bshuf_frame_walk(bad, enc_size, c, 3, 2, raw_size, t, cap, &n, &big,
-                                          &where);
+        const int w =
+            sw_bshuf_frame_walk(bad, enc_size, c, 3, 2, raw_size, t, cap, &n, &big, &where);
         /* the CPU decoder chunk by chunk, in order, as the reader decodes a frame */
         int cpu_rc = 0;
         char why[256] = "";

@@ -31,9 +31,9 @@ static const char *write_file(const char *name, int rows, int cols, int deflate,
         for (int y = 0; y < H; y++)
             for (int x = 0; x < W; x++) {
                 s = s * 6364136223846793005ull + 1442695040888963407ull;
-                px[k][y][x] = (uint16_t)((s >> 60) + ((x - 20) * (x - 20) + (y - 30) * (y - 30) < 9
-                                                          ? 900 * (k + 1)
-                                                          : 0));
+                px[k][y][x] =
+                    (uint16_t)((s >> 60) +
+                               ((x - 20) * (x - 20) + (y - 30) * (y - 30) < 9 ? 900 * (k + 1) : 0));
             }
     const char *path = sw_test_path(name);
     hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
@@ -232,8 +232,8 @@ static void other_layouts_not_raw(void **state)
         int rows, cols, deflate;
     } cases[] = {{H, W, 1}, {16, 32, 0}, {H, 16, 0}};
     for (int i = 0; i < 3; i++) {
-        const char *path = write_file("other.h5", cases[i].rows, cases[i].cols, cases[i].deflate,
-                                      -1);
+        const char *path =
+            write_file("other.h5", cases[i].rows, cases[i].cols, cases[i].deflate, -1);
         sw_h5_reader *r = open_ok(path);
         size_t cap = 1;
         int64_t maxc = 1;
