@@ -38,6 +38,8 @@
  * each decoder (--quick: 1024 x 1024):
  *   read_chunks          sw_h5_read_frame_chunks: one frame's stored chunks into memory, one
  *                        thread (GB/s of stored bytes)
+ *   table_walk           the host's part of the GPU decoder: the frame's block counts checked
+ *                        into the table of blocks (sw_bshuf_frame_walk), one thread
  *   decode_cpu           the frame's chunks decoded by sw_bshuf_decode_lz4_mt on --threads
  *   decode_gpu_kernel    (CUDA) the GPU decoder's kernel alone, stored bytes already on the
  *                        device (CUDA events)
@@ -414,6 +416,8 @@ typedef struct djob {
     sw_find_chunk *chunks[POOL];
     int64_t nchunks[POOL];
     sw_find_chunk *scratch; /* read_chunks' */
+    sw_bshuf_block *table;  /* table_walk's */
+    size_t table_cap;
     uint8_t *buf, *out;
     sw_image pinned, dev;
     sw_spot_list spots;
@@ -438,6 +442,18 @@ static sw_status run_read_chunks(void *user, int sample, double *measured_us)
     int64_t n = 0;
     return sw_h5_read_frame_chunks(j->h5, sample % POOL, j->buf, j->cap, j->scratch, j->max_chunks,
                                    &n);
+}
+
+static sw_status run_table_walk(void *user, int sample, double *measured_us)
+{
+    djob *j = user;
+    (void)measured_us;
+    const int k = sample % POOL;
+    size_t n, big, bad;
+    if (sw_bshuf_frame_walk(j->comp[k], j->comp_bytes[k], j->chunks[k], (size_t)j->nchunks[k],
+                            j->es, j->frame_bytes, j->table, j->table_cap, &n, &big, &bad) != 0)
+        return sw_error_set(j->ctx, SW_EFORMAT, "table_walk: chunk %zu refused", bad + 1);
+    return SW_OK;
 }
 
 static sw_status run_decode_cpu(void *user, int sample, double *measured_us)
@@ -549,12 +565,14 @@ static int bench_decode(const sw_bench_options *o, sw_context *ctx, const detect
         j.buf = malloc(j.cap);
         j.out = malloc(j.frame_bytes);
         j.scratch = calloc((size_t)j.max_chunks, sizeof(sw_find_chunk));
+        j.table_cap = sw_bshuf_frame_table_max(j.frame_bytes, j.es, (size_t)j.max_chunks);
+        j.table = malloc(j.table_cap * sizeof(sw_bshuf_block));
         for (int k = 0; k < POOL; k++) {
             j.comp[k] = malloc(j.cap);
             j.chunks[k] = calloc((size_t)j.max_chunks, sizeof(sw_find_chunk));
         }
         for (int k = 0; k < POOL && rc == 0; k++) {
-            if (!j.buf || !j.out || !j.scratch || !j.comp[k] || !j.chunks[k]) {
+            if (!j.buf || !j.out || !j.scratch || !j.table || !j.comp[k] || !j.chunks[k]) {
                 rc = fail(ctx, "out of memory", SW_ENOMEM);
                 break;
             }
@@ -578,6 +596,11 @@ static int bench_decode(const sw_bench_options *o, sw_context *ctx, const detect
     sw_bench_result rread = {0}, rkern = {0};
     sw_bench_case cr = {"read_chunks", config, ctx, run_read_chunks, &j, stored, 0, NULL};
     if (rc == 0 && sw_bench_run(o, &cr, &rread) != SW_OK)
+        rc = 1;
+    /* the host's part of the GPU decoder: every block count of the frame checked into the table
+     * (on a reader thread, per frame) */
+    sw_bench_case cw = {"table_walk", config, ctx, run_table_walk, &j, 0, 1, "frames"};
+    if (rc == 0 && sw_bench_run(o, &cw, NULL) != SW_OK)
         rc = 1;
     sw_bench_case cc = {"decode_cpu", config, ctx, run_decode_cpu, &j, 0, 1, "frames"};
     if (rc == 0 && sw_bench_run(o, &cc, NULL) != SW_OK)
@@ -659,6 +682,7 @@ static int bench_decode(const sw_bench_options *o, sw_context *ctx, const detect
     free(j.buf);
     free(j.out);
     free(j.scratch);
+    free(j.table);
     for (int k = 0; k < POOL; k++) {
         free(j.comp[k]);
         free(j.chunks[k]);
