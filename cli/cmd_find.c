@@ -1825,6 +1825,13 @@ int sw_cmd_find(const sw_cli_globals *g, int argc, char **argv)
                                     : sw_cli_usage(SUB, "--follow reads one folder as its files "
                                                         "land: run it as one process, not under "
                                                         "mpirun");
+    if (rc == SW_EXIT_OK && o.follow && o.decode == DECODE_GPU)
+        rc = sw_cli_usage(SUB, "--decode gpu reads HDF5 inputs given on the command line, not "
+                               "--follow");
+    if (rc == SW_EXIT_OK && o.decode == DECODE_GPU && mpi.size > 1)
+        rc = !sw_cli_mpi_root(&mpi) ? SW_EXIT_USAGE
+                                    : sw_cli_usage(SUB, "--decode gpu runs in one process, not "
+                                                        "under mpirun");
     if (rc == SW_EXIT_OK)
         rc = sw_cli_files_check();
     const sw_cli_globals rank_g = sw_cli_mpi_globals(&mpi, g);

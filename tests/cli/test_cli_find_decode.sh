@@ -9,6 +9,7 @@ source "$(dirname "$0")/common.bash" "$@"
 
 expect_usage find x.h5 --decode fast
 expect_usage find x.h5 --decode
+expect_usage find --follow "$tmp" --decode gpu
 
 # files written by sw_h5_write (the command's .h5 writer: bitshuffle/LZ4 with the filter)
 for i in 1 2 3 4 5; do
