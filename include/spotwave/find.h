@@ -290,9 +290,10 @@ typedef struct sw_find_chunk_source {
  * data in high performance computing", Astronomy and Computing 12, 181-190), while the previous
  * frame is thresholded; the frames are bit-identical to the CPU decoder's, so are the spots. A
  * frame whose chunks do not decode is SW_EFORMAT with the CPU decoder's reason (a frame the GPU
- * refuses but liblz4 decodes, an LZ4 offset of 0, is decoded on the CPU instead). Frames that
- * chunks does not give (and every frame on a CPU plan, or with chunks NULL) are read with
- * source->read, which is then called from one reader thread at a time. *gpu_frames (when not
+ * refuses but liblz4 decodes, an LZ4 offset of 0, is decoded on the CPU instead). On a CPU plan
+ * the reader threads decode the chunks themselves (the CPU decoder, one thread a frame). Frames
+ * that chunks does not give (every frame with chunks NULL) are read with source->read, which is
+ * then called from one reader thread at a time. *gpu_frames (when not
  * NULL) is added the number of frames decoded on the GPU.
  */
 sw_status sw_find_sequence_chunks(sw_find_plan *plan, int64_t first, int64_t count,

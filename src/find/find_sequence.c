@@ -50,6 +50,7 @@ typedef struct pipe_state {
     sw_find_plan *plan;
     const sw_find_source *src;
     const sw_find_chunk_source *csrc; /* or NULL */
+    int gpu;                          /* a CUDA plan: chunks are decoded on the GPU      */
     int64_t first, count;
     int nslots, nreaders;
     pipe_slot slot[SW_FIND_SEQ_SLOTS];
@@ -128,10 +129,26 @@ static void fill_slot(pipe_state *ps, int64_t r, pipe_slot *sl)
             const int w =
                 sw_bshuf_frame_walk(sl->buf, (size_t)end, sl->chunks, (size_t)n, es, frame,
                                     sl->table, ps->table_cap, &sl->nblocks, &sl->big, &bad);
-            if (w == 0) {
+            if (w == 0 && ps->gpu) {
                 sl->nchunks = n;
                 sl->bytes = (size_t)end;
                 sl->compressed = 1;
+                return;
+            }
+            if (w == 0) { /* a CPU plan: decoded here, on this reader thread */
+                char why[SW_ERROR_MAX - 64];
+                for (int64_t k = 0; k < n; ++k) {
+                    const sw_find_chunk *c = &sl->chunks[k];
+                    if (sw_bshuf_decode_lz4(sl->buf + c->offset, (size_t)c->size,
+                                            (uint8_t *)sl->img.data + c->out_offset,
+                                            (size_t)c->out_size, es, why, sizeof(why)) != 0) {
+                        sl->status = SW_EFORMAT;
+                        snprintf(sl->error, sizeof(sl->error),
+                                 "bitshuffle/LZ4 chunk %lld of %lld: %s", (long long)k + 1,
+                                 (long long)n, why);
+                        return;
+                    }
+                }
                 return;
             }
             if (w == -1) {
@@ -502,7 +519,7 @@ static sw_status alloc_tight(sw_context *ctx, const sw_find_plan *plan, int pinn
 /* The slots of a sequence with a chunk source: pinned buffers of max(cap, frame) bytes and
  * tables of blocks, kept with the plan from one sequence to the next. */
 static sw_status alloc_chunk_slots(sw_find_plan *plan, const sw_find_chunk_source *c, int nslots,
-                                   size_t *table_cap)
+                                   int gpu, size_t *table_cap)
 {
     sw_context *ctx = plan->ctx;
     const size_t es = sw_pixel_size(plan->p.type);
@@ -516,26 +533,29 @@ static sw_status alloc_chunk_slots(sw_find_plan *plan, const sw_find_chunk_sourc
     if (plan->seq_raw_bytes < bytes || plan->seq_table_cap < tcap)
         for (int s = 0; s < SW_FIND_SEQ_SLOTS; ++s) {
             sw_image_free(&plan->seq_raw[s]);
-            sw_host_free(plan->seq_table[s], 1);
+            sw_host_free(plan->seq_table[s], plan->seq_pinned);
             plan->seq_table[s] = NULL;
         }
+    plan->seq_pinned = gpu;
     plan->seq_raw_bytes = bytes > plan->seq_raw_bytes ? bytes : plan->seq_raw_bytes;
     plan->seq_table_cap = tcap > plan->seq_table_cap ? tcap : plan->seq_table_cap;
     for (int s = 0; s < nslots; ++s) {
         if (!plan->seq_raw[s].data) {
             sw_image *im = &plan->seq_raw[s];
             memset(im, 0, sizeof(*im));
-            im->data = sw_host_alloc(ctx, plan->seq_raw_bytes, 1);
+            im->data = sw_host_alloc(ctx, plan->seq_raw_bytes, gpu);
             im->width = plan->width;
             im->height = plan->height;
             im->stride = (size_t)plan->width * es;
             im->type = plan->p.type;
-            im->memory = SW_MEM_PINNED;
+            im->memory = gpu ? SW_MEM_PINNED : SW_MEM_HOST;
             im->owned = 1;
         }
+        if (!gpu && !plan->seq_dec[s].data && alloc_tight(ctx, plan, 0, &plan->seq_dec[s]) != SW_OK)
+            return SW_ENOMEM;
         if (!plan->seq_table[s])
             plan->seq_table[s] =
-                sw_host_alloc(ctx, plan->seq_table_cap * sizeof(sw_bshuf_block), 1);
+                sw_host_alloc(ctx, plan->seq_table_cap * sizeof(sw_bshuf_block), gpu);
         if (!plan->seq_raw[s].data || !plan->seq_table[s])
             return sw_fail(ctx, SW_ENOMEM,
                            "find: out of pinned host memory for the compressed frames' buffers");
@@ -586,7 +606,8 @@ static sw_status run_sequence(sw_find_plan *plan, int64_t first, int64_t count,
     ps.src = source;
     ps.first = first;
     ps.count = count;
-    ps.csrc = gpu ? csrc : NULL;
+    ps.csrc = csrc;
+    ps.gpu = gpu;
     ps.nreaders = 1;
     ps.nslots = 2;
     sw_status st = SW_OK;
@@ -598,14 +619,14 @@ static sw_status run_sequence(sw_find_plan *plan, int64_t first, int64_t count,
         if (ps.nreaders > SW_FIND_SEQ_SLOTS - 2)
             ps.nreaders = SW_FIND_SEQ_SLOTS - 2;
         ps.nslots = ps.nreaders + 2;
-        st = alloc_chunk_slots(plan, csrc, ps.nslots, &ps.table_cap);
+        st = alloc_chunk_slots(plan, csrc, ps.nslots, gpu, &ps.table_cap);
         chunk_lists = st == SW_OK ? calloc((size_t)ps.nslots * (size_t)csrc->max_chunks,
                                            sizeof(sw_find_chunk))
                                   : NULL;
         if (st == SW_OK && !chunk_lists)
             st = sw_fail(ctx, SW_ENOMEM, "find: out of memory for the chunk lists");
         for (int s = 0; s < ps.nslots && st == SW_OK; ++s) {
-            ps.slot[s].img = plan->seq_raw[s];
+            ps.slot[s].img = gpu ? plan->seq_raw[s] : plan->seq_dec[s];
             ps.slot[s].img.owned = 0;
             ps.slot[s].buf = plan->seq_raw[s].data;
             ps.slot[s].cap = plan->seq_raw_bytes;
