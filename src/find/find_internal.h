@@ -76,7 +76,7 @@ struct sw_find_plan {
     size_t seq_table_cap;
     int seq_pinned; /* seq_raw and seq_table are pinned (a CUDA plan) */
     sw_image seq_dec[SW_FIND_SEQ_SLOTS];
-        /* a CPU plan: each slot's frame decoded there  */ /* entries of each */
+    /* a CPU plan: each slot's frame decoded there  */ /* entries of each */
     struct sw_refine_plan *refine;         /* sw_find_set_refine's, not owned, or NULL */
     struct sw_refine_list *refine_results; /* where each refined spot's result goes, or NULL */
 };
