@@ -3,9 +3,26 @@
  * GPU"): the LZ4 block decoder the GPU's warps run (bitshuffle_model.h) against liblz4 on valid,
  * hand-made and damaged blocks (same decision, same bytes; offset 0 the one allowed difference),
  * and the frame's table of blocks against sw_bshuf_decode_lz4: decoding by the table (on this
- * thread) gives the CPU decoder's frame, and a chunk the walk refuses is one the CPU refuses.
+ * thread) gives the CPU decoder's frame, and a chunk the walk refuses is one the CPU refuses. The
+ * decoder as the GPU runs it, 32 lanes each copying every 32nd byte of each run with a sync
+ * between the sequences, is emulated by 32 threads and a barrier: the same bytes and decisions.
  */
+#define _POSIX_C_SOURCE 200809L /* pthread barriers */
+
 #include "testutil.h"
+
+#include <pthread.h>
+
+/* A warp emulated by 32 threads: the shared decoder's syncs become a barrier (in the threads of
+ * warp_decode only; a no-op elsewhere in this file). */
+static _Thread_local pthread_barrier_t *tl_barrier;
+static void warp_sync(void)
+{
+    if (tl_barrier)
+        pthread_barrier_wait(tl_barrier);
+}
+#define SW_BM_SYNC() warp_sync()
+
 #include "bshuf_cases.h"
 #include "io/bitshuffle.h"
 #include "io/bitshuffle_model.h"
@@ -78,6 +95,88 @@ static void same_as_liblz4(const uint8_t *in, size_t m, size_t n, const char *wh
     }
     free(a);
     free(b);
+}
+
+typedef struct lane_job {
+    const uint8_t *in;
+    uint32_t m, n, lane;
+    uint8_t *out;
+    pthread_barrier_t *barrier;
+    int ok;
+} lane_job;
+
+static void *lane_main(void *arg)
+{
+    lane_job *j = arg;
+    tl_barrier = j->barrier;
+    j->ok = sw_bm_lz4_block(j->in, j->m, j->out, j->n, j->lane, 32);
+    return NULL;
+}
+
+/* The block decoded by an emulated warp (32 threads, a barrier for each sync): the verdict (every
+ * lane must agree) and the bytes in out. */
+static int warp_decode(const uint8_t *in, uint32_t m, uint8_t *out, uint32_t n)
+{
+    pthread_barrier_t b;
+    assert_int_equal(pthread_barrier_init(&b, NULL, 32), 0);
+    pthread_t th[32];
+    lane_job jobs[32];
+    for (uint32_t l = 0; l < 32; l++) {
+        jobs[l] = (lane_job){in, m, n, l, out, &b, -1};
+        assert_int_equal(pthread_create(&th[l], NULL, lane_main, &jobs[l]), 0);
+    }
+    for (int l = 0; l < 32; l++)
+        pthread_join(th[l], NULL);
+    pthread_barrier_destroy(&b);
+    for (int l = 1; l < 32; l++)
+        assert_int_equal(jobs[l].ok, jobs[0].ok);
+    return jobs[0].ok;
+}
+
+/* 32 lanes decode what one lane decodes, valid blocks (overlapping matches of offsets 1..16,
+ * long matches, literals) and damaged ones alike. */
+static void warp_lanes_like_one(void **state)
+{
+    (void)state;
+    const size_t sizes[] = {13, 64, 1000, 8192};
+    uint64_t s = 4242;
+    for (size_t si = 0; si < 4; si++)
+        for (int kind = 0; kind < BC_KINDS; kind++)
+            for (int period = 1; period <= (kind == BC_PERIOD ? 16 : 1); period++) {
+                const size_t n = sizes[si];
+                uint8_t *raw = malloc(n), *lz = malloc((size_t)LZ4_compressBound((int)n)),
+                        *a = malloc(n), *b = malloc(n);
+                assert_non_null(raw);
+                assert_non_null(lz);
+                assert_non_null(a);
+                assert_non_null(b);
+                bc_fill(raw, n, 2, kind, period, si * 7 + (size_t)period);
+                const int m = LZ4_compress_default((const char *)raw, (char *)lz, (int)n,
+                                                   LZ4_compressBound((int)n));
+                assert_true(m > 0);
+                for (int t = 0; t < 4; t++) {
+                    if (t > 0) /* damaged copies */
+                        lz[bc_rng(&s) % (uint64_t)m] ^= (uint8_t)(1u << bc_rng(&s) % 8);
+                    memset(a, 0, n);
+                    memset(b, 0, n);
+                    const int one = sw_bm_lz4_block(lz, (uint32_t)m, a, (uint32_t)n, 0, 1);
+                    const int warp = warp_decode(lz, (uint32_t)m, b, (uint32_t)n);
+                    if (one != warp)
+                        fail_msg("size %zu kind %d period %d try %d: one lane says %d, 32 lanes %d",
+                                 n, kind, period, t, one, warp);
+                    if (one && memcmp(a, b, n) != 0)
+                        fail_msg("size %zu kind %d period %d try %d: 32 lanes decode other bytes",
+                                 n, kind, period, t);
+                    if (t == 0) {
+                        assert_true(one);
+                        assert_memory_equal(a, raw, n);
+                    }
+                }
+                free(raw);
+                free(lz);
+                free(a);
+                free(b);
+            }
 }
 
 /* Valid blocks of every kind and size, compressed by liblz4 (fast and default), decode to the
@@ -373,9 +472,8 @@ static void walk_refuses_like_cpu(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(lz4_blocks_match_liblz4),
-        cmocka_unit_test(hand_made_blocks),
-        cmocka_unit_test(table_decodes_like_cpu),
+        cmocka_unit_test(lz4_blocks_match_liblz4), cmocka_unit_test(hand_made_blocks),
+        cmocka_unit_test(warp_lanes_like_one),     cmocka_unit_test(table_decodes_like_cpu),
         cmocka_unit_test(walk_refuses_like_cpu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
