@@ -32,10 +32,29 @@
  *                        them (byte-offset, signed 32-bit, gaps -1), CBFlib in its child
  *                        process; frames/s
  * The table ends with the detectors' own rates (Eiger2 16M: 133 Hz at 16 bit; Eiger2 4M: 560 Hz).
+ *
+ * --decode: instead, the Eiger 16M frames as bitshuffle/LZ4 chunks (the file above, in the page
+ * cache; needs the filter plugin to write it) and the whole find (no masks) from the file with
+ * each decoder (--quick: 1024 x 1024):
+ *   read_chunks          sw_h5_read_frame_chunks: one frame's stored chunks into memory, one
+ *                        thread (GB/s of stored bytes)
+ *   table_walk           the host's part of the GPU decoder: the frame's block counts checked
+ *                        into the table of blocks (sw_bshuf_frame_walk), one thread
+ *   decode_cpu           the frame's chunks decoded by sw_bshuf_decode_lz4_mt on --threads
+ *   decode_gpu_kernel    (CUDA) the GPU decoder's kernel alone, stored bytes already on the
+ *                        device (CUDA events)
+ *   h2d_pinned           (CUDA) a raw frame copied from pinned memory to the device (GB/s): the
+ *                        PCIe floors, raw and compressed, are printed from it
+ *   find_file_cpu_decode sw_find_sequence_chunks without a chunk source: frames read and decoded
+ *                        on the reader thread, copied raw
+ *   find_file_gpu_decode (CUDA) with the chunk source: stored chunks read by 4 threads, copied
+ *                        compressed, decoded on the GPU (the spots must equal the CPU decoder's)
+ * and a line with the compression ratio and the stored MB per frame.
  */
 #define _GNU_SOURCE /* mkdtemp */
 
 #include "harness.h"
+#include "io/bitshuffle.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -384,10 +403,312 @@ static int bench_detector(const sw_bench_options *o, sw_context *ctx, const dete
     return rc;
 }
 
+/* ---------------------------------------------------------------- --decode */
+
+typedef struct djob {
+    sw_context *ctx;
+    sw_h5_reader *h5;
+    sw_find_plan *plan;
+    size_t cap, frame_bytes, es;
+    int64_t max_chunks, nstream, gpu_frames;
+    uint8_t *comp[POOL]; /* each pool frame's stored chunks */
+    size_t comp_bytes[POOL];
+    sw_find_chunk *chunks[POOL];
+    int64_t nchunks[POOL];
+    sw_find_chunk *scratch; /* read_chunks' */
+    sw_bshuf_block *table;  /* table_walk's */
+    size_t table_cap;
+    uint8_t *buf, *out;
+    sw_image pinned, dev;
+    sw_spot_list spots;
+} djob;
+
+static sw_status djob_read(void *user, int64_t index, sw_image *dst)
+{
+    return sw_h5_read_frame(((djob *)user)->h5, index % POOL, dst);
+}
+
+static sw_status djob_chunks(void *user, int64_t index, void *buf, size_t cap,
+                             sw_find_chunk *chunks, int64_t max_chunks, int64_t *nchunks)
+{
+    return sw_h5_read_frame_chunks(((djob *)user)->h5, index % POOL, buf, cap, chunks, max_chunks,
+                                   nchunks);
+}
+
+static sw_status run_read_chunks(void *user, int sample, double *measured_us)
+{
+    djob *j = user;
+    (void)measured_us;
+    int64_t n = 0;
+    return sw_h5_read_frame_chunks(j->h5, sample % POOL, j->buf, j->cap, j->scratch, j->max_chunks,
+                                   &n);
+}
+
+static sw_status run_table_walk(void *user, int sample, double *measured_us)
+{
+    djob *j = user;
+    (void)measured_us;
+    const int k = sample % POOL;
+    size_t n, big, bad;
+    if (sw_bshuf_frame_walk(j->comp[k], j->comp_bytes[k], j->chunks[k], (size_t)j->nchunks[k],
+                            j->es, j->frame_bytes, j->table, j->table_cap, &n, &big, &bad) != 0)
+        return sw_error_set(j->ctx, SW_EFORMAT, "table_walk: chunk %zu refused", bad + 1);
+    return SW_OK;
+}
+
+static sw_status run_decode_cpu(void *user, int sample, double *measured_us)
+{
+    djob *j = user;
+    (void)measured_us;
+    const int k = sample % POOL;
+    char why[256];
+    for (int64_t c = 0; c < j->nchunks[k]; c++) {
+        const sw_find_chunk *ch = &j->chunks[k][c];
+        if (sw_bshuf_decode_lz4_mt(j->comp[k] + ch->offset, (size_t)ch->size,
+                                   j->out + ch->out_offset, (size_t)ch->out_size, j->es,
+                                   sw_context_threads(j->ctx), why, sizeof why) != 0)
+            return sw_error_set(j->ctx, SW_EFORMAT, "decode_cpu: %s", why);
+    }
+    return SW_OK;
+}
+
+#ifdef SW_HAVE_CUDA
+static sw_status run_decode_gpu(void *user, int sample, double *measured_us)
+{
+    djob *j = user;
+    const int k = sample % POOL;
+    char why[256];
+    float ms = 0.0f;
+    if (sw_bshuf_decode_frame_gpu(j->comp[k], j->comp_bytes[k], j->chunks[k], (size_t)j->nchunks[k],
+                                  j->es, j->out, j->frame_bytes, &ms, why, sizeof why) != 0)
+        return sw_error_set(j->ctx, SW_EFORMAT, "decode_gpu_kernel: %s", why);
+    *measured_us = 1000.0 * ms;
+    return SW_OK;
+}
+#endif
+
+static sw_status run_h2d(void *user, int sample, double *measured_us)
+{
+    djob *j = user;
+    (void)sample;
+    (void)measured_us;
+    return sw_image_copy(j->ctx, &j->pinned, &j->dev);
+}
+
+static sw_status run_find_cpu_decode(void *user, int sample, double *measured_us)
+{
+    djob *j = user;
+    (void)sample;
+    sw_find_source src = {djob_read, NULL, NULL, j};
+    j->spots.count = 0;
+    const double t0 = sw_bench_now_us();
+    sw_status st =
+        sw_find_sequence_chunks(j->plan, 0, j->nstream, &src, NULL, 0, &j->spots, NULL, NULL);
+    *measured_us = (sw_bench_now_us() - t0) / (double)j->nstream;
+    return st;
+}
+
+static sw_status run_find_gpu_decode(void *user, int sample, double *measured_us)
+{
+    djob *j = user;
+    (void)sample;
+    sw_find_source src = {djob_read, NULL, NULL, j};
+    sw_find_chunk_source cs = {djob_chunks, j->cap, j->max_chunks, 4, j};
+    j->spots.count = 0;
+    j->gpu_frames = 0;
+    const double t0 = sw_bench_now_us();
+    sw_status st = sw_find_sequence_chunks(j->plan, 0, j->nstream, &src, &cs, 0, &j->spots, NULL,
+                                           &j->gpu_frames);
+    *measured_us = (sw_bench_now_us() - t0) / (double)j->nstream;
+    if (st == SW_OK && j->gpu_frames != j->nstream)
+        return sw_error_set(j->ctx, SW_EINTERNAL,
+                            "only %lld of %lld frames were decoded on the GPU",
+                            (long long)j->gpu_frames, (long long)j->nstream);
+    return st;
+}
+
+static int bench_decode(const sw_bench_options *o, sw_context *ctx, const detector *d,
+                        const char *dir)
+{
+    if (!sw_h5_bitshuffle_available()) {
+        fprintf(stderr, "%s: --decode needs HDF5's bitshuffle filter (32008) to write the file\n",
+                PROG);
+        return 1;
+    }
+    sw_diffraction_geometry g;
+    geometry(d, &g);
+    char path[4096];
+    snprintf(path, sizeof path, "%.4000s/%.40s_bslz4.h5", dir, d->name);
+    sw_image host[POOL];
+    memset(host, 0, sizeof host);
+    int rc = make_file(ctx, d, &g, path, host);
+    const int cuda = sw_context_backend(ctx) == SW_BACKEND_CUDA;
+    djob j;
+    memset(&j, 0, sizeof j);
+    j.ctx = ctx;
+    j.es = sw_pixel_size(d->type);
+    j.frame_bytes = (size_t)d->w * d->h * j.es;
+    sw_status st = SW_OK;
+    sw_h5_options ho;
+    sw_h5_options_default(&ho);
+    ho.threads = sw_context_threads(ctx);
+    if (rc == 0 && (st = sw_h5_open_ex(NULL, path, &ho, &j.h5)) != SW_OK)
+        rc = fail(ctx, "opening the HDF5 file", st);
+    if (rc == 0 && (st = sw_h5_frame_chunks_limits(j.h5, &j.cap, &j.max_chunks)) != SW_OK)
+        rc = fail(ctx, "sw_h5_frame_chunks_limits", st);
+    if (rc == 0 && j.max_chunks == 0) {
+        fprintf(stderr, "%s: the file's frames are not read as bitshuffle/LZ4 chunks\n", PROG);
+        rc = 1;
+    }
+    double stored = 0.0;
+    if (rc == 0) {
+        j.buf = malloc(j.cap);
+        j.out = malloc(j.frame_bytes);
+        j.scratch = calloc((size_t)j.max_chunks, sizeof(sw_find_chunk));
+        j.table_cap = sw_bshuf_frame_table_max(j.frame_bytes, j.es, (size_t)j.max_chunks);
+        j.table = malloc(j.table_cap * sizeof(sw_bshuf_block));
+        for (int k = 0; k < POOL; k++) {
+            j.comp[k] = malloc(j.cap);
+            j.chunks[k] = calloc((size_t)j.max_chunks, sizeof(sw_find_chunk));
+        }
+        for (int k = 0; k < POOL && rc == 0; k++) {
+            if (!j.buf || !j.out || !j.scratch || !j.table || !j.comp[k] || !j.chunks[k]) {
+                rc = fail(ctx, "out of memory", SW_ENOMEM);
+                break;
+            }
+            st = sw_h5_read_frame_chunks(j.h5, k, j.comp[k], j.cap, j.chunks[k], j.max_chunks,
+                                         &j.nchunks[k]);
+            if (st != SW_OK)
+                rc = fail(NULL, "sw_h5_read_frame_chunks", st);
+            for (int64_t c = 0; c < j.nchunks[k]; c++)
+                j.comp_bytes[k] += (size_t)j.chunks[k][c].size;
+            stored += (double)j.comp_bytes[k] / POOL;
+        }
+    }
+    char config[128];
+    snprintf(config, sizeof config, "%s %s bitshuffle/LZ4", d->name, sw_pixel_type_string(d->type));
+    if (rc == 0 && !o->json_only)
+        fprintf(stderr,
+                "%s: %s: %.2f MB stored per frame of %.2f MB (compression ratio %.2f; background "
+                "0.8 counts a pixel, Poisson, spots of 30 .. 3000 counts)\n",
+                PROG, config, stored / 1e6, (double)j.frame_bytes / 1e6,
+                (double)j.frame_bytes / stored);
+    sw_bench_result rread = {0}, rkern = {0};
+    sw_bench_case cr = {"read_chunks", config, ctx, run_read_chunks, &j, stored, 0, NULL};
+    if (rc == 0 && sw_bench_run(o, &cr, &rread) != SW_OK)
+        rc = 1;
+    /* the host's part of the GPU decoder: every block count of the frame checked into the table
+     * (on a reader thread, per frame) */
+    sw_bench_case cw = {"table_walk", config, ctx, run_table_walk, &j, 0, 1, "frames"};
+    if (rc == 0 && sw_bench_run(o, &cw, NULL) != SW_OK)
+        rc = 1;
+    sw_bench_case cc = {"decode_cpu", config, ctx, run_decode_cpu, &j, 0, 1, "frames"};
+    if (rc == 0 && sw_bench_run(o, &cc, NULL) != SW_OK)
+        rc = 1;
+#ifdef SW_HAVE_CUDA
+    sw_bench_case cg = {"decode_gpu_kernel", config, ctx, run_decode_gpu, &j, 0, 1, "frames"};
+    if (rc == 0 && cuda && sw_bench_run(o, &cg, &rkern) != SW_OK)
+        rc = 1;
+#endif
+    sw_bench_result bw = {0};
+    if (rc == 0 && cuda) {
+        if ((st = sw_image_alloc(ctx, d->w, d->h, d->type, &j.pinned)) != SW_OK ||
+            (st = sw_image_alloc_device(ctx, d->w, d->h, d->type, &j.dev)) != SW_OK)
+            rc = fail(ctx, "frame buffers", st);
+        sw_bench_case ch = {"h2d_pinned", config, ctx, run_h2d, &j, (double)j.frame_bytes, 0, NULL};
+        if (rc == 0 && sw_bench_run(o, &ch, &bw) != SW_OK)
+            rc = 1;
+        if (rc == 0 && !o->json_only && bw.median_us > 0)
+            fprintf(stderr,
+                    "%s: PCIe floor at %.1f GB/s pinned: raw %.0f us (%.0f frames/s), "
+                    "compressed %.0f us (%.0f frames/s)\n",
+                    PROG, (double)j.frame_bytes / bw.median_us / 1e3, bw.median_us,
+                    1e6 / bw.median_us, bw.median_us * stored / (double)j.frame_bytes,
+                    1e6 / (bw.median_us * stored / (double)j.frame_bytes));
+        /* what frames reach the device at, decoded, without the find: the slowest of the four
+         * readers' reads, the compressed copy and the decoding kernel (they overlap) */
+        const double read_us = rread.median_us / 4.0,
+                     copy_us = bw.median_us * stored / (double)j.frame_bytes,
+                     kern_us = rkern.median_us;
+        double worst = read_us > copy_us ? read_us : copy_us;
+        worst = kern_us > worst ? kern_us : worst;
+        if (rc == 0 && !o->json_only && worst > 0)
+            fprintf(stderr,
+                    "%s: decoded frames delivered at most every %.0f us (%.0f frames/s): reading "
+                    "%.0f us a frame over 4 threads, copying %.0f us, decoding %.0f us\n",
+                    PROG, worst, 1e6 / worst, read_us, copy_us, kern_us);
+    }
+    sw_find_params p;
+    sw_find_params_default(&p, d->w, d->h, d->type);
+    if (rc == 0 && (st = sw_find_create(ctx, &p, &j.plan)) != SW_OK)
+        rc = fail(ctx, "sw_find_create", st);
+    j.nstream = cuda ? 64 : (o->quick ? 4 : 8);
+    sw_bench_result rcpu = {0}, rgpu = {0};
+    sw_bench_case fc = {
+        "find_file_cpu_decode", config, ctx, run_find_cpu_decode, &j, 0, 1, "frames"};
+    if (rc == 0 && sw_bench_run(o, &fc, &rcpu) != SW_OK)
+        rc = 1;
+    /* the CPU decoder's spots, to compare with the GPU decoder's */
+    const int64_t ncpu = j.spots.count;
+    sw_spot *cpu_spots = malloc((size_t)(ncpu ? ncpu : 1) * sizeof(sw_spot));
+    if (rc == 0 && !cpu_spots)
+        rc = fail(NULL, "out of memory", SW_ENOMEM);
+    if (rc == 0 && ncpu)
+        memcpy(cpu_spots, j.spots.spots, (size_t)ncpu * sizeof(sw_spot));
+    if (rc == 0 && cuda) {
+        sw_bench_case fg = {
+            "find_file_gpu_decode", config, ctx, run_find_gpu_decode, &j, 0, 1, "frames"};
+        if (sw_bench_run(o, &fg, &rgpu) != SW_OK)
+            rc = 1;
+        if (rc == 0 &&
+            (ncpu != j.spots.count ||
+             memcmp(cpu_spots, j.spots.spots, (size_t)j.spots.count * sizeof(sw_spot)) != 0)) {
+            fprintf(stderr, "%s: the GPU decoder's spots differ from the CPU decoder's\n", PROG);
+            rc = 1;
+        }
+        if (rc == 0 && !o->json_only)
+            fprintf(stderr,
+                    "%s: whole find from the file: %.0f frames/s with the CPU decoder, %.0f "
+                    "with the GPU decoder (%lld spots in %lld frames, identical)\n",
+                    PROG, rcpu.throughput, rgpu.throughput, (long long)j.spots.count,
+                    (long long)j.nstream);
+    }
+    free(cpu_spots);
+    sw_find_destroy(j.plan);
+    sw_spot_list_free(&j.spots);
+    sw_h5_close(j.h5);
+    sw_image_free(&j.pinned);
+    sw_image_free(&j.dev);
+    free(j.buf);
+    free(j.out);
+    free(j.scratch);
+    free(j.table);
+    for (int k = 0; k < POOL; k++) {
+        free(j.comp[k]);
+        free(j.chunks[k]);
+        sw_image_free(&host[k]);
+    }
+    unlink(path);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
+    /* --decode (this program's own option) is taken out before the common ones are parsed */
+    int decode = 0, n = 0;
+    for (int i = 0; i < argc; i++) {
+        if (i > 0 && !strcmp(argv[i], "--decode"))
+            decode = 1;
+        else
+            argv[n++] = argv[i];
+    }
+    argc = n;
     sw_bench_options o;
-    int rc = sw_bench_parse_args(argc, argv, PROG, NULL, &o);
+    int rc =
+        sw_bench_parse_args(argc, argv, PROG,
+                            "  --decode     the Eiger frames as bitshuffle/LZ4 chunks: the CPU "
+                            "and GPU decoders\n",
+                            &o);
     if (rc != SW_BENCH_CONTINUE)
         return rc;
     sw_context *ctx = NULL;
@@ -407,7 +728,9 @@ int main(int argc, char **argv)
                                      300.0,       487,  195,  7,          17};
     static const detector small = {"1024", 1024, 1024, SW_PIX_U16, 0.075, 60.0, 0, 0, 0, 0};
     rc = 0;
-    if (o.quick) {
+    if (decode) {
+        rc = bench_decode(&o, ctx, o.quick ? &small : &eiger, dir);
+    } else if (o.quick) {
         rc = bench_detector(&o, ctx, &small, dir);
     } else {
         rc = bench_detector(&o, ctx, &eiger, dir);

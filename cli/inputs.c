@@ -214,3 +214,36 @@ sw_status sw_cli_inputs_read(sw_cli_inputs *in, int64_t index, sw_image *dst)
         memcpy(sw_image_row(dst, y), sw_image_row(src, y), row);
     return SW_OK;
 }
+
+sw_status sw_cli_inputs_read_chunks(sw_cli_inputs *in, int64_t index, void *buf, size_t cap,
+                                    sw_find_chunk *chunks, int64_t max_chunks, int64_t *nchunks)
+{
+    int64_t k;
+    sw_cli_input *p = find_input(in, index, &k);
+    *nchunks = 0;
+    if (!p)
+        return sw_error_set(NULL, SW_EINVAL, "frame %lld is beyond the inputs", (long long)index);
+    if (!p->h5)
+        return SW_OK; /* read decoded */
+    return sw_h5_read_frame_chunks(p->h5, k, buf, cap, chunks, max_chunks, nchunks);
+}
+
+int sw_cli_inputs_chunk_limits(const sw_cli_inputs *in, size_t *cap, int64_t *max_chunks)
+{
+    *cap = 0;
+    *max_chunks = 0;
+    int all = in->n > 0;
+    for (int i = 0; i < in->n; i++) {
+        size_t b = 0;
+        int64_t c = 0;
+        if (!in->in[i].h5 || sw_h5_frame_chunks_limits(in->in[i].h5, &b, &c) != SW_OK || c == 0) {
+            all = 0;
+            continue;
+        }
+        if (b > *cap)
+            *cap = b;
+        if (c > *max_chunks)
+            *max_chunks = c;
+    }
+    return all;
+}

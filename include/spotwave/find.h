@@ -111,6 +111,7 @@
 #ifndef SPOTWAVE_FIND_H
 #define SPOTWAVE_FIND_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include "spotwave/core.h"
 
@@ -226,6 +227,14 @@ void sw_find_destroy(sw_find_plan *plan); /* NULL is ignored */
 sw_status sw_find_run(sw_find_plan *plan, const sw_image *frame, int64_t frame_index,
                       sw_spot_list *spots, sw_image *strong, sw_find_stats *stats);
 
+/* One stored chunk of a frame (sw_find_chunk_source, sw_h5_read_frame_chunks): its stored
+ * bytes at offset (size of them) in the frame's buffer, decoding to out_size bytes that go to
+ * out_offset in the frame (tight rows: row y of the frame at y * width * pixel size). */
+typedef struct sw_find_chunk {
+    uint64_t offset, size;
+    uint64_t out_offset, out_size;
+} sw_find_chunk;
+
 /*
  * Where sw_find_sequence gets its frames and reports back. read fills dst (a host image of the
  * plan's size and type, pinned on CUDA) with frame `index`; it runs on a reader thread of its
@@ -253,6 +262,44 @@ typedef struct sw_find_source {
 sw_status sw_find_sequence(sw_find_plan *plan, int64_t first, int64_t count,
                            const sw_find_source *source, int three_d, sw_spot_list *spots,
                            sw_find_stats *stats);
+
+/*
+ * Frames stored as bitshuffle/LZ4 chunks (HDF5 filter 32008 with LZ4: the Eiger detectors'
+ * files), for sw_find_sequence_chunks to decode on the GPU. read_chunks fills buf (cap bytes,
+ * pinned host memory) with frame `index`'s stored chunks and chunks[0..*nchunks) (room for
+ * max_chunks) with where each lies and where it goes in the frame, the chunks tiling the frame's
+ * rows in order (sw_h5_read_frame_chunks does this for an HDF5 reader); *nchunks = 0 says that
+ * this frame is to be read decoded, with the frame source's read. It runs on `readers` threads at
+ * once (0: 4, at most 6), each reading every readers-th frame, so it must be thread-safe; it
+ * reports failures as the frame source's read does.
+ */
+typedef struct sw_find_chunk_source {
+    sw_status (*read_chunks)(void *user, int64_t index, void *buf, size_t cap,
+                             sw_find_chunk *chunks, int64_t max_chunks, int64_t *nchunks);
+    size_t cap;         /* the most stored bytes of a frame (sw_h5_frame_chunks_limits) */
+    int64_t max_chunks; /* the most chunks of a frame                                  */
+    int readers;        /* threads that read at once (0: 4)                            */
+    void *user;
+} sw_find_chunk_source;
+
+/*
+ * sw_find_sequence with frames that come as stored bitshuffle/LZ4 chunks: on a CUDA plan, the
+ * reader threads read each frame's chunks (and walk their block counts, every one checked), the
+ * compressed bytes are copied to the GPU and decoded there into the frame (one warp per 8 KiB
+ * LZ4 block, then the bit transpose: Masui K. et al. (2015), "A compression scheme for radio
+ * data in high performance computing", Astronomy and Computing 12, 181-190), while the previous
+ * frame is thresholded; the frames are bit-identical to the CPU decoder's, so are the spots. A
+ * frame whose chunks do not decode is SW_EFORMAT with the CPU decoder's reason (a frame the GPU
+ * refuses but liblz4 decodes, an LZ4 offset of 0, is decoded on the CPU instead). On a CPU plan
+ * the reader threads decode the chunks themselves (the CPU decoder, one thread a frame). Frames
+ * that chunks does not give (every frame with chunks NULL) are read with source->read, which is
+ * then called from one reader thread at a time. *gpu_frames (when not
+ * NULL) is added the number of frames decoded on the GPU.
+ */
+sw_status sw_find_sequence_chunks(sw_find_plan *plan, int64_t first, int64_t count,
+                                  const sw_find_source *source, const sw_find_chunk_source *chunks,
+                                  int three_d, sw_spot_list *spots, sw_find_stats *stats,
+                                  int64_t *gpu_frames);
 
 #ifdef __cplusplus
 }

@@ -501,6 +501,26 @@ sw_status sw_h5_get_info(const sw_h5_reader *r, sw_h5_info *info);
 sw_status sw_h5_read_frame(sw_h5_reader *r, int64_t index, sw_image *dst);
 
 /*
+ * A frame's chunks as stored, for decoding elsewhere (the GPU: sw_find_sequence_chunks): when
+ * frame `index` lies in a dataset whose only filter is bitshuffle with LZ4 (HDF5 filter 32008,
+ * cd_values[4] = 2; the Eiger detectors'), in this machine's byte order, chunked as whole rows of
+ * one frame, with its chunks listed at open (datasets of at most 4096 chunks), its chunks' stored
+ * bytes are read one after another into buf (cap bytes) and described in chunks[0..*nchunks)
+ * (their places in the frame with tight rows). Otherwise, and for a frame with a chunk never
+ * written or stored without the filter, *nchunks = 0 and SW_OK: read that frame with
+ * sw_h5_read_frame. A chunk larger than bitshuffle/LZ4 can make of its size
+ * (sw_bshuf_lz4_bound's) is SW_EFORMAT; a buf or chunks too small, SW_EINVAL. Nothing is
+ * decoded or checked beyond that. Unlike the other calls on a reader, this one may run on
+ * several threads at once (each opens the file for itself); its messages go to the calling
+ * thread's (sw_context_error(NULL)).
+ */
+sw_status sw_h5_read_frame_chunks(sw_h5_reader *r, int64_t index, void *buf, size_t cap,
+                                  sw_find_chunk *chunks, int64_t max_chunks, int64_t *nchunks);
+/* The room sw_h5_read_frame_chunks needs for any frame of the file: *bytes of stored chunks and
+ * *chunks entries; *chunks = 0 when some dataset's frames are not read as stored chunks. */
+sw_status sw_h5_frame_chunks_limits(const sw_h5_reader *r, size_t *bytes, int64_t *chunks);
+
+/*
  * Reads detectorSpecific/pixel_mask into valid (width * height bytes, row-major): 1 where the
  * mask is 0 (a good pixel), 0 where it is non-zero. SW_EFORMAT when the file has none (see
  * has_pixel_mask) or when it is not a rank-2 [height, width] integer dataset.

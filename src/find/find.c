@@ -164,6 +164,11 @@ void sw_find_destroy(sw_find_plan *plan)
     sw_host_free(plan->comps, plan->comps_pinned);
     sw_image_free(&plan->seq_host[0]);
     sw_image_free(&plan->seq_host[1]);
+    for (int i = 0; i < SW_FIND_SEQ_SLOTS; ++i) {
+        sw_image_free(&plan->seq_raw[i]);
+        sw_image_free(&plan->seq_dec[i]);
+        sw_host_free(plan->seq_table[i], plan->seq_pinned);
+    }
     free(plan);
 }
 

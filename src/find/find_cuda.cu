@@ -7,6 +7,7 @@
  */
 #include "find/find_internal.h"
 #include "core/cuda_util.h"
+#include "io/bitshuffle.h"
 
 #include <cuda_runtime.h>
 
@@ -25,6 +26,14 @@ struct find_gpu {
     cudaEvent_t uploaded[2];      /* recorded after each slot's upload                  */
     int32_t *h_labels;            /* deblending: a host copy of a label slot (npix)     */
     void *h_frame;                /* deblending: a host copy of a frame (tight rows)    */
+    /* stored bitshuffle/LZ4 chunks (sw_find_gpu_upload_chunks), per slot, grown on demand */
+    uint8_t *comp[2];
+    size_t comp_cap[2];
+    sw_bshuf_block *table[2];
+    size_t table_cap[2];
+    uint32_t *err;    /* [2] on the device: the first failing block of each slot's decoding */
+    uint32_t *h_err;  /* [2] pinned                                                        */
+    uint8_t *scratch; /* a frame, for blocks beyond SW_BSHUF_GPU_SMEM bytes (rare)       */
 };
 
 find_gpu *gpu_of(sw_find_plan *plan)
@@ -57,6 +66,13 @@ void sw_find_gpu_destroy(sw_find_plan *plan)
         if (g->uploaded[i])
             cudaEventDestroy(g->uploaded[i]);
     }
+    for (int i = 0; i < 2; ++i) {
+        cudaFree(g->comp[i]);
+        cudaFree(g->table[i]);
+    }
+    cudaFree(g->err);
+    cudaFreeHost(g->h_err);
+    cudaFree(g->scratch);
     cudaFree(g->strong);
     cudaFree(g->counts);
     cudaFreeHost(g->h_counts);
@@ -111,6 +127,57 @@ sw_status sw_find_gpu_upload_wait(sw_find_plan *plan, int slot)
 {
     SW_CU(cudaEventSynchronize(gpu_of(plan)->uploaded[slot]));
     return SW_OK;
+}
+
+/* Makes *p hold at least need bytes of device memory (its contents are not kept). */
+static cudaError_t grow_device(void **p, size_t *cap, size_t need)
+{
+    if (*p && *cap >= need)
+        return cudaSuccess;
+    cudaFree(*p);
+    *p = nullptr;
+    *cap = 0;
+    cudaError_t e = cudaMalloc(p, need ? need : 1);
+    if (e == cudaSuccess)
+        *cap = need;
+    return e;
+}
+
+sw_status sw_find_gpu_upload_chunks(sw_find_plan *plan, const void *comp, size_t bytes,
+                                    const void *table, uint32_t nblocks, size_t big, int slot)
+{
+    find_gpu *g = gpu_of(plan);
+    const size_t frame = (size_t)plan->width * sw_pixel_size(plan->p.type) * (size_t)plan->height;
+    SW_CU(grow_device(reinterpret_cast<void **>(&g->comp[slot]), &g->comp_cap[slot], bytes));
+    size_t tcap = g->table_cap[slot] * sizeof(sw_bshuf_block);
+    SW_CU(grow_device(reinterpret_cast<void **>(&g->table[slot]), &tcap,
+                      (size_t)nblocks * sizeof(sw_bshuf_block)));
+    g->table_cap[slot] = tcap / sizeof(sw_bshuf_block);
+    if (!g->err) {
+        SW_CU(cudaMalloc(&g->err, 2 * sizeof(uint32_t)));
+        SW_CU(cudaHostAlloc(&g->h_err, 2 * sizeof(uint32_t), cudaHostAllocDefault));
+    }
+    if (big > SW_BSHUF_GPU_SMEM && !g->scratch)
+        SW_CU(cudaMalloc(&g->scratch, frame));
+    /* as a plain upload: the copy stream, after the slot's previous frame is done with (the
+     * pipeline processes a slot's frame before it queues the next one into it) */
+    SW_CU(cudaMemcpyAsync(g->comp[slot], comp, bytes, cudaMemcpyHostToDevice, g->copy));
+    SW_CU(cudaMemcpyAsync(g->table[slot], table, (size_t)nblocks * sizeof(sw_bshuf_block),
+                          cudaMemcpyHostToDevice, g->copy));
+    SW_CU(cudaMemsetAsync(g->err + slot, 0xFF, sizeof(uint32_t), g->copy));
+    SW_CU((cudaError_t)sw_bshuf_decode_lz4_gpu(g->comp[slot], g->table[slot], nblocks,
+                                               static_cast<uint8_t *>(g->frame[slot].data),
+                                               g->scratch, g->err + slot, g->copy));
+    SW_CU(cudaMemcpyAsync(g->h_err + slot, g->err + slot, sizeof(uint32_t), cudaMemcpyDeviceToHost,
+                          g->copy));
+    SW_CU(cudaEventRecord(g->uploaded[slot], g->copy));
+    return SW_OK;
+}
+
+uint32_t sw_find_gpu_decode_error(sw_find_plan *plan, int slot)
+{
+    const find_gpu *g = gpu_of(plan);
+    return g->h_err ? g->h_err[slot] : UINT32_MAX;
 }
 
 sw_status sw_find_gpu_process(sw_find_plan *plan, const sw_image *frame, int slot, int label_slot,

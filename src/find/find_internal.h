@@ -38,6 +38,8 @@ typedef struct sw_find_comp {
     int32_t peak_x, peak_y;  /* first pixel in raster order with that value           */
 } sw_find_comp;
 
+#define SW_FIND_SEQ_SLOTS 8 /* host slots of a sequence, at most (readers + 2) */
+
 struct sw_find_plan {
     sw_context *ctx;
     sw_find_params p; /* as given, with defaults resolved; p.mask / p.gain_map point to the
@@ -66,6 +68,15 @@ struct sw_find_plan {
     void *gpu;            /* find.c's device buffers (frame staging etc.) */
     sw_image seq_host[2]; /* sw_find_sequence's host frame buffers (tight rows, pinned on CUDA),
                              made by the first sequence, freed with the plan */
+    /* sw_find_sequence_chunks's host slots (pinned): stored chunks or a decoded frame each, and
+     * each one's table of bitshuffle/LZ4 blocks; made by the first such sequence */
+    sw_image seq_raw[SW_FIND_SEQ_SLOTS];
+    size_t seq_raw_bytes;
+    void *seq_table[SW_FIND_SEQ_SLOTS];
+    size_t seq_table_cap;
+    int seq_pinned; /* seq_raw and seq_table are pinned (a CUDA plan) */
+    sw_image seq_dec[SW_FIND_SEQ_SLOTS];
+    /* a CPU plan: each slot's frame decoded there  */ /* entries of each */
     struct sw_refine_plan *refine;         /* sw_find_set_refine's, not owned, or NULL */
     struct sw_refine_list *refine_results; /* where each refined spot's result goes, or NULL */
 };
@@ -194,6 +205,18 @@ void sw_find_gpu_destroy(sw_find_plan *plan);
 sw_status sw_find_gpu_upload(sw_find_plan *plan, const sw_image *host, int slot);
 /* Waits until the upload into `slot` has finished (its host frame may then be reused). */
 sw_status sw_find_gpu_upload_wait(sw_find_plan *plan, int slot);
+/*
+ * Queues on the copy stream the copy of a frame's stored bitshuffle/LZ4 chunks (comp, bytes of
+ * them, pinned) and their table of blocks (table[0..nblocks), pinned; sw_bshuf_frame_walk) and
+ * their decoding on the GPU into device frame slot `slot` (bitshuffle_cuda.cu); big: the largest
+ * block's decoded bytes. sw_find_gpu_upload_wait waits for all of it; then
+ * sw_find_gpu_decode_error says whether a block failed.
+ */
+sw_status sw_find_gpu_upload_chunks(sw_find_plan *plan, const void *comp, size_t bytes,
+                                    const void *table, uint32_t nblocks, size_t big, int slot);
+/* After sw_find_gpu_upload_wait: the first block of the slot's last decoding that failed, or
+ * UINT32_MAX when none did. */
+uint32_t sw_find_gpu_decode_error(sw_find_plan *plan, int slot);
 /*
  * One frame on the context's stream: `frame` (a device image), or when NULL the device frame
  * slot `slot` (after its upload). Labels go to label slot `label_slot`; the components to

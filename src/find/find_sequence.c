@@ -18,6 +18,7 @@
  * the open groups and the spots found, not with the noise rejected over a long scan.
  */
 #include "find/find_internal.h"
+#include "io/bitshuffle.h"
 #include "spotwave/refine.h"
 
 #include <pthread.h>
@@ -25,76 +26,249 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---------------------------------------------------------------- the reader thread */
+/* ---------------------------------------------------------------- the reader threads */
+
+static sw_status alloc_tight(sw_context *ctx, const sw_find_plan *plan, int pinned, sw_image *out);
+
+/* A host slot: one frame as read, either decoded (img) or, with a chunk source, as its stored
+ * bitshuffle/LZ4 chunks and their table of blocks, to be decoded on the GPU. */
+typedef struct pipe_slot {
+    sw_image img;          /* a decoded frame (tight rows; pinned on CUDA)                     */
+    uint8_t *buf;          /* chunk source: the slot's buffer (img.data), cap bytes            */
+    size_t cap;            /* ...                                                              */
+    sw_find_chunk *chunks; /* the frame's chunks (max_chunks room)                             */
+    int64_t nchunks;       /* ...                                                              */
+    sw_bshuf_block *table; /* their blocks (table_cap room; pinned)                            */
+    size_t nblocks, big;   /* entries, largest decoded block                                   */
+    size_t bytes;          /* stored bytes of the chunks                                       */
+    int compressed;        /* holds stored chunks (decoded on the GPU), not a decoded frame    */
+    sw_status status;      /* the read's outcome, reported when the frame's turn comes         */
+    char error[SW_ERROR_MAX];
+} pipe_slot;
 
 typedef struct pipe_state {
     sw_find_plan *plan;
     const sw_find_source *src;
+    const sw_find_chunk_source *csrc; /* or NULL */
+    int gpu;                          /* a CUDA plan: chunks are decoded on the GPU      */
     int64_t first, count;
-    sw_image host[2];
+    int nslots, nreaders;
+    pipe_slot slot[SW_FIND_SEQ_SLOTS];
+    size_t table_cap;
+    int64_t gpu_frames; /* frames decoded on the GPU */
 
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int filled[2];    /* host[s] holds its frame                                */
-    int64_t released; /* frames 0 .. released-1 no longer need their host buffer */
-    int stop;         /* the main thread gave up                                */
-    sw_status reader_status;
-    char reader_error[SW_ERROR_MAX];
+    pthread_mutex_t read_mu;       /* the frame source's read: one thread at a time            */
+    int filled[SW_FIND_SEQ_SLOTS]; /* slot s holds its frame (and its status)                  */
+    int64_t released;              /* frames 0 .. released-1 no longer need their slot         */
+    int stop;                      /* the main thread gave up                                  */
 } pipe_state;
+
+typedef struct reader_arg {
+    pipe_state *ps;
+    int t; /* this reader takes frames t, t + nreaders, ... */
+} reader_arg;
+
+/* Records a failed read in the slot, with the calling thread's message (the callback reported
+ * through it: sw_fail with ctx NULL). */
+static void slot_fail(pipe_slot *sl, sw_status st, const char *fallback)
+{
+    const char *msg = sw_context_error(NULL);
+    sl->status = st;
+    snprintf(sl->error, sizeof(sl->error), "%s", msg && *msg ? msg : fallback);
+}
+
+/*
+ * Reads frame r into its slot. With a chunk source: its stored chunks, which must tile the frame
+ * in order, walked into the table (every block count checked, bitshuffle.h); a chunk that fails
+ * the walk fails the frame with the CPU decoder's reason. A frame the source does not give as
+ * chunks, or with more blocks than the table holds, is read decoded (the frame source's read).
+ */
+static void fill_slot(pipe_state *ps, int64_t r, pipe_slot *sl)
+{
+    sw_find_plan *plan = ps->plan;
+    const size_t es = sw_pixel_size(plan->p.type);
+    const size_t frame = (size_t)plan->width * es * (size_t)plan->height;
+    sl->compressed = 0;
+    sl->status = SW_OK;
+    sl->error[0] = '\0';
+    sw_error_set(NULL, SW_OK, "%s", ""); /* so that a silent failure quotes nothing old */
+    if (ps->csrc) {
+        int64_t n = 0;
+        sw_status st = ps->csrc->read_chunks(ps->csrc->user, ps->first + r, sl->buf, sl->cap,
+                                             sl->chunks, ps->csrc->max_chunks, &n);
+        if (st != SW_OK) {
+            slot_fail(sl, st, "the chunk source failed");
+            return;
+        }
+        if (n > 0) {
+            uint64_t out = 0, end = 0;
+            for (int64_t k = 0; k < n; ++k) {
+                if (sl->chunks[k].out_offset != out || sl->chunks[k].offset > sl->cap ||
+                    sl->chunks[k].size > sl->cap - sl->chunks[k].offset) {
+                    sl->status = SW_EFORMAT;
+                    snprintf(sl->error, sizeof(sl->error),
+                             "chunk %lld of %lld does not follow the one before it in the frame "
+                             "or lies outside the buffer",
+                             (long long)k + 1, (long long)n);
+                    return;
+                }
+                out += sl->chunks[k].out_size;
+                if (sl->chunks[k].offset + sl->chunks[k].size > end)
+                    end = sl->chunks[k].offset + sl->chunks[k].size;
+            }
+            if (out != frame) {
+                sl->status = SW_EFORMAT;
+                snprintf(sl->error, sizeof(sl->error),
+                         "the chunks decode to %llu bytes but the frame has %zu",
+                         (unsigned long long)out, frame);
+                return;
+            }
+            size_t bad = 0;
+            const int w =
+                sw_bshuf_frame_walk(sl->buf, (size_t)end, sl->chunks, (size_t)n, es, frame,
+                                    sl->table, ps->table_cap, &sl->nblocks, &sl->big, &bad);
+            if (w == 0 && ps->gpu) {
+                sl->nchunks = n;
+                sl->bytes = (size_t)end;
+                sl->compressed = 1;
+                return;
+            }
+            if (w == 0) { /* a CPU plan: decoded here, on this reader thread */
+                char why[SW_ERROR_MAX - 64];
+                for (int64_t k = 0; k < n; ++k) {
+                    const sw_find_chunk *c = &sl->chunks[k];
+                    if (sw_bshuf_decode_lz4(sl->buf + c->offset, (size_t)c->size,
+                                            (uint8_t *)sl->img.data + c->out_offset,
+                                            (size_t)c->out_size, es, why, sizeof(why)) != 0) {
+                        sl->status = SW_EFORMAT;
+                        snprintf(sl->error, sizeof(sl->error),
+                                 "bitshuffle/LZ4 chunk %lld of %lld: %s", (long long)k + 1,
+                                 (long long)n, why);
+                        return;
+                    }
+                }
+                return;
+            }
+            if (w == -1) {
+                char why[SW_ERROR_MAX - 64];
+                sw_bshuf_frame_reason(sl->buf, (size_t)end, sl->chunks, (size_t)n, es, frame, why,
+                                      sizeof(why));
+                sl->status = SW_EFORMAT;
+                snprintf(sl->error, sizeof(sl->error), "bitshuffle/LZ4 %s", why);
+                return;
+            }
+            /* -3: more blocks than the table holds (tiny block sizes): read decoded */
+        }
+    }
+    pthread_mutex_lock(&ps->read_mu);
+    sw_status st = ps->src->read(ps->src->user, ps->first + r, &sl->img);
+    pthread_mutex_unlock(&ps->read_mu);
+    if (st != SW_OK)
+        slot_fail(sl, st, "the frame source failed");
+}
 
 static void *reader_main(void *arg)
 {
-    pipe_state *ps = arg;
-    for (int64_t r = 0; r < ps->count; ++r) {
+    const reader_arg *ra = arg;
+    pipe_state *ps = ra->ps;
+    for (int64_t r = ra->t; r < ps->count; r += ps->nreaders) {
         pthread_mutex_lock(&ps->mu);
-        while (!ps->stop && r >= ps->released + 2)
+        while (!ps->stop && r >= ps->released + ps->nslots)
             pthread_cond_wait(&ps->cv, &ps->mu);
         int stop = ps->stop;
         pthread_mutex_unlock(&ps->mu);
         if (stop)
             return NULL;
-        sw_error_set(NULL, SW_OK, "%s", ""); /* so that a silent failure quotes nothing old */
-        sw_status st = ps->src->read(ps->src->user, ps->first + r, &ps->host[r % 2]);
+        pipe_slot *sl = &ps->slot[r % ps->nslots];
+        fill_slot(ps, r, sl);
         pthread_mutex_lock(&ps->mu);
-        if (st != SW_OK) {
-            ps->reader_status = st;
-            /* The callback reported through this thread's message (sw_fail with ctx NULL). */
-            const char *msg = sw_context_error(NULL);
-            snprintf(ps->reader_error, sizeof(ps->reader_error), "%s",
-                     msg && *msg ? msg : "the frame source failed");
-            pthread_cond_broadcast(&ps->cv);
-            pthread_mutex_unlock(&ps->mu);
-            return NULL;
-        }
-        ps->filled[r % 2] = 1;
+        ps->filled[r % ps->nslots] = 1;
         pthread_cond_broadcast(&ps->cv);
         pthread_mutex_unlock(&ps->mu);
+        if (sl->status != SW_OK)
+            return NULL; /* the run stops at this frame (or an earlier one) */
     }
     return NULL;
 }
 
-/* Waits until frame i is in its host buffer; the reader's failure otherwise. */
+/* Waits until frame i is in its slot; its read's failure otherwise (in frame order: an earlier
+ * frame's failure is reported before a later one's). */
 static sw_status wait_filled(pipe_state *ps, int64_t i)
 {
-    sw_status st = SW_OK;
+    const int s = (int)(i % ps->nslots);
     pthread_mutex_lock(&ps->mu);
-    while (!ps->filled[i % 2] && ps->reader_status == SW_OK)
+    while (!ps->filled[s])
         pthread_cond_wait(&ps->cv, &ps->mu);
-    if (!ps->filled[i % 2])
-        st = sw_fail(ps->plan->ctx, ps->reader_status, "find: reading frame %lld: %s",
-                     (long long)(ps->first + i), ps->reader_error);
     pthread_mutex_unlock(&ps->mu);
-    return st;
+    if (ps->slot[s].status != SW_OK)
+        return sw_fail(ps->plan->ctx, ps->slot[s].status, "find: reading frame %lld: %s",
+                       (long long)(ps->first + i), ps->slot[s].error);
+    return SW_OK;
 }
 
 static void release_frame(pipe_state *ps, int64_t i)
 {
     pthread_mutex_lock(&ps->mu);
-    ps->filled[i % 2] = 0;
+    ps->filled[i % ps->nslots] = 0;
     ps->released = i + 1;
     pthread_cond_broadcast(&ps->cv);
     pthread_mutex_unlock(&ps->mu);
 }
+
+#ifdef SW_HAVE_CUDA
+/* Queues frame r's copy to device slot d: its stored chunks and their decoding on the GPU, or
+ * the decoded frame. */
+static sw_status upload_frame(pipe_state *ps, int64_t r, int d)
+{
+    pipe_slot *sl = &ps->slot[r % ps->nslots];
+    if (!sl->compressed)
+        return sw_find_gpu_upload(ps->plan, &sl->img, d);
+    ps->gpu_frames++;
+    return sw_find_gpu_upload_chunks(ps->plan, sl->buf, sl->bytes, sl->table, (uint32_t)sl->nblocks,
+                                     sl->big, d);
+}
+
+/*
+ * After frame r's upload into device slot d: when a block failed on the GPU, the CPU decoder's
+ * reason for the first bad chunk; or, where the CPU decodes what the GPU refused (an LZ4 offset
+ * of 0, which liblz4 takes for zeros), the frame decoded here and uploaded, so that both decoders
+ * give the same frames.
+ */
+static sw_status check_decoded(pipe_state *ps, int64_t r, int d)
+{
+    sw_find_plan *plan = ps->plan;
+    pipe_slot *sl = &ps->slot[r % ps->nslots];
+    if (!sl->compressed || sw_find_gpu_decode_error(plan, d) == UINT32_MAX)
+        return SW_OK;
+    const size_t es = sw_pixel_size(plan->p.type);
+    const size_t frame = (size_t)plan->width * es * (size_t)plan->height;
+    char why[SW_ERROR_MAX - 64];
+    const int rc = sw_bshuf_frame_reason(sl->buf, sl->bytes, sl->chunks, (size_t)sl->nchunks, es,
+                                         frame, why, sizeof(why));
+    if (rc != 1)
+        return sw_fail(plan->ctx, rc == -2 ? SW_ENOMEM : SW_EFORMAT,
+                       "find: reading frame %lld: bitshuffle/LZ4 %s", (long long)(ps->first + r),
+                       why);
+    sw_status st = SW_OK;
+    if (!plan->seq_host[0].data)
+        st = alloc_tight(plan->ctx, plan, 1, &plan->seq_host[0]);
+    for (int64_t k = 0; k < sl->nchunks && st == SW_OK; ++k) {
+        const sw_find_chunk *c = &sl->chunks[k];
+        if (sw_bshuf_decode_lz4_mt(sl->buf + c->offset, (size_t)c->size,
+                                   (uint8_t *)plan->seq_host[0].data + c->out_offset,
+                                   (size_t)c->out_size, es, sw_context_threads(plan->ctx), why,
+                                   sizeof(why)) != 0)
+            st = sw_fail(plan->ctx, SW_EFORMAT, "find: reading frame %lld: bitshuffle/LZ4 %s",
+                         (long long)(ps->first + r), why);
+    }
+    if (st == SW_OK && (st = sw_find_gpu_upload(plan, &plan->seq_host[0], d)) == SW_OK)
+        st = sw_find_gpu_upload_wait(plan, d);
+    ps->gpu_frames--;
+    return st;
+}
+#endif
 
 /* ---------------------------------------------------------------- 3-D joining */
 
@@ -342,10 +516,60 @@ static sw_status alloc_tight(sw_context *ctx, const sw_find_plan *plan, int pinn
     return SW_OK;
 }
 
-sw_status sw_find_sequence(sw_find_plan *plan, int64_t first, int64_t count,
-                           const sw_find_source *source, int three_d, sw_spot_list *spots,
-                           sw_find_stats *stats)
+/* The slots of a sequence with a chunk source: pinned buffers of max(cap, frame) bytes and
+ * tables of blocks, kept with the plan from one sequence to the next. */
+static sw_status alloc_chunk_slots(sw_find_plan *plan, const sw_find_chunk_source *c, int nslots,
+                                   int gpu, size_t *table_cap)
 {
+    sw_context *ctx = plan->ctx;
+    const size_t es = sw_pixel_size(plan->p.type);
+    const size_t frame = (size_t)plan->width * es * (size_t)plan->height;
+    const size_t bytes = c->cap > frame ? c->cap : frame;
+    /* room for blocks of 512 bytes on average (the filter's default is 8 KiB); frames of
+     * smaller blocks are read decoded */
+    size_t tcap = frame / 512 + 2 * (size_t)c->max_chunks + 64;
+    if (tcap < 8192)
+        tcap = 8192;
+    if (plan->seq_raw_bytes < bytes || plan->seq_table_cap < tcap)
+        for (int s = 0; s < SW_FIND_SEQ_SLOTS; ++s) {
+            sw_image_free(&plan->seq_raw[s]);
+            sw_host_free(plan->seq_table[s], plan->seq_pinned);
+            plan->seq_table[s] = NULL;
+        }
+    plan->seq_pinned = gpu;
+    plan->seq_raw_bytes = bytes > plan->seq_raw_bytes ? bytes : plan->seq_raw_bytes;
+    plan->seq_table_cap = tcap > plan->seq_table_cap ? tcap : plan->seq_table_cap;
+    for (int s = 0; s < nslots; ++s) {
+        if (!plan->seq_raw[s].data) {
+            sw_image *im = &plan->seq_raw[s];
+            memset(im, 0, sizeof(*im));
+            im->data = sw_host_alloc(ctx, plan->seq_raw_bytes, gpu);
+            im->width = plan->width;
+            im->height = plan->height;
+            im->stride = (size_t)plan->width * es;
+            im->type = plan->p.type;
+            im->memory = gpu ? SW_MEM_PINNED : SW_MEM_HOST;
+            im->owned = 1;
+        }
+        if (!gpu && !plan->seq_dec[s].data && alloc_tight(ctx, plan, 0, &plan->seq_dec[s]) != SW_OK)
+            return SW_ENOMEM;
+        if (!plan->seq_table[s])
+            plan->seq_table[s] =
+                sw_host_alloc(ctx, plan->seq_table_cap * sizeof(sw_bshuf_block), gpu);
+        if (!plan->seq_raw[s].data || !plan->seq_table[s])
+            return sw_fail(ctx, SW_ENOMEM,
+                           "find: out of pinned host memory for the compressed frames' buffers");
+    }
+    *table_cap = plan->seq_table_cap;
+    return SW_OK;
+}
+
+static sw_status run_sequence(sw_find_plan *plan, int64_t first, int64_t count,
+                              const sw_find_source *source, const sw_find_chunk_source *csrc,
+                              int three_d, sw_spot_list *spots, sw_find_stats *stats,
+                              int64_t *gpu_frames)
+{
+
     if (!plan)
         return sw_fail(NULL, SW_EINVAL, "find: plan is NULL");
     sw_context *ctx = plan->ctx;
@@ -382,13 +606,41 @@ sw_status sw_find_sequence(sw_find_plan *plan, int64_t first, int64_t count,
     ps.src = source;
     ps.first = first;
     ps.count = count;
+    ps.csrc = csrc;
+    ps.gpu = gpu;
+    ps.nreaders = 1;
+    ps.nslots = 2;
     sw_status st = SW_OK;
-    /* The frame buffers stay with the plan from one sequence to the next (pinning 2 x 33 MB
-     * costs milliseconds). */
-    for (int s = 0; s < 2 && st == SW_OK; ++s) {
-        if (!plan->seq_host[s].data)
-            st = alloc_tight(ctx, plan, gpu, &plan->seq_host[s]);
-        ps.host[s] = plan->seq_host[s];
+    sw_find_chunk *chunk_lists = NULL;
+    if (ps.csrc) {
+        /* several readers (reading stored chunks from the page cache is a copy, and one thread
+         * copies a few GB/s), and two slots more than readers for the frames in flight */
+        ps.nreaders = csrc->readers > 0 ? csrc->readers : 4;
+        if (ps.nreaders > SW_FIND_SEQ_SLOTS - 2)
+            ps.nreaders = SW_FIND_SEQ_SLOTS - 2;
+        ps.nslots = ps.nreaders + 2;
+        st = alloc_chunk_slots(plan, csrc, ps.nslots, gpu, &ps.table_cap);
+        chunk_lists = st == SW_OK ? calloc((size_t)ps.nslots * (size_t)csrc->max_chunks,
+                                           sizeof(sw_find_chunk))
+                                  : NULL;
+        if (st == SW_OK && !chunk_lists)
+            st = sw_fail(ctx, SW_ENOMEM, "find: out of memory for the chunk lists");
+        for (int s = 0; s < ps.nslots && st == SW_OK; ++s) {
+            ps.slot[s].img = gpu ? plan->seq_raw[s] : plan->seq_dec[s];
+            ps.slot[s].img.owned = 0;
+            ps.slot[s].buf = plan->seq_raw[s].data;
+            ps.slot[s].cap = plan->seq_raw_bytes;
+            ps.slot[s].table = plan->seq_table[s];
+            ps.slot[s].chunks = chunk_lists + (size_t)s * (size_t)csrc->max_chunks;
+        }
+    } else {
+        /* The frame buffers stay with the plan from one sequence to the next (pinning 2 x 33 MB
+         * costs milliseconds). */
+        for (int s = 0; s < 2 && st == SW_OK; ++s) {
+            if (!plan->seq_host[s].data)
+                st = alloc_tight(ctx, plan, gpu, &plan->seq_host[s]);
+            ps.slot[s].img = plan->seq_host[s];
+        }
     }
     if (st == SW_OK && three_d) {
         pairs = malloc((size_t)link_cap * 2 * sizeof(int32_t));
@@ -406,40 +658,52 @@ sw_status sw_find_sequence(sw_find_plan *plan, int64_t first, int64_t count,
     }
     if (st != SW_OK) {
         free(pairs);
+        free(chunk_lists);
         if (strong_owned)
             sw_image_free(&strong_img);
         return st;
     }
     pthread_mutex_init(&ps.mu, NULL);
     pthread_cond_init(&ps.cv, NULL);
-    pthread_t reader;
-    if (pthread_create(&reader, NULL, reader_main, &ps) != 0) {
-        st = sw_fail(ctx, SW_ENOMEM, "find: cannot start the reader thread");
-        goto out_nothread;
+    pthread_mutex_init(&ps.read_mu, NULL);
+    pthread_t readers[SW_FIND_SEQ_SLOTS];
+    reader_arg rargs[SW_FIND_SEQ_SLOTS];
+    int started = 0;
+    for (; started < ps.nreaders; ++started) {
+        rargs[started] = (reader_arg){&ps, started};
+        if (pthread_create(&readers[started], NULL, reader_main, &rargs[started]) != 0)
+            break;
+    }
+    if (started < ps.nreaders) {
+        st = sw_fail(ctx, SW_ENOMEM, "find: cannot start the reader threads");
+        goto out_stop;
     }
 
     for (int64_t i = 0; i < count && st == SW_OK; ++i) {
         int64_t z = first + i, ncomp = 0, valid = 0, nstrong = 0;
-        int slot = (int)(i % 2);
+        int slot = (int)(i % 2);                            /* device frame and label slot */
+        const sw_image *host = &ps.slot[i % ps.nslots].img; /* the CPU path's frame        */
 #ifdef SW_HAVE_CUDA
         if (gpu) {
             if (i == 0) {
                 if ((st = wait_filled(&ps, 0)) != SW_OK ||
-                    (st = sw_find_gpu_upload(plan, &ps.host[0], 0)) != SW_OK ||
-                    (st = sw_find_gpu_upload_wait(plan, 0)) != SW_OK)
+                    (st = upload_frame(&ps, 0, 0)) != SW_OK ||
+                    (st = sw_find_gpu_upload_wait(plan, 0)) != SW_OK ||
+                    (st = check_decoded(&ps, 0, 0)) != SW_OK)
                     break;
                 release_frame(&ps, 0);
             }
             if (i + 1 < count) {
                 if ((st = wait_filled(&ps, i + 1)) != SW_OK ||
-                    (st = sw_find_gpu_upload(plan, &ps.host[(i + 1) % 2], (int)((i + 1) % 2))) !=
-                        SW_OK)
+                    (st = upload_frame(&ps, i + 1, (int)((i + 1) % 2))) != SW_OK)
                     break;
             }
             st = sw_find_gpu_process(plan, NULL, slot, slot, z, &ncomp, &valid, &nstrong,
                                      source->strong ? &strong_img : NULL);
             if (st == SW_OK && i + 1 < count) {
                 st = sw_find_gpu_upload_wait(plan, (int)((i + 1) % 2));
+                if (st == SW_OK)
+                    st = check_decoded(&ps, i + 1, (int)((i + 1) % 2));
                 if (st == SW_OK)
                     release_frame(&ps, i + 1);
             }
@@ -448,7 +712,7 @@ sw_status sw_find_sequence(sw_find_plan *plan, int64_t first, int64_t count,
         {
             if ((st = wait_filled(&ps, i)) != SW_OK)
                 break;
-            st = sw_find_frame_cpu(plan, &ps.host[slot], z, slot, &ncomp, &valid, &nstrong);
+            st = sw_find_frame_cpu(plan, host, z, slot, &ncomp, &valid, &nstrong);
             /* a refinement or the deblending reads the frame after the labels: it is released
              * once the spots are made */
             if (!plan->refine && !plan->p.deblend)
@@ -472,9 +736,8 @@ sw_status sw_find_sequence(sw_find_plan *plan, int64_t first, int64_t count,
         if (!three_d) {
             const int64_t before = spots ? spots->count : 0;
             if (plan->p.deblend && !gpu)
-                st = sw_find_deblend_emit(plan, &ps.host[slot],
-                                          plan->labels + (size_t)slot * plan->npix, plan->comps,
-                                          ncomp, z, spots, &local);
+                st = sw_find_deblend_emit(plan, host, plan->labels + (size_t)slot * plan->npix,
+                                          plan->comps, ncomp, z, spots, &local);
 #ifdef SW_HAVE_CUDA
             else if (plan->p.deblend)
                 st = sw_find_gpu_deblend_emit(plan, NULL, slot, slot, ncomp, z, spots, &local);
@@ -483,9 +746,9 @@ sw_status sw_find_sequence(sw_find_plan *plan, int64_t first, int64_t count,
                 st = sw_find_emit_frame(plan, plan->comps, ncomp, z, spots, &local);
             if (st == SW_OK && plan->refine) {
 #ifdef SW_HAVE_CUDA
-                const sw_image *on = gpu ? sw_find_gpu_frame(plan, slot) : &ps.host[slot];
+                const sw_image *on = gpu ? sw_find_gpu_frame(plan, slot) : host;
 #else
-                const sw_image *on = &ps.host[slot];
+                const sw_image *on = host;
 #endif
                 st = sw_find_refine_frame(plan, on, spots, before);
             }
@@ -512,14 +775,17 @@ sw_status sw_find_sequence(sw_find_plan *plan, int64_t first, int64_t count,
     if (st == SW_OK && three_d)
         st = join_finish(plan, &join, spots, &local);
 
+out_stop:
     pthread_mutex_lock(&ps.mu);
     ps.stop = 1;
     pthread_cond_broadcast(&ps.cv);
     pthread_mutex_unlock(&ps.mu);
-    pthread_join(reader, NULL);
-out_nothread:
+    for (int t = 0; t < started; ++t)
+        pthread_join(readers[t], NULL);
     pthread_cond_destroy(&ps.cv);
     pthread_mutex_destroy(&ps.mu);
+    pthread_mutex_destroy(&ps.read_mu);
+    free(chunk_lists);
 #ifdef SW_HAVE_CUDA
     if (gpu && st != SW_OK) { /* an upload may still be reading a host buffer */
         char saved[SW_ERROR_MAX];
@@ -541,5 +807,26 @@ out_nothread:
         return st;
     }
     sw_find_stats_add(stats, &local);
+    if (gpu_frames)
+        *gpu_frames += ps.gpu_frames;
     return SW_OK;
+}
+
+sw_status sw_find_sequence(sw_find_plan *plan, int64_t first, int64_t count,
+                           const sw_find_source *source, int three_d, sw_spot_list *spots,
+                           sw_find_stats *stats)
+{
+    return run_sequence(plan, first, count, source, NULL, three_d, spots, stats, NULL);
+}
+
+sw_status sw_find_sequence_chunks(sw_find_plan *plan, int64_t first, int64_t count,
+                                  const sw_find_source *source, const sw_find_chunk_source *chunks,
+                                  int three_d, sw_spot_list *spots, sw_find_stats *stats,
+                                  int64_t *gpu_frames)
+{
+    if (chunks && (!chunks->read_chunks || chunks->max_chunks <= 0 || chunks->readers < 0))
+        return sw_fail(plan ? plan->ctx : NULL, SW_EINVAL,
+                       "find: the chunk source has no read_chunks, no room for chunks or a "
+                       "negative reader count");
+    return run_sequence(plan, first, count, source, chunks, three_d, spots, stats, gpu_frames);
 }

@@ -2,6 +2,7 @@
  * Bitshuffle transposes and the bounded bitshuffle/LZ4 chunk decoder (bitshuffle.h).
  */
 #include "io/bitshuffle.h"
+#include "io/bitshuffle_model.h"
 
 #include <lz4.h>
 #include <stdio.h>
@@ -18,21 +19,6 @@ size_t sw_bshuf_default_block(size_t elem_size)
     return b < SW_BSHUF_MIN_BLOCK ? SW_BSHUF_MIN_BLOCK : b;
 }
 
-/* Transposes the 8 x 8 bit matrix held in x, byte r being row r and bit c of it column c:
- * afterwards byte c holds, in bit r, what was bit c of byte r (three swap rounds of 1, 2 and
- * 4-bit blocks). */
-static uint64_t transpose8(uint64_t x)
-{
-    uint64_t t;
-    t = (x ^ (x >> 7)) & 0x00AA00AA00AA00AAull;
-    x ^= t ^ (t << 7);
-    t = (x ^ (x >> 14)) & 0x0000CCCC0000CCCCull;
-    x ^= t ^ (t << 14);
-    t = (x ^ (x >> 28)) & 0x00000000F0F0F0F0ull;
-    x ^= t ^ (t << 28);
-    return x;
-}
-
 void sw_bshuf_trans_block(const uint8_t *in, uint8_t *out, size_t n, size_t elem_size)
 {
     const size_t row = n / 8; /* bytes per bit row */
@@ -42,7 +28,7 @@ void sw_bshuf_trans_block(const uint8_t *in, uint8_t *out, size_t n, size_t elem
             uint64_t x = 0;
             for (size_t r = 0; r < 8; r++)
                 x |= (uint64_t)in[(8 * g + r) * elem_size + j] << (8 * r);
-            x = transpose8(x); /* byte k: bit k of each of the 8 bytes */
+            x = sw_bm_transpose8(x); /* byte k: bit k of each of the 8 bytes */
             for (size_t k = 0; k < 8; k++)
                 out[(8 * j + k) * row + g] = (uint8_t)(x >> (8 * k));
         }
@@ -56,7 +42,7 @@ void sw_bshuf_untrans_block(const uint8_t *in, uint8_t *out, size_t n, size_t el
             uint64_t x = 0;
             for (size_t k = 0; k < 8; k++)
                 x |= (uint64_t)in[(8 * j + k) * row + g] << (8 * k);
-            x = transpose8(x); /* byte r: the 8 bits of byte j of element 8g + r */
+            x = sw_bm_transpose8(x); /* byte r: the 8 bits of byte j of element 8g + r */
             for (size_t r = 0; r < 8; r++)
                 out[(8 * g + r) * elem_size + j] = (uint8_t)(x >> (8 * r));
         }
@@ -68,11 +54,6 @@ static uint64_t be64(const uint8_t *p)
     for (int i = 0; i < 8; i++)
         v = v << 8 | p[i];
     return v;
-}
-
-static uint32_t be32(const uint8_t *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
 }
 
 static void put_be32(uint8_t *p, uint32_t v)
@@ -121,8 +102,10 @@ int sw_bshuf_decode_lz4(const uint8_t *in, size_t in_size, uint8_t *out, size_t 
     return sw_bshuf_decode_lz4_mt(in, in_size, out, out_size, elem_size, 1, why, why_size);
 }
 
-int sw_bshuf_decode_lz4_mt(const uint8_t *in, size_t in_size, uint8_t *out, size_t out_size,
-                           size_t elem_size, int threads, char *why, size_t why_size)
+/* The checks of a chunk's 12-byte header (sw_bshuf_decode_lz4): *block receives the block
+ * size in elements. 0, or -1 with the reason. */
+static int lz4_header(const uint8_t *in, size_t in_size, size_t out_size, size_t elem_size,
+                      size_t *block_out, char *why, size_t why_size)
 {
     why[0] = '\0';
     if (elem_size == 0 || out_size % elem_size != 0) {
@@ -135,7 +118,7 @@ int sw_bshuf_decode_lz4_mt(const uint8_t *in, size_t in_size, uint8_t *out, size
         return -1;
     }
     const uint64_t total = be64(in);
-    const uint32_t block_bytes = be32(in + 8);
+    const uint32_t block_bytes = sw_bm_be32(in + 8);
     if (total != (uint64_t)out_size) {
         snprintf(why, why_size,
                  "the bitshuffle header says %llu bytes but the chunk holds %zu (%zu-byte "
@@ -155,6 +138,17 @@ int sw_bshuf_decode_lz4_mt(const uint8_t *in, size_t in_size, uint8_t *out, size
                  block_bytes, elem_size);
         return -1;
     }
+    *block_out = block;
+    return 0;
+}
+
+int sw_bshuf_decode_lz4_mt(const uint8_t *in, size_t in_size, uint8_t *out, size_t out_size,
+                           size_t elem_size, int threads, char *why, size_t why_size)
+{
+    why[0] = '\0';
+    size_t block;
+    if (lz4_header(in, in_size, out_size, elem_size, &block, why, why_size) < 0)
+        return -1;
     bshuf_plan p;
     make_plan(&p, out_size, elem_size, block);
     const size_t nblocks = p.whole + (p.last ? 1 : 0);
@@ -182,7 +176,7 @@ int sw_bshuf_decode_lz4_mt(const uint8_t *in, size_t in_size, uint8_t *out, size
                      pos);
             break;
         }
-        const uint32_t cs = be32(in + pos);
+        const uint32_t cs = sw_bm_be32(in + pos);
         if ((size_t)cs > in_size - pos - 4 || cs > (uint32_t)LZ4_MAX_INPUT_SIZE) {
             snprintf(scan_why, sizeof scan_why,
                      "block %zu of %zu claims %u compressed bytes but %zu remain in the chunk",
@@ -265,6 +259,137 @@ int sw_bshuf_decode_lz4_mt(const uint8_t *in, size_t in_size, uint8_t *out, size
         return -1;
     }
     return 0;
+}
+
+int sw_bshuf_lz4_walk(const uint8_t *in, size_t in_size, size_t out_size, size_t elem_size,
+                      uint64_t in_base, uint64_t out_base, uint32_t chunk, sw_bshuf_block *blocks,
+                      size_t cap, size_t *n)
+{
+    char why[256];
+    size_t block;
+    if (lz4_header(in, in_size, out_size, elem_size, &block, why, sizeof why) < 0)
+        return -1;
+    if (in_base + in_size > UINT32_MAX || out_base + out_size > UINT32_MAX ||
+        elem_size > UINT32_MAX)
+        return -3;
+    bshuf_plan p;
+    make_plan(&p, out_size, elem_size, block);
+    const size_t nblocks = p.whole + (p.last ? 1 : 0);
+    if (nblocks + 1 > cap - *n)
+        return -3;
+    /* the checks of sw_bshuf_decode_lz4_mt's count pass, then of its tail, in the same order */
+    size_t pos = SW_BSHUF_HEADER, done = 0, k = *n;
+    for (size_t b = 0; b < nblocks; b++) {
+        const size_t e = b < p.whole ? p.block : p.last, bytes = e * elem_size;
+        if (in_size - pos < 4)
+            return -1;
+        const uint32_t cs = sw_bm_be32(in + pos);
+        if ((size_t)cs > in_size - pos - 4 || cs > (uint32_t)LZ4_MAX_INPUT_SIZE ||
+            bytes > (size_t)LZ4_MAX_INPUT_SIZE)
+            return -1;
+        blocks[k++] = (sw_bshuf_block){(uint32_t)(in_base + pos + 4), cs,
+                                       (uint32_t)(out_base + done),   (uint32_t)e,
+                                       (uint32_t)elem_size,           chunk};
+        pos += 4 + (size_t)cs;
+        done += bytes;
+    }
+    if (in_size - pos != p.tail_bytes) /* truncated tail or stray bytes */
+        return -1;
+    if (p.tail_bytes)
+        blocks[k++] = (sw_bshuf_block){(uint32_t)(in_base + pos),   (uint32_t)p.tail_bytes,
+                                       (uint32_t)(out_base + done), 0,
+                                       (uint32_t)elem_size,         chunk};
+    *n = k;
+    return 0;
+}
+
+size_t sw_bshuf_frame_table_max(size_t out_size, size_t elem_size, size_t nchunks)
+{
+    return out_size / (SW_BSHUF_BLOCK_MULT * (elem_size ? elem_size : 1)) + 2 * nchunks;
+}
+
+/* Chunk k's stored and decoded bytes lie inside the frame's. */
+static int chunk_inside(const sw_find_chunk *c, size_t in_size, size_t out_size)
+{
+    return c->offset <= in_size && c->size <= in_size - c->offset && c->out_offset <= out_size &&
+           c->out_size <= out_size - c->out_offset;
+}
+
+int sw_bshuf_frame_walk(const uint8_t *in, size_t in_size, const sw_find_chunk *chunks,
+                        size_t nchunks, size_t elem_size, size_t out_size, sw_bshuf_block *blocks,
+                        size_t cap, size_t *n, size_t *big, size_t *bad)
+{
+    *n = 0;
+    *big = 0;
+    *bad = 0;
+    if (nchunks > UINT32_MAX)
+        return -3;
+    for (size_t k = 0; k < nchunks; k++) {
+        const sw_find_chunk *c = &chunks[k];
+        const size_t first = *n;
+        *bad = k;
+        if (!chunk_inside(c, in_size, out_size))
+            return -1;
+        int rc = sw_bshuf_lz4_walk(in + c->offset, (size_t)c->size, (size_t)c->out_size, elem_size,
+                                   c->offset, c->out_offset, (uint32_t)k, blocks, cap, n);
+        if (rc != 0)
+            return rc;
+        for (size_t b = first; b < *n; b++)
+            if (blocks[b].n && (size_t)blocks[b].n * elem_size > *big)
+                *big = (size_t)blocks[b].n * elem_size;
+    }
+    return 0;
+}
+
+int sw_bshuf_frame_reason(const uint8_t *in, size_t in_size, const sw_find_chunk *chunks,
+                          size_t nchunks, size_t elem_size, size_t out_size, char *why,
+                          size_t why_size)
+{
+    why[0] = '\0';
+    size_t most = 0;
+    for (size_t k = 0; k < nchunks; k++)
+        if (chunk_inside(&chunks[k], in_size, out_size) && chunks[k].out_size > most)
+            most = (size_t)chunks[k].out_size;
+    uint8_t *tmp = malloc(most ? most : 1);
+    if (!tmp) {
+        snprintf(why, why_size, "out of memory");
+        return -2;
+    }
+    int rc = 1;
+    for (size_t k = 0; k < nchunks && rc == 1; k++) {
+        const sw_find_chunk *c = &chunks[k];
+        char r[256];
+        if (!chunk_inside(c, in_size, out_size)) {
+            snprintf(why, why_size,
+                     "chunk %zu of %zu: %llu stored bytes at %llu, decoding to %llu bytes at %llu, "
+                     "lie outside the frame's %zu stored and %zu decoded bytes",
+                     k + 1, nchunks, (unsigned long long)c->size, (unsigned long long)c->offset,
+                     (unsigned long long)c->out_size, (unsigned long long)c->out_offset, in_size,
+                     out_size);
+            rc = 0;
+        } else {
+            int d = sw_bshuf_decode_lz4(in + c->offset, (size_t)c->size, tmp, (size_t)c->out_size,
+                                        elem_size, r, sizeof r);
+            if (d == -2)
+                rc = -2;
+            if (d != 0)
+                snprintf(why, why_size, "chunk %zu of %zu: %s", k + 1, nchunks,
+                         d == -2 ? "out of memory" : r);
+            if (d == -1)
+                rc = 0;
+        }
+    }
+    free(tmp);
+    if (rc == 1)
+        snprintf(why, why_size,
+                 "an LZ4 block that the GPU decoder refuses (an offset of 0, invalid in the LZ4 "
+                 "block format) but liblz4 accepts");
+    return rc;
+}
+
+int sw_bshuf_lz4_block_decode(const uint8_t *in, uint32_t in_size, uint8_t *out, uint32_t out_size)
+{
+    return sw_bm_lz4_block(in, in_size, out, out_size, 0, 1) ? 0 : -1;
 }
 
 int sw_bshuf_decode_plain(const uint8_t *in, size_t in_size, uint8_t *out, size_t out_size,

@@ -30,6 +30,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "spotwave/find.h" /* sw_find_chunk */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define SW_BSHUF_HEADER      12   /* bytes of the LZ4 variant's chunk header */
 #define SW_BSHUF_BLOCK_MULT  8    /* block sizes are multiples of this many elements */
 #define SW_BSHUF_TARGET_SIZE 8192 /* bytes a default block aims at */
@@ -77,5 +83,100 @@ size_t sw_bshuf_lz4_bound(size_t size, size_t elem_size, size_t block);
  * writers that do not have the filter plugin. */
 size_t sw_bshuf_encode_lz4(const uint8_t *in, size_t size, uint8_t *out, size_t out_cap,
                            size_t elem_size, size_t block);
+
+/* ---------------------------------------------------------------- decoding on the GPU
+ *
+ * A frame's chunks are decoded in two steps. On the host, sw_bshuf_frame_walk reads each chunk's
+ * header and block counts (4 bytes a block: nothing is decoded) into a table of blocks, every
+ * count checked as sw_bshuf_decode_lz4 checks it. On the GPU (bitshuffle_cuda.cu), one warp
+ * decodes each LZ4 block (bitshuffle_model.h, the same function as the CPU test's) into shared
+ * memory and un-transposes it from there into the frame; stored tails are copied. A block that
+ * does not decode sets an error word to the smallest failing block index (deterministic: the
+ * first block, in order, that fails), which the host turns into the CPU decoder's reason for
+ * that chunk (sw_bshuf_frame_reason).
+ */
+
+/* One entry of the table: a block of one chunk (32-bit offsets: a frame's stored and decoded
+ * bytes are under 4 GiB). */
+typedef struct sw_bshuf_block {
+    uint32_t in_off;    /* its LZ4 bytes (or the stored tail) in the frame's stored bytes    */
+    uint32_t in_size;   /* ... how many                                                     */
+    uint32_t out_off;   /* its decoded bytes in the frame                                   */
+    uint32_t n;         /* elements (a multiple of 8); 0: a stored tail of in_size bytes     */
+    uint32_t elem_size; /* bytes per element                                               */
+    uint32_t chunk;     /* the chunk it belongs to (index in the frame's chunk list)        */
+} sw_bshuf_block;
+
+/* Bytes of a block decoded in the GPU's shared memory; larger blocks (block sizes above 8 KiB,
+ * never the filter's default) are decoded into a scratch frame in device memory first. */
+#define SW_BSHUF_GPU_SMEM 8192
+
+/*
+ * Appends the blocks of one chunk (in, in_size stored bytes, out_size decoded) to
+ * blocks[*n .. cap): in_base and out_base are where the chunk lies in the frame's stored and
+ * decoded bytes. The checks are sw_bshuf_decode_lz4's that need no decoding (header, every count
+ * against what is left, the stored tail, no stray bytes), in its order. 0; -1 when the chunk
+ * fails one (sw_bshuf_decode_lz4 then gives the reason); -3 when cap is too small or an offset
+ * passes 4 GiB.
+ */
+int sw_bshuf_lz4_walk(const uint8_t *in, size_t in_size, size_t out_size, size_t elem_size,
+                      uint64_t in_base, uint64_t out_base, uint32_t chunk, sw_bshuf_block *blocks,
+                      size_t cap, size_t *n);
+
+/*
+ * The table of a whole frame: chunks[0..nchunks) of the frame's stored bytes (in, in_size) and
+ * their places in the decoded frame (out_size bytes), each checked to lie inside both, walked in
+ * order. *n blocks, *big: the largest decoded block's bytes. 0; -1 when chunk *bad fails a
+ * check (sw_bshuf_frame_reason says why); -3 when the table would pass cap entries or an offset
+ * 4 GiB.
+ */
+int sw_bshuf_frame_walk(const uint8_t *in, size_t in_size, const sw_find_chunk *chunks,
+                        size_t nchunks, size_t elem_size, size_t out_size, sw_bshuf_block *blocks,
+                        size_t cap, size_t *n, size_t *big, size_t *bad);
+
+/* The entries a frame's table can need at most: every block of 8 elements, and a tail each. */
+size_t sw_bshuf_frame_table_max(size_t out_size, size_t elem_size, size_t nchunks);
+
+/*
+ * Why a frame's chunks do not decode: the first chunk, in order, that sw_bshuf_decode_lz4
+ * refuses, and its reason ("chunk 3 of 8: ..."), in why. 0 when one does; 1 when every chunk
+ * decodes on the CPU (then the GPU refused what liblz4 accepts: an LZ4 offset of 0); -2 out of
+ * memory.
+ */
+int sw_bshuf_frame_reason(const uint8_t *in, size_t in_size, const sw_find_chunk *chunks,
+                          size_t nchunks, size_t elem_size, size_t out_size, char *why,
+                          size_t why_size);
+
+/* One LZ4 block by the shared decoder (bitshuffle_model.h) on this thread: 0 when it decodes to
+ * exactly out_size bytes, -1 otherwise. For the tests that hold it to liblz4. */
+int sw_bshuf_lz4_block_decode(const uint8_t *in, uint32_t in_size, uint8_t *out, uint32_t out_size);
+
+#ifdef SW_HAVE_CUDA
+/*
+ * Queues on `stream` (a cudaStream_t) the decoding of blocks[0..nblocks) (a device copy of a
+ * frame's table) from d_in (the frame's stored bytes, device) into d_out (the decoded frame,
+ * device). d_scratch: device memory as large as the frame when a block exceeds
+ * SW_BSHUF_GPU_SMEM bytes, else NULL (such a block then fails). *d_err (device, set to
+ * UINT32_MAX beforehand) receives the smallest index of a block that does not decode; nothing
+ * outside a block's own bytes is read or written. 0, or the CUDA error (cudaError_t).
+ */
+int sw_bshuf_decode_lz4_gpu(const uint8_t *d_in, const sw_bshuf_block *d_blocks, uint32_t nblocks,
+                            uint8_t *d_out, uint8_t *d_scratch, uint32_t *d_err, void *stream);
+
+/*
+ * A whole frame host to host through the GPU (for tests and the benchmark): the table walked
+ * here, the stored bytes copied, decoded by sw_bshuf_decode_lz4_gpu, copied back into out
+ * (out_size bytes). 0; -1 a chunk does not decode (why: sw_bshuf_frame_reason's); -2 a CUDA
+ * error or out of memory (why says which). *kernel_ms, when not NULL, receives the decoding
+ * kernel's time.
+ */
+int sw_bshuf_decode_frame_gpu(const uint8_t *in, size_t in_size, const sw_find_chunk *chunks,
+                              size_t nchunks, size_t elem_size, uint8_t *out, size_t out_size,
+                              float *kernel_ms, char *why, size_t why_size);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* SW_IO_BITSHUFFLE_H */

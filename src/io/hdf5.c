@@ -16,6 +16,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 
+#include "io/bitshuffle.h"
 #include "io/hdf5_internal.h"
 #include "io/isolate.h"
 
@@ -690,6 +691,155 @@ static void swap_rows(uint8_t *p, size_t rows, size_t n, size_t stride, size_t e
     }
 }
 
+/* The block holding frame index: the last one whose first frame is <= index (a block of no
+ * frames shares its first index with the next block, which is then the one taken). */
+static h5_dset *block_of(const sw_h5_reader *r, int64_t index)
+{
+    int32_t lo = 0, hi = (int32_t)r->l.nblocks - 1;
+    while (lo < hi) {
+        int32_t mid = lo + (hi - lo + 1) / 2;
+        if (r->l.blocks[mid].first <= index)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return &r->l.blocks[lo];
+}
+
+/* ---------------------------------------------------------------- stored chunks of a frame */
+
+/* A block whose frames sw_h5_read_frame_chunks returns as stored chunks: listed chunks through
+ * bitshuffle with LZ4 alone, in the machine's byte order, each chunk one frame's full rows, the
+ * frame's height a whole number of chunks. */
+static int chunks_raw(const h5_dset *d, const sw_h5_info *in)
+{
+    const h5_filter *f = &d->filters[0];
+    return d->layout == H5_LAYOUT_CHUNKED && d->listed && !d->swap && d->nfilters == 1 &&
+           f->id == H5_FILTER_BSHUF && f->ncd > 4 && f->cd[4] == H5_BSHUF_LZ4 &&
+           d->esize == sw_pixel_size(in->type) && d->cdim[0] == 1 &&
+           d->cdim[2] == (uint64_t)in->width && d->cdim[1] > 0 &&
+           (uint64_t)in->height % d->cdim[1] == 0;
+}
+
+/* The largest stored size accepted for a chunk of d: what the encoder can write at most with the
+ * block size the filter was given. */
+static uint64_t chunk_raw_bound(const h5_dset *d)
+{
+    const h5_filter *f = &d->filters[0];
+    return sw_bshuf_lz4_bound((size_t)h5_chunk_bytes(d), d->esize, f->ncd > 3 ? f->cd[3] : 0);
+}
+
+sw_status sw_h5_frame_chunks_limits(const sw_h5_reader *r, size_t *bytes, int64_t *chunks)
+{
+    if (!r || !bytes || !chunks)
+        return sw_fail(NULL, SW_EINVAL, "sw_h5_frame_chunks_limits: an argument is NULL");
+    *bytes = 0;
+    *chunks = 0;
+    size_t most = 0;
+    int64_t per = 0;
+    for (uint32_t i = 0; i < r->l.nblocks; i++) {
+        const h5_dset *d = &r->l.blocks[i];
+        if (d->dims[0] == 0)
+            continue;
+        if (!chunks_raw(d, &r->info))
+            return SW_OK; /* a block read otherwise: *chunks = 0 */
+        const uint64_t bound = chunk_raw_bound(d), rows = d->grid[1];
+        for (uint64_t k = 0; k < d->dims[0]; k++) {
+            uint64_t sum = 0;
+            for (uint64_t gy = 0; gy < rows; gy++) {
+                const h5_chunk *c = &d->chunks[k * rows + gy];
+                sum += c->size < bound ? c->size : bound;
+            }
+            if (sum > most)
+                most = (size_t)sum;
+        }
+        if ((int64_t)rows > per)
+            per = (int64_t)rows;
+    }
+    *bytes = most;
+    *chunks = per;
+    return SW_OK;
+}
+
+sw_status sw_h5_read_frame_chunks(sw_h5_reader *r, int64_t index, void *buf, size_t cap,
+                                  sw_find_chunk *chunks, int64_t max_chunks, int64_t *nchunks)
+{
+    if (!r || !buf || !chunks || !nchunks)
+        return sw_fail(NULL, SW_EINVAL, "sw_h5_read_frame_chunks: an argument is NULL");
+    *nchunks = 0;
+    const sw_h5_info *in = &r->info;
+    if (index < 0 || index >= in->frames)
+        return sw_fail(NULL, SW_EINVAL, "%s: frame %lld out of range: the file has %lld frames",
+                       r->path, (long long)index, (long long)in->frames);
+    const h5_dset *b = block_of(r, index);
+    if (!chunks_raw(b, in))
+        return SW_OK;
+    const uint64_t k = (uint64_t)(index - b->first), rows = b->grid[1];
+    const uint64_t bound = chunk_raw_bound(b), bytes = h5_chunk_bytes(b);
+    const h5_chunk *c = &b->chunks[k * rows];
+    uint64_t total = 0;
+    for (uint64_t gy = 0; gy < rows; gy++) {
+        if (c[gy].addr == H5_ADDR_NONE || c[gy].mask != 0)
+            return SW_OK; /* never written, or stored without the filter: not raw */
+        if (c[gy].size > bound)
+            return sw_fail(NULL, SW_EFORMAT,
+                           "%s: cannot read frame %lld: chunk %llu stores %llu bytes, more than "
+                           "bitshuffle/LZ4 can give for its %llu (at most %llu)",
+                           r->path, (long long)index, (unsigned long long)gy + 1,
+                           (unsigned long long)c[gy].size, (unsigned long long)bytes,
+                           (unsigned long long)bound);
+        total += c[gy].size;
+    }
+    if ((int64_t)rows > max_chunks || total > cap)
+        return sw_fail(NULL, SW_EINVAL,
+                       "%s: frame %lld has %llu chunks of %llu stored bytes in all, but room was "
+                       "given for %lld chunks and %zu bytes (sw_h5_frame_chunks_limits)",
+                       r->path, (long long)index, (unsigned long long)rows,
+                       (unsigned long long)total, (long long)max_chunks, cap);
+    /* a descriptor of this call's own: calls from several threads do not share one */
+    const h5_file *f = &r->l.files[b->file];
+    char why[SW_ERROR_MAX] = "";
+    int fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    struct stat sb;
+    if (fd < 0)
+        snprintf(why, sizeof why, "cannot open %s (%s)", f->path, strerror(errno));
+    else if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_dev != f->dev ||
+             (uint64_t)sb.st_ino != f->ino || (uint64_t)sb.st_size != f->size)
+        snprintf(why, sizeof why, "%s has changed since it was opened", f->path);
+    uint64_t at = 0;
+    for (uint64_t gy = 0; gy < rows && !why[0]; gy++) {
+        if (c[gy].addr > f->size || c[gy].size > f->size - c[gy].addr) {
+            snprintf(why, sizeof why, "chunk at byte %llu (%llu bytes) lies beyond the file's end",
+                     (unsigned long long)c[gy].addr, (unsigned long long)c[gy].size);
+            break;
+        }
+        size_t got = 0;
+        while (got < c[gy].size && !why[0]) {
+            ssize_t n = pread(fd, (uint8_t *)buf + at + got, (size_t)c[gy].size - got,
+                              (off_t)(c[gy].addr + got));
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0)
+                snprintf(why, sizeof why, "%s at byte %llu",
+                         n < 0 ? strerror(errno) : "the file ends",
+                         (unsigned long long)(c[gy].addr + got));
+            else
+                got += (size_t)n;
+        }
+        chunks[gy] = (sw_find_chunk){at, c[gy].size, gy * bytes, bytes};
+        at += c[gy].size;
+    }
+    if (fd >= 0)
+        close(fd);
+    if (why[0])
+        return sw_fail(NULL, SW_EFORMAT,
+                       "%s: cannot read frame %lld (frame %lld of %s): the data is corrupt or "
+                       "truncated (%s)",
+                       r->path, (long long)index, (long long)k, b->name, why);
+    *nchunks = (int64_t)rows;
+    return SW_OK;
+}
+
 sw_status sw_h5_read_frame(sw_h5_reader *r, int64_t index, sw_image *dst)
 {
     if (!r)
@@ -716,17 +866,7 @@ sw_status sw_h5_read_frame(sw_h5_reader *r, int64_t index, sw_image *dst)
                            sw_pixel_type_string(dst->type), (int)in->width, (int)in->height,
                            sw_pixel_type_string(in->type));
 
-    /* The block holding the frame: the last one whose first frame is <= index (a block of no
-     * frames shares its first index with the next block, which is then the one taken). */
-    int32_t lo = 0, hi = (int32_t)r->l.nblocks - 1;
-    while (lo < hi) {
-        int32_t mid = lo + (hi - lo + 1) / 2;
-        if (r->l.blocks[mid].first <= index)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
-    h5_dset *b = &r->l.blocks[lo];
+    h5_dset *b = block_of(r, index);
     int64_t k = index - b->first;
     char why[SW_ERROR_MAX] = "";
     int bad;

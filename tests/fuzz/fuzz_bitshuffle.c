@@ -5,7 +5,9 @@
  * chunk size in elements, then the stored chunk. Invariants: 0 or -1 with a
  * reason; nothing written beyond the chunk (sentinel); 0 only for input whose header names the
  * chunk's size; three decoding threads give the one-thread status, reason and bytes; the
- * uncompressed variant likewise.
+ * uncompressed variant likewise. The GPU decoder's host walk and its LZ4 blocks (decoded here by
+ * the same shared function, bitshuffle_model.h) refuse what the CPU decoder refuses and decode
+ * the rest to its bytes, an LZ4 offset of 0 (liblz4: zeros) the one thing only they refuse.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -13,8 +15,41 @@
 #include <string.h>
 
 #include "io/bitshuffle.h"
+#include "io/bitshuffle_model.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* The chunk through the GPU decoder's path on this thread (the table walk, then each block by the
+ * shared LZ4 decoder and un-transposed): 0 decoded into out, -1 refused. */
+static int by_table(const uint8_t *data, size_t size, uint8_t *out, size_t out_size, size_t es)
+{
+    const sw_find_chunk c = {0, size, 0, out_size};
+    const size_t cap = sw_bshuf_frame_table_max(out_size, es, 1);
+    sw_bshuf_block *t = malloc((cap ? cap : 1) * sizeof *t);
+    if (!t)
+        abort();
+    size_t n = 0, big = 0, bad = 0;
+    int rc = sw_bshuf_frame_walk(data, size, &c, 1, es, out_size, t, cap, &n, &big, &bad);
+    if (rc == -3)
+        abort(); /* the table's size is the most a chunk can need */
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        if (t[i].n == 0) {
+            memcpy(out + t[i].out_off, data + t[i].in_off, t[i].in_size);
+            continue;
+        }
+        const size_t bytes = (size_t)t[i].n * t[i].elem_size;
+        uint8_t *tmp = malloc(bytes);
+        if (!tmp)
+            abort();
+        if (sw_bm_lz4_block(data + t[i].in_off, t[i].in_size, tmp, (uint32_t)bytes, 0, 1))
+            sw_bshuf_untrans_block(tmp, out + t[i].out_off, t[i].n, t[i].elem_size);
+        else
+            rc = -1;
+        free(tmp);
+    }
+    free(t);
+    return rc;
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -67,6 +102,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         free(enc);
         free(back);
+    }
+    /* the GPU decoder's path: refuses what the CPU refuses, else the same bytes or a refusal of
+     * what the CPU decodes (an LZ4 offset of 0 only: test_io_bitshuffle_blocks checks that) */
+    if (rc != -2) {
+        uint8_t *tb = malloc(out_size + 32);
+        if (!tb)
+            abort();
+        memset(tb + out_size, 0x5C, 32);
+        const int rt = by_table(data, size, tb, out_size, es);
+        if (rc != 0 && rt == 0)
+            abort();
+        if (rc == 0 && rt == 0 && memcmp(tb, out, out_size) != 0)
+            abort();
+        if (rc == 0 && rt != 0) {
+            const sw_find_chunk c = {0, size, 0, out_size};
+            if (sw_bshuf_frame_reason(data, size, &c, 1, es, out_size, why, sizeof why) != 1)
+                abort();
+        }
+        for (int i = 0; i < 32; i++)
+            if (tb[out_size + i] != 0x5C)
+                abort();
+        free(tb);
     }
     rc = sw_bshuf_decode_plain(data, size, out, out_size, es, block, why, sizeof why);
     if ((rc == 0) != (size == out_size))
