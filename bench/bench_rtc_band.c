@@ -479,6 +479,13 @@ static long rss_kb(void)
     return kb;
 }
 
+/* The chain's diagnostic settings (rtc_band_cuda.cu reads them at create), or the default. */
+static const char *env_or(const char *name, const char *dflt)
+{
+    const char *v = getenv(name);
+    return v && *v ? v : dflt;
+}
+
 static void json_head(const char *bench, const char *cname, const char *device)
 {
     printf("{\"bench\":");
@@ -487,6 +494,12 @@ static void json_head(const char *bench, const char *cname, const char *device)
     sw_json_write_string(stdout, cname);
     printf(",\"backend\":\"cuda\",\"device\":");
     sw_json_write_string(stdout, device);
+    printf(",\"sys_fences_per\":");
+    sw_json_write_string(stdout, env_or("SPOTWAVE_RTC_BAND_FENCE", "frame"));
+    printf(",\"stop_polled_by\":");
+    sw_json_write_string(stdout, env_or("SPOTWAVE_RTC_BAND_STOP_POLL", "flag"));
+    printf(",\"blocks_per_sm_max\":");
+    sw_json_write_string(stdout, env_or("SPOTWAVE_RTC_BAND_BLOCKS_PER_SM", "2"));
 }
 
 static void json_num(const char *name, double v)
@@ -801,8 +814,12 @@ int main(int argc, char **argv)
     if (!o.json_only)
         fprintf(stderr,
                 "%s: latency from the last band's flag to the commands in host memory (us), "
-                "%d bands, readout %.0f%% of the period, %s\n",
-                PROG, o.bands, 100.0 * o.readout, device);
+                "%d bands, readout %.0f%% of the period, %s; system fences per %s, stop word "
+                "polled by %s waits, at most %s blocks per SM\n",
+                PROG, o.bands, 100.0 * o.readout, device,
+                env_or("SPOTWAVE_RTC_BAND_FENCE", "frame"),
+                env_or("SPOTWAVE_RTC_BAND_STOP_POLL", "flag"),
+                env_or("SPOTWAVE_RTC_BAND_BLOCKS_PER_SM", "2"));
     for (int ci = 0; ci < ncfg && rc == 0; ci++) {
         const bconfig *c = &o.cfg[ci];
         sys s;

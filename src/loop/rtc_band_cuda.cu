@@ -36,6 +36,10 @@
  * gives up records why (the first one wins an atomicCAS on the abort word, writes the frame and
  * band, then the reason with a release store) and returns; the others see the abort word and
  * return too.
+ * Diagnostics (environment, read at create; for measuring the design's choices, not for use):
+ * SPOTWAVE_RTC_BAND_FENCE=block (a system fence per block and frame) or warp (per warp, as the
+ * first version); SPOTWAVE_RTC_BAND_STOP_POLL=all (every wait reads the host stop word every 32
+ * tries, as the first version); SPOTWAVE_RTC_BAND_BLOCKS_PER_SM=1 (else 2 where they fit).
  * Trace (params.trace > 0): thread 0 of the blocks named in sw_rtc_band_trace stores
  * %globaltimer into the frame's entry of a ring in mapped host memory (plain posted stores, a
  * few per frame); block 0, while it waits for band 0 of the next frame, answers clock requests
@@ -116,6 +120,8 @@ struct bd_args {
     u64 band_ns, idle_ns;
     u64 *trace; /* mapped: ntrace entries of SW_BAND_TRACE_WORDS, or NULL */
     u64 ntrace;
+    int fence_mode; /* 0: one system fence per frame, 1: per block, 2: per warp (diagnostic) */
+    int poll_all;   /* 1: device waits read the host stop word too (diagnostic) */
 };
 
 /* ------------------------------------------------------------------ memory-model helpers */
@@ -199,7 +205,7 @@ __device__ int bd_wait(const bd_args &a, const u64 *p, u64 target, int sys, u64 
             if (v >= target)
                 break;
             if ((i & 31) == 31) {
-                if (sys && ld_relaxed_sys(a.ctl + SW_BAND_STOP) != 0) {
+                if ((sys || a.poll_all) && ld_relaxed_sys(a.ctl + SW_BAND_STOP) != 0) {
                     why = SW_BAND_ESTOP;
                     break;
                 }
@@ -504,9 +510,15 @@ __global__ void __launch_bounds__(BD_THREADS) bd_kernel(const bd_args a)
                 a.u[row] = v;
                 cmd[row] = v;
             }
+        if (a.fence_mode == 2 && lane == 0)
+            __threadfence_system();
         __syncthreads();
         if (tid == 0) {
-            __threadfence(); /* the block's stores (ordered by the barrier) before its count */
+            /* the block's stores (ordered by the barrier) before its count */
+            if (a.fence_mode >= 1)
+                __threadfence_system();
+            else
+                __threadfence();
             const u64 old = atomicAdd(a.done_ctr, 1ull);
             if (old == f * (u64)G - 1) {
                 if (tr) {
@@ -637,9 +649,16 @@ extern "C" sw_status sw_rtc_band_gpu_create(sw_rtc_band *b)
     const size_t fixed = (size_t)a.hmax * a.nck * 16 + 2 * (size_t)a.maxbs * sizeof(float) +
                          2 * (size_t)rc * 4 + (size_t)rc + 16;
     /* blocks: up to 2 per multiprocessor, as the occupancy allows */
-    int per_sm = 0, blocks = 0;
+    int per_sm = 0, blocks = 0, want0 = 2;
     size_t smem = 0;
-    for (int want = 2; want >= 1 && blocks == 0; want--) {
+    const char *env = getenv("SPOTWAVE_RTC_BAND_BLOCKS_PER_SM");
+    if (env && strcmp(env, "1") == 0)
+        want0 = 1;
+    env = getenv("SPOTWAVE_RTC_BAND_FENCE");
+    a.fence_mode = env && strcmp(env, "block") == 0 ? 1 : env && strcmp(env, "warp") == 0 ? 2 : 0;
+    env = getenv("SPOTWAVE_RTC_BAND_STOP_POLL");
+    a.poll_all = env && strcmp(env, "all") == 0;
+    for (int want = want0; want >= 1 && blocks == 0; want--) {
         const int G = sms * want;
         a.rpw = (int32_t)((b->nact + (int64_t)G * BD_WARPS - 1) / ((int64_t)G * BD_WARPS));
         smem = fixed + (size_t)BD_WARPS * a.rpw * sizeof(float);
@@ -786,8 +805,12 @@ extern "C" sw_status sw_rtc_band_gpu_create(sw_rtc_band *b)
     g->launched = 1;
     sw_log(b->ctx, SW_LOG_DEBUG,
            "rtc band: %d blocks of %d threads, %zu B shared, %d bands, R %d, gs %d, %d command "
-           "rows per warp",
-           blocks, BD_THREADS, smem, b->nb, a.R, a.gs, (int)a.rpw);
+           "rows per warp, system fences per %s, stop word read by %s waits",
+           blocks, BD_THREADS, smem, b->nb, a.R, a.gs, (int)a.rpw,
+           a.fence_mode == 2   ? "warp"
+           : a.fence_mode == 1 ? "block"
+                               : "frame",
+           a.poll_all ? "all" : "flag");
     return SW_OK;
 }
 
