@@ -584,7 +584,7 @@ static void trace_report(sw_rtc_band *b, const camera *cam, const double *seen, 
         fprintf(stderr, "    trace over %lld frames (us; clocks %s)\n", (long long)m,
                 k->ok ? "related by round trips" : "NOT related: host-GPU phases absent");
     for (int p = 0; p < NPHASE && okall; p++) {
-        /* NaNs (no clock) sort last: count the finite ones */
+        /* the finite values only (the host legs are NaN without the clocks related) */
         int64_t nf = 0;
         for (int64_t i = 0; i < m; i++)
             if (isfinite(v[p][i]))

@@ -571,12 +571,13 @@ static void test_band_trace(void **state)
         assert_true(t.done_ns - t.band0_flag_ns < 100000000ull); /* < 100 ms */
         if (f <= 3) {
             /* the clock relation: flag seen after the publish, done before the host saw it,
-             * each within the round trip (the offset's error is at most half of it) */
+             * each within the round trip (the offset's error is at most half of it) and 2 us
+             * (the GPU clock may tick in 1 us steps) */
             const int64_t lo = (int64_t)(t.last_flag_ns - (uint64_t)off) - t_pub;
             const int64_t hi = t_seen - (int64_t)(t.done_ns - (uint64_t)off);
             worst_lo = lo < worst_lo ? lo : worst_lo;
             worst_hi = hi < worst_hi ? hi : worst_hi;
-            assert_true(lo > -rtt && hi > -rtt);
+            assert_true(lo > -rtt - 2000 && hi > -rtt - 2000);
         }
     }
     print_message("trace: clock round trip up to %.2f us; flag seen %.2f us after the publish, "
