@@ -9,7 +9,12 @@
  * in sw_rtc_band_wait for each frame and reads the clock when the commands are in host memory
  * (t_seen). Latency = t_seen - t_last: from the last pixel's arrival to the commands in host
  * memory. The first 100 frames are warm-up. A frame whose ring slot is still in use when it is
- * due is late (counted as missed, delivered when the slot frees).
+ * due is late (counted as missed; the camera waits on the done flag, sw_rtc_band_done, and
+ * delivers it when the slot frees). A late frame's latency includes the queue before it (with
+ * the ring full, about depth x the chain's time per frame), so a chain that cannot keep up is
+ * not measured: after 20 late frames past the warm-up (or a run longer than twice its camera
+ * time plus 5 s) the run ends early with a message giving the chain's rate, and the
+ * configuration's higher rates are skipped.
  *
  * Systems (as bench_loop --latency): 40 x 40 lenslets of 6 px on a 240 x 240 u16 frame, 80 x 80
  * of 8 px on 640 x 640; circular pupil (lenslet centres inside the circle), actuators at the
@@ -25,15 +30,20 @@
  *   --readout F     fraction of the frame period over which the bands arrive, 0..1 (default 0.5)
  *   --soak N        instead: N frames of the first config at the first rate, the process's RSS
  *                   before and after printed (memory growth), p99 and max of every 10^5 frames
+ *   --trace         also the kernel's clock at each phase of every frame (sw_rtc_band_trace_get),
+ *                   related to the host's clock by round trips before and after the run
+ *                   (sw_rtc_band_clock; linear in between): medians and p99 of each phase
+ *   --cpus A,B      pin the consumer (main) thread to CPU A and the camera thread to CPU B
  *   --json-only     JSON lines only on stdout (default: also a table on stderr)
- * Default run: 2 configs x 3 rates x 10^4 frames: about 35 s of camera time.
+ * Default run: 2 configs x 3 rates x 5000 frames: about 18 s of camera time.
  * JSON: one "rtc_band_latency" line per config and rate; "rtc_band_soak" (and per 10^5 frames
  * "rtc_band_soak_window") with --soak.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* pthread_setaffinity_np */
 
 #include "harness.h"
 
+#include <sched.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -48,6 +58,8 @@
 #define BIAS      100.0
 #define THRESHOLD 6.0
 #define WINDOW    100000
+#define LATE_MAX  20 /* late frames after the warm-up before a run ends early */
+#define DEPTH     8
 
 static double now_us(void)
 {
@@ -78,7 +90,8 @@ typedef struct opts {
     int32_t bands;
     double readout;
     int64_t soak;
-    int json_only;
+    int json_only, trace;
+    int cpu_main, cpu_camera; /* -1: not pinned */
 } opts;
 
 static int parse_configs(const char *s, opts *o)
@@ -122,24 +135,29 @@ static int parse_rates(const char *s, opts *o)
 
 static const char *HELP =
     "usage: " PROG " [--configs LIST] [--rates LIST] [--frames N] [--bands N] [--readout F]\n"
-    "                      [--soak N] [--json-only]\n"
+    "                      [--soak N] [--trace] [--cpus A,B] [--json-only]\n"
     "Latency of the band-wise real-time chain (sw_rtc_band) from the last band's arrival to the\n"
     "commands in host memory, a producer thread playing the camera (CUDA only).\n"
     "  --configs LIST  of 40/fp32, 40/fp16, 80/fp32, 80/fp16 (default 40/fp32,80/fp16)\n"
     "  --rates LIST    frame rates in Hz (default 1000,2000,4000)\n"
-    "  --frames N      frames per rate after 100 warm-up (default 10000)\n"
+    "  --frames N      frames per rate after 100 warm-up (default 5000)\n"
     "  --bands N       bands per frame (default 8)\n"
     "  --readout F     fraction of the frame period the bands arrive over, 0..1 (default 0.5)\n"
     "  --soak N        N frames of the first config at the first rate; RSS before and after\n"
-    "  --json-only     JSON lines only\n";
+    "  --trace         the kernel's clock at each phase: medians and p99 of the phases\n"
+    "  --cpus A,B      pin the consumer thread to CPU A and the camera thread to CPU B\n"
+    "  --json-only     JSON lines only\n"
+    "A run whose frames find their ring slot still in use (the chain slower than the camera)\n"
+    "ends early with the chain's rate; that configuration's higher rates are skipped.\n";
 
 static int parse(int argc, char **argv, opts *o)
 {
     memset(o, 0, sizeof *o);
     parse_configs("40/fp32,80/fp16", o);
     parse_rates("1000,2000,4000", o);
-    o->frames = 10000;
+    o->frames = 5000;
     o->bands = 8;
+    o->cpu_main = o->cpu_camera = -1;
     o->readout = 0.5;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -150,6 +168,8 @@ static int parse(int argc, char **argv, opts *o)
             return 0;
         } else if (strcmp(a, "--json-only") == 0) {
             o->json_only = 1;
+        } else if (strcmp(a, "--trace") == 0) {
+            o->trace = 1;
         } else if (!v) {
             fprintf(stderr, "%s: %s needs a value (--help)\n", PROG, a);
             return 2;
@@ -175,6 +195,17 @@ static int parse(int argc, char **argv, opts *o)
             o->readout = strtod(v, &end);
             if (*end || !(o->readout >= 0.0 && o->readout <= 1.0))
                 goto bad;
+            i++;
+        } else if (strcmp(a, "--cpus") == 0) {
+            char *e2 = NULL;
+            const long c0 = strtol(v, &end, 10);
+            if (*end != ',' || c0 < 0 || c0 >= CPU_SETSIZE)
+                goto bad;
+            const long c1 = strtol(end + 1, &e2, 10);
+            if (*e2 || e2 == end + 1 || c1 < 0 || c1 >= CPU_SETSIZE)
+                goto bad;
+            o->cpu_main = (int)c0;
+            o->cpu_camera = (int)c1;
             i++;
         } else if (strcmp(a, "--soak") == 0) {
             o->soak = strtoll(v, &end, 10);
@@ -301,15 +332,29 @@ static int sys_make(sw_context *ctx, const bconfig *c, sys *s)
 typedef struct camera {
     sw_rtc_band *b;
     const sys *s;
-    int32_t nb;
-    double period_us, readout;
+    int32_t nb, depth;
+    int cpu; /* -1: not pinned */
+    double period_us, readout, deadline_us;
     int64_t n;
     _Atomic double *tlast; /* n + 1: the last band's clock, per frame */
     atomic_int stop;
-    int64_t late;
+    atomic_int finished;     /* the camera has returned */
+    atomic_llong published;  /* frames whose last band is published */
+    int64_t late, late_warm; /* late frames: all, and after the warm-up */
+    int behind;              /* ended early: the chain cannot keep up */
     sw_status status;
     char msg[256];
 } camera;
+
+static int pin(int cpu)
+{
+    if (cpu < 0)
+        return 0;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    return pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}
 
 /* Spins until the clock passes t (us) or stop is raised: 0, or 1 when stopped. */
 static int spin_until(camera *c, double t)
@@ -320,35 +365,62 @@ static int spin_until(camera *c, double t)
     return 0;
 }
 
+/* Frame f's slot is free (frame f - depth done), waiting for it when the chain is behind: 0;
+ * 1 to end the run (stopped, or the chain cannot keep up). No error machinery while it spins:
+ * the done flag alone (sw_rtc_band_buffer then reports a stopped chain). */
+static int slot_free(camera *c, int64_t f)
+{
+    if (f - c->depth <= sw_rtc_band_done(c->b))
+        return 0;
+    c->late++;
+    if (f > WARMUP && ++c->late_warm > LATE_MAX) {
+        c->behind = 1;
+        return 1;
+    }
+    const double give_up = now_us() + 1e6;
+    while (f - c->depth > sw_rtc_band_done(c->b)) {
+        if (atomic_load_explicit(&c->stop, memory_order_relaxed))
+            return 1;
+        const double t = now_us();
+        if (t > c->deadline_us) {
+            c->behind = 1;
+            return 1;
+        }
+        if (t > give_up)
+            break; /* a stopped chain: sw_rtc_band_buffer says why */
+    }
+    return 0;
+}
+
 static void *camera_run(void *arg)
 {
     camera *c = arg;
     const sys *s = c->s;
+    if (pin(c->cpu) != 0) {
+        c->status = SW_EINVAL;
+        snprintf(c->msg, sizeof c->msg, "cannot pin the camera thread to CPU %d", c->cpu);
+        atomic_store(&c->finished, 1);
+        return NULL;
+    }
     const double t0 = now_us() + 1000.0;
     for (int64_t f = 1; f <= c->n; f++) {
         const uint16_t *src = s->frames[(f - 1) % POOL];
         const double tf = t0 + (double)(f - 1) * c->period_us;
-        int counted = 0;
         for (int32_t band = 0; band < c->nb; band++) {
             if (spin_until(c, tf + c->readout * c->period_us * (band + 1) / c->nb))
-                return NULL;
+                goto out;
+            if (band == 0 && slot_free(c, f))
+                goto out;
+            if (now_us() > c->deadline_us) {
+                c->behind = 1;
+                goto out;
+            }
             int32_t row0 = 0, rows = 0;
             void *dst = NULL;
             size_t stride = 0;
             sw_status st = sw_rtc_band_rows(c->b, band, &row0, &rows);
-            const double give_up = now_us() + 1e6;
-            while (st == SW_OK) {
+            if (st == SW_OK)
                 st = sw_rtc_band_buffer(c->b, f, band, &dst, &stride);
-                if (st != SW_ERANGE)
-                    break;
-                if (!counted) { /* the chain is a ring behind: this frame is late */
-                    c->late++;
-                    counted = 1;
-                }
-                if (now_us() > give_up || atomic_load_explicit(&c->stop, memory_order_relaxed))
-                    break;
-                st = SW_OK;
-            }
             if (st == SW_OK) {
                 for (int32_t y = 0; y < rows; y++)
                     memcpy((char *)dst + (size_t)y * stride, src + (size_t)(row0 + y) * s->w,
@@ -361,20 +433,15 @@ static void *camera_run(void *arg)
                 c->status = st;
                 snprintf(c->msg, sizeof c->msg, "frame %lld band %d: %s", (long long)f, band,
                          sw_context_error(NULL));
-                return NULL;
+                goto out;
             }
         }
+        atomic_store_explicit(&c->published, (long long)f, memory_order_release);
     }
+out:
+    atomic_store(&c->finished, 1);
     return NULL;
 }
-
-/* ------------------------------------------------------------------ one run */
-
-typedef struct result {
-    double median, p99, max, p999;
-    int64_t measured, late, lost;
-    sw_rtc_band_stats stats;
-} result;
 
 static int cmp_float(const void *a, const void *b)
 {
@@ -412,6 +479,13 @@ static long rss_kb(void)
     return kb;
 }
 
+/* The chain's diagnostic settings (rtc_band_cuda.cu reads them at create), or the default. */
+static const char *env_or(const char *name, const char *dflt)
+{
+    const char *v = getenv(name);
+    return v && *v ? v : dflt;
+}
+
 static void json_head(const char *bench, const char *cname, const char *device)
 {
     printf("{\"bench\":");
@@ -420,6 +494,12 @@ static void json_head(const char *bench, const char *cname, const char *device)
     sw_json_write_string(stdout, cname);
     printf(",\"backend\":\"cuda\",\"device\":");
     sw_json_write_string(stdout, device);
+    printf(",\"sys_fences_per\":");
+    sw_json_write_string(stdout, env_or("SPOTWAVE_RTC_BAND_FENCE", "frame"));
+    printf(",\"stop_polled_by\":");
+    sw_json_write_string(stdout, env_or("SPOTWAVE_RTC_BAND_STOP_POLL", "flag"));
+    printf(",\"blocks_per_sm_max\":");
+    sw_json_write_string(stdout, env_or("SPOTWAVE_RTC_BAND_BLOCKS_PER_SM", "2"));
 }
 
 static void json_num(const char *name, double v)
@@ -430,57 +510,202 @@ static void json_num(const char *name, double v)
         printf(",\"%s\":null", name);
 }
 
+/* ------------------------------------------------------------------ the trace */
+
+#define NPHASE 10
+static const char *PHASE[NPHASE][2] = {
+    {"readout", "band 0's flag seen -> the last band's flag seen"},
+    {"publish_to_flag", "host: last flag stored -> GPU: seen (clocks related)"},
+    {"copy", "last band's flag seen -> its first row in shared memory"},
+    {"centroid_count", "-> the last band's slopes all counted"},
+    {"count_seen", "-> that count seen by block 0"},
+    {"gemv_controller", "-> every block's commands written"},
+    {"fence_done", "-> system fence and done flag stored"},
+    {"done_to_host", "GPU: done stored -> host: commands copied (clocks related)"},
+    {"gpu_total", "last band's flag seen -> done flag stored"},
+    {"host_total", "the bench's latency (host clock only)"},
+};
+
+typedef struct clocksync {
+    int ok;
+    double t0, t1;      /* host us of the two syncs */
+    int64_t off0, off1; /* GPU - host, ns */
+    int64_t rtt0, rtt1;
+} clocksync;
+
+/* GPU ns -> host us (CLOCK_MONOTONIC), the offset interpolated between the two syncs */
+static double gpu_to_host_us(const clocksync *k, uint64_t g)
+{
+    /* in integers first: the GPU clock's epoch is far (a double would keep 256 ns steps) */
+    const double h = 1e-3 * (double)((int64_t)g - k->off0); /* host us at the first offset */
+    if (!(k->t1 > k->t0))
+        return h;
+    return h - 1e-3 * (double)(k->off1 - k->off0) * (h - k->t0) / (k->t1 - k->t0);
+}
+
+/* The phases of frames WARMUP + 1 .. last: medians and p99 to stderr and a JSON line. */
+static void trace_report(sw_rtc_band *b, const camera *cam, const double *seen, int64_t last,
+                         const clocksync *k, const opts *o, double rate, const char *cname,
+                         const char *device)
+{
+    const int64_t n = last > WARMUP ? last - WARMUP : 0;
+    float *v[NPHASE];
+    int64_t m = 0;
+    int okall = n > 0;
+    for (int p = 0; p < NPHASE; p++) {
+        v[p] = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+        okall = okall && v[p];
+    }
+    for (int64_t f = WARMUP + 1; okall && f <= last; f++) {
+        sw_rtc_band_trace t;
+        if (sw_rtc_band_trace_get(b, f, &t) != SW_OK || seen[f] <= 0.0)
+            continue;
+        const double tl = atomic_load_explicit(&cam->tlast[f], memory_order_acquire);
+        v[0][m] = 1e-3f * (float)(int64_t)(t.last_flag_ns - t.band0_flag_ns);
+        v[1][m] = k->ok ? (float)(gpu_to_host_us(k, t.last_flag_ns) - tl) : NAN;
+        v[2][m] = 1e-3f * (float)(int64_t)(t.last_copied_ns - t.last_flag_ns);
+        v[3][m] = 1e-3f * (float)(int64_t)(t.last_counted_ns - t.last_copied_ns);
+        v[4][m] = 1e-3f * (float)(int64_t)(t.last_seen_ns - t.last_counted_ns);
+        v[5][m] = 1e-3f * (float)(int64_t)(t.commands_ns - t.last_seen_ns);
+        v[6][m] = 1e-3f * (float)(int64_t)(t.done_ns - t.commands_ns);
+        v[7][m] = k->ok ? (float)(seen[f] - gpu_to_host_us(k, t.done_ns)) : NAN;
+        v[8][m] = 1e-3f * (float)(int64_t)(t.done_ns - t.last_flag_ns);
+        v[9][m] = (float)(seen[f] - tl);
+        m++;
+    }
+    json_head("rtc_band_trace", cname, device);
+    printf(",\"rate_hz\":%g,\"frames\":%lld", rate, (long long)m);
+    if (k->ok) {
+        json_num("clock_rtt_us", 1e-3 * (double)(k->rtt0 > k->rtt1 ? k->rtt0 : k->rtt1));
+        json_num("clock_drift_ppm",
+                 k->t1 > k->t0 ? 1e3 * (double)(k->off1 - k->off0) / (k->t1 - k->t0) : NAN);
+    }
+    if (!o->json_only)
+        fprintf(stderr, "    trace over %lld frames (us; clocks %s)\n", (long long)m,
+                k->ok ? "related by round trips" : "NOT related: host-GPU phases absent");
+    for (int p = 0; p < NPHASE && okall; p++) {
+        /* the finite values only (the host legs are NaN without the clocks related) */
+        int64_t nf = 0;
+        for (int64_t i = 0; i < m; i++)
+            if (isfinite(v[p][i]))
+                v[p][nf++] = v[p][i];
+        double md, p99, p999, mx;
+        stats(v[p], nf, &md, &p99, &p999, &mx);
+        char key[64];
+        snprintf(key, sizeof key, "%s_median_us", PHASE[p][0]);
+        json_num(key, md);
+        snprintf(key, sizeof key, "%s_p99_us", PHASE[p][0]);
+        json_num(key, p99);
+        if (!o->json_only)
+            fprintf(stderr, "      %-16s median %8.2f  p99 %8.2f  max %8.2f   %s\n", PHASE[p][0],
+                    md, p99, mx, PHASE[p][1]);
+    }
+    printf("}\n");
+    fflush(stdout);
+    for (int p = 0; p < NPHASE; p++)
+        free(v[p]);
+}
+
+static void clock_sync(sw_rtc_band *b, int64_t *off, int64_t *rtt, double *t, int *ok)
+{
+    *t = now_us();
+    if (sw_rtc_band_clock(b, off, rtt) != SW_OK) {
+        fprintf(stderr, "%s: sw_rtc_band_clock: %s\n", PROG, sw_context_error(NULL));
+        *ok = 0;
+    }
+}
+
+/* ------------------------------------------------------------------ one run */
+
+typedef struct result {
+    double median, p99, max, p999;
+    int64_t measured, late, lost;
+    int behind;          /* ended early: the chain cannot keep up */
+    double us_per_frame; /* then: the consumer's time between frames, frames WARMUP + 1 .. */
+    sw_rtc_band_stats stats;
+} result;
+
 /* Runs warm-up + frames frames at rate; lat receives the measured latencies (us) of the frames
  * after the warm-up, in frame order. With soak, a line per WINDOW frames. */
 static int run_rate(sys *s, const opts *o, double rate, int64_t frames, float *lat, int soak,
                     const char *cname, const char *device, result *res)
 {
     memset(res, 0, sizeof *res);
+    const int64_t n = WARMUP + frames;
     sw_rtc_band_params bp;
     sw_rtc_band_params_default(&bp);
     bp.bands = o->bands < s->n ? o->bands : s->n;
-    bp.depth = 8;
+    bp.depth = DEPTH;
     bp.band_timeout_us = 1e6 / rate + 5000.0; /* a frame period and a margin */
     bp.idle_timeout_us = 2e6;
+    bp.trace = o->trace ? (int32_t)(n < (1 << 20) ? n : (1 << 20)) : 0;
     sw_rtc_band *b = NULL;
     if (sw_rtc_band_create(s->rtc, &bp, &b) != SW_OK) {
         fprintf(stderr, "%s: sw_rtc_band_create: %s\n", PROG, sw_context_error(NULL));
         return 1;
     }
-    const int64_t n = WARMUP + frames;
     camera cam;
     memset(&cam, 0, sizeof cam);
     cam.b = b;
     cam.s = s;
     cam.nb = bp.bands;
+    cam.depth = bp.depth;
+    cam.cpu = o->cpu_camera;
     cam.period_us = 1e6 / rate;
     cam.readout = o->readout;
     cam.n = n;
     cam.tlast = malloc((size_t)(n + 1) * sizeof *cam.tlast);
+    double *seen = o->trace ? calloc((size_t)(n + 1), sizeof(double)) : NULL;
     float *u = malloc((size_t)s->nact * sizeof(float));
-    if (!cam.tlast || !u) {
+    if (!cam.tlast || !u || (o->trace && !seen)) {
         fprintf(stderr, "%s: out of memory\n", PROG);
         sw_rtc_band_destroy(b);
         free((void *)cam.tlast);
+        free(seen);
         free(u);
         return 1;
     }
     for (int64_t f = 0; f <= n; f++)
         atomic_init(&cam.tlast[f], 0.0);
     atomic_init(&cam.stop, 0);
+    atomic_init(&cam.finished, 0);
+    atomic_init(&cam.published, 0);
+    clocksync k;
+    memset(&k, 0, sizeof k);
+    k.ok = o->trace;
+    if (o->trace)
+        clock_sync(b, &k.off0, &k.rtt0, &k.t0, &k.ok); /* the kernel idles: frame 1 not sent */
+    cam.deadline_us = now_us() + 2.0 * (double)n * cam.period_us + 5e6;
     pthread_t th;
     if (pthread_create(&th, NULL, camera_run, &cam) != 0) {
         fprintf(stderr, "%s: pthread_create failed\n", PROG);
         sw_rtc_band_destroy(b);
         free((void *)cam.tlast);
+        free(seen);
         free(u);
         return 1;
     }
     int rc = 0;
-    int64_t m = 0, wstart = 0;
+    int64_t m = 0, wstart = 0, last = 0;
+    double seen_first = 0.0, seen_last = 0.0;
     for (int64_t f = 1; f <= n; f++) {
+        /* the done flag, or the camera's end short of this frame */
+        int ended = 0;
+        const double tw = now_us();
+        while (sw_rtc_band_done(b) < f) {
+            if (atomic_load_explicit(&cam.finished, memory_order_acquire) &&
+                atomic_load_explicit(&cam.published, memory_order_acquire) < f &&
+                sw_rtc_band_done(b) < f) {
+                ended = 1;
+                break;
+            }
+            if (now_us() - tw > 2e6)
+                break; /* sw_rtc_band_wait below says why */
+        }
+        if (ended)
+            break;
         const sw_status st = sw_rtc_band_wait(b, f, 2e6, u, NULL);
-        const double seen = now_us();
+        const double t_seen = now_us();
         if (st == SW_ERANGE) { /* this thread fell a ring behind: not measured */
             res->lost++;
             continue;
@@ -491,9 +716,15 @@ static int run_rate(sys *s, const opts *o, double rate, int64_t frames, float *l
             rc = 1;
             break;
         }
+        last = f;
+        if (seen)
+            seen[f] = t_seen;
         if (f > WARMUP) {
             const double tl = atomic_load_explicit(&cam.tlast[f], memory_order_acquire);
-            lat[m++] = (float)(seen - tl);
+            lat[m++] = (float)(t_seen - tl);
+            if (f == WARMUP + 1)
+                seen_first = t_seen;
+            seen_last = t_seen;
         }
         if (soak && m - wstart == WINDOW) {
             float *w = malloc(WINDOW * sizeof(float));
@@ -520,11 +751,32 @@ static int run_rate(sys *s, const opts *o, double rate, int64_t frames, float *l
         fprintf(stderr, "%s: %s at %g Hz: camera: %s\n", PROG, cname, rate, cam.msg);
         rc = 1;
     }
+    res->behind = cam.behind;
+    res->us_per_frame = m > 1 ? (seen_last - seen_first) / (double)(m - 1) : NAN;
+    if (rc == 0 && cam.behind)
+        fprintf(stderr,
+                "%s: %s at %g Hz: the chain cannot keep up: %lld frames found their ring slot "
+                "still in use (%lld after the warm-up); the consumer saw a frame every %.1f us, "
+                "the camera sends one every %.1f us. Run ended early at frame %lld; its "
+                "latencies include the queue in the ring and are not the chain's.\n",
+                PROG, cname, rate, (long long)cam.late, (long long)cam.late_warm, res->us_per_frame,
+                cam.period_us, (long long)last);
+    if (rc == 0 && o->trace) {
+        /* every published frame done: the kernel idles again for the second clock sync */
+        const long long pub = atomic_load(&cam.published);
+        const double tw = now_us();
+        while (sw_rtc_band_done(b) < pub && now_us() - tw < 1e6)
+            ;
+        if (k.ok)
+            clock_sync(b, &k.off1, &k.rtt1, &k.t1, &k.ok);
+        trace_report(b, &cam, seen, last, &k, o, rate, cname, device);
+    }
     sw_rtc_band_get_stats(b, &res->stats);
     sw_rtc_band_destroy(b);
     res->measured = m;
     res->late = cam.late;
     free((void *)cam.tlast);
+    free(seen);
     free(u);
     return rc;
 }
@@ -542,6 +794,11 @@ int main(int argc, char **argv)
     sw_context *ctx = NULL;
     if (sw_bench_context(&bo, PROG, &ctx) != 0)
         return 1;
+    if (pin(o.cpu_main) != 0) { /* (after the context: the driver's threads stay free) */
+        fprintf(stderr, "%s: cannot pin the main thread to CPU %d\n", PROG, o.cpu_main);
+        sw_context_destroy(ctx);
+        return 1;
+    }
     char device[256];
     sw_bench_device_name(ctx, device, sizeof device);
     int rc = 0;
@@ -557,8 +814,12 @@ int main(int argc, char **argv)
     if (!o.json_only)
         fprintf(stderr,
                 "%s: latency from the last band's flag to the commands in host memory (us), "
-                "%d bands, readout %.0f%% of the period, %s\n",
-                PROG, o.bands, 100.0 * o.readout, device);
+                "%d bands, readout %.0f%% of the period, %s; system fences per %s, stop word "
+                "polled by %s waits, at most %s blocks per SM\n",
+                PROG, o.bands, 100.0 * o.readout, device,
+                env_or("SPOTWAVE_RTC_BAND_FENCE", "frame"),
+                env_or("SPOTWAVE_RTC_BAND_STOP_POLL", "flag"),
+                env_or("SPOTWAVE_RTC_BAND_BLOCKS_PER_SM", "2"));
     for (int ci = 0; ci < ncfg && rc == 0; ci++) {
         const bconfig *c = &o.cfg[ci];
         sys s;
@@ -571,14 +832,24 @@ int main(int argc, char **argv)
         snprintf(config_s, sizeof config_s, "%dx%d on %d^2 u16, MVM %s (%d x %d), %d bands",
                  (int)s.n, (int)s.n, (int)s.w, c->fp16 ? "FP16" : "FP32", (int)s.nact,
                  (int)(2 * s.ns), (int)(o.bands < s.n ? o.bands : s.n));
+        int behind = 0;
         for (int ri = 0; ri < nrates && rc == 0; ri++) {
             const double rate = o.rates[ri];
+            if (behind) { /* a chain too slow at a lower rate is too slow here too */
+                if (!o.json_only)
+                    fprintf(stderr,
+                            "  %-44s %6.0f Hz  skipped: the chain did not keep up at a "
+                            "lower rate\n",
+                            config_s, rate);
+                continue;
+            }
             const long rss0 = rss_kb();
             result r;
             rc = run_rate(&s, &o, rate, frames, lat, o.soak > 0, config_s, device, &r);
             const long rss1 = rss_kb();
             if (rc != 0)
                 break;
+            behind = r.behind;
             double md, p99, p999, mx;
             stats(lat, r.measured, &md, &p99, &p999, &mx);
             json_head(o.soak ? "rtc_band_soak" : "rtc_band_latency", config_s, device);
@@ -595,16 +866,21 @@ int main(int argc, char **argv)
                    (long long)r.late, (long long)r.lost, (long long)r.stats.timeouts,
                    (long long)r.stats.out_of_order, (long long)r.stats.overruns,
                    (int)r.stats.blocks, o.readout);
+            printf(",\"keeps_up\":%s", r.behind ? "false" : "true");
+            if (r.behind)
+                json_num("consumer_us_per_frame", r.us_per_frame);
             if (s.n == 40)
                 printf(",\"target_median_us\":20,\"target_p99_us\":30,\"meets_target\":%s",
-                       md <= 20.0 && p99 <= 30.0 ? "true" : "false");
+                       !r.behind && md <= 20.0 && p99 <= 30.0 ? "true" : "false");
             printf(",\"rss_before_kb\":%ld,\"rss_after_kb\":%ld}\n", rss0, rss1);
             fflush(stdout);
             if (!o.json_only)
                 fprintf(stderr,
                         "  %-44s %6.0f Hz  median %7.1f  p99 %7.1f  max %8.1f  missed %lld  "
-                        "RSS %ld -> %ld kB\n",
-                        config_s, rate, md, p99, mx, (long long)r.late, rss0, rss1);
+                        "RSS %ld -> %ld kB%s\n",
+                        config_s, rate, md, p99, mx, (long long)r.late, rss0, rss1,
+                        r.behind ? "  ENDED EARLY: cannot keep up (latencies include the queue)"
+                                 : "");
         }
         sys_free(&s);
     }

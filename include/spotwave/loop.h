@@ -434,10 +434,14 @@ sw_status sw_rtc_telemetry_read(sw_rtc *r, int64_t *frame, float *slopes, float 
  *
  * Memory ordering. Host: pixels, then __atomic_store_n(flag, f, __ATOMIC_RELEASE). GPU: one
  * thread's ld.acquire.sys of the flag, a block barrier, then the pixel loads (uncached). Slopes
- * between blocks: stores, __threadfence, an atomic count per band; readers acquire the count
- * (gpu scope) before the loads. Commands: stores to host memory, __threadfence_system, an atomic
- * count of finished blocks; the last block fences again and st.release.sys's the done flag; the
- * host acquires it before reading the commands.
+ * between blocks: stores, a block barrier, one thread's __threadfence and an atomic count per
+ * band; readers acquire the count (gpu scope) before the loads. Commands: stores to host memory,
+ * a block barrier, one thread's __threadfence and an atomic count of finished blocks; the last
+ * block alone fences at system scope (cumulative: every block's stores that it has observed)
+ * and then stores the done flag; the host acquires it before reading the commands. A
+ * system-scope fence waits for the bus, so the chain keeps to one per frame. Only the blocks
+ * waiting for a band's flag read host memory (the flag, and the stop flag every 32 reads);
+ * every other wait polls device memory.
  *
  * Errors are never silent: publishing out of order (a band twice or skipped, a frame number that
  * is not the next) is refused (SW_EINVAL) and counted; a slot still being read when its next
@@ -462,6 +466,8 @@ typedef struct sw_rtc_band_params {
                                timeout, at most 1e9 us (1e7: 10 s)                          */
     int slopes;             /* 1: every frame's slopes also go to host memory (for
                                sw_rtc_band_wait's slopes), 0: not (0)                       */
+    int32_t trace;          /* > 0: the kernel records its clock at each phase of the last
+                               `trace` frames (sw_rtc_band_trace_get), 0..2^20; 0: off (0)  */
 } sw_rtc_band_params;
 
 void sw_rtc_band_params_default(sw_rtc_band_params *p);
@@ -505,6 +511,31 @@ typedef struct sw_rtc_band_stats {
 } sw_rtc_band_stats;
 
 void sw_rtc_band_get_stats(const sw_rtc_band *b, sw_rtc_band_stats *s);
+/* The last frame done (0: none; -1 for NULL): one acquire load, no error machinery (a producer
+ * may spin on it before sw_rtc_band_buffer to wait for a slot). */
+int64_t sw_rtc_band_done(const sw_rtc_band *b);
+
+/* With params.trace > 0 the kernel stamps its clock (%globaltimer, ns since an arbitrary epoch)
+ * at each phase of a frame: */
+typedef struct sw_rtc_band_trace {
+    int64_t frame;
+    uint64_t band0_flag_ns;   /* band 0's flag seen (the block of its first lenslet row)    */
+    uint64_t last_flag_ns;    /* the last band's flag seen (the block of its first row)     */
+    uint64_t last_copied_ns;  /* that row's pixels in shared memory                         */
+    uint64_t last_counted_ns; /* the last band's slopes all counted (the last block to count) */
+    uint64_t last_seen_ns;    /* that count seen by block 0 (start of its last band's GEMV)  */
+    uint64_t commands_ns;     /* every block's commands written (the last to count them)    */
+    uint64_t done_ns;         /* after the system fence and the done flag's store           */
+} sw_rtc_band_trace;
+/* Frame `frame`'s stamps, while it is among the last params.trace frames done. SW_EINVAL
+ * without a trace, SW_ERANGE when the frame is not done or no longer recorded. */
+sw_status sw_rtc_band_trace_get(const sw_rtc_band *b, int64_t frame, sw_rtc_band_trace *t);
+/* Relates the kernel's clock to CLOCK_MONOTONIC: round trips through mapped memory (the kernel
+ * answers while it waits for band 0 of the next frame: call it when every published frame is
+ * done), the shortest kept. *offset_ns = GPU clock - CLOCK_MONOTONIC (ns) at its midpoint,
+ * *rtt_ns = that round trip (the offset's error is at most half of it). Needs params.trace > 0
+ * (SW_EINVAL); SW_ETIMEDOUT when the kernel does not answer within 100 ms. */
+sw_status sw_rtc_band_clock(sw_rtc_band *b, int64_t *offset_ns, int64_t *rtt_ns);
 
 /* ============================================== the real-time chain over several GPUs (NCCL) */
 

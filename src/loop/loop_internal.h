@@ -172,11 +172,18 @@ int sw_rtc_gpu_to_half(const float *src, int32_t rows, int32_t cols, int32_t ldh
 /* The control words in mapped host memory (uint64 each; host-written and GPU-written words on
  * separate cache lines): */
 #define SW_BAND_STOP      0  /* host: 1 stops the kernel                                   */
-#define SW_BAND_DONE      8  /* GPU: the last frame done (release store, system scope)     */
+#define SW_BAND_CLK_REQ   1  /* host: a clock request 1, 2, ... (SW_BAND_CLK_END: no more)   */
+#define SW_BAND_DONE      8  /* GPU: the last frame done (system fence, then the store)     */
 #define SW_BAND_ERR       9  /* GPU: 0, or why the kernel stopped (SW_BAND_E*), released last */
 #define SW_BAND_ERR_FRAME 10 /* GPU: the frame it stopped on                               */
 #define SW_BAND_ERR_BAND  11 /* GPU: the band it waited for (-1: the frame's start)         */
+#define SW_BAND_CLK_ACK   12 /* GPU: its clock when it saw the last clock request           */
 #define SW_BAND_FLAGS     16 /* host: depth x bands flags, slot s band b at 16 + s bands + b */
+#define SW_BAND_CLK_END   (~(uint64_t)0)
+/* The trace ring (params.trace > 0): trace + depth entries of SW_BAND_TRACE_WORDS uint64 in mapped
+ * host memory, frame f at (f - 1) % entries: the frame (stored last, with the done flag's fence),
+ * then sw_rtc_band_trace's stamps in its order. */
+#define SW_BAND_TRACE_WORDS 8
 enum {
     SW_BAND_EOK = 0,
     SW_BAND_ETIMEOUT = 1, /* a band did not come in time */
@@ -193,10 +200,12 @@ struct sw_rtc_band {
     int32_t *row0;             /* nb + 1 pixel row bounds of the bands                 */
     int32_t *lrow0;            /* nb + 1 lenslet row bounds                            */
     /* mapped pinned host memory (host addresses) */
-    uint64_t *ctl; /* the control words above                  */
-    char *frames;  /* depth slots of height rows               */
-    float *cmds;   /* depth x nact                             */
-    float *slopes; /* depth x 2 ns, or NULL                    */
+    uint64_t *ctl;   /* the control words above                  */
+    char *frames;    /* depth slots of height rows               */
+    float *cmds;     /* depth x nact                             */
+    float *slopes;   /* depth x 2 ns, or NULL                    */
+    uint64_t *trace; /* the trace ring, or NULL                  */
+    int64_t ntrace;  /* its entries (params.trace + depth)       */
     /* the producer's position: the next band expected */
     int64_t next_frame;
     int32_t next_band;

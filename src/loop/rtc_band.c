@@ -28,6 +28,7 @@
 #include <time.h>
 
 #define BAND_MAX_DEPTH 64
+#define BAND_MAX_TRACE (1 << 20)
 
 void sw_rtc_band_params_default(sw_rtc_band_params *p)
 {
@@ -39,6 +40,7 @@ void sw_rtc_band_params_default(sw_rtc_band_params *p)
     p->band_timeout_us = 2000.0;
     p->idle_timeout_us = 1e7;
     p->slopes = 0;
+    p->trace = 0;
 }
 
 static double band_now_us(void)
@@ -67,6 +69,9 @@ static sw_status band_check(sw_rtc *r, const sw_rtc_band_params *p)
                        p->idle_timeout_us, p->band_timeout_us);
     if (p->slopes != 0 && p->slopes != 1)
         return sw_fail(ctx, SW_EINVAL, "rtc band: slopes = %d; 0 or 1", p->slopes);
+    if (p->trace < 0 || p->trace > BAND_MAX_TRACE)
+        return sw_fail(ctx, SW_EINVAL, "rtc band: trace = %d frames; 0..%d allowed", p->trace,
+                       BAND_MAX_TRACE);
     if (r->band)
         return sw_fail(ctx, SW_EINVAL, "rtc band: the plan already has a band chain");
     if (r->p.recon != SW_RTC_MVM)
@@ -315,4 +320,93 @@ void sw_rtc_band_get_stats(const sw_rtc_band *b, sw_rtc_band_stats *s)
         s->missed_band = (int32_t)(int64_t)b->ctl[SW_BAND_ERR_BAND];
     }
     s->blocks = b->blocks;
+}
+
+int64_t sw_rtc_band_done(const sw_rtc_band *b)
+{
+    if (!b || !b->ctl)
+        return -1;
+    return (int64_t)__atomic_load_n(&b->ctl[SW_BAND_DONE], __ATOMIC_ACQUIRE);
+}
+
+sw_status sw_rtc_band_trace_get(const sw_rtc_band *b, int64_t frame, sw_rtc_band_trace *t)
+{
+    if (!b || !t || frame < 1)
+        return sw_fail(NULL, SW_EINVAL, "sw_rtc_band_trace_get: NULL argument or frame %lld",
+                       (long long)frame);
+    if (!b->trace)
+        return sw_fail(NULL, SW_EINVAL, "rtc band: no trace (params.trace = 0)");
+    const int64_t done = sw_rtc_band_done(b);
+    if (frame > done || frame <= done - b->p.trace)
+        return sw_fail(NULL, SW_ERANGE,
+                       "rtc band: frame %lld is not among the traced frames (done: %lld, the last "
+                       "%d kept)",
+                       (long long)frame, (long long)done, b->p.trace);
+    /* the entry is rewritten only once frame + ntrace is under way (done >= frame + trace) */
+    const volatile uint64_t *e = b->trace + (size_t)((frame - 1) % b->ntrace) * SW_BAND_TRACE_WORDS;
+    uint64_t w[SW_BAND_TRACE_WORDS];
+    for (int i = 0; i < SW_BAND_TRACE_WORDS; i++)
+        w[i] = e[i];
+    __atomic_thread_fence(__ATOMIC_ACQUIRE); /* the copies before the re-check */
+    if ((int64_t)w[0] != frame || sw_rtc_band_done(b) - b->p.trace >= frame)
+        return sw_fail(NULL, SW_ERANGE, "rtc band: frame %lld's trace was overwritten while read",
+                       (long long)frame);
+    t->frame = frame;
+    t->band0_flag_ns = w[1];
+    t->last_flag_ns = w[2];
+    t->last_copied_ns = w[3];
+    t->last_counted_ns = w[4];
+    t->last_seen_ns = w[5];
+    t->commands_ns = w[6];
+    t->done_ns = w[7];
+    return SW_OK;
+}
+
+static int64_t band_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + (int64_t)ts.tv_nsec;
+}
+
+sw_status sw_rtc_band_clock(sw_rtc_band *b, int64_t *offset_ns, int64_t *rtt_ns)
+{
+    if (!b || !offset_ns || !rtt_ns)
+        return sw_fail(NULL, SW_EINVAL, "sw_rtc_band_clock: NULL argument");
+    if (!b->trace)
+        return sw_fail(NULL, SW_EINVAL, "rtc band: the clock answers only with a trace on");
+    SW_TRY(band_stopped(b));
+    uint64_t *req = &b->ctl[SW_BAND_CLK_REQ], *ack = &b->ctl[SW_BAND_CLK_ACK];
+    int64_t best = -1, off = 0;
+    sw_status st = SW_OK;
+    for (uint64_t k = 1; k <= 32 && st == SW_OK; k++) {
+        const uint64_t old = __atomic_load_n(ack, __ATOMIC_ACQUIRE);
+        const int64_t ta = band_now_ns();
+        __atomic_store_n(req, k, __ATOMIC_RELEASE);
+        uint64_t v;
+        int64_t tb;
+        for (;;) {
+            v = __atomic_load_n(ack, __ATOMIC_ACQUIRE);
+            tb = band_now_ns();
+            if (v != old)
+                break;
+            if (tb - ta > 100000000) {
+                st = sw_fail(NULL, SW_ETIMEDOUT,
+                             "rtc band: the kernel did not answer clock request %llu within 100 "
+                             "ms (frames in flight?)",
+                             (unsigned long long)k);
+                break;
+            }
+        }
+        if (st == SW_OK && (best < 0 || tb - ta < best)) {
+            best = tb - ta;
+            off = (int64_t)v - (ta + (tb - ta) / 2);
+        }
+    }
+    __atomic_store_n(req, SW_BAND_CLK_END, __ATOMIC_RELEASE);
+    if (st != SW_OK)
+        return st;
+    *offset_ns = off;
+    *rtt_ns = best;
+    return SW_OK;
 }

@@ -11,8 +11,9 @@
  *      the row's pixel rectangle from host memory into shared memory (16-byte uncached loads,
  *      all issued before any is used: one bus round trip), and computes the row's centres of
  *      gravity with the centroid stage's arithmetic (below); the slopes go to the device slopes
- *      buffer (and to host memory when asked); then a __threadfence and an atomic add to the
- *      band's counter;
+ *      buffer (and to host memory when asked); then a block barrier, thread 0's __threadfence
+ *      (cumulative: the block's stores, ordered by the barrier) and an atomic add to the band's
+ *      counter (one fence per row, none per lenslet);
  *   2. waits for the band's counter to reach f x (the band's lenslet rows) (ld.acquire.gpu),
  *      loads the band's slopes (both axes) into shared memory and adds, for each command row it
  *      owns (warp w of the grid owns rows w, w + warps, ...), that row's columns of the band
@@ -20,13 +21,29 @@
  *      FP32);
  *   3. after the last band: the controller on each of its rows (sw_loop_update: integrator or
  *      leaky, then the clip, as rtc_cuda.cu), the state u in device memory, the command to the
- *      slot's commands in host memory; __threadfence_system and an atomic add to the done
- *      counter; the last block fences again and stores f into the done word (st.release.sys).
- * Every wait is thread 0's, polls the stop word (host) and the abort word (device) every 32
- * tries and gives up after its timeout (%globaltimer): band 0 of a frame idle_timeout_us, the
- * other bands band_timeout_us, the frame barrier band_timeout_us. A block that gives up records
- * why (the first one wins an atomicCAS on the abort word, writes the frame and band, then the
- * reason with a release store) and returns; the others see the abort word and return too.
+ *      slot's commands in host memory; a block barrier, thread 0's __threadfence and an atomic
+ *      add to the done counter; the last block alone fences at system scope (cumulative: every
+ *      block's stores to host memory, which it has observed through the counter) and stores f
+ *      into the done word. One system fence per frame: such a fence waits for the bus (the
+ *      first version had one per warp, 2112 per frame on an H100 or H200, and took ~9.5 ms a
+ *      frame, consistent with the fences serialising at a few us each).
+ * Every wait is thread 0's and gives up after its timeout (%globaltimer): band 0 of a frame
+ * idle_timeout_us, the other bands band_timeout_us, the frame barrier band_timeout_us. Only the
+ * waits for a band's flag read host memory (the flag; every 32 tries the stop word); the waits
+ * on device counters poll device memory only (the counter; every 32 tries the abort word), so
+ * that a handful of blocks, not all of them, put reads on the bus. A stop reaches them through
+ * the abort word: some block always waits for a flag or is on its way to one. A block that
+ * gives up records why (the first one wins an atomicCAS on the abort word, writes the frame and
+ * band, then the reason with a release store) and returns; the others see the abort word and
+ * return too.
+ * Diagnostics (environment, read at create; for measuring the design's choices, not for use):
+ * SPOTWAVE_RTC_BAND_FENCE=block (a system fence per block and frame) or warp (per warp, as the
+ * first version); SPOTWAVE_RTC_BAND_STOP_POLL=all (every wait reads the host stop word every 32
+ * tries, as the first version); SPOTWAVE_RTC_BAND_BLOCKS_PER_SM=1 (else 2 where they fit).
+ * Trace (params.trace > 0): thread 0 of the blocks named in sw_rtc_band_trace stores
+ * %globaltimer into the frame's entry of a ring in mapped host memory (plain posted stores, a
+ * few per frame); block 0, while it waits for band 0 of the next frame, answers clock requests
+ * (sw_rtc_band_clock) with its clock.
  *
  * The centroids, as the centroid stage's fast kernel (centroid_cuda.cu cog_kernel) computes them,
  * so that the slopes are the same bits: per column, R row groups (the plan's R: thread group r
@@ -101,6 +118,10 @@ struct bd_args {
     u64 *done_ctr;
     int *abort;
     u64 band_ns, idle_ns;
+    u64 *trace; /* mapped: ntrace entries of SW_BAND_TRACE_WORDS, or NULL */
+    u64 ntrace;
+    int fence_mode; /* 0: one system fence per frame, 1: per block, 2: per warp (diagnostic) */
+    int poll_all;   /* 1: device waits read the host stop word too (diagnostic) */
 };
 
 /* ------------------------------------------------------------------ memory-model helpers */
@@ -119,9 +140,21 @@ __device__ __forceinline__ u64 ld_acquire_gpu(const u64 *p)
     return v;
 }
 
+__device__ __forceinline__ u64 ld_relaxed_sys(const u64 *p)
+{
+    u64 v;
+    asm volatile("ld.relaxed.sys.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+
 __device__ __forceinline__ void st_release_sys(u64 *p, u64 v)
 {
     asm volatile("st.release.sys.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+__device__ __forceinline__ void st_relaxed_sys(u64 *p, u64 v)
+{
+    asm volatile("st.relaxed.sys.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
 __device__ __forceinline__ u64 bd_clock_ns(void)
@@ -132,24 +165,56 @@ __device__ __forceinline__ u64 bd_clock_ns(void)
 }
 
 /*
+ * Block 0's thread 0, waiting for band 0's flag with a trace on, has seen a clock request:
+ * answers each new request with its clock (one relaxed store of the stamp: no fence between
+ * the clock and the host) until the host writes SW_BAND_CLK_END, stops the chain, or 100 ms pass.
+ */
+__device__ void bd_clock_serve(const bd_args &a, u64 rq)
+{
+    u64 served = 0, said = 0;
+    const u64 t0 = bd_clock_ns();
+    while (rq != SW_BAND_CLK_END) {
+        if (rq != served && rq != 0) {
+            u64 t = bd_clock_ns();
+            t = t > said ? t : said + 1; /* every answer differs from the last (a coarse clock) */
+            st_relaxed_sys(a.ctl_w + SW_BAND_CLK_ACK, t);
+            said = t;
+            served = rq;
+        }
+        if (bd_clock_ns() - t0 > 100000000ull || ld_relaxed_sys(a.ctl + SW_BAND_STOP) != 0)
+            break;
+        rq = ld_relaxed_sys(a.ctl + SW_BAND_CLK_REQ);
+    }
+}
+
+/*
  * Thread 0's wait until *p >= target (sys: the word is in host memory), broadcast to the block
  * through *verdict. Returns 1 when it came; 0 when the block must return (stop, abort, or a
- * timeout, recorded as (frame, band) when this block is the first to give up).
+ * timeout, recorded as (frame, band) when this block is the first to give up). Only sys waits
+ * read the stop word (host memory); device waits read device memory alone.
  */
 __device__ int bd_wait(const bd_args &a, const u64 *p, u64 target, int sys, u64 timeout_ns,
                        u64 frame, int band, int *verdict)
 {
     if (threadIdx.x == 0) {
         int why = SW_BAND_EOK;
-        const u64 t0 = bd_clock_ns();
+        u64 t0 = bd_clock_ns();
+        const bool clk = sys && a.trace && band == 0 && blockIdx.x == 0;
         for (unsigned i = 0;; i++) {
             const u64 v = sys ? ld_acquire_sys(p) : ld_acquire_gpu(p);
             if (v >= target)
                 break;
             if ((i & 31) == 31) {
-                if (ld_acquire_sys(a.ctl + SW_BAND_STOP) != 0) {
+                if ((sys || a.poll_all) && ld_relaxed_sys(a.ctl + SW_BAND_STOP) != 0) {
                     why = SW_BAND_ESTOP;
                     break;
+                }
+                if (clk) {
+                    const u64 rq = ld_relaxed_sys(a.ctl + SW_BAND_CLK_REQ);
+                    if (rq != 0 && rq != SW_BAND_CLK_END) {
+                        bd_clock_serve(a, rq);
+                        t0 = bd_clock_ns(); /* the time served is not the camera's */
+                    }
                 }
                 if (*(volatile int *)a.abort != 0) {
                     why = -1; /* another block gave up: it has recorded why */
@@ -211,7 +276,7 @@ __device__ __forceinline__ float bd_prepare(const bd_args &a, T raw, int y, int 
  */
 template <typename T, bool EXACT>
 __device__ void bd_row(const bd_args &a, const char *frame, int iy, uint4 *tile, void *s0v,
-                       void *s1v, uint8_t *sat, int slot)
+                       void *s1v, uint8_t *sat, int slot, u64 *copied)
 {
     typedef typename std::conditional<EXACT, uint32_t, float>::type acc_t;
     typedef typename std::conditional<EXACT, unsigned long long, double>::type mom_t;
@@ -240,6 +305,8 @@ __device__ void bd_row(const bd_args &a, const char *frame, int iy, uint4 *tile,
         }
     }
     __syncthreads();
+    if (copied && tid == 0)
+        *copied = bd_clock_ns();
 
     /* column sums per row group */
     const int nc = a.col1 - a.col0, R = a.R, rowb = 16 * a.nck;
@@ -325,14 +392,11 @@ __device__ void bd_row(const bd_args &a, const char *frame, int iy, uint4 *tile,
                     h2[ks] = sx;
                     h2[a.ns + ks] = sy;
                 }
-                if (a.slopes_host)
-                    __threadfence_system(); /* the writer's own fence before the block's count */
-                else
-                    __threadfence();
+                /* no fence here: the barrier below and the caller's thread 0 fence them all */
             }
         }
     }
-    __syncthreads(); /* shared memory is reused by the next row */
+    __syncthreads(); /* shared memory is reused by the next row; the row's slopes are stored */
 }
 
 /* ------------------------------------------------------------------ the persistent kernel */
@@ -369,6 +433,7 @@ __global__ void __launch_bounds__(BD_THREADS) bd_kernel(const bd_args a)
     for (u64 f = 1;; f++) {
         const int slot = (int)((f - 1) % (u64)a.depth);
         const char *frame = a.frames + (size_t)slot * a.slot_bytes;
+        u64 *tr = a.trace ? a.trace + ((f - 1) % a.ntrace) * SW_BAND_TRACE_WORDS : NULL;
         /* 0. every block has finished frame f - 1 */
         if (f > 1 && !bd_wait(a, a.done_ctr, (f - 1) * (u64)G, 0, a.band_ns, f, -1, &verdict))
             return;
@@ -380,21 +445,34 @@ __global__ void __launch_bounds__(BD_THREADS) bd_kernel(const bd_args a)
             const int l0 = a.lrow0[b], l1 = a.lrow0[b + 1];
             /* 1. this block's lenslet rows of the band */
             int first = l0 + (int)(((unsigned)(blk - l0 % G + G)) % (unsigned)G);
+            const bool last = b == a.nb - 1;
             if (first < l1) {
                 if (!bd_wait(a, a.ctl + SW_BAND_FLAGS + slot * a.nb + b, f, 1, tmo, f, b, &verdict))
                     return;
+                if (tr && tid == 0 && first == l0) {
+                    const u64 t = bd_clock_ns();
+                    if (b == 0)
+                        tr[1] = t;
+                    if (last)
+                        tr[2] = t;
+                }
                 for (int iy = first; iy < l1; iy += G) {
-                    bd_row<T, EXACT>(a, frame, iy, tile, s0, s1, sat, slot);
+                    bd_row<T, EXACT>(a, frame, iy, tile, s0, s1, sat, slot,
+                                     tr && last && iy == l0 ? tr + 3 : NULL);
                     if (tid == 0) {
-                        __threadfence(); /* the block's slopes (barrier in bd_row) before the count
-                                          */
-                        atomicAdd(a.band_ctr + b, 1ull);
+                        /* the block's slopes (the barrier ending bd_row) before the count */
+                        __threadfence();
+                        const u64 old = atomicAdd(a.band_ctr + b, 1ull);
+                        if (tr && last && old == f * (u64)(l1 - l0) - 1)
+                            tr[4] = bd_clock_ns();
                     }
                 }
             }
             /* 2. the band's slopes from every block, then this warp's rows of C times them */
             if (!bd_wait(a, a.band_ctr + b, f * (u64)(l1 - l0), 0, tmo, f, b, &verdict))
                 return;
+            if (tr && last && blk == 0 && tid == 0)
+                tr[5] = bd_clock_ns();
             const int k0 = a.k0[b], m = a.k0[b + 1] - k0;
             for (int i = tid; i < m; i += BD_THREADS) {
                 sl[i] = __ldcg(a.s + k0 + i);
@@ -407,6 +485,7 @@ __global__ void __launch_bounds__(BD_THREADS) bd_kernel(const bd_args a)
                     break; /* the same for the whole warp */
                 const M *cr = C + (size_t)row * n2 + k0;
                 float d = 0.0f;
+#pragma unroll 4
                 for (int j = lane; j < m; j += 32) {
                     d = fmaf(bd_w(cr + j), sl[j], d);
                     d = fmaf(bd_w(cr + a.ns + j), sl[m + j], d);
@@ -431,15 +510,27 @@ __global__ void __launch_bounds__(BD_THREADS) bd_kernel(const bd_args a)
                 a.u[row] = v;
                 cmd[row] = v;
             }
-        if (lane == 0)
-            __threadfence_system(); /* the writer's own fence (commands, slopes to the host) */
+        if (a.fence_mode == 2 && lane == 0)
+            __threadfence_system();
         __syncthreads();
         if (tid == 0) {
-            __threadfence_system(); /* the block's commands (and slopes) before the count */
+            /* the block's stores (ordered by the barrier) before its count */
+            if (a.fence_mode >= 1)
+                __threadfence_system();
+            else
+                __threadfence();
             const u64 old = atomicAdd(a.done_ctr, 1ull);
             if (old == f * (u64)G - 1) {
+                if (tr) {
+                    tr[6] = bd_clock_ns();
+                    tr[0] = f;
+                }
+                /* the frame's only system fence: every block's commands and slopes in host
+                 * memory (cumulative through the counter), then the done word */
                 __threadfence_system();
-                st_release_sys(a.ctl_w + SW_BAND_DONE, f);
+                st_relaxed_sys(a.ctl_w + SW_BAND_DONE, f);
+                if (tr)
+                    tr[7] = bd_clock_ns();
             }
         }
     }
@@ -464,7 +555,7 @@ template <> bd_kernel_fn bd_pick<float>(int exact, int half)
 
 typedef struct bd_gpu {
     cudaStream_t stream;
-    void *ctl, *frames, *cmds, *slopes; /* mapped pinned host memory */
+    void *ctl, *frames, *cmds, *slopes, *trace; /* mapped pinned host memory */
     float *C, *u, *s, *dark, *flat, *lut;
     __half *Ch;
     int32_t *lrow0, *k0, *xs, *xe, *ys, *ye, *slope_k;
@@ -558,9 +649,16 @@ extern "C" sw_status sw_rtc_band_gpu_create(sw_rtc_band *b)
     const size_t fixed = (size_t)a.hmax * a.nck * 16 + 2 * (size_t)a.maxbs * sizeof(float) +
                          2 * (size_t)rc * 4 + (size_t)rc + 16;
     /* blocks: up to 2 per multiprocessor, as the occupancy allows */
-    int per_sm = 0, blocks = 0;
+    int per_sm = 0, blocks = 0, want0 = 2;
     size_t smem = 0;
-    for (int want = 2; want >= 1 && blocks == 0; want--) {
+    const char *env = getenv("SPOTWAVE_RTC_BAND_BLOCKS_PER_SM");
+    if (env && strcmp(env, "1") == 0)
+        want0 = 1;
+    env = getenv("SPOTWAVE_RTC_BAND_FENCE");
+    a.fence_mode = env && strcmp(env, "block") == 0 ? 1 : env && strcmp(env, "warp") == 0 ? 2 : 0;
+    env = getenv("SPOTWAVE_RTC_BAND_STOP_POLL");
+    a.poll_all = env && strcmp(env, "all") == 0;
+    for (int want = want0; want >= 1 && blocks == 0; want--) {
         const int G = sms * want;
         a.rpw = (int32_t)((b->nact + (int64_t)G * BD_WARPS - 1) / ((int64_t)G * BD_WARPS));
         smem = fixed + (size_t)BD_WARPS * a.rpw * sizeof(float);
@@ -589,6 +687,9 @@ extern "C" sw_status sw_rtc_band_gpu_create(sw_rtc_band *b)
         e = bd_host(&g->cmds, (size_t)b->depth * b->nact * sizeof(float));
     if (e == cudaSuccess && b->p.slopes)
         e = bd_host(&g->slopes, (size_t)b->depth * 2 * b->ns * sizeof(float));
+    const int64_t ntrace = b->p.trace > 0 ? (int64_t)b->p.trace + b->depth : 0;
+    if (e == cudaSuccess && ntrace > 0)
+        e = bd_host(&g->trace, (size_t)ntrace * SW_BAND_TRACE_WORDS * sizeof(u64));
     if (e != cudaSuccess) {
         free(k0);
         SW_CU(e);
@@ -597,6 +698,8 @@ extern "C" sw_status sw_rtc_band_gpu_create(sw_rtc_band *b)
     b->frames = (char *)g->frames;
     b->cmds = (float *)g->cmds;
     b->slopes = (float *)g->slopes;
+    b->trace = (uint64_t *)g->trace;
+    b->ntrace = ntrace;
     e = bd_dev(&a.frames, g->frames);
     if (e == cudaSuccess)
         e = bd_dev(&a.ctl_w, g->ctl);
@@ -604,6 +707,9 @@ extern "C" sw_status sw_rtc_band_gpu_create(sw_rtc_band *b)
         e = bd_dev(&a.cmd_host, g->cmds);
     if (e == cudaSuccess && g->slopes)
         e = bd_dev(&a.slopes_host, g->slopes);
+    if (e == cudaSuccess && g->trace)
+        e = bd_dev(&a.trace, g->trace);
+    a.ntrace = (u64)ntrace;
     a.ctl = a.ctl_w;
 
     /* device copies */
@@ -699,8 +805,12 @@ extern "C" sw_status sw_rtc_band_gpu_create(sw_rtc_band *b)
     g->launched = 1;
     sw_log(b->ctx, SW_LOG_DEBUG,
            "rtc band: %d blocks of %d threads, %zu B shared, %d bands, R %d, gs %d, %d command "
-           "rows per warp",
-           blocks, BD_THREADS, smem, b->nb, a.R, a.gs, (int)a.rpw);
+           "rows per warp, system fences per %s, stop word read by %s waits",
+           blocks, BD_THREADS, smem, b->nb, a.R, a.gs, (int)a.rpw,
+           a.fence_mode == 2   ? "warp"
+           : a.fence_mode == 1 ? "block"
+                               : "frame",
+           a.poll_all ? "all" : "flag");
     return SW_OK;
 }
 
@@ -727,6 +837,7 @@ extern "C" void sw_rtc_band_gpu_destroy(sw_rtc_band *b)
                 free(g);
                 b->gpu = NULL;
                 b->ctl = NULL;
+                b->trace = NULL;
                 return;
             }
         }
@@ -743,8 +854,11 @@ extern "C" void sw_rtc_band_gpu_destroy(sw_rtc_band *b)
         cudaFreeHost(g->cmds);
     if (g->slopes)
         cudaFreeHost(g->slopes);
+    if (g->trace)
+        cudaFreeHost(g->trace);
     cudaGetLastError();
     free(g);
     b->gpu = NULL;
     b->ctl = NULL;
+    b->trace = NULL;
 }

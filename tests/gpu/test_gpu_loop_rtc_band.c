@@ -22,7 +22,11 @@
  *     the frame and band in the stats; later calls refused;
  *   - bands out of order and a skipped frame number refused and counted; a buffer beyond the
  *     ring refused (overrun) and counted;
- *   - destroy while the kernel waits in the middle of a frame returns promptly.
+ *   - destroy while the kernel waits in the middle of a frame returns promptly;
+ *   - the trace: each frame's stamps in the order of the kernel's phases, kept for the last
+ *     `trace` frames and refused outside them; the clock relation puts the GPU's stamps between
+ *     the host's publish and the host's sight of the done flag (within the round trip); no
+ *     trace, no clock.
  * Skips (77) without a GPU.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -488,6 +492,114 @@ static void test_band_destroy_running(void **state)
     free_plan(&pl);
 }
 
+/* ------------------------------------------------------------------ trace */
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + (int64_t)ts.tv_nsec;
+}
+
+/* Frame f written and published band by band from this thread; *t_pub: the host clock just
+ * before the last band's release store. */
+static void send_frame(sw_rtc_band *b, int64_t f, int64_t *t_pub)
+{
+    const uint16_t *src = frames[(f - 1) % NFRAME];
+    for (int32_t band = 0;; band++) {
+        int32_t row0, rows;
+        if (sw_rtc_band_rows(b, band, &row0, &rows) != SW_OK)
+            break;
+        void *dst = NULL;
+        size_t stride = 0;
+        assert_int_equal(sw_rtc_band_buffer(b, f, band, &dst, &stride), SW_OK);
+        for (int32_t y = 0; y < rows; y++)
+            memcpy((char *)dst + (size_t)y * stride, src + (size_t)(row0 + y) * SIDE,
+                   SIDE * sizeof(uint16_t));
+        int32_t next_rows;
+        if (sw_rtc_band_rows(b, band + 1, NULL, &next_rows) != SW_OK)
+            *t_pub = now_ns(); /* the last band */
+        assert_int_equal(sw_rtc_band_publish(b, f, band), SW_OK);
+    }
+}
+
+static void test_band_trace(void **state)
+{
+    (void)state;
+    const cfg c = {0, 0, SW_CTRL_INTEGRATOR, 0.0, 0.0, 4};
+    plan pl;
+    make_plan(&c, &pl);
+    sw_rtc_band_params bp;
+    sw_rtc_band_params_default(&bp);
+    bp.bands = 4;
+    bp.depth = 3;
+    bp.band_timeout_us = 1e6;
+    bp.idle_timeout_us = 5e6;
+    bp.trace = 8;
+    sw_rtc_band *b = NULL;
+    if (sw_rtc_band_create(pl.rtc, &bp, &b) != SW_OK)
+        fail_msg("sw_rtc_band_create: %s", sw_context_error(gpu));
+    assert_true(sw_rtc_band_done(b) == 0);
+    sw_rtc_band_trace t;
+    assert_int_equal(sw_rtc_band_trace_get(b, 1, &t), SW_ERANGE); /* not done */
+    float u[(NL + 1) * (NL + 1)];
+    int64_t worst_lo = INT64_MAX, worst_hi = INT64_MAX, rtt_max = 0;
+    for (int64_t f = 1; f <= 20; f++) {
+        int64_t off = 0, rtt = 0;
+        if (f <= 3 || f == 20) { /* the kernel idles between frames here: the clock answers */
+            if (sw_rtc_band_clock(b, &off, &rtt) != SW_OK)
+                fail_msg("sw_rtc_band_clock: %s", sw_context_error(NULL));
+            assert_true(rtt > 0 && rtt < 100000000);
+            rtt_max = rtt > rtt_max ? rtt : rtt_max;
+        }
+        int64_t t_pub = 0;
+        send_frame(b, f, &t_pub);
+        assert_int_equal(sw_rtc_band_wait(b, f, 5e6, u, NULL), SW_OK);
+        const int64_t t_seen = now_ns();
+        assert_true(sw_rtc_band_done(b) == f);
+        if (sw_rtc_band_trace_get(b, f, &t) != SW_OK)
+            fail_msg("trace of frame %lld: %s", (long long)f, sw_context_error(NULL));
+        assert_true(t.frame == f);
+        /* the phases in order (one global clock); block 0 may see the last count a moment
+         * before the block that made it reads its clock */
+        assert_true(t.band0_flag_ns <= t.last_flag_ns);
+        assert_true(t.last_flag_ns <= t.last_copied_ns);
+        assert_true(t.last_copied_ns <= t.last_counted_ns);
+        assert_true(t.last_seen_ns + 2000 >= t.last_counted_ns);
+        assert_true(t.last_seen_ns <= t.commands_ns);
+        assert_true(t.commands_ns <= t.done_ns);
+        assert_true(t.done_ns - t.band0_flag_ns < 100000000ull); /* < 100 ms */
+        if (f <= 3) {
+            /* the clock relation: flag seen after the publish, done before the host saw it,
+             * each within the round trip (the offset's error is at most half of it) and 2 us
+             * (the GPU clock may tick in 1 us steps) */
+            const int64_t lo = (int64_t)(t.last_flag_ns - (uint64_t)off) - t_pub;
+            const int64_t hi = t_seen - (int64_t)(t.done_ns - (uint64_t)off);
+            worst_lo = lo < worst_lo ? lo : worst_lo;
+            worst_hi = hi < worst_hi ? hi : worst_hi;
+            assert_true(lo > -rtt - 2000 && hi > -rtt - 2000);
+        }
+    }
+    print_message("trace: clock round trip up to %.2f us; flag seen %.2f us after the publish, "
+                  "done %.2f us before the host saw it (worst of 3)\n",
+                  1e-3 * (double)rtt_max, 1e-3 * (double)worst_lo, 1e-3 * (double)worst_hi);
+    /* the last 8 frames kept, no others */
+    assert_int_equal(sw_rtc_band_trace_get(b, 13, &t), SW_OK);
+    assert_int_equal(sw_rtc_band_trace_get(b, 12, &t), SW_ERANGE);
+    assert_int_equal(sw_rtc_band_trace_get(b, 21, &t), SW_ERANGE);
+    assert_int_equal(sw_rtc_band_trace_get(b, 0, &t), SW_EINVAL);
+    sw_rtc_band_destroy(b);
+    /* no trace: no stamps, no clock */
+    bp.trace = 0;
+    if (sw_rtc_band_create(pl.rtc, &bp, &b) != SW_OK)
+        fail_msg("sw_rtc_band_create: %s", sw_context_error(gpu));
+    int64_t off = 0, rtt = 0;
+    assert_int_equal(sw_rtc_band_clock(b, &off, &rtt), SW_EINVAL);
+    assert_int_equal(sw_rtc_band_trace_get(b, 1, &t), SW_EINVAL);
+    sw_rtc_band_destroy(b);
+    free_plan(&pl);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -497,6 +609,7 @@ int main(void)
         cmocka_unit_test(test_band_missing),
         cmocka_unit_test(test_band_order),
         cmocka_unit_test(test_band_destroy_running),
+        cmocka_unit_test(test_band_trace),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

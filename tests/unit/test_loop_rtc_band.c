@@ -71,7 +71,14 @@ static void test_defaults(void **state)
     assert_true(p.band_timeout_us == 2000.0);
     assert_true(p.idle_timeout_us == 1e7);
     assert_int_equal(p.slopes, 0);
+    assert_int_equal(p.trace, 0);
     sw_rtc_band_params_default(NULL); /* ignored */
+    /* the accessors on no chain */
+    assert_true(sw_rtc_band_done(NULL) == -1);
+    sw_rtc_band_trace t;
+    assert_int_equal(sw_rtc_band_trace_get(NULL, 1, &t), SW_EINVAL);
+    int64_t off = 0, rtt = 0;
+    assert_int_equal(sw_rtc_band_clock(NULL, &off, &rtt), SW_EINVAL);
 }
 
 static void expect(sw_rtc *r, const sw_rtc_band_params *p, sw_status want)
@@ -113,6 +120,8 @@ static void test_ranges(void **state)
     BAD(idle_timeout_us, INFINITY);
     BAD(idle_timeout_us, NAN);
     BAD(slopes, 2);
+    BAD(trace, -1);
+    BAD(trace, (1 << 20) + 1);
 #undef BAD
     /* valid parameters on a CPU plan: the backend is what is refused */
     sw_rtc_band_params_default(&p);
@@ -124,6 +133,7 @@ static void test_ranges(void **state)
     p.slopes = 1;
     p.band_timeout_us = 1.0;
     p.idle_timeout_us = 1e9;
+    p.trace = 1 << 20;
     expect_why(r, &p, "CUDA");
     /* NULL arguments */
     sw_rtc_band *b = NULL;
