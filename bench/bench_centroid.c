@@ -18,8 +18,8 @@
  *                             time (sw_centroid_enable_timing / sw_centroid_kernel_us)
  *   centroid_e2e_device       DEVICE path, results copied to pinned host memory; host clock
  *   centroid_e2e_copy         COPY path: pinned host frame uploaded, pinned host results (the
- *                             default bands, sw_centroid_set_bands: the frame's rows copied band
- *                             by band, each band's lenslets summed as soon as its rows are in)
+ *                             default bands, sw_centroid_set_bands: one, the whole frame, since
+ *                             bands measured slower on an H200)
  *   centroid_e2e_copy_whole   as centroid_e2e_copy with one band (the whole frame copied, then
  *                             one kernel: the order before issue 25)
  *   centroid_e2e_copy_bands<n>  as centroid_e2e_copy with n = 2, 4, 8 bands (fewer when the

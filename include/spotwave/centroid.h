@@ -373,10 +373,12 @@ double sw_centroid_kernel_us(const sw_centroid_plan *plan);
  * k's pixel rows are copied on a stream of the plan's own, each band followed by a flag in device
  * memory, and the kernel, launched once the copies are queued, sums band k's lenslets as soon as
  * band k's flag is set, so the copy of the frame overlaps the kernel and the results it writes. 0
- * (default): chosen from the frame's bytes, one band per 128 KiB rounded, 1 to 4; 1: the whole
- * frame copied, then one kernel; n: n bands (at most the lenslet rows). The results are the same
- * bits for any n. SW_EINVAL outside 0..SW_CENTROID_MAX_BANDS. When run with a device-memory result,
- * the frame is read until the context's stream has finished, as on the whole-frame path.
+ * (default) and 1: the whole frame copied, then one kernel (on an H200 every Table 1 size of
+ * Mocci et al. ran slower in bands: queuing each band's copies costs more host time than the
+ * overlap saves; BENCHMARKS.md, issue 25); n: n bands (at most the lenslet rows). The results are
+ * the same bits for any n. SW_EINVAL outside 0..SW_CENTROID_MAX_BANDS. When run with a
+ * device-memory result, the frame is read until the context's stream has finished, as on the
+ * whole-frame path.
  */
 #define SW_CENTROID_MAX_BANDS 16
 sw_status sw_centroid_set_bands(sw_centroid_plan *plan, int32_t bands);

@@ -456,7 +456,9 @@ sw_status sw_rtc_telemetry_read(sw_rtc *r, int64_t *frame, float *slopes, float 
  * holds one or two blocks on every multiprocessor: other kernels still run beside it, but CUDA
  * calls that wait for the whole device (cudaFree inside creating or destroying another plan, or
  * another band chain's create) wait for the chain to end, which its idle timeout bounds: create
- * other plans first, destroy them after. One band chain per device at a time.
+ * other plans first, destroy them after. One band chain per device at a time, and a device of
+ * its own: kernels of other processes time-slice with it, and its band waits can run out
+ * (measured: its test failed beside five other GPU test processes).
  */
 typedef struct sw_rtc_band_params {
     int32_t bands;          /* row bands per frame, 1..ny (4)                                */

@@ -627,15 +627,11 @@ int32_t sw_centroid_plan_bands(const sw_centroid_plan *plan)
 {
     if (!plan || plan->path != SW_CENTROID_COPY || !plan->fast || !plan->copy_overlap)
         return 1;
-    int32_t n = plan->bands;
-    if (n == 0) {
-        /* one band per 128 KiB of frame, rounded, at most 4: a band's copy (2.5-5 us over
-         * PCIe 5) at least as long as queuing it (two copies), so the copy engine never waits */
-        const double bytes =
-            (double)plan->p.width * (double)plan->p.height * (double)sw_pixel_size(plan->p.type);
-        n = (int32_t)(bytes / (128.0 * 1024.0) + 0.5);
-        n = n < 1 ? 1 : n > 4 ? 4 : n;
-    }
+    /* 0 (default): the whole frame. Measured on an H200 (bench_centroid --e2e, issue 25): bands
+     * cost more than they overlap at every Mocci et al. Table 1 size (w_P = 1000, d = 20: 43 us
+     * whole, 53 / 75 / 109 us in 2 / 4 / 8 bands): each band adds a copy and a flag copy to
+     * queue, a few microseconds of host time each, more than a band's transfer saves */
+    const int32_t n = plan->bands == 0 ? 1 : plan->bands;
     return n < plan->ny ? n : plan->ny;
 }
 
