@@ -35,6 +35,11 @@
  *                   (sw_rtc_band_clock; linear in between): medians and p99 of each phase
  *   --cpus A,B      pin the consumer (main) thread to CPU A and the camera thread to CPU B
  *   --json-only     JSON lines only on stdout (default: also a table on stderr)
+ * The GEMV's floor: each frame reads all of the control matrix once from device memory, nact x
+ * 2 ns x 2 (FP16) or 4 (FP32) bytes, each band its share; printed per config (and "c_bytes" in
+ * the JSON) with the time that takes at an H100 SXM's (3.35 TB/s) and an H200's (4.8 TB/s)
+ * nominal bandwidth: 80/fp16 reads 104 MB, >= 22 us a frame on an H200, ~2.7 us a band of 8.
+ * It bounds gemv_controller (the last band's share) and the rate the chain can keep up with.
  * Default run: 2 configs x 3 rates x 5000 frames: about 18 s of camera time.
  * JSON: one "rtc_band_latency" line per config and rate; "rtc_band_soak" (and per 10^5 frames
  * "rtc_band_soak_window") with --soak.
@@ -832,6 +837,14 @@ int main(int argc, char **argv)
         snprintf(config_s, sizeof config_s, "%dx%d on %d^2 u16, MVM %s (%d x %d), %d bands",
                  (int)s.n, (int)s.n, (int)s.w, c->fp16 ? "FP16" : "FP32", (int)s.nact,
                  (int)(2 * s.ns), (int)(o.bands < s.n ? o.bands : s.n));
+        const int32_t nbands = o.bands < s.n ? o.bands : s.n;
+        const double cbytes = (double)s.nact * 2.0 * s.ns * (c->fp16 ? 2.0 : 4.0);
+        if (!o.json_only)
+            fprintf(stderr,
+                    "  %s: C is %.1f MB a frame, %.2f MB a band: at 3.35 / 4.8 TB/s >= %.1f / "
+                    "%.1f us a frame, %.2f / %.2f us a band\n",
+                    config_s, 1e-6 * cbytes, 1e-6 * cbytes / nbands, cbytes / 3.35e6,
+                    cbytes / 4.8e6, cbytes / 3.35e6 / nbands, cbytes / 4.8e6 / nbands);
         int behind = 0;
         for (int ri = 0; ri < nrates && rc == 0; ri++) {
             const double rate = o.rates[ri];
@@ -855,6 +868,7 @@ int main(int argc, char **argv)
             json_head(o.soak ? "rtc_band_soak" : "rtc_band_latency", config_s, device);
             printf(",\"lenslets\":%d,\"frame_px\":%d,\"slopes\":%d,\"nact\":%d,\"rate_hz\":%g",
                    (int)(s.n * s.n), (int)s.w, (int)(2 * s.ns), (int)s.nact, rate);
+            printf(",\"c_bytes\":%.0f", cbytes);
             printf(",\"frames\":%lld,\"measured\":%lld,\"warmup\":%d", (long long)frames,
                    (long long)r.measured, WARMUP);
             json_num("median_us", md);

@@ -18,7 +18,14 @@
  *      loads the band's slopes (both axes) into shared memory and adds, for each command row it
  *      owns (warp w of the grid owns rows w, w + warps, ...), that row's columns of the band
  *      times the slopes to its accumulator (a column-blocked GEMV, C in FP32 or FP16, sums in
- *      FP32);
+ *      FP32). C streams from device memory in 16-byte loads (4 floats or 8 halves per lane),
+ *      BD_RB rows x 2 axes x BD_VU vectors per lane issued before any is used; C's rows are
+ *      stored padded to 16 bytes so that a band's columns start at the same alignment in every
+ *      row, and the slopes in shared memory start at that 16-byte boundary, zero outside the
+ *      band (the partial first and last vectors of a segment add exact zeros: C is finite).
+ *      Every frame reads all of C once: nact x 2 ns x (4 or 2) bytes, a band its share of it; at
+ *      the device memory's bandwidth that is the GEMV's floor (80 x 80 lenslets in FP16,
+ *      5185 x 10048: 104 MB, ~22 us per frame at an H200's 4.8 TB/s, ~2.7 us per band of 8);
  *   3. after the last band: the controller on each of its rows (sw_loop_update: integrator or
  *      leaky, then the clip, as rtc_cuda.cu), the state u in device memory, the command to the
  *      slot's commands in host memory; a block barrier, thread 0's __threadfence and an atomic
@@ -79,6 +86,8 @@
 #define BD_WARPS    (BD_THREADS / 32)
 #define BD_LOADS    8  /* 16-byte loads per thread in flight (pixel copies)   */
 #define BD_MAX_RPW  64 /* command rows per warp (accumulators in shared memory) */
+#define BD_RB       4  /* command rows a warp reads at once (GEMV)             */
+#define BD_VU       1  /* 16-byte vectors per lane, row and axis, at once (GEMV) */
 #define BD_MAX_SMEM (160 * 1024)
 
 typedef unsigned long long u64;
@@ -109,7 +118,9 @@ struct bd_args {
     int R, gs;
     /* the reconstruction and the controller */
     int32_t ns, nact, rpw, maxbs;
-    const float *C;   /* nact x 2 ns row-major, FP32 */
+    int32_t ld;       /* C's row stride (elements): 2 ns rounded up to 16 bytes, zero padded */
+    int32_t slw;      /* floats per axis of a band's slopes in shared memory (a multiple of 8) */
+    const float *C;   /* nact x 2 ns row-major (row stride ld), FP32 */
     const __half *Ch; /* or FP16 */
     float gain, keep, clip;
     float *u;      /* nact: the state */
@@ -401,18 +412,44 @@ __device__ void bd_row(const bd_args &a, const char *frame, int iy, uint4 *tile,
 
 /* ------------------------------------------------------------------ the persistent kernel */
 
-__device__ __forceinline__ float bd_w(const float *p)
+/* d + the 16 bytes q of C (4 floats or 8 halves) times the slopes s[0 ..) (16-byte aligned) */
+__device__ __forceinline__ float bd_dot(uint4 q, const float *s, float d, const float *)
 {
-    return __ldg(p);
+    const float4 v = *(const float4 *)s;
+    d = fmaf(__uint_as_float(q.x), v.x, d);
+    d = fmaf(__uint_as_float(q.y), v.y, d);
+    d = fmaf(__uint_as_float(q.z), v.z, d);
+    return fmaf(__uint_as_float(q.w), v.w, d);
 }
 
-__device__ __forceinline__ float bd_w(const __half *p)
+__device__ __forceinline__ float2 bd_h2(unsigned u)
 {
-    return __half2float(__ldg(p));
+    __half2_raw r;
+    r.x = (unsigned short)(u & 0xffffu);
+    r.y = (unsigned short)(u >> 16);
+    return __half22float2(__half2(r));
 }
 
+__device__ __forceinline__ float bd_dot(uint4 q, const float *s, float d, const __half *)
+{
+    const float4 v0 = *(const float4 *)s, v1 = *(const float4 *)(s + 4);
+    float2 c = bd_h2(q.x);
+    d = fmaf(c.x, v0.x, d);
+    d = fmaf(c.y, v0.y, d);
+    c = bd_h2(q.y);
+    d = fmaf(c.x, v0.z, d);
+    d = fmaf(c.y, v0.w, d);
+    c = bd_h2(q.z);
+    d = fmaf(c.x, v1.x, d);
+    d = fmaf(c.y, v1.y, d);
+    c = bd_h2(q.w);
+    d = fmaf(c.x, v1.z, d);
+    return fmaf(c.y, v1.w, d);
+}
+
+/* (2 blocks per multiprocessor: at most 128 registers, which the GEMV's loads in flight need) */
 template <typename T, bool EXACT, typename M>
-__global__ void __launch_bounds__(BD_THREADS) bd_kernel(const bd_args a)
+__global__ void __launch_bounds__(BD_THREADS, 2) bd_kernel(const bd_args a)
 {
     typedef typename std::conditional<EXACT, uint32_t, float>::type acc_t;
     extern __shared__ __align__(16) unsigned char smem[];
@@ -420,15 +457,15 @@ __global__ void __launch_bounds__(BD_THREADS) bd_kernel(const bd_args a)
     const int rc = a.R * (a.col1 - a.col0);
     uint4 *tile = (uint4 *)smem;
     float *acc = (float *)(tile + (size_t)a.hmax * a.nck); /* BD_WARPS x rpw */
-    float *sl = acc + BD_WARPS * a.rpw;                    /* 2 maxbs        */
-    acc_t *s0 = (acc_t *)(sl + 2 * a.maxbs), *s1 = s0 + rc;
+    float *sl = acc + BD_WARPS * a.rpw;                    /* 2 slw          */
+    acc_t *s0 = (acc_t *)(sl + 2 * a.slw), *s1 = s0 + rc;
     uint8_t *sat = (uint8_t *)(s1 + rc);
 
     const M *C = std::is_same<M, float>::value ? (const M *)a.C : (const M *)a.Ch;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int G = (int)gridDim.x, blk = (int)blockIdx.x;
     const int gw = blk * BD_WARPS + warp, W = G * BD_WARPS;
-    const int32_t n2 = 2 * a.ns;
+    const int V = 16 / (int)sizeof(M); /* elements of C per 16-byte load */
 
     for (u64 f = 1;; f++) {
         const int slot = (int)((f - 1) % (u64)a.depth);
@@ -473,27 +510,70 @@ __global__ void __launch_bounds__(BD_THREADS) bd_kernel(const bd_args a)
                 return;
             if (tr && last && blk == 0 && tid == 0)
                 tr[5] = bd_clock_ns();
+            /* the band's slopes, each axis in shared memory from its first column's 16-byte
+             * boundary in C's rows (C's row stride ld is a multiple of V: the same boundary in
+             * every row), zero beyond the band on both sides up to slw */
             const int k0 = a.k0[b], m = a.k0[b + 1] - k0;
-            for (int i = tid; i < m; i += BD_THREADS) {
-                sl[i] = __ldcg(a.s + k0 + i);
-                sl[m + i] = __ldcg(a.s + a.ns + k0 + i);
+            const int xa = k0 & -V, ya = (a.ns + k0) & -V; /* first columns, 16-byte aligned */
+            const int hx = k0 - xa, hy = a.ns + k0 - ya;
+            const int nvx = (hx + m + V - 1) / V, nvy = (hy + m + V - 1) / V;
+            const int nv = nvx > nvy ? nvx : nvy; /* nv V <= slw */
+            float *slx = sl, *sly = sl + a.slw;
+            for (int i = tid; i < a.slw; i += BD_THREADS) {
+                const int jx = i - hx, jy = i - hy;
+                slx[i] = jx >= 0 && jx < m ? __ldcg(a.s + k0 + jx) : 0.0f;
+                sly[i] = jy >= 0 && jy < m ? __ldcg(a.s + a.ns + k0 + jy) : 0.0f;
             }
             __syncthreads();
-            for (int i = 0; i < a.rpw; i++) {
-                const int row = gw + i * W;
-                if (row >= a.nact)
-                    break; /* the same for the whole warp */
-                const M *cr = C + (size_t)row * n2 + k0;
-                float d = 0.0f;
-#pragma unroll 4
-                for (int j = lane; j < m; j += 32) {
-                    d = fmaf(bd_w(cr + j), sl[j], d);
-                    d = fmaf(bd_w(cr + a.ns + j), sl[m + j], d);
+            /* the warp's rows BD_RB at a time, each lane BD_VU 16-byte vectors per row and axis
+             * at once (up to 2 BD_RB BD_VU loads in flight per lane), all issued before any is
+             * used. The columns outside the band in the first and last vector meet zero slopes:
+             * C is finite (rtc.c), so they add exact zeros. Vectors past an axis's end, and
+             * rows past the warp's, are zero and not loaded. */
+            for (int i0 = 0; i0 < a.rpw && gw + i0 * W < a.nact; i0 += BD_RB) {
+                /* row gw + (i0 + r) W's vector v of the x axis: px[r W ld / V + v], of the
+                 * y axis that + dy */
+                const uint4 *px = (const uint4 *)(C + (size_t)(gw + i0 * W) * a.ld + xa);
+                const size_t rs = (size_t)W * (size_t)(a.ld / V);
+                const int dy = (ya - xa) / V;
+                bool ok[BD_RB];
+                float d[BD_RB];
+#pragma unroll
+                for (int r = 0; r < BD_RB; r++) {
+                    ok[r] = i0 + r < a.rpw && gw + (i0 + r) * W < a.nact; /* warp-uniform */
+                    d[r] = 0.0f;
                 }
-                for (int o = 16; o > 0; o >>= 1)
-                    d += __shfl_xor_sync(0xffffffffu, d, o);
-                if (lane == 0)
-                    acc[warp * a.rpw + i] += d;
+                for (int v0 = lane; v0 < nv; v0 += 32 * BD_VU) {
+                    uint4 qx[BD_RB][BD_VU], qy[BD_RB][BD_VU];
+#pragma unroll
+                    for (int r = 0; r < BD_RB; r++)
+#pragma unroll
+                        for (int u = 0; u < BD_VU; u++) {
+                            const int v = v0 + 32 * u;
+                            qx[r][u] = qy[r][u] = make_uint4(0u, 0u, 0u, 0u);
+                            if (ok[r] && v < nvx)
+                                qx[r][u] = __ldg(px + r * rs + v);
+                            if (ok[r] && v < nvy)
+                                qy[r][u] = __ldg(px + r * rs + dy + v);
+                        }
+#pragma unroll
+                    for (int u = 0; u < BD_VU; u++) {
+                        const int v = v0 + 32 * u;
+                        if (v < nv)
+#pragma unroll
+                            for (int r = 0; r < BD_RB; r++) {
+                                d[r] = bd_dot(qx[r][u], slx + v * V, d[r], C);
+                                d[r] = bd_dot(qy[r][u], sly + v * V, d[r], C);
+                            }
+                    }
+                }
+#pragma unroll
+                for (int r = 0; r < BD_RB; r++) {
+                    for (int o = 16; o > 0; o >>= 1)
+                        d[r] += __shfl_xor_sync(0xffffffffu, d[r], o);
+                    if (lane == 0 && ok[r])
+                        acc[warp * a.rpw + i0 + r] += d[r];
+                }
             }
             __syncthreads(); /* sl is reused by the next band */
         }
@@ -641,12 +721,18 @@ extern "C" sw_status sw_rtc_band_gpu_create(sw_rtc_band *b)
             a.maxbs = k0[i] - k0[i - 1];
     }
     const int half = r->p.fp16 ? 1 : 0;
+    /* C's rows padded to 16 bytes (V = 8 halves or 4 floats), so that column j of every row has
+     * the same 16-byte alignment; a band's slopes per axis: its columns from the 16-byte boundary
+     * before its first (up to V - 1 more) and its last vector's (up to V - 1 more) */
+    const int32_t vw = half ? 8 : 4;
+    a.ld = (2 * b->ns + vw - 1) / vw * vw;
+    a.slw = (a.maxbs + 2 * (vw - 1) + 7) / 8 * 8;
     const int exact = c->exact && cp->type != SW_PIX_F32;
     const bd_kernel_fn kfn = cp->type == SW_PIX_U8    ? bd_pick<uint8_t>(exact, half)
                              : cp->type == SW_PIX_U16 ? bd_pick<uint16_t>(exact, half)
                                                       : bd_pick<float>(0, half);
     const int32_t rc = a.R * (c->col1 - c->col0);
-    const size_t fixed = (size_t)a.hmax * a.nck * 16 + 2 * (size_t)a.maxbs * sizeof(float) +
+    const size_t fixed = (size_t)a.hmax * a.nck * 16 + 2 * (size_t)a.slw * sizeof(float) +
                          2 * (size_t)rc * 4 + (size_t)rc + 16;
     /* blocks: up to 2 per multiprocessor, as the occupancy allows */
     int per_sm = 0, blocks = 0, want0 = 2;
@@ -739,15 +825,21 @@ extern "C" sw_status sw_rtc_band_gpu_create(sw_rtc_band *b)
         e = bd_upload(&g->flat, (const float *)c->flat, npix);
     if (e == cudaSuccess && c->lut)
         e = bd_upload(&g->lut, (const float *)c->lut, cp->type == SW_PIX_U8 ? (size_t)256 : 65536);
-    const size_t nC = (size_t)b->nact * 2 * b->ns;
-    if (e == cudaSuccess && !half)
-        e = bd_upload(&g->C, (const float *)r->cm, nC);
+    /* C with row stride ld, the padding zero */
+    const size_t n2 = (size_t)2 * b->ns, nC = (size_t)b->nact * (size_t)a.ld;
+    if (e == cudaSuccess && !half) {
+        e = bd_upload<float>(&g->C, NULL, nC);
+        if (e == cudaSuccess)
+            e = cudaMemcpy2D(g->C, (size_t)a.ld * sizeof(float), r->cm, n2 * sizeof(float),
+                             n2 * sizeof(float), (size_t)b->nact, cudaMemcpyHostToDevice);
+    }
     if (e == cudaSuccess && half) {
-        __half *h = (__half *)malloc(nC * sizeof(__half));
+        __half *h = (__half *)calloc(nC, sizeof(__half));
         if (!h)
             return sw_fail(b->ctx, SW_ENOMEM, "rtc band: out of memory (FP16 matrix)");
-        for (size_t i = 0; i < nC; i++)
-            h[i] = __float2half_rn(r->cm[i]); /* rtc.c checked the range */
+        for (size_t i = 0; i < (size_t)b->nact; i++)
+            for (size_t j = 0; j < n2; j++) /* rtc.c checked the range */
+                h[i * (size_t)a.ld + j] = __float2half_rn(r->cm[i * n2 + j]);
         e = bd_upload(&g->Ch, (const __half *)h, nC);
         free(h);
     }
