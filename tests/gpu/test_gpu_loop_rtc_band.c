@@ -195,6 +195,8 @@ typedef struct camera {
     int32_t nframes;
     int32_t stop_at_frame, stop_at_band; /* publish nothing from here on (0: all) */
     int pace;                            /* 1: a short pause between bands of every third frame */
+    int track;                           /* 1: wait for the consumer too (consumed)               */
+    int64_t consumed;                    /* frames the consumer has read (atomic)                 */
     sw_status status;                    /* the first failure, or SW_OK */
     char msg[256];
 } camera;
@@ -208,10 +210,15 @@ static void *camera_run(void *arg)
         const uint16_t *src = frames[(f - 1) % NFRAME];
         int32_t nb = 0;
         sw_rtc_band_stats s;
-        /* pace on the chain: the slot of frame f is free once f - depth is done */
+        /* pace on the chain (the slot of frame f is free once f - depth is done) and, when the
+         * consumer checks every frame, on the consumer: frame f's results overwrite those of
+         * f - depth (depth 4 here), which the consumer must have read by then (the chain ran
+         * ahead of a slow consumer on an H200: results read after they were overwritten) */
         for (;;) {
             sw_rtc_band_get_stats(c->b, &s);
-            if (s.done >= f - 2 || now_s() > t_end)
+            const int64_t seen =
+                c->track ? __atomic_load_n(&c->consumed, __ATOMIC_ACQUIRE) : (int64_t)f;
+            if ((s.done >= f - 2 && seen >= f - 2) || now_s() > t_end)
                 break;
         }
         for (int32_t band = 0;; band++) {
@@ -287,6 +294,7 @@ static void run_equivalence(const cfg *c)
     cam.b = b;
     cam.nframes = NRUN;
     cam.pace = 1;
+    cam.track = 1;
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, camera_run, &cam), 0);
     float *u = malloc((size_t)nact * sizeof(float)), *s = malloc((size_t)n2 * sizeof(float));
@@ -303,6 +311,7 @@ static void run_equivalence(const cfg *c)
             print_message("wait for frame %d: %s\n", k + 1, sw_context_error(NULL));
             break;
         }
+        __atomic_store_n(&cam.consumed, (int64_t)(k + 1), __ATOMIC_RELEASE); /* u, s copied */
         const float *rs = ref_s + (size_t)k * n2, *ru = ref_u + (size_t)k * nact;
         if (memcmp(s, rs, (size_t)n2 * sizeof(float)) != 0) {
             for (int32_t j = 0; j < n2; j++)
