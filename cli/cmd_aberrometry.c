@@ -574,6 +574,7 @@ typedef struct ab_job {
     sw_image psf[2], mtf[2]; /* the last frame's, with --psf / --mtf */
     int64_t first, count;
     int64_t failed; /* the frame a failure was printed for, or -1 */
+    int dealt;      /* the frames were dealt: under MPI every rank then gathers */
     sw_cli_progress bar;
     int map_written[2];
 } ab_job;
@@ -781,12 +782,16 @@ static int run_frames(ab_job *j, int quiet, sw_cli_mpi *mpi)
     j->res = calloc((size_t)j->count, sizeof *j->res);
     const int32_t nb = j->count < MAX_BATCH ? (int32_t)j->count : MAX_BATCH;
     j->batch_res = calloc((size_t)nb, sizeof *j->batch_res);
-    if (!j->res || !j->batch_res)
-        return sw_cli_fail(SUB, "out of memory");
-    sw_cli_progress_start(&j->bar, SUB, sw_cli_mpi_root(mpi) ? o->progress : 0, quiet, j->count);
-    if ((rc = sw_cli_mpi_agree(mpi, SW_EXIT_OK)) != SW_EXIT_OK)
+    rc = !j->res || !j->batch_res ? sw_cli_fail(SUB, "out of memory") : SW_EXIT_OK;
+    if (rc == SW_EXIT_OK)
+        sw_cli_progress_start(&j->bar, SUB, sw_cli_mpi_root(mpi) ? o->progress : 0, quiet,
+                              j->count);
+    /* every rank, this one failed or not, agrees before the frames: a rank that failed before
+     * them stops all of them, and none then gathers (there is no frame to report) */
+    if ((rc = sw_cli_mpi_agree(mpi, rc)) != SW_EXIT_OK)
         return rc;
     sw_cli_mpi_deal(mpi, &j->in, j->first, j->count, j->bar.on);
+    j->dealt = 1;
     const int64_t lo = mpi->my_first - j->first, hi = lo + mpi->my_count;
     j->failed = -1;
     if (j->count == 1) {
@@ -1321,7 +1326,7 @@ int sw_cmd_aberrometry(const sw_cli_globals *g, int argc, char **argv)
     if ((rc = prepare_reference(&j)) != SW_EXIT_OK || (rc = make_plan(&j)) != SW_EXIT_OK)
         goto done;
     rc = run_frames(&j, g->quiet, &mpi);
-    if (mpi.on) {
+    if (mpi.on && j.dealt) {
         /* rank 0 gathers every rank's results; a failed rank has printed its message */
         const sw_cli_mpi_array arrays[] = {{j.res, sizeof *j.res}};
         rc = sw_cli_mpi_gather_frames(&mpi, NULL, rc == SW_EXIT_OK ? SW_OK : SW_EINVAL, j.failed,

@@ -125,3 +125,30 @@ for cmd in pupil aberrometry; do
         fail "$cmd: rank 0 does not list the failed frame and the finished ones: $err"
     [[ ! -e out.csv && -z $out ]] || fail "a failed MPI $cmd run wrote its outputs"
 done
+
+# a rank that fails before its frames (its own folder's second input is not an image: each rank
+# runs in folder r0 or r1 by its rank) stops every rank there: the failure is reported once, no
+# rank claims a failed frame, and none waits for another's results (rank 0 failing or another)
+mkdir "$tmp/r0" "$tmp/r1"
+cp "$tmp/data/eye1.pgm" "$tmp/data/eye4.pgm" "$tmp/data/ref.pgm" "$tmp/r0/"
+cp "$tmp/data/eye1.pgm" "$tmp/data/ref.pgm" "$tmp/r1/"
+echo junk >"$tmp/r1/eye4.pgm"
+for cmd in pupil aberrometry; do
+    extra=("${grid[@]}")
+    [[ $cmd == aberrometry ]] && extra=(--reference ref.pgm --focal-mm 2.1875)
+    for shift in 0 1; do
+        set +e
+        ASAN_OPTIONS=$mpi_asan LSAN_OPTIONS=$mpi_lsan timeout 60 mpirun --oversubscribe -np 2 \
+            sh -c 'cd "$1/r$(((${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}} + $2) % 2))" && shift 2 &&
+                   exec "$@"' sh "$tmp" "$shift" "$SW" "$cmd" eye1.pgm eye4.pgm "${extra[@]}" \
+            --out out.csv >"$tmp/out" 2>"$tmp/err"
+        rc=$?
+        set -e
+        err=$(cat "$tmp/err")
+        [[ $rc != 0 && $rc != 124 ]] || fail "$cmd, rank $((1 - shift)) failing before the frames: exit $rc: $err"
+        [[ $err == *"'eye4.pgm' is none of"* ]] || fail "$cmd: the failing rank's message is missing: $err"
+        [[ $err != *"failed (above)"* && $err != *"MPI ranks failed"* && $err != *"out of memory"* ]] ||
+            fail "$cmd, rank $((1 - shift)) failing before the frames: a frame is reported as failed: $err"
+        [[ ! -e "$tmp/r0/out.csv" && ! -e "$tmp/r1/out.csv" ]] || fail "$cmd wrote its outputs"
+    done
+done
