@@ -237,6 +237,7 @@ typedef struct sw_cli_input {
                                      nothing; FITS, PGM and TIFF carry none; CBF: the Pilatus
                                      mini-header; HDF5: the NXmx fields, sw_h5_read_geometry) */
     uint8_t *valid; /* CBF: its negative pixels as 0 among 1s (width * height), or NULL */
+    int chunked;    /* HDF5 read as stored chunks throughout (sw_cli_inputs_chunk_limits) */
 } sw_cli_input;
 
 /* Several input files, their frames numbered from 0 across all of them in order. */
@@ -287,13 +288,14 @@ sw_status sw_cli_inputs_frame_status(sw_context *ctx, sw_cli_inputs *in, int64_t
  * a pipeline's reader thread with SW_CLI_INPUTS_THREAD. */
 sw_status sw_cli_inputs_read(sw_cli_inputs *in, int64_t index, sw_image *dst);
 /* Frame index as stored bitshuffle/LZ4 chunks (sw_h5_read_frame_chunks; *nchunks = 0 for a
- * frame that is not, or not from HDF5): the chunk source of sw_find_sequence_chunks. Safe on
- * several threads at once. */
+ * frame that is not, or not from an input that sw_cli_inputs_chunk_limits found read as chunks
+ * throughout): the chunk source of sw_find_sequence_chunks. Safe on several threads at once. */
 sw_status sw_cli_inputs_read_chunks(sw_cli_inputs *in, int64_t index, void *buf, size_t cap,
                                     sw_find_chunk *chunks, int64_t max_chunks, int64_t *nchunks);
 /* The room sw_cli_inputs_read_chunks needs over all inputs (*cap bytes, *max_chunks chunks; 0
- * when none is read as chunks); returns 1 when every input is an HDF5 file read as chunks. */
-int sw_cli_inputs_chunk_limits(const sw_cli_inputs *in, size_t *cap, int64_t *max_chunks);
+ * when none is read as chunks), and which inputs it reads as chunks; returns 1 when every input
+ * is an HDF5 file read as chunks. */
+int sw_cli_inputs_chunk_limits(sw_cli_inputs *in, size_t *cap, int64_t *max_chunks);
 void sw_cli_inputs_free(sw_cli_inputs *in);
 /* The experiment's geometry as the first input's header gives it (nothing known: have = 0). */
 void sw_cli_inputs_geometry(const sw_cli_inputs *in, sw_diffraction_geometry *g);

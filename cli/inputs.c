@@ -223,12 +223,12 @@ sw_status sw_cli_inputs_read_chunks(sw_cli_inputs *in, int64_t index, void *buf,
     *nchunks = 0;
     if (!p)
         return sw_error_set(NULL, SW_EINVAL, "frame %lld is beyond the inputs", (long long)index);
-    if (!p->h5)
-        return SW_OK; /* read decoded */
+    if (!p->h5 || !p->chunked)
+        return SW_OK; /* read decoded (the room given is another input's) */
     return sw_h5_read_frame_chunks(p->h5, k, buf, cap, chunks, max_chunks, nchunks);
 }
 
-int sw_cli_inputs_chunk_limits(const sw_cli_inputs *in, size_t *cap, int64_t *max_chunks)
+int sw_cli_inputs_chunk_limits(sw_cli_inputs *in, size_t *cap, int64_t *max_chunks)
 {
     *cap = 0;
     *max_chunks = 0;
@@ -236,6 +236,7 @@ int sw_cli_inputs_chunk_limits(const sw_cli_inputs *in, size_t *cap, int64_t *ma
     for (int i = 0; i < in->n; i++) {
         size_t b = 0;
         int64_t c = 0;
+        in->in[i].chunked = 0;
         if (!in->in[i].h5 || sw_h5_frame_chunks_limits(in->in[i].h5, &b, &c) != SW_OK || c == 0) {
             all = 0;
             continue;
@@ -244,6 +245,7 @@ int sw_cli_inputs_chunk_limits(const sw_cli_inputs *in, size_t *cap, int64_t *ma
             *cap = b;
         if (c > *max_chunks)
             *max_chunks = c;
+        in->in[i].chunked = 1;
     }
     return all;
 }
