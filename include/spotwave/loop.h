@@ -498,7 +498,8 @@ sw_status sw_rtc_band_publish(sw_rtc_band *b, int64_t frame, int32_t band);
 /* Waits (spinning, at most timeout_us) until frame `frame` is done, then copies its commands
  * (nact floats) and, when the chain was made with slopes = 1, its slopes (2 ns floats; NULL
  * skips either). SW_ETIMEDOUT (counted) when the time runs out or the kernel stopped on a
- * missing band; SW_ERANGE when the frame's slot has been overwritten since (frame + depth done). */
+ * missing band; SW_ERANGE when the frame's slot has been, or may be being, overwritten since
+ * (frame + depth done, or its band 0 published when slopes are copied, its last band otherwise). */
 sw_status sw_rtc_band_wait(sw_rtc_band *b, int64_t frame, double timeout_us, float *commands,
                            float *slopes);
 

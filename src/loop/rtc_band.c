@@ -10,8 +10,9 @@
  *             sees the pixels;
  *   consumer: __atomic_load_n(done, __ATOMIC_ACQUIRE) >= frame, then the commands' loads: the
  *             GPU stored them, fenced at system scope, before its release store of done.
- *             The slot is re-checked after the copy (done < frame + depth: not overwritten
- *             meanwhile, as a sequence lock's reader).
+ *             The slot is re-checked after the copy (frame + depth neither done nor
+ *             published far enough to be written there: not overwritten meanwhile, as a
+ *             sequence lock's reader).
  * Errors at run time are recorded per thread (sw_fail(NULL, ...)): the producer and the consumer
  * may be two threads, and the context's message belongs to its owner.
  */
@@ -279,9 +280,17 @@ sw_status sw_rtc_band_wait(sw_rtc_band *b, int64_t frame, double timeout_us, flo
             if (slopes && b->slopes)
                 memcpy(slopes, b->slopes + (size_t)slot * 2 * b->ns,
                        (size_t)2 * b->ns * sizeof(float));
-            __atomic_thread_fence(__ATOMIC_ACQUIRE); /* the copies before the re-check */
-            if ((int64_t)__atomic_load_n(&b->ctl[SW_BAND_DONE], __ATOMIC_RELAXED) >=
-                frame + b->depth)
+            __atomic_thread_fence(__ATOMIC_ACQUIRE); /* the copies before the re-checks */
+            /* The kernel writes frame + depth's slopes into the slot once that frame's band 0 is
+             * published, and its commands once its last band is, before done says frame +
+             * depth - 1 (its blocks pass the frame barrier on their own counter): the slot's
+             * flag, not done, says whether that may have begun. */
+            const int32_t band = slopes && b->slopes ? 0 : b->nb - 1;
+            const uint64_t flag =
+                __atomic_load_n(&b->ctl[SW_BAND_FLAGS + slot * b->nb + band], __ATOMIC_RELAXED);
+            if (flag != (uint64_t)frame ||
+                (int64_t)__atomic_load_n(&b->ctl[SW_BAND_DONE], __ATOMIC_RELAXED) >=
+                    frame + b->depth)
                 return sw_fail(NULL, SW_ERANGE,
                                "rtc band: frame %lld's results were overwritten while read",
                                (long long)frame);
