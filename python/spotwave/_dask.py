@@ -93,12 +93,14 @@ def find_dask(frames, *, first_frame=0, backend=None, device=0, threads=0, sched
     Keywords: those of :func:`spotwave.find`, except ctx, strong, progress and three_d; with
     ccd=True the detector's numbers come from the first frame, once, as in one call.
     """
+    if "ctx" in kw:
+        raise TypeError("find_dask: ctx is not taken over Dask (each worker thread has its own "
+                        "context: give backend, device, threads)")
     if kw.pop("ccd", False):
         first = np.ascontiguousarray(np.asarray(frames[0]))
         gain, sb, ss = ccd_keywords(first, kw.get("gain"), kw.get("sigma_b"), kw.get("sigma_s"),
                                     kw.get("mask"), kw)
         kw.update(gain=gain, sigma_b=sb, sigma_s=ss)
-        kw.pop("ctx", None)  # (ccd_keywords only reads it)
     return _blocks("find_dask", frames, _find_block, first_frame, backend, device, threads,
                    scheduler, compute, kw)
 

@@ -102,6 +102,10 @@ static void fill_slot(pipe_state *ps, int64_t r, pipe_slot *sl)
             slot_fail(sl, st, "the chunk source failed");
             return;
         }
+        if (n > ps->csrc->max_chunks) { /* the source broke its contract: its list overran */
+            slot_fail(sl, SW_EINTERNAL, "the chunk source gave more chunks than max_chunks");
+            return;
+        }
         if (n > 0) {
             uint64_t out = 0, end = 0;
             for (int64_t k = 0; k < n; ++k) {

@@ -750,8 +750,15 @@ extern "C" sw_status sw_rtc_band_gpu_create(sw_rtc_band *b)
         smem = fixed + (size_t)BD_WARPS * a.rpw * sizeof(float);
         if (smem > (size_t)optin || smem > BD_MAX_SMEM)
             continue;
-        SW_CU(cudaFuncSetAttribute(kfn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        SW_CU(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kfn, BD_THREADS, smem));
+        cudaError_t e =
+            cudaFuncSetAttribute(kfn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e == cudaSuccess)
+            e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kfn, BD_THREADS, smem);
+        if (e != cudaSuccess) {
+            free(k0); /* (SW_CU would return without it) */
+            return sw_fail(b->ctx, SW_ECUDA, "rtc band: the kernel's occupancy: %s",
+                           cudaGetErrorString(e));
+        }
         if (per_sm >= want)
             blocks = G;
     }
