@@ -249,6 +249,30 @@ static void send_progress(sw_cli_mpi *m, int64_t done)
     MPI_Isend(m->msg, H_N, MPI_INT64_T, 0, TAG_STATUS, MPI_COMM_WORLD, req);
 }
 
+/* Another rank's final header, its common part (the progress message in flight sent first). */
+static void header_start(sw_cli_mpi *m, sw_status st, int64_t failed_frame, int64_t hd[H_N])
+{
+    MPI_Request *req = m->req;
+    if (*req != MPI_REQUEST_NULL)
+        MPI_Wait(req, MPI_STATUS_IGNORE);
+    memset(hd, 0, H_N * sizeof *hd);
+    hd[H_KIND] = KIND_HEADER;
+    hd[H_DONE] = st == SW_OK ? m->my_count : m->done ? m->done[0] : 0;
+    hd[H_FAILED] = st != SW_OK;
+    hd[H_FRAME] = failed_frame;
+}
+
+/* Rank 0: every other rank's final header (its progress shown meanwhile while all is well). */
+static void wait_headers(sw_cli_mpi *m, sw_status st)
+{
+    m->done[0] = m->my_count;
+    while (m->headers < m->size - 1) {
+        take_status(m, 1);
+        if (st == SW_OK)
+            show_progress(m);
+    }
+}
+
 /* Rank 0, after every header: the failed ranks' frames in one message (exit 1). */
 static int failed_list(const sw_cli_mpi *m, int self_failed, int64_t failed_frame, int nfailed)
 {
@@ -397,14 +421,8 @@ int sw_cli_mpi_gather(sw_cli_mpi *m, sw_context *ctx, sw_status st, sw_spot_list
     const int32_t h = strong_cube && m->count > 0 ? strong_cube->height / (int32_t)m->count : 0;
     const size_t plane = (size_t)w * (size_t)h;
     if (m->rank != 0) {
-        MPI_Request *req = m->req;
-        if (*req != MPI_REQUEST_NULL)
-            MPI_Wait(req, MPI_STATUS_IGNORE);
-        int64_t hd[H_N] = {0};
-        hd[H_KIND] = KIND_HEADER;
-        hd[H_DONE] = st == SW_OK ? m->my_count : m->done ? m->done[0] : 0;
-        hd[H_FAILED] = st != SW_OK;
-        hd[H_FRAME] = failed_frame;
+        int64_t hd[H_N];
+        header_start(m, st, failed_frame, hd);
         hd[H_SPOTS] = st == SW_OK ? spots->count : 0;
         hd[H_REFINED] = st == SW_OK && refined ? refined->count : 0;
         const int64_t s10[10] = {
@@ -442,12 +460,7 @@ int sw_cli_mpi_gather(sw_cli_mpi *m, sw_context *ctx, sw_status st, sw_spot_list
     if (!m->hd || (plane && !buf) || !m->done) {
         out_of_memory(m);
     }
-    m->done[0] = m->my_count;
-    while (m->headers < m->size - 1) {
-        take_status(m, 1);
-        if (st == SW_OK)
-            show_progress(m);
-    }
+    wait_headers(m, st);
     const int64_t(*hd)[SW_CLI_MPI_MSG] = (const int64_t(*)[SW_CLI_MPI_MSG])m->hd;
     int nfailed = st != SW_OK;
     for (int r = 1; r < m->size; r++)
@@ -532,14 +545,8 @@ int sw_cli_mpi_gather_frames(sw_cli_mpi *m, sw_context *ctx, sw_status st, int64
         failed_frame = report_failure(m, ctx, st);
     }
     if (m->rank != 0) {
-        MPI_Request *req = m->req;
-        if (*req != MPI_REQUEST_NULL)
-            MPI_Wait(req, MPI_STATUS_IGNORE);
-        int64_t hd[H_N] = {0};
-        hd[H_KIND] = KIND_HEADER;
-        hd[H_DONE] = st == SW_OK ? m->my_count : m->done ? m->done[0] : 0;
-        hd[H_FAILED] = st != SW_OK;
-        hd[H_FRAME] = failed_frame;
+        int64_t hd[H_N];
+        header_start(m, st, failed_frame, hd);
         hd[H_STRONG] = st == SW_OK ? m->my_count : 0; /* frames whose records follow */
         hd[H_FIRST] = m->my_first;
         MPI_Send(hd, H_N, MPI_INT64_T, 0, TAG_STATUS, MPI_COMM_WORLD);
@@ -553,12 +560,7 @@ int sw_cli_mpi_gather_frames(sw_cli_mpi *m, sw_context *ctx, sw_status st, int64
     /* rank 0: every header, then each rank's records into their frames' places */
     if (!m->hd || !m->done)
         out_of_memory(m);
-    m->done[0] = m->my_count;
-    while (m->headers < m->size - 1) {
-        take_status(m, 1);
-        if (st == SW_OK)
-            show_progress(m);
-    }
+    wait_headers(m, st);
     const int64_t(*hd)[SW_CLI_MPI_MSG] = (const int64_t(*)[SW_CLI_MPI_MSG])m->hd;
     int nfailed = st != SW_OK;
     for (int r = 1; r < m->size; r++) {
