@@ -10,38 +10,11 @@
 set -euo pipefail
 
 source "$(dirname "$0")/common.bash"
-
-if ! command -v mpirun >/dev/null; then
-    echo "SKIP: no mpirun (Debian: openmpi-bin; scripts/install-deps)" >&2
-    exit 77
-fi
-expect 0 info
-if [[ $out != *"MPI support:   Open MPI"* && $out != *"MPI support:   "*"(MPI "* ]]; then
-    echo "SKIP: spotwave was built without MPI (SW_WITH_MPI; Debian: libopenmpi-dev)" >&2
-    exit 77
-fi
+source "$(dirname "$0")/mpi.bash" # skips without mpirun or MPI; mpi NP ARGS...
 command -v python3 >/dev/null || fail "python3 is needed to read the JSON reports"
-
 # OpenBLAS splits its sums by its thread count, and a rank bound to one core runs fewer threads
 # than one process: with one BLAS thread everywhere the fits agree bit for bit (README)
 export OPENBLAS_NUM_THREADS=1
-# as test_cli_find_mpi.sh: root allowed, oversubscribed, Open MPI's own allocations not leaks
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-printf 'leak:libmpi.so\nleak:libopen-pal.so\nleak:libopen-rte.so\nleak:libpmix.so\nleak:libhwloc.so\nleak:libevent\nleak:mca_\n' \
-    >"$tmp/lsan.supp"
-mpi_asan="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
-mpi_lsan="suppressions=$tmp/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
-mpi() { # mpi NP ARGS...: spotwave under mpirun; sets rc, out, err
-    local np=$1
-    shift
-    set +e
-    ASAN_OPTIONS=$mpi_asan LSAN_OPTIONS=$mpi_lsan \
-        timeout 120 mpirun --oversubscribe -np "$np" "$SW" "$@" >"$tmp/out" 2>"$tmp/err"
-    rc=$?
-    set -e
-    out=$(cat "$tmp/out")
-    err=$(cat "$tmp/err")
-}
 
 mkdir "$tmp/data"
 cd "$tmp/data"
