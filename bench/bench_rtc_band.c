@@ -97,6 +97,7 @@ typedef struct opts {
     int64_t soak;
     int json_only, trace;
     int cpu_main, cpu_camera; /* -1: not pinned */
+    int cpu_backend;          /* --backend cpu: nothing to measure (a GPU chain)    */
 } opts;
 
 static int parse_configs(const char *s, opts *o)
@@ -173,6 +174,10 @@ static int parse(int argc, char **argv, opts *o)
             return 0;
         } else if (strcmp(a, "--json-only") == 0) {
             o->json_only = 1;
+        } else if (strcmp(a, "--backend") == 0 && v &&
+                   (strcmp(v, "cpu") == 0 || strcmp(v, "cuda") == 0)) {
+            o->cpu_backend = strcmp(v, "cpu") == 0; /* (tools/gpu-check runs both) */
+            i++;
         } else if (strcmp(a, "--trace") == 0) {
             o->trace = 1;
         } else if (!v) {
@@ -792,6 +797,10 @@ int main(int argc, char **argv)
     const int pr = parse(argc, argv, &o);
     if (pr >= 0)
         return pr;
+    if (o.cpu_backend) {
+        fprintf(stderr, "%s: the band chain runs on a GPU only: nothing for --backend cpu\n", PROG);
+        return 0;
+    }
     sw_bench_options bo;
     memset(&bo, 0, sizeof bo);
     bo.backend = SW_BACKEND_CUDA;

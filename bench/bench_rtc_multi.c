@@ -15,7 +15,8 @@
  *   "rtc_multi" line: latency, frame (host, pinned) -> commands (host), host clock around
  *       sw_rtc_multi_run, over --frames frames after --warmup; median, p99; whether the run
  *       launches one CUDA graph; the first frame's commands checked against the 1-GPU plan's
- *       (max |du| / max |u|, must be < 1e-4: the split changes no sum; the bench fails otherwise);
+ *       (max |du| / max |u|, must be < 1e-4 by rows: the split changes no sum; < 1e-2 by
+ *       columns, which sum in another order; the bench fails otherwise);
  *   "rtc_multi_stages": the stages alone (sw_rtc_multi_profile, medians over --profile-reps):
  *       t_centroid (frame copy + centroids on GPU 0; columns: each GPU its band, the slowest),
  *       t_bcast (ncclBroadcast of the slopes; columns: 0), t_mvm (GEMV + update, slowest GPU),
@@ -53,21 +54,25 @@
 #include <string.h>
 #include <unistd.h>
 
-#define PROG        "bench_rtc_multi"
-#define PX          8 /* pixels per lenslet side */
-#define PIXEL_UM    10.0
-#define WFS_WL_UM   0.7
-#define NYQ_PX      1.5
-#define FLUX_E      5e3
-#define READ_E      2.0
-#define BIAS_ADU    100.0
-#define POOL        4
-#define MAX_N       8
-#define GAIN        0.5
-#define SEED_CM     0x200b0003ull
-#define SEED_NOISE  0x200b0002ull
-#define CHECK_REL   1e-4
-#define RANDOM_NOTE "random control matrix of the right shape: the latency does not depend on it"
+#define PROG       "bench_rtc_multi"
+#define PX         8 /* pixels per lenslet side */
+#define PIXEL_UM   10.0
+#define WFS_WL_UM  0.7
+#define NYQ_PX     1.5
+#define FLUX_E     5e3
+#define READ_E     2.0
+#define BIAS_ADU   100.0
+#define POOL       4
+#define MAX_N      8
+#define GAIN       0.5
+#define SEED_CM    0x200b0003ull
+#define SEED_NOISE 0x200b0002ull
+#define CHECK_REL  1e-4
+/* the split by columns sums each command in another order (per GPU, then ncclReduce): over
+ * 10^4-10^5 terms of a random matrix with cancelling signs that is ~1e-3 of max |u| (measured on
+ * 2 H200s: 6e-4 at 80x80, 1.8e-3 at 200x200); the GPU test holds it to the rounding bound */
+#define CHECK_REL_COLUMNS 1e-2
+#define RANDOM_NOTE       "random control matrix of the right shape: the latency does not depend on it"
 
 typedef struct opts {
     int gpus[MAX_N], ngpus;
@@ -75,7 +80,8 @@ typedef struct opts {
     int prec[2], nprec;    /* 0 fp32, 1 fp16 */
     int splits[2], nsplit; /* SW_RTC_MULTI_ROWS, SW_RTC_MULTI_COLUMNS */
     int frames, warmup, profile_reps, plain, single, timeout, json_only;
-    int no_graph; /* every plan with graph = 0 */
+    int cpu_backend; /* --backend cpu: nothing to measure (GPU chains) */
+    int no_graph;    /* every plan with graph = 0 */
 } opts;
 
 static char watch_what[160];
@@ -135,6 +141,10 @@ static int parse(int argc, char **argv, opts *o)
             o->single = 0;
         } else if (strcmp(a, "--json-only") == 0) {
             o->json_only = 1;
+        } else if (strcmp(a, "--backend") == 0 && v &&
+                   (strcmp(v, "cpu") == 0 || strcmp(v, "cuda") == 0)) {
+            o->cpu_backend = strcmp(v, "cpu") == 0; /* (tools/gpu-check runs both) */
+            i++;
         } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             printf(
                 "usage: %s [--gpus 1,2,4] [--sizes 80,200] [--precision fp32,fp16] [--frames "
@@ -457,11 +467,12 @@ static int multi_case(const opts *o, sw_context *ctx, const sys *s, int fp16, in
         st = sw_rtc_multi_reset(m);
     }
     int rc = st != SW_OK ? fail(ctx, config, st) : 0;
-    if (rc == 0 && !(res->check < CHECK_REL)) {
+    const double lim = split == SW_RTC_MULTI_COLUMNS ? CHECK_REL_COLUMNS : CHECK_REL;
+    if (rc == 0 && !(res->check < lim)) {
         fprintf(stderr,
                 "%s: %s: the first frame's commands differ from the reference by %.3g of "
                 "max |u| (> %g)\n",
-                PROG, config, res->check, CHECK_REL);
+                PROG, config, res->check, lim);
         rc = 1;
     }
     if (rc == 0 && time_runs(o, NULL, m, s, u, &res->median, &res->p99) != 0)
@@ -635,6 +646,10 @@ int main(int argc, char **argv)
     const int prc = parse(argc, argv, &o);
     if (prc >= 0)
         return prc;
+    if (o.cpu_backend) {
+        fprintf(stderr, "%s: GPU chains only: nothing for --backend cpu\n", PROG);
+        return 0;
+    }
     if (!getenv("NCCL_NVLS_ENABLE"))
         setenv("NCCL_NVLS_ENABLE", "0", 1); /* NVLink multicast off, before any communicator */
     signal(SIGALRM, on_alarm);
