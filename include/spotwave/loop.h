@@ -300,6 +300,18 @@ sw_status sw_modal_gains(sw_context *ctx, const sw_modal_gains_params *p, const 
                          double *noise, double *predicted);
 
 /*
+ * The same from pseudo-open-loop measurements: y_pol = y - M D u, the closed-loop measurement plus
+ * what the commands applied during the exposure removed (M: the modes' reconstructor, D = the
+ * interaction matrix ds/du, u: the commands on the mirror while the frame was taken). Their PSD
+ * is the pseudo-open-loop PSD itself (P_phi + P_n), so no model of the loop (its gains g0, delay
+ * and leak) divides it out; the gains, delay and leak still set the prediction for the new
+ * gains. gains: the current gains (kept for a mode whose telemetry is all zero).
+ */
+sw_status sw_modal_gains_pol(sw_context *ctx, const sw_modal_gains_params *p, const float *y_pol,
+                             int64_t nframes, int32_t nmodes, const float *gains, float *out,
+                             double *noise, double *predicted);
+
+/*
  * The modes the sensor cannot see, as an orthonormal filter for sw_controller_params (nact x
  * nmodes column-major, written to Z, at most 2 columns). On the Fried geometry of an nx x ny array
  * (actuators at the lenslet corners) a Shack-Hartmann sensor measures differences of the corner
@@ -713,7 +725,13 @@ typedef struct sw_loop_params {
                             optimisation (sw_modal_gains), the new ki set between frames;
                             16..65536, 0: gains fixed (0); >= 1024 advised (a window of a few
                             hundred frames at 500 Hz cannot resolve the turbulence's few hertz
-                            and chooses gains far too low)                                        */
+                            and chooses gains far too low). The closed-loop estimator, not the
+                            pseudo-open-loop one (sw_modal_gains_pol on B^T C (s - D u)):
+                            in test_loop_long's loop that one chose ki 0.45-0.82 and a 134 nm
+                            residual, this one ki 0.80-1.49 and 117 nm (fixed: 147 nm); the
+                            likely cause, not shown: D u, from the push-pull interaction
+                            matrix, differs from what the mirror took out of a CoG sensor
+                            under turbulence                                                   */
     /* sensor, continued */
     double threshold_peak; /* 0 <= f < 1: the centroid threshold is at least f x the peak pixel of
                               the noise-free, flat-wavefront spot at the loop's flux (0: the

@@ -292,13 +292,14 @@ def unseen_modes(nx, ny, valid=None, which="piston-waffle"):
 
 
 def modal_gains(y, gains, *, delay_frames=1, leak=0.0, segment=256, margin=0.9, candidates=400,
-                noise_band=0.75, ctx=None):
+                noise_band=0.75, pol=False, ctx=None):
     """Modal gain optimisation from closed-loop telemetry (loop.h, ``sw_modal_gains``; Gendron &
     Lena 1994, Astron. Astrophys. 291, 337): y (nframes, nmodes), each mode's measured residual
-    taken with the integral gains `gains` (nmodes) acting delay_frames later. Returns dict(gains,
-    noise, predicted): the gains minimising the predicted residual of disturbance and noise, the
-    noise variance per frame found on the PSD's high-frequency plateau, and the residual
-    variance predicted at the new gains."""
+    taken with the integral gains `gains` (nmodes) acting delay_frames later. pol=True: y holds
+    pseudo-open-loop measurements instead (the measured residual plus what the commands on the
+    mirror took out, ``sw_modal_gains_pol``). Returns dict(gains, noise, predicted): the gains
+    minimising the predicted residual of disturbance and noise, the noise variance per frame found
+    on the PSD's high-frequency plateau, and the residual variance predicted at the new gains."""
     c = _context.resolve(ctx)
     y = np.ascontiguousarray(_param(y, "y"))
     if y.ndim != 2:
@@ -309,7 +310,8 @@ def modal_gains(y, gains, *, delay_frames=1, leak=0.0, segment=256, margin=0.9, 
     out = np.empty(g.size, np.float32)
     noise, pred = np.empty(g.size), np.empty(g.size)
     params = dict(delay_frames=int(delay_frames), leak=float(leak), segment=int(segment),
-                  margin=float(margin), candidates=int(candidates), noise_band=float(noise_band))
+                  margin=float(margin), candidates=int(candidates), noise_band=float(noise_band),
+                  pol=int(bool(pol)))
     _spotwave.modal_gains(c, params, y, y.shape[0], y.shape[1], g, out, noise, pred)
     return dict(gains=out, noise=noise, predicted=pred)
 

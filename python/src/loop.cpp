@@ -471,7 +471,8 @@ int32_t unseen_modes(int32_t nx, int32_t ny, nb::handle valid, int which, nb::ha
     return n;
 }
 
-// sw_modal_gains: y (nframes x nmodes float32), gains (nmodes) -> out, noise, predicted.
+// sw_modal_gains (or, params pol = 1, sw_modal_gains_pol): y (nframes x nmodes float32), gains
+// (nmodes) -> out, noise, predicted.
 void modal_gains(nb::object ctx_obj, nb::dict params, nb::handle y, int64_t nframes,
                  int32_t nmodes, nb::handle gains, nb::handle out, nb::handle noise,
                  nb::handle predicted)
@@ -485,6 +486,7 @@ void modal_gains(nb::object ctx_obj, nb::dict params, nb::handle y, int64_t nfra
     p.margin = q.num("margin", p.margin);
     p.candidates = (int32_t)q.integer("candidates", p.candidates);
     p.noise_band = q.num("noise_band", p.noise_band);
+    const bool pol = q.integer("pol", 0) != 0; /* sw_modal_gains_pol: y is pseudo-open loop */
     q.done();
     if (nframes < 1 || nmodes < 1)
         value_error("modal_gains: %lld frames of %d modes", (long long)nframes, nmodes);
@@ -495,7 +497,10 @@ void modal_gains(nb::object ctx_obj, nb::dict params, nb::handle y, int64_t nfra
     double *nv = host_out<double>(noise, "noise", (size_t)nmodes, na);
     double *pv = host_out<double>(predicted, "predicted", (size_t)nmodes, pa);
     Context &c = context_of(ctx_obj);
-    call(c, [&] { return sw_modal_gains(c.ctx, &p, yv, nframes, nmodes, gv, ov, nv, pv); });
+    call(c, [&] {
+        return pol ? sw_modal_gains_pol(c.ctx, &p, yv, nframes, nmodes, gv, ov, nv, pv)
+                   : sw_modal_gains(c.ctx, &p, yv, nframes, nmodes, gv, ov, nv, pv);
+    });
 }
 
 void controller_step(Controller &ct, nb::handle r, nb::handle u)

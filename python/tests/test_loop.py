@@ -314,16 +314,21 @@ def test_modal_gains_and_set_gains(one):
     rng = np.random.default_rng(5)
     n, d = 8192, 2
     y = np.zeros((n, 2), np.float32)
+    y_pol = np.zeros((n, 2), np.float32)  # the pseudo-open-loop measurements: y + u_{k-d}
     for m, (rho, sw, sn) in enumerate(((0.995, 0.05, 0.05), (0.0, 0.0, 0.3))):
         phi, hist = 0.0, [0.0] * d
         for k in range(n):
             phi = rho * phi + sw * rng.normal()
             yk = phi - hist[d - 1] + sn * rng.normal()
+            y_pol[k, m] = yk + hist[d - 1]
             hist = [hist[0] + 0.3 * yk] + hist[:-1]
             y[k, m] = yk
     r = L.modal_gains(y, [0.3, 0.3], delay_frames=d, ctx=one)
     assert r["gains"][0] > 0.2 and r["gains"][1] < 0.05
     assert r["noise"][1] == pytest.approx(0.09, rel=0.15)
+    rp = L.modal_gains(y_pol, [0.3, 0.3], delay_frames=d, pol=True, ctx=one)
+    np.testing.assert_allclose(rp["gains"], r["gains"], rtol=0.15, atol=0.01)
+    assert rp["noise"][1] == pytest.approx(0.09, rel=0.15)
     ctl = L.Controller(3, "pi", kp=[0, 0, 0], ki=[0.5, 0.5, 0.5], ctx=one)
     for _ in range(5):
         u0 = ctl.step(np.array([1.0, -1.0, 0.5], np.float32)).copy()

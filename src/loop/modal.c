@@ -2,9 +2,10 @@
  * Modal gain optimisation (loop.h, sw_modal_gains): Gendron E., Lena P. 1994, "Astronomical
  * adaptive optics. I. Modal control optimization", Astron. Astrophys. 291, 337-347. From a mode's
  * closed-loop telemetry the pseudo-open-loop PSD (the closed-loop PSD over the rejection
- * function's squared modulus), its white-noise plateau, and the gain that minimises the predicted
- * residual variance. CPU only (FFTW): it runs between frames, not in the real-time chain, which
- * takes the gains it gives as PI's per-mode ki.
+ * function's squared modulus; or, sw_modal_gains_pol, the PSD of pseudo-open-loop measurements,
+ * the closed-loop ones plus the delayed commands' effect), its white-noise plateau, and the gain
+ * that minimises the predicted residual variance. CPU only (FFTW): it runs between frames, not in
+ * the real-time chain, which takes the gains it gives as PI's per-mode ki.
  */
 #include "loop/loop_internal.h" /* core_internal.h: the FFTW planner lock */
 
@@ -46,9 +47,11 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : (x > y ? 1 : 0);
 }
 
-sw_status sw_modal_gains(sw_context *ctx, const sw_modal_gains_params *p, const float *y,
-                         int64_t nframes, int32_t nmodes, const float *gains, float *out,
-                         double *noise, double *predicted)
+/* Both estimators: y closed-loop telemetry (pol 0: its PSD over |E_g0|^2 is the pseudo-open-loop
+ * PSD) or pseudo-open-loop measurements (pol 1: their PSD is it). */
+static sw_status modal_gains(sw_context *ctx, const sw_modal_gains_params *p, const float *y,
+                             int64_t nframes, int32_t nmodes, const float *gains, float *out,
+                             double *noise, double *predicted, int pol)
 {
     if (!p || !y || !gains || !out)
         return sw_fail(ctx, SW_EINVAL, "modal gains: NULL %s",
@@ -137,12 +140,13 @@ sw_status sw_modal_gains(sw_context *ctx, const sw_modal_gains_params *p, const 
                 predicted[i] = 0.0;
             continue;
         }
-        /* pseudo-open loop: P_ol = P_y / |E_g0|^2; the plateau's median is the noise */
+        /* pseudo-open loop: P_ol = P_y / |E_g0|^2 (or P_y of pseudo-open-loop measurements);
+         * the plateau's median is the noise */
         int32_t np = 0;
         for (int32_t f = 1; f < nb; f++) {
             double n2;
             rejection(2.0 * MG_PI * f / L, a, g0, d, &e0[f], &n2);
-            psd[f] = psd[f] / (double)nseg / e0[f];
+            psd[f] = psd[f] / (double)nseg / (pol ? 1.0 : e0[f]);
             if ((double)f / (L / 2) > p->noise_band)
                 plateau[np++] = psd[f];
         }
@@ -186,4 +190,18 @@ sw_status sw_modal_gains(sw_context *ctx, const sw_modal_gains_params *p, const 
     free(plateau);
     free(e0);
     return st;
+}
+
+sw_status sw_modal_gains(sw_context *ctx, const sw_modal_gains_params *p, const float *y,
+                         int64_t nframes, int32_t nmodes, const float *gains, float *out,
+                         double *noise, double *predicted)
+{
+    return modal_gains(ctx, p, y, nframes, nmodes, gains, out, noise, predicted, 0);
+}
+
+sw_status sw_modal_gains_pol(sw_context *ctx, const sw_modal_gains_params *p, const float *y_pol,
+                             int64_t nframes, int32_t nmodes, const float *gains, float *out,
+                             double *noise, double *predicted)
+{
+    return modal_gains(ctx, p, y_pol, nframes, nmodes, gains, out, noise, predicted, 1);
 }

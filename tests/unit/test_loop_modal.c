@@ -365,8 +365,18 @@ typedef struct plant {
 /* A scalar loop of gain g, delay d: y_k = phi_k - u_{k-d} + n_k, u_k = u_{k-1} + g y_k, on the
  * sequences of seed; y (n frames after `warm`) recorded into y[k * stride]; returns the true
  * residual variance of phi - u_{k-d}. */
+static double scalar_loop_ex(const plant *pl, double g, int d, uint64_t seed, int warm, int n,
+                             float *y, int stride, int pol);
+
 static double scalar_loop(const plant *pl, double g, int d, uint64_t seed, int warm, int n,
                           float *y, int stride)
+{
+    return scalar_loop_ex(pl, g, d, seed, warm, n, y, stride, 0);
+}
+
+/* The same, pol 1: y records the pseudo-open-loop measurement y_k + u_{k-d} (= phi_k + n_k). */
+static double scalar_loop_ex(const plant *pl, double g, int d, uint64_t seed, int warm, int n,
+                             float *y, int stride, int pol)
 {
     uint64_t s = seed;
     double phi = 0.0, hist[16] = {0}, s1 = 0.0, s2 = 0.0;
@@ -380,7 +390,7 @@ static double scalar_loop(const plant *pl, double g, int d, uint64_t seed, int w
         hist[0] = u;
         if (k >= warm) {
             if (y)
-                y[(size_t)(k - warm) * stride] = (float)yk;
+                y[(size_t)(k - warm) * stride] = (float)(pol ? yk + hist[d] : yk);
             s1 += res;
             s2 += res * res;
         }
@@ -399,7 +409,7 @@ static void test_modal_gains(void **state)
         {0.0, 0.0, 0.3},     /* noise only: the gain goes to ~0    */
     };
     float *y = malloc((size_t)N * NM * sizeof(float));
-    float g0[NM], g1[NM], g2[NM];
+    float g0[NM], g1[NM], g2[NM], g1p[NM];
     double noise[NM], pred[NM];
     for (int i = 0; i < NM; i++) {
         g0[i] = 0.3f;
@@ -409,6 +419,11 @@ static void test_modal_gains(void **state)
     sw_modal_gains_params_default(&mp);
     mp.delay_frames = D;
     assert_int_equal(sw_modal_gains(ctx, &mp, y, N, NM, g0, g1, noise, pred), SW_OK);
+    /* the same loops' pseudo-open-loop measurements (y + u_{k-d}) through sw_modal_gains_pol */
+    double noise_p[NM];
+    for (int i = 0; i < NM; i++)
+        scalar_loop_ex(&pl[i], g0[i], D, 100 + (uint64_t)i, WARM, N, y + i, NM, 1);
+    assert_int_equal(sw_modal_gains_pol(ctx, &mp, y, N, NM, g0, g1p, noise_p, NULL), SW_OK);
     const double gmax = sw_controller_max_gain(D, 0.0);
     for (int i = 0; i < NM; i++) {
         /* brute force on fresh sequences (same statistics) */
@@ -426,6 +441,10 @@ static void test_modal_gains(void **state)
                       "(true %.4g)\n",
                       i, (double)g1[i], bestg, got, best, noise[i], pl[i].sigma_n * pl[i].sigma_n);
         assert_true(got <= 1.05 * best);
+        const double got_p = scalar_loop(&pl[i], g1p[i], D, 900 + (uint64_t)i, WARM, N, NULL, 1);
+        print_message("        pseudo-open loop: gain %.3f, residual %.5g, noise %.4g\n",
+                      (double)g1p[i], got_p, noise_p[i]);
+        assert_true(got_p <= 1.05 * best);
         /* the plateau holds the noise plus the disturbance's own high frequencies, whose PSD at
          * Nyquist is sigma_w^2 / (1 + rho)^2: within 15 % where that is small, above it anyway */
         const double n2 = pl[i].sigma_n * pl[i].sigma_n;
