@@ -60,7 +60,7 @@ typedef enum key_type {
     KT_RECON,      /* sw_loop_recon                                        */
     KT_CONTROLLER, /* sw_controller_kind                                   */
     KT_UNSEEN,     /* int: SW_UNSEEN_* bits (sw_unseen_parse)              */
-    KT_MODAL,      /* int: 0 actuators, 1 im                               */
+    KT_MODAL,      /* int: 0 actuators, 1 im, 2 kl                         */
     KT_FRAMES      /* the command's frame count (not in sw_loop_params)    */
 } key_type;
 
@@ -253,11 +253,14 @@ static int set_key(const key_def *k, const char *text, sw_loop_params *p, long *
         }
         return 0;
     case KT_MODAL:
-        if (strcasecmp(text, "actuators") == 0 || strcasecmp(text, "im") == 0) {
-            *(int *)(void *)base = strcasecmp(text, "im") == 0;
+        if (strcasecmp(text, "actuators") == 0 || strcasecmp(text, "im") == 0 ||
+            strcasecmp(text, "kl") == 0) {
+            *(int *)(void *)base = strcasecmp(text, "im") == 0   ? 1
+                                   : strcasecmp(text, "kl") == 0 ? 2
+                                                                 : 0;
             return 0;
         }
-        snprintf(want, wsize, "actuators or im");
+        snprintf(want, wsize, "actuators, im or kl");
         return -1;
     }
     snprintf(want, wsize, "a value");
@@ -300,7 +303,11 @@ static void key_value(const key_def *k, const sw_loop_params *p, long frames, ch
                  sw_controller_kind_string(*(const sw_controller_kind *)(const void *)base));
         return;
     case KT_UNSEEN: snprintf(buf, size, "%s", sw_unseen_string(*(const int *)base)); return;
-    case KT_MODAL: snprintf(buf, size, "%s", *(const int *)base ? "im" : "actuators"); return;
+    case KT_MODAL: {
+        const int m = *(const int *)base;
+        snprintf(buf, size, "%s", m == 2 ? "kl" : m ? "im" : "actuators");
+        return;
+    }
     }
     snprintf(buf, size, "?");
 }
@@ -344,14 +351,17 @@ void sw_cmd_loop_help(FILE *out)
         "                         partitions overlap controller (integrator|leaky|pi) gain\n"
         "                         leak clip delay science_wavelength_um warmup frames\n"
         "                         unseen (none|piston|waffle|piston-waffle) modal\n"
-        "                         (actuators|im) kp gain_window\n"
+        "                         (actuators|im|kl) kp gain_window\n"
         "                         unseen: the modes a Shack-Hartmann sensor on the Fried\n"
         "                         geometry cannot see, filtered out of every reconstruction\n"
         "                         (default piston-waffle; without it they drift and eat\n"
         "                         the stroke). controller = pi: per mode, C(z) = kp + ki /\n"
         "                         (1 - z^-1) with ki = gain and kp = key kp (0: the\n"
-        "                         integrator), over one mode per actuator or the\n"
-        "                         interaction matrix's kept modes (modal = im, recon mvm);\n"
+        "                         integrator), over one mode per actuator, the interaction\n"
+        "                         matrix's kept modes (modal = im, recon mvm) or the\n"
+        "                         mirror's Karhunen-Loeve modes (modal = kl: shapes\n"
+        "                         orthonormal over the pupil, uncorrelated in the loop's\n"
+        "                         turbulence; Gendron 1995, PhD thesis, Paris 7);\n"
         "                         with clip, anti-windup by back-calculation.\n"
         "                         gain_window N (pi, recon mvm, kp 0): every N frames after\n"
         "                         the warm-up, each mode's integral gain is re-chosen from\n"

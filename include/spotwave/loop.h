@@ -312,6 +312,23 @@ sw_status sw_modal_gains_pol(sw_context *ctx, const sw_modal_gains_params *p, co
                              double *noise, double *predicted);
 
 /*
+ * Karhunen-Loeve modes of the mirror dm (the double diagonalisation AO simulators use, Gendron
+ * 1995, PhD thesis, Universite Paris 7): command vectors (nact = (nx + 1)(ny + 1) floats each)
+ * whose shapes over the pupil are orthonormal (piston removed: sum over the pupil samples of
+ * shape_i shape_j = delta_ij, in command units squared) and whose coefficients in von Karman
+ * turbulence t are uncorrelated, in order of decreasing variance. grid: where the influence
+ * functions are sampled (sw_lattice_grid_lenslets; 4 samples a lenslet are plenty), pupil: its
+ * width x height samples, non-zero inside (2 .. 8192 of them), step_m: the samples' spacing in
+ * metres. Writes up to max_modes modes to `modes` (nact x max_modes column-major: mode j at
+ * modes[j nact]), their variances (t's phase units squared times the samples' count, optional)
+ * and the count in *nmodes (the mirror's shapes that are not piston, at most max_modes). CPU
+ * (LAPACKE, OpenBLAS); any context (its threads).
+ */
+sw_status sw_dm_kl_modes(sw_context *ctx, const sw_dm_params *dm, const sw_lattice_grid *grid,
+                         const uint8_t *pupil, double step_m, const sw_turbulence *t,
+                         int32_t max_modes, float *modes, double *variance, int32_t *nmodes);
+
+/*
  * The modes the sensor cannot see, as an orthonormal filter for sw_controller_params (nact x
  * nmodes column-major, written to Z, at most 2 columns). On the Fried geometry of an nx x ny array
  * (actuators at the lenslet corners) a Shack-Hartmann sensor measures differences of the corner
@@ -717,7 +734,9 @@ typedef struct sw_loop_params {
     int unseen; /* SW_UNSEEN_* modes filtered out of every reconstruction, over the valid
                    lenslets' corners (sw_unseen_modes): PISTON | WAFFLE (default), 0: none    */
     int modal;  /* PI's modal basis: 0 one mode per actuator, 1 the interaction matrix's kept
-                   singular modes (MVM only) (0); ignored when controller.modes is given        */
+                   singular modes (MVM only), 2 the mirror's KL modes (sw_dm_kl_modes over the
+                   loop's pupil and turbulence, orthonormalised over the actuators in order) (0);
+                   ignored when controller.modes is given                                       */
     double kp;  /* PI: proportional gain of every mode (0), when controller.kp is NULL; the
                    integral gain of every mode is controller.gain (or controller.ki)            */
     int32_t gain_window; /* PI with MVM and kp = 0: frames of closed-loop telemetry (the modes'

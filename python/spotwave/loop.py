@@ -559,7 +559,7 @@ CONFIG_KEYS = {
     "overlap": ("int", 0, 64), "controller": ("choice", "integrator", "leaky", "pi"),
     "gain": ("nonneg",), "leak": ("halfopen",), "clip": ("nonneg",),
     "unseen": ("choice", "none", "piston", "waffle", "piston-waffle"),
-    "modal": ("choice", "actuators", "im"), "kp": ("any",), "gain_window": ("int", 0, 65536),
+    "modal": ("choice", "actuators", "im", "kl"), "kp": ("any",), "gain_window": ("int", 0, 65536),
     "delay": ("int", 0, 1000),
     "science_wavelength_um": ("pos",), "warmup": ("int", 0, 1000000),
     "frames": ("int", 1, 1000000),
@@ -669,8 +669,8 @@ class Simulator:
     subharmonics, wind_m_s, rate_hz, seed, samples, influence, coupling, recon ("mvm" | "sabre" |
     "dsabre-global" | "dsabre-local"), cm_condition, poke_um, partitions, overlap, controller
     ("integrator" | "leaky" | "pi"), gain, leak, clip, unseen ("none" | "piston" | "waffle" |
-    "piston-waffle": the modes the sensor cannot see, filtered out), modal ("actuators" | "im":
-    PI's basis), kp (PI's proportional gain), gain_window (PI, mvm: frames per round of modal
+    "piston-waffle": the modes the sensor cannot see, filtered out), modal ("actuators" | "im" | "kl":
+    PI's basis; kl: the mirror's Karhunen-Loeve modes), kp (PI's proportional gain), gain_window (PI, mvm: frames per round of modal
     gain optimisation, Gendron & Lena 1994; 0: fixed gains), delay, science_wavelength_um,
     warmup, and frames (what :meth:`run` runs by default). open_loop: gain 0 (the mirror never
     moves).

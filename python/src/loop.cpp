@@ -800,7 +800,7 @@ nb::dict loop_defaults()
     d["leak"] = p.controller.leak;
     d["clip"] = p.controller.clip;
     d["unseen"] = std::string(sw_unseen_string(p.unseen));
-    d["modal"] = std::string(p.modal ? "im" : "actuators");
+    d["modal"] = std::string(p.modal == 2 ? "kl" : p.modal ? "im" : "actuators");
     d["kp"] = p.kp;
     d["gain_window"] = p.gain_window;
     d["delay"] = p.delay;
@@ -862,10 +862,10 @@ void loop_init(LoopSim *self, nb::object ctx_obj, nb::dict params)
     if (sw_unseen_parse(unseen.c_str(), &p.unseen) != SW_OK)
         value_error("unseen: '%s' is not 'none', 'piston', 'waffle' or 'piston-waffle'",
                     unseen.c_str());
-    std::string modal = q.str("modal", p.modal ? "im" : "actuators");
-    if (modal != "im" && modal != "actuators")
-        value_error("modal: '%s' is not 'actuators' or 'im'", modal.c_str());
-    p.modal = modal == "im" ? 1 : 0;
+    std::string modal = q.str("modal", p.modal == 2 ? "kl" : p.modal ? "im" : "actuators");
+    if (modal != "im" && modal != "actuators" && modal != "kl")
+        value_error("modal: '%s' is not 'actuators', 'im' or 'kl'", modal.c_str());
+    p.modal = modal == "kl" ? 2 : modal == "im" ? 1 : 0;
     p.kp = q.num("kp", p.kp);
     p.gain_window = (int32_t)q.integer("gain_window", p.gain_window);
     p.delay = (int32_t)q.integer("delay", p.delay);

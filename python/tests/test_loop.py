@@ -32,6 +32,9 @@ TIMINGS = {"create_s", "run_s", "frames_per_s"}
     # PI over the interaction matrix's modes, its gains re-chosen every 32 frames
     dict(nx=6, recon="mvm", controller="pi", modal="im", gain_window=32, magnitude=11,
          frames=100, wind_m_s=10),
+    # the same over the mirror's Karhunen-Loeve modes
+    dict(nx=6, recon="mvm", controller="pi", modal="kl", gain_window=32, magnitude=11,
+         frames=100, wind_m_s=10),
 ])
 def test_simulate_is_the_commands(cli, one, config):
     cfg = dict(SMALL, **config)

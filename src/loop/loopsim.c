@@ -194,6 +194,8 @@ struct sw_loop {
     float *filter; /* the unseen modes (nact x nfilter), NULL: none                  */
     int32_t nfilter;
     float *modes;         /* PI, modal = 1: the interaction matrix's kept modes (nact x kept) */
+    float *kl;            /* PI, modal = 2: the mirror's KL modes, orthonormal over actuators */
+    int32_t nkl;          /* their count                                                     */
     float *pi_kp, *pi_ki; /* PI: per-mode gains the loop made (NULL: the caller's)           */
     int32_t pi_nm;        /* PI: modes                                                       */
     /* modal gain optimisation (gain_window > 0): e = M s per frame, M = B^T C (or C) */
@@ -419,10 +421,10 @@ static sw_status check_params(sw_context *ctx, const sw_loop_params *p)
     if (p->unseen & ~(SW_UNSEEN_PISTON | SW_UNSEEN_WAFFLE))
         return sw_fail(ctx, SW_EINVAL, "loop: unknown unseen modes 0x%x (piston 1, waffle 2)",
                        p->unseen);
-    if (p->modal != 0 && p->modal != 1)
+    if (p->modal < 0 || p->modal > 2)
         return sw_fail(ctx, SW_EINVAL,
-                       "loop: modal basis %d (0: actuators, 1: the interaction "
-                       "matrix's modes)",
+                       "loop: modal basis %d (0: actuators, 1: the interaction matrix's modes, 2: "
+                       "the mirror's Karhunen-Loeve modes)",
                        p->modal);
     if (p->modal == 1 && p->recon != SW_LOOP_MVM)
         return sw_fail(ctx, SW_EINVAL,
@@ -531,6 +533,68 @@ static sw_status feed(sw_loop *l)
 
 /* ------------------------------------------------------------------ the controller */
 
+/*
+ * PI's basis for modal = 2: the mirror's Karhunen-Loeve modes (sw_dm_kl_modes: its influence
+ * functions sampled 4 times a lenslet over the loop's pupil, the loop's turbulence), then
+ * orthonormalised over the actuators by Gram-Schmidt in order of decreasing variance (the
+ * controller projects with B^T: it needs B^T B = I), which keeps the span of every leading set of
+ * modes; a vector left with under 1e-6 of its norm is dropped.
+ */
+static sw_status build_kl(sw_loop *l)
+{
+    if (l->kl)
+        return SW_OK;
+    const int32_t nact = l->nact;
+    const sw_lattice_grid g = sw_lattice_grid_lenslets(l->nx, l->nx, 4, 0);
+    uint8_t *pupil = malloc((size_t)g.width * g.height);
+    float *b = malloc((size_t)nact * nact * sizeof(float));
+    double *v = malloc((size_t)nact * sizeof(double));
+    sw_status st = SW_OK;
+    int32_t n = 0;
+    if (!pupil || !b || !v)
+        st = sw_fail(l->ctx, SW_ENOMEM, "loop: out of memory (KL modes)");
+    for (int32_t k = 0; st == SW_OK && k < g.height; k++)
+        for (int32_t i = 0; i < g.width; i++)
+            pupil[(size_t)k * g.width + i] =
+                (uint8_t)in_footprint(l, g.x0 + i * g.step, g.y0 + k * g.step);
+    if (st == SW_OK)
+        st = sw_dm_kl_modes(l->ctx, &l->dm, &g, pupil, l->p.diameter_m / l->nx * g.step,
+                            &l->p.turbulence, nact, b, NULL, &n);
+    int32_t kept = 0;
+    for (int32_t j = 0; st == SW_OK && j < n; j++) {
+        double n0 = 0.0, nn = 0.0;
+        for (int32_t a = 0; a < nact; a++) {
+            v[a] = b[(size_t)j * nact + a];
+            n0 += v[a] * v[a];
+        }
+        for (int32_t i = 0; i < kept; i++) { /* modified Gram-Schmidt against the kept ones */
+            const float *q = b + (size_t)i * nact;
+            double d = 0.0;
+            for (int32_t a = 0; a < nact; a++)
+                d += q[a] * v[a];
+            for (int32_t a = 0; a < nact; a++)
+                v[a] -= d * q[a];
+        }
+        for (int32_t a = 0; a < nact; a++)
+            nn += v[a] * v[a];
+        if (!(nn > 1e-6 * n0))
+            continue;
+        const double s = 1.0 / sqrt(nn);
+        for (int32_t a = 0; a < nact; a++)
+            b[(size_t)kept * nact + a] = (float)(v[a] * s);
+        kept++;
+    }
+    free(pupil);
+    free(v);
+    if (st != SW_OK) {
+        free(b);
+        return st;
+    }
+    l->kl = b;
+    l->nkl = kept;
+    return SW_OK;
+}
+
 /* The controller the loop runs: p->controller with nact, the unseen modes' filter and, for PI,
  * the modal basis and its per-mode gains (kp, and ki = gain) unless the caller gave them. */
 static sw_status controller_params(sw_loop *l, sw_controller_params *cp)
@@ -545,6 +609,11 @@ static sw_status controller_params(sw_loop *l, sw_controller_params *cp)
     if (!cp->modes && p->modal == 1) {
         cp->modes = l->modes;
         cp->nmodes = l->kept;
+    }
+    if (!cp->modes && p->modal == 2) {
+        SW_TRY(build_kl(l));
+        cp->modes = l->kl;
+        cp->nmodes = l->nkl;
     }
     const int32_t nm = cp->modes ? cp->nmodes : l->nact;
     if (!cp->kp || !cp->ki) {
@@ -988,6 +1057,7 @@ void sw_loop_destroy(sw_loop *l)
     free(l->gr);
     free(l->filter);
     free(l->modes);
+    free(l->kl);
     free(l->pi_kp);
     free(l->pi_ki);
     free(l->gm);

@@ -167,6 +167,14 @@ static void test_gain_tuning(void **state)
     assert_true(rounds >= 3);
     assert_true(lo > 0.0f && hi < (float)sw_controller_max_gain(1, 0.0));
     assert_true(tuned < 0.9 * fixed);
+    /* the same over the mirror's KL modes (modal = 2) */
+    p.modal = 2;
+    const double tuned_kl = tuned_run(&p, from, to, &rounds, &lo, &hi);
+    print_message("KL modes, tuned (%d rounds, ki %.3f..%.3f): %.1f nm\n", (int)rounds, (double)lo,
+                  (double)hi, tuned_kl);
+    assert_true(rounds >= 3);
+    assert_true(tuned_kl < 0.9 * fixed);
+    p.modal = 1;
 
     /* refused: not PI, not MVM, a window too short, kp set */
     sw_loop *l = NULL;
