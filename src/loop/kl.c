@@ -96,6 +96,10 @@ sw_status sw_dm_kl_modes(sw_context *ctx, const sw_dm_params *dm, const sw_latti
     int32_t m = 0;
     for (int32_t i = 0; i < nact; i++)
         m += S[i] > KL_KEEP * S[nact - 1];
+    if (m < 1 || !(S[nact - 1] > 0.0)) {
+        st = sw_fail(ctx, SW_EINVAL, "DM KL modes: the mirror does not shape the pupil");
+        goto done;
+    }
     /* B0 = U S^(-1/2) over the kept (the largest m) eigenvalues */
     B0 = malloc((size_t)nact * m * sizeof(double));
     CF = malloc((size_t)npix * m * sizeof(double));
