@@ -318,7 +318,7 @@ sw_status sw_modal_gains_pol(sw_context *ctx, const sw_modal_gains_params *p, co
  * shape_i shape_j = delta_ij, in command units squared) and whose coefficients in von Karman
  * turbulence t are uncorrelated, in order of decreasing variance. grid: where the influence
  * functions are sampled (sw_lattice_grid_lenslets; 4 samples a lenslet are plenty), pupil: its
- * width x height samples, non-zero inside (2 .. 8192 of them), step_m: the samples' spacing in
+ * width x height samples, non-zero inside (2 .. 4096 of them), step_m: the samples' spacing in
  * metres. Writes up to max_modes modes to `modes` (nact x max_modes column-major: mode j at
  * modes[j nact]), their variances (t's phase units squared times the samples' count, optional)
  * and the count in *nmodes (the mirror's shapes that are not piston, at most max_modes). CPU
@@ -735,7 +735,9 @@ typedef struct sw_loop_params {
                    lenslets' corners (sw_unseen_modes): PISTON | WAFFLE (default), 0: none    */
     int modal;  /* PI's modal basis: 0 one mode per actuator, 1 the interaction matrix's kept
                    singular modes (MVM only), 2 the mirror's KL modes (sw_dm_kl_modes over the
-                   loop's pupil and turbulence, orthonormalised over the actuators in order) (0);
+                   loop's pupil, sampled 4 to 1 times a lenslet to stay within 4096 samples: up
+                   to ~70 x 70 lenslets, and turbulence; orthonormalised over the actuators in
+                   order) (0);
                    ignored when controller.modes is given                                       */
     double kp;  /* PI: proportional gain of every mode (0), when controller.kp is NULL; the
                    integral gain of every mode is controller.gain (or controller.ki)            */

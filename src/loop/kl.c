@@ -11,7 +11,7 @@
  *     (sw_turbulence_covariance: the phase covariance of von Karman turbulence) = V L V^T;
  *   the modes B = B0 V, variances L, in order of decreasing L.
  * CPU only (LAPACKE, OpenBLAS): it runs when a loop is made. C is npix x npix: the pupil is
- * sampled at most 8192 points.
+ * sampled at most 4096 points.
  */
 #include "loop/loop_internal.h"
 
@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define KL_MAX_PIX 8192
+#define KL_MAX_PIX 4096 /* C is KL_MAX_PIX^2 doubles: 134 MB */
 #define KL_KEEP    1e-6 /* geometric modes kept: S > KL_KEEP max S */
 
 sw_status sw_dm_kl_modes(sw_context *ctx, const sw_dm_params *dm, const sw_lattice_grid *grid,

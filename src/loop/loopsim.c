@@ -545,7 +545,7 @@ static sw_status build_kl(sw_loop *l)
     if (l->kl)
         return SW_OK;
     const int32_t nact = l->nact;
-    const sw_lattice_grid g = sw_lattice_grid_lenslets(l->nx, l->nx, 4, 0);
+    sw_lattice_grid g = sw_lattice_grid_lenslets(l->nx, l->nx, 4, 0);
     uint8_t *pupil = malloc((size_t)g.width * g.height);
     float *b = malloc((size_t)nact * nact * sizeof(float));
     double *v = malloc((size_t)nact * sizeof(double));
@@ -553,10 +553,17 @@ static sw_status build_kl(sw_loop *l)
     int32_t n = 0;
     if (!pupil || !b || !v)
         st = sw_fail(l->ctx, SW_ENOMEM, "loop: out of memory (KL modes)");
-    for (int32_t k = 0; st == SW_OK && k < g.height; k++)
-        for (int32_t i = 0; i < g.width; i++)
-            pupil[(size_t)k * g.width + i] =
-                (uint8_t)in_footprint(l, g.x0 + i * g.step, g.y0 + k * g.step);
+    /* 4 samples a lenslet, fewer (down to 1) while the pupil holds more than 4096 */
+    for (int32_t q = 4; st == SW_OK && q >= 1; q--) {
+        g = sw_lattice_grid_lenslets(l->nx, l->nx, q, 0);
+        int64_t inside = 0;
+        for (int32_t k = 0; k < g.height; k++)
+            for (int32_t i = 0; i < g.width; i++)
+                inside += pupil[(size_t)k * g.width + i] =
+                    (uint8_t)in_footprint(l, g.x0 + i * g.step, g.y0 + k * g.step);
+        if (inside <= 4096)
+            break;
+    }
     if (st == SW_OK)
         st = sw_dm_kl_modes(l->ctx, &l->dm, &g, pupil, l->p.diameter_m / l->nx * g.step,
                             &l->p.turbulence, nact, b, NULL, &n);
