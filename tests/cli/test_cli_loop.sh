@@ -376,4 +376,11 @@ printf '%s\n' "$out" >"$tmp/t2.json"
 check json "$tmp/t2.json" "r['config']['unseen'] == 'piston-waffle' and r['diverged'] is False and r['divergence_reason'] is None and r['saturated_frames'] == 0 and abs(r['trend']['residual_growth']) < 0.5 and r['residual_nm_mean'] < 0.75 * json.load(open('$tmp/t.json'))['residual_nm_mean']" ||
     fail "the filtered loop: $out"
 
+# PI over the mirror's KL modes on the default 32 x 32 square pupil (more samples than the KL
+# computation takes at 4 a lenslet: the loop samples it more coarsely)
+expect 0 --threads 1 loop --set controller=pi --set modal=kl --set model=geometric --set warmup=2 --frames 5 --json
+printf '%s\n' "$out" >"$tmp/kl.json"
+check json "$tmp/kl.json" "r['config']['modal'] == 'kl' and r['frames'] == 5" ||
+    fail "the loop over KL modes: $out"
+
 echo "test_cli_loop: ok"
