@@ -885,9 +885,11 @@ static int read_vec_attr(hid_t obj, const char *name, double v[3])
     return ok;
 }
 
-/* A numeric scalar (or one-element) dataset without filters, as a double (and its "units"
+/* A numeric dataset of exactly `count` values without filters or external storage (1-D unless
+ * count is 1), integer only when `integer` is set, read as mem_type into buf (and its "units"
  * attribute when units is not NULL): 1 read, 0 absent, -1 unusable. */
-static int read_scalar_units(walk *w, const char *path, double *out, char *units, size_t usize)
+static int read_plain_numbers(walk *w, const char *path, hid_t mem_type, int integer,
+                              hssize_t count, void *buf, char *units, size_t usize)
 {
     if (units)
         units[0] = '\0';
@@ -904,16 +906,15 @@ static int read_scalar_units(walk *w, const char *path, double *out, char *units
     int res = -1;
     if (H5Iget_type(d) == H5I_DATASET) {
         hid_t s = H5Dget_space(d), t = H5Dget_type(d), p = H5Dget_create_plist(d);
+        const H5T_class_t c = t >= 0 ? H5Tget_class(t) : H5T_NO_CLASS;
         if (s >= 0 && t >= 0 && p >= 0 && H5Pget_nfilters(p) == 0 &&
-            H5Pget_external_count(p) == 0 && H5Sget_simple_extent_npoints(s) == 1 &&
-            (H5Tget_class(t) == H5T_INTEGER || H5Tget_class(t) == H5T_FLOAT)) {
-            double v = 0.0;
-            if (H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, &v) >= 0) {
-                *out = v;
-                res = 1;
-                if (units)
-                    read_units(d, units, usize);
-            }
+            H5Pget_external_count(p) == 0 && H5Sget_simple_extent_npoints(s) == count &&
+            (count == 1 || H5Sget_simple_extent_ndims(s) == 1) &&
+            (c == H5T_INTEGER || (!integer && c == H5T_FLOAT)) &&
+            H5Dread(d, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) >= 0) {
+            res = 1;
+            if (units)
+                read_units(d, units, usize);
         }
         if (p >= 0)
             H5Pclose(p);
@@ -924,6 +925,17 @@ static int read_scalar_units(walk *w, const char *path, double *out, char *units
     }
     H5Oclose(d);
     H5Eclear2(H5E_DEFAULT);
+    return res;
+}
+
+/* A numeric scalar (or one-element) dataset without filters, as a double (and its "units"
+ * attribute when units is not NULL): 1 read, 0 absent, -1 unusable. */
+static int read_scalar_units(walk *w, const char *path, double *out, char *units, size_t usize)
+{
+    double v = 0.0;
+    const int res = read_plain_numbers(w, path, H5T_NATIVE_DOUBLE, 0, 1, &v, units, usize);
+    if (res == 1)
+        *out = v;
     return res;
 }
 
@@ -1161,41 +1173,15 @@ static void read_orientation(walk *w, sw_diffraction_geometry *g)
  * v: 1, 0 absent, -1 unusable (another count, a float, a filter, a value beyond int32). */
 static int read_int_pair(walk *w, const char *path, int64_t v[2])
 {
-    int e = path_exists(w, w->master, path);
-    if (e <= 0) {
-        H5Eclear2(H5E_DEFAULT);
-        return e;
-    }
-    hid_t d = H5Oopen(w->master, path, w->lapl);
-    if (d < 0) {
-        H5Eclear2(H5E_DEFAULT);
+    long long tmp[2] = {0, 0};
+    const int res = read_plain_numbers(w, path, H5T_NATIVE_LLONG, 1, 2, tmp, NULL, 0);
+    if (res != 1)
+        return res;
+    if (tmp[0] < INT32_MIN || tmp[0] > INT32_MAX || tmp[1] < INT32_MIN || tmp[1] > INT32_MAX)
         return -1;
-    }
-    int res = -1;
-    if (H5Iget_type(d) == H5I_DATASET) {
-        hid_t sp = H5Dget_space(d), t = H5Dget_type(d), p = H5Dget_create_plist(d);
-        if (sp >= 0 && t >= 0 && p >= 0 && H5Pget_nfilters(p) == 0 &&
-            H5Pget_external_count(p) == 0 && H5Sget_simple_extent_ndims(sp) == 1 &&
-            H5Sget_simple_extent_npoints(sp) == 2 && H5Tget_class(t) == H5T_INTEGER) {
-            long long tmp[2] = {0, 0};
-            if (H5Dread(d, H5T_NATIVE_LLONG, H5S_ALL, H5S_ALL, H5P_DEFAULT, tmp) >= 0 &&
-                tmp[0] >= INT32_MIN && tmp[0] <= INT32_MAX && tmp[1] >= INT32_MIN &&
-                tmp[1] <= INT32_MAX) {
-                v[0] = tmp[0];
-                v[1] = tmp[1];
-                res = 1;
-            }
-        }
-        if (p >= 0)
-            H5Pclose(p);
-        if (t >= 0)
-            H5Tclose(t);
-        if (sp >= 0)
-            H5Sclose(sp);
-    }
-    H5Oclose(d);
-    H5Eclear2(H5E_DEFAULT);
-    return res;
+    v[0] = tmp[0];
+    v[1] = tmp[1];
+    return 1;
 }
 
 /*

@@ -2,6 +2,7 @@
 # common.bash, not run. Skips the test (77) without mpirun or when spotwave was built without
 # MPI, and defines:
 #   mpi NP ARGS...   spotwave ARGS under `mpirun -np NP`; sets rc, out (stdout) and err (stderr)
+#   corrupt_chunk IN OUT BYTES   a copy of an HDF5 file with one bitshuffle/LZ4 chunk damaged
 # plus mpi_asan, mpi_lsan: the sanitizer options an mpirun of spotwave needs (below).
 
 if ! command -v mpirun >/dev/null; then
@@ -35,4 +36,24 @@ mpi() {
     set -e
     out=$(cat "$tmp/out")
     err=$(cat "$tmp/err")
+}
+
+# corrupt_chunk IN OUT BYTES: OUT is the HDF5 file IN with the first bitshuffle/LZ4 chunk of
+# BYTES decoded bytes damaged (its first LZ4 block's length and first bytes), for a frame that a
+# rank cannot read. Fails the test when no such chunk is found.
+corrupt_chunk() {
+    python3 - "$1" "$2" "$3" <<'EOF' || fail "no bitshuffle/LZ4 chunk found in $1 to corrupt"
+import sys
+d = bytearray(open(sys.argv[1], "rb").read())
+size = int(sys.argv[3]).to_bytes(8, "big")  # the chunk header: decoded bytes, then block size
+i = 0
+while True:
+    i = d.find(size, i + 1)
+    assert i > 0
+    block = int.from_bytes(d[i + 8:i + 12], "big")
+    if 0 < block <= 65536 and block % 8 == 0:
+        break
+d[i + 12:i + 20] = b"\xa5" * 8  # the first LZ4 block's length and its first bytes
+open(sys.argv[2], "wb").write(d)
+EOF
 }

@@ -77,19 +77,7 @@ mpi 3 find "${files[@]}" --first 5 --count 2
 
 # a corrupt chunk in the fifth of eight files: blocks of 3, 3 and 2 frames, rank 1 reads it
 cd "$tmp/data"
-python3 - <<'EOF' || fail "no bitshuffle/LZ4 chunk found in frame1.h5 to corrupt"
-d = bytearray(open("frame1.h5", "rb").read())
-size = (128 * 128 * 2).to_bytes(8, "big")
-i = 0
-while True:
-    i = d.find(size, i + 1)
-    assert i > 0
-    block = int.from_bytes(d[i + 8:i + 12], "big")
-    if 0 < block <= 65536 and block % 8 == 0:
-        break
-d[i + 12:i + 20] = b"\xa5" * 8  # the first LZ4 block's length and its first bytes
-open("corrupt.h5", "wb").write(d)
-EOF
+corrupt_chunk frame1.h5 corrupt.h5 $((128 * 128 * 2))
 bad=(../data/frame1.h5 ../data/frame2.tif ../data/frame3.fits ../data/frame4.h5 ../data/corrupt.h5
      ../data/frame5.tif ../data/frame6.fits ../data/frame7.h5)
 mkdir "$tmp/bad1" "$tmp/bad3"

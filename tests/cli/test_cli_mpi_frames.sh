@@ -70,19 +70,7 @@ EOF
 
 # a corrupt bitshuffle/LZ4 chunk in the fourth of six files: rank 1 of 3 reads it
 cd "$tmp/data"
-python3 - <<'EOF' || fail "no bitshuffle/LZ4 chunk found in eye2.h5 to corrupt"
-d = bytearray(open("eye2.h5", "rb").read())
-size = (320 * 320).to_bytes(8, "big")
-i = 0
-while True:
-    i = d.find(size, i + 1)
-    assert i > 0
-    block = int.from_bytes(d[i + 8:i + 12], "big")
-    if 0 < block <= 65536 and block % 8 == 0:
-        break
-d[i + 12:i + 20] = b"\xa5" * 8  # the first LZ4 block's length and its first bytes
-open("corrupt.h5", "wb").write(d)
-EOF
+corrupt_chunk eye2.h5 corrupt.h5 $((320 * 320))
 bad=(../data/eye1.pgm ../data/eye2.h5 ../data/eye3.fits ../data/corrupt.h5 ../data/eye4.pgm
      ../data/eye5.h5)
 mkdir "$tmp/bad"
