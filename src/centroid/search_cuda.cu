@@ -5,6 +5,12 @@
  * compiled with -fmad=false, so the centroids, intensities and statuses are bit-identical to the
  * CPU's.
  *
+ *   table_kernel       u8 and u16 frames, the default where its box fits in shared memory: a
+ *                      block stages the spot's box and builds per column the exact prefix sums
+ *                      of v and of j v; then one warp walks the pyramid with no block barrier,
+ *                      each lane forming the model's lane sums from two table differences a
+ *                      column (see the kernel). SPOTWAVE_PAPYCS_KERNEL=old (read when a plan is
+ *                      made) takes the block kernel instead; both give the CPU's bits.
  *   block_kernel       u8 and u16 frames (Algorithms 1-2): one block of 1-16 warps per spot.
  *                      The per-column sums over rows of an integer frame are exact integers, so
  *                      they are split over the block's warps in any way and added in any order.
@@ -37,6 +43,8 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 /* the checks of core/cuda_util.h: this context, this stage in their messages */
 #define SW_CUDA_CTX   plan->ctx
@@ -482,6 +490,321 @@ template <int TYPE> static block_fn block_kernel_of(int nw)
     }
 }
 
+/* ---------------------------------------------------------------- PAPYCS / CoM, table kernel */
+
+/*
+ * The table kernel (u8 and u16; the default where its box fits in shared memory): one block per
+ * spot whose NW warps stage the spot's neighbourhood (a box of side x side pixels, as the block
+ * kernel) and build, per box column, the prefix sums of its pixels P[j] = sum_{j' < j} v(j') and
+ * of their rows Q[j] = sum_{j' < j} j' v(j') (32 bits, modulo 2^32); then warp 0 alone walks the
+ * pyramid, one warp per spot as Algorithm 1, with no block barrier. Per step every lane makes the
+ * same window (sw_sm_window_make) and lane t takes the model's columns c = 4t + q + 128r:
+ *   A = P[j1] - P[j0 + 1],  B = (Q[j1] - Q[j0 + 1]) - j0 A   (box rows; j0 < j1; else 0)
+ * are search_model.h's exact interior sums (their true values lie below 2^32, so the modular
+ * differences are exact), the edge rows v(j0), v(j1) come from the box, and the double part is
+ * sw_sm_lane_int's own (sw_sm_col_weight, sw_sm_col_finish, sw_sm_lane_add in increasing c), so
+ * each lane holds the model's lane sums to the bit. The window minimum is exact in any order:
+ * every lane takes whole box columns (c = lane + 32k) and folds their 32-bit words with the
+ * SIMD minimum (4 u8 or 2 u16 pixels a word, the rows outside the window masked to all ones).
+ * Then the butterfly of block_window_sums (lane 0 ends with the model's bits) and lane 0's sums
+ * broadcast where levels were left out, and every lane finishes the step alike (sw_sm_finish).
+ * A step costs O(columns) shared loads instead of O(pixels) and no __syncthreads (the block
+ * kernel: three a step). Where a window leaves the box, warp 0 restages and rebuilds it alone.
+ *
+ * Layout (bank-conflict free for the lanes' column pattern 4t + q and for consecutive columns):
+ * box column c, row j at element c pe + 4 (c >> 2) + j for u8 (c pe + 2 (c >> 2) + j for u16),
+ * its table entry at word c pt + (c >> 2) + j, with pe / (pixels a word) and pt 8 mod 32, so
+ * that lanes reading one row of columns c = 4t + q (q fixed) hit banks t + const.
+ */
+template <typename PIX> struct table_px {
+    enum { PER_WORD = 4 / (int)sizeof(PIX) };
+};
+
+__device__ __forceinline__ int32_t table_word(int32_t c, int32_t pt)
+{
+    return c * pt + (c >> 2);
+}
+
+template <typename PIX> __device__ __forceinline__ int32_t table_elem(int32_t c, int32_t pe)
+{
+    return c * pe + (c >> 2) * table_px<PIX>::PER_WORD;
+}
+
+/* Copies the frame's pixels [bx0, bx0 + side) x [by0, by0 + side) (clipped to the frame) into the
+ * box (layout above); every thread of `nthreads` takes a share, 8 loads in flight. */
+template <typename PIX>
+__device__ __forceinline__ void table_stage(const void *frame, size_t stride, int32_t bw,
+                                            int32_t bh, int32_t bx0, int32_t by0, int32_t pe,
+                                            PIX *box, int tid, int nthreads)
+{
+    const int32_t n = bw * bh;
+    const char *base = (const char *)frame + (size_t)by0 * stride + (size_t)bx0 * sizeof(PIX);
+    for (int32_t e = tid; e < n; e += 8 * nthreads) {
+        PIX v[8];
+        int32_t at[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+            int32_t idx = e + u * nthreads;
+            at[u] = -1;
+            if (idx < n) {
+                int32_t row = idx / bw, col = idx - row * bw;
+                v[u] = __ldg((const PIX *)(base + (size_t)row * stride) + col);
+                at[u] = table_elem<PIX>(col, pe) + row;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < 8; ++u)
+            if (at[u] >= 0)
+                box[at[u]] = v[u];
+    }
+}
+
+/* The prefix tables of the box's bw columns, rows 0 .. bh (one thread a column). */
+template <typename PIX>
+__device__ __forceinline__ void table_build(const PIX *box, int32_t bw, int32_t bh, int32_t pe,
+                                            int32_t pt, uint32_t *P, uint32_t *Q, int tid,
+                                            int nthreads)
+{
+    for (int32_t c = tid; c < bw; c += nthreads) {
+        const PIX *col = box + table_elem<PIX>(c, pe);
+        uint32_t *pc = P + table_word(c, pt), *qc = Q + table_word(c, pt);
+        uint32_t a = 0u, b = 0u;
+        int32_t j = 0;
+        for (; j + 4 <= bh; j += 4) {
+            uint32_t v[4];
+#pragma unroll
+            for (int u = 0; u < 4; ++u)
+                v[u] = col[j + u];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                pc[j + u] = a;
+                qc[j + u] = b;
+                a += v[u];
+                b += (uint32_t)(j + u) * v[u];
+            }
+        }
+        for (; j < bh; ++j) {
+            uint32_t v = col[j];
+            pc[j] = a;
+            qc[j] = b;
+            a += v;
+            b += (uint32_t)j * v;
+        }
+        pc[bh] = a;
+        qc[bh] = b;
+    }
+}
+
+/* The SIMD minimum of two words of pixels, and the least pixel of a word. */
+template <typename PIX> __device__ __forceinline__ uint32_t table_vmin(uint32_t a, uint32_t b)
+{
+    return sizeof(PIX) == 1 ? __vminu4(a, b) : __vminu2(a, b);
+}
+
+template <typename PIX> __device__ __forceinline__ uint32_t table_word_min(uint32_t a)
+{
+    if (sizeof(PIX) == 1) {
+        a = __vminu4(a, a >> 16);
+        a = __vminu4(a, a >> 8);
+        return a & 0xffu;
+    }
+    a = __vminu2(a, a >> 16);
+    return a & 0xffffu;
+}
+
+/*
+ * The minimum of the window's pixels: box columns cb .. cb + ncols - 1, rows jb0 .. jb1. Lane l
+ * folds whole columns cb + l + 32k, word by word; the pixels of the first and last word outside
+ * the rows set to all ones. Every lane returns the minimum.
+ */
+template <typename PIX>
+__device__ __forceinline__ uint32_t table_window_min(const PIX *box, int32_t pe, int32_t cb,
+                                                     int32_t ncols, int32_t jb0, int32_t jb1,
+                                                     int lane)
+{
+    const int E = table_px<PIX>::PER_WORD;
+    const int32_t wf = jb0 / E, wl = jb1 / E;
+    const int bits = 8 * (int)sizeof(PIX);
+    /* the pixels below jb0 in word wf and above jb1 in word wl */
+    const uint32_t mlo = (1u << (bits * (jb0 - wf * E))) - 1u;
+    const int hi = jb1 - wl * E + 1; /* pixels kept in word wl, 1 .. E */
+    const uint32_t mhi = hi == E ? 0u : ~((1u << (bits * hi)) - 1u);
+    uint32_t acc = 0xffffffffu;
+    for (int32_t c = lane; c < ncols; c += SW_SM_LANES) {
+        const uint32_t *col = (const uint32_t *)(const void *)(box + table_elem<PIX>(cb + c, pe));
+        uint32_t first = col[wf] | mlo;
+        if (wf == wl) {
+            acc = table_vmin<PIX>(acc, first | mhi);
+            continue;
+        }
+        uint32_t m0 = table_vmin<PIX>(first, col[wl] | mhi), m1 = 0xffffffffu;
+        int32_t w = wf + 1;
+        for (; w + 2 <= wl; w += 2) { /* two chains */
+            m0 = table_vmin<PIX>(m0, col[w]);
+            m1 = table_vmin<PIX>(m1, col[w + 1]);
+        }
+        if (w < wl)
+            m0 = table_vmin<PIX>(m0, col[w]);
+        acc = table_vmin<PIX>(acc, table_vmin<PIX>(m0, m1));
+    }
+    return block_warp_min(table_word_min<PIX>(acc));
+}
+
+/*
+ * Step 2 for lane `lane` of the window w (box origin bx0, by0): the model's lane sums
+ * (sw_sm_lane_int) from the tables; the minimum is left to table_window_min.
+ */
+template <typename PIX>
+__device__ __forceinline__ void
+table_lane_sums(const sw_sm_window *w, const PIX *box, const uint32_t *P, const uint32_t *Q,
+                int32_t pe, int32_t pt, int32_t bx0, int32_t by0, int lane, sw_sm_sums *out)
+{
+    const int32_t ncols = w->i1 - w->i0 + 1, nr = w->j1 - w->j0;
+    const int32_t cb = w->i0 - bx0, jb0 = w->j0 - by0, jb1 = w->j1 - by0;
+    sw_sm_sums s = {0.0, 0.0, 0.0, INFINITY};
+    for (int32_t c0 = SW_SM_QUADS * lane; c0 < ncols; c0 += SW_SM_PASS) {
+        const int32_t nq = min(ncols - c0, SW_SM_QUADS);
+        uint32_t A[SW_SM_QUADS], B[SW_SM_QUADS], e0[SW_SM_QUADS], e1[SW_SM_QUADS];
+#pragma unroll
+        for (int q = 0; q < SW_SM_QUADS; ++q) {
+            A[q] = B[q] = e0[q] = e1[q] = 0u;
+            if (q < nq) {
+                const int32_t c = cb + c0 + q, tw = table_word(c, pt);
+                const PIX *col = box + table_elem<PIX>(c, pe);
+                e0[q] = col[jb0];
+                if (nr > 0) {
+                    const uint32_t a = P[tw + jb1] - P[tw + jb0 + 1];
+                    A[q] = a;
+                    B[q] = (Q[tw + jb1] - Q[tw + jb0 + 1]) - (uint32_t)jb0 * a;
+                    e1[q] = col[jb1];
+                }
+            }
+        }
+#pragma unroll
+        for (int q = 0; q < SW_SM_QUADS; ++q) {
+            if (q < nq) {
+                double wx, mx, col0, coly;
+                sw_sm_col_weight(w, c0 + q, &wx, &mx);
+                sw_sm_col_finish(w, block_u32_double(A[q]), block_u32_double(B[q]),
+                                 block_u32_double(e0[q]), block_u32_double(e1[q]), &col0, &coly);
+                sw_sm_lane_add(&s, wx, mx, col0, coly);
+            }
+        }
+    }
+    *out = s;
+}
+
+/* The box's part inside the frame. */
+__device__ __forceinline__ void table_extent(int32_t bx0, int32_t by0, int32_t side, int32_t width,
+                                             int32_t height, int32_t *bw, int32_t *bh)
+{
+    *bw = min(side, width - bx0);
+    *bh = min(side, height - by0);
+}
+
+/*
+ * The kernel. Dynamic shared memory: P, Q (tw words each), then the box. Launch: one block of
+ * 32 NW threads per spot.
+ */
+template <int TYPE, int NW>
+__global__ void __launch_bounds__(32 * NW)
+    table_kernel(const void *__restrict__ frame, size_t stride, int32_t width, int32_t height,
+                 const double *__restrict__ sx, const double *__restrict__ sy,
+                 const uint8_t *__restrict__ active, int32_t smax, int32_t smin, int32_t side,
+                 int32_t pe, int32_t pt, int32_t tw, double *x, double *y, double *intensity,
+                 uint8_t *status)
+{
+    typedef typename block_pixel<TYPE>::type PIX;
+    extern __shared__ uint32_t table_dyn[];
+    uint32_t *P = table_dyn, *Q = table_dyn + tw;
+    PIX *box = (PIX *)(Q + tw);
+    const int tid = (int)threadIdx.x, lane = tid & 31;
+    const int32_t k = (int32_t)blockIdx.x;
+
+    if (!active[k]) {
+        if (tid == 0) {
+            status[k] = SW_SPOT_INACTIVE;
+            x[k] = NAN;
+            y[k] = NAN;
+            intensity[k] = NAN;
+        }
+        return;
+    }
+    sw_sm_spot sp;
+    sw_sm_window w;
+    if (!sw_sm_spot_start(&sp, sx[k], sy[k]))
+        goto done; /* OUTSIDE: a non-finite start */
+    if (!sw_sm_window_make(sp.cx, sp.cy, (double)smax, width, height, &w)) {
+        sw_sm_spot_update(&sp, SW_SM_STEP_EMPTY, 0.0, 0.0, 0.0); /* OUTSIDE */
+        goto done;
+    }
+    {
+        const int32_t margin = (side - smax - 1) / 2;
+        int32_t bx0 = block_box_origin(w.i0, margin, side, width);
+        int32_t by0 = block_box_origin(w.j0, margin, side, height);
+        int32_t bw, bh;
+        table_extent(bx0, by0, side, width, height, &bw, &bh);
+        table_stage<PIX>(frame, stride, bw, bh, bx0, by0, pe, box, tid, 32 * NW);
+        __syncthreads();
+        table_build<PIX>(box, bw, bh, pe, pt, P, Q, tid, 32 * NW);
+        __syncthreads();
+        if (tid >= 32)
+            return; /* warp 0 walks the pyramid */
+        for (int32_t s = smax;;) {
+            if (!block_box_holds(&w, bx0, by0, side)) { /* the centre moved past the margin */
+                bx0 = block_box_origin(w.i0, margin, side, width);
+                by0 = block_box_origin(w.j0, margin, side, height);
+                table_extent(bx0, by0, side, width, height, &bw, &bh);
+                __syncwarp();
+                table_stage<PIX>(frame, stride, bw, bh, bx0, by0, pe, box, lane, 32);
+                __syncwarp();
+                table_build<PIX>(box, bw, bh, pe, pt, P, Q, lane, 32);
+                __syncwarp();
+            }
+            sw_sm_sums t;
+            table_lane_sums<PIX>(&w, box, P, Q, pe, pt, bx0, by0, lane, &t);
+            const int32_t ncols = w.i1 - w.i0 + 1;
+            t.m = block_u32_double(
+                table_window_min<PIX>(box, pe, w.i0 - bx0, ncols, w.j0 - by0, w.j1 - by0, lane));
+            /* step 3: block_window_sums's butterfly (lane 0 gets the model's bits) */
+            const int32_t used = min((ncols + SW_SM_QUADS - 1) / SW_SM_QUADS, SW_SM_LANES);
+#pragma unroll
+            for (int o = 16; o >= 1; o >>= 1) {
+                if (o >= used)
+                    continue;
+                sw_sm_sums other;
+                other.s0 = __shfl_xor_sync(SEARCH_FULL, t.s0, o);
+                other.sx = __shfl_xor_sync(SEARCH_FULL, t.sx, o);
+                other.sy = __shfl_xor_sync(SEARCH_FULL, t.sy, o);
+                other.m = t.m;
+                t = sw_sm_combine(t, other);
+            }
+            if (used <= 16) { /* levels left out: lane 0's sums to every lane */
+                t.s0 = __shfl_sync(SEARCH_FULL, t.s0, 0);
+                t.sx = __shfl_sync(SEARCH_FULL, t.sx, 0);
+                t.sy = __shfl_sync(SEARCH_FULL, t.sy, 0);
+            }
+            double ncx = sp.cx, ncy = sp.cy, s0 = 0.0;
+            int r = sw_sm_finish(&w, &t, &ncx, &ncy, &s0);
+            sw_sm_spot_update(&sp, r, ncx, ncy, s0);
+            if (s <= smin)
+                break;
+            --s;
+            if (!sw_sm_window_make(sp.cx, sp.cy, (double)s, width, height, &w)) {
+                sw_sm_spot_update(&sp, SW_SM_STEP_EMPTY, 0.0, 0.0, 0.0);
+                break;
+            }
+        }
+    }
+done:
+    if (tid == 0)
+        block_write(&sp, k, x, y, intensity, status);
+}
+
+typedef void (*table_fn)(const void *, size_t, int32_t, int32_t, const double *, const double *,
+                         const uint8_t *, int32_t, int32_t, int32_t, int32_t, int32_t, int32_t,
+                         double *, double *, double *, uint8_t *);
+
 /* The shape of a block launch. */
 typedef struct block_cfg {
     block_fn fn;
@@ -559,6 +882,81 @@ static int block_config(const sw_search_plan *plan, block_cfg *cfg)
     return 1;
 }
 
+template <int TYPE> static table_fn table_kernel_of(int nw)
+{
+    return nw == 4 ? table_kernel<TYPE, 4> : table_kernel<TYPE, 8>;
+}
+
+/* The shape of a table launch. */
+typedef struct table_cfg {
+    table_fn fn;
+    int nw;       /* warps per block (staging; warp 0 alone walks the pyramid) */
+    int32_t side; /* the box's side, pixels                                     */
+    int32_t pe;   /* its column pitch, pixels                                   */
+    int32_t pt;   /* the tables' column pitch, words                            */
+    int32_t tw;   /* words of one table                                         */
+    size_t smem;  /* dynamic shared memory, bytes                               */
+} table_cfg;
+
+/* The smallest value >= lo that is 8 mod 16 (see the layout of table_kernel). */
+static int32_t table_pitch(int32_t lo)
+{
+    int32_t p = lo;
+    while (p % 16 != 8)
+        ++p;
+    return p;
+}
+
+/*
+ * The table launch for a plan, or 0 (the block kernel, or the one-warp kernel) for f32 frames,
+ * with SPOTWAVE_PAPYCS_KERNEL=old, and where the box with a margin of at least window / 8 + 1
+ * does not fit in a block's shared memory. The margin: window / 4 + 2 as the block kernel's,
+ * less while 2 blocks would not fit on a multiprocessor or 1 in a block.
+ */
+static int table_config(const sw_search_plan *plan, table_cfg *cfg)
+{
+    const sw_search_params *p = &plan->p;
+    if (plan->old_kernel || (p->type != SW_PIX_U8 && p->type != SW_PIX_U16))
+        return 0;
+    int optin = 0, per_sm = 0;
+    if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                               plan->ctx->device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor,
+                               plan->ctx->device) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    const int32_t cols = p->window_px + 1, least = p->window_px / 8 + 1;
+    const size_t px = p->type == SW_PIX_U8 ? 1u : 2u, E = 4u / px;
+    const size_t reserve = 1024; /* the runtime's own per block */
+    for (int32_t margin = p->window_px / 4 + 2; margin >= least; --margin) {
+        const int32_t side = cols + 2 * margin;
+        const int32_t pt = table_pitch(side + 1);
+        const int32_t pe = (int32_t)E * table_pitch((side + (int32_t)E - 1) / (int32_t)E);
+        const size_t tw =
+            ((size_t)(side - 1) * (size_t)pt + (size_t)((side - 1) >> 2) + (size_t)side + 1u + 3u) &
+            ~(size_t)3u;
+        const size_t box = ((size_t)(side - 1) * (size_t)pe + (size_t)((side - 1) >> 2) * E +
+                            (size_t)side + 2u * E) *
+                           px;
+        const size_t smem = 2u * tw * 4u + ((box + 15u) & ~(size_t)15u);
+        if (smem + reserve > (size_t)optin)
+            continue;
+        if (2u * (smem + reserve) > (size_t)per_sm && margin > least)
+            continue;
+        cfg->nw = side <= 64 ? 4 : 8;
+        cfg->side = side;
+        cfg->pe = pe;
+        cfg->pt = pt;
+        cfg->tw = (int32_t)tw;
+        cfg->smem = smem;
+        cfg->fn = p->type == SW_PIX_U8 ? table_kernel_of<SW_PIX_U8>(cfg->nw)
+                                       : table_kernel_of<SW_PIX_U16>(cfg->nw);
+        return 1;
+    }
+    return 0;
+}
+
 extern "C" sw_status sw_search_gpu_search(sw_search_plan *plan, const sw_image *frame,
                                           const double *sx, const double *sy, const uint8_t *active,
                                           double *x, double *y, double *intensity, uint8_t *status)
@@ -568,6 +966,14 @@ extern "C" sw_status sw_search_gpu_search(sw_search_plan *plan, const sw_image *
     int32_t smin = p->algorithm == SW_SEARCH_COM ? smax : p->min_window_px;
     cudaStream_t s = stream_of(plan);
     SW_CU(cudaSetDevice(plan->ctx->device));
+    table_cfg tc;
+    if (table_config(plan, &tc)) {
+        tc.fn<<<(unsigned)p->nspots, 32u * (unsigned)tc.nw, tc.smem, s>>>(
+            frame->data, frame->stride, p->width, p->height, sx, sy, active, smax, smin, tc.side,
+            tc.pe, tc.pt, tc.tw, x, y, intensity, status);
+        SW_CU(cudaGetLastError());
+        return SW_OK;
+    }
     block_cfg cfg;
     if (block_config(plan, &cfg)) {
         cfg.fn<<<(unsigned)p->nspots, 32u * (unsigned)cfg.nw, cfg.smem, s>>>(
@@ -671,6 +1077,16 @@ extern "C" sw_status sw_search_gpu_create(sw_search_plan *plan)
     /* A block launch with more than the default 48 KiB of dynamic shared memory needs the
      * kernel's permission, given here (the plan's launch shape is fixed; never lowered, as other
      * plans may need more). */
+    const char *env = getenv("SPOTWAVE_PAPYCS_KERNEL");
+    plan->old_kernel = env && strcmp(env, "old") == 0;
+    table_cfg tc;
+    if (table_config(plan, &tc)) {
+        cudaFuncAttributes fa;
+        SW_CU(cudaFuncGetAttributes(&fa, (const void *)tc.fn));
+        if (tc.smem > (size_t)fa.maxDynamicSharedSizeBytes)
+            SW_CU(cudaFuncSetAttribute((const void *)tc.fn,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)tc.smem));
+    }
     block_cfg cfg;
     if (block_config(plan, &cfg)) {
         cudaFuncAttributes fa;
