@@ -8,13 +8,15 @@
  * the ranks in contiguous blocks; a plain run never touches MPI. Every rank opens the inputs and
  * prepares the same plan with a context of its own (the GPU local_rank % devices when there are
  * GPUs; the CPU otherwise, the node's cores shared among its ranks unless --threads is given),
- * runs its block through the library's pipeline, and sends its spot table (raw structs: ranks of
+ * runs its block through the library's pipeline (for find --decode gpu the chunk pipeline, its
+ * bitshuffle/LZ4 chunks decoded on the rank's GPU), and sends its spot table (raw structs: ranks of
  * one architecture), its strong masks and its counts to rank 0, which merges them in frame order
  * and writes every output once with the code a one-process run uses, so they are byte-identical.
  * Only rank 0 stages and commits files (files.c) or prints a report or a progress bar.
  *
- * A frame that fails on a rank (an unreadable chunk, a frame refused by the finder) stops that
- * rank's block as it stops a one-process run; the rank reports it with its file and index, the
+ * A frame that fails on a rank (an unreadable chunk, one that does not decode on the CPU or the
+ * GPU, a frame refused by the finder: the pipeline says which, sw_find_sequence_failed_frame) stops
+ * that rank's block as it stops a one-process run; the rank reports it with its file and index, the
  * other ranks finish theirs, and rank 0 lists every failed frame and fails the run (exit 1,
  * nothing written), as one process fails.
  *
@@ -30,7 +32,7 @@
 #include "spotwave/find.h"
 #include "spotwave/refine.h"
 
-#define SW_CLI_MPI_MSG 18 /* int64s in a status message to rank 0 */
+#define SW_CLI_MPI_MSG 19 /* int64s in a status message to rank 0 */
 
 typedef struct sw_cli_mpi {
     int on;                     /* MPI initialised: the frames are dealt                  */
@@ -108,14 +110,18 @@ typedef struct sw_cli_mpi_array {
 int sw_cli_mpi_gather_frames(sw_cli_mpi *m, sw_context *ctx, sw_status st, int64_t failed_frame,
                              const sw_cli_mpi_array *arrays, int narrays);
 
-/* Collective, after this rank's frames (st: what sw_find_sequence returned, message on ctx):
+/* Collective, after this rank's frames (st: what sw_find_sequence returned, message on ctx;
+ * failed_frame: the frame it failed at, sw_find_sequence_failed_frame, or -1 when it does not
+ * say, then the frame the source's read failed at or the one after the last frame done):
  * rank 0 appends every other rank's spots (and refined results, when refined is not NULL) to its
- * own in rank order, which is frame order, adds their counts to stats and copies their strong
- * masks into strong_cube (a cube of count frames, NULL when none). A failed rank reports its
- * frame; rank 0 lists them all. Returns SW_EXIT_OK when every rank succeeded, else SW_EXIT_FAIL
- * (rank 0 then names the failed frames). Without MPI: SW_EXIT_OK when st is SW_OK. */
-int sw_cli_mpi_gather(sw_cli_mpi *m, sw_context *ctx, sw_status st, sw_spot_list *spots,
-                      sw_refine_list *refined, sw_find_stats *stats, sw_image *strong_cube);
+ * own in rank order, which is frame order, adds their counts to stats (and their frames decoded
+ * on the GPU to *gpu_frames, when not NULL) and copies their strong masks into strong_cube (a
+ * cube of count frames, NULL when none). A failed rank reports its frame with its file; rank 0
+ * lists them all. Returns SW_EXIT_OK when every rank succeeded, else SW_EXIT_FAIL (rank 0 then
+ * names the failed frames). Without MPI: SW_EXIT_OK when st is SW_OK. */
+int sw_cli_mpi_gather(sw_cli_mpi *m, sw_context *ctx, sw_status st, int64_t failed_frame,
+                      sw_spot_list *spots, sw_refine_list *refined, sw_find_stats *stats,
+                      int64_t *gpu_frames, sw_image *strong_cube);
 
 /* Adds mpi_ranks and frames_per_rank to a --json report. */
 void sw_cli_mpi_json(const sw_cli_mpi *m, cJSON *report);

@@ -257,7 +257,8 @@ void sw_cmd_find_help(FILE *out)
         "\n"
         "Under mpirun (a spotwave built with MPI: 'spotwave info' says), e.g. 'mpirun -np 4\n"
         "spotwave find FILES... --out spots.csv', the frames are dealt to the processes in\n"
-        "contiguous blocks, each on its own GPU (node-local rank modulo the GPUs) or CPU cores;\n"
+        "contiguous blocks, each on its own GPU (node-local rank modulo the GPUs; with\n"
+        "--decode gpu, or auto, a rank decodes its frames' chunks there) or CPU cores;\n"
         "rank 0 merges the spots in frame order and writes every output once, the same bytes\n"
         "as one process. A frame that fails stops its rank's block; the other ranks finish,\n"
         "rank 0 lists the failed frames and the run fails. Not with --3d.\n",
@@ -1829,10 +1830,6 @@ int sw_cmd_find(const sw_cli_globals *g, int argc, char **argv)
     if (rc == SW_EXIT_OK && o.follow && o.decode == DECODE_GPU)
         rc = sw_cli_usage(SUB, "--decode gpu reads HDF5 inputs given on the command line, not "
                                "--follow");
-    if (rc == SW_EXIT_OK && o.decode == DECODE_GPU && mpi.size > 1)
-        rc = !sw_cli_mpi_root(&mpi) ? SW_EXIT_USAGE
-                                    : sw_cli_usage(SUB, "--decode gpu runs in one process, not "
-                                                        "under mpirun");
     if (rc == SW_EXIT_OK)
         rc = sw_cli_files_check();
     const sw_cli_globals rank_g = sw_cli_mpi_globals(&mpi, g);
@@ -1878,35 +1875,42 @@ int sw_cmd_find(const sw_cli_globals *g, int argc, char **argv)
     }
 
     sw_cli_progress_start(&j.bar, "find", sw_cli_mpi_root(&mpi) ? o.progress : 0, g->quiet, count);
-    if ((rc = sw_cli_mpi_agree(&mpi, SW_EXIT_OK)) != SW_EXIT_OK)
-        goto done;
-    sw_find_source src = {source_read, o.strong ? source_strong : NULL, source_progress, &j};
-    /* this rank's frames (all of them in one process); rank 0 gathers the others' spots */
-    sw_find_source rank_src = sw_cli_mpi_source(&mpi, &src, &j.in, first, count, j.bar.on);
-    /* --decode: stored bitshuffle/LZ4 chunks to the GPU (one process: the MPI source maps its
-     * own frames) */
+    /* --decode: stored bitshuffle/LZ4 chunks to the GPU; under mpirun each rank's chunks of its
+     * own block to its own GPU (sw_cli_mpi_globals) */
     size_t chunk_cap = 0;
     int64_t max_chunks = 0;
     const int all_chunks = sw_cli_inputs_chunk_limits(&j.in, &chunk_cap, &max_chunks);
     const int on_gpu = sw_context_backend(ctx) == SW_BACKEND_CUDA;
-    if (o.decode == DECODE_GPU && (!on_gpu || max_chunks == 0 || mpi.on)) {
-        rc = sw_cli_fail(SUB, "--decode gpu: %s",
-                         !on_gpu  ? "needs --backend cuda"
-                         : mpi.on ? "runs in one process, not under mpirun"
+    if (o.decode == DECODE_GPU && (!on_gpu || max_chunks == 0)) {
+        const char *why = !on_gpu ? "needs --backend cuda"
                                   : "no input is an HDF5 file of bitshuffle/LZ4 chunks that are "
-                                    "whole rows of a frame (use --decode cpu)");
-        goto done;
+                                    "whole rows of a frame (use --decode cpu)";
+        /* the ranks of one node share its inputs, build and GPUs, so they fail alike: rank 0
+         * says why as one process does, and the first rank of each other node (its GPUs may
+         * differ) */
+        rc = sw_cli_mpi_root(&mpi) ? sw_cli_fail(SUB, "--decode gpu: %s", why)
+             : mpi.local_rank == 0
+                 ? sw_cli_fail(SUB, "MPI rank %d of %d: --decode gpu: %s", mpi.rank, mpi.size, why)
+                 : SW_EXIT_FAIL;
     }
-    j.gpu_decode = on_gpu && !mpi.on && max_chunks > 0 &&
+    j.gpu_decode = on_gpu && max_chunks > 0 &&
                    (o.decode == DECODE_GPU || (o.decode == DECODE_AUTO && all_chunks));
+    if ((rc = sw_cli_mpi_agree(&mpi, rc)) != SW_EXIT_OK)
+        goto done;
+    sw_find_source src = {source_read, o.strong ? source_strong : NULL, source_progress, &j};
+    /* this rank's frames (all of them in one process); rank 0 gathers the others' spots */
+    sw_find_source rank_src = sw_cli_mpi_source(&mpi, &src, &j.in, first, count, j.bar.on);
     const sw_find_chunk_source csrc = {source_chunks, chunk_cap, max_chunks, 0, &j};
     st = mpi.my_count > 0 ? sw_find_sequence_chunks(j.plan, mpi.my_first, mpi.my_count, &rank_src,
                                                     j.gpu_decode ? &csrc : NULL, o.three_d, &spots,
                                                     &stats, &j.gpu_frames)
                           : SW_OK;
     if (mpi.on) {
-        rc = sw_cli_mpi_gather(&mpi, ctx, st, &spots, j.refine ? &j.refined : NULL, &stats,
-                               o.strong ? &j.strong_cube : NULL);
+        /* the frame the pipeline stopped at (with chunks decoded on the GPU, the source's read
+         * never sees it), with its file, on the rank's line and in rank 0's list */
+        rc = sw_cli_mpi_gather(
+            &mpi, ctx, st, st != SW_OK ? sw_find_sequence_failed_frame(j.plan) : -1, &spots,
+            j.refine ? &j.refined : NULL, &stats, &j.gpu_frames, o.strong ? &j.strong_cube : NULL);
         if (rc != SW_EXIT_OK || !sw_cli_mpi_root(&mpi))
             goto done; /* only rank 0 writes */
     }

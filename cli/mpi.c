@@ -130,6 +130,7 @@ enum {
     H_STATS,                 /* sw_find_stats, 10 counts */
     H_STRONG = H_STATS + 10, /* strong-mask planes that follow */
     H_FIRST,                 /* the rank's first frame */
+    H_GPU_FRAMES,            /* frames decoded on its GPU (find --decode) */
     H_N
 };
 _Static_assert(H_N <= SW_CLI_MPI_MSG, "a status message fits sw_cli_mpi's buffer");
@@ -410,13 +411,16 @@ sw_find_source sw_cli_mpi_source(sw_cli_mpi *m, const sw_find_source *src, const
     return w;
 }
 
-int sw_cli_mpi_gather(sw_cli_mpi *m, sw_context *ctx, sw_status st, sw_spot_list *spots,
-                      sw_refine_list *refined, sw_find_stats *stats, sw_image *strong_cube)
+int sw_cli_mpi_gather(sw_cli_mpi *m, sw_context *ctx, sw_status st, int64_t failed_frame,
+                      sw_spot_list *spots, sw_refine_list *refined, sw_find_stats *stats,
+                      int64_t *gpu_frames, sw_image *strong_cube)
 {
     if (!m->on)
         return st == SW_OK ? SW_EXIT_OK : SW_EXIT_FAIL;
 #ifdef SW_HAVE_MPI
-    const int64_t failed_frame = st != SW_OK ? report_failure(m, ctx, st) : -1;
+    if (st != SW_OK && failed_frame >= 0)
+        m->read_failed = failed_frame; /* the pipeline's word over the reader's */
+    failed_frame = st != SW_OK ? report_failure(m, ctx, st) : -1;
     const int32_t w = strong_cube ? strong_cube->width : 0;
     const int32_t h = strong_cube && m->count > 0 ? strong_cube->height / (int32_t)m->count : 0;
     const size_t plane = (size_t)w * (size_t)h;
@@ -432,6 +436,7 @@ int sw_cli_mpi_gather(sw_cli_mpi *m, sw_context *ctx, sw_status st, sw_spot_list
         memcpy(&hd[H_STATS], s10, sizeof s10);
         hd[H_STRONG] = st == SW_OK && plane ? m->my_count : 0;
         hd[H_FIRST] = m->my_first;
+        hd[H_GPU_FRAMES] = gpu_frames ? *gpu_frames : 0;
         MPI_Send(hd, H_N, MPI_INT64_T, 0, TAG_STATUS, MPI_COMM_WORLD);
         if (hd[H_SPOTS])
             send_bytes(spots->spots, (size_t)hd[H_SPOTS] * sizeof *spots->spots);
@@ -510,6 +515,8 @@ int sw_cli_mpi_gather(sw_cli_mpi *m, sw_context *ctx, sw_status st, sw_spot_list
         stats->rejected_separation += s8[7];
         stats->blends += s8[8];
         stats->children += s8[9];
+        if (gpu_frames)
+            *gpu_frames += x[H_GPU_FRAMES];
     }
     if (nfailed)
         rc = failed_list(m, st != SW_OK, failed_frame, nfailed);
@@ -517,9 +524,11 @@ int sw_cli_mpi_gather(sw_cli_mpi *m, sw_context *ctx, sw_status st, sw_spot_list
     return rc;
 #else
     (void)ctx;
+    (void)failed_frame;
     (void)spots;
     (void)refined;
     (void)stats;
+    (void)gpu_frames;
     (void)strong_cube;
     return st == SW_OK ? SW_EXIT_OK : SW_EXIT_FAIL;
 #endif

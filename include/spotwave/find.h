@@ -301,6 +301,17 @@ sw_status sw_find_sequence_chunks(sw_find_plan *plan, int64_t first, int64_t cou
                                   int three_d, sw_spot_list *spots, sw_find_stats *stats,
                                   int64_t *gpu_frames);
 
+/*
+ * The frame at which the plan's last sw_find_sequence or sw_find_sequence_chunks failed: the one
+ * whose read, decoding (on the GPU or a reader thread), processing or callback stopped the run,
+ * which is the frame its message names; -1 when that run succeeded, failed before its frames
+ * (a bad argument, no memory for the buffers) or at the end of 3-D joining, or none ran. With
+ * frames in flight (frame n + 1 read and decoded while frame n is processed) it can be the frame
+ * after the last one the progress callback reported. For a caller that must say which frame of
+ * which file failed (the command under MPI, whose ranks each run a block of frames).
+ */
+int64_t sw_find_sequence_failed_frame(const sw_find_plan *plan);
+
 #ifdef __cplusplus
 }
 #endif

@@ -195,6 +195,7 @@ sw_status sw_find_create(sw_context *ctx, const sw_find_params *p, sw_find_plan 
     if (!plan)
         return sw_fail(ctx, SW_ENOMEM, "find: out of memory");
     plan->ctx = ctx;
+    plan->seq_failed = -1;
     plan->p = *p;
     plan->width = p->width;
     plan->height = p->height;

@@ -79,6 +79,8 @@ struct sw_find_plan {
     /* a CPU plan: each slot's frame decoded there  */ /* entries of each */
     struct sw_refine_plan *refine;         /* sw_find_set_refine's, not owned, or NULL */
     struct sw_refine_list *refine_results; /* where each refined spot's result goes, or NULL */
+    int64_t seq_failed;                    /* the frame the last sequence failed at, or -1
+                                              (sw_find_sequence_failed_frame) */
 };
 
 /* ---------------------------------------------------------------- thresholds (CPU) */

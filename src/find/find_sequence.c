@@ -577,6 +577,7 @@ static sw_status run_sequence(sw_find_plan *plan, int64_t first, int64_t count,
     if (!plan)
         return sw_fail(NULL, SW_EINVAL, "find: plan is NULL");
     sw_context *ctx = plan->ctx;
+    plan->seq_failed = -1;
     if (!source || !source->read)
         return sw_fail(ctx, SW_EINVAL, "find: the frame source has no read function");
     if (first < 0 || count < 0)
@@ -594,6 +595,7 @@ static sw_status run_sequence(sw_find_plan *plan, int64_t first, int64_t count,
         return SW_OK;
 
     int gpu = sw_context_backend(ctx) == SW_BACKEND_CUDA;
+    int64_t at = -1; /* the frame whose stage runs (and fails, if st does): seq_failed */
     int64_t count0 = spots ? spots->count : 0;
     int64_t refined0 = plan->refine_results ? plan->refine_results->count : 0;
     sw_find_stats local = {0};
@@ -689,7 +691,10 @@ static sw_status run_sequence(sw_find_plan *plan, int64_t first, int64_t count,
         const sw_image *host = &ps.slot[i % ps.nslots].img; /* the CPU path's frame        */
 #ifdef SW_HAVE_CUDA
         if (gpu) {
+            /* frame i + 1 is read, uploaded and decoded while frame i is processed: a failure
+             * is that frame's */
             if (i == 0) {
+                at = first;
                 if ((st = wait_filled(&ps, 0)) != SW_OK ||
                     (st = upload_frame(&ps, 0, 0)) != SW_OK ||
                     (st = sw_find_gpu_upload_wait(plan, 0)) != SW_OK ||
@@ -698,13 +703,16 @@ static sw_status run_sequence(sw_find_plan *plan, int64_t first, int64_t count,
                 release_frame(&ps, 0);
             }
             if (i + 1 < count) {
+                at = first + i + 1;
                 if ((st = wait_filled(&ps, i + 1)) != SW_OK ||
                     (st = upload_frame(&ps, i + 1, (int)((i + 1) % 2))) != SW_OK)
                     break;
             }
+            at = z;
             st = sw_find_gpu_process(plan, NULL, slot, slot, z, &ncomp, &valid, &nstrong,
                                      source->strong ? &strong_img : NULL);
             if (st == SW_OK && i + 1 < count) {
+                at = first + i + 1;
                 st = sw_find_gpu_upload_wait(plan, (int)((i + 1) % 2));
                 if (st == SW_OK)
                     st = check_decoded(&ps, i + 1, (int)((i + 1) % 2));
@@ -714,6 +722,7 @@ static sw_status run_sequence(sw_find_plan *plan, int64_t first, int64_t count,
         } else
 #endif
         {
+            at = z;
             if ((st = wait_filled(&ps, i)) != SW_OK)
                 break;
             st = sw_find_frame_cpu(plan, host, z, slot, &ncomp, &valid, &nstrong);
@@ -724,6 +733,7 @@ static sw_status run_sequence(sw_find_plan *plan, int64_t first, int64_t count,
         }
         if (st != SW_OK)
             break;
+        at = z; /* the frame's spots, masks and links */
         local.frames++;
         local.valid_pixels += valid;
         local.strong_pixels += nstrong;
@@ -776,8 +786,10 @@ static sw_status run_sequence(sw_find_plan *plan, int64_t first, int64_t count,
         if (st == SW_OK && source->progress)
             source->progress(source->user, i + 1, count);
     }
-    if (st == SW_OK && three_d)
+    if (st == SW_OK && three_d) {
+        at = -1; /* no one frame's */
         st = join_finish(plan, &join, spots, &local);
+    }
 
 out_stop:
     pthread_mutex_lock(&ps.mu);
@@ -804,6 +816,7 @@ out_stop:
     free(pairs);
     join_free(&join);
     if (st != SW_OK) {
+        plan->seq_failed = at;
         if (spots)
             spots->count = count0;
         if (plan->refine_results)
@@ -833,4 +846,9 @@ sw_status sw_find_sequence_chunks(sw_find_plan *plan, int64_t first, int64_t cou
                        "find: the chunk source has no read_chunks, no room for chunks or a "
                        "negative reader count");
     return run_sequence(plan, first, count, source, chunks, three_d, spots, stats, gpu_frames);
+}
+
+int64_t sw_find_sequence_failed_frame(const sw_find_plan *plan)
+{
+    return plan ? plan->seq_failed : -1;
 }

@@ -51,6 +51,17 @@ void sw_loop_filter(const float *z, int32_t nact, int32_t nf, const float *r, do
  * copy of C). 0, or -1 out of memory. */
 int sw_loop_fold_filter(const float *z, int32_t nf, int32_t nact, int32_t cols, float *w);
 
+/* How far two float evaluations of one command's dot product, row . s (n terms, FP32 sums), can
+ * be apart when they sum in different orders (another split of the partial sums: the multi-GPU
+ * chain's split by columns, another cuBLAS kernel): each is within gamma_n sum_j |row_j s_j| of
+ * the exact value, gamma_n = n u / (1 - n u), u = 2^-24 (Higham N. J. (2002), "Accuracy and
+ * Stability of Numerical Algorithms", 2nd ed., SIAM, section 3.1), so 2 gamma_n sum_j |row_j s_j|,
+ * about n eps sum_j |row_j s_j| (eps = 2^-23); fp16: the matrix stored in FP16 (the same half
+ * entries on both sides, FP32 sums), 0.1 % more for sum |half(row_j) s_j| against the floats'.
+ * s2, when not NULL, are the other evaluation's slopes: + 1.01 sum_j |row_j| |s_j - s2_j|. Sums
+ * in double. Used by tests/gpu/test_gpu_loop_rtc_multi.c and bench/bench_rtc_multi.c. */
+double sw_rtc_split_bound(const float *row, int32_t n, const float *s, const float *s2, int fp16);
+
 /* Integrator / leaky update of one command (seed 000 section 6's regulator per actuator), then
  * the stroke clip (clip <= 0: none). Float arithmetic in this order on both backends. */
 static inline SW_LOOP_HD float sw_loop_update(float u_prev, float r, float gain, float keep,

@@ -6,7 +6,21 @@
  */
 #include "loop/loop_internal.h"
 
+#include <math.h>
 #include <string.h>
+
+double sw_rtc_split_bound(const float *row, int32_t n, const float *s, const float *s2, int fp16)
+{
+    const double nu = (double)n * 0x1.0p-24;
+    const double gam = nu < 1.0 ? nu / (1.0 - nu) : INFINITY;
+    double dot = 0.0, ds = 0.0; /* sum |row s| and sum |row| |s - s2| */
+    for (int32_t j = 0; j < n; j++) {
+        dot += fabs((double)row[j] * s[j]);
+        if (s2)
+            ds += fabs((double)row[j]) * fabs((double)s[j] - s2[j]);
+    }
+    return 2.0 * gam * dot * (fp16 ? 1.001 : 1.0) + 1.01 * ds;
+}
 
 void sw_rtc_multi_params_default(sw_rtc_multi_params *m)
 {

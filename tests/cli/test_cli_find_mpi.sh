@@ -7,8 +7,10 @@
 # same counts as one process. More ranks than frames works (a rank without frames). A corrupt
 # HDF5 chunk among the files is reported by the rank that reads it, with its file and frame,
 # the other ranks finish theirs, the run fails and writes nothing, as one process does; when
-# rank 0 fails too, both failures are listed. --3d is refused under mpirun. Skips (77) without
-# mpirun or when spotwave was built without MPI.
+# rank 0 fails too, both failures are listed. --decode auto over bitshuffle/LZ4 files gives one
+# process's spots and decoder; --decode gpu on the CPU backend fails with one process's error,
+# printed once. --3d is refused under mpirun. Skips (77) without mpirun or when spotwave was built
+# without MPI. (--decode gpu on GPUs: test_cli_find_mpi_gpu.sh.)
 # Usage: test_cli_find_mpi.sh PATH/TO/spotwave
 set -euo pipefail
 
@@ -99,6 +101,31 @@ mpi 2 find ../data/corrupt.h5 ../data/frame2.tif ../data/frame3.fits ../data/cor
 [[ $rc != 0 && $err == *"2 of 2 MPI ranks failed"*"0 ('../data/corrupt.h5' frame 0, rank 0), 3 ('../data/corrupt.h5' frame 0, rank 1)"* ]] ||
     fail "two failing ranks are not both listed: $err"
 [[ ! -e spots.csv ]] || fail "a failed MPI run wrote its outputs"
+
+# --decode auto (the default) over bitshuffle/LZ4 files only: a rank decodes its own chunks on
+# its GPU when it has one (test_cli_find_mpi_gpu.sh), else on the CPU: the same spots either way
+mkdir "$tmp/dec"
+cd "$tmp/dec"
+h5=(../data/frame1.h5 ../data/frame4.h5 ../data/frame7.h5 ../data/frame10.h5)
+expect 0 find "${h5[@]}" --decode auto --out one.csv --json
+one_decoder=$(python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["decoder"], r["gpu_decoded_frames"])' <<<"$out")
+mpi 2 find "${h5[@]}" --decode auto --out np2.csv --json
+[[ $rc == 0 ]] || fail "mpirun -np 2 find --decode auto exited $rc: $err"
+cmp one.csv np2.csv || fail "--decode auto: mpirun -np 2's spots differ from one process's"
+np2_decoder=$(python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["decoder"], r["gpu_decoded_frames"])' <<<"$out")
+[[ $np2_decoder == "$one_decoder" ]] ||
+    fail "--decode auto: mpirun -np 2 reports decoder $np2_decoder, one process $one_decoder"
+
+# --decode gpu without a GPU (the CPU backend): the error of one process, once (rank 0; the other
+# ranks share its node), exit 1, nothing written
+expect 1 --backend cpu find "${h5[@]}" --decode gpu --out x.csv
+one_err=$err
+[[ $one_err == *"--decode gpu: needs --backend cuda"* ]] || fail "one process --decode gpu on the CPU: $one_err"
+mpi 2 --backend cpu find "${h5[@]}" --decode gpu --out x.csv
+[[ $rc == 1 ]] || fail "mpirun -np 2 --decode gpu on the CPU exited $rc, one process 1: $err"
+[[ $(grep -cF -- "$one_err" <<<"$err") == 1 && $(grep -c -- "--decode gpu" <<<"$err") == 1 ]] ||
+    fail "mpirun -np 2 --decode gpu on the CPU: not one process's error once: $err"
+[[ ! -e x.csv ]] || fail "a refused --decode gpu wrote its output"
 
 # --3d joins spots across frames: not dealt to ranks
 mpi 2 find "${files[@]}" --3d --out spots3d.csv

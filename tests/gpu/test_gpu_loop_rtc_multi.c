@@ -187,7 +187,6 @@ static float *compare(const cfg *c)
     double *bound = calloc((size_t)nact, sizeof(double));
     float *all = malloc((size_t)NRUN * nact * sizeof(float));
     assert_true(us && um && ss && sm && fb && cam && first && bound && all);
-    const double gam = n2 * 0x1.0p-24 / (1.0 - n2 * 0x1.0p-24);
     const double keep = c->kind == SW_CTRL_LEAKY ? 1.0 - rp.controller.leak : 1.0;
     double worst = 0.0, worst_bound = 0.0, worst_ds = 0.0;
     int identical = 1, same_slopes = 1;
@@ -220,14 +219,10 @@ static float *compare(const cfg *c)
                          (double)ss[j], (double)sm[j], c->ndev, cols ? "columns" : "rows");
         }
         for (int32_t a = 0; a < nact; a++) {
-            double dot = 0.0, dslope = 0.0; /* sum |C s| and sum |C| |ds| */
-            for (int32_t j = 0; j < n2; j++) {
-                dot += fabs((double)C[(int64_t)a * n2 + j] * ss[j]);
-                dslope += fabs((double)C[(int64_t)a * n2 + j]) * fabs((double)ss[j] - sm[j]);
-            }
+            /* 2 gamma_n sum |C s| (+ sum |C| |ds|): loop_internal.h */
             bound[a] =
                 keep * bound[a] +
-                rp.controller.gain * (2.0 * gam * dot * (c->fp16 ? 1.001 : 1.0) + 1.01 * dslope) +
+                rp.controller.gain * sw_rtc_split_bound(C + (int64_t)a * n2, n2, ss, sm, c->fp16) +
                 0x1.0p-22 * fabs((double)us[a]) + 1e-37;
             const double d = fabs((double)us[a] - um[a]);
             if (!(d <= bound[a]))
