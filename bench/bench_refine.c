@@ -4,10 +4,16 @@
  * (stamp radius 6, annulus 8 .. 14 px: ~400 pixels): "METHOD none" times the method's own step,
  * "METHOD annulus" minus "METHOD none" the annulus background's. Cases per method and
  * background:
- *   gpu kernel   the refinement kernel alone (CUDA events; one warp per spot): the issue's
- *                target is under 100 us for 10^4 spots on an H100;
- *   gpu run      sw_refine_run on a device frame: seed upload, kernel, results back;
- *   cpu run      sw_refine_run on the host (OpenMP over spots).
+ *   gpu kernel   the refinement kernel alone (CUDA events): the issue's target is under 100 us
+ *                for 10^4 spots on an H100;
+ *   gpu run      sw_refine_run on a device frame: seeds built and uploaded, kernel, the packed
+ *                x, y, variances and flags back, written to the spots (host clock around the
+ *                call alone: the restoring of the seeds between calls is not counted);
+ *   cpu run      sw_refine_run on the host (OpenMP over spots), timed the same way.
+ * The GPU cases' config names the lanes per spot. SPOTWAVE_REFINE_LANES=32|16|8 picks them
+ * (refine_cuda.cu; default 16, two spots per warp); SPOTWAVE_REFINE_KERNEL=old is 32, the first
+ * kernel's one warp per spot. To compare in one run:
+ *   SPOTWAVE_REFINE_KERNEL=old bench_refine; bench_refine; SPOTWAVE_REFINE_LANES=8 bench_refine
  * --quick: 2000 spots, GAUSS only.
  */
 #include "harness.h"
@@ -39,7 +45,9 @@ static sw_status run_once(void *user, int sample, double *measured_us)
     (void)sample;
     job *j = user;
     memcpy(j->work, j->seeds, (size_t)j->n * sizeof(sw_spot));
-    sw_status st = sw_refine_run(j->plan, j->frame, j->work, j->n, NULL);
+    const double t0 = sw_bench_now_us();
+    sw_status st = sw_refine_run(j->plan, j->frame, j->work, j->n, NULL); /* synchronous */
+    *measured_us = sw_bench_now_us() - t0;
 #ifdef SW_HAVE_CUDA
     if (st == SW_OK && j->kernel_only)
         *measured_us = sw_refine_gpu_kernel_us(j->plan);
@@ -130,6 +138,13 @@ static int bench_method(const sw_bench_options *o, sw_context *gpu, sw_context *
             fprintf(stderr, "%s: %s\n", PROG, sw_context_error(ctx));
             return 1;
         }
+        char gpu_config[160];
+        snprintf(gpu_config, sizeof gpu_config, "%s", config);
+#ifdef SW_HAVE_CUDA
+        if (b)
+            snprintf(gpu_config, sizeof gpu_config, "%s, %d lanes/spot", config,
+                     sw_refine_gpu_lanes(plan));
+#endif
         sw_image dev = {0};
         const sw_image *frame = host;
         if (b) {
@@ -145,7 +160,7 @@ static int bench_method(const sw_bench_options *o, sw_context *gpu, sw_context *
             job j = {plan, frame, seeds, work, n, b && k == 0};
             sw_bench_case c = {b ? (k == 0 ? "refine_gpu_kernel" : "refine_gpu_run")
                                  : "refine_cpu_run",
-                               config,
+                               gpu_config,
                                ctx,
                                run_once,
                                &j,

@@ -157,6 +157,7 @@ void sw_refine_destroy(sw_refine_plan *plan)
     free(plan->frame_host);
     sw_host_free(plan->seeds, plan->pinned);
     sw_host_free(plan->results, plan->pinned);
+    sw_host_free(plan->packed, plan->pinned);
     free(plan);
 }
 
@@ -218,16 +219,22 @@ static sw_status reserve(sw_refine_plan *plan, int64_t n)
         cap *= 2;
     sw_refine_seed *s = sw_host_alloc(plan->ctx, (size_t)cap * sizeof(*s), plan->pinned);
     sw_refine_result *r = sw_host_alloc(plan->ctx, (size_t)cap * sizeof(*r), plan->pinned);
-    if (!s || !r) {
+    /* the GPU's packed write-back (refine_internal.h) */
+    sw_refine_packed *k =
+        plan->pinned ? sw_host_alloc(plan->ctx, (size_t)cap * sizeof(*k), plan->pinned) : NULL;
+    if (!s || !r || (plan->pinned && !k)) {
         sw_host_free(s, plan->pinned);
         sw_host_free(r, plan->pinned);
+        sw_host_free(k, plan->pinned);
         return sw_fail(plan->ctx, SW_ENOMEM, "refine: out of memory for %lld spots",
                        (long long)cap);
     }
     sw_host_free(plan->seeds, plan->pinned);
     sw_host_free(plan->results, plan->pinned);
+    sw_host_free(plan->packed, plan->pinned);
     plan->seeds = s;
     plan->results = r;
+    plan->packed = k;
     plan->capacity = cap;
     return SW_OK;
 }
@@ -516,8 +523,27 @@ sw_status sw_refine_run(sw_refine_plan *plan, const sw_image *frame, sw_spot *sp
     }
 #ifdef SW_HAVE_CUDA
     if (device) {
-        SW_TRY(sw_refine_gpu_run(plan, frame, n));
-    } else
+        /* one packed download for the spots; the details only when asked for */
+        SW_TRY(sw_refine_gpu_run(plan, frame, n, results != NULL));
+        const sw_refine_packed *pk = plan->packed;
+        for (int64_t i = 0; i < n; ++i)
+            if (!(pk[i].flags & SW_REFINE_FAILED)) {
+                spots[i].x = pk[i].x;
+                spots[i].y = pk[i].y;
+                spots[i].x_var = pk[i].x_var;
+                spots[i].y_var = pk[i].y_var;
+            }
+        if (results) {
+            memcpy(results, plan->results, (size_t)n * sizeof(*results));
+            for (int64_t i = 0; i < n; ++i)
+                if (results[i].flags & SW_REFINE_FAILED) {
+                    /* a failed spot reports the position and variance it keeps */
+                    results[i].x_var = spots[i].x_var;
+                    results[i].y_var = spots[i].y_var;
+                }
+        }
+        return SW_OK;
+    }
 #endif
     {
         sw_rm_frame f;

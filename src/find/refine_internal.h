@@ -1,7 +1,7 @@
 /*
  * Between the parts of refinement (refine.h; not public):
  *   refine.c          the API: parameters, the plan, the CPU path, the mesh, CCD mode, find hook
- *   refine_cuda.cu    the GPU path: one warp per spot
+ *   refine_cuda.cu    the GPU path: a group of 16 (8, 32) lanes per spot
  *   refine_model.h    the per-pixel and per-spot arithmetic, written once for both
  */
 #ifndef SW_REFINE_INTERNAL_H
@@ -21,6 +21,14 @@ typedef struct sw_refine_seed {
     int32_t pad;
 } sw_refine_seed;
 
+/* What a run writes back to its spots: the part of a result every GPU run downloads (the whole
+ * sw_refine_result only when the caller asks for it). */
+typedef struct sw_refine_packed {
+    double x, y, x_var, y_var;
+    int32_t flags;
+    int32_t pad;
+} sw_refine_packed;
+
 struct sw_refine_plan {
     sw_context *ctx;
     sw_refine_params p; /* as given with defaults resolved; p.mask points to `mask` */
@@ -32,6 +40,7 @@ struct sw_refine_plan {
     /* host work */
     sw_refine_seed *seeds;
     sw_refine_result *results;
+    sw_refine_packed *packed; /* the GPU's write-back (pinned; NULL on a CPU context) */
     int64_t capacity;
     int pinned;
     void *frame_host; /* a device frame copied back for the MESH (CUDA), tight rows */
@@ -44,11 +53,14 @@ sw_status sw_refine_mesh_compute(sw_refine_plan *plan, const sw_image *frame);
 #ifdef SW_HAVE_CUDA
 sw_status sw_refine_gpu_create(sw_refine_plan *plan);
 void sw_refine_gpu_destroy(sw_refine_plan *plan);
-/* n seeds (plan->seeds) on the device frame; results into plan->results (host). The mesh, when
- * in use, is plan->mesh (uploaded here). Synchronous. */
-sw_status sw_refine_gpu_run(sw_refine_plan *plan, const sw_image *frame, int64_t n);
+/* n seeds (plan->seeds) on the device frame; x, y, their variances and the flags into
+ * plan->packed (host), and, when full, the whole results into plan->results. The mesh, when in
+ * use, is plan->mesh (uploaded here). Synchronous. */
+sw_status sw_refine_gpu_run(sw_refine_plan *plan, const sw_image *frame, int64_t n, int full);
 /* GPU time of the last run's kernel (CUDA events), microseconds; -1 without one. */
 double sw_refine_gpu_kernel_us(sw_refine_plan *plan);
+/* Lanes per spot of the plan's kernel (32, 16 or 8; SPOTWAVE_REFINE_LANES); 0 without a GPU. */
+int sw_refine_gpu_lanes(sw_refine_plan *plan);
 #endif
 
 #ifdef __cplusplus

@@ -23,8 +23,11 @@
 
 #include "find/refine_model.h"
 
-/* Annulus values kept in the scratch; a larger annulus is read from the frame on every pass. */
+/* Annulus values kept in the scratch; a larger annulus is read from the frame on every pass.
+ * The including file may set a smaller number (less shared memory per spot on the GPU). */
+#ifndef SW_RS_ANNULUS_KEEP
 #define SW_RS_ANNULUS_KEEP 1024
+#endif
 
 /* The median is selected by digits of 8 bits: a histogram of 256 counts per digit. */
 #define SW_RS_DIGIT_BITS 8
