@@ -58,19 +58,21 @@ const char *sw_refine_method_string(sw_refine_method m)
     case SW_REFINE_NONE: return "none";
     case SW_REFINE_XWIN: return "xwin";
     case SW_REFINE_GAUSS: return "gauss";
+    case SW_REFINE_MOFFAT: return "moffat";
     }
     return "?";
 }
 
 sw_status sw_refine_method_parse(const char *text, sw_refine_method *out)
 {
-    static const sw_refine_method all[] = {SW_REFINE_NONE, SW_REFINE_XWIN, SW_REFINE_GAUSS};
+    static const sw_refine_method all[] = {SW_REFINE_NONE, SW_REFINE_XWIN, SW_REFINE_GAUSS,
+                                           SW_REFINE_MOFFAT};
     for (size_t i = 0; text && out && i < sizeof(all) / sizeof(all[0]); ++i)
         if (strcmp(text, sw_refine_method_string(all[i])) == 0) {
             *out = all[i];
             return SW_OK;
         }
-    return sw_fail(NULL, SW_EINVAL, "refine: unknown method \"%s\" (none, xwin or gauss)",
+    return sw_fail(NULL, SW_EINVAL, "refine: unknown method \"%s\" (none, xwin, gauss or moffat)",
                    text ? text : "(null)");
 }
 
@@ -106,7 +108,8 @@ static sw_status check_params(sw_context *ctx, const sw_refine_params *p)
     if (p->type != SW_PIX_U8 && p->type != SW_PIX_U16 && p->type != SW_PIX_U32 &&
         p->type != SW_PIX_F32)
         return sw_fail(ctx, SW_EINVAL, "refine: pixel type %d is not supported", (int)p->type);
-    if (p->method != SW_REFINE_NONE && p->method != SW_REFINE_XWIN && p->method != SW_REFINE_GAUSS)
+    if (p->method != SW_REFINE_NONE && p->method != SW_REFINE_XWIN &&
+        p->method != SW_REFINE_GAUSS && p->method != SW_REFINE_MOFFAT)
         return sw_fail(ctx, SW_EINVAL, "refine: unknown method %d", (int)p->method);
     if (p->background != SW_BACKGROUND_NONE && p->background != SW_BACKGROUND_ANNULUS &&
         p->background != SW_BACKGROUND_MESH)
@@ -174,6 +177,7 @@ sw_status sw_refine_create(sw_context *ctx, const sw_refine_params *p, sw_refine
     plan->ctx = ctx;
     plan->p = *p;
     plan->overload = p->overload > 0.0 ? p->overload : INFINITY;
+    plan->beta = SW_REFINE_MOFFAT_BETA;
     size_t n = (size_t)p->width * (size_t)p->height;
     if (p->mask) {
         plan->mask = malloc(n);
@@ -206,6 +210,16 @@ nomem:
     sw_refine_destroy(plan);
     return sw_fail(ctx, SW_ENOMEM, "refine: out of memory for a %d x %d frame", p->width,
                    p->height);
+}
+
+sw_status sw_refine_set_moffat_beta(sw_refine_plan *plan, double beta)
+{
+    if (!plan)
+        return sw_fail(NULL, SW_EINVAL, "refine: plan is NULL");
+    if (!(beta > 1.0) || !(beta <= 100.0))
+        return sw_fail(plan->ctx, SW_EINVAL, "refine: Moffat beta %g must be > 1 and <= 100", beta);
+    plan->beta = beta;
+    return SW_OK;
 }
 
 /* Room for n seeds and results on the host (and the device: refine_cuda.cu grows its own). */
@@ -451,6 +465,7 @@ static void config_of(const sw_refine_plan *plan, sw_rs_config *c)
     c->annulus_out = plan->p.annulus_out;
     c->max_iter = plan->p.max_iter;
     c->clip_sigma = plan->p.clip_sigma;
+    c->beta = plan->beta;
 }
 
 /* A host copy of a device frame (tight rows) for the MESH, in plan->frame_host. */

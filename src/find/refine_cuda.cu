@@ -226,6 +226,7 @@ sw_status sw_refine_gpu_run(sw_refine_plan *plan, const sw_image *frame, int64_t
     c.annulus_out = plan->p.annulus_out;
     c.max_iter = plan->p.max_iter;
     c.clip_sigma = plan->p.clip_sigma;
+    c.beta = plan->beta;
     SW_CU(cudaMemcpyAsync(g->seeds, plan->seeds, (size_t)n * sizeof(sw_refine_seed),
                           cudaMemcpyHostToDevice, s));
     const int64_t blocks = (n + WARPS - 1) / WARPS;

@@ -25,6 +25,7 @@ struct sw_refine_plan {
     sw_context *ctx;
     sw_refine_params p; /* as given with defaults resolved; p.mask points to `mask` */
     double overload;    /* resolved (INFINITY for 0)                                */
+    double beta;        /* MOFFAT's exponent (sw_refine_set_moffat_beta)            */
     uint8_t *mask;      /* width * height or NULL                                   */
     /* the MESH map of the frame being refined */
     float *mesh;
