@@ -29,6 +29,18 @@
  *          the 3 x 3-node Gauss-Legendre product rule (the Gaussian's erf differences have no
  *          Moffat counterpart); result.sigma is alpha (FWHM = 2 alpha sqrt(2^(1/beta) - 1)).
  *
+ * Blends: spots that share a non-zero `parent` (find's deblending, find.h) are the children of
+ * one blend, and a one-star model over a stamp that holds the neighbour is pulled towards it
+ * (2-3 px at 3-4 sigma). GAUSS and MOFFAT fit the children of a blend jointly: one model with a
+ * position and a flux per child and a shared width and constant, by the same Levenberg-Marquardt
+ * on the same likelihood, over the union of the children's stamps (at most
+ * SW_REFINE_MAX_CHILDREN children and a union box of at most SW_REFINE_MAX_JOINT_SIDE px a side);
+ * each child's variance is its diagonal entry of the inverse of the joint Fisher information, so
+ * it carries the correlation with its neighbours. This joint fit runs on the CPU on both backends
+ * (on CUDA the frame is copied back to the host for it when a run holds blends). XWIN, a blend
+ * beyond those limits, or a joint fit that fails leave the children at their input (deblended)
+ * positions, flagged SW_REFINE_BLEND.
+ *
  * Detector model (ADU in, electrons inside): a pixel's value v is bias + (signal + sky) / gain
  * + noise; its variance var = max(m + b, 0) / gain + read_noise^2 / gain^2 (ADU^2, floored at
  * one electron's 1 / gain^2), m the expected signal and b the local background above the bias.
@@ -84,6 +96,11 @@ typedef enum sw_refine_background {
 /* Largest stamp half-size (a 31 x 31 stamp: one warp lane per column on the GPU). */
 #define SW_REFINE_MAX_RADIUS 15
 
+/* The joint fit of a blend's children (above): at most this many children, and a union of their
+ * stamps within a box of at most this side (px). */
+#define SW_REFINE_MAX_CHILDREN   16
+#define SW_REFINE_MAX_JOINT_SIDE 96
+
 /* MOFFAT's exponent beta unless sw_refine_set_moffat_beta says otherwise (Trujillo et al. 2001). */
 #define SW_REFINE_MOFFAT_BETA 4.765
 
@@ -122,9 +139,12 @@ sw_status sw_refine_background_parse(const char *text, sw_refine_background *out
                                or the position left the stamp                                 */
 #define SW_REFINE_MAXITER 8 /* GAUSS, MOFFAT: the pass limit came before convergence (kept)   */
 #define SW_REFINE_BLEND                                                                            \
-    16 /* find with deblending: a child of a blend keeps its deblended centroid (a one-star        \
-          model over a stamp holding its neighbour is pulled towards it); the other fields are     \
-          the refinement's, for information                                                   */
+    16 /* a child of a blend (spots sharing a non-zero parent) that keeps its input (deblended)    \
+          position and variance: XWIN, a blend beyond the joint fit's limits, or a joint fit that  \
+          failed; the other fields are a one-star refinement's, for information                */
+#define SW_REFINE_JOINT                                                                            \
+    32 /* GAUSS, MOFFAT: a child of a blend fitted jointly with the other children (above); flux,  \
+          sigma, background, chi2, npix and iterations are the joint fit's                      */
 
 typedef struct sw_refine_result {
     double x, y;           /* refined position, px (the input's when FAILED)           */
@@ -153,7 +173,8 @@ sw_status sw_refine_set_moffat_beta(sw_refine_plan *plan, double beta);
 
 /*
  * Refines n spots on a frame (host or, on CUDA, device memory; the plan's size and type). The
- * seed of spot i is its (x, y) and bounding box. Spots that are not FAILED get the refined x, y,
+ * seed of spot i is its (x, y) and bounding box; spots sharing a non-zero parent are a blend's
+ * children (above: fitted jointly, or kept). Spots that are not FAILED get the refined x, y,
  * x_var, y_var written back; the rest is left alone. results (host, n entries, or NULL) receive
  * the details. The buffers grow to the largest n seen (the only allocation a run may make).
  */

@@ -115,6 +115,9 @@ namespace
 
 constexpr int WARPS = 4; /* warps (spots) per block */
 
+/* One kernel per method: with the method a constant the compiler keeps only that method's path,
+ * so that MOFFAT's per-pixel quadrature does not raise GAUSS's and XWIN's register count. */
+template <int METHOD>
 __global__ void __launch_bounds__(32 * WARPS, 3)
     refine_kernel(sw_rm_frame f, sw_rs_config c, const sw_refine_seed *seeds, int64_t n,
                   sw_refine_result *out)
@@ -124,6 +127,7 @@ __global__ void __launch_bounds__(32 * WARPS, 3)
     const int64_t spot = (int64_t)blockIdx.x * WARPS + warp;
     if (spot >= n)
         return; /* the whole warp */
+    c.method = METHOD;
     sw_refine_result r;
     sw_rs_refine(&f, &c, &seeds[spot], &scratch[warp], &r);
     if ((threadIdx.x & 31u) == 0)
@@ -231,7 +235,15 @@ sw_status sw_refine_gpu_run(sw_refine_plan *plan, const sw_image *frame, int64_t
                           cudaMemcpyHostToDevice, s));
     const int64_t blocks = (n + WARPS - 1) / WARPS;
     SW_CU(cudaEventRecord(g->start, s));
-    refine_kernel<<<(unsigned)blocks, 32 * WARPS, 0, s>>>(f, c, g->seeds, n, g->results);
+    if (c.method == SW_REFINE_XWIN)
+        refine_kernel<SW_REFINE_XWIN>
+            <<<(unsigned)blocks, 32 * WARPS, 0, s>>>(f, c, g->seeds, n, g->results);
+    else if (c.method == SW_REFINE_MOFFAT)
+        refine_kernel<SW_REFINE_MOFFAT>
+            <<<(unsigned)blocks, 32 * WARPS, 0, s>>>(f, c, g->seeds, n, g->results);
+    else
+        refine_kernel<SW_REFINE_GAUSS>
+            <<<(unsigned)blocks, 32 * WARPS, 0, s>>>(f, c, g->seeds, n, g->results);
     SW_CU(cudaGetLastError());
     SW_CU(cudaEventRecord(g->stop, s));
     SW_CU(cudaMemcpyAsync(plan->results, g->results, (size_t)n * sizeof(sw_refine_result),
