@@ -183,29 +183,41 @@ void sw_cmd_find_help(FILE *out)
         "                         was not split. Runs on the CPU (on a GPU after the labels).\n"
         "                         A pair splits only where its light has two maxima (equal\n"
         "                         stars beyond ~2.5 sigma, 1:5 beyond ~3.3 sigma). With\n"
-        "                         --refine, children keep their deblended centroid\n"
-        "                         (refine_flags 16): a one-star fit over a stamp holding the\n"
-        "                         neighbour is pulled towards it (2-3 px at 3-4 sigma)\n"
+        "                         --refine gauss or moffat the children of a blend are\n"
+        "                         fitted jointly (a position and flux each, a shared width\n"
+        "                         and constant; refine_flags 32; on the CPU with either\n"
+        "                         backend): a one-star fit over a stamp holding the neighbour\n"
+        "                         is pulled towards it (2-3 px at 3-4 sigma). With xwin, a\n"
+        "                         blend of more than 16 children or a failed joint fit, the\n"
+        "                         children keep their deblended centroid (refine_flags 16)\n"
         "  --deblend-levels N     sub-thresholds, 1..%d (default 32: SExtractor's\n"
         "                         DEBLEND_NTHRESH)\n"
         "  --deblend-contrast C   least share of the spot's flux a branch needs, 0..1\n"
         "                         (default 0.005: SExtractor's DEBLEND_MINCONT; 1 = never split)\n"
         "\n"
         "Refined positions (refine.h; 2-D spots only, not with --3d):\n"
-        "  --refine none|xwin|gauss  none (default): the intensity-weighted mean of the\n"
-        "                         strong pixels. xwin: SExtractor's iterative Gaussian-\n"
+        "  --refine none|xwin|gauss|moffat  none (default): the intensity-weighted mean\n"
+        "                         of the strong pixels. xwin: SExtractor's iterative Gaussian-\n"
         "                         windowed centroid XWIN_IMAGE (Bertin & Arnouts 1996, A&AS\n"
         "                         117, 393; window sigma = d50 / sqrt(8 ln 2), as SEP's\n"
         "                         winpos, Barbary 2016, JOSS 1(6), 58). gauss: a pixel-\n"
         "                         integrated circular Gaussian + constant fitted by\n"
         "                         Levenberg-Marquardt with Poisson + read-noise weights\n"
-        "                         (reaches the Cramer-Rao bound at high SNR). x_px, y_px then\n"
+        "                         (reaches the Cramer-Rao bound at high SNR). moffat: the same\n"
+        "                         with a circular Moffat profile (Moffat 1969, A&A 3, 455),\n"
+        "                         F (beta-1)/(pi alpha^2) (1 + r^2/alpha^2)^-beta, beta fixed\n"
+        "                         (--moffat-beta), integrated over each pixel by 3x3-node\n"
+        "                         Gauss-Legendre; sigma_px is then alpha. x_px, y_px then\n"
         "                         hold the refined position and x_var, y_var its variance\n"
-        "                         (xwin: SExtractor's ERRX2WIN; gauss: the fit's covariance);\n"
-        "                         the columns refine_flags,flux_adu,sigma_px,background_adu\n"
-        "                         are added last (flags: 1 stamp cut by the edge, 2 bad pixels\n"
-        "                         left out, 4 not refined: the plain centroid is kept, 8 fit\n"
-        "                         stopped at its pass limit)\n"
+        "                         (xwin: SExtractor's ERRX2WIN; gauss, moffat: the fit's\n"
+        "                         covariance); the columns refine_flags,flux_adu,sigma_px,\n"
+        "                         background_adu are added last (flags: 1 stamp cut by the\n"
+        "                         edge, 2 bad pixels left out, 4 not refined: the plain\n"
+        "                         centroid is kept, 8 fit stopped at its pass limit, 16 a\n"
+        "                         deblended child kept, 32 a deblended child fitted jointly)\n"
+        "  --moffat-beta B        moffat's exponent, 1 < B <= 100 (default 4.765: the best\n"
+        "                         Moffat fit to a Kolmogorov-turbulence PSF, Trujillo et al.\n"
+        "                         2001, MNRAS 328, 977)\n"
         "  --background none|annulus|mesh  local sky subtracted before refining (default\n"
         "                         none: frames without sky). annulus: sigma-clipped median of\n"
         "                         the ring R+2..R+8 px about each spot (R the stamp radius).\n"
@@ -315,6 +327,7 @@ enum {
     OPT_BACKGROUND,
     OPT_MESH_SIZE,
     OPT_STAMP_RADIUS,
+    OPT_MOFFAT_BETA,
     OPT_DET_GAIN,
     OPT_READ_NOISE,
     OPT_BIAS,
@@ -354,6 +367,7 @@ typedef struct find_opts {
     int dials; /* --convention dials: + 0.5 on x and y */
     const char *summary, *summary_plot, *out_h5;
     sw_refine_params rp; /* size and type filled with the find parameters' */
+    double moffat_beta;  /* --moffat-beta, 0: not given */
     int have_gain, have_det_gain, ccd;
     int have_deblend_opt; /* --deblend-levels or --deblend-contrast given */
     int have_sigma_b, have_sigma_s;
@@ -445,6 +459,7 @@ static int parse_opts(find_opts *o, int argc, char **argv)
         {"background", required_argument, NULL, OPT_BACKGROUND},
         {"mesh-size", required_argument, NULL, OPT_MESH_SIZE},
         {"stamp-radius", required_argument, NULL, OPT_STAMP_RADIUS},
+        {"moffat-beta", required_argument, NULL, OPT_MOFFAT_BETA},
         {"detector-gain", required_argument, NULL, OPT_DET_GAIN},
         {"read-noise", required_argument, NULL, OPT_READ_NOISE},
         {"bias", required_argument, NULL, OPT_BIAS},
@@ -542,7 +557,7 @@ static int parse_opts(find_opts *o, int argc, char **argv)
             break;
         case OPT_REFINE:
             if (sw_refine_method_parse(optarg, &o->rp.method) != SW_OK)
-                return sw_cli_usage(S, "%s: '%s' is not none, xwin or gauss", name, optarg);
+                return sw_cli_usage(S, "%s: '%s' is not none, xwin, gauss or moffat", name, optarg);
             break;
         case OPT_BACKGROUND:
             if (sw_refine_background_parse(optarg, &o->rp.background) != SW_OK)
@@ -558,6 +573,11 @@ static int parse_opts(find_opts *o, int argc, char **argv)
                 return sw_cli_usage(S, "%s: '%s' is not a radius 2..%d px", name, optarg,
                                     SW_REFINE_MAX_RADIUS);
             o->rp.radius = (int32_t)v;
+            break;
+        case OPT_MOFFAT_BETA:
+            if (sw_cli_parse_double(optarg, &d) != 0 || !(d > 1.0 && d <= 100.0))
+                return sw_cli_usage(S, "%s: '%s' is not an exponent 1 < beta <= 100", name, optarg);
+            o->moffat_beta = d;
             break;
         case OPT_DET_GAIN:
             if (sw_cli_opt_double(S, name, optarg, SW_CLI_POSITIVE, "a gain > 0 (e-/ADU)", &d) !=
@@ -837,7 +857,9 @@ static int parse_opts(find_opts *o, int argc, char **argv)
     if (o->have_deblend_opt && !o->p.deblend)
         return sw_cli_usage(S, "--deblend-levels and --deblend-contrast need --deblend");
     if (o->rp.method == SW_REFINE_NONE && o->rp.background != SW_BACKGROUND_NONE)
-        return sw_cli_usage(S, "--background needs --refine xwin or gauss");
+        return sw_cli_usage(S, "--background needs --refine xwin, gauss or moffat");
+    if (o->moffat_beta > 0.0 && o->rp.method != SW_REFINE_MOFFAT)
+        return sw_cli_usage(S, "--moffat-beta needs --refine moffat");
     if (o->dmask.d_min > 0.0 && o->dmask.d_max > 0.0 && !(o->dmask.d_min < o->dmask.d_max))
         return sw_cli_usage(S, "--d-min %g is not below --d-max %g (angstrom)", o->dmask.d_min,
                             o->dmask.d_max);
@@ -1364,6 +1386,11 @@ static void json_report(const find_job *j, sw_context *ctx, const sw_find_stats 
     } else {
         cJSON_AddNullToObject(rf, "ccd");
     }
+    if (o->rp.method == SW_REFINE_MOFFAT)
+        sw_cli_json_double(rf, "moffat_beta",
+                           o->moffat_beta > 0.0 ? o->moffat_beta : SW_REFINE_MOFFAT_BETA);
+    else
+        cJSON_AddNullToObject(rf, "moffat_beta");
     cJSON *db = cJSON_AddObjectToObject(r, "deblend");
     cJSON_AddBoolToObject(db, "on", p->deblend != 0);
     sw_cli_json_int(db, "levels", p->deblend_levels);
@@ -1511,6 +1538,8 @@ static int prepare(sw_context *ctx, find_job *j, int64_t first)
                          : j->in.type == SW_PIX_U32 ? 4294967294.0
                                                     : 0.0;
         st = sw_refine_create(ctx, &o->rp, &j->refine);
+        if (st == SW_OK && o->moffat_beta > 0.0)
+            st = sw_refine_set_moffat_beta(j->refine, o->moffat_beta);
         if (st == SW_OK)
             st = sw_find_set_refine(j->plan, j->refine, &j->refined);
         if (st != SW_OK) {

@@ -99,9 +99,9 @@
  * Limits: a pair becomes two branches only where its light has two maxima with a level between
  * saddle and peaks: equal Gaussian stars from ~3 sigma apart with 32 levels over a 100:1 range
  * (~2.5 sigma with 64), 1:5 stars beyond ~3.3 sigma (closer, the faint one has no maximum of its
- * own). A refinement (refine.h) fits each child alone on a stamp that holds its neighbour too,
- * which pulls it towards the neighbour: for close pairs the deblended centroid is the better
- * position (tests/unit/test_find_deblend.c measures both).
+ * own). A refinement (refine.h, "Blends") fits a blend's children jointly (GAUSS, MOFFAT): a
+ * child fitted alone on a stamp that holds its neighbour too is pulled towards it; XWIN keeps
+ * the deblended centroids (tests/unit/test_find_deblend.c measures all three).
  *
  * Backends. CPU: summed-area tables (as DIALS), OpenMP over rows; union-find labelling. CUDA:
  * window sums per pixel (Winter's brute-force window, or a shared-memory tiled version; see

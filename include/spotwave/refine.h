@@ -18,6 +18,28 @@
  *          (so var_i is the detector model's variance of the model's value, Poisson + read
  *          noise; weights 1 / var_i); the covariance is the inverse of J^T W J at the solution.
  *          At high SNR its scatter reaches the Cramer-Rao bound.
+ *   MOFFAT as GAUSS with a circular Moffat profile (Moffat A. F. J. 1969, "A theoretical
+ *          investigation of focal stellar images in the photographic emulsion and application to
+ *          photographic photometry", A&A 3, 455-461) in place of the Gaussian:
+ *              I(r) = F (beta - 1) / (pi alpha^2) (1 + r^2 / alpha^2)^-beta + B,
+ *          parameters x, y, F, alpha, B; beta is fixed (sw_refine_set_moffat_beta; default
+ *          4.765, the Moffat exponent that best fits the PSF of Kolmogorov turbulence: Trujillo
+ *          I., Aguerri J. A. L., Cepa J., Gutierrez C. M. 2001, "The effects of seeing on Sersic
+ *          profiles - II. The Moffat PSF", MNRAS 328, 977-985). Integrated over each pixel by
+ *          the 3 x 3-node Gauss-Legendre product rule (the Gaussian's erf differences have no
+ *          Moffat counterpart); result.sigma is alpha (FWHM = 2 alpha sqrt(2^(1/beta) - 1)).
+ *
+ * Blends: spots that share a non-zero `parent` (find's deblending, find.h) are the children of
+ * one blend, and a one-star model over a stamp that holds the neighbour is pulled towards it
+ * (2-3 px at 3-4 sigma). GAUSS and MOFFAT fit the children of a blend jointly: one model with a
+ * position and a flux per child and a shared width and constant, by the same Levenberg-Marquardt
+ * on the same likelihood, over the union of the children's stamps (at most
+ * SW_REFINE_MAX_CHILDREN children and a union box of at most SW_REFINE_MAX_JOINT_SIDE px a side);
+ * each child's variance is its diagonal entry of the inverse of the joint Fisher information, so
+ * it carries the correlation with its neighbours. This joint fit runs on the CPU on both backends
+ * (on CUDA the frame is copied back to the host for it when a run holds blends). XWIN, a blend
+ * beyond those limits, or a joint fit that fails leave the children at their input (deblended)
+ * positions, flagged SW_REFINE_BLEND.
  *
  * Detector model (ADU in, electrons inside): a pixel's value v is bias + (signal + sky) / gain
  * + noise; its variance var = max(m + b, 0) / gain + read_noise^2 / gain^2 (ADU^2, floored at
@@ -61,9 +83,10 @@ extern "C" {
 #endif
 
 typedef enum sw_refine_method {
-    SW_REFINE_NONE = 0, /* leave the positions as they are                              */
-    SW_REFINE_XWIN = 1, /* SExtractor's windowed centroid                                */
-    SW_REFINE_GAUSS = 2 /* Gaussian PSF fit (default)                                    */
+    SW_REFINE_NONE = 0,  /* leave the positions as they are                              */
+    SW_REFINE_XWIN = 1,  /* SExtractor's windowed centroid                                */
+    SW_REFINE_GAUSS = 2, /* Gaussian PSF fit (default)                                   */
+    SW_REFINE_MOFFAT = 3 /* Moffat PSF fit (beta fixed)                                  */
 } sw_refine_method;
 
 typedef enum sw_refine_background {
@@ -74,6 +97,14 @@ typedef enum sw_refine_background {
 
 /* Largest stamp half-size (a 31 x 31 stamp: one warp lane per column on the GPU). */
 #define SW_REFINE_MAX_RADIUS 15
+
+/* The joint fit of a blend's children (above): at most this many children, and a union of their
+ * stamps within a box of at most this side (px). */
+#define SW_REFINE_MAX_CHILDREN   16
+#define SW_REFINE_MAX_JOINT_SIDE 96
+
+/* MOFFAT's exponent beta unless sw_refine_set_moffat_beta says otherwise (Trujillo et al. 2001). */
+#define SW_REFINE_MOFFAT_BETA 4.765
 
 typedef struct sw_refine_params {
     int32_t width, height; /* frame size                                               */
@@ -89,14 +120,14 @@ typedef struct sw_refine_params {
     int32_t mesh_size;   /* MESH box side, px (default 64)                           */
     int32_t mesh_filter; /* median filter over mesh boxes, odd, 1 = none (default 3) */
     double clip_sigma;   /* sigma clipping of both backgrounds (default 3)           */
-    int32_t max_iter;    /* GAUSS: Levenberg-Marquardt passes (default 50)           */
+    int32_t max_iter;    /* GAUSS, MOFFAT: Levenberg-Marquardt passes (default 50)   */
     const uint8_t *mask; /* width * height, non-zero = valid, or NULL; copied         */
     double overload;     /* values >= overload are left out; 0 = none                */
 } sw_refine_params;
 
 void sw_refine_params_default(sw_refine_params *p, int32_t width, int32_t height, sw_pixel_type t);
 
-/* "none" | "xwin" | "gauss", and "none" | "annulus" | "mesh". */
+/* "none" | "xwin" | "gauss" | "moffat", and "none" | "annulus" | "mesh". */
 const char *sw_refine_method_string(sw_refine_method m);
 sw_status sw_refine_method_parse(const char *text, sw_refine_method *out);
 const char *sw_refine_background_string(sw_refine_background b);
@@ -108,20 +139,23 @@ sw_status sw_refine_background_parse(const char *text, sw_refine_background *out
 #define SW_REFINE_FAILED                                                                           \
     4                       /* no refinement: too few pixels, no positive flux, a singular fit,    \
                                or the position left the stamp                                 */
-#define SW_REFINE_MAXITER 8 /* GAUSS: the pass limit came before convergence (kept)           */
+#define SW_REFINE_MAXITER 8 /* GAUSS, MOFFAT: the pass limit came before convergence (kept)   */
 #define SW_REFINE_BLEND                                                                            \
-    16 /* find with deblending: a child of a blend keeps its deblended centroid (a one-star        \
-          model over a stamp holding its neighbour is pulled towards it); the other fields are     \
-          the refinement's, for information                                                   */
+    16 /* a child of a blend (spots sharing a non-zero parent) that keeps its input (deblended)    \
+          position and variance: XWIN, a blend beyond the joint fit's limits, or a joint fit that  \
+          failed; the other fields are a one-star refinement's, for information                */
+#define SW_REFINE_JOINT                                                                            \
+    32 /* GAUSS, MOFFAT: a child of a blend fitted jointly with the other children (above); flux,  \
+          sigma, background, chi2, npix and iterations are the joint fit's                      */
 
 typedef struct sw_refine_result {
     double x, y;           /* refined position, px (the input's when FAILED)           */
     double x_var, y_var;   /* its variance, px^2                                        */
-    double flux, flux_var; /* GAUSS: fitted flux (ADU) and variance; XWIN: sum w I, 0   */
-    double sigma;          /* GAUSS: fitted width; XWIN: the window's s, px             */
+    double flux, flux_var; /* GAUSS, MOFFAT: fitted flux (ADU) and variance; XWIN: sum w I, 0 */
+    double sigma;          /* GAUSS: fitted sigma; MOFFAT: alpha; XWIN: the window's s, px */
     double background;     /* local background above the bias (ADU): the annulus or the
-                              mesh at the spot, plus the fit's constant for GAUSS         */
-    double chi2;           /* GAUSS: chi^2 at the solution; XWIN: 0                     */
+                              mesh at the spot, plus the fit's constant for GAUSS, MOFFAT */
+    double chi2;           /* GAUSS, MOFFAT: chi^2 at the solution; XWIN: 0             */
     int32_t npix;          /* pixels used                                               */
     int32_t iterations;    /* window iterations or fit passes                           */
     int32_t flags;         /* SW_REFINE_* bits                                          */
@@ -135,9 +169,14 @@ typedef struct sw_refine_plan sw_refine_plan;
 sw_status sw_refine_create(sw_context *ctx, const sw_refine_params *p, sw_refine_plan **out);
 void sw_refine_destroy(sw_refine_plan *plan); /* NULL is ignored */
 
+/* MOFFAT's exponent beta for the plan's next runs: finite, 1 < beta <= 100 (SW_EINVAL otherwise;
+ * default SW_REFINE_MOFFAT_BETA). Any method's plan takes it; only MOFFAT uses it. */
+sw_status sw_refine_set_moffat_beta(sw_refine_plan *plan, double beta);
+
 /*
  * Refines n spots on a frame (host or, on CUDA, device memory; the plan's size and type). The
- * seed of spot i is its (x, y) and bounding box. Spots that are not FAILED get the refined x, y,
+ * seed of spot i is its (x, y) and bounding box; spots sharing a non-zero parent are a blend's
+ * children (above: fitted jointly, or kept). Spots that are not FAILED get the refined x, y,
  * x_var, y_var written back; the rest is left alone. results (host, n entries, or NULL) receive
  * the details. The buffers grow to the largest n seen (the only allocation a run may make).
  */

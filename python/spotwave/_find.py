@@ -70,7 +70,7 @@ class FindPlan:
     overload=None, connectivity=4, min_spot_size=3, max_spot_size=1000, max_separation=2.0,
     max_strong_fraction=0.25, window="auto", max_components=None, refine="none",
     background="none", mesh_size=64, stamp_radius=None, detector_gain=1.0, read_noise=0.0,
-    bias=0.0, ctx=None)``
+    bias=0.0, moffat_beta=None, ctx=None)``
 
     shape: (height, width) of a frame; dtype: uint8, uint16, uint32 or float32 (float32 pixels
     are rounded to whole counts, NaN/Inf masked). Parameters as ``spotwave find`` (DIALS's names
@@ -87,9 +87,12 @@ class FindPlan:
     The mask and gain map are copied when the plan is made.
     Refined positions (refine.h; as ``spotwave find --refine``; 2-D spots, not three_d):
     refine "none" (the intensity-weighted mean of the strong pixels), "xwin" (SExtractor's
-    iterative Gaussian-windowed centroid XWIN_IMAGE, Bertin & Arnouts 1996, A&AS 117, 393) or
+    iterative Gaussian-windowed centroid XWIN_IMAGE, Bertin & Arnouts 1996, A&AS 117, 393),
     "gauss" (a pixel-integrated circular Gaussian plus a constant fitted by Levenberg-Marquardt
-    with Poisson + read-noise weights); x_px, y_px then hold the refined position and x_var,
+    with Poisson + read-noise weights) or "moffat" (the same with a circular Moffat profile,
+    Moffat 1969, A&A 3, 455, of fixed exponent moffat_beta, None: 4.765, the best Moffat fit to
+    a Kolmogorov-turbulence PSF, Trujillo et al. 2001, MNRAS 328, 977; sigma_px is then its
+    alpha); x_px, y_px then hold the refined position and x_var,
     y_var its variance, and the table gains refine_flags (1 stamp cut by the edge, 2 bad pixels
     left out, 4 not refined: the plain centroid kept, 8 fit stopped at its pass limit),
     flux_adu, sigma_px, background_adu. background: "none", "annulus" (sigma-clipped median of
@@ -114,7 +117,7 @@ class FindPlan:
                  max_spot_size=1000, max_separation=2.0, max_strong_fraction=0.25,
                  window="auto", max_components=None, refine="none", background="none",
                  mesh_size=64, stamp_radius=None, detector_gain=1.0, read_noise=0.0, bias=0.0,
-                 ctx=None):
+                 moffat_beta=None, ctx=None):
         self.ctx = _context.resolve(ctx)
         if len(shape) != 2:
             raise ValueError(f"shape: expected (height, width), got {shape!r}")
@@ -127,7 +130,8 @@ class FindPlan:
                       max_separation=max_separation, max_strong_fraction=max_strong_fraction,
                       window=window, max_components=max_components, refine=refine,
                       background=background, mesh_size=mesh_size, stamp_radius=stamp_radius,
-                      detector_gain=detector_gain, read_noise=read_noise, bias=bias)
+                      detector_gain=detector_gain, read_noise=read_noise, bias=bias,
+                      moffat_beta=moffat_beta)
         if mask is not None:
             params["mask"] = _mask(mask, "mask")
         if gain_map is not None:
@@ -140,7 +144,7 @@ class FindPlan:
     @property
     def refine(self):
         """The refinement's settings: method, background, mesh_size, stamp_radius (0:
-        automatic), detector_gain, read_noise, bias, overload."""
+        automatic), detector_gain, read_noise, bias, overload, moffat_beta."""
         return self._plan.refine
 
     @property
@@ -257,8 +261,8 @@ def find(image, *, algorithm="dispersion_extended", gain=None, kernel_size=3, si
     frame, default 0), three_d (join spots across consecutive frames of a NumPy stack, as
     ``spotwave find --3d``: rotation scans), progress (a callable(done, total) called after each
     frame of a NumPy stack, on the calling thread; it must not call spotwave on the same context).
-    Refined positions: refine ("none", "xwin", "gauss"), background ("none", "annulus",
-    "mesh"), mesh_size, stamp_radius, detector_gain, read_noise, bias (see :class:`FindPlan`;
+    Refined positions: refine ("none", "xwin", "gauss", "moffat"), background ("none", "annulus",
+    "mesh"), mesh_size, stamp_radius, detector_gain, read_noise, bias, moffat_beta (see :class:`FindPlan`;
     as ``spotwave find --refine ...``), and ccd=True, CCD mode: the first frame's background
     (:func:`ccd_estimate`, host frames) gives the detector gain unless detector_gain is given
     and the dispersion threshold's gain (variance / mean) unless gain or gain_map is given, and

@@ -28,6 +28,7 @@ struct FindPlan {
     sw_refine_params rp{};            // rp.method NONE: no refinement
     sw_refine_plan *refine = nullptr; // attached to plan (sw_find_set_refine)
     sw_refine_list refined{};         // one result per spot of `spots`
+    double moffat_beta = SW_REFINE_MOFFAT_BETA; // the refinement's Moffat exponent
     FindPlan() = default;
     FindPlan(const FindPlan &) = delete;
     FindPlan &operator=(const FindPlan &) = delete;
@@ -178,7 +179,7 @@ void plan_init(FindPlan *self, nb::object ctx_obj, int32_t width, int32_t height
     rp.method = SW_REFINE_NONE;
     std::string method = q.str("refine", "none");
     if (sw_refine_method_parse(method.c_str(), &rp.method) != SW_OK)
-        value_error("refine: '%s' is not 'none', 'xwin' or 'gauss'", method.c_str());
+        value_error("refine: '%s' is not 'none', 'xwin', 'gauss' or 'moffat'", method.c_str());
     std::string bg = q.str("background", "none");
     if (sw_refine_background_parse(bg.c_str(), &rp.background) != SW_OK)
         value_error("background: '%s' is not 'none', 'annulus' or 'mesh'", bg.c_str());
@@ -187,9 +188,13 @@ void plan_init(FindPlan *self, nb::object ctx_obj, int32_t width, int32_t height
     rp.gain = q.num("detector_gain", rp.gain);
     rp.read_noise = q.num("read_noise", rp.read_noise);
     rp.bias = q.num("bias", rp.bias);
+    const bool have_beta = q.has("moffat_beta");
+    self->moffat_beta = q.num("moffat_beta", SW_REFINE_MOFFAT_BETA);
     q.done();
     if (rp.method == SW_REFINE_NONE && rp.background != SW_BACKGROUND_NONE)
-        value_error("background: needs refine='xwin' or 'gauss'");
+        value_error("background: needs refine='xwin', 'gauss' or 'moffat'");
+    if (have_beta && rp.method != SW_REFINE_MOFFAT)
+        value_error("moffat_beta: needs refine='moffat'");
     Context &c = *self->ctx;
     call(c, [&] { return sw_find_create(c.ctx, &p, &self->plan); });
     if (rp.method != SW_REFINE_NONE) {
@@ -201,6 +206,7 @@ void plan_init(FindPlan *self, nb::object ctx_obj, int32_t width, int32_t height
                       : p.type == SW_PIX_U32 ? 4294967294.0
                                              : 0.0;
         call(c, [&] { return sw_refine_create(c.ctx, &rp, &self->refine); });
+        call(c, [&] { return sw_refine_set_moffat_beta(self->refine, self->moffat_beta); });
         call(c, [&] { return sw_find_set_refine(self->plan, self->refine, &self->refined); });
     }
 }
@@ -394,6 +400,7 @@ void bind_find(nb::module_ &m)
                          d["read_noise"] = r.read_noise;
                          d["bias"] = r.bias;
                          d["overload"] = r.overload;
+                         d["moffat_beta"] = fp.moffat_beta;
                          return d;
                      })
         .def_prop_ro("params", [](FindPlan &fp) {

@@ -165,6 +165,8 @@ def test_find_nan_pixels_are_masked_and_a_flooded_frame_is_an_error(cpu):
      dict(refine="xwin", background="mesh", mesh_size=32, bias=1.5, stamp_radius=6)),
     (["--refine", "gauss", "--ccd", "--read-noise", 2], dict(refine="gauss", ccd=True,
                                                              read_noise=2)),
+    (["--refine", "moffat", "--moffat-beta", 3, "--background", "annulus"],
+     dict(refine="moffat", moffat_beta=3, background="annulus")),
 ])
 def test_find_refine_is_the_commands(cli, cpu, field, args, kw):
     cli("find", field / "a.fits", *args, "--out", field / "r.csv")
@@ -213,11 +215,13 @@ def test_refined_positions_are_closer_to_the_truth(cpu):
     plain = spotwave.find(img, ctx=cpu)
     fit = spotwave.find(img, refine="gauss", background="annulus", read_noise=5, ctx=cpu)
     win = spotwave.find(img, refine="xwin", background="annulus", read_noise=5, ctx=cpu)
-    assert len(plain) == len(fit) == len(win)
-    e0, e1, e2 = (_truth_errors(s, truth) for s in (plain, fit, win))
-    assert len(e0) > 30 and len(e1) == len(e0) and len(e2) == len(e0)
-    rms = [np.sqrt(np.mean(e[:, 2]**2 + e[:, 3]**2)) for e in (e0, e1, e2)]
-    assert rms[1] < 0.6 * rms[0] and rms[2] < 0.8 * rms[0], rms
+    mof = spotwave.find(img, refine="moffat", background="annulus", read_noise=5, ctx=cpu)
+    assert len(plain) == len(fit) == len(win) == len(mof)
+    e0, e1, e2, e3 = (_truth_errors(s, truth) for s in (plain, fit, win, mof))
+    assert len(e0) > 30 and len(e1) == len(e0) and len(e2) == len(e0) and len(e3) == len(e0)
+    rms = [np.sqrt(np.mean(e[:, 2]**2 + e[:, 3]**2)) for e in (e0, e1, e2, e3)]
+    # a Moffat fit of Gaussian stars centres them as well as the Gaussian fit (symmetric spots)
+    assert rms[1] < 0.6 * rms[0] and rms[2] < 0.8 * rms[0] and rms[3] < 0.6 * rms[0], rms
     # The fit's reported variance against its errors: chi^2 per degree of freedom near 1.
     k = e1[:, 1].astype(int)
     chi2 = np.mean(e1[:, 2]**2 / fit["x_var"][k] + e1[:, 3]**2 / fit["y_var"][k]) / 2
@@ -239,3 +243,7 @@ def test_find_refine_bad_input(cpu, field):
         spotwave.find(img, refine="gauss", stamp_radius=40, ctx=cpu)
     with pytest.raises(spotwave.InvalidArgumentError):
         spotwave.find(img, refine="gauss", detector_gain=0, ctx=cpu)
+    with pytest.raises(ValueError, match="moffat_beta: needs refine='moffat'"):
+        spotwave.find(img, refine="gauss", moffat_beta=3, ctx=cpu)
+    with pytest.raises(spotwave.InvalidArgumentError):
+        spotwave.find(img, refine="moffat", moffat_beta=1.0, ctx=cpu)

@@ -58,19 +58,21 @@ const char *sw_refine_method_string(sw_refine_method m)
     case SW_REFINE_NONE: return "none";
     case SW_REFINE_XWIN: return "xwin";
     case SW_REFINE_GAUSS: return "gauss";
+    case SW_REFINE_MOFFAT: return "moffat";
     }
     return "?";
 }
 
 sw_status sw_refine_method_parse(const char *text, sw_refine_method *out)
 {
-    static const sw_refine_method all[] = {SW_REFINE_NONE, SW_REFINE_XWIN, SW_REFINE_GAUSS};
+    static const sw_refine_method all[] = {SW_REFINE_NONE, SW_REFINE_XWIN, SW_REFINE_GAUSS,
+                                           SW_REFINE_MOFFAT};
     for (size_t i = 0; text && out && i < sizeof(all) / sizeof(all[0]); ++i)
         if (strcmp(text, sw_refine_method_string(all[i])) == 0) {
             *out = all[i];
             return SW_OK;
         }
-    return sw_fail(NULL, SW_EINVAL, "refine: unknown method \"%s\" (none, xwin or gauss)",
+    return sw_fail(NULL, SW_EINVAL, "refine: unknown method \"%s\" (none, xwin, gauss or moffat)",
                    text ? text : "(null)");
 }
 
@@ -106,7 +108,8 @@ static sw_status check_params(sw_context *ctx, const sw_refine_params *p)
     if (p->type != SW_PIX_U8 && p->type != SW_PIX_U16 && p->type != SW_PIX_U32 &&
         p->type != SW_PIX_F32)
         return sw_fail(ctx, SW_EINVAL, "refine: pixel type %d is not supported", (int)p->type);
-    if (p->method != SW_REFINE_NONE && p->method != SW_REFINE_XWIN && p->method != SW_REFINE_GAUSS)
+    if (p->method != SW_REFINE_NONE && p->method != SW_REFINE_XWIN &&
+        p->method != SW_REFINE_GAUSS && p->method != SW_REFINE_MOFFAT)
         return sw_fail(ctx, SW_EINVAL, "refine: unknown method %d", (int)p->method);
     if (p->background != SW_BACKGROUND_NONE && p->background != SW_BACKGROUND_ANNULUS &&
         p->background != SW_BACKGROUND_MESH)
@@ -175,6 +178,7 @@ sw_status sw_refine_create(sw_context *ctx, const sw_refine_params *p, sw_refine
     plan->ctx = ctx;
     plan->p = *p;
     plan->overload = p->overload > 0.0 ? p->overload : INFINITY;
+    plan->beta = SW_REFINE_MOFFAT_BETA;
     size_t n = (size_t)p->width * (size_t)p->height;
     if (p->mask) {
         plan->mask = malloc(n);
@@ -207,6 +211,16 @@ nomem:
     sw_refine_destroy(plan);
     return sw_fail(ctx, SW_ENOMEM, "refine: out of memory for a %d x %d frame", p->width,
                    p->height);
+}
+
+sw_status sw_refine_set_moffat_beta(sw_refine_plan *plan, double beta)
+{
+    if (!plan)
+        return sw_fail(NULL, SW_EINVAL, "refine: plan is NULL");
+    if (!(beta > 1.0) || !(beta <= 100.0))
+        return sw_fail(plan->ctx, SW_EINVAL, "refine: Moffat beta %g must be > 1 and <= 100", beta);
+    plan->beta = beta;
+    return SW_OK;
 }
 
 /* Room for n seeds and results on the host (and the device: refine_cuda.cu grows its own). */
@@ -458,6 +472,7 @@ static void config_of(const sw_refine_plan *plan, sw_rs_config *c)
     c->annulus_out = plan->p.annulus_out;
     c->max_iter = plan->p.max_iter;
     c->clip_sigma = plan->p.clip_sigma;
+    c->beta = plan->beta;
 }
 
 /* A host copy of a device frame (tight rows) for the MESH, in plan->frame_host. */
@@ -472,6 +487,122 @@ static sw_status frame_to_host(sw_refine_plan *plan, const sw_image *frame, sw_i
     SW_TRY(sw_image_wrap(plan->frame_host, frame->width, frame->height, row, frame->type,
                          SW_MEM_HOST, host));
     return sw_image_copy(plan->ctx, frame, host);
+}
+
+/* A spot of a blend: its parent and its index, sorted by parent (then index). */
+typedef struct blend_member {
+    int64_t parent, index;
+} blend_member;
+
+static int cmp_member(const void *a, const void *b)
+{
+    const blend_member *u = a, *v = b;
+    if (u->parent != v->parent)
+        return (u->parent > v->parent) - (u->parent < v->parent);
+    return (u->index > v->index) - (u->index < v->index);
+}
+
+/* A child that keeps its input position and variance (refine.h, SW_REFINE_BLEND). */
+static void keep_child(sw_refine_result *r, const sw_spot *s)
+{
+    r->x = s->x;
+    r->y = s->y;
+    r->x_var = s->x_var;
+    r->y_var = s->y_var;
+    r->flags = (r->flags & ~SW_REFINE_JOINT) | SW_REFINE_BLEND;
+}
+
+/*
+ * The children of blends (spots sharing a non-zero parent; refine.h, "Blends") after the
+ * per-spot pass: GAUSS and MOFFAT fit each blend jointly on the CPU (a device frame is copied to
+ * the host first); XWIN, blends beyond the limits and failed fits keep the input positions.
+ */
+static sw_status refine_blends(sw_refine_plan *plan, const sw_image *frame, const sw_spot *spots,
+                               int64_t n)
+{
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; ++i)
+        m += spots[i].parent != 0;
+    if (m < 2)
+        return SW_OK;
+    blend_member *mem = malloc((size_t)m * sizeof(*mem));
+    int64_t *idx = malloc((size_t)m * sizeof(*idx));
+    int64_t *start = malloc((size_t)(m + 1) * sizeof(*start));
+    if (!mem || !idx || !start) {
+        free(mem);
+        free(idx);
+        free(start);
+        return sw_fail(plan->ctx, SW_ENOMEM, "refine: out of memory for %lld blended spots",
+                       (long long)m);
+    }
+    for (int64_t i = 0, k = 0; i < n; ++i)
+        if (spots[i].parent != 0)
+            mem[k++] = (blend_member){spots[i].parent, i};
+    qsort(mem, (size_t)m, sizeof(*mem), cmp_member);
+    /* the blends of two or more children: start[g] .. start[g + 1] in idx */
+    int64_t ng = 0, k = 0;
+    for (int64_t a = 0; a < m;) {
+        int64_t b = a;
+        while (b < m && mem[b].parent == mem[a].parent)
+            ++b;
+        if (b - a >= 2) {
+            start[ng++] = k;
+            for (int64_t q = a; q < b; ++q)
+                idx[k++] = mem[q].index;
+        }
+        a = b;
+    }
+    start[ng] = k;
+    free(mem);
+    sw_status st = SW_OK;
+    const int fit = plan->p.method == SW_REFINE_GAUSS || plan->p.method == SW_REFINE_MOFFAT;
+    sw_image host = *frame;
+    if (fit && ng > 0 && frame->memory == SW_MEM_DEVICE)
+        st = frame_to_host(plan, frame, &host);
+    if (st == SW_OK && ng > 0) {
+        sw_rm_frame f;
+        sw_rs_config c;
+        frame_model(plan, &host, &f);
+        config_of(plan, &c);
+        sw_refine_result *res = plan->results;
+        const sw_refine_seed *seeds = plan->seeds;
+        int nomem = 0;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(sw_context_threads(plan->ctx))
+        for (int64_t g = 0; g < ng; ++g) {
+            const int64_t *gi = idx + start[g];
+            const int32_t gk = (int32_t)(start[g + 1] - start[g]);
+            int ok = -1;
+            if (fit && gk <= SW_REFINE_MAX_CHILDREN) {
+                double level = 0.0;
+                int32_t x0, x1, y0, y1;
+                ok = sw_refine_joint_box(&f, seeds, gi, gk, &x0, &x1, &y0, &y1) ? 1 : 0;
+                if (ok == 1 && c.background == SW_BACKGROUND_ANNULUS) {
+                    /* one annulus about the union box, as a stamp's: R + 2 .. R + 8 */
+                    const int32_t r = ((x1 - x0) > (y1 - y0) ? (x1 - x0) : (y1 - y0)) / 2;
+                    const int32_t rin = c.annulus_in > 0 ? c.annulus_in : r + 2;
+                    const int32_t rout = c.annulus_out > 0 ? c.annulus_out : r + 8;
+                    sw_rs_scratch sc;
+                    ok = sw_rs_annulus(&f, (x0 + x1 - 1) / 2, (y0 + y1 - 1) / 2, rin, rout,
+                                       c.clip_sigma, &sc, &level);
+                }
+                if (ok == 1)
+                    ok = sw_refine_joint_fit(&f, c.method, c.beta, c.max_iter, level, seeds, gi, gk,
+                                             res);
+            }
+            if (ok == -2) {
+#pragma omp atomic write
+                nomem = 1;
+            }
+            if (ok != 1)
+                for (int32_t q = 0; q < gk; ++q)
+                    keep_child(&res[gi[q]], &spots[gi[q]]);
+        }
+        if (nomem)
+            st = sw_fail(plan->ctx, SW_ENOMEM, "refine: out of memory for a blend's joint fit");
+    }
+    free(idx);
+    free(start);
+    return st;
 }
 
 sw_status sw_refine_run(sw_refine_plan *plan, const sw_image *frame, sw_spot *spots, int64_t n,
@@ -558,6 +689,7 @@ sw_status sw_refine_run(sw_refine_plan *plan, const sw_image *frame, sw_spot *sp
             sw_rs_refine(&f, &c, &seeds[i], &sc, &res[i]);
         }
     }
+    SW_TRY(refine_blends(plan, frame, spots, n));
     for (int64_t i = 0; i < n; ++i) {
         const sw_refine_result *r = &plan->results[i];
         if (!(r->flags & SW_REFINE_FAILED)) {
@@ -680,45 +812,9 @@ sw_status sw_find_refine_frame(sw_find_plan *plan, const sw_image *frame, sw_spo
         l->items = grown;
         l->capacity = cap;
     }
-    /* Children of a deblended blend keep their deblended centroid: a one-star model over a stamp
-     * that holds the neighbour too is pulled towards it (measured: 0.04-0.15 px deblended, 2-3 px
-     * after a Gaussian fit, at 3-4 sigma). Their positions are put back after the run and their
-     * results flagged SW_REFINE_BLEND. */
-    sw_spot *sp = spots->spots + first;
-    int64_t nchild = 0;
-    for (int64_t i = 0; i < n; i++)
-        nchild += sp[i].parent != 0;
-    double *keep = NULL;
-    if (nchild && !(keep = malloc((size_t)nchild * 4 * sizeof(double))))
-        return sw_fail(plan->ctx, SW_ENOMEM, "find: out of memory");
-    for (int64_t i = 0, k = 0; i < n; i++)
-        if (sp[i].parent) {
-            keep[4 * k] = sp[i].x;
-            keep[4 * k + 1] = sp[i].y;
-            keep[4 * k + 2] = sp[i].x_var;
-            keep[4 * k + 3] = sp[i].y_var;
-            k++;
-        }
+    /* children of a blend are fitted jointly or kept by the run (refine.h, "Blends") */
     sw_refine_result *res = l ? l->items + l->count : NULL;
-    const sw_status st = sw_refine_run(plan->refine, frame, sp, n, res);
-    for (int64_t i = 0, k = 0; st == SW_OK && i < n; i++)
-        if (sp[i].parent) {
-            sp[i].x = keep[4 * k];
-            sp[i].y = keep[4 * k + 1];
-            sp[i].x_var = keep[4 * k + 2];
-            sp[i].y_var = keep[4 * k + 3];
-            if (res) {
-                res[i].x = sp[i].x;
-                res[i].y = sp[i].y;
-                res[i].x_var = sp[i].x_var;
-                res[i].y_var = sp[i].y_var;
-                res[i].flags |= SW_REFINE_BLEND;
-            }
-            k++;
-        }
-    free(keep);
-    if (st != SW_OK)
-        return st;
+    SW_TRY(sw_refine_run(plan->refine, frame, spots->spots + first, n, res));
     if (l)
         l->count += n;
     return SW_OK;

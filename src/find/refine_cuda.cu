@@ -182,6 +182,7 @@ template <class C> C config_of(const sw_refine_plan *plan)
     c.annulus_out = plan->p.annulus_out;
     c.max_iter = plan->p.max_iter;
     c.clip_sigma = plan->p.clip_sigma;
+    c.beta = plan->beta;
     return c;
 }
 
@@ -196,11 +197,16 @@ __device__ inline void pack(const sw_refine_result &r, sw_refine_packed *p)
     p->pad = 0;
 }
 
+/* One kernel per group width and method: with the method a constant the compiler keeps only that
+ * method's path, so that MOFFAT's per-pixel quadrature does not raise GAUSS's and XWIN's register
+ * count. */
 #define REFINE_KERNEL(NS, G, MINBLOCKS)                                                            \
+    template <int METHOD>                                                                          \
     __global__ void __launch_bounds__(32 * WARPS, MINBLOCKS)                                       \
         refine_kernel_##NS(sw_rm_frame f, NS::sw_rs_config c, const sw_refine_seed *seeds,         \
                            int64_t n, sw_refine_packed *packed, sw_refine_result *out)             \
     {                                                                                              \
+        c.method = METHOD;                                                                         \
         __shared__ NS::sw_rs_scratch scratch[WARPS * (32 / G)];                                    \
         const int group = (int)(threadIdx.x / G);                                                  \
         const int64_t spot = (int64_t)blockIdx.x * (WARPS * (32 / G)) + group;                     \
@@ -336,15 +342,27 @@ sw_status sw_refine_gpu_run(sw_refine_plan *plan, const sw_image *frame, int64_t
     const int64_t per_block = (int64_t)WARPS * (32 / g->lanes);
     const unsigned blocks = (unsigned)((n + per_block - 1) / per_block);
     SW_CU(cudaEventRecord(g->start, s));
+    /* the kernel of the plan's group width and method */
+#define REFINE_LAUNCH(NS)                                                                          \
+    do {                                                                                           \
+        const NS::sw_rs_config c = config_of<NS::sw_rs_config>(plan);                              \
+        if (c.method == SW_REFINE_XWIN)                                                            \
+            refine_kernel_##NS<SW_REFINE_XWIN>                                                     \
+                <<<blocks, 32 * WARPS, 0, s>>>(f, c, g->seeds, n, g->packed, out);                 \
+        else if (c.method == SW_REFINE_MOFFAT)                                                     \
+            refine_kernel_##NS<SW_REFINE_MOFFAT>                                                   \
+                <<<blocks, 32 * WARPS, 0, s>>>(f, c, g->seeds, n, g->packed, out);                 \
+        else                                                                                       \
+            refine_kernel_##NS<SW_REFINE_GAUSS>                                                    \
+                <<<blocks, 32 * WARPS, 0, s>>>(f, c, g->seeds, n, g->packed, out);                 \
+    } while (0)
     if (g->lanes == 32)
-        refine_kernel_g32<<<blocks, 32 * WARPS, 0, s>>>(f, config_of<g32::sw_rs_config>(plan),
-                                                        g->seeds, n, g->packed, out);
+        REFINE_LAUNCH(g32);
     else if (g->lanes == 8)
-        refine_kernel_g8<<<blocks, 32 * WARPS, 0, s>>>(f, config_of<g8::sw_rs_config>(plan),
-                                                       g->seeds, n, g->packed, out);
+        REFINE_LAUNCH(g8);
     else
-        refine_kernel_g16<<<blocks, 32 * WARPS, 0, s>>>(f, config_of<g16::sw_rs_config>(plan),
-                                                        g->seeds, n, g->packed, out);
+        REFINE_LAUNCH(g16);
+#undef REFINE_LAUNCH
     SW_CU(cudaGetLastError());
     SW_CU(cudaEventRecord(g->stop, s));
     /* one pinned copy of what the spots get; the details only when the caller asked for them */

@@ -401,6 +401,65 @@ SW_RM_FN void sw_rm_axis(int32_t i, double c, double s, double *e, double *de_dc
     *de_ds = (um * pm - up * pp) / s;
 }
 
+/*
+ * The Moffat profile (Moffat A. F. J. 1969, A&A 3, 455) of unit flux, width alpha and exponent
+ * beta > 1 (fixed):
+ *     M(r) = (beta - 1) / (pi alpha^2) (1 + r^2 / alpha^2)^-beta,
+ * integrated over a pixel by the 3 x 3 Gauss-Legendre product rule (nodes 0 and +-sqrt(3/5) / 2
+ * from the pixel's centre, weights 8/18 and 5/18 per axis): unlike the Gaussian it does not
+ * separate into column and row factors with a closed-form integral. Against a 24 x 24-node rule
+ * the pixel values differ by at most 1.5e-4 of the peak pixel at FWHM 1.5 px and 4e-6 at FWHM
+ * 3.5 px (beta 2.5 and 4.765). (dx, dy) is the pixel's centre less the star's position; P the
+ * pixel's value, dPx and dPy its derivatives by the star's x and y, dPa by alpha. With
+ * u = 1 + r^2 / alpha^2, c = (beta - 1) / pi and t = u^-(beta + 1), at a node (X, Y) from the star:
+ *     M = c t u / alpha^2,   dM/dx0 = 2 beta c X t / alpha^4,
+ *     dM/dalpha = 2 c t (beta (u - 1) - u) / alpha^3.
+ */
+SW_RM_FN void sw_rm_moffat_pixel(double dx, double dy, double alpha, double beta, double *P,
+                                 double *dPx, double *dPy, double *dPa)
+{
+    const double h = 0.3872983346207417; /* sqrt(3/5) / 2 */
+    const double ia2 = 1.0 / (alpha * alpha), c = (beta - 1.0) / 3.141592653589793;
+    double v = 0.0, vx = 0.0, vy = 0.0, va = 0.0;
+    for (int j = -1; j <= 1; ++j) {
+        const double y = dy + h * j, y2 = y * y * ia2, wy = j ? 5.0 / 18.0 : 8.0 / 18.0;
+        double rv = 0.0, rx = 0.0, ry = 0.0, ra = 0.0;
+        for (int i = -1; i <= 1; ++i) {
+            const double x = dx + h * i;
+            const double u = 1.0 + x * x * ia2 + y2;
+            const double t = (i ? 5.0 / 18.0 : 8.0 / 18.0) * exp(-(beta + 1.0) * log(u));
+            rv += t * u;
+            rx += t * x;
+            ry += t;
+            ra += t * (beta * (u - 1.0) - u);
+        }
+        v += wy * rv;
+        vx += wy * rx;
+        vy += wy * ry * y;
+        va += wy * ra;
+    }
+    *P = c * ia2 * v;
+    *dPx = 2.0 * beta * c * ia2 * ia2 * vx;
+    *dPy = 2.0 * beta * c * ia2 * ia2 * vy;
+    *dPa = 2.0 * c * ia2 / alpha * va;
+}
+
+/* A profile's Gaussian-equivalent width, FWHM / sqrt(8 ln 2), per unit of its width parameter
+ * (GAUSS: 1; MOFFAT: FWHM = 2 alpha sqrt(2^(1/beta) - 1)); and its peak times the width
+ * parameter squared per unit flux (GAUSS: 1 / (2 pi); MOFFAT: (beta - 1) / pi). */
+SW_RM_FN double sw_rm_width_scale(int32_t method, double beta)
+{
+    if (method != SW_REFINE_MOFFAT)
+        return 1.0;
+    return sqrt((exp2(1.0 / beta) - 1.0) / (2.0 * log(2.0)));
+}
+
+SW_RM_FN double sw_rm_peak_scale(int32_t method, double beta)
+{
+    return method == SW_REFINE_MOFFAT ? (beta - 1.0) / 3.141592653589793
+                                      : 1.0 / (2.0 * 3.141592653589793);
+}
+
 /* The sums of one fit pass: the normal matrix J^T W J (upper triangle, row by row), J^T W r,
  * chi^2 = sum w r^2, the merit (the negative log-likelihood below) and the pixels used. */
 typedef struct sw_rm_acc {
@@ -411,28 +470,41 @@ typedef struct sw_rm_acc {
 } sw_rm_acc;
 
 /*
- * One pixel's contribution: sample d (above the background b), the column and row factors.
- * The likelihood: in electrons a pixel holds D = g (d + b) + r^2 and is taken as Poisson with
- * mean M = g max(m + b, 0) + r^2 (at least 1), the read noise folded in as a Poisson offset of
- * r^2; then var = M / g^2 is the detector model's variance, J^T W r is the log-likelihood's
- * gradient and J^T W J its Fisher information. The merit is the negative log-likelihood less a
- * constant, sum M - D - D ln(M / max(D, 1)) (about chi^2 / 2 near the solution), so that
+ * The likelihood of one pixel with sample d (above the background b) and model m: in electrons a
+ * pixel holds D = g (d + b) + r^2 and is taken as Poisson with mean M = g max(m + b, 0) + r^2 (at
+ * least 1), the read noise folded in as a Poisson offset of r^2; then var = M / g^2 is the
+ * detector model's variance, w = 1 / var, J^T W r is the log-likelihood's gradient and J^T W J
+ * its Fisher information. The merit is the negative log-likelihood less a constant,
+ * sum M - D - D ln(M / max(D, 1)) (about chi^2 / 2 near the solution), so that
  * Levenberg-Marquardt's acceptance test and its steps belong to one function and it converges
  * to the maximum-likelihood point (a chi^2 whose weights move with the model has its minimum
- * elsewhere, and the steps would zig-zag between the two).
+ * elsewhere, and the steps would zig-zag between the two). Gives w, r = d - m and the pixel's
+ * merit term.
  */
-SW_RM_FN void sw_rm_fit_pixel(const sw_rm_frame *f, const double *p, double d, double b, double ex,
-                              double dex, double dsx, double ey, double dey, double dsy,
-                              sw_rm_acc *acc)
+SW_RM_FN double sw_rm_pixel_merit(const sw_rm_frame *f, double m, double d, double b, double *w,
+                                  double *r)
 {
-    const double F = p[2];
-    double m = F * ex * ey + p[4];
-    double J[SW_RM_NPAR] = {F * dex * ey, F * ex * dey, ex * ey, F * (dsx * ey + ex * dsy), 1.0};
     const double var = sw_rm_variance(f, m, b);
-    const double w = 1.0 / var;
-    const double r = d - m;
+    *w = 1.0 / var;
+    *r = d - m;
     const double g2 = f->gain * f->gain, rn2 = f->read_noise * f->read_noise;
     const double M = var * g2, D = f->gain * (d + b) + rn2;
+    return M - D - D * log(M / (D > 1.0 ? D : 1.0));
+}
+
+/*
+ * One pixel's contribution to the one-star fit: sample d (above the background b) and the
+ * profile's value P on the pixel (unit flux) with its derivatives by the star's x, y and the
+ * width (GAUSS: products of sw_rm_axis factors; MOFFAT: sw_rm_moffat_pixel); the model is
+ * m = F P + B.
+ */
+SW_RM_FN void sw_rm_fit_pixel(const sw_rm_frame *f, const double *p, double d, double b, double P,
+                              double dPx, double dPy, double dPs, sw_rm_acc *acc)
+{
+    const double F = p[2];
+    const double J[SW_RM_NPAR] = {F * dPx, F * dPy, P, F * dPs, 1.0};
+    double w, r;
+    acc->merit += sw_rm_pixel_merit(f, F * P + p[4], d, b, &w, &r);
     int k = 0;
     for (int i = 0; i < SW_RM_NPAR; ++i) {
         double wj = w * J[i];
@@ -441,7 +513,6 @@ SW_RM_FN void sw_rm_fit_pixel(const sw_rm_frame *f, const double *p, double d, d
             acc->a[k++] += wj * J[j];
     }
     acc->chi2 += w * r * r;
-    acc->merit += M - D - D * log(M / (D > 1.0 ? D : 1.0));
     acc->n++;
 }
 
@@ -599,20 +670,23 @@ SW_RM_FN int sw_rm_lm_next(sw_rm_lm *s, const sw_rm_acc *acc, int32_t max_iter)
 
 /*
  * The starting point of the fit from the stamp: B0 the mean of the stamp's border pixels, F0 the
- * stamp's sum above B0, sigma0 = sqrt(F0 / (2 pi P)) with P the largest sample above B0 (a
- * Gaussian's peak is F / (2 pi sigma^2)), clamped to 0.5 .. radius / 2. Returns 0 when F0 or P
- * is not positive.
+ * stamp's sum above B0, the width from the largest sample P above B0 by the profile's peak
+ * (sw_rm_peak_scale: GAUSS F / (2 pi sigma^2), MOFFAT F (beta - 1) / (pi alpha^2)), clamped so
+ * that the Gaussian-equivalent width (sw_rm_width_scale) is 0.5 .. radius / 2. Returns 0 when F0
+ * or P is not positive.
  */
 SW_RM_FN int sw_rm_fit_start(double x, double y, double sum, double peak, double border_sum,
-                             int32_t border_n, int32_t n, int32_t radius, double *p0)
+                             int32_t border_n, int32_t n, int32_t radius, int32_t method,
+                             double beta, double *p0)
 {
     double b0 = border_n > 0 ? border_sum / border_n : 0.0;
     double f0 = sum - b0 * n, pk = peak - b0;
     if (!(f0 > 0.0) || !(pk > 0.0))
         return 0;
-    double s0 = sqrt(f0 / (2.0 * 3.141592653589793 * pk));
-    double smax = 0.5 * radius;
-    s0 = s0 < 0.5 ? 0.5 : (s0 > smax ? smax : s0);
+    const double k = sw_rm_width_scale(method, beta);
+    double s0 = sqrt(f0 * sw_rm_peak_scale(method, beta) / pk);
+    const double smin = 0.5 / k, smax = 0.5 * radius / k;
+    s0 = s0 < smin ? smin : (s0 > smax ? smax : s0);
     p0[0] = x;
     p0[1] = y;
     p0[2] = f0;

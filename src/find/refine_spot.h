@@ -60,6 +60,7 @@ typedef struct sw_rs_config {
     int32_t annulus_in, annulus_out; /* 0: from the stamp radius */
     int32_t max_iter;
     double clip_sigma;
+    double beta; /* MOFFAT's exponent */
 } sw_rs_config;
 
 /* The key of annulus value j: from the scratch when kept, else pixel j of the box. */
@@ -285,11 +286,12 @@ SW_RS_FN void sw_rs_xwin(const sw_rm_frame *f, const sw_refine_seed *seed, doubl
         out->flags |= SW_REFINE_MASKED;
 }
 
-/* The Gaussian fit (refine.h, GAUSS). */
-SW_RS_FN void sw_rs_gauss(const sw_rm_frame *f, const sw_refine_seed *seed, double level,
-                          const sw_rm_stamp *st, int32_t max_iter, sw_rs_scratch *sc,
-                          sw_refine_result *out)
+/* The PSF fit (refine.h, GAUSS and MOFFAT). */
+SW_RS_FN void sw_rs_fit(const sw_rm_frame *f, const sw_rs_config *c, const sw_refine_seed *seed,
+                        double level, const sw_rm_stamp *st, sw_rs_scratch *sc,
+                        sw_refine_result *out)
 {
+    const int moffat = c->method == SW_REFINE_MOFFAT;
     const int32_t count = sw_rm_stamp_count(st);
     /* the starting point: sums over the stamp and its border */
     double s[5] = {0.0, 0.0, 0.0, 0.0, 0.0}; /* sum d, border sum, border n, n, masked */
@@ -316,7 +318,7 @@ SW_RS_FN void sw_rs_gauss(const sw_rm_frame *f, const sw_refine_seed *seed, doub
     SW_RS_MAX(&peak);
     double p0[SW_RM_NPAR];
     if (!sw_rm_fit_start(seed->x, seed->y, s[0], peak, s[1], (int32_t)s[2], (int32_t)s[3],
-                         st->radius, p0)) {
+                         st->radius, c->method, c->beta, p0)) {
         sw_rs_fail(out);
         return;
     }
@@ -329,8 +331,8 @@ SW_RS_FN void sw_rs_gauss(const sw_rm_frame *f, const sw_refine_seed *seed, doub
         double p[SW_RM_NPAR];
         for (int i = 0; i < SW_RM_NPAR; ++i)
             p[i] = lm->trial[i];
-        /* the columns' and the rows' factors in one round of the workers */
-        for (int32_t k = SW_RS_LANE; k < w + h; k += SW_RS_LANES) {
+        /* GAUSS: the columns' and the rows' factors in one round of the workers */
+        for (int32_t k = SW_RS_LANE; !moffat && k < w + h; k += SW_RS_LANES) {
             if (k < w)
                 sw_rm_axis(st->x0 + k, p[0], p[3], &sc->u.s.ex[k], &sc->u.s.dex[k],
                            &sc->u.s.dsx[k]);
@@ -348,9 +350,19 @@ SW_RS_FN void sw_rs_gauss(const sw_rm_frame *f, const sw_refine_seed *seed, doub
             double d, b;
             if (!sw_rm_sample(f, x, y, level, &d, &b))
                 continue;
-            const int32_t i = x - st->x0, j = y - st->y0;
-            sw_rm_fit_pixel(f, p, d, b, sc->u.s.ex[i], sc->u.s.dex[i], sc->u.s.dsx[i],
-                            sc->u.s.ey[j], sc->u.s.dey[j], sc->u.s.dsy[j], &acc);
+            double P, dPx, dPy, dPs;
+            if (moffat) {
+                sw_rm_moffat_pixel((double)x - p[0], (double)y - p[1], p[3], c->beta, &P, &dPx,
+                                   &dPy, &dPs);
+            } else {
+                const int32_t i = x - st->x0, j = y - st->y0;
+                const double ex = sc->u.s.ex[i], ey = sc->u.s.ey[j];
+                P = ex * ey;
+                dPx = sc->u.s.dex[i] * ey;
+                dPy = ex * sc->u.s.dey[j];
+                dPs = sc->u.s.dsx[i] * ey + ex * sc->u.s.dsy[j];
+            }
+            sw_rm_fit_pixel(f, p, d, b, P, dPx, dPy, dPs, &acc);
         }
         SW_RS_SYNC();
         double v[SW_RM_NA + SW_RM_NPAR + 3];
@@ -370,7 +382,7 @@ SW_RS_FN void sw_rs_gauss(const sw_rm_frame *f, const sw_refine_seed *seed, doub
         acc.n = (int32_t)v[SW_RM_NA + SW_RM_NPAR + 1];
         acc.merit = v[SW_RM_NA + SW_RM_NPAR + 2];
         if (SW_RS_LANE == 0)
-            sc->u.s.done = sw_rm_lm_next(lm, &acc, max_iter);
+            sc->u.s.done = sw_rm_lm_next(lm, &acc, c->max_iter);
         SW_RS_SYNC();
         if (sc->u.s.done)
             break;
@@ -382,7 +394,8 @@ SW_RS_FN void sw_rs_gauss(const sw_rm_frame *f, const sw_refine_seed *seed, doub
         return;
     }
     const double *b = lm->best;
-    if (!(b[2] > 0.0) || !(b[3] > 0.0) || b[3] > st->radius ||
+    if (!(b[2] > 0.0) || !(b[3] > 0.0) ||
+        b[3] * sw_rm_width_scale(c->method, c->beta) > st->radius ||
         fabs(b[0] - (double)st->cx) > st->radius || fabs(b[1] - (double)st->cy) > st->radius ||
         !(inv[0] > 0.0) || !(inv[6] > 0.0)) {
         sw_rs_fail(out);
@@ -436,7 +449,7 @@ SW_RS_FN void sw_rs_refine(const sw_rm_frame *f, const sw_rs_config *c, const sw
     if (c->method == SW_REFINE_XWIN)
         sw_rs_xwin(f, seed, level, &st, sc, out);
     else
-        sw_rs_gauss(f, seed, level, &st, c->max_iter, sc, out);
+        sw_rs_fit(f, c, seed, level, &st, sc, out);
     if (out->flags & SW_REFINE_FAILED) {
         out->x = seed->x;
         out->y = seed->y;

@@ -57,6 +57,14 @@ assert r["deblend"]["levels"] == 32 and r["deblend"]["contrast"] == 0.005, r
 hr, dbr = rows(d + "/dbr.csv")
 assert hr[-5:] == ["refine_flags", "flux_adu", "sigma_px", "background_adu", "parent"], hr
 assert [s["parent"] for s in dbr] == [s["parent"] for s in db]
+# the children of each blend fitted jointly (refine_flags 32), as close to their stars as the
+# deblended centroids or closer
+for s in dbr:
+    assert (int(s["refine_flags"]) & 32) == (32 if s["parent"] else 0), s
+def err(spots):
+    return sum(min(math.hypot(s["x_px"] - t["x_px"], s["y_px"] - t["y_px"]) for s in spots)
+               for t in truth)
+assert err(dbr) < err(db), (err(dbr), err(db))
 hc, c1 = rows(d + "/c1.csv")
 assert len(c1) == 3 and all(s["parent"] == 0 for s in c1), c1
 print("ok", len(db), "spots")

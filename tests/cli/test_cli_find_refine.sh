@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `spotwave find --refine`: a CCD-like star field from `spotwave sim stars` (sky, read noise,
 # gain 1.5 e-/ADU, bias 200 ADU) found in CCD mode (the gains from the background) with
-# --refine gauss and xwin over a mesh background: the refined columns are appended, and the
+# --refine gauss, xwin and moffat over a mesh background: the refined columns are appended, and the
 # refined positions are closer to the truth than the plain centroids, with variances that match
 # their errors. Usage errors: --refine with --3d, --background without --refine, bad names.
 # Usage: test_cli_find_refine.sh PATH/TO/spotwave
@@ -16,7 +16,7 @@ command -v python3 >/dev/null || fail "python3 is needed to check the tables"
 "$SW" find "$tmp/f.fits" --ccd --bias 200 --read-noise 5 -o "$tmp/plain.csv" 2>"$tmp/err" ||
     fail "find --ccd: $(cat "$tmp/err")"
 grep -q "CCD mode: .*detector gain 1\.[45]" "$tmp/err" || fail "CCD mode: $(cat "$tmp/err")"
-for m in gauss xwin; do
+for m in gauss xwin moffat; do
     "$SW" find "$tmp/f.fits" --ccd --bias 200 --read-noise 5 --refine $m --background mesh \
         --mesh-size 32 -o "$tmp/$m.csv" 2>/dev/null || fail "find --refine $m"
 done
@@ -45,7 +45,7 @@ def score(name):
     return head, math.sqrt(sum(err2) / len(err2)), sum(pull) / len(pull), len(err2)
 hp, plain, _, n = score("plain")
 assert n >= 20, n
-for m in ("gauss", "xwin"):
+for m in ("gauss", "xwin", "moffat"):
     head, rms, pull, n = score(m)
     assert head[-4:] == ["refine_flags", "flux_adu", "sigma_px", "background_adu"], head
     assert head[:11] == hp[:11], head
@@ -59,4 +59,6 @@ expect_usage find "$tmp/f.fits" --refine psf -o "$tmp/x.csv"
 expect_usage find "$tmp/f.fits" --refine gauss --background sky -o "$tmp/x.csv"
 expect_usage find "$tmp/f.fits" --refine gauss --stamp-radius 1 -o "$tmp/x.csv"
 expect_usage find "$tmp/f.fits" --refine gauss --detector-gain 0 -o "$tmp/x.csv"
+expect_usage find "$tmp/f.fits" --refine gauss --moffat-beta 3 -o "$tmp/x.csv"
+expect_usage find "$tmp/f.fits" --refine moffat --moffat-beta 1 -o "$tmp/x.csv"
 echo "ok"

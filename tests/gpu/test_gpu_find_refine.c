@@ -2,11 +2,12 @@
  * Position refinement (refine.h) on the GPU against the CPU: the same spots refined on a device
  * frame (each kernel: 8, 16 and 32 lanes per spot; with and without the results) and on the host
  * frame (one thread per spot) give the same flags and positions, variances and fluxes to rounding
- * (the warp adds its sums in another order) for XWIN and GAUSS with no, annulus and mesh
+ * (the group adds its sums in another order) for XWIN, GAUSS and MOFFAT with no, annulus and mesh
  * backgrounds, u16 and f32 frames, masked and NaN pixels, stamps cut by the edges and seeds outside
  * the frame; a find plan with refinement attached gives the CPU's table through sw_find_run and
- * sw_find_sequence; a host frame on a CUDA context is refined on the CPU's code path. Skips (77)
- * without a usable GPU.
+ * sw_find_sequence, with deblending too (a blend's children are fitted jointly on the host in
+ * both); a host frame on a CUDA context is refined on the CPU's code path. Skips (77) without a
+ * usable GPU.
  */
 #define _GNU_SOURCE /* setenv, unsetenv */
 #include "find_testutil.h"
@@ -184,6 +185,13 @@ static void test_gauss(void **state)
     compare(SW_REFINE_GAUSS, SW_BACKGROUND_MESH, SW_PIX_U16, 1);
 }
 
+static void test_moffat(void **state)
+{
+    (void)state;
+    compare(SW_REFINE_MOFFAT, SW_BACKGROUND_NONE, SW_PIX_F32, 0);
+    compare(SW_REFINE_MOFFAT, SW_BACKGROUND_ANNULUS, SW_PIX_U16, 1);
+}
+
 static void test_xwin(void **state)
 {
     (void)state;
@@ -201,9 +209,8 @@ static sw_status seq_read(void *user, int64_t index, sw_image *dst)
     return sw_image_copy(NULL, &seq_frames[index], dst);
 }
 
-static void test_find_attached(void **state)
+static void find_attached(int deblend)
 {
-    (void)state;
     sw_stars stars;
     sw_image host = field(SW_PIX_U16, &stars);
     const int w = host.width, h = host.height;
@@ -217,6 +224,7 @@ static void test_find_attached(void **state)
         sw_context *ctx = b ? gpu : cpu;
         sw_find_params fp;
         sw_find_params_default(&fp, w, h, SW_PIX_U16);
+        fp.deblend = deblend;
         sw_refine_params rp;
         sw_refine_params_default(&rp, w, h, SW_PIX_U16);
         rp.background = SW_BACKGROUND_MESH;
@@ -245,6 +253,11 @@ static void test_find_attached(void **state)
             close_to(lists[1][q].spots[i].y_var, lists[0][q].spots[i].y_var, 1e-6);
         }
     }
+    int64_t joint = 0;
+    for (int64_t i = 0; i < res[0][0].count; i++)
+        joint += (res[0][0].items[i].flags & SW_REFINE_JOINT) != 0;
+    print_message("deblend %d: %lld spots, %lld fitted jointly\n", deblend,
+                  (long long)lists[0][0].count, (long long)joint);
     for (int b = 0; b < 2; b++)
         for (int q = 0; q < 2; q++) {
             sw_spot_list_free(&lists[b][q]);
@@ -254,11 +267,19 @@ static void test_find_attached(void **state)
     sw_stars_free(&stars);
 }
 
+static void test_find_attached(void **state)
+{
+    (void)state;
+    find_attached(0);
+    find_attached(1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gauss),
         cmocka_unit_test(test_xwin),
+        cmocka_unit_test(test_moffat),
         cmocka_unit_test(test_find_attached),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

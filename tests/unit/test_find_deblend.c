@@ -2,9 +2,12 @@
  * Tests of deblending (find.h "Deblending") on the CPU:
  *   - two Gaussian stars (sigma 1.5 px, Poisson noise over a sky) at separations 2.5 to 4 sigma
  *     with flux ratios 1:1 and 1:5 come out as two spots sharing a parent id, each centroid near
- *     its star, and a Gaussian refinement of the children brings them closer; a 1:5 pair closer
- *     than 3.2 sigma has no second maximum (no saddle) and stays one spot, as multi-thresholding
- *     must leave it;
+ *     its star; a 1:5 pair closer than 3.2 sigma has no second maximum (no saddle) and stays one
+ *     spot, as multi-thresholding must leave it;
+ *   - refinement of the children (refine.h "Blends"): a one-star GAUSS fit of each child alone
+ *     is pulled onto its neighbour; through find with --refine gauss or moffat the children of a
+ *     blend are fitted jointly and come out closer to their stars than the deblended centroids,
+ *     with honest variances; XWIN keeps the deblended centroids;
  *   - one star is not split by its noise: Monte Carlo over seeds and sub-pixel phases at SNR 50,
  *     at least 99 % of the stars stay one spot;
  *   - the contrast threshold: a faint star beside a bright one is split off only while its
@@ -111,24 +114,67 @@ static int64_t nearest(const sw_spot_list *l, double x, double y, double *dist)
 
 /* ---------------------------------------------------------------- pairs */
 
+/* What the runs of one pair configuration give (errors: mean distance of a child from its
+ * star, px). */
+typedef struct pair_result {
+    int split;
+    double err_c;    /* the deblended centroids                                   */
+    double err_lone; /* a GAUSS fit of each child alone (parent cleared)           */
+    double err_g;    /* through find with --refine gauss: the children's joint fit */
+    double err_m;    /* the same with --refine moffat (Gaussian stars)             */
+    double pull2;    /* GAUSS joint: mean of dx^2 / x_var over the children's axes  */
+} pair_result;
+
+/* Refines the list l of one frame through find with refinement `ref` attached: returns the mean
+ * error of the children against (x, y), checks the joint-fit flags, and adds dx^2 / var. */
+static double joint_error(sw_find_plan *plan, sw_refine_plan *ref, const sw_image *img,
+                          const double *x, const double *y, double *pull, int *npull)
+{
+    sw_refine_list rl = {0};
+    assert_int_equal(sw_find_set_refine(plan, ref, &rl), SW_OK);
+    sw_spot_list lr = run(plan, img, NULL);
+    assert_int_equal(sw_find_set_refine(plan, NULL, NULL), SW_OK);
+    assert_int_equal(lr.count, 2);
+    assert_int_equal(rl.count, 2);
+    double err = 0.0;
+    for (int k = 0; k < 2; k++) {
+        double d;
+        const int64_t i = nearest(&lr, x[k], y[k], &d);
+        assert_true(rl.items[i].flags & SW_REFINE_JOINT);
+        assert_false(rl.items[i].flags & (SW_REFINE_BLEND | SW_REFINE_FAILED));
+        assert_true(rl.items[i].x == lr.spots[i].x && rl.items[i].x_var == lr.spots[i].x_var);
+        err += d;
+        *pull += (lr.spots[i].x - x[k]) * (lr.spots[i].x - x[k]) / lr.spots[i].x_var +
+                 (lr.spots[i].y - y[k]) * (lr.spots[i].y - y[k]) / lr.spots[i].y_var;
+        *npull += 2;
+    }
+    sw_spot_list_free(&lr);
+    sw_refine_list_free(&rl);
+    return err;
+}
+
 /*
- * Splits of pairs (x, y, flux below) at separations seps[] (in sigma) over 4 seeds; returns the
- * number split and the mean centroid error of the children, and the same after a Gaussian fit
- * of each child on its own.
+ * Splits of pairs (separation sep sigma, flux ratio 1:ratio, the brighter 40000 e-) over 4
+ * seeds (orientations): how many split, and the children's errors deblended, after a lone
+ * GAUSS fit and after the joint GAUSS and MOFFAT fits (annulus background).
  */
-static int pair_runs(int levels, double sep, double ratio, double *err_c, double *err_r)
+static pair_result pair_runs(int levels, double sep, double ratio)
 {
     const int W = 64;
     const double bright = 40000.0, d = sep * SIGMA; /* e-, px */
     sw_find_plan *plan = plan_for(W, W, 1, levels, 0.005);
     sw_refine_params rp;
     sw_refine_params_default(&rp, W, W, SW_PIX_U16);
-    rp.method = SW_REFINE_GAUSS;
     rp.background = SW_BACKGROUND_ANNULUS;
-    sw_refine_plan *ref = NULL;
-    assert_int_equal(sw_refine_create(cpu, &rp, &ref), SW_OK);
-    int split = 0;
-    *err_c = *err_r = 0.0;
+    sw_refine_plan *ref[3] = {NULL, NULL, NULL}; /* GAUSS, MOFFAT, XWIN */
+    const sw_refine_method methods[3] = {SW_REFINE_GAUSS, SW_REFINE_MOFFAT, SW_REFINE_XWIN};
+    for (int m = 0; m < 3; m++) {
+        rp.method = methods[m];
+        assert_int_equal(sw_refine_create(cpu, &rp, &ref[m]), SW_OK);
+    }
+    pair_result out;
+    memset(&out, 0, sizeof out);
+    int npull = 0;
     for (int seed = 1; seed <= 4; seed++) {
         const double ang = 0.7 * seed;
         double x[2] = {31.3 - 0.5 * d * cos(ang), 31.3 + 0.5 * d * cos(ang)};
@@ -138,7 +184,7 @@ static int pair_runs(int levels, double sep, double ratio, double *err_c, double
         sw_find_stats st = {0};
         sw_spot_list l = run(plan, &img, &st);
         if (l.count == 2) {
-            split++;
+            out.split++;
             assert_true(l.spots[0].parent == 1 && l.spots[1].parent == 1);
             assert_int_equal(st.blends, 1);
             assert_int_equal(st.children, 2);
@@ -146,26 +192,32 @@ static int pair_runs(int levels, double sep, double ratio, double *err_c, double
             double d0, d1;
             int64_t i0 = nearest(&l, x[0], y[0], &d0), i1 = nearest(&l, x[1], y[1], &d1);
             assert_true(i0 != i1);
-            *err_c += d0 + d1;
-            /* through find with the refinement attached, children keep the deblended centroid
-             * and say so (SW_REFINE_BLEND) */
+            out.err_c += d0 + d1;
+            /* the children fitted jointly, through find */
+            out.err_g += joint_error(plan, ref[0], &img, x, y, &out.pull2, &npull);
+            double unused = 0.0;
+            int unused_n = 0;
+            out.err_m += joint_error(plan, ref[1], &img, x, y, &unused, &unused_n);
+            /* XWIN keeps the deblended centroids (SW_REFINE_BLEND) */
             sw_refine_list rl = {0};
-            assert_int_equal(sw_find_set_refine(plan, ref, &rl), SW_OK);
-            sw_spot_list lr = run(plan, &img, NULL);
+            assert_int_equal(sw_find_set_refine(plan, ref[2], &rl), SW_OK);
+            sw_spot_list lx = run(plan, &img, NULL);
             assert_int_equal(sw_find_set_refine(plan, NULL, NULL), SW_OK);
-            assert_int_equal(lr.count, 2);
-            assert_int_equal(rl.count, 2);
+            assert_int_equal(lx.count, 2);
             for (int k = 0; k < 2; k++) {
-                assert_true(lr.spots[k].x == l.spots[k].x && lr.spots[k].y == l.spots[k].y);
+                assert_true(lx.spots[k].x == l.spots[k].x && lx.spots[k].y == l.spots[k].y);
                 assert_true(rl.items[k].flags & SW_REFINE_BLEND);
                 assert_true(rl.items[k].x == l.spots[k].x);
             }
-            sw_spot_list_free(&lr);
+            sw_spot_list_free(&lx);
             sw_refine_list_free(&rl);
-            assert_int_equal(sw_refine_run(ref, &img, l.spots, l.count, NULL), SW_OK);
+            /* each child alone (parent cleared): pulled onto its neighbour */
+            for (int k = 0; k < 2; k++)
+                l.spots[k].parent = 0;
+            assert_int_equal(sw_refine_run(ref[0], &img, l.spots, l.count, NULL), SW_OK);
             nearest(&l, x[0], y[0], &d0);
             nearest(&l, x[1], y[1], &d1);
-            *err_r += d0 + d1;
+            out.err_lone += d0 + d1;
         } else {
             assert_int_equal(l.count, 1);
             assert_int_equal(l.spots[0].parent, 0);
@@ -174,45 +226,56 @@ static int pair_runs(int levels, double sep, double ratio, double *err_c, double
         sw_spot_list_free(&l);
         sw_image_free(&img);
     }
-    if (split) {
-        *err_c /= 2 * split;
-        *err_r /= 2 * split;
+    if (out.split) {
+        out.err_c /= 2 * out.split;
+        out.err_lone /= 2 * out.split;
+        out.err_g /= 2 * out.split;
+        out.err_m /= 2 * out.split;
+        out.pull2 /= npull;
     }
-    print_message("%d levels, %.1f sigma apart, 1:%g: split %d/4, centroid error %.3f px, "
-                  "after a lone Gaussian fit %.3f px\n",
-                  levels, sep, ratio, split, *err_c, *err_r);
-    sw_refine_destroy(ref);
+    print_message("%d levels, %.1f sigma apart, 1:%g: split %d/4, error (px) deblended %.3f, "
+                  "lone GAUSS %.3f, joint GAUSS %.3f, joint MOFFAT %.3f; GAUSS pull^2 %.2f\n",
+                  levels, sep, ratio, out.split, out.err_c, out.err_lone, out.err_g, out.err_m,
+                  out.pull2);
+    for (int m = 0; m < 3; m++)
+        sw_refine_destroy(ref[m]);
     sw_find_destroy(plan);
-    return split;
+    return out;
 }
 
 static void test_pairs_split(void **state)
 {
     (void)state;
-    double ec, er;
-    /* equal stars 3 .. 4 sigma apart: split with the default 32 levels */
+    pair_result r;
+    /* equal stars 3 .. 4 sigma apart: split with the default 32 levels; the joint fits place
+     * the children closer to their stars than the deblended centroids, a lone fit farther */
     for (int k = 0; k < 3; k++) {
-        assert_int_equal(pair_runs(32, 3.0 + 0.5 * k, 1.0, &ec, &er), 4);
-        assert_true(ec < 0.2);
+        r = pair_runs(32, 3.0 + 0.5 * k, 1.0);
+        assert_int_equal(r.split, 4);
+        assert_true(r.err_c < 0.2);
+        assert_true(r.err_g < r.err_c && r.err_m < r.err_c);
+        assert_true(r.err_lone > r.err_c);
+        assert_true(r.pull2 < 3.0); /* 16 squared pulls: honest variances (chi^2_16 / 16) */
     }
     /* 2.5 sigma: a saddle 11 % below the peaks, finer than 32 levels over this range resolve;
      * 64 levels split most */
-    assert_true(pair_runs(64, 2.5, 1.0, &ec, &er) >= 3);
-    assert_true(ec < 0.5);
+    r = pair_runs(64, 2.5, 1.0);
+    assert_true(r.split >= 3);
+    assert_true(r.err_c < 0.5);
     /* 1:5 beyond 3.3 sigma: the faint star has a maximum of its own */
-    assert_int_equal(pair_runs(32, 3.5, 5.0, &ec, &er), 4);
-    assert_true(ec < 0.25);
-    assert_int_equal(pair_runs(32, 4.0, 5.0, &ec, &er), 4);
-    assert_true(ec < 0.15);
+    r = pair_runs(32, 3.5, 5.0);
+    assert_int_equal(r.split, 4);
+    assert_true(r.err_c < 0.25);
+    assert_true(r.err_g < r.err_c && r.err_m < r.err_c);
+    assert_true(r.pull2 < 3.0);
+    r = pair_runs(32, 4.0, 5.0);
+    assert_int_equal(r.split, 4);
+    assert_true(r.err_c < 0.15);
+    assert_true(r.err_g < r.err_c && r.err_m < r.err_c);
+    assert_true(r.pull2 < 3.0);
     /* 1:5 at 2.5 and 3 sigma: one maximum, nothing to split (multi-thresholding cannot) */
-    assert_int_equal(pair_runs(32, 2.5, 5.0, &ec, &er), 0);
-    assert_int_equal(pair_runs(32, 3.0, 5.0, &ec, &er), 0);
-    /* A child fitted alone is pulled towards its neighbour (find.h, "Deblending"): at 4 sigma
-     * the error grows well beyond the deblended centroid's; so find with a refinement attached
-     * keeps the children's deblended centroids (SW_REFINE_BLEND, checked in pair_runs). Checked
-     * so that a neighbour-aware refinement shows up here. */
-    assert_int_equal(pair_runs(32, 4.0, 1.0, &ec, &er), 4);
-    assert_true(er > ec);
+    assert_int_equal(pair_runs(32, 2.5, 5.0).split, 0);
+    assert_int_equal(pair_runs(32, 3.0, 5.0).split, 0);
 }
 
 /* ---------------------------------------------------------------- single stars */
