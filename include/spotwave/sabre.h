@@ -439,7 +439,7 @@ sw_status sw_sabre_global_run(sw_sabre_global *g, const float *slopes, double *v
  * no valid corner are not estimated (NaN coefficients).
  * Cost: the unknowns are the domain points (about 2, 8, 18 per lenslet for d = 1, 2, 3), in a
  * band of about 2 lattice rows' worth of them; 64 x 64: d = 2 about 32 000 unknowns (band 0.3 GB),
- * d = 3 about 71 000 (band 1.3 GB) and a minute to factorise on one core. An accuracy baseline.
+ * d = 3 about 71 000 (band 1.3 GB), 14-21 s to factorise on a 2-core machine. An accuracy baseline.
  */
 typedef struct sw_sabre_spline_params {
     int32_t nx, ny;         /* SH array, 2..4096 each                                         */
