@@ -146,6 +146,10 @@ static const char extra_help[] =
     "  --fill N                 D-SABRE's fill iterations, 0..16 (sabre.h; default 0)\n"
     "  --lambda X               the model's per-triangle share, 0.001..1 (sabre.h; default 0.2;\n"
     "                           1 is the per-triangle model of spotwave 2.0)\n"
+    "  --degree D --continuity R [--smoothing E]\n"
+    "                           accuracy: the global column is global SABRE of degree D, 1..3,\n"
+    "                           continuity R < D (sabre.h), smoothing E for D >= 2\n"
+    "  --no-dsabre              accuracy: global and Fried only\n"
     "  --robust N               robust passes of global SABRE and the local solves, 0..16\n"
     "                           (sabre.h; default 0)\n"
     "  --robust-k K             their threshold kappa, 1..1000 (default 3)\n"
@@ -165,6 +169,11 @@ static int32_t g_robust = 0;
 static double g_robust_k = SW_SABRE_ROBUST_THRESHOLD;
 static int32_t g_robust_pme = 0;
 static int32_t g_pme_band = 0;
+/* --degree D --continuity R --smoothing E: the global column is global SABRE of degree D
+ * (sw_sabre_spline_create) instead of sw_sabre_global_create; --no-dsabre: only the global and
+ * Fried columns (the D-SABRE ones print as NaN). */
+static int32_t g_degree = 0, g_continuity = 0, g_no_dsabre = 0;
+static double g_smoothing = SW_SABRE_SPLINE_SMOOTHING;
 
 static int usage_error(const char *opt, const char *v, const char *what)
 {
@@ -187,6 +196,22 @@ static int parse_own(int *argc, char **argv, prog_opts *o)
             g_robust_pme = 1;
         } else if (strcmp(a, "--pme-band") == 0) {
             g_pme_band = 1;
+        } else if (strcmp(a, "--no-dsabre") == 0) {
+            g_no_dsabre = 1;
+        } else if ((strcmp(a, "--degree") == 0 || strcmp(a, "--continuity") == 0 ||
+                    strcmp(a, "--smoothing") == 0) &&
+                   i + 1 < *argc) {
+            const char *v = argv[++i];
+            char *e = NULL;
+            const double d = strtod(v, &e);
+            if (e == v || *e)
+                return usage_error(a, v, "a number");
+            if (a[2] == 'd')
+                g_degree = (int32_t)d;
+            else if (a[2] == 'c')
+                g_continuity = (int32_t)d;
+            else
+                g_smoothing = d;
         } else if (strcmp(a, "--lambda") == 0 || strcmp(a, "--robust") == 0 ||
                    strcmp(a, "--robust-k") == 0) {
             if (i + 1 >= *argc) {
@@ -340,6 +365,7 @@ typedef struct acc_state {
     int32_t *set; /* sample indices k MAP_N + i of the metric's set */
     int64_t nset;
     sw_sabre_global *glob;
+    sw_sabre_spline *spline; /* --degree */
     sw_fried *fried;
     sw_sabre *ds[2 * N_K];
     sw_sabre_lattice lat[N_METHOD]; /* global and D-SABRE lattices */
@@ -350,6 +376,7 @@ typedef struct acc_state {
     double *dval;  /* values, the largest lattice */
     float *fval;   /* D-SABRE values */
     double *phase; /* Fried corners */
+    double *coef;  /* --degree: B-coefficients */
     float *slopes; /* 2 NLL */
     int64_t max_values;
     int map_checked;
@@ -451,6 +478,16 @@ static int reconstruct_all(acc_state *a, int pupil, int noise)
                     a->est[a->set[s]] = sw_fried_eval(NL, NL, a->phase, map_x(i), map_x(k));
                 }
         } else {
+            if (m->kind == M_DSABRE && g_no_dsabre)
+                continue;
+            if (m->kind == M_GLOBAL && a->spline) {
+                st = sw_sabre_spline_run(a->spline, a->slopes, a->coef);
+                if (st == SW_OK)
+                    st = sw_sabre_spline_map(a->spline, a->coef, MAP_N, MAP_N, a->est);
+                if (st != SW_OK)
+                    return fail(a->ctx, what, st);
+                goto measured;
+            }
             if (m->kind == M_GLOBAL) {
                 st = sw_sabre_global_run(a->glob, a->slopes, a->dval);
             } else {
@@ -468,6 +505,7 @@ static int reconstruct_all(acc_state *a, int pupil, int noise)
         }
         if (st != SW_OK)
             return fail(a->ctx, what, st);
+    measured:;
         const double r = rel_rms(a, a->est, NULL);
         if (!isfinite(r)) {
             fprintf(stderr, "%s: %s, %s pupil: the estimate is not finite on the sample set\n",
@@ -485,6 +523,10 @@ static int reconstruct_all(acc_state *a, int pupil, int noise)
 static void free_plans(acc_state *a)
 {
     sw_sabre_global_destroy(a->glob);
+    sw_sabre_spline_destroy(a->spline);
+    a->spline = NULL;
+    free(a->coef);
+    a->coef = NULL;
     sw_fried_destroy(a->fried);
     for (int i = 0; i < 2 * N_K; i++)
         sw_sabre_destroy(a->ds[i]);
@@ -511,11 +553,32 @@ static int make_plans(acc_state *a, int pupil)
     if (st != SW_OK)
         return fail(a->ctx, "sw_sabre_global_create", st);
     sw_sabre_global_lattice(a->glob, &a->lat[0]);
+    if (g_degree > 0) {
+        sw_sabre_spline_params sp;
+        sw_sabre_spline_params_default(&sp);
+        sp.nx = sp.ny = NL;
+        sp.pitch = LENSLET_UM;
+        sp.valid = mask;
+        sp.degree = g_degree;
+        sp.continuity = g_continuity;
+        sp.triangle_weight = g_lambda;
+        sp.smoothing = g_smoothing;
+        const double t0 = sw_bench_now_us();
+        st = sw_sabre_spline_create(a->ctx, &sp, &a->spline);
+        if (st != SW_OK)
+            return fail(a->ctx, "sw_sabre_spline_create", st);
+        a->coef = malloc((size_t)sw_sabre_spline_coefficients(a->spline) * sizeof *a->coef);
+        if (!a->coef)
+            return fail(a->ctx, "out of memory", SW_ENOMEM);
+        if (!a->o->b.json_only)
+            fprintf(stderr, "%s: global SABRE d %d r %d (smoothing %g), plan %.2f s\n", PROG,
+                    (int)g_degree, (int)g_continuity, g_smoothing, 1e-6 * (sw_bench_now_us() - t0));
+    }
     st = sw_fried_create(a->ctx, NL, NL, LENSLET_UM, mask, FRIED_REG, &a->fried);
     if (st != SW_OK)
         return fail(a->ctx, "sw_fried_create", st);
     a->max_values = sw_sabre_lattice_values(&a->lat[0]);
-    for (int mi = 2; mi < N_METHOD; mi++) {
+    for (int mi = 2; mi < N_METHOD && !g_no_dsabre; mi++) {
         const method *m = &a->meth[mi];
         sw_sabre_params p;
         sw_sabre_params_default(&p);

@@ -396,6 +396,92 @@ void sw_sabre_global_lattice(const sw_sabre_global *g, sw_sabre_lattice *out);
 /* slopes as sw_sabre_run (host); values: sw_sabre_lattice_values doubles. SW_ERANGE for NaN. */
 sw_status sw_sabre_global_run(sw_sabre_global *g, const float *slopes, double *values);
 
+/* ------------------------------------------------------------------ global SABRE of degree d */
+
+/*
+ * Global SABRE with simplex splines of degree d and continuity order r on the same triangulation
+ * (de Visser & Verhaegen 2013, sections 2-3; Brunner et al. 2018, section 2: the B-form, Eq. 1-7;
+ * the smoothness conditions are Lai & Schumaker's, Lai M.-J., Schumaker L. L. 2007, "Spline
+ * Functions on Triangulations", Cambridge University Press, Theorem 2.28). Host code on any
+ * context; D-SABRE (sw_sabre_create, on the CPU and the GPU) stays linear.
+ *
+ * The spline. On each triangle t = 4 (J sx + I) + q (sw_sabre_lattice's squares, q = 0 bottom,
+ * 1 right, 2 top, 3 left) it is the polynomial sum_{i+j+k=d} c_ijk d!/(i! j! k!) b0^i b1^j b2^k in
+ * the barycentric coordinates (b0, b1, b2) of the triangle's vertices v0, v1 (its two corners, in
+ * the order sabre.h lists them: bottom (I,J) (I+1,J); right (I+1,J) (I+1,J+1); top (I+1,J+1)
+ * (I,J+1); left (I,J+1) (I,J)) and v2 (the centre). Its B-coefficients are stored per triangle,
+ * (d+1)(d+2)/2 of them, in the order i = d..0, then j = d-i..0 (k = d - i - j): coef[t nb + m].
+ * Continuity: C^0 always (neighbouring triangles share the coefficients of their common edge:
+ * one unknown per domain point); C^1 (r = 1) as the constraints H c = 0 of Lai & Schumaker's
+ * conditions across every interior edge, solved exactly: the normal matrix of the rows plus a
+ * penalty on H c is factorised once (banded Cholesky, LAPACKE_dpbtrf), and each run iterates the
+ * method of multipliers with the correction taken from the residual of the rows themselves
+ * (corrected semi-normal equations), until the correction and |H c| are at rounding level (a
+ * few band solves).
+ *
+ * The measurement model: a valid lenslet's slopes are the spline's mean gradient over its square
+ * (sabre.h's lenslet-mean model), integrated exactly: the square is cut at the triangle edges
+ * (eight right triangles inside the lattice) and each part's gradient integrated by a 3-point
+ * rule exact to degree 2 (the gradient's degree d - 1 <= 2). A rim lenslet's square reaches half
+ * a pitch beyond the triangulation; for d >= 2 those parts use the polynomial of the nearest
+ * triangle (sabre.h's extension rule, the one sw_sabre_spline_eval uses), so that a polynomial
+ * wavefront of degree <= d is reproduced exactly, rim included. For d = 1 the model is sabre.h's
+ * with its triangle share lambda (rim lenslets: the per-triangle rows only), and the result
+ * equals sw_sabre_global_run's.
+ * A lenslet-mean model alone leaves modes unseen (for d = 1 the parity modes of sabre.h; for
+ * d >= 2 the space has more coefficients than there are slopes: about 1 (d = 2, r = 1), 5 (d = 3,
+ * r = 1) and 8 (d = 2, r = 0) free values per lenslet against its 2 slopes). For d >= 2 they are
+ * fixed by a soft smoothness term: `smoothing` times the sum of squares of the conditions of
+ * orders r + 1 .. d across every interior edge (each row: a triangle's B-coefficient minus its
+ * prediction from the neighbour, in wavefront units). A polynomial of degree <= d satisfies all of
+ * them, so the term biases nothing that the spline space holds exactly.
+ * Anchor: the coefficient at the first estimated corner vertex (its value) is 0; triangles with
+ * no valid corner are not estimated (NaN coefficients).
+ * Cost: the unknowns are the domain points (about 2, 8, 18 per lenslet for d = 1, 2, 3), in a
+ * band of about 2 lattice rows' worth of them; 64 x 64: d = 2 about 32 000 unknowns (band 0.3 GB),
+ * d = 3 about 71 000 (band 1.3 GB), 14-21 s to factorise on a 2-core machine. An accuracy baseline.
+ */
+typedef struct sw_sabre_spline_params {
+    int32_t nx, ny;         /* SH array, 2..4096 each                                         */
+    double pitch;           /* lenslet pitch in the pupil, > 0 (1)                            */
+    const uint8_t *valid;   /* optional nx * ny: lenslets with data (NULL: all); copied        */
+    int32_t degree;         /* d, 1..3 (1)                                                    */
+    int32_t continuity;     /* r, 0..d - 1 (0)                                                */
+    double triangle_weight; /* lambda of sabre.h's model, d = 1 only, 1e-3..1 (0.2)           */
+    double smoothing;       /* weight of the soft conditions, d >= 2 only, 1e-12..1e6
+                               (SW_SABRE_SPLINE_SMOOTHING)                                   */
+} sw_sabre_spline_params;
+
+#define SW_SABRE_SPLINE_SMOOTHING 1e-2
+
+/* nx = ny = 0 (must be set), pitch 1, no mask, d = 1, r = 0, the defaults above. */
+void sw_sabre_spline_params_default(sw_sabre_spline_params *p);
+
+typedef struct sw_sabre_spline sw_sabre_spline;
+
+/* SW_EINVAL for bad sizes, pitch, degree (1..3), continuity (0..d-1), weights, no valid lenslet
+ * or a singular system; SW_ENOMEM; SW_EINTERNAL if LAPACK fails. */
+sw_status sw_sabre_spline_create(sw_context *ctx, const sw_sabre_spline_params *p,
+                                 sw_sabre_spline **out);
+void sw_sabre_spline_destroy(sw_sabre_spline *s); /* NULL is ignored */
+/* 4 sx sy (d+1)(d+2)/2: the length of a coefficient array (sx = nx - 1, sy = ny - 1). */
+int64_t sw_sabre_spline_coefficients(const sw_sabre_spline *s);
+void sw_sabre_spline_lattice(const sw_sabre_spline *s, sw_sabre_lattice *out);
+int32_t sw_sabre_spline_degree(const sw_sabre_spline *s);
+/* slopes as sw_sabre_run (host); coef: sw_sabre_spline_coefficients doubles. SW_ERANGE for a
+ * NaN or infinite slope of a valid lenslet. */
+sw_status sw_sabre_spline_run(sw_sabre_spline *s, const float *slopes, double *coef);
+/* The spline at lattice position (x, y): the polynomial of the triangle sw_sabre_locate's rule
+ * picks (outside the lattice: extended). NaN where that triangle is not estimated. */
+double sw_sabre_spline_eval(const sw_sabre_spline *s, const double *coef, double x, double y);
+/* The polynomial of triangle t at (x, y) (anywhere: extended), its value and gradient (lattice
+ * units) in out[0..2]. SW_EINVAL for t out of range. */
+sw_status sw_sabre_spline_eval_triangle(const sw_sabre_spline *s, const double *coef, int64_t t,
+                                        double x, double y, double out[3]);
+/* The spline on sw_sabre_map's pixel grid. */
+sw_status sw_sabre_spline_map(const sw_sabre_spline *s, const double *coef, int32_t width,
+                              int32_t height, double *out);
+
 /* ------------------------------------------------------------------ Fried zonal baseline */
 
 typedef struct sw_fried sw_fried;

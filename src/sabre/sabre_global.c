@@ -166,7 +166,7 @@ static inline void band_add(double *ab, int32_t kd, int32_t i, int32_t j, double
 }
 
 /* Allocates the band for n unknowns and half-bandwidth kd, refusing sizes over the limit. */
-static sw_status band_alloc(sw_context *ctx, const char *who, int32_t n, int32_t kd, double **ab)
+sw_status sw_sabre_band_alloc(sw_context *ctx, const char *who, int32_t n, int32_t kd, double **ab)
 {
     double bytes = (double)n * (kd + 1) * sizeof(double);
     if (bytes > SW_GLOBAL_MAX_BAND_BYTES)
@@ -181,8 +181,8 @@ static sw_status band_alloc(sw_context *ctx, const char *who, int32_t n, int32_t
 }
 
 /* Factorises the band (dpbtrf); a zero or tiny pivot means the system is singular. */
-static sw_status band_factor(sw_context *ctx, const char *who, const char *why, double *ab,
-                             int32_t n, int32_t kd)
+sw_status sw_sabre_band_factor(sw_context *ctx, const char *who, const char *why, double *ab,
+                               int32_t n, int32_t kd)
 {
     double dmax = 0.0;
     for (int32_t j = 0; j < n; j++)
@@ -202,8 +202,8 @@ static sw_status band_factor(sw_context *ctx, const char *who, const char *why, 
 }
 
 /* The checks that open both creates: out given (the caller sets *out to NULL), ctx, the sizes. */
-static sw_status check_create(sw_context *ctx, const char *who, int have_out, int32_t nx,
-                              int32_t ny, double pitch)
+sw_status sw_sabre_check_create(sw_context *ctx, const char *who, int have_out, int32_t nx,
+                                int32_t ny, double pitch)
 {
     if (!have_out)
         return sw_fail(ctx, SW_EINVAL, "%s: out is NULL", who);
@@ -218,8 +218,8 @@ static sw_status check_create(sw_context *ctx, const char *who, int have_out, in
 }
 
 /* SW_ERANGE when a valid lenslet has a NaN or infinite slope. */
-static sw_status check_slopes(sw_context *ctx, const char *who, int32_t nx, int32_t ny,
-                              const uint8_t *valid, const float *slopes)
+sw_status sw_sabre_check_slopes(sw_context *ctx, const char *who, int32_t nx, int32_t ny,
+                                const uint8_t *valid, const float *slopes)
 {
     int64_t n = (int64_t)nx * ny;
     for (int64_t l = 0; l < n; l++) {
@@ -308,8 +308,8 @@ void sw_sabre_global_destroy(sw_sabre_global *g)
 
 /* Solves the factorised band system (LAPACKE_dpbtrf's lower factor in ab) for rhs, in place;
  * nothing to do for n = 0. */
-static sw_status band_solve(sw_context *ctx, const char *who, lapack_int n, lapack_int kd,
-                            const double *ab, double *rhs)
+sw_status sw_sabre_band_solve(sw_context *ctx, const char *who, int32_t n, int32_t kd,
+                              const double *ab, double *rhs)
 {
     if (n <= 0)
         return SW_OK;
@@ -320,7 +320,7 @@ static sw_status band_solve(sw_context *ctx, const char *who, lapack_int n, lapa
 }
 
 /* out[l] = 1 for a valid lenslet (no mask: all), 0 otherwise; returns how many are valid. */
-static int64_t copy_mask(const uint8_t *valid, int64_t nlens, uint8_t *out)
+int64_t sw_sabre_copy_mask(const uint8_t *valid, int64_t nlens, uint8_t *out)
 {
     int64_t nvalid = 0;
     for (int64_t l = 0; l < nlens; l++) {
@@ -410,7 +410,7 @@ sw_status sw_sabre_global_create_params(sw_context *ctx, const sw_sabre_global_p
     if (!p)
         return sw_fail(ctx, SW_EINVAL, "%s: params is NULL", who);
     const int32_t nx = p->nx, ny = p->ny;
-    sw_status st = check_create(ctx, who, out != NULL, nx, ny, p->pitch);
+    sw_status st = sw_sabre_check_create(ctx, who, out != NULL, nx, ny, p->pitch);
     if (st != SW_OK)
         return st;
     if (!(p->triangle_weight >= SW_SABRE_TRIANGLE_WEIGHT_MIN && p->triangle_weight <= 1.0))
@@ -450,7 +450,7 @@ sw_status sw_sabre_global_create_params(sw_context *ctx, const sw_sabre_global_p
         sw_sabre_global_destroy(g);
         return sw_fail(ctx, SW_ENOMEM, "%s: out of memory", who);
     }
-    if (!copy_mask(p->valid, nlens, g->valid)) {
+    if (!sw_sabre_copy_mask(p->valid, nlens, g->valid)) {
         sw_sabre_global_destroy(g);
         return sw_fail(ctx, SW_EINVAL, "%s: no valid lenslet", who);
     }
@@ -516,7 +516,7 @@ sw_status sw_sabre_global_create_params(sw_context *ctx, const sw_sabre_global_p
             g->kd = hi - lo;
     }
     g->rhs = malloc((size_t)(g->n > 0 ? g->n : 1) * sizeof *g->rhs);
-    st = g->rhs ? band_alloc(ctx, who, g->n, g->kd, &g->ab)
+    st = g->rhs ? sw_sabre_band_alloc(ctx, who, g->n, g->kd, &g->ab)
                 : sw_fail(ctx, SW_ENOMEM, "%s: out of memory", who);
     if (st == SW_OK)
         st = global_connected(g);
@@ -550,8 +550,8 @@ sw_status sw_sabre_global_create_params(sw_context *ctx, const sw_sabre_global_p
         }
     }
     if (g->n > 0) {
-        st = band_factor(ctx, who, "the valid lenslets form parts that do not touch", g->ab, g->n,
-                         g->kd);
+        st = sw_sabre_band_factor(ctx, who, "the valid lenslets form parts that do not touch",
+                                  g->ab, g->n, g->kd);
         if (st != SW_OK) {
             sw_sabre_global_destroy(g);
             return st;
@@ -595,7 +595,7 @@ static sw_status global_solve(sw_sabre_global *g, const float *slopes, double *v
                 g->rhs[u] += ax[j] * px + ay[j] * py;
         }
     }
-    if (band_solve(g->ctx, "global SABRE", g->n, g->kd, g->ab, g->rhs) != SW_OK)
+    if (sw_sabre_band_solve(g->ctx, "global SABRE", g->n, g->kd, g->ab, g->rhs) != SW_OK)
         return SW_EINTERNAL;
     for (int64_t v = 0; v < g->nvalues; v++)
         values[v] = g->unk[v] >= 0 ? g->rhs[g->unk[v]] : (g->est[v] ? 0.0 : NAN);
@@ -683,7 +683,7 @@ sw_status sw_sabre_global_run(sw_sabre_global *g, const float *slopes, double *v
         return sw_fail(NULL, SW_EINVAL, "%s: the plan is NULL", who);
     if (!slopes || !values)
         return sw_fail(g->ctx, SW_EINVAL, "%s: slopes or values is NULL", who);
-    sw_status st = check_slopes(g->ctx, who, g->nx, g->ny, g->valid, slopes);
+    sw_status st = sw_sabre_check_slopes(g->ctx, who, g->nx, g->ny, g->valid, slopes);
     if (st != SW_OK)
         return st;
     st = global_solve(g, slopes, values);
@@ -800,7 +800,7 @@ sw_status sw_fried_create(sw_context *ctx, int32_t nx, int32_t ny, double pitch,
     const char *who = "Fried";
     if (out)
         *out = NULL;
-    sw_status st = check_create(ctx, who, out != NULL, nx, ny, pitch);
+    sw_status st = sw_sabre_check_create(ctx, who, out != NULL, nx, ny, pitch);
     if (st != SW_OK)
         return st;
     if (!isfinite(reg) || reg < 0)
@@ -829,7 +829,7 @@ sw_status sw_fried_create(sw_context *ctx, int32_t nx, int32_t ny, double pitch,
         sw_fried_destroy(f);
         return sw_fail(ctx, SW_ENOMEM, "%s: out of memory", who);
     }
-    if (!copy_mask(valid, nlens, f->valid)) {
+    if (!sw_sabre_copy_mask(valid, nlens, f->valid)) {
         sw_fried_destroy(f);
         return sw_fail(ctx, SW_EINVAL, "%s: no valid lenslet", who);
     }
@@ -859,7 +859,7 @@ sw_status sw_fried_create(sw_context *ctx, int32_t nx, int32_t ny, double pitch,
                 f->kd = group_band(f->unk, pts, 5, f->kd);
         }
     f->rhs = malloc((size_t)(f->n > 0 ? f->n : 1) * sizeof *f->rhs);
-    st = f->rhs ? band_alloc(ctx, who, f->n, f->kd, &f->ab)
+    st = f->rhs ? sw_sabre_band_alloc(ctx, who, f->n, f->kd, &f->ab)
                 : sw_fail(ctx, SW_ENOMEM, "%s: out of memory", who);
     if (st == SW_OK)
         st = fried_connected(f, anchor);
@@ -896,10 +896,10 @@ sw_status sw_fried_create(sw_context *ctx, int32_t nx, int32_t ny, double pitch,
                 }
         }
     if (f->n > 0) {
-        st = band_factor(ctx, who,
-                         "the slopes and the regulariser leave a mode free: too few valid "
-                         "lenslets, or parts joined only at corners?",
-                         f->ab, f->n, f->kd);
+        st = sw_sabre_band_factor(ctx, who,
+                                  "the slopes and the regulariser leave a mode free: too few valid "
+                                  "lenslets, or parts joined only at corners?",
+                                  f->ab, f->n, f->kd);
         if (st != SW_OK) {
             sw_fried_destroy(f);
             return st;
@@ -916,7 +916,7 @@ sw_status sw_fried_run(sw_fried *f, const float *slopes, double *phase)
         return sw_fail(NULL, SW_EINVAL, "%s: the plan is NULL", who);
     if (!slopes || !phase)
         return sw_fail(f->ctx, SW_EINVAL, "%s: slopes or phase is NULL", who);
-    sw_status st = check_slopes(f->ctx, who, f->nx, f->ny, f->valid, slopes);
+    sw_status st = sw_sabre_check_slopes(f->ctx, who, f->nx, f->ny, f->valid, slopes);
     if (st != SW_OK)
         return st;
     int32_t nx = f->nx, ncorner = (f->nx + 1) * (f->ny + 1);
@@ -936,7 +936,7 @@ sw_status sw_fried_run(sw_fried *f, const float *slopes, double *phase)
                 if (f->unk[pts[i]] >= 0)
                     f->rhs[f->unk[pts[i]]] += fried_cx[i] * gx + fried_cy[i] * gy;
         }
-    if (band_solve(f->ctx, who, f->n, f->kd, f->ab, f->rhs) != SW_OK)
+    if (sw_sabre_band_solve(f->ctx, who, f->n, f->kd, f->ab, f->rhs) != SW_OK)
         return SW_EINTERNAL;
     for (int32_t c = 0; c < ncorner; c++)
         phase[c] = f->unk[c] >= 0 ? f->rhs[f->unk[c]] : (f->est[c] ? 0.0 : NAN);

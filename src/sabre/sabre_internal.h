@@ -348,6 +348,22 @@ void sw_sabre_pme_cpu(const sw_sabre *plan, const double *psum, double *K);
  * the robust passes' scale (sabre_global.c). */
 double sw_sabre_lower_median(double *a, int64_t n);
 
+/* Shared by global SABRE, its degree-d variant (sabre_spline.c) and Fried (sabre_global.c):
+ * band storage of a symmetric positive definite normal matrix (lower, LAPACK 'L', column j at
+ * ab[j (kd + 1)]), refused over 4 GiB; its Cholesky factor (SW_EINVAL naming `why` for a zero or
+ * tiny pivot: singular); a solve in place. The create checks (out, ctx, sizes 2..4096, pitch), the
+ * NaN slope check and the mask copy (returns the number of valid lenslets). */
+sw_status sw_sabre_band_alloc(sw_context *ctx, const char *who, int32_t n, int32_t kd, double **ab);
+sw_status sw_sabre_band_factor(sw_context *ctx, const char *who, const char *why, double *ab,
+                               int32_t n, int32_t kd);
+sw_status sw_sabre_band_solve(sw_context *ctx, const char *who, int32_t n, int32_t kd,
+                              const double *ab, double *rhs);
+sw_status sw_sabre_check_create(sw_context *ctx, const char *who, int have_out, int32_t nx,
+                                int32_t ny, double pitch);
+sw_status sw_sabre_check_slopes(sw_context *ctx, const char *who, int32_t nx, int32_t ny,
+                                const uint8_t *valid, const float *slopes);
+int64_t sw_sabre_copy_mask(const uint8_t *valid, int64_t nlens, uint8_t *out);
+
 /* GPU side (sabre_cuda.cu). create: upload Q and the tables, cuBLAS handle on the context's
  * stream, device buffers; destroy: frees it (NULL gpu ignored); run: the run semantics above. */
 sw_status sw_sabre_gpu_create(sw_sabre *plan);

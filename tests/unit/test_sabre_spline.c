@@ -1,0 +1,362 @@
+/*
+ * Global SABRE of degree d and continuity r (sabre.h "global SABRE of degree d",
+ * src/sabre/sabre_spline.c).
+ *
+ * Exactness. A polynomial wavefront of degree <= d is in the spline space (for every r), satisfies
+ * every smoothness condition (so the soft term costs it nothing) and fits its own lenslet-mean
+ * slopes with zero residual: the least-squares solution is that polynomial, to rounding. The
+ * slopes must be exact in float for a 1e-9 test: the mean over a unit square of x^2 is x_c^2 +
+ * 1/12, so the cubics here have x^2 y and x y^2 coefficients that are multiples of 3 (then every
+ * mean gradient is a dyadic rational, exact in float), and the references are computed from the
+ * polynomial, not from the library. This is the property a quadrature of too low a degree, a rim
+ * lenslet's outer quarters left out or a wrong smoothness row breaks. Measured: 1e-16 .. 5e-14.
+ * Continuity: the r = 1 spline's gradient from the two triangles of an interior edge agrees at
+ * points along the edge (to 1e-9 of the gradient's scale), and with r = 0 it does not (the test
+ * would pass vacuously otherwise).
+ * d = 1, r = 0 is sabre.h's model: the same values as sw_sabre_global_run, to rounding.
+ */
+#include "testutil.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static sw_context *ctx;
+
+static int setup(void **state)
+{
+    (void)state;
+    ctx = sw_test_cpu_context(1);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    sw_context_destroy(ctx);
+    return 0;
+}
+
+/* W = sum coefficients: 1, x, y, x^2, xy, y^2, x^3, x^2 y, x y^2, y^3 (lattice units). */
+typedef struct poly {
+    double c[10];
+} poly;
+
+static double poly_value(const poly *p, double x, double y)
+{
+    const double *c = p->c;
+    return c[0] + c[1] * x + c[2] * y + c[3] * x * x + c[4] * x * y + c[5] * y * y +
+           c[6] * x * x * x + c[7] * x * x * y + c[8] * x * y * y + c[9] * y * y * y;
+}
+
+/* The mean gradient over the unit square centred at (x, y): the gradient at the centre plus the
+ * means of the quadratic terms' offsets (E[t^2] = 1/12 for t uniform on [-1/2, 1/2]). */
+static void poly_mean_gradient(const poly *p, double x, double y, double *gx, double *gy)
+{
+    const double *c = p->c, m2 = 1.0 / 12.0;
+    *gx = c[1] + 2 * c[3] * x + c[4] * y + 3 * c[6] * (x * x + m2) + 2 * c[7] * x * y +
+          c[8] * (y * y + m2);
+    *gy = c[2] + c[4] * x + 2 * c[5] * y + c[7] * (x * x + m2) + 2 * c[8] * x * y +
+          3 * c[9] * (y * y + m2);
+}
+
+static float *poly_slopes(const poly *p, int32_t nx, int32_t ny)
+{
+    const int64_t n = (int64_t)nx * ny;
+    float *s = malloc((size_t)(2 * n) * sizeof *s);
+    for (int32_t iy = 0; iy < ny; iy++)
+        for (int32_t ix = 0; ix < nx; ix++) {
+            double gx, gy;
+            poly_mean_gradient(p, ix, iy, &gx, &gy);
+            s[iy * nx + ix] = (float)gx;
+            s[n + iy * nx + ix] = (float)gy;
+            if ((double)(float)gx != gx || (double)(float)gy != gy)
+                fail_msg("test set-up: the slopes of lenslet (%d, %d) are not exact in float",
+                         (int)ix, (int)iy);
+        }
+    return s;
+}
+
+static sw_sabre_spline *make(int32_t nx, int32_t ny, int d, int r, const uint8_t *valid)
+{
+    sw_sabre_spline_params p;
+    sw_sabre_spline_params_default(&p);
+    p.nx = nx;
+    p.ny = ny;
+    p.degree = d;
+    p.continuity = r;
+    p.valid = valid;
+    sw_sabre_spline *s = NULL;
+    if (sw_sabre_spline_create(ctx, &p, &s) != SW_OK)
+        fail_msg("sw_sabre_spline_create d %d r %d: %s", d, r, sw_context_error(ctx));
+    return s;
+}
+
+/* Largest |estimate - W| (the anchor's offset removed) over a grid of points covering the
+ * lenslets' footprint, rim included, relative to W's range there. */
+static double exact_error(const sw_sabre_spline *s, const double *coef, const poly *p, int32_t nx,
+                          int32_t ny)
+{
+    const double off = poly_value(p, 0, 0) - sw_sabre_spline_eval(s, coef, 0, 0);
+    double worst = 0, lo = INFINITY, hi = -INFINITY;
+    for (int k = 0; k <= 6 * ny; k++)
+        for (int i = 0; i <= 6 * nx; i++) {
+            const double x = -0.5 + i / 6.0 + 1e-3, y = -0.5 + k / 6.0 - 1e-3;
+            const double w = poly_value(p, x, y), e = sw_sabre_spline_eval(s, coef, x, y) + off;
+            lo = fmin(lo, w);
+            hi = fmax(hi, w);
+            if (!(fabs(e - w) <= worst))
+                worst = fabs(e - w);
+        }
+    return worst / (hi - lo);
+}
+
+static void check_exact(int32_t nx, int32_t ny, int d, int r, const poly *p, const uint8_t *valid)
+{
+    sw_sabre_spline *s = make(nx, ny, d, r, valid);
+    float *sl = poly_slopes(p, nx, ny);
+    double *coef = malloc((size_t)sw_sabre_spline_coefficients(s) * sizeof *coef);
+    assert_int_equal(sw_sabre_spline_run(s, sl, coef), SW_OK);
+    double e = valid ? 0 : exact_error(s, coef, p, nx, ny);
+    if (valid) { /* with a mask: at the valid lenslets' centres and corners */
+        int32_t a = 0;
+        while (!valid[a])
+            a++;
+        const double ax = a % nx, ay = a / nx;
+        const double off = poly_value(p, ax, ay) - sw_sabre_spline_eval(s, coef, ax, ay);
+        for (int32_t iy = 0; iy < ny; iy++)
+            for (int32_t ix = 0; ix < nx; ix++)
+                if (valid[iy * nx + ix])
+                    for (int c = 0; c < 5; c++) {
+                        const double x = ix + (c == 0 ? 0 : (c & 1 ? 0.45 : -0.45));
+                        const double y = iy + (c == 0 ? 0 : (c & 2 ? 0.45 : -0.45));
+                        const double dv =
+                            fabs(sw_sabre_spline_eval(s, coef, x, y) + off - poly_value(p, x, y));
+                        if (!(dv <= e))
+                            e = dv;
+                    }
+    }
+    print_message("d %d r %d %d x %d%s: largest error %.2e of the range\n", d, r, (int)nx, (int)ny,
+                  valid ? " (mask)" : "", e);
+    if (!(e <= 1e-9))
+        fail_msg("d %d r %d: a polynomial of degree %d is off by %g of its range", d, r, d, e);
+    free(coef);
+    free(sl);
+    sw_sabre_spline_destroy(s);
+}
+
+static void test_polynomials_exact(void **state)
+{
+    (void)state;
+    const poly lin = {{0.5, 0.75, -1.25}};
+    const poly quad = {{0.5, 0.75, -1.25, 0.125, -0.25, 0.0625}};
+    const poly cub = {
+        {0.5, 0.75, -1.25, 0.125, -0.25, 0.0625, 0.03125, -0.09375, 0.1875, -0.015625}};
+    check_exact(7, 6, 1, 0, &lin, NULL);
+    check_exact(7, 6, 2, 0, &quad, NULL);
+    check_exact(7, 6, 2, 1, &quad, NULL);
+    check_exact(6, 7, 3, 0, &cub, NULL);
+    check_exact(7, 6, 3, 1, &cub, NULL);
+    /* and a mask (a disc with a hole): the estimated part still holds W */
+    const int32_t nx = 9, ny = 9;
+    uint8_t valid[81];
+    for (int32_t iy = 0; iy < ny; iy++)
+        for (int32_t ix = 0; ix < nx; ix++) {
+            const double r2 = (ix - 4) * (ix - 4) + (iy - 4) * (iy - 4);
+            valid[iy * nx + ix] = r2 <= 16.5 && r2 >= 1.5;
+        }
+    check_exact(nx, ny, 3, 1, &cub, valid);
+    check_exact(nx, ny, 2, 1, &quad, valid);
+}
+
+static float *random_slopes(int32_t nx, int32_t ny, uint64_t seed)
+{
+    const int64_t n = 2 * (int64_t)nx * ny;
+    float *s = malloc((size_t)n * sizeof *s);
+    for (int64_t k = 0; k < n; k++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        s[k] = (float)((double)(seed >> 11) / 9007199254740992.0 - 0.5);
+    }
+    return s;
+}
+
+/* The gradient across the interior edges from both triangles, at 5 points along each edge:
+ * continuous for r = 1 (relative to the gradient's scale), not for r = 0. */
+static double edge_gradient_jump(const sw_sabre_spline *s, const double *coef, int32_t sx,
+                                 int32_t sy, double *scale)
+{
+    double worst = 0;
+    *scale = 0;
+    for (int32_t J = 1; J < sy; J++)
+        for (int32_t I = 1; I < sx; I++) {
+            const int64_t base = 4 * ((int64_t)J * sx + I);
+            /* three kinds of edge: bottom of (I,J) / top of (I,J-1) along y = J; left of (I,J) /
+             * right of (I-1,J) along x = I; bottom / right inside (I,J) from (I+1,J) to the
+             * centre */
+            for (int kind = 0; kind < 3; kind++)
+                for (int k = 1; k <= 5; k++) {
+                    const double f = k / 6.0;
+                    double x, y;
+                    int64_t t, u;
+                    if (kind == 0)
+                        x = I + f, y = J, t = base, u = base - 4 * sx + 2;
+                    else if (kind == 1)
+                        x = I, y = J + f, t = base + 3, u = base - 4 + 1;
+                    else
+                        x = I + 1 - 0.5 * f, y = J + 0.5 * f, t = base, u = base + 1;
+                    double a[3], b[3];
+                    assert_int_equal(sw_sabre_spline_eval_triangle(s, coef, t, x, y, a), SW_OK);
+                    assert_int_equal(sw_sabre_spline_eval_triangle(s, coef, u, x, y, b), SW_OK);
+                    worst = fmax(worst, fmax(fabs(a[1] - b[1]), fabs(a[2] - b[2])));
+                    *scale = fmax(*scale, fmax(fabs(a[1]), fabs(a[2])));
+                    if (!(fabs(a[0] - b[0]) <= 1e-12 * (1 + fabs(a[0]))))
+                        fail_msg("the spline is not continuous at (%g, %g): %g / %g", x, y, a[0],
+                                 b[0]);
+                }
+        }
+    return worst;
+}
+
+static void test_continuity(void **state)
+{
+    (void)state;
+    const int32_t nx = 8, ny = 7;
+    float *sl = random_slopes(nx, ny, 7);
+    for (int d = 2; d <= 3; d++) {
+        double jump[2], scale[2];
+        for (int r = 0; r <= 1; r++) {
+            sw_sabre_spline *s = make(nx, ny, d, r, NULL);
+            double *coef = malloc((size_t)sw_sabre_spline_coefficients(s) * sizeof *coef);
+            assert_int_equal(sw_sabre_spline_run(s, sl, coef), SW_OK);
+            jump[r] = edge_gradient_jump(s, coef, nx - 1, ny - 1, &scale[r]);
+            free(coef);
+            sw_sabre_spline_destroy(s);
+        }
+        print_message("d %d: largest gradient jump across an edge: r = 0 %.2e, r = 1 %.2e (of "
+                      "%.2e)\n",
+                      d, jump[0], jump[1], scale[1]);
+        if (!(jump[1] <= 1e-9 * scale[1]))
+            fail_msg("d %d r 1: the gradient jumps by %g across an edge", d, jump[1]);
+        if (!(jump[0] >= 1e-3 * scale[0]))
+            fail_msg("d %d r 0: the gradient is continuous (%g): the check sees nothing", d,
+                     jump[0]);
+    }
+    free(sl);
+}
+
+/* d = 1, r = 0 is global SABRE (sabre.h's model): the same vertex values, with and without a
+ * mask, for two lambdas. */
+static void test_linear_matches_global(void **state)
+{
+    (void)state;
+    const int32_t nx = 9, ny = 8;
+    uint8_t mask[72];
+    for (int k = 0; k < 72; k++)
+        mask[k] = (k % 7) != 3 && k != 40;
+    float *sl = random_slopes(nx, ny, 11);
+    for (int m = 0; m < 2; m++)
+        for (int li = 0; li < 2; li++) {
+            const double lambda = li ? 1.0 : SW_SABRE_TRIANGLE_WEIGHT;
+            sw_sabre_global_params gp;
+            sw_sabre_global_params_default(&gp);
+            gp.nx = nx;
+            gp.ny = ny;
+            gp.pitch = 0.75;
+            gp.valid = m ? mask : NULL;
+            gp.triangle_weight = lambda;
+            sw_sabre_global *g = NULL;
+            assert_int_equal(sw_sabre_global_create_params(ctx, &gp, &g), SW_OK);
+            sw_sabre_spline_params p;
+            sw_sabre_spline_params_default(&p);
+            p.nx = nx;
+            p.ny = ny;
+            p.pitch = 0.75;
+            p.valid = gp.valid;
+            p.triangle_weight = lambda;
+            sw_sabre_spline *s = NULL;
+            assert_int_equal(sw_sabre_spline_create(ctx, &p, &s), SW_OK);
+            sw_sabre_lattice lat;
+            sw_sabre_global_lattice(g, &lat);
+            const int64_t nv = sw_sabre_lattice_values(&lat);
+            const int64_t nc = sw_sabre_spline_coefficients(s);
+            assert_int_equal(nc, 4 * (nx - 1) * (ny - 1) * 3);
+            double *v = malloc((size_t)nv * sizeof *v), *c = malloc((size_t)nc * sizeof *c);
+            assert_int_equal(sw_sabre_global_run(g, sl, v), SW_OK);
+            assert_int_equal(sw_sabre_spline_run(s, sl, c), SW_OK);
+            double worst = 0, big = 0;
+            for (int64_t t = 0; t < nc / 3; t++) {
+                int64_t idx[3];
+                const int32_t q = (int32_t)(t % 4), sq = (int32_t)(t / 4);
+                /* the triangle's vertices as sabre.h lists them: two corners, the centre */
+                const int32_t I = sq % (nx - 1), J = sq / (nx - 1), W = nx;
+                const int32_t c0[4][2] = {{0, 0}, {1, 0}, {1, 1}, {0, 1}};
+                const int32_t c1[4][2] = {{1, 0}, {1, 1}, {0, 1}, {0, 0}};
+                idx[0] = (int64_t)(J + c0[q][1]) * W + I + c0[q][0];
+                idx[1] = (int64_t)(J + c1[q][1]) * W + I + c1[q][0];
+                idx[2] = (int64_t)nx * ny + (int64_t)J * (nx - 1) + I;
+                for (int j = 0; j < 3; j++) {
+                    const double a = v[idx[j]], b = c[3 * t + j];
+                    if (isnan(b)) /* a triangle without data: not estimated */
+                        continue;
+                    if (isnan(a))
+                        fail_msg("triangle %lld: global SABRE did not estimate vertex %lld",
+                                 (long long)t, (long long)idx[j]);
+                    worst = fmax(worst, fabs(a - b));
+                    big = fmax(big, fabs(a));
+                }
+            }
+            print_message("d 1 vs global SABRE (mask %d, lambda %g): largest difference %.2e of "
+                          "%.2e\n",
+                          m, lambda, worst, big);
+            if (!(worst <= 1e-10 * big))
+                fail_msg("d = 1 differs from global SABRE by %g", worst);
+            free(v);
+            free(c);
+            sw_sabre_spline_destroy(s);
+            sw_sabre_global_destroy(g);
+        }
+    free(sl);
+}
+
+static void test_errors(void **state)
+{
+    (void)state;
+    sw_sabre_spline_params p;
+    sw_sabre_spline_params_default(&p);
+    p.nx = p.ny = 5;
+    sw_sabre_spline *s = NULL;
+    p.degree = 4;
+    assert_int_equal(sw_sabre_spline_create(ctx, &p, &s), SW_EINVAL);
+    assert_non_null(strstr(sw_context_error(ctx), "degree"));
+    p.degree = 2;
+    p.continuity = 2;
+    assert_int_equal(sw_sabre_spline_create(ctx, &p, &s), SW_EINVAL);
+    assert_non_null(strstr(sw_context_error(ctx), "continuity"));
+    p.continuity = 1;
+    p.smoothing = 0;
+    assert_int_equal(sw_sabre_spline_create(ctx, &p, &s), SW_EINVAL);
+    assert_null(s);
+    p.smoothing = SW_SABRE_SPLINE_SMOOTHING;
+    assert_int_equal(sw_sabre_spline_create(ctx, &p, &s), SW_OK);
+    float *sl = random_slopes(5, 5, 3);
+    sl[7] = NAN;
+    double *c = malloc((size_t)sw_sabre_spline_coefficients(s) * sizeof *c);
+    assert_int_equal(sw_sabre_spline_run(s, sl, c), SW_ERANGE);
+    double o[3];
+    assert_int_equal(sw_sabre_spline_eval_triangle(s, c, sw_sabre_spline_coefficients(s), 0, 0, o),
+                     SW_EINVAL);
+    free(c);
+    free(sl);
+    sw_sabre_spline_destroy(s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_polynomials_exact),
+        cmocka_unit_test(test_continuity),
+        cmocka_unit_test(test_linear_matches_global),
+        cmocka_unit_test(test_errors),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
