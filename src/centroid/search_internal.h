@@ -66,8 +66,6 @@ struct sw_search_plan {
     sw_image d_frame; /* plan-owned device frame (width x height, type) */
     double *d_sx, *d_sy, *d_x, *d_y, *d_int;
     uint8_t *d_active, *d_status, *d_ones, *d_flag1, *d_flag2;
-    int old_kernel; /* SPOTWAVE_PAPYCS_KERNEL=old at create: u8 / u16 PAPYCS and CoM on the
-                       block kernel instead of the table kernel (search_cuda.cu) */
 };
 
 /* ---------------------------------------------------------------- discarding stage */

@@ -9,16 +9,13 @@
  *     pixel off its allocation (u8 rows not 4-byte aligned: the byte loads), host and device
  *     arrays; device arrays with a device frame are queued (read after sw_context_synchronize);
  *   - arrays in the wrong memory: SW_EINVAL;
- *   - the kernels of u8 / u16 frames (the table kernel, the default: prefix tables of a staged
- *     box and one warp a spot; the block kernel beyond the table kernel's shared memory and
- *     with SPOTWAVE_PAPYCS_KERNEL=old): every window 2..40 and steps and warp / lane-pass
+ *   - the block kernel of u8 / u16 frames (one block of warps per spot, the window's integer
+ *     column sums split over its warps): every window 2..40 and steps and warp / lane-pass
  *     boundaries to 256, 1 to 2209 spots (the launch shape changes with the count), frames
  *     smaller than the window, gradients and far starts (the centre leaves the staged box),
- *     flat and saturated frames: bit-identical as above; the windows, small frames and drift
- *     again with the block kernel forced.
+ *     flat and saturated frames: bit-identical as above.
  * Skips (77) when no GPU is usable.
  */
-#define _GNU_SOURCE /* setenv */
 #include "testutil.h"
 
 #include <math.h>
@@ -577,18 +574,6 @@ static void test_block_drift(void **state)
     assert_true(found > 40);
 }
 
-/* The block kernel (SPOTWAVE_PAPYCS_KERNEL=old, read when a plan is made) on the windows, the
- * small frames and the drift: it stays the path of windows too large for the table kernel and
- * the reference the table kernel is timed against. */
-static void test_old_kernel(void **state)
-{
-    assert_int_equal(setenv("SPOTWAVE_PAPYCS_KERNEL", "old", 1), 0);
-    test_block_windows(state);
-    test_block_small_frames(state);
-    test_block_drift(state);
-    unsetenv("SPOTWAVE_PAPYCS_KERNEL");
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -599,7 +584,6 @@ int main(void)
         cmocka_unit_test(test_block_spot_counts),
         cmocka_unit_test(test_block_small_frames),
         cmocka_unit_test(test_block_drift),
-        cmocka_unit_test(test_old_kernel),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
