@@ -11,9 +11,9 @@
  *                call alone: the restoring of the seeds between calls is not counted);
  *   cpu run      sw_refine_run on the host (OpenMP over spots), timed the same way.
  * The GPU cases' config names the lanes per spot. SPOTWAVE_REFINE_LANES=32|16|8 picks them
- * (refine_cuda.cu; default 16, two spots per warp); SPOTWAVE_REFINE_KERNEL=old is 32, the first
- * kernel's one warp per spot. To compare in one run:
- *   SPOTWAVE_REFINE_KERNEL=old bench_refine; bench_refine; SPOTWAVE_REFINE_LANES=8 bench_refine
+ * (refine_cuda.cu; default 16 for GAUSS and MOFFAT without a background step, else 32). To
+ * compare in one run:
+ *   for l in 32 16 8; do SPOTWAVE_REFINE_LANES=$l bench_refine; done
  * --quick: 2000 spots, GAUSS only.
  */
 #include "harness.h"

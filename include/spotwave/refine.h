@@ -64,8 +64,9 @@
  * on that stamp and then uses R = ceil(4 s) (at most the maximum). Pixels outside the frame,
  * masked, not finite or at/above overload are left out (flags below).
  *
- * Backends: the CPU refines spots in parallel (OpenMP); CUDA runs a group of 16 lanes per spot,
- * two spots per warp (lanes over the stamp's pixels, reductions within the group; the
+ * Backends: the CPU refines spots in parallel (OpenMP); CUDA runs a group of lanes per spot (16,
+ * two spots per warp, for GAUSS and MOFFAT without a background step; 32 otherwise, the faster
+ * of the two as measured; lanes over the stamp's pixels, reductions within the group; the
  * environment variable SPOTWAVE_REFINE_LANES = 8 | 16 | 32 changes the group, for measurement),
  * with the same per-pixel arithmetic (refine_model.h), so both agree to rounding. The MESH map is
  * computed on the CPU in both (a device frame is copied to the host for it); only the small mesh

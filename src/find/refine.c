@@ -652,8 +652,11 @@ sw_status sw_refine_run(sw_refine_plan *plan, const sw_image *frame, sw_spot *sp
             SW_TRY(sw_refine_mesh_compute(plan, frame));
         }
     }
+    int64_t children = 0; /* spots of blends: their joint fits need every spot's result */
+    for (int64_t i = 0; i < n; ++i)
+        children += spots[i].parent != 0;
 #ifdef SW_HAVE_CUDA
-    if (device) {
+    if (device && children < 2) {
         /* one packed download for the spots; the details only when asked for */
         SW_TRY(sw_refine_gpu_run(plan, frame, n, results != NULL));
         const sw_refine_packed *pk = plan->packed;
@@ -675,8 +678,10 @@ sw_status sw_refine_run(sw_refine_plan *plan, const sw_image *frame, sw_spot *sp
         }
         return SW_OK;
     }
+    if (device) /* with blends: every result, then the joint fits on the host as below */
+        SW_TRY(sw_refine_gpu_run(plan, frame, n, 1));
 #endif
-    {
+    if (!device) {
         sw_rm_frame f;
         sw_rs_config c;
         frame_model(plan, frame, &f);

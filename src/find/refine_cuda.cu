@@ -227,17 +227,17 @@ REFINE_KERNEL(g8, 8, 3)
 
 #undef REFINE_KERNEL
 
-/* SPOTWAVE_REFINE_LANES: 32, 16 (default) or 8 lanes per spot; SPOTWAVE_REFINE_KERNEL=old is
- * 32 (the first kernel's one warp per spot), new the default. */
-int lanes_from_environment()
+/* Lanes per spot. Measured (bench_refine, 10^4 spots, 13 x 13 stamps, H200, 2026-11-27; kernel
+ * us for 32 / 16 / 8 lanes): GAUSS none 417 / 340 / 325, XWIN none 324 / 442 / 609, XWIN annulus
+ * 230 / 283 / 449, GAUSS annulus 555 / 616 / 843. So 16 for a fit without a background step
+ * (GAUSS, MOFFAT with background none), 32 otherwise. SPOTWAVE_REFINE_LANES=32|16|8 overrides
+ * (for measuring). */
+int lanes_for(const sw_refine_plan *plan)
 {
     const char *e = getenv("SPOTWAVE_REFINE_LANES");
     if (e && (atoi(e) == 32 || atoi(e) == 16 || atoi(e) == 8))
         return atoi(e);
-    const char *k = getenv("SPOTWAVE_REFINE_KERNEL");
-    if (k && strcmp(k, "old") == 0)
-        return 32;
-    return 16;
+    return plan->p.method != SW_REFINE_XWIN && plan->p.background == SW_BACKGROUND_NONE ? 16 : 32;
 }
 
 struct refine_gpu {
@@ -287,7 +287,7 @@ sw_status sw_refine_gpu_create(sw_refine_plan *plan)
     if (!g)
         return sw_fail(plan->ctx, SW_ENOMEM, "refine: out of memory");
     plan->gpu = g;
-    g->lanes = lanes_from_environment();
+    g->lanes = lanes_for(plan);
     const size_t n = (size_t)plan->p.width * (size_t)plan->p.height;
     if (plan->mask) {
         SW_CU(cudaMalloc(&g->mask, n));
