@@ -560,7 +560,9 @@ typedef struct sw_rtc_band_trace {
     uint64_t done_ns;         /* after the system fence and the done flag's store           */
 } sw_rtc_band_trace;
 /* Frame `frame`'s stamps, while it is among the last params.trace frames done. SW_EINVAL
- * without a trace, SW_ERANGE when the frame is not done or no longer recorded. */
+ * without a trace, SW_ERANGE when the frame is not done or no longer recorded. The kernel tags
+ * an entry after the done word, so a frame just done may wait a moment (SW_ETIMEDOUT after
+ * 10 ms). */
 sw_status sw_rtc_band_trace_get(const sw_rtc_band *b, int64_t frame, sw_rtc_band_trace *t);
 /* Relates the kernel's clock to CLOCK_MONOTONIC: round trips through mapped memory (the kernel
  * answers while it waits for band 0 of the next frame: call it when every published frame is

@@ -338,6 +338,13 @@ int64_t sw_rtc_band_done(const sw_rtc_band *b)
     return (int64_t)__atomic_load_n(&b->ctl[SW_BAND_DONE], __ATOMIC_ACQUIRE);
 }
 
+static int64_t band_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + (int64_t)ts.tv_nsec;
+}
+
 sw_status sw_rtc_band_trace_get(const sw_rtc_band *b, int64_t frame, sw_rtc_band_trace *t)
 {
     if (!b || !t || frame < 1)
@@ -351,15 +358,30 @@ sw_status sw_rtc_band_trace_get(const sw_rtc_band *b, int64_t frame, sw_rtc_band
                        "rtc band: frame %lld is not among the traced frames (done: %lld, the last "
                        "%d kept)",
                        (long long)frame, (long long)done, b->p.trace);
-    /* the entry is rewritten only once frame + ntrace is under way (done >= frame + trace) */
+    /* the entry is rewritten only once frame + ntrace is under way (done >= frame + trace); the
+     * kernel stores its frame tag (word 0) after the done word and the other stamps, so a frame
+     * just done may still carry the old tag for a moment: wait for it (at most 10 ms) */
     const volatile uint64_t *e = b->trace + (size_t)((frame - 1) % b->ntrace) * SW_BAND_TRACE_WORDS;
     uint64_t w[SW_BAND_TRACE_WORDS];
-    for (int i = 0; i < SW_BAND_TRACE_WORDS; i++)
-        w[i] = e[i];
-    __atomic_thread_fence(__ATOMIC_ACQUIRE); /* the copies before the re-check */
-    if ((int64_t)w[0] != frame || sw_rtc_band_done(b) - b->p.trace >= frame)
-        return sw_fail(NULL, SW_ERANGE, "rtc band: frame %lld's trace was overwritten while read",
-                       (long long)frame);
+    const int64_t t_end = band_now_ns() + 10000000;
+    for (;;) {
+        w[0] =
+            __atomic_load_n((const uint64_t *)e, __ATOMIC_ACQUIRE); /* the tag, then the stamps */
+        for (int i = 1; i < SW_BAND_TRACE_WORDS; i++)
+            w[i] = e[i];
+        __atomic_thread_fence(__ATOMIC_ACQUIRE); /* the copies before the re-check */
+        if (sw_rtc_band_done(b) - b->p.trace >= frame)
+            return sw_fail(NULL, SW_ERANGE,
+                           "rtc band: frame %lld's trace was overwritten while read",
+                           (long long)frame);
+        if ((int64_t)w[0] == frame)
+            break;
+        if (band_now_ns() > t_end)
+            return sw_fail(NULL, SW_ETIMEDOUT,
+                           "rtc band: frame %lld is done but its trace entry "
+                           "was not tagged within 10 ms",
+                           (long long)frame);
+    }
     t->frame = frame;
     t->band0_flag_ns = w[1];
     t->last_flag_ns = w[2];
@@ -369,13 +391,6 @@ sw_status sw_rtc_band_trace_get(const sw_rtc_band *b, int64_t frame, sw_rtc_band
     t->commands_ns = w[6];
     t->done_ns = w[7];
     return SW_OK;
-}
-
-static int64_t band_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + (int64_t)ts.tv_nsec;
 }
 
 sw_status sw_rtc_band_clock(sw_rtc_band *b, int64_t *offset_ns, int64_t *rtt_ns)

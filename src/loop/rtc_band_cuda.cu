@@ -601,16 +601,20 @@ __global__ void __launch_bounds__(BD_THREADS, 2) bd_kernel(const bd_args a)
                 __threadfence();
             const u64 old = atomicAdd(a.done_ctr, 1ull);
             if (old == f * (u64)G - 1) {
-                if (tr) {
+                if (tr)
                     tr[6] = bd_clock_ns();
-                    tr[0] = f;
-                }
                 /* the frame's only system fence: every block's commands and slopes in host
                  * memory (cumulative through the counter), then the done word */
                 __threadfence_system();
                 st_relaxed_sys(a.ctl_w + SW_BAND_DONE, f);
-                if (tr)
+                if (tr) {
+                    /* the entry's frame tag last, after its stamps: the host may read the entry
+                     * as soon as it sees the done word, and waits for the tag (trace mode only:
+                     * a second system fence after the done word) */
                     tr[7] = bd_clock_ns();
+                    __threadfence_system();
+                    st_relaxed_sys(tr, f);
+                }
             }
         }
     }
