@@ -580,7 +580,12 @@ static cudaError_t rm_poison(cudaStream_t s, void *dst, size_t bytes)
 }
 
 /* GPU i's share of C on the device, rows x cols row-major from the host block src (FP32, or FP16
- * rows of ldh through a float staging buffer). */
+ * rows of ldh through a float staging buffer). The copy is queued on the GPU's stream, which
+ * converts and multiplies it: a cudaMemcpy (the legacy default stream) from pageable memory may
+ * return before its DMA has landed (CUDA runtime API, "API synchronization behavior"), and the
+ * plan's non-blocking streams do not wait for the legacy stream, so the conversion read a partly
+ * copied matrix when other processes slowed the GPU (test_gpu_loop_rtc_multi, once, under ctest
+ * -j 8). Waited for before returning: the caller frees src. */
 static sw_status rm_upload(sw_rtc_multi *r, int i, const float *src)
 {
     rm_gpu *g = &r->gpu[i];
@@ -588,7 +593,8 @@ static sw_status rm_upload(sw_rtc_multi *r, int i, const float *src)
     if (!r->fp16) {
         SW_CU(sw_cuda_alloc(&g->W, n));
         SW_CU(rm_poison(g->s, g->W, n * sizeof(float)));
-        SW_CU(cudaMemcpy(g->W, src, n * sizeof(float), cudaMemcpyHostToDevice));
+        SW_CU(cudaMemcpyAsync(g->W, src, n * sizeof(float), cudaMemcpyHostToDevice, g->s));
+        SW_CU(cudaStreamSynchronize(g->s));
         return SW_OK;
     }
     float *tmp = NULL;
@@ -596,7 +602,7 @@ static sw_status rm_upload(sw_rtc_multi *r, int i, const float *src)
     SW_CU(sw_cuda_alloc(&tmp, n));
     cudaError_t e = rm_poison(g->s, tmp, n * sizeof(float));
     if (e == cudaSuccess)
-        e = cudaMemcpy(tmp, src, n * sizeof(float), cudaMemcpyHostToDevice);
+        e = cudaMemcpyAsync(tmp, src, n * sizeof(float), cudaMemcpyHostToDevice, g->s);
     if (e == cudaSuccess)
         e = (cudaError_t)sw_rtc_gpu_to_half(tmp, g->rows, g->cols, g->ldh, g->Wh, g->s);
     if (e == cudaSuccess)
