@@ -557,21 +557,52 @@ static sw_status rm_matrix(sw_rtc_multi *r, const sw_rtc_params *p, const float 
     return SW_OK;
 }
 
+static void CUDART_CB rm_sleep(void *ms)
+{
+    const long v = (long)(intptr_t)ms;
+    struct timespec ts = {(time_t)(v / 1000), (v % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* A test's probe of the uploads' order (SPOTWAVE_RTC_MULTI_POISON_MS = N, 1..1000; otherwise
+ * nothing): before a share's copy, the GPU's stream waits N ms (a host function) and then fills
+ * the destination with NaNs (every byte 0xFF). A copy queued on that stream after them overwrites
+ * them; one that is not ordered after them lands first and is overwritten, and the commands come
+ * out NaN, every time rather than under load. */
+static cudaError_t rm_poison(cudaStream_t s, void *dst, size_t bytes)
+{
+    const char *env = getenv("SPOTWAVE_RTC_MULTI_POISON_MS");
+    const long ms = env ? strtol(env, NULL, 10) : 0;
+    if (ms < 1 || ms > 1000)
+        return cudaSuccess;
+    const cudaError_t e = cudaLaunchHostFunc(s, rm_sleep, (void *)(intptr_t)ms);
+    return e != cudaSuccess ? e : cudaMemsetAsync(dst, 0xFF, bytes, s);
+}
+
 /* GPU i's share of C on the device, rows x cols row-major from the host block src (FP32, or FP16
- * rows of ldh through a float staging buffer). */
+ * rows of ldh through a float staging buffer). The copy is queued on the GPU's stream, which
+ * converts and multiplies it: a cudaMemcpy (the legacy default stream) from pageable memory may
+ * return before its DMA has landed (CUDA runtime API, "API synchronization behavior"), and the
+ * plan's non-blocking streams do not wait for the legacy stream, so the conversion read a partly
+ * copied matrix when other processes slowed the GPU (test_gpu_loop_rtc_multi, once, under ctest
+ * -j 8). Waited for before returning: the caller frees src. */
 static sw_status rm_upload(sw_rtc_multi *r, int i, const float *src)
 {
     rm_gpu *g = &r->gpu[i];
     const size_t n = (size_t)g->rows * g->cols;
     if (!r->fp16) {
         SW_CU(sw_cuda_alloc(&g->W, n));
-        SW_CU(cudaMemcpy(g->W, src, n * sizeof(float), cudaMemcpyHostToDevice));
+        SW_CU(rm_poison(g->s, g->W, n * sizeof(float)));
+        SW_CU(cudaMemcpyAsync(g->W, src, n * sizeof(float), cudaMemcpyHostToDevice, g->s));
+        SW_CU(cudaStreamSynchronize(g->s));
         return SW_OK;
     }
     float *tmp = NULL;
     SW_CU(sw_cuda_alloc(&g->Wh, (size_t)g->rows * g->ldh));
     SW_CU(sw_cuda_alloc(&tmp, n));
-    cudaError_t e = cudaMemcpy(tmp, src, n * sizeof(float), cudaMemcpyHostToDevice);
+    cudaError_t e = rm_poison(g->s, tmp, n * sizeof(float));
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync(tmp, src, n * sizeof(float), cudaMemcpyHostToDevice, g->s);
     if (e == cudaSuccess)
         e = (cudaError_t)sw_rtc_gpu_to_half(tmp, g->rows, g->cols, g->ldh, g->Wh, g->s);
     if (e == cudaSuccess)

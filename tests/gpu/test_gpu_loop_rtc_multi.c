@@ -28,6 +28,11 @@
  * Skips (77) without NCCL, without a GPU, or with fewer than 2 GPUs; 4 GPUs when there are 4.
  * Sets NCCL_NVLS_ENABLE=0 when unset (NVLink multicast off, as the GPU machines require).
  * SW_TEST_RTC_MULTI_NO_GRAPH (set to anything) makes every plan use plain launches.
+ * Sets SPOTWAVE_RTC_MULTI_POISON_MS=10 when unset: each GPU's stream sleeps 10 ms and fills the
+ * matrix share's buffer with NaNs before its upload (rtc_multi_cuda.cu, rm_poison), so that an
+ * upload not ordered on that stream gives NaN commands on every run, not only when a loaded GPU
+ * delays its copy (it once did, under ctest -j 8: command 43 of the FP16 random case off by 0.009
+ * on the first frame). 0 turns the probe off.
  */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 
@@ -371,6 +376,8 @@ int main(void)
 {
     if (!getenv("NCCL_NVLS_ENABLE"))
         setenv("NCCL_NVLS_ENABLE", "0", 1); /* NVLink multicast off, before NCCL reads it */
+    if (!getenv("SPOTWAVE_RTC_MULTI_POISON_MS"))
+        setenv("SPOTWAVE_RTC_MULTI_POISON_MS", "10", 1); /* the uploads' order probed */
     if (sw_nccl_version() == 0) {
         printf(
             "SKIP: built without NCCL (the multi-GPU chain needs it: SW_WITH_NCCL, NCCL_ROOT)\n");
