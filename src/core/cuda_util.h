@@ -83,6 +83,23 @@ static inline cudaError_t sw_cuda_upload(T **dst, const T *src, size_t n, cudaSt
     return cudaMemcpyAsync(*dst, src, n * sizeof(T), cudaMemcpyHostToDevice, s);
 }
 
+/* A blocking upload that is complete when it returns. cudaMemcpy from pageable host memory may
+ * return once the bytes are staged, before their DMA has finished (CUDA Runtime API, "API
+ * synchronization behavior"), and the library's streams are non-blocking: their kernels do not
+ * wait for the legacy stream. So the copy is followed by a synchronisation of the legacy stream
+ * (a wrong first-frame command of sw_rtc_multi came from this). sw_cuda_memset_sync the same for
+ * cudaMemset, which is asynchronous for device memory. */
+static inline cudaError_t sw_cuda_h2d(void *dst, const void *src, size_t bytes)
+{
+    const cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);
+    return e == cudaSuccess ? cudaStreamSynchronize(cudaStreamLegacy) : e;
+}
+static inline cudaError_t sw_cuda_memset_sync(void *dst, int value, size_t bytes)
+{
+    const cudaError_t e = cudaMemset(dst, value, bytes);
+    return e == cudaSuccess ? cudaStreamSynchronize(cudaStreamLegacy) : e;
+}
+
 /* cudaFree of each of n device pointers (NULL ones are skipped); SW_CUDA_FREE(a, b, ...) lists
  * them in place. */
 void sw_cuda_free_all(void *const *p, size_t n);

@@ -488,11 +488,11 @@ sw_status sw_find_threshold_gpu_init(sw_find_plan *plan)
     const size_t n = (size_t)plan->npix;
     if (plan->mask) {
         SW_CU(cudaMalloc((void **)&g->mask, n));
-        SW_CU(cudaMemcpy(g->mask, plan->mask, n, cudaMemcpyHostToDevice));
+        SW_CU(sw_cuda_h2d(g->mask, plan->mask, n));
     }
     if (plan->gain_map) {
         SW_CU(cudaMalloc((void **)&g->gain, n * sizeof(float)));
-        SW_CU(cudaMemcpy(g->gain, plan->gain_map, n * sizeof(float), cudaMemcpyHostToDevice));
+        SW_CU(sw_cuda_h2d(g->gain, plan->gain_map, n * sizeof(float)));
     }
     if (plan->p.algorithm == SW_FIND_DISPERSION_EXTENDED) {
         SW_CU(cudaMalloc((void **)&g->state, n));

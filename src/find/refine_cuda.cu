@@ -291,7 +291,7 @@ sw_status sw_refine_gpu_create(sw_refine_plan *plan)
     const size_t n = (size_t)plan->p.width * (size_t)plan->p.height;
     if (plan->mask) {
         SW_CU(cudaMalloc(&g->mask, n));
-        SW_CU(cudaMemcpy(g->mask, plan->mask, n, cudaMemcpyHostToDevice));
+        SW_CU(sw_cuda_h2d(g->mask, plan->mask, n));
     }
     if (plan->mesh)
         SW_CU(cudaMalloc(&g->mesh, (size_t)plan->mesh_nx * (size_t)plan->mesh_ny * sizeof(float)));

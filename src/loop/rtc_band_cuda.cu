@@ -653,9 +653,9 @@ template <typename V> static cudaError_t bd_upload(V **dst, const V *src, size_t
 {
     cudaError_t e = cudaMalloc((void **)dst, (n ? n : 1) * sizeof(V));
     if (e == cudaSuccess && src && n)
-        e = cudaMemcpy(*dst, src, n * sizeof(V), cudaMemcpyHostToDevice);
+        e = sw_cuda_h2d(*dst, src, n * sizeof(V));
     else if (e == cudaSuccess)
-        e = cudaMemset(*dst, 0, (n ? n : 1) * sizeof(V));
+        e = sw_cuda_memset_sync(*dst, 0, (n ? n : 1) * sizeof(V));
     return e;
 }
 

@@ -6,6 +6,7 @@
  * block each. The results agree with the CPU's to rounding (the transforms differ).
  */
 #include "core/core_internal.h"
+#include "core/cuda_util.h"
 #include "quality/quality_internal.h"
 
 #include <cuda_runtime.h>
@@ -68,12 +69,9 @@ extern "C" sw_status sw_psf_cuda_alloc(sw_psf_plan *plan)
         (e = cudaMalloc((void **)&plan->d_psf, NN * sizeof(float))) != cudaSuccess ||
         (e = cudaMalloc((void **)&plan->d_mtf, NN * sizeof(float))) != cudaSuccess)
         return cuda_fail(ctx, e, "device memory");
-    if ((e = cudaMemcpy(plan->d_idx, plan->idx, np * sizeof(int32_t), cudaMemcpyHostToDevice)) !=
-            cudaSuccess ||
-        (e = cudaMemcpy(plan->d_basis, plan->basis, nb * sizeof(double), cudaMemcpyHostToDevice)) !=
-            cudaSuccess ||
-        (e = cudaMemcpy(plan->d_csf, plan->csf, NN * sizeof(double), cudaMemcpyHostToDevice)) !=
-            cudaSuccess)
+    if ((e = sw_cuda_h2d(plan->d_idx, plan->idx, np * sizeof(int32_t))) != cudaSuccess ||
+        (e = sw_cuda_h2d(plan->d_basis, plan->basis, nb * sizeof(double))) != cudaSuccess ||
+        (e = sw_cuda_h2d(plan->d_csf, plan->csf, NN * sizeof(double))) != cudaSuccess)
         return cuda_fail(ctx, e, "upload");
     cufftHandle h;
     cufftResult r = cufftPlan2d(&h, (int)N, (int)N, CUFFT_Z2Z);

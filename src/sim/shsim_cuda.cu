@@ -423,10 +423,9 @@ extern "C" sw_status sw_shsim_gpu_create(sw_shsim *plan)
     SW_CU(cudaMalloc(&g->opd, (size_t)plan->gw * plan->gh * sizeof(float)));
     SW_CU(cudaMalloc(&g->in, chunk * slot));
     SW_CU(cudaMalloc(&g->fft, chunk * slot));
-    SW_CU(cudaMemset(g->in, 0, chunk * slot));
+    SW_CU(sw_cuda_memset_sync(g->in, 0, chunk * slot));
     if (nlit > 0)
-        SW_CU(cudaMemcpy(g->amp, plan->amp, nlit * tile * tile * sizeof(float),
-                         cudaMemcpyHostToDevice));
+        SW_CU(sw_cuda_h2d(g->amp, plan->amp, nlit * tile * tile * sizeof(float)));
     int dims[2] = {n, n};
     cudaStream_t s = stream_of(plan);
     SW_CUFFT(cufftPlanMany(&g->plan_full, 2, dims, NULL, 1, n * n, NULL, 1, n * n, CUFFT_C2C,

@@ -233,7 +233,7 @@ static sw_status build_lut(sw_starsim *plan, starsim_gpu *g)
     }
     cudaError_t e = cudaMalloc(&g->lut, n * sizeof(float));
     if (e == cudaSuccess)
-        e = cudaMemcpy(g->lut, h, n * sizeof(float), cudaMemcpyHostToDevice);
+        e = sw_cuda_h2d(g->lut, h, n * sizeof(float));
     free(h);
     if (e != cudaSuccess)
         return sw_fail(plan->ctx, SW_ENOMEM,
@@ -369,7 +369,7 @@ static sw_status calibrate(sw_starsim *plan, starsim_gpu *g)
         h[i].pad = 0.0f;
     }
     float tp1 = 0, tp2 = 0, ta1 = 0, ta2 = 0;
-    cudaError_t e = cudaMemcpy(g->stars, h, (size_t)n2 * sizeof *h, cudaMemcpyHostToDevice);
+    cudaError_t e = sw_cuda_h2d(g->stars, h, (size_t)n2 * sizeof *h);
     free(h);
     if (e != cudaSuccess)
         st = sw_fail(plan->ctx, SW_ECUDA, "star simulator: calibration upload failed: %s",
