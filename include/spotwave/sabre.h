@@ -448,7 +448,7 @@ typedef struct sw_sabre_spline_params {
     int32_t degree;         /* d, 1..3 (1)                                                    */
     int32_t continuity;     /* r, 0..d - 1 (0)                                                */
     double triangle_weight; /* lambda of sabre.h's model, d = 1 only, 1e-3..1 (0.2)           */
-    double smoothing;       /* weight of the soft conditions, d >= 2 only, 1e-12..1e6
+    double smoothing;       /* weight of the soft conditions, d >= 2 only, 1e-8..1e6
                                (SW_SABRE_SPLINE_SMOOTHING)                                   */
 } sw_sabre_spline_params;
 
