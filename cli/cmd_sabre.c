@@ -116,7 +116,9 @@ void sw_cmd_sabre_help(FILE *out)
         "                         C1 across every edge, imposed exactly (default: 1 for D >= 2)\n"
         "  --smoothing W          global, D >= 2: weight of the soft conditions of orders\n"
         "                         R+1..D across the edges, which fix what the slopes leave\n"
-        "                         unseen, %g..%g (default %g; sabre.h)\n"
+        "                         unseen, %g..%g (default %g for D = 2, %g for D = 3:\n"
+        "                         chosen on bench_sabre's turbulence, BENCHMARKS.md; a larger\n"
+        "                         weight filters more noise for faint stars)\n"
         "\n"
         "Output (the piston is removed from each; with no output option the actuators go to\n"
         "standard output):\n"
@@ -159,7 +161,8 @@ void sw_cmd_sabre_help(FILE *out)
         "  spotwave sabre s.csv --lenslet-um 176 --partitions 4 --actuators dm.csv \\\n"
         "      --map w.fits --json\n",
         MAX_GRID, DEF_PARTITIONS, DEF_OVERLAP, DEF_FRIED_REG, MAX_DEGREE, MIN_SMOOTHING,
-        MAX_SMOOTHING, SW_SABRE_SPLINE_SMOOTHING, MAX_MAP_SIZE, DEF_MAP_CAP);
+        MAX_SMOOTHING, SW_SABRE_SPLINE_SMOOTHING, SW_SABRE_SPLINE_SMOOTHING_CUBIC, MAX_MAP_SIZE,
+        DEF_MAP_CAP);
 }
 
 /* ------------------------------------------------------------------ options */
@@ -392,8 +395,8 @@ static int parse_options(int argc, char **argv, sabre_opts *o)
     }
     if (!o->have_degree)
         o->degree = 1;
-    if (!o->have_smoothing)
-        o->smoothing = SW_SABRE_SPLINE_SMOOTHING;
+    if (!o->have_smoothing) /* the library's default for the degree (sabre.h) */
+        o->smoothing = o->degree >= 3 ? SW_SABRE_SPLINE_SMOOTHING_CUBIC : SW_SABRE_SPLINE_SMOOTHING;
 
     /* Options of one method only. */
     if (o->method != METHOD_DSABRE && (o->have_partitions || o->have_pme || o->have_overlap ||
