@@ -454,8 +454,8 @@ typedef struct sw_sabre_spline_params {
 
 /* The default smoothing per degree, chosen on bench_sabre --accuracy (64 x 64, square pupil,
  * 3 screens, exact slopes and magnitudes 0-12; BENCHMARKS.md): d = 2 at 0.01 is below d = 1 at
- * every magnitude (0.1 gave up 5 % on bright stars for 0.5-1 % at magnitudes 10-12); d = 3 at 0.1
- * is below d = 1 from exact slopes to magnitude 10 (0.01: 20 % better on exact slopes but 14-21 %
+ * every magnitude (0.1 gave up 5 % on bright stars for 0.5-1.4 % at magnitudes 10-12); d = 3 at 0.1
+ * is below d = 1 from exact slopes to magnitude 10 (0.01: 20 % better on exact slopes but 9-21 %
  * worse from magnitude 10; 1: no better than d = 1 on bright stars) and 1-3 % above it at
  * magnitudes 11-12, where every reconstructor's error is 0.33-0.87 of the wavefront. No single
  * weight is best at every noise level: the best one grows with the slope noise. */
