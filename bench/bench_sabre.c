@@ -150,6 +150,7 @@ static const char extra_help[] =
     "                           accuracy: the global column is global SABRE of degree D, 1..3,\n"
     "                           continuity R < D (sabre.h), smoothing E for D >= 2\n"
     "  --no-dsabre              accuracy: global and Fried only\n"
+    "  --pupil square|annular   accuracy: that pupil only (default both)\n"
     "  --robust N               robust passes of global SABRE and the local solves, 0..16\n"
     "                           (sabre.h; default 0)\n"
     "  --robust-k K             their threshold kappa, 1..1000 (default 3)\n"
@@ -173,7 +174,9 @@ static int32_t g_pme_band = 0;
  * (sw_sabre_spline_create) instead of sw_sabre_global_create; --no-dsabre: only the global and
  * Fried columns (the D-SABRE ones print as NaN). */
 static int32_t g_degree = 0, g_continuity = 0, g_no_dsabre = 0;
-static double g_smoothing = SW_SABRE_SPLINE_SMOOTHING;
+/* --pupil: bit 0 square, bit 1 annular (0: both) */
+static int g_pupil_mask = 0;
+static double g_smoothing = 0.0; /* 0: the degree's default (sabre.h) */
 
 static int usage_error(const char *opt, const char *v, const char *what)
 {
@@ -198,6 +201,14 @@ static int parse_own(int *argc, char **argv, prog_opts *o)
             g_pme_band = 1;
         } else if (strcmp(a, "--no-dsabre") == 0) {
             g_no_dsabre = 1;
+        } else if (strcmp(a, "--pupil") == 0 && i + 1 < *argc) {
+            const char *v = argv[++i];
+            if (strcmp(v, "square") == 0)
+                g_pupil_mask |= 1;
+            else if (strcmp(v, "annular") == 0)
+                g_pupil_mask |= 2;
+            else
+                return usage_error(a, v, "square or annular");
         } else if ((strcmp(a, "--degree") == 0 || strcmp(a, "--continuity") == 0 ||
                     strcmp(a, "--smoothing") == 0) &&
                    i + 1 < *argc) {
@@ -954,7 +965,8 @@ static int accuracy(const prog_opts *o, sw_context *ctx)
                 "%d px per lenslet, f = %.4f mm\n",
                 PROG, screens, TEL_D_M, R0_M, L0_M, WL_UM, PX_LENSLET, FOCAL_MM);
     for (int pu = 0; pu < N_PUPIL && rc == 0; pu++)
-        rc = run_pupil(a, pu, screens);
+        if (!g_pupil_mask || (g_pupil_mask >> pu & 1))
+            rc = run_pupil(a, pu, screens);
     if (rc == 0)
         print_accuracy(a, screens);
     free(a->truth);

@@ -5,8 +5,12 @@
  * baselines of sabre.h: global SABRE (one least-squares problem, de Visser & Verhaegen 2013;
  * Brunner et al. 2018 Sec. 2) and Fried's zonal least squares (Fried 1977).
  *
+ * Global SABRE also takes splines of degree d = 1..3 and continuity order r (--degree,
+ * --continuity, --smoothing: sw_sabre_spline_create, sabre.h), host code on any context.
+ *
  * Outputs: the wavefront at the lenslet corners (the Fried actuator grid: DM commands,
- * `cx,cy,w`), the spline's vertex values (`kind,I,J,x,y,w`), a FITS map, and a JSON report.
+ * `cx,cy,w`), the spline's vertex values (`kind,I,J,x,y,w`; for d >= 2 the spline evaluated at
+ * the mesh's vertices), a FITS map, and a JSON report.
  * Every output has its piston removed (slopes cannot see it): the actuators and values over the
  * corners of the valid lenslets, the map over its pixels in valid lenslets.
  */
@@ -31,6 +35,9 @@
 #define MAX_MAP_SIZE   8192
 #define DEF_MAP_CAP    2048 /* the default map side: 16 pixels a lenslet, at most this */
 #define MAX_REPEAT     100000
+#define MAX_DEGREE     3    /* sabre.h: sw_sabre_spline_create takes d = 1..3, r = 0..min(1, d-1) */
+#define MIN_SMOOTHING  1e-8 /* sw_sabre_spline_create's range for the soft conditions' weight */
+#define MAX_SMOOTHING  1e6
 
 typedef enum { METHOD_DSABRE = 0, METHOD_GLOBAL, METHOD_FRIED } sabre_method;
 
@@ -52,8 +59,11 @@ void sw_cmd_sabre_help(FILE *out)
         "Brunner, de Visser, Vuik & Verhaegen 2018, J. Opt. Soc. Am. A 35(6), 859, Secs. 2-3;\n"
         "sabre.h), or with one of two baselines: global SABRE (one least-squares problem over\n"
         "the whole grid) and Fried's zonal least squares (Fried 1977, J. Opt. Soc. Am. 67(3),\n"
-        "370: phases at the lenslet corners). D-SABRE runs on the GPU when the context is CUDA\n"
-        "(--backend); the baselines run on the CPU.\n"
+        "370: phases at the lenslet corners). Global SABRE also takes splines of degree 2 or 3\n"
+        "(--degree; B-form splines with C1 continuity imposed exactly, de Visser & Verhaegen\n"
+        "2013; Brunner et al. 2018 Sec. 2). D-SABRE runs on the GPU when the context is CUDA\n"
+        "(--backend); the baselines and the splines of every degree run on the CPU (on a CUDA\n"
+        "context too: the report says path 'host').\n"
         "\n"
         "Input:\n"
         "  SLOPES.csv             columns ix,iy and either dx_rad,dy_rad (radians: mean\n"
@@ -96,6 +106,19 @@ void sw_cmd_sabre_help(FILE *out)
         "                         largest distance to the master partition)\n"
         "  --fried-reg R          fried: weight of the Laplacian that removes the waffle mode,\n"
         "                         > 0 (default %g)\n"
+        "  --degree D             global: the spline's degree, 1..%d (default 1, the linear\n"
+        "                         mesh; given alone it selects --method global). D-SABRE is\n"
+        "                         linear only: D > 1 with --method dsabre or its options is an\n"
+        "                         error. Cost: about 2, 8, 18 unknowns a lenslet for D = 1, 2,\n"
+        "                         3, in a band of two lattice rows; 64x64 at D = 3 takes 15-20\n"
+        "                         s and 1.3 GB to set up (an accuracy reference, not real time)\n"
+        "  --continuity R         global: the spline's continuity order, 0..min(1, D-1): C0 or\n"
+        "                         C1 across every edge, imposed exactly (default: 1 for D >= 2)\n"
+        "  --smoothing W          global, D >= 2: weight of the soft conditions of orders\n"
+        "                         R+1..D across the edges, which fix what the slopes leave\n"
+        "                         unseen, %g..%g (default %g for D = 2, %g for D = 3:\n"
+        "                         chosen on bench_sabre's turbulence, BENCHMARKS.md; a larger\n"
+        "                         weight filters more noise for faint stars)\n"
         "\n"
         "Output (the piston is removed from each; with no output option the actuators go to\n"
         "standard output):\n"
@@ -104,6 +127,9 @@ void sw_cmd_sabre_help(FILE *out)
         "                         (cx-1, cy-1) and (cx, cy); nan at corners of no valid lenslet;\n"
         "                         the mean over the others is 0 ('-': standard output)\n"
         "  --values CSV           dsabre, global: the spline's vertex values kind,I,J,x,y,w;\n"
+        "                         with --degree 2 or 3 the spline evaluated at the mesh's\n"
+        "                         vertices (its B-coefficients there; the spline is more than\n"
+        "                         these values between them: use --map for the surface);\n"
         "                         kind 'corner' (a lenslet centre) or 'centre' (a lenslet\n"
         "                         corner), (I, J) its index in the spline's lattice, (x, y) its\n"
         "                         position in lenslet units (lenslet (ix, iy) is centred on\n"
@@ -120,6 +146,7 @@ void sw_cmd_sabre_help(FILE *out)
         "  --repeat N             run the reconstruction N times (timings; default 1)\n"
         "  --json                 print a JSON report on standard output (no table may go\n"
         "                         there): method, grid, partitions, core and window squares,\n"
+        "                         the spline's degree, continuity and smoothing,\n"
         "                         PME iterations, valid lenslets, the wavefront's RMS and\n"
         "                         peak-to-valley over the corners of the valid lenslets, run\n"
         "                         times (us) and the backend\n"
@@ -133,7 +160,9 @@ void sw_cmd_sabre_help(FILE *out)
         "      --pixel-um 5.5 --focal-mm 3.5 --slopes s.csv\n"
         "  spotwave sabre s.csv --lenslet-um 176 --partitions 4 --actuators dm.csv \\\n"
         "      --map w.fits --json\n",
-        MAX_GRID, DEF_PARTITIONS, DEF_OVERLAP, DEF_FRIED_REG, MAX_MAP_SIZE, DEF_MAP_CAP);
+        MAX_GRID, DEF_PARTITIONS, DEF_OVERLAP, DEF_FRIED_REG, MAX_DEGREE, MIN_SMOOTHING,
+        MAX_SMOOTHING, SW_SABRE_SPLINE_SMOOTHING, SW_SABRE_SPLINE_SMOOTHING_CUBIC, MAX_MAP_SIZE,
+        DEF_MAP_CAP);
 }
 
 /* ------------------------------------------------------------------ options */
@@ -150,6 +179,9 @@ typedef struct sabre_opts {
     long partitions, overlap, dpme_iterations, map_size, repeat;
     sw_sabre_pme pme;
     double fried_reg;
+    int have_method, have_degree, have_continuity, have_smoothing;
+    long degree, continuity;
+    double smoothing;
     int have_map_size, json;
 } sabre_opts;
 
@@ -168,6 +200,9 @@ static int parse_options(int argc, char **argv, sabre_opts *o)
         OPT_PADDING,
         OPT_FILL,
         OPT_REG,
+        OPT_DEGREE,
+        OPT_CONTINUITY,
+        OPT_SMOOTHING,
         OPT_ACTUATORS,
         OPT_VALUES,
         OPT_MAP,
@@ -188,6 +223,9 @@ static int parse_options(int argc, char **argv, sabre_opts *o)
         {"padding", required_argument, NULL, OPT_PADDING},
         {"fill", required_argument, NULL, OPT_FILL},
         {"fried-reg", required_argument, NULL, OPT_REG},
+        {"degree", required_argument, NULL, OPT_DEGREE},
+        {"continuity", required_argument, NULL, OPT_CONTINUITY},
+        {"smoothing", required_argument, NULL, OPT_SMOOTHING},
         {"actuators", required_argument, NULL, OPT_ACTUATORS},
         {"values", required_argument, NULL, OPT_VALUES},
         {"map", required_argument, NULL, OPT_MAP},
@@ -232,6 +270,7 @@ static int parse_options(int argc, char **argv, sabre_opts *o)
                 o->method = METHOD_FRIED;
             else
                 return sw_cli_usage(S, "--method: '%s' is not dsabre, global or fried", optarg);
+            o->have_method = 1;
             break;
         case OPT_PARTITIONS:
             /* The library checks the rest (power of two, at most max(NX, NY) - 1). */
@@ -273,6 +312,27 @@ static int parse_options(int argc, char **argv, sabre_opts *o)
                 return SW_EXIT_USAGE;
             o->have_reg = 1;
             break;
+        case OPT_DEGREE:
+            if (sw_cli_parse_long(optarg, 1, MAX_DEGREE, &o->degree) != 0)
+                return sw_cli_usage(S, "--degree: '%s' is not a spline degree in 1..%d", optarg,
+                                    MAX_DEGREE);
+            o->have_degree = 1;
+            break;
+        case OPT_CONTINUITY:
+            if (sw_cli_parse_long(optarg, 0, 1, &o->continuity) != 0)
+                return sw_cli_usage(S, "--continuity: '%s' is not a continuity order 0 or 1",
+                                    optarg);
+            o->have_continuity = 1;
+            break;
+        case OPT_SMOOTHING:
+            if (sw_cli_opt_double(S, "--smoothing", optarg, SW_CLI_POSITIVE, "a weight > 0",
+                                  &o->smoothing) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
+            if (!(o->smoothing >= MIN_SMOOTHING && o->smoothing <= MAX_SMOOTHING))
+                return sw_cli_usage(S, "--smoothing: %g is not in %g..%g", o->smoothing,
+                                    MIN_SMOOTHING, MAX_SMOOTHING);
+            o->have_smoothing = 1;
+            break;
         case OPT_MAP_SIZE:
             if (sw_cli_parse_long(optarg, 1, MAX_MAP_SIZE, &o->map_size) != 0)
                 return sw_cli_usage(S, "--map-size: '%s' is not a whole number of pixels in 1..%d",
@@ -302,6 +362,41 @@ static int parse_options(int argc, char **argv, sabre_opts *o)
     o->input = argv[optind];
     if (optind + 1 < argc)
         return sw_cli_usage(S, "unexpected argument '%s' (one slopes table)", argv[optind + 1]);
+
+    /* The spline's degree: global SABRE only (D-SABRE is linear). */
+    if ((o->have_continuity || o->have_smoothing) && !o->have_degree)
+        return sw_cli_usage(S,
+                            "--continuity and --smoothing shape a spline of --degree D: give it");
+    if (o->have_degree) {
+        if (o->method == METHOD_FRIED)
+            return sw_cli_usage(S, "--degree: the fried method has no spline (use --method "
+                                   "global)");
+        const int dsabre_opts = o->have_partitions || o->have_pme || o->have_overlap ||
+                                o->have_iters || o->have_padding || o->have_fill;
+        if (o->degree > 1 && (o->method == METHOD_DSABRE && (o->have_method || dsabre_opts)))
+            return sw_cli_usage(S,
+                                "--degree %ld: D-SABRE (--method dsabre and its --partitions, "
+                                "--pme, --overlap, --dpme-iterations, --padding, --fill) is "
+                                "linear only; splines of degree 2 and 3 are global SABRE "
+                                "(--method global)",
+                                o->degree);
+        if (!o->have_method && !dsabre_opts)
+            o->method = METHOD_GLOBAL;
+        if (!o->have_continuity)
+            o->continuity = o->degree > 1 ? 1 : 0;
+        if (o->continuity >= o->degree)
+            return sw_cli_usage(S,
+                                "--continuity %ld: a spline of degree %ld has continuity order "
+                                "0..%ld (R < D)",
+                                o->continuity, o->degree, o->degree - 1);
+        if (o->have_smoothing && o->degree < 2)
+            return sw_cli_usage(S, "--smoothing applies to --degree 2 or 3 (the linear model has "
+                                   "no soft conditions)");
+    }
+    if (!o->have_degree)
+        o->degree = 1;
+    if (!o->have_smoothing) /* the library's default for the degree (sabre.h) */
+        o->smoothing = o->degree >= 3 ? SW_SABRE_SPLINE_SMOOTHING_CUBIC : SW_SABRE_SPLINE_SMOOTHING;
 
     /* Options of one method only. */
     if (o->method != METHOD_DSABRE && (o->have_partitions || o->have_pme || o->have_overlap ||
@@ -511,7 +606,10 @@ typedef struct sabre_result {
     sw_sabre_lattice lattice;
     double *values; /* sw_sabre_lattice_values doubles, piston removed */
     int64_t nvalues;
-    double *act;    /* (nx + 1)(ny + 1), piston removed, nan at inactive corners */
+    double *act;             /* (nx + 1)(ny + 1), piston removed, nan at inactive corners */
+    sw_sabre_spline *spline; /* global, degree >= 2: the plan (for the map) */
+    double *coef;            /* its B-coefficients (raw: the map removes its own mean) */
+    int64_t ncoef;
     int32_t active; /* corners of valid lenslets */
     double piston, rms, pv;
     double plan_us, run_us, run_us_min, run_us_mean, kernel_us;
@@ -522,6 +620,28 @@ static void result_free(sabre_result *r)
 {
     free(r->values);
     free(r->act);
+    free(r->coef);
+    sw_sabre_spline_destroy(r->spline);
+}
+
+/* The spline of degree >= 2 at vertex (x, y) of its lattice: the first estimated triangle that
+ * holds the vertex (the spline is continuous: they all agree), nan if none. */
+static double spline_at_vertex(const sabre_result *r, double x, double y)
+{
+    const sw_sabre_lattice *l = &r->lattice;
+    double v = sw_sabre_spline_eval(r->spline, r->coef, x, y);
+    for (int32_t J = (int32_t)floor(y) - 1; isnan(v) && J <= (int32_t)floor(y); J++)
+        for (int32_t I = (int32_t)floor(x) - 1; isnan(v) && I <= (int32_t)floor(x); I++) {
+            if (I < 0 || J < 0 || I >= l->sx || J >= l->sy)
+                continue;
+            for (int q = 0; q < 4 && isnan(v); q++) {
+                double o[3];
+                const int64_t t = 4 * ((int64_t)J * l->sx + I) + q;
+                if (sw_sabre_spline_eval_triangle(r->spline, r->coef, t, x, y, o) == SW_OK)
+                    v = o[0];
+            }
+        }
+    return v;
 }
 
 /* Corner (cx, cy) touches lenslets cx-1..cx by cy-1..cy: active when one of them is valid. */
@@ -615,6 +735,53 @@ static int reconstruct(sw_context *ctx, const sabre_opts *o, const slopes_in *s,
         free(vals);
         free(act);
         sw_sabre_destroy(plan);
+    } else if (o->method == METHOD_GLOBAL && o->degree > 1) {
+        sw_sabre_spline_params p;
+        sw_sabre_spline_params_default(&p);
+        p.nx = s->nx;
+        p.ny = s->ny;
+        p.pitch = r->pitch;
+        p.valid = s->valid;
+        p.degree = (int32_t)o->degree;
+        p.continuity = (int32_t)o->continuity;
+        p.smoothing = o->smoothing;
+        t0 = sw_cli_now();
+        if ((st = sw_sabre_spline_create(ctx, &p, &r->spline)) != SW_OK)
+            return sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
+        r->plan_us = 1e6 * (sw_cli_now() - t0);
+        sw_sabre_spline_lattice(r->spline, &r->lattice);
+        r->have_lattice = 1;
+        r->nvalues = sw_sabre_lattice_values(&r->lattice);
+        r->ncoef = sw_sabre_spline_coefficients(r->spline);
+        r->values = malloc(sizeof(double) * (size_t)r->nvalues);
+        r->coef = malloc(sizeof(double) * (size_t)r->ncoef);
+        if (!r->values || !r->coef)
+            rc = sw_cli_fail(SUB, "out of memory");
+        for (long i = 0; rc == SW_EXIT_OK && i < repeat; i++) {
+            t0 = sw_cli_now();
+            st = sw_sabre_spline_run(r->spline, s->slopes, r->coef);
+            const double us = 1e6 * (sw_cli_now() - t0);
+            if (st != SW_OK) {
+                rc = sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
+                break;
+            }
+            record_run(r, i, us, &sum);
+        }
+        if (rc == SW_EXIT_OK) {
+            /* the vertex values (sabre.h's order: corners, then centres) and the corners */
+            const sw_sabre_lattice *l = &r->lattice;
+            int64_t v = 0;
+            for (int32_t J = 0; J <= l->sy; J++)
+                for (int32_t I = 0; I <= l->sx; I++)
+                    r->values[v++] = spline_at_vertex(r, I, J);
+            for (int32_t J = 0; J < l->sy; J++)
+                for (int32_t I = 0; I < l->sx; I++)
+                    r->values[v++] = spline_at_vertex(r, I + 0.5, J + 0.5);
+            for (int32_t cy = 0; cy <= s->ny; cy++)
+                for (int32_t cx = 0; cx <= s->nx; cx++)
+                    r->act[(size_t)cy * (s->nx + 1) + cx] =
+                        sw_sabre_spline_eval(r->spline, r->coef, cx - 0.5, cy - 0.5);
+        }
     } else if (o->method == METHOD_GLOBAL) {
         sw_sabre_global *g = NULL;
         t0 = sw_cli_now();
@@ -787,10 +954,16 @@ static void map_header(sw_cli_hdr *h, const sabre_opts *o, const slopes_in *s,
     }
     if (o->method == METHOD_FRIED)
         sw_cli_hdr_num(h, "FRIEDREG", o->fried_reg, "Fried regularisation");
+    if (o->method != METHOD_FRIED) {
+        sw_cli_hdr_int(h, "DEGREE", (int32_t)o->degree, "spline degree d");
+        sw_cli_hdr_int(h, "CONTIN", (int32_t)o->continuity, "spline continuity order r");
+    }
+    if (r->spline)
+        sw_cli_hdr_num(h, "SMOOTH", o->smoothing, "weight of the soft spline conditions");
 }
 
-/* The map: the spline (sw_sabre_map) or Fried's bilinear phase (sw_fried_eval) at the pixel
- * centres, nan where the pixel's lenslet is invalid, mean 0 over the rest. */
+/* The map: the spline (sw_sabre_map, sw_sabre_spline_map) or Fried's bilinear phase (sw_fried_eval)
+ * at the pixel centres, nan where the pixel's lenslet is invalid, mean 0 over the rest. */
 static int write_map(sw_context *ctx, const sabre_opts *o, const slopes_in *s, sabre_result *r)
 {
     const int32_t side = s->nx > s->ny ? s->nx : s->ny;
@@ -805,7 +978,9 @@ static int write_map(sw_context *ctx, const sabre_opts *o, const slopes_in *s, s
     if (!m)
         return sw_cli_fail(SUB, "out of memory (a %dx%d map)", (int)w, (int)h);
     sw_status st = SW_OK;
-    if (r->have_lattice) {
+    if (r->spline) {
+        st = sw_sabre_spline_map(r->spline, r->coef, w, h, m);
+    } else if (r->have_lattice) {
         st = sw_sabre_map(ctx, &r->lattice, r->values, s->nx, s->ny, w, h, m);
     } else {
         for (int32_t k = 0; k < h; k++)
@@ -887,6 +1062,11 @@ static void print_report(const sabre_opts *o, const slopes_in *s, const sabre_re
             printf("  partitions %dx%d of %d squares, window %d, overlap %d, %s PME%s\n",
                    (int)r->info.k, (int)r->info.k, (int)r->info.m, (int)r->info.window,
                    (int)o->overlap, sw_sabre_pme_string(o->pme), r->gpu ? ", on the GPU" : "");
+        if (r->spline)
+            printf("  spline     degree %ld, C%ld, smoothing %g, %lld B-coefficients, on the "
+                   "host%s\n",
+                   o->degree, o->continuity, o->smoothing, (long long)r->ncoef,
+                   r->backend == SW_BACKEND_CUDA ? " (CPU code: the GPU is not used)" : "");
         printf("  wavefront  RMS %.6g %s, peak-to-valley %.6g %s over %d lenslet corners\n", r->rms,
                unit, r->pv, unit, (int)r->active);
         printf("  time       plan %.1f us, run %.1f us", r->plan_us, r->run_us);
@@ -940,6 +1120,16 @@ static void print_report(const sabre_opts *o, const slopes_in *s, const sabre_re
         for (size_t k = 0; k < sizeof none / sizeof none[0]; k++)
             cJSON_AddNullToObject(j, none[k]);
     }
+    if (o->method == METHOD_FRIED) {
+        cJSON_AddNullToObject(j, "degree");
+        cJSON_AddNullToObject(j, "continuity");
+    } else {
+        sw_cli_json_int(j, "degree", (int32_t)o->degree);
+        sw_cli_json_int(j, "continuity", (int32_t)o->continuity);
+    }
+    sw_cli_json_double(j, "smoothing", r->spline ? o->smoothing : NAN);
+    if (r->spline)
+        sw_cli_json_int(j, "coefficients", r->ncoef);
     sw_cli_json_double(j, "fried_reg",
                        o->method == METHOD_FRIED ? (o->have_reg ? o->fried_reg : DEF_FRIED_REG)
                                                  : NAN);

@@ -448,13 +448,22 @@ typedef struct sw_sabre_spline_params {
     int32_t degree;         /* d, 1..3 (1)                                                    */
     int32_t continuity;     /* r, 0..d - 1 (0)                                                */
     double triangle_weight; /* lambda of sabre.h's model, d = 1 only, 1e-3..1 (0.2)           */
-    double smoothing;       /* weight of the soft conditions, d >= 2 only, 1e-12..1e6
-                               (SW_SABRE_SPLINE_SMOOTHING)                                   */
+    double smoothing;       /* weight of the soft conditions, d >= 2 only, 1e-8..1e6; 0
+                               (the default): the degree's, below                            */
 } sw_sabre_spline_params;
 
-#define SW_SABRE_SPLINE_SMOOTHING 1e-2
+/* The default smoothing per degree, chosen on bench_sabre --accuracy (64 x 64, square pupil,
+ * 3 screens, exact slopes and magnitudes 0-12; BENCHMARKS.md): d = 2 at 0.01 is below d = 1 at
+ * every magnitude (0.1 gave up 5 % on bright stars for 0.5-1.4 % at magnitudes 10-12); d = 3 at 0.1
+ * is below d = 1 from exact slopes to magnitude 10 (0.01: 20 % better on exact slopes but 9-21 %
+ * worse from magnitude 10; 1: no better than d = 1 on bright stars) and 1-3 % above it at
+ * magnitudes 11-12, where every reconstructor's error is 0.33-0.87 of the wavefront. No single
+ * weight is best at every noise level: the best one grows with the slope noise. */
+#define SW_SABRE_SPLINE_SMOOTHING       1e-2 /* d = 2 */
+#define SW_SABRE_SPLINE_SMOOTHING_CUBIC 1e-1 /* d = 3 */
 
-/* nx = ny = 0 (must be set), pitch 1, no mask, d = 1, r = 0, the defaults above. */
+/* nx = ny = 0 (must be set), pitch 1, no mask, d = 1, r = 0, lambda 0.2, smoothing 0 (the
+ * degree's default above). */
 void sw_sabre_spline_params_default(sw_sabre_spline_params *p);
 
 typedef struct sw_sabre_spline sw_sabre_spline;

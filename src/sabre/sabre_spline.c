@@ -391,7 +391,7 @@ void sw_sabre_spline_params_default(sw_sabre_spline_params *p)
     p->degree = 1;
     p->continuity = 0;
     p->triangle_weight = SW_SABRE_TRIANGLE_WEIGHT;
-    p->smoothing = SW_SABRE_SPLINE_SMOOTHING;
+    p->smoothing = 0.0; /* the degree's default (sabre.h) */
 }
 
 void sw_sabre_spline_destroy(sw_sabre_spline *s)
@@ -547,8 +547,9 @@ sw_status sw_sabre_spline_create(sw_context *ctx, const sw_sabre_spline_params *
         !(p->triangle_weight >= SW_SABRE_TRIANGLE_WEIGHT_MIN && p->triangle_weight <= 1.0))
         return sw_fail(ctx, SW_EINVAL, "%s: triangle_weight %g is not in %g..1", who,
                        p->triangle_weight, SW_SABRE_TRIANGLE_WEIGHT_MIN);
-    if (p->degree >= 2 && !(p->smoothing >= 1e-8 && p->smoothing <= 1e6))
-        return sw_fail(ctx, SW_EINVAL, "%s: smoothing %g is not in 1e-8..1e6", who, p->smoothing);
+    if (p->degree >= 2 && p->smoothing != 0.0 && !(p->smoothing >= 1e-8 && p->smoothing <= 1e6))
+        return sw_fail(ctx, SW_EINVAL, "%s: smoothing %g is not in 1e-8..1e6 (or 0: the default)",
+                       who, p->smoothing);
     const int d = p->degree;
     const int32_t sx = p->nx - 1, sy = p->ny - 1;
     const int64_t nlens = (int64_t)p->nx * p->ny, ntri = 4 * (int64_t)sx * sy;
@@ -576,7 +577,9 @@ sw_status sw_sabre_spline_create(sw_context *ctx, const sw_sabre_spline_params *
     s->nb = (d + 1) * (d + 2) / 2;
     s->pitch = p->pitch;
     s->lambda = p->triangle_weight;
-    s->eps = p->smoothing;
+    s->eps = p->smoothing != 0.0 ? p->smoothing
+             : p->degree >= 3    ? SW_SABRE_SPLINE_SMOOTHING_CUBIC
+                                 : SW_SABRE_SPLINE_SMOOTHING;
     s->valid = malloc((size_t)nlens);
     s->test = calloc((size_t)ntri, 1);
     s->tunk = malloc((size_t)(ntri * s->nb) * sizeof *s->tunk);

@@ -5,8 +5,9 @@
 # spline's vertex values and the map checked against the truth (tilt: tight, the models are exact
 # for it; quadratic: loose), pixel slopes equal to radian slopes, a nan row equal to a missing row,
 # the JSON report, the CPU and automatic backends, `sim sh` -> `centroid --slopes` -> `sabre` end
-# to end, and exit codes: 2 (one line pointing at --help) for bad options, 1 (one clear line) for
-# inputs that cannot be used.
+# to end, splines of degree 2 and 3 (--degree) on a defocus from `sim sh` (exact for them), and
+# exit codes: 2 (one line pointing at --help) for bad options, 1 (one clear line) for inputs that
+# cannot be used.
 # Usage: test_cli_sabre.sh PATH/TO/spotwave
 set -euo pipefail
 
@@ -14,15 +15,20 @@ source "$(dirname "$0")/common.bash"
 command -v python3 >/dev/null || fail "python3 is needed to make and check the tables"
 
 cat >"$tmp/check.py" <<'EOF'
-import json, math, struct, sys
+import json, math, os, struct, sys
 
-P = 100.0  # lenslet pitch, um (--lenslet-um)
+P = float(os.environ.get("SW_P", "100"))  # lenslet pitch, um (--lenslet-um)
 
 def wave(kind, nx, ny):
     """W(u, v) in um and its gradient (rad), u = x P, v = y P (lattice x, y)."""
     if kind == "tilt":
         a, b = 1.2e-3, -0.7e-3
         return (lambda u, v: a * u + b * v), (lambda u, v: (a, b))
+    if kind == "defocus":  # sim sh: Z(2,0) = sqrt(3)(2 rho^2 - 1) of 0.5 um, circle inscribed;
+        # the OPD is minus the Zernike sum (OSA sign, sim_sh.h)
+        uc, vc, rr, c = (nx - 1) / 2 * P, (ny - 1) / 2 * P, min(nx, ny) * P / 2, -0.5
+        return ((lambda u, v: c * math.sqrt(3) * (2 * ((u - uc) ** 2 + (v - vc) ** 2) / rr ** 2 - 1)),
+                None)
     u0, v0 = 0.3 * nx * P, 0.6 * ny * P
     c, d, e = 2e-6, -1.3e-6, 0.8e-6
     return ((lambda u, v: c * (u - u0) ** 2 + d * (v - v0) ** 2 + e * u * v),
@@ -178,6 +184,13 @@ elif cmd == "e2e":  # e2e ACT.csv TRUTH.csv LENSLET_UM PIXEL_UM FOCAL_MM: the ti
     assert abs(sx * p) > 0.05 and abs(sy) < 1e-2 * abs(sx), (sx, sy)
     assert abs(gx - sx * p) < 0.01 * abs(sx * p), (gx, sx * p)
     assert abs(gy - sy * p) < 0.01 * abs(sx * p), (gy, sy * p)
+elif cmd == "sh2slopes":  # sh2slopes TRUTH.csv OUT: the simulator's spots as dx_px,dy_px
+    _, rows = read_csv(sys.argv[2])
+    with open(sys.argv[3], "w") as f:
+        f.write("ix,iy,dx_px,dy_px\n")
+        for r in rows:
+            f.write("%d,%d,%.9g,%.9g\n" % (r["ix"], r["iy"], r["x_px"] - r["ref_x_px"],
+                                           r["y_px"] - r["ref_y_px"]))
 elif cmd == "json":
     r = json.loads(open(sys.argv[2]).read())
     assert eval(sys.argv[3]), r
@@ -318,6 +331,79 @@ expect 0 --backend cpu centroid "$tmp/sh.fits" "${geom[@]}" --reference "$tmp/re
     --pixel-um 5.5 --focal-mm 3.5 --slopes "$tmp/e2e.csv" --out "$tmp/c.csv"
 expect 0 sabre "$tmp/e2e.csv" --lenslet-um 176 --actuators "$tmp/e.csv"
 check e2e "$tmp/e.csv" "$tmp/sh.csv" 176 5.5 3.5 || fail "end to end: the tilt is not recovered"
+
+# ---------------------------------------------------------------- splines of degree 2 and 3
+# A defocus (Z(2,0), 0.5 um) through `sim sh` (geometric spots, 9 x 9 lenslets of 176 um): its
+# truth's spot displacements are the exact lenslet-mean gradients (a quadratic's gradient is
+# linear: the sample mean is exact), and splines of degree >= 2 hold a quadratic, so they
+# reproduce it to the float slopes' precision at the actuators, the vertices and every map pixel
+# (the linear mesh does not: checked below). --continuity defaults to 1 for D >= 2.
+cat >"$tmp/z2.csv" <<'EOF'
+n,m,coef_um
+2,0,0.5
+EOF
+geom2=(--pitch 32 --grid 9x9 --origin 0,0)
+expect 0 --backend cpu sim sh --zernike "$tmp/z2.csv" "${geom2[@]}" --size 288x288 --noise none \
+    --out "$tmp/sh2.fits" --truth "$tmp/sh2.csv"
+check sh2slopes "$tmp/sh2.csv" "$tmp/def.csv"
+O2=(--lenslet-um 176 --pixel-um 5.5 --focal-mm 3.5)
+export SW_P=176
+for d in 2 3; do
+    for be in cpu auto; do
+        expect 0 --backend $be sabre "$tmp/def.csv" "${O2[@]}" --degree $d --actuators "$tmp/a.csv" \
+            --values "$tmp/v.csv" --map "$tmp/m.fits" --map-size 45 --json
+        printf '%s\n' "$out" >"$tmp/j.json"
+        check json "$tmp/j.json" "r['method'] == 'global' and r['degree'] == $d and r['continuity'] == 1 and r['smoothing'] > 0 and r['coefficients'] == 4 * 8 * 8 * ($d + 1) * ($d + 2) // 2 and r['path'] == 'host' and r['lattice']['sx'] == 8 and r['map_width'] == 45" ||
+            fail "degree $d, $be: JSON report: $out"
+        check act "$tmp/a.csv" "$tmp/def.csv" 9 9 defocus 1e-4 >/dev/null ||
+            fail "degree $d, $be: the defocus is not reproduced at the actuators"
+        check values "$tmp/v.csv" 9 9 defocus 1e-4 8 8 || fail "degree $d, $be: vertex values"
+        check map "$tmp/m.fits" 9 9 defocus 1e-4 45 45 || fail "degree $d, $be: map"
+    done
+done
+# r = 0 and a given smoothing: still exact (the soft conditions hold for a quadratic); the text
+# report names the spline and where it ran.
+expect 0 --backend cpu sabre "$tmp/def.csv" "${O2[@]}" --degree 2 --continuity 0 --smoothing 3 \
+    --actuators "$tmp/a.csv"
+[[ $out == *"spline     degree 2, C0, smoothing 3,"*"on the host"* ]] || fail "spline report: $out"
+check act "$tmp/a.csv" "$tmp/def.csv" 9 9 defocus 1e-4 >/dev/null || fail "degree 2, C0"
+# The linear mesh is not exact for it (what makes the tolerance above a real check).
+expect 0 --backend cpu sabre "$tmp/def.csv" "${O2[@]}" --degree 1 --actuators "$tmp/a.csv" --json
+printf '%s\n' "$out" >"$tmp/j.json"
+check json "$tmp/j.json" "r['method'] == 'global' and r['degree'] == 1 and r['smoothing'] is None" ||
+    fail "degree 1 report: $out"
+if check act "$tmp/a.csv" "$tmp/def.csv" 9 9 defocus 1e-3 >/dev/null 2>&1; then
+    fail "the linear mesh reproduced the defocus to 1e-3: the spline check cannot tell"
+fi
+# --degree 1 keeps D-SABRE when its options are given; a spline's values on standard output.
+expect 0 --backend cpu sabre "$tmp/def.csv" "${O2[@]}" --degree 1 --partitions 4 --json
+printf '%s\n' "$out" >"$tmp/j.json"
+check json "$tmp/j.json" "r['method'] == 'dsabre' and r['degree'] == 1 and r['continuity'] == 0" ||
+    fail "degree 1 with --partitions: $out"
+expect 0 --backend cpu sabre "$tmp/def.csv" "${O2[@]}" --degree 3 --values -
+printf '%s\n' "$out" >"$tmp/vs.csv"
+check values "$tmp/vs.csv" 9 9 defocus 1e-4 8 8 || fail "degree 3: vertex values on stdout"
+unset SW_P
+# Bad splines: a usage error (one line, exit 2) and no file written.
+rm -f "$tmp/x.csv" "$tmp/x.fits"
+for bad in "--degree 4" "--degree 0" "--degree 1 --continuity 1" "--degree 2 --continuity 2" \
+    "--degree 3 --continuity 3" "--degree 2 --smoothing -1" "--degree 2 --smoothing 0" \
+    "--degree 2 --smoothing 1e7" "--degree 1 --smoothing 0.1" "--smoothing 0.1" "--continuity 1" \
+    "--degree 2 --method dsabre" "--degree 2 --partitions 4" "--degree 3 --pme distributed" \
+    "--degree 2 --method fried"; do
+    # shellcheck disable=SC2086
+    expect_usage --backend cpu sabre "$tmp/def.csv" "${O2[@]}" $bad --actuators "$tmp/x.csv" \
+        --map "$tmp/x.fits"
+    [[ ! -e $tmp/x.csv && ! -e $tmp/x.fits ]] || fail "$bad: wrote a file"
+done
+expect_usage sabre "$tmp/def.csv" --degree 2 --partitions 4
+[[ $err == *"linear only"* && $err == *"--method global"* ]] || fail "--degree 2 with D-SABRE: $err"
+expect_usage sabre "$tmp/def.csv" --degree 2 --continuity 2
+[[ $err == *continuity* ]] || fail "--continuity 2: $err"
+expect_usage sabre "$tmp/def.csv" --degree 1 --continuity 1
+[[ $err == *"R < D"* ]] || fail "--continuity 1 at degree 1: $err"
+expect_usage sabre "$tmp/def.csv" --degree 4
+[[ $err == *"1..3"* ]] || fail "--degree 4: $err"
 
 # ---------------------------------------------------------------- errors
 expect_usage sabre

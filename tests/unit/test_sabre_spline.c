@@ -333,9 +333,36 @@ static void test_errors(void **state)
     assert_int_equal(sw_sabre_spline_create(ctx, &p, &s), SW_EINVAL);
     assert_non_null(strstr(sw_context_error(ctx), "continuity"));
     p.continuity = 1;
-    p.smoothing = 0;
+    p.smoothing = -1e-3;
     assert_int_equal(sw_sabre_spline_create(ctx, &p, &s), SW_EINVAL);
     assert_null(s);
+    p.smoothing = 0.0; /* the degree's default: the same solution as the weight given */
+    {
+        float *rs = random_slopes(5, 5, 9);
+        double *c0 = NULL, *c1 = NULL;
+        for (int d = 2; d <= 3; d++) {
+            p.degree = d;
+            for (int k = 0; k < 2; k++) {
+                p.smoothing =
+                    k == 0 ? 0.0
+                           : (d == 3 ? SW_SABRE_SPLINE_SMOOTHING_CUBIC : SW_SABRE_SPLINE_SMOOTHING);
+                assert_int_equal(sw_sabre_spline_create(ctx, &p, &s), SW_OK);
+                const int64_t nc = sw_sabre_spline_coefficients(s);
+                double **c = k == 0 ? &c0 : &c1;
+                *c = malloc((size_t)nc * sizeof **c);
+                assert_int_equal(sw_sabre_spline_run(s, rs, *c), SW_OK);
+                sw_sabre_spline_destroy(s);
+                s = NULL;
+                if (k == 1)
+                    for (int64_t m = 0; m < nc; m++)
+                        assert_true(c0[m] == c1[m] || (isnan(c0[m]) && isnan(c1[m])));
+            }
+            free(c0);
+            free(c1);
+        }
+        free(rs);
+        p.degree = 2;
+    }
     p.smoothing = SW_SABRE_SPLINE_SMOOTHING;
     assert_int_equal(sw_sabre_spline_create(ctx, &p, &s), SW_OK);
     float *sl = random_slopes(5, 5, 3);
