@@ -154,6 +154,7 @@ extern "C" {
 #define SW_PUPIL_MAX_CANDIDATES 65536 /* RANSAC candidates per pupil              */
 #define SW_PUPIL_MIN_SIZE       16    /* smallest width and height of a frame     */
 #define SW_PUPIL_EDGE_OFFSET_PX 0.5   /* added to the fitted semi-axes (step 8)   */
+#define SW_PUPIL_EDGE_AUTO      (-1.0) /* edge_level: measured per frame (step 3d) */
 
 typedef enum sw_pupil_lenslet_rule {
     SW_PUPIL_LENSLET_FULL = 0,  /* the lenslet's whole square inside the ellipse (default) */
