@@ -158,10 +158,9 @@ void sw_cmd_pupil_help(FILE *out)
         "Example:\n"
         "  spotwave sim eye --binocular --out eyes.pgm --truth eyes\n"
         "  spotwave pupil eyes.pgm --binocular --overlay fit.png\n",
-        SW_PUPIL_MAX_RADIUS, d.gauss_radius, d.gauss_sigma, d.otsu_classes,
-        SW_PUPIL_MAX_RADIUS, d.close_radius, SW_PUPIL_MAX_CANDIDATES, d.candidates, d.inlier_px,
-        d.refine_iterations, d.min_coverage, d.max_near_ratio, (unsigned long long)d.seed,
-        sw_cli_given_help);
+        SW_PUPIL_MAX_RADIUS, d.gauss_radius, d.gauss_sigma, d.otsu_classes, SW_PUPIL_MAX_RADIUS,
+        d.close_radius, SW_PUPIL_MAX_CANDIDATES, d.candidates, d.inlier_px, d.refine_iterations,
+        d.min_coverage, d.max_near_ratio, (unsigned long long)d.seed, sw_cli_given_help);
 }
 
 enum {

@@ -561,8 +561,8 @@ sw_status sw_pupil_cpu_run(sw_pupil_plan *plan, const sw_image *frame, sw_pupil_
                 hist[row[x]]++;
         }
         const int auto_edge = p->edge_level < 0.0;
-        const int32_t t =
-            sw_pm_threshold(hist, p->otsu_classes, auto_edge ? SW_PM_EDGE_AUTO_INIT : p->edge_level);
+        const int32_t t = sw_pm_threshold(hist, p->otsu_classes,
+                                          auto_edge ? SW_PM_EDGE_AUTO_INIT : p->edge_level);
         o->threshold = t;
 
         int64_t n = 0;

@@ -357,14 +357,14 @@ SW_PM_FN int32_t sw_pm_threshold(int64_t *hist, int32_t otsu_classes, double edg
  * are the same pixels on both backends up to the ellipse's rounding (1e-6 px); the percentiles
  * and the threshold are exact functions of the three 256-bin histograms.
  */
-#define SW_PM_RING_W         8.0  /* band width, px                                     */
-#define SW_PM_RING_Q_IN      0.5  /* the inside bands' percentile (under the spots)     */
-#define SW_PM_RING_Q_OUT     0.5  /* the outside band's percentile                      */
-#define SW_PM_RING_MIN_PIX   64   /* pixels a band needs                                */
-#define SW_PM_RING_FAR_LO    0.6  /* the far inside band: rho in [0.6, 0.75)           */
+#define SW_PM_RING_W         8.0 /* band width, px                                     */
+#define SW_PM_RING_Q_IN      0.5 /* the inside bands' percentile (under the spots)     */
+#define SW_PM_RING_Q_OUT     0.5 /* the outside band's percentile                      */
+#define SW_PM_RING_MIN_PIX   64  /* pixels a band needs                                */
+#define SW_PM_RING_FAR_LO    0.6 /* the far inside band: rho in [0.6, 0.75)           */
 #define SW_PM_RING_FAR_HI    0.75
-#define SW_PM_RING_PASSES    4    /* the most refits after the first                    */
-#define SW_PM_EDGE_AUTO_INIT 0.4  /* the first pass's edge level (fall-off 0.3)         */
+#define SW_PM_RING_PASSES    4   /* the most refits after the first                    */
+#define SW_PM_EDGE_AUTO_INIT 0.4 /* the first pass's edge level (fall-off 0.3)         */
 
 /* The bands about one pupil: per pixel, band k (0 far inside, 1 near inside, 2 outside) when
  * lo2[k] <= rho^2 < hi2[k]. */
@@ -381,9 +381,10 @@ SW_PM_FN sw_pm_ring sw_pm_ring_make(double cx, double cy, double a, double b, do
                                     int32_t gauss_radius, double gauss_sigma)
 {
     sw_pm_ring g;
-    const double s = gauss_radius <= 0 ? 0.0
-                                       : (gauss_sigma < (double)gauss_radius ? gauss_sigma
-                                                                             : (double)gauss_radius);
+    const double s =
+        gauss_radius <= 0
+            ? 0.0
+            : (gauss_sigma < (double)gauss_radius ? gauss_sigma : (double)gauss_radius);
     const double m = 3.0 * s + 3.0, W = SW_PM_RING_W, R = 0.5 * (a + b);
     const double d[4] = {-(m + 2.0 * W), -(m + W), -m, m};
     g.cx = cx;

@@ -8,7 +8,8 @@
  * eyes on one frame; spots_fallback 2 uses the spots path where the glow path "finds" the
  * blurred spots of a 10 px pitch; 0 turns it off; a frame of noise is not made a pupil (the
  * reasons of both paths), and a plan without a grid says so; the glow path with its glow
- * falling off by 0 to 60 % at the edge stays within 1 % (and the spots path is not needed);
+ * falling off by 0 to 90 % at the edge stays within 1 % with the automatic edge level (and the
+ * spots path is not needed), while an explicit edge level 0.4 is step 3c's threshold as it is;
  * given pupils are the result of every frame whatever it holds, with their lenslet mask, and
  * bad given pupils are refused.
  */
