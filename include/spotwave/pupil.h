@@ -207,20 +207,20 @@ typedef struct sw_pupil_params {
     int32_t close_radius;  /* 4; 0 .. SW_PUPIL_MAX_RADIUS (0: no close)                      */
     int32_t candidates;    /* 1024; 32 .. SW_PUPIL_MAX_CANDIDATES, a multiple of 32           */
     double inlier_px;      /* 2 (Mompean et al.'s); > 0                                    */
-    int32_t refine_iterations;      /* 3; 0 .. 20 (0: the RANSAC winner as it is)                */
-    double min_radius_px;           /* min(width, height) / 10; smallest semi-axis accepted (a lone
-                                       corneal reflection thresholds to a disc of ~2.4 sigma)    */
-    double max_radius_px;           /* 0: the frame's larger side; largest semi-axis accepted     */
-    double min_coverage;            /* 0.25; inliers / perimeter needed for a valid pupil, 0..1   */
-    int32_t otsu_classes;           /* 3; step 3's split: 2 or 3 classes                          */
-    double edge_level; /* SW_PUPIL_EDGE_AUTO (-1, default): any negative value measures the edge
-                          level per pupil (step 3d); else step 3c's fixed level, [0, 1) (0:
-                          Otsu's split itself; 0.4 was the default before step 3d)        */
-    double max_near_ratio;          /* 0.75; near-band points / inliers allowed (step 9), >= 0
-                                       (+Inf: no near-band test)                                  */
-    uint64_t seed;                  /* the RANSAC random numbers (rng.h), default 1               */
-    const sw_sh_geometry *geometry; /* optional: lenslet grid for the lenslet mask; copied at
-                                       create (its valid mask is ignored)                   */
+    int32_t refine_iterations; /* 3; 0 .. 20 (0: the RANSAC winner as it is)                */
+    double min_radius_px;      /* min(width, height) / 10; smallest semi-axis accepted (a lone
+                                  corneal reflection thresholds to a disc of ~2.4 sigma)    */
+    double max_radius_px;      /* 0: the frame's larger side; largest semi-axis accepted     */
+    double min_coverage;       /* 0.25; inliers / perimeter needed for a valid pupil, 0..1   */
+    int32_t otsu_classes;      /* 3; step 3's split: 2 or 3 classes                          */
+    double edge_level;     /* SW_PUPIL_EDGE_AUTO (-1, default): any negative value measures the edge
+                              level per pupil (step 3d); else step 3c's fixed level, [0, 1) (0:
+                              Otsu's split itself; 0.4 was the default before step 3d)        */
+    double max_near_ratio; /* 0.75; near-band points / inliers allowed (step 9), >= 0
+                              (+Inf: no near-band test)                                  */
+    uint64_t seed;         /* the RANSAC random numbers (rng.h), default 1               */
+    const sw_sh_geometry *geometry;     /* optional: lenslet grid for the lenslet mask; copied at
+                                           create (its valid mask is ignored)                   */
     sw_pupil_lenslet_rule lenslet_rule; /* default SW_PUPIL_LENSLET_FULL                   */
     int given;                          /* 1: given_pupil[0 .. n_pupils) are the pupils; no
                                            tracking (default 0)                              */
