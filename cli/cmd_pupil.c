@@ -84,8 +84,15 @@ void sw_cmd_pupil_help(FILE *out)
         "                         (clipped at 1.5 x the median above its mean) into two\n"
         "                         classes, or into three (iris | pupil | bright) at the lower\n"
         "                         of their two thresholds (default %d)\n"
-        "  --edge-level F         the threshold: the iris' mean plus F x (the pupil's median -\n"
-        "                         the iris' mean), 0 <= F < 1 (default %g; 0: Otsu's split)\n"
+        "  --edge-level F|auto    the threshold: the iris' mean plus F x (the pupil's median -\n"
+        "                         the iris' mean), 0 <= F < 1 (0: Otsu's split); auto\n"
+        "                         (default): F = 0.4, then, after the ellipse is found, the\n"
+        "                         half height of its edge, measured in bands about it (the\n"
+        "                         glow inside extrapolated to the edge, the iris outside),\n"
+        "                         and the fit again until the threshold stays (at most 4\n"
+        "                         times): the radius holds when the glow falls off towards\n"
+        "                         the edge (F = 0.4 suits a 30 %% fall-off; (1 - f) / (2 - f)\n"
+        "                         a known fall-off f)\n"
         "  --close-radius R       morphological close: a (2R+1)^2 square, 0..%d (default %d)\n"
         "  --candidates N         RANSAC ellipses per pupil, a multiple of 32 in 32..%d\n"
         "                         (default %d)\n"
@@ -151,10 +158,9 @@ void sw_cmd_pupil_help(FILE *out)
         "Example:\n"
         "  spotwave sim eye --binocular --out eyes.pgm --truth eyes\n"
         "  spotwave pupil eyes.pgm --binocular --overlay fit.png\n",
-        SW_PUPIL_MAX_RADIUS, d.gauss_radius, d.gauss_sigma, d.otsu_classes, d.edge_level,
-        SW_PUPIL_MAX_RADIUS, d.close_radius, SW_PUPIL_MAX_CANDIDATES, d.candidates, d.inlier_px,
-        d.refine_iterations, d.min_coverage, d.max_near_ratio, (unsigned long long)d.seed,
-        sw_cli_given_help);
+        SW_PUPIL_MAX_RADIUS, d.gauss_radius, d.gauss_sigma, d.otsu_classes, SW_PUPIL_MAX_RADIUS,
+        d.close_radius, SW_PUPIL_MAX_CANDIDATES, d.candidates, d.inlier_px, d.refine_iterations,
+        d.min_coverage, d.max_near_ratio, (unsigned long long)d.seed, sw_cli_given_help);
 }
 
 enum {
@@ -293,7 +299,12 @@ static int parse_opts(pupil_opts *o, int argc, char **argv)
             break;
         case OPT_OTSU_CLASSES: rc = sw_cli_opt_int(S, name, optarg, 2, 3, &p->otsu_classes); break;
         case OPT_EDGE_LEVEL:
-            rc = sw_cli_opt_double(S, name, optarg, SW_CLI_NONNEG, "a number >= 0", &p->edge_level);
+            if (strcmp(optarg, "auto") == 0) {
+                p->edge_level = SW_PUPIL_EDGE_AUTO;
+                break;
+            }
+            rc = sw_cli_opt_double(S, name, optarg, SW_CLI_NONNEG, "a number >= 0 or auto",
+                                   &p->edge_level);
             if (rc == SW_EXIT_OK && !(p->edge_level < 1))
                 return sw_cli_usage(S, "%s: '%s' is not below 1", name, optarg);
             break;
@@ -501,7 +512,10 @@ static void json_report(const pupil_job *j, sw_context *ctx, int64_t first, int6
     sw_cli_json_int(rep, "gauss_radius", p->gauss_radius);
     sw_cli_json_double(rep, "gauss_sigma", p->gauss_sigma);
     sw_cli_json_int(rep, "otsu_classes", p->otsu_classes);
-    sw_cli_json_double(rep, "edge_level", p->edge_level);
+    if (p->edge_level < 0.0)
+        sw_cli_json_string(rep, "edge_level", "auto");
+    else
+        sw_cli_json_double(rep, "edge_level", p->edge_level);
     sw_cli_json_int(rep, "close_radius", p->close_radius);
     sw_cli_json_int(rep, "candidates", p->candidates);
     sw_cli_json_double(rep, "inlier_px", p->inlier_px);

@@ -42,7 +42,22 @@
  *         the middle of the class means, above the half height of the pupil's edge when the
  *         glow falls off towards it (about 1 px too far in); edge_level 0.4 is the half height
  *         of an edge at 80 % of the pupil's median, the retinal glow of Mompean et al.'s images
- *         (falloff 0.3). edge_level 0: t = t_o.
+ *         (falloff 0.3). edge_level 0: t = t_o. edge_level < 0 (SW_PUPIL_EDGE_AUTO, the
+ *         default): 0.4 here, then step 3d;
+ *      d. automatic edge level (edge_level < 0; not from Mompean et al.): the right level
+ *         depends on how far the glow falls off towards the edge (for a glow falling off by f
+ *         as 1 - f rho^2 it is (1 - f) / (2 - f): 0.5 at f = 0, 0.09 at f = 0.9), so after a
+ *         pupil is found (steps 4-9) its edge is measured in three bands of the smoothed image
+ *         about the found ellipse (rho its normalised radius, R = (a + b) / 2, m = 3 s + 3 px
+ *         off the edge, s = min(gauss_sigma, gauss_radius), bands of 8 px): the median of
+ *         rho in [0.6, 0.75) (L1), of the 8 px inside the edge's margin (L2), of the 8 px
+ *         outside it (L3). The glow at the edge, Le, is L2 extrapolated linearly in rho^2 to
+ *         rho = 1 (at most L2), and the new threshold is the edge's half height,
+ *         t = floor((Le + L3) / 2); steps 4-9 run again with it, until t stays, at most 4
+ *         times. A refit that does not find the pupil keeps the last one found (and its
+ *         threshold, mask and border list); a pupil smaller than R = 2 (m + 8) px, bands with
+ *         fewer than 64 pixels, or an edge less than 2 levels above the outside keep the
+ *         threshold they have.
  *      A region whose pixels all have one value has no threshold: not found.
  *   4. Morphological close of the inside mask with a (2 close_radius + 1)^2 square: dilation
  *      (maximum) then erosion (minimum), each separable (rows, then columns), windows clipped to
@@ -137,7 +152,11 @@
  * ellipses agree to rounding (1e-6 px). The refinement's sums are added in a different order on
  * the two, so a border point lying exactly on a band's edge may count on one and not on the
  * other: inliers and near may differ by one or two, and a pupil exactly at the min_coverage or
- * max_near_ratio limit may be judged differently.
+ * max_near_ratio limit may be judged differently. Step 3d runs on the device too (in the same
+ * graph: a band histogram kernel and steps 4-9 again per refit, kernels that return at once
+ * where nothing changed); its bands are drawn about the refined ellipse, so a pixel within
+ * 1e-6 px of a band's edge may fall in a band on one backend only: its median, and so the
+ * threshold, could then differ (not seen in the tests).
  */
 #ifndef SPOTWAVE_PUPIL_H
 #define SPOTWAVE_PUPIL_H
@@ -150,10 +169,11 @@
 extern "C" {
 #endif
 
-#define SW_PUPIL_MAX_RADIUS     16    /* largest Gaussian / close radius          */
-#define SW_PUPIL_MAX_CANDIDATES 65536 /* RANSAC candidates per pupil              */
-#define SW_PUPIL_MIN_SIZE       16    /* smallest width and height of a frame     */
-#define SW_PUPIL_EDGE_OFFSET_PX 0.5   /* added to the fitted semi-axes (step 8)   */
+#define SW_PUPIL_MAX_RADIUS     16     /* largest Gaussian / close radius          */
+#define SW_PUPIL_MAX_CANDIDATES 65536  /* RANSAC candidates per pupil              */
+#define SW_PUPIL_MIN_SIZE       16     /* smallest width and height of a frame     */
+#define SW_PUPIL_EDGE_OFFSET_PX 0.5    /* added to the fitted semi-axes (step 8)   */
+#define SW_PUPIL_EDGE_AUTO      (-1.0) /* edge_level: measured per frame (step 3d) */
 
 typedef enum sw_pupil_lenslet_rule {
     SW_PUPIL_LENSLET_FULL = 0,  /* the lenslet's whole square inside the ellipse (default) */
@@ -187,18 +207,20 @@ typedef struct sw_pupil_params {
     int32_t close_radius;  /* 4; 0 .. SW_PUPIL_MAX_RADIUS (0: no close)                      */
     int32_t candidates;    /* 1024; 32 .. SW_PUPIL_MAX_CANDIDATES, a multiple of 32           */
     double inlier_px;      /* 2 (Mompean et al.'s); > 0                                    */
-    int32_t refine_iterations;      /* 3; 0 .. 20 (0: the RANSAC winner as it is)                */
-    double min_radius_px;           /* min(width, height) / 10; smallest semi-axis accepted (a lone
-                                       corneal reflection thresholds to a disc of ~2.4 sigma)    */
-    double max_radius_px;           /* 0: the frame's larger side; largest semi-axis accepted     */
-    double min_coverage;            /* 0.25; inliers / perimeter needed for a valid pupil, 0..1   */
-    int32_t otsu_classes;           /* 3; step 3's split: 2 or 3 classes                          */
-    double edge_level;              /* 0.4; step 3's edge level, [0, 1) (0: Otsu's split itself)  */
-    double max_near_ratio;          /* 0.75; near-band points / inliers allowed (step 9), >= 0
-                                       (+Inf: no near-band test)                                  */
-    uint64_t seed;                  /* the RANSAC random numbers (rng.h), default 1               */
-    const sw_sh_geometry *geometry; /* optional: lenslet grid for the lenslet mask; copied at
-                                       create (its valid mask is ignored)                   */
+    int32_t refine_iterations; /* 3; 0 .. 20 (0: the RANSAC winner as it is)                */
+    double min_radius_px;      /* min(width, height) / 10; smallest semi-axis accepted (a lone
+                                  corneal reflection thresholds to a disc of ~2.4 sigma)    */
+    double max_radius_px;      /* 0: the frame's larger side; largest semi-axis accepted     */
+    double min_coverage;       /* 0.25; inliers / perimeter needed for a valid pupil, 0..1   */
+    int32_t otsu_classes;      /* 3; step 3's split: 2 or 3 classes                          */
+    double edge_level;     /* SW_PUPIL_EDGE_AUTO (-1, default): any negative value measures the edge
+                              level per pupil (step 3d); else step 3c's fixed level, [0, 1) (0:
+                              Otsu's split itself; 0.4 was the default before step 3d)        */
+    double max_near_ratio; /* 0.75; near-band points / inliers allowed (step 9), >= 0
+                              (+Inf: no near-band test)                                  */
+    uint64_t seed;         /* the RANSAC random numbers (rng.h), default 1               */
+    const sw_sh_geometry *geometry;     /* optional: lenslet grid for the lenslet mask; copied at
+                                           create (its valid mask is ignored)                   */
     sw_pupil_lenslet_rule lenslet_rule; /* default SW_PUPIL_LENSLET_FULL                   */
     int given;                          /* 1: given_pupil[0 .. n_pupils) are the pupils; no
                                            tracking (default 0)                              */

@@ -36,7 +36,7 @@ void sw_pupil_params_default(sw_pupil_params *p, int32_t width, int32_t height, 
     p->max_radius_px = 0.0;
     p->min_coverage = 0.25;
     p->otsu_classes = 3;
-    p->edge_level = 0.4;
+    p->edge_level = SW_PUPIL_EDGE_AUTO;
     p->max_near_ratio = 0.75;
     p->seed = 1;
     p->geometry = NULL;
@@ -149,9 +149,10 @@ static sw_status check_params(sw_context *ctx, const sw_pupil_params *p)
         return sw_fail(ctx, SW_EINVAL, "pupil: min_coverage %g must be 0 .. 1", p->min_coverage);
     if (p->otsu_classes != 2 && p->otsu_classes != 3)
         return sw_fail(ctx, SW_EINVAL, "pupil: otsu_classes %d must be 2 or 3", p->otsu_classes);
-    if (!(p->edge_level >= 0.0 && p->edge_level < 1.0))
+    if (!(isfinite(p->edge_level) && p->edge_level < 1.0))
         return sw_fail(ctx, SW_EINVAL,
-                       "pupil: edge_level %g must be in [0, 1) (0: Otsu's split itself)",
+                       "pupil: edge_level %g must be finite and below 1 (0: Otsu's split itself, "
+                       "< 0: automatic)",
                        p->edge_level);
     if (!(p->max_near_ratio >= 0.0))
         return sw_fail(ctx, SW_EINVAL,

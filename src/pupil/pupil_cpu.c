@@ -437,6 +437,40 @@ void sw_pupil_cpu_fit(const sw_pupil_plan *plan, const sw_pm_region *r, const in
     fit_impl(plan, r, xy, n, out, sw_context_threads(plan->ctx));
 }
 
+/* ---------------------------------------------------------------- step 3d: the edge level */
+
+/* The histograms of the bands about pupil o of region [x0, x1) (pupil_model.h "Step 3d") into
+ * h (3 x 256), over the ellipse's bounding box; 0 when the pupil is too small for them. */
+static int ring_hist(const sw_pupil_plan *plan, int32_t x0, int32_t x1, const sw_pupil_ellipse *o,
+                     sw_pm_ring *g, unsigned int *h, int threads)
+{
+    const sw_pupil_params *p = &plan->p;
+    *g = sw_pm_ring_of(o, p->gauss_radius, p->gauss_sigma);
+    memset(h, 0, 3 * 256 * sizeof *h);
+    if (!g->usable)
+        return 0;
+    const double ext = o->a_px * sqrt(g->hi2[2]) + 2.0;
+    const int32_t ya = (int32_t)floor(o->cy_px - ext), yb = (int32_t)ceil(o->cy_px + ext);
+    const int32_t xa = (int32_t)floor(o->cx_px - ext), xb = (int32_t)ceil(o->cx_px + ext);
+    const int32_t y0 = ya < 0 ? 0 : ya, y1 = yb > p->height - 1 ? p->height - 1 : yb;
+    const int32_t c0 = xa < x0 ? x0 : xa, c1 = xb > x1 - 1 ? x1 - 1 : xb;
+    const uint8_t *sm = plan->smooth8;
+    const int32_t width = p->width;
+    (void)threads;
+#ifdef SW_HAVE_OPENMP
+#pragma omp parallel for schedule(static) num_threads(threads) reduction(+ : h[:768])
+#endif
+    for (int32_t y = y0; y <= y1; y++) {
+        const uint8_t *row = sm + (size_t)y * (size_t)width;
+        for (int32_t x = c0; x <= c1; x++) {
+            const int k = sw_pm_ring_band(g, x, y);
+            if (k >= 0)
+                h[k * 256 + row[x]]++;
+        }
+    }
+    return 1;
+}
+
 /* ---------------------------------------------------------------- the whole chain */
 
 sw_status sw_pupil_cpu_run(sw_pupil_plan *plan, const sw_image *frame, sw_pupil_result *result)
@@ -526,7 +560,9 @@ sw_status sw_pupil_cpu_run(sw_pupil_plan *plan, const sw_image *frame, sw_pupil_
             for (int32_t x = x0; x < x1; x++)
                 hist[row[x]]++;
         }
-        const int32_t t = sw_pm_threshold(hist, p->otsu_classes, p->edge_level);
+        const int auto_edge = p->edge_level < 0.0;
+        const int32_t t = sw_pm_threshold(hist, p->otsu_classes,
+                                          auto_edge ? SW_PM_EDGE_AUTO_INIT : p->edge_level);
         o->threshold = t;
 
         int64_t n = 0;
@@ -546,6 +582,34 @@ sw_status sw_pupil_cpu_run(sw_pupil_plan *plan, const sw_image *frame, sw_pupil_
             /* steps 6-9 */
             const sw_pm_region r = sw_pm_region_make(x0, x1, height, p->inlier_px);
             fit_impl(plan, &r, plan->border_xy[i], n, o, threads);
+            /* step 3d (automatic edge level): the threshold at the half height of the found
+             * edge, steps 4-9 again, until it stays; a refit that fails keeps the last pupil */
+            for (int pass = 0; auto_edge && scale != 0.0 && o->valid && pass < SW_PM_RING_PASSES;
+                 pass++) {
+                unsigned int h[768];
+                sw_pm_ring g;
+                if (!ring_hist(plan, x0, x1, o, &g, h, threads))
+                    break;
+                const int32_t tn = sw_pm_ring_threshold(h, g.extrap);
+                if (tn < 0 || tn == o->threshold)
+                    break;
+                const sw_pupil_ellipse prev = *o;
+                close_impl(plan->smooth8, plan->tmp8, plan->closed8, width, height, x0, x1, tn,
+                           p->close_radius, threads);
+                n = border_par(plan->closed8, width, height, x0, x1, plan->border_xy[i],
+                               (int64_t *)(void *)plan->tmp8, threads);
+                fit_impl(plan, &r, plan->border_xy[i], n, o, threads);
+                o->threshold = tn;
+                if (!o->valid) {
+                    /* back to the last pupil found, and its mask and border list */
+                    *o = prev;
+                    close_impl(plan->smooth8, plan->tmp8, plan->closed8, width, height, x0, x1,
+                               prev.threshold, p->close_radius, threads);
+                    n = border_par(plan->closed8, width, height, x0, x1, plan->border_xy[i],
+                                   (int64_t *)(void *)plan->tmp8, threads);
+                    break;
+                }
+            }
         }
         plan->border_n[i] = n;
         o->border = (int32_t)n;

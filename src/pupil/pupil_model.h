@@ -343,6 +343,139 @@ SW_PM_FN int32_t sw_pm_threshold(int64_t *hist, int32_t otsu_classes, double edg
     return sw_pm_edge_threshold(hist, t_o, edge_level);
 }
 
+/*
+ * Step 3d, the automatic edge level (pupil.h, edge_level < 0): after a fit, the smoothed image
+ * is measured in three bands about the found ellipse (rho = its normalised radius, 1 on the
+ * ellipse; d = (rho - 1) R, R = (a + b) / 2, the distance off the edge in pixels): two inside,
+ * d in [-(m + 2 W), -(m + W)) (far) and [-(m + W), -m) (near), one outside, d in [m, m + W),
+ * with the margin m = 3 s + 3 px off the blurred edge (s = min(gauss_sigma, gauss_radius), the
+ * smoothing) and W = SW_PM_RING_W px. Each band's level is a percentile of its pixels' values
+ * (the inside ones low, below the spots between which the glow shows): L1 (far), L2 (near), L3
+ * (outside). The glow at the edge is L2 extrapolated linearly over d to the edge,
+ * Le = L2 + (L2 - L1) (m + W / 2) / W (at most L2: a glow rising towards the edge is taken as
+ * flat), and the new threshold is the half height of the edge, floor((Le + L3) / 2). The bands
+ * are the same pixels on both backends up to the ellipse's rounding (1e-6 px); the percentiles
+ * and the threshold are exact functions of the three 256-bin histograms.
+ */
+#define SW_PM_RING_W         8.0 /* band width, px                                     */
+#define SW_PM_RING_Q_IN      0.5 /* the inside bands' percentile (under the spots)     */
+#define SW_PM_RING_Q_OUT     0.5 /* the outside band's percentile                      */
+#define SW_PM_RING_MIN_PIX   64  /* pixels a band needs                                */
+#define SW_PM_RING_FAR_LO    0.6 /* the far inside band: rho in [0.6, 0.75)           */
+#define SW_PM_RING_FAR_HI    0.75
+#define SW_PM_RING_PASSES    4   /* the most refits after the first                    */
+#define SW_PM_EDGE_AUTO_INIT 0.4 /* the first pass's edge level (fall-off 0.3)         */
+
+/* The bands about one pupil: per pixel, band k (0 far inside, 1 near inside, 2 outside) when
+ * lo2[k] <= rho^2 < hi2[k]. */
+typedef struct sw_pm_ring {
+    double cx, cy, ct, st, ia, ib; /* centre, cos / sin of the major axis' angle, 1 / a, 1 / b */
+    double lo2[3], hi2[3];
+    double extrap; /* (m + W / 2) / W */
+    int usable;    /* 0: the pupil is too small for the bands (R < 2 (m + 2 W)) */
+} sw_pm_ring;
+
+/* The bands of a found pupil (pixels, degrees: sw_pupil_ellipse) for the smoothing's radius and
+ * sigma. cos and sin come from the caller (the backends' own, equal to an ulp). */
+SW_PM_FN sw_pm_ring sw_pm_ring_make(double cx, double cy, double a, double b, double ct, double st,
+                                    int32_t gauss_radius, double gauss_sigma)
+{
+    sw_pm_ring g;
+    const double s =
+        gauss_radius <= 0
+            ? 0.0
+            : (gauss_sigma < (double)gauss_radius ? gauss_sigma : (double)gauss_radius);
+    const double m = 3.0 * s + 3.0, W = SW_PM_RING_W, R = 0.5 * (a + b);
+    const double d[4] = {-(m + 2.0 * W), -(m + W), -m, m};
+    g.cx = cx;
+    g.cy = cy;
+    g.ct = ct;
+    g.st = st;
+    g.ia = 1.0 / a;
+    g.ib = 1.0 / b;
+    g.usable = R >= 2.0 * (m + W);
+    double r2[4];
+    for (int k = 0; k < 4; k++) {
+        const double rho = 1.0 + d[k] / R;
+        r2[k] = rho > 0.0 ? rho * rho : 0.0;
+    }
+    const double ro = 1.0 + (m + W) / R;
+    g.lo2[0] = SW_PM_RING_FAR_LO * SW_PM_RING_FAR_LO;
+    g.hi2[0] = SW_PM_RING_FAR_HI * SW_PM_RING_FAR_HI;
+    if (g.hi2[0] > r2[1])
+        g.hi2[0] = r2[1];
+    g.lo2[1] = r2[1];
+    g.hi2[1] = r2[2];
+    g.lo2[2] = r2[3];
+    g.hi2[2] = ro * ro;
+    /* an annulus' mean rho^2 is the middle of its limits in rho^2 */
+    const double c1 = 0.5 * (g.lo2[0] + g.hi2[0]), c2 = 0.5 * (g.lo2[1] + g.hi2[1]);
+    g.extrap = (1.0 - c2) / (c2 - c1);
+    if (!(g.hi2[0] - g.lo2[0] > 0.05))
+        g.usable = 0;
+    return g;
+}
+
+/* The bands of found pupil o (sw_pm_ring_make with its angle's cos and sin). */
+SW_PM_FN sw_pm_ring sw_pm_ring_of(const sw_pupil_ellipse *o, int32_t gauss_radius,
+                                  double gauss_sigma)
+{
+    const double t = o->angle_deg * (3.14159265358979323846 / 180.0);
+    return sw_pm_ring_make(o->cx_px, o->cy_px, o->a_px, o->b_px, cos(t), sin(t), gauss_radius,
+                           gauss_sigma);
+}
+
+/* The band of pixel (x, y): 0, 1, 2, or -1 in none. */
+SW_PM_FN int sw_pm_ring_band(const sw_pm_ring *g, int32_t x, int32_t y)
+{
+    const double dx = (double)x - g->cx, dy = (double)y - g->cy;
+    const double e1 = (dx * g->ct + dy * g->st) * g->ia;
+    const double e2 = (dy * g->ct - dx * g->st) * g->ib;
+    const double r2 = e1 * e1 + e2 * e2;
+    for (int k = 0; k < 3; k++)
+        if (r2 >= g->lo2[k] && r2 < g->hi2[k])
+            return k;
+    return -1;
+}
+
+/* The q-quantile of a 256-bin histogram of n >= 1 values, interpolated within its bin (bin v
+ * spreads its pixels evenly over [v - 1/2, v + 1/2)). */
+SW_PM_FN double sw_pm_hist_quantile(const unsigned int *h, int64_t n, double q)
+{
+    const double target = q * (double)n;
+    int64_t below = 0;
+    for (int v = 0; v < 256; v++) {
+        const int64_t c = (int64_t)h[v];
+        if (c > 0 && (double)(below + c) > target)
+            return (double)v - 0.5 + (target - (double)below) / (double)c;
+        below += c;
+    }
+    return 255.0;
+}
+
+/* The new threshold from the bands' histograms (h[k * 256 + v], k = 0, 1, 2) and the ring's
+ * extrapolation factor; -1 when a band has fewer than SW_PM_RING_MIN_PIX pixels or the edge
+ * stands less than 2 levels above the outside (nothing to measure: the threshold stays). */
+SW_PM_FN int32_t sw_pm_ring_threshold(const unsigned int *h, double extrap)
+{
+    double L[3];
+    for (int k = 0; k < 3; k++) {
+        int64_t n = 0;
+        for (int v = 0; v < 256; v++)
+            n += (int64_t)h[k * 256 + v];
+        if (n < SW_PM_RING_MIN_PIX)
+            return -1;
+        L[k] = sw_pm_hist_quantile(h + k * 256, n, k < 2 ? SW_PM_RING_Q_IN : SW_PM_RING_Q_OUT);
+    }
+    double le = L[1] + (L[1] - L[0]) * extrap;
+    if (le > L[1])
+        le = L[1];
+    if (!(le >= L[2] + 2.0))
+        return -1;
+    const double t = floor(0.5 * (le + L[2]));
+    return t < 0.0 ? 0 : (t > 254.0 ? 254 : (int32_t)t);
+}
+
 /* ------------------------------------------------------------------ regions and coordinates */
 
 /* A region (pupil.h step 2) and its normalised coordinates u = (x - ox) inv_s, v likewise. */

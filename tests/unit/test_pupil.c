@@ -548,8 +548,9 @@ static void test_bad_params(void **state)
      * side */
     sw_pupil_plan *plan = make_plan(&d);
     sw_pupil_destroy(plan);
-    assert_true(d.min_radius_px == 4.8 && d.otsu_classes == 3 && d.edge_level == 0.4 &&
-                d.max_near_ratio == 0.75 && d.min_coverage == 0.25);
+    assert_true(d.min_radius_px == 4.8 && d.otsu_classes == 3 &&
+                d.edge_level == SW_PUPIL_EDGE_AUTO && d.max_near_ratio == 0.75 &&
+                d.min_coverage == 0.25);
     sw_pupil_destroy(NULL);
 
     p = d;
@@ -644,7 +645,7 @@ static void test_bad_params(void **state)
     p = d;
     p.edge_level = 1.0;
     expect_einval(&p, "edge_level");
-    p.edge_level = -0.1;
+    p.edge_level = -INFINITY; /* negative is automatic, but finite */
     expect_einval(&p, "edge_level");
     p.edge_level = NAN;
     expect_einval(&p, "edge_level");
@@ -657,6 +658,9 @@ static void test_bad_params(void **state)
     p.otsu_classes = 2;
     p.edge_level = 0.0;
     p.max_near_ratio = INFINITY;
+    plan = make_plan(&p);
+    sw_pupil_destroy(plan);
+    p.edge_level = -0.1; /* any negative value: automatic (pupil.h step 3d) */
     plan = make_plan(&p);
     sw_pupil_destroy(plan);
     p = d;

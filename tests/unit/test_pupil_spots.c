@@ -8,7 +8,8 @@
  * eyes on one frame; spots_fallback 2 uses the spots path where the glow path "finds" the
  * blurred spots of a 10 px pitch; 0 turns it off; a frame of noise is not made a pupil (the
  * reasons of both paths), and a plan without a grid says so; the glow path with its glow
- * falling off by 0 to 60 % at the edge stays within 1 % (and the spots path is not needed);
+ * falling off by 0 to 90 % at the edge stays within 1 % with the automatic edge level (and the
+ * spots path is not needed), while an explicit edge level 0.4 is step 3c's threshold as it is;
  * given pupils are the result of every frame whatever it holds, with their lenslet mask, and
  * bad given pupils are refused.
  */
@@ -257,14 +258,30 @@ static void test_spots_no_pupil(void **state)
 
 /* ---------------------------------------------------------------- the glow path */
 
+/* The glow path alone (no grid) on img with the given edge level (pupil.h step 3). */
+static sw_pupil_result track_edge(const sw_image *img, double edge_level)
+{
+    sw_pupil_params p;
+    sw_pupil_params_default(&p, img->width, img->height, img->type);
+    p.edge_level = edge_level;
+    sw_pupil_plan *plan = NULL;
+    if (sw_pupil_create(cpu, &p, &plan) != SW_OK)
+        fail_msg("sw_pupil_create: %s", sw_context_error(cpu));
+    sw_pupil_result r;
+    if (sw_pupil_run(plan, img, &r, NULL) != SW_OK)
+        fail_msg("sw_pupil_run: %s", sw_context_error(cpu));
+    sw_pupil_destroy(plan);
+    return r;
+}
+
 static void test_glow_falloff(void **state)
 {
     (void)state;
-    /* the glow dimming towards the edge by 0 .. 60 %: the glow path's radius within 1 %
-     * (issue 22's target), with no need of the spots path */
-    static const double falloffs[4] = {0.0, 0.3, 0.45, 0.6};
+    /* the glow dimming towards the edge by 0 .. 90 %: with the default (automatic) edge level
+     * the glow path's radius within 1 % (issue 22's target), with no need of the spots path */
+    static const double falloffs[6] = {0.0, 0.3, 0.45, 0.6, 0.8, 0.9};
     const double c[1][2] = {{330.0, 310.0}};
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < 6; k++) {
         sw_eyesim_params sp;
         sw_eyesim_truth t;
         sw_image img = render(640, 640, 32.0, 1, c, 540.0, 2, falloffs[k], &sp, &t);
@@ -274,6 +291,40 @@ static void test_glow_falloff(void **state)
         check(name, &r.pupil[0], &t.eye[0], 1.0, 0.01);
         assert_int_equal(r.pupil[0].method, SW_PUPIL_METHOD_GLOW);
         assert_int_equal(r.pupil[0].glow_failure, SW_PUPIL_OK);
+        /* an explicit edge level is used as it is: 0.4, the half height of a 30 % fall-off,
+         * puts the threshold where step 3 alone does (no refit), and at a 90 % fall-off the
+         * radius it gives is several per cent short */
+        if (falloffs[k] == 0.3 || falloffs[k] == 0.9) {
+            sw_pupil_result f = track_edge(&img, 0.4);
+            sw_image sm;
+            if (sw_image_alloc(NULL, img.width, img.height, SW_PIX_U8, &sm) != SW_OK)
+                fail_msg("sw_image_alloc");
+            sw_pupil_params p;
+            sw_pupil_params_default(&p, img.width, img.height, img.type);
+            p.edge_level = 0.4;
+            sw_pupil_plan *plan = NULL;
+            assert_int_equal(sw_pupil_create(cpu, &p, &plan), SW_OK);
+            sw_pupil_result g;
+            assert_int_equal(sw_pupil_run(plan, &img, &g, NULL), SW_OK);
+            assert_int_equal(sw_pupil_last_images(plan, NULL, &sm, NULL), SW_OK);
+            int64_t hist[256] = {0};
+            for (int32_t y = 0; y < sm.height; y++)
+                for (int32_t x = 0; x < sm.width; x++)
+                    hist[((const uint8_t *)sw_image_row(&sm, y))[x]]++;
+            assert_int_equal(f.pupil[0].threshold, sw_pm_threshold(hist, 3, 0.4));
+            assert_true(f.pupil[0].valid);
+            const double e = f.pupil[0].a_px / t.eye[0].a_px - 1.0;
+            printf("    edge level 0.4, fall-off %g: threshold %d (automatic %d), a %.2f (%.2f "
+                   "%%)\n",
+                   falloffs[k], f.pupil[0].threshold, r.pupil[0].threshold, f.pupil[0].a_px,
+                   100 * e);
+            if (falloffs[k] == 0.9) {
+                assert_true(e < -0.03);
+                assert_true(r.pupil[0].threshold < f.pupil[0].threshold);
+            }
+            sw_pupil_destroy(plan);
+            sw_image_free(&sm);
+        }
         sw_eyesim_truth_free(&t);
         sw_image_free(&img);
     }
