@@ -18,20 +18,31 @@ PUPIL = [("pupil", np.int32), ("cx_px", np.float64), ("cy_px", np.float64),
          ("failure", "U64"), ("near", np.int32), ("method", "U8")]
 
 
+def _edge_level(v):
+    """edge_level "auto" is pupil.h's SW_PUPIL_EDGE_AUTO (a negative level); numbers pass."""
+    if isinstance(v, str):
+        if v != "auto":
+            raise ValueError(f"edge_level: expected a number in [0, 1) or 'auto', got {v!r}")
+        return -1.0
+    return v
+
+
 class PupilPlan:
     """A pupil-tracking plan for frames of one size and pixel type (pupil.h,
     ``sw_pupil_create``).
 
     ``PupilPlan(shape, dtype, *, pupils=1, split_x=None, input_scale=0.0, gauss_radius=4,
     gauss_sigma=4.0, close_radius=4, candidates=1024, inlier_px=2.0, refine_iterations=3,
-    min_radius_px=None, max_radius_px=0.0, min_coverage=0.25, otsu_classes=3, edge_level=0.4,
+    min_radius_px=None, max_radius_px=0.0, min_coverage=0.25, otsu_classes=3, edge_level="auto",
     max_near_ratio=0.75, seed=1, pitch=None, grid=None, origin=None, lenslet_rule="full",
     ctx=None)``
 
     pupils: 1, or 2 for binocular images (split at column split_x, or at the valley between
     the eyes found per frame). The steps and their parameters are pupil.h's (the names of
     ``spotwave pupil``'s options): the 8-bit conversion (input_scale, 0: automatic), Gaussian
-    smoothing (gauss_radius, gauss_sigma), Otsu's threshold (otsu_classes 2 or 3, edge_level),
+    smoothing (gauss_radius, gauss_sigma), Otsu's threshold (otsu_classes 2 or 3, edge_level: a
+    fraction in [0, 1), or "auto", the default: the edge's half height measured from the glow
+    beside the first ellipse, pupil.h step 3d),
     the close (close_radius), RANSAC (candidates, a multiple of 32; inlier_px; seed),
     refinement (refine_iterations) and the validity tests (min_radius_px, default a tenth of the
     smaller side; max_radius_px, 0: the larger side; min_coverage; max_near_ratio).
@@ -51,7 +62,7 @@ class PupilPlan:
     def __init__(self, shape, dtype, *, pupils=1, split_x=None, input_scale=0.0, gauss_radius=4,
                  gauss_sigma=4.0, close_radius=4, candidates=1024, inlier_px=2.0,
                  refine_iterations=3, min_radius_px=None, max_radius_px=0.0, min_coverage=0.25,
-                 otsu_classes=3, edge_level=0.4, max_near_ratio=0.75, seed=1, pitch=None,
+                 otsu_classes=3, edge_level="auto", max_near_ratio=0.75, seed=1, pitch=None,
                  grid=None, origin=None, lenslet_rule="full", pupil_method="auto", given=None,
                  ctx=None):
         self.ctx = _context.resolve(ctx)
@@ -64,7 +75,8 @@ class PupilPlan:
                       inlier_px=inlier_px, refine_iterations=refine_iterations,
                       min_radius_px=min_radius_px, max_radius_px=max_radius_px,
                       min_coverage=min_coverage, otsu_classes=otsu_classes,
-                      edge_level=edge_level, max_near_ratio=max_near_ratio, seed=seed,
+                      edge_level=_edge_level(edge_level), max_near_ratio=max_near_ratio,
+                      seed=seed,
                       lenslet_rule=lenslet_rule, pupil_method=pupil_method,
                       given=_given(given, pupils))
         self.grid = None

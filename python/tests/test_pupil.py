@@ -65,6 +65,19 @@ def test_pupil_bad_input(cpu):
         spotwave.pupil(flat, lenslet_mask=np.zeros((4, 4), np.uint8), ctx=cpu)
     with pytest.raises(TypeError, match="pupil: unexpected keyword argument 'radius'"):
         spotwave.pupil(flat, radius=3, ctx=cpu)
+    with pytest.raises(ValueError, match="edge_level: expected a number in .0, 1. or 'auto'"):
+        spotwave.pupil(flat, edge_level="half", ctx=cpu)
+
+
+def test_edge_level_fixed_and_auto_are_the_commands(cli, cpu, eyes):
+    # a fixed level (the tracker before the automatic one) and "auto" (the default) each give
+    # what the command gives with the same option
+    image = spotwave.read(eyes / "m.fits")
+    for level in ("0.4", "auto"):
+        cli("pupil", eyes / "m.fits", "--edge-level", level, "--out", eyes / f"m{level}.csv")
+        table = spotwave.pupil(image, edge_level=level if level == "auto" else float(level),
+                               ctx=cpu)
+        _same_as_csv(table, eyes / f"m{level}.csv")
 
 
 def test_given_pupil_and_method_are_the_commands(cli, cpu, eyes):
