@@ -382,7 +382,83 @@ SW_CM_FN double sw_cmb_parabola(double a, double b, double c)
     return d < -0.5 ? -0.5 : d > 0.5 ? 0.5 : d;
 }
 
-#define SW_CMB_CU 8 /* CORRELATION: shifts along x a thread sums at once (a unit) */
+#define SW_CMB_CU 8 /* CORRELATION: most shifts along x a thread sums at once (a unit) */
+
+/*
+ * CORRELATION's surface (sw_cmb_correlate): this thread's units of cu <= SW_CMB_CU shifts (a
+ * constant where it is called), each shift's value into R->scratch, and the thread's best shift
+ * (its value, its index; the first in row order among equals) into *best, *kbest.
+ */
+SW_CMB_FN void sw_cmb_corr_units(const sw_cmb_region *R, int32_t S, float rbf, int cu, double *best,
+                                 int32_t *kbest)
+{
+    const int32_t ns = 2 * S + 1, w = R->w, iw = R->w - 2 * S, ih = R->h - 2 * S, nin = iw * ih;
+    const int32_t nub = (ns + cu - 1) / cu, cmax = w - 1;
+    for (int32_t unit = R->t0; unit < ns * nub; unit += R->tn) {
+        /* shifts (u0 + k - S, vv - S), k < cu; a column past the region (k beyond the last
+         * shift) reads the row's last pixel and is dropped */
+        const int32_t vv = unit / nub, u0 = unit % nub * cu;
+        float acc[SW_CMB_CU], f1[SW_CMB_CU], f2[SW_CMB_CU];
+        SW_CMB_UNROLL_ALL
+        for (int k = 0; k < SW_CMB_CU; k++)
+            acc[k] = f1[k] = f2[k] = 0.0f;
+        for (int32_t jj = 0; jj < ih; jj++) {
+            const float *rr = R->r + (jj + S) * w + S, *fr = R->cw + (jj + vv) * w;
+            float fw[SW_CMB_CU] = {0.0f};
+            SW_CMB_UNROLL_ALL
+            for (int k = 0; k + 1 < SW_CMB_CU; k++)
+                if (k + 1 < cu)
+                    fw[k] = fr[u0 + k < cmax ? u0 + k : cmax];
+            float a1 = 0.0f, a2 = 0.0f; /* shift u0's row sums of f and f^2 */
+            SW_CMB_UNROLL
+            for (int32_t i = 0; i < iw; i++) {
+                const int32_t c = i + u0 + cu - 1;
+                fw[cu - 1] = fr[c < cmax ? c : cmax];
+                const float rd = rr[i] - rbf;
+                SW_CMB_UNROLL_ALL
+                for (int k = 0; k < SW_CMB_CU; k++)
+                    if (k < cu)
+                        acc[k] += fw[k] * rd;
+                a1 += fw[0];
+                a2 += fw[0] * fw[0];
+                SW_CMB_UNROLL_ALL
+                for (int k = 0; k + 1 < SW_CMB_CU; k++)
+                    if (k + 1 < cu)
+                        fw[k] = fw[k + 1];
+            }
+            f1[0] += a1;
+            f2[0] += a2;
+            /* shift k's sums: shift k - 1's less column u0 + k - 1, plus column u0 + k - 1 + iw,
+             * which the window holds (fw[k - 1]) */
+            SW_CMB_UNROLL_ALL
+            for (int k = 1; k < SW_CMB_CU; k++) {
+                if (k < cu) {
+                    const int32_t ca = u0 + k - 1;
+                    const float fa = fr[ca < cmax ? ca : cmax], fb = fw[k - 1];
+                    a1 = a1 - fa + fb;
+                    a2 = a2 - fa * fa + fb * fb;
+                    f1[k] += a1;
+                    f2[k] += a2;
+                }
+            }
+        }
+        SW_CMB_UNROLL_ALL
+        for (int k = 0; k < SW_CMB_CU; k++) {
+            if (k >= cu || u0 + k >= ns)
+                break;
+            /* normalised by the frame's spread over the shifted area (the template's is common
+             * to every shift): insensitive to the frame's local mean and contrast */
+            const double ef = (double)f2[k] - (double)f1[k] * (double)f1[k] / (double)nin;
+            const double cv = ef > 0.0 ? (double)acc[k] / sqrt(ef) : 0.0;
+            const int32_t ks = vv * ns + u0 + k;
+            R->scratch[ks] = cv;
+            if (cv > *best) {
+                *best = cv;
+                *kbest = ks;
+            }
+        }
+    }
+}
 
 /*
  * CORRELATION (centroid.h): writes the shift (sx, sy), its variances, the SNR and C(peak); the
@@ -393,14 +469,14 @@ SW_CM_FN double sw_cmb_parabola(double a, double b, double c)
  * centred, so that the frame's spread sum f^2 - (sum f)^2 / n keeps its digits) against the
  * template less its inner mean. Taking m out changes no sum but the rounding: sum (f - m)(r -
  * rbar) = sum f (r - rbar), since the template's deviations sum to 0. A thread takes a unit of
- * SW_CMB_CU shifts u0 .. u0 + CU - 1 of one v at a time: along each template row it holds the
- * CU frame pixels the unit's shifts pair with the template pixel in registers (one new load and
- * one template load a pixel for CU products), so each shift's product sum runs over the same
- * pixels in the same order as one shift alone; the frame's sums over each shift's area (for the
- * normalisation) come from the first shift's row sums, moved along the row by the pixel that
- * leaves and the one that enters. R->r and R->cw are row-major (element q) here, one per group.
- * The peak: each thread's best shift (the first in row order among equals), the group's best by
- * a maximum and a minimum index, as a serial scan would find it.
+ * cu shifts u0 .. u0 + cu - 1 of one v at a time (cu = SW_CMB_CU, 4 for a search of +-1): along
+ * each template row it holds the CU frame pixels the unit's shifts pair with the template pixel in
+ * registers (one new load and one template load a pixel for cu products), so each shift's product
+ * sum runs over the same pixels in the same order as one shift alone; the frame's sums over each
+ * shift's area (for the normalisation) come from the first shift's row sums, moved along the row by
+ * the pixel that leaves and the one that enters. R->r and R->cw are row-major (element q) here, one
+ * per group. The peak: each thread's best shift (the first in row order among equals), the group's
+ * best by a maximum and a minimum index, as a serial scan would find it.
  */
 SW_CMB_FN int sw_cmb_correlate(const sw_cmb_params *P, const sw_cmb_region *R, float t,
                                double ring_var, double m, double *sx, double *sy, double *vx,
@@ -421,68 +497,13 @@ SW_CMB_FN int sw_cmb_correlate(const sw_cmb_params *P, const sw_cmb_region *R, f
         R->cw[q] = (float)sw_cmb_c(P, R, t, q) - mf;
     }
     SW_CMB_SYNC(R);
-    const int32_t nub = (ns + SW_CMB_CU - 1) / SW_CMB_CU, cmax = w - 1;
     double best = -INFINITY;
     int32_t kbest = 0;
-    for (int32_t unit = R->t0; unit < ns * nub; unit += R->tn) {
-        /* shifts (u0 + k - S, vv - S), k < CU; a column past the region (k beyond the last
-         * shift) reads the row's last pixel and is dropped */
-        const int32_t vv = unit / nub, u0 = unit % nub * SW_CMB_CU;
-        float acc[SW_CMB_CU], f1[SW_CMB_CU], f2[SW_CMB_CU];
-        SW_CMB_UNROLL_ALL
-        for (int k = 0; k < SW_CMB_CU; k++)
-            acc[k] = f1[k] = f2[k] = 0.0f;
-        for (int32_t jj = 0; jj < ih; jj++) {
-            const float *rr = R->r + (jj + S) * w + S, *fr = R->cw + (jj + vv) * w;
-            float fw[SW_CMB_CU];
-            SW_CMB_UNROLL_ALL
-            for (int k = 0; k + 1 < SW_CMB_CU; k++)
-                fw[k] = fr[u0 + k < cmax ? u0 + k : cmax];
-            float a1 = 0.0f, a2 = 0.0f; /* shift u0's row sums of f and f^2 */
-            SW_CMB_UNROLL
-            for (int32_t i = 0; i < iw; i++) {
-                const int32_t c = i + u0 + SW_CMB_CU - 1;
-                fw[SW_CMB_CU - 1] = fr[c < cmax ? c : cmax];
-                const float rd = rr[i] - rbf;
-                SW_CMB_UNROLL_ALL
-                for (int k = 0; k < SW_CMB_CU; k++)
-                    acc[k] += fw[k] * rd;
-                a1 += fw[0];
-                a2 += fw[0] * fw[0];
-                SW_CMB_UNROLL_ALL
-                for (int k = 0; k + 1 < SW_CMB_CU; k++)
-                    fw[k] = fw[k + 1];
-            }
-            f1[0] += a1;
-            f2[0] += a2;
-            /* shift k's sums: shift k - 1's less column u0 + k - 1, plus column u0 + k - 1 + iw,
-             * which the window holds (fw[k - 1]) */
-            SW_CMB_UNROLL_ALL
-            for (int k = 1; k < SW_CMB_CU; k++) {
-                const int32_t ca = u0 + k - 1;
-                const float fa = fr[ca < cmax ? ca : cmax], fb = fw[k - 1];
-                a1 = a1 - fa + fb;
-                a2 = a2 - fa * fa + fb * fb;
-                f1[k] += a1;
-                f2[k] += a2;
-            }
-        }
-        SW_CMB_UNROLL_ALL
-        for (int k = 0; k < SW_CMB_CU; k++) {
-            if (u0 + k >= ns)
-                break;
-            /* normalised by the frame's spread over the shifted area (the template's is common
-             * to every shift): insensitive to the frame's local mean and contrast */
-            const double ef = (double)f2[k] - (double)f1[k] * (double)f1[k] / (double)nin;
-            const double cv = ef > 0.0 ? (double)acc[k] / sqrt(ef) : 0.0;
-            const int32_t ks = vv * ns + u0 + k;
-            R->scratch[ks] = cv;
-            if (cv > best) {
-                best = cv;
-                kbest = ks;
-            }
-        }
-    }
+    /* 4 shifts a unit for a search of +-1 (fewer wasted than with 8), else 8 */
+    if (ns <= 4)
+        sw_cmb_corr_units(R, S, rbf, 4, &best, &kbest);
+    else
+        sw_cmb_corr_units(R, S, rbf, SW_CMB_CU, &best, &kbest);
     double bm[1] = {best};
     SW_CMB_MAX(R, bm, 1);
     const int32_t kb =
