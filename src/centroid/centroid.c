@@ -24,6 +24,8 @@
 #define SW_CMB_TOP16(R, t)  ((void)(R), (void)(t))
 #define SW_CMB_SYNC(R)      ((void)(R))
 #define SW_CMB_UNROLL
+#define SW_CMB_WREAL   double
+#define SW_CMB_WEXP(x) exp(x)
 #include "centroid/centroid_method.h"
 
 #include <math.h>
@@ -398,7 +400,11 @@ static sw_status setup_method(sw_context *ctx, sw_centroid_plan *plan)
     /* the region, the template's region and the work copy (CORRELATION), the scratch */
     plan->cpu_gen_bytes =
         (size_t)plan->wmax * (size_t)plan->hmax * sizeof(float) * (plan->corr_ref ? 3 : 1);
-    plan->cpu_gen_bytes = (plan->cpu_gen_bytes + 7) / 8 * 8 + nscratch * sizeof(double);
+    /* WCOG's re-centring passes' tables are 2 (w + h) SW_CMB_WREAL, doubles here (the GPU's
+     * are floats: nscratch doubles) */
+    plan->cpu_gen_bytes =
+        (plan->cpu_gen_bytes + 7) / 8 * 8 +
+        nscratch * sizeof(double) * (p->method == SW_CENTROID_METHOD_WCOG ? 2 : 1);
     return SW_OK;
 }
 

@@ -690,6 +690,8 @@ __device__ __forceinline__ void cm_top16(const sw_cmb_region *R, uint32_t *t)
 #define SW_CMB_TOP16(R, t)  cm_top16((R), (t))
 #define SW_CMB_SYNC(R)      __syncwarp((R)->mask)
 #define SW_CMB_UNROLL       _Pragma("unroll 4")
+#define SW_CMB_WREAL        float
+#define SW_CMB_WEXP(x)      expf(x)
 #include "centroid/centroid_method.h"
 
 typedef struct cm_args {
@@ -724,7 +726,7 @@ template <> __device__ __forceinline__ unsigned cm_saturated<float>(const cm_arg
 }
 
 /* Shared memory per warp: the regions of its groups (CORRELATION: and the templates' regions and
- * the work copies), in floats. */
+ * the work copies, each group's row-major in rounds 2^lg floats of its own), in floats. */
 __host__ __device__ static inline size_t cm_warp_floats(int32_t rounds, int corr)
 {
     return (size_t)rounds * 32 * (corr ? 3 : 1);
@@ -818,7 +820,8 @@ __global__ void __launch_bounds__(CM_WARPS * 32, CM_MIN_BLOCKS) method_kernel(co
     P.method = METHOD;
     float *wv = (float *)smem + cm_warp_floats(a.rounds, corr) * (size_t)warp;
     float *v = wv + gw * G; /* the group's element 0; element k * 32 + t0 is its pixel k G + t0 */
-    float *r = v + (size_t)a.rounds * 32;
+    /* CORRELATION: the template and the work copy row-major, rounds G >= n floats a group */
+    float *r = wv + (size_t)a.rounds * 32 + (size_t)gw * ((size_t)a.rounds << a.lg);
     double *scratch =
         (double *)(smem +
                    (cm_warp_floats(a.rounds, corr) * (size_t)nwarps * sizeof(float) + 7) / 8 * 8) +
@@ -832,7 +835,7 @@ __global__ void __launch_bounds__(CM_WARPS * 32, CM_MIN_BLOCKS) method_kernel(co
     sw_cmb_region R;
     R.v = DIRECT ? NULL : v;
     R.r = corr ? r : NULL;
-    R.cw = corr ? r + (size_t)a.rounds * 32 : NULL;
+    R.cw = corr ? r + (size_t)a.rounds * 32 : NULL; /* the same place in the next array */
     R.scratch = a.nscratch ? scratch : NULL;
     R.w = cg_edge(a.x0, a.pitch, ix + 1) - a.window - xs;
     R.h = cg_edge(a.y0, a.pitch, iy + 1) - a.window - ys;
@@ -868,7 +871,7 @@ __global__ void __launch_bounds__(CM_WARPS * 32, CM_MIN_BLOCKS) method_kernel(co
                     const int32_t e = sw_cmb_ix(&R, q);
                     v[e] = val;
                     if (corr)
-                        r[e] = a.corr[(size_t)(ys + j) * (size_t)a.width + (size_t)(xs + i)];
+                        r[q] = a.corr[(size_t)(ys + j) * (size_t)a.width + (size_t)(xs + i)];
                     sw_cmb_scan_px(&P, &A, val, q, i, j, R.w, R.h);
                 });
             R.sat = cm_umax(&R, sat) != 0;

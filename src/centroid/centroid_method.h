@@ -17,12 +17,18 @@
  *   SW_CMB_UNROLL       a pragma that unrolls the loop it precedes a few times (or nothing)
  *   SW_CMB_SYNC(R)      a barrier between the group's threads that orders their writes to
  *                       memory (the CPU: nothing)
+ *   SW_CMB_WREAL        the type of WCOG's Gaussian weights and of its re-centring passes'
+ *                       per-thread sums (the GPU: float, converted to double once a pass for
+ *                       the group's sums; the CPU: double)
+ *   SW_CMB_WEXP(x)      exp in that type (expf, exp)
  * Every pixel loop (SW_CMB_EACH) runs q = t0, t0 + tn, ... over the region and is followed by a
  * SUM or MAX, so every thread of the group ends with the same totals and takes the same
  * decisions; the CPU runs the same code as a group of one. The sums are in double (but
  * CORRELATION's surface: each shift's sums in float, by one thread, in the same order on both
- * sides; the GPU may fuse a multiply-add); the GPU adds the rest in another order, so results
- * agree within rounding (1e-9 relative; the correlation's shift 1e-5 px), and the decisions
+ * sides; the GPU may fuse a multiply-add; and WCOG's weights and re-centring passes in
+ * SW_CMB_WREAL, float on the GPU: its centres before the last pass move by ~1e-6 px); the GPU
+ * adds the rest in another order, so results agree within rounding (1e-9 relative; the
+ * correlation's shift 1e-5 px; WCOG's centroid 1e-5 px), and the decisions
  * taken on sums (a pixel exactly at a threshold made of sums) may, very rarely, differ. The
  * counts and maxima of the selection (BRIGHTEST) are integers: exact on both sides.
  */
@@ -35,6 +41,13 @@
 #include <string.h>
 
 #include "centroid/centroid_model.h"
+
+/* Unrolls the loop it precedes completely on the GPU (register arrays indexed by its counter). */
+#ifdef __CUDA_ARCH__
+#define SW_CMB_UNROLL_ALL _Pragma("unroll")
+#else
+#define SW_CMB_UNROLL_ALL
+#endif
 
 /* An order-preserving 32-bit key of a float (larger float, larger key) and back. */
 SW_CM_FN uint32_t sw_cmb_key(float f)
@@ -73,6 +86,13 @@ SW_CM_FN void sw_cmb_layout(sw_cmb_region *R)
 #define SW_CMB_EACH(R, q, i, j)                                                                    \
     for (int32_t q = (R)->t0, i = (R)->i0, j = (R)->j0; q < (R)->n;                                \
          q += (R)->tn, i += (R)->di, j += (R)->dj + (i >= (R)->w), i -= i >= (R)->w ? (R)->w : 0)
+
+/* SW_CMB_EACH with e, the element of pixel q in v (sw_cmb_ix): q = t0 + k tn with tn = 2^lg and
+ * t0 < tn, so e = k ws + t0, a step of ws a pixel (no shift and mask a pixel). */
+#define SW_CMB_EACH_E(R, q, e, i, j)                                                               \
+    for (int32_t q = (R)->t0, e = (R)->t0, i = (R)->i0, j = (R)->j0; q < (R)->n; q += (R)->tn,     \
+                 e += (R)->ws, i += (R)->di, j += (R)->dj + (i >= (R)->w),                         \
+                 i -= i >= (R)->w ? (R)->w : 0)
 
 /* The conditioned value (centroid.h steps 4-5, threshold t) of v and its derivative dc/dv. */
 SW_CM_FN float sw_cmb_cond(const sw_cmb_params *P, float v, float t, double *deriv)
@@ -124,11 +144,13 @@ SW_CM_FN void sw_cmb_cog_px(const sw_cmb_params *P, float v, int32_t i, int32_t 
     double d;
     const double c = (double)sw_cmb_cond(P, v, t, &d);
     double sig = c;
-    if (P->method == SW_CMB_LOCAL) {
-        sig = c > bg + P->local_k * sd ? c - bg : 0.0;
-        d = sig > 0.0 ? d : 0.0;
-    } else if (P->method == SW_CMB_BRIGHT) {
-        sig = c > bg ? c - bg : 0.0;
+    if (P->method == SW_CMB_LOCAL || P->method == SW_CMB_BRIGHT) {
+        sig = c > bg + (P->method == SW_CMB_LOCAL ? P->local_k * sd : 0.0) ? c - bg : 0.0;
+        /* a pixel at or below the cut (sig = 0, d = 0) adds exact zeros to every sum: skipped,
+         * the same sums (BRIGHTEST keeps at most N pixels, so most of a lane's pixels take no
+         * double arithmetic) */
+        if (sig == 0.0)
+            return;
         d = sig > 0.0 ? d : 0.0;
     }
     const double x = (double)i, y = (double)j;
@@ -161,7 +183,8 @@ SW_CM_FN void sw_cmb_cog_px(const sw_cmb_params *P, float v, int32_t i, int32_t 
  * s[0 .. 2], the new centre.
  * The signal s of a pixel: c (COG, WCOG), c - bg above bg + k sd (LOCAL), max(c - b, 0)
  * (BRIGHTEST: b in bg). The Gaussian weight is separable: exp(-(x - cx)^2 / (2 s^2)) times
- * exp(-(y - cy)^2 / (2 s^2)), w + h exponentials per pass (in R->scratch) instead of w h.
+ * exp(-(y - cy)^2 / (2 s^2)), w + h exponentials per pass (in R->scratch, SW_CMB_WEXP) instead
+ * of w h. WCOG's passes before the last: sw_cmb_wcog_centre.
  */
 SW_CMB_FN void sw_cmb_cog_sums(const sw_cmb_params *P, const sw_cmb_region *R, float t, double bg,
                                double sd, double ring_var, double cx, double cy, int full,
@@ -177,16 +200,59 @@ SW_CMB_FN void sw_cmb_cog_sums(const sw_cmb_params *P, const sw_cmb_region *R, f
         SW_CMB_SYNC(R); /* the last pass has read the weights */
         for (int32_t k = R->t0; k < w + h; k += R->tn) {
             const double e = k < w ? (double)k - cx : (double)(k - w) - cy;
-            R->scratch[k] = exp(-e * e * inv2s2);
+            R->scratch[k] = (double)SW_CMB_WEXP((SW_CMB_WREAL)(-e * e * inv2s2));
         }
         SW_CMB_SYNC(R);
     }
-    SW_CMB_EACH(R, q, i, j)
+    SW_CMB_EACH_E(R, q, e, i, j)
     {
-        sw_cmb_cog_px(P, R->v[sw_cmb_ix(R, q)], i, j, w, h, t, bg, sd, ring_var,
-                      wcog ? wx[i] * wy[j] : 1.0, full, mom2, s);
+        sw_cmb_cog_px(P, R->v[e], i, j, w, h, t, bg, sd, ring_var, wcog ? wx[i] * wy[j] : 1.0, full,
+                      mom2, s);
     }
     SW_CMB_SUM(R, s, !full ? 3 : mom2 ? 11 : 9);
+}
+
+/*
+ * A WCOG re-centring pass (one before the last): s[0] = sum w c, s[1] = sum w c x, s[2] = sum w c
+ * y about the weight centre (cx, cy), as sw_cmb_cog_sums with full 0, but the weights and each
+ * thread's sums in SW_CMB_WREAL (float on the GPU: no double conversion or arithmetic per pixel),
+ * its totals converted to double for the group's sums. The weights' tables in R->scratch (2 (w +
+ * h) SW_CMB_WREAL): gx[i], gx[i] i, gy[j], gy[j] j, so a pixel costs 2 products and 3
+ * multiply-adds.
+ */
+SW_CMB_FN void sw_cmb_wcog_centre(const sw_cmb_params *P, const sw_cmb_region *R, float t,
+                                  double cx, double cy, double *s)
+{
+    typedef SW_CMB_WREAL wreal;
+    const int32_t w = R->w, h = R->h;
+    wreal *gx = (wreal *)(void *)R->scratch, *gxi = gx + w, *gy = gxi + w, *gyj = gy + h;
+    const wreal inv2s2 = (wreal)(0.5 / (P->sigma_w * P->sigma_w));
+    const wreal fcx = (wreal)cx, fcy = (wreal)cy;
+    SW_CMB_SYNC(R); /* the last pass has read the weights */
+    for (int32_t k = R->t0; k < w + h; k += R->tn) {
+        const int xk = k < w;
+        const int32_t c = xk ? k : k - w;
+        const wreal e = (wreal)c - (xk ? fcx : fcy);
+        const wreal g = SW_CMB_WEXP(-e * e * inv2s2);
+        wreal *tab = xk ? gx : gy, *tabc = xk ? gxi : gyj;
+        tab[c] = g;
+        tabc[c] = g * (wreal)c;
+    }
+    SW_CMB_SYNC(R);
+    wreal a0 = 0, a1 = 0, a2 = 0;
+    SW_CMB_EACH_E(R, q, e, i, j)
+    {
+        double d;
+        const wreal c = (wreal)sw_cmb_cond(P, R->v[e], t, &d);
+        const wreal cyw = c * gy[j], cxw = c * gx[i];
+        a0 += cyw * gx[i];
+        a1 += cyw * gxi[i];
+        a2 += cxw * gyj[j];
+    }
+    s[0] = (double)a0;
+    s[1] = (double)a1;
+    s[2] = (double)a2;
+    SW_CMB_SUM(R, s, 3);
 }
 
 /* One pixel's share of QUADCELL's sums: s[0] = sum c, s[1] = sum c ex, s[2] = sum c ey, s[3] =
@@ -210,28 +276,81 @@ SW_CM_FN void sw_cmb_quad_px(const sw_cmb_params *P, float v, int32_t i, int32_t
     s[7] += V * ey * ey;
 }
 
+/* Sorts t[0 .. 16) in descending order (a bitonic sorting network: 80 compare-exchanges). */
+SW_CM_FN void sw_cmb_sort16(uint32_t *t)
+{
+    SW_CMB_UNROLL_ALL
+    for (int kk = 2; kk <= 16; kk <<= 1) {
+        SW_CMB_UNROLL_ALL
+        for (int jj = kk >> 1; jj > 0; jj >>= 1) {
+            SW_CMB_UNROLL_ALL
+            for (int i = 0; i < 16; i++) {
+                const int l = i ^ jj;
+                if (l > i) {
+                    const uint32_t a = t[i], b = t[l];
+                    const uint32_t hi = a > b ? a : b, lo = a > b ? b : a;
+                    const int desc = (i & kk) == 0;
+                    t[i] = desc ? hi : lo;
+                    t[l] = desc ? lo : hi;
+                }
+            }
+        }
+    }
+}
+
+/* Replaces the descending list t[0 .. 16) by the 16 largest of t and the descending list b: the
+ * larger of t[k] and b[15 - k] (a bitonic sequence that holds them), sorted by a bitonic merge. */
+SW_CM_FN void sw_cmb_merge16(uint32_t *t, const uint32_t *b)
+{
+    SW_CMB_UNROLL_ALL
+    for (int k = 0; k < 16; k++)
+        t[k] = t[k] > b[15 - k] ? t[k] : b[15 - k];
+    SW_CMB_UNROLL_ALL
+    for (int st = 8; st > 0; st >>= 1) {
+        SW_CMB_UNROLL_ALL
+        for (int k = 0; k < 16; k++) {
+            if ((k & st) == 0) {
+                const uint32_t x = t[k], y = t[k + st];
+                t[k] = x > y ? x : y;
+                t[k + st] = x > y ? y : x;
+            }
+        }
+    }
+}
+
 /*
  * The m-th largest conditioned value of the region (1 <= m <= n), exact, on the order-preserving
  * keys of the values. m <= 16: one pass in which each thread keeps the 16 largest keys of its
  * pixels (a descending list, copies kept; 0 is below every key), then SW_CMB_TOP16 merges the
- * group's lists; the m-th entry is the answer. A larger m bisects on the key's 32 bits (32 passes
- * of one count).
+ * group's lists; the m-th entry is the answer. The thread's list is built 16 pixels at a time:
+ * their keys sorted by a network (sw_cmb_sort16, 80 compare-exchanges), merged into the list
+ * (sw_cmb_merge16, 16 maxima and 32 compare-exchanges): about 8 compare-exchanges a pixel
+ * instead of 16 for inserting each, and none past a thread's 16th pixel on the GPU's groups as
+ * cm_shape sizes them below 32 lanes. A larger m bisects on the key's 32 bits (32 passes of one
+ * count).
  */
 SW_CMB_FN float sw_cmb_select(const sw_cmb_params *P, const sw_cmb_region *R, float t, int32_t m)
 {
     const uint32_t um = (uint32_t)m;
     if (m <= 16) {
-        uint32_t top[16];
-        for (int k = 0; k < 16; k++)
-            top[k] = 0u;
-        SW_CMB_EACH(R, q, i, j)
-        {
-            double d;
-            uint32_t x = sw_cmb_key(sw_cmb_cond(P, R->v[sw_cmb_ix(R, q)], t, &d));
-            for (int k = 0; k < 16; k++) { /* insert x: the larger stays, the smaller moves on */
-                const uint32_t y = top[k];
-                top[k] = x > y ? x : y;
-                x = x > y ? y : x;
+        /* the thread's pixels in chunks of 16 (its k-th pixel: q = t0 + k tn, element t0 + k ws),
+         * each chunk's keys sorted, then merged into the list */
+        uint32_t top[16] = {0u};
+        for (int32_t k0 = 0; R->t0 + k0 * R->tn < R->n || k0 == 0; k0 += 16) {
+            uint32_t b[16];
+            SW_CMB_UNROLL_ALL
+            for (int k = 0; k < 16; k++) {
+                const int32_t q = R->t0 + (k0 + k) * R->tn, e = R->t0 + (k0 + k) * R->ws;
+                double d;
+                b[k] = q < R->n ? sw_cmb_key(sw_cmb_cond(P, R->v[e], t, &d)) : 0u;
+            }
+            sw_cmb_sort16(b);
+            if (k0 == 0) {
+                SW_CMB_UNROLL_ALL
+                for (int k = 0; k < 16; k++)
+                    top[k] = b[k];
+            } else {
+                sw_cmb_merge16(top, b);
             }
         }
         SW_CMB_TOP16(R, top);
@@ -263,15 +382,101 @@ SW_CM_FN double sw_cmb_parabola(double a, double b, double c)
     return d < -0.5 ? -0.5 : d > 0.5 ? 0.5 : d;
 }
 
+#define SW_CMB_CU 8 /* CORRELATION: most shifts along x a thread sums at once (a unit) */
+
+/*
+ * CORRELATION's surface (sw_cmb_correlate): this thread's units of cu <= SW_CMB_CU shifts (a
+ * constant where it is called), each shift's value into R->scratch, and the thread's best shift
+ * (its value, its index; the first in row order among equals) into *best, *kbest.
+ */
+SW_CMB_FN void sw_cmb_corr_units(const sw_cmb_region *R, int32_t S, float rbf, int cu, double *best,
+                                 int32_t *kbest)
+{
+    const int32_t ns = 2 * S + 1, w = R->w, iw = R->w - 2 * S, ih = R->h - 2 * S, nin = iw * ih;
+    const int32_t nub = (ns + cu - 1) / cu, cmax = w - 1;
+    for (int32_t unit = R->t0; unit < ns * nub; unit += R->tn) {
+        /* shifts (u0 + k - S, vv - S), k < cu; a column past the region (k beyond the last
+         * shift) reads the row's last pixel and is dropped */
+        const int32_t vv = unit / nub, u0 = unit % nub * cu;
+        float acc[SW_CMB_CU], f1[SW_CMB_CU], f2[SW_CMB_CU];
+        SW_CMB_UNROLL_ALL
+        for (int k = 0; k < SW_CMB_CU; k++)
+            acc[k] = f1[k] = f2[k] = 0.0f;
+        for (int32_t jj = 0; jj < ih; jj++) {
+            const float *rr = R->r + (jj + S) * w + S, *fr = R->cw + (jj + vv) * w;
+            float fw[SW_CMB_CU] = {0.0f};
+            SW_CMB_UNROLL_ALL
+            for (int k = 0; k + 1 < SW_CMB_CU; k++)
+                if (k + 1 < cu)
+                    fw[k] = fr[u0 + k < cmax ? u0 + k : cmax];
+            float a1 = 0.0f, a2 = 0.0f; /* shift u0's row sums of f and f^2 */
+            SW_CMB_UNROLL
+            for (int32_t i = 0; i < iw; i++) {
+                const int32_t c = i + u0 + cu - 1;
+                fw[cu - 1] = fr[c < cmax ? c : cmax];
+                const float rd = rr[i] - rbf;
+                SW_CMB_UNROLL_ALL
+                for (int k = 0; k < SW_CMB_CU; k++)
+                    if (k < cu)
+                        acc[k] += fw[k] * rd;
+                a1 += fw[0];
+                a2 += fw[0] * fw[0];
+                SW_CMB_UNROLL_ALL
+                for (int k = 0; k + 1 < SW_CMB_CU; k++)
+                    if (k + 1 < cu)
+                        fw[k] = fw[k + 1];
+            }
+            f1[0] += a1;
+            f2[0] += a2;
+            /* shift k's sums: shift k - 1's less column u0 + k - 1, plus column u0 + k - 1 + iw,
+             * which the window holds (fw[k - 1]) */
+            SW_CMB_UNROLL_ALL
+            for (int k = 1; k < SW_CMB_CU; k++) {
+                if (k < cu) {
+                    const int32_t ca = u0 + k - 1;
+                    const float fa = fr[ca < cmax ? ca : cmax], fb = fw[k - 1];
+                    a1 = a1 - fa + fb;
+                    a2 = a2 - fa * fa + fb * fb;
+                    f1[k] += a1;
+                    f2[k] += a2;
+                }
+            }
+        }
+        SW_CMB_UNROLL_ALL
+        for (int k = 0; k < SW_CMB_CU; k++) {
+            if (k >= cu || u0 + k >= ns)
+                break;
+            /* normalised by the frame's spread over the shifted area (the template's is common
+             * to every shift): insensitive to the frame's local mean and contrast */
+            const double ef = (double)f2[k] - (double)f1[k] * (double)f1[k] / (double)nin;
+            const double cv = ef > 0.0 ? (double)acc[k] / sqrt(ef) : 0.0;
+            const int32_t ks = vv * ns + u0 + k;
+            R->scratch[ks] = cv;
+            if (cv > *best) {
+                *best = cv;
+                *kbest = ks;
+            }
+        }
+    }
+}
+
 /*
  * CORRELATION (centroid.h): writes the shift (sx, sy), its variances, the SNR and C(peak); the
  * return value is 1 when the maximum lies on the edge of the search range. m: the region's mean
  * conditioned value.
  * The surface C(u, v), (2 S + 1)^2 shifts of an inner area of up to ~10^3 pixels, is the bulk of
- * the work: each shift is summed by one thread, in float, from a work copy of the conditioned
- * region less m (R->cw; centred, so that the frame's spread sum f^2 - (sum f)^2 / n keeps its
- * digits) against the template less its inner mean. Taking m out changes no sum but the rounding:
- * sum (f - m)(r - rbar) = sum f (r - rbar), since the template's deviations sum to 0.
+ * the work. It is summed in float from a work copy of the conditioned region less m (R->cw;
+ * centred, so that the frame's spread sum f^2 - (sum f)^2 / n keeps its digits) against the
+ * template less its inner mean. Taking m out changes no sum but the rounding: sum (f - m)(r -
+ * rbar) = sum f (r - rbar), since the template's deviations sum to 0. A thread takes a unit of
+ * cu shifts u0 .. u0 + cu - 1 of one v at a time (cu = SW_CMB_CU, 4 for a search of +-1): along
+ * each template row it holds the CU frame pixels the unit's shifts pair with the template pixel in
+ * registers (one new load and one template load a pixel for cu products), so each shift's product
+ * sum runs over the same pixels in the same order as one shift alone; the frame's sums over each
+ * shift's area (for the normalisation) come from the first shift's row sums, moved along the row by
+ * the pixel that leaves and the one that enters. R->r and R->cw are row-major (element q) here, one
+ * per group. The peak: each thread's best shift (the first in row order among equals), the group's
+ * best by a maximum and a minimum index, as a serial scan would find it.
  */
 SW_CMB_FN int sw_cmb_correlate(const sw_cmb_params *P, const sw_cmb_region *R, float t,
                                double ring_var, double m, double *sx, double *sy, double *vx,
@@ -282,55 +487,28 @@ SW_CMB_FN int sw_cmb_correlate(const sw_cmb_params *P, const sw_cmb_region *R, f
     /* the template's mean over the inner area */
     double mr[1] = {0.0};
     for (int32_t q = R->t0; q < nin; q += R->tn)
-        mr[0] += (double)R->r[sw_cmb_ix(R, (q / iw + S) * w + q % iw + S)];
+        mr[0] += (double)R->r[(q / iw + S) * w + q % iw + S];
     SW_CMB_SUM(R, mr, 1);
     const double rbar = mr[0] / (double)nin;
     const float rbf = (float)rbar, mf = (float)m;
     SW_CMB_SYNC(R); /* the last lenslet's surface has been read */
     SW_CMB_EACH(R, q, i, j)
     {
-        const int32_t e = sw_cmb_ix(R, q);
-        R->cw[e] = (float)sw_cmb_c(P, R, t, q) - mf;
+        R->cw[q] = (float)sw_cmb_c(P, R, t, q) - mf;
     }
     SW_CMB_SYNC(R);
-    /* C(u, v) for every shift, one shift per thread at a time; flat: the layout is row-major (the
-     * CPU, and a GPU group of a whole warp) */
-    const int flat = (1 << R->lg) == R->ws;
-    for (int32_t k = R->t0; k < ns * ns; k += R->tn) {
-        const int32_t u = k % ns - S, v = k / ns - S;
-        float acc = 0.0f, f1 = 0.0f, f2 = 0.0f;
-        for (int32_t j = S; j < S + ih; j++) {
-            const int32_t p0 = j * w + S, pf0 = p0 + v * w + u;
-            if (flat) { /* the same sums, without the layout's index arithmetic */
-                const float *fr = R->cw + pf0, *rr = R->r + p0;
-                SW_CMB_UNROLL
-                for (int32_t i = 0; i < iw; i++) {
-                    const float f = fr[i], rd = rr[i] - rbf;
-                    acc += f * rd;
-                    f1 += f;
-                    f2 += f * f;
-                }
-                continue;
-            }
-            SW_CMB_UNROLL
-            for (int32_t i = 0; i < iw; i++) {
-                const float f = R->cw[sw_cmb_ix(R, pf0 + i)];
-                const float rd = R->r[sw_cmb_ix(R, p0 + i)] - rbf;
-                acc += f * rd;
-                f1 += f;
-                f2 += f * f;
-            }
-        }
-        /* normalised by the frame's spread over the shifted area (the template's is common to
-         * every shift): insensitive to the frame's local mean and contrast */
-        const double ef = (double)f2 - (double)f1 * (double)f1 / (double)nin;
-        R->scratch[k] = ef > 0.0 ? (double)acc / sqrt(ef) : 0.0;
-    }
-    SW_CMB_SYNC(R);
-    int32_t kb = 0;
-    for (int32_t k = 1; k < ns * ns; k++)
-        if (R->scratch[k] > R->scratch[kb])
-            kb = k;
+    double best = -INFINITY;
+    int32_t kbest = 0;
+    /* 4 shifts a unit for a search of +-1 (fewer wasted than with 8), else 8 */
+    if (ns <= 4)
+        sw_cmb_corr_units(R, S, rbf, 4, &best, &kbest);
+    else
+        sw_cmb_corr_units(R, S, rbf, SW_CMB_CU, &best, &kbest);
+    double bm[1] = {best};
+    SW_CMB_MAX(R, bm, 1);
+    const int32_t kb =
+        (int32_t)(0xFFFFFFFFu - SW_CMB_UMAX(R, best == bm[0] ? 0xFFFFFFFFu - (uint32_t)kbest : 0u));
+    SW_CMB_SYNC(R); /* the surface is in R->scratch */
     const int32_t u0 = kb % ns - S, v0 = kb / ns - S;
     const double nb = R->scratch[kb];
     int edge = u0 == -S || u0 == S || v0 == -S || v0 == S;
@@ -344,11 +522,9 @@ SW_CMB_FN int sw_cmb_correlate(const sw_cmb_params *P, const sw_cmb_region *R, f
     double s[7] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
     for (int32_t q = R->t0; q < nin; q += R->tn) {
         const int32_t i = q % iw + S, j = q / iw + S, p = j * w + i;
-        const double gx =
-            0.5 * ((double)R->r[sw_cmb_ix(R, p + 1)] - (double)R->r[sw_cmb_ix(R, p - 1)]);
-        const double gy =
-            0.5 * ((double)R->r[sw_cmb_ix(R, p + w)] - (double)R->r[sw_cmb_ix(R, p - w)]);
-        const double dr = (double)R->r[sw_cmb_ix(R, p)] - rbar;
+        const double gx = 0.5 * ((double)R->r[p + 1] - (double)R->r[p - 1]);
+        const double gy = 0.5 * ((double)R->r[p + w] - (double)R->r[p - w]);
+        const double dr = (double)R->r[p] - rbar;
         const int32_t pf = p + v0 * w + u0;
         const double var = sw_cmb_var(P, R->v[sw_cmb_ix(R, pf)], ring_var);
         s[0] += gx * gx;
@@ -572,8 +748,10 @@ SW_CMB_FN void sw_cmb_conclude(const sw_cmb_params *P, const sw_cmb_region *R, s
         double cx = R->rx - (double)R->xs, cy = R->ry - (double)R->ys; /* region coordinates */
         const int passes = P->method == SW_CMB_WCOG ? P->iters + 1 : 1;
         for (int it = 0; it < passes; it++) {
-            if (!A->one)
-                sw_cmb_cog_sums(P, R, t, b, sd, ring_var, cx, cy, it + 1 == passes, s);
+            if (!A->one && it + 1 < passes)
+                sw_cmb_wcog_centre(P, R, t, cx, cy, s);
+            else if (!A->one)
+                sw_cmb_cog_sums(P, R, t, b, sd, ring_var, cx, cy, 1, s);
             if (!(s[0] > 0.0) || !isfinite(s[0]))
                 break;
             x = s[1] / s[0];

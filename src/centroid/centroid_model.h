@@ -103,16 +103,18 @@ SW_CM_FN int sw_cm_finish(double m00, double m10, double m01, int32_t xs, int32_
 
 /*
  * One lenslet's data, and the threads that measure it together (a group of tn threads; this one
- * is thread t0). Region pixel (i, j), q = j w + i, is element sw_cmb_ix(q) of v and r:
+ * is thread t0). Region pixel (i, j), q = j w + i, is element sw_cmb_ix(q) of v (of r, cw: q):
  * (q >> lg) ws + (q & (2^lg - 1)). The CPU (one thread, lg 0, ws 1): row-major. The GPU (2^lg =
  * tn threads, ws 32): the pixels the threads of a warp take in one step of their pixel loops
  * are adjacent words of shared memory (no bank conflicts).
  */
 typedef struct sw_cmb_region {
     const float *v;  /* pixels after steps 1-3 (LUT, dark, flat)                          */
-    const float *r;  /* CORRELATION: the template, same layout; else NULL                */
-    float *cw;       /* CORRELATION: work copy of the conditioned region, same layout     */
-    double *scratch; /* CORRELATION: (2 S + 1)^2 doubles; WCOG: w + h doubles; per group */
+    const float *r;  /* CORRELATION: the template, row-major (element q); else NULL      */
+    float *cw;       /* CORRELATION: work copy of the conditioned region, row-major       */
+    double *scratch; /* per group; CORRELATION: (2 S + 1)^2 doubles; WCOG: w + h doubles
+                        (its last pass), in the same place 2 (w + h) SW_CMB_WREAL (the
+                        re-centring passes, centroid_method.h)                          */
     int32_t w, h;
     int32_t xs, ys; /* frame position of pixel (0, 0)                                     */
     double rx, ry;  /* the lenslet's reference position (frame)                          */
