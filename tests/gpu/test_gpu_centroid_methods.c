@@ -7,8 +7,9 @@
  * validity checks, a batch of frames, the copy, device and mapped paths into host and pinned
  * results, and on the device path every group size of the GPU kernel (SPOTWAVE_CENTROID_LANES =
  * 1 ... 32 lanes per lenslet: the same code with its sums reduced over other lanes, in another
- * order), on 18-19 px and on 4-5 px regions (lanes with no pixel, BRIGHTEST's top-16 lists and its
- * bisection): centroids within 1e-4 px, variances and SNR within 1e-4 relative, intensity
+ * order), on 18-19 px and on 4-5 px regions (lanes with no pixel; BRIGHTEST's top-16 lists with
+ * N = 9 and 12, its bisection with N = 40; CORRELATION's units of 4 shifts at +-1 and of 8 at
+ * +-4): centroids within 1e-4 px, variances and SNR within 1e-4 relative, intensity
  * within 1e-5 relative, status, valid and saturated equal (status may differ on a lenslet whose
  * threshold decision falls on a rounding difference: the test allows none on these frames).
  * Skips (77) when no GPU is usable.
@@ -180,8 +181,8 @@ static void test_methods(void **state)
         sw_image frames = as_type(src, types[t]);
         if (src != f32)
             free(src);
-        for (int c = 0; c < 18; c++) {
-            const int m = c % 9, small = c >= 9, nl = small ? NLS : NL;
+        for (int c = 0; c < 20; c++) {
+            const int m = c % 10, small = c >= 10, nl = small ? NLS : NL;
             sw_centroid_params p;
             sw_centroid_params_default(&p);
             p.geometry.x0 = 0;
@@ -200,15 +201,16 @@ static void test_methods(void **state)
             p.peak_border = m != 4;
             p.edge_fraction = 0.3;
             p.window = m == 2 ? 1 : 0;
-            static const char *names[9] = {"cog",
-                                           "wcog fixed",
-                                           "wcog iter",
-                                           "local",
-                                           "corr",
-                                           "brightest",
-                                           "quadcell (1 pass)",
-                                           "cog, ring variance, fraction",
-                                           "quadcell, ring variance"};
+            static const char *names[10] = {"cog",
+                                            "wcog fixed",
+                                            "wcog iter",
+                                            "local",
+                                            "corr",
+                                            "brightest",
+                                            "quadcell (1 pass)",
+                                            "cog, ring variance, fraction",
+                                            "quadcell, ring variance",
+                                            "brightest N = 9"};
             switch (m) {
             case 0: p.method = SW_CENTROID_METHOD_COG; break;
             case 1:
@@ -221,12 +223,17 @@ static void test_methods(void **state)
             case 4:
                 p.method = SW_CENTROID_METHOD_CORRELATION;
                 p.corr_reference = ref;
-                p.corr_search_px = small ? 1 : 4;
+                /* +-1 (units of 4 shifts) also on the large lenslets of the u16 frames */
+                p.corr_search_px = small || types[t] == SW_PIX_U16 ? 1 : 4;
                 break;
             case 5:
                 p.method = SW_CENTROID_METHOD_BRIGHTEST;
                 /* the top-16 lists merged over the lanes; the bisection */
                 p.brightest_n = small ? 12 : 40;
+                break;
+            case 9: /* the top-16 lists on the large lenslets too (N + 1 <= 16) */
+                p.method = SW_CENTROID_METHOD_BRIGHTEST;
+                p.brightest_n = 9;
                 break;
             case 7: /* no detector model, FRACTION: the region in shared memory, 3 passes */
                 p.method = SW_CENTROID_METHOD_COG;
