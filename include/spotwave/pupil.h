@@ -42,8 +42,8 @@
  *         the middle of the class means, above the half height of the pupil's edge when the
  *         glow falls off towards it (about 1 px too far in); edge_level 0.4 is the half height
  *         of an edge at 80 % of the pupil's median, the retinal glow of Mompean et al.'s images
- *         (falloff 0.3). edge_level 0: t = t_o. edge_level < 0 (SW_PUPIL_EDGE_AUTO, the
- *         default): 0.4 here, then step 3d;
+ *         (falloff 0.3). edge_level 0: t = t_o. edge_level < 0 (SW_PUPIL_EDGE_AUTO; the
+ *         CPU backend only, a CUDA plan refuses it): 0.4 here, then step 3d;
  *      d. automatic edge level (edge_level < 0; not from Mompean et al.): the right level
  *         depends on how far the glow falls off towards the edge (for a glow falling off by f
  *         as 1 - f rho^2 it is (1 - f) / (2 - f): 0.5 at f = 0, 0.09 at f = 0.9), so after a
@@ -213,12 +213,12 @@ typedef struct sw_pupil_params {
     double max_radius_px;      /* 0: the frame's larger side; largest semi-axis accepted     */
     double min_coverage;       /* 0.25; inliers / perimeter needed for a valid pupil, 0..1   */
     int32_t otsu_classes;      /* 3; step 3's split: 2 or 3 classes                          */
-    double edge_level;     /* SW_PUPIL_EDGE_AUTO (-1, default): any negative value measures the edge
-                              level per pupil (step 3d); else step 3c's fixed level, [0, 1) (0:
-                              Otsu's split itself; 0.4 was the default before step 3d)        */
-    double max_near_ratio; /* 0.75; near-band points / inliers allowed (step 9), >= 0
-                              (+Inf: no near-band test)                                  */
-    uint64_t seed;         /* the RANSAC random numbers (rng.h), default 1               */
+    double edge_level;         /* 0.4; step 3c's fixed level, [0, 1) (0: Otsu's split itself), or
+                                  SW_PUPIL_EDGE_AUTO (-1; any negative value): the level measured
+                                  per pupil (step 3d), on the CPU backend only                   */
+    double max_near_ratio;     /* 0.75; near-band points / inliers allowed (step 9), >= 0
+                                  (+Inf: no near-band test)                                  */
+    uint64_t seed;             /* the RANSAC random numbers (rng.h), default 1               */
     const sw_sh_geometry *geometry;     /* optional: lenslet grid for the lenslet mask; copied at
                                            create (its valid mask is ignored)                   */
     sw_pupil_lenslet_rule lenslet_rule; /* default SW_PUPIL_LENSLET_FULL                   */

@@ -70,8 +70,8 @@ def test_pupil_bad_input(cpu):
 
 
 def test_edge_level_fixed_and_auto_are_the_commands(cli, cpu, eyes):
-    # a fixed level (the tracker before the automatic one) and "auto" (the default) each give
-    # what the command gives with the same option
+    # a fixed level (the default) and "auto" (the CPU backend's automatic level) each give what
+    # the command gives with the same option
     image = spotwave.read(eyes / "m.fits")
     for level in ("0.4", "auto"):
         cli("pupil", eyes / "m.fits", "--edge-level", level, "--out", eyes / f"m{level}.csv")

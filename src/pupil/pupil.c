@@ -36,7 +36,7 @@ void sw_pupil_params_default(sw_pupil_params *p, int32_t width, int32_t height, 
     p->max_radius_px = 0.0;
     p->min_coverage = 0.25;
     p->otsu_classes = 3;
-    p->edge_level = SW_PUPIL_EDGE_AUTO;
+    p->edge_level = 0.4;
     p->max_near_ratio = 0.75;
     p->seed = 1;
     p->geometry = NULL;
@@ -154,6 +154,10 @@ static sw_status check_params(sw_context *ctx, const sw_pupil_params *p)
                        "pupil: edge_level %g must be finite and below 1 (0: Otsu's split itself, "
                        "< 0: automatic)",
                        p->edge_level);
+    if (p->edge_level < 0.0 && sw_context_backend(ctx) == SW_BACKEND_CUDA)
+        return sw_fail(ctx, SW_EINVAL,
+                       "pupil: the automatic edge level (edge_level < 0, step 3d) runs on the CPU "
+                       "backend only; the GPU tracker takes a fixed level (0.4 by default)");
     if (!(p->max_near_ratio >= 0.0))
         return sw_fail(ctx, SW_EINVAL,
                        "pupil: max_near_ratio %g must be >= 0 (+Inf: no near-band test)",

@@ -44,11 +44,6 @@
  *                                   thread, the inliers and near-band points, the verdict, written
  *                                   into mapped host memory (seed's optimisation 4: no
  *                                   device-to-host copy)
- *   step 3d   pp_ring_kernel        automatic edge level: the histograms of the bands about the
- *                                   found pupils, the new thresholds (last block); then the
- *                                   kernels of steps 4-9 again (they return at once where no
- *                                   threshold changed), SW_PM_RING_PASSES times, and steps 4-5
- *                                   once more (a refit that failed: the last pupil's masks)
  *   mask      pp_lenslet_kernel     one thread per lenslet
  * Everything after the frame's copy into the plan's buffer is one CUDA graph, captured on the
  * first run and launched per frame; the host waits once, at the end. Several kernels end with the
@@ -109,8 +104,7 @@ enum {
     PP_TICKET_SPLIT = 1, /* step 2 */
     PP_TICKET_OTSU = 2,  /* step 3, the histograms */
     PP_TICKET_OTSU3 = 3, /* step 3, the three-class split */
-    PP_TICKET_RING = 4,  /* step 3d, the bands about the pupils */
-    PP_TICKETS = 5
+    PP_TICKETS = 4
 };
 
 /* What the kernels find per frame, in device memory (zeroed at init). */
@@ -129,11 +123,6 @@ struct pp_state {
                                                         their prefix counts and sums        */
     double o3c[2][256];  /* step 3: the best three-class criterion per t1 ...               */
     int32_t o3t[2][256]; /*         ... and its t2                                          */
-    /* step 3d (automatic edge level): per region, whether it is refitted (active), the
-     * threshold before the last change (prev_thr), the bands' histograms (reset when read);
-     * redo_mask: the next steps 4-5 rebuild the masks (a new threshold, or one restored) */
-    int32_t active[2], prev_thr[2], redo_mask;
-    unsigned int ring[2][3 * 256];
 };
 
 /* The Gaussian's Q16 weights, passed by value (kernel parameters live in constant memory; a
@@ -153,8 +142,6 @@ struct __align__(16) pp_cand
 /* What the fitting kernels (steps 6-9) read, by value. */
 struct pp_fit_args {
     int32_t width, height, n_pupils, candidates, refine_iterations;
-    int32_t pass;      /* 0: the first fit; k > 0: step 3d's refit k (regions not active skip) */
-    int32_t auto_edge; /* step 3d on (edge_level < 0)                                         */
     double inlier_px, min_r, max_r, min_coverage, max_near_ratio;
     int64_t npix;             /* frame pixels                                          */
     const float *randoms;     /* candidates x 5 */
@@ -165,7 +152,6 @@ struct pp_fit_args {
     pp_state *st;             /* the frame's state */
     sw_pupil_result *result;  /* the mapped host result: its device address */
     sw_pupil_ellipse *pupils; /* device copy of the pupils, for the lenslet mask */
-    unsigned int *rowcount;   /* step 5's counts (cleared by step 3d's refit on a revert) */
 };
 
 /* The plan's device state (plan->gpu). */
@@ -260,7 +246,6 @@ __device__ void pp_frame_start(pp_state *st, uint32_t *work, int64_t nwork, int3
     if (blockIdx.x == 0 && threadIdx.x == 0) {
         st->best[0] = 0;
         st->best[1] = 0;
-        st->redo_mask = 0;
         if (split_fixed >= 0)
             st->split = split_fixed;
     }
@@ -1066,10 +1051,8 @@ __device__ __forceinline__ uint32_t pp_morph_col4(const uint32_t *p, int stride,
 template <int R>
 __global__ void __launch_bounds__(PP_TILE)
     pp_dilate_kernel(const uint8_t *smooth, uint8_t *dil, int32_t width, int32_t height, int rr,
-                     const pp_state *st, int gated)
+                     const pp_state *st)
 {
-    if (gated && !st->redo_mask)
-        return; /* step 3d: the masks stand (the whole grid) */
     constexpr int H = R >= 0 ? R : SW_PUPIL_MAX_RADIUS;
     constexpr int HW = (H + 3) / 4; /* halo words on each side */
     __shared__ uint32_t s_in[PP_TH + 2 * H][PP_TWW + 2 * HW];
@@ -1128,10 +1111,8 @@ __global__ void __launch_bounds__(PP_TILE)
 template <int R>
 __global__ void __launch_bounds__(PP_TILE)
     pp_erode_kernel(const uint8_t *dil, uint8_t *closed8, int32_t width, int32_t height, int rr,
-                    const pp_state *st, uint32_t *bits, unsigned int *rowcount, int gated)
+                    const pp_state *st, uint32_t *bits, unsigned int *rowcount)
 {
-    if (gated && !st->redo_mask)
-        return;
     constexpr int RM = R >= 0 ? R : SW_PUPIL_MAX_RADIUS;
     constexpr int H = RM + 1;            /* halo rows on each side */
     constexpr int HW = 1 + (RM + 3) / 4; /* halo words on each side */
@@ -1228,10 +1209,8 @@ __global__ void __launch_bounds__(PP_TILE)
 __global__ void __launch_bounds__(PP_BROWS * 32)
     pp_border_kernel(const uint32_t *bits, const unsigned int *rowcount, int32_t width,
                      int32_t height, int n_pupils, double inlier_px, int64_t npix, pp_state *st,
-                     int2 *border, float2 *uv, int gated)
+                     int2 *border, float2 *uv)
 {
-    if (gated && !st->redo_mask)
-        return;
     __shared__ long long s_pre[PP_BROWS][2];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int32_t y0 = (int32_t)blockIdx.x * PP_BROWS;
@@ -1330,13 +1309,6 @@ __global__ void __launch_bounds__(PP_CAND) pp_candidates_kernel(const pp_fit_arg
     const int lane = (int)(threadIdx.x & 31u), m = lane % PP_CAND_LANES;
     const int32_t k =
         (int32_t)blockIdx.x * (PP_CAND / PP_CAND_LANES) + (int32_t)(threadIdx.x / PP_CAND_LANES);
-    if (a.pass > 0) {
-        /* step 3d: the masks of this pass are built (nothing reads the flag any more) */
-        if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0)
-            a.st->redo_mask = 0;
-        if (!a.st->active[r])
-            return; /* the whole block */
-    }
     if (k >= a.candidates)
         return; /* the whole group */
     const unsigned group = ((1u << PP_CAND_LANES) - 1u) << (lane - m);
@@ -1380,8 +1352,6 @@ __global__ void __launch_bounds__(PP_VOTE_WARPS * 32) pp_vote_kernel(const pp_fi
     __shared__ float2 pts[PP_VOTE_WARPS * 32];
     const int lane = threadIdx.x & 31, r = blockIdx.y;
     const int32_t k = (int32_t)blockIdx.x * PP_VOTE_WARPS + (int32_t)(threadIdx.x >> 5);
-    if (a.pass > 0 && !a.st->active[r])
-        return; /* step 3d: the region is not refitted (the whole block) */
     pp_cand cd;
     int active = 0;
     if (k < a.candidates) {
@@ -1470,11 +1440,9 @@ __global__ void __launch_bounds__(PP_FIT) pp_fit_kernel(const pp_fit_args a)
     __shared__ double tot[SW_PM_NACC];
     __shared__ double c_sh[6];
     __shared__ int cnt_part[PP_FIT / 32][2];
-    __shared__ int go, valid_sh;
+    __shared__ int go;
     const int r = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    pp_state *st = a.st;
-    if (a.pass > 0 && !st->active[r])
-        return; /* step 3d: the region is not refitted: its pupil stands (the whole block) */
+    const pp_state *st = a.st;
     const sw_pm_region reg = pp_region(a, r);
     const long long n = st->nborder[r];
     const int32_t thr = st->thr[r];
@@ -1576,115 +1544,15 @@ __global__ void __launch_bounds__(PP_FIT) pp_fit_kernel(const pp_fit_args a)
         if (early == SW_PUPIL_EMPTY_FRAME)
             o.threshold = -1; /* as pupil_cpu.c: nothing to track, whatever the steps made */
     }
-    if (a.pass > 0) {
-        /* step 3d's refit: a valid pupil replaces the last one; otherwise the last one stays,
-         * with its threshold, whose mask and border list the next steps 4-5 rebuild (o is
-         * thread 0's: its verdict to the block) */
-        if (tid == 0)
-            valid_sh = o.valid;
-        __syncthreads();
-        if (tid == 0 && !valid_sh) {
-            st->thr[r] = st->prev_thr[r];
-            st->active[r] = 0;
-            st->redo_mask = 1;
-        }
-        if (!valid_sh) {
-            for (int i = tid; i < 2 * a.height; i += PP_FIT)
-                a.rowcount[i] = 0;
-            return;
-        }
-    } else if (tid == 0) {
-        st->active[r] = a.auto_edge && o.valid;
-    }
     if (tid == 0) {
         a.result->pupil[r] = o;
         a.pupils[r] = o;
-        if (r == 0 && a.pass == 0) {
+        if (r == 0) {
             a.result->n_pupils = a.n_pupils;
             a.result->scale = scale;
             a.result->split_x = st->split;
         }
     }
-}
-
-/* ================================================================== step 3d: the edge level */
-
-/*
- * Step 3d (pupil_model.h), one refit's threshold: the histograms of the bands about each active
- * region's pupil (the device copy the fit wrote), per block in shared memory (one pixel per
- * thread, grid-stride), added into st->ring; the last block, per active region: the new
- * threshold (sw_pm_ring_threshold, thread 0); none, or the same: the region is done (not
- * active); else the threshold changes, the region's winner is reset and the masks are to be
- * rebuilt. It resets the histograms and, before steps 4-5 run again, the row counts.
- */
-__global__ void __launch_bounds__(PP_PIX)
-    pp_ring_kernel(const uint8_t *smooth, int32_t width, int32_t height, int64_t npix, int n_pupils,
-                   int32_t gauss_radius, double gauss_sigma, const sw_pupil_ellipse *pupils,
-                   pp_state *st, unsigned int *rowcount)
-{
-    __shared__ unsigned int sh[2 * 3 * 256];
-    __shared__ sw_pm_ring ring[2];
-    __shared__ int act[2];
-    if (threadIdx.x < 2) {
-        const int r = threadIdx.x;
-        act[r] = r < n_pupils && st->active[r];
-        if (act[r])
-            ring[r] = sw_pm_ring_of(&pupils[r], gauss_radius, gauss_sigma);
-        if (act[r] && !ring[r].usable)
-            act[r] = 0;
-    }
-    for (int i = threadIdx.x; i < 2 * 3 * 256; i += PP_PIX)
-        sh[i] = 0;
-    __syncthreads();
-    if (!act[0] && !act[1]) {
-        /* nothing to measure: no region is refitted (the same in every block) */
-        if (blockIdx.x == 0 && threadIdx.x < 2)
-            st->active[threadIdx.x] = 0;
-        return;
-    }
-    const int32_t split = st->split;
-    const int64_t stride = (int64_t)gridDim.x * PP_PIX;
-    for (int64_t i = (int64_t)blockIdx.x * PP_PIX + threadIdx.x; i < npix; i += stride) {
-        const int32_t y = (int32_t)(i / width), x = (int32_t)(i - (int64_t)y * width);
-        const int r = x >= split ? 1 : 0;
-        if (!act[r])
-            continue;
-        const int k = sw_pm_ring_band(&ring[r], x, y);
-        if (k >= 0)
-            atomicAdd(&sh[(r * 3 + k) * 256 + smooth[i]], 1u);
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < 2 * 3 * 256; i += PP_PIX)
-        if (sh[i])
-            atomicAdd(&st->ring[i / 768][i % 768], sh[i]);
-    if (!pp_last_block(&st->ticket[PP_TICKET_RING]))
-        return;
-    if (threadIdx.x == 0) {
-        int redo = 0;
-        for (int r = 0; r < 2; r++) {
-            if (!act[r]) {
-                st->active[r] = 0;
-                continue;
-            }
-            unsigned int h[3 * 256];
-            for (int v = 0; v < 3 * 256; v++)
-                h[v] = __ldcg(&st->ring[r][v]);
-            const int32_t tn = sw_pm_ring_threshold(h, ring[r].extrap);
-            if (tn < 0 || tn == st->thr[r]) {
-                st->active[r] = 0;
-                continue;
-            }
-            st->prev_thr[r] = st->thr[r];
-            st->thr[r] = tn;
-            st->best[r] = 0;
-            redo = 1;
-        }
-        st->redo_mask = redo;
-    }
-    for (int i = threadIdx.x; i < 2 * 3 * 256; i += PP_PIX)
-        st->ring[i / 768][i % 768] = 0;
-    for (int i = threadIdx.x; i < 2 * height; i += PP_PIX)
-        rowcount[i] = 0;
 }
 
 /* ================================================================== the lenslet mask */
@@ -1781,16 +1649,16 @@ template <typename T> static sw_status pp_enqueue_steps02(sw_pupil_plan *plan, c
 
 /* Steps 4-5's morphology with the radius R at compile time (or -1): smooth8 -(threshold,
  * dilation)-> dil8 -(erosion, border test)-> closed8, bits, rowcount. */
-template <int R> static sw_status pp_enqueue_close(sw_pupil_plan *plan, cudaStream_t s, int gated)
+template <int R> static sw_status pp_enqueue_close(sw_pupil_plan *plan, cudaStream_t s)
 {
     pp_gpu *g = gpu_of(plan);
     const int32_t w = plan->p.width, h = plan->p.height;
     const int rr = plan->p.close_radius;
     const dim3 grid((unsigned)((w + PP_TW - 1) / PP_TW), (unsigned)((h + PP_TH - 1) / PP_TH));
-    pp_dilate_kernel<R><<<grid, PP_TILE, 0, s>>>(g->smooth8, g->dil8, w, h, rr, g->st, gated);
+    pp_dilate_kernel<R><<<grid, PP_TILE, 0, s>>>(g->smooth8, g->dil8, w, h, rr, g->st);
     SW_CU(cudaGetLastError());
-    pp_erode_kernel<R><<<grid, PP_TILE, 0, s>>>(g->dil8, g->closed8, w, h, rr, g->st, g->bits,
-                                                g->rowcount, gated);
+    pp_erode_kernel<R>
+        <<<grid, PP_TILE, 0, s>>>(g->dil8, g->closed8, w, h, rr, g->st, g->bits, g->rowcount);
     SW_CU(cudaGetLastError());
     return SW_OK;
 }
@@ -1811,17 +1679,25 @@ static sw_status pp_enqueue_frame(sw_pupil_plan *plan, cudaStream_t s)
     default: SW_TRY(pp_enqueue_steps02<float>(plan, s)); break;
     }
 
-    /* Step 3 (with the automatic edge level, step 3d, the first pass's level) */
-    const int auto_edge = p->edge_level < 0.0;
-    const double level = auto_edge ? SW_PM_EDGE_AUTO_INIT : p->edge_level;
+    /* Step 3 */
     pp_hist_kernel<<<pp_grid(plan, plan->npix / 16, PP_PIX, 2), PP_PIX, 0, s>>>(
-        g->smooth8, w, plan->npix, np, p->otsu_classes, level, g->st, g->hist);
+        g->smooth8, w, plan->npix, np, p->otsu_classes, p->edge_level, g->st, g->hist);
     SW_CU(cudaGetLastError());
     if (p->otsu_classes == 3) {
-        pp_otsu3_kernel<<<dim3(254, (unsigned)np), PP_PIX, 0, s>>>(g->st, np, level);
+        pp_otsu3_kernel<<<dim3(254, (unsigned)np), PP_PIX, 0, s>>>(g->st, np, p->edge_level);
         SW_CU(cudaGetLastError());
     }
 
+    /* Steps 4-5 */
+    if (p->close_radius == PP_DEFAULT_R)
+        SW_TRY(pp_enqueue_close<PP_DEFAULT_R>(plan, s));
+    else
+        SW_TRY(pp_enqueue_close<-1>(plan, s));
+    pp_border_kernel<<<(unsigned)((h + PP_BROWS - 1) / PP_BROWS), PP_BROWS * 32, 0, s>>>(
+        g->bits, g->rowcount, w, h, np, p->inlier_px, plan->npix, g->st, g->border, g->uv);
+    SW_CU(cudaGetLastError());
+
+    /* Step 6 */
     pp_fit_args a;
     memset(&a, 0, sizeof a);
     a.width = w;
@@ -1829,7 +1705,6 @@ static sw_status pp_enqueue_frame(sw_pupil_plan *plan, cudaStream_t s)
     a.n_pupils = np;
     a.candidates = p->candidates;
     a.refine_iterations = p->refine_iterations;
-    a.auto_edge = auto_edge;
     a.inlier_px = p->inlier_px;
     a.min_r = p->min_radius_px;
     a.max_r = p->max_radius_px; /* resolved by pupil.c */
@@ -1844,48 +1719,19 @@ static sw_status pp_enqueue_frame(sw_pupil_plan *plan, cudaStream_t s)
     a.st = g->st;
     a.result = g->d_result;
     a.pupils = g->pupils;
-    a.rowcount = g->rowcount;
+    const int per_block = PP_CAND / PP_CAND_LANES;
+    pp_candidates_kernel<<<dim3((unsigned)((p->candidates + per_block - 1) / per_block),
+                                (unsigned)np),
+                           PP_CAND, 0, s>>>(a);
+    SW_CU(cudaGetLastError());
+    pp_vote_kernel<<<dim3((unsigned)((p->candidates + PP_VOTE_WARPS - 1) / PP_VOTE_WARPS),
+                          (unsigned)np),
+                     PP_VOTE_WARPS * 32, 0, s>>>(a);
+    SW_CU(cudaGetLastError());
 
-    /* Steps 4-9, then (step 3d) up to SW_PM_RING_PASSES refits, each a no-op on the device
-     * (kernels that return at once) where no region's threshold changed, and the masks once
-     * more for a refit that failed (its region's pupil and threshold restored) */
-    const int passes = auto_edge ? SW_PM_RING_PASSES : 0;
-    for (int pass = 0; pass <= passes + (auto_edge ? 1 : 0); pass++) {
-        const int last = auto_edge && pass == passes + 1; /* the masks only */
-        if (pass > 0 && !last) {
-            pp_ring_kernel<<<pp_grid(plan, plan->npix, PP_PIX, 2), PP_PIX, 0, s>>>(
-                g->smooth8, w, h, plan->npix, np, p->gauss_radius, p->gauss_sigma, g->pupils, g->st,
-                g->rowcount);
-            SW_CU(cudaGetLastError());
-        }
-        /* Steps 4-5 */
-        if (p->close_radius == PP_DEFAULT_R)
-            SW_TRY(pp_enqueue_close<PP_DEFAULT_R>(plan, s, pass > 0));
-        else
-            SW_TRY(pp_enqueue_close<-1>(plan, s, pass > 0));
-        pp_border_kernel<<<(unsigned)((h + PP_BROWS - 1) / PP_BROWS), PP_BROWS * 32, 0, s>>>(
-            g->bits, g->rowcount, w, h, np, p->inlier_px, plan->npix, g->st, g->border, g->uv,
-            pass > 0);
-        SW_CU(cudaGetLastError());
-        if (last)
-            break;
-
-        /* Step 6 */
-        a.pass = pass;
-        const int per_block = PP_CAND / PP_CAND_LANES;
-        pp_candidates_kernel<<<dim3((unsigned)((p->candidates + per_block - 1) / per_block),
-                                    (unsigned)np),
-                               PP_CAND, 0, s>>>(a);
-        SW_CU(cudaGetLastError());
-        pp_vote_kernel<<<dim3((unsigned)((p->candidates + PP_VOTE_WARPS - 1) / PP_VOTE_WARPS),
-                              (unsigned)np),
-                         PP_VOTE_WARPS * 32, 0, s>>>(a);
-        SW_CU(cudaGetLastError());
-
-        /* Steps 7-9 */
-        pp_fit_kernel<<<(unsigned)np, PP_FIT, 0, s>>>(a);
-        SW_CU(cudaGetLastError());
-    }
+    /* Steps 7-9 */
+    pp_fit_kernel<<<(unsigned)np, PP_FIT, 0, s>>>(a);
+    SW_CU(cudaGetLastError());
 
     /* The lenslet mask */
     if (plan->has_geom) {

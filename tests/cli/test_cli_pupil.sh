@@ -383,7 +383,7 @@ cmp -s "$tmp/ell.csv" "$tmp/ell_j.csv" || fail "--json changed the table"
 check json "$tmp/ell.json" "$tmp/ell.csv" 'rep["frame_count"] == 1 and rep["first_frame"] == 0 and rep["pupils"] == 1 and rep["frame_size"] == [640, 640] and rep["pixel_type"] == "u8" and rep["backend"] == "cpu" and rep["inputs"][0].endswith("ell.pgm") and rep["scale"] == "auto" and rep["frames"][0]["split_x"] == 640 and rep["pupils_found"] == 1 and rep["lenslet_grid"] is None' ||
     fail "JSON report: $out"
 # pupil.h's defaults: three classes, edge level 0.4, near ratio 0.75, a tenth of 640
-check json "$tmp/ell.json" "$tmp/ell.csv" 'rep["otsu_classes"] == 3 and rep["edge_level"] == "auto" and rep["max_near_ratio"] == 0.75 and rep["min_radius_px"] == 64' ||
+check json "$tmp/ell.json" "$tmp/ell.csv" 'rep["otsu_classes"] == 3 and rep["edge_level"] == 0.4 and rep["max_near_ratio"] == 0.75 and rep["min_radius_px"] == 64' ||
     fail "JSON report, the defaults: $out"
 
 # ---------------------------------------------------------------- two eyes

@@ -277,8 +277,8 @@ static sw_pupil_result track_edge(const sw_image *img, double edge_level)
 static void test_glow_falloff(void **state)
 {
     (void)state;
-    /* the glow dimming towards the edge by 0 .. 90 %: with the default (automatic) edge level
-     * the glow path's radius within 1 % (issue 22's target), with no need of the spots path */
+    /* the glow dimming towards the edge by 0 .. 90 %: with the automatic edge level
+     * (SW_PUPIL_EDGE_AUTO) the glow path's radius within 1 % (issue 22's target) */
     static const double falloffs[6] = {0.0, 0.3, 0.45, 0.6, 0.8, 0.9};
     const double c[1][2] = {{330.0, 310.0}};
     for (int k = 0; k < 6; k++) {
@@ -287,7 +287,7 @@ static void test_glow_falloff(void **state)
         sw_image img = render(640, 640, 32.0, 1, c, 540.0, 2, falloffs[k], &sp, &t);
         char name[64];
         snprintf(name, sizeof name, "glow falling off by %g", falloffs[k]);
-        sw_pupil_result r = track(&img, &sp, 1, 1, 1, NULL);
+        sw_pupil_result r = track_edge(&img, SW_PUPIL_EDGE_AUTO);
         check(name, &r.pupil[0], &t.eye[0], 1.0, 0.01);
         assert_int_equal(r.pupil[0].method, SW_PUPIL_METHOD_GLOW);
         assert_int_equal(r.pupil[0].glow_failure, SW_PUPIL_OK);
