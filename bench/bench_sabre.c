@@ -73,7 +73,10 @@
  * or variant only), --padding zero|nearest and --fill N (D-SABRE), --lambda X, --robust N,
  * --robust-k K, --robust-pme, --pme-band (sabre.h; the model and the robust options of global
  * SABRE and every D-SABRE plan). --backend cuda runs the simulator, the centroids and D-SABRE on
- * the GPU (the global and Fried baselines are host code).
+ * the GPU (the global and Fried baselines are host code). With --degree 2|3 and the environment
+ * variable SW_BENCH_NOISE set, each spline run logs on stderr the noise variance its weight came
+ * from (sw_sabre_spline_noise), the true one (the slopes against the same screen's exact lenslet
+ * means), the slopes' variance and the weight chosen (sabre.h's noise-aware weight).
  */
 #include "harness.h"
 
@@ -493,6 +496,34 @@ static int reconstruct_all(acc_state *a, int pupil, int noise)
                 continue;
             if (m->kind == M_GLOBAL && a->spline) {
                 st = sw_sabre_spline_run(a->spline, a->slopes, a->coef);
+                if (getenv("SW_BENCH_NOISE")) {
+                    double sm[2] = {0, 0}, s2[2] = {0, 0};
+                    int nv = 0;
+                    for (int l = 0; l < NLL; l++)
+                        if (a->valid[l]) {
+                            nv++;
+                            for (int c = 0; c < 2; c++) {
+                                sm[c] += a->slopes[l + c * NLL];
+                                s2[c] += (double)a->slopes[l + c * NLL] * a->slopes[l + c * NLL];
+                            }
+                        }
+                    const double var = 0.5 * (s2[0] / nv - sm[0] * sm[0] / nv / nv + s2[1] / nv -
+                                              sm[1] * sm[1] / nv / nv);
+                    static float exact[2 * NLL];
+                    double tn = 0;
+                    if (noise == 0)
+                        memcpy(exact, a->slopes, sizeof exact);
+                    for (int l = 0; l < NLL; l++)
+                        if (a->valid[l])
+                            for (int c = 0; c < 2; c++)
+                                tn += 0.5 * (a->slopes[l + c * NLL] - exact[l + c * NLL]) *
+                                      (a->slopes[l + c * NLL] - exact[l + c * NLL]) / nv;
+                    fprintf(stderr,
+                            "noise %d sigma2 %.4e true %.4e var %.4e ratio %.4e weight %g\n", noise,
+                            sw_sabre_spline_noise(a->spline), tn, var,
+                            sw_sabre_spline_noise(a->spline) / var,
+                            sw_sabre_spline_smoothing(a->spline));
+                }
                 if (st == SW_OK)
                     st = sw_sabre_spline_map(a->spline, a->coef, MAP_N, MAP_N, a->est);
                 if (st != SW_OK)

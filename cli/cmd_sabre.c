@@ -116,9 +116,10 @@ void sw_cmd_sabre_help(FILE *out)
         "                         C1 across every edge, imposed exactly (default: 1 for D >= 2)\n"
         "  --smoothing W          global, D >= 2: weight of the soft conditions of orders\n"
         "                         R+1..D across the edges, which fix what the slopes leave\n"
-        "                         unseen, %g..%g (default %g for D = 2, %g for D = 3:\n"
-        "                         chosen on bench_sabre's turbulence, BENCHMARKS.md; a larger\n"
-        "                         weight filters more noise for faint stars)\n"
+        "                         unseen, %g..%g (default: noise-aware, %g plus the slope\n"
+        "                         noise variance over the signal's, the noise estimated from\n"
+        "                         the slopes' curl; sabre.h, BENCHMARKS.md. %g was the best\n"
+        "                         fixed weight for D = 3 on bench_sabre's turbulence)\n"
         "\n"
         "Output (the piston is removed from each; with no output option the actuators go to\n"
         "standard output):\n"
@@ -395,8 +396,8 @@ static int parse_options(int argc, char **argv, sabre_opts *o)
     }
     if (!o->have_degree)
         o->degree = 1;
-    if (!o->have_smoothing) /* the library's default for the degree (sabre.h) */
-        o->smoothing = o->degree >= 3 ? SW_SABRE_SPLINE_SMOOTHING_CUBIC : SW_SABRE_SPLINE_SMOOTHING;
+    if (!o->have_smoothing) /* the library's noise-aware default (sabre.h); reported as chosen */
+        o->smoothing = 0.0;
 
     /* Options of one method only. */
     if (o->method != METHOD_DSABRE && (o->have_partitions || o->have_pme || o->have_overlap ||
@@ -959,7 +960,8 @@ static void map_header(sw_cli_hdr *h, const sabre_opts *o, const slopes_in *s,
         sw_cli_hdr_int(h, "CONTIN", (int32_t)o->continuity, "spline continuity order r");
     }
     if (r->spline)
-        sw_cli_hdr_num(h, "SMOOTH", o->smoothing, "weight of the soft spline conditions");
+        sw_cli_hdr_num(h, "SMOOTH", sw_sabre_spline_smoothing(r->spline),
+                       "weight of the soft spline conditions");
 }
 
 /* The map: the spline (sw_sabre_map, sw_sabre_spline_map) or Fried's bilinear phase (sw_fried_eval)
@@ -1065,7 +1067,8 @@ static void print_report(const sabre_opts *o, const slopes_in *s, const sabre_re
         if (r->spline)
             printf("  spline     degree %ld, C%ld, smoothing %g, %lld B-coefficients, on the "
                    "host%s\n",
-                   o->degree, o->continuity, o->smoothing, (long long)r->ncoef,
+                   o->degree, o->continuity, sw_sabre_spline_smoothing(r->spline),
+                   (long long)r->ncoef,
                    r->backend == SW_BACKEND_CUDA ? " (CPU code: the GPU is not used)" : "");
         printf("  wavefront  RMS %.6g %s, peak-to-valley %.6g %s over %d lenslet corners\n", r->rms,
                unit, r->pv, unit, (int)r->active);
@@ -1127,7 +1130,7 @@ static void print_report(const sabre_opts *o, const slopes_in *s, const sabre_re
         sw_cli_json_int(j, "degree", (int32_t)o->degree);
         sw_cli_json_int(j, "continuity", (int32_t)o->continuity);
     }
-    sw_cli_json_double(j, "smoothing", r->spline ? o->smoothing : NAN);
+    sw_cli_json_double(j, "smoothing", r->spline ? sw_sabre_spline_smoothing(r->spline) : NAN);
     if (r->spline)
         sw_cli_json_int(j, "coefficients", r->ncoef);
     sw_cli_json_double(j, "fried_reg",

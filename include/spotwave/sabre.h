@@ -449,21 +449,42 @@ typedef struct sw_sabre_spline_params {
     int32_t continuity;     /* r, 0..d - 1 (0)                                                */
     double triangle_weight; /* lambda of sabre.h's model, d = 1 only, 1e-3..1 (0.2)           */
     double smoothing;       /* weight of the soft conditions, d >= 2 only, 1e-8..1e6; 0
-                               (the default): the degree's, below                            */
+                               (the default): noise-aware, below                             */
 } sw_sabre_spline_params;
 
-/* The default smoothing per degree, chosen on bench_sabre --accuracy (64 x 64, square pupil,
- * 3 screens, exact slopes and magnitudes 0-12; BENCHMARKS.md): d = 2 at 0.01 is below d = 1 at
- * every magnitude (0.1 gave up 5 % on bright stars for 0.5-1.4 % at magnitudes 10-12); d = 3 at 0.1
- * is below d = 1 from exact slopes to magnitude 10 (0.01: 20 % better on exact slopes but 9-21 %
- * worse from magnitude 10; 1: no better than d = 1 on bright stars) and 1-3 % above it at
- * magnitudes 11-12, where every reconstructor's error is 0.33-0.87 of the wavefront. No single
- * weight is best at every noise level: the best one grows with the slope noise. */
-#define SW_SABRE_SPLINE_SMOOTHING       1e-2 /* d = 2 */
-#define SW_SABRE_SPLINE_SMOOTHING_CUBIC 1e-1 /* d = 3 */
+/* The soft term's weight W. Given (smoothing > 0), it is fixed. By default (smoothing 0, d >= 2)
+ * it is chosen per run from the slopes' noise, as a Tikhonov weight is (the noise variance over
+ * the signal's):
+ *     W = SW_SABRE_SPLINE_SMOOTHING + sigma2 / (var - sigma2),
+ * var the slopes' variance (each component's mean removed, the two averaged), var - sigma2 kept
+ * >= SW_SABRE_SPLINE_MIN_SIGNAL var, and W rounded to a grid of half decades from 0.01 (0.01,
+ * 0.0316, 0.1, ...) so that a steady noise level keeps the factorisation: a run whose W differs
+ * from the plan's refactorises it (d = 3 at 64 x 64: 14-21 s on a 2-core machine; d = 2: about
+ * 1.5 s). sigma2, the slope noise variance (slope units squared), is the caller's
+ * (sw_sabre_spline_set_noise) or estimated from the frame: gradients are curl free, white noise
+ * is not, so the mean square of the 2 x 2 curl
+ *     (sx(i,j+1) + sx(i+1,j+1) - sx(i,j) - sx(i+1,j)) / 2 - (sy(i+1,j) + sy(i+1,j+1) - sy(i,j)
+ *     - sy(i,j+1)) / 2
+ * over the blocks of four valid lenslets, over 2, is the white noise's variance plus what the
+ * signal leaves (the curl of lenslet-mean slopes vanishes for wavefronts of degree <= 3, not for
+ * turbulence sampled at 2.6 r0 a lenslet, where it is 3.6-3.8 % of var); the estimate is that
+ * mean square less SW_SABRE_SPLINE_CURL_LEAK var, at least 0. Exact slopes of a polynomial of
+ * degree <= 3 therefore give sigma2 = 0 and W = 0.01, and the polynomial back exactly (which it
+ * is at any W: it satisfies every soft condition).
+ * The form was fitted on bench_sabre --accuracy (64 x 64, square pupil, von Karman screens with
+ * r0 0.15 m on 0.39 m lenslets, CoG centroids, magnitudes 0-12; BENCHMARKS.md): the best fixed W
+ * there was 0.01 to magnitude 8, 0.1 at 10 and 1 at 11-12, where the true sigma2 / (var -
+ * sigma2) is about 0.02, 0.1 and 2 (sigma2: the slopes' error against the exact lenslet means):
+ * a Tikhonov weight of 1 times that ratio. The estimate was within 6-19 % of that sigma2 from
+ * magnitude 10 and within a factor 2 on brighter stars, where W stays at or near its floor. The
+ * leak term assumes turbulence like that: rougher slopes (more aliasing) read as a little noise. */
+#define SW_SABRE_SPLINE_SMOOTHING       1e-2 /* the floor of the noise-aware weight, d = 2, 3 */
+#define SW_SABRE_SPLINE_SMOOTHING_CUBIC 1e-1 /* the best fixed weight for d = 3 (4.0's default) */
+#define SW_SABRE_SPLINE_CURL_LEAK       0.04 /* the signal's share of the curl, of var */
+#define SW_SABRE_SPLINE_MIN_SIGNAL      1e-2 /* the signal variance's floor, of var */
 
 /* nx = ny = 0 (must be set), pitch 1, no mask, d = 1, r = 0, lambda 0.2, smoothing 0 (the
- * degree's default above). */
+ * noise-aware weight above). */
 void sw_sabre_spline_params_default(sw_sabre_spline_params *p);
 
 typedef struct sw_sabre_spline sw_sabre_spline;
@@ -480,6 +501,16 @@ int32_t sw_sabre_spline_degree(const sw_sabre_spline *s);
 /* slopes as sw_sabre_run (host); coef: sw_sabre_spline_coefficients doubles. SW_ERANGE for a
  * NaN or infinite slope of a valid lenslet. */
 sw_status sw_sabre_spline_run(sw_sabre_spline *s, const float *slopes, double *coef);
+/* The slope noise variance (slope units squared, the slopes' own) for the noise-aware weight of
+ * the runs that follow, in place of the per-frame estimate; -1: estimated again (the default).
+ * SW_EINVAL for a plan whose smoothing was given or of degree 1, or sigma2 not >= 0 nor -1. */
+sw_status sw_sabre_spline_set_noise(sw_sabre_spline *s, double sigma2);
+/* The weight W of the factorisation in use: after a run, the weight that run used (NaN for
+ * d = 1). */
+double sw_sabre_spline_smoothing(const sw_sabre_spline *s);
+/* The noise variance the last run's weight was chosen from (given or estimated, after the leak
+ * term); NaN before a run or when the weight is fixed. */
+double sw_sabre_spline_noise(const sw_sabre_spline *s);
 /* The spline at lattice position (x, y): the polynomial of the triangle sw_sabre_locate's rule
  * picks (outside the lattice: extended). NaN where that triangle is not estimated. */
 double sw_sabre_spline_eval(const sw_sabre_spline *s, const double *coef, double x, double y);

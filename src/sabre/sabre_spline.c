@@ -66,6 +66,11 @@ struct sw_sabre_spline {
     int64_t *hptr;
     int32_t *hunk;
     double *hval;
+    /* the noise-aware weight (smoothing 0, d >= 2): eps0 the degree's floor, noise the slope
+     * noise variance the caller gave (< 0: estimated per run), last_* the last run's */
+    int auto_w;
+    double eps0, noise, last_noise, last_var;
+    float *work; /* 2 nx ny: the noise estimate's differences */
 };
 
 /* ------------------------------------------------------------------ B-form helpers */
@@ -413,6 +418,7 @@ void sw_sabre_spline_destroy(sw_sabre_spline *s)
     free(s->hptr);
     free(s->hunk);
     free(s->hval);
+    free(s->work);
     free(s);
 }
 
@@ -577,13 +583,16 @@ sw_status sw_sabre_spline_create(sw_context *ctx, const sw_sabre_spline_params *
     s->nb = (d + 1) * (d + 2) / 2;
     s->pitch = p->pitch;
     s->lambda = p->triangle_weight;
-    s->eps = p->smoothing != 0.0 ? p->smoothing
-             : p->degree >= 3    ? SW_SABRE_SPLINE_SMOOTHING_CUBIC
-                                 : SW_SABRE_SPLINE_SMOOTHING;
+    s->eps0 = SW_SABRE_SPLINE_SMOOTHING; /* the noise-aware weight's floor, both degrees */
+    s->eps = p->smoothing != 0.0 ? p->smoothing : s->eps0;
+    s->auto_w = p->degree >= 2 && p->smoothing == 0.0;
+    s->noise = -1.0;
+    s->last_noise = s->last_var = NAN;
     s->valid = malloc((size_t)nlens);
+    s->work = malloc((size_t)(4 * nlens) * sizeof *s->work);
     s->test = calloc((size_t)ntri, 1);
     s->tunk = malloc((size_t)(ntri * s->nb) * sizeof *s->tunk);
-    if (!s->valid || !s->test || !s->tunk) {
+    if (!s->valid || !s->work || !s->test || !s->tunk) {
         sw_sabre_spline_destroy(s);
         return sw_fail(ctx, SW_ENOMEM, "%s: out of memory", who);
     }
@@ -708,6 +717,116 @@ static void objective_gradient(const sw_sabre_spline *s, const float *slopes, co
     }
 }
 
+/* The slope noise variance of one frame (sabre.h, "the noise-aware weight"): third differences
+ * s_i - 3 s_(i+1) + 3 s_(i+2) - s_(i+3) of each slope component along every run of four valid
+ * lenslets in x and in y. They vanish on slopes that are polynomials of degree <= 2 (the slopes
+ * of a wavefront of degree <= 3) and carry 20 sigma^2 of white noise; their median square over
+ * 20 times the median of chi^2_1 (0.45494) is the estimate, robust to outliers and to the
+ * signal's few rough places. *var: the slopes' variance (each component's mean removed, the
+ * two components averaged). Returns -1 when no run of four exists. */
+static double slope_noise(sw_sabre_spline *s, const float *slopes, double *var)
+{
+    const int64_t nlens = (int64_t)s->nx * s->ny;
+    int64_t m = 0, nv = 0;
+    double sum[2] = {0, 0}, sum2[2] = {0, 0};
+    for (int64_t l = 0; l < nlens; l++)
+        if (s->valid[l])
+            for (int c = 0; c < 2; c++) {
+                const double v = slopes[l + c * nlens];
+                sum[c] += v;
+                sum2[c] += v * v;
+                nv += c == 0;
+            }
+    *var = 0.0;
+    for (int c = 0; c < 2 && nv > 0; c++)
+        *var += 0.5 * fmax(0.0, sum2[c] / nv - (sum[c] / nv) * (sum[c] / nv));
+    for (int32_t j = 0; j + 1 < s->ny; j++)
+        for (int32_t i = 0; i + 1 < s->nx; i++) {
+            const int64_t l = (int64_t)j * s->nx + i, r = l + 1, u = l + s->nx, ur = u + 1;
+            if (!s->valid[l] || !s->valid[r] || !s->valid[u] || !s->valid[ur])
+                continue;
+            const float *x = slopes, *y = slopes + nlens;
+            const double e = 0.5 * ((double)x[u] + x[ur] - x[l] - x[r]) -
+                             0.5 * ((double)y[r] + y[ur] - y[l] - y[u]);
+            s->work[m++] = (float)(e * e);
+        }
+    if (m == 0)
+        return -1.0;
+    double e2 = 0.0;
+    for (int64_t k = 0; k < m; k++)
+        e2 += s->work[k];
+    return e2 / (2.0 * m);
+}
+
+/* Rebuilds the normal matrix with soft weight w from the kept rows and factorises it. */
+static sw_status refactor(sw_sabre_spline *s, const char *who, double w)
+{
+    memset(s->ab, 0, (size_t)s->n * (s->kd + 1) * sizeof *s->ab);
+    for (int64_t k = 0; k < s->nrow; k++) {
+        if (s->rt[k] < 0)
+            s->rw[k] = w;
+        for (int64_t f = s->rptr[k]; f < s->rptr[k + 1]; f++)
+            for (int64_t g = s->rptr[k]; g < s->rptr[k + 1]; g++)
+                if (s->runk[g] <= s->runk[f])
+                    band_add(s->ab, s->kd, s->runk[f], s->runk[g],
+                             s->rw[k] * s->rval[f] * s->rval[g]);
+    }
+    for (int64_t k = 0; k < s->nh; k++)
+        for (int64_t f = s->hptr[k]; f < s->hptr[k + 1]; f++)
+            for (int64_t g = s->hptr[k]; g < s->hptr[k + 1]; g++)
+                if (s->hunk[g] <= s->hunk[f])
+                    band_add(s->ab, s->kd, s->hunk[f], s->hunk[g],
+                             SW_SPLINE_MU * s->hval[f] * s->hval[g]);
+    s->eps = NAN; /* until the factorisation succeeds */
+    const sw_status st =
+        sw_sabre_band_factor(s->ctx, who, "the soft weight changed", s->ab, s->n, s->kd);
+    if (st == SW_OK)
+        s->eps = w;
+    return st;
+}
+
+/* The noise-aware weight of sabre.h: floor_w + sigma2 / (var - sigma2) on a grid of half decades
+ * from floor_w (so that a steady noise level keeps the factorisation), the signal variance
+ * var - sigma2 kept >= SW_SABRE_SPLINE_MIN_SIGNAL var. */
+static double noise_weight(double floor_w, double sigma2, double var)
+{
+    if (!(sigma2 > 0.0) || !(var > 0.0))
+        return floor_w;
+    sigma2 = fmin(sigma2, var); /* the noise ratio at most 1 / SW_SABRE_SPLINE_MIN_SIGNAL */
+    const double signal = fmax(var - sigma2, SW_SABRE_SPLINE_MIN_SIGNAL * var);
+    const double w = floor_w + sigma2 / signal;
+    const double k = floor(2.0 * log10(w / floor_w) + 0.5);
+    return floor_w * pow(10.0, 0.5 * k);
+}
+
+sw_status sw_sabre_spline_set_noise(sw_sabre_spline *s, double sigma2)
+{
+    if (!s)
+        return sw_fail(NULL, SW_EINVAL, "global SABRE (degree d): the plan is NULL");
+    if (!s->auto_w)
+        return sw_fail(s->ctx, SW_EINVAL,
+                       "global SABRE (degree %d): the noise sets the smoothing weight only when "
+                       "the plan's smoothing is 0 (the default) and d >= 2",
+                       (int)s->d);
+    if (!(sigma2 >= 0.0 || sigma2 == -1.0) || !isfinite(sigma2))
+        return sw_fail(s->ctx, SW_EINVAL,
+                       "global SABRE (degree %d): the slope noise variance %g is not >= 0 (or -1: "
+                       "estimated per run)",
+                       (int)s->d, sigma2);
+    s->noise = sigma2;
+    return SW_OK;
+}
+
+double sw_sabre_spline_smoothing(const sw_sabre_spline *s)
+{
+    return s && s->d >= 2 ? s->eps : NAN;
+}
+
+double sw_sabre_spline_noise(const sw_sabre_spline *s)
+{
+    return s ? s->last_noise : NAN;
+}
+
 sw_status sw_sabre_spline_run(sw_sabre_spline *s, const float *slopes, double *coef)
 {
     char who[48];
@@ -720,6 +839,21 @@ sw_status sw_sabre_spline_run(sw_sabre_spline *s, const float *slopes, double *c
     if (st != SW_OK)
         return st;
     const int64_t nlens = (int64_t)s->nx * s->ny;
+    if (s->auto_w) {
+        double var = 0.0, sigma2 = slope_noise(s, slopes, &var);
+        /* the estimate less the curl that the signal itself leaves (sabre.h) */
+        sigma2 = fmax(0.0, sigma2 - SW_SABRE_SPLINE_CURL_LEAK * var);
+        if (s->noise >= 0.0)
+            sigma2 = s->noise;
+        s->last_noise = sigma2;
+        s->last_var = var;
+        const double w = noise_weight(s->eps0, sigma2, var);
+        if (!(w == s->eps)) {
+            st = refactor(s, who, w);
+            if (st != SW_OK)
+                return st;
+        }
+    }
     const size_t bytes = (size_t)(s->n > 0 ? s->n : 1) * sizeof(double);
     double *c = calloc(1, bytes);
     if (!c)

@@ -336,27 +336,32 @@ static void test_errors(void **state)
     p.smoothing = -1e-3;
     assert_int_equal(sw_sabre_spline_create(ctx, &p, &s), SW_EINVAL);
     assert_null(s);
-    p.smoothing = 0.0; /* the degree's default: the same solution as the weight given */
+    p.smoothing = 0.0; /* the noise-aware default: the same solution as the weight it chose */
     {
         float *rs = random_slopes(5, 5, 9);
-        double *c0 = NULL, *c1 = NULL;
         for (int d = 2; d <= 3; d++) {
             p.degree = d;
-            for (int k = 0; k < 2; k++) {
-                p.smoothing =
-                    k == 0 ? 0.0
-                           : (d == 3 ? SW_SABRE_SPLINE_SMOOTHING_CUBIC : SW_SABRE_SPLINE_SMOOTHING);
-                assert_int_equal(sw_sabre_spline_create(ctx, &p, &s), SW_OK);
-                const int64_t nc = sw_sabre_spline_coefficients(s);
-                double **c = k == 0 ? &c0 : &c1;
-                *c = malloc((size_t)nc * sizeof **c);
-                assert_int_equal(sw_sabre_spline_run(s, rs, *c), SW_OK);
-                sw_sabre_spline_destroy(s);
-                s = NULL;
-                if (k == 1)
-                    for (int64_t m = 0; m < nc; m++)
-                        assert_true(c0[m] == c1[m] || (isnan(c0[m]) && isnan(c1[m])));
-            }
+            p.smoothing = 0.0;
+            assert_int_equal(sw_sabre_spline_create(ctx, &p, &s), SW_OK);
+            const int64_t nc = sw_sabre_spline_coefficients(s);
+            double *c0 = malloc((size_t)nc * sizeof *c0), *c1 = malloc((size_t)nc * sizeof *c1);
+            assert_int_equal(sw_sabre_spline_run(s, rs, c0), SW_OK);
+            p.smoothing = sw_sabre_spline_smoothing(s);
+            assert_true(p.smoothing > SW_SABRE_SPLINE_SMOOTHING); /* white slopes: all noise */
+            sw_sabre_spline_destroy(s);
+            s = NULL;
+            assert_int_equal(sw_sabre_spline_create(ctx, &p, &s), SW_OK);
+            assert_int_equal(sw_sabre_spline_set_noise(s, 1.0), SW_EINVAL); /* weight given */
+            assert_int_equal(sw_sabre_spline_run(s, rs, c1), SW_OK);
+            sw_sabre_spline_destroy(s);
+            s = NULL;
+            double worst = 0, scale = 0;
+            for (int64_t m = 0; m < nc; m++)
+                if (!isnan(c0[m]) || !isnan(c1[m])) {
+                    worst = fmax(worst, fabs(c0[m] - c1[m]));
+                    scale = fmax(scale, fabs(c1[m]));
+                }
+            assert_true(worst <= 1e-9 * scale);
             free(c0);
             free(c1);
         }
@@ -377,13 +382,98 @@ static void test_errors(void **state)
     sw_sabre_spline_destroy(s);
 }
 
+/* A standard normal deviate from a 64-bit LCG (Box-Muller). */
+static double gauss(uint64_t *st)
+{
+    double u[2];
+    for (int k = 0; k < 2; k++) {
+        *st = *st * 6364136223846793005ull + 1442695040888963407ull;
+        u[k] = ((double)(*st >> 11) + 0.5) / 9007199254740992.0;
+    }
+    return sqrt(-2.0 * log(u[0])) * cos(6.283185307179586 * u[1]);
+}
+
+/* The noise-aware weight (sabre.h): exact slopes of a polynomial of degree <= d leave the curl
+ * estimate at 0, so the weight stays at its floor and the polynomial comes back exactly; white
+ * noise added to the slopes of a smooth wavefront raises the estimate (close to the variance
+ * added once it dominates) and the weight, monotonically; a weight set from a large given noise
+ * still reproduces a polynomial exactly (the soft term costs a polynomial nothing, whatever its
+ * weight), which checks the refactorisation. */
+static void test_noise_weight(void **state)
+{
+    (void)state;
+    const poly cub = {
+        {0.5, 0.75, -1.25, 0.125, -0.25, 0.0625, 0.03125, -0.09375, 0.1875, -0.015625}};
+    const int32_t nx = 12, ny = 11;
+    const int64_t n = (int64_t)nx * ny;
+    for (int d = 2; d <= 3; d++) {
+        sw_sabre_spline *s = make(nx, ny, d, 1, NULL);
+        double *coef = malloc((size_t)sw_sabre_spline_coefficients(s) * sizeof *coef);
+        float *sl = poly_slopes(&cub, nx, ny);
+        const poly *pp = &cub;
+        const poly quad = {{0.5, 0.75, -1.25, 0.125, -0.25, 0.0625}};
+        if (d == 2) {
+            free(sl);
+            sl = poly_slopes(&quad, nx, ny);
+            pp = &quad;
+        }
+        assert_int_equal(sw_sabre_spline_run(s, sl, coef), SW_OK);
+        assert_true(sw_sabre_spline_noise(s) == 0.0);
+        assert_true(sw_sabre_spline_smoothing(s) == SW_SABRE_SPLINE_SMOOTHING);
+        double e = exact_error(s, coef, pp, nx, ny);
+        assert_true(e <= 1e-9);
+        /* a large given noise: a heavier weight, the polynomial still exact */
+        assert_int_equal(sw_sabre_spline_set_noise(s, 1e3), SW_OK);
+        assert_int_equal(sw_sabre_spline_run(s, sl, coef), SW_OK);
+        const double wbig = sw_sabre_spline_smoothing(s);
+        e = exact_error(s, coef, pp, nx, ny);
+        print_message("d %d: given noise 1e3: weight %g, polynomial off by %.2e of its range\n", d,
+                      wbig, e);
+        assert_true(wbig >= 10.0);
+        assert_true(e <= 1e-9);
+        assert_int_equal(sw_sabre_spline_set_noise(s, -2.0), SW_EINVAL);
+        assert_int_equal(sw_sabre_spline_set_noise(s, -1.0), SW_OK); /* estimated again */
+        /* a smooth wavefront that no spline holds exactly, and white noise of growing variance */
+        float *noisy = malloc((size_t)(2 * n) * sizeof *noisy);
+        double wprev = 0.0;
+        const double sig[4] = {0.0, 0.03, 0.1, 0.3};
+        for (int k = 0; k < 4; k++) {
+            uint64_t st = 77u + (uint64_t)d;
+            for (int32_t iy = 0; iy < ny; iy++)
+                for (int32_t ix = 0; ix < nx; ix++) {
+                    const int64_t l = (int64_t)iy * nx + ix;
+                    /* the gradient of sin(0.4 x) cos(0.3 y) at the centre (smooth) */
+                    noisy[l] = (float)(0.4 * cos(0.4 * ix) * cos(0.3 * iy) + sig[k] * gauss(&st));
+                    noisy[n + l] =
+                        (float)(-0.3 * sin(0.4 * ix) * sin(0.3 * iy) + sig[k] * gauss(&st));
+                }
+            assert_int_equal(sw_sabre_spline_run(s, noisy, coef), SW_OK);
+            const double w = sw_sabre_spline_smoothing(s), s2 = sw_sabre_spline_noise(s);
+            print_message("d %d: added noise sigma %.2f: estimate sigma %.3f, weight %g\n", d,
+                          sig[k], sqrt(s2), w);
+            if (k == 0)
+                assert_true(w == SW_SABRE_SPLINE_SMOOTHING); /* smooth: the floor */
+            else
+                assert_true(w >= wprev);
+            if (k == 3) {
+                assert_true(w > SW_SABRE_SPLINE_SMOOTHING);
+                assert_true(fabs(sqrt(s2) / sig[k] - 1.0) < 0.3);
+            }
+            wprev = w;
+        }
+        free(noisy);
+        free(sl);
+        free(coef);
+        sw_sabre_spline_destroy(s);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_polynomials_exact),
-        cmocka_unit_test(test_continuity),
-        cmocka_unit_test(test_linear_matches_global),
-        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_polynomials_exact),     cmocka_unit_test(test_continuity),
+        cmocka_unit_test(test_linear_matches_global), cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_noise_weight),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
