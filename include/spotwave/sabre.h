@@ -475,8 +475,9 @@ typedef struct sw_sabre_spline_params {
  * r0 0.15 m on 0.39 m lenslets, CoG centroids, magnitudes 0-12; BENCHMARKS.md): the best fixed W
  * there was 0.01 to magnitude 8, 0.1 at 10 and 1 at 11-12, where the true sigma2 / (var -
  * sigma2) is about 0.02, 0.1 and 2 (sigma2: the slopes' error against the exact lenslet means):
- * a Tikhonov weight of 1 times that ratio. The estimate was within 6-19 % of that sigma2 from
- * magnitude 10 and within a factor 2 on brighter stars, where W stays at or near its floor. The
+ * a Tikhonov weight of 1 times that ratio. The estimate was within 4-20 % of that sigma2 from
+ * magnitude 10; on brighter stars (0.1-1.9 times it, the error there mostly the centroids' gain
+ * error, which has no curl) W stays within half a decade of its floor. The
  * leak term assumes turbulence like that: rougher slopes (more aliasing) read as a little noise. */
 #define SW_SABRE_SPLINE_SMOOTHING       1e-2 /* the floor of the noise-aware weight, d = 2, 3 */
 #define SW_SABRE_SPLINE_SMOOTHING_CUBIC 1e-1 /* the best fixed weight for d = 3 (4.0's default) */
