@@ -778,10 +778,11 @@ static int reconstruct(sw_context *ctx, const sabre_opts *o, const slopes_in *s,
             for (int32_t J = 0; J < l->sy; J++)
                 for (int32_t I = 0; I < l->sx; I++)
                     r->values[v++] = spline_at_vertex(r, I + 0.5, J + 0.5);
+            /* a lenslet corner is a square's centre, where sw_sabre_spline_eval picks the bottom
+             * triangle: on a rim whose lower lenslets are invalid that one is not estimated */
             for (int32_t cy = 0; cy <= s->ny; cy++)
                 for (int32_t cx = 0; cx <= s->nx; cx++)
-                    r->act[(size_t)cy * (s->nx + 1) + cx] =
-                        sw_sabre_spline_eval(r->spline, r->coef, cx - 0.5, cy - 0.5);
+                    r->act[(size_t)cy * (s->nx + 1) + cx] = spline_at_vertex(r, cx - 0.5, cy - 0.5);
         }
     } else if (o->method == METHOD_GLOBAL) {
         sw_sabre_global *g = NULL;

@@ -152,11 +152,8 @@
  * ellipses agree to rounding (1e-6 px). The refinement's sums are added in a different order on
  * the two, so a border point lying exactly on a band's edge may count on one and not on the
  * other: inliers and near may differ by one or two, and a pupil exactly at the min_coverage or
- * max_near_ratio limit may be judged differently. Step 3d runs on the device too (in the same
- * graph: a band histogram kernel and steps 4-9 again per refit, kernels that return at once
- * where nothing changed); its bands are drawn about the refined ellipse, so a pixel within
- * 1e-6 px of a band's edge may fall in a band on one backend only: its median, and so the
- * threshold, could then differ (not seen in the tests).
+ * max_near_ratio limit may be judged differently. Step 3d (the automatic edge level) runs on the
+ * CPU backend only: a CUDA plan refuses edge_level < 0 (SW_EINVAL).
  */
 #ifndef SPOTWAVE_PUPIL_H
 #define SPOTWAVE_PUPIL_H

@@ -24,6 +24,8 @@ def _edge_level(v):
         if v != "auto":
             raise ValueError(f"edge_level: expected a number in [0, 1) or 'auto', got {v!r}")
         return -1.0
+    if v < 0:  # a negative level is the C library's "auto": say it by name, not by accident
+        raise ValueError(f"edge_level: expected a number in [0, 1) or 'auto', got {v!r}")
     return v
 
 

@@ -67,6 +67,8 @@ def test_pupil_bad_input(cpu):
         spotwave.pupil(flat, radius=3, ctx=cpu)
     with pytest.raises(ValueError, match="edge_level: expected a number in .0, 1. or 'auto'"):
         spotwave.pupil(flat, edge_level="half", ctx=cpu)
+    with pytest.raises(ValueError, match="edge_level: expected a number in .0, 1. or 'auto'"):
+        spotwave.pupil(flat, edge_level=-0.5, ctx=cpu)  # not "auto" in disguise
 
 
 def test_edge_level_fixed_and_auto_are_the_commands(cli, cpu, eyes):

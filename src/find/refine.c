@@ -572,7 +572,15 @@ static sw_status refine_blends(sw_refine_plan *plan, const sw_image *frame, cons
             const int64_t *gi = idx + start[g];
             const int32_t gk = (int32_t)(start[g + 1] - start[g]);
             int ok = -1;
-            if (fit && gk <= SW_REFINE_MAX_CHILDREN) {
+            /* every child's seed inside the frame, as sw_rs_refine asks of a lone spot (a NaN or
+             * far-off seed would overflow the stamp's integer corners) */
+            for (int32_t q = 0; ok && q < gk; ++q) {
+                const sw_refine_seed *sd = &seeds[gi[q]];
+                if (!(sd->x >= -0.5 && sd->x < (double)f.width - 0.5 && sd->y >= -0.5 &&
+                      sd->y < (double)f.height - 0.5))
+                    ok = 0;
+            }
+            if (ok && fit && gk <= SW_REFINE_MAX_CHILDREN) {
                 double level = 0.0;
                 int32_t x0, x1, y0, y1;
                 ok = sw_refine_joint_box(&f, seeds, gi, gk, &x0, &x1, &y0, &y1) ? 1 : 0;

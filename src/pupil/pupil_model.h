@@ -353,9 +353,9 @@ SW_PM_FN int32_t sw_pm_threshold(int64_t *hist, int32_t otsu_classes, double edg
  * (the inside ones low, below the spots between which the glow shows): L1 (far), L2 (near), L3
  * (outside). The glow at the edge is L2 extrapolated linearly over d to the edge,
  * Le = L2 + (L2 - L1) (m + W / 2) / W (at most L2: a glow rising towards the edge is taken as
- * flat), and the new threshold is the half height of the edge, floor((Le + L3) / 2). The bands
- * are the same pixels on both backends up to the ellipse's rounding (1e-6 px); the percentiles
- * and the threshold are exact functions of the three 256-bin histograms.
+ * flat), and the new threshold is the half height of the edge, floor((Le + L3) / 2). The
+ * percentiles and the threshold are exact functions of the three 256-bin histograms. Only the CPU
+ * backend runs this step (pupil.c refuses edge_level < 0 on a CUDA plan).
  */
 #define SW_PM_RING_W         8.0 /* band width, px                                     */
 #define SW_PM_RING_Q_IN      0.5 /* the inside bands' percentile (under the spots)     */

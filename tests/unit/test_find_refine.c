@@ -859,13 +859,87 @@ static void test_annulus_median(void **state)
     sw_image_free(&img);
 }
 
+/*
+ * The joint fit's limits and its inputs (refine.h, "Blends"), on hand-made children of parent 1:
+ * a pair 4 sigma apart is fitted jointly (SW_REFINE_JOINT, each child within 0.1 px of its star);
+ * a pair whose stamps' union is wider than SW_REFINE_MAX_JOINT_SIDE, more than
+ * SW_REFINE_MAX_CHILDREN children, and a pair with one seed outside the frame or NaN keep their
+ * input positions (SW_REFINE_BLEND). The NaN seed once reached the stamp's integer corners
+ * (signed overflow, UBSan) because the joint fit did not check what a lone fit checks.
+ */
+static void test_blend_limits(void **state)
+{
+    (void)state;
+    const int w = 160, h = 64;
+    const detector d = {2.0, 5.0, 100.0, 50.0};
+    double x[2] = {40.3, 46.3}, y[2] = {31.8, 32.2}, f[2] = {40000.0, 30000.0};
+    double *e = malloc((size_t)w * h * sizeof(double));
+    assert_non_null(e);
+    expected(w, h, d.sky, 2, x, y, f, 1.5, e);
+    sw_image img = alloc_img(w, h, SW_PIX_F32);
+    trng r = trng_make(5);
+    observe(&d, e, w * h, &r, &img);
+    free(e);
+    sw_refine_params p;
+    sw_refine_params_default(&p, w, h, SW_PIX_F32);
+    p.gain = d.gain;
+    p.read_noise = d.read;
+    p.bias = d.bias;
+    p.radius = 6;
+    sw_refine_plan *plan = NULL;
+    assert_int_equal(sw_refine_create(cpu, &p, &plan), SW_OK);
+    sw_spot s[SW_REFINE_MAX_CHILDREN + 1];
+    sw_refine_result res[SW_REFINE_MAX_CHILDREN + 1];
+    /* seeds 0.3 px off the stars, x_var marks the input */
+    const int cases = 5;
+    for (int c = 0; c < cases; c++) {
+        const int n = c == 2 ? SW_REFINE_MAX_CHILDREN + 1 : 2;
+        memset(s, 0, sizeof s);
+        for (int k = 0; k < n; k++) {
+            s[k].x = k < 2 ? x[k] + 0.3 : 20.0 + 7.0 * k;
+            s[k].y = k < 2 ? y[k] - 0.3 : 10.0;
+            s[k].x0 = (int32_t)s[k].x - 2;
+            s[k].x1 = s[k].x0 + 5;
+            s[k].y0 = (int32_t)s[k].y - 2;
+            s[k].y1 = s[k].y0 + 5;
+            s[k].x_var = s[k].y_var = 0.125;
+            s[k].parent = 1;
+        }
+        if (c == 1)
+            s[1].x = x[0] + 100.0; /* a union 107 px wide */
+        if (c == 3)
+            s[1].x = w + 2.0; /* outside the frame, its stamp partly inside */
+        if (c == 4)
+            s[1].x = NAN;
+        const double in0 = s[0].x, in1 = s[1].x;
+        assert_int_equal(sw_refine_run(plan, &img, s, n, res), SW_OK);
+        if (c == 0) {
+            for (int k = 0; k < 2; k++) {
+                if (!(res[k].flags & SW_REFINE_JOINT) || (res[k].flags & SW_REFINE_BLEND))
+                    fail_msg("pair: child %d flags %d", k, res[k].flags);
+                assert_true(hypot(s[k].x - x[k], s[k].y - y[k]) < 0.1);
+                assert_true(s[k].x_var > 0.0 && s[k].x_var < 0.01);
+            }
+            continue;
+        }
+        for (int k = 0; k < n; k++)
+            if (!(res[k].flags & SW_REFINE_BLEND) || (res[k].flags & SW_REFINE_JOINT))
+                fail_msg("case %d: child %d flags %d, want BLEND", c, k, res[k].flags);
+        assert_true(s[0].x == in0 && s[0].x_var == 0.125);
+        assert_true(c == 4 ? isnan(s[1].x) : s[1].x == in1);
+        assert_true(s[1].x_var == 0.125);
+    }
+    sw_refine_destroy(plan);
+    sw_image_free(&img);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_annulus_median), cmocka_unit_test(test_bad_input),
-        cmocka_unit_test(test_ccd_estimate),   cmocka_unit_test(test_mesh_background),
-        cmocka_unit_test(test_monte_carlo),    cmocka_unit_test(test_monte_carlo_moffat),
-        cmocka_unit_test(test_star_field),
+        cmocka_unit_test(test_annulus_median),     cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_blend_limits),       cmocka_unit_test(test_ccd_estimate),
+        cmocka_unit_test(test_mesh_background),    cmocka_unit_test(test_monte_carlo),
+        cmocka_unit_test(test_monte_carlo_moffat), cmocka_unit_test(test_star_field),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
