@@ -94,7 +94,9 @@ class FindPlan:
     a Kolmogorov-turbulence PSF, Trujillo et al. 2001, MNRAS 328, 977; sigma_px is then its
     alpha); x_px, y_px then hold the refined position and x_var,
     y_var its variance, and the table gains refine_flags (1 stamp cut by the edge, 2 bad pixels
-    left out, 4 not refined: the plain centroid kept, 8 fit stopped at its pass limit),
+    left out, 4 not refined: the plain centroid kept, 8 fit stopped at its pass limit, 16 a
+    blend's child that kept its deblended position, 32 a blend's child fitted jointly with the
+    others: refine.h),
     flux_adu, sigma_px, background_adu. background: "none", "annulus" (sigma-clipped median of
     a ring about each spot) or "mesh" (SExtractor's background map, boxes of mesh_size px);
     stamp_radius: the stamp's half-size, 2..15 (None: from the spot's bounding box); the
