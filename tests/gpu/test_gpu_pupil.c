@@ -619,6 +619,16 @@ static void test_threshold_options(void **state)
                  edge[k], p.max_near_ratio);
         compare(what, &p, &f, k % 2 ? DEVICE_FRAME : HOST_FRAME, NULL);
     }
+    /* the automatic edge level (step 3d) is the CPU's alone: a CUDA plan refuses it */
+    sw_pupil_params p;
+    sw_pupil_params_default(&p, 333, 201, SW_PIX_U16);
+    p.edge_level = SW_PUPIL_EDGE_AUTO;
+    sw_pupil_plan *plan = NULL;
+    assert_int_equal(sw_pupil_create(gpu, &p, &plan), SW_EINVAL);
+    assert_null(plan);
+    assert_non_null(strstr(sw_context_error(gpu), "CPU backend only"));
+    assert_int_equal(sw_pupil_create(cpu, &p, &plan), SW_OK);
+    sw_pupil_destroy(plan);
     sw_image_free(&f);
     sw_image_free(&el);
 }
