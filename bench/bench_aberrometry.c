@@ -83,7 +83,7 @@ typedef struct prog_opts {
 } prog_opts;
 
 static const char extra_help[] =
-    "Protocols (seed 001 Sec. 4; default: both):\n"
+    "Protocols (Mompean et al. 2019 Sec. 4; default: both):\n"
     "  --accuracy               accuracy on synthetic eyes of known aberration (Sec. 4.3)\n"
     "  --speed                  throughput, latency, stage times, GPU vs CPU (Sec. 4.2)\n"
     "  --images N               accuracy: images per RMS level (default 100; --quick: 2)\n"
@@ -495,8 +495,10 @@ static int accuracy(const prog_opts *o, sw_context *ctx)
         fprintf(stderr,
                 "%s: spot peaks at 255 (8-bit saturation, gain %.2f e-/ADU): %lld of %lld\n", PROG,
                 GAIN_E_PER_ADU, (long long)a.saturated, (long long)a.peaks);
-        fprintf(stderr, "seed 001 (Fig. 13): PAPYCS ~0.18 px mean error, 200 -> 165 spots within 1 "
-                        "px from 0.5 to 6 um; Reichenbach about twice the error\n");
+        fprintf(
+            stderr,
+            "Mompean et al. 2019 (Fig. 13): PAPYCS ~0.18 px mean error, 200 -> 165 spots within 1 "
+            "px from 0.5 to 6 um; Reichenbach about twice the error\n");
     }
 
     /* Stability (seed Fig. 16): one static eye, frames differing only in the noise seed. */
@@ -872,8 +874,10 @@ static int speed(const prog_opts *o, sw_context *gpu, sw_context *cpu)
     }
     sw_bench_finish(&o->b);
     if (!o->b.json_only)
-        fprintf(stderr, "seed 001 (GTX 980): > 100 frames/s at 2560x2560 up to 2000 spots; overall "
-                        "speed-up 47x (PAPYCS, 2560, 250 spots), 103x (2000 spots)\n");
+        fprintf(
+            stderr,
+            "Mompean et al. 2019 (GTX 980): > 100 frames/s at 2560x2560 up to 2000 spots; overall "
+            "speed-up 47x (PAPYCS, 2560, 250 spots), 103x (2000 spots)\n");
     return rc;
 }
 

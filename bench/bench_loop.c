@@ -171,7 +171,7 @@ static const char extra_help[] =
     "Modes (default: --latency --speed --fitting):\n"
     "  --latency                frame-to-commands latency of the real-time chain (sw_rtc)\n"
     "  --speed                  closed-loop simulation frames per second (sw_loop_step)\n"
-    "  --fig11                  seed 002 Fig. 11 closed-loop Strehl (long)\n"
+    "  --fig11                  Brunner et al. 2018 Fig. 11 closed-loop Strehl (long)\n"
     "  --fig12                  Brunner et al. 2018 Figs. 12-14, annular pupil, reduced\n"
     "  --fitting                open loop vs closed loop vs the DM's fitting error\n"
     "Options:\n"
@@ -1393,9 +1393,10 @@ static int fig11(const prog_opts *o, sw_context *ctx)
                     fprintf(stderr, " %7.4f%c", table[mi][ci][gi], divtab[mi][ci][gi] ? '!' : ' ');
             fprintf(stderr, "\n");
         }
-        fprintf(stderr, "seed 002 Fig. 11: distributed within ~1%% of global at low coupling; "
-                        "distributed diverges at 40-50%% coupling unless the gain is lowered to "
-                        "0.7 / 0.5\n");
+        fprintf(stderr,
+                "Brunner et al. 2018 Fig. 11: distributed within ~1%% of global at low coupling; "
+                "distributed diverges at 40-50%% coupling unless the gain is lowered to "
+                "0.7 / 0.5\n");
     }
     return rc;
 }

@@ -139,7 +139,7 @@ typedef struct prog_opts {
 } prog_opts;
 
 static const char extra_help[] =
-    "Protocols (seed 002; default: both):\n"
+    "Protocols (Brunner et al. 2018; default: both):\n"
     "  --accuracy               open-loop relative RMS error over turbulence screens (3.B)\n"
     "  --speed                  run times, CPU and GPU, 100x100 and 200x200 (5.B, Table 1)\n"
     "  --screens N              accuracy: screens (default 50; --quick: 3)\n"
@@ -932,7 +932,8 @@ static void print_accuracy(const acc_state *a, int screens)
         return;
     for (int t = 0; t < 2; t++) {
         fprintf(stderr,
-                "\n%s: accuracy (seed 002 Fig. 6 square, Fig. 10 annular): relative RMS error, %s "
+                "\n%s: accuracy (Brunner et al. 2018 Fig. 6 square, Fig. 10 annular): relative RMS "
+                "error, %s "
                 "over %d screens\n",
                 PROG, t ? "standard deviation" : "mean", screens);
         fprintf(stderr, "%-20s", "pupil / noise");
@@ -962,7 +963,8 @@ static void print_accuracy(const acc_state *a, int screens)
     fprintf(stderr,
             "; read noise %.0f e-, CoG threshold %.0f e- subtracted; mean truth RMS %.3f um "
             "(square), %.3f um (annular)\n"
-            "seed 002 (OOMAO, 100 screens): H-PME stays flat as k grows while D-PME degrades "
+            "Brunner et al. 2018 (OOMAO, 100 screens): H-PME stays flat as k grows while D-PME "
+            "degrades "
             "(Fig. 6); annular: H-PME usable, D-PME much worse, stronger decomposition helps "
             "(Fig. 10)\n",
             READ_E, THRESHOLD_E, a->truth_rms_sum[0] / screens, a->truth_rms_sum[1] / screens);
@@ -1295,7 +1297,8 @@ static int speed(const prog_opts *o, sw_context *gpu, sw_context *cpu)
     fflush(stdout);
     if (!o->b.json_only && nrow) {
         fprintf(stderr,
-                "\n%s: speed (seed 002 Table 1), median us; seed: GTX TITAN X, kernels incl. a "
+                "\n%s: speed (Brunner et al. 2018 Table 1), median us; paper: GTX TITAN X, kernels "
+                "incl. a "
                 "local DM projection, total with the host-device copies\n",
                 PROG);
         fprintf(stderr, "%-34s %10s %10s %10s %10s %10s %10s %10s %10s\n", "config", "kernels",
