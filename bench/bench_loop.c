@@ -1246,6 +1246,62 @@ static int speed(const prog_opts *o, sw_context *ctx)
 
 /* ================================================================ fig11 */
 
+/* One case's runs over the screens (fig11, fig12): the long-exposure Strehl's mean and spread,
+ * the mean turbulence and residual, the screens that diverged. */
+typedef struct screen_stats {
+    double s_sum, s_sum2, turb, res, t0;
+    int s_n, t_n, diverged;
+} screen_stats;
+
+static void stats_add(screen_stats *st, const loop_run *r)
+{
+    const double mt = r->frames ? r->turb_sum / r->frames : NAN;
+    const double mr = r->frames ? r->res_sum / r->frames : NAN;
+    st->diverged += r->failed || !(mr <= mt);
+    if (isfinite(mt) && isfinite(mr)) {
+        st->turb += mt;
+        st->res += mr;
+        st->t_n++;
+    }
+    if (isfinite(r->long_strehl)) {
+        st->s_sum += r->long_strehl;
+        st->s_sum2 += r->long_strehl * r->long_strehl;
+        st->s_n++;
+    }
+}
+
+static double stats_mean(const screen_stats *st)
+{
+    return st->s_n ? st->s_sum / st->s_n : NAN;
+}
+
+/* The end of a case's JSON line (after its own fields) and its line on stderr. */
+static void stats_report(const prog_opts *o, const char *config, const screen_stats *st, int32_t n,
+                         int screens, int32_t frames)
+{
+    const double mean = stats_mean(st);
+    const double sd =
+        st->s_n > 1 ? sqrt(fmax(0.0, (st->s_sum2 - st->s_n * mean * mean) / (st->s_n - 1))) : NAN;
+    const double turb = st->t_n ? st->turb / st->t_n : NAN;
+    const double res = st->t_n ? st->res / st->t_n : NAN;
+    printf(",\"influence\":\"%s\"", sw_dm_influence_string(o->influence));
+    printf(",\"lenslets\":%d,\"screens\":%d,\"frames\":%d,\"warmup\":20", (int)n, screens,
+           (int)frames);
+    json_num("strehl_mean", mean);
+    json_num("strehl_std", sd);
+    json_num("turbulence_nm", turb);
+    json_num("residual_nm", res);
+    printf(",\"diverged\":%d", st->diverged);
+    json_num("seconds", 1e-6 * (sw_bench_now_us() - st->t0));
+    printf("}\n");
+    fflush(stdout);
+    if (!o->b.json_only)
+        fprintf(stderr,
+                "%s: %-28s Strehl %.4f (std %.4f), turbulence %.1f nm, residual %.1f nm, %d of "
+                "%d screens diverged\n",
+                PROG, config, mean, sd, turb, res, st->diverged, screens);
+}
+
 static int fig11(const prog_opts *o, sw_context *ctx)
 {
     static const double def_c[4] = {0.2, 0.3, 0.4, 0.5}, def_g[4] = {0.3, 0.5, 0.7, 1.0};
@@ -1298,9 +1354,8 @@ static int fig11(const prog_opts *o, sw_context *ctx)
         const int32_t k = quick ? m->k_quick : m->k;
         for (int ci = 0; ci < nc && rc == 0; ci++)
             for (int gi = 0; gi < ng && rc == 0; gi++) {
-                double s_sum = 0, s_sum2 = 0, turb = 0, res = 0;
-                int s_n = 0, diverged = 0, t_n = 0;
-                const double t0 = sw_bench_now_us();
+                screen_stats st = {0};
+                st.t0 = sw_bench_now_us();
                 for (int sc = 0; sc < screens && rc == 0; sc++) {
                     sw_loop_params p;
                     loop_params(&p, n, 0.0, m->recon, k);
@@ -1318,28 +1373,12 @@ static int fig11(const prog_opts *o, sw_context *ctx)
                     loop_run r;
                     if ((rc = loop_go(ctx, &p, frames, 0, &r, NULL)) != 0)
                         break;
-                    const double mt = r.frames ? r.turb_sum / r.frames : NAN;
-                    const double mr = r.frames ? r.res_sum / r.frames : NAN;
-                    const int div = r.failed || !(mr <= mt);
-                    diverged += div;
-                    if (isfinite(mt) && isfinite(mr)) {
-                        turb += mt;
-                        res += mr;
-                        t_n++;
-                    }
-                    if (isfinite(r.long_strehl)) {
-                        s_sum += r.long_strehl;
-                        s_sum2 += r.long_strehl * r.long_strehl;
-                        s_n++;
-                    }
+                    stats_add(&st, &r);
                 }
                 if (rc != 0)
                     break;
-                const double mean = s_n ? s_sum / s_n : NAN;
-                const double sd =
-                    s_n > 1 ? sqrt(fmax(0.0, (s_sum2 - s_n * mean * mean) / (s_n - 1))) : NAN;
-                table[mi][ci][gi] = mean;
-                divtab[mi][ci][gi] = diverged;
+                table[mi][ci][gi] = stats_mean(&st);
+                divtab[mi][ci][gi] = st.diverged;
                 char config[96];
                 snprintf(config, sizeof config, "%s c%.2f g%.2f", m->name, cs[ci], gs[gi]);
                 json_start("loop_fig11", config, ctx);
@@ -1348,23 +1387,7 @@ static int fig11(const prog_opts *o, sw_context *ctx)
                 json_num("coupling", cs[ci]);
                 json_num("gain", gs[gi]);
                 json_num("magnitude", o->magnitude);
-                printf(",\"influence\":\"%s\"", sw_dm_influence_string(o->influence));
-                printf(",\"lenslets\":%d,\"screens\":%d,\"frames\":%d,\"warmup\":20", (int)n,
-                       screens, (int)frames);
-                json_num("strehl_mean", mean);
-                json_num("strehl_std", sd);
-                json_num("turbulence_nm", t_n ? turb / t_n : NAN);
-                json_num("residual_nm", t_n ? res / t_n : NAN);
-                printf(",\"diverged\":%d", diverged);
-                json_num("seconds", 1e-6 * (sw_bench_now_us() - t0));
-                printf("}\n");
-                fflush(stdout);
-                if (!o->b.json_only)
-                    fprintf(stderr,
-                            "%s: %-28s Strehl %.4f (std %.4f), turbulence %.1f nm, residual "
-                            "%.1f nm, %d of %d screens diverged\n",
-                            PROG, config, mean, sd, t_n ? turb / t_n : NAN, t_n ? res / t_n : NAN,
-                            diverged, screens);
+                stats_report(o, config, &st, n, screens, frames);
             }
     }
     if (rc == 0 && !o->b.json_only) {
@@ -1543,36 +1566,20 @@ static int fig12(const prog_opts *o, sw_context *ctx)
         for (int gi = 0; gi < nmag && rc == 0; gi++) {
             table[mi][gi] = NAN;
             divtab[mi][gi] = 0;
-            double s_sum = 0, s_sum2 = 0, turb = 0, res = 0;
-            int s_n = 0, diverged = 0, t_n = 0;
-            const double t0 = sw_bench_now_us();
+            screen_stats st = {0};
+            st.t0 = sw_bench_now_us();
             for (int sc = 0; sc < screens && rc == 0; sc++) {
                 sw_loop_params p;
                 fig12_params(&p, n, &ms[mi], mags[gi], 1 + (uint64_t)sc, o->influence);
                 loop_run r;
                 if ((rc = loop_go(ctx, &p, frames, 0, &r, NULL)) != 0)
                     break;
-                const double mt = r.frames ? r.turb_sum / r.frames : NAN;
-                const double mr = r.frames ? r.res_sum / r.frames : NAN;
-                diverged += r.failed || !(mr <= mt);
-                if (isfinite(mt) && isfinite(mr)) {
-                    turb += mt;
-                    res += mr;
-                    t_n++;
-                }
-                if (isfinite(r.long_strehl)) {
-                    s_sum += r.long_strehl;
-                    s_sum2 += r.long_strehl * r.long_strehl;
-                    s_n++;
-                }
+                stats_add(&st, &r);
             }
             if (rc != 0)
                 break;
-            const double mean = s_n ? s_sum / s_n : NAN;
-            const double sd =
-                s_n > 1 ? sqrt(fmax(0.0, (s_sum2 - s_n * mean * mean) / (s_n - 1))) : NAN;
-            table[mi][gi] = mean;
-            divtab[mi][gi] = diverged;
+            table[mi][gi] = stats_mean(&st);
+            divtab[mi][gi] = st.diverged;
             char config[256], mag[16];
             if (isfinite(mags[gi]))
                 snprintf(mag, sizeof mag, "m%.0f", mags[gi]);
@@ -1586,23 +1593,7 @@ static int fig12(const prog_opts *o, sw_context *ctx)
             json_num("obscuration", 0.3);
             json_num("coupling", 0.4);
             json_num("gain", 0.7);
-            printf(",\"influence\":\"%s\"", sw_dm_influence_string(o->influence));
-            printf(",\"lenslets\":%d,\"screens\":%d,\"frames\":%d,\"warmup\":20", (int)n, screens,
-                   (int)frames);
-            json_num("strehl_mean", mean);
-            json_num("strehl_std", sd);
-            json_num("turbulence_nm", t_n ? turb / t_n : NAN);
-            json_num("residual_nm", t_n ? res / t_n : NAN);
-            printf(",\"diverged\":%d", diverged);
-            json_num("seconds", 1e-6 * (sw_bench_now_us() - t0));
-            printf("}\n");
-            fflush(stdout);
-            if (!o->b.json_only)
-                fprintf(stderr,
-                        "%s: %-28s Strehl %.4f (std %.4f), turbulence %.1f nm, residual %.1f nm, "
-                        "%d of %d screens diverged\n",
-                        PROG, config, mean, sd, t_n ? turb / t_n : NAN, t_n ? res / t_n : NAN,
-                        diverged, screens);
+            stats_report(o, config, &st, n, screens, frames);
         }
     if (rc == 0 && !o->b.json_only) {
         fprintf(stderr,
