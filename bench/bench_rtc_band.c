@@ -34,6 +34,9 @@
  *                   related to the host's clock by round trips before and after the run
  *                   (sw_rtc_band_clock; linear in between): medians and p99 of each phase
  *   --cpus A,B      pin the consumer (main) thread to CPU A and the camera thread to CPU B
+ *   --rt            run both threads SCHED_FIFO (priority 80) with the process's memory locked
+ *                   (mlockall); the JSON's "rt" says whether the system allowed it (it needs
+ *                   CAP_SYS_NICE and CAP_IPC_LOCK or root; refused, the run goes on without)
  *   --json-only     JSON lines only on stdout (default: also a table on stderr)
  * The GEMV's floor: each frame reads all of the control matrix once from device memory, nact x
  * 2 ns x 2 (FP16) or 4 (FP32) bytes, each band its share; printed per config (and "c_bytes" in
@@ -48,7 +51,9 @@
 
 #include "harness.h"
 
+#include <errno.h>
 #include <sched.h>
+#include <sys/mman.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -97,6 +102,7 @@ typedef struct opts {
     int64_t soak;
     int json_only, trace;
     int cpu_main, cpu_camera; /* -1: not pinned */
+    int rt;                   /* --rt: SCHED_FIFO + mlockall asked                   */
     int cpu_backend;          /* --backend cpu: nothing to measure (a GPU chain)    */
 } opts;
 
@@ -152,6 +158,7 @@ static const char *HELP =
     "  --soak N        N frames of the first config at the first rate; RSS before and after\n"
     "  --trace         the kernel's clock at each phase: medians and p99 of the phases\n"
     "  --cpus A,B      pin the consumer thread to CPU A and the camera thread to CPU B\n"
+    "  --rt            both threads SCHED_FIFO and memory locked, where the system allows\n"
     "  --json-only     JSON lines only\n"
     "A run whose frames find their ring slot still in use (the chain slower than the camera)\n"
     "ends early with the chain's rate; that configuration's higher rates are skipped.\n";
@@ -180,6 +187,8 @@ static int parse(int argc, char **argv, opts *o)
             i++;
         } else if (strcmp(a, "--trace") == 0) {
             o->trace = 1;
+        } else if (strcmp(a, "--rt") == 0) {
+            o->rt = 1;
         } else if (!v) {
             fprintf(stderr, "%s: %s needs a value (--help)\n", PROG, a);
             return 2;
@@ -229,6 +238,11 @@ static int parse(int argc, char **argv, opts *o)
         continue;
     bad:
         fprintf(stderr, "%s: bad value for %s: %s (--help)\n", PROG, a, v);
+        return 2;
+    }
+    if (o->rt && (o->cpu_main < 0 || o->cpu_main == o->cpu_camera)) {
+        /* two SCHED_FIFO threads that spin must not share a CPU: one would starve the other */
+        fprintf(stderr, "%s: --rt needs --cpus A,B with A != B (--help)\n", PROG);
         return 2;
     }
     return -1;
@@ -343,7 +357,9 @@ typedef struct camera {
     sw_rtc_band *b;
     const sys *s;
     int32_t nb, depth;
-    int cpu; /* -1: not pinned */
+    int cpu;    /* -1: not pinned */
+    int rt;     /* SCHED_FIFO asked                  */
+    int rt_err; /* its pthread error, 0 when granted */
     double period_us, readout, deadline_us;
     int64_t n;
     _Atomic double *tlast; /* n + 1: the last band's clock, per frame */
@@ -355,6 +371,17 @@ typedef struct camera {
     sw_status status;
     char msg[256];
 } camera;
+
+/* SCHED_FIFO at RT_PRIORITY for the calling thread: 0, or the pthread error (EPERM without the
+ * capability). */
+#define RT_PRIORITY 80
+static int go_realtime(void)
+{
+    struct sched_param sp;
+    memset(&sp, 0, sizeof sp);
+    sp.sched_priority = RT_PRIORITY;
+    return pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
+}
 
 static int pin(int cpu)
 {
@@ -412,6 +439,8 @@ static void *camera_run(void *arg)
         atomic_store(&c->finished, 1);
         return NULL;
     }
+    if (c->rt)
+        c->rt_err = go_realtime();
     const double t0 = now_us() + 1000.0;
     for (int64_t f = 1; f <= c->n; f++) {
         const uint16_t *src = s->frames[(f - 1) % POOL];
@@ -633,6 +662,7 @@ typedef struct result {
     int behind;          /* ended early: the chain cannot keep up */
     double us_per_frame; /* then: the consumer's time between frames, frames WARMUP + 1 .. */
     sw_rtc_band_stats stats;
+    int rt_camera_err; /* the camera thread's SCHED_FIFO error, 0 when granted (with --rt) */
 } result;
 
 /* Runs warm-up + frames frames at rate; lat receives the measured latencies (us) of the frames
@@ -661,6 +691,7 @@ static int run_rate(sys *s, const opts *o, double rate, int64_t frames, float *l
     cam.nb = bp.bands;
     cam.depth = bp.depth;
     cam.cpu = o->cpu_camera;
+    cam.rt = o->rt;
     cam.period_us = 1e6 / rate;
     cam.readout = o->readout;
     cam.n = n;
@@ -762,6 +793,7 @@ static int run_rate(sys *s, const opts *o, double rate, int64_t frames, float *l
         rc = 1;
     }
     res->behind = cam.behind;
+    res->rt_camera_err = cam.rt_err;
     res->us_per_frame = m > 1 ? (seen_last - seen_first) / (double)(m - 1) : NAN;
     if (rc == 0 && cam.behind)
         fprintf(stderr,
@@ -812,6 +844,16 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: cannot pin the main thread to CPU %d\n", PROG, o.cpu_main);
         sw_context_destroy(ctx);
         return 1;
+    }
+    /* --rt: memory locked and this thread SCHED_FIFO; refused, the run goes on and says so */
+    int rt_lock_err = 0, rt_main_err = 0;
+    if (o.rt) {
+        rt_lock_err = mlockall(MCL_CURRENT | MCL_FUTURE) != 0 ? errno : 0;
+        rt_main_err = go_realtime();
+        if (!o.json_only && (rt_lock_err || rt_main_err))
+            fprintf(stderr, "%s: --rt: mlockall %s, SCHED_FIFO %s: running without\n", PROG,
+                    rt_lock_err ? strerror(rt_lock_err) : "ok",
+                    rt_main_err ? strerror(rt_main_err) : "ok");
     }
     char device[256];
     sw_bench_device_name(ctx, device, sizeof device);
@@ -895,6 +937,10 @@ int main(int argc, char **argv)
             if (s.n == 40)
                 printf(",\"target_median_us\":20,\"target_p99_us\":30,\"meets_target\":%s",
                        !r.behind && md <= 20.0 && p99 <= 30.0 ? "true" : "false");
+            if (o.rt)
+                printf(",\"rt_mlockall\":%s,\"rt_fifo_consumer\":%s,\"rt_fifo_camera\":%s",
+                       rt_lock_err ? "false" : "true", rt_main_err ? "false" : "true",
+                       r.rt_camera_err ? "false" : "true");
             printf(",\"rss_before_kb\":%ld,\"rss_after_kb\":%ld}\n", rss0, rss1);
             fflush(stdout);
             if (!o.json_only)
