@@ -62,6 +62,11 @@ int sw_loop_fold_filter(const float *z, int32_t nf, int32_t nact, int32_t cols, 
  * in double. Used by tests/gpu/test_gpu_loop_rtc_multi.c and bench/bench_rtc_multi.c. */
 double sw_rtc_split_bound(const float *row, int32_t n, const float *s, const float *s2, int fp16);
 
+/* The multi-GPU chain's limits (rtc_multi.c, rtc_multi_cuda.cu): GPUs, and wavefront sensors
+ * of sw_rtc_multi_create_wfs. */
+#define SW_RTC_MULTI_MAX_GPUS 16
+#define SW_RTC_MULTI_MAX_WFS  64
+
 /* Integrator / leaky update of one command (seed 000 section 6's regulator per actuator), then
  * the stroke clip (clip <= 0: none). Float arithmetic in this order on both backends. */
 static inline SW_LOOP_HD float sw_loop_update(float u_prev, float r, float gain, float keep,
