@@ -14,6 +14,14 @@
  *   all:    GPU i > 0 ncclSend(u_i) to 0, GPU 0 ncclRecv into ucat + row0_i (one group)
  *   GPU 0:  ucat -> pinned host commands
  * GPU 0's state u_0 is the first rows_0 floats of ucat itself (no copy).
+ * Split by columns, each GPU centroids its own share and GPU i computes the partial commands
+ * r_i = C[:, its slopes] s_i, which ncclReduce sums into GPU 0 for the update. The shares are
+ * "parts" (rm_part): a centroid plan, its rows of a frame copied to its GPU, and where its x and
+ * y blocks sit in its GPU's slopes and in the plan's slope vector (the columns of C). One frame
+ * split by columns has a band of lenslet rows per GPU; several wavefront sensors
+ * (sw_rtc_multi_create_wfs) have one part per sensor, its whole frame, sensor k on GPU k mod N;
+ * the rows have one part, the whole frame on GPU 0. Every stage loops over parts or GPUs, so the
+ * three run through the same code.
  *
  * Graphs. After one plain pass (which makes NCCL connect its peers: NCCL's documentation asks for
  * a point-to-point call before a captured one) the frame's work after the frame copy is captured
@@ -36,6 +44,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -101,7 +110,8 @@ struct sw_rtc_multi {
     sw_context *ctx;
     int32_t ndev, ns, n2, nact;
     int fp16, split;
-    int32_t nsrc;           /* frames per run */
+    int32_t nwfs;           /* sensors (sw_rtc_multi_create_wfs), 0: one frame */
+    int32_t nsrc;           /* frames per run (nwfs, or 1) */
     int32_t npart;          /* parts made (part[0 .. npart - 1]) */
     float *ucat;            /* GPU 0: nact commands */
     float *commands;        /* pinned host, nact */
@@ -498,54 +508,6 @@ static sw_status rm_devices(sw_context *ctx, const sw_rtc_multi_params *m, int *
     return SW_OK;
 }
 
-/* The checks of the parameters that need no allocation. */
-static sw_status rm_check(sw_context *ctx, const sw_rtc_params *p, const sw_rtc_multi_params *m)
-{
-    if (sw_context_backend(ctx) != SW_BACKEND_CUDA)
-        return sw_fail(ctx, SW_EINVAL, "rtc_multi: needs a context on the CUDA backend");
-    if (m->ndevices < 1 || m->ndevices > RM_MAX_GPUS)
-        return sw_fail(ctx, SW_EINVAL, "rtc_multi: ndevices = %d; 1..%d allowed", m->ndevices,
-                       RM_MAX_GPUS);
-    if (m->graph != 0 && m->graph != 1)
-        return sw_fail(ctx, SW_EINVAL, "rtc_multi: graph = %d; 0 or 1", m->graph);
-    if (m->split != SW_RTC_MULTI_ROWS && m->split != SW_RTC_MULTI_COLUMNS)
-        return sw_fail(ctx, SW_EINVAL, "rtc_multi: split = %d; SW_RTC_MULTI_ROWS or _COLUMNS",
-                       m->split);
-    if (p->recon != SW_RTC_MVM)
-        return sw_fail(ctx, SW_EUNSUPPORTED,
-                       "rtc_multi: only the MVM reconstructor is split over GPUs (recon %d)",
-                       (int)p->recon);
-    if (!p->cm)
-        return sw_fail(ctx, SW_EINVAL, "rtc_multi: MVM needs the control matrix cm (NULL given)");
-    if (p->fp16 != 0 && p->fp16 != 1)
-        return sw_fail(ctx, SW_EINVAL, "rtc_multi: fp16 = %d; 0 or 1", p->fp16);
-    if (p->nact < 1 || p->nact > (1 << 24))
-        return sw_fail(ctx, SW_EINVAL, "rtc_multi: nact = %d commands; 1..%d allowed", p->nact,
-                       1 << 24);
-    if (m->split == SW_RTC_MULTI_ROWS && p->nact < m->ndevices)
-        return sw_fail(ctx, SW_EINVAL, "rtc_multi: %d commands cannot be split over %d GPUs",
-                       p->nact, m->ndevices);
-    if (p->controller.nact != p->nact)
-        return sw_fail(ctx, SW_EINVAL,
-                       "rtc_multi: the controller has nact = %d commands but the chain has nact = "
-                       "%d (set controller.nact = nact)",
-                       p->controller.nact, p->nact);
-    if (p->controller.kind != SW_CTRL_INTEGRATOR && p->controller.kind != SW_CTRL_LEAKY)
-        return sw_fail(ctx, SW_EUNSUPPORTED,
-                       "rtc_multi: the %s controller is not split over GPUs (integrator or leaky)",
-                       sw_controller_kind_string(p->controller.kind));
-    if (p->controller.nfilter < 0 || p->controller.nfilter > p->nact ||
-        (p->controller.nfilter > 0 && !p->controller.filter))
-        return sw_fail(ctx, SW_EINVAL,
-                       "rtc_multi: the controller filters %d modes (0..%d, with a filter)",
-                       (int)p->controller.nfilter, (int)p->nact);
-    if (p->centroid.slope_layout != SW_SLOPES_BLOCKS)
-        return sw_fail(ctx, SW_EINVAL,
-                       "rtc_multi: the chain takes the slopes as x block then y block "
-                       "(slope_layout SW_SLOPES_BLOCKS)");
-    return SW_OK;
-}
-
 /* The control matrix the GPUs get: the caller's, or a copy with the unseen-mode filter folded in
  * (rtc.c's W <- W - Z (Z^T W)); checked finite, and within FP16's range when asked. *copy is
  * the allocation to free (NULL when the caller's is used). */
@@ -764,7 +726,7 @@ static sw_status rm_gpu_context(sw_rtc_multi *r, int i)
 }
 
 /* Part j's centroid plan (one frame, DEVICE path, as rtc.c makes sw_rtc's) on its GPU's context,
- * from c; `what` names the part in a failure on another GPU. */
+ * from c; `what` names the part in a failure. */
 static sw_status rm_part_plan(sw_rtc_multi *r, int32_t j, const sw_centroid_params *c,
                               const char *what)
 {
@@ -775,10 +737,9 @@ static sw_status rm_part_plan(sw_rtc_multi *r, int32_t j, const sw_centroid_para
     cq.path = SW_CENTROID_DEVICE;
     SW_CU(cudaSetDevice(G->dev));
     const sw_status st = sw_centroid_create(G->ctx, &cq, &q->cent);
-    if (st != SW_OK)
-        return G->ctx == r->ctx ? st
-                                : sw_error_set(r->ctx, st, "rtc_multi: GPU %d's %s: %s", G->dev,
-                                               what, sw_context_error(G->ctx));
+    if (st != SW_OK) /* sw_error_set formats a copy: the message may be ctx's own */
+        return sw_error_set(r->ctx, st, "rtc_multi: GPU %d's %s: %s", G->dev, what,
+                            sw_context_error(G->ctx));
     return SW_OK;
 }
 
@@ -853,8 +814,59 @@ static sw_status rm_frame_parts(sw_rtc_multi *r, const sw_centroid_params *c)
     return st;
 }
 
-static sw_status rm_build(sw_rtc_multi *r, const sw_rtc_params *p, const sw_rtc_multi_params *m,
-                          const int *devs)
+/* Several sensors (sw_rtc_multi_create_wfs): sensor k is a part of GPU k mod N, the plan of its
+ * whole frame on that GPU's context; the slope vector holds the sensors' slopes in turn, each its
+ * x block then its y block. */
+static sw_status rm_wfs_parts(sw_rtc_multi *r, const sw_centroid_params *wfs)
+{
+    int32_t nsk[RM_MAX_PARTS];
+    r->nsrc = r->nwfs;
+    for (int i = 0, j = 0; i < r->ndev; i++) {
+        rm_gpu *G = &r->gpu[i];
+        SW_TRY(rm_gpu_context(r, i));
+        G->p0 = j;
+        for (int32_t k = i; k < r->nwfs; k += r->ndev, j++) {
+            rm_part *q = &r->part[j];
+            const sw_centroid_params *c = &wfs[k];
+            q->gpu = i;
+            q->src = k;
+            G->np++;
+            r->npart = j + 1;
+            char what[32];
+            snprintf(what, sizeof what, "sensor %d", (int)k);
+            SW_TRY(rm_part_plan(r, j, c, what));
+            q->m = sw_centroid_plan_slopes(q->cent);
+            if (q->m < 1)
+                return sw_fail(r->ctx, SW_EINVAL,
+                               "rtc_multi: sensor %d's mask has no valid lenslet", (int)k);
+            q->py0 = 0;
+            q->height = c->height;
+            q->lenslets = c->geometry.nx * c->geometry.ny;
+            r->src[k].width = c->width;
+            r->src[k].height = c->height;
+            r->src[k].type = c->type;
+            nsk[k] = q->m;
+        }
+    }
+    int32_t start[RM_MAX_PARTS];
+    int64_t total = 0; /* slopes per axis before sensor k */
+    for (int32_t k = 0; k < r->nwfs; k++) {
+        start[k] = (int32_t)(2 * total);
+        total += nsk[k];
+        if (2 * total > RM_MAX_ELEMENTS / 2)
+            return sw_fail(r->ctx, SW_EINVAL, "rtc_multi: the sensors have too many slopes");
+    }
+    r->ns = (int32_t)total;
+    for (int32_t j = 0; j < r->npart; j++) {
+        rm_part *q = &r->part[j];
+        q->cx = start[q->src];
+        q->cy = q->cx + q->m;
+    }
+    return SW_OK;
+}
+
+static sw_status rm_build(sw_rtc_multi *r, const sw_rtc_params *p, const sw_centroid_params *wfs,
+                          const sw_rtc_multi_params *m, const int *devs)
 {
     sw_context *ctx = r->ctx;
     SW_CU(cudaSetDevice(devs[0]));
@@ -862,7 +874,7 @@ static sw_status rm_build(sw_rtc_multi *r, const sw_rtc_params *p, const sw_rtc_
         r->gpu[i].dev = devs[i];
 
     /* the centroid plans and the slope vector */
-    SW_TRY(rm_frame_parts(r, &p->centroid));
+    SW_TRY(wfs ? rm_wfs_parts(r, wfs) : rm_frame_parts(r, &p->centroid));
     r->n2 = 2 * r->ns;
 
     /* the controller: checked by controller.c, read as rtc_cuda.cu reads it */
@@ -1007,18 +1019,16 @@ static sw_status rm_build(sw_rtc_multi *r, const sw_rtc_params *p, const sw_rtc_
     return SW_OK;
 }
 
-extern "C" sw_status sw_rtc_multi_create(sw_context *ctx, const sw_rtc_params *p,
-                                         const sw_rtc_multi_params *m, sw_rtc_multi **out)
+/* Both create calls: the host's checks (rtc_multi.c), the backend and the devices, the plan.
+ * wfs NULL: one frame (p->centroid). */
+static sw_status rm_create(sw_context *ctx, const sw_rtc_params *p, int several,
+                           const sw_centroid_params *wfs, int32_t nwfs,
+                           const sw_rtc_multi_params *m, sw_rtc_multi **out)
 {
-    if (out)
-        *out = NULL;
-    if (!ctx || !p || !out)
-        return sw_fail(ctx, SW_EINVAL, "sw_rtc_multi_create: NULL context, parameters or output");
     sw_rtc_multi_params mp;
-    sw_rtc_multi_params_default(&mp);
-    if (m)
-        mp = *m;
-    SW_TRY(rm_check(ctx, p, &mp));
+    SW_TRY(sw_rtc_multi_check(ctx, p, several, wfs, nwfs, m, out, &mp));
+    if (sw_context_backend(ctx) != SW_BACKEND_CUDA)
+        return sw_fail(ctx, SW_EINVAL, "rtc_multi: needs a context on the CUDA backend");
     int devs[RM_MAX_GPUS];
     SW_TRY(rm_devices(ctx, &mp, devs));
     sw_rtc_multi *r = (sw_rtc_multi *)calloc(1, sizeof *r);
@@ -1028,11 +1038,12 @@ extern "C" sw_status sw_rtc_multi_create(sw_context *ctx, const sw_rtc_params *p
     r->ndev = mp.ndevices;
     r->nact = p->nact;
     r->fp16 = p->fp16;
-    r->split = mp.split;
+    r->split = several ? SW_RTC_MULTI_COLUMNS : mp.split; /* the sensors: columns by sensor */
+    r->nwfs = several ? nwfs : 0;
     r->last_us = -1.0;
     for (int i = 0; i < r->ndev; i++)
         r->gpu[i].dev = devs[i];
-    const sw_status st = rm_build(r, p, &mp, devs);
+    const sw_status st = rm_build(r, p, several ? wfs : NULL, &mp, devs);
     cudaSetDevice(ctx->device);
     if (st != SW_OK) {
         sw_rtc_multi_destroy(r);
@@ -1040,6 +1051,19 @@ extern "C" sw_status sw_rtc_multi_create(sw_context *ctx, const sw_rtc_params *p
     }
     *out = r;
     return SW_OK;
+}
+
+extern "C" sw_status sw_rtc_multi_create(sw_context *ctx, const sw_rtc_params *p,
+                                         const sw_rtc_multi_params *m, sw_rtc_multi **out)
+{
+    return rm_create(ctx, p, 0, NULL, 0, m, out);
+}
+
+extern "C" sw_status sw_rtc_multi_create_wfs(sw_context *ctx, const sw_rtc_params *p,
+                                             const sw_centroid_params *wfs, int32_t nwfs,
+                                             const sw_rtc_multi_params *m, sw_rtc_multi **out)
+{
+    return rm_create(ctx, p, 1, wfs, nwfs, m, out);
 }
 
 /* ================================================================== runs */
@@ -1114,8 +1138,22 @@ extern "C" sw_status sw_rtc_multi_run(sw_rtc_multi *r, const sw_image *frame, fl
 {
     if (!r)
         return sw_fail(NULL, SW_EINVAL, "sw_rtc_multi_run: NULL plan");
+    if (r->nsrc != 1)
+        return sw_fail(r->ctx, SW_EINVAL,
+                       "sw_rtc_multi_run: the plan takes %d sensors' frames: "
+                       "sw_rtc_multi_run_wfs",
+                       (int)r->nsrc);
     const sw_image *const frames[1] = {frame};
     SW_TRY(rm_check_frames(r, frames, "sw_rtc_multi_run"));
+    return rm_run(r, frames, commands, slopes);
+}
+
+extern "C" sw_status sw_rtc_multi_run_wfs(sw_rtc_multi *r, const sw_image *const frames[],
+                                          float *commands, float *slopes)
+{
+    if (!r)
+        return sw_fail(NULL, SW_EINVAL, "sw_rtc_multi_run_wfs: NULL plan");
+    SW_TRY(rm_check_frames(r, frames, "sw_rtc_multi_run_wfs"));
     return rm_run(r, frames, commands, slopes);
 }
 
@@ -1166,6 +1204,41 @@ extern "C" sw_status sw_rtc_multi_device(const sw_rtc_multi *r, int32_t i, int32
     if (rows)
         *rows = r->gpu[i].rows;
     return SW_OK;
+}
+
+extern "C" int32_t sw_rtc_multi_nwfs(const sw_rtc_multi *r)
+{
+    return r ? r->nsrc : 0;
+}
+
+extern "C" sw_status sw_rtc_multi_wfs(const sw_rtc_multi *r, int32_t k, int32_t *gpu,
+                                      int32_t *slope0, int32_t *nslopes)
+{
+    if (!r || k < 0 || k >= r->nsrc)
+        return sw_fail(r ? r->ctx : NULL, SW_EINVAL, "sw_rtc_multi_wfs: sensor %d of %d", (int)k,
+                       r ? (int)r->nsrc : 0);
+    if (r->nwfs == 0) { /* one frame: GPU 0's (rows) or every GPU's band (columns) */
+        if (gpu)
+            *gpu = r->split == SW_RTC_MULTI_ROWS ? 0 : -1;
+        if (slope0)
+            *slope0 = 0;
+        if (nslopes)
+            *nslopes = r->ns;
+        return SW_OK;
+    }
+    for (int32_t j = 0; j < r->npart; j++) {
+        const rm_part *q = &r->part[j];
+        if (q->src != k)
+            continue;
+        if (gpu)
+            *gpu = q->gpu;
+        if (slope0)
+            *slope0 = q->cx;
+        if (nslopes)
+            *nslopes = q->m;
+        return SW_OK;
+    }
+    return sw_fail(r->ctx, SW_EINTERNAL, "sw_rtc_multi_wfs: sensor %d has no part", (int)k);
 }
 
 /* ================================================================== the stages one by one */
@@ -1247,10 +1320,27 @@ extern "C" sw_status sw_rtc_multi_profile(sw_rtc_multi *r, const sw_image *frame
 {
     if (!r || !us)
         return sw_fail(r ? r->ctx : NULL, SW_EINVAL, "sw_rtc_multi_profile: NULL plan or output");
+    if (r->nsrc != 1)
+        return sw_fail(r->ctx, SW_EINVAL,
+                       "sw_rtc_multi_profile: the plan takes %d sensors' frames: "
+                       "sw_rtc_multi_profile_wfs",
+                       (int)r->nsrc);
     const sw_image *const frames[1] = {frame};
     SW_TRY(rm_check_frames(r, frames, "sw_rtc_multi_profile"));
     if (reps < 1 || reps > 1000000)
         return sw_fail(r->ctx, SW_EINVAL, "sw_rtc_multi_profile: reps = %d; 1..1000000", reps);
+    return rm_profile(r, frames, reps, us);
+}
+
+extern "C" sw_status sw_rtc_multi_profile_wfs(sw_rtc_multi *r, const sw_image *const frames[],
+                                              int reps, double us[SW_RTC_MULTI_T_STAGES])
+{
+    if (!r || !us)
+        return sw_fail(r ? r->ctx : NULL, SW_EINVAL,
+                       "sw_rtc_multi_profile_wfs: NULL plan or output");
+    SW_TRY(rm_check_frames(r, frames, "sw_rtc_multi_profile_wfs"));
+    if (reps < 1 || reps > 1000000)
+        return sw_fail(r->ctx, SW_EINVAL, "sw_rtc_multi_profile_wfs: reps = %d; 1..1000000", reps);
     return rm_profile(r, frames, reps, us);
 }
 
