@@ -696,11 +696,12 @@ sw_status sw_rtc_multi_profile(sw_rtc_multi *r, const sw_image *frame, int reps,
  * p->cm is nact x 2 NS row-major, its columns in that order (the unseen-mode filter folded in as
  * for one sensor). p is read as by sw_rtc_multi_create except p->centroid, which is not read
  * (wfs[k] takes its place; slope_layout SW_SLOPES_BLOCKS each), and m likewise except m->split.
- * Each command's sum is split across the sensors' GPUs (and their partial sums), so the commands
- * agree with sw_rtc's of the stacked system within 2 gamma_n g sum_j |C_aj s_j| per frame
- * (n = 2 NS), never bit for bit by design. Graphs as above (one graph over every GPU, each GPU's
- * centroid kernels in it). nwfs 1..64; fewer sensors than GPUs, SW_EINVAL; otherwise as
- * sw_rtc_multi_create (the parameters are checked on the host first, in every build).
+ * Each command's sum is split across the sensors' GPUs, so plans over different GPU counts (and
+ * the stacked product computed otherwise: each sensor's sw_rtc slopes times C) agree within
+ * 2 gamma_n g sum_j |C_aj s_j| per frame (n = 2 NS), not bit for bit. Graphs as above (one graph
+ * over every GPU, each GPU's centroid kernels in it). nwfs 1..64; fewer sensors than GPUs,
+ * SW_EINVAL; otherwise as sw_rtc_multi_create (the parameters are checked on the host first, in
+ * every build).
  */
 sw_status sw_rtc_multi_create_wfs(sw_context *ctx, const sw_rtc_params *p,
                                   const sw_centroid_params *wfs, int32_t nwfs,
@@ -708,8 +709,8 @@ sw_status sw_rtc_multi_create_wfs(sw_context *ctx, const sw_rtc_params *p,
 /* One frame per sensor, frames[k] sensor k's, each in host, pinned or device memory (any GPU's:
  * one on the sensor's own GPU is copied there without crossing a link); finished when it returns.
  * commands: nact floats; slopes: 2 NS floats in the plan's order (NULL skips either). A plan of
- * sw_rtc_multi_create takes one frame here too; sw_rtc_multi_run refuses (SW_EINVAL) a plan of
- * several sensors. */
+ * sw_rtc_multi_create takes one frame here too; sw_rtc_multi_run and sw_rtc_multi_profile refuse
+ * (SW_EINVAL) a plan of more than one sensor. */
 sw_status sw_rtc_multi_run_wfs(sw_rtc_multi *r, const sw_image *const frames[], float *commands,
                                float *slopes);
 /* sw_rtc_multi_profile with one frame per sensor (SW_RTC_MULTI_T_CENTROID: every GPU's frame
