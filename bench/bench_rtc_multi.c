@@ -50,11 +50,23 @@
  * a line naming the case if a run hangs (NCCL documents deadlocks of graphs driven from one
  * thread).
  *
+ * Several wavefront sensors (--wfs N): instead of the cases above, N sensors of n x n lenslets each
+ * (the same geometry; sensor j's frames are the pool's from frame j on, so no two are alike) feed
+ * one mirror of the size's nact commands through one stacked random matrix, nact x 2 N ns
+ * (sw_rtc_multi_create_wfs: sensor k centroided on GPU k mod G, each GPU's partial commands
+ * summed by ncclReduce on GPU 0), on each G of --gpus up to N (a GPU takes one sensor at least);
+ * per size and precision the first of them is the Check's reference. "rtc_multi_wfs" line: the
+ * latency of N frames (host, pinned) -> commands (host) around sw_rtc_multi_run_wfs, median and
+ * p99, with the stages (sw_rtc_multi_profile_wfs: t_centroid, every GPU's copies and centroids,
+ * the slowest GPU's; t_mvm; t_reduce, the reduction and the update; t_copy; t_sync). No model
+ * line, no sw_rtc line; a size whose stacked matrix passes the plan's 2^31 entries is skipped
+ * with a message (200 x 200 takes one sensor only).
  * Options: --gpus LIST (1,2,4; counts above the visible GPUs are dropped), --sizes LIST (80,200),
  * --precision LIST (fp32,fp16), --split LIST (rows,columns), --frames N (1000), --warmup N (100),
  * --profile-reps N (100), --no-graph (every plan with plain launches: the way out should the one
  * graph over all GPUs hang on some machine),
- * --plain (also N > 1 with plain launches: graph = 0), --no-single, --timeout S, --json-only.
+ * --plain (also N > 1 with plain launches: graph = 0), --no-single, --wfs N (1..16 sensors; the
+ * one-frame cases, --split and --no-single do not apply then), --timeout S, --json-only.
  * A failing case is reported on stderr and the others still run; exit 0, 1 when any case failed
  * (or the set-up), 2 on a usage error, 3 on the watchdog.
  */
@@ -80,6 +92,8 @@
 #define BIAS_ADU     100.0
 #define POOL         4
 #define MAX_N        8
+#define MAX_WFS      16
+#define SPLIT_WFS    2 /* result.split of several sensors' cases */
 #define GAIN         0.5
 #define SEED_CM      0x200b0003ull
 #define SEED_NOISE   0x200b0002ull
@@ -94,6 +108,7 @@ typedef struct opts {
     int frames, warmup, profile_reps, plain, single, timeout, json_only;
     int cpu_backend; /* --backend cpu: nothing to measure (GPU chains) */
     int no_graph;    /* every plan with graph = 0 */
+    int nwfs;        /* --wfs N: N sensors per case (sw_rtc_multi_create_wfs); 0: one frame */
 } opts;
 
 static char watch_what[160];
@@ -161,7 +176,7 @@ static int parse(int argc, char **argv, opts *o)
             printf(
                 "usage: %s [--gpus 1,2,4] [--sizes 80,200] [--precision fp32,fp16] [--frames "
                 "N] [--warmup N] [--profile-reps N] [--split rows,columns] [--plain] [--no-single] "
-                "[--no-graph] [--timeout S] "
+                "[--no-graph] [--wfs N] [--timeout S] "
                 "[--json-only]\n(see the opening comment of bench/bench_rtc_multi.c)\n",
                 PROG);
             exit(0);
@@ -193,6 +208,11 @@ static int parse(int argc, char **argv, opts *o)
                 o->splits[o->nsplit++] = SW_RTC_MULTI_COLUMNS;
             if (o->nsplit == 0)
                 return fprintf(stderr, "%s: --split %s: rows and / or columns\n", PROG, v), 2;
+            i++;
+        } else if (strcmp(a, "--wfs") == 0) {
+            o->nwfs = atoi(v);
+            if (o->nwfs < 1 || o->nwfs > MAX_WFS)
+                return fprintf(stderr, "%s: --wfs %s: sensors, 1..%d\n", PROG, v, MAX_WFS), 2;
             i++;
         } else if (strcmp(a, "--frames") == 0 || strcmp(a, "--warmup") == 0 ||
                    strcmp(a, "--profile-reps") == 0 || strcmp(a, "--timeout") == 0) {
@@ -278,7 +298,28 @@ static void sys_free(sys *s)
     memset(s, 0, sizeof *s);
 }
 
-static int sys_make(sw_context *ctx, int32_t n, sys *s)
+/* A random control matrix of count entries, uniform in +-1e-3 (xorshift64* from seed); NULL (and
+ * a message) when out of memory. */
+static float *random_matrix(size_t count, uint64_t seed)
+{
+    float *cm = malloc(count * sizeof(float));
+    if (!cm) {
+        fprintf(stderr, "%s: out of memory (%zu B control matrix)\n", PROG, count * 4);
+        return NULL;
+    }
+    uint64_t x = seed | 1;
+    for (size_t i = 0; i < count; i++) {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        const uint64_t r = x * 0x2545F4914F6CDD1Dull;
+        cm[i] = (float)(((double)(r >> 11) * 0x1.0p-53 * 2.0 - 1.0) * 1e-3);
+    }
+    return cm;
+}
+
+/* The system of n x n lenslets; with_cm: with its one sensor's control matrix. */
+static int sys_make(sw_context *ctx, int32_t n, sys *s, int with_cm)
 {
     memset(s, 0, sizeof *s);
     s->n = n;
@@ -363,19 +404,9 @@ static int sys_make(sw_context *ctx, int32_t n, sys *s)
     s->centroid.threshold_mode = SW_THRESHOLD_SUBTRACT;
     s->centroid.threshold_kind = SW_THRESHOLD_ABSOLUTE;
     s->centroid.threshold = 3.0 * READ_E;
-    /* the random control matrix, uniform in +-1e-3 (xorshift64*) */
-    const size_t count = (size_t)s->nact * 2 * s->ns;
-    s->cm = malloc(count * sizeof(float));
-    if (!s->cm)
-        return fprintf(stderr, "%s: out of memory (%zu B control matrix)\n", PROG, count * 4), 1;
-    uint64_t x = SEED_CM | 1;
-    for (size_t i = 0; i < count; i++) {
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        const uint64_t r = x * 0x2545F4914F6CDD1Dull;
-        s->cm[i] = (float)(((double)(r >> 11) * 0x1.0p-53 * 2.0 - 1.0) * 1e-3);
-    }
+    /* the random control matrix of one sensor (not for several: wfs_matrix) */
+    if (with_cm && !(s->cm = random_matrix((size_t)s->nact * 2 * s->ns, SEED_CM)))
+        return 1;
     return 0;
 }
 
@@ -395,24 +426,36 @@ static void rtc_params(const sys *s, int fp16, sw_rtc_params *rp)
 /* ---------------------------------------------------------------- one case */
 
 typedef struct result {
-    int ngpu, graph, split;
+    int ngpu, graph, split; /* split: SW_RTC_MULTI_ROWS, _COLUMNS or SPLIT_WFS */
+    int nwfs;               /* SPLIT_WFS: the sensors */
     double median, p99, t[SW_RTC_MULTI_T_STAGES], sync;
     double check; /* max |du| / max |u| of the first frame against the reference */
     double ratio; /* the largest |du_a| / its rounding bound (Check): at most 1 */
 } result;
 
-/* The latency of a plan's runs (frames after warm-up), either kind of plan. */
-static int time_runs(const opts *o, sw_rtc *one, sw_rtc_multi *multi, const sys *s, float *commands,
-                     double *median, double *p99)
+/* Sensor j's frame of run k among the pool's (several sensors: each a different one). */
+static void wfs_frames(const sys *s, int nwfs, int k, const sw_image **fr)
+{
+    for (int j = 0; j < nwfs; j++)
+        fr[j] = &s->frames[(k + j) % POOL];
+}
+
+/* The latency of a plan's runs (frames after warm-up), either kind of plan; nwfs > 0: a plan of
+ * that many sensors (sw_rtc_multi_run_wfs). */
+static int time_runs(const opts *o, sw_rtc *one, sw_rtc_multi *multi, int nwfs, const sys *s,
+                     float *commands, double *median, double *p99)
 {
     double *t = malloc((size_t)o->frames * sizeof *t);
     if (!t)
         return fprintf(stderr, "%s: out of memory\n", PROG), 1;
+    const sw_image *fr[MAX_WFS];
     for (int k = 0; k < o->warmup + o->frames; k++) {
         const sw_image *f = &s->frames[k % POOL];
+        wfs_frames(s, nwfs, k, fr);
         const double t0 = sw_bench_now_us();
-        const sw_status st =
-            one ? sw_rtc_run(one, f, commands, NULL) : sw_rtc_multi_run(multi, f, commands, NULL);
+        const sw_status st = one    ? sw_rtc_run(one, f, commands, NULL)
+                             : nwfs ? sw_rtc_multi_run_wfs(multi, fr, commands, NULL)
+                                    : sw_rtc_multi_run(multi, f, commands, NULL);
         const double dt = sw_bench_now_us() - t0;
         if (st != SW_OK) {
             free(t);
@@ -427,13 +470,12 @@ static int time_runs(const opts *o, sw_rtc *one, sw_rtc_multi *multi, const sys 
 }
 
 /* The first frame's commands u and slopes sl of a fresh plan against the reference's (ref: nact
- * commands, then 2 ns slopes; kept there by the first plan, *have_ref): res->check (max |du| /
+ * commands, then n2 slopes; kept there by the first plan, *have_ref): res->check (max |du| /
  * max |u|) and res->ratio (the largest |du_a| over its bound, Check in the opening comment; the
- * bound is computed only where du_a != 0). */
-static void first_check(const sys *s, int fp16, const float *u, const float *sl, float *ref,
-                        int *have_ref, result *res)
+ * bound is computed only where du_a != 0). cm: the nact x n2 control matrix. */
+static void first_check(int32_t nact, int32_t n2, const float *cm, int fp16, const float *u,
+                        const float *sl, float *ref, int *have_ref, result *res)
 {
-    const int32_t nact = s->nact, n2 = 2 * s->ns;
     if (!*have_ref) {
         memcpy(ref, u, (size_t)nact * sizeof *u);
         memcpy(ref + nact, sl, (size_t)n2 * sizeof *sl);
@@ -448,7 +490,7 @@ static void first_check(const sys *s, int fp16, const float *u, const float *sl,
         if (d == 0.0)
             continue;
         const double b =
-            CHECK_SAFETY * (GAIN * sw_rtc_split_bound(s->cm + (size_t)a * n2, n2, rs, sl, fp16) +
+            CHECK_SAFETY * (GAIN * sw_rtc_split_bound(cm + (size_t)a * n2, n2, rs, sl, fp16) +
                             0x1.0p-22 * fabs((double)ref[a])) +
             1e-37;
         ratio = d / b > ratio || isnan(d) ? d / b : ratio;
@@ -506,13 +548,13 @@ static int multi_case(const opts *o, sw_context *ctx, const sys *s, int fp16, in
     res->graph = sw_rtc_multi_graph(m);
     st = sw_rtc_multi_run(m, &s->frames[0], u, sl);
     if (st == SW_OK) {
-        first_check(s, fp16, u, sl, ref, have_ref, res);
+        first_check(s->nact, 2 * s->ns, s->cm, fp16, u, sl, ref, have_ref, res);
         st = sw_rtc_multi_reset(m);
     }
     int rc = st != SW_OK ? fail(ctx, config, st) : 0;
     if (rc == 0)
         rc = check_verdict(config, res);
-    if (rc == 0 && time_runs(o, NULL, m, s, u, &res->median, &res->p99) != 0)
+    if (rc == 0 && time_runs(o, NULL, m, 0, s, u, &res->median, &res->p99) != 0)
         rc = fail(ctx, config, SW_ECUDA);
     if (rc == 0) {
         st = sw_rtc_multi_profile(m, &s->frames[0], o->profile_reps, res->t);
@@ -560,6 +602,103 @@ static int multi_case(const opts *o, sw_context *ctx, const sys *s, int fp16, in
     return 0;
 }
 
+/* N sensors of the size's system (sensor j's frames the pool's from j on; the same geometry),
+ * one mirror (the size's nact), the stacked random matrix cm (nact x 2 N ns) over ngpu GPUs
+ * (sw_rtc_multi_create_wfs: sensor k on GPU k mod ngpu). */
+static int wfs_case(const opts *o, sw_context *ctx, const sys *s, int fp16, int ngpu, int graph,
+                    const float *cm, float *ref, int *have_ref, result *res)
+{
+    const int nw = o->nwfs;
+    char config[128];
+    snprintf(config, sizeof config, "%dx%d %s %d WFS %d GPU%s%s", (int)s->n, (int)s->n,
+             fp16 ? "fp16" : "fp32", nw, ngpu, ngpu > 1 ? "s" : "", graph ? "" : " plain");
+    watch(o, config);
+    if (!o->json_only)
+        fprintf(stderr, "%s: %s ...\n", PROG, config);
+    sw_rtc_params rp;
+    rtc_params(s, fp16, &rp);
+    rp.cm = cm;
+    sw_centroid_params w[MAX_WFS];
+    for (int j = 0; j < nw; j++)
+        w[j] = s->centroid;
+    sw_rtc_multi_params mp;
+    sw_rtc_multi_params_default(&mp);
+    mp.ndevices = ngpu;
+    mp.graph = graph;
+    sw_rtc_multi *m = NULL;
+    const double c0 = sw_bench_now_us();
+    sw_status st = sw_rtc_multi_create_wfs(ctx, &rp, w, nw, &mp, &m);
+    const double create_s = 1e-6 * (sw_bench_now_us() - c0);
+    if (st != SW_OK)
+        return fail(ctx, config, st);
+    const int32_t n2 = 2 * nw * s->ns;
+    float *u = malloc((size_t)s->nact * sizeof *u);
+    float *sl = malloc((size_t)n2 * sizeof *sl);
+    if (!u || !sl) {
+        free(u);
+        free(sl);
+        sw_rtc_multi_destroy(m);
+        return fprintf(stderr, "%s: out of memory\n", PROG), 1;
+    }
+    memset(res, 0, sizeof *res);
+    res->ngpu = ngpu;
+    res->split = SPLIT_WFS;
+    res->nwfs = nw;
+    res->graph = sw_rtc_multi_graph(m);
+    const sw_image *fr[MAX_WFS];
+    wfs_frames(s, nw, 0, fr);
+    st = sw_rtc_multi_run_wfs(m, fr, u, sl);
+    if (st == SW_OK) {
+        first_check(s->nact, n2, cm, fp16, u, sl, ref, have_ref, res);
+        st = sw_rtc_multi_reset(m);
+    }
+    int rc = st != SW_OK ? fail(ctx, config, st) : 0;
+    if (rc == 0)
+        rc = check_verdict(config, res);
+    if (rc == 0 && time_runs(o, NULL, m, nw, s, u, &res->median, &res->p99) != 0)
+        rc = fail(ctx, config, SW_ECUDA);
+    if (rc == 0) {
+        st = sw_rtc_multi_profile_wfs(m, fr, o->profile_reps, res->t);
+        if (st != SW_OK)
+            rc = fail(ctx, config, st);
+    }
+    sw_rtc_multi_destroy(m);
+    free(u);
+    free(sl);
+    if (rc != 0)
+        return rc;
+    double sum = 0.0;
+    for (int i = 0; i < SW_RTC_MULTI_T_STAGES; i++)
+        sum += res->t[i];
+    res->sync = res->median - sum;
+    const double bytes = (double)s->nact * n2 * (fp16 ? 2.0 : 4.0);
+    json_start("rtc_multi_wfs", config, ctx);
+    printf(",\"wfs\":%d,\"gpus\":%d,\"nccl\":%d,\"graph\":%s,\"lenslets_per_wfs\":%d,"
+           "\"frame_px\":%d,\"slopes\":%d,\"nact\":%d,\"precision\":\"%s\",\"matrix_bytes\":%.0f,"
+           "\"frames\":%d,\"warmup\":%d",
+           nw, ngpu, sw_nccl_version(), res->graph ? "true" : "false", (int)(s->n * s->n),
+           (int)s->w, (int)n2, (int)s->nact, fp16 ? "fp16" : "fp32", bytes, o->frames, o->warmup);
+    json_num("median_us", res->median);
+    json_num("p99_us", res->p99);
+    json_num("first_frame_max_rel_diff", res->check);
+    json_num("first_frame_max_du_over_bound", res->ratio);
+    json_num("create_s", create_s);
+    json_num("t_centroid_us", res->t[SW_RTC_MULTI_T_CENTROID]);
+    json_num("t_mvm_us", res->t[SW_RTC_MULTI_T_MVM]);
+    json_num("t_reduce_us", res->t[SW_RTC_MULTI_T_GATHER]);
+    json_num("t_copy_us", res->t[SW_RTC_MULTI_T_COPY]);
+    json_num("t_sync_us", res->sync);
+    json_num("mvm_GB_per_s_per_gpu", res->t[SW_RTC_MULTI_T_MVM] > 0
+                                         ? bytes / ngpu / res->t[SW_RTC_MULTI_T_MVM] / 1e3
+                                         : NAN);
+    printf(",\"NCCL_NVLS_ENABLE\":");
+    sw_json_write_string(stdout, getenv("NCCL_NVLS_ENABLE"));
+    printf(",\"note\":\"%d sensors of the same geometry, their frames different; %s\"}\n", nw,
+           RANDOM_NOTE);
+    fflush(stdout);
+    return 0;
+}
+
 static int single_case(const opts *o, sw_context *ctx, const sys *s, int fp16, float *ref,
                        int *have_ref, result *res)
 {
@@ -588,13 +727,13 @@ static int single_case(const opts *o, sw_context *ctx, const sys *s, int fp16, f
     res->graph = 1;
     st = sw_rtc_run(r, &s->frames[0], u, sl);
     if (st == SW_OK) {
-        first_check(s, fp16, u, sl, ref, have_ref, res);
+        first_check(s->nact, 2 * s->ns, s->cm, fp16, u, sl, ref, have_ref, res);
         st = sw_rtc_reset(r);
     }
     int rc = st != SW_OK ? fail(ctx, config, st) : 0;
     if (rc == 0)
         rc = check_verdict(config, res);
-    if (rc == 0 && time_runs(o, r, NULL, s, u, &res->median, &res->p99) != 0)
+    if (rc == 0 && time_runs(o, r, NULL, 0, s, u, &res->median, &res->p99) != 0)
         rc = fail(ctx, config, SW_ECUDA);
     sw_rtc_destroy(r);
     free(u);
@@ -682,6 +821,60 @@ static void model(sw_context *ctx, const sys *s, int fp16, int split, const resu
     fflush(stdout);
 }
 
+/* --wfs: the cases of one size, every precision and GPU count (at most N: each GPU one sensor
+ * at least), into tab / nt (by precision); the first plan of a precision is the reference of the
+ * Check. Returns 1 when any case failed. */
+static int wfs_size(const opts *o, sw_context *ctx, const sys *s, result tab[2][4 * MAX_N + 1],
+                    int nt[2])
+{
+    const int64_t n2 = (int64_t)2 * o->nwfs * s->ns;
+    if ((int64_t)s->nact * n2 > ((int64_t)1 << 31)) {
+        fprintf(stderr,
+                "%s: %dx%d, %d sensors: the control matrix (%d x %lld) is past the plan's 2^31 "
+                "entries: skipped\n",
+                PROG, (int)s->n, (int)s->n, o->nwfs, (int)s->nact, (long long)n2);
+        return 0; /* the size asked for does not fit: said, not a failure */
+    }
+    float *cm = random_matrix((size_t)s->nact * (size_t)n2, SEED_CM ^ (uint64_t)o->nwfs);
+    float *ref = malloc(((size_t)s->nact + (size_t)n2) * sizeof *ref);
+    if (!cm || !ref) {
+        free(cm);
+        free(ref);
+        return 1;
+    }
+    int failed = 0;
+    for (int pi = 0; pi < o->nprec; pi++) {
+        const int fp16 = o->prec[pi];
+        int have_ref = 0;
+        for (int gi = 0; gi < o->ngpus; gi++) {
+            const int gn = o->gpus[gi];
+            if (gn > o->nwfs) {
+                if (!o->json_only)
+                    fprintf(stderr,
+                            "%s: %d GPUs for %d sensors: skipped (one sensor per GPU at "
+                            "least)\n",
+                            PROG, gn, o->nwfs);
+                continue;
+            }
+            result x;
+            if (wfs_case(o, ctx, s, fp16, gn, !o->no_graph, cm, ref, &have_ref, &x) != 0) {
+                failed = 1;
+                continue;
+            }
+            tab[fp16][nt[fp16]++] = x;
+            if (o->plain && gn > 1 && !o->no_graph) {
+                if (wfs_case(o, ctx, s, fp16, gn, 0, cm, ref, &have_ref, &x) != 0)
+                    failed = 1;
+                else
+                    tab[fp16][nt[fp16]++] = x;
+            }
+        }
+    }
+    free(cm);
+    free(ref);
+    return failed;
+}
+
 int main(int argc, char **argv)
 {
     opts o;
@@ -732,8 +925,13 @@ int main(int argc, char **argv)
         char what[64];
         snprintf(what, sizeof what, "%dx%d set-up", o.sizes[si], o.sizes[si]);
         watch(&o, what);
-        if (sys_make(ctx, o.sizes[si], &s) != 0) {
+        if (sys_make(ctx, o.sizes[si], &s, o.nwfs == 0) != 0) {
             failed = 1;
+            sys_free(&s);
+            continue;
+        }
+        if (o.nwfs > 0) { /* several sensors: their cases only */
+            failed |= wfs_size(&o, ctx, &s, table[si], ntab[si]);
             sys_free(&s);
             continue;
         }
@@ -805,11 +1003,16 @@ int main(int argc, char **argv)
                     const result *x = &table[si][fp16][k];
                     if (x->ngpu == 1)
                         base = x->median;
+                    char split[16];
+                    if (x->split == SPLIT_WFS)
+                        snprintf(split, sizeof split, "%d wfs", x->nwfs);
+                    else
+                        snprintf(split, sizeof split, "%s",
+                                 x->split == SW_RTC_MULTI_COLUMNS ? "columns" : "rows");
                     fprintf(stderr,
                             "%4dx%-4d %-5s %-7s %4d %5s %9.1f %9.1f %8.1f %8.1f %8.1f %8.1f %8.1f "
                             "%8.1f %8.2f\n",
-                            o.sizes[si], o.sizes[si], fp16 ? "fp16" : "fp32",
-                            x->split == SW_RTC_MULTI_COLUMNS ? "columns" : "rows", x->ngpu,
+                            o.sizes[si], o.sizes[si], fp16 ? "fp16" : "fp32", split, x->ngpu,
                             x->graph ? "yes" : "no", x->median, x->p99,
                             x->t[SW_RTC_MULTI_T_CENTROID], x->t[SW_RTC_MULTI_T_BCAST],
                             x->t[SW_RTC_MULTI_T_MVM], x->t[SW_RTC_MULTI_T_GATHER],

@@ -647,7 +647,7 @@ sw_status sw_rtc_multi_reset(sw_rtc_multi *r); /* controller state to 0 on every
 sw_status sw_rtc_multi_run(sw_rtc_multi *r, const sw_image *frame, float *commands, float *slopes);
 const float *sw_rtc_multi_commands(const sw_rtc_multi *r); /* nact floats, pinned, the plan's */
 double sw_rtc_multi_last_us(const sw_rtc_multi *r);        /* host wall time of the last run */
-int32_t sw_rtc_multi_slopes(const sw_rtc_multi *r);        /* ns */
+int32_t sw_rtc_multi_slopes(const sw_rtc_multi *r);        /* ns (several sensors: their sum) */
 /* 1 when the runs launch one CUDA graph, 0 plain launches; -1 for NULL. */
 int sw_rtc_multi_graph(const sw_rtc_multi *r);
 /* The GPUs, and GPU i's first command and command count (columns: 0 and nact, every GPU sums
@@ -680,6 +680,51 @@ enum {
 };
 sw_status sw_rtc_multi_profile(sw_rtc_multi *r, const sw_image *frame, int reps,
                                double us[SW_RTC_MULTI_T_STAGES]);
+
+/*
+ * Several wavefront sensors feeding one reconstructor: each sensor's frame centroided on its own
+ * GPU, all their slopes multiplied by one control matrix, one controller. It is the split by
+ * columns with each GPU's share made of whole sensors instead of a band of one frame: GPU i
+ * (devices[i]) takes the sensors k = i, i + N, i + 2 N, ... (k mod N = i; N = m->ndevices, at most
+ * nwfs, so that every GPU has one); per frame each GPU copies its sensors' frames in and centroids
+ * each with the sensor's own plan (wfs[k]: its geometry, frame size and type, conditioning), then
+ * computes its partial commands r_i = C[:, its sensors' slopes] s_i over all nact commands;
+ * ncclReduce sums them into GPU 0, which runs the integrator / leaky update and copies the
+ * commands out. With N = 1 every sensor is on GPU 0 and no NCCL call is made.
+ * The slope vector is the sensors' slopes in turn, each as sw_rtc orders one sensor's (its x
+ * block, then its y block): s = [x_0, y_0, x_1, y_1, ...], 2 NS floats, NS = ns_0 + ns_1 + ...;
+ * p->cm is nact x 2 NS row-major, its columns in that order (the unseen-mode filter folded in as
+ * for one sensor). p is read as by sw_rtc_multi_create except p->centroid, which is not read
+ * (wfs[k] takes its place; slope_layout SW_SLOPES_BLOCKS each), and m likewise except m->split.
+ * Each command's sum is split across the sensors' GPUs, so plans over different GPU counts (and
+ * the stacked product computed otherwise: each sensor's sw_rtc slopes times C) agree within
+ * 2 gamma_n g sum_j |C_aj s_j| per frame (n = 2 NS), not bit for bit. Graphs as above (one graph
+ * over every GPU, each GPU's centroid kernels in it). nwfs 1..64; fewer sensors than GPUs,
+ * SW_EINVAL; otherwise as sw_rtc_multi_create (the parameters are checked on the host first, in
+ * every build).
+ */
+sw_status sw_rtc_multi_create_wfs(sw_context *ctx, const sw_rtc_params *p,
+                                  const sw_centroid_params *wfs, int32_t nwfs,
+                                  const sw_rtc_multi_params *m, sw_rtc_multi **out);
+/* One frame per sensor, frames[k] sensor k's, each in host, pinned or device memory (any GPU's:
+ * one on the sensor's own GPU is copied there without crossing a link); finished when it returns.
+ * commands: nact floats; slopes: 2 NS floats in the plan's order (NULL skips either). A plan of
+ * sw_rtc_multi_create takes one frame here too; sw_rtc_multi_run and sw_rtc_multi_profile refuse
+ * (SW_EINVAL) a plan of more than one sensor. */
+sw_status sw_rtc_multi_run_wfs(sw_rtc_multi *r, const sw_image *const frames[], float *commands,
+                               float *slopes);
+/* sw_rtc_multi_profile with one frame per sensor (SW_RTC_MULTI_T_CENTROID: every GPU's frame
+ * copies and centroids, the slowest GPU's; SW_RTC_MULTI_T_GATHER: the reduction and the update). */
+sw_status sw_rtc_multi_profile_wfs(sw_rtc_multi *r, const sw_image *const frames[], int reps,
+                                   double us[SW_RTC_MULTI_T_STAGES]);
+/* Frames per run: nwfs, 1 for a plan of sw_rtc_multi_create; 0 for NULL. */
+int32_t sw_rtc_multi_nwfs(const sw_rtc_multi *r);
+/* Sensor k's GPU (i of sw_rtc_multi_device; -1 for the one frame of a plan split by columns,
+ * which every GPU takes a band of), its first slope in the slope vector (its x block's; its y
+ * block's is slope0 + nslopes) and its slopes per axis; any pointer may be NULL; SW_EINVAL for k
+ * out of range. */
+sw_status sw_rtc_multi_wfs(const sw_rtc_multi *r, int32_t k, int32_t *gpu, int32_t *slope0,
+                           int32_t *nslopes);
 
 /* NCCL's version as ncclGetVersion gives it (e.g. 22803 for 2.28.3) in a build with NCCL; 0
  * in a build without (or when the library cannot tell). */

@@ -62,6 +62,20 @@ int sw_loop_fold_filter(const float *z, int32_t nf, int32_t nact, int32_t cols, 
  * in double. Used by tests/gpu/test_gpu_loop_rtc_multi.c and bench/bench_rtc_multi.c. */
 double sw_rtc_split_bound(const float *row, int32_t n, const float *s, const float *s2, int fp16);
 
+/* The multi-GPU chain's limits (rtc_multi.c, rtc_multi_cuda.cu): GPUs, and wavefront sensors
+ * of sw_rtc_multi_create_wfs. */
+#define SW_RTC_MULTI_MAX_GPUS 16
+#define SW_RTC_MULTI_MAX_WFS  64
+/* The checks of sw_rtc_multi_create (several = 0; wfs NULL, nwfs 0) and _create_wfs (several =
+ * 1) that need neither CUDA nor NCCL: *out = NULL first; NULL arguments; m (NULL: the defaults)
+ * resolved into *mp; the devices' count, graph, split, sensors, reconstructor, matrix, controller
+ * and slope layout. SW_EINVAL or SW_EUNSUPPORTED with the message on ctx. rtc_multi.c; the
+ * context's backend, the devices and everything else are checked by rtc_multi_cuda.cu. */
+sw_status sw_rtc_multi_check(sw_context *ctx, const sw_rtc_params *p, int several,
+                             const sw_centroid_params *wfs, int32_t nwfs,
+                             const sw_rtc_multi_params *m, sw_rtc_multi **out,
+                             sw_rtc_multi_params *mp);
+
 /* Integrator / leaky update of one command (seed 000 section 6's regulator per actuator), then
  * the stroke clip (clip <= 0: none). Float arithmetic in this order on both backends. */
 static inline SW_LOOP_HD float sw_loop_update(float u_prev, float r, float gain, float keep,

@@ -14,6 +14,14 @@
  *   all:    GPU i > 0 ncclSend(u_i) to 0, GPU 0 ncclRecv into ucat + row0_i (one group)
  *   GPU 0:  ucat -> pinned host commands
  * GPU 0's state u_0 is the first rows_0 floats of ucat itself (no copy).
+ * Split by columns, each GPU centroids its own share and GPU i computes the partial commands
+ * r_i = C[:, its slopes] s_i, which ncclReduce sums into GPU 0 for the update. The shares are
+ * "parts" (rm_part): a centroid plan, its rows of a frame copied to its GPU, and where its x and
+ * y blocks sit in its GPU's slopes and in the plan's slope vector (the columns of C). One frame
+ * split by columns has a band of lenslet rows per GPU; several wavefront sensors
+ * (sw_rtc_multi_create_wfs) have one part per sensor, its whole frame, sensor k on GPU k mod N;
+ * the rows have one part, the whole frame on GPU 0. Every stage loops over parts or GPUs, so the
+ * three run through the same code.
  *
  * Graphs. After one plain pass (which makes NCCL connect its peers: NCCL's documentation asks for
  * a point-to-point call before a captured one) the frame's work after the frame copy is captured
@@ -36,6 +44,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -43,45 +52,67 @@
 #define SW_CUDA_CTX   r->ctx
 #define SW_CUDA_STAGE "rtc_multi"
 
-#define RM_MAX_GPUS     16
+#define RM_MAX_GPUS     SW_RTC_MULTI_MAX_GPUS
+#define RM_MAX_PARTS    SW_RTC_MULTI_MAX_WFS /* >= RM_MAX_GPUS */
 #define RM_BLAS_WS      ((size_t)4 << 20)
 #define RM_MAX_ELEMENTS ((int64_t)1 << 31) /* as rtc.c: entries of the whole control matrix */
 #define RM_FP16_MAX     65504.0
+
+/* One centroid plan's share of the slopes, a "part": rows, the whole frame (on GPU 0); columns,
+ * a band of whole lenslet rows of the frame (one per GPU). Its slopes are an x block and a y
+ * block of m slopes each, side by side in its GPU's slope vector (at off and off + m), and at
+ * cx and cy in the plan's slope vector, whose entries index the columns of C. */
+typedef struct rm_part {
+    int gpu;                 /* the GPU (index into gpu[]) that centroids it */
+    int src;                 /* the frame it takes (index into the run's frames) */
+    sw_centroid_plan *cent;  /* on its GPU's context */
+    sw_image frame;          /* its buffer of the frame's rows py0 .. py0 + height - 1 */
+    sw_centroid_result cres; /* device result: the slopes only, into its GPU's slopes + off */
+    int32_t py0, height;     /* the frame rows it takes */
+    int32_t lenslets;        /* its plan's nx ny */
+    int32_t m;               /* its slopes per axis */
+    int32_t off;             /* its x block in its GPU's slopes (the y block at off + m) */
+    int32_t cx, cy;          /* its x and y blocks in the plan's slope vector */
+    int32_t band0, nband;    /* columns: the band's first lenslet row and its rows */
+} rm_part;
 
 /* One GPU's share. */
 typedef struct rm_gpu {
     int dev;
     cudaStream_t s;  /* GPU 0: the context's stream; columns: this GPU's context's */
     int own_stream;  /* rows, GPU i > 0: the plan's own stream */
-    sw_context *ctx; /* the context of this GPU's centroid plan (GPU 0: the plan's; columns,
+    sw_context *ctx; /* the context of this GPU's centroid plans (GPU 0: the plan's; columns,
                         GPU i > 0: owned) */
     ncclComm_t comm;
     cublasHandle_t blas;
     void *blas_ws;
-    sw_centroid_plan *cent;  /* GPU 0 (rows); every GPU its band (columns) */
-    sw_image frame;          /* its frame buffer (columns: the band's rows) */
-    sw_centroid_result cres; /* device result: the slopes only, into `slopes` */
-    int32_t py0, height;     /* the frame rows it takes (rows: all of them) */
-    int32_t k0, m;           /* columns: the band's first slope per axis, its slopes per axis */
-    int32_t band0, nband;    /* columns: the band's first lenslet row and its rows */
-    int32_t cols, ldh;       /* the matrix's columns (rows: 2 ns; columns: 2 m), FP16 row length */
-    float *slopes;           /* ldh floats, zeros past cols (the FP16 kernel's vector loads) */
-    float *W;                /* FP32: rows x cols row-major */
-    __half *Wh;              /* FP16: rows x ldh, zero padded */
-    float *u; /* rows: its commands and the controller's state (GPU 0: ucat's first rows) */
-    float *r; /* columns: nact partial commands (GPU 0: the reduction's sum) */
+    int32_t p0, np; /* its parts, part[p0 .. p0 + np - 1] (rows: GPU 0 the only one) */
+    int32_t cols,
+        ldh;       /* the matrix's columns (rows: 2 ns; else 2 m over its parts), FP16 row length */
+    float *slopes; /* ldh floats, zeros past cols (the FP16 kernel's vector loads) */
+    float *W;      /* FP32: rows x cols row-major */
+    __half *Wh;    /* FP16: rows x ldh, zero padded */
+    float *u;      /* rows: its commands and the controller's state (GPU 0: ucat's first rows) */
+    float *r;      /* columns: nact partial commands (GPU 0: the reduction's sum) */
     int32_t row0, rows; /* the matrix's rows (columns: all nact) */
     cudaEvent_t join;   /* capture: this stream joined back to GPU 0's */
-    cudaEvent_t copied; /* columns: the band's frame copied (GPU 0 waits for it) */
+    cudaEvent_t copied; /* columns: its frame rows copied (GPU 0 waits for them) */
     cudaEvent_t t0, t1; /* profile */
 } rm_gpu;
+
+/* The frames a run takes: their size and type. */
+typedef struct rm_src {
+    int32_t width, height;
+    sw_pixel_type type;
+} rm_src;
 
 struct sw_rtc_multi {
     sw_context *ctx;
     int32_t ndev, ns, n2, nact;
     int fp16, split;
-    int32_t width, height;
-    sw_pixel_type type;
+    int32_t nwfs;           /* sensors (sw_rtc_multi_create_wfs), 0: one frame */
+    int32_t nsrc;           /* frames per run (nwfs, or 1) */
+    int32_t npart;          /* parts made (part[0 .. npart - 1]) */
     float *ucat;            /* GPU 0: nact commands */
     float *commands;        /* pinned host, nact */
     float gain, keep, clip; /* the controller, as rtc_cuda.cu reads it from controller.c */
@@ -92,6 +123,8 @@ struct sw_rtc_multi {
     int64_t frames;
     double last_us;
     rm_gpu gpu[RM_MAX_GPUS];
+    rm_part part[RM_MAX_PARTS];
+    rm_src src[RM_MAX_PARTS];
 };
 
 /* ================================================================== checks */
@@ -120,42 +153,50 @@ static double rm_now_us(void)
 
 /* ================================================================== the frame's stages */
 
-/* The frame into the GPUs' buffers (host, pinned or GPU 0 device memory; cudaMemcpyDefault:
- * unified addressing tells the direction): rows, the whole frame to GPU 0; columns, each GPU its
- * band's rows, and with a graph GPU 0's stream waits for the other copies (`wait`). */
-static sw_status rm_copy_frame(sw_rtc_multi *r, const sw_image *frame, int wait)
+/* The frames into the parts' buffers (host, pinned or device memory; cudaMemcpyDefault: unified
+ * addressing tells the direction): each part's rows of its frame on its GPU's stream (rows: the
+ * whole frame to GPU 0), and with a graph GPU 0's stream waits for the other GPUs' copies
+ * (`wait`). */
+static sw_status rm_copy_frames(sw_rtc_multi *r, const sw_image *const *frames, int wait)
 {
-    const size_t row = (size_t)frame->width * sw_pixel_size(frame->type);
-    const int n = r->split == SW_RTC_MULTI_COLUMNS ? r->ndev : 1;
-    for (int i = n - 1; i >= 0; i--) { /* GPU 0's last: its stream then waits for the others */
+    for (int i = r->ndev - 1; i >= 0;
+         i--) { /* GPU 0's last: its stream then waits for the others */
         rm_gpu *g = &r->gpu[i];
+        if (g->np == 0)
+            continue;
         SW_CU(cudaSetDevice(g->dev));
-        const char *src = (const char *)frame->data + (size_t)g->py0 * frame->stride;
-        SW_CU(cudaMemcpy2DAsync(g->frame.data, g->frame.stride, src, frame->stride, row,
-                                (size_t)g->height, cudaMemcpyDefault, g->s));
+        for (int32_t j = g->p0; j < g->p0 + g->np; j++) {
+            const rm_part *q = &r->part[j];
+            const sw_image *f = frames[q->src];
+            const size_t row = (size_t)f->width * sw_pixel_size(f->type);
+            const char *src = (const char *)f->data + (size_t)q->py0 * f->stride;
+            SW_CU(cudaMemcpy2DAsync(q->frame.data, q->frame.stride, src, f->stride, row,
+                                    (size_t)q->height, cudaMemcpyDefault, g->s));
+        }
         if (i > 0 && wait)
             SW_CU(cudaEventRecord(g->copied, g->s));
     }
     if (wait)
-        for (int i = 1; i < n; i++)
-            SW_CU(cudaStreamWaitEvent(r->gpu[0].s, r->gpu[i].copied, 0));
+        for (int i = 1; i < r->ndev; i++)
+            if (r->gpu[i].np > 0)
+                SW_CU(cudaStreamWaitEvent(r->gpu[0].s, r->gpu[i].copied, 0));
     return SW_OK;
 }
 
-/* The centroid stage (sw_centroid_run queues its kernel on the plan's context's stream, which is
- * the GPU's stream here): GPU 0 (rows) or every GPU's band (columns). A failure on another GPU's
- * context is reported on the plan's. */
+/* The centroid stage, part by part (sw_centroid_run queues its kernel on the plan's context's
+ * stream, which is its GPU's stream here). A failure on another GPU's context is reported on the
+ * plan's. */
 static sw_status rm_centroid(sw_rtc_multi *r)
 {
-    const int n = r->split == SW_RTC_MULTI_COLUMNS ? r->ndev : 1;
-    for (int i = 0; i < n; i++) {
-        rm_gpu *g = &r->gpu[i];
+    for (int32_t j = 0; j < r->npart; j++) {
+        rm_part *q = &r->part[j];
+        const rm_gpu *g = &r->gpu[q->gpu];
         SW_CU(cudaSetDevice(g->dev));
-        const sw_status st = sw_centroid_run(g->cent, &g->frame, &g->cres);
+        const sw_status st = sw_centroid_run(q->cent, &q->frame, &q->cres);
         if (st != SW_OK)
-            return i == 0 ? st
-                          : sw_fail(r->ctx, st, "rtc_multi: GPU %d: %s", g->dev,
-                                    sw_context_error(g->ctx));
+            return g->ctx == r->ctx ? st
+                                    : sw_error_set(r->ctx, st, "rtc_multi: GPU %d: %s", g->dev,
+                                                   sw_context_error(g->ctx));
     }
     return SW_OK;
 }
@@ -398,6 +439,12 @@ extern "C" void sw_rtc_multi_destroy(sw_rtc_multi *r)
                 ncclCommFinalize(r->gpu[i].comm);
         ncclGroupEnd();
     }
+    for (int32_t j = 0; j < r->npart; j++) { /* before their GPUs' contexts */
+        rm_part *q = &r->part[j];
+        cudaSetDevice(r->gpu[q->gpu].dev);
+        sw_centroid_destroy(q->cent);
+        sw_image_free(&q->frame);
+    }
     for (int i = 0; i < r->ndev; i++) {
         rm_gpu *g = &r->gpu[i];
         cudaSetDevice(g->dev);
@@ -406,8 +453,6 @@ extern "C" void sw_rtc_multi_destroy(sw_rtc_multi *r)
         if (g->blas)
             cublasDestroy(g->blas);
         SW_CUDA_FREE(g->blas_ws, g->slopes, g->W, g->Wh, g->r, i > 0 ? g->u : NULL);
-        sw_centroid_destroy(g->cent);
-        sw_image_free(&g->frame);
         if (g->join)
             cudaEventDestroy(g->join);
         if (g->copied)
@@ -418,7 +463,7 @@ extern "C" void sw_rtc_multi_destroy(sw_rtc_multi *r)
             cudaEventDestroy(g->t1);
         if (g->own_stream && g->s)
             cudaStreamDestroy(g->s);
-        if (i > 0 && g->ctx)
+        if (g->ctx && g->ctx != r->ctx)
             sw_context_destroy(g->ctx); /* the columns' own contexts (and their streams) */
         cudaGetLastError();
     }
@@ -460,54 +505,6 @@ static sw_status rm_devices(sw_context *ctx, const sw_rtc_multi_params *m, int *
                        "rtc_multi: devices[0] = %d must be the context's device (%d), which "
                        "centroids the frame and drives the mirror",
                        devs[0], ctx->device);
-    return SW_OK;
-}
-
-/* The checks of the parameters that need no allocation. */
-static sw_status rm_check(sw_context *ctx, const sw_rtc_params *p, const sw_rtc_multi_params *m)
-{
-    if (sw_context_backend(ctx) != SW_BACKEND_CUDA)
-        return sw_fail(ctx, SW_EINVAL, "rtc_multi: needs a context on the CUDA backend");
-    if (m->ndevices < 1 || m->ndevices > RM_MAX_GPUS)
-        return sw_fail(ctx, SW_EINVAL, "rtc_multi: ndevices = %d; 1..%d allowed", m->ndevices,
-                       RM_MAX_GPUS);
-    if (m->graph != 0 && m->graph != 1)
-        return sw_fail(ctx, SW_EINVAL, "rtc_multi: graph = %d; 0 or 1", m->graph);
-    if (m->split != SW_RTC_MULTI_ROWS && m->split != SW_RTC_MULTI_COLUMNS)
-        return sw_fail(ctx, SW_EINVAL, "rtc_multi: split = %d; SW_RTC_MULTI_ROWS or _COLUMNS",
-                       m->split);
-    if (p->recon != SW_RTC_MVM)
-        return sw_fail(ctx, SW_EUNSUPPORTED,
-                       "rtc_multi: only the MVM reconstructor is split over GPUs (recon %d)",
-                       (int)p->recon);
-    if (!p->cm)
-        return sw_fail(ctx, SW_EINVAL, "rtc_multi: MVM needs the control matrix cm (NULL given)");
-    if (p->fp16 != 0 && p->fp16 != 1)
-        return sw_fail(ctx, SW_EINVAL, "rtc_multi: fp16 = %d; 0 or 1", p->fp16);
-    if (p->nact < 1 || p->nact > (1 << 24))
-        return sw_fail(ctx, SW_EINVAL, "rtc_multi: nact = %d commands; 1..%d allowed", p->nact,
-                       1 << 24);
-    if (m->split == SW_RTC_MULTI_ROWS && p->nact < m->ndevices)
-        return sw_fail(ctx, SW_EINVAL, "rtc_multi: %d commands cannot be split over %d GPUs",
-                       p->nact, m->ndevices);
-    if (p->controller.nact != p->nact)
-        return sw_fail(ctx, SW_EINVAL,
-                       "rtc_multi: the controller has nact = %d commands but the chain has nact = "
-                       "%d (set controller.nact = nact)",
-                       p->controller.nact, p->nact);
-    if (p->controller.kind != SW_CTRL_INTEGRATOR && p->controller.kind != SW_CTRL_LEAKY)
-        return sw_fail(ctx, SW_EUNSUPPORTED,
-                       "rtc_multi: the %s controller is not split over GPUs (integrator or leaky)",
-                       sw_controller_kind_string(p->controller.kind));
-    if (p->controller.nfilter < 0 || p->controller.nfilter > p->nact ||
-        (p->controller.nfilter > 0 && !p->controller.filter))
-        return sw_fail(ctx, SW_EINVAL,
-                       "rtc_multi: the controller filters %d modes (0..%d, with a filter)",
-                       (int)p->controller.nfilter, (int)p->nact);
-    if (p->centroid.slope_layout != SW_SLOPES_BLOCKS)
-        return sw_fail(ctx, SW_EINVAL,
-                       "rtc_multi: the chain takes the slopes as x block then y block "
-                       "(slope_layout SW_SLOPES_BLOCKS)");
     return SW_OK;
 }
 
@@ -612,8 +609,8 @@ static sw_status rm_upload(sw_rtc_multi *r, int i, const float *src)
     return SW_OK;
 }
 
-/* GPU i's matrix: rows, its rows of C (a view); columns, the columns of its band's slopes of
- * both axes gathered into a host block (freed here). */
+/* GPU i's matrix: rows, its rows of C (a view); otherwise the columns of its parts' slopes, part
+ * after part its x block's then its y block's, gathered into a host block (freed here). */
 static sw_status rm_matrix_share(sw_rtc_multi *r, int i, const float *C)
 {
     rm_gpu *g = &r->gpu[i];
@@ -624,8 +621,12 @@ static sw_status rm_matrix_share(sw_rtc_multi *r, int i, const float *C)
         return sw_fail(r->ctx, SW_ENOMEM, "rtc_multi: out of memory (a GPU's columns)");
     for (int32_t a = 0; a < r->nact; a++) {
         const float *row = C + (int64_t)a * r->n2;
-        memcpy(b + (int64_t)a * g->cols, row + g->k0, (size_t)g->m * sizeof(float));
-        memcpy(b + (int64_t)a * g->cols + g->m, row + r->ns + g->k0, (size_t)g->m * sizeof(float));
+        float *dst = b + (int64_t)a * g->cols;
+        for (int32_t j = g->p0; j < g->p0 + g->np; j++) {
+            const rm_part *q = &r->part[j];
+            memcpy(dst + q->off, row + q->cx, (size_t)q->m * sizeof(float));
+            memcpy(dst + q->off + q->m, row + q->cy, (size_t)q->m * sizeof(float));
+        }
     }
     const sw_status st = rm_upload(r, i, b);
     free(b);
@@ -633,14 +634,14 @@ static sw_status rm_matrix_share(sw_rtc_multi *r, int i, const float *C)
 }
 
 /* Columns: the bands of whole lenslet rows, about ns / N valid lenslets each (each at least
- * one), and every GPU's centroid parameters re-based on its band (bp[i]). */
+ * one), part i on GPU i, and every part's centroid parameters re-based on its band (bp[i]). */
 static sw_status rm_bands(sw_rtc_multi *r, const sw_centroid_params *cp, sw_centroid_params *bp)
 {
     const sw_sh_geometry *g = &cp->geometry;
     const int32_t nx = g->nx, ny = g->ny;
     int32_t a = 0, k = 0;
     for (int i = 0; i < r->ndev; i++) {
-        rm_gpu *G = &r->gpu[i];
+        rm_part *P = &r->part[i];
         const int64_t target = (int64_t)(i + 1) * r->ns / r->ndev;
         int32_t b = a, cnt = k;
         while (b < ny && (i == r->ndev - 1 || cnt < target || cnt == k)) {
@@ -657,45 +658,52 @@ static sw_status rm_bands(sw_rtc_multi *r, const sw_centroid_params *cp, sw_cent
         /* the band's frame rows and its geometry, re-based on row py0 */
         int32_t xb, xe, yb, ye, yb2, ye2;
         sw_sh_region(g, 0, a, &xb, &xe, &yb, &ye);
-        G->py0 = yb;
+        P->py0 = yb;
         sw_sh_region(g, 0, b - 1, &xb, &xe, &yb, &ye);
-        G->height = ye - G->py0;
+        P->height = ye - P->py0;
         sw_centroid_params *q = &bp[i];
         *q = *cp;
-        q->geometry.y0 = g->y0 + g->pitch_px * a - G->py0;
+        q->geometry.y0 = g->y0 + g->pitch_px * a - P->py0;
         q->geometry.ny = b - a;
         q->geometry.valid = g->valid ? g->valid + (int64_t)a * nx : NULL;
-        q->height = G->height;
-        const size_t off = (size_t)G->py0 * cp->width;
+        q->height = P->height;
+        const size_t off = (size_t)P->py0 * cp->width;
         q->dark = cp->dark ? cp->dark + off : NULL;
         q->flat = cp->flat ? cp->flat + off : NULL;
         q->corr_reference = cp->corr_reference ? cp->corr_reference + off : NULL;
         for (int32_t iy = a; iy < b; iy++) { /* the same pixel regions, shifted by py0 */
             sw_sh_region(g, 0, iy, &xb, &xe, &yb, &ye);
             sw_sh_region(&q->geometry, 0, iy - a, &xb, &xe, &yb2, &ye2);
-            if (yb2 != yb - G->py0 || ye2 != ye - G->py0)
+            if (yb2 != yb - P->py0 || ye2 != ye - P->py0)
                 return sw_fail(r->ctx, SW_EUNSUPPORTED,
                                "rtc_multi: lenslet row %d's pixel rows move when the frame is cut "
                                "at row %d (y0 %g, pitch %g): this geometry cannot be split by "
                                "columns; use the rows",
-                               (int)iy, (int)G->py0, g->y0, g->pitch_px);
+                               (int)iy, (int)P->py0, g->y0, g->pitch_px);
         }
-        G->k0 = k;
-        G->m = cnt - k;
-        G->band0 = a;
-        G->nband = b - a;
+        P->gpu = i;
+        P->src = 0;
+        P->lenslets = nx * (b - a);
+        P->m = cnt - k;
+        P->cx = k;
+        P->cy = r->ns + k;
+        P->band0 = a;
+        P->nband = b - a;
+        r->gpu[i].p0 = i;
+        r->gpu[i].np = 1;
         a = b;
         k = cnt;
     }
     return SW_OK;
 }
 
-/* Columns: GPU i's context (GPU 0: the plan's) and its band's centroid plan; the band's slopes
- * checked against the whole plan's lenslets. */
-static sw_status rm_band_plan(sw_rtc_multi *r, int i, const sw_centroid_params *q,
-                              const sw_centroid_plan *full)
+/* GPU i's context for its centroid plans: GPU 0's is the plan's; another GPU's its own (made
+ * once), whose stream becomes the GPU's. */
+static sw_status rm_gpu_context(sw_rtc_multi *r, int i)
 {
     rm_gpu *G = &r->gpu[i];
+    if (G->ctx)
+        return SW_OK;
     if (i == 0) {
         G->ctx = r->ctx;
     } else {
@@ -709,73 +717,165 @@ static sw_status rm_band_plan(sw_rtc_multi *r, int i, const sw_centroid_params *
         pp.log_level = r->ctx->log_level;
         const sw_status st = sw_context_create(&pp, &G->ctx);
         if (st != SW_OK)
-            return sw_fail(r->ctx, st, "rtc_multi: a context on GPU %d: %s", G->dev,
-                           sw_context_error(NULL));
-    }
-    sw_centroid_params cq = *q;
-    cq.max_frames = 1;
-    cq.path = SW_CENTROID_DEVICE;
-    sw_status st = sw_centroid_create(G->ctx, &cq, &G->cent);
-    if (st != SW_OK)
-        return i == 0 ? st
-                      : sw_fail(r->ctx, st, "rtc_multi: GPU %d's band: %s", G->dev,
-                                sw_context_error(G->ctx));
-    if (sw_centroid_plan_slopes(G->cent) != G->m)
-        return sw_fail(r->ctx, SW_EINTERNAL, "rtc_multi: GPU %d's band has %d slopes, not %d",
-                       G->dev, (int)sw_centroid_plan_slopes(G->cent), (int)G->m);
-    /* the mask's order: band slope k is the whole plan's slope k0 + k, of the same lenslet */
-    const int32_t shift = G->band0 * q->geometry.nx;
-    for (int32_t k = 0; k < G->m; k++) {
-        const int32_t lb = sw_centroid_plan_slope_lenslet(G->cent, k);
-        const int32_t lf = sw_centroid_plan_slope_lenslet(full, G->k0 + k);
-        if (lf != lb + shift)
-            return sw_fail(r->ctx, SW_EINTERNAL,
-                           "rtc_multi: GPU %d's band's slope %d (lenslet %d) is not the whole "
-                           "plan's slope %d (lenslet %d)",
-                           G->dev, (int)k, (int)(lb + shift), (int)(G->k0 + k), (int)lf);
+            return sw_error_set(r->ctx, st, "rtc_multi: a context on GPU %d: %s", G->dev,
+                                sw_context_error(NULL));
     }
     SW_CU(cudaSetDevice(G->dev));
     G->s = (cudaStream_t)G->ctx->stream;
     return SW_OK;
 }
 
-static sw_status rm_build(sw_rtc_multi *r, const sw_rtc_params *p, const sw_rtc_multi_params *m,
-                          const int *devs)
+/* Part j's centroid plan (one frame, DEVICE path, as rtc.c makes sw_rtc's) on its GPU's context,
+ * from c; `what` names the part in a failure. */
+static sw_status rm_part_plan(sw_rtc_multi *r, int32_t j, const sw_centroid_params *c,
+                              const char *what)
+{
+    rm_part *q = &r->part[j];
+    const rm_gpu *G = &r->gpu[q->gpu];
+    sw_centroid_params cq = *c;
+    cq.max_frames = 1;
+    cq.path = SW_CENTROID_DEVICE;
+    SW_CU(cudaSetDevice(G->dev));
+    const sw_status st = sw_centroid_create(G->ctx, &cq, &q->cent);
+    if (st != SW_OK) /* sw_error_set formats a copy: the message may be ctx's own */
+        return sw_error_set(r->ctx, st, "rtc_multi: GPU %d's %s: %s", G->dev, what,
+                            sw_context_error(G->ctx));
+    return SW_OK;
+}
+
+/* Columns: GPU i's context and its band's centroid plan; the band's slopes checked against the
+ * whole plan's lenslets. */
+static sw_status rm_band_plan(sw_rtc_multi *r, int i, const sw_centroid_params *q,
+                              const sw_centroid_plan *full)
+{
+    rm_part *P = &r->part[i];
+    SW_TRY(rm_gpu_context(r, i));
+    r->npart = i + 1;
+    SW_TRY(rm_part_plan(r, i, q, "band"));
+    const int dev = r->gpu[i].dev;
+    if (sw_centroid_plan_slopes(P->cent) != P->m)
+        return sw_fail(r->ctx, SW_EINTERNAL, "rtc_multi: GPU %d's band has %d slopes, not %d", dev,
+                       (int)sw_centroid_plan_slopes(P->cent), (int)P->m);
+    /* the mask's order: band slope k is the whole plan's slope cx + k, of the same lenslet */
+    const int32_t shift = P->band0 * q->geometry.nx;
+    for (int32_t k = 0; k < P->m; k++) {
+        const int32_t lb = sw_centroid_plan_slope_lenslet(P->cent, k);
+        const int32_t lf = sw_centroid_plan_slope_lenslet(full, P->cx + k);
+        if (lf != lb + shift)
+            return sw_fail(r->ctx, SW_EINTERNAL,
+                           "rtc_multi: GPU %d's band's slope %d (lenslet %d) is not the whole "
+                           "plan's slope %d (lenslet %d)",
+                           dev, (int)k, (int)(lb + shift), (int)(P->cx + k), (int)lf);
+    }
+    return SW_OK;
+}
+
+/* The parts of one frame (sw_rtc_multi_create): rows, the whole frame's plan on GPU 0; columns,
+ * one band of lenslet rows per GPU. The whole frame's plan gives ns (and the columns' reference
+ * of the slopes' order). */
+static sw_status rm_frame_parts(sw_rtc_multi *r, const sw_centroid_params *c)
+{
+    sw_centroid_params cp = *c;
+    cp.max_frames = 1;
+    cp.path = SW_CENTROID_DEVICE;
+    r->nsrc = 1;
+    r->src[0].width = cp.width;
+    r->src[0].height = cp.height;
+    r->src[0].type = cp.type;
+    sw_centroid_plan *full = NULL;
+    SW_TRY(sw_centroid_create(r->ctx, &cp, &full));
+    r->ns = sw_centroid_plan_slopes(full);
+    if (r->ns < 1) {
+        sw_centroid_destroy(full);
+        return sw_fail(r->ctx, SW_EINVAL, "rtc_multi: the geometry's mask has no valid lenslet");
+    }
+    if (r->split == SW_RTC_MULTI_ROWS) {
+        rm_part *q = &r->part[0];
+        r->npart = 1;
+        q->cent = full;
+        q->gpu = 0;
+        q->src = 0;
+        q->py0 = 0;
+        q->height = cp.height;
+        q->lenslets = cp.geometry.nx * cp.geometry.ny;
+        q->m = r->ns;
+        q->cx = 0;
+        q->cy = r->ns;
+        r->gpu[0].p0 = 0;
+        r->gpu[0].np = 1;
+        r->gpu[0].ctx = r->ctx;
+        return SW_OK;
+    }
+    sw_centroid_params bp[RM_MAX_GPUS];
+    sw_status st = rm_bands(r, &cp, bp);
+    for (int i = 0; i < r->ndev && st == SW_OK; i++)
+        st = rm_band_plan(r, i, &bp[i], full);
+    sw_centroid_destroy(full);
+    return st;
+}
+
+/* Several sensors (sw_rtc_multi_create_wfs): sensor k is a part of GPU k mod N, the plan of its
+ * whole frame on that GPU's context; the slope vector holds the sensors' slopes in turn, each its
+ * x block then its y block. */
+static sw_status rm_wfs_parts(sw_rtc_multi *r, const sw_centroid_params *wfs)
+{
+    int32_t nsk[RM_MAX_PARTS];
+    r->nsrc = r->nwfs;
+    for (int i = 0, j = 0; i < r->ndev; i++) {
+        rm_gpu *G = &r->gpu[i];
+        SW_TRY(rm_gpu_context(r, i));
+        G->p0 = j;
+        for (int32_t k = i; k < r->nwfs; k += r->ndev, j++) {
+            rm_part *q = &r->part[j];
+            const sw_centroid_params *c = &wfs[k];
+            q->gpu = i;
+            q->src = k;
+            G->np++;
+            r->npart = j + 1;
+            char what[32];
+            snprintf(what, sizeof what, "sensor %d", (int)k);
+            SW_TRY(rm_part_plan(r, j, c, what));
+            q->m = sw_centroid_plan_slopes(q->cent);
+            if (q->m < 1)
+                return sw_fail(r->ctx, SW_EINVAL,
+                               "rtc_multi: sensor %d's mask has no valid lenslet", (int)k);
+            q->py0 = 0;
+            q->height = c->height;
+            q->lenslets = c->geometry.nx * c->geometry.ny;
+            r->src[k].width = c->width;
+            r->src[k].height = c->height;
+            r->src[k].type = c->type;
+            nsk[k] = q->m;
+        }
+    }
+    int32_t start[RM_MAX_PARTS];
+    int64_t total = 0; /* slopes per axis before sensor k */
+    for (int32_t k = 0; k < r->nwfs; k++) {
+        start[k] = (int32_t)(2 * total);
+        total += nsk[k];
+        if (2 * total > RM_MAX_ELEMENTS / 2)
+            return sw_fail(r->ctx, SW_EINVAL, "rtc_multi: the sensors have too many slopes");
+    }
+    r->ns = (int32_t)total;
+    for (int32_t j = 0; j < r->npart; j++) {
+        rm_part *q = &r->part[j];
+        q->cx = start[q->src];
+        q->cy = q->cx + q->m;
+    }
+    return SW_OK;
+}
+
+static sw_status rm_build(sw_rtc_multi *r, const sw_rtc_params *p, const sw_centroid_params *wfs,
+                          const sw_rtc_multi_params *m, const int *devs)
 {
     sw_context *ctx = r->ctx;
     SW_CU(cudaSetDevice(devs[0]));
     for (int i = 0; i < r->ndev; i++)
         r->gpu[i].dev = devs[i];
 
-    /* the centroid plan of the whole frame on GPU 0, as rtc.c makes sw_rtc's (one frame, DEVICE
-     * path): the rows' plan; for the columns the reference of the slopes' order */
-    sw_centroid_params cp = p->centroid;
-    cp.max_frames = 1;
-    cp.path = SW_CENTROID_DEVICE;
-    sw_centroid_plan *full = NULL;
-    SW_TRY(sw_centroid_create(ctx, &cp, &full));
-    r->gpu[0].cent = full; /* freed with GPU 0's share (the columns replace it below) */
-    r->ns = sw_centroid_plan_slopes(full);
-    if (r->ns < 1)
-        return sw_fail(ctx, SW_EINVAL, "rtc_multi: the geometry's mask has no valid lenslet");
+    /* the centroid plans and the slope vector */
+    SW_TRY(wfs ? rm_wfs_parts(r, wfs) : rm_frame_parts(r, &p->centroid));
     r->n2 = 2 * r->ns;
-    r->width = cp.width;
-    r->height = cp.height;
-    r->type = cp.type;
-    if (r->split == SW_RTC_MULTI_COLUMNS) {
-        sw_centroid_params bp[RM_MAX_GPUS];
-        sw_status st = rm_bands(r, &cp, bp);
-        r->gpu[0].cent = NULL;
-        for (int i = 0; i < r->ndev && st == SW_OK; i++)
-            st = rm_band_plan(r, i, &bp[i], full);
-        sw_centroid_destroy(full);
-        if (st != SW_OK)
-            return st;
-    } else {
-        r->gpu[0].ctx = ctx;
-        r->gpu[0].py0 = 0;
-        r->gpu[0].height = r->height;
-    }
 
     /* the controller: checked by controller.c, read as rtc_cuda.cu reads it */
     sw_controller_params cpar = p->controller;
@@ -797,7 +897,7 @@ static sw_status rm_build(sw_rtc_multi *r, const sw_rtc_params *p, const sw_rtc_
     }
 
     /* the shares: rows, rows_i = nact / N (the first nact % N GPUs one more) of all 2 ns columns;
-     * columns, all nact rows of the band's 2 m columns */
+     * columns, all nact rows of its parts' 2 m columns each */
     const int32_t base = r->nact / r->ndev, extra = r->nact % r->ndev;
     for (int i = 0, row = 0; i < r->ndev; i++) {
         rm_gpu *g = &r->gpu[i];
@@ -808,7 +908,11 @@ static sw_status rm_build(sw_rtc_multi *r, const sw_rtc_params *p, const sw_rtc_
         } else {
             g->row0 = 0;
             g->rows = r->nact;
-            g->cols = 2 * g->m;
+            g->cols = 0;
+            for (int32_t j = g->p0; j < g->p0 + g->np; j++) {
+                r->part[j].off = g->cols;
+                g->cols += 2 * r->part[j].m;
+            }
         }
         g->ldh = (g->cols + 7) / 8 * 8;
         row += g->rows;
@@ -869,20 +973,23 @@ static sw_status rm_build(sw_rtc_multi *r, const sw_rtc_params *p, const sw_rtc_
             st = sw_cublas_create(ctx, SW_CUDA_STAGE, g->s, RM_BLAS_WS, &g->blas, &g->blas_ws);
         if (st == SW_OK)
             st = rm_matrix_share(r, i, C);
-        /* the frame buffer (the band's rows) and the centroid stage's device result */
-        if (st == SW_OK && g->cent)
-            st = sw_image_alloc_device(g->ctx, r->width, g->height, r->type, &g->frame);
-        if (st != SW_OK && g->ctx != ctx)
-            st = sw_fail(ctx, st, "rtc_multi: GPU %d: %s", g->dev, sw_context_error(g->ctx));
-        if (st == SW_OK && g->cent) {
-            g->cres.frames = 1;
-            g->cres.lenslets = p->centroid.geometry.nx *
-                               (r->split == SW_RTC_MULTI_ROWS ? p->centroid.geometry.ny : g->nband);
-            g->cres.nslopes = r->split == SW_RTC_MULTI_ROWS ? r->ns : g->m;
-            g->cres.memory = SW_MEM_DEVICE;
-            g->cres.slopes = g->slopes;
+        /* its parts' frame buffers (their rows) and the centroid stage's device results */
+        for (int32_t j = g->p0; j < g->p0 + g->np && st == SW_OK; j++) {
+            rm_part *q = &r->part[j];
+            const rm_src *f = &r->src[q->src];
+            st = sw_image_alloc_device(g->ctx, f->width, q->height, f->type, &q->frame);
+            if (st != SW_OK && g->ctx != ctx)
+                st = sw_error_set(ctx, st, "rtc_multi: GPU %d: %s", g->dev,
+                                  sw_context_error(g->ctx));
+            if (st != SW_OK)
+                break;
+            q->cres.frames = 1;
+            q->cres.lenslets = q->lenslets;
+            q->cres.nslopes = q->m;
+            q->cres.memory = SW_MEM_DEVICE;
+            q->cres.slopes = g->slopes + q->off;
             const cudaError_t em =
-                cudaMemsetAsync(g->frame.data, 0, g->frame.stride * (size_t)g->height, g->s);
+                cudaMemsetAsync(q->frame.data, 0, q->frame.stride * (size_t)q->height, g->s);
             if (em != cudaSuccess)
                 st = sw_cuda_fail_call(ctx, SW_CUDA_STAGE, "clearing a frame buffer", em);
         }
@@ -912,18 +1019,16 @@ static sw_status rm_build(sw_rtc_multi *r, const sw_rtc_params *p, const sw_rtc_
     return SW_OK;
 }
 
-extern "C" sw_status sw_rtc_multi_create(sw_context *ctx, const sw_rtc_params *p,
-                                         const sw_rtc_multi_params *m, sw_rtc_multi **out)
+/* Both create calls: the host's checks (rtc_multi.c), the backend and the devices, the plan.
+ * wfs NULL: one frame (p->centroid). */
+static sw_status rm_create(sw_context *ctx, const sw_rtc_params *p, int several,
+                           const sw_centroid_params *wfs, int32_t nwfs,
+                           const sw_rtc_multi_params *m, sw_rtc_multi **out)
 {
-    if (out)
-        *out = NULL;
-    if (!ctx || !p || !out)
-        return sw_fail(ctx, SW_EINVAL, "sw_rtc_multi_create: NULL context, parameters or output");
     sw_rtc_multi_params mp;
-    sw_rtc_multi_params_default(&mp);
-    if (m)
-        mp = *m;
-    SW_TRY(rm_check(ctx, p, &mp));
+    SW_TRY(sw_rtc_multi_check(ctx, p, several, wfs, nwfs, m, out, &mp));
+    if (sw_context_backend(ctx) != SW_BACKEND_CUDA)
+        return sw_fail(ctx, SW_EINVAL, "rtc_multi: needs a context on the CUDA backend");
     int devs[RM_MAX_GPUS];
     SW_TRY(rm_devices(ctx, &mp, devs));
     sw_rtc_multi *r = (sw_rtc_multi *)calloc(1, sizeof *r);
@@ -933,11 +1038,12 @@ extern "C" sw_status sw_rtc_multi_create(sw_context *ctx, const sw_rtc_params *p
     r->ndev = mp.ndevices;
     r->nact = p->nact;
     r->fp16 = p->fp16;
-    r->split = mp.split;
+    r->split = several ? SW_RTC_MULTI_COLUMNS : mp.split; /* the sensors: columns by sensor */
+    r->nwfs = several ? nwfs : 0;
     r->last_us = -1.0;
     for (int i = 0; i < r->ndev; i++)
         r->gpu[i].dev = devs[i];
-    const sw_status st = rm_build(r, p, &mp, devs);
+    const sw_status st = rm_build(r, p, several ? wfs : NULL, &mp, devs);
     cudaSetDevice(ctx->device);
     if (st != SW_OK) {
         sw_rtc_multi_destroy(r);
@@ -947,35 +1053,63 @@ extern "C" sw_status sw_rtc_multi_create(sw_context *ctx, const sw_rtc_params *p
     return SW_OK;
 }
 
+extern "C" sw_status sw_rtc_multi_create(sw_context *ctx, const sw_rtc_params *p,
+                                         const sw_rtc_multi_params *m, sw_rtc_multi **out)
+{
+    return rm_create(ctx, p, 0, NULL, 0, m, out);
+}
+
+extern "C" sw_status sw_rtc_multi_create_wfs(sw_context *ctx, const sw_rtc_params *p,
+                                             const sw_centroid_params *wfs, int32_t nwfs,
+                                             const sw_rtc_multi_params *m, sw_rtc_multi **out)
+{
+    return rm_create(ctx, p, 1, wfs, nwfs, m, out);
+}
+
 /* ================================================================== runs */
 
-static sw_status rm_check_frame(sw_rtc_multi *r, const sw_image *frame)
+/* The frames of a run: one per source (rm_src), each of its source's size and type, in host,
+ * pinned or device memory. `fn` names the caller in the messages. */
+static sw_status rm_check_frames(sw_rtc_multi *r, const sw_image *const *frames, const char *fn)
 {
     sw_context *ctx = r->ctx;
-    if (!frame)
-        return sw_fail(ctx, SW_EINVAL, "sw_rtc_multi_run: NULL frame");
-    SW_TRY(sw_image_check(ctx, frame));
-    if (frame->width != r->width || frame->height != r->height || frame->type != r->type)
-        return sw_fail(ctx, SW_EINVAL,
-                       "rtc_multi: the frame is %d x %d %s; the plan takes one %d x %d %s frame",
-                       frame->width, frame->height, sw_pixel_type_string(frame->type), r->width,
-                       r->height, sw_pixel_type_string(r->type));
-    if (frame->memory != SW_MEM_HOST && frame->memory != SW_MEM_PINNED &&
-        frame->memory != SW_MEM_DEVICE)
-        return sw_fail(ctx, SW_EINVAL, "rtc_multi: unknown frame memory kind %d",
-                       (int)frame->memory);
+    if (!frames)
+        return sw_fail(ctx, SW_EINVAL, "%s: NULL frames", fn);
+    for (int32_t k = 0; k < r->nsrc; k++) {
+        const sw_image *f = frames[k];
+        const rm_src *c = &r->src[k];
+        if (!f)
+            return r->nsrc == 1 ? sw_fail(ctx, SW_EINVAL, "%s: NULL frame", fn)
+                                : sw_fail(ctx, SW_EINVAL, "%s: sensor %d's frame is NULL", fn, k);
+        SW_TRY(sw_image_check(ctx, f));
+        if (f->width != c->width || f->height != c->height || f->type != c->type) {
+            if (r->nsrc == 1)
+                return sw_fail(ctx, SW_EINVAL,
+                               "rtc_multi: the frame is %d x %d %s; the plan takes one %d x %d "
+                               "%s frame",
+                               f->width, f->height, sw_pixel_type_string(f->type), c->width,
+                               c->height, sw_pixel_type_string(c->type));
+            return sw_fail(ctx, SW_EINVAL,
+                           "rtc_multi: sensor %d's frame is %d x %d %s; the plan takes %d x %d %s "
+                           "from it",
+                           k, f->width, f->height, sw_pixel_type_string(f->type), c->width,
+                           c->height, sw_pixel_type_string(c->type));
+        }
+        if (f->memory != SW_MEM_HOST && f->memory != SW_MEM_PINNED && f->memory != SW_MEM_DEVICE)
+            return sw_fail(ctx, SW_EINVAL, "rtc_multi: unknown frame memory kind %d",
+                           (int)f->memory);
+    }
     return SW_OK;
 }
 
-extern "C" sw_status sw_rtc_multi_run(sw_rtc_multi *r, const sw_image *frame, float *commands,
-                                      float *slopes)
+/* One run over the plan's frames (checked): the copies, the graph or the plain launches, the
+ * commands and the slopes (each part's x and y blocks into their places) out. */
+static sw_status rm_run(sw_rtc_multi *r, const sw_image *const *frames, float *commands,
+                        float *slopes)
 {
-    if (!r)
-        return sw_fail(NULL, SW_EINVAL, "sw_rtc_multi_run: NULL plan");
-    SW_TRY(rm_check_frame(r, frame));
     const double t0 = rm_now_us();
     rm_gpu *g0 = &r->gpu[0];
-    SW_TRY(rm_copy_frame(r, frame, r->use_graph));
+    SW_TRY(rm_copy_frames(r, frames, r->use_graph));
     SW_CU(cudaSetDevice(g0->dev));
     if (r->use_graph)
         SW_CU(cudaGraphLaunch(r->exec, g0->s));
@@ -986,22 +1120,41 @@ extern "C" sw_status sw_rtc_multi_run(sw_rtc_multi *r, const sw_image *frame, fl
     r->frames++;
     if (commands)
         memcpy(commands, r->commands, (size_t)r->nact * sizeof(float));
-    if (slopes && r->split == SW_RTC_MULTI_ROWS) {
-        SW_CU(
-            cudaMemcpy(slopes, g0->slopes, (size_t)r->n2 * sizeof(float), cudaMemcpyDeviceToHost));
-    } else if (slopes) { /* each band's x block and y block into their places */
-        for (int i = 0; i < r->ndev; i++) {
-            const rm_gpu *g = &r->gpu[i];
-            SW_CU(cudaSetDevice(g->dev));
-            SW_CU(cudaMemcpy(slopes + g->k0, g->slopes, (size_t)g->m * sizeof(float),
-                             cudaMemcpyDeviceToHost));
-            SW_CU(cudaMemcpy(slopes + r->ns + g->k0, g->slopes + g->m, (size_t)g->m * sizeof(float),
-                             cudaMemcpyDeviceToHost));
-        }
-        SW_CU(cudaSetDevice(g0->dev));
+    for (int32_t j = 0; slopes && j < r->npart; j++) {
+        const rm_part *q = &r->part[j];
+        const float *d = r->gpu[q->gpu].slopes + q->off;
+        SW_CU(cudaSetDevice(r->gpu[q->gpu].dev));
+        SW_CU(cudaMemcpy(slopes + q->cx, d, (size_t)q->m * sizeof(float), cudaMemcpyDeviceToHost));
+        SW_CU(cudaMemcpy(slopes + q->cy, d + q->m, (size_t)q->m * sizeof(float),
+                         cudaMemcpyDeviceToHost));
     }
+    SW_CU(cudaSetDevice(g0->dev));
     r->last_us = rm_now_us() - t0;
     return SW_OK;
+}
+
+extern "C" sw_status sw_rtc_multi_run(sw_rtc_multi *r, const sw_image *frame, float *commands,
+                                      float *slopes)
+{
+    if (!r)
+        return sw_fail(NULL, SW_EINVAL, "sw_rtc_multi_run: NULL plan");
+    if (r->nsrc != 1)
+        return sw_fail(r->ctx, SW_EINVAL,
+                       "sw_rtc_multi_run: the plan takes %d sensors' frames: "
+                       "sw_rtc_multi_run_wfs",
+                       (int)r->nsrc);
+    const sw_image *const frames[1] = {frame};
+    SW_TRY(rm_check_frames(r, frames, "sw_rtc_multi_run"));
+    return rm_run(r, frames, commands, slopes);
+}
+
+extern "C" sw_status sw_rtc_multi_run_wfs(sw_rtc_multi *r, const sw_image *const frames[],
+                                          float *commands, float *slopes)
+{
+    if (!r)
+        return sw_fail(NULL, SW_EINVAL, "sw_rtc_multi_run_wfs: NULL plan");
+    SW_TRY(rm_check_frames(r, frames, "sw_rtc_multi_run_wfs"));
+    return rm_run(r, frames, commands, slopes);
 }
 
 extern "C" sw_status sw_rtc_multi_reset(sw_rtc_multi *r)
@@ -1053,6 +1206,41 @@ extern "C" sw_status sw_rtc_multi_device(const sw_rtc_multi *r, int32_t i, int32
     return SW_OK;
 }
 
+extern "C" int32_t sw_rtc_multi_nwfs(const sw_rtc_multi *r)
+{
+    return r ? r->nsrc : 0;
+}
+
+extern "C" sw_status sw_rtc_multi_wfs(const sw_rtc_multi *r, int32_t k, int32_t *gpu,
+                                      int32_t *slope0, int32_t *nslopes)
+{
+    if (!r || k < 0 || k >= r->nsrc)
+        return sw_fail(r ? r->ctx : NULL, SW_EINVAL, "sw_rtc_multi_wfs: sensor %d of %d", (int)k,
+                       r ? (int)r->nsrc : 0);
+    if (r->nwfs == 0) { /* one frame: GPU 0's (rows) or every GPU's band (columns) */
+        if (gpu)
+            *gpu = r->split == SW_RTC_MULTI_ROWS ? 0 : -1;
+        if (slope0)
+            *slope0 = 0;
+        if (nslopes)
+            *nslopes = r->ns;
+        return SW_OK;
+    }
+    for (int32_t j = 0; j < r->npart; j++) {
+        const rm_part *q = &r->part[j];
+        if (q->src != k)
+            continue;
+        if (gpu)
+            *gpu = q->gpu;
+        if (slope0)
+            *slope0 = q->cx;
+        if (nslopes)
+            *nslopes = q->m;
+        return SW_OK;
+    }
+    return sw_fail(r->ctx, SW_EINTERNAL, "sw_rtc_multi_wfs: sensor %d has no part", (int)k);
+}
+
 /* ================================================================== the stages one by one */
 
 static int rm_cmp_double(const void *a, const void *b)
@@ -1063,7 +1251,8 @@ static int rm_cmp_double(const void *a, const void *b)
 
 /* One stage once, timed on every GPU it involves (all: 1; GPU 0 only: 0); the slowest GPU's
  * microseconds into *us. */
-static sw_status rm_time_stage(sw_rtc_multi *r, int stage, const sw_image *frame, double *us)
+static sw_status rm_time_stage(sw_rtc_multi *r, int stage, const sw_image *const *frames,
+                               double *us)
 {
     const int all = stage == SW_RTC_MULTI_T_BCAST || stage == SW_RTC_MULTI_T_MVM ||
                     stage == SW_RTC_MULTI_T_GATHER ||
@@ -1077,7 +1266,7 @@ static sw_status rm_time_stage(sw_rtc_multi *r, int stage, const sw_image *frame
     SW_CU(cudaSetDevice(r->gpu[0].dev));
     switch (stage) {
     case SW_RTC_MULTI_T_CENTROID:
-        SW_TRY(rm_copy_frame(r, frame, 0));
+        SW_TRY(rm_copy_frames(r, frames, 0));
         SW_TRY(rm_centroid(r));
         break;
     case SW_RTC_MULTI_T_BCAST: SW_TRY(rm_bcast(r)); break;
@@ -1105,21 +1294,17 @@ static sw_status rm_time_stage(sw_rtc_multi *r, int stage, const sw_image *frame
     return SW_OK;
 }
 
-extern "C" sw_status sw_rtc_multi_profile(sw_rtc_multi *r, const sw_image *frame, int reps,
-                                          double us[SW_RTC_MULTI_T_STAGES])
+/* The stages' medians over reps runs each (frames checked). */
+static sw_status rm_profile(sw_rtc_multi *r, const sw_image *const *frames, int reps,
+                            double us[SW_RTC_MULTI_T_STAGES])
 {
-    if (!r || !us)
-        return sw_fail(r ? r->ctx : NULL, SW_EINVAL, "sw_rtc_multi_profile: NULL plan or output");
-    SW_TRY(rm_check_frame(r, frame));
-    if (reps < 1 || reps > 1000000)
-        return sw_fail(r->ctx, SW_EINVAL, "sw_rtc_multi_profile: reps = %d; 1..1000000", reps);
     double *t = (double *)malloc((size_t)reps * sizeof(double));
     if (!t)
         return sw_fail(r->ctx, SW_ENOMEM, "rtc_multi: out of memory");
     sw_status st = SW_OK;
     for (int stage = 0; stage < SW_RTC_MULTI_T_STAGES && st == SW_OK; stage++) {
         for (int k = 0; k < reps && st == SW_OK; k++)
-            st = rm_time_stage(r, stage, frame, &t[k]);
+            st = rm_time_stage(r, stage, frames, &t[k]);
         if (st == SW_OK) {
             qsort(t, (size_t)reps, sizeof(double), rm_cmp_double);
             us[stage] = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
@@ -1128,6 +1313,35 @@ extern "C" sw_status sw_rtc_multi_profile(sw_rtc_multi *r, const sw_image *frame
     free(t);
     cudaSetDevice(r->ctx->device);
     return st;
+}
+
+extern "C" sw_status sw_rtc_multi_profile(sw_rtc_multi *r, const sw_image *frame, int reps,
+                                          double us[SW_RTC_MULTI_T_STAGES])
+{
+    if (!r || !us)
+        return sw_fail(r ? r->ctx : NULL, SW_EINVAL, "sw_rtc_multi_profile: NULL plan or output");
+    if (r->nsrc != 1)
+        return sw_fail(r->ctx, SW_EINVAL,
+                       "sw_rtc_multi_profile: the plan takes %d sensors' frames: "
+                       "sw_rtc_multi_profile_wfs",
+                       (int)r->nsrc);
+    const sw_image *const frames[1] = {frame};
+    SW_TRY(rm_check_frames(r, frames, "sw_rtc_multi_profile"));
+    if (reps < 1 || reps > 1000000)
+        return sw_fail(r->ctx, SW_EINVAL, "sw_rtc_multi_profile: reps = %d; 1..1000000", reps);
+    return rm_profile(r, frames, reps, us);
+}
+
+extern "C" sw_status sw_rtc_multi_profile_wfs(sw_rtc_multi *r, const sw_image *const frames[],
+                                              int reps, double us[SW_RTC_MULTI_T_STAGES])
+{
+    if (!r || !us)
+        return sw_fail(r ? r->ctx : NULL, SW_EINVAL,
+                       "sw_rtc_multi_profile_wfs: NULL plan or output");
+    SW_TRY(rm_check_frames(r, frames, "sw_rtc_multi_profile_wfs"));
+    if (reps < 1 || reps > 1000000)
+        return sw_fail(r->ctx, SW_EINVAL, "sw_rtc_multi_profile_wfs: reps = %d; 1..1000000", reps);
+    return rm_profile(r, frames, reps, us);
 }
 
 #endif /* SW_HAVE_NCCL */
