@@ -42,8 +42,8 @@
  *         the middle of the class means, above the half height of the pupil's edge when the
  *         glow falls off towards it (about 1 px too far in); edge_level 0.4 is the half height
  *         of an edge at 80 % of the pupil's median, the retinal glow of Mompean et al.'s images
- *         (falloff 0.3). edge_level 0: t = t_o. edge_level < 0 (SW_PUPIL_EDGE_AUTO; the
- *         CPU backend only, a CUDA plan refuses it): 0.4 here, then step 3d;
+ *         (falloff 0.3). edge_level 0: t = t_o. edge_level < 0 (SW_PUPIL_EDGE_AUTO): 0.4
+ *         here, then step 3d;
  *      d. automatic edge level (edge_level < 0; not from Mompean et al.): the right level
  *         depends on how far the glow falls off towards the edge (for a glow falling off by f
  *         as 1 - f rho^2 it is (1 - f) / (2 - f): 0.5 at f = 0, 0.09 at f = 0.9), so after a
@@ -152,8 +152,10 @@
  * ellipses agree to rounding (1e-6 px). The refinement's sums are added in a different order on
  * the two, so a border point lying exactly on a band's edge may count on one and not on the
  * other: inliers and near may differ by one or two, and a pupil exactly at the min_coverage or
- * max_near_ratio limit may be judged differently. Step 3d (the automatic edge level) runs on the
- * CPU backend only: a CUDA plan refuses edge_level < 0 (SW_EINVAL).
+ * max_near_ratio limit may be judged differently. Step 3d (the automatic edge level) takes the
+ * same decisions on both from the same band histograms; the bands are drawn about the refined
+ * ellipse, so a pixel within ~1e-12 of a band's limit could in principle count in another band
+ * on the other backend (never seen in the tests).
  */
 #ifndef SPOTWAVE_PUPIL_H
 #define SPOTWAVE_PUPIL_H
@@ -212,7 +214,7 @@ typedef struct sw_pupil_params {
     int32_t otsu_classes;      /* 3; step 3's split: 2 or 3 classes                          */
     double edge_level;         /* 0.4; step 3c's fixed level, [0, 1) (0: Otsu's split itself), or
                                   SW_PUPIL_EDGE_AUTO (-1; any negative value): the level measured
-                                  per pupil (step 3d), on the CPU backend only                   */
+                                  per pupil (step 3d)                                            */
     double max_near_ratio;     /* 0.75; near-band points / inliers allowed (step 9), >= 0
                                   (+Inf: no near-band test)                                  */
     uint64_t seed;             /* the RANSAC random numbers (rng.h), default 1               */

@@ -44,7 +44,7 @@ class PupilPlan:
     ``spotwave pupil``'s options): the 8-bit conversion (input_scale, 0: automatic), Gaussian
     smoothing (gauss_radius, gauss_sigma), Otsu's threshold (otsu_classes 2 or 3, edge_level: a
     fraction in [0, 1), default 0.4, or "auto": the edge's half height measured from the glow
-    beside the first ellipse, pupil.h step 3d, on a CPU context only),
+    beside the first ellipse, pupil.h step 3d),
     the close (close_radius), RANSAC (candidates, a multiple of 32; inlier_px; seed),
     refinement (refine_iterations) and the validity tests (min_radius_px, default a tenth of the
     smaller side; max_radius_px, 0: the larger side; min_coverage; max_near_ratio).

@@ -154,10 +154,6 @@ static sw_status check_params(sw_context *ctx, const sw_pupil_params *p)
                        "pupil: edge_level %g must be finite and below 1 (0: Otsu's split itself, "
                        "< 0: automatic)",
                        p->edge_level);
-    if (p->edge_level < 0.0 && sw_context_backend(ctx) == SW_BACKEND_CUDA)
-        return sw_fail(ctx, SW_EINVAL,
-                       "pupil: the automatic edge level (edge_level < 0, step 3d) runs on the CPU "
-                       "backend only; the GPU tracker takes a fixed level (0.4 by default)");
     if (!(p->max_near_ratio >= 0.0))
         return sw_fail(ctx, SW_EINVAL,
                        "pupil: max_near_ratio %g must be >= 0 (+Inf: no near-band test)",

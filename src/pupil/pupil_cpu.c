@@ -440,7 +440,8 @@ void sw_pupil_cpu_fit(const sw_pupil_plan *plan, const sw_pm_region *r, const in
 /* ---------------------------------------------------------------- step 3d: the edge level */
 
 /* The histograms of the bands about pupil o of region [x0, x1) (pupil_model.h "Step 3d") into
- * h (3 x 256), over the ellipse's bounding box; 0 when the pupil is too small for them. */
+ * h (3 x 256): the pixels of sw_pm_ring_box in a band; 0 when the pupil is too small for them
+ * (h then all 0). */
 static int ring_hist(const sw_pupil_plan *plan, int32_t x0, int32_t x1, const sw_pupil_ellipse *o,
                      sw_pm_ring *g, unsigned int *h, int threads)
 {
@@ -449,11 +450,8 @@ static int ring_hist(const sw_pupil_plan *plan, int32_t x0, int32_t x1, const sw
     memset(h, 0, 3 * 256 * sizeof *h);
     if (!g->usable)
         return 0;
-    const double ext = o->a_px * sqrt(g->hi2[2]) + 2.0;
-    const int32_t ya = (int32_t)floor(o->cy_px - ext), yb = (int32_t)ceil(o->cy_px + ext);
-    const int32_t xa = (int32_t)floor(o->cx_px - ext), xb = (int32_t)ceil(o->cx_px + ext);
-    const int32_t y0 = ya < 0 ? 0 : ya, y1 = yb > p->height - 1 ? p->height - 1 : yb;
-    const int32_t c0 = xa < x0 ? x0 : xa, c1 = xb > x1 - 1 ? x1 - 1 : xb;
+    int32_t c0, c1, y0, y1;
+    sw_pm_ring_box(o, g, x0, x1, p->height, &c0, &c1, &y0, &y1);
     const uint8_t *sm = plan->smooth8;
     const int32_t width = p->width;
     (void)threads;
@@ -583,31 +581,29 @@ sw_status sw_pupil_cpu_run(sw_pupil_plan *plan, const sw_image *frame, sw_pupil_
             const sw_pm_region r = sw_pm_region_make(x0, x1, height, p->inlier_px);
             fit_impl(plan, &r, plan->border_xy[i], n, o, threads);
             /* step 3d (automatic edge level): the threshold at the half height of the found
-             * edge, steps 4-9 again, until it stays; a refit that fails keeps the last pupil */
-            for (int pass = 0; auto_edge && scale != 0.0 && o->valid && pass < SW_PM_RING_PASSES;
-                 pass++) {
+             * edge, steps 4-9 again, until it stays; a refit that fails keeps the last pupil
+             * (pupil_model.h's sw_pm_auto course, as the GPU's passes) */
+            sw_pm_auto au = sw_pm_auto_start(auto_edge && scale != 0.0, o->valid, t);
+            while (sw_pm_auto_more(&au)) {
                 unsigned int h[768];
                 sw_pm_ring g;
-                if (!ring_hist(plan, x0, x1, o, &g, h, threads))
-                    break;
-                const int32_t tn = sw_pm_ring_threshold(h, g.extrap);
-                if (tn < 0 || tn == o->threshold)
+                const int usable = ring_hist(plan, x0, x1, o, &g, h, threads);
+                if (!sw_pm_auto_measure(&au, usable, h, g.extrap))
                     break;
                 const sw_pupil_ellipse prev = *o;
-                close_impl(plan->smooth8, plan->tmp8, plan->closed8, width, height, x0, x1, tn,
+                close_impl(plan->smooth8, plan->tmp8, plan->closed8, width, height, x0, x1, au.thr,
                            p->close_radius, threads);
                 n = border_par(plan->closed8, width, height, x0, x1, plan->border_xy[i],
                                (int64_t *)(void *)plan->tmp8, threads);
                 fit_impl(plan, &r, plan->border_xy[i], n, o, threads);
-                o->threshold = tn;
-                if (!o->valid) {
+                o->threshold = au.thr;
+                if (sw_pm_auto_refit(&au, o->valid)) {
                     /* back to the last pupil found, and its mask and border list */
                     *o = prev;
                     close_impl(plan->smooth8, plan->tmp8, plan->closed8, width, height, x0, x1,
-                               prev.threshold, p->close_radius, threads);
+                               au.thr, p->close_radius, threads);
                     n = border_par(plan->closed8, width, height, x0, x1, plan->border_xy[i],
                                    (int64_t *)(void *)plan->tmp8, threads);
-                    break;
                 }
             }
         }

@@ -44,6 +44,13 @@
  *                                   thread, the inliers and near-band points, the verdict, written
  *                                   into mapped host memory (seed's optimisation 4: no
  *                                   device-to-host copy)
+ *   step 3d   pp_ring_kernel        the automatic edge level (edge_level < 0): the histograms of
+ *                                   the bands about each pupil still being refitted (the pixels
+ *                                   of sw_pm_ring_box, a grid per pupil); the last block takes
+ *                                   each pupil's decision (sw_pm_auto_measure). Then steps 4-9
+ *                                   again (pass k of SW_PM_RING_PASSES), each kernel returning at
+ *                                   once where nothing changed, and the masks once more (a refit
+ *                                   that found nothing: the last pupil's threshold restored)
  *   mask      pp_lenslet_kernel     one thread per lenslet
  * Everything after the frame's copy into the plan's buffer is one CUDA graph, captured on the
  * first run and launched per frame; the host waits once, at the end. Several kernels end with the
@@ -104,7 +111,8 @@ enum {
     PP_TICKET_SPLIT = 1, /* step 2 */
     PP_TICKET_OTSU = 2,  /* step 3, the histograms */
     PP_TICKET_OTSU3 = 3, /* step 3, the three-class split */
-    PP_TICKETS = 4
+    PP_TICKET_RING = 4,  /* step 3d, the bands about the pupils */
+    PP_TICKETS = 5
 };
 
 /* What the kernels find per frame, in device memory (zeroed at init). */
@@ -123,6 +131,13 @@ struct pp_state {
                                                         their prefix counts and sums        */
     double o3c[2][256];  /* step 3: the best three-class criterion per t1 ...               */
     int32_t o3t[2][256]; /*         ... and its t2                                          */
+    /* step 3d (edge_level < 0): each pupil's course (pupil_model.h sw_pm_auto; its thr is
+     * mirrored in thr[] for the masks), whether its refit runs in this pass (refit), whether
+     * the next steps 4-5 make the masks again (redo_mask: a new threshold, or one restored),
+     * the bands' histograms (zero between passes: the last block resets them) */
+    sw_pm_auto au[2];
+    int32_t refit[2], redo_mask;
+    unsigned int ring[2][3 * 256];
 };
 
 /* The Gaussian's Q16 weights, passed by value (kernel parameters live in constant memory; a
@@ -142,6 +157,8 @@ struct __align__(16) pp_cand
 /* What the fitting kernels (steps 6-9) read, by value. */
 struct pp_fit_args {
     int32_t width, height, n_pupils, candidates, refine_iterations;
+    int32_t pass;      /* 0: the first fit; k > 0: step 3d's refit k (only pupils with refit) */
+    int32_t auto_edge; /* step 3d is on (edge_level < 0)                                      */
     double inlier_px, min_r, max_r, min_coverage, max_near_ratio;
     int64_t npix;             /* frame pixels                                          */
     const float *randoms;     /* candidates x 5 */
@@ -246,6 +263,9 @@ __device__ void pp_frame_start(pp_state *st, uint32_t *work, int64_t nwork, int3
     if (blockIdx.x == 0 && threadIdx.x == 0) {
         st->best[0] = 0;
         st->best[1] = 0;
+        st->refit[0] = 0;
+        st->refit[1] = 0;
+        st->redo_mask = 0;
         if (split_fixed >= 0)
             st->split = split_fixed;
     }
@@ -1047,12 +1067,24 @@ __device__ __forceinline__ uint32_t pp_morph_col4(const uint32_t *p, int stride,
  * r halo, coded for both regions (0 neutral); the row pass (max over x - r .. x + r) over the
  * tile's rows and the halo rows, then the column pass (max over y - r .. y + r); the tile's
  * pixels (0 / 1) into dil. R: the radius at compile time or -1 (rr).
+ * gated (step 3d's passes): nothing unless st->redo_mask; then the tiles of the first column
+ * also clear their rows' border counts (rowcount, 2 x height), which the erosion adds up again.
  */
 template <int R>
 __global__ void __launch_bounds__(PP_TILE)
     pp_dilate_kernel(const uint8_t *smooth, uint8_t *dil, int32_t width, int32_t height, int rr,
-                     const pp_state *st)
+                     const pp_state *st, int gated, unsigned int *rowcount)
 {
+    if (gated) {
+        if (!st->redo_mask)
+            return; /* the masks stand (the whole grid) */
+        if (blockIdx.x == 0)
+            for (int i = threadIdx.x; i < 2 * PP_TH; i += PP_TILE) {
+                const int32_t y = (int32_t)blockIdx.y * PP_TH + (i % PP_TH);
+                if (y < height)
+                    rowcount[(i / PP_TH) * height + y] = 0;
+            }
+    }
     constexpr int H = R >= 0 ? R : SW_PUPIL_MAX_RADIUS;
     constexpr int HW = (H + 3) / 4; /* halo words on each side */
     __shared__ uint32_t s_in[PP_TH + 2 * H][PP_TWW + 2 * HW];
@@ -1106,13 +1138,16 @@ __global__ void __launch_bounds__(PP_TILE)
  *      nothing to region 1's pixels, pupil.h step 5);
  *   D. the border pixels: inside with an outside 8-neighbour of the same region (in the image);
  *      per 32 pixels one bit word (bit b = pixel 32 k + b) into bits, and their number per row
- *      and region added to rowcount (cleared by step 0).
+ *      and region added to rowcount (cleared by step 0, or in step 3d's passes by the dilation).
+ * gated (step 3d's passes): nothing unless st->redo_mask.
  */
 template <int R>
 __global__ void __launch_bounds__(PP_TILE)
     pp_erode_kernel(const uint8_t *dil, uint8_t *closed8, int32_t width, int32_t height, int rr,
-                    const pp_state *st, uint32_t *bits, unsigned int *rowcount)
+                    const pp_state *st, uint32_t *bits, unsigned int *rowcount, int gated)
 {
+    if (gated && !st->redo_mask)
+        return; /* the masks stand (the whole grid) */
     constexpr int RM = R >= 0 ? R : SW_PUPIL_MAX_RADIUS;
     constexpr int H = RM + 1;            /* halo rows on each side */
     constexpr int HW = 1 + (RM + 3) / 4; /* halo words on each side */
@@ -1205,12 +1240,15 @@ __global__ void __launch_bounds__(PP_TILE)
  * the row's bit words 32 at a time, counts each lane's pixels per region, scans the counts over
  * the lanes and writes the pixels at their places: (x, y) and the float coordinates the votes
  * use (sw_pm_uf, sw_pm_vf of the region). The warp of the last row writes the totals.
+ * gated (step 3d's passes): nothing unless st->redo_mask.
  */
 __global__ void __launch_bounds__(PP_BROWS * 32)
     pp_border_kernel(const uint32_t *bits, const unsigned int *rowcount, int32_t width,
                      int32_t height, int n_pupils, double inlier_px, int64_t npix, pp_state *st,
-                     int2 *border, float2 *uv)
+                     int2 *border, float2 *uv, int gated)
 {
+    if (gated && !st->redo_mask)
+        return; /* the lists stand (the whole grid) */
     __shared__ long long s_pre[PP_BROWS][2];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int32_t y0 = (int32_t)blockIdx.x * PP_BROWS;
@@ -1302,13 +1340,21 @@ __device__ __forceinline__ sw_pm_region pp_region(const pp_fit_args &a, int r)
  * serial double work per lane than one thread doing all six); the group shares them by shuffles
  * and scales and checks the conic exactly as sw_pm_candidate does on the host. Lane 0 stores the
  * float conic and whether it is usable (cand), and the double conic (cand_d, for the fit of the
- * winner). A region with fewer than 5 border points has no usable candidate. */
+ * winner). A region with fewer than 5 border points has no usable candidate. In step 3d's
+ * passes (a.pass > 0) only the pupils being refitted; block (0, 0) marks the masks done. */
 __global__ void __launch_bounds__(PP_CAND) pp_candidates_kernel(const pp_fit_args a)
 {
     const int r = blockIdx.y;
     const int lane = (int)(threadIdx.x & 31u), m = lane % PP_CAND_LANES;
     const int32_t k =
         (int32_t)blockIdx.x * (PP_CAND / PP_CAND_LANES) + (int32_t)(threadIdx.x / PP_CAND_LANES);
+    if (a.pass > 0) {
+        if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0)
+            a.st->redo_mask = 0; /* this pass's steps 4-5 are done: nothing reads it until the
+                                    fit kernel or the next pass's pp_ring_kernel sets it */
+        if (!a.st->refit[r])
+            return; /* the whole block */
+    }
     if (k >= a.candidates)
         return; /* the whole group */
     const unsigned group = ((1u << PP_CAND_LANES) - 1u) << (lane - m);
@@ -1346,12 +1392,15 @@ __global__ void __launch_bounds__(PP_CAND) pp_candidates_kernel(const pp_fit_arg
  * the latency of those reads); the lanes test points lane, lane + 32, ... of each chunk
  * (sw_pm_vote), the warp counts its votes with __ballot_sync + __popc (the seed's optimisation
  * 3), and lane 0 offers sw_pm_pack_vote to the region's best (atomicMax: most votes, then the
- * lowest index). Unusable candidates do not vote. */
+ * lowest index). Unusable candidates do not vote. In step 3d's passes (a.pass > 0) only the
+ * pupils being refitted. */
 __global__ void __launch_bounds__(PP_VOTE_WARPS * 32) pp_vote_kernel(const pp_fit_args a)
 {
     __shared__ float2 pts[PP_VOTE_WARPS * 32];
     const int lane = threadIdx.x & 31, r = blockIdx.y;
     const int32_t k = (int32_t)blockIdx.x * PP_VOTE_WARPS + (int32_t)(threadIdx.x >> 5);
+    if (a.pass > 0 && !a.st->refit[r])
+        return; /* the whole block */
     pp_cand cd;
     int active = 0;
     if (k < a.candidates) {
@@ -1433,7 +1482,10 @@ __device__ void pp_not_found(sw_pupil_ellipse *o, sw_pupil_failure f)
  * the inliers and near-band points of the final conic, the ellipse and the verdict
  * (sw_pm_ellipse_out, sw_pm_verdict).
  * Thread 0 writes the pupil into the mapped result (the seed's optimisation 4) and into the
- * device copy; block 0 also the frame's fields. */
+ * device copy; block 0 also the frame's fields. Step 3d (pupil_model.h sw_pm_auto): the first
+ * fit (a.pass 0) starts each pupil's course; a refit (a.pass > 0, only pupils with refit) that
+ * finds the pupil replaces it, one that does not leaves the last pupil in place and restores
+ * its threshold, whose masks the next steps 4-5 make again (redo_mask). */
 __global__ void __launch_bounds__(PP_FIT) pp_fit_kernel(const pp_fit_args a)
 {
     __shared__ double part[PP_FIT / 32][SW_PM_NACC];
@@ -1442,7 +1494,9 @@ __global__ void __launch_bounds__(PP_FIT) pp_fit_kernel(const pp_fit_args a)
     __shared__ int cnt_part[PP_FIT / 32][2];
     __shared__ int go;
     const int r = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const pp_state *st = a.st;
+    pp_state *st = a.st;
+    if (a.pass > 0 && !st->refit[r])
+        return; /* step 3d: this pupil is not refitted in this pass (the whole block) */
     const sw_pm_region reg = pp_region(a, r);
     const long long n = st->nborder[r];
     const int32_t thr = st->thr[r];
@@ -1544,15 +1598,114 @@ __global__ void __launch_bounds__(PP_FIT) pp_fit_kernel(const pp_fit_args a)
         if (early == SW_PUPIL_EMPTY_FRAME)
             o.threshold = -1; /* as pupil_cpu.c: nothing to track, whatever the steps made */
     }
-    if (tid == 0) {
-        a.result->pupil[r] = o;
-        a.pupils[r] = o;
-        if (r == 0) {
-            a.result->n_pupils = a.n_pupils;
-            a.result->scale = scale;
-            a.result->split_x = st->split;
+    if (tid != 0)
+        return;
+    /* o is thread 0's */
+    if (a.pass == 0) {
+        st->au[r] = sw_pm_auto_start(a.auto_edge, o.valid, thr);
+    } else {
+        sw_pm_auto au = st->au[r];
+        st->refit[r] = 0;
+        const int restore = sw_pm_auto_refit(&au, o.valid);
+        st->au[r] = au;
+        if (restore) {
+            st->thr[r] = au.thr;
+            st->redo_mask = 1;
+            return; /* the last pupil found stays (result and device copy) */
         }
     }
+    a.result->pupil[r] = o;
+    a.pupils[r] = o;
+    if (r == 0 && a.pass == 0) {
+        a.result->n_pupils = a.n_pupils;
+        a.result->scale = scale;
+        a.result->split_x = st->split;
+    }
+}
+
+/* ================================================================== step 3d: the edge level */
+
+/*
+ * Step 3d, the measure before refit k (pupil_model.h "Step 3d"): block (i, r) adds the bands'
+ * histograms of pupil r's pixels i, i + gridDim.x PP_PIX, ... of sw_pm_ring_box (about the pupil
+ * the last fit wrote into the device copy), in shared memory, into st->ring[r]; only pupils
+ * whose course goes on (sw_pm_auto_more) and whose bands are usable. The last block, pupil by
+ * pupil: the histograms into shared memory, thread 0 takes the decision (sw_pm_auto_measure,
+ * from the same numbers as the CPU's), and for a new threshold marks the pupil for its refit
+ * (refit, a fresh RANSAC winner) and the masks for steps 4-5; then it resets the histograms.
+ * No pupil going on: every block returns at once (all read the same states: only the last
+ * block writes them, after every other block has passed its ticket).
+ */
+__global__ void __launch_bounds__(PP_PIX)
+    pp_ring_kernel(const uint8_t *smooth, int32_t width, int32_t height, int n_pupils,
+                   int32_t gauss_radius, double gauss_sigma, const sw_pupil_ellipse *pupils,
+                   pp_state *st)
+{
+    __shared__ unsigned int sh[3 * 256];
+    __shared__ sw_pm_ring g;
+    __shared__ int32_t box[4];
+    __shared__ int any, mine, redo;
+    const int r = blockIdx.y, tid = threadIdx.x;
+    if (tid == 0) {
+        any = 0;
+        for (int q = 0; q < n_pupils; q++)
+            any |= sw_pm_auto_more(&st->au[q]);
+        mine = sw_pm_auto_more(&st->au[r]);
+        if (mine) {
+            g = sw_pm_ring_of(&pupils[r], gauss_radius, gauss_sigma);
+            mine = g.usable;
+        }
+        if (mine) {
+            int32_t x0, x1;
+            pp_region_cols(st->split, width, r, &x0, &x1);
+            sw_pm_ring_box(&pupils[r], &g, x0, x1, height, &box[0], &box[1], &box[2], &box[3]);
+        }
+        redo = 0;
+    }
+    for (int i = tid; i < 3 * 256; i += PP_PIX)
+        sh[i] = 0;
+    __syncthreads();
+    if (!any)
+        return; /* the whole grid: no pupil is refitted */
+    if (mine) { /* the same for the whole block */
+        const int64_t bw = (int64_t)box[1] - box[0] + 1, bh = (int64_t)box[3] - box[2] + 1;
+        const int64_t nbox = bw > 0 && bh > 0 ? bw * bh : 0;
+        const int64_t stride = (int64_t)gridDim.x * PP_PIX;
+        for (int64_t i = (int64_t)blockIdx.x * PP_PIX + tid; i < nbox; i += stride) {
+            const int32_t y = box[2] + (int32_t)(i / bw), x = box[0] + (int32_t)(i % bw);
+            const int k = sw_pm_ring_band(&g, x, y);
+            if (k >= 0)
+                atomicAdd(&sh[k * 256 + smooth[(size_t)y * (size_t)width + (size_t)x]], 1u);
+        }
+        __syncthreads();
+        for (int i = tid; i < 3 * 256; i += PP_PIX)
+            if (sh[i])
+                atomicAdd(&st->ring[r][i], sh[i]);
+    }
+    if (!pp_last_block(&st->ticket[PP_TICKET_RING]))
+        return;
+    for (int q = 0; q < n_pupils; q++) {
+        __syncthreads(); /* sh is free (thread 0 is done with the last pupil's) */
+        for (int i = tid; i < 3 * 256; i += PP_PIX)
+            sh[i] = __ldcg(&st->ring[q][i]);
+        __syncthreads();
+        if (tid == 0 && sw_pm_auto_more(&st->au[q])) {
+            const sw_pm_ring gq = sw_pm_ring_of(&pupils[q], gauss_radius, gauss_sigma);
+            sw_pm_auto au = st->au[q];
+            if (sw_pm_auto_measure(&au, gq.usable, sh, gq.extrap)) {
+                st->thr[q] = au.thr;
+                st->best[q] = 0;
+                st->refit[q] = 1;
+                redo = 1;
+            }
+            st->au[q] = au;
+        }
+        for (int i = tid; i < 3 * 256; i += PP_PIX)
+            st->ring[q][i] = 0; /* the global copy: thread 0 reads the shared one */
+    }
+    __syncthreads();
+    if (tid == 0 && redo)
+        st->redo_mask = 1;
 }
 
 /* ================================================================== the lenslet mask */
@@ -1649,16 +1802,51 @@ template <typename T> static sw_status pp_enqueue_steps02(sw_pupil_plan *plan, c
 
 /* Steps 4-5's morphology with the radius R at compile time (or -1): smooth8 -(threshold,
  * dilation)-> dil8 -(erosion, border test)-> closed8, bits, rowcount. */
-template <int R> static sw_status pp_enqueue_close(sw_pupil_plan *plan, cudaStream_t s)
+template <int R> static sw_status pp_enqueue_close(sw_pupil_plan *plan, cudaStream_t s, int gated)
 {
     pp_gpu *g = gpu_of(plan);
     const int32_t w = plan->p.width, h = plan->p.height;
     const int rr = plan->p.close_radius;
     const dim3 grid((unsigned)((w + PP_TW - 1) / PP_TW), (unsigned)((h + PP_TH - 1) / PP_TH));
-    pp_dilate_kernel<R><<<grid, PP_TILE, 0, s>>>(g->smooth8, g->dil8, w, h, rr, g->st);
+    pp_dilate_kernel<R>
+        <<<grid, PP_TILE, 0, s>>>(g->smooth8, g->dil8, w, h, rr, g->st, gated, g->rowcount);
     SW_CU(cudaGetLastError());
-    pp_erode_kernel<R>
-        <<<grid, PP_TILE, 0, s>>>(g->dil8, g->closed8, w, h, rr, g->st, g->bits, g->rowcount);
+    pp_erode_kernel<R><<<grid, PP_TILE, 0, s>>>(g->dil8, g->closed8, w, h, rr, g->st, g->bits,
+                                                g->rowcount, gated);
+    SW_CU(cudaGetLastError());
+    return SW_OK;
+}
+
+/* Steps 4-5 (gated: step 3d's passes, only when the masks are to be made again). */
+static sw_status pp_enqueue_masks(sw_pupil_plan *plan, cudaStream_t s, int gated)
+{
+    pp_gpu *g = gpu_of(plan);
+    const sw_pupil_params *p = &plan->p;
+    const int32_t w = p->width, h = p->height;
+    if (p->close_radius == PP_DEFAULT_R)
+        SW_TRY(pp_enqueue_close<PP_DEFAULT_R>(plan, s, gated));
+    else
+        SW_TRY(pp_enqueue_close<-1>(plan, s, gated));
+    pp_border_kernel<<<(unsigned)((h + PP_BROWS - 1) / PP_BROWS), PP_BROWS * 32, 0, s>>>(
+        g->bits, g->rowcount, w, h, p->n_pupils, p->inlier_px, plan->npix, g->st, g->border, g->uv,
+        gated);
+    SW_CU(cudaGetLastError());
+    return SW_OK;
+}
+
+/* Steps 6-9 (a->pass: 0, or step 3d's refit). */
+static sw_status pp_enqueue_fit(sw_pupil_plan *plan, cudaStream_t s, const pp_fit_args *a)
+{
+    const sw_pupil_params *p = &plan->p;
+    const unsigned np = (unsigned)p->n_pupils;
+    const int per_block = PP_CAND / PP_CAND_LANES;
+    pp_candidates_kernel<<<dim3((unsigned)((p->candidates + per_block - 1) / per_block), np),
+                           PP_CAND, 0, s>>>(*a);
+    SW_CU(cudaGetLastError());
+    pp_vote_kernel<<<dim3((unsigned)((p->candidates + PP_VOTE_WARPS - 1) / PP_VOTE_WARPS), np),
+                     PP_VOTE_WARPS * 32, 0, s>>>(*a);
+    SW_CU(cudaGetLastError());
+    pp_fit_kernel<<<np, PP_FIT, 0, s>>>(*a);
     SW_CU(cudaGetLastError());
     return SW_OK;
 }
@@ -1679,25 +1867,21 @@ static sw_status pp_enqueue_frame(sw_pupil_plan *plan, cudaStream_t s)
     default: SW_TRY(pp_enqueue_steps02<float>(plan, s)); break;
     }
 
-    /* Step 3 */
+    /* Step 3 (with step 3d, the first fit's level SW_PM_EDGE_AUTO_INIT) */
+    const int auto_edge = p->edge_level < 0.0;
+    const double level = auto_edge ? SW_PM_EDGE_AUTO_INIT : p->edge_level;
     pp_hist_kernel<<<pp_grid(plan, plan->npix / 16, PP_PIX, 2), PP_PIX, 0, s>>>(
-        g->smooth8, w, plan->npix, np, p->otsu_classes, p->edge_level, g->st, g->hist);
+        g->smooth8, w, plan->npix, np, p->otsu_classes, level, g->st, g->hist);
     SW_CU(cudaGetLastError());
     if (p->otsu_classes == 3) {
-        pp_otsu3_kernel<<<dim3(254, (unsigned)np), PP_PIX, 0, s>>>(g->st, np, p->edge_level);
+        pp_otsu3_kernel<<<dim3(254, (unsigned)np), PP_PIX, 0, s>>>(g->st, np, level);
         SW_CU(cudaGetLastError());
     }
 
     /* Steps 4-5 */
-    if (p->close_radius == PP_DEFAULT_R)
-        SW_TRY(pp_enqueue_close<PP_DEFAULT_R>(plan, s));
-    else
-        SW_TRY(pp_enqueue_close<-1>(plan, s));
-    pp_border_kernel<<<(unsigned)((h + PP_BROWS - 1) / PP_BROWS), PP_BROWS * 32, 0, s>>>(
-        g->bits, g->rowcount, w, h, np, p->inlier_px, plan->npix, g->st, g->border, g->uv);
-    SW_CU(cudaGetLastError());
+    SW_TRY(pp_enqueue_masks(plan, s, 0));
 
-    /* Step 6 */
+    /* Steps 6-9 */
     pp_fit_args a;
     memset(&a, 0, sizeof a);
     a.width = w;
@@ -1705,6 +1889,8 @@ static sw_status pp_enqueue_frame(sw_pupil_plan *plan, cudaStream_t s)
     a.n_pupils = np;
     a.candidates = p->candidates;
     a.refine_iterations = p->refine_iterations;
+    a.pass = 0;
+    a.auto_edge = auto_edge;
     a.inlier_px = p->inlier_px;
     a.min_r = p->min_radius_px;
     a.max_r = p->max_radius_px; /* resolved by pupil.c */
@@ -1719,19 +1905,23 @@ static sw_status pp_enqueue_frame(sw_pupil_plan *plan, cudaStream_t s)
     a.st = g->st;
     a.result = g->d_result;
     a.pupils = g->pupils;
-    const int per_block = PP_CAND / PP_CAND_LANES;
-    pp_candidates_kernel<<<dim3((unsigned)((p->candidates + per_block - 1) / per_block),
-                                (unsigned)np),
-                           PP_CAND, 0, s>>>(a);
-    SW_CU(cudaGetLastError());
-    pp_vote_kernel<<<dim3((unsigned)((p->candidates + PP_VOTE_WARPS - 1) / PP_VOTE_WARPS),
-                          (unsigned)np),
-                     PP_VOTE_WARPS * 32, 0, s>>>(a);
-    SW_CU(cudaGetLastError());
+    SW_TRY(pp_enqueue_fit(plan, s, &a));
 
-    /* Steps 7-9 */
-    pp_fit_kernel<<<(unsigned)np, PP_FIT, 0, s>>>(a);
-    SW_CU(cudaGetLastError());
+    /* Step 3d: SW_PM_RING_PASSES passes of the measure, steps 4-5 and steps 6-9 (kernels that
+     * return at once where no pupil goes on), then steps 4-5 once more (after a refit that
+     * found nothing in the last pass) */
+    if (auto_edge) {
+        const unsigned nb = pp_grid(plan, plan->npix / np, PP_PIX, 2);
+        for (int pass = 1; pass <= SW_PM_RING_PASSES; pass++) {
+            pp_ring_kernel<<<dim3(nb, (unsigned)np), PP_PIX, 0, s>>>(
+                g->smooth8, w, h, np, p->gauss_radius, p->gauss_sigma, g->pupils, g->st);
+            SW_CU(cudaGetLastError());
+            SW_TRY(pp_enqueue_masks(plan, s, 1));
+            a.pass = pass;
+            SW_TRY(pp_enqueue_fit(plan, s, &a));
+        }
+        SW_TRY(pp_enqueue_masks(plan, s, 1));
+    }
 
     /* The lenslet mask */
     if (plan->has_geom) {

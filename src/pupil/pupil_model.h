@@ -347,15 +347,25 @@ SW_PM_FN int32_t sw_pm_threshold(int64_t *hist, int32_t otsu_classes, double edg
  * Step 3d, the automatic edge level (pupil.h, edge_level < 0): after a fit, the smoothed image
  * is measured in three bands about the found ellipse (rho = its normalised radius, 1 on the
  * ellipse; d = (rho - 1) R, R = (a + b) / 2, the distance off the edge in pixels): two inside,
- * d in [-(m + 2 W), -(m + W)) (far) and [-(m + W), -m) (near), one outside, d in [m, m + W),
- * with the margin m = 3 s + 3 px off the blurred edge (s = min(gauss_sigma, gauss_radius), the
- * smoothing) and W = SW_PM_RING_W px. Each band's level is a percentile of its pixels' values
- * (the inside ones low, below the spots between which the glow shows): L1 (far), L2 (near), L3
- * (outside). The glow at the edge is L2 extrapolated linearly over d to the edge,
- * Le = L2 + (L2 - L1) (m + W / 2) / W (at most L2: a glow rising towards the edge is taken as
- * flat), and the new threshold is the half height of the edge, floor((Le + L3) / 2). The
- * percentiles and the threshold are exact functions of the three 256-bin histograms. Only the CPU
- * backend runs this step (pupil.c refuses edge_level < 0 on a CUDA plan).
+ * rho in [SW_PM_RING_FAR_LO, SW_PM_RING_FAR_HI) (far; it ends where the near band starts at the
+ * latest) and d in [-(m + W), -m) (near), one outside, d in [m, m + W), with the margin
+ * m = 3 s + 3 px off the blurred edge (s = min(gauss_sigma, gauss_radius), the smoothing) and
+ * W = SW_PM_RING_W px. Each band's level is a percentile of its pixels' values (the inside ones
+ * low, below the spots between which the glow shows): L1 (far), L2 (near), L3 (outside). The
+ * glow at the edge is L2 extrapolated linearly in rho^2 from the two inside bands' middles to
+ * rho = 1, Le = L2 + (L2 - L1) extrap (at most L2: a glow rising towards the edge is taken as
+ * flat), and the new threshold is the half height of the edge, floor((Le + L3) / 2).
+ *
+ * Both backends take the same decisions from the same numbers: the bands' pixels are those of
+ * sw_pm_ring_box with sw_pm_ring_band >= 0 (each pixel tested alike, the histograms are integer
+ * counts: any order), the threshold is sw_pm_ring_threshold of them, and the refits are driven
+ * by the sw_pm_auto functions below (the CPU runs one pupil's refits in a loop, the GPU every
+ * pupil's refit k in one pass of kernels; the decisions per pupil are the same sequence). What
+ * may differ is only the ellipse the bands are drawn about: its refinement sums are added in
+ * another order (about 1e-12 px) and the GPU's cos / sin of its angle may differ by an ulp, so
+ * a pixel whose rho^2 lies within ~1e-12 of a band's limit could fall in another band on the
+ * other backend (not seen in the tests; a change of the threshold would also need a percentile
+ * within that of an integer).
  */
 #define SW_PM_RING_W         8.0 /* band width, px                                     */
 #define SW_PM_RING_Q_IN      0.5 /* the inside bands' percentile (under the spots)     */
@@ -474,6 +484,90 @@ SW_PM_FN int32_t sw_pm_ring_threshold(const unsigned int *h, double extrap)
         return -1;
     const double t = floor(0.5 * (le + L[2]));
     return t < 0.0 ? 0 : (t > 254.0 ? 254 : (int32_t)t);
+}
+
+/* The pixels step 3d looks at about pupil o (pixels, as sw_pupil_ellipse) with bands g, in the
+ * region of columns [x0, x1) of a frame of `height` rows: the box of half-side
+ * a sqrt(hi2 of the outside band) + 2 px about the centre (every band pixel lies inside it:
+ * a >= b), clipped to the region; columns [*xa, *xb] and rows [*ya, *yb], inclusive (empty when
+ * *xa > *xb or *ya > *yb). */
+SW_PM_FN void sw_pm_ring_box(const sw_pupil_ellipse *o, const sw_pm_ring *g, int32_t x0, int32_t x1,
+                             int32_t height, int32_t *xa, int32_t *xb, int32_t *ya, int32_t *yb)
+{
+    const double ext = o->a_px * sqrt(g->hi2[2]) + 2.0;
+    const double xl = floor(o->cx_px - ext), xh = ceil(o->cx_px + ext);
+    const double yl = floor(o->cy_px - ext), yh = ceil(o->cy_px + ext);
+    *xa = xl < (double)x0 ? x0 : (int32_t)xl;
+    *xb = xh > (double)(x1 - 1) ? x1 - 1 : (int32_t)xh;
+    *ya = yl < 0.0 ? 0 : (int32_t)yl;
+    *yb = yh > (double)(height - 1) ? height - 1 : (int32_t)yh;
+}
+
+/*
+ * Step 3d's course for one pupil, the same on both backends:
+ *   s = sw_pm_auto_start(on, found, t)          after the first fit (threshold t)
+ *   while sw_pm_auto_more(&s):                   at most SW_PM_RING_PASSES refits
+ *       h = the bands' histograms about the pupil (none when the bands are not usable)
+ *       if !sw_pm_auto_measure(&s, usable, h, extrap): stop (the pupil and threshold stand)
+ *       steps 4-9 with threshold s.thr
+ *       if sw_pm_auto_refit(&s, found): the refit found nothing: the last pupil found stays,
+ *           and its mask and border list are made again with the restored s.thr; stop
+ */
+typedef struct sw_pm_auto {
+    int32_t active;   /* refits may follow                                   */
+    int32_t thr;      /* the threshold of the masks being fitted             */
+    int32_t prev_thr; /* the threshold before the last change (its pupil's)  */
+    int32_t refits;   /* refits run so far                                   */
+} sw_pm_auto;
+
+/* After the first fit: refits may follow when step 3d is on (edge_level < 0) and the pupil was
+ * found (a frame with scale 0 finds none). */
+SW_PM_FN sw_pm_auto sw_pm_auto_start(int on, int found, int32_t thr)
+{
+    sw_pm_auto s;
+    s.active = on && found;
+    s.thr = thr;
+    s.prev_thr = thr;
+    s.refits = 0;
+    return s;
+}
+
+/* Whether the bands are to be measured (another refit may follow). */
+SW_PM_FN int sw_pm_auto_more(const sw_pm_auto *s)
+{
+    return s->active && s->refits < SW_PM_RING_PASSES;
+}
+
+/* The measure: the new threshold from the bands' histograms h (3 x 256; not read when usable is
+ * 0) and extrap (sw_pm_ring). Returns 1 when it changed: s->thr is the new one, a refit
+ * follows; 0 when there is none or it is the same: no more refits (s->active 0). */
+SW_PM_FN int sw_pm_auto_measure(sw_pm_auto *s, int usable, const unsigned int *h, double extrap)
+{
+    if (!sw_pm_auto_more(s)) {
+        s->active = 0;
+        return 0;
+    }
+    const int32_t tn = usable ? sw_pm_ring_threshold(h, extrap) : -1;
+    if (tn < 0 || tn == s->thr) {
+        s->active = 0;
+        return 0;
+    }
+    s->prev_thr = s->thr;
+    s->thr = tn;
+    s->refits++;
+    return 1;
+}
+
+/* After a refit: found, the new pupil stands and refits may follow; not found, the threshold
+ * goes back (s->thr = the last pupil's) and no refit follows. Returns 1 in the second case: the
+ * masks and border list are to be made again with s->thr. */
+SW_PM_FN int sw_pm_auto_refit(sw_pm_auto *s, int found)
+{
+    if (found)
+        return 0;
+    s->thr = s->prev_thr;
+    s->active = 0;
+    return 1;
 }
 
 /* ------------------------------------------------------------------ regions and coordinates */

@@ -256,6 +256,18 @@ cmp -s "$tmp/round.csv" "$tmp/round_stdout.csv" || fail "the table on stdout dif
 # The default backend (the GPU where there is one) agrees with the CPU.
 expect 0 pupil "$tmp/round.pgm" --out "$tmp/round_auto.csv"
 check same "$tmp/round.csv" "$tmp/round_auto.csv" || fail "the default backend differs from the CPU"
+# ... with the automatic edge level too (step 3d: the GPU's refits take the CPU's decisions), on
+# one eye and on two whose glow falls off by 70 % at the edge (thresholds 37, 39 -> 23, 23)
+expect 0 "${eye[@]}" --seed 8 --binocular --glow-falloff 0.7 --eye-center 350,320 \
+    --eye-center 940,310 --pupil-px 460 --out "$tmp/fall.pgm"
+for name in deep fall; do
+    two=()
+    [[ $name == fall ]] && two=(--binocular)
+    expect 0 --backend cpu pupil "$tmp/$name.pgm" "${two[@]}" --edge-level auto --out "$tmp/${name}_ac.csv"
+    expect 0 pupil "$tmp/$name.pgm" "${two[@]}" --edge-level auto --out "$tmp/${name}_ad.csv"
+    check same "$tmp/${name}_ac.csv" "$tmp/${name}_ad.csv" ||
+        fail "$name, --edge-level auto: the default backend differs from the CPU"
+done
 
 for name in ell clean deep; do
     expect 0 --backend cpu pupil "$tmp/$name.pgm" --out "$tmp/$name.csv"

@@ -11,6 +11,12 @@
  *     the generic kernels), odd sizes (333 x 201, 97 x 61: partial tiles), few candidates, no
  *     refinement, a fixed input scale;
  *   - step 3's options: two- and three-class Otsu, edge level 0 and others, no near-band test;
+ *   - the automatic edge level (step 3d, SW_PUPIL_EDGE_AUTO): eyes whose glow falls off by 0,
+ *     0.5 and 0.9 towards the edge, one and two per frame (f32 host and u16 device frames), and
+ *     frames where a refit finds nothing (the last pupil, its mask and border list restored; on
+ *     one of two eyes while the other goes on): the same thresholds, masks, lists and pupils as
+ *     the CPU's; a sequence of frames on one pair of plans (the graph's passes replayed with other
+ *     refits per frame);
  *   - a u32 frame too large for the exact integer sums of step 0 (the GPU's row-sum path);
  *   - a dark (all 0) and a saturated frame: the same failure on both;
  *   - one GPU plan run on several frames in turn (the CUDA graph replayed): each time as the CPU.
@@ -619,16 +625,17 @@ static void test_threshold_options(void **state)
                  edge[k], p.max_near_ratio);
         compare(what, &p, &f, k % 2 ? DEVICE_FRAME : HOST_FRAME, NULL);
     }
-    /* the automatic edge level (step 3d) is the CPU's alone: a CUDA plan refuses it */
-    sw_pupil_params p;
-    sw_pupil_params_default(&p, 333, 201, SW_PIX_U16);
-    p.edge_level = SW_PUPIL_EDGE_AUTO;
-    sw_pupil_plan *plan = NULL;
-    assert_int_equal(sw_pupil_create(gpu, &p, &plan), SW_EINVAL);
-    assert_null(plan);
-    assert_non_null(strstr(sw_context_error(gpu), "CPU backend only"));
-    assert_int_equal(sw_pupil_create(cpu, &p, &plan), SW_OK);
-    sw_pupil_destroy(plan);
+    /* the automatic edge level (step 3d) with either split */
+    for (int cls = 2; cls <= 3; cls++) {
+        sw_pupil_params p;
+        sw_pupil_params_default(&p, 333, 201, SW_PIX_U16);
+        p.n_pupils = 2;
+        p.otsu_classes = cls;
+        p.edge_level = SW_PUPIL_EDGE_AUTO;
+        char what[96];
+        snprintf(what, sizeof what, "otsu_classes %d, automatic edge level", cls);
+        compare(what, &p, &f, cls == 3 ? DEVICE_FRAME : HOST_FRAME, NULL);
+    }
     sw_image_free(&f);
     sw_image_free(&el);
 }
@@ -675,24 +682,130 @@ static void test_sequence(void **state)
     geom.pitch_px = 16.0;
     geom.nx = w / 16;
     geom.ny = h / 16;
-    sw_pupil_params p;
-    sw_pupil_params_default(&p, w, h, SW_PIX_U8);
-    p.geometry = &geom;
-    sw_pupil_plan *pc = make_plan(cpu, &p), *pg = make_plan(gpu, &p);
-    sw_pupil_result first, again;
-    const int order[5] = {0, 1, 2, 1, 0};
-    for (int i = 0; i < 5; i++) {
-        char what[64];
-        snprintf(what, sizeof what, "sequence, run %d (frame %d)", i, order[i]);
-        compare_frame(what, &p, pc, pg, &frames[order[i]], i % 2 ? DEVICE_FRAME : HOST_FRAME,
-                      i == 0 ? &first : &again);
+    /* the fixed edge level, then the automatic one (frame 0: 33 with 0.4, 20 measured) */
+    for (int autolevel = 0; autolevel < 2; autolevel++) {
+        sw_pupil_params p;
+        sw_pupil_params_default(&p, w, h, SW_PIX_U8);
+        p.geometry = &geom;
+        if (autolevel)
+            p.edge_level = SW_PUPIL_EDGE_AUTO;
+        sw_pupil_plan *pc = make_plan(cpu, &p), *pg = make_plan(gpu, &p);
+        sw_pupil_result first, again;
+        const int order[5] = {0, 1, 2, 1, 0};
+        for (int i = 0; i < 5; i++) {
+            char what[64];
+            snprintf(what, sizeof what, "sequence%s, run %d (frame %d)",
+                     autolevel ? " (automatic edge level)" : "", i, order[i]);
+            compare_frame(what, &p, pc, pg, &frames[order[i]], i % 2 ? DEVICE_FRAME : HOST_FRAME,
+                          i == 0 ? &first : &again);
+        }
+        compare_pupil("sequence, frame 0 again (CPU)", 0, &first.pupil[0], &again.pupil[0]);
+        assert_found("sequence", &first, 0);
+        sw_pupil_destroy(pc);
+        sw_pupil_destroy(pg);
     }
-    compare_pupil("sequence, frame 0 again (CPU)", 0, &first.pupil[0], &again.pupil[0]);
-    assert_found("sequence", &first, 0);
-    sw_pupil_destroy(pc);
-    sw_pupil_destroy(pg);
     for (int k = 0; k < 3; k++)
         sw_image_free(&frames[k]);
+}
+
+/* An f32 w x h frame of n_eyes eyes (centres c, diameters d) whose glow falls off by falloff
+ * towards the edge, 3 e- of white noise, with the default artefacts of living eyes or not; as
+ * test_pupil_auto's frames. */
+static sw_image falloff_frame(int32_t w, int32_t h, int n_eyes, const double (*c)[2],
+                              const double *d, double falloff, int artefacts, uint64_t seed)
+{
+    sw_eyesim_params sp;
+    sw_eyesim_params_default(&sp);
+    sp.sh.width = w;
+    sp.sh.height = h;
+    sp.sh.geom.nx = w / 32;
+    sp.sh.geom.ny = h / 32;
+    sp.n_eyes = n_eyes;
+    for (int e = 0; e < n_eyes; e++) {
+        sp.eyes[e] = sp.eyes[0];
+        sp.eyes[e].cx_px = c[e][0];
+        sp.eyes[e].cy_px = c[e][1];
+        sp.eyes[e].diameter_px = d[e];
+    }
+    if (artefacts)
+        sw_eye_artefacts_default(&sp.art);
+    else
+        sw_eye_artefacts_none(&sp.art);
+    sp.art.white_noise_e = 3.0;
+    sp.art.glow_e = 20.0;
+    sp.art.glow_falloff = falloff;
+    sp.seed = seed;
+    return render(&sp);
+}
+
+/* Step 3d, the automatic edge level: CPU and GPU take the same decisions (pupil_model.h
+ * sw_pm_auto) from the same band histograms: equal thresholds, masks, border lists, winners and
+ * (to rounding) pupils, on glow fall-offs 0, 0.5, 0.9 (one eye; two eyes) and on frames where a
+ * refit finds nothing (test_pupil_auto's). The fixed level 0.4 on the same frames too, whose
+ * thresholds at 0.9 the automatic level moves (the refits ran). */
+static void test_auto_edge(void **state)
+{
+    (void)state;
+    const double falloffs[3] = {0.0, 0.5, 0.9};
+    for (int k = 0; k < 3; k++) {
+        for (int two = 0; two < 2; two++) {
+            const double c1[1][2] = {{200.0, 185.0}}, d1[1] = {300.0};
+            const double c2[2][2] = {{165.0, 160.0}, {480.0, 165.0}}, d2[2] = {260.0, 240.0};
+            const int32_t w = two ? 640 : 384, h = two ? 320 : 384, np = two ? 2 : 1;
+            sw_image el = falloff_frame(w, h, np, two ? c2 : c1, two ? d2 : d1, falloffs[k], 0,
+                                        (two ? 13 : 3) + (uint64_t)k);
+            for (int t = 0; t < 2; t++) {
+                const sw_pixel_type type = t ? SW_PIX_U16 : SW_PIX_F32;
+                sw_image f = as_type(&el, type, 20.0, 100.0);
+                sw_pupil_result ra, r4;
+                for (int autolevel = 1; autolevel >= 0; autolevel--) {
+                    sw_pupil_params p;
+                    sw_pupil_params_default(&p, w, h, type);
+                    p.n_pupils = np;
+                    p.edge_level = autolevel ? SW_PUPIL_EDGE_AUTO : 0.4;
+                    char what[128];
+                    snprintf(what, sizeof what, "%s, glow fall-off %g, %s, edge level %s",
+                             two ? "two eyes" : "one eye", falloffs[k], sw_pixel_type_string(type),
+                             autolevel ? "auto" : "0.4");
+                    compare(what, &p, &f, t ? DEVICE_FRAME : HOST_FRAME, autolevel ? &ra : &r4);
+                    for (int i = 0; i < np; i++)
+                        assert_found(what, autolevel ? &ra : &r4, i);
+                }
+                printf("    %s, fall-off %g, %s: thresholds %d (0.4) -> %d (auto)\n",
+                       two ? "two eyes" : "one eye", falloffs[k], sw_pixel_type_string(type),
+                       r4.pupil[0].threshold, ra.pupil[0].threshold);
+                if (falloffs[k] == 0.9)
+                    for (int i = 0; i < np; i++)
+                        assert_true(ra.pupil[i].threshold < r4.pupil[i].threshold - 10);
+                sw_image_free(&f);
+            }
+            sw_image_free(&el);
+        }
+    }
+
+    /* a refit that finds nothing (test_pupil_auto's frames): the last pupil stays */
+    const struct {
+        double c[2][2], d[2], falloff;
+        int np, artefacts;
+        uint64_t seed;
+    } failed[] = {
+        {{{209.0, 149.3}, {518.3, 118.2}}, {209.3, 247.1}, 0.92, 2, 0, 92},
+        {{{74.0, 132.7}, {0.0, 0.0}}, {160.7, 0.0}, 0.75, 1, 1, 129},
+        {{{171.0, 179.3}, {431.7, 175.5}}, {239.3, 280.0}, 0.89, 2, 0, 158},
+        {{{245.8, 118.6}, {482.0, 193.9}}, {213.4, 220.0}, 0.96, 2, 0, 372},
+    };
+    for (size_t k = 0; k < sizeof failed / sizeof failed[0]; k++) {
+        sw_image f = falloff_frame(640, 320, failed[k].np, failed[k].c, failed[k].d,
+                                   failed[k].falloff, failed[k].artefacts, failed[k].seed);
+        sw_pupil_params p;
+        sw_pupil_params_default(&p, 640, 320, SW_PIX_F32);
+        p.n_pupils = failed[k].np;
+        p.edge_level = SW_PUPIL_EDGE_AUTO;
+        char what[96];
+        snprintf(what, sizeof what, "a refit that finds nothing, case %zu", k);
+        compare(what, &p, &f, k % 2 ? DEVICE_FRAME : HOST_FRAME, NULL);
+        sw_image_free(&f);
+    }
 }
 
 int main(void)
@@ -702,6 +815,7 @@ int main(void)
         cmocka_unit_test(test_binocular),         cmocka_unit_test(test_odd_sizes_and_radii),
         cmocka_unit_test(test_no_pupil_and_nan),  cmocka_unit_test(test_sequence),
         cmocka_unit_test(test_threshold_options), cmocka_unit_test(test_large_u32),
+        cmocka_unit_test(test_auto_edge),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -4,8 +4,9 @@
  * frame (the device tracker misses it, the host finds it from the spots: the same ellipse as the
  * CPU's, bit for bit, and the same lenslet mask on the device); the aberrometry pipeline on a
  * batch of frames with and without glow on two streams (each frame's pupil method, ellipse and
- * coefficients as the CPU's, to rounding), and with a given pupil; spots_fallback 2. Skips (77)
- * when no GPU is usable.
+ * coefficients as the CPU's, to rounding), with a given pupil, and with the automatic edge level
+ * (pupil.h step 3d: its refits in the tracker's graph, the frames without glow still found by
+ * the spots path); spots_fallback 2. Skips (77) when no GPU is usable.
  */
 #include "testutil.h"
 
@@ -161,7 +162,8 @@ static void test_aberrometry_batch(void **state)
     assert_int_equal(sw_image_convert(cpu, &rf, &r8, 1.0 / 1.5, 0.0, NULL), SW_OK);
     double rx[32 * 32], ry[32 * 32];
     assert_int_equal(sw_aberrometry_reference(cpu, &sp.sh.geom, &r8, rx, ry, NULL), SW_OK);
-    for (int given = 0; given <= 1; given++) {
+    for (int mode = 0; mode <= 2; mode++) {
+        const int given = mode == 1, autolevel = mode == 2;
         sw_aberrometry_params p;
         sw_aberrometry_params_default(&p, 640, 640, SW_PIX_U8, &sp.sh.geom);
         p.ref_x = rx;
@@ -171,6 +173,8 @@ static void test_aberrometry_batch(void **state)
             p.pupil.given = 1;
             p.pupil.given_pupil[0] = (sw_pupil_shape){319.5, 319.5, 288.0, 288.0, 0.0};
         }
+        if (autolevel)
+            p.pupil.edge_level = SW_PUPIL_EDGE_AUTO;
         sw_aberrometry_plan *pc = NULL, *pg = NULL;
         assert_int_equal(sw_aberrometry_create(cpu, &p, &pc), SW_OK);
         assert_int_equal(sw_aberrometry_create(gpu, &p, &pg), SW_OK);
@@ -180,14 +184,19 @@ static void test_aberrometry_batch(void **state)
         for (int k = 0; k < 5; k++) {
             assert_int_equal(sw_aberrometry_run(pc, k < 4 ? in[k] : &frames[2], &rc[k]), SW_OK);
             const sw_aberrometry_eye *a = &rc[k].eye[0], *b = &rg[k].eye[0];
-            printf("    frame %d%s: %s pupil (%.3f, %.3f) a %.3f; valid %d/%d\n", k,
-                   given ? " (given)" : "", sw_pupil_method_string(a->pupil.method), a->pupil.cx_px,
-                   a->pupil.cy_px, a->pupil.a_px, a->valid, b->valid);
+            printf("    frame %d%s: %s pupil (%.3f, %.3f) a %.3f, threshold %d/%d; valid %d/%d\n",
+                   k,
+                   given       ? " (given)"
+                   : autolevel ? " (automatic edge level)"
+                               : "",
+                   sw_pupil_method_string(a->pupil.method), a->pupil.cx_px, a->pupil.cy_px,
+                   a->pupil.a_px, a->pupil.threshold, b->pupil.threshold, a->valid, b->valid);
             assert_true(a->valid && b->valid);
             const sw_pupil_method want = given                ? SW_PUPIL_METHOD_GIVEN
                                          : (k == 0 || k == 3) ? SW_PUPIL_METHOD_GLOW
                                                               : SW_PUPIL_METHOD_SPOTS;
             assert_int_equal(a->pupil.method, want);
+            assert_int_equal(a->pupil.threshold, b->pupil.threshold);
             /* the glow path's refit rounds differently on the two (pupil.h): 1e-6 px */
             same_ellipse(&a->pupil, &b->pupil, want == SW_PUPIL_METHOD_GLOW ? 1e-6 : 0.0);
             assert_int_equal(a->kept, b->kept);
