@@ -8,8 +8,9 @@
  * glow edge, reflection), so each frame holds the same ~250 lit lenslets per eye as the seed's
  * image-size series. Binocular frames put two eyes of 0.45 x size side by side in the same square
  * frame. Pixels are 8-bit, as the seed's camera gave them (its optimisation 4); one 16-bit case
- * (1280 binocular) shows what a 16-bit camera costs. A pool of 4 frames (eyes shifted, slightly
- * elliptical and turned, other noise) is cycled.
+ * (1280 binocular) shows what a 16-bit camera costs, and one (1280 binocular u8, "auto-edge") what
+ * the automatic edge level (edge_level SW_PUPIL_EDGE_AUTO, step 3d's refits) costs. A pool of 4
+ * frames (eyes shifted, slightly elliptical and turned, other noise) is cycled.
  *
  * Cases (the "bench" field), config "<size> mono|bino u8|u16":
  *   pupil_gpu_host    sw_pupil_run on a CUDA context with the frame in pinned host memory: the
@@ -245,18 +246,20 @@ static int accuracy(const sw_bench_options *o, sw_context *ctx, sw_context *cpu,
 }
 
 static int bench_case(const sw_bench_options *o, sw_context *ctx, sw_context *cpu, int32_t n,
-                      int32_t eyes, sw_pixel_type t)
+                      int32_t eyes, sw_pixel_type t, int auto_edge)
 {
     pool f;
     sw_context *gen = ctx ? ctx : cpu;
     if (make_pool(gen, n, eyes, t, &f) != 0)
         return 1;
     char config[64];
-    snprintf(config, sizeof config, "%d %s %s", n, eyes == 2 ? "bino" : "mono",
-             sw_pixel_type_string(t));
+    snprintf(config, sizeof config, "%d %s %s%s", n, eyes == 2 ? "bino" : "mono",
+             sw_pixel_type_string(t), auto_edge ? " auto-edge" : "");
     sw_pupil_params p;
     sw_pupil_params_default(&p, n, n, t);
     p.n_pupils = eyes;
+    if (auto_edge)
+        p.edge_level = SW_PUPIL_EDGE_AUTO;
     int rc = 0;
     if (ctx) {
         job j = {0};
@@ -311,9 +314,11 @@ int main(int argc, char **argv)
         if (o.quick && sizes[s] != 640)
             continue;
         for (int32_t eyes = 1; eyes <= 2 && rc == 0; eyes++)
-            rc = bench_case(&o, ctx, cpu, sizes[s], eyes, SW_PIX_U8);
+            rc = bench_case(&o, ctx, cpu, sizes[s], eyes, SW_PIX_U8, 0);
         if (rc == 0 && sizes[s] == 1280)
-            rc = bench_case(&o, ctx, cpu, 1280, 2, SW_PIX_U16);
+            rc = bench_case(&o, ctx, cpu, 1280, 2, SW_PIX_U16, 0);
+        if (rc == 0 && sizes[s] == 1280) /* the automatic edge level's cost (step 3d) */
+            rc = bench_case(&o, ctx, cpu, 1280, 2, SW_PIX_U8, 1);
     }
     sw_bench_finish(&o);
     if (!o.json_only)
