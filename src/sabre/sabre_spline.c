@@ -18,6 +18,10 @@
  * first-order conditions, as a penalty mu ||H c + y||^2 whose multiplier estimate y is updated
  * after each solve (the method of multipliers, Hestenes 1969 / Powell 1969): the factorisation is
  * made once, each run repeats the band solve until |H c| is at rounding level.
+ *
+ * Robust passes (sw_sabre_spline_set_robust): sabre_global.c's Huber pseudo-observations on these
+ * rows (the model slope of a lenslet: the weighted mean of its data rows), each pass the same
+ * multiplier iteration on the same factor, started from the last solution.
  */
 #include "core/core_internal.h"
 #include "sabre/sabre_internal.h"
