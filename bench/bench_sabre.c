@@ -72,11 +72,12 @@
  * 50; --quick: 3), --size 100|200 and --pme hierarchical|distributed (speed: one configuration
  * or variant only), --padding zero|nearest and --fill N (D-SABRE), --lambda X, --robust N,
  * --robust-k K, --robust-pme, --pme-band (sabre.h; the model and the robust options of global
- * SABRE and every D-SABRE plan). --backend cuda runs the simulator, the centroids and D-SABRE on
- * the GPU (the global and Fried baselines are host code). With --degree 2|3 and the environment
- * variable SW_BENCH_NOISE set, each spline run logs on stderr the noise variance its weight came
- * from (sw_sabre_spline_noise), the true one (the slopes against the same screen's exact lenslet
- * means), the slopes' variance and the weight chosen (sabre.h's noise-aware weight).
+ * SABRE, of its splines of degree D too, and every D-SABRE plan). --backend cuda runs the
+ * simulator, the centroids and D-SABRE on the GPU (the global and Fried baselines are host code).
+ * With --degree 2|3 and the environment variable SW_BENCH_NOISE set, each spline run logs on
+ * stderr the noise variance its weight came from (sw_sabre_spline_noise), the true one (the
+ * slopes against the same screen's exact lenslet means), the slopes' variance and the weight
+ * chosen (sabre.h's noise-aware weight).
  */
 #include "harness.h"
 
@@ -154,8 +155,8 @@ static const char extra_help[] =
     "                           continuity R < D (sabre.h), smoothing E for D >= 2\n"
     "  --no-dsabre              accuracy: global and Fried only\n"
     "  --pupil square|annular   accuracy: that pupil only (default both)\n"
-    "  --robust N               robust passes of global SABRE and the local solves, 0..16\n"
-    "                           (sabre.h; default 0)\n"
+    "  --robust N               robust passes of global SABRE (every --degree) and the local\n"
+    "                           solves, 0..16 (sabre.h; default 0)\n"
     "  --robust-k K             their threshold kappa, 1..1000 (default 3)\n"
     "  --robust-pme             H-PME / D-PME offsets from border medians (sabre.h)\n"
     "  --pme-band               H-PME / D-PME offsets from the overlap band (sabre.h)\n";
@@ -609,6 +610,9 @@ static int make_plans(acc_state *a, int pupil)
         st = sw_sabre_spline_create(a->ctx, &sp, &a->spline);
         if (st != SW_OK)
             return fail(a->ctx, "sw_sabre_spline_create", st);
+        st = sw_sabre_spline_set_robust(a->spline, g_robust, g_robust_k);
+        if (st != SW_OK)
+            return fail(a->ctx, "sw_sabre_spline_set_robust", st);
         a->coef = malloc((size_t)sw_sabre_spline_coefficients(a->spline) * sizeof *a->coef);
         if (!a->coef)
             return fail(a->ctx, "out of memory", SW_ENOMEM);

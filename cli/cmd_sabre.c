@@ -7,6 +7,8 @@
  *
  * Global SABRE also takes splines of degree d = 1..3 and continuity order r (--degree,
  * --continuity, --smoothing: sw_sabre_spline_create, sabre.h), host code on any context.
+ * D-SABRE's local solves and global SABRE of every degree take robust passes (outlier rejection
+ * with Huber pseudo-observations: --robust-passes, --robust-threshold; sabre.h).
  *
  * Outputs: the wavefront at the lenslet corners (the Fried actuator grid: DM commands,
  * `cx,cy,w`), the spline's vertex values (`kind,I,J,x,y,w`; for d >= 2 the spline evaluated at
@@ -120,6 +122,20 @@ void sw_cmd_sabre_help(FILE *out)
         "                         noise variance over the signal's, the noise estimated from\n"
         "                         the slopes' curl; sabre.h, BENCHMARKS.md. %g was the best\n"
         "                         fixed weight for D = 3 on bench_sabre's turbulence)\n"
+        "  --robust-passes N      dsabre, global (every degree): outlier rejection, 0..%d passes\n"
+        "                         (default 0): after the least-squares solve, N more solves\n"
+        "                         with each lenslet's slope pulled to within K times the\n"
+        "                         median residual of the fit (Huber's M-estimate by modified\n"
+        "                         residuals, Huber 1981, Robust Statistics, Wiley; sabre.h).\n"
+        "                         dsabre: each partition's own lenslets decide; global: all\n"
+        "                         valid lenslets. Each pass costs one more solve on the same\n"
+        "                         factorisation. In the library's tests 3 passes cut the\n"
+        "                         error that 3%% wild lenslets cause 2.8-6 times (a cubic with\n"
+        "                         a light --smoothing, which nearly interpolates each lenslet,\n"
+        "                         1.5 times: a pass moves a lenslet by its share of the fit)\n"
+        "  --robust-threshold K   the threshold K, a multiple of the median residual length,\n"
+        "                         1..1000 (default %g: beyond about 3.5 sigma of Gaussian\n"
+        "                         noise); needs --robust-passes\n"
         "\n"
         "Output (the piston is removed from each; with no output option the actuators go to\n"
         "standard output):\n"
@@ -162,8 +178,8 @@ void sw_cmd_sabre_help(FILE *out)
         "  spotwave sabre s.csv --lenslet-um 176 --partitions 4 --actuators dm.csv \\\n"
         "      --map w.fits --json\n",
         MAX_GRID, DEF_PARTITIONS, DEF_OVERLAP, DEF_FRIED_REG, MAX_DEGREE, MIN_SMOOTHING,
-        MAX_SMOOTHING, SW_SABRE_SPLINE_SMOOTHING, SW_SABRE_SPLINE_SMOOTHING_CUBIC, MAX_MAP_SIZE,
-        DEF_MAP_CAP);
+        MAX_SMOOTHING, SW_SABRE_SPLINE_SMOOTHING, SW_SABRE_SPLINE_SMOOTHING_CUBIC,
+        SW_SABRE_ROBUST_MAX_PASSES, SW_SABRE_ROBUST_THRESHOLD, MAX_MAP_SIZE, DEF_MAP_CAP);
 }
 
 /* ------------------------------------------------------------------ options */
@@ -183,6 +199,9 @@ typedef struct sabre_opts {
     int have_method, have_degree, have_continuity, have_smoothing;
     long degree, continuity;
     double smoothing;
+    int have_robust, have_robust_k;
+    long robust_passes;
+    double robust_threshold;
     int have_map_size, json;
 } sabre_opts;
 
@@ -204,6 +223,8 @@ static int parse_options(int argc, char **argv, sabre_opts *o)
         OPT_DEGREE,
         OPT_CONTINUITY,
         OPT_SMOOTHING,
+        OPT_ROBUST,
+        OPT_ROBUST_K,
         OPT_ACTUATORS,
         OPT_VALUES,
         OPT_MAP,
@@ -227,6 +248,8 @@ static int parse_options(int argc, char **argv, sabre_opts *o)
         {"degree", required_argument, NULL, OPT_DEGREE},
         {"continuity", required_argument, NULL, OPT_CONTINUITY},
         {"smoothing", required_argument, NULL, OPT_SMOOTHING},
+        {"robust-passes", required_argument, NULL, OPT_ROBUST},
+        {"robust-threshold", required_argument, NULL, OPT_ROBUST_K},
         {"actuators", required_argument, NULL, OPT_ACTUATORS},
         {"values", required_argument, NULL, OPT_VALUES},
         {"map", required_argument, NULL, OPT_MAP},
@@ -334,6 +357,22 @@ static int parse_options(int argc, char **argv, sabre_opts *o)
                                     MIN_SMOOTHING, MAX_SMOOTHING);
             o->have_smoothing = 1;
             break;
+        case OPT_ROBUST:
+            if (sw_cli_opt_long(S, "--robust-passes", optarg, 0, SW_SABRE_ROBUST_MAX_PASSES,
+                                &o->robust_passes) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
+            o->have_robust = 1;
+            break;
+        case OPT_ROBUST_K:
+            if (sw_cli_opt_double(S, "--robust-threshold", optarg, SW_CLI_POSITIVE,
+                                  "a multiple of the median residual",
+                                  &o->robust_threshold) != SW_EXIT_OK)
+                return SW_EXIT_USAGE;
+            if (!(o->robust_threshold >= 1.0 && o->robust_threshold <= 1e3))
+                return sw_cli_usage(S, "--robust-threshold: %g is not in 1..1000",
+                                    o->robust_threshold);
+            o->have_robust_k = 1;
+            break;
         case OPT_MAP_SIZE:
             if (sw_cli_parse_long(optarg, 1, MAX_MAP_SIZE, &o->map_size) != 0)
                 return sw_cli_usage(S, "--map-size: '%s' is not a whole number of pixels in 1..%d",
@@ -408,6 +447,16 @@ static int parse_options(int argc, char **argv, sabre_opts *o)
         return sw_cli_usage(S, "--dpme-iterations applies to --pme distributed only");
     if (o->have_reg && o->method != METHOD_FRIED)
         return sw_cli_usage(S, "--fried-reg applies to --method fried only");
+    if (o->have_robust_k && !o->have_robust)
+        return sw_cli_usage(S, "--robust-threshold sets the threshold of the robust passes: give "
+                               "--robust-passes N");
+    if (o->have_robust && o->method == METHOD_FRIED)
+        return sw_cli_usage(S, "--robust-passes applies to --method dsabre and global (fried has "
+                               "no robust passes)");
+    if (!o->have_robust)
+        o->robust_passes = 0;
+    if (!o->have_robust_k)
+        o->robust_threshold = SW_SABRE_ROBUST_THRESHOLD;
     if (o->values && o->method == METHOD_FRIED)
         return sw_cli_usage(S, "--values: the fried method has no spline (use --actuators)");
 
@@ -700,6 +749,8 @@ static int reconstruct(sw_context *ctx, const sabre_opts *o, const slopes_in *s,
         p.dpme_iterations = (int32_t)o->dpme_iterations;
         p.padding = o->padding;
         p.fill_iterations = (int32_t)o->fill;
+        p.robust_passes = (int32_t)o->robust_passes;
+        p.robust_threshold = o->robust_threshold;
         sw_sabre *plan = NULL;
         float *vals = NULL, *act = NULL;
         t0 = sw_cli_now();
@@ -747,7 +798,9 @@ static int reconstruct(sw_context *ctx, const sabre_opts *o, const slopes_in *s,
         p.continuity = (int32_t)o->continuity;
         p.smoothing = o->smoothing;
         t0 = sw_cli_now();
-        if ((st = sw_sabre_spline_create(ctx, &p, &r->spline)) != SW_OK)
+        if ((st = sw_sabre_spline_create(ctx, &p, &r->spline)) != SW_OK ||
+            (st = sw_sabre_spline_set_robust(r->spline, (int32_t)o->robust_passes,
+                                             o->robust_threshold)) != SW_OK)
             return sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
         r->plan_us = 1e6 * (sw_cli_now() - t0);
         sw_sabre_spline_lattice(r->spline, &r->lattice);
@@ -786,8 +839,16 @@ static int reconstruct(sw_context *ctx, const sabre_opts *o, const slopes_in *s,
         }
     } else if (o->method == METHOD_GLOBAL) {
         sw_sabre_global *g = NULL;
+        sw_sabre_global_params gp;
+        sw_sabre_global_params_default(&gp);
+        gp.nx = s->nx;
+        gp.ny = s->ny;
+        gp.pitch = r->pitch;
+        gp.valid = s->valid;
+        gp.robust_passes = (int32_t)o->robust_passes;
+        gp.robust_threshold = o->robust_threshold;
         t0 = sw_cli_now();
-        if ((st = sw_sabre_global_create(ctx, s->nx, s->ny, r->pitch, s->valid, &g)) != SW_OK)
+        if ((st = sw_sabre_global_create_params(ctx, &gp, &g)) != SW_OK)
             return sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));
         r->plan_us = 1e6 * (sw_cli_now() - t0);
         sw_sabre_global_lattice(g, &r->lattice);
@@ -959,6 +1020,10 @@ static void map_header(sw_cli_hdr *h, const sabre_opts *o, const slopes_in *s,
     if (o->method != METHOD_FRIED) {
         sw_cli_hdr_int(h, "DEGREE", (int32_t)o->degree, "spline degree d");
         sw_cli_hdr_int(h, "CONTIN", (int32_t)o->continuity, "spline continuity order r");
+        sw_cli_hdr_int(h, "ROBUST", (int32_t)o->robust_passes, "robust passes (Huber)");
+        if (o->robust_passes > 0)
+            sw_cli_hdr_num(h, "ROBUSTK", o->robust_threshold,
+                           "robust threshold, x median residual");
     }
     if (r->spline)
         sw_cli_hdr_num(h, "SMOOTH", sw_sabre_spline_smoothing(r->spline),
@@ -1071,6 +1136,9 @@ static void print_report(const sabre_opts *o, const slopes_in *s, const sabre_re
                    o->degree, o->continuity, sw_sabre_spline_smoothing(r->spline),
                    (long long)r->ncoef,
                    r->backend == SW_BACKEND_CUDA ? " (CPU code: the GPU is not used)" : "");
+        if (o->robust_passes > 0)
+            printf("  robust     %ld passes, threshold %g x the median residual\n",
+                   o->robust_passes, o->robust_threshold);
         printf("  wavefront  RMS %.6g %s, peak-to-valley %.6g %s over %d lenslet corners\n", r->rms,
                unit, r->pv, unit, (int)r->active);
         printf("  time       plan %.1f us, run %.1f us", r->plan_us, r->run_us);
@@ -1132,6 +1200,13 @@ static void print_report(const sabre_opts *o, const slopes_in *s, const sabre_re
         sw_cli_json_int(j, "continuity", (int32_t)o->continuity);
     }
     sw_cli_json_double(j, "smoothing", r->spline ? sw_sabre_spline_smoothing(r->spline) : NAN);
+    if (o->method == METHOD_FRIED) {
+        cJSON_AddNullToObject(j, "robust_passes");
+        cJSON_AddNullToObject(j, "robust_threshold");
+    } else {
+        sw_cli_json_int(j, "robust_passes", (int32_t)o->robust_passes);
+        sw_cli_json_double(j, "robust_threshold", o->robust_threshold);
+    }
     if (r->spline)
         sw_cli_json_int(j, "coefficients", r->ncoef);
     sw_cli_json_double(j, "fried_reg",

@@ -141,7 +141,8 @@ extern "C" {
 #define SW_SABRE_TRIANGLE_WEIGHT_MIN 1e-3
 
 /*
- * Robust passes (outlier rejection; global SABRE and D-SABRE's local solves). A lenslet whose spot
+ * Robust passes (outlier rejection; global SABRE, its splines of degree d and D-SABRE's local
+ * solves). A lenslet whose spot
  * a noise peak captured reads a slope far from its neighbours', and least squares spreads that
  * error over the wavefront around it. Each pass takes the last solution's model slopes
  * mu_v = a_v . s / pitch (the lenslet-mean row above), the residuals r_v = sigma_v - mu_v (both
@@ -506,6 +507,19 @@ sw_status sw_sabre_spline_run(sw_sabre_spline *s, const float *slopes, double *c
  * the runs that follow, in place of the per-frame estimate; -1: estimated again (the default).
  * SW_EINVAL for a plan whose smoothing was given or of degree 1, or sigma2 not >= 0 nor -1. */
 sw_status sw_sabre_spline_set_noise(sw_sabre_spline *s, double sigma2);
+/* Robust passes (sabre.h's "Robust passes", outlier rejection) for the runs that follow: after
+ * the least-squares solve, `passes` (0..SW_SABRE_ROBUST_MAX_PASSES; 0, the default: none) more
+ * solves on Huber pseudo-observations with threshold kappa = `threshold` (1..1000;
+ * SW_SABRE_ROBUST_THRESHOLD is the others' default) times the lower median of the residual
+ * lengths over the valid lenslets, as sw_sabre_global_params' robust_passes. The model slope
+ * mu_v is the spline's mean gradient over the lenslet's square (its data rows above; for d = 1
+ * the rows weighted as in sabre.h's model, which makes it a_v . s, so d = 1 gives global
+ * SABRE's robust result). Each pass re-solves with the factorisation in use (the multiplier
+ * iteration, from the last solution): no refactorisation, and the soft weight stays the one the
+ * run chose from the measured slopes (an outlier raises the noise estimate, and so the weight,
+ * before the passes reject it). SW_EINVAL for passes or threshold out of range (the plan keeps
+ * its setting). */
+sw_status sw_sabre_spline_set_robust(sw_sabre_spline *s, int32_t passes, double threshold);
 /* The weight W of the factorisation in use: after a run, the weight that run used (NaN for
  * d = 1). */
 double sw_sabre_spline_smoothing(const sw_sabre_spline *s);

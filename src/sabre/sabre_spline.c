@@ -18,6 +18,10 @@
  * first-order conditions, as a penalty mu ||H c + y||^2 whose multiplier estimate y is updated
  * after each solve (the method of multipliers, Hestenes 1969 / Powell 1969): the factorisation is
  * made once, each run repeats the band solve until |H c| is at rounding level.
+ *
+ * Robust passes (sw_sabre_spline_set_robust): sabre_global.c's Huber pseudo-observations on these
+ * rows (the model slope of a lenslet: the weighted mean of its data rows), each pass the same
+ * multiplier iteration on the same factor, started from the last solution.
  */
 #include "core/core_internal.h"
 #include "sabre/sabre_internal.h"
@@ -71,6 +75,13 @@ struct sw_sabre_spline {
     int auto_w;
     double eps0, noise, last_noise, last_var;
     float *work; /* 2 nx ny: the noise estimate's differences */
+    /* robust passes (sabre.h, sw_sabre_spline_set_robust): their number and threshold kappa;
+     * obs the pseudo-observations (2 nx ny, as the slopes), mu and wsum the model's slopes and
+     * the weights they are averaged with (2 nx ny), res the residual lengths (nx ny) */
+    int32_t robust_passes;
+    double robust_threshold;
+    float *obs;
+    double *mu, *wsum, *res;
 };
 
 /* ------------------------------------------------------------------ B-form helpers */
@@ -419,6 +430,10 @@ void sw_sabre_spline_destroy(sw_sabre_spline *s)
     free(s->hunk);
     free(s->hval);
     free(s->work);
+    free(s->obs);
+    free(s->mu);
+    free(s->wsum);
+    free(s->res);
     free(s);
 }
 
@@ -588,11 +603,17 @@ sw_status sw_sabre_spline_create(sw_context *ctx, const sw_sabre_spline_params *
     s->auto_w = p->degree >= 2 && p->smoothing == 0.0;
     s->noise = -1.0;
     s->last_noise = s->last_var = NAN;
+    s->robust_passes = 0;
+    s->robust_threshold = SW_SABRE_ROBUST_THRESHOLD;
     s->valid = malloc((size_t)nlens);
     s->work = malloc((size_t)(4 * nlens) * sizeof *s->work);
     s->test = calloc((size_t)ntri, 1);
     s->tunk = malloc((size_t)(ntri * s->nb) * sizeof *s->tunk);
-    if (!s->valid || !s->work || !s->test || !s->tunk) {
+    s->obs = malloc((size_t)(2 * nlens) * sizeof *s->obs);
+    s->mu = malloc((size_t)(2 * nlens) * sizeof *s->mu);
+    s->wsum = malloc((size_t)(2 * nlens) * sizeof *s->wsum);
+    s->res = malloc((size_t)nlens * sizeof *s->res);
+    if (!s->valid || !s->work || !s->test || !s->tunk || !s->obs || !s->mu || !s->wsum || !s->res) {
         sw_sabre_spline_destroy(s);
         return sw_fail(ctx, SW_ENOMEM, "%s: out of memory", who);
     }
@@ -827,6 +848,106 @@ double sw_sabre_spline_noise(const sw_sabre_spline *s)
     return s ? s->last_noise : NAN;
 }
 
+/* The penalised least-squares solution for the data `slopes` with the factorisation in use, from
+ * c and the multipliers s->y as they are (zero for a fresh start). Each iteration: one solve for
+ * the correction from the residual of the rows themselves (the corrected semi-normal equations:
+ * the accuracy of a QR of the rows, not of the squared normal matrix), then the multiplier update
+ * y += H c; until the correction and |H c| are at rounding level (SW_SPLINE_AL_TOL of `scale`, the
+ * largest |pitch slope|, or of the largest |c|). */
+static sw_status solve(sw_sabre_spline *s, const char *who, const float *slopes, double scale,
+                       double *c)
+{
+    sw_status st = SW_OK;
+    for (int it = 0; it < SW_SPLINE_AL_ITERS; it++) {
+        objective_gradient(s, slopes, c, s->rhs);
+        st = sw_sabre_band_solve(s->ctx, who, s->n, s->kd, s->ab, s->rhs);
+        if (st != SW_OK)
+            break;
+        double dmax = 0.0, cmax = scale;
+        for (int32_t u = 0; u < s->n; u++) {
+            c[u] += s->rhs[u];
+            dmax = fmax(dmax, fabs(s->rhs[u]));
+            cmax = fmax(cmax, fabs(c[u]));
+        }
+        hard_apply(s, c, s->hc);
+        double hmax = 0.0;
+        for (int64_t k = 0; k < s->nh; k++) {
+            hmax = fmax(hmax, fabs(s->hc[k]));
+            s->y[k] += s->hc[k];
+        }
+        if (it > 0 && dmax <= SW_SPLINE_AL_TOL * cmax && hmax <= SW_SPLINE_AL_TOL * cmax)
+            break;
+    }
+    return st;
+}
+
+/* A robust pass's pseudo-observations (sabre.h, "Robust passes") into s->obs: for each valid
+ * lenslet the model's slope mu from the solution c, the residual r = sigma - mu, and mu +
+ * r min(1, kappa m / |r|), m the lower median of |r| over the valid lenslets. The model's slope
+ * is the weighted mean of the lenslet's data rows (over the pitch): for d >= 2 its mean-gradient
+ * row; for d = 1 the mean row and the per-triangle rows together, which is the mean of its
+ * triangles' gradients, sabre.h's a_v (sw_sabre_global_run's pass, on the same rows). As there,
+ * mu is rounded to float before the residual is taken, so that a lenslet within the threshold
+ * keeps its slope exactly. */
+static void robust_data(sw_sabre_spline *s, const float *slopes, const double *c)
+{
+    const int64_t nlens = (int64_t)s->nx * s->ny;
+    for (int64_t k = 0; k < 2 * nlens; k++)
+        s->mu[k] = s->wsum[k] = 0.0;
+    for (int64_t k = 0; k < s->nrow; k++) {
+        const int64_t t = s->rt[k];
+        if (t < 0)
+            continue;
+        double v = 0.0;
+        for (int64_t f = s->rptr[k]; f < s->rptr[k + 1]; f++)
+            v += s->rval[f] * c[s->runk[f]];
+        s->mu[t] += s->rw[k] * v;
+        s->wsum[t] += s->rw[k];
+    }
+    int64_t nres = 0;
+    for (int64_t l = 0; l < nlens; l++) {
+        s->obs[l] = s->obs[l + nlens] = 0.0f;
+        if (!s->valid[l])
+            continue;
+        for (int q = 0; q < 2; q++) {
+            const int64_t t = l + q * nlens;
+            s->obs[t] = (float)(s->wsum[t] > 0.0 ? s->mu[t] / (s->wsum[t] * s->pitch) : 0.0);
+        }
+        const double rx = (double)slopes[l] - (double)s->obs[l];
+        const double ry = (double)slopes[l + nlens] - (double)s->obs[l + nlens];
+        s->res[nres++] = sqrt(rx * rx + ry * ry);
+    }
+    if (nres == 0)
+        return;
+    const double tau = s->robust_threshold * sw_sabre_lower_median(s->res, nres);
+    for (int64_t l = 0; l < nlens; l++) {
+        if (!s->valid[l])
+            continue;
+        const double mx = s->obs[l], my = s->obs[l + nlens];
+        const double rx = (double)slopes[l] - mx, ry = (double)slopes[l + nlens] - my;
+        const double r = sqrt(rx * rx + ry * ry), f = r > tau ? tau / r : 1.0;
+        s->obs[l] = (float)(mx + f * rx);
+        s->obs[l + nlens] = (float)(my + f * ry);
+    }
+}
+
+sw_status sw_sabre_spline_set_robust(sw_sabre_spline *s, int32_t passes, double threshold)
+{
+    if (!s)
+        return sw_fail(NULL, SW_EINVAL, "global SABRE (degree d): the plan is NULL");
+    if (passes < 0 || passes > SW_SABRE_ROBUST_MAX_PASSES)
+        return sw_fail(s->ctx, SW_EINVAL,
+                       "global SABRE (degree %d): robust passes %d is not in 0..%d", (int)s->d,
+                       (int)passes, SW_SABRE_ROBUST_MAX_PASSES);
+    if (!(threshold >= 1.0 && threshold <= 1e3))
+        return sw_fail(s->ctx, SW_EINVAL,
+                       "global SABRE (degree %d): robust threshold %g is not in 1..1000", (int)s->d,
+                       threshold);
+    s->robust_passes = passes;
+    s->robust_threshold = threshold;
+    return SW_OK;
+}
+
 sw_status sw_sabre_spline_run(sw_sabre_spline *s, const float *slopes, double *coef)
 {
     char who[48];
@@ -863,29 +984,13 @@ sw_status sw_sabre_spline_run(sw_sabre_spline *s, const float *slopes, double *c
         if (s->valid[l])
             scale = fmax(scale,
                          s->pitch * fmax(fabs((double)slopes[l]), fabs((double)slopes[l + nlens])));
-    /* Each pass: one solve for the correction from the residual of the rows themselves (the
-     * corrected semi-normal equations: the accuracy of a QR of the rows, not of the squared
-     * normal matrix), then the multiplier update y += H c. */
     memset(s->y, 0, (size_t)s->nh * sizeof *s->y);
-    for (int it = 0; it < SW_SPLINE_AL_ITERS; it++) {
-        objective_gradient(s, slopes, c, s->rhs);
-        st = sw_sabre_band_solve(s->ctx, who, s->n, s->kd, s->ab, s->rhs);
-        if (st != SW_OK)
-            break;
-        double dmax = 0.0, cmax = scale;
-        for (int32_t u = 0; u < s->n; u++) {
-            c[u] += s->rhs[u];
-            dmax = fmax(dmax, fabs(s->rhs[u]));
-            cmax = fmax(cmax, fabs(c[u]));
-        }
-        hard_apply(s, c, s->hc);
-        double hmax = 0.0;
-        for (int64_t k = 0; k < s->nh; k++) {
-            hmax = fmax(hmax, fabs(s->hc[k]));
-            s->y[k] += s->hc[k];
-        }
-        if (it > 0 && dmax <= SW_SPLINE_AL_TOL * cmax && hmax <= SW_SPLINE_AL_TOL * cmax)
-            break;
+    st = solve(s, who, slopes, scale, c);
+    /* robust passes: the same factorisation (and soft weight), the pseudo-observations as data;
+     * each solve starts from the last one's c and multipliers */
+    for (int32_t t = 0; t < s->robust_passes && st == SW_OK; t++) {
+        robust_data(s, slopes, c);
+        st = solve(s, who, s->obs, scale, c);
     }
     if (st == SW_OK) {
         const int64_t nc = sw_sabre_spline_coefficients(s);
