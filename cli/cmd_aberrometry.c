@@ -156,6 +156,11 @@ void sw_cmd_aberrometry_help(FILE *out)
         "                         auto (default): the spots path where the glow path finds\n"
         "                         no pupil; glow: never the spots path; spots: the spots path\n"
         "                         for every pupil (an instrument without glow)\n"
+        "  --edge-level F|auto    the glow path's threshold between iris and pupil (see\n"
+        "                         'spotwave pupil'; default 0.4); auto measures the edge's\n"
+        "                         half height per frame: the radius within 1 %% when the\n"
+        "                         glow falls off towards the edge, at about twice the\n"
+        "                         tracking time\n"
         "\n"
         "Output:\n"
         "  -o, --out FILE         the CSV (default: standard output)\n"
@@ -248,6 +253,7 @@ enum {
     OPT_PUPIL_ELLIPSE,
     OPT_PUPIL_METHOD,
     OPT_FULL_SCALE,
+    OPT_EDGE_LEVEL,
 };
 
 typedef struct ab_opts {
@@ -269,6 +275,8 @@ typedef struct ab_opts {
     int eyes_auto;        /* --eyes auto                                       */
     sw_cli_given given;   /* --pupil-center, --pupil-radius-px, --pupil-ellipse */
     int spots_mode;       /* --pupil-method: pupil.h's spots_fallback (1: auto) */
+    int have_edge_level;  /* --edge-level given                                  */
+    double edge_level;    /* its value (SW_PUPIL_EDGE_AUTO for auto)             */
     double full_scale;    /* --full-scale (0: by type) */
 } ab_opts;
 
@@ -323,6 +331,7 @@ static int parse_opts(ab_opts *o, int argc, char **argv)
         {"pupil-radius-px", required_argument, NULL, OPT_PUPIL_RADIUS},
         {"pupil-ellipse", required_argument, NULL, OPT_PUPIL_ELLIPSE},
         {"pupil-method", required_argument, NULL, OPT_PUPIL_METHOD},
+        {"edge-level", required_argument, NULL, OPT_EDGE_LEVEL},
         {"full-scale", required_argument, NULL, OPT_FULL_SCALE},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -481,6 +490,17 @@ static int parse_opts(ab_opts *o, int argc, char **argv)
         case OPT_PUPIL_METHOD:
             if ((o->spots_mode = sw_cli_pupil_method(optarg)) < 0)
                 return sw_cli_usage(S, "%s: '%s' is not auto, glow or spots", name, optarg);
+            break;
+        case OPT_EDGE_LEVEL:
+            o->have_edge_level = 1;
+            if (strcmp(optarg, "auto") == 0) {
+                o->edge_level = SW_PUPIL_EDGE_AUTO;
+                break;
+            }
+            rc = sw_cli_opt_double(S, name, optarg, SW_CLI_NONNEG, "a number >= 0 or auto",
+                                   &o->edge_level);
+            if (rc == SW_EXIT_OK && !(o->edge_level < 1))
+                return sw_cli_usage(S, "%s: '%s' is not below 1", name, optarg);
             break;
         case OPT_FULL_SCALE:
             rc =
@@ -678,6 +698,8 @@ static int make_plan(ab_job *j)
     p->contrast_full_scale = o->full_scale;
     p->streams = o->streams;
     p->pupil.spots_fallback = o->spots_mode;
+    if (o->have_edge_level)
+        p->pupil.edge_level = o->edge_level;
     (void)sw_cli_given_finish(SUB, &o->given, o->n_eyes, &p->pupil); /* checked by parse_opts */
     sw_status st = sw_aberrometry_create(j->ctx, p, &j->plan);
     if (st != SW_OK)
@@ -1207,6 +1229,10 @@ static void json_report(const ab_job *j, double seconds, const sw_cli_mpi *mpi)
     sw_cli_json_string(r, "pupil_tracking",
                        p->pupil.given ? "given"
                                       : sw_cli_pupil_method_name(p->pupil.spots_fallback));
+    if (p->pupil.edge_level < 0.0)
+        sw_cli_json_string(r, "edge_level", "auto");
+    else
+        sw_cli_json_double(r, "edge_level", p->pupil.edge_level);
     sw_cli_json_double(r, "vertex_mm", p->vertex_mm);
     sw_cli_clinical_json(r, &o->clin);
     sw_cli_json_string(r, "psf", o->clin.psf_png);
