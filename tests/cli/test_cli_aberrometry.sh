@@ -277,6 +277,16 @@ check coef "$tmp/z1s.csv" "$want" 0.05 0.05 || fail "--mesh-stages 1: $(cat "$tm
 check json "$tmp/z1s.json" "$tmp/z1s.csv" 'rep["mesh_stages"] == 1 and rep["mesh_tolerance"] == 0 and rep["prelim_order"] == 2' ||
     fail "--mesh-stages 1 in the report: $out"
 expect_usage aberrometry "$tmp/eye.pgm" --reference "$tmp/ref.pgm" --mesh-stages 9
+# --edge-level: the glow path's level reaches the tracker (auto: measured per frame) and the
+# report; the same eye within 1 px of the fixed level's pupil; 1 and words refused
+expect 0 --backend cpu aberrometry "$tmp/eye.pgm" --reference "$tmp/ref.pgm" "${grid[@]}" \
+    "${mag[@]}" --out "$tmp/z1e.csv" --json --edge-level auto
+printf '%s\n' "$out" >"$tmp/z1e.json"
+check json "$tmp/z1e.json" "$tmp/z1e.csv" 'rep["edge_level"] == "auto" and e["valid"] and abs(e["pupil"]["a_px"] - 288) < 1.5' ||
+    fail "--edge-level auto: $out"
+check json "$tmp/z1.json" "$tmp/z1j.csv" 'rep["edge_level"] == 0.4' || fail "default edge level in the report"
+expect_usage aberrometry "$tmp/eye.pgm" --reference "$tmp/ref.pgm" --edge-level 1
+expect_usage aberrometry "$tmp/eye.pgm" --reference "$tmp/ref.pgm" --edge-level high
 expect_usage aberrometry "$tmp/eye.pgm" --reference "$tmp/ref.pgm" --mesh-tolerance -1
 # --fit-radius-px 288 (the sim's circle): the same coefficients, the radius reported
 expect 0 --backend cpu aberrometry "$tmp/eye.pgm" --reference "$tmp/ref.pgm" "${grid[@]}" \
