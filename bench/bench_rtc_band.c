@@ -717,9 +717,25 @@ static int run_rate(sys *s, const opts *o, double rate, int64_t frames, float *l
     if (o->trace)
         clock_sync(b, &k.off0, &k.rtt0, &k.t0, &k.ok); /* the kernel idles: frame 1 not sent */
     cam.deadline_us = now_us() + 2.0 * (double)n * cam.period_us + 5e6;
+    /* The camera thread starts on its own CPU: a new thread inherits the creator's CPUs and
+     * policy, so with --rt it would start SCHED_FIFO on the consumer's CPU, behind this thread,
+     * which spins at the same priority below and never yields it the CPU to pin itself. */
     pthread_t th;
-    if (pthread_create(&th, NULL, camera_run, &cam) != 0) {
-        fprintf(stderr, "%s: pthread_create failed\n", PROG);
+    pthread_attr_t attr;
+    const int attr_ok = pthread_attr_init(&attr) == 0;
+    int made = attr_ok;
+    if (made && cam.cpu >= 0) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(cam.cpu, &set);
+        made = pthread_attr_setaffinity_np(&attr, sizeof set, &set) == 0;
+    }
+    if (made)
+        made = pthread_create(&th, &attr, camera_run, &cam) == 0;
+    if (attr_ok)
+        pthread_attr_destroy(&attr);
+    if (!made) {
+        fprintf(stderr, "%s: pthread_create failed (camera thread on CPU %d)\n", PROG, cam.cpu);
         sw_rtc_band_destroy(b);
         free((void *)cam.tlast);
         free(seen);
