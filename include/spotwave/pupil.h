@@ -57,7 +57,13 @@
  *         times. A refit that does not find the pupil keeps the last one found (and its
  *         threshold, mask and border list); a pupil smaller than R = 2 (m + 8) px, bands with
  *         fewer than 64 pixels, or an edge less than 2 levels above the outside keep the
- *         threshold they have.
+ *         threshold they have. A first fit that does not find the pupil is tried again at the
+ *         edge levels 0.2, 0.1 and 0.05 (each halving the level reaches an edge half as bright:
+ *         a glow falling off by 0.8-0.95 has its edge below 0.4, and the blob cut at 0.4 out of
+ *         the dim glow inside it is ragged), skipping those that give no lower threshold, until
+ *         one finds it with a clean edge (near-band points at most half of max_near_ratio x
+ *         inliers); the refits then follow from it and must have a clean edge too. None
+ *         finding it: the first fit's pupil (not found), mask and border list stay.
  *      A region whose pixels all have one value has no threshold: not found.
  *   4. Morphological close of the inside mask with a (2 close_radius + 1)^2 square: dilation
  *      (maximum) then erosion (minimum), each separable (rows, then columns), windows clipped to

@@ -559,8 +559,11 @@ sw_status sw_pupil_cpu_run(sw_pupil_plan *plan, const sw_image *frame, sw_pupil_
                 hist[row[x]]++;
         }
         const int auto_edge = p->edge_level < 0.0;
-        const int32_t t = sw_pm_threshold(hist, p->otsu_classes,
-                                          auto_edge ? SW_PM_EDGE_AUTO_INIT : p->edge_level);
+        const int32_t t_o = sw_pm_split(hist, p->otsu_classes);
+        const int32_t t =
+            sw_pm_edge_threshold(hist, t_o, auto_edge ? SW_PM_EDGE_AUTO_INIT : p->edge_level);
+        int32_t retry_thr[SW_PM_AUTO_RETRIES];
+        sw_pm_auto_retry_thresholds(hist, t_o, retry_thr);
         o->threshold = t;
 
         int64_t n = 0;
@@ -580,10 +583,31 @@ sw_status sw_pupil_cpu_run(sw_pupil_plan *plan, const sw_image *frame, sw_pupil_
             /* steps 6-9 */
             const sw_pm_region r = sw_pm_region_make(x0, x1, height, p->inlier_px);
             fit_impl(plan, &r, plan->border_xy[i], n, o, threads);
-            /* step 3d (automatic edge level): the threshold at the half height of the found
-             * edge, steps 4-9 again, until it stays; a refit that fails keeps the last pupil
-             * (pupil_model.h's sw_pm_auto course, as the GPU's passes) */
-            sw_pm_auto au = sw_pm_auto_start(auto_edge && scale != 0.0, o->valid, t);
+            /* step 3d (automatic edge level; pupil_model.h's sw_pm_auto course, as the GPU's
+             * passes): a first fit that fails is tried again at lower levels (none finding
+             * the pupil: the first fit's stays); then the threshold at the half height of the
+             * found edge, steps 4-9 again, until it stays; a refit that fails keeps the last
+             * pupil */
+            sw_pm_auto au = sw_pm_auto_start(auto_edge && scale != 0.0, o->valid, t, retry_thr);
+            if (au.retrying) {
+                const sw_pupil_ellipse first = *o;
+                while (au.retrying) {
+                    close_impl(plan->smooth8, plan->tmp8, plan->closed8, width, height, x0, x1,
+                               au.thr, p->close_radius, threads);
+                    n = border_par(plan->closed8, width, height, x0, x1, plan->border_xy[i],
+                                   (int64_t *)(void *)plan->tmp8, threads);
+                    fit_impl(plan, &r, plan->border_xy[i], n, o, threads);
+                    o->threshold = au.thr;
+                    if (sw_pm_auto_retried(&au, sw_pm_auto_found(&au, o, p->max_near_ratio))) {
+                        /* back to the first fit, its mask and border list */
+                        *o = first;
+                        close_impl(plan->smooth8, plan->tmp8, plan->closed8, width, height, x0, x1,
+                                   au.thr, p->close_radius, threads);
+                        n = border_par(plan->closed8, width, height, x0, x1, plan->border_xy[i],
+                                       (int64_t *)(void *)plan->tmp8, threads);
+                    }
+                }
+            }
             while (sw_pm_auto_more(&au)) {
                 unsigned int h[768];
                 sw_pm_ring g;
@@ -597,7 +621,7 @@ sw_status sw_pupil_cpu_run(sw_pupil_plan *plan, const sw_image *frame, sw_pupil_
                                (int64_t *)(void *)plan->tmp8, threads);
                 fit_impl(plan, &r, plan->border_xy[i], n, o, threads);
                 o->threshold = au.thr;
-                if (sw_pm_auto_refit(&au, o->valid)) {
+                if (sw_pm_auto_refit(&au, sw_pm_auto_found(&au, o, p->max_near_ratio))) {
                     /* back to the last pupil found, and its mask and border list */
                     *o = prev;
                     close_impl(plan->smooth8, plan->tmp8, plan->closed8, width, height, x0, x1,

@@ -44,13 +44,20 @@
  *                                   thread, the inliers and near-band points, the verdict, written
  *                                   into mapped host memory (seed's optimisation 4: no
  *                                   device-to-host copy)
- *   step 3d   pp_ring_kernel        the automatic edge level (edge_level < 0): the histograms of
- *                                   the bands about each pupil still being refitted (the pixels
- *                                   of sw_pm_ring_box, a grid per pupil); the last block takes
- *                                   each pupil's decision (sw_pm_auto_measure). Then steps 4-9
- *                                   again (pass k of SW_PM_RING_PASSES), each kernel returning at
- *                                   once where nothing changed, and the masks once more (a refit
- *                                   that found nothing: the last pupil's threshold restored)
+ *   step 3d   the automatic edge level (edge_level < 0): step 3 also gives the thresholds of
+ *                                   the retries' lower levels; a first fit that fails marks its
+ *                                   pupil for a retry (pp_fit_kernel, sw_pm_auto_start), and
+ *                                   SW_PM_AUTO_RETRIES passes of steps 4-9 follow, each kernel
+ *                                   returning at once where no pupil is retried (a retry that
+ *                                   fails marks the next one, the last restores the first fit's
+ *                                   threshold). Then
+ *             pp_ring_kernel        the histograms of the bands about each pupil still being
+ *                                   refitted (the pixels of sw_pm_ring_box, a grid per pupil);
+ *                                   the last block takes each pupil's decision
+ *                                   (sw_pm_auto_measure). Then steps 4-9 again (refit k of
+ *                                   SW_PM_RING_PASSES), each kernel returning at once where
+ *                                   nothing changed, and the masks once more (a refit or the last
+ *                                   retry that found nothing: the last pupil's threshold restored)
  *   mask      pp_lenslet_kernel     one thread per lenslet
  * Everything after the frame's copy into the plan's buffer is one CUDA graph, captured on the
  * first run and launched per frame; the host waits once, at the end. Several kernels end with the
@@ -138,6 +145,7 @@ struct pp_state {
     sw_pm_auto au[2];
     int32_t refit[2], redo_mask;
     unsigned int ring[2][3 * 256];
+    int32_t retry_thr[2][SW_PM_AUTO_RETRIES]; /* step 3: the retries' thresholds (edge_level < 0) */
 };
 
 /* The Gaussian's Q16 weights, passed by value (kernel parameters live in constant memory; a
@@ -157,7 +165,7 @@ struct __align__(16) pp_cand
 /* What the fitting kernels (steps 6-9) read, by value. */
 struct pp_fit_args {
     int32_t width, height, n_pupils, candidates, refine_iterations;
-    int32_t pass;      /* 0: the first fit; k > 0: step 3d's refit k (only pupils with refit) */
+    int32_t pass;      /* 0: the first fit; k > 0: step 3d's retry or refit (pupils with refit) */
     int32_t auto_edge; /* step 3d is on (edge_level < 0)                                      */
     double inlier_px, min_r, max_r, min_coverage, max_near_ratio;
     int64_t npix;             /* frame pixels                                          */
@@ -828,15 +836,28 @@ __device__ int32_t pp_edge_block(const long long *cn, const long long *cs, int32
     return th < 0.0 ? 0 : (th > 254.0 ? 254 : (int32_t)th);
 }
 
+/* Step 3d's retries' thresholds of region r (sw_pm_auto_retry_thresholds) by the block from the
+ * clipped histogram's prefix counts and sums and its split t_o, into st->retry_thr[r]. */
+__device__ void pp_retry_block(const long long *cn, const long long *cs, int32_t t_o, pp_state *st,
+                               int r)
+{
+    for (int k = 0; k < SW_PM_AUTO_RETRIES; k++) {
+        const int32_t th = pp_edge_block(cn, cs, t_o, sw_pm_auto_retry_level(k));
+        if (threadIdx.x == 0)
+            st->retry_thr[r][k] = th;
+    }
+}
+
 /*
  * Step 3 of region r by the block (PP_PIX = 256 threads) from its histogram hist_r (added by the
  * other blocks of the grid: read from L2): the clip (pp_clip_block), the prefix sums of the
  * clipped histogram, the two-class Otsu split (sw_pm_otsu: the criterion per t in 0..254, the
  * first maximum; -1 when no t splits the pixels). With otsu_classes 2 the edge level then gives
- * the threshold; with 3 the clipped histogram goes to pp_otsu3_kernel, which finishes.
+ * the threshold (with auto_edge also the retries' thresholds); with 3 the clipped histogram goes
+ * to pp_otsu3_kernel, which finishes.
  */
 __device__ void pp_threshold_block(const unsigned int *hist_r, int otsu_classes, double edge_level,
-                                   pp_state *st, int r)
+                                   int auto_edge, pp_state *st, int r)
 {
     __shared__ long long h[256], cn[256], cs[256];
     const int t = threadIdx.x;
@@ -861,6 +882,8 @@ __device__ void pp_threshold_block(const unsigned int *hist_r, int otsu_classes,
         const int32_t th = pp_edge_block(cn, cs, t2c, edge_level);
         if (t == 0)
             st->thr[r] = th;
+        if (auto_edge)
+            pp_retry_block(cn, cs, t2c, st, r);
     }
 }
 
@@ -873,7 +896,8 @@ __device__ void pp_threshold_block(const unsigned int *hist_r, int otsu_classes,
  */
 __global__ void __launch_bounds__(PP_PIX)
     pp_hist_kernel(const uint8_t *smooth, int32_t width, int64_t npix, int n_pupils,
-                   int otsu_classes, double edge_level, pp_state *st, unsigned int *hist)
+                   int otsu_classes, double edge_level, int auto_edge, pp_state *st,
+                   unsigned int *hist)
 {
     __shared__ unsigned int sh[512];
     for (int i = threadIdx.x; i < 512; i += PP_PIX)
@@ -912,7 +936,7 @@ __global__ void __launch_bounds__(PP_PIX)
             atomicAdd(&hist[i], sh[i]);
     if (pp_last_block(&st->ticket[PP_TICKET_OTSU]))
         for (int r = 0; r < n_pupils; r++)
-            pp_threshold_block(hist + 256 * r, otsu_classes, edge_level, st, r);
+            pp_threshold_block(hist + 256 * r, otsu_classes, edge_level, auto_edge, st, r);
 }
 
 /*
@@ -921,10 +945,11 @@ __global__ void __launch_bounds__(PP_PIX)
  * histogram's prefix sums (pairs with an empty bin at t1 or t2 are skipped, as the model allows);
  * the block's best t2 (the smallest on ties) per t1. The grid's last block takes per region the
  * best t1 (the smallest on ties: the model's lexicographic order), falls back to the two-class
- * split when no pair splits the pixels into three classes, and applies the edge level.
+ * split when no pair splits the pixels into three classes, and applies the edge level (with
+ * auto_edge also the retries' levels).
  */
 __global__ void __launch_bounds__(PP_PIX)
-    pp_otsu3_kernel(pp_state *st, int n_pupils, double edge_level)
+    pp_otsu3_kernel(pp_state *st, int n_pupils, double edge_level, int auto_edge)
 {
     const int r = blockIdx.y, t1 = blockIdx.x, t = threadIdx.x, t2 = t1 + 1 + t;
     const long long *h = st->o3h[r], *cn = st->o3n[r], *cs = st->o3s[r];
@@ -947,6 +972,8 @@ __global__ void __launch_bounds__(PP_PIX)
         const int32_t th = pp_edge_block(st->o3n[q], st->o3s[q], t_o, edge_level);
         if (t == 0)
             st->thr[q] = th;
+        if (auto_edge)
+            pp_retry_block(st->o3n[q], st->o3s[q], t_o, st, q);
     }
 }
 
@@ -1483,9 +1510,13 @@ __device__ void pp_not_found(sw_pupil_ellipse *o, sw_pupil_failure f)
  * (sw_pm_ellipse_out, sw_pm_verdict).
  * Thread 0 writes the pupil into the mapped result (the seed's optimisation 4) and into the
  * device copy; block 0 also the frame's fields. Step 3d (pupil_model.h sw_pm_auto): the first
- * fit (a.pass 0) starts each pupil's course; a refit (a.pass > 0, only pupils with refit) that
- * finds the pupil replaces it, one that does not leaves the last pupil in place and restores
- * its threshold, whose masks the next steps 4-5 make again (redo_mask). */
+ * fit (a.pass 0) starts each pupil's course, and a pupil not found is marked for its first retry
+ * (refit, a fresh RANSAC winner, its threshold, the masks to be made again: redo_mask). In the
+ * later passes (a.pass > 0) only pupils with refit: a retry (au.retrying) that finds the pupil
+ * (sw_pm_auto_retry_found) replaces the first fit's; one that does not is dropped and marks the
+ * next retry, or, the last, restores the first fit's threshold; a refit that finds the pupil
+ * replaces it, one that does not leaves the last pupil in place and restores its threshold.
+ * Masks to be made again are made by the next steps 4-5 (redo_mask). */
 __global__ void __launch_bounds__(PP_FIT) pp_fit_kernel(const pp_fit_args a)
 {
     __shared__ double part[PP_FIT / 32][SW_PM_NACC];
@@ -1598,15 +1629,39 @@ __global__ void __launch_bounds__(PP_FIT) pp_fit_kernel(const pp_fit_args a)
         if (early == SW_PUPIL_EMPTY_FRAME)
             o.threshold = -1; /* as pupil_cpu.c: nothing to track, whatever the steps made */
     }
+    __syncthreads(); /* every thread has read the state that thread 0 now changes */
     if (tid != 0)
         return;
     /* o is thread 0's */
     if (a.pass == 0) {
-        st->au[r] = sw_pm_auto_start(a.auto_edge, o.valid, thr);
+        const sw_pm_auto au =
+            sw_pm_auto_start(a.auto_edge && scale > 0.0, o.valid, thr, st->retry_thr[r]);
+        st->au[r] = au;
+        if (au.retrying) { /* the first retry, in the next pass */
+            st->thr[r] = au.thr;
+            st->best[r] = 0;
+            st->refit[r] = 1;
+            st->redo_mask = 1;
+        }
+    } else if (st->au[r].retrying) {
+        sw_pm_auto au = st->au[r];
+        st->refit[r] = 0;
+        const int found = sw_pm_auto_found(&au, &o, a.max_near_ratio);
+        sw_pm_auto_retried(&au, found);
+        st->au[r] = au;
+        if (!found) { /* the next retry, or the first fit's threshold back */
+            st->thr[r] = au.thr;
+            st->redo_mask = 1;
+            if (au.retrying) {
+                st->best[r] = 0;
+                st->refit[r] = 1;
+            }
+            return; /* the first fit's pupil stays (result and device copy) */
+        }
     } else {
         sw_pm_auto au = st->au[r];
         st->refit[r] = 0;
-        const int restore = sw_pm_auto_refit(&au, o.valid);
+        const int restore = sw_pm_auto_refit(&au, sw_pm_auto_found(&au, &o, a.max_near_ratio));
         st->au[r] = au;
         if (restore) {
             st->thr[r] = au.thr;
@@ -1871,10 +1926,10 @@ static sw_status pp_enqueue_frame(sw_pupil_plan *plan, cudaStream_t s)
     const int auto_edge = p->edge_level < 0.0;
     const double level = auto_edge ? SW_PM_EDGE_AUTO_INIT : p->edge_level;
     pp_hist_kernel<<<pp_grid(plan, plan->npix / 16, PP_PIX, 2), PP_PIX, 0, s>>>(
-        g->smooth8, w, plan->npix, np, p->otsu_classes, level, g->st, g->hist);
+        g->smooth8, w, plan->npix, np, p->otsu_classes, level, auto_edge, g->st, g->hist);
     SW_CU(cudaGetLastError());
     if (p->otsu_classes == 3) {
-        pp_otsu3_kernel<<<dim3(254, (unsigned)np), PP_PIX, 0, s>>>(g->st, np, level);
+        pp_otsu3_kernel<<<dim3(254, (unsigned)np), PP_PIX, 0, s>>>(g->st, np, level, auto_edge);
         SW_CU(cudaGetLastError());
     }
 
@@ -1907,17 +1962,23 @@ static sw_status pp_enqueue_frame(sw_pupil_plan *plan, cudaStream_t s)
     a.pupils = g->pupils;
     SW_TRY(pp_enqueue_fit(plan, s, &a));
 
-    /* Step 3d: SW_PM_RING_PASSES passes of the measure, steps 4-5 and steps 6-9 (kernels that
-     * return at once where no pupil goes on), then steps 4-5 once more (after a refit that
-     * found nothing in the last pass) */
+    /* Step 3d: SW_PM_AUTO_RETRIES passes of steps 4-5 and 6-9 for the first fits that failed,
+     * SW_PM_RING_PASSES passes of the measure, steps 4-5 and steps 6-9 (kernels that return at
+     * once where no pupil goes on), then steps 4-5 once more (after a refit that found nothing
+     * in the last pass) */
     if (auto_edge) {
+        for (int k = 1; k <= SW_PM_AUTO_RETRIES; k++) {
+            SW_TRY(pp_enqueue_masks(plan, s, 1));
+            a.pass = k;
+            SW_TRY(pp_enqueue_fit(plan, s, &a));
+        }
         const unsigned nb = pp_grid(plan, plan->npix / np, PP_PIX, 2);
         for (int pass = 1; pass <= SW_PM_RING_PASSES; pass++) {
             pp_ring_kernel<<<dim3(nb, (unsigned)np), PP_PIX, 0, s>>>(
                 g->smooth8, w, h, np, p->gauss_radius, p->gauss_sigma, g->pupils, g->st);
             SW_CU(cudaGetLastError());
             SW_TRY(pp_enqueue_masks(plan, s, 1));
-            a.pass = pass;
+            a.pass = SW_PM_AUTO_RETRIES + pass;
             SW_TRY(pp_enqueue_fit(plan, s, &a));
         }
         SW_TRY(pp_enqueue_masks(plan, s, 1));

@@ -328,11 +328,11 @@ SW_PM_FN int32_t sw_pm_edge_threshold(const int64_t *hist, int32_t t_o, double e
     return t < 0.0 ? 0 : (t > 254.0 ? 254 : (int32_t)t);
 }
 
-/* Step 3, all of it: clip (sw_pm_clip_hist, in place), split with otsu_classes 2 (sw_pm_otsu)
- * or 3 (t1 of sw_pm_otsu3; a region whose clipped pixels take exactly two values has no
- * three-class split and gets the two-class one), then the edge level
- * (sw_pm_edge_threshold). -1 when the region's pixels all have one value. */
-SW_PM_FN int32_t sw_pm_threshold(int64_t *hist, int32_t otsu_classes, double edge_level)
+/* Steps 3a-3b: the clip (sw_pm_clip_hist, in place) and the split t_o with otsu_classes 2
+ * (sw_pm_otsu) or 3 (t1 of sw_pm_otsu3; a region whose clipped pixels take exactly two values
+ * has no three-class split and gets the two-class one); -1 when the region's pixels all have
+ * one value. */
+SW_PM_FN int32_t sw_pm_split(int64_t *hist, int32_t otsu_classes)
 {
     sw_pm_clip_hist(hist);
     int32_t t_o = -1;
@@ -340,7 +340,14 @@ SW_PM_FN int32_t sw_pm_threshold(int64_t *hist, int32_t otsu_classes, double edg
         t_o = sw_pm_otsu3(hist, (int32_t *)0);
     if (t_o < 0)
         t_o = sw_pm_otsu(hist);
-    return sw_pm_edge_threshold(hist, t_o, edge_level);
+    return t_o;
+}
+
+/* Step 3, all of it: the split (sw_pm_split, which clips hist in place), then the edge level
+ * (sw_pm_edge_threshold). -1 when the region's pixels all have one value. */
+SW_PM_FN int32_t sw_pm_threshold(int64_t *hist, int32_t otsu_classes, double edge_level)
+{
+    return sw_pm_edge_threshold(hist, sw_pm_split(hist, otsu_classes), edge_level);
 }
 
 /*
@@ -375,6 +382,46 @@ SW_PM_FN int32_t sw_pm_threshold(int64_t *hist, int32_t otsu_classes, double edg
 #define SW_PM_RING_FAR_HI    0.75
 #define SW_PM_RING_PASSES    4   /* the most refits after the first                    */
 #define SW_PM_EDGE_AUTO_INIT 0.4 /* the first pass's edge level (fall-off 0.3)         */
+#define SW_PM_AUTO_RETRIES   3   /* lower levels tried when the first fit fails        */
+
+/*
+ * The retries of the first fit (step 3d, before the bands can be measured): when the pupil is not
+ * found at SW_PM_EDGE_AUTO_INIT, steps 4-9 run again at the levels 0.2, 0.1, 0.05 of the same
+ * split (sw_pm_edge_threshold of the same clipped histogram and t_o), until one finds it. A glow
+ * falling off by f as 1 - f rho^2 has its edge's half height at about (1 - f) / (2 - f) of the
+ * way from the iris to the pupil's median (pupil.h step 3d); above the edge itself, about twice
+ * that, the blob is cut out of the dim, spot-speckled glow inside the pupil and its border is
+ * ragged (the fit fails with CLUTTER or LOW_SUPPORT). Each retry halves the level, i.e. reaches
+ * an edge half as bright: 0.2 holds an edge down to f ~ 0.8, 0.1 to f ~ 0.9, 0.05 to f ~ 0.95
+ * (sim eye: the first level that finds the pupil at f = 0.8 is 0.3, at 0.9 0.2 to 0.1, at 0.95
+ * 0.15 to 0.05); 0.05 lies 1-3 grey levels above the iris' mean, lower would split the iris'
+ * noise. The retry's pupil is only a start: the refits follow from it.
+ */
+SW_PM_FN double sw_pm_auto_retry_level(int k)
+{
+    return k == 0 ? 0.2 : (k == 1 ? 0.1 : 0.05);
+}
+
+/* A retry's pupil stands only when it passed the verdict with a clean edge: near-band points at
+ * most SW_PM_RETRY_NEAR x max_near_ratio x inliers (half what the verdict lets pass). Of
+ * several tries one is likelier to slip through the verdict by chance, and a dim glow lit mostly
+ * by blurred spots (small pitches) makes a blob that passes at some lower level with a ragged
+ * edge (sim eye, pitch 16, glow 2 e-: near / inliers 0.65-0.74, the radius 1-2 % short, where the
+ * spots path gets within 0.2 %); an edge found at a lower level because the glow falls off is
+ * clean (fall-offs 0.8-0.95: 0.12-0.35). */
+#define SW_PM_RETRY_NEAR 0.5
+SW_PM_FN int sw_pm_auto_retry_found(const sw_pupil_ellipse *o, double max_near_ratio)
+{
+    return o->valid && !((double)o->near > SW_PM_RETRY_NEAR * max_near_ratio * (double)o->inliers);
+}
+
+/* The retries' thresholds from the clipped histogram and its split t_o (as step 3 leaves them):
+ * sw_pm_edge_threshold at each retry level; all -1 when t_o < 0. */
+SW_PM_FN void sw_pm_auto_retry_thresholds(const int64_t *hist, int32_t t_o, int32_t *out)
+{
+    for (int k = 0; k < SW_PM_AUTO_RETRIES; k++)
+        out[k] = sw_pm_edge_threshold(hist, t_o, sw_pm_auto_retry_level(k));
+}
 
 /* The bands about one pupil: per pixel, band k (0 far inside, 1 near inside, 2 outside) when
  * lo2[k] <= rho^2 < hi2[k]. */
@@ -505,7 +552,13 @@ SW_PM_FN void sw_pm_ring_box(const sw_pupil_ellipse *o, const sw_pm_ring *g, int
 
 /*
  * Step 3d's course for one pupil, the same on both backends:
- *   s = sw_pm_auto_start(on, found, t)          after the first fit (threshold t)
+ *   r[k] = sw_pm_edge_threshold(clipped hist, t_o, sw_pm_auto_retry_level(k))   (step 3)
+ *   s = sw_pm_auto_start(on, found, t, r)        after the first fit (threshold t)
+ *   while s.retrying:                            at most SW_PM_AUTO_RETRIES retries
+ *       steps 4-9 with threshold s.thr
+ *       if sw_pm_auto_retried(&s, found): no retry found the pupil: the first fit's (failed)
+ *           pupil stays, and its mask and border list are made again with the restored s.thr
+ *       else found: the retry's pupil stands (else it is dropped: the next retry follows)
  *   while sw_pm_auto_more(&s):                   at most SW_PM_RING_PASSES refits
  *       h = the bands' histograms about the pupil (none when the bands are not usable)
  *       if !sw_pm_auto_measure(&s, usable, h, extrap): stop (the pupil and threshold stand)
@@ -514,22 +567,85 @@ SW_PM_FN void sw_pm_ring_box(const sw_pupil_ellipse *o, const sw_pm_ring *g, int
  *           and its mask and border list are made again with the restored s.thr; stop
  */
 typedef struct sw_pm_auto {
-    int32_t active;   /* refits may follow                                   */
-    int32_t thr;      /* the threshold of the masks being fitted             */
-    int32_t prev_thr; /* the threshold before the last change (its pupil's)  */
-    int32_t refits;   /* refits run so far                                   */
+    int32_t active;    /* refits may follow                                    */
+    int32_t thr;       /* the threshold of the masks being fitted              */
+    int32_t prev_thr;  /* the threshold before the last change (its pupil's)   */
+    int32_t refits;    /* refits run so far                                    */
+    int32_t retrying;  /* a retry of the first fit runs at thr                 */
+    int32_t retries;   /* retry thresholds taken so far                        */
+    int32_t first_thr; /* the first fit's threshold                            */
+    int32_t retried;   /* the pupil was found by a retry                       */
+    int32_t retry_thr[SW_PM_AUTO_RETRIES]; /* the retries' thresholds (-1: none) */
 } sw_pm_auto;
 
-/* After the first fit: refits may follow when step 3d is on (edge_level < 0) and the pupil was
- * found (a frame with scale 0 finds none). */
-SW_PM_FN sw_pm_auto sw_pm_auto_start(int on, int found, int32_t thr)
+/* The next retry: the first of the remaining retry thresholds below the last one tried (the
+ * levels fall; an equal threshold would make the same masks and fail alike); none left: the
+ * retries are over (s->retrying 0). */
+SW_PM_FN void sw_pm_auto_next_retry(sw_pm_auto *s)
+{
+    s->retrying = 0;
+    while (s->retries < SW_PM_AUTO_RETRIES) {
+        const int32_t t = s->retry_thr[s->retries++];
+        if (t >= 0 && t < s->thr) {
+            s->thr = t;
+            s->retrying = 1;
+            return;
+        }
+    }
+}
+
+/* After the first fit (threshold thr; retry_thr: the SW_PM_AUTO_RETRIES retries' thresholds, or
+ * NULL for none): refits may follow when step 3d is on (edge_level < 0, and the frame not empty)
+ * and the pupil was found; when it is on and the pupil was not found (thr >= 0), the first retry
+ * follows if there is one (s.retrying, at s.thr). */
+SW_PM_FN sw_pm_auto sw_pm_auto_start(int on, int found, int32_t thr, const int32_t *retry_thr)
 {
     sw_pm_auto s;
     s.active = on && found;
     s.thr = thr;
     s.prev_thr = thr;
     s.refits = 0;
+    s.retrying = 0;
+    s.retries = 0;
+    s.first_thr = thr;
+    s.retried = 0;
+    for (int k = 0; k < SW_PM_AUTO_RETRIES; k++)
+        s.retry_thr[k] = retry_thr ? retry_thr[k] : -1;
+    if (on && !found && thr >= 0)
+        sw_pm_auto_next_retry(&s);
     return s;
+}
+
+/* After a retry (s->retrying): found, its pupil stands and refits may follow (returns 0); not
+ * found, the next retry follows (s.retrying, returns 0; the pupil is dropped), or, when none is
+ * left, the threshold goes back to the first fit's, whose pupil stays (returns 1: the masks and
+ * border list are to be made again with s->thr). */
+SW_PM_FN int sw_pm_auto_retried(sw_pm_auto *s, int found)
+{
+    if (found) {
+        s->retrying = 0;
+        s->retried = 1;
+        s->active = 1;
+        s->prev_thr = s->thr;
+        return 0;
+    }
+    sw_pm_auto_next_retry(s);
+    if (s->retrying)
+        return 0;
+    s->thr = s->first_thr;
+    s->prev_thr = s->first_thr;
+    return 1;
+}
+
+/* Whether the pupil o of a retry or refit stands (the `found` of sw_pm_auto_retried and
+ * sw_pm_auto_refit): it passed the verdict, and in a retry, or a refit after one, with a clean
+ * edge too (sw_pm_auto_retry_found): the refits then go down to levels near the iris', where a
+ * blob that takes in the iris' noise or an artefact can still pass the verdict (sim eye,
+ * fall-off 0.9: threshold 10 -> 9 turned a pupil within 0.3 % into one 6 % too large, near /
+ * inliers 0.61). A course without a retry is judged by the verdict alone, as before. */
+SW_PM_FN int sw_pm_auto_found(const sw_pm_auto *s, const sw_pupil_ellipse *o, double max_near_ratio)
+{
+    return s->retrying || s->retried ? sw_pm_auto_retry_found(o, max_near_ratio) : o->valid;
 }
 
 /* Whether the bands are to be measured (another refit may follow). */

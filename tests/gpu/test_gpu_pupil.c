@@ -14,9 +14,11 @@
  *   - the automatic edge level (step 3d, SW_PUPIL_EDGE_AUTO): eyes whose glow falls off by 0,
  *     0.5 and 0.9 towards the edge, one and two per frame (f32 host and u16 device frames), and
  *     frames where a refit finds nothing (the last pupil, its mask and border list restored; on
- *     one of two eyes while the other goes on): the same thresholds, masks, lists and pupils as
- *     the CPU's; a sequence of frames on one pair of plans (the graph's passes replayed with other
- *     refits per frame);
+ *     one of two eyes while the other goes on), eyes as `sim eye` makes them whose glow falls off
+ *     by 0.8 and 0.9 (the first fit fails, the retries at lower levels find the pupil) and eyes
+ *     without or with a dim glow (every retry fails: the first fit's pupil, mask and list
+ *     restored): the same thresholds, masks, lists and pupils as the CPU's; a sequence of frames
+ *     on one pair of plans (the graph's passes replayed with other refits per frame);
  *   - a u32 frame too large for the exact integer sums of step 0 (the GPU's row-sum path);
  *   - a dark (all 0) and a saturated frame: the same failure on both;
  *   - one GPU plan run on several frames in turn (the CUDA graph replayed): each time as the CPU.
@@ -711,15 +713,17 @@ static void test_sequence(void **state)
 /* An f32 w x h frame of n_eyes eyes (centres c, diameters d) whose glow falls off by falloff
  * towards the edge, 3 e- of white noise, with the default artefacts of living eyes or not; as
  * test_pupil_auto's frames. */
-static sw_image falloff_frame(int32_t w, int32_t h, int n_eyes, const double (*c)[2],
-                              const double *d, double falloff, int artefacts, uint64_t seed)
+static sw_image falloff_frame_lit(int32_t w, int32_t h, int n_eyes, const double (*c)[2],
+                                  const double *d, double falloff, int artefacts, uint64_t seed,
+                                  double glow_e, int32_t pitch)
 {
     sw_eyesim_params sp;
     sw_eyesim_params_default(&sp);
     sp.sh.width = w;
     sp.sh.height = h;
-    sp.sh.geom.nx = w / 32;
-    sp.sh.geom.ny = h / 32;
+    sp.sh.geom.pitch_px = pitch;
+    sp.sh.geom.nx = w / pitch;
+    sp.sh.geom.ny = h / pitch;
     sp.n_eyes = n_eyes;
     for (int e = 0; e < n_eyes; e++) {
         sp.eyes[e] = sp.eyes[0];
@@ -732,10 +736,17 @@ static sw_image falloff_frame(int32_t w, int32_t h, int n_eyes, const double (*c
     else
         sw_eye_artefacts_none(&sp.art);
     sp.art.white_noise_e = 3.0;
-    sp.art.glow_e = 20.0;
+    sp.art.glow_e = glow_e;
     sp.art.glow_falloff = falloff;
     sp.seed = seed;
     return render(&sp);
+}
+
+/* falloff_frame_lit with a glow of 20 e- and lenslets of 32 px. */
+static sw_image falloff_frame(int32_t w, int32_t h, int n_eyes, const double (*c)[2],
+                              const double *d, double falloff, int artefacts, uint64_t seed)
+{
+    return falloff_frame_lit(w, h, n_eyes, c, d, falloff, artefacts, seed, 20.0, 32);
 }
 
 /* Step 3d, the automatic edge level: CPU and GPU take the same decisions (pupil_model.h
@@ -804,6 +815,61 @@ static void test_auto_edge(void **state)
         char what[96];
         snprintf(what, sizeof what, "a refit that finds nothing, case %zu", k);
         compare(what, &p, &f, k % 2 ? DEVICE_FRAME : HOST_FRAME, NULL);
+        sw_image_free(&f);
+    }
+
+    /* the retries (test_pupil_auto's test_retry_falloff): eyes as `sim eye` makes them, glow
+     * falling off by 0.8 and 0.9, where the first fit at 0.4 fails and a retry at a lower level
+     * finds the pupil (0.9 seed 3: all three retries, and a refit dropped for its ragged edge) */
+    const double rfall[4] = {0.8, 0.8, 0.9, 0.9};
+    const int rseed[4] = {0, 1, 1, 3};
+    for (int k = 0; k < 4; k++) {
+        const int s = rseed[k];
+        const double c[1][2] = {{319.5 + 3.0 * s, 319.5 - 2.0 * s}}, d[1] = {576.0 - 6.0 * s};
+        sw_image el = falloff_frame(640, 640, 1, c, d, rfall[k], 1,
+                                    71 + 10 * (uint64_t)(k / 2) + (uint64_t)s);
+        const sw_pixel_type type = k % 2 ? SW_PIX_U16 : SW_PIX_F32;
+        sw_image f = as_type(&el, type, 20.0, 100.0);
+        sw_pupil_result ra, r4;
+        for (int autolevel = 1; autolevel >= 0; autolevel--) {
+            sw_pupil_params p;
+            sw_pupil_params_default(&p, 640, 640, type);
+            p.edge_level = autolevel ? SW_PUPIL_EDGE_AUTO : 0.4;
+            char what[128];
+            snprintf(what, sizeof what, "retries: fall-off %g, seed %d, %s, edge level %s",
+                     rfall[k], s, sw_pixel_type_string(type), autolevel ? "auto" : "0.4");
+            compare(what, &p, &f, k % 2 ? DEVICE_FRAME : HOST_FRAME, autolevel ? &ra : &r4);
+        }
+        printf("    retries: fall-off %g, seed %d, %s: 0.4 %s (threshold %d), auto %s (threshold "
+               "%d, a %.2f px)\n",
+               rfall[k], s, sw_pixel_type_string(type), r4.pupil[0].valid ? "found" : "not found",
+               r4.pupil[0].threshold, ra.pupil[0].valid ? "found" : "not found",
+               ra.pupil[0].threshold, ra.pupil[0].a_px);
+        if (type == SW_PIX_F32) {
+            assert_false(r4.pupil[0].valid);
+            assert_found("retries", &ra, 0);
+        }
+        sw_image_free(&f);
+        sw_image_free(&el);
+    }
+
+    /* every retry fails (test_pupil_auto's test_retry_keeps_before): no glow, and a dim glow at
+     * pitch 16: the first fit's pupil, mask and border list, as the CPU's */
+    const double rglow[2] = {0.0, 2.0};
+    const int32_t rpitch[2] = {32, 16};
+    for (int k = 0; k < 2; k++) {
+        const double c[1][2] = {{192.0, 188.0}}, d[1] = {300.0};
+        sw_image f =
+            falloff_frame_lit(384, 384, 1, c, d, 0.3, 1, 5 + (uint64_t)k, rglow[k], rpitch[k]);
+        sw_pupil_params p;
+        sw_pupil_params_default(&p, 384, 384, SW_PIX_F32);
+        p.edge_level = SW_PUPIL_EDGE_AUTO;
+        char what[96];
+        snprintf(what, sizeof what, "retries that fail: glow %g, pitch %d", rglow[k],
+                 (int)rpitch[k]);
+        sw_pupil_result r;
+        compare(what, &p, &f, k % 2 ? DEVICE_FRAME : HOST_FRAME, &r);
+        assert_false(r.pupil[0].valid);
         sw_image_free(&f);
     }
 }
