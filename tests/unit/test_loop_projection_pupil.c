@@ -1,0 +1,215 @@
+/*
+ * The DM projections on a pupil (Brunner et al. 2018, J. Opt. Soc. Am. A 35(6), section 4.A):
+ *   - the projector with actuators left out (sw_projector_solve_masked) is the least-squares fit
+ *     of Eq. 13 / 15 by the actuators kept, checked against a direct solve of a small case;
+ */
+#include "testutil.h"
+
+#include "loop/loop_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static sw_context *ctx;
+
+static int setup(void **state)
+{
+    (void)state;
+    ctx = sw_test_cpu_context(1);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    sw_context_destroy(ctx);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ the masked projector */
+
+/* Solves the n x n symmetric positive definite system A x = b in place (Cholesky, double);
+ * b becomes x. */
+static void spd_solve(double *A, double *b, int n)
+{
+    for (int j = 0; j < n; j++) {
+        double d = A[j * n + j];
+        for (int k = 0; k < j; k++)
+            d -= A[j * n + k] * A[j * n + k];
+        assert_true(d > 0.0);
+        A[j * n + j] = sqrt(d);
+        for (int i = j + 1; i < n; i++) {
+            double s = A[i * n + j];
+            for (int k = 0; k < j; k++)
+                s -= A[i * n + k] * A[j * n + k];
+            A[i * n + j] = s / A[j * n + j];
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        for (int k = 0; k < i; k++)
+            b[i] -= A[i * n + k] * b[k];
+        b[i] /= A[i * n + i];
+    }
+    for (int i = n - 1; i >= 0; i--) {
+        for (int k = i + 1; k < n; k++)
+            b[i] -= A[k * n + i] * b[k];
+        b[i] /= A[i * n + i];
+    }
+}
+
+/* A 4 x 4 window, 3 of its 16 squares not fitted and 3 of its 16 actuators left out: u = P c is
+ * the least-squares fit of the spline c at the fitting points by the kept actuators (normal
+ * equations solved here from F and B built point by point with sw_dm_profile and sw_sabre_eval),
+ * the left-out actuators' commands are 0, and the residual is orthogonal to every kept
+ * influence function (no regularisation). */
+static void test_masked_projector_is_least_squares(void **state)
+{
+    (void)state;
+    const int32_t w = 4, na = w * w, q = 3;
+    sw_dm_params dm;
+    sw_dm_params_default(&dm);
+    dm.coupling = 0.35;
+    sw_projector_params pp;
+    sw_projector_params_window(&pp, &dm, w);
+    pp.samples = q;
+    pp.regularisation = 0.0;
+    uint8_t smask[16], active[16];
+    for (int i = 0; i < 16; i++) {
+        smask[i] = !(i == 0 || i == 3 || i == 12); /* three corners of the window not fitted */
+        active[i] = !(i == 0 || i == 7 || i == 13);
+    }
+    pp.square_mask = smask;
+    const int64_t nv = sw_sabre_lattice_values(&pp.lattice);
+    float *P = malloc((size_t)na * nv * sizeof *P);
+    assert_int_equal(sw_projector_solve_masked(ctx, &pp, active, 0, P), SW_OK);
+
+    /* a random spline */
+    double *c = malloc((size_t)nv * sizeof *c), *e = calloc((size_t)nv, sizeof *e);
+    uint64_t s = 12345;
+    for (int64_t v = 0; v < nv; v++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        c[v] = (double)(s >> 11) / 9007199254740992.0 - 0.5;
+    }
+    double u[16];
+    for (int a = 0; a < na; a++) {
+        double acc = 0.0;
+        for (int64_t v = 0; v < nv; v++)
+            acc += (double)P[a * nv + v] * c[v];
+        u[a] = acc;
+    }
+
+    /* F and B at the fitting points; N = F_A^T F_A, r = F_A^T B c over the kept actuators */
+    int idx[16], nk = 0;
+    for (int a = 0; a < na; a++)
+        if (active[a])
+            idx[nk++] = a;
+    double N[16 * 16], r[16], g[16];
+    memset(N, 0, sizeof N);
+    memset(r, 0, sizeof r);
+    memset(g, 0, sizeof g);
+    int points = 0;
+    for (int sj = 0; sj < w; sj++)
+        for (int si = 0; si < w; si++) {
+            if (!smask[sj * w + si])
+                continue;
+            for (int b = 0; b < q; b++)
+                for (int a = 0; a < q; a++) {
+                    const double x = si + (a + 0.5) / q, y = sj + (b + 0.5) / q;
+                    const double bc = sw_sabre_eval(&pp.lattice, c, x, y);
+                    double f[16], fu = 0.0;
+                    for (int k = 0; k < nk; k++) {
+                        const int ax = idx[k] % w, ay = idx[k] / w;
+                        f[k] = sw_dm_profile(dm.influence, dm.coupling, x - (ax + 0.5)) *
+                               sw_dm_profile(dm.influence, dm.coupling, y - (ay + 0.5));
+                        fu += f[k] * u[idx[k]];
+                    }
+                    for (int k = 0; k < nk; k++) {
+                        for (int l = 0; l < nk; l++)
+                            N[k * nk + l] += f[k] * f[l];
+                        r[k] += f[k] * bc;
+                        g[k] += f[k] * (bc - fu); /* the residual's gradient */
+                    }
+                    points++;
+                }
+        }
+    assert_int_equal(points, 13 * q * q);
+    double rn = 0.0, gn = 0.0;
+    for (int k = 0; k < nk; k++) {
+        rn += r[k] * r[k];
+        gn += g[k] * g[k];
+    }
+    if (!(sqrt(gn) <= 1e-4 * sqrt(rn)))
+        fail_msg("F_A^T (B c - F u) = %.3g against F_A^T B c = %.3g", sqrt(gn), sqrt(rn));
+    spd_solve(N, r, nk);
+    double du = 0.0, un = 0.0;
+    for (int k = 0; k < nk; k++) {
+        du = fmax(du, fabs(r[k] - u[idx[k]]));
+        un = fmax(un, fabs(r[k]));
+    }
+    if (!(du <= 1e-4 * un))
+        fail_msg("P c differs from the direct least squares by %.3g (max %.3g)", du, un);
+    assert_true(un > 0.1);
+    for (int a = 0; a < na; a++)
+        if (!active[a])
+            assert_true(u[a] == 0.0);
+
+    /* NULL mask: sw_projector_create's matrix, entry for entry */
+    sw_projector_params p2 = pp;
+    p2.regularisation = 1e-6;
+    sw_projector *pr = NULL;
+    assert_int_equal(sw_projector_create(ctx, &p2, &pr), SW_OK);
+    assert_int_equal(sw_projector_solve_masked(ctx, &p2, NULL, 0, P), SW_OK);
+    int32_t rows = 0, cols = 0;
+    const float *Pr = sw_projector_matrix(pr, &rows, &cols);
+    assert_int_equal(rows, na);
+    assert_int_equal(cols, (int32_t)nv);
+    assert_memory_equal(P, Pr, (size_t)na * nv * sizeof *P);
+    sw_projector_destroy(pr);
+    free(c);
+    free(e);
+    free(P);
+}
+
+/* Empty problems and bad input. */
+static void test_masked_projector_bad_input(void **state)
+{
+    (void)state;
+    sw_dm_params dm;
+    sw_dm_params_default(&dm);
+    sw_projector_params pp;
+    sw_projector_params_window(&pp, &dm, 3);
+    const int64_t nv = sw_sabre_lattice_values(&pp.lattice);
+    float *P = malloc((size_t)9 * nv * sizeof *P);
+    uint8_t none[9], all[9];
+    memset(none, 0, sizeof none);
+    memset(all, 1, sizeof all);
+    assert_int_equal(sw_projector_solve_masked(ctx, NULL, NULL, 0, P), SW_EINVAL);
+    assert_int_equal(sw_projector_solve_masked(ctx, &pp, NULL, 0, NULL), SW_EINVAL);
+    /* no square fitted, or no actuator kept: refused, or P = 0 with empty_ok */
+    pp.square_mask = none;
+    assert_int_equal(sw_projector_solve_masked(ctx, &pp, NULL, 0, P), SW_EINVAL);
+    P[5] = 1.0f;
+    assert_int_equal(sw_projector_solve_masked(ctx, &pp, NULL, 1, P), SW_OK);
+    for (int64_t i = 0; i < 9 * nv; i++)
+        assert_true(P[i] == 0.0f);
+    pp.square_mask = all;
+    assert_int_equal(sw_projector_solve_masked(ctx, &pp, none, 0, P), SW_EINVAL);
+    P[7] = 1.0f;
+    assert_int_equal(sw_projector_solve_masked(ctx, &pp, none, 1, P), SW_OK);
+    for (int64_t i = 0; i < 9 * nv; i++)
+        assert_true(P[i] == 0.0f);
+    /* the parameters are checked as sw_projector_create's */
+    pp.coupling = 1.5;
+    assert_int_equal(sw_projector_solve_masked(ctx, &pp, all, 1, P), SW_EINVAL);
+    free(P);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_masked_projector_is_least_squares),
+        cmocka_unit_test(test_masked_projector_bad_input),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
