@@ -2,6 +2,8 @@
  * The DM projections on a pupil (Brunner et al. 2018, J. Opt. Soc. Am. A 35(6), section 4.A):
  *   - the projector with actuators left out (sw_projector_solve_masked) is the least-squares fit
  *     of Eq. 13 / 15 by the actuators kept, checked against a direct solve of a small case;
+ *   - D-SABRE with one projection matrix per partition (sw_sabre_set_projection_partitions) uses
+ *     each partition's own matrix for the commands its core owns;
  */
 #include "testutil.h"
 
@@ -205,11 +207,160 @@ static void test_masked_projector_bad_input(void **state)
     free(P);
 }
 
+/* ------------------------------------------------------------------ one matrix per partition */
+
+static sw_sabre *plan_k(int32_t n, int32_t k, int eq17, const uint8_t *valid)
+{
+    sw_sabre_params sp;
+    sw_sabre_params_default(&sp);
+    sp.nx = sp.ny = n;
+    sp.partitions = k;
+    sp.extend_eq17 = eq17;
+    sp.valid = valid;
+    sw_sabre *plan = NULL;
+    assert_int_equal(sw_sabre_create(ctx, &sp, &plan), SW_OK);
+    return plan;
+}
+
+static void wavefront_slopes(int32_t n, float *s)
+{
+    for (int32_t iy = 0; iy < n; iy++)
+        for (int32_t ix = 0; ix < n; ix++) {
+            const double x = (ix - 0.5 * (n - 1)) / n, y = (iy - 0.5 * (n - 1)) / n;
+            s[iy * n + ix] = (float)((6.0 * x - 2.0 * y + 2.0 * cos(2.0 * x + y)) / n + 0.01);
+            s[n * n + iy * n + ix] = (float)((-2.0 * x + cos(2.0 * x + y)) / n);
+        }
+}
+
+/* The window projector of a plan (w^2 x nl). */
+static float *window_matrix(const sw_sabre_info *info, int32_t *rows, int32_t *cols)
+{
+    sw_dm_params dm;
+    sw_dm_params_default(&dm);
+    sw_projector_params wp;
+    sw_projector_params_window(&wp, &dm, info->window);
+    sw_projector *pr = NULL;
+    assert_int_equal(sw_projector_create(ctx, &wp, &pr), SW_OK);
+    const float *P = sw_projector_matrix(pr, rows, cols);
+    float *copy = malloc((size_t)*rows * *cols * sizeof *copy);
+    memcpy(copy, P, (size_t)*rows * *cols * sizeof *copy);
+    sw_projector_destroy(pr);
+    return copy;
+}
+
+/* The same matrix for every partition gives the shared projection's commands (to the rounding of
+ * sgemv against sgemm); partition i's matrix scaled by 1 + i / 8 scales exactly the commands of
+ * the lenslet corners its core owns (the offset term K q1 scales with it). */
+static void test_partition_matrices(void **state)
+{
+    (void)state;
+    const int32_t n = 12, k = 4, nc = (n + 1) * (n + 1);
+    sw_sabre *plan = plan_k(n, k, 1, NULL);
+    sw_sabre_info info;
+    sw_sabre_get_info(plan, &info);
+    const int32_t G = k * k, w2 = info.window * info.window;
+    int32_t rows = 0, cols = 0;
+    float *P = window_matrix(&info, &rows, &cols);
+    assert_int_equal(rows, w2);
+    const size_t ne = (size_t)rows * cols;
+    float *Ps = malloc(ne * G * sizeof *Ps);
+    float slopes[2 * 144], shared[169], per[169];
+    wavefront_slopes(n, slopes);
+
+    assert_int_equal(sw_sabre_set_projection(plan, P, rows, cols), SW_OK);
+    assert_int_equal(sw_sabre_run(plan, slopes, SW_MEM_HOST, NULL, shared), SW_OK);
+    double smax = 0.0;
+    for (int c = 0; c < nc; c++)
+        smax = fmax(smax, fabs(shared[c]));
+    assert_true(smax > 0.05);
+
+    for (int32_t i = 0; i < G; i++)
+        memcpy(Ps + (size_t)i * ne, P, ne * sizeof *P);
+    assert_int_equal(sw_sabre_set_projection_partitions(plan, Ps, G, rows, cols), SW_OK);
+    assert_int_equal(sw_sabre_run(plan, slopes, SW_MEM_HOST, NULL, per), SW_OK);
+    for (int c = 0; c < nc; c++)
+        if (!(fabs(per[c] - shared[c]) <= 1e-5 * smax))
+            fail_msg("corner %d: %.7g with G equal matrices, %.7g with the shared one", c, per[c],
+                     shared[c]);
+
+    for (int32_t i = 0; i < G; i++)
+        for (size_t e = 0; e < ne; e++)
+            Ps[(size_t)i * ne + e] = P[e] * (1.0f + (float)i / 8.0f);
+    assert_int_equal(sw_sabre_set_projection_partitions(plan, Ps, G, rows, cols), SW_OK);
+    assert_int_equal(sw_sabre_run(plan, slopes, SW_MEM_HOST, NULL, per), SW_OK);
+    for (int32_t cy = 0; cy <= n; cy++)
+        for (int32_t cx = 0; cx <= n; cx++) {
+            /* the owner of extended square (cx - 1 + offx, cy - 1 + offy) (sabre.h) */
+            int32_t a = (cx - 1 + info.lattice.offx) / info.m,
+                    b = (cy - 1 + info.lattice.offy) / info.m;
+            a = a < k ? a : k - 1;
+            b = b < k ? b : k - 1;
+            const int c = cy * (n + 1) + cx;
+            const double want = shared[c] * (1.0 + (b * k + a) / 8.0);
+            if (!(fabs(per[c] - want) <= 2e-5 * smax))
+                fail_msg("corner (%d, %d), partition %d: %.7g, expected %.7g", cx, cy, b * k + a,
+                         per[c], want);
+        }
+
+    /* back to one shared matrix, then none: the spline at the corners again */
+    assert_int_equal(sw_sabre_set_projection(plan, P, rows, cols), SW_OK);
+    assert_int_equal(sw_sabre_run(plan, slopes, SW_MEM_HOST, NULL, per), SW_OK);
+    assert_memory_equal(per, shared, sizeof shared);
+    assert_int_equal(sw_sabre_set_projection_partitions(plan, NULL, 0, 0, 0), SW_OK);
+    sw_sabre *plain = plan_k(n, k, 1, NULL);
+    float spline[169];
+    assert_int_equal(sw_sabre_run(plan, slopes, SW_MEM_HOST, NULL, per), SW_OK);
+    assert_int_equal(sw_sabre_run(plain, slopes, SW_MEM_HOST, NULL, spline), SW_OK);
+    assert_memory_equal(per, spline, sizeof spline);
+    sw_sabre_destroy(plain);
+    sw_sabre_destroy(plan);
+    free(Ps);
+    free(P);
+}
+
+static void test_partition_matrices_bad_input(void **state)
+{
+    (void)state;
+    const int32_t n = 8, k = 2;
+    sw_sabre *plan = plan_k(n, k, 1, NULL);
+    sw_sabre_info info;
+    sw_sabre_get_info(plan, &info);
+    const int32_t G = k * k;
+    int32_t rows = 0, cols = 0;
+    float *P = window_matrix(&info, &rows, &cols);
+    const size_t ne = (size_t)rows * cols;
+    float *Ps = malloc(ne * G * sizeof *Ps);
+    for (int32_t i = 0; i < G; i++)
+        memcpy(Ps + (size_t)i * ne, P, ne * sizeof *P);
+    assert_int_equal(sw_sabre_set_projection_partitions(NULL, Ps, G, rows, cols), SW_EINVAL);
+    assert_int_equal(sw_sabre_set_projection_partitions(plan, Ps, G - 1, rows, cols), SW_EINVAL);
+    assert_int_equal(sw_sabre_set_projection_partitions(plan, Ps, G + 1, rows, cols), SW_EINVAL);
+    assert_int_equal(sw_sabre_set_projection_partitions(plan, Ps, 1, rows, cols), SW_EINVAL);
+    assert_int_equal(sw_sabre_set_projection_partitions(plan, Ps, G, rows - 1, cols), SW_EINVAL);
+    assert_int_equal(sw_sabre_set_projection_partitions(plan, Ps, G, rows, cols + 1), SW_EINVAL);
+    Ps[3 * ne + 5] = NAN;
+    assert_int_equal(sw_sabre_set_projection_partitions(plan, Ps, G, rows, cols), SW_EINVAL);
+    assert_non_null(strstr(sw_context_error(ctx), "partition 3"));
+    Ps[3 * ne + 5] = INFINITY;
+    assert_int_equal(sw_sabre_set_projection_partitions(plan, Ps, G, rows, cols), SW_EINVAL);
+    Ps[3 * ne + 5] = 0.0f;
+    assert_int_equal(sw_sabre_set_projection_partitions(plan, Ps, G, rows, cols), SW_OK);
+    /* a plan without Eq. 17's extension has no actuator at every window's square centres */
+    sw_sabre *plain = plan_k(n, k, 0, NULL);
+    assert_int_equal(sw_sabre_set_projection_partitions(plain, Ps, G, rows, cols), SW_EINVAL);
+    sw_sabre_destroy(plain);
+    sw_sabre_destroy(plan);
+    free(Ps);
+    free(P);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_masked_projector_is_least_squares),
         cmocka_unit_test(test_masked_projector_bad_input),
+        cmocka_unit_test(test_partition_matrices),
+        cmocka_unit_test(test_partition_matrices_bad_input),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
