@@ -4,6 +4,9 @@
  *     of Eq. 13 / 15 by the actuators kept, checked against a direct solve of a small case;
  *   - D-SABRE with one projection matrix per partition (sw_sabre_set_projection_partitions) uses
  *     each partition's own matrix for the commands its core owns;
+ *   - the distributed projection on the pupil (SW_RTC_PROJ_LOCAL_PUPIL, Fig. 14's "MV") is the
+ *     shared window projection ("MM") inside the pupil, zero outside it, and leaves out the
+ *     actuators the sensor does not see;
  */
 #include "testutil.h"
 
@@ -354,6 +357,152 @@ static void test_partition_matrices_bad_input(void **state)
     free(P);
 }
 
+/* ------------------------------------------------------------------ the annular pupil */
+
+#define AN 16 /* lenslets per side */
+
+/* The fig12 pupil: a circle of the array's diameter with 0.3 of it obscured; lenslets lit to 0.5
+ * or more are valid; fitting squares (extended lattice, centred on lenslet corners) those whose
+ * centre is inside the annulus. */
+static double annulus_lit(int ix, int iy)
+{
+    const int S = 32;
+    const double R = AN / 2.0, c = (AN - 1) / 2.0;
+    int in = 0;
+    for (int b = 0; b < S; b++)
+        for (int a = 0; a < S; a++) {
+            const double x = ix - 0.5 + (a + 0.5) / S - c, y = iy - 0.5 + (b + 0.5) / S - c;
+            const double r = hypot(x, y);
+            in += r <= R && r >= 0.3 * R;
+        }
+    return (double)in / (S * S);
+}
+
+static void annulus_masks(uint8_t *valid, const sw_sabre_lattice *lat, uint8_t *squares)
+{
+    for (int iy = 0; iy < AN; iy++)
+        for (int ix = 0; ix < AN; ix++)
+            valid[iy * AN + ix] = annulus_lit(ix, iy) >= 0.5;
+    const double R = AN / 2.0, c = (AN - 1) / 2.0;
+    for (int sj = 0; sj < lat->sy; sj++)
+        for (int si = 0; si < lat->sx; si++) {
+            const double r = hypot(si + 0.5 - lat->offx - c, sj + 0.5 - lat->offy - c);
+            squares[sj * lat->sx + si] = r < R && r > 0.3 * R;
+        }
+}
+
+static int corner_seen(const uint8_t *valid, int cx, int cy)
+{
+    for (int iy = cy - 1; iy <= cy; iy++)
+        for (int ix = cx - 1; ix <= cx; ix++)
+            if (ix >= 0 && iy >= 0 && ix < AN && iy < AN && valid[iy * AN + ix])
+                return 1;
+    return 0;
+}
+
+static void sabre_params_annulus(sw_sabre_params *sp, const uint8_t *valid, int32_t k)
+{
+    sw_sabre_params_default(sp);
+    sp->nx = sp->ny = AN;
+    sp->valid = valid;
+    sp->partitions = k;
+    sp->extend_eq17 = 1;
+}
+
+/* LOCAL_PUPIL with k x k partitions: k^2 stacked matrices; a window wholly inside the annulus
+ * with every actuator seen has LOCAL's matrix; a window with no fitting square has 0; the rows of
+ * actuators the sensor does not see (beyond the real array, or no valid lenslet around them) are
+ * 0. Counts the windows of the first two kinds. */
+static void check_local_pupil(int32_t k, int *inside, int *empty)
+{
+    uint8_t valid[AN * AN];
+    sw_sabre_params sp;
+    sabre_params_annulus(&sp, valid, k);
+    sw_sabre *tmp = plan_k(AN, k, 1, NULL); /* the lattice does not depend on the mask */
+    sw_sabre_info info;
+    sw_sabre_get_info(tmp, &info);
+    sw_sabre_destroy(tmp);
+    const sw_sabre_lattice *lat = &info.lattice;
+    uint8_t *squares = malloc((size_t)lat->sx * lat->sy);
+    annulus_masks(valid, lat, squares);
+    sw_dm_params dm;
+    sw_dm_params_default(&dm);
+    dm.nx = dm.ny = AN;
+    dm.coupling = 0.4;
+
+    sw_rtc_params mm, mv;
+    sw_rtc_params_default(&mm);
+    sw_rtc_params_default(&mv);
+    float *Pmm = NULL, *Pmv = NULL;
+    assert_int_equal(sw_rtc_params_sabre(ctx, &sp, &dm, SW_RTC_PROJ_LOCAL, NULL, 1.0, &mm, &Pmm),
+                     SW_OK);
+    assert_int_equal(
+        sw_rtc_params_sabre(ctx, &sp, &dm, SW_RTC_PROJ_LOCAL_PUPIL, squares, 1.0, &mv, &Pmv),
+        SW_OK);
+    const int32_t w = info.window, w2 = w * w, nl = info.local_values, S = lat->sx;
+    assert_int_equal(mv.projection, SW_RTC_PROJ_LOCAL_PUPIL);
+    assert_int_equal(mv.projection_rows, k * k * w2);
+    assert_int_equal(mv.projection_cols, nl);
+    assert_int_equal(mm.projection_rows, w2);
+    *inside = *empty = 0;
+    for (int32_t b = 0; b < k; b++)
+        for (int32_t a = 0; a < k; a++) {
+            /* the window's first square (sabre.h): clamp(a m - OL, 0, S - w) */
+            int32_t x0 = a * info.m - sp.overlap, y0 = b * info.m - sp.overlap;
+            x0 = x0 < 0 ? 0 : (x0 > S - w ? S - w : x0);
+            y0 = y0 < 0 ? 0 : (y0 > S - w ? S - w : y0);
+            const float *Pi = Pmv + ((size_t)b * k + a) * w2 * nl;
+            int all_in = 1, any_in = 0;
+            for (int32_t j = 0; j < w; j++)
+                for (int32_t i = 0; i < w; i++) {
+                    const int cx = x0 + i + 1 - lat->offx, cy = y0 + j + 1 - lat->offy;
+                    const int seen =
+                        cx >= 0 && cy >= 0 && cx <= AN && cy <= AN && corner_seen(valid, cx, cy);
+                    const int fit = squares[(y0 + j) * S + x0 + i];
+                    all_in &= seen && fit;
+                    any_in |= fit;
+                    if (!seen)
+                        for (int32_t v = 0; v < nl; v++)
+                            assert_true(Pi[(size_t)(j * w + i) * nl + v] == 0.0f);
+                }
+            if (all_in) {
+                ++*inside;
+                for (size_t e = 0; e < (size_t)w2 * nl; e++)
+                    if (!(fabsf(Pi[e] - Pmm[e]) <= 1e-5f))
+                        fail_msg("k %d, partition (%d, %d) inside the pupil: entry %zu %.7g, MM "
+                                 "%.7g",
+                                 k, a, b, e, Pi[e], Pmm[e]);
+            }
+            if (!any_in) {
+                ++*empty;
+                for (size_t e = 0; e < (size_t)w2 * nl; e++)
+                    assert_true(Pi[e] == 0.0f);
+            }
+        }
+    free(Pmm);
+    free(Pmv);
+
+    /* LOCAL_PUPIL needs Eq. 17's lattice */
+    float *bad = (float *)squares;
+    sp.extend_eq17 = 0;
+    assert_int_equal(
+        sw_rtc_params_sabre(ctx, &sp, &dm, SW_RTC_PROJ_LOCAL_PUPIL, squares, 1.0, &mv, &bad),
+        SW_EINVAL);
+    assert_null(bad);
+    free(squares);
+}
+
+static void test_local_pupil_matrices(void **state)
+{
+    (void)state;
+    int inside = 0, empty = 0;
+    check_local_pupil(4, &inside, &empty); /* m = 5, w = 7: no window wholly inside */
+    check_local_pupil(8, &inside, &empty); /* m = 3, w = 5: both kinds */
+    if (inside < 1 || empty < 1)
+        fail_msg("k = 8: %d windows inside the annulus, %d without a fitting square", inside,
+                 empty);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -361,6 +510,7 @@ int main(void)
         cmocka_unit_test(test_masked_projector_bad_input),
         cmocka_unit_test(test_partition_matrices),
         cmocka_unit_test(test_partition_matrices_bad_input),
+        cmocka_unit_test(test_local_pupil_matrices),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
