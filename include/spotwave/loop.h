@@ -405,8 +405,15 @@ void sw_rtc_params_default(sw_rtc_params *p);
  * LOCAL the window's (Eq. 14-16; sw_projector_params_window: every square of the window fitted,
  * every square centre an actuator, even beyond the real array, so that one matrix serves all
  * partitions: Brunner et al. section 5.A, Fig. 14's "MM").
- * GLOBAL the sw_projector of the plan's extended lattice (Eq. 13) with square_mask (NULL: every
- * fitting square).
+ * GLOBAL the projection of Eq. 13 onto the (nx + 1)(ny + 1) Fried actuators from the plan's
+ * extended lattice (sw_projector_params_global), fitting the squares square_mask selects (NULL:
+ * every square) by the actuators the sensor sees, the corners of the valid lenslets
+ * (sabre->valid; NULL: all); the others are left out of the fit and their commands are 0, as
+ * for a mirror with only the pupil's actuators. (Fitting them too made the loop diverge with
+ * small partitions on an annular pupil: an actuator inside the central obscuration or beyond
+ * the rim, whose influence mostly misses the fitted squares, was fixed mainly by the 1e-6
+ * regularisation, and with D-SABRE's zero-padded values there the linearised loop had a mode of
+ * negative gain, -0.33 for 8 x 8 partitions of 16 x 16 lenslets: BENCHMARKS.md, Figs. 12-14.)
  * LOCAL_PUPIL (section 4.A's projection, which section 5.A describes as computing "the actuator
  * commands within the pupil"; Fig. 14's "MV"): for each partition the least-squares fit of its
  * window's spline at the fitting points of the window's squares that square_mask selects (the

@@ -534,14 +534,27 @@ sw_status sw_rtc_params_sabre(sw_context *ctx, const sw_sabre_params *sabre, con
         cols = info.local_values;
     }
     float *P = malloc((size_t)rows * cols * sizeof(float) + 1);
-    if (!P)
+    uint8_t *active = projection == SW_RTC_PROJ_GLOBAL ? malloc((size_t)pp.nax * pp.nay) : NULL;
+    if (!P || (projection == SW_RTC_PROJ_GLOBAL && !active)) {
+        free(P);
+        free(active);
         return sw_fail(ctx, SW_ENOMEM, "rtc: out of memory for the %d x %d projection matrix",
                        (int)rows, (int)cols);
+    }
     sw_status st;
-    if (projection == SW_RTC_PROJ_LOCAL_PUPIL)
-        st = local_pupil_matrices(ctx, sabre, dm, &info, square_mask, P);
-    else
+    if (projection == SW_RTC_PROJ_GLOBAL) {
+        /* the Fried actuators the sensor sees; the others left out of the fit */
+        for (int32_t cy = 0; cy < pp.nay; cy++)
+            for (int32_t cx = 0; cx < pp.nax; cx++)
+                active[(int64_t)cy * pp.nax + cx] =
+                    (uint8_t)corner_seen(sabre->valid, sabre->nx, sabre->ny, cx, cy);
+        st = sw_projector_solve_masked(ctx, &pp, active, 0, P);
+    } else if (projection == SW_RTC_PROJ_LOCAL) {
         st = sw_projector_solve_masked(ctx, &pp, NULL, 0, P);
+    } else {
+        st = local_pupil_matrices(ctx, sabre, dm, &info, square_mask, P);
+    }
+    free(active);
     if (st != SW_OK) {
         free(P);
         return st;

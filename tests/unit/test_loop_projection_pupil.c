@@ -7,11 +7,16 @@
  *   - the distributed projection on the pupil (SW_RTC_PROJ_LOCAL_PUPIL, Fig. 14's "MV") is the
  *     shared window projection ("MM") inside the pupil, zero outside it, and leaves out the
  *     actuators the sensor does not see;
+ *   - the global projection (SW_RTC_PROJ_GLOBAL) fits only the actuators the sensor sees, so the
+ *     linearised closed loop of D-SABRE 8 x 8 on an annular 16 x 16 pupil has no mode of negative
+ *     gain (it had one of -0.33 when the actuators inside the obscuration were fitted too, and
+ *     the loop diverged: BENCHMARKS.md, Figs. 12-14).
  */
 #include "testutil.h"
 
 #include "loop/loop_internal.h"
 
+#include <lapacke.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -503,6 +508,130 @@ static void test_local_pupil_matrices(void **state)
                  empty);
 }
 
+/* ------------------------------------------------------------------ the closed loop, linearised */
+
+/* Mean of the 1-D influence profile f(t - a) over t in [t0, t1]. */
+static double profile_mean(double coupling, double a, double t0, double t1)
+{
+    const int Q = 48;
+    double s = 0.0;
+    for (int i = 0; i < Q; i++)
+        s += sw_dm_profile(SW_DM_GAUSSIAN, coupling, t0 + (i + 0.5) * (t1 - t0) / Q - a);
+    return s / Q;
+}
+
+/*
+ * The loop's command -> command map M = (I - Z Z^T) R for a mirror poke: the exact mean slopes of
+ * each poke over the valid lenslets (a geometric sensor), D-SABRE, the projection and the
+ * piston / waffle filter, as sw_loop's chain runs them. An integrator u += g M (-u) + ... is
+ * stable only if every eigenvalue of M has a real part >= 0 (and below 2 / g); a negative one is
+ * a mode the loop pushes the wrong way.
+ */
+static double min_loop_eigenvalue(sw_rtc_projection proj, int32_t k)
+{
+    const int32_t na = (AN + 1) * (AN + 1);
+    const double coupling = 0.4;
+    uint8_t valid[AN * AN];
+    sw_sabre_params sp;
+    sabre_params_annulus(&sp, valid, k);
+    sp.valid = NULL;
+    sw_sabre *tmp = plan_k(AN, k, 1, NULL);
+    sw_sabre_info info;
+    sw_sabre_get_info(tmp, &info);
+    sw_sabre_destroy(tmp);
+    uint8_t *squares = malloc((size_t)info.lattice.sx * info.lattice.sy);
+    annulus_masks(valid, &info.lattice, squares);
+    sp.valid = valid;
+    if (proj == SW_RTC_PROJ_GLOBAL)
+        sp.triangle_weight = 1.0; /* as sw_loop's global projection */
+    sw_dm_params dm;
+    sw_dm_params_default(&dm);
+    dm.nx = dm.ny = AN;
+    dm.coupling = coupling;
+    sw_rtc_params rp;
+    sw_rtc_params_default(&rp);
+    float *P = NULL;
+    assert_int_equal(sw_rtc_params_sabre(ctx, &sp, &dm, proj, squares, 1.0, &rp, &P), SW_OK);
+    sw_sabre *plan = NULL;
+    assert_int_equal(sw_sabre_create(ctx, &sp, &plan), SW_OK);
+    if (proj == SW_RTC_PROJ_LOCAL_PUPIL)
+        assert_int_equal(sw_sabre_set_projection_partitions(
+                             plan, P, k * k, info.window * info.window, rp.projection_cols),
+                         SW_OK);
+    else if (proj == SW_RTC_PROJ_LOCAL)
+        assert_int_equal(sw_sabre_set_projection(plan, P, rp.projection_rows, rp.projection_cols),
+                         SW_OK);
+    float z[2 * (AN + 1) * (AN + 1)];
+    int32_t nz = 0;
+    assert_int_equal(sw_unseen_modes(AN, AN, valid, SW_UNSEEN_PISTON | SW_UNSEEN_WAFFLE, z, &nz),
+                     SW_OK);
+    const int64_t nv = sw_sabre_lattice_values(&info.lattice);
+    float *slopes = calloc((size_t)2 * AN * AN, sizeof *slopes);
+    float *vals = malloc((size_t)nv * sizeof *vals), *u = malloc((size_t)na * sizeof *u);
+    double *M = malloc((size_t)na * na * sizeof *M);
+    for (int32_t a = 0; a < na; a++) {
+        const double ax = a % (AN + 1) - 0.5, ay = a / (AN + 1) - 0.5;
+        for (int iy = 0; iy < AN; iy++)
+            for (int ix = 0; ix < AN; ix++) {
+                const double x0 = ix - 0.5, x1 = ix + 0.5, y0 = iy - 0.5, y1 = iy + 0.5;
+                slopes[iy * AN + ix] = (float)((sw_dm_profile(SW_DM_GAUSSIAN, coupling, x1 - ax) -
+                                                sw_dm_profile(SW_DM_GAUSSIAN, coupling, x0 - ax)) *
+                                               profile_mean(coupling, ay, y0, y1));
+                slopes[AN * AN + iy * AN + ix] =
+                    (float)((sw_dm_profile(SW_DM_GAUSSIAN, coupling, y1 - ay) -
+                             sw_dm_profile(SW_DM_GAUSSIAN, coupling, y0 - ay)) *
+                            profile_mean(coupling, ax, x0, x1));
+            }
+        if (proj == SW_RTC_PROJ_GLOBAL) {
+            assert_int_equal(sw_sabre_run(plan, slopes, SW_MEM_HOST, vals, NULL), SW_OK);
+            for (int32_t r = 0; r < na; r++) {
+                double acc = 0.0;
+                for (int64_t v = 0; v < nv; v++)
+                    acc += (double)P[(size_t)r * nv + v] * vals[v];
+                u[r] = (float)acc;
+            }
+        } else {
+            assert_int_equal(sw_sabre_run(plan, slopes, SW_MEM_HOST, NULL, u), SW_OK);
+        }
+        double zt[2];
+        float uf[(AN + 1) * (AN + 1)];
+        sw_loop_filter(z, na, nz, u, zt, uf);
+        for (int32_t r = 0; r < na; r++)
+            M[(size_t)a * na + r] = uf[r]; /* column a, column-major */
+    }
+    double *wr = malloc((size_t)na * sizeof *wr), *wi = malloc((size_t)na * sizeof *wi);
+    assert_int_equal(
+        LAPACKE_dgeev(LAPACK_COL_MAJOR, 'N', 'N', na, M, na, wr, wi, NULL, na, NULL, na), 0);
+    double lo = INFINITY;
+    for (int32_t i = 0; i < na; i++)
+        lo = fmin(lo, wr[i]);
+    free(wr);
+    free(wi);
+    free(M);
+    free(u);
+    free(vals);
+    free(slopes);
+    free(P);
+    free(squares);
+    sw_sabre_destroy(plan);
+    return lo;
+}
+
+/* D-SABRE 8 x 8 on the annulus: no mode of negative gain with the global projection (the
+ * actuators the sensor does not see left out) nor with either distributed one. */
+static void test_annulus_loop_gains(void **state)
+{
+    (void)state;
+    const sw_rtc_projection projs[3] = {SW_RTC_PROJ_GLOBAL, SW_RTC_PROJ_LOCAL,
+                                        SW_RTC_PROJ_LOCAL_PUPIL};
+    const char *names[3] = {"global", "local", "local (pupil)"};
+    for (int i = 0; i < 3; i++) {
+        const double lo = min_loop_eigenvalue(projs[i], 8);
+        if (!(lo > -0.02))
+            fail_msg("%s projection: the linearised loop has an eigenvalue %.4f", names[i], lo);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -511,6 +640,7 @@ int main(void)
         cmocka_unit_test(test_partition_matrices),
         cmocka_unit_test(test_partition_matrices_bad_input),
         cmocka_unit_test(test_local_pupil_matrices),
+        cmocka_unit_test(test_annulus_loop_gains),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
