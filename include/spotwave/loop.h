@@ -718,10 +718,15 @@ typedef enum sw_loop_recon {
     SW_LOOP_MVM = 0,           /* interaction matrix by push-pull, truncated-SVD control matrix  */
     SW_LOOP_SABRE_GLOBAL = 1,  /* global SABRE (CPU) + global projection (Eq. 13)                 */
     SW_LOOP_DSABRE_GLOBAL = 2, /* D-SABRE + global projection of its extended lattice (Eq. 13)    */
-    SW_LOOP_DSABRE_LOCAL = 3   /* D-SABRE + distributed projection (Eq. 14-16)                    */
+    SW_LOOP_DSABRE_LOCAL = 3,  /* D-SABRE + distributed projection (Eq. 14-16), each window whole
+                                  with one shared matrix (Brunner et al. Fig. 14's "MM")         */
+    SW_LOOP_DSABRE_LOCAL_PUPIL = 4 /* D-SABRE + distributed projection on the pupil only, a matrix
+                                      per partition (section 4.A; Fig. 14's "MV";
+                                      SW_RTC_PROJ_LOCAL_PUPIL)                                  */
 } sw_loop_recon;
 
-const char *sw_loop_recon_string(sw_loop_recon r); /* mvm|sabre|dsabre-global|dsabre-local */
+/* mvm|sabre|dsabre-global|dsabre-local|dsabre-local-pupil */
+const char *sw_loop_recon_string(sw_loop_recon r);
 sw_status sw_loop_recon_parse(const char *text, sw_loop_recon *out);
 
 typedef struct sw_loop_params {
@@ -905,9 +910,9 @@ typedef struct sw_loop_chain_info {
 } sw_loop_chain_info;
 
 /* The chain of an MVM or DSABRE_LOCAL loop (SW_EUNSUPPORTED for the others: their projections
- * depend on the pupil's footprint, or run on the host). Pointers (the valid masks, cm, filter) into
- * the loop and are valid while it lives. For DSABRE_LOCAL, sw_rtc_params_sabre with
- * SW_RTC_PROJ_LOCAL rebuilds the loop's projection. */
+ * depend on the pupil's footprint (DSABRE_GLOBAL, DSABRE_LOCAL_PUPIL), or run on the host).
+ * Pointers (the valid masks, cm, filter) into the loop and are valid while it lives. For
+ * DSABRE_LOCAL, sw_rtc_params_sabre with SW_RTC_PROJ_LOCAL rebuilds the loop's projection. */
 sw_status sw_loop_chain(const sw_loop *l, sw_loop_chain_info *out);
 
 #ifdef __cplusplus
