@@ -420,7 +420,7 @@ static void sabre_params_annulus(sw_sabre_params *sp, const uint8_t *valid, int3
  * 0. Counts the windows of the first two kinds. */
 static void check_local_pupil(int32_t k, int *inside, int *empty)
 {
-    uint8_t valid[AN * AN];
+    uint8_t valid[AN * AN] = {0};
     sw_sabre_params sp;
     sabre_params_annulus(&sp, valid, k);
     sw_sabre *tmp = plan_k(AN, k, 1, NULL); /* the lattice does not depend on the mask */
@@ -531,7 +531,7 @@ static double min_loop_eigenvalue(sw_rtc_projection proj, int32_t k)
 {
     const int32_t na = (AN + 1) * (AN + 1);
     const double coupling = 0.4;
-    uint8_t valid[AN * AN];
+    uint8_t valid[AN * AN] = {0};
     sw_sabre_params sp;
     sabre_params_annulus(&sp, valid, k);
     sp.valid = NULL;
