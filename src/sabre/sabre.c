@@ -23,7 +23,8 @@
  * CPU run: sabre_internal.h steps 1-6; step 2 (Eq. 16, Y = Q X for all partitions at once) is
  * one OpenBLAS cblas_sgemm; steps 4 (H-PME, Eq. 10-11; D-PME, Eq. 8-9) in sw_sabre_pme_cpu. With a
  * projection (sw_sabre_set_projection, seed 002 Eq. 14-16) step 6' replaces step 6: one more
- * sgemm Z = P Y for all windows, then each actuator from its owner partition's Z + K q1. The
+ * sgemm Z = P Y for all windows (sw_sabre_set_projection_partitions: an sgemv per window with its
+ * own P), then each actuator from its owner partition's Z + K q1. The
  * extended array of Eq. 17 (extend_eq17) makes every lenslet corner a square centre, so that every
  * actuator is one of some window's w^2 local actuators.
  */
@@ -1439,9 +1440,10 @@ static sw_status run_cpu(sabre_plan *sp, const float *slopes, float *values, flo
     }
 
     /* 6'. the distributed DM projection (seed 002 Eq. 14-16): all windows' local commands in one
-     * product Z = P Y, then the command at lenslet corner (cx, cy), the centre of extended square
-     * (I, J) = (cx - 1 + offx, cy - 1 + offy), from the partition whose core owns that square:
-     * Z + K q1 (its offset through the projection, q1 = P 1) */
+     * product Z = P Y (or, with a matrix per partition, Z_i = P_i Y_i), then the command at
+     * lenslet corner (cx, cy), the centre of extended square (I, J) = (cx - 1 + offx, cy - 1 +
+     * offy), from the partition whose core owns that square: Z + K q1 (its offset through the
+     * projection, q1 = P 1 of that partition's P) */
     if (actuators && s->proj) {
         const int32_t w2 = w * w, ncx = nx + 1, ncy = ny + 1;
         const float *Z = sp->Z;
