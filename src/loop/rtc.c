@@ -533,6 +533,9 @@ sw_status sw_rtc_params_sabre(sw_context *ctx, const sw_sabre_params *sabre, con
                (projection == SW_RTC_PROJ_LOCAL_PUPIL ? info.k * info.k : 1);
         cols = info.local_values;
     }
+    if ((int64_t)rows * cols > RTC_MAX_ELEMENTS) /* the chain refuses it anyway (make_sabre) */
+        return sw_fail(ctx, SW_EINVAL, "rtc: the %d x %d projection matrix is too large", (int)rows,
+                       (int)cols);
     float *P = malloc((size_t)rows * cols * sizeof(float) + 1);
     uint8_t *active = projection == SW_RTC_PROJ_GLOBAL ? malloc((size_t)pp.nax * pp.nay) : NULL;
     if (!P || (projection == SW_RTC_PROJ_GLOBAL && !active)) {
