@@ -89,10 +89,12 @@
  *   50), guide-star magnitudes noise-free, 6, 8, 9, 10, 11 (2 e- read noise; --magnitude M: that
  *   one only). Methods: sabre (global SABRE + global projection, the baseline), and D-SABRE
  *   n/8 x n/8 (moderate: 2 x 2 here, the paper's 4 x 4) and n/2 x n/2 (strong: 8 x 8, the paper's
- *   16 x 16), H-PME, overlap 1, with the global (Eq. 13) or distributed (Eq. 14-16) projection.
- *   The distributed projection is the full-window one (identical matrices, Eq. 16: Fig. 14's
- *   "MM"); Fig. 14's pupil-only "MV" variant is not implemented. One "loop_fig12" JSON line per
- *   (method, magnitude) as fig11's. Then Fig. 13: noise-free, 20 closed-loop frames, D-SABRE
+ *   16 x 16), H-PME, overlap 1, with the global (Eq. 13) or distributed (Eq. 14-16) projection,
+ *   the latter on whole windows with one matrix ("local": section 5.A, Fig. 14's "MM") or on the
+ *   pupil only with a matrix per partition ("local-pupil": section 4.A, Fig. 14's "MV");
+ *   --methods picks some (then no Fig. 13). One "loop_fig12" JSON line per (method, magnitude)
+ *   as fig11's; on stderr the table and, per partitioning, MM against MV (Fig. 14). Then
+ *   Fig. 13: noise-free, 20 closed-loop frames, D-SABRE
  *   n/4 x n/4 (8 x 8 for 32 x 32) with the distributed projection and global SABRE: the residual
  *   map's RMS and the RMS of its mean over each of the k x k blocks of the lenslet array (the
  *   partition pistons the paper looks for in its maps), mean over the screens ("loop_fig13").
@@ -158,6 +160,7 @@ typedef struct prog_opts {
     int frames, screens; /* 0: the mode's default */
     double magnitude;    /* NAN: noise-free */
     int method_mask;     /* fig11: bit per method (0: all) */
+    char methods[256];   /* --methods as given ("": none); fig12 matches its own names */
     double couplings[MAX_LIST], gains[MAX_LIST];
     int ncoupling, ngain;
     int size_mask; /* latency: bit 0 40, bit 1 80, bit 2 200 (0: all) */
@@ -185,7 +188,9 @@ static const char extra_help[] =
     "  --influence F            fig11 / fig12: gaussian (default) or bezier influence\n"
     "                           functions\n"
     "  --methods LIST           fig11: of mvm,sabre,dsabre4-global,dsabre4-local,\n"
-    "                           dsabre16-global,dsabre16-local (default all)\n"
+    "                           dsabre16-global,dsabre16-local (default all); fig12: of\n"
+    "                           sabre,dsabreK-global,dsabreK-local,dsabreK-local-pupil\n"
+    "                           with K = 2, 8 (--quick: 2, 4) (default all)\n"
     "  --couplings LIST         fig11: actuator couplings (default 0.2,0.3,0.4,0.5)\n"
     "  --gains LIST             fig11: integrator gains (default 0.3,0.5,0.7,1.0)\n"
     "Latency defaults: --reps 10000 --warmup 100 --budget 300 (CPU backend: budget 20 s).\n";
@@ -312,19 +317,24 @@ static int parse_own(int *argc, char **argv, prog_opts *o)
                     else
                         return usage_error(a, v, "a list of 40, 80, 200");
                 }
-            } else { /* --methods */
+            } else { /* --methods: fig11's names here, fig12's (which depend on the size) in
+                        fig12 */
                 char buf[256];
+                snprintf(o->methods, sizeof o->methods, "%s", v);
                 snprintf(buf, sizeof buf, "%s", v);
+                int any = 0;
                 for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
                     int found = -1;
                     for (int m = 0; m < N_METHOD; m++)
                         if (strcmp(t, METHODS[m].name) == 0)
                             found = m;
-                    if (found < 0)
+                    if (found >= 0)
+                        o->method_mask |= 1 << found;
+                    else if (strncmp(t, "dsabre", 6) != 0)
                         return usage_error(a, t, "a method name");
-                    o->method_mask |= 1 << found;
+                    any = 1;
                 }
-                if (!o->method_mask)
+                if (!any)
                     return usage_error(a, v, "a list of methods");
             }
         } else {
@@ -341,8 +351,8 @@ static int parse_own(int *argc, char **argv, prog_opts *o)
     argv[n] = NULL;
     if (!o->latency && !o->speed && !o->fig11 && !o->fig12 && !o->fitting)
         o->latency = o->speed = o->fitting = 1;
-    if (!o->method_mask)
-        o->method_mask = (1 << N_METHOD) - 1;
+    if (!o->method_mask && !o->methods[0])
+        o->method_mask = (1 << N_METHOD) - 1; /* with --methods but none of fig11's: 0 */
     if (!o->size_mask)
         o->size_mask = 7;
     return SW_BENCH_CONTINUE;
@@ -1332,6 +1342,10 @@ static int fig11(const prog_opts *o, sw_context *ctx)
         memcpy(gs, def_g, sizeof def_g);
     }
     const int noisy = isfinite(o->magnitude);
+    if (!o->method_mask) {
+        fprintf(stderr, "%s: fig11: none of its methods in --methods '%s'\n", PROG, o->methods);
+        return 2;
+    }
     if (!o->b.json_only)
         fprintf(stderr,
                 "%s: fig11: %dx%d SH, square pupil, D = %.1f m, DIFFRACTION, %s, %d screens, "
@@ -1427,9 +1441,11 @@ static int fig11(const prog_opts *o, sw_context *ctx)
 /* ================================================================ fig12 */
 
 /* The methods of Brunner et al. 2018 Figs. 12 and 14 at one SH size n: global SABRE, and D-SABRE
- * with the global (Eq. 13) or distributed (Eq. 14-16) projection at a moderate and a strong
- * partitioning (n / 8 and n / 2 partitions per side: 4 and 16 for the paper's 32 x 32). */
-#define N_FIG12 5
+ * at a moderate and a strong partitioning (n / 8 and n / 2 partitions per side: 4 and 16 for the
+ * paper's 32 x 32) with the global projection (Eq. 13), the distributed one on whole windows with
+ * one matrix (Eq. 14-16, section 5.A: Fig. 14's "MM"; "local") and the distributed one on the
+ * pupil only, a matrix per partition (section 4.A: Fig. 14's "MV"; "local-pupil"). */
+#define N_FIG12 7
 typedef struct fig12_method {
     char name[32];
     sw_loop_recon recon;
@@ -1439,16 +1455,48 @@ typedef struct fig12_method {
 static void fig12_methods(int32_t n, fig12_method m[N_FIG12])
 {
     const int32_t kmod = n / 8 > 1 ? n / 8 : 2, kstr = n / 2;
+    static const sw_loop_recon r[3] = {SW_LOOP_DSABRE_GLOBAL, SW_LOOP_DSABRE_LOCAL,
+                                       SW_LOOP_DSABRE_LOCAL_PUPIL};
+    static const char *const suffix[3] = {"global", "local", "local-pupil"};
     m[0] = (fig12_method){"sabre", SW_LOOP_SABRE_GLOBAL, 0};
-    m[1].recon = SW_LOOP_DSABRE_GLOBAL;
-    m[2].recon = SW_LOOP_DSABRE_LOCAL;
-    m[3].recon = SW_LOOP_DSABRE_GLOBAL;
-    m[4].recon = SW_LOOP_DSABRE_LOCAL;
-    m[1].k = m[2].k = kmod;
-    m[3].k = m[4].k = kstr;
-    for (int i = 1; i < N_FIG12; i++)
-        snprintf(m[i].name, sizeof m[i].name, "dsabre%d-%s", (int)m[i].k,
-                 m[i].recon == SW_LOOP_DSABRE_GLOBAL ? "global" : "local");
+    for (int i = 0; i < 6; i++) {
+        m[1 + i].recon = r[i % 3];
+        m[1 + i].k = i < 3 ? kmod : kstr;
+        snprintf(m[1 + i].name, sizeof m[1 + i].name, "dsabre%d-%s", (int)m[1 + i].k,
+                 suffix[i % 3]);
+    }
+}
+
+/* fig12's methods picked by --methods (bit per method; all without it); -1 for a name that is
+ * none of them (and none of fig11's). */
+static int fig12_mask(const prog_opts *o, const fig12_method m[N_FIG12])
+{
+    if (!o->methods[0])
+        return (1 << N_FIG12) - 1;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", o->methods);
+    int mask = 0;
+    for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
+        int found = -1;
+        for (int i = 0; i < N_FIG12; i++)
+            if (strcmp(t, m[i].name) == 0)
+                found = i;
+        if (found >= 0) {
+            mask |= 1 << found;
+            continue;
+        }
+        int fig11 = 0;
+        for (int i = 0; i < N_METHOD; i++)
+            fig11 |= strcmp(t, METHODS[i].name) == 0;
+        if (!fig11) {
+            fprintf(stderr, "%s: fig12: unknown method '%s' (", PROG, t);
+            for (int i = 0; i < N_FIG12; i++)
+                fprintf(stderr, "%s%s", i ? ", " : "", m[i].name);
+            fprintf(stderr, ")\n");
+            return -1;
+        }
+    }
+    return mask;
 }
 
 /* The Fig. 12-14 loop: annular pupil (30 % of D obscured), coupling 0.4, integrator gain 0.7. */
@@ -1552,6 +1600,13 @@ static int fig12(const prog_opts *o, sw_context *ctx)
     }
     fig12_method ms[N_FIG12];
     fig12_methods(n, ms);
+    const int mask = fig12_mask(o, ms);
+    if (mask < 0)
+        return 2;
+    if (!mask) {
+        fprintf(stderr, "%s: fig12: none of its methods in --methods '%s'\n", PROG, o->methods);
+        return 2;
+    }
     if (!o->b.json_only)
         fprintf(stderr,
                 "%s: fig12: %dx%d SH (zero-padded for D-SABRE), annular pupil 30 %% of D "
@@ -1562,10 +1617,13 @@ static int fig12(const prog_opts *o, sw_context *ctx)
     double table[N_FIG12][6];
     int divtab[N_FIG12][6];
     int rc = 0;
-    for (int mi = 0; mi < N_FIG12 && rc == 0; mi++)
-        for (int gi = 0; gi < nmag && rc == 0; gi++) {
+    for (int mi = 0; mi < N_FIG12; mi++)
+        for (int gi = 0; gi < nmag; gi++) {
             table[mi][gi] = NAN;
             divtab[mi][gi] = 0;
+        }
+    for (int mi = 0; mi < N_FIG12 && rc == 0; mi++)
+        for (int gi = 0; gi < nmag && rc == 0 && (mask >> mi & 1); gi++) {
             screen_stats st = {0};
             st.t0 = sw_bench_now_us();
             for (int sc = 0; sc < screens && rc == 0; sc++) {
@@ -1585,7 +1643,7 @@ static int fig12(const prog_opts *o, sw_context *ctx)
                 snprintf(mag, sizeof mag, "m%.0f", mags[gi]);
             else
                 snprintf(mag, sizeof mag, "noise-free");
-            snprintf(config, sizeof config, "%s %s", ms[mi].name, mag);
+            snprintf(config, sizeof config, "%.31s %.15s", ms[mi].name, mag);
             json_start("loop_fig12", config, ctx);
             printf(",\"method\":\"%s\",\"recon\":\"%s\",\"partitions\":%d", ms[mi].name,
                    sw_loop_recon_string(ms[mi].recon), (int)ms[mi].k);
@@ -1610,20 +1668,37 @@ static int fig12(const prog_opts *o, sw_context *ctx)
         }
         fprintf(stderr, "\n");
         for (int mi = 0; mi < N_FIG12; mi++) {
+            if (!(mask >> mi & 1))
+                continue;
             fprintf(stderr, "%-20s", ms[mi].name);
             for (int gi = 0; gi < nmag; gi++)
                 fprintf(stderr, " %7.4f%c(%+5.1f%%)", table[mi][gi], divtab[mi][gi] ? '!' : ' ',
                         100.0 * (table[mi][gi] / table[0][gi] - 1.0));
             fprintf(stderr, "\n");
         }
+        /* Fig. 14: the distributed projection on whole windows (MM, "local") against the one on
+         * the pupil only (MV, "local-pupil"), per partitioning */
+        for (int mi = 2; mi + 1 < N_FIG12; mi += 3) {
+            if (!(mask >> mi & 1) || !(mask >> (mi + 1) & 1))
+                continue;
+            fprintf(stderr, "Fig. 14, %dx%d: MM / MV - 1 =", (int)ms[mi].k, (int)ms[mi].k);
+            for (int gi = 0; gi < nmag; gi++)
+                fprintf(stderr, " %+5.1f%%", 100.0 * (table[mi][gi] / table[mi + 1][gi] - 1.0));
+            fprintf(stderr, "\n");
+        }
         fprintf(stderr, "Brunner et al. 2018 Fig. 12: distributed within 0.8 %% (4x4) and 1.4 %% "
                         "(16x16) of SABRE for magnitudes <= 8, and ahead of the global projection "
-                        "on the annular pupil; Fig. 14 (the distributed projection on the full "
-                        "square, as here): within 1.2 %% of SABRE for <= 8, 3.6 %% for <= 11\n");
+                        "on the annular pupil; Fig. 14: the distributed projection on whole "
+                        "windows (MM, 'local') within 0.5 %% of the pupil-only one (MV, "
+                        "'local-pupil') at 4x4 for moderate noise and ahead of it for strong "
+                        "noise, within 1.2 %% of SABRE for <= 8, 3.6 %% for <= 11\n");
     }
 
     /* Fig. 13: noise-free, 20 closed-loop frames, D-SABRE n/4 x n/4 (8 x 8 for 32 x 32) with the
-     * distributed projection, against global SABRE (no partitions, no zero padding). */
+     * distributed projection, against global SABRE (no partitions, no zero padding); not with
+     * --methods. */
+    if (o->methods[0])
+        return rc;
     const int32_t k13 = n / 4 > 1 ? n / 4 : 2;
     const fig12_method m13[2] = {{"sabre", SW_LOOP_SABRE_GLOBAL, 0},
                                  {"dsabre-local", SW_LOOP_DSABRE_LOCAL, k13}};

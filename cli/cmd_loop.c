@@ -236,7 +236,7 @@ static int set_key(const key_def *k, const char *text, sw_loop_params *p, long *
         return 0;
     case KT_RECON:
         if (sw_loop_recon_parse(text, (sw_loop_recon *)(void *)base) != SW_OK) {
-            snprintf(want, wsize, "mvm, sabre, dsabre-global or dsabre-local");
+            snprintf(want, wsize, "mvm, sabre, dsabre-global, dsabre-local or dsabre-local-pupil");
             return -1;
         }
         return 0;
@@ -326,9 +326,10 @@ void sw_cmd_loop_help(FILE *out)
         "Wilson & Gendron 2006, Opt. Express 14(3), 988), the Shack-Hartmann frame of a guide\n"
         "star, the real-time chain (centroids, slopes, reconstruction: MVM, or SABRE / D-SABRE\n"
         "with the global DM projection of Brunner et al.'s Eq. 13 or the distributed one of\n"
-        "Eq. 14-16), the controller, and the deformable mirror's shape subtracted from the\n"
-        "next phase; the science camera's short- and long-exposure Strehl and the residual RMS\n"
-        "frame by frame.\n"
+        "Eq. 14-16: over whole windows with one matrix, Sec. 5.A's, or only on the pupil with\n"
+        "a matrix per partition, Sec. 4.A's), the controller, and the deformable mirror's\n"
+        "shape subtracted from the next phase; the science camera's short- and long-exposure\n"
+        "Strehl and the residual RMS frame by frame.\n"
         "Runs on the context's backend (--backend; the screen is made on the CPU).\n"
         "\n"
         "Configuration: Brunner et al.'s Sec. 4.B setting (32 x 32 lenslets, D = 12 m, square\n"
@@ -347,7 +348,8 @@ void sw_cmd_loop_help(FILE *out)
         "                         slope_calibration r0_m L0_m\n"
         "                         r0_wavelength_um subharmonics wind_m_s rate_hz\n"
         "                         seed samples influence (gaussian|bezier) coupling recon\n"
-        "                         (mvm|sabre|dsabre-global|dsabre-local) cm_condition poke_um\n"
+        "                         (mvm|sabre|dsabre-global|dsabre-local|dsabre-local-pupil)\n"
+        "                         cm_condition poke_um\n"
         "                         partitions overlap controller (integrator|leaky|pi) gain\n"
         "                         leak clip delay science_wavelength_um warmup frames\n"
         "                         unseen (none|piston|waffle|piston-waffle) modal\n"
@@ -388,7 +390,9 @@ void sw_cmd_loop_help(FILE *out)
         "                         d = 1, 2, 3: where the roots of z^d - z^(d-1) + g = 0 leave\n"
         "                         the unit circle; the leaky one's limit is found likewise)\n"
         "  --coupling C           influence at the neighbouring actuators, 0 < C < 1\n"
-        "  --recon R              mvm, sabre, dsabre-global or dsabre-local\n"
+        "  --recon R              mvm, sabre, dsabre-global, dsabre-local (distributed\n"
+        "                         projection, whole windows: Brunner et al. Fig. 14's MM) or\n"
+        "                         dsabre-local-pupil (distributed, pupil only: Fig. 14's MV)\n"
         "  --partitions K         D-SABRE K x K partitions\n"
         "  --magnitude M          guide-star magnitude, or none (noise-free)\n"
         "  --seed S               screen and noise seed\n"

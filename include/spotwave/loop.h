@@ -355,8 +355,13 @@ typedef enum sw_rtc_recon {
 typedef enum sw_rtc_projection {
     SW_RTC_PROJ_CORNERS = 0, /* r = the spline at the Fried corners (sw_sabre_run's actuators) */
     SW_RTC_PROJ_GLOBAL = 1,  /* r = P values, P an sw_projector of the extended lattice (Eq. 13) */
-    SW_RTC_PROJ_LOCAL = 2    /* distributed projection inside the D-SABRE run (Eq. 14-16,
-                                sw_sabre_set_projection)                                       */
+    SW_RTC_PROJ_LOCAL = 2,   /* distributed projection inside the D-SABRE run (Eq. 14-16,
+                                sw_sabre_set_projection): one matrix for every window, the
+                                whole window fitted (Brunner et al. Fig. 14's "MM")           */
+    SW_RTC_PROJ_LOCAL_PUPIL = 3 /* distributed projection on the pupil only (section 4.A, Eq.
+                                   14-15; Fig. 14's "MV"): a matrix per partition
+                                   (sw_sabre_set_projection_partitions), see
+                                   sw_rtc_params_sabre                                        */
 } sw_rtc_projection;
 
 /*
@@ -383,7 +388,10 @@ typedef struct sw_rtc_params {
                            pixel_um / (focal_mm 1000)); > 0                            */
     sw_rtc_projection projection;
     const float *projection_matrix; /* GLOBAL: nact x nvalues (sw_projector_matrix of the plan's
-                                       extended lattice); LOCAL: w^2 x nl (the window's)        */
+                                       extended lattice); LOCAL: w^2 x nl (the window's);
+                                       LOCAL_PUPIL: k^2 w^2 x nl, the partitions' w^2 x nl
+                                       matrices stacked (partition b k + a's rows from
+                                       (b k + a) w^2)                                          */
     int32_t projection_rows, projection_cols; /* its size, checked against the plan            */
     sw_controller_params controller; /* nact must equal nact above                            */
     int32_t telemetry; /* ring slots, 0 (none) .. 65536                               */
@@ -394,10 +402,29 @@ void sw_rtc_params_default(sw_rtc_params *p);
 /*
  * The D-SABRE fields of rp (recon SW_RTC_SABRE): the sabre plan's parameters (copied; its valid
  * mask must outlive the rtc's creation), slope_scale, and the projection: CORNERS needs nothing;
- * GLOBAL the sw_projector of the plan's extended lattice with square_mask (NULL: every fitting
- * square); LOCAL the window's (Eq. 14-16). The projection matrix is allocated into *matrix (free()
- * it after sw_rtc_create; NULL for CORNERS) and set in rp. Any context may build it (the CPU's
- * does: the matrix is host memory). This is how sw_loop builds its D-SABRE chain.
+ * LOCAL the window's (Eq. 14-16; sw_projector_params_window: every square of the window fitted,
+ * every square centre an actuator, even beyond the real array, so that one matrix serves all
+ * partitions: Brunner et al. section 5.A, Fig. 14's "MM").
+ * GLOBAL the projection of Eq. 13 onto the (nx + 1)(ny + 1) Fried actuators from the plan's
+ * extended lattice (sw_projector_params_global), fitting the squares square_mask selects (NULL:
+ * every square) by the actuators the sensor sees, the corners of the valid lenslets
+ * (sabre->valid; NULL: all); the others are left out of the fit and their commands are 0, as
+ * for a mirror with only the pupil's actuators. (Fitting them too made the loop diverge with
+ * small partitions on an annular pupil: an actuator inside the central obscuration or beyond
+ * the rim, whose influence mostly misses the fitted squares, was fixed mainly by the 1e-6
+ * regularisation, and with D-SABRE's zero-padded values there the linearised loop had a mode of
+ * negative gain, -0.33 for 8 x 8 partitions of 16 x 16 lenslets: BENCHMARKS.md, Figs. 12-14.)
+ * LOCAL_PUPIL (section 4.A's projection, which section 5.A describes as computing "the actuator
+ * commands within the pupil"; Fig. 14's "MV"): for each partition the least-squares fit of its
+ * window's spline at the fitting points of the window's squares that square_mask selects (the
+ * pupil; NULL: the squares centred on an actuator the sensor sees) by those of the window's
+ * actuators that the sensor sees (lenslet corners of the real array, corners of valid
+ * lenslets; the others left out, their commands 0), with LOCAL's fitting points and
+ * regularisation; a window with no fitting point or no such actuator gets a zero matrix.
+ * square_mask is over the extended lattice's squares (sx sy of sw_sabre_info.lattice, J sx + I)
+ * for GLOBAL and LOCAL_PUPIL. The projection matrix is allocated into *matrix (free() it after
+ * sw_rtc_create; NULL for CORNERS) and set in rp. Any context may build it (the CPU's does: the
+ * matrix is host memory). This is how sw_loop builds its D-SABRE chain.
  */
 sw_status sw_rtc_params_sabre(sw_context *ctx, const sw_sabre_params *sabre, const sw_dm_params *dm,
                               sw_rtc_projection projection, const uint8_t *square_mask,
@@ -736,10 +763,15 @@ typedef enum sw_loop_recon {
     SW_LOOP_MVM = 0,           /* interaction matrix by push-pull, truncated-SVD control matrix  */
     SW_LOOP_SABRE_GLOBAL = 1,  /* global SABRE (CPU) + global projection (Eq. 13)                 */
     SW_LOOP_DSABRE_GLOBAL = 2, /* D-SABRE + global projection of its extended lattice (Eq. 13)    */
-    SW_LOOP_DSABRE_LOCAL = 3   /* D-SABRE + distributed projection (Eq. 14-16)                    */
+    SW_LOOP_DSABRE_LOCAL = 3,  /* D-SABRE + distributed projection (Eq. 14-16), each window whole
+                                  with one shared matrix (Brunner et al. Fig. 14's "MM")         */
+    SW_LOOP_DSABRE_LOCAL_PUPIL = 4 /* D-SABRE + distributed projection on the pupil only, a matrix
+                                      per partition (section 4.A; Fig. 14's "MV";
+                                      SW_RTC_PROJ_LOCAL_PUPIL)                                  */
 } sw_loop_recon;
 
-const char *sw_loop_recon_string(sw_loop_recon r); /* mvm|sabre|dsabre-global|dsabre-local */
+/* mvm|sabre|dsabre-global|dsabre-local|dsabre-local-pupil */
+const char *sw_loop_recon_string(sw_loop_recon r);
 sw_status sw_loop_recon_parse(const char *text, sw_loop_recon *out);
 
 typedef struct sw_loop_params {
@@ -923,9 +955,9 @@ typedef struct sw_loop_chain_info {
 } sw_loop_chain_info;
 
 /* The chain of an MVM or DSABRE_LOCAL loop (SW_EUNSUPPORTED for the others: their projections
- * depend on the pupil's footprint, or run on the host). Pointers (the valid masks, cm, filter) into
- * the loop and are valid while it lives. For DSABRE_LOCAL, sw_rtc_params_sabre with
- * SW_RTC_PROJ_LOCAL rebuilds the loop's projection. */
+ * depend on the pupil's footprint (DSABRE_GLOBAL, DSABRE_LOCAL_PUPIL), or run on the host).
+ * Pointers (the valid masks, cm, filter) into the loop and are valid while it lives. For
+ * DSABRE_LOCAL, sw_rtc_params_sabre with SW_RTC_PROJ_LOCAL rebuilds the loop's projection. */
 sw_status sw_loop_chain(const sw_loop *l, sw_loop_chain_info *out);
 
 #ifdef __cplusplus

@@ -349,6 +349,24 @@ sw_status sw_sabre_run(sw_sabre *plan, const float *slopes, sw_memory memory, fl
  */
 sw_status sw_sabre_set_projection(sw_sabre *plan, const float *P, int32_t rows, int32_t cols);
 
+/*
+ * The distributed DM projection with one matrix per partition (Brunner et al. section 4.A, Eq.
+ * 14-15, as first posed: each partition fits only the actuators and the fitting points of its
+ * window that lie in the pupil, so the windows at the pupil's edge have matrices of their own;
+ * their Fig. 14 calls this variant "MV", for the matrix-vector products it needs, and the shared
+ * matrix of sw_sabre_set_projection, Eq. 16, "MM"). P: `partitions` matrices of rows x cols,
+ * stacked: partition i = b k + a (core column a, row b) at P + i rows cols, each as
+ * sw_sabre_set_projection's P (rows = w^2, cols = local_values, row-major); loop.h's
+ * sw_rtc_params_sabre builds them (SW_RTC_PROJ_LOCAL_PUPIL). The run then computes each window's
+ * local commands Z_i = P_i Y_i (OpenBLAS sgemv per partition on the CPU, one strided-batched
+ * cuBLAS sgemm on the GPU) and the command of a lenslet corner as above, Z_i + K[i] q1_i with
+ * q1_i = P_i 1 of its owner partition i. SW_EINVAL as sw_sabre_set_projection, and for
+ * partitions != k^2 or a non-finite entry (the message names the partition). P = NULL removes
+ * the projection (the other arguments ignored). Either call replaces the other's projection.
+ */
+sw_status sw_sabre_set_projection_partitions(sw_sabre *plan, const float *P, int32_t partitions,
+                                             int32_t rows, int32_t cols);
+
 /* Device time of the last GPU run's kernels (CUDA events around the graph, microseconds); -1
  * for CPU runs. */
 double sw_sabre_kernel_us(const sw_sabre *plan);

@@ -846,7 +846,8 @@ void loop_init(LoopSim *self, nb::object ctx_obj, nb::dict params)
     p.dm.coupling = q.num("coupling", p.dm.coupling);
     std::string recon = q.str("recon", sw_loop_recon_string(p.recon));
     if (sw_loop_recon_parse(recon.c_str(), &p.recon) != SW_OK)
-        value_error("recon: '%s' is not 'mvm', 'sabre', 'dsabre-global' or 'dsabre-local'",
+        value_error("recon: '%s' is not 'mvm', 'sabre', 'dsabre-global', 'dsabre-local' or "
+                    "'dsabre-local-pupil'",
                     recon.c_str());
     p.cm_condition = q.num("cm_condition", p.cm_condition);
     p.poke_um = q.num("poke_um", p.poke_um);

@@ -418,8 +418,9 @@ static int32_t profile_row(const sw_projector_params *p, double x, double a0, in
  * nact x nv) over the fitting points; *trace = trace(N). Scratch: jx, jy (nax, nay ints), fx, fy
  * (nax, nay doubles), ia (nact ints), fa (nact doubles).
  */
-static void accumulate(const sw_projector_params *p, double *N, double *R, double *trace,
-                       int32_t *jx, double *fx, int32_t *jy, double *fy, int32_t *ia, double *fa)
+static void accumulate(const sw_projector_params *p, const uint8_t *active, double *N, double *R,
+                       double *trace, int32_t *jx, double *fx, int32_t *jy, double *fy, int32_t *ia,
+                       double *fa)
 {
     const sw_sabre_lattice *l = &p->lattice;
     const int32_t q = p->samples, nax = p->nax, nact = p->nax * p->nay;
@@ -439,7 +440,10 @@ static void accumulate(const sw_projector_params *p, double *N, double *R, doubl
                     int32_t n = 0;
                     for (int32_t v = 0; v < ny; v++)
                         for (int32_t u = 0; u < nx; u++) {
-                            ia[n] = jy[v] * nax + jx[u];
+                            const int32_t act = jy[v] * nax + jx[u];
+                            if (active && !active[act])
+                                continue; /* not in the fit: a zero column of F */
+                            ia[n] = act;
                             fa[n] = fy[v] * fx[u];
                             n++;
                         }
@@ -463,62 +467,60 @@ static void accumulate(const sw_projector_params *p, double *N, double *R, doubl
     *trace = tr;
 }
 
-sw_status sw_projector_create(sw_context *ctx, const sw_projector_params *p, sw_projector **out)
+/*
+ * P = (F^T F + lambda I)^-1 F^T B into P (nact x nv row-major floats, the caller's), F holding
+ * only the actuators with active[a] != 0 (NULL: all): the others are left out of the fit, so
+ * their rows of P are 0 and lambda = regularisation trace(F^T F) / (active actuators). With
+ * empty_ok a problem in which no fitting point sees an active actuator gives P = 0 instead of
+ * SW_EINVAL (a D-SABRE window outside the pupil). The parameters must have passed
+ * projector_check.
+ */
+static sw_status projector_solve(sw_context *ctx, const sw_projector_params *p,
+                                 const uint8_t *active, int empty_ok, float *P)
 {
-    if (!out)
-        return sw_fail(ctx, SW_EINVAL, "projector: NULL output");
-    *out = NULL;
-    if (!p)
-        return sw_fail(ctx, SW_EINVAL, "projector: NULL parameters");
-    sw_status st = projector_check(ctx, p);
-    if (st != SW_OK)
-        return st;
-
     const int32_t nact = p->nax * p->nay;
     const int64_t nv = sw_sabre_lattice_values(&p->lattice);
+    int32_t nactive = 0;
+    for (int32_t a = 0; a < nact; a++)
+        nactive += !active || active[a];
     double *N = (double *)calloc((size_t)nact * nact, sizeof(double));
     double *R = (double *)calloc((size_t)nact * nv, sizeof(double));
     int32_t *jx = (int32_t *)malloc(((size_t)p->nax + p->nay + nact) * sizeof(int32_t));
     double *fx = (double *)malloc(((size_t)p->nax + p->nay + nact) * sizeof(double));
-    sw_projector *pr = (sw_projector *)calloc(1, sizeof *pr);
-    float *P = (float *)malloc((size_t)nact * nv * sizeof(float));
-    if (!N || !R || !jx || !fx || !pr || !P) {
+    if (!N || !R || !jx || !fx) {
         free(N);
         free(R);
         free(jx);
         free(fx);
-        free(pr);
-        free(P);
         return sw_fail(ctx, SW_ENOMEM, "projector: out of memory (%d actuators, %lld values)",
                        (int)nact, (long long)nv);
     }
-    pr->ctx = ctx;
-    pr->nact = nact;
-    pr->nvalues = (int32_t)nv;
-    pr->P = P;
-
     double trace = 0.0;
-    accumulate(p, N, R, &trace, jx, fx, jx + p->nax, fx + p->nax, jx + p->nax + p->nay,
-               fx + p->nax + p->nay);
+    if (nactive > 0)
+        accumulate(p, active, N, R, &trace, jx, fx, jx + p->nax, fx + p->nax, jx + p->nax + p->nay,
+                   fx + p->nax + p->nay);
     free(jx);
     free(fx);
     if (!(trace > 0.0)) {
         free(N);
         free(R);
-        sw_projector_destroy(pr);
+        if (empty_ok) {
+            memset(P, 0, (size_t)nact * nv * sizeof(float));
+            return SW_OK;
+        }
         return sw_fail(ctx, SW_EINVAL, "projector: no fitting point sees any actuator");
     }
-    /* N + lambda I, lambda = regularisation trace(N) / nact */
-    const double lambda = p->regularisation * trace / nact;
+    /* N + lambda I, lambda = regularisation trace(N) / (active actuators); an actuator left out
+     * has a zero row and column in N and in R: 1 on its diagonal gives it a zero row of P */
+    const double lambda = p->regularisation * trace / nactive;
     for (int64_t a = 0; a < nact; a++)
-        N[a * nact + a] += lambda;
+        N[a * nact + a] += (!active || active[a]) ? lambda : 1.0;
 
     /* P = N^-1 R (Eq. 13 / 15), by Cholesky */
     lapack_int info = LAPACKE_dposv(LAPACK_COL_MAJOR, 'L', nact, (lapack_int)nv, N, nact, R, nact);
     free(N);
     if (info != 0) {
         free(R);
-        sw_projector_destroy(pr);
         if (info > 0)
             return sw_fail(ctx, SW_EINVAL,
                            "projector: the normal matrix is singular (actuators that no fitting "
@@ -533,9 +535,39 @@ sw_status sw_projector_create(sw_context *ctx, const sw_projector_params *p, sw_
             P[a * nv + v] = (float)x;
         }
     free(R);
-    if (!finite) {
-        sw_projector_destroy(pr);
+    if (!finite)
         return sw_fail(ctx, SW_EINTERNAL, "projector: the solution is not finite");
+    return SW_OK;
+}
+
+sw_status sw_projector_create(sw_context *ctx, const sw_projector_params *p, sw_projector **out)
+{
+    if (!out)
+        return sw_fail(ctx, SW_EINVAL, "projector: NULL output");
+    *out = NULL;
+    if (!p)
+        return sw_fail(ctx, SW_EINVAL, "projector: NULL parameters");
+    sw_status st = projector_check(ctx, p);
+    if (st != SW_OK)
+        return st;
+
+    const int32_t nact = p->nax * p->nay;
+    const int64_t nv = sw_sabre_lattice_values(&p->lattice);
+    sw_projector *pr = (sw_projector *)calloc(1, sizeof *pr);
+    float *P = (float *)malloc((size_t)nact * nv * sizeof(float));
+    if (!pr || !P) {
+        free(pr);
+        free(P);
+        return sw_fail(ctx, SW_ENOMEM, "projector: out of memory (%d actuators, %lld values)",
+                       (int)nact, (long long)nv);
+    }
+    pr->ctx = ctx;
+    pr->nact = nact;
+    pr->nvalues = (int32_t)nv;
+    pr->P = P;
+    if ((st = projector_solve(ctx, p, NULL, 0, P)) != SW_OK) {
+        sw_projector_destroy(pr);
+        return st;
     }
 
 #ifdef SW_HAVE_CUDA
@@ -549,6 +581,28 @@ sw_status sw_projector_create(sw_context *ctx, const sw_projector_params *p, sw_
 #endif
     *out = pr;
     return SW_OK;
+}
+
+sw_status sw_projector_solve_masked(sw_context *ctx, const sw_projector_params *p,
+                                    const uint8_t *active, int empty_ok, float *P)
+{
+    if (!p || !P)
+        return sw_fail(ctx, SW_EINVAL, "projector: NULL %s", !p ? "parameters" : "matrix");
+    /* a mask without a square is an empty problem, which empty_ok accepts */
+    sw_projector_params q = *p;
+    int any = !q.square_mask;
+    for (int64_t j = 0; j < (int64_t)q.lattice.sx * q.lattice.sy && !any && q.lattice.sx > 0; j++)
+        any = q.square_mask[j] != 0;
+    if (!any && empty_ok)
+        q.square_mask = NULL;
+    const sw_status st = projector_check(ctx, &q);
+    if (st != SW_OK)
+        return st;
+    if (!any && empty_ok) {
+        memset(P, 0, (size_t)q.nax * q.nay * sw_sabre_lattice_values(&q.lattice) * sizeof(float));
+        return SW_OK;
+    }
+    return projector_solve(ctx, &q, active, empty_ok, P);
 }
 
 const float *sw_projector_matrix(const sw_projector *p, int32_t *rows, int32_t *cols)

@@ -118,6 +118,16 @@ struct sw_projector {
     void *gpu; /* dm_cuda.cu's state, NULL on the CPU */
 };
 
+/* The projector's matrix (dm.c) into P (nax nay x lattice values, row-major floats, the
+ * caller's), with only the actuators whose active[a] is non-zero in the fit (NULL: all, as
+ * sw_projector_create): the others are left out of F (not fixed by the regularisation), so
+ * their rows of P are 0, and lambda = regularisation trace(F^T F) / (active actuators). With
+ * empty_ok a problem with no fitting point, or none that sees an active actuator, gives P = 0
+ * (a D-SABRE window outside the pupil) instead of SW_EINVAL. The distributed projection on the
+ * pupil (rtc.c, SW_RTC_PROJ_LOCAL_PUPIL) builds its windows' matrices with it. */
+sw_status sw_projector_solve_masked(sw_context *ctx, const sw_projector_params *p,
+                                    const uint8_t *active, int empty_ok, float *P);
+
 /* GPU side (dm_cuda.cu): create uploads the host matrices, makes a cuBLAS handle on the
  * context's stream and the device buffers (scratch, staging for host arrays); destroy frees it
  * (gpu NULL ignored); run: host/pinned arrays are staged and the call has finished when it

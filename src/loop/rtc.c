@@ -10,6 +10,7 @@
  *               times slope_scale, then the D-SABRE run (seed 002 Eq. 6-11, 16), and
  *               CORNERS: r = the spline at the Fried corners,
  *               LOCAL:   r = the distributed projection inside the run (seed 002 Eq. 14-16),
+ *               LOCAL_PUPIL: the same with a matrix per partition (pupil only, section 4.A),
  *               GLOBAL:  r = P c, P the global projection of the extended lattice (Eq. 13);
  *   3. the controller (controller.c: integrator / leaky / per-mode PI, seed 000 section 6);
  *   4. the commands to the caller and the telemetry slot.
@@ -195,16 +196,21 @@ static sw_status check_params(sw_context *ctx, const sw_rtc_params *p)
                        "sabre takes) is needed",
                        p->slope_scale);
     if (p->projection != SW_RTC_PROJ_CORNERS && p->projection != SW_RTC_PROJ_GLOBAL &&
-        p->projection != SW_RTC_PROJ_LOCAL)
-        return sw_fail(ctx, SW_EINVAL, "rtc: unknown projection %d (CORNERS, GLOBAL or LOCAL)",
+        p->projection != SW_RTC_PROJ_LOCAL && p->projection != SW_RTC_PROJ_LOCAL_PUPIL)
+        return sw_fail(ctx, SW_EINVAL,
+                       "rtc: unknown projection %d (CORNERS, GLOBAL, LOCAL or LOCAL_PUPIL)",
                        (int)p->projection);
+    const char *pname = p->projection == SW_RTC_PROJ_GLOBAL  ? "global"
+                        : p->projection == SW_RTC_PROJ_LOCAL ? "local"
+                                                             : "local (pupil)";
     if (p->projection != SW_RTC_PROJ_CORNERS && !p->projection_matrix)
         return sw_fail(ctx, SW_EINVAL,
-                       "rtc: the %s projection needs projection_matrix (NULL given)",
-                       p->projection == SW_RTC_PROJ_GLOBAL ? "global" : "local");
-    if (p->projection == SW_RTC_PROJ_LOCAL && p->sabre.extend_eq17 != 1)
+                       "rtc: the %s projection needs projection_matrix (NULL given)", pname);
+    if ((p->projection == SW_RTC_PROJ_LOCAL || p->projection == SW_RTC_PROJ_LOCAL_PUPIL) &&
+        p->sabre.extend_eq17 != 1)
         return sw_fail(ctx, SW_EINVAL,
-                       "rtc: the local projection needs a D-SABRE plan with sabre.extend_eq17 = 1");
+                       "rtc: the %s projection needs a D-SABRE plan with sabre.extend_eq17 = 1",
+                       pname);
     const sw_sh_geometry *g = &p->centroid.geometry;
     if ((p->sabre.nx != 0 && p->sabre.nx != g->nx) || (p->sabre.ny != 0 && p->sabre.ny != g->ny))
         return sw_fail(ctx, SW_EINVAL,
@@ -276,6 +282,19 @@ static sw_status make_sabre(sw_rtc *r, const uint8_t *valid)
             /* the caller's size, which sw_sabre_set_projection checks against the window */
             st = sw_sabre_set_projection(r->sabre, p->projection_matrix, p->projection_rows,
                                          p->projection_cols);
+            if (st != SW_OK)
+                return st;
+            r->p.projection_matrix = NULL; /* copied by the sabre plan */
+        } else if (p->projection == SW_RTC_PROJ_LOCAL_PUPIL) {
+            /* k^2 stacked w^2 x nl matrices */
+            const int32_t w2 = info.window * info.window, G = info.k * info.k;
+            if ((int64_t)p->projection_rows != (int64_t)G * w2)
+                return sw_fail(r->ctx, SW_EINVAL,
+                               "rtc: the local (pupil) projection has %d rows; the plan's %d "
+                               "partitions of %d x %d actuators need %lld (k^2 w^2, stacked)",
+                               p->projection_rows, G, info.window, info.window, (long long)G * w2);
+            st = sw_sabre_set_projection_partitions(r->sabre, p->projection_matrix, G, w2,
+                                                    p->projection_cols);
             if (st != SW_OK)
                 return st;
             r->p.projection_matrix = NULL; /* copied by the sabre plan */
@@ -410,6 +429,64 @@ static sw_status build(sw_rtc *r)
     return SW_OK;
 }
 
+/* 1 when lenslet corner (cx, cy) of an nx x ny array is a corner of a valid lenslet (valid
+ * NULL: of any lenslet): an actuator the sensor sees. */
+static int corner_seen(const uint8_t *valid, int32_t nx, int32_t ny, int32_t cx, int32_t cy)
+{
+    if (cx < 0 || cy < 0 || cx > nx || cy > ny)
+        return 0;
+    if (!valid)
+        return 1;
+    for (int32_t iy = cy - 1; iy <= cy; iy++)
+        for (int32_t ix = cx - 1; ix <= cx; ix++)
+            if (ix >= 0 && iy >= 0 && ix < nx && iy < ny && valid[(int64_t)iy * nx + ix])
+                return 1;
+    return 0;
+}
+
+/* LOCAL_PUPIL's matrices (sw_rtc_params_sabre): k^2 window projections, stacked, into P. */
+static sw_status local_pupil_matrices(sw_context *ctx, const sw_sabre_params *sabre,
+                                      const sw_dm_params *dm, const sw_sabre_info *info,
+                                      const uint8_t *square_mask, float *P)
+{
+    const int32_t k = info->k, m = info->m, w = info->window, S = info->lattice.sx;
+    const int32_t offx = info->lattice.offx, offy = info->lattice.offy;
+    const int32_t nx = sabre->nx, ny = sabre->ny, w2 = w * w;
+    const int32_t nl = info->local_values;
+    sw_projector_params pp;
+    sw_projector_params_window(&pp, dm, w);
+    uint8_t *smask = malloc((size_t)w2), *active = malloc((size_t)w2);
+    if (!smask || !active) {
+        free(smask);
+        free(active);
+        return sw_fail(ctx, SW_ENOMEM, "rtc: out of memory (the local projection's masks)");
+    }
+    pp.square_mask = smask;
+    sw_status st = SW_OK;
+    for (int32_t b = 0; b < k && st == SW_OK; b++)
+        for (int32_t a = 0; a < k && st == SW_OK; a++) {
+            /* the window's first square along each axis (sabre.h): clamp(a m - OL, 0, S - w) */
+            int32_t x0 = a * m - sabre->overlap, y0 = b * m - sabre->overlap;
+            x0 = x0 < 0 ? 0 : (x0 > S - w ? S - w : x0);
+            y0 = y0 < 0 ? 0 : (y0 > S - w ? S - w : y0);
+            for (int32_t j = 0; j < w; j++)
+                for (int32_t i = 0; i < w; i++) {
+                    /* window square (i, j) = extended square (x0 + i, y0 + j), centred on
+                     * lenslet corner (x0 + i + 1 - offx, y0 + j + 1 - offy) */
+                    const int32_t sq = j * w + i;
+                    active[sq] = (uint8_t)corner_seen(sabre->valid, nx, ny, x0 + i + 1 - offx,
+                                                      y0 + j + 1 - offy);
+                    smask[sq] =
+                        square_mask ? square_mask[(int64_t)(y0 + j) * S + x0 + i] != 0 : active[sq];
+                }
+            st = sw_projector_solve_masked(ctx, &pp, active, 1,
+                                           P + ((size_t)b * k + a) * (size_t)w2 * nl);
+        }
+    free(smask);
+    free(active);
+    return st;
+}
+
 sw_status sw_rtc_params_sabre(sw_context *ctx, const sw_sabre_params *sabre, const sw_dm_params *dm,
                               sw_rtc_projection projection, const uint8_t *square_mask,
                               double slope_scale, sw_rtc_params *rp, float **matrix)
@@ -427,8 +504,13 @@ sw_status sw_rtc_params_sabre(sw_context *ctx, const sw_sabre_params *sabre, con
     rp->projection_rows = rp->projection_cols = 0;
     if (projection == SW_RTC_PROJ_CORNERS)
         return SW_OK;
-    if (projection != SW_RTC_PROJ_GLOBAL && projection != SW_RTC_PROJ_LOCAL)
+    if (projection != SW_RTC_PROJ_GLOBAL && projection != SW_RTC_PROJ_LOCAL &&
+        projection != SW_RTC_PROJ_LOCAL_PUPIL)
         return sw_fail(ctx, SW_EINVAL, "rtc: unknown projection %d", (int)projection);
+    if (projection == SW_RTC_PROJ_LOCAL_PUPIL && sabre->extend_eq17 != 1)
+        return sw_fail(ctx, SW_EINVAL,
+                       "rtc: the local (pupil) projection needs a D-SABRE plan with extend_eq17 = "
+                       "1 (every lenslet corner a square centre)");
     /* a throwaway plan tells the lattice (global) and the window (local) */
     sw_sabre *tmp = NULL;
     SW_TRY(sw_sabre_create(ctx, sabre, &tmp));
@@ -436,27 +518,54 @@ sw_status sw_rtc_params_sabre(sw_context *ctx, const sw_sabre_params *sabre, con
     sw_sabre_get_info(tmp, &info);
     sw_sabre_destroy(tmp);
     sw_projector_params pp;
+    int32_t rows, cols;
     if (projection == SW_RTC_PROJ_GLOBAL) {
         sw_projector_params_global(&pp, dm, &info.lattice);
         pp.square_mask = square_mask;
-    } else
+        const int64_t nv = sw_sabre_lattice_values(&info.lattice);
+        if (nv > INT32_MAX)
+            return sw_fail(ctx, SW_EINVAL, "rtc: the extended lattice has too many values");
+        rows = pp.nax * pp.nay;
+        cols = (int32_t)nv;
+    } else {
         sw_projector_params_window(&pp, dm, info.window);
-    sw_projector *proj = NULL;
-    SW_TRY(sw_projector_create(ctx, &pp, &proj));
-    int32_t rows, cols;
-    const float *P = sw_projector_matrix(proj, &rows, &cols);
-    float *copy = malloc((size_t)rows * cols * sizeof(float) + 1);
-    if (!copy) {
-        sw_projector_destroy(proj);
+        rows = info.window * info.window *
+               (projection == SW_RTC_PROJ_LOCAL_PUPIL ? info.k * info.k : 1);
+        cols = info.local_values;
+    }
+    if ((int64_t)rows * cols > RTC_MAX_ELEMENTS) /* the chain refuses it anyway (make_sabre) */
+        return sw_fail(ctx, SW_EINVAL, "rtc: the %d x %d projection matrix is too large", (int)rows,
+                       (int)cols);
+    float *P = malloc((size_t)rows * cols * sizeof(float) + 1);
+    uint8_t *active = projection == SW_RTC_PROJ_GLOBAL ? malloc((size_t)pp.nax * pp.nay) : NULL;
+    if (!P || (projection == SW_RTC_PROJ_GLOBAL && !active)) {
+        free(P);
+        free(active);
         return sw_fail(ctx, SW_ENOMEM, "rtc: out of memory for the %d x %d projection matrix",
                        (int)rows, (int)cols);
     }
-    memcpy(copy, P, (size_t)rows * cols * sizeof(float));
-    sw_projector_destroy(proj);
-    rp->projection_matrix = copy;
+    sw_status st;
+    if (projection == SW_RTC_PROJ_GLOBAL) {
+        /* the Fried actuators the sensor sees; the others left out of the fit */
+        for (int32_t cy = 0; cy < pp.nay; cy++)
+            for (int32_t cx = 0; cx < pp.nax; cx++)
+                active[(int64_t)cy * pp.nax + cx] =
+                    (uint8_t)corner_seen(sabre->valid, sabre->nx, sabre->ny, cx, cy);
+        st = sw_projector_solve_masked(ctx, &pp, active, 0, P);
+    } else if (projection == SW_RTC_PROJ_LOCAL) {
+        st = sw_projector_solve_masked(ctx, &pp, NULL, 0, P);
+    } else {
+        st = local_pupil_matrices(ctx, sabre, dm, &info, square_mask, P);
+    }
+    free(active);
+    if (st != SW_OK) {
+        free(P);
+        return st;
+    }
+    rp->projection_matrix = P;
     rp->projection_rows = rows;
     rp->projection_cols = cols;
-    *matrix = copy;
+    *matrix = P;
     return SW_OK;
 }
 

@@ -23,7 +23,8 @@
  * CPU run: sabre_internal.h steps 1-6; step 2 (Eq. 16, Y = Q X for all partitions at once) is
  * one OpenBLAS cblas_sgemm; steps 4 (H-PME, Eq. 10-11; D-PME, Eq. 8-9) in sw_sabre_pme_cpu. With a
  * projection (sw_sabre_set_projection, seed 002 Eq. 14-16) step 6' replaces step 6: one more
- * sgemm Z = P Y for all windows, then each actuator from its owner partition's Z + K q1. The
+ * sgemm Z = P Y for all windows (sw_sabre_set_projection_partitions: an sgemv per window with its
+ * own P), then each actuator from its owner partition's Z + K q1. The
  * extended array of Eq. 17 (extend_eq17) makes every lenslet corner a square centre, so that every
  * actuator is one of some window's w^2 local actuators.
  */
@@ -1439,15 +1440,26 @@ static sw_status run_cpu(sabre_plan *sp, const float *slopes, float *values, flo
     }
 
     /* 6'. the distributed DM projection (seed 002 Eq. 14-16): all windows' local commands in one
-     * product Z = P Y, then the command at lenslet corner (cx, cy), the centre of extended square
-     * (I, J) = (cx - 1 + offx, cy - 1 + offy), from the partition whose core owns that square:
-     * Z + K q1 (its offset through the projection, q1 = P 1) */
+     * product Z = P Y (or, with a matrix per partition, Z_i = P_i Y_i), then the command at
+     * lenslet corner (cx, cy), the centre of extended square (I, J) = (cx - 1 + offx, cy - 1 +
+     * offy), from the partition whose core owns that square: Z + K q1 (its offset through the
+     * projection, q1 = P 1 of that partition's P) */
     if (actuators && s->proj) {
         const int32_t w2 = w * w, ncx = nx + 1, ncy = ny + 1;
         const float *Z = sp->Z;
         /* P is w^2 x nl row-major: column-major nl x w^2, used transposed */
-        cblas_sgemm(CblasColMajor, CblasTrans, CblasNoTrans, w2, G, nl, 1.0f, s->proj, nl, Y, nl,
-                    0.0f, sp->Z, w2);
+        const int32_t per = s->proj_count > 1; /* one matrix per partition */
+        if (per) {
+#pragma omp parallel for schedule(static)                                                          \
+    num_threads(threads) if ((int64_t)G * w2 * nl > SB_OMP_MIN)
+            for (int32_t i = 0; i < G; i++)
+                cblas_sgemv(CblasRowMajor, CblasNoTrans, w2, nl, 1.0f,
+                            s->proj + (size_t)i * w2 * nl, nl, Y + (size_t)i * nl, 1, 0.0f,
+                            sp->Z + (size_t)i * w2, 1);
+        } else {
+            cblas_sgemm(CblasColMajor, CblasTrans, CblasNoTrans, w2, G, nl, 1.0f, s->proj, nl, Y,
+                        nl, 0.0f, sp->Z, w2);
+        }
 #pragma omp parallel for schedule(static)                                                          \
     num_threads(threads) if ((int64_t)ncx * ncy > SB_OMP_MIN / 8)
         for (int32_t cy = 0; cy < ncy; cy++) {
@@ -1455,8 +1467,9 @@ static sw_status run_cpu(sabre_plan *sp, const float *slopes, float *values, flo
             for (int32_t cx = 0; cx < ncx; cx++) {
                 const int32_t Ix = cx - 1 + s->offx, a = sw_sabre_owner(Ix, m, k);
                 const int32_t i = b * k + a, ls = (Jy - s->ws[b]) * w + (Ix - s->ws[a]);
+                const float q = s->q1[(per ? (size_t)i * w2 : 0) + ls];
                 actuators[(size_t)cy * ncx + cx] =
-                    (float)((double)Z[(size_t)i * w2 + ls] + K[i] * (double)s->q1[ls]);
+                    (float)((double)Z[(size_t)i * w2 + ls] + K[i] * (double)q);
             }
         }
     }
@@ -1505,10 +1518,11 @@ sw_status sw_sabre_run(sw_sabre *plan, const float *slopes, sw_memory memory, fl
     return run_cpu((sabre_plan *)plan, slopes, values, actuators);
 }
 
-sw_status sw_sabre_set_projection(sw_sabre *plan, const float *P, int32_t rows, int32_t cols)
+/* Sets count projection matrices (1: one for every window; G: one per partition) or, for
+ * P = NULL, removes the projection. */
+static sw_status set_projection(sw_sabre *plan, const float *P, int32_t count, int32_t rows,
+                                int32_t cols)
 {
-    if (!plan)
-        return sw_fail(NULL, SW_EINVAL, "sabre: NULL plan");
     sabre_plan *sp = (sabre_plan *)plan;
     sw_context *ctx = plan->ctx;
     if (!P) { /* removed: the run's actuators are the spline at the corners again */
@@ -1518,6 +1532,7 @@ sw_status sw_sabre_set_projection(sw_sabre *plan, const float *P, int32_t rows, 
         free(plan->q1);
         plan->proj = NULL;
         plan->q1 = NULL;
+        plan->proj_count = 0;
 #ifdef SW_HAVE_CUDA
         if (plan->gpu)
             return sw_sabre_gpu_set_projection(plan);
@@ -1534,23 +1549,30 @@ sw_status sw_sabre_set_projection(sw_sabre *plan, const float *P, int32_t rows, 
                        "sabre: the projection is %d x %d, the plan's window needs %d x %d (w^2 "
                        "actuators x local values, w = %d)",
                        rows, cols, w2, nl, plan->w);
-    const size_t ne = (size_t)w2 * nl;
-    for (size_t e = 0; e < ne; e++)
-        if (!isfinite(P[e]))
+    const size_t ne = (size_t)w2 * nl, total = ne * (size_t)count;
+    for (size_t e = 0; e < total; e++)
+        if (!isfinite(P[e])) {
+            const size_t r = e % ne;
+            if (count > 1)
+                return sw_fail(ctx, SW_EINVAL,
+                               "sabre: entry (%d, %d) of partition %d's projection is not finite",
+                               (int)(r / nl), (int)(r % nl), (int)(e / ne));
             return sw_fail(ctx, SW_EINVAL, "sabre: projection entry (%d, %d) is not finite",
-                           (int)(e / nl), (int)(e % nl));
-    float *pc = malloc(ne * sizeof *pc);
-    float *q1 = malloc((size_t)w2 * sizeof *q1);
+                           (int)(r / nl), (int)(r % nl));
+        }
+    float *pc = malloc(total * sizeof *pc);
+    float *q1 = malloc((size_t)w2 * count * sizeof *q1);
     if (!sp->Z)
         sp->Z = malloc((size_t)w2 * plan->G * sizeof *sp->Z);
     if (!pc || !q1 || !sp->Z) {
         free(pc);
         free(q1);
-        return sw_fail(ctx, SW_ENOMEM, "sabre: out of memory (projection %d x %d)", w2, nl);
+        return sw_fail(ctx, SW_ENOMEM, "sabre: out of memory (projection %d x %d, %d of them)", w2,
+                       nl, (int)count);
     }
-    memcpy(pc, P, ne * sizeof *pc);
+    memcpy(pc, P, total * sizeof *pc);
     /* q1 = P 1: the row sums (Eq. 16's offset term), summed in double */
-    for (int32_t r = 0; r < w2; r++) {
+    for (int64_t r = 0; r < (int64_t)w2 * count; r++) {
         double acc = 0.0;
         for (int32_t c = 0; c < nl; c++)
             acc += (double)pc[(size_t)r * nl + c];
@@ -1560,9 +1582,30 @@ sw_status sw_sabre_set_projection(sw_sabre *plan, const float *P, int32_t rows, 
     free(plan->q1);
     plan->proj = pc;
     plan->q1 = q1;
+    plan->proj_count = count;
 #ifdef SW_HAVE_CUDA
     if (plan->gpu)
         return sw_sabre_gpu_set_projection(plan);
 #endif
     return SW_OK;
+}
+
+sw_status sw_sabre_set_projection(sw_sabre *plan, const float *P, int32_t rows, int32_t cols)
+{
+    if (!plan)
+        return sw_fail(NULL, SW_EINVAL, "sabre: NULL plan");
+    return set_projection(plan, P, 1, rows, cols);
+}
+
+sw_status sw_sabre_set_projection_partitions(sw_sabre *plan, const float *P, int32_t partitions,
+                                             int32_t rows, int32_t cols)
+{
+    if (!plan)
+        return sw_fail(NULL, SW_EINVAL, "sabre: NULL plan");
+    if (P && partitions != plan->G)
+        return sw_fail(plan->ctx, SW_EINVAL,
+                       "sabre: %d projection matrices given, the plan has %d partitions (k^2, k = "
+                       "%d)",
+                       (int)partitions, (int)plan->G, (int)plan->k);
+    return set_projection(plan, P, plan->G, rows, cols);
 }

@@ -28,7 +28,9 @@
  *      per lenslet corner (sw_sabre_locate; with a projection step 6', the owner's Z + K q1); its
  *      thread 0 hands the NaN flag to mapped pinned host memory.
  * Setting or removing a projection captures the graph again (P, q1 and Z keep their device
- * addresses once made, so a new P of a plan that had one needs no new graph). The same work is
+ * addresses once made, so a new P of a plan that had one needs no new graph, unless it changes
+ * between one shared matrix and one per partition: sw_sabre_set_projection_partitions, whose
+ * step 6' is one cublasSgemmStridedBatched of G single-column products). The same work is
  * sw_sabre_gpu_enqueue for the real-time chain, which captures it into a graph of its own.
  * Before them a memset arms the NaN flag. The copy in and the copies out are queued on the stream
  * around the graph, then one wait. (A graph holding the copies too, re-pointed per call, measured
@@ -84,9 +86,12 @@ struct sb_gpu {
     uint8_t *rreal; /* robust passes: the real local corners, and the residual lengths R */
     double *R;
     /* step 6' (sw_sabre_set_projection): P (w^2 x nl row-major), q1 (w^2), Z = P Y (w^2 x G);
-     * allocated with the first projection and kept, so that their addresses stay fixed; proj
-     * says whether the graph uses them */
+     * with sw_sabre_set_projection_partitions G of P and of q1, stacked. Allocated with the first
+     * projection and kept, so that their addresses stay fixed (made again only when a projection
+     * needs more than they hold: P_cap, q1_cap floats); proj says what the graph does with them:
+     * 0 nothing, 1 one shared P (sgemm), 2 one P per partition (strided-batched sgemm) */
     float *P, *q1, *Z;
+    size_t P_cap, q1_cap;
     int proj;
     double *psum, *K, *scratch;
     int *flag;     /* device: lowest lenslet with a non-finite slope, or SB_NO_NAN */
@@ -416,15 +421,17 @@ __device__ static float sb_value(const float *__restrict__ Y, const double *__re
  * (each computed as step 5 does, so the same floats), summed in double in order j = 0, 1, 2,
  * rounded to float. With a projection (Z non-NULL) step 6' instead (seed 002 Eq. 14-16): the
  * command of corner (cx, cy), the centre of extended square (I, J) = (cx - 1 + offx, cy - 1 +
- * offy), is (float) ((double) Z[ls + w^2 i] + K[i] q1[ls]) of the partition i owning the square,
- * ls its local square. Thread 0 also hands the NaN flag (final since sb_gather) to mapped pinned
+ * offy), is (float) ((double) Z[ls + w^2 i] + K[i] q1[ls + q1_stride i]) of the partition i
+ * owning the square, ls its local square (q1_stride: 0 for one shared P, w^2 for one per
+ * partition). Thread 0 also hands the NaN flag (final since sb_gather) to mapped pinned
  * host memory: no copy of its own. */
 __global__ void sb_output(const float *__restrict__ Y, const double *__restrict__ K,
                           const int32_t *__restrict__ ws, int32_t S, int32_t m, int32_t k,
                           int32_t w, int32_t nl, int64_t nvalues, float *__restrict__ values,
                           int32_t nx, int32_t ny, int32_t offx, int32_t offy,
                           float *__restrict__ act, const float *__restrict__ Z,
-                          const float *__restrict__ q1, const int *flag, int *flag_host)
+                          const float *__restrict__ q1, int32_t q1_stride, const int *flag,
+                          int *flag_host)
 {
     int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t == 0)
@@ -441,8 +448,8 @@ __global__ void sb_output(const float *__restrict__ Y, const double *__restrict_
         const int32_t sqx = cx - 1 + offx, sqy = cy - 1 + offy;
         const int32_t a = sw_sabre_owner(sqx, m, k), b = sw_sabre_owner(sqy, m, k);
         const int32_t i = b * k + a, ls = (sqy - ws[b]) * w + (sqx - ws[a]);
-        act[c] =
-            (float)__dadd_rn((double)Z[ls + (int64_t)w * w * i], __dmul_rn(K[i], (double)q1[ls]));
+        act[c] = (float)__dadd_rn((double)Z[ls + (int64_t)w * w * i],
+                                  __dmul_rn(K[i], (double)q1[ls + (int64_t)q1_stride * i]));
         return;
     }
     int64_t idx[3];
@@ -600,9 +607,15 @@ static sw_status sb_enqueue(sw_sabre *plan)
     /* 6': all windows' local commands Z = P Y (Eq. 16), P row-major w^2 x nl = column-major
      * nl x w^2, used transposed */
     const int32_t w2 = plan->w * plan->w;
-    if (g->proj)
+    if (g->proj == 1)
         SW_CUBLAS(cublasSgemm(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, w2, plan->G, plan->nl, &one, g->P,
                               plan->nl, g->Y, plan->nl, &zero, g->Z, w2));
+    else if (g->proj == 2) /* one P per partition (sw_sabre_set_projection_partitions): Z_i =
+                              P_i Y_i, a batch of G products of one column each */
+        SW_CUBLAS(cublasSgemmStridedBatched(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, w2, 1, plan->nl,
+                                            &one, g->P, plan->nl, (long long)w2 * plan->nl, g->Y,
+                                            plan->nl, (long long)plan->nl, &zero, g->Z, w2,
+                                            (long long)w2, plan->G));
 
     const sw_sabre_pme pme = plan->params.pme;
     const int equalise = pme == SW_SABRE_PME_HIERARCHICAL  ? plan->p > 0
@@ -642,7 +655,7 @@ static sw_status sb_enqueue(sw_sabre *plan)
     sb_output<<<sb_blocks(g->nvalues + g->nact, SB_THREADS), SB_THREADS, 0, s>>>(
         g->Y, g->K, g->ws, plan->S, plan->m, plan->k, plan->w, plan->nl, g->nvalues, g->values,
         plan->params.nx, plan->params.ny, plan->offx, plan->offy, g->act, g->proj ? g->Z : NULL,
-        g->proj ? g->q1 : NULL, g->flag, g->flag_map);
+        g->proj ? g->q1 : NULL, g->proj == 2 ? w2 : 0, g->flag, g->flag_map);
     SW_CU(cudaGetLastError());
     return SW_OK;
 }
@@ -816,22 +829,40 @@ static sw_status sb_set_projection(sw_sabre *plan, sb_gpu *g)
     SW_CU(cudaSetDevice(plan->ctx->device));
     SW_CU(cudaStreamSynchronize(s)); /* nothing may still read the old P, q1 or graph */
     const size_t w2 = (size_t)plan->w * plan->w;
+    const size_t count = plan->proj ? (size_t)plan->proj_count : 0;
+    int moved = 0; /* a buffer made again: the graph must capture its new address */
     if (plan->proj) {
-        if (!g->P) /* once: the addresses stay fixed for graphs that captured them */
-            SW_CU(sw_cuda_alloc(&g->P, w2 * plan->nl));
-        if (!g->q1)
-            SW_CU(sw_cuda_alloc(&g->q1, w2));
+        /* made once (the addresses stay fixed for graphs that captured them), again only when a
+         * projection needs more: one matrix per partition after a shared one */
+        if (w2 * plan->nl * count > g->P_cap) {
+            SW_CUDA_FREE(g->P);
+            g->P = NULL;
+            g->P_cap = 0;
+            SW_CU(sw_cuda_alloc(&g->P, w2 * plan->nl * count));
+            g->P_cap = w2 * plan->nl * count;
+            moved = 1;
+        }
+        if (w2 * count > g->q1_cap) {
+            SW_CUDA_FREE(g->q1);
+            g->q1 = NULL;
+            g->q1_cap = 0;
+            SW_CU(sw_cuda_alloc(&g->q1, w2 * count));
+            g->q1_cap = w2 * count;
+            moved = 1;
+        }
         if (!g->Z)
             SW_CU(sw_cuda_alloc(&g->Z, w2 * plan->G));
-        SW_CU(cudaMemcpyAsync(g->P, plan->proj, w2 * plan->nl * sizeof(float),
+        SW_CU(cudaMemcpyAsync(g->P, plan->proj, w2 * plan->nl * count * sizeof(float),
                               cudaMemcpyHostToDevice, s));
-        SW_CU(cudaMemcpyAsync(g->q1, plan->q1, w2 * sizeof(float), cudaMemcpyHostToDevice, s));
+        SW_CU(cudaMemcpyAsync(g->q1, plan->q1, w2 * count * sizeof(float), cudaMemcpyHostToDevice,
+                              s));
         SW_CU(cudaStreamSynchronize(s)); /* the host copies are pageable */
     }
-    const int proj = plan->proj != NULL;
-    if (proj == g->proj && g->graph.exec)
+    const int proj = !plan->proj ? 0 : (count > 1 ? 2 : 1);
+    if (proj == g->proj && !moved && g->graph.exec)
         return SW_OK; /* same graph: it reads the new P and q1 from the same buffers */
-    /* the graph gains or loses step 6's sgemm: capture it again */
+    /* the graph gains, loses or changes step 6's product, or its buffers moved: capture it
+     * again */
     g->proj = proj;
     sw_graph_destroy(&g->graph);
     return sb_capture(plan);

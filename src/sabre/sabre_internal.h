@@ -31,7 +31,10 @@
  *      w^2 x nl, Z w^2 x G column-major), and actuator (cx, cy) = (float) ((double) Z[ls + w^2 i]
  *      + K[i] * (double) q1[ls]), i the partition owning extended square (I, J) =
  *      (cx - 1 + offx, cy - 1 + offy) (sw_sabre_owner of I and J), ls = (J - ws[b]) w + (I - ws[a])
- *      its local square, q1[ls] = the row sums of P (summed in double, stored as float).
+ *      its local square, q1[ls] = the row sums of P (summed in double, stored as float). With one
+ *      matrix per partition (sw_sabre_set_projection_partitions) Z's column i = P_i Y_i (float
+ *      sgemv each on the CPU, one strided-batched sgemm on the GPU) and q1[ls] is q1_i[ls], the
+ *      row sums of P_i.
  */
 #ifndef SW_SABRE_INTERNAL_H
 #define SW_SABRE_INTERNAL_H
@@ -102,9 +105,12 @@ struct sw_sabre {
     uint8_t *rreal; /* G * L^2                                                                */
 
     /* Step 6' (sw_sabre_set_projection): P (w^2 x nl, row-major, as given) and q1 (w^2, its row
-     * sums in double, stored as float); NULL when no projection is set. */
+     * sums in double, stored as float); NULL when no projection is set. With
+     * sw_sabre_set_projection_partitions proj_count = G matrices, partition i's at
+     * proj + i w^2 nl and its row sums at q1 + i w^2; 1 for one shared matrix (0: none). */
     float *proj;
     float *q1;
+    int32_t proj_count;
 
     sw_sabre_info info;
     double kernel_us;
@@ -370,11 +376,13 @@ sw_status sw_sabre_gpu_create(sw_sabre *plan);
 void sw_sabre_gpu_destroy(sw_sabre *plan);
 sw_status sw_sabre_gpu_run(sw_sabre *plan, const float *slopes, sw_memory memory, float *values,
                            float *actuators);
-/* The projection's GPU copy (P and q1) after sw_sabre_set_projection (NULL P: removed); captures
- * the run's graph again when a projection is set or removed (its device buffers are made once and
- * kept, so a new P on a plan that has one only replaces their contents). A graph of the real-time
- * chain that captured sw_sabre_gpu_enqueue must likewise be captured again after a projection is
- * set or removed, not after it is replaced. */
+/* The projection's GPU copy (P and q1) after sw_sabre_set_projection or
+ * sw_sabre_set_projection_partitions (NULL P: removed); captures the run's graph again when a
+ * projection is set or removed, or changes between one shared matrix and one per partition (its
+ * device buffers are made once and kept, so a new P of the same kind on a plan that has one only
+ * replaces their contents; they are made again when a projection needs more). A graph of the
+ * real-time chain that captured sw_sabre_gpu_enqueue must likewise be captured again after a
+ * projection is set, removed or changes kind, not after it is replaced by one of its kind. */
 sw_status sw_sabre_gpu_set_projection(sw_sabre *plan);
 
 /* For the real-time chain (src/loop/rtc_cuda.cu), which captures a D-SABRE run inside its own

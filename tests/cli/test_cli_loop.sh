@@ -213,6 +213,13 @@ check json "$tmp/v.json" "r['config']['recon'] == 'mvm' and isinstance(r['modes'
     fail "mvm: $out"
 check closed "$tmp/v.csv" "$tmp/o.csv" 20 1e-6 || fail "mvm: the closed loop does not beat the open loop"
 
+# The distributed projection on the pupil only (a matrix per partition): named and closing.
+expect 0 "${B[@]}" loop --config "$tmp/tiny.cfg" --recon dsabre-local-pupil --report "$tmp/p.csv" --json
+printf '%s\n' "$out" >"$tmp/p.json"
+check json "$tmp/p.json" "r['config']['recon'] == 'dsabre-local-pupil'" || fail "dsabre-local-pupil: $out"
+check closed "$tmp/p.csv" "$tmp/o.csv" 20 1e-6 ||
+    fail "dsabre-local-pupil: the closed loop does not beat the open loop"
+
 # The sensor's slope gain: reported; uncalibrated on diffraction spots that lose it (10 px
 # lenslets: ~0.81), a warning; calibrated (the default), none.
 check json "$tmp/c.json" "len(r['slope_gain']) == 2 and 0.5 < r['slope_gain'][0] < 2 and r['config']['slope_calibration'] == 1 and r['config']['threshold_peak'] == 0 and r['warnings'] == []" ||

@@ -167,6 +167,11 @@ static void test_small_systems(void **state)
     p.recon = SW_LOOP_MVM;
     p.delay = 1;
     compare(&p, 10);
+    /* the distributed projection on the pupil only: a matrix per partition (the strided-batched
+     * product on the GPU), on the annulus where the partitions' matrices differ */
+    p.recon = SW_LOOP_DSABRE_LOCAL_PUPIL;
+    p.delay = 0;
+    compare(&p, 10);
 }
 
 /* The seed 002 setting itself (32 x 32, DIFFRACTION, D-SABRE 4 x 4, distributed projection). */

@@ -557,6 +557,74 @@ static void test_projection(void **state)
     check_projection((cfg){16, 16, 1, 1, H, 0, 0});
 }
 
+/*
+ * One projection matrix per partition (sw_sabre_set_projection_partitions: the strided-batched
+ * product and each partition's q1), GPU = CPU within 2 TOL as above, each partition's matrix a
+ * different random one; the changes of kind (shared -> per partition, which needs the larger
+ * device buffers and a new graph, -> shared, -> none) keep the GPU in step with the CPU.
+ */
+static void check_projection_partitions(cfg c)
+{
+    plans pl;
+    make_plans_eq17(&c, 1, &pl);
+    sw_sabre_info in;
+    sw_sabre_get_info(pl.c, &in);
+    const int32_t G = in.k * in.k;
+    float *s = make_slopes(&pl, c.nx, c.ny, 500 + (uint64_t)c.k);
+    size_t ba = (size_t)pl.na * sizeof(float);
+    float *ac = malloc(ba), *ag = malloc(ba), *a0 = malloc(ba);
+    assert_true(ac && ag && a0);
+    assert_int_equal(sw_sabre_run(pl.g, s, SW_MEM_HOST, NULL, a0), SW_OK); /* the spline */
+    int32_t rows = 0, cols = 0;
+    float *P1 = test_projection_matrix(pl.c, 1, 3, &rows, &cols);
+    const size_t ne = (size_t)rows * cols;
+    float *Ps = malloc(ne * G * sizeof *Ps);
+    assert_non_null(Ps);
+    for (int32_t i = 0; i < G; i++) {
+        float *Pi = test_projection_matrix(pl.c, 1, 1000 + (uint64_t)i, &rows, &cols);
+        memcpy(Ps + (size_t)i * ne, Pi, ne * sizeof *Pi);
+        free(Pi);
+    }
+    for (int pass = 0; pass < 4; pass++) { /* shared, per partition, shared, per partition */
+        sw_context *ctxs[2] = {cpu, gpu};
+        sw_sabre *pls[2] = {pl.c, pl.g};
+        for (int b = 0; b < 2; b++) {
+            const sw_status st = pass % 2
+                                     ? sw_sabre_set_projection_partitions(pls[b], Ps, G, rows, cols)
+                                     : sw_sabre_set_projection(pls[b], P1, rows, cols);
+            if (st != SW_OK)
+                fail_msg("%s projection (pass %d): %s", b ? "GPU" : "CPU", pass,
+                         sw_context_error(ctxs[b]));
+        }
+        if (sw_sabre_run(pl.c, s, SW_MEM_HOST, NULL, ac) != SW_OK)
+            fail_msg("CPU run: %s", sw_context_error(cpu));
+        if (sw_sabre_run(pl.g, s, SW_MEM_HOST, NULL, ag) != SW_OK)
+            fail_msg("GPU run: %s", sw_context_error(gpu));
+        assert_close_rms_tol(ac, ag, pl.na,
+                             pass % 2 ? "per-partition projected commands" : "projected commands",
+                             &c, 2 * TOL);
+    }
+    assert_int_equal(sw_sabre_set_projection_partitions(pl.g, NULL, 0, 0, 0), SW_OK);
+    assert_int_equal(sw_sabre_run(pl.g, s, SW_MEM_HOST, NULL, ag), SW_OK);
+    assert_memory_equal(ag, a0, ba);
+    free(P1);
+    free(Ps);
+    free(s);
+    free(ac);
+    free(ag);
+    free(a0);
+    free_plans(&pl);
+}
+
+static void test_projection_partitions(void **state)
+{
+    (void)state;
+    const sw_sabre_pme H = SW_SABRE_PME_HIERARCHICAL;
+    check_projection_partitions((cfg){32, 32, 4, 1, H, 1, 0});
+    check_projection_partitions((cfg){64, 64, 16, 1, H, 0, 0});
+    check_projection_partitions((cfg){40, 28, 8, 1, H, 1, 0});
+}
+
 /* The real-time chain's entry points: slopes copied into the plan's buffer, sw_sabre_gpu_enqueue,
  * a wait on the context's stream: the values and actuators buffers hold the outputs of
  * sw_sabre_run on the same slopes, bit for bit (the same kernels), with and without a
@@ -628,11 +696,17 @@ static void test_enqueue(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sizes),   cmocka_unit_test(test_pme),
-        cmocka_unit_test(test_overlap), cmocka_unit_test(test_annular),
-        cmocka_unit_test(test_replay),  cmocka_unit_test(test_memory),
-        cmocka_unit_test(test_nan),     cmocka_unit_test(test_projection),
-        cmocka_unit_test(test_enqueue), cmocka_unit_test(test_robust),
+        cmocka_unit_test(test_sizes),
+        cmocka_unit_test(test_pme),
+        cmocka_unit_test(test_overlap),
+        cmocka_unit_test(test_annular),
+        cmocka_unit_test(test_replay),
+        cmocka_unit_test(test_memory),
+        cmocka_unit_test(test_nan),
+        cmocka_unit_test(test_projection),
+        cmocka_unit_test(test_projection_partitions),
+        cmocka_unit_test(test_enqueue),
+        cmocka_unit_test(test_robust),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

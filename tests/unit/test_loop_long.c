@@ -1,10 +1,11 @@
 /*
  * Long closed loops (loop.h, sw_loop): every reconstructor (MVM, global SABRE, D-SABRE with the
- * global and the distributed projection) runs 10^4 frames on a small, fast system (6 x 6
- * lenslets, geometric spots), with and without a stroke limit, and stays bounded: no frame's
- * residual above the turbulence, the commands' RMS over the last 2000 frames within 1.5 x of
- * frames 1000-3000 (no drift: with the unseen modes not filtered, D-SABRE's piston and waffle
- * wander instead: tests/cli/test_cli_loop.sh shows that run flagged), the residual's likewise.
+ * global and the distributed projections, whole windows and pupil only) runs 10^4 frames on a
+ * small, fast system (6 x 6 lenslets, geometric spots), with and without a stroke limit, and
+ * stays bounded: no frame's residual above the turbulence, the commands' RMS over the last 2000
+ * frames within 1.5 x of frames 1000-3000 (no drift: with the unseen modes not filtered,
+ * D-SABRE's piston and waffle wander instead: tests/cli/test_cli_loop.sh shows that run
+ * flagged), the residual's likewise.
  * Modal gain optimisation in the loop (gain_window): on a noisy guide star in a fast wind the
  * tuned gains lower the residual by more than 10 % against fixed ones, inside the stable range.
  */
@@ -91,10 +92,10 @@ static run_stats run(const sw_loop_params *p, int64_t frames)
 static void test_long_runs(void **state)
 {
     (void)state;
-    const sw_loop_recon recons[4] = {SW_LOOP_MVM, SW_LOOP_SABRE_GLOBAL, SW_LOOP_DSABRE_GLOBAL,
-                                     SW_LOOP_DSABRE_LOCAL};
+    const sw_loop_recon recons[5] = {SW_LOOP_MVM, SW_LOOP_SABRE_GLOBAL, SW_LOOP_DSABRE_GLOBAL,
+                                     SW_LOOP_DSABRE_LOCAL, SW_LOOP_DSABRE_LOCAL_PUPIL};
     const int64_t frames = 10000;
-    for (int r = 0; r < 4; r++)
+    for (int r = 0; r < 5; r++)
         for (int clipped = 0; clipped < 2; clipped++) {
             sw_loop_params p;
             small(&p, recons[r]);
