@@ -554,7 +554,7 @@ CONFIG_KEYS = {
     "r0_wavelength_um": ("pos",), "subharmonics": ("int", 0, 8), "wind_m_s": ("nonneg",),
     "rate_hz": ("pos",), "seed": ("u64",), "samples": ("int", 1, 32),
     "influence": ("choice", "gaussian", "bezier"), "coupling": ("open01",),
-    "recon": ("choice", "mvm", "sabre", "dsabre-global", "dsabre-local"),
+    "recon": ("choice", "mvm", "sabre", "dsabre-global", "dsabre-local", "dsabre-local-pupil"),
     "cm_condition": ("cond",), "poke_um": ("pos",), "partitions": ("int", 1, 1024),
     "overlap": ("int", 0, 64), "controller": ("choice", "integrator", "leaky", "pi"),
     "gain": ("nonneg",), "leak": ("halfopen",), "clip": ("nonneg",),
@@ -667,7 +667,9 @@ class Simulator:
     ("geometric" | "diffraction"), magnitude (None: noise-free), zero_point, throughput,
     read_noise_e, threshold_e, threshold_peak, slope_calibration, r0_m, L0_m, r0_wavelength_um,
     subharmonics, wind_m_s, rate_hz, seed, samples, influence, coupling, recon ("mvm" | "sabre" |
-    "dsabre-global" | "dsabre-local"), cm_condition, poke_um, partitions, overlap, controller
+    "dsabre-global" | "dsabre-local" | "dsabre-local-pupil": the last two the distributed
+    projection over whole windows with one matrix, or on the pupil only with a matrix per
+    partition), cm_condition, poke_um, partitions, overlap, controller
     ("integrator" | "leaky" | "pi"), gain, leak, clip, unseen ("none" | "piston" | "waffle" |
     "piston-waffle": the modes the sensor cannot see, filtered out), modal ("actuators" | "im" | "kl":
     PI's basis; kl: the mirror's Karhunen-Loeve modes), kp (PI's proportional gain), gain_window (PI, mvm: frames per round of modal

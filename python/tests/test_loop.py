@@ -28,6 +28,8 @@ TIMINGS = {"create_s", "run_s", "frames_per_s"}
     dict(nx=4, recon="mvm", cm_condition=20),
     dict(nx=6, recon="dsabre-local", partitions=2, controller="leaky", leak=0.05, delay=1),
     dict(nx=6, recon="dsabre-global", partitions=2, influence="bezier", coupling=0.25),
+    # the distributed projection on the pupil only, a matrix per partition
+    dict(nx=6, recon="dsabre-local-pupil", partitions=2),
     dict(nx=5, recon="sabre", magnitude=9, read_noise_e=1, controller="pi", gain=0.4, seed=7),
     # PI over the interaction matrix's modes, its gains re-chosen every 32 frames
     dict(nx=6, recon="mvm", controller="pi", modal="im", gain_window=32, magnitude=11,
