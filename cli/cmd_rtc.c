@@ -612,8 +612,9 @@ static int build_config(rtc_opts *o, int need_matrix)
         if (!files[i][0])
             continue;
         const char *b = beside(o, files[i], buf, sizeof buf);
-        if (strlen(b) >= sizeof o->c.cm)
-            return sw_cli_usage(SUB, "%s: the file name '%s' is too long", o->config, b);
+        if (!b || strlen(b) >= sizeof o->c.cm)
+            return sw_cli_usage(SUB, "%s: the file name '%s' is too long beside it", o->config,
+                                files[i]);
         if (b == buf)
             memcpy(files[i], buf, strlen(buf) + 1);
     }
@@ -691,14 +692,15 @@ static sw_status read_camera(sw_stream *cam, sw_image *img, void *staging, uint6
     return st;
 }
 
-/* A file the configuration names: relative names are beside the configuration file. */
+/* A file the configuration names: relative names are beside the configuration file; NULL when
+ * that path does not fit in n bytes. */
 static const char *beside(const rtc_opts *o, const char *name, char *buf, size_t n)
 {
     const char *slash = strrchr(o->config, '/');
     if (name[0] == '/' || !slash)
         return name;
-    snprintf(buf, n, "%.*s/%s", (int)(slash - o->config), o->config, name);
-    return buf;
+    const int k = snprintf(buf, n, "%.*s/%s", (int)(slash - o->config), o->config, name);
+    return k >= 0 && (size_t)k < n ? buf : NULL; /* NULL: it does not fit (never truncated) */
 }
 
 /* A matrix file: FITS f32 (or any type, converted), width x height as the file has it. */
