@@ -542,6 +542,12 @@ static sw_status projector_solve(sw_context *ctx, const sw_projector_params *p,
 
 sw_status sw_projector_create(sw_context *ctx, const sw_projector_params *p, sw_projector **out)
 {
+    return sw_projector_create_masked(ctx, p, NULL, out);
+}
+
+sw_status sw_projector_create_masked(sw_context *ctx, const sw_projector_params *p,
+                                     const uint8_t *active, sw_projector **out)
+{
     if (!out)
         return sw_fail(ctx, SW_EINVAL, "projector: NULL output");
     *out = NULL;
@@ -565,7 +571,7 @@ sw_status sw_projector_create(sw_context *ctx, const sw_projector_params *p, sw_
     pr->nact = nact;
     pr->nvalues = (int32_t)nv;
     pr->P = P;
-    if ((st = projector_solve(ctx, p, NULL, 0, P)) != SW_OK) {
+    if ((st = projector_solve(ctx, p, active, 0, P)) != SW_OK) {
         sw_projector_destroy(pr);
         return st;
     }

@@ -127,6 +127,10 @@ struct sw_projector {
  * pupil (rtc.c, SW_RTC_PROJ_LOCAL_PUPIL) builds its windows' matrices with it. */
 sw_status sw_projector_solve_masked(sw_context *ctx, const sw_projector_params *p,
                                     const uint8_t *active, int empty_ok, float *P);
+/* sw_projector_create with only the active actuators in the fit (as above; NULL: all): the
+ * matrix is solved once, before the GPU side (if any) takes it. */
+sw_status sw_projector_create_masked(sw_context *ctx, const sw_projector_params *p,
+                                     const uint8_t *active, sw_projector **out);
 
 /* GPU side (dm_cuda.cu): create uploads the host matrices, makes a cuBLAS handle on the
  * context's stream and the device buffers (scratch, staging for host arrays); destroy frees it

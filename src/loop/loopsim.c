@@ -974,20 +974,19 @@ static sw_status build_sabre_global(sw_loop *l)
     sw_projector_params pp;
     sw_projector_params_global(&pp, &l->dm, lat);
     pp.square_mask = mask;
-    st = sw_projector_create(l->cpu, &pp, &l->gproj);
     /* the fit by the actuators the sensor sees, the corners of the valid lenslets, as D-SABRE's
      * global projection (sw_rtc_params_sabre): the others are left out, their commands 0. Fitted
      * too, those inside the obscuration and beyond the rim took commands of 5-9 um RMS on the
      * annular 16 x 16 loop of bench_loop --fig12 (0.5-0.9 um without them) and cost 1-2 % of
-     * Strehl. The projector is on the CPU context: its host P is the one it runs. */
-    uint8_t *act = st == SW_OK ? malloc((size_t)pp.nax * pp.nay) : NULL;
-    if (st == SW_OK && !act)
+     * Strehl. */
+    uint8_t *act = malloc((size_t)pp.nax * pp.nay);
+    if (!act)
         st = sw_fail(l->cpu, SW_ENOMEM, "loop: out of memory");
-    if (st == SW_OK) {
+    else {
         for (int32_t ay = 0; ay < pp.nay; ay++)
             for (int32_t ax = 0; ax < pp.nax; ax++)
                 act[(size_t)ay * pp.nax + ax] = (uint8_t)corner_seen(l, ax, ay);
-        st = sw_projector_solve_masked(l->cpu, &pp, act, 0, l->gproj->P);
+        st = sw_projector_create_masked(l->cpu, &pp, act, &l->gproj);
     }
     free(act);
     free(mask);
