@@ -716,23 +716,28 @@ static sw_status cpu_frame(sw_aberrometry_plan *plan, const sw_image *frame, sw_
         }
     }
 
-    /* step 3: the dynamic mesh */
+    /* step 3: the dynamic mesh. The starts: the reference centroids of the used lenslets, NaN
+     * elsewhere (as on the GPU: the neighbour window of the search reads the starts of lenslets
+     * it does not search) */
     for (int32_t l = 0; l < nl; l++) {
-        w->sx[l] = plan->ref_x[l];
-        w->sy[l] = plan->ref_y[l];
+        w->sx[l] = w->eye[l] ? plan->ref_x[l] : NAN;
+        w->sy[l] = w->eye[l] ? plan->ref_y[l] : NAN;
     }
     /* stage k = 0 .. S - 1 searches the lenslets of stages 0 .. k (from the reference centroids
      * when k = 0, else from the prediction of stage k - 1), fits orders 1 .. of stage k to the
-     * spots found, and predicts every used lenslet's centroid from that fit */
+     * spots found, and predicts every used lenslet's centroid from that fit; the lenslets of an
+     * eye that failed are neither searched nor started (NaN) */
     for (int32_t k = 0; k < plan->n_stages; k++) {
         const int32_t Jk = plan->Js[k];
         for (int32_t l = 0; l < nl; l++) {
             int e = w->eye[l] - 1;
-            w->active[l] = e >= 0 && raw->eye[e].failure == SW_AB_OK && w->stage[l] <= k;
+            int ok = e >= 0 && raw->eye[e].failure == SW_AB_OK;
+            w->active[l] = ok && w->stage[l] <= k;
+            if (!ok)
+                w->sx[l] = w->sy[l] = NAN;
         }
-        st = sw_search_run(sl->search, frame, k == 0 ? plan->ref_x : w->sx,
-                           k == 0 ? plan->ref_y : w->sy, w->active, SW_MEM_HOST, w->x, w->y, NULL,
-                           w->status);
+        st = sw_search_run(sl->search, frame, w->sx, w->sy, w->active, SW_MEM_HOST, w->x, w->y,
+                           NULL, w->status);
         if (st != SW_OK)
             return st;
         for (int e = 0; e < p->n_eyes; e++) {
