@@ -12,8 +12,9 @@
  *   3. dynamic mesh (seed Sec. 3.2.1, "use of a dynamic search mesh"), in mesh_stages stages:
  *      stage k searches the lenslets of stages 0 .. k of both eyes (from the reference
  *      centroids in stage 0, else from stage k - 1's prediction; the plan's search with its
- *      discarding), fits orders 1 .. of stage k to the spots kept, and predicts every used
- *      lenslet's centroid, reference + D_k c_k (cblas_dgemv);
+ *      discarding), fits orders 1 .. of stage k to the spots kept (more where they carry more:
+ *      sw_ab_stage_terms), and predicts every used lenslet's centroid, reference + D_k c_k
+ *      (cblas_dgemv);
  *   4. the final search (the plan's algorithm, discarding as asked) of all used lenslets of the
  *      eyes still valid, both eyes in one run, from the last prediction; with the dynamic mesh
  *      the mesh check (spots farther than mesh_tolerance pitches from their start: SPACING);
@@ -68,6 +69,7 @@ void sw_aberrometry_params_default(sw_aberrometry_params *p, int32_t width, int3
     p->central_fraction = 0.5;
     p->mesh_stages = 4;
     p->mesh_tolerance = 0.25;
+    p->mesh_slopes_per_term = 4;
     p->fit_radius_px = 0.0;
     p->magnification = 1.0;
     p->vertex_mm = 0.0;
@@ -233,6 +235,11 @@ static sw_status check_params(sw_context *ctx, const sw_aberrometry_params *p)
         return sw_fail(ctx, SW_EINVAL,
                        "aberrometry: mesh_tolerance %g must be finite and >= 0 (0: no check)",
                        p->mesh_tolerance);
+    if (p->mesh_slopes_per_term < 0 || p->mesh_slopes_per_term > 1000)
+        return sw_fail(ctx, SW_EINVAL,
+                       "aberrometry: mesh_slopes_per_term %d must be 0 .. 1000 (0: the stages fit "
+                       "their scheduled orders only)",
+                       p->mesh_slopes_per_term);
     if (!(isfinite(p->fit_radius_px) && p->fit_radius_px >= 0.0))
         return sw_fail(ctx, SW_EINVAL,
                        "aberrometry: fit_radius_px %g must be finite and >= 0 (0: the pupil's "
@@ -755,26 +762,28 @@ static sw_status cpu_frame(sw_aberrometry_plan *plan, const sw_image *frame, sw_
                 r->failure = SW_AB_FEW_CENTRAL;
                 continue;
             }
+            /* more orders where the spots kept carry them */
+            const int32_t Jf = sw_ab_stage_terms(Jk, p->order, n, p->mesh_slopes_per_term);
             double c[SW_AB_MAX_TERMS], res;
-            if (cpu_fit(plan, w, n, Jk, c, &res) != 0) {
+            if (cpu_fit(plan, w, n, Jf, c, &res) != 0) {
                 r->failure = SW_AB_SINGULAR;
                 continue;
             }
             if (k == 0) {
-                memcpy(r->prelim, c, (size_t)Jk * sizeof(double));
+                memcpy(r->prelim, c, (size_t)Jf * sizeof(double));
                 r->prelim_ok = 1;
             }
             /* 3c: extrapolation over the eye's used lenslets: start = reference + D_k c_k */
             int32_t nk = w->first[e + 1] - w->first[e];
             const double *Dxe = w->Dx + (size_t)w->first[e] * ld;
             const double *Dye = w->Dy + (size_t)w->first[e] * ld;
-            cblas_dgemv(CblasRowMajor, CblasNoTrans, nk, Jk - 1, 1.0, Dxe, ld, c + 1, 1, 0.0,
+            cblas_dgemv(CblasRowMajor, CblasNoTrans, nk, Jf - 1, 1.0, Dxe, ld, c + 1, 1, 0.0,
                         w->pred, 1);
             for (int32_t q = 0; q < nk; q++) {
                 int32_t l = w->lens[w->first[e] + q];
                 w->sx[l] = plan->ref_x[l] + w->pred[q];
             }
-            cblas_dgemv(CblasRowMajor, CblasNoTrans, nk, Jk - 1, 1.0, Dye, ld, c + 1, 1, 0.0,
+            cblas_dgemv(CblasRowMajor, CblasNoTrans, nk, Jf - 1, 1.0, Dye, ld, c + 1, 1, 0.0,
                         w->pred, 1);
             for (int32_t q = 0; q < nk; q++) {
                 int32_t l = w->lens[w->first[e] + q];

@@ -565,11 +565,13 @@ static void test_mesh_stages(void **state)
     assert_true(e->central > 30 && e->central < e->lenslets / 2);
     const int32_t kept = e->kept;
 
-    /* the seed's single stage, without the mesh check: kept spots a lenslet off */
+    /* the seed's single stage, exactly its orders 1-2, without the mesh check: kept spots a
+     * lenslet off */
     sw_aberrometry_params one = ap;
     one.mesh_stages = 1;
     one.prelim_order = 2;
     one.mesh_tolerance = 0.0;
+    one.mesh_slopes_per_term = 0;
     plan = make_plan(&one);
     run(plan, &frame, &res);
     double worst1;
@@ -582,6 +584,26 @@ static void test_mesh_stages(void **state)
     assert_true(worst1 > 16.0);
     assert_true(wrong1 > 0);
     assert_true(err1 > 1.0);
+
+    /* the same single stage with its orders raised where the spots carry them (the default
+     * mesh_slopes_per_term 4: the ~60 central spots carry order 6): every start within 2 px */
+    one.mesh_slopes_per_term = 4;
+    plan = make_plan(&one);
+    run(plan, &frame, &res);
+    const int wrong2 = wrong_spots(plan, t, &worst1);
+    sw_aberrometry_destroy(plan);
+    print_message("5 um eye, 1 stage, orders raised: RMSE %.4f um, %d wrong, starts within "
+                  "%.2f px\n",
+                  e->valid ? rmse_2_6(e->coef_um, coef) : INFINITY, wrong2, worst1);
+    assert_true(e->valid);
+    assert_int_equal(wrong2, 0);
+    assert_true(worst1 < 2.0);
+    assert_true(rmse_2_6(e->coef_um, coef) < 0.05);
+    /* prelim_um: stage 0's terms of orders 1 .. prelim_order (2) alone */
+    for (int j = 1; j < 6; j++)
+        assert_true(isfinite(e->prelim_um[j]));
+    for (int j = 6; j < SW_AB_MAX_TERMS; j++)
+        assert_true(e->prelim_um[j] == 0.0);
 
     /* the mesh check: at a tolerance far below the centroids' noise every spot the final search
      * found is discarded as off its mesh (SW_SPOT_SPACING), and the fit has no rows */
@@ -779,6 +801,8 @@ static void test_bad_parameters(void **state)
     BAD("mesh_stages", ap.mesh_stages = SW_AB_MAX_STAGES + 1);
     BAD("mesh_tolerance", ap.mesh_tolerance = -0.1);
     BAD("mesh_tolerance", ap.mesh_tolerance = NAN);
+    BAD("mesh_slopes_per_term", ap.mesh_slopes_per_term = -1);
+    BAD("mesh_slopes_per_term", ap.mesh_slopes_per_term = 1001);
     BAD("fit_radius_px", ap.fit_radius_px = -1.0);
     BAD("magnification", ap.magnification = 0.0);
     BAD("window_px", ap.window_px = 2);
