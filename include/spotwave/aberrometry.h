@@ -32,7 +32,13 @@
  *      a lenslet belongs to the first stage whose circle holds its reference position (stage
  *      0: the static central mesh):
  *      a. search (step 4's algorithm and discarding) of the used lenslets of stages 0 .. k:
- *         from their reference centroids in stage 0, else from the prediction of stage k - 1;
+ *         from their reference centroids in stage 0, else from the prediction of stage k - 1.
+ *         PAPYCS with the neighbour window (search.h; neighbour_window f, default 1): where the
+ *         predictions put neighbouring spots closer than a pitch (spots converging at the edge
+ *         of an aberrated pupil), no first window is wider than f times the distance (max
+ *         norm) to a neighbour's predicted spot, so with f = 1 none reaches past the midpoint
+ *         (the lenslets not searched yet count by their predictions): a lenslet predicted near
+ *         its own spot cannot take a brighter neighbour's within a lenslet-sized window;
  *      b. preliminary fit: Zernike orders 1 .. o_k over the whole analysis circle (step 5's
  *         model and solver) to the slopes of the n spots kept in a; more orders, up to order,
  *         where those spots give at least q = mesh_slopes_per_term (default 4) slopes per
@@ -54,10 +60,11 @@
  *      prelim_order 0: one search of all used lenslets from their reference centroids (the
  *      static mesh).
  *   4. Search (search.h: PAPYCS, CoM or Reichenbach; window_px defaults to the lenslet pitch
- *      rounded down) and, when discard is on, the three discarding criteria on the lenslet grid
- *      (criterion 1's contrast, Mompean et al.'s 15 grey levels of their 8-bit frames, scaled to
- *      the frame's full scale: 15 x 65535 / 255 on u16 frames, 15 / 255 on float frames in
- *      [0, 1], unless contrast_full_scale says otherwise). With the dynamic mesh, the mesh check
+ *      rounded down; with the dynamic mesh PAPYCS's neighbour window as in 3a) and, when
+ *      discard is on, the three discarding criteria on the lenslet grid (criterion 1's
+ *      contrast, Mompean et al.'s 15 grey levels of their 8-bit frames, scaled to the frame's
+ *      full scale: 15 x 65535 / 255 on u16 frames, 15 / 255 on float frames in [0, 1], unless
+ *      contrast_full_scale says otherwise). With the dynamic mesh, the mesh check
  * follows: a kept spot farther than mesh_tolerance x pitch_px from its start (its predicted
  * position) converged onto another lenslet's spot and is discarded as SW_SPOT_SPACING (counted in
  * discarded[1]).
@@ -136,6 +143,10 @@ typedef struct sw_aberrometry_params {
     int32_t mesh_slopes_per_term;    /* step 3b: a stage fits more orders than its o_k (up to
                                         order) while its kept spots give this many slopes per
                                         unknown, 0 .. 1000 (default 4; 0: exactly o_k)          */
+    double neighbour_window;         /* PAPYCS's neighbour window (search.h) in every search of
+                                        the dynamic mesh, >= 0 (default 1: no first window
+                                        reaches past the midpoint to a neighbour's predicted
+                                        spot; 0: windows of window_px, the paper's)             */
     double fit_radius_px;            /* > 0: fixed analysis radius; 0 (default): the pupil's a */
     double magnification;            /* pupil size on the lenslets / at the eye, > 0 (1)        */
     double vertex_mm;                /* refraction at a spectacle plane this far (0: cornea)    */

@@ -70,6 +70,7 @@ void sw_aberrometry_params_default(sw_aberrometry_params *p, int32_t width, int3
     p->mesh_stages = 4;
     p->mesh_tolerance = 0.25;
     p->mesh_slopes_per_term = 4;
+    p->neighbour_window = 1.0;
     p->fit_radius_px = 0.0;
     p->magnification = 1.0;
     p->vertex_mm = 0.0;
@@ -240,6 +241,11 @@ static sw_status check_params(sw_context *ctx, const sw_aberrometry_params *p)
                        "aberrometry: mesh_slopes_per_term %d must be 0 .. 1000 (0: the stages fit "
                        "their scheduled orders only)",
                        p->mesh_slopes_per_term);
+    if (!(isfinite(p->neighbour_window) && p->neighbour_window >= 0.0))
+        return sw_fail(ctx, SW_EINVAL,
+                       "aberrometry: neighbour_window %g must be finite and >= 0 (0: windows of "
+                       "window_px)",
+                       p->neighbour_window);
     if (!(isfinite(p->fit_radius_px) && p->fit_radius_px >= 0.0))
         return sw_fail(ctx, SW_EINVAL,
                        "aberrometry: fit_radius_px %g must be finite and >= 0 (0: the pupil's "
@@ -413,6 +419,10 @@ static void search_params(const sw_aberrometry_plan *plan, sw_search_params *sp)
     sp->min_window_px = p->min_window_px;
     sp->peak_box = p->peak_box;
     sp->peak_threshold = p->peak_threshold;
+    /* with the dynamic mesh the starts are predictions: no first window reaches past the
+     * midpoint to a neighbour's (search.h); the static mesh's reference starts lie a pitch
+     * apart, where it changes nothing */
+    sp->neighbour_window = plan->dynamic ? p->neighbour_window : 0.0;
     sp->discard = p->discard ? 1 : 0;
     sp->discard_contrast = p->discard_contrast * sw_aberrometry_full_scale(p) / 255.0;
     sp->min_spacing = p->min_spacing;

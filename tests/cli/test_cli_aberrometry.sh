@@ -273,15 +273,16 @@ check json "$tmp/z1.json" "$tmp/z1j.csv" 'e["valid"] and abs(e["pupil"]["a_px"] 
 # the settings reported.
 expect 0 --backend cpu aberrometry "$tmp/eye.pgm" --reference "$tmp/ref.pgm" "${grid[@]}" \
     "${mag[@]}" --out "$tmp/z1s.csv" --json --mesh-stages 1 --prelim-order 2 --mesh-tolerance 0 \
-    --mesh-slopes 0
+    --mesh-slopes 0 --neighbour-window 0
 printf '%s\n' "$out" >"$tmp/z1s.json"
 check coef "$tmp/z1s.csv" "$want" 0.05 0.05 || fail "--mesh-stages 1: $(cat "$tmp/z1s.csv")"
-check json "$tmp/z1s.json" "$tmp/z1s.csv" 'rep["mesh_stages"] == 1 and rep["mesh_tolerance"] == 0 and rep["prelim_order"] == 2 and rep["mesh_slopes_per_term"] == 0' ||
+check json "$tmp/z1s.json" "$tmp/z1s.csv" 'rep["mesh_stages"] == 1 and rep["mesh_tolerance"] == 0 and rep["prelim_order"] == 2 and rep["mesh_slopes_per_term"] == 0 and rep["neighbour_window"] == 0' ||
     fail "--mesh-stages 1 in the report: $out"
-check json "$tmp/z1.json" "$tmp/z1j.csv" 'rep["mesh_slopes_per_term"] == 4' ||
+check json "$tmp/z1.json" "$tmp/z1j.csv" 'rep["mesh_slopes_per_term"] == 4 and rep["neighbour_window"] == 1' ||
     fail "the default --mesh-slopes in the report: $(cat "$tmp/z1.json")"
 expect_usage aberrometry "$tmp/eye.pgm" --reference "$tmp/ref.pgm" --mesh-stages 9
 expect_usage aberrometry "$tmp/eye.pgm" --reference "$tmp/ref.pgm" --mesh-slopes -1
+expect_usage aberrometry "$tmp/eye.pgm" --reference "$tmp/ref.pgm" --neighbour-window -1
 expect_usage aberrometry "$tmp/eye.pgm" --reference "$tmp/ref.pgm" --mesh-tolerance -1
 # --fit-radius-px 288 (the sim's circle): the same coefficients, the radius reported
 expect 0 --backend cpu aberrometry "$tmp/eye.pgm" --reference "$tmp/ref.pgm" "${grid[@]}" \

@@ -8,8 +8,9 @@
  *   - the options: order 10 with a third-order preliminary fit (66 terms: the largest design;
  *     the stage fits raised as far as their spots carry, mesh_slopes_per_term 4), the static mesh
  *     (prelim_order 0, and CoM), no discarding, a fixed analysis radius, one stage of the dynamic
- *     mesh at exactly its orders (mesh_slopes_per_term 0) without the mesh check, the most
- *     stages, u16 and f32 frames;
+ *     mesh at exactly its orders (mesh_slopes_per_term 0) and without the neighbour window or
+ *     the mesh check, the most stages, u16 and f32 frames (every other case with the neighbour
+ *     window);
  *   - a strong aberration (several um), where the later stages move the mesh far;
  *   - frames whose fits are impossible: a dark frame (NO_PUPIL), pupils without spots, every
  *     spot discarded and a central mesh without lenslets (FEW_CENTRAL), every spot discarded
@@ -436,7 +437,9 @@ static void test_options(void **state)
             p.mesh_stages = 1;
             p.mesh_tolerance = 0.0;
             p.mesh_slopes_per_term = 0;
-            name = "one stage (the seed's dynamic mesh, its orders only), no mesh check";
+            p.neighbour_window = 0.0;
+            name = "one stage (the seed's dynamic mesh: its orders, windows of the pitch), no mesh "
+                   "check";
             break;
         case 7:
             p.mesh_stages = SW_AB_MAX_STAGES;
