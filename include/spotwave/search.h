@@ -36,13 +36,14 @@
  * sides s = window_px, window_px - 1, ..., min_window_px, each window centred on the previous
  * step's centre. The result is the last centre; the spot's intensity is the last S0.
  * The neighbour window (PAPYCS with a grid, neighbour_window f > 0; not in the paper): spot k's
- * first side is at most floor(f d_k), not below min_window_px, with d_k the distance in the max
- * norm, max(|dx|, |dy|), from its start to the nearest finite start of its 8 grid neighbours,
- * searched in this run or not (none finite: no limit). With f = 1 a window never reaches past
- * the midpoint to a neighbour's start: where a dynamic mesh predicts spots closer than a pitch
- * (spots converging at the edge of an aberrated pupil), a spot started nearer its own spot than
- * its neighbour's cannot take the neighbour's. Where the spots lie a pitch apart the side stays
- * window_px (the pitch). Give NaN starts for neighbours without a prediction.
+ * first side is at most floor(f d_k + 1e-6) (the 1e-6 px absorbs rounding), not below
+ * min_window_px, with d_k the distance in the max norm, max(|dx|, |dy|), from its start to the
+ * nearest finite start of its 8 grid neighbours, searched in this run or not (none finite: no
+ * limit). With f = 1 a window never reaches past the midpoint to a neighbour's start: where a
+ * dynamic mesh predicts spots closer than a pitch (spots converging at the edge of an aberrated
+ * pupil), a spot started nearer its own spot than its neighbour's cannot take the neighbour's.
+ * Where the spots lie a pitch apart the side stays window_px (the pitch). Give NaN starts for
+ * neighbours without a prediction.
  * CoM (Sec. 3.2.3): one step of side window_px at the start position.
  * Reichenbach (Sec. 3.2.2, after Reichenbach et al. 2014):
  *   1. peaks: pixels that are the largest in the peak_box x peak_box square centred on them

@@ -517,8 +517,8 @@ SW_SM_FN uint8_t sw_sm_spot_status(const sw_sm_spot *sp)
 }
 
 /* The first window side of spot k of an nx x ny grid (k = iy nx + ix) for PAPYCS with the
- * neighbour window (search.h, f = neighbour_window): floor(f d) when that is below smax, not below
- * smin; d = min over the 8 grid neighbours m whose starts are finite of
+ * neighbour window (search.h, f = neighbour_window): floor(f d + 1e-6) when that is below smax,
+ * not below smin; d = min over the 8 grid neighbours m whose starts are finite of
  * max(|sx[m] - sx[k]|, |sy[m] - sy[k]|). smax when f <= 0, without a grid (nx < 1), for a
  * non-finite start of spot k, or when no neighbour has a finite start. */
 SW_SM_FN int32_t sw_sm_first_side(const double *sx, const double *sy, int32_t k, int32_t nx,
@@ -545,7 +545,10 @@ SW_SM_FN int32_t sw_sm_first_side(const double *sx, const double *sy, int32_t k,
                 d = e;
         }
     }
-    const double c = floor(f * d);
+    /* + 1e-6: starts a whole number of pixels apart but for rounding (a flat wavefront's
+     * predictions on a grid of whole-pixel pitch) give one side on every backend, whatever
+     * their solvers' last bits */
+    const double c = floor(f * d + 1e-6);
     if (!(c < (double)smax)) /* also d = +Inf: no finite neighbour */
         return smax;
     return c < (double)smin ? smin : (int32_t)c;

@@ -682,6 +682,14 @@ static void test_first_side(void **state)
     /* a diagonal neighbour counts: 2 x 2, spot 3 at (5, 20) from spot 0 */
     double dx[4] = {0.0, 100.0, 0.0, 5.0}, dy[4] = {0.0, 0.0, 100.0, 20.0};
     assert_int_equal(sw_sm_first_side(dx, dy, 0, 2, 2, 1.0, 32, 3), 20);
+    /* starts a whole number of pixels apart but for rounding (a flat wavefront's predictions):
+     * one side either way, so that backends whose solvers differ in the last bits agree */
+    double gx[2] = {0.0, 32.0 - 4e-15}, gy[2] = {0.0, 0.0};
+    assert_int_equal(sw_sm_first_side(gx, gy, 0, 2, 1, 1.0, 32, 3), 32);
+    gx[1] = 20.0 - 4e-15;
+    assert_int_equal(sw_sm_first_side(gx, gy, 0, 2, 1, 1.0, 32, 3), 20);
+    gx[1] = 20.0 + 4e-15;
+    assert_int_equal(sw_sm_first_side(gx, gy, 0, 2, 1, 1.0, 32, 3), 20);
     /* no finite neighbour, or a NaN start of its own */
     double nx1[2] = {5.0, NAN}, ny1[2] = {5.0, 6.0};
     assert_int_equal(sw_sm_first_side(nx1, ny1, 0, 2, 1, 1.0, 32, 3), 32);
