@@ -118,6 +118,13 @@ void sw_cmd_aberrometry_help(FILE *out)
         "                         single preliminary fit)\n"
         "  --mesh-tolerance F     discard kept spots farther than F pitches from their start\n"
         "                         (default %g; 0: no mesh check)\n"
+        "  --mesh-slopes N        a stage of the dynamic mesh fits more orders (up to --order)\n"
+        "                         while its spots give N slopes per unknown, 0..1000 (default\n"
+        "                         %d; 0: the stages' own orders, e.g. the paper's single stage)\n"
+        "  --neighbour-window F   with the dynamic mesh, no first search window wider than F x\n"
+        "                         the distance to a neighbour's predicted spot, F >= 0 (default\n"
+        "                         %g: never past the midpoint; 0: windows of --window, the\n"
+        "                         paper's)\n"
         "  --fit-radius-px R      analysis circle radius, pixels (default: the pupil ellipse's\n"
         "                         major semi-axis)\n"
         "  --window W             first search window side, pixels, 3..%d (default: the pitch\n"
@@ -207,9 +214,9 @@ void sw_cmd_aberrometry_help(FILE *out)
         "  spotwave aberrometry eye.pgm --reference ref.pgm --magnification 0.61875 \\\n"
         "      --out z.csv --json --map w.png\n",
         DEF_PIXEL_UM, DEF_FOCAL_MM, DEF_MAGNIFICATION, SW_AB_MAX_ORDER, d.order, d.prelim_order,
-        d.central_fraction, SW_AB_MAX_STAGES, d.mesh_stages, d.mesh_tolerance, SW_SEARCH_MAX_WINDOW,
-        d.discard_contrast, SW_AB_MAX_STREAMS, d.streams, sw_cli_clinical_help_text(),
-        sw_cli_given_help, DEF_MAP_SIZE);
+        d.central_fraction, SW_AB_MAX_STAGES, d.mesh_stages, d.mesh_tolerance,
+        d.mesh_slopes_per_term, d.neighbour_window, SW_SEARCH_MAX_WINDOW, d.discard_contrast,
+        SW_AB_MAX_STREAMS, d.streams, sw_cli_clinical_help_text(), sw_cli_given_help, DEF_MAP_SIZE);
 }
 
 enum {
@@ -231,6 +238,8 @@ enum {
     OPT_PRELIM,
     OPT_STAGES,
     OPT_TOLERANCE,
+    OPT_SLOPES,
+    OPT_NEIGHBOUR,
     OPT_CENTRAL,
     OPT_FIT_RADIUS,
     OPT_WINDOW,
@@ -265,6 +274,9 @@ typedef struct ab_opts {
     sw_sh_geometry geom; /* pitch, grid and origin from the options; pixel_um, focal_mm */
     double magnification, central_fraction, fit_radius_px, contrast, vertex_mm, pupil_mm;
     int have_central, have_contrast, have_prelim, have_window, have_stages, have_tolerance;
+    int have_slopes, have_neighbour;
+    int32_t mesh_slopes;
+    double neighbour_window;
     int32_t mesh_stages;
     double mesh_tolerance;
     int32_t n_eyes, order, prelim_order, window, streams, map_size;
@@ -307,6 +319,8 @@ static int parse_opts(ab_opts *o, int argc, char **argv)
         {"prelim-order", required_argument, NULL, OPT_PRELIM},
         {"mesh-stages", required_argument, NULL, OPT_STAGES},
         {"mesh-tolerance", required_argument, NULL, OPT_TOLERANCE},
+        {"mesh-slopes", required_argument, NULL, OPT_SLOPES},
+        {"neighbour-window", required_argument, NULL, OPT_NEIGHBOUR},
         {"central-fraction", required_argument, NULL, OPT_CENTRAL},
         {"fit-radius-px", required_argument, NULL, OPT_FIT_RADIUS},
         {"window", required_argument, NULL, OPT_WINDOW},
@@ -414,6 +428,15 @@ static int parse_opts(ab_opts *o, int argc, char **argv)
         case OPT_STAGES:
             rc = sw_cli_opt_int(S, name, optarg, 1, SW_AB_MAX_STAGES, &o->mesh_stages);
             o->have_stages = 1;
+            break;
+        case OPT_SLOPES:
+            rc = sw_cli_opt_int(S, name, optarg, 0, 1000, &o->mesh_slopes);
+            o->have_slopes = 1;
+            break;
+        case OPT_NEIGHBOUR:
+            rc = sw_cli_opt_double(S, name, optarg, SW_CLI_NONNEG, "a number >= 0",
+                                   &o->neighbour_window);
+            o->have_neighbour = 1;
             break;
         case OPT_TOLERANCE:
             rc = sw_cli_opt_double(S, name, optarg, SW_CLI_NONNEG, "a number >= 0",
@@ -684,6 +707,10 @@ static int make_plan(ab_job *j)
         p->central_fraction = o->central_fraction;
     if (o->have_stages)
         p->mesh_stages = o->mesh_stages;
+    if (o->have_slopes)
+        p->mesh_slopes_per_term = o->mesh_slopes;
+    if (o->have_neighbour)
+        p->neighbour_window = o->neighbour_window;
     if (o->have_tolerance)
         p->mesh_tolerance = o->mesh_tolerance;
     p->fit_radius_px = o->fit_radius_px;
@@ -1216,6 +1243,8 @@ static void json_report(const ab_job *j, double seconds, const sw_cli_mpi *mpi)
     sw_cli_json_int(r, "prelim_order", p->prelim_order);
     sw_cli_json_int(r, "mesh_stages", p->mesh_stages);
     sw_cli_json_double(r, "mesh_tolerance", p->mesh_tolerance);
+    sw_cli_json_int(r, "mesh_slopes_per_term", p->mesh_slopes_per_term);
+    sw_cli_json_double(r, "neighbour_window", p->neighbour_window);
     sw_cli_json_double(r, "central_fraction", p->central_fraction);
     if (p->fit_radius_px > 0)
         sw_cli_json_double(r, "fit_radius_px", p->fit_radius_px);

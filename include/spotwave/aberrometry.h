@@ -32,9 +32,23 @@
  *      a lenslet belongs to the first stage whose circle holds its reference position (stage
  *      0: the static central mesh):
  *      a. search (step 4's algorithm and discarding) of the used lenslets of stages 0 .. k:
- *         from their reference centroids in stage 0, else from the prediction of stage k - 1;
+ *         from their reference centroids in stage 0, else from the prediction of stage k - 1.
+ *         PAPYCS with the neighbour window (search.h; neighbour_window f, default 1): where the
+ *         predictions put neighbouring spots closer than a pitch (spots converging at the edge
+ *         of an aberrated pupil), no first window is wider than f times the distance (max
+ *         norm) to a neighbour's predicted spot, so with f = 1 none reaches past the midpoint
+ *         (the lenslets not searched yet count by their predictions): a lenslet predicted near
+ *         its own spot cannot take a brighter neighbour's within a lenslet-sized window;
  *      b. preliminary fit: Zernike orders 1 .. o_k over the whole analysis circle (step 5's
- *         model and solver) to the slopes of the spots kept in a;
+ *         model and solver) to the slopes of the n spots kept in a; more orders, up to order,
+ *         where those spots give at least q = mesh_slopes_per_term (default 4) slopes per
+ *         unknown: the highest o with q (J(o) - 1) <= 2 n, J(o) = (o + 1)(o + 2) / 2. A
+ *         low-order fit over the central disc of a strongly aberrated eye predicts the next
+ *         ring poorly: orders 1-3 over the central half of Mompean et al.'s 5.12 mm test pupil
+ *         (60 spots) put the next ring's starts 14-18 px off their spots at 6 um RMS, where the
+ *         spots converge to 18-21 px apart; those 60 spots carry order 6 (27 unknowns, 4.4
+ *         slopes each), whose predictions land within 2 px. A pupil of 9 lenslets across (16
+ *         central spots) keeps the schedule 3, 4, 5, 6;
  *      c. extrapolation: every used lenslet's predicted centroid = reference + D_k c_k (the
  *         derivative matrix of the stage's terms times their coefficients: cuBLAS dgemv on the
  *         GPU, cblas_dgemv on the CPU).
@@ -42,14 +56,15 @@
  *      stage extrapolates over a short ring only, with a fit of more orders over a larger
  *      circle, so the edge spots are predicted well within half a pitch up to ~6 um RMS, where
  *      Mompean et al.'s single stage (mesh_stages 1, prelim_order 2) lets PAPYCS converge onto a
- *      neighbour's spot. prelim_um reports stage 0's fit.
+ *      neighbour's spot. prelim_um reports stage 0's fit (its terms of orders 1 .. prelim_order).
  *      prelim_order 0: one search of all used lenslets from their reference centroids (the
  *      static mesh).
  *   4. Search (search.h: PAPYCS, CoM or Reichenbach; window_px defaults to the lenslet pitch
- *      rounded down) and, when discard is on, the three discarding criteria on the lenslet grid
- *      (criterion 1's contrast, Mompean et al.'s 15 grey levels of their 8-bit frames, scaled to
- *      the frame's full scale: 15 x 65535 / 255 on u16 frames, 15 / 255 on float frames in
- *      [0, 1], unless contrast_full_scale says otherwise). With the dynamic mesh, the mesh check
+ *      rounded down; with the dynamic mesh PAPYCS's neighbour window as in 3a) and, when
+ *      discard is on, the three discarding criteria on the lenslet grid (criterion 1's
+ *      contrast, Mompean et al.'s 15 grey levels of their 8-bit frames, scaled to the frame's
+ *      full scale: 15 x 65535 / 255 on u16 frames, 15 / 255 on float frames in [0, 1], unless
+ *      contrast_full_scale says otherwise). With the dynamic mesh, the mesh check
  * follows: a kept spot farther than mesh_tolerance x pitch_px from its start (its predicted
  * position) converged onto another lenslet's spot and is discarded as SW_SPOT_SPACING (counted in
  * discarded[1]).
@@ -125,6 +140,13 @@ typedef struct sw_aberrometry_params {
                                         SW_AB_MAX_STAGES (default 4; 1: the paper's one stage)  */
     double mesh_tolerance;           /* the mesh check (step 4), pitches, >= 0 (default 0.25;
                                         0: no check)                                            */
+    int32_t mesh_slopes_per_term;    /* step 3b: a stage fits more orders than its o_k (up to
+                                        order) while its kept spots give this many slopes per
+                                        unknown, 0 .. 1000 (default 4; 0: exactly o_k)          */
+    double neighbour_window;         /* PAPYCS's neighbour window (search.h) in every search of
+                                        the dynamic mesh, >= 0 (default 1: no first window
+                                        reaches past the midpoint to a neighbour's predicted
+                                        spot; 0: windows of window_px, the paper's)             */
     double fit_radius_px;            /* > 0: fixed analysis radius; 0 (default): the pupil's a */
     double magnification;            /* pupil size on the lenslets / at the eye, > 0 (1)        */
     double vertex_mm;                /* refraction at a spectacle plane this far (0: cornea)    */

@@ -35,6 +35,15 @@
  * PAPYCS (Mompean et al. Sec. 3.2.1, Algorithms 1-2): from the start position, steps with window
  * sides s = window_px, window_px - 1, ..., min_window_px, each window centred on the previous
  * step's centre. The result is the last centre; the spot's intensity is the last S0.
+ * The neighbour window (PAPYCS with a grid, neighbour_window f > 0; not in the paper): spot k's
+ * first side is at most floor(f d_k + 1e-6) (the 1e-6 px absorbs rounding), not below
+ * min_window_px, with d_k the distance in the max norm, max(|dx|, |dy|), from its start to the
+ * nearest finite start of its 8 grid neighbours, searched in this run or not (none finite: no
+ * limit). With f = 1 a window never reaches past the midpoint to a neighbour's start: where a
+ * dynamic mesh predicts spots closer than a pitch (spots converging at the edge of an aberrated
+ * pupil), a spot started nearer its own spot than its neighbour's cannot take the neighbour's.
+ * Where the spots lie a pitch apart the side stays window_px (the pitch). Give NaN starts for
+ * neighbours without a prediction.
  * CoM (Sec. 3.2.3): one step of side window_px at the start position.
  * Reichenbach (Sec. 3.2.2, after Reichenbach et al. 2014):
  *   1. peaks: pixels that are the largest in the peak_box x peak_box square centred on them
@@ -130,6 +139,9 @@ typedef struct sw_search_params {
     int32_t window_px;             /* first window side (PAPYCS, CoM): the lenslet size,
                                       min_window_px .. SW_SEARCH_MAX_WINDOW (default 16)      */
     int32_t min_window_px;         /* last PAPYCS window side, >= 2 (default 3, the paper's) */
+    double neighbour_window;       /* PAPYCS with a grid: first side <= this x the distance to
+                                      the nearest neighbour's start (above), >= 0 (default 0:
+                                      off; 1: the midpoint)                                  */
     /* Reichenbach */
     int32_t peak_box;      /* odd, 3 .. SW_SEARCH_MAX_BOX (default 13)                    */
     double peak_threshold; /* >= 0; 0 (default): mean + 3 sd of the frame                */

@@ -189,6 +189,30 @@ SW_AB_FN int sw_ab_lenslet_stage(const sw_sh_geometry *g, int32_t ix, int32_t iy
     return S;
 }
 
+/* Step 3b: the terms of stage k's fit for an eye whose stage search kept n spots: the
+ * schedule's Jk (orders 1 .. o_k), raised to J(o) = (o + 1)(o + 2) / 2 for the highest order
+ * o <= order whose J(o) - 1 unknowns get at least q slopes each, q (J(o) - 1) <= 2 n
+ * (aberrometry.h mesh_slopes_per_term; q = 0: Jk). */
+SW_AB_FN int32_t sw_ab_stage_terms(int32_t Jk, int32_t order, int32_t n, int32_t q)
+{
+    int32_t J = Jk;
+    if (q <= 0)
+        return J;
+    for (int32_t o = 1; o <= order; o++) {
+        const int32_t Jo = (o + 1) * (o + 2) / 2;
+        if (Jo > J && (int64_t)q * (int64_t)(Jo - 1) <= 2 * (int64_t)n)
+            J = Jo;
+    }
+    return J;
+}
+
+/* The most terms stage k's fit can take (the columns of its prediction D_k c_k): J = J(order)
+ * when the fits may be raised (q > 0), else the schedule's Jk. */
+SW_AB_FN int32_t sw_ab_stage_terms_max(int32_t Jk, int32_t J, int32_t q)
+{
+    return q > 0 ? J : Jk;
+}
+
 /* The mesh check of step 4: 1 when the centroid (x, y) lies farther than tol from its start
  * (x0, y0), (x - x0)^2 + (y - y0)^2 > tol^2. */
 SW_AB_FN int sw_ab_off_mesh(double x, double y, double x0, double y0, double tol)

@@ -12,8 +12,9 @@
  *   3. dynamic mesh (seed Sec. 3.2.1, "use of a dynamic search mesh"), in mesh_stages stages:
  *      stage k searches the lenslets of stages 0 .. k of both eyes (from the reference
  *      centroids in stage 0, else from stage k - 1's prediction; the plan's search with its
- *      discarding), fits orders 1 .. of stage k to the spots kept, and predicts every used
- *      lenslet's centroid, reference + D_k c_k (cblas_dgemv);
+ *      discarding), fits orders 1 .. of stage k to the spots kept (more where they carry more:
+ *      sw_ab_stage_terms), and predicts every used lenslet's centroid, reference + D_k c_k
+ *      (cblas_dgemv);
  *   4. the final search (the plan's algorithm, discarding as asked) of all used lenslets of the
  *      eyes still valid, both eyes in one run, from the last prediction; with the dynamic mesh
  *      the mesh check (spots farther than mesh_tolerance pitches from their start: SPACING);
@@ -68,6 +69,8 @@ void sw_aberrometry_params_default(sw_aberrometry_params *p, int32_t width, int3
     p->central_fraction = 0.5;
     p->mesh_stages = 4;
     p->mesh_tolerance = 0.25;
+    p->mesh_slopes_per_term = 4;
+    p->neighbour_window = 1.0;
     p->fit_radius_px = 0.0;
     p->magnification = 1.0;
     p->vertex_mm = 0.0;
@@ -233,6 +236,16 @@ static sw_status check_params(sw_context *ctx, const sw_aberrometry_params *p)
         return sw_fail(ctx, SW_EINVAL,
                        "aberrometry: mesh_tolerance %g must be finite and >= 0 (0: no check)",
                        p->mesh_tolerance);
+    if (p->mesh_slopes_per_term < 0 || p->mesh_slopes_per_term > 1000)
+        return sw_fail(ctx, SW_EINVAL,
+                       "aberrometry: mesh_slopes_per_term %d must be 0 .. 1000 (0: the stages fit "
+                       "their scheduled orders only)",
+                       p->mesh_slopes_per_term);
+    if (!(isfinite(p->neighbour_window) && p->neighbour_window >= 0.0))
+        return sw_fail(ctx, SW_EINVAL,
+                       "aberrometry: neighbour_window %g must be finite and >= 0 (0: windows of "
+                       "window_px)",
+                       p->neighbour_window);
     if (!(isfinite(p->fit_radius_px) && p->fit_radius_px >= 0.0))
         return sw_fail(ctx, SW_EINVAL,
                        "aberrometry: fit_radius_px %g must be finite and >= 0 (0: the pupil's "
@@ -406,6 +419,10 @@ static void search_params(const sw_aberrometry_plan *plan, sw_search_params *sp)
     sp->min_window_px = p->min_window_px;
     sp->peak_box = p->peak_box;
     sp->peak_threshold = p->peak_threshold;
+    /* with the dynamic mesh the starts are predictions: no first window reaches past the
+     * midpoint to a neighbour's (search.h); the static mesh's reference starts lie a pitch
+     * apart, where it changes nothing */
+    sp->neighbour_window = plan->dynamic ? p->neighbour_window : 0.0;
     sp->discard = p->discard ? 1 : 0;
     sp->discard_contrast = p->discard_contrast * sw_aberrometry_full_scale(p) / 255.0;
     sp->min_spacing = p->min_spacing;
@@ -716,23 +733,28 @@ static sw_status cpu_frame(sw_aberrometry_plan *plan, const sw_image *frame, sw_
         }
     }
 
-    /* step 3: the dynamic mesh */
+    /* step 3: the dynamic mesh. The starts: the reference centroids of the used lenslets, NaN
+     * elsewhere (as on the GPU: the neighbour window of the search reads the starts of lenslets
+     * it does not search) */
     for (int32_t l = 0; l < nl; l++) {
-        w->sx[l] = plan->ref_x[l];
-        w->sy[l] = plan->ref_y[l];
+        w->sx[l] = w->eye[l] ? plan->ref_x[l] : NAN;
+        w->sy[l] = w->eye[l] ? plan->ref_y[l] : NAN;
     }
     /* stage k = 0 .. S - 1 searches the lenslets of stages 0 .. k (from the reference centroids
      * when k = 0, else from the prediction of stage k - 1), fits orders 1 .. of stage k to the
-     * spots found, and predicts every used lenslet's centroid from that fit */
+     * spots found, and predicts every used lenslet's centroid from that fit; the lenslets of an
+     * eye that failed are neither searched nor started (NaN) */
     for (int32_t k = 0; k < plan->n_stages; k++) {
         const int32_t Jk = plan->Js[k];
         for (int32_t l = 0; l < nl; l++) {
             int e = w->eye[l] - 1;
-            w->active[l] = e >= 0 && raw->eye[e].failure == SW_AB_OK && w->stage[l] <= k;
+            int ok = e >= 0 && raw->eye[e].failure == SW_AB_OK;
+            w->active[l] = ok && w->stage[l] <= k;
+            if (!ok)
+                w->sx[l] = w->sy[l] = NAN;
         }
-        st = sw_search_run(sl->search, frame, k == 0 ? plan->ref_x : w->sx,
-                           k == 0 ? plan->ref_y : w->sy, w->active, SW_MEM_HOST, w->x, w->y, NULL,
-                           w->status);
+        st = sw_search_run(sl->search, frame, w->sx, w->sy, w->active, SW_MEM_HOST, w->x, w->y,
+                           NULL, w->status);
         if (st != SW_OK)
             return st;
         for (int e = 0; e < p->n_eyes; e++) {
@@ -750,26 +772,28 @@ static sw_status cpu_frame(sw_aberrometry_plan *plan, const sw_image *frame, sw_
                 r->failure = SW_AB_FEW_CENTRAL;
                 continue;
             }
+            /* more orders where the spots kept carry them */
+            const int32_t Jf = sw_ab_stage_terms(Jk, p->order, n, p->mesh_slopes_per_term);
             double c[SW_AB_MAX_TERMS], res;
-            if (cpu_fit(plan, w, n, Jk, c, &res) != 0) {
+            if (cpu_fit(plan, w, n, Jf, c, &res) != 0) {
                 r->failure = SW_AB_SINGULAR;
                 continue;
             }
             if (k == 0) {
-                memcpy(r->prelim, c, (size_t)Jk * sizeof(double));
+                memcpy(r->prelim, c, (size_t)Jf * sizeof(double));
                 r->prelim_ok = 1;
             }
             /* 3c: extrapolation over the eye's used lenslets: start = reference + D_k c_k */
             int32_t nk = w->first[e + 1] - w->first[e];
             const double *Dxe = w->Dx + (size_t)w->first[e] * ld;
             const double *Dye = w->Dy + (size_t)w->first[e] * ld;
-            cblas_dgemv(CblasRowMajor, CblasNoTrans, nk, Jk - 1, 1.0, Dxe, ld, c + 1, 1, 0.0,
+            cblas_dgemv(CblasRowMajor, CblasNoTrans, nk, Jf - 1, 1.0, Dxe, ld, c + 1, 1, 0.0,
                         w->pred, 1);
             for (int32_t q = 0; q < nk; q++) {
                 int32_t l = w->lens[w->first[e] + q];
                 w->sx[l] = plan->ref_x[l] + w->pred[q];
             }
-            cblas_dgemv(CblasRowMajor, CblasNoTrans, nk, Jk - 1, 1.0, Dye, ld, c + 1, 1, 0.0,
+            cblas_dgemv(CblasRowMajor, CblasNoTrans, nk, Jf - 1, 1.0, Dye, ld, c + 1, 1, 0.0,
                         w->pred, 1);
             for (int32_t q = 0; q < nk; q++) {
                 int32_t l = w->lens[w->first[e] + q];

@@ -20,9 +20,11 @@
  *      2 nl rows (x rows, then y rows), zero rows for the others;
  *   3. the dynamic mesh (seed Sec. 3.2.1), stage k = 0 .. S - 1: sw_search_run of the lenslets
  *      of stages 0 .. k; ab_fit_kernel (one block per eye) fits orders 1 .. of stage k to the
- *      spots found; D_k c_k (cublasDgemv over every used lenslet: the seed's "multiplication ...
- *      using CUBLAS"); ab_start_kernel: the next search's start, reference + D_k c_k, and its
- *      active flags, for the eyes whose fits so far were solved;
+ *      spots found (more where they carry more: sw_ab_stage_terms, decided in the kernel from
+ *      the count of spots kept; the launch and the prediction hold the most terms, the columns
+ *      beyond the fit's multiply zeros); D_k c_k (cublasDgemv over every used lenslet: the seed's
+ * "multiplication ... using CUBLAS"); ab_start_kernel: the next search's start, reference + D_k
+ * c_k, and its active flags, for the eyes whose fits so far were solved;
  *   4. sw_search_run: the plan's algorithm from those starts (the reference centroids without
  *      the dynamic mesh), with discarding;
  *   5. ab_fit_kernel, final: the mesh check, the fit of orders 1 .. order to the kept spots, the
@@ -93,7 +95,8 @@ struct ab_counts {
 struct ab_dev {
     sw_sh_geometry g; /* valid = NULL */
     int32_t nl, n_eyes, J, Jp, S;
-    int32_t Js[SW_AB_MAX_STAGES];   /* stage k's terms                          */
+    int32_t order, slopes;          /* order; mesh_slopes_per_term              */
+    int32_t Js[SW_AB_MAX_STAGES];   /* stage k's scheduled terms                */
     double frac[SW_AB_MAX_STAGES];  /* stage k's circle / R                     */
     double fit_radius, mesh_tol;    /* fit_radius_px; the mesh check, pixels    */
     const uint8_t *mask;            /* the tracker's lenslet mask (device)      */
@@ -270,7 +273,7 @@ __device__ __forceinline__ void ab_tri(int o, int *i, int *j)
 }
 
 /*
- * One least-squares fit of step 3b (FINAL 0: stage k, orders 1 .. of Js[k]) or step 5 (FINAL 1:
+ * One least-squares fit of step 3b (FINAL 0: stage k, sw_ab_stage_terms terms) or step 5 (FINAL 1:
  * orders 1 .. order) for eye blockIdx.x, all in one block (see the top for why):
  *   rows: the eye's lenslets that take part (3b: stages 0 .. k found by the stage's search; 5:
  *     kept by the final search and, with the dynamic mesh, by the mesh check, whose failures
@@ -297,18 +300,30 @@ __global__ void __launch_bounds__(AB_FIT_THREADS) ab_fit_kernel(ab_dev d, int32_
     __shared__ int bad;
     __shared__ double red[AB_FIT_THREADS];
     const int e = (int)blockIdx.x, t = (int)threadIdx.x, lane = t & 31, warp = t >> 5;
-    const int32_t nl = d.nl, m = FINAL ? d.J - 1 : d.Js[k] - 1;
+    const int32_t nl = d.nl;
     const size_t ld = 2 * (size_t)nl;
+
+    int fail = d.pupils[e].valid ? d.cnt->fail[e] : SW_AB_NO_PUPIL; /* the same in the block */
+    if (!FINAL && fail != SW_AB_OK)
+        return;
+    /* the unknowns: final, J - 1; 3b, the stage's terms for the spots it kept
+     * (sw_ab_stage_terms, as the CPU), counted first (the launch holds the most terms) */
+    int32_t m = d.J - 1;
+    if (!FINAL) {
+        int32_t kept = 0;
+        for (int32_t base = 0; base < nl; base += AB_FIT_THREADS) {
+            const int32_t l = base + t;
+            kept += __syncthreads_count(l < nl && d.eye[l] == e + 1 && d.stage[l] <= k &&
+                                        d.st[l] == SW_SPOT_OK);
+        }
+        m = sw_ab_stage_terms(d.Js[k], d.order, kept, d.slopes) - 1;
+    }
     const int P = m * (m + 1) / 2;
     /* R's column stride: one more than the rows, so that the threads of a warp, each reading
      * row r of its own column, hit different banks (a stride of 2 chunk doubles, a multiple of
      * 32 words, put them all in one bank: 32-way conflicts, measured 150 us per fit) */
     const int RS = 2 * chunk + 1;
     double *G = ab_sh, *b = G + P, *R = b + m, *s = R + (size_t)RS * m;
-
-    int fail = d.pupils[e].valid ? d.cnt->fail[e] : SW_AB_NO_PUPIL; /* the same in the block */
-    if (!FINAL && fail != SW_AB_OK)
-        return;
     for (int o = t; o < P + m; o += AB_FIT_THREADS)
         ab_sh[o] = 0.0;
     if (t < 3)
@@ -450,10 +465,13 @@ __global__ void __launch_bounds__(AB_FIT_THREADS) ab_fit_kernel(ab_dev d, int32_
                 d.cnt->fail[e] = fail;
             return;
         }
-        for (int j = t; j < m; j += AB_FIT_THREADS) {
-            d.bk[e][j] = b[j];
+        /* zeros up to the prediction's columns (the most terms a stage may take) */
+        const int32_t mmax = sw_ab_stage_terms_max(d.Js[k], d.J, d.slopes) - 1;
+        for (int j = t; j < mmax; j += AB_FIT_THREADS) {
+            const double v = j < m ? b[j] : 0.0;
+            d.bk[e][j] = v;
             if (k == 0)
-                d.bp[e][j] = b[j];
+                d.bp[e][j] = v;
         }
         if (t == 0 && k == 0)
             d.cnt->prelim_ok[e] = 1;
@@ -573,7 +591,9 @@ static sw_status ab_body(sw_aberrometry_plan *plan, int slot, int timing, int ca
                              NULL, d.st));
         if (k == 0)
             SW_CU(cudaStreamWaitEvent(s, g->join, 0));
-        const int32_t mk = d.Js[k] - 1, ck = ab_fit_chunk(mk);
+        /* the launch and the prediction hold the most terms the stage may fit */
+        const int32_t mk = sw_ab_stage_terms_max(d.Js[k], d.J, d.slopes) - 1;
+        const int32_t ck = ab_fit_chunk(mk);
         ab_fit_kernel<0><<<(unsigned)n_eyes, AB_FIT_THREADS, ab_fit_smem(mk, ck), s>>>(d, k, ck);
         SW_CU(cudaGetLastError());
         for (int e = 0; e < n_eyes; e++)
@@ -686,6 +706,8 @@ extern "C" sw_status sw_ab_gpu_init(sw_aberrometry_plan *plan, int slot)
     d->J = plan->J;
     d->Jp = plan->Jp;
     d->S = plan->n_stages;
+    d->order = p->order;
+    d->slopes = p->mesh_slopes_per_term;
     for (int k = 0; k < SW_AB_MAX_STAGES; k++) {
         d->Js[k] = plan->Js[k];
         d->frac[k] = plan->frac[k];

@@ -77,6 +77,7 @@ void sw_search_params_default(sw_search_params *p, int32_t width, int32_t height
     p->pitch_px = 0.0;
     p->window_px = 16;
     p->min_window_px = 3;
+    p->neighbour_window = 0.0;
     p->peak_box = 13;
     p->peak_threshold = 0.0;
     p->seed_size = 5;
@@ -120,6 +121,9 @@ static sw_status check_params(sw_context *ctx, const sw_search_params *p)
     if (p->window_px < p->min_window_px || p->window_px > SW_SEARCH_MAX_WINDOW)
         return sw_fail(ctx, SW_EINVAL, "search: window_px %d is not in min_window_px (%d) .. %d",
                        p->window_px, p->min_window_px, SW_SEARCH_MAX_WINDOW);
+    if (!(p->neighbour_window >= 0.0) || !isfinite(p->neighbour_window))
+        return sw_fail(ctx, SW_EINVAL, "search: neighbour_window %g is not a finite number >= 0",
+                       p->neighbour_window);
     if (p->algorithm == SW_SEARCH_REICHENBACH) {
         if (!grid)
             return sw_fail(ctx, SW_EINVAL,
@@ -227,7 +231,8 @@ int64_t sw_search_last_peaks(const sw_search_plan *plan)
 /* ---------------------------------------------------------------- CPU: PAPYCS and CoM */
 
 /* One spot, Algorithm 2 of the seed on one core: the steps of sides smax, smax - 1, ..., smin
- * (CoM: smin = smax), each computed as the warp computes it (search_model.h). */
+ * (CoM: smin = smax), each computed as the warp computes it (search_model.h); smax is the spot's
+ * own with the neighbour window (sw_sm_first_side). */
 static void search_spot_cpu(const sw_image *f, double sx, double sy, int32_t smax, int32_t smin,
                             double *x, double *y, double *intensity, uint8_t *status)
 {
@@ -248,13 +253,14 @@ static void search_spot_cpu(const sw_image *f, double sx, double sy, int32_t sma
     *intensity = st == SW_SPOT_OK ? sp.s0 : NAN;
 }
 
-static void search_cpu(sw_search_plan *plan, const sw_image *f, const double *sx, const double *sy,
-                       const uint8_t *active, double *x, double *y, double *intensity,
-                       uint8_t *status)
+static void search_cpu(sw_search_plan *plan, const sw_image *frame, const double *sx,
+                       const double *sy, const uint8_t *active, double *x, double *y,
+                       double *intensity, uint8_t *status)
 {
-    int32_t n = plan->p.nspots;
+    int32_t n = plan->p.nspots, nx = plan->p.nx, ny = plan->p.ny;
     int32_t smax = plan->p.window_px;
     int32_t smin = plan->p.algorithm == SW_SEARCH_COM ? smax : plan->p.min_window_px;
+    double f = plan->p.algorithm == SW_SEARCH_PAPYCS ? plan->p.neighbour_window : 0.0;
     int threads = sw_context_threads(plan->ctx);
     (void)threads;
 #ifdef SW_HAVE_OPENMP
@@ -268,7 +274,8 @@ static void search_cpu(sw_search_plan *plan, const sw_image *f, const double *sx
             intensity[k] = NAN;
             continue;
         }
-        search_spot_cpu(f, sx[k], sy[k], smax, smin, &x[k], &y[k], &intensity[k], &status[k]);
+        int32_t s1 = sw_sm_first_side(sx, sy, k, nx, ny, f, smax, smin);
+        search_spot_cpu(frame, sx[k], sy[k], s1, smin, &x[k], &y[k], &intensity[k], &status[k]);
     }
 }
 

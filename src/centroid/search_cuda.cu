@@ -57,9 +57,9 @@ static cudaStream_t stream_of(const sw_search_plan *plan)
 template <int TYPE>
 __global__ void __launch_bounds__(32 * SEARCH_WARPS)
     search_kernel(const void *__restrict__ frame, size_t stride, int32_t width, int32_t height,
-                  int32_t n, const double *__restrict__ sx, const double *__restrict__ sy,
-                  const uint8_t *__restrict__ active, int32_t smax, int32_t smin, double *x,
-                  double *y, double *intensity, uint8_t *status)
+                  int32_t n, int32_t nx, int32_t ny, double f, const double *__restrict__ sx,
+                  const double *__restrict__ sy, const uint8_t *__restrict__ active, int32_t smax,
+                  int32_t smin, double *x, double *y, double *intensity, uint8_t *status)
 {
     int lane = threadIdx.x & 31;
     int32_t k = (int32_t)blockIdx.x * SEARCH_WARPS + (int32_t)(threadIdx.x >> 5);
@@ -76,8 +76,10 @@ __global__ void __launch_bounds__(32 * SEARCH_WARPS)
     }
     sw_sm_spot sp;
     if (sw_sm_spot_start(&sp, sx[k], sy[k])) {
-        /* Algorithm 2 line 7: the pyramid of windows (warp-uniform control flow). */
-        for (int32_t s = smax; s >= smin; --s) {
+        /* Algorithm 2 line 7: the pyramid of windows (warp-uniform control flow), from the
+         * spot's first side (the neighbour window). */
+        const int32_t s1 = sw_sm_first_side(sx, sy, k, nx, ny, f, smax, smin);
+        for (int32_t s = s1; s >= smin; --s) {
             sw_sm_window w;
             double ncx = sp.cx, ncy = sp.cy, s0 = 0.0;
             int r;
@@ -364,9 +366,10 @@ __device__ __forceinline__ void block_write(const sw_sm_spot *sp, int32_t k, dou
 template <int TYPE, int NW>
 __global__ void __launch_bounds__(32 * NW, 32 / NW)
     block_kernel(const void *__restrict__ frame, size_t stride, int32_t width, int32_t height,
-                 const double *__restrict__ sx, const double *__restrict__ sy,
-                 const uint8_t *__restrict__ active, int32_t smax, int32_t smin, int32_t side,
-                 int32_t pitch, double *x, double *y, double *intensity, uint8_t *status)
+                 int32_t nx, int32_t ny, double f, const double *__restrict__ sx,
+                 const double *__restrict__ sy, const uint8_t *__restrict__ active, int32_t wmax,
+                 int32_t smin, int32_t side, int32_t pitch, double *x, double *y, double *intensity,
+                 uint8_t *status)
 {
     typedef typename block_pixel<TYPE>::type PIX;
     const int nthreads = 32 * NW;
@@ -388,11 +391,14 @@ __global__ void __launch_bounds__(32 * NW, 32 / NW)
         }
         return;
     }
-    /* The start and the first window (side smax), alike in every thread. */
+    /* The start and the first window (side smax <= wmax, the neighbour window), alike in every
+     * thread. */
     sw_sm_spot sp;
     sw_sm_window w0;
+    int32_t smax;
     if (!sw_sm_spot_start(&sp, sx[k], sy[k]))
         goto done; /* OUTSIDE: a non-finite start */
+    smax = sw_sm_first_side(sx, sy, k, nx, ny, f, wmax, smin);
     if (!sw_sm_window_make(sp.cx, sp.cy, (double)smax, width, height, &w0)) {
         sw_sm_spot_update(&sp, SW_SM_STEP_EMPTY, 0.0, 0.0, 0.0); /* OUTSIDE */
         goto done;
@@ -467,9 +473,9 @@ done:
         block_write(&sp, k, x, y, intensity, status);
 }
 
-typedef void (*block_fn)(const void *, size_t, int32_t, int32_t, const double *, const double *,
-                         const uint8_t *, int32_t, int32_t, int32_t, int32_t, double *, double *,
-                         double *, uint8_t *);
+typedef void (*block_fn)(const void *, size_t, int32_t, int32_t, int32_t, int32_t, double,
+                         const double *, const double *, const uint8_t *, int32_t, int32_t, int32_t,
+                         int32_t, double *, double *, double *, uint8_t *);
 
 template <int TYPE> static block_fn block_kernel_of(int nw)
 {
@@ -566,29 +572,30 @@ extern "C" sw_status sw_search_gpu_search(sw_search_plan *plan, const sw_image *
     const sw_search_params *p = &plan->p;
     int32_t smax = p->window_px;
     int32_t smin = p->algorithm == SW_SEARCH_COM ? smax : p->min_window_px;
+    double f = p->algorithm == SW_SEARCH_PAPYCS ? p->neighbour_window : 0.0;
     cudaStream_t s = stream_of(plan);
     SW_CU(cudaSetDevice(plan->ctx->device));
     block_cfg cfg;
     if (block_config(plan, &cfg)) {
         cfg.fn<<<(unsigned)p->nspots, 32u * (unsigned)cfg.nw, cfg.smem, s>>>(
-            frame->data, frame->stride, p->width, p->height, sx, sy, active, smax, smin, cfg.side,
-            cfg.pitch, x, y, intensity, status);
+            frame->data, frame->stride, p->width, p->height, p->nx, p->ny, f, sx, sy, active, smax,
+            smin, cfg.side, cfg.pitch, x, y, intensity, status);
         SW_CU(cudaGetLastError());
         return SW_OK;
     }
     unsigned blocks = (unsigned)((p->nspots + SEARCH_WARPS - 1) / SEARCH_WARPS);
     if (p->type == SW_PIX_U8)
         search_kernel<SW_PIX_U8><<<blocks, 32 * SEARCH_WARPS, 0, s>>>(
-            frame->data, frame->stride, p->width, p->height, p->nspots, sx, sy, active, smax, smin,
-            x, y, intensity, status);
+            frame->data, frame->stride, p->width, p->height, p->nspots, p->nx, p->ny, f, sx, sy,
+            active, smax, smin, x, y, intensity, status);
     else if (p->type == SW_PIX_U16)
         search_kernel<SW_PIX_U16><<<blocks, 32 * SEARCH_WARPS, 0, s>>>(
-            frame->data, frame->stride, p->width, p->height, p->nspots, sx, sy, active, smax, smin,
-            x, y, intensity, status);
+            frame->data, frame->stride, p->width, p->height, p->nspots, p->nx, p->ny, f, sx, sy,
+            active, smax, smin, x, y, intensity, status);
     else
         search_kernel<SW_PIX_F32><<<blocks, 32 * SEARCH_WARPS, 0, s>>>(
-            frame->data, frame->stride, p->width, p->height, p->nspots, sx, sy, active, smax, smin,
-            x, y, intensity, status);
+            frame->data, frame->stride, p->width, p->height, p->nspots, p->nx, p->ny, f, sx, sy,
+            active, smax, smin, x, y, intensity, status);
     SW_CU(cudaGetLastError());
     return SW_OK;
 }

@@ -37,11 +37,12 @@
  *    flat (SW_SM_STEP_FLAT) when !(S0' > 1e-9 (|S0| + |m| W)); else the new centre is
  *    (i0 + Sx' / S0', j0 + Sy' / S0') and the intensity S0'.
  *
- * A spot (sw_sm_spot_*): PAPYCS takes the steps of sides window_px, window_px - 1, ...,
- * min_window_px (CoM: window_px only) from the start position; a flat or non-finite step keeps
- * the centre and the search goes on. The spot is OUTSIDE for a non-finite start or an empty
- * window (the search stops there), FLAT when the last step was flat or any step met a NaN / Inf
- * pixel (search.h: "a NaN / Inf pixel in a window"), OK otherwise, with the last centre and S0'.
+ * A spot (sw_sm_spot_*): PAPYCS takes the steps of sides smax, smax - 1, ..., min_window_px
+ * (CoM: window_px only) from the start position, smax = window_px or, with the neighbour window,
+ * sw_sm_first_side; a flat or non-finite step keeps the centre and the search goes on. The spot
+ * is OUTSIDE for a non-finite start or an empty window (the search stops there), FLAT when the
+ * last step was flat or any step met a NaN / Inf pixel (search.h: "a NaN / Inf pixel in a
+ * window"), OK otherwise, with the last centre and S0'.
  *
  * sw_sm_com_step computes one step serially, walking the 32 lanes and the butterfly exactly as a
  * warp does; on the GPU one thread may call it (Reichenbach's peaks, one thread per peak).
@@ -513,6 +514,44 @@ SW_SM_FN uint8_t sw_sm_spot_status(const sw_sm_spot *sp)
     if (sp->nonfinite || sp->last != SW_SM_STEP_OK)
         return SW_SPOT_FLAT;
     return SW_SPOT_OK;
+}
+
+/* The first window side of spot k of an nx x ny grid (k = iy nx + ix) for PAPYCS with the
+ * neighbour window (search.h, f = neighbour_window): floor(f d + 1e-6) when that is below smax,
+ * not below smin; d = min over the 8 grid neighbours m whose starts are finite of
+ * max(|sx[m] - sx[k]|, |sy[m] - sy[k]|). smax when f <= 0, without a grid (nx < 1), for a
+ * non-finite start of spot k, or when no neighbour has a finite start. */
+SW_SM_FN int32_t sw_sm_first_side(const double *sx, const double *sy, int32_t k, int32_t nx,
+                                  int32_t ny, double f, int32_t smax, int32_t smin)
+{
+    if (!(f > 0.0) || nx < 1)
+        return smax;
+    const double x = sx[k], y = sy[k];
+    if (!isfinite(x) || !isfinite(y)) /* the spot is OUTSIDE anyway */
+        return smax;
+    const int32_t ix = k % nx, iy = k / nx;
+    double d = INFINITY;
+    for (int32_t dy = -1; dy <= 1; ++dy) {
+        for (int32_t dx = -1; dx <= 1; ++dx) {
+            const int32_t jx = ix + dx, jy = iy + dy;
+            if ((dx == 0 && dy == 0) || jx < 0 || jx >= nx || jy < 0 || jy >= ny)
+                continue;
+            const double mx = sx[jy * nx + jx], my = sy[jy * nx + jx];
+            if (!isfinite(mx) || !isfinite(my))
+                continue;
+            const double u = fabs(mx - x), v = fabs(my - y);
+            const double e = u > v ? u : v;
+            if (e < d)
+                d = e;
+        }
+    }
+    /* + 1e-6: starts a whole number of pixels apart but for rounding (a flat wavefront's
+     * predictions on a grid of whole-pixel pitch) give one side on every backend, whatever
+     * their solvers' last bits */
+    const double c = floor(f * d + 1e-6);
+    if (!(c < (double)smax)) /* also d = +Inf: no finite neighbour */
+        return smax;
+    return c < (double)smin ? smin : (int32_t)c;
 }
 
 /* ---------------------------------------------------------------- discarding (search.h) */

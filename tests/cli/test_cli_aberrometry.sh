@@ -269,13 +269,17 @@ cmp -s "$tmp/z1.csv" "$tmp/z1j.csv" || fail "--json changed the table"
 check json "$tmp/z1.json" "$tmp/z1j.csv" 'e["valid"] and abs(e["pupil"]["a_px"] - 288) < 4 and abs(e["pupil_mm"] - 5.12) < 0.08 and -1.2 < e["refraction"]["M"] < -0.9 and e["refraction"]["sphere_d"] < 0 and e["counts"]["lenslets"] > 150 and rep["algorithm"] == "papycs" and rep["order"] == 6 and rep["eyes"] == 1 and rep["frame_count"] == 1 and rep["backend"] == "cpu" and rep["frame_size"] == [640, 640] and rep["pixel_type"] == "u8" and rep["lenslet_grid"]["source"] == "options" and abs(e["analysis_circle"]["radius_px"] - e["pupil"]["a_px"]) < 1e-9' ||
     fail "JSON report: $out"
 [[ $out == *'"refraction"'* && $out == *'"sphere_d"'* ]] || fail "the report does not name the refraction"
-# The seed's single-stage dynamic mesh without the mesh check: the same eye, the settings reported.
+# The seed's single-stage dynamic mesh (its orders only) without the mesh check: the same eye,
+# the settings reported.
 expect 0 --backend cpu aberrometry "$tmp/eye.pgm" --reference "$tmp/ref.pgm" "${grid[@]}" \
-    "${mag[@]}" --out "$tmp/z1s.csv" --json --mesh-stages 1 --prelim-order 2 --mesh-tolerance 0
+    "${mag[@]}" --out "$tmp/z1s.csv" --json --mesh-stages 1 --prelim-order 2 --mesh-tolerance 0 \
+    --mesh-slopes 0 --neighbour-window 0
 printf '%s\n' "$out" >"$tmp/z1s.json"
 check coef "$tmp/z1s.csv" "$want" 0.05 0.05 || fail "--mesh-stages 1: $(cat "$tmp/z1s.csv")"
-check json "$tmp/z1s.json" "$tmp/z1s.csv" 'rep["mesh_stages"] == 1 and rep["mesh_tolerance"] == 0 and rep["prelim_order"] == 2' ||
+check json "$tmp/z1s.json" "$tmp/z1s.csv" 'rep["mesh_stages"] == 1 and rep["mesh_tolerance"] == 0 and rep["prelim_order"] == 2 and rep["mesh_slopes_per_term"] == 0 and rep["neighbour_window"] == 0' ||
     fail "--mesh-stages 1 in the report: $out"
+check json "$tmp/z1.json" "$tmp/z1j.csv" 'rep["mesh_slopes_per_term"] == 4 and rep["neighbour_window"] == 1' ||
+    fail "the default --mesh-slopes in the report: $(cat "$tmp/z1.json")"
 expect_usage aberrometry "$tmp/eye.pgm" --reference "$tmp/ref.pgm" --mesh-stages 9
 # --edge-level: the glow path's level reaches the tracker (auto: measured per frame) and the
 # report; the same eye within 1 px of the fixed level's pupil; 1 and words refused
@@ -287,6 +291,8 @@ check json "$tmp/z1e.json" "$tmp/z1e.csv" 'rep["edge_level"] == "auto" and e["va
 check json "$tmp/z1.json" "$tmp/z1j.csv" 'rep["edge_level"] == 0.4' || fail "default edge level in the report"
 expect_usage aberrometry "$tmp/eye.pgm" --reference "$tmp/ref.pgm" --edge-level 1
 expect_usage aberrometry "$tmp/eye.pgm" --reference "$tmp/ref.pgm" --edge-level high
+expect_usage aberrometry "$tmp/eye.pgm" --reference "$tmp/ref.pgm" --mesh-slopes -1
+expect_usage aberrometry "$tmp/eye.pgm" --reference "$tmp/ref.pgm" --neighbour-window -1
 expect_usage aberrometry "$tmp/eye.pgm" --reference "$tmp/ref.pgm" --mesh-tolerance -1
 # --fit-radius-px 288 (the sim's circle): the same coefficients, the radius reported
 expect 0 --backend cpu aberrometry "$tmp/eye.pgm" --reference "$tmp/ref.pgm" "${grid[@]}" \

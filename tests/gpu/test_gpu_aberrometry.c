@@ -5,9 +5,12 @@
  *   - monocular frames of seed 001's 640 x 640 / 20 x 20 lenslet case, clean and with the
  *     artefacts of living eyes (glow, corneal reflection that saturates, brightness map, tear
  *     film, white noise), and a binocular 1280 x 640 frame whose eyes have different aberrations;
- *   - the options: order 10 with a third-order preliminary fit (66 terms: the largest design),
- *     the static mesh (prelim_order 0, and CoM), no discarding, a fixed analysis radius, one
- *     stage of the dynamic mesh without the mesh check, the most stages, u16 and f32 frames;
+ *   - the options: order 10 with a third-order preliminary fit (66 terms: the largest design;
+ *     the stage fits raised as far as their spots carry, mesh_slopes_per_term 4), the static mesh
+ *     (prelim_order 0, and CoM), no discarding, a fixed analysis radius, one stage of the dynamic
+ *     mesh at exactly its orders (mesh_slopes_per_term 0) and without the neighbour window or
+ *     the mesh check, the most stages, u16 and f32 frames (every other case with the neighbour
+ *     window);
  *   - a strong aberration (several um), where the later stages move the mesh far;
  *   - frames whose fits are impossible: a dark frame (NO_PUPIL), pupils without spots, every
  *     spot discarded and a central mesh without lenslets (FEW_CENTRAL), every spot discarded
@@ -433,7 +436,10 @@ static void test_options(void **state)
         case 6:
             p.mesh_stages = 1;
             p.mesh_tolerance = 0.0;
-            name = "one stage (the seed's dynamic mesh), no mesh check";
+            p.mesh_slopes_per_term = 0;
+            p.neighbour_window = 0.0;
+            name = "one stage (the seed's dynamic mesh: its orders, windows of the pitch), no mesh "
+                   "check";
             break;
         case 7:
             p.mesh_stages = SW_AB_MAX_STAGES;

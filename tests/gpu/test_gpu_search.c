@@ -13,7 +13,9 @@
  *     column sums split over its warps): every window 2..40 and steps and warp / lane-pass
  *     boundaries to 256, 1 to 2209 spots (the launch shape changes with the count), frames
  *     smaller than the window, gradients and far starts (the centre leaves the staged box),
- *     flat and saturated frames: bit-identical as above.
+ *     flat and saturated frames: bit-identical as above;
+ *   - the neighbour window: per-spot first sides from the neighbours' starts (converging, NaN,
+ *     inactive), bit-identical as above.
  * Skips (77) when no GPU is usable.
  */
 #include "testutil.h"
@@ -574,6 +576,38 @@ static void test_block_drift(void **state)
     assert_true(found > 40);
 }
 
+/* The neighbour window (search.h; search_model.h sw_sm_first_side): each spot's first side from
+ * its grid neighbours' starts, NaN starts and inactive spots among them, starts pulled halfway to
+ * a neighbour's (spots converging), factors 0.5 .. 1.7; CoM ignores it: bit-identical on both
+ * backends, through the block kernel (u8, u16) and the warp kernel (f32). */
+static void test_neighbour_window(void **state)
+{
+    (void)state;
+    uint64_t rs = 4242;
+    const sw_pixel_type types[] = {SW_PIX_U8, SW_PIX_U16, SW_PIX_F32};
+    const int32_t windows[] = {5, 9, 16, 33, 64};
+    const double fs[] = {0.5, 1.0, 1.7};
+    int cases = 0, ok = 0;
+    for (size_t wi = 0; wi < sizeof windows / sizeof windows[0]; ++wi) {
+        for (int ti = 0; ti < 3; ++ti) {
+            sw_search_algorithm alg = rnd_int(&rs, 4) ? SW_SEARCH_PAPYCS : SW_SEARCH_COM;
+            scase c = make_case(&rs, types[ti], alg, windows[wi], rnd_int(&rs, 2));
+            c.p.neighbour_window = fs[rnd_int(&rs, 3)];
+            const int32_t n = c.p.nspots, nx = c.p.nx;
+            for (int32_t k = 0; k + nx < n; ++k) {
+                if (rnd_int(&rs, 3) == 0) { /* halfway to the spot below */
+                    c.sx[k] = 0.5 * (c.sx[k] + c.sx[k + nx]);
+                    c.sy[k] = 0.5 * (c.sy[k] + c.sy[k + nx]);
+                }
+            }
+            ok += check_case(&c, rnd_int(&rs, 4));
+            cases++;
+            free_case(&c);
+        }
+    }
+    assert_true(ok > cases);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -584,6 +618,7 @@ int main(void)
         cmocka_unit_test(test_block_spot_counts),
         cmocka_unit_test(test_block_small_frames),
         cmocka_unit_test(test_block_drift),
+        cmocka_unit_test(test_neighbour_window),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -3,10 +3,11 @@
  * end against synthetic eyes (sim_eye.h, seed 001's 640 x 640 / 250-spot case): the reference
  * centroids of a flat wavefront against the simulator's truth; a clean eye of population
  * aberrations measured to a small RMS error; a strong defocus whose edge spots leave their cells,
- * measured with the dynamic mesh and not without it; a binocular frame (u8) with two different
- * eyes; frames without a pupil or without spots; bad parameters and frames. And the model
- * arithmetic (ab_model.h): the Zernike terms against zernike.h and the exact lenslet means
- * against zernike_fit.h's derivative matrix.
+ * measured with the dynamic mesh and not without it; the spots converging at the pupil's edge of
+ * a 6 um eye of the accuracy protocol, measured with the neighbour window and not without it; a
+ * binocular frame (u8) with two different eyes; frames without a pupil or without spots; bad
+ * parameters and frames. And the model arithmetic (ab_model.h): the Zernike terms against zernike.h
+ * and the exact lenslet means against zernike_fit.h's derivative matrix.
  */
 #include "testutil.h"
 
@@ -565,11 +566,13 @@ static void test_mesh_stages(void **state)
     assert_true(e->central > 30 && e->central < e->lenslets / 2);
     const int32_t kept = e->kept;
 
-    /* the seed's single stage, without the mesh check: kept spots a lenslet off */
+    /* the seed's single stage, exactly its orders 1-2, without the mesh check: kept spots a
+     * lenslet off */
     sw_aberrometry_params one = ap;
     one.mesh_stages = 1;
     one.prelim_order = 2;
     one.mesh_tolerance = 0.0;
+    one.mesh_slopes_per_term = 0;
     plan = make_plan(&one);
     run(plan, &frame, &res);
     double worst1;
@@ -582,6 +585,26 @@ static void test_mesh_stages(void **state)
     assert_true(worst1 > 16.0);
     assert_true(wrong1 > 0);
     assert_true(err1 > 1.0);
+
+    /* the same single stage with its orders raised where the spots carry them (the default
+     * mesh_slopes_per_term 4: the ~60 central spots carry order 6): every start within 2 px */
+    one.mesh_slopes_per_term = 4;
+    plan = make_plan(&one);
+    run(plan, &frame, &res);
+    const int wrong2 = wrong_spots(plan, t, &worst1);
+    sw_aberrometry_destroy(plan);
+    print_message("5 um eye, 1 stage, orders raised: RMSE %.4f um, %d wrong, starts within "
+                  "%.2f px\n",
+                  e->valid ? rmse_2_6(e->coef_um, coef) : INFINITY, wrong2, worst1);
+    assert_true(e->valid);
+    assert_int_equal(wrong2, 0);
+    assert_true(worst1 < 2.0);
+    assert_true(rmse_2_6(e->coef_um, coef) < 0.05);
+    /* prelim_um: stage 0's terms of orders 1 .. prelim_order (2) alone */
+    for (int j = 1; j < 6; j++)
+        assert_true(isfinite(e->prelim_um[j]));
+    for (int j = 6; j < SW_AB_MAX_TERMS; j++)
+        assert_true(e->prelim_um[j] == 0.0);
 
     /* the mesh check: at a tolerance far below the centroids' noise every spot the final search
      * found is discarded as off its mesh (SW_SPOT_SPACING), and the fit has no rows */
@@ -607,6 +630,107 @@ static void test_mesh_stages(void **state)
 
 /* Two eyes of different aberrations on one 1280 x 640 u8 frame (40 x 20 lenslets, 512-pixel
  * pupils at (320, 320) and (960, 320)). */
+/* The detector of bench_aberrometry --accuracy: shot noise, 1.5 e- per ADU, 8 bits. */
+static sw_image detect_u8(const sw_image *electrons, uint64_t seed)
+{
+    sw_detector d;
+    sw_detector_default(&d);
+    d.shot_noise = 1;
+    d.gain_e_per_adu = 1.5;
+    d.out_type = SW_PIX_U8;
+    d.seed = seed;
+    sw_image u;
+    assert_int_equal(sw_image_alloc(cpu, electrons->width, electrons->height, SW_PIX_U8, &u),
+                     SW_OK);
+    if (sw_detector_apply(cpu, &d, electrons, &u) != SW_OK)
+        fail_msg("sw_detector_apply: %s", sw_context_error(cpu));
+    return u;
+}
+
+/* Image 5 of the 6 um level of issue 22's accuracy protocol (bench_aberrometry --accuracy
+ * --levels 6: Mompean et al.'s 640 x 640 eye with every artefact, population aberrations of
+ * orders 2-6, shot noise, 8 bits): spots converge to 10-14 px apart at the pupil's edge. With
+ * the lenslet's 32-px first window a lenslet started within a pixel of its spot there takes its
+ * neighbour's (a brighter one within the window), the stage's fit follows the shifted row and the
+ * edge is predicted a lenslet off; the neighbour window (first windows no wider than the
+ * distance to the nearest neighbour's predicted spot, the default) keeps every spot its own. */
+static void test_converging_edge(void **state)
+{
+    (void)state;
+    const uint64_t seed = 0xab01, index = 5;
+    sw_eyesim_params ep;
+    sw_eyesim_params_default(&ep);
+    const int32_t nl = ep.sh.geom.nx * ep.sh.geom.ny;
+    /* the reference: every lenslet lit by a flat wavefront, through the same detector */
+    double *rx = malloc((size_t)nl * sizeof(double)), *ry = malloc((size_t)nl * sizeof(double));
+    assert_true(rx && ry);
+    {
+        sw_shsim_params sh = ep.sh;
+        sh.pupil.a_um = sh.pupil.b_um = 0.0;
+        sh.pupil.cu_um = sh.pupil.cv_um = 0.0;
+        sh.pupil.obscuration = 0.0;
+        sw_shsim *sim = NULL;
+        assert_int_equal(sw_shsim_create(cpu, &sh, &sim), SW_OK);
+        sw_image e;
+        assert_int_equal(sw_image_alloc(cpu, sh.width, sh.height, SW_PIX_F32, &e), SW_OK);
+        assert_int_equal(sw_shsim_run(sim, &e, 0), SW_OK);
+        sw_shsim_destroy(sim);
+        sw_image u = detect_u8(&e, seed + 7);
+        reference_centroids(&ep.sh.geom, &u, rx, ry, NULL);
+        sw_image_free(&e);
+        sw_image_free(&u);
+    }
+    /* the eye */
+    sw_ocular_population pop;
+    if (sw_ocular_population_load(cpu, NULL, 6.0, &pop) != SW_OK)
+        fail_msg("population: %s", sw_context_error(cpu));
+    sw_ocular_options o;
+    sw_ocular_options_default(&o);
+    o.pupil_mm = 5.12;
+    o.max_order = 6;
+    o.total_rms_um = 6.0;
+    double coef[28];
+    assert_int_equal(sw_ocular_draw(cpu, &pop, seed, index, &o, coef, 28), SW_OK);
+    sw_ocular_population_free(&pop);
+    ep.eyes[0].coef_um = coef;
+    ep.eyes[0].count = 28;
+    ep.seed = seed + 1000003ull * (index + 1);
+    sw_eyesim_truth truth;
+    sw_image e = render_eyes(&ep, &truth);
+    sw_image frame = detect_u8(&e, ep.seed ^ 0x5eedull);
+    sw_image_free(&e);
+
+    sw_aberrometry_params ap;
+    ab_params(&ap, &ep, SW_PIX_U8, rx, ry);
+    assert_true(ap.neighbour_window == 1.0);
+    for (int on = 0; on < 2; on++) {
+        ap.neighbour_window = on ? 1.0 : 0.0;
+        sw_aberrometry_plan *plan = make_plan(&ap);
+        sw_aberrometry_result res;
+        run(plan, &frame, &res);
+        double worst;
+        const int wrong = wrong_spots(plan, &truth.eye[0].sh, &worst);
+        sw_aberrometry_destroy(plan);
+        const sw_aberrometry_eye *r = &res.eye[0];
+        const double err = r->valid ? rmse_2_6(r->coef_um, coef) : INFINITY;
+        print_message("6 um eye, neighbour window %g: RMSE %.4f um, %d of %d kept, %d wrong, "
+                      "starts within %.2f px\n",
+                      ap.neighbour_window, err, r->kept, r->lenslets, wrong, worst);
+        if (on) {
+            assert_int_equal(wrong, 0);
+            assert_true(worst < 3.0);
+            assert_true(err < 0.05);
+        } else {
+            assert_true(wrong > 0);
+            assert_true(err > 1.0);
+        }
+    }
+    sw_image_free(&frame);
+    sw_eyesim_truth_free(&truth);
+    free(rx);
+    free(ry);
+}
+
 static void test_binocular(void **state)
 {
     (void)state;
@@ -779,6 +903,10 @@ static void test_bad_parameters(void **state)
     BAD("mesh_stages", ap.mesh_stages = SW_AB_MAX_STAGES + 1);
     BAD("mesh_tolerance", ap.mesh_tolerance = -0.1);
     BAD("mesh_tolerance", ap.mesh_tolerance = NAN);
+    BAD("mesh_slopes_per_term", ap.mesh_slopes_per_term = -1);
+    BAD("mesh_slopes_per_term", ap.mesh_slopes_per_term = 1001);
+    BAD("neighbour_window", ap.neighbour_window = -0.5);
+    BAD("neighbour_window", ap.neighbour_window = NAN);
     BAD("fit_radius_px", ap.fit_radius_px = -1.0);
     BAD("magnification", ap.magnification = 0.0);
     BAD("window_px", ap.window_px = 2);
@@ -840,6 +968,7 @@ int main(void)
         cmocka_unit_test(test_clean_population_eye),
         cmocka_unit_test(test_strong_defocus_dynamic_mesh),
         cmocka_unit_test(test_mesh_stages),
+        cmocka_unit_test(test_converging_edge),
         cmocka_unit_test(test_binocular),
         cmocka_unit_test(test_no_pupil_and_no_spots),
         cmocka_unit_test(test_bad_parameters),

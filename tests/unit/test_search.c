@@ -607,6 +607,95 @@ static void test_discard_off(void **state)
     free(s.v);
 }
 
+/* ---------------------------------------------------------------- the neighbour window */
+
+/* Spots converging at the edge of an aberrated pupil (search.h, the neighbour window): a 3 x 3
+ * grid of 32-px lenslets whose middle spot is 12 px below the top-middle one and twice as bright.
+ * Started exactly on their spots with the lenslet's 32-px window, the top-middle lenslet's first
+ * window holds both and PAPYCS takes the brighter one, its neighbour's; with neighbour_window 1
+ * its first window is 12 px (the distance to the neighbour's start) and every spot is its own.
+ * 0.5 gives 6-px first windows: the same. */
+static void test_neighbour_window(void **state)
+{
+    (void)state;
+    const sw_pixel_type types[] = {SW_PIX_U8, SW_PIX_F32};
+    for (int ti = 0; ti < 2; ++ti) {
+        for (int mode = 0; mode < 3; ++mode) {
+            grid g = grid_new(3, 3, 32.0);
+            scene s = scene_new(96, 96, 10.0);
+            for (int32_t j = 0; j < 96; ++j)
+                for (int32_t i = 0; i < 96; ++i)
+                    s.v[(size_t)j * 96 + i] += pattern(i, j);
+            g.ty[4] = g.ty[1] + 12.0; /* the middle spot, 12 px below the top-middle one */
+            for (int32_t k = 0; k < g.n; ++k)
+                add_spot(&s, g.tx[k], g.ty[k], 1.3, k == 4 ? 3000.0 : 1500.0);
+            sw_search_params p;
+            sw_search_params_default(&p, 96, 96, g.n);
+            p.type = types[ti];
+            p.window_px = 32;
+            p.nx = p.ny = 3;
+            p.pitch_px = 32.0;
+            p.discard = 0;
+            p.neighbour_window = mode == 0 ? 0.0 : (mode == 1 ? 1.0 : 0.5);
+            sw_image img = scene_image(&s, p.type, 0);
+            /* started on the truth (a perfect dynamic mesh) */
+            assert_int_equal(run_search(&p, &img, g.tx, g.ty, NULL, g.x, g.y, g.inten, g.st),
+                             SW_OK);
+            for (int32_t k = 0; k < g.n; ++k) {
+                assert_int_equal(g.st[k], SW_SPOT_OK);
+                double err = hypot(g.x[k] - g.tx[k], g.y[k] - g.ty[k]);
+                if (mode == 0 && k == 1) /* the 32-px window: the neighbour's spot */
+                    assert_true(hypot(g.x[k] - g.tx[4], g.y[k] - g.ty[4]) < 0.5);
+                else if (err > 0.05)
+                    fail_msg("%s, neighbour_window %g: spot %d is %.3f px off",
+                             sw_pixel_type_string(p.type), p.neighbour_window, k, err);
+            }
+            image_release(&img);
+            free(s.v);
+            grid_free(&g);
+        }
+    }
+}
+
+/* sw_sm_first_side: the max-norm distance to the nearest finite neighbour start, times f,
+ * floored, within [smin, smax]; NaN starts and spots beyond the grid do not count. */
+static void test_first_side(void **state)
+{
+    (void)state;
+    /* 3 x 2 grid, spot 1 (top middle) at (40, 10) */
+    double sx[6] = {10.0, 40.0, 70.0, 10.0, 43.0, 70.0};
+    double sy[6] = {10.0, 10.0, 10.0, 40.0, 27.5, 40.0};
+    /* nearest: spot 4, max(|3|, |17.5|) = 17.5 */
+    assert_int_equal(sw_sm_first_side(sx, sy, 1, 3, 2, 1.0, 32, 3), 17);
+    assert_int_equal(sw_sm_first_side(sx, sy, 1, 3, 2, 0.5, 32, 3), 8);
+    assert_int_equal(sw_sm_first_side(sx, sy, 1, 3, 2, 0.1, 32, 3), 3);  /* not below smin */
+    assert_int_equal(sw_sm_first_side(sx, sy, 1, 3, 2, 2.0, 32, 3), 32); /* not above smax */
+    assert_int_equal(sw_sm_first_side(sx, sy, 1, 3, 2, 0.0, 32, 3), 32); /* off */
+    assert_int_equal(sw_sm_first_side(sx, sy, 1, 0, 0, 1.0, 32, 3), 32); /* no grid */
+    /* a NaN neighbour does not count: then spot 3, max(30, 30) = 30 */
+    sy[4] = NAN;
+    assert_int_equal(sw_sm_first_side(sx, sy, 1, 3, 2, 1.0, 32, 3), 30);
+    /* spot 5 (right end of row 1) sees spots 1, 2 and 4, not spot 3 two columns away */
+    sy[4] = 27.5;
+    sx[3] = 69.0;
+    assert_int_equal(sw_sm_first_side(sx, sy, 5, 3, 2, 1.0, 32, 3), 27);
+    /* a diagonal neighbour counts: 2 x 2, spot 3 at (5, 20) from spot 0 */
+    double dx[4] = {0.0, 100.0, 0.0, 5.0}, dy[4] = {0.0, 0.0, 100.0, 20.0};
+    assert_int_equal(sw_sm_first_side(dx, dy, 0, 2, 2, 1.0, 32, 3), 20);
+    /* starts a whole number of pixels apart but for rounding (a flat wavefront's predictions):
+     * one side either way, so that backends whose solvers differ in the last bits agree */
+    double gx[2] = {0.0, 32.0 - 4e-15}, gy[2] = {0.0, 0.0};
+    assert_int_equal(sw_sm_first_side(gx, gy, 0, 2, 1, 1.0, 32, 3), 32);
+    gx[1] = 20.0 - 4e-15;
+    assert_int_equal(sw_sm_first_side(gx, gy, 0, 2, 1, 1.0, 32, 3), 20);
+    gx[1] = 20.0 + 4e-15;
+    assert_int_equal(sw_sm_first_side(gx, gy, 0, 2, 1, 1.0, 32, 3), 20);
+    /* no finite neighbour, or a NaN start of its own */
+    double nx1[2] = {5.0, NAN}, ny1[2] = {5.0, 6.0};
+    assert_int_equal(sw_sm_first_side(nx1, ny1, 0, 2, 1, 1.0, 32, 3), 32);
+    assert_int_equal(sw_sm_first_side(nx1, ny1, 1, 2, 1, 1.0, 32, 3), 32);
+}
+
 /* ---------------------------------------------------------------- API */
 
 static void test_bad_params(void **state)
@@ -648,6 +737,9 @@ static void test_bad_params(void **state)
     BAD(q.discard = 2);
     BAD((q.nx = q.ny = 2, q.pitch_px = 16, q.min_spacing = 2.0));
     BAD((q.nx = q.ny = 2, q.pitch_px = 16, q.discard_contrast = NAN));
+    BAD(q.neighbour_window = -0.5);
+    BAD(q.neighbour_window = INFINITY);
+    BAD(q.neighbour_window = NAN);
 #undef BAD
     assert_int_equal(sw_search_create(cpu, NULL, &plan), SW_EINVAL);
     assert_int_equal(sw_search_create(NULL, &p, &plan), SW_EINVAL);
@@ -790,6 +882,8 @@ int main(void)
         cmocka_unit_test(test_spot_states),
         cmocka_unit_test(test_discard),
         cmocka_unit_test(test_discard_off),
+        cmocka_unit_test(test_neighbour_window),
+        cmocka_unit_test(test_first_side),
         cmocka_unit_test(test_bad_params),
         cmocka_unit_test(test_bad_frames),
         cmocka_unit_test(test_model_equals_plan),
