@@ -131,10 +131,12 @@ void sw_cmd_aberrometry_help(FILE *out)
         "                         rounded down)\n"
         "  --no-discard           keep every spot found (default: the three discarding\n"
         "                         criteria: empty or saturated cell, spacing, isolated)\n"
-        "  --contrast C           criterion 1: the centroid's pixel must exceed the mean of its\n"
-        "                         8 neighbours by more than C grey levels of an 8-bit frame\n"
-        "                         (default %g, Mompean et al.'s), scaled to the frame's pixels\n"
-        "                         as C x full scale / 255\n"
+        "  --contrast C           criterion 1: the centroid's pixel must exceed the mean of the\n"
+        "                         8 pixels D away (the 8 neighbours when D is 1) by more than C\n"
+        "                         grey levels of an 8-bit frame (default %g, Mompean et al.'s),\n"
+        "                         scaled to the frame's pixels as C x full scale / 255\n"
+        "  --discard-ring D       criterion 1's distance D, pixels, 0..%d (default 0: the pitch\n"
+        "                         / 32 rounded, at least 1: wider spots on larger lenslets)\n"
         "  --full-scale V         a full-scale pixel's value for that scaling (default: by\n"
         "                         type: 255 for 8-bit, 65535 for 16-bit, 1 for float frames\n"
         "                         in [0, 1]; e.g. 4095 for a 12-bit camera in 16-bit words, 255\n"
@@ -216,7 +218,8 @@ void sw_cmd_aberrometry_help(FILE *out)
         DEF_PIXEL_UM, DEF_FOCAL_MM, DEF_MAGNIFICATION, SW_AB_MAX_ORDER, d.order, d.prelim_order,
         d.central_fraction, SW_AB_MAX_STAGES, d.mesh_stages, d.mesh_tolerance,
         d.mesh_slopes_per_term, d.neighbour_window, SW_SEARCH_MAX_WINDOW, d.discard_contrast,
-        SW_AB_MAX_STREAMS, d.streams, sw_cli_clinical_help_text(), sw_cli_given_help, DEF_MAP_SIZE);
+        SW_SEARCH_MAX_WINDOW / 2, SW_AB_MAX_STREAMS, d.streams, sw_cli_clinical_help_text(),
+        sw_cli_given_help, DEF_MAP_SIZE);
 }
 
 enum {
@@ -245,6 +248,7 @@ enum {
     OPT_WINDOW,
     OPT_NO_DISCARD,
     OPT_CONTRAST,
+    OPT_RING,
     OPT_VERTEX,
     OPT_PUPIL_MM,
     OPT_STREAMS,
@@ -274,6 +278,8 @@ typedef struct ab_opts {
     sw_sh_geometry geom; /* pitch, grid and origin from the options; pixel_um, focal_mm */
     double magnification, central_fraction, fit_radius_px, contrast, vertex_mm, pupil_mm;
     int have_central, have_contrast, have_prelim, have_window, have_stages, have_tolerance;
+    int have_ring;
+    int32_t ring;
     int have_slopes, have_neighbour;
     int32_t mesh_slopes;
     double neighbour_window;
@@ -326,6 +332,7 @@ static int parse_opts(ab_opts *o, int argc, char **argv)
         {"window", required_argument, NULL, OPT_WINDOW},
         {"no-discard", no_argument, NULL, OPT_NO_DISCARD},
         {"contrast", required_argument, NULL, OPT_CONTRAST},
+        {"discard-ring", required_argument, NULL, OPT_RING},
         {"vertex-mm", required_argument, NULL, OPT_VERTEX},
         {"pupil-mm", required_argument, NULL, OPT_PUPIL_MM},
         {"streams", required_argument, NULL, OPT_STREAMS},
@@ -463,6 +470,10 @@ static int parse_opts(ab_opts *o, int argc, char **argv)
             rc = sw_cli_opt_double(S, name, optarg, SW_CLI_NONNEG, "a number >= 0", &o->contrast);
             o->have_contrast = 1;
             break;
+        case OPT_RING:
+            rc = sw_cli_opt_int(S, name, optarg, 0, SW_SEARCH_MAX_WINDOW / 2, &o->ring);
+            o->have_ring = 1;
+            break;
         case OPT_VERTEX:
             rc = sw_cli_opt_double(S, name, optarg, SW_CLI_NONNEG, "a number >= 0", &o->vertex_mm);
             break;
@@ -551,9 +562,11 @@ static int parse_opts(ab_opts *o, int argc, char **argv)
                                "none: found in the reference)");
     if (o->have_prelim && o->prelim_order > o->order)
         return sw_cli_usage(S, "--prelim-order %d is above --order %d", o->prelim_order, o->order);
-    if (o->no_discard && (o->have_contrast || o->full_scale > 0))
+    if (o->no_discard && (o->have_contrast || o->have_ring || o->full_scale > 0))
         return sw_cli_usage(S, "%s sets a discarding criterion: drop --no-discard",
-                            o->have_contrast ? "--contrast" : "--full-scale");
+                            o->have_contrast ? "--contrast"
+                            : o->have_ring   ? "--discard-ring"
+                                             : "--full-scale");
     if (o->json && (!o->out || strcmp(o->out, "-") == 0))
         return sw_cli_usage(S, "--json prints the report on standard output: give --out FILE "
                                "for the CSV");
@@ -722,6 +735,8 @@ static int make_plan(ab_job *j)
     p->discard = !o->no_discard;
     if (o->have_contrast)
         p->discard_contrast = o->contrast;
+    if (o->have_ring)
+        p->discard_ring_px = o->ring;
     p->contrast_full_scale = o->full_scale;
     p->streams = o->streams;
     p->pupil.spots_fallback = o->spots_mode;
@@ -1270,6 +1285,7 @@ static void json_report(const ab_job *j, double seconds, const sw_cli_mpi *mpi)
     cJSON_AddBoolToObject(r, "discard", p->discard);
     sw_cli_json_double(r, "discard_contrast", p->discard_contrast);
     sw_cli_json_double(r, "contrast_full_scale", sw_aberrometry_full_scale(p));
+    sw_cli_json_int(r, "discard_ring_px", sw_aberrometry_discard_ring(p));
     sw_cli_json_double(r, "discard_contrast_px",
                        p->discard_contrast * sw_aberrometry_full_scale(p) / 255.0);
     sw_cli_json_string(r, "index", o->noll ? "noll" : "ansi");

@@ -86,8 +86,9 @@ void sw_cmd_centroid_help(FILE *out)
             "                         intensity is the last window's sum above its minimum.\n"
             "  --discard              pyramid, com: the discarding stage of Mompean et al. 2019,\n"
             "                         Sec. 3.2.1 (empty or saturated cell, spacing, isolated\n"
-            "                         spots): the spots it discards get valid 0 (default: none\n"
-            "                         discarded)\n"
+            "                         spots; criterion 1 compares the centroid's pixel with\n"
+            "                         the 8 pixels max(1, pitch / 32 rounded) away): the spots it\n"
+            "                         discards get valid 0 (default: none discarded)\n"
             "\n"
             "Methods (--algorithm cog; centroid.h \"Methods\"):\n"
             "  --method M             cog (default), wcog, local, brightest, correlation or\n"
@@ -1310,6 +1311,7 @@ static int make_search_plan(run_state *s, const centroid_opts *o, const report *
     if (p.min_window_px > w)
         p.min_window_px = w;
     p.discard = discard;
+    p.discard_ring_px = sw_search_discard_ring(s->geom.pitch_px);
     sw_status st = sw_search_create(s->ctx, &p, out);
     if (st != SW_OK)
         return sw_cli_fail(SUB, "%s", sw_cli_lib_error(s->ctx, st));

@@ -156,6 +156,10 @@ typedef struct sw_aberrometry_params {
     double discard_contrast;         /* 15: criterion 1's contrast in grey levels of an 8-bit
                                         frame (Mompean et al.'s), scaled to the frame's pixels
                                         by contrast_full_scale / 255                            */
+    int32_t discard_ring_px;         /* criterion 1's distance (search.h), 0 .. 128; 0 (default):
+                                        max(1, round(pitch_px / 32)), the paper's 8 neighbours
+                                        at its ~30-px lenslets and as far in proportion on
+                                        larger ones, where spots of the same f-number are wider */
     double contrast_full_scale;      /* the value of a full-scale pixel; 0 (default): by type,
                                         u8 255, u16 65535, f32 1 (frames in [0, 1]); e.g. 4095
                                         for a 12-bit camera in 16-bit words, 255 for float
@@ -175,6 +179,10 @@ typedef struct sw_aberrometry_params {
  * the pixel type when it is 0 (see above). Criterion 1's contrast in the frame's pixels is
  * discard_contrast x this / 255. */
 double sw_aberrometry_full_scale(const sw_aberrometry_params *p);
+
+/* Criterion 1's distance d in pixels: discard_ring_px, or sw_search_discard_ring(the pitch) when
+ * it is 0 (see above). */
+int32_t sw_aberrometry_discard_ring(const sw_aberrometry_params *p);
 
 /* Defaults above for a width x height frame of type t and the lenslet grid g. */
 void sw_aberrometry_params_default(sw_aberrometry_params *p, int32_t width, int32_t height,

@@ -66,11 +66,16 @@
  *
  * Discarding stage (Mompean et al. Sec. 3.2.1, three criteria; after the search, when discard is
  * on), on the spots found, in this order:
- *   1. empty or saturated cell: with (i, j) the pixel holding the centroid, the spot is kept
- *      when v(i, j) - (the mean of its 8 neighbours) > discard_contrast (Mompean et al.'s 15, in
- *      pixel units: grey levels of an 8-bit frame); otherwise SW_SPOT_EMPTY (a saturated plateau
- *      fails this as an empty cell does; a plateau wider than the last window already made
- *      that window flat: SW_SPOT_FLAT). A centroid whose 3 x 3 block leaves the frame fails.
+ *   1. empty or saturated cell: with (i, j) the pixel holding the centroid and d =
+ *      discard_ring_px, the spot is kept when v(i, j) - (the mean of the 8 pixels
+ *      (i + a d, j + b d), a, b in {-1, 0, 1} not both 0) > discard_contrast (Mompean et al.'s
+ *      15, in pixel units: grey levels of an 8-bit frame; their d is 1, the 8 neighbours);
+ *      otherwise SW_SPOT_EMPTY (a saturated plateau fails this as an empty cell does; a plateau
+ *      wider than the last window already made that window flat: SW_SPOT_FLAT). A centroid whose
+ *      (2d + 1)^2 block leaves the frame fails. A spot much wider than the paper's (sigma of
+ *      ~2.5 px on 30-px lenslets) rises too little between neighbouring pixels to pass with
+ *      d = 1: d scaled with the spot (the aberrometer scales it with the pitch) keeps the test
+ *      what the paper meant.
  *   2. spacing: for each pair of grid 4-neighbours both kept by 1, with d the distance of
  *      their centroids and p = pitch_px, d < min_spacing p or d > max_spacing p discards both
  *      (SW_SPOT_SPACING);
@@ -150,12 +155,20 @@ typedef struct sw_search_params {
     /* discarding stage */
     int discard;             /* 1 (default when there is a grid): the three criteria     */
     double discard_contrast; /* criterion 1, pixel units (default 15)                    */
+    int32_t discard_ring_px; /* criterion 1's distance d, 1 .. SW_SEARCH_MAX_WINDOW / 2
+                                (default 1: the 8 neighbours, the paper's)                 */
     double min_spacing;      /* criterion 2, x pitch (default 0.5)                        */
     double max_spacing;      /* criterion 2, x pitch (default 1.5)                        */
 } sw_search_params;
 
 /* PAPYCS, u8, the defaults above for a width x height frame and nspots spots without a grid. */
 void sw_search_params_default(sw_search_params *p, int32_t width, int32_t height, int32_t nspots);
+
+/* Criterion 1's distance for lenslets pitch_px wide: max(1, round(pitch_px / 32)), at most
+ * SW_SEARCH_MAX_WINDOW / 2: the paper's 8 neighbours at its ~30-px lenslets, as far in
+ * proportion on larger ones (spots of the same f-number are as much wider). 1 for a pitch that is
+ * not finite and positive. */
+int32_t sw_search_discard_ring(double pitch_px);
 
 typedef struct sw_search_plan sw_search_plan;
 

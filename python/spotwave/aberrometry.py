@@ -157,18 +157,23 @@ class AberrometryPlan:
 
     ``AberrometryPlan(reference, *, shape=None, dtype=None, eyes=1, algorithm="papycs",
     order=6, prelim_order=None, central_fraction=0.5, mesh_stages=4, mesh_tolerance=0.25,
-    fit_radius_px=0.0, magnification=0.61875, vertex_mm=0.0, window=None, discard=True,
-    contrast=15.0, streams=2, higher_order_rx=False, pupil_method="auto", given=None, ctx=None)``
+    mesh_slopes=4, neighbour_window=1.0, fit_radius_px=0.0, magnification=0.61875,
+    vertex_mm=0.0, window=None, discard=True, contrast=15.0, discard_ring=0, streams=2,
+    higher_order_rx=False, pupil_method="auto", given=None, ctx=None)``
 
     reference: a :class:`Reference` (its grid and centroids; shape and dtype default to its
     image's). eyes: 1 or 2 (binocular). algorithm: "papycs" (Mompean et al. 2019 Sec. 3.2.1),
     "com" or "reichenbach" (Sec. 3.2.2-3.2.3). order: fitted radial orders 1..order (<= 10).
     prelim_order: the dynamic mesh's first preliminary fit (default min(3, order); 0: the static
     mesh only), central_fraction (of the analysis radius), mesh_stages (1: the paper's single
-    stage), mesh_tolerance (pitches; 0: no mesh check). fit_radius_px: a fixed analysis radius
+    stage), mesh_tolerance (pitches; 0: no mesh check), mesh_slopes (a stage fits more orders
+    while its spots give this many slopes per unknown; 0: the stage's own order), neighbour_window
+    (no first PAPYCS window past this fraction of the way to a neighbour's predicted spot; 0: the
+    paper's windows); as ``spotwave aberrometry --mesh-slopes / --neighbour-window``. fit_radius_px: a fixed analysis radius
     (0: the pupil ellipse's major semi-axis). magnification: see the module. vertex_mm: the
     refraction at a spectacle plane. window: the first search window (default: the pitch rounded
-    down). discard, contrast: the discarding criteria. streams: frames in flight on the GPU.
+    down). discard, contrast, discard_ring: the discarding criteria (discard_ring: criterion 1's
+    distance in pixels, 0: the pitch / 32 rounded, at least 1). streams: frames in flight on the GPU.
     higher_order_rx: the refraction ``rx`` with the 4th and 6th orders (Thibos et al. 2004's
     Seidel terms) instead of the second-order terms alone (the default, as the command's).
     pupil_method ("auto", "glow", "spots") and given (one (cx_px, cy_px, a_px, b_px, angle_deg)
@@ -181,8 +186,9 @@ class AberrometryPlan:
 
     def __init__(self, reference, *, shape=None, dtype=None, eyes=1, algorithm="papycs",
                  order=6, prelim_order=None, central_fraction=0.5, mesh_stages=4,
-                 mesh_tolerance=0.25, fit_radius_px=0.0, magnification=DEFAULT_MAGNIFICATION,
-                 vertex_mm=0.0, window=None, discard=True, contrast=15.0, streams=2,
+                 mesh_tolerance=0.25, mesh_slopes=4, neighbour_window=1.0, fit_radius_px=0.0,
+                 magnification=DEFAULT_MAGNIFICATION, vertex_mm=0.0, window=None, discard=True,
+                 contrast=15.0, discard_ring=0, streams=2,
                  higher_order_rx=False, pupil_method="auto", given=None, ctx=None):
         self.ctx = _context.resolve(ctx)
         if not isinstance(reference, Reference):
@@ -198,17 +204,20 @@ class AberrometryPlan:
             prelim_order = min(3, int(order))
         elif prelim_order > order:
             raise ValueError(f"prelim_order {prelim_order} is above order {order}")
-        if not discard and contrast != 15.0:
-            raise TypeError("contrast sets a discarding criterion: it needs discard=True")
+        if not discard and (contrast != 15.0 or discard_ring != 0):
+            raise TypeError(f"{'contrast' if contrast != 15.0 else 'discard_ring'} sets a "
+                            f"discarding criterion: it needs discard=True")
         g = reference.geometry
         params = dict(g, width=shape[1], height=shape[0],
                       pixel_type=pixel_type(dtype, "dtype", _TYPES), n_eyes=int(eyes),
                       algorithm=algorithm, order=int(order), prelim_order=int(prelim_order),
                       central_fraction=central_fraction, mesh_stages=mesh_stages,
-                      mesh_tolerance=mesh_tolerance, fit_radius_px=fit_radius_px,
+                      mesh_tolerance=mesh_tolerance, mesh_slopes_per_term=int(mesh_slopes),
+                      neighbour_window=neighbour_window, fit_radius_px=fit_radius_px,
                       magnification=magnification, vertex_mm=vertex_mm,
                       window_px=0 if window is None else int(window), discard=bool(discard),
-                      discard_contrast=contrast, streams=streams,
+                      discard_contrast=contrast, discard_ring_px=int(discard_ring),
+                      streams=streams,
                       higher_order_rx=bool(higher_order_rx), pupil_method=pupil_method,
                       given=_given(given, int(eyes)),
                       ref_x=np.ascontiguousarray(reference.ref_x, np.float64),
@@ -306,8 +315,9 @@ def aberrometry(images, *, reference, pitch=None, grid=None, origin=None, pixel_
     reference: the reference image (array or file name): a flat wavefront through every lenslet,
     no eye. The lenslet grid: pitch, grid and origin (all three), or none to find it in the
     reference; pixel_um, focal_mm. options: those of :class:`AberrometryPlan` (algorithm,
-    order, prelim_order, central_fraction, mesh_stages, mesh_tolerance, fit_radius_px,
-    magnification, vertex_mm, window, discard, contrast, streams, higher_order_rx). pupil_mm:
+    order, prelim_order, central_fraction, mesh_stages, mesh_tolerance, mesh_slopes,
+    neighbour_window, fit_radius_px, magnification, vertex_mm, window, discard, contrast,
+    discard_ring, streams, higher_order_rx). pupil_mm:
     report every eye's coefficients and refraction over this pupil (at most the measured one:
     they are rescaled).
     """

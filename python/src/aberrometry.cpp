@@ -150,9 +150,12 @@ nb::dict defaults()
     d["central_fraction"] = p.central_fraction;
     d["mesh_stages"] = p.mesh_stages;
     d["mesh_tolerance"] = p.mesh_tolerance;
+    d["mesh_slopes_per_term"] = p.mesh_slopes_per_term;
+    d["neighbour_window"] = p.neighbour_window;
     d["magnification"] = p.magnification;
     d["min_window_px"] = p.min_window_px;
     d["discard_contrast"] = p.discard_contrast;
+    d["discard_ring_px"] = p.discard_ring_px;
     d["min_spacing"] = p.min_spacing;
     d["max_spacing"] = p.max_spacing;
     d["peak_box"] = p.peak_box;
@@ -184,6 +187,8 @@ void plan_init(Plan *self, nb::object ctx_obj, nb::dict params)
     p.central_fraction = q.num("central_fraction", p.central_fraction);
     p.mesh_stages = (int32_t)q.integer("mesh_stages", p.mesh_stages);
     p.mesh_tolerance = q.num("mesh_tolerance", p.mesh_tolerance);
+    p.mesh_slopes_per_term = (int32_t)q.integer("mesh_slopes_per_term", p.mesh_slopes_per_term);
+    p.neighbour_window = q.num("neighbour_window", p.neighbour_window);
     p.fit_radius_px = q.num("fit_radius_px", p.fit_radius_px);
     p.magnification = q.num("magnification", p.magnification);
     p.vertex_mm = q.num("vertex_mm", p.vertex_mm);
@@ -192,6 +197,7 @@ void plan_init(Plan *self, nb::object ctx_obj, nb::dict params)
     p.min_window_px = (int32_t)q.integer("min_window_px", p.min_window_px);
     p.discard = q.flag("discard", true) ? 1 : 0;
     p.discard_contrast = q.num("discard_contrast", p.discard_contrast);
+    p.discard_ring_px = (int32_t)q.integer("discard_ring_px", p.discard_ring_px);
     p.min_spacing = q.num("min_spacing", p.min_spacing);
     p.max_spacing = q.num("max_spacing", p.max_spacing);
     p.peak_box = (int32_t)q.integer("peak_box", p.peak_box);

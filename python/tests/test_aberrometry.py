@@ -113,6 +113,20 @@ def test_aberrometry_is_the_commands(cli, one, eye):
     assert np.array_equal(img, keep)
 
 
+def test_mesh_and_discard_options_are_the_commands(cli, one, eye, tmp_path):
+    report = json.loads(_cli(cli, "aberrometry", eye / "e.fits", "--reference", eye / "r.fits",
+                             "--out", tmp_path / "z.csv", "--json", "--mesh-slopes", 0,
+                             "--neighbour-window", 0.5, "--discard-ring", 2).stdout)
+    assert (report["mesh_slopes_per_term"], report["neighbour_window"],
+            report["discard_ring_px"]) == (0, 0.5, 2)
+    m = AB.aberrometry(eye / "e.fits", reference=eye / "r.fits", mesh_slopes=0,
+                       neighbour_window=0.5, discard_ring=2, ctx=one)
+    (je,) = report["frames"][0]["eyes"]
+    assert [x["coef_um"] for x in je["coefficients"]] == list(m.frames[0].eyes[0].coef_um)
+    p = m.plan.params
+    assert (p["mesh_slopes_per_term"], p["neighbour_window"], p["discard_ring_px"]) == (0, 0.5, 2)
+
+
 def test_stack_pupil_and_noll_are_the_commands(cli, one, eye, tmp_path):
     img = spotwave.read(eye / "e.fits")
     cube = np.stack([img, img[:, ::-1].copy()])
@@ -174,6 +188,12 @@ def test_bad_input(one, eye):
     with pytest.raises(ValueError, match="algorithm: 'lsq'"):
         AB.aberrometry(img, reference=ref_img, algorithm="lsq", ctx=one)
     ref = AB.reference(ref_img, ctx=one)
+    with pytest.raises(spotwave.InvalidArgumentError, match="discard_ring_px 129 must be 0 .. 128"):
+        AB.AberrometryPlan(ref, discard_ring=129, ctx=one)
+    with pytest.raises(spotwave.InvalidArgumentError, match="mesh_slopes_per_term"):
+        AB.AberrometryPlan(ref, mesh_slopes=-1, ctx=one)
+    with pytest.raises(TypeError, match="discard_ring sets a discarding criterion"):
+        AB.AberrometryPlan(ref, discard=False, discard_ring=2, ctx=one)
     plan = AB.AberrometryPlan(ref, ctx=one)
     with pytest.raises(ValueError, match="the plan was made for u8 frames of 640 x 640"):
         plan(img[:320])

@@ -78,6 +78,7 @@ void sw_aberrometry_params_default(sw_aberrometry_params *p, int32_t width, int3
     p->min_window_px = 3;
     p->discard = 1;
     p->discard_contrast = 15.0;
+    p->discard_ring_px = 0;
     p->contrast_full_scale = 0.0;
     p->min_spacing = 0.5;
     p->max_spacing = 1.5;
@@ -85,6 +86,14 @@ void sw_aberrometry_params_default(sw_aberrometry_params *p, int32_t width, int3
     p->peak_threshold = 0.0;
     sw_pupil_params_default(&p->pupil, width, height, t);
     p->streams = 2;
+}
+
+int32_t sw_aberrometry_discard_ring(const sw_aberrometry_params *p)
+{
+    if (!p)
+        return 1;
+    return p->discard_ring_px > 0 ? p->discard_ring_px
+                                  : sw_search_discard_ring(p->geometry.pitch_px);
 }
 
 double sw_aberrometry_full_scale(const sw_aberrometry_params *p)
@@ -269,6 +278,10 @@ static sw_status check_params(sw_context *ctx, const sw_aberrometry_params *p)
     if (!isfinite(p->discard_contrast))
         return sw_fail(ctx, SW_EINVAL, "aberrometry: discard_contrast %g must be finite",
                        p->discard_contrast);
+    if (p->discard_ring_px < 0 || p->discard_ring_px > SW_SEARCH_MAX_WINDOW / 2)
+        return sw_fail(ctx, SW_EINVAL,
+                       "aberrometry: discard_ring_px %d must be 0 .. %d (0: from the pitch)",
+                       p->discard_ring_px, SW_SEARCH_MAX_WINDOW / 2);
     if (!(isfinite(p->contrast_full_scale) && p->contrast_full_scale >= 0.0))
         return sw_fail(ctx, SW_EINVAL,
                        "aberrometry: contrast_full_scale %g must be finite and >= 0 (0: by the "
@@ -425,6 +438,7 @@ static void search_params(const sw_aberrometry_plan *plan, sw_search_params *sp)
     sp->neighbour_window = plan->dynamic ? p->neighbour_window : 0.0;
     sp->discard = p->discard ? 1 : 0;
     sp->discard_contrast = p->discard_contrast * sw_aberrometry_full_scale(p) / 255.0;
+    sp->discard_ring_px = sw_aberrometry_discard_ring(p);
     sp->min_spacing = p->min_spacing;
     sp->max_spacing = p->max_spacing;
 }

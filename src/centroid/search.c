@@ -84,8 +84,17 @@ void sw_search_params_default(sw_search_params *p, int32_t width, int32_t height
     p->capture_px = 0.0;
     p->discard = 1; /* runs only with a grid */
     p->discard_contrast = 15.0;
+    p->discard_ring_px = 1;
     p->min_spacing = 0.5;
     p->max_spacing = 1.5;
+}
+
+int32_t sw_search_discard_ring(double pitch_px)
+{
+    double d = floor(pitch_px / 32.0 + 0.5);
+    if (!(d >= 1.0))
+        return 1;
+    return d > SW_SEARCH_MAX_WINDOW / 2 ? SW_SEARCH_MAX_WINDOW / 2 : (int32_t)d;
 }
 
 static sw_status check_params(sw_context *ctx, const sw_search_params *p)
@@ -147,6 +156,9 @@ static sw_status check_params(sw_context *ctx, const sw_search_params *p)
         if (!isfinite(p->discard_contrast))
             return sw_fail(ctx, SW_EINVAL, "search: discard_contrast %g is not finite",
                            p->discard_contrast);
+        if (p->discard_ring_px < 1 || p->discard_ring_px > SW_SEARCH_MAX_WINDOW / 2)
+            return sw_fail(ctx, SW_EINVAL, "search: discard_ring_px %d is not 1 .. %d",
+                           p->discard_ring_px, SW_SEARCH_MAX_WINDOW / 2);
         if (!(p->min_spacing >= 0.0) || !isfinite(p->max_spacing) ||
             !(p->max_spacing >= p->min_spacing))
             return sw_fail(ctx, SW_EINVAL,
@@ -297,9 +309,9 @@ sw_status sw_search_discard_cpu(sw_search_plan *plan, const sw_image *frame, dou
 #endif
         for (int32_t k = 0; k < n; ++k) {
             uint8_t s = status[k];
-            if (s == SW_SPOT_OK &&
-                !sw_sm_contrast_ok(frame->data, frame->stride, frame->type, frame->width,
-                                   frame->height, x[k], y[k], p->discard_contrast))
+            if (s == SW_SPOT_OK && !sw_sm_contrast_ok(frame->data, frame->stride, frame->type,
+                                                      frame->width, frame->height, x[k], y[k],
+                                                      p->discard_contrast, p->discard_ring_px))
                 s = SW_SPOT_EMPTY;
             f1[k] = s;
         }

@@ -605,14 +605,14 @@ extern "C" sw_status sw_search_gpu_search(sw_search_plan *plan, const sw_image *
 __global__ void contrast_kernel(const void *__restrict__ frame, size_t stride, int type,
                                 int32_t width, int32_t height, int32_t n, const double *x,
                                 const double *y, const uint8_t *status, double contrast,
-                                uint8_t *flag1)
+                                int32_t ring, uint8_t *flag1)
 {
     int32_t k = (int32_t)(blockIdx.x * blockDim.x + threadIdx.x);
     if (k >= n)
         return;
     uint8_t s = status[k];
-    if (s == SW_SPOT_OK &&
-        !sw_sm_contrast_ok(frame, stride, (sw_pixel_type)type, width, height, x[k], y[k], contrast))
+    if (s == SW_SPOT_OK && !sw_sm_contrast_ok(frame, stride, (sw_pixel_type)type, width, height,
+                                              x[k], y[k], contrast, ring))
         s = SW_SPOT_EMPTY;
     flag1[k] = s;
 }
@@ -655,7 +655,7 @@ extern "C" sw_status sw_search_discard_gpu(sw_search_plan *plan, const sw_image 
         double lo = p->min_spacing * p->pitch_px, hi = p->max_spacing * p->pitch_px;
         contrast_kernel<<<blocks, SPOT_THREADS, 0, s>>>(
             frame->data, frame->stride, (int)frame->type, frame->width, frame->height, n, x, y,
-            status, p->discard_contrast, plan->d_flag1);
+            status, p->discard_contrast, p->discard_ring_px, plan->d_flag1);
         SW_CU(cudaGetLastError());
         spacing_kernel<<<blocks, SPOT_THREADS, 0, s>>>(plan->d_flag1, x, y, p->nx, p->ny, lo, hi,
                                                        plan->d_flag2);

@@ -568,21 +568,24 @@ SW_SM_FN double sw_sm_pixel(const void *frame, size_t stride, sw_pixel_type type
     return (double)((const float *)(const void *)row)[i];
 }
 
-/* Criterion 1 for a spot found at (x, y): with (i, j) the pixel holding the centroid, kept (1)
- * when v(i, j) - (the mean of its 8 neighbours) > contrast; 0 when not or when the 3 x 3 block
- * leaves the frame. The neighbours are added row by row (j - 1, j, j + 1), left to right. */
+/* Criterion 1 for a spot found at (x, y) (Mompean et al. 2019 Sec. 3.2.1, with the ring distance
+ * d of search.h): with (i, j) the pixel holding the centroid, kept (1) when v(i, j) - (the mean
+ * of the 8 pixels (i + a d, j + b d), a, b in {-1, 0, 1} not both 0) > contrast; 0 when not or
+ * when the (2d + 1)^2 block leaves the frame. The 8 are added row by row (j - d, j, j + d), left
+ * to right. d = 1: the 8 neighbours. */
 SW_SM_FN int sw_sm_contrast_ok(const void *frame, size_t stride, sw_pixel_type type, int32_t width,
-                               int32_t height, double x, double y, double contrast)
+                               int32_t height, double x, double y, double contrast, int32_t d)
 {
     double fi = floor(x + 0.5), fj = floor(y + 0.5);
-    if (!(fi >= 1.0 && fi <= (double)width - 2.0 && fj >= 1.0 && fj <= (double)height - 2.0))
+    if (!(fi >= (double)d && fi <= (double)width - 1.0 - d && fj >= (double)d &&
+          fj <= (double)height - 1.0 - d))
         return 0;
     int32_t i = (int32_t)fi, j = (int32_t)fj;
     double sum = 0.0;
     for (int32_t dj = -1; dj <= 1; ++dj)
         for (int32_t di = -1; di <= 1; ++di)
             if (di != 0 || dj != 0)
-                sum = sum + sw_sm_pixel(frame, stride, type, i + di, j + dj);
+                sum = sum + sw_sm_pixel(frame, stride, type, i + d * di, j + d * dj);
     return sw_sm_pixel(frame, stride, type, i, j) - sum / 8.0 > contrast;
 }
 

@@ -291,6 +291,9 @@ check json "$tmp/z1e.json" "$tmp/z1e.csv" 'rep["edge_level"] == "auto" and e["va
 check json "$tmp/z1.json" "$tmp/z1j.csv" 'rep["edge_level"] == 0.4' || fail "default edge level in the report"
 expect_usage aberrometry "$tmp/eye.pgm" --reference "$tmp/ref.pgm" --edge-level 1
 expect_usage aberrometry "$tmp/eye.pgm" --reference "$tmp/ref.pgm" --edge-level high
+check json "$tmp/z1.json" "$tmp/z1j.csv" 'rep["discard_ring_px"] == 1' || fail "criterion 1's distance at a 32-px pitch"
+expect_usage aberrometry "$tmp/eye.pgm" --reference "$tmp/ref.pgm" --no-discard --discard-ring 2
+expect_usage aberrometry "$tmp/eye.pgm" --reference "$tmp/ref.pgm" --discard-ring -1
 expect_usage aberrometry "$tmp/eye.pgm" --reference "$tmp/ref.pgm" --mesh-slopes -1
 expect_usage aberrometry "$tmp/eye.pgm" --reference "$tmp/ref.pgm" --neighbour-window -1
 expect_usage aberrometry "$tmp/eye.pgm" --reference "$tmp/ref.pgm" --mesh-tolerance -1

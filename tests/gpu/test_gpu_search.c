@@ -114,6 +114,7 @@ static scase make_case(uint64_t *rs, sw_pixel_type type, sw_search_algorithm alg
     c.p.ny = ny;
     c.p.pitch_px = pitch;
     c.p.discard = discard;
+    c.p.discard_ring_px = 1 + (w + h) % 3; /* criterion 1's distance 1..3 */
     size_t px = sw_pixel_size(type);
     size_t stride = (size_t)w * px + px * (size_t)(1 + rnd_int(rs, 5)); /* odd for u8 */
     void *data = calloc((size_t)h, stride);

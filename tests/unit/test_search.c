@@ -581,6 +581,59 @@ static void test_discard(void **state)
     grid_free(&g);
 }
 
+/* Criterion 1's distance on wide spots: a 3 x 3 grid of 96-px cells, spots of sigma 6 px and
+ * peak ~200 (the paper's f-number: sigma ~ pitch / 12) on 10 + (0..3), the centre cell empty. At
+ * d = 1 a spot rises only ~4 grey levels over its 8 neighbours (200 x (1 - exp(-1 / 72)) at the
+ * sides, 200 x (1 - exp(-1 / 36)) at the corners), so the paper's contrast of 15 calls every spot
+ * empty; at d = sw_search_discard_ring(96) = 3 it rises ~34 (the same at 9 / 72 and 9 / 36) and
+ * every spot is kept, the empty cell still empty. */
+static void test_discard_ring(void **state)
+{
+    (void)state;
+    assert_int_equal(sw_search_discard_ring(30.0), 1);
+    assert_int_equal(sw_search_discard_ring(47.9), 1);
+    assert_int_equal(sw_search_discard_ring(48.0), 2);
+    assert_int_equal(sw_search_discard_ring(96.0), 3);
+    assert_int_equal(sw_search_discard_ring(119.8), 4);
+    assert_int_equal(sw_search_discard_ring(1e9), SW_SEARCH_MAX_WINDOW / 2);
+    assert_int_equal(sw_search_discard_ring(0.0), 1);
+    assert_int_equal(sw_search_discard_ring(NAN), 1);
+    const int32_t nx = 3, n = 9, k0 = 4;
+    const double pitch = 96.0, sigma = 6.0;
+    grid g = grid_new(nx, nx, pitch);
+    scene s = scene_new(288, 288, 10.0);
+    for (int32_t j = 0; j < s.h; ++j)
+        for (int32_t i = 0; i < s.w; ++i)
+            s.v[(size_t)j * s.w + i] += pattern(i, j);
+    for (int32_t k = 0; k < n; ++k)
+        if (k != k0)
+            add_spot(&s, g.tx[k] + 0.3, g.ty[k] - 0.2, sigma,
+                     200.0 * 6.283185307179586 * sigma * sigma);
+    sw_image img = scene_image(&s, SW_PIX_U8, 0);
+    for (int32_t ring = 1; ring <= 3; ring += 2) {
+        sw_search_params p;
+        sw_search_params_default(&p, 288, 288, n);
+        p.nx = p.ny = nx;
+        p.pitch_px = pitch;
+        p.window_px = 95;
+        p.discard_ring_px = ring == 1 ? 1 : sw_search_discard_ring(pitch);
+        assert_int_equal(run_search(&p, &img, g.rx, g.ry, NULL, g.x, g.y, g.inten, g.st), SW_OK);
+        for (int32_t k = 0; k < n; ++k) {
+            uint8_t want = (ring == 1 || k == k0) ? SW_SPOT_EMPTY : SW_SPOT_OK;
+            if (g.st[k] != want)
+                fail_msg("ring %d: spot %d has status %d (%s), expected %d", ring, k, g.st[k],
+                         sw_spot_status_string((sw_spot_status)g.st[k]), want);
+            if (want == SW_SPOT_OK) { /* the 3-px last window on the 0..3 pattern */
+                assert_near(g.x[k], g.tx[k] + 0.3, 0.15);
+                assert_near(g.y[k], g.ty[k] - 0.2, 0.15);
+            }
+        }
+    }
+    image_release(&img);
+    free(s.v);
+    grid_free(&g);
+}
+
 /* The discarding stage is off without a grid and with discard 0. */
 static void test_discard_off(void **state)
 {
@@ -737,6 +790,8 @@ static void test_bad_params(void **state)
     BAD(q.discard = 2);
     BAD((q.nx = q.ny = 2, q.pitch_px = 16, q.min_spacing = 2.0));
     BAD((q.nx = q.ny = 2, q.pitch_px = 16, q.discard_contrast = NAN));
+    BAD((q.nx = q.ny = 2, q.pitch_px = 16, q.discard_ring_px = 0));
+    BAD((q.nx = q.ny = 2, q.pitch_px = 16, q.discard_ring_px = SW_SEARCH_MAX_WINDOW / 2 + 1));
     BAD(q.neighbour_window = -0.5);
     BAD(q.neighbour_window = INFINITY);
     BAD(q.neighbour_window = NAN);
@@ -874,21 +929,14 @@ static void test_names(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_papycs_accuracy),
-        cmocka_unit_test(test_com_bias),
-        cmocka_unit_test(test_background),
-        cmocka_unit_test(test_continuity),
-        cmocka_unit_test(test_step_brute_force),
-        cmocka_unit_test(test_spot_states),
-        cmocka_unit_test(test_discard),
-        cmocka_unit_test(test_discard_off),
-        cmocka_unit_test(test_neighbour_window),
-        cmocka_unit_test(test_first_side),
-        cmocka_unit_test(test_bad_params),
-        cmocka_unit_test(test_bad_frames),
-        cmocka_unit_test(test_model_equals_plan),
-        cmocka_unit_test(test_threads),
-        cmocka_unit_test(test_names),
+        cmocka_unit_test(test_papycs_accuracy),  cmocka_unit_test(test_com_bias),
+        cmocka_unit_test(test_background),       cmocka_unit_test(test_continuity),
+        cmocka_unit_test(test_step_brute_force), cmocka_unit_test(test_spot_states),
+        cmocka_unit_test(test_discard),          cmocka_unit_test(test_discard_ring),
+        cmocka_unit_test(test_discard_off),      cmocka_unit_test(test_neighbour_window),
+        cmocka_unit_test(test_first_side),       cmocka_unit_test(test_bad_params),
+        cmocka_unit_test(test_bad_frames),       cmocka_unit_test(test_model_equals_plan),
+        cmocka_unit_test(test_threads),          cmocka_unit_test(test_names),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
