@@ -225,6 +225,8 @@ typedef struct acc_stats {
     double sum_within;             /* centroids within 1 px, over all images */
     double sum_err;                /* their errors */
     int64_t n_err;
+    int rx_ok;       /* valid images whose M, J0, J45 are all within 0.05 D of the truth's */
+    double rx_worst; /* the largest |dM|, |dJ0|, |dJ45| over the valid images, dioptres */
 } acc_stats;
 
 /* sqrt(sum_{j = j0}^{j1 - 1} (a_j - b_j)^2) */
@@ -237,14 +239,23 @@ static double rmse(const double *a, const double *b, int j0, int j1)
 }
 
 /* Adds one image's result of one algorithm to st. x, y, status, eye: the plan's last spots. */
-static void add_accuracy(acc_stats *st, const sw_aberrometry_eye *e, const double *truth_coef,
-                         const sw_sh_truth *truth, const double *x, const double *y,
-                         const uint8_t *status, const uint8_t *eye)
+static void add_accuracy(sw_context *ctx, acc_stats *st, const sw_aberrometry_eye *e,
+                         const double *truth_coef, const sw_sh_truth *truth, const double *x,
+                         const double *y, const uint8_t *status, const uint8_t *eye)
 {
     st->images++;
     if (e->valid) {
         const double r26 = rmse(e->coef_um, truth_coef, 3, TERMS);
         st->valid++;
+        /* issue 22: the second-order refraction (the default, ANSI Z80.28 power vector) against
+         * the truth's over the same pupil */
+        sw_refraction t;
+        if (sw_zernike_refraction(ctx, truth_coef, TERMS, e->pupil_mm, 0, 0.0, &t) == SW_OK) {
+            const double d =
+                fmax(fabs(e->rx.M - t.M), fmax(fabs(e->rx.J0 - t.J0), fabs(e->rx.J45 - t.J45)));
+            st->rx_ok += d <= 0.05;
+            st->rx_worst = fmax(st->rx_worst, d);
+        }
         st->sum_rms += sw_zernike_rms(e->coef_um, TERMS, 3);
         if (r26 < 1.0) {
             st->good++;
@@ -431,8 +442,8 @@ static int accuracy(const prog_opts *o, sw_context *ctx)
                     rc = fail(ctx, "sw_aberrometry_run", st);
                     break;
                 }
-                add_accuracy(&stats[alg * MAX_LEVELS + lv], &r.eye[0], coef, &truth.eye[0].sh, a.x,
-                             a.y, a.status, a.eye);
+                add_accuracy(ctx, &stats[alg * MAX_LEVELS + lv], &r.eye[0], coef, &truth.eye[0].sh,
+                             a.x, a.y, a.status, a.eye);
             }
             sw_eyesim_truth_free(&truth);
         }
@@ -463,6 +474,12 @@ static int accuracy(const prog_opts *o, sw_context *ctx)
             else
                 printf("\"rms_measured_um\":null,");
             printf("\"centroids_1px\":%.2f,", s->sum_within / (s->images ? s->images : 1));
+            printf("\"pct_rx_within_0_05_d\":%.2f,",
+                   100.0 * s->rx_ok / (s->images ? s->images : 1));
+            if (s->valid)
+                printf("\"rx_worst_d\":%.5f,", s->rx_worst);
+            else
+                printf("\"rx_worst_d\":null,");
             if (s->n_err)
                 printf("\"centroid_error_px\":%.5f}\n", s->sum_err / (double)s->n_err);
             else
@@ -474,22 +491,25 @@ static int accuracy(const prog_opts *o, sw_context *ctx)
         fprintf(stderr,
                 "\n%s: accuracy (seed Fig. 12, 13): %% of images with RMSE(orders 2-6) < 1 um; "
                 "mean RMSE of orders 3-5 and 2-6 over them; spots within 1 px of the truth per "
-                "image and their mean error\n",
+                "image and their mean error; %% of images whose second-order refraction (M, J0, "
+                "J45) is within 0.05 D of the truth's, and the largest error (D)\n",
                 PROG);
-        fprintf(stderr, "%-12s %6s %8s %10s %10s %10s %10s %10s\n", "algorithm", "rms_um", "%<1um",
-                "rmse35_um", "rmse26_um", "meas_rms", "spots<1px", "err_px");
+        fprintf(stderr, "%-12s %6s %8s %10s %10s %10s %10s %10s %8s %8s\n", "algorithm", "rms_um",
+                "%<1um", "rmse35_um", "rmse26_um", "meas_rms", "spots<1px", "err_px", "%rx.05D",
+                "rx_max");
         for (int alg = 0; alg < N_ALG; alg++) {
             if (!a.plan[alg])
                 continue;
             for (int lv = 0; lv < nlev; lv++) {
                 const acc_stats *s = &stats[alg * MAX_LEVELS + lv];
                 const double n = s->images ? s->images : 1;
-                fprintf(stderr, "%-12s %6.1f %8.1f %10.4f %10.4f %10.4f %10.1f %10.4f\n",
-                        sw_search_algorithm_string((sw_search_algorithm)alg), levels[lv],
-                        100.0 * s->good / n, s->good ? s->sum_rmse35 / s->good : NAN,
-                        s->good ? s->sum_rmse26 / s->good : NAN,
-                        s->valid ? s->sum_rms / s->valid : NAN, s->sum_within / n,
-                        s->n_err ? s->sum_err / (double)s->n_err : NAN);
+                fprintf(
+                    stderr, "%-12s %6.1f %8.1f %10.4f %10.4f %10.4f %10.1f %10.4f %8.1f %8.4f\n",
+                    sw_search_algorithm_string((sw_search_algorithm)alg), levels[lv],
+                    100.0 * s->good / n, s->good ? s->sum_rmse35 / s->good : NAN,
+                    s->good ? s->sum_rmse26 / s->good : NAN, s->valid ? s->sum_rms / s->valid : NAN,
+                    s->sum_within / n, s->n_err ? s->sum_err / (double)s->n_err : NAN,
+                    100.0 * s->rx_ok / n, s->valid ? s->rx_worst : NAN);
             }
         }
         fprintf(stderr,

@@ -57,7 +57,9 @@
  *         times. A refit that does not find the pupil keeps the last one found (and its
  *         threshold, mask and border list); a pupil smaller than R = 2 (m + 8) px, bands with
  *         fewer than 64 pixels, or an edge less than 2 levels above the outside keep the
- *         threshold they have. A first fit that does not find the pupil is tried again at the
+ *         threshold they have. A first fit that fails with a ragged border (CLUTTER or
+ *         LOW_SUPPORT; other failures are not the level's: a region too small at 0.4 grows at
+ *         every lower level, and a lone corneal reflection became a pupil so) is tried again at the
  *         edge levels 0.2, 0.1 and 0.05 (each halving the level reaches an edge half as bright:
  *         a glow falling off by 0.8-0.95 has its edge below 0.4, and the blob cut at 0.4 out of
  *         the dim glow inside it is ragged), skipping those that give no lower threshold, until
@@ -212,20 +214,22 @@ typedef struct sw_pupil_params {
     int32_t close_radius;  /* 4; 0 .. SW_PUPIL_MAX_RADIUS (0: no close)                      */
     int32_t candidates;    /* 1024; 32 .. SW_PUPIL_MAX_CANDIDATES, a multiple of 32           */
     double inlier_px;      /* 2 (Mompean et al.'s); > 0                                    */
-    int32_t refine_iterations; /* 3; 0 .. 20 (0: the RANSAC winner as it is)                */
-    double min_radius_px;      /* min(width, height) / 10; smallest semi-axis accepted (a lone
-                                  corneal reflection thresholds to a disc of ~2.4 sigma)    */
-    double max_radius_px;      /* 0: the frame's larger side; largest semi-axis accepted     */
-    double min_coverage;       /* 0.25; inliers / perimeter needed for a valid pupil, 0..1   */
-    int32_t otsu_classes;      /* 3; step 3's split: 2 or 3 classes                          */
-    double edge_level;         /* 0.4; step 3c's fixed level, [0, 1) (0: Otsu's split itself), or
-                                  SW_PUPIL_EDGE_AUTO (-1; any negative value): the level measured
-                                  per pupil (step 3d)                                            */
-    double max_near_ratio;     /* 0.75; near-band points / inliers allowed (step 9), >= 0
-                                  (+Inf: no near-band test)                                  */
-    uint64_t seed;             /* the RANSAC random numbers (rng.h), default 1               */
-    const sw_sh_geometry *geometry;     /* optional: lenslet grid for the lenslet mask; copied at
-                                           create (its valid mask is ignored)                   */
+    int32_t refine_iterations;      /* 3; 0 .. 20 (0: the RANSAC winner as it is)                */
+    double min_radius_px;           /* min(width, height) / 10; smallest semi-axis accepted (a lone
+                                       corneal reflection thresholds to a disc of ~2.4 sigma)    */
+    double max_radius_px;           /* 0: the frame's larger side; largest semi-axis accepted     */
+    double min_coverage;            /* 0.25; inliers / perimeter needed for a valid pupil, 0..1   */
+    int32_t otsu_classes;           /* 3; step 3's split: 2 or 3 classes                          */
+    double edge_level;              /* SW_PUPIL_EDGE_AUTO (-1; any negative value; the default since
+                                       5.0.0): the level measured per pupil (step 3d); or step 3c's
+                                       fixed level, [0, 1) (0: Otsu's split itself; 0.4: the default
+                                       before 5.0.0, about half the time on the GPU, suits a glow
+                                       falling off by ~30 %)                                         */
+    double max_near_ratio;          /* 0.75; near-band points / inliers allowed (step 9), >= 0
+                                       (+Inf: no near-band test)                                  */
+    uint64_t seed;                  /* the RANSAC random numbers (rng.h), default 1               */
+    const sw_sh_geometry *geometry; /* optional: lenslet grid for the lenslet mask; copied at
+                                       create (its valid mask is ignored)                   */
     sw_pupil_lenslet_rule lenslet_rule; /* default SW_PUPIL_LENSLET_FULL                   */
     int given;                          /* 1: given_pupil[0 .. n_pupils) are the pupils; no
                                            tracking (default 0)                              */

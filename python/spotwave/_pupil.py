@@ -35,7 +35,7 @@ class PupilPlan:
 
     ``PupilPlan(shape, dtype, *, pupils=1, split_x=None, input_scale=0.0, gauss_radius=4,
     gauss_sigma=4.0, close_radius=4, candidates=1024, inlier_px=2.0, refine_iterations=3,
-    min_radius_px=None, max_radius_px=0.0, min_coverage=0.25, otsu_classes=3, edge_level=0.4,
+    min_radius_px=None, max_radius_px=0.0, min_coverage=0.25, otsu_classes=3, edge_level="auto",
     max_near_ratio=0.75, seed=1, pitch=None, grid=None, origin=None, lenslet_rule="full",
     ctx=None)``
 
@@ -43,8 +43,8 @@ class PupilPlan:
     the eyes found per frame). The steps and their parameters are pupil.h's (the names of
     ``spotwave pupil``'s options): the 8-bit conversion (input_scale, 0: automatic), Gaussian
     smoothing (gauss_radius, gauss_sigma), Otsu's threshold (otsu_classes 2 or 3, edge_level: a
-    fraction in [0, 1), default 0.4, or "auto": the edge's half height measured from the glow
-    beside the first ellipse, pupil.h step 3d),
+    fraction in [0, 1), or "auto", the default: the edge's half height measured from the glow
+    beside the first ellipse, pupil.h step 3d; 0.4 tracks in about half the time),
     the close (close_radius), RANSAC (candidates, a multiple of 32; inlier_px; seed),
     refinement (refine_iterations) and the validity tests (min_radius_px, default a tenth of the
     smaller side; max_radius_px, 0: the larger side; min_coverage; max_near_ratio).
@@ -64,7 +64,7 @@ class PupilPlan:
     def __init__(self, shape, dtype, *, pupils=1, split_x=None, input_scale=0.0, gauss_radius=4,
                  gauss_sigma=4.0, close_radius=4, candidates=1024, inlier_px=2.0,
                  refine_iterations=3, min_radius_px=None, max_radius_px=0.0, min_coverage=0.25,
-                 otsu_classes=3, edge_level=0.4, max_near_ratio=0.75, seed=1, pitch=None,
+                 otsu_classes=3, edge_level="auto", max_near_ratio=0.75, seed=1, pitch=None,
                  grid=None, origin=None, lenslet_rule="full", pupil_method="auto", given=None,
                  ctx=None):
         self.ctx = _context.resolve(ctx)

@@ -36,7 +36,7 @@ void sw_pupil_params_default(sw_pupil_params *p, int32_t width, int32_t height, 
     p->max_radius_px = 0.0;
     p->min_coverage = 0.25;
     p->otsu_classes = 3;
-    p->edge_level = 0.4;
+    p->edge_level = SW_PUPIL_EDGE_AUTO;
     p->max_near_ratio = 0.75;
     p->seed = 1;
     p->geometry = NULL;

@@ -588,7 +588,8 @@ sw_status sw_pupil_cpu_run(sw_pupil_plan *plan, const sw_image *frame, sw_pupil_
              * the pupil: the first fit's stays); then the threshold at the half height of the
              * found edge, steps 4-9 again, until it stays; a refit that fails keeps the last
              * pupil */
-            sw_pm_auto au = sw_pm_auto_start(auto_edge && scale != 0.0, o->valid, t, retry_thr);
+            sw_pm_auto au = sw_pm_auto_start(auto_edge && scale != 0.0, o->valid, t,
+                                             sw_pm_auto_retries_for(o, retry_thr));
             if (au.retrying) {
                 const sw_pupil_ellipse first = *o;
                 while (au.retrying) {

@@ -1634,8 +1634,8 @@ __global__ void __launch_bounds__(PP_FIT) pp_fit_kernel(const pp_fit_args a)
         return;
     /* o is thread 0's */
     if (a.pass == 0) {
-        const sw_pm_auto au =
-            sw_pm_auto_start(a.auto_edge && scale > 0.0, o.valid, thr, st->retry_thr[r]);
+        const sw_pm_auto au = sw_pm_auto_start(a.auto_edge && scale > 0.0, o.valid, thr,
+                                               sw_pm_auto_retries_for(&o, st->retry_thr[r]));
         st->au[r] = au;
         if (au.retrying) { /* the first retry, in the next pass */
             st->thr[r] = au.thr;

@@ -402,6 +402,18 @@ SW_PM_FN double sw_pm_auto_retry_level(int k)
     return k == 0 ? 0.2 : (k == 1 ? 0.1 : 0.05);
 }
 
+/* Whether a first fit that failed is retried: only when it failed as a blob cut out of a glow
+ * that falls off fails, with a ragged border (CLUTTER or LOW_SUPPORT, above). Other failures
+ * are not the edge's level: a region too small or no ellipse at 0.4 grows at every lower level
+ * until it passes the size limits, and a lone corneal reflection on a dark frame became a
+ * "pupil" that way (test_pupil's noise frames, 320 x 320, read noise and a 600 e- reflection of
+ * sigma 12 px: BAD_FIT at 0.4, found at a retry). */
+SW_PM_FN const int32_t *sw_pm_auto_retries_for(const sw_pupil_ellipse *o, const int32_t *retry_thr)
+{
+    return (o->failure == SW_PUPIL_CLUTTER || o->failure == SW_PUPIL_LOW_SUPPORT) ? retry_thr
+                                                                                  : NULL;
+}
+
 /* A retry's pupil stands only when it passed the verdict with a clean edge: near-band points at
  * most SW_PM_RETRY_NEAR x max_near_ratio x inliers (half what the verdict lets pass). Of
  * several tries one is likelier to slip through the verdict by chance, and a dim glow lit mostly

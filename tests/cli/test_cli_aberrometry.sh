@@ -281,14 +281,14 @@ check json "$tmp/z1s.json" "$tmp/z1s.csv" 'rep["mesh_stages"] == 1 and rep["mesh
 check json "$tmp/z1.json" "$tmp/z1j.csv" 'rep["mesh_slopes_per_term"] == 4 and rep["neighbour_window"] == 1' ||
     fail "the default --mesh-slopes in the report: $(cat "$tmp/z1.json")"
 expect_usage aberrometry "$tmp/eye.pgm" --reference "$tmp/ref.pgm" --mesh-stages 9
-# --edge-level: the glow path's level reaches the tracker (auto: measured per frame) and the
-# report; the same eye within 1 px of the fixed level's pupil; 1 and words refused
+# --edge-level: the glow path's level reaches the tracker (default auto: measured per frame)
+# and the report; the fixed level finds the same eye within 1.5 px; 1 and words refused
 expect 0 --backend cpu aberrometry "$tmp/eye.pgm" --reference "$tmp/ref.pgm" "${grid[@]}" \
-    "${mag[@]}" --out "$tmp/z1e.csv" --json --edge-level auto
+    "${mag[@]}" --out "$tmp/z1e.csv" --json --edge-level 0.4
 printf '%s\n' "$out" >"$tmp/z1e.json"
-check json "$tmp/z1e.json" "$tmp/z1e.csv" 'rep["edge_level"] == "auto" and e["valid"] and abs(e["pupil"]["a_px"] - 288) < 1.5' ||
-    fail "--edge-level auto: $out"
-check json "$tmp/z1.json" "$tmp/z1j.csv" 'rep["edge_level"] == 0.4' || fail "default edge level in the report"
+check json "$tmp/z1e.json" "$tmp/z1e.csv" 'rep["edge_level"] == 0.4 and e["valid"] and abs(e["pupil"]["a_px"] - 288) < 1.5' ||
+    fail "--edge-level 0.4: $out"
+check json "$tmp/z1.json" "$tmp/z1j.csv" 'rep["edge_level"] == "auto"' || fail "default edge level in the report"
 expect_usage aberrometry "$tmp/eye.pgm" --reference "$tmp/ref.pgm" --edge-level 1
 expect_usage aberrometry "$tmp/eye.pgm" --reference "$tmp/ref.pgm" --edge-level high
 check json "$tmp/z1.json" "$tmp/z1j.csv" 'rep["discard_ring_px"] == 1' || fail "criterion 1's distance at a 32-px pitch"

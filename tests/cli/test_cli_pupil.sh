@@ -297,11 +297,12 @@ check notfound "$tmp/small.csv" 1 || fail "--max-radius 100 on a 288-pixel pupil
 # --edge-level gives a higher threshold; --edge-level 0 is the Otsu split itself, which
 # --otsu-classes chooses (here two and three classes split this eye differently).
 expect 0 --backend cpu pupil "$tmp/round.pgm" --edge-level 0.2 --out "$tmp/e2.csv"
+expect 0 --backend cpu pupil "$tmp/round.pgm" --edge-level 0.4 --out "$tmp/e4.csv"
 expect 0 --backend cpu pupil "$tmp/round.pgm" --edge-level 0.9 --out "$tmp/e9.csv" --json
 printf '%s\n' "$out" >"$tmp/e9.json"
 check json "$tmp/e9.json" "$tmp/e9.csv" 'rep["edge_level"] == 0.9 and rep["otsu_classes"] == 3' ||
     fail "--edge-level in the report: $out"
-t2=$(col "$tmp/e2.csv" threshold) t4=$(col "$tmp/round.csv" threshold) t9=$(col "$tmp/e9.csv" threshold)
+t2=$(col "$tmp/e2.csv" threshold) t4=$(col "$tmp/e4.csv" threshold) t9=$(col "$tmp/e9.csv" threshold)
 ((t2 <= t4 && t4 < t9)) || fail "thresholds at edge levels 0.2, 0.4, 0.9: $t2, $t4, $t9"
 expect 0 --backend cpu pupil "$tmp/round.pgm" --edge-level 0 --out "$tmp/o3.csv"
 expect 0 --backend cpu pupil "$tmp/round.pgm" --edge-level 0 --otsu-classes 2 --out "$tmp/o2.csv" --json
@@ -394,8 +395,8 @@ python3 -m json.tool "$tmp/ell.json" >/dev/null || fail "--json does not parse: 
 cmp -s "$tmp/ell.csv" "$tmp/ell_j.csv" || fail "--json changed the table"
 check json "$tmp/ell.json" "$tmp/ell.csv" 'rep["frame_count"] == 1 and rep["first_frame"] == 0 and rep["pupils"] == 1 and rep["frame_size"] == [640, 640] and rep["pixel_type"] == "u8" and rep["backend"] == "cpu" and rep["inputs"][0].endswith("ell.pgm") and rep["scale"] == "auto" and rep["frames"][0]["split_x"] == 640 and rep["pupils_found"] == 1 and rep["lenslet_grid"] is None' ||
     fail "JSON report: $out"
-# pupil.h's defaults: three classes, edge level 0.4, near ratio 0.75, a tenth of 640
-check json "$tmp/ell.json" "$tmp/ell.csv" 'rep["otsu_classes"] == 3 and rep["edge_level"] == 0.4 and rep["max_near_ratio"] == 0.75 and rep["min_radius_px"] == 64' ||
+# pupil.h's defaults: three classes, the automatic edge level, near ratio 0.75, a tenth of 640
+check json "$tmp/ell.json" "$tmp/ell.csv" 'rep["otsu_classes"] == 3 and rep["edge_level"] == "auto" and rep["max_near_ratio"] == 0.75 and rep["min_radius_px"] == 64' ||
     fail "JSON report, the defaults: $out"
 
 # ---------------------------------------------------------------- two eyes

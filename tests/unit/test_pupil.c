@@ -548,8 +548,9 @@ static void test_bad_params(void **state)
      * side */
     sw_pupil_plan *plan = make_plan(&d);
     sw_pupil_destroy(plan);
-    assert_true(d.min_radius_px == 4.8 && d.otsu_classes == 3 && d.edge_level == 0.4 &&
-                d.max_near_ratio == 0.75 && d.min_coverage == 0.25);
+    assert_true(d.min_radius_px == 4.8 && d.otsu_classes == 3 &&
+                d.edge_level == SW_PUPIL_EDGE_AUTO && d.max_near_ratio == 0.75 &&
+                d.min_coverage == 0.25);
     sw_pupil_destroy(NULL);
 
     p = d;

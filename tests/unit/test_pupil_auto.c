@@ -563,7 +563,8 @@ static void emul_ring(emul *e)
 static void emul_first(emul *e, const int32_t (*rt)[SW_PM_AUTO_RETRIES])
 {
     for (int r = 0; r < e->np; r++) {
-        e->au[r] = sw_pm_auto_start(1, e->pupils[r].valid, e->pupils[r].threshold, rt[r]);
+        e->au[r] = sw_pm_auto_start(1, e->pupils[r].valid, e->pupils[r].threshold,
+                                    sw_pm_auto_retries_for(&e->pupils[r], rt[r]));
         if (e->au[r].retrying) {
             e->thr[r] = e->au[r].thr;
             e->refit[r] = 1;
