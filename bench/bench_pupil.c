@@ -8,8 +8,9 @@
  * glow edge, reflection), so each frame holds the same ~250 lit lenslets per eye as the seed's
  * image-size series. Binocular frames put two eyes of 0.45 x size side by side in the same square
  * frame. Pixels are 8-bit, as the seed's camera gave them (its optimisation 4); one 16-bit case
- * (1280 binocular) shows what a 16-bit camera costs, and one (1280 binocular u8, "auto-edge") what
- * the automatic edge level (edge_level SW_PUPIL_EDGE_AUTO, step 3d's refits) costs. A pool of 4
+ * (1280 binocular) shows what a 16-bit camera costs, and one (1280 binocular u8, "edge-0.4") what
+ * the fixed edge level saves (edge_level 0.4, the default before 5.0.0; the default is the
+ * automatic level, SW_PUPIL_EDGE_AUTO, with step 3d's refits). A pool of 4
  * frames (eyes shifted, slightly elliptical and turned, other noise) is cycled.
  *
  * Cases (the "bench" field), config "<size> mono|bino u8|u16":
@@ -246,7 +247,7 @@ static int accuracy(const sw_bench_options *o, sw_context *ctx, sw_context *cpu,
 }
 
 static int bench_case(const sw_bench_options *o, sw_context *ctx, sw_context *cpu, int32_t n,
-                      int32_t eyes, sw_pixel_type t, int auto_edge)
+                      int32_t eyes, sw_pixel_type t, int fixed_edge)
 {
     pool f;
     sw_context *gen = ctx ? ctx : cpu;
@@ -254,12 +255,12 @@ static int bench_case(const sw_bench_options *o, sw_context *ctx, sw_context *cp
         return 1;
     char config[64];
     snprintf(config, sizeof config, "%d %s %s%s", n, eyes == 2 ? "bino" : "mono",
-             sw_pixel_type_string(t), auto_edge ? " auto-edge" : "");
+             sw_pixel_type_string(t), fixed_edge ? " edge-0.4" : "");
     sw_pupil_params p;
     sw_pupil_params_default(&p, n, n, t);
     p.n_pupils = eyes;
-    if (auto_edge)
-        p.edge_level = SW_PUPIL_EDGE_AUTO;
+    if (fixed_edge)
+        p.edge_level = 0.4;
     int rc = 0;
     if (ctx) {
         job j = {0};
