@@ -280,6 +280,14 @@ def test_bad_input(one, frame):
         rtc(frame.astype(np.uint32))
     with pytest.raises(TypeError, match="recon='mvm' needs cm"):
         L.RTC(frame.shape, frame.dtype, pitch=12, grid=(8, 8), ctx=one)
+    with pytest.raises(ValueError, match="projection: 'mv' is not 'corners', 'global', "
+                                         "'local' or 'local-pupil'"):
+        L.RTC(frame.shape, frame.dtype, pitch=12, grid=(8, 8), recon="sabre",
+              projection="mv", ctx=one)
+    with pytest.raises(ValueError, match="projection: 'mv' is not 'corners', 'global', "
+                                         "'local' or 'local-pupil'"):
+        spotwave._spotwave.rtc_projection_matrix(one, {}, L.DM((8, 8))._dict(), 8, 8, None,
+                                                 "mv", None)
     with pytest.raises(spotwave.InvalidArgumentError):
         L.DM((6, 6), coupling=1.5)
     with pytest.raises(ValueError, match="influence: 'cubic'"):
