@@ -31,7 +31,12 @@
  *   slope_gain         dsabre: the sensor's slope gain, divided out of the slopes in radians (1;
  *                      spotwave sim bench writes its simulator's, sw_loop_slope_gain)
  *   projection         dsabre: corners (the spline at the Fried corners) | local (the distributed
- *                      projection onto the mirror, Eq. 14-16; the default)
+ *                      projection onto the mirror, Eq. 14-16, each window fitted whole with one
+ *                      matrix: Fig. 14's "MM"; the default) | local-pupil (the distributed
+ *                      projection on the pupil only, section 4.A: a matrix per partition fitting
+ *                      the window's squares centred on a lenslet corner the sensor sees, by the
+ *                      actuators it sees, the others' commands 0: Fig. 14's "MV"); local and
+ *                      local-pupil need extend_eq17 = 1
  *   influence          dsabre, local: the mirror's influence function (gaussian | bezier)
  *   coupling           dsabre, local: the influence at the neighbours (0.3) (loop.h)
  *   controller         integrator | leaky | pi (integrator)
@@ -85,7 +90,7 @@ typedef struct rtc_config {
     sw_sabre_params sabre;        /* partitions, overlap, pme, extend_eq17 (nx, ny, pitch later) */
     double lenslet_um;            /* 0: pixel_um x pitch_px                                      */
     double slope_gain;            /* dsabre: slopes in radians divided by this (1)                */
-    sw_rtc_projection projection; /* corners | local                                             */
+    sw_rtc_projection projection; /* corners | local | local-pupil                               */
     sw_dm_params dm;              /* influence, coupling                                          */
     sw_controller_params ctrl;
     int unseen;     /* SW_UNSEEN_* filtered (the Fried geometry's: nact = (nx + 1)(ny + 1)) */
@@ -270,9 +275,20 @@ static int k_projection(rtc_config *c, const char *v, char *w, size_t n)
         c->projection = SW_RTC_PROJ_CORNERS;
     else if (strcmp(v, "local") == 0)
         c->projection = SW_RTC_PROJ_LOCAL;
+    else if (strcmp(v, "local-pupil") == 0)
+        c->projection = SW_RTC_PROJ_LOCAL_PUPIL;
     else
-        return want(w, n, "corners or local");
+        return want(w, n, "corners, local or local-pupil");
     return 0;
+}
+
+/* The projection's name in the configuration (and the JSON summary). */
+static const char *projection_name(sw_rtc_projection p)
+{
+    return p == SW_RTC_PROJ_CORNERS  ? "corners"
+           : p == SW_RTC_PROJ_LOCAL  ? "local"
+           : p == SW_RTC_PROJ_GLOBAL ? "global"
+                                     : "local-pupil";
 }
 static int k_influence(rtc_config *c, const char *v, char *w, size_t n)
 {
@@ -426,7 +442,12 @@ void sw_cmd_rtc_help(FILE *out)
         "                         Am. A 35(6), 859): partitions (4), overlap (1), pme\n"
         "                         (hierarchical|distributed|none), extend_eq17 (1),\n"
         "                         lenslet_um, slope_gain (1: the slopes in radians are\n"
-        "                         divided by it), projection (corners|local), influence\n"
+        "                         divided by it), projection (corners|local|local-pupil:\n"
+        "                         the spline at the Fried corners, the distributed\n"
+        "                         projection of Eq. 14-16 with each window fitted whole\n"
+        "                         (Fig. 14's MM; the default), or on the pupil only, a\n"
+        "                         matrix per partition (section 4.A, Fig. 14's MV); both\n"
+        "                         distributed ones need extend_eq17 = 1), influence\n"
         "                         (gaussian|bezier), coupling (0.3); controller\n"
         "                         (integrator|leaky|pi), gain (0.5), leak (0.01), clip (0),\n"
         "                         kp (pi: C(z) = kp + gain / (1 - z^-1) per command; 0);\n"
@@ -626,6 +647,14 @@ static int build_config(rtc_opts *o, int need_matrix)
     if (need_matrix && o->c.dsabre && (o->c.cm[0] || o->c.im[0]))
         return sw_cli_usage(SUB, "%s: recon = dsabre takes no cm or im (the spline reconstructs)",
                             o->config);
+    if (need_matrix && o->c.dsabre && o->c.projection != SW_RTC_PROJ_CORNERS &&
+        !o->c.sabre.extend_eq17)
+        return sw_cli_usage(SUB,
+                            "%s: projection = %s needs extend_eq17 = 1 (the distributed "
+                            "projection's windows have an actuator at every square centre, "
+                            "every lenslet corner one with Eq. 17's extension: Brunner et al. "
+                            "2018); use projection = corners without it",
+                            o->config, projection_name(o->c.projection));
     return SW_EXIT_OK;
 }
 
@@ -930,7 +959,9 @@ static int setup(sw_context *ctx, const rtc_opts *o, rtc_run *r)
     rp.controller = c->ctrl;
     if (c->dsabre) {
         /* D-SABRE (Brunner et al. 2018): the spline's values at the Fried corners, or the
-         * distributed projection onto the mirror (Eq. 14-16); slopes to radians by the grid */
+         * distributed projection onto the mirror (Eq. 14-16), on the pupil only a matrix per
+         * partition fitting the squares centred on a corner the sensor sees (square_mask NULL:
+         * sw_rtc_params_sabre); slopes to radians by the grid */
         sw_sabre_params sp = c->sabre;
         sp.nx = c->geom.nx;
         sp.ny = c->geom.ny;
@@ -1269,6 +1300,9 @@ static void summary(const rtc_opts *o, const rtc_run *r, sw_backend backend)
         sw_cli_json_int(j, "height", r->height);
         sw_cli_json_int(j, "slopes", 2 * r->ns);
         sw_cli_json_int(j, "actuators", r->nact);
+        /* the reconstruction, and D-SABRE's projection (null for the control matrix) */
+        sw_cli_json_string(j, "recon", o->c.dsabre ? "dsabre" : "mvm");
+        sw_cli_json_string(j, "projection", o->c.dsabre ? projection_name(o->c.projection) : NULL);
         if (r->im)
             sw_cli_json_int(j, "modes_kept", r->kept);
         sw_cli_json_double(j, "latency_median_us", med);

@@ -398,8 +398,13 @@ class RTC:
     extend_eq17; the wavefront in units of pitch, so pitch = the lenslet pitch in um gives um of
     OPD) of the slopes x slope_scale (default pixel_um / (focal_mm 1000): radians), projected
     by projection "corners" (the spline at the Fried corners), "global" (Brunner et al. 2018
-    Eq. 13 over the plan's extended lattice) or "local" (the distributed Eq. 14-16); without
-    projection_matrix the projector is made from dm (a :class:`DM`, default gaussian 0.3).
+    Eq. 13 over the plan's extended lattice), "local" (the distributed Eq. 14-16, each window
+    fitted whole with one matrix: Fig. 14's "MM") or "local-pupil" (the distributed projection
+    on the pupil only, section 4.A: a matrix per partition fitting the window's squares centred
+    on a lenslet corner the sensor sees by the actuators it sees, the others' commands 0; Fig.
+    14's "MV"; the matrices as ``sw_rtc_params_sabre`` builds them, as ``spotwave rtc``'s
+    projection = local-pupil does); without projection_matrix the projector is made from dm (a
+    :class:`DM`, default gaussian 0.3).
     nact: the commands (default: the Fried corners, (nx + 1)(ny + 1)). Controller: as
     :class:`Controller`. telemetry: ring slots (0: none).
 
@@ -445,8 +450,9 @@ class RTC:
                 cen[name] = _float32_map(v, name)
         if recon not in ("mvm", "sabre"):
             raise ValueError(f"recon: '{recon}' is not 'mvm' or 'sabre'")
-        if projection not in ("corners", "global", "local"):
-            raise ValueError(f"projection: '{projection}' is not 'corners', 'global' or 'local'")
+        if projection not in ("corners", "global", "local", "local-pupil"):
+            raise ValueError(f"projection: '{projection}' is not 'corners', 'global', 'local' "
+                             f"or 'local-pupil'")
         nact = (nx + 1) * (ny + 1) if nact is None else int(nact)
         params = dict(centroid=cen, recon=recon, nact=nact, fp16=bool(fp16),
                       projection=projection, telemetry=int(telemetry),
@@ -488,6 +494,13 @@ class RTC:
 
     def _projection(self, nx, ny, mask, sp, projection, dm):
         dm = DM((nx, ny)) if dm is None else dm
+        if not isinstance(dm, DM):
+            raise TypeError(f"dm: expected a spotwave.loop.DM, got {type(dm).__name__}")
+        if projection == "local-pupil":
+            # the partitions' matrices stacked, built by the C library (sw_rtc_params_sabre)
+            flat, rows, cols = _spotwave.rtc_projection_matrix(self.ctx, sp, dm._dict(), nx, ny,
+                                                               mask, projection, None)
+            return flat.reshape(rows, cols)
         opts = {k: v for k, v in sp.items() if k != "fill_iterations"}
         opts["fill"] = sp.get("fill_iterations", 0)
         tmp = _sabre.SabrePlan((nx, ny), mask=None if mask is None else mask.astype(bool),

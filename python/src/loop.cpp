@@ -614,6 +614,68 @@ void sabre_from(nb::dict d, sw_sabre_params &p)
     q.done();
 }
 
+sw_rtc_projection projection_of(const std::string &s)
+{
+    if (s == "corners")
+        return SW_RTC_PROJ_CORNERS;
+    if (s == "global")
+        return SW_RTC_PROJ_GLOBAL;
+    if (s == "local")
+        return SW_RTC_PROJ_LOCAL;
+    if (s == "local-pupil")
+        return SW_RTC_PROJ_LOCAL_PUPIL;
+    value_error("projection: '%s' is not 'corners', 'global', 'local' or 'local-pupil'",
+                s.c_str());
+}
+
+// The projection matrix of a D-SABRE chain as sw_rtc_params_sabre builds it (the plan of `sabre`
+// on the nx x ny lenslets of `valid`, the mirror `dm`, the fitted squares `square_mask` over the
+// extended lattice or None): (flat float32 matrix, rows, cols); None for "corners".
+nb::object rtc_projection_matrix(nb::object ctx_obj, nb::dict sabre, nb::dict dm, int32_t nx,
+                                 int32_t ny, nb::handle valid, std::string projection,
+                                 nb::handle square_mask)
+{
+    Context &c = context_of(ctx_obj);
+    const sw_rtc_projection proj = projection_of(projection);
+    if (nx < 1 || ny < 1)
+        value_error("grid: nx, ny >= 1 (got %d, %d)", nx, ny);
+    sw_sabre_params sp;
+    sabre_from(sabre, sp);
+    sp.nx = nx;
+    sp.ny = ny;
+    sw_dm_params dp;
+    dm_from(dm, dp);
+    if (dp.nx != nx || dp.ny != ny)
+        value_error("dm: a mirror of %d x %d lenslets, the chain has %d x %d", dp.nx, dp.ny, nx,
+                    ny);
+    FlatArg va, ma;
+    if (!valid.is_none())
+        sp.valid = host_in<uint8_t>(valid, "mask", (size_t)nx * ny, va);
+    const uint8_t *sq = nullptr;
+    if (!square_mask.is_none()) {
+        // its size: the squares of the plan's extended lattice
+        sw_sabre *tmp = nullptr;
+        call(c, [&] { return sw_sabre_create(c.ctx, &sp, &tmp); });
+        sw_sabre_info info;
+        sw_sabre_get_info(tmp, &info);
+        sw_sabre_destroy(tmp);
+        sq = host_in<uint8_t>(square_mask, "square_mask",
+                              (size_t)info.lattice.sx * info.lattice.sy, ma);
+    }
+    sw_rtc_params rp;
+    sw_rtc_params_default(&rp);
+    float *P = nullptr;
+    call(c, [&] { return sw_rtc_params_sabre(c.ctx, &sp, &dp, proj, sq, 1.0, &rp, &P); });
+    if (!P)
+        return nb::none();
+    const size_t n = (size_t)rp.projection_rows * (size_t)rp.projection_cols;
+    float *d;
+    auto a = new_array<float>(n, &d);
+    std::copy(P, P + n, d);
+    free(P);
+    return nb::make_tuple(a, rp.projection_rows, rp.projection_cols);
+}
+
 void rtc_init(Rtc *self, nb::object ctx_obj, nb::dict params)
 {
     new (self) Rtc();
@@ -639,15 +701,7 @@ void rtc_init(Rtc *self, nb::object ctx_obj, nb::dict params)
     nb::object cm = q.get("cm"), sab = q.get("sabre"), pm = q.get("projection_matrix"),
                ctl = q.get("controller");
     p.slope_scale = q.num("slope_scale", p.slope_scale);
-    std::string proj = q.str("projection", "corners");
-    if (proj == "corners")
-        p.projection = SW_RTC_PROJ_CORNERS;
-    else if (proj == "global")
-        p.projection = SW_RTC_PROJ_GLOBAL;
-    else if (proj == "local")
-        p.projection = SW_RTC_PROJ_LOCAL;
-    else
-        value_error("projection: '%s' is not 'corners', 'global' or 'local'", proj.c_str());
+    p.projection = projection_of(q.str("projection", "corners"));
     p.telemetry = (int32_t)q.integer("telemetry", 0);
     q.done();
     if (p.nact < 1)
@@ -1020,6 +1074,9 @@ void bind_loop(nb::module_ &m)
         .def_prop_ro("nslopes", [](Rtc &r) { return r.ns; })
         .def_prop_ro("nact", [](Rtc &r) { return r.nact; })
         .def_prop_ro("last_us", [](Rtc &r) { return sw_rtc_last_us(r.r); });
+    m.def("rtc_projection_matrix", &rtc_projection_matrix, nb::arg("ctx"), nb::arg("sabre"),
+          nb::arg("dm"), nb::arg("nx"), nb::arg("ny"), nb::arg("valid").none(),
+          nb::arg("projection"), nb::arg("square_mask").none());
     m.def("loop_defaults", &loop_defaults);
     m.def("unseen_modes", &unseen_modes, nb::arg("nx"), nb::arg("ny"), nb::arg("valid").none(),
           nb::arg("which"), nb::arg("out"));

@@ -1,9 +1,12 @@
 """spotwave.loop: the simulator against `spotwave loop --json` on the same configuration and
 seed (the same numbers but the timings), the mirror, the projection, the calibration through a
-Python callable, the controllers and the real-time chain against the stages they chain; bad
-input."""
+Python callable, the controllers and the real-time chain against the stages they chain, its
+distributed projection on the pupil only against `spotwave rtc`'s; bad input."""
 
 import json
+import os
+import subprocess
+import time
 
 import numpy as np
 import pytest
@@ -255,6 +258,75 @@ def test_rtc_is_the_stages_it_chains(one, frame):
     assert np.isfinite(loc(frame)).all()
 
 
+def _annulus(n=12):
+    """Lenslets (n, n) whose centre is 2 to n / 2 lenslets from the array's centre."""
+    c = np.arange(n) - (n - 1) / 2
+    r = np.hypot(*np.meshgrid(c, c))
+    return (r >= 2.0) & (r <= n / 2)
+
+
+def test_rtc_local_pupil_is_the_command(one, tmp_path, monkeypatch):
+    """projection="local-pupil", the distributed projection on the pupil only (Brunner et al.
+    2018, J. Opt. Soc. Am. A 35(6), section 4.A; Fig. 14's "MV"), on an annular pupil: the
+    commands of `spotwave rtc` with projection = local-pupil on the same frame and
+    configuration, bit for bit; 0 at the corners no measured lenslet touches (left out of the
+    fit), where "local" (each window fitted whole, "MM") moves them."""
+    cli = os.environ.get("SPOTWAVE_CLI")
+    if not cli:
+        pytest.skip("SPOTWAVE_CLI is not set (the ctest entry sets it)")
+    z = np.zeros(9)
+    z[4], z[5], z[7], z[8] = 0.1, 0.08, -0.05, 0.04
+    img, _ = spotwave.sim.sh(grid=(12, 12), pitch=10, zernike=z, noise="none", bits=8,
+                             flux=1500, sigma=1.2, ctx=one)
+    valid = _annulus()
+    spotwave.write_pgm(tmp_path / "valid.pgm", valid.astype(np.uint8) * 255)
+    conf = tmp_path / "rtc.conf"
+    conf.write_text("nx = 12\nny = 12\npitch_px = 10\npixel_um = 5.5\nfocal_mm = 3.5\n"
+                    "valid = valid.pgm\nrecon = dsabre\npartitions = 2\n"
+                    "projection = local-pupil\ngain = 0.5\n")
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    monkeypatch.setenv("MILK_SHM_DIR", str(shm))
+    with spotwave.Stream.create("lpcam", img.shape, "uint8") as cam:
+        cam.write(img)
+        p = subprocess.Popen([cli, "--backend", "cpu", "--threads", "1", "rtc", "--config",
+                              str(conf), "--in", "lpcam", "--out", "lpdm", "--frames", "1",
+                              "--timeout", "20", "--copy", "--json"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        t0 = time.monotonic()
+        while p.poll() is None and time.monotonic() - t0 < 30:  # frames until it took one
+            cam.write(img)
+            time.sleep(0.05)
+        out, err = p.communicate(timeout=30)
+    assert p.returncode == 0, err
+    report = json.loads(out)
+    assert report["recon"] == "dsabre" and report["projection"] == "local-pupil", report
+    with spotwave.Stream.open("lpdm") as dm:
+        u_cli = dm.read().ravel().copy()
+
+    def chain(projection):
+        # the command's defaults: slopes in radians (pixel_um / focal_mm), hierarchical piston
+        # equalisation, gain 0.5, piston and waffle filtered
+        rtc = L.RTC(img.shape, img.dtype, pitch=10, grid=(12, 12), mask=valid, recon="sabre",
+                    sabre=dict(partitions=2, pitch=55.0), projection=projection,
+                    filter=L.unseen_modes(12, 12, valid), gain=0.5, ctx=one)
+        return rtc(img).copy()
+
+    u = chain("local-pupil")
+    assert u.shape == u_cli.shape == (169,)
+    np.testing.assert_array_equal(u, u_cli)
+    seen = np.zeros((13, 13), bool)  # the corners of the measured lenslets
+    for dy in (0, 1):
+        for dx in (0, 1):
+            seen[dy:dy + 12, dx:dx + 12] |= valid
+    seen = seen.ravel()
+    rms = np.sqrt(np.mean(u[seen] ** 2))
+    assert rms > 0.01 and np.all(u[~seen] == 0)
+    local = chain("local")
+    assert np.abs(local[~seen]).max() > 0.2 * rms
+    assert np.abs(local - u)[seen].max() > 0.2 * rms
+
+
 def test_bad_input(one, frame):
     with pytest.raises(TypeError, match="loop: unexpected keyword argument 'gian'"):
         L.Simulator(gian=0.3, ctx=one)
@@ -280,6 +352,14 @@ def test_bad_input(one, frame):
         rtc(frame.astype(np.uint32))
     with pytest.raises(TypeError, match="recon='mvm' needs cm"):
         L.RTC(frame.shape, frame.dtype, pitch=12, grid=(8, 8), ctx=one)
+    with pytest.raises(ValueError, match="projection: 'mv' is not 'corners', 'global', "
+                                         "'local' or 'local-pupil'"):
+        L.RTC(frame.shape, frame.dtype, pitch=12, grid=(8, 8), recon="sabre",
+              projection="mv", ctx=one)
+    with pytest.raises(ValueError, match="projection: 'mv' is not 'corners', 'global', "
+                                         "'local' or 'local-pupil'"):
+        spotwave._spotwave.rtc_projection_matrix(one, {}, L.DM((8, 8))._dict(), 8, 8, None,
+                                                 "mv", None)
     with pytest.raises(spotwave.InvalidArgumentError):
         L.DM((6, 6), coupling=1.5)
     with pytest.raises(ValueError, match="influence: 'cubic'"):

@@ -2,9 +2,10 @@
 # The simulated bench through image streams (issue "streams"): sim camera -> spotwave rtc -> sim
 # mirror as separate processes, 1000 frames in lockstep, every frame's commands bit for bit those
 # of the in-process simulator (sim bench --twin runs it beside the bench), no frame missed; the
-# chain's files written by --rtc-config; spotwave calibrate through the streams gives the
-# simulator's own control matrix (push-pull: bit for bit; Hadamard: to 1e-3); SIGTERM leaves the
-# streams whole; bad chains, streams and options refused.
+# chain's files written by --rtc-config; D-SABRE's distributed projection on the pupil only
+# (local-pupil) against the whole-window one (local) and against sw_rtc; spotwave calibrate
+# through the streams gives the simulator's own control matrix (push-pull: bit for bit; Hadamard:
+# to 1e-3); SIGTERM leaves the streams whole; bad chains, streams and options refused.
 set -euo pipefail
 source "$(dirname "$0")/common.bash"
 
@@ -99,6 +100,95 @@ dy = np.array([float(r["dy_px"]) for r in rows])
 assert len(rows) == 100, len(rows)
 assert np.abs(s[:100] - dx).max() < 1e-6 and np.abs(s[100:] - dy).max() < 1e-6
 PY
+
+# the distributed projection on the pupil only (projection = local-pupil: Brunner et al. 2018,
+# section 4.A, Fig. 14's "MV", a matrix per partition) on an annular pupil of 12 x 12 lenslets:
+# the JSON names it; the corners no measured lenslet touches get exactly 0 (left out of the fit),
+# where projection = local (each window fitted whole, "MM") moves them; the two differ; with the
+# Python package of the build, the commands are bit for bit those of sw_rtc built with
+# SW_RTC_PROJ_LOCAL_PUPIL (spotwave.loop.RTC) on the same frame
+printf 'j,coef_um\n4,0.1\n5,0.08\n7,-0.05\n8,0.04\n' >ann_z.csv
+expect 0 sim sh --grid 12x12 --pitch 10 --bits 8 --flux 1500 --sigma 1.2 --noise none \
+    --zernike ann_z.csv --out ann.pgm
+python3 - <<'PY' || fail "annular mask"
+import numpy as np
+c = np.arange(12) - 5.5
+r = np.hypot(*np.meshgrid(c, c))
+valid = ((r >= 2.0) & (r <= 6.0)).astype(np.uint8) * 255
+open("ann_valid.pgm", "wb").write(b"P5\n12 12\n255\n" + valid.tobytes())
+PY
+printf '%s\n' 'nx = 12' 'ny = 12' 'pitch_px = 10' 'pixel_um = 5.5' 'focal_mm = 3.5' \
+    'valid = ann_valid.pgm' 'recon = dsabre' 'partitions = 2' >ann.conf
+# ann_chain NAME [--set ...]: one frame of ann.pgm through the chain; commands in NAME.fits
+ann_chain() {
+    local name=$1
+    shift
+    expect 0 stream write "${name}_cam" ann.pgm
+    "$SW" --backend cpu --threads 1 rtc --config ann.conf "$@" --in "${name}_cam" \
+        --out "${name}_dm" --frames 1 --timeout 20 --copy --json >"$name.json" 2>"$name.err" &
+    local pid=$!
+    for _ in $(seq 200); do # frames until the chain has taken one
+        "$SW" stream write "${name}_cam" ann.pgm 2>/dev/null
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.05
+    done
+    wait "$pid" || fail "rtc ($name): $(cat "$name.err")"
+    expect 0 stream read "${name}_dm" --out "$name.fits"
+}
+ann_chain annpupil --set projection=local-pupil
+ann_chain annlocal --set projection=local
+grep -q '"projection": "local-pupil"' annpupil.json || fail "local-pupil JSON: $(cat annpupil.json)"
+grep -q '"recon": "dsabre"' annpupil.json || fail "local-pupil JSON: $(cat annpupil.json)"
+grep -q '"projection": "local"' annlocal.json || fail "local JSON: $(cat annlocal.json)"
+python3 - annpupil.fits annlocal.fits <<'PY' || fail "local-pupil against local on the annulus"
+import sys
+import numpy as np
+
+def commands(path):
+    raw = open(path, "rb").read()
+    return np.frombuffer(raw[2880:2880 + 4 * 169], ">f4").astype(np.float64)
+
+pupil, local = commands(sys.argv[1]), commands(sys.argv[2])
+c = np.arange(12) - 5.5
+valid = (lambda r: (r >= 2.0) & (r <= 6.0))(np.hypot(*np.meshgrid(c, c)))
+seen = np.zeros((13, 13), bool)  # the corners of the measured lenslets
+for dy in (0, 1):
+    for dx in (0, 1):
+        seen[dy:dy + 12, dx:dx + 12] |= valid
+seen = seen.ravel()
+rms = np.sqrt(np.mean(pupil[seen] ** 2))
+assert (~seen).sum() == 37 and rms > 0.01, (pupil, rms)  # 0.1 um of defocus: tens of nm
+assert np.all(pupil[~seen] == 0), pupil[~seen]  # left out of the fit: 0
+assert np.abs(local[~seen]).max() > 0.2 * rms, local[~seen]  # the whole window fitted
+assert np.abs(pupil - local)[seen].max() > 0.2 * rms, (pupil, local)
+PY
+pydir=$(dirname "$SW")/python
+if PYTHONPATH=$pydir python3 -c 'import spotwave' 2>/dev/null; then
+    PYTHONPATH=$pydir python3 - annpupil.fits <<'PY' || fail "local-pupil: not sw_rtc's commands"
+import sys
+import numpy as np
+import spotwave
+
+L = spotwave.loop
+raw = open(sys.argv[1], "rb").read()
+cli = np.frombuffer(raw[2880:2880 + 4 * 169], ">f4").astype(np.float32)
+frame = np.asarray(spotwave.read("ann.pgm"))
+valid = np.asarray(spotwave.read("ann_valid.pgm")) != 0
+rtc = L.RTC(frame.shape, frame.dtype, pitch=10, grid=(12, 12), mask=valid, recon="sabre",
+            sabre=dict(partitions=2, pitch=55.0), projection="local-pupil",
+            filter=L.unseen_modes(12, 12, valid), ctx=spotwave.Context("cpu", threads=1))
+u = rtc(frame)
+assert np.array_equal(u, cli), np.abs(u - cli).max()  # the same library, bit for bit
+PY
+else
+    echo "note: the Python package is not built beside $SW: its parity check is skipped" >&2
+fi
+# an unknown projection, and a distributed one without Eq. 17's extension, are usage errors
+expect_usage rtc --config ann.conf --set projection=mv --in ann_cam --out ann_dm
+[[ $err == *"corners, local or local-pupil"* ]] || fail "unknown projection: $err"
+expect_usage rtc --config ann.conf --set projection=local-pupil --set extend_eq17=0 \
+    --in ann_cam --out ann_dm
+[[ $err == *"extend_eq17 = 1"* ]] || fail "local-pupil without extend_eq17: $err"
 
 # a camera process that restarts (its stream made afresh): the chain opens it again
 expect 0 stream write rcam odd.pgm
