@@ -168,8 +168,8 @@ class AberrometryPlan:
     mesh only), central_fraction (of the analysis radius), mesh_stages (1: the paper's single
     stage), mesh_tolerance (pitches; 0: no mesh check), mesh_slopes (a stage fits more orders
     while its spots give this many slopes per unknown; 0: the stage's own order), neighbour_window
-    (no first PAPYCS window past this fraction of the way to a neighbour's predicted spot; 0: the
-    paper's windows); as ``spotwave aberrometry --mesh-slopes / --neighbour-window``. fit_radius_px: a fixed analysis radius
+    (no first PAPYCS window wider than this times the distance to a neighbour's predicted spot:
+    1, the default, never reaches past the midpoint; 0: the paper's windows); as ``spotwave aberrometry --mesh-slopes / --neighbour-window``. fit_radius_px: a fixed analysis radius
     (0: the pupil ellipse's major semi-axis). magnification: see the module. vertex_mm: the
     refraction at a spectacle plane. window: the first search window (default: the pitch rounded
     down). discard, contrast, discard_ring: the discarding criteria (discard_ring: criterion 1's

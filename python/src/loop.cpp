@@ -668,11 +668,12 @@ nb::object rtc_projection_matrix(nb::object ctx_obj, nb::dict sabre, nb::dict dm
     call(c, [&] { return sw_rtc_params_sabre(c.ctx, &sp, &dp, proj, sq, 1.0, &rp, &P); });
     if (!P)
         return nb::none();
+    // freed however this returns (new_array may throw)
+    std::unique_ptr<float, decltype(&free)> own(P, &free);
     const size_t n = (size_t)rp.projection_rows * (size_t)rp.projection_cols;
     float *d;
     auto a = new_array<float>(n, &d);
     std::copy(P, P + n, d);
-    free(P);
     return nb::make_tuple(a, rp.projection_rows, rp.projection_cols);
 }
 

@@ -92,7 +92,7 @@ void sw_search_params_default(sw_search_params *p, int32_t width, int32_t height
 int32_t sw_search_discard_ring(double pitch_px)
 {
     double d = floor(pitch_px / 32.0 + 0.5);
-    if (!(d >= 1.0))
+    if (!(d >= 1.0) || !isfinite(pitch_px)) /* search.h: 1 for a pitch not finite and positive */
         return 1;
     return d > SW_SEARCH_MAX_WINDOW / 2 ? SW_SEARCH_MAX_WINDOW / 2 : (int32_t)d;
 }

@@ -598,6 +598,7 @@ static void test_discard_ring(void **state)
     assert_int_equal(sw_search_discard_ring(1e9), SW_SEARCH_MAX_WINDOW / 2);
     assert_int_equal(sw_search_discard_ring(0.0), 1);
     assert_int_equal(sw_search_discard_ring(NAN), 1);
+    assert_int_equal(sw_search_discard_ring(INFINITY), 1);
     const int32_t nx = 3, n = 9, k0 = 4;
     const double pitch = 96.0, sigma = 6.0;
     grid g = grid_new(nx, nx, pitch);
@@ -632,6 +633,35 @@ static void test_discard_ring(void **state)
     image_release(&img);
     free(s.v);
     grid_free(&g);
+}
+
+/* Criterion 1's frame-edge test at d > 1 (sw_sm_contrast_ok): the (2d + 1)^2 block about the
+ * centroid's pixel must lie in the frame, on every side; inside it, the 8 pixels d away count,
+ * not the nearer ones. A 12 x 10 u8 frame of 0 with one 100 pixel. */
+static void test_contrast_ring_edges(void **state)
+{
+    (void)state;
+    enum { W = 12, H = 10 };
+    uint8_t f[W * H];
+    const int32_t pos[4][2] = {{2, 5}, {9, 5}, {5, 2}, {5, 7}}; /* 2 px from an edge */
+    for (int q = 0; q < 4; ++q) {
+        memset(f, 0, sizeof f);
+        const int32_t i = pos[q][0], j = pos[q][1];
+        f[j * W + i] = 100;
+        for (int32_t d = 1; d <= 3; ++d) {
+            const int want = d <= 2; /* d = 3 reaches past the edge */
+            const int got = sw_sm_contrast_ok(f, W, SW_PIX_U8, W, H, i + 0.2, j - 0.3, 15.0, d);
+            if (got != want)
+                fail_msg("pixel (%d, %d), d = %d: %d, expected %d", i, j, d, got, want);
+        }
+        /* the ring at d = 2 skips the 8 neighbours: bright neighbours do not count */
+        for (int32_t b = -1; b <= 1; ++b)
+            for (int32_t a = -1; a <= 1; ++a)
+                if (a || b)
+                    f[(j + b) * W + i + a] = 100;
+        assert_false(sw_sm_contrast_ok(f, W, SW_PIX_U8, W, H, i, j, 15.0, 1));
+        assert_true(sw_sm_contrast_ok(f, W, SW_PIX_U8, W, H, i, j, 15.0, 2));
+    }
 }
 
 /* The discarding stage is off without a grid and with discard 0. */
@@ -929,14 +959,23 @@ static void test_names(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_papycs_accuracy),  cmocka_unit_test(test_com_bias),
-        cmocka_unit_test(test_background),       cmocka_unit_test(test_continuity),
-        cmocka_unit_test(test_step_brute_force), cmocka_unit_test(test_spot_states),
-        cmocka_unit_test(test_discard),          cmocka_unit_test(test_discard_ring),
-        cmocka_unit_test(test_discard_off),      cmocka_unit_test(test_neighbour_window),
-        cmocka_unit_test(test_first_side),       cmocka_unit_test(test_bad_params),
-        cmocka_unit_test(test_bad_frames),       cmocka_unit_test(test_model_equals_plan),
-        cmocka_unit_test(test_threads),          cmocka_unit_test(test_names),
+        cmocka_unit_test(test_papycs_accuracy),
+        cmocka_unit_test(test_com_bias),
+        cmocka_unit_test(test_background),
+        cmocka_unit_test(test_continuity),
+        cmocka_unit_test(test_step_brute_force),
+        cmocka_unit_test(test_spot_states),
+        cmocka_unit_test(test_discard),
+        cmocka_unit_test(test_discard_ring),
+        cmocka_unit_test(test_contrast_ring_edges),
+        cmocka_unit_test(test_discard_off),
+        cmocka_unit_test(test_neighbour_window),
+        cmocka_unit_test(test_first_side),
+        cmocka_unit_test(test_bad_params),
+        cmocka_unit_test(test_bad_frames),
+        cmocka_unit_test(test_model_equals_plan),
+        cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_names),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
