@@ -127,6 +127,10 @@ struct sw_projector {
  * pupil (rtc.c, SW_RTC_PROJ_LOCAL_PUPIL) builds its windows' matrices with it. */
 sw_status sw_projector_solve_masked(sw_context *ctx, const sw_projector_params *p,
                                     const uint8_t *active, int empty_ok, float *P);
+/* 1 when lenslet corner (cx, cy) of an nx x ny array (the Fried actuator there) is a corner of a
+ * valid lenslet (valid NULL: of any lenslet): an actuator the sensor sees (rtc.c). */
+int sw_loop_corner_seen(const uint8_t *valid, int32_t nx, int32_t ny, int32_t cx, int32_t cy);
+
 /* sw_projector_create with only the active actuators in the fit (as above; NULL: all): the
  * matrix is solved once, before the GPU side (if any) takes it. */
 sw_status sw_projector_create_masked(sw_context *ctx, const sw_projector_params *p,

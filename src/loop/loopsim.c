@@ -493,18 +493,6 @@ static int in_footprint(const sw_loop *l, double x, double y)
     return sw_pupil_contains(&l->pupil, lattice_um(l, x), lattice_um(l, y));
 }
 
-/* 1 when Fried corner (cx, cy) is a corner of a valid lenslet (of any, without a mask): an
- * actuator the sensor sees. */
-static int corner_seen(const sw_loop *l, int32_t cx, int32_t cy)
-{
-    for (int32_t iy = cy - 1; iy <= cy; iy++)
-        for (int32_t ix = cx - 1; ix <= cx; ix++)
-            if (ix >= 0 && iy >= 0 && ix < l->nx && iy < l->nx &&
-                (!l->cen_valid || l->cen_valid[(size_t)iy * l->nx + ix]))
-                return 1;
-    return 0;
-}
-
 /* RMS about the mean of n values from their sum s1 and sum of squares s2. */
 static double rms_of(double s1, double s2, double n)
 {
@@ -998,7 +986,8 @@ static sw_status build_sabre_global(sw_loop *l)
     else {
         for (int32_t ay = 0; ay < pp.nay; ay++)
             for (int32_t ax = 0; ax < pp.nax; ax++)
-                act[(size_t)ay * pp.nax + ax] = (uint8_t)corner_seen(l, ax, ay);
+                act[(size_t)ay * pp.nax + ax] =
+                    (uint8_t)sw_loop_corner_seen(l->cen_valid, l->nx, l->nx, ax, ay);
         st = sw_projector_create_masked(l->cpu, &pp, act, &l->gproj);
     }
     free(act);

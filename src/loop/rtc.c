@@ -429,9 +429,7 @@ static sw_status build(sw_rtc *r)
     return SW_OK;
 }
 
-/* 1 when lenslet corner (cx, cy) of an nx x ny array is a corner of a valid lenslet (valid
- * NULL: of any lenslet): an actuator the sensor sees. */
-static int corner_seen(const uint8_t *valid, int32_t nx, int32_t ny, int32_t cx, int32_t cy)
+int sw_loop_corner_seen(const uint8_t *valid, int32_t nx, int32_t ny, int32_t cx, int32_t cy)
 {
     if (cx < 0 || cy < 0 || cx > nx || cy > ny)
         return 0;
@@ -474,8 +472,8 @@ static sw_status local_pupil_matrices(sw_context *ctx, const sw_sabre_params *sa
                     /* window square (i, j) = extended square (x0 + i, y0 + j), centred on
                      * lenslet corner (x0 + i + 1 - offx, y0 + j + 1 - offy) */
                     const int32_t sq = j * w + i;
-                    active[sq] = (uint8_t)corner_seen(sabre->valid, nx, ny, x0 + i + 1 - offx,
-                                                      y0 + j + 1 - offy);
+                    active[sq] = (uint8_t)sw_loop_corner_seen(sabre->valid, nx, ny,
+                                                              x0 + i + 1 - offx, y0 + j + 1 - offy);
                     smask[sq] =
                         square_mask ? square_mask[(int64_t)(y0 + j) * S + x0 + i] != 0 : active[sq];
                 }
@@ -550,7 +548,7 @@ sw_status sw_rtc_params_sabre(sw_context *ctx, const sw_sabre_params *sabre, con
         for (int32_t cy = 0; cy < pp.nay; cy++)
             for (int32_t cx = 0; cx < pp.nax; cx++)
                 active[(int64_t)cy * pp.nax + cx] =
-                    (uint8_t)corner_seen(sabre->valid, sabre->nx, sabre->ny, cx, cy);
+                    (uint8_t)sw_loop_corner_seen(sabre->valid, sabre->nx, sabre->ny, cx, cy);
         st = sw_projector_solve_masked(ctx, &pp, active, 0, P);
     } else if (projection == SW_RTC_PROJ_LOCAL) {
         st = sw_projector_solve_masked(ctx, &pp, NULL, 0, P);

@@ -97,8 +97,9 @@ static void reference_centroids(const sw_sh_geometry *g, const sw_image *ref, do
         fail_msg("sw_aberrometry_reference: %s", sw_context_error(cpu));
 }
 
-/* A population eye of order <= 6 over 5.12 mm with total_rms_um of aberration (j >= 3). */
-static void population_eye(uint64_t index, double total_rms_um, double *coef)
+/* A population eye of order <= 6 over 5.12 mm with total_rms_um of aberration (j >= 3), draw
+ * `index` of the stream `seed`. */
+static void population_eye_seeded(uint64_t seed, uint64_t index, double total_rms_um, double *coef)
 {
     sw_ocular_population pop;
     if (sw_ocular_population_load(cpu, NULL, 6.0, &pop) != SW_OK)
@@ -108,9 +109,14 @@ static void population_eye(uint64_t index, double total_rms_um, double *coef)
     o.pupil_mm = 5.12;
     o.max_order = 6;
     o.total_rms_um = total_rms_um;
-    if (sw_ocular_draw(cpu, &pop, 7, index, &o, coef, 28) != SW_OK)
+    if (sw_ocular_draw(cpu, &pop, seed, index, &o, coef, 28) != SW_OK)
         fail_msg("sw_ocular_draw: %s", sw_context_error(cpu));
     sw_ocular_population_free(&pop);
+}
+
+static void population_eye(uint64_t index, double total_rms_um, double *coef)
+{
+    population_eye_seeded(7, index, total_rms_um, coef);
 }
 
 /* sqrt(sum over j = 3 .. 27 (orders 2 .. 6) of (measured - truth)^2), micrometres. */
@@ -681,17 +687,8 @@ static void test_converging_edge(void **state)
         sw_image_free(&u);
     }
     /* the eye */
-    sw_ocular_population pop;
-    if (sw_ocular_population_load(cpu, NULL, 6.0, &pop) != SW_OK)
-        fail_msg("population: %s", sw_context_error(cpu));
-    sw_ocular_options o;
-    sw_ocular_options_default(&o);
-    o.pupil_mm = 5.12;
-    o.max_order = 6;
-    o.total_rms_um = 6.0;
     double coef[28];
-    assert_int_equal(sw_ocular_draw(cpu, &pop, seed, index, &o, coef, 28), SW_OK);
-    sw_ocular_population_free(&pop);
+    population_eye_seeded(seed, index, 6.0, coef);
     ep.eyes[0].coef_um = coef;
     ep.eyes[0].count = 28;
     ep.seed = seed + 1000003ull * (index + 1);
