@@ -121,6 +121,8 @@ void sw_cmd_aberrometry_help(FILE *out)
         "  --mesh-slopes N        a stage of the dynamic mesh fits more orders (up to --order)\n"
         "                         while its spots give N slopes per unknown, 0..1000 (default\n"
         "                         %d; 0: the stages' own orders, e.g. the paper's single stage)\n"
+        "  --mesh-residual PX     a raised stage fit whose residual RMS exceeds PX pixels gives\n"
+        "                         way to the stage's own orders (default %g; inf: never)\n"
         "  --neighbour-window F   with the dynamic mesh, no first search window wider than F x\n"
         "                         the distance to a neighbour's predicted spot, F >= 0 (default\n"
         "                         %g: never past the midpoint; 0: windows of --window, the\n"
@@ -217,9 +219,9 @@ void sw_cmd_aberrometry_help(FILE *out)
         "      --out z.csv --json --map w.png\n",
         DEF_PIXEL_UM, DEF_FOCAL_MM, DEF_MAGNIFICATION, SW_AB_MAX_ORDER, d.order, d.prelim_order,
         d.central_fraction, SW_AB_MAX_STAGES, d.mesh_stages, d.mesh_tolerance,
-        d.mesh_slopes_per_term, d.neighbour_window, SW_SEARCH_MAX_WINDOW, d.discard_contrast,
-        SW_SEARCH_MAX_WINDOW / 2, SW_AB_MAX_STREAMS, d.streams, sw_cli_clinical_help_text(),
-        sw_cli_given_help, DEF_MAP_SIZE);
+        d.mesh_slopes_per_term, d.mesh_raise_residual_px, d.neighbour_window, SW_SEARCH_MAX_WINDOW,
+        d.discard_contrast, SW_SEARCH_MAX_WINDOW / 2, SW_AB_MAX_STREAMS, d.streams,
+        sw_cli_clinical_help_text(), sw_cli_given_help, DEF_MAP_SIZE);
 }
 
 enum {
@@ -243,6 +245,7 @@ enum {
     OPT_TOLERANCE,
     OPT_SLOPES,
     OPT_NEIGHBOUR,
+    OPT_RAISE_RES,
     OPT_CENTRAL,
     OPT_FIT_RADIUS,
     OPT_WINDOW,
@@ -280,7 +283,8 @@ typedef struct ab_opts {
     int have_central, have_contrast, have_prelim, have_window, have_stages, have_tolerance;
     int have_ring;
     int32_t ring;
-    int have_slopes, have_neighbour;
+    int have_slopes, have_neighbour, have_raise_res;
+    double raise_res;
     int32_t mesh_slopes;
     double neighbour_window;
     int32_t mesh_stages;
@@ -327,6 +331,7 @@ static int parse_opts(ab_opts *o, int argc, char **argv)
         {"mesh-tolerance", required_argument, NULL, OPT_TOLERANCE},
         {"mesh-slopes", required_argument, NULL, OPT_SLOPES},
         {"neighbour-window", required_argument, NULL, OPT_NEIGHBOUR},
+        {"mesh-residual", required_argument, NULL, OPT_RAISE_RES},
         {"central-fraction", required_argument, NULL, OPT_CENTRAL},
         {"fit-radius-px", required_argument, NULL, OPT_FIT_RADIUS},
         {"window", required_argument, NULL, OPT_WINDOW},
@@ -444,6 +449,15 @@ static int parse_opts(ab_opts *o, int argc, char **argv)
             rc = sw_cli_opt_double(S, name, optarg, SW_CLI_NONNEG, "a number >= 0",
                                    &o->neighbour_window);
             o->have_neighbour = 1;
+            break;
+        case OPT_RAISE_RES:
+            if (strcmp(optarg, "inf") == 0) {
+                o->raise_res = INFINITY;
+            } else {
+                rc = sw_cli_opt_double(S, name, optarg, SW_CLI_POSITIVE, "a number > 0 or inf",
+                                       &o->raise_res);
+            }
+            o->have_raise_res = 1;
             break;
         case OPT_TOLERANCE:
             rc = sw_cli_opt_double(S, name, optarg, SW_CLI_NONNEG, "a number >= 0",
@@ -724,6 +738,8 @@ static int make_plan(ab_job *j)
         p->mesh_slopes_per_term = o->mesh_slopes;
     if (o->have_neighbour)
         p->neighbour_window = o->neighbour_window;
+    if (o->have_raise_res)
+        p->mesh_raise_residual_px = o->raise_res;
     if (o->have_tolerance)
         p->mesh_tolerance = o->mesh_tolerance;
     p->fit_radius_px = o->fit_radius_px;
@@ -1260,6 +1276,7 @@ static void json_report(const ab_job *j, double seconds, const sw_cli_mpi *mpi)
     sw_cli_json_double(r, "mesh_tolerance", p->mesh_tolerance);
     sw_cli_json_int(r, "mesh_slopes_per_term", p->mesh_slopes_per_term);
     sw_cli_json_double(r, "neighbour_window", p->neighbour_window);
+    sw_cli_json_double(r, "mesh_raise_residual_px", p->mesh_raise_residual_px);
     sw_cli_json_double(r, "central_fraction", p->central_fraction);
     if (p->fit_radius_px > 0)
         sw_cli_json_double(r, "fit_radius_px", p->fit_radius_px);

@@ -143,6 +143,9 @@ typedef struct sw_aberrometry_params {
     int32_t mesh_slopes_per_term;    /* step 3b: a stage fits more orders than its o_k (up to
                                         order) while its kept spots give this many slopes per
                                         unknown, 0 .. 1000 (default 4; 0: exactly o_k)          */
+    double mesh_raise_residual_px;   /* step 3b: a raised fit whose residual RMS (pixels) over
+                                        its slopes exceeds this is replaced by the stage's own
+                                        order's, > 0 (default 0.2); +Inf: no check            */
     double neighbour_window;         /* PAPYCS's neighbour window (search.h) in every search of
                                         the dynamic mesh, >= 0 (default 1: no first window
                                         reaches past the midpoint to a neighbour's predicted

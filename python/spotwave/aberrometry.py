@@ -157,9 +157,9 @@ class AberrometryPlan:
 
     ``AberrometryPlan(reference, *, shape=None, dtype=None, eyes=1, algorithm="papycs",
     order=6, prelim_order=None, central_fraction=0.5, mesh_stages=4, mesh_tolerance=0.25,
-    mesh_slopes=4, neighbour_window=1.0, fit_radius_px=0.0, magnification=0.61875,
-    vertex_mm=0.0, window=None, discard=True, contrast=15.0, discard_ring=0, streams=2,
-    higher_order_rx=False, pupil_method="auto", given=None, ctx=None)``
+    mesh_slopes=4, mesh_residual=0.2, neighbour_window=1.0, fit_radius_px=0.0,
+    magnification=0.61875, vertex_mm=0.0, window=None, discard=True, contrast=15.0,
+    discard_ring=0, streams=2, higher_order_rx=False, pupil_method="auto", given=None, ctx=None)``
 
     reference: a :class:`Reference` (its grid and centroids; shape and dtype default to its
     image's). eyes: 1 or 2 (binocular). algorithm: "papycs" (Mompean et al. 2019 Sec. 3.2.1),
@@ -167,9 +167,12 @@ class AberrometryPlan:
     prelim_order: the dynamic mesh's first preliminary fit (default min(3, order); 0: the static
     mesh only), central_fraction (of the analysis radius), mesh_stages (1: the paper's single
     stage), mesh_tolerance (pitches; 0: no mesh check), mesh_slopes (a stage fits more orders
-    while its spots give this many slopes per unknown; 0: the stage's own order), neighbour_window
-    (no first PAPYCS window wider than this times the distance to a neighbour's predicted spot:
-    1, the default, never reaches past the midpoint; 0: the paper's windows); as ``spotwave aberrometry --mesh-slopes / --neighbour-window``. fit_radius_px: a fixed analysis radius
+    while its spots give this many slopes per unknown; 0: the stage's own order), mesh_residual
+    (a raised fit whose residual RMS exceeds this many pixels gives way to the stage's own order;
+    inf: never), neighbour_window (no first PAPYCS window wider than this times the distance to a
+    neighbour's predicted spot: 1, the default, never reaches past the midpoint; 0: the paper's
+    windows); as ``spotwave aberrometry --mesh-slopes / --mesh-residual / --neighbour-window``.
+    fit_radius_px: a fixed analysis radius
     (0: the pupil ellipse's major semi-axis). magnification: see the module. vertex_mm: the
     refraction at a spectacle plane. window: the first search window (default: the pitch rounded
     down). discard, contrast, discard_ring: the discarding criteria (discard_ring: criterion 1's
@@ -186,7 +189,8 @@ class AberrometryPlan:
 
     def __init__(self, reference, *, shape=None, dtype=None, eyes=1, algorithm="papycs",
                  order=6, prelim_order=None, central_fraction=0.5, mesh_stages=4,
-                 mesh_tolerance=0.25, mesh_slopes=4, neighbour_window=1.0, fit_radius_px=0.0,
+                 mesh_tolerance=0.25, mesh_slopes=4, mesh_residual=0.2, neighbour_window=1.0,
+                 fit_radius_px=0.0,
                  magnification=DEFAULT_MAGNIFICATION, vertex_mm=0.0, window=None, discard=True,
                  contrast=15.0, discard_ring=0, streams=2,
                  higher_order_rx=False, pupil_method="auto", given=None, ctx=None):
@@ -213,6 +217,7 @@ class AberrometryPlan:
                       algorithm=algorithm, order=int(order), prelim_order=int(prelim_order),
                       central_fraction=central_fraction, mesh_stages=mesh_stages,
                       mesh_tolerance=mesh_tolerance, mesh_slopes_per_term=int(mesh_slopes),
+                      mesh_raise_residual_px=float(mesh_residual),
                       neighbour_window=neighbour_window, fit_radius_px=fit_radius_px,
                       magnification=magnification, vertex_mm=vertex_mm,
                       window_px=0 if window is None else int(window), discard=bool(discard),

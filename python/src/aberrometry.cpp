@@ -152,6 +152,7 @@ nb::dict defaults()
     d["mesh_tolerance"] = p.mesh_tolerance;
     d["mesh_slopes_per_term"] = p.mesh_slopes_per_term;
     d["neighbour_window"] = p.neighbour_window;
+    d["mesh_raise_residual_px"] = p.mesh_raise_residual_px;
     d["magnification"] = p.magnification;
     d["min_window_px"] = p.min_window_px;
     d["discard_contrast"] = p.discard_contrast;
@@ -189,6 +190,7 @@ void plan_init(Plan *self, nb::object ctx_obj, nb::dict params)
     p.mesh_tolerance = q.num("mesh_tolerance", p.mesh_tolerance);
     p.mesh_slopes_per_term = (int32_t)q.integer("mesh_slopes_per_term", p.mesh_slopes_per_term);
     p.neighbour_window = q.num("neighbour_window", p.neighbour_window);
+    p.mesh_raise_residual_px = q.num("mesh_raise_residual_px", p.mesh_raise_residual_px);
     p.fit_radius_px = q.num("fit_radius_px", p.fit_radius_px);
     p.magnification = q.num("magnification", p.magnification);
     p.vertex_mm = q.num("vertex_mm", p.vertex_mm);

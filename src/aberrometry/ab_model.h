@@ -206,6 +206,16 @@ SW_AB_FN int32_t sw_ab_stage_terms(int32_t Jk, int32_t order, int32_t n, int32_t
     return J;
 }
 
+/* Step 3b's check of a raised fit (Jf > Jk terms): 1 when its residual RMS over the stage's
+ * slopes, res pixels, exceeds tol (mesh_raise_residual_px), so that the stage's own Jk terms are
+ * fitted instead. A stage of clean spots fits to ~0.07 px; one whose search took some spots
+ * wrongly does not, and a high order follows them and extrapolates wildly (bench_eye_pupils,
+ * 10-px lenslets, 5.5 um: 0.44 px). */
+SW_AB_FN int sw_ab_raise_rejected(int32_t Jf, int32_t Jk, double res, double tol)
+{
+    return Jf > Jk && res > tol;
+}
+
 /* The most terms stage k's fit can take (the columns of its prediction D_k c_k): J = J(order)
  * when the fits may be raised (q > 0), else the schedule's Jk. */
 SW_AB_FN int32_t sw_ab_stage_terms_max(int32_t Jk, int32_t J, int32_t q)

@@ -70,6 +70,7 @@ void sw_aberrometry_params_default(sw_aberrometry_params *p, int32_t width, int3
     p->mesh_stages = 4;
     p->mesh_tolerance = 0.25;
     p->mesh_slopes_per_term = 4;
+    p->mesh_raise_residual_px = 0.2;
     p->neighbour_window = 1.0;
     p->fit_radius_px = 0.0;
     p->magnification = 1.0;
@@ -250,6 +251,10 @@ static sw_status check_params(sw_context *ctx, const sw_aberrometry_params *p)
                        "aberrometry: mesh_slopes_per_term %d must be 0 .. 1000 (0: the stages fit "
                        "their scheduled orders only)",
                        p->mesh_slopes_per_term);
+    if (!(p->mesh_raise_residual_px > 0.0))
+        return sw_fail(ctx, SW_EINVAL,
+                       "aberrometry: mesh_raise_residual_px %g must be > 0 (+Inf: no check)",
+                       p->mesh_raise_residual_px);
     if (!(isfinite(p->neighbour_window) && p->neighbour_window >= 0.0))
         return sw_fail(ctx, SW_EINVAL,
                        "aberrometry: neighbour_window %g must be finite and >= 0 (0: windows of "
@@ -792,6 +797,16 @@ static sw_status cpu_frame(sw_aberrometry_plan *plan, const sw_image *frame, sw_
             if (cpu_fit(plan, w, n, Jf, c, &res) != 0) {
                 r->failure = SW_AB_SINGULAR;
                 continue;
+            }
+            /* a raised fit that does not fit its own slopes (a wrongly taken spot it follows, then
+             * extrapolates) gives way to the stage's own order (mesh_raise_residual_px) */
+            if (sw_ab_raise_rejected(Jf, Jk, res, p->mesh_raise_residual_px)) {
+                if (cpu_fit(plan, w, n, Jk, c, &res) != 0) {
+                    r->failure = SW_AB_SINGULAR;
+                    continue;
+                }
+                for (int32_t j = Jk; j < Jf; j++)
+                    c[j] = 0.0;
             }
             if (k == 0) {
                 memcpy(r->prelim, c, (size_t)Jf * sizeof(double));

@@ -99,6 +99,7 @@ struct ab_dev {
     int32_t Js[SW_AB_MAX_STAGES];   /* stage k's scheduled terms                */
     double frac[SW_AB_MAX_STAGES];  /* stage k's circle / R                     */
     double fit_radius, mesh_tol;    /* fit_radius_px; the mesh check, pixels    */
+    double raise_tol;               /* mesh_raise_residual_px                   */
     const uint8_t *mask;            /* the tracker's lenslet mask (device)      */
     const sw_pupil_ellipse *pupils; /* the tracker's pupils (device)            */
     double *refx, *refy;            /* reference centroids, nl each              */
@@ -299,6 +300,7 @@ __global__ void __launch_bounds__(AB_FIT_THREADS) ab_fit_kernel(ab_dev d, int32_
     __shared__ int disc[3]; /* final: SW_SPOT_EMPTY, SPACING, ISOLATED */
     __shared__ int bad;
     __shared__ double red[AB_FIT_THREADS];
+    __shared__ double ysave[SW_AB_MAX_TERMS]; /* 3b: L y = b's first Jk - 1 entries (see below) */
     const int e = (int)blockIdx.x, t = (int)threadIdx.x, lane = t & 31, warp = t >> 5;
     const int32_t nl = d.nl;
     const size_t ld = 2 * (size_t)nl;
@@ -440,6 +442,9 @@ __global__ void __launch_bounds__(AB_FIT_THREADS) ab_fit_kernel(ab_dev d, int32_
         if (bad)
             fail = SW_AB_SINGULAR;
     }
+    /* 3b, a raised fit: the stage's own order's fit is the leading block of the same system (its
+     * Cholesky factor the leading block of L, its y the first entries of L y = b) */
+    const int m_own = FINAL ? m : min(m, (int)d.Js[k] - 1);
     if (fail == SW_AB_OK) {
         for (int j = 0; j < m; j++) {
             if (t == 0)
@@ -449,6 +454,9 @@ __global__ void __launch_bounds__(AB_FIT_THREADS) ab_fit_kernel(ab_dev d, int32_
                 b[i] -= G[i * (i + 1) / 2 + j] * b[j];
             __syncthreads();
         }
+        for (int j = t; j < m_own && m_own < m; j += AB_FIT_THREADS)
+            ysave[j] = b[j];
+        __syncthreads();
         for (int j = m - 1; j >= 0; j--) {
             if (t == 0)
                 b[j] /= G[j * (j + 1) / 2 + j];
@@ -464,6 +472,46 @@ __global__ void __launch_bounds__(AB_FIT_THREADS) ab_fit_kernel(ab_dev d, int32_
             if (t == 0)
                 d.cnt->fail[e] = fail;
             return;
+        }
+        /* a raised fit's residual RMS over its slopes (fixed-order block sum, as the final
+         * fit's): above raise_tol, the stage's own order instead (sw_ab_raise_rejected, as the
+         * CPU): L^T c = y on the leading m_own block */
+        if (m_own < m) {
+            double ss = 0.0;
+            for (int32_t l = t; l < nl; l += AB_FIT_THREADS) {
+                if (d.eye[l] != e + 1 || d.stage[l] > k || d.st[l] != SW_SPOT_OK)
+                    continue;
+                double px = 0.0, py = 0.0;
+                for (int j = 0; j < m; j++) {
+                    px += d.D[(size_t)j * ld + (size_t)l] * b[j];
+                    py += d.D[(size_t)j * ld + (size_t)nl + (size_t)l] * b[j];
+                }
+                const double vx = px - (d.x[l] - d.refx[l]), vy = py - (d.y[l] - d.refy[l]);
+                ss += vx * vx + vy * vy;
+            }
+            red[t] = ss;
+            __syncthreads();
+            for (int w = AB_FIT_THREADS / 2; w > 0; w >>= 1) {
+                if (t < w)
+                    red[t] += red[t + w];
+                __syncthreads();
+            }
+            const double res = sqrt(red[0] / (2.0 * (double)n));
+            if (sw_ab_raise_rejected(m + 1, m_own + 1, res, d.raise_tol)) {
+                __syncthreads(); /* every thread has read red[0] and b */
+                for (int j = t; j < m; j += AB_FIT_THREADS)
+                    b[j] = j < m_own ? ysave[j] : 0.0;
+                __syncthreads();
+                for (int j = m_own - 1; j >= 0; j--) {
+                    if (t == 0)
+                        b[j] /= G[j * (j + 1) / 2 + j];
+                    __syncthreads();
+                    for (int i = t; i < j; i += AB_FIT_THREADS)
+                        b[i] -= G[j * (j + 1) / 2 + i] * b[j];
+                    __syncthreads();
+                }
+                m = m_own;
+            }
         }
         /* zeros up to the prediction's columns (the most terms a stage may take) */
         const int32_t mmax = sw_ab_stage_terms_max(d.Js[k], d.J, d.slopes) - 1;
@@ -708,6 +756,7 @@ extern "C" sw_status sw_ab_gpu_init(sw_aberrometry_plan *plan, int slot)
     d->S = plan->n_stages;
     d->order = p->order;
     d->slopes = p->mesh_slopes_per_term;
+    d->raise_tol = p->mesh_raise_residual_px;
     for (int k = 0; k < SW_AB_MAX_STAGES; k++) {
         d->Js[k] = plan->Js[k];
         d->frac[k] = plan->frac[k];

@@ -295,6 +295,8 @@ check json "$tmp/z1.json" "$tmp/z1j.csv" 'rep["discard_ring_px"] == 1' || fail "
 expect_usage aberrometry "$tmp/eye.pgm" --reference "$tmp/ref.pgm" --no-discard --discard-ring 2
 expect_usage aberrometry "$tmp/eye.pgm" --reference "$tmp/ref.pgm" --discard-ring -1
 expect_usage aberrometry "$tmp/eye.pgm" --reference "$tmp/ref.pgm" --mesh-slopes -1
+expect_usage aberrometry "$tmp/eye.pgm" --reference "$tmp/ref.pgm" --mesh-residual 0
+check json "$tmp/z1.json" "$tmp/z1j.csv" 'rep["mesh_raise_residual_px"] == 0.2' || fail "the default --mesh-residual in the report"
 expect_usage aberrometry "$tmp/eye.pgm" --reference "$tmp/ref.pgm" --neighbour-window -1
 expect_usage aberrometry "$tmp/eye.pgm" --reference "$tmp/ref.pgm" --mesh-tolerance -1
 # --fit-radius-px 288 (the sim's circle): the same coefficients, the radius reported

@@ -962,6 +962,8 @@ static void test_bad_parameters(void **state)
     BAD("geometry", ap.geometry.nx = 21);
     BAD("n_eyes", ap.n_eyes = 3);
     BAD("order", ap.order = 11);
+    BAD("mesh_raise_residual_px", ap.mesh_raise_residual_px = 0.0);
+    BAD("mesh_raise_residual_px", ap.mesh_raise_residual_px = NAN);
     BAD("order", ap.order = 0);
     BAD("prelim_order", ap.prelim_order = 7);
     BAD("central_fraction", ap.central_fraction = 0.0);
