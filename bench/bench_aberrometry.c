@@ -79,8 +79,12 @@ typedef struct prog_opts {
     int alg_mask;      /* bit a: algorithm a */
     double levels[12]; /* --levels: RMS levels (um) instead of 0.5, 1.0, ..., 6.0 */
     int nlevels;
-    sw_bench_options b; /* the harness' */
+    double outlier_sigma; /* --outlier-sigma (negative: the default) */
+    sw_bench_options b;   /* the harness' */
 } prog_opts;
+
+/* --outlier-sigma for the speed plans too (negative: the library's default) */
+static double speed_outlier_sigma = -1.0;
 
 static const char extra_help[] =
     "Protocols (Mompean et al. 2019 Sec. 4; default: both):\n"
@@ -89,7 +93,9 @@ static const char extra_help[] =
     "  --images N               accuracy: images per RMS level (default 100; --quick: 2)\n"
     "  --levels L1,L2,...       accuracy: these RMS levels in um (at most 12) instead of\n"
     "                           0.5, 1.0, ..., 6.0 (e.g. 8,10,12 for highly aberrated eyes)\n"
-    "  --algorithm A            papycs, com or reichenbach (default: all three)\n";
+    "  --algorithm A            papycs, com or reichenbach (default: all three)\n"
+    "  --outlier-sigma K        the final fit's outlier rejection (aberrometry.h step 5;\n"
+    "                           default: the library's, 5; 0: none), both protocols\n";
 
 /* Takes this program's own options out of argv (the harness refuses what it does not know).
  * Returns SW_BENCH_CONTINUE or an exit code. */
@@ -97,12 +103,24 @@ static int parse_own(int *argc, char **argv, prog_opts *o)
 {
     int n = 1;
     o->images = -1;
+    o->outlier_sigma = -1.0;
     for (int i = 1; i < *argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--accuracy") == 0) {
             o->accuracy = 1;
         } else if (strcmp(a, "--speed") == 0) {
             o->speed = 1;
+        } else if (strcmp(a, "--outlier-sigma") == 0) {
+            char *end = NULL;
+            const char *v = i + 1 < *argc ? argv[++i] : "";
+            o->outlier_sigma = strtod(v, &end);
+            if (end == v || *end || !(o->outlier_sigma >= 0.0 && o->outlier_sigma < 1e6)) {
+                fprintf(stderr,
+                        "%s: --outlier-sigma: '%s' is not a number >= 0 (see '%s --help')\n", PROG,
+                        v, PROG);
+                return 2;
+            }
+            speed_outlier_sigma = o->outlier_sigma;
         } else if (strcmp(a, "--levels") == 0) {
             if (i + 1 >= *argc) {
                 fprintf(stderr, "%s: --levels needs a value (see '%s --help')\n", PROG, PROG);
@@ -405,6 +423,8 @@ static int accuracy(const prog_opts *o, sw_context *ctx)
         p.order = ORDER;
         p.fit_radius_px = 0.5 * EYE_PX;
         p.magnification = EYE_PX * a.geom.pixel_um / (1000.0 * EYE_MM);
+        if (o->outlier_sigma >= 0.0)
+            p.outlier_sigma = o->outlier_sigma;
         algorithm_params(&p, (sw_search_algorithm)alg);
         st = sw_aberrometry_create(ctx, &p, &a.plan[alg]);
     }
@@ -753,6 +773,8 @@ static sw_status make_speed_plan(sw_context *ctx, const speed_pool *f, sw_search
     p.ref_y = f->ref_xy + nl;
     p.order = ORDER;
     p.magnification = f->magnification;
+    if (speed_outlier_sigma >= 0.0)
+        p.outlier_sigma = speed_outlier_sigma;
     algorithm_params(&p, alg);
     return sw_aberrometry_create(ctx, &p, out);
 }

@@ -123,6 +123,10 @@ void sw_cmd_aberrometry_help(FILE *out)
         "                         %d; 0: the stages' own orders, e.g. the paper's single stage)\n"
         "  --mesh-residual PX     a raised stage fit whose residual RMS exceeds PX pixels gives\n"
         "                         way to the stage's own orders (default %g; inf: never)\n"
+        "  --outlier-sigma K      the final fit rejects its worst spot while its residual\n"
+        "                         exceeds K x the fit's residual RMS and --outlier-min-px,\n"
+        "                         refitting each time, at most %d per eye (default %g; 0: none)\n"
+        "  --outlier-min-px PX    the rejection's floor, pixels (default %g)\n"
         "  --neighbour-window F   with the dynamic mesh, no first search window wider than F x\n"
         "                         the distance to a neighbour's predicted spot, F >= 0 (default\n"
         "                         %g: never past the midpoint; 0: windows of --window, the\n"
@@ -219,9 +223,10 @@ void sw_cmd_aberrometry_help(FILE *out)
         "      --out z.csv --json --map w.png\n",
         DEF_PIXEL_UM, DEF_FOCAL_MM, DEF_MAGNIFICATION, SW_AB_MAX_ORDER, d.order, d.prelim_order,
         d.central_fraction, SW_AB_MAX_STAGES, d.mesh_stages, d.mesh_tolerance,
-        d.mesh_slopes_per_term, d.mesh_raise_residual_px, d.neighbour_window, SW_SEARCH_MAX_WINDOW,
-        d.discard_contrast, SW_SEARCH_MAX_WINDOW / 2, SW_AB_MAX_STREAMS, d.streams,
-        sw_cli_clinical_help_text(), sw_cli_given_help, DEF_MAP_SIZE);
+        d.mesh_slopes_per_term, d.mesh_raise_residual_px, SW_AB_MAX_OUTLIERS, d.outlier_sigma,
+        d.outlier_min_px, d.neighbour_window, SW_SEARCH_MAX_WINDOW, d.discard_contrast,
+        SW_SEARCH_MAX_WINDOW / 2, SW_AB_MAX_STREAMS, d.streams, sw_cli_clinical_help_text(),
+        sw_cli_given_help, DEF_MAP_SIZE);
 }
 
 enum {
@@ -246,6 +251,8 @@ enum {
     OPT_SLOPES,
     OPT_NEIGHBOUR,
     OPT_RAISE_RES,
+    OPT_OUT_SIGMA,
+    OPT_OUT_MIN,
     OPT_CENTRAL,
     OPT_FIT_RADIUS,
     OPT_WINDOW,
@@ -283,8 +290,8 @@ typedef struct ab_opts {
     int have_central, have_contrast, have_prelim, have_window, have_stages, have_tolerance;
     int have_ring;
     int32_t ring;
-    int have_slopes, have_neighbour, have_raise_res;
-    double raise_res;
+    int have_slopes, have_neighbour, have_raise_res, have_out_sigma, have_out_min;
+    double raise_res, out_sigma, out_min;
     int32_t mesh_slopes;
     double neighbour_window;
     int32_t mesh_stages;
@@ -332,6 +339,8 @@ static int parse_opts(ab_opts *o, int argc, char **argv)
         {"mesh-slopes", required_argument, NULL, OPT_SLOPES},
         {"neighbour-window", required_argument, NULL, OPT_NEIGHBOUR},
         {"mesh-residual", required_argument, NULL, OPT_RAISE_RES},
+        {"outlier-sigma", required_argument, NULL, OPT_OUT_SIGMA},
+        {"outlier-min-px", required_argument, NULL, OPT_OUT_MIN},
         {"central-fraction", required_argument, NULL, OPT_CENTRAL},
         {"fit-radius-px", required_argument, NULL, OPT_FIT_RADIUS},
         {"window", required_argument, NULL, OPT_WINDOW},
@@ -458,6 +467,14 @@ static int parse_opts(ab_opts *o, int argc, char **argv)
                                        &o->raise_res);
             }
             o->have_raise_res = 1;
+            break;
+        case OPT_OUT_SIGMA:
+            rc = sw_cli_opt_double(S, name, optarg, SW_CLI_NONNEG, "a number >= 0", &o->out_sigma);
+            o->have_out_sigma = 1;
+            break;
+        case OPT_OUT_MIN:
+            rc = sw_cli_opt_double(S, name, optarg, SW_CLI_NONNEG, "a number >= 0", &o->out_min);
+            o->have_out_min = 1;
             break;
         case OPT_TOLERANCE:
             rc = sw_cli_opt_double(S, name, optarg, SW_CLI_NONNEG, "a number >= 0",
@@ -740,6 +757,10 @@ static int make_plan(ab_job *j)
         p->neighbour_window = o->neighbour_window;
     if (o->have_raise_res)
         p->mesh_raise_residual_px = o->raise_res;
+    if (o->have_out_sigma)
+        p->outlier_sigma = o->out_sigma;
+    if (o->have_out_min)
+        p->outlier_min_px = o->out_min;
     if (o->have_tolerance)
         p->mesh_tolerance = o->mesh_tolerance;
     p->fit_radius_px = o->fit_radius_px;
@@ -1208,6 +1229,7 @@ static cJSON *json_eye(const ab_opts *o, const eye_out *q, int k, const char *ma
     sw_cli_json_int(n, "discarded_empty", e->discarded[0]);
     sw_cli_json_int(n, "discarded_spacing", e->discarded[1]);
     sw_cli_json_int(n, "discarded_isolated", e->discarded[2]);
+    sw_cli_json_int(n, "outliers", e->outliers);
     sw_cli_json_int(x, "terms", e->terms);
     cJSON *coef = cJSON_AddArrayToObject(x, "coefficients");
     for (int r = 0; r < e->terms; r++) {
@@ -1277,6 +1299,8 @@ static void json_report(const ab_job *j, double seconds, const sw_cli_mpi *mpi)
     sw_cli_json_int(r, "mesh_slopes_per_term", p->mesh_slopes_per_term);
     sw_cli_json_double(r, "neighbour_window", p->neighbour_window);
     sw_cli_json_double(r, "mesh_raise_residual_px", p->mesh_raise_residual_px);
+    sw_cli_json_double(r, "outlier_sigma", p->outlier_sigma);
+    sw_cli_json_double(r, "outlier_min_px", p->outlier_min_px);
     sw_cli_json_double(r, "central_fraction", p->central_fraction);
     if (p->fit_radius_px > 0)
         sw_cli_json_double(r, "fit_radius_px", p->fit_radius_px);

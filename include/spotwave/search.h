@@ -127,7 +127,9 @@ typedef enum sw_spot_status {
     SW_SPOT_NOT_FOUND = 4, /* Reichenbach: no peak reached this spot                    */
     SW_SPOT_EMPTY = 5,     /* discarded, criterion 1 (empty or saturated cell)          */
     SW_SPOT_SPACING = 6,   /* discarded, criterion 2 (a neighbour too close or too far) */
-    SW_SPOT_ISOLATED = 7   /* discarded, criterion 3 (no kept neighbour)                */
+    SW_SPOT_ISOLATED = 7,  /* discarded, criterion 3 (no kept neighbour)                */
+    SW_SPOT_OUTLIER = 8    /* kept by the search, rejected by a fit that it did not
+                              follow (aberrometry.h step 5's outlier rejection)         */
 } sw_spot_status;
 
 /* A short English phrase ("discarded: isolated", ...). */

@@ -118,7 +118,7 @@ class Eye:
     failure); the analysis circle ``cx_px``, ``cy_px``, ``radius_px``; ``pupil_mm`` (the
     coefficients' pupil) and ``measured_pupil_mm``; the lenslets ``lenslets`` (used),
     ``central`` (in the static central mesh), ``found``, ``kept``, ``discarded`` (by criterion 1,
-    2, 3); ``terms``; ``coef_um`` (OSA j = 0 .. terms - 1, um, NaN when invalid); ``prelim_um``
+    2, 3), ``outliers`` (of the kept, rejected by the final fit); ``terms``; ``coef_um`` (OSA j = 0 .. terms - 1, um, NaN when invalid); ``prelim_um``
     (the first preliminary fit); ``residual_px`` (RMS of the fit's residual slopes); ``rx``
     (sphere_d, cyl_d, axis_deg in minus-cylinder form, M, J0, J45, dioptres); ``rms_um``
     (orders >= 2) and ``hoa_rms_um`` (orders >= 3)."""
@@ -157,8 +157,8 @@ class AberrometryPlan:
 
     ``AberrometryPlan(reference, *, shape=None, dtype=None, eyes=1, algorithm="papycs",
     order=6, prelim_order=None, central_fraction=0.5, mesh_stages=4, mesh_tolerance=0.25,
-    mesh_slopes=4, mesh_residual=0.2, neighbour_window=1.0, fit_radius_px=0.0,
-    magnification=0.61875, vertex_mm=0.0, window=None, discard=True, contrast=15.0,
+    mesh_slopes=4, mesh_residual=0.2, outlier_sigma=5.0, outlier_min_px=1.0,
+    neighbour_window=1.0, fit_radius_px=0.0, magnification=0.61875, vertex_mm=0.0, window=None, discard=True, contrast=15.0,
     discard_ring=0, streams=2, higher_order_rx=False, pupil_method="auto", given=None, ctx=None)``
 
     reference: a :class:`Reference` (its grid and centroids; shape and dtype default to its
@@ -169,9 +169,12 @@ class AberrometryPlan:
     stage), mesh_tolerance (pitches; 0: no mesh check), mesh_slopes (a stage fits more orders
     while its spots give this many slopes per unknown; 0: the stage's own order), mesh_residual
     (a raised fit whose residual RMS exceeds this many pixels gives way to the stage's own order;
-    inf: never), neighbour_window (no first PAPYCS window wider than this times the distance to a
+    inf: never), outlier_sigma and outlier_min_px (the final fit rejects its worst spot, one at a
+    time and at most 8 per eye, while that spot's residual exceeds outlier_sigma times the fit's
+    residual RMS and outlier_min_px pixels; 0: none), neighbour_window (no first PAPYCS window wider than this times the distance to a
     neighbour's predicted spot: 1, the default, never reaches past the midpoint; 0: the paper's
-    windows); as ``spotwave aberrometry --mesh-slopes / --mesh-residual / --neighbour-window``.
+    windows); as ``spotwave aberrometry --mesh-slopes / --mesh-residual / --outlier-sigma /
+    --outlier-min-px / --neighbour-window``.
     fit_radius_px: a fixed analysis radius
     (0: the pupil ellipse's major semi-axis). magnification: see the module. vertex_mm: the
     refraction at a spectacle plane. window: the first search window (default: the pitch rounded
@@ -189,8 +192,8 @@ class AberrometryPlan:
 
     def __init__(self, reference, *, shape=None, dtype=None, eyes=1, algorithm="papycs",
                  order=6, prelim_order=None, central_fraction=0.5, mesh_stages=4,
-                 mesh_tolerance=0.25, mesh_slopes=4, mesh_residual=0.2, neighbour_window=1.0,
-                 fit_radius_px=0.0,
+                 mesh_tolerance=0.25, mesh_slopes=4, mesh_residual=0.2, outlier_sigma=5.0,
+                 outlier_min_px=1.0, neighbour_window=1.0, fit_radius_px=0.0,
                  magnification=DEFAULT_MAGNIFICATION, vertex_mm=0.0, window=None, discard=True,
                  contrast=15.0, discard_ring=0, streams=2,
                  higher_order_rx=False, pupil_method="auto", given=None, ctx=None):
@@ -218,6 +221,7 @@ class AberrometryPlan:
                       central_fraction=central_fraction, mesh_stages=mesh_stages,
                       mesh_tolerance=mesh_tolerance, mesh_slopes_per_term=int(mesh_slopes),
                       mesh_raise_residual_px=float(mesh_residual),
+                      outlier_sigma=float(outlier_sigma), outlier_min_px=float(outlier_min_px),
                       neighbour_window=neighbour_window, fit_radius_px=fit_radius_px,
                       magnification=magnification, vertex_mm=vertex_mm,
                       window_px=0 if window is None else int(window), discard=bool(discard),
@@ -246,7 +250,8 @@ class AberrometryPlan:
         """The last frame's lenslets (the command's --spots table): ix, iy, eye (0: in no pupil),
         x_px, y_px (the centroid, NaN when not found), x0_px, y0_px (where the final search
         started), status (search.h: 0 found, 1 not searched, 2 outside the frame, 3 flat,
-        4 not found, 5..7 discarded: empty cell, spacing, isolated)."""
+        4 not found, 5..7 discarded: empty cell, spacing, isolated; 8 rejected by the final fit
+        as an outlier)."""
         d = self._p.spots()
         g = self.reference.geometry
         n = g["nx"] * g["ny"]

@@ -99,6 +99,7 @@ nb::dict eye_dict(const sw_aberrometry_eye &e)
     for (int k = 0; k < 3; k++)
         disc.append(e.discarded[k]);
     d["discarded"] = disc;
+    d["outliers"] = e.outliers;
     d["terms"] = e.terms;
     const size_t t = (size_t)(e.terms > 0 ? e.terms : 0);
     d["coef_um"] = vec_array(e.coef_um, t);
@@ -153,6 +154,8 @@ nb::dict defaults()
     d["mesh_slopes_per_term"] = p.mesh_slopes_per_term;
     d["neighbour_window"] = p.neighbour_window;
     d["mesh_raise_residual_px"] = p.mesh_raise_residual_px;
+    d["outlier_sigma"] = p.outlier_sigma;
+    d["outlier_min_px"] = p.outlier_min_px;
     d["magnification"] = p.magnification;
     d["min_window_px"] = p.min_window_px;
     d["discard_contrast"] = p.discard_contrast;
@@ -191,6 +194,8 @@ void plan_init(Plan *self, nb::object ctx_obj, nb::dict params)
     p.mesh_slopes_per_term = (int32_t)q.integer("mesh_slopes_per_term", p.mesh_slopes_per_term);
     p.neighbour_window = q.num("neighbour_window", p.neighbour_window);
     p.mesh_raise_residual_px = q.num("mesh_raise_residual_px", p.mesh_raise_residual_px);
+    p.outlier_sigma = q.num("outlier_sigma", p.outlier_sigma);
+    p.outlier_min_px = q.num("outlier_min_px", p.outlier_min_px);
     p.fit_radius_px = q.num("fit_radius_px", p.fit_radius_px);
     p.magnification = q.num("magnification", p.magnification);
     p.vertex_mm = q.num("vertex_mm", p.vertex_mm);

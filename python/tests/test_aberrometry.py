@@ -98,9 +98,9 @@ def test_aberrometry_is_the_commands(cli, one, eye):
     assert (e.cx_px, e.cy_px, e.radius_px) == tuple(je["analysis_circle"][k] for k in
                                                     ("cx_px", "cy_px", "radius_px"))
     c = je["counts"]
-    assert (e.lenslets, e.central, e.found, e.kept, e.discarded) == (
+    assert (e.lenslets, e.central, e.found, e.kept, e.discarded, e.outliers) == (
         c["lenslets"], c["central"], c["found"], c["kept"],
-        [c["discarded_empty"], c["discarded_spacing"], c["discarded_isolated"]])
+        [c["discarded_empty"], c["discarded_spacing"], c["discarded_isolated"]], c["outliers"])
     assert [x["coef_um"] for x in je["coefficients"]] == list(e.coef_um)
     assert (e.pupil_mm, e.rms_um, e.hoa_rms_um, e.residual_px) == (
         je["pupil_mm"], je["rms_um"], je["hoa_rms_um"], je["residual_px"])

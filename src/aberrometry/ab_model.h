@@ -216,6 +216,17 @@ SW_AB_FN int sw_ab_raise_rejected(int32_t Jf, int32_t Jk, double res, double tol
     return Jf > Jk && res > tol;
 }
 
+/* Step 5's outlier test: 1 when the largest squared residual of a spot, worst2 = |v_l|^2
+ * (pixels^2), exceeds max(sigma rho, min_px)^2, rho the fit's residual RMS; never when sigma is 0
+ * (aberrometry.h outlier_sigma, outlier_min_px). */
+SW_AB_FN int sw_ab_outlier(double worst2, double rho, double sigma, double min_px)
+{
+    if (!(sigma > 0.0))
+        return 0;
+    const double tol = sigma * rho > min_px ? sigma * rho : min_px;
+    return worst2 > tol * tol;
+}
+
 /* The most terms stage k's fit can take (the columns of its prediction D_k c_k): J = J(order)
  * when the fits may be raised (q > 0), else the schedule's Jk. */
 SW_AB_FN int32_t sw_ab_stage_terms_max(int32_t Jk, int32_t J, int32_t q)

@@ -71,6 +71,8 @@ void sw_aberrometry_params_default(sw_aberrometry_params *p, int32_t width, int3
     p->mesh_tolerance = 0.25;
     p->mesh_slopes_per_term = 4;
     p->mesh_raise_residual_px = 0.2;
+    p->outlier_sigma = 5.0;
+    p->outlier_min_px = 1.0;
     p->neighbour_window = 1.0;
     p->fit_radius_px = 0.0;
     p->magnification = 1.0;
@@ -255,6 +257,13 @@ static sw_status check_params(sw_context *ctx, const sw_aberrometry_params *p)
         return sw_fail(ctx, SW_EINVAL,
                        "aberrometry: mesh_raise_residual_px %g must be > 0 (+Inf: no check)",
                        p->mesh_raise_residual_px);
+    if (!(isfinite(p->outlier_sigma) && p->outlier_sigma >= 0.0))
+        return sw_fail(ctx, SW_EINVAL,
+                       "aberrometry: outlier_sigma %g must be finite and >= 0 (0: no rejection)",
+                       p->outlier_sigma);
+    if (!(isfinite(p->outlier_min_px) && p->outlier_min_px >= 0.0))
+        return sw_fail(ctx, SW_EINVAL, "aberrometry: outlier_min_px %g must be finite and >= 0",
+                       p->outlier_min_px);
     if (!(isfinite(p->neighbour_window) && p->neighbour_window >= 0.0))
         return sw_fail(ctx, SW_EINVAL,
                        "aberrometry: neighbour_window %g must be finite and >= 0 (0: windows of "
@@ -610,6 +619,7 @@ sw_status sw_ab_result_fill(sw_aberrometry_plan *plan, const sw_pupil_result *pr
             eye->kept = r->kept;
             for (int k = 0; k < 3; k++)
                 eye->discarded[k] = r->discarded[k];
+            eye->outliers = r->outliers;
         }
         if (f == SW_AB_OK) {
             for (int32_t j = 0; j < J; j++)
@@ -874,8 +884,33 @@ static sw_status cpu_frame(sw_aberrometry_plan *plan, const sw_image *frame, sw_
             r->failure = SW_AB_FEW_SPOTS;
             continue;
         }
-        if (cpu_fit(plan, w, n, J, r->coef, &r->residual) != 0)
+        if (cpu_fit(plan, w, n, J, r->coef, &r->residual) != 0) {
             r->failure = SW_AB_SINGULAR;
+            continue;
+        }
+        /* outlier rejection: the worst spot (cpu_fit left the residuals D c - s in w->s, x rows
+         * then y rows; the lowest lenslet index on a tie), refit without it */
+        while (r->outliers < SW_AB_MAX_OUTLIERS && 2 * (n - 1) >= J - 1) {
+            int32_t worst = -1;
+            double w2 = -1.0;
+            for (int32_t k = 0; k < n; k++) {
+                const double v2 = w->s[k] * w->s[k] + w->s[n + k] * w->s[n + k];
+                if (v2 > w2) {
+                    w2 = v2;
+                    worst = k;
+                }
+            }
+            if (!sw_ab_outlier(w2, r->residual, p->outlier_sigma, p->outlier_min_px))
+                break;
+            w->status[w->lens[w->sel[worst]]] = SW_SPOT_OUTLIER;
+            memmove(w->sel + worst, w->sel + worst + 1, (size_t)(n - worst - 1) * sizeof *w->sel);
+            n--;
+            r->outliers++;
+            if (cpu_fit(plan, w, n, J, r->coef, &r->residual) != 0) {
+                r->failure = SW_AB_SINGULAR;
+                break;
+            }
+        }
     }
     w->have_last = 1;
     return SW_OK;

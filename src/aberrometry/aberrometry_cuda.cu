@@ -100,6 +100,7 @@ struct ab_dev {
     double frac[SW_AB_MAX_STAGES];  /* stage k's circle / R                     */
     double fit_radius, mesh_tol;    /* fit_radius_px; the mesh check, pixels    */
     double raise_tol;               /* mesh_raise_residual_px                   */
+    double out_sigma, out_min;      /* outlier_sigma, outlier_min_px            */
     const uint8_t *mask;            /* the tracker's lenslet mask (device)      */
     const sw_pupil_ellipse *pupils; /* the tracker's pupils (device)            */
     double *refx, *refy;            /* reference centroids, nl each              */
@@ -326,160 +327,221 @@ __global__ void __launch_bounds__(AB_FIT_THREADS) ab_fit_kernel(ab_dev d, int32_
      * 32 words, put them all in one bank: 32-way conflicts, measured 150 us per fit) */
     const int RS = 2 * chunk + 1;
     double *G = ab_sh, *b = G + P, *R = b + m, *s = R + (size_t)RS * m;
-    for (int o = t; o < P + m; o += AB_FIT_THREADS)
-        ab_sh[o] = 0.0;
     if (t < 3)
         disc[t] = 0;
-    if (t == 0)
-        bad = 0;
-    __syncthreads();
-
-    /* the rows: D^T D and D^T s */
-    int32_t n = 0; /* lenslets in the fit (the same in every thread) */
-    if (fail == SW_AB_OK) {
-        for (int32_t base = 0; base < nl; base += AB_FIT_THREADS) {
-            const int32_t l = base + t;
-            int sel = 0;
-            if (l < nl && d.eye[l] == e + 1) {
-                if (FINAL) {
-                    uint8_t st = d.st[l];
-                    if (st == SW_SPOT_OK && d.mesh_tol > 0.0 &&
-                        sw_ab_off_mesh(d.x[l], d.y[l], d.sx[l], d.sy[l], d.mesh_tol)) {
-                        st = SW_SPOT_SPACING;
-                        d.st[l] = st;
-                    }
-                    sel = st == SW_SPOT_OK;
-                    if (st == SW_SPOT_EMPTY)
-                        atomicAdd(&disc[0], 1);
-                    else if (st == SW_SPOT_SPACING)
-                        atomicAdd(&disc[1], 1);
-                    else if (st == SW_SPOT_ISOLATED)
-                        atomicAdd(&disc[2], 1);
-                } else {
-                    sel = d.stage[l] <= k && d.st[l] == SW_SPOT_OK;
-                }
-            }
-            const unsigned ballot = __ballot_sync(0xffffffffu, sel);
-            if (lane == 0)
-                wsum[warp] = __popc(ballot);
-            __syncthreads();
-            int off = 0, tot = 0;
-            for (int q = 0; q < AB_FIT_THREADS / 32; q++) {
-                off += q < warp ? wsum[q] : 0;
-                tot += wsum[q];
-            }
-            if (sel)
-                list[off + __popc(ballot & ((1u << lane) - 1u))] = l;
-            __syncthreads();
-            for (int c0 = 0; c0 < tot; c0 += chunk) {
-                const int nc = min(chunk, tot - c0), rows = 2 * nc;
-                for (int q = t; q < rows * m; q += AB_FIT_THREADS) {
-                    const int j = q / rows, r = q - j * rows;
-                    const int y = r >= nc;
-                    const int32_t ll = list[c0 + r - (y ? nc : 0)];
-                    R[j * RS + r] = d.D[(size_t)j * ld + (y ? (size_t)nl : 0) + (size_t)ll];
-                }
-                for (int r = t; r < rows; r += AB_FIT_THREADS) {
-                    const int y = r >= nc;
-                    const int32_t ll = list[c0 + r - (y ? nc : 0)];
-                    s[r] = y ? d.y[ll] - d.refy[ll] : d.x[ll] - d.refx[ll];
-                }
-                __syncthreads();
-                for (int o = t; o < P + m; o += AB_FIT_THREADS) {
-                    int i, j;
-                    if (o < P)
-                        ab_tri(o, &i, &j);
-                    else
-                        i = o - P;
-                    const double *u = R + (size_t)i * RS, *v = o < P ? R + (size_t)j * RS : s;
-                    double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
-                    int r = 0;
-                    for (; r + 4 <= rows; r += 4) {
-                        a0 += u[r] * v[r];
-                        a1 += u[r + 1] * v[r + 1];
-                        a2 += u[r + 2] * v[r + 2];
-                        a3 += u[r + 3] * v[r + 3];
-                    }
-                    for (; r < rows; r++)
-                        a0 += u[r] * v[r];
-                    ab_sh[o] += (a0 + a1) + (a2 + a3);
-                }
-                __syncthreads();
-            }
-            n += tot;
-        }
-        if (2 * n < m)
-            fail = FINAL ? SW_AB_FEW_SPOTS : SW_AB_FEW_CENTRAL;
-    }
-
-    /* G = L L^T in place, then L y = b, L^T c = y (b holds c) */
-    if (fail == SW_AB_OK) {
-        for (int j = 0; j < m; j++) {
-            const int jj = j * (j + 1) / 2 + j;
-            if (t == 0) {
-                const double p = G[jj];
-                if (!(p > 0.0))
-                    bad = 1;
-                else
-                    G[jj] = sqrt(p);
-            }
-            __syncthreads();
-            if (bad)
-                break;
-            const double ljj = G[jj];
-            for (int i = j + 1 + t; i < m; i += AB_FIT_THREADS)
-                G[i * (i + 1) / 2 + j] /= ljj;
-            __syncthreads();
-            const int rest = m - j - 1;
-            for (int o = t; o < rest * (rest + 1) / 2; o += AB_FIT_THREADS) {
-                int a, c;
-                ab_tri(o, &a, &c);
-                const int i = j + 1 + a, q = j + 1 + c;
-                G[i * (i + 1) / 2 + q] -= G[i * (i + 1) / 2 + j] * G[q * (q + 1) / 2 + j];
-            }
-            __syncthreads();
-        }
-        if (bad)
-            fail = SW_AB_SINGULAR;
-    }
-    /* 3b, a raised fit: the stage's own order's fit is the leading block of the same system (its
-     * Cholesky factor the leading block of L, its y the first entries of L y = b) */
-    const int m_own = FINAL ? m : min(m, (int)d.Js[k] - 1);
-    if (fail == SW_AB_OK) {
-        for (int j = 0; j < m; j++) {
-            if (t == 0)
-                b[j] /= G[j * (j + 1) / 2 + j];
-            __syncthreads();
-            for (int i = j + 1 + t; i < m; i += AB_FIT_THREADS)
-                b[i] -= G[i * (i + 1) / 2 + j] * b[j];
-            __syncthreads();
-        }
-        for (int j = t; j < m_own && m_own < m; j += AB_FIT_THREADS)
-            ysave[j] = b[j];
+    int32_t n = 0, n_kept = 0, outliers = 0; /* the same in every thread */
+    double rho = 0.0;                        /* final: the residual RMS */
+    /* final: pass 1, 2, ... after outlier rejections (each refits from the rows, as the CPU) */
+    for (int pass = 0;; pass++) {
+        for (int o = t; o < P + m; o += AB_FIT_THREADS)
+            ab_sh[o] = 0.0;
+        if (t == 0)
+            bad = 0;
         __syncthreads();
-        for (int j = m - 1; j >= 0; j--) {
-            if (t == 0)
-                b[j] /= G[j * (j + 1) / 2 + j];
-            __syncthreads();
-            for (int i = t; i < j; i += AB_FIT_THREADS)
-                b[i] -= G[j * (j + 1) / 2 + i] * b[j];
-            __syncthreads();
-        }
-    }
 
-    if (!FINAL) { /* step 3b's solution for the prediction, or the eye's failure */
-        if (fail != SW_AB_OK) {
-            if (t == 0)
-                d.cnt->fail[e] = fail;
+        /* the rows: D^T D and D^T s */
+        n = 0; /* lenslets in the fit */
+        if (fail == SW_AB_OK) {
+            for (int32_t base = 0; base < nl; base += AB_FIT_THREADS) {
+                const int32_t l = base + t;
+                int sel = 0;
+                if (l < nl && d.eye[l] == e + 1) {
+                    if (FINAL) {
+                        uint8_t st = d.st[l];
+                        if (pass == 0 && st == SW_SPOT_OK && d.mesh_tol > 0.0 &&
+                            sw_ab_off_mesh(d.x[l], d.y[l], d.sx[l], d.sy[l], d.mesh_tol)) {
+                            st = SW_SPOT_SPACING;
+                            d.st[l] = st;
+                        }
+                        sel = st == SW_SPOT_OK;
+                        if (pass > 0)
+                            ;
+                        else if (st == SW_SPOT_EMPTY)
+                            atomicAdd(&disc[0], 1);
+                        else if (st == SW_SPOT_SPACING)
+                            atomicAdd(&disc[1], 1);
+                        else if (st == SW_SPOT_ISOLATED)
+                            atomicAdd(&disc[2], 1);
+                    } else {
+                        sel = d.stage[l] <= k && d.st[l] == SW_SPOT_OK;
+                    }
+                }
+                const unsigned ballot = __ballot_sync(0xffffffffu, sel);
+                if (lane == 0)
+                    wsum[warp] = __popc(ballot);
+                __syncthreads();
+                int off = 0, tot = 0;
+                for (int q = 0; q < AB_FIT_THREADS / 32; q++) {
+                    off += q < warp ? wsum[q] : 0;
+                    tot += wsum[q];
+                }
+                if (sel)
+                    list[off + __popc(ballot & ((1u << lane) - 1u))] = l;
+                __syncthreads();
+                for (int c0 = 0; c0 < tot; c0 += chunk) {
+                    const int nc = min(chunk, tot - c0), rows = 2 * nc;
+                    for (int q = t; q < rows * m; q += AB_FIT_THREADS) {
+                        const int j = q / rows, r = q - j * rows;
+                        const int y = r >= nc;
+                        const int32_t ll = list[c0 + r - (y ? nc : 0)];
+                        R[j * RS + r] = d.D[(size_t)j * ld + (y ? (size_t)nl : 0) + (size_t)ll];
+                    }
+                    for (int r = t; r < rows; r += AB_FIT_THREADS) {
+                        const int y = r >= nc;
+                        const int32_t ll = list[c0 + r - (y ? nc : 0)];
+                        s[r] = y ? d.y[ll] - d.refy[ll] : d.x[ll] - d.refx[ll];
+                    }
+                    __syncthreads();
+                    for (int o = t; o < P + m; o += AB_FIT_THREADS) {
+                        int i, j;
+                        if (o < P)
+                            ab_tri(o, &i, &j);
+                        else
+                            i = o - P;
+                        const double *u = R + (size_t)i * RS, *v = o < P ? R + (size_t)j * RS : s;
+                        double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
+                        int r = 0;
+                        for (; r + 4 <= rows; r += 4) {
+                            a0 += u[r] * v[r];
+                            a1 += u[r + 1] * v[r + 1];
+                            a2 += u[r + 2] * v[r + 2];
+                            a3 += u[r + 3] * v[r + 3];
+                        }
+                        for (; r < rows; r++)
+                            a0 += u[r] * v[r];
+                        ab_sh[o] += (a0 + a1) + (a2 + a3);
+                    }
+                    __syncthreads();
+                }
+                n += tot;
+            }
+            if (pass == 0)
+                n_kept = n;
+            if (2 * n < m)
+                fail = FINAL ? SW_AB_FEW_SPOTS : SW_AB_FEW_CENTRAL;
+        }
+
+        /* G = L L^T in place, then L y = b, L^T c = y (b holds c) */
+        if (fail == SW_AB_OK) {
+            for (int j = 0; j < m; j++) {
+                const int jj = j * (j + 1) / 2 + j;
+                if (t == 0) {
+                    const double p = G[jj];
+                    if (!(p > 0.0))
+                        bad = 1;
+                    else
+                        G[jj] = sqrt(p);
+                }
+                __syncthreads();
+                if (bad)
+                    break;
+                const double ljj = G[jj];
+                for (int i = j + 1 + t; i < m; i += AB_FIT_THREADS)
+                    G[i * (i + 1) / 2 + j] /= ljj;
+                __syncthreads();
+                const int rest = m - j - 1;
+                for (int o = t; o < rest * (rest + 1) / 2; o += AB_FIT_THREADS) {
+                    int a, c;
+                    ab_tri(o, &a, &c);
+                    const int i = j + 1 + a, q = j + 1 + c;
+                    G[i * (i + 1) / 2 + q] -= G[i * (i + 1) / 2 + j] * G[q * (q + 1) / 2 + j];
+                }
+                __syncthreads();
+            }
+            if (bad)
+                fail = SW_AB_SINGULAR;
+        }
+        /* 3b, a raised fit: the stage's own order's fit is the leading block of the same system
+         * (its Cholesky factor the leading block of L, its y the first entries of L y = b) */
+        const int m_own = FINAL ? m : min(m, (int)d.Js[k] - 1);
+        if (fail == SW_AB_OK) {
+            for (int j = 0; j < m; j++) {
+                if (t == 0)
+                    b[j] /= G[j * (j + 1) / 2 + j];
+                __syncthreads();
+                for (int i = j + 1 + t; i < m; i += AB_FIT_THREADS)
+                    b[i] -= G[i * (i + 1) / 2 + j] * b[j];
+                __syncthreads();
+            }
+            for (int j = t; j < m_own && m_own < m; j += AB_FIT_THREADS)
+                ysave[j] = b[j];
+            __syncthreads();
+            for (int j = m - 1; j >= 0; j--) {
+                if (t == 0)
+                    b[j] /= G[j * (j + 1) / 2 + j];
+                __syncthreads();
+                for (int i = t; i < j; i += AB_FIT_THREADS)
+                    b[i] -= G[j * (j + 1) / 2 + i] * b[j];
+                __syncthreads();
+            }
+        }
+
+        if (!FINAL) { /* step 3b's solution for the prediction, or the eye's failure */
+            if (fail != SW_AB_OK) {
+                if (t == 0)
+                    d.cnt->fail[e] = fail;
+                return;
+            }
+            /* a raised fit's residual RMS over its slopes (fixed-order block sum, as the final
+             * fit's): above raise_tol, the stage's own order instead (sw_ab_raise_rejected, as the
+             * CPU): L^T c = y on the leading m_own block */
+            if (m_own < m) {
+                double ss = 0.0;
+                for (int32_t l = t; l < nl; l += AB_FIT_THREADS) {
+                    if (d.eye[l] != e + 1 || d.stage[l] > k || d.st[l] != SW_SPOT_OK)
+                        continue;
+                    double px = 0.0, py = 0.0;
+                    for (int j = 0; j < m; j++) {
+                        px += d.D[(size_t)j * ld + (size_t)l] * b[j];
+                        py += d.D[(size_t)j * ld + (size_t)nl + (size_t)l] * b[j];
+                    }
+                    const double vx = px - (d.x[l] - d.refx[l]), vy = py - (d.y[l] - d.refy[l]);
+                    ss += vx * vx + vy * vy;
+                }
+                red[t] = ss;
+                __syncthreads();
+                for (int w = AB_FIT_THREADS / 2; w > 0; w >>= 1) {
+                    if (t < w)
+                        red[t] += red[t + w];
+                    __syncthreads();
+                }
+                const double res = sqrt(red[0] / (2.0 * (double)n));
+                if (sw_ab_raise_rejected(m + 1, m_own + 1, res, d.raise_tol)) {
+                    __syncthreads(); /* every thread has read red[0] and b */
+                    for (int j = t; j < m; j += AB_FIT_THREADS)
+                        b[j] = j < m_own ? ysave[j] : 0.0;
+                    __syncthreads();
+                    for (int j = m_own - 1; j >= 0; j--) {
+                        if (t == 0)
+                            b[j] /= G[j * (j + 1) / 2 + j];
+                        __syncthreads();
+                        for (int i = t; i < j; i += AB_FIT_THREADS)
+                            b[i] -= G[j * (j + 1) / 2 + i] * b[j];
+                        __syncthreads();
+                    }
+                    m = m_own;
+                }
+            }
+            /* zeros up to the prediction's columns (the most terms a stage may take) */
+            const int32_t mmax = sw_ab_stage_terms_max(d.Js[k], d.J, d.slopes) - 1;
+            for (int j = t; j < mmax; j += AB_FIT_THREADS) {
+                const double v = j < m ? b[j] : 0.0;
+                d.bk[e][j] = v;
+                if (k == 0)
+                    d.bp[e][j] = v;
+            }
+            if (t == 0 && k == 0)
+                d.cnt->prelim_ok[e] = 1;
             return;
         }
-        /* a raised fit's residual RMS over its slopes (fixed-order block sum, as the final
-         * fit's): above raise_tol, the stage's own order instead (sw_ab_raise_rejected, as the
-         * CPU): L^T c = y on the leading m_own block */
-        if (m_own < m) {
-            double ss = 0.0;
+
+        /* final: the residual RMS of D c - s over the rows (fixed-order block sum), and the spot of
+         * the largest residual (the lowest lenslet on a tie) */
+        double ss = 0.0, w2 = -1.0;
+        int32_t lw = -1;
+        if (fail == SW_AB_OK) {
             for (int32_t l = t; l < nl; l += AB_FIT_THREADS) {
-                if (d.eye[l] != e + 1 || d.stage[l] > k || d.st[l] != SW_SPOT_OK)
+                if (d.eye[l] != e + 1 || d.st[l] != SW_SPOT_OK)
                     continue;
                 double px = 0.0, py = 0.0;
                 for (int j = 0; j < m; j++) {
@@ -487,67 +549,49 @@ __global__ void __launch_bounds__(AB_FIT_THREADS) ab_fit_kernel(ab_dev d, int32_
                     py += d.D[(size_t)j * ld + (size_t)nl + (size_t)l] * b[j];
                 }
                 const double vx = px - (d.x[l] - d.refx[l]), vy = py - (d.y[l] - d.refy[l]);
-                ss += vx * vx + vy * vy;
-            }
-            red[t] = ss;
-            __syncthreads();
-            for (int w = AB_FIT_THREADS / 2; w > 0; w >>= 1) {
-                if (t < w)
-                    red[t] += red[t + w];
-                __syncthreads();
-            }
-            const double res = sqrt(red[0] / (2.0 * (double)n));
-            if (sw_ab_raise_rejected(m + 1, m_own + 1, res, d.raise_tol)) {
-                __syncthreads(); /* every thread has read red[0] and b */
-                for (int j = t; j < m; j += AB_FIT_THREADS)
-                    b[j] = j < m_own ? ysave[j] : 0.0;
-                __syncthreads();
-                for (int j = m_own - 1; j >= 0; j--) {
-                    if (t == 0)
-                        b[j] /= G[j * (j + 1) / 2 + j];
-                    __syncthreads();
-                    for (int i = t; i < j; i += AB_FIT_THREADS)
-                        b[i] -= G[j * (j + 1) / 2 + i] * b[j];
-                    __syncthreads();
+                const double v2 = vx * vx + vy * vy;
+                ss += v2;
+                if (v2 > w2) { /* l rises within a thread: the first of equals is the lowest */
+                    w2 = v2;
+                    lw = l;
                 }
-                m = m_own;
             }
         }
-        /* zeros up to the prediction's columns (the most terms a stage may take) */
-        const int32_t mmax = sw_ab_stage_terms_max(d.Js[k], d.J, d.slopes) - 1;
-        for (int j = t; j < mmax; j += AB_FIT_THREADS) {
-            const double v = j < m ? b[j] : 0.0;
-            d.bk[e][j] = v;
-            if (k == 0)
-                d.bp[e][j] = v;
-        }
-        if (t == 0 && k == 0)
-            d.cnt->prelim_ok[e] = 1;
-        return;
-    }
-
-    /* final: the residual RMS of D c - s over the rows (fixed-order block sum) */
-    double ss = 0.0;
-    if (fail == SW_AB_OK) {
-        for (int32_t l = t; l < nl; l += AB_FIT_THREADS) {
-            if (d.eye[l] != e + 1 || d.st[l] != SW_SPOT_OK)
-                continue;
-            double px = 0.0, py = 0.0;
-            for (int j = 0; j < m; j++) {
-                px += d.D[(size_t)j * ld + (size_t)l] * b[j];
-                py += d.D[(size_t)j * ld + (size_t)nl + (size_t)l] * b[j];
-            }
-            const double vx = px - (d.x[l] - d.refx[l]), vy = py - (d.y[l] - d.refy[l]);
-            ss += vx * vx + vy * vy;
-        }
-    }
-    red[t] = ss;
-    __syncthreads();
-    for (int w = AB_FIT_THREADS / 2; w > 0; w >>= 1) {
-        if (t < w)
-            red[t] += red[t + w];
+        red[t] = ss;
         __syncthreads();
-    }
+        for (int w = AB_FIT_THREADS / 2; w > 0; w >>= 1) {
+            if (t < w)
+                red[t] += red[t + w];
+            __syncthreads();
+        }
+        rho = fail == SW_AB_OK && n > 0 ? sqrt(red[0] / (2.0 * (double)n)) : 0.0;
+        /* outlier rejection (aberrometry.h step 5, sw_ab_outlier as the CPU): the worst spot
+         * rejected, and the fit solved again without it */
+        if (fail != SW_AB_OK || !(d.out_sigma > 0.0) || outliers >= SW_AB_MAX_OUTLIERS ||
+            2 * (n - 1) < m)
+            break;
+        __syncthreads(); /* every thread has read red[0]; list is free after the rows */
+        red[t] = w2;
+        list[t] = lw;
+        __syncthreads();
+        for (int w = AB_FIT_THREADS / 2; w > 0; w >>= 1) {
+            if (t < w) {
+                const double o2 = red[t + w];
+                const int32_t ol = list[t + w];
+                if (o2 > red[t] || (o2 == red[t] && ol >= 0 && (list[t] < 0 || ol < list[t]))) {
+                    red[t] = o2;
+                    list[t] = ol;
+                }
+            }
+            __syncthreads();
+        }
+        if (list[0] < 0 || !sw_ab_outlier(red[0], rho, d.out_sigma, d.out_min))
+            break;
+        if (t == 0)
+            d.st[list[0]] = SW_SPOT_OUTLIER;
+        outliers++;
+        __syncthreads(); /* the status seen by the whole block before the rows are read again */
+    }                    /* pass */
 
     /* the eye's raw result (aberrometry_internal.h) */
     sw_ab_raw_eye *o = &d.raw->eye[e];
@@ -561,17 +605,18 @@ __global__ void __launch_bounds__(AB_FIT_THREADS) ab_fit_kernel(ab_dev d, int32_
         o->failure = fail;
         o->lenslets = c->lenslets[e];
         o->central = c->central[e];
-        o->kept = n;
-        o->found = n + disc[0] + disc[1] + disc[2];
+        o->kept = n_kept;
+        o->found = n_kept + disc[0] + disc[1] + disc[2];
         for (int q = 0; q < 3; q++)
             o->discarded[q] = disc[q];
+        o->outliers = outliers;
         o->prelim_ok = prelim_ok;
         if (d.pupils[e].valid) {
             sw_ab_circle(&d.pupils[e], d.fit_radius, &o->cx, &o->cy, &o->radius);
         } else {
             o->cx = o->cy = o->radius = 0.0;
         }
-        o->residual = fail == SW_AB_OK ? sqrt(red[0] / (2.0 * (double)n)) : 0.0;
+        o->residual = fail == SW_AB_OK ? rho : 0.0;
     }
 }
 
@@ -757,6 +802,8 @@ extern "C" sw_status sw_ab_gpu_init(sw_aberrometry_plan *plan, int slot)
     d->order = p->order;
     d->slopes = p->mesh_slopes_per_term;
     d->raise_tol = p->mesh_raise_residual_px;
+    d->out_sigma = p->outlier_sigma;
+    d->out_min = p->outlier_min_px;
     for (int k = 0; k < SW_AB_MAX_STAGES; k++) {
         d->Js[k] = plan->Js[k];
         d->frac[k] = plan->frac[k];

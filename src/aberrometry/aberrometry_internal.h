@@ -32,6 +32,7 @@ typedef struct sw_ab_raw_eye {
                               by the search, then discarded)                                 */
     int32_t kept;          /* final search: status OK after discarding                       */
     int32_t discarded[3];  /* SW_SPOT_EMPTY, SW_SPOT_SPACING, SW_SPOT_ISOLATED               */
+    int32_t outliers;      /* of the kept, rejected by the final fit (SW_SPOT_OUTLIER)        */
     int32_t prelim_ok;     /* 1 when the preliminary fit was solved (prelim[] valid)          */
     double cx, cy, radius; /* analysis circle, pixels (any value when the pupil is not found) */
     double coef[SW_AB_MAX_TERMS];   /* final fit, j = 0 .. J - 1 (coef[0] = 0); valid when

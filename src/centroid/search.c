@@ -56,6 +56,7 @@ const char *sw_spot_status_string(sw_spot_status s)
     case SW_SPOT_EMPTY: return "discarded: empty or saturated cell";
     case SW_SPOT_SPACING: return "discarded: spacing";
     case SW_SPOT_ISOLATED: return "discarded: isolated";
+    case SW_SPOT_OUTLIER: return "rejected by the fit: outlier";
     }
     return "unknown status";
 }

@@ -297,6 +297,9 @@ expect_usage aberrometry "$tmp/eye.pgm" --reference "$tmp/ref.pgm" --discard-rin
 expect_usage aberrometry "$tmp/eye.pgm" --reference "$tmp/ref.pgm" --mesh-slopes -1
 expect_usage aberrometry "$tmp/eye.pgm" --reference "$tmp/ref.pgm" --mesh-residual 0
 check json "$tmp/z1.json" "$tmp/z1j.csv" 'rep["mesh_raise_residual_px"] == 0.2' || fail "the default --mesh-residual in the report"
+check json "$tmp/z1.json" "$tmp/z1j.csv" 'rep["outlier_sigma"] == 5 and rep["outlier_min_px"] == 1 and rep["frames"][0]["eyes"][0]["counts"]["outliers"] == 0' || fail "the outlier rejection's defaults and count in the report"
+expect_usage aberrometry "$tmp/eye.pgm" --reference "$tmp/ref.pgm" --outlier-sigma -1
+expect_usage aberrometry "$tmp/eye.pgm" --reference "$tmp/ref.pgm" --outlier-min-px nan
 expect_usage aberrometry "$tmp/eye.pgm" --reference "$tmp/ref.pgm" --neighbour-window -1
 expect_usage aberrometry "$tmp/eye.pgm" --reference "$tmp/ref.pgm" --mesh-tolerance -1
 # --fit-radius-px 288 (the sim's circle): the same coefficients, the radius reported

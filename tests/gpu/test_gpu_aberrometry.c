@@ -291,6 +291,7 @@ static void compare_results(const char *what, const sw_aberrometry_result *a,
         assert_int_equal(p->kept, q->kept);
         for (int k = 0; k < 3; k++)
             assert_int_equal(p->discarded[k], q->discarded[k]);
+        assert_int_equal(p->outliers, q->outliers);
         assert_int_equal(p->terms, q->terms);
         for (int32_t j = 0; j < p->terms; j++) {
             near_or_nan(what, "coef_um", j, p->coef_um[j], q->coef_um[j], tol_um);
@@ -664,6 +665,78 @@ static void test_raise_guard(void **state)
     free(ry);
 }
 
+/* The final fit's outlier rejection (aberrometry.h step 5) on image 10 of the 5 um level of the
+ * accuracy protocol (test_aberrometry's test_fit_outliers: one lenslet takes the spot beside
+ * its own, 6 px off): the GPU rejects the same spot as the CPU and gives its coefficients, with
+ * the rejection and without it. */
+static void test_outliers(void **state)
+{
+    (void)state;
+    const uint64_t seed = 0xab01, index = 9u * 100000u + 10u;
+    sw_eyesim_params ep;
+    sw_eyesim_params_default(&ep);
+    const int32_t nl = ep.sh.geom.nx * ep.sh.geom.ny;
+    double *rx = malloc((size_t)nl * sizeof(double)), *ry = malloc((size_t)nl * sizeof(double));
+    assert_true(rx && ry);
+    {
+        sw_shsim_params sh = ep.sh;
+        sh.pupil.a_um = sh.pupil.b_um = 0.0;
+        sh.pupil.cu_um = sh.pupil.cv_um = 0.0;
+        sh.pupil.obscuration = 0.0;
+        sw_shsim *sim = NULL;
+        assert_int_equal(sw_shsim_create(cpu, &sh, &sim), SW_OK);
+        sw_image rf = alloc_host(sh.width, sh.height, SW_PIX_F32);
+        assert_int_equal(sw_shsim_run(sim, &rf, 0), SW_OK);
+        sw_shsim_destroy(sim);
+        sw_image ref = detect_u8(&rf, seed + 7);
+        sw_image_free(&rf);
+        if (sw_aberrometry_reference(cpu, &ep.sh.geom, &ref, rx, ry, NULL) != SW_OK)
+            fail_msg("sw_aberrometry_reference: %s", sw_context_error(cpu));
+        sw_image_free(&ref);
+    }
+    sw_ocular_population pop;
+    if (sw_ocular_population_load(cpu, NULL, 6.0, &pop) != SW_OK)
+        fail_msg("population: %s", sw_context_error(cpu));
+    sw_ocular_options opt;
+    sw_ocular_options_default(&opt);
+    opt.pupil_mm = 5.12;
+    opt.max_order = 6;
+    opt.total_rms_um = 5.0;
+    double coef[28];
+    if (sw_ocular_draw(cpu, &pop, seed, index, &opt, coef, 28) != SW_OK)
+        fail_msg("sw_ocular_draw: %s", sw_context_error(cpu));
+    sw_ocular_population_free(&pop);
+    ep.eyes[0].coef_um = coef;
+    ep.eyes[0].count = 28;
+    ep.seed = seed + 1000003ull * (index + 1);
+    sw_image e = alloc_host(ep.sh.width, ep.sh.height, SW_PIX_F32);
+    if (sw_eyesim_render(cpu, &ep, &e, NULL) != SW_OK)
+        fail_msg("sw_eyesim_render: %s", sw_context_error(cpu));
+    sw_image f = detect_u8(&e, ep.seed ^ 0x5eedull);
+    sw_image_free(&e);
+    sw_aberrometry_params p;
+    sw_aberrometry_params_default(&p, ep.sh.width, ep.sh.height, SW_PIX_U8, &ep.sh.geom);
+    p.ref_x = rx;
+    p.ref_y = ry;
+    p.streams = 1;
+    p.fit_radius_px = ep.eyes[0].diameter_px / 2.0;
+    p.magnification = ep.eyes[0].diameter_px * ep.sh.geom.pixel_um / (1000.0 * ep.eyes[0].pupil_mm);
+    sw_aberrometry_result r;
+    both("5 um eye, outliers rejected", &p, &f, nl, &r);
+    double ss = 0.0;
+    for (int j = 3; j < 28; j++)
+        ss += (r.eye[0].coef_um[j] - coef[j]) * (r.eye[0].coef_um[j] - coef[j]);
+    print_message("5 um eye: GPU RMSE %.4f um, %d rejected\n", sqrt(ss), r.eye[0].outliers);
+    assert_true(r.eye[0].valid && sqrt(ss) < 0.05);
+    assert_int_equal(r.eye[0].outliers, 1);
+    p.outlier_sigma = 0.0;
+    both("5 um eye, no rejection", &p, &f, nl, &r);
+    assert_int_equal(r.eye[0].outliers, 0);
+    sw_image_free(&f);
+    free(rx);
+    free(ry);
+}
+
 /* run_batch with 1, 2 and 3 streams against frame-by-frame runs, and timing. */
 static void test_batch(void **state)
 {
@@ -774,10 +847,11 @@ static void test_frame_memory(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_monocular),   cmocka_unit_test(test_binocular),
-        cmocka_unit_test(test_options),     cmocka_unit_test(test_strong),
-        cmocka_unit_test(test_raise_guard), cmocka_unit_test(test_failures),
-        cmocka_unit_test(test_batch),       cmocka_unit_test(test_frame_memory),
+        cmocka_unit_test(test_monocular),    cmocka_unit_test(test_binocular),
+        cmocka_unit_test(test_options),      cmocka_unit_test(test_strong),
+        cmocka_unit_test(test_raise_guard),  cmocka_unit_test(test_outliers),
+        cmocka_unit_test(test_failures),     cmocka_unit_test(test_batch),
+        cmocka_unit_test(test_frame_memory),
     };
     /* SW_TEST_FILTER=test_raise_guard runs one test (e.g. under compute-sanitizer racecheck,
      * where the whole group takes longer than a device call). */
