@@ -262,6 +262,19 @@ static int32_t ab_fit_chunk(int32_t m)
     return c;
 }
 
+/* |D_l c - s_l|^2: lenslet l's squared residual (x and y, pixels) under the fit c (m terms) */
+__device__ __forceinline__ double ab_residual2(const ab_dev &d, const double *c, int m, int32_t l)
+{
+    const size_t ld = 2 * (size_t)d.nl;
+    double px = 0.0, py = 0.0;
+    for (int j = 0; j < m; j++) {
+        px += d.D[(size_t)j * ld + (size_t)l] * c[j];
+        py += d.D[(size_t)j * ld + (size_t)d.nl + (size_t)l] * c[j];
+    }
+    const double vx = px - (d.x[l] - d.refx[l]), vy = py - (d.y[l] - d.refy[l]);
+    return vx * vx + vy * vy;
+}
+
 /* Packed lower-triangle index o = i (i + 1) / 2 + j, j <= i, back to (i, j). */
 __device__ __forceinline__ void ab_tri(int o, int *i, int *j)
 {
@@ -354,14 +367,8 @@ __global__ void __launch_bounds__(AB_FIT_THREADS) ab_fit_kernel(ab_dev d, int32_
                             d.st[l] = st;
                         }
                         sel = st == SW_SPOT_OK;
-                        if (pass > 0)
-                            ;
-                        else if (st == SW_SPOT_EMPTY)
-                            atomicAdd(&disc[0], 1);
-                        else if (st == SW_SPOT_SPACING)
-                            atomicAdd(&disc[1], 1);
-                        else if (st == SW_SPOT_ISOLATED)
-                            atomicAdd(&disc[2], 1);
+                        if (pass == 0 && st >= SW_SPOT_EMPTY && st <= SW_SPOT_ISOLATED)
+                            atomicAdd(&disc[st - SW_SPOT_EMPTY], 1); /* counted once */
                     } else {
                         sel = d.stage[l] <= k && d.st[l] == SW_SPOT_OK;
                     }
@@ -490,13 +497,7 @@ __global__ void __launch_bounds__(AB_FIT_THREADS) ab_fit_kernel(ab_dev d, int32_
                 for (int32_t l = t; l < nl; l += AB_FIT_THREADS) {
                     if (d.eye[l] != e + 1 || d.stage[l] > k || d.st[l] != SW_SPOT_OK)
                         continue;
-                    double px = 0.0, py = 0.0;
-                    for (int j = 0; j < m; j++) {
-                        px += d.D[(size_t)j * ld + (size_t)l] * b[j];
-                        py += d.D[(size_t)j * ld + (size_t)nl + (size_t)l] * b[j];
-                    }
-                    const double vx = px - (d.x[l] - d.refx[l]), vy = py - (d.y[l] - d.refy[l]);
-                    ss += vx * vx + vy * vy;
+                    ss += ab_residual2(d, b, m, l);
                 }
                 red[t] = ss;
                 __syncthreads();
@@ -543,13 +544,7 @@ __global__ void __launch_bounds__(AB_FIT_THREADS) ab_fit_kernel(ab_dev d, int32_
             for (int32_t l = t; l < nl; l += AB_FIT_THREADS) {
                 if (d.eye[l] != e + 1 || d.st[l] != SW_SPOT_OK)
                     continue;
-                double px = 0.0, py = 0.0;
-                for (int j = 0; j < m; j++) {
-                    px += d.D[(size_t)j * ld + (size_t)l] * b[j];
-                    py += d.D[(size_t)j * ld + (size_t)nl + (size_t)l] * b[j];
-                }
-                const double vx = px - (d.x[l] - d.refx[l]), vy = py - (d.y[l] - d.refy[l]);
-                const double v2 = vx * vx + vy * vy;
+                const double v2 = ab_residual2(d, b, m, l);
                 ss += v2;
                 if (v2 > w2) { /* l rises within a thread: the first of equals is the lowest */
                     w2 = v2;
