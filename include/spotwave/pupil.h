@@ -107,32 +107,44 @@
  * image without retinal glow (an artificial eye, a bench, a dim retina) has no back-lit pupil for
  * steps 1-9, so a region whose pupil they do not find is tried again from the spots' envelope on
  * the lenslet grid (method SW_PUPIL_METHOD_SPOTS; the glow path's reason stays in glow_failure).
+ * So is one that step 3d found only by a retry at a lower level (a glow that falls off steeply
+ * towards the edge, whose half height is near the iris' noise: sim eye's fall-off 0.95 gave
+ * pupils 1.9-2.4 % small where the spots path measures 0.2-0.6 % large); where the spots path
+ * finds it, its pupil is taken and glow_failure is the first fit's failure.
  * Not from Mompean et al., who track the glow only. A lenslet's light is the light through the
  * part of it inside the pupil, so the pupil's edge is where a lenslet's light falls to half a
  * fully lit one's:
  *   S1. per lenslet cell of the geometry whose centre lies in the region: its light
- *       F = sum over the cell's pixels of (v - the cell's median) (a local background: glow,
- *       offset and the spot wings' floor drop out);
- *   S2. the cells' light split in two classes (Otsu's, on the light clipped to the 5th .. 1.5 x
- *       the 75th percentile, so that a corneal reflection cannot take a class): beta = the
- *       median of the lower class (an unlit cell's light: a clipped or skewed background's mean
- *       is not its median), F0 = the median of the upper class less beta, then again over the
- *       interior cells only (lit with their four neighbours lit): a fully lit lenslet's light;
+ *       F = sum over the cell's pixels of (v - b), b the cell's background (a local one: glow,
+ *       offset and the spot wings' floor drop out): the mean of its pixels up to its median m
+ *       + 3 x 1.4826 x their median absolute deviation (a spot's core left out), but at most
+ *       m + skew. A mean, because where the noise is clipped at 0 (the dark background of an
+ *       8-bit frame) its mean is above its median, and a glow's noise is not clipped: light
+ *       above the median made a glowing eye's lit lenslets look half as bright as they are
+ *       against the dark ones, and its spots pupil 2-4 % large. At most m + skew, because the
+ *       spots that converging rays crowd together at the edge of a strongly aberrated pupil
+ *       raise a cell's mean through their wings, not its median;
+ *   S2. the classes of the cells' light (Otsu's split, on the light clipped to the 5th .. 1.5 x
+ *       the 75th percentile, so that a corneal reflection cannot take a class; medians of the
+ *       classes): skew = the lower class's median of the light above the cells' medians, per
+ *       pixel (the unlit cells' noise skew); then of F: beta = the lower class's (an unlit
+ *       cell's light), F0 = the upper class's less beta, then again over the interior cells
+ *       only (lit with their four neighbours lit): a fully lit lenslet's light;
  *   S3. each lenslet's light at its own spot, wherever the wavefront moved it (a spot may leave
  *       its cell at the edge of an aberrated pupil): a walk over the grid from the lit cell
  *       nearest the lit cells' centre, ring by ring, where a lenslet's spot is looked for at
  *       the prediction from its measured neighbours (linear extrapolation from two in a row,
  *       else one neighbour plus a pitch): the light in a window of side max(6, pitch_px / 2)
- *       px there, above the median of a window of side pitch_px, re-centred once on its
- *       centroid (at most a quarter pitch); its coverage c = light / (a fully lit lenslet's
- *       light in such a window). A lenslet with c > 1/2 passes the walk on; a spot that does
- *       not sit about a pitch from each lit neighbour's (within half a pitch, in the grid's
- *       direction; as Mompean et al.'s spacing criterion) or sits within half a pitch of one
- *       holds another lenslet's spot and counts as dark; one with c > 1.5 (a reflection in it)
- *       passes the walk on without predicting. Each coverage is then divided by the median
- *       coverage of the interior lenslets within two of it (the light through a living eye's
- *       pupil is not uniform). Lenslets never reached have c = 0; dark lenslets enclosed by the
- *       pupil's lenslets count as 1, lit ones apart from it as 0;
+ *       px there, above the background (as S1's) of a window of side pitch_px, re-centred
+ *       once on its centroid (at most a quarter pitch); its coverage c = light / (a fully lit
+ *       lenslet's light in such a window). A lenslet with c > 1/2 passes the walk on; a spot
+ *       that does not sit about a pitch from each lit neighbour's (within half a pitch, in the
+ *       grid's direction; as Mompean et al.'s spacing criterion) or sits within half a pitch
+ *       of one holds another lenslet's spot and counts as dark; one with c > 1.5 (a reflection
+ *       in it) passes the walk on without predicting. Each coverage is then divided by the
+ *       median coverage of the interior lenslets within two of it (the light through a living
+ *       eye's pupil is not uniform). Lenslets never reached have c = 0; dark lenslets enclosed
+ *       by the pupil's lenslets count as 1, lit ones apart from it as 0;
  *   S4. the outline: where c crosses 1/2 between the centres of two lenslets that are
  *       neighbours along a row or a column (linear interpolation): a straight edge through a
  *       lenslet's centre covers half of it;
@@ -234,8 +246,12 @@ typedef struct sw_pupil_params {
     int given;                          /* 1: given_pupil[0 .. n_pupils) are the pupils; no
                                            tracking (default 0)                              */
     sw_pupil_shape given_pupil[2];      /* the given ellipses (pixels, degrees)              */
-    int spots_fallback;                 /* 1 (default): a pupil the glow path does not find is
-                                           looked for in the spots' envelope (needs a geometry);
+    int spots_fallback;                 /* 1 (default): a pupil the glow path does not find,
+                                           or finds only by step 3d's retries (a glow falling
+                                           off steeply: its pupil measured 2 % small at 0.95),
+                                           is looked for in the spots' envelope (needs a
+                                           geometry; the glow path's pupil stays where that
+                                           fails);
                                            2: every pupil is (an instrument without glow; the
                                            glow path's pupil stays where the spots path fails);
                                            0: never                                          */

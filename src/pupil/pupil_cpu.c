@@ -545,6 +545,7 @@ sw_status sw_pupil_cpu_run(sw_pupil_plan *plan, const sw_image *frame, sw_pupil_
         const int32_t x0 = i == 0 ? 0 : split, x1 = i == 0 ? split : width;
         o->x0 = x0;
         o->x1 = x1;
+        plan->recheck[i] = SW_PUPIL_OK;
 
         /* step 3: Otsu's threshold of the region's smoothed histogram */
         int64_t hist[256];
@@ -590,6 +591,7 @@ sw_status sw_pupil_cpu_run(sw_pupil_plan *plan, const sw_image *frame, sw_pupil_
              * pupil */
             sw_pm_auto au = sw_pm_auto_start(auto_edge && scale != 0.0, o->valid, t,
                                              sw_pm_auto_retries_for(o, retry_thr));
+            au.first_failure = (int32_t)o->failure;
             if (au.retrying) {
                 const sw_pupil_ellipse first = *o;
                 while (au.retrying) {
@@ -631,6 +633,7 @@ sw_status sw_pupil_cpu_run(sw_pupil_plan *plan, const sw_image *frame, sw_pupil_
                                    (int64_t *)(void *)plan->tmp8, threads);
                 }
             }
+            plan->recheck[i] = sw_pm_auto_recheck(&au);
         }
         plan->border_n[i] = n;
         o->border = (int32_t)n;

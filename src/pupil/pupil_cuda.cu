@@ -176,7 +176,15 @@ struct pp_fit_args {
     double *cand_d;           /* n_pupils x candidates x 6: the double conics (the fit's) */
     pp_state *st;             /* the frame's state */
     sw_pupil_result *result;  /* the mapped host result: its device address */
+    int32_t *recheck;         /* its pp_out's recheck: the device address */
     sw_pupil_ellipse *pupils; /* device copy of the pupils, for the lenslet mask */
+};
+
+/* What the fit kernel writes to the host (mapped pinned memory): the result, and per pupil the
+ * first fit's failure when step 3d's retries ran (SW_PUPIL_OK: none; plan->recheck). */
+struct pp_out {
+    sw_pupil_result result; /* first: h_result is its address */
+    int32_t recheck[2];
 };
 
 /* The plan's device state (plan->gpu). */
@@ -199,7 +207,7 @@ struct pp_gpu {
     pp_state *st;               /* the frame's state */
     sw_pupil_ellipse *pupils;   /* 2: device copy of the result's pupils */
     uint8_t *lenslet;           /* nx x ny (with a geometry) */
-    sw_pupil_result *h_result;  /* mapped pinned host memory */
+    sw_pupil_result *h_result;  /* mapped pinned host memory (a pp_out's result) */
     sw_pupil_result *d_result;  /* its device address */
     sw_graph graph;             /* steps 0-9 and the mask, captured on the first run */
 };
@@ -1634,9 +1642,11 @@ __global__ void __launch_bounds__(PP_FIT) pp_fit_kernel(const pp_fit_args a)
         return;
     /* o is thread 0's */
     if (a.pass == 0) {
-        const sw_pm_auto au = sw_pm_auto_start(a.auto_edge && scale > 0.0, o.valid, thr,
-                                               sw_pm_auto_retries_for(&o, st->retry_thr[r]));
+        sw_pm_auto au = sw_pm_auto_start(a.auto_edge && scale > 0.0, o.valid, thr,
+                                         sw_pm_auto_retries_for(&o, st->retry_thr[r]));
+        au.first_failure = (int32_t)o.failure;
         st->au[r] = au;
+        a.recheck[r] = (int32_t)SW_PUPIL_OK;
         if (au.retrying) { /* the first retry, in the next pass */
             st->thr[r] = au.thr;
             st->best[r] = 0;
@@ -1663,6 +1673,7 @@ __global__ void __launch_bounds__(PP_FIT) pp_fit_kernel(const pp_fit_args a)
         st->refit[r] = 0;
         const int restore = sw_pm_auto_refit(&au, sw_pm_auto_found(&au, &o, a.max_near_ratio));
         st->au[r] = au;
+        a.recheck[r] = (int32_t)sw_pm_auto_recheck(&au);
         if (restore) {
             st->thr[r] = au.thr;
             st->redo_mask = 1;
@@ -1959,6 +1970,7 @@ static sw_status pp_enqueue_frame(sw_pupil_plan *plan, cudaStream_t s)
     a.cand_d = g->cand_d;
     a.st = g->st;
     a.result = g->d_result;
+    a.recheck = ((pp_out *)(void *)g->d_result)->recheck;
     a.pupils = g->pupils;
     SW_TRY(pp_enqueue_fit(plan, s, &a));
 
@@ -2085,8 +2097,8 @@ extern "C" sw_status sw_pupil_gpu_init(sw_pupil_plan *plan)
                           s));
 
     /* The result: mapped pinned host memory, written by the fit kernel (seed's optimisation 4). */
-    SW_CU(cudaHostAlloc((void **)&g->h_result, sizeof(sw_pupil_result), cudaHostAllocMapped));
-    memset(g->h_result, 0, sizeof(sw_pupil_result));
+    SW_CU(cudaHostAlloc((void **)&g->h_result, sizeof(pp_out), cudaHostAllocMapped));
+    memset(g->h_result, 0, sizeof(pp_out));
     SW_CU(cudaHostGetDevicePointer((void **)&g->d_result, g->h_result, 0));
     SW_CU(cudaStreamSynchronize(s)); /* plan->randoms is the host's, it may be read again */
     if (p->given) {
@@ -2131,13 +2143,18 @@ extern "C" sw_status sw_pupil_gpu_fallback(sw_pupil_plan *plan, const sw_image *
     const sw_pupil_params *p = &plan->p;
     if (redo)
         *redo = 0;
-    int missing = 0;
-    for (int32_t i = 0; i < result->n_pupils; i++)
-        missing |= !result->pupil[i].valid;
+    const pp_out *out = (const pp_out *)(const void *)g->h_result;
+    int missing = 0; /* a pupil not found, or found only by a retry of step 3d (pupil.h) */
+    for (int32_t i = 0; i < result->n_pupils; i++) {
+        plan->recheck[i] = (sw_pupil_failure)out->recheck[i];
+        missing |=
+            !result->pupil[i].valid || (p->spots_fallback == 1 && plan->recheck[i] != SW_PUPIL_OK);
+    }
     if (p->given || (!missing && p->spots_fallback != 2))
         return SW_OK;
     /* the spots path reads the frame on the host: the caller's, or a copy of the plan's tight
-     * device copy of a device frame (one frame back over the bus, only when a pupil is missing) */
+     * device copy of a device frame (one frame back over the bus, only when a pupil is missing
+     * or retried) */
     sw_image host = *frame;
     if (frame->memory == SW_MEM_DEVICE && p->spots_fallback && plan->has_geom) {
         const size_t row = (size_t)p->width * sw_pixel_size(p->type);

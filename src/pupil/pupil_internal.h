@@ -42,6 +42,9 @@ struct sw_pupil_plan {
     void *gpu;        /* pupil_cuda.cu's state (NULL on a CPU plan) */
     int preset;       /* GPU: the next enqueue runs no tracker (sw_pupil_gpu_preset)      */
     void *host_frame; /* GPU: a host copy of a device frame for the spots path (lazily)    */
+    /* the last frame: per pupil, the first fit's failure when step 3d found the pupil by a
+     * retry (SW_PUPIL_OK: no retry ran); the spots path measures such a pupil again */
+    sw_pupil_failure recheck[2];
 };
 
 /* Q16 weights of the Gaussian (step 1): w_k = round(65536 g_k / sum g) with
@@ -84,8 +87,9 @@ void sw_pupil_mask_host(sw_pupil_plan *plan, const sw_pupil_result *result);
 /* The plan's given pupils as a result (pupil.h "Given pupils"). */
 void sw_pupil_given_result(const sw_pupil_plan *plan, sw_pupil_result *result);
 /* For each pupil of result not found: glow_failure set, then (spots_fallback) the spots path
- * S1-S6 on the host frame (the plan's size and type); the lenslet mask is recomputed into
- * plan->lenslet_mask when a pupil was found. */
+ * S1-S6 on the host frame (the plan's size and type); so for every pupil (spots_fallback 2), or
+ * one that a retry found (plan->recheck; spots_fallback 1). The lenslet mask is recomputed
+ * into plan->lenslet_mask when a pupil was found. */
 sw_status sw_pupil_spots_fallback(sw_pupil_plan *plan, const sw_image *frame,
                                   sw_pupil_result *result);
 

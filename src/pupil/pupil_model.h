@@ -579,14 +579,16 @@ SW_PM_FN void sw_pm_ring_box(const sw_pupil_ellipse *o, const sw_pm_ring *g, int
  *           and its mask and border list are made again with the restored s.thr; stop
  */
 typedef struct sw_pm_auto {
-    int32_t active;    /* refits may follow                                    */
-    int32_t thr;       /* the threshold of the masks being fitted              */
-    int32_t prev_thr;  /* the threshold before the last change (its pupil's)   */
-    int32_t refits;    /* refits run so far                                    */
-    int32_t retrying;  /* a retry of the first fit runs at thr                 */
-    int32_t retries;   /* retry thresholds taken so far                        */
-    int32_t first_thr; /* the first fit's threshold                            */
-    int32_t retried;   /* the pupil was found by a retry                       */
+    int32_t active;        /* refits may follow                                    */
+    int32_t thr;           /* the threshold of the masks being fitted              */
+    int32_t prev_thr;      /* the threshold before the last change (its pupil's)   */
+    int32_t refits;        /* refits run so far                                    */
+    int32_t retrying;      /* a retry of the first fit runs at thr                 */
+    int32_t retries;       /* retry thresholds taken so far                        */
+    int32_t first_thr;     /* the first fit's threshold                            */
+    int32_t retried;       /* the pupil was found by a retry                       */
+    int32_t dropped;       /* a refit found nothing (the level did not settle)      */
+    int32_t first_failure; /* the first fit's failure (the caller's, after start) */
     int32_t retry_thr[SW_PM_AUTO_RETRIES]; /* the retries' thresholds (-1: none) */
 } sw_pm_auto;
 
@@ -621,6 +623,8 @@ SW_PM_FN sw_pm_auto sw_pm_auto_start(int on, int found, int32_t thr, const int32
     s.retries = 0;
     s.first_thr = thr;
     s.retried = 0;
+    s.dropped = 0;
+    s.first_failure = SW_PUPIL_OK;
     for (int k = 0; k < SW_PM_AUTO_RETRIES; k++)
         s.retry_thr[k] = retry_thr ? retry_thr[k] : -1;
     if (on && !found && thr >= 0)
@@ -660,6 +664,15 @@ SW_PM_FN int sw_pm_auto_found(const sw_pm_auto *s, const sw_pupil_ellipse *o, do
     return s->retrying || s->retried ? sw_pm_auto_retry_found(o, max_near_ratio) : o->valid;
 }
 
+/* Whether the spots path measures the pupil again (pupil.h spots_fallback 1): when a retry found
+ * it and a refit at the half height measured about it found nothing (the level did not settle:
+ * a glow falling off by 0.95 left its pupil 2 % small), the first fit's failure (the reason given
+ * for the spots path's pupil); else SW_PUPIL_OK. */
+SW_PM_FN sw_pupil_failure sw_pm_auto_recheck(const sw_pm_auto *s)
+{
+    return s->retried && s->dropped ? (sw_pupil_failure)s->first_failure : SW_PUPIL_OK;
+}
+
 /* Whether the bands are to be measured (another refit may follow). */
 SW_PM_FN int sw_pm_auto_more(const sw_pm_auto *s)
 {
@@ -687,14 +700,15 @@ SW_PM_FN int sw_pm_auto_measure(sw_pm_auto *s, int usable, const unsigned int *h
 }
 
 /* After a refit: found, the new pupil stands and refits may follow; not found, the threshold
- * goes back (s->thr = the last pupil's) and no refit follows. Returns 1 in the second case: the
- * masks and border list are to be made again with s->thr. */
+ * goes back (s->thr = the last pupil's), no refit follows and s->dropped is set. Returns 1 in the
+ * second case: the masks and border list are to be made again with s->thr. */
 SW_PM_FN int sw_pm_auto_refit(sw_pm_auto *s, int found)
 {
     if (found)
         return 0;
     s->thr = s->prev_thr;
     s->active = 0;
+    s->dropped = 1;
     return 1;
 }
 

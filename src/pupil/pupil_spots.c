@@ -75,6 +75,44 @@ static double median_of(double *v, int64_t n)
     return select_k(v, n, (n - 1) / 2);
 }
 
+/* The bias of a window's light (S2): a background's skew, light per pixel between its mean and
+ * its median where the noise is clipped (8-bit frames with a dark background: the noise below 0
+ * reads 0), measured in the unlit cells; and beta, the light of an unlit cell once the
+ * background is subtracted, per d^2 pixels. */
+typedef struct light_bias {
+    double skew; /* per pixel                                 */
+    double beta; /* per d^2 pixels (a cell's)                 */
+} light_bias;
+
+/* A window's background, v[0 .. n) (n >= 1; reordered, tmp holds n doubles), med its median: the
+ * mean of its pixels up to med + 3 sigma (sigma = 1.4826 x the median absolute deviation, at
+ * least 1.4826 on integer pixels: their quantum), which leaves out a spot's core, but at most
+ * med + skew. A mean, not the median, because where the noise is clipped its mean is above its
+ * median: light measured above the median counted that skew as light in the dark cells and not
+ * on a retinal glow, whose noise is not clipped (a glowing eye's F0 came out half a spot's light
+ * and its spots pupil 2-4 % large). At most med + skew, because a window crowded with the spots
+ * that converging rays push together at a pupil's edge (6 um eyes) has their wings below the
+ * clip, which raise its mean and not its median (a lit lenslet read as unlit there, its pupil
+ * 3 % small). */
+static double background_of(double *v, int64_t n, double med, double skew, int integer, double *tmp)
+{
+    for (int64_t q = 0; q < n; q++)
+        tmp[q] = fabs(v[q] - med);
+    double s = 1.4826 * median_of(tmp, n);
+    if (integer && s < 1.4826)
+        s = 1.4826;
+    const double top = med + 3.0 * s;
+    double sum = 0.0;
+    int64_t k = 0;
+    for (int64_t q = 0; q < n; q++)
+        if (v[q] <= top) {
+            sum += v[q];
+            k++;
+        }
+    const double mean = k > 0 ? sum / (double)k : med;
+    return fmin(mean, med + skew);
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     const double x = *(const double *)a, y = *(const double *)b;
@@ -174,14 +212,14 @@ static double sampson(const double *c, double u, double v, double *g2_out)
 }
 
 /* The light of a spot at (px, py): the window of side d centred there, clipped to the columns
- * [x0, x1) and the frame, gives the background (its median); the inner window of side w <= d
- * gives the light, the sum of (v - background) less bias (beta per d^2 pixels), and the centroid
+ * [x0, x1) and the frame, gives the background (background_of); the inner window of side w <= d
+ * gives the light, the sum of (v - background) less lb->beta per d^2 pixels, and the centroid
  * of the part above the background (an inner window keeps out the spots of neighbours that the
  * wavefront pushed close, as converging rays do at a pupil's edge). NaN when less than a quarter
  * of the window is on the frame. */
 static double window_light(const sw_image *frame, sw_pixel_type type, int32_t x0, int32_t x1,
-                           double d, double w, double beta, double px, double py, double *buf,
-                           double *cx, double *cy)
+                           double d, double w, const light_bias *lb, double px, double py,
+                           double *buf, double *cx, double *cy)
 {
     double xa = fmax(ceil(px - 0.5 * d), (double)x0), xb = fmin(ceil(px + 0.5 * d), (double)x1);
     double ya = fmax(ceil(py - 0.5 * d), 0.0), yb = fmin(ceil(py + 0.5 * d), (double)frame->height);
@@ -199,7 +237,8 @@ static double window_light(const sw_image *frame, sw_pixel_type type, int32_t x0
             buf[k++] = isfinite(v) ? v : 0.0;
         }
     }
-    const double med = median_of(buf, n);
+    const double med =
+        background_of(buf, n, median_of(buf, n), lb->skew, type != SW_PIX_F32, buf + n);
     const int32_t wa = (int32_t)fmax(ceil(px - 0.5 * w), xa),
                   wb = (int32_t)fmin(ceil(px + 0.5 * w), xb);
     const int32_t va = (int32_t)fmax(ceil(py - 0.5 * w), ya),
@@ -221,7 +260,7 @@ static double window_light(const sw_image *frame, sw_pixel_type type, int32_t x0
     }
     *cx = sw > 0.0 ? sx / sw : px;
     *cy = sw > 0.0 ? sy / sw : py;
-    return sum - beta * (double)m / (d * d);
+    return sum - lb->beta * (double)m / (d * d);
 }
 
 /*
@@ -235,14 +274,14 @@ static double window_light(const sw_image *frame, sw_pixel_type type, int32_t x0
  * coverage on entry (for the start) and the lenslets' on return.
  */
 static void walk_from(const sw_pupil_plan *plan, const sw_image *frame, int32_t x0, int32_t x1,
-                      int32_t ixa, int32_t ixb, double w, double beta, double F0, int32_t start,
-                      double *C, double *sx, double *sy, uint8_t *state, int32_t *queue,
-                      double *buf);
+                      int32_t ixa, int32_t ixb, double w, const light_bias *lb, double F0,
+                      int32_t start, double *C, double *sx, double *sy, uint8_t *state,
+                      int32_t *queue, double *buf);
 
 static void walk_lenslets(const sw_pupil_plan *plan, const sw_image *frame, int32_t x0, int32_t x1,
-                          int32_t ixa, int32_t ixb, double beta, double F0, const double *Ccell,
-                          double *C, double *sx, double *sy, uint8_t *state, int32_t *queue,
-                          double *buf)
+                          int32_t ixa, int32_t ixb, const light_bias *lb, double F0,
+                          const double *Ccell, double *C, double *sx, double *sy, uint8_t *state,
+                          int32_t *queue, double *buf)
 {
     const sw_sh_geometry *g = &plan->geom;
     const int32_t nx = g->nx, ny = g->ny;
@@ -289,13 +328,13 @@ static void walk_lenslets(const sw_pupil_plan *plan, const sw_image *frame, int3
             double rx, ry, cx, cy;
             sw_sh_reference(g, start % nx, start / nx, &rx, &ry);
             const double lw =
-                window_light(frame, plan->p.type, x0, x1, d, w, beta, rx, ry, buf, &cx, &cy);
+                window_light(frame, plan->p.type, x0, x1, d, w, lb, rx, ry, buf, &cx, &cy);
             const double ld =
-                window_light(frame, plan->p.type, x0, x1, d, d, beta, rx, ry, buf, &cx, &cy);
+                window_light(frame, plan->p.type, x0, x1, d, d, lb, rx, ry, buf, &cx, &cy);
             const double q = lw / ld;
             F0w = F0 * (q >= 0.3 && q <= 1.2 ? q : 1.0);
         }
-        walk_from(plan, frame, x0, x1, ixa, ixb, w, beta, F0w, start, C, sx, sy, state, queue, buf);
+        walk_from(plan, frame, x0, x1, ixa, ixb, w, lb, F0w, start, C, sx, sy, state, queue, buf);
     }
 }
 
@@ -303,9 +342,9 @@ static void walk_lenslets(const sw_pupil_plan *plan, const sw_image *frame, int3
  * 2 lit (its spot predicts its neighbours'), 3 dark, 4 too bright (a corneal reflection's light
  * in the window: it passes the walk on, but its position predicts nothing). */
 static void walk_from(const sw_pupil_plan *plan, const sw_image *frame, int32_t x0, int32_t x1,
-                      int32_t ixa, int32_t ixb, double w, double beta, double F0, int32_t start,
-                      double *C, double *sx, double *sy, uint8_t *state, int32_t *queue,
-                      double *buf)
+                      int32_t ixa, int32_t ixb, double w, const light_bias *lb, double F0,
+                      int32_t start, double *C, double *sx, double *sy, uint8_t *state,
+                      int32_t *queue, double *buf)
 {
     static const int32_t ox[4] = {1, -1, 0, 0}, oy[4] = {0, 0, 1, -1};
     const sw_sh_geometry *g = &plan->geom;
@@ -341,7 +380,7 @@ static void walk_from(const sw_pupil_plan *plan, const sw_image *frame, int32_t 
             sw_sh_reference(g, ix, iy, &px, &py);
         }
         double cx, cy;
-        double light = window_light(frame, plan->p.type, x0, x1, d, w, beta, px, py, buf, &cx, &cy);
+        double light = window_light(frame, plan->p.type, x0, x1, d, w, lb, px, py, buf, &cx, &cy);
         double c = isfinite(light) ? light / F0 : 0.0;
         if (c > 0.25 && c < SPOTS_CAP && hypot(cx - px, cy - py) > 0.05 * d) {
             /* re-centred once on the window's centroid, at most a quarter pitch (a dim window's
@@ -350,7 +389,7 @@ static void walk_from(const sw_pupil_plan *plan, const sw_image *frame, int32_t 
             const double dd = hypot(cx - px, cy - py), f = dd > 0.25 * d ? 0.25 * d / dd : 1.0;
             px += f * (cx - px);
             py += f * (cy - py);
-            light = window_light(frame, plan->p.type, x0, x1, d, w, beta, px, py, buf, &cx, &cy);
+            light = window_light(frame, plan->p.type, x0, x1, d, w, lb, px, py, buf, &cx, &cy);
             c = isfinite(light) ? light / F0 : 0.0;
         }
         /* a spot sits about a pitch from each lit neighbour's, in the grid's direction (within
@@ -422,6 +461,38 @@ static void local_coverage(int32_t nx, int32_t ny, int32_t ixa, int32_t ixb, con
             C[iy * nx + ix] = out[iy * nx + ix];
 }
 
+/* S2's classes of the cells' light tmp[0 .. m) (m >= 1; sorted here): Otsu's split of the light,
+ * *lo the median of the lower class (0 when it has fewer than 4 cells: a lower class of a few
+ * cells is the pupil's edge, not the outside), *hi that of the upper one. */
+static void split_light(double *tmp, int32_t m, double *lo, double *hi)
+{
+    qsort(tmp, (size_t)m, sizeof(double), cmp_double);
+    /* a corneal reflection's few very bright cells must not take a class: the split sees the
+     * light clipped at 1.5 x the 75th percentile (the classes' medians do not) */
+    const double cap = tmp[(3 * (m - 1)) / 4] > 0.0 ? 1.5 * tmp[(3 * (m - 1)) / 4] : INFINITY;
+    /* and at the 5th percentile from below (a saturated reflection's cell has a high median
+     * and a very negative light) */
+    const double floor5 = tmp[(m - 1) / 20];
+    double total = 0.0;
+    for (int32_t k = 0; k < m; k++)
+        total += fmin(fmax(tmp[k], floor5), cap) - floor5;
+    double best = -1.0, s0 = 0.0;
+    int32_t split = 0; /* the lower class: tmp[0 .. split) */
+    for (int32_t k = 1; k < m; k++) {
+        s0 += fmin(fmax(tmp[k - 1], floor5), cap) - floor5;
+        const double n0 = (double)k, n1 = (double)(m - k);
+        const double e = n1 * s0 - n0 * (total - s0); /* (m0 - m1) n0 n1 */
+        const double crit = e * e / (n0 * n1);
+        if (tmp[k] > tmp[k - 1] && crit > best) {
+            best = crit;
+            split = k;
+        }
+    }
+    const int32_t lo_n = split, hi_n = m - split;
+    *hi = hi_n > 0 ? tmp[split + (hi_n - 1) / 2] : 0.0;
+    *lo = lo_n >= 4 ? tmp[(lo_n - 1) / 2] : 0.0;
+}
+
 /* S1-S6 for the region [x0, x1) of a host frame; o is the glow path's result (its region fields
  * set). On success o becomes the spots pupil; otherwise only spots_failure and the counts are
  * set. */
@@ -451,7 +522,7 @@ static sw_status spots_region(const sw_pupil_plan *plan, const sw_image *frame, 
         return SW_OK;
     }
     const int32_t mx = (int32_t)ceil(d) + 1;
-    double *F = malloc(nl * 4 * sizeof(double) + (size_t)mx * (size_t)mx * sizeof(double));
+    double *F = malloc(nl * 7 * sizeof(double) + 2 * (size_t)mx * (size_t)mx * sizeof(double));
     int32_t *lab = malloc(nl * 2 * sizeof(int32_t));
     double *pts = malloc(nl * 4 * sizeof(double));
     double *wsx = malloc(nl * 2 * sizeof(double));
@@ -466,12 +537,14 @@ static sw_status spots_region(const sw_pupil_plan *plan, const sw_image *frame, 
         free(wstate);
         return sw_fail(plan->ctx, SW_ENOMEM, "pupil: out of memory for the spots path");
     }
-    double *C = F + nl, *mad = F + 2 * nl, *tmp = F + 3 * nl, *buf = F + 4 * nl;
+    double *C = F + nl, *mad = F + 2 * nl, *tmp = F + 3 * nl;
+    double *cmed = F + 4 * nl, *cmean = F + 5 * nl, *cnpx = F + 6 * nl, *buf = F + 7 * nl;
     int32_t *stack = lab + nl;
     double *wsy = wsx + nl;
     uint8_t *in = (uint8_t *)(void *)tmp; /* reused after S2 */
 
-    /* S1: each cell's light above its median, and its median absolute deviation */
+    /* S1: each cell's sum, median, clipped mean (background_of, uncapped) and median absolute
+     * deviation */
     for (int32_t iy = 0; iy < ny; iy++)
         for (int32_t ix = 0; ix < nx; ix++) {
             const size_t l = (size_t)iy * (size_t)nx + (size_t)ix;
@@ -502,49 +575,41 @@ static sw_status spots_region(const sw_pupil_plan *plan, const sw_image *frame, 
             if (bad * 4 > n)
                 continue;
             const double med = median_of(buf, n);
-            F[l] = sum - (double)n * med;
+            F[l] = sum;
+            cnpx[l] = (double)n;
+            cmed[l] = med;
+            cmean[l] = background_of(buf, n, med, INFINITY, p->type != SW_PIX_F32, buf + n);
             for (int64_t q = 0; q < n; q++)
                 buf[q] = fabs(buf[q] - med);
             /* a cell's noise: 1.4826 MAD per pixel, over sqrt(n) pixels */
             mad[l] = 1.4826 * median_of(buf, n) * sqrt((double)n);
         }
 
-    /* S2: the light of an unlit cell (beta: a clipped or skewed background's mean is not its
-     * median) and of a fully lit one (beta + F0), the medians of the two classes of Otsu's split
-     * of the cells' light; the coverage c = (F - beta) / F0 */
+    /* S2: the background's skew (light_bias), the median of the lower class of the cells' light
+     * above their medians (the unlit cells), per pixel; then each cell's light above its
+     * background, and the light of an unlit cell (beta) and of a fully lit one (beta + F0), the
+     * medians of the two classes of that light; the coverage c = (F - beta) / F0 */
+    light_bias lb = {0.0, 0.0};
+    double F0 = 0.0, noise = 0.0;
     int32_t m = 0;
     for (size_t l = 0; l < nl; l++)
         if (isfinite(F[l]))
-            tmp[m++] = F[l];
-    double F0 = 0.0, beta = 0.0, noise = 0.0;
+            tmp[m++] = F[l] - cnpx[l] * cmed[l];
     if (m >= SPOTS_MIN_LIT) {
-        qsort(tmp, (size_t)m, sizeof(double), cmp_double);
-        /* a corneal reflection's few very bright cells must not take a class: the split sees
-         * the light clipped at 1.5 x the 75th percentile (the classes' medians do not) */
-        const double cap = tmp[(3 * (m - 1)) / 4] > 0.0 ? 1.5 * tmp[(3 * (m - 1)) / 4] : INFINITY;
-        /* and at the 5th percentile from below (a saturated reflection's cell has a high median
-         * and a very negative light) */
-        const double floor5 = tmp[(m - 1) / 20];
-        double total = 0.0;
-        for (int32_t k = 0; k < m; k++)
-            total += fmin(fmax(tmp[k], floor5), cap) - floor5;
-        double best = -1.0, s0 = 0.0;
-        int32_t split = 0; /* the lower class: tmp[0 .. split) */
-        for (int32_t k = 1; k < m; k++) {
-            s0 += fmin(fmax(tmp[k - 1], floor5), cap) - floor5;
-            const double n0 = (double)k, n1 = (double)(m - k);
-            const double e = n1 * s0 - n0 * (total - s0); /* (m0 - m1) n0 n1 */
-            const double crit = e * e / (n0 * n1);
-            if (tmp[k] > tmp[k - 1] && crit > best) {
-                best = crit;
-                split = k;
-            }
+        double top;
+        split_light(tmp, m, &lb.skew, &top);
+        lb.skew = fmax(lb.skew, 0.0) / (d * d);
+    }
+    m = 0;
+    for (size_t l = 0; l < nl; l++)
+        if (isfinite(F[l])) {
+            F[l] -= cnpx[l] * fmin(cmean[l], cmed[l] + lb.skew);
+            tmp[m++] = F[l];
         }
-        const int32_t lo_n = split, hi_n = m - split;
-        const double top = hi_n > 0 ? tmp[split + (hi_n - 1) / 2] : 0.0;
-        /* a lower class of a few cells is the pupil's edge, not the outside: no beta then */
-        beta = lo_n >= 4 ? tmp[(lo_n - 1) / 2] : 0.0;
-        F0 = top - beta;
+    if (m >= SPOTS_MIN_LIT) {
+        double top;
+        split_light(tmp, m, &lb.beta, &top);
+        F0 = top - lb.beta;
         int32_t k = 0;
         for (size_t l = 0; l < nl; l++)
             if (isfinite(mad[l]))
@@ -554,6 +619,7 @@ static sw_status spots_region(const sw_pupil_plan *plan, const sw_image *frame, 
         if (p->type != SW_PIX_F32)
             noise = fmax(noise, d * 0.2887);
     }
+    const double beta = lb.beta;
     for (size_t l = 0; l < nl; l++)
         C[l] = isfinite(F[l]) && F0 > 0.0 ? (F[l] - beta) / F0 : NAN;
     /* F0 again from the interior alone (lit cells whose four neighbours are lit): the upper
@@ -585,7 +651,7 @@ static sw_status spots_region(const sw_pupil_plan *plan, const sw_image *frame, 
     /* S3: the lenslets' light at their spots */
     double *Ccell = mad; /* the cells' coverage (mad is free again) */
     memcpy(Ccell, C, nl * sizeof(double));
-    walk_lenslets(plan, frame, x0, x1, ixa, ixb, beta, F0, Ccell, C, wsx, wsy, wstate, wqueue, buf);
+    walk_lenslets(plan, frame, x0, x1, ixa, ixb, &lb, F0, Ccell, C, wsx, wsy, wstate, wqueue, buf);
     local_coverage(nx, ny, ixa, ixb, wstate, C, Ccell, tmp);
 
     /* the lit lenslets' largest 8-connected component (by light) is the pupil; the unlit ones
@@ -763,7 +829,12 @@ sw_status sw_pupil_spots_fallback(sw_pupil_plan *plan, const sw_image *frame,
     int changed = 0;
     for (int32_t i = 0; i < result->n_pupils; i++) {
         sw_pupil_ellipse *o = &result->pupil[i];
-        if (o->valid && p->spots_fallback != 2)
+        /* a glow pupil that only a retry of step 3d found (pupil.h): measured again */
+        const sw_pupil_failure retried =
+            o->valid && o->method == SW_PUPIL_METHOD_GLOW && p->spots_fallback == 1
+                ? plan->recheck[i]
+                : SW_PUPIL_OK;
+        if (o->valid && p->spots_fallback != 2 && retried == SW_PUPIL_OK)
             continue;
         if (!o->valid)
             o->glow_failure = o->failure;
@@ -776,7 +847,8 @@ sw_status sw_pupil_spots_fallback(sw_pupil_plan *plan, const sw_image *frame,
             }
             continue;
         }
-        /* spots_fallback 2: the spots path's pupil replaces the glow path's when it finds one */
+        /* spots_fallback 2, or a retried glow pupil: the spots path's pupil replaces the glow
+         * path's when it finds one */
         sw_pupil_ellipse t = *o;
         t.valid = 0;
         if (!o->valid)
@@ -786,7 +858,7 @@ sw_status sw_pupil_spots_fallback(sw_pupil_plan *plan, const sw_image *frame,
             return st;
         if (t.valid || !o->valid) {
             if (t.valid && o->valid)
-                t.glow_failure = SW_PUPIL_OK; /* replaced, not failed */
+                t.glow_failure = retried; /* the first fit's failure, or OK: replaced */
             if (!t.valid)
                 t.method = SW_PUPIL_METHOD_SPOTS;
             *o = t;

@@ -6,7 +6,8 @@
  * batch of frames with and without glow on two streams (each frame's pupil method, ellipse and
  * coefficients as the CPU's, to rounding), with a given pupil, and with the automatic edge level
  * (pupil.h step 3d: its refits in the tracker's graph, the frames without glow still found by
- * the spots path); spots_fallback 2. Skips (77) when no GPU is usable.
+ * the spots path); spots_fallback 2; a glow falling off by 0.95, whose pupil a retry of step 3d
+ * found and the spots path measures again. Skips (77) when no GPU is usable.
  */
 #include "testutil.h"
 
@@ -137,6 +138,26 @@ static void test_pupil_spots(void **state)
     sw_image_free(&h);
 }
 
+/* The reference centroids of sp's grid (every lenslet lit, a flat wavefront, 1.5 e- per ADU)
+ * into rx, ry. */
+static void reference_of(const sw_eyesim_params *sp, double *rx, double *ry)
+{
+    sw_shsim_params rp = sp->sh;
+    memset(&rp.pupil, 0, sizeof rp.pupil);
+    rp.min_illum = 0.0;
+    sw_shsim *sim = NULL;
+    sw_image rf, r8;
+    assert_int_equal(sw_shsim_create(cpu, &rp, &sim), SW_OK);
+    assert_int_equal(sw_image_alloc(cpu, 640, 640, SW_PIX_F32, &rf), SW_OK);
+    assert_int_equal(sw_shsim_run(sim, &rf, 0), SW_OK);
+    sw_shsim_destroy(sim);
+    assert_int_equal(sw_image_alloc(cpu, 640, 640, SW_PIX_U8, &r8), SW_OK);
+    assert_int_equal(sw_image_convert(cpu, &rf, &r8, 1.0 / 1.5, 0.0, NULL), SW_OK);
+    assert_int_equal(sw_aberrometry_reference(cpu, &sp->sh.geom, &r8, rx, ry, NULL), SW_OK);
+    sw_image_free(&rf);
+    sw_image_free(&r8);
+}
+
 static void test_aberrometry_batch(void **state)
 {
     (void)state;
@@ -148,20 +169,8 @@ static void test_aberrometry_batch(void **state)
     frames[2] = eye_u8(0.0, 13, &sp);
     frames[3] = eye_u8(20.0, 14, &sp);
     sw_image dev = to_device(&frames[2]);
-    /* the reference: every lenslet lit, a flat wavefront */
-    sw_shsim_params rp = sp.sh;
-    memset(&rp.pupil, 0, sizeof rp.pupil);
-    rp.min_illum = 0.0;
-    sw_shsim *sim = NULL;
-    sw_image rf, r8;
-    assert_int_equal(sw_shsim_create(cpu, &rp, &sim), SW_OK);
-    assert_int_equal(sw_image_alloc(cpu, 640, 640, SW_PIX_F32, &rf), SW_OK);
-    assert_int_equal(sw_shsim_run(sim, &rf, 0), SW_OK);
-    sw_shsim_destroy(sim);
-    assert_int_equal(sw_image_alloc(cpu, 640, 640, SW_PIX_U8, &r8), SW_OK);
-    assert_int_equal(sw_image_convert(cpu, &rf, &r8, 1.0 / 1.5, 0.0, NULL), SW_OK);
     double rx[32 * 32], ry[32 * 32];
-    assert_int_equal(sw_aberrometry_reference(cpu, &sp.sh.geom, &r8, rx, ry, NULL), SW_OK);
+    reference_of(&sp, rx, ry);
     for (int mode = 0; mode <= 2; mode++) {
         const int given = mode == 1, autolevel = mode == 2;
         sw_aberrometry_params p;
@@ -209,8 +218,91 @@ static void test_aberrometry_batch(void **state)
     for (int k = 0; k < 4; k++)
         sw_image_free(&frames[k]);
     sw_image_free(&dev);
-    sw_image_free(&rf);
-    sw_image_free(&r8);
+}
+
+/* A glow falling off by 0.95 (test_pupil_spots' test_steep_falloff: sim eye's defaults, every
+ * artefact, shot noise, 8 bits; seeds 4 and 5): the device tracker's retry finds the pupil, its
+ * refit finds nothing (pupil_model.h sw_pm_auto_recheck, in the mapped pp_out), and the host's
+ * spots path measures it again: the CPU's ellipse and reason, from a host and a device frame,
+ * and through the aberrometry pipeline (whose frame runs again with the spots pupil). */
+static void test_steep_falloff(void **state)
+{
+    (void)state;
+    int rechecked = 0;
+    for (uint64_t seed = 4; seed <= 5; seed++) {
+        sw_eyesim_params sp;
+        sw_eyesim_params_default(&sp);
+        sw_eye_artefacts_default(&sp.art);
+        sp.art.glow_falloff = 0.95;
+        sp.eyes[0].coef_um = COEF;
+        sp.eyes[0].count = 13;
+        sp.seed = seed;
+        sw_image e, h;
+        assert_int_equal(sw_image_alloc(cpu, 640, 640, SW_PIX_F32, &e), SW_OK);
+        assert_int_equal(sw_eyesim_render(cpu, &sp, &e, NULL), SW_OK);
+        float *px = (float *)e.data;
+        for (size_t k = 0; k < (size_t)640 * 640; k++)
+            px[k] = px[k] < 0.0f ? 0.0f : px[k];
+        sw_detector det;
+        sw_detector_default(&det);
+        det.shot_noise = 1;
+        det.gain_e_per_adu = 1.5;
+        det.out_type = SW_PIX_U8;
+        det.seed = seed ^ 0x5eedull;
+        assert_int_equal(sw_image_alloc(cpu, 640, 640, SW_PIX_U8, &h), SW_OK);
+        assert_int_equal(sw_detector_apply(cpu, &det, &e, &h), SW_OK);
+        sw_image_free(&e);
+        sw_image d = to_device(&h);
+        sw_pupil_params p;
+        sw_pupil_params_default(&p, 640, 640, SW_PIX_U8);
+        p.geometry = &sp.sh.geom;
+        sw_pupil_plan *pc = NULL, *pg = NULL;
+        assert_int_equal(sw_pupil_create(cpu, &p, &pc), SW_OK);
+        assert_int_equal(sw_pupil_create(gpu, &p, &pg), SW_OK);
+        sw_pupil_result rc, rh, rd;
+        assert_int_equal(sw_pupil_run(pc, &h, &rc, NULL), SW_OK);
+        assert_int_equal(sw_pupil_run(pg, &h, &rh, NULL), SW_OK);
+        assert_int_equal(sw_pupil_run(pg, &d, &rd, NULL), SW_OK);
+        printf("    fall-off 0.95, seed %d: CPU %s (%s), a %.3f; GPU %s, a %.3f\n", (int)seed,
+               sw_pupil_method_string(rc.pupil[0].method),
+               sw_pupil_failure_string(rc.pupil[0].glow_failure), rc.pupil[0].a_px,
+               sw_pupil_method_string(rh.pupil[0].method), rh.pupil[0].a_px);
+        rechecked +=
+            rc.pupil[0].method == SW_PUPIL_METHOD_SPOTS && rc.pupil[0].glow_failure != SW_PUPIL_OK;
+        same_ellipse(&rc.pupil[0], &rh.pupil[0], 0.0);
+        same_ellipse(&rc.pupil[0], &rd.pupil[0], 0.0);
+        assert_int_equal(rc.pupil[0].glow_failure, rh.pupil[0].glow_failure);
+        /* the aberrometer: the same pupil and coefficients */
+        const int32_t nl = sp.sh.geom.nx * sp.sh.geom.ny;
+        double *rx = malloc(2 * (size_t)nl * sizeof(double));
+        assert_non_null(rx);
+        reference_of(&sp, rx, rx + nl);
+        sw_aberrometry_params ap;
+        sw_aberrometry_params_default(&ap, 640, 640, SW_PIX_U8, &sp.sh.geom);
+        ap.ref_x = rx;
+        ap.ref_y = rx + nl;
+        sw_aberrometry_plan *ac = NULL, *ag = NULL;
+        assert_int_equal(sw_aberrometry_create(cpu, &ap, &ac), SW_OK);
+        assert_int_equal(sw_aberrometry_create(gpu, &ap, &ag), SW_OK);
+        sw_aberrometry_result xc, xg;
+        assert_int_equal(sw_aberrometry_run(ac, &h, &xc), SW_OK);
+        assert_int_equal(sw_aberrometry_run(ag, &d, &xg), SW_OK);
+        const sw_aberrometry_eye *a = &xc.eye[0], *b = &xg.eye[0];
+        assert_true(a->valid && b->valid);
+        same_ellipse(&a->pupil, &rc.pupil[0], 0.0);
+        same_ellipse(&a->pupil, &b->pupil, 0.0);
+        assert_int_equal(a->kept, b->kept);
+        for (int j = 1; j < a->terms; j++)
+            assert_true(fabs(a->coef_um[j] - b->coef_um[j]) < 1e-6);
+        sw_aberrometry_destroy(ac);
+        sw_aberrometry_destroy(ag);
+        free(rx);
+        sw_pupil_destroy(pc);
+        sw_pupil_destroy(pg);
+        sw_image_free(&d);
+        sw_image_free(&h);
+    }
+    assert_true(rechecked >= 1);
 }
 
 int main(void)
@@ -218,6 +310,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pupil_spots),
         cmocka_unit_test(test_aberrometry_batch),
+        cmocka_unit_test(test_steep_falloff),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
