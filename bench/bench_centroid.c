@@ -24,6 +24,9 @@
  *                             one kernel: the order before issue 25)
  *   centroid_e2e_copy_bands<n>  as centroid_e2e_copy with n = 2, 4, 8 bands (fewer when the
  *                             grid has fewer lenslet rows)
+ *   centroid_e2e_auto         AUTO path (what a plan gets by default: COPY, a pinned frame of at
+ *                             most 256 KB read in place; centroid_cuda.cu cg_sizes), pinned frame
+ *                             and results, with the floor and the ratio
  *   centroid_e2e_mapped       MAPPED path: the kernel reads the pinned host frame over the bus
  *   centroid_floor            the transfer floor of a host-to-host run (harness.h,
  *                             sw_bench_floor_case): one empty kernel + stream synchronisation,
@@ -110,7 +113,8 @@ typedef struct row {
     int w;
     double d;
     int wl2;
-    double cpu, kernel, stream, graph, e2e_device, copy, mapped, slopes, batch_frame;
+    double cpu, kernel, stream, graph, e2e_device, copy, mapped, slopes, batch_frame, autop,
+        auto_p99;
     double floor, copy_p99, whole; /* the transfer floor, copy's p99, the one-band copy */
 } row;
 
@@ -473,7 +477,7 @@ static int bench_cuda(const setup *s, const pool *pl, double d, const char *conf
     const sw_bench_options *o = s->o;
     const int32_t w = pl->w;
     int rc = 1, nh = 0, nd = 0, nb = 0;
-    sw_centroid_plan *dev = NULL, *copy = NULL, *mapped = NULL, *batch = NULL;
+    sw_centroid_plan *dev = NULL, *copy = NULL, *mapped = NULL, *autop = NULL, *batch = NULL;
     sw_centroid_result dres = {0}, pres = {0}, bres = {0}, pres_full = {0}, dres_full = {0};
     sw_image *hv = pool_views(ctx, pl, 0, 1, &nh);
     sw_image *dv = pool_views(ctx, pl, 1, 1, &nd);
@@ -497,6 +501,8 @@ static int bench_cuda(const setup *s, const pool *pl, double d, const char *conf
     CHECK(sw_centroid_create(ctx, &p, &copy), "sw_centroid_create (copy path)");
     fill_params(&p, w, d, 1, SW_CENTROID_MAPPED);
     CHECK(sw_centroid_create(ctx, &p, &mapped), "sw_centroid_create (mapped path)");
+    fill_params(&p, w, d, 1, SW_CENTROID_AUTO);
+    CHECK(sw_centroid_create(ctx, &p, &autop), "sw_centroid_create (auto path)");
     CHECK(sw_centroid_result_alloc(dev, 1, SW_MEM_DEVICE, &dres), "sw_centroid_result_alloc");
     CHECK(sw_centroid_result_alloc(dev, 1, SW_MEM_PINNED, &pres), "sw_centroid_result_alloc");
     /* the plain CoG cases ask for the six arrays they always did (not status, x_var, y_var, snr:
@@ -576,6 +582,10 @@ e2e:
     if (one_case_floor(o, "centroid_e2e_mapped", config, &j, bytes, 0, fl.floor_us, &out->mapped,
                        NULL))
         goto done;
+    j = (job){ctx, autop, hv, nh, &pres, 0, 0};
+    if (one_case_floor(o, "centroid_e2e_auto", config, &j, bytes, 0, fl.floor_us, &out->autop,
+                       &out->auto_p99))
+        goto done;
 
     if (w == BATCH_WIDTH && !s->e2e_only) {
         /* what an AO loop reads back: the slopes only */
@@ -618,6 +628,7 @@ done:
     sw_centroid_result_free(dres_full.owned ? &dres_full : &dres);
     sw_centroid_destroy(batch);
     sw_centroid_destroy(mapped);
+    sw_centroid_destroy(autop);
     sw_centroid_destroy(copy);
     sw_centroid_destroy(dev);
     free(bv);
@@ -656,7 +667,8 @@ static int bench_width(const setup *s, int32_t w, const double *ds, int nd, row 
         r->d = d;
         r->wl2 = (int)floor(w / d) * (int)floor(w / d);
         r->cpu = r->kernel = r->stream = r->graph = r->e2e_device = r->copy = r->mapped =
-            r->slopes = r->batch_frame = r->floor = r->copy_p99 = r->whole = NAN;
+            r->slopes = r->batch_frame = r->floor = r->copy_p99 = r->whole = r->autop =
+                r->auto_p99 = NAN;
         char config[64];
         snprintf(config, sizeof config, "w%d d%g", (int)w, d);
         const seed_row *sr = seed_lookup(w, d);
@@ -699,14 +711,15 @@ static void print_table(sw_context *ctx, const row *rows, int n)
             "# floor = sync (empty kernel) + frame in + results out (pinned copies, events); "
             "whole = copy with one band;\n"
             "# copy/fl, p99/fl = the copy path's median and p99 over the floor (issue 25: "
-            "<= 1.2).\n",
+            "<= 1.2); auto = the AUTO path (a plan's default), auto/fl its median over the "
+            "floor.\n",
             dev, STREAM_RUNS);
     fprintf(stderr,
-            "%5s %5s %6s | %9s %9s %9s %9s %9s %9s %9s %9s %9s %8s | %9s %9s %7s %7s | %9s %9s "
-            "%8s\n",
+            "%5s %5s %6s | %9s %9s %9s %9s %9s %9s %9s %9s %9s %8s | %9s %9s %7s %7s %9s %7s | "
+            "%9s %9s %8s\n",
             "w_P", "d", "w_L^2", "t_CPU", "kernel", "stream", "graph", "e2e-dev", "copy", "mapped",
-            "slopes", "batch/fr", "speed-up", "floor", "whole", "copy/fl", "p99/fl", "seed CPU",
-            "seed GPU", "seed s-u");
+            "slopes", "batch/fr", "speed-up", "floor", "whole", "copy/fl", "p99/fl", "auto",
+            "auto/fl", "seed CPU", "seed GPU", "seed s-u");
     for (int i = 0; i < n; i++) {
         const row *r = &rows[i];
         fprintf(stderr, "%5d %5g %6d |", r->w, r->d, r->wl2);
@@ -728,9 +741,15 @@ static void print_table(sw_context *ctx, const row *rows, int n)
         print_us(r->whole);
         const double q50 = r->copy / r->floor, q99 = r->copy_p99 / r->floor;
         if (isfinite(q50) && isfinite(q99))
-            fprintf(stderr, " %7.2f %7.2f |", q50, q99);
+            fprintf(stderr, " %7.2f %7.2f", q50, q99);
         else
-            fprintf(stderr, " %7s %7s |", "-", "-");
+            fprintf(stderr, " %7s %7s", "-", "-");
+        print_us(r->autop);
+        const double qa = r->autop / r->floor;
+        if (isfinite(qa))
+            fprintf(stderr, " %7.2f |", qa);
+        else
+            fprintf(stderr, " %7s |", "-");
         const seed_row *sr = seed_lookup(r->w, r->d);
         if (sr)
             fprintf(stderr, " %9.0f %9.0f %8.4f\n", sr->t_cpu, sr->t_gpu, sr->speedup);
@@ -761,10 +780,10 @@ int main(int argc, char **argv)
         "700, 1000}, pixel regions d in {3.8, 11, 20, 29} (--quick: w_P in {100, 1000}, d in\n"
         "{3.8, 29}). Cases: centroid_cpu (CPU backend; on CUDA too unless --json-only);\n"
         "centroid_kernel, centroid_stream, centroid_graph, centroid_e2e_device, centroid_e2e_copy, "
-        "centroid_e2e_mapped (CUDA);\n"
+        "centroid_e2e_mapped, centroid_e2e_auto (CUDA);\n"
         "centroid_e2e_copy_slopes and centroid_batch (CUDA, w_P = 1000).\n"
         "--e2e: only centroid_floor and the host-to-host cases (e2e copy, its band variants,\n"
-        "mapped), each with the floor and the ratio to it; no CPU cases.\n",
+        "mapped, auto), each with the floor and the ratio to it; no CPU cases.\n",
         &o);
     if (rc != SW_BENCH_CONTINUE)
         return rc;

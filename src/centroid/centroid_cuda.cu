@@ -140,8 +140,10 @@ typedef struct cg_gpu {
     int cm_direct;                  /* sw_cmb_one_pass: pixels straight from the frame */
     int tx, r, nz, gs, lpt, ntiles; /* launch shape (choose_shape) */
     size_t smem;                    /* dynamic shared memory per block */
-    int uva;          /* unified addressing: pinned host pointers are device pointers */
-    sw_event_pair ev; /* around the kernel (plan->timing) */
+    int uva;             /* unified addressing: pinned host pointers are device pointers */
+    size_t copy_results; /* pinned results of more bytes go back by the copy engine (cg_sizes) */
+    size_t map_frames;   /* AUTO: a pinned frame of at most this many bytes is read in place */
+    sw_event_pair ev;    /* around the kernel (plan->timing) */
     /* COPY in bands (run_bands): the frame's rows go up on `copy`, each band's followed by its
      * flag; `start` orders the copies after the work already queued on the context's stream
      * (the last run's kernel reads the frame buffer). */
@@ -156,6 +158,34 @@ typedef struct cg_gpu {
 static cudaStream_t stream_of(const sw_centroid_plan *plan)
 {
     return (cudaStream_t)plan->ctx->stream;
+}
+
+/*
+ * Where the bytes of a host-to-host run go (issue 25: the run within 1.2x of its transfer floor,
+ * BENCHMARKS.md "Host to host against the transfer floor"):
+ *   - pinned results of more than CG_COPY_RESULTS bytes are written to the plan's device buffers
+ *     and copied back by the copy engine (~52 GB/s on an H200) rather than written by the kernel
+ *     over the bus (~31 GB/s): at 1.5 MB (1000^2 at a 3.8 px pitch) that saves more than the set-up
+ *     of the arrays' copies costs; below, the copies' set-up costs more;
+ *   - on the AUTO path a pinned frame of at most CG_MAP_FRAMES bytes is read in place by the
+ *     kernel (as MAPPED) instead of copied first: small frames' copy and kernel then overlap
+ *     (500^2 u8: 1.22-1.27x of the floor copied, 0.96-1.04x read in place).
+ * SPOTWAVE_CENTROID_COPY_RESULTS=BYTES ("inf": never) and SPOTWAVE_CENTROID_MAP_FRAMES=BYTES (0:
+ * never; "inf": always) override them, for measuring the choice.
+ */
+#define CG_COPY_RESULTS ((size_t)768 * 1024)
+#define CG_MAP_FRAMES   ((size_t)256 * 1024)
+
+static size_t cg_size_env(const char *name, size_t def)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return def;
+    char *end = NULL;
+    const double d = strtod(v, &end);
+    if (end == v || *end || !(d >= 0.0))
+        return def; /* not a size: the default */
+    return d >= 1e18 ? SIZE_MAX : (size_t)d;
 }
 
 /*
@@ -1119,6 +1149,8 @@ extern "C" sw_status sw_centroid_gpu_create(sw_centroid_plan *plan)
     plan->gpu = g;
     SW_TRY(sw_event_pair_create(SW_CUDA_CTX, SW_CUDA_STAGE, &g->ev));
     SW_CU(cudaDeviceGetAttribute(&g->uva, cudaDevAttrUnifiedAddressing, plan->ctx->device));
+    g->copy_results = cg_size_env("SPOTWAVE_CENTROID_COPY_RESULTS", CG_COPY_RESULTS);
+    g->map_frames = cg_size_env("SPOTWAVE_CENTROID_MAP_FRAMES", CG_MAP_FRAMES);
     choose_shape(plan, g);
 
     const size_t nl = (size_t)plan->nl, npix = (size_t)p->width * (size_t)p->height;
@@ -1310,28 +1342,42 @@ extern "C" sw_status sw_centroid_gpu_run(sw_centroid_plan *plan, const sw_image 
     cg_args a;
     memset(&a, 0, sizeof a);
 
-    /* Frames (COPY in bands: the copies go with the kernels, below) */
+    /* Frames (COPY in bands: the copies go with the kernels, below). AUTO reads a small pinned
+     * frame in place (cg_sizes). */
+    sw_centroid_path path = plan->path;
+    const size_t frame_bytes = (size_t)frames->stride * (size_t)nframes * (size_t)p->height;
+    if (p->path == SW_CENTROID_AUTO && path == SW_CENTROID_COPY &&
+        frames->memory == SW_MEM_PINNED && frame_bytes <= g->map_frames)
+        path = SW_CENTROID_MAPPED;
     /* pinned frames only: a copy from pageable memory is staged by the host, banded or not */
-    const int nb = plan->path == SW_CENTROID_COPY && nframes == 1 && frames->memory == SW_MEM_PINNED
+    const int nb = path == SW_CENTROID_COPY && nframes == 1 && frames->memory == SW_MEM_PINNED
                        ? sw_centroid_plan_bands(plan)
                        : 1;
     void *img = frames->data;
     size_t stride = frames->stride;
-    if (plan->path == SW_CENTROID_COPY) {
+    if (path == SW_CENTROID_COPY) {
         if (nb == 1)
             SW_CU(cudaMemcpy2DAsync(g->frames, g->frames_pitch, frames->data, frames->stride,
                                     (size_t)p->width * psize, (size_t)nframes * (size_t)p->height,
                                     cudaMemcpyHostToDevice, s));
         img = g->frames;
         stride = g->frames_pitch;
-    } else if (plan->path == SW_CENTROID_MAPPED) {
+    } else if (path == SW_CENTROID_MAPPED) {
         SW_TRY(mapped(plan, frames->data, &img));
     }
 
     /* Results: written in place (device results, and pinned results written over the bus on
      * every path: one kernel and no copies, where six copies of a few kB cost more than the
-     * writes), or into the plan's buffers and copied (plain host results). */
-    const int direct = out->memory == SW_MEM_DEVICE || out->memory == SW_MEM_PINNED;
+     * writes), or into the plan's buffers and copied (plain host results, and pinned ones of more
+     * than g->copy_results bytes: cg_sizes). */
+    const size_t nres = (size_t)nframes * (size_t)plan->nl;
+    const size_t res_bytes =
+        nres * (4 * (!!out->x + !!out->y + !!out->intensity + !!out->x_var + !!out->y_var +
+                     !!out->snr) +
+                (size_t)(!!out->valid + !!out->saturated + !!out->status)) +
+        (out->slopes ? (size_t)nframes * 2 * (size_t)plan->nslopes * sizeof(float) : 0);
+    const int direct = out->memory == SW_MEM_DEVICE ||
+                       (out->memory == SW_MEM_PINNED && res_bytes <= g->copy_results);
     if (direct && out->memory == SW_MEM_PINNED) {
         void *q;
         SW_TRY(mapped(plan, out->x, &q));

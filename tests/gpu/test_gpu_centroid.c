@@ -21,6 +21,7 @@
  *     host, pinned and device results.
  * Skips (77) when no GPU is usable.
  */
+#define _GNU_SOURCE /* setenv, unsetenv */
 #include "testutil.h"
 
 #ifdef SW_HAVE_CUDA
@@ -1045,6 +1046,65 @@ static void test_copy_bands(void **state)
     sw_centroid_destroy(pd);
 }
 
+/* Where a host-to-host run's bytes go (centroid_cuda.cu cg_sizes): pinned results of more than
+ * 768 KB come back by the copy engine, and the AUTO path reads a pinned frame of at most 256 KB in
+ * place. A 1000^2 u8 frame at a 3.8 px pitch (69 169 lenslets, 1.5 MB of results) and a 400^2 one
+ * (160 KB), each with the choices as they fall and forced the other way through the environment
+ * (SPOTWAVE_CENTROID_COPY_RESULTS, SPOTWAVE_CENTROID_MAP_FRAMES): the CPU's results, bit for bit,
+ * from an AUTO plan with a pinned frame and pinned results. */
+static void test_auto_sizes(void **state)
+{
+    (void)state;
+    for (int big = 0; big < 2; big++)
+        for (int forced = 0; forced < 2; forced++) {
+            if (forced) {
+                setenv("SPOTWAVE_CENTROID_COPY_RESULTS", big ? "inf" : "0", 1);
+                setenv("SPOTWAVE_CENTROID_MAP_FRAMES", big ? "inf" : "0", 1);
+            } else {
+                unsetenv("SPOTWAVE_CENTROID_COPY_RESULTS");
+                unsetenv("SPOTWAVE_CENTROID_MAP_FRAMES");
+            }
+            const int32_t w = big ? 1000 : 400;
+            sw_centroid_params p;
+            sw_centroid_params_default(&p);
+            p.width = p.height = w;
+            p.type = SW_PIX_U8;
+            p.geometry.pitch_px = 3.8;
+            p.geometry.nx = p.geometry.ny = (int32_t)(w / 3.8);
+            p.geometry.x0 = p.geometry.y0 = 0.0;
+            sw_centroid_plan *pc = make_plan(cpu, &p, SW_CENTROID_HOST);
+            sw_centroid_plan *pg = NULL;
+            p.path = SW_CENTROID_AUTO;
+            if (sw_centroid_create(gpu, &p, &pg) != SW_OK)
+                fail_msg("sw_centroid_create (auto): %s", sw_context_error(gpu));
+            assert_int_equal(sw_centroid_plan_path(pg), SW_CENTROID_COPY);
+            sw_image host =
+                sw_test_random_image(w, w, SW_PIX_U8, 77 + (uint64_t)(2 * big + forced));
+            sw_image pin;
+            assert_int_equal(sw_image_alloc(gpu, w, w, SW_PIX_U8, &pin), SW_OK);
+            assert_int_equal(sw_image_copy(gpu, &host, &pin), SW_OK);
+            sw_centroid_result rc = host_result(pc, 1), rp;
+            assert_int_equal(sw_centroid_result_alloc(pg, 1, SW_MEM_PINNED, &rp), SW_OK);
+            run_ok(pc, cpu, &host, &rc);
+            for (int rep = 0; rep < 2; rep++) { /* twice: the second run reuses the buffers */
+                memset(rp.x, 0xFF, (size_t)rp.lenslets * sizeof(float));
+                run_ok(pg, gpu, &pin, &rp);
+                char label[96];
+                snprintf(label, sizeof label, "%d^2 u8 at 3.8 px, AUTO, pinned, %s, run %d", w,
+                         forced ? "forced the other way" : "as chosen", rep);
+                expect_identical(label, &rc, &rp, 1);
+            }
+            sw_centroid_result_free(&rc);
+            sw_centroid_result_free(&rp);
+            sw_image_free(&pin);
+            sw_image_free(&host);
+            sw_centroid_destroy(pc);
+            sw_centroid_destroy(pg);
+        }
+    unsetenv("SPOTWAVE_CENTROID_COPY_RESULTS");
+    unsetenv("SPOTWAVE_CENTROID_MAP_FRAMES");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1052,7 +1112,7 @@ int main(void)
         cmocka_unit_test(test_f32_nonfinite),     cmocka_unit_test(test_white_table1),
         cmocka_unit_test(test_batches),           cmocka_unit_test(test_many_frames),
         cmocka_unit_test(test_paths_and_results), cmocka_unit_test(test_saturation),
-        cmocka_unit_test(test_copy_bands),
+        cmocka_unit_test(test_copy_bands),        cmocka_unit_test(test_auto_sizes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
