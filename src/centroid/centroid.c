@@ -683,35 +683,57 @@ sw_status sw_centroid_result_alloc(sw_centroid_plan *plan, int32_t frames, sw_me
         return sw_fail(ctx, SW_ENODEV, "centroid result: %s memory needs a CUDA context",
                        memory == SW_MEM_PINNED ? "pinned" : "device");
     memset(out, 0, sizeof *out);
-    size_t n = (size_t)frames * (size_t)plan->nl;
-    size_t ns = (size_t)frames * 2 * (size_t)plan->nslopes;
+    const size_t n = (size_t)frames * (size_t)plan->nl;
+    const size_t ns = (size_t)frames * 2 * (size_t)plan->nslopes;
     out->frames = frames;
     out->lenslets = plan->nl;
     out->nslopes = plan->nslopes;
     out->memory = memory;
-    out->owned = 1;
-    out->x = result_array(ctx, n * sizeof(float), memory);
-    out->y = result_array(ctx, n * sizeof(float), memory);
-    out->intensity = result_array(ctx, n * sizeof(float), memory);
-    out->valid = result_array(ctx, n, memory);
-    out->slopes = result_array(ctx, (ns ? ns : 1) * sizeof(float), memory);
-    out->saturated = result_array(ctx, n, memory);
-    out->x_var = result_array(ctx, n * sizeof(float), memory);
-    out->y_var = result_array(ctx, n * sizeof(float), memory);
-    out->snr = result_array(ctx, n * sizeof(float), memory);
-    out->status = result_array(ctx, n, memory);
-    if (!out->x || !out->y || !out->intensity || !out->valid || !out->slopes || !out->saturated ||
-        !out->x_var || !out->y_var || !out->snr || !out->status) {
-        sw_centroid_result_free(out);
+    /* one block (sw_cr_layout): the GPU copies the arrays asked for back in one transfer */
+    const sw_cr_layout l = sw_cr_layout_of(n, ns);
+    char *b = result_array(ctx, l.bytes, memory);
+    if (!b)
         return sw_fail(ctx, SW_ENOMEM, "centroid result: out of memory for %d frames", frames);
-    }
+    out->owned = 2;
+    out->x = (float *)(void *)(b + l.x);
+    out->y = (float *)(void *)(b + l.y);
+    out->intensity = (float *)(void *)(b + l.intensity);
+    out->slopes = (float *)(void *)(b + l.slopes);
+    out->valid = (uint8_t *)(b + l.valid);
+    out->saturated = (uint8_t *)(b + l.saturated);
+    out->status = (uint8_t *)(b + l.status);
+    out->x_var = (float *)(void *)(b + l.x_var);
+    out->y_var = (float *)(void *)(b + l.y_var);
+    out->snr = (float *)(void *)(b + l.snr);
     return SW_OK;
+}
+
+void *sw_centroid_result_block(const sw_centroid_result *r)
+{
+    if (!r || r->owned != 2)
+        return NULL;
+    const size_t n = (size_t)r->frames * (size_t)r->lenslets;
+    const sw_cr_layout l = sw_cr_layout_of(n, (size_t)r->frames * 2 * (size_t)r->nslopes);
+    /* the block from any array the caller left (each sits at its offset in it) */
+    const void *a[10] = {r->x,         r->y,      r->intensity, r->slopes, r->valid,
+                         r->saturated, r->status, r->x_var,     r->y_var,  r->snr};
+    const size_t off[10] = {l.x,         l.y,      l.intensity, l.slopes, l.valid,
+                            l.saturated, l.status, l.x_var,     l.y_var,  l.snr};
+    for (int k = 0; k < 10; k++)
+        if (a[k])
+            return (char *)(uintptr_t)a[k] - off[k];
+    return NULL;
 }
 
 void sw_centroid_result_free(sw_centroid_result *r)
 {
     if (!r || !r->owned)
         return;
+    if (r->owned == 2) {
+        result_array_free(sw_centroid_result_block(r), r->memory);
+        memset(r, 0, sizeof *r);
+        return;
+    }
     result_array_free(r->x, r->memory);
     result_array_free(r->y, r->memory);
     result_array_free(r->intensity, r->memory);

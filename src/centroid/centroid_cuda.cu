@@ -130,20 +130,19 @@ typedef struct cg_gpu {
     double *ref_x, *ref_y;
     void *frames; /* COPY: max_frames frames */
     size_t frames_pitch;
-    float *x, *y, *inten, *slopes; /* results for host / pinned result arrays */
-    uint8_t *flag, *sat;
-    float *xvar, *yvar, *snr; /* error bars and SNR for host result arrays */
-    uint8_t *status;
+    char *res;                      /* the results for host / pinned result arrays: one block,
+                                       sw_cr_layout of max_frames (a run lays out its frames) */
     float *corr;                    /* CORRELATION template */
     size_t cm_smem;                 /* the generic kernel's dynamic shared memory */
     int cm_lg, cm_warps;            /* its 2^lg lanes per lenslet, warps per block (cm_shape) */
     int cm_direct;                  /* sw_cmb_one_pass: pixels straight from the frame */
     int tx, r, nz, gs, lpt, ntiles; /* launch shape (choose_shape) */
     size_t smem;                    /* dynamic shared memory per block */
-    int uva;             /* unified addressing: pinned host pointers are device pointers */
-    size_t copy_results; /* pinned results of more bytes go back by the copy engine (cg_sizes) */
-    size_t map_frames;   /* AUTO: a pinned frame of at most this many bytes is read in place */
-    sw_event_pair ev;    /* around the kernel (plan->timing) */
+    int uva; /* unified addressing: pinned host pointers are device pointers */
+    size_t
+        copy_block; /* pinned results in one block of more bytes come back by a copy (cg_sizes) */
+    size_t map_frames; /* AUTO: a pinned frame of at most this many bytes is read in place */
+    sw_event_pair ev;  /* around the kernel (plan->timing) */
     /* COPY in bands (run_bands): the frame's rows go up on `copy`, each band's followed by its
      * flag; `start` orders the copies after the work already queued on the context's stream
      * (the last run's kernel reads the frame buffer). */
@@ -163,18 +162,36 @@ static cudaStream_t stream_of(const sw_centroid_plan *plan)
 /*
  * Where the bytes of a host-to-host run go (issue 25: the run within 1.2x of its transfer floor,
  * BENCHMARKS.md "Host to host against the transfer floor"):
- *   - pinned results of more than CG_COPY_RESULTS bytes are written to the plan's device buffers
- *     and copied back by the copy engine (~52 GB/s on an H200) rather than written by the kernel
- *     over the bus (~31 GB/s): at 1.5 MB (1000^2 at a 3.8 px pitch) that saves more than the set-up
- *     of the arrays' copies costs; below, the copies' set-up costs more;
+ *   - pinned results of more than CG_COPY_BLOCK bytes that are sw_centroid_result_alloc's one
+ *     block (sw_cr_layout, for exactly the run's frames) are written to the plan's device block
+ *     and come back by the copy engine, one copy per run of consecutive arrays asked for, rather
+ *     than written by the kernel over the bus as it goes: 1000^2 u8 at a 3.8 px pitch (1.5 MB of
+ *     results) 86-92 -> 70-74 us on an H100. Below that the kernel's writes, which overlap the
+ *     kernel, win (500^2 at 3.8 px, 377 KB: 31 us written, 38 us copied); six copies, one per
+ *     array of the caller's own, lose even at 1.5 MB on an H100 (92 us), so other pinned arrays
+ *     are always written in place;
  *   - on the AUTO path a pinned frame of at most CG_MAP_FRAMES bytes is read in place by the
  *     kernel (as MAPPED) instead of copied first: small frames' copy and kernel then overlap
- *     (500^2 u8: 1.22-1.27x of the floor copied, 0.96-1.04x read in place).
- * SPOTWAVE_CENTROID_COPY_RESULTS=BYTES ("inf": never) and SPOTWAVE_CENTROID_MAP_FRAMES=BYTES (0:
- * never; "inf": always) override them, for measuring the choice.
+ *     (500^2 u8: 1.22-1.27x of the floor copied, 0.96-1.04x read in place, H200).
+ * SPOTWAVE_CENTROID_COPY_BLOCK=BYTES ("inf": never) and SPOTWAVE_CENTROID_MAP_FRAMES=BYTES (0:
+ * never; "inf": always) override them, for measuring.
  */
-#define CG_COPY_RESULTS ((size_t)768 * 1024)
-#define CG_MAP_FRAMES   ((size_t)256 * 1024)
+#define CG_COPY_BLOCK ((size_t)768 * 1024)
+#define CG_MAP_FRAMES ((size_t)256 * 1024)
+
+/* Whether every array of out that is asked for sits at its sw_cr_layout offset L from hb. */
+static int cr_in_block(const sw_centroid_result *out, const char *hb, const sw_cr_layout *L)
+{
+    const void *a[10] = {out->x,         out->y,      out->intensity, out->slopes, out->valid,
+                         out->saturated, out->status, out->x_var,     out->y_var,  out->snr};
+    const size_t off[10] = {L->x,         L->y,      L->intensity, L->slopes, L->valid,
+                            L->saturated, L->status, L->x_var,     L->y_var,  L->snr};
+    for (int k = 0; k < 10; k++)
+        if (a[k] && (const char *)a[k] != hb + off[k])
+            return 0;
+    return 1;
+}
+#define CG_MAP_FRAMES ((size_t)256 * 1024)
 
 static size_t cg_size_env(const char *name, size_t def)
 {
@@ -1149,7 +1166,7 @@ extern "C" sw_status sw_centroid_gpu_create(sw_centroid_plan *plan)
     plan->gpu = g;
     SW_TRY(sw_event_pair_create(SW_CUDA_CTX, SW_CUDA_STAGE, &g->ev));
     SW_CU(cudaDeviceGetAttribute(&g->uva, cudaDevAttrUnifiedAddressing, plan->ctx->device));
-    g->copy_results = cg_size_env("SPOTWAVE_CENTROID_COPY_RESULTS", CG_COPY_RESULTS);
+    g->copy_block = cg_size_env("SPOTWAVE_CENTROID_COPY_BLOCK", CG_COPY_BLOCK);
     g->map_frames = cg_size_env("SPOTWAVE_CENTROID_MAP_FRAMES", CG_MAP_FRAMES);
     choose_shape(plan, g);
 
@@ -1187,16 +1204,7 @@ extern "C" sw_status sw_centroid_gpu_create(sw_centroid_plan *plan)
             g->marks[v] = v;
     }
     const size_t n = (size_t)p->max_frames * nl, ns = (size_t)p->max_frames * 2 * plan->nslopes;
-    SW_TRY(upload<float>(plan, &g->x, NULL, n));
-    SW_TRY(upload<float>(plan, &g->y, NULL, n));
-    SW_TRY(upload<float>(plan, &g->inten, NULL, n));
-    SW_TRY(upload<uint8_t>(plan, &g->flag, NULL, n));
-    SW_TRY(upload<uint8_t>(plan, &g->sat, NULL, n));
-    SW_TRY(upload<float>(plan, &g->slopes, NULL, ns));
-    SW_TRY(upload<float>(plan, &g->xvar, NULL, n));
-    SW_TRY(upload<float>(plan, &g->yvar, NULL, n));
-    SW_TRY(upload<float>(plan, &g->snr, NULL, n));
-    SW_TRY(upload<uint8_t>(plan, &g->status, NULL, n));
+    SW_TRY(upload<char>(plan, &g->res, NULL, sw_cr_layout_of(n, ns).bytes));
     if (!plan->fast) {
         if (plan->corr_ref)
             SW_TRY(upload(plan, &g->corr, plan->corr_ref, npix));
@@ -1368,16 +1376,23 @@ extern "C" sw_status sw_centroid_gpu_run(sw_centroid_plan *plan, const sw_image 
 
     /* Results: written in place (device results, and pinned results written over the bus on
      * every path: one kernel and no copies, where six copies of a few kB cost more than the
-     * writes), or into the plan's buffers and copied (plain host results, and pinned ones of more
-     * than g->copy_results bytes: cg_sizes). */
+     * writes), or into the plan's block (sw_cr_layout of this run's frames) and copied (plain host
+     * results, and pinned ones above g->copy_block bytes in the block sw_centroid_result_alloc
+     * made: one copy per run of arrays asked for; cg_sizes). */
     const size_t nres = (size_t)nframes * (size_t)plan->nl;
-    const size_t res_bytes =
-        nres * (4 * (!!out->x + !!out->y + !!out->intensity + !!out->x_var + !!out->y_var +
-                     !!out->snr) +
-                (size_t)(!!out->valid + !!out->saturated + !!out->status)) +
-        (out->slopes ? (size_t)nframes * 2 * (size_t)plan->nslopes * sizeof(float) : 0);
+    const size_t nsl = (size_t)nframes * 2 * (size_t)plan->nslopes;
+    const sw_cr_layout L = sw_cr_layout_of(nres, nsl);
+    const size_t res_bytes = nres * (4 * (!!out->x + !!out->y + !!out->intensity + !!out->x_var +
+                                          !!out->y_var + !!out->snr) +
+                                     (size_t)(!!out->valid + !!out->saturated + !!out->status)) +
+                             (out->slopes ? nsl * sizeof(float) : 0);
+    /* the caller's arrays at the block's offsets (a result of exactly this run's frames) */
+    char *const hb = out->memory == SW_MEM_PINNED && out->frames == nframes
+                         ? (char *)sw_centroid_result_block(out)
+                         : NULL;
+    const int one_block = hb != NULL && cr_in_block(out, hb, &L);
     const int direct = out->memory == SW_MEM_DEVICE ||
-                       (out->memory == SW_MEM_PINNED && res_bytes <= g->copy_results);
+                       (out->memory == SW_MEM_PINNED && !(one_block && res_bytes > g->copy_block));
     if (direct && out->memory == SW_MEM_PINNED) {
         void *q;
         SW_TRY(mapped(plan, out->x, &q));
@@ -1412,16 +1427,17 @@ extern "C" sw_status sw_centroid_gpu_run(sw_centroid_plan *plan, const sw_image 
         a.yvar = out->y_var;
         a.snr = out->snr;
     } else {
-        a.x = out->x ? g->x : NULL;
-        a.y = out->y ? g->y : NULL;
-        a.inten = out->intensity ? g->inten : NULL;
-        a.flag = out->valid ? g->flag : NULL;
-        a.satflag = out->saturated ? g->sat : NULL;
-        a.slopes = out->slopes ? g->slopes : NULL;
-        a.status = out->status ? g->status : NULL;
-        a.xvar = out->x_var ? g->xvar : NULL;
-        a.yvar = out->y_var ? g->yvar : NULL;
-        a.snr = out->snr ? g->snr : NULL;
+        char *r = g->res;
+        a.x = out->x ? (float *)(void *)(r + L.x) : NULL;
+        a.y = out->y ? (float *)(void *)(r + L.y) : NULL;
+        a.inten = out->intensity ? (float *)(void *)(r + L.intensity) : NULL;
+        a.flag = out->valid ? (uint8_t *)(r + L.valid) : NULL;
+        a.satflag = out->saturated ? (uint8_t *)(r + L.saturated) : NULL;
+        a.slopes = out->slopes ? (float *)(void *)(r + L.slopes) : NULL;
+        a.status = out->status ? (uint8_t *)(r + L.status) : NULL;
+        a.xvar = out->x_var ? (float *)(void *)(r + L.x_var) : NULL;
+        a.yvar = out->y_var ? (float *)(void *)(r + L.y_var) : NULL;
+        a.snr = out->snr ? (float *)(void *)(r + L.snr) : NULL;
     }
 
     a.img = (const char *)img;
@@ -1531,32 +1547,26 @@ extern "C" sw_status sw_centroid_gpu_run(sw_centroid_plan *plan, const sw_image 
         SW_CU(cudaEventRecord(g->ev.t1, s));
 
     if (!direct) {
-        const size_t n = (size_t)nframes * (size_t)plan->nl;
-        const size_t ns = (size_t)nframes * 2 * (size_t)plan->nslopes;
-        if (out->x)
-            SW_CU(cudaMemcpyAsync(out->x, g->x, n * sizeof(float), cudaMemcpyDeviceToHost, s));
-        if (out->y)
-            SW_CU(cudaMemcpyAsync(out->y, g->y, n * sizeof(float), cudaMemcpyDeviceToHost, s));
-        if (out->intensity)
-            SW_CU(cudaMemcpyAsync(out->intensity, g->inten, n * sizeof(float),
-                                  cudaMemcpyDeviceToHost, s));
-        if (out->valid)
-            SW_CU(cudaMemcpyAsync(out->valid, g->flag, n, cudaMemcpyDeviceToHost, s));
-        if (out->saturated)
-            SW_CU(cudaMemcpyAsync(out->saturated, g->sat, n, cudaMemcpyDeviceToHost, s));
-        if (out->slopes && ns > 0)
-            SW_CU(cudaMemcpyAsync(out->slopes, g->slopes, ns * sizeof(float),
-                                  cudaMemcpyDeviceToHost, s));
-        if (out->status)
-            SW_CU(cudaMemcpyAsync(out->status, g->status, n, cudaMemcpyDeviceToHost, s));
-        if (out->x_var)
-            SW_CU(
-                cudaMemcpyAsync(out->x_var, g->xvar, n * sizeof(float), cudaMemcpyDeviceToHost, s));
-        if (out->y_var)
-            SW_CU(
-                cudaMemcpyAsync(out->y_var, g->yvar, n * sizeof(float), cudaMemcpyDeviceToHost, s));
-        if (out->snr)
-            SW_CU(cudaMemcpyAsync(out->snr, g->snr, n * sizeof(float), cudaMemcpyDeviceToHost, s));
+        /* back to the caller's arrays: each run of consecutive arrays asked for in one copy when
+         * they are sw_centroid_result_alloc's block, else one copy per array */
+        const size_t sz[10] = {nres * 4, nres * 4, nres * 4, nsl * 4,  nres,
+                               nres,     nres,     nres * 4, nres * 4, nres * 4};
+        const size_t off[10] = {L.x,         L.y,      L.intensity, L.slopes, L.valid,
+                                L.saturated, L.status, L.x_var,     L.y_var,  L.snr};
+        void *const dst[10] = {out->x,         out->y,      out->intensity, out->slopes, out->valid,
+                               out->saturated, out->status, out->x_var,     out->y_var,  out->snr};
+        for (int k = 0; k < 10;) {
+            if (!dst[k] || sz[k] == 0) {
+                k++;
+                continue;
+            }
+            int e = k + 1; /* [k, e): a run of arrays asked for, adjacent in the block */
+            while (one_block && e < 10 && dst[e] && sz[e] > 0)
+                e++;
+            const size_t bytes = off[e - 1] + sz[e - 1] - off[k];
+            SW_CU(cudaMemcpyAsync(dst[k], g->res + off[k], bytes, cudaMemcpyDeviceToHost, s));
+            k = e;
+        }
     }
     if (out->memory != SW_MEM_DEVICE)
         SW_CU(cudaStreamSynchronize(s));
@@ -1586,16 +1596,7 @@ extern "C" void sw_centroid_gpu_destroy(sw_centroid_plan *plan)
     cudaFree(g->ref_x);
     cudaFree(g->ref_y);
     cudaFree(g->frames);
-    cudaFree(g->x);
-    cudaFree(g->y);
-    cudaFree(g->inten);
-    cudaFree(g->flag);
-    cudaFree(g->sat);
-    cudaFree(g->slopes);
-    cudaFree(g->xvar);
-    cudaFree(g->yvar);
-    cudaFree(g->snr);
-    cudaFree(g->status);
+    cudaFree(g->res);
     cudaFree(g->corr);
     if (g->copy) {
         cudaStreamSynchronize(g->copy);

@@ -14,6 +14,35 @@
 extern "C" {
 #endif
 
+/*
+ * The one-block layout of a result's ten arrays (sw_centroid_result_alloc: owned = 2, the arrays
+ * at these byte offsets from one allocation; the plan's device buffers on the GPU likewise), for
+ * n = frames x lenslets and ns = frames x 2 x slopes: the arrays an AO loop or a host-to-host run
+ * asks for first and together (x, y, intensity, slopes, valid, saturated), then status and the
+ * error bars, so that the GPU copies the ones asked for back in one transfer per run of them
+ * (centroid_cuda.cu cg_sizes).
+ */
+typedef struct sw_cr_layout {
+    size_t x, y, intensity, slopes, valid, saturated, status, x_var, y_var, snr, bytes;
+} sw_cr_layout;
+
+static inline sw_cr_layout sw_cr_layout_of(size_t n, size_t ns)
+{
+    sw_cr_layout l;
+    l.x = 0;
+    l.y = l.x + n * sizeof(float);
+    l.intensity = l.y + n * sizeof(float);
+    l.slopes = l.intensity + n * sizeof(float);
+    l.valid = l.slopes + (ns ? ns : 1) * sizeof(float);
+    l.saturated = l.valid + n;
+    l.status = l.saturated + n;
+    l.x_var = (l.status + n + 15) / 16 * 16;
+    l.y_var = l.x_var + n * sizeof(float);
+    l.snr = l.y_var + n * sizeof(float);
+    l.bytes = l.snr + n * sizeof(float);
+    return l;
+}
+
 /* Regions of at most 128 x 128 pixels keep the exact integer sums inside 32 bits per column
  * (128 * 127 / 2 * 65535 < 2^32) and 64 bits per lenslet. */
 #define SW_CENTROID_MAX_PITCH SW_CENTROID_MAX_PITCH_PX
@@ -78,6 +107,10 @@ struct sw_centroid_plan {
     int32_t bands;    /* sw_centroid_set_bands: 0 auto, else the count asked for */
     int copy_overlap; /* 1: the device copies while it computes (COPY in bands; centroid_cuda.cu) */
 };
+
+/* The one block of a result that sw_centroid_result_alloc made (owned = 2; sw_cr_layout), from
+ * any of its arrays the caller left; NULL for any other result. */
+void *sw_centroid_result_block(const sw_centroid_result *r);
 
 #ifdef SW_HAVE_CUDA
 /* Allocates the device copies of the tables, the frame buffer for COPY and the result buffers

@@ -1046,22 +1046,24 @@ static void test_copy_bands(void **state)
     sw_centroid_destroy(pd);
 }
 
-/* Where a host-to-host run's bytes go (centroid_cuda.cu cg_sizes): pinned results of more than
- * 768 KB come back by the copy engine, and the AUTO path reads a pinned frame of at most 256 KB in
- * place. A 1000^2 u8 frame at a 3.8 px pitch (69 169 lenslets, 1.5 MB of results) and a 400^2 one
- * (160 KB), each with the choices as they fall and forced the other way through the environment
- * (SPOTWAVE_CENTROID_COPY_RESULTS, SPOTWAVE_CENTROID_MAP_FRAMES): the CPU's results, bit for bit,
- * from an AUTO plan with a pinned frame and pinned results. */
+/* Where a host-to-host run's bytes go (centroid_cuda.cu cg_sizes): pinned results in
+ * sw_centroid_result_alloc's block above 768 KB come back by the copy engine, one copy per run of
+ * arrays, and the AUTO path reads a pinned frame of at most 256 KB in place. A 1000^2 u8 frame at
+ * a 3.8 px pitch (69 169 lenslets, 1.5 MB of results) and a 400^2 one (160 KB frame, 240 KB of
+ * results), each with the choices as they fall and forced the other way through the environment
+ * (SPOTWAVE_CENTROID_COPY_BLOCK, _MAP_FRAMES), into the block of exactly one frame and into a
+ * two-frame result (not the run's layout: written in place): the CPU's results, bit for bit, from
+ * an AUTO plan with a pinned frame. */
 static void test_auto_sizes(void **state)
 {
     (void)state;
     for (int big = 0; big < 2; big++)
         for (int forced = 0; forced < 2; forced++) {
             if (forced) {
-                setenv("SPOTWAVE_CENTROID_COPY_RESULTS", big ? "inf" : "0", 1);
+                setenv("SPOTWAVE_CENTROID_COPY_BLOCK", big ? "inf" : "0", 1);
                 setenv("SPOTWAVE_CENTROID_MAP_FRAMES", big ? "inf" : "0", 1);
             } else {
-                unsetenv("SPOTWAVE_CENTROID_COPY_RESULTS");
+                unsetenv("SPOTWAVE_CENTROID_COPY_BLOCK");
                 unsetenv("SPOTWAVE_CENTROID_MAP_FRAMES");
             }
             const int32_t w = big ? 1000 : 400;
@@ -1083,25 +1085,31 @@ static void test_auto_sizes(void **state)
             sw_image pin;
             assert_int_equal(sw_image_alloc(gpu, w, w, SW_PIX_U8, &pin), SW_OK);
             assert_int_equal(sw_image_copy(gpu, &host, &pin), SW_OK);
-            sw_centroid_result rc = host_result(pc, 1), rp;
+            sw_centroid_result rc = host_result(pc, 1), rp, r2;
             assert_int_equal(sw_centroid_result_alloc(pg, 1, SW_MEM_PINNED, &rp), SW_OK);
+            assert_int_equal(sw_centroid_result_alloc(pg, 2, SW_MEM_PINNED, &r2), SW_OK);
             run_ok(pc, cpu, &host, &rc);
-            for (int rep = 0; rep < 2; rep++) { /* twice: the second run reuses the buffers */
-                memset(rp.x, 0xFF, (size_t)rp.lenslets * sizeof(float));
-                run_ok(pg, gpu, &pin, &rp);
-                char label[96];
-                snprintf(label, sizeof label, "%d^2 u8 at 3.8 px, AUTO, pinned, %s, run %d", w,
+            for (int rep = 0; rep < 3;
+                 rep++) { /* the block twice (buffers reused), then 2 frames */
+                sw_centroid_result *r = rep < 2 ? &rp : &r2;
+                memset(r->x, 0xFF, (size_t)r->lenslets * sizeof(float));
+                memset(r->valid, 0xFF, (size_t)r->lenslets);
+                run_ok(pg, gpu, &pin, r);
+                char label[128];
+                snprintf(label, sizeof label, "%d^2 u8 at 3.8 px, AUTO, pinned %s, %s, run %d", w,
+                         rep < 2 ? "block" : "2-frame result",
                          forced ? "forced the other way" : "as chosen", rep);
-                expect_identical(label, &rc, &rp, 1);
+                expect_identical(label, &rc, r, 1);
             }
             sw_centroid_result_free(&rc);
             sw_centroid_result_free(&rp);
+            sw_centroid_result_free(&r2);
             sw_image_free(&pin);
             sw_image_free(&host);
             sw_centroid_destroy(pc);
             sw_centroid_destroy(pg);
         }
-    unsetenv("SPOTWAVE_CENTROID_COPY_RESULTS");
+    unsetenv("SPOTWAVE_CENTROID_COPY_BLOCK");
     unsetenv("SPOTWAVE_CENTROID_MAP_FRAMES");
 }
 
