@@ -107,8 +107,9 @@
  * image without retinal glow (an artificial eye, a bench, a dim retina) has no back-lit pupil for
  * steps 1-9, so a region whose pupil they do not find is tried again from the spots' envelope on
  * the lenslet grid (method SW_PUPIL_METHOD_SPOTS; the glow path's reason stays in glow_failure).
- * So is one that step 3d found only by a retry at a lower level (a glow that falls off steeply
- * towards the edge, whose half height is near the iris' noise: sim eye's fall-off 0.95 gave
+ * So is one that step 3d found only by a retry at a lower level and whose refit at the measured
+ * half height then found nothing (the level did not settle: a glow that falls off steeply
+ * towards the edge, whose half height is near the iris' noise; sim eye's fall-off 0.95 gave
  * pupils 1.9-2.4 % small where the spots path measures 0.2-0.6 % large); where the spots path
  * finds it, its pupil is taken and glow_failure is the first fit's failure.
  * Not from Mompean et al., who track the glow only. A lenslet's light is the light through the
@@ -247,8 +248,9 @@ typedef struct sw_pupil_params {
                                            tracking (default 0)                              */
     sw_pupil_shape given_pupil[2];      /* the given ellipses (pixels, degrees)              */
     int spots_fallback;                 /* 1 (default): a pupil the glow path does not find,
-                                           or finds only by step 3d's retries (a glow falling
-                                           off steeply: its pupil measured 2 % small at 0.95),
+                                           or finds only by a retry of step 3d whose refit
+                                           then fails (a glow falling off steeply: its pupil
+                                           measured 2 % small at 0.95),
                                            is looked for in the spots' envelope (needs a
                                            geometry; the glow path's pupil stays where that
                                            fails);

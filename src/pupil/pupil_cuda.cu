@@ -180,8 +180,9 @@ struct pp_fit_args {
     sw_pupil_ellipse *pupils; /* device copy of the pupils, for the lenslet mask */
 };
 
-/* What the fit kernel writes to the host (mapped pinned memory): the result, and per pupil the
- * first fit's failure when step 3d's retries ran (SW_PUPIL_OK: none; plan->recheck). */
+/* What the fit kernel writes to the host (mapped pinned memory): the result, and per pupil
+ * sw_pm_auto_recheck of its course (plan->recheck: SW_PUPIL_OK, or the first fit's failure when
+ * the spots path is to measure the pupil again). */
 struct pp_out {
     sw_pupil_result result; /* first: h_result is its address */
     int32_t recheck[2];
@@ -2144,7 +2145,7 @@ extern "C" sw_status sw_pupil_gpu_fallback(sw_pupil_plan *plan, const sw_image *
     if (redo)
         *redo = 0;
     const pp_out *out = (const pp_out *)(const void *)g->h_result;
-    int missing = 0; /* a pupil not found, or found only by a retry of step 3d (pupil.h) */
+    int missing = 0; /* a pupil not found, or one to measure again (sw_pm_auto_recheck) */
     for (int32_t i = 0; i < result->n_pupils; i++) {
         plan->recheck[i] = (sw_pupil_failure)out->recheck[i];
         missing |=

@@ -42,8 +42,9 @@ struct sw_pupil_plan {
     void *gpu;        /* pupil_cuda.cu's state (NULL on a CPU plan) */
     int preset;       /* GPU: the next enqueue runs no tracker (sw_pupil_gpu_preset)      */
     void *host_frame; /* GPU: a host copy of a device frame for the spots path (lazily)    */
-    /* the last frame: per pupil, the first fit's failure when step 3d found the pupil by a
-     * retry (SW_PUPIL_OK: no retry ran); the spots path measures such a pupil again */
+    /* the last frame: per pupil, sw_pm_auto_recheck (pupil_model.h): the first fit's failure
+     * when a retry of step 3d found the pupil and a refit then found nothing (the spots path
+     * measures such a pupil again), else SW_PUPIL_OK */
     sw_pupil_failure recheck[2];
 };
 
@@ -88,8 +89,8 @@ void sw_pupil_mask_host(sw_pupil_plan *plan, const sw_pupil_result *result);
 void sw_pupil_given_result(const sw_pupil_plan *plan, sw_pupil_result *result);
 /* For each pupil of result not found: glow_failure set, then (spots_fallback) the spots path
  * S1-S6 on the host frame (the plan's size and type); so for every pupil (spots_fallback 2), or
- * one that a retry found (plan->recheck; spots_fallback 1). The lenslet mask is recomputed
- * into plan->lenslet_mask when a pupil was found. */
+ * one whose edge level did not settle (plan->recheck; spots_fallback 1). The lenslet mask is
+ * recomputed into plan->lenslet_mask when a pupil was found. */
 sw_status sw_pupil_spots_fallback(sw_pupil_plan *plan, const sw_image *frame,
                                   sw_pupil_result *result);
 

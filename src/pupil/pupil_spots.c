@@ -829,7 +829,7 @@ sw_status sw_pupil_spots_fallback(sw_pupil_plan *plan, const sw_image *frame,
     int changed = 0;
     for (int32_t i = 0; i < result->n_pupils; i++) {
         sw_pupil_ellipse *o = &result->pupil[i];
-        /* a glow pupil that only a retry of step 3d found (pupil.h): measured again */
+        /* a glow pupil whose edge level did not settle (sw_pm_auto_recheck): measured again */
         const sw_pupil_failure retried =
             o->valid && o->method == SW_PUPIL_METHOD_GLOW && p->spots_fallback == 1
                 ? plan->recheck[i]
