@@ -338,7 +338,8 @@ typedef struct sw_centroid_result {
     uint8_t *valid;       /* frames * lenslets, 1 valid / 0 invalid              */
     float *slopes;        /* frames * 2 * nslopes, pixels                        */
     int owned;            /* made by sw_centroid_result_alloc (one allocation: free
-                             it with sw_centroid_result_free, not array by array) */
+                             it with sw_centroid_result_free, not array by array, with
+                             at least one of its own arrays left in the struct) */
     uint8_t *saturated;   /* frames * lenslets, 1: a saturated pixel in the region */
     float *x_var, *y_var; /* frames * lenslets variances of x, y (px^2; "Error bars"), NaN
                              when not measured (fast COG path) or invalid            */

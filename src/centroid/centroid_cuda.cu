@@ -160,8 +160,8 @@ static cudaStream_t stream_of(const sw_centroid_plan *plan)
 }
 
 /*
- * Where the bytes of a host-to-host run go (issue 25: the run within 1.2x of its transfer floor,
- * BENCHMARKS.md "Host to host against the transfer floor"):
+ * cg_sizes: where the bytes of a host-to-host run go (issue 25: the run within 1.2x of its
+ * transfer floor, BENCHMARKS.md "Host to host against the transfer floor"):
  *   - pinned results of more than CG_COPY_BLOCK bytes that are sw_centroid_result_alloc's one
  *     block (sw_cr_layout, for exactly the run's frames) are written to the plan's device block
  *     and come back by the copy engine, one copy per run of consecutive arrays asked for, rather
@@ -191,7 +191,6 @@ static int cr_in_block(const sw_centroid_result *out, const char *hb, const sw_c
             return 0;
     return 1;
 }
-#define CG_MAP_FRAMES ((size_t)256 * 1024)
 
 static size_t cg_size_env(const char *name, size_t def)
 {
@@ -1354,7 +1353,7 @@ extern "C" sw_status sw_centroid_gpu_run(sw_centroid_plan *plan, const sw_image 
      * frame in place (cg_sizes). */
     sw_centroid_path path = plan->path;
     const size_t frame_bytes = (size_t)frames->stride * (size_t)nframes * (size_t)p->height;
-    if (p->path == SW_CENTROID_AUTO && path == SW_CENTROID_COPY &&
+    if (p->path == SW_CENTROID_AUTO && path == SW_CENTROID_COPY && g->uva &&
         frames->memory == SW_MEM_PINNED && frame_bytes <= g->map_frames)
         path = SW_CENTROID_MAPPED;
     /* pinned frames only: a copy from pageable memory is staged by the host, banded or not */

@@ -84,7 +84,7 @@ typedef struct light_bias {
     double beta; /* per d^2 pixels (a cell's)                 */
 } light_bias;
 
-/* A window's background, v[0 .. n) (n >= 1; reordered, tmp holds n doubles), med its median: the
+/* A window's background, v[0 .. n) (n >= 1; tmp holds n doubles), med its median: the
  * mean of its pixels up to med + 3 sigma (sigma = 1.4826 x the median absolute deviation, at
  * least 1.4826 on integer pixels: their quantum), which leaves out a spot's core, but at most
  * med + skew. A mean, not the median, because where the noise is clipped its mean is above its

@@ -1111,6 +1111,40 @@ static void test_auto_sizes(void **state)
         }
     unsetenv("SPOTWAVE_CENTROID_COPY_BLOCK");
     unsetenv("SPOTWAVE_CENTROID_MAP_FRAMES");
+
+    /* a batch: a plan of 3 frames run on 2 (the device block laid out for 2 inside the one made
+     * for 3) into a pinned block of exactly 2 frames (3 MB: copied back), and of 3 (written in
+     * place); both frames the CPU's */
+    {
+        sw_centroid_params p;
+        sw_centroid_params_default(&p);
+        p.width = p.height = 1000;
+        p.type = SW_PIX_U8;
+        p.geometry.pitch_px = 3.8;
+        p.geometry.nx = p.geometry.ny = 263;
+        p.geometry.x0 = p.geometry.y0 = 0.0;
+        p.max_frames = 3;
+        sw_centroid_plan *pc = make_plan(cpu, &p, SW_CENTROID_HOST);
+        sw_centroid_plan *pg = make_plan(gpu, &p, SW_CENTROID_COPY);
+        sw_image host = sw_test_random_image(1000, 2000, SW_PIX_U8, 4711), pin;
+        assert_int_equal(sw_image_alloc(gpu, 1000, 2000, SW_PIX_U8, &pin), SW_OK);
+        assert_int_equal(sw_image_copy(gpu, &host, &pin), SW_OK);
+        sw_centroid_result rc = host_result(pc, 2), r2, r3;
+        assert_int_equal(sw_centroid_result_alloc(pg, 2, SW_MEM_PINNED, &r2), SW_OK);
+        assert_int_equal(sw_centroid_result_alloc(pg, 3, SW_MEM_PINNED, &r3), SW_OK);
+        run_ok(pc, cpu, &host, &rc);
+        run_ok(pg, gpu, &pin, &r2);
+        expect_identical("a batch of 2 frames into a 2-frame block", &rc, &r2, 2);
+        run_ok(pg, gpu, &pin, &r3);
+        expect_identical("a batch of 2 frames into a 3-frame block", &rc, &r3, 2);
+        sw_centroid_result_free(&rc);
+        sw_centroid_result_free(&r2);
+        sw_centroid_result_free(&r3);
+        sw_image_free(&pin);
+        sw_image_free(&host);
+        sw_centroid_destroy(pc);
+        sw_centroid_destroy(pg);
+    }
 }
 
 int main(void)
