@@ -51,9 +51,9 @@ class PupilPlan:
     With the lenslet grid (pitch, grid (nx, ny), origin (x0, y0), as :class:`CentroidPlan`) a
     run also fills a lenslet mask: 1 + p for a lenslet inside pupil p (its whole square,
     lenslet_rule "full", or its reference position, "centre"), 0 otherwise.
-    pupil_method: "auto" (the glow path, the spots' envelope where it fails or where only a
-    lower edge level found the pupil and its refit failed; needs the lenslet grid), "glow" or
-    "spots" (every pupil from the spots' envelope), as ``spotwave pupil
+    pupil_method: "auto" (the glow path, the spots' envelope where it fails, where only a lower
+    edge level found the pupil and its refit failed, and for every pupil at lenslet pitches of
+    at most 4 x the smoothing's sigma; needs the lenslet grid), "glow" or "spots" (every pupil from the spots' envelope), as ``spotwave pupil
     --pupil-method``. given: the pupils themselves, skipping tracking: a list of (cx_px, cy_px,
     a_px, b_px, angle_deg), one per pupil (``--pupil-ellipse``).
 

@@ -2151,7 +2151,7 @@ extern "C" sw_status sw_pupil_gpu_fallback(sw_pupil_plan *plan, const sw_image *
         missing |=
             !result->pupil[i].valid || (p->spots_fallback == 1 && plan->recheck[i] != SW_PUPIL_OK);
     }
-    if (p->given || (!missing && p->spots_fallback != 2))
+    if (p->given || (!missing && p->spots_fallback != 2 && !sw_pupil_spots_small_pitch(plan)))
         return SW_OK;
     /* the spots path reads the frame on the host: the caller's, or a copy of the plan's tight
      * device copy of a device frame (one frame back over the bus, only when a pupil is missing

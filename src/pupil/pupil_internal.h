@@ -88,11 +88,15 @@ void sw_pupil_mask_host(sw_pupil_plan *plan, const sw_pupil_result *result);
 /* The plan's given pupils as a result (pupil.h "Given pupils"). */
 void sw_pupil_given_result(const sw_pupil_plan *plan, sw_pupil_result *result);
 /* For each pupil of result not found: glow_failure set, then (spots_fallback) the spots path
- * S1-S6 on the host frame (the plan's size and type); so for every pupil (spots_fallback 2), or
- * one whose edge level did not settle (plan->recheck; spots_fallback 1). The lenslet mask is
+ * S1-S6 on the host frame (the plan's size and type); so for every pupil (spots_fallback 2, or
+ * 1 with small lenslets: sw_pupil_spots_small_pitch), or one whose edge level did not settle
+ * (plan->recheck; spots_fallback 1). The lenslet mask is
  * recomputed into plan->lenslet_mask when a pupil was found. */
 sw_status sw_pupil_spots_fallback(sw_pupil_plan *plan, const sw_image *frame,
                                   sw_pupil_result *result);
+/* Whether spots_fallback 1 measures every pupil by the spots path (pupil.h): a lenslet pitch of at
+ * most 4 x the smoothing's sigma (min(gauss_sigma, gauss_radius)). */
+int sw_pupil_spots_small_pitch(const sw_pupil_plan *plan);
 
 #ifdef SW_HAVE_CUDA
 /* ---------------------------------------------------------------- GPU (pupil_cuda.cu) */

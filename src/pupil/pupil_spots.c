@@ -15,12 +15,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SPOTS_MIN_LIT    8   /* S6: cells with c > 1/2                               */
-#define SPOTS_MIN_POINTS 6   /* S6: outline points                                    */
-#define SPOTS_MIN_SNR    5.0 /* S6: F0 / a cell's noise                               */
-#define SPOTS_CAP        1.5 /* S3: a window this bright holds a reflection            */
-#define SPOTS_FIT_BAND   0.5 /* S5: refit points within this many pitches             */
-#define SPOTS_SPACING    0.5 /* S3: a spot this far (pitches) from a neighbour's plus a pitch */
+#define SPOTS_MIN_LIT        8   /* S6: cells with c > 1/2                               */
+#define SPOTS_MIN_POINTS     6   /* S6: outline points                                    */
+#define SPOTS_MIN_SNR        5.0 /* S6: F0 / a cell's noise                               */
+#define SPOTS_CAP            1.5 /* S3: a window this bright holds a reflection            */
+#define SPOTS_FIT_BAND       0.5 /* S5: refit points within this many pitches             */
+#define SPOTS_SPACING        0.5 /* S3: a spot this far (pitches) from a neighbour's plus a pitch */
+#define SPOTS_SMOOTHED_PITCH 4.0 /* lenslets of at most this many smoothing sigmas: every pupil */
 
 const char *sw_pupil_method_string(sw_pupil_method m)
 {
@@ -822,10 +823,21 @@ done:
     return SW_OK;
 }
 
+int sw_pupil_spots_small_pitch(const sw_pupil_plan *plan)
+{
+    const sw_pupil_params *p = &plan->p;
+    const double s = fmin(p->gauss_sigma, (double)p->gauss_radius);
+    return plan->has_geom && !p->given && p->spots_fallback == 1 &&
+           plan->geom.pitch_px <= SPOTS_SMOOTHED_PITCH * s;
+}
+
 sw_status sw_pupil_spots_fallback(sw_pupil_plan *plan, const sw_image *frame,
                                   sw_pupil_result *result)
 {
     const sw_pupil_params *p = &plan->p;
+    /* every pupil: spots_fallback 2, or lenslets small enough for the glow path to take the
+     * smoothed spots for a glow */
+    const int every = p->spots_fallback == 2 || sw_pupil_spots_small_pitch(plan);
     int changed = 0;
     for (int32_t i = 0; i < result->n_pupils; i++) {
         sw_pupil_ellipse *o = &result->pupil[i];
@@ -834,7 +846,7 @@ sw_status sw_pupil_spots_fallback(sw_pupil_plan *plan, const sw_image *frame,
             o->valid && o->method == SW_PUPIL_METHOD_GLOW && p->spots_fallback == 1
                 ? plan->recheck[i]
                 : SW_PUPIL_OK;
-        if (o->valid && p->spots_fallback != 2 && retried == SW_PUPIL_OK)
+        if (o->valid && !every && retried == SW_PUPIL_OK)
             continue;
         if (!o->valid)
             o->glow_failure = o->failure;
@@ -847,8 +859,8 @@ sw_status sw_pupil_spots_fallback(sw_pupil_plan *plan, const sw_image *frame,
             }
             continue;
         }
-        /* spots_fallback 2, or a retried glow pupil: the spots path's pupil replaces the glow
-         * path's when it finds one */
+        /* every pupil, or a retried glow pupil: the spots path's pupil replaces the glow path's
+         * when it finds one */
         sw_pupil_ellipse t = *o;
         t.valid = 0;
         if (!o->valid)

@@ -7,7 +7,8 @@
  * coefficients as the CPU's, to rounding), with a given pupil, and with the automatic edge level
  * (pupil.h step 3d: its refits in the tracker's graph, the frames without glow still found by
  * the spots path); spots_fallback 2; a glow falling off by 0.95, whose pupil a retry of step 3d
- * found and the spots path measures again. Skips (77) when no GPU is usable.
+ * found and the spots path measures again; lenslets of 10 px, where the spots path measures
+ * every pupil. Skips (77) when no GPU is usable.
  */
 #include "testutil.h"
 
@@ -41,13 +42,14 @@ static int teardown(void **state)
 
 static const double COEF[13] = {0, 0, 0, 0.6, 1.5, -0.8, 0, 0.4, -0.3, 0.15, 0, 0, 0.2};
 
-/* A u8 640 x 640 eye at pitch 20 (focal length 2.1875 mm), glow 0 or 20 e-, seed's artefacts. */
-static sw_image eye_u8(double glow, uint64_t seed, sw_eyesim_params *sp)
+/* A u8 640 x 640 eye at a pitch of `pitch` px (focal length 3.5 mm x pitch / 32), glow 0 or
+ * 20 e-, seed's artefacts. */
+static sw_image eye_u8_pitch(double glow, uint64_t seed, double pitch, sw_eyesim_params *sp)
 {
     sw_eyesim_params_default(sp);
-    sp->sh.geom.pitch_px = 20.0;
-    sp->sh.geom.nx = sp->sh.geom.ny = 32;
-    sp->sh.geom.focal_mm = 2.1875;
+    sp->sh.geom.pitch_px = pitch;
+    sp->sh.geom.nx = sp->sh.geom.ny = (int32_t)(640.0 / pitch);
+    sp->sh.geom.focal_mm = 3.5 * pitch / 32.0;
     sw_eye_artefacts_default(&sp->art);
     sp->art.glow_e = glow;
     sp->eyes[0].coef_um = COEF;
@@ -65,6 +67,12 @@ static sw_image eye_u8(double glow, uint64_t seed, sw_eyesim_params *sp)
     assert_int_equal(sw_image_convert(cpu, &e, &u, 1.0, 0.0, NULL), SW_OK);
     sw_image_free(&e);
     return u;
+}
+
+/* The same at pitch 20 (focal length 2.1875 mm). */
+static sw_image eye_u8(double glow, uint64_t seed, sw_eyesim_params *sp)
+{
+    return eye_u8_pitch(glow, seed, 20.0, sp);
 }
 
 static sw_image to_device(const sw_image *h)
@@ -305,12 +313,50 @@ static void test_steep_falloff(void **state)
     assert_true(rechecked >= 1);
 }
 
+/* Lenslets of 10 px (at most 4 smoothing sigmas, pupil.h): the glow path finds the smoothed spots,
+ * with or without a glow, and the spots path measures every pupil; the GPU plan, from a host and
+ * a device frame, gives the CPU's ellipse, method and lenslet mask. */
+static void test_small_pitch(void **state)
+{
+    (void)state;
+    for (int glow = 0; glow < 2; glow++) {
+        sw_eyesim_params sp;
+        sw_image h = eye_u8_pitch(glow ? 20.0 : 0.0, 21 + (uint64_t)glow, 10.0, &sp);
+        sw_image d = to_device(&h);
+        sw_pupil_params p;
+        sw_pupil_params_default(&p, 640, 640, SW_PIX_U8);
+        p.geometry = &sp.sh.geom;
+        sw_pupil_plan *pc = NULL, *pg = NULL;
+        assert_int_equal(sw_pupil_create(cpu, &p, &pc), SW_OK);
+        assert_int_equal(sw_pupil_create(gpu, &p, &pg), SW_OK);
+        sw_pupil_result rc, rh, rd;
+        static uint8_t mc[64 * 64], mh[64 * 64], md[64 * 64];
+        assert_int_equal(sw_pupil_run(pc, &h, &rc, mc), SW_OK);
+        assert_int_equal(sw_pupil_run(pg, &h, &rh, mh), SW_OK);
+        assert_int_equal(sw_pupil_run(pg, &d, &rd, md), SW_OK);
+        printf("    pitch 10, %s: CPU %s a %.3f b %.3f; GPU %s a %.3f\n", glow ? "glow" : "no glow",
+               sw_pupil_method_string(rc.pupil[0].method), rc.pupil[0].a_px, rc.pupil[0].b_px,
+               sw_pupil_method_string(rh.pupil[0].method), rh.pupil[0].a_px);
+        assert_int_equal(rc.pupil[0].valid, 1);
+        assert_int_equal(rc.pupil[0].method, SW_PUPIL_METHOD_SPOTS);
+        same_ellipse(&rc.pupil[0], &rh.pupil[0], 0.0);
+        same_ellipse(&rc.pupil[0], &rd.pupil[0], 0.0);
+        assert_memory_equal(mc, mh, sizeof mc);
+        assert_memory_equal(mc, md, sizeof mc);
+        sw_pupil_destroy(pc);
+        sw_pupil_destroy(pg);
+        sw_image_free(&d);
+        sw_image_free(&h);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pupil_spots),
         cmocka_unit_test(test_aberrometry_batch),
         cmocka_unit_test(test_steep_falloff),
+        cmocka_unit_test(test_small_pitch),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -3,9 +3,10 @@
  * "Given pupils"; issue 22), on the CPU against synthetic eyes (sim_eye.h): glow-less eyes of a
  * ~1.9 um RMS wavefront at lenslet pitches 10, 20 and 40 px (focal length in proportion, so
  * that the spots keep their size in pixels and the wavefront moves them by the same fraction of
- * a pitch) are found by the spots path (method, the glow path's reason) to 2 px and 1.5 % of
- * the truth, with the seed's artefacts (corneal reflection, brightness map, noise) too, and two
- * eyes on one frame; spots_fallback 2 uses the spots path where the glow path "finds" the
+ * a pitch) are found by the spots path (method, the glow path's reason; at 10 px, where the
+ * glow path takes the smoothed spots for a glow, the spots path measures it anyway) to 2 px and
+ * 1.5 % of the truth, with the seed's artefacts (corneal reflection, brightness map, noise) too,
+ * and two eyes on one frame; spots_fallback 2 uses the spots path where the glow path "finds" the
  * blurred spots of a 10 px pitch; 0 turns it off; a frame of noise is not made a pupil (the
  * reasons of both paths), and a plan without a grid says so; the glow path with its glow
  * falling off by 0 to 90 % at the edge stays within 1 % with the automatic edge level (and the
@@ -141,6 +142,16 @@ static void test_glowless_pitches(void **state)
         snprintf(name, sizeof name, "glow-less, pitch %g, auto", pitches[k]);
         sw_pupil_result r = track(&img, &sp, 1, 1, 1, NULL);
         check(name, &r.pupil[0], &t.eye[0], 2.0, 0.015);
+        if (pitches[k] <= 16.0) {
+            /* lenslets of at most 4 smoothing sigmas: the glow path finds the smoothed spots,
+             * and the spots path measures the pupil (replaced, not failed) */
+            assert_int_equal(r.pupil[0].method, SW_PUPIL_METHOD_SPOTS);
+            assert_int_equal(r.pupil[0].glow_failure, SW_PUPIL_OK);
+            check(name, &r.pupil[0], &t.eye[0], 1.5, 0.01);
+            sw_pupil_result g = track(&img, &sp, 1, 1, 0, NULL);
+            assert_int_equal(g.pupil[0].method, SW_PUPIL_METHOD_GLOW);
+            assert_int_equal(g.pupil[0].valid, 1);
+        }
         if (pitches[k] >= 16.0) {
             /* the glow path sees separate spots, no pupil: the spots path, with the reason */
             assert_int_equal(r.pupil[0].method, SW_PUPIL_METHOD_SPOTS);
