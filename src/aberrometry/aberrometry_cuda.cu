@@ -275,6 +275,34 @@ __device__ __forceinline__ double ab_residual2(const ab_dev &d, const double *c,
     return vx * vx + vy * vy;
 }
 
+/* L^T c = y in place in b[0 .. m) (y in, c out), L the packed lower factor in G (row i at
+ * i (i + 1) / 2): back substitution by the whole block (every thread calls it). */
+__device__ void ab_back_solve(const double *G, double *b, int m, int t)
+{
+    for (int j = m - 1; j >= 0; j--) {
+        if (t == 0)
+            b[j] /= G[j * (j + 1) / 2 + j];
+        __syncthreads();
+        for (int i = t; i < j; i += AB_FIT_THREADS)
+            b[i] -= G[j * (j + 1) / 2 + i] * b[j];
+        __syncthreads();
+    }
+}
+
+/* The sum of every thread's v over the block (red: AB_FIT_THREADS shared doubles; a fixed tree, so
+ * the same order every run); every thread gets it. The caller syncs before red is reused. */
+__device__ double ab_block_sum(double *red, double v, int t)
+{
+    red[t] = v;
+    __syncthreads();
+    for (int w = AB_FIT_THREADS / 2; w > 0; w >>= 1) {
+        if (t < w)
+            red[t] += red[t + w];
+        __syncthreads();
+    }
+    return red[0];
+}
+
 /* Packed lower-triangle index o = i (i + 1) / 2 + j, j <= i, back to (i, j). */
 __device__ __forceinline__ void ab_tri(int o, int *i, int *j)
 {
@@ -473,14 +501,7 @@ __global__ void __launch_bounds__(AB_FIT_THREADS) ab_fit_kernel(ab_dev d, int32_
             for (int j = t; j < m_own && m_own < m; j += AB_FIT_THREADS)
                 ysave[j] = b[j];
             __syncthreads();
-            for (int j = m - 1; j >= 0; j--) {
-                if (t == 0)
-                    b[j] /= G[j * (j + 1) / 2 + j];
-                __syncthreads();
-                for (int i = t; i < j; i += AB_FIT_THREADS)
-                    b[i] -= G[j * (j + 1) / 2 + i] * b[j];
-                __syncthreads();
-            }
+            ab_back_solve(G, b, m, t);
         }
 
         if (!FINAL) { /* step 3b's solution for the prediction, or the eye's failure */
@@ -499,27 +520,13 @@ __global__ void __launch_bounds__(AB_FIT_THREADS) ab_fit_kernel(ab_dev d, int32_
                         continue;
                     ss += ab_residual2(d, b, m, l);
                 }
-                red[t] = ss;
-                __syncthreads();
-                for (int w = AB_FIT_THREADS / 2; w > 0; w >>= 1) {
-                    if (t < w)
-                        red[t] += red[t + w];
-                    __syncthreads();
-                }
-                const double res = sqrt(red[0] / (2.0 * (double)n));
+                const double res = sqrt(ab_block_sum(red, ss, t) / (2.0 * (double)n));
                 if (sw_ab_raise_rejected(m + 1, m_own + 1, res, d.raise_tol)) {
                     __syncthreads(); /* every thread has read red[0] and b */
                     for (int j = t; j < m; j += AB_FIT_THREADS)
                         b[j] = j < m_own ? ysave[j] : 0.0;
                     __syncthreads();
-                    for (int j = m_own - 1; j >= 0; j--) {
-                        if (t == 0)
-                            b[j] /= G[j * (j + 1) / 2 + j];
-                        __syncthreads();
-                        for (int i = t; i < j; i += AB_FIT_THREADS)
-                            b[i] -= G[j * (j + 1) / 2 + i] * b[j];
-                        __syncthreads();
-                    }
+                    ab_back_solve(G, b, m_own, t);
                     m = m_own;
                 }
             }
@@ -552,14 +559,8 @@ __global__ void __launch_bounds__(AB_FIT_THREADS) ab_fit_kernel(ab_dev d, int32_
                 }
             }
         }
-        red[t] = ss;
-        __syncthreads();
-        for (int w = AB_FIT_THREADS / 2; w > 0; w >>= 1) {
-            if (t < w)
-                red[t] += red[t + w];
-            __syncthreads();
-        }
-        rho = fail == SW_AB_OK && n > 0 ? sqrt(red[0] / (2.0 * (double)n)) : 0.0;
+        const double ss_all = ab_block_sum(red, ss, t);
+        rho = fail == SW_AB_OK && n > 0 ? sqrt(ss_all / (2.0 * (double)n)) : 0.0;
         /* outlier rejection (aberrometry.h step 5, sw_ab_outlier as the CPU): the worst spot
          * rejected, and the fit solved again without it */
         if (fail != SW_AB_OK || !(d.out_sigma > 0.0) || outliers >= SW_AB_MAX_OUTLIERS ||
