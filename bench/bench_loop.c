@@ -1083,7 +1083,9 @@ typedef struct loop_run {
     double fit_sum;
     int64_t frames, fits;
     double long_strehl;
-    int failed; /* a step failed (diverged) */
+    int failed;        /* a step failed (diverged) */
+    int32_t neg_modes; /* sw_loop_negative_modes: filtered, -1 not looked for */
+    double neg_min;    /* its smallest gain before the filter */
 } loop_run;
 
 /* Runs warm-up + frames steps; fitting: the fitting error on at most 100 frames after the warm-up.
@@ -1100,6 +1102,7 @@ static int loop_go(sw_context *ctx, const sw_loop_params *p, int32_t frames, int
         *create_s = 1e-6 * (sw_bench_now_us() - t0);
     if (st != SW_OK)
         return fail(ctx, "sw_loop_create", st);
+    r->neg_modes = sw_loop_negative_modes(l, &r->neg_min);
     const int32_t stride = frames > 100 ? (frames + 99) / 100 : 1;
     for (int32_t f = 0; f < p->warmup + frames; f++) {
         sw_loop_frame fr;
@@ -1261,6 +1264,8 @@ static int speed(const prog_opts *o, sw_context *ctx)
 typedef struct screen_stats {
     double s_sum, s_sum2, turb, res, t0;
     int s_n, t_n, diverged;
+    int neg_max;    /* the most negative modes a screen's loop filtered (-1: none looked for) */
+    double neg_min; /* the smallest closed-loop gain before the filter over the screens */
 } screen_stats;
 
 static void stats_add(screen_stats *st, const loop_run *r)
@@ -1268,6 +1273,10 @@ static void stats_add(screen_stats *st, const loop_run *r)
     const double mt = r->frames ? r->turb_sum / r->frames : NAN;
     const double mr = r->frames ? r->res_sum / r->frames : NAN;
     st->diverged += r->failed || !(mr <= mt);
+    if (r->neg_modes > st->neg_max)
+        st->neg_max = r->neg_modes;
+    if (isnan(st->neg_min) || r->neg_min < st->neg_min)
+        st->neg_min = r->neg_min;
     if (isfinite(mt) && isfinite(mr)) {
         st->turb += mt;
         st->res += mr;
@@ -1301,7 +1310,8 @@ static void stats_report(const prog_opts *o, const char *config, const screen_st
     json_num("strehl_std", sd);
     json_num("turbulence_nm", turb);
     json_num("residual_nm", res);
-    printf(",\"diverged\":%d", st->diverged);
+    printf(",\"diverged\":%d,\"negative_modes\":%d", st->diverged, st->neg_max);
+    json_num("loop_min_gain", st->neg_min);
     json_num("seconds", 1e-6 * (sw_bench_now_us() - st->t0));
     printf("}\n");
     fflush(stdout);
@@ -1368,7 +1378,7 @@ static int fig11(const prog_opts *o, sw_context *ctx)
         const int32_t k = quick ? m->k_quick : m->k;
         for (int ci = 0; ci < nc && rc == 0; ci++)
             for (int gi = 0; gi < ng && rc == 0; gi++) {
-                screen_stats st = {0};
+                screen_stats st = {.neg_max = -1, .neg_min = NAN};
                 st.t0 = sw_bench_now_us();
                 for (int sc = 0; sc < screens && rc == 0; sc++) {
                     sw_loop_params p;
@@ -1624,7 +1634,7 @@ static int fig12(const prog_opts *o, sw_context *ctx)
         }
     for (int mi = 0; mi < N_FIG12 && rc == 0; mi++)
         for (int gi = 0; gi < nmag && rc == 0 && (mask >> mi & 1); gi++) {
-            screen_stats st = {0};
+            screen_stats st = {.neg_max = -1, .neg_min = NAN};
             st.t0 = sw_bench_now_us();
             for (int sc = 0; sc < screens && rc == 0; sc++) {
                 sw_loop_params p;

@@ -101,6 +101,7 @@ static const key_def keys[] = {
     {"threshold_e", KT_DOUBLE, P(threshold_e), R_NONNEG, 0, 0},
     {"threshold_peak", KT_DOUBLE, P(threshold_peak), R_HALFOPEN, 0, 0},
     {"slope_calibration", KT_BOOL, P(slope_calibration), R_ANY, 0, 0},
+    {"negative_filter", KT_INT, P(negative_filter), R_ANY, 0, 2},
     {"r0_m", KT_DOUBLE, P(turbulence.r0_m), R_POS, 0, 0},
     {"L0_m", KT_DOUBLE, P(turbulence.L0_m), R_POS, 0, 0},
     {"r0_wavelength_um", KT_DOUBLE, P(turbulence.wavelength_um), R_POS, 0, 0},
@@ -352,12 +353,18 @@ void sw_cmd_loop_help(FILE *out)
         "                         cm_condition poke_um\n"
         "                         partitions overlap controller (integrator|leaky|pi) gain\n"
         "                         leak clip delay science_wavelength_um warmup frames\n"
-        "                         unseen (none|piston|waffle|piston-waffle) modal\n"
-        "                         (actuators|im|kl) kp gain_window\n"
+        "                         unseen (none|piston|waffle|piston-waffle) negative_filter\n"
+        "                         modal (actuators|im|kl) kp gain_window\n"
         "                         unseen: the modes a Shack-Hartmann sensor on the Fried\n"
         "                         geometry cannot see, filtered out of every reconstruction\n"
         "                         (default piston-waffle; without it they drift and eat\n"
-        "                         the stroke). controller = pi: per mode, C(z) = kp + ki /\n"
+        "                         the stroke). negative_filter (sabre and dsabre-*): the\n"
+        "                         loop's modes of negative gain filtered out too, found at\n"
+        "                         set-up from the eigenvalues of reconstructor x interaction\n"
+        "                         matrix (JSON keys negative_modes, loop_min_gain): 1 with at\n"
+        "                         most 600 actuators (default; ~0.2 s at 289), 2 at any size\n"
+        "                         (5 s at 1089 actuators, O(nact^3)), 0 never. controller = pi: "
+        "per mode, C(z) = kp + ki /\n"
         "                         (1 - z^-1) with ki = gain and kp = key kp (0: the\n"
         "                         integrator), over one mode per actuator, the interaction\n"
         "                         matrix's kept modes (modal = im, recon mvm) or the\n"
@@ -431,7 +438,9 @@ void sw_cmd_loop_help(FILE *out)
         "  --json                 the summary as one JSON object: the configuration (every key),\n"
         "                         frames, warm-up, long-exposure Strehl, means after the warm-up\n"
         "                         (residual and turbulence RMS, short Strehl, Marechal), the\n"
-        "                         fitting error, the control matrix's modes (mvm), frames/s,\n"
+        "                         fitting error, the control matrix's modes (mvm), the\n"
+        "                         modes of negative gain filtered (negative_modes: null when\n"
+        "                         not looked for; loop_min_gain: the smallest gain), frames/s,\n"
         "                         backend and the files written\n"
         "  -h, --help             print this help and exit\n"
         "\n"
@@ -673,6 +682,8 @@ typedef struct loop_run {
     double *long_strehl;
     double create_s, run_s, fitting_nm;
     int32_t modes;
+    int32_t negative_modes; /* sw_loop_negative_modes (-1: not looked for) */
+    double loop_min_gain;
     /* PI's integral gains at the end (min, median, max over the modes), and tuning rounds */
     int32_t gain_modes, gain_rounds;
     double gain_min, gain_median, gain_max_mode;
@@ -921,6 +932,7 @@ static int run_loop(sw_context *ctx, const loop_opts *o, int quiet, loop_run *r)
             rc = sw_cli_fail(SUB, "fitting error: %s", sw_cli_lib_error(ctx, st));
     }
     r->modes = sw_loop_modes(l);
+    r->negative_modes = sw_loop_negative_modes(l, &r->loop_min_gain);
     const float *ki = sw_loop_gains(l, &r->gain_modes, &r->gain_rounds);
     if (ki && r->gain_modes > 0) {
         float *sorted = malloc((size_t)r->gain_modes * sizeof(float));
@@ -1140,6 +1152,11 @@ static void print_json(const loop_opts *o, const loop_run *r)
         sw_cli_json_int(j, "modes", r->modes);
     else
         cJSON_AddNullToObject(j, "modes");
+    if (r->negative_modes >= 0)
+        sw_cli_json_int(j, "negative_modes", r->negative_modes);
+    else
+        cJSON_AddNullToObject(j, "negative_modes");
+    sw_cli_json_double(j, "loop_min_gain", r->loop_min_gain);
     if (r->gain_modes > 0) { /* PI: its integral gains per mode at the end */
         cJSON *g = cJSON_AddObjectToObject(j, "pi_gains");
         sw_cli_json_int(g, "modes", r->gain_modes);
@@ -1228,6 +1245,9 @@ static void print_text(const loop_opts *o, const loop_run *r)
     if (r->modes >= 0)
         printf("  modes      %d (control matrix, condition <= %g)\n", (int)r->modes,
                p->cm_condition);
+    if (r->negative_modes > 0)
+        printf("  filtered   %d mode(s) of negative closed-loop gain (the smallest %.4g)\n",
+               (int)r->negative_modes, r->loop_min_gain);
     printf("  sensor     slope gain %.4f x, %.4f y (%s); threshold %.4g e-\n", r->slope_gain[0],
            r->slope_gain[1],
            r->gain_applied

@@ -283,6 +283,13 @@ static int write_chain(sw_context *ctx, const bench_opts *o, sw_loop *l)
             sw_unseen_string(ci.unseen));
     if (c->kind == SW_CTRL_PI)
         fprintf(f, "kp = %.17g\n", o->p.kp);
+    const int32_t neg = sw_loop_negative_modes(l, NULL);
+    if (neg > 0) /* rtc.conf has no key for them: that chain runs without (loop.h) */
+        fprintf(stderr,
+                "sim bench: warning: the simulator's own chain filters %d mode(s) of negative "
+                "closed-loop gain (negative_filter); %s does not, and may diverge on this pupil "
+                "and partitioning\n",
+                (int)neg, conf);
     const int bad = ferror(f) != 0;
     if (fclose(f) != 0 || bad)
         return sw_cli_fail(S, "%s: write failed", conf);

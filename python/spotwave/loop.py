@@ -563,6 +563,7 @@ CONFIG_KEYS = {
     "model": ("choice", "geometric", "diffraction"), "magnitude": ("magnitude",),
     "zero_point": ("pos",), "throughput": ("unit",), "read_noise_e": ("nonneg",),
     "threshold_e": ("nonneg",), "threshold_peak": ("halfopen",), "slope_calibration": ("bool",),
+    "negative_filter": ("int", 0, 2),
     "r0_m": ("pos",), "L0_m": ("pos",),
     "r0_wavelength_um": ("pos",), "subharmonics": ("int", 0, 8), "wind_m_s": ("nonneg",),
     "rate_hz": ("pos",), "seed": ("u64",), "samples": ("int", 1, 32),
@@ -678,7 +679,10 @@ class Simulator:
     ``spotwave loop`` (:data:`CONFIG_KEYS`, defaults in :func:`defaults`): nx, diameter_m,
     square_pupil, obscuration, px_per_lenslet, wfs_wavelength_um, nyquist_px, model
     ("geometric" | "diffraction"), magnitude (None: noise-free), zero_point, throughput,
-    read_noise_e, threshold_e, threshold_peak, slope_calibration, r0_m, L0_m, r0_wavelength_um,
+    read_noise_e, threshold_e, threshold_peak, slope_calibration, negative_filter (sabre and
+    dsabre-*: the loop's modes of negative gain, found at set-up from the eigenvalues of
+    reconstructor x interaction matrix, filtered out too; 1: with at most 600 actuators, 2: at
+    any size, O(nact^3) at set-up, 0: never), r0_m, L0_m, r0_wavelength_um,
     subharmonics, wind_m_s, rate_hz, seed, samples, influence, coupling, recon ("mvm" | "sabre" |
     "dsabre-global" | "dsabre-local" | "dsabre-local-pupil": the last two the distributed
     projection over whole windows with one matrix, or on the pupil only with a matrix per
@@ -741,6 +745,14 @@ class Simulator:
     modes = property(lambda self: None if self._l.modes < 0 else self._l.modes,
                      doc="The control matrix's kept modes (mvm), else None.")
 
+    @property
+    def negative_modes(self):
+        """(count, smallest gain): the modes of negative closed-loop gain the loop filters and
+        the smallest real part of its eigenvalues before the filter (key negative_filter);
+        (None, None) when it did not look (mvm, negative_filter 0, or 1 with > 600 actuators)."""
+        n, g = self._l.negative_modes
+        return (None, None) if n < 0 else (n, _finite(g))
+
     def fitting_error(self):
         """The mirror's best fit of the current turbulence, nm (NaN beyond 8100 actuators)."""
         return self._l.fitting_error()
@@ -780,7 +792,9 @@ class Simulator:
             "marechal_mean": _finite(sm / m), "residual_nm_mean": _finite(sr / m),
             "turbulence_nm_mean": _finite(st / m), "residual_nm_last": _finite(last[2]),
             "turbulence_nm_last": _finite(last[1]), "fitting_error_nm": _finite(fe),
-            "modes": self.modes, "pi_gains": self._pi_gains(), "create_s": self.create_s,
+            "modes": self.modes, "negative_modes": self.negative_modes[0],
+            "loop_min_gain": self.negative_modes[1], "pi_gains": self._pi_gains(),
+            "create_s": self.create_s,
             "run_s": self.run_s,
             "frames_per_s": n / self.run_s if self.run_s > 0 else None,
             "backend": self.ctx.backend, **guards, "strict": False, "report": None,

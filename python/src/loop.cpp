@@ -835,6 +835,7 @@ nb::dict loop_defaults()
     d["threshold_e"] = p.threshold_e;
     d["threshold_peak"] = p.threshold_peak;
     d["slope_calibration"] = p.slope_calibration != 0;
+    d["negative_filter"] = p.negative_filter;
     d["r0_m"] = p.turbulence.r0_m;
     d["L0_m"] = p.turbulence.L0_m;
     d["r0_wavelength_um"] = p.turbulence.wavelength_um;
@@ -889,6 +890,7 @@ void loop_init(LoopSim *self, nb::object ctx_obj, nb::dict params)
     p.threshold_e = q.num("threshold_e", p.threshold_e);
     p.threshold_peak = q.num("threshold_peak", p.threshold_peak);
     p.slope_calibration = q.flag("slope_calibration", p.slope_calibration != 0) ? 1 : 0;
+    p.negative_filter = (int)q.integer("negative_filter", p.negative_filter);
     p.turbulence.r0_m = q.num("r0_m", p.turbulence.r0_m);
     p.turbulence.L0_m = q.num("L0_m", p.turbulence.L0_m);
     p.turbulence.wavelength_um = q.num("r0_wavelength_um", p.turbulence.wavelength_um);
@@ -1094,6 +1096,12 @@ void bind_loop(nb::module_ &m)
         .def("fitting_error", &loop_fitting_error)
         .def("maps", &loop_maps)
         .def_prop_ro("modes", [](LoopSim &s) { return sw_loop_modes(s.l); })
+        .def_prop_ro("negative_modes",
+                     [](LoopSim &s) {
+                         double g = NAN;
+                         const int32_t n = sw_loop_negative_modes(s.l, &g);
+                         return nb::make_tuple(n, g);
+                     })
         .def_prop_ro("actuators", [](LoopSim &s) { return sw_loop_actuators(s.l); })
         .def_prop_ro("long_strehl", [](LoopSim &s) { return sw_loop_long_strehl(s.l); })
         .def_prop_ro("slope_gain",

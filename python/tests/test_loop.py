@@ -392,6 +392,26 @@ def test_unseen_modes_and_filter(one):
         L.Controller(36, filter=np.zeros((35, 2), np.float32), ctx=one)
 
 
+def test_negative_modes(one):
+    """negative_filter: D-SABRE with partitions of 2 x 2 lenslets on an 8 x 8 annulus has a mode
+    of negative closed-loop gain; filtered (the default) the loop holds, not filtered it runs
+    away; the simulator reports what it filtered, None where it did not look."""
+    cfg = dict(nx=8, diameter_m=3.0, square_pupil=False, obscuration=0.3, coupling=0.4, gain=0.7,
+               recon="dsabre-local-pupil", partitions=4, model="geometric", samples=2,
+               px_per_lenslet=4, frames=600, warmup=20)
+    on = L.simulate(ctx=one, **cfg)
+    off = L.simulate(ctx=one, negative_filter=0, **cfg)
+    assert on["config"]["negative_filter"] == 1 and off["config"]["negative_filter"] == 0
+    assert on["negative_modes"] >= 1 and on["loop_min_gain"] < -0.05
+    assert off["negative_modes"] is None and off["loop_min_gain"] is None
+    assert on["residual_nm_last"] < 0.5 * on["turbulence_nm_last"]
+    assert off["residual_nm_last"] > 3 * on["residual_nm_last"]
+    sim = L.Simulator(ctx=one, **dict(cfg, recon="mvm"))
+    assert sim.negative_modes == (None, None)
+    with pytest.raises(ValueError, match="negative_filter"):
+        L.Simulator(ctx=one, negative_filter=3)
+
+
 def test_modal_gains_and_set_gains(one):
     """modal_gains on two scalar loops of known statistics (a slow disturbance with little noise,
     and noise alone): a high gain for the first, ~0 for the second, the noise found; then PI's

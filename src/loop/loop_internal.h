@@ -42,6 +42,11 @@ struct sw_controller {
     float *uc;              /* PI with a clip: nact scratch (the unclipped commands)           */
 };
 
+/* Stage 2 of a CPU chain alone: rvec (nact) = R s for the chain's slopes s (2 ns, pixels, the
+ * order of sw_rtc_run's), the filter folded into C or P included, the others' not applied
+ * (loopsim.c's check of the closed loop's modes). SW_EUNSUPPORTED on a CUDA chain. */
+sw_status sw_rtc_reconstruct(sw_rtc *r, const float *slopes, float *rvec);
+
 /* r - Z (Z^T r) into out (nact floats; Z nact x nf column-major; zt nf scratch): the unseen
  * modes' filter of controller.c, the CPU half of rtc_cuda.cu's rt_filter. Sums in double. */
 void sw_loop_filter(const float *z, int32_t nact, int32_t nf, const float *r, double *zt,

@@ -198,6 +198,8 @@ struct sw_loop {
     sw_controller *ctrl;
     float *filter; /* the unseen modes (nact x nfilter), NULL: none                  */
     int32_t nfilter;
+    int32_t neg_modes;    /* of them, the modes of negative gain (-1: not looked for)            */
+    double neg_min;       /* the smallest Re(eigenvalue) of M / median |eigenvalue| (NaN: idem)  */
     float *modes;         /* PI, modal = 1: the interaction matrix's kept modes (nact x kept) */
     float *kl;            /* PI, modal = 2: the mirror's KL modes, orthonormal over actuators */
     int32_t nkl;          /* their count                                                     */
@@ -318,6 +320,7 @@ void sw_loop_params_default(sw_loop_params *p)
     p->gain_window = 0;
     p->threshold_peak = 0.0;
     p->slope_calibration = 1;
+    p->negative_filter = 1;
 }
 
 /* ------------------------------------------------------------------ validation */
@@ -380,6 +383,9 @@ static sw_status check_params(sw_context *ctx, const sw_loop_params *p)
     if (p->slope_calibration != 0 && p->slope_calibration != 1)
         return sw_fail(ctx, SW_EINVAL, "loop: slope_calibration is %d: expected 0 or 1",
                        p->slope_calibration);
+    if (p->negative_filter < 0 || p->negative_filter > 2)
+        return sw_fail(ctx, SW_EINVAL, "loop: negative_filter is %d: expected 0, 1 or 2",
+                       p->negative_filter);
     sw_status st = sw_turbulence_check(ctx, &p->turbulence);
     if (st != SW_OK)
         return st;
@@ -870,6 +876,156 @@ static sw_status build_mvm(sw_loop *l, sw_rtc_params *rp)
     return SW_OK;
 }
 
+/* ------------------------------------------------------------------ modes of negative gain */
+
+/*
+ * The closed loop's command-to-command map M = F R D: D the interaction matrix measured through
+ * the loop's own sensor (push-pull, noise-free, as MVM's), R the reconstructor (slopes -> r), F
+ * the unseen modes' filter. An integrator u <- u - g M u (+ the turbulence's r) is stable only if
+ * every eigenvalue of M has a positive real part (and below 2 / g); D-SABRE and SABRE are not the
+ * pseudo-inverse of D, and on small or annular pupils their M can have a mode of negative gain
+ * (bench_loop --fig12 --quick: 8 x 8 on an annulus, 2 x 2 lenslets a partition, -0.11 with the
+ * distributed projection, Strehl 0.40 against 0.84). Such a mode's invariant subspace Q
+ * (orthonormal) filtered out, (I - Q Q^T) M has the eigenvalues of M with Q's replaced by 0 (M is
+ * block-triangular in a basis [Q, W]), so the integrator holds the rest and leaves Q alone.
+ */
+#define NEG_MAX_ACT    600  /* negative_filter 1: the largest mirror looked at (O(nact^3))   */
+#define NEG_TOL        1e-3 /* Re(lambda) < -NEG_TOL x median |lambda|: a mode of negative gain */
+#define NEG_MAX_FILTER 32   /* filter columns in all (rtc_cuda.cu's RT_MAX_FILTER)            */
+
+typedef sw_status (*recon_fn)(sw_loop *l, void *user, const float *slopes, float *r);
+
+/* Gram-Schmidt of v (nact doubles) against the filter's columns, twice; 1 when what is left has
+ * a norm above 1e-6 (then normalised into v). */
+static int orthonormalise(const float *z, int32_t nz, int32_t nact, double *v)
+{
+    for (int pass = 0; pass < 2; pass++)
+        for (int32_t j = 0; j < nz; j++) {
+            double d = 0.0;
+            for (int32_t a = 0; a < nact; a++)
+                d += (double)z[(size_t)j * nact + a] * v[a];
+            for (int32_t a = 0; a < nact; a++)
+                v[a] -= d * (double)z[(size_t)j * nact + a];
+        }
+    double n = 0.0;
+    for (int32_t a = 0; a < nact; a++)
+        n += v[a] * v[a];
+    n = sqrt(n);
+    if (!(n > 1e-6))
+        return 0;
+    for (int32_t a = 0; a < nact; a++)
+        v[a] /= n;
+    return 1;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* M's modes of negative gain into the filter (l->filter, l->nfilter); recon(user, s, r) is the
+ * reconstructor without the controller. */
+static sw_status filter_negative(sw_loop *l, recon_fn recon, void *user)
+{
+    l->neg_modes = -1;
+    l->neg_min = NAN;
+    const int32_t na = l->nact, n2 = 2 * l->ns;
+    if (!l->p.negative_filter || (l->p.negative_filter == 1 && na > NEG_MAX_ACT))
+        return SW_OK;
+    float *D = malloc((size_t)n2 * na * sizeof(float)), *r = malloc((size_t)na * sizeof(float));
+    float *rf = malloc((size_t)na * sizeof(float));
+    double *M = malloc((size_t)na * na * sizeof(double));
+    double *V = malloc((size_t)na * na * sizeof(double));
+    double *wr = malloc((size_t)na * sizeof(double)), *wi = malloc((size_t)na * sizeof(double));
+    double *mag = malloc((size_t)na * sizeof(double)),
+           *zt = malloc((size_t)(l->nfilter + 1) * sizeof(double));
+    float *z = malloc((size_t)na * NEG_MAX_FILTER * sizeof(float));
+    sw_status st = SW_OK;
+    if (!D || !r || !rf || !M || !V || !wr || !wi || !mag || !zt || !z)
+        st = sw_fail(l->ctx, SW_ENOMEM,
+                     "loop: out of memory (the closed loop's modes, %d actuators)", (int)na);
+    if (st == SW_OK)
+        st = sw_interaction_matrix(l->ctx, na, n2, l->p.poke_um, measure, l, D);
+    memset(l->surf, 0, (size_t)l->gw * l->gw * sizeof(float)); /* the last poke's shape */
+    /* M column a = F R D e_a (column-major) */
+    for (int32_t a = 0; a < na && st == SW_OK; a++) {
+        if ((st = recon(l, user, D + (size_t)a * n2, r)) != SW_OK)
+            break;
+        sw_loop_filter(l->filter, na, l->nfilter, r, zt, rf);
+        for (int32_t i = 0; i < na; i++)
+            M[(size_t)a * na + i] = rf[i];
+    }
+    if (st == SW_OK &&
+        LAPACKE_dgeev(LAPACK_COL_MAJOR, 'N', 'V', na, M, na, wr, wi, NULL, na, V, na) != 0)
+        st = sw_fail(l->ctx, SW_EINTERNAL, "loop: the closed loop's eigenvalues did not converge");
+    if (st == SW_OK) {
+        for (int32_t i = 0; i < na; i++)
+            mag[i] = hypot(wr[i], wi[i]);
+        qsort(mag, (size_t)na, sizeof *mag, cmp_double);
+        const double ref = mag[na / 2] > 0.0 ? mag[na / 2] : 1.0;
+        /* the filter so far, then the negative modes, most negative first */
+        const int32_t nz0 = l->nfilter < NEG_MAX_FILTER ? l->nfilter : NEG_MAX_FILTER;
+        if (nz0 > 0)
+            memcpy(z, l->filter, (size_t)na * nz0 * sizeof(float));
+        int32_t nz = nz0;
+        double lo = INFINITY;
+        for (int32_t i = 0; i < na; i++)
+            lo = fmin(lo, wr[i]);
+        l->neg_min = lo / ref;
+        for (;;) {
+            int32_t best = -1;
+            for (int32_t i = 0; i < na; i++)
+                if (wr[i] < -NEG_TOL * ref && (best < 0 || wr[i] < wr[best]))
+                    best = i;
+            if (best < 0 || nz >= NEG_MAX_FILTER)
+                break;
+            /* a real eigenvalue: its vector; a complex pair (columns j, j + 1 of V hold the
+             * real and imaginary parts): both, the pair's invariant plane */
+            const int32_t j = wi[best] == 0.0 ? best : (wi[best] > 0.0 ? best : best - 1);
+            const int parts = wi[best] == 0.0 ? 1 : 2;
+            for (int k = 0; k < parts && nz < NEG_MAX_FILTER; k++) {
+                double *v = M; /* M's storage is free after dgeev */
+                for (int32_t a = 0; a < na; a++)
+                    v[a] = V[(size_t)(j + k) * na + a];
+                if (!orthonormalise(z, nz, na, v))
+                    continue;
+                for (int32_t a = 0; a < na; a++)
+                    z[(size_t)nz * na + a] = (float)v[a];
+                nz++;
+            }
+            wr[j] = INFINITY;
+            if (parts == 2)
+                wr[j + 1] = INFINITY;
+        }
+        l->neg_modes = nz - nz0;
+        if (nz > l->nfilter) {
+            free(l->filter);
+            l->filter = z;
+            l->nfilter = nz;
+            z = NULL;
+        }
+    }
+    free(D);
+    free(r);
+    free(rf);
+    free(M);
+    free(V);
+    free(wr);
+    free(wi);
+    free(mag);
+    free(zt);
+    free(z);
+    return st;
+}
+
+/* recon_fn of a D-SABRE chain: a CPU copy of the chain (sw_rtc_reconstruct). */
+static sw_status rtc_recon(sw_loop *l, void *user, const float *slopes, float *r)
+{
+    (void)l;
+    return sw_rtc_reconstruct((sw_rtc *)user, slopes, r);
+}
+
 /* ------------------------------------------------------------------ D-SABRE */
 
 static sw_status build_dsabre(sw_loop *l, sw_rtc_params *rp, float **pmat_out, uint8_t **mask_out)
@@ -922,7 +1078,37 @@ static sw_status build_dsabre(sw_loop *l, sw_rtc_params *rp, float **pmat_out, u
     return st == SW_OK ? SW_OK : relay(l, st);
 }
 
+/* The negative modes of a D-SABRE chain, through a CPU copy of it (the filter so far, an
+ * integrator: the controller does not enter R). */
+static sw_status dsabre_negative(sw_loop *l, const sw_rtc_params *rp)
+{
+    if (!l->p.negative_filter || (l->p.negative_filter == 1 && l->nact > NEG_MAX_ACT)) {
+        l->neg_modes = -1;
+        l->neg_min = NAN;
+        return SW_OK;
+    }
+    sw_rtc_params cp = *rp;
+    sw_controller_params_default(&cp.controller);
+    cp.controller.nact = l->nact;
+    cp.controller.nfilter = l->nfilter;
+    cp.controller.filter = l->filter;
+    cp.telemetry = 0;
+    sw_rtc *tmp = NULL;
+    sw_status st = sw_rtc_create(l->cpu, &cp, &tmp);
+    if (st != SW_OK)
+        return relay(l, st);
+    if (sw_rtc_slopes(tmp) != l->ns)
+        st = sw_fail(l->ctx, SW_EINTERNAL, "loop: the chain has %d slopes, the sensor %d",
+                     (int)sw_rtc_slopes(tmp), (int)l->ns);
+    else
+        st = filter_negative(l, rtc_recon, tmp);
+    sw_rtc_destroy(tmp);
+    return st;
+}
+
 /* ------------------------------------------------------------------ global SABRE (host) */
+
+static sw_status sabre_global_recon(sw_loop *l, void *user, const float *slopes, float *r);
 
 static sw_status build_sabre_global(sw_loop *l)
 {
@@ -994,10 +1180,34 @@ static sw_status build_sabre_global(sw_loop *l)
     free(mask);
     if (st != SW_OK)
         return relay(l, st);
+    if ((st = filter_negative(l, sabre_global_recon, NULL)) != SW_OK)
+        return st;
     sw_controller_params cp;
     if ((st = controller_params(l, &cp)) != SW_OK)
         return st;
     if ((st = sw_controller_create(l->cpu, &cp, &l->ctrl)) != SW_OK)
+        return relay(l, st);
+    return SW_OK;
+}
+
+/* recon_fn of global SABRE: the slopes (2 ns, pixels) -> r, as run_sabre_global. */
+static sw_status sabre_global_recon(sw_loop *l, void *user, const float *slopes, float *r)
+{
+    (void)user;
+    const int32_t n = l->nx * l->nx;
+    const double scale = l->slope_scale;
+    for (int32_t k = 0; k < l->ns; k++) {
+        const int32_t le = sw_centroid_plan_slope_lenslet(l->cen, k);
+        l->gslopes[le] = (float)(slopes[k] * scale);
+        l->gslopes[n + le] = (float)(slopes[l->ns + k] * scale);
+    }
+    sw_status st = sw_sabre_global_run(l->sglob, l->gslopes, l->gvals);
+    if (st != SW_OK)
+        return relay(l, st);
+    const int64_t nv = sw_sabre_lattice_values(&l->glat);
+    for (int64_t v = 0; v < nv; v++)
+        l->gvalsf[v] = isfinite(l->gvals[v]) ? (float)l->gvals[v] : 0.0f;
+    if ((st = sw_projector_run(l->gproj, l->gvalsf, SW_MEM_HOST, r)) != SW_OK)
         return relay(l, st);
     return SW_OK;
 }
@@ -1008,20 +1218,8 @@ static sw_status run_sabre_global(sw_loop *l, float *commands)
     sw_status st = sw_centroid_run(l->cen, &l->frame, &l->cres);
     if (st != SW_OK)
         return st;
-    const int32_t n = l->nx * l->nx;
-    const double scale = l->slope_scale;
-    for (int32_t k = 0; k < l->ns; k++) {
-        const int32_t le = sw_centroid_plan_slope_lenslet(l->cen, k);
-        l->gslopes[le] = (float)(l->cres.slopes[k] * scale);
-        l->gslopes[n + le] = (float)(l->cres.slopes[l->ns + k] * scale);
-    }
-    if ((st = sw_sabre_global_run(l->sglob, l->gslopes, l->gvals)) != SW_OK)
-        return relay(l, st);
-    const int64_t nv = sw_sabre_lattice_values(&l->glat);
-    for (int64_t v = 0; v < nv; v++)
-        l->gvalsf[v] = isfinite(l->gvals[v]) ? (float)l->gvals[v] : 0.0f;
-    if ((st = sw_projector_run(l->gproj, l->gvalsf, SW_MEM_HOST, l->gr)) != SW_OK)
-        return relay(l, st);
+    if ((st = sabre_global_recon(l, NULL, l->cres.slopes, l->gr)) != SW_OK)
+        return st;
     if ((st = sw_controller_step(l->ctrl, l->gr, commands)) != SW_OK)
         return relay(l, st);
     return SW_OK;
@@ -1315,8 +1513,11 @@ static sw_status build(sw_loop *l)
     if (p->recon == SW_LOOP_MVM) {
         st = build_mvm(l, &rp);
         memset(l->surf, 0, (size_t)gw * gw * sizeof(float)); /* the last poke's shape */
-    } else
+    } else {
         st = build_dsabre(l, &rp, &pmat, &mask);
+        if (st == SW_OK)
+            st = dsabre_negative(l, &rp);
+    }
     if (st == SW_OK)
         st = controller_params(l, &rp.controller);
     if (st == SW_OK && p->gain_window > 0)
@@ -1364,6 +1565,8 @@ sw_status sw_loop_create(sw_context *ctx, const sw_loop_params *p, sw_loop **out
     l->ctx = ctx;
     l->p = *p;
     l->p.controller.nact = (p->nx + 1) * (p->nx + 1);
+    l->neg_modes = -1;
+    l->neg_min = NAN;
     /* arrays the caller owns are read at create only */
     l->gpu = sw_context_backend(ctx) == SW_BACKEND_CUDA;
     l->threads = sw_context_threads(ctx);
@@ -1766,6 +1969,13 @@ double sw_loop_long_strehl(const sw_loop *l)
 int32_t sw_loop_modes(const sw_loop *l)
 {
     return l && l->p.recon == SW_LOOP_MVM ? l->kept : -1;
+}
+
+int32_t sw_loop_negative_modes(const sw_loop *l, double *min_gain)
+{
+    if (min_gain)
+        *min_gain = l ? l->neg_min : NAN;
+    return l ? l->neg_modes : -1;
 }
 
 int32_t sw_loop_clipped(const sw_loop *l)

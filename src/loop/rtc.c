@@ -692,6 +692,8 @@ static double now_us(void)
     return 1e6 * (double)ts.tv_sec + 1e-3 * (double)ts.tv_nsec;
 }
 
+static sw_status cpu_reconstruct(sw_rtc *r);
+
 /* Stages 1-3 on the CPU: frame -> r->slopes -> r->rvec -> r->commands. */
 static sw_status cpu_run(sw_rtc *r, const sw_image *frame)
 {
@@ -703,9 +705,28 @@ static sw_status cpu_run(sw_rtc *r, const sw_image *frame)
     res.memory = SW_MEM_HOST;
     res.slopes = r->slopes;
     sw_status st = sw_centroid_run(r->cent, frame, &res);
+    if (st == SW_OK)
+        st = cpu_reconstruct(r);
     if (st != SW_OK)
         return st;
+    return sw_controller_step(r->ctrl, r->rvec, r->commands);
+}
 
+sw_status sw_rtc_reconstruct(sw_rtc *r, const float *slopes, float *rvec)
+{
+    if (r->gpu)
+        return sw_fail(r->ctx, SW_EUNSUPPORTED, "rtc: sw_rtc_reconstruct runs CPU chains only");
+    memcpy(r->slopes, slopes, (size_t)2 * r->ns * sizeof(float));
+    const sw_status st = cpu_reconstruct(r);
+    if (st == SW_OK)
+        memcpy(rvec, r->rvec, (size_t)r->nact * sizeof(float));
+    return st;
+}
+
+/* Step 2 on the host: r->rvec from r->slopes. */
+static sw_status cpu_reconstruct(sw_rtc *r)
+{
+    sw_status st = SW_OK;
     const int32_t n2 = 2 * r->ns;
     if (r->p.recon == SW_RTC_MVM) {
         /* r = C s, C nact x 2 ns row-major */
@@ -734,7 +755,7 @@ static sw_status cpu_run(sw_rtc *r, const sw_image *frame)
                 return st;
         }
     }
-    return sw_controller_step(r->ctrl, r->rvec, r->commands);
+    return SW_OK;
 }
 
 sw_status sw_rtc_run(sw_rtc *r, const sw_image *frame, float *commands, float *slopes)
