@@ -14,7 +14,9 @@
  * wait for the mirror stream to be written again. The
  * chain then sees every frame and its commands always reach the next one: the loop of
  * sw_loop_step with no delay, so with the loop's own chain (--rtc-config) the commands are bit for
- * bit those of `spotwave loop` (--twin checks this against an in-process simulator as it runs).
+ * bit those of `spotwave loop` (--twin checks this against an in-process simulator as it runs),
+ * unless the loop filters modes of negative gain (loop.h negative_filter), which the written
+ * rtc.conf cannot carry: then a warning says so.
  * Free run (--free-run): frames at rate_hz by the clock whatever the chain does; the commands of
  * the newest write are applied (what a real camera does; the chain may miss frames).
  *
@@ -284,7 +286,7 @@ static int write_chain(sw_context *ctx, const bench_opts *o, sw_loop *l)
     if (c->kind == SW_CTRL_PI)
         fprintf(f, "kp = %.17g\n", o->p.kp);
     const int32_t neg = sw_loop_negative_modes(l, NULL);
-    if (neg > 0) /* rtc.conf has no key for them: that chain runs without (loop.h) */
+    if (neg > 0) /* rtc.conf has no key for them (loop.h negative_filter) */
         fprintf(stderr,
                 "sim bench: warning: the simulator's own chain filters %d mode(s) of negative "
                 "closed-loop gain (negative_filter); %s does not, and may diverge on this pupil "

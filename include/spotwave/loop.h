@@ -845,11 +845,16 @@ typedef struct sw_loop_params {
                               (as MVM's), forms the command-to-command map M = F R D (R the
                               reconstructor, F the unseen modes' filter) and adds the eigenvectors
                               of the eigenvalues whose real part is below -1e-3 x the median
-                              |eigenvalue| to the filter (orthonormalised; at most 32 modes in
-                              all): an integrator u <- u - g M u runs such a mode away
-                              (sw_loop_negative_modes). The cost is O(nact^3) at create: ~0.2 s
-                              at 289 actuators, 5 s at 1089 on one core of the development
-                              machine (the pokes, the reconstructions and dgeev)               */
+                              |eigenvalue| (the leaky integrator: below -leak / gain too; the
+                              leak holds the others) to the filter (orthonormalised; at most 32
+                              modes in all, the most negative first): an integrator
+                              u <- u - g M u runs such a mode away (sw_loop_negative_modes).
+                              Square pupils with the global projection have two marginal ones
+                              (-0.001 to -0.004). The cost at create is about MVM's calibration,
+                              O(nact^3) (the pokes, the reconstructions, dgeev): on one core of
+                              the development machine 0.3 s (geometric sensor) to 0.8 s
+                              (diffraction) at 289 actuators, 4.5 to 12 s at 1089. spotwave
+                              rtc's configuration has no key for these modes (sim bench warns) */
 } sw_loop_params;
 
 /* The Brunner et al. section 4.B setting: 32 x 32, D = 12 m, square pupil, DIFFRACTION, noise-free,
@@ -967,7 +972,8 @@ typedef struct sw_loop_chain_info {
     double slope_scale;          /* DSABRE_LOCAL: pixel slopes to radians                      */
     sw_dm_params dm;             /* DSABRE_LOCAL: the mirror the projection fits               */
     int unseen;                  /* the loop's SW_UNSEEN_* filter (sw_unseen_modes of the mask) */
-    int32_t nfilter;             /* its modes, the controller's nfilter and filter              */
+    int32_t nfilter;             /* the controller's filter: the unseen modes, then those of
+                                    negative gain (negative_filter), nact x nfilter             */
     const float *filter;
 } sw_loop_chain_info;
 

@@ -882,16 +882,19 @@ static sw_status build_mvm(sw_loop *l, sw_rtc_params *rp)
  * The closed loop's command-to-command map M = F R D: D the interaction matrix measured through
  * the loop's own sensor (push-pull, noise-free, as MVM's), R the reconstructor (slopes -> r), F
  * the unseen modes' filter. An integrator u <- u - g M u (+ the turbulence's r) is stable only if
- * every eigenvalue of M has a positive real part (and below 2 / g); D-SABRE and SABRE are not the
+ * |1 - g lambda| < 1 for every eigenvalue lambda of M (a leaky one: |1 - leak - g lambda| < 1), so
+ * a real lambda < 0 runs away (past -leak / g); D-SABRE and SABRE are not the
  * pseudo-inverse of D, and on small or annular pupils their M can have a mode of negative gain
  * (bench_loop --fig12 --quick: 8 x 8 on an annulus, 2 x 2 lenslets a partition, -0.11 with the
  * distributed projection, Strehl 0.40 against 0.84). Such a mode's invariant subspace Q
  * (orthonormal) filtered out, (I - Q Q^T) M has the eigenvalues of M with Q's replaced by 0 (M is
  * block-triangular in a basis [Q, W]), so the integrator holds the rest and leaves Q alone.
  */
-#define NEG_MAX_ACT    600  /* negative_filter 1: the largest mirror looked at (O(nact^3))   */
-#define NEG_TOL        1e-3 /* Re(lambda) < -NEG_TOL x median |lambda|: a mode of negative gain */
-#define NEG_MAX_FILTER 32   /* filter columns in all (rtc_cuda.cu's RT_MAX_FILTER)            */
+#define NEG_MAX_ACT 600 /* negative_filter 1: the largest mirror looked at (O(nact^3))   */
+#define NEG_TOL                                                                                    \
+    1e-3                  /* Re(lambda) < -NEG_TOL x median |lambda|: a mode of negative gain      \
+                             (the leaky integrator: below -leak / gain too)                   */
+#define NEG_MAX_FILTER 32 /* filter columns in all (rtc_cuda.cu's RT_MAX_FILTER)            */
 
 typedef sw_status (*recon_fn)(sw_loop *l, void *user, const float *slopes, float *r);
 
@@ -960,10 +963,19 @@ static sw_status filter_negative(sw_loop *l, recon_fn recon, void *user)
         LAPACKE_dgeev(LAPACK_COL_MAJOR, 'N', 'V', na, M, na, wr, wi, NULL, na, V, na) != 0)
         st = sw_fail(l->ctx, SW_EINTERNAL, "loop: the closed loop's eigenvalues did not converge");
     if (st == SW_OK) {
+        /* the median |lambda| over the modes the loop acts on (the filtered modes and the
+         * actuators a global projection leaves out give exact zeros) */
         for (int32_t i = 0; i < na; i++)
             mag[i] = hypot(wr[i], wi[i]);
         qsort(mag, (size_t)na, sizeof *mag, cmp_double);
-        const double ref = mag[na / 2] > 0.0 ? mag[na / 2] : 1.0;
+        int32_t i0 = 0;
+        while (i0 < na - 1 && !(mag[i0] > 1e-6 * mag[na - 1]))
+            i0++;
+        const double ref = mag[i0 + (na - i0) / 2] > 0.0 ? mag[i0 + (na - i0) / 2] : 1.0;
+        double tol = NEG_TOL * ref;
+        const sw_controller_params *cp = &l->p.controller;
+        if (cp->kind == SW_CTRL_LEAKY && cp->gain > 0.0 && cp->leak / cp->gain > tol)
+            tol = cp->leak / cp->gain; /* held by the leak above this */
         /* the filter so far, then the negative modes, most negative first */
         const int32_t nz0 = l->nfilter < NEG_MAX_FILTER ? l->nfilter : NEG_MAX_FILTER;
         if (nz0 > 0)
@@ -976,15 +988,16 @@ static sw_status filter_negative(sw_loop *l, recon_fn recon, void *user)
         for (;;) {
             int32_t best = -1;
             for (int32_t i = 0; i < na; i++)
-                if (wr[i] < -NEG_TOL * ref && (best < 0 || wr[i] < wr[best]))
+                if (wr[i] < -tol && (best < 0 || wr[i] < wr[best]))
                     best = i;
-            if (best < 0 || nz >= NEG_MAX_FILTER)
-                break;
             /* a real eigenvalue: its vector; a complex pair (columns j, j + 1 of V hold the
-             * real and imaginary parts): both, the pair's invariant plane */
+             * real and imaginary parts): both, the pair's invariant plane. Beyond 32 columns
+             * the least negative are left (a pair is taken whole or not at all). */
+            const int parts = best < 0 || wi[best] == 0.0 ? 1 : 2;
+            if (best < 0 || nz + parts > NEG_MAX_FILTER)
+                break;
             const int32_t j = wi[best] == 0.0 ? best : (wi[best] > 0.0 ? best : best - 1);
-            const int parts = wi[best] == 0.0 ? 1 : 2;
-            for (int k = 0; k < parts && nz < NEG_MAX_FILTER; k++) {
+            for (int k = 0; k < parts; k++) {
                 double *v = M; /* M's storage is free after dgeev */
                 for (int32_t a = 0; a < na; a++)
                     v[a] = V[(size_t)(j + k) * na + a];
@@ -1022,8 +1035,8 @@ static sw_status filter_negative(sw_loop *l, recon_fn recon, void *user)
 /* recon_fn of a D-SABRE chain: a CPU copy of the chain (sw_rtc_reconstruct). */
 static sw_status rtc_recon(sw_loop *l, void *user, const float *slopes, float *r)
 {
-    (void)l;
-    return sw_rtc_reconstruct((sw_rtc *)user, slopes, r);
+    const sw_status st = sw_rtc_reconstruct((sw_rtc *)user, slopes, r);
+    return st == SW_OK ? SW_OK : relay(l, st);
 }
 
 /* ------------------------------------------------------------------ D-SABRE */
@@ -1554,6 +1567,10 @@ sw_status sw_loop_create(sw_context *ctx, const sw_loop_params *p, sw_loop **out
         uint64_t bytes = 4 * nq * nq * 24 + gw * gw * 20 + frame * frame * 8;
         if (p->recon == SW_LOOP_MVM)
             bytes += 2 * (2 * (uint64_t)p->nx * (uint64_t)p->nx) * nact * sizeof(float);
+        else if (p->negative_filter == 2 || (p->negative_filter == 1 && nact <= NEG_MAX_ACT))
+            /* the negative modes' check: D (floats), M and its eigenvectors (doubles) */
+            bytes += 2 * (uint64_t)p->nx * (uint64_t)p->nx * nact * sizeof(float) +
+                     2 * nact * nact * sizeof(double);
         SW_TRY(sw_memory_check(ctx, 1, bytes,
                                "loop: %d x %d lenslets, %d samples and %d pixels per lenslet%s",
                                (int)p->nx, (int)p->nx, (int)p->samples, (int)p->px_per_lenslet,
