@@ -176,8 +176,8 @@ static double last_ratio(const sw_loop_params *p, int frames, int32_t *neg, doub
 /* Modes of negative closed-loop gain (negative_filter, loopsim.c): D-SABRE with partitions of
  * 2 x 2 lenslets on an 8 x 8 annulus (obscuration 0.3, coupling 0.4, gain 0.7) has them with
  * both distributed projections (the linearised loop of test_loop_projection_pupil.c, at this
- * size: -0.107 and -0.164; this sensor's: -0.16 to -0.18): unfiltered the loop diverges (residual 73
- * and 241 x the turbulence at frame 2000, growing), filtered it holds 10^4 frames (residual
+ * size: -0.107 and -0.164; this sensor's: -0.16 to -0.18): unfiltered the loop diverges (residual
+ * 73 and 241 x the turbulence at frame 2000, growing), filtered it holds 10^4 frames (residual
  * 92-102 nm, at most 0.47 x the turbulence; asserted: below 0.8). A square loop has none: the
  * filter, and so every command, is unchanged. */
 static void test_negative_modes(void **state)
