@@ -523,7 +523,9 @@ static sw_status spots_region(const sw_pupil_plan *plan, const sw_image *frame, 
         return SW_OK;
     }
     const int32_t mx = (int32_t)ceil(d) + 1;
-    double *F = malloc(nl * 7 * sizeof(double) + 2 * (size_t)mx * (size_t)mx * sizeof(double));
+    const int threads = sw_context_threads(plan->ctx) > 0 ? sw_context_threads(plan->ctx) : 1;
+    const size_t per = 2 * (size_t)mx * (size_t)mx; /* a window's pixels and select scratch */
+    double *F = malloc(nl * 7 * sizeof(double) + (size_t)threads * per * sizeof(double));
     int32_t *lab = malloc(nl * 2 * sizeof(int32_t));
     double *pts = malloc(nl * 4 * sizeof(double));
     double *wsx = malloc(nl * 2 * sizeof(double));
@@ -545,8 +547,11 @@ static sw_status spots_region(const sw_pupil_plan *plan, const sw_image *frame, 
     uint8_t *in = (uint8_t *)(void *)tmp; /* reused after S2 */
 
     /* S1: each cell's sum, median, clipped mean (background_of, uncapped) and median absolute
-     * deviation */
-    for (int32_t iy = 0; iy < ny; iy++)
+     * deviation; the cells are independent: rows of cells over the context's threads, each
+     * with its own scratch (buf is thread 0's, and the walk's after) */
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+    for (int32_t iy = 0; iy < ny; iy++) {
+        double *const tb = buf + (size_t)sw_omp_thread() * per;
         for (int32_t ix = 0; ix < nx; ix++) {
             const size_t l = (size_t)iy * (size_t)nx + (size_t)ix;
             F[l] = NAN;
@@ -569,22 +574,23 @@ static sw_status spots_region(const sw_pupil_plan *plan, const sw_image *frame, 
                         bad++;
                         v = 0.0;
                     }
-                    buf[k++] = v;
+                    tb[k++] = v;
                     sum += v;
                 }
             }
             if (bad * 4 > n)
                 continue;
-            const double med = median_of(buf, n);
+            const double med = median_of(tb, n);
             F[l] = sum;
             cnpx[l] = (double)n;
             cmed[l] = med;
-            cmean[l] = background_of(buf, n, med, INFINITY, p->type != SW_PIX_F32, buf + n);
+            cmean[l] = background_of(tb, n, med, INFINITY, p->type != SW_PIX_F32, tb + n);
             for (int64_t q = 0; q < n; q++)
-                buf[q] = fabs(buf[q] - med);
+                tb[q] = fabs(tb[q] - med);
             /* a cell's noise: 1.4826 MAD per pixel, over sqrt(n) pixels */
-            mad[l] = 1.4826 * median_of(buf, n) * sqrt((double)n);
+            mad[l] = 1.4826 * median_of(tb, n) * sqrt((double)n);
         }
+    }
 
     /* S2: the background's skew (light_bias), the median of the lower class of the cells' light
      * above their medians (the unlit cells), per pixel; then each cell's light above its
