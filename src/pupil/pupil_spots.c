@@ -85,7 +85,8 @@ typedef struct light_bias {
     double beta; /* per d^2 pixels (a cell's)                 */
 } light_bias;
 
-/* A window's background, v[0 .. n) (n >= 1; tmp holds n doubles), med its median: the
+/* A window's background, v[0 .. n) (n >= 1; tmp holds n doubles), med its median (mad, when not
+ * NULL, receives the median absolute deviation |v - med|, unscaled): the
  * mean of its pixels up to med + 3 sigma (sigma = 1.4826 x the median absolute deviation, at
  * least 1.4826 on integer pixels: their quantum), which leaves out a spot's core, but at most
  * med + skew. A mean, not the median, because where the noise is clipped its mean is above its
@@ -95,11 +96,15 @@ typedef struct light_bias {
  * that converging rays push together at a pupil's edge (6 um eyes) has their wings below the
  * clip, which raise its mean and not its median (a lit lenslet read as unlit there, its pupil
  * 3 % small). */
-static double background_of(double *v, int64_t n, double med, double skew, int integer, double *tmp)
+static double background_of(double *v, int64_t n, double med, double skew, int integer, double *tmp,
+                            double *mad)
 {
     for (int64_t q = 0; q < n; q++)
         tmp[q] = fabs(v[q] - med);
-    double s = 1.4826 * median_of(tmp, n);
+    const double m = median_of(tmp, n);
+    if (mad)
+        *mad = m;
+    double s = 1.4826 * m;
     if (integer && s < 1.4826)
         s = 1.4826;
     const double top = med + 3.0 * s;
@@ -239,7 +244,7 @@ static double window_light(const sw_image *frame, sw_pixel_type type, int32_t x0
         }
     }
     const double med =
-        background_of(buf, n, median_of(buf, n), lb->skew, type != SW_PIX_F32, buf + n);
+        background_of(buf, n, median_of(buf, n), lb->skew, type != SW_PIX_F32, buf + n, NULL);
     const int32_t wa = (int32_t)fmax(ceil(px - 0.5 * w), xa),
                   wb = (int32_t)fmin(ceil(px + 0.5 * w), xb);
     const int32_t va = (int32_t)fmax(ceil(py - 0.5 * w), ya),
@@ -584,11 +589,10 @@ static sw_status spots_region(const sw_pupil_plan *plan, const sw_image *frame, 
             F[l] = sum;
             cnpx[l] = (double)n;
             cmed[l] = med;
-            cmean[l] = background_of(tb, n, med, INFINITY, p->type != SW_PIX_F32, tb + n);
-            for (int64_t q = 0; q < n; q++)
-                tb[q] = fabs(tb[q] - med);
+            double m = 0.0; /* the median absolute deviation, from background_of's selection */
+            cmean[l] = background_of(tb, n, med, INFINITY, p->type != SW_PIX_F32, tb + n, &m);
             /* a cell's noise: 1.4826 MAD per pixel, over sqrt(n) pixels */
-            mad[l] = 1.4826 * median_of(tb, n) * sqrt((double)n);
+            mad[l] = 1.4826 * m * sqrt((double)n);
         }
     }
 
