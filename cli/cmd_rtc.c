@@ -44,6 +44,9 @@
  *   kp                 pi: the proportional gain of every command (0; ki = gain)
  *   unseen             none | piston | waffle | piston-waffle: the Fried geometry's unseen modes
  *                      filtered out of r (piston-waffle for dsabre, none for mvm)
+ *   filter             a FITS image of the modes filtered out of r instead, one a row (nfilter
+ *                      x nact f32, 1..32 rows, orthonormal): spotwave sim bench writes its
+ *                      loop's (the unseen modes and those of negative gain, loop.h)
  *
  * Timing. A frame's latency is the time from the camera's write of the frame (the stream's
  * writetime, on the streams' clock (stream.h), set just before its semaphores are posted) to the
@@ -80,7 +83,7 @@
 typedef struct rtc_config {
     int have_nx, have_ny, have_pitch;
     sw_sh_geometry geom;
-    char valid[4096], cm[4096], im[4096];
+    char valid[4096], cm[4096], im[4096], filter[4096];
     double threshold;
     int32_t window;
     int dsabre; /* recon = dsabre */
@@ -190,6 +193,10 @@ static int k_cm(rtc_config *c, const char *v, char *w, size_t n)
 static int k_im(rtc_config *c, const char *v, char *w, size_t n)
 {
     return k_file(c->im, sizeof c->im, v, w, n);
+}
+static int k_filter(rtc_config *c, const char *v, char *w, size_t n)
+{
+    return k_file(c->filter, sizeof c->filter, v, w, n);
 }
 static int k_threshold(rtc_config *c, const char *v, char *w, size_t n)
 {
@@ -369,6 +376,7 @@ static const struct {
     {"leak", k_leak},
     {"clip", k_clip},
     {"unseen", k_unseen},
+    {"filter", k_filter},
     {"kp", k_kp},
 };
 
@@ -454,7 +462,10 @@ void sw_cmd_rtc_help(FILE *out)
         "                         unseen (none|piston|waffle|piston-waffle): the modes a\n"
         "                         sensor on the Fried geometry cannot see, filtered out of\n"
         "                         the reconstruction (default piston-waffle for dsabre,\n"
-        "                         none for mvm; needs one command per lenslet corner)\n"
+        "                         none for mvm; needs one command per lenslet corner);\n"
+        "                         filter FILE: the modes filtered out instead, the rows of\n"
+        "                         a FITS image (nfilter x nact floats, 1..32 rows,\n"
+        "                         orthonormal; spotwave sim bench writes its loop's)\n"
         "  --set KEY=VALUE        one key, after the file (repeatable)\n"
         "\n"
         "Running:\n"
@@ -627,8 +638,10 @@ static int build_config(rtc_opts *o, int need_matrix)
     }
     if (rc != SW_EXIT_OK)
         return rc;
-    char *files[3] = {o->c.valid, o->c.cm, o->c.im};
-    for (int i = 0; i < 3; i++) {
+    if (o->c.filter[0] && o->c.unseen_set)
+        return sw_cli_usage(SUB, "%s: give one of unseen or filter", o->config);
+    char *files[4] = {o->c.valid, o->c.cm, o->c.im, o->c.filter};
+    for (int i = 0; i < 4; i++) {
         char buf[sizeof o->c.cm];
         if (!files[i][0])
             continue;
@@ -910,11 +923,53 @@ static int camera_chain(sw_context *ctx, const rtc_opts *o, const char *option, 
     return SW_EXIT_OK;
 }
 
-/* The controller's extras once nact is known: the unseen modes of the Fried geometry (piston,
- * waffle; filtered by default for D-SABRE, whose commands are those corners; for an MVM matrix
- * only when asked, and then it must have a row per corner), and PI's kp for every mode. */
-static int controller_extras(const rtc_config *c, rtc_run *r, sw_controller_params *cp)
+/* PI's kp for every mode (the identity basis: one per command). */
+static int kp_extras(const rtc_config *c, rtc_run *r, sw_controller_params *cp)
 {
+    if (c->ctrl.kind == SW_CTRL_PI && c->kp != 0.0) {
+        /* one mode per command (the identity basis): kp each, ki = gain */
+        if (!(r->kpv = malloc((size_t)r->nact * sizeof(float))))
+            return sw_cli_fail(SUB, "out of memory");
+        for (int32_t a = 0; a < r->nact; a++)
+            r->kpv[a] = (float)c->kp;
+        cp->kp = r->kpv;
+    }
+    return SW_EXIT_OK;
+}
+
+/* The controller's extras once nact is known: the filter's modes (the file's, or the unseen
+ * modes of the Fried geometry: piston, waffle; filtered by default for D-SABRE, whose commands
+ * are those corners; for an MVM matrix only when asked, and then it must have a row per corner),
+ * and PI's kp for every mode. */
+static int controller_extras(sw_context *ctx, const rtc_config *c, rtc_run *r,
+                             sw_controller_params *cp)
+{
+    if (c->filter[0]) { /* the modes given, one a row */
+        int32_t w = 0, h = 0;
+        int rc = read_matrix(ctx, "filter", c->filter, &w, &h, &r->filter);
+        if (rc != SW_EXIT_OK)
+            return rc;
+        if (w != r->nact || h < 1 || h > 32)
+            return sw_cli_fail(SUB,
+                               "filter '%s' is %d x %d: it needs one row of %d commands per mode, "
+                               "1 to 32 modes",
+                               c->filter, (int)w, (int)h, (int)r->nact);
+        /* the controller subtracts Z (Z^T r): the rows must be orthonormal */
+        for (int32_t i = 0; i < h; i++)
+            for (int32_t j = 0; j <= i; j++) {
+                double dot = 0.0;
+                for (int32_t a = 0; a < w; a++)
+                    dot += (double)r->filter[(size_t)i * w + a] * r->filter[(size_t)j * w + a];
+                if (fabs(dot - (i == j ? 1.0 : 0.0)) > 1e-4)
+                    return sw_cli_fail(SUB,
+                                       "filter '%s': rows %d and %d are not orthonormal (their "
+                                       "product is %g)",
+                                       c->filter, (int)j, (int)i, dot);
+            }
+        cp->nfilter = h;
+        cp->filter = r->filter;
+        return kp_extras(c, r, cp);
+    }
     const int unseen =
         c->unseen_set ? c->unseen : (c->dsabre ? SW_UNSEEN_PISTON | SW_UNSEEN_WAFFLE : 0);
     const int32_t corners = (c->geom.nx + 1) * (c->geom.ny + 1);
@@ -933,15 +988,7 @@ static int controller_extras(const rtc_config *c, rtc_run *r, sw_controller_para
             return sw_cli_fail(SUB, "unseen modes: %s", sw_cli_lib_error(NULL, st));
         cp->filter = r->filter;
     }
-    if (c->ctrl.kind == SW_CTRL_PI && c->kp != 0.0) {
-        /* one mode per command (the identity basis): kp each, ki = gain */
-        if (!(r->kpv = malloc((size_t)r->nact * sizeof(float))))
-            return sw_cli_fail(SUB, "out of memory");
-        for (int32_t a = 0; a < r->nact; a++)
-            r->kpv[a] = (float)c->kp;
-        cp->kp = r->kpv;
-    }
-    return SW_EXIT_OK;
+    return kp_extras(c, r, cp);
 }
 
 static int setup(sw_context *ctx, const rtc_opts *o, rtc_run *r)
@@ -977,7 +1024,7 @@ static int setup(sw_context *ctx, const rtc_opts *o, rtc_run *r)
                                  &rp, &pm);
         rp.nact = r->nact;
         rp.controller.nact = r->nact;
-        if (st == SW_OK && (rc = controller_extras(c, r, &rp.controller)) != SW_EXIT_OK) {
+        if (st == SW_OK && (rc = controller_extras(ctx, c, r, &rp.controller)) != SW_EXIT_OK) {
             free(pm);
             return rc;
         }
@@ -1020,7 +1067,7 @@ static int setup(sw_context *ctx, const rtc_opts *o, rtc_run *r)
         rp.cm = r->cm;
         rp.fp16 = c->fp16;
         rp.controller.nact = r->nact;
-        if ((rc = controller_extras(c, r, &rp.controller)) != SW_EXIT_OK)
+        if ((rc = controller_extras(ctx, c, r, &rp.controller)) != SW_EXIT_OK)
             return rc;
         if ((st = sw_rtc_create(ctx, &rp, &r->rtc)) != SW_OK)
             return sw_cli_fail(SUB, "%s", sw_cli_lib_error(ctx, st));

@@ -14,9 +14,9 @@
  * wait for the mirror stream to be written again. The
  * chain then sees every frame and its commands always reach the next one: the loop of
  * sw_loop_step with no delay, so with the loop's own chain (--rtc-config) the commands are bit for
- * bit those of `spotwave loop` (--twin checks this against an in-process simulator as it runs),
- * unless the loop filters modes of negative gain (loop.h negative_filter), which the written
- * rtc.conf cannot carry: then a warning says so.
+ * bit those of `spotwave loop` (--twin checks this against an in-process simulator as it runs;
+ * when the loop filters modes of negative gain, loop.h negative_filter, they go to the chain as
+ * filter.fits).
  * Free run (--free-run): frames at rate_hz by the clock whatever the chain does; the commands of
  * the newest write are applied (what a real camera does; the chain may miss frames).
  *
@@ -92,10 +92,13 @@ void sw_cmd_sim_bench_help(FILE *out)
         "                         the mirror stream, for this long (default 30)\n"
         "\n"
         "The chain:\n"
-        "  --rtc-config DIR       write the simulator's own MVM chain for spotwave rtc:\n"
-        "                         DIR/rtc.conf, DIR/cm.fits (the control matrix from its\n"
-        "                         push-pull calibration) and DIR/valid.fits (the measured\n"
-        "                         lenslets); recon must be mvm\n"
+        "  --rtc-config DIR       write the simulator's own chain for spotwave rtc:\n"
+        "                         DIR/rtc.conf, DIR/valid.fits (the measured lenslets) and,\n"
+        "                         for recon mvm, DIR/cm.fits (the control matrix from its\n"
+        "                         push-pull calibration); for recon dsabre-local,\n"
+        "                         DIR/filter.fits when the loop filters modes of negative\n"
+        "                         gain (key negative_filter) beside the unseen ones; recon\n"
+        "                         must be mvm or dsabre-local\n"
         "  --twin                 lockstep: run the in-process simulator beside the bench and\n"
         "                         compare the commands that come back with its own, frame\n"
         "                         by frame (JSON: twin_identical_frames, twin_first_difference)\n"
@@ -280,18 +283,29 @@ static int write_chain(sw_context *ctx, const bench_opts *o, sw_loop *l)
     double g[2];
     if (!mvm && sw_loop_slope_gain(l, g)) /* the gain the loop divides out (loopsim.c) */
         fprintf(f, "slope_gain = %.17g\n", 0.5 * (g[0] + g[1]));
-    fprintf(f, "controller = %s\ngain = %.17g\nleak = %.17g\nclip = %.17g\nunseen = %s\n",
-            sw_controller_kind_string(c->kind), c->gain, c->leak, c->clip,
-            sw_unseen_string(ci.unseen));
+    fprintf(f, "controller = %s\ngain = %.17g\nleak = %.17g\nclip = %.17g\n",
+            sw_controller_kind_string(c->kind), c->gain, c->leak, c->clip);
+    /* the filter: the unseen modes by name, or, when the loop filters modes of negative gain too
+     * (loop.h negative_filter), all of its modes as filter.fits, one a row */
+    if (sw_loop_negative_modes(l, NULL) > 0 && ci.nfilter > 0) {
+        char ff[4200];
+        rtc_path(ff, sizeof ff, o->rtc_dir, "filter.fits");
+        const char *sf = sw_cli_file_staged("--rtc-config", ff);
+        if (!sf) {
+            fclose(f);
+            return SW_EXIT_FAIL;
+        }
+        if ((st = sw_image_wrap((void *)ci.filter, ci.nact, ci.nfilter, 0, SW_PIX_F32, SW_MEM_HOST,
+                                &img)) != SW_OK ||
+            (st = sw_fits_write(ctx, sf, &img, 1)) != SW_OK) {
+            fclose(f);
+            return sw_cli_fail(S, "%s: %s", ff, sw_cli_lib_error(ctx, st));
+        }
+        fprintf(f, "filter = filter.fits\n");
+    } else
+        fprintf(f, "unseen = %s\n", sw_unseen_string(ci.unseen));
     if (c->kind == SW_CTRL_PI)
         fprintf(f, "kp = %.17g\n", o->p.kp);
-    const int32_t neg = sw_loop_negative_modes(l, NULL);
-    if (neg > 0) /* rtc.conf has no key for them (loop.h negative_filter) */
-        fprintf(stderr,
-                "sim bench: warning: the simulator's own chain filters %d mode(s) of negative "
-                "closed-loop gain (negative_filter); %s does not, and may diverge on this pupil "
-                "and partitioning\n",
-                (int)neg, conf);
     const int bad = ferror(f) != 0;
     if (fclose(f) != 0 || bad)
         return sw_cli_fail(S, "%s: write failed", conf);
@@ -596,7 +610,8 @@ int sw_cmd_sim_bench(const sw_cli_globals *g, int argc, char **argv)
                        "simulator's\n",
                        r.identical, r.frames);
         } else if (o->rtc_dir)
-            printf("sim bench: the chain written to %s (rtc.conf, cm.fits, valid.fits)\n",
+            printf("sim bench: the chain written to %s (rtc.conf, valid.fits, and cm.fits or "
+                   "filter.fits where needed)\n",
                    o->rtc_dir);
     }
     if (r.dm && r.sem >= 0)

@@ -853,8 +853,8 @@ typedef struct sw_loop_params {
                               (-0.001 to -0.004). The cost at create is about MVM's calibration,
                               O(nact^3) (the pokes, the reconstructions, dgeev): on one core of
                               the development machine 0.3 s (geometric sensor) to 0.8 s
-                              (diffraction) at 289 actuators, 4.5 to 12 s at 1089. spotwave
-                              rtc's configuration has no key for these modes (sim bench warns) */
+                              (diffraction) at 289 actuators, 4.5 to 12 s at 1089. spotwave sim
+                              bench --rtc-config hands them to spotwave rtc as filter.fits     */
 } sw_loop_params;
 
 /* The Brunner et al. section 4.B setting: 32 x 32, D = 12 m, square pupil, DIFFRACTION, noise-free,

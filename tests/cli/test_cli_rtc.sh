@@ -71,6 +71,45 @@ grep -q '"missed": 0' drtc.json || fail "dsabre rtc: $(cat drtc.json)"
 printf 'nx = 8\nny = 8\npitch_px = 8\nrecon = dsabre\ncm = x.fits\n' >dchain/bad.conf
 expect_usage rtc --config dchain/bad.conf --in dcam --out ddm
 
+# a D-SABRE loop with modes of negative gain (partitions of 2 x 2 lenslets on an 8 x 8 annulus,
+# loop.h negative_filter): the chain gets the loop's whole filter as filter.fits, and the
+# commands stay bit for bit the simulator's (unfiltered they run away: test_loop_long)
+NEG=(--set nx=8 --set recon=dsabre-local --set partitions=4 --set samples=4 --set model=geometric
+    --set diameter_m=3 --set square_pupil=0 --set obscuration=0.3 --set coupling=0.4
+    --set gain=0.7 --set seed=2)
+expect 0 --backend cpu --threads 1 sim bench "${NEG[@]}" --rtc-config nchain --frames 0
+grep -q '^filter = filter.fits$' nchain/rtc.conf || fail "rtc.conf: $(cat nchain/rtc.conf)"
+grep -q '^unseen' nchain/rtc.conf && fail "rtc.conf names unseen beside filter"
+"$SW" --backend cpu --threads 1 rtc --config nchain/rtc.conf --in ncam --out ndm --frames 200 \
+    --timeout 60 --json >nrtc.json 2>nrtc.err &
+rtc_pid=$!
+expect 0 --backend cpu --threads 1 sim bench "${NEG[@]}" --camera ncam --dm ndm --frames 200 \
+    --twin --json --timeout 60
+wait "$rtc_pid" || fail "rtc (filter) failed: $(cat nrtc.err)"
+[[ $out == *'"twin_identical_frames": 200'* ]] || fail "filter twin: $out"
+# bad filters: not a row per actuator, rows not orthonormal, and both filter and unseen
+cp nchain/rtc.conf nchain/bad1.conf
+sed -i 's/^filter = filter.fits$/filter = valid.fits/' nchain/bad1.conf
+expect 1 rtc --config nchain/bad1.conf --in ncam --out ndm --frames 1 --timeout 5
+[[ $err == *"one row of 81 commands"* ]] || fail "filter size: $err"
+python3 - nchain/filter.fits nchain/scaled.fits <<'PY'
+import sys
+raw = bytearray(open(sys.argv[1], "rb").read())
+import struct
+n = (len(raw) - 2880) // 4
+for i in range(n):  # every entry doubled: the rows' norms become 2
+    o = 2880 + 4 * i
+    v, = struct.unpack(">f", raw[o:o + 4])
+    raw[o:o + 4] = struct.pack(">f", 2 * v)
+open(sys.argv[2], "wb").write(raw)
+PY
+sed 's/^filter = filter.fits$/filter = scaled.fits/' nchain/rtc.conf >nchain/bad2.conf
+expect 1 rtc --config nchain/bad2.conf --in ncam --out ndm --frames 1 --timeout 5
+[[ $err == *"not orthonormal"* ]] || fail "filter orthonormality: $err"
+cp nchain/rtc.conf nchain/bad3.conf
+echo 'unseen = piston' >>nchain/bad3.conf
+expect_usage rtc --config nchain/bad3.conf --in ncam --out ndm
+
 # a camera whose rows the chain's buffer pads (100 u8 pixels; rows of 128 bytes), read with
 # --copy: the slopes the chain publishes are those of spotwave centroid on the same frame
 # (D-SABRE at the corners needs no matrix)
