@@ -639,7 +639,8 @@ static int build_config(rtc_opts *o, int need_matrix)
     if (rc != SW_EXIT_OK)
         return rc;
     if (o->c.filter[0] && o->c.unseen_set)
-        return sw_cli_usage(SUB, "%s: give one of unseen or filter", o->config);
+        return sw_cli_usage(
+            SUB, "%s: give one of unseen or filter (filter holds every mode filtered)", o->config);
     char *files[4] = {o->c.valid, o->c.cm, o->c.im, o->c.filter};
     for (int i = 0; i < 4; i++) {
         char buf[sizeof o->c.cm];
@@ -838,7 +839,7 @@ typedef struct rtc_run {
     sw_rtc *rtc;
     float *cm, *im;
     uint8_t *valid;
-    float *filter; /* the unseen modes (nact x nfilter) */
+    float *filter; /* the filter's modes: the unseen ones, or key filter's (nact x nfilter) */
     float *kpv;    /* PI: kp of every mode */
     sw_image frame;
     float *u, *s;
@@ -1411,6 +1412,7 @@ int sw_cmd_rtc(const sw_cli_globals *g, int argc, char **argv)
         sw_cli_file_in("cm", o->c.cm[0] ? o->c.cm : NULL);
         sw_cli_file_in("im", o->c.im[0] ? o->c.im : NULL);
         sw_cli_file_in("valid", o->c.valid[0] ? o->c.valid : NULL);
+        sw_cli_file_in("filter", o->c.filter[0] ? o->c.filter : NULL);
         rc = sw_cli_files_check();
     }
     if (rc != SW_EXIT_OK) {

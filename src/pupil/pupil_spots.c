@@ -528,7 +528,8 @@ static sw_status spots_region(const sw_pupil_plan *plan, const sw_image *frame, 
         return SW_OK;
     }
     const int32_t mx = (int32_t)ceil(d) + 1;
-    const int threads = sw_context_threads(plan->ctx) > 0 ? sw_context_threads(plan->ctx) : 1;
+    const int nth = sw_context_threads(plan->ctx);
+    const int threads = nth < 1 ? 1 : (nth < ny ? nth : ny); /* S1's rows of cells */
     const size_t per = 2 * (size_t)mx * (size_t)mx; /* a window's pixels and select scratch */
     double *F = malloc(nl * 7 * sizeof(double) + (size_t)threads * per * sizeof(double));
     int32_t *lab = malloc(nl * 2 * sizeof(int32_t));

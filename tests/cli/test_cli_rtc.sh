@@ -81,7 +81,7 @@ expect 0 --backend cpu --threads 1 sim bench "${NEG[@]}" --rtc-config nchain --f
 grep -q '^filter = filter.fits$' nchain/rtc.conf || fail "rtc.conf: $(cat nchain/rtc.conf)"
 grep -q '^unseen' nchain/rtc.conf && fail "rtc.conf names unseen beside filter"
 "$SW" --backend cpu --threads 1 rtc --config nchain/rtc.conf --in ncam --out ndm --frames 200 \
-    --timeout 60 --json >nrtc.json 2>nrtc.err &
+    --timeout 60 --open-timeout 60 --json >nrtc.json 2>nrtc.err &
 rtc_pid=$!
 expect 0 --backend cpu --threads 1 sim bench "${NEG[@]}" --camera ncam --dm ndm --frames 200 \
     --twin --json --timeout 60
@@ -94,11 +94,13 @@ expect 1 rtc --config nchain/bad1.conf --in ncam --out ndm --frames 1 --timeout 
 [[ $err == *"one row of 81 commands"* ]] || fail "filter size: $err"
 python3 - nchain/filter.fits nchain/scaled.fits <<'PY'
 import sys
-raw = bytearray(open(sys.argv[1], "rb").read())
 import struct
-n = (len(raw) - 2880) // 4
+raw = bytearray(open(sys.argv[1], "rb").read())
+end = next(c for c in range(0, len(raw), 80) if raw[c:c + 3] == b"END")
+h = (end // 2880 + 1) * 2880  # the header's blocks
+n = (len(raw) - h) // 4
 for i in range(n):  # every entry doubled: the rows' norms become 2
-    o = 2880 + 4 * i
+    o = h + 4 * i
     v, = struct.unpack(">f", raw[o:o + 4])
     raw[o:o + 4] = struct.pack(">f", 2 * v)
 open(sys.argv[2], "wb").write(raw)
