@@ -890,11 +890,12 @@ static sw_status build_mvm(sw_loop *l, sw_rtc_params *rp)
  * (orthonormal) filtered out, (I - Q Q^T) M has the eigenvalues of M with Q's replaced by 0 (M is
  * block-triangular in a basis [Q, W]), so the integrator holds the rest and leaves Q alone.
  */
-#define NEG_MAX_ACT 600 /* negative_filter 1: the largest mirror looked at (O(nact^3))   */
-#define NEG_TOL                                                                                    \
-    1e-3                  /* Re(lambda) < -NEG_TOL x median |lambda|: a mode of negative gain      \
-                             (the leaky integrator: below -leak / gain too)                   */
-#define NEG_MAX_FILTER 32 /* filter columns in all (rtc_cuda.cu's RT_MAX_FILTER)            */
+/* negative_filter 1: the largest mirror looked at (the check is O(nact^3)); a mode of negative
+ * gain: Re(lambda) < -NEG_TOL x median |lambda| (the leaky integrator: below -leak / gain too);
+ * the filter's columns in all (rtc_cuda.cu's RT_MAX_FILTER) */
+#define NEG_MAX_ACT    600
+#define NEG_TOL        1e-3
+#define NEG_MAX_FILTER 32
 
 typedef sw_status (*recon_fn)(sw_loop *l, void *user, const float *slopes, float *r);
 
