@@ -76,6 +76,29 @@ static double median_of(double *v, int64_t n)
     return select_k(v, n, (n - 1) / 2);
 }
 
+/* The same median when every v is a whole number in 0 .. 255 (8-bit pixels, and their distances
+ * from such a median): counted, v left as it is. The same value as median_of's (the k-th
+ * smallest does not depend on the order), and whatever sums v after it adds the same whole
+ * numbers, exactly, in any order: the results are bit for bit those of median_of. */
+static double median_u8(const double *v, int64_t n)
+{
+    uint32_t count[256] = {0};
+    for (int64_t q = 0; q < n; q++)
+        count[(uint8_t)v[q]]++;
+    const int64_t k = (n - 1) / 2;
+    int64_t c = 0;
+    for (int b = 0; b < 256; b++)
+        if ((c += count[b]) > k)
+            return (double)b;
+    return 255.0;
+}
+
+/* median_of, or median_u8 on 8-bit pixels (u8). */
+static double median_px(double *v, int64_t n, int u8)
+{
+    return u8 ? median_u8(v, n) : median_of(v, n);
+}
+
 /* The bias of a window's light (S2): a background's skew, light per pixel between its mean and
  * its median where the noise is clipped (8-bit frames with a dark background: the noise below 0
  * reads 0), measured in the unlit cells; and beta, the light of an unlit cell once the
@@ -85,8 +108,9 @@ typedef struct light_bias {
     double beta; /* per d^2 pixels (a cell's)                 */
 } light_bias;
 
-/* A window's background, v[0 .. n) (n >= 1; tmp holds n doubles), med its median (mad, when not
- * NULL, receives the median absolute deviation |v - med|, unscaled): the
+/* A window's background, v[0 .. n) (n >= 1; tmp holds n doubles; u8: 8-bit pixels, counted by
+ * median_px), med its median (mad, when not NULL, receives the median absolute deviation
+ * |v - med|, unscaled): the
  * mean of its pixels up to med + 3 sigma (sigma = 1.4826 x the median absolute deviation, at
  * least 1.4826 on integer pixels: their quantum), which leaves out a spot's core, but at most
  * med + skew. A mean, not the median, because where the noise is clipped its mean is above its
@@ -97,11 +121,11 @@ typedef struct light_bias {
  * clip, which raise its mean and not its median (a lit lenslet read as unlit there, its pupil
  * 3 % small). */
 static double background_of(double *v, int64_t n, double med, double skew, int integer, double *tmp,
-                            double *mad)
+                            double *mad, int u8)
 {
     for (int64_t q = 0; q < n; q++)
         tmp[q] = fabs(v[q] - med);
-    const double m = median_of(tmp, n);
+    const double m = median_px(tmp, n, u8);
     if (mad)
         *mad = m;
     double s = 1.4826 * m;
@@ -243,8 +267,8 @@ static double window_light(const sw_image *frame, sw_pixel_type type, int32_t x0
             buf[k++] = isfinite(v) ? v : 0.0;
         }
     }
-    const double med =
-        background_of(buf, n, median_of(buf, n), lb->skew, type != SW_PIX_F32, buf + n, NULL);
+    const double med = background_of(buf, n, median_px(buf, n, type == SW_PIX_U8), lb->skew,
+                                     type != SW_PIX_F32, buf + n, NULL, type == SW_PIX_U8);
     const int32_t wa = (int32_t)fmax(ceil(px - 0.5 * w), xa),
                   wb = (int32_t)fmin(ceil(px + 0.5 * w), xb);
     const int32_t va = (int32_t)fmax(ceil(py - 0.5 * w), ya),
@@ -586,12 +610,13 @@ static sw_status spots_region(const sw_pupil_plan *plan, const sw_image *frame, 
             }
             if (bad * 4 > n)
                 continue;
-            const double med = median_of(tb, n);
+            const double med = median_px(tb, n, p->type == SW_PIX_U8);
             F[l] = sum;
             cnpx[l] = (double)n;
             cmed[l] = med;
             double m = 0.0; /* the median absolute deviation, from background_of's selection */
-            cmean[l] = background_of(tb, n, med, INFINITY, p->type != SW_PIX_F32, tb + n, &m);
+            cmean[l] = background_of(tb, n, med, INFINITY, p->type != SW_PIX_F32, tb + n, &m,
+                                     p->type == SW_PIX_U8);
             /* a cell's noise: 1.4826 MAD per pixel, over sqrt(n) pixels */
             mad[l] = 1.4826 * m * sqrt((double)n);
         }
