@@ -76,27 +76,34 @@ static double median_of(double *v, int64_t n)
     return select_k(v, n, (n - 1) / 2);
 }
 
-/* The same median when every v is a whole number in 0 .. 255 (8-bit pixels, and their distances
- * from such a median): counted, v left as it is. The same value as median_of's (the k-th
- * smallest does not depend on the order), and whatever sums v after it adds the same whole
- * numbers, exactly, in any order: the results are bit for bit those of median_of. */
-static double median_u8(const double *v, int64_t n)
+/* The same median into *med when every v is a whole number in 0 .. 255 (8-bit pixels, and their
+ * distances from such a median): counted, v left as it is; 0 when one is not. The same value as
+ * median_of's (the k-th smallest does not depend on the order), and whatever sums v after it adds
+ * the same whole numbers, exactly, in any order: the results are bit for bit those of median_of. */
+static int median_u8(const double *v, int64_t n, double *med)
 {
     uint32_t count[256] = {0};
-    for (int64_t q = 0; q < n; q++)
-        count[(uint8_t)v[q]]++;
+    for (int64_t q = 0; q < n; q++) {
+        const double x = v[q];
+        if (!(x >= 0.0 && x <= 255.0 && x == (double)(int)x))
+            return 0; /* not a byte after all: the caller selects */
+        count[(int)x]++;
+    }
     const int64_t k = (n - 1) / 2;
     int64_t c = 0;
     for (int b = 0; b < 256; b++)
-        if ((c += count[b]) > k)
-            return (double)b;
-    return 255.0;
+        if ((c += count[b]) > k) {
+            *med = (double)b;
+            return 1;
+        }
+    return 0;
 }
 
 /* median_of, or median_u8 on 8-bit pixels (u8). */
 static double median_px(double *v, int64_t n, int u8)
 {
-    return u8 ? median_u8(v, n) : median_of(v, n);
+    double m;
+    return u8 && median_u8(v, n, &m) ? m : median_of(v, n);
 }
 
 /* The bias of a window's light (S2): a background's skew, light per pixel between its mean and
