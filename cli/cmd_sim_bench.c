@@ -287,7 +287,7 @@ static int write_chain(sw_context *ctx, const bench_opts *o, sw_loop *l)
             sw_controller_kind_string(c->kind), c->gain, c->leak, c->clip);
     /* the filter: the unseen modes by name, or, when the loop filters modes of negative gain too
      * (loop.h negative_filter), all of its modes as filter.fits, one a row */
-    if (sw_loop_negative_modes(l, NULL) > 0 && ci.nfilter > 0) {
+    if (sw_loop_negative_modes(l, NULL) > 0) { /* then ci.nfilter > 0 */
         char ff[4200];
         rtc_path(ff, sizeof ff, o->rtc_dir, "filter.fits");
         const char *sf = sw_cli_file_staged("--rtc-config", ff);

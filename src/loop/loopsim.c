@@ -899,6 +899,12 @@ static sw_status build_mvm(sw_loop *l, sw_rtc_params *rp)
 
 typedef sw_status (*recon_fn)(sw_loop *l, void *user, const float *slopes, float *r);
 
+/* Whether the loop looks for modes of negative gain (negative_filter, nact actuators). */
+static int negative_check(const sw_loop_params *p, int64_t nact)
+{
+    return p->negative_filter == 2 || (p->negative_filter == 1 && nact <= NEG_MAX_ACT);
+}
+
 /* Gram-Schmidt of v (nact doubles) against the filter's columns, twice; 1 when what is left has
  * a norm above 1e-6 (then normalised into v). */
 static int orthonormalise(const float *z, int32_t nz, int32_t nact, double *v)
@@ -935,7 +941,7 @@ static sw_status filter_negative(sw_loop *l, recon_fn recon, void *user)
     l->neg_modes = -1;
     l->neg_min = NAN;
     const int32_t na = l->nact, n2 = 2 * l->ns;
-    if (!l->p.negative_filter || (l->p.negative_filter == 1 && na > NEG_MAX_ACT))
+    if (!negative_check(&l->p, na))
         return SW_OK;
     float *D = malloc((size_t)n2 * na * sizeof(float)), *r = malloc((size_t)na * sizeof(float));
     float *rf = malloc((size_t)na * sizeof(float));
@@ -1096,7 +1102,7 @@ static sw_status build_dsabre(sw_loop *l, sw_rtc_params *rp, float **pmat_out, u
  * integrator: the controller does not enter R). */
 static sw_status dsabre_negative(sw_loop *l, const sw_rtc_params *rp)
 {
-    if (!l->p.negative_filter || (l->p.negative_filter == 1 && l->nact > NEG_MAX_ACT)) {
+    if (!negative_check(&l->p, l->nact)) {
         l->neg_modes = -1;
         l->neg_min = NAN;
         return SW_OK;
@@ -1568,7 +1574,7 @@ sw_status sw_loop_create(sw_context *ctx, const sw_loop_params *p, sw_loop **out
         uint64_t bytes = 4 * nq * nq * 24 + gw * gw * 20 + frame * frame * 8;
         if (p->recon == SW_LOOP_MVM)
             bytes += 2 * (2 * (uint64_t)p->nx * (uint64_t)p->nx) * nact * sizeof(float);
-        else if (p->negative_filter == 2 || (p->negative_filter == 1 && nact <= NEG_MAX_ACT))
+        else if (negative_check(p, (int64_t)nact))
             /* the negative modes' check: D (floats), M and its eigenvectors (doubles) */
             bytes += 2 * (uint64_t)p->nx * (uint64_t)p->nx * nact * sizeof(float) +
                      2 * nact * nact * sizeof(double);
