@@ -244,7 +244,8 @@ def test_centroid_method_real_time_path_writes_status_and_error_bars(gpu, sh):
 @pytest.mark.parametrize("kw", [dict(refine="gauss", background="annulus", read_noise=3),
                                 dict(refine="xwin", background="mesh", mesh_size=32)])
 def test_find_refine_cupy_is_the_cpu(gpu, kw):
-    # One warp per spot on the GPU, the same per-pixel arithmetic as the CPU (refine.h).
+    # A group of lanes per spot on the GPU, the same per-pixel arithmetic as the CPU, its sums in
+    # float added in another order (refine.h): positions to ~1e-4 of their error bars.
     img, truth = spotwave.sim.stars(random=150, size=(256, 192), sigma=1.5, sky_e=50,
                                     read_noise_e=3, zero_point=1e7, mag_range=(5, 10), seed=4,
                                     ctx=gpu)
@@ -256,6 +257,6 @@ def test_find_refine_cupy_is_the_cpu(gpu, kw):
         assert got.dtype == cpu.dtype
         assert np.array_equal(got["refine_flags"], cpu["refine_flags"])
         for name in ("x_px", "y_px"):
-            assert np.allclose(got[name], cpu[name], rtol=0, atol=1e-5), name
+            assert np.allclose(got[name], cpu[name], rtol=0, atol=1e-4), name
         for name in ("x_var", "y_var", "flux_adu", "sigma_px", "background_adu"):
-            assert np.allclose(got[name], cpu[name], rtol=1e-4, atol=1e-9), name
+            assert np.allclose(got[name], cpu[name], rtol=1e-3, atol=1e-9), name

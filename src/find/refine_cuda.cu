@@ -44,11 +44,11 @@ template <int G> __device__ inline int32_t sw_group_lane()
 }
 
 /* Every lane of the group gets the sum (max) over the group: butterfly shuffles. */
-template <int G> __device__ inline void sw_group_sum(double *p, int n)
+template <int G, typename T> __device__ inline void sw_group_sum(T *p, int n)
 {
     const unsigned m = sw_group_mask<G>();
     for (int i = 0; i < n; ++i) {
-        double v = p[i];
+        T v = p[i];
         for (int o = G / 2; o > 0; o >>= 1)
             v += __shfl_xor_sync(m, v, o);
         p[i] = v;
@@ -157,10 +157,13 @@ namespace g16
 #undef SW_RS_G
 #undef SW_REFINE_SPOT_H
 
-/* four spots per warp, 16 per block: 512 annulus keys each keep the block within 48 KB */
+/* four spots per warp, 16 per block: 512 annulus keys and 16 stamp pixels each keep the block
+ * within 48 KB (the fit reads a larger stamp from the frame on every pass) */
 #undef SW_RS_ANNULUS_KEEP
 #define SW_RS_ANNULUS_KEEP 512
-#define SW_RS_G            8
+#undef SW_RS_STAMP_KEEP
+#define SW_RS_STAMP_KEEP 16
+#define SW_RS_G          8
 namespace g8
 {
 #include "find/refine_spot.h"
@@ -221,9 +224,12 @@ __device__ inline void pack(const sw_refine_result &r, sw_refine_packed *p)
         }                                                                                          \
     }
 
-REFINE_KERNEL(g32, 32, 3)
-REFINE_KERNEL(g16, 16, 3)
-REFINE_KERNEL(g8, 8, 3)
+#ifndef SW_REFINE_MIN_BLOCKS
+#define SW_REFINE_MIN_BLOCKS 5
+#endif
+REFINE_KERNEL(g32, 32, SW_REFINE_MIN_BLOCKS)
+REFINE_KERNEL(g16, 16, SW_REFINE_MIN_BLOCKS)
+REFINE_KERNEL(g8, 8, SW_REFINE_MIN_BLOCKS)
 
 #undef REFINE_KERNEL
 

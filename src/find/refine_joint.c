@@ -249,7 +249,10 @@ static int joint_run(const sw_rm_frame *f, int32_t method, double beta, int32_t 
     w->trial[W(k)] = s0;
     w->trial[B(k)] = b0;
 
-    /* Levenberg-Marquardt, sw_rm_lm_next's rules for n parameters */
+    /* Levenberg-Marquardt for n parameters, its sums in double (sw_rm_pixel_merit) and so the
+     * rules the one-star fit kept before its sums went to float (refine_model.h sw_rm_lm_next):
+     * a lower merit is accepted; converged when an accepted step moved every star by < 1e-5 px
+     * and the merit by < 1e-7 of chi^2 */
     double lambda = 1e-3;
     int have = 0, converged = 0, it = 0;
     for (;;) {

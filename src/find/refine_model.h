@@ -27,6 +27,19 @@
 #else
 #define SW_RM_FN static inline
 #endif
+/* 1 / x in float, correctly rounded (as the CPU's division) without a division on the GPU. */
+#if defined(__CUDA_ARCH__)
+#define SW_RM_RCP(x) __frcp_rn(x)
+#else
+#define SW_RM_RCP(x) (1.0f / (x))
+#endif
+/* A loop over small arrays kept rolled on the GPU, so that its arrays stay in memory instead of
+ * taking registers from the whole kernel (the Levenberg-Marquardt solve, run by one lane). */
+#if defined(__CUDA_ARCH__)
+#define SW_RM_ROLLED _Pragma("unroll 1")
+#else
+#define SW_RM_ROLLED
+#endif
 
 #define SW_RM_SIDE    (2 * SW_REFINE_MAX_RADIUS + 1)
 #define SW_RM_NPAR    5  /* x, y, flux, sigma, background */
@@ -50,6 +63,8 @@ typedef struct sw_rm_frame {
     /* derived by sw_rm_frame_detector, so that no pixel divides: 1 / gain, read_noise^2 /
      * gain^2 and the variance's floor 1 / gain^2 */
     double inv_gain, noise_var, floor_var;
+    /* the same in float, for the one-star fit's and the window's per-pixel arithmetic */
+    float f_bias, f_gain, f_inv_gain, f_noise_var, f_floor_var, f_rn2;
 } sw_rm_frame;
 
 /* Sets the detector model of f (gain > 0). */
@@ -61,6 +76,12 @@ SW_RM_FN void sw_rm_frame_detector(sw_rm_frame *f, double bias, double gain, dou
     f->inv_gain = 1.0 / gain;
     f->floor_var = 1.0 / (gain * gain);
     f->noise_var = read_noise * read_noise * f->floor_var;
+    f->f_bias = (float)bias;
+    f->f_gain = (float)gain;
+    f->f_inv_gain = (float)f->inv_gain;
+    f->f_noise_var = (float)f->noise_var;
+    f->f_floor_var = (float)f->floor_var;
+    f->f_rn2 = (float)(read_noise * read_noise);
 }
 
 /* The raw value of pixel (x, y) (inside the frame), and whether it is valid: finite, below the
@@ -124,12 +145,48 @@ SW_RM_FN int sw_rm_sample(const sw_rm_frame *f, int32_t x, int32_t y, double lev
     return 1;
 }
 
+/* sw_rm_sample in float (the fit's and the window's pixel loops): the same validity; d and b
+ * rounded to float (exact for 8- and 16-bit raw values, a whole-number bias and no mesh). */
+SW_RM_FN int sw_rm_fsample(const sw_rm_frame *f, int32_t x, int32_t y, float level, float *d,
+                           float *b)
+{
+    const void *row = sw_rm_row(f, y);
+    float v;
+    if (f->type == SW_PIX_U8 || f->type == SW_PIX_U16) {
+        v = f->type == SW_PIX_U8 ? (float)((const uint8_t *)row)[x]
+                                 : (float)((const uint16_t *)row)[x];
+        if ((double)v >= f->overload || (f->mask && !f->mask[(size_t)y * f->width + x]))
+            return 0;
+    } else {
+        double r;
+        if (!sw_rm_raw(f, x, y, &r))
+            return 0;
+        v = (float)(r - f->bias); /* u32 values above 2^24 keep their difference to the bias */
+        const float bg = f->mesh ? (float)sw_rm_mesh_at(f, x, y) : level;
+        *b = bg;
+        *d = v - bg;
+        return 1;
+    }
+    const float bg = f->mesh ? (float)sw_rm_mesh_at(f, x, y) : level;
+    *b = bg;
+    *d = v - f->f_bias - bg;
+    return 1;
+}
+
 /* The variance of a pixel whose expected signal above the background is m (header comment). */
 SW_RM_FN double sw_rm_variance(const sw_rm_frame *f, double m, double b)
 {
     const double e = m + b;
     const double var = (e > 0.0 ? e : 0.0) * f->inv_gain + f->noise_var;
     return var > f->floor_var ? var : f->floor_var;
+}
+
+/* sw_rm_variance in float. */
+SW_RM_FN float sw_rm_fvariance(const sw_rm_frame *f, float m, float b)
+{
+    const float e = m + b;
+    const float var = (e > 0.0f ? e : 0.0f) * f->f_inv_gain + f->f_noise_var;
+    return var > f->f_floor_var ? var : f->f_floor_var;
 }
 
 /* ---------------------------------------------------------------- stamps */
@@ -324,60 +381,53 @@ SW_RM_FN double sw_rm_window_sigma(const double *bins, int nbins, double bin_w)
 
 /* ---------------------------------------------------------------- windowed centroid (xwin) */
 
-/* The sums of one window pass at (xw, yw). */
+/* The sums of one window pass at (xw, yw), each worker's in float (the workers' totals are added
+ * in double: sw_rs_xwin). */
 typedef struct sw_rm_win {
-    double sw, swx, swy; /* sum w d, sum w d dx, sum w d dy      */
-    double svx, svy;     /* sum w^2 var dx^2, sum w^2 var dy^2   */
-    int32_t n, masked;   /* pixels used, pixels skipped as bad   */
+    float sw, swx, swy; /* sum w d, sum w d dx, sum w d dy      */
+    float svx, svy;     /* sum w^2 var dx^2, sum w^2 var dy^2   */
+    int32_t n, masked;  /* pixels used, pixels skipped as bad   */
 } sw_rm_win;
 
 /*
  * The window w = exp(-r^2 / (2 s^2)) separates, exp(-dx^2 / (2 s^2)) exp(-dy^2 / (2 s^2)): one
- * factor per column of the window's stamp and one per row (dx = i - xw), so that a pass takes
- * an exponential per column and per row, not per pixel.
+ * factor per column of the window's stamp and one per row, so that a pass takes an exponential
+ * per column and per row, not per pixel. u: the column's (row's) offset from the window's centre,
+ * dx = i - xw, formed in stamp-relative coordinates (sw_rs_xwin) so that float keeps it to 1e-7
+ * px anywhere in a large frame.
  */
-SW_RM_FN double sw_rm_win_axis(int32_t i, double c, double s)
+SW_RM_FN float sw_rm_win_axis(float u, float s)
 {
-    const double u = (double)i - c;
-    return exp(-0.5 * u * u / (s * s));
+    return expf(-0.5f * u * u / (s * s));
 }
 
 /*
- * One pixel's contribution to the window at (xw, yw) with window sigma s (SExtractor manual
- * Eq. 27): pixels with r < 4 s (WINPOS_NSIG) count with w = exp(-r^2 / (2 s^2)) (the product
- * wx wy of sw_rm_win_axis); the variance sums give ERRX2WIN = 4 sum w^2 var dx^2 / (sum w d)^2
- * with var from the sample (header).
+ * One pixel's contribution to the window with sigma s (SExtractor manual Eq. 27), the pixel
+ * (dx, dy) from the window's centre: pixels with r < 4 s (WINPOS_NSIG) count with
+ * w = exp(-r^2 / (2 s^2)) (the product wx wy of sw_rm_win_axis); the variance sums give
+ * ERRX2WIN = 4 sum w^2 var dx^2 / (sum w d)^2 with var from the sample (header). In float: the
+ * centre moves by sum w d dx / sum w d, whose rounding (~1e-7 of the window's size) is far
+ * below the 2e-4 px the iteration stops at.
  */
-SW_RM_FN void sw_rm_win_pixel(const sw_rm_frame *f, int32_t x, int32_t y, double level, double xw,
-                              double yw, double s, double wx, double wy, sw_rm_win *a)
+SW_RM_FN void sw_rm_win_pixel(const sw_rm_frame *f, int32_t x, int32_t y, float level, float dx,
+                              float dy, float s, float wx, float wy, sw_rm_win *a)
 {
-    const double dx = (double)x - xw, dy = (double)y - yw, r2 = dx * dx + dy * dy;
-    if (r2 >= 16.0 * s * s)
+    const float r2 = dx * dx + dy * dy;
+    if (r2 >= 16.0f * s * s)
         return;
-    double d, b;
-    if (!sw_rm_sample(f, x, y, level, &d, &b)) {
+    float d, b;
+    if (!sw_rm_fsample(f, x, y, level, &d, &b)) {
         a->masked++;
         return;
     }
-    const double w = wx * wy;
-    const double wd = w * d, wwv = w * w * sw_rm_variance(f, d, b);
+    const float w = wx * wy;
+    const float wd = w * d, wwv = w * w * sw_rm_fvariance(f, d, b);
     a->sw += wd;
     a->swx += wd * dx;
     a->swy += wd * dy;
     a->svx += wwv * dx * dx;
     a->svy += wwv * dy * dy;
     a->n++;
-}
-
-SW_RM_FN void sw_rm_win_add(sw_rm_win *a, const sw_rm_win *b)
-{
-    a->sw += b->sw;
-    a->swx += b->swx;
-    a->swy += b->swy;
-    a->svx += b->svx;
-    a->svy += b->svy;
-    a->n += b->n;
-    a->masked += b->masked;
 }
 
 /* ---------------------------------------------------------------- Gaussian fit */
@@ -399,6 +449,51 @@ SW_RM_FN void sw_rm_axis(int32_t i, double c, double s, double *e, double *de_dc
     *e = 0.5 * (erf(up * k) - erf(um * k));
     *de_dc = pm - pp;
     *de_ds = (um * pm - up * pp) / s;
+}
+
+/*
+ * sw_rm_axis in float for the one-star fit (sw_rs_fit), in two steps, since neighbouring columns
+ * share an edge (column i's right edge is column i + 1's left one): sw_rm_edge_f evaluates, once
+ * per edge, c(u) = erfc(|u| / (sqrt 2 s)) and phi(u), u the edge less the star's position
+ * (stamp-relative, so float keeps it to 1e-7 px anywhere in a large frame); sw_rm_axis_f forms a
+ * column's factors from its two edges, u- (left) and u+ = u- + 1 (right). With erf(u) =
+ * sign(u) (1 - c(u)), E = (erf(u+) - erf(u-)) / 2 is (c(u-) - c(u+)) / 2 for a column right of
+ * the star, (c(u+) - c(u-)) / 2 left of it and 1 - (c(u-) + c(u+)) / 2 across it: a far
+ * column's E keeps float's relative precision (a difference of erf values near 1 would keep only
+ * its absolute 6e-8, and the merit's rounding would then exceed the Levenberg-Marquardt
+ * acceptance test's allowance for bright stars).
+ */
+/* The width's constants of a pass (no division per edge or column). */
+typedef struct sw_rm_width {
+    float k;     /* 1 / (sqrt 2 s)          */
+    float n;     /* 1 / (sqrt(2 pi) s)      */
+    float is2;   /* 1 / (2 s^2)             */
+    float inv_s; /* 1 / s                   */
+} sw_rm_width;
+
+SW_RM_FN void sw_rm_width_make(float s, sw_rm_width *w)
+{
+    w->inv_s = SW_RM_RCP(s);
+    w->k = 0.70710678f * w->inv_s;
+    w->n = 0.39894228f * w->inv_s;
+    w->is2 = 0.5f * w->inv_s * w->inv_s;
+}
+
+SW_RM_FN void sw_rm_edge_f(float u, const sw_rm_width *w, float *c_u, float *phi_u)
+{
+    *c_u = erfcf(fabsf(u) * w->k);
+    *phi_u = w->n * expf(-u * u * w->is2);
+}
+
+SW_RM_FN void sw_rm_axis_f(float um, float c_m, float phi_m, float c_p, float phi_p,
+                           const sw_rm_width *w, float *e, float *de_dc, float *de_ds)
+{
+    const float up = um + 1.0f;
+    *e = um >= 0.0f   ? 0.5f * (c_m - c_p)
+         : up <= 0.0f ? 0.5f * (c_p - c_m)
+                      : 1.0f - 0.5f * (c_m + c_p);
+    *de_dc = phi_m - phi_p;
+    *de_ds = (um * phi_m - up * phi_p) * w->inv_s;
 }
 
 /*
@@ -493,21 +588,87 @@ SW_RM_FN double sw_rm_pixel_merit(const sw_rm_frame *f, double m, double d, doub
 }
 
 /*
- * One pixel's contribution to the one-star fit: sample d (above the background b) and the
- * profile's value P on the pixel (unit flux) with its derivatives by the star's x, y and the
- * width (GAUSS: products of sw_rm_axis factors; MOFFAT: sw_rm_moffat_pixel); the model is
- * m = F P + B.
+ * x - ln(1 + x) (x > -1) to float's relative precision: for |x| < 1/4 by its series
+ * x^2 (1/2 - x/3 + x^2/4 - ... + x^8/10), whose remainder is below 0.25^9 / 11 of the first term
+ * (the direct form would lose it to cancellation: x = 1e-3 keeps 3 of float's 7 digits);
+ * otherwise directly (x - ln(1 + x) >= 0.026 there).
  */
-SW_RM_FN void sw_rm_fit_pixel(const sw_rm_frame *f, const double *p, double d, double b, double P,
-                              double dPx, double dPy, double dPs, sw_rm_acc *acc)
+SW_RM_FN float sw_rm_xlog1p(float x)
 {
-    const double F = p[2];
-    const double J[SW_RM_NPAR] = {F * dPx, F * dPy, P, F * dPs, 1.0};
-    double w, r;
-    acc->merit += sw_rm_pixel_merit(f, F * P + p[4], d, b, &w, &r);
+    if (fabsf(x) < 0.25f) {
+        float q = 0.1f;
+        q = 1.0f / 9.0f - x * q;
+        q = 0.125f - x * q;
+        q = 1.0f / 7.0f - x * q;
+        q = 1.0f / 6.0f - x * q;
+        q = 0.2f - x * q;
+        q = 0.25f - x * q;
+        q = 1.0f / 3.0f - x * q;
+        q = 0.5f - x * q;
+        return x * x * q;
+    }
+    return x - logf(1.0f + x);
+}
+
+/* A stamp pixel as the fit reads it: the sample d and background b (sw_rm_fsample), the data
+ * in electrons D = g (d + b) + r^2 and 1 / D (0 below 1 electron); d is NaN for a pixel not
+ * valid. Made once per spot (sw_rs_fit keeps a stamp's in its scratch). */
+typedef struct sw_rm_fpix {
+    float d, b, D, inv_D;
+} sw_rm_fpix;
+
+SW_RM_FN void sw_rm_fpix_make(const sw_rm_frame *f, int32_t x, int32_t y, float level,
+                              sw_rm_fpix *px)
+{
+    float d, b;
+    if (!sw_rm_fsample(f, x, y, level, &d, &b)) {
+        px->d = NAN;
+        px->b = px->D = px->inv_D = 0.0f;
+        return;
+    }
+    px->d = d;
+    px->b = b;
+    px->D = f->f_gain * (d + b) + f->f_rn2;
+    px->inv_D = px->D >= 1.0f ? SW_RM_RCP(px->D) : 0.0f;
+}
+
+/* One worker's sums of a fit pass in float (sw_rs_fit adds the workers' totals in double into a
+ * sw_rm_acc): the fields of sw_rm_acc. */
+typedef struct sw_rm_facc {
+    float a[SW_RM_NA];
+    float g[SW_RM_NPAR];
+    float chi2, merit;
+    int32_t n;
+} sw_rm_facc;
+
+/*
+ * One pixel's contribution to the one-star fit, in float: the stamp pixel px (sw_rm_fpix: sample
+ * d above the background b, D, 1 / D) and the profile's value P on the pixel (unit flux) with its
+ * derivatives by the star's x, y and the width (GAUSS: products of sw_rm_axis_f factors; MOFFAT:
+ * sw_rm_moffat_pixel); the model is m = F P + B. The weight, residual and merit are
+ * sw_rm_pixel_merit's; the merit term M - D - D ln(M / D) is evaluated as D (x - ln(1 + x)), x = (M
+ * - D) / D (sw_rm_xlog1p), which keeps it to ~1e-6 of its own size where M and D are large and
+ * close.
+ *
+ * Why float is enough: a position's rounding error is that of the gradient's sums over the
+ * Fisher information's square root, ~1e-7 of the position's error bar; the merit's (its
+ * Levenberg-Marquardt acceptance test) ~1e-6 of chi^2, which sw_rm_lm_next's convergence test
+ * allows for. Why float at all: on the GPUs the fit is per-pixel work, where a double operation
+ * costs two float ones and a double log, exp or division several times more.
+ */
+SW_RM_FN void sw_rm_fit_pixel(const sw_rm_frame *f, float F, float B, const sw_rm_fpix *px, float P,
+                              float dPx, float dPy, float dPs, sw_rm_facc *acc)
+{
+    const float J[SW_RM_NPAR] = {F * dPx, F * dPy, P, F * dPs, 1.0f};
+    const float m = F * P + B;
+    const float var = sw_rm_fvariance(f, m, px->b);
+    const float w = SW_RM_RCP(var), r = px->d - m;
+    /* in electrons: M = var g^2 (at least 1), D = g (d + b) + r^2 (sw_rm_fpix_make) */
+    const float M = var * f->f_gain * f->f_gain, D = px->D;
+    acc->merit += D >= 1.0f ? D * sw_rm_xlog1p((M - D) * px->inv_D) : M - D - D * logf(M);
     int k = 0;
     for (int i = 0; i < SW_RM_NPAR; ++i) {
-        double wj = w * J[i];
+        const float wj = w * J[i];
         acc->g[i] += wj * r;
         for (int j = i; j < SW_RM_NPAR; ++j)
             acc->a[k++] += wj * J[j];
@@ -516,26 +677,16 @@ SW_RM_FN void sw_rm_fit_pixel(const sw_rm_frame *f, const double *p, double d, d
     acc->n++;
 }
 
-SW_RM_FN void sw_rm_acc_add(sw_rm_acc *a, const sw_rm_acc *b)
-{
-    for (int i = 0; i < SW_RM_NA; ++i)
-        a->a[i] += b->a[i];
-    for (int i = 0; i < SW_RM_NPAR; ++i)
-        a->g[i] += b->g[i];
-    a->chi2 += b->chi2;
-    a->merit += b->merit;
-    a->n += b->n;
-    a->masked += b->masked;
-}
-
-/* Cholesky solve of the 5 x 5 system (A + lambda diag A) x = g (A from the upper triangle);
- * inv, when not NULL, receives the inverse of A + lambda diag A (row-major 5 x 5). 0 when the
- * matrix is not positive definite. */
+/* Cholesky solve of the 5 x 5 system (A + lambda diag A) x = g (A from the upper triangle), in
+ * double; inv, when not NULL, receives the inverse of A + lambda diag A (row-major 5 x 5): the
+ * fit's covariance at its end. 0 when the matrix is not positive definite. */
 SW_RM_FN int sw_rm_solve(const double *a, double lambda, const double *g, double *x, double *inv)
 {
     /* L (lower, L L^T = the matrix) overwrites the matrix in place: 15 values, not 2 x 25 */
-    double L[SW_RM_NA] = {0}; /* zeroed: cppcheck cannot follow the triangular fill */
+    double L[SW_RM_NA] = {0};    /* zeroed: cppcheck cannot follow the triangular fill */
+    double il[SW_RM_NPAR] = {0}; /* 1 / L(i, i): one division per row */
 #define SW_RM_L(i, j) L[(i) * ((i) + 1) / 2 + (j)] /* row i, column j <= i */
+    SW_RM_ROLLED
     for (int i = 0; i < SW_RM_NPAR; ++i)
         for (int j = 0; j <= i; ++j) {
             /* a holds the upper triangle row by row: element (j, i), j <= i */
@@ -547,38 +698,42 @@ SW_RM_FN int sw_rm_solve(const double *a, double lambda, const double *g, double
                 if (!(s > 0.0) || !isfinite(s))
                     return 0;
                 SW_RM_L(i, i) = sqrt(s);
+                il[i] = 1.0 / SW_RM_L(i, i);
             } else {
-                SW_RM_L(i, j) = s / SW_RM_L(j, j);
+                SW_RM_L(i, j) = s * il[j];
             }
         }
     /* L y = g, L^T x = y */
     double y[SW_RM_NPAR] = {0};
+    SW_RM_ROLLED
     for (int i = 0; i < SW_RM_NPAR; ++i) {
         double s = g[i];
         for (int q = 0; q < i; ++q)
             s -= SW_RM_L(i, q) * y[q];
-        y[i] = s / SW_RM_L(i, i);
+        y[i] = s * il[i];
     }
+    SW_RM_ROLLED
     for (int i = SW_RM_NPAR - 1; i >= 0; --i) {
         double s = y[i];
         for (int q = i + 1; q < SW_RM_NPAR; ++q)
             s -= SW_RM_L(q, i) * x[q];
-        x[i] = s / SW_RM_L(i, i);
+        x[i] = s * il[i];
     }
     if (inv) {
+        SW_RM_ROLLED
         for (int c = 0; c < SW_RM_NPAR; ++c) {
             double col[SW_RM_NPAR] = {0};
             for (int i = 0; i < SW_RM_NPAR; ++i) {
                 double s = i == c ? 1.0 : 0.0;
                 for (int q = 0; q < i; ++q)
                     s -= SW_RM_L(i, q) * y[q];
-                y[i] = s / SW_RM_L(i, i);
+                y[i] = s * il[i];
             }
             for (int i = SW_RM_NPAR - 1; i >= 0; --i) {
                 double s = y[i];
                 for (int q = i + 1; q < SW_RM_NPAR; ++q)
                     s -= SW_RM_L(q, i) * col[q];
-                col[i] = s / SW_RM_L(i, i);
+                col[i] = s * il[i];
             }
             for (int i = 0; i < SW_RM_NPAR; ++i)
                 inv[i * SW_RM_NPAR + c] = col[i];
@@ -589,15 +744,72 @@ SW_RM_FN int sw_rm_solve(const double *a, double lambda, const double *g, double
 }
 
 /*
+ * The Levenberg-Marquardt step of the one-star fit: (A + lambda diag A) x = g solved in float
+ * after scaling A to a unit diagonal (D A D with D = diag A^-1/2: the scaled matrix's entries are
+ * correlations, at most 1 in size, so float's relative rounding is the solve's), by Cholesky.
+ * A step needs no more: its rounding (~1e-6 of the step) only changes how the fit approaches the
+ * point where g = 0, which the sums decide; the covariance at the end is sw_rm_solve's, in
+ * double. 0 when the matrix is not positive definite.
+ */
+SW_RM_FN int sw_rm_step(const double *a, double lambda, const double *g, double *x)
+{
+    float d[SW_RM_NPAR], L[SW_RM_NA], y[SW_RM_NPAR], il[SW_RM_NPAR]; /* il: 1 / L(i, i) */
+    for (int i = 0; i < SW_RM_NPAR; ++i) {
+        const double aii = a[i * SW_RM_NPAR - i * (i - 1) / 2];
+        if (!(aii > 0.0) || !isfinite(aii))
+            return 0;
+        d[i] = SW_RM_RCP(sqrtf((float)aii));
+    }
+#define SW_RM_L(i, j) L[(i) * ((i) + 1) / 2 + (j)] /* row i, column j <= i */
+    for (int i = 0; i < SW_RM_NPAR; ++i)
+        for (int j = 0; j <= i; ++j) {
+            /* a holds the upper triangle row by row: element (j, i), j <= i */
+            const int k = j * SW_RM_NPAR - j * (j - 1) / 2 + (i - j);
+            float s = i == j ? 1.0f + (float)lambda : (float)a[k] * d[i] * d[j];
+            for (int q = 0; q < j; ++q)
+                /* cppcheck-suppress uninitvar ; L's rows q < j are filled (triangular order) */
+                s -= SW_RM_L(i, q) * SW_RM_L(j, q);
+            if (i == j) {
+                if (!(s > 0.0f) || !isfinite(s))
+                    return 0;
+                SW_RM_L(i, i) = sqrtf(s);
+                il[i] = SW_RM_RCP(SW_RM_L(i, i));
+            } else {
+                SW_RM_L(i, j) = s * il[j];
+            }
+        }
+    for (int i = 0; i < SW_RM_NPAR; ++i) {
+        float s = (float)g[i] * d[i];
+        for (int q = 0; q < i; ++q)
+            /* cppcheck-suppress uninitvar ; y[q < i] are set (forward order) */
+            s -= SW_RM_L(i, q) * y[q];
+        /* cppcheck-suppress uninitvar ; il[i] was set with L(i, i) */
+        y[i] = s * il[i];
+    }
+    for (int i = SW_RM_NPAR - 1; i >= 0; --i) {
+        float s = y[i];
+        for (int q = i + 1; q < SW_RM_NPAR; ++q)
+            s -= SW_RM_L(q, i) * y[q];
+        y[i] = s * il[i]; /* y[q > i] now hold the solution (scaled) */
+    }
+#undef SW_RM_L
+    for (int i = 0; i < SW_RM_NPAR; ++i)
+        x[i] = (double)(y[i] * d[i]);
+    return 1;
+}
+
+/*
  * Levenberg-Marquardt over passes (Press et al., Numerical Recipes, 15.5) on the merit of
  * sw_rm_fit_pixel (the negative Poisson log-likelihood): the backend evaluates the sums at
- * `trial`, then sw_rm_lm_next decides. A pass with a lower merit than the best one is accepted
- * (lambda / 10), otherwise rejected (lambda x 10) and the step is retaken from the best point.
- * The weights are those of the model being evaluated (Poisson + read noise), so J^T W J at the
+ * `trial`, then sw_rm_lm_next decides. A pass whose merit is below the best one's, or above it
+ * by no more than the merit's float rounding (1e-6 of chi^2, sw_rm_fit_pixel), is accepted
+ * (lambda / 10), otherwise refused (lambda x 10) and the step retaken from the best point. The
+ * weights are those of the model being evaluated (Poisson + read noise), so A = J^T W J at the
  * solution is the Fisher information and its inverse the covariance.
- * Converged: an accepted step that moved x and y by less than 1e-5 px and the merit by less
- * than 1e-7 of chi^2 (+ 1e-12), or lambda above 1e10 (no step lowers the merit: at the minimum
- * to rounding).
+ * Converged: when the next step, taken with lambda <= 1e-3 (within 0.1 % of the Gauss-Newton
+ * step), is shorter than 1e-4 of the error bars (x^T A x < 1e-8: the fit's float rounding moves
+ * it by ~1e-6); or lambda above 1e10 (no step lowers the merit). The best point is the answer;
+ * the step is not taken.
  */
 typedef struct sw_rm_lm {
     double best[SW_RM_NPAR], trial[SW_RM_NPAR];
@@ -620,29 +832,22 @@ SW_RM_FN int sw_rm_lm_next(sw_rm_lm *s, const sw_rm_acc *acc, int32_t max_iter)
 {
     s->iterations++;
     int accepted = 0;
-    double moved = 0.0, dchi = 0.0;
     if (!s->have) {
         if (acc->n < SW_RM_NPAR + 1 || !isfinite(acc->chi2) || !isfinite(acc->merit)) {
             s->failed = 1;
             return 1;
         }
         accepted = 1;
-    } else if (isfinite(acc->chi2) && isfinite(acc->merit) && acc->merit < s->acc.merit) {
+    } else if (isfinite(acc->chi2) && isfinite(acc->merit) &&
+               acc->merit < s->acc.merit + 1e-6 * s->acc.chi2) {
         accepted = 1;
-        moved = fmax(fabs(s->trial[0] - s->best[0]), fabs(s->trial[1] - s->best[1]));
-        dchi = s->acc.merit - acc->merit;
     }
     if (accepted) {
-        int first = !s->have;
         for (int i = 0; i < SW_RM_NPAR; ++i)
             s->best[i] = s->trial[i];
         s->acc = *acc;
         s->have = 1;
         s->lambda = fmax(s->lambda * 0.1, 1e-9);
-        if (!first && moved < 1e-5 && dchi <= 1e-7 * acc->chi2 + 1e-12) {
-            s->converged = 1;
-            return 1;
-        }
     } else {
         s->lambda *= 10.0;
         if (s->lambda > 1e10) {
@@ -653,10 +858,20 @@ SW_RM_FN int sw_rm_lm_next(sw_rm_lm *s, const sw_rm_acc *acc, int32_t max_iter)
     if (s->iterations >= max_iter)
         return 1;
     double step[SW_RM_NPAR] = {0};
-    while (!sw_rm_solve(s->acc.a, s->lambda, s->acc.g, step, NULL)) {
+    while (!sw_rm_step(s->acc.a, s->lambda, s->acc.g, step)) {
         s->lambda = s->lambda < 1e-6 ? 1e-3 : s->lambda * 10.0;
         if (s->lambda > 1e10) {
             s->failed = 1;
+            return 1;
+        }
+    }
+    if (s->lambda <= 1e-3) {
+        double q = 0.0; /* step^T A step */
+        for (int i = 0, k = 0; i < SW_RM_NPAR; ++i)
+            for (int j = i; j < SW_RM_NPAR; ++j, ++k)
+                q += (i == j ? 1.0 : 2.0) * step[i] * s->acc.a[k] * step[j];
+        if (q < 1e-8) {
+            s->converged = 1;
             return 1;
         }
     }

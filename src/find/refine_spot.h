@@ -4,7 +4,8 @@
  *   SW_RS_FN            function qualifiers
  *   SW_RS_LANE, SW_RS_LANES   this worker's number and the workers on one spot
  *                       (CPU: 0 and 1; GPU: the warp's lane and 32)
- *   SW_RS_SUM(p, n)     replaces the n doubles at p by their sum over the workers, in every worker
+ *   SW_RS_SUM(p, n)     replaces the n doubles (or floats) at p by their sum over the workers, in
+ *                       every worker
  *   SW_RS_MAX(p)        likewise (the maximum) for one double
  *   SW_RS_UMIN(p), SW_RS_UMAX(p), SW_RS_USUM(p)  likewise for one uint32_t (min, max, sum)
  *   SW_RS_USCAN(p)      replaces the uint32_t at p by the sum of those of the workers before
@@ -29,6 +30,12 @@
 #define SW_RS_ANNULUS_KEEP 1024
 #endif
 
+/* Stamp pixels the fit keeps in the scratch (13 x 13: the automatic radius of a spot whose
+ * bounding box is at most 7 px wide); with the annulus' keys in a union, so no larger. */
+#ifndef SW_RS_STAMP_KEEP
+#define SW_RS_STAMP_KEEP 169
+#endif
+
 /* The median is selected by digits of 8 bits: a histogram of 256 counts per digit. */
 #define SW_RS_DIGIT_BITS 8
 #define SW_RS_DIGITS     256
@@ -42,9 +49,15 @@ typedef struct sw_rs_scratch {
             uint32_t hist[SW_RS_DIGITS]; /* the median's selection: one digit's counts */
         } a;
         struct {
-            double ex[SW_RM_SIDE], dex[SW_RM_SIDE], dsx[SW_RM_SIDE];
-            double ey[SW_RM_SIDE], dey[SW_RM_SIDE], dsy[SW_RM_SIDE];
-            double wx[SW_RM_SIDE], wy[SW_RM_SIDE]; /* the window's column and row factors */
+            float ex[SW_RM_SIDE], dex[SW_RM_SIDE], dsx[SW_RM_SIDE];
+            float ey[SW_RM_SIDE], dey[SW_RM_SIDE], dsy[SW_RM_SIDE];
+            /* the fit's edge values (sw_rm_edge_f): erfc and phi at the columns' and rows' edges */
+            float erfx[SW_RM_SIDE + 1], phix[SW_RM_SIDE + 1];
+            float erfy[SW_RM_SIDE + 1], phiy[SW_RM_SIDE + 1];
+            float wx[SW_RM_SIDE], wy[SW_RM_SIDE]; /* the window's column and row factors */
+            /* the fit's stamp, read from the frame once (stamps of at most SW_RS_STAMP_KEEP
+             * pixels; larger ones are read on every pass) */
+            sw_rm_fpix pix[SW_RS_STAMP_KEEP];
             double bins[SW_RM_BINS];
             /* the fit's state: kept and stepped by worker 0 (so that the lanes of a warp do not
              * each hold it in registers), read by all after a sync */
@@ -75,8 +88,79 @@ SW_RS_FN int sw_rs_annulus_at(const sw_rm_frame *f, const sw_rm_stamp *box, cons
     return sw_rm_annulus_key(f, box, j, cx, cy, rin, rout, key);
 }
 
-/* The sigma-clipped median of the annulus r_in <= r < r_out about pixel (cx, cy)
- * (refine_model.h, "annulus background"). 0 when fewer than 8 valid pixels remain. */
+/* The keys of a frame type's finite values: [*lo, *hi] (f32: -inf .. +inf). */
+SW_RS_FN void sw_rs_key_range(sw_pixel_type t, uint32_t *lo, uint32_t *hi)
+{
+    *lo = t == SW_PIX_F32 ? 0x007fffffu : 0u;
+    *hi = t == SW_PIX_U8    ? 0xffu
+          : t == SW_PIX_U16 ? 0xffffu
+          : t == SW_PIX_U32 ? 0xffffffffu
+                            : 0xff800000u;
+}
+
+/* The smallest key whose value v - bias is at least `bound` (upper: the largest key whose value
+ * is at most `bound`): for f32 by bisection over the type's finite keys, on which v is monotonic.
+ * The range [smallest, largest] is empty when the first exceeds the second. */
+SW_RS_FN int sw_rs_key_in(const sw_rm_frame *f, uint32_t key, double bound, int upper)
+{
+    const double v = sw_rm_key_value(f->type, key) - f->bias;
+    return upper ? v <= bound : v >= bound;
+}
+
+SW_RS_FN uint32_t sw_rs_key_bound(const sw_rm_frame *f, double bound, int upper)
+{
+    uint32_t a, b; /* the answer lies in [a, b] */
+    sw_rs_key_range(f->type, &a, &b);
+    if (f->type != SW_PIX_F32) {
+        /* whole numbers: the key is the value, v = key - bias; from the nearest whole number,
+         * a step or two settles the rounding of key - bias */
+        const double t = bound + f->bias;
+        uint32_t k = !(t > (double)a) ? a
+                     : t >= (double)b ? b
+                                      : (uint32_t)(upper ? floor(t) : ceil(t));
+        if (upper) {
+            while (k < b && sw_rs_key_in(f, k + 1u, bound, 1))
+                ++k;
+            while (k > a && !sw_rs_key_in(f, k, bound, 1))
+                --k;
+        } else {
+            while (k > a && sw_rs_key_in(f, k - 1u, bound, 0))
+                --k;
+            while (k < b && !sw_rs_key_in(f, k, bound, 0))
+                ++k;
+        }
+        return k;
+    }
+    while (a < b) {
+        if (upper) {
+            const uint32_t m = a + (b - a) / 2u + 1u; /* > a */
+            if (sw_rm_key_value(f->type, m) - f->bias <= bound)
+                a = m;
+            else
+                b = m - 1u;
+        } else {
+            const uint32_t m = a + (b - a) / 2u; /* < b */
+            if (sw_rm_key_value(f->type, m) - f->bias >= bound)
+                b = m;
+            else
+                a = m + 1u;
+        }
+    }
+    return a;
+}
+
+/*
+ * The sigma-clipped median of the annulus r_in <= r < r_out about pixel (cx, cy)
+ * (refine_model.h, "annulus background"). 0 when fewer than 8 valid pixels remain.
+ *
+ * The values in [lo, hi] are the keys in [klo, khi] (sw_rs_key_bound), which share their bits
+ * above the highest bit in which klo and khi differ; the median's key is selected 8 bits at a
+ * time from there, and the clip pass's first histogram is counted in the same pass over the keys
+ * as the count, mean and standard deviation (a pass with [lo, hi] = median -+ 3 sd of sky noise
+ * spans a few hundred keys: one pass over the keys for the whole clip pass). For 8- and 16-bit
+ * frames the sums are of the keys, whole numbers added exactly (a worker's in 64 bits, the
+ * workers' in double, below 2^53); for the others of v = value - bias in double.
+ */
 SW_RS_FN int sw_rs_annulus(const sw_rm_frame *f, int32_t cx, int32_t cy, int32_t rin, int32_t rout,
                            double clip, sw_rs_scratch *sc, double *level)
 {
@@ -85,12 +169,25 @@ SW_RS_FN int sw_rs_annulus(const sw_rm_frame *f, int32_t cx, int32_t cy, int32_t
     const int32_t count = sw_rm_stamp_count(&box);
     /* gather the valid annulus pixels' keys (in raster order) */
     int32_t kept_n = 0;
+    const int whole = f->type == SW_PIX_U8 || f->type == SW_PIX_U16; /* exact integer sums */
+    /* 8- and 16-bit values read as whole numbers: v >= overload is v >= ceil(overload) */
+    const uint32_t over = f->overload > 65535.0 ? 65536u : (uint32_t)ceil(f->overload);
     sw_rm_walk at;
     sw_rm_walk_start(&box, SW_RS_LANE, SW_RS_LANES, &at);
     for (int32_t k0 = 0; k0 < count; k0 += SW_RS_LANES, sw_rm_walk_next(&box, &at)) {
         const int32_t k = k0 + SW_RS_LANE;
         uint32_t key = 0;
-        const int ok = k < count && sw_rm_annulus_key_at(f, at.x, at.y, cx, cy, rin, rout, &key);
+        int ok = 0;
+        if (k < count && whole) {
+            if (sw_rm_in_annulus(at.x, at.y, cx, cy, rin, rout)) {
+                const void *row = sw_rm_row(f, at.y);
+                key = f->type == SW_PIX_U8 ? ((const uint8_t *)row)[at.x]
+                                           : ((const uint16_t *)row)[at.x];
+                ok = key < over && (!f->mask || f->mask[(size_t)at.y * f->width + at.x]);
+            }
+        } else if (k < count) {
+            ok = sw_rm_annulus_key_at(f, at.x, at.y, cx, cy, rin, rout, &key);
+        }
         const int32_t slot = SW_RS_SLOT(ok, &kept_n);
         if (ok && slot < SW_RS_ANNULUS_KEEP)
             sc->u.a.keys[slot] = key;
@@ -98,86 +195,100 @@ SW_RS_FN int sw_rs_annulus(const sw_rm_frame *f, int32_t cx, int32_t cy, int32_t
     SW_RS_SYNC();
     const uint32_t *kept = kept_n <= SW_RS_ANNULUS_KEEP ? sc->u.a.keys : NULL;
     const int32_t n = kept ? kept_n : count;
-    double lo = -INFINITY, hi = INFINITY, med = 0.0;
+    uint32_t klo, khi; /* the keys of the values in [lo, hi]: at first every finite value */
+    sw_rs_key_range(f->type, &klo, &khi);
+    double med = 0.0;
     for (int pass = 0; pass < SW_RM_CLIP_PASSES; ++pass) {
+        /* the keys in [klo, khi] share the bits above `top` */
+        const int top = klo == khi ? -1 : sw_rm_top_bit(klo ^ khi);
+        uint32_t above = top >= 31 ? 0u : ~((2u << top) - 1u); /* top = -1: every bit */
+        uint32_t prefix = klo & above, need = 0;
         double s[3] = {0.0, 0.0, 0.0};
-        uint32_t kmin = 0xffffffffu, kmax = 0u;
-        for (int32_t j = SW_RS_LANE; j < n; j += SW_RS_LANES) {
-            uint32_t key;
-            if (!sw_rs_annulus_at(f, &box, kept, j, cx, cy, rin, rout, &key))
-                continue;
-            const double v = sw_rm_key_value(f->type, key) - f->bias;
-            if (v < lo || v > hi)
-                continue;
-            s[0] += 1.0;
-            s[1] += v;
-            s[2] += v * v;
-            kmin = key < kmin ? key : kmin;
-            kmax = key > kmax ? key : kmax;
-        }
-        SW_RS_SUM(s, 3);
-        SW_RS_UMIN(&kmin);
-        SW_RS_UMAX(&kmax);
-        if (s[0] < 8.0) {
-            SW_RS_SYNC(); /* the scratch's keys are read no more */
-            return 0;
-        }
-        /* the values in [lo, hi] are those whose keys lie in [kmin, kmax] (keys sort as values,
-         * and v - bias is monotonic in v); select the need-th smallest key among them */
-        uint32_t need = (uint32_t)ceil(0.5 * s[0]), prefix = kmin;
-        if (kmin != kmax) {
-            const int top = sw_rm_top_bit(kmin ^ kmax);
-            uint32_t above = top == 31 ? 0u : ~((2u << top) - 1u);
-            prefix = kmin & above;
-            /* digit by digit from the top: bits [shift, hb] of the keys under the prefix */
-            for (int hb = top; hb >= 0; hb -= SW_RS_DIGIT_BITS) {
-                const int shift = hb + 1 > SW_RS_DIGIT_BITS ? hb + 1 - SW_RS_DIGIT_BITS : 0;
-                const uint32_t dmask = (2u << (hb - shift)) - 1u;
-                uint32_t *hist = sc->u.a.hist;
+        /* digit by digit from the top: bits [shift, hb] of the keys under the prefix; the first
+         * round also counts and sums the keys in [klo, khi] */
+        for (int hb = top, first = 1; first || hb >= 0; hb -= SW_RS_DIGIT_BITS, first = 0) {
+            const int shift = hb + 1 > SW_RS_DIGIT_BITS ? hb + 1 - SW_RS_DIGIT_BITS : 0;
+            const uint32_t dmask = hb >= 0 ? (2u << (hb - shift)) - 1u : 0u;
+            uint32_t *hist = sc->u.a.hist;
+            if (hb >= 0) {
                 for (int32_t q = SW_RS_LANE; q < SW_RS_DIGITS; q += SW_RS_LANES)
                     hist[q] = 0;
                 SW_RS_SYNC();
-                for (int32_t j = SW_RS_LANE; j < n; j += SW_RS_LANES) {
-                    uint32_t key;
-                    if (!sw_rs_annulus_at(f, &box, kept, j, cx, cy, rin, rout, &key))
-                        continue;
-                    if (key >= kmin && key <= kmax && (key & above) == prefix)
-                        SW_RS_UINC(&hist[(key >> shift) & dmask]);
-                }
-                SW_RS_SYNC();
-                /* each worker sums its run of digits; the one whose run holds the need-th key
-                 * finds the digit in it, and the sums give every worker that digit */
-                const int32_t run = SW_RS_DIGITS / SW_RS_LANES, first = SW_RS_LANE * run;
-                uint32_t part = 0;
-                for (int32_t q = 0; q < run; ++q)
-                    part += hist[first + q];
-                uint32_t before = part, digit = 0, left = 0;
-                SW_RS_USCAN(&before);
-                if (before < need && need <= before + part) {
-                    uint32_t c = before;
-                    for (int32_t q = 0; q < run; ++q) {
-                        if (c + hist[first + q] >= need) {
-                            digit = (uint32_t)(first + q);
-                            left = need - c;
-                            break;
-                        }
-                        c += hist[first + q];
+            }
+            uint64_t i0 = 0, i1 = 0, i2 = 0; /* whole-number sums: count, sum, sum of squares */
+            for (int32_t j = SW_RS_LANE; j < n; j += SW_RS_LANES) {
+                uint32_t key;
+                if (!sw_rs_annulus_at(f, &box, kept, j, cx, cy, rin, rout, &key))
+                    continue;
+                if (key < klo || key > khi || (key & above) != prefix)
+                    continue;
+                if (first) {
+                    if (whole) {
+                        i0++;
+                        i1 += key;
+                        i2 += (uint64_t)key * key;
+                    } else {
+                        const double v = sw_rm_key_value(f->type, key) - f->bias;
+                        s[0] += 1.0;
+                        s[1] += v;
+                        s[2] += v * v;
                     }
                 }
-                SW_RS_USUM(&digit);
-                SW_RS_USUM(&left);
-                need = left;
-                prefix |= digit << shift;
-                above |= dmask << shift;
-                SW_RS_SYNC(); /* the counts are read no more */
+                if (hb >= 0)
+                    SW_RS_UINC(&hist[(key >> shift) & dmask]);
             }
+            if (first) {
+                if (whole) {
+                    s[0] = (double)i0;
+                    s[1] = (double)i1;
+                    s[2] = (double)i2;
+                }
+                SW_RS_SUM(s, 3);
+                if (s[0] < 8.0) {
+                    SW_RS_SYNC(); /* the scratch's keys are read no more */
+                    return 0;
+                }
+                need = (uint32_t)ceil(0.5 * s[0]);
+            }
+            if (hb < 0)
+                break; /* one key left: klo */
+            SW_RS_SYNC();
+            /* each worker sums its run of digits; the one whose run holds the need-th key finds
+             * the digit in it, and the sums give every worker that digit */
+            const int32_t run = SW_RS_DIGITS / SW_RS_LANES, firstq = SW_RS_LANE * run;
+            uint32_t part = 0;
+            for (int32_t q = 0; q < run; ++q)
+                part += hist[firstq + q];
+            uint32_t before = part, digit = 0, left = 0;
+            SW_RS_USCAN(&before);
+            if (before < need && need <= before + part) {
+                uint32_t c = before;
+                for (int32_t q = 0; q < run; ++q) {
+                    if (c + hist[firstq + q] >= need) {
+                        digit = (uint32_t)(firstq + q);
+                        left = need - c;
+                        break;
+                    }
+                    c += hist[firstq + q];
+                }
+            }
+            SW_RS_USUM(&digit);
+            SW_RS_USUM(&left);
+            need = left;
+            prefix |= digit << shift;
+            above |= dmask << shift;
+            SW_RS_SYNC(); /* the counts are read no more */
         }
+        /* the variance of v = key - bias is that of the keys */
+        const double mean = s[1] / s[0], var = s[2] / s[0] - mean * mean;
         med = sw_rm_key_value(f->type, prefix) - f->bias;
-        const double mean = s[1] / s[0];
-        const double var = s[2] / s[0] - mean * mean;
         const double sd = var > 0.0 ? sqrt(var) : 0.0;
-        lo = med - clip * sd;
-        hi = med + clip * sd;
+        klo = sw_rs_key_bound(f, med - clip * sd, 0);
+        khi = sw_rs_key_bound(f, med + clip * sd, 1);
+        if (klo > khi) {
+            SW_RS_SYNC();
+            return 0; /* cannot happen: the median itself lies in [lo, hi] */
+        }
     }
     SW_RS_SYNC();
     *level = med;
@@ -223,6 +334,7 @@ SW_RS_FN void sw_rs_xwin(const sw_rm_frame *f, const sw_refine_seed *seed, doubl
     rw = rw > SW_REFINE_MAX_RADIUS ? SW_REFINE_MAX_RADIUS : rw;
     double xw = seed->x, yw = seed->y;
     sw_rm_win a;
+    double tot[5] = {0.0, 0.0, 0.0, 0.0, 0.0}; /* the pass's sw, swx, swy, svx, svy */
     int32_t it = 0, edge = 0;
     for (int pass = 0; pass <= SW_RM_XWIN_IT; ++pass) {
         sw_rm_stamp ws;
@@ -230,38 +342,42 @@ SW_RS_FN void sw_rs_xwin(const sw_rm_frame *f, const sw_refine_seed *seed, doubl
         edge |= ws.edge;
         memset(&a, 0, sizeof(a));
         const int32_t n = sw_rm_stamp_count(&ws), ww = ws.x1 - ws.x0, wh = ws.y1 - ws.y0;
-        /* the window's column and row factors in one round of the workers */
+        /* the window's column and row factors in one round of the workers, in float and
+         * stamp-relative (column i's offset is (i - cx) - (xw - cx)) */
+        const float rx = (float)(xw - (double)ws.cx), ry = (float)(yw - (double)ws.cy);
+        const float fs = (float)s, fl = (float)level;
         for (int32_t k = SW_RS_LANE; k < ww + wh; k += SW_RS_LANES) {
             if (k < ww)
-                sc->u.s.wx[k] = sw_rm_win_axis(ws.x0 + k, xw, s);
+                sc->u.s.wx[k] = sw_rm_win_axis((float)(ws.x0 + k - ws.cx) - rx, fs);
             else
-                sc->u.s.wy[k - ww] = sw_rm_win_axis(ws.y0 + k - ww, yw, s);
+                sc->u.s.wy[k - ww] = sw_rm_win_axis((float)(ws.y0 + k - ww - ws.cy) - ry, fs);
         }
         SW_RS_SYNC();
         sw_rm_walk px;
         sw_rm_walk_start(&ws, SW_RS_LANE, SW_RS_LANES, &px);
         for (int32_t k = SW_RS_LANE; k < n; k += SW_RS_LANES, sw_rm_walk_next(&ws, &px)) {
             const int32_t x = px.x, y = px.y;
-            sw_rm_win_pixel(f, x, y, level, xw, yw, s, sc->u.s.wx[x - ws.x0], sc->u.s.wy[y - ws.y0],
-                            &a);
+            sw_rm_win_pixel(f, x, y, fl, (float)(x - ws.cx) - rx, (float)(y - ws.cy) - ry, fs,
+                            sc->u.s.wx[x - ws.x0], sc->u.s.wy[y - ws.y0], &a);
         }
         SW_RS_SYNC(); /* the factors are read no more in this pass */
-        double v[7] = {a.sw, a.swx, a.swy, a.svx, a.svy, (double)a.n, (double)a.masked};
+        /* the sums in float (a worker's and the workers' totals), then double */
+        float v[7] = {a.sw, a.swx, a.swy, a.svx, a.svy, (float)a.n, (float)a.masked};
         SW_RS_SUM(v, 7);
-        a.sw = v[0];
-        a.swx = v[1];
-        a.swy = v[2];
-        a.svx = v[3];
-        a.svy = v[4];
+        tot[0] = v[0];
+        tot[1] = v[1];
+        tot[2] = v[2];
+        tot[3] = v[3];
+        tot[4] = v[4];
         a.n = (int32_t)v[5];
         a.masked = (int32_t)v[6];
-        if (!(a.sw > 0.0) || a.n < 3) {
+        if (!(tot[0] > 0.0) || a.n < 3) {
             sw_rs_fail(out);
             return;
         }
         if (pass == SW_RM_XWIN_IT)
             break; /* the sums at the final position: the error bars */
-        const double dx = 2.0 * a.swx / a.sw, dy = 2.0 * a.swy / a.sw;
+        const double dx = 2.0 * tot[1] / tot[0], dy = 2.0 * tot[2] / tot[0];
         xw += dx;
         yw += dy;
         it++;
@@ -274,9 +390,9 @@ SW_RS_FN void sw_rs_xwin(const sw_rm_frame *f, const sw_refine_seed *seed, doubl
     }
     out->x = xw;
     out->y = yw;
-    out->x_var = 4.0 * a.svx / (a.sw * a.sw);
-    out->y_var = 4.0 * a.svy / (a.sw * a.sw);
-    out->flux = a.sw;
+    out->x_var = 4.0 * tot[3] / (tot[0] * tot[0]);
+    out->y_var = 4.0 * tot[4] / (tot[0] * tot[0]);
+    out->flux = tot[0];
     out->sigma = s;
     out->npix = a.n;
     out->iterations = it;
@@ -293,18 +409,25 @@ SW_RS_FN void sw_rs_fit(const sw_rm_frame *f, const sw_rs_config *c, const sw_re
 {
     const int moffat = c->method == SW_REFINE_MOFFAT;
     const int32_t count = sw_rm_stamp_count(st);
-    /* the starting point: sums over the stamp and its border */
+    /* the starting point: sums over the stamp and its border; the stamp kept when it fits */
+    sw_rm_fpix *kept = count <= SW_RS_STAMP_KEEP ? sc->u.s.pix : NULL;
+    const float fl = (float)level;
     double s[5] = {0.0, 0.0, 0.0, 0.0, 0.0}; /* sum d, border sum, border n, n, masked */
     double peak = -INFINITY;
-    sw_rm_walk it;
-    sw_rm_walk_start(st, SW_RS_LANE, SW_RS_LANES, &it);
+    sw_rm_walk walk0; /* this worker's first pixel and step, for every pass */
+    sw_rm_walk_start(st, SW_RS_LANE, SW_RS_LANES, &walk0);
+    sw_rm_walk it = walk0;
     for (int32_t k = SW_RS_LANE; k < count; k += SW_RS_LANES, sw_rm_walk_next(st, &it)) {
         const int32_t x = it.x, y = it.y;
-        double d, b;
-        if (!sw_rm_sample(f, x, y, level, &d, &b)) {
+        sw_rm_fpix px;
+        sw_rm_fpix_make(f, x, y, fl, &px);
+        if (kept)
+            kept[k] = px;
+        if (px.d != px.d) {
             s[4] += 1.0;
             continue;
         }
+        const double d = (double)px.d;
         s[0] += d;
         s[3] += 1.0;
         peak = fmax(peak, d);
@@ -331,49 +454,81 @@ SW_RS_FN void sw_rs_fit(const sw_rm_frame *f, const sw_rs_config *c, const sw_re
         double p[SW_RM_NPAR];
         for (int i = 0; i < SW_RM_NPAR; ++i)
             p[i] = lm->trial[i];
-        /* GAUSS: the columns' and the rows' factors in one round of the workers */
-        for (int32_t k = SW_RS_LANE; !moffat && k < w + h; k += SW_RS_LANES) {
-            if (k < w)
-                sw_rm_axis(st->x0 + k, p[0], p[3], &sc->u.s.ex[k], &sc->u.s.dex[k],
-                           &sc->u.s.dsx[k]);
-            else
-                sw_rm_axis(st->y0 + k - w, p[1], p[3], &sc->u.s.ey[k - w], &sc->u.s.dey[k - w],
-                           &sc->u.s.dsy[k - w]);
+        /* GAUSS: the columns' and the rows' factors in float, from their edges' erfc and phi
+         * (stamp-relative: the left edge of column i less the star's x is (i - cx) - 1/2 -
+         * (x - cx)); a round of the workers for the edges, one for the factors */
+        const float rx = (float)(p[0] - (double)st->cx), ry = (float)(p[1] - (double)st->cy);
+        sw_rm_width wd;
+        sw_rm_width_make((float)p[3], &wd);
+        if (!moffat) {
+            float *erfx = sc->u.s.erfx, *phix = sc->u.s.phix, *erfy = sc->u.s.erfy,
+                  *phiy = sc->u.s.phiy;
+            for (int32_t k = SW_RS_LANE; k < w + h + 2; k += SW_RS_LANES) {
+                if (k <= w)
+                    sw_rm_edge_f((float)(st->x0 + k - st->cx) - 0.5f - rx, &wd, &erfx[k], &phix[k]);
+                else
+                    sw_rm_edge_f((float)(st->y0 + k - w - 1 - st->cy) - 0.5f - ry, &wd,
+                                 &erfy[k - w - 1], &phiy[k - w - 1]);
+            }
+            SW_RS_SYNC();
+            for (int32_t k = SW_RS_LANE; k < w + h; k += SW_RS_LANES) {
+                if (k < w)
+                    sw_rm_axis_f((float)(st->x0 + k - st->cx) - 0.5f - rx, erfx[k], phix[k],
+                                 erfx[k + 1], phix[k + 1], &wd, &sc->u.s.ex[k], &sc->u.s.dex[k],
+                                 &sc->u.s.dsx[k]);
+                else
+                    sw_rm_axis_f((float)(st->y0 + k - w - st->cy) - 0.5f - ry, erfy[k - w],
+                                 phiy[k - w], erfy[k - w + 1], phiy[k - w + 1], &wd,
+                                 &sc->u.s.ey[k - w], &sc->u.s.dey[k - w], &sc->u.s.dsy[k - w]);
+            }
         }
         SW_RS_SYNC();
-        sw_rm_acc acc;
-        memset(&acc, 0, sizeof(acc));
-        sw_rm_walk px;
-        sw_rm_walk_start(st, SW_RS_LANE, SW_RS_LANES, &px);
+        /* the pixels' sums in float (sw_rm_fit_pixel; a worker's and the workers' totals), the
+         * Levenberg-Marquardt step on them in double */
+        sw_rm_facc fa;
+        memset(&fa, 0, sizeof(fa));
+        const float F = (float)p[2], B = (float)p[4];
+        sw_rm_walk px = walk0;
         for (int32_t k = SW_RS_LANE; k < count; k += SW_RS_LANES, sw_rm_walk_next(st, &px)) {
             const int32_t x = px.x, y = px.y;
-            double d, b;
-            if (!sw_rm_sample(f, x, y, level, &d, &b))
+            sw_rm_fpix q;
+            if (kept)
+                q = kept[k];
+            else
+                sw_rm_fpix_make(f, x, y, fl, &q);
+            if (q.d != q.d)
                 continue;
-            double P, dPx, dPy, dPs;
+            float P, dPx, dPy, dPs;
             if (moffat) {
-                sw_rm_moffat_pixel((double)x - p[0], (double)y - p[1], p[3], c->beta, &P, &dPx,
-                                   &dPy, &dPs);
+                /* the quadrature in double (its nodes' sums), the pixel's sums in float */
+                double mP, mx, my, ma;
+                sw_rm_moffat_pixel((double)x - p[0], (double)y - p[1], p[3], c->beta, &mP, &mx, &my,
+                                   &ma);
+                P = (float)mP;
+                dPx = (float)mx;
+                dPy = (float)my;
+                dPs = (float)ma;
             } else {
                 const int32_t i = x - st->x0, j = y - st->y0;
-                const double ex = sc->u.s.ex[i], ey = sc->u.s.ey[j];
+                const float ex = sc->u.s.ex[i], ey = sc->u.s.ey[j];
                 P = ex * ey;
                 dPx = sc->u.s.dex[i] * ey;
                 dPy = ex * sc->u.s.dey[j];
                 dPs = sc->u.s.dsx[i] * ey + ex * sc->u.s.dsy[j];
             }
-            sw_rm_fit_pixel(f, p, d, b, P, dPx, dPy, dPs, &acc);
+            sw_rm_fit_pixel(f, F, B, &q, P, dPx, dPy, dPs, &fa);
         }
         SW_RS_SYNC();
-        double v[SW_RM_NA + SW_RM_NPAR + 3];
+        float v[SW_RM_NA + SW_RM_NPAR + 3];
         for (int i = 0; i < SW_RM_NA; ++i)
-            v[i] = acc.a[i];
+            v[i] = fa.a[i];
         for (int i = 0; i < SW_RM_NPAR; ++i)
-            v[SW_RM_NA + i] = acc.g[i];
-        v[SW_RM_NA + SW_RM_NPAR] = acc.chi2;
-        v[SW_RM_NA + SW_RM_NPAR + 1] = (double)acc.n;
-        v[SW_RM_NA + SW_RM_NPAR + 2] = acc.merit;
+            v[SW_RM_NA + i] = fa.g[i];
+        v[SW_RM_NA + SW_RM_NPAR] = fa.chi2;
+        v[SW_RM_NA + SW_RM_NPAR + 1] = (float)fa.n;
+        v[SW_RM_NA + SW_RM_NPAR + 2] = fa.merit;
         SW_RS_SUM(v, SW_RM_NA + SW_RM_NPAR + 3);
+        sw_rm_acc acc;
         for (int i = 0; i < SW_RM_NA; ++i)
             acc.a[i] = v[i];
         for (int i = 0; i < SW_RM_NPAR; ++i)
@@ -381,6 +536,7 @@ SW_RS_FN void sw_rs_fit(const sw_rm_frame *f, const sw_rs_config *c, const sw_re
         acc.chi2 = v[SW_RM_NA + SW_RM_NPAR];
         acc.n = (int32_t)v[SW_RM_NA + SW_RM_NPAR + 1];
         acc.merit = v[SW_RM_NA + SW_RM_NPAR + 2];
+        acc.masked = 0;
         if (SW_RS_LANE == 0)
             sc->u.s.done = sw_rm_lm_next(lm, &acc, c->max_iter);
         SW_RS_SYNC();

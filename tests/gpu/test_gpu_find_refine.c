@@ -1,13 +1,13 @@
 /*
  * Position refinement (refine.h) on the GPU against the CPU: the same spots refined on a device
  * frame (each kernel: 8, 16 and 32 lanes per spot; with and without the results) and on the host
- * frame (one thread per spot) give the same flags and positions, variances and fluxes to rounding
- * (the group adds its sums in another order) for XWIN, GAUSS and MOFFAT with no, annulus and mesh
- * backgrounds, u16 and f32 frames, masked and NaN pixels, stamps cut by the edges and seeds outside
- * the frame; a find plan with refinement attached gives the CPU's table through sw_find_run and
- * sw_find_sequence, with deblending too (a blend's children are fitted jointly on the host in
- * both); a host frame on a CUDA context is refined on the CPU's code path. Skips (77) without a
- * usable GPU.
+ * frame (one thread per spot) give the same flags, and positions, variances and fluxes to the
+ * rounding of float sums added in another order (compare(): POS_TOL, REL_TOL) for XWIN, GAUSS and
+ * MOFFAT with no, annulus and mesh backgrounds, u16 and f32 frames, masked and NaN pixels, stamps
+ * cut by the edges and seeds outside the frame; a find plan with refinement attached gives the
+ * CPU's table through sw_find_run and sw_find_sequence, with deblending too (a blend's children are
+ * fitted jointly on the host in both); a host frame on a CUDA context is refined on the CPU's code
+ * path. Skips (77) without a usable GPU.
  */
 #define _GNU_SOURCE /* setenv, unsetenv */
 #include "find_testutil.h"
@@ -67,8 +67,43 @@ static void close_to(double a, double b, double tol)
         fail_msg("%.12g vs %.12g (tolerance %g)", a, b, tol);
 }
 
+/* The largest differences seen in one compare(), printed with it: positions in units of the
+ * CPU's error bar, the rest relative. */
+static double worst_pos, worst_rel;
+static int worst_passes;
+
+/* a position within frac of its error bar (sqrt of the CPU's variance) */
+static void near_bar(double a, double b, double var, double frac)
+{
+    const double e = fabs(a - b) / sqrt(var);
+    worst_pos = e > worst_pos ? e : worst_pos;
+    if (!(e <= frac))
+        fail_msg("%.12g vs %.12g: %.3g of the error bar (tolerance %g)", a, b, e, frac);
+}
+
+/* a value within a relative tol */
+static void near_rel(double a, double b, double tol)
+{
+    const double e = fabs(a - b) / (fabs(b) > 1e-30 ? fabs(b) : 1e-30);
+    worst_rel = e > worst_rel ? e : worst_rel;
+    if (!(e <= tol))
+        fail_msg("%.12g vs %.12g: relative %.3g (tolerance %g)", a, b, e, tol);
+}
+
+/*
+ * The GPU against the CPU. Both add each pass's per-pixel terms in float (refine_model.h: the
+ * window's and the fit's sums), in another order, so the positions agree to a small fraction of
+ * their error bars and the rest to a relative tolerance. Measured on an H100 (2026-11-28): at
+ * most 4.3e-3 of an error bar (MOFFAT; GAUSS and XWIN below 1e-4), 1.7e-4 relative; printed
+ * with each case.
+ */
+#define POS_TOL 1e-2 /* of the error bar */
+#define REL_TOL 1e-3
+
 static void compare(sw_refine_method m, sw_refine_background bg, sw_pixel_type t, int masked)
 {
+    worst_pos = worst_rel = 0.0;
+    worst_passes = 0;
     sw_stars stars;
     sw_image host = field(t, &stars);
     const int w = host.width, h = host.height, n = (int)stars.count + 2;
@@ -126,11 +161,11 @@ static void compare(sw_refine_method m, sw_refine_background bg, sw_pixel_type t
             assert_true(!(rc[k].flags & SW_REFINE_FAILED) || sg[k].x == sc[k].x);
         for (int k = 0; k < n; k++) {
             if (!(rc[k].flags & SW_REFINE_FAILED))
-                close_to(sg[k].x, sc[k].x, 1e-9);
+                near_bar(sg[k].x, sc[k].x, sc[k].x_var, POS_TOL);
         }
         memcpy(sg, sc0, (size_t)n * sizeof(sw_spot));
         assert_int_equal(sw_refine_run(pg, &dev, sg, n, rg), SW_OK);
-        int refined = 0;
+        int refined = 0, passes_off = 0;
         for (int k = 0; k < n; k++) {
             assert_int_equal(rg[k].flags, rc[k].flags);
             if (rc[k].flags & SW_REFINE_FAILED) {
@@ -138,21 +173,29 @@ static void compare(sw_refine_method m, sw_refine_background bg, sw_pixel_type t
                 continue;
             }
             refined++;
-            close_to(sg[k].x, sc[k].x, 1e-9);
-            close_to(sg[k].y, sc[k].y, 1e-9);
-            close_to(sg[k].x_var, sc[k].x_var, 1e-7);
-            close_to(sg[k].y_var, sc[k].y_var, 1e-7);
-            close_to(rg[k].flux, rc[k].flux, 1e-7);
-            close_to(rg[k].sigma, rc[k].sigma, 1e-7);
-            close_to(rg[k].background, rc[k].background, 1e-7);
+            near_bar(sg[k].x, sc[k].x, sc[k].x_var, POS_TOL);
+            near_bar(sg[k].y, sc[k].y, sc[k].y_var, POS_TOL);
+            near_rel(sg[k].x_var, sc[k].x_var, REL_TOL);
+            near_rel(sg[k].y_var, sc[k].y_var, REL_TOL);
+            near_rel(rg[k].flux, rc[k].flux, REL_TOL);
+            near_rel(rg[k].sigma, rc[k].sigma, REL_TOL);
+            close_to(rg[k].background, rc[k].background, REL_TOL);
             assert_int_equal(rg[k].npix, rc[k].npix);
-            /* LM may take another pass or two when rounding decides an acceptance */
-            assert_true(abs(rg[k].iterations - rc[k].iterations) <= 2);
+            /* Levenberg-Marquardt may take a few more passes where the float sums' rounding
+             * decides an acceptance (a refused step costs two); rarely, and never many */
+            const int di = abs(rg[k].iterations - rc[k].iterations);
+            assert_true(di <= 6);
+            passes_off += di;
+            worst_passes = di > worst_passes ? di : worst_passes;
         }
         assert_true(refined > n / 2);
+        assert_true(passes_off * 4 <= refined);
         assert_true(rc[n - 1].flags & SW_REFINE_FAILED);
         assert_true(rg[n - 1].x_var == sc0[n - 1].x_var);
     }
+    print_message("method %d background %d: GPU - CPU at most %.3g of an error bar, %.3g relative, "
+                  "%d passes\n",
+                  (int)m, (int)bg, worst_pos, worst_rel, worst_passes);
 
     /* a host frame on the CUDA context: the CPU's code path, the CPU's numbers exactly */
     memcpy(sg, sc, (size_t)n * sizeof(sw_spot));
@@ -249,8 +292,9 @@ static void find_attached(int deblend)
         assert_int_equal(res[1][q].count, lists[1][q].count);
         for (int64_t i = 0; i < lists[0][q].count; i++) {
             assert_int_equal(res[1][q].items[i].flags, res[0][q].items[i].flags);
-            close_to(lists[1][q].spots[i].x, lists[0][q].spots[i].x, 1e-8);
-            close_to(lists[1][q].spots[i].y_var, lists[0][q].spots[i].y_var, 1e-6);
+            near_bar(lists[1][q].spots[i].x, lists[0][q].spots[i].x, lists[0][q].spots[i].x_var,
+                     POS_TOL);
+            near_rel(lists[1][q].spots[i].y_var, lists[0][q].spots[i].y_var, REL_TOL);
         }
     }
     int64_t joint = 0;

@@ -781,7 +781,8 @@ static int cmp_dbl(const void *a, const void *b)
 
 /* The annulus level written out: 3 passes of n, mean, sd over the values in [lo, hi], the
  * ceil(n / 2)-th smallest, lo, hi = median -+ k sd. Sums in raster order, as the library. */
-static double annulus_reference(const sw_image *img, int cx, int cy, int rin, int rout, double clip)
+static double annulus_reference(const sw_image *img, int cx, int cy, int rin, int rout, double clip,
+                                double bias)
 {
     double *v = malloc((size_t)(2 * rout + 1) * (2 * rout + 1) * sizeof(double));
     assert_non_null(v);
@@ -795,7 +796,9 @@ static double annulus_reference(const sw_image *img, int cx, int cy, int rin, in
                 if (x < 0 || y < 0 || x >= img->width || y >= img->height || r2 < rin * rin ||
                     r2 >= rout * rout)
                     continue;
-                const double a = ((const float *)sw_image_row(img, y))[x];
+                const double a = img->type == SW_PIX_U16
+                                     ? ((const uint16_t *)sw_image_row(img, y))[x] - bias
+                                     : ((const float *)sw_image_row(img, y))[x] - bias;
                 if (a < lo || a > hi)
                     continue;
                 v[n++] = a;
@@ -814,27 +817,30 @@ static double annulus_reference(const sw_image *img, int cx, int cy, int rin, in
 }
 
 /* The annulus' sigma-clipped median is the exact order statistic, for negative and positive
- * f32 values, an annulus small enough to be kept and one read from the frame on every pass. */
-static void test_annulus_median(void **state)
+ * f32 values and for u16 values with a bias (whole-number sums), an annulus small enough to be
+ * kept and one read from the frame on every pass. */
+static void annulus_median(sw_pixel_type t, double bias)
 {
-    (void)state;
     const int w = 96, h = 96;
-    sw_image img = alloc_img(w, h, SW_PIX_F32);
+    sw_image img = alloc_img(w, h, t);
     trng r = trng_make(77);
-    for (int y = 0; y < h; y++) {
-        float *row = sw_image_row(&img, y);
-        for (int x = 0; x < w; x++)
-            row[x] = (float)(-2.0 + 5.0 * gauss01(&r) + (trng_u01(&r) < 0.03 ? 200.0 : 0.0));
-    }
-    /* a star in the middle keeps XWIN (which reports the annulus level) from failing */
-    for (int y = 44; y < 53; y++)
-        for (int x = 44; x < 53; x++)
-            ((float *)sw_image_row(&img, y))[x] +=
-                (float)(5000.0 * exp(-0.5 * ((x - 48) * (x - 48) + (y - 48) * (y - 48)) / 2.25));
+    const double sky = t == SW_PIX_U16 ? 1000.0 : -2.0;
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++) {
+            double v = sky + 5.0 * gauss01(&r) + (trng_u01(&r) < 0.03 ? 200.0 : 0.0);
+            /* a star in the middle keeps XWIN (which reports the annulus level) from failing */
+            if (x >= 44 && x < 53 && y >= 44 && y < 53)
+                v += 5000.0 * exp(-0.5 * ((x - 48) * (x - 48) + (y - 48) * (y - 48)) / 2.25);
+            if (t == SW_PIX_U16)
+                ((uint16_t *)sw_image_row(&img, y))[x] = (uint16_t)lround(v);
+            else
+                ((float *)sw_image_row(&img, y))[x] = (float)v;
+        }
     const int radii[2][2] = {{8, 14}, {6, 40}}; /* ~400 pixels; ~4900 (more than kept) */
     for (int c = 0; c < 2; c++) {
         sw_refine_params p;
-        sw_refine_params_default(&p, w, h, SW_PIX_F32);
+        sw_refine_params_default(&p, w, h, t);
+        p.bias = bias;
         p.method = SW_REFINE_XWIN;
         p.background = SW_BACKGROUND_ANNULUS;
         p.annulus_in = radii[c][0];
@@ -849,14 +855,22 @@ static void test_annulus_median(void **state)
         s.x0 = s.y0 = 45;
         s.x1 = s.y1 = 52;
         assert_int_equal(sw_refine_run(plan, &img, &s, 1, &res), SW_OK);
-        const double want = annulus_reference(&img, 48, 48, radii[c][0], radii[c][1], 3.0);
+        const double want = annulus_reference(&img, 48, 48, radii[c][0], radii[c][1], 3.0, bias);
         if (!(fabs(res.background - want) <= 1e-12))
             fail_msg("annulus %d..%d: %.17g, want %.17g", radii[c][0], radii[c][1], res.background,
                      want);
-        assert_true(want < 0.0); /* the sky is negative: the f32 keys' sign flip is used */
+        /* f32: the sky is negative, so the keys' sign flip is used */
+        assert_true(t == SW_PIX_U16 ? fabs(want - (sky - bias)) < 3.0 : want < 0.0);
         sw_refine_destroy(plan);
     }
     sw_image_free(&img);
+}
+
+static void test_annulus_median(void **state)
+{
+    (void)state;
+    annulus_median(SW_PIX_F32, 0.0);
+    annulus_median(SW_PIX_U16, 100.5);
 }
 
 /*
