@@ -245,7 +245,8 @@ def test_centroid_method_real_time_path_writes_status_and_error_bars(gpu, sh):
                                 dict(refine="xwin", background="mesh", mesh_size=32)])
 def test_find_refine_cupy_is_the_cpu(gpu, kw):
     # A group of lanes per spot on the GPU, the same per-pixel arithmetic as the CPU, its sums in
-    # float added in another order (refine.h): positions to ~1e-4 of their error bars.
+    # float added in another order (refine.h): positions to 1e-4 px here (error bars of 0.01-0.1
+    # px; measured in the C test within ~1e-4 of them).
     img, truth = spotwave.sim.stars(random=150, size=(256, 192), sigma=1.5, sky_e=50,
                                     read_noise_e=3, zero_point=1e7, mag_range=(5, 10), seed=4,
                                     ctx=gpu)

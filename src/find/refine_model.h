@@ -282,11 +282,11 @@ SW_RM_FN int sw_rm_in_annulus(int32_t x, int32_t y, int32_t cx, int32_t cy, int3
 /*
  * The sigma-clipped median of the annulus: its valid pixels' raw values are gathered once (as
  * order keys, below); clip pass c (SW_RM_CLIP_PASSES of them): the values v - bias in [lo, hi]
- * (all at first) give n, their mean and standard deviation, and the smallest and largest key
- * among them; their median, the ceil(n / 2)-th smallest value, is selected exactly by its key,
- * 8 bits at a time from the highest bit in which those two keys differ (a histogram of the next
- * 8 bits of the keys under the prefix found so far: one pass for keys that differ in at most 8
- * bits); then lo, hi = median -+ k sd.
+ * (all at first) are the keys in [klo, khi]; they give n, their mean and standard deviation,
+ * and their median, the ceil(n / 2)-th smallest value, selected exactly by its key, 8 bits at a
+ * time from the highest bit in which klo and khi differ (a histogram of the next 8 bits of the
+ * keys under the prefix found so far, the first counted in the same pass as n and the moments);
+ * then lo, hi = median -+ k sd (refine_spot.h sw_rs_annulus).
  */
 #define SW_RM_CLIP_PASSES 3
 
@@ -381,8 +381,8 @@ SW_RM_FN double sw_rm_window_sigma(const double *bins, int nbins, double bin_w)
 
 /* ---------------------------------------------------------------- windowed centroid (xwin) */
 
-/* The sums of one window pass at (xw, yw), each worker's in float (the workers' totals are added
- * in double: sw_rs_xwin). */
+/* The sums of one window pass at (xw, yw), each worker's in float (the workers' totals too, then
+ * taken to double: sw_rs_xwin). */
 typedef struct sw_rm_win {
     float sw, swx, swy; /* sum w d, sum w d dx, sum w d dy      */
     float svx, svy;     /* sum w^2 var dx^2, sum w^2 var dy^2   */
@@ -589,14 +589,16 @@ SW_RM_FN double sw_rm_pixel_merit(const sw_rm_frame *f, double m, double d, doub
 
 /*
  * x - ln(1 + x) (x > -1) to float's relative precision: for |x| < 1/4 by its series
- * x^2 (1/2 - x/3 + x^2/4 - ... + x^8/10), whose remainder is below 0.25^9 / 11 of the first term
- * (the direct form would lose it to cancellation: x = 1e-3 keeps 3 of float's 7 digits);
- * otherwise directly (x - ln(1 + x) >= 0.026 there).
+ * x^2 (1/2 - x/3 + x^2/4 - ... + x^10/12), whose remainder is below 2 0.25^11 / 13 = 3.7e-8 of
+ * the sum (the direct form would lose it to cancellation: x = 1e-3 keeps 3 of float's 7
+ * digits); otherwise directly (x - ln(1 + x) >= 0.026 there).
  */
 SW_RM_FN float sw_rm_xlog1p(float x)
 {
     if (fabsf(x) < 0.25f) {
-        float q = 0.1f;
+        float q = 1.0f / 12.0f;
+        q = 1.0f / 11.0f - x * q;
+        q = 0.1f - x * q;
         q = 1.0f / 9.0f - x * q;
         q = 0.125f - x * q;
         q = 1.0f / 7.0f - x * q;
@@ -632,12 +634,13 @@ SW_RM_FN void sw_rm_fpix_make(const sw_rm_frame *f, int32_t x, int32_t y, float 
     px->inv_D = px->D >= 1.0f ? SW_RM_RCP(px->D) : 0.0f;
 }
 
-/* One worker's sums of a fit pass in float (sw_rs_fit adds the workers' totals in double into a
- * sw_rm_acc): the fields of sw_rm_acc. */
+/* One worker's sums of a fit pass in float (sw_rs_fit reduces them over the workers and takes
+ * them to double into a sw_rm_acc): the fields of sw_rm_acc; the merit with its Kahan
+ * compensation (merit - merit_c is the sum), carried to double before the workers' reduction. */
 typedef struct sw_rm_facc {
     float a[SW_RM_NA];
     float g[SW_RM_NPAR];
-    float chi2, merit;
+    float chi2, merit, merit_c;
     int32_t n;
 } sw_rm_facc;
 
@@ -651,10 +654,12 @@ typedef struct sw_rm_facc {
  * close.
  *
  * Why float is enough: a position's rounding error is that of the gradient's sums over the
- * Fisher information's square root, ~1e-7 of the position's error bar; the merit's (its
- * Levenberg-Marquardt acceptance test) ~1e-6 of chi^2, which sw_rm_lm_next's convergence test
- * allows for. Why float at all: on the GPUs the fit is per-pixel work, where a double operation
- * costs two float ones and a double log, exp or division several times more.
+ * Fisher information's square root, ~1e-7 of the position's error bar for a faint star and up to
+ * ~1e-3 for a star of 1e7 e- (sw_rm_lm_next stops at that floor); the merit (the
+ * Levenberg-Marquardt acceptance test) is summed with Kahan's compensation, so that a fit whose
+ * chi^2 is large (a model that does not fit a bright star) still resolves its steps. Why float at
+ * all: on the GPUs the fit is per-pixel work, where a double operation costs two float ones and a
+ * double log, exp or division several times more.
  */
 SW_RM_FN void sw_rm_fit_pixel(const sw_rm_frame *f, float F, float B, const sw_rm_fpix *px, float P,
                               float dPx, float dPy, float dPs, sw_rm_facc *acc)
@@ -665,7 +670,10 @@ SW_RM_FN void sw_rm_fit_pixel(const sw_rm_frame *f, float F, float B, const sw_r
     const float w = SW_RM_RCP(var), r = px->d - m;
     /* in electrons: M = var g^2 (at least 1), D = g (d + b) + r^2 (sw_rm_fpix_make) */
     const float M = var * f->f_gain * f->f_gain, D = px->D;
-    acc->merit += D >= 1.0f ? D * sw_rm_xlog1p((M - D) * px->inv_D) : M - D - D * logf(M);
+    const float t = D >= 1.0f ? D * sw_rm_xlog1p((M - D) * px->inv_D) : M - D - D * logf(M);
+    const float ty = t - acc->merit_c, tm = acc->merit + ty; /* Kahan summation */
+    acc->merit_c = (tm - acc->merit) - ty;
+    acc->merit = tm;
     int k = 0;
     for (int i = 0; i < SW_RM_NPAR; ++i) {
         const float wj = w * J[i];
@@ -801,20 +809,30 @@ SW_RM_FN int sw_rm_step(const double *a, double lambda, const double *g, double 
 /*
  * Levenberg-Marquardt over passes (Press et al., Numerical Recipes, 15.5) on the merit of
  * sw_rm_fit_pixel (the negative Poisson log-likelihood): the backend evaluates the sums at
- * `trial`, then sw_rm_lm_next decides. A pass whose merit is below the best one's, or above it
- * by no more than the merit's float rounding (1e-6 of chi^2, sw_rm_fit_pixel), is accepted
- * (lambda / 10), otherwise refused (lambda x 10) and the step retaken from the best point. The
- * weights are those of the model being evaluated (Poisson + read noise), so A = J^T W J at the
- * solution is the Fisher information and its inverse the covariance.
- * Converged: when the next step, taken with lambda <= 1e-3 (within 0.1 % of the Gauss-Newton
- * step), is shorter than 1e-4 of the error bars (x^T A x < 1e-8: the fit's float rounding moves
- * it by ~1e-6); or lambda above 1e10 (no step lowers the merit). The best point is the answer;
- * the step is not taken.
+ * `trial`, then sw_rm_lm_next decides. A pass whose merit is below the lowest one accepted so
+ * far, or above it by no more than the merit's rounding, is accepted (lambda / 10), otherwise
+ * refused (lambda x 10) and the step retaken from the best point. The rounding allowed is 4e-6
+ * of chi^2, or for a bright star that of the merit's terms, 32 eps sqrt(sum w m^2) (eps = 2^-24,
+ * m the model; sum w m^2, sw_rm_wm2, is about the star's electrons and the sky's: 1.9e-3 at 1e6
+ * e-, where the merit was measured to scatter by ~5e-4 between points 1e-8 px apart); it is
+ * measured from the lowest merit, not the last accepted one, so accepted passes cannot ratchet
+ * the merit up. The weights are those of the model being evaluated (Poisson + read noise), so
+ * A = J^T W J at the solution is the Fisher information and its inverse the covariance.
+ * Converged: when the Gauss-Newton step from the best point is shorter than 3e-4 of the error
+ * bars (x^T A x < 1e-7), or than the float sums' rounding of it where that is larger,
+ * x^T A x < 64 eps^2 sum w m^2 (above ~5e4 e-; 2.3e-7, 5e-4 of the error bars, at 1e6 e-, where
+ * it was measured at 1.3e-7; 1.5e-3 of the error bars at 1e7 e-); when the step just evaluated,
+ * accepted or not, moved x and y by less than 1e-5 px and flux, width and constant by less than
+ * 1e-5 of themselves (a damped step of a model that does not fit, MOFFAT on a bright Gaussian
+ * star, whose merit changes by less than its rounding: it would otherwise creep to max_iter); or
+ * lambda above 1e10 (no step lowers the merit). The best point is the answer; the step is not
+ * taken.
  */
 typedef struct sw_rm_lm {
     double best[SW_RM_NPAR], trial[SW_RM_NPAR];
     sw_rm_acc acc; /* the sums at best */
     double lambda;
+    double low; /* the lowest merit accepted */
     int32_t have, iterations, converged, failed;
 } sw_rm_lm;
 
@@ -828,8 +846,29 @@ SW_RM_FN void sw_rm_lm_init(sw_rm_lm *s, const double *p0)
 
 /* Takes the sums at s->trial; 1 when the fit is over (converged or failed), else sets the next
  * trial. max_iter: passes allowed. */
+/* The float sums' rounding scale of a fit at p with sums a: sum w m^2 = F^2 sum w P^2
+ * + 2 F B sum w P + B^2 sum w (a[9], a[11], a[14]: the normal matrix's (F, F), (F, B), (B, B)),
+ * about the star's electrons and the stamp's sky. */
+SW_RM_FN double sw_rm_wm2(const double *p, const double *a)
+{
+    const double F = p[2], B = p[4];
+    const double v = F * F * a[9] + 2.0 * F * B * a[11] + B * B * a[14];
+    return v > 0.0 ? v : 0.0;
+}
+
+/* x^T A x for A's upper triangle a. */
+SW_RM_FN double sw_rm_quad(const double *a, const double *x)
+{
+    double q = 0.0;
+    for (int i = 0, k = 0; i < SW_RM_NPAR; ++i)
+        for (int j = i; j < SW_RM_NPAR; ++j, ++k)
+            q += (i == j ? 1.0 : 2.0) * x[i] * a[k] * x[j];
+    return q;
+}
+
 SW_RM_FN int sw_rm_lm_next(sw_rm_lm *s, const sw_rm_acc *acc, int32_t max_iter)
 {
+    const double eps = 5.9604644775390625e-8; /* 2^-24, float's rounding */
     s->iterations++;
     int accepted = 0;
     if (!s->have) {
@@ -838,14 +877,27 @@ SW_RM_FN int sw_rm_lm_next(sw_rm_lm *s, const sw_rm_acc *acc, int32_t max_iter)
             return 1;
         }
         accepted = 1;
-    } else if (isfinite(acc->chi2) && isfinite(acc->merit) &&
-               acc->merit < s->acc.merit + 1e-6 * s->acc.chi2) {
-        accepted = 1;
+    } else if (isfinite(acc->chi2) && isfinite(acc->merit)) {
+        /* the merit's rounding: 4e-6 of chi^2 (measured ~2e-6 where the model does not fit), or
+         * for a bright star its terms' (a model value's rounding, eps m, in each: 32 eps
+         * sqrt(sum w m^2) in all; measured ~8 eps sqrt(...)) */
+        const double tol =
+            fmax(4e-6 * s->acc.chi2, 32.0 * eps * sqrt(sw_rm_wm2(s->best, s->acc.a)));
+        accepted = acc->merit < s->low + tol;
     }
+    /* the step just evaluated was below what the fit resolves: x and y by < 1e-5 px, flux,
+     * width and constant by < 1e-5 of themselves (a damped step, or a model that does not fit,
+     * whose merit changes less than its rounding) */
+    const int tiny = s->have && fabs(s->trial[0] - s->best[0]) < 1e-5 &&
+                     fabs(s->trial[1] - s->best[1]) < 1e-5 &&
+                     fabs(s->trial[2] - s->best[2]) < 1e-5 * fabs(s->best[2]) &&
+                     fabs(s->trial[3] - s->best[3]) < 1e-5 * s->best[3] &&
+                     fabs(s->trial[4] - s->best[4]) < 1e-5 * (fabs(s->best[4]) + 1.0);
     if (accepted) {
         for (int i = 0; i < SW_RM_NPAR; ++i)
             s->best[i] = s->trial[i];
         s->acc = *acc;
+        s->low = s->have && s->low < acc->merit ? s->low : acc->merit;
         s->have = 1;
         s->lambda = fmax(s->lambda * 0.1, 1e-9);
     } else {
@@ -855,9 +907,13 @@ SW_RM_FN int sw_rm_lm_next(sw_rm_lm *s, const sw_rm_acc *acc, int32_t max_iter)
             return 1;
         }
     }
+    if (tiny) {
+        s->converged = 1;
+        return 1;
+    }
     if (s->iterations >= max_iter)
         return 1;
-    double step[SW_RM_NPAR] = {0};
+    double step[SW_RM_NPAR] = {0}, gn[SW_RM_NPAR] = {0};
     while (!sw_rm_step(s->acc.a, s->lambda, s->acc.g, step)) {
         s->lambda = s->lambda < 1e-6 ? 1e-3 : s->lambda * 10.0;
         if (s->lambda > 1e10) {
@@ -865,12 +921,12 @@ SW_RM_FN int sw_rm_lm_next(sw_rm_lm *s, const sw_rm_acc *acc, int32_t max_iter)
             return 1;
         }
     }
-    if (s->lambda <= 1e-3) {
-        double q = 0.0; /* step^T A step */
-        for (int i = 0, k = 0; i < SW_RM_NPAR; ++i)
-            for (int j = i; j < SW_RM_NPAR; ++j, ++k)
-                q += (i == j ? 1.0 : 2.0) * step[i] * s->acc.a[k] * step[j];
-        if (q < 1e-8) {
+    /* converged: the Gauss-Newton step from the best point (the step itself when lambda <= 1e-3,
+     * within 0.1 % of it) is below 3e-4 of the error bars or the rounding of the sums */
+    const double *newton = s->lambda <= 1e-3 ? step : gn;
+    if (s->lambda <= 1e-3 || sw_rm_step(s->acc.a, 0.0, s->acc.g, gn)) {
+        const double q = sw_rm_quad(s->acc.a, newton);
+        if (q < 1e-7 || q < 64.0 * eps * eps * sw_rm_wm2(s->best, s->acc.a)) {
             s->converged = 1;
             return 1;
         }

@@ -201,7 +201,9 @@ SW_RS_FN int sw_rs_annulus(const sw_rm_frame *f, int32_t cx, int32_t cy, int32_t
     for (int pass = 0; pass < SW_RM_CLIP_PASSES; ++pass) {
         /* the keys in [klo, khi] share the bits above `top` */
         const int top = klo == khi ? -1 : sw_rm_top_bit(klo ^ khi);
-        uint32_t above = top >= 31 ? 0u : ~((2u << top) - 1u); /* top = -1: every bit */
+        uint32_t above = top < 0     ? ~0u
+                         : top >= 31 ? 0u
+                                     : ~((2u << top) - 1u); /* the prefix's bits */
         uint32_t prefix = klo & above, need = 0;
         double s[3] = {0.0, 0.0, 0.0};
         /* digit by digit from the top: bits [shift, hb] of the keys under the prefix; the first
@@ -519,15 +521,16 @@ SW_RS_FN void sw_rs_fit(const sw_rm_frame *f, const sw_rs_config *c, const sw_re
             sw_rm_fit_pixel(f, F, B, &q, P, dPx, dPy, dPs, &fa);
         }
         SW_RS_SYNC();
-        float v[SW_RM_NA + SW_RM_NPAR + 3];
+        float v[SW_RM_NA + SW_RM_NPAR + 2];
         for (int i = 0; i < SW_RM_NA; ++i)
             v[i] = fa.a[i];
         for (int i = 0; i < SW_RM_NPAR; ++i)
             v[SW_RM_NA + i] = fa.g[i];
         v[SW_RM_NA + SW_RM_NPAR] = fa.chi2;
         v[SW_RM_NA + SW_RM_NPAR + 1] = (float)fa.n;
-        v[SW_RM_NA + SW_RM_NPAR + 2] = fa.merit;
-        SW_RS_SUM(v, SW_RM_NA + SW_RM_NPAR + 3);
+        SW_RS_SUM(v, SW_RM_NA + SW_RM_NPAR + 2);
+        double merit = (double)fa.merit - (double)fa.merit_c; /* the workers' in double */
+        SW_RS_SUM(&merit, 1);
         sw_rm_acc acc;
         for (int i = 0; i < SW_RM_NA; ++i)
             acc.a[i] = v[i];
@@ -535,7 +538,7 @@ SW_RS_FN void sw_rs_fit(const sw_rm_frame *f, const sw_rs_config *c, const sw_re
             acc.g[i] = v[SW_RM_NA + i];
         acc.chi2 = v[SW_RM_NA + SW_RM_NPAR];
         acc.n = (int32_t)v[SW_RM_NA + SW_RM_NPAR + 1];
-        acc.merit = v[SW_RM_NA + SW_RM_NPAR + 2];
+        acc.merit = merit;
         acc.masked = 0;
         if (SW_RS_LANE == 0)
             sc->u.s.done = sw_rm_lm_next(lm, &acc, c->max_iter);
