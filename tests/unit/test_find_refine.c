@@ -343,9 +343,8 @@ static void test_monte_carlo(void **state)
  * Bright stars (3e5 to 1e7 e-): the fit's float sums round at a level that a step near the
  * optimum can fall below, so the fit must still stop by itself (no SW_REFINE_MAXITER), in a
  * handful of passes, at the star. A version stopped only on a Gauss-Newton step below 1e-4 of
- * the error bars, which rounding kept out of reach: every 1e6 e- fit at gain 10 ran to
- * max_iter. MOFFAT on Gaussian stars (a model that does not fit: chi^2 in the thousands) must
- * stop too.
+ * the error bars, which rounding kept out of reach: 1e6 e- fits at gain 10 ran to max_iter. MOFFAT
+ * on Gaussian stars (a model that does not fit: chi^2 in the thousands) must stop too.
  */
 static void test_bright_stars(void **state)
 {
