@@ -227,6 +227,20 @@ typedef struct mc_stats {
     double bias_x, scatter_x, reported_x, crb_x, failed;
 } mc_stats;
 
+/* The seeds of n stars at (x, y): the truth offset by (0.3, -0.2) px, a 7 x 7 bounding box. */
+static void mc_seeds(int n, const double *x, const double *y, sw_spot *spots)
+{
+    memset(spots, 0, (size_t)n * sizeof(sw_spot));
+    for (int k = 0; k < n; k++) {
+        spots[k].x = x[k] + 0.3;
+        spots[k].y = y[k] - 0.2;
+        spots[k].x0 = (int)x[k] - 3;
+        spots[k].x1 = (int)x[k] + 4;
+        spots[k].y0 = (int)y[k] - 3;
+        spots[k].y1 = (int)y[k] + 4;
+    }
+}
+
 /* Runs the Monte Carlo of one method and flux on spots of profile q; seeds are the truth offset by
  * (0.3, -0.2) px. */
 static mc_stats monte_carlo(sw_refine_method method, sw_refine_background bg, double flux,
@@ -264,15 +278,7 @@ static mc_stats monte_carlo(sw_refine_method method, sw_refine_background bg, do
         observe(d, e, npix, &r, &img);
         sw_spot spots[MC_GRID * MC_GRID];
         sw_refine_result res[MC_GRID * MC_GRID];
-        memset(spots, 0, sizeof spots);
-        for (int k = 0; k < n; k++) {
-            spots[k].x = x[k] + 0.3;
-            spots[k].y = y[k] - 0.2;
-            spots[k].x0 = (int)x[k] - 3;
-            spots[k].x1 = (int)x[k] + 4;
-            spots[k].y0 = (int)y[k] - 3;
-            spots[k].y1 = (int)y[k] + 4;
-        }
+        mc_seeds(n, x, y, spots);
         assert_int_equal(sw_refine_run(plan, &img, spots, n, res), SW_OK);
         for (int k = 0; k < n; k++) {
             if (res[k].flags & SW_REFINE_FAILED) {
@@ -377,15 +383,7 @@ static void test_bright_stars(void **state)
             assert_int_equal(sw_refine_create(cpu, &p, &plan), SW_OK);
             sw_spot spots[MC_GRID * MC_GRID];
             sw_refine_result res[MC_GRID * MC_GRID];
-            memset(spots, 0, sizeof spots);
-            for (int k = 0; k < n; k++) {
-                spots[k].x = x[k] + 0.3;
-                spots[k].y = y[k] - 0.2;
-                spots[k].x0 = (int)x[k] - 3;
-                spots[k].x1 = (int)x[k] + 4;
-                spots[k].y0 = (int)y[k] - 3;
-                spots[k].y1 = (int)y[k] + 4;
-            }
+            mc_seeds(n, x, y, spots);
             assert_int_equal(sw_refine_run(plan, &img, spots, n, res), SW_OK);
             int passes = 0, most = 0, limit = 0;
             for (int k = 0; k < n; k++) {
