@@ -224,12 +224,12 @@ __device__ inline void pack(const sw_refine_result &r, sw_refine_packed *p)
         }                                                                                          \
     }
 
-#ifndef SW_REFINE_MIN_BLOCKS
-#define SW_REFINE_MIN_BLOCKS 5
-#endif
-REFINE_KERNEL(g32, 32, SW_REFINE_MIN_BLOCKS)
-REFINE_KERNEL(g16, 16, SW_REFINE_MIN_BLOCKS)
-REFINE_KERNEL(g8, 8, SW_REFINE_MIN_BLOCKS)
+/* 5 blocks a SM: at most 96 registers, 20 warps a SM (the double-precision kernel's 146 held
+ * 12); came in with the float sums and was not measured alone (BENCHMARKS.md issue 23). g8's
+ * 48 KB of shared memory holds 4 blocks; the bound only caps its registers. */
+REFINE_KERNEL(g32, 32, 5)
+REFINE_KERNEL(g16, 16, 5)
+REFINE_KERNEL(g8, 8, 5)
 
 #undef REFINE_KERNEL
 

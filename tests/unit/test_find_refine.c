@@ -888,6 +888,26 @@ static double annulus_reference(const sw_image *img, int cx, int cy, int rin, in
     return med;
 }
 
+/* Refines one spot seeded at (x, y) (a 7 x 7 bounding box about its pixel) with plan params p. */
+static sw_refine_result refine_one(const sw_image *img, const sw_refine_params *p, double x,
+                                   double y)
+{
+    sw_refine_plan *plan = NULL;
+    assert_int_equal(sw_refine_create(cpu, p, &plan), SW_OK);
+    sw_spot s;
+    sw_refine_result res;
+    memset(&s, 0, sizeof s);
+    s.x = x;
+    s.y = y;
+    s.x0 = (int32_t)floor(x + 0.5) - 3;
+    s.x1 = s.x0 + 7;
+    s.y0 = (int32_t)floor(y + 0.5) - 3;
+    s.y1 = s.y0 + 7;
+    assert_int_equal(sw_refine_run(plan, img, &s, 1, &res), SW_OK);
+    sw_refine_destroy(plan);
+    return res;
+}
+
 /* The annulus' sigma-clipped median is the exact order statistic, for negative and positive
  * f32 values and for u16 values with a bias (whole-number sums), an annulus small enough to be
  * kept and one read from the frame on every pass. */
@@ -917,23 +937,13 @@ static void annulus_median(sw_pixel_type t, double bias)
         p.background = SW_BACKGROUND_ANNULUS;
         p.annulus_in = radii[c][0];
         p.annulus_out = radii[c][1];
-        sw_refine_plan *plan = NULL;
-        assert_int_equal(sw_refine_create(cpu, &p, &plan), SW_OK);
-        sw_spot s;
-        sw_refine_result res;
-        memset(&s, 0, sizeof s);
-        s.x = 48.2;
-        s.y = 47.9;
-        s.x0 = s.y0 = 45;
-        s.x1 = s.y1 = 52;
-        assert_int_equal(sw_refine_run(plan, &img, &s, 1, &res), SW_OK);
+        const sw_refine_result res = refine_one(&img, &p, 48.2, 47.9);
         const double want = annulus_reference(&img, 48, 48, radii[c][0], radii[c][1], 3.0, bias);
         if (!(fabs(res.background - want) <= 1e-12))
             fail_msg("annulus %d..%d: %.17g, want %.17g", radii[c][0], radii[c][1], res.background,
                      want);
         /* f32: the sky is negative, so the keys' sign flip is used */
         assert_true(t == SW_PIX_U16 ? fabs(want - (sky - bias)) < 3.0 : want < 0.0);
-        sw_refine_destroy(plan);
     }
     sw_image_free(&img);
 }
@@ -963,23 +973,13 @@ static void annulus_flat(sw_pixel_type t)
         p.method = m ? SW_REFINE_GAUSS : SW_REFINE_XWIN;
         p.background = SW_BACKGROUND_ANNULUS;
         p.bias = 2.0;
-        sw_refine_plan *plan = NULL;
-        assert_int_equal(sw_refine_create(cpu, &p, &plan), SW_OK);
-        sw_spot s;
-        sw_refine_result res;
-        memset(&s, 0, sizeof s);
-        s.x = 32.2;
-        s.y = 31.9;
-        s.x0 = s.y0 = 29;
-        s.x1 = s.y1 = 36;
-        assert_int_equal(sw_refine_run(plan, &img, &s, 1, &res), SW_OK);
+        const sw_refine_result res = refine_one(&img, &p, 32.2, 31.9);
         if (res.flags & SW_REFINE_FAILED)
             fail_msg("type %d method %d: failed on a flat sky", (int)t, (int)p.method);
         /* XWIN reports the annulus level (GAUSS adds its fitted constant, which takes in the
          * stamp's outliers and a wrong level alike) */
         if (!m && !(fabs(res.background - 38.0) <= 1e-12))
             fail_msg("type %d: annulus level %.9g, want 38", (int)t, res.background);
-        sw_refine_destroy(plan);
     }
     sw_image_free(&img);
 }
