@@ -169,6 +169,7 @@ SW_RS_FN int sw_rs_annulus(const sw_rm_frame *f, int32_t cx, int32_t cy, int32_t
     const int32_t count = sw_rm_stamp_count(&box);
     /* gather the valid annulus pixels' keys (in raster order) */
     int32_t kept_n = 0;
+    uint32_t kmin = 0xffffffffu, kmax = 0u;                          /* the valid keys' range */
     const int whole = f->type == SW_PIX_U8 || f->type == SW_PIX_U16; /* exact integer sums */
     /* 8- and 16-bit values read as whole numbers: v >= overload is v >= ceil(overload) */
     const uint32_t over = f->overload > 65535.0 ? 65536u : (uint32_t)ceil(f->overload);
@@ -191,12 +192,22 @@ SW_RS_FN int sw_rs_annulus(const sw_rm_frame *f, int32_t cx, int32_t cy, int32_t
         const int32_t slot = SW_RS_SLOT(ok, &kept_n);
         if (ok && slot < SW_RS_ANNULUS_KEEP)
             sc->u.a.keys[slot] = key;
+        if (ok) {
+            kmin = key < kmin ? key : kmin;
+            kmax = key > kmax ? key : kmax;
+        }
     }
+    SW_RS_UMIN(&kmin);
+    SW_RS_UMAX(&kmax);
     SW_RS_SYNC();
+    if (kept_n < 8)
+        return 0; /* the first clip pass would find fewer than 8 */
     const uint32_t *kept = kept_n <= SW_RS_ANNULUS_KEEP ? sc->u.a.keys : NULL;
     const int32_t n = kept ? kept_n : count;
-    uint32_t klo, khi; /* the keys of the values in [lo, hi]: at first every finite value */
-    sw_rs_key_range(f->type, &klo, &khi);
+    /* the keys of the values in [lo, hi]: at first every valid key, [kmin, kmax] (not the type's
+     * whole range: its top digit would put a sky's keys in one histogram bin, every lane's count
+     * on one shared counter) */
+    uint32_t klo = kmin, khi = kmax;
     double med = 0.0;
     for (int pass = 0; pass < SW_RM_CLIP_PASSES; ++pass) {
         /* the keys in [klo, khi] share the bits above `top` */
