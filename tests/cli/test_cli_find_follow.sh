@@ -104,7 +104,7 @@ for _ in $(seq 100); do # until both frames are written (at most 10 s)
     sleep 0.1
 done
 wait "$wpid"
-kill -TERM "$fpid"
+kill -TERM "$fpid" 2>/dev/null || fail "--follow ended before SIGTERM: $(cat err)"
 set +e
 wait "$fpid"
 rc=$?

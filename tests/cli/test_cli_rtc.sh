@@ -265,7 +265,7 @@ expect 0 --backend cpu --threads 1 calibrate --config calm/rtc.conf --camera cca
 [[ $out == *'"modes_kept"'* && $out == *'"measurements": 162'* ]] || fail "calibrate: $out"
 expect 0 --threads 1 calibrate --config calm/rtc.conf --camera ccam --dm cdm --out cm_h.fits \
     --hadamard
-kill -TERM "$bench_pid"
+kill -TERM "$bench_pid" 2>/dev/null || fail "sim bench ended before SIGTERM: $(cat calm.out)"
 wait "$bench_pid" || fail "sim bench did not stop cleanly on SIGTERM: $(cat calm.out)"
 python3 - calm/cm.fits cm_pp.fits cm_h.fits <<'PY' || fail "calibrated matrices differ"
 import sys
@@ -298,7 +298,7 @@ for _ in $(seq 100); do # until the chain has run a few frames
     [[ $out =~ \"cnt0\":\ ([0-9]+) ]] && ((BASH_REMATCH[1] > 5)) && break
     sleep 0.05
 done
-kill -TERM "$sig_pid"
+kill -TERM "$sig_pid" 2>/dev/null || fail "rtc ended before SIGTERM: $(cat sig.err) $(cat free.out)"
 wait "$sig_pid" || fail "rtc exited non-zero on SIGTERM: $(cat sig.err)"
 grep -q '"stopped_by": "signal"' sig.json || fail "rtc on SIGTERM: $(cat sig.json)"
 wait "$free_pid" || fail "free-running bench: $(cat free.out)"
