@@ -18,9 +18,10 @@
  *          (so var_i is the detector model's variance of the model's value, Poisson + read
  *          noise; weights 1 / var_i); the covariance is the inverse of J^T W J at the solution.
  *          Converged when the next (Gauss-Newton) step would move the parameters by less than
- *          3e-4 of their error bars (or than the float sums' rounding of it, for stars above
- *          ~5e4 e-), or a step moved them by less than 1e-5 (px, or of themselves). At high SNR
- *          its scatter reaches the Cramer-Rao bound.
+ *          3 % of their error bars, that step then taken (the answer within 3e-3 of the error
+ *          bars of the likelihood's maximum), or by less than the float sums' rounding of it
+ *          (very bright stars), or a step moved them by less than 1e-5 (px, or of themselves).
+ *          At high SNR its scatter reaches the Cramer-Rao bound.
  *   MOFFAT as GAUSS with a circular Moffat profile (Moffat A. F. J. 1969, "A theoretical
  *          investigation of focal stellar images in the photographic emulsion and application to
  *          photographic photometry", A&A 3, 455-461) in place of the Gaussian:
