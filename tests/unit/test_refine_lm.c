@@ -12,6 +12,8 @@
  *   - have taken that last step: the answer is nearer p* than the last point evaluated (a step
  *     applied with the wrong sign, or not at all, leaves it as far or farther);
  *   - end at the same point from several starting points.
+ * And the fit's starting position (sw_rm_start_position): the centroid above the background of
+ * the window around the stamp's centre, taken when within 1 px of the seed, else the seed.
  */
 #include "testutil.h"
 
@@ -145,10 +147,60 @@ static void test_lm_stops_at_the_maximum(void **state)
         }
 }
 
+/* Window sums (sw_rm_start_position's w) of a Gaussian spot of width 1.5 px and flux f at
+ * (sx, sy) from the stamp's centre, on a background b, over |dx|, |dy| <= SW_RM_START_WIN. */
+static void window_sums(double sx, double sy, double f, double b, double *w)
+{
+    memset(w, 0, 6 * sizeof(double));
+    for (int dy = -SW_RM_START_WIN; dy <= SW_RM_START_WIN; ++dy)
+        for (int dx = -SW_RM_START_WIN; dx <= SW_RM_START_WIN; ++dx) {
+            const double r2 = (dx - sx) * (dx - sx) + (dy - sy) * (dy - sy);
+            const double d =
+                b + f * exp(-r2 / (2.0 * 1.5 * 1.5)) / (2.0 * 3.141592653589793 * 1.5 * 1.5);
+            w[0] += d * dx;
+            w[1] += d * dy;
+            w[2] += dx;
+            w[3] += dy;
+            w[4] += d;
+            w[5] += 1.0;
+        }
+}
+
+static void test_start_position(void **state)
+{
+    (void)state;
+    double w[6];
+    /* a spot 0.4, -0.3 px from the stamp's centre (100, 200), the seed 0.3 px beyond it: the
+     * start moves to the window's centroid, within 0.15 px of the spot (the window's edge pulls
+     * it in) and nearer than the seed */
+    window_sums(0.4, -0.3, 1e4, 50.0, w);
+    double x = 100.7, y = 199.4;
+    sw_rm_start_position(w, 50.0, 100, 200, &x, &y);
+    assert_true(fabs(x - 100.4) < 0.15 && fabs(y - 199.7) < 0.15);
+    assert_true(hypot(x - 100.4, y - 199.7) < hypot(100.7 - 100.4, 199.4 - 199.7));
+    /* the background is removed: the same spot on a sky 100 times brighter, the same start */
+    double x2 = 100.7, y2 = 199.4, w2[6];
+    window_sums(0.4, -0.3, 1e4, 5000.0, w2);
+    sw_rm_start_position(w2, 5000.0, 100, 200, &x2, &y2);
+    assert_true(fabs(x2 - x) < 1e-9 && fabs(y2 - y) < 1e-9);
+    /* a centroid more than 1 px from the seed (a neighbour, noise): the seed stays */
+    window_sums(2.5, 0.0, 1e4, 50.0, w);
+    x = 100.2;
+    y = 200.0;
+    sw_rm_start_position(w, 50.0, 100, 200, &x, &y);
+    assert_true(x == 100.2 && y == 200.0);
+    /* nothing above the background: the seed stays */
+    window_sums(0.0, 0.0, 0.0, 50.0, w);
+    x = 100.3;
+    sw_rm_start_position(w, 60.0, 100, 200, &x, &y);
+    assert_true(x == 100.3 && y == 200.0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lm_stops_at_the_maximum),
+        cmocka_unit_test(test_start_position),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
