@@ -156,6 +156,23 @@ static int bench_method(const sw_bench_options *o, sw_context *gpu, sw_context *
             }
             frame = &dev;
         }
+        /* the passes a spot (fit passes or window iterations) on this backend, on stderr: the
+         * kernel's time follows them */
+        sw_refine_result *res = calloc((size_t)n, sizeof(*res));
+        if (res) {
+            memcpy(work, seeds, (size_t)n * sizeof(sw_spot));
+            if (sw_refine_run(plan, frame, work, n, res) == SW_OK) {
+                double sum = 0.0;
+                int32_t most = 0;
+                for (int64_t k = 0; k < n; k++) {
+                    sum += res[k].iterations;
+                    most = res[k].iterations > most ? res[k].iterations : most;
+                }
+                fprintf(stderr, "%s: %s on %s: %.3f passes a spot, at most %d\n", PROG, config,
+                        b ? "cuda" : "cpu", sum / (double)n, (int)most);
+            }
+            free(res);
+        }
         for (int k = 0; k < (b ? 2 : 1) && rc == 0; k++) {
             job j = {plan, frame, seeds, work, n, b && k == 0};
             sw_bench_case c = {b ? (k == 0 ? "refine_gpu_kernel" : "refine_gpu_run")

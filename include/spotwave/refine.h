@@ -16,15 +16,11 @@
  *          Levenberg-Marquardt on a square stamp; parameters x, y, flux, sigma, background;
  *          maximum likelihood with each pixel's electrons plus read_noise^2 taken as Poisson
  *          (so var_i is the detector model's variance of the model's value, Poisson + read
- *          noise; weights 1 / var_i); the covariance is the inverse of J^T W J at the last point
- *          evaluated (within 3 % of the error bars of the solution). The fit starts from the
- *          centroid of the 7 x 7 pixels around the stamp's centre (above the stamp border's
- *          mean) when that is within 1 px of the seed, else from the seed. Converged when the
- *          next (Gauss-Newton) step would move the parameters by less than 3 % of their error
- *          bars, that step then taken (the answer within 4e-3 of the error bars of the
- *          likelihood's maximum), or by less than the float sums' rounding of it (very bright
- *          stars), or a step moved them by less than 1e-5 (px, or of themselves).
- *          At high SNR its scatter reaches the Cramer-Rao bound.
+ *          noise; weights 1 / var_i); the covariance is the inverse of J^T W J at the solution.
+ *          Converged when the next (Gauss-Newton) step would move the parameters by less than
+ *          3e-4 of their error bars (or than the float sums' rounding of it, for stars above
+ *          ~5e4 e-), or a step moved them by less than 1e-5 (px, or of themselves). At high SNR
+ *          its scatter reaches the Cramer-Rao bound.
  *   MOFFAT as GAUSS with a circular Moffat profile (Moffat A. F. J. 1969, "A theoretical
  *          investigation of focal stellar images in the photographic emulsion and application to
  *          photographic photometry", A&A 3, 455-461) in place of the Gaussian:

@@ -818,20 +818,15 @@ SW_RM_FN int sw_rm_step(const double *a, double lambda, const double *g, double 
  * measured from the lowest merit, not the last accepted one, so accepted passes cannot ratchet
  * the merit up. The weights are those of the model being evaluated (Poisson + read noise), so
  * A = J^T W J at the solution is the Fisher information and its inverse the covariance.
- * Converged: when the Gauss-Newton step from the best point is shorter than 3 % of the error
- * bars (x^T A x < 1e-3), and that step is then taken without a pass to evaluate it: the answer is
- * within 3.1e-3 of the error bars of the optimum (rms 1.5e-4; measured against fits run to
- * x^T A x < 1e-12 on bench_refine's 10^4 stars; 4.0e-3, rms 1.6e-4, with sw_rm_start_position's
- * start), where stopping at 3e-4 of the error bars without the step (8.0.1) was within 3.1e-4
- * and took 4.69 passes a GAUSS fit instead of 3.66 (2.99 with that start);
- * when the step is below the float sums' rounding of it, x^T A x < 64 eps^2 sum w m^2 (only
- * above ~4e9 e- is that above 1e-3; 2.3e-7 at 1e6 e-, where it was measured at 1.3e-7), and
- * the best point stays; when the step just evaluated,
+ * Converged: when the Gauss-Newton step from the best point is shorter than 3e-4 of the error
+ * bars (x^T A x < 1e-7), or than the float sums' rounding of it where that is larger,
+ * x^T A x < 64 eps^2 sum w m^2 (above ~5e4 e-; 2.3e-7, 5e-4 of the error bars, at 1e6 e-, where
+ * it was measured at 1.3e-7; 1.5e-3 of the error bars at 1e7 e-); when the step just evaluated,
  * accepted or not, moved x and y by less than 1e-5 px and flux, width and constant by less than
  * 1e-5 of themselves (a damped step of a model that does not fit, MOFFAT on a bright Gaussian
  * star, whose merit changes by less than its rounding: it would otherwise creep to max_iter); or
- * lambda above 1e10 (no step lowers the merit). The best point is the answer, plus the last
- * Gauss-Newton step when that is what stopped the fit.
+ * lambda above 1e10 (no step lowers the merit). The best point is the answer; the step is not
+ * taken.
  */
 typedef struct sw_rm_lm {
     double best[SW_RM_NPAR], trial[SW_RM_NPAR];
@@ -927,22 +922,12 @@ SW_RM_FN int sw_rm_lm_next(sw_rm_lm *s, const sw_rm_acc *acc, int32_t max_iter)
         }
     }
     /* converged: the Gauss-Newton step from the best point (the step itself when lambda <= 1e-3,
-     * within 0.1 % of it) is below 3 % of the error bars (then taken) or the rounding of the
-     * sums */
+     * within 0.1 % of it) is below 3e-4 of the error bars or the rounding of the sums */
     const double *newton = s->lambda <= 1e-3 ? step : gn;
     if (s->lambda <= 1e-3 || sw_rm_step(s->acc.a, 0.0, s->acc.g, gn)) {
         const double q = sw_rm_quad(s->acc.a, newton);
-        if (q < 1e-3) {
-            /* the step, 3 % of the error bars or less, taken without a pass to evaluate it
-             * (unless it would take the flux or the width to 0 or below: a fit that then fails) */
-            if (s->best[2] + newton[2] > 0.0 && s->best[3] + newton[3] > 0.5 * s->best[3])
-                for (int i = 0; i < SW_RM_NPAR; ++i)
-                    s->best[i] += newton[i];
+        if (q < 1e-7 || q < 64.0 * eps * eps * sw_rm_wm2(s->best, s->acc.a)) {
             s->converged = 1;
-            return 1;
-        }
-        if (q < 64.0 * eps * eps * sw_rm_wm2(s->best, s->acc.a)) {
-            s->converged = 1; /* the step is the sums' rounding: the best point stays */
             return 1;
         }
     }
@@ -952,30 +937,6 @@ SW_RM_FN int sw_rm_lm_next(sw_rm_lm *s, const sw_rm_acc *acc, int32_t max_iter)
     if (s->trial[3] < 0.5 * s->best[3])
         s->trial[3] = 0.5 * s->best[3];
     return 0;
-}
-
-/*
- * The fit's starting position: the centroid above B0 (sw_rm_fit_start's background) of the stamp's
- * valid pixels within SW_RM_START_WIN px of its centre (cx, cy) in x and y, taken when it lies
- * within SW_RM_START_MOVE px of the seed (*x, *y) in x and y, else the seed stays (a neighbour
- * or the sky's noise can pull a centroid further). The window keeps a neighbour 4 px away and
- * most of the sky out. w: the window's sums sum d dx, sum d dy, sum dx, sum dy, sum d, n (dx =
- * x - cx, dy = y - cy). A start nearer the solution saves a pass: on bench_refine's 10^4 stars
- * (seeds 0.36 px off) GAUSS fits took 2.99 passes instead of 3.66.
- */
-#define SW_RM_START_WIN  3
-#define SW_RM_START_MOVE 1.0
-SW_RM_FN void sw_rm_start_position(const double *w, double b0, int32_t cx, int32_t cy, double *x,
-                                   double *y)
-{
-    const double f = w[4] - b0 * w[5]; /* sum (d - B0) */
-    if (!(f > 0.0))
-        return;
-    const double mx = (double)cx + (w[0] - b0 * w[2]) / f, my = (double)cy + (w[1] - b0 * w[3]) / f;
-    if (fabs(mx - *x) <= SW_RM_START_MOVE && fabs(my - *y) <= SW_RM_START_MOVE) {
-        *x = mx;
-        *y = my;
-    }
 }
 
 /*

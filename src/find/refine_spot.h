@@ -425,8 +425,7 @@ SW_RS_FN void sw_rs_fit(const sw_rm_frame *f, const sw_rs_config *c, const sw_re
     /* the starting point: sums over the stamp and its border; the stamp kept when it fits */
     sw_rm_fpix *kept = count <= SW_RS_STAMP_KEEP ? sc->u.s.pix : NULL;
     const float fl = (float)level;
-    /* sum d, border sum, border n, n, masked; then sw_rm_start_position's window sums */
-    double s[11] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
+    double s[5] = {0.0, 0.0, 0.0, 0.0, 0.0}; /* sum d, border sum, border n, n, masked */
     double peak = -INFINITY;
     sw_rm_walk walk0; /* this worker's first pixel and step, for every pass */
     sw_rm_walk_start(st, SW_RS_LANE, SW_RS_LANES, &walk0);
@@ -444,16 +443,6 @@ SW_RS_FN void sw_rs_fit(const sw_rm_frame *f, const sw_rs_config *c, const sw_re
         const double d = (double)px.d;
         s[0] += d;
         s[3] += 1.0;
-        const int32_t dx = x - st->cx, dy = y - st->cy;
-        if (dx >= -SW_RM_START_WIN && dx <= SW_RM_START_WIN && dy >= -SW_RM_START_WIN &&
-            dy <= SW_RM_START_WIN) {
-            s[5] += d * (double)dx;
-            s[6] += d * (double)dy;
-            s[7] += (double)dx;
-            s[8] += (double)dy;
-            s[9] += d;
-            s[10] += 1.0;
-        }
         peak = fmax(peak, d);
         if (x == st->cx - st->radius || x == st->cx + st->radius || y == st->cy - st->radius ||
             y == st->cy + st->radius) {
@@ -461,7 +450,7 @@ SW_RS_FN void sw_rs_fit(const sw_rm_frame *f, const sw_rs_config *c, const sw_re
             s[2] += 1.0;
         }
     }
-    SW_RS_SUM(s, 11);
+    SW_RS_SUM(s, 5);
     SW_RS_MAX(&peak);
     double p0[SW_RM_NPAR];
     if (!sw_rm_fit_start(seed->x, seed->y, s[0], peak, s[1], (int32_t)s[2], (int32_t)s[3],
@@ -469,7 +458,6 @@ SW_RS_FN void sw_rs_fit(const sw_rm_frame *f, const sw_rs_config *c, const sw_re
         sw_rs_fail(out);
         return;
     }
-    sw_rm_start_position(s + 5, p0[4], st->cx, st->cy, &p0[0], &p0[1]);
     sw_rm_lm *lm = &sc->u.s.lm;
     if (SW_RS_LANE == 0)
         sw_rm_lm_init(lm, p0);

@@ -20,8 +20,8 @@ static void test_status_strings(void **state)
         assert_string_not_equal(t, "unknown status");
     }
     assert_string_equal(sw_status_string((sw_status)999), "unknown status");
-    assert_string_equal(sw_version(), "8.0.2");
-    assert_non_null(strstr(sw_build_info(), "spotwave 8.0.2"));
+    assert_string_equal(sw_version(), "8.0.1");
+    assert_non_null(strstr(sw_build_info(), "spotwave 8.0.1"));
     char cpu[128];
     assert_ptr_equal(sw_cpu_name(cpu, sizeof cpu), cpu);
     assert_true(strlen(cpu) > 0 && strchr(cpu, '\n') == NULL);
