@@ -14,7 +14,8 @@
  * (refine_cuda.cu; default 16 for GAUSS and MOFFAT without a background step, else 32). To
  * compare in one run:
  *   for l in 32 16 8; do SPOTWAVE_REFINE_LANES=$l bench_refine; done
- * --quick: 2000 spots, GAUSS only.
+ * --quick: 2000 spots, GAUSS only. Unless --json-only, stderr also gets the passes a spot (fit
+ * passes or window iterations, mean and most) of each method on each backend.
  */
 #include "harness.h"
 
@@ -158,7 +159,7 @@ static int bench_method(const sw_bench_options *o, sw_context *gpu, sw_context *
         }
         /* the passes a spot (fit passes or window iterations) on this backend, on stderr: the
          * kernel's time follows them */
-        sw_refine_result *res = calloc((size_t)n, sizeof(*res));
+        sw_refine_result *res = o->json_only ? NULL : calloc((size_t)n, sizeof(*res));
         if (res) {
             memcpy(work, seeds, (size_t)n * sizeof(sw_spot));
             if (sw_refine_run(plan, frame, work, n, res) == SW_OK) {
