@@ -127,6 +127,17 @@ static void expected(int w, int h, double sky, int n, const double *x, const dou
 }
 
 /* One noisy f32 frame in ADU: (Poisson(e) + N(0, read)) / gain + bias. */
+/* The plan's parameters for w x h f32 frames of detector d, stamps of radius 6 (the defaults
+ * otherwise: GAUSS, no background). */
+static void detector_params(sw_refine_params *p, int w, int h, const detector *d)
+{
+    sw_refine_params_default(p, w, h, SW_PIX_F32);
+    p->gain = d->gain;
+    p->read_noise = d->read;
+    p->bias = d->bias;
+    p->radius = 6;
+}
+
 static void observe(const detector *d, const double *e, int npix, trng *r, sw_image *img)
 {
     (void)npix;
@@ -259,13 +270,9 @@ static mc_stats monte_carlo(sw_refine_method method, sw_refine_background bg, do
     expected_psf(w, w, d->sky, n, x, y, f, q, e);
     sw_image img = alloc_img(w, w, SW_PIX_F32);
     sw_refine_params p;
-    sw_refine_params_default(&p, w, w, SW_PIX_F32);
+    detector_params(&p, w, w, d);
     p.method = method;
     p.background = bg;
-    p.gain = d->gain;
-    p.read_noise = d->read;
-    p.bias = d->bias;
-    p.radius = 6;
     sw_refine_plan *plan = NULL;
     assert_int_equal(sw_refine_create(cpu, &p, &plan), SW_OK);
     trng r = trng_make(seed);
@@ -373,12 +380,8 @@ static void test_bright_stars(void **state)
         observe(&d, e, npix, &r, &img);
         for (int m = 0; m < 2; m++) {
             sw_refine_params p;
-            sw_refine_params_default(&p, w, w, SW_PIX_F32);
+            detector_params(&p, w, w, &d);
             p.method = m ? SW_REFINE_MOFFAT : SW_REFINE_GAUSS;
-            p.gain = d.gain;
-            p.read_noise = d.read;
-            p.bias = d.bias;
-            p.radius = 6;
             sw_refine_plan *plan = NULL;
             assert_int_equal(sw_refine_create(cpu, &p, &plan), SW_OK);
             sw_spot spots[MC_GRID * MC_GRID];
@@ -1016,11 +1019,7 @@ static void test_blend_limits(void **state)
     observe(&d, e, w * h, &r, &img);
     free(e);
     sw_refine_params p;
-    sw_refine_params_default(&p, w, h, SW_PIX_F32);
-    p.gain = d.gain;
-    p.read_noise = d.read;
-    p.bias = d.bias;
-    p.radius = 6;
+    detector_params(&p, w, h, &d);
     sw_refine_plan *plan = NULL;
     assert_int_equal(sw_refine_create(cpu, &p, &plan), SW_OK);
     sw_spot s[SW_REFINE_MAX_CHILDREN + 1];
